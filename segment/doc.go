@@ -1,0 +1,67 @@
+// Package segment reads and writes one segment file of the write-ahead log:
+// a fixed header followed by append-only, CRC-framed records.
+//
+// # File layout
+//
+// A segment file is a header of [HeaderSize] bytes followed by frames packed
+// back to back. The file is allocated to its full size before the first
+// frame is written (zero-filled, or recycled from a retired segment), so the
+// bytes after the last frame are zeros or stale frames of an older segment;
+// neither is ever mistaken for a frame of this one.
+//
+// All integers are little-endian. The layout is FROZEN: changing any byte of
+// it requires a new [Version].
+//
+// Header (32 bytes):
+//
+//	offset size field
+//	0      8    magic     "WALBSEG\x00"
+//	8      2    version   = 1
+//	10     2    flags     = 0 (reserved)
+//	12     4    sequence  the segment's number in its log (1, 2, 3, ...)
+//	16     12   reserved  = 0
+//	28     4    crc       CRC-32C (Castagnoli) of bytes 0..28
+//
+// Frame (17-byte header, then the body):
+//
+//	offset size field
+//	0      4    crc       CRC-32C of bytes 4..17+length (header rest and body)
+//	4      4    length    body length in bytes
+//	8      4    sequence  the sequence of the segment the frame was written to
+//	12     4    synced    how many bytes of this segment file were durable
+//	                      (covered by a completed fdatasync) when the frame
+//	                      was written; always <= the frame's own offset
+//	16     1    type      low 4 bits: kind; bits 4-5: place in its group
+//	17     n    body
+//
+// Kinds: 1 record (a caller's bytes), 2 seal (the segment is complete; no
+// frame follows it; empty body), 3 padding (bytes skipped by salvage; body
+// is zeros). Kind 0 is never written, so zero-filled space never parses.
+//
+// Places in a group: 0 full (a group of one), 1 first, 2 middle, 3 last. A
+// group is the frames of one atomic append: after a crash either all of its
+// frames are in the log or none are, because a group without its last frame
+// is part of the torn tail.
+//
+// # Telling a torn tail from corruption
+//
+// A scan walks frames from the header. When the frame at offset X fails
+// (short, bad checksum, foreign sequence, bad type), the scan searches the
+// rest of the file byte by byte for valid frames of this segment (the
+// 4-byte sequence is a cheap filter before the checksum):
+//
+//   - none, and the bytes at X are zeros or not a frame of this segment:
+//     [EndClean], the log simply ends at X;
+//   - none, but X holds a frame header of this segment, or valid frames of
+//     this segment follow whose synced values are all <= X: [EndTorn], the
+//     bytes from X were never made durable and were never acknowledged; they
+//     may be discarded;
+//   - a valid frame after X whose synced value is > X: [EndCorrupt], bytes
+//     that a completed fdatasync had covered no longer verify. They must not
+//     be silently dropped.
+//
+// The one case no format can tell apart is damage to the last durable batch
+// of the last segment when nothing was written after it: it reads as a torn
+// tail. A sealed segment does not have that blind spot, since its seal frame
+// vouches for every byte before it.
+package segment

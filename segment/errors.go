@@ -1,0 +1,25 @@
+package segment
+
+import "errors"
+
+// Errors returned by this package. Each is wrapped with the file name and
+// byte offset where that makes sense; check with errors.Is.
+var (
+	// ErrBadHeader is returned by Open when the file header's magic,
+	// version, sequence or checksum does not verify.
+	ErrBadHeader = errors.New("segment: bad file header")
+	// ErrChecksum is returned when a frame's CRC-32C does not match.
+	ErrChecksum = errors.New("segment: frame checksum mismatch")
+	// ErrShortFrame is returned when a frame runs past the end of the data.
+	ErrShortFrame = errors.New("segment: frame runs past end of file")
+	// ErrZeroFrame is returned when the bytes at the offset are zeros, as in
+	// preallocated space: there is no frame there.
+	ErrZeroFrame = errors.New("segment: no frame (zero-filled space)")
+	// ErrForeignFrame is returned when the frame header names another
+	// segment: stale bytes of a recycled file, or garbage.
+	ErrForeignFrame = errors.New("segment: frame belongs to another segment")
+	// ErrBadType is returned when a checksummed frame has an unknown type.
+	ErrBadType = errors.New("segment: unknown frame type")
+	// ErrTooLarge is returned when a body does not fit in a frame.
+	ErrTooLarge = errors.New("segment: body too large")
+)

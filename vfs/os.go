@@ -1,0 +1,98 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/edsrzf/mmap-go"
+	"golang.org/x/sys/unix"
+)
+
+// Default is the real file system.
+var Default FS = osFS{}
+
+type osFS struct{}
+
+type osFile struct {
+	*os.File
+}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
+func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
+
+func (osFS) ReadDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
+
+func (osFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// flock locks belong to the open file description, so a second open of
+	// the same file in this process conflicts exactly as another process
+	// would.
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", name, ErrLocked)
+		}
+		return nil, fmt.Errorf("flock %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// Sync is fdatasync(2). It is called once and never retried, not even on
+// EINTR (the Go runtime installs its handlers with SA_RESTART): after a
+// failed fdatasync the kernel may already have dropped the dirty pages, and
+// a second call that succeeds would prove nothing.
+func (f osFile) Sync() error {
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
+	}
+	return nil
+}
+
+func (f osFile) Size() (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+func (f osFile) Map(length int) (mmap.MMap, error) {
+	return mmap.MapRegion(f.File, length, mmap.RDONLY, 0, 0)
+}
+
+func (f osFile) Name() string { return f.File.Name() }

@@ -1,0 +1,74 @@
+// Package vfs is the small file-system interface through which every other
+// package of walbroker touches the disk.
+//
+// The real implementation, [Default], is a thin layer over package os and
+// golang.org/x/sys/unix. Tests inject their own per instance (never through
+// package globals): [FaultFS] returns chosen errors from chosen operations,
+// and [CrashFS] records which bytes a completed fdatasync covered so that a
+// test can clone a directory to what a power loss would have left.
+//
+// Only what the log needs is here: positional reads and writes, fdatasync,
+// read-only memory maps, renames, directory syncs and an exclusive lock.
+package vfs
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"github.com/edsrzf/mmap-go"
+)
+
+// ErrLocked is returned by [FS.Lock] when another holder (in this process or
+// another) has the lock. Check with errors.Is.
+var ErrLocked = errors.New("vfs: locked by another holder")
+
+// File is an open file. Its methods have the meaning of the os.File methods
+// of the same name, except Sync, which is fdatasync(2).
+//
+// A File is safe for concurrent use by positional reads and writes; the log
+// still gives each file exactly one writing goroutine.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync commits the file's data, and the metadata needed to read it back
+	// (its size), to the device: fdatasync(2). A failed Sync leaves the
+	// state of the written data unknown; callers must not retry it.
+	Sync() error
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+	// Size reports the file's current size in bytes.
+	Size() (int64, error)
+	// Map maps the first length bytes of the file read-only and shared, so
+	// that writes made through WriteAt are visible in the mapping. The
+	// caller unmaps it with Unmap before closing the file.
+	Map(length int) (mmap.MMap, error)
+	// Name is the name the file was opened with.
+	Name() string
+}
+
+// FS is a file system. Names are ordinary paths.
+type FS interface {
+	// OpenFile opens a file as os.OpenFile does.
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// Remove removes a file. The removal is durable only after SyncDir of
+	// its directory.
+	Remove(name string) error
+	// Rename renames a file, replacing newname if it exists. It is durable
+	// only after SyncDir of the directory.
+	Rename(oldname, newname string) error
+	// MkdirAll creates a directory and its parents with perm.
+	MkdirAll(dir string, perm os.FileMode) error
+	// ReadDir returns the names of the entries of dir, sorted.
+	ReadDir(dir string) ([]string, error)
+	// SyncDir fsyncs a directory, making creations, renames and removals in
+	// it durable.
+	SyncDir(dir string) error
+	// Lock takes an exclusive, non-blocking lock on the file name (created
+	// 0600 if missing). It fails with an error wrapping [ErrLocked] when
+	// another open file description holds it, in this process or another.
+	// Closing the returned Closer releases the lock; so does the death of
+	// the process.
+	Lock(name string) (io.Closer, error)
+}

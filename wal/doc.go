@@ -1,0 +1,75 @@
+// Package wal is walbroker's write-ahead log: an ordered sequence of segment
+// files (package segment) in one directory, appended to by one writer
+// goroutine with group commit, read through memory maps.
+//
+// # Directory layout
+//
+//	LOCK                      flock(2)ed while a Log has the directory open
+//	0000000001.seg            segment 1: header + frames (see package segment)
+//	0000000002.seg            ...; sequences are contiguous, the last is active
+//	0000000003.seg.tmp        the next segment, being prepared (removed by Open)
+//	spare-0000000001.tmp      a retired segment kept for reuse (removed by Open)
+//	salvage/                  copies of damaged files, made by Options.Salvage
+//
+// Every segment file has its full size from the moment it is renamed into
+// place: it was written full of zeros (or is a retired segment reused) and
+// fdatasynced under its temporary name. Appends therefore overwrite blocks
+// that are already allocated and written, and an fdatasync commits data
+// alone, never the file's size or extents — on ext4 that is twice the
+// fdatasync rate of appending to a growing file.
+//
+// # Positions
+//
+// A [Position] is the segment sequence (high 32 bits) and the byte offset
+// of the record's frame (low 32 bits). Positions compare in log order.
+//
+// # Group commit
+//
+// Append queues its records and waits. The writer goroutine takes every
+// request queued while it was busy, encodes them into one buffer, writes it
+// with one pwrite and, if any request asked for durability, runs one
+// fdatasync; then it releases every request of the batch with the batch's
+// result. A request that asked only for the write is released right after
+// the write. A new batch forms while the previous fdatasync is in flight:
+// there is no timer and no artificial delay.
+//
+// Each frame records how many bytes of its segment were durable when it was
+// written. Recovery uses it to tell damage to bytes that were never synced
+// (a torn tail: discard it) from damage to bytes a completed fdatasync had
+// covered (corruption: refuse).
+//
+// # Failure is final
+//
+// A failed write or fdatasync poisons the Log: the batch and every later
+// call fail with [ErrPoisoned]. An fdatasync is never retried: after a
+// failure the kernel may have dropped the dirty pages and marked them
+// clean, so a retry that succeeds would report durable data that is not on
+// the device. Close and Open again; Open recovers everything that was
+// acknowledged.
+//
+// # Rotation
+//
+// When a batch does not fit in the active segment, the writer renames the
+// prepared next segment into place and fsyncs the directory, then writes a
+// seal frame to the active segment and fdatasyncs it, and only then writes
+// to the new one. So every segment but the last is sealed and durable, a
+// segment without its seal followed by another is corruption, and an empty
+// segment after an unsealed one is a rotation a crash interrupted (Open
+// removes it). One Append never spans two segments.
+//
+// # Recovery
+//
+// Open scans every segment. A torn tail of the last segment is zeroed and
+// the log continues before it; those bytes were never acknowledged. Any
+// other damage is refused with a [*CorruptionError] naming the file and
+// offset, unless Options.Salvage is set: then the damaged file is copied to
+// salvage/, each damaged span is overwritten with a padding frame (a segment
+// whose seal was lost is sealed after its last intact record), and
+// [Log.Recovery] lists what was skipped.
+//
+// # Concurrency
+//
+// Every method of Log is safe for concurrent use. Lock order: Log.listMu,
+// then a segment's mu; Log.mu guards only the request queue and is never
+// held across I/O or another lock.
+package wal

@@ -1,0 +1,53 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// Errors returned by this package, each wrapped with context; check with
+// errors.Is.
+var (
+	// ErrClosed is returned by every call on a closed Log.
+	ErrClosed = errors.New("wal: log closed")
+	// ErrPoisoned is returned when a write or fdatasync of the log failed.
+	// The failure is permanent for this Log: after a failed fdatasync the
+	// kernel may have dropped the dirty pages, so retrying could report as
+	// durable data that is not on the device (fail-stop). Close the Log and
+	// Open it again; Open recovers everything acknowledged before the
+	// failure. The error also wraps the cause (for example syscall.EIO).
+	ErrPoisoned = errors.New("wal: log failed and must be reopened")
+	// ErrLocked is returned by Open when another Log, in this process or
+	// another, has the directory open.
+	ErrLocked = vfs.ErrLocked
+	// ErrCorrupt is returned by Open when bytes that were durable no longer
+	// verify: mid-log corruption, a damaged header, a missing segment. The
+	// error is a *CorruptionError naming the file and byte offset. Open with
+	// Options.Salvage to skip the damage.
+	ErrCorrupt = errors.New("wal: log is corrupt")
+	// ErrTooLarge is returned by Append when the records of one call cannot
+	// fit in one segment.
+	ErrTooLarge = errors.New("wal: records too large for one segment")
+	// ErrNotFound is returned by Read and Iterate for a position that names
+	// no record of the log: removed, not yet written, or not a record start.
+	ErrNotFound = errors.New("wal: no record at position")
+	// ErrBadOptions is returned by Open for an invalid Options field.
+	ErrBadOptions = errors.New("wal: invalid options")
+)
+
+// CorruptionError reports damage found in a segment file. It matches
+// ErrCorrupt and its Cause with errors.Is.
+type CorruptionError struct {
+	File   string // the segment file
+	Offset int    // byte offset of the first damaged byte
+	Cause  error  // what failed there
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: log is corrupt: %s at offset %d: %v", e.File, e.Offset, e.Cause)
+}
+
+// Unwrap returns ErrCorrupt and the cause.
+func (e *CorruptionError) Unwrap() []error { return []error{ErrCorrupt, e.Cause} }

@@ -1,0 +1,179 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/walbroker/walbroker/segment"
+)
+
+// Log is an ordered sequence of segment files in one directory.
+//
+// A Log is safe for concurrent use. Appends from many goroutines are
+// gathered by one writer goroutine, which owns the active segment's writes
+// and fdatasyncs. Reads go through the segments' read-only memory maps.
+//
+// Lock order: listMu, then a seg's mu. mu (the request queue) is never held
+// while taking another lock or doing I/O.
+type Log struct {
+	dir  string
+	opts Options
+	lock io.Closer
+
+	// mu guards the request queue, closed and err.
+	mu     sync.Mutex
+	queue  []*request
+	closed bool
+	err    error // the poison: set once by the writer, returned forever after
+	kick   chan struct{}
+
+	// listMu serialises changes of segs (rotation, removal) and guards
+	// spares. Readers load segs without it.
+	listMu sync.Mutex
+	segs   atomic.Pointer[[]*seg]
+	spares []string // retired segment files, renamed aside, ready for reuse
+
+	w          writer        // owned by the writer goroutine
+	writerDone chan struct{} // closed when the writer goroutine returns
+	prep       *preparer
+
+	recovery Recovery
+	stats    counters
+}
+
+// seg is one segment file of the log.
+type seg struct {
+	file *segment.File
+	seq  uint32
+	// end is the offset just past the last record readers may see: the
+	// valid end of a sealed segment, or the end of the last released batch
+	// of the active one.
+	end atomic.Int64
+
+	// mu is held shared while the mapping is read, exclusively to close it.
+	mu     sync.RWMutex
+	closed bool // guarded by mu
+}
+
+type counters struct {
+	records      atomic.Int64 // records appended since open
+	writes       atomic.Int64 // batches written
+	syncs        atomic.Int64 // fdatasyncs of segment files
+	maxPerSync   atomic.Int64 // most records one fdatasync covered
+	bytesWritten atomic.Int64
+	rotations    atomic.Int64
+	recycled     atomic.Int64
+}
+
+// Stats are counters of a Log since it was opened.
+type Stats struct {
+	Segments          int   // segment files in the log
+	DiskBytes         int64 // their total size
+	Records           int64 // records appended
+	Writes            int64 // write batches (one pwrite each, rotation aside)
+	Syncs             int64 // fdatasyncs of segment files
+	MaxRecordsPerSync int64 // most records covered by one fdatasync
+	BytesWritten      int64
+	Rotations         int64
+	RecycledSegments  int64 // new segments made by reusing a retired file
+	FirstSegment      uint32
+	LastSegment       uint32
+}
+
+// Stats returns the counters. It is safe to call at any time.
+func (l *Log) Stats() Stats {
+	segs := *l.segs.Load()
+	s := Stats{
+		Segments:          len(segs),
+		Records:           l.stats.records.Load(),
+		Writes:            l.stats.writes.Load(),
+		Syncs:             l.stats.syncs.Load(),
+		MaxRecordsPerSync: l.stats.maxPerSync.Load(),
+		BytesWritten:      l.stats.bytesWritten.Load(),
+		Rotations:         l.stats.rotations.Load(),
+		RecycledSegments:  l.stats.recycled.Load(),
+	}
+	for _, sg := range segs {
+		s.DiskBytes += int64(sg.file.Size())
+	}
+	if len(segs) > 0 {
+		s.FirstSegment, s.LastSegment = segs[0].seq, segs[len(segs)-1].seq
+	}
+	return s
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Recovery returns what Open found and repaired.
+func (l *Log) Recovery() Recovery { return l.recovery }
+
+// Close makes every written record durable, stops the writer and releases
+// the directory. Appends queued before Close are completed; later calls get
+// ErrClosed. Close returns the poison error if the log had failed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.wake()
+	<-l.writerDone
+	err := l.w.closeErr
+	err = errors.Join(err, l.prep.stop())
+
+	l.listMu.Lock()
+	for _, s := range *l.segs.Load() {
+		err = errors.Join(err, s.close())
+	}
+	l.segs.Store(&[]*seg{})
+	for _, p := range l.spares {
+		_ = l.opts.FS.Remove(p)
+	}
+	l.spares = nil
+	l.listMu.Unlock()
+	return errors.Join(err, l.lock.Close())
+}
+
+func (s *seg) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.file.Close()
+}
+
+// Segment file names: ten decimal digits and ".seg". Files being prepared
+// or kept for reuse end in ".tmp" and are removed by Open.
+const (
+	segSuffix = ".seg"
+	tmpSuffix = ".tmp"
+	lockName  = "LOCK"
+)
+
+func segName(seq uint32) string { return fmt.Sprintf("%010d%s", seq, segSuffix) }
+
+func (l *Log) segPath(seq uint32) string { return filepath.Join(l.dir, segName(seq)) }
+
+// parseSegName returns the sequence a segment file name carries.
+func parseSegName(name string) (uint32, bool) {
+	digits, ok := strings.CutSuffix(name, segSuffix)
+	if !ok || len(digits) != 10 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	return uint32(n), true
+}

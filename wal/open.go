@@ -1,0 +1,332 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/walbroker/walbroker/segment"
+)
+
+// Recovery is what Open found in the directory and what it did about it.
+type Recovery struct {
+	// Segments and Records count what the log holds after recovery.
+	Segments int
+	Records  int
+	// TornTail is set when the last segment ended in bytes that were never
+	// made durable (a crash during a write); they were zeroed.
+	TornTail *Damage
+	// Salvaged lists the spans Options.Salvage skipped. Their records are
+	// lost; the damaged files were copied aside first (Damage.CopiedTo).
+	Salvaged []Damage
+	// RemovedEmpty lists empty segment files left by a rotation that a
+	// crash interrupted; they never held a record and were removed.
+	RemovedEmpty []string
+}
+
+// Damage describes bytes of a segment that recovery discarded.
+type Damage struct {
+	File     string
+	Offset   int // first byte discarded
+	Length   int // bytes discarded
+	Cause    error
+	CopiedTo string // where salvage copied the damaged file, if it did
+}
+
+func (d Damage) String() string {
+	return fmt.Sprintf("%s: %d bytes at offset %d (%v)", d.File, d.Length, d.Offset, d.Cause)
+}
+
+// Open opens the log in dir, creating the directory (0700) if it is missing,
+// and recovers it:
+//
+//   - a torn tail of the last segment (bytes never made durable) is zeroed
+//     and the log continues before it;
+//   - mid-log corruption is refused with a *CorruptionError naming the file
+//     and offset, unless Options.Salvage is set;
+//   - an empty segment left by an interrupted rotation is removed.
+//
+// Open takes an exclusive lock on the directory: a second Open, in this
+// process or another, fails with ErrLocked until the first Log is closed or
+// its process dies.
+func Open(dir string, opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fs := opts.FS
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	l := &Log{
+		dir:        dir,
+		opts:       opts,
+		lock:       lock,
+		kick:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+	l.segs.Store(&[]*seg{})
+	if err := l.recover(); err != nil {
+		for _, s := range *l.segs.Load() {
+			_ = s.close()
+		}
+		_ = lock.Close()
+		return nil, err
+	}
+	l.prep = newPreparer(l)
+	l.prep.request(l.w.active.seq + 1)
+	go l.writeLoop()
+	return l, nil
+}
+
+// recover scans every segment, repairs what may be repaired and leaves the
+// writer positioned at the end of the last segment.
+func (l *Log) recover() error {
+	fs := l.opts.FS
+	names, err := fs.ReadDir(l.dir)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", l.dir, err)
+	}
+	var seqs []uint32
+	dirty := false
+	for _, name := range names {
+		if strings.HasSuffix(name, tmpSuffix) {
+			// A segment being prepared or kept for reuse: never part of
+			// the log.
+			if err := fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("wal: open %s: %w", l.dir, err)
+			}
+			dirty = true
+			continue
+		}
+		if seq, ok := parseSegName(name); ok {
+			seqs = append(seqs, seq) // ReadDir sorts, and the names are fixed-width
+		}
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return &CorruptionError{File: l.segPath(seqs[i-1] + 1), Cause: errors.New("segment file missing")}
+		}
+	}
+
+	var segs []*seg
+	var reports []segment.Report
+	for _, seq := range seqs {
+		f, err := segment.Open(fs, l.segPath(seq), seq)
+		if err != nil {
+			l.segs.Store(&segs)
+			if errors.Is(err, segment.ErrBadHeader) {
+				return &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
+			}
+			return fmt.Errorf("wal: open: %w", err)
+		}
+		segs = append(segs, &seg{file: f, seq: seq})
+		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
+		reports = append(reports, r)
+	}
+	l.segs.Store(&segs)
+
+	// A rotation that a crash interrupted can leave a new, empty segment
+	// after an unsealed one: the writer seals the old segment before it
+	// writes anything to the new one.
+	for n := len(segs); n > 1 && reports[n-1].Records == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
+		s := segs[n-1]
+		if err := s.close(); err != nil {
+			return err
+		}
+		if err := fs.Remove(s.file.Path()); err != nil {
+			return fmt.Errorf("wal: open: %w", err)
+		}
+		l.recovery.RemovedEmpty = append(l.recovery.RemovedEmpty, s.file.Path())
+		segs, reports = segs[:n-1], reports[:n-1]
+		l.segs.Store(&segs)
+		dirty = true
+	}
+
+	for i, s := range segs {
+		last := i == len(segs)-1
+		r := &reports[i]
+		if l.opts.Salvage && (len(r.Skipped) > 0 || r.Tail == segment.EndCorrupt || !last && !r.Sealed) {
+			if err := l.salvage(s, r, last); err != nil {
+				return err
+			}
+		}
+		switch {
+		case r.Tail == segment.EndCorrupt:
+			return &CorruptionError{File: s.file.Path(), Offset: r.DamageAt, Cause: r.Cause}
+		case !last && (r.Tail != segment.EndClean || !r.Sealed):
+			cause := r.Cause
+			if cause == nil {
+				cause = errors.New("segment is not sealed but a later segment exists")
+			}
+			return &CorruptionError{File: s.file.Path(), Offset: r.End, Cause: cause}
+		case last && r.Tail == segment.EndTorn:
+			if err := l.zeroTail(s, r); err != nil {
+				return err
+			}
+		}
+		s.end.Store(int64(r.End))
+		l.recovery.Records += r.Records
+	}
+	if dirty {
+		if err := fs.SyncDir(l.dir); err != nil {
+			return fmt.Errorf("wal: open: sync dir: %w", err)
+		}
+	}
+
+	if len(segs) == 0 || reports[len(reports)-1].Sealed {
+		next := uint32(1)
+		if len(segs) > 0 {
+			next = segs[len(segs)-1].seq + 1
+		}
+		s, err := l.createSegment(next)
+		if err != nil {
+			return err
+		}
+		segs = *l.segs.Load() // install appended it
+		l.w.active, l.w.writeOff = s, segment.HeaderSize
+	} else {
+		s := segs[len(segs)-1]
+		// Whatever the last segment holds may so far be only in the page
+		// cache (a process crash keeps it there): make it durable before
+		// frames claim it is.
+		if err := s.file.Sync(); err != nil {
+			return fmt.Errorf("wal: open: %w", err)
+		}
+		l.w.active, l.w.writeOff = s, reports[len(reports)-1].End
+	}
+	l.w.syncedOff = l.w.writeOff
+	l.recovery.Segments = len(segs)
+	return nil
+}
+
+// zeroTail overwrites the torn tail of the last segment with zeros, so that
+// stray frames of the torn batch can never be read as part of a later one.
+func (l *Log) zeroTail(s *seg, r *segment.Report) error {
+	data := s.file.Data()
+	end := len(data)
+	for end > r.End && data[end-1] == 0 {
+		end--
+	}
+	d := Damage{File: s.file.Path(), Offset: r.End, Length: end - r.End, Cause: r.Cause}
+	l.recovery.TornTail = &d
+	l.opts.Logger.Warn("wal: discarding torn tail (never acknowledged)", "file", d.File, "offset", d.Offset, "bytes", d.Length, "cause", d.Cause)
+	if err := zeroRange(s.file, r.End, end); err != nil {
+		return fmt.Errorf("wal: open: repair torn tail: %w", err)
+	}
+	r.Tail = segment.EndClean
+	return nil
+}
+
+func zeroRange(f *segment.File, from, to int) error {
+	zeros := make([]byte, min(1<<20, max(to-from, 0)))
+	for off := from; off < to; off += len(zeros) {
+		n := min(len(zeros), to-off)
+		if err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	if from < to {
+		return f.Sync()
+	}
+	return nil
+}
+
+// salvage copies a damaged segment aside, then makes it scan cleanly:
+// padding frames over the skipped spans, and a seal where a segment that is
+// not the last lost its own.
+func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
+	path := s.file.Path()
+	copyTo, err := l.copyAside(s)
+	if err != nil {
+		return fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	for _, sp := range r.Skipped {
+		n := sp.To - sp.From
+		d := Damage{File: path, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo}
+		if n < segment.Size(0) {
+			return fmt.Errorf("wal: salvage %s: damaged span of %d bytes at offset %d is too short to pad: %w",
+				path, n, sp.From, &CorruptionError{File: path, Offset: sp.From, Cause: r.Cause})
+		}
+		pad := segment.AppendFrame(nil, s.seq, 0, segment.KindPadding, segment.Full, make([]byte, n-segment.Size(0)))
+		if err := s.file.WriteAt(pad, sp.From); err != nil {
+			return fmt.Errorf("wal: salvage: %w", err)
+		}
+		l.recovery.Salvaged = append(l.recovery.Salvaged, d)
+		l.opts.Logger.Error("wal: salvage skipped damaged span; its records are lost", "file", path, "offset", sp.From, "bytes", n, "copy", copyTo)
+	}
+	if !last && !r.Sealed {
+		// The damage took the end of a sealed segment: everything after
+		// the valid prefix is lost. Seal it there.
+		data := s.file.Data()
+		end := len(data)
+		d := Damage{File: path, Offset: r.End, Length: end - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo}
+		seal := segment.AppendFrame(nil, s.seq, 0, segment.KindSeal, segment.Full, nil)
+		if err := s.file.WriteAt(seal, r.End); err != nil {
+			return fmt.Errorf("wal: salvage: %w", err)
+		}
+		l.recovery.Salvaged = append(l.recovery.Salvaged, d)
+		l.opts.Logger.Error("wal: salvage sealed a damaged segment early; records after the offset are lost", "file", path, "offset", r.End, "copy", copyTo)
+	}
+	if err := s.file.Sync(); err != nil {
+		return fmt.Errorf("wal: salvage: %w", err)
+	}
+	// Scan again: the repaired file must now read cleanly.
+	again, _ := s.file.Scan(false, func(segment.Frame) error { return nil })
+	if again.Tail == segment.EndCorrupt || !last && !again.Sealed {
+		return &CorruptionError{File: path, Offset: again.DamageAt, Cause: fmt.Errorf("still damaged after salvage: %w", again.Cause)}
+	}
+	*r = again
+	return nil
+}
+
+// copyAside copies a segment file into the salvage/ subdirectory, durably,
+// before salvage changes it.
+func (l *Log) copyAside(s *seg) (string, error) {
+	fs := l.opts.FS
+	dir := filepath.Join(l.dir, "salvage")
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(s.seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
+	f, err := fs.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteAt(s.file.Data(), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close())
+	if err == nil {
+		err = fs.SyncDir(dir)
+	}
+	if err == nil {
+		err = fs.SyncDir(l.dir)
+	}
+	return dst, err
+}
+
+// createSegment makes segment seq synchronously and puts it in place:
+// prepared under a temporary name, renamed, directory synced.
+func (l *Log) createSegment(seq uint32) (*seg, error) {
+	tmp := l.segPath(seq) + tmpSuffix
+	f, err := segment.Create(l.opts.FS, tmp, seq, l.opts.SegmentBytes)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	s := &seg{file: f, seq: seq}
+	if err := l.install(s); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	s.end.Store(segment.HeaderSize)
+	return s, nil
+}

@@ -1,0 +1,100 @@
+package wal
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// SyncMode says when Append returns relative to fdatasync.
+type SyncMode uint8
+
+const (
+	// SyncAlways, the default: Append returns after an fdatasync covers its
+	// records. Concurrent appends share each fdatasync (group commit).
+	SyncAlways SyncMode = iota
+	// SyncInterval: Append returns once its records are written to the
+	// file (a process crash keeps them); a background fdatasync every
+	// SyncInterval bounds what a power loss can take.
+	SyncInterval
+	// SyncNever: Append returns once written; fdatasync happens only at
+	// rotation, Sync and Close.
+	SyncNever
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	case SyncNever:
+		return "never"
+	}
+	return fmt.Sprintf("SyncMode(%d)", uint8(m))
+}
+
+// Defaults and bounds of Options.
+const (
+	DefaultSegmentBytes = 64 << 20
+	MinSegmentBytes     = 1 << 10
+	MaxSegmentBytes     = 1 << 30
+	DefaultSyncInterval = 100 * time.Millisecond
+)
+
+// Options configures a Log. The zero value is a safe default.
+type Options struct {
+	// FS is the file system; nil means vfs.Default.
+	FS vfs.FS
+	// SegmentBytes is the size of each new segment file, allocated in full
+	// before use. Zero means DefaultSegmentBytes; otherwise it must lie in
+	// [MinSegmentBytes, MaxSegmentBytes]. It also bounds one Append: the
+	// records of one call must fit in one segment.
+	SegmentBytes int64
+	// Sync is when Append returns; see SyncMode.
+	Sync SyncMode
+	// SyncInterval is how long written but unsynced records wait for a
+	// background fdatasync (records of AppendWritten, and every record under
+	// SyncInterval). Zero means DefaultSyncInterval.
+	SyncInterval time.Duration
+	// Salvage makes Open skip mid-log corruption instead of refusing it: the
+	// damaged file is copied aside first, the damaged spans are replaced by
+	// padding frames, and Recovery reports what was skipped.
+	Salvage bool
+	// Logger receives what recovery found. Nil discards.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.SegmentBytes < MinSegmentBytes || o.SegmentBytes > MaxSegmentBytes {
+		return o, fmt.Errorf("%w: SegmentBytes %d outside [%d, %d]", ErrBadOptions, o.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
+	}
+	if o.Sync > SyncNever {
+		return o, fmt.Errorf("%w: unknown Sync mode %d", ErrBadOptions, o.Sync)
+	}
+	if o.SyncInterval < 0 {
+		return o, fmt.Errorf("%w: negative SyncInterval %v", ErrBadOptions, o.SyncInterval)
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// maxGroupBytes is the most one Append may encode: a whole new segment less
+// its header and the room kept for the seal frame.
+func (o Options) maxGroupBytes() int {
+	return int(o.SegmentBytes) - segment.HeaderSize - segment.Size(0)
+}

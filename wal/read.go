@@ -1,0 +1,114 @@
+package wal
+
+import (
+	"fmt"
+
+	"github.com/walbroker/walbroker/segment"
+)
+
+// Read returns a copy of the record at pos, verified against its checksum.
+// A position that names no record of the log (removed, not yet written, or
+// not the start of a record) is ErrNotFound.
+func (l *Log) Read(pos Position) ([]byte, error) {
+	var out []byte
+	err := l.View(pos, func(rec []byte) error {
+		out = append([]byte(nil), rec...)
+		return nil
+	})
+	return out, err
+}
+
+// View calls fn with the record at pos without copying it: rec aliases the
+// segment's read-only memory map and is valid only until fn returns. fn must
+// not modify rec, and must not call RemoveBelow or Close.
+func (l *Log) View(pos Position, fn func(rec []byte) error) error {
+	s := l.segment(pos.Segment())
+	if s == nil {
+		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, pos)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%w: %v: segment removed", ErrNotFound, pos)
+	}
+	if off := pos.Offset(); off < segment.HeaderSize || int64(off) >= s.end.Load() {
+		return fmt.Errorf("%w: %v: offset outside the segment's records", ErrNotFound, pos)
+	}
+	f, err := segment.Decode(s.file.Data()[:s.end.Load()], pos.Offset(), s.seq)
+	if err != nil {
+		return fmt.Errorf("%w: %v: %w", ErrNotFound, pos, err)
+	}
+	if f.Kind != segment.KindRecord {
+		return fmt.Errorf("%w: %v: a %s frame, not a record", ErrNotFound, pos, f.Kind)
+	}
+	return fn(f.Body)
+}
+
+// Iterate calls fn with every record at or after from, in log order, up to
+// the last record acknowledged when each segment is reached. rec aliases the
+// segment's memory map and is valid only until fn returns; fn must not
+// modify it and must not call RemoveBelow or Close. from must be the zero
+// Position, the position of a record, or one just past a record; records of
+// segments already removed are skipped. An error from fn stops the walk and
+// is returned; a record that fails its checksum is a *CorruptionError.
+func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
+	for _, s := range *l.segs.Load() {
+		if s.seq < from.Segment() {
+			continue
+		}
+		start := segment.HeaderSize
+		if s.seq == from.Segment() && from.Offset() > start {
+			start = from.Offset()
+		}
+		if err := l.iterateSeg(s, start, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Log) iterateSeg(s *seg, off int, fn func(Position, []byte) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil
+	}
+	end := int(s.end.Load())
+	data := s.file.Data()[:end]
+	for off < end {
+		f, err := segment.Decode(data, off, s.seq)
+		if err != nil {
+			return &CorruptionError{File: s.file.Path(), Offset: off, Cause: err}
+		}
+		if f.Kind == segment.KindRecord {
+			if err := fn(MakePosition(s.seq, off), f.Body); err != nil {
+				return err
+			}
+		}
+		off = f.End()
+	}
+	return nil
+}
+
+// segment returns the open segment seq, or nil.
+func (l *Log) segment(seq uint32) *seg {
+	segs := *l.segs.Load()
+	if len(segs) == 0 || seq < segs[0].seq {
+		return nil
+	}
+	i := int(seq - segs[0].seq) // sequences are contiguous
+	if i >= len(segs) {
+		return nil
+	}
+	return segs[i]
+}
+
+// End returns the position just past the last record readers may see now.
+func (l *Log) End() Position {
+	segs := *l.segs.Load()
+	if len(segs) == 0 {
+		return 0
+	}
+	s := segs[len(segs)-1]
+	return MakePosition(s.seq, int(s.end.Load()))
+}

@@ -1,0 +1,80 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// maxSpares bounds the retired segment files kept for reuse.
+const maxSpares = 2
+
+// RemoveBelow removes every whole segment whose records all lie before pos,
+// except the active one, and returns how many it removed. Records there are
+// gone for good: Read and Iterate skip them. Up to two removed files are
+// kept (renamed aside) for the next rotations to reuse, which spares the
+// disk the zero-filling of a new file; the rest are deleted. The removal is
+// durable when RemoveBelow returns.
+//
+// RemoveBelow waits for readers of the removed segments to finish.
+func (l *Log) RemoveBelow(pos Position) (int, error) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	l.listMu.Lock()
+	segs := *l.segs.Load()
+	n := 0
+	for n < len(segs)-1 && segs[n].seq < pos.Segment() {
+		n++
+	}
+	if n == 0 {
+		l.listMu.Unlock()
+		return 0, nil
+	}
+	victims := segs[:n]
+	rest := append([]*seg(nil), segs[n:]...)
+	l.segs.Store(&rest)
+	l.listMu.Unlock()
+
+	fs := l.opts.FS
+	var err error
+	var kept []string
+	for _, s := range victims {
+		path := s.file.Path()
+		size := s.file.Size()
+		err = errors.Join(err, s.close())
+		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
+			spare := filepath.Join(l.dir, fmt.Sprintf("spare-%010d%s", s.seq, tmpSuffix))
+			if rerr := fs.Rename(path, spare); rerr == nil {
+				kept = append(kept, spare)
+				continue
+			}
+		}
+		err = errors.Join(err, fs.Remove(path))
+	}
+	if serr := fs.SyncDir(l.dir); serr != nil {
+		// The renames may not be durable: a reused file could then come
+		// back under its old name with a new header. Delete instead.
+		for _, p := range kept {
+			err = errors.Join(err, fs.Remove(p))
+		}
+		return n, fmt.Errorf("wal: remove segments: sync dir: %w", errors.Join(serr, err))
+	}
+	// Only now may a spare be reused: its old name is durably gone.
+	l.listMu.Lock()
+	l.spares = append(l.spares, kept...)
+	l.listMu.Unlock()
+	if err != nil {
+		return n, fmt.Errorf("wal: remove segments: %w", err)
+	}
+	return n, nil
+}
+
+func (l *Log) spareCount() int {
+	l.listMu.Lock()
+	defer l.listMu.Unlock()
+	return len(l.spares)
+}

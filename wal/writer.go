@@ -1,0 +1,326 @@
+package wal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/walbroker/walbroker/segment"
+)
+
+// request is one Append (or Sync) waiting for the writer.
+type request struct {
+	recs [][]byte
+	pos  []Position // filled by the writer before done
+	size int        // encoded bytes of recs
+	sync bool       // wait for an fdatasync, not just the write
+	done chan error // capacity 1; receives the result once
+}
+
+// writer is the state of the writer goroutine. Nothing else touches it
+// while the log is open.
+type writer struct {
+	active    *seg
+	writeOff  int // where the next frame goes in active
+	syncedOff int // bytes of active covered by a completed fdatasync
+	unsynced  int64
+	buf       []byte
+	batch     []*request // the queue slice handed back and forth with Log.queue
+	closeErr  error
+}
+
+// Append appends recs to the log as one atomic group and returns their
+// positions. After a crash either every record of one call is in the log or
+// none is. Under SyncAlways (the default) Append returns after an fdatasync
+// covers the records; under SyncInterval and SyncNever, once they are
+// written to the file.
+//
+// Concurrent calls are committed together: the writer takes every call
+// waiting while the previous fdatasync ran, writes them with one write and
+// syncs them with one fdatasync (group commit), and gives each the same
+// result. There is no artificial delay.
+//
+// An error means the call may or may not be in the log. After a failed
+// write or fdatasync every call fails with ErrPoisoned. Append does not
+// retain recs after it returns. Appending no records does nothing.
+func (l *Log) Append(recs ...[]byte) ([]Position, error) {
+	return l.append(recs, l.opts.Sync == SyncAlways)
+}
+
+// AppendWritten is Append that returns once the records are written to the
+// file, in every sync mode: a process crash keeps them, a power loss may
+// lose them. They reach the device with the next fdatasync: one another
+// caller waits for, or the background one within SyncInterval (none under
+// SyncNever until rotation, Sync or Close).
+func (l *Log) AppendWritten(recs ...[]byte) ([]Position, error) {
+	return l.append(recs, false)
+}
+
+// Sync returns once every record written before the call is covered by an
+// fdatasync.
+func (l *Log) Sync() error {
+	return l.submit(&request{sync: true, done: make(chan error, 1)})
+}
+
+func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	size := 0
+	for i, r := range recs {
+		if len(r) > segment.MaxBody {
+			return nil, fmt.Errorf("%w: record %d is %d bytes", ErrTooLarge, i, len(r))
+		}
+		size += segment.Size(len(r))
+	}
+	if limit := l.opts.maxGroupBytes(); size > limit {
+		return nil, fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)
+	}
+	r := &request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: sync, done: make(chan error, 1)}
+	if err := l.submit(r); err != nil {
+		return nil, err
+	}
+	return r.pos, nil
+}
+
+func (l *Log) submit(r *request) error {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return ErrClosed
+	case l.err != nil:
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.queue = append(l.queue, r)
+	l.mu.Unlock()
+	l.wake()
+	return <-r.done
+}
+
+func (l *Log) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default: // a wake-up is already pending; it will see this request
+	}
+}
+
+// writeLoop is the writer goroutine: the only code that writes to or syncs
+// the active segment, and the only code that rotates.
+func (l *Log) writeLoop() {
+	defer close(l.writerDone)
+	w := &l.w
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	timerArmed := false
+	for {
+		select {
+		case <-l.kick:
+		case <-timer.C:
+			timerArmed = false
+			if l.poison() == nil && w.writeOff > w.syncedOff {
+				if err := l.syncActive(); err != nil {
+					l.fail(err)
+				}
+			}
+		}
+		l.mu.Lock()
+		reqs := l.queue
+		l.queue = w.batch[:0]
+		closing := l.closed
+		l.mu.Unlock()
+
+		if len(reqs) > 0 {
+			l.commit(reqs)
+			clear(reqs)
+			w.batch = reqs
+		}
+		if closing {
+			// Close set closed under mu before waking us, so every
+			// request admitted before it was in reqs.
+			if l.poison() == nil && w.writeOff > w.syncedOff {
+				if err := l.syncActive(); err != nil {
+					l.fail(err)
+				}
+			}
+			w.closeErr = l.poison()
+			timer.Stop()
+			return
+		}
+		if !timerArmed && l.opts.Sync != SyncNever && w.writeOff > w.syncedOff && l.poison() == nil {
+			timer.Reset(l.opts.SyncInterval)
+			timerArmed = true
+		}
+	}
+}
+
+// commit writes one batch of requests and releases each with its result.
+func (l *Log) commit(reqs []*request) {
+	if err := l.poison(); err != nil {
+		release(reqs, err)
+		return
+	}
+	w := &l.w
+	w.buf = w.buf[:0]
+	needSync := false
+	encoded := len(reqs)
+	var rejectErr error
+	for i, r := range reqs {
+		if len(r.recs) > 0 && w.writeOff+len(w.buf)+r.size > w.active.capacity() {
+			if err := l.flush(); err != nil {
+				release(reqs, l.fail(err))
+				return
+			}
+			if err := l.rotate(); err != nil {
+				if l.poison() != nil {
+					release(reqs, l.poison())
+					return
+				}
+				// The next segment could not be made (a full disk, say):
+				// the calls that needed it fail, the log goes on.
+				encoded, rejectErr = i, err
+				break
+			}
+		}
+		n := len(r.recs)
+		for j, rec := range r.recs {
+			off := w.writeOff + len(w.buf)
+			r.pos[j] = MakePosition(w.active.seq, off)
+			w.buf = segment.AppendFrame(w.buf, w.active.seq, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, n), rec)
+		}
+		w.unsynced += int64(n)
+		l.stats.records.Add(int64(n))
+		needSync = needSync || r.sync
+	}
+	if err := l.flush(); err != nil {
+		release(reqs, l.fail(err))
+		return
+	}
+	done, rejected := reqs[:encoded], reqs[encoded:]
+	for _, r := range done {
+		if !r.sync {
+			r.done <- nil // written is all it asked for
+		}
+	}
+	var err error
+	if needSync && w.writeOff > w.syncedOff {
+		if serr := l.syncActive(); serr != nil {
+			err = l.fail(serr)
+		}
+	}
+	for _, r := range done {
+		if r.sync {
+			r.done <- err
+		}
+	}
+	release(rejected, rejectErr)
+}
+
+func release(reqs []*request, err error) {
+	for _, r := range reqs {
+		r.done <- err
+	}
+}
+
+// flush writes the encoded buffer at the write offset of the active segment
+// and makes it visible to readers.
+func (l *Log) flush() error {
+	w := &l.w
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if err := w.active.file.WriteAt(w.buf, w.writeOff); err != nil {
+		return err
+	}
+	w.writeOff += len(w.buf)
+	l.stats.writes.Add(1)
+	l.stats.bytesWritten.Add(int64(len(w.buf)))
+	w.buf = w.buf[:0]
+	w.active.end.Store(int64(w.writeOff))
+	return nil
+}
+
+// syncActive fdatasyncs the active segment.
+func (l *Log) syncActive() error {
+	w := &l.w
+	if err := w.active.file.Sync(); err != nil {
+		return err
+	}
+	w.syncedOff = w.writeOff
+	l.stats.syncs.Add(1)
+	if w.unsynced > l.stats.maxPerSync.Load() {
+		l.stats.maxPerSync.Store(w.unsynced)
+	}
+	w.unsynced = 0
+	return nil
+}
+
+// rotate seals the active segment and makes the prepared next one active.
+// An error with the log not poisoned means the next segment could not be
+// put in place and nothing changed.
+func (l *Log) rotate() error {
+	w := &l.w
+	p := <-l.prep.ready
+	if p.err != nil {
+		l.prep.request(p.seq) // try again at the next rotation
+		return p.err
+	}
+	next := &seg{file: p.file, seq: p.seq}
+	next.end.Store(segment.HeaderSize)
+	if err := next.file.Rename(l.opts.FS, l.segPath(next.seq)); err != nil {
+		_ = next.file.Close()
+		_ = l.opts.FS.Remove(next.file.Path())
+		l.prep.request(p.seq)
+		return fmt.Errorf("wal: rotate: %w", err)
+	}
+	// The directory must be durable before a record in the new segment is
+	// acknowledged; and the old segment must be sealed and durable before
+	// anything is written to the new one, which is what lets recovery
+	// remove an empty segment that follows an unsealed one.
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		_ = next.file.Close()
+		return l.fail(fmt.Errorf("rotate: sync dir: %w", err))
+	}
+	seal := segment.AppendFrame(nil, w.active.seq, uint32(w.syncedOff), segment.KindSeal, segment.Full, nil)
+	if err := w.active.file.WriteAt(seal, w.writeOff); err != nil {
+		_ = next.file.Close()
+		return l.fail(err)
+	}
+	if err := l.syncActive(); err != nil {
+		_ = next.file.Close()
+		return l.fail(err)
+	}
+	l.addSegment(next)
+	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
+	l.stats.rotations.Add(1)
+	l.prep.request(next.seq + 1)
+	return nil
+}
+
+// capacity is how far records may fill the segment: its size less room for
+// the seal frame.
+func (s *seg) capacity() int { return s.file.Size() - segment.Size(0) }
+
+// poison returns the error that poisoned the log, or nil.
+func (l *Log) poison() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// fail poisons the log with cause (the first cause wins) and returns the
+// poison error.
+func (l *Log) fail(cause error) error {
+	l.mu.Lock()
+	first := l.err == nil
+	if first {
+		l.err = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
+	}
+	err := l.err
+	l.mu.Unlock()
+	if first {
+		l.opts.Logger.Error("wal: write or fdatasync failed; the log is stopped until reopened", "err", cause)
+	}
+	return err
+}

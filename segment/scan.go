@@ -53,8 +53,8 @@ type Report struct {
 	// Tail is how the valid prefix ends. With salvage it describes the end
 	// after the last skipped span.
 	Tail EndKind
-	// DamageAt is the offset of the frame that failed (or of the group it
-	// broke), and Cause what failed there. Meaningful when Tail is not
+	// DamageAt is the offset of the frame that failed, and Cause what
+	// failed there. When that frame broke a group, End is the group's start. Meaningful when Tail is not
 	// EndClean, or when a skipped span exists.
 	DamageAt int
 	Cause    error
@@ -89,9 +89,6 @@ func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, 
 				return r, nil
 			}
 			r.Tail, r.DamageAt, r.Cause = kind, off, err
-			if len(group) > 0 {
-				r.DamageAt = r.End
-			}
 			if kind == EndTorn || !salvage {
 				return r, nil
 			}

@@ -172,6 +172,11 @@ func (l *Log) recover() error {
 				return err
 			}
 		}
+		if last && !r.Sealed && s.file.Size()-r.End < segment.Size(0) {
+			if err := l.regrow(s, r.End); err != nil {
+				return err
+			}
+		}
 		s.end.Store(int64(r.End))
 		l.recovery.Records += r.Records
 	}
@@ -236,6 +241,33 @@ func zeroRange(f *segment.File, from, to int) error {
 	if from < to {
 		return f.Sync()
 	}
+	return nil
+}
+
+// regrow replaces a last segment too short to take its seal (a file cut
+// short from outside the log) with a full-size copy of its intact prefix.
+func (l *Log) regrow(s *seg, end int) error {
+	path := s.file.Path()
+	l.opts.Logger.Warn("wal: last segment is shorter than a segment; rewriting it at full size", "file", path, "size", s.file.Size())
+	f, err := segment.Create(l.opts.FS, path+tmpSuffix, s.seq, max(l.opts.SegmentBytes, int64(end+segment.Size(0))))
+	if err != nil {
+		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
+	}
+	if err = f.WriteAt(s.file.Data()[segment.HeaderSize:end], segment.HeaderSize); err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Rename(l.opts.FS, path)
+	}
+	if err == nil {
+		err = l.opts.FS.SyncDir(l.dir)
+	}
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
+	}
+	_ = s.file.Close()
+	s.file = f
 	return nil
 }
 

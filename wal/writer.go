@@ -133,9 +133,11 @@ func (l *Log) writeLoop() {
 
 		if len(reqs) > 0 {
 			l.commit(reqs)
-			clear(reqs)
-			w.batch = reqs
 		}
+		// Hand the slice back whether or not it held anything: queue and
+		// batch must never share an array.
+		clear(reqs)
+		w.batch = reqs[:0]
 		if closing {
 			// Close set closed under mu before waking us, so every
 			// request admitted before it was in reqs.

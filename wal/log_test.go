@@ -1,0 +1,237 @@
+package wal
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+)
+
+func TestAppendIterateRead(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	want := appendRecords(t, l, 0, 300)
+	require.Greater(t, l.Stats().Segments, 3, "the test needs several segments")
+	requireEntries(t, want, readAll(t, l))
+	for _, e := range want {
+		rec, err := l.Read(e.pos)
+		require.NoError(t, err)
+		require.Equal(t, e.rec, rec)
+	}
+	// Iterate from the middle, and from a position just past a record.
+	var got []entry
+	require.NoError(t, l.Iterate(want[150].pos, func(p Position, rec []byte) error {
+		got = append(got, entry{p, append([]byte(nil), rec...)})
+		return nil
+	}))
+	requireEntries(t, want[150:], got)
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 2048})
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+	require.Nil(t, l.Recovery().TornTail)
+	more := appendRecords(t, l, 300, 50)
+	requireEntries(t, append(want, more...), readAll(t, l))
+}
+
+func TestPositionsOrderTheLog(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 100)
+	for i := 1; i < len(es); i++ {
+		require.Less(t, es[i-1].pos, es[i].pos)
+	}
+	p := MakePosition(7, 4096)
+	require.Equal(t, uint32(7), p.Segment())
+	require.Equal(t, 4096, p.Offset())
+	require.Equal(t, "7:4096", p.String())
+}
+
+func TestReadRefusesPositionsThatNameNoRecord(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 4096})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 3)
+	for _, p := range []Position{
+		0,                                   // before everything
+		MakePosition(99, segment.HeaderSize), // no such segment
+		es[0].pos + 1,                       // not a frame start
+		l.End(),                             // not yet written
+		MakePosition(1, 3),                  // inside the header
+	} {
+		_, err := l.Read(p)
+		require.ErrorIs(t, err, ErrNotFound, "position %v", p)
+	}
+}
+
+func TestEmptyAndZeroLengthRecords(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{})
+	pos, err := l.Append()
+	require.NoError(t, err)
+	require.Empty(t, pos)
+	pos, err = l.Append([]byte{})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l = mustOpen(t, dir, Options{})
+	defer l.Close()
+	got := readAll(t, l)
+	require.Len(t, got, 1)
+	require.Equal(t, pos[0], got[0].pos)
+	require.Empty(t, got[0].rec)
+}
+
+func TestAppendIsAtomicAndNeverSplitAcrossSegments(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1024})
+	var want []entry
+	for i := 0; i < 40; i++ {
+		recs := [][]byte{record(3 * i), record(3*i + 1), record(3*i + 2)}
+		pos, err := l.Append(recs...)
+		require.NoError(t, err)
+		for j := range recs {
+			require.Equal(t, pos[0].Segment(), pos[j].Segment(), "one call, one segment")
+			want = append(want, entry{pos[j], recs[j]})
+		}
+	}
+	require.NoError(t, l.Close())
+	l = mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+}
+
+func TestAppendTooLarge(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
+	defer l.Close()
+	_, err := l.Append(make([]byte, 1024))
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.Contains(t, err.Error(), "SegmentBytes")
+	_, err = l.Append(make([]byte, 400), make([]byte, 400), make([]byte, 400))
+	require.ErrorIs(t, err, ErrTooLarge)
+	// The largest call that fits does fit, even in a fresh segment.
+	max := 1024 - segment.HeaderSize - segment.Size(0) - segment.Size(0)
+	big := make([]byte, max)
+	big[0], big[max-1] = 'a', 'z'
+	pos, err := l.Append(big)
+	require.NoError(t, err)
+	got, err := l.Read(pos[0])
+	require.NoError(t, err)
+	require.Equal(t, big, got)
+}
+
+func TestBadOptionsAreRefused(t *testing.T) {
+	for _, o := range []Options{
+		{SegmentBytes: 100},
+		{SegmentBytes: 2 << 30},
+		{Sync: SyncMode(9)},
+		{SyncInterval: -1},
+	} {
+		_, err := Open(t.TempDir(), o)
+		require.ErrorIs(t, err, ErrBadOptions, "%+v", o)
+	}
+}
+
+func TestSecondOpenIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{})
+	_, err := Open(dir, Options{})
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, l.Close())
+	l = mustOpen(t, dir, Options{})
+	require.NoError(t, l.Close())
+}
+
+func TestOpenCreatesDirectoryAndFilesPrivately(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	l := mustOpen(t, dir, Options{SegmentBytes: 4096})
+	appendRecords(t, l, 0, 1)
+	require.NoError(t, l.Close())
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	fi, err = os.Stat(segFile(dir, 1))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	require.Equal(t, int64(4096), fi.Size(), "segments are allocated in full")
+}
+
+func TestClosedLogRefusesCalls(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{})
+	require.NoError(t, l.Close())
+	_, err := l.Append([]byte("x"))
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, l.Sync(), ErrClosed)
+	_, err = l.RemoveBelow(l.End())
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, l.Close(), ErrClosed)
+}
+
+func TestCloseCompletesQueuedAppends(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 8192})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []entry
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				rec := record(g*1000 + i)
+				pos, err := l.Append(rec)
+				if err != nil {
+					require.ErrorIs(t, err, ErrClosed)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, entry{pos[0], rec})
+				mu.Unlock()
+			}
+		}()
+	}
+	require.NoError(t, l.Close())
+	wg.Wait()
+	l = mustOpen(t, dir, Options{SegmentBytes: 8192})
+	defer l.Close()
+	got := map[Position]string{}
+	for _, e := range readAll(t, l) {
+		got[e.pos] = string(e.rec)
+	}
+	for _, e := range acked {
+		require.Equal(t, string(e.rec), got[e.pos], "acknowledged record at %v", e.pos)
+	}
+}
+
+func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 4096})
+	want := appendRecords(t, l, 0, 5)
+	require.NoError(t, l.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "0000000009.seg.tmp"), []byte("junk"), 0o600))
+	l = mustOpen(t, dir, Options{SegmentBytes: 4096})
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+	names, _ := os.ReadDir(dir)
+	for _, n := range names {
+		require.False(t, strings.HasSuffix(n.Name(), "9.seg.tmp"), n.Name())
+	}
+}
+
+func TestMissingSegmentIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1024})
+	appendRecords(t, l, 0, 100)
+	require.GreaterOrEqual(t, l.Stats().Segments, 3)
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Remove(segFile(dir, 2)))
+	_, err := Open(dir, Options{SegmentBytes: 1024})
+	require.ErrorIs(t, err, ErrCorrupt)
+	var ce *CorruptionError
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, segFile(dir, 2), ce.File)
+}

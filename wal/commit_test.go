@@ -13,36 +13,52 @@ import (
 	"github.com/walbroker/walbroker/vfs"
 )
 
-// durability follows, through a FaultFS observer, how far each segment file
-// has been written and how far a completed fdatasync has covered it.
+// durability follows, through a FaultFS observer, every write to each file
+// and the fdatasyncs after it, so a test can ask whether the bytes of a
+// record were covered by an fdatasync that ran after they were written.
 type durability struct {
 	mu      sync.Mutex
-	written map[string]int64
-	durable map[string]int64
+	seq     int64
+	writes  map[string][]write
+	lastSyn map[string]int64 // sequence of the file's last completed fdatasync
+}
+
+type write struct {
+	from, to int64
+	seq      int64
 }
 
 func watchDurability(fs *vfs.FaultFS) *durability {
-	d := &durability{written: map[string]int64{}, durable: map[string]int64{}}
+	d := &durability{writes: map[string][]write{}, lastSyn: map[string]int64{}}
 	fs.Observe(func(e vfs.Event) {
+		// Files are opened under their temporary name and renamed: follow
+		// them by their final name.
 		name := strings.TrimSuffix(e.Name, tmpSuffix)
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		d.seq++
 		switch e.Op {
 		case vfs.OpWrite:
-			d.written[name] = max(d.written[name], e.Off+int64(e.Len))
+			d.writes[name] = append(d.writes[name], write{e.Off, e.Off + int64(e.Len), d.seq})
 		case vfs.OpSync:
-			// The writer goroutine is the only one writing to a segment
-			// it syncs, so every write it made is done by now.
-			d.durable[name] = d.written[name]
+			d.lastSyn[name] = d.seq
 		}
 	})
 	return d
 }
 
-func (d *durability) durableEnd(path string) int64 {
+// covered reports whether the last write of any byte of [from, to) of path
+// was followed by a completed fdatasync of path.
+func (d *durability) covered(path string, from, to int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.durable[path]
+	ws := d.writes[path]
+	for i := len(ws) - 1; i >= 0; i-- {
+		if ws[i].from < to && from < ws[i].to {
+			return ws[i].seq < d.lastSyn[path]
+		}
+	}
+	return false
 }
 
 func TestGroupCommitSharesFdatasyncs(t *testing.T) {
@@ -65,8 +81,8 @@ func TestGroupCommitSharesFdatasyncs(t *testing.T) {
 					return
 				}
 				// No append is acknowledged before an fdatasync covers it.
-				end := int64(pos[0].Offset() + segment.Size(len(rec)))
-				if got := dur.durableEnd(segFile(dir, pos[0].Segment())); got < end {
+				off := int64(pos[0].Offset())
+				if !dur.covered(segFile(dir, pos[0].Segment()), off, off+int64(segment.Size(len(rec)))) {
 					errs <- errors.New("append acknowledged before its fdatasync")
 					return
 				}

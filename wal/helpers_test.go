@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -95,3 +96,5 @@ func seededRand(t *testing.T) *rand.Rand {
 
 // segFile returns the path of segment seq in dir.
 func segFile(dir string, seq uint32) string { return filepath.Join(dir, segName(seq)) }
+
+func isLocked(err error) bool { return errors.Is(err, ErrLocked) }

@@ -58,11 +58,11 @@ func TestReadRefusesPositionsThatNameNoRecord(t *testing.T) {
 	defer l.Close()
 	es := appendRecords(t, l, 0, 3)
 	for _, p := range []Position{
-		0,                                   // before everything
+		0,                                    // before everything
 		MakePosition(99, segment.HeaderSize), // no such segment
-		es[0].pos + 1,                       // not a frame start
-		l.End(),                             // not yet written
-		MakePosition(1, 3),                  // inside the header
+		es[0].pos + 1,                        // not a frame start
+		l.End(),                              // not yet written
+		MakePosition(1, 3),                   // inside the header
 	} {
 		_, err := l.Read(p)
 		require.ErrorIs(t, err, ErrNotFound, "position %v", p)

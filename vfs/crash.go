@@ -1,0 +1,564 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/edsrzf/mmap-go"
+)
+
+// ErrCrashed is returned, wrapped in an *os.PathError (an *os.LinkError for
+// Rename), by every mutating operation of a [CrashFS] once it has crashed
+// (see [CrashFS.CrashAfter]). Check with errors.Is.
+var ErrCrashed = errors.New("vfs: file system has crashed")
+
+// CrashFS wraps another [FS], normally [Default] over a real directory, and
+// records what completed fdatasyncs and directory syncs made durable, so
+// that [CrashFS.CrashClone] can write a copy of the directory as a power
+// loss would leave it. Reads, Size and Map go straight to the inner file,
+// so a mapping sees data written through the CrashFS.
+//
+// The model:
+//   - A file's content and size are durable as of its last successful Sync
+//     (through any handle). Each later WriteAt and Truncate is recorded with
+//     the bytes and size it replaced, which are read from the file first.
+//   - A name (a creation, a Rename, a Remove) is durable only after a
+//     successful SyncDir of its directory; until then a crash restores the
+//     directory's previous entries. Files are followed by identity across
+//     renames, and a removed or replaced file that a crash could bring back
+//     is kept open until its removal is durable.
+//   - Files that exist when the CrashFS first touches them are taken as
+//     durable as they are. Directories are not modelled: MkdirAll, and the
+//     removal or renaming of a directory, count as immediately durable, and
+//     tracked files must not be moved by renaming their directory.
+//   - Names are compared after filepath.Clean; use one spelling per file.
+//
+// Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
+// Truncate, Remove, Rename, SyncDir, MkdirAll) are counted by
+// [CrashFS.Ops]; after a crash each of them fails with [ErrCrashed] and does
+// nothing. Lock is passed through, uncounted.
+//
+// A CrashFS and its Files are safe for concurrent use; mutating operations
+// are serialized by one mutex. It retains, until the file's next Sync, a
+// copy of every unsynced write and of the bytes it replaced, and it needs
+// read permission on every file it writes (write-only opens are made
+// read-write underneath).
+type CrashFS struct {
+	inner FS
+
+	// mu guards every field below and every crashNode reachable from dirs
+	// or from a crashFile. It is held across the inner call of a mutating
+	// operation, so bookkeeping and disk change together, and across
+	// CrashClone, which therefore sees a single instant.
+	mu         sync.Mutex
+	ops        int64                // mutating operations performed
+	crashAfter int64                // ops allowed before the crash; -1 for never
+	dirs       map[string]*crashDir // by cleaned directory path
+	// used holds every directory named in a call, refused or not: the
+	// directory of a file, or one given to MkdirAll, ReadDir or SyncDir.
+	// CrashClone looks in it for the root of the tree.
+	used map[string]bool
+}
+
+// crashDir holds the tracked entries of one directory. A base name is a key
+// of cur exactly when it is a key of dur; names that are keys of neither
+// are untracked, and their disk state is also their durable state.
+type crashDir struct {
+	cur map[string]*crashNode // the file now at each name; nil if none
+	dur map[string]*crashNode // the file a crash would leave; nil if none
+}
+
+// crashNode is one file (an inode), guarded by CrashFS.mu.
+type crashNode struct {
+	path    string // current name; "" once unlinked
+	durRefs int    // number of crashDir.dur entries naming this node
+	// held is a read-only handle kept while the node is unlinked but a
+	// crash could bring it back (durRefs > 0); nil otherwise.
+	held File
+	// syncedSize is the size as of the last successful Sync, and log the
+	// mutations since then, oldest first.
+	syncedSize int64
+	log        []crashRecord
+}
+
+// crashRecord is one unsynced mutation of a node: a write of data at off,
+// or, if truncate, a truncation to size off. prev holds the bytes the
+// mutation replaced within the old size prevSize: those of the written
+// range, or those a shrinking truncate cut off.
+type crashRecord struct {
+	truncate bool
+	off      int64
+	data     []byte
+	prev     []byte
+	prevSize int64
+}
+
+// endSize is the file's size after the record's mutation.
+func (r *crashRecord) endSize() int64 {
+	if r.truncate {
+		return r.off
+	}
+	return max(r.prevSize, r.off+int64(len(r.data)))
+}
+
+// NewCrashFS returns a CrashFS over inner that has not crashed and tracks no
+// file yet.
+func NewCrashFS(inner FS) *CrashFS {
+	return &CrashFS{inner: inner, crashAfter: -1, dirs: make(map[string]*crashDir), used: make(map[string]bool)}
+}
+
+// Ops reports how many mutating operations have been performed (attempted
+// on the inner FS, whether or not they succeeded); operations refused after
+// the crash are not counted. Safe for concurrent use.
+func (c *CrashFS) Ops() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ops
+}
+
+// CrashAfter makes the CrashFS crash once k mutating operations, counted
+// from its creation as [CrashFS.Ops] counts them, have been performed:
+// operation k+1 and every later one fail with [ErrCrashed]. If k operations
+// have already been performed it crashes at once; a negative k counts as 0.
+// Safe for concurrent use.
+func (c *CrashFS) CrashAfter(k int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.crashAfter = max(k, 0)
+}
+
+// Crash crashes the CrashFS now: it is CrashAfter(Ops()). Safe for
+// concurrent use.
+func (c *CrashFS) Crash() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.crashAfter = c.ops
+}
+
+// Crashed reports whether the CrashFS has crashed. Safe for concurrent use.
+func (c *CrashFS) Crashed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashedLocked()
+}
+
+func (c *CrashFS) crashedLocked() bool { return c.crashAfter >= 0 && c.ops >= c.crashAfter }
+
+// beginLocked counts one mutating operation, or refuses it with ErrCrashed.
+func (c *CrashFS) beginLocked() error {
+	if c.crashedLocked() {
+		return ErrCrashed
+	}
+	c.ops++
+	return nil
+}
+
+// useLocked notes the directory of each path in used.
+func (c *CrashFS) useLocked(paths ...string) {
+	for _, p := range paths {
+		c.used[filepath.Dir(p)] = true
+	}
+}
+
+func (c *CrashFS) dirLocked(dir string) *crashDir {
+	d := c.dirs[dir]
+	if d == nil {
+		d = &crashDir{cur: make(map[string]*crashNode), dur: make(map[string]*crashNode)}
+		c.dirs[dir] = d
+	}
+	return d
+}
+
+// lookupLocked returns the node now at path, or nil if there is no file
+// there (or only a directory). A file on disk that is not tracked yet
+// becomes tracked, durable as it is.
+func (c *CrashFS) lookupLocked(path string) (*crashNode, error) {
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	if d := c.dirs[dir]; d != nil {
+		if n, tracked := d.cur[base]; tracked {
+			return n, nil
+		}
+	}
+	if _, err := c.inner.ReadDir(path); err == nil {
+		return nil, nil // a directory
+	}
+	f, err := c.inner.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	size, err := f.Size()
+	if err = errors.Join(err, f.Close()); err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	n := &crashNode{path: path, syncedSize: size}
+	d := c.dirLocked(dir)
+	d.cur[base] = n
+	setDurLocked(d, base, n)
+	return n, nil
+}
+
+// bindLocked makes n (possibly nil) the file now at path, keeping the
+// durable entry of a name that was untracked as "no file".
+func (c *CrashFS) bindLocked(path string, n *crashNode) {
+	d := c.dirLocked(filepath.Dir(path))
+	base := filepath.Base(path)
+	if _, tracked := d.dur[base]; !tracked {
+		d.dur[base] = nil
+	}
+	d.cur[base] = n
+	if n != nil {
+		n.path = path
+	}
+}
+
+// setDurLocked makes n (possibly nil) the file a crash leaves at base.
+func setDurLocked(d *crashDir, base string, n *crashNode) {
+	old, tracked := d.dur[base]
+	if tracked && old == n {
+		return
+	}
+	d.dur[base] = n
+	if n != nil {
+		n.durRefs++
+	}
+	if old != nil {
+		old.durRefs--
+		old.releaseLocked()
+	}
+}
+
+// holdLocked opens a handle to n, now at path, before it is unlinked, if a
+// crash could bring it back. It reports whether it opened one.
+func (c *CrashFS) holdLocked(n *crashNode, path string) (bool, error) {
+	if n == nil || n.durRefs == 0 || n.held != nil {
+		return false, nil
+	}
+	f, err := c.inner.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return false, fmt.Errorf("vfs: CrashFS keeping %s: %w", path, err)
+	}
+	n.held = f
+	return true, nil
+}
+
+// unlinkLocked records that n no longer has a name.
+func (n *crashNode) unlinkLocked() {
+	n.path = ""
+	n.releaseLocked()
+}
+
+// releaseLocked closes the held handle of a node no crash can bring back.
+func (n *crashNode) releaseLocked() {
+	if n.path == "" && n.durRefs == 0 && n.held != nil {
+		_ = n.held.Close() // read-only: nothing to lose
+		n.held = nil
+	}
+}
+
+const accessModes = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+
+// OpenFile opens a file of the inner FS. Creating a file, and truncating an
+// existing one with O_TRUNC, are mutating operations; a created file's name
+// is durable after SyncDir of its directory.
+func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	path := filepath.Clean(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.useLocked(path)
+	n, err := c.lookupLocked(path)
+	if err != nil {
+		return nil, err
+	}
+	creating := n == nil && flag&os.O_CREATE != 0
+	access := flag & accessModes
+	truncating := n != nil && flag&os.O_TRUNC != 0 && access != os.O_RDONLY
+	if n == nil && !creating || n != nil && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
+		// Let the inner FS report ENOENT, EEXIST or a directory.
+		return c.inner.OpenFile(name, flag, perm)
+	}
+	if creating || truncating {
+		if err := c.beginLocked(); err != nil {
+			return nil, &os.PathError{Op: "open", Path: name, Err: err}
+		}
+	}
+	// Writes read what they overwrite, so write-only becomes read-write;
+	// O_TRUNC is done below as a recorded Truncate.
+	innerFlag := flag &^ os.O_TRUNC
+	if access == os.O_WRONLY {
+		innerFlag = innerFlag&^accessModes | os.O_RDWR
+	}
+	f, err := c.inner.OpenFile(name, innerFlag, perm)
+	if err != nil {
+		return nil, err
+	}
+	if creating {
+		n = &crashNode{}
+		c.bindLocked(path, n)
+	}
+	cf := &crashFile{fs: c, node: n, inner: f, readable: access != os.O_WRONLY, writable: access != os.O_RDONLY}
+	if truncating {
+		if err := cf.truncateLocked(0); err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+	}
+	return cf, nil
+}
+
+// Remove removes a file of the inner FS; a crash undoes it until SyncDir
+// of its directory.
+func (c *CrashFS) Remove(name string) error {
+	path := filepath.Clean(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.useLocked(path)
+	if err := c.beginLocked(); err != nil {
+		return &os.PathError{Op: "remove", Path: name, Err: err}
+	}
+	n, err := c.lookupLocked(path)
+	if err != nil {
+		return err
+	}
+	held, err := c.holdLocked(n, path)
+	if err != nil {
+		return err
+	}
+	if err := c.inner.Remove(name); err != nil {
+		if held {
+			_ = n.held.Close()
+			n.held = nil
+		}
+		return err
+	}
+	if n != nil {
+		c.bindLocked(path, nil)
+		n.unlinkLocked()
+	}
+	return nil
+}
+
+// Rename renames a file of the inner FS, replacing newname; a crash undoes
+// it until SyncDir of the directories involved (the new name needs its
+// directory synced to survive, the old name's directory to disappear).
+func (c *CrashFS) Rename(oldname, newname string) error {
+	oldPath, newPath := filepath.Clean(oldname), filepath.Clean(newname)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.useLocked(oldPath, newPath)
+	if err := c.beginLocked(); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	n, err := c.lookupLocked(oldPath)
+	if err != nil {
+		return err
+	}
+	if n == nil || oldPath == newPath {
+		// Missing, a directory, or a no-op: nothing to track.
+		return c.inner.Rename(oldname, newname)
+	}
+	target, err := c.lookupLocked(newPath)
+	if err != nil {
+		return err
+	}
+	held, err := c.holdLocked(target, newPath)
+	if err != nil {
+		return err
+	}
+	if err := c.inner.Rename(oldname, newname); err != nil {
+		if held {
+			_ = target.held.Close()
+			target.held = nil
+		}
+		return err
+	}
+	c.bindLocked(oldPath, nil)
+	c.bindLocked(newPath, n)
+	if target != nil {
+		target.unlinkLocked()
+	}
+	return nil
+}
+
+// MkdirAll creates directories in the inner FS. It is a mutating operation,
+// and immediately durable.
+func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
+	path := filepath.Clean(dir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.used[path] = true
+	if err := c.beginLocked(); err != nil {
+		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
+	}
+	return c.inner.MkdirAll(dir, perm)
+}
+
+// ReadDir lists a directory of the inner FS as it is now.
+func (c *CrashFS) ReadDir(dir string) ([]string, error) {
+	c.mu.Lock()
+	c.used[filepath.Clean(dir)] = true
+	c.mu.Unlock()
+	return c.inner.ReadDir(dir)
+}
+
+// SyncDir syncs a directory of the inner FS and makes its current entries
+// durable.
+func (c *CrashFS) SyncDir(dir string) error {
+	path := filepath.Clean(dir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.used[path] = true
+	if err := c.beginLocked(); err != nil {
+		return &os.PathError{Op: "syncdir", Path: dir, Err: err}
+	}
+	if err := c.inner.SyncDir(dir); err != nil {
+		return err
+	}
+	d := c.dirLocked(path)
+	for base, n := range d.cur {
+		setDurLocked(d, base, n)
+		if n == nil {
+			delete(d.cur, base) // durably gone: untracked again
+			delete(d.dur, base)
+		}
+	}
+	return nil
+}
+
+// Lock takes a lock of the inner FS. It is not a mutating operation.
+func (c *CrashFS) Lock(name string) (io.Closer, error) {
+	c.mu.Lock()
+	c.useLocked(filepath.Clean(name))
+	c.mu.Unlock()
+	return c.inner.Lock(name)
+}
+
+// crashFile is a File of a CrashFS. Its fields are set once at open; the
+// node is guarded by CrashFS.mu.
+type crashFile struct {
+	fs       *CrashFS
+	node     *crashNode
+	inner    File
+	readable bool // opened for reading (the inner file always is)
+	writable bool
+}
+
+func (f *crashFile) Name() string { return f.inner.Name() }
+func (f *crashFile) Close() error { return f.inner.Close() }
+
+func (f *crashFile) Size() (int64, error) { return f.inner.Size() }
+
+func (f *crashFile) ReadAt(p []byte, off int64) (int, error) {
+	if !f.readable {
+		return 0, &os.PathError{Op: "read", Path: f.Name(), Err: syscall.EBADF}
+	}
+	return f.inner.ReadAt(p, off)
+}
+
+func (f *crashFile) Map(length int) (mmap.MMap, error) {
+	if !f.readable {
+		return nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: syscall.EACCES}
+	}
+	return f.inner.Map(length)
+}
+
+// WriteAt writes through to the inner file, first recording the bytes and
+// size it replaces.
+func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
+	if !f.writable || off < 0 {
+		return f.inner.WriteAt(p, off) // let the inner file refuse it
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.fs.beginLocked(); err != nil {
+		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+	}
+	prevSize, err := f.inner.Size()
+	if err != nil {
+		return 0, err
+	}
+	prev, err := readRange(f.inner, off, min(off+int64(len(p)), prevSize))
+	if err != nil {
+		return 0, err
+	}
+	n, err := f.inner.WriteAt(p, off)
+	if n > 0 {
+		if int64(len(prev)) > int64(n) {
+			prev = prev[:n]
+		}
+		f.node.log = append(f.node.log, crashRecord{
+			off: off, data: append([]byte(nil), p[:n]...), prev: prev, prevSize: prevSize,
+		})
+	}
+	return n, err
+}
+
+// Sync fdatasyncs the inner file and, if that succeeds, makes the node's
+// current content and size durable.
+func (f *crashFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.fs.beginLocked(); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	if err := f.inner.Sync(); err != nil {
+		return err
+	}
+	if len(f.node.log) > 0 {
+		f.node.syncedSize = f.node.log[len(f.node.log)-1].endSize()
+		f.node.log = nil
+	}
+	return nil
+}
+
+// Truncate truncates the inner file, first recording what it cuts off.
+func (f *crashFile) Truncate(size int64) error {
+	if !f.writable || size < 0 {
+		return f.inner.Truncate(size) // let the inner file refuse it
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.fs.beginLocked(); err != nil {
+		return &os.PathError{Op: "truncate", Path: f.Name(), Err: err}
+	}
+	return f.truncateLocked(size)
+}
+
+// truncateLocked is Truncate after the operation has been counted.
+func (f *crashFile) truncateLocked(size int64) error {
+	prevSize, err := f.inner.Size()
+	if err != nil {
+		return err
+	}
+	prev, err := readRange(f.inner, size, prevSize)
+	if err != nil {
+		return err
+	}
+	if err := f.inner.Truncate(size); err != nil {
+		return err
+	}
+	f.node.log = append(f.node.log, crashRecord{truncate: true, off: size, prev: prev, prevSize: prevSize})
+	return nil
+}
+
+// readRange reads the bytes [from, to) of f; nothing if to <= from.
+func readRange(f File, from, to int64) ([]byte, error) {
+	if to <= from {
+		return nil, nil
+	}
+	buf := make([]byte, to-from)
+	n, err := f.ReadAt(buf, from)
+	if n == len(buf) {
+		return buf, nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return nil, fmt.Errorf("vfs: CrashFS reading %s [%d, %d): %w", f.Name(), from, to, err)
+}

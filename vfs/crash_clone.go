@@ -1,0 +1,337 @@
+package vfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// crashBlockSize is the granularity at which CrashClone keeps or drops
+// unsynced writes: a page, the unit in which the kernel writes back.
+const crashBlockSize = 4096
+
+// CrashOptions says how [CrashFS.CrashClone] treats data that was written
+// but not yet covered by a successful Sync.
+type CrashOptions struct {
+	// Root is the directory whose tree is cloned. If empty, it is the one
+	// directory named in calls to the CrashFS (the directory of a file, or
+	// a directory given to MkdirAll, ReadDir or SyncDir) that contains all
+	// the others so named; CrashClone fails if there is none.
+	Root string
+
+	// KeepUnsyncedFraction is the probability, between 0 (the default:
+	// drop every unsynced byte) and 1 (keep them all), with which each
+	// unsynced write survives, decided independently for each 4 KiB block
+	// (aligned in the file) that the write touches, and likewise for each
+	// unsynced Truncate. Writes are replayed in order over the durable
+	// content, so what survives may come back reordered and with holes: a
+	// dropped block keeps what the file held there before the write, which
+	// reads as zeros where the write had extended the file. A file's size
+	// is its durable size, grown by the surviving blocks and changed by
+	// the surviving truncations.
+	KeepUnsyncedFraction float64
+
+	// TearLastWrite cuts the last unsynced write of each file after a
+	// random number of bytes (possibly none, never all) before the
+	// surviving blocks are chosen, as a write torn by the power loss.
+	TearLastWrite bool
+
+	// Rand is the seeded source of those choices. It is required when
+	// KeepUnsyncedFraction is strictly between 0 and 1, or positive with
+	// TearLastWrite; files are visited in name order, so a fixed seed over
+	// a fixed workload gives a fixed clone.
+	Rand *rand.Rand
+}
+
+// keep decides whether one unsynced block or truncation survives.
+func (o *CrashOptions) keep() bool {
+	switch {
+	case o.KeepUnsyncedFraction <= 0:
+		return false
+	case o.KeepUnsyncedFraction >= 1:
+		return true
+	}
+	return o.Rand.Float64() < o.KeepUnsyncedFraction
+}
+
+// CrashClone writes into the directory dst, which it creates (0700) and
+// which must be empty and outside the cloned tree, the files of the tree as
+// a power loss right now would leave them (see [CrashOptions]): every
+// durable name, with its durable content plus the unsynced writes that opts
+// lets survive. Files are created 0600, directories 0700. It changes
+// nothing in the CrashFS, so it may be called again with other options,
+// and it works whether or not the CrashFS has crashed. Safe for concurrent
+// use: mutating operations wait while it runs.
+func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
+	f := opts.KeepUnsyncedFraction
+	if f < 0 || f > 1 {
+		return fmt.Errorf("vfs: CrashClone: KeepUnsyncedFraction %v outside [0, 1]", f)
+	}
+	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite) {
+		return errors.New("vfs: CrashClone: these options need a Rand")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	root := filepath.Clean(opts.Root)
+	if opts.Root == "" {
+		var err error
+		if root, err = c.rootLocked(); err != nil {
+			return err
+		}
+	}
+	dst = filepath.Clean(dst)
+	if within(root, dst) {
+		return fmt.Errorf("vfs: CrashClone: destination %s is inside the cloned tree %s", dst, root)
+	}
+	if err := c.inner.MkdirAll(dst, 0o700); err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	names, err := c.inner.ReadDir(dst)
+	if err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("vfs: CrashClone: destination %s is not empty", dst)
+	}
+
+	// What each relative name of the clone holds: a tracked node, or the
+	// untracked file of that path on disk.
+	nodes := make(map[string]*crashNode)
+	untracked := make(map[string]string)
+	dirSet := map[string]bool{".": true}
+	if err := c.walkLocked(root, ".", dirSet, untracked); err != nil {
+		return err
+	}
+	for dir, d := range c.dirs {
+		if !within(root, dir) {
+			continue
+		}
+		rel, _ := filepath.Rel(root, dir)
+		dirSet[rel] = true
+		for base, n := range d.dur {
+			if n != nil {
+				nodes[filepath.Join(rel, base)] = n
+			}
+		}
+	}
+
+	dirs := sortedKeys(dirSet)
+	for _, rel := range dirs {
+		if err := c.inner.MkdirAll(filepath.Join(dst, rel), 0o700); err != nil {
+			return fmt.Errorf("vfs: CrashClone: %w", err)
+		}
+	}
+	images := make(map[*crashNode][]byte) // a node may have two durable names
+	for _, rel := range sortedKeys(nodes) {
+		n := nodes[rel]
+		img, ok := images[n]
+		if !ok {
+			var err error
+			if img, err = c.imageLocked(n, &opts); err != nil {
+				return err
+			}
+			images[n] = img
+		}
+		if err := writeWhole(c.inner, filepath.Join(dst, rel), img); err != nil {
+			return err
+		}
+	}
+	for _, rel := range sortedKeys(untracked) {
+		data, err := readWhole(c.inner, untracked[rel])
+		if err != nil {
+			return err
+		}
+		if err := writeWhole(c.inner, filepath.Join(dst, rel), data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rootLocked finds the directory used that contains all the others.
+func (c *CrashFS) rootLocked() (string, error) {
+	dirs := sortedKeys(c.used)
+	for _, root := range dirs {
+		all := true
+		for _, dir := range dirs {
+			all = all && within(root, dir)
+		}
+		if all {
+			return root, nil
+		}
+	}
+	return "", fmt.Errorf("vfs: CrashClone: no CrashOptions.Root, and none of the directories named %q contains the others", dirs)
+}
+
+// walkLocked lists the tree on disk under root/rel: each directory into
+// dirs, each file whose name is not tracked into untracked (relative name →
+// path on disk).
+func (c *CrashFS) walkLocked(root, rel string, dirs map[string]bool, untracked map[string]string) error {
+	dir := filepath.Join(root, rel)
+	names, err := c.inner.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	d := c.dirs[dir]
+	for _, name := range names {
+		childRel, childPath := filepath.Join(rel, name), filepath.Join(dir, name)
+		if _, err := c.inner.ReadDir(childPath); err == nil {
+			dirs[childRel] = true
+			if err := c.walkLocked(root, childRel, dirs, untracked); err != nil {
+				return err
+			}
+			continue
+		}
+		if d != nil {
+			if _, tracked := d.dur[name]; tracked {
+				continue
+			}
+		}
+		untracked[childRel] = childPath
+	}
+	return nil
+}
+
+// imageLocked returns the content a crash leaves in node n: its durable
+// content, found by undoing the unsynced log from the current content,
+// with the surviving part of the log replayed over it.
+func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) {
+	var cur []byte
+	var err error
+	switch {
+	case n.path != "":
+		cur, err = readWhole(c.inner, n.path)
+	case n.held != nil:
+		cur, err = readAll(n.held)
+	default:
+		err = errors.New("vfs: CrashFS lost a durable file that has no name") // a bookkeeping bug
+	}
+	if err != nil {
+		return nil, err
+	}
+	name := n.path
+	if name == "" {
+		name = n.held.Name() + " (removed)"
+	}
+	if len(n.log) > 0 && int64(len(cur)) != n.log[len(n.log)-1].endSize() ||
+		len(n.log) == 0 && int64(len(cur)) != n.syncedSize {
+		return nil, fmt.Errorf("vfs: CrashClone: %s has %d bytes, not the size the CrashFS recorded (was it changed by other means?)", name, len(cur))
+	}
+
+	durable := bytes.Clone(cur)
+	for i := len(n.log) - 1; i >= 0; i-- {
+		r := &n.log[i]
+		if r.truncate {
+			durable = resize(durable, r.prevSize)
+			if r.off < r.prevSize { // it shrank the file: put back what it cut
+				copy(durable[r.off:], r.prev)
+			}
+		} else {
+			copy(durable[r.off:], r.prev)
+			durable = resize(durable, r.prevSize)
+		}
+	}
+	if int64(len(durable)) != n.syncedSize {
+		return nil, fmt.Errorf("vfs: CrashClone: undoing the unsynced writes of %s gives %d bytes, not the %d synced (a bookkeeping bug)", name, len(durable), n.syncedSize)
+	}
+
+	img := durable
+	lastWrite := -1
+	for i := range n.log {
+		if !n.log[i].truncate {
+			lastWrite = i
+		}
+	}
+	for i := range n.log {
+		r := &n.log[i]
+		if r.truncate {
+			if opts.keep() {
+				img = resize(img, r.off)
+			}
+			continue
+		}
+		data := r.data
+		if opts.TearLastWrite && i == lastWrite && opts.KeepUnsyncedFraction > 0 {
+			data = data[:opts.Rand.IntN(len(data))]
+		}
+		for start := r.off; start < r.off+int64(len(data)); {
+			end := min((start/crashBlockSize+1)*crashBlockSize, r.off+int64(len(data)))
+			if opts.keep() {
+				if end > int64(len(img)) {
+					img = resize(img, end)
+				}
+				copy(img[start:end], data[start-r.off:end-r.off])
+			}
+			start = end
+		}
+	}
+	if opts.KeepUnsyncedFraction >= 1 && !opts.TearLastWrite && !bytes.Equal(img, cur) {
+		return nil, fmt.Errorf("vfs: CrashClone: replaying every unsynced write of %s does not give its content (a bookkeeping bug)", name)
+	}
+	return img, nil
+}
+
+// resize returns b with length n, zero-filled where it grows.
+func resize(b []byte, n int64) []byte {
+	if n <= int64(len(b)) {
+		return b[:n]
+	}
+	return append(b, make([]byte, n-int64(len(b)))...)
+}
+
+// within reports whether path is root or below it; both are clean.
+func within(root, path string) bool {
+	if root == path || root == "." && !filepath.IsAbs(path) && !strings.HasPrefix(path, "..") {
+		return true
+	}
+	return strings.HasPrefix(path, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// readWhole returns the content of the file at path.
+func readWhole(fs FS, path string) ([]byte, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	data, err := readAll(f)
+	return data, errors.Join(err, f.Close())
+}
+
+// readAll returns the content of f.
+func readAll(f File) ([]byte, error) {
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	return readRange(f, 0, size)
+}
+
+// writeWhole creates the file at path (which must not exist) with data.
+func writeWhole(fs FS, path string, data []byte) error {
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package wal
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1024}
+	l := mustOpen(t, dir, opts)
+	es := appendRecords(t, l, 0, 200)
+	segs := l.Stats().Segments
+	require.Greater(t, segs, 5)
+
+	cut := es[120].pos
+	n, err := l.RemoveBelow(cut)
+	require.NoError(t, err)
+	require.Equal(t, int(cut.Segment()-1), n)
+	require.Equal(t, segs-n, l.Stats().Segments)
+	require.Equal(t, cut.Segment(), l.Stats().FirstSegment)
+
+	// Records of removed segments are gone; the rest are all there.
+	_, err = l.Read(es[0].pos)
+	require.ErrorIs(t, err, ErrNotFound)
+	var kept []entry
+	for _, e := range es {
+		if e.pos.Segment() >= cut.Segment() {
+			kept = append(kept, e)
+		}
+	}
+	requireEntries(t, kept, readAll(t, l))
+	_, err = os.Stat(segFile(dir, 1))
+	require.True(t, os.IsNotExist(err))
+
+	// Removing below the active segment's position never removes it.
+	n, err = l.RemoveBelow(l.End() + 1<<32)
+	require.NoError(t, err)
+	require.Equal(t, 1, l.Stats().Segments)
+
+	// New segments reuse retired files: their stale frames (other
+	// sequences) must never be read as records.
+	more := appendRecords(t, l, 200, 200)
+	require.Positive(t, l.Stats().RecycledSegments)
+	want := append(readAll(t, l)[:0:0], readAll(t, l)...)
+	require.Equal(t, more[len(more)-1].pos, want[len(want)-1].pos)
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, opts)
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+	require.Nil(t, l.Recovery().TornTail)
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range names {
+		require.False(t, strings.HasPrefix(e.Name(), "spare-"), "spares are not kept across a reopen: %s", e.Name())
+	}
+}

@@ -36,6 +36,10 @@ func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 	if size < HeaderSize+FrameHeaderSize {
 		return nil, fmt.Errorf("segment %s: size %d is below the minimum %d", path, size, HeaderSize+FrameHeaderSize)
 	}
+	if seq == 0 {
+		// Zero-filled space would then name this segment.
+		return nil, fmt.Errorf("segment %s: sequence 0 is reserved", path)
+	}
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("segment: create: %w", err)

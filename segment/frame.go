@@ -115,7 +115,9 @@ func AppendFrame(dst []byte, seq, synced uint32, kind Kind, place Place, body []
 // It returns ErrZeroFrame, ErrShortFrame, ErrForeignFrame, ErrChecksum or
 // ErrBadType (wrapped with the offset) when there is no valid frame there.
 func Decode(data []byte, off int, seq uint32) (Frame, error) {
-	if off < 0 || off+FrameHeaderSize > len(data) {
+	// off > len-FrameHeaderSize, not off+FrameHeaderSize > len, which
+	// overflows for offsets near MaxInt.
+	if off < 0 || off > len(data)-FrameHeaderSize {
 		if off >= 0 && off < len(data) && allZero(data[off:]) {
 			return Frame{}, fmt.Errorf("offset %d: %w", off, ErrZeroFrame)
 		}

@@ -92,7 +92,14 @@ func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, 
 			if kind == EndTorn || !salvage {
 				return r, nil
 			}
-			next, ok := resume(data, seq, off+1)
+			// A frame that verified but opens a group inside an unfinished
+			// one is intact: only the unfinished group before it is broken,
+			// so the search for the next group starts at that frame.
+			from := off + 1
+			if len(group) > 0 && errors.Is(err, ErrGroup) {
+				from = off
+			}
+			next, ok := resume(data, seq, from)
 			if !ok {
 				// Nothing opens a group after the damage: what follows
 				// can only be pieces of the broken group.

@@ -1,0 +1,262 @@
+package segment_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+const testFileSize = 3<<20 + 100 // more than one zeroing chunk, not a multiple of it
+
+func createFile(t *testing.T, dir string, seq uint32, size int64) (*segment.File, string) {
+	t.Helper()
+	path := filepath.Join(dir, "seg")
+	f, err := segment.Create(vfs.Default, path, seq, size)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return f, path
+}
+
+func TestCreate(t *testing.T) {
+	f, path := createFile(t, t.TempDir(), 4, testFileSize)
+	require.Equal(t, uint32(4), f.Seq())
+	require.Equal(t, path, f.Path())
+	require.Equal(t, testFileSize, f.Size())
+
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, int64(testFileSize), fi.Size())
+	require.Equal(t, fs.FileMode(0o600), fi.Mode().Perm())
+
+	for _, data := range [][]byte{f.Data(), mustRead(t, path)} {
+		require.Len(t, data, testFileSize)
+		seq, err := segment.DecodeHeader(data)
+		require.NoError(t, err)
+		require.Equal(t, uint32(4), seq)
+		require.True(t, isZero(data[segment.HeaderSize:]), "bytes after the header are not all zeros")
+	}
+
+	r, err := f.Scan(false, func(segment.Frame) error { t.Fatal("record in a new segment"); return nil })
+	require.NoError(t, err)
+	require.Equal(t, segment.Report{End: segment.HeaderSize, Tail: segment.EndClean}, r)
+}
+
+func TestCreateReplacesAndRefusesTinySizes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "seg")
+	// An existing file is truncated: no byte of it survives.
+	require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte{0xff}, 5000), 0o600))
+	f, err := segment.Create(vfs.Default, path, 1, 1000)
+	require.NoError(t, err)
+	require.Len(t, f.Data(), 1000)
+	require.True(t, isZero(f.Data()[segment.HeaderSize:]))
+	require.NoError(t, f.Close())
+
+	for _, size := range []int64{0, segment.HeaderSize, segment.HeaderSize + segment.FrameHeaderSize - 1} {
+		p := filepath.Join(dir, "tiny")
+		_, err := segment.Create(vfs.Default, p, 1, size)
+		require.Error(t, err, "size %d", size)
+		require.NoFileExists(t, p)
+	}
+	// The smallest segment holds one empty frame.
+	f, err = segment.Create(vfs.Default, filepath.Join(dir, "min"), 1, segment.HeaderSize+segment.FrameHeaderSize)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	f, path := createFile(t, dir, 9, 8192)
+	frame := segment.AppendFrame(nil, 9, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("persisted"))
+	require.NoError(t, f.WriteAt(frame, segment.HeaderSize))
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+
+	g, err := segment.Open(vfs.Default, path, 9)
+	require.NoError(t, err)
+	require.Equal(t, uint32(9), g.Seq())
+	require.Equal(t, 8192, g.Size())
+	var got []string
+	r, err := g.Scan(false, func(fr segment.Frame) error { got = append(got, string(fr.Body)); return nil })
+	require.NoError(t, err)
+	require.Equal(t, []string{"persisted"}, got)
+	require.Equal(t, segment.HeaderSize+len(frame), r.End)
+	require.NoError(t, g.Close())
+
+	_, err = segment.Open(vfs.Default, path, 10)
+	require.ErrorIs(t, err, segment.ErrBadHeader, "sequence mismatch")
+
+	_, err = segment.Open(vfs.Default, filepath.Join(dir, "missing"), 1)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"empty", nil},
+		{"short", mustRead(t, path)[:segment.HeaderSize-1]},
+		{"zeros", make([]byte, 4096)},
+		{"damaged header", func() []byte {
+			b := mustRead(t, path)
+			b[13] ^= 0x10
+			return b
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "seg")
+			require.NoError(t, os.WriteFile(p, tt.data, 0o600))
+			_, err := segment.Open(vfs.Default, p, 9)
+			require.ErrorIs(t, err, segment.ErrBadHeader)
+			require.Contains(t, err.Error(), p, "the error names the file")
+		})
+	}
+}
+
+func TestWriteAt(t *testing.T) {
+	f, _ := createFile(t, t.TempDir(), 2, 4096)
+	refused := []struct {
+		off, n int
+	}{
+		{0, 1},                      // over the header
+		{segment.HeaderSize - 1, 2}, // into the header
+		{-1, 1},
+		{4096, 1}, // past the end
+		{4000, 97},
+		{4096 - 10, 11},
+	}
+	for _, w := range refused {
+		err := f.WriteAt(bytes.Repeat([]byte{0xab}, w.n), w.off)
+		require.Error(t, err, "write of %d bytes at %d", w.n, w.off)
+	}
+	seq, err := segment.DecodeHeader(f.Data())
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), seq)
+	require.True(t, isZero(f.Data()[segment.HeaderSize:]), "a refused write changed the file")
+
+	// Writes show in the mapping at once: the log reads what it just wrote.
+	rng := newRand(t)
+	want := make([]byte, 4096)
+	copy(want, f.Data()[:segment.HeaderSize])
+	for _, w := range []struct{ off, n int }{{segment.HeaderSize, 100}, {4096 - 7, 7}, {500, 1}, {1000, 0}, {segment.HeaderSize, 4096 - segment.HeaderSize}} {
+		b := make([]byte, w.n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		require.NoError(t, f.WriteAt(b, w.off))
+		copy(want[w.off:], b)
+		require.Equal(t, want, f.Data(), "mapping after a write of %d bytes at %d", w.n, w.off)
+	}
+	require.NoError(t, f.Sync())
+}
+
+func TestWriteFramesThenScan(t *testing.T) {
+	f, _ := createFile(t, t.TempDir(), 3, 64<<10)
+	s := newSeg(3, newRand(t))
+	s.batch([]int{10}, []int{0}, []int{3, 5, 7})
+	s.batch([]int{20, 1}, []int{33 << 10})
+	s.batch([]int{4}, []int{8, 9, 10, 11}, []int{1})
+	// Write batch by batch, as the log does, scanning the mapping after
+	// each fdatasync.
+	for i, b := range s.batches {
+		require.NoError(t, f.WriteAt(s.data[b.start:b.end], b.start))
+		require.NoError(t, f.Sync())
+		r, got := scanAll(t, f.Data(), 3, false)
+		wantRecs, wantEnd := s.prefix(b.end)
+		require.Equal(t, wantRecs, got, "after batch %d", i)
+		require.Equal(t, segment.Report{End: wantEnd, Records: len(wantRecs), Tail: segment.EndClean}, r)
+	}
+}
+
+func TestRecycle(t *testing.T) {
+	dir := t.TempDir()
+	oldPath := filepath.Join(dir, "old")
+	f, err := segment.Create(vfs.Default, oldPath, 1, 16<<10)
+	require.NoError(t, err)
+	s1 := newSeg(1, newRand(t))
+	s1.batch([]int{10, 20}, []int{300})
+	s1.batch([]int{0}, []int{1000})
+	s1.seal()
+	require.NoError(t, f.WriteAt(s1.data[segment.HeaderSize:], segment.HeaderSize))
+	require.NoError(t, f.Sync())
+	r, err := f.Scan(false, func(segment.Frame) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, 5, r.Records)
+	require.True(t, r.Sealed)
+	require.NoError(t, f.Close())
+
+	newPath := filepath.Join(dir, "new")
+	g, err := segment.Recycle(vfs.Default, oldPath, newPath, 2)
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoFileExists(t, oldPath)
+	require.Equal(t, uint32(2), g.Seq())
+	require.Equal(t, newPath, g.Path())
+	require.Equal(t, 16<<10, g.Size())
+	fi, err := os.Stat(newPath)
+	require.NoError(t, err)
+	require.Equal(t, int64(16<<10), fi.Size())
+
+	seq, err := segment.DecodeHeader(g.Data())
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), seq)
+	// The old frames are still there, as stale bytes ...
+	require.Equal(t, s1.data[segment.HeaderSize:], g.Data()[segment.HeaderSize:s1.end()])
+	// ... and no scan of the new segment returns them.
+	for _, salvage := range []bool{false, true} {
+		r, err = g.Scan(salvage, func(segment.Frame) error { t.Fatal("stale frame returned"); return nil })
+		require.NoError(t, err)
+		require.Equal(t, segment.Report{End: segment.HeaderSize, Tail: segment.EndClean}, r)
+	}
+
+	// Frames of the new segment written over the stale ones read back, and
+	// the stale bytes after them still end the log cleanly.
+	frame := segment.AppendFrame(nil, 2, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("new"))
+	require.NoError(t, g.WriteAt(frame, segment.HeaderSize))
+	r, err = g.Scan(false, func(fr segment.Frame) error {
+		require.Equal(t, "new", string(fr.Body))
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, segment.Report{End: segment.HeaderSize + len(frame), Records: 1, Tail: segment.EndClean}, r)
+	require.NoError(t, g.Sync())
+
+	_, err = segment.Open(vfs.Default, newPath, 1)
+	require.ErrorIs(t, err, segment.ErrBadHeader, "the old sequence no longer opens")
+	h, err := segment.Open(vfs.Default, newPath, 2)
+	require.NoError(t, err)
+	require.NoError(t, h.Close())
+
+	_, err = segment.Recycle(vfs.Default, filepath.Join(dir, "missing"), filepath.Join(dir, "x"), 3)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestClose(t *testing.T) {
+	f, err := segment.Create(vfs.Default, filepath.Join(t.TempDir(), "seg"), 1, 4096)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.Nil(t, f.Data(), "the mapping is gone after Close")
+	require.Error(t, f.Close(), "a second Close reports the closed file")
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

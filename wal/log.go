@@ -26,9 +26,9 @@ type Log struct {
 	opts Options
 	lock io.Closer
 
-	// mu guards the request queue, closed and err.
+	// mu guards open (the batch requests join), closed and err.
 	mu     sync.Mutex
-	queue  []*request
+	open   *batch
 	closed bool
 	err    error // the poison: set once by the writer, returned forever after
 	kick   chan struct{}

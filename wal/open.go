@@ -70,6 +70,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts:       opts,
 		lock:       lock,
 		kick:       make(chan struct{}, 1),
+		open:       newBatch(nil),
 		writerDone: make(chan struct{}),
 	}
 	l.segs.Store(&[]*seg{})

@@ -10,10 +10,56 @@ import (
 // request is one Append (or Sync) waiting for the writer.
 type request struct {
 	recs [][]byte
-	pos  []Position // filled by the writer before done
+	pos  []Position // filled by the writer before the batch is released
 	size int        // encoded bytes of recs
 	sync bool       // wait for an fdatasync, not just the write
-	done chan error // capacity 1; receives the result once
+	err  error      // set by the writer before the batch is released
+}
+
+// batch is the requests the writer takes in one go. Its waiters are
+// released together by closing a channel, so releasing a batch costs the
+// writer one operation however many callers wait.
+type batch struct {
+	reqs    []*request
+	written chan struct{} // closed once every request is written, or failed
+	synced  chan struct{} // closed once every request is durable, or failed
+}
+
+func newBatch(reqs []*request) *batch {
+	return &batch{reqs: reqs[:0], written: make(chan struct{}), synced: make(chan struct{})}
+}
+
+// release gives err to every request not yet released that has no error
+// of its own, and releases them all.
+func (b *batch) release(err error) {
+	wasWritten := b.isWritten()
+	for _, r := range b.reqs {
+		// A request released at the write has been read by its caller:
+		// leave it alone.
+		if r.err == nil && (r.sync || !wasWritten) {
+			r.err = err
+		}
+	}
+	if !wasWritten {
+		close(b.written)
+	}
+	close(b.synced)
+}
+
+// releaseWritten releases the requests that asked only for the write.
+func (b *batch) releaseWritten() {
+	if !b.isWritten() {
+		close(b.written)
+	}
+}
+
+func (b *batch) isWritten() bool {
+	select {
+	case <-b.written:
+		return true
+	default:
+		return false
+	}
 }
 
 // writer is the state of the writer goroutine. Nothing else touches it
@@ -24,7 +70,7 @@ type writer struct {
 	syncedOff int // bytes of active covered by a completed fdatasync
 	unsynced  int64
 	buf       []byte
-	batch     []*request // the queue slice handed back and forth with Log.queue
+	spare     []*request // the slice of the last batch, for the next one
 	closeErr  error
 }
 
@@ -58,7 +104,7 @@ func (l *Log) AppendWritten(recs ...[]byte) ([]Position, error) {
 // Sync returns once every record written before the call is covered by an
 // fdatasync.
 func (l *Log) Sync() error {
-	return l.submit(&request{sync: true, done: make(chan error, 1)})
+	return l.submit(&request{sync: true})
 }
 
 func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
@@ -75,7 +121,7 @@ func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
 	if limit := l.opts.maxGroupBytes(); size > limit {
 		return nil, fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)
 	}
-	r := &request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: sync, done: make(chan error, 1)}
+	r := &request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: sync}
 	if err := l.submit(r); err != nil {
 		return nil, err
 	}
@@ -93,10 +139,16 @@ func (l *Log) submit(r *request) error {
 		l.mu.Unlock()
 		return err
 	}
-	l.queue = append(l.queue, r)
+	b := l.open
+	b.reqs = append(b.reqs, r)
 	l.mu.Unlock()
 	l.wake()
-	return <-r.done
+	if r.sync {
+		<-b.synced
+	} else {
+		<-b.written
+	}
+	return r.err
 }
 
 func (l *Log) wake() {
@@ -126,21 +178,23 @@ func (l *Log) writeLoop() {
 			}
 		}
 		l.mu.Lock()
-		reqs := l.queue
-		l.queue = w.batch[:0]
+		var b *batch
+		if len(l.open.reqs) > 0 {
+			b, l.open = l.open, newBatch(w.spare)
+		}
 		closing := l.closed
 		l.mu.Unlock()
 
-		if len(reqs) > 0 {
-			l.commit(reqs)
+		if b != nil {
+			l.commit(b)
+			// Nobody refers to the slice any more: the waiters hold
+			// their requests, not the slice.
+			clear(b.reqs)
+			w.spare = b.reqs[:0]
 		}
-		// Hand the slice back whether or not it held anything: queue and
-		// batch must never share an array.
-		clear(reqs)
-		w.batch = reqs[:0]
 		if closing {
 			// Close set closed under mu before waking us, so every
-			// request admitted before it was in reqs.
+			// request admitted before it was in the batch just taken.
 			if l.poison() == nil && w.writeOff > w.syncedOff {
 				if err := l.syncActive(); err != nil {
 					l.fail(err)
@@ -158,30 +212,30 @@ func (l *Log) writeLoop() {
 }
 
 // commit writes one batch of requests and releases each with its result.
-func (l *Log) commit(reqs []*request) {
+func (l *Log) commit(b *batch) {
 	if err := l.poison(); err != nil {
-		release(reqs, err)
+		b.release(err)
 		return
 	}
 	w := &l.w
 	w.buf = w.buf[:0]
 	needSync := false
-	encoded := len(reqs)
-	var rejectErr error
-	for i, r := range reqs {
+	for i, r := range b.reqs {
 		if len(r.recs) > 0 && w.writeOff+len(w.buf)+r.size > w.active.capacity() {
 			if err := l.flush(); err != nil {
-				release(reqs, l.fail(err))
+				b.release(l.fail(err))
 				return
 			}
 			if err := l.rotate(); err != nil {
-				if l.poison() != nil {
-					release(reqs, l.poison())
+				if perr := l.poison(); perr != nil {
+					b.release(perr)
 					return
 				}
 				// The next segment could not be made (a full disk, say):
 				// the calls that needed it fail, the log goes on.
-				encoded, rejectErr = i, err
+				for _, r := range b.reqs[i:] {
+					r.err = err
+				}
 				break
 			}
 		}
@@ -196,33 +250,17 @@ func (l *Log) commit(reqs []*request) {
 		needSync = needSync || r.sync
 	}
 	if err := l.flush(); err != nil {
-		release(reqs, l.fail(err))
+		b.release(l.fail(err))
 		return
 	}
-	done, rejected := reqs[:encoded], reqs[encoded:]
-	for _, r := range done {
-		if !r.sync {
-			r.done <- nil // written is all it asked for
-		}
-	}
+	b.releaseWritten() // written is all some of them asked for
 	var err error
 	if needSync && w.writeOff > w.syncedOff {
 		if serr := l.syncActive(); serr != nil {
 			err = l.fail(serr)
 		}
 	}
-	for _, r := range done {
-		if r.sync {
-			r.done <- err
-		}
-	}
-	release(rejected, rejectErr)
-}
-
-func release(reqs []*request, err error) {
-	for _, r := range reqs {
-		r.done <- err
-	}
+	b.release(err)
 }
 
 // flush writes the encoded buffer at the write offset of the active segment

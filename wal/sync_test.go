@@ -3,6 +3,7 @@ package wal
 import (
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +90,61 @@ func TestSecondOpenFromAnotherProcessIsLocked(t *testing.T) {
 	require.Equal(t, 3, child(), "the child must see the lock")
 	require.NoError(t, l.Close())
 	require.Equal(t, 0, child(), "the child opens once the lock is released")
+}
+
+// Records reach the log in the order Enqueue was called, so a caller that
+// enqueues under its own lock gets its lock's order, then waits outside it.
+func TestEnqueueKeepsCallOrder(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 4096})
+	defer l.Close()
+	var mu sync.Mutex
+	var order []int
+	var pend []*Pending
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				mu.Lock()
+				n := len(order)
+				order = append(order, n)
+				p := l.Enqueue(true, record(n))
+				pend = append(pend, p)
+				mu.Unlock()
+				_, err := p.Wait()
+				require.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	got := readAll(t, l)
+	require.Len(t, got, len(order))
+	for i, e := range got {
+		require.Equal(t, string(record(i)), string(e.rec), "record %d out of order", i)
+	}
+	// Wait gives the positions the records landed at.
+	for i, p := range pend {
+		pos, err := p.Wait()
+		require.NoError(t, err)
+		require.Equal(t, got[i].pos, pos[0])
+	}
+}
+
+func TestBarrierCoversEverythingQueuedBefore(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	dur := watchDurability(fs)
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1 << 20, SyncInterval: time.Hour})
+	defer l.Close()
+	p := l.Enqueue(false, []byte("written only"))
+	require.NoError(t, l.Barrier(false))
+	pos, err := p.Wait()
+	require.NoError(t, err)
+	off := int64(pos[0].Offset())
+	require.False(t, dur.covered(segFile(dir, 1), off, off+1))
+	require.NoError(t, l.Barrier(true))
+	require.True(t, dur.covered(segFile(dir, 1), off, off+1))
+	_, err = l.Enqueue(true, make([]byte, 2<<20)).Wait()
+	require.ErrorIs(t, err, ErrTooLarge)
 }

@@ -103,52 +103,82 @@ func (l *Log) AppendWritten(recs ...[]byte) ([]Position, error) {
 
 // Sync returns once every record written before the call is covered by an
 // fdatasync.
-func (l *Log) Sync() error {
-	return l.submit(&request{sync: true})
+func (l *Log) Sync() error { return l.Barrier(true) }
+
+// Barrier returns once every record queued before the call is written
+// (durable false) or covered by an fdatasync (durable true). It appends
+// nothing.
+func (l *Log) Barrier(durable bool) error {
+	_, err := l.enqueue(&request{sync: durable}).Wait()
+	return err
 }
 
-func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
+// Pending is an append queued by Enqueue and not yet waited for.
+type Pending struct {
+	r   *request
+	b   *batch
+	err error // refused before it was queued
+}
+
+// Enqueue queues recs as Append does, but returns at once. Appends reach the
+// log in the order they were queued, whichever goroutine queued them, so a
+// caller that queues while holding its own lock orders its records exactly
+// as its lock ordered its decisions. Call Wait for the outcome: durable
+// reports whether it waits for an fdatasync (true) or only for the write.
+func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	if len(recs) == 0 {
-		return nil, nil
+		return &Pending{}
 	}
 	size := 0
 	for i, r := range recs {
 		if len(r) > segment.MaxBody {
-			return nil, fmt.Errorf("%w: record %d is %d bytes", ErrTooLarge, i, len(r))
+			return &Pending{err: fmt.Errorf("%w: record %d is %d bytes", ErrTooLarge, i, len(r))}
 		}
 		size += segment.Size(len(r))
 	}
 	if limit := l.opts.maxGroupBytes(); size > limit {
-		return nil, fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)
+		return &Pending{err: fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)}
 	}
-	r := &request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: sync}
-	if err := l.submit(r); err != nil {
-		return nil, err
-	}
-	return r.pos, nil
+	return l.enqueue(&request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: durable})
 }
 
-func (l *Log) submit(r *request) error {
+// Wait returns the positions of the queued records once they are written or
+// durable, as Enqueue asked, or the error that stopped them.
+func (p *Pending) Wait() ([]Position, error) {
+	if p.err != nil || p.b == nil {
+		return nil, p.err
+	}
+	if p.r.sync {
+		<-p.b.synced
+	} else {
+		<-p.b.written
+	}
+	if p.r.err != nil {
+		return nil, p.r.err
+	}
+	return p.r.pos, nil
+}
+
+func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
+	return l.Enqueue(sync, recs...).Wait()
+}
+
+func (l *Log) enqueue(r *request) *Pending {
 	l.mu.Lock()
 	switch {
 	case l.closed:
 		l.mu.Unlock()
-		return ErrClosed
+		return &Pending{err: ErrClosed}
 	case l.err != nil:
 		err := l.err
 		l.mu.Unlock()
-		return err
+		return &Pending{err: err}
 	}
 	b := l.open
 	b.reqs = append(b.reqs, r)
 	l.mu.Unlock()
 	l.wake()
-	if r.sync {
-		<-b.synced
-	} else {
-		<-b.written
-	}
-	return r.err
+	return &Pending{r: r, b: b}
 }
 
 func (l *Log) wake() {

@@ -1,0 +1,38 @@
+// Package index is the projection of the log into queue state: every state
+// change of a message is one event (a record of the write-ahead log), and
+// the state of every queue is what applying the events in log order gives.
+//
+// Events assign absolute values — a lease says "deliveries = 3, expires at
+// T", never "one more delivery" — so applying an event twice leaves the
+// state as applying it once did, and replaying a log is idempotent. The
+// index keeps the position of each message's publish record, not its
+// payload: payloads are read from the log when they are delivered.
+//
+// Time is never part of the projected state: "leased until T" is state,
+// "lapsed" is a question asked of it with the broker's clock (Promote).
+//
+// # Event encoding
+//
+// An event is the body of one log record. The first byte is its kind; the
+// rest is the kind's fields in the order listed, unsigned integers as
+// uvarints, signed ones (instants, in Unix nanoseconds) as zig-zag varints,
+// strings and byte strings as a uvarint length then the bytes, nonces as 8
+// little-endian bytes. The encoding is FROZEN: a change needs a new kind.
+//
+//	kind 1  meta        secret [32 bytes]
+//	kind 2  declare     queue, name, visibilityTimeout, retryDelay,
+//	                    maxRetryDelay, maxDeliveries, maxMessageBytes,
+//	                    capacity, dedupWindow (durations in ns, varints)
+//	kind 3  publish     queue, seq, enqueuedAt, key, payload (the rest of
+//	                    the record, no length)
+//	kind 4  lease       queue, seq, deliveries, expiresAt, nonce
+//	kind 5  ack         queue, seq
+//	kind 6  nack        queue, seq, deliveries, visibleAt
+//	kind 7  deadletter  queue, seq, deliveries, failedAt, code, reason, cause
+//	kind 8  extend      queue, seq, deliveries, expiresAt, nonce
+//	kind 9  replay      queue, seq
+//	kind 10 delete      queue, seq
+//
+// seq is the message's sequence number, unique in the store and never
+// reused; queue is the number its declare event gave the queue.
+package index

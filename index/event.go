@@ -1,0 +1,237 @@
+package index
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Kind is an event's kind: the first byte of its record.
+type Kind uint8
+
+// Event kinds. FROZEN: see the package documentation.
+const (
+	KindMeta       Kind = 1
+	KindDeclare    Kind = 2
+	KindPublish    Kind = 3
+	KindLease      Kind = 4
+	KindAck        Kind = 5
+	KindNack       Kind = 6
+	KindDeadLetter Kind = 7
+	KindExtend     Kind = 8
+	KindReplay     Kind = 9
+	KindDelete     Kind = 10
+)
+
+var kindNames = [...]string{
+	KindMeta: "meta", KindDeclare: "declare", KindPublish: "publish", KindLease: "lease",
+	KindAck: "ack", KindNack: "nack", KindDeadLetter: "deadletter", KindExtend: "extend",
+	KindReplay: "replay", KindDelete: "delete",
+}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// SecretSize is the size of the store secret carried by the meta event.
+const SecretSize = 32
+
+// ErrBadEvent is returned by Decode for a record that is not a well-formed
+// event. Check with errors.Is.
+var ErrBadEvent = errors.New("index: malformed event")
+
+// Event is one state change. Which fields mean something depends on Kind
+// (see the package documentation); the others are zero. Decode's Payload,
+// Key, Name, Reason and Cause alias the decoded record.
+type Event struct {
+	Kind       Kind
+	Queue      uint32
+	Seq        uint64
+	Time       int64 // enqueuedAt, expiresAt, visibleAt or failedAt, in Unix ns
+	Deliveries uint32
+	Nonce      uint64
+	Code       uint32
+	Key        string
+	Payload    []byte
+	Reason     string
+	Cause      string
+	Name       string
+	Policy     Policy
+	Secret     []byte
+}
+
+// Append appends the encoding of e to dst.
+func (e *Event) Append(dst []byte) []byte {
+	dst = append(dst, byte(e.Kind))
+	if e.Kind == KindMeta {
+		return append(dst, e.Secret...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(e.Queue))
+	switch e.Kind {
+	case KindDeclare:
+		dst = appendString(dst, e.Name)
+		return e.Policy.append(dst)
+	}
+	dst = binary.AppendUvarint(dst, e.Seq)
+	switch e.Kind {
+	case KindPublish:
+		dst = binary.AppendVarint(dst, e.Time)
+		dst = appendString(dst, e.Key)
+		dst = append(dst, e.Payload...)
+	case KindLease, KindExtend:
+		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
+		dst = binary.AppendVarint(dst, e.Time)
+		dst = binary.LittleEndian.AppendUint64(dst, e.Nonce)
+	case KindNack:
+		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
+		dst = binary.AppendVarint(dst, e.Time)
+	case KindDeadLetter:
+		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
+		dst = binary.AppendVarint(dst, e.Time)
+		dst = binary.AppendUvarint(dst, uint64(e.Code))
+		dst = appendString(dst, e.Reason)
+		dst = appendString(dst, e.Cause)
+	}
+	return dst
+}
+
+// Decode decodes one event from rec. The result's strings and byte slices
+// alias rec.
+func Decode(rec []byte) (Event, error) {
+	d := decoder{b: rec}
+	e := Event{Kind: Kind(d.byte())}
+	switch e.Kind {
+	case KindMeta:
+		e.Secret = d.bytes(SecretSize)
+		return e, d.finish(e.Kind)
+	case KindDeclare:
+		e.Queue = d.u32()
+		e.Name = d.string()
+		e.Policy = d.policy()
+		return e, d.finish(e.Kind)
+	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete:
+	default:
+		return e, fmt.Errorf("%w: unknown kind %d", ErrBadEvent, e.Kind)
+	}
+	e.Queue = d.u32()
+	e.Seq = d.uvarint()
+	switch e.Kind {
+	case KindPublish:
+		e.Time = d.varint()
+		e.Key = d.string()
+		e.Payload = d.rest()
+	case KindLease, KindExtend:
+		e.Deliveries = d.u32()
+		e.Time = d.varint()
+		e.Nonce = binary.LittleEndian.Uint64(d.bytes(8))
+	case KindNack:
+		e.Deliveries = d.u32()
+		e.Time = d.varint()
+	case KindDeadLetter:
+		e.Deliveries = d.u32()
+		e.Time = d.varint()
+		e.Code = d.u32()
+		e.Reason = d.string()
+		e.Cause = d.string()
+	}
+	return e, d.finish(e.Kind)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// decoder reads fields from a record, remembering the first failure.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrBadEvent, what)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("empty record")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+// The encoder writes every varint in its shortest form, so a longer form
+// (a last byte of zero) is refused like any other malformed field: each
+// event has exactly one encoding.
+func canonical(b []byte, n int) bool { return n == 1 || b[n-1] != 0 }
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || !canonical(d.b, n) {
+		d.fail("bad unsigned field")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	v := d.uvarint()
+	if v > 1<<32-1 {
+		d.fail("field exceeds 32 bits")
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 || !canonical(d.b, n) {
+		d.fail("bad signed field")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if n < 0 || len(d.b) < n {
+		d.fail("field runs past the record")
+		return make([]byte, max(n, 0))
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	return b
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("string runs past the record")
+		return ""
+	}
+	return string(d.bytes(int(n)))
+}
+
+func (d *decoder) rest() []byte {
+	b := d.b
+	d.b = nil
+	return b
+}
+
+func (d *decoder) finish(k Kind) error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return fmt.Errorf("%s event: %w", k, d.err)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package index
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/wal"
+)
+
+func declared() *Index {
+	x := New()
+	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}})
+	return x
+}
+
+func pub(seq uint64, at int64, key string) *Event {
+	return &Event{Kind: KindPublish, Queue: 1, Seq: seq, Time: at, Key: key, Payload: []byte("p")}
+}
+
+// snapshot renders a queue's whole state, derived structures included, so
+// two queues can be compared.
+func snapshot(q *Queue, now int64) string {
+	q.Promote(now)
+	s := fmt.Sprintf("live=%d seen=%d exhausted=%d\n", q.Live(), q.SeenCount(), len(q.Exhausted()))
+	for seq := uint64(1); seq <= 64; seq++ {
+		if m := q.Get(seq); m != nil {
+			s += fmt.Sprintf("%d: state=%d del=%d at=%d nonce=%d pos=%v failed=%d %s %s key=%q\n",
+				seq, m.State, m.Deliveries, m.At, m.Nonce, m.Pos, m.FailedAt, m.Reason, m.Cause, m.Key)
+		}
+	}
+	var order []uint64
+	for {
+		m := q.NextReady()
+		if m == nil {
+			break
+		}
+		order = append(order, m.Seq)
+		q.ready.pop()
+	}
+	for _, seq := range order {
+		q.ready.push(q.Get(seq))
+	}
+	s += fmt.Sprintf("ready order %v\n", order)
+	for _, m := range q.DeadLetters(64) {
+		s += fmt.Sprintf("dead %d ", m.Seq)
+	}
+	return s
+}
+
+// randomEvents returns a plausible event stream for queue 1.
+func randomEvents(rng *rand.Rand, n int) []*Event {
+	var es []*Event
+	next := uint64(1)
+	for len(es) < n {
+		if next < 40 && rng.IntN(3) == 0 {
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = fmt.Sprintf("k%d", rng.IntN(8))
+			}
+			es = append(es, pub(next, int64(rng.IntN(100)), key))
+			next++
+			continue
+		}
+		seq := 1 + uint64(rng.IntN(int(next)))
+		kinds := []Kind{KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete}
+		e := &Event{Kind: kinds[rng.IntN(len(kinds))], Queue: 1, Seq: seq,
+			Deliveries: uint32(rng.IntN(4)), Time: int64(rng.IntN(100)), Nonce: rng.Uint64(), Reason: "R", Cause: "c"}
+		es = append(es, e)
+	}
+	return es
+}
+
+// Applying every event twice in a row gives the state applying it once
+// gives: events carry absolute values.
+func TestApplyIsIdempotent(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for round := 0; round < 200; round++ {
+		once, twice := declared(), declared()
+		for i, e := range randomEvents(rng, 60) {
+			pos := wal.MakePosition(1, 32+i)
+			once.Apply(pos, e)
+			twice.Apply(pos, e)
+			twice.Apply(pos, e)
+		}
+		require.Equal(t, snapshot(once.Queue("q"), 50), snapshot(twice.Queue("q"), 50), "round %d", round)
+	}
+}
+
+func TestReadyOrderIsOldestEnqueuedFirst(t *testing.T) {
+	x := declared()
+	for i, at := range []int64{30, 10, 20, 10} {
+		x.Apply(wal.MakePosition(1, 100+i), pub(uint64(i+1), at, ""))
+	}
+	q := x.Queue("q")
+	var got []uint64
+	for m := q.NextReady(); m != nil; m = q.NextReady() {
+		got = append(got, m.Seq)
+		q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 1000})
+	}
+	require.Equal(t, []uint64{2, 4, 3, 1}, got)
+}
+
+func TestPromoteLapsesLeasesAtTheirInstant(t *testing.T) {
+	x := declared()
+	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
+	q := x.Queue("q")
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50})
+	q.Promote(49)
+	require.Nil(t, q.NextReady())
+	q.Promote(50)
+	require.Equal(t, uint64(1), q.NextReady().Seq, "a lease lapses AT its expiry")
+
+	// On the last allowed delivery the lapse exhausts it instead.
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 2, Time: 80})
+	q.Promote(80)
+	require.Nil(t, q.NextReady())
+	require.Len(t, q.Exhausted(), 1)
+	_, _, _, dead := q.Counts()
+	require.Equal(t, 1, dead)
+	q.Apply(0, &Event{Kind: KindDeadLetter, Queue: 1, Seq: 1, Deliveries: 2, Time: 80, Reason: "LEASE_EXPIRED"})
+	require.Empty(t, q.Exhausted())
+	require.Equal(t, uint64(1), q.DeadLetters(5)[0].Seq)
+	require.Equal(t, 0, q.Live())
+}
+
+func TestDeadLettersOrderedByFailedAt(t *testing.T) {
+	x := declared()
+	q := x.Queue("q")
+	for i, failed := range []int64{30, 10, 20} {
+		seq := uint64(i + 1)
+		x.Apply(wal.MakePosition(1, 100+i), pub(seq, 0, ""))
+		q.Apply(0, &Event{Kind: KindDeadLetter, Queue: 1, Seq: seq, Time: failed})
+	}
+	var got []uint64
+	for _, m := range q.DeadLetters(10) {
+		got = append(got, m.Seq)
+	}
+	require.Equal(t, []uint64{2, 3, 1}, got)
+	require.Len(t, q.DeadLetters(2), 2)
+	q.Apply(0, &Event{Kind: KindReplay, Queue: 1, Seq: 3})
+	require.Len(t, q.DeadLetters(10), 2)
+	require.Equal(t, Ready, q.Get(3).State)
+	require.Zero(t, q.Get(3).Deliveries)
+}
+
+func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *testing.T) {
+	x := declared()
+	q := x.Queue("q")
+	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
+	x.Apply(wal.MakePosition(1, 200), pub(2, 150, "b"))
+	q.EvictSeen(110, 10) // a is exactly 10 old: kept
+	_, _, ok := q.Seen("a")
+	require.True(t, ok)
+	q.EvictSeen(111, 10)
+	_, _, ok = q.Seen("a")
+	require.False(t, ok)
+	q.EvictSeen(200, 100) // b is 50 old: kept; and the clock is now 200
+	q.EvictSeen(170, 10)  // backwards: nothing is evicted, although b is 20 old
+	_, _, ok = q.Seen("b")
+	require.True(t, ok)
+	// A key survives its message's ack.
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 500})
+	q.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: 2})
+	seq, at, ok := q.Seen("b")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), seq)
+	require.Equal(t, int64(150), at)
+}
+
+func TestPendingUntilCommit(t *testing.T) {
+	x := declared()
+	q := x.Queue("q")
+	q.Apply(0, pub(1, 5, "k"))
+	require.Equal(t, Pending, q.Get(1).State)
+	require.Equal(t, 1, q.Live(), "a pending publish holds capacity")
+	require.Nil(t, q.NextReady(), "and is not receivable")
+	q.Commit(1, wal.MakePosition(1, 64))
+	require.Equal(t, Ready, q.Get(1).State)
+	require.Equal(t, wal.MakePosition(1, 64), q.NextReady().Pos)
+}
+
+func TestEventsForUnknownMessagesAreOrphans(t *testing.T) {
+	x := declared()
+	x.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: 9})
+	x.Apply(0, &Event{Kind: KindAck, Queue: 7, Seq: 9})
+	require.Equal(t, 2, x.Orphans)
+}
+
+func TestNextSeqFollowsReplay(t *testing.T) {
+	x := declared()
+	x.Apply(wal.MakePosition(1, 100), pub(41, 0, ""))
+	require.Equal(t, uint64(42), x.NextSeq())
+	require.Equal(t, uint64(43), x.NextSeq())
+}

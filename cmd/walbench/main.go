@@ -4,14 +4,14 @@
 //
 // Usage:
 //
-//	walbench [-dir DIR] [-time 3s] [-probe-time 2s] [-warmup 200ms]
+//	walbench [-dir DIR] [-rounds 1] [-time 3s] [-probe-time 2s] [-warmup 200ms]
 //	         [-appenders 1,16,64] [-size 1024] [-sync always|interval|never]
 //	         [-segment-bytes N] [-json FILE]
 //
 // It makes a temporary directory under DIR (default: the current
 // directory) and removes it at the end, also after an error or Ctrl-C. In
-// it, it first probes the raw fdatasync rate for -probe-time each (0
-// skips the probes):
+// it, it runs -rounds rounds, back to back. Each round first probes the raw
+// fdatasync rate, for -probe-time each (0 skips every raw probe):
 //
 //   - raw overwrite: pwrite 4 KiB over a 64 MiB file written full of zeros
 //     and synced beforehand, sequentially, then fdatasync; again. This is
@@ -24,7 +24,23 @@
 // goroutines each calling Append with one record of -size bytes in a loop,
 // lets them warm up for -warmup, and measures for -time. Rates come from
 // the deltas of Log.Stats over the window, latencies from a histogram of
-// every Append started in it.
+// every Append started in it. Under -sync always, right after each such
+// run it probes once more for -probe-time:
+//
+//   - raw batch ceiling: like raw overwrite, but each pwrite writes B bytes,
+//     the run's mean bytes per fdatasync (Stats().BytesWritten delta ÷
+//     Stats().Syncs delta), at sequential offsets from 32, where a
+//     segment's first frame goes. (B ÷ (record size + 17 bytes of frame
+//     header)) × its fdatasyncs/s is the rate at which a writer that did
+//     nothing but write and sync batches of that size would make records
+//     durable on this disk, now.
+//
+// The disk of a shared machine is noisy: its fdatasync rate can change by
+// half within minutes. So every ratio is computed within a round, from
+// figures measured minutes apart at most, and with more than one round each
+// figure is summarized by its median over the rounds (the mean of the two
+// middle values for an even count): a ratio's median is the median of the
+// rounds' ratios, not the ratio of the medians.
 //
 // It prints one table, one row per workload:
 //
@@ -33,16 +49,24 @@
 //	p50, p99              latency of one Append (raw: one pwrite + fdatasync)
 //	fdatasyncs/s          Stats().Syncs delta per second (raw: loop iterations)
 //	records/fdatasync     Records delta / Syncs delta: the group-commit factor
-//	÷ raw overwrite fsync appends/s ÷ the raw overwrite probe's fdatasyncs/s
+//	÷ raw overwrite fsync appends/s ÷ the same round's raw overwrite fdatasyncs/s
+//	batch ceiling rec/s   the raw batch ceiling probe's records/s, as above
+//	÷ batch ceiling       appends/s ÷ the same round's batch ceiling
 //
-// and under it the date, CPUs, OS, kernel, Go version, file system and
-// directory. A column that does not apply shows "-". Measurements longer
-// than two seconds print their progress on stderr each second.
+// With more than one round, a "min–max" column after each ratio gives its
+// least and greatest value over the rounds, and a line under the table
+// says the figures are medians. Under the table come the date, CPUs, OS,
+// kernel, Go version, file system and directory. A column that does not
+// apply shows "-". Measurements longer than two seconds print their
+// progress on stderr each second; with more than one round, each round's
+// start is printed there too.
 //
 // Ctrl-C (or SIGTERM) stops the current measurement, prints what was
-// measured (the cut row marked "interrupted"), cleans up and exits 130; a
-// second Ctrl-C removes the directory and exits at once. Any error names
-// what failed and exits 1 after cleanup; bad flags exit 2.
+// measured (the cut row marked "interrupted", a row that fewer rounds
+// measured "k of N rounds"), cleans up and exits 130; a second Ctrl-C
+// removes the directory and exits at once. Any error names what failed
+// and exits 1 after cleanup, after printing the rows measured until then;
+// bad flags exit 2.
 //
 // # JSON
 //
@@ -59,6 +83,7 @@
 //	    "fs_magic":    string, statfs f_type in hex, e.g. "0xef53"
 //	    "dir":         string, the temporary directory used (removed)
 //	  },
+//	  "rounds": int, the -rounds given
 //	  "rows": [{
 //	    "workload":      string, as in the table
 //	    "kind":          "raw-overwrite" | "raw-append" | "wal"
@@ -66,22 +91,46 @@
 //	    "appenders":     int                                (wal only)
 //	    "bytes_per_op":  int, record size (wal) or 4096 (raw)
 //	    "segment_bytes": int, the -segment-bytes given      (wal only; absent: wal default)
-//	    "seconds":       float, length of the measured window
-//	    "interrupted":   bool, the window was cut short by Ctrl-C
-//	    "ops":           int, records appended (wal) or pwrite+fdatasync pairs (raw)
-//	    "fdatasyncs":    int, fdatasyncs in the window
-//	    "file_bytes":    int, bytes the log wrote, framing included (wal only)
-//	    "rotations":     int, segment rotations in the window (wal only; absent if none)
-//	    "latency_samples": int, latencies in the histogram
+//	    "rounds":        int, how many rounds measured this row (fewer than
+//	                     asked only after Ctrl-C or an error)
+//	    "seconds":       float, length of the measured windows, summed over the rounds
+//	    "interrupted":   bool, a window of the row (its run or its batch
+//	                     ceiling probe) was cut short by Ctrl-C
+//	    "ops":           int, records appended (wal) or pwrite+fdatasync pairs (raw),
+//	                     summed over the rounds
+//	    "fdatasyncs":    int, fdatasyncs in the windows, summed
+//	    "file_bytes":    int, bytes the log wrote, framing included, summed (wal only)
+//	    "rotations":     int, segment rotations in the windows, summed (wal only; absent if none)
+//	    "latency_samples": int, latencies in the histograms, summed
 //	    "appends_per_sec":       float or null (raw)
 //	    "mb_per_sec":            float
 //	    "p50_ns", "p99_ns", "mean_ns", "max_ns": int or null (no samples)
 //	    "fdatasyncs_per_sec":    float
 //	    "records_per_fdatasync": float or null (raw, or no fdatasync)
 //	    "vs_raw_overwrite":      float or null (raw, or no overwrite probe)
-//	    "notes": [string], what looked wrong in the log's counters (absent if nothing)
+//	    "vs_raw_overwrite_min", "vs_raw_overwrite_max": float, over the rounds
+//	                             (absent where vs_raw_overwrite is null)
+//	    "bytes_per_fdatasync":   float or null, file_bytes / fdatasyncs (raw, or no fdatasync)
+//	    "batch_ceiling_fdatasyncs_per_sec": float or null, the batch ceiling probe's
+//	                             (raw, sync other than always, or no probes)
+//	    "batch_ceiling_records_per_sec":    float or null, as in the table
+//	    "vs_batch_ceiling":      float or null, appends_per_sec / batch ceiling
+//	    "vs_batch_ceiling_min", "vs_batch_ceiling_max": float, over the rounds
+//	                             (absent where vs_batch_ceiling is null)
+//	    "notes": [string], what looked wrong in the log's counters, each
+//	             prefixed "round K: " with more than one round (absent if nothing)
+//	    "per_round": [{ each round's own figures, in round order: the fields
+//	             above but "rounds", the "_min"/"_max" ranges and "per_round",
+//	             with "round": int, 1-based, instead; figures of one window,
+//	             not sums or medians. The batch ceiling probe writes
+//	             round(bytes_per_fdatasync) bytes at a time. }, ...]
 //	  }, ...]
 //	}
+//
+// Of the figures of a row, the rates, latencies and ratios (every field
+// from appends_per_sec to vs_batch_ceiling) are medians over the rounds
+// that have them; the counts are sums. With one round, both are that
+// round's own figures.
 //
 // Percentiles are nearest-rank, from log-linear histograms accurate to
 // 0.4% (stats.go).
@@ -93,6 +142,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -101,6 +151,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -125,6 +176,9 @@ type config struct {
 	sync         wal.SyncMode
 	segmentBytes int64
 	jsonFile     string
+	rounds       int
+
+	fs vfs.FS // for tests: the logs' file system (nil: vfs.Default)
 }
 
 func main() {
@@ -203,33 +257,68 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	return code
 }
 
-// measure runs the probes and then the WAL workloads in dir, in order,
-// until ctx ends or one fails. It returns the rows measured so far with
-// the error.
+// measure runs cfg.rounds rounds in dir, until ctx ends or a measurement
+// fails, and summarizes them. It returns what was measured so far with the
+// error.
 func measure(ctx context.Context, progress io.Writer, dir string, cfg config) (report, error) {
-	rep := report{Machine: describeMachine(dir, time.Now())}
-	var overwriteRate float64
+	rep := report{Machine: describeMachine(dir, time.Now()), Rounds: cfg.rounds}
+	var (
+		rounds [][]row
+		err    error
+	)
+	for i := range cfg.rounds {
+		if ctx.Err() != nil {
+			break
+		}
+		if cfg.rounds > 1 {
+			fmt.Fprintf(progress, "round %d/%d\n", i+1, cfg.rounds)
+		}
+		var rows []row
+		rows, err = measureRound(ctx, progress, dir, cfg)
+		for j := range rows {
+			rows[j].Round = i + 1
+		}
+		if len(rows) > 0 {
+			rounds = append(rounds, rows)
+		}
+		if err != nil {
+			break
+		}
+	}
+	rep.Rows = summarize(rounds)
+	return rep, err
+}
+
+// measureRound runs the raw probes and then, for each count of appenders,
+// the WAL workload and its batch ceiling probe, in order, until ctx ends
+// or one fails. It returns the rows measured so far with the error; each
+// ratio in them is to a figure of this round.
+func measureRound(ctx context.Context, progress io.Writer, dir string, cfg config) ([]row, error) {
+	var (
+		rows          []row
+		overwriteRate float64
+	)
 	if cfg.probeTime > 0 {
-		for _, mode := range []probeMode{probeOverwrite, probeAppend} {
+		for _, spec := range []probeSpec{overwriteProbe, appendProbe} {
 			if ctx.Err() != nil {
-				return rep, nil
+				return rows, nil
 			}
-			p, err := probe(ctx, progress, dir, mode, cfg.probeTime)
+			p, err := probe(ctx, progress, dir, spec, cfg.probeTime)
 			if p.window.opened {
 				r := probeRow(p)
-				rep.Rows = append(rep.Rows, r)
-				if mode == probeOverwrite {
+				rows = append(rows, r)
+				if spec.mode == probeOverwrite {
 					overwriteRate = r.FdatasyncsPerSec
 				}
 			}
 			if err != nil {
-				return rep, err
+				return rows, err
 			}
 		}
 	}
 	for _, n := range cfg.appenders {
 		if ctx.Err() != nil {
-			return rep, nil
+			return rows, nil
 		}
 		w, err := runWAL(ctx, progress, dir, walLoad{
 			appenders:    n,
@@ -238,15 +327,30 @@ func measure(ctx context.Context, progress io.Writer, dir string, cfg config) (r
 			segmentBytes: cfg.segmentBytes,
 			warmup:       cfg.warmup,
 			duration:     cfg.duration,
+			fs:           cfg.fs,
 		})
-		if w.window.opened && err == nil {
-			rep.Rows = append(rep.Rows, walRow(w, overwriteRate))
+		if err != nil {
+			return rows, err
+		}
+		if !w.window.opened {
+			continue // interrupted in the warm-up: ctx is done
+		}
+		rows = append(rows, walRow(w, overwriteRate))
+		// Only under sync=always does every Append wait for an fdatasync,
+		// so that the disk's rate for such batches bounds the log's.
+		if cfg.probeTime <= 0 || cfg.sync != wal.SyncAlways || w.syncs == 0 || ctx.Err() != nil {
+			continue
+		}
+		batchBytes := int(math.Round(float64(w.fileBytes) / float64(w.syncs)))
+		p, err := probe(ctx, progress, dir, batchCeilingProbe(batchBytes), cfg.probeTime)
+		if p.window.opened {
+			rows[len(rows)-1].setBatchCeiling(p)
 		}
 		if err != nil {
-			return rep, err
+			return rows, err
 		}
 	}
-	return rep, nil
+	return rows, nil
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -267,6 +371,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&syncMode, "sync", "always", "wal sync `mode`: always, interval or never")
 	fs.Int64Var(&segmentBytes, "segment-bytes", 0, "wal segment size in `bytes` (0: the wal default, 64 MiB)")
 	fs.StringVar(&cfg.jsonFile, "json", "", "also write the results as JSON to `FILE`")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "run the probes and the workloads `N` times, back to back, and report medians")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: walbench [flags]\n\nMeasures the raw fdatasync rate of the disk and the WAL's append rate.\n\nFlags:")
 		fs.PrintDefaults()
@@ -279,6 +384,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.duration <= 0 {
 		return cfg, fmt.Errorf("-time %v: must be positive", cfg.duration)
+	}
+	if cfg.rounds < 1 {
+		return cfg, fmt.Errorf("-rounds %d: must be at least 1", cfg.rounds)
 	}
 	if cfg.probeTime < 0 {
 		return cfg, fmt.Errorf("-probe-time %v: must not be negative", cfg.probeTime)

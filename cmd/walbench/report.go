@@ -8,17 +8,23 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/walbroker/walbroker/segment"
 )
 
 // report is everything walbench measured; its JSON form is documented in
 // main.go.
 type report struct {
 	Machine machine `json:"machine"`
+	Rounds  int     `json:"rounds"` // the -rounds asked for
 	Rows    []row   `json:"rows"`
 }
 
 // row is one line of the table. Pointer fields are nil where the column
 // does not apply: "-" in the table, null in the JSON.
+//
+// A row is either one round's measurement of a workload (Round set) or
+// the summary of its rounds (Rounds and PerRound set): see summarize.
 type row struct {
 	Workload     string  `json:"workload"`
 	Kind         string  `json:"kind"`
@@ -26,6 +32,8 @@ type row struct {
 	Appenders    int     `json:"appenders,omitempty"`
 	BytesPerOp   int     `json:"bytes_per_op"`
 	SegmentBytes int64   `json:"segment_bytes,omitempty"`
+	Round        int     `json:"round,omitempty"`  // 1-based; one round's row only
+	Rounds       int     `json:"rounds,omitempty"` // rounds summarized; a summary only
 	Seconds      float64 `json:"seconds"`
 	Interrupted  bool    `json:"interrupted"`
 
@@ -44,8 +52,20 @@ type row struct {
 	FdatasyncsPerSec    float64  `json:"fdatasyncs_per_sec"`
 	RecordsPerFdatasync *float64 `json:"records_per_fdatasync"`
 	VsRawOverwrite      *float64 `json:"vs_raw_overwrite"`
+	VsRawOverwriteMin   *float64 `json:"vs_raw_overwrite_min,omitempty"`
+	VsRawOverwriteMax   *float64 `json:"vs_raw_overwrite_max,omitempty"`
 
-	Notes []string `json:"notes,omitempty"`
+	// The batch ceiling: the raw probe run right after a sync=always WAL
+	// workload, writing that workload's mean bytes per fdatasync.
+	BytesPerFdatasync            *float64 `json:"bytes_per_fdatasync"`
+	BatchCeilingFdatasyncsPerSec *float64 `json:"batch_ceiling_fdatasyncs_per_sec"`
+	BatchCeilingPerSec           *float64 `json:"batch_ceiling_records_per_sec"`
+	VsBatchCeiling               *float64 `json:"vs_batch_ceiling"`
+	VsBatchCeilingMin            *float64 `json:"vs_batch_ceiling_min,omitempty"`
+	VsBatchCeilingMax            *float64 `json:"vs_batch_ceiling_max,omitempty"`
+
+	Notes    []string `json:"notes,omitempty"`
+	PerRound []row    `json:"per_round,omitempty"`
 }
 
 const (
@@ -57,7 +77,7 @@ const (
 func probeRow(p probeResult) row {
 	secs := p.window.elapsed.Seconds()
 	r := row{
-		Workload:         fmt.Sprintf("raw %v: pwrite 4 KiB + fdatasync", p.mode),
+		Workload:         fmt.Sprintf("raw %v: pwrite 4 KiB + fdatasync", p.spec.mode),
 		Kind:             kindRawAppend,
 		BytesPerOp:       probeWriteBytes,
 		Seconds:          secs,
@@ -67,15 +87,15 @@ func probeRow(p probeResult) row {
 		MBPerSec:         rate(p.syncs*probeWriteBytes, secs) / 1e6,
 		FdatasyncsPerSec: rate(p.syncs, secs),
 	}
-	if p.mode == probeOverwrite {
+	if p.spec.mode == probeOverwrite {
 		r.Kind = kindRawOverwrite
 	}
 	r.setLatency(p.hist)
 	return r
 }
 
-// walRow makes the row of w; overwriteRate is the raw overwrite probe's
-// fdatasyncs/s, zero if it did not run.
+// walRow makes the row of w; overwriteRate is the fdatasyncs/s of the raw
+// overwrite probe of the same round, zero if it did not run.
 func walRow(w walResult, overwriteRate float64) row {
 	secs := w.window.elapsed.Seconds()
 	r := row{
@@ -99,12 +119,33 @@ func walRow(w walResult, overwriteRate float64) row {
 	r.AppendsPerSec = &appends
 	if w.syncs > 0 {
 		r.RecordsPerFdatasync = ptr(float64(w.records) / float64(w.syncs))
+		r.BytesPerFdatasync = ptr(float64(w.fileBytes) / float64(w.syncs))
 	}
 	if overwriteRate > 0 {
 		r.VsRawOverwrite = ptr(appends / overwriteRate)
 	}
 	r.setLatency(w.hist)
 	return r
+}
+
+// setBatchCeiling adds to a WAL row the batch ceiling probe p, which wrote
+// the row's bytes per fdatasync: the records per second a writer that did
+// nothing but pwrite and fdatasync such batches would make durable.
+func (r *row) setBatchCeiling(p probeResult) {
+	syncRate := p.syncsPerSec()
+	ceiling := batchCeiling(p.spec.writeBytes, r.BytesPerOp, syncRate)
+	r.BatchCeilingFdatasyncsPerSec = &syncRate
+	r.BatchCeilingPerSec = &ceiling
+	if ceiling > 0 && r.AppendsPerSec != nil {
+		r.VsBatchCeiling = ptr(*r.AppendsPerSec / ceiling)
+	}
+	r.Interrupted = r.Interrupted || p.interrupted
+}
+
+// batchCeiling is the records per second that syncsPerSec fdatasyncs of
+// batchBytes each make durable, with records of recordBytes in frames.
+func batchCeiling(batchBytes, recordBytes int, syncsPerSec float64) float64 {
+	return float64(batchBytes) / float64(segment.Size(recordBytes)) * syncsPerSec
 }
 
 func (r *row) setLatency(h *Histogram) {
@@ -129,8 +170,10 @@ func rate(n int64, secs float64) float64 {
 func ptr[T any](v T) *T { return &v }
 
 // printTable writes the rows as an aligned table, the notes and then the
-// machine facts.
+// machine facts. With more than one round it adds the min–max of each
+// ratio over the rounds, and says what the figures are.
 func printTable(out io.Writer, rep report) error {
+	multi := rep.Rounds > 1
 	width := len("workload")
 	names := make([]string, len(rep.Rows))
 	for i, r := range rep.Rows {
@@ -138,23 +181,60 @@ func printTable(out io.Writer, rep report) error {
 		if r.Interrupted {
 			names[i] += " (interrupted)"
 		}
+		if multi && r.Rounds < rep.Rounds {
+			names[i] += fmt.Sprintf(" (%d of %d rounds)", r.Rounds, rep.Rounds)
+		}
 		width = max(width, len([]rune(names[i])))
+	}
+	spread := func(lo, hi *float64) string {
+		if lo == nil || hi == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f–%.2f", *lo, *hi)
 	}
 	// Numbers read best right-aligned. The workload column is padded here
 	// so that it stays left-aligned, and every other cell starts with the
 	// gap, so that the table does not start with one.
 	tw := tabwriter.NewWriter(out, 0, 0, 0, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\t  appends/s\t  MB/s\t  p50\t  p99\t  fdatasyncs/s\t  records/fdatasync\t  ÷ raw overwrite fsync\t\n", width, "workload")
+	header := []string{"appends/s", "MB/s", "p50", "p99", "fdatasyncs/s", "records/fdatasync", "÷ raw overwrite fsync"}
+	if multi {
+		header = append(header, "min–max")
+	}
+	header = append(header, "batch ceiling rec/s", "÷ batch ceiling")
+	if multi {
+		header = append(header, "min–max")
+	}
+	fmt.Fprintf(tw, "%-*s\t", width, "workload")
+	for _, h := range header {
+		fmt.Fprintf(tw, "  %s\t", h)
+	}
+	fmt.Fprintln(tw)
 	for i, r := range rep.Rows {
-		fmt.Fprintf(tw, "%-*s\t  %s\t  %.2f\t  %s\t  %s\t  %.0f\t  %s\t  %s\t\n", width, names[i],
-			orDash(r.AppendsPerSec, "%.0f"), r.MBPerSec,
+		cells := []string{
+			orDash(r.AppendsPerSec, "%.0f"), fmt.Sprintf("%.2f", r.MBPerSec),
 			latency(r.P50Ns), latency(r.P99Ns),
-			r.FdatasyncsPerSec,
+			fmt.Sprintf("%.0f", r.FdatasyncsPerSec),
 			orDash(r.RecordsPerFdatasync, "%.1f"),
-			orDash(r.VsRawOverwrite, "%.2f"))
+			orDash(r.VsRawOverwrite, "%.2f"),
+		}
+		if multi {
+			cells = append(cells, spread(r.VsRawOverwriteMin, r.VsRawOverwriteMax))
+		}
+		cells = append(cells, orDash(r.BatchCeilingPerSec, "%.0f"), orDash(r.VsBatchCeiling, "%.2f"))
+		if multi {
+			cells = append(cells, spread(r.VsBatchCeilingMin, r.VsBatchCeilingMax))
+		}
+		fmt.Fprintf(tw, "%-*s\t", width, names[i])
+		for _, c := range cells {
+			fmt.Fprintf(tw, "  %s\t", c)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if multi {
+		fmt.Fprintf(out, "medians of %d rounds; each ÷ is the median of the ratios within a round, min–max over the rounds beside it\n", rep.Rounds)
 	}
 	for _, r := range rep.Rows {
 		for _, n := range r.Notes {

@@ -15,11 +15,11 @@ import (
 
 // recordFS is vfs.Default, except that writes of records (any write not at
 // offset 0 that is not all zeros: segment preparation writes only zeros
-// and the header at offset 0) go through onRecordWrite first. A non-nil
-// error from it fails the write.
+// and the header at offset 0) go through onRecordWrite first, with the
+// name of the file. A non-nil error from it fails the write.
 type recordFS struct {
 	vfs.FS
-	onRecordWrite func() error
+	onRecordWrite func(name string) error
 }
 
 type recordFile struct {
@@ -37,7 +37,7 @@ func (fs *recordFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File,
 
 func (f recordFile) WriteAt(p []byte, off int64) (int, error) {
 	if off != 0 && strings.ContainsFunc(string(p), func(r rune) bool { return r != 0 }) {
-		if err := f.fs.onRecordWrite(); err != nil {
+		if err := f.fs.onRecordWrite(f.Name()); err != nil {
 			return 0, err
 		}
 	}
@@ -77,7 +77,7 @@ func TestRunWAL(t *testing.T) {
 
 func TestRunWALAppendFails(t *testing.T) {
 	errDisk := errors.New("injected write error")
-	fs := &recordFS{FS: vfs.Default, onRecordWrite: func() error { return errDisk }}
+	fs := &recordFS{FS: vfs.Default, onRecordWrite: func(string) error { return errDisk }}
 	w := walLoad{appenders: 3, recordBytes: 10, segmentBytes: 64 << 10, duration: 5 * time.Second, fs: fs}
 	dir := t.TempDir()
 	start := time.Now()
@@ -96,7 +96,7 @@ func TestRunWALAppendFails(t *testing.T) {
 
 func TestRunWALHangs(t *testing.T) {
 	release := make(chan struct{})
-	fs := &recordFS{FS: vfs.Default, onRecordWrite: func() error { <-release; return nil }}
+	fs := &recordFS{FS: vfs.Default, onRecordWrite: func(string) error { <-release; return nil }}
 	defer close(release) // let the stuck writer go once the test is done
 	w := walLoad{
 		appenders:    2,
@@ -131,17 +131,35 @@ func TestRunWALInterrupted(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
-	for _, mode := range []probeMode{probeOverwrite, probeAppend} {
+	for _, spec := range []probeSpec{overwriteProbe, appendProbe, batchCeilingProbe(3 * 1041)} {
 		dir := t.TempDir()
-		res, err := probe(context.Background(), io.Discard, dir, mode, 100*time.Millisecond)
+		res, err := probe(context.Background(), io.Discard, dir, spec, 100*time.Millisecond)
 		if err != nil {
-			t.Fatalf("%v probe: %v", mode, err)
+			t.Fatalf("%v: %v", spec, err)
 		}
 		if res.syncs == 0 || res.hist.Count() != uint64(res.syncs) {
-			t.Errorf("%v probe: %d syncs, %d latencies", mode, res.syncs, res.hist.Count())
+			t.Errorf("%v: %d syncs, %d latencies", spec, res.syncs, res.hist.Count())
 		}
 		if names, _ := os.ReadDir(dir); len(names) != 0 {
-			t.Errorf("%v probe left files behind: %v", mode, names)
+			t.Errorf("%v left files behind: %v", spec, names)
+		}
+	}
+}
+
+func TestProbeFileBytes(t *testing.T) {
+	for _, tc := range []struct {
+		spec probeSpec
+		want int64
+	}{
+		{overwriteProbe, probeFileBytes},
+		{batchCeilingProbe(1041), probeFileBytes},
+		{batchCeilingProbe(probeFileBytes - 32), probeFileBytes},
+		// One write past the end: the file grows by whole prefill chunks.
+		{batchCeilingProbe(probeFileBytes - 31), probeFileBytes + prefillChunk},
+		{batchCeilingProbe(3 * probeFileBytes), 3*probeFileBytes + prefillChunk},
+	} {
+		if got := tc.spec.fileBytes(); got != tc.want {
+			t.Errorf("%v: fileBytes = %d, want %d", tc.spec, got, tc.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ const (
 	inNone heapID = iota
 	inReady
 	inTimers
+	inFinals
 )
 
 func (h *msgHeap) Len() int { return len(h.items) }

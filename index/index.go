@@ -60,7 +60,7 @@ func (x *Index) declare(id uint32, name string, p Policy) *Queue {
 			// not written by this code.
 			return q
 		}
-		q.Policy = p
+		q.setPolicy(p)
 		return q
 	}
 	q := newQueue(id, name, p)

@@ -36,6 +36,10 @@ type Message struct {
 	// lease lapses.
 	At    int64
 	Nonce uint64 // the current lease's
+	// Lapsed records that Promote saw this Leased message's lease lapse: it
+	// stays lapsed even if the clock then goes backwards. It is a view of
+	// time, not state of the log: a replay recomputes it.
+	Lapsed bool
 	// The dead letter, when State is Dead.
 	FailedAt int64
 	Code     uint32
@@ -55,7 +59,8 @@ type Queue struct {
 
 	msgs      map[uint64]*Message
 	ready     msgHeap    // Ready and receivable now, by EnqueuedAt
-	timers    msgHeap    // Ready later, or Leased, by At
+	timers    msgHeap    // Ready later, or Leased with deliveries left, by At
+	finals    msgHeap    // Leased on their last allowed delivery, by At
 	exhausted []*Message // leases that lapsed on their last delivery
 	dead      []*Message // by FailedAt, then Seq
 	live      int        // Pending, Ready or Leased
@@ -71,6 +76,7 @@ func newQueue(id uint32, name string, p Policy) *Queue {
 		msgs:       map[uint64]*Message{},
 		ready:      msgHeap{less: byEnqueued, id: inReady},
 		timers:     msgHeap{less: byDue, id: inTimers},
+		finals:     msgHeap{less: byDue, id: inFinals},
 		seen:       map[string]seenKey{},
 		lastEvicts: math.MinInt64,
 	}
@@ -139,6 +145,8 @@ func (q *Queue) detach(m *Message) {
 		q.ready.remove(m)
 	case inTimers:
 		q.timers.remove(m)
+	case inFinals:
+		q.finals.remove(m)
 	}
 	if i := slices.Index(q.exhausted, m); i >= 0 {
 		q.exhausted = slices.Delete(q.exhausted, i, i+1)
@@ -151,7 +159,7 @@ func (q *Queue) detach(m *Message) {
 			q.dead = slices.Delete(q.dead, i, i+1)
 		}
 	}
-	m.State = 0
+	m.State, m.Lapsed = 0, false
 }
 
 // attach puts m, whose fields are set, into the structures of state s.
@@ -166,7 +174,11 @@ func (q *Queue) attach(m *Message, s State) {
 		}
 		q.live++
 	case Leased:
-		q.timers.push(m)
+		if q.final(m) {
+			q.finals.push(m)
+		} else {
+			q.timers.push(m)
+		}
 		q.live++
 	case Dead:
 		i, _ := slices.BinarySearchFunc(q.dead, m, byFailed)
@@ -204,6 +216,10 @@ func (q *Queue) Commit(seq uint64, pos wal.Position) {
 // Get returns the message seq, or nil.
 func (q *Queue) Get(seq uint64) *Message { return q.msgs[seq] }
 
+// final reports whether a Leased message is on its last allowed delivery:
+// when its lease lapses it dies instead of becoming receivable.
+func (q *Queue) final(m *Message) bool { return int64(m.Deliveries) >= q.Policy.MaxDeliveries }
+
 // Promote moves every message whose At has come (At <= now) to the
 // receivable set: a delayed message, or one whose lease lapsed. A lapsed
 // lease on a message delivered maxDeliveries times or more is not made
@@ -212,14 +228,50 @@ func (q *Queue) Promote(now int64) {
 	for {
 		m := q.timers.peek()
 		if m == nil || m.At > now {
-			return
+			break
 		}
 		q.timers.pop()
-		if m.State == Leased && int64(m.Deliveries) >= q.Policy.MaxDeliveries {
-			q.exhausted = append(q.exhausted, m)
-			continue
+		if m.State == Leased {
+			m.Lapsed = true
 		}
 		q.ready.push(m)
+	}
+	for {
+		m := q.finals.peek()
+		if m == nil || m.At > now {
+			break
+		}
+		q.finals.pop()
+		m.Lapsed = true
+		q.exhausted = append(q.exhausted, m)
+	}
+}
+
+// setPolicy changes the policy; leases are re-sorted if what counts as a
+// last delivery changed.
+func (q *Queue) setPolicy(p Policy) {
+	old := q.Policy.MaxDeliveries
+	q.Policy = p
+	if p.MaxDeliveries == old {
+		return
+	}
+	var leased []*Message
+	for _, m := range append(append([]*Message(nil), q.timers.items...), q.finals.items...) {
+		if m.State == Leased {
+			leased = append(leased, m)
+		}
+	}
+	for _, m := range leased {
+		if m.heap == inTimers {
+			q.timers.remove(m)
+		} else {
+			q.finals.remove(m)
+		}
+		if q.final(m) {
+			q.finals.push(m)
+		} else {
+			q.timers.push(m)
+		}
 	}
 }
 
@@ -231,8 +283,9 @@ func (q *Queue) Exhausted() []*Message { return q.exhausted }
 // nil. Call Promote first.
 func (q *Queue) NextReady() *Message { return q.ready.peek() }
 
-// NextDue returns the earliest At of the messages not yet receivable, and
-// whether there is one.
+// NextDue returns the earliest At at which a message not yet receivable
+// becomes receivable by itself (a retry delay ending, a lease lapsing with
+// deliveries left), and whether there is one.
 func (q *Queue) NextDue() (int64, bool) {
 	if m := q.timers.peek(); m != nil {
 		return m.At, true
@@ -251,11 +304,20 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 			delayed++
 		}
 	}
+	leased += q.finals.Len()
 	return ready, leased, delayed, len(q.dead) + len(q.exhausted)
 }
 
-// Live is the count of messages that hold capacity: Pending, Ready, Leased.
-func (q *Queue) Live() int { return q.live }
+// Live is the count of messages that hold capacity: Pending, Ready and
+// Leased, less the exhausted ones (as of the last Promote), which are on
+// their way to the dead-letter store.
+func (q *Queue) Live() int { return q.live - len(q.exhausted) }
+
+// LeaseLive reports whether m's lease is held at now: m is Leased, its
+// lease has not lapsed (at At exactly, it has), and no Promote saw it lapse.
+func LeaseLive(m *Message, now int64) bool {
+	return m.State == Leased && !m.Lapsed && now < m.At
+}
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first.
 func (q *Queue) DeadLetters(max int) []*Message {

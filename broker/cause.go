@@ -1,0 +1,75 @@
+package broker
+
+import "errors"
+
+// Reasons a broker records that no cause spelled out itself.
+const (
+	// ReasonUnexplained is recorded for a nil cause: the consumer said only
+	// that it failed.
+	ReasonUnexplained = "UNEXPLAINED"
+	// ReasonUnclassified is recorded for a cause with no Reason() string
+	// method in its chain (or only an empty one). Its Error text is never
+	// written to disk; the broker logs it, keyed by the message ID.
+	ReasonUnclassified = "UNCLASSIFIED"
+	// ReasonNotRetryable is recorded for a [DoNotRetry] around an error
+	// with no reason of its own.
+	ReasonNotRetryable = "NOT_RETRYABLE"
+	// ReasonLeaseExpired is recorded for a message that ran out of
+	// deliveries with no consumer ever reporting anything: every lease
+	// lapsed. It is also the reason of [LeaseExpired].
+	ReasonLeaseExpired = "LEASE_EXPIRED"
+)
+
+// The small interfaces the classified-cause rule looks for with errors.As,
+// so that users' error types take part without importing this package.
+type (
+	reasoner interface{ Reason() string }
+	coder    interface{ Code() uint32 }
+	publicer interface{ Public() string }
+)
+
+// classify splits the cause given to Nack or Reject into what a dead letter
+// records: the reason, the dotted-quad code and the wire-safe public text.
+// Each part is the first one errors.As finds in cause's chain, so they may
+// come from different errors of the chain.
+//
+//   - nil: UNEXPLAINED, 0, "".
+//   - a Reason in the chain (an empty one counts as none): that reason, with
+//     the code and public text found.
+//   - no Reason: UNCLASSIFIED, with whatever code and public text were found
+//     (only a Code gives UNCLASSIFIED with that code, only a Public
+//     UNCLASSIFIED with that text).
+//   - DoNotRetry around an error with no Reason: NOT_RETRYABLE; around a
+//     classified error: that error's reason.
+//
+// unclassified reports that the cause carried no Reason of its own (a bare
+// DoNotRetry mark does not count as one). The caller must then log the
+// cause's Error text — it may hold payload bytes — to its *slog.Logger with
+// the message ID, and never write it to disk; nothing of cause but the
+// three returned parts is ever persisted.
+func classify(cause error) (reason string, code uint32, public string, unclassified bool) {
+	if cause == nil {
+		return ReasonUnexplained, 0, "", false
+	}
+	var c coder
+	if errors.As(cause, &c) {
+		code = c.Code()
+	}
+	var p publicer
+	if errors.As(cause, &p) {
+		public = p.Public()
+	}
+	var r reasoner
+	if errors.As(cause, &r) {
+		if n, ok := r.(*notRetryable); ok {
+			if own := n.ownReason(); own != "" {
+				return own, code, public, false
+			}
+			return ReasonNotRetryable, code, public, true
+		}
+		if reason = r.Reason(); reason != "" {
+			return reason, code, public, false
+		}
+	}
+	return ReasonUnclassified, code, public, true
+}

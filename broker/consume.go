@@ -1,0 +1,431 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// ConsumeOptions configures [Consume]. The zero value is valid: one
+// message at a time, one handler at a time, no lease extension, nothing
+// logged. Consume copies it; the Logger is retained until Consume returns.
+type ConsumeOptions struct {
+	// Batch is the most messages one Receive asks for. Zero means 1;
+	// negative is refused ([InvalidBatchSize]). Consume never asks for more
+	// than there are free handler slots.
+	Batch int
+	// Concurrency is how many handlers run at once. Zero means 1; negative
+	// is refused ([InvalidBatchSize]).
+	Concurrency int
+	// PollInterval is how long Consume waits after an empty Receive when
+	// the broker is not a [Waker], and after a Receive error other than
+	// [Closed]. Zero means 100ms; negative is refused
+	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
+	PollInterval time.Duration
+	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
+	// Consume renew the lease of every running handler this often, by
+	// ExtendBy. Zero means no extension; negative is refused
+	// ([QueueMisconfigured]).
+	ExtendEvery time.Duration
+	// ExtendBy is how far each renewal reaches, measured from the renewal.
+	// Zero means 2×ExtendEvery; negative, or not above ExtendEvery (the
+	// lease would lapse before the next renewal), is refused
+	// ([QueueMisconfigured]) when ExtendEvery is positive.
+	ExtendBy time.Duration
+	// Logger receives what Consume cannot return: handler failures and
+	// panics (with the panic value and stack), refused Ack, Nack and
+	// Extend calls, and Receive errors, each with the message ID where
+	// there is one. Nil discards them.
+	Logger *slog.Logger
+}
+
+const (
+	defaultPollInterval = 100 * time.Millisecond
+	// minIdleWait is the shortest wait that counts as waiting: an idle wait
+	// that ends sooner, when Receive keeps finding nothing, backs off from
+	// this to PollInterval so that Consume never spins.
+	minIdleWait = time.Millisecond
+)
+
+// errHandlerPanicked is the cause Consume nacks a panicking handler's
+// delivery with. It carries no Reason, so it is recorded as UNCLASSIFIED,
+// and its text holds nothing of the panic: the panic value may contain
+// payload bytes, so it goes to the Logger only.
+var errHandlerPanicked = errors.New("broker: handler panicked; the panic value and stack are in the consumer's log under the message ID")
+
+// Consume receives messages from b and runs h on each until ctx ends.
+//
+// Each delivery runs h in its own goroutine, at most opts.Concurrency at
+// once, with a context derived from ctx. When h returns nil the delivery
+// is acked; an error marked with [DoNotRetry] rejects it (nacks it when b
+// is not a [Rejecter]); any other error nacks it with that error as cause.
+// A panic in h is recovered and nacked with a cause that carries no reason,
+// so it is recorded as UNCLASSIFIED; the panic value and stack go to
+// opts.Logger only, with the message ID.
+//
+// When Receive finds nothing, Consume waits: on b's [Waker] when it has one
+// (Wake is called before each Receive, so nothing published in between is
+// missed), never past the [WakeValue.In] it named, or for PollInterval
+// when b is not a Waker. It never spins: when a wait that should block ends
+// at once and Receive still finds nothing, it backs off from 1ms.
+//
+// With opts.ExtendEvery set and b a [LeaseExtender], every running
+// handler's lease is renewed on a ticker and the final Ack or Nack uses the
+// newest receipt. When a renewal finds the lease lapsed, the handler's
+// context is cancelled (its work is now a duplicate) and its delivery is
+// neither acked nor nacked.
+//
+// Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
+// in flight at shutdown is settled cleanly; their errors are logged, never
+// fatal. A Receive error that is [Closed] ends Consume and is returned;
+// any other is logged and retried after PollInterval. When ctx ends,
+// Consume stops receiving, waits for every running handler and its Ack or
+// Nack, and returns ctx.Err(). It returns an error at once for a nil b or
+// h, or an option it refuses.
+//
+// Several Consume calls may share one broker, in one process or many; each
+// leaves no goroutine behind when it returns.
+func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) error {
+	c, err := newConsumer(b, h, opts)
+	if err != nil {
+		return err
+	}
+	err = c.loop(ctx)
+	c.inflight.Wait()
+	return err
+}
+
+// consumer is the state of one Consume call.
+type consumer struct {
+	b        Broker
+	h        Handler
+	waker    Waker         // nil when b is not one
+	rejecter Rejecter      // nil when b is not one
+	extender LeaseExtender // nil when b is not one or no extension was asked for
+	log      *slog.Logger
+
+	batch       int
+	poll        time.Duration
+	extendEvery time.Duration
+	extendBy    time.Duration
+
+	// slots holds one token per handler running or about to run: a send
+	// takes a slot, a receive frees one.
+	slots    chan struct{}
+	inflight sync.WaitGroup
+	// streak counts consecutive idle waits that ended at once with Receive
+	// still finding nothing. Only the loop goroutine touches it.
+	streak int
+}
+
+func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
+	if b == nil || h == nil {
+		return nil, errors.New("broker: Consume needs a broker and a handler")
+	}
+	refuse := func(format string, sentinel *Error, args ...any) error {
+		return fmt.Errorf("broker: Consume: "+format+": %w", append(args, sentinel)...)
+	}
+	switch {
+	case opts.Batch < 0:
+		return nil, refuse("Batch %d must not be negative", InvalidBatchSize, opts.Batch)
+	case opts.Concurrency < 0:
+		return nil, refuse("Concurrency %d must not be negative", InvalidBatchSize, opts.Concurrency)
+	case opts.PollInterval < 0:
+		return nil, refuse("PollInterval %v must not be negative", QueueMisconfigured, opts.PollInterval)
+	case opts.ExtendEvery < 0:
+		return nil, refuse("ExtendEvery %v must not be negative", QueueMisconfigured, opts.ExtendEvery)
+	}
+	c := &consumer{
+		b:           b,
+		h:           h,
+		log:         opts.Logger,
+		batch:       max(opts.Batch, 1),
+		poll:        opts.PollInterval,
+		extendEvery: opts.ExtendEvery,
+		extendBy:    opts.ExtendBy,
+		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.poll == 0 {
+		c.poll = defaultPollInterval
+	}
+	c.waker, _ = b.(Waker)
+	c.rejecter, _ = b.(Rejecter)
+	if c.extendEvery > 0 {
+		if c.extendBy == 0 {
+			c.extendBy = time.Duration(math.MaxInt64)
+			if c.extendEvery <= math.MaxInt64/2 {
+				c.extendBy = 2 * c.extendEvery
+			}
+		}
+		if c.extendBy <= c.extendEvery {
+			return nil, refuse("ExtendBy %v must exceed ExtendEvery %v, or the lease lapses between renewals", QueueMisconfigured, c.extendBy, c.extendEvery)
+		}
+		if c.extender, _ = b.(LeaseExtender); c.extender == nil {
+			c.log.Warn("walbroker: ExtendEvery is set but the broker cannot extend leases; leases will not be renewed")
+		}
+	}
+	return c, nil
+}
+
+// loop receives and dispatches until ctx ends or Receive reports Closed.
+func (c *consumer) loop(ctx context.Context) error {
+	for {
+		n, ok := c.acquire(ctx)
+		if !ok {
+			return ctx.Err()
+		}
+		var wake WakeValue
+		if c.waker != nil {
+			wake = c.waker.Wake() // before Receive: see Waker
+		}
+		ds, err := c.b.Receive(ctx, n)
+		c.dispatch(ctx, ds, n)
+		switch {
+		case err != nil && errors.Is(err, Closed):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			c.log.ErrorContext(ctx, "walbroker: receive failed; retrying", "error", err, "retry_in", c.poll)
+			if !sleep(ctx, c.poll) {
+				return ctx.Err()
+			}
+		case len(ds) > 0:
+			c.streak = 0
+		default:
+			if !c.idle(ctx, wake) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// acquire waits for a free handler slot, then takes as many more as are
+// free, up to the batch size. It returns how many it took, or false when
+// ctx ended first.
+func (c *consumer) acquire(ctx context.Context) (int, bool) {
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for n < c.batch {
+		select {
+		case c.slots <- struct{}{}:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+// dispatch starts a handler goroutine for each delivery and frees the slots
+// reserved for deliveries that did not come.
+func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
+	if len(ds) > reserved {
+		c.log.WarnContext(ctx, "walbroker: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
+	}
+	for i, d := range ds {
+		if i >= reserved {
+			// They are leased all the same: run them, within the bound.
+			c.slots <- struct{}{}
+		}
+		c.inflight.Add(1)
+		go c.handle(ctx, d)
+	}
+	for i := len(ds); i < reserved; i++ {
+		<-c.slots
+	}
+}
+
+// idle waits after an empty Receive; wake is what Wake returned before it.
+// It returns false when ctx ended.
+func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
+	floor := c.backoff()
+	start := time.Now()
+	var signal <-chan struct{}
+	wait, timed := c.poll, true
+	if c.waker != nil && wake.Signal != nil {
+		signal = wake.Signal
+		wait, timed = wake.In, wake.Scheduled
+	}
+	if !timed || wait > 0 {
+		var timer <-chan time.Time
+		if timed {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-signal:
+		case <-timer:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if time.Since(start) >= minIdleWait {
+		c.streak = 0
+		return true
+	}
+	// The wait ended at once (In <= 0, a tiny In or PollInterval, or a
+	// signal already closed), and the previous Receive found nothing.
+	// Retry at once the first time; after that, back off.
+	c.streak++
+	return sleep(ctx, floor-time.Since(start))
+}
+
+// backoff is the shortest an idle wait may last after c.streak waits in a
+// row ended at once: 0, then 1ms doubling up to PollInterval (at least 1ms).
+func (c *consumer) backoff() time.Duration {
+	if c.streak == 0 {
+		return 0
+	}
+	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
+}
+
+// sleep waits d, or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// handle runs the handler on d, keeps its lease, and settles the outcome.
+// It holds one slot, which it frees when the settling call has returned.
+func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
+	defer func() {
+		<-c.slots
+		c.inflight.Done()
+	}()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	settleCtx := context.WithoutCancel(ctx)
+	stop := c.keepLease(settleCtx, cancel, d)
+	herr := c.call(hctx, d)
+	receipt, lost := stop()
+	if lost {
+		return
+	}
+	c.settle(settleCtx, d, receipt, herr)
+}
+
+// call runs the handler, turning a panic into errHandlerPanicked.
+func (c *consumer) call(ctx context.Context, d DeliveryValue) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.ErrorContext(ctx, "walbroker: handler panicked; nacking",
+				"message", d.Message.ID, "deliveries", d.Deliveries,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = errHandlerPanicked
+		}
+	}()
+	return c.h(ctx, d)
+}
+
+// keepLease renews d's lease every extendEvery while the handler runs, when
+// extension was asked for. The returned stop ends the renewals, waits for
+// one in flight, and returns the newest receipt and whether the lease was
+// lost; when it was, cancel has been called and the loss logged.
+func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
+	receipt := d.Lease.Receipt
+	if c.extender == nil {
+		return func() (ReceiptValue, bool) { return receipt, false }
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	lost := false
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(c.extendEvery)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ticker.C:
+			}
+			select {
+			case <-quit: // the handler finished while the tick was pending
+				return
+			default:
+			}
+			lease, err := c.extender.Extend(ctx, receipt, c.extendBy)
+			switch {
+			case err == nil:
+				receipt = lease.Receipt
+			case errors.Is(err, LeaseExpired) || errors.Is(err, UnknownReceipt):
+				lost = true
+				c.log.WarnContext(ctx, "walbroker: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
+				cancel()
+				return
+			default:
+				c.log.ErrorContext(ctx, "walbroker: lease extension failed; will retry",
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
+			}
+		}
+	}()
+	return func() (ReceiptValue, bool) {
+		close(quit)
+		<-done
+		return receipt, lost
+	}
+}
+
+// settle acks, rejects or nacks d under receipt according to the handler's
+// error, and logs what the broker refused.
+func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptValue, herr error) {
+	attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
+	if herr == nil {
+		if err := c.b.Ack(ctx, receipt); err != nil {
+			c.refused(ctx, "ack", err, attrs)
+		}
+		return
+	}
+	if IsDoNotRetry(herr) && c.rejecter != nil {
+		c.log.WarnContext(ctx, "walbroker: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
+		if err := c.rejecter.Reject(ctx, receipt, herr); err != nil {
+			c.refused(ctx, "reject", err, attrs)
+		}
+		return
+	}
+	c.log.WarnContext(ctx, "walbroker: handler failed; nacking", append(attrs, "error", herr)...)
+	nv, err := c.b.Nack(ctx, receipt, herr)
+	switch {
+	case err != nil:
+		c.refused(ctx, "nack", err, attrs)
+	case nv.DeadLettered:
+		c.log.WarnContext(ctx, "walbroker: message dead-lettered after its last delivery", attrs...)
+	}
+}
+
+// refused logs a settling call the broker refused. A lapsed lease is
+// expected now and then (the handler outran it) and is a warning.
+func (c *consumer) refused(ctx context.Context, call string, err error, attrs []any) {
+	attrs = append(attrs, "call", call, "error", err)
+	if errors.Is(err, LeaseExpired) {
+		c.log.WarnContext(ctx, "walbroker: lease lapsed before the handler finished; the message may be delivered again", attrs...)
+		return
+	}
+	c.log.ErrorContext(ctx, "walbroker: broker refused to settle a delivery", attrs...)
+}

@@ -1,0 +1,404 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	eventually = 5 * time.Second
+	tick       = time.Millisecond
+)
+
+func ackAll(context.Context, DeliveryValue) error { return nil }
+
+func TestConsumeAcksOnNil(t *testing.T) {
+	f := newFake()
+	for _, p := range []string{"a", "b", "c"} {
+		f.Publish(context.Background(), []byte(p))
+	}
+	var mu sync.Mutex
+	var seen []string
+	r := startConsume(t, f, func(_ context.Context, d DeliveryValue) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, string(d.Message.Payload))
+		return nil
+	}, ConsumeOptions{})
+	require.Eventually(t, func() bool { return f.count("ack") == 3 }, eventually, tick)
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.ElementsMatch(t, []string{"a", "b", "c"}, seen)
+	require.Len(t, f.calls(), 3, "only acks")
+}
+
+func TestConsumeNacksWithError(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("x"))
+	boom := errors.New("boom")
+	startConsume(t, f, func(context.Context, DeliveryValue) error {
+		return errors.Join(errors.New("context"), boom)
+	}, ConsumeOptions{})
+	require.Eventually(t, func() bool { return f.count("nack") == 1 }, eventually, tick)
+	c := f.calls()[0]
+	require.Equal(t, "nack", c.call)
+	require.ErrorIs(t, c.cause, boom)
+}
+
+func TestConsumeRejectsDoNotRetry(t *testing.T) {
+	boom := errors.New("boom")
+	h := func(context.Context, DeliveryValue) error { return DoNotRetry(boom) }
+
+	t.Run("rejecter", func(t *testing.T) {
+		f := newFake()
+		f.Publish(context.Background(), []byte("x"))
+		startConsume(t, f, h, ConsumeOptions{})
+		require.Eventually(t, func() bool { return f.count("reject") == 1 }, eventually, tick)
+		c := f.calls()[0]
+		require.True(t, IsDoNotRetry(c.cause))
+		require.ErrorIs(t, c.cause, boom)
+	})
+	t.Run("not a rejecter: nack", func(t *testing.T) {
+		f := newFake()
+		f.Publish(context.Background(), []byte("x"))
+		startConsume(t, plainBroker{f}, h, ConsumeOptions{PollInterval: 5 * time.Millisecond})
+		require.Eventually(t, func() bool { return f.count("nack") == 1 }, eventually, tick)
+		require.True(t, IsDoNotRetry(f.calls()[0].cause))
+	})
+}
+
+func TestConsumeRecoversPanic(t *testing.T) {
+	f := newFake()
+	bad := f.publishAt([]byte("bad"), time.Time{})
+	log, logs := newTestLogger()
+	startConsume(t, f, func(_ context.Context, d DeliveryValue) error {
+		if string(d.Message.Payload) == "bad" {
+			panic("secret-payload-bytes")
+		}
+		return nil
+	}, ConsumeOptions{Logger: log})
+	require.Eventually(t, func() bool { return f.count("nack") == 1 }, eventually, tick)
+
+	c := f.calls()[0]
+	require.Equal(t, bad.ID, c.id)
+	var r interface{ Reason() string }
+	require.False(t, errors.As(c.cause, &r), "a panic's cause carries no reason")
+	reason, code, public, unclassified := classify(c.cause)
+	require.Equal(t, ReasonUnclassified, reason)
+	require.Zero(t, code)
+	require.Empty(t, public)
+	require.True(t, unclassified)
+	require.NotContains(t, c.cause.Error(), "secret")
+
+	text := logs.String()
+	require.Contains(t, text, "secret-payload-bytes")
+	require.Contains(t, text, bad.ID)
+	require.Contains(t, text, "consume.go", "the stack is logged")
+
+	// Consume goes on after a panic.
+	f.Publish(context.Background(), []byte("good"))
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+}
+
+// gatedHandler blocks every handler until the gate closes, counting the
+// handlers running at once and the most ever seen.
+type gatedHandler struct {
+	gate    chan struct{}
+	running atomic.Int64
+	most    atomic.Int64
+}
+
+func newGated() *gatedHandler { return &gatedHandler{gate: make(chan struct{})} }
+
+func (g *gatedHandler) handle(ctx context.Context, _ DeliveryValue) error {
+	n := g.running.Add(1)
+	defer g.running.Add(-1)
+	for {
+		m := g.most.Load()
+		if n <= m || g.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	select {
+	case <-g.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestConsumeConcurrencyBound(t *testing.T) {
+	f := newFake()
+	for range 12 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	g := newGated()
+	startConsume(t, f, g.handle, ConsumeOptions{Batch: 10, Concurrency: 3})
+	require.Eventually(t, func() bool { return g.running.Load() == 3 }, eventually, tick)
+
+	// Every slot is busy: Consume waits for one to free, it does not poll.
+	receives := f.receives.Load()
+	require.Never(t, func() bool { return f.receives.Load() != receives || g.running.Load() > 3 }, 100*time.Millisecond, 5*time.Millisecond)
+
+	close(g.gate)
+	require.Eventually(t, func() bool { return f.count("ack") == 12 }, eventually, tick)
+	require.EqualValues(t, 3, g.most.Load())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.receiveMax {
+		require.LessOrEqual(t, m, 3, "never asks for more than the free slots")
+	}
+}
+
+func TestConsumeBatch(t *testing.T) {
+	t.Run("honoured", func(t *testing.T) {
+		f := newFake()
+		for range 8 {
+			f.Publish(context.Background(), []byte("x"))
+		}
+		g := newGated()
+		startConsume(t, f, g.handle, ConsumeOptions{Batch: 4, Concurrency: 8})
+		require.Eventually(t, func() bool { return g.running.Load() == 8 }, eventually, tick)
+		close(g.gate)
+		require.Eventually(t, func() bool { return f.count("ack") == 8 }, eventually, tick)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		require.Equal(t, 4, f.receiveMax[0])
+		require.Equal(t, 4, f.receiveLen[0])
+		for _, m := range f.receiveMax {
+			require.LessOrEqual(t, m, 4)
+		}
+	})
+	t.Run("zero means one", func(t *testing.T) {
+		f := newFake()
+		for range 5 {
+			f.Publish(context.Background(), []byte("x"))
+		}
+		startConsume(t, f, ackAll, ConsumeOptions{Concurrency: 3})
+		require.Eventually(t, func() bool { return f.count("ack") == 5 }, eventually, tick)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, m := range f.receiveMax {
+			require.Equal(t, 1, m)
+		}
+	})
+}
+
+func TestConsumeRefusesOptions(t *testing.T) {
+	f := newFake()
+	for _, tc := range []struct {
+		name string
+		opts ConsumeOptions
+		want error
+	}{
+		{"negative Batch", ConsumeOptions{Batch: -1}, InvalidBatchSize},
+		{"negative Concurrency", ConsumeOptions{Concurrency: -1}, InvalidBatchSize},
+		{"negative PollInterval", ConsumeOptions{PollInterval: -1}, QueueMisconfigured},
+		{"negative ExtendEvery", ConsumeOptions{ExtendEvery: -1}, QueueMisconfigured},
+		{"negative ExtendBy", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: -1}, QueueMisconfigured},
+		{"ExtendBy not above ExtendEvery", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: time.Second}, QueueMisconfigured},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Consume(context.Background(), f, ackAll, tc.opts)
+			require.ErrorIs(t, err, tc.want)
+			require.Zero(t, f.receives.Load())
+		})
+	}
+	require.Error(t, Consume(context.Background(), f, nil, ConsumeOptions{}))
+	require.Error(t, Consume(context.Background(), nil, ackAll, ConsumeOptions{}))
+}
+
+func TestConsumeWakesOnPublish(t *testing.T) {
+	f := newFake()
+	// PollInterval is an hour: only the Wake signal can bring the message.
+	r := startConsume(t, f, ackAll, ConsumeOptions{PollInterval: time.Hour})
+	require.Eventually(t, func() bool { return f.receives.Load() >= 1 }, eventually, tick)
+
+	idle := f.receives.Load()
+	require.Never(t, func() bool { return f.receives.Load() != idle }, 200*time.Millisecond, 5*time.Millisecond, "an idle consumer of a Waker does not spin or poll")
+
+	f.Publish(context.Background(), []byte("x"))
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, 2*time.Second, tick)
+	require.LessOrEqual(t, f.receives.Load()-idle, int64(3))
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Zero(t, f.receiveNoWake, "Wake is called before every Receive")
+}
+
+func TestConsumeNeverSleepsPastWakeIn(t *testing.T) {
+	f := newFake()
+	later := f.publishAt([]byte("later"), f.clock.Now().Add(50*time.Millisecond))
+	w := f.Wake()
+	require.True(t, w.Scheduled)
+	require.Greater(t, w.In, time.Duration(0))
+
+	// Nothing closes the signal from here on: only a timer of In can wake it.
+	startConsume(t, f, ackAll, ConsumeOptions{PollInterval: time.Hour})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, 2*time.Second, tick)
+	require.Equal(t, later.ID, f.calls()[0].id)
+	require.LessOrEqual(t, f.receives.Load(), int64(4), "it waited, it did not poll")
+}
+
+func TestConsumeNeverSpins(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	for _, tc := range []struct {
+		name  string
+		wake  func() WakeValue
+		poll  time.Duration
+		least time.Duration // the backoff's sum over the first 12 waits, less slack
+	}{
+		{"signal always closed", func() WakeValue { return WakeValue{Signal: closed} }, 0, 100 * time.Millisecond},
+		{"scheduled now", func() WakeValue { return WakeValue{Signal: make(chan struct{}), Scheduled: true} }, 0, 100 * time.Millisecond},
+		{"scheduled in the past", func() WakeValue { return WakeValue{Signal: make(chan struct{}), In: -time.Hour, Scheduled: true} }, 0, 100 * time.Millisecond},
+		{"scheduled in a microsecond", func() WakeValue { return WakeValue{Signal: make(chan struct{}), In: time.Microsecond, Scheduled: true} }, 0, 100 * time.Millisecond},
+		{"nil signal polls", func() WakeValue { return WakeValue{} }, 5 * time.Millisecond, 50 * time.Millisecond},
+		{"tiny PollInterval", nil, time.Nanosecond, 9 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b Broker
+			e := &emptyBroker{wake: tc.wake}
+			b = e
+			if tc.wake == nil {
+				b = struct{ Broker }{e} // not a Waker
+			}
+			start := time.Now()
+			startConsume(t, b, ackAll, ConsumeOptions{PollInterval: tc.poll})
+			require.Eventually(t, func() bool { return e.receives.Load() >= 12 }, eventually, tick)
+			require.GreaterOrEqual(t, time.Since(start), tc.least)
+		})
+	}
+}
+
+func TestConsumeNotAWakerPolls(t *testing.T) {
+	f := newFake()
+	startConsume(t, plainBroker{f}, ackAll, ConsumeOptions{PollInterval: 5 * time.Millisecond})
+	require.Eventually(t, func() bool { return f.receives.Load() >= 3 }, eventually, tick)
+	f.Publish(context.Background(), []byte("x"))
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+}
+
+func TestConsumeExtendsLease(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	var first ReceiptValue
+	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		first = d.Lease.Receipt
+		for range 3 {
+			select {
+			case <-f.extended:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.GreaterOrEqual(t, len(f.extends), 3)
+	require.Equal(t, first, f.extends[0].old)
+	for i := 1; i < len(f.extends); i++ {
+		require.Equal(t, f.extends[i-1].new, f.extends[i].old, "each extension uses the newest receipt")
+	}
+	require.Equal(t, f.extends[len(f.extends)-1].new, f.settled[0].receipt, "acked with the newest receipt")
+	require.NotEqual(t, first, f.settled[0].receipt)
+}
+
+func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	log, logs := newTestLogger()
+	started := make(chan struct{})
+	var cancelled atomic.Bool
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		<-ctx.Done()
+		cancelled.Store(true)
+		return ctx.Err()
+	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute, Logger: log})
+	select {
+	case <-started:
+	case <-time.After(eventually):
+		t.Fatal("handler did not start")
+	}
+	f.clock.Advance(time.Hour) // the lease lapses behind the handler's back
+	require.Eventually(t, cancelled.Load, eventually, tick, "the handler's context is cancelled")
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.Empty(t, f.calls(), "a lost lease is neither acked nor nacked")
+	require.Contains(t, logs.String(), "lease lost")
+}
+
+func TestConsumeShutdownWaitsForHandlers(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("x"))
+	started, gate := make(chan struct{}), make(chan struct{})
+	var sawCancel atomic.Bool
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		<-gate
+		sawCancel.Store(ctx.Err() != nil)
+		return nil
+	}, ConsumeOptions{})
+	<-started
+	r.cancel()
+	require.Never(t, r.returned, 100*time.Millisecond, 5*time.Millisecond, "Consume waits for the handler")
+	close(gate)
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+	require.True(t, sawCancel.Load(), "the handler's context derives from Consume's")
+	require.Equal(t, 1, f.count("ack"), "acked after cancel: settling ignores cancellation")
+}
+
+func TestConsumeAlreadyCancelled(t *testing.T) {
+	f := newFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, Consume(ctx, f, ackAll, ConsumeOptions{}), context.Canceled)
+	require.Zero(t, f.receives.Load())
+}
+
+func TestConsumeClosedEndsIt(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("x"))
+	r := startConsume(t, f, ackAll, ConsumeOptions{})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+	f.Close()
+	require.ErrorIs(t, r.wait(t), Closed)
+}
+
+func TestConsumeRetriesReceiveErrors(t *testing.T) {
+	f := newFake()
+	f.receiveErrs = []error{errors.New("disk hiccup")}
+	f.Publish(context.Background(), []byte("x"))
+	log, logs := newTestLogger()
+	startConsume(t, f, ackAll, ConsumeOptions{PollInterval: 5 * time.Millisecond, Logger: log})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+	require.Contains(t, logs.String(), "disk hiccup")
+}
+
+func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
+	f := newFake()
+	f.ackErrs = []error{errors.New("transient"), LeaseExpired}
+	for range 3 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	log, logs := newTestLogger()
+	var handled atomic.Int64
+	r := startConsume(t, f, func(context.Context, DeliveryValue) error {
+		handled.Add(1)
+		return nil
+	}, ConsumeOptions{Logger: log})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 && handled.Load() == 3 }, eventually, tick)
+	require.False(t, r.returned())
+	text := logs.String()
+	require.Contains(t, text, "transient")
+	require.Contains(t, text, "lease lapsed")
+}

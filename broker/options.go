@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// SyncMode says which calls wait for the device. Every mode is group
+// committed: concurrent calls share each fdatasync.
+type SyncMode uint8
+
+const (
+	// SyncAll, the default: every call that changes state (Publish*, the
+	// lease a Receive takes, Ack, Nack, Reject, Extend, replay, delete)
+	// returns only after an fdatasync covers its event. "It returned, so it
+	// is on the device."
+	SyncAll SyncMode = iota
+	// SyncPublish: publishes as under SyncAll; every other event is written
+	// to the log file before its call returns (a process crash keeps it)
+	// and reaches the device with the next commit, or within SyncInterval
+	// (a power loss may lose the last few: at-least-once permits a
+	// redelivery, never a lost publish).
+	SyncPublish
+	// SyncNone: nothing waits for the device; a background commit every
+	// SyncInterval bounds what a power loss can take; a process crash loses
+	// nothing that a call returned for.
+	SyncNone
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAll:
+		return "all"
+	case SyncPublish:
+		return "publish"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncMode(%d)", uint8(m))
+}
+
+// Options configures a Store. The zero value is a safe default.
+type Options struct {
+	// Now is the broker's clock: enqueue instants, lease deadlines, retry
+	// delays and dedup windows are measured on it. Nil means time.Now.
+	Now func() time.Time
+	// Sync is which calls wait for the device; see SyncMode.
+	Sync SyncMode
+	// SyncInterval bounds how long a written event waits for an fdatasync
+	// when nothing else asks for one. Zero means 100 ms.
+	SyncInterval time.Duration
+	// SegmentBytes is the size of each log segment file. Zero means 64 MiB.
+	// One publish (a whole batch) must fit in one segment.
+	SegmentBytes int64
+	// Logger receives what the store must not write to disk (the text of
+	// unclassified handler failures, keyed by message ID) and what recovery
+	// found. Nil discards.
+	Logger *slog.Logger
+	// Salvage opens a log with mid-log corruption by skipping the damaged
+	// spans (the damaged files are copied aside first) and reporting what
+	// was skipped, instead of refusing with Corrupt.
+	Salvage bool
+	// FS is the file system; nil means the real one. Tests inject faults
+	// through it.
+	FS vfs.FS
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sync > SyncNone {
+		return o, fmt.Errorf("broker: unknown Options.Sync %d: %w", o.Sync, QueueMisconfigured)
+	}
+	if o.SyncInterval < 0 {
+		return o, fmt.Errorf("broker: negative Options.SyncInterval %v: %w", o.SyncInterval, QueueMisconfigured)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+func (o Options) walOptions() wal.Options {
+	w := wal.Options{
+		FS:           o.FS,
+		SegmentBytes: o.SegmentBytes,
+		SyncInterval: o.SyncInterval,
+		Salvage:      o.Salvage,
+		Logger:       o.Logger,
+		Sync:         wal.SyncAlways,
+	}
+	if o.Sync == SyncNone {
+		w.Sync = wal.SyncInterval
+	}
+	return w
+}
+
+// durable reports whether an event must be fdatasynced before its call
+// returns.
+func (o Options) durable(publish bool) bool {
+	switch o.Sync {
+	case SyncAll:
+		return true
+	case SyncPublish:
+		return publish
+	}
+	return false
+}

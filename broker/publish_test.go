@@ -1,0 +1,385 @@
+package broker_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func TestPublishMintsIDAndEnqueuedAtOnBrokerClock(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	m1 := mustPublish(t, q, "a")
+	e.clock.Advance(time.Second)
+	m2 := mustPublish(t, q, "b")
+
+	require.NotEmpty(t, m1.ID)
+	require.NotEqual(t, m1.ID, m2.ID, "IDs are unique within a queue")
+	requireSameInstant(t, t0, m1.EnqueuedAt)
+	requireSameInstant(t, t0.Add(time.Second), m2.EnqueuedAt)
+	require.Equal(t, "a", string(m1.Payload))
+}
+
+func TestPublishDoesNotRetainPayload(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	buf := []byte("original")
+	m, err := q.Publish(ctx(t), buf)
+	require.NoError(t, err)
+	copy(buf, "XXXXXXXX") // the caller reuses its slice
+	require.Equal(t, "original", string(m.Payload))
+	require.Equal(t, "original", string(mustReceiveOne(t, q).Message.Payload))
+}
+
+func TestEmptyPayloadIsLegitimate(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	for _, p := range [][]byte{nil, {}} {
+		m, err := q.Publish(ctx(t), p)
+		require.NoError(t, err)
+		d := mustReceiveOne(t, q)
+		require.Equal(t, m.ID, d.Message.ID)
+		require.Empty(t, d.Message.Payload)
+		require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+	}
+}
+
+func TestPayloadAboveMaxMessageBytesIsMessageTooLarge(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 10 }))
+	_, err := q.Publish(ctx(t), bytes.Repeat([]byte("x"), 10))
+	require.NoError(t, err, "a payload of exactly MaxMessageBytes fits")
+	_, err = q.Publish(ctx(t), bytes.Repeat([]byte("x"), 11))
+	requireErrorIs(t, err, broker.MessageTooLarge, "11", "10")
+	_, err = q.PublishKeyed(ctx(t), "k", bytes.Repeat([]byte("x"), 11))
+	requireErrorIs(t, err, broker.MessageTooLarge)
+	_, err = q.PublishBatch(ctx(t), [][]byte{[]byte("ok"), bytes.Repeat([]byte("x"), 11)})
+	requireErrorIs(t, err, broker.MessageTooLarge)
+
+	ds := mustReceive(t, q, 10)
+	require.Len(t, ds, 1, "nothing of a refused publish is enqueued")
+	require.Equal(t, int64(1), q.Stats().Published)
+}
+
+func TestDefaultMaxMessageBytesIsOneMiB(t *testing.T) {
+	require.Equal(t, 1<<20, broker.DefaultMaxMessageBytes)
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	_, err := q.Publish(ctx(t), make([]byte, broker.DefaultMaxMessageBytes))
+	require.NoError(t, err)
+	_, err = q.Publish(ctx(t), make([]byte, broker.DefaultMaxMessageBytes+1))
+	requireErrorIs(t, err, broker.MessageTooLarge)
+}
+
+func TestDuplicateKeyReturnsOriginal(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	orig, err := q.PublishKeyed(ctx(t), "order-1", []byte("first"))
+	require.NoError(t, err)
+	e.clock.Advance(time.Minute)
+	dup, err := q.PublishKeyed(ctx(t), "order-1", []byte("second"))
+	require.NoError(t, err, "a duplicate is admitted, not refused")
+	require.Equal(t, orig.ID, dup.ID)
+	requireSameInstant(t, orig.EnqueuedAt, dup.EnqueuedAt)
+
+	ds := mustReceive(t, q, 10)
+	require.Len(t, ds, 1, "nothing is enqueued for a duplicate")
+	require.Equal(t, "first", string(ds[0].Message.Payload))
+}
+
+func TestDuplicateKeyReturnsOriginalEvenAfterAck(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	orig, err := q.PublishKeyed(ctx(t), "order-1", []byte("first"))
+	require.NoError(t, err)
+	require.NoError(t, q.Ack(ctx(t), mustReceiveOne(t, q).Lease.Receipt))
+
+	dup, err := q.PublishKeyed(ctx(t), "order-1", []byte("again"))
+	require.NoError(t, err)
+	require.Equal(t, orig.ID, dup.ID)
+	requireSameInstant(t, orig.EnqueuedAt, dup.EnqueuedAt)
+	requireNoneReceivable(t, q, "the side effect already ran once")
+}
+
+func TestDuplicateKeyAdmittedWhenFull(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+	orig, err := q.PublishKeyed(ctx(t), "k", []byte("a"))
+	require.NoError(t, err)
+	_, err = q.Publish(ctx(t), []byte("b"))
+	requireErrorIs(t, err, broker.QueueFull)
+
+	dup, err := q.PublishKeyed(ctx(t), "k", []byte("a"))
+	require.NoError(t, err, "a duplicate is admitted even when the queue is full")
+	require.Equal(t, orig.ID, dup.ID)
+	st := q.Stats()
+	require.Equal(t, int64(1), st.Duplicates)
+	require.Equal(t, int64(1), st.Shed, "the duplicate is not counted as shed")
+}
+
+func TestShedPublishDoesNotEnterSeenSet(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+	mustPublish(t, q, "filler")
+	_, err := q.PublishKeyed(ctx(t), "k", []byte("shed"))
+	requireErrorIs(t, err, broker.QueueFull)
+
+	require.NoError(t, q.Ack(ctx(t), mustReceiveOne(t, q).Lease.Receipt))
+	m, err := q.PublishKeyed(ctx(t), "k", []byte("retry"))
+	require.NoError(t, err)
+	d := mustReceiveOne(t, q)
+	require.Equal(t, m.ID, d.Message.ID, "the retry of a shed publish is a new message, not a duplicate")
+	require.Equal(t, "retry", string(d.Message.Payload))
+	require.Equal(t, int64(0), q.Stats().Duplicates)
+}
+
+func TestDedupKeyEvictedOnlyWhenStrictlyOlderThanWindow(t *testing.T) {
+	e := newEnv(t)
+	const window = time.Hour
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+	orig, err := q.PublishKeyed(ctx(t), "k", []byte("a"))
+	require.NoError(t, err)
+
+	e.clock.Set(t0.Add(window)) // exactly the window old: still remembered
+	dup, err := q.PublishKeyed(ctx(t), "k", []byte("b"))
+	require.NoError(t, err)
+	require.Equal(t, orig.ID, dup.ID)
+
+	e.clock.Set(t0.Add(window + time.Nanosecond)) // strictly older: forgotten
+	fresh, err := q.PublishKeyed(ctx(t), "k", []byte("c"))
+	require.NoError(t, err)
+	require.NotEqual(t, orig.ID, fresh.ID)
+	requireSameInstant(t, t0.Add(window+time.Nanosecond), fresh.EnqueuedAt)
+	require.Len(t, mustReceive(t, q, 10), 2)
+}
+
+func TestDefaultDedupWindowIsSixHours(t *testing.T) {
+	require.Equal(t, 6*time.Hour, broker.DefaultDedupWindow)
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	orig, err := q.PublishKeyed(ctx(t), "k", nil)
+	require.NoError(t, err)
+	e.clock.Set(t0.Add(6 * time.Hour))
+	dup, err := q.PublishKeyed(ctx(t), "k", nil)
+	require.NoError(t, err)
+	require.Equal(t, orig.ID, dup.ID)
+	e.clock.Advance(time.Nanosecond)
+	fresh, err := q.PublishKeyed(ctx(t), "k", nil)
+	require.NoError(t, err)
+	require.NotEqual(t, orig.ID, fresh.ID)
+}
+
+func TestClockGoingBackwardsEvictsNothing(t *testing.T) {
+	e := newEnv(t)
+	const window = time.Hour
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+	e.clock.Set(t0.Add(10 * time.Hour))
+	_, err := q.PublishKeyed(ctx(t), "late", []byte("x")) // the broker has seen t0+10h
+	require.NoError(t, err)
+
+	e.clock.Set(t0) // the clock jumps back
+	a, err := q.PublishKeyed(ctx(t), "early", []byte("a"))
+	require.NoError(t, err)
+	e.clock.Set(t0.Add(2 * time.Hour)) // "early" is 2h old, but the clock is still behind t0+10h
+	dup, err := q.PublishKeyed(ctx(t), "early", []byte("b"))
+	require.NoError(t, err)
+	require.Equal(t, a.ID, dup.ID, "nothing is evicted while the clock is behind what it was")
+	dupLate, err := q.PublishKeyed(ctx(t), "late", []byte("y"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), q.Stats().Duplicates, "a key enqueued 'in the future' is not evicted either: %v", dupLate.ID)
+}
+
+func TestDedupKeyLengthRules(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	_, err := q.PublishKeyed(ctx(t), "", []byte("x"))
+	requireErrorIs(t, err, broker.InvalidDedupKey, "0 bytes")
+	_, err = q.PublishKeyed(ctx(t), strings.Repeat("k", 257), []byte("x"))
+	requireErrorIs(t, err, broker.InvalidDedupKey, "257")
+	_, err = q.PublishKeyed(ctx(t), strings.Repeat("k", 256), []byte("x"))
+	require.NoError(t, err, "a 256-byte key is allowed")
+	require.Len(t, mustReceive(t, q, 10), 1)
+}
+
+func TestPublishBatchReturnsEveryMessageInOrder(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	ms, err := q.PublishBatch(ctx(t), [][]byte{[]byte("a"), {}, []byte("c")})
+	require.NoError(t, err)
+	require.Len(t, ms, 3)
+	ds := mustReceive(t, q, 10)
+	require.Equal(t, []string{ms[0].ID, ms[1].ID, ms[2].ID}, ids(ds))
+	require.Equal(t, []string{"a", "", "c"}, []string{string(ds[0].Message.Payload), string(ds[1].Message.Payload), string(ds[2].Message.Payload)})
+	require.Equal(t, int64(3), q.Stats().Published)
+
+	_, err = q.PublishBatch(ctx(t), nil)
+	requireErrorIs(t, err, broker.InvalidBatchSize)
+}
+
+func TestPublishBatchAllOrNothingOnCapacity(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 3 }))
+	mustPublish(t, q, "one")
+	_, err := q.PublishBatch(ctx(t), [][]byte{[]byte("a"), []byte("b"), []byte("c")})
+	requireErrorIs(t, err, broker.QueueFull)
+	require.Equal(t, 1, q.Stats().Ready, "a batch that does not fit is refused whole")
+
+	ms, err := q.PublishBatch(ctx(t), [][]byte{[]byte("a"), []byte("b")})
+	require.NoError(t, err, "a batch that fits exactly is admitted")
+	require.Len(t, ms, 2)
+	require.Equal(t, 3, q.Stats().Ready)
+}
+
+func TestQueueFullRefusesPublishAndCountsShed(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 2 }))
+	mustPublish(t, q, "a")
+	mustPublish(t, q, "b")
+	_, err := q.Publish(ctx(t), []byte("c"))
+	requireErrorIs(t, err, broker.QueueFull, "2")
+	st := q.Stats()
+	require.Equal(t, int64(1), st.Shed)
+	require.Equal(t, int64(2), st.Published)
+	require.Equal(t, 2, st.Ready)
+}
+
+func TestCapacityCountsReadyLeasedAndDelayed(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 3; p.RetryDelay = time.Hour }))
+	mustPublish(t, q, "leased")
+	mustPublish(t, q, "delayed")
+	mustPublish(t, q, "ready")
+	ds := mustReceive(t, q, 2)
+	mustNack(t, q, ds[1].Lease.Receipt, nil)
+	st := q.Stats()
+	require.Equal(t, [3]int{1, 1, 1}, [3]int{st.Ready, st.Leased, st.Delayed})
+	_, err := q.Publish(ctx(t), []byte("x"))
+	requireErrorIs(t, err, broker.QueueFull)
+
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+	mustPublish(t, q, "fits after an ack")
+}
+
+func TestCapacityDoesNotCountDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+	mustPublish(t, q, "a")
+	require.NoError(t, q.Reject(ctx(t), mustReceiveOne(t, q).Lease.Receipt, nil))
+	require.Equal(t, 1, q.Stats().DeadLetters)
+	mustPublish(t, q, "b")
+}
+
+// A message whose last lease lapsed is a dead letter from that instant
+// (Stats says so); it must stop holding capacity then, not only once some
+// later Receive or DeadLetters call happens to sweep it.
+func TestCapacityDoesNotCountMessageWhoseLastLeaseLapsed(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 1; p.MaxDeliveries = 1 }))
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	e.clock.Set(d.Lease.ExpiresAt)
+	st := q.Stats()
+	require.Equal(t, 1, st.DeadLetters, "the last lease lapsed: the message is dead")
+	require.Equal(t, 0, st.Leased+st.Ready+st.Delayed)
+	_, err := q.Publish(ctx(t), []byte("b"))
+	require.NoError(t, err, "dead letters do not count toward Capacity")
+}
+
+func TestQueueNameRules(t *testing.T) {
+	e := newEnv(t)
+	good := []string{"a", "A", "0", "jobs", "a.b", "a..b", "a_b-c.D9", "x.", "_", "-", strings.Repeat("n", 64)}
+	for _, name := range good {
+		_, err := e.s.Queue(name, policy())
+		require.NoError(t, err, "name %q is allowed", name)
+	}
+	bad := map[string]string{
+		"":                      "0 bytes",
+		strings.Repeat("n", 65): "65 bytes",
+		".":                     "'.'",
+		"..":                    "'.'",
+		".hidden":               "'.'",
+		"a/b":                   "'/'",
+		"../x":                  "'.'",
+		`a\b`:                   `'\\'`,
+		"a b":                   "' '",
+		"a:b":                   "':'",
+		"é":                     "byte 0",
+		"a\x00":                 "byte 1",
+		"tab\t":                 "byte 3",
+	}
+	for name, mention := range bad {
+		_, err := e.s.Queue(name, policy())
+		requireErrorIs(t, err, broker.QueueMisconfigured, "queue name", mention)
+	}
+	require.ElementsMatch(t, good, e.s.Queues(), "a refused name declares nothing")
+}
+
+func TestQueueIsSameForName(t *testing.T) {
+	e := newEnv(t)
+	a := e.queue("jobs", policy())
+	b := e.queue("jobs", policy())
+	require.Same(t, a, b)
+	e.queue("alpha", policy())
+	require.Equal(t, []string{"alpha", "jobs"}, e.s.Queues())
+}
+
+func TestPolicyRefusedNamesField(t *testing.T) {
+	e := newEnv(t)
+	cases := map[string]func(*broker.PolicyValue){
+		"VisibilityTimeout": func(p *broker.PolicyValue) { p.VisibilityTimeout = 0 },
+		"MaxDeliveries":     func(p *broker.PolicyValue) { p.MaxDeliveries = 0 },
+		"MaxRetryDelay":     func(p *broker.PolicyValue) { p.MaxRetryDelay = -1 },
+		"RetryDelay":        func(p *broker.PolicyValue) { p.RetryDelay = broker.MaxDeadlineOffset + 1 },
+		"MaxMessageBytes":   func(p *broker.PolicyValue) { p.MaxMessageBytes = -1 },
+		"Capacity":          func(p *broker.PolicyValue) { p.Capacity = -1 },
+		"DedupWindow":       func(p *broker.PolicyValue) { p.DedupWindow = -time.Second },
+	}
+	for field, mod := range cases {
+		_, err := e.s.Queue("jobs", policy(mod))
+		requireErrorIs(t, err, broker.QueueMisconfigured, field)
+	}
+	_, err := e.s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = 0; p.MaxRetryDelay = time.Second }))
+	requireErrorIs(t, err, broker.QueueMisconfigured, "MaxRetryDelay")
+	_, err = e.s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute; p.MaxRetryDelay = time.Second }))
+	requireErrorIs(t, err, broker.QueueMisconfigured, "MaxRetryDelay")
+	require.Empty(t, e.s.Queues())
+}
+
+func TestPolicyChangeAppliesFromThenOn(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 5; p.Capacity = 10 }))
+	mustPublish(t, q, "a")
+	old := mustReceiveOne(t, q)
+	requireSameInstant(t, t0.Add(30*time.Second), old.Lease.ExpiresAt)
+
+	q2 := e.queue("jobs", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.Capacity = 1
+		p.VisibilityTimeout = time.Minute
+	}))
+	require.Same(t, q, q2)
+	requireSameInstant(t, t0.Add(30*time.Second), old.Lease.ExpiresAt, "a lease already given keeps its deadline")
+	_, err := q.Publish(ctx(t), []byte("b"))
+	requireErrorIs(t, err, broker.QueueFull) // the new Capacity applies
+	nv := mustNack(t, q, old.Lease.Receipt, nil)
+	require.True(t, nv.DeadLettered, "the new MaxDeliveries applies to the next failure")
+
+	mustPublish(t, q, "c")
+	d := mustReceiveOne(t, q)
+	requireSameInstant(t, t0.Add(time.Minute), d.Lease.ExpiresAt, "the new VisibilityTimeout applies to the next lease")
+
+	q3 := e.reopen()
+	qq, err := q3.Queue("jobs", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.Capacity = 1
+		p.VisibilityTimeout = time.Minute
+	}))
+	require.NoError(t, err)
+	_, err = qq.Publish(ctx(t), []byte("d"))
+	requireErrorIs(t, err, broker.QueueFull) // the changed policy survives a restart
+}

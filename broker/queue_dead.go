@@ -1,0 +1,111 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// DeadLetters returns up to max dead letters, oldest FailedAt first, without
+// removing them; see DeadLetterReader.
+func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("broker: queue %s: DeadLetters max %d must be positive: %w", q.name, max, InvalidBatchSize)
+	}
+	if err := q.begin(ctx); err != nil {
+		return nil, err
+	}
+	type dead struct {
+		dl  DeadLetterValue
+		pos wal.Position
+	}
+	q.mu.Lock()
+	recs := q.sweepLocked(q.s.now(), nil)
+	var list []dead
+	for _, m := range q.iq.DeadLetters(max) {
+		list = append(list, dead{pos: m.Pos, dl: DeadLetterValue{
+			FailedAt:   time.Unix(0, m.FailedAt),
+			Reason:     m.Reason,
+			Cause:      m.Cause,
+			Code:       m.Code,
+			Deliveries: int(m.Deliveries),
+			Message:    MessageValue{ID: messageID(m.Seq), EnqueuedAt: time.Unix(0, m.EnqueuedAt)},
+		}})
+	}
+	var pend *wal.Pending
+	if len(recs) > 0 {
+		pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	}
+	q.mu.Unlock()
+	if pend != nil {
+		if _, err := q.s.wait(pend); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]DeadLetterValue, len(list))
+	for i, d := range list {
+		p, err := q.payload(d.pos)
+		if err != nil {
+			return nil, err
+		}
+		d.dl.Message.Payload = p
+		out[i] = d.dl
+	}
+	return out, nil
+}
+
+// ReplayDeadLetter moves dead letter id back into the queue, receivable at
+// once, with its delivery count reset; it keeps its ID, payload and
+// EnqueuedAt. It closes the Wake signal. See DeadLetterManager.
+func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
+	return q.changeDeadLetter(ctx, id, index.KindReplay)
+}
+
+// DeleteDeadLetter removes dead letter id for good; see DeadLetterManager.
+func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
+	return q.changeDeadLetter(ctx, id, index.KindDelete)
+}
+
+func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	recs := q.sweepLocked(q.s.now(), nil)
+	seq, ok := parseMessageID(id)
+	var m *index.Message
+	if ok {
+		m = q.iq.Get(seq)
+	}
+	if m == nil || m.State != index.Dead {
+		var pend *wal.Pending
+		if len(recs) > 0 {
+			pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+		}
+		q.mu.Unlock()
+		if pend != nil {
+			if _, err := q.s.wait(pend); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("broker: queue %s: dead letter %q: %w", q.name, id, DeadLetterNotFound)
+	}
+	e := index.Event{Kind: kind, Queue: q.id, Seq: seq}
+	q.iq.Apply(0, &e)
+	recs = append(recs, e.Append(nil))
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	if kind == index.KindReplay {
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return err
+	}
+	if kind == index.KindReplay {
+		q.stats.replayed.Add(1)
+	}
+	return nil
+}

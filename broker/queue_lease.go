@@ -1,0 +1,256 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// Receive leases up to max messages, oldest EnqueuedAt first among those
+// receivable now; see Broker.Receive. Lease lapses and retry delays take
+// effect by the broker clock when Receive runs: no background goroutine is
+// needed. A message whose lease lapsed on its last allowed delivery is
+// moved to the dead-letter store (reason LEASE_EXPIRED) instead.
+func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("broker: queue %s: Receive max %d must be positive: %w", q.name, max, InvalidBatchSize)
+	}
+	if err := q.begin(ctx); err != nil {
+		return nil, err
+	}
+	type lease struct {
+		seq, nonce uint64
+		pos        wal.Position
+		enqueuedAt int64
+		deliveries uint32
+	}
+	q.mu.Lock()
+	now := q.s.now()
+	expires, ok := deadline(now, q.policy.VisibilityTimeout)
+	if !ok {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured)
+	}
+	recs := q.sweepLocked(now, nil)
+	var leases []lease
+	for len(leases) < max {
+		m := q.iq.NextReady()
+		if m == nil {
+			break
+		}
+		l := lease{seq: m.Seq, nonce: q.s.nonce(), pos: m.Pos, enqueuedAt: m.EnqueuedAt, deliveries: m.Deliveries + 1}
+		e := index.Event{Kind: index.KindLease, Queue: q.id, Seq: l.seq, Deliveries: l.deliveries, Time: expires, Nonce: l.nonce}
+		q.iq.Apply(0, &e)
+		recs = append(recs, e.Append(nil))
+		leases = append(leases, l)
+	}
+	if len(recs) == 0 {
+		q.mu.Unlock()
+		return nil, nil
+	}
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return nil, err
+	}
+
+	out := make([]DeliveryValue, len(leases))
+	for i, l := range leases {
+		payload, err := q.payload(l.pos)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = DeliveryValue{
+			Lease:      LeaseValue{ExpiresAt: time.Unix(0, expires), Receipt: q.s.keys.make(q.id, l.seq, l.nonce)},
+			Message:    MessageValue{ID: messageID(l.seq), EnqueuedAt: time.Unix(0, l.enqueuedAt), Payload: payload},
+			Deliveries: int(l.deliveries),
+		}
+	}
+	q.stats.delivered.Add(int64(len(out)))
+	return out, nil
+}
+
+// sweepLocked moves every message whose last lease lapsed to the dead-letter
+// store and appends those events to recs. The caller holds q.mu and queues
+// recs.
+func (q *Queue) sweepLocked(now int64, recs [][]byte) [][]byte {
+	q.iq.Promote(now)
+	exhausted := append([]*index.Message(nil), q.iq.Exhausted()...)
+	for _, m := range exhausted {
+		e := index.Event{Kind: index.KindDeadLetter, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
+			Time: m.At, Reason: ReasonLeaseExpired}
+		q.iq.Apply(0, &e)
+		recs = append(recs, e.Append(nil))
+	}
+	q.stats.deadLettered.Add(int64(len(exhausted)))
+	return recs
+}
+
+// leaseLocked returns the message a receipt names if its lease is live now:
+// UnknownReceipt for a receipt this store did not issue for this queue,
+// LeaseExpired for one whose lease lapsed (at ExpiresAt exactly), was
+// replaced by Extend, or ended by Ack, Nack or Reject.
+func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
+	queue, seq, nonce, err := q.s.keys.parse(r)
+	if err != nil {
+		return nil, err
+	}
+	if queue != q.id {
+		return nil, fmt.Errorf("broker: queue %s: the receipt belongs to another queue: %w", q.name, UnknownReceipt)
+	}
+	m := q.iq.Get(seq)
+	if m == nil || m.Nonce != nonce || !index.LeaseLive(m, now) {
+		return nil, fmt.Errorf("broker: queue %s: message %s: the lease is no longer held: %w", q.name, messageID(seq), LeaseExpired)
+	}
+	return m, nil
+}
+
+// Ack removes the leased message for good; see Broker.Ack.
+func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	m, err := q.leaseLocked(receipt, q.s.now())
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
+	q.iq.Apply(0, &e)
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return err
+	}
+	q.stats.acked.Add(1)
+	return nil
+}
+
+// Nack hands the leased message back after the policy's retry delay, or
+// dead-letters it when it has had MaxDeliveries deliveries; see Broker.Nack.
+// The cause is recorded by the classified-cause rule (see Error): only its
+// Reason, Code and Public text reach the dead letter; the Error() text of an
+// unclassified cause goes to Options.Logger with the message ID, never to
+// disk.
+func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
+	if err := q.begin(ctx); err != nil {
+		return NackValue{}, err
+	}
+	q.mu.Lock()
+	now := q.s.now()
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		q.mu.Unlock()
+		return NackValue{}, err
+	}
+	out := NackValue{Deliveries: int(m.Deliveries)}
+	var e index.Event
+	if int(m.Deliveries) >= q.policy.MaxDeliveries {
+		e = q.deadLetterEvent(m, now, cause)
+		out.DeadLettered = true
+	} else {
+		at, ok := deadline(now, q.policy.retryDelay(int(m.Deliveries)))
+		if !ok {
+			q.mu.Unlock()
+			return NackValue{}, fmt.Errorf("broker: queue %s: retry instant passes year 2262: %w", q.name, QueueMisconfigured)
+		}
+		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at}
+		out.VisibleAt = time.Unix(0, at)
+		q.logUnclassified(m.Seq, cause)
+	}
+	q.iq.Apply(0, &e)
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
+	if !out.DeadLettered {
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return NackValue{}, err
+	}
+	q.stats.nacked.Add(1)
+	if out.DeadLettered {
+		q.stats.deadLettered.Add(1)
+	}
+	return out, nil
+}
+
+// Reject dead-letters the leased message now, with cause recorded as Nack
+// records it; see Rejecter.
+func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	now := q.s.now()
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	e := q.deadLetterEvent(m, now, cause)
+	q.iq.Apply(0, &e)
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return err
+	}
+	q.stats.rejected.Add(1)
+	q.stats.deadLettered.Add(1)
+	return nil
+}
+
+// deadLetterEvent builds the event that moves m to the dead-letter store
+// with cause, classified; an unclassified cause's text is logged here.
+func (q *Queue) deadLetterEvent(m *index.Message, now int64, cause error) index.Event {
+	reason, code, public, _ := classify(cause)
+	q.logUnclassified(m.Seq, cause)
+	return index.Event{Kind: index.KindDeadLetter, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
+		Time: now, Code: code, Reason: reason, Cause: public}
+}
+
+// logUnclassified sends the text of a cause that carries no reason to the
+// store's logger, keyed by message ID: it may hold payload bytes, so it is
+// never written to disk.
+func (q *Queue) logUnclassified(seq uint64, cause error) {
+	if cause == nil {
+		return
+	}
+	if _, _, _, unclassified := classify(cause); unclassified {
+		q.s.opts.Logger.Warn("broker: unclassified handler failure", "queue", q.name, "message", messageID(seq), "err", cause.Error())
+	}
+}
+
+// Extend renews a live lease for by from now and returns the new lease,
+// whose receipt replaces the old one; see LeaseExtender.
+func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
+	if by <= 0 {
+		return LeaseValue{}, fmt.Errorf("broker: queue %s: Extend by %v must be positive: %w", q.name, by, QueueMisconfigured)
+	}
+	if err := q.begin(ctx); err != nil {
+		return LeaseValue{}, err
+	}
+	q.mu.Lock()
+	now := q.s.now()
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		q.mu.Unlock()
+		return LeaseValue{}, err
+	}
+	at, ok := deadline(now, by)
+	if !ok {
+		q.mu.Unlock()
+		return LeaseValue{}, fmt.Errorf("broker: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, QueueMisconfigured)
+	}
+	e := index.Event{Kind: index.KindExtend, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at, Nonce: q.s.nonce()}
+	q.iq.Apply(0, &e)
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
+	q.mu.Unlock()
+	if _, err := q.s.wait(pend); err != nil {
+		return LeaseValue{}, err
+	}
+	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.s.keys.make(q.id, e.Seq, e.Nonce)}, nil
+}

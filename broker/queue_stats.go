@@ -1,0 +1,61 @@
+package broker
+
+import "time"
+
+// QueueStats are a queue's gauges (now) and counters (since the store was
+// opened).
+type QueueStats struct {
+	Ready       int // receivable now
+	Leased      int // held by a consumer whose lease has not lapsed
+	Delayed     int // nacked, waiting for their retry delay
+	DeadLetters int
+
+	Published    int64 // messages enqueued (not duplicates, not shed)
+	Duplicates   int64 // keyed publishes answered with the original
+	Shed         int64 // publishes refused with QueueFull
+	Delivered    int64 // deliveries handed out by Receive
+	Acked        int64
+	Nacked       int64 // Nack calls, including those that dead-lettered
+	Rejected     int64
+	DeadLettered int64 // messages moved to the dead-letter store, any way
+	Replayed     int64
+}
+
+// Stats returns the queue's figures, as of the broker clock now.
+func (q *Queue) Stats() QueueStats {
+	q.mu.Lock()
+	q.iq.Promote(q.s.now())
+	ready, leased, delayed, dead := q.iq.Counts()
+	q.mu.Unlock()
+	return QueueStats{
+		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead,
+		Published:    q.stats.published.Load(),
+		Duplicates:   q.stats.duplicates.Load(),
+		Shed:         q.stats.shed.Load(),
+		Delivered:    q.stats.delivered.Load(),
+		Acked:        q.stats.acked.Load(),
+		Nacked:       q.stats.nacked.Load(),
+		Rejected:     q.stats.rejected.Load(),
+		DeadLettered: q.stats.deadLettered.Load(),
+		Replayed:     q.stats.replayed.Load(),
+	}
+}
+
+// Wake returns what an idle consumer should wait on; see Waker. Signal is
+// closed by the next Publish, Nack that hands a message back, or replay on
+// this queue in this process. In is measured on the broker clock.
+func (q *Queue) Wake() WakeValue {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.s.now()
+	q.iq.Promote(now)
+	w := WakeValue{Signal: q.signal}
+	if q.iq.NextReady() != nil {
+		w.Scheduled = true
+		return w
+	}
+	if at, ok := q.iq.NextDue(); ok {
+		w.Scheduled, w.In = true, time.Duration(at-now)
+	}
+	return w
+}

@@ -1,0 +1,438 @@
+package broker_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+var syncModes = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
+
+// restartPolicy is the policy of every restart scenario, in the parent and
+// in its children alike.
+func restartPolicy() broker.PolicyValue {
+	return broker.PolicyValue{VisibilityTimeout: 30 * time.Second, MaxDeliveries: 5, RetryDelay: time.Minute}
+}
+
+// facts are what a scenario recorded as each step was acknowledged.
+type facts map[string]string
+
+func (f facts) instant(t testing.TB, key string) time.Time {
+	t.Helper()
+	v, ok := f[key]
+	require.True(t, ok, "missing fact %s", key)
+	n, err := strconv.ParseInt(v, 10, 64)
+	require.NoError(t, err)
+	return time.Unix(0, n)
+}
+
+func (f facts) int(t testing.TB, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(f[key])
+	require.NoError(t, err, "fact %s", key)
+	return n
+}
+
+func nanos(at time.Time) string { return strconv.FormatInt(at.UnixNano(), 10) }
+
+// runScenario builds every kind of state a restart must keep, calling mark
+// after each acknowledged step: A leased on its 2nd delivery, B leased, C
+// leased then extended, D nacked (delayed), E rejected (dead), K keyed and
+// acked (its key must still be a duplicate), P pending.
+func runScenario(t testing.TB, q *broker.Queue, clock *fakeClock, mark func(key, value string)) {
+	clock.Set(t0)
+	mustPublish(t, q, "A")
+	mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, nil)
+	clock.Set(t0.Add(60 * time.Second))
+	a := mustReceiveOne(t, q)
+	mark("A.id", a.Message.ID)
+	mark("A.receipt", string(a.Lease.Receipt))
+	mark("A.expires", nanos(a.Lease.ExpiresAt))
+	mark("A.deliveries", strconv.Itoa(a.Deliveries))
+
+	clock.Set(t0.Add(61 * time.Second))
+	mustPublish(t, q, "B")
+	b := mustReceiveOne(t, q)
+	mark("B.id", b.Message.ID)
+	mark("B.expires", nanos(b.Lease.ExpiresAt))
+
+	clock.Set(t0.Add(62 * time.Second))
+	mustPublish(t, q, "C")
+	c := mustReceiveOne(t, q)
+	mark("C.oldReceipt", string(c.Lease.Receipt))
+	l, err := q.Extend(ctx(t), c.Lease.Receipt, 10*time.Minute)
+	require.NoError(t, err)
+	mark("C.receipt", string(l.Receipt))
+	mark("C.expires", nanos(l.ExpiresAt))
+
+	clock.Set(t0.Add(63 * time.Second))
+	mustPublish(t, q, "D")
+	d := mustReceiveOne(t, q)
+	nv := mustNack(t, q, d.Lease.Receipt, nil)
+	mark("D.id", d.Message.ID)
+	mark("D.visibleAt", nanos(nv.VisibleAt))
+
+	clock.Set(t0.Add(64 * time.Second))
+	mustPublish(t, q, "E")
+	require.NoError(t, q.Reject(ctx(t), mustReceiveOne(t, q).Lease.Receipt,
+		broker.NewError("BAD_INPUT", 0x07020001, "the input was refused", "private detail")))
+	dl := mustDeadLetters(t, q)[0]
+	js, err := json.Marshal(dl)
+	require.NoError(t, err)
+	mark("E.deadLetter", string(js))
+
+	clock.Set(t0.Add(65 * time.Second))
+	k, err := q.PublishKeyed(ctx(t), "key-1", []byte("K"))
+	require.NoError(t, err)
+	require.NoError(t, q.Ack(ctx(t), mustReceiveOne(t, q).Lease.Receipt))
+	mark("K.id", k.ID)
+	mark("K.enqueued", nanos(k.EnqueuedAt))
+
+	clock.Set(t0.Add(66 * time.Second))
+	p := mustPublish(t, q, "P")
+	mark("P.id", p.ID)
+	mark("now", nanos(clock.Now()))
+}
+
+// checkScenario verifies, on a reopened store, that everything runScenario
+// recorded survived.
+func checkScenario(t *testing.T, q *broker.Queue, clock *fakeClock, f facts) {
+	clock.Set(f.instant(t, "now"))
+	st := q.Stats()
+	require.Equal(t, [4]int{1, 3, 1, 1}, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters}, "ready, leased, delayed, dead")
+
+	t.Run("pending", func(t *testing.T) {
+		ds := mustReceive(t, q, 10)
+		require.Equal(t, []string{f["P.id"]}, ids(ds), "only the pending message is receivable")
+		require.Equal(t, "P", string(ds[0].Message.Payload))
+		require.Equal(t, 1, ds[0].Deliveries)
+		require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+	})
+	t.Run("dedup key", func(t *testing.T) {
+		dup, err := q.PublishKeyed(ctx(t), "key-1", []byte("again"))
+		require.NoError(t, err)
+		require.Equal(t, f["K.id"], dup.ID)
+		requireSameInstant(t, f.instant(t, "K.enqueued"), dup.EnqueuedAt)
+	})
+	t.Run("dead letter", func(t *testing.T) {
+		var want broker.DeadLetterValue
+		require.NoError(t, json.Unmarshal([]byte(f["E.deadLetter"]), &want))
+		dls := mustDeadLetters(t, q)
+		require.Len(t, dls, 1)
+		got := dls[0]
+		requireSameInstant(t, want.FailedAt, got.FailedAt)
+		requireSameInstant(t, want.Message.EnqueuedAt, got.Message.EnqueuedAt)
+		want.FailedAt, got.FailedAt = time.Time{}, time.Time{}
+		want.Message.EnqueuedAt, got.Message.EnqueuedAt = time.Time{}, time.Time{}
+		require.Equal(t, want, got, "same Reason, Code, Cause, Deliveries, message")
+		require.Equal(t, "the input was refused", got.Cause)
+	})
+	t.Run("extended lease", func(t *testing.T) {
+		_, err := q.Extend(ctx(t), broker.ReceiptValue(f["C.oldReceipt"]), time.Second)
+		requireErrorIs(t, err, broker.LeaseExpired) // replaced before the restart: still void
+	})
+	t.Run("leased", func(t *testing.T) {
+		clock.Set(f.instant(t, "A.expires").Add(-time.Nanosecond))
+		requireNoneReceivable(t, q, "a lease survives: invisible until its ExpiresAt")
+		require.NoError(t, q.Ack(ctx(t), broker.ReceiptValue(f["A.receipt"])), "the old receipt still acks")
+
+		clock.Set(f.instant(t, "B.expires").Add(-time.Nanosecond))
+		requireNoneReceivable(t, q)
+		clock.Set(f.instant(t, "B.expires"))
+		d := mustReceiveOne(t, q)
+		require.Equal(t, f["B.id"], d.Message.ID)
+		require.Equal(t, 2, d.Deliveries, "the delivery count survived")
+		require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+	})
+	t.Run("delayed", func(t *testing.T) {
+		clock.Set(f.instant(t, "D.visibleAt").Add(-time.Nanosecond))
+		requireNoneReceivable(t, q, "a retry delay survives")
+		clock.Set(f.instant(t, "D.visibleAt"))
+		d := mustReceiveOne(t, q)
+		require.Equal(t, f["D.id"], d.Message.ID)
+		require.Equal(t, 2, d.Deliveries)
+	})
+	t.Run("extended lease acks", func(t *testing.T) {
+		clock.Set(f.instant(t, "C.expires").Add(-time.Nanosecond))
+		require.NoError(t, q.Ack(ctx(t), broker.ReceiptValue(f["C.receipt"])))
+	})
+}
+
+func TestStateSurvivesCleanRestart(t *testing.T) {
+	for _, mode := range syncModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, func(o *broker.Options) { o.Sync = mode })
+			f := facts{}
+			runScenario(t, e.queue("jobs", restartPolicy()), e.clock, func(k, v string) { f[k] = v })
+			e.reopen()
+			checkScenario(t, e.queue("jobs", restartPolicy()), e.clock, f)
+		})
+	}
+}
+
+func TestStateSurvivesProcessKill(t *testing.T) {
+	for _, mode := range syncModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, func(o *broker.Options) { o.Sync = mode })
+			e.close()
+			f := runChild(t, "scenario", e.dir, mode, t0, "now")
+			e.open()
+			checkScenario(t, e.queue("jobs", restartPolicy()), e.clock, f)
+		})
+	}
+}
+
+// A message that kills its consumer every time still reaches the
+// dead-letter store: each killed child's lease counted.
+func TestDeliveryCountNeverGoesBackwardsAcrossKill(t *testing.T) {
+	e := newEnv(t)
+	p := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3 })
+	m := mustPublish(t, e.queue("jobs", p), "poison")
+	e.close()
+	for i := 0; i <= p.MaxDeliveries; i++ {
+		now := t0.Add(time.Duration(i) * p.VisibilityTimeout) // the previous lease has just lapsed
+		f := runChild(t, "receive", e.dir, broker.SyncAll, now, "received")
+		if i < p.MaxDeliveries {
+			require.Equal(t, m.ID, f["id"], "child %d", i)
+			require.Equal(t, i+1, f.int(t, "deliveries"), "child %d", i)
+		} else {
+			require.Equal(t, "", f["id"], "the last lease lapsed: nothing to deliver")
+		}
+	}
+	e.clock.Set(t0.Add(time.Duration(p.MaxDeliveries) * p.VisibilityTimeout))
+	e.open()
+	q := e.queue("jobs", p)
+	dls := mustDeadLetters(t, q)
+	require.Len(t, dls, 1)
+	require.Equal(t, m.ID, dls[0].Message.ID)
+	require.Equal(t, broker.ReasonLeaseExpired, dls[0].Reason)
+	require.Equal(t, p.MaxDeliveries, dls[0].Deliveries)
+	requireSameInstant(t, e.clock.Now(), dls[0].FailedAt)
+	requireNoneReceivable(t, q)
+}
+
+func TestSecondOpenInAnotherProcessIsLocked(t *testing.T) {
+	e := newEnv(t)
+	e.close()
+	cmd, _ := startChild(t, "hold", e.dir, broker.SyncAll, t0, "open")
+	_, err := broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Locked, e.dir)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	e.open() // the lock died with its process
+}
+
+const (
+	childRoleEnv = "WALBROKER_TEST_CHILD"
+	childDirEnv  = "WALBROKER_TEST_DIR"
+	childNowEnv  = "WALBROKER_TEST_NOW"
+	childSyncEnv = "WALBROKER_TEST_SYNC"
+)
+
+// TestHelperChild is the child process of the kill tests: it runs only
+// when the test binary re-executes itself with childRoleEnv set. It writes
+// "MARK <json [key, value]>" after each acknowledged step, then blocks until
+// it is killed.
+func TestHelperChild(t *testing.T) {
+	role := os.Getenv(childRoleEnv)
+	if role == "" {
+		t.Skip("the child process of the kill tests")
+	}
+	mark := func(k, v string) {
+		js, _ := json.Marshal([2]string{k, v})
+		fmt.Fprintf(os.Stdout, "MARK %s\n", js)
+	}
+	nowNs, err := strconv.ParseInt(os.Getenv(childNowEnv), 10, 64)
+	require.NoError(t, err)
+	mode, err := strconv.Atoi(os.Getenv(childSyncEnv))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	clock.Set(time.Unix(0, nowNs))
+	s, err := broker.Open(os.Getenv(childDirEnv), broker.Options{Now: clock.Now, Sync: broker.SyncMode(mode), SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	switch role {
+	case "scenario":
+		q, err := s.Queue("jobs", restartPolicy())
+		require.NoError(t, err)
+		runScenario(t, q, clock, mark)
+	case "receive":
+		q, err := s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3 }))
+		require.NoError(t, err)
+		ds := mustReceive(t, q, 1)
+		if len(ds) == 1 {
+			mark("id", ds[0].Message.ID)
+			mark("deliveries", strconv.Itoa(ds[0].Deliveries))
+		}
+		mark("received", "")
+	case "hold":
+		mark("open", "")
+	default:
+		t.Fatalf("unknown role %q", role)
+	}
+	time.Sleep(time.Hour) // until the parent's SIGKILL
+}
+
+// startChild re-executes the test binary as a child with role, and reads
+// its markers until the marker named last.
+func startChild(t *testing.T, role, dir string, mode broker.SyncMode, now time.Time, last string) (*exec.Cmd, facts) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperChild$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(),
+		childRoleEnv+"="+role, childDirEnv+"="+dir,
+		childNowEnv+"="+nanos(now), childSyncEnv+"="+strconv.Itoa(int(mode)))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	f := facts{}
+	var other []string
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := bytes.CutPrefix([]byte(line), []byte("MARK "))
+		if !ok {
+			other = append(other, line)
+			continue
+		}
+		var kv [2]string
+		require.NoError(t, json.Unmarshal(rest, &kv))
+		f[kv[0]] = kv[1]
+		if kv[0] == last {
+			return cmd, f
+		}
+	}
+	_ = cmd.Wait()
+	t.Fatalf("child %s ended before marker %q; stdout:\n%s\nstderr:\n%s", role, last, other, stderr.String())
+	return nil, nil
+}
+
+// runChild runs a child until its last marker, then SIGKILLs it.
+func runChild(t *testing.T, role, dir string, mode broker.SyncMode, now time.Time, last string) facts {
+	t.Helper()
+	cmd, f := startChild(t, role, dir, mode, now, last)
+	require.NoError(t, cmd.Process.Kill()) // SIGKILL: no Close, no deferred code
+	_ = cmd.Wait()
+	return f
+}
+
+func TestSyncModesRoundTripAndSurviveReopen(t *testing.T) {
+	for _, mode := range syncModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, func(o *broker.Options) { o.Sync = mode })
+			q := e.queue("jobs", policy())
+			acked := mustPublish(t, q, "acked")
+			d := mustReceiveOne(t, q)
+			require.Equal(t, acked.ID, d.Message.ID)
+			require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+			kept := mustPublish(t, q, "kept")
+			e.reopen()
+			q = e.queue("jobs", policy())
+			d = mustReceiveOne(t, q)
+			require.Equal(t, kept.ID, d.Message.ID, "the acked message stayed gone")
+			require.Equal(t, "kept", string(d.Message.Payload))
+			require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+			requireNoneReceivable(t, q)
+		})
+	}
+}
+
+func TestSecondOpenIsLocked(t *testing.T) {
+	e := newEnv(t)
+	_, err := broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Locked, e.dir)
+	e.close()
+	e.open()
+}
+
+func TestOpenCreatesMissingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.True(t, fi.IsDir())
+	require.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
+}
+
+func TestFilesAre0600DirsAre0700(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	e := newEnv(t)
+	e.close()
+	e.dir = root
+	e.open()
+	q := e.queue("jobs", policy())
+	for range 3 {
+		mustPublish(t, q, "x")
+	}
+	require.NoError(t, q.Reject(ctx(t), mustReceiveOne(t, q).Lease.Receipt, nil))
+	check := func() {
+		n := 0
+		require.NoError(t, filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			require.NoError(t, err)
+			fi, err := d.Info()
+			require.NoError(t, err)
+			want := fs.FileMode(0o600)
+			if d.IsDir() {
+				want = 0o700
+			}
+			require.Equal(t, want, fi.Mode().Perm(), path)
+			n++
+			return nil
+		}))
+		require.Greater(t, n, 2)
+	}
+	check()
+	e.close()
+	check()
+}
+
+func TestCloseThenCallsFailWithClosed(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	m := mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	require.NoError(t, e.s.Close())
+	s := e.s
+	e.s = nil
+
+	checks := map[string]error{}
+	_, checks["Publish"] = q.Publish(ctx(t), nil)
+	_, checks["PublishKeyed"] = q.PublishKeyed(ctx(t), "k", nil)
+	_, checks["PublishBatch"] = q.PublishBatch(ctx(t), [][]byte{nil})
+	_, checks["Receive"] = q.Receive(ctx(t), 1)
+	checks["Ack"] = q.Ack(ctx(t), d.Lease.Receipt)
+	_, checks["Nack"] = q.Nack(ctx(t), d.Lease.Receipt, nil)
+	checks["Reject"] = q.Reject(ctx(t), d.Lease.Receipt, nil)
+	_, checks["Extend"] = q.Extend(ctx(t), d.Lease.Receipt, time.Second)
+	_, checks["DeadLetters"] = q.DeadLetters(ctx(t), 1)
+	checks["ReplayDeadLetter"] = q.ReplayDeadLetter(ctx(t), m.ID)
+	checks["DeleteDeadLetter"] = q.DeleteDeadLetter(ctx(t), m.ID)
+	_, checks["Store.Queue"] = s.Queue("jobs", policy())
+	checks["Store.Close"] = s.Close()
+	for call, err := range checks {
+		require.Error(t, err, call)
+		require.ErrorIs(t, err, broker.Closed, call)
+		require.Contains(t, err.Error(), "closed", call)
+	}
+
+	e.open()
+	q = e.queue("jobs", policy())
+	require.Equal(t, 1, q.Stats().Leased, "nothing moved after Close")
+}

@@ -1,0 +1,225 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// t0 is where every fake clock starts.
+var t0 = time.Unix(1_700_000_000, 0)
+
+// testSegmentBytes keeps segment files small (each is written in full when
+// it is prepared) while still holding a DefaultMaxMessageBytes payload.
+const testSegmentBytes = 2 << 20
+
+// fakeClock is the broker clock of a test: it moves only when the test
+// moves it. Safe for concurrent use.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock by d (which may be negative) and returns the new
+// reading.
+func (c *fakeClock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+// Set moves the clock to at.
+func (c *fakeClock) Set(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = at
+}
+
+// env is one store directory with a fake clock, opened and reopened by the
+// test. The store still open when the test ends is closed.
+type env struct {
+	t     testing.TB
+	dir   string
+	clock *fakeClock
+	opts  broker.Options
+	s     *broker.Store
+}
+
+// newEnv opens a store in a fresh directory with a fake clock; mods adjust
+// its Options before the first Open.
+func newEnv(t testing.TB, mods ...func(*broker.Options)) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock()}
+	e.opts = broker.Options{Now: e.clock.Now, SegmentBytes: testSegmentBytes}
+	for _, m := range mods {
+		m(&e.opts)
+	}
+	t.Cleanup(func() {
+		if e.s != nil {
+			_ = e.s.Close()
+		}
+	})
+	e.open()
+	return e
+}
+
+func (e *env) open() *broker.Store {
+	e.t.Helper()
+	s, err := broker.Open(e.dir, e.opts)
+	require.NoError(e.t, err)
+	e.s = s
+	return s
+}
+
+func (e *env) close() {
+	e.t.Helper()
+	require.NoError(e.t, e.s.Close())
+	e.s = nil
+}
+
+// reopen closes the store cleanly and opens it again with the same options.
+func (e *env) reopen() *broker.Store {
+	e.t.Helper()
+	e.close()
+	return e.open()
+}
+
+func (e *env) queue(name string, p broker.PolicyValue) *broker.Queue {
+	e.t.Helper()
+	q, err := e.s.Queue(name, p)
+	require.NoError(e.t, err)
+	return q
+}
+
+// policy is the tests' usual policy: a 30 s lease, three deliveries, a 1 s
+// retry delay; mods adjust it.
+func policy(mods ...func(*broker.PolicyValue)) broker.PolicyValue {
+	p := broker.PolicyValue{VisibilityTimeout: 30 * time.Second, MaxDeliveries: 3, RetryDelay: time.Second}
+	for _, m := range mods {
+		m(&p)
+	}
+	return p
+}
+
+func ctx(t testing.TB) context.Context { return t.Context() }
+
+func mustPublish(t testing.TB, q *broker.Queue, payload string) broker.MessageValue {
+	t.Helper()
+	m, err := q.Publish(ctx(t), []byte(payload))
+	require.NoError(t, err)
+	return m
+}
+
+func mustReceive(t testing.TB, q *broker.Queue, max int) []broker.DeliveryValue {
+	t.Helper()
+	ds, err := q.Receive(ctx(t), max)
+	require.NoError(t, err)
+	return ds
+}
+
+func mustReceiveOne(t testing.TB, q *broker.Queue) broker.DeliveryValue {
+	t.Helper()
+	ds := mustReceive(t, q, 1)
+	require.Len(t, ds, 1, "expected one receivable message")
+	return ds[0]
+}
+
+// requireNoneReceivable asserts that Receive finds nothing right now.
+func requireNoneReceivable(t testing.TB, q *broker.Queue, msgAndArgs ...any) {
+	t.Helper()
+	ds, err := q.Receive(ctx(t), 100)
+	require.NoError(t, err)
+	require.Empty(t, ds, msgAndArgs...)
+}
+
+func mustDeadLetters(t testing.TB, q *broker.Queue) []broker.DeadLetterValue {
+	t.Helper()
+	dls, err := q.DeadLetters(ctx(t), 1000)
+	require.NoError(t, err)
+	return dls
+}
+
+func mustNack(t testing.TB, q *broker.Queue, r broker.ReceiptValue, cause error) broker.NackValue {
+	t.Helper()
+	nv, err := q.Nack(ctx(t), r, cause)
+	require.NoError(t, err)
+	return nv
+}
+
+// requireErrorIs asserts that err wraps sentinel and that its text
+// mentions each of mentions (what was wrong).
+func requireErrorIs(t testing.TB, err, sentinel error, mentions ...string) {
+	t.Helper()
+	require.Error(t, err)
+	require.Truef(t, errors.Is(err, sentinel), "error %q does not wrap %v", err, sentinel)
+	for _, m := range mentions {
+		require.Containsf(t, err.Error(), m, "error text should name %q", m)
+	}
+}
+
+// requireSameInstant compares instants, ignoring location and monotonic
+// readings.
+func requireSameInstant(t testing.TB, want, got time.Time, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, want.UnixNano(), got.UnixNano(), msgAndArgs...)
+}
+
+// ids returns the message IDs of deliveries.
+func ids(ds []broker.DeliveryValue) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Message.ID
+	}
+	return out
+}
+
+// deadIDs returns the message IDs of dead letters.
+func deadIDs(dls []broker.DeadLetterValue) []string {
+	out := make([]string, len(dls))
+	for i, d := range dls {
+		out[i] = d.Message.ID
+	}
+	return out
+}
+
+// Causes of every shape the classified-cause rule distinguishes, defined
+// here (not with broker.Error) where a user's own type is the point.
+
+// codeOnly carries only a code.
+type codeOnly struct {
+	code uint32
+	text string
+}
+
+func (e codeOnly) Error() string  { return e.text }
+func (e codeOnly) Code() uint32   { return e.code }
+
+// publicOnly carries only a public text.
+type publicOnly struct{ public, text string }
+
+func (e publicOnly) Error() string  { return e.text }
+func (e publicOnly) Public() string { return e.public }
+
+// userClassified is a user's own classified error that does not import
+// broker's Error type.
+type userClassified struct{ reason, public, private string }
+
+func (e userClassified) Error() string  { return e.reason + ": " + e.private }
+func (e userClassified) Reason() string { return e.reason }
+func (e userClassified) Code() uint32   { return 0x2A000001 }
+func (e userClassified) Public() string { return e.public }

@@ -1,0 +1,205 @@
+package broker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestWakeSignalIsNeverNil(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	w := q.Wake()
+	require.NotNil(t, w.Signal)
+	require.False(t, closed(w.Signal))
+	require.False(t, w.Scheduled, "an empty queue holds nothing that becomes receivable on its own")
+}
+
+func TestWakeClosedByPublish(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	publishes := map[string]func(){
+		"Publish":      func() { mustPublish(t, q, "a") },
+		"PublishKeyed": func() { _, err := q.PublishKeyed(ctx(t), "k", nil); require.NoError(t, err) },
+		"PublishBatch": func() { _, err := q.PublishBatch(ctx(t), [][]byte{nil, nil}); require.NoError(t, err) },
+	}
+	for name, publish := range publishes {
+		w := q.Wake()
+		require.False(t, closed(w.Signal), name)
+		publish()
+		require.True(t, closed(w.Signal), "%s closes the signal handed out before it", name)
+		require.False(t, closed(q.Wake().Signal), "a fresh signal is handed out after %s", name)
+	}
+}
+
+func TestWakeClosedByNackThatHandsBack(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	w := q.Wake()
+	mustNack(t, q, d.Lease.Receipt, nil)
+	require.True(t, closed(w.Signal))
+}
+
+func TestWakeClosedByReplay(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	m := mustPublish(t, q, "a")
+	require.NoError(t, q.Reject(ctx(t), mustReceiveOne(t, q).Lease.Receipt, nil))
+	w := q.Wake()
+	require.False(t, closed(w.Signal))
+	require.NoError(t, q.ReplayDeadLetter(ctx(t), m.ID))
+	require.True(t, closed(w.Signal), "§5.3: a replay makes a message receivable")
+}
+
+func TestWakeNotClosedByPublishToAnotherQueue(t *testing.T) {
+	e := newEnv(t)
+	a := e.queue("a", policy())
+	b := e.queue("b", policy())
+	wa := a.Wake()
+	mustPublish(t, b, "for b")
+	_, err := b.PublishBatch(ctx(t), [][]byte{nil})
+	require.NoError(t, err)
+	require.False(t, closed(wa.Signal), "§5.3: a publish on another queue does not wake this one")
+	mustPublish(t, a, "for a")
+	require.True(t, closed(wa.Signal))
+}
+
+func TestWakeBeforeReceiveDoesNotMissPublish(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	w := q.Wake()
+	require.Empty(t, mustReceive(t, q, 1))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := q.Publish(t.Context(), []byte("late"))
+		if err != nil {
+			t.Errorf("publish: %v", err)
+		}
+	}()
+	select {
+	case <-w.Signal:
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assumption
+		t.Fatal("the publish landing after the empty Receive did not close the signal")
+	}
+	<-done
+	require.Len(t, mustReceive(t, q, 1), 1)
+}
+
+func TestWakeScheduledNowWhenReady(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "a")
+	w := q.Wake()
+	require.True(t, w.Scheduled)
+	require.LessOrEqual(t, w.In, time.Duration(0), "zero or less means now")
+}
+
+func TestWakeInNamesRetryDelayEnd(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = 10 * time.Second }))
+	mustPublish(t, q, "a")
+	nv := mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, nil)
+	e.clock.Advance(4 * time.Second)
+	w := q.Wake()
+	require.True(t, w.Scheduled)
+	require.Equal(t, 6*time.Second, w.In, "measured on the broker clock when Wake was called")
+	e.clock.Set(nv.VisibleAt)
+	w = q.Wake()
+	require.True(t, w.Scheduled)
+	require.LessOrEqual(t, w.In, time.Duration(0))
+}
+
+func TestWakeInNamesLeaseLapse(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	e.clock.Advance(time.Second)
+	w := q.Wake()
+	require.True(t, w.Scheduled, "a dead consumer's message becomes receivable on its own")
+	require.Equal(t, d.Lease.ExpiresAt.Sub(e.clock.Now()), w.In)
+}
+
+func TestWakeInNamesEarliestMoment(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = 5 * time.Second }))
+	mustPublish(t, q, "a")
+	mustPublish(t, q, "b")
+	ds := mustReceive(t, q, 2) // leases lapse at 30 s
+	mustNack(t, q, ds[0].Lease.Receipt, nil)
+	require.Equal(t, 5*time.Second, q.Wake().In, "the retry delay ends before the other lease lapses")
+}
+
+func TestWakeNotScheduledWhenOnlyDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "a")
+	require.NoError(t, q.Reject(ctx(t), mustReceiveOne(t, q).Lease.Receipt, nil))
+	require.False(t, q.Wake().Scheduled)
+}
+
+// A lease on the message's last allowed delivery does not make anything
+// receivable when it lapses: the message goes to the dead-letter store.
+// Scheduled is "false when the broker holds nothing that will become
+// receivable on its own".
+func TestWakeNotScheduledForLeaseOnLastDelivery(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	mustPublish(t, q, "a")
+	mustReceiveOne(t, q)
+	w := q.Wake()
+	require.False(t, w.Scheduled, "the only message will die, not become receivable; In=%v", w.In)
+}
+
+func TestQueuesDifferOnlyByNameAndPolicy(t *testing.T) {
+	e := newEnv(t)
+	a := e.queue("a", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.Capacity = 1 }))
+	b := e.queue("b", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3; p.VisibilityTimeout = time.Minute }))
+
+	wa, wb := a.Wake(), b.Wake()
+	ma := mustPublish(t, a, "a1")
+	mb, err := b.PublishKeyed(ctx(t), "k", []byte("b1"))
+	require.NoError(t, err)
+	require.True(t, closed(wa.Signal))
+	require.True(t, closed(wb.Signal))
+
+	_, err = a.Publish(ctx(t), []byte("a2"))
+	requireErrorIs(t, err, broker.QueueFull)
+	mustPublish(t, b, "b2") // b has no capacity bound
+	_, err = a.PublishKeyed(ctx(t), "k", []byte("a-k"))
+	requireErrorIs(t, err, broker.QueueFull) // keys are per queue: b's key is not a's duplicate
+
+	da, db := mustReceiveOne(t, a), mustReceiveOne(t, b)
+	require.Equal(t, ma.ID, da.Message.ID)
+	require.Equal(t, mb.ID, db.Message.ID, "each queue delivers only its own messages")
+	requireSameInstant(t, t0.Add(30*time.Second), da.Lease.ExpiresAt)
+	requireSameInstant(t, t0.Add(time.Minute), db.Lease.ExpiresAt)
+
+	require.True(t, mustNack(t, a, da.Lease.Receipt, nil).DeadLettered)
+	require.False(t, mustNack(t, b, db.Lease.Receipt, nil).DeadLettered, "same call, different policy")
+
+	sa, sb := a.Stats(), b.Stats()
+	require.Equal(t, 1, sa.DeadLetters)
+	require.Equal(t, 0, sb.DeadLetters)
+	require.Equal(t, int64(1), sa.Published)
+	require.Equal(t, int64(2), sb.Published)
+	require.Equal(t, int64(2), sa.Shed)
+	require.Equal(t, int64(0), sb.Shed)
+	require.Empty(t, mustDeadLetters(t, b))
+	requireErrorIs(t, b.ReplayDeadLetter(ctx(t), ma.ID), broker.DeadLetterNotFound)
+}

@@ -95,9 +95,64 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	if err != nil {
 		return err
 	}
+	if c.acker != nil {
+		go c.settleAcks(context.WithoutCancel(ctx))
+	}
 	err = c.loop(ctx)
 	c.inflight.Wait()
+	if c.acker != nil {
+		close(c.acks)
+		<-c.settled
+	}
 	return err
+}
+
+// batchAcker is implemented by brokers that acknowledge many leases in one
+// commit (*Queue does); Consume then settles successes in batches.
+type batchAcker interface {
+	ackAll(ctx context.Context, receipts []ReceiptValue) []error
+}
+
+// pendingAck is a delivery whose handler succeeded, waiting to be acked.
+// Its slot and its inflight count are released once it is.
+type pendingAck struct {
+	d       DeliveryValue
+	receipt ReceiptValue
+}
+
+// settleAcks acknowledges finished deliveries: it takes one, then every
+// other one already waiting, and acks them with one call, so that handlers
+// finishing together share one commit. It returns when acks is closed.
+func (c *consumer) settleAcks(ctx context.Context) {
+	defer close(c.settled)
+	var batch []pendingAck
+	var receipts []ReceiptValue
+	for first := range c.acks {
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < cap(c.acks) {
+			select {
+			case p, ok := <-c.acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		receipts = receipts[:0]
+		for _, p := range batch {
+			receipts = append(receipts, p.receipt)
+		}
+		for i, err := range c.acker.ackAll(ctx, receipts) {
+			if err != nil {
+				c.refused(ctx, "ack", err, []any{"message", batch[i].d.Message.ID, "deliveries", batch[i].d.Deliveries})
+			}
+			<-c.slots
+			c.inflight.Done()
+		}
+	}
 }
 
 // consumer is the state of one Consume call.
@@ -107,7 +162,14 @@ type consumer struct {
 	waker    Waker         // nil when b is not one
 	rejecter Rejecter      // nil when b is not one
 	extender LeaseExtender // nil when b is not one or no extension was asked for
+	acker    batchAcker    // nil when b cannot acknowledge in batches
 	log      *slog.Logger
+
+	// acks carries finished deliveries to the settler goroutine, which
+	// acknowledges together all that finished while it was busy (when b is
+	// a batchAcker). settled is closed when the settler returns.
+	acks    chan pendingAck
+	settled chan struct{}
 
 	batch       int
 	poll        time.Duration
@@ -158,6 +220,10 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	}
 	c.waker, _ = b.(Waker)
 	c.rejecter, _ = b.(Rejecter)
+	if c.acker, _ = b.(batchAcker); c.acker != nil {
+		c.acks = make(chan pendingAck, cap(c.slots))
+		c.settled = make(chan struct{})
+	}
 	if c.extendEvery > 0 {
 		if c.extendBy == 0 {
 			c.extendBy = time.Duration(math.MaxInt64)
@@ -314,9 +380,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // handle runs the handler on d, keeps its lease, and settles the outcome.
 // It holds one slot, which it frees when the settling call has returned.
 func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
+	handedOff := false
 	defer func() {
-		<-c.slots
-		c.inflight.Done()
+		if !handedOff {
+			<-c.slots
+			c.inflight.Done()
+		}
 	}()
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -325,6 +394,13 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 	herr := c.call(hctx, d)
 	receipt, lost := stop()
 	if lost {
+		return
+	}
+	if herr == nil && c.acker != nil {
+		// The settler acks it, with whatever else finished meanwhile,
+		// and then frees the slot.
+		handedOff = true
+		c.acks <- pendingAck{d: d, receipt: receipt}
 		return
 	}
 	c.settle(settleCtx, d, receipt, herr)

@@ -26,6 +26,11 @@ func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	q.iq.Promote(q.s.now())
 	ready, leased, delayed, dead := q.iq.Counts()
+	// A lease lapsed on its last delivery is a dead letter from the moment
+	// it lapsed, for the counter as for the gauge, though the next call that
+	// sweeps writes its event.
+	exhausted := int64(len(q.iq.Exhausted()))
+	dl := q.stats.deadLettered.Load() + exhausted
 	q.mu.Unlock()
 	return QueueStats{
 		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead,
@@ -36,7 +41,7 @@ func (q *Queue) Stats() QueueStats {
 		Acked:        q.stats.acked.Load(),
 		Nacked:       q.stats.nacked.Load(),
 		Rejected:     q.stats.rejected.Load(),
-		DeadLettered: q.stats.deadLettered.Load(),
+		DeadLettered: dl,
 		Replayed:     q.stats.replayed.Load(),
 	}
 }

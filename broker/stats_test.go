@@ -1,0 +1,179 @@
+package broker_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// counters returns the counters of st, gauges zeroed.
+func counters(st broker.QueueStats) broker.QueueStats {
+	st.Ready, st.Leased, st.Delayed, st.DeadLetters = 0, 0, 0, 0
+	return st
+}
+
+func TestStatsCounters(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 5; p.MaxDeliveries = 2; p.RetryDelay = 0 }))
+
+	mustPublish(t, q, "a")
+	_, err := q.PublishBatch(ctx(t), [][]byte{nil, nil})
+	require.NoError(t, err)
+	_, err = q.PublishKeyed(ctx(t), "k", nil)
+	require.NoError(t, err)
+	require.Equal(t, broker.QueueStats{Published: 4}, counters(q.Stats()), "Published counts messages")
+
+	_, err = q.PublishKeyed(ctx(t), "k", nil)
+	require.NoError(t, err)
+	require.Equal(t, broker.QueueStats{Published: 4, Duplicates: 1}, counters(q.Stats()), "a duplicate counts only in Duplicates")
+
+	mustPublish(t, q, "fills")
+	_, err = q.PublishBatch(ctx(t), [][]byte{nil, nil})
+	requireErrorIs(t, err, broker.QueueFull)
+	_, err = q.PublishKeyed(ctx(t), "new key", nil)
+	requireErrorIs(t, err, broker.QueueFull)
+	require.Equal(t, broker.QueueStats{Published: 5, Duplicates: 1, Shed: 2}, counters(q.Stats()), "a shed publish counts only in Shed")
+
+	ds := mustReceive(t, q, 5) // Delivered 5
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+	mustNack(t, q, ds[1].Lease.Receipt, nil)
+	require.NoError(t, q.Reject(ctx(t), ds[2].Lease.Receipt, nil))
+	again := mustReceiveOne(t, q) // Delivered 6: ds[1] redelivered
+	require.Equal(t, ds[1].Message.ID, again.Message.ID)
+	require.True(t, mustNack(t, q, again.Lease.Receipt, nil).DeadLettered)
+	require.NoError(t, q.ReplayDeadLetter(ctx(t), again.Message.ID))
+	require.Equal(t, broker.QueueStats{
+		Published: 5, Duplicates: 1, Shed: 2,
+		Delivered: 6, Acked: 1, Nacked: 2, Rejected: 1, DeadLettered: 2, Replayed: 1,
+	}, counters(q.Stats()), "Nacked includes the nack that dead-lettered; DeadLettered counts every way in")
+
+	// Failed calls count nothing.
+	requireErrorIs(t, q.Ack(ctx(t), ds[0].Lease.Receipt), broker.LeaseExpired)
+	requireErrorIs(t, q.ReplayDeadLetter(ctx(t), "nope"), broker.DeadLetterNotFound)
+	_, err = q.Receive(ctx(t), 0)
+	requireErrorIs(t, err, broker.InvalidBatchSize)
+	require.Equal(t, int64(1), q.Stats().Acked)
+	require.Equal(t, int64(6), q.Stats().Delivered)
+
+	e.reopen()
+	q = e.queue("jobs", policy(func(p *broker.PolicyValue) { p.Capacity = 5; p.MaxDeliveries = 2; p.RetryDelay = 0 }))
+	require.Equal(t, broker.QueueStats{}, counters(q.Stats()), "counters count since open")
+}
+
+func TestStatsCountLeaseExhaustionAsDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	e.clock.Set(d.Lease.ExpiresAt)
+	require.Len(t, mustDeadLetters(t, q), 1)
+	st := q.Stats()
+	require.Equal(t, 1, st.DeadLetters)
+	require.Equal(t, int64(1), st.DeadLettered)
+	require.Equal(t, int64(0), st.Nacked+st.Rejected)
+}
+
+// Stats is one snapshot as of the broker clock: once the DeadLetters gauge
+// counts a message whose last lease lapsed, the DeadLettered counter must
+// count it too, not only after some later call happens to sweep it.
+func TestDeadLetteredCounterAgreesWithGauge(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	e.clock.Set(d.Lease.ExpiresAt)
+	st := q.Stats()
+	require.Equal(t, 1, st.DeadLetters)
+	require.Equal(t, int64(1), st.DeadLettered, "the gauge says one message was moved to the dead-letter store")
+}
+
+func TestStatsGauges(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
+	gauges := func() [4]int {
+		st := q.Stats()
+		return [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters}
+	}
+	for range 4 {
+		mustPublish(t, q, "m")
+	}
+	require.Equal(t, [4]int{4, 0, 0, 0}, gauges())
+	ds := mustReceive(t, q, 3)
+	require.Equal(t, [4]int{1, 3, 0, 0}, gauges())
+	mustNack(t, q, ds[0].Lease.Receipt, nil)
+	require.NoError(t, q.Reject(ctx(t), ds[1].Lease.Receipt, nil))
+	require.Equal(t, [4]int{1, 1, 1, 1}, gauges(), "ready, leased, delayed, dead")
+	e.clock.Advance(30 * time.Second) // ds[2]'s lease lapses
+	require.Equal(t, [4]int{2, 0, 1, 1}, gauges(), "a lapsed lease is Ready, not Leased")
+	e.clock.Advance(30 * time.Second) // the retry delay ends
+	require.Equal(t, [4]int{3, 0, 0, 1}, gauges())
+	e.reopen()
+	q = e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
+	require.Equal(t, [4]int{3, 0, 0, 1}, gauges(), "gauges are state, rebuilt by a restart")
+}
+
+func TestStoreStatsUnderConcurrentPublishers(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	before := e.s.Stats()
+	const publishers, each = 32, 40
+	var wg sync.WaitGroup
+	for range publishers {
+		wg.Go(func() {
+			for range each {
+				if _, err := q.Publish(t.Context(), []byte("payload")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := e.s.Stats()
+	t.Logf("store stats: %+v", st)
+	require.GreaterOrEqual(t, st.Records-before.Records, int64(publishers*each))
+	require.Greater(t, st.Commits, before.Commits)
+	require.GreaterOrEqual(t, st.Segments, 1)
+	require.Greater(t, st.DiskBytes, int64(0))
+	require.InDelta(t, float64(st.Records)/float64(st.Commits), st.MeanRecordsPerCommit, 1e-9)
+	require.Greater(t, st.MeanRecordsPerCommit, 1.0, "group commit: concurrent publishers share fdatasyncs")
+	require.Greater(t, st.MaxRecordsPerCommit, int64(1))
+	require.LessOrEqual(t, st.Commits-before.Commits, int64(publishers*each), "never more than one fdatasync per publish")
+	require.Equal(t, publishers*each, q.Stats().Ready)
+}
+
+func TestStoreStatsCountSegmentsAndDiskBytes(t *testing.T) {
+	const seg = 64 << 10
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = seg })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	payload := strings.Repeat("x", 4<<10)
+	for range 40 { // 160 KiB of payload: at least three segments
+		mustPublish(t, q, payload)
+	}
+	st := e.s.Stats()
+	require.GreaterOrEqual(t, st.Segments, 3)
+	require.GreaterOrEqual(t, st.Records, int64(40))
+	require.GreaterOrEqual(t, st.Commits, int64(40), "SyncAll: each sequential publish waits for its own fdatasync")
+
+	var onDisk int64
+	segs := 0
+	entries, err := os.ReadDir(e.dir)
+	require.NoError(t, err)
+	for _, de := range entries {
+		if strings.HasSuffix(de.Name(), ".seg") {
+			fi, err := os.Stat(filepath.Join(e.dir, de.Name()))
+			require.NoError(t, err)
+			onDisk += fi.Size()
+			segs++
+		}
+	}
+	require.Equal(t, segs, st.Segments, "Segments counts the segment files")
+	require.Equal(t, onDisk, st.DiskBytes, "DiskBytes is their total size")
+}

@@ -114,7 +114,7 @@ type batchAcker interface {
 }
 
 // pendingAck is a delivery whose handler succeeded, waiting to be acked.
-// Its slot and its inflight count are released once it is.
+// Its inflight count is released once it is.
 type pendingAck struct {
 	d       DeliveryValue
 	receipt ReceiptValue
@@ -149,7 +149,6 @@ func (c *consumer) settleAcks(ctx context.Context) {
 			if err != nil {
 				c.refused(ctx, "ack", err, []any{"message", batch[i].d.Message.ID, "deliveries", batch[i].d.Deliveries})
 			}
-			<-c.slots
 			c.inflight.Done()
 		}
 	}
@@ -399,8 +398,12 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 	if herr == nil && c.acker != nil {
 		// The settler acks it, with whatever else finished meanwhile,
 		// and then frees the slot.
+		// The handler is done: once the ack is queued its slot is free,
+		// so the next Receive can share a commit with the ack. At most
+		// cap(c.acks) acks wait, and at most Concurrency handlers run.
 		handedOff = true
 		c.acks <- pendingAck{d: d, receipt: receipt}
+		<-c.slots
 		return
 	}
 	c.settle(settleCtx, d, receipt, herr)

@@ -67,7 +67,7 @@ type Queue struct {
 
 	seen       map[string]seenKey
 	seenOrder  keyHeap
-	lastEvicts int64 // the latest clock reading eviction used
+	lastEvicts int64 // the latest clock reading: of an eviction, or a publish
 }
 
 func newQueue(id uint32, name string, p Policy) *Queue {
@@ -96,6 +96,9 @@ func (q *Queue) Apply(pos wal.Position, e *Event) bool {
 			q.detach(m)
 		}
 		m.EnqueuedAt, m.Key, m.Pos = e.Time, e.Key, pos
+		// An enqueue instant is a reading of the broker clock: eviction
+		// never runs on a clock behind it, and this survives a replay.
+		q.lastEvicts = max(q.lastEvicts, e.Time)
 		m.Deliveries, m.At, m.Nonce = 0, 0, 0
 		if e.Key != "" {
 			q.remember(e.Key, e.Seq, e.Time)
@@ -346,8 +349,12 @@ func (q *Queue) Forget(key string, seq uint64) {
 }
 
 // EvictSeen forgets the dedup keys enqueued strictly more than window
-// before now. If the clock went backwards since the last eviction, nothing
-// is evicted.
+// before now. If the clock went backwards — now is behind an earlier
+// eviction's clock or any publish's enqueue instant — nothing is evicted.
+// Publish instants come back with a replay; an eviction's clock newer than
+// every publish does not, so after a restart such a key may be remembered
+// again, for longer: the safe side, which costs at most one side effect
+// skipped.
 func (q *Queue) EvictSeen(now, window int64) {
 	if now < q.lastEvicts {
 		return

@@ -119,14 +119,29 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	now := q.s.now()
 
 	// Dedup comes before admission: a duplicate is admitted even when the
-	// queue is full, and a shed publish never enters the seen-set.
+	// queue is full, and a shed publish never enters the seen-set. An
+	// eviction is a state change like any other: it is logged.
+	var recs [][]byte
 	if key != "" {
-		q.iq.EvictSeen(now, int64(q.policy.dedupWindow()))
+		window := int64(q.policy.dedupWindow())
+		if q.iq.EvictSeen(now, window) {
+			e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
+			recs = append(recs, e.Append(nil))
+		}
 		if seq, at, ok := q.iq.Seen(key); ok {
 			m := q.iq.Get(seq)
 			pending := m != nil && m.State == index.Pending
+			var pend *wal.Pending
+			if len(recs) > 0 {
+				pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+			}
 			q.mu.Unlock()
 			q.stats.duplicates.Add(1)
+			if pend != nil {
+				if _, err := q.s.wait(pend); err != nil {
+					return nil, err
+				}
+			}
 			if pending {
 				// The original is queued but not yet in the log: this call
 				// may not report success before the original would.
@@ -139,17 +154,27 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	}
 	q.iq.Promote(now) // so that leases lapsed for good stop holding capacity
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
+		var pend *wal.Pending
+		if len(recs) > 0 {
+			pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+		}
 		q.mu.Unlock()
 		q.stats.shed.Add(1)
+		if pend != nil {
+			if _, err := q.s.wait(pend); err != nil {
+				return nil, err
+			}
+		}
 		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, q.iq.Live(), c, len(payloads), QueueFull)
 	}
 
 	seqs := make([]uint64, len(payloads))
-	recs := make([][]byte, len(payloads))
+	evicts := len(recs)
+	recs = append(recs, make([][]byte, len(payloads))...)
 	for i, p := range payloads {
 		e := index.Event{Kind: index.KindPublish, Queue: q.id, Seq: q.s.idx.NextSeq(), Time: now, Key: key, Payload: p}
 		seqs[i] = e.Seq
-		recs[i] = e.Append(make([]byte, 0, len(p)+32+len(key)))
+		recs[evicts+i] = e.Append(make([]byte, 0, len(p)+32+len(key)))
 		q.iq.Apply(0, &e) // Pending until its record is in the log
 	}
 	pend := q.s.log.Enqueue(q.s.opts.durable(true), recs...)
@@ -162,7 +187,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	out := make([]MessageValue, len(payloads))
 	q.mu.Lock()
 	for i := range seqs {
-		q.iq.Commit(seqs[i], pos[i])
+		q.iq.Commit(seqs[i], pos[evicts+i])
 		out[i] = MessageValue{ID: messageID(seqs[i]), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
 	}
 	q.wakeLocked()

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -373,10 +375,7 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 
 func TestFilesAre0600DirsAre0700(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
-	e := newEnv(t)
-	e.close()
-	e.dir = root
-	e.open()
+	e := openEnvAt(t, root) // Open creates the directory
 	q := e.queue("jobs", policy())
 	for range 3 {
 		mustPublish(t, q, "x")
@@ -435,4 +434,75 @@ func TestCloseThenCallsFailWithClosed(t *testing.T) {
 	e.open()
 	q = e.queue("jobs", policy())
 	require.Equal(t, 1, q.Stats().Leased, "nothing moved after Close")
+}
+
+// corruptLog sets up a log whose middle record is damaged: publishes of A,
+// B and C (each its own commit, so B's bytes are covered by a completed
+// fdatasync), then one byte of B's payload flipped on disk. It returns the
+// IDs and the damaged file's name.
+func corruptLog(t *testing.T) (e *env, a, c broker.MessageValue, file string) {
+	e = newEnv(t)
+	q := e.queue("jobs", policy())
+	a = mustPublish(t, q, strings.Repeat("A", 300))
+	b := strings.Repeat("B", 300)
+	mustPublish(t, q, b)
+	c = mustPublish(t, q, strings.Repeat("C", 300))
+	e.close()
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
+	require.NoError(t, err)
+	for _, seg := range segs {
+		raw, err := os.ReadFile(seg)
+		require.NoError(t, err)
+		if i := bytes.Index(raw, []byte(b)); i >= 0 {
+			raw[i+150] ^= 0x40
+			require.NoError(t, os.WriteFile(seg, raw, 0o600))
+			return e, a, c, filepath.Base(seg)
+		}
+	}
+	t.Fatal("B's payload is in no segment")
+	return
+}
+
+func TestCorruptLogRefusedNamingFileAndOffset(t *testing.T) {
+	e, _, _, file := corruptLog(t)
+	_, err := broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Corrupt, file, "offset")
+}
+
+func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
+	e, a, c, file := corruptLog(t)
+	var logs lockedBuffer
+	e.opts.Salvage = true
+	e.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	e.open()
+	q := e.queue("jobs", policy())
+	d := mustPublish(t, q, "D") // the salvaged log takes new records
+	ds := mustReceive(t, q, 10)
+	require.Equal(t, []string{a.ID, c.ID, d.ID}, ids(ds), "intact records before and after the damage; never the damaged one")
+	require.Equal(t, strings.Repeat("C", 300), string(ds[1].Message.Payload))
+
+	reported := false
+	for _, r := range logs.records(t) {
+		if n, ok := r["salvaged_spans"].(float64); ok && n >= 1 {
+			reported = true
+		}
+	}
+	require.True(t, reported, "Salvage reports what it skipped; logged: %v", logs.records(t))
+	copies, err := filepath.Glob(filepath.Join(e.dir, "salvage", file+"*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, copies, "the damaged file was copied aside first")
+	for _, p := range append(copies, filepath.Join(e.dir, "salvage")) {
+		fi, err := os.Stat(p)
+		require.NoError(t, err)
+		want := fs.FileMode(0o600)
+		if fi.IsDir() {
+			want = 0o700
+		}
+		require.Equal(t, want, fi.Mode().Perm(), p)
+	}
+
+	e.opts.Salvage = false
+	e.reopen() // the salvaged log now opens without Salvage
+	q = e.queue("jobs", policy())
+	require.Equal(t, 3, q.Stats().Leased)
 }

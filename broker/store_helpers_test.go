@@ -206,8 +206,8 @@ type codeOnly struct {
 	text string
 }
 
-func (e codeOnly) Error() string  { return e.text }
-func (e codeOnly) Code() uint32   { return e.code }
+func (e codeOnly) Error() string { return e.text }
+func (e codeOnly) Code() uint32  { return e.code }
 
 // publicOnly carries only a public text.
 type publicOnly struct{ public, text string }
@@ -223,3 +223,18 @@ func (e userClassified) Error() string  { return e.reason + ": " + e.private }
 func (e userClassified) Reason() string { return e.reason }
 func (e userClassified) Code() uint32   { return 0x2A000001 }
 func (e userClassified) Public() string { return e.public }
+
+// openEnvAt opens a store in dir (a power-loss clone, say) with a fresh fake
+// clock at t0 and the tests' usual options.
+func openEnvAt(t testing.TB, dir string) *env {
+	t.Helper()
+	e := &env{t: t, dir: dir, clock: newFakeClock()}
+	e.opts = broker.Options{Now: e.clock.Now, SegmentBytes: testSegmentBytes}
+	t.Cleanup(func() {
+		if e.s != nil {
+			_ = e.s.Close()
+		}
+	})
+	e.open()
+	return e
+}

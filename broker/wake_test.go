@@ -203,3 +203,19 @@ func TestQueuesDifferOnlyByNameAndPolicy(t *testing.T) {
 	require.Empty(t, mustDeadLetters(t, b))
 	requireErrorIs(t, b.ReplayDeadLetter(ctx(t), ma.ID), broker.DeadLetterNotFound)
 }
+
+func TestWakeInSkipsLeaseOnLastDelivery(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2; p.RetryDelay = time.Minute }))
+	x := mustPublish(t, q, "x")
+	mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, nil)
+	e.clock.Set(t0.Add(time.Minute))
+	dx := mustReceiveOne(t, q) // x's last delivery, leased until t0+90s
+	require.Equal(t, x.ID, dx.Message.ID)
+	require.Equal(t, 2, dx.Deliveries)
+	mustPublish(t, q, "y")
+	nv := mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, nil) // y visible at t0+120s
+	w := q.Wake()
+	require.True(t, w.Scheduled)
+	require.Equal(t, nv.VisibleAt.Sub(e.clock.Now()), w.In, "x's lapse at %v makes nothing receivable", dx.Lease.ExpiresAt)
+}

@@ -32,6 +32,8 @@
 //	kind 8  extend      queue, seq, deliveries, expiresAt, nonce
 //	kind 9  replay      queue, seq
 //	kind 10 delete      queue, seq
+//	kind 11 evict       queue, clock, window: forget the dedup keys enqueued
+//	                    more than window before clock (see Queue.EvictSeen)
 //
 // seq is the message's sequence number, unique in the store and never
 // reused; queue is the number its declare event gave the queue.

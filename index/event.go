@@ -21,12 +21,13 @@ const (
 	KindExtend     Kind = 8
 	KindReplay     Kind = 9
 	KindDelete     Kind = 10
+	KindEvict      Kind = 11
 )
 
 var kindNames = [...]string{
 	KindMeta: "meta", KindDeclare: "declare", KindPublish: "publish", KindLease: "lease",
 	KindAck: "ack", KindNack: "nack", KindDeadLetter: "deadletter", KindExtend: "extend",
-	KindReplay: "replay", KindDelete: "delete",
+	KindReplay: "replay", KindDelete: "delete", KindEvict: "evict",
 }
 
 func (k Kind) String() string {
@@ -50,7 +51,8 @@ type Event struct {
 	Kind       Kind
 	Queue      uint32
 	Seq        uint64
-	Time       int64 // enqueuedAt, expiresAt, visibleAt or failedAt, in Unix ns
+	Time       int64 // enqueuedAt, expiresAt, visibleAt, failedAt or the eviction clock, in Unix ns
+	Window     int64 // the dedup window of an evict event, in ns
 	Deliveries uint32
 	Nonce      uint64
 	Code       uint32
@@ -74,6 +76,9 @@ func (e *Event) Append(dst []byte) []byte {
 	case KindDeclare:
 		dst = appendString(dst, e.Name)
 		return e.Policy.append(dst)
+	case KindEvict:
+		dst = binary.AppendVarint(dst, e.Time)
+		return binary.AppendVarint(dst, e.Window)
 	}
 	dst = binary.AppendUvarint(dst, e.Seq)
 	switch e.Kind {
@@ -111,6 +116,11 @@ func Decode(rec []byte) (Event, error) {
 		e.Queue = d.u32()
 		e.Name = d.string()
 		e.Policy = d.policy()
+		return e, d.finish(e.Kind)
+	case KindEvict:
+		e.Queue = d.u32()
+		e.Time = d.varint()
+		e.Window = d.varint()
 		return e, d.finish(e.Kind)
 	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete:
 	default:

@@ -24,6 +24,7 @@ func sampleEvents() []Event {
 		{Kind: KindExtend, Queue: 3, Seq: 7, Deliveries: 1, Time: 1000, Nonce: 1},
 		{Kind: KindReplay, Queue: 3, Seq: 7},
 		{Kind: KindDelete, Queue: 3, Seq: 7},
+		{Kind: KindEvict, Queue: 3, Time: 1_700_000_000_000_000_000, Window: 6 * 3600e9},
 	}
 }
 

@@ -44,6 +44,10 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		x.Orphans++
 		return nil
 	}
+	if e.Kind == KindEvict {
+		q.EvictSeen(e.Time, e.Window)
+		return nil
+	}
 	if e.Kind == KindPublish && e.Seq >= x.nextSeq.Load() {
 		x.nextSeq.Store(e.Seq + 1)
 	}

@@ -349,23 +349,24 @@ func (q *Queue) Forget(key string, seq uint64) {
 }
 
 // EvictSeen forgets the dedup keys enqueued strictly more than window
-// before now. If the clock went backwards — now is behind an earlier
-// eviction's clock or any publish's enqueue instant — nothing is evicted.
-// Publish instants come back with a replay; an eviction's clock newer than
-// every publish does not, so after a restart such a key may be remembered
-// again, for longer: the safe side, which costs at most one side effect
-// skipped.
-func (q *Queue) EvictSeen(now, window int64) {
+// before now, and reports whether it forgot any: the caller then logs an
+// evict event with the same clock and window, so that a replay forgets the
+// same keys. If the clock went backwards — now is behind an earlier
+// eviction's clock or a publish's enqueue instant — nothing is evicted.
+func (q *Queue) EvictSeen(now, window int64) bool {
 	if now < q.lastEvicts {
-		return
+		return false
 	}
 	q.lastEvicts = now
+	evicted := false
 	for len(q.seenOrder) > 0 && now-q.seenOrder[0].enqueuedAt > window {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
 			delete(q.seen, k.key)
+			evicted = true
 		}
 	}
+	return evicted
 }
 
 // SeenCount is the number of remembered dedup keys.

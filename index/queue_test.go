@@ -154,9 +154,10 @@ func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *tes
 	q.EvictSeen(110, 10) // a is exactly 10 old: kept
 	_, _, ok := q.Seen("a")
 	require.True(t, ok)
-	q.EvictSeen(111, 10)
+	require.True(t, q.EvictSeen(111, 10), "it reports that it forgot a key")
 	_, _, ok = q.Seen("a")
 	require.False(t, ok)
+	require.False(t, q.EvictSeen(112, 10), "and that it forgot nothing")
 	x.Apply(wal.MakePosition(1, 200), pub(2, 150, "b"))
 	q.EvictSeen(200, 100) // b is 50 old: kept; and the clock is now 200
 	q.EvictSeen(170, 10)  // backwards: nothing is evicted, although b is 20 old
@@ -177,6 +178,18 @@ func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *tes
 	require.True(t, ok)
 	require.Equal(t, uint64(2), seq)
 	require.Equal(t, int64(150), at)
+}
+
+// An evict event forgets on replay what the eviction forgot live.
+func TestEvictEventReplaysTheEviction(t *testing.T) {
+	x := declared()
+	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
+	x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50})
+	_, _, ok := x.Queue("q").Seen("a")
+	require.False(t, ok)
+	// The eviction clock is a reading too: a clock behind it evicts
+	// nothing, and a key published again is new.
+	require.False(t, x.Queue("q").EvictSeen(150, 1))
 }
 
 func TestPendingUntilCommit(t *testing.T) {

@@ -386,8 +386,13 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 			c.inflight.Done()
 		}
 	}()
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The handler's own context exists only to be cancelled when its lease
+	// is lost, which only lease extension can find out.
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if c.extender != nil {
+		hctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
 	settleCtx := context.WithoutCancel(ctx)
 	stop := c.keepLease(settleCtx, cancel, d)
 	herr := c.call(hctx, d)

@@ -53,6 +53,20 @@ func (q *Queue) wakeLocked() {
 	q.signal = make(chan struct{})
 }
 
+// unlockAndWait queues recs (if any) as state-change events, releases q.mu,
+// which the caller holds, and waits for them as the sync mode asks. Queuing
+// under the lock is what keeps the log in decision order.
+func (q *Queue) unlockAndWait(recs [][]byte) error {
+	if len(recs) == 0 {
+		q.mu.Unlock()
+		return nil
+	}
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	q.mu.Unlock()
+	_, err := q.s.wait(pend)
+	return err
+}
+
 // begin checks what every call checks first: the context and the store.
 func (q *Queue) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -131,17 +145,10 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		if seq, at, ok := q.iq.Seen(key); ok {
 			m := q.iq.Get(seq)
 			pending := m != nil && m.State == index.Pending
-			var pend *wal.Pending
-			if len(recs) > 0 {
-				pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+			if err := q.unlockAndWait(recs); err != nil {
+				return nil, err
 			}
-			q.mu.Unlock()
 			q.stats.duplicates.Add(1)
-			if pend != nil {
-				if _, err := q.s.wait(pend); err != nil {
-					return nil, err
-				}
-			}
 			if pending {
 				// The original is queued but not yet in the log: this call
 				// may not report success before the original would.
@@ -154,18 +161,12 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	}
 	q.iq.Promote(now) // so that leases lapsed for good stop holding capacity
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
-		var pend *wal.Pending
-		if len(recs) > 0 {
-			pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+		live := q.iq.Live()
+		if err := q.unlockAndWait(recs); err != nil {
+			return nil, err
 		}
-		q.mu.Unlock()
 		q.stats.shed.Add(1)
-		if pend != nil {
-			if _, err := q.s.wait(pend); err != nil {
-				return nil, err
-			}
-		}
-		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, q.iq.Live(), c, len(payloads), QueueFull)
+		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, live, c, len(payloads), QueueFull)
 	}
 
 	seqs := make([]uint64, len(payloads))

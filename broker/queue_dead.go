@@ -35,15 +35,8 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 			Message:    MessageValue{ID: messageID(m.Seq), EnqueuedAt: time.Unix(0, m.EnqueuedAt)},
 		}})
 	}
-	var pend *wal.Pending
-	if len(recs) > 0 {
-		pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
-	}
-	q.mu.Unlock()
-	if pend != nil {
-		if _, err := q.s.wait(pend); err != nil {
-			return nil, err
-		}
+	if err := q.unlockAndWait(recs); err != nil {
+		return nil, err
 	}
 	out := make([]DeadLetterValue, len(list))
 	for i, d := range list {
@@ -81,27 +74,18 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 		m = q.iq.Get(seq)
 	}
 	if m == nil || m.State != index.Dead {
-		var pend *wal.Pending
-		if len(recs) > 0 {
-			pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
-		}
-		q.mu.Unlock()
-		if pend != nil {
-			if _, err := q.s.wait(pend); err != nil {
-				return err
-			}
+		if err := q.unlockAndWait(recs); err != nil {
+			return err
 		}
 		return fmt.Errorf("broker: queue %s: dead letter %q: %w", q.name, id, DeadLetterNotFound)
 	}
 	e := index.Event{Kind: kind, Queue: q.id, Seq: seq}
 	q.iq.Apply(0, &e)
 	recs = append(recs, e.Append(nil))
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
 	if kind == index.KindReplay {
 		q.wakeLocked()
 	}
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait(recs); err != nil {
 		return err
 	}
 	if kind == index.KindReplay {

@@ -47,14 +47,11 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 		recs = append(recs, e.Append(nil))
 		leases = append(leases, l)
 	}
-	if len(recs) == 0 {
-		q.mu.Unlock()
-		return nil, nil
-	}
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait(recs); err != nil {
 		return nil, err
+	}
+	if len(leases) == 0 {
+		return nil, nil
 	}
 
 	out := make([]DeliveryValue, len(leases))
@@ -121,9 +118,7 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 	}
 	e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
 	q.iq.Apply(0, &e)
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
 		return err
 	}
 	q.stats.acked.Add(1)
@@ -163,12 +158,10 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 		q.logUnclassified(m.Seq, cause)
 	}
 	q.iq.Apply(0, &e)
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
 	if !out.DeadLettered {
 		q.wakeLocked()
 	}
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
 		return NackValue{}, err
 	}
 	q.stats.nacked.Add(1)
@@ -193,9 +186,7 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	}
 	e := q.deadLetterEvent(m, now, cause)
 	q.iq.Apply(0, &e)
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
 		return err
 	}
 	q.stats.rejected.Add(1)
@@ -247,9 +238,7 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 	}
 	e := index.Event{Kind: index.KindExtend, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at, Nonce: q.s.nonce()}
 	q.iq.Apply(0, &e)
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), e.Append(nil))
-	q.mu.Unlock()
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
 		return LeaseValue{}, err
 	}
 	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.s.keys.make(q.id, e.Seq, e.Nonce)}, nil
@@ -281,15 +270,7 @@ func (q *Queue) ackAll(ctx context.Context, receipts []ReceiptValue) []error {
 		recs = append(recs, e.Append(nil))
 		ok = append(ok, i)
 	}
-	var pend *wal.Pending
-	if len(recs) > 0 {
-		pend = q.s.log.Enqueue(q.s.opts.durable(false), recs...)
-	}
-	q.mu.Unlock()
-	if pend == nil {
-		return errs
-	}
-	if _, err := q.s.wait(pend); err != nil {
+	if err := q.unlockAndWait(recs); err != nil {
 		for _, i := range ok {
 			errs[i] = err
 		}

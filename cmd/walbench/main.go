@@ -1,12 +1,13 @@
 // Command walbench measures how fast the write-ahead log (package wal) can
 // make appends durable on this machine's disk, next to how fast the disk
-// itself completes fdatasyncs.
+// itself completes fdatasyncs, and how fast the broker (package broker)
+// built on that log publishes and drains messages.
 //
 // Usage:
 //
 //	walbench [-dir DIR] [-rounds 1] [-time 3s] [-probe-time 2s] [-warmup 200ms]
 //	         [-appenders 1,16,64] [-size 1024] [-sync always|interval|never]
-//	         [-segment-bytes N] [-json FILE]
+//	         [-segment-bytes N] [-broker=true] [-drain-messages N] [-json FILE]
 //
 // It makes a temporary directory under DIR (default: the current
 // directory) and removes it at the end, also after an error or Ctrl-C. In
@@ -35,6 +36,34 @@
 //     nothing but write and sync batches of that size would make records
 //     durable on this disk, now.
 //
+// Then, unless -broker=false, come the broker workloads, each on a new
+// store (broker.Open with -segment-bytes, in a new subdirectory) with one
+// queue (VisibilityTimeout 1m, MaxDeliveries 5; MaxMessageBytes -size when
+// -segment-bytes is under 2 MiB, too small for the default 1 MiB bound),
+// messages of -size bytes:
+//
+//   - broker publish: for each count N in -appenders, a store under
+//     SyncAll and N goroutines each calling Publish in a loop, warmed up
+//     and measured as the WAL workloads are (-warmup, -time). Rates come
+//     from the deltas of Store.Stats (Records, Commits) over the window,
+//     latencies from every Publish started in it.
+//   - broker drain via Consume, 64×64: a store under SyncAll, then one
+//     under SyncPublish, whose queue is filled, untimed, with
+//     -drain-messages messages (M: 100000 by default, 20000 with -rounds
+//     1) by PublishBatch of 256; then broker.Consume with Batch 64 and
+//     Concurrency 64 runs a handler that only counts, and the drain is
+//     timed from the call until Consume returns, after the handler saw
+//     the M-th message and cancelled it. Rates are M ÷ that time, and the
+//     deltas of Store.Stats over it.
+//   - broker drain via Receive+Ack, C consumers, batch 64, for C = 1 and
+//     4, under SyncAll: filled likewise, then C goroutines each loop
+//     Receive(64) and Ack each delivery in turn. Such a drain stops after
+//     -time if messages are left (one consumer makes about one commit per
+//     message): the rate is then of the messages acked by then.
+//
+// A drain in which no message is handled for 20 s fails, naming what the
+// store and the queue hold.
+//
 // The disk of a shared machine is noisy: its fdatasync rate can change by
 // half within minutes. So every ratio is computed within a round, from
 // figures measured minutes apart at most, and with more than one round each
@@ -44,14 +73,23 @@
 //
 // It prints one table, one row per workload:
 //
-//	appends/s             Stats().Records delta per second (one record per Append)
+//	appends/s             Stats().Records delta per second (one record per Append);
+//	                      broker rows: messages per second (publish: one record
+//	                      per Publish; drain: messages acked ÷ the drain's time)
 //	MB/s                  payload bytes per second, 10^6 bytes (raw: the 4 KiB writes)
-//	p50, p99              latency of one Append (raw: one pwrite + fdatasync)
-//	fdatasyncs/s          Stats().Syncs delta per second (raw: loop iterations)
-//	records/fdatasync     Records delta / Syncs delta: the group-commit factor
+//	p50, p99              latency of one Append or Publish (raw: one pwrite +
+//	                      fdatasync; drains: none)
+//	fdatasyncs/s          Stats().Syncs (broker: Commits) delta per second (raw:
+//	                      loop iterations)
+//	records/fdatasync     Records delta / Syncs (Commits) delta: the group-commit
+//	                      factor; a drain's records are its leases and acks
 //	÷ raw overwrite fsync appends/s ÷ the same round's raw overwrite fdatasyncs/s
+//	                      (wal and broker publish rows)
 //	batch ceiling rec/s   the raw batch ceiling probe's records/s, as above
 //	÷ batch ceiling       appends/s ÷ the same round's batch ceiling
+//	÷ wal same N          broker publish rows: msgs/s ÷ the appends/s of the same
+//	                      round's WAL row with as many appenders as producers,
+//	                      under -sync always only (present with broker rows)
 //
 // With more than one round, a "min–max" column after each ratio gives its
 // least and greatest value over the rounds, and a line under the table
@@ -86,28 +124,42 @@
 //	  "rounds": int, the -rounds given
 //	  "rows": [{
 //	    "workload":      string, as in the table
-//	    "kind":          "raw-overwrite" | "raw-append" | "wal"
-//	    "sync":          "always" | "interval" | "never"   (wal only)
+//	    "kind":          "raw-overwrite" | "raw-append" | "wal" |
+//	                     "broker-publish" | "broker-drain"
+//	    "sync":          "always" | "interval" | "never"   (wal),
+//	                     "all" | "publish"                  (broker; absent for raw)
 //	    "appenders":     int                                (wal only)
-//	    "bytes_per_op":  int, record size (wal) or 4096 (raw)
-//	    "segment_bytes": int, the -segment-bytes given      (wal only; absent: wal default)
+//	    "producers":     int                                (broker-publish only)
+//	    "method":        "consume" | "receive-ack"          (broker-drain only)
+//	    "consumers":     int, Consume's Concurrency, or the goroutines
+//	                     calling Receive and Ack            (broker-drain only)
+//	    "batch":         int, Consume's Batch, or Receive's max (broker-drain only)
+//	    "messages":      int, M, the messages prefilled in each round (broker-drain only)
+//	    "bytes_per_op":  int, record or message size (wal, broker) or 4096 (raw)
+//	    "segment_bytes": int, the -segment-bytes given      (wal, broker; absent: wal default)
 //	    "rounds":        int, how many rounds measured this row (fewer than
 //	                     asked only after Ctrl-C or an error)
-//	    "seconds":       float, length of the measured windows, summed over the rounds
+//	    "seconds":       float, length of the measured windows (drains: from
+//	                     the start of the drain until its calls returned),
+//	                     summed over the rounds
+//	    "fill_seconds":  float, the untimed prefills, summed (broker-drain only)
 //	    "interrupted":   bool, a window of the row (its run or its batch
 //	                     ceiling probe) was cut short by Ctrl-C
-//	    "ops":           int, records appended (wal) or pwrite+fdatasync pairs (raw),
-//	                     summed over the rounds
+//	    "ops":           int, records appended (wal), messages published
+//	                     (broker-publish) or acked (broker-drain; fewer than
+//	                     messages × rounds where a Receive+Ack drain reached
+//	                     -time), or pwrite+fdatasync pairs (raw), summed over
+//	                     the rounds
 //	    "fdatasyncs":    int, fdatasyncs in the windows, summed
 //	    "file_bytes":    int, bytes the log wrote, framing included, summed (wal only)
 //	    "rotations":     int, segment rotations in the windows, summed (wal only; absent if none)
 //	    "latency_samples": int, latencies in the histograms, summed
-//	    "appends_per_sec":       float or null (raw)
+//	    "appends_per_sec":       float or null (raw); broker rows: messages per second
 //	    "mb_per_sec":            float
 //	    "p50_ns", "p99_ns", "mean_ns", "max_ns": int or null (no samples)
 //	    "fdatasyncs_per_sec":    float
 //	    "records_per_fdatasync": float or null (raw, or no fdatasync)
-//	    "vs_raw_overwrite":      float or null (raw, or no overwrite probe)
+//	    "vs_raw_overwrite":      float or null (raw, broker-drain, or no overwrite probe)
 //	    "vs_raw_overwrite_min", "vs_raw_overwrite_max": float, over the rounds
 //	                             (absent where vs_raw_overwrite is null)
 //	    "bytes_per_fdatasync":   float or null, file_bytes / fdatasyncs (raw, or no fdatasync)
@@ -117,7 +169,12 @@
 //	    "vs_batch_ceiling":      float or null, appends_per_sec / batch ceiling
 //	    "vs_batch_ceiling_min", "vs_batch_ceiling_max": float, over the rounds
 //	                             (absent where vs_batch_ceiling is null)
-//	    "notes": [string], what looked wrong in the log's counters, each
+//	    "vs_wal_same_n":         float or null, broker-publish only: appends_per_sec /
+//	                             the same round's wal row's with appenders = producers
+//	                             (null: -sync other than always, or no such row)
+//	    "vs_wal_same_n_min", "vs_wal_same_n_max": float, over the rounds
+//	                             (absent where vs_wal_same_n is null)
+//	    "notes": [string], what looked wrong in the log's or the store's counters, each
 //	             prefixed "round K: " with more than one round (absent if nothing)
 //	    "per_round": [{ each round's own figures, in round order: the fields
 //	             above but "rounds", the "_min"/"_max" ranges and "per_round",
@@ -128,7 +185,7 @@
 //	}
 //
 // Of the figures of a row, the rates, latencies and ratios (every field
-// from appends_per_sec to vs_batch_ceiling) are medians over the rounds
+// from appends_per_sec to vs_wal_same_n) are medians over the rounds
 // that have them; the counts are sums. With one round, both are that
 // round's own figures.
 //
@@ -151,6 +208,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
@@ -161,6 +219,13 @@ const (
 	exitError       = 1
 	exitUsage       = 2
 	exitInterrupted = 130 // as a shell reports a SIGINT death
+)
+
+// The messages of each broker drain: as many as -rounds 5 can afford, and
+// fewer for the quick look of a single round, which must stay short.
+const (
+	defaultDrainMessages = 100_000
+	quickDrainMessages   = 20_000
 )
 
 // errInterrupted is the cause of the run's context after Ctrl-C.
@@ -177,6 +242,9 @@ type config struct {
 	segmentBytes int64
 	jsonFile     string
 	rounds       int
+
+	broker        bool // run the broker workloads after the WAL ones
+	drainMessages int  // messages each broker drain prefills and drains
 
 	fs vfs.FS // for tests: the logs' file system (nil: vfs.Default)
 }
@@ -289,10 +357,11 @@ func measure(ctx context.Context, progress io.Writer, dir string, cfg config) (r
 	return rep, err
 }
 
-// measureRound runs the raw probes and then, for each count of appenders,
-// the WAL workload and its batch ceiling probe, in order, until ctx ends
-// or one fails. It returns the rows measured so far with the error; each
-// ratio in them is to a figure of this round.
+// measureRound runs the raw probes, then, for each count of appenders, the
+// WAL workload and its batch ceiling probe, then the broker workloads
+// (unless cfg.broker is false), in order, until ctx ends or one fails. It
+// returns the rows measured so far with the error; each ratio in them is
+// to a figure of this round.
 func measureRound(ctx context.Context, progress io.Writer, dir string, cfg config) ([]row, error) {
 	var (
 		rows          []row
@@ -350,7 +419,74 @@ func measureRound(ctx context.Context, progress io.Writer, dir string, cfg confi
 			return rows, err
 		}
 	}
+	if !cfg.broker {
+		return rows, nil
+	}
+	return measureBroker(ctx, progress, dir, cfg, rows, overwriteRate)
+}
+
+// measureBroker runs the broker workloads of a round after its rows so
+// far: a publish workload for each count of appenders, then the drains,
+// until ctx ends or one fails. It returns rows with the new rows appended,
+// with the error.
+func measureBroker(ctx context.Context, progress io.Writer, dir string, cfg config, rows []row, overwriteRate float64) ([]row, error) {
+	for _, n := range cfg.appenders {
+		if ctx.Err() != nil {
+			return rows, nil
+		}
+		b, err := runBrokerPublish(ctx, progress, dir, brokerPublishLoad{
+			producers:    n,
+			payloadBytes: cfg.recordBytes,
+			segmentBytes: cfg.segmentBytes,
+			warmup:       cfg.warmup,
+			duration:     cfg.duration,
+		})
+		if err != nil {
+			return rows, err
+		}
+		if !b.window.opened {
+			continue // interrupted in the warm-up: ctx is done
+		}
+		rows = append(rows, brokerPublishRow(b, overwriteRate))
+		setVsWALSameN(rows)
+	}
+	for _, d := range brokerDrains(cfg) {
+		if ctx.Err() != nil {
+			return rows, nil
+		}
+		res, err := runBrokerDrain(ctx, progress, dir, d)
+		if res.opened {
+			rows = append(rows, brokerDrainRow(res))
+		}
+		if err != nil {
+			return rows, err
+		}
+	}
 	return rows, nil
+}
+
+// brokerDrains are the drain workloads of a round, in order.
+func brokerDrains(cfg config) []brokerDrainLoad {
+	d := brokerDrainLoad{
+		method:       drainConsume,
+		sync:         broker.SyncAll,
+		consumers:    64,
+		batch:        64,
+		messages:     cfg.drainMessages,
+		payloadBytes: cfg.recordBytes,
+		segmentBytes: cfg.segmentBytes,
+	}
+	loads := []brokerDrainLoad{d}
+	d.sync = broker.SyncPublish
+	loads = append(loads, d)
+	// One consumer acks one message per commit: draining the whole
+	// backlog would take minutes. These drains stop after -time.
+	d.method, d.sync, d.limit = drainReceiveAck, broker.SyncAll, cfg.duration
+	for _, c := range []int{1, 4} {
+		d.consumers = c
+		loads = append(loads, d)
+	}
+	return loads
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -363,17 +499,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		segmentBytes int64
 	)
 	fs.StringVar(&cfg.parent, "dir", ".", "make the temporary directory under `DIR`")
-	fs.DurationVar(&cfg.duration, "time", 3*time.Second, "measure each WAL workload for `D`")
+	fs.DurationVar(&cfg.duration, "time", 3*time.Second, "measure each WAL and broker publish workload for `D`; also the longest a broker Receive+Ack drain runs")
 	fs.DurationVar(&cfg.probeTime, "probe-time", 2*time.Second, "run each raw fdatasync probe for `D` (0 skips them)")
-	fs.DurationVar(&cfg.warmup, "warmup", 200*time.Millisecond, "run each WAL workload for `D` before measuring")
-	fs.StringVar(&appenders, "appenders", "1,16,64", "comma-separated `counts` of concurrent appenders, one workload each")
-	fs.IntVar(&cfg.recordBytes, "size", 1024, "record size in `bytes`")
-	fs.StringVar(&syncMode, "sync", "always", "wal sync `mode`: always, interval or never")
-	fs.Int64Var(&segmentBytes, "segment-bytes", 0, "wal segment size in `bytes` (0: the wal default, 64 MiB)")
+	fs.DurationVar(&cfg.warmup, "warmup", 200*time.Millisecond, "run each WAL and broker publish workload for `D` before measuring")
+	fs.StringVar(&appenders, "appenders", "1,16,64", "comma-separated `counts` of concurrent appenders (and broker producers), one workload each")
+	fs.IntVar(&cfg.recordBytes, "size", 1024, "record size, and broker message size, in `bytes`")
+	fs.StringVar(&syncMode, "sync", "always", "wal sync `mode` of the WAL workloads: always, interval or never")
+	fs.Int64Var(&segmentBytes, "segment-bytes", 0, "wal and broker segment size in `bytes` (0: the wal default, 64 MiB)")
 	fs.StringVar(&cfg.jsonFile, "json", "", "also write the results as JSON to `FILE`")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "run the probes and the workloads `N` times, back to back, and report medians")
+	fs.BoolVar(&cfg.broker, "broker", true, "run the broker workloads after the WAL ones (-broker=false skips them)")
+	fs.IntVar(&cfg.drainMessages, "drain-messages", 0,
+		fmt.Sprintf("prefill each broker drain's queue with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: walbench [flags]\n\nMeasures the raw fdatasync rate of the disk and the WAL's append rate.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: walbench [flags]\n\nMeasures the raw fdatasync rate of the disk, the WAL's append rate, and the\nbroker's publish and drain rates.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -393,6 +532,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.warmup < 0 {
 		return cfg, fmt.Errorf("-warmup %v: must not be negative", cfg.warmup)
+	}
+	switch {
+	case cfg.drainMessages < 0:
+		return cfg, fmt.Errorf("-drain-messages %d: must not be negative", cfg.drainMessages)
+	case cfg.drainMessages == 0 && cfg.rounds == 1:
+		cfg.drainMessages = quickDrainMessages
+	case cfg.drainMessages == 0:
+		cfg.drainMessages = defaultDrainMessages
 	}
 	if cfg.recordBytes < 0 {
 		return cfg, fmt.Errorf("-size %d: must not be negative", cfg.recordBytes)

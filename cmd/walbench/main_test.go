@@ -27,7 +27,7 @@ func TestRunTwoRounds(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{
 		"-dir", dir, "-rounds", "2", "-time", "100ms", "-probe-time", "100ms", "-warmup", "10ms",
-		"-appenders", "1,4", "-size", "100", "-segment-bytes", "65536", "-json", jsonFile,
+		"-appenders", "1,4", "-size", "100", "-segment-bytes", "65536", "-broker=false", "-json", jsonFile,
 	}, &stdout, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
 	if code != exitOK {

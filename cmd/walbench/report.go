@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // report is everything walbench measured; its JSON form is documented in
@@ -30,11 +33,17 @@ type row struct {
 	Kind         string  `json:"kind"`
 	Sync         string  `json:"sync,omitempty"`
 	Appenders    int     `json:"appenders,omitempty"`
+	Producers    int     `json:"producers,omitempty"` // broker publish
+	Method       string  `json:"method,omitempty"`    // broker drain: drainMethod
+	Consumers    int     `json:"consumers,omitempty"` // broker drain
+	Batch        int     `json:"batch,omitempty"`     // broker drain
+	Messages     int     `json:"messages,omitempty"`  // broker drain: prefilled and drained, each round
 	BytesPerOp   int     `json:"bytes_per_op"`
 	SegmentBytes int64   `json:"segment_bytes,omitempty"`
 	Round        int     `json:"round,omitempty"`  // 1-based; one round's row only
 	Rounds       int     `json:"rounds,omitempty"` // rounds summarized; a summary only
 	Seconds      float64 `json:"seconds"`
+	FillSeconds  float64 `json:"fill_seconds,omitempty"` // broker drain: the untimed prefill
 	Interrupted  bool    `json:"interrupted"`
 
 	Ops            int64  `json:"ops"`
@@ -64,14 +73,22 @@ type row struct {
 	VsBatchCeilingMin            *float64 `json:"vs_batch_ceiling_min,omitempty"`
 	VsBatchCeilingMax            *float64 `json:"vs_batch_ceiling_max,omitempty"`
 
+	// A broker publish row's msgs/s ÷ the appends/s of the same round's
+	// sync=always WAL row with as many appenders as it has producers.
+	VsWALSameN    *float64 `json:"vs_wal_same_n"`
+	VsWALSameNMin *float64 `json:"vs_wal_same_n_min,omitempty"`
+	VsWALSameNMax *float64 `json:"vs_wal_same_n_max,omitempty"`
+
 	Notes    []string `json:"notes,omitempty"`
 	PerRound []row    `json:"per_round,omitempty"`
 }
 
 const (
-	kindRawOverwrite = "raw-overwrite"
-	kindRawAppend    = "raw-append"
-	kindWAL          = "wal"
+	kindRawOverwrite  = "raw-overwrite"
+	kindRawAppend     = "raw-append"
+	kindWAL           = "wal"
+	kindBrokerPublish = "broker-publish"
+	kindBrokerDrain   = "broker-drain"
 )
 
 func probeRow(p probeResult) row {
@@ -126,6 +143,96 @@ func walRow(w walResult, overwriteRate float64) row {
 	}
 	r.setLatency(w.hist)
 	return r
+}
+
+// brokerPublishRow makes the row of b; overwriteRate is the fdatasyncs/s
+// of the raw overwrite probe of the same round, zero if it did not run.
+// Its VsWALSameN is set by setVsWALSameN, once the round has its rows.
+func brokerPublishRow(b brokerPublishResult, overwriteRate float64) row {
+	secs := b.window.elapsed.Seconds()
+	r := row{
+		Workload:         b.load.String(),
+		Kind:             kindBrokerPublish,
+		Sync:             broker.SyncAll.String(),
+		Producers:        b.load.producers,
+		BytesPerOp:       b.load.payloadBytes,
+		SegmentBytes:     b.load.segmentBytes,
+		Seconds:          secs,
+		Interrupted:      b.interrupted,
+		Ops:              b.records,
+		Fdatasyncs:       b.commits,
+		MBPerSec:         rate(b.records*int64(b.load.payloadBytes), secs) / 1e6,
+		FdatasyncsPerSec: rate(b.commits, secs),
+		Notes:            b.notes,
+	}
+	msgs := rate(b.records, secs) // one record per Publish
+	r.AppendsPerSec = &msgs
+	if b.commits > 0 {
+		r.RecordsPerFdatasync = ptr(float64(b.records) / float64(b.commits))
+	}
+	if overwriteRate > 0 {
+		r.VsRawOverwrite = ptr(msgs / overwriteRate)
+	}
+	r.setLatency(b.hist)
+	return r
+}
+
+// brokerDrainRow makes the row of d: messages drained per second, and the
+// store's records (leases and acks) per commit.
+func brokerDrainRow(d brokerDrainResult) row {
+	secs := d.elapsed.Seconds()
+	r := row{
+		Workload:         d.load.String(),
+		Kind:             kindBrokerDrain,
+		Sync:             d.load.sync.String(),
+		Method:           d.load.method.String(),
+		Consumers:        d.load.consumers,
+		Batch:            d.load.batch,
+		Messages:         d.load.messages,
+		BytesPerOp:       d.load.payloadBytes,
+		SegmentBytes:     d.load.segmentBytes,
+		Seconds:          secs,
+		FillSeconds:      d.fill.Seconds(),
+		Interrupted:      d.interrupted,
+		Ops:              d.handled,
+		Fdatasyncs:       d.commits,
+		MBPerSec:         rate(d.handled*int64(d.load.payloadBytes), secs) / 1e6,
+		FdatasyncsPerSec: rate(d.commits, secs),
+		Notes:            d.notes,
+	}
+	r.AppendsPerSec = ptr(rate(d.handled, secs))
+	if d.commits > 0 {
+		r.RecordsPerFdatasync = ptr(float64(d.records) / float64(d.commits))
+	}
+	return r // no latencies: the drain times no single call
+}
+
+// setVsWALSameN sets, in the rows of one round, each broker publish row's
+// VsWALSameN: its msgs/s ÷ the appends/s of the first sync=always WAL row
+// of the round with as many appenders as the row has producers. Under
+// SyncAll every Publish waits for an fdatasync as every such Append does;
+// WAL rows under another -sync are no measure for it, and leave the ratio
+// nil, as does a round without the WAL row or with a rate of zero.
+func setVsWALSameN(rows []row) {
+	walRate := map[int]float64{}
+	for _, r := range rows {
+		if r.Kind != kindWAL || r.Sync != wal.SyncAlways.String() || r.AppendsPerSec == nil {
+			continue
+		}
+		if _, ok := walRate[r.Appenders]; !ok {
+			walRate[r.Appenders] = *r.AppendsPerSec
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Kind != kindBrokerPublish || r.AppendsPerSec == nil {
+			continue
+		}
+		r.VsWALSameN = nil
+		if w := walRate[r.Producers]; w > 0 {
+			r.VsWALSameN = ptr(*r.AppendsPerSec / w)
+		}
+	}
 }
 
 // setBatchCeiling adds to a WAL row the batch ceiling probe p, which wrote
@@ -204,6 +311,15 @@ func printTable(out io.Writer, rep report) error {
 	if multi {
 		header = append(header, "min–max")
 	}
+	// The broker's ratio to the log has a column only where a broker
+	// publish row may fill it.
+	vsWAL := slices.ContainsFunc(rep.Rows, func(r row) bool { return r.Kind == kindBrokerPublish })
+	if vsWAL {
+		header = append(header, "÷ wal same N")
+		if multi {
+			header = append(header, "min–max")
+		}
+	}
 	fmt.Fprintf(tw, "%-*s\t", width, "workload")
 	for _, h := range header {
 		fmt.Fprintf(tw, "  %s\t", h)
@@ -223,6 +339,12 @@ func printTable(out io.Writer, rep report) error {
 		cells = append(cells, orDash(r.BatchCeilingPerSec, "%.0f"), orDash(r.VsBatchCeiling, "%.2f"))
 		if multi {
 			cells = append(cells, spread(r.VsBatchCeilingMin, r.VsBatchCeilingMax))
+		}
+		if vsWAL {
+			cells = append(cells, orDash(r.VsWALSameN, "%.2f"))
+			if multi {
+				cells = append(cells, spread(r.VsWALSameNMin, r.VsWALSameNMax))
+			}
 		}
 		fmt.Fprintf(tw, "%-*s\t", width, names[i])
 		for _, c := range cells {

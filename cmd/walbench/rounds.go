@@ -47,6 +47,11 @@ func summarizeRow(samples []row, prefixNotes bool) row {
 		Kind:         first.Kind,
 		Sync:         first.Sync,
 		Appenders:    first.Appenders,
+		Producers:    first.Producers,
+		Method:       first.Method,
+		Consumers:    first.Consumers,
+		Batch:        first.Batch,
+		Messages:     first.Messages,
 		BytesPerOp:   first.BytesPerOp,
 		SegmentBytes: first.SegmentBytes,
 		Rounds:       len(samples),
@@ -54,6 +59,7 @@ func summarizeRow(samples []row, prefixNotes bool) row {
 	}
 	for _, r := range samples {
 		s.Seconds += r.Seconds
+		s.FillSeconds += r.FillSeconds
 		s.Interrupted = s.Interrupted || r.Interrupted
 		s.Ops += r.Ops
 		s.Fdatasyncs += r.Fdatasyncs
@@ -85,6 +91,9 @@ func summarizeRow(samples []row, prefixNotes bool) row {
 	vsCeiling := func(r row) *float64 { return r.VsBatchCeiling }
 	s.VsBatchCeiling = medianOf(samples, vsCeiling)
 	s.VsBatchCeilingMin, s.VsBatchCeilingMax = rangeOf(samples, vsCeiling)
+	vsWAL := func(r row) *float64 { return r.VsWALSameN }
+	s.VsWALSameN = medianOf(samples, vsWAL)
+	s.VsWALSameNMin, s.VsWALSameNMax = rangeOf(samples, vsWAL)
 	return s
 }
 

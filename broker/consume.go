@@ -96,7 +96,9 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		return err
 	}
 	if c.acker != nil {
-		go c.settleAcks(context.WithoutCancel(ctx))
+		waits := make(chan ackWait, cap(c.slots))
+		go c.settleAcks(context.WithoutCancel(ctx), waits)
+		go c.awaitAcks(context.WithoutCancel(ctx), waits)
 	}
 	err = c.loop(ctx)
 	c.inflight.Wait()
@@ -110,7 +112,14 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 // batchAcker is implemented by brokers that acknowledge many leases in one
 // commit (*Queue does); Consume then settles successes in batches.
 type batchAcker interface {
-	ackAll(ctx context.Context, receipts []ReceiptValue) []error
+	ackAll(ctx context.Context, receipts []ReceiptValue) (errs []error, wait func() error)
+}
+
+// ackWait is one queued batch of acks, waiting for the log.
+type ackWait struct {
+	batch []pendingAck
+	errs  []error
+	wait  func() error
 }
 
 // pendingAck is a delivery whose handler succeeded, waiting to be acked.
@@ -121,14 +130,14 @@ type pendingAck struct {
 }
 
 // settleAcks acknowledges finished deliveries: it takes one, then every
-// other one already waiting, and acks them with one call, so that handlers
-// finishing together share one commit. It returns when acks is closed.
-func (c *consumer) settleAcks(ctx context.Context) {
-	defer close(c.settled)
-	var batch []pendingAck
-	var receipts []ReceiptValue
+// other one already waiting, and queues their acks with one call, so that
+// handlers finishing together share one append. It does not wait for the
+// log: awaitAcks does, so acks queued meanwhile join the same commit. It
+// returns when acks is closed, closing waits.
+func (c *consumer) settleAcks(ctx context.Context, waits chan<- ackWait) {
+	defer close(waits)
 	for first := range c.acks {
-		batch = append(batch[:0], first)
+		batch := []pendingAck{first}
 	more:
 		for len(batch) < cap(c.acks) {
 			select {
@@ -141,13 +150,28 @@ func (c *consumer) settleAcks(ctx context.Context) {
 				break more
 			}
 		}
-		receipts = receipts[:0]
-		for _, p := range batch {
-			receipts = append(receipts, p.receipt)
+		receipts := make([]ReceiptValue, len(batch))
+		for i, p := range batch {
+			receipts[i] = p.receipt
 		}
-		for i, err := range c.acker.ackAll(ctx, receipts) {
+		errs, wait := c.acker.ackAll(ctx, receipts)
+		waits <- ackWait{batch: batch, errs: errs, wait: wait}
+	}
+}
+
+// awaitAcks waits for each queued batch of acks, logs what was refused, and
+// releases the deliveries. It closes c.settled when waits is closed.
+func (c *consumer) awaitAcks(ctx context.Context, waits <-chan ackWait) {
+	defer close(c.settled)
+	for w := range waits {
+		werr := w.wait()
+		for i, p := range w.batch {
+			err := w.errs[i]
+			if err == nil {
+				err = werr
+			}
 			if err != nil {
-				c.refused(ctx, "ack", err, []any{"message", batch[i].d.Message.ID, "deliveries", batch[i].d.Deliveries})
+				c.refused(ctx, "ack", err, []any{"message", p.d.Message.ID, "deliveries", p.d.Deliveries})
 			}
 			c.inflight.Done()
 		}

@@ -244,19 +244,20 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.s.keys.make(q.id, e.Seq, e.Nonce)}, nil
 }
 
-// ackAll acknowledges many leases with one lock, one append and one wait:
-// what Consume uses to settle the deliveries that finished together. The
-// error for each receipt is what Ack would have returned for it.
-func (q *Queue) ackAll(ctx context.Context, receipts []ReceiptValue) []error {
-	errs := make([]error, len(receipts))
+// ackAll acknowledges many leases with one lock and one append, and
+// returns at once: what Consume uses to settle the deliveries that finished
+// together. errs holds, for each receipt, what Ack would have refused it
+// with; wait, called once, waits for the others' events as the sync mode
+// asks and returns what then stopped them.
+func (q *Queue) ackAll(ctx context.Context, receipts []ReceiptValue) (errs []error, wait func() error) {
+	errs = make([]error, len(receipts))
 	if err := q.begin(ctx); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
-		return errs
+		return errs, func() error { return nil }
 	}
 	recs := make([][]byte, 0, len(receipts))
-	var ok []int
 	q.mu.Lock()
 	now := q.s.now()
 	for i, r := range receipts {
@@ -268,14 +269,19 @@ func (q *Queue) ackAll(ctx context.Context, receipts []ReceiptValue) []error {
 		e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
 		q.iq.Apply(0, &e)
 		recs = append(recs, e.Append(nil))
-		ok = append(ok, i)
 	}
-	if err := q.unlockAndWait(recs); err != nil {
-		for _, i := range ok {
-			errs[i] = err
+	if len(recs) == 0 {
+		q.mu.Unlock()
+		return errs, func() error { return nil }
+	}
+	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	q.mu.Unlock()
+	n := int64(len(recs))
+	return errs, func() error {
+		if _, err := q.s.wait(pend); err != nil {
+			return err
 		}
-		return errs
+		q.stats.acked.Add(n)
+		return nil
 	}
-	q.stats.acked.Add(int64(len(ok)))
-	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -310,6 +311,12 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 		return 0, false
 	}
 	n := 1
+	if n < c.batch && len(c.slots) < cap(c.slots) {
+		// Handlers that finish together free their slots one after the
+		// other: let those already runnable finish before counting, so
+		// that one Receive (one lease commit) serves them all.
+		runtime.Gosched()
+	}
 	for n < c.batch {
 		select {
 		case c.slots <- struct{}{}:

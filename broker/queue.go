@@ -116,36 +116,54 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	if err := q.begin(ctx); err != nil {
 		return nil, err
 	}
+	// Encode before taking the lock: it copies every payload, and 64
+	// producers would otherwise do that one at a time. Sequence numbers
+	// are drawn from a store-wide counter; one drawn for a publish that is
+	// then refused is simply never used.
+	now := q.s.now()
+	events := make([]index.Event, len(payloads))
+	recs := make([][]byte, 0, len(payloads)+1)
+	total := 0
+	for i, p := range payloads {
+		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: q.s.idx.NextSeq(), Time: now, Key: key, Payload: p}
+		recs = append(recs, events[i].Append(getRecordBuffer(len(p)+32+len(key))))
+		total += len(recs[i])
+	}
+	// Once the log has taken the records (it copies them into its own
+	// buffer), their buffers serve the next publish.
+	defer func() {
+		for _, r := range recs {
+			putRecordBuffer(r)
+		}
+	}()
+
 	q.mu.Lock()
 	limit := q.policy.maxMessageBytes()
-	total := 0
 	for i, p := range payloads {
 		if len(p) > limit {
 			q.mu.Unlock()
 			return nil, fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
 		}
-		total += len(p) + 64
 	}
 	if total > q.s.maxPayload() {
 		q.mu.Unlock()
 		return nil, fmt.Errorf("broker: queue %s: batch of %d messages and %d bytes does not fit in one log segment: %w", q.name, len(payloads), total, InvalidBatchSize)
 	}
-	now := q.s.now()
 
 	// Dedup comes before admission: a duplicate is admitted even when the
 	// queue is full, and a shed publish never enters the seen-set. An
 	// eviction is a state change like any other: it is logged.
-	var recs [][]byte
+	var evict [][]byte
 	if key != "" {
 		window := int64(q.policy.dedupWindow())
 		if q.iq.EvictSeen(now, window) {
 			e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
-			recs = append(recs, e.Append(nil))
+			evict = append(evict, e.Append(nil))
 		}
 		if seq, at, ok := q.iq.Seen(key); ok {
 			m := q.iq.Get(seq)
 			pending := m != nil && m.State == index.Pending
-			if err := q.unlockAndWait(recs); err != nil {
+			if err := q.unlockAndWait(evict); err != nil {
 				return nil, err
 			}
 			q.stats.duplicates.Add(1)
@@ -162,39 +180,61 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	q.iq.Promote(now) // so that leases lapsed for good stop holding capacity
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
 		live := q.iq.Live()
-		if err := q.unlockAndWait(recs); err != nil {
+		if err := q.unlockAndWait(evict); err != nil {
 			return nil, err
 		}
 		q.stats.shed.Add(1)
 		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, live, c, len(payloads), QueueFull)
 	}
-
-	seqs := make([]uint64, len(payloads))
-	evicts := len(recs)
-	recs = append(recs, make([][]byte, len(payloads))...)
-	for i, p := range payloads {
-		e := index.Event{Kind: index.KindPublish, Queue: q.id, Seq: q.s.idx.NextSeq(), Time: now, Key: key, Payload: p}
-		seqs[i] = e.Seq
-		recs[evicts+i] = e.Append(make([]byte, 0, len(p)+32+len(key)))
-		q.iq.Apply(0, &e) // Pending until its record is in the log
+	for i := range events {
+		q.iq.Apply(0, &events[i]) // Pending until its record is in the log
 	}
-	pend := q.s.log.Enqueue(q.s.opts.durable(true), recs...)
+	pend := q.s.log.Enqueue(q.s.opts.durable(true), append(evict, recs...)...)
 	q.mu.Unlock()
 
 	pos, err := q.s.wait(pend)
 	if err != nil {
 		return nil, err
 	}
+	pos = pos[len(evict):]
 	out := make([]MessageValue, len(payloads))
+	for i, e := range events {
+		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
+	}
 	q.mu.Lock()
-	for i := range seqs {
-		q.iq.Commit(seqs[i], pos[evicts+i])
-		out[i] = MessageValue{ID: messageID(seqs[i]), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
+	for i, e := range events {
+		q.iq.Commit(e.Seq, pos[i])
 	}
 	q.wakeLocked()
 	q.mu.Unlock()
 	q.stats.published.Add(int64(len(payloads)))
 	return out, nil
+}
+
+// recordBuffers recycles the buffers publish records are encoded into:
+// they live only until the log has copied them, and at high rates
+// allocating one per message keeps the garbage collector busy.
+var recordBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRecord bounds the buffers kept, so that one large message does
+// not pin a large buffer in the pool.
+const maxPooledRecord = 64 << 10
+
+func getRecordBuffer(size int) []byte {
+	if size > maxPooledRecord {
+		return make([]byte, 0, size)
+	}
+	b := *recordBuffers.Get().(*[]byte)
+	if cap(b) < size {
+		b = make([]byte, 0, max(size, 2<<10))
+	}
+	return b[:0]
+}
+
+func putRecordBuffer(b []byte) {
+	if cap(b) <= maxPooledRecord {
+		recordBuffers.Put(&b)
+	}
 }
 
 // payload reads a message's payload from its publish record: a copy that

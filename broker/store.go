@@ -12,8 +12,13 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
+
+// maxEventFields bounds the bytes a publish event adds to its payload and
+// key: kind, queue, sequence, instant, key length.
+const maxEventFields = 64
 
 // Store is one directory holding one write-ahead log shared by all its
 // queues: one implementation for every queue, which differ only by name,
@@ -156,8 +161,9 @@ func (s *Store) maxPayload() int {
 	if seg == 0 {
 		seg = wal.DefaultSegmentBytes
 	}
-	// Segment header, frame header, seal, and the event's own fields.
-	return int(seg) - 32 - 17 - 17 - 64 - maxKeyBytes
+	// Less the segment header, the record's frame header, room for the
+	// seal frame, and the publish event's own fields (a key at most).
+	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - maxEventFields - maxKeyBytes
 }
 
 func validQueueName(name string) error {

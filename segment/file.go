@@ -19,6 +19,7 @@ type File struct {
 	file vfs.File
 	path string
 	seq  uint32
+	size int // fixed: segments never grow; readable after Close
 	data mmap.MMap
 }
 
@@ -137,7 +138,7 @@ func mapped(f vfs.File, path string, seq uint32, size int64) (*File, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("segment %s: mmap: %w", path, err)
 	}
-	return &File{file: f, path: path, seq: seq, data: data}, nil
+	return &File{file: f, path: path, seq: seq, size: int(size), data: data}, nil
 }
 
 // Seq returns the segment's sequence number.
@@ -147,7 +148,8 @@ func (s *File) Seq() uint32 { return s.seq }
 func (s *File) Path() string { return s.path }
 
 // Size returns the file's size, which is its capacity: segments never grow.
-func (s *File) Size() int { return len(s.data) }
+// It may be called concurrently with anything, Close included.
+func (s *File) Size() int { return s.size }
 
 // Data returns the read-only mapping of the whole file. Writing to it
 // faults. It is valid until Close.

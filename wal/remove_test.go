@@ -3,6 +3,7 @@ package wal
 import (
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,4 +59,44 @@ func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
 	for _, e := range names {
 		require.False(t, strings.HasPrefix(e.Name(), "spare-"), "spares are not kept across a reopen: %s", e.Name())
 	}
+}
+
+// Readers, Stats and appends run while segments are removed: nothing may
+// read a removed segment's memory, and nothing reports a removed record.
+func TestRemoveBelowWhileReading(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 100)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_ = l.Stats()
+				for _, e := range es {
+					rec, err := l.Read(e.pos)
+					if err != nil {
+						require.ErrorIs(t, err, ErrNotFound)
+						continue
+					}
+					require.Equal(t, e.rec, rec)
+				}
+				require.NoError(t, l.Iterate(0, func(Position, []byte) error { return nil }))
+			}
+		}()
+	}
+	for i := 0; i < 50; i++ {
+		more := appendRecords(t, l, 100+i*4, 4)
+		_, err := l.RemoveBelow(more[0].pos)
+		require.NoError(t, err)
+	}
+	close(done)
+	wg.Wait()
 }

@@ -253,6 +253,10 @@ func (q *Queue) payload(pos wal.Position) ([]byte, error) {
 		return nil
 	})
 	if err != nil {
+		if q.s.closed.Load() {
+			// Close unmapped the log while this call was finishing.
+			return nil, fmt.Errorf("broker: store %s: %w", q.s.dir, Closed)
+		}
 		return nil, fmt.Errorf("broker: queue %s: read payload: %w: %w", q.name, Corrupt, err)
 	}
 	return out, nil

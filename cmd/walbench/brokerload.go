@@ -146,37 +146,56 @@ type brokerDrainResult struct {
 	notes       []string // what looked wrong in the store's counters
 }
 
-// openBrokerStore opens a new store under sync in a new subdirectory of
-// parent, and declares its queue. The caller closes the store with
-// closeStoreWithin and removes dir, also after an error.
-func openBrokerStore(parent, pattern string, sync broker.SyncMode, segmentBytes int64, payloadBytes int) (dir string, s *broker.Store, q *broker.Queue, err error) {
-	dir, err = os.MkdirTemp(parent, pattern)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	s, err = broker.Open(dir, broker.Options{Sync: sync, SegmentBytes: segmentBytes})
-	if err != nil {
-		return dir, nil, nil, fmt.Errorf("broker.Open: %w", err)
-	}
-	q, err = s.Queue(brokerQueue, brokerPolicy(segmentBytes, payloadBytes))
-	if err != nil {
-		return dir, s, nil, fmt.Errorf("Queue: %w", err)
-	}
-	return dir, s, q, nil
+// brokerStore is the new store of one broker workload, in its own
+// directory, with its queue.
+type brokerStore struct {
+	what fmt.Stringer // the workload, for errors
+	hang time.Duration
+	dir  string // "" if not made
+	s    *broker.Store
+	q    *broker.Queue
+	// leaveOpen: release does not close the store, which hung.
+	leaveOpen bool
 }
 
-// closeStoreWithin closes s, giving up after d; what names the workload.
-func closeStoreWithin(s *broker.Store, d time.Duration, what fmt.Stringer) error {
-	var err error
-	done := make(chan struct{})
-	go func() { err = s.Close(); close(done) }()
-	if !waitTimeout(done, d) {
-		return fmt.Errorf("%v: Close hung: not returned after %v", what, d)
-	}
+// openBrokerStore opens a new store under sync in a new subdirectory of
+// parent, and declares its queue. The caller defers release, also after an
+// error; the error returned is prefixed with what.
+func openBrokerStore(what fmt.Stringer, hang time.Duration, parent, pattern string, sync broker.SyncMode, segmentBytes int64, payloadBytes int) (st *brokerStore, err error) {
+	st = &brokerStore{what: what, hang: hang}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%v: %w", what, err)
+		}
+	}()
+	st.dir, err = os.MkdirTemp(parent, pattern)
 	if err != nil {
-		return fmt.Errorf("%v: Close: %w", what, err)
+		st.dir = ""
+		return st, err
 	}
-	return nil
+	st.s, err = broker.Open(st.dir, broker.Options{Sync: sync, SegmentBytes: segmentBytes})
+	if err != nil {
+		st.s = nil
+		return st, fmt.Errorf("broker.Open: %w", err)
+	}
+	st.q, err = st.s.Queue(brokerQueue, brokerPolicy(segmentBytes, payloadBytes))
+	if err != nil {
+		return st, fmt.Errorf("Queue: %w", err)
+	}
+	return st, nil
+}
+
+// release closes the store, unless it hung, and removes its directory,
+// joining what fails to *err.
+func (st *brokerStore) release(err *error) {
+	if st.s != nil && !st.leaveOpen {
+		*err = errors.Join(*err, closeWithin(st.s, st.hang, st.what))
+	}
+	if st.dir != "" {
+		if rerr := os.RemoveAll(st.dir); rerr != nil {
+			*err = errors.Join(*err, fmt.Errorf("%v: remove store directory: %w", st.what, rerr))
+		}
+	}
 }
 
 // randomPayload returns n random bytes, the same for the same seed:
@@ -195,102 +214,51 @@ func randomPayload(n int, seed uint64) []byte {
 // early; what was measured until then is returned with interrupted set.
 func runBrokerPublish(ctx context.Context, progress io.Writer, parent string, b brokerPublishLoad) (res brokerPublishResult, err error) {
 	res = brokerPublishResult{load: b, hist: new(Histogram)}
-	hang := b.hangTimeout
-	if hang == 0 {
-		hang = hangTimeout
-	}
-	dir, s, q, err := openBrokerStore(parent, fmt.Sprintf("broker-publish-%d-", b.producers), broker.SyncAll, b.segmentBytes, b.payloadBytes)
-	if dir != "" {
-		defer func() {
-			if rerr := os.RemoveAll(dir); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("%v: remove store directory: %w", b, rerr))
-			}
-		}()
-	}
-	closeStore := s != nil
-	defer func() {
-		if closeStore {
-			err = errors.Join(err, closeStoreWithin(s, hang, b))
-		}
-	}()
+	hang := orHangTimeout(b.hangTimeout)
+	st, err := openBrokerStore(b, hang, parent, fmt.Sprintf("broker-publish-%d-", b.producers), broker.SyncAll, b.segmentBytes, b.payloadBytes)
+	defer st.release(&err)
 	if err != nil {
-		return res, fmt.Errorf("%v: %w", b, err)
+		return res, err
 	}
+	s, q := st.s, st.q
 	start := s.Stats() // the store's own records (its secret, the queue) are before it
 
-	// A failed Publish cancels loadCtx with its error as the cause; the
-	// window closes and every producer stops. The producers' calls do not
-	// take loadCtx: the gate stops them, and a Publish refused because
-	// Ctrl-C came is not a failure of the broker.
-	loadCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		g         gate
-		wg        sync.WaitGroup
-		succeeded atomic.Int64 // Publishes that returned nil, warm-up included
-		hists     = make([]*Histogram, b.producers)
-	)
-	for i := range b.producers {
-		hists[i] = new(Histogram)
-		payload := randomPayload(b.payloadBytes, uint64(i))
-		wg.Go(func() {
-			defer func() {
-				if r := recover(); r != nil {
-					cancel(fmt.Errorf("producer %d: panic in Publish: %v\n%s", i, r, debug.Stack()))
-				}
-			}()
-			h := hists[i]
-			for {
-				phase := g.load()
-				if phase == phaseStopped {
-					return
-				}
-				t0 := time.Now()
-				_, err := q.Publish(context.Background(), payload)
-				lat := time.Since(t0)
-				if err != nil {
-					cancel(fmt.Errorf("producer %d: Publish: %w", i, err))
-					return
-				}
-				succeeded.Add(1)
-				if phase == phaseMeasuring {
-					h.Record(lat)
-				}
-			}
-		})
-	}
-	producersDone := make(chan struct{})
-	go func() { wg.Wait(); close(producersDone) }()
-
-	var before, after broker.StoreStats
-	res.window = runWindow(loadCtx, progress, b.String(), b.warmup, b.duration, &g,
-		func() { before = s.Stats() },
-		func() { after = s.Stats() })
-	if !waitTimeout(producersDone, hang) {
+	// A failed Publish ends the window; every producer stops. The
+	// producers' calls do not take ctx: the gate stops them, and a Publish
+	// refused because Ctrl-C came is not a failure of the broker.
+	lr := closedLoop[broker.StoreStats]{
+		label: b.String(), workers: b.producers, warmup: b.warmup, duration: b.duration, hang: hang,
+		worker: "producer", call: "Publish",
+		newOp: func(i int) func() error {
+			payload := randomPayload(b.payloadBytes, uint64(i))
+			return func() error { _, err := q.Publish(context.Background(), payload); return err }
+		},
+		stats: s.Stats,
+	}.run(ctx, progress)
+	res.window = lr.window
+	if lr.hung {
 		// Close would wait for the same stuck commit; leave the store open
 		// (os.Exit ends it) and let the caller remove its directory.
-		closeStore = false
+		st.leaveOpen = true
 		return res, fmt.Errorf("%v: the broker hung: producers still inside Publish %v after the window closed (store Stats now: %+v)", b, hang, s.Stats())
 	}
-	if cause := context.Cause(loadCtx); cause != nil && cause != context.Cause(ctx) {
-		return res, fmt.Errorf("%v: %w", b, cause)
+	if lr.err != nil {
+		return res, fmt.Errorf("%v: %w", b, lr.err)
 	}
 	res.interrupted = ctx.Err() != nil
 
-	for _, h := range hists {
-		res.hist.Merge(h)
-	}
-	res.records = after.Records - before.Records
-	res.commits = after.Commits - before.Commits
+	res.hist = lr.hist
+	res.records = lr.after.Records - lr.before.Records
+	res.commits = lr.after.Commits - lr.before.Commits
 
 	// Cross-check the store's counters with what the producers saw: this
 	// store is new and nobody else writes to it.
 	final := s.Stats()
-	if n := succeeded.Load(); final.Records-start.Records != n {
+	if n := lr.succeeded; final.Records-start.Records != n {
 		res.notes = append(res.notes, fmt.Sprintf("store Stats().Records grew by %d, but %d Publishes of one message succeeded", final.Records-start.Records, n))
 	}
-	if qs := q.Stats(); qs.Published != succeeded.Load() {
-		res.notes = append(res.notes, fmt.Sprintf("queue Stats().Published = %d, but %d Publishes succeeded", qs.Published, succeeded.Load()))
+	if qs := q.Stats(); qs.Published != lr.succeeded {
+		res.notes = append(res.notes, fmt.Sprintf("queue Stats().Published = %d, but %d Publishes succeeded", qs.Published, lr.succeeded))
 	}
 	if final.MaxRecordsPerCommit > int64(b.producers) && start.MaxRecordsPerCommit <= int64(b.producers) {
 		res.notes = append(res.notes, fmt.Sprintf("store Stats().MaxRecordsPerCommit = %d with only %d producers, each waiting for its commit", final.MaxRecordsPerCommit, b.producers))
@@ -308,27 +276,13 @@ func runBrokerPublish(ctx context.Context, progress io.Writer, parent string, b 
 // for the hang timeout fails.
 func runBrokerDrain(ctx context.Context, progress io.Writer, parent string, d brokerDrainLoad) (res brokerDrainResult, err error) {
 	res = brokerDrainResult{load: d}
-	hang := d.hangTimeout
-	if hang == 0 {
-		hang = hangTimeout
-	}
-	dir, s, q, err := openBrokerStore(parent, fmt.Sprintf("broker-drain-%v-%v-%d-", d.method, d.sync, d.consumers), d.sync, d.segmentBytes, d.payloadBytes)
-	if dir != "" {
-		defer func() {
-			if rerr := os.RemoveAll(dir); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("%v: remove store directory: %w", d, rerr))
-			}
-		}()
-	}
-	closeStore := s != nil
-	defer func() {
-		if closeStore {
-			err = errors.Join(err, closeStoreWithin(s, hang, d))
-		}
-	}()
+	hang := orHangTimeout(d.hangTimeout)
+	st, err := openBrokerStore(d, hang, parent, fmt.Sprintf("broker-drain-%v-%v-%d-", d.method, d.sync, d.consumers), d.sync, d.segmentBytes, d.payloadBytes)
+	defer st.release(&err)
 	if err != nil {
-		return res, fmt.Errorf("%v: %w", d, err)
+		return res, err
 	}
+	s, q := st.s, st.q
 
 	t0 := time.Now()
 	if interrupted, err := fillQueue(ctx, q, d.messages, d.payloadBytes); err != nil || interrupted {
@@ -382,7 +336,7 @@ func runBrokerDrain(ctx context.Context, progress io.Writer, parent string, d br
 		cancel(errStalled)
 	}
 	if !waitTimeout(done, hang) {
-		closeStore = false
+		st.leaveOpen = true
 		return res, fmt.Errorf("%v: the broker hung: calls still in flight %v after the drain ended, %d of %d messages handled (store Stats now: %+v, queue Stats: %+v)",
 			d, hang, handled.Load(), d.messages, s.Stats(), q.Stats())
 	}

@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,17 +117,12 @@ func TestSummarizeVsWALSameN(t *testing.T) {
 func TestRunBroker(t *testing.T) {
 	dir := t.TempDir()
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
-	var stdout, stderr bytes.Buffer
 	// 1 KiB messages in 64 KiB segments: the prefill's batches of 256 do
 	// not fit, and the queue needs a MaxMessageBytes of its own.
-	code := run([]string{
+	stdout := runOK(t,
 		"-dir", dir, "-rounds", "2", "-time", "100ms", "-probe-time", "0", "-warmup", "10ms",
 		"-appenders", "1,4", "-segment-bytes", "65536", "-drain-messages", "300", "-json", jsonFile,
-	}, &stdout, &stderr)
-	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
-	if code != exitOK {
-		t.Fatalf("run = %d, want %d", code, exitOK)
-	}
+	)
 	wantRows := []string{
 		"broker publish, 1 producer, 1024 B, sync=all",
 		"broker publish, 4 producers, 1024 B, sync=all",
@@ -139,25 +132,16 @@ func TestRunBroker(t *testing.T) {
 		"broker drain via Receive+Ack, 4 consumers, batch 64, sync=all",
 	}
 	for _, want := range append([]string{"÷ wal same N"}, wantRows...) {
-		if !strings.Contains(stdout.String(), want) {
+		if !strings.Contains(stdout, want) {
 			t.Errorf("the table has no %q", want)
 		}
 	}
-	if strings.Contains(stdout.String(), "note:") {
+	if strings.Contains(stdout, "note:") {
 		t.Errorf("notes on the counters in the table")
 	}
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("left behind in -dir: %v", names)
-	}
+	assertDirEmpty(t, dir, "left behind in -dir: %v")
 
-	b, err := os.ReadFile(jsonFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("-json: %v", err)
-	}
+	rep := readReport(t, jsonFile)
 	// Two WAL rows, then the broker's.
 	if len(rep.Rows) != 2+len(wantRows) {
 		t.Fatalf("-json: %d rows, want %d", len(rep.Rows), 2+len(wantRows))
@@ -244,7 +228,5 @@ func TestRunBrokerDrainLimit(t *testing.T) {
 	if res.elapsed < d.limit || res.elapsed > d.limit+2*time.Second {
 		t.Errorf("the drain took %v with a limit of %v", res.elapsed, d.limit)
 	}
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("store directory left behind: %v", names)
-	}
+	assertDirEmpty(t, dir, "store directory left behind: %v")
 }

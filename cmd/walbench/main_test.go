@@ -18,31 +18,23 @@ import (
 	"github.com/walbroker/walbroker/wal"
 )
 
-// TestRunTwoRounds runs walbench as a user would, with two rounds of
-// short windows, and checks the table and the JSON: medians over the
-// rounds, and ratios within each round.
-func TestRunTwoRounds(t *testing.T) {
-	dir := t.TempDir()
-	jsonFile := filepath.Join(t.TempDir(), "bench.json")
+// runOK runs walbench with args, logs its output and fails t unless it
+// exits with exitOK. It returns what walbench wrote on stdout.
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{
-		"-dir", dir, "-rounds", "2", "-time", "100ms", "-probe-time", "100ms", "-warmup", "10ms",
-		"-appenders", "1,4", "-size", "100", "-segment-bytes", "65536", "-broker=false", "-json", jsonFile,
-	}, &stdout, &stderr)
+	code := run(args, &stdout, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
 	if code != exitOK {
 		t.Fatalf("run = %d, want %d", code, exitOK)
 	}
-	for _, want := range []string{"min–max", "÷ batch ceiling", "medians of 2 rounds", "filesystem"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("the table has no %q", want)
-		}
-	}
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("left behind in -dir: %v", names)
-	}
+	return stdout.String()
+}
 
-	b, err := os.ReadFile(jsonFile)
+// readReport reads the report walbench wrote with -json to name.
+func readReport(t *testing.T, name string) report {
+	t.Helper()
+	b, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +42,36 @@ func TestRunTwoRounds(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("-json: %v", err)
 	}
+	return rep
+}
+
+// assertDirEmpty fails t with msg, formatted with the names, when dir
+// holds anything.
+func assertDirEmpty(t *testing.T, dir, msg string) {
+	t.Helper()
+	if names, _ := os.ReadDir(dir); len(names) != 0 {
+		t.Errorf(msg, names)
+	}
+}
+
+// TestRunTwoRounds runs walbench as a user would, with two rounds of
+// short windows, and checks the table and the JSON: medians over the
+// rounds, and ratios within each round.
+func TestRunTwoRounds(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(t.TempDir(), "bench.json")
+	stdout := runOK(t,
+		"-dir", dir, "-rounds", "2", "-time", "100ms", "-probe-time", "100ms", "-warmup", "10ms",
+		"-appenders", "1,4", "-size", "100", "-segment-bytes", "65536", "-broker=false", "-json", jsonFile,
+	)
+	for _, want := range []string{"min–max", "÷ batch ceiling", "medians of 2 rounds", "filesystem"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table has no %q", want)
+		}
+	}
+	assertDirEmpty(t, dir, "left behind in -dir: %v")
+
+	rep := readReport(t, jsonFile)
 	if rep.Rounds != 2 || len(rep.Rows) != 4 {
 		t.Fatalf("-json: %d rounds, %d rows; want 2, 4", rep.Rounds, len(rep.Rows))
 	}

@@ -114,34 +114,25 @@ func probeRow(p probeResult) row {
 // walRow makes the row of w; overwriteRate is the fdatasyncs/s of the raw
 // overwrite probe of the same round, zero if it did not run.
 func walRow(w walResult, overwriteRate float64) row {
-	secs := w.window.elapsed.Seconds()
 	r := row{
-		Workload:         w.load.String(),
-		Kind:             kindWAL,
-		Sync:             w.load.sync.String(),
-		Appenders:        w.load.appenders,
-		BytesPerOp:       w.load.recordBytes,
-		SegmentBytes:     w.load.segmentBytes,
-		Seconds:          secs,
-		Interrupted:      w.interrupted,
-		Ops:              w.records,
-		Fdatasyncs:       w.syncs,
-		FileBytes:        w.fileBytes,
-		Rotations:        w.rotations,
-		MBPerSec:         rate(w.records*int64(w.load.recordBytes), secs) / 1e6,
-		FdatasyncsPerSec: rate(w.syncs, secs),
-		Notes:            w.notes,
+		Workload:     w.load.String(),
+		Kind:         kindWAL,
+		Sync:         w.load.sync.String(),
+		Appenders:    w.load.appenders,
+		BytesPerOp:   w.load.recordBytes,
+		SegmentBytes: w.load.segmentBytes,
+		Seconds:      w.window.elapsed.Seconds(),
+		Interrupted:  w.interrupted,
+		Ops:          w.records,
+		Fdatasyncs:   w.syncs,
+		FileBytes:    w.fileBytes,
+		Rotations:    w.rotations,
+		Notes:        w.notes,
 	}
-	appends := rate(w.records, secs) // one record per Append
-	r.AppendsPerSec = &appends
+	r.setClosedLoop(overwriteRate, w.hist) // one record per Append
 	if w.syncs > 0 {
-		r.RecordsPerFdatasync = ptr(float64(w.records) / float64(w.syncs))
 		r.BytesPerFdatasync = ptr(float64(w.fileBytes) / float64(w.syncs))
 	}
-	if overwriteRate > 0 {
-		r.VsRawOverwrite = ptr(appends / overwriteRate)
-	}
-	r.setLatency(w.hist)
 	return r
 }
 
@@ -149,32 +140,41 @@ func walRow(w walResult, overwriteRate float64) row {
 // of the raw overwrite probe of the same round, zero if it did not run.
 // Its VsWALSameN is set by setVsWALSameN, once the round has its rows.
 func brokerPublishRow(b brokerPublishResult, overwriteRate float64) row {
-	secs := b.window.elapsed.Seconds()
 	r := row{
-		Workload:         b.load.String(),
-		Kind:             kindBrokerPublish,
-		Sync:             broker.SyncAll.String(),
-		Producers:        b.load.producers,
-		BytesPerOp:       b.load.payloadBytes,
-		SegmentBytes:     b.load.segmentBytes,
-		Seconds:          secs,
-		Interrupted:      b.interrupted,
-		Ops:              b.records,
-		Fdatasyncs:       b.commits,
-		MBPerSec:         rate(b.records*int64(b.load.payloadBytes), secs) / 1e6,
-		FdatasyncsPerSec: rate(b.commits, secs),
-		Notes:            b.notes,
+		Workload:     b.load.String(),
+		Kind:         kindBrokerPublish,
+		Sync:         broker.SyncAll.String(),
+		Producers:    b.load.producers,
+		BytesPerOp:   b.load.payloadBytes,
+		SegmentBytes: b.load.segmentBytes,
+		Seconds:      b.window.elapsed.Seconds(),
+		Interrupted:  b.interrupted,
+		Ops:          b.records,
+		Fdatasyncs:   b.commits,
+		Notes:        b.notes,
 	}
-	msgs := rate(b.records, secs) // one record per Publish
-	r.AppendsPerSec = &msgs
-	if b.commits > 0 {
-		r.RecordsPerFdatasync = ptr(float64(b.records) / float64(b.commits))
+	r.setClosedLoop(overwriteRate, b.hist) // one record per Publish
+	return r
+}
+
+// setClosedLoop sets the rates of the row of a closed-loop workload, in
+// which each operation wrote one record, from its Ops, Fdatasyncs,
+// BytesPerOp and Seconds, and its latency from h. overwriteRate is the
+// fdatasyncs/s of the raw overwrite probe of the same round, zero if it
+// did not run.
+func (r *row) setClosedLoop(overwriteRate float64, h *Histogram) {
+	secs := r.Seconds
+	r.MBPerSec = rate(r.Ops*int64(r.BytesPerOp), secs) / 1e6
+	r.FdatasyncsPerSec = rate(r.Fdatasyncs, secs)
+	ops := rate(r.Ops, secs)
+	r.AppendsPerSec = &ops
+	if r.Fdatasyncs > 0 {
+		r.RecordsPerFdatasync = ptr(float64(r.Ops) / float64(r.Fdatasyncs))
 	}
 	if overwriteRate > 0 {
-		r.VsRawOverwrite = ptr(msgs / overwriteRate)
+		r.VsRawOverwrite = ptr(ops / overwriteRate)
 	}
-	r.setLatency(b.hist)
-	return r
+	r.setLatency(h)
 }
 
 // brokerDrainRow makes the row of d: messages drained per second, and the

@@ -7,9 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/walbroker/walbroker/vfs"
@@ -65,10 +62,7 @@ type walResult struct {
 // measured until then is returned with interrupted set.
 func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (res walResult, err error) {
 	res = walResult{load: w, hist: new(Histogram)}
-	hang := w.hangTimeout
-	if hang == 0 {
-		hang = hangTimeout
-	}
+	hang := orHangTimeout(w.hangTimeout)
 	dir, err := os.MkdirTemp(parent, fmt.Sprintf("wal-%v-%d-", w.sync, w.appenders))
 	if err != nil {
 		return res, fmt.Errorf("%v: %w", w, err)
@@ -94,72 +88,34 @@ func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (
 		err = errors.Join(err, cerr)
 	}()
 
-	// A failed Append cancels loadCtx with its error as the cause; the
-	// window closes and every appender stops.
-	loadCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		g         gate
-		wg        sync.WaitGroup
-		succeeded atomic.Int64 // Appends that returned nil, warm-up included
-		hists     = make([]*Histogram, w.appenders)
-	)
-	for i := range w.appenders {
-		hists[i] = new(Histogram)
-		rec := make([]byte, w.recordBytes)
-		rng := rand.New(rand.NewPCG(uint64(i), 1))
-		for j := range rec {
-			rec[j] = byte(rng.Uint32())
-		}
-		wg.Go(func() {
-			defer func() {
-				if r := recover(); r != nil {
-					cancel(fmt.Errorf("appender %d: panic in Append: %v\n%s", i, r, debug.Stack()))
-				}
-			}()
-			h := hists[i]
-			for {
-				phase := g.load()
-				if phase == phaseStopped {
-					return
-				}
-				t0 := time.Now()
-				_, err := l.Append(rec)
-				lat := time.Since(t0)
-				if err != nil {
-					cancel(fmt.Errorf("appender %d: Append: %w", i, err))
-					return
-				}
-				succeeded.Add(1)
-				if phase == phaseMeasuring {
-					h.Record(lat)
-				}
+	// A failed Append ends the window; every appender stops.
+	lr := closedLoop[wal.Stats]{
+		label: w.String(), workers: w.appenders, warmup: w.warmup, duration: w.duration, hang: hang,
+		worker: "appender", call: "Append",
+		newOp: func(i int) func() error {
+			rec := make([]byte, w.recordBytes)
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for j := range rec {
+				rec[j] = byte(rng.Uint32())
 			}
-		})
-	}
-	appendersDone := make(chan struct{})
-	go func() { wg.Wait(); close(appendersDone) }()
-
-	var before, after wal.Stats
-	res.window = runWindow(loadCtx, progress, w.String(), w.warmup, w.duration, &g,
-		func() { before = l.Stats() },
-		func() { after = l.Stats() })
-	if !waitTimeout(appendersDone, hang) {
+			return func() error { _, err := l.Append(rec); return err }
+		},
+		stats: l.Stats,
+	}.run(ctx, progress)
+	res.window = lr.window
+	if lr.hung {
 		// Close would wait for the same stuck writer; leave the log open
 		// (os.Exit ends it) and let the caller remove its directory.
 		closeLog = false
 		return res, fmt.Errorf("%v: the log hung: appenders still inside Append %v after the window closed (wal Stats now: %+v)", w, hang, l.Stats())
 	}
-	// loadCtx's cause is ctx's when Ctrl-C ended it, an appender's error
-	// when that came first.
-	if cause := context.Cause(loadCtx); cause != nil && cause != context.Cause(ctx) {
-		return res, fmt.Errorf("%v: %w", w, cause)
+	if lr.err != nil {
+		return res, fmt.Errorf("%v: %w", w, lr.err)
 	}
 	res.interrupted = ctx.Err() != nil
 
-	for _, h := range hists {
-		res.hist.Merge(h)
-	}
+	res.hist = lr.hist
+	before, after := lr.before, lr.after
 	res.records = after.Records - before.Records
 	res.syncs = after.Syncs - before.Syncs
 	res.writes = after.Writes - before.Writes
@@ -169,7 +125,7 @@ func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (
 	// Cross-check the log's counters with what the appenders saw: this
 	// log is new and nobody else appends to it.
 	final := l.Stats()
-	if n := succeeded.Load(); final.Records != n {
+	if n := lr.succeeded; final.Records != n {
 		res.notes = append(res.notes, fmt.Sprintf("wal Stats().Records = %d, but %d Appends of one record succeeded", final.Records, n))
 	}
 	if w.sync == wal.SyncAlways && final.MaxRecordsPerSync > int64(w.appenders) {
@@ -179,18 +135,4 @@ func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (
 		res.notes = append(res.notes, fmt.Sprintf("wal Stats() counted %d records but no fdatasync under sync=always", res.records))
 	}
 	return res, nil
-}
-
-// closeWithin closes l, giving up after d.
-func closeWithin(l *wal.Log, d time.Duration, w walLoad) error {
-	var err error
-	done := make(chan struct{})
-	go func() { err = l.Close(); close(done) }()
-	if !waitTimeout(done, d) {
-		return fmt.Errorf("%v: Close hung: not returned after %v", w, d)
-	}
-	if err != nil {
-		return fmt.Errorf("%v: Close: %w", w, err)
-	}
-	return nil
 }

@@ -70,9 +70,7 @@ func TestRunWAL(t *testing.T) {
 	if !res.window.opened || res.interrupted {
 		t.Errorf("window %+v, interrupted %v; want opened, not interrupted", res.window, res.interrupted)
 	}
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("log directory left behind: %v", names)
-	}
+	assertDirEmpty(t, dir, "log directory left behind: %v")
 }
 
 func TestRunWALAppendFails(t *testing.T) {
@@ -89,9 +87,7 @@ func TestRunWALAppendFails(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
 		t.Errorf("the failure took %v to end the workload", elapsed)
 	}
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("log directory left behind: %v", names)
-	}
+	assertDirEmpty(t, dir, "log directory left behind: %v")
 }
 
 func TestRunWALHangs(t *testing.T) {
@@ -112,9 +108,7 @@ func TestRunWALHangs(t *testing.T) {
 		t.Fatalf("runWAL = %v; want a hang reported", err)
 	}
 	t.Logf("runWAL: %v", err)
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf("log directory left behind: %v", names)
-	}
+	assertDirEmpty(t, dir, "log directory left behind: %v")
 }
 
 func TestRunWALInterrupted(t *testing.T) {

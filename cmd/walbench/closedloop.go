@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// closedLoop is a closed-loop measurement: workers goroutines, each calling
+// its operation in a loop, through a warm-up and then a window. S is the
+// type of the snapshot of the system's counters taken around the window.
+type closedLoop[S any] struct {
+	label    string // for the progress lines
+	workers  int
+	warmup   time.Duration
+	duration time.Duration
+	hang     time.Duration // how long the workers get to return after the window
+
+	// worker names one worker in errors ("appender"), call its operation
+	// ("Append").
+	worker, call string
+	// newOp returns the operation of worker i. It is called for each
+	// worker in turn, before that worker starts.
+	newOp func(i int) func() error
+	// stats is called just before the window opens and just after it
+	// closes.
+	stats func() S
+}
+
+// loopResult is what a closedLoop measured.
+type loopResult[S any] struct {
+	window window
+	// hist has one sample per operation started in the window; nil when
+	// the loop hung or failed.
+	hist          *Histogram
+	succeeded     int64 // operations that returned nil, warm-up included
+	before, after S     // the snapshots around the window
+	// hung: workers were still inside their operation hang after the
+	// window closed. They are left running.
+	hung bool
+	// err is the first failure of a worker (not ctx's ending).
+	err error
+}
+
+// run runs the workers until the window closes or ctx ends. The first
+// failed or panicking operation cancels the window with its error as the
+// cause, and every worker stops.
+func (c closedLoop[S]) run(ctx context.Context, progress io.Writer) (res loopResult[S]) {
+	loadCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		g         gate
+		wg        sync.WaitGroup
+		succeeded atomic.Int64
+		hists     = make([]*Histogram, c.workers)
+	)
+	for i := range c.workers {
+		hists[i] = new(Histogram)
+		op := c.newOp(i)
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					cancel(fmt.Errorf("%s %d: panic in %s: %v\n%s", c.worker, i, c.call, r, debug.Stack()))
+				}
+			}()
+			h := hists[i]
+			for {
+				phase := g.load()
+				if phase == phaseStopped {
+					return
+				}
+				t0 := time.Now()
+				err := op()
+				lat := time.Since(t0)
+				if err != nil {
+					cancel(fmt.Errorf("%s %d: %s: %w", c.worker, i, c.call, err))
+					return
+				}
+				succeeded.Add(1)
+				if phase == phaseMeasuring {
+					h.Record(lat)
+				}
+			}
+		})
+	}
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+
+	res.window = runWindow(loadCtx, progress, c.label, c.warmup, c.duration, &g,
+		func() { res.before = c.stats() },
+		func() { res.after = c.stats() })
+	if !waitTimeout(workersDone, c.hang) {
+		res.hung = true
+		return res
+	}
+	// loadCtx's cause is ctx's when Ctrl-C ended it, a worker's error when
+	// that came first.
+	if cause := context.Cause(loadCtx); cause != nil && cause != context.Cause(ctx) {
+		res.err = cause
+		return res
+	}
+	res.hist = new(Histogram)
+	for _, h := range hists {
+		res.hist.Merge(h)
+	}
+	res.succeeded = succeeded.Load()
+	return res
+}
+
+// orHangTimeout is d, or hangTimeout when d is zero.
+func orHangTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return hangTimeout
+	}
+	return d
+}
+
+// closeWithin closes c, giving up after d; what names the workload.
+func closeWithin(c io.Closer, d time.Duration, what fmt.Stringer) error {
+	var err error
+	done := make(chan struct{})
+	go func() { err = c.Close(); close(done) }()
+	if !waitTimeout(done, d) {
+		return fmt.Errorf("%v: Close hung: not returned after %v", what, d)
+	}
+	if err != nil {
+		return fmt.Errorf("%v: Close: %w", what, err)
+	}
+	return nil
+}

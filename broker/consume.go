@@ -81,6 +81,11 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // context is cancelled (its work is now a duplicate) and its delivery is
 // neither acked nor nacked.
 //
+// Over a [*Queue], the acks of handlers that finished are carried by the
+// next Receive, in the same commit as its leases (or, when the queue is
+// idle, sent at once): an ack is then made once, with less waiting for the
+// device. A delivery's slot is free as soon as its handler returned.
+//
 // Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
 // in flight at shutdown is settled cleanly; their errors are logged, never
 // fatal. A Receive error that is [Closed] ends Consume and is returned;
@@ -96,87 +101,66 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	if err != nil {
 		return err
 	}
-	if c.acker != nil {
-		waits := make(chan ackWait, cap(c.slots))
-		go c.settleAcks(context.WithoutCancel(ctx), waits)
-		go c.awaitAcks(context.WithoutCancel(ctx), waits)
-	}
 	err = c.loop(ctx)
-	c.inflight.Wait()
 	if c.acker != nil {
-		close(c.acks)
-		<-c.settled
+		// No Receive will carry the acks of handlers still running: from
+		// now on each is acked on its own, and those waiting go now.
+		c.ackMu.Lock()
+		c.ackDirect = true
+		c.ackMu.Unlock()
+		c.flushAcks(context.WithoutCancel(ctx))
 	}
+	c.inflight.Wait()
 	return err
 }
 
-// batchAcker is implemented by brokers that acknowledge many leases in one
-// commit (*Queue does); Consume then settles successes in batches.
-type batchAcker interface {
-	ackAll(ctx context.Context, receipts []ReceiptValue) (errs []error, wait func() error)
+// receiveAcker is implemented by brokers that can acknowledge leases in the
+// same commit as the next Receive's leases (*Queue does): receiveAcking
+// acks receipts and leases up to max messages (max may be 0) with one lock,
+// one append and one wait. errs holds, for each receipt, what Ack would
+// have refused it with, or the error that stopped the commit.
+type receiveAcker interface {
+	receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) (ds []DeliveryValue, errs []error, err error)
 }
 
-// ackWait is one queued batch of acks, waiting for the log.
-type ackWait struct {
-	batch []pendingAck
-	errs  []error
-	wait  func() error
-}
-
-// pendingAck is a delivery whose handler succeeded, waiting to be acked.
-// Its inflight count is released once it is.
+// pendingAck is a delivery whose handler succeeded, waiting for the next
+// Receive to carry its ack. Its inflight count is released once acked.
 type pendingAck struct {
 	d       DeliveryValue
 	receipt ReceiptValue
 }
 
-// settleAcks acknowledges finished deliveries: it takes one, then every
-// other one already waiting, and queues their acks with one call, so that
-// handlers finishing together share one append. It does not wait for the
-// log: awaitAcks does, so acks queued meanwhile join the same commit. It
-// returns when acks is closed, closing waits.
-func (c *consumer) settleAcks(ctx context.Context, waits chan<- ackWait) {
-	defer close(waits)
-	for first := range c.acks {
-		batch := []pendingAck{first}
-	more:
-		for len(batch) < cap(c.acks) {
-			select {
-			case p, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				batch = append(batch, p)
-			default:
-				break more
-			}
+// takeAcks empties the pending acks and returns them with their receipts.
+func (c *consumer) takeAcks() ([]pendingAck, []ReceiptValue) {
+	c.ackMu.Lock()
+	acks := c.ackBuf
+	c.ackBuf = nil
+	c.ackMu.Unlock()
+	receipts := make([]ReceiptValue, len(acks))
+	for i, p := range acks {
+		receipts[i] = p.receipt
+	}
+	return acks, receipts
+}
+
+// settled logs what the broker refused of acks and releases them.
+func (c *consumer) settled(ctx context.Context, acks []pendingAck, errs []error) {
+	for i, p := range acks {
+		if errs[i] != nil {
+			c.refused(ctx, "ack", errs[i], []any{"message", p.d.Message.ID, "deliveries", p.d.Deliveries})
 		}
-		receipts := make([]ReceiptValue, len(batch))
-		for i, p := range batch {
-			receipts[i] = p.receipt
-		}
-		errs, wait := c.acker.ackAll(ctx, receipts)
-		waits <- ackWait{batch: batch, errs: errs, wait: wait}
+		c.inflight.Done()
 	}
 }
 
-// awaitAcks waits for each queued batch of acks, logs what was refused, and
-// releases the deliveries. It closes c.settled when waits is closed.
-func (c *consumer) awaitAcks(ctx context.Context, waits <-chan ackWait) {
-	defer close(c.settled)
-	for w := range waits {
-		werr := w.wait()
-		for i, p := range w.batch {
-			err := w.errs[i]
-			if err == nil {
-				err = werr
-			}
-			if err != nil {
-				c.refused(ctx, "ack", err, []any{"message", p.d.Message.ID, "deliveries", p.d.Deliveries})
-			}
-			c.inflight.Done()
-		}
+// flushAcks acks whatever is pending, with no Receive.
+func (c *consumer) flushAcks(ctx context.Context) {
+	acks, receipts := c.takeAcks()
+	if len(acks) == 0 {
+		return
 	}
+	_, errs, _ := c.acker.receiveAcking(ctx, 0, receipts)
+	c.settled(ctx, acks, errs)
 }
 
 // consumer is the state of one Consume call.
@@ -186,14 +170,16 @@ type consumer struct {
 	waker    Waker         // nil when b is not one
 	rejecter Rejecter      // nil when b is not one
 	extender LeaseExtender // nil when b is not one or no extension was asked for
-	acker    batchAcker    // nil when b cannot acknowledge in batches
+	acker    receiveAcker  // nil when b cannot carry acks with a Receive
 	log      *slog.Logger
 
-	// acks carries finished deliveries to the settler goroutine, which
-	// acknowledges together all that finished while it was busy (when b is
-	// a batchAcker). settled is closed when the settler returns.
-	acks    chan pendingAck
-	settled chan struct{}
+	// ackMu guards ackBuf, the acks of finished handlers that the next
+	// Receive will carry (when b is a receiveAcker), and ackDirect, set
+	// once no Receive will. ackReady wakes an idle loop to carry them.
+	ackMu     sync.Mutex
+	ackBuf    []pendingAck
+	ackDirect bool
+	ackReady  chan struct{}
 
 	batch       int
 	poll        time.Duration
@@ -244,9 +230,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	}
 	c.waker, _ = b.(Waker)
 	c.rejecter, _ = b.(Rejecter)
-	if c.acker, _ = b.(batchAcker); c.acker != nil {
-		c.acks = make(chan pendingAck, cap(c.slots))
-		c.settled = make(chan struct{})
+	if c.acker, _ = b.(receiveAcker); c.acker != nil {
+		c.ackReady = make(chan struct{}, 1)
 	}
 	if c.extendEvery > 0 {
 		if c.extendBy == 0 {
@@ -276,7 +261,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		if c.waker != nil {
 			wake = c.waker.Wake() // before Receive: see Waker
 		}
-		ds, err := c.b.Receive(ctx, n)
+		ds, err := c.receive(ctx, n)
 		c.dispatch(ctx, ds, n)
 		switch {
 		case err != nil && errors.Is(err, Closed):
@@ -296,6 +281,22 @@ func (c *consumer) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// receive leases up to n messages. With a receiveAcker it also carries the
+// acks of the handlers that finished since the last call, so that both
+// share one commit. The call is made without ctx's cancellation once the
+// acks are taken (the loop checked ctx just before): losing them would
+// leave their messages to be delivered again.
+func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) {
+	if c.acker == nil {
+		return c.b.Receive(ctx, n)
+	}
+	acks, receipts := c.takeAcks()
+	settleCtx := context.WithoutCancel(ctx)
+	ds, errs, err := c.acker.receiveAcking(settleCtx, n, receipts)
+	c.settled(settleCtx, acks, errs)
+	return ds, err
 }
 
 // acquire waits for a free handler slot, then takes as many more as are
@@ -365,11 +366,20 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			defer t.Stop()
 			timer = t.C
 		}
-		select {
-		case <-signal:
-		case <-timer:
-		case <-ctx.Done():
-			return false
+	wait:
+		for {
+			select {
+			case <-signal:
+				break wait
+			case <-timer:
+				break wait
+			case <-c.ackReady:
+				// A handler finished while the queue is idle: its ack
+				// must not wait for the next message.
+				c.flushAcks(context.WithoutCancel(ctx))
+			case <-ctx.Done():
+				return false
+			}
 		}
 	}
 	if time.Since(start) >= minIdleWait {
@@ -432,15 +442,23 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		return
 	}
 	if herr == nil && c.acker != nil {
-		// The settler acks it, with whatever else finished meanwhile,
-		// and then frees the slot.
-		// The handler is done: once the ack is queued its slot is free,
-		// so the next Receive can share a commit with the ack. At most
-		// cap(c.acks) acks wait, and at most Concurrency handlers run.
-		handedOff = true
-		c.acks <- pendingAck{d: d, receipt: receipt}
-		<-c.slots
-		return
+		c.ackMu.Lock()
+		if !c.ackDirect {
+			// The next Receive carries the ack, in the commit of its own
+			// leases. The handler is done: its slot is free now, and
+			// freeing it is what wakes the loop to Receive. At most
+			// Concurrency acks wait, since each waited in a slot.
+			c.ackBuf = append(c.ackBuf, pendingAck{d: d, receipt: receipt})
+			c.ackMu.Unlock()
+			handedOff = true
+			select {
+			case c.ackReady <- struct{}{}:
+			default:
+			}
+			<-c.slots
+			return
+		}
+		c.ackMu.Unlock()
 	}
 	c.settle(settleCtx, d, receipt, herr)
 }

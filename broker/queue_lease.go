@@ -18,8 +18,26 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: queue %s: Receive max %d must be positive: %w", q.name, max, InvalidBatchSize)
 	}
+	ds, _, err := q.receiveAcking(ctx, max, nil)
+	return ds, err
+}
+
+// receiveAcking acknowledges receipts and leases up to max messages (max
+// may be 0) with one lock, one append and one wait, so that Consume's acks
+// share the commit of its next leases. errs holds, for each receipt, what
+// Ack would have refused it with, or the error that stopped the commit.
+func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
+	errs := make([]error, len(receipts))
+	fail := func(err error) ([]DeliveryValue, []error, error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return nil, errs, err
+	}
 	if err := q.begin(ctx); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	type lease struct {
 		seq, nonce uint64
@@ -32,9 +50,22 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	expires, ok := deadline(now, q.policy.VisibilityTimeout)
 	if !ok {
 		q.mu.Unlock()
-		return nil, fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured)
+		return fail(fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured))
 	}
-	recs := q.sweepLocked(now, nil)
+	var recs [][]byte
+	acked := 0
+	for i, r := range receipts {
+		m, err := q.leaseLocked(r, now)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
+		q.iq.Apply(0, &e)
+		recs = append(recs, e.Append(nil))
+		acked++
+	}
+	recs = q.sweepLocked(now, recs)
 	var leases []lease
 	for len(leases) < max {
 		m := q.iq.NextReady()
@@ -48,17 +79,18 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 		leases = append(leases, l)
 	}
 	if err := q.unlockAndWait(recs); err != nil {
-		return nil, err
+		return fail(err)
 	}
+	q.stats.acked.Add(int64(acked))
 	if len(leases) == 0 {
-		return nil, nil
+		return nil, errs, nil
 	}
 
 	out := make([]DeliveryValue, len(leases))
 	for i, l := range leases {
 		payload, err := q.payload(l.pos)
 		if err != nil {
-			return nil, err
+			return nil, errs, err
 		}
 		out[i] = DeliveryValue{
 			Lease:      LeaseValue{ExpiresAt: time.Unix(0, expires), Receipt: q.s.keys.make(q.id, l.seq, l.nonce)},
@@ -67,7 +99,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 		}
 	}
 	q.stats.delivered.Add(int64(len(out)))
-	return out, nil
+	return out, errs, nil
 }
 
 // sweepLocked moves every message whose last lease lapsed to the dead-letter
@@ -242,46 +274,4 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 		return LeaseValue{}, err
 	}
 	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.s.keys.make(q.id, e.Seq, e.Nonce)}, nil
-}
-
-// ackAll acknowledges many leases with one lock and one append, and
-// returns at once: what Consume uses to settle the deliveries that finished
-// together. errs holds, for each receipt, what Ack would have refused it
-// with; wait, called once, waits for the others' events as the sync mode
-// asks and returns what then stopped them.
-func (q *Queue) ackAll(ctx context.Context, receipts []ReceiptValue) (errs []error, wait func() error) {
-	errs = make([]error, len(receipts))
-	if err := q.begin(ctx); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs, func() error { return nil }
-	}
-	recs := make([][]byte, 0, len(receipts))
-	q.mu.Lock()
-	now := q.s.now()
-	for i, r := range receipts {
-		m, err := q.leaseLocked(r, now)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
-		q.iq.Apply(0, &e)
-		recs = append(recs, e.Append(nil))
-	}
-	if len(recs) == 0 {
-		q.mu.Unlock()
-		return errs, func() error { return nil }
-	}
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
-	q.mu.Unlock()
-	n := int64(len(recs))
-	return errs, func() error {
-		if _, err := q.s.wait(pend); err != nil {
-			return err
-		}
-		q.stats.acked.Add(n)
-		return nil
-	}
 }

@@ -66,6 +66,18 @@ type Options struct {
 	Salvage bool
 	// Logger receives what recovery found. Nil discards.
 	Logger *slog.Logger
+	// Preamble, if set, is called by the writer goroutine at each rotation,
+	// and the records it returns are written first in the new segment, as
+	// one atomic group, before any other record. A log whose older segments
+	// are removed (RemoveBelow) can so carry forward what every reader of
+	// the remaining log must see first. Preamble must not block or call the
+	// Log. Records of earlier segments are not repeated by it: it is the
+	// caller's summary.
+	Preamble func() [][]byte
+	// PreambleBytes is the room every segment keeps for the preamble: one
+	// Append may encode at most a segment less this much, and a rotation
+	// whose preamble encodes to more fails (ErrTooLarge) without rotating.
+	PreambleBytes int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -90,11 +102,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.PreambleBytes < 0 || int64(o.PreambleBytes) > o.SegmentBytes/2 {
+		return o, fmt.Errorf("%w: PreambleBytes %d outside [0, SegmentBytes/2 = %d]", ErrBadOptions, o.PreambleBytes, o.SegmentBytes/2)
+	}
 	return o, nil
 }
 
 // maxGroupBytes is the most one Append may encode: a whole new segment less
-// its header and the room kept for the seal frame.
+// its header, the room kept for the seal frame and that kept for the
+// preamble.
 func (o Options) maxGroupBytes() int {
-	return int(o.SegmentBytes) - segment.HeaderSize - segment.Size(0)
+	return int(o.SegmentBytes) - segment.HeaderSize - segment.Size(0) - o.PreambleBytes
 }

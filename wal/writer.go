@@ -326,11 +326,23 @@ func (l *Log) syncActive() error {
 	return nil
 }
 
-// rotate seals the active segment and makes the prepared next one active.
-// An error with the log not poisoned means the next segment could not be
-// put in place and nothing changed.
+// rotate seals the active segment and makes the prepared next one active,
+// with the preamble encoded in the write buffer as its first group. An
+// error with the log not poisoned means the next segment could not be put
+// in place and nothing changed.
 func (l *Log) rotate() error {
 	w := &l.w
+	var pre [][]byte
+	if l.opts.Preamble != nil {
+		pre = l.opts.Preamble()
+		size := 0
+		for _, r := range pre {
+			size += segment.Size(len(r))
+		}
+		if size > l.opts.PreambleBytes {
+			return fmt.Errorf("wal: rotate: %w: the preamble encodes to %d bytes, Options.PreambleBytes is %d", ErrTooLarge, size, l.opts.PreambleBytes)
+		}
+	}
 	p := <-l.prep.ready
 	if p.err != nil {
 		l.prep.request(p.seq) // try again at the next rotation
@@ -365,6 +377,11 @@ func (l *Log) rotate() error {
 	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
 	l.stats.rotations.Add(1)
 	l.prep.request(next.seq + 1)
+	for j, rec := range pre {
+		w.buf = segment.AppendFrame(w.buf, next.seq, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, len(pre)), rec)
+	}
+	w.unsynced += int64(len(pre))
+	l.stats.records.Add(int64(len(pre)))
 	return nil
 }
 

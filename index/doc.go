@@ -34,6 +34,10 @@
 //	kind 10 delete      queue, seq
 //	kind 11 evict       queue, clock, window: forget the dedup keys enqueued
 //	                    more than window before clock (see Queue.EvictSeen)
+//	kind 12 mark        nextSeq (unsigned; no queue): every message sequence
+//	                    below it is taken. Written in each segment's
+//	                    preamble, so that a log whose older segments were
+//	                    removed never hands out a sequence twice.
 //
 // seq is the message's sequence number, unique in the store and never
 // reused; queue is the number its declare event gave the queue.

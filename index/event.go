@@ -22,12 +22,13 @@ const (
 	KindReplay     Kind = 9
 	KindDelete     Kind = 10
 	KindEvict      Kind = 11
+	KindMark       Kind = 12
 )
 
 var kindNames = [...]string{
 	KindMeta: "meta", KindDeclare: "declare", KindPublish: "publish", KindLease: "lease",
 	KindAck: "ack", KindNack: "nack", KindDeadLetter: "deadletter", KindExtend: "extend",
-	KindReplay: "replay", KindDelete: "delete", KindEvict: "evict",
+	KindReplay: "replay", KindDelete: "delete", KindEvict: "evict", KindMark: "mark",
 }
 
 func (k Kind) String() string {
@@ -68,8 +69,11 @@ type Event struct {
 // Append appends the encoding of e to dst.
 func (e *Event) Append(dst []byte) []byte {
 	dst = append(dst, byte(e.Kind))
-	if e.Kind == KindMeta {
+	switch e.Kind {
+	case KindMeta:
 		return append(dst, e.Secret...)
+	case KindMark:
+		return binary.AppendUvarint(dst, e.Seq)
 	}
 	dst = binary.AppendUvarint(dst, uint64(e.Queue))
 	switch e.Kind {
@@ -111,6 +115,9 @@ func Decode(rec []byte) (Event, error) {
 	switch e.Kind {
 	case KindMeta:
 		e.Secret = d.bytes(SecretSize)
+		return e, d.finish(e.Kind)
+	case KindMark:
+		e.Seq = d.uvarint()
 		return e, d.finish(e.Kind)
 	case KindDeclare:
 		e.Queue = d.u32()

@@ -116,6 +116,7 @@ type seenKey struct {
 	key        string
 	seq        uint64
 	enqueuedAt int64
+	seg        uint32 // the log segment holding its publish; 0 until written
 }
 
 func (h *keyHeap) push(k seenKey) {

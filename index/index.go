@@ -2,31 +2,158 @@ package index
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/walbroker/walbroker/wal"
 )
 
-// Index is the projection of a whole store: its secret, its queues, and
-// the next message sequence. It is not safe for concurrent use: the broker
-// serialises access (a store-wide lock for the queue table, a queue's lock
-// for that queue's state).
+// Index is the projection of a whole store: its secret, its queues, the
+// next message sequence, the table of message entries, and what each log
+// segment and table chunk still holds. It is not safe for concurrent use
+// except as documented: the broker serialises access (a store-wide lock for
+// the queue table, a queue's lock for that queue's state).
 type Index struct {
 	Secret  []byte
+	Table   *Table
 	queues  map[uint32]*Queue
 	byName  map[string]*Queue
 	nextSeq atomic.Uint64 // the next message sequence to hand out
-	// Orphans counts message events that named no message the index held
-	// (possible only in a log salvage cut into).
+	// Orphans counts message events that named no message the index held:
+	// events about messages acknowledged before their segment was removed,
+	// or cut by salvage.
 	Orphans int
+
+	// useMu guards segs and chunks, which every queue updates.
+	useMu  sync.Mutex
+	segs   map[uint32]*SegmentUse
+	chunks map[uint64]int // live messages per table chunk
+
+	damaged atomic.Pointer[error]
 }
 
-// New returns an empty index.
-func New() *Index {
-	x := &Index{queues: map[uint32]*Queue{}, byName: map[string]*Queue{}}
+// SegmentUse is what still needs one log segment: live messages (dead
+// letters included) whose publish record is there, their bytes, and dedup
+// keys remembered from publishes there.
+type SegmentUse struct {
+	Messages int
+	Bytes    int64
+	Keys     int
+}
+
+// New returns an empty index whose table lives in memory only.
+func New() *Index { return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}}) }
+
+// NewWithTable returns an empty index over t.
+func NewWithTable(t *Table) *Index {
+	x := &Index{Table: t, queues: map[uint32]*Queue{}, byName: map[string]*Queue{},
+		segs: map[uint32]*SegmentUse{}, chunks: map[uint64]int{}}
 	x.nextSeq.Store(1)
 	return x
 }
+
+// hold counts a message committed at pos.
+func (x *Index) hold(seq uint64, pos wal.Position, size uint32) {
+	x.useMu.Lock()
+	u := x.segUse(pos.Segment())
+	u.Messages++
+	u.Bytes += int64(size)
+	x.chunks[ChunkOf(seq)]++
+	x.useMu.Unlock()
+}
+
+// release uncounts a message that is gone for good.
+func (x *Index) release(seq uint64, pos wal.Position, size uint32) {
+	x.useMu.Lock()
+	u := x.segUse(pos.Segment())
+	u.Messages--
+	u.Bytes -= int64(size)
+	x.dropIfUnused(pos.Segment(), u)
+	if x.chunks[ChunkOf(seq)]--; x.chunks[ChunkOf(seq)] <= 0 {
+		delete(x.chunks, ChunkOf(seq))
+	}
+	x.useMu.Unlock()
+}
+
+// move counts a message whose record was copied from one position to
+// another.
+func (x *Index) move(seq uint64, from, to wal.Position, size uint32) {
+	if from.Segment() == to.Segment() {
+		return
+	}
+	x.useMu.Lock()
+	u := x.segUse(from.Segment())
+	u.Messages--
+	u.Bytes -= int64(size)
+	x.dropIfUnused(from.Segment(), u)
+	v := x.segUse(to.Segment())
+	v.Messages++
+	v.Bytes += int64(size)
+	x.useMu.Unlock()
+}
+
+func (x *Index) pinKey(seg uint32) {
+	x.useMu.Lock()
+	x.segUse(seg).Keys++
+	x.useMu.Unlock()
+}
+
+func (x *Index) unpinKey(seg uint32) {
+	x.useMu.Lock()
+	u := x.segUse(seg)
+	u.Keys--
+	x.dropIfUnused(seg, u)
+	x.useMu.Unlock()
+}
+
+func (x *Index) segUse(seg uint32) *SegmentUse {
+	u := x.segs[seg]
+	if u == nil {
+		u = &SegmentUse{}
+		x.segs[seg] = u
+	}
+	return u
+}
+
+func (x *Index) dropIfUnused(seg uint32, u *SegmentUse) {
+	if u.Messages <= 0 && u.Keys <= 0 {
+		delete(x.segs, seg)
+	}
+}
+
+// SegmentUses returns a copy of what each log segment still holds, for the
+// segments that hold anything. Safe for concurrent use.
+func (x *Index) SegmentUses() map[uint32]SegmentUse {
+	x.useMu.Lock()
+	defer x.useMu.Unlock()
+	out := make(map[uint32]SegmentUse, len(x.segs))
+	for s, u := range x.segs {
+		out[s] = *u
+	}
+	return out
+}
+
+// LiveChunks returns the table chunks that hold a live message, sorted.
+// Safe for concurrent use.
+func (x *Index) LiveChunks() []uint64 {
+	x.useMu.Lock()
+	defer x.useMu.Unlock()
+	return slices.Sorted(maps.Keys(x.chunks))
+}
+
+// Damaged returns the first damage found in the table, or nil. The log is
+// the source of truth: a damaged index must be rebuilt from it. Safe for
+// concurrent use.
+func (x *Index) Damaged() error {
+	if p := x.damaged.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 
 // Apply applies one event found at pos. Message events for a queue the index
 // does not know are counted as orphans, not refused.
@@ -37,6 +164,11 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		return nil
 	case KindDeclare:
 		x.declare(e.Queue, e.Name, e.Policy)
+		return nil
+	case KindMark:
+		if e.Seq > x.nextSeq.Load() {
+			x.nextSeq.Store(e.Seq)
+		}
 		return nil
 	}
 	q := x.queues[e.Queue]
@@ -67,7 +199,7 @@ func (x *Index) declare(id uint32, name string, p Policy) *Queue {
 		q.setPolicy(p)
 		return q
 	}
-	q := newQueue(id, name, p)
+	q := newQueue(x, id, name, p)
 	x.queues[id] = q
 	x.byName[name] = q
 	return q
@@ -99,6 +231,10 @@ func (x *Index) Queues() []string {
 
 // NextQueueID returns the number the next declared queue gets.
 func (x *Index) NextQueueID() uint32 { return uint32(len(x.queues)) + 1 }
+
+// PeekNextSeq returns the next message sequence without reserving it. Safe
+// for concurrent use.
+func (x *Index) PeekNextSeq() uint64 { return x.nextSeq.Load() }
 
 // NextSeq reserves and returns the next message sequence number. It is
 // safe for concurrent use.

@@ -1,9 +1,13 @@
 package index
 
 import (
+	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -45,17 +49,40 @@ type Message struct {
 	Code     uint32
 	Reason   string
 	Cause    string
+	// Size is the length of the publish record's frame, for the count of
+	// live bytes.
+	Size uint32
 
+	stream  bool // the publish joined the stream (decided when applied)
 	heap    heapID
 	heapIdx int
 }
 
 // Queue is the projected state of one queue. It is not safe for concurrent
 // use; the broker holds its queue's lock around every call.
+//
+// A queue's messages are in one of two places. Most of a backlog is the
+// stream: messages published in sequence order with nondecreasing
+// EnqueuedAt and never delivered since, which the table holds (off the Go
+// heap) and a cursor walks. Every other message — pending, leased,
+// delayed, dead, replayed, or published out of order — is active: a
+// Message in msgs and in the heaps below. A stream message becomes active
+// when it is leased, and never rejoins the stream.
 type Queue struct {
 	ID     uint32
 	Name   string
 	Policy Policy
+
+	x *Index
+	// The stream: messages with sequence numbers in [cursor, streamMax]
+	// whose table entry is this queue's with the stream bit, that are not
+	// in msgs and not in gone. fresh counts them.
+	cursor    uint64
+	streamMax uint64
+	streamEnq int64 // EnqueuedAt of streamMax
+	fresh     int
+	gone      map[uint64]struct{} // stream messages at or past cursor that became active
+	head      Message             // NextReady's answer when the stream's head is oldest
 
 	msgs      map[uint64]*Message
 	ready     msgHeap    // Ready and receivable now, by EnqueuedAt
@@ -70,9 +97,11 @@ type Queue struct {
 	lastEvicts int64 // the latest clock reading: of an eviction, or a publish
 }
 
-func newQueue(id uint32, name string, p Policy) *Queue {
+func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 	return &Queue{
-		ID: id, Name: name, Policy: p,
+		ID: id, Name: name, Policy: p, x: x,
+		cursor:     1,
+		gone:       map[uint64]struct{}{},
 		msgs:       map[uint64]*Message{},
 		ready:      msgHeap{less: byEnqueued, id: inReady},
 		timers:     msgHeap{less: byDue, id: inTimers},
@@ -83,37 +112,21 @@ func newQueue(id uint32, name string, p Policy) *Queue {
 }
 
 // Apply changes the queue by one message event. pos is the event's record
-// position; a publish applied with pos 0 is Pending until Commit. Events
-// about a message the queue does not hold are ignored (and reported false):
-// a replayed log may hold them after salvage.
+// position; a publish applied with pos 0 is Pending until Commit. A publish
+// of a message the queue holds live is a copy of its record (see the
+// reclamation of the broker): it moves the message's position and changes
+// nothing else. Events about a message the queue does not hold are ignored
+// (and reported false): a replayed log holds them after segments were
+// removed or salvaged.
 func (q *Queue) Apply(pos wal.Position, e *Event) bool {
 	if e.Kind == KindPublish {
-		m := q.msgs[e.Seq]
-		if m == nil {
-			m = &Message{Seq: e.Seq, heapIdx: -1}
-			q.msgs[e.Seq] = m
-		} else {
-			q.detach(m)
-		}
-		m.EnqueuedAt, m.Key, m.Pos = e.Time, e.Key, pos
-		// An enqueue instant is a reading of the broker clock: eviction
-		// never runs on a clock behind it, and this survives a replay.
-		q.lastEvicts = max(q.lastEvicts, e.Time)
-		m.Deliveries, m.At, m.Nonce = 0, 0, 0
-		if e.Key != "" {
-			q.remember(e.Key, e.Seq, e.Time)
-		}
-		if pos == 0 {
-			m.State = Pending
-			q.live++
-		} else {
-			q.attach(m, Ready)
-		}
-		return true
+		return q.publish(pos, e)
 	}
 	m := q.msgs[e.Seq]
 	if m == nil {
-		return false
+		if m = q.activate(e.Seq); m == nil {
+			return false
+		}
 	}
 	switch e.Kind {
 	case KindLease, KindExtend:
@@ -137,8 +150,165 @@ func (q *Queue) Apply(pos wal.Position, e *Event) bool {
 	case KindAck, KindDelete:
 		q.detach(m)
 		delete(q.msgs, m.Seq)
+		if m.Pos != 0 {
+			q.x.release(m.Seq, m.Pos, m.Size)
+		}
 	}
 	return true
+}
+
+func (q *Queue) publish(pos wal.Position, e *Event) bool {
+	size := publishSize(e)
+	// An enqueue instant is a reading of the broker clock: eviction never
+	// runs on a clock behind it, and this survives a replay.
+	q.lastEvicts = max(q.lastEvicts, e.Time)
+	if pos != 0 {
+		if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
+			q.x.move(m.Seq, m.Pos, pos, m.Size)
+			m.Pos = pos
+			q.moveKey(e.Key, e.Seq, pos)
+			return true
+		}
+		if ent, ok := q.freshEntry(e.Seq); ok {
+			q.x.move(ent.Seq, ent.Pos, pos, ent.Size)
+			ent.Pos = pos
+			q.x.Table.Put(ent)
+			q.moveKey(e.Key, e.Seq, pos)
+			return true
+		}
+	}
+	m := q.msgs[e.Seq]
+	if m != nil {
+		q.detach(m)
+	} else {
+		m = &Message{Seq: e.Seq, heapIdx: -1}
+		q.msgs[e.Seq] = m
+	}
+	m.EnqueuedAt, m.Key, m.Size = e.Time, e.Key, size
+	m.Deliveries, m.At, m.Nonce = 0, 0, 0
+	// A message joins the stream if it keeps the stream in order: a later
+	// sequence and no earlier EnqueuedAt than the stream's last.
+	m.stream = e.Seq > q.streamMax && e.Time >= q.streamEnq
+	if m.stream {
+		q.streamMax, q.streamEnq = e.Seq, e.Time
+	}
+	if e.Key != "" {
+		q.remember(e.Key, e.Seq, e.Time)
+	}
+	if pos == 0 {
+		m.State = Pending
+		q.live++
+		return true
+	}
+	q.commit(m, pos)
+	return true
+}
+
+// publishSize is the length of e's record in the log, frame included.
+func publishSize(e *Event) uint32 {
+	n := 1 + uvarintLen(uint64(e.Queue)) + uvarintLen(e.Seq) + varintLen(e.Time) +
+		uvarintLen(uint64(len(e.Key))) + len(e.Key) + len(e.Payload)
+	return uint32(segment.Size(n))
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(v int64) int {
+	u := uint64(v) << 1
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintLen(u)
+}
+
+// commit makes m, not in any structure, Ready at pos: in the stream if its
+// publish joined it and the cursor has not passed it, active otherwise.
+func (q *Queue) commit(m *Message, pos wal.Position) {
+	m.Pos = pos
+	q.x.hold(m.Seq, pos, m.Size)
+	if m.Key != "" {
+		q.moveKey(m.Key, m.Seq, pos)
+	}
+	if m.stream && m.Seq >= q.cursor {
+		delete(q.msgs, m.Seq)
+		q.x.Table.Put(Entry{Seq: m.Seq, Pos: pos, EnqueuedAt: m.EnqueuedAt, Queue: q.ID, Stream: true, Size: m.Size})
+		q.fresh++
+		return
+	}
+	q.attach(m, Ready)
+}
+
+// freshEntry returns seq's table entry if seq is in the stream.
+func (q *Queue) freshEntry(seq uint64) (Entry, bool) {
+	if seq < q.cursor || seq > q.streamMax {
+		return Entry{}, false
+	}
+	if _, ok := q.msgs[seq]; ok {
+		return Entry{}, false
+	}
+	if _, ok := q.gone[seq]; ok {
+		return Entry{}, false
+	}
+	return q.entry(seq)
+}
+
+// entry returns seq's entry if it is this queue's and joined the stream. A
+// damaged entry marks the index damaged.
+func (q *Queue) entry(seq uint64) (Entry, bool) {
+	ent, ok, err := q.x.Table.Get(seq)
+	if err != nil {
+		q.x.setDamaged(err)
+		return Entry{}, false
+	}
+	return ent, ok && ent.Queue == q.ID && ent.Stream
+}
+
+// activate takes seq out of the stream, if it is there, and returns it as
+// an active Ready message not in any structure yet (the caller's event
+// places it).
+func (q *Queue) activate(seq uint64) *Message {
+	ent, ok := q.freshEntry(seq)
+	if !ok {
+		return nil
+	}
+	q.fresh--
+	if seq == q.cursor {
+		q.cursor++
+	} else {
+		q.gone[seq] = struct{}{}
+	}
+	m := &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1}
+	q.msgs[seq] = m
+	q.live++
+	return m
+}
+
+// streamHead returns the stream's first message, moving the cursor past
+// every sequence number that is not in the stream.
+func (q *Queue) streamHead() (Entry, bool) {
+	for q.cursor <= q.streamMax {
+		seq := q.cursor
+		if _, ok := q.gone[seq]; ok {
+			delete(q.gone, seq)
+		} else if _, ok := q.msgs[seq]; !ok {
+			if ent, ok := q.entry(seq); ok {
+				return ent, true
+			}
+		}
+		q.cursor++
+	}
+	if q.fresh != 0 {
+		q.x.setDamaged(fmt.Errorf("%w: queue %s counts %d stream messages past the end of its stream", ErrDamaged, q.Name, q.fresh))
+		q.fresh = 0
+	}
+	return Entry{}, false
 }
 
 // detach takes m out of every structure that reflects its state.
@@ -212,11 +382,11 @@ func (q *Queue) Commit(seq uint64, pos wal.Position) {
 		return
 	}
 	q.detach(m)
-	m.Pos = pos
-	q.attach(m, Ready)
+	q.commit(m, pos)
 }
 
-// Get returns the message seq, or nil.
+// Get returns the active message seq (pending, leased, delayed, dead or
+// replayed), or nil: a message in the stream is not active.
 func (q *Queue) Get(seq uint64) *Message { return q.msgs[seq] }
 
 // final reports whether a Leased message is on its last allowed delivery:
@@ -283,8 +453,19 @@ func (q *Queue) setPolicy(p Policy) {
 func (q *Queue) Exhausted() []*Message { return q.exhausted }
 
 // NextReady returns the oldest receivable message without removing it, or
-// nil. Call Promote first.
-func (q *Queue) NextReady() *Message { return q.ready.peek() }
+// nil. Call Promote first. The result is valid until the next call on q.
+func (q *Queue) NextReady() *Message {
+	m := q.ready.peek()
+	ent, ok := q.streamHead()
+	if !ok {
+		return m
+	}
+	q.head = Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1}
+	if m != nil && byEnqueued(m, &q.head) {
+		return m
+	}
+	return &q.head
+}
 
 // NextDue returns the earliest At at which a message not yet receivable
 // becomes receivable by itself (a retry delay ending, a lease lapsing with
@@ -308,13 +489,13 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 		}
 	}
 	leased += q.finals.Len()
-	return ready, leased, delayed, len(q.dead) + len(q.exhausted)
+	return ready + q.fresh, leased, delayed, len(q.dead) + len(q.exhausted)
 }
 
 // Live is the count of messages that hold capacity: Pending, Ready and
 // Leased, less the exhausted ones (as of the last Promote), which are on
 // their way to the dead-letter store.
-func (q *Queue) Live() int { return q.live - len(q.exhausted) }
+func (q *Queue) Live() int { return q.live + q.fresh - len(q.exhausted) }
 
 // LeaseLive reports whether m's lease is held at now: m is Leased, its
 // lease has not lapsed (at At exactly, it has), and no Promote saw it lapse.
@@ -327,11 +508,30 @@ func (q *Queue) DeadLetters(max int) []*Message {
 	return q.dead[:min(max, len(q.dead))]
 }
 
-// remember records a dedup key.
+// remember records a dedup key. Until its publish is in the log it pins
+// no segment (see moveKey).
 func (q *Queue) remember(key string, seq uint64, at int64) {
+	if old, ok := q.seen[key]; ok && old.seg != 0 {
+		q.x.unpinKey(old.seg)
+	}
 	k := seenKey{key: key, seq: seq, enqueuedAt: at}
 	q.seen[key] = k
 	q.seenOrder.push(k)
+}
+
+// moveKey records that key, if it names seq, now lives in pos's segment: a
+// replay from the log needs that segment to remember the key.
+func (q *Queue) moveKey(key string, seq uint64, pos wal.Position) {
+	k, ok := q.seen[key]
+	if !ok || k.seq != seq || k.seg == pos.Segment() {
+		return
+	}
+	if k.seg != 0 {
+		q.x.unpinKey(k.seg)
+	}
+	k.seg = pos.Segment()
+	q.x.pinKey(k.seg)
+	q.seen[key] = k
 }
 
 // Seen returns the message a dedup key names, if the key is remembered.
@@ -344,6 +544,9 @@ func (q *Queue) Seen(key string) (seq uint64, enqueuedAt int64, ok bool) {
 // into the log (the store fails then, but its memory must not lie).
 func (q *Queue) Forget(key string, seq uint64) {
 	if k, ok := q.seen[key]; ok && k.seq == seq {
+		if k.seg != 0 {
+			q.x.unpinKey(k.seg)
+		}
 		delete(q.seen, key)
 	}
 }
@@ -362,6 +565,9 @@ func (q *Queue) EvictSeen(now, window int64) bool {
 	for len(q.seenOrder) > 0 && now-q.seenOrder[0].enqueuedAt > window {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
+			if cur.seg != 0 {
+				q.x.unpinKey(cur.seg)
+			}
 			delete(q.seen, k.key)
 			evicted = true
 		}
@@ -371,3 +577,58 @@ func (q *Queue) EvictSeen(now, window int64) bool {
 
 // SeenCount is the number of remembered dedup keys.
 func (q *Queue) SeenCount() int { return len(q.seen) }
+
+// Dump renders the queue's state as of now in a canonical form: two queues
+// that behave the same from now on dump the same, whether a message is in
+// the stream or active. Promote runs first. It is for tests and tools: it
+// walks the whole stream.
+func (q *Queue) Dump(now int64) string {
+	q.Promote(now)
+	ready, leased, delayed, dead := q.Counts()
+	var b strings.Builder
+	fmt.Fprintf(&b, "queue %d %s policy=%+v live=%d ready=%d leased=%d delayed=%d dead=%d\n",
+		q.ID, q.Name, q.Policy, q.Live(), ready, leased, delayed, dead)
+	var all []*Message
+	for _, m := range q.msgs {
+		all = append(all, m)
+	}
+	for seq := q.cursor; seq <= q.streamMax; seq++ {
+		if ent, ok := q.freshEntry(seq); ok {
+			all = append(all, &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready})
+		}
+	}
+	slices.SortFunc(all, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
+	var order []*Message
+	for _, m := range all {
+		fmt.Fprintf(&b, "  %d: state=%d del=%d at=%d nonce=%d enq=%d pos=%v size=%d failed=%d code=%d %q %q\n",
+			m.Seq, m.State, m.Deliveries, m.At, m.Nonce, m.EnqueuedAt, m.Pos, m.Size, m.FailedAt, m.Code, m.Reason, m.Cause)
+		if m.State == Ready && (m.heap == inReady || (m.heap == inNone && q.msgs[m.Seq] == nil)) {
+			order = append(order, m)
+		}
+	}
+	slices.SortFunc(order, func(a, b *Message) int {
+		if byEnqueued(a, b) {
+			return -1
+		}
+		return 1
+	})
+	b.WriteString("  ready order")
+	for _, m := range order {
+		fmt.Fprintf(&b, " %d", m.Seq)
+	}
+	b.WriteString("\n  dead order")
+	for _, m := range q.DeadLetters(len(q.dead)) {
+		fmt.Fprintf(&b, " %d", m.Seq)
+	}
+	b.WriteString("\n  exhausted")
+	for _, m := range q.exhausted {
+		fmt.Fprintf(&b, " %d", m.Seq)
+	}
+	keys := slices.Sorted(maps.Keys(q.seen))
+	b.WriteString("\n  seen")
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %q=%d@%d", k, q.seen[k].seq, q.seen[k].enqueuedAt)
+	}
+	b.WriteString("\n")
+	return b.String()
+}

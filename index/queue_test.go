@@ -3,6 +3,7 @@ package index
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,33 +22,7 @@ func pub(seq uint64, at int64, key string) *Event {
 
 // snapshot renders a queue's whole state, derived structures included, so
 // two queues can be compared.
-func snapshot(q *Queue, now int64) string {
-	q.Promote(now)
-	s := fmt.Sprintf("live=%d seen=%d exhausted=%d\n", q.Live(), q.SeenCount(), len(q.Exhausted()))
-	for seq := uint64(1); seq <= 64; seq++ {
-		if m := q.Get(seq); m != nil {
-			s += fmt.Sprintf("%d: state=%d del=%d at=%d nonce=%d pos=%v failed=%d %s %s key=%q\n",
-				seq, m.State, m.Deliveries, m.At, m.Nonce, m.Pos, m.FailedAt, m.Reason, m.Cause, m.Key)
-		}
-	}
-	var order []uint64
-	for {
-		m := q.NextReady()
-		if m == nil {
-			break
-		}
-		order = append(order, m.Seq)
-		q.ready.pop()
-	}
-	for _, seq := range order {
-		q.ready.push(q.Get(seq))
-	}
-	s += fmt.Sprintf("ready order %v\n", order)
-	for _, m := range q.DeadLetters(64) {
-		s += fmt.Sprintf("dead %d ", m.Seq)
-	}
-	return s
-}
+func snapshot(q *Queue, now int64) string { return q.Dump(now) }
 
 // randomEvents returns a plausible event stream for queue 1.
 func randomEvents(rng *rand.Rand, n int) []*Event {
@@ -200,8 +175,11 @@ func TestPendingUntilCommit(t *testing.T) {
 	require.Equal(t, 1, q.Live(), "a pending publish holds capacity")
 	require.Nil(t, q.NextReady(), "and is not receivable")
 	q.Commit(1, wal.MakePosition(1, 64))
-	require.Equal(t, Ready, q.Get(1).State)
+	require.Equal(t, uint64(1), q.NextReady().Seq)
 	require.Equal(t, wal.MakePosition(1, 64), q.NextReady().Pos)
+	ready, _, _, _ := q.Counts()
+	require.Equal(t, 1, ready)
+	require.Equal(t, 1, q.Live())
 }
 
 func TestEventsForUnknownMessagesAreOrphans(t *testing.T) {
@@ -216,4 +194,71 @@ func TestNextSeqFollowsReplay(t *testing.T) {
 	x.Apply(wal.MakePosition(1, 100), pub(41, 0, ""))
 	require.Equal(t, uint64(42), x.NextSeq())
 	require.Equal(t, uint64(43), x.NextSeq())
+}
+
+// A commit the stream's cursor has not passed joins the stream; one it
+// passed (a later message was looked at first) becomes active. Either way
+// it is receivable in EnqueuedAt order.
+func TestCommitJoinsTheStreamUnlessTheCursorPassedIt(t *testing.T) {
+	x := declared()
+	q := x.Queue("q")
+	q.Apply(0, pub(1, 5, ""))
+	q.Apply(0, pub(2, 6, ""))
+	q.Commit(2, wal.MakePosition(1, 100))
+	require.Equal(t, uint64(2), q.NextReady().Seq, "1 is pending: 2 is the oldest receivable")
+	q.Commit(1, wal.MakePosition(1, 64))
+	require.NotNil(t, q.Get(1), "the cursor passed 1: it is active")
+	require.Nil(t, q.Get(2), "2 is in the stream")
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+	ready, _, _, _ := q.Counts()
+	require.Equal(t, 2, ready)
+}
+
+// Receive order across the stream and the active messages is EnqueuedAt,
+// then sequence, whatever the mix of in-order, out-of-order, nacked and
+// replayed messages.
+func TestReadyOrderMergesStreamAndActive(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for round := 0; round < 100; round++ {
+		x := declared()
+		q := x.Queue("q")
+		type ref struct {
+			seq uint64
+			enq int64
+		}
+		var want []ref
+		clock := int64(1000)
+		for seq := uint64(1); seq <= 50; seq++ {
+			clock += int64(rng.IntN(5)) - 1 // sometimes backwards
+			x.Apply(wal.MakePosition(1, 32+int(seq)*64), pub(seq, clock, ""))
+			want = append(want, ref{seq, clock})
+		}
+		// Lease a few from the head, nack some back at once.
+		for range rng.IntN(10) {
+			m := q.NextReady()
+			q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 5000})
+			q.Apply(0, &Event{Kind: KindNack, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 0})
+		}
+		q.Promote(0)
+		slices.SortFunc(want, func(a, b ref) int {
+			if a.enq != b.enq {
+				return int(a.enq - b.enq)
+			}
+			return int(a.seq) - int(b.seq)
+		})
+		var got, exp []uint64
+		for _, r := range want {
+			exp = append(exp, r.seq)
+		}
+		for m := q.NextReady(); m != nil; m = q.NextReady() {
+			got = append(got, m.Seq)
+			q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 2, Time: 5000})
+		}
+		require.Equal(t, exp, got, "round %d", round)
+		ready, leased, _, _ := q.Counts()
+		require.Zero(t, ready)
+		require.Equal(t, 50, leased)
+	}
 }

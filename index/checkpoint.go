@@ -1,0 +1,407 @@
+package index
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/klauspost/crc32"
+
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// A checkpoint is the file "checkpoint" in the index directory: the state
+// of the index when the log ended at its position, less the table entries,
+// which the chunk files it names hold. Open loads it and replays only the
+// log after that position.
+//
+// Layout: a 64-byte header, then the body.
+//
+//	 0  magic    "WALBCKP\x00"
+//	 8  version  uint32, 1
+//	12  crc      uint32, CRC-32C of header bytes 16 to 63, then the body
+//	16  bodyLen  uint64
+//	24  logPos   uint64, the log position the state reflects
+//	32  nextSeq  uint64
+//	40  zero
+//
+// The body is, in uvarints (signed values zig-zag, strings and byte strings
+// length first): the secret; the dead-event orphan count; per log segment
+// its SegmentUse; per table chunk its live count; per queue its
+// declaration, stream state, active messages and dedup keys; then the chunk
+// files the table needs. The file is written under a temporary name, the
+// header last, fdatasynced, renamed into place and the directory synced:
+// a checkpoint is either wholly there or not at all.
+const (
+	checkpointName    = "checkpoint"
+	checkpointHeader  = 64
+	checkpointVersion = 1
+)
+
+var checkpointMagic = [8]byte{'W', 'A', 'L', 'B', 'C', 'K', 'P', 0}
+
+// Snapshot is the state of an index at one log position, taken while
+// nothing changes it (see Index.Snapshot).
+type Snapshot struct {
+	LogPos  wal.Position
+	NextSeq uint64
+	body    []byte
+}
+
+// Snapshot encodes the whole index as of logPos, which must be the end of
+// the log with every event before it applied and none after, and detaches
+// the table's unflushed entries for the Flush that writes them. No queue
+// may hold a Pending message.
+func (x *Index) Snapshot(logPos wal.Position) (*Snapshot, error) {
+	var b []byte
+	put := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	puts := func(v int64) { b = binary.AppendVarint(b, v) }
+	str := func(s string) { put(uint64(len(s))); b = append(b, s...) }
+
+	str(string(x.Secret))
+	put(uint64(x.Orphans))
+	x.useMu.Lock()
+	segs := slices.Sorted(func(yield func(uint32) bool) {
+		for s := range x.segs {
+			if !yield(s) {
+				return
+			}
+		}
+	})
+	put(uint64(len(segs)))
+	for _, s := range segs {
+		u := x.segs[s]
+		put(uint64(s))
+		put(uint64(max(u.Messages, 0)))
+		put(uint64(max(u.Bytes, 0)))
+		put(uint64(max(u.Keys, 0)))
+	}
+	chunks := slices.Sorted(func(yield func(uint64) bool) {
+		for c := range x.chunks {
+			if !yield(c) {
+				return
+			}
+		}
+	})
+	put(uint64(len(chunks)))
+	for _, c := range chunks {
+		put(c)
+		put(uint64(x.chunks[c]))
+	}
+	x.useMu.Unlock()
+
+	ids := slices.Sorted(func(yield func(uint32) bool) {
+		for id := range x.queues {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	put(uint64(len(ids)))
+	for _, id := range ids {
+		q := x.queues[id]
+		put(uint64(q.ID))
+		str(q.Name)
+		b = q.Policy.append(b)
+		put(q.cursor)
+		put(q.streamMax)
+		puts(q.streamEnq)
+		put(uint64(q.fresh))
+		puts(q.lastEvicts)
+		gone := slices.Sorted(func(yield func(uint64) bool) {
+			for s := range q.gone {
+				if !yield(s) {
+					return
+				}
+			}
+		})
+		put(uint64(len(gone)))
+		for _, s := range gone {
+			put(s)
+		}
+		seqs := slices.Sorted(func(yield func(uint64) bool) {
+			for s := range q.msgs {
+				if !yield(s) {
+					return
+				}
+			}
+		})
+		put(uint64(len(seqs)))
+		for _, s := range seqs {
+			m := q.msgs[s]
+			if m.State == Pending {
+				return nil, fmt.Errorf("index: snapshot: message %d of queue %s is pending", s, q.Name)
+			}
+			put(m.Seq)
+			puts(m.EnqueuedAt)
+			put(uint64(m.Pos))
+			str(m.Key)
+			put(uint64(m.State))
+			put(uint64(m.Deliveries))
+			puts(m.At)
+			put(m.Nonce)
+			puts(m.FailedAt)
+			put(uint64(m.Code))
+			str(m.Reason)
+			str(m.Cause)
+			put(uint64(m.Size))
+		}
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range q.seen {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		put(uint64(len(keys)))
+		for _, k := range keys {
+			sk := q.seen[k]
+			str(k)
+			put(sk.seq)
+			puts(sk.enqueuedAt)
+			put(uint64(sk.seg))
+		}
+	}
+	x.Table.Detach()
+	return &Snapshot{LogPos: logPos, NextSeq: x.nextSeq.Load(), body: b}, nil
+}
+
+// WriteCheckpoint makes snap, with the chunk files it needs, the directory's
+// checkpoint. The table must have been flushed (with sync) first.
+func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) error {
+	body := slices.Clip(snap.body)
+	body = binary.AppendUvarint(body, uint64(len(chunks)))
+	for _, c := range chunks {
+		body = binary.AppendUvarint(body, c)
+	}
+	hdr := make([]byte, checkpointHeader)
+	copy(hdr, checkpointMagic[:])
+	binary.LittleEndian.PutUint32(hdr[8:], checkpointVersion)
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(body)))
+	binary.LittleEndian.PutUint64(hdr[24:], uint64(snap.LogPos))
+	binary.LittleEndian.PutUint64(hdr[32:], snap.NextSeq)
+	binary.LittleEndian.PutUint32(hdr[12:], crc32.Update(crc32.Checksum(hdr[16:], castagnoli), castagnoli, body))
+
+	tmp := filepath.Join(dir, checkpointName+".tmp")
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("index: checkpoint: %w", err)
+	}
+	err = func() error {
+		if _, err := f.WriteAt(body, checkpointHeader); err != nil {
+			return err
+		}
+		if _, err := f.WriteAt(hdr, 0); err != nil {
+			return err
+		}
+		return f.Sync()
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("index: checkpoint: %w", err)
+	}
+	if err := fs.Rename(tmp, filepath.Join(dir, checkpointName)); err != nil {
+		return fmt.Errorf("index: checkpoint: %w", err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return fmt.Errorf("index: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// RemoveCheckpoint deletes the directory's checkpoint and every table file,
+// durably, so that the next open rebuilds the index from the log.
+func RemoveCheckpoint(fs vfs.FS, dir string) error {
+	names, err := fs.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, ok := parseChunkName(n); ok || n == checkpointName || n == checkpointName+".tmp" {
+			if err := fs.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return fs.SyncDir(dir)
+}
+
+// Load opens the index in dir from its checkpoint and returns it with the
+// log position to replay from. A missing checkpoint is os.ErrNotExist; one
+// that fails any check (checksum, bounds, a chunk file missing or of the
+// wrong size) is ErrDamaged. Either way the caller rebuilds from the log.
+func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
+	f, err := fs.OpenFile(filepath.Join(dir, checkpointName), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	data, err := readFile(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, 0, err
+	}
+	damaged := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
+	}
+	if len(data) < checkpointHeader || [8]byte(data[:8]) != checkpointMagic {
+		return nil, 0, damaged("no checkpoint header")
+	}
+	if v := binary.LittleEndian.Uint32(data[8:]); v != checkpointVersion {
+		return nil, 0, damaged("version %d, want %d", v, checkpointVersion)
+	}
+	n := binary.LittleEndian.Uint64(data[16:])
+	if n != uint64(len(data)-checkpointHeader) {
+		return nil, 0, damaged("body of %d bytes, file holds %d", n, len(data)-checkpointHeader)
+	}
+	body := data[checkpointHeader:]
+	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
+		return nil, 0, damaged("checksum mismatch")
+	}
+	logPos := wal.Position(binary.LittleEndian.Uint64(data[24:]))
+	nextSeq := binary.LittleEndian.Uint64(data[32:])
+
+	d := decoder{b: body}
+	count := func() int {
+		v := d.uvarint()
+		if v > uint64(len(d.b)) { // every item takes at least a byte
+			d.fail("count exceeds the body")
+			return 0
+		}
+		return int(v)
+	}
+	secret := []byte(d.string())
+	orphans := int(d.uvarint())
+	type segUse struct {
+		seg uint32
+		u   SegmentUse
+	}
+	var segs []segUse
+	for range count() {
+		s := segUse{seg: d.u32()}
+		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint()), int64(d.uvarint()), int(d.uvarint())
+		segs = append(segs, s)
+	}
+	liveChunks := map[uint64]int{}
+	for range count() {
+		c := d.uvarint()
+		liveChunks[c] = int(d.uvarint())
+	}
+	x := NewWithTable(nil)
+	x.Secret, x.Orphans = secret, orphans
+	if len(secret) == 0 {
+		x.Secret = nil
+	}
+	x.nextSeq.Store(nextSeq)
+	for _, s := range segs {
+		u := s.u
+		x.segs[s.seg] = &u
+	}
+	x.chunks = liveChunks
+	for range count() {
+		id := d.u32()
+		name := d.string()
+		q := newQueue(x, id, name, d.policy())
+		q.cursor = d.uvarint()
+		q.streamMax = d.uvarint()
+		q.streamEnq = d.varint()
+		q.fresh = int(d.uvarint())
+		q.lastEvicts = d.varint()
+		for range count() {
+			q.gone[d.uvarint()] = struct{}{}
+		}
+		for range count() {
+			m := &Message{Seq: d.uvarint(), heapIdx: -1}
+			m.EnqueuedAt = d.varint()
+			m.Pos = wal.Position(d.uvarint())
+			m.Key = d.string()
+			st := State(d.uvarint())
+			m.Deliveries = d.u32()
+			m.At = d.varint()
+			m.Nonce = d.uvarint()
+			m.FailedAt = d.varint()
+			m.Code = d.u32()
+			m.Reason = d.string()
+			m.Cause = d.string()
+			m.Size = d.u32()
+			if st != Ready && st != Leased && st != Dead {
+				d.fail(fmt.Sprintf("message %d in state %d", m.Seq, st))
+				break
+			}
+			q.msgs[m.Seq] = m
+			q.attach(m, st)
+		}
+		for range count() {
+			k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}
+			q.seen[k.key] = k
+			q.seenOrder.push(k)
+		}
+		if d.err != nil {
+			break
+		}
+		if x.queues[id] != nil || x.byName[name] != nil {
+			d.fail(fmt.Sprintf("queue %d %q twice", id, name))
+			break
+		}
+		x.queues[id], x.byName[name] = q, q
+	}
+	var want []uint64
+	for range count() {
+		want = append(want, d.uvarint())
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return nil, 0, damaged("%v", d.err)
+	}
+	if nextSeq == 0 || nextSeq == math.MaxUint64 {
+		return nil, 0, damaged("next sequence %d", nextSeq)
+	}
+	t, err := OpenTable(fs, dir, want)
+	if err != nil {
+		return nil, 0, err
+	}
+	x.Table = t
+	return x, logPos, nil
+}
+
+// Rebuild returns an empty index over an empty table in dir, after removing
+// any checkpoint and table file there: the caller replays the whole log.
+func Rebuild(fs vfs.FS, dir string) (*Index, error) {
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := RemoveCheckpoint(fs, dir); err != nil {
+		return nil, err
+	}
+	t, err := OpenTable(fs, dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithTable(t), nil
+}
+
+func readFile(f vfs.File) ([]byte, error) {
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size > 1<<34 {
+		return nil, fmt.Errorf("%w: checkpoint of %d bytes", ErrDamaged, size)
+	}
+	buf := make([]byte, size)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}

@@ -1,0 +1,148 @@
+package index
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+func dumpAll(x *Index, now int64) string {
+	s := ""
+	for id := uint32(1); x.QueueByID(id) != nil; id++ {
+		s += x.QueueByID(id).Dump(now)
+	}
+	return s
+}
+
+// checkpointAt flushes x's table and writes its checkpoint to dir.
+func checkpointAt(t *testing.T, x *Index, dir string, pos wal.Position) {
+	t.Helper()
+	snap, err := x.Snapshot(pos)
+	require.NoError(t, err)
+	_, err = x.Table.Flush(true)
+	require.NoError(t, err)
+	require.NoError(t, WriteCheckpoint(vfs.Default, dir, snap, x.Table.Chunks()))
+}
+
+// Loading a checkpoint and applying the events after it gives the state
+// that applying every event from the start gives.
+func TestCheckpointThenReplayEqualsFullReplay(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for round := 0; round < 40; round++ {
+		dir := t.TempDir()
+		live, err := Rebuild(vfs.Default, dir)
+		require.NoError(t, err)
+		live.Apply(0, &Event{Kind: KindMeta, Secret: make([]byte, SecretSize)})
+		live.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}})
+		events := randomEvents(rng, 80)
+		cut := rng.IntN(len(events))
+		for i, e := range events[:cut] {
+			live.Apply(wal.MakePosition(1, 32+i), e)
+		}
+		checkpointAt(t, live, dir, wal.MakePosition(1, 32+cut))
+		for i, e := range events[cut:] {
+			live.Apply(wal.MakePosition(1, 32+cut+i), e)
+		}
+
+		loaded, from, err := Load(vfs.Default, dir)
+		require.NoError(t, err)
+		require.Equal(t, wal.MakePosition(1, 32+cut), from)
+		for i, e := range events[cut:] {
+			loaded.Apply(wal.MakePosition(1, 32+cut+i), e)
+		}
+		full := declared()
+		for i, e := range events {
+			full.Apply(wal.MakePosition(1, 32+i), e)
+		}
+		require.Equal(t, dumpAll(full, 50), dumpAll(loaded, 50), "round %d cut %d", round, cut)
+		require.Equal(t, dumpAll(full, 50), dumpAll(live, 50), "round %d", round)
+		require.Equal(t, full.SegmentUses(), loaded.SegmentUses())
+		require.Equal(t, full.LiveChunks(), loaded.LiveChunks())
+		require.Equal(t, full.PeekNextSeq(), loaded.PeekNextSeq())
+		require.NoError(t, live.Table.Close())
+		require.NoError(t, loaded.Table.Close())
+	}
+}
+
+// Every damaged checkpoint is refused with ErrDamaged, never loaded.
+func TestDamagedCheckpointIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}})
+	for i := 1; i <= 10; i++ {
+		x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), ""))
+	}
+	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
+	require.NoError(t, x.Table.Close())
+	path := filepath.Join(dir, checkpointName)
+	good, err := os.ReadFile(path)
+	require.NoError(t, err)
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, y.Table.Close())
+
+	for i := 0; i < len(good); i++ {
+		bad := append([]byte(nil), good...)
+		bad[i] ^= 0x10
+		require.NoError(t, os.WriteFile(path, bad, 0o600))
+		_, _, err := Load(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "flipped byte %d", i)
+	}
+	for _, n := range []int{0, 10, checkpointHeader, len(good) - 1} {
+		require.NoError(t, os.WriteFile(path, good[:n], 0o600))
+		_, _, err := Load(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "cut to %d bytes", n)
+	}
+	require.NoError(t, os.WriteFile(path, good, 0o600))
+	// A chunk file the checkpoint needs, missing or cut short.
+	chunk := filepath.Join(dir, chunkName(0))
+	require.NoError(t, os.Truncate(chunk, 100))
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.NoError(t, os.Remove(chunk))
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.NoError(t, os.Remove(path))
+	_, _, err = Load(vfs.Default, dir)
+	require.True(t, errors.Is(err, os.ErrNotExist))
+}
+
+// A damaged table entry is noticed where the stream reaches it.
+func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}})
+	for i := 1; i <= 10; i++ {
+		x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), ""))
+	}
+	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
+	require.NoError(t, x.Table.Close())
+	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0xff}, 3*EntrySize+5)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer y.Table.Close()
+	q := y.Queue("q")
+	require.NoError(t, y.Damaged())
+	var got []uint64
+	for m := q.NextReady(); m != nil; m = q.NextReady() {
+		got = append(got, m.Seq)
+		q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 99})
+	}
+	require.ErrorIs(t, y.Damaged(), ErrDamaged)
+	require.Equal(t, []uint64{1, 2, 4, 5, 6, 7, 8, 9, 10}, got, "the damaged entry is never delivered; the caller must rebuild")
+}

@@ -1,0 +1,380 @@
+package index
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/edsrzf/mmap-go"
+	"github.com/klauspost/crc32"
+
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// The table holds one fixed-width entry per published message, addressed by
+// its sequence number, in chunk files of ChunkEntries entries each. An
+// entry says where the message's publish record is, when it was enqueued,
+// which queue it belongs to and whether it joined its queue's stream. It
+// never changes after the publish except for its position (a copy moved
+// the record forward), so a backlog costs disk and page cache, not heap.
+//
+// Entry layout, 32 bytes, little-endian:
+//
+//	 0  pos         uint64  the publish record's log position
+//	 8  enqueuedAt  int64   Unix ns
+//	16  queue       uint32  bit 31 set: the message joined the stream
+//	20  size        uint32  the publish record's length
+//	24  reserved    uint32  zero
+//	28  crc         uint32  CRC-32C of the 8-byte little-endian sequence
+//	                        number, then bytes 0 to 27
+//
+// An all-zero entry is absent. Entries reach the files only through Flush,
+// which the checkpointer calls: between checkpoints new entries live in
+// memory (the overlay), so the files only ever hold entries of publish
+// records that were durable when they were written.
+const (
+	EntrySize    = 32
+	ChunkEntries = 1 << 16
+	chunkBytes   = EntrySize * ChunkEntries
+	streamBit    = 1 << 31
+	chunkPrefix  = "tbl-"
+	chunkSuffix  = ".idx"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrDamaged is returned when an index file fails its checks. The log is
+// the source of truth: a damaged index is rebuilt from it. Check with
+// errors.Is.
+var ErrDamaged = errors.New("index: damaged index file")
+
+// Entry is one message's table entry.
+type Entry struct {
+	Seq        uint64
+	Pos        wal.Position
+	EnqueuedAt int64
+	Queue      uint32
+	Stream     bool   // joined its queue's stream
+	Size       uint32 // of the publish record
+}
+
+func (e *Entry) encode(b []byte) {
+	binary.LittleEndian.PutUint64(b[0:], uint64(e.Pos))
+	binary.LittleEndian.PutUint64(b[8:], uint64(e.EnqueuedAt))
+	q := e.Queue
+	if e.Stream {
+		q |= streamBit
+	}
+	binary.LittleEndian.PutUint32(b[16:], q)
+	binary.LittleEndian.PutUint32(b[20:], e.Size)
+	binary.LittleEndian.PutUint32(b[24:], 0)
+	binary.LittleEndian.PutUint32(b[28:], entryCRC(e.Seq, b))
+}
+
+func entryCRC(seq uint64, b []byte) uint32 {
+	var s [8]byte
+	binary.LittleEndian.PutUint64(s[:], seq)
+	return crc32.Update(crc32.Update(0, castagnoli, s[:]), castagnoli, b[:28])
+}
+
+// decodeEntry decodes the entry of seq from b: ok false for an absent
+// (all-zero) entry, an error for one that fails its checksum.
+func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
+	if binary.LittleEndian.Uint64(b[0:]) == 0 && binary.LittleEndian.Uint64(b[8:]) == 0 &&
+		binary.LittleEndian.Uint64(b[16:]) == 0 && binary.LittleEndian.Uint64(b[24:]) == 0 {
+		return Entry{}, false, nil
+	}
+	if binary.LittleEndian.Uint32(b[28:]) != entryCRC(seq, b) {
+		return Entry{}, false, fmt.Errorf("%w: entry of message %d fails its checksum", ErrDamaged, seq)
+	}
+	q := binary.LittleEndian.Uint32(b[16:])
+	return Entry{
+		Seq:        seq,
+		Pos:        wal.Position(binary.LittleEndian.Uint64(b[0:])),
+		EnqueuedAt: int64(binary.LittleEndian.Uint64(b[8:])),
+		Queue:      q &^ streamBit,
+		Stream:     q&streamBit != 0,
+		Size:       binary.LittleEndian.Uint32(b[20:]),
+	}, true, nil
+}
+
+// Table is the entry table of one store. It is safe for concurrent use;
+// only the checkpointer (one goroutine at a time) calls Flush, and so only
+// it writes the files.
+type Table struct {
+	fs  vfs.FS
+	dir string
+
+	// mu guards every field below. Readers hold it shared while they read a
+	// mapped chunk, so a chunk is unmapped only under the exclusive lock.
+	mu       sync.RWMutex
+	chunks   map[uint64]*chunk
+	overlay  map[uint64]Entry // entries not yet flushed
+	flushing map[uint64]Entry // entries being flushed, until they are in the files
+	dirty    map[uint64]bool  // chunks written since their last fdatasync
+}
+
+type chunk struct {
+	f vfs.File
+	m mmap.MMap
+}
+
+func chunkName(n uint64) string { return fmt.Sprintf("%s%012d%s", chunkPrefix, n, chunkSuffix) }
+
+func parseChunkName(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, chunkPrefix) || !strings.HasSuffix(name, chunkSuffix) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, chunkPrefix), chunkSuffix), 10, 64)
+	return n, err == nil
+}
+
+// ChunkOf returns the chunk that holds seq's entry.
+func ChunkOf(seq uint64) uint64 { return seq / ChunkEntries }
+
+// OpenTable opens the table in dir, which it creates if missing, mapping
+// the chunk files named in want; files of other chunks are removed. A
+// wanted chunk that is missing or of the wrong size is ErrDamaged.
+func OpenTable(fs vfs.FS, dir string, want []uint64) (*Table, error) {
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	t := &Table{fs: fs, dir: dir, chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}}
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if n, ok := parseChunkName(name); ok && !slices.Contains(want, n) {
+			if err := fs.Remove(filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, n := range want {
+		c, err := t.openChunk(n, false)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.chunks[n] = c
+	}
+	return t, nil
+}
+
+func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
+	path := filepath.Join(t.dir, chunkName(n))
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := t.fs.OpenFile(path, flag, 0o600)
+	if err != nil {
+		if !create && errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s is missing", ErrDamaged, path)
+		}
+		return nil, err
+	}
+	if create {
+		if err := f.Truncate(chunkBytes); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	} else if size, err := f.Size(); err != nil || size != chunkBytes {
+		_ = f.Close()
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s has %d bytes, want %d", ErrDamaged, path, size, chunkBytes)
+	}
+	m, err := f.Map(chunkBytes)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &chunk{f: f, m: m}, nil
+}
+
+// Get returns seq's entry: ok false if there is none, an ErrDamaged error if
+// the stored one fails its checksum.
+func (t *Table) Get(seq uint64) (Entry, bool, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if e, ok := t.overlay[seq]; ok {
+		return e, true, nil
+	}
+	if e, ok := t.flushing[seq]; ok {
+		return e, true, nil
+	}
+	c := t.chunks[ChunkOf(seq)]
+	if c == nil {
+		return Entry{}, false, nil
+	}
+	off := int(seq%ChunkEntries) * EntrySize
+	return decodeEntry(seq, c.m[off:off+EntrySize])
+}
+
+// Put records e, in memory until the next Flush.
+func (t *Table) Put(e Entry) {
+	t.mu.Lock()
+	t.overlay[e.Seq] = e
+	t.mu.Unlock()
+}
+
+// Unflushed is the number of entries held in memory.
+func (t *Table) Unflushed() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.overlay)
+}
+
+// Detach takes the entries recorded so far for the next Flush. Entries Put
+// after it wait for the Flush after that. Until Flush returns, Get still
+// finds the detached entries.
+func (t *Table) Detach() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.flushing != nil {
+		// A flush that failed: keep what it did not write.
+		for s, e := range t.overlay {
+			t.flushing[s] = e
+		}
+	} else {
+		t.flushing = t.overlay
+	}
+	t.overlay = map[uint64]Entry{}
+}
+
+// Flush writes the detached entries to their chunk files (creating those
+// that are missing) and, when sync is set, fdatasyncs every chunk written
+// since its last sync and the directory. It returns the chunks that were
+// created.
+func (t *Table) Flush(sync bool) ([]uint64, error) {
+	t.mu.RLock()
+	pending := t.flushing
+	t.mu.RUnlock()
+	byChunk := map[uint64][]Entry{}
+	for _, e := range pending {
+		byChunk[ChunkOf(e.Seq)] = append(byChunk[ChunkOf(e.Seq)], e)
+	}
+	var created []uint64
+	buf := make([]byte, EntrySize)
+	for n, es := range byChunk {
+		t.mu.RLock()
+		c := t.chunks[n]
+		t.mu.RUnlock()
+		if c == nil {
+			var err error
+			if c, err = t.openChunk(n, true); err != nil {
+				return created, fmt.Errorf("index: create %s: %w", chunkName(n), err)
+			}
+			t.mu.Lock()
+			t.chunks[n] = c
+			t.mu.Unlock()
+			created = append(created, n)
+		}
+		slices.SortFunc(es, func(a, b Entry) int { return compareSeq(a.Seq, b.Seq) })
+		for _, e := range es {
+			e.encode(buf)
+			if _, err := c.f.WriteAt(buf, int64(e.Seq%ChunkEntries)*EntrySize); err != nil {
+				return created, fmt.Errorf("index: write %s: %w", chunkName(n), err)
+			}
+		}
+		t.mu.Lock()
+		t.dirty[n] = true
+		t.mu.Unlock()
+	}
+	if sync {
+		t.mu.RLock()
+		var dirty []*chunk
+		for n := range t.dirty {
+			if c := t.chunks[n]; c != nil {
+				dirty = append(dirty, c)
+			}
+		}
+		t.mu.RUnlock()
+		for _, c := range dirty {
+			if err := c.f.Sync(); err != nil {
+				return created, fmt.Errorf("index: sync %s: %w", c.f.Name(), err)
+			}
+		}
+		if len(created) > 0 {
+			if err := t.fs.SyncDir(t.dir); err != nil {
+				return created, fmt.Errorf("index: sync %s: %w", t.dir, err)
+			}
+		}
+		t.mu.Lock()
+		clear(t.dirty)
+		t.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.flushing = nil
+	t.mu.Unlock()
+	return created, nil
+}
+
+func compareSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Chunks returns the chunks that have files, sorted.
+func (t *Table) Chunks() []uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]uint64, 0, len(t.chunks))
+	for n := range t.chunks {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Remove deletes chunk n's file. The removal is durable after the next
+// SyncDir of the table's directory (Flush with sync, or SyncDir).
+func (t *Table) Remove(n uint64) error {
+	t.mu.Lock()
+	c := t.chunks[n]
+	delete(t.chunks, n)
+	delete(t.dirty, n)
+	t.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	err := errors.Join(c.m.Unmap(), c.f.Close())
+	return errors.Join(err, t.fs.Remove(filepath.Join(t.dir, chunkName(n))))
+}
+
+// SyncDir makes removals durable.
+func (t *Table) SyncDir() error { return t.fs.SyncDir(t.dir) }
+
+// Bytes is the size of the chunk files.
+func (t *Table) Bytes() int64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return int64(len(t.chunks)) * chunkBytes
+}
+
+// Close unmaps and closes every chunk file. Entries not flushed are lost.
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var err error
+	for n, c := range t.chunks {
+		err = errors.Join(err, c.m.Unmap(), c.f.Close())
+		delete(t.chunks, n)
+	}
+	return err
+}

@@ -53,8 +53,10 @@ type Options struct {
 	// SyncInterval bounds how long a written event waits for an fdatasync
 	// when nothing else asks for one. Zero means 100 ms.
 	SyncInterval time.Duration
-	// SegmentBytes is the size of each log segment file. Zero means 64 MiB.
-	// One publish (a whole batch) must fit in one segment.
+	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
+	// otherwise at least 64 KiB. One publish (a whole batch) must fit in one
+	// segment, and each segment keeps 1/16 of itself (at most 256 KiB) for
+	// the queue declarations it starts with.
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery
@@ -82,7 +84,30 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.SegmentBytes != 0 && (o.SegmentBytes < MinSegmentBytes || o.SegmentBytes > wal.MaxSegmentBytes) {
+		return o, fmt.Errorf("broker: Options.SegmentBytes %d outside [%d, %d]: %w", o.SegmentBytes, MinSegmentBytes, wal.MaxSegmentBytes, QueueMisconfigured)
+	}
 	return o, nil
+}
+
+// MinSegmentBytes is the smallest Options.SegmentBytes a store accepts.
+const MinSegmentBytes = 64 << 10
+
+func (o Options) segmentBytes() int64 {
+	if o.SegmentBytes == 0 {
+		return wal.DefaultSegmentBytes
+	}
+	return o.SegmentBytes
+}
+
+// preambleBytes is the room each segment keeps for its preamble.
+func (o Options) preambleBytes() int { return int(min(o.segmentBytes()/16, 256<<10)) }
+
+func (o Options) fs() vfs.FS {
+	if o.FS == nil {
+		return vfs.Default
+	}
+	return o.FS
 }
 
 func (o Options) walOptions() wal.Options {

@@ -26,11 +26,14 @@ type Queue struct {
 	name string
 	id   uint32
 
-	// mu guards iq, policy and signal.
+	// mu guards iq, policy, signal and inflight.
 	mu     sync.Mutex
 	iq     *index.Queue
 	policy PolicyValue
 	signal chan struct{} // closed by the next event that may make a message receivable
+	// inflight holds the publishes queued to the log and not yet
+	// committed to the index, so that a checkpoint can commit them.
+	inflight map[*wal.Pending]inflightPublish
 
 	stats queueCounters
 }
@@ -40,8 +43,32 @@ type queueCounters struct {
 	rejected, deadLettered, replayed                      atomic.Int64
 }
 
+// inflightPublish is the sequence numbers of one queued publish, whose
+// records start at index skip of its append.
+type inflightPublish struct {
+	seqs []uint64
+	skip int
+}
+
 func newQueue(s *Store, iq *index.Queue, p PolicyValue) *Queue {
-	return &Queue{s: s, name: iq.Name, id: iq.ID, iq: iq, policy: p, signal: make(chan struct{})}
+	return &Queue{s: s, name: iq.Name, id: iq.ID, iq: iq, policy: p, signal: make(chan struct{}),
+		inflight: map[*wal.Pending]inflightPublish{}}
+}
+
+// commitInflightLocked commits every queued publish, whose appends must be
+// complete (a checkpoint's barrier waited for them). The caller holds q.mu.
+func (q *Queue) commitInflightLocked() error {
+	for p, in := range q.inflight {
+		pos, err := p.Wait()
+		if err != nil {
+			return q.s.failure(err)
+		}
+		for i, seq := range in.seqs {
+			q.iq.Commit(seq, pos[in.skip+i])
+		}
+		delete(q.inflight, p)
+	}
+	return nil
 }
 
 // Name returns the queue's name.
@@ -186,14 +213,20 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		q.stats.shed.Add(1)
 		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, live, c, len(payloads), QueueFull)
 	}
+	seqs := make([]uint64, len(events))
 	for i := range events {
 		q.iq.Apply(0, &events[i]) // Pending until its record is in the log
+		seqs[i] = events[i].Seq
 	}
 	pend := q.s.log.Enqueue(q.s.opts.durable(true), append(evict, recs...)...)
+	q.inflight[pend] = inflightPublish{seqs: seqs, skip: len(evict)}
 	q.mu.Unlock()
 
 	pos, err := q.s.wait(pend)
 	if err != nil {
+		q.mu.Lock()
+		delete(q.inflight, pend)
+		q.mu.Unlock()
 		return nil, err
 	}
 	pos = pos[len(evict):]
@@ -202,6 +235,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
 	}
 	q.mu.Lock()
+	delete(q.inflight, pend)
 	for i, e := range events {
 		q.iq.Commit(e.Seq, pos[i])
 	}

@@ -35,6 +35,8 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 			Message:    MessageValue{ID: messageID(m.Seq), EnqueuedAt: time.Unix(0, m.EnqueuedAt)},
 		}})
 	}
+	q.s.maint.removeMu.RLock() // the positions taken stay readable
+	defer q.s.maint.removeMu.RUnlock()
 	if err := q.unlockAndWait(recs); err != nil {
 		return nil, err
 	}

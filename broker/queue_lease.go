@@ -78,6 +78,11 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		recs = append(recs, e.Append(nil))
 		leases = append(leases, l)
 	}
+	if len(leases) > 0 {
+		// The positions just taken stay readable until the payloads are.
+		q.s.maint.removeMu.RLock()
+		defer q.s.maint.removeMu.RUnlock()
+	}
 	if err := q.unlockAndWait(recs); err != nil {
 		return fail(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,7 +24,8 @@ const maxEventFields = 64
 
 // Store is one directory holding one write-ahead log shared by all its
 // queues: one implementation for every queue, which differ only by name,
-// policy and counters.
+// policy and counters. The directory's "index" subdirectory holds the
+// queues' state as of the last checkpoint.
 //
 // A Store is safe for concurrent use. It retains its directory's lock until
 // Close.
@@ -36,6 +39,8 @@ type Store struct {
 	// mu guards queues and serialises declarations.
 	mu     sync.Mutex
 	queues map[string]*Queue
+	// pre is what every new segment starts with (see preamble).
+	pre atomic.Pointer[[][]byte]
 
 	closed atomic.Bool
 	// failed holds the error that stopped the store: a failed append leaves
@@ -46,24 +51,32 @@ type Store struct {
 	// nonceMu guards nonces, the generator of lease nonces.
 	nonceMu sync.Mutex
 	nonces  *mrand.ChaCha8
+
+	maint maintenance
 }
 
 // Open opens the store in dir, creating the directory (0700) if it is
-// missing, and rebuilds every queue by replaying the log. A second Open of
-// the same directory, in this process or another, fails with Locked. A log
-// that fails verification fails with Corrupt, naming the file and byte
-// offset (see Options.Salvage).
+// missing. It loads the queues' state from the last checkpoint and replays
+// the log after it; without a usable checkpoint (none, or one that fails
+// its checks) it rebuilds the state from the whole log, which is the
+// source of truth. A second Open of the same directory, in this process or
+// another, fails with Locked. A log that fails verification fails with
+// Corrupt, naming the file and byte offset (see Options.Salvage).
 func Open(dir string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	l, err := wal.Open(dir, opts.walOptions())
+	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
+	wo := opts.walOptions()
+	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
+	l, err := wal.Open(dir, wo)
 	if err != nil {
 		return nil, openError(dir, err)
 	}
-	s := &Store{dir: dir, opts: opts, log: l, idx: index.New(), queues: map[string]*Queue{}}
-	if err := l.Iterate(0, s.idx.ApplyRecord); err != nil {
+	s.log = l
+	replayed, err := s.openIndex()
+	if err != nil {
 		_ = l.Close()
 		return nil, openError(dir, err)
 	}
@@ -72,7 +85,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_, _ = rand.Read(secret)
 		meta := index.Event{Kind: index.KindMeta, Secret: secret}
 		if _, err := l.Append(meta.Append(nil)); err != nil {
-			_ = l.Close()
+			s.closeFiles()
 			return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 		}
 		s.idx.Secret = secret
@@ -81,10 +94,127 @@ func Open(dir string, opts Options) (*Store, error) {
 	var seed [32]byte
 	_, _ = rand.Read(seed[:])
 	s.nonces = mrand.NewChaCha8(seed)
-	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 || s.idx.Orphans > 0 {
+	for _, name := range s.idx.Queues() {
+		iq := s.idx.Queue(name)
+		s.queues[name] = newQueue(s, iq, policyValue(iq.Policy))
+	}
+	s.setPreamble()
+	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 {
 		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged), "orphan_events", s.idx.Orphans)
 	}
+	if replayed > 0 {
+		// So that the next open does not replay the same records again.
+		if err := s.checkpoint(); err != nil {
+			opts.Logger.Warn("broker: checkpoint after open failed; the next open replays the log again", "dir", dir, "err", err)
+		}
+	}
+	s.startMaintenance()
 	return s, nil
+}
+
+// indexDir is where the checkpoint and the table live.
+func (s *Store) indexDir() string { return filepath.Join(s.dir, "index") }
+
+// openIndex loads the last checkpoint, or rebuilds, and replays the log
+// after it. It returns how many records it replayed.
+func (s *Store) openIndex() (int, error) {
+	fs := s.opts.fs()
+	x, from, err := index.Load(fs, s.indexDir())
+	if err == nil {
+		st := s.log.Stats()
+		if rec := s.log.Recovery(); len(rec.Salvaged) > 0 {
+			_ = x.Table.Close()
+			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects", index.ErrDamaged)
+		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
+			_ = x.Table.Close()
+			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
+				index.ErrDamaged, from, st.FirstSegment, st.LastSegment, s.log.End())
+		}
+	}
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
+		}
+		if x, err = index.Rebuild(fs, s.indexDir()); err != nil {
+			return 0, err
+		}
+		from = 0
+	}
+	s.idx = x
+	n := 0
+	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
+		n++
+		if err := x.ApplyRecord(pos, rec); err != nil {
+			return err
+		}
+		if x.Table.Unflushed() >= replaySpill {
+			// A rebuild of a long log keeps the heap small: entries go
+			// to the table files as it goes (synced by the checkpoint
+			// that ends the open).
+			x.Table.Detach()
+			if _, err := x.Table.Flush(false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = x.Damaged()
+	}
+	if err != nil {
+		_ = x.Table.Close()
+		if errors.Is(err, index.ErrDamaged) && from != 0 {
+			// The checkpoint's table is damaged: start again from the log.
+			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
+			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
+				return 0, err
+			}
+			return s.openIndex()
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// replaySpill bounds the table entries a replay holds in memory.
+const replaySpill = 1 << 16
+
+// closeFiles closes the log and the table, for a failed Open.
+func (s *Store) closeFiles() {
+	_ = s.log.Close()
+	_ = s.idx.Table.Close()
+}
+
+// preamble returns what every new segment starts with: the store's secret,
+// every queue's declaration, and the next message sequence. The log's
+// writer calls it at each rotation; once older segments are removed, a
+// replay of the remaining log meets these before any event that needs them.
+func (s *Store) preamble() [][]byte {
+	p := s.pre.Load()
+	if p == nil {
+		return nil
+	}
+	mark := index.Event{Kind: index.KindMark, Seq: s.idx.PeekNextSeq()}
+	s.maint.kickRotation()
+	s.maint.preambleRecords.Add(int64(len(*p) + 1))
+	return append(append([][]byte(nil), *p...), mark.Append(nil))
+}
+
+// setPreamble records the secret and every declaration for the preamble.
+// The caller holds s.mu, or is Open.
+func (s *Store) setPreamble() {
+	meta := index.Event{Kind: index.KindMeta, Secret: s.idx.Secret}
+	recs := [][]byte{meta.Append(nil)}
+	for _, name := range s.idx.Queues() {
+		iq := s.idx.Queue(name)
+		recs = append(recs, declareRecord(iq.ID, name, iq.Policy))
+	}
+	s.pre.Store(&recs)
+}
+
+func declareRecord(id uint32, name string, p index.Policy) []byte {
+	e := index.Event{Kind: index.KindDeclare, Queue: id, Name: name, Policy: p}
+	return e.Append(nil)
 }
 
 func openError(dir string, err error) error {
@@ -148,10 +278,33 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	return q, nil
 }
 
-// declare writes a queue's declaration and waits until it is durable.
+// declare writes a queue's declaration and waits until it is durable. The
+// preamble of later segments carries it from before it is queued, so no
+// segment can hold an event of the queue without its declaration before
+// it. The caller holds s.mu.
 func (s *Store) declare(id uint32, name string, p index.Policy) error {
-	e := index.Event{Kind: index.KindDeclare, Queue: id, Name: name, Policy: p}
-	_, err := s.wait(s.log.Enqueue(true, e.Append(nil)))
+	rec := declareRecord(id, name, p)
+	old := s.pre.Load()
+	recs := append([][]byte(nil), *old...)
+	replaced := false
+	for i, r := range recs {
+		if e, err := index.Decode(r); err == nil && e.Kind == index.KindDeclare && e.Queue == id {
+			recs[i], replaced = rec, true
+		}
+	}
+	if !replaced {
+		recs = append(recs, rec)
+	}
+	size := segment.Size(16) // the mark
+	for _, r := range recs {
+		size += segment.Size(len(r))
+	}
+	if size > s.opts.preambleBytes() {
+		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (raise Options.SegmentBytes): %w",
+			name, len(recs)-1, size, s.opts.preambleBytes(), QueueMisconfigured)
+	}
+	s.pre.Store(&recs)
+	_, err := s.wait(s.log.Enqueue(true, rec))
 	return err
 }
 
@@ -162,8 +315,9 @@ func (s *Store) maxPayload() int {
 		seg = wal.DefaultSegmentBytes
 	}
 	// Less the segment header, the record's frame header, room for the
-	// seal frame, and the publish event's own fields (a key at most).
-	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - maxEventFields - maxKeyBytes
+	// seal frame and the preamble, and the publish event's own fields (a
+	// key at most).
+	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - s.opts.preambleBytes() - maxEventFields - maxKeyBytes
 }
 
 func validQueueName(name string) error {
@@ -194,12 +348,19 @@ func (s *Store) Queues() []string {
 	return names
 }
 
-// StoreStats describes the store's log.
+// StoreStats describes the store's files.
 type StoreStats struct {
-	Segments             int     // segment files
+	Segments             int     // log segment files
 	DiskBytes            int64   // their total size
+	LiveBytes            int64   // of records live messages (dead letters included) still need
+	IndexBytes           int64   // table and checkpoint files
+	LastCheckpoint       string  // the log position ("segment:offset") the last checkpoint reflects; "" if none
+	Checkpoints          int64   // written since open
+	BytesReclaimed       int64   // of segment files removed since open
+	CopiedForward        int64   // live records copied to the head since open, so old segments could go
 	Commits              int64   // fdatasyncs since open
-	Records              int64   // events appended since open
+	Records              int64   // events appended since open, OwnRecords included
+	OwnRecords           int64   // of Records, those the store wrote for itself: segment preambles and copies forward
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 }
@@ -210,9 +371,20 @@ func (s *Store) Stats() StoreStats {
 	st := StoreStats{
 		Segments:            w.Segments,
 		DiskBytes:           w.DiskBytes,
+		IndexBytes:          s.idx.Table.Bytes() + s.maint.checkpointBytes.Load(),
+		Checkpoints:         s.maint.checkpoints.Load(),
+		BytesReclaimed:      s.maint.reclaimed.Load(),
+		CopiedForward:       s.maint.copied.Load(),
+		OwnRecords:          s.maint.copied.Load() + s.maint.preambleRecords.Load(),
 		Commits:             w.Syncs,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,
+	}
+	for _, u := range s.idx.SegmentUses() {
+		st.LiveBytes += u.Bytes
+	}
+	if p := s.maint.lastCheckpoint.Load(); p != 0 {
+		st.LastCheckpoint = wal.Position(p).String()
 	}
 	if w.Syncs > 0 {
 		st.MeanRecordsPerCommit = float64(w.Records) / float64(w.Syncs)
@@ -220,15 +392,29 @@ func (s *Store) Stats() StoreStats {
 	return st
 }
 
-// Close makes everything durable and releases the directory. Calls queued
-// before Close complete; later ones, on the store or any of its queues,
-// fail with Closed.
+// Close writes a checkpoint (so that the next Open replays nothing), makes
+// everything durable and releases the directory. Calls queued before Close
+// complete; later ones, on the store or any of its queues, fail with
+// Closed.
 func (s *Store) Close() error {
+	if s.closed.Load() {
+		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
+	}
+	s.stopMaintenance()
+	var cerr error
+	if s.failed.Load() == nil {
+		cerr = s.checkpoint()
+	}
 	if s.closed.Swap(true) {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}
-	if err := s.log.Close(); err != nil {
+	err := s.log.Close()
+	err = errors.Join(err, s.idx.Table.Close())
+	if err != nil {
 		return fmt.Errorf("broker: close %s: %w", s.dir, err)
+	}
+	if cerr != nil {
+		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open replays the log", "dir", s.dir, "err", cerr)
 	}
 	return nil
 }
@@ -242,7 +428,23 @@ func (s *Store) usable() error {
 	if p := s.failed.Load(); p != nil {
 		return *p
 	}
+	if err := s.idx.Damaged(); err != nil {
+		return s.damaged(err)
+	}
 	return nil
+}
+
+// damaged stops the store on damage found in its index, and removes the
+// checkpoint so that the next Open rebuilds the index from the log.
+func (s *Store) damaged(err error) error {
+	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it to rebuild the index from the log)", s.dir, Corrupt, err)
+	if s.failed.CompareAndSwap(nil, &failure) {
+		s.opts.Logger.Error("broker: index damaged; close and reopen the store to rebuild it", "dir", s.dir, "err", err)
+		if rerr := index.RemoveCheckpoint(s.opts.fs(), s.indexDir()); rerr != nil {
+			s.opts.Logger.Error("broker: could not remove the damaged checkpoint", "dir", s.dir, "err", rerr)
+		}
+	}
+	return *s.failed.Load()
 }
 
 // wait waits for a queued append. Any failure stops the store: the index

@@ -53,6 +53,10 @@ type Snapshot struct {
 	body    []byte
 }
 
+// Size is the size of the checkpoint file the snapshot makes, give or take
+// its list of chunks.
+func (s *Snapshot) Size() int { return checkpointHeader + len(s.body) }
+
 // Snapshot encodes the whole index as of logPos, which must be the end of
 // the log with every event before it applied and none after, and detaches
 // the table's unflushed entries for the Flush that writes them. No queue
@@ -80,6 +84,8 @@ func (x *Index) Snapshot(logPos wal.Position) (*Snapshot, error) {
 		put(uint64(max(u.Messages, 0)))
 		put(uint64(max(u.Bytes, 0)))
 		put(uint64(max(u.Keys, 0)))
+		put(u.MinSeq)
+		put(u.MaxSeq)
 	}
 	chunks := slices.Sorted(func(yield func(uint64) bool) {
 		for c := range x.chunks {
@@ -289,6 +295,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	for range count() {
 		s := segUse{seg: d.u32()}
 		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint()), int64(d.uvarint()), int(d.uvarint())
+		s.u.MinSeq, s.u.MaxSeq = d.uvarint(), d.uvarint()
 		segs = append(segs, s)
 	}
 	liveChunks := map[uint64]int{}

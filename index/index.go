@@ -41,10 +41,22 @@ type SegmentUse struct {
 	Messages int
 	Bytes    int64
 	Keys     int
+	// MinSeq and MaxSeq bound the sequence numbers of the messages ever
+	// counted here (they never shrink): where to look for them.
+	MinSeq, MaxSeq uint64
+}
+
+func (u *SegmentUse) cover(seq uint64) {
+	if u.MinSeq == 0 || seq < u.MinSeq {
+		u.MinSeq = seq
+	}
+	u.MaxSeq = max(u.MaxSeq, seq)
 }
 
 // New returns an empty index whose table lives in memory only.
-func New() *Index { return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}}) }
+func New() *Index {
+	return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}})
+}
 
 // NewWithTable returns an empty index over t.
 func NewWithTable(t *Table) *Index {
@@ -60,6 +72,7 @@ func (x *Index) hold(seq uint64, pos wal.Position, size uint32) {
 	u := x.segUse(pos.Segment())
 	u.Messages++
 	u.Bytes += int64(size)
+	u.cover(seq)
 	x.chunks[ChunkOf(seq)]++
 	x.useMu.Unlock()
 }
@@ -91,6 +104,7 @@ func (x *Index) move(seq uint64, from, to wal.Position, size uint32) {
 	v := x.segUse(to.Segment())
 	v.Messages++
 	v.Bytes += int64(size)
+	v.cover(seq)
 	x.useMu.Unlock()
 }
 

@@ -632,3 +632,48 @@ func (q *Queue) Dump(now int64) string {
 	b.WriteString("\n")
 	return b.String()
 }
+
+// KeyRef is a remembered dedup key.
+type KeyRef struct {
+	Key        string
+	Seq        uint64
+	EnqueuedAt int64
+}
+
+// Pinning returns what keeps log segment seg needed by this queue: its live
+// messages whose publish record is there (copies, for a stream message),
+// and the dedup keys remembered from publishes there whose message is gone.
+// minSeq and maxSeq bound the messages' sequence numbers (SegmentUse).
+func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef) {
+	var msgs []*Message
+	for _, m := range q.msgs {
+		if m.State != Pending && m.Pos.Segment() == seg {
+			msgs = append(msgs, m)
+		}
+	}
+	for seq := max(minSeq, q.cursor); seq <= min(maxSeq, q.streamMax); seq++ {
+		if ent, ok := q.freshEntry(seq); ok && ent.Pos.Segment() == seg {
+			msgs = append(msgs, &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1})
+		}
+	}
+	slices.SortFunc(msgs, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
+	var keys []KeyRef
+	for k, sk := range q.seen {
+		if sk.seg != seg {
+			continue
+		}
+		if _, live := q.msgs[sk.seq]; live {
+			continue
+		}
+		if _, fresh := q.freshEntry(sk.seq); fresh {
+			continue
+		}
+		keys = append(keys, KeyRef{Key: k, Seq: sk.seq, EnqueuedAt: sk.enqueuedAt})
+	}
+	slices.SortFunc(keys, func(a, b KeyRef) int { return compareSeq(a.Seq, b.Seq) })
+	return msgs, keys
+}
+
+// LastEvicts is the latest clock reading the queue's log holds (of an
+// eviction or a publish), or math.MinInt64.
+func (q *Queue) LastEvicts() int64 { return q.lastEvicts }

@@ -1,0 +1,400 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// maintenance is the store's background work: checkpoints and reclaiming
+// old segments. One goroutine does it; checkpoints from Open and Close
+// run in the caller's goroutine, serialised with it by ckptMu.
+type maintenance struct {
+	kick chan struct{} // a rotation happened, or a caller asks for a round
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	// ckptMu serialises checkpoints and reclamation; it guards written and
+	// broken.
+	ckptMu  sync.Mutex
+	written int64 // log bytes written at the last checkpoint
+	broken  error // a checkpoint failed: no more until the store is reopened
+
+	// removeMu is held shared by readers of payloads from the moment they
+	// take a message's position (under its queue's lock) until they have
+	// read it, and exclusively to remove segments.
+	removeMu sync.RWMutex
+
+	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint
+	checkpointBytes atomic.Int64
+	checkpoints     atomic.Int64
+	reclaimed       atomic.Int64
+	copied          atomic.Int64
+	preambleRecords atomic.Int64
+}
+
+// Maintenance tuning.
+const (
+	// maintainEvery is how often the maintenance goroutine looks for work
+	// when no rotation wakes it.
+	maintainEvery = time.Second
+	// copyForwardShare: the oldest segment is copied forward only when what
+	// is live in it is at most this share of a segment; a larger live share
+	// is a real backlog, which copying would only move.
+	copyForwardShare = 4
+	// keepSealed is how many sealed segments may stay pinned before the
+	// oldest is copied forward: records in the newest sealed segment are
+	// mostly about to be acknowledged, and copying them would be waste.
+	keepSealed = 1
+)
+
+func (s *Store) startMaintenance() {
+	m := &s.maint
+	m.kick = make(chan struct{}, 1)
+	m.stop = make(chan struct{})
+	m.done = make(chan struct{})
+	m.written = s.log.Stats().BytesWritten
+	go s.maintainLoop()
+}
+
+func (s *Store) stopMaintenance() {
+	m := &s.maint
+	if m.stop == nil {
+		return
+	}
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
+}
+
+// kickRotation wakes the maintenance goroutine without blocking; the log's
+// writer calls it at each rotation.
+func (m *maintenance) kickRotation() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) maintainLoop() {
+	m := &s.maint
+	defer close(m.done)
+	t := time.NewTicker(maintainEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		case <-t.C:
+		}
+		if err := s.maintain(false); err != nil {
+			s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
+		}
+	}
+}
+
+// maintain writes a checkpoint if the log grew by half a segment since the
+// last one (or force is set), then reclaims what it can.
+func (s *Store) maintain(force bool) error {
+	if s.usable() != nil {
+		return nil
+	}
+	m := &s.maint
+	m.ckptMu.Lock()
+	grown := s.log.Stats().BytesWritten-m.written >= s.opts.segmentBytes()/2
+	m.ckptMu.Unlock()
+	st := s.log.Stats()
+	if grown || force || st.FirstSegment < st.LastSegment {
+		if err := s.checkpoint(); err != nil {
+			return err
+		}
+	}
+	return s.reclaim()
+}
+
+// checkpoint makes the index durable as of the log's end: it stops every
+// queue for one fdatasync (so that what the index holds is exactly the
+// log's durable prefix), snapshots what lives on the heap, then — queues
+// running again — writes the table's new entries, fdatasyncs them, and
+// writes the checkpoint file. A failed checkpoint leaves the previous one
+// in place and stops checkpoints until the store is reopened; the store
+// itself goes on (the log is the source of truth). No fdatasync is
+// retried.
+func (s *Store) checkpoint() error {
+	m := &s.maint
+	m.ckptMu.Lock()
+	defer m.ckptMu.Unlock()
+	if m.broken != nil {
+		return m.broken
+	}
+	snap, drop, written, err := s.snapshot()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		m.broken = fmt.Errorf("broker: checkpoints stopped until the store is reopened: %w", err)
+		return m.broken
+	}
+	t := s.idx.Table
+	if _, err := t.Flush(true); err != nil {
+		return fail(err)
+	}
+	var chunks []uint64
+	for _, c := range t.Chunks() {
+		if !slices.Contains(drop, c) {
+			chunks = append(chunks, c)
+		}
+	}
+	if err := index.WriteCheckpoint(s.opts.fs(), s.indexDir(), snap, chunks); err != nil {
+		return fail(err)
+	}
+	// The checkpoint no longer names them: table files of messages all
+	// gone. A crash before this finishes leaves files Open removes.
+	for _, c := range drop {
+		if err := t.Remove(c); err != nil {
+			return fail(err)
+		}
+	}
+	if len(drop) > 0 {
+		if err := t.SyncDir(); err != nil {
+			return fail(err)
+		}
+	}
+	m.written = written
+	m.lastCheckpoint.Store(uint64(snap.LogPos))
+	m.checkpoints.Add(1)
+	m.checkpointBytes.Store(int64(snap.Size()))
+	return nil
+}
+
+// snapshot stops every queue, makes everything queued durable, commits the
+// publishes whose records that made durable, and snapshots the index at
+// the log's end. It returns the snapshot, the table chunks no live message
+// needs, and the log's bytes written.
+func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, func(a, b *Queue) int { return int(a.id) - int(b.id) })
+	for _, q := range qs {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+	}
+	if err := s.usable(); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := s.log.Barrier(true); err != nil {
+		return nil, nil, 0, s.failure(err)
+	}
+	for _, q := range qs {
+		if err := q.commitInflightLocked(); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	pos := s.log.End()
+	written := s.log.Stats().BytesWritten
+	live := s.idx.LiveChunks()
+	next := s.idx.PeekNextSeq()
+	var drop []uint64
+	for _, c := range s.idx.Table.Chunks() {
+		if !slices.Contains(live, c) && (c+1)*index.ChunkEntries <= next {
+			drop = append(drop, c)
+		}
+	}
+	snap, err := s.idx.Snapshot(pos)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return snap, drop, written, nil
+}
+
+// reclaim removes the oldest segments while nothing live needs them and a
+// checkpoint covers them, copying forward the few live records that pin
+// an old segment when that lets it go.
+func (s *Store) reclaim() error {
+	m := &s.maint
+	for {
+		if s.usable() != nil {
+			return nil
+		}
+		st := s.log.Stats()
+		ck := wal.Position(m.lastCheckpoint.Load())
+		if ck == 0 {
+			return nil
+		}
+		uses := s.idx.SegmentUses()
+		first := st.FirstSegment
+		x := first
+		for x < st.LastSegment && x < ck.Segment() {
+			if _, used := uses[x]; used {
+				break
+			}
+			x++
+		}
+		if x > first {
+			if err := s.removeBelow(x); err != nil {
+				return err
+			}
+			continue
+		}
+		u, used := uses[first]
+		if !used || first >= ck.Segment() || st.LastSegment-first <= keepSealed ||
+			u.Bytes > s.opts.segmentBytes()/copyForwardShare {
+			return nil
+		}
+		if err := s.copyForward(first, u); err != nil {
+			return err
+		}
+		if err := s.checkpoint(); err != nil {
+			return err
+		}
+		if _, still := s.idx.SegmentUses()[first]; still {
+			return fmt.Errorf("broker: segment %d still needed after its live records were copied forward", first)
+		}
+	}
+}
+
+// removeBelow removes the log's segments before seg.
+func (s *Store) removeBelow(seg uint32) error {
+	before := s.log.Stats().DiskBytes
+	m := &s.maint
+	m.removeMu.Lock()
+	_, err := s.log.RemoveBelow(wal.MakePosition(seg, 0))
+	m.removeMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("broker: remove segments below %d: %w", seg, err)
+	}
+	m.reclaimed.Add(before - s.log.Stats().DiskBytes)
+	return nil
+}
+
+// copyForward appends to the head of the log, for every queue, a copy of
+// each live record in segment seg — the same publish record (same ID,
+// payload, EnqueuedAt, key), then an event restoring the message's state —
+// and, for each dedup key remembered from seg whose message is gone, a
+// payload-less publish and its ack, so that the key outlives the segment.
+// Each queue's lock is held until its copies are durable and applied, so
+// no other event on those messages comes between.
+func (s *Store) copyForward(seg uint32, u index.SegmentUse) error {
+	s.mu.Lock()
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
+		if err := q.copyForward(seg, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.s.usable(); err != nil {
+		return err
+	}
+	msgs, keys := q.iq.Pinning(seg, u.MinSeq, u.MaxSeq)
+	if len(msgs) == 0 && len(keys) == 0 {
+		return nil
+	}
+	limit := q.s.maxPayload() / 2
+	var recs [][]byte
+	var events []index.Event
+	size := 0
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		pos, err := q.s.wait(q.s.log.Enqueue(true, recs...))
+		if err != nil {
+			return err
+		}
+		for i := range events {
+			q.iq.Apply(pos[i], &events[i])
+		}
+		q.s.maint.copied.Add(int64(len(recs)))
+		recs, events, size = recs[:0], events[:0], 0
+		return nil
+	}
+	// add queues records that must stay in one group.
+	add := func(group ...index.Event) error {
+		n := 0
+		for _, e := range group {
+			n += publishBytes(e) + 32
+		}
+		if size+n > limit {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		for _, e := range group {
+			recs = append(recs, e.Append(nil))
+			events = append(events, e)
+		}
+		size += n
+		return nil
+	}
+	for _, m := range msgs {
+		rec, err := q.s.log.Read(m.Pos)
+		if err != nil {
+			return q.s.damaged(fmt.Errorf("copy message %s forward: %w", messageID(m.Seq), err))
+		}
+		e, err := index.Decode(rec)
+		if err != nil || e.Kind != index.KindPublish || e.Seq != m.Seq {
+			return q.s.damaged(fmt.Errorf("copy message %s forward: the record at %v is not its publish", messageID(m.Seq), m.Pos))
+		}
+		group := []index.Event{e}
+		if st, ok := stateEvent(q.id, m); ok {
+			group = append(group, st)
+		}
+		if err := add(group...); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		// One group: a publish without its ack would be a live message.
+		if err := add(
+			index.Event{Kind: index.KindPublish, Queue: q.id, Seq: k.Seq, Time: k.EnqueuedAt, Key: k.Key},
+			index.Event{Kind: index.KindAck, Queue: q.id, Seq: k.Seq},
+		); err != nil {
+			return err
+		}
+	}
+	return flush()
+}
+
+func publishBytes(e index.Event) int {
+	return len(e.Payload) + len(e.Key) + len(e.Reason) + len(e.Cause)
+}
+
+// stateEvent is the event that gives a message whose publish was just
+// replayed its present state, if it is not the state a publish gives.
+func stateEvent(queue uint32, m *index.Message) (index.Event, bool) {
+	e := index.Event{Queue: queue, Seq: m.Seq, Deliveries: m.Deliveries}
+	switch m.State {
+	case index.Leased:
+		e.Kind, e.Time, e.Nonce = index.KindLease, m.At, m.Nonce
+	case index.Dead:
+		e.Kind, e.Time, e.Code, e.Reason, e.Cause = index.KindDeadLetter, m.FailedAt, m.Code, m.Reason, m.Cause
+	case index.Ready:
+		if m.At == 0 && m.Deliveries == 0 {
+			return e, false
+		}
+		e.Kind, e.Time = index.KindNack, m.At
+	default:
+		return e, false
+	}
+	return e, true
+}

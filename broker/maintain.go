@@ -60,6 +60,10 @@ func (s *Store) startMaintenance() {
 	m.stop = make(chan struct{})
 	m.done = make(chan struct{})
 	m.written = s.log.Stats().BytesWritten
+	if s.opts.manualMaintenance {
+		close(m.done)
+		return
+	}
 	go s.maintainLoop()
 }
 
@@ -354,6 +358,13 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		e, err := index.Decode(rec)
 		if err != nil || e.Kind != index.KindPublish || e.Seq != m.Seq {
 			return q.s.damaged(fmt.Errorf("copy message %s forward: the record at %v is not its publish", messageID(m.Seq), m.Pos))
+		}
+		if e.Key != "" {
+			if seq, _, ok := q.iq.Seen(e.Key); !ok || seq != m.Seq {
+				// The key was forgotten (or names a later message): a
+				// replay must not remember it again.
+				e.Key = ""
+			}
 		}
 		group := []index.Event{e}
 		if st, ok := stateEvent(q.id, m); ok {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,7 +127,12 @@ func TestModelCheck(t *testing.T) {
 		}
 	})
 	mode := syncModes[mc.rng.IntN(len(syncModes))]
-	mc.e = newEnv(t, func(o *broker.Options) { o.Sync = mode })
+	mc.e = newEnv(t, func(o *broker.Options) {
+		o.Sync = mode
+		// Small segments, so that runs rotate, checkpoint and reclaim.
+		o.SegmentBytes = broker.MinSegmentBytes
+		broker.ManualMaintenance(o)
+	})
 	for _, name := range []string{"q0", "q1"} {
 		mq := &mQueue{name: name, pol: mc.randomPolicy(), msgs: map[string]*mMsg{}, seen: map[string]mSeen{}, logKeys: map[string]mSeen{}, lastEvict: math.MinInt64, maxEnq: math.MinInt64}
 		mq.q = mc.e.queue(name, mq.pol)
@@ -179,6 +186,7 @@ func (mc *modelCheck) step(i int) {
 		{14, mc.publish}, {10, mc.publishKeyed}, {5, mc.publishBatch}, {16, mc.receive},
 		{10, mc.ack}, {10, mc.nack}, {4, mc.reject}, {6, mc.extend}, {4, mc.replay},
 		{2, mc.delete}, {5, mc.deadLetters}, {13, func(*mQueue) { mc.moveClock() }}, {1, func(*mQueue) { mc.reopen() }},
+		{2, func(*mQueue) { mc.maintain() }},
 	}
 	total := 0
 	for _, o := range ops {
@@ -362,9 +370,34 @@ func (mc *modelCheck) moveClock() {
 	mc.logf("  clock %+d -> %d", to-now, to-t0.UnixNano())
 }
 
+// maintain checkpoints and reclaims old segments, which changes no state.
+func (mc *modelCheck) maintain() {
+	before := broker.Dump(mc.e.s)
+	was := mc.e.s.Stats()
+	segs := was.Segments
+	require.NoError(mc.t, mc.e.s.Maintain())
+	st := mc.e.s.Stats()
+	mc.outcomes["Maintain: records copied forward"] += int(st.CopiedForward - was.CopiedForward)
+	mc.outcomes["Maintain: bytes reclaimed"] += int(st.BytesReclaimed - was.BytesReclaimed)
+	mc.logf("  maintain: segments %d -> %d, checkpoint %s, copied %d", segs, st.Segments, st.LastCheckpoint, st.CopiedForward)
+	// Copies forward move records (a forgotten key dropped): positions and
+	// sizes may change, nothing else.
+	requireSameState(mc.t, posRE.ReplaceAllString(before, "pos=*"), posRE.ReplaceAllString(broker.Dump(mc.e.s), "pos=*"), "maintenance changed the state")
+}
+
+// reopen closes the store and opens it again, from its checkpoint or, one
+// time in two, rebuilding the index from the log: either way the state is
+// the one before.
 func (mc *modelCheck) reopen() {
-	mc.logf("  reopen")
-	mc.e.reopen()
+	before := broker.Dump(mc.e.s)
+	rebuild := mc.rng.IntN(2) == 0
+	mc.logf("  reopen (rebuild %v)", rebuild)
+	mc.e.close()
+	if rebuild {
+		require.NoError(mc.t, os.RemoveAll(filepath.Join(mc.e.dir, "index")))
+	}
+	mc.e.open()
+	requireSameState(mc.t, before, broker.Dump(mc.e.s), fmt.Sprintf("reopen (rebuild %v) changed the state", rebuild))
 	for _, mq := range mc.qs {
 		mq.q = mc.e.queue(mq.name, mq.pol)
 		if mc.tolerates("evict-restart") {
@@ -391,4 +424,32 @@ func (mc *modelCheck) checkGauges(mq *mQueue, step int) {
 	}
 	st := mq.q.Stats()
 	require.Equal(mc.t, want, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters}, "step %d %s: gauges ready, leased, delayed, dead", step, mq.name)
+}
+
+var posRE = regexp.MustCompile(`(pos|size)=\S+`)
+
+// requireSameState fails with the lines that differ between two Dumps.
+func requireSameState(t testing.TB, want, got, what string) {
+	t.Helper()
+	if want == got {
+		return
+	}
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var diff []string
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			diff = append(diff, "- "+a, "+ "+b)
+		}
+		if len(diff) > 20 {
+			break
+		}
+	}
+	t.Fatalf("%s:\n%s", what, strings.Join(diff, "\n"))
 }

@@ -54,9 +54,9 @@ type Options struct {
 	// when nothing else asks for one. Zero means 100 ms.
 	SyncInterval time.Duration
 	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
-	// otherwise at least 64 KiB. One publish (a whole batch) must fit in one
-	// segment, and each segment keeps 1/16 of itself (at most 256 KiB) for
-	// the queue declarations it starts with.
+	// otherwise at least 16 KiB. One publish (a whole batch) must fit in one
+	// segment, and each segment keeps 1/16 of itself (at least 1 KiB, at
+	// most 256 KiB) for the queue declarations it starts with.
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery
@@ -69,6 +69,8 @@ type Options struct {
 	// FS is the file system; nil means the real one. Tests inject faults
 	// through it.
 	FS vfs.FS
+
+	manualMaintenance bool // tests: no background checkpoints or reclamation
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -91,7 +93,7 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // MinSegmentBytes is the smallest Options.SegmentBytes a store accepts.
-const MinSegmentBytes = 64 << 10
+const MinSegmentBytes = 16 << 10
 
 func (o Options) segmentBytes() int64 {
 	if o.SegmentBytes == 0 {
@@ -101,7 +103,7 @@ func (o Options) segmentBytes() int64 {
 }
 
 // preambleBytes is the room each segment keeps for its preamble.
-func (o Options) preambleBytes() int { return int(min(o.segmentBytes()/16, 256<<10)) }
+func (o Options) preambleBytes() int { return int(min(max(o.segmentBytes()/16, 1<<10), 256<<10)) }
 
 func (o Options) fs() vfs.FS {
 	if o.FS == nil {

@@ -92,18 +92,15 @@ func (x *Index) release(seq uint64, pos wal.Position, size uint32) {
 
 // move counts a message whose record was copied from one position to
 // another.
-func (x *Index) move(seq uint64, from, to wal.Position, size uint32) {
-	if from.Segment() == to.Segment() {
-		return
-	}
+func (x *Index) move(seq uint64, from, to wal.Position, fromSize, toSize uint32) {
 	x.useMu.Lock()
 	u := x.segUse(from.Segment())
 	u.Messages--
-	u.Bytes -= int64(size)
+	u.Bytes -= int64(fromSize)
 	x.dropIfUnused(from.Segment(), u)
 	v := x.segUse(to.Segment())
 	v.Messages++
-	v.Bytes += int64(size)
+	v.Bytes += int64(toSize)
 	v.cover(seq)
 	x.useMu.Unlock()
 }

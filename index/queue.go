@@ -139,7 +139,7 @@ func (q *Queue) Apply(pos wal.Position, e *Event) bool {
 		q.attach(m, Ready)
 	case KindDeadLetter:
 		q.detach(m)
-		m.Deliveries, m.Nonce = e.Deliveries, 0
+		m.Deliveries, m.At, m.Nonce = e.Deliveries, 0, 0
 		m.FailedAt, m.Code, m.Reason, m.Cause = e.Time, e.Code, e.Reason, e.Cause
 		q.attach(m, Dead)
 	case KindReplay:
@@ -164,14 +164,14 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 	q.lastEvicts = max(q.lastEvicts, e.Time)
 	if pos != 0 {
 		if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
-			q.x.move(m.Seq, m.Pos, pos, m.Size)
-			m.Pos = pos
+			q.x.move(m.Seq, m.Pos, pos, m.Size, size)
+			m.Pos, m.Size = pos, size
 			q.moveKey(e.Key, e.Seq, pos)
 			return true
 		}
 		if ent, ok := q.freshEntry(e.Seq); ok {
-			q.x.move(ent.Seq, ent.Pos, pos, ent.Size)
-			ent.Pos = pos
+			q.x.move(ent.Seq, ent.Pos, pos, ent.Size, size)
+			ent.Pos, ent.Size = pos, size
 			q.x.Table.Put(ent)
 			q.moveKey(e.Key, e.Seq, pos)
 			return true

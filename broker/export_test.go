@@ -1,0 +1,35 @@
+package broker
+
+import (
+	"slices"
+	"strings"
+)
+
+// ManualMaintenance keeps a store from checkpointing and reclaiming in the
+// background: the test calls Maintain.
+func ManualMaintenance(o *Options) { o.manualMaintenance = true }
+
+// Maintain writes a checkpoint and reclaims what it can, now.
+func (s *Store) Maintain() error { return s.maintain(true) }
+
+// Dump renders every queue's state as of the broker clock (see
+// index.Queue.Dump).
+func Dump(s *Store) string {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.queues))
+	for n := range s.queues {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	slices.Sort(names)
+	var b strings.Builder
+	for _, n := range names {
+		s.mu.Lock()
+		q := s.queues[n]
+		s.mu.Unlock()
+		q.mu.Lock()
+		b.WriteString(q.iq.Dump(s.now()))
+		q.mu.Unlock()
+	}
+	return b.String()
+}

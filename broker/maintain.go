@@ -214,7 +214,7 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 			drop = append(drop, c)
 		}
 	}
-	snap, err := s.idx.Snapshot(pos)
+	snap, err := s.idx.Snapshot(pos, s.log.Sealed())
 	if err != nil {
 		return nil, nil, 0, err
 	}

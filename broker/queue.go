@@ -291,7 +291,9 @@ func (q *Queue) payload(pos wal.Position) ([]byte, error) {
 			// Close unmapped the log while this call was finishing.
 			return nil, fmt.Errorf("broker: store %s: %w", q.s.dir, Closed)
 		}
-		return nil, fmt.Errorf("broker: queue %s: read payload: %w: %w", q.name, Corrupt, err)
+		// The log is damaged where the last open did not look (see
+		// wal.Options.Sealed): stop, so that the next open scans it all.
+		return nil, q.s.damaged(fmt.Errorf("queue %s: read payload at %v: %w", q.name, pos, err))
 	}
 	return out, nil
 }

@@ -70,6 +70,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
+	// The segments the last checkpoint found sealed need no scan: their
+	// records are verified as they are read.
+	wo.Sealed = index.SealedSegments(opts.fs(), s.indexDir())
 	l, err := wal.Open(dir, wo)
 	if err != nil {
 		return nil, openError(dir, err)
@@ -434,12 +437,14 @@ func (s *Store) usable() error {
 	return nil
 }
 
-// damaged stops the store on damage found in its index, and removes the
-// checkpoint so that the next Open rebuilds the index from the log.
+// damaged stops the store on damage found in its index or its log, and
+// removes the checkpoint, so that the next Open scans the whole log and
+// rebuilds the index from it (refusing a damaged log with Corrupt, naming
+// the file and offset; see Options.Salvage).
 func (s *Store) damaged(err error) error {
-	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it to rebuild the index from the log)", s.dir, Corrupt, err)
+	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
-		s.opts.Logger.Error("broker: index damaged; close and reopen the store to rebuild it", "dir", s.dir, "err", err)
+		s.opts.Logger.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
 		if rerr := index.RemoveCheckpoint(s.opts.fs(), s.indexDir()); rerr != nil {
 			s.opts.Logger.Error("broker: could not remove the damaged checkpoint", "dir", s.dir, "err", rerr)
 		}

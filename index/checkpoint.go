@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,7 +32,8 @@ import (
 //	40  zero
 //
 // The body is, in uvarints (signed values zig-zag, strings and byte strings
-// length first): the secret; the dead-event orphan count; per log segment
+// length first): the sealed log segments and the offset past each one's
+// seal; the secret; the dead-event orphan count; per log segment
 // its SegmentUse; per table chunk its live count; per queue its
 // declaration, stream state, active messages and dedup keys; then the chunk
 // files the table needs. The file is written under a temporary name, the
@@ -61,22 +63,23 @@ func (s *Snapshot) Size() int { return checkpointHeader + len(s.body) }
 // the log with every event before it applied and none after, and detaches
 // the table's unflushed entries for the Flush that writes them. No queue
 // may hold a Pending message.
-func (x *Index) Snapshot(logPos wal.Position) (*Snapshot, error) {
+func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot, error) {
 	var b []byte
 	put := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	puts := func(v int64) { b = binary.AppendVarint(b, v) }
 	str := func(s string) { put(uint64(len(s))); b = append(b, s...) }
 
+	segs := slices.Sorted(maps.Keys(sealed))
+	put(uint64(len(segs)))
+	for _, seq := range segs {
+		put(uint64(seq))
+		put(uint64(sealed[seq]))
+	}
+
 	str(string(x.Secret))
 	put(uint64(x.Orphans))
 	x.useMu.Lock()
-	segs := slices.Sorted(func(yield func(uint32) bool) {
-		for s := range x.segs {
-			if !yield(s) {
-				return
-			}
-		}
-	})
+	segs = slices.Sorted(maps.Keys(x.segs))
 	put(uint64(len(segs)))
 	for _, s := range segs {
 		u := x.segs[s]
@@ -242,41 +245,82 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 	return fs.SyncDir(dir)
 }
 
+// readCheckpoint reads and verifies dir's checkpoint file, and returns its
+// log position, next sequence and body.
+func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error) {
+	f, err := fs.OpenFile(filepath.Join(dir, checkpointName), os.O_RDONLY, 0)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	data, err := readFile(f)
+	_ = f.Close()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	damaged := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
+	}
+	if len(data) < checkpointHeader || [8]byte(data[:8]) != checkpointMagic {
+		return 0, 0, nil, damaged("no checkpoint header")
+	}
+	if v := binary.LittleEndian.Uint32(data[8:]); v != checkpointVersion {
+		return 0, 0, nil, damaged("version %d, want %d", v, checkpointVersion)
+	}
+	n := binary.LittleEndian.Uint64(data[16:])
+	if n != uint64(len(data)-checkpointHeader) {
+		return 0, 0, nil, damaged("body of %d bytes, file holds %d", n, len(data)-checkpointHeader)
+	}
+	body := data[checkpointHeader:]
+	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
+		return 0, 0, nil, damaged("checksum mismatch")
+	}
+	return wal.Position(binary.LittleEndian.Uint64(data[24:])), binary.LittleEndian.Uint64(data[32:]), body, nil
+}
+
+// SealedSegments returns the sealed log segments dir's checkpoint recorded,
+// with the offset past each one's seal (see wal.Options.Sealed), or nil if
+// there is no usable checkpoint. It only reads.
+func SealedSegments(fs vfs.FS, dir string) map[uint32]int {
+	_, _, body, err := readCheckpoint(fs, dir)
+	if err != nil {
+		return nil
+	}
+	d := decoder{b: body}
+	sealed := d.sealed()
+	if d.err != nil {
+		return nil
+	}
+	return sealed
+}
+
+func (d *decoder) sealed() map[uint32]int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("count exceeds the body")
+		return nil
+	}
+	out := make(map[uint32]int, n)
+	for range n {
+		seq := d.u32()
+		out[seq] = int(d.u32())
+	}
+	return out
+}
+
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
 // that fails any check (checksum, bounds, a chunk file missing or of the
 // wrong size) is ErrDamaged. Either way the caller rebuilds from the log.
 func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
-	f, err := fs.OpenFile(filepath.Join(dir, checkpointName), os.O_RDONLY, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	data, err := readFile(f)
-	_ = f.Close()
+	logPos, nextSeq, body, err := readCheckpoint(fs, dir)
 	if err != nil {
 		return nil, 0, err
 	}
 	damaged := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
 	}
-	if len(data) < checkpointHeader || [8]byte(data[:8]) != checkpointMagic {
-		return nil, 0, damaged("no checkpoint header")
-	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != checkpointVersion {
-		return nil, 0, damaged("version %d, want %d", v, checkpointVersion)
-	}
-	n := binary.LittleEndian.Uint64(data[16:])
-	if n != uint64(len(data)-checkpointHeader) {
-		return nil, 0, damaged("body of %d bytes, file holds %d", n, len(data)-checkpointHeader)
-	}
-	body := data[checkpointHeader:]
-	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
-		return nil, 0, damaged("checksum mismatch")
-	}
-	logPos := wal.Position(binary.LittleEndian.Uint64(data[24:]))
-	nextSeq := binary.LittleEndian.Uint64(data[32:])
-
 	d := decoder{b: body}
+	d.sealed()
 	count := func() int {
 		v := d.uvarint()
 		if v > uint64(len(d.b)) { // every item takes at least a byte

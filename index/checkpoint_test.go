@@ -23,7 +23,7 @@ func dumpAll(x *Index, now int64) string {
 // checkpointAt flushes x's table and writes its checkpoint to dir.
 func checkpointAt(t *testing.T, x *Index, dir string, pos wal.Position) {
 	t.Helper()
-	snap, err := x.Snapshot(pos)
+	snap, err := x.Snapshot(pos, map[uint32]int{1: 4096})
 	require.NoError(t, err)
 	_, err = x.Table.Flush(true)
 	require.NoError(t, err)

@@ -108,6 +108,17 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
+// Sealed returns, for every sealed segment of the log (all but the active
+// one), the offset just past its seal frame: what Options.Sealed takes.
+func (l *Log) Sealed() map[uint32]int {
+	segs := *l.segs.Load()
+	out := make(map[uint32]int, len(segs))
+	for _, s := range segs[:max(len(segs)-1, 0)] {
+		out[s.seq] = int(s.end.Load())
+	}
+	return out
+}
+
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 

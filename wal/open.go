@@ -13,7 +13,8 @@ import (
 
 // Recovery is what Open found in the directory and what it did about it.
 type Recovery struct {
-	// Segments and Records count what the log holds after recovery.
+	// Segments counts the segments the log holds after recovery; Records
+	// the records in those it scanned (not those Options.Sealed vouched for).
 	Segments int
 	Records  int
 	// TornTail is set when the last segment ended in bytes that were never
@@ -129,6 +130,10 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: open: %w", err)
 		}
 		segs = append(segs, &seg{file: f, seq: seq})
+		if r, ok := l.trustedSeal(f, seq); ok {
+			reports = append(reports, r)
+			continue
+		}
 		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
 		reports = append(reports, r)
 	}
@@ -179,7 +184,9 @@ func (l *Log) recover() error {
 			}
 		}
 		s.end.Store(int64(r.End))
-		l.recovery.Records += r.Records
+		if r.Records >= 0 {
+			l.recovery.Records += r.Records
+		}
 	}
 	if dirty {
 		if err := fs.SyncDir(l.dir); err != nil {
@@ -211,6 +218,21 @@ func (l *Log) recover() error {
 	l.w.syncedOff = l.w.writeOff
 	l.recovery.Segments = len(segs)
 	return nil
+}
+
+// trustedSeal reports a segment that Options.Sealed says is sealed at an
+// offset where a seal frame of this segment indeed ends, without scanning
+// the rest.
+func (l *Log) trustedSeal(f *segment.File, seq uint32) (segment.Report, bool) {
+	end, ok := l.opts.Sealed[seq]
+	if !ok || l.opts.Salvage || end < segment.HeaderSize+segment.Size(0) || end > f.Size() {
+		return segment.Report{}, false
+	}
+	fr, err := segment.Decode(f.Data()[:end], end-segment.Size(0), seq)
+	if err != nil || fr.Kind != segment.KindSeal || fr.End() != end {
+		return segment.Report{}, false
+	}
+	return segment.Report{End: end, Sealed: true, Tail: segment.EndClean, Records: -1}, true
 }
 
 // zeroTail overwrites the torn tail of the last segment with zeros, so that

@@ -74,6 +74,14 @@ type Options struct {
 	// Log. Records of earlier segments are not repeated by it: it is the
 	// caller's summary.
 	Preamble func() [][]byte
+	// Sealed, if set, names segments a previous open of this log found
+	// sealed, with the offset just past their seal frame (see Log.Sealed).
+	// Open checks only that seal frame of such a segment, instead of
+	// scanning it: a log's sealed segments are then verified when they are
+	// read (each frame's checksum), as Kafka trusts segments below its
+	// recovery point. A hint that does not check out is ignored and the
+	// segment scanned. Salvage ignores it.
+	Sealed map[uint32]int
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation
 	// whose preamble encodes to more fails (ErrTooLarge) without rotating.

@@ -373,6 +373,8 @@ func (l *Log) rotate() error {
 		_ = next.file.Close()
 		return l.fail(err)
 	}
+	// Past the seal, as Open finds a sealed segment's end.
+	w.active.end.Store(int64(w.writeOff + len(seal)))
 	l.addSegment(next)
 	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
 	l.stats.rotations.Add(1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -313,7 +314,7 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 	if len(msgs) == 0 && len(keys) == 0 {
 		return nil
 	}
-	limit := q.s.maxPayload() / 2
+	limit := q.s.maxGroup()
 	var recs [][]byte
 	var events []index.Event
 	size := 0
@@ -334,19 +335,19 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 	}
 	// add queues records that must stay in one group.
 	add := func(group ...index.Event) error {
+		var rs [][]byte
 		n := 0
 		for _, e := range group {
-			n += publishBytes(e) + 32
+			rs = append(rs, e.Append(nil))
+			n += segment.Size(len(rs[len(rs)-1]))
 		}
 		if size+n > limit {
 			if err := flush(); err != nil {
 				return err
 			}
 		}
-		for _, e := range group {
-			recs = append(recs, e.Append(nil))
-			events = append(events, e)
-		}
+		recs = append(recs, rs...)
+		events = append(events, group...)
 		size += n
 		return nil
 	}

@@ -527,3 +527,21 @@ func TestPublishBatchAllOrNothingAcrossPowerLoss(t *testing.T) {
 	require.Positive(t, seen[len(batch)], "some clones kept the whole batch")
 	require.Positive(t, seen[0], "some lost it")
 }
+
+// A batch of many small messages whose records, frames included, do not fit
+// in one segment is refused as InvalidBatchSize, and the store goes on: the
+// check counts each record's framing, not only the payload bytes.
+func TestPublishBatchTooManyFramesForASegmentIsRefused(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 }))
+	batch := make([][]byte, 1000) // 1000 bytes of payload, some 31 KB of records
+	for i := range batch {
+		batch[i] = []byte("m")
+	}
+	_, err := q.PublishBatch(ctx(t), batch)
+	requireErrorIs(t, err, broker.InvalidBatchSize, "does not fit in one log segment")
+	ms, err := q.PublishBatch(ctx(t), batch[:300])
+	require.NoError(t, err, "the store still works")
+	require.Len(t, ms, 300)
+	require.Equal(t, 300, q.Stats().Ready)
+}

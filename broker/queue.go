@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -83,15 +84,33 @@ func (q *Queue) wakeLocked() {
 // unlockAndWait queues recs (if any) as state-change events, releases q.mu,
 // which the caller holds, and waits for them as the sync mode asks. Queuing
 // under the lock is what keeps the log in decision order.
+//
+// The events need not be one atomic group (each stands alone), so they are
+// queued in as many appends as one segment requires: a Receive of many
+// messages from a store of small segments must not fail for its size.
 func (q *Queue) unlockAndWait(recs [][]byte) error {
 	if len(recs) == 0 {
 		q.mu.Unlock()
 		return nil
 	}
-	pend := q.s.log.Enqueue(q.s.opts.durable(false), recs...)
+	var pends []*wal.Pending
+	limit := q.s.maxGroup()
+	for start := 0; start < len(recs); {
+		end, size := start, 0
+		for end < len(recs) && (end == start || size+segment.Size(len(recs[end])) <= limit) {
+			size += segment.Size(len(recs[end]))
+			end++
+		}
+		pends = append(pends, q.s.log.Enqueue(q.s.opts.durable(false), recs[start:end]...))
+		start = end
+	}
 	q.mu.Unlock()
-	_, err := q.s.wait(pend)
-	return err
+	for _, p := range pends {
+		if _, err := q.s.wait(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // begin checks what every call checks first: the context and the store.
@@ -154,7 +173,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	for i, p := range payloads {
 		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: q.s.idx.NextSeq(), Time: now, Key: key, Payload: p}
 		recs = append(recs, events[i].Append(getRecordBuffer(len(p)+32+len(key))))
-		total += len(recs[i])
+		total += segment.Size(len(recs[i]))
 	}
 	// Once the log has taken the records (it copies them into its own
 	// buffer), their buffers serve the next publish.
@@ -172,7 +191,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 			return nil, fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
 		}
 	}
-	if total > q.s.maxPayload() {
+	if total > q.s.maxGroup() {
 		q.mu.Unlock()
 		return nil, fmt.Errorf("broker: queue %s: batch of %d messages and %d bytes does not fit in one log segment: %w", q.name, len(payloads), total, InvalidBatchSize)
 	}

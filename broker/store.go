@@ -323,6 +323,13 @@ func (s *Store) maxPayload() int {
 	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - s.opts.preambleBytes() - maxEventFields - maxKeyBytes
 }
 
+// maxGroup is the most one publish may encode, frames included: a segment
+// less its header, the seal, the preamble, and room for the dedup eviction
+// record a publish may carry.
+func (s *Store) maxGroup() int {
+	return int(s.opts.segmentBytes()) - segment.HeaderSize - segment.Size(0) - s.opts.preambleBytes() - maxEventFields
+}
+
 func validQueueName(name string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("broker: queue name %q %s: %w", name, why, QueueMisconfigured)

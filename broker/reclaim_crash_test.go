@@ -352,3 +352,39 @@ func mustStats(t testing.TB, s *broker.Store, name string) broker.QueueStats {
 	require.NoError(t, err)
 	return q.Stats()
 }
+
+// Store.Stats reports the files: segments and their bytes, the bytes live
+// messages still need, the index's bytes, the last checkpoint, and what
+// reclaiming removed and copied.
+func TestStoreStatsReportReclamation(t *testing.T) {
+	dir := fastDir(t)
+	clock := newFakeClock()
+	w := buildReclaimTemplate(t, dir, clock)
+	s, err := broker.Open(dir, reclaimOptions(clock, nil))
+	require.NoError(t, err)
+	defer s.Close()
+	before := s.Stats()
+	require.NotEmpty(t, before.LastCheckpoint, "the checkpoint Open loaded")
+	require.Zero(t, before.BytesReclaimed)
+	require.Positive(t, before.IndexBytes)
+
+	require.NoError(t, s.Maintain())
+	st := s.Stats()
+	require.Less(t, st.Segments, before.Segments)
+	require.Equal(t, before.DiskBytes-st.DiskBytes, st.BytesReclaimed)
+	require.Equal(t, int64(st.Segments)*broker.MinSegmentBytes, st.DiskBytes)
+	require.Positive(t, st.CopiedForward)
+	require.Positive(t, st.OwnRecords)
+	require.GreaterOrEqual(t, st.Checkpoints, int64(2), "one before and one after copying forward")
+	require.NotEmpty(t, st.LastCheckpoint)
+
+	// Live bytes: the records of the live messages (5 stuck, 1 leased,
+	// 2 dead letters, each under 100 bytes framed), and nothing acked.
+	live := 0
+	for _, m := range w.live {
+		live += len(m)
+	}
+	require.Equal(t, 8, live)
+	require.Positive(t, st.LiveBytes)
+	require.LessOrEqual(t, st.LiveBytes, int64(live*100))
+}

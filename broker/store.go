@@ -144,6 +144,7 @@ func (s *Store) openIndex() (int, error) {
 		from = 0
 	}
 	s.idx = x
+	s.maint.lastCheckpoint.Store(uint64(from))
 	n := 0
 	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++

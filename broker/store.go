@@ -70,9 +70,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
-	// The segments the last checkpoint found sealed need no scan: their
-	// records are verified as they are read.
-	wo.Sealed = index.SealedSegments(opts.fs(), s.indexDir())
+	// What the last checkpoint covers needs no scan: sealed segments are
+	// verified as they are read, and the last one is scanned from the
+	// checkpoint's position on.
+	wo.Sealed, wo.Verified = index.LogHints(opts.fs(), s.indexDir())
 	l, err := wal.Open(dir, wo)
 	if err != nil {
 		return nil, openError(dir, err)

@@ -277,20 +277,22 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 	return wal.Position(binary.LittleEndian.Uint64(data[24:])), binary.LittleEndian.Uint64(data[32:]), body, nil
 }
 
-// SealedSegments returns the sealed log segments dir's checkpoint recorded,
-// with the offset past each one's seal (see wal.Options.Sealed), or nil if
-// there is no usable checkpoint. It only reads.
-func SealedSegments(fs vfs.FS, dir string) map[uint32]int {
-	_, _, body, err := readCheckpoint(fs, dir)
+// LogHints returns what dir's checkpoint knows of the log, for wal.Open:
+// the sealed segments with the offset past each one's seal
+// (wal.Options.Sealed), and the log position the checkpoint reflects,
+// before which every record was verified (wal.Options.Verified). Without a
+// usable checkpoint it returns nothing. It only reads.
+func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
+	pos, _, body, err := readCheckpoint(fs, dir)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	d := decoder{b: body}
 	sealed := d.sealed()
 	if d.err != nil {
-		return nil
+		return nil, 0
 	}
-	return sealed
+	return sealed, pos
 }
 
 func (d *decoder) sealed() map[uint32]int {

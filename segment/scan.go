@@ -74,9 +74,16 @@ type Report struct {
 // skipped and the scan goes on with the next frame that opens a group; a
 // torn tail still ends the scan. fn's error stops the scan and is returned.
 func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, error) {
-	r := Report{End: HeaderSize}
+	return ScanFrom(data, seq, HeaderSize, salvage, fn)
+}
+
+// ScanFrom is Scan starting at offset from, which must be where a group
+// (or the seal) starts or where the valid prefix ends: what lies before it
+// is taken as valid, unread.
+func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) error) (Report, error) {
+	r := Report{End: from}
 	var group []Frame
-	off := HeaderSize
+	off := from
 	for {
 		f, err := Decode(data, off, seq)
 		if err == nil {

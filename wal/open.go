@@ -134,6 +134,10 @@ func (l *Log) recover() error {
 			reports = append(reports, r)
 			continue
 		}
+		if r, ok := l.verifiedTail(f, seq, seq == seqs[len(seqs)-1]); ok {
+			reports = append(reports, r)
+			continue
+		}
 		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
 		reports = append(reports, r)
 	}
@@ -233,6 +237,21 @@ func (l *Log) trustedSeal(f *segment.File, seq uint32) (segment.Report, bool) {
 		return segment.Report{}, false
 	}
 	return segment.Report{End: end, Sealed: true, Tail: segment.EndClean, Records: -1}, true
+}
+
+// verifiedTail scans the last segment from Options.Verified, when that
+// position is in it, and reports the scan if it ended cleanly.
+func (l *Log) verifiedTail(f *segment.File, seq uint32, last bool) (segment.Report, bool) {
+	v := l.opts.Verified
+	if !last || l.opts.Salvage || v.Segment() != seq || v.Offset() <= segment.HeaderSize || v.Offset() > f.Size() {
+		return segment.Report{}, false
+	}
+	r, err := segment.ScanFrom(f.Data(), seq, v.Offset(), false, func(segment.Frame) error { return nil })
+	if err != nil || r.Tail != segment.EndClean {
+		return segment.Report{}, false
+	}
+	r.Records = -1 // unknown: the records before v were not counted
+	return r, true
 }
 
 // zeroTail overwrites the torn tail of the last segment with zeros, so that

@@ -82,6 +82,12 @@ type Options struct {
 	// recovery point. A hint that does not check out is ignored and the
 	// segment scanned. Salvage ignores it.
 	Sealed map[uint32]int
+	// Verified, if set, is a position before which an earlier open of this
+	// log verified every record (a checkpoint's position). When it is in
+	// the last segment, Open scans that segment from there, for a torn or
+	// damaged tail, instead of from its start; if the scan from there does
+	// not end cleanly, Open scans the whole segment. Salvage ignores it.
+	Verified Position
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation
 	// whose preamble encodes to more fails (ErrTooLarge) without rotating.

@@ -52,3 +52,39 @@ func TestSealedHintSkipsTheScanOfSealedSegments(t *testing.T) {
 	_, err = Open(dir, Options{SegmentBytes: 2048})
 	require.ErrorIs(t, err, ErrCorrupt)
 }
+
+// With a verified position in the last segment, Open scans only the tail
+// after it; a tail that is torn after it is still repaired, and a bogus
+// position (not a frame boundary) falls back to the whole scan.
+func TestVerifiedPositionScansOnlyTheTail(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	want := appendRecords(t, l, 0, 50)
+	verified := l.End()
+	more := appendRecords(t, l, 50, 5)
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20, Verified: verified})
+	require.Zero(t, l.Recovery().Records, "records before the verified position are not counted")
+	requireEntries(t, append(want, more...), readAll(t, l))
+	require.NoError(t, l.Close())
+
+	// Tear the last record: the tail scan finds it and repairs it.
+	last := more[len(more)-1].pos
+	f, err := os.OpenFile(l.segPath(last.Segment()), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 8), int64(last.Offset())+20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20, Verified: verified})
+	require.NotNil(t, l.Recovery().TornTail)
+	requireEntries(t, append(want, more[:4]...), readAll(t, l))
+	require.NoError(t, l.Close())
+
+	// A position inside a record is no boundary: the whole segment is
+	// scanned, and nothing is lost.
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20, Verified: want[10].pos + 3})
+	require.Equal(t, 54, l.Recovery().Records)
+	requireEntries(t, append(want, more[:4]...), readAll(t, l))
+	require.NoError(t, l.Close())
+}

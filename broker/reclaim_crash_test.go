@@ -292,7 +292,25 @@ func TestReclaimSurvivesACrashAtEveryStep(t *testing.T) {
 		}
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
 		require.NoError(t, cfs.CrashClone(clone, opts))
-		checkReclaimed(t, clone, clock, kw, fmt.Sprintf("crash after op %d of %d (keep %.1f)", k, total, opts.KeepUnsyncedFraction))
+		what := fmt.Sprintf("crash after op %d of %d (keep %.1f)", k, total, opts.KeepUnsyncedFraction)
+		if k%4 == 0 {
+			// Crash the open of the clone too (its recovery, its
+			// rebuild, its checkpoint), then check what that left.
+			again := filepath.Join(root, fmt.Sprintf("again-%d", k))
+			copyTree(t, clone, again)
+			rfs := vfs.NewCrashFS(vfs.Default)
+			rfs.CrashAfter(rng.Int64N(12))
+			if s, err := broker.Open(again, reclaimOptions(clock, rfs)); err == nil {
+				_ = s.Close()
+			}
+			clone2 := again + "-clone"
+			require.NoError(t, rfs.CrashClone(clone2, vfs.CrashOptions{Root: again, Rand: rand.New(rand.NewPCG(rng.Uint64(), 6)), KeepUnsyncedFraction: 0.5}))
+			checkReclaimed(t, clone2, clock, kw, what+", then during its open")
+			for _, d := range []string{again, clone2, clone2 + "-rebuilt"} {
+				require.NoError(t, os.RemoveAll(d))
+			}
+		}
+		checkReclaimed(t, clone, clock, kw, what)
 		for _, d := range []string{dir, clone, clone + "-rebuilt"} {
 			require.NoError(t, os.RemoveAll(d))
 		}

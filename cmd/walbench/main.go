@@ -1,13 +1,15 @@
 // Command walbench measures how fast the write-ahead log (package wal) can
 // make appends durable on this machine's disk, next to how fast the disk
-// itself completes fdatasyncs, and how fast the broker (package broker)
-// built on that log publishes and drains messages.
+// itself completes fdatasyncs, how fast the broker (package broker) built
+// on that log publishes and drains messages, and, on request, how long a
+// store with a backlog takes to reopen.
 //
 // Usage:
 //
 //	walbench [-dir DIR] [-rounds 1] [-time 3s] [-probe-time 2s] [-warmup 200ms]
 //	         [-appenders 1,16,64] [-size 1024] [-sync always|interval|never]
-//	         [-segment-bytes N] [-broker=true] [-drain-messages N] [-json FILE]
+//	         [-segment-bytes N] [-broker=true] [-drain-messages N]
+//	         [-reopen-messages N] [-json FILE]
 //
 // It makes a temporary directory under DIR (default: the current
 // directory) and removes it at the end, also after an error or Ctrl-C. In
@@ -64,6 +66,23 @@
 // A drain in which no message is handled for 20 s fails, naming what the
 // store and the queue hold.
 //
+// Then, only with -reopen-messages N (N > 0; -broker=false does not skip
+// it), comes the reopen workload, once all the rounds above are done: it
+// fills a new store (SyncAll, -segment-bytes, the same queue) with N
+// pending messages of -size bytes by PublishBatch of 256, untimed, and
+// closes it, which writes its checkpoint. Then, -rounds times:
+//
+//   - broker reopen from the checkpoint: every file of the store is
+//     evicted from the page cache (posix_fadvise DONTNEED; the files are
+//     clean after Close), then broker.Open + Store.Queue + the first
+//     Receive(1) is timed, until it has returned a message; the heap in
+//     use is read (runtime.MemStats.HeapInuse after runtime.GC, for the
+//     whole process) with the store open; the store is closed, untimed.
+//   - broker reopen rebuilding the index: the same, after removing the
+//     store's index directory, so that Open replays the whole log.
+//
+// Each round leases one more message; its lease does not matter.
+//
 // The disk of a shared machine is noisy: its fdatasync rate can change by
 // half within minutes. So every ratio is computed within a round, from
 // figures measured minutes apart at most, and with more than one round each
@@ -95,9 +114,22 @@
 // least and greatest value over the rounds, and a line under the table
 // says the figures are medians. Under the table come the date, CPUs, OS,
 // kernel, Go version, file system and directory. A column that does not
-// apply shows "-". Measurements longer than two seconds print their
-// progress on stderr each second; with more than one round, each round's
-// start is printed there too.
+// apply shows "-". Measurements longer than two seconds, and the reopen
+// workload's fill, print their progress on stderr each second; with more
+// than one round, each round's start is printed there too.
+//
+// The reopen workload has a table of its own, of one row, after the
+// machine facts:
+//
+//	from checkpoint       Open + Queue + first Receive from the checkpoint, cold
+//	forced rebuild        the same with the index directory removed
+//	rebuild ÷ checkpoint  the ratio of the two, within a round (with more than
+//	                      one round, its min–max over the rounds beside it)
+//	heap MiB              HeapInuse with the store open from its checkpoint, MiB
+//	heap B/message        the same ÷ N
+//
+// and, under it, how long the fill took and the sizes of the store's
+// segment files and index.
 //
 // Ctrl-C (or SIGTERM) stops the current measurement, prints what was
 // measured (the cut row marked "interrupted", a row that fewer rounds
@@ -181,8 +213,39 @@
 //	             with "round": int, 1-based, instead; figures of one window,
 //	             not sums or medians. The batch ceiling probe writes
 //	             round(bytes_per_fdatasync) bytes at a time. }, ...]
-//	  }, ...]
+//	  }, ...],
+//	  "reopen": {                  (only with -reopen-messages)
+//	    "workload":      string, as in its table
+//	    "sync":          "all"
+//	    "messages":      int, N, the pending messages of the store
+//	    "bytes_per_op":  int, their size
+//	    "segment_bytes": int, the -segment-bytes given (absent: the default)
+//	    "rounds":        int, how many rounds measured it (fewer than asked
+//	                     only after Ctrl-C or an error)
+//	    "interrupted":   bool, Ctrl-C cut a round short (that round is not counted)
+//	    "fill_seconds":  float, the untimed fill, Close included
+//	    "segments":      int, the store's segment files after the fill
+//	    "segment_file_bytes": int, their total size
+//	    "index_bytes":   int, the size of its index directory (the checkpoint)
+//	    "checkpoint_open_ns": int, Open + Queue + first Receive from the checkpoint
+//	    "rebuild_open_ns":    int, the same with the index directory removed
+//	    "rebuild_vs_checkpoint": float, rebuild_open_ns / checkpoint_open_ns
+//	    "rebuild_vs_checkpoint_min", "rebuild_vs_checkpoint_max": float, over
+//	                     the rounds (absent with one round)
+//	    "heap_before_open_bytes": int, HeapInuse after runtime.GC just before
+//	                     the open from the checkpoint
+//	    "heap_inuse_bytes":       int, HeapInuse after runtime.GC with the
+//	                     store just opened from its checkpoint
+//	    "heap_bytes_per_message": float, heap_inuse_bytes / messages
+//	    "notes": [string], what looked wrong in the store's counters (absent if nothing)
+//	    "per_round": [{ each round's own figures, in round order: those above
+//	             but "rounds", the fill's, the "_min"/"_max" ranges and
+//	             "per_round", with "round": int, 1-based, instead }, ...]
+//	  }
 //	}
+//
+// Of the reopen figures, the times, the heap and the ratio are medians
+// over the rounds (the ratio's the median of the rounds' ratios).
 //
 // Of the figures of a row, the rates, latencies and ratios (every field
 // from appends_per_sec to vs_wal_same_n) are medians over the rounds
@@ -245,6 +308,9 @@ type config struct {
 
 	broker        bool // run the broker workloads after the WAL ones
 	drainMessages int  // messages each broker drain prefills and drains
+	// reopenMessages, when positive, runs the reopen workload after the
+	// others, on a store of that many pending messages.
+	reopenMessages int
 
 	fs vfs.FS // for tests: the logs' file system (nil: vfs.Default)
 }
@@ -299,16 +365,26 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}()
 
 	rep, measureErr := measure(ctx, stderr, tmp, cfg)
+	var reopen *reopenRow
+	if cfg.reopenMessages > 0 && measureErr == nil && ctx.Err() == nil {
+		reopen, measureErr = measureReopen(ctx, stderr, tmp, cfg)
+	}
 	if len(rep.Rows) > 0 {
 		if err := printTable(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "walbench: print table: %v\n", err)
 			code = exitError
 		}
-		if cfg.jsonFile != "" {
-			if err := writeJSON(cfg.jsonFile, rep); err != nil {
-				fmt.Fprintf(stderr, "walbench: %v\n", err)
-				code = exitError
-			}
+	}
+	if reopen != nil {
+		if err := printReopen(stdout, reopen, cfg.rounds); err != nil {
+			fmt.Fprintf(stderr, "walbench: print table: %v\n", err)
+			code = exitError
+		}
+	}
+	if cfg.jsonFile != "" && (len(rep.Rows) > 0 || reopen != nil) {
+		if err := writeJSONReport(cfg.jsonFile, jsonReport{report: rep, Reopen: reopen}); err != nil {
+			fmt.Fprintf(stderr, "walbench: %v\n", err)
+			code = exitError
 		}
 	}
 	switch {
@@ -511,8 +587,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.broker, "broker", true, "run the broker workloads after the WAL ones (-broker=false skips them)")
 	fs.IntVar(&cfg.drainMessages, "drain-messages", 0,
 		fmt.Sprintf("prefill each broker drain's queue with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
+	fs.IntVar(&cfg.reopenMessages, "reopen-messages", 0,
+		"after the other workloads, fill a store with `N` pending messages and time its reopen, from its checkpoint and rebuilt from its log (0: skip)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: walbench [flags]\n\nMeasures the raw fdatasync rate of the disk, the WAL's append rate, and the\nbroker's publish and drain rates.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: walbench [flags]\n\nMeasures the raw fdatasync rate of the disk, the WAL's append rate, the\nbroker's publish and drain rates, and (with -reopen-messages) how long a\nstore with a backlog takes to reopen.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -540,6 +618,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.drainMessages = quickDrainMessages
 	case cfg.drainMessages == 0:
 		cfg.drainMessages = defaultDrainMessages
+	}
+	if cfg.reopenMessages < 0 {
+		return cfg, fmt.Errorf("-reopen-messages %d: must not be negative", cfg.reopenMessages)
 	}
 	if cfg.recordBytes < 0 {
 		return cfg, fmt.Errorf("-size %d: must not be negative", cfg.recordBytes)

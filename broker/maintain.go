@@ -38,6 +38,7 @@ type maintenance struct {
 	reclaimed       atomic.Int64
 	copied          atomic.Int64
 	preambleRecords atomic.Int64
+	rotated         atomic.Bool // a rotation since the last round
 }
 
 // Maintenance tuning.
@@ -50,9 +51,12 @@ const (
 	// is a real backlog, which copying would only move.
 	copyForwardShare = 4
 	// keepSealed is how many sealed segments may stay pinned before the
-	// oldest is copied forward: records in the newest sealed segment are
-	// mostly about to be acknowledged, and copying them would be waste.
-	keepSealed = 1
+	// oldest is copied forward. None: a store whose messages come and go
+	// then holds the active segment, the next one prepared and one spare.
+	// The price is copying, at each rotation, the messages in flight at
+	// the end of the segment just sealed (a thousand 1 KiB messages per
+	// 64 MiB segment: 1.5% more writes).
+	keepSealed = 0
 )
 
 func (s *Store) startMaintenance() {
@@ -80,6 +84,7 @@ func (s *Store) stopMaintenance() {
 // kickRotation wakes the maintenance goroutine without blocking; the log's
 // writer calls it at each rotation.
 func (m *maintenance) kickRotation() {
+	m.rotated.Store(true)
 	select {
 	case m.kick <- struct{}{}:
 	default:
@@ -114,8 +119,7 @@ func (s *Store) maintain(force bool) error {
 	m.ckptMu.Lock()
 	grown := s.log.Stats().BytesWritten-m.written >= s.opts.segmentBytes()/2
 	m.ckptMu.Unlock()
-	st := s.log.Stats()
-	if grown || force || st.FirstSegment < st.LastSegment {
+	if grown || force || m.rotated.Swap(false) {
 		if err := s.checkpoint(); err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@
 //	0000000001.seg            segment 1: header + frames (see package segment)
 //	0000000002.seg            ...; sequences are contiguous, the last is active
 //	0000000003.seg.tmp        the next segment, being prepared (removed by Open)
-//	spare-0000000001.tmp      a retired segment kept for reuse (removed by Open)
+//	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
 //
 // Every segment file has its full size from the moment it is renamed into

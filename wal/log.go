@@ -146,9 +146,7 @@ func (l *Log) Close() error {
 		err = errors.Join(err, s.close())
 	}
 	l.segs.Store(&[]*seg{})
-	for _, p := range l.spares {
-		_ = l.opts.FS.Remove(p)
-	}
+	// Spares stay on disk for the next Open to reuse.
 	l.spares = nil
 	l.listMu.Unlock()
 	return errors.Join(err, l.lock.Close())

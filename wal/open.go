@@ -100,9 +100,17 @@ func (l *Log) recover() error {
 	dirty := false
 	for _, name := range names {
 		if strings.HasSuffix(name, tmpSuffix) {
-			// A segment being prepared or kept for reuse: never part of
-			// the log.
-			if err := fs.Remove(filepath.Join(l.dir, name)); err != nil {
+			// Never part of the log. A retired segment of full size is
+			// kept for reuse (the directory sync below makes its name
+			// durable before it is); anything else — a segment whose
+			// preparation a crash cut short, say — is removed.
+			path := filepath.Join(l.dir, name)
+			if strings.HasPrefix(name, sparePrefix) && len(l.spares) < maxSpares && l.fullSize(path) {
+				l.spares = append(l.spares, path)
+				dirty = true
+				continue
+			}
+			if err := fs.Remove(path); err != nil {
 				return fmt.Errorf("wal: open %s: %w", l.dir, err)
 			}
 			dirty = true
@@ -222,6 +230,17 @@ func (l *Log) recover() error {
 	l.w.syncedOff = l.w.writeOff
 	l.recovery.Segments = len(segs)
 	return nil
+}
+
+// fullSize reports whether the file at path has the size of a segment.
+func (l *Log) fullSize(path string) bool {
+	f, err := l.opts.FS.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	size, err := f.Size()
+	return err == nil && size == l.opts.SegmentBytes
 }
 
 // trustedSeal reports a segment that Options.Sealed says is sealed at an

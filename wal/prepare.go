@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/walbroker/walbroker/segment"
 )
@@ -70,15 +71,24 @@ func (p *preparer) make(seq uint32) (*segment.File, error) {
 	return f, nil
 }
 
-// stop ends the goroutine and discards a file prepared but never used.
+// stop ends the goroutine. A file prepared but never used is kept as a
+// spare for the next Open, if there is room, and removed otherwise.
 func (p *preparer) stop() error {
 	close(p.req)
 	<-p.done
 	select {
 	case r := <-p.ready:
 		if r.file != nil {
+			l := p.l
 			path := r.file.Path()
-			return errors.Join(r.file.Close(), p.l.opts.FS.Remove(path))
+			err := r.file.Close()
+			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, r.seq, tmpSuffix))
+			if l.spareCount() < maxSpares && int64(r.file.Size()) == l.opts.SegmentBytes {
+				if rerr := l.opts.FS.Rename(path, spare); rerr == nil {
+					return err
+				}
+			}
+			return errors.Join(err, l.opts.FS.Remove(path))
 		}
 	default:
 	}

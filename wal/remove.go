@@ -9,6 +9,9 @@ import (
 // maxSpares bounds the retired segment files kept for reuse.
 const maxSpares = 2
 
+// sparePrefix starts the name of a retired segment file kept for reuse.
+const sparePrefix = "spare-"
+
 // RemoveBelow removes every whole segment whose records all lie before pos,
 // except the active one, and returns how many it removed. Records there are
 // gone for good: Read and Iterate skip them. Up to two removed files are
@@ -47,7 +50,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		size := s.file.Size()
 		err = errors.Join(err, s.close())
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
-			spare := filepath.Join(l.dir, fmt.Sprintf("spare-%010d%s", s.seq, tmpSuffix))
+			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, s.seq, tmpSuffix))
 			if rerr := fs.Rename(path, spare); rerr == nil {
 				kept = append(kept, spare)
 				continue

@@ -140,6 +140,12 @@ func (l *Log) Close() error {
 	<-l.writerDone
 	err := l.w.closeErr
 	err = errors.Join(err, l.prep.stop())
+	if err == nil {
+		// Everything is synced: say where the log ends, so that the next
+		// Open need not read the rest of the last segment to prove that
+		// nothing valid lies beyond.
+		err = writeCleanMark(l.opts.FS, l.dir, MakePosition(l.w.active.seq, l.w.writeOff))
+	}
 
 	l.listMu.Lock()
 	for _, s := range *l.segs.Load() {
@@ -168,6 +174,7 @@ const (
 	segSuffix = ".seg"
 	tmpSuffix = ".tmp"
 	lockName  = "LOCK"
+	cleanName = "CLEAN"
 )
 
 func segName(seq uint32) string { return fmt.Sprintf("%010d%s", seq, segSuffix) }

@@ -98,7 +98,18 @@ func (l *Log) recover() error {
 	}
 	var seqs []uint32
 	dirty := false
+	clean, hasClean := readCleanMark(fs, l.dir)
 	for _, name := range names {
+		if name == cleanName {
+			// Removed (durably: dirty) before anything is appended: a
+			// later crash must not find a mark this open's writes made
+			// false.
+			if err := fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("wal: open %s: %w", l.dir, err)
+			}
+			dirty = true
+			continue
+		}
 		if strings.HasSuffix(name, tmpSuffix) {
 			// Never part of the log. A retired segment of full size is
 			// kept for reuse (the directory sync below makes its name
@@ -128,8 +139,15 @@ func (l *Log) recover() error {
 
 	var segs []*seg
 	var reports []segment.Report
+	cleanLast := false // the clean mark vouched for the last segment's end
 	for _, seq := range seqs {
-		f, err := segment.Open(fs, l.segPath(seq), seq)
+		open := segment.Open
+		if _, ok := l.opts.Sealed[seq]; ok && !l.opts.Salvage && seq != seqs[len(seqs)-1] {
+			// Vouched for: nothing of it is read now (a cold open of a
+			// large log would otherwise read a page or two per segment).
+			open = segment.OpenUnread
+		}
+		f, err := open(fs, l.segPath(seq), seq)
 		if err != nil {
 			l.segs.Store(&segs)
 			if errors.Is(err, segment.ErrBadHeader) {
@@ -138,8 +156,13 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: open: %w", err)
 		}
 		segs = append(segs, &seg{file: f, seq: seq})
-		if r, ok := l.trustedSeal(f, seq); ok {
+		if r, ok := l.trustedSeal(f, seq, seq == seqs[len(seqs)-1]); ok {
 			reports = append(reports, r)
+			continue
+		}
+		if r, ok := l.cleanTail(f, seq, seq == seqs[len(seqs)-1], clean, hasClean); ok {
+			reports = append(reports, r)
+			cleanLast = true
 			continue
 		}
 		if r, ok := l.verifiedTail(f, seq, seq == seqs[len(seqs)-1]); ok {
@@ -221,9 +244,11 @@ func (l *Log) recover() error {
 		s := segs[len(segs)-1]
 		// Whatever the last segment holds may so far be only in the page
 		// cache (a process crash keeps it there): make it durable before
-		// frames claim it is.
-		if err := s.file.Sync(); err != nil {
-			return fmt.Errorf("wal: open: %w", err)
+		// frames claim it is. After a clean Close it already is.
+		if !cleanLast {
+			if err := s.file.Sync(); err != nil {
+				return fmt.Errorf("wal: open: %w", err)
+			}
 		}
 		l.w.active, l.w.writeOff = s, reports[len(reports)-1].End
 	}
@@ -243,19 +268,37 @@ func (l *Log) fullSize(path string) bool {
 	return err == nil && size == l.opts.SegmentBytes
 }
 
-// trustedSeal reports a segment that Options.Sealed says is sealed at an
-// offset where a seal frame of this segment indeed ends, without scanning
-// the rest.
-func (l *Log) trustedSeal(f *segment.File, seq uint32) (segment.Report, bool) {
+// trustedSeal reports a segment, not the last, that Options.Sealed says is
+// sealed, without reading it: its size must hold the end the hint gives.
+// Its frames are verified when read; a hint naming a wrong end makes every
+// read near it fail, never succeed wrongly.
+func (l *Log) trustedSeal(f *segment.File, seq uint32, last bool) (segment.Report, bool) {
 	end, ok := l.opts.Sealed[seq]
-	if !ok || l.opts.Salvage || end < segment.HeaderSize+segment.Size(0) || end > f.Size() {
-		return segment.Report{}, false
-	}
-	fr, err := segment.Decode(f.Data()[:end], end-segment.Size(0), seq)
-	if err != nil || fr.Kind != segment.KindSeal || fr.End() != end {
+	if !ok || last || l.opts.Salvage || end < segment.HeaderSize+segment.Size(0) || end > f.Size() {
 		return segment.Report{}, false
 	}
 	return segment.Report{End: end, Sealed: true, Tail: segment.EndClean, Records: -1}, true
+}
+
+// cleanTail scans the last segment up to where the clean mark says the log
+// ended (from Options.Verified, when that is in the segment), and reports
+// the scan if it ends exactly there.
+func (l *Log) cleanTail(f *segment.File, seq uint32, last bool, clean Position, ok bool) (segment.Report, bool) {
+	if !ok || !last || l.opts.Salvage || clean.Segment() != seq || clean.Offset() < segment.HeaderSize || clean.Offset() > f.Size() {
+		return segment.Report{}, false
+	}
+	from, records := segment.HeaderSize, 0
+	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > from && v.Offset() <= clean.Offset() {
+		from, records = v.Offset(), -1
+	}
+	r, err := segment.ScanFrom(f.Data()[:clean.Offset()], seq, from, false, func(segment.Frame) error { return nil })
+	if err != nil || r.Tail != segment.EndClean || r.End != clean.Offset() {
+		return segment.Report{}, false
+	}
+	if records < 0 {
+		r.Records = -1
+	}
+	return r, true
 }
 
 // verifiedTail scans the last segment from Options.Verified, when that

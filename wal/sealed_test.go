@@ -2,9 +2,11 @@ package wal
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
 )
 
 // Sealed segments named in Options.Sealed are not scanned at open: only
@@ -28,10 +30,10 @@ func TestSealedHintSkipsTheScanOfSealedSegments(t *testing.T) {
 	requireEntries(t, want, readAll(t, l))
 	require.NoError(t, l.Close())
 
-	// A hint that does not name a seal frame is ignored.
+	// A hint the file cannot hold is ignored.
 	bad := map[uint32]int{}
-	for seq, end := range sealed {
-		bad[seq] = end - 1
+	for seq := range sealed {
+		bad[seq] = 2048 + 1
 	}
 	l = mustOpen(t, dir, Options{SegmentBytes: 2048, Sealed: bad})
 	require.Equal(t, all, l.Recovery().Records)
@@ -87,4 +89,46 @@ func TestVerifiedPositionScansOnlyTheTail(t *testing.T) {
 	require.Equal(t, 54, l.Recovery().Records)
 	requireEntries(t, append(want, more[:4]...), readAll(t, l))
 	require.NoError(t, l.Close())
+}
+
+// Close leaves a clean mark with the log's end, and the next Open scans the
+// last segment only up to it; Open removes the mark before anything is
+// appended. Without the mark, Open must read the rest of the segment, where
+// a valid frame claiming synced data beyond the end means corruption.
+func TestCleanMarkBoundsTheScanOfTheLastSegment(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	want := appendRecords(t, l, 0, 20)
+	end := l.End()
+	require.NoError(t, l.Close())
+	_, err := os.Stat(filepath.Join(dir, cleanName))
+	require.NoError(t, err, "Close wrote the mark")
+
+	// A frame of this segment past the end that claims a synced offset
+	// beyond it: a full scan must call that corruption.
+	stray := segment.AppendFrame(nil, end.Segment(), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray"))
+	f, err := os.OpenFile(l.segPath(end.Segment()), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(stray, int64(end.Offset()+4096))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	_, err = os.Stat(filepath.Join(dir, cleanName))
+	require.ErrorIs(t, err, os.ErrNotExist, "Open removed the mark")
+	requireEntries(t, want, readAll(t, l))
+	require.Equal(t, end, l.End())
+	more := appendRecords(t, l, 20, 1)
+	require.Equal(t, end, more[0].pos, "the log goes on from the mark")
+	require.NoError(t, l.Close())
+
+	// Without a mark the whole segment is read.
+	require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
+	f, err = os.OpenFile(l.segPath(end.Segment()), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(segment.AppendFrame(nil, end.Segment(), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray")), int64(end.Offset()+8192))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = Open(dir, Options{SegmentBytes: 1 << 20})
+	require.ErrorIs(t, err, ErrCorrupt)
 }

@@ -5,9 +5,12 @@
 // # Directory layout
 //
 //	LOCK                      flock(2)ed while a Log has the directory open
+//	CLEAN                     where the log ended at a clean Close (see clean.go;
+//	                          removed by Open before anything is appended)
 //	0000000001.seg            segment 1: header + frames (see package segment)
 //	0000000002.seg            ...; sequences are contiguous, the last is active
-//	0000000003.seg.tmp        the next segment, being prepared (removed by Open)
+//	0000000003.seg.tmp        the next segment, being prepared (removed by Open;
+//	                          Close keeps an unused one as a spare)
 //	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
 //

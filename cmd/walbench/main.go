@@ -369,20 +369,15 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if cfg.reopenMessages > 0 && measureErr == nil && ctx.Err() == nil {
 		reopen, measureErr = measureReopen(ctx, stderr, tmp, cfg)
 	}
-	if len(rep.Rows) > 0 {
+	rep.Reopen = reopen
+	if len(rep.Rows) > 0 || reopen != nil {
 		if err := printTable(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "walbench: print table: %v\n", err)
 			code = exitError
 		}
 	}
-	if reopen != nil {
-		if err := printReopen(stdout, reopen, cfg.rounds); err != nil {
-			fmt.Fprintf(stderr, "walbench: print table: %v\n", err)
-			code = exitError
-		}
-	}
 	if cfg.jsonFile != "" && (len(rep.Rows) > 0 || reopen != nil) {
-		if err := writeJSONReport(cfg.jsonFile, jsonReport{report: rep, Reopen: reopen}); err != nil {
+		if err := writeJSON(cfg.jsonFile, rep); err != nil {
 			fmt.Fprintf(stderr, "walbench: %v\n", err)
 			code = exitError
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -432,25 +431,6 @@ func printReopen(out io.Writer, r *reopenRow, rounds int) error {
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(out, "note: %s: %s\n", r.Workload, n)
-	}
-	return nil
-}
-
-// jsonReport is what -json writes: the report and, with -reopen-messages,
-// the reopen workload's figures.
-type jsonReport struct {
-	report
-	Reopen *reopenRow `json:"reopen,omitempty"`
-}
-
-// writeJSONReport writes rep to the file name.
-func writeJSONReport(name string, rep jsonReport) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("-json %s: %w", name, err)
-	}
-	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("-json: %w", err)
 	}
 	return nil
 }

@@ -81,7 +81,7 @@ func TestRunReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep jsonReport
+	var rep report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("-json: %v", err)
 	}

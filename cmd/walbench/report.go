@@ -21,6 +21,8 @@ type report struct {
 	Machine machine `json:"machine"`
 	Rounds  int     `json:"rounds"` // the -rounds asked for
 	Rows    []row   `json:"rows"`
+	// Reopen holds the reopen workload's figures, with -reopen-messages.
+	Reopen *reopenRow `json:"reopen,omitempty"`
 }
 
 // row is one line of the table. Pointer fields are nil where the column
@@ -361,6 +363,13 @@ func printTable(out io.Writer, rep report) error {
 	for _, r := range rep.Rows {
 		for _, n := range r.Notes {
 			fmt.Fprintf(out, "note: %s: %s\n", r.Workload, n)
+		}
+	}
+
+	if rep.Reopen != nil {
+		fmt.Fprintln(out)
+		if err := printReopen(out, rep.Reopen, rep.Rounds); err != nil {
+			return err
 		}
 	}
 

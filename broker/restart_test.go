@@ -445,7 +445,7 @@ func corruptLog(t *testing.T) (e *env, a, c broker.MessageValue, file string) {
 	q := e.queue("jobs", policy())
 	a = mustPublish(t, q, strings.Repeat("A", 300))
 	b := strings.Repeat("B", 300)
-	mustPublish(t, q, b)
+	e.lostB = mustPublish(t, q, b).ID
 	c = mustPublish(t, q, strings.Repeat("C", 300))
 	e.close()
 	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
@@ -481,6 +481,7 @@ func TestCorruptLogRefusedNamingFileAndOffset(t *testing.T) {
 
 func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 	e, a, c, file := corruptLog(t)
+	b := e.lostB
 	var logs lockedBuffer
 	e.opts.Salvage = true
 	e.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
@@ -498,6 +499,9 @@ func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 		}
 	}
 	require.True(t, reported, "Salvage reports what it skipped; logged: %v", logs.records(t))
+	rec := e.s.Recovery()
+	require.Equal(t, []string{b}, rec.LostMessages, "the checkpoint knew B was live: it is named lost")
+	require.NotEmpty(t, rec.SalvageCopies)
 	copies, err := filepath.Glob(filepath.Join(e.dir, "salvage", file+"*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, copies, "the damaged file was copied aside first")
@@ -563,4 +567,8 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	st := q.Stats()
 	require.Equal(t, len(sent)-8, st.Ready, "every intact message not yet delivered")
 	require.Equal(t, 7, st.Leased)
+	rec := e.s.Recovery()
+	require.Equal(t, []string{sent[7].ID}, rec.LostMessages, "the lost message is named: a later event (its lease) names it")
+	require.Equal(t, 1, rec.SalvagedSpans)
+	require.True(t, rec.IndexRebuilt)
 }

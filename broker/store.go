@@ -52,7 +52,8 @@ type Store struct {
 	nonceMu sync.Mutex
 	nonces  *mrand.ChaCha8
 
-	maint maintenance
+	maint    maintenance
+	recovery RecoveryReport
 }
 
 // Open opens the store in dir, creating the directory (0700) if it is
@@ -104,7 +105,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s.setPreamble()
 	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 {
-		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged), "orphan_events", s.idx.Orphans)
+		s.recovery.TornTail = rec.TornTail != nil
+		s.recovery.SalvagedSpans = len(rec.Salvaged)
+		for _, d := range rec.Salvaged {
+			if d.CopiedTo != "" && !slices.Contains(s.recovery.SalvageCopies, d.CopiedTo) {
+				s.recovery.SalvageCopies = append(s.recovery.SalvageCopies, d.CopiedTo)
+			}
+		}
+		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
+			"lost_messages", s.recovery.LostMessages)
 	}
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
@@ -123,10 +132,19 @@ func (s *Store) indexDir() string { return filepath.Join(s.dir, "index") }
 // after it. It returns how many records it replayed.
 func (s *Store) openIndex() (int, error) {
 	fs := s.opts.fs()
+	salvaged := s.log.Recovery().Salvaged
+	lost := map[uint64]bool{}
 	x, from, err := index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
-		if rec := s.log.Recovery(); len(rec.Salvaged) > 0 {
+		if len(salvaged) > 0 {
+			// The checkpoint knows which live messages had their
+			// records in the spans salvage skipped.
+			for _, d := range salvaged {
+				for _, seq := range x.LiveIn(d.Segment, d.Offset, d.Offset+d.Length) {
+					lost[seq] = true
+				}
+			}
 			_ = x.Table.Close()
 			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects", index.ErrDamaged)
 		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
@@ -146,9 +164,30 @@ func (s *Store) openIndex() (int, error) {
 	}
 	s.idx = x
 	s.maint.lastCheckpoint.Store(uint64(from))
+	s.recovery.IndexRebuilt = from == 0
+	// After salvage, an event about a message nobody published, found past
+	// the first damaged span, names a message whose publish was there —
+	// unless the message is older than every one published before the
+	// damage (one whose segment was removed after it was acknowledged).
+	var damageAt wal.Position
+	var maxBefore uint64
+	orphans := map[uint64]bool{}
+	if len(salvaged) > 0 {
+		damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
+		x.OnOrphan = func(pos wal.Position, e *index.Event) {
+			if pos >= damageAt && e.Seq != 0 {
+				orphans[e.Seq] = true
+			}
+		}
+	}
 	n := 0
 	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++
+		if len(salvaged) > 0 && pos < damageAt && len(rec) > 0 && index.Kind(rec[0]) == index.KindPublish {
+			if e, err := index.Decode(rec); err == nil {
+				maxBefore = max(maxBefore, e.Seq)
+			}
+		}
 		if err := x.ApplyRecord(pos, rec); err != nil {
 			return err
 		}
@@ -166,6 +205,20 @@ func (s *Store) openIndex() (int, error) {
 	if err == nil {
 		err = x.Damaged()
 	}
+	x.OnOrphan = nil
+	if err == nil && len(salvaged) > 0 {
+		for seq := range orphans {
+			if seq > maxBefore {
+				lost[seq] = true
+			}
+		}
+		for seq := range lost {
+			if !x.Holds(seq) {
+				s.recovery.LostMessages = append(s.recovery.LostMessages, messageID(seq))
+			}
+		}
+		slices.Sort(s.recovery.LostMessages)
+	}
 	if err != nil {
 		_ = x.Table.Close()
 		if errors.Is(err, index.ErrDamaged) && from != 0 {
@@ -178,8 +231,34 @@ func (s *Store) openIndex() (int, error) {
 		}
 		return 0, err
 	}
+	s.recovery.Replayed = n
 	return n, nil
 }
+
+// RecoveryReport is what Open found and did.
+type RecoveryReport struct {
+	// TornTail: the log ended in a write a crash cut short; it was cut off
+	// (it was never acknowledged).
+	TornTail bool
+	// SalvagedSpans is the number of damaged spans Options.Salvage skipped,
+	// and SalvageCopies where it copied the damaged files first.
+	SalvagedSpans int
+	SalvageCopies []string
+	// LostMessages lists the IDs of messages whose records salvage skipped,
+	// as far as the checkpoint and the rest of the log tell: those still
+	// live by the last checkpoint, and those that later events name. A
+	// message published and never touched again after the last checkpoint
+	// leaves no other trace, and is not listed.
+	LostMessages []string
+	// IndexRebuilt: there was no usable checkpoint, and the queues' state
+	// was rebuilt from the whole log.
+	IndexRebuilt bool
+	// Replayed is the number of log records replayed.
+	Replayed int
+}
+
+// Recovery returns what Open found and did.
+func (s *Store) Recovery() RecoveryReport { return s.recovery }
 
 // replaySpill bounds the table entries a replay holds in memory.
 const replaySpill = 1 << 16

@@ -58,6 +58,7 @@ type env struct {
 	clock *fakeClock
 	opts  broker.Options
 	s     *broker.Store
+	lostB string // corruptLog: the ID of the message whose record it damaged
 }
 
 // newEnv opens a store in a fresh directory with a fake clock; mods adjust

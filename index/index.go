@@ -23,8 +23,9 @@ type Index struct {
 	nextSeq atomic.Uint64 // the next message sequence to hand out
 	// Orphans counts message events that named no message the index held:
 	// events about messages acknowledged before their segment was removed,
-	// or cut by salvage.
-	Orphans int
+	// or whose publish salvage cut. OnOrphan, if set, is told of each.
+	Orphans  int
+	OnOrphan func(pos wal.Position, e *Event)
 
 	// useMu guards segs and chunks, which every queue updates.
 	useMu  sync.Mutex
@@ -184,7 +185,7 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 	}
 	q := x.queues[e.Queue]
 	if q == nil {
-		x.Orphans++
+		x.orphan(pos, e)
 		return nil
 	}
 	if e.Kind == KindEvict {
@@ -195,9 +196,16 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		x.nextSeq.Store(e.Seq + 1)
 	}
 	if !q.Apply(pos, e) {
-		x.Orphans++
+		x.orphan(pos, e)
 	}
 	return nil
+}
+
+func (x *Index) orphan(pos wal.Position, e *Event) {
+	x.Orphans++
+	if x.OnOrphan != nil {
+		x.OnOrphan(pos, e)
+	}
 }
 
 func (x *Index) declare(id uint32, name string, p Policy) *Queue {
@@ -255,3 +263,43 @@ func (x *Index) NextSeq() uint64 { return x.nextSeq.Add(1) - 1 }
 // holds whatever lock guards the queue table and, for a re-declaration, the
 // queue's own lock.
 func (x *Index) Declare(id uint32, name string, p Policy) *Queue { return x.declare(id, name, p) }
+
+// Holds reports whether some queue holds message seq live (dead letters
+// included).
+func (x *Index) Holds(seq uint64) bool {
+	for _, q := range x.queues {
+		if q.msgs[seq] != nil {
+			return true
+		}
+		if _, ok := q.freshEntry(seq); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// LiveIn returns the live messages (dead letters included) whose publish
+// record lies in segment seg at an offset in [from, to).
+func (x *Index) LiveIn(seg uint32, from, to int) []uint64 {
+	x.useMu.Lock()
+	u, ok := x.segs[seg]
+	var use SegmentUse
+	if ok {
+		use = *u
+	}
+	x.useMu.Unlock()
+	if !ok {
+		return nil
+	}
+	var out []uint64
+	for _, q := range x.queues {
+		msgs, _ := q.Pinning(seg, use.MinSeq, use.MaxSeq)
+		for _, m := range msgs {
+			if off := m.Pos.Offset(); off >= from && off < to {
+				out = append(out, m.Seq)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

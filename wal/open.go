@@ -31,8 +31,9 @@ type Recovery struct {
 // Damage describes bytes of a segment that recovery discarded.
 type Damage struct {
 	File     string
-	Offset   int // first byte discarded
-	Length   int // bytes discarded
+	Segment  uint32 // the segment's sequence
+	Offset   int    // first byte discarded
+	Length   int    // bytes discarded
 	Cause    error
 	CopiedTo string // where salvage copied the damaged file, if it did
 }
@@ -324,7 +325,7 @@ func (l *Log) zeroTail(s *seg, r *segment.Report) error {
 	for end > r.End && data[end-1] == 0 {
 		end--
 	}
-	d := Damage{File: s.file.Path(), Offset: r.End, Length: end - r.End, Cause: r.Cause}
+	d := Damage{File: s.file.Path(), Segment: s.seq, Offset: r.End, Length: end - r.End, Cause: r.Cause}
 	l.recovery.TornTail = &d
 	l.opts.Logger.Warn("wal: discarding torn tail (never acknowledged)", "file", d.File, "offset", d.Offset, "bytes", d.Length, "cause", d.Cause)
 	if err := zeroRange(s.file, r.End, end); err != nil {
@@ -386,7 +387,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	for _, sp := range r.Skipped {
 		n := sp.To - sp.From
-		d := Damage{File: path, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo}
+		d := Damage{File: path, Segment: s.seq, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo}
 		if n < segment.Size(0) {
 			return fmt.Errorf("wal: salvage %s: damaged span of %d bytes at offset %d is too short to pad: %w",
 				path, n, sp.From, &CorruptionError{File: path, Offset: sp.From, Cause: r.Cause})
@@ -403,7 +404,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 		// the valid prefix is lost. Seal it there.
 		data := s.file.Data()
 		end := len(data)
-		d := Damage{File: path, Offset: r.End, Length: end - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo}
+		d := Damage{File: path, Segment: s.seq, Offset: r.End, Length: end - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo}
 		seal := segment.AppendFrame(nil, s.seq, 0, segment.KindSeal, segment.Full, nil)
 		if err := s.file.WriteAt(seal, r.End); err != nil {
 			return fmt.Errorf("wal: salvage: %w", err)

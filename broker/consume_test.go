@@ -223,7 +223,7 @@ func TestConsumeWakesOnPublish(t *testing.T) {
 	require.Never(t, func() bool { return f.receives.Load() != idle }, 200*time.Millisecond, 5*time.Millisecond, "an idle consumer of a Waker does not spin or poll")
 
 	f.Publish(context.Background(), []byte("x"))
-	require.Eventually(t, func() bool { return f.count("ack") == 1 }, 2*time.Second, tick)
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
 	require.LessOrEqual(t, f.receives.Load()-idle, int64(3))
 	require.ErrorIs(t, r.stop(t), context.Canceled)
 	f.mu.Lock()
@@ -240,7 +240,7 @@ func TestConsumeNeverSleepsPastWakeIn(t *testing.T) {
 
 	// Nothing closes the signal from here on: only a timer of In can wake it.
 	startConsume(t, f, ackAll, ConsumeOptions{PollInterval: time.Hour})
-	require.Eventually(t, func() bool { return f.count("ack") == 1 }, 2*time.Second, tick)
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
 	require.Equal(t, later.ID, f.calls()[0].id)
 	require.LessOrEqual(t, f.receives.Load(), int64(4), "it waited, it did not poll")
 }

@@ -321,6 +321,7 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 	limit := q.s.maxGroup()
 	var recs [][]byte
 	var events []index.Event
+	var restates []bool // the event restates a live message's state
 	size := 0
 	flush := func() error {
 		if len(recs) == 0 {
@@ -331,14 +332,20 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 			return err
 		}
 		for i := range events {
+			if restates[i] {
+				// The message's state is what it was: applying its
+				// event again would only forget what this process saw
+				// of time (a lapse, the end of a retry delay).
+				continue
+			}
 			q.iq.Apply(pos[i], &events[i])
 		}
 		q.s.maint.copied.Add(int64(len(recs)))
-		recs, events, size = recs[:0], events[:0], 0
+		recs, events, restates, size = recs[:0], events[:0], restates[:0], 0
 		return nil
 	}
 	// add queues records that must stay in one group.
-	add := func(group ...index.Event) error {
+	add := func(restate bool, group ...index.Event) error {
 		var rs [][]byte
 		n := 0
 		for _, e := range group {
@@ -352,6 +359,11 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		}
 		recs = append(recs, rs...)
 		events = append(events, group...)
+		for i := range group {
+			// A copied publish is applied (it moves the message); the
+			// event after it restates the state.
+			restates = append(restates, restate && i > 0)
+		}
 		size += n
 		return nil
 	}
@@ -375,13 +387,13 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		if st, ok := stateEvent(q.id, m); ok {
 			group = append(group, st)
 		}
-		if err := add(group...); err != nil {
+		if err := add(true, group...); err != nil {
 			return err
 		}
 	}
 	for _, k := range keys {
 		// One group: a publish without its ack would be a live message.
-		if err := add(
+		if err := add(false,
 			index.Event{Kind: index.KindPublish, Queue: q.id, Seq: k.Seq, Time: k.EnqueuedAt, Key: k.Key},
 			index.Event{Kind: index.KindAck, Queue: q.id, Seq: k.Seq},
 		); err != nil {

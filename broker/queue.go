@@ -200,16 +200,27 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	// queue is full, and a shed publish never enters the seen-set. An
 	// eviction is a state change like any other: it is logged.
 	var evict [][]byte
+	// A call that writes no publish record still read the clock: if that
+	// reading is the latest, it is logged too (as an eviction of nothing),
+	// so that a replay knows the clock went backwards after it.
+	var reading [][]byte
 	if key != "" {
 		window := int64(q.policy.dedupWindow())
+		advanced := now > q.iq.LastEvicts()
+		e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
 		if q.iq.EvictSeen(now, window) {
-			e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
 			evict = append(evict, e.Append(nil))
+		}
+		if advanced {
+			reading = [][]byte{e.Append(nil)}
+		}
+		if len(evict) > 0 {
+			reading = evict
 		}
 		if seq, at, ok := q.iq.Seen(key); ok {
 			m := q.iq.Get(seq)
 			pending := m != nil && m.State == index.Pending
-			if err := q.unlockAndWait(evict); err != nil {
+			if err := q.unlockAndWait(reading); err != nil {
 				return nil, err
 			}
 			q.stats.duplicates.Add(1)
@@ -226,7 +237,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	q.iq.Promote(now) // so that leases lapsed for good stop holding capacity
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
 		live := q.iq.Live()
-		if err := q.unlockAndWait(evict); err != nil {
+		if err := q.unlockAndWait(reading); err != nil {
 			return nil, err
 		}
 		q.stats.shed.Add(1)

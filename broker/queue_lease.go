@@ -135,6 +135,9 @@ func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
 	if queue != q.id {
 		return nil, fmt.Errorf("broker: queue %s: the receipt belongs to another queue: %w", q.name, UnknownReceipt)
 	}
+	// Looking at a lease is observing whether it lapsed: a lapse seen
+	// here stays seen if the clock then goes backwards.
+	q.iq.Promote(now)
 	m := q.iq.Get(seq)
 	if m == nil || m.Nonce != nonce || !index.LeaseLive(m, now) {
 		return nil, fmt.Errorf("broker: queue %s: message %s: the lease is no longer held: %w", q.name, messageID(seq), LeaseExpired)

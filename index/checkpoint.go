@@ -321,6 +321,9 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	damaged := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
 	}
+	if nextSeq == 0 || nextSeq == math.MaxUint64 {
+		return nil, 0, damaged("next sequence %d", nextSeq)
+	}
 	d := decoder{b: body}
 	d.sealed()
 	count := func() int {
@@ -367,10 +370,19 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		q.cursor = d.uvarint()
 		q.streamMax = d.uvarint()
 		q.streamEnq = d.varint()
+		if q.cursor == 0 || q.streamMax >= nextSeq || q.cursor > q.streamMax+1 {
+			d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
+			break
+		}
 		q.fresh = int(d.uvarint())
 		q.lastEvicts = d.varint()
 		for range count() {
-			q.gone[d.uvarint()] = struct{}{}
+			seq := d.uvarint()
+			if seq < q.cursor || seq > q.streamMax {
+				d.fail(fmt.Sprintf("queue %d: message %d marked gone outside its stream", id, seq))
+				break
+			}
+			q.gone[seq] = struct{}{}
 		}
 		for range count() {
 			m := &Message{Seq: d.uvarint(), heapIdx: -1}
@@ -388,6 +400,10 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 			m.Size = d.u32()
 			if st != Ready && st != Leased && st != Dead {
 				d.fail(fmt.Sprintf("message %d in state %d", m.Seq, st))
+				break
+			}
+			if m.Seq == 0 || m.Seq >= nextSeq || q.msgs[m.Seq] != nil {
+				d.fail(fmt.Sprintf("message %d outside the sequences taken (below %d), or twice", m.Seq, nextSeq))
 				break
 			}
 			q.msgs[m.Seq] = m
@@ -409,16 +425,18 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	var want []uint64
 	for range count() {
-		want = append(want, d.uvarint())
+		c := d.uvarint()
+		if slices.Contains(want, c) {
+			d.fail(fmt.Sprintf("table file %d named twice", c))
+			break
+		}
+		want = append(want, c)
 	}
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
 	if d.err != nil {
 		return nil, 0, damaged("%v", d.err)
-	}
-	if nextSeq == 0 || nextSeq == math.MaxUint64 {
-		return nil, 0, damaged("next sequence %d", nextSeq)
 	}
 	t, err := OpenTable(fs, dir, want)
 	if err != nil {

@@ -159,6 +159,9 @@ func OpenTable(fs vfs.FS, dir string, want []uint64) (*Table, error) {
 		}
 	}
 	for _, n := range want {
+		if t.chunks[n] != nil {
+			continue // named twice: one mapping is enough
+		}
 		c, err := t.openChunk(n, false)
 		if err != nil {
 			t.Close()

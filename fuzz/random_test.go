@@ -1,0 +1,63 @@
+package fuzz
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// randomInput returns the input of n random operations drawn from seed;
+// with forwardOnly, none sets the clock back.
+func randomInput(seed uint64, n int, forwardOnly bool) []byte {
+	rng := rand.New(rand.NewPCG(seed, 0xf022))
+	b := make([]byte, 3*n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	if forwardOnly {
+		for i := 0; i < len(b); i += 3 {
+			for opTable[int(b[i])%len(opTable)] == opBack {
+				b[i] = byte(rng.Uint32())
+			}
+		}
+	}
+	return b
+}
+
+// TestBrokerDifferentialRandom runs random inputs through the broker's
+// differential check, so that `go test` explores beyond the corpus.
+// WALBROKER_FUZZ_SEED replays a run (every run prints its seed);
+// WALBROKER_FUZZ_INPUTS sets how many inputs (default 40, 4 with -short).
+// A failing input is printed as a corpus file to add to
+// testdata/fuzz/FuzzBrokerDifferential.
+func TestBrokerDifferentialRandom(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("WALBROKER_FUZZ_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "WALBROKER_FUZZ_SEED")
+	}
+	inputs := 40
+	if testing.Short() {
+		inputs = 4
+	}
+	if s := os.Getenv("WALBROKER_FUZZ_INPUTS"); s != "" {
+		var err error
+		inputs, err = strconv.Atoi(s)
+		require.NoError(t, err, "WALBROKER_FUZZ_INPUTS")
+	}
+	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
+	for i := range inputs {
+		data := randomInput(seed+uint64(i), maxOps, false)
+		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { runInput(t, data) })
+		if !ok {
+			t.Logf("input %d (WALBROKER_FUZZ_SEED=%d) as a corpus file:\n%s", i, seed, corpusFile(data))
+			return
+		}
+	}
+}

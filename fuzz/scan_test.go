@@ -1,0 +1,297 @@
+package fuzz
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/segment"
+)
+
+// Layout flags of FuzzSegmentScan.
+const (
+	scanHeader      = 1 << iota // a valid header first
+	scanSplit                   // half the layout's groups after the junk
+	scanSeal                    // a seal frame at the end
+	scanSyncedAfter             // groups after the junk claim the junk was durable
+	scanTearLast                // the last group written loses its last byte
+)
+
+// segmentBuilder lays out frames as the log writes them.
+type segmentBuilder struct {
+	data []byte
+	seq  uint32
+	n    int // frames written, to vary the bodies
+}
+
+// group appends a group of frames (one frame: Full) of segment seq with
+// bodies of bodyLen bytes, each claiming synced bytes durable (never more
+// than its own offset).
+func (b *segmentBuilder) group(seq uint32, frames, bodyLen, synced int) {
+	for i := range frames {
+		body := make([]byte, bodyLen)
+		for j := range body {
+			body[j] = byte(b.n*7 + j + 1)
+		}
+		b.n++
+		b.data = segment.AppendFrame(b.data, seq, uint32(min(synced, len(b.data))), segment.KindRecord, segment.PlaceOf(i, frames), body)
+	}
+}
+
+// layout appends what the layout bytes say: for each byte, a group of 1-4
+// record frames of this segment (top bits 00 or 01), a padding frame (10),
+// or a group of another segment's frames, as a recycled file holds (11).
+func (b *segmentBuilder) layout(program []byte, synced func() int) {
+	for _, op := range program {
+		switch op >> 6 {
+		case 0, 1:
+			b.group(b.seq, int(op&3)+1, int(op>>2)&15, synced())
+		case 2:
+			b.data = segment.AppendFrame(b.data, b.seq, uint32(min(synced(), len(b.data))), segment.KindPadding, segment.Full, make([]byte, op&63))
+		case 3:
+			b.group(b.seq+1, int(op&3)+1, int(op>>2)&15, 0)
+		}
+	}
+}
+
+// scanInput builds the data FuzzSegmentScan scans.
+func scanInput(program, junk []byte, seq uint32, flags byte) []byte {
+	b := &segmentBuilder{seq: seq}
+	if flags&scanHeader != 0 {
+		h := segment.EncodeHeader(seq)
+		b.data = append(b.data, h[:]...)
+	}
+	before, after := program, []byte(nil)
+	if flags&scanSplit != 0 {
+		before, after = program[:len(program)/2], program[len(program)/2:]
+	}
+	b.layout(before, func() int { return len(b.data) })
+	x := len(b.data)
+	b.data = append(b.data, junk...)
+	if flags&scanSyncedAfter != 0 {
+		b.layout(after, func() int { return len(b.data) })
+	} else {
+		b.layout(after, func() int { return x })
+	}
+	if flags&scanTearLast != 0 && len(b.data) > x {
+		b.data = b.data[:len(b.data)-1]
+	}
+	if flags&scanSeal != 0 {
+		b.data = segment.AppendFrame(b.data, seq, uint32(len(b.data)), segment.KindSeal, segment.Full, nil)
+	}
+	return b.data
+}
+
+// scanned is one scan's result.
+type scanned struct {
+	r      segment.Report
+	frames []segment.Frame
+}
+
+func scanFrom(data []byte, seq uint32, from int, salvage bool) (scanned, error) {
+	var s scanned
+	var err error
+	s.r, err = segment.ScanFrom(data, seq, from, salvage, func(f segment.Frame) error {
+		s.frames = append(s.frames, f)
+		return nil
+	})
+	return s, err
+}
+
+// FuzzSegmentScan scans the segment the input lays out (see scanInput)
+// without and with salvage, and checks what every scan must keep.
+func FuzzSegmentScan(f *testing.F) {
+	f.Fuzz(func(t *testing.T, program, junk []byte, seq uint32, flags byte, pick uint16) {
+		if len(program) > 64 {
+			program = program[:64]
+		}
+		data := scanInput(program, junk, seq, flags)
+		orig := bytes.Clone(data)
+
+		plain, err := scanFrom(data, seq, segment.HeaderSize, false)
+		require.NoError(t, err)
+		checkScan(t, data, seq, segment.HeaderSize, plain)
+		again, err := scanFrom(data, seq, segment.HeaderSize, false)
+		require.NoError(t, err)
+		require.Equal(t, plain, again, "a second scan reports otherwise")
+		if plain.r.Tail != segment.EndClean {
+			require.GreaterOrEqual(t, plain.r.DamageAt, plain.r.End, "damage inside the valid prefix")
+			require.Error(t, plain.r.Cause)
+		}
+		if plain.r.Sealed {
+			require.Equal(t, segment.EndClean, plain.r.Tail, "sealed but not clean")
+		}
+		require.Empty(t, plain.r.Skipped, "a scan without salvage skipped something")
+
+		salv, err := scanFrom(data, seq, segment.HeaderSize, true)
+		require.NoError(t, err)
+		checkScan(t, data, seq, segment.HeaderSize, salv)
+		checkSalvage(t, data, plain, salv)
+		require.Equal(t, orig, data, "a scan changed its input")
+
+		if len(data) < segment.HeaderSize {
+			return // not a segment file: nothing below applies
+		}
+		end := plain.r.End
+
+		// The valid prefix alone, with zeros after it, scans to the same
+		// records and a clean end. (Segment 0 does not exist: its zero-filled
+		// space names it, so there it reads as a torn tail.)
+		if seq != 0 {
+			cut := append(bytes.Clone(data[:end]), make([]byte, int(pick)%300)...)
+			c, err := scanFrom(cut, seq, segment.HeaderSize, false)
+			require.NoError(t, err)
+			require.Equal(t, segment.Report{End: end, Records: plain.r.Records, Sealed: plain.r.Sealed, Tail: segment.EndClean}, c.r,
+				"data[:End] plus %d zeros", len(cut)-end)
+			requireSameFrames(t, plain.frames, c.frames)
+		}
+
+		// ScanFrom at a group boundary the scan passed gives the rest of it.
+		// (Past a seal it cannot know of the seal, which it does not read.)
+		bounds := []int{segment.HeaderSize}
+		if !plain.r.Sealed {
+			bounds = append(bounds, end)
+		}
+		for _, fr := range plain.frames {
+			if fr.Place.Closes() {
+				bounds = append(bounds, fr.End())
+			}
+		}
+		from := bounds[int(pick)%len(bounds)]
+		rest, err := scanFrom(data, seq, from, false)
+		require.NoError(t, err)
+		var want []segment.Frame
+		for _, fr := range plain.frames {
+			if fr.Offset >= from {
+				want = append(want, fr)
+			}
+		}
+		requireSameFrames(t, want, rest.frames)
+		require.Equal(t, len(want), rest.r.Records)
+		require.Equal(t, []any{plain.r.End, plain.r.Tail, plain.r.Sealed, plain.r.DamageAt, errText(plain.r.Cause)},
+			[]any{rest.r.End, rest.r.Tail, rest.r.Sealed, rest.r.DamageAt, errText(rest.r.Cause)}, "ScanFrom(%d) ends otherwise than Scan", from)
+
+		// A callback error stops the scan and is returned.
+		if n := len(plain.frames); n > 0 {
+			stopAt := int(pick) % n
+			errStop := errors.New("stop")
+			calls := 0
+			r, err := segment.Scan(data, seq, false, func(segment.Frame) error {
+				calls++
+				if calls > stopAt {
+					return errStop
+				}
+				return nil
+			})
+			require.ErrorIs(t, err, errStop)
+			require.Equal(t, stopAt+1, calls, "the scan went on after its callback failed")
+			require.LessOrEqual(t, r.Records, stopAt)
+		}
+	})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// checkScan checks what any scan of data from from must keep.
+func checkScan(t *testing.T, data []byte, seq uint32, from int, s scanned) {
+	t.Helper()
+	r := s.r
+	if len(data) >= segment.HeaderSize {
+		require.GreaterOrEqual(t, r.End, segment.HeaderSize, "End before the header's end")
+		require.LessOrEqual(t, r.End, len(data), "End past the data")
+	}
+	require.Equal(t, len(s.frames), r.Records, "Records counts otherwise than the callback")
+	inGroup := false
+	for i, fr := range s.frames {
+		require.Equal(t, segment.KindRecord, fr.Kind, "frame %d handed over is a %v", i, fr.Kind)
+		require.GreaterOrEqual(t, fr.Offset, from)
+		require.LessOrEqual(t, fr.End(), r.End, "frame %d at %d ends past End %d", i, fr.Offset, r.End)
+		if i > 0 {
+			require.LessOrEqual(t, s.frames[i-1].End(), fr.Offset, "frames %d and %d overlap or are out of order", i-1, i)
+		}
+		alone, err := segment.Decode(data, fr.Offset, seq)
+		require.NoError(t, err, "frame %d at %d does not decode on its own", i, fr.Offset)
+		require.Equal(t, alone, fr)
+		require.Equal(t, inGroup, !fr.Place.Opens(), "frame %d at %d: place %d out of group order", i, fr.Offset, fr.Place)
+		if inGroup {
+			require.Equal(t, s.frames[i-1].End(), fr.Offset, "frames of a group are contiguous")
+		}
+		inGroup = !fr.Place.Closes()
+	}
+	require.False(t, inGroup, "an incomplete group was handed over")
+}
+
+// checkSalvage checks a salvage scan against the plain one.
+func checkSalvage(t *testing.T, data []byte, plain, salv scanned) {
+	t.Helper()
+	if plain.r.Tail != segment.EndCorrupt {
+		require.Equal(t, plain, salv, "salvage changed a scan that found no corruption")
+		return
+	}
+	require.GreaterOrEqual(t, len(salv.frames), len(plain.frames))
+	requireSameFrames(t, plain.frames, salv.frames[:len(plain.frames)])
+	require.NotEmpty(t, salv.r.Skipped, "corruption, and salvage skipped nothing")
+	require.Equal(t, plain.r.End, salv.r.Skipped[0].From, "the first skipped span starts where the plain scan stopped")
+	prev := segment.HeaderSize
+	for _, sp := range salv.r.Skipped {
+		require.GreaterOrEqual(t, sp.From, prev, "skipped spans out of order: %v", salv.r.Skipped)
+		require.Less(t, sp.From, sp.To, "empty skipped span: %v", salv.r.Skipped)
+		require.LessOrEqual(t, sp.To, len(data))
+		prev = sp.To
+		for _, fr := range salv.frames {
+			require.False(t, fr.Offset < sp.To && fr.End() > sp.From, "record at %d inside skipped span %v", fr.Offset, sp)
+		}
+	}
+	require.NotEqual(t, segment.EndCorrupt, salv.r.Tail, "salvage ended in corruption")
+}
+
+func requireSameFrames(t *testing.T, want, got []segment.Frame) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		w, g := want[i], got[i]
+		require.Equal(t, []any{w.Offset, w.Seq, w.Synced, w.Kind, w.Place}, []any{g.Offset, g.Seq, g.Synced, g.Kind, g.Place}, "frame %d", i)
+		require.True(t, bytes.Equal(w.Body, g.Body), "frame %d body", i)
+	}
+}
+
+// scanSeeds are the generated inputs of FuzzSegmentScan.
+func scanSeeds(testing.TB) []seed {
+	s := func(name string, program, junk []byte, seq uint32, flags byte, pick uint16) seed {
+		return seed{name, []any{program, junk, seq, flags, pick}}
+	}
+	groups := []byte{0x04, 0x09, 0x13, 0x2e, 0x01, 0x83, 0x07}
+	stale := []byte{0x05, 0x06, 0xc7, 0xc2, 0xc9}
+	var noise []byte
+	for i := range 90 {
+		noise = append(noise, byte(i*37+11))
+	}
+	return []seed{
+		s("clean", groups, nil, 1, scanHeader, 3),
+		s("clean-zeros", groups, make([]byte, 200), 7, scanHeader, 50),
+		s("sealed", groups, nil, 3, scanHeader|scanSeal, 2),
+		s("torn", groups, nil, 2, scanHeader|scanTearLast, 1),
+		s("torn-mid-group", []byte{0x05, 0x33}, nil, 2, scanHeader|scanTearLast, 9),
+		s("torn-junk-then-old", groups, noise, 4, scanHeader|scanSplit, 5),
+		s("corrupt", groups, noise, 4, scanHeader|scanSplit|scanSyncedAfter, 5),
+		s("corrupt-sealed", groups, []byte{1, 2, 3, 4, 5}, 9, scanHeader|scanSplit|scanSyncedAfter|scanSeal, 7),
+		s("corrupt-zeros", groups, make([]byte, 40), 9, scanHeader|scanSplit|scanSyncedAfter, 0),
+		s("recycled", stale, nil, 6, scanHeader, 4),
+		s("recycled-after", []byte{0x04, 0x08, 0xc4, 0xc8}, nil, 6, scanHeader|scanSplit, 4),
+		s("padding", []byte{0x80, 0x04, 0xbf, 0x0c}, nil, 5, scanHeader, 1),
+		s("no-header", groups, noise, 4, scanSplit, 2),
+		s("short", nil, []byte("WALBSEG"), 1, 0, 0),
+		s("empty", nil, nil, 1, 0, 0),
+		s("seq-zero", groups, make([]byte, 64), 0, scanHeader, 8),
+		s("max-seq", groups, nil, ^uint32(0), scanHeader|scanSeal, 8),
+		s("junk-only", nil, []byte(fmt.Sprint(noise)), 1, scanHeader, 3),
+	}
+}

@@ -147,6 +147,12 @@ func (s *Store) openIndex() (int, error) {
 			}
 			_ = x.Table.Close()
 			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects", index.ErrDamaged)
+		} else if end := s.log.End(); from > end && !s.opts.Salvage {
+			// The checkpoint's position was durable (its barrier synced
+			// it): a log that ends before it lost synced records.
+			_ = x.Table.Close()
+			return 0, &wal.CorruptionError{File: filepath.Join(s.dir, fmt.Sprintf("%010d.seg", end.Segment())), Offset: end.Offset(),
+				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
 			_ = x.Table.Close()
 			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
@@ -174,18 +180,45 @@ func (s *Store) openIndex() (int, error) {
 	orphans := map[uint64]bool{}
 	if len(salvaged) > 0 {
 		damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
+		for _, d := range salvaged[1:] {
+			damageAt = min(damageAt, wal.MakePosition(d.Segment, d.Offset))
+		}
 		x.OnOrphan = func(pos wal.Position, e *index.Event) {
 			if pos >= damageAt && e.Seq != 0 {
 				orphans[e.Seq] = true
 			}
 		}
 	}
+	if len(salvaged) > 0 && from == 0 {
+		// Salvage may have cut a queue's declaration out of the preamble
+		// that preceded its events (older segments removed): declare
+		// every queue the log still declares anywhere, first.
+		err := s.log.Iterate(0, func(pos wal.Position, rec []byte) error {
+			if len(rec) > 0 && (index.Kind(rec[0]) == index.KindDeclare || index.Kind(rec[0]) == index.KindMeta) {
+				return x.ApplyRecord(pos, rec)
+			}
+			return nil
+		})
+		if err != nil {
+			_ = x.Table.Close()
+			return 0, err
+		}
+	}
 	n := 0
 	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++
-		if len(salvaged) > 0 && pos < damageAt && len(rec) > 0 && index.Kind(rec[0]) == index.KindPublish {
-			if e, err := index.Decode(rec); err == nil {
-				maxBefore = max(maxBefore, e.Seq)
+		if len(salvaged) > 0 && pos < damageAt && len(rec) > 0 {
+			// Every sequence below a preamble's mark was taken before
+			// that segment began: an event about one is no sign of loss.
+			switch index.Kind(rec[0]) {
+			case index.KindPublish:
+				if e, err := index.Decode(rec); err == nil {
+					maxBefore = max(maxBefore, e.Seq)
+				}
+			case index.KindMark:
+				if e, err := index.Decode(rec); err == nil && e.Seq > 0 {
+					maxBefore = max(maxBefore, e.Seq-1)
+				}
 			}
 		}
 		if err := x.ApplyRecord(pos, rec); err != nil {
@@ -207,8 +240,11 @@ func (s *Store) openIndex() (int, error) {
 	}
 	x.OnOrphan = nil
 	if err == nil && len(salvaged) > 0 {
+		// Without a publish or a mark before the damage there is no telling
+		// an event about a lost message from one about a message whose
+		// segment was removed: name none rather than guess.
 		for seq := range orphans {
-			if seq > maxBefore {
+			if maxBefore > 0 && seq > maxBefore {
 				lost[seq] = true
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,14 +103,7 @@ func (l *Log) recover() error {
 	clean, hasClean := readCleanMark(fs, l.dir)
 	for _, name := range names {
 		if name == cleanName {
-			// Removed (durably: dirty) before anything is appended: a
-			// later crash must not find a mark this open's writes made
-			// false.
-			if err := fs.Remove(filepath.Join(l.dir, name)); err != nil {
-				return fmt.Errorf("wal: open %s: %w", l.dir, err)
-			}
-			dirty = true
-			continue
+			continue // removed once recovery has succeeded, below
 		}
 		if strings.HasSuffix(name, tmpSuffix) {
 			// Never part of the log. A retired segment of full size is
@@ -137,6 +131,10 @@ func (l *Log) recover() error {
 			return &CorruptionError{File: l.segPath(seqs[i-1] + 1), Cause: errors.New("segment file missing")}
 		}
 	}
+	if hasClean && !l.opts.Salvage && (len(seqs) == 0 || clean.Segment() > seqs[len(seqs)-1] || clean.Segment() < seqs[0]) {
+		return &CorruptionError{File: l.segPath(clean.Segment()), Offset: clean.Offset(),
+			Cause: fmt.Errorf("the log ended at %v when it was last closed, and that segment is gone", clean)}
+	}
 
 	var segs []*seg
 	var reports []segment.Report
@@ -149,6 +147,9 @@ func (l *Log) recover() error {
 			open = segment.OpenUnread
 		}
 		f, err := open(fs, l.segPath(seq), seq)
+		if err != nil && errors.Is(err, segment.ErrBadHeader) && l.opts.Salvage {
+			f, err = l.salvageHeader(seq, err)
+		}
 		if err != nil {
 			l.segs.Store(&segs)
 			if errors.Is(err, segment.ErrBadHeader) {
@@ -160,6 +161,11 @@ func (l *Log) recover() error {
 		if r, ok := l.trustedSeal(f, seq, seq == seqs[len(seqs)-1]); ok {
 			reports = append(reports, r)
 			continue
+		}
+		if hasClean && !l.opts.Salvage && seq == clean.Segment() && clean.Offset() > f.Size() {
+			l.segs.Store(&segs)
+			return &CorruptionError{File: l.segPath(seq), Offset: f.Size(),
+				Cause: fmt.Errorf("the file has %d bytes, but the log ended at offset %d when it was last closed: synced records are gone", f.Size(), clean.Offset())}
 		}
 		if r, ok := l.cleanTail(f, seq, seq == seqs[len(seqs)-1], clean, hasClean); ok {
 			reports = append(reports, r)
@@ -223,6 +229,15 @@ func (l *Log) recover() error {
 		if r.Records >= 0 {
 			l.recovery.Records += r.Records
 		}
+	}
+	if hasClean || slices.Contains(names, cleanName) {
+		// Removed (durably: dirty) before anything is appended: a later
+		// crash must not find a mark this open's writes made false. Kept
+		// when recovery fails, so that the next attempt knows it too.
+		if err := fs.Remove(filepath.Join(l.dir, cleanName)); err != nil {
+			return fmt.Errorf("wal: open %s: %w", l.dir, err)
+		}
+		dirty = true
 	}
 	if dirty {
 		if err := fs.SyncDir(l.dir); err != nil {
@@ -288,6 +303,8 @@ func (l *Log) cleanTail(f *segment.File, seq uint32, last bool, clean Position, 
 	if !ok || !last || l.opts.Salvage || clean.Segment() != seq || clean.Offset() < segment.HeaderSize || clean.Offset() > f.Size() {
 		return segment.Report{}, false
 	}
+	// (A mark past the file's size is refused by recover: bytes a clean
+	// Close had synced are gone.)
 	from, records := segment.HeaderSize, 0
 	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > from && v.Offset() <= clean.Offset() {
 		from, records = v.Offset(), -1
@@ -401,7 +418,13 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	if !last && !r.Sealed {
 		// The damage took the end of a sealed segment: everything after
-		// the valid prefix is lost. Seal it there.
+		// the valid prefix is lost. Seal it there, rewriting the file at
+		// a size that holds the seal if it was cut too short for one.
+		if s.file.Size()-r.End < segment.Size(0) {
+			if err := l.regrow(s, r.End); err != nil {
+				return fmt.Errorf("wal: salvage: %w", err)
+			}
+		}
 		data := s.file.Data()
 		end := len(data)
 		d := Damage{File: path, Segment: s.seq, Offset: r.End, Length: end - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo}
@@ -422,6 +445,42 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	*r = again
 	return nil
+}
+
+// salvageHeader copies aside a segment whose header fails its checks,
+// writes a good header for segment seq over it (its frames name their
+// segment themselves, so nothing else depends on the header) and opens it.
+func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
+	path := l.segPath(seq)
+	f, err := segment.OpenUnread(l.opts.FS, path, seq)
+	if err != nil {
+		return nil, err
+	}
+	if f.Size() < segment.HeaderSize {
+		_ = f.Close()
+		return nil, cause
+	}
+	copyTo, err := l.copyAside(&seg{file: f, seq: seq})
+	_ = f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	raw, err := l.opts.FS.OpenFile(path, os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	hdr := segment.EncodeHeader(seq)
+	_, err = raw.WriteAt(hdr[:], 0)
+	if err == nil {
+		err = raw.Sync()
+	}
+	err = errors.Join(err, raw.Close())
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: rewrite header: %w", path, err)
+	}
+	l.recovery.Salvaged = append(l.recovery.Salvaged, Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause, CopiedTo: copyTo})
+	l.opts.Logger.Error("wal: salvage rewrote a damaged segment header", "file", path, "copy", copyTo)
+	return segment.Open(l.opts.FS, path, seq)
 }
 
 // copyAside copies a segment file into the salvage/ subdirectory, durably,

@@ -1,0 +1,134 @@
+// Package recovery is walbroker's crash suite: it crashes the broker
+// (process kills, simulated power loss, injected faults, damaged files)
+// and checks that nothing acknowledged is lost.
+//
+// This package (its non-test files) is the process-crash harness. Its
+// tests re-execute the test binary as a child process that runs a mixed
+// workload on one store and keeps a journal of every call that returned;
+// the parent kills the child with SIGKILL, opens the store and checks it
+// against the journal, and starts the next child on the same store.
+//
+// # The workload (workload.go)
+//
+// A child opens the store with the real clock and 64 KiB segments, so
+// that rotation, checkpoints, copy forward and segment removal (which the
+// broker runs in the background after each rotation) happen every few
+// hundred messages, under a sync mode chosen per cycle. Its goroutines:
+//
+//   - publishers: Publish, PublishKeyed (keys from a small set per
+//     publisher, dedup window 2 s) and PublishBatch, to the "work" and
+//     "flow" queues;
+//   - consumers of "work" with Receive, each delivery getting an intent
+//     (ack, nack, reject, extend then ack or nack, or hold: keep the lease
+//     and let it lapse) journaled with the delivery before it is carried
+//     out;
+//   - broker.Consume on "flow" (acks, nacks with a retry cause, rejects with
+//     DoNotRetry, lease extensions for slow handlers);
+//   - a janitor that replays and deletes dead letters;
+//   - a poison consumer: a message on the "poison" queue (visibility
+//     timeout 200 ms, MaxDeliveries 3) "crashes" whoever receives it: the
+//     child journals the delivery, tells the parent, and is killed.
+//
+// Every payload is its reference (queue, cycle, goroutine, attempt, batch
+// index, key) followed by bytes derived from it, so any payload read back
+// can be verified on its own, and an unjournaled message traced to the
+// call that published it.
+//
+// # The journal (journal.go)
+//
+// Each child appends to its own journal file, outside the store, one entry
+// per returned call — published (IDs, references, EnqueuedAt), duplicate
+// (key and original ID), delivered (count, lease expiry, intent), acked,
+// nacked, rejected, extended, replaying/replayed, deleting/deleted —
+// fdatasynced before the goroutine goes on. Entries are length-prefixed
+// and CRC-32C'd; a torn last write (the kill landed in it) is detected
+// and ignored: nothing in it had been acknowledged to its goroutine.
+//
+// # Cycles and hooks (harness.go)
+//
+// Each cycle starts a child on the same store and kills it: a random
+// 20-300 ms after its workload started (timed), a random 0-80 ms after it
+// was started (early: often inside Open's recovery), or when it reports
+// that it paused at its hook (hooked). Hooks watch the store's file
+// operations through a vfs.FaultFS observer and block the goroutine that
+// made the chosen one, after it completed, so that the kill lands exactly
+// there: in rotation (segment renamed into place, directory synced, seal
+// written, seal fdatasynced), while preparing or recycling the next
+// segment, in a checkpoint (table written or fdatasynced, checkpoint
+// written, fdatasynced, renamed; the checkpoint Open writes; the one after
+// a copy forward), and in segment removal (renamed to a spare, deleted,
+// directory synced). The run reports how many cycles hit each hook.
+//
+// After each kill the parent copies the store (as the page cache holds it:
+// a process crash loses nothing written) and opens the copy with a clock
+// an hour ahead, so every lease has lapsed and every retry delay ended,
+// and drains it: every queue received to the end, every dead letter read.
+// One cycle in three it also opens the store itself with the real clock
+// (reading its dead letters and counts) and closes it, so that the next
+// child starts from a clean close rather than a crash. At the end the
+// store itself is drained.
+//
+// # Invariants (check.go)
+//
+// A process crash keeps the page cache, so whatever a call returned for
+// must survive under every sync mode:
+//
+//   - No lost publish: a message whose Publish returned nil is in the store
+//     (receivable, leased, delayed or dead) unless an Ack or a
+//     DeleteDeadLetter of it returned nil, or one was in flight at a kill.
+//   - Acked is gone: a message whose Ack returned nil is never delivered
+//     again, in the journals or in any drain; so for deletes.
+//   - No unknown message: every message a store shows was published, with
+//     the same ID, payload and EnqueuedAt. One whose publish did not return
+//     must be the call its goroutine had in flight when it was killed;
+//     once seen it is held to the same rules. An ID is never handed out
+//     twice.
+//   - Delivery counts only grow: each delivery of a message counts more
+//     than every earlier one (a replay of a dead letter starts again at 1),
+//     and never more than MaxDeliveries; an ack, nack or extend that
+//     returned nil settled the latest delivery.
+//   - Leases and retry delays survive a kill: a message is not delivered
+//     again before its lease's ExpiresAt (or an Extend's, which may shorten
+//     it) nor before a nack's VisibleAt, by the wall clock, which is the
+//     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt.
+//   - Clock readings are the broker's: EnqueuedAt, ExpiresAt, VisibleAt and
+//     FailedAt lie between the instants before and after their call (plus
+//     the visibility timeout, the retry delay or the Extend).
+//   - Dead letters are where the journal put them: a message whose Reject,
+//     or whose last-delivery Nack, returned nil is a dead letter with that
+//     reason and count and is never receivable again; every dead letter's
+//     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
+//     deliveries, no earlier than its last lease's expiry; a nack's or a
+//     reject's reason with the count of the delivery meant for it).
+//   - Dedup: a PublishKeyed whose key's original was enqueued no more than
+//     the window before the call ended returns that original (same ID and
+//     EnqueuedAt), across kills; a duplicate never names another key's
+//     message or an older original.
+//   - Order: a drain receives messages oldest EnqueuedAt first (then ID),
+//     and lists dead letters oldest FailedAt first.
+//   - Poison: a message whose consumer is killed on every delivery reaches
+//     the dead-letter store (LEASE_EXPIRED) after MaxDeliveries kills, each
+//     delivery in a different process.
+//   - Opening after a kill succeeds and reports no damage.
+//
+// The tests also check the lock (lock_test.go: a second Open fails with
+// Locked in the same process and in another; after the holder is killed,
+// Open succeeds and finds what it published) and the clock (clock_test.go:
+// with an injected clock stepped back and forth by an hour between
+// operations and across reopens, leases and retry delays end exactly at
+// their instant and not before, dedup keys are not forgotten early, and
+// Receive order follows EnqueuedAt).
+//
+// # Running it
+//
+//	go test ./recovery                         # 200 cycles (20 with -short or -race)
+//	WALBROKER_SOAK_CYCLES=5000 go test ./recovery -run TestProcessCrash -timeout 3h -v
+//	WALBROKER_CRASH_SEED=N go test ./recovery -run TestProcessCrash -v
+//
+// A run logs its seed; WALBROKER_CRASH_SEED replays its plan (the kind,
+// timing, hook and sync mode of every cycle, and the workload's choices),
+// though not the exact interleaving of the processes.
+// WALBROKER_CRASH_KEEP=1 keeps the store and journals of a failed run.
+// A violation is reported with the seed, the cycle, and the journal
+// entries of the messages concerned.
+package recovery

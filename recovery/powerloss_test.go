@@ -1,0 +1,491 @@
+package recovery_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// The power-loss tests run the workload of helpers_ext_test.go — three
+// queues, plain, keyed and batch publishes, receives, acks, nacks,
+// rejects, extends, dead-letter replays and deletions, in one goroutine
+// with a fake clock — over a store of the smallest segments, so that it
+// rotates, checkpoints in the background and at Close, copies live records
+// forward and removes old segments. The file system is a vfs.CrashFS that
+// loses power after its k-th mutating operation. The directory is then
+// cloned to what the device could hold — synced bytes only; a random half
+// of the unsynced 4 KiB blocks with the last write torn; every written
+// byte — and each clone is opened with the real file system and checked:
+//
+//   - it opens: a power loss is never corruption;
+//   - what it holds is exactly the projection of a prefix of the calls
+//     (the call that failed counting as a possible last one): no message
+//     no call put there, no delivery count from nowhere, no state of a
+//     later call without the earlier ones;
+//   - that prefix holds every call a completed fdatasync of the log
+//     covered and, by the sync mode's promise, every call that waited for
+//     one: under SyncAll every call that returned; under SyncPublish every
+//     publish that returned (other events may go); under SyncNone what
+//     the last completed fdatasync covered. A clone that kept every
+//     written byte (a process crash) holds every call that returned.
+//
+// Some clones are also opened from their log alone (the index removed),
+// which must show the same state, and some are opened through another
+// CrashFS that loses power during that recovery; the clone of that is
+// opened and must show the same state again.
+//
+// Environment:
+//
+//	WALBROKER_RECOVERY_SEED=n   replay a run (the seed is logged)
+//	WALBROKER_POWERLOSS_K=k     only the crash after operation k (with the seed of the run to replay)
+//	WALBROKER_SOAK_CASES=n      instead of the sweep of k, n cases with a random
+//	                            mode, workload seed and k each (the long soak):
+//	                            WALBROKER_SOAK_CASES=10000 go test ./recovery -run TestPowerLoss -timeout 2h -v
+
+const (
+	soakCasesEnv = "WALBROKER_SOAK_CASES"
+	onlyKEnv     = "WALBROKER_POWERLOSS_K"
+	// plSteps is the length of the power-loss workload: about 260 calls
+	// and 350 to 550 file operations, over four segments.
+	plSteps = 250
+	// plShortCases is about how many clones -short checks; the default
+	// run crashes at every operation (about 4,000 clones).
+	plShortCases = 200
+)
+
+var syncModes = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
+
+// plWorkload is the workload of mode: under SyncNone the background
+// fdatasync runs every 2 ms, several times in a run.
+func plWorkload(seed uint64, mode broker.SyncMode) workload {
+	w := workload{seed: seed, steps: plSteps, mode: mode}
+	if mode == broker.SyncNone {
+		w.syncInterval = 2 * time.Millisecond
+	}
+	return w
+}
+
+// cloneKinds are the three ways a clone treats unsynced data.
+var cloneKinds = []struct {
+	name    string
+	keep    float64
+	tear    bool
+	keepAll bool
+}{
+	{"synced only", 0, false, false},
+	{"half the unsynced blocks, last write torn", 0.5, true, false},
+	{"every written byte", 1, false, true},
+}
+
+// plCase is one run of the workload that loses power after operation k,
+// and the checks of its clones.
+type plCase struct {
+	mode  broker.SyncMode
+	wseed uint64 // the workload's seed
+	k     int64
+	rng   *rand.Rand // the clones' choices
+	// kinds are the indexes into cloneKinds of the clones to check;
+	// crashRecovery and rebuild index into kinds, -1 for none.
+	kinds         []int
+	crashRecovery int
+	rebuild       int
+}
+
+func (c *plCase) String() string {
+	return fmt.Sprintf("mode %v, workload seed %d, power lost after operation %d", c.mode, c.wseed, c.k)
+}
+
+// plCounts counts what a power-loss test checked.
+type plCounts struct {
+	runs, clones    int
+	recoveryCrashes int
+	rebuilds        int
+	tornTails       int
+	indexRebuilt    int
+	noCrash         int
+	prefixShort     int // clones that lost calls no promise covered
+}
+
+func (c *plCounts) add(o *plCounts) {
+	c.runs += o.runs
+	c.clones += o.clones
+	c.recoveryCrashes += o.recoveryCrashes
+	c.rebuilds += o.rebuilds
+	c.tornTails += o.tornTails
+	c.indexRebuilt += o.indexRebuilt
+	c.noCrash += o.noCrash
+	c.prefixShort += o.prefixShort
+}
+
+func (c *plCounts) String() string {
+	return fmt.Sprintf("%d workload runs, %d power-loss clones checked (%d of them lost calls that no promise covered), "+
+		"%d recoveries crashed and checked again, %d rebuilt from the log alone and compared; "+
+		"%d opens repaired a torn tail, %d rebuilt the index; %d runs ended before the crash",
+		c.runs, c.clones, c.prefixShort, c.recoveryCrashes, c.rebuilds, c.tornTails, c.indexRebuilt, c.noCrash)
+}
+
+// run runs the case in a fresh directory under root and returns what
+// failed (nil if nothing did).
+func (c *plCase) run(root string, counts *plCounts) []string {
+	var fails []string
+	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
+	dir := filepath.Join(root, "run")
+	defer func() { _ = os.RemoveAll(root) }()
+	if err := os.MkdirAll(dir, 0o700); err != nil { // so that a crash before Open makes it still leaves a directory to clone
+		return []string{err.Error()}
+	}
+	cfs := vfs.NewCrashFS(vfs.Default)
+	cfs.CrashAfter(c.k)
+	watch := newSyncWatchFS(cfs)
+	j := plWorkload(c.wseed, c.mode).run(dir, watch, watch)
+	counts.runs++
+	if !cfs.Crashed() {
+		counts.noCrash++
+		if j.failed != nil || j.openErr != nil || j.closeErr != nil {
+			fail("%v: no power loss, yet the workload failed: open %v, close %v\n%v", c, j.openErr, j.closeErr, j)
+		}
+	}
+	at := j.end.Add(checkDelay)
+	for i, kind := range c.kinds {
+		ck := cloneKinds[kind]
+		what := fmt.Sprintf("%v, clone of %s", c, ck.name)
+		clone := filepath.Join(root, fmt.Sprintf("clone-%d", i))
+		opts := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: ck.keep, TearLastWrite: ck.tear, Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 1))}
+		if err := cfs.CrashClone(clone, opts); err != nil {
+			fail("%s: CrashClone: %v", what, err)
+			continue
+		}
+		var again, rebuilt string
+		if c.crashRecovery == i {
+			again = clone + "-again"
+			if err := copyTree(clone, again); err != nil {
+				fail("%s: %v", what, err)
+				again = ""
+			}
+		}
+		if c.rebuild == i {
+			rebuilt = clone + "-rebuilt"
+			if err := copyTree(clone, rebuilt); err == nil {
+				err = os.RemoveAll(filepath.Join(rebuilt, "index"))
+			} else {
+				fail("%s: %v", what, err)
+				rebuilt = ""
+			}
+		}
+		counts.clones++
+		lo := lowerBound(j, ck.keepAll)
+		obs := checkClone(clone, at, j, lo, what, fail)
+		if obs == nil {
+			continue
+		}
+		if obs.recovery.TornTail {
+			counts.tornTails++
+		}
+		if obs.recovery.IndexRebuilt {
+			counts.indexRebuilt++
+		}
+		if rebuilt != "" {
+			counts.rebuilds++
+			if obsR, err := observe(rebuilt, at, j.keys, broker.Options{}); err != nil {
+				fail("%s: with its index removed it does not open: %v", what, err)
+			} else if d := sameObservation(obs, obsR); d != "" {
+				fail("%s: opened from its checkpoint and rebuilt from its log alone, the store differs:\n%s", what, d)
+			}
+		}
+		if again != "" {
+			counts.recoveryCrashes++
+			rk := c.rng.Int64N(40)
+			rfs := vfs.NewCrashFS(vfs.Default)
+			rfs.CrashAfter(rk)
+			if s, err := broker.Open(again, broker.Options{Now: newClock(j.end).Now, SegmentBytes: broker.MinSegmentBytes, FS: rfs}); err == nil {
+				_ = s.Close()
+			}
+			rck := cloneKinds[c.rng.IntN(len(cloneKinds))]
+			what2 := fmt.Sprintf("%s, then power lost after operation %d of its recovery, clone of %s", what, rk, rck.name)
+			clone2 := again + "-clone"
+			if err := rfs.CrashClone(clone2, vfs.CrashOptions{Root: again, KeepUnsyncedFraction: rck.keep, TearLastWrite: rck.tear,
+				Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 2))}); err != nil {
+				fail("%s: CrashClone: %v", what2, err)
+			} else if obs2 := checkClone(clone2, at, j, lo, what2, fail); obs2 != nil {
+				if d := sameObservation(obs, obs2); d != "" {
+					fail("%s: the store differs from what the uninterrupted recovery found:\n%s", what2, d)
+				}
+			}
+		}
+		if diff(obs, project(j, len(j.calls)), j.failed) != "" {
+			counts.prefixShort++
+		}
+	}
+	if len(fails) > 0 {
+		fails[0] += "\n" + j.String()
+	}
+	return fails
+}
+
+// checkClone opens the clone and checks it against the journal: it must
+// open and show the projection of a prefix of at least lo calls. It
+// returns the observation, or nil after reporting through fail.
+func checkClone(clone string, at time.Time, j *journal, lo int, what string, fail func(string, ...any)) *observation {
+	obs, err := observe(clone, at, j.keys, broker.Options{})
+	if err != nil {
+		if errors.Is(err, broker.Corrupt) {
+			fail("%s: a power loss was read as corruption: %v", what, err)
+		} else {
+			fail("%s: the clone does not open: %v", what, err)
+		}
+		return nil
+	}
+	if n, d := match(j, obs, lo); n < 0 {
+		fail("%s: the store is not what any prefix of at least %d of the %d calls made (the failed call: %v);\n%s", what, lo, len(j.calls), j.failed, d)
+		return nil
+	}
+	return obs
+}
+
+// TestPowerLoss crashes the workload at every file operation (with
+// -short, at every stride-th, so that about plShortCases clones are
+// checked), under each
+// sync mode, and checks each clone; see the comment at the top of this
+// file. With WALBROKER_SOAK_CASES set it runs that many random cases
+// instead.
+func TestPowerLoss(t *testing.T) {
+	seed := testSeed(t)
+	if v := os.Getenv(soakCasesEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a positive number of cases", soakCasesEnv, v)
+		}
+		powerLossSoak(t, seed, n)
+		return
+	}
+	onlyK := int64(-1)
+	if v := os.Getenv(onlyKEnv); v != "" {
+		k, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || k < 0 {
+			t.Fatalf("%s=%q: want an operation number", onlyKEnv, v)
+		}
+		onlyK = k
+	}
+	root := fastDir(t)
+	var (
+		countsMu sync.Mutex
+		counts   plCounts
+	)
+	start := time.Now()
+	for mi, mode := range syncModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			wseed := seed + uint64(mi)
+			dry := vfs.NewCrashFS(vfs.Default)
+			j := plWorkload(wseed, mode).run(filepath.Join(root, mode.String()+"-dry"), dry, nil)
+			if j.failed != nil || j.openErr != nil || j.closeErr != nil {
+				t.Fatalf("the workload fails without a crash:\n%v", j)
+			}
+			total := dry.Ops()
+			// Each run checks three clones of its crash; by default every
+			// operation is a crash point.
+			stride := int64(1)
+			if testing.Short() {
+				stride = max(1, int64(len(syncModes)*len(cloneKinds))*total/plShortCases)
+			}
+			t.Logf("workload seed %d: %d calls, %d file operations (%d checkpoints, %d bytes reclaimed, %d records copied forward); crashing at every %d-th",
+				wseed, len(j.calls), total, j.stats.Checkpoints, j.stats.BytesReclaimed, j.stats.CopiedForward, stride)
+			rng := rand.New(rand.NewPCG(seed, uint64(mi)))
+			var mine plCounts
+			failures := 0
+			for n, k := 0, rng.Int64N(stride); k <= total+stride; n, k = n+1, k+stride {
+				if onlyK >= 0 && k != onlyK {
+					continue
+				}
+				c := &plCase{mode: mode, wseed: wseed, k: k, rng: rand.New(rand.NewPCG(seed^uint64(k), uint64(mi))),
+					kinds: []int{0, 1, 2}, crashRecovery: -1, rebuild: -1}
+				if n%3 == 0 {
+					c.crashRecovery = n / 3 % 3
+				}
+				if n%5 == 0 {
+					c.rebuild = n / 5 % 3
+				}
+				for _, f := range c.run(filepath.Join(root, fmt.Sprintf("%s-%d", mode, k)), &mine) {
+					failures++
+					if failures <= 3 {
+						t.Errorf("%s\n(replay: %s=%d %s=%d)", f, seedEnv, seed, onlyKEnv, k)
+					}
+				}
+			}
+			if failures > 3 {
+				t.Errorf("%d more failures not shown", failures-3)
+			}
+			t.Logf("%s: %v", mode, &mine)
+			countsMu.Lock()
+			counts.add(&mine)
+			countsMu.Unlock()
+		})
+	}
+	t.Cleanup(func() {
+		t.Logf("power loss: %v, in %v", &counts, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// powerLossSoak runs n random cases: a random mode, workload seed and k,
+// and one clone of a random kind each; a third of them also crash the
+// recovery of the clone, and a fifth compare it with a rebuild.
+func powerLossSoak(t *testing.T, seed uint64, n int) {
+	root := fastDir(t)
+	rng := rand.New(rand.NewPCG(seed, 0x50a6))
+	// The number of file operations of a run, by mode, from one dry run
+	// each: k is drawn up to a little past it.
+	totals := map[broker.SyncMode]int64{}
+	for _, mode := range syncModes {
+		dry := vfs.NewCrashFS(vfs.Default)
+		plWorkload(seed, mode).run(filepath.Join(root, mode.String()+"-dry"), dry, nil)
+		totals[mode] = dry.Ops()
+	}
+	var counts plCounts
+	start := time.Now()
+	failures := 0
+	for i := range n {
+		mode := syncModes[rng.IntN(len(syncModes))]
+		c := &plCase{mode: mode, wseed: rng.Uint64(), k: rng.Int64N(totals[mode] * 11 / 10), rng: rand.New(rand.NewPCG(rng.Uint64(), 3)),
+			kinds: []int{rng.IntN(len(cloneKinds))}, crashRecovery: -1, rebuild: -1}
+		if rng.IntN(3) == 0 {
+			c.crashRecovery = 0
+		}
+		if rng.IntN(5) == 0 {
+			c.rebuild = 0
+		}
+		for _, f := range c.run(filepath.Join(root, strconv.Itoa(i)), &counts) {
+			failures++
+			if failures <= 5 {
+				t.Errorf("case %d: %s\n(replay: %s=%d %s=%d)", i, f, seedEnv, seed, soakCasesEnv, i+1)
+			}
+		}
+		if (i+1)%1000 == 0 {
+			t.Logf("%d cases, %d failures, %v", i+1, failures, time.Since(start).Round(time.Second))
+		}
+	}
+	if failures > 5 {
+		t.Errorf("%d more failures not shown", failures-5)
+	}
+	t.Logf("power-loss soak of %d cases (seed %d): %v, in %v; failures %d", n, seed, &counts, time.Since(start).Round(time.Millisecond), failures)
+}
+
+// segmentRE matches the name of a segment file (not a prepared one, nor a
+// spare).
+var segmentRE = regexp.MustCompile(`^[0-9]{10}\.seg$`)
+
+// syncWatchFS wraps a file system to learn which calls a completed
+// fdatasync of a segment made durable: when such an fdatasync starts,
+// every call completed so far has its events written in that segment or
+// in an earlier, sealed and synced, one.
+type syncWatchFS struct {
+	vfs.FS
+	completed atomic.Int64 // calls completed, set by the workload
+	synced    atomic.Int64 // calls covered by a completed segment fdatasync
+
+	mu    sync.Mutex
+	files map[*watchFile]bool // open files, so that renames update their names
+}
+
+func newSyncWatchFS(inner vfs.FS) *syncWatchFS {
+	return &syncWatchFS{FS: inner, files: map[*watchFile]bool{}}
+}
+
+func (w *syncWatchFS) Completed(n int) { w.completed.Store(int64(n)) }
+func (w *syncWatchFS) Synced() int     { return int(w.synced.Load()) }
+
+type watchFile struct {
+	vfs.File
+	fs   *syncWatchFS
+	path string // the file's present name; guarded by fs.mu
+}
+
+func (w *syncWatchFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := w.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	wf := &watchFile{File: f, fs: w, path: filepath.Clean(name)}
+	w.mu.Lock()
+	w.files[wf] = true
+	w.mu.Unlock()
+	return wf, nil
+}
+
+func (w *syncWatchFS) Rename(oldname, newname string) error {
+	if err := w.FS.Rename(oldname, newname); err != nil {
+		return err
+	}
+	oldPath, newPath := filepath.Clean(oldname), filepath.Clean(newname)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for f := range w.files {
+		if f.path == oldPath {
+			f.path = newPath
+		}
+	}
+	return nil
+}
+
+func (f *watchFile) Close() error {
+	f.fs.mu.Lock()
+	delete(f.fs.files, f)
+	f.fs.mu.Unlock()
+	return f.File.Close()
+}
+
+func (f *watchFile) Sync() error {
+	covered := f.fs.completed.Load()
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	f.fs.mu.Lock()
+	segment := segmentRE.MatchString(filepath.Base(f.path))
+	f.fs.mu.Unlock()
+	if segment {
+		for {
+			old := f.fs.synced.Load()
+			if covered <= old || f.fs.synced.CompareAndSwap(old, covered) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// sameObservation compares two observations of the same log (opened from
+// its checkpoint and rebuilt, or recovered twice) and returns what differs.
+func sameObservation(a, b *observation) string {
+	var out []string
+	for _, id := range sortedKeys(a.msgs) {
+		if got, ok := b.msgs[id]; !ok {
+			out = append(out, fmt.Sprintf("message %s: %v, then missing", id, a.msgs[id]))
+		} else if got != a.msgs[id] {
+			out = append(out, fmt.Sprintf("message %s: %v, then %v", id, a.msgs[id], got))
+		}
+	}
+	for _, id := range sortedKeys(b.msgs) {
+		if _, ok := a.msgs[id]; !ok {
+			out = append(out, fmt.Sprintf("message %s: missing, then %v", id, b.msgs[id]))
+		}
+	}
+	for _, k := range sortedKeys(a.dedup) {
+		_, origA := a.msgs[a.dedup[k]]
+		_, origB := b.msgs[b.dedup[k]]
+		if (origA || origB) && a.dedup[k] != b.dedup[k] {
+			out = append(out, fmt.Sprintf("key %s: %s, then %s", k, a.dedup[k], b.dedup[k]))
+		}
+	}
+	return strings.Join(out, "\n")
+}

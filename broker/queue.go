@@ -199,6 +199,9 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 	// Dedup comes before admission: a duplicate is admitted even when the
 	// queue is full, and a shed publish never enters the seen-set. An
 	// eviction is a state change like any other: it is logged.
+	// A publish looks at the queue: it observes its deadlines (a
+	// duplicate too, which returns before admission).
+	q.iq.Promote(now)
 	var evict [][]byte
 	// A call that writes no publish record still read the clock: if that
 	// reading is the latest, it is logged too (as an eviction of nothing),
@@ -234,7 +237,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 			return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
 		}
 	}
-	q.iq.Promote(now) // so that leases lapsed for good stop holding capacity
+	// (Promote above: leases lapsed for good stop holding capacity.)
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
 		live := q.iq.Live()
 		if err := q.unlockAndWait(reading); err != nil {

@@ -116,8 +116,9 @@
 // Open succeeds and finds what it published) and the clock (clock_test.go:
 // with an injected clock stepped back and forth by an hour between
 // operations and across reopens, leases and retry delays end exactly at
-// their instant and not before, dedup keys are not forgotten early, and
-// Receive order follows EnqueuedAt).
+// their instant and not before, a lapse any call observed stays observed
+// in its process, dedup keys are not forgotten early, and Receive order
+// follows EnqueuedAt).
 //
 // # Running it
 //

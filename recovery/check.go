@@ -1,0 +1,867 @@
+package recovery
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// Violation is one invariant a store or a journal broke.
+type Violation struct {
+	Cycle int    // the cycle whose journal or store showed it
+	ID    string // the message concerned, if one
+	What  string
+}
+
+func (v Violation) String() string {
+	if v.ID != "" {
+		return fmt.Sprintf("cycle %d: message %s: %s", v.Cycle, v.ID, v.What)
+	}
+	return fmt.Sprintf("cycle %d: %s", v.Cycle, v.What)
+}
+
+// ViolationError reports violations, with the journal entries about the
+// messages concerned.
+type ViolationError struct {
+	Violations []Violation
+	Excerpt    []string
+}
+
+func (e *ViolationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d invariant violation(s):\n", len(e.Violations))
+	for i, v := range e.Violations {
+		if i == 20 {
+			fmt.Fprintf(&b, "  ... and %d more\n", len(e.Violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	if len(e.Excerpt) > 0 {
+		b.WriteString("journal entries about these messages (cycle: entry):\n")
+		for _, l := range e.Excerpt {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	return b.String()
+}
+
+// msg is what the journal says about one message.
+type msg struct {
+	queue string
+	ref   string // its payload's reference; "" while known only from a duplicate
+	key   string
+	enq   int64
+	// journaled: a publish of it returned nil; otherwise it is the publish
+	// a killed child had in flight, found later.
+	journaled bool
+	cycle     int
+
+	// Its fate.
+	gone      string // "acked" or "deleted" once such a call returned nil
+	mayBeGone bool   // an ack or delete was attempted with no known outcome
+	dead      bool   // a reject or dead-lettering nack returned nil (and no replay since)
+	deadDel   int
+	deadWhy   string
+	deadT0    int64
+	deadT1    int64
+
+	// The current epoch of deliveries (a replay starts a new one).
+	maxDel  int
+	lastExp int64 // the last delivery's lease expiry (extended), if its lease may still hold
+	// extendFloor: an Extend meant for the last delivery has not been
+	// confirmed; if it happened, the lease expires no earlier than this
+	// (it measures from the call, after the delivery, so it may shorten it).
+	extendFloor  int64
+	visibleAt    int64 // after a nack that returned nil
+	mayHaveEnded bool  // the last lease may have been ended early by a nack or reject in flight
+	lastDelCycle int
+	nackDel      int // the delivery count of the last delivery a nack was meant for
+	rejectDel    int
+	// preReplay is the dead letter a replay was attempted on, until the
+	// replay is confirmed (or a delivery proves it happened): if it did
+	// not happen, the store still shows this dead letter.
+	preReplay *deadLetter
+}
+
+// deadLetter is a dead letter as a store showed it.
+type deadLetter struct {
+	reason   string
+	del      int
+	failedAt int64
+}
+
+// leaseFloor is the earliest instant the last delivery's lease may lapse,
+// or 0 if none is known.
+func (m *msg) leaseFloor() int64 {
+	if m.lastExp != 0 && m.extendFloor != 0 {
+		return min(m.lastExp, m.extendFloor)
+	}
+	return m.lastExp
+}
+
+type keyState struct {
+	id  string
+	enq int64
+}
+
+type attemptKey struct {
+	cycle int
+	who   string
+}
+
+// attempt is what a publishing goroutine of one cycle journaled: its last
+// attempt number and the attempts that failed (which may have happened).
+type attempt struct {
+	last   int64
+	failed map[int64]bool
+}
+
+// CheckFigures count what the checker saw.
+type CheckFigures struct {
+	Entries, Published, Duplicates, Deliveries, Acks, Nacks, Rejects, Extends int
+	Replays, Deletes, SettlesRefused                                          int
+	// InFlight counts messages whose publish had not returned when their
+	// child was killed, found in the store later.
+	InFlight int
+	// Drains counts stores drained and compared with the journal, Drained
+	// the messages received, DeadLetters the dead letters read there.
+	Drains, Drained, DeadLetters int
+	// TornTails, IndexRebuilt count the opens that found a torn log tail,
+	// or rebuilt the index from the log.
+	TornTails, IndexRebuilt int
+	PoisonRounds            int // poison messages that reached the dead-letter store
+}
+
+func (f CheckFigures) String() string {
+	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
+		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found, %d torn log tails, %d index rebuilds, %d poison rounds completed",
+		f.Entries, f.Published, f.Duplicates, f.Deliveries, f.Acks, f.Nacks, f.Rejects, f.Extends, f.Replays, f.Deletes, f.SettlesRefused,
+		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
+}
+
+// Checker keeps the model of the store that the journals describe, and
+// checks each cycle's journal, and each store opened after a kill, against
+// it. The invariants are those of a process crash: the page cache
+// survives, so everything a call returned for must be there, whatever the
+// sync mode.
+//
+// A Checker is not safe for concurrent use.
+type Checker struct {
+	journalPath func(cycle int) string
+	cycle       int
+	msgs        map[string]*msg
+	// live holds, by queue, the messages not acked or deleted for sure.
+	live       map[string]map[string]*msg
+	refs       map[string]string // payload reference → ID
+	keys       map[string]keyState
+	attempts   map[attemptKey]*attempt
+	poisonDone map[string]bool
+	violations []Violation
+
+	Figures CheckFigures
+}
+
+// NewChecker returns a checker; journalPath names each cycle's journal,
+// for the excerpts of its reports.
+func NewChecker(journalPath func(cycle int) string) *Checker {
+	return &Checker{journalPath: journalPath, msgs: map[string]*msg{}, live: map[string]map[string]*msg{}, refs: map[string]string{},
+		keys: map[string]keyState{}, attempts: map[attemptKey]*attempt{}, poisonDone: map[string]bool{}}
+}
+
+func (c *Checker) violate(id, format string, args ...any) {
+	c.violations = append(c.violations, Violation{Cycle: c.cycle, ID: id, What: fmt.Sprintf(format, args...)})
+}
+
+// Err returns the violations found so far as a *ViolationError, or nil.
+func (c *Checker) Err() error {
+	if len(c.violations) == 0 {
+		return nil
+	}
+	var ids []string
+	for _, v := range c.violations {
+		if v.ID != "" && !slices.Contains(ids, v.ID) {
+			ids = append(ids, v.ID)
+		}
+	}
+	return &ViolationError{Violations: c.violations, Excerpt: c.Excerpt(ids, 60)}
+}
+
+// Excerpt returns the journal lines that name any of ids, the last max of
+// them.
+func (c *Checker) Excerpt(ids []string, max int) []string {
+	if len(ids) > 8 {
+		ids = ids[:8]
+	}
+	var out []string
+	for cycle := 1; cycle <= c.cycle; cycle++ {
+		entries, _, err := ReadJournal(c.journalPath(cycle))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if slices.Contains(ids, e.ID) || slices.ContainsFunc(e.IDs, func(id string) bool { return slices.Contains(ids, id) }) {
+				out = append(out, fmt.Sprintf("c%d: %s", cycle, e))
+			}
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return out
+}
+
+// add makes m the message id.
+func (c *Checker) add(id string, m *msg) {
+	c.msgs[id] = m
+	if c.live[m.queue] == nil {
+		c.live[m.queue] = map[string]*msg{}
+	}
+	c.live[m.queue][id] = m
+}
+
+// setGone records that m was acked or deleted for good.
+func (c *Checker) setGone(id string, m *msg, how string) {
+	m.gone, m.mayBeGone = how, false
+	delete(c.live[m.queue], id)
+}
+
+func maxDeliveries(queue string) int {
+	p, _ := Policy(queue)
+	return p.MaxDeliveries
+}
+
+// retryDelay is the wait a nack of delivery d of queue asks for (the
+// policy's backoff curve).
+func retryDelay(queue string, d int) time.Duration {
+	p, _ := Policy(queue)
+	if p.MaxRetryDelay <= 0 || p.RetryDelay == 0 {
+		return p.RetryDelay
+	}
+	delay := p.RetryDelay
+	for i := 1; i < d && delay < p.MaxRetryDelay; i++ {
+		delay *= 2
+	}
+	return min(delay, p.MaxRetryDelay)
+}
+
+func ns(t int64) string { return time.Unix(0, t).UTC().Format("15:04:05.000000") }
+
+// orderKey places an entry of a cycle in the order its call took effect.
+// Goroutines journal their results after their calls return, so another
+// goroutine may journal what it saw of an effect (a delivery of a nacked
+// message, a dead letter just rejected) before the goroutine that caused
+// it journals the result. An effect happens after its call started and an
+// observation before its call returned, so a result is placed at the start
+// of its call and an observation (a delivery, a dead letter read) at the
+// end of its: an effect seen is then always placed before the sight.
+// Entries of one goroutine keep their order: each call starts after the
+// previous one returned.
+func orderKey(e *Entry) int64 {
+	switch e.Op {
+	case OpDelivered, OpReplaying, OpDeleting:
+		return e.T1
+	}
+	return e.T0
+}
+
+// AddCycle checks a cycle's journal and folds it into the model. Within a
+// cycle, publishes are taken first (a consumer may journal a delivery
+// before the publisher journals the publish that returned), then the rest
+// in the order of orderKey.
+func (c *Checker) AddCycle(cycle int, entries []Entry) {
+	c.cycle = cycle
+	c.Figures.Entries += len(entries)
+	for _, e := range entries {
+		if e.Op != OpPublished && e.Op != OpDuplicate && e.Op != OpFailed || e.N == 0 {
+			continue
+		}
+		a := c.attempt(cycle, e.Who)
+		a.last = max(a.last, e.N)
+		if e.Op == OpFailed {
+			a.failed[e.N] = true
+		}
+	}
+	for _, e := range entries {
+		switch e.Op {
+		case OpPublished:
+			c.published(e)
+		case OpDuplicate:
+			c.duplicate(e)
+		}
+	}
+	ordered := slices.Clone(entries)
+	slices.SortStableFunc(ordered, func(a, b Entry) int { return cmp.Compare(orderKey(&a), orderKey(&b)) })
+	for _, e := range ordered {
+		switch e.Op {
+		case OpStart, OpPublished, OpDuplicate:
+		case OpDelivered:
+			c.delivered(e)
+		case OpAcked:
+			c.Figures.Acks++
+			if m := c.settled(e, "ack"); m != nil {
+				c.setGone(e.ID, m, "acked")
+			}
+		case OpNacked:
+			c.Figures.Nacks++
+			c.nacked(e)
+		case OpRejected:
+			c.Figures.Rejects++
+			if m := c.settled(e, "reject"); m != nil {
+				m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentReject), e.T0, e.T1
+				m.mayBeGone, m.lastExp = false, 0
+			}
+		case OpExtended:
+			c.Figures.Extends++
+			if m := c.settled(e, "extend"); m != nil {
+				if e.Exp < e.T0+e.By || e.Exp > e.T1+e.By {
+					c.violate(e.ID, "Extend by %v returned a lease expiring at %s, not the clock during the call (%s to %s) plus %v",
+						time.Duration(e.By), ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(e.By))
+				}
+				m.lastExp, m.extendFloor = e.Exp, 0
+			}
+		case OpSettleFailed:
+			c.settleFailed(e)
+		case OpReplaying, OpDeleting:
+			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Failed, "DeadLetters")
+			if e.Err != "" {
+				c.violate(e.ID, "a dead letter's payload is not what it was published with: %s", e.Err)
+			}
+			m := c.msgs[e.ID]
+			if m == nil {
+				continue
+			}
+			if e.Op == OpReplaying {
+				c.Figures.Replays++
+				m.preReplay = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}
+				// Whether or not the replay happens, the message stays
+				// (dead or ready); its next delivery may count from 1.
+				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
+				m.nackDel, m.rejectDel = 0, 0
+			} else {
+				c.Figures.Deletes++
+				m.mayBeGone = true
+			}
+		case OpReplayed:
+			if m := c.msgs[e.ID]; m != nil {
+				m.preReplay = nil
+			}
+		case OpDeleted:
+			if m := c.msgs[e.ID]; m != nil {
+				c.setGone(e.ID, m, "deleted")
+			}
+		case OpFailed:
+			c.violate("", "%s: a call on queue %s failed: %s", e.Who, e.Queue, e.Err)
+		default:
+			c.violate("", "unknown journal entry %s", e)
+		}
+	}
+}
+
+func (c *Checker) attempt(cycle int, who string) *attempt {
+	k := attemptKey{cycle, who}
+	a := c.attempts[k]
+	if a == nil {
+		a = &attempt{failed: map[int64]bool{}}
+		c.attempts[k] = a
+	}
+	return a
+}
+
+func (c *Checker) published(e Entry) {
+	if len(e.IDs) == 0 || len(e.IDs) != len(e.Refs) {
+		c.violate("", "malformed publish entry %s", e)
+		return
+	}
+	if e.Enq < e.T0 || e.Enq > e.T1 {
+		c.violate(e.IDs[0], "EnqueuedAt %s is not the broker clock during the publish (%s to %s)", ns(e.Enq), ns(e.T0), ns(e.T1))
+	}
+	seen := map[string]bool{}
+	for i, id := range e.IDs {
+		c.Figures.Published++
+		if seen[id] {
+			c.violate(id, "one PublishBatch returned ID %s twice", id)
+		}
+		seen[id] = true
+		if old := c.msgs[id]; old != nil {
+			c.violate(id, "ID handed out twice: already the message %q (cycle %d), now %q", old.ref, old.cycle, e.Refs[i])
+			continue
+		}
+		if other, ok := c.refs[e.Refs[i]]; ok {
+			c.violate(id, "payload %q published under two IDs: %s and %s", e.Refs[i], other, id)
+		}
+		c.refs[e.Refs[i]] = id
+		c.add(id, &msg{queue: e.Queue, ref: e.Refs[i], key: e.Key, enq: e.Enq, journaled: true, cycle: c.cycle})
+	}
+	if e.Key == "" {
+		return
+	}
+	id := e.IDs[0]
+	if ks, ok := c.keys[e.Key]; ok && e.T1-ks.enq <= int64(DedupWindow) {
+		c.violate(id, "PublishKeyed(%q) enqueued a new message while the key's original %s (enqueued %s) was within the %v window until the call ended (%s)",
+			e.Key, ks.id, ns(ks.enq), DedupWindow, ns(e.T1))
+	}
+	c.keys[e.Key] = keyState{id: id, enq: e.Enq}
+}
+
+func (c *Checker) duplicate(e Entry) {
+	c.Figures.Duplicates++
+	if m := c.msgs[e.ID]; m != nil && m.key != e.Key {
+		c.violate(e.ID, "PublishKeyed(%q) returned as its original message %s, published with key %q", e.Key, e.ID, m.key)
+		return
+	}
+	ks, known := c.keys[e.Key]
+	switch {
+	case known && ks.id == e.ID:
+		if ks.enq != e.Enq {
+			c.violate(e.ID, "PublishKeyed(%q) returned the original with EnqueuedAt %s; it was enqueued at %s", e.Key, ns(e.Enq), ns(ks.enq))
+		}
+	case known && (c.msgs[e.ID] != nil && c.msgs[e.ID].journaled || e.Enq <= ks.enq):
+		c.violate(e.ID, "PublishKeyed(%q) returned %s (enqueued %s), not the key's latest original %s (enqueued %s)",
+			e.Key, e.ID, ns(e.Enq), ks.id, ns(ks.enq))
+	}
+	c.keys[e.Key] = keyState{id: e.ID, enq: e.Enq}
+	if c.msgs[e.ID] == nil {
+		// The original is a publish a killed child had in flight: it was
+		// in the log when this duplicate was answered, so it exists.
+		c.add(e.ID, &msg{queue: QueueWork, key: e.Key, enq: e.Enq, cycle: c.cycle})
+		c.Figures.InFlight++
+	}
+}
+
+// lookup returns the message id (of queue, with payload reference ref and
+// EnqueuedAt enq, as a store showed it), checking that it is the one
+// published. A message the journal does not know must be a publish a
+// killed child had in flight: the next attempt of its goroutine in its
+// cycle, or one that failed.
+func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
+	m := c.msgs[id]
+	if m == nil || m.ref == "" {
+		r, err := ParseRef(ref)
+		if err != nil {
+			c.violate(id, "%s: unknown message: %v", where, err)
+			return nil
+		}
+		a := c.attempts[attemptKey{r.Cycle, r.Who}]
+		inFlight := r.Cycle <= c.cycle && (a == nil && r.N == 1 || a != nil && (r.N == a.last+1 || a.failed[r.N]))
+		if !inFlight {
+			c.violate(id, "%s: unknown message %q: no publish of it returned, and it is not the publish its goroutine had in flight when killed", where, ref)
+			return nil
+		}
+		if other, ok := c.refs[ref]; ok && other != id {
+			c.violate(id, "%s: payload %q is also message %s", where, ref, other)
+			return nil
+		}
+		c.refs[ref] = id
+		if m == nil {
+			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
+			c.add(id, m)
+			c.Figures.InFlight++
+		} else if m.key != r.Key {
+			c.violate(id, "%s: message %q carries key %q; a duplicate named it the original of key %q", where, ref, r.Key, m.key)
+		}
+		m.ref = ref
+	}
+	if m.queue != queue {
+		c.violate(id, "%s: in queue %s; it was published to %s", where, queue, m.queue)
+	}
+	if m.ref != ref {
+		c.violate(id, "%s: payload %q; it was published with %q", where, ref, m.ref)
+	}
+	if m.enq != enq {
+		c.violate(id, "%s: EnqueuedAt %s; it was enqueued at %s", where, ns(enq), ns(m.enq))
+	}
+	return m
+}
+
+func (c *Checker) delivered(e Entry) {
+	c.Figures.Deliveries++
+	if e.Err != "" {
+		c.violate(e.ID, "delivered with a payload that is not what was published: %s", e.Err)
+	}
+	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	if m == nil {
+		return
+	}
+	c.checkDelivery(e.ID, m, e.Del, "delivered")
+	p, _ := Policy(e.Queue)
+	if e.T0 != 0 && e.Exp < e.T0+int64(p.VisibilityTimeout) || e.Exp > e.T1+int64(p.VisibilityTimeout) {
+		c.violate(e.ID, "lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v", ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
+	}
+	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
+		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before the previous lease expired (%s)", e.Del, ns(e.T1), ns(exp))
+	}
+	if m.visibleAt != 0 && e.T1 < m.visibleAt {
+		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before its retry delay ended (%s)", e.Del, ns(e.T1), ns(m.visibleAt))
+	}
+	if e.Queue == QueuePoison && m.lastDelCycle == c.cycle {
+		c.violate(e.ID, "a poison message delivered twice to one process")
+	}
+	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
+	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
+	if e.By != 0 {
+		m.extendFloor = e.T1 + e.By
+	}
+	switch e.Intent {
+	case IntentAck, IntentExtendAck:
+		m.mayBeGone = true
+	case IntentNack, IntentExtendNack:
+		m.mayHaveEnded, m.nackDel = true, e.Del
+	case IntentReject:
+		m.mayHaveEnded, m.rejectDel = true, e.Del
+	}
+}
+
+// checkDelivery checks a delivery the store handed out: never of a message
+// acked, deleted or dead, and always with a count above every earlier one.
+func (c *Checker) checkDelivery(id string, m *msg, del int, where string) {
+	switch {
+	case m.gone != "":
+		c.violate(id, "%s (delivery %d) after it was %s", where, del, m.gone)
+	case m.dead:
+		c.violate(id, "%s (delivery %d) after it was dead-lettered (%s on delivery %d)", where, del, m.deadWhy, m.deadDel)
+	}
+	if del <= m.maxDel {
+		c.violate(id, "%s with delivery count %d; an earlier delivery already counted %d", where, del, m.maxDel)
+	}
+	if max := maxDeliveries(m.queue); del > max {
+		c.violate(id, "%s with delivery count %d; the queue allows %d", where, del, max)
+	}
+}
+
+// settled returns the message of an ack, nack, reject or extend that
+// returned nil, checking that it settled the latest delivery.
+func (c *Checker) settled(e Entry, call string) *msg {
+	m := c.msgs[e.ID]
+	if m == nil {
+		c.violate(e.ID, "%s of a message never delivered", call)
+		return nil
+	}
+	if e.Del != m.maxDel {
+		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
+	}
+	if call != "extend" {
+		m.mayHaveEnded = false // the settle meant for the delivery is done
+	}
+	return m
+}
+
+func (c *Checker) nacked(e Entry) {
+	m := c.settled(e, "nack")
+	if m == nil {
+		return
+	}
+	max := maxDeliveries(e.Queue)
+	if e.Dead != (e.Del >= max) {
+		c.violate(e.ID, "Nack of delivery %d of %d reported DeadLettered %v", e.Del, max, e.Dead)
+	}
+	m.lastExp, m.mayBeGone = 0, false
+	if e.Dead {
+		m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentNack), e.T0, e.T1
+		return
+	}
+	d := int64(retryDelay(e.Queue, e.Del))
+	if e.Exp < e.T0+d || e.Exp > e.T1+d {
+		c.violate(e.ID, "Nack of delivery %d: VisibleAt %s is not the clock during the call (%s to %s) plus the retry delay %v",
+			e.Del, ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(d))
+	}
+	m.visibleAt = e.Exp
+}
+
+func (c *Checker) settleFailed(e Entry) {
+	c.Figures.SettlesRefused++
+	m := c.msgs[e.ID]
+	if !e.Expired {
+		c.violate(e.ID, "%s", e.Err)
+	} else if e.T1 < e.Exp {
+		c.violate(e.ID, "%s: refused as lapsed, but the call ended (%s) before the lease's ExpiresAt (%s)", e.Err, ns(e.T1), ns(e.Exp))
+	}
+	if m != nil {
+		// Nothing moved: the message is where the lapsed lease left it.
+		m.mayBeGone, m.mayHaveEnded = false, false
+	}
+}
+
+// deadLetterSeen checks a dead letter a store showed.
+func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reason string, failedAt int64, where string) *msg {
+	m := c.lookup(id, queue, ref, enq, where)
+	if m == nil {
+		return nil
+	}
+	if m.gone != "" {
+		c.violate(id, "%s: a dead letter after it was %s", where, m.gone)
+	}
+	if p := m.preReplay; p != nil && p.reason == reason && p.del == del && p.failedAt == failedAt {
+		return m // the replay in flight at a kill did not happen
+	}
+	if del < m.maxDel {
+		c.violate(id, "%s: dead letter with %d deliveries; delivery %d was handed out", where, del, m.maxDel)
+	}
+	max := maxDeliveries(queue)
+	switch reason {
+	case broker.ReasonLeaseExpired:
+		if del != max {
+			c.violate(id, "%s: dead letter %s with %d deliveries; the queue allows %d", where, reason, del, max)
+		}
+		if exp := m.leaseFloor(); m.maxDel == max && exp != 0 && failedAt < exp {
+			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
+		}
+	case Reason(queue, IntentNack):
+		if del != max || m.nackDel != del {
+			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
+		}
+	case Reason(queue, IntentReject):
+		if m.rejectDel != del {
+			c.violate(id, "%s: dead letter %s with %d deliveries; the journal has a reject meant for delivery %d", where, reason, del, m.rejectDel)
+		}
+	default:
+		c.violate(id, "%s: dead letter with reason %q, which nothing in the workload gives", where, reason)
+	}
+	if m.dead {
+		if reason != m.deadWhy || del != m.deadDel {
+			c.violate(id, "%s: dead letter %s with %d deliveries; it was dead-lettered %s on delivery %d", where, reason, del, m.deadWhy, m.deadDel)
+		}
+		if failedAt < m.deadT0 || failedAt > m.deadT1 {
+			c.violate(id, "%s: FailedAt %s is not the clock during the call that dead-lettered it (%s to %s)", where, ns(failedAt), ns(m.deadT0), ns(m.deadT1))
+		}
+	}
+	return m
+}
+
+// PoisonOutstanding reports whether a poison message is still on its way
+// to the dead-letter store.
+func (c *Checker) PoisonOutstanding() bool {
+	for _, m := range c.live[QueuePoison] {
+		if !m.dead && m.maxDel < PoisonDeliveries {
+			return true
+		}
+	}
+	return false
+}
+
+// LastPoisonCycle returns the cycle that published the latest poison
+// message known, or 0.
+func (c *Checker) LastPoisonCycle() int {
+	last := 0
+	for _, m := range c.msgs {
+		if m.queue == QueuePoison {
+			last = max(last, m.cycle)
+		}
+	}
+	return last
+}
+
+// drainClock is the clock of a drain: an hour ahead, so that every lease
+// has lapsed and every retry delay ended, and frozen, so that no lease the
+// drain itself takes lapses.
+func drainClock() func() time.Time {
+	at := time.Now().Add(time.Hour)
+	return func() time.Time { return at }
+}
+
+// CheckDrain opens the store in dir (a copy, or the store at the end of a
+// run) with a clock an hour ahead, receives every message of every queue
+// and reads every dead letter, and checks them against the journals: every
+// message whose publish returned is there or was acked (or an ack or
+// delete of it was in flight), none that was acked or deleted is, each is
+// the message published (ID, payload, EnqueuedAt), delivery counts only
+// grow, dead letters are where the journal put them, and Receive hands
+// messages out oldest EnqueuedAt first. It returns the violations with
+// Err, or an error of its own.
+func (c *Checker) CheckDrain(dir string) error {
+	ctx := context.Background()
+	s, err := broker.Open(dir, broker.Options{Now: drainClock(), Sync: broker.SyncNone, SegmentBytes: SegmentBytes})
+	if err != nil {
+		c.violate("", "the store does not open after the kill: %v", err)
+		return c.Err()
+	}
+	defer func() { _ = s.Close() }()
+	c.Figures.Drains++
+	c.checkRecovery(s)
+	present := map[string]bool{}
+	for _, name := range s.Queues() {
+		policy, ok := Policy(name)
+		if !ok {
+			c.violate("", "the store holds a queue %q nobody declared", name)
+			continue
+		}
+		q, err := s.Queue(name, policy)
+		if err != nil {
+			return fmt.Errorf("recovery: drain: queue %s: %w", name, err)
+		}
+		var drained []broker.DeliveryValue
+		for {
+			ds, err := q.Receive(ctx, 256)
+			if err != nil {
+				c.violate("", "drain: Receive on %s: %v", name, err)
+				return c.Err()
+			}
+			if len(ds) == 0 {
+				break
+			}
+			drained = append(drained, ds...)
+		}
+		dls, err := q.DeadLetters(ctx, 1<<30)
+		if err != nil {
+			c.violate("", "drain: DeadLetters on %s: %v", name, err)
+			return c.Err()
+		}
+		c.Figures.Drained += len(drained)
+		c.Figures.DeadLetters += len(dls)
+		for i, d := range drained {
+			if i > 0 {
+				prev := drained[i-1].Message
+				if cmpEnqueued(prev, d.Message) > 0 {
+					c.violate(d.Message.ID, "drain: received after %s although enqueued earlier (%s < %s): Receive must hand out the oldest first",
+						prev.ID, ns(d.Message.EnqueuedAt.UnixNano()), ns(prev.EnqueuedAt.UnixNano()))
+				}
+			}
+			c.seeOnce(present, d.Message.ID, "drain")
+			ref, perr := CheckPayload(d.Message.Payload)
+			if perr != nil {
+				c.violate(d.Message.ID, "drain: payload: %v", perr)
+			}
+			m := c.lookup(d.Message.ID, name, ref, d.Message.EnqueuedAt.UnixNano(), "drain")
+			if m != nil {
+				c.checkDelivery(d.Message.ID, m, d.Deliveries, "drain")
+			}
+		}
+		for i, dl := range dls {
+			if i > 0 && (dls[i-1].FailedAt.After(dl.FailedAt)) {
+				c.violate(dl.Message.ID, "drain: dead letters out of order: FailedAt %s after %s", ns(dl.FailedAt.UnixNano()), ns(dls[i-1].FailedAt.UnixNano()))
+			}
+			c.seeOnce(present, dl.Message.ID, "drain")
+			ref, perr := CheckPayload(dl.Message.Payload)
+			if perr != nil {
+				c.violate(dl.Message.ID, "drain: dead letter payload: %v", perr)
+			}
+			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "drain")
+			if m != nil && name == QueuePoison && dl.Reason == broker.ReasonLeaseExpired && m.maxDel == PoisonDeliveries && !c.poisonDone[dl.Message.ID] {
+				c.poisonDone[dl.Message.ID] = true
+				c.Figures.PoisonRounds++
+			}
+		}
+		deadIDs := map[string]bool{}
+		for _, dl := range dls {
+			deadIDs[dl.Message.ID] = true
+		}
+		for id, m := range c.live[name] {
+			if m.mayBeGone {
+				continue
+			}
+			switch {
+			case !present[id]:
+				c.violate(id, "lost: %s; not in the store (%s)", m.describe(), name)
+			case m.dead && !deadIDs[id]:
+				c.violate(id, "dead-lettered (%s), but receivable again", m.deadWhy)
+			}
+		}
+	}
+	return c.Err()
+}
+
+// seeOnce notes that a store showed id, which it must show only once.
+func (c *Checker) seeOnce(present map[string]bool, id, where string) {
+	if present[id] {
+		c.violate(id, "%s: the store holds the message twice", where)
+	}
+	present[id] = true
+}
+
+func (m *msg) describe() string {
+	how := "its publish returned"
+	if !m.journaled {
+		how = "published by a call in flight at a kill, found later"
+	}
+	s := fmt.Sprintf("%s (cycle %d, %q)", how, m.cycle, m.ref)
+	if m.maxDel > 0 {
+		s += fmt.Sprintf(", last delivered as delivery %d", m.maxDel)
+	}
+	if m.dead {
+		s += fmt.Sprintf(", dead-lettered %s", m.deadWhy)
+	}
+	return s
+}
+
+func cmpEnqueued(a, b broker.MessageValue) int {
+	if c := a.EnqueuedAt.Compare(b.EnqueuedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+func (c *Checker) checkRecovery(s *broker.Store) {
+	rec := s.Recovery()
+	if rec.TornTail {
+		c.Figures.TornTails++
+	}
+	if rec.IndexRebuilt {
+		c.Figures.IndexRebuilt++
+	}
+	if rec.SalvagedSpans > 0 || len(rec.LostMessages) > 0 {
+		c.violate("", "opening after a process kill reported damage: %+v", rec)
+	}
+}
+
+// CheckInPlace opens the store in dir with the real clock, as the next
+// child will, and checks what it can without consuming anything: the open
+// itself, every dead letter, and that each queue holds at least the
+// messages the journal says must be there. It closes the store cleanly.
+func (c *Checker) CheckInPlace(dir string) error {
+	ctx := context.Background()
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes})
+	if err != nil {
+		c.violate("", "the store does not open after the kill: %v", err)
+		return c.Err()
+	}
+	c.checkRecovery(s)
+	for _, name := range s.Queues() {
+		policy, ok := Policy(name)
+		if !ok {
+			c.violate("", "the store holds a queue %q nobody declared", name)
+			continue
+		}
+		q, err := s.Queue(name, policy)
+		if err != nil {
+			return errors.Join(fmt.Errorf("recovery: queue %s: %w", name, err), s.Close())
+		}
+		dls, err := q.DeadLetters(ctx, 1<<30)
+		if err != nil {
+			c.violate("", "DeadLetters on %s: %v", name, err)
+			continue
+		}
+		present := map[string]bool{}
+		for _, dl := range dls {
+			c.seeOnce(present, dl.Message.ID, "in place")
+			ref, perr := CheckPayload(dl.Message.Payload)
+			if perr != nil {
+				c.violate(dl.Message.ID, "in place: dead letter payload: %v", perr)
+			}
+			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "in place")
+		}
+		must := 0
+		for id, m := range c.live[name] {
+			if m.mayBeGone {
+				continue
+			}
+			must++
+			if m.dead && !present[id] {
+				c.violate(id, "in place: dead-lettered (%s on delivery %d) but not a dead letter", m.deadWhy, m.deadDel)
+			}
+		}
+		st := q.Stats()
+		if held := st.Ready + st.Leased + st.Delayed + st.DeadLetters; held < must {
+			c.violate("", "in place: queue %s holds %d messages (%+v); the journal says at least %d must be there", name, held, st, must)
+		}
+	}
+	if err := s.Close(); err != nil {
+		c.violate("", "closing the store: %v", err)
+	}
+	return c.Err()
+}

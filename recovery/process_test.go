@@ -1,0 +1,326 @@
+package recovery
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Environment variables of the process-crash test:
+//
+//	WALBROKER_CRASH_SEED=N    replays the plan of a run (cycle kinds, run
+//	                          times, hooks, sync modes, workload choices);
+//	                          the timing of the processes differs each run
+//	WALBROKER_SOAK_CYCLES=N   runs N cycles (the soak): default 200, 20
+//	                          under -short or the race detector
+//	WALBROKER_CRASH_KEEP=1    keeps the store and the journals of a failed
+//	                          run, and logs where
+const (
+	seedEnv   = "WALBROKER_CRASH_SEED"
+	cyclesEnv = "WALBROKER_SOAK_CYCLES"
+	keepEnv   = "WALBROKER_CRASH_KEEP"
+)
+
+// childArgs re-execute the test binary as a child: only TestCrashChild.
+var childArgs = []string{"-test.run=^TestCrashChild$", "-test.timeout=2h"}
+
+// TestCrashChild is the child process of the crash tests: it runs only
+// when a test re-executes the binary with ChildEnv set, and never returns
+// normally (it is killed, or fails).
+func TestCrashChild(t *testing.T) {
+	cfg, ok, err := ChildConfigFromEnv()
+	if !ok {
+		t.Skip("the child process of the crash tests; they start it")
+	}
+	require.NoError(t, err)
+	switch cfg.Role {
+	case RoleWorkload:
+		err = RunChild(cfg, os.Stdout)
+	case roleHold:
+		err = runHold(cfg)
+	case roleTryOpen:
+		err = runTryOpen(cfg)
+	default:
+		err = fmt.Errorf("unknown role %q", cfg.Role)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// testSeed returns the seed of a randomised test: seedEnv if set, else a
+// random one; it is logged, and every failure names it.
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
+	if v := os.Getenv(seedEnv); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "%s=%q", seedEnv, v)
+		t.Logf("seed %d (from %s)", seed, seedEnv)
+		return seed
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	seed := binary.LittleEndian.Uint64(b[:]) >> 1
+	t.Logf("seed %d (replay with %s=%d)", seed, seedEnv, seed)
+	return seed
+}
+
+// crashCycles is the number of process-crash cycles to run.
+func crashCycles(t *testing.T) int {
+	t.Helper()
+	if v := os.Getenv(cyclesEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "%s=%q", cyclesEnv, v)
+		require.Positive(t, n, cyclesEnv)
+		return n
+	}
+	if testing.Short() || raceEnabled() {
+		return 20
+	}
+	return 200
+}
+
+// fastDir returns a fresh directory on tmpfs when the machine has one (the
+// crash tests fdatasync a great deal and check logic, not the disk), else
+// under t.TempDir. With keepEnv set it is kept when the test fails.
+func fastDir(t *testing.T) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "walbroker-recovery-"); err == nil {
+			t.Cleanup(func() {
+				if t.Failed() && os.Getenv(keepEnv) != "" {
+					t.Logf("kept %s", d)
+					return
+				}
+				_ = os.RemoveAll(d)
+			})
+			return d
+		}
+	}
+	return t.TempDir()
+}
+
+// TestProcessCrash kills a child process running the workload on one
+// store, cycle after cycle, at random instants and at chosen points of
+// rotation, checkpointing and segment removal, and checks after every kill
+// that the store holds exactly what the child's journal says it must (see
+// the package documentation for the invariants).
+func TestProcessCrash(t *testing.T) {
+	seed := testSeed(t)
+	cycles := crashCycles(t)
+	work := fastDir(t)
+	h, err := NewHarness(os.Args[0], childArgs, filepath.Join(work, "store"), work)
+	require.NoError(t, err)
+	start := time.Now()
+	for cycle := 1; cycle <= cycles; cycle++ {
+		plan := PlanCycle(seed, cycle)
+		res, err := h.RunCycle(plan)
+		if err != nil {
+			t.Fatalf("seed %d (replay with %s=%d), cycle %d (%s %s, sync %s):\n%v\n%s",
+				seed, seedEnv, seed, cycle, plan.Kind, plan.Hook, plan.Sync, err, h.Summary())
+		}
+		if testing.Verbose() && (cycle%50 == 0 || cycle == cycles) {
+			t.Logf("cycle %d/%d after %v: last %s %s ended %s, %d journal entries", cycle, cycles,
+				time.Since(start).Round(time.Millisecond), plan.Kind, plan.Hook, res.Ended, res.Entries)
+		}
+	}
+	// A poison message still on its way gets the kills it needs.
+	extra, err := h.FinishPoison(seed, cycles+1, 4*PoisonDeliveries)
+	if err != nil {
+		t.Fatalf("seed %d (replay with %s=%d), poison cycles after cycle %d:\n%v\n%s", seed, seedEnv, seed, cycles, err, h.Summary())
+	}
+	// The end: the store itself, drained with a clock an hour ahead.
+	if err := h.Checker.CheckDrain(h.Dir); err != nil {
+		var verr *ViolationError
+		require.True(t, errors.As(err, &verr), "%v", err)
+		t.Fatalf("seed %d (replay with %s=%d), final drain:\n%v\n%s", seed, seedEnv, seed, err, h.Summary())
+	}
+	t.Logf("%d cycles (and %d more to finish a poison message) in %v\n%s", cycles, extra, time.Since(start).Round(time.Millisecond), h.Summary())
+
+	f, cf := h.Figures, h.Checker.Figures
+	require.Equal(t, cycles+extra, f.Cycles)
+	require.Positive(t, cf.Published, "the workload published")
+	require.Positive(t, cf.Deliveries, "the workload received")
+	require.Positive(t, cf.Acks, "the workload acked")
+	require.Positive(t, cf.Drains, "stores were drained and compared")
+	if cycles >= 20 {
+		require.Positive(t, cf.PoisonRounds, "a poison message reached the dead-letter store after %d killed deliveries", PoisonDeliveries)
+		hits := 0
+		for _, n := range f.HookHits {
+			hits += n
+		}
+		require.Positive(t, hits, "some child paused at its hook")
+	}
+	if cycles >= 200 {
+		hit := 0
+		for _, name := range Hooks {
+			if f.HookHits[name] > 0 {
+				hit++
+			}
+		}
+		require.GreaterOrEqual(t, hit, len(Hooks)*3/4, "most hooks were reached: %s", h.Summary())
+	}
+}
+
+// A journal cut anywhere decodes to the entries wholly before the cut, and
+// reports the rest as torn; so does one whose last frame is damaged.
+func TestJournalTornTail(t *testing.T) {
+	var buf []byte
+	var ends []int
+	for i := range 5 {
+		var err error
+		buf, err = AppendJournalFrame(buf, &Entry{Op: OpAcked, Who: "con0", ID: fmt.Sprintf("%016x", i+1), Del: i + 1})
+		require.NoError(t, err)
+		ends = append(ends, len(buf))
+	}
+	for cut := 0; cut <= len(buf); cut++ {
+		entries, tail, err := DecodeJournal(buf[:cut])
+		require.NoError(t, err, "cut at %d", cut)
+		whole := 0
+		for _, end := range ends {
+			if end <= cut {
+				whole++
+			}
+		}
+		require.Len(t, entries, whole, "cut at %d", cut)
+		last := 0
+		if whole > 0 {
+			last = ends[whole-1]
+		}
+		require.Equal(t, cut-last, tail.TornBytes, "cut at %d", cut)
+		for i, e := range entries {
+			require.Equal(t, fmt.Sprintf("%016x", i+1), e.ID)
+		}
+	}
+	damaged := append([]byte(nil), buf...)
+	damaged[len(damaged)-3] ^= 0x20
+	entries, tail, err := DecodeJournal(damaged)
+	require.NoError(t, err)
+	require.Len(t, entries, 4, "a damaged last frame is a torn write")
+	require.Equal(t, len(buf)-ends[3], tail.TornBytes)
+}
+
+func TestPayloadIsItsReference(t *testing.T) {
+	for _, r := range []Ref{
+		{Queue: QueueWork, Cycle: 3, Who: "pub1", N: 17, Index: 2, Key: "pub1-k04"},
+		{Queue: QueueFlow, Cycle: 120, Who: "pub0", N: 1},
+	} {
+		ref := MakeRef(r)
+		back, err := ParseRef(ref)
+		require.NoError(t, err)
+		require.Equal(t, r, back)
+		p := Payload(ref)
+		got, err := CheckPayload(p)
+		require.NoError(t, err)
+		require.Equal(t, ref, got)
+		for _, i := range []int{len(ref) + 1, len(p) / 2, len(p) - 1} {
+			bad := append([]byte(nil), p...)
+			bad[i] ^= 1
+			_, err := CheckPayload(bad)
+			require.Error(t, err, "a byte flipped at %d of %d", i, len(p))
+		}
+		_, err = CheckPayload(p[:len(p)-1])
+		require.Error(t, err, "a payload cut short")
+	}
+	for _, bad := range []string{"", "work/c1/pub0/n1.0", "work/cX/pub0/n1.0/", "work/c1/pub0/n1/", "work/c01/pub0/n1.0/"} {
+		_, err := ParseRef(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// The checker is not vacuous: each journal below breaks one invariant, and
+// the checker names it.
+func TestCheckerFlagsBrokenInvariants(t *testing.T) {
+	ref := func(n int64, key string) string {
+		return MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: n, Key: key})
+	}
+	const sec = int64(time.Second)
+	base := int64(1_900_000_000) * sec
+	pub := func(id string, n int64, key string, at int64) Entry {
+		return Entry{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: n, IDs: []string{id}, Refs: []string{ref(n, key)},
+			Key: key, Enq: at, T0: at, T1: at}
+	}
+	del := func(id string, n int64, d int, at int64, intent Intent) Entry {
+		return Entry{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: id, Ref: ref(n, ""), Enq: base, Del: d,
+			Exp: at + sec, Intent: intent, T0: at, T1: at}
+	}
+	ack := func(id string, d int, at int64) Entry {
+		return Entry{Op: OpAcked, Who: "con0", Queue: QueueWork, ID: id, Del: d, T0: at, T1: at}
+	}
+	const a, b = "000000000000000a", "000000000000000b"
+	cases := []struct {
+		name    string
+		cycles  [][]Entry
+		violate string
+	}{
+		{"delivered after ack", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentAck), ack(a, 1, base+1)},
+			{del(a, 1, 2, base+2*sec, IntentAck)},
+		}, "after it was acked"},
+		{"count went back", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 2, base, IntentHold)},
+			{del(a, 1, 2, base+2*sec, IntentHold)},
+		}, "an earlier delivery already counted 2"},
+		{"redelivered within its lease", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentHold)},
+			{del(a, 1, 2, base+sec/2, IntentHold)},
+		}, "before the previous lease expired"},
+		{"unknown message", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentHold)},
+			{{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: b, Ref: ref(7, ""), Enq: base, Del: 1, Exp: base + 3*sec, T0: base + 2*sec, T1: base + 2*sec}},
+		}, "not the publish its goroutine had in flight"},
+		{"ID handed out twice", [][]Entry{
+			{pub(a, 1, "", base)},
+			{{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{a}, Refs: []string{MakeRef(Ref{Queue: QueueWork, Cycle: 2, Who: "pub0", N: 1})}, Enq: base, T0: base, T1: base}},
+		}, "ID handed out twice"},
+		{"key forgotten within the window", [][]Entry{
+			{pub(a, 1, "k", base)},
+			{pub(b, 2, "k", base+sec)},
+		}, "within the 2s window"},
+		{"dead letter delivered", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentReject), {Op: OpRejected, Queue: QueueWork, ID: a, Del: 1, T0: base + 1, T1: base + 1}},
+			{del(a, 1, 2, base+2*sec, IntentAck)},
+		}, "after it was dead-lettered"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+			for i, entries := range tc.cycles {
+				c.AddCycle(i+1, entries)
+			}
+			err := c.Err()
+			var verr *ViolationError
+			require.ErrorAs(t, err, &verr)
+			require.Contains(t, err.Error(), tc.violate)
+		})
+	}
+	c := NewChecker(func(int) string { return "" })
+	// Journaled out of order: the nack's result after the next delivery,
+	// which the nack made possible; the order of the calls decides.
+	nacked := Entry{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: a, Del: 1, Exp: base + 2 + int64(20*time.Millisecond), T0: base + 1, T1: base + 2}
+	c.AddCycle(1, []Entry{pub(a, 1, "", base), del(a, 1, 1, base, IntentNack), del(a, 1, 2, base+sec/10, IntentAck), nacked, ack(a, 2, base+sec/5)})
+	require.NoError(t, c.Err(), "a journal that breaks nothing")
+}

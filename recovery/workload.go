@@ -1,0 +1,710 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// The workload's queues.
+const (
+	// QueueWork is published to by every kind of publish and consumed by
+	// Receive loops that ack, nack, reject, extend and abandon leases.
+	QueueWork = "work"
+	// QueueFlow is consumed by broker.Consume.
+	QueueFlow = "flow"
+	// QueuePoison holds poison messages: the consumer that receives one is
+	// killed before it can settle it, on every delivery.
+	QueuePoison = "poison"
+)
+
+// QueueNames lists the workload's queues.
+var QueueNames = []string{QueueWork, QueueFlow, QueuePoison}
+
+// SegmentBytes is the segment size of the workload's store: small, so that
+// rotation, checkpoints, copy forward and segment removal happen every few
+// hundred messages.
+const SegmentBytes = 64 << 10
+
+// Policy returns the policy of a workload queue, and false for any other
+// name.
+func Policy(queue string) (broker.PolicyValue, bool) {
+	switch queue {
+	case QueueWork:
+		return broker.PolicyValue{VisibilityTimeout: time.Second, RetryDelay: 20 * time.Millisecond,
+			MaxRetryDelay: 200 * time.Millisecond, MaxDeliveries: 4, MaxMessageBytes: 2048, DedupWindow: DedupWindow}, true
+	case QueueFlow:
+		return broker.PolicyValue{VisibilityTimeout: time.Second, RetryDelay: 10 * time.Millisecond,
+			MaxDeliveries: 3, MaxMessageBytes: 2048}, true
+	case QueuePoison:
+		return broker.PolicyValue{VisibilityTimeout: 200 * time.Millisecond, MaxDeliveries: PoisonDeliveries, MaxMessageBytes: 2048}, true
+	}
+	return broker.PolicyValue{}, false
+}
+
+// DedupWindow is the work queue's dedup window: short, so that keys are
+// forgotten (and eviction events written and replayed) during a run.
+const DedupWindow = 2 * time.Second
+
+// PoisonDeliveries is the poison queue's MaxDeliveries.
+const PoisonDeliveries = 3
+
+// Intent is what a consumer does with a delivery; it is journaled with the
+// delivery, before the consumer acts, so that the checker knows which
+// effects a kill may have left half-known.
+type Intent string
+
+// The consumers' intents.
+const (
+	IntentAck        Intent = "ack"
+	IntentNack       Intent = "nack"
+	IntentReject     Intent = "reject"
+	IntentExtendAck  Intent = "extend-ack"
+	IntentExtendNack Intent = "extend-nack"
+	// IntentHold: the consumer keeps the lease and does nothing; it lapses.
+	IntentHold Intent = "hold"
+	// IntentCrash: the poison; the process is killed holding the lease.
+	IntentCrash Intent = "crash"
+)
+
+// Reason returns the dead-letter reason that settling a delivery of queue
+// with intent records, or "" if it records none (an ack, a nack with
+// deliveries left, ...).
+func Reason(queue string, intent Intent) string {
+	prefix := strings.ToUpper(queue)
+	switch intent {
+	case IntentNack, IntentExtendNack:
+		return prefix + "_RETRY"
+	case IntentReject:
+		return prefix + "_REJECT"
+	}
+	return ""
+}
+
+// causeFor is the cause a consumer of queue gives for intent.
+func causeFor(queue string, intent Intent) error {
+	reason := Reason(queue, intent)
+	err := broker.NewError(reason, 0x07630001, "the workload said so", "private detail of "+queue)
+	if intent == IntentReject {
+		return broker.DoNotRetry(err)
+	}
+	return err
+}
+
+// A payload is its reference, a '|' and filler bytes that are a function
+// of the reference, so that any payload can be checked on its own and the
+// publish it came from found by its reference alone.
+//
+// A reference is "queue/c<cycle>/<who>/n<attempt>.<index>/<key>": the
+// queue, the child's cycle, the publishing goroutine, its attempt number,
+// the message's index in its batch, and the dedup key (empty if none).
+
+// Ref is a parsed payload reference.
+type Ref struct {
+	Queue string
+	Cycle int
+	Who   string
+	N     int64
+	Index int
+	Key   string
+}
+
+// MakeRef renders a reference.
+func MakeRef(r Ref) string {
+	return fmt.Sprintf("%s/c%d/%s/n%d.%d/%s", r.Queue, r.Cycle, r.Who, r.N, r.Index, r.Key)
+}
+
+// ParseRef parses a reference made by MakeRef.
+func ParseRef(s string) (Ref, error) {
+	parts := strings.Split(s, "/")
+	bad := func(why string) (Ref, error) { return Ref{}, fmt.Errorf("recovery: payload reference %q: %s", s, why) }
+	if len(parts) != 5 {
+		return bad("want 5 parts")
+	}
+	r := Ref{Queue: parts[0], Who: parts[2], Key: parts[4]}
+	c, ok := strings.CutPrefix(parts[1], "c")
+	if !ok {
+		return bad("no cycle")
+	}
+	var err error
+	if r.Cycle, err = strconv.Atoi(c); err != nil {
+		return bad("bad cycle")
+	}
+	n, ok := strings.CutPrefix(parts[3], "n")
+	if !ok {
+		return bad("no attempt")
+	}
+	num, idx, ok := strings.Cut(n, ".")
+	if !ok {
+		return bad("no batch index")
+	}
+	if r.N, err = strconv.ParseInt(num, 10, 64); err != nil {
+		return bad("bad attempt")
+	}
+	if r.Index, err = strconv.Atoi(idx); err != nil {
+		return bad("bad batch index")
+	}
+	if MakeRef(r) != s {
+		return bad("not canonical")
+	}
+	return r, nil
+}
+
+// Payload returns the payload of reference ref.
+func Payload(ref string) []byte {
+	h := fnv.New64a()
+	h.Write([]byte(ref))
+	x := h.Sum64()
+	n := 16 + int(x%480)
+	out := make([]byte, 0, len(ref)+1+n)
+	out = append(append(out, ref...), '|')
+	for range n {
+		// splitmix64
+		x += 0x9e3779b97f4a7c15
+		z := x
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+		out = append(out, byte(z^(z>>31)))
+	}
+	return out
+}
+
+// CheckPayload returns the reference of payload, or an error if payload is
+// not exactly Payload of its reference.
+func CheckPayload(payload []byte) (string, error) {
+	i := bytes.IndexByte(payload, '|')
+	if i < 0 {
+		return "", fmt.Errorf("recovery: payload of %d bytes has no reference", len(payload))
+	}
+	ref := string(payload[:i])
+	if _, err := ParseRef(ref); err != nil {
+		return "", err
+	}
+	if !bytes.Equal(Payload(ref), payload) {
+		return ref, fmt.Errorf("recovery: payload %q... (%d bytes) is not the one its reference makes", ref, len(payload))
+	}
+	return ref, nil
+}
+
+// Child roles.
+const (
+	// RoleWorkload runs the mixed workload until the process is killed.
+	RoleWorkload = "workload"
+)
+
+// ChildEnv is the environment variable that carries a child's
+// configuration (JSON) to the re-executed test binary.
+const ChildEnv = "WALBROKER_CRASH_CHILD"
+
+// ChildConfig is what a parent tells a child.
+type ChildConfig struct {
+	Role    string
+	Dir     string // the store
+	Journal string // the journal file to create
+	Cycle   int
+	Seed    uint64
+	Sync    broker.SyncMode
+	// Hook, if set, is where the child pauses (see Hooks); HookSkip
+	// occurrences are let through first.
+	Hook      string
+	HookSkip  int
+	Poison    bool // publish a poison message first
+	ParentPID int  // the child exits when its parent is gone
+	// Publishers and Consumers count the goroutines of each kind.
+	Publishers int
+	Consumers  int
+}
+
+// Env returns the environment entry that passes c to a child.
+func (c ChildConfig) Env() string {
+	b, _ := json.Marshal(c) // plain fields: cannot fail
+	return ChildEnv + "=" + string(b)
+}
+
+// ChildConfigFromEnv returns the configuration a parent passed, and false
+// if this process is not a child.
+func ChildConfigFromEnv() (ChildConfig, bool, error) {
+	v := os.Getenv(ChildEnv)
+	if v == "" {
+		return ChildConfig{}, false, nil
+	}
+	var c ChildConfig
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		return c, true, fmt.Errorf("recovery: %s: %w", ChildEnv, err)
+	}
+	return c, true, nil
+}
+
+// Lines a child writes on its standard output for its parent.
+const (
+	LineRunning = "RUNNING"  // the store is open and the workload started
+	LinePaused  = "PAUSED "  // + hook name: a goroutine is blocked at the hook
+	LinePoison  = "POISON "  // + ID and delivery count: a poison was received
+	LineFatal   = "FATAL "   // + error: the child could not go on
+	LineHolding = "HOLDING " // + message ID: a lock test child holds the store
+)
+
+// lineWriter writes whole lines to the parent, one at a time.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format+"\n", args...)
+}
+
+// WatchParent exits the process when its parent is gone, so that a child
+// never outlives the test that started it.
+func WatchParent(pid int) {
+	if pid <= 0 {
+		return
+	}
+	go func() {
+		for {
+			if os.Getppid() != pid {
+				os.Exit(3)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+// child is one run of the workload in a child process.
+type child struct {
+	cfg    ChildConfig
+	out    *lineWriter
+	j      *Journal
+	queues map[string]*broker.Queue
+	hook   *hookState
+}
+
+// RunChild runs the workload described by cfg against the store in
+// cfg.Dir until the process is killed, writing its lines to stdout. It
+// returns only when it cannot go on; it has then written a FATAL line.
+func RunChild(cfg ChildConfig, stdout io.Writer) error {
+	c := &child{cfg: cfg, out: &lineWriter{w: stdout}, queues: map[string]*broker.Queue{}}
+	err := c.run()
+	if err != nil {
+		c.out.printf("%s%v", LineFatal, strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+	return err
+}
+
+func (c *child) run() error {
+	WatchParent(c.cfg.ParentPID)
+	j, err := CreateJournal(c.cfg.Journal)
+	if err != nil {
+		return err
+	}
+	c.j = j
+	opts := broker.Options{
+		Sync:         c.cfg.Sync,
+		SegmentBytes: SegmentBytes,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if c.cfg.Hook != "" {
+		h, err := newHookState(c.cfg.Hook, c.cfg.HookSkip, c.cfg.Dir, func() { c.out.printf("%s%s", LinePaused, c.cfg.Hook) })
+		if err != nil {
+			return err
+		}
+		c.hook = h
+		fs := vfs.NewFaultFS(vfs.Default)
+		fs.Observe(h.observe)
+		opts.FS = fs
+		h.opening.Store(true)
+	}
+	s, err := broker.Open(c.cfg.Dir, opts)
+	if c.hook != nil {
+		c.hook.opening.Store(false)
+	}
+	if err != nil {
+		return fmt.Errorf("open after the previous kill: %w", err)
+	}
+	for _, name := range QueueNames {
+		p, _ := Policy(name)
+		q, err := s.Queue(name, p)
+		if err != nil {
+			return fmt.Errorf("declare %s: %w", name, err)
+		}
+		c.queues[name] = q
+	}
+	if err := c.j.Append(Entry{Op: OpStart, Cycle: c.cfg.Cycle, Sync: c.cfg.Sync.String(), Hook: c.cfg.Hook, PID: os.Getpid()}); err != nil {
+		return err
+	}
+	if c.hook != nil && c.hook.name == HookAfterCopyForward {
+		go c.hook.pollCopyForward(s)
+	}
+	ctx := context.Background()
+	if c.cfg.Poison {
+		if err := c.publishPoison(ctx); err != nil {
+			return err
+		}
+	}
+	for i := range c.cfg.Publishers {
+		go c.publisher(ctx, fmt.Sprintf("pub%d", i), c.cfg.Seed+uint64(i)*7919)
+	}
+	for i := range c.cfg.Consumers {
+		go c.consumer(ctx, fmt.Sprintf("con%d", i), c.cfg.Seed+uint64(i)*104729)
+	}
+	go c.janitor(ctx, c.cfg.Seed^0x5bd1e995)
+	go c.poisonConsumer(ctx)
+	go c.flow(ctx, c.cfg.Seed^0x27d4eb2f)
+	c.out.printf("%s", LineRunning)
+	for {
+		time.Sleep(time.Hour) // until the parent's SIGKILL
+	}
+}
+
+// journal appends entries; a journal that fails ends the child.
+func (c *child) journal(entries ...Entry) {
+	if err := c.j.Append(entries...); err != nil {
+		c.out.printf("%s%v", LineFatal, err)
+		os.Exit(1)
+	}
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+// failed journals a call that the workload never expects to fail; the
+// goroutine that made it stops (a store that failed refuses everything).
+func (c *child) failed(who, queue, call string, n int64, err error) {
+	c.journal(Entry{Op: OpFailed, Who: who, Queue: queue, N: n, Err: call + ": " + err.Error()})
+}
+
+// backlog reports the live messages of q, to keep the store small.
+func backlog(q *broker.Queue) int {
+	st := q.Stats()
+	return st.Ready + st.Delayed
+}
+
+// maxBacklog bounds the messages a publisher leaves waiting in a queue.
+const maxBacklog = 250
+
+// keysPerPublisher bounds the dedup keys each publisher uses, so that keys
+// come back while remembered, and after they are forgotten.
+const keysPerPublisher = 12
+
+func (c *child) publisher(ctx context.Context, who string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, hashString(who)))
+	work, flow := c.queues[QueueWork], c.queues[QueueFlow]
+	var n int64
+	for {
+		if backlog(work) > maxBacklog || backlog(flow) > maxBacklog {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		n++
+		q := work
+		if rng.IntN(4) == 0 {
+			q = flow
+		}
+		ref := Ref{Queue: q.Name(), Cycle: c.cfg.Cycle, Who: who, N: n}
+		switch op := rng.IntN(10); {
+		case op < 5:
+			r := MakeRef(ref)
+			t0 := now()
+			m, err := q.Publish(ctx, Payload(r))
+			t1 := now()
+			if err != nil {
+				c.failed(who, q.Name(), "Publish", n, err)
+				return
+			}
+			c.journal(Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: []string{m.ID}, Refs: []string{r},
+				Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1})
+		case op < 7:
+			ref.Queue = QueueWork
+			ref.Key = fmt.Sprintf("%s-k%02d", who, rng.IntN(keysPerPublisher))
+			r := MakeRef(ref)
+			t0 := now()
+			m, err := work.PublishKeyed(ctx, ref.Key, Payload(r))
+			t1 := now()
+			if err != nil {
+				c.failed(who, QueueWork, "PublishKeyed", n, err)
+				return
+			}
+			e := Entry{Who: who, Queue: QueueWork, N: n, Key: ref.Key, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}
+			if m.Payload == nil {
+				// A duplicate: the original's ID and EnqueuedAt, no payload.
+				e.Op, e.ID = OpDuplicate, m.ID
+			} else {
+				e.Op, e.IDs, e.Refs = OpPublished, []string{m.ID}, []string{r}
+			}
+			c.journal(e)
+		default:
+			size := 2 + rng.IntN(5)
+			refs := make([]string, size)
+			payloads := make([][]byte, size)
+			for i := range refs {
+				ref.Index = i
+				refs[i] = MakeRef(ref)
+				payloads[i] = Payload(refs[i])
+			}
+			t0 := now()
+			ms, err := q.PublishBatch(ctx, payloads)
+			t1 := now()
+			if err != nil {
+				c.failed(who, q.Name(), "PublishBatch", n, err)
+				return
+			}
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				ids[i] = m.ID
+			}
+			c.journal(Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: ids, Refs: refs,
+				Enq: ms[0].EnqueuedAt.UnixNano(), T0: t0, T1: t1})
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+	}
+}
+
+// pickIntent draws a work consumer's intent.
+func pickIntent(rng *rand.Rand) Intent {
+	switch r := rng.IntN(100); {
+	case r < 62:
+		return IntentAck
+	case r < 74:
+		return IntentNack
+	case r < 78:
+		return IntentReject
+	case r < 86:
+		return IntentExtendAck
+	case r < 90:
+		return IntentExtendNack
+	}
+	return IntentHold
+}
+
+func (c *child) consumer(ctx context.Context, who string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, hashString(who)))
+	q := c.queues[QueueWork]
+	for {
+		t0 := now()
+		ds, err := q.Receive(ctx, 1+rng.IntN(6))
+		t1 := now()
+		if err != nil {
+			c.failed(who, QueueWork, "Receive", 0, err)
+			return
+		}
+		if len(ds) == 0 {
+			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Microsecond)
+			continue
+		}
+		entries := make([]Entry, len(ds))
+		intents := make([]Intent, len(ds))
+		for i, d := range ds {
+			intents[i] = pickIntent(rng)
+			entries[i] = deliveredEntry(who, QueueWork, d, intents[i], t0, t1)
+			if intents[i] == IntentExtendAck || intents[i] == IntentExtendNack {
+				// Extend measures from now: a short one shortens the lease.
+				entries[i].By = int64(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+			}
+		}
+		c.journal(entries...)
+		for i, d := range ds {
+			if c.settle(ctx, who, q, d, intents[i], time.Duration(entries[i].By)) {
+				return
+			}
+		}
+	}
+}
+
+// deliveredEntry journals a delivery; a payload that is not what its
+// reference makes is journaled with the error.
+func deliveredEntry(who, queue string, d broker.DeliveryValue, intent Intent, t0, t1 int64) Entry {
+	e := Entry{Op: OpDelivered, Who: who, Queue: queue, ID: d.Message.ID, Enq: d.Message.EnqueuedAt.UnixNano(),
+		Del: d.Deliveries, Exp: d.Lease.ExpiresAt.UnixNano(), Intent: intent, T0: t0, T1: t1}
+	ref, err := CheckPayload(d.Message.Payload)
+	e.Ref = ref
+	if err != nil {
+		e.Err = err.Error()
+	}
+	return e
+}
+
+// settle does what intent says with delivery d and journals each result.
+// It reports whether the consumer should stop.
+func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broker.DeliveryValue, intent Intent, by time.Duration) bool {
+	id, del, receipt, exp := d.Message.ID, d.Deliveries, d.Lease.Receipt, d.Lease.ExpiresAt.UnixNano()
+	refused := func(call string, t0 int64, err error) bool {
+		c.journal(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
+			Err: call + ": " + err.Error(), Expired: errors.Is(err, broker.LeaseExpired)})
+		// A lapsed lease is the workload's own slowness; anything else
+		// means the store stopped.
+		return !errors.Is(err, broker.LeaseExpired)
+	}
+	switch intent {
+	case IntentHold:
+		return false
+	case IntentExtendAck, IntentExtendNack:
+		t0 := now()
+		l, err := q.Extend(ctx, receipt, by)
+		if err != nil {
+			return refused("Extend", t0, err)
+		}
+		receipt, exp = l.Receipt, l.ExpiresAt.UnixNano()
+		c.journal(Entry{Op: OpExtended, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, By: int64(by), T0: t0, T1: now()})
+	}
+	t0 := now()
+	switch intent {
+	case IntentAck, IntentExtendAck:
+		if err := q.Ack(ctx, receipt); err != nil {
+			return refused("Ack", t0, err)
+		}
+		c.journal(Entry{Op: OpAcked, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
+	case IntentNack, IntentExtendNack:
+		nv, err := q.Nack(ctx, receipt, causeFor(q.Name(), intent))
+		if err != nil {
+			return refused("Nack", t0, err)
+		}
+		c.journal(Entry{Op: OpNacked, Who: who, Queue: q.Name(), ID: id, Del: nv.Deliveries, Exp: nv.VisibleAt.UnixNano(),
+			Dead: nv.DeadLettered, T0: t0, T1: now()})
+	case IntentReject:
+		if err := q.Reject(ctx, receipt, causeFor(q.Name(), intent)); err != nil {
+			return refused("Reject", t0, err)
+		}
+		c.journal(Entry{Op: OpRejected, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
+	}
+	return false
+}
+
+// janitor replays and deletes dead letters now and then, journaling its
+// intent before each call and the result after it.
+func (c *child) janitor(ctx context.Context, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for {
+		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+		for _, name := range []string{QueueWork, QueueFlow} {
+			q := c.queues[name]
+			t0 := now()
+			dls, err := q.DeadLetters(ctx, 16)
+			t1 := now()
+			if err != nil {
+				c.failed("janitor", name, "DeadLetters", 0, err)
+				return
+			}
+			for _, dl := range dls {
+				var intent, done Op
+				switch rng.IntN(4) {
+				case 0:
+					intent, done = OpReplaying, OpReplayed
+				case 1:
+					intent, done = OpDeleting, OpDeleted
+				default:
+					continue
+				}
+				e := Entry{Op: intent, Who: "janitor", Queue: name, ID: dl.Message.ID, Enq: dl.Message.EnqueuedAt.UnixNano(),
+					Del: dl.Deliveries, Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1}
+				ref, perr := CheckPayload(dl.Message.Payload)
+				e.Ref = ref
+				if perr != nil {
+					e.Err = perr.Error()
+				}
+				c.journal(e)
+				start := now()
+				if intent == OpReplaying {
+					err = q.ReplayDeadLetter(ctx, dl.Message.ID)
+				} else {
+					err = q.DeleteDeadLetter(ctx, dl.Message.ID)
+				}
+				if err != nil {
+					c.failed("janitor", name, string(intent), 0, err)
+					return
+				}
+				c.journal(Entry{Op: done, Who: "janitor", Queue: name, ID: dl.Message.ID, T0: start, T1: now()})
+			}
+		}
+	}
+}
+
+// publishPoison publishes one poison message.
+func (c *child) publishPoison(ctx context.Context) error {
+	r := MakeRef(Ref{Queue: QueuePoison, Cycle: c.cfg.Cycle, Who: "poison", N: 1})
+	t0 := now()
+	m, err := c.queues[QueuePoison].Publish(ctx, Payload(r))
+	t1 := now()
+	if err != nil {
+		return fmt.Errorf("publish the poison: %w", err)
+	}
+	c.journal(Entry{Op: OpPublished, Who: "poison", Queue: QueuePoison, N: 1, IDs: []string{m.ID}, Refs: []string{r},
+		Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1})
+	return nil
+}
+
+// poisonConsumer receives poison messages; the first one it gets "crashes"
+// it: it journals the delivery, tells the parent, and blocks until the
+// parent kills the process.
+func (c *child) poisonConsumer(ctx context.Context) {
+	q := c.queues[QueuePoison]
+	for {
+		t0 := now()
+		ds, err := q.Receive(ctx, 1)
+		t1 := now()
+		if err != nil {
+			c.failed("poison", QueuePoison, "Receive", 0, err)
+			return
+		}
+		if len(ds) == 1 {
+			d := ds[0]
+			c.journal(deliveredEntry("poison", QueuePoison, d, IntentCrash, t0, t1))
+			c.out.printf("%s%s %d", LinePoison, d.Message.ID, d.Deliveries)
+			select {} // the handler "crashed": the parent kills the process
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// flow consumes the flow queue with broker.Consume. Its acks, nacks and
+// rejects are Consume's: their outcome is not known, only the intent.
+func (c *child) flow(ctx context.Context, seed uint64) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 2))
+	handler := func(_ context.Context, d broker.DeliveryValue) error {
+		t1 := now() // Receive returned before the handler ran
+		mu.Lock()
+		r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
+		if rng.IntN(100) == 0 {
+			pause = 500 * time.Millisecond // long enough for a lease extension
+		}
+		mu.Unlock()
+		intent := IntentAck
+		switch {
+		case r < 10:
+			intent = IntentNack
+		case r < 14:
+			intent = IntentReject
+		}
+		c.journal(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
+		time.Sleep(pause)
+		if intent == IntentAck {
+			return nil
+		}
+		return causeFor(QueueFlow, intent)
+	}
+	err := broker.Consume(ctx, c.queues[QueueFlow], handler, broker.ConsumeOptions{
+		Batch: 8, Concurrency: 6, ExtendEvery: 300 * time.Millisecond, ExtendBy: time.Second,
+	})
+	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}

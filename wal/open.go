@@ -3,6 +3,8 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"github.com/walbroker/walbroker/vfs"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -454,11 +456,10 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	path := l.segPath(seq)
 	f, err := segment.OpenUnread(l.opts.FS, path, seq)
 	if err != nil {
-		return nil, err
-	}
-	if f.Size() < segment.HeaderSize {
-		_ = f.Close()
-		return nil, cause
+		// Too short for a header: every record is gone. Keep what there
+		// is aside and put an empty segment in its place (the salvage of
+		// the segments then seals it).
+		return l.salvageStub(seq, cause)
 	}
 	copyTo, err := l.copyAside(&seg{file: f, seq: seq})
 	_ = f.Close()
@@ -481,6 +482,71 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	l.recovery.Salvaged = append(l.recovery.Salvaged, Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause, CopiedTo: copyTo})
 	l.opts.Logger.Error("wal: salvage rewrote a damaged segment header", "file", path, "copy", copyTo)
 	return segment.Open(l.opts.FS, path, seq)
+}
+
+// salvageStub replaces a segment file too short to hold a header by an
+// empty segment of full size, after copying what it held aside.
+func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
+	fs := l.opts.FS
+	path := l.segPath(seq)
+	old, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	size, err := old.Size()
+	var data []byte
+	if err == nil {
+		data = make([]byte, size)
+		_, err = old.ReadAt(data, 0)
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	_ = old.Close()
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	dir := filepath.Join(l.dir, "salvage")
+	copyTo := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	if err := writeWhole(fs, copyTo, data); err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	f, err := segment.Create(fs, path+tmpSuffix, seq, l.opts.SegmentBytes)
+	if err == nil {
+		err = f.Rename(fs, path)
+		if err == nil {
+			err = fs.SyncDir(l.dir)
+		}
+		if err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
+	}
+	l.recovery.Salvaged = append(l.recovery.Salvaged, Damage{File: path, Segment: seq, Offset: 0, Length: int(size), Cause: cause, CopiedTo: copyTo})
+	l.opts.Logger.Error("wal: salvage replaced a segment too short for a header; its records are lost", "file", path, "copy", copyTo)
+	return f, nil
+}
+
+func writeWhole(fs vfs.FS, path string, data []byte) error {
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 {
+		_, err = f.WriteAt(data, 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // copyAside copies a segment file into the salvage/ subdirectory, durably,

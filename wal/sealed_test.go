@@ -132,3 +132,32 @@ func TestCleanMarkBoundsTheScanOfTheLastSegment(t *testing.T) {
 	_, err = Open(dir, Options{SegmentBytes: 1 << 20})
 	require.ErrorIs(t, err, ErrCorrupt)
 }
+
+// A segment cut to fewer bytes than a header is refused, and salvaged as
+// an empty segment: the records of every other segment are kept.
+func TestSalvageReplacesASegmentCutBelowItsHeader(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	want := appendRecords(t, l, 0, 200)
+	require.GreaterOrEqual(t, l.Stats().Segments, 4)
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Truncate(l.segPath(2), 0))
+
+	_, err := Open(dir, Options{SegmentBytes: 2048})
+	require.ErrorIs(t, err, ErrCorrupt)
+	l = mustOpen(t, dir, Options{SegmentBytes: 2048, Salvage: true})
+	var kept []entry
+	for _, e := range want {
+		if e.pos.Segment() != 2 {
+			kept = append(kept, e)
+		}
+	}
+	requireEntries(t, kept, readAll(t, l))
+	require.NotEmpty(t, l.Recovery().Salvaged)
+	require.Equal(t, uint32(2), l.Recovery().Salvaged[0].Segment)
+	more := appendRecords(t, l, 100, 3)
+	require.NoError(t, l.Close())
+	l = mustOpen(t, dir, Options{SegmentBytes: 2048})
+	requireEntries(t, append(kept, more...), readAll(t, l))
+	require.NoError(t, l.Close())
+}

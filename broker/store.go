@@ -134,6 +134,7 @@ func (s *Store) openIndex() (int, error) {
 	fs := s.opts.fs()
 	salvaged := s.log.Recovery().Salvaged
 	lost := map[uint64]bool{}
+	var known []index.Event // declarations the checkpoint knew, for a salvaged rebuild
 	x, from, err := index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
@@ -144,6 +145,12 @@ func (s *Store) openIndex() (int, error) {
 				for _, seq := range x.LiveIn(d.Segment, d.Offset, d.Offset+d.Length) {
 					lost[seq] = true
 				}
+			}
+			// And every queue's declaration, which salvage may have cut
+			// from the only preamble that still held it.
+			for _, name := range x.Queues() {
+				q := x.Queue(name)
+				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
 			_ = x.Table.Close()
 			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects", index.ErrDamaged)
@@ -190,6 +197,9 @@ func (s *Store) openIndex() (int, error) {
 		}
 	}
 	if len(salvaged) > 0 && from == 0 {
+		for i := range known {
+			_ = x.Apply(0, &known[i])
+		}
 		// Salvage may have cut a queue's declaration out of the preamble
 		// that preceded its events (older segments removed): declare
 		// every queue the log still declares anywhere, first.

@@ -143,6 +143,11 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 	}
 }
 
+// Resume returns the offset of the first valid frame of segment seq at or
+// after from that may start the log again (one that opens a group, a
+// padding or a seal), for salvage to step over what lies before it.
+func Resume(data []byte, seq uint32, from int) (int, bool) { return resume(data, seq, from) }
+
 // checkOrder verifies that f may follow the frames before it.
 func checkOrder(f Frame, inGroup bool) error {
 	opens := f.Kind != KindRecord || f.Place.Opens()

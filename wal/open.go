@@ -179,6 +179,28 @@ func (l *Log) recover() error {
 			continue
 		}
 		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
+		durable := 0 // how far this segment was known durable
+		if hasClean && clean.Segment() == seq {
+			durable = clean.Offset()
+		}
+		if v := l.opts.Verified; v.Segment() == seq {
+			durable = max(durable, v.Offset())
+		}
+		if l.opts.Salvage && (seq != seqs[len(seqs)-1] || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
+			// A segment a later one follows, or one known durable past
+			// this point, has no tail to tear here: what reads as a torn
+			// tail is damage. Step over it to the next group, if there is
+			// one far enough for a padding frame.
+			if next, ok := segment.Resume(f.Data(), seq, r.End+1); ok && next-r.End >= segment.Size(0) {
+				rest, _ := segment.ScanFrom(f.Data(), seq, next, true, func(segment.Frame) error { return nil })
+				rest.Skipped = append([]segment.Span{{From: r.End, To: next}}, rest.Skipped...)
+				if rest.Cause == nil {
+					rest.Cause = r.Cause
+				}
+				rest.Records += r.Records
+				r = rest
+			}
+		}
 		reports = append(reports, r)
 	}
 	l.segs.Store(&segs)

@@ -80,6 +80,9 @@ func (s *twin) publishKeyed(qi int, key string, n int) {
 		what += fmt.Sprintf(" [known divergence evict-restart: the store may have forgotten at a restart the dedup clock reading %s; keys older than %s must stay]",
 			rel(mq.evictHi), mq.pol.DedupWindow)
 	}
+	// Past its payload checks a publish looks at the queue, a duplicate
+	// too: it observes the deadlines passed by now.
+	mq.observe(now)
 	if k, ok := mq.seen[key]; ok {
 		if s.expect("ok", err, what+" duplicate") {
 			s.check(mv.ID == k.id && mv.EnqueuedAt.UnixNano() == k.enq, "%s: a duplicate returns %s@%s, not the original %s@%s",

@@ -140,8 +140,9 @@ func (d damage) String() string {
 	return fmt.Sprintf("%s: cut to %d bytes", d.file, d.off)
 }
 
-// apply damages the file in dir. It reports whether it changed a byte.
-func (d damage) apply(dir string) (bool, error) {
+// apply damages the file in dir. It reports whether it changed a byte,
+// and narrows a zeroing to the bytes it changed.
+func (d *damage) apply(dir string) (bool, error) {
 	path := filepath.Join(dir, d.file)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -152,6 +153,16 @@ func (d damage) apply(dir string) (bool, error) {
 	case "flip":
 		data[d.off] ^= 1 << d.bit
 	case "zero":
+		// Bytes already zero are not damaged: narrow the span to the
+		// bytes the zeroing changes, so that whoever reasons about
+		// where the damage lies (a frame's last byte may have been zero
+		// already) reasons about the true span.
+		for d.off < d.end && data[d.off] == 0 {
+			d.off++
+		}
+		for d.end > d.off && data[d.end-1] == 0 {
+			d.end--
+		}
 		clear(data[d.off:d.end])
 	case "cut":
 		data = data[:d.off]

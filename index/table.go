@@ -268,7 +268,7 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 		byChunk[ChunkOf(e.Seq)] = append(byChunk[ChunkOf(e.Seq)], e)
 	}
 	var created []uint64
-	buf := make([]byte, EntrySize)
+	var buf []byte
 	for n, es := range byChunk {
 		t.mu.RLock()
 		c := t.chunks[n]
@@ -284,11 +284,22 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 			created = append(created, n)
 		}
 		slices.SortFunc(es, func(a, b Entry) int { return compareSeq(a.Seq, b.Seq) })
-		for _, e := range es {
-			e.encode(buf)
-			if _, err := c.f.WriteAt(buf, int64(e.Seq%ChunkEntries)*EntrySize); err != nil {
+		// A stream's entries come in runs of consecutive sequences: one
+		// write per run, not one per entry (a checkpoint after a busy
+		// half segment writes hundreds of thousands of them).
+		for len(es) > 0 {
+			run := 1
+			for run < len(es) && es[run].Seq == es[0].Seq+uint64(run) {
+				run++
+			}
+			buf = slices.Grow(buf[:0], run*EntrySize)[:run*EntrySize]
+			for i, e := range es[:run] {
+				e.encode(buf[i*EntrySize:])
+			}
+			if _, err := c.f.WriteAt(buf, int64(es[0].Seq%ChunkEntries)*EntrySize); err != nil {
 				return created, fmt.Errorf("index: write %s: %w", chunkName(n), err)
 			}
+			es = es[run:]
 		}
 		t.mu.Lock()
 		t.dirty[n] = true

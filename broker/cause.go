@@ -1,6 +1,9 @@
 package broker
 
-import "errors"
+import (
+	"errors"
+	"unicode/utf8"
+)
 
 // Reasons a broker records that no cause spelled out itself.
 const (
@@ -18,6 +21,16 @@ const (
 	// deliveries with no consumer ever reporting anything: every lease
 	// lapsed. It is also the reason of [LeaseExpired].
 	ReasonLeaseExpired = "LEASE_EXPIRED"
+)
+
+// The most a dead letter records of a cause's reason and public text. A
+// dead letter's record must fit in one log segment beside its message,
+// however large the message (see Store.maxPayload), so these are bounds,
+// not hopes: longer texts are clipped, on a UTF-8 boundary, when the cause
+// is recorded.
+const (
+	MaxReasonBytes = 128
+	MaxPublicBytes = 1024
 )
 
 // The small interfaces the classified-cause rule looks for with errors.As,
@@ -42,12 +55,32 @@ type (
 //   - DoNotRetry around an error with no Reason: NOT_RETRYABLE; around a
 //     classified error: that error's reason.
 //
+// The reason and public text are clipped to MaxReasonBytes and
+// MaxPublicBytes.
+//
 // unclassified reports that the cause carried no Reason of its own (a bare
 // DoNotRetry mark does not count as one). The caller must then log the
 // cause's Error text — it may hold payload bytes — to its *slog.Logger with
 // the message ID, and never write it to disk; nothing of cause but the
 // three returned parts is ever persisted.
 func classify(cause error) (reason string, code uint32, public string, unclassified bool) {
+	reason, code, public, unclassified = classifyUnclipped(cause)
+	return clip(reason, MaxReasonBytes), code, clip(public, MaxPublicBytes), unclassified
+}
+
+// clip returns the longest prefix of s of at most n bytes that ends on a
+// rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func classifyUnclipped(cause error) (reason string, code uint32, public string, unclassified bool) {
 	if cause == nil {
 		return ReasonUnexplained, 0, "", false
 	}

@@ -47,8 +47,9 @@ const (
 	// when no rotation wakes it.
 	maintainEvery = time.Second
 	// copyForwardShare: the oldest segment is copied forward only when what
-	// is live in it is at most this share of a segment; a larger live share
-	// is a real backlog, which copying would only move.
+	// is live in a run of segments starting with it is at most this share
+	// of the run's size (see worthCopying); a larger live share is a real
+	// backlog, which copying would only move.
 	copyForwardShare = 4
 	// keepSealed is how many sealed segments may stay pinned before the
 	// oldest is copied forward. None: a store whose messages come and go
@@ -257,7 +258,7 @@ func (s *Store) reclaim() error {
 		}
 		u, used := uses[first]
 		if !used || first >= ck.Segment() || st.LastSegment-first <= keepSealed ||
-			u.Bytes > s.opts.segmentBytes()/copyForwardShare {
+			!worthCopying(uses, first, min(ck.Segment(), st.LastSegment), s.opts.segmentBytes()) {
 			return nil
 		}
 		if err := s.copyForward(first, u); err != nil {
@@ -270,6 +271,26 @@ func (s *Store) reclaim() error {
 			return fmt.Errorf("broker: segment %d still needed after its live records were copied forward", first)
 		}
 	}
+}
+
+// worthCopying reports whether copying the live records of segment first
+// forward pays: whether some run of segments from first up to (not
+// including) end — sealed segments a checkpoint covers — holds at most
+// 1/copyForwardShare of its size in live records. Copying that run frees
+// all of it for a quarter of its size in writes at most. Judging the
+// oldest segment alone would let one large record that outlives the rest
+// (a dead letter kept for weeks, a message scheduled far ahead) pin every
+// segment behind it; judging runs still leaves a real backlog, which
+// copying would only move, where it is.
+func worthCopying(uses map[uint32]index.SegmentUse, first, end uint32, segBytes int64) bool {
+	var live int64
+	for x := first; x < end; x++ {
+		live += uses[x].Bytes
+		if live <= int64(x-first+1)*segBytes/copyForwardShare {
+			return true
+		}
+	}
+	return false
 }
 
 // removeBelow removes the log's segments before seg.
@@ -351,6 +372,12 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		for _, e := range group {
 			rs = append(rs, e.Append(nil))
 			n += segment.Size(len(rs[len(rs)-1]))
+		}
+		if n > limit {
+			// Store.maxPayload leaves room for this; a store written
+			// with larger bounds is refused here rather than failed by
+			// an append no segment can hold.
+			return fmt.Errorf("broker: queue %s: message %s and its state encode to %d bytes, more than one log segment holds (%d): it cannot be copied forward", q.name, messageID(group[0].Seq), n, limit)
 		}
 		if size+n > limit {
 			if err := flush(); err != nil {

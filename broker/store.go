@@ -445,10 +445,18 @@ func (s *Store) maxPayload() int {
 		seg = wal.DefaultSegmentBytes
 	}
 	// Less the segment header, the record's frame header, room for the
-	// seal frame and the preamble, and the publish event's own fields (a
-	// key at most).
-	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - s.opts.preambleBytes() - maxEventFields - maxKeyBytes
+	// seal frame and the preamble, the publish event's own fields (a key
+	// at most), and room for the largest state event (a dead letter's):
+	// copying a message forward writes its publish and its state in one
+	// group, which must fit in a segment however large the message.
+	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - s.opts.preambleBytes() - 2*maxEventFields - maxKeyBytes -
+		segment.Size(maxStateEvent)
 }
+
+// maxStateEvent bounds the encoding of an event that restates a message's
+// state (index.Event.Append): its fields, a dead letter's reason and public
+// cause.
+const maxStateEvent = maxEventFields + MaxReasonBytes + MaxPublicBytes
 
 // maxGroup is the most one publish may encode, frames included: a segment
 // less its header, the seal, the preamble, and room for the dedup eviction

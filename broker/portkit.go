@@ -1,0 +1,31 @@
+package broker
+
+import "time"
+
+// The rules of this file are the ones every broker of this package records
+// failures and schedules retries by. They are exported so that an
+// implementation of the port in another module (an adapter over another
+// engine) keeps them exactly, rather than by a copy that drifts.
+
+// Classify splits the cause given to Nack or Reject into what a dead letter
+// records: its reason (never empty), its dotted-quad code, and its
+// wire-safe public text, clipped to MaxReasonBytes and MaxPublicBytes. The
+// rules are DeadLetterValue's: a nil cause records UNEXPLAINED, a cause
+// with no Reason UNCLASSIFIED, a DoNotRetry around one with none
+// NOT_RETRYABLE. unclassified reports that the cause carried no Reason of
+// its own: the caller must then log cause.Error() (which may hold payload
+// bytes) with the message ID, and never persist it. Nothing of cause but
+// the returned parts may be written anywhere durable.
+func Classify(cause error) (reason string, code uint32, public string, unclassified bool) {
+	return classify(cause)
+}
+
+// RetryDelayAfter is how long a message stays invisible after its failed
+// delivery number failedDelivery (1 for the first): RetryDelay (negative
+// read as zero), doubled for each delivery after the first and held at
+// MaxRetryDelay when that is positive; RetryDelay unchanged when it is
+// not. A failedDelivery below 1 is read as 1; the doubling saturates at
+// the ceiling, never overflows.
+func (p PolicyValue) RetryDelayAfter(failedDelivery int) time.Duration {
+	return p.retryDelay(failedDelivery)
+}

@@ -1,0 +1,39 @@
+package broker_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func TestClassifyIsTheRecordingRule(t *testing.T) {
+	reason, code, public, unclassified := broker.Classify(nil)
+	require.Equal(t, []any{broker.ReasonUnexplained, uint32(0), "", false}, []any{reason, code, public, unclassified})
+
+	reason, _, public, unclassified = broker.Classify(errors.New("payload bytes"))
+	require.Equal(t, []any{broker.ReasonUnclassified, "", true}, []any{reason, public, unclassified})
+
+	long := broker.NewError(strings.Repeat("R", 300), 9, strings.Repeat("ü", 1000), "private")
+	reason, code, public, unclassified = broker.Classify(broker.DoNotRetry(long))
+	require.Equal(t, strings.Repeat("R", broker.MaxReasonBytes), reason)
+	require.Equal(t, uint32(9), code)
+	require.Equal(t, strings.Repeat("ü", broker.MaxPublicBytes/2), public)
+	require.False(t, unclassified)
+}
+
+func TestRetryDelayAfterDoublesUpToTheCeiling(t *testing.T) {
+	p := broker.PolicyValue{RetryDelay: time.Second, MaxRetryDelay: 5 * time.Second}
+	var got []time.Duration
+	for n := 0; n <= 5; n++ {
+		got = append(got, p.RetryDelayAfter(n))
+	}
+	require.Equal(t, []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}, got)
+	require.Equal(t, 5*time.Second, p.RetryDelayAfter(1<<40), "saturates, never overflows")
+	p.MaxRetryDelay = 0
+	require.Equal(t, time.Second, p.RetryDelayAfter(7), "no ceiling: the delay is fixed")
+}

@@ -55,13 +55,18 @@ func (k receiptKeys) make(queue uint32, seq, nonce uint64) ReceiptValue {
 	binary.LittleEndian.PutUint64(b[5:], seq)
 	binary.LittleEndian.PutUint64(b[13:], nonce)
 	copy(b[receiptBody:], k.mac(b[:receiptBody]))
-	return ReceiptValue(base64.RawURLEncoding.EncodeToString(b[:]))
+	return ReceiptValue(receiptEncoding.EncodeToString(b[:]))
 }
+
+var receiptEncoding = base64.RawURLEncoding.Strict()
 
 // parse verifies r and returns what it names, or an error wrapping
 // UnknownReceipt.
 func (k receiptKeys) parse(r ReceiptValue) (queue uint32, seq, nonce uint64, err error) {
-	b, derr := base64.RawURLEncoding.DecodeString(string(r))
+	// Strict: the last character's unused bits must be zero, or four
+	// strings would decode to the receipt issued, and three of them were
+	// never issued.
+	b, derr := receiptEncoding.DecodeString(string(r))
 	if derr != nil || len(b) != receiptLen || b[0] != receiptVersion || !hmac.Equal(b[receiptBody:], k.mac(b[:receiptBody])) {
 		return 0, 0, 0, fmt.Errorf("broker: receipt %.12q...: not issued by this store: %w", string(r), UnknownReceipt)
 	}

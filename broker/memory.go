@@ -1,0 +1,388 @@
+package broker
+
+import (
+	"context"
+	crand "crypto/rand"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// MemoryOptions configures a [Memory] queue. The zero value is a safe
+// default.
+type MemoryOptions struct {
+	// Now is the broker's clock: enqueue instants, lease deadlines, retry
+	// delays and dedup windows are measured on it. Nil means time.Now. A
+	// test that moves its own clock makes every timing of the queue exact.
+	Now func() time.Time
+	// Logger receives the text of unclassified handler failures, keyed by
+	// message ID, as the file-backed store's does. Nil discards.
+	Logger *slog.Logger
+}
+
+// Memory is one queue held in memory: the whole port ([Broker],
+// [LeaseExtender], [Rejecter], [DeadLetterReader], [DeadLetterManager],
+// [Waker]) plus PublishKeyed, PublishBatch, [PolicyValue.Capacity] and the
+// dedup window, with the file-backed [Queue]'s semantics — the same
+// errors, the same receive order, the same classified-cause recording and
+// the same unguessable receipts — and no disk. It is for tests of code that
+// takes a [Broker], and for work that may be lost with the process.
+//
+// It is not durable: a message lives as long as the Memory (a crash, or
+// dropping the value, loses everything), and "flushed to its device" in
+// [Broker.Publish] does not apply. Deadlines (lease lapses, retry delays,
+// dedup windows) take effect when a call looks at the clock; no goroutine
+// runs on its behalf.
+//
+// A Memory is safe for concurrent use: one mutex guards its state, and no
+// call blocks on anything but that mutex. It retains a copy of the payload
+// of every message until the message is acknowledged or its dead letter
+// deleted, and each dedup key until it leaves the window; Publish copies
+// payloads in, and every value it returns carries copies of its own.
+type Memory struct {
+	opts MemoryOptions
+	keys receiptKeys // this queue's secret: another queue's receipts do not verify
+
+	// mu guards every field below it.
+	mu       sync.Mutex
+	policy   PolicyValue
+	closed   bool
+	seq      uint64 // the last message sequence minted
+	nonces   *rand.Rand
+	st       memState
+	signal   chan struct{} // closed by the next event that may make a message receivable
+	counters memCounters
+}
+
+// memCounters are the counters of [QueueStats]; guarded by Memory.mu.
+type memCounters struct {
+	published, duplicates, shed, delivered, acked, nacked int64
+	rejected, deadLettered, replayed                      int64
+}
+
+// NewMemory returns an empty queue with policy. A policy that
+// [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured].
+func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
+	if err := policy.Validate(); err != nil {
+		return nil, fmt.Errorf("broker: memory queue: %w", err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	var secret [32]byte
+	var seed [32]byte
+	// crypto/rand.Read never returns an error (it crashes the program
+	// instead, since Go 1.24): receipts always carry random bits.
+	_, _ = crand.Read(secret[:])
+	_, _ = crand.Read(seed[:])
+	return &Memory{
+		opts:   opts,
+		keys:   newReceiptKeys(secret[:]),
+		policy: policy,
+		nonces: rand.New(rand.NewChaCha8(seed)),
+		st:     newMemState(),
+		signal: make(chan struct{}),
+	}, nil
+}
+
+// memoryQueueID is the queue number in a Memory's receipts: each Memory
+// has its own secret, so the number need not tell queues apart.
+const memoryQueueID = 1
+
+// now reads the clock in Unix nanoseconds.
+func (q *Memory) now() int64 { return q.opts.Now().UnixNano() }
+
+// beginLocked checks what every call checks first, with q.mu held: the
+// context and whether the queue was closed. It reads the clock.
+func (q *Memory) beginLocked(ctx context.Context) (now int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if q.closed {
+		return 0, fmt.Errorf("broker: memory queue: %w", Closed)
+	}
+	return q.now(), nil
+}
+
+// observeLocked applies the deadlines that have come by now. A call
+// observes the clock where the file-backed store's does, after the checks
+// of its arguments, so that the two agree on what a clock stepping
+// backwards undoes (nothing a call has observed).
+func (q *Memory) observeLocked(now int64) {
+	q.counters.deadLettered += int64(q.st.promote(now))
+}
+
+// wakeLocked closes the current wake signal and makes a new one.
+func (q *Memory) wakeLocked() {
+	close(q.signal)
+	q.signal = make(chan struct{})
+}
+
+// Publish copies payload into the queue; see [Broker.Publish]. It is not
+// durable: the message lives as long as q.
+func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
+	ms, err := q.publish(ctx, "", [][]byte{payload})
+	if err != nil {
+		return MessageValue{}, err
+	}
+	return ms[0], nil
+}
+
+// PublishKeyed is an idempotent Publish, as [Queue.PublishKeyed]: a key
+// seen within the policy's DedupWindow returns the ORIGINAL message's ID
+// and EnqueuedAt with a nil error and enqueues nothing — even after that
+// message was acknowledged, and even when the queue is full. Such a
+// duplicate carries no Payload. key must be 1 to 256 bytes
+// ([InvalidDedupKey]).
+func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
+	if len(key) == 0 || len(key) > maxKeyBytes {
+		return MessageValue{}, fmt.Errorf("broker: memory queue: dedup key of %d bytes, want 1 to %d: %w", len(key), maxKeyBytes, InvalidDedupKey)
+	}
+	ms, err := q.publish(ctx, key, [][]byte{payload})
+	if err != nil {
+		return MessageValue{}, err
+	}
+	return ms[0], nil
+}
+
+// PublishBatch publishes every payload or none, as [Queue.PublishBatch]: a
+// batch that does not fit the policy's Capacity is refused whole
+// ([QueueFull]); an empty one is [InvalidBatchSize].
+func (q *Memory) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
+	if len(payloads) == 0 {
+		return nil, fmt.Errorf("broker: memory queue: empty batch: %w", InvalidBatchSize)
+	}
+	return q.publish(ctx, "", payloads)
+}
+
+func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]MessageValue, error) {
+	// Copy before taking the lock: the caller may reuse its slices once
+	// this returns, and concurrent producers need not copy one at a time.
+	copies := make([][]byte, len(payloads))
+	for i, p := range payloads {
+		copies[i] = append(make([]byte, 0, len(p)), p...)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := q.policy.maxMessageBytes()
+	for i, p := range copies {
+		if len(p) > limit {
+			return nil, fmt.Errorf("broker: memory queue: payload %d is %d bytes, MaxMessageBytes is %d: %w", i, len(p), limit, MessageTooLarge)
+		}
+	}
+	q.observeLocked(now)
+	// Dedup comes before admission: a duplicate is admitted even when the
+	// queue is full, and a shed publish never enters the seen-set.
+	if key != "" {
+		q.st.evictSeen(now, int64(q.policy.dedupWindow()))
+		if k, ok := q.st.seen[key]; ok {
+			q.counters.duplicates++
+			return []MessageValue{{ID: messageID(k.seq), EnqueuedAt: time.Unix(0, k.enqueuedAt)}}, nil
+		}
+	}
+	if c := q.policy.Capacity; c > 0 && q.st.live()+len(copies) > c {
+		q.counters.shed++
+		return nil, fmt.Errorf("broker: memory queue holds %d of %d messages, %d more do not fit: %w", q.st.live(), c, len(copies), QueueFull)
+	}
+	// An enqueue instant is a reading of the clock too: eviction never runs
+	// on a clock behind it.
+	q.st.lastEvicts = max(q.st.lastEvicts, now)
+	out := make([]MessageValue, len(copies))
+	for i, p := range copies {
+		q.seq++
+		m := &memMessage{seq: q.seq, payload: p, enqueuedAt: now, heapIdx: -1}
+		q.st.msgs[m.seq] = m
+		q.st.makeReady(m)
+		if key != "" {
+			q.st.remember(key, m.seq, now)
+		}
+		out[i] = MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), p...)}
+	}
+	q.counters.published += int64(len(copies))
+	q.wakeLocked()
+	return out, nil
+}
+
+// Receive leases up to max messages, oldest EnqueuedAt first among those
+// receivable now; see [Broker.Receive]. A message whose lease lapsed on
+// its last allowed delivery is a dead letter (reason LEASE_EXPIRED) from
+// the instant it lapsed.
+func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("broker: memory queue: Receive max %d must be positive: %w", max, InvalidBatchSize)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q.observeLocked(now)
+	expires, ok := deadline(now, q.policy.VisibilityTimeout)
+	if !ok {
+		return nil, fmt.Errorf("broker: memory queue: lease deadline now+%v passes year 2262: %w", q.policy.VisibilityTimeout, QueueMisconfigured)
+	}
+	var out []DeliveryValue
+	for len(out) < max && q.st.ready.Len() > 0 {
+		m := q.st.ready.peek()
+		q.st.detach(m)
+		m.deliveries++
+		nonce := q.nonces.Uint64()
+		q.st.lease(m, expires, nonce, m.deliveries >= q.policy.MaxDeliveries)
+		out = append(out, DeliveryValue{
+			Lease:      LeaseValue{ExpiresAt: time.Unix(0, expires), Receipt: q.keys.make(memoryQueueID, m.seq, nonce)},
+			Message:    MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)},
+			Deliveries: m.deliveries,
+		})
+	}
+	q.counters.delivered += int64(len(out))
+	return out, nil
+}
+
+// leaseLocked returns the message a receipt names if its lease is live at
+// now: [UnknownReceipt] for a receipt q did not issue, [LeaseExpired] for
+// one whose lease lapsed (at ExpiresAt exactly), was replaced by Extend, or
+// was ended by Ack, Nack or Reject. Looking at a lease observes the
+// clock. The caller holds q.mu.
+func (q *Memory) leaseLocked(r ReceiptValue, now int64) (*memMessage, error) {
+	queue, seq, nonce, err := q.keys.parse(r)
+	if err != nil {
+		return nil, err
+	}
+	if queue != memoryQueueID {
+		return nil, fmt.Errorf("broker: memory queue: the receipt names another queue: %w", UnknownReceipt)
+	}
+	q.observeLocked(now)
+	m := q.st.msgs[seq]
+	if m == nil || m.state != memLeased || m.nonce != nonce || now >= m.at {
+		return nil, fmt.Errorf("broker: memory queue: message %s: the lease is no longer held: %w", messageID(seq), LeaseExpired)
+	}
+	return m, nil
+}
+
+// Ack removes the leased message for good; see [Broker.Ack].
+func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		return err
+	}
+	q.st.detach(m)
+	delete(q.st.msgs, m.seq)
+	q.counters.acked++
+	return nil
+}
+
+// Nack hands the leased message back after the policy's retry delay, or
+// dead-letters it when it has had MaxDeliveries deliveries; see
+// [Broker.Nack]. The cause is recorded by the classified-cause rule (see
+// [Error]); the Error text of an unclassified cause goes to
+// MemoryOptions.Logger with the message ID and is not kept.
+func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return NackValue{}, err
+	}
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		return NackValue{}, err
+	}
+	out := NackValue{Deliveries: m.deliveries}
+	if m.deliveries >= q.policy.MaxDeliveries {
+		q.buryLocked(m, now, cause)
+		out.DeadLettered = true
+	} else {
+		at, ok := deadline(now, q.policy.retryDelay(m.deliveries))
+		if !ok {
+			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
+		}
+		q.logUnclassified(m.seq, cause)
+		q.st.detach(m)
+		q.st.delay(m, at) // receivable at the next look, at once for a zero delay
+		out.VisibleAt = time.Unix(0, at)
+		q.wakeLocked()
+	}
+	q.counters.nacked++
+	return out, nil
+}
+
+// Reject dead-letters the leased message now, with cause recorded as Nack
+// records it; see [Rejecter].
+func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		return err
+	}
+	q.buryLocked(m, now, cause)
+	q.counters.rejected++
+	return nil
+}
+
+// buryLocked dead-letters the leased m at now with cause, classified.
+func (q *Memory) buryLocked(m *memMessage, now int64, cause error) {
+	reason, code, public, _ := classify(cause)
+	q.logUnclassified(m.seq, cause)
+	q.st.detach(m)
+	q.st.bury(m, now, reason, code, public)
+	q.counters.deadLettered++
+}
+
+// logUnclassified sends the text of a cause that carries no reason to the
+// logger, keyed by message ID: it may hold payload bytes, so it is not
+// kept with the dead letter.
+func (q *Memory) logUnclassified(seq uint64, cause error) {
+	if cause == nil {
+		return
+	}
+	if _, _, _, unclassified := classify(cause); unclassified {
+		q.opts.Logger.Warn("broker: unclassified handler failure", "queue", "memory", "message", messageID(seq), "err", cause.Error())
+	}
+}
+
+// Extend renews a live lease for by from now and returns the new lease,
+// whose receipt replaces the old one; see [LeaseExtender].
+func (q *Memory) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
+	if by <= 0 {
+		return LeaseValue{}, fmt.Errorf("broker: memory queue: Extend by %v must be positive: %w", by, QueueMisconfigured)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return LeaseValue{}, err
+	}
+	m, err := q.leaseLocked(receipt, now)
+	if err != nil {
+		return LeaseValue{}, err
+	}
+	at, ok := deadline(now, by)
+	if !ok {
+		return LeaseValue{}, fmt.Errorf("broker: memory queue: Extend by %v passes year 2262; the lease is unchanged: %w", by, QueueMisconfigured)
+	}
+	nonce := q.nonces.Uint64()
+	q.st.detach(m)
+	q.st.lease(m, at, nonce, m.deliveries >= q.policy.MaxDeliveries)
+	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.keys.make(memoryQueueID, m.seq, nonce)}, nil
+}

@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DeadLetters returns up to max dead letters, oldest FailedAt first,
+// without removing them; see [DeadLetterReader]. Each carries a copy of
+// its payload.
+func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("broker: memory queue: DeadLetters max %d must be positive: %w", max, InvalidBatchSize)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q.observeLocked(now)
+	dead := q.st.dead[:min(max, len(q.st.dead))]
+	out := make([]DeadLetterValue, len(dead))
+	for i, m := range dead {
+		out[i] = DeadLetterValue{
+			FailedAt:   time.Unix(0, m.failedAt),
+			Reason:     m.reason,
+			Cause:      m.cause,
+			Code:       m.code,
+			Deliveries: m.deliveries,
+			Message:    MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)},
+		}
+	}
+	return out, nil
+}
+
+// ReplayDeadLetter moves dead letter id back into the queue, receivable at
+// once, with its delivery count reset; it keeps its ID, payload and
+// EnqueuedAt, and closes the Wake signal. See [DeadLetterManager].
+func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m, err := q.deadLetterLocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	q.st.detach(m)
+	m.deliveries, m.reason, m.code, m.cause, m.failedAt = 0, "", 0, "", 0
+	q.st.makeReady(m)
+	q.counters.replayed++
+	q.wakeLocked()
+	return nil
+}
+
+// DeleteDeadLetter removes dead letter id for good, payload and all; see
+// [DeadLetterManager].
+func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m, err := q.deadLetterLocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	q.st.detach(m)
+	delete(q.st.msgs, m.seq)
+	return nil
+}
+
+// deadLetterLocked returns the dead letter id, or [DeadLetterNotFound].
+func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, error) {
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q.observeLocked(now)
+	seq, ok := parseMessageID(id)
+	var m *memMessage
+	if ok {
+		m = q.st.msgs[seq]
+	}
+	if m == nil || m.state != memDead {
+		return nil, fmt.Errorf("broker: memory queue: dead letter %q: %w", id, DeadLetterNotFound)
+	}
+	return m, nil
+}
+
+// Wake returns what an idle consumer should wait on; see [Waker]. Signal
+// is closed by the next Publish, Nack that hands a message back, replay,
+// or Close of q. In is measured on q's clock.
+func (q *Memory) Wake() WakeValue {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := WakeValue{Signal: q.signal}
+	if q.closed {
+		return w
+	}
+	now := q.now()
+	q.observeLocked(now)
+	if q.st.ready.Len() > 0 {
+		w.Scheduled = true
+		return w
+	}
+	if m := q.st.timers.peek(); m != nil {
+		w.Scheduled, w.In = true, time.Duration(m.at-now)
+	}
+	return w
+}
+
+// Stats returns the queue's gauges as of its clock now, and its counters
+// since it was made; the gauges are those of the file-backed [Queue.Stats].
+// After Close the gauges are zero (the messages are dropped) and the
+// counters stay as they were.
+func (q *Memory) Stats() QueueStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.observeLocked(q.now())
+	}
+	leased, delayed := q.st.finals.Len(), 0
+	for _, m := range q.st.timers.items {
+		if m.state == memLeased {
+			leased++
+		} else {
+			delayed++
+		}
+	}
+	c := q.counters
+	return QueueStats{
+		Ready: q.st.ready.Len(), Leased: leased, Delayed: delayed, DeadLetters: len(q.st.dead),
+		Published: c.published, Duplicates: c.duplicates, Shed: c.shed, Delivered: c.delivered,
+		Acked: c.acked, Nacked: c.nacked, Rejected: c.rejected, DeadLettered: c.deadLettered, Replayed: c.replayed,
+	}
+}
+
+// Close ends the queue: every later call returns an error wrapping
+// [Closed], and a consumer waiting on Wake is woken to find that out. The
+// messages it held are dropped. Close is idempotent and always returns
+// nil.
+func (q *Memory) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	q.st.msgs, q.st.ready.items, q.st.timers.items, q.st.finals.items, q.st.dead = nil, nil, nil, nil, nil
+	q.st.seen, q.st.seenOrder = nil, nil
+	q.wakeLocked()
+	return nil
+}

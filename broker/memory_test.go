@@ -1,0 +1,403 @@
+package broker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// The memory broker's own tests. Its promises of the port are the
+// conformance suite's (conformance_test.go); here are what the suite does
+// not cover: its stats, its logger, Close, and a differential run against
+// the file-backed store.
+//
+// The differential run drives a Memory and a file-backed Queue with one
+// seeded random sequence of operations on one clock and requires the same
+// answer from both, every field of every value compared. Environment:
+//
+//	WALBROKER_MEMORY_SEED   replay a seed (printed by every run)
+//	WALBROKER_MEMORY_STEPS  number of steps (default 3000, 300 with -short)
+
+func newMemory(t *testing.T, clock *fakeClock, mods ...func(*broker.PolicyValue)) *broker.Memory {
+	t.Helper()
+	m, err := broker.NewMemory(policy(mods...), broker.MemoryOptions{Now: clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func TestMemoryRefusesInvalidPolicy(t *testing.T) {
+	m, err := broker.NewMemory(broker.PolicyValue{}, broker.MemoryOptions{})
+	requireErrorIs(t, err, broker.QueueMisconfigured, "VisibilityTimeout", "MaxDeliveries")
+	require.Nil(t, m)
+}
+
+func TestMemoryDefaultsToTheRealClock(t *testing.T) {
+	m, err := broker.NewMemory(policy(), broker.MemoryOptions{})
+	require.NoError(t, err)
+	before := time.Now()
+	msg, err := m.Publish(ctx(t), nil)
+	require.NoError(t, err)
+	require.False(t, msg.EnqueuedAt.Before(before), "EnqueuedAt %v is before the call began %v", msg.EnqueuedAt, before)
+	require.False(t, msg.EnqueuedAt.After(time.Now()))
+}
+
+func TestMemoryStats(t *testing.T) {
+	clock := newFakeClock()
+	m := newMemory(t, clock, func(p *broker.PolicyValue) { p.Capacity = 4; p.MaxDeliveries = 2; p.RetryDelay = time.Minute })
+	for _, p := range []string{"a", "b", "c"} {
+		_, err := m.Publish(ctx(t), []byte(p))
+		require.NoError(t, err)
+	}
+	_, err := m.PublishKeyed(ctx(t), "k", []byte("d"))
+	require.NoError(t, err)
+	_, err = m.PublishKeyed(ctx(t), "k", []byte("d"))
+	require.NoError(t, err)
+	_, err = m.Publish(ctx(t), []byte("e"))
+	requireErrorIs(t, err, broker.QueueFull)
+
+	ds, err := m.Receive(ctx(t), 3)
+	require.NoError(t, err)
+	require.NoError(t, m.Ack(ctx(t), ds[0].Lease.Receipt))
+	_, err = m.Nack(ctx(t), ds[1].Lease.Receipt, nil)
+	require.NoError(t, err)
+	require.NoError(t, m.Reject(ctx(t), ds[2].Lease.Receipt, nil))
+	require.Equal(t, broker.QueueStats{
+		Ready: 1, Delayed: 1, DeadLetters: 1,
+		Published: 4, Duplicates: 1, Shed: 1, Delivered: 3, Acked: 1, Nacked: 1, Rejected: 1, DeadLettered: 1,
+	}, m.Stats())
+
+	require.NoError(t, m.ReplayDeadLetter(ctx(t), ds[2].Message.ID))
+	d, err := m.Receive(ctx(t), 1) // the replayed message, the oldest
+	require.NoError(t, err)
+	require.Equal(t, ds[2].Message.ID, d[0].Message.ID)
+	clock.Set(d[0].Lease.ExpiresAt) // its first lease lapses: ready again
+	st := m.Stats()
+	require.Equal(t, [4]int{2, 0, 1, 0}, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters})
+	require.Equal(t, int64(1), st.Replayed)
+
+	two, err := m.Receive(ctx(t), 2)
+	require.NoError(t, err)
+	require.Len(t, two, 2)
+	clock.Set(two[0].Lease.ExpiresAt) // the replayed one's second and last lease lapses too
+	st = m.Stats()
+	require.Equal(t, 1, st.DeadLetters, "a last lease lapsed is a dead letter from that instant")
+	require.Equal(t, int64(2), st.DeadLettered, "and is counted so")
+}
+
+func TestMemoryLogsUnclassifiedCauseNotKeepsIt(t *testing.T) {
+	var logged bytes.Buffer
+	m, err := broker.NewMemory(policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }), broker.MemoryOptions{
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+	})
+	require.NoError(t, err)
+	msg, err := m.Publish(ctx(t), []byte("card 4111"))
+	require.NoError(t, err)
+	ds, err := m.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	_, err = m.Nack(ctx(t), ds[0].Lease.Receipt, errors.New("declined card 4111"))
+	require.NoError(t, err)
+	require.Contains(t, logged.String(), "declined card 4111", "the unclassified text goes to the logger")
+	require.Contains(t, logged.String(), msg.ID, "keyed by the message ID")
+	dls, err := m.DeadLetters(ctx(t), 1)
+	require.NoError(t, err)
+	require.Equal(t, broker.ReasonUnclassified, dls[0].Reason)
+	require.Empty(t, dls[0].Cause, "the text is not kept with the dead letter")
+}
+
+func TestMemoryCloseWakesWaiters(t *testing.T) {
+	m := newMemory(t, newFakeClock())
+	w := m.Wake()
+	require.NoError(t, m.Close())
+	require.True(t, closed(w.Signal), "a consumer waiting on Wake learns of the Close")
+	require.NoError(t, m.Close(), "Close is idempotent")
+	_, err := m.Receive(ctx(t), 1)
+	requireErrorIs(t, err, broker.Closed)
+	st := m.Stats()
+	require.Equal(t, [4]int{}, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters})
+}
+
+func TestMemoryConcurrentConsumers(t *testing.T) {
+	m := newMemory(t, newFakeClock())
+	const n = 400
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n / 4 {
+				_, err := m.Publish(ctx(t), fmt.Appendf(nil, "%d-%d", p, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	c, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- broker.Consume(c, m, func(_ context.Context, d broker.DeliveryValue) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[string(d.Message.Payload)]++
+			if len(seen) == n {
+				cancel()
+			}
+			return nil
+		}, broker.ConsumeOptions{Batch: 8, Concurrency: 4})
+	}()
+	wg.Wait()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Len(t, seen, n)
+	for k, c := range seen {
+		require.Equal(t, 1, c, "message %s", k)
+	}
+	require.Equal(t, int64(n), m.Stats().Acked)
+}
+
+// pair is one lease as both brokers issued it.
+type pair struct{ file, mem broker.ReceiptValue }
+
+// differential drives a file-backed queue and a Memory side by side.
+type differential struct {
+	t       *testing.T
+	rng     *rand.Rand
+	clock   *fakeClock
+	fq      *broker.Queue
+	mq      *broker.Memory
+	leases  []pair
+	memID   map[string]string // file store ID → memory ID (their sequences differ)
+	fileIDs []string
+	history []string
+	seen    map[string]int // "Op SENTINEL" counts, to show what a run covered
+}
+
+func TestMemoryBehavesAsFileStore(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("WALBROKER_MEMORY_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+	}
+	steps := 3000
+	if testing.Short() {
+		steps = 300
+	}
+	if s := os.Getenv("WALBROKER_MEMORY_STEPS"); s != "" {
+		var err error
+		steps, err = strconv.Atoi(s)
+		require.NoError(t, err)
+	}
+	t.Logf("differential run: seed %d, %d steps; replay with WALBROKER_MEMORY_SEED=%d", seed, steps, seed)
+	e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone })
+	pol := policy(func(p *broker.PolicyValue) {
+		p.RetryDelay, p.MaxRetryDelay = 5*time.Second, 20*time.Second
+		p.Capacity, p.DedupWindow, p.MaxMessageBytes = 10, time.Minute, 8
+	})
+	d := &differential{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x3e3)), clock: e.clock,
+		fq: e.queue("jobs", pol), memID: map[string]string{}, seen: map[string]int{}}
+	var err error
+	d.mq, err = broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-40, 0):], "\n"))
+		}
+	})
+	for range steps {
+		d.step()
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("outcomes: %v", d.seen)
+}
+
+// sentinel names the error of this module that err wraps, or its text.
+func sentinel(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	for _, s := range []*broker.Error{broker.MessageTooLarge, broker.InvalidBatchSize, broker.LeaseExpired, broker.UnknownReceipt,
+		broker.QueueMisconfigured, broker.DeadLetterNotFound, broker.QueueFull, broker.Closed, broker.InvalidDedupKey} {
+		if errors.Is(err, s) {
+			return s.Reason()
+		}
+	}
+	return "other: " + err.Error()
+}
+
+// sameMessage requires two MessageValues to be the same message; the
+// first time a file store ID is seen it is paired with the memory one.
+func (d *differential) sameMessage(what string, f, m broker.MessageValue) {
+	d.t.Helper()
+	if want, ok := d.memID[f.ID]; ok {
+		require.Equal(d.t, want, m.ID, "%s: IDs do not correspond", what)
+	} else if f.ID != "" {
+		d.memID[f.ID] = m.ID
+		d.fileIDs = append(d.fileIDs, f.ID)
+	}
+	require.Equal(d.t, f.EnqueuedAt.UnixNano(), m.EnqueuedAt.UnixNano(), "%s: EnqueuedAt", what)
+	require.Equal(d.t, string(f.Payload), string(m.Payload), "%s: payload", what)
+}
+
+func (d *differential) sameErr(what string, fe, me error) bool {
+	d.t.Helper()
+	require.Equal(d.t, sentinel(fe), sentinel(me), "%s: errors differ: file %v, memory %v", what, fe, me)
+	d.seen[what+" "+sentinel(fe)]++
+	return fe == nil
+}
+
+func (d *differential) payload() []byte {
+	return bytes.Repeat([]byte{byte('a' + d.rng.IntN(26))}, d.rng.IntN(10)) // 9 bytes is too large
+}
+
+func (d *differential) lease() (pair, int) {
+	if len(d.leases) == 0 || d.rng.IntN(20) == 0 {
+		return pair{"garbage", "garbage"}, -1
+	}
+	i := d.rng.IntN(len(d.leases)) // often a stale one
+	if d.rng.IntN(4) != 0 {
+		i = max(len(d.leases)-1-d.rng.IntN(4), 0) // mostly a recent one
+	}
+	return d.leases[i], i
+}
+
+func (d *differential) id() (string, string) {
+	if len(d.fileIDs) == 0 || d.rng.IntN(10) == 0 {
+		return "7fffffffffffffff", "7fffffffffffffff" // a sequence neither reaches
+	}
+	f := d.fileIDs[d.rng.IntN(len(d.fileIDs))]
+	return f, d.memID[f]
+}
+
+func (d *differential) cause() error {
+	return []error{nil, errors.New("plain"), broker.NewError("BAD", 0x01020304, "public", "private"), broker.DoNotRetry(nil)}[d.rng.IntN(4)]
+}
+
+func (d *differential) step() {
+	t, c := d.t, ctx(d.t)
+	op := d.rng.IntN(17)
+	d.history = append(d.history, fmt.Sprintf("t+%v op %d leases %d", d.clock.Now().Sub(t0), op, len(d.leases)))
+	switch op {
+	case 0, 1:
+		p := d.payload()
+		f, fe := d.fq.Publish(c, p)
+		m, me := d.mq.Publish(c, p)
+		if d.sameErr("Publish", fe, me) {
+			d.sameMessage("Publish", f, m)
+		}
+	case 2:
+		key, p := fmt.Sprint("k", d.rng.IntN(4)), d.payload()
+		f, fe := d.fq.PublishKeyed(c, key, p)
+		m, me := d.mq.PublishKeyed(c, key, p)
+		if d.sameErr("PublishKeyed", fe, me) {
+			d.sameMessage("PublishKeyed", f, m)
+		}
+	case 3:
+		ps := make([][]byte, d.rng.IntN(4))
+		for i := range ps {
+			ps[i] = d.payload()
+		}
+		fs, fe := d.fq.PublishBatch(c, ps)
+		ms, me := d.mq.PublishBatch(c, ps)
+		if d.sameErr("PublishBatch", fe, me) {
+			require.Equal(t, len(fs), len(ms))
+			for i := range fs {
+				d.sameMessage("PublishBatch", fs[i], ms[i])
+			}
+		}
+	case 4, 5:
+		max := d.rng.IntN(4) // 0 is refused
+		fs, fe := d.fq.Receive(c, max)
+		ms, me := d.mq.Receive(c, max)
+		if d.sameErr("Receive", fe, me) {
+			require.Equal(t, len(fs), len(ms), "Receive(%d)", max)
+			for i := range fs {
+				d.sameMessage("Receive", fs[i].Message, ms[i].Message)
+				require.Equal(t, fs[i].Deliveries, ms[i].Deliveries)
+				require.Equal(t, fs[i].Lease.ExpiresAt.UnixNano(), ms[i].Lease.ExpiresAt.UnixNano())
+				d.leases = append(d.leases, pair{fs[i].Lease.Receipt, ms[i].Lease.Receipt})
+			}
+		}
+	case 6:
+		l, _ := d.lease()
+		d.sameErr("Ack", d.fq.Ack(c, l.file), d.mq.Ack(c, l.mem))
+	case 7, 8:
+		l, _ := d.lease()
+		cause := d.cause()
+		fv, fe := d.fq.Nack(c, l.file, cause)
+		mv, me := d.mq.Nack(c, l.mem, cause)
+		if d.sameErr("Nack", fe, me) {
+			require.Equal(t, fv.Deliveries, mv.Deliveries)
+			require.Equal(t, fv.DeadLettered, mv.DeadLettered)
+			require.Equal(t, fv.VisibleAt.UnixNano(), mv.VisibleAt.UnixNano())
+		}
+	case 9:
+		l, _ := d.lease()
+		cause := d.cause()
+		d.sameErr("Reject", d.fq.Reject(c, l.file, cause), d.mq.Reject(c, l.mem, cause))
+	case 10:
+		l, i := d.lease()
+		by := []time.Duration{0, time.Second, 45 * time.Second}[d.rng.IntN(3)]
+		fl, fe := d.fq.Extend(c, l.file, by)
+		ml, me := d.mq.Extend(c, l.mem, by)
+		if d.sameErr("Extend", fe, me) {
+			require.Equal(t, fl.ExpiresAt.UnixNano(), ml.ExpiresAt.UnixNano())
+			d.leases[i] = pair{fl.Receipt, ml.Receipt}
+		}
+	case 11:
+		max := d.rng.IntN(5)
+		fs, fe := d.fq.DeadLetters(c, max)
+		ms, me := d.mq.DeadLetters(c, max)
+		if d.sameErr("DeadLetters", fe, me) {
+			require.Equal(t, len(fs), len(ms))
+			for i := range fs {
+				d.sameMessage("DeadLetters", fs[i].Message, ms[i].Message)
+				fs[i].Message, ms[i].Message = broker.MessageValue{}, broker.MessageValue{}
+				require.Equal(t, fs[i].FailedAt.UnixNano(), ms[i].FailedAt.UnixNano())
+				fs[i].FailedAt, ms[i].FailedAt = time.Time{}, time.Time{}
+				require.Equal(t, fs[i], ms[i])
+			}
+		}
+	case 12:
+		f, m := d.id()
+		if d.rng.IntN(2) == 0 {
+			d.sameErr("ReplayDeadLetter", d.fq.ReplayDeadLetter(c, f), d.mq.ReplayDeadLetter(c, m))
+		} else {
+			d.sameErr("DeleteDeadLetter", d.fq.DeleteDeadLetter(c, f), d.mq.DeleteDeadLetter(c, m))
+		}
+	case 13, 14:
+		d.clock.Advance(time.Duration(d.rng.IntN(40_000)) * time.Millisecond)
+	case 15:
+		if d.rng.IntN(4) == 0 {
+			d.clock.Advance(-time.Duration(d.rng.IntN(20_000)) * time.Millisecond) // the clock steps back
+		}
+		fw, mw := d.fq.Wake(), d.mq.Wake()
+		require.Equal(t, fw.Scheduled, mw.Scheduled, "Wake.Scheduled")
+		if fw.Scheduled {
+			require.Equal(t, max(fw.In, 0), max(mw.In, 0), "Wake.In")
+		}
+	case 16:
+		require.Equal(t, d.fq.Stats(), d.mq.Stats(), "Stats")
+	}
+	if len(d.leases) > 50 {
+		d.leases = d.leases[len(d.leases)-50:]
+	}
+}

@@ -1,0 +1,440 @@
+package brokertest
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// leaseCases: leases lapsing, and what a lapsed receipt may still do.
+var leaseCases = []testCase{
+	{name: "LeaseExpiresVisibilityTimeoutAfterReceive", run: func(e *env) {
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		e.publish(q, "a")
+		before := e.now()
+		d := e.receiveOne(q)
+		after := e.now()
+		if e.clock != nil {
+			e.sameInstant(before.Add(vt), d.Lease.ExpiresAt, "ExpiresAt is the receive instant plus VisibilityTimeout")
+		} else if d.Lease.ExpiresAt.Before(before.Add(vt-e.tol())) || d.Lease.ExpiresAt.After(after.Add(vt+e.tol())) {
+			e.Fatalf("ExpiresAt %v is not VisibilityTimeout %v after the Receive (%v..%v, tolerance %v)", d.Lease.ExpiresAt, vt, before, after, e.tol())
+		}
+	}},
+	{name: "LapsedLeaseRedeliversWithoutRetryDelay", run: func(e *env) {
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.VisibilityTimeout = vt
+			p.RetryDelay = 20 * vt // a lapse must not be charged the retry delay
+		}))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.hiddenUntil(q, d.Lease.ExpiresAt, "before the lease lapses")
+		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message of a consumer that died")
+		if d2.Message.ID != m.ID || d2.Deliveries != 2 || string(d2.Message.Payload) != "a" {
+			e.Fatalf("redelivered %q #%d %q, want %q #2 %q", d2.Message.ID, d2.Deliveries, d2.Message.Payload, m.ID, "a")
+		}
+		if d2.Lease.Receipt == d.Lease.Receipt {
+			e.Fatalf("the redelivery reuses the lapsed lease's receipt")
+		}
+	}},
+	{name: "LeaseLapsesExactlyAtExpiresAt", needs: []string{"Clock", "ExactExpiry"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		e.publish(q, "b")
+		ds := e.receive(q, 2)
+		e.set(ds[0].Lease.ExpiresAt.Add(-time.Nanosecond))
+		e.none(q, "one nanosecond before ExpiresAt")
+		e.ack(q, ds[0].Lease.Receipt) // still held
+		e.set(ds[1].Lease.ExpiresAt)
+		e.isErr(q.Ack(e.ctx(), ds[1].Lease.Receipt), broker.LeaseExpired, "Ack AT ExpiresAt")
+		if d := e.receiveOne(q); d.Message.ID != ds[1].Message.ID {
+			e.Fatalf("at ExpiresAt, delivered %q, want %q", d.Message.ID, ds[1].Message.ID)
+		}
+	}},
+	{name: "AckOfLapsedLeaseRemovesNothing", run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(q, d.Lease)
+		e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.LeaseExpired, "Ack of a lapsed lease")
+		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message the refused Ack did not remove")
+		if d2.Message.ID != m.ID {
+			e.Fatalf("redelivered %q, want %q", d2.Message.ID, m.ID)
+		}
+		e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.LeaseExpired, "Ack of a lapsed lease whose message another consumer holds")
+		e.ack(q, d2.Lease.Receipt) // the new holder's turn was not ended
+	}},
+	{name: "NackOfLapsedLeaseMovesNothing", run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(q, d.Lease)
+		_, err := q.Nack(e.ctx(), d.Lease.Receipt, errors.New("late"))
+		e.isErr(err, broker.LeaseExpired, "Nack of a lapsed lease")
+		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message after a refused Nack")
+		if d2.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d2.Deliveries)
+		}
+	}},
+	{name: "LapsedLeaseStaysLapsedWhenClockGoesBack", needs: []string{"Clock"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.set(d.Lease.ExpiresAt.Add(time.Second))
+		e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.LeaseExpired, "Ack after the lease lapsed") // the broker saw the lapse
+		e.set(d.Lease.ExpiresAt.Add(-time.Second))
+		e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.LeaseExpired, "Ack after the broker saw the lapse and the clock stepped back")
+		e.set(d.Lease.ExpiresAt.Add(time.Second))
+		if d2 := e.receiveOne(q); d2.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2: the refused Ack removed nothing", d2.Deliveries)
+		}
+	}},
+	{name: "ReceiptOfAnotherQueueIsUnknown", run: func(e *env) {
+		a, b := e.queue(e.policy()), e.queue(e.policy())
+		e.publish(a, "x")
+		e.publish(b, "y")
+		da, db := e.receiveOne(a), e.receiveOne(b)
+		e.isErr(b.Ack(e.ctx(), da.Lease.Receipt), broker.UnknownReceipt, "Ack of another queue's receipt")
+		_, err := b.Nack(e.ctx(), da.Lease.Receipt, nil)
+		e.isErr(err, broker.UnknownReceipt, "Nack of another queue's receipt")
+		if x, ok := b.(broker.Rejecter); ok {
+			e.isErr(x.Reject(e.ctx(), da.Lease.Receipt, nil), broker.UnknownReceipt, "Reject of another queue's receipt")
+		}
+		if x, ok := b.(broker.LeaseExtender); ok {
+			_, err := x.Extend(e.ctx(), da.Lease.Receipt, time.Minute)
+			e.isErr(err, broker.UnknownReceipt, "Extend of another queue's receipt")
+		}
+		e.ack(a, da.Lease.Receipt) // nothing moved
+		e.ack(b, db.Lease.Receipt)
+	}},
+	{name: "ReceiptOfAnotherBackendIsUnknown", run: func(e *env) {
+		other := newEnv(e.T, e.f)
+		q1, q2 := e.queue(e.policy()), other.queue(e.policy())
+		e.publish(q1, "a")
+		other.publish(q2, "a")
+		d1, d2 := e.receiveOne(q1), other.receiveOne(q2)
+		e.isErr(q2.Ack(e.ctx(), d1.Lease.Receipt), broker.UnknownReceipt, "Ack of another backend's receipt")
+		e.ack(q1, d1.Lease.Receipt)
+		e.ack(q2, d2.Lease.Receipt)
+	}},
+	{name: "GarbledOrForgedReceiptIsUnknown", run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		for name, r := range garble(d.Lease.Receipt) {
+			e.isErr(q.Ack(e.ctx(), r), broker.UnknownReceipt, "Ack of a receipt "+name)
+			_, err := q.Nack(e.ctx(), r, nil)
+			e.isErr(err, broker.UnknownReceipt, "Nack of a receipt "+name)
+			if x, ok := q.(broker.Rejecter); ok {
+				e.isErr(x.Reject(e.ctx(), r, nil), broker.UnknownReceipt, "Reject of a receipt "+name)
+			}
+			if x, ok := q.(broker.LeaseExtender); ok {
+				_, err := x.Extend(e.ctx(), r, time.Minute)
+				e.isErr(err, broker.UnknownReceipt, "Extend of a receipt "+name)
+			}
+		}
+		e.ack(q, d.Lease.Receipt) // nothing moved
+	}},
+	{name: "EveryOneCharacterChangeIsUnknown", run: func(e *env) {
+		// A string the broker never issued is UnknownReceipt, even one
+		// that decodes to the same bytes as a receipt it did issue: a
+		// receipt has one spelling.
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		var accepted []string
+		for _, r := range everyChange(d.Lease.Receipt) {
+			if err := q.Ack(e.ctx(), r); !errors.Is(err, broker.UnknownReceipt) {
+				if err == nil {
+					accepted = append(accepted, string(r))
+					break // the lease is gone now
+				}
+				e.Fatalf("Ack of %q, one character away from the receipt %q: %v, want UnknownReceipt", r, d.Lease.Receipt, err)
+			}
+		}
+		if len(accepted) > 0 {
+			e.Fatalf("Ack accepted %q, a receipt never issued (the one issued was %q)", accepted[0], d.Lease.Receipt)
+		}
+		e.ack(q, d.Lease.Receipt) // nothing moved
+	}},
+}
+
+// receiptAlphabet is what a one-character change of a receipt tries at
+// each place: the base64url alphabet, which holds the characters of most
+// text encodings, and a few that are in none of them.
+const receiptAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_+/=. "
+
+// garble returns receipts made from r that no broker issued: empty,
+// garbage, cut, grown, and r with one character changed near its start
+// and in its middle (a forgery of whatever the receipt encodes). Every
+// other one-character change is the business of
+// EveryOneCharacterChangeIsUnknown.
+func garble(r broker.ReceiptValue) map[string]broker.ReceiptValue {
+	s := string(r)
+	out := map[string]broker.ReceiptValue{
+		"empty":     "",
+		"garbage":   "not a receipt",
+		"truncated": broker.ReceiptValue(s[:len(s)/2]),
+		"extended":  r + "AA",
+	}
+	flip := func(i int) broker.ReceiptValue {
+		b := []byte(s)
+		// Stay in the alphabet of the usual text encodings, so that the
+		// forgery parses and only its content is wrong.
+		switch {
+		case b[i] == 'A':
+			b[i] = 'B'
+		default:
+			b[i] = 'A'
+		}
+		return broker.ReceiptValue(b)
+	}
+	if len(s) > 0 {
+		out["forged at start"] = flip(0)
+		out["forged in middle"] = flip(len(s) / 2)
+	}
+	for k, v := range out {
+		if v == r {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// everyChange returns every receipt that differs from r in exactly one
+// character drawn from receiptAlphabet.
+func everyChange(r broker.ReceiptValue) []broker.ReceiptValue {
+	var out []broker.ReceiptValue
+	for i := range len(r) {
+		for _, c := range []byte(receiptAlphabet) {
+			if c != r[i] {
+				b := []byte(r)
+				b[i] = c
+				out = append(out, broker.ReceiptValue(b))
+			}
+		}
+	}
+	return out
+}
+
+// lapse moves the broker's clock past the lease l, exactly to ExpiresAt
+// (ExactExpiry) or to ExpiresAt plus the tolerance, so that l has lapsed.
+func (e *env) lapse(q broker.Broker, l broker.LeaseValue) {
+	e.Helper()
+	if e.clock != nil {
+		at := l.ExpiresAt
+		if !e.caps.ExactExpiry {
+			at = at.Add(e.caps.tolerance())
+		}
+		e.clock.Set(at)
+		return
+	}
+	if d := time.Until(l.ExpiresAt.Add(e.tol())); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// nackCases: Broker.Nack, the retry curve, MaxDeliveries.
+var nackCases = []testCase{
+	{name: "NackedMessageVisibleAtVisibleAt", run: func(e *env) {
+		delay := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		before := e.now()
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		after := e.now()
+		if nv.DeadLettered || nv.Deliveries != 1 {
+			e.Fatalf("Nack reported %+v, want Deliveries 1, not dead-lettered", nv)
+		}
+		e.checkInstant(nv.VisibleAt, before.Add(delay), after.Add(delay), "VisibleAt is RetryDelay after the nack")
+		e.hiddenUntil(q, nv.VisibleAt, "during the retry delay")
+		d2 := e.appearsAt(q, nv.VisibleAt, true, "the nacked message")
+		if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+		}
+	}},
+	{name: "NackWithZeroOrNegativeRetryDelayIsVisibleAtOnce", run: func(e *env) {
+		for _, delay := range []time.Duration{0, -time.Minute} { // negative is read as zero
+			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+			e.publish(q, "a")
+			before := e.now()
+			nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+			e.checkInstant(nv.VisibleAt, before, e.now(), "VisibleAt with RetryDelay "+delay.String())
+			if d := e.appearsAt(q, nv.VisibleAt, true, "the nacked message"); d.Deliveries != 2 {
+				e.Fatalf("RetryDelay %v: delivery %d, want 2", delay, d.Deliveries)
+			}
+		}
+	}},
+	{name: "RetryDelayConstantWithoutMax", run: func(e *env) {
+		delay := e.short() / 2
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+		e.publish(q, "a")
+		e.checkRetryCurve(q, []time.Duration{delay, delay, delay})
+	}},
+	{name: "RetryDelayGrowsAndHoldsAtMax", run: func(e *env) {
+		base := e.short() / 4
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.RetryDelay = base
+			p.MaxRetryDelay = 3 * base
+			p.MaxDeliveries = 10
+		}))
+		e.publish(q, "a")
+		// RetryDelay × 2^(n−1) for the n-th delivery, held at MaxRetryDelay.
+		e.checkRetryCurve(q, []time.Duration{base, 2 * base, 3 * base, 3 * base})
+	}},
+	{name: "MaxDeliveriesOneMeansOneAttempt", needs: []string{"DeadLetterReader"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		if !nv.DeadLettered || nv.Deliveries != 1 || !nv.VisibleAt.IsZero() {
+			e.Fatalf("Nack of the only attempt reported %+v, want {Deliveries 1, DeadLettered, zero VisibleAt}", nv)
+		}
+		e.none(q, "a dead-lettered message")
+		if dls := e.deadLetters(q); len(dls) != 1 || dls[0].Message.ID != m.ID {
+			e.Fatalf("dead letters %+v, want the one message %q", dls, m.ID)
+		}
+	}},
+	{name: "NackOnLastDeliveryDeadLetters", run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2 }))
+		e.publish(q, "a")
+		if nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil); nv.DeadLettered {
+			e.Fatalf("the first of two deliveries dead-lettered: %+v", nv)
+		}
+		d := e.appearsAt(q, e.now(), true, "the nacked message")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		if !nv.DeadLettered || nv.Deliveries != 2 || !nv.VisibleAt.IsZero() {
+			e.Fatalf("Nack of the last delivery reported %+v, want {Deliveries 2, DeadLettered, zero VisibleAt}", nv)
+		}
+		e.none(q, "a dead-lettered message")
+		e.after(e.now().Add(e.short()))
+		e.none(q, "a dead-lettered message, later")
+	}},
+	{name: "ReceiptAfterNackIsRefused", run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = e.short() }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		e.gone(q.Ack(e.ctx(), d.Lease.Receipt), "Ack after Nack")
+		_, err := q.Nack(e.ctx(), d.Lease.Receipt, nil)
+		e.gone(err, "Nack after Nack")
+		if d2 := e.appearsAt(q, nv.VisibleAt, true, "the nacked message"); d2.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2: the refused calls moved nothing", d2.Deliveries)
+		}
+	}},
+}
+
+// checkInstant requires got to be between lo and hi: exactly lo on the
+// suite's clock (where lo and hi are the same reading), within the
+// tolerance otherwise.
+func (e *env) checkInstant(got, lo, hi time.Time, what string) {
+	e.Helper()
+	if got.Before(lo.Add(-e.tol())) || got.After(hi.Add(e.tol())) {
+		e.Fatalf("%s: %v is not within %v..%v (tolerance %v)", what, got, lo, hi, e.tol())
+	}
+}
+
+// checkRetryCurve nacks the only message of q once per delay and requires
+// each nack's VisibleAt to be that delay after it, and the message to be
+// redelivered then and not before.
+func (e *env) checkRetryCurve(q broker.Broker, delays []time.Duration) {
+	e.Helper()
+	d := e.receiveOne(q)
+	for i, delay := range delays {
+		before := e.now()
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		after := e.now()
+		if nv.Deliveries != i+1 || nv.DeadLettered {
+			e.Fatalf("nack %d reported %+v, want Deliveries %d", i+1, nv, i+1)
+		}
+		e.checkInstant(nv.VisibleAt, before.Add(delay), after.Add(delay), "VisibleAt after failed delivery "+itoa(i+1))
+		d = e.appearsAt(q, nv.VisibleAt, true, "redelivery after failed delivery "+itoa(i+1))
+		if d.Deliveries != i+2 {
+			e.Fatalf("delivery %d, want %d", d.Deliveries, i+2)
+		}
+	}
+	e.ack(q, d.Lease.Receipt)
+}
+
+// extendCases: LeaseExtender.
+var extendCases = []testCase{
+	{name: "ExtendReturnsNewReceiptAndVoidsOld", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		if e.clock != nil {
+			e.clock.Advance(vt / 2)
+		}
+		before := e.now()
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, 3*vt)
+		after := e.now()
+		if err != nil {
+			e.Fatalf("Extend: %v", err)
+		}
+		if l.Receipt == d.Lease.Receipt || l.Receipt == "" {
+			e.Fatalf("Extend returned receipt %q, want a new one", l.Receipt)
+		}
+		e.checkInstant(l.ExpiresAt, before.Add(3*vt), after.Add(3*vt), "the extended ExpiresAt is measured from now")
+		e.gone(q.Ack(e.ctx(), d.Lease.Receipt), "Ack with the receipt Extend replaced")
+		_, err = e.extender(q).Extend(e.ctx(), d.Lease.Receipt, vt)
+		e.gone(err, "Extend with the receipt Extend replaced")
+		e.after(d.Lease.ExpiresAt)
+		e.hiddenUntil(q, l.ExpiresAt, "past the old deadline, within the extended one")
+		if e.clock != nil && e.caps.ExactExpiry {
+			e.set(l.ExpiresAt.Add(-time.Nanosecond))
+		}
+		e.ack(q, l.Receipt)
+	}},
+	{name: "ExtendKeepsDeliveries", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		d := e.appearsAt(q, e.now(), true, "the nacked message")
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Minute)
+		if err != nil {
+			e.Fatalf("Extend: %v", err)
+		}
+		if nv := e.nack(q, l.Receipt, nil); nv.Deliveries != 2 {
+			e.Fatalf("Nack after Extend reported Deliveries %d, want 2: an extension is not a delivery", nv.Deliveries)
+		}
+	}},
+	{name: "ExtendOfLapsedLeaseIsRefused", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(q, d.Lease)
+		_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
+		e.isErr(err, broker.LeaseExpired, "Extend of a lapsed lease nobody else took")
+		if d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose lease lapsed"); d2.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2: the lapsed lease was not renewed", d2.Deliveries)
+		}
+	}},
+	{name: "ExtendNonPositiveIsMisconfigured", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		for _, by := range []time.Duration{0, -time.Second} {
+			_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, by)
+			e.isErr(err, broker.QueueMisconfigured, "Extend by "+by.String())
+		}
+		e.ack(q, d.Lease.Receipt) // the lease held is still valid
+	}},
+	{name: "ExtendPast2262IsMisconfiguredAndKeepsLease", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		for _, by := range []time.Duration{math.MaxInt64, 2*broker.MaxDeadlineOffset + broker.MaxDeadlineOffset/2} {
+			_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, by)
+			e.isErr(err, broker.QueueMisconfigured, "Extend by "+by.String())
+		}
+		e.ack(q, d.Lease.Receipt) // refused before anything moved
+	}},
+}

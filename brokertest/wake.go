@@ -1,0 +1,333 @@
+package brokertest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// signalled requires w's signal to be closed (at once on the suite's
+// clock, where events are synchronous; by a real deadline otherwise).
+func (e *env) signalled(w broker.WakeValue, what string) {
+	e.Helper()
+	if e.clock != nil {
+		if !closed(w.Signal) {
+			e.Fatalf("%s did not close the wake signal handed out before it", what)
+		}
+		return
+	}
+	e.eventually(what+" closes the wake signal handed out before it", func() bool { return closed(w.Signal) })
+}
+
+// checkIn requires w to be scheduled in want: exactly on the suite's
+// clock, within the tolerance otherwise.
+func (e *env) checkIn(w broker.WakeValue, want time.Duration, what string) {
+	e.Helper()
+	if !w.Scheduled {
+		e.Fatalf("%s: Wake is not scheduled, want In %v", what, want)
+	}
+	if e.clock != nil {
+		if w.In != want {
+			e.Fatalf("%s: Wake.In %v, want %v", what, w.In, want)
+		}
+		return
+	}
+	if w.In < want-e.tol() || w.In > want+e.tol() {
+		e.Fatalf("%s: Wake.In %v, want %v within %v", what, w.In, want, e.tol())
+	}
+}
+
+// wakeCases: Waker and WakeValue (API.md §5.3).
+var wakeCases = []testCase{
+	{name: "WakeSignalIsNeverNil", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		w := e.waker(q).Wake()
+		if w.Signal == nil {
+			e.Fatalf("Wake returned a nil Signal")
+		}
+		if closed(w.Signal) {
+			e.Fatalf("the Signal of an idle queue is closed")
+		}
+		if w.Scheduled {
+			e.Fatalf("an empty queue is Scheduled (In %v): it holds nothing that becomes receivable on its own", w.In)
+		}
+	}},
+	{name: "WakeClosedByPublish", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		publishes := []struct {
+			name string
+			do   func()
+		}{{"Publish", func() { e.publish(q, "a") }}}
+		if x, ok := q.(KeyedPublisher); ok && e.caps.Keyed {
+			publishes = append(publishes, struct {
+				name string
+				do   func()
+			}{"PublishKeyed", func() {
+				if _, err := x.PublishKeyed(e.ctx(), "k", nil); err != nil {
+					e.Fatalf("PublishKeyed: %v", err)
+				}
+			}})
+		}
+		if x, ok := q.(BatchPublisher); ok && e.caps.Batch {
+			publishes = append(publishes, struct {
+				name string
+				do   func()
+			}{"PublishBatch", func() {
+				if _, err := x.PublishBatch(e.ctx(), [][]byte{nil, nil}); err != nil {
+					e.Fatalf("PublishBatch: %v", err)
+				}
+			}})
+		}
+		for _, p := range publishes {
+			w := e.waker(q).Wake()
+			p.do()
+			e.signalled(w, p.name)
+		}
+	}},
+	{name: "WakeClosedByNackThatHandsBack", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Hour }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		w := e.waker(q).Wake()
+		e.nack(q, d.Lease.Receipt, nil)
+		e.signalled(w, "a Nack that hands the message back")
+	}},
+	{name: "WakeClosedByReplay", needs: []string{"Waker", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		w := e.waker(q).Wake()
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		e.signalled(w, "a replay")
+	}},
+	{name: "WakeNotClosedByPublishToAnotherQueue", needs: []string{"Waker"}, run: func(e *env) {
+		q, other := e.queue(e.policy()), e.queue(e.policy())
+		w := e.waker(q).Wake()
+		e.publish(other, "elsewhere")
+		if e.clock == nil {
+			time.Sleep(50 * time.Millisecond) // room for an asynchronous wrong wake-up
+		}
+		if closed(w.Signal) {
+			e.Fatalf("a publish to another queue closed this queue's wake signal")
+		}
+		e.publish(q, "here")
+		e.signalled(w, "a publish to this queue")
+	}},
+	{name: "WakeBeforeReceiveDoesNotMissPublish", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		w := e.waker(q).Wake()
+		e.none(q, "an empty queue")
+		e.publish(q, "a") // lands between the empty Receive and the wait
+		select {
+		case <-w.Signal:
+		case <-time.After(10*time.Second + 3*e.caps.tolerance()):
+			e.Fatalf("the publish between Wake and the wait did not close the signal")
+		}
+		e.receiveOne(q)
+	}},
+	{name: "WakeScheduledNowWhenReady", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		var w broker.WakeValue
+		e.eventually("Wake scheduled with a message ready", func() bool { w = e.waker(q).Wake(); return w.Scheduled })
+		if w.In > e.tol() {
+			e.Fatalf("Wake.In %v with a message ready, want zero or less (now)", w.In)
+		}
+	}},
+	{name: "WakeInNamesRetryDelayEnd", needs: []string{"Waker"}, run: func(e *env) {
+		delay := 4 * e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+		e.publish(q, "a")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		if e.clock != nil {
+			e.clock.Advance(delay / 4)
+		}
+		e.checkIn(e.waker(q).Wake(), nv.VisibleAt.Sub(e.now()), "a retry delay ending")
+		if e.clock != nil {
+			e.set(nv.VisibleAt)
+			if w := e.waker(q).Wake(); !w.Scheduled || w.In > 0 {
+				e.Fatalf("at VisibleAt: Wake %+v, want Scheduled with In zero or less", w)
+			}
+		}
+	}},
+	{name: "WakeInNamesLeaseLapse", needs: []string{"Waker"}, run: func(e *env) {
+		vt := 4 * e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		if e.clock != nil {
+			e.clock.Advance(time.Second)
+		}
+		e.checkIn(e.waker(q).Wake(), d.Lease.ExpiresAt.Sub(e.now()), "a dead consumer's lease lapsing")
+	}},
+	{name: "WakeInNamesEarliestMoment", needs: []string{"Waker", "Clock"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = 5 * time.Second; p.VisibilityTimeout = 30 * time.Second }))
+		e.publish(q, "a")
+		e.publish(q, "b")
+		ds := e.receive(q, 2) // both leases lapse at 30 s
+		e.nack(q, ds[0].Lease.Receipt, nil)
+		e.checkIn(e.waker(q).Wake(), 5*time.Second, "the retry delay ends before the other lease lapses")
+	}},
+	{name: "WakeNotScheduledWhenOnlyDeadLetters", needs: []string{"Waker", "Rejecter"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		if w := e.waker(q).Wake(); w.Scheduled {
+			e.Fatalf("Wake is Scheduled (In %v) with only a dead letter held", w.In)
+		}
+	}},
+	{name: "WakeNotScheduledForLeaseOnLastDelivery", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+		e.publish(q, "a")
+		e.receiveOne(q)
+		if w := e.waker(q).Wake(); w.Scheduled {
+			e.Fatalf("Wake is Scheduled (In %v): the only message will die when its lease lapses, not become receivable", w.In)
+		}
+	}},
+	{name: "WakeInSkipsLeaseOnLastDelivery", needs: []string{"Waker", "Clock"}, run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 2
+			p.RetryDelay = time.Minute
+			p.VisibilityTimeout = 30 * time.Second
+		}))
+		e.publish(q, "x")
+		e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		e.set(t0.Add(time.Minute))
+		if dx := e.receiveOne(q); dx.Deliveries != 2 { // x's last delivery, leased until t0+90s
+			e.Fatalf("delivery %d, want 2", dx.Deliveries)
+		}
+		e.publish(q, "y")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil) // y visible at t0+120s
+		e.checkIn(e.waker(q).Wake(), nv.VisibleAt.Sub(e.now()), "x's lapse makes nothing receivable; y's retry does")
+	}},
+}
+
+// consumeCases: broker.Consume over the implementation.
+var consumeCases = []testCase{
+	{name: "ConsumeAcksOnNil", run: func(e *env) {
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		want := map[string]bool{}
+		for _, p := range []string{"a", "b", "c"} {
+			want[e.publish(q, p).ID] = true
+		}
+		var mu sync.Mutex
+		got := map[string]int{}
+		e.consume(q, func(_ context.Context, d broker.DeliveryValue) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[d.Message.ID]++
+			return nil
+		}, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == len(want)
+		})
+		for id := range want {
+			if got[id] != 1 {
+				e.Fatalf("message %s handled %d times, want once", id, got[id])
+			}
+		}
+		e.after(e.now().Add(e.short()))
+		e.none(q, "every message was acknowledged")
+	}},
+	{name: "ConsumeNacksOnError", run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		var deliveries []int
+		var mu sync.Mutex
+		e.consume(q, func(_ context.Context, d broker.DeliveryValue) error {
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries = append(deliveries, d.Deliveries)
+			if d.Deliveries == 1 {
+				return errors.New("transient")
+			}
+			return nil
+		}, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(deliveries) == 2
+		})
+		if deliveries[0] != 1 || deliveries[1] != 2 {
+			e.Fatalf("handled deliveries %v, want [1 2]", deliveries)
+		}
+	}},
+	{name: "ConsumeRecoversPanicAsNack", run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		var calls atomic.Int32
+		e.consume(q, func(_ context.Context, d broker.DeliveryValue) error {
+			if calls.Add(1) == 1 {
+				panic("handler bug")
+			}
+			return nil
+		}, func() bool { return calls.Load() == 2 })
+	}},
+	{name: "ConsumeRejectsDoNotRetry", needs: []string{"Rejecter", "DeadLetterReader"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		var calls atomic.Int32
+		e.consume(q, func(_ context.Context, d broker.DeliveryValue) error {
+			calls.Add(1)
+			return broker.DoNotRetry(broker.NewError("BAD_INPUT", 0x07090001, "bad input", secret))
+		}, func() bool { return len(e.deadLetters(q)) == 1 })
+		dl := e.deadLetters(q)[0]
+		e.checkDeadLetter(dl, causeCase{name: "DoNotRetry", reason: "BAD_INPUT", code: 0x07090001, public: "bad input"}, m, "a", 1)
+		if n := calls.Load(); n != 1 {
+			e.Fatalf("the handler ran %d times, want once: DoNotRetry is not retried", n)
+		}
+	}},
+	{name: "ConsumeWakesOnPublish", run: func(e *env) {
+		q := e.queue(e.policy())
+		var handled atomic.Int32
+		published := false
+		e.consume(q, func(context.Context, broker.DeliveryValue) error {
+			handled.Add(1)
+			return nil
+		}, func() bool {
+			if !published {
+				time.Sleep(20 * time.Millisecond) // let Consume go idle first
+				e.publish(q, "late")
+				published = true
+			}
+			return handled.Load() == 1
+		})
+	}},
+}
+
+// consume runs broker.Consume on q with h until done holds, then stops it
+// and requires it to return the context's error.
+func (e *env) consume(q broker.Broker, h broker.Handler, done func() bool) {
+	e.Helper()
+	ctx, cancel := context.WithCancel(e.ctx())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- broker.Consume(ctx, q, h, broker.ConsumeOptions{Batch: 4, Concurrency: 2, PollInterval: 10 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			e.Errorf("Consume returned %v, want context.Canceled", err)
+		}
+	}()
+	e.eventually("Consume's work", done)
+}

@@ -33,8 +33,12 @@
 // with one pwrite and, if any request asked for durability, runs one
 // fdatasync; then it releases every request of the batch with the batch's
 // result. A request that asked only for the write is released right after
-// the write. A new batch forms while the previous fdatasync is in flight:
-// there is no timer and no artificial delay.
+// the write. A new batch forms while the previous fdatasync is in flight.
+// After an fdatasync the writer waits, before taking the next batch, for
+// the callers it released to come back (as many new requests as it
+// released, a quarter of that fdatasync at most), so that callers
+// appending in a loop share one fdatasync rather than alternating between
+// two; after a wait in vain it does not wait for a few fdatasyncs.
 //
 // Each frame records how many bytes of its segment were durable when it was
 // written. Recovery uses it to tell damage to bytes that were never synced

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // closedLoop is a closed-loop measurement: workers goroutines, each calling
@@ -29,6 +31,8 @@ type closedLoop[S any] struct {
 	// stats is called just before the window opens and just after it
 	// closes.
 	stats func() S
+	// opened, when not nil, is called once the window is open.
+	opened func()
 }
 
 // loopResult is what a closedLoop measured.
@@ -36,7 +40,7 @@ type loopResult[S any] struct {
 	window window
 	// hist has one sample per operation started in the window; nil when
 	// the loop hung or failed.
-	hist          *Histogram
+	hist          *hdr.Histogram
 	succeeded     int64 // operations that returned nil, warm-up included
 	before, after S     // the snapshots around the window
 	// hung: workers were still inside their operation hang after the
@@ -49,17 +53,17 @@ type loopResult[S any] struct {
 // run runs the workers until the window closes or ctx ends. The first
 // failed or panicking operation cancels the window with its error as the
 // cause, and every worker stops.
-func (c closedLoop[S]) run(ctx context.Context, progress io.Writer) (res loopResult[S]) {
+func (c closedLoop[S]) run(ctx context.Context, p *progress) (res loopResult[S]) {
 	loadCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
 		g         gate
 		wg        sync.WaitGroup
 		succeeded atomic.Int64
-		hists     = make([]*Histogram, c.workers)
+		hists     = make([]*hdr.Histogram, c.workers)
 	)
 	for i := range c.workers {
-		hists[i] = new(Histogram)
+		hists[i] = newLatencies()
 		op := c.newOp(i)
 		wg.Go(func() {
 			defer func() {
@@ -82,7 +86,7 @@ func (c closedLoop[S]) run(ctx context.Context, progress io.Writer) (res loopRes
 				}
 				succeeded.Add(1)
 				if phase == phaseMeasuring {
-					h.Record(lat)
+					recordLatency(h, lat)
 				}
 			}
 		})
@@ -90,8 +94,13 @@ func (c closedLoop[S]) run(ctx context.Context, progress io.Writer) (res loopRes
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); close(workersDone) }()
 
-	res.window = runWindow(loadCtx, progress, c.label, c.warmup, c.duration, &g,
-		func() { res.before = c.stats() },
+	res.window = runWindow(loadCtx, p, c.label, c.warmup, c.duration, &g,
+		func() {
+			res.before = c.stats()
+			if c.opened != nil {
+				c.opened()
+			}
+		},
 		func() { res.after = c.stats() })
 	if !waitTimeout(workersDone, c.hang) {
 		res.hung = true
@@ -103,20 +112,9 @@ func (c closedLoop[S]) run(ctx context.Context, progress io.Writer) (res loopRes
 		res.err = cause
 		return res
 	}
-	res.hist = new(Histogram)
-	for _, h := range hists {
-		res.hist.Merge(h)
-	}
+	res.hist = mergeLatencies(hists)
 	res.succeeded = succeeded.Load()
 	return res
-}
-
-// orHangTimeout is d, or hangTimeout when d is zero.
-func orHangTimeout(d time.Duration) time.Duration {
-	if d == 0 {
-		return hangTimeout
-	}
-	return d
 }
 
 // closeWithin closes c, giving up after d; what names the workload.

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// machine is what the figures depend on besides the code: the facts printed
-// under the table and written as "machine" in the JSON.
-type machine struct {
-	Date       string `json:"date"` // RFC 3339, UTC
+// Machine is what the figures depend on besides the code: the facts printed
+// under the tables and written as "machine" in the JSON.
+type Machine struct {
+	Date       string `json:"date"` // RFC 3339, UTC, when the run started
 	NumCPU     int    `json:"num_cpu"`
 	GOOS       string `json:"goos"`
 	GOARCH     string `json:"goarch"`
@@ -19,7 +23,16 @@ type machine struct {
 	Kernel     string `json:"kernel"`
 	Filesystem string `json:"filesystem"`
 	FSMagic    string `json:"fs_magic"` // statfs f_type, hex
-	Dir        string `json:"dir"`
+	// Device is the block device the directory's file system is mounted
+	// from, and WriteCache what its queue/write_cache says ("write back":
+	// the device acknowledges writes before they are stable, and an
+	// fdatasync must flush its cache); "" where unknown.
+	Device     string `json:"device"`
+	WriteCache string `json:"write_cache"`
+	// LoadAvg is the 1, 5 and 15 minute load averages when the run
+	// started: how busy the machine already was.
+	LoadAvg [3]float64 `json:"load_avg"`
+	Dir     string     `json:"dir"` // the temporary directory used (removed)
 }
 
 // Magic numbers of statfs(2) f_type, from linux/magic.h.
@@ -37,8 +50,8 @@ var fsNames = map[uint32]string{
 }
 
 // describeMachine collects the facts about this machine and dir.
-func describeMachine(dir string, now time.Time) machine {
-	m := machine{
+func describeMachine(dir string, now time.Time) Machine {
+	m := Machine{
 		Date:      now.UTC().Format(time.RFC3339),
 		NumCPU:    runtime.NumCPU(),
 		GOOS:      runtime.GOOS,
@@ -63,5 +76,65 @@ func describeMachine(dir string, now time.Time) machine {
 	if err := unix.Uname(&u); err == nil {
 		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err == nil {
+		const loadScale = 1 << 16 // SI_LOAD_SHIFT
+		for i := range m.LoadAvg {
+			m.LoadAvg[i] = float64(si.Loads[i]) / loadScale
+		}
+	}
+	m.Device = mountSource(dir)
+	m.WriteCache = writeCache(m.Device)
 	return m
+}
+
+// mountSource is the source of the mount dir is on, from
+// /proc/self/mountinfo: the mount whose mount point is the longest prefix
+// of dir. "" if it cannot be told.
+func mountSource(dir string) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	best, source := -1, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ID parent major:minor root mountpoint options... - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		point := fields[4]
+		if (dir == point || strings.HasPrefix(dir, strings.TrimSuffix(point, "/")+"/")) && len(point) > best {
+			best, source = len(point), fields[sep+2]
+		}
+	}
+	return source
+}
+
+// writeCache is what /sys says of the write cache of the block device
+// dev ("/dev/vda", or a partition of it); "" if it does not say.
+func writeCache(dev string) string {
+	if !strings.HasPrefix(dev, "/dev/") {
+		return ""
+	}
+	sys, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", filepath.Base(dev)))
+	if err != nil {
+		return ""
+	}
+	// A partition's directory lies in its disk's, which has the queue.
+	for _, d := range []string{sys, filepath.Dir(sys)} {
+		if b, err := os.ReadFile(filepath.Join(d, "queue", "write_cache")); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
 }

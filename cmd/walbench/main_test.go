@@ -1,167 +1,291 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/walbroker/walbroker/vfs"
-	"github.com/walbroker/walbroker/wal"
 )
 
-// runOK runs walbench with args, logs its output and fails t unless it
-// exits with exitOK. It returns what walbench wrote on stdout.
-func runOK(t *testing.T, args ...string) string {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := run(args, &stdout, &stderr)
-	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
-	if code != exitOK {
-		t.Fatalf("run = %d, want %d", code, exitOK)
-	}
-	return stdout.String()
-}
+// near reports whether a and b agree to 1e-9 of their size.
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
 
-// readReport reads the report walbench wrote with -json to name.
-func readReport(t *testing.T, name string) report {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("-json: %v", err)
-	}
-	return rep
-}
+// TestProfile runs walbench with no command, as the README does, but
+// with windows of milliseconds and two rounds, and checks the report: the
+// tables are those of the JSON, every ratio is to the probe of its own
+// round, the summaries are the medians of the rounds, and the run ends
+// with the recommendation.
+func TestProfile(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runOK(t, "-dir", dir, "-rounds", "2", "-time", "60ms", "-probe-time", "60ms", "-warmup", "5ms",
+		"-producers", "1,4", "-size", "100", "-segment-bytes", "64KiB", "-messages", "300", "-json", jsonFile)
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
 
-// assertDirEmpty fails t with msg, formatted with the names, when dir
-// holds anything.
-func assertDirEmpty(t *testing.T, dir, msg string) {
-	t.Helper()
-	if names, _ := os.ReadDir(dir); len(names) != 0 {
-		t.Errorf(msg, names)
+	if rep.Schema != schemaVersion || rep.Command != "profile" || rep.Rounds != 2 || rep.Interrupted || rep.Error != "" {
+		t.Fatalf("report %q %q, %d rounds, interrupted %v, error %q", rep.Schema, rep.Command, rep.Rounds, rep.Interrupted, rep.Error)
 	}
-}
+	if _, err := time.Parse(time.RFC3339, rep.Machine.Date); err != nil || rep.Machine.NumCPU < 1 || rep.Machine.LoadAvg[0] < 0 {
+		t.Errorf("machine: %+v", rep.Machine)
+	}
 
-// TestRunTwoRounds runs walbench as a user would, with two rounds of
-// short windows, and checks the table and the JSON: medians over the
-// rounds, and ratios within each round.
-func TestRunTwoRounds(t *testing.T) {
-	dir := t.TempDir()
-	jsonFile := filepath.Join(t.TempDir(), "bench.json")
-	stdout := runOK(t,
-		"-dir", dir, "-rounds", "2", "-time", "100ms", "-probe-time", "100ms", "-warmup", "10ms",
-		"-appenders", "1,4", "-size", "100", "-segment-bytes", "65536", "-broker=false", "-json", jsonFile,
-	)
-	for _, want := range []string{"min–max", "÷ batch ceiling", "medians of 2 rounds", "filesystem"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("the table has no %q", want)
+	p := rep.Probe
+	if p == nil || p.Rounds != 2 || len(p.PerRound) != 2 || p.FdatasyncsPerSec == nil || p.WriteMBPerSec == nil || p.FdatasyncP99Ns == nil {
+		t.Fatalf("probe: %+v", p)
+	}
+	var ceilings []Ceiling
+	for _, c := range p.Ceilings {
+		ceilings = append(ceilings, Ceiling{Producers: c.Producers, Size: c.Size})
+	}
+	if want := []Ceiling{{1, 100, nil}, {4, 100, nil}, {0, 100, nil}}; !equalCeilings(ceilings, want) {
+		t.Errorf("probe ceilings for %v, want %v", ceilings, want)
+	}
+	for _, pr := range p.PerRound {
+		for _, c := range pr.Ceilings {
+			if want := ceiling(pr, c.Producers, c.Size); c.MsgsPerSec == nil || want == nil || !near(*c.MsgsPerSec, *want) {
+				t.Errorf("probe round %d: ceiling for %d producers: %v, want %v", pr.Round, c.Producers, c.MsgsPerSec, want)
+			}
 		}
 	}
-	assertDirEmpty(t, dir, "left behind in -dir: %v")
 
-	rep := readReport(t, jsonFile)
-	if rep.Rounds != 2 || len(rep.Rows) != 4 {
-		t.Fatalf("-json: %d rounds, %d rows; want 2, 4", rep.Rounds, len(rep.Rows))
+	wantRows := []struct{ kind, sync string }{{kindPublish, "all"}, {kindPublish, "all"}, {kindDrain, "all"}, {kindDrain, "publish"}}
+	if len(rep.Rows) != len(wantRows) {
+		t.Fatalf("%d rows, want %d", len(rep.Rows), len(wantRows))
 	}
-	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
 	for i, r := range rep.Rows {
-		if r.Rounds != 2 || len(r.PerRound) != 2 {
-			t.Fatalf("row %d (%s): rounds %d, %d per round; want 2, 2", i, r.Workload, r.Rounds, len(r.PerRound))
+		if r.Kind != wantRows[i].kind || r.Sync != wantRows[i].sync || r.Rounds != 2 || len(r.PerRound) != 2 || len(r.Notes) > 0 {
+			t.Errorf("row %d: %s, %s, sync %s, %d rounds, notes %q; want %s, sync %s, 2 rounds, no notes",
+				i, r.Workload, r.Kind, r.Sync, r.Rounds, r.Notes, wantRows[i].kind, wantRows[i].sync)
 		}
-		for k, p := range r.PerRound {
-			if p.Round != k+1 || p.Workload != r.Workload {
-				t.Errorf("row %d per round %d: round %d, %q; want %d, %q", i, k, p.Round, p.Workload, k+1, r.Workload)
+		if r.MsgsPerSec == nil || *r.MsgsPerSec <= 0 || r.Size != 100 || r.SegmentBytes != 64<<10 {
+			t.Errorf("%s: msgs/s %v, size %d, segment %d", r.Workload, r.MsgsPerSec, r.Size, r.SegmentBytes)
+		}
+		switch r.Kind {
+		case kindPublish:
+			checkRatios(t, r, p)
+		case kindDrain:
+			if r.Ops != 2*300 || r.Messages != 300 || r.Method != drainConsume {
+				t.Errorf("%s: %d handled over 2 rounds of %d, method %s; want all 600, consume", r.Workload, r.Ops, r.Messages, r.Method)
 			}
 		}
-		if want := (r.PerRound[0].FdatasyncsPerSec + r.PerRound[1].FdatasyncsPerSec) / 2; !near(r.FdatasyncsPerSec, want) {
-			t.Errorf("%s: fdatasyncs/s %v, want the median of the rounds %v", r.Workload, r.FdatasyncsPerSec, want)
+	}
+
+	rec := rep.Recommendation
+	if rec == nil || rec.Basis != "profile" || !durable(rec.Sync) || rec.Size != 100 || (rec.Producers != 1 && rec.Producers != 4) {
+		t.Fatalf("recommendation: %+v", rec)
+	}
+	if rec.PublishMeasuredAs != "all" || rec.DrainMsgsPerSec == nil || len(rec.Scores) != 2 {
+		t.Errorf("recommendation: measured as %q, drain %v, %d scores; want all, a drain rate, 2", rec.PublishMeasuredAs, rec.DrainMsgsPerSec, len(rec.Scores))
+	}
+	lines := recommendationLines(rec)
+	if !strings.HasSuffix(res.stdout, "\n\n"+strings.Join(lines, "\n")+"\n") || !strings.HasPrefix(res.stdout, "date ") {
+		t.Errorf("the output does not start with the machine and end with the recommendation")
+	}
+}
+
+// checkRatios checks the ratios of a publish row against the probe: each
+// round's are to the probe of the same round, and the summary's are the
+// medians (with two rounds, the means) of the rounds', with their range.
+func checkRatios(t *testing.T, r Row, p *Probe) {
+	t.Helper()
+	var vs, vsCeiling, vsP99 []float64
+	for k, pr := range r.PerRound {
+		probe := p.PerRound[k]
+		if pr.Round != k+1 || probe.Round != k+1 {
+			t.Fatalf("%s: per round %d is round %d, probe round %d", r.Workload, k, pr.Round, probe.Round)
 		}
-		if r.Kind != kindWAL {
-			continue
-		}
-		var ratios []float64
-		for k, p := range r.PerRound {
-			// The ratio is to the raw overwrite probe of the same round.
-			overwrite := rep.Rows[0].PerRound[k].FdatasyncsPerSec
-			if p.VsRawOverwrite == nil || !near(*p.VsRawOverwrite, *p.AppendsPerSec/overwrite) {
-				t.Errorf("%s round %d: ÷ raw overwrite %v, want %v / %v", r.Workload, k+1, p.VsRawOverwrite, *p.AppendsPerSec, overwrite)
-			}
-			if p.BatchCeilingPerSec == nil || p.VsBatchCeiling == nil || !near(*p.VsBatchCeiling, *p.AppendsPerSec / *p.BatchCeilingPerSec) {
-				t.Errorf("%s round %d: batch ceiling %v, ÷ %v; want both, consistent", r.Workload, k+1, p.BatchCeilingPerSec, p.VsBatchCeiling)
-			}
-			if p.VsRawOverwrite != nil {
-				ratios = append(ratios, *p.VsRawOverwrite)
+		c := ceiling(probe, r.Producers, r.Size)
+		for _, check := range []struct {
+			name      string
+			got, want *float64
+		}{
+			{"ceiling", pr.CeilingPerSec, c},
+			{"÷ fdatasyncs/s", pr.VsFdatasync, ptr(*pr.MsgsPerSec / *probe.FdatasyncsPerSec)},
+			{"÷ ceiling", pr.VsCeiling, ptr(*pr.MsgsPerSec / *c)},
+			{"p99 ÷ fdatasync p99", pr.P99VsFdatasyncP99, ptr(float64(*pr.P99Ns) / float64(*probe.FdatasyncP99Ns))},
+		} {
+			if check.got == nil || !near(*check.got, *check.want) {
+				t.Errorf("%s round %d: %s %v, want %v", r.Workload, k+1, check.name, check.got, *check.want)
 			}
 		}
-		if len(ratios) == 2 {
-			if !near(*r.VsRawOverwrite, (ratios[0]+ratios[1])/2) ||
-				!near(*r.VsRawOverwriteMin, math.Min(ratios[0], ratios[1])) ||
-				!near(*r.VsRawOverwriteMax, math.Max(ratios[0], ratios[1])) {
-				t.Errorf("%s: ÷ raw overwrite %v (%v–%v); the rounds' are %v", r.Workload,
-					*r.VsRawOverwrite, *r.VsRawOverwriteMin, *r.VsRawOverwriteMax, ratios)
-			}
+		vs, vsCeiling, vsP99 = append(vs, *pr.VsFdatasync), append(vsCeiling, *pr.VsCeiling), append(vsP99, *pr.P99VsFdatasyncP99)
+	}
+	for _, m := range []struct {
+		name   string
+		got    *float64
+		rounds []float64
+	}{{"vs_fdatasync", r.VsFdatasync, vs}, {"vs_ceiling", r.VsCeiling, vsCeiling}, {"p99_vs_fdatasync_p99", r.P99VsFdatasyncP99, vsP99}} {
+		want := (m.rounds[0] + m.rounds[1]) / 2
+		rg, ok := r.Ranges[m.name]
+		if m.got == nil || !near(*m.got, want) || !ok || rg[0] != math.Min(m.rounds[0], m.rounds[1]) || rg[1] != math.Max(m.rounds[0], m.rounds[1]) {
+			t.Errorf("%s: %s %v, range %v; the rounds' are %v", r.Workload, m.name, m.got, rg, m.rounds)
 		}
 	}
 }
 
-// TestMeasureFailsInRound2 fails every record write of the second round's
-// log: the first round's rows stay, the second round's probes too, and the
-// error says what failed.
-func TestMeasureFailsInRound2(t *testing.T) {
-	errDisk := errors.New("injected write error")
-	var (
-		mu       sync.Mutex
-		firstLog string
-	)
-	// The first log to write a record is round 1's; fail every record
-	// write to any other.
-	fs := &recordFS{FS: vfs.Default, onRecordWrite: func(name string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstLog == "" {
-			firstLog = filepath.Dir(name)
-		}
-		if filepath.Dir(name) != firstLog {
-			return errDisk
-		}
-		return nil
-	}}
-	cfg := config{
-		duration:     100 * time.Millisecond,
-		probeTime:    50 * time.Millisecond,
-		appenders:    []int{2},
-		recordBytes:  100,
-		sync:         wal.SyncAlways,
-		segmentBytes: 64 << 10,
-		rounds:       2,
-		fs:           fs,
+func equalCeilings(a, b []Ceiling) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	rep, err := measure(context.Background(), io.Discard, t.TempDir(), cfg)
-	if !errors.Is(err, errDisk) {
-		t.Fatalf("measure = %v; want an error wrapping %v", err, errDisk)
-	}
-	t.Logf("measure: %v", err)
-	if len(rep.Rows) != 3 {
-		t.Fatalf("%d rows, want 3 (two raw probes, one workload)", len(rep.Rows))
-	}
-	for i, want := range []int{2, 2, 1} {
-		if got := rep.Rows[i].Rounds; got != want {
-			t.Errorf("%s: %d rounds, want %d", rep.Rows[i].Workload, got, want)
+	for i := range a {
+		if a[i].Producers != b[i].Producers || a[i].Size != b[i].Size {
+			return false
 		}
 	}
-	if w := rep.Rows[2]; w.BatchCeilingPerSec == nil || w.VsRawOverwrite == nil {
-		t.Errorf("round 1's workload lost its ratios: %+v", w)
+	return true
+}
+
+// TestCommands runs each command with windows of milliseconds and checks
+// what its report holds: the rows of its workloads, each with the figures
+// its kind has, and no note on the store's counters.
+func TestCommands(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, rep *Report)
+	}{
+		{
+			name: "probe",
+			args: []string{"probe", "-time", "50ms", "-producers", "1,2", "-size", "10,20"},
+			check: func(t *testing.T, rep *Report) {
+				if rep.Probe == nil || len(rep.Rows) != 0 || len(rep.Probe.Ceilings) != 6 {
+					t.Fatalf("probe %+v, %d rows; want the probe alone, with 2 sizes × 3 ceilings", rep.Probe, len(rep.Rows))
+				}
+				if p := rep.Probe; p.AppendFdatasyncsPerSec == nil || p.AppendP99Ns == nil || p.FdatasyncP999Ns == nil || p.FdatasyncMaxNs == nil {
+					t.Errorf("probe: %+v", p)
+				}
+			},
+		},
+		{
+			name: "publish",
+			args: []string{"publish", "-producers", "2", "-size", "50,100", "-sync", "all,none", "-time", "50ms", "-probe-time", "30ms", "-warmup", "0", "-segment-bytes", "64KiB"},
+			check: func(t *testing.T, rep *Report) {
+				if len(rep.Rows) != 4 || rep.Recommendation != nil {
+					t.Fatalf("%d rows, recommendation %v; want 4, none", len(rep.Rows), rep.Recommendation)
+				}
+				for i, r := range rep.Rows {
+					wantSync, wantSize := []string{"all", "all", "none", "none"}[i], []int{50, 100, 50, 100}[i]
+					if r.Sync != wantSync || r.Size != wantSize || r.Producers != 2 || r.P99Ns == nil || r.RecordsPerCommit == nil {
+						t.Errorf("row %d: %s: sync %s, size %d, p99 %v, records/commit %v", i, r.Workload, r.Sync, r.Size, r.P99Ns, r.RecordsPerCommit)
+					}
+					// Under sync=none a Publish does not wait for the disk:
+					// the ratios to the probe mean nothing.
+					if hasRatios := r.VsFdatasync != nil && r.VsCeiling != nil && r.P99VsFdatasyncP99 != nil; hasRatios != (r.Sync == "all") {
+						t.Errorf("%s: ratios %v %v %v", r.Workload, r.VsFdatasync, r.VsCeiling, r.P99VsFdatasyncP99)
+					}
+				}
+			},
+		},
+		{
+			name: "drain receive-ack",
+			args: []string{"drain", "-method", "receive-ack", "-consumers", "1,3", "-batch", "8", "-messages", "200", "-sync", "all", "-size", "50", "-segment-bytes", "64KiB"},
+			check: func(t *testing.T, rep *Report) {
+				if rep.Probe != nil || len(rep.Rows) != 2 {
+					t.Fatalf("probe %v, %d rows; want no probe, 2 rows", rep.Probe, len(rep.Rows))
+				}
+				for i, r := range rep.Rows {
+					if r.Ops != 200 || r.Consumers != []int{1, 3}[i] || r.Batch != 8 || r.Method != drainReceiveAck || r.RecordsPerCommit == nil {
+						t.Errorf("%s: %d handled, %d consumers, batch %d, %s, records/commit %v", r.Workload, r.Ops, r.Consumers, r.Batch, r.Method, r.RecordsPerCommit)
+					}
+				}
+			},
+		},
+		{
+			name: "mixed",
+			args: []string{"mixed", "-producers", "4", "-rate", "400", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "0"},
+			check: func(t *testing.T, rep *Report) {
+				if len(rep.Rows) != 1 {
+					t.Fatalf("%d rows, want 1", len(rep.Rows))
+				}
+				r := rep.Rows[0]
+				if r.Kind != kindMixed || r.TargetPerSec != 400 || r.Ops == 0 || r.E2EP50Ns == nil || r.E2EMaxNs == nil || r.ServiceP99Ns == nil || r.P99Ns == nil {
+					t.Fatalf("mixed row: %+v", r)
+				}
+				// Measured from the scheduled instant, a publish takes at
+				// least as long as the call alone.
+				if *r.P99Ns < *r.ServiceP99Ns {
+					t.Errorf("publish p99 %d ns from the scheduled instant, below the calls' own %d ns", *r.P99Ns, *r.ServiceP99Ns)
+				}
+				if len(r.Backlog) < 2 || r.BacklogIntervalNs != int64(50*time.Millisecond) || r.BacklogMax == nil {
+					t.Errorf("backlog %v every %d ns, max %v", r.Backlog, r.BacklogIntervalNs, r.BacklogMax)
+				}
+				if !strings.Contains(backlogLine(r), "every 50ms") {
+					t.Errorf("backlog line %q", backlogLine(r))
+				}
+			},
+		},
+		{
+			name: "reopen",
+			args: []string{"reopen", "-messages", "300", "-size", "100", "-segment-bytes", "64KiB", "-rounds", "2"},
+			check: func(t *testing.T, rep *Report) {
+				r := rep.Reopen
+				if r == nil || r.Rounds != 2 || len(r.PerRound) != 2 || r.Segments < 1 || r.IndexBytes <= 0 || r.CheckpointOpenNs == nil || r.RebuildOpenNs == nil || r.HeapInUseBytes == nil {
+					t.Fatalf("reopen: %+v", r)
+				}
+				ratios := []float64{*r.PerRound[0].RebuildVsCheckpoint, *r.PerRound[1].RebuildVsCheckpoint}
+				if !near(*r.RebuildVsCheckpoint, (ratios[0]+ratios[1])/2) || r.Ranges["rebuild_vs_checkpoint"] != [2]float64{min(ratios[0], ratios[1]), max(ratios[0], ratios[1])} {
+					t.Errorf("reopen: rebuild ÷ checkpoint %v, ranges %v; the rounds' are %v", *r.RebuildVsCheckpoint, r.Ranges, ratios)
+				}
+				if want := float64(*r.HeapInUseBytes) / 300; !near(*r.HeapBytesPerMessage, want) {
+					t.Errorf("heap per message %v, want %v", *r.HeapBytesPerMessage, want)
+				}
+			},
+		},
+		{
+			name: "sweep",
+			args: []string{"sweep", "-producers", "1,2", "-size", "100", "-segment-bytes", "64KiB,128KiB", "-sync", "all,none",
+				"-time", "50ms", "-warmup", "0", "-probe-time", "30ms", "-consumers", "4", "-batch", "8"},
+			check: func(t *testing.T, rep *Report) {
+				if len(rep.Rows) != 8 {
+					t.Fatalf("%d rows, want the 8 points of the grid", len(rep.Rows))
+				}
+				for _, r := range rep.Rows {
+					if r.Kind != kindSweep || r.DrainMsgsPerSec == nil || r.ThroughMsgsPerSec == nil {
+						t.Errorf("%s: kind %s, drain %v, through %v", r.Workload, r.Kind, r.DrainMsgsPerSec, r.ThroughMsgsPerSec)
+						continue
+					}
+					if want := through(r.MsgsPerSec, r.DrainMsgsPerSec); !near(*r.ThroughMsgsPerSec, *want) {
+						t.Errorf("%s: through %v, want %v", r.Workload, *r.ThroughMsgsPerSec, *want)
+					}
+				}
+				rec := rep.Recommendation
+				if rec == nil || rec.Basis != "sweep" || rec.Sync != "all" || rec.NotDurable == nil || len(rec.Scores) != 2 {
+					t.Fatalf("recommendation %+v; want sync all, the only durable mode, and sync none's rate beside", rec)
+				}
+			},
+		},
+		{
+			name: "wal",
+			args: []string{"wal", "-producers", "1,2", "-size", "100", "-time", "50ms", "-probe-time", "30ms", "-segment-bytes", "64KiB", "-warmup", "0"},
+			check: func(t *testing.T, rep *Report) {
+				if len(rep.Rows) != 2 {
+					t.Fatalf("%d rows, want 2", len(rep.Rows))
+				}
+				for _, r := range rep.Rows {
+					if r.Kind != kindWAL || r.Sync != "always" || r.VsCeiling == nil || r.RecordsPerCommit == nil {
+						t.Errorf("%s: kind %s, sync %s, ÷ ceiling %v", r.Workload, r.Kind, r.Sync, r.VsCeiling)
+					}
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if testing.Short() && tc.name != "publish" && tc.name != "mixed" {
+				t.Skip("-short: publish and mixed only")
+			}
+			dir, jsonFile := benchDir(t), jsonPath(t)
+			res := runOK(t, append(tc.args, "-dir", dir, "-json", jsonFile)...)
+			assertDirEmpty(t, dir)
+			rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+			if rep.Command != tc.args[0] {
+				t.Errorf("command %q, want %q", rep.Command, tc.args[0])
+			}
+			for _, r := range rep.Rows {
+				if len(r.Notes) > 0 {
+					t.Errorf("%s: notes %q", r.Workload, r.Notes)
+				}
+			}
+			tc.check(t, rep)
+		})
 	}
 }

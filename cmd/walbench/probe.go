@@ -4,213 +4,225 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"strings"
 	"time"
 
-	"github.com/walbroker/walbroker/segment"
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/walbroker/walbroker/segment"
 )
 
-// The raw probes time what the log's own fdatasyncs cost without the log:
-// one pwrite and one fdatasync, in a loop, on a file of the same directory.
+// The probe times what the broker's commits cost the disk without the
+// broker: pwrite and fdatasync in a loop, on files of the same directory.
 const (
 	probeWriteBytes = 4 << 10
-	// probeFileBytes is the least size of an overwrite probe's file,
-	// written full of zeros and synced before the loop; the loop wraps
-	// around in it, so every fdatasync commits data to blocks already
-	// allocated and written, as the log's appends to a pre-written segment
-	// do. It is the wal's default segment size.
+	// probeFileBytes is the size of the overwrite probe's file, written
+	// full of zeros and synced before its loops; they wrap around in it, so
+	// that every fdatasync commits data to blocks already allocated and
+	// written, as the log's appends to its pre-written segments do. It is
+	// the default segment size.
 	probeFileBytes = 64 << 20
 	prefillChunk   = 1 << 20
+	// The bandwidth loop writes bandwidthChunk bytes per pwrite and
+	// fdatasyncs after every bandwidthBatch of them: large enough that the
+	// fdatasyncs' own cost hardly counts.
+	bandwidthChunk = 1 << 20
+	bandwidthBatch = 8
+	// publishEventBytes is about what a publish record holds besides the
+	// payload: kind, queue, sequence, enqueue instant and key length, as
+	// varints (index/doc.go).
+	publishEventBytes = 16
 )
 
-// probeMode is what the probe's fdatasyncs have to commit.
-type probeMode int
-
-const (
-	// probeOverwrite writes 4 KiB at a time over blocks already written
-	// and synced: the fdatasync commits data alone.
-	probeOverwrite probeMode = iota
-	// probeAppend writes 4 KiB at a time past the end of a growing file:
-	// the fdatasync must also commit the new size and the new extents.
-	probeAppend
-	// probeBatchCeiling overwrites as probeOverwrite does, with writes of
-	// a WAL run's mean bytes per fdatasync, starting at the offset of a
-	// segment's first frame: what one fdatasync of such a batch costs.
-	probeBatchCeiling
-)
-
-func (m probeMode) String() string {
-	switch m {
-	case probeOverwrite:
-		return "overwrite"
-	case probeAppend:
-		return "append"
-	}
-	return "batch ceiling"
+// probeLoad is the probe of one round: an fdatasync loop of duration, and
+// an append loop and a bandwidth loop of half that each. ceilings lists
+// the (producers, size) pairs to compute the durable-message ceiling for.
+type probeLoad struct {
+	duration time.Duration
+	ceilings []Ceiling
 }
 
-// probeSpec is one raw probe: what its fdatasyncs commit, and how much
-// each pwrite writes where.
-type probeSpec struct {
-	mode       probeMode
-	writeBytes int
-	// start is the offset of the first pwrite; the overwriting modes wrap
-	// back to it at the end of the file.
-	start int64
-}
+// runProbe runs the probe in a new file of dir, and removes it. ctx ending
+// stops it: what was measured until then is returned, Interrupted set.
+func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, err error) {
+	start := time.Now()
+	defer func() { p.Seconds = time.Since(start).Seconds() }()
 
-var (
-	overwriteProbe = probeSpec{mode: probeOverwrite, writeBytes: probeWriteBytes}
-	appendProbe    = probeSpec{mode: probeAppend, writeBytes: probeWriteBytes}
-)
-
-// batchCeilingProbe writes batchBytes at a time from offset
-// segment.HeaderSize, where a segment's first frame goes: like the log's
-// writes, they are not aligned to blocks.
-func batchCeilingProbe(batchBytes int) probeSpec {
-	return probeSpec{mode: probeBatchCeiling, writeBytes: batchBytes, start: segment.HeaderSize}
-}
-
-func (s probeSpec) String() string {
-	if s.mode == probeBatchCeiling {
-		return fmt.Sprintf("raw batch ceiling probe (%d B)", s.writeBytes)
-	}
-	return "raw " + s.mode.String() + " probe"
-}
-
-// fileBytes is the size of an overwriting probe's file: probeFileBytes, or
-// more if one write would not fit in it.
-func (s probeSpec) fileBytes() int64 {
-	need := s.start + int64(s.writeBytes)
-	return max(probeFileBytes, (need+prefillChunk-1)/prefillChunk*prefillChunk)
-}
-
-// probeResult is what one probe measured.
-type probeResult struct {
-	spec        probeSpec
-	window      window
-	syncs       int64 // pwrite+fdatasync pairs started in the window
-	hist        *Histogram
-	interrupted bool
-}
-
-// syncsPerSec is the probe's rate of pwrite+fdatasync pairs.
-func (p probeResult) syncsPerSec() float64 { return rate(p.syncs, p.window.elapsed.Seconds()) }
-
-// probe runs one raw fdatasync probe for d in a new file in dir, and
-// removes the file. ctx ending stops it early; what was measured until then
-// is returned with interrupted set.
-func probe(ctx context.Context, progress io.Writer, dir string, spec probeSpec, d time.Duration) (res probeResult, err error) {
-	res = probeResult{spec: spec, hist: new(Histogram)}
-	if spec.writeBytes < 1 {
-		return res, fmt.Errorf("%v: nothing to write", spec)
-	}
-	name := filepath.Join(dir, "probe-"+strings.ReplaceAll(spec.mode.String(), " ", "-"))
+	name := filepath.Join(dir, "probe-overwrite")
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
-		return res, fmt.Errorf("%v: %w", spec, err)
+		return p, fmt.Errorf("probe: %w", err)
 	}
 	defer func() {
-		err = errors.Join(err, closeErr(spec.String(), f.Close()))
-		if rerr := os.Remove(name); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("%v: %w", spec, rerr))
-		}
+		err = errors.Join(err, closeErr("probe", f.Close()), removeErr("probe", name))
 	}()
-	fd := int(f.Fd())
-
-	overwrite := spec.mode != probeAppend
-	size := spec.fileBytes()
-	if overwrite {
-		if interrupted, err := prefill(ctx, f, fd, size); err != nil || interrupted {
-			res.interrupted = interrupted
-			if err != nil {
-				err = fmt.Errorf("%v: %w", spec, err)
-			}
-			return res, err
-		}
+	if err := prefill(ctx, f, probeFileBytes); err != nil || ctx.Err() != nil {
+		p.Interrupted = ctx.Err() != nil
+		return p, err
 	}
 
-	buf := make([]byte, spec.writeBytes)
+	// fdatasync after a 4 KiB pwrite over written blocks: what one commit
+	// of the log costs.
+	h := newLatencies()
+	stop := env.progress.trackWindow("probe: pwrite 4 KiB + fdatasync", l.duration)
+	n, secs, err := syncLoop(ctx, f, probeWriteBytes, probeWriteBytes, 0, probeFileBytes, l.duration, h)
+	stop()
+	if err != nil {
+		return p, fmt.Errorf("probe: %w", err)
+	}
+	p.Fdatasyncs = n
+	p.FdatasyncsPerSec = rate(n, secs)
+	lat := percentilesOf(h)
+	p.FdatasyncP50Ns, p.FdatasyncP99Ns, p.FdatasyncP999Ns, p.FdatasyncMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+	if ctx.Err() != nil {
+		p.Interrupted = true
+		return p, nil
+	}
+
+	// Sequential bandwidth: large writes, an fdatasync now and then.
+	n, secs, err = syncLoop(ctx, f, bandwidthChunk, bandwidthChunk*bandwidthBatch, 0, probeFileBytes, l.duration/2, nil)
+	if err != nil {
+		return p, fmt.Errorf("probe: bandwidth: %w", err)
+	}
+	if r := rate(n*bandwidthChunk, secs); r != nil {
+		p.WriteMBPerSec = ptr(*r / 1e6)
+	}
+	if ctx.Err() != nil {
+		p.Interrupted = true
+		return p, nil
+	}
+
+	// fdatasync after a 4 KiB pwrite past the end of a growing file: each
+	// must also commit the new size and extent. What pre-writing saves.
+	if err := appendProbe(ctx, dir, l.duration/2, &p); err != nil {
+		return p, err
+	}
+	p.Interrupted = ctx.Err() != nil
+	p.Ceilings = ceilingsOf(p, l.ceilings)
+	return p, nil
+}
+
+// appendProbe runs the append loop on a new file of dir, and removes it.
+func appendProbe(ctx context.Context, dir string, d time.Duration, p *Probe) (err error) {
+	name := filepath.Join(dir, "probe-append")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer func() {
+		err = errors.Join(err, closeErr("probe", f.Close()), removeErr("probe", name))
+	}()
+	h := newLatencies()
+	n, secs, err := syncLoop(ctx, f, probeWriteBytes, probeWriteBytes, 0, -1, d, h)
+	if err != nil {
+		return fmt.Errorf("probe: append: %w", err)
+	}
+	p.AppendFdatasyncsPerSec = rate(n, secs)
+	lat := percentilesOf(h)
+	p.AppendP50Ns, p.AppendP99Ns, p.AppendP999Ns, p.AppendMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+	return nil
+}
+
+// syncLoop writes f sequentially from start, writeBytes per pwrite, and
+// fdatasyncs after every syncBytes, for d or until ctx ends. With wrap > 0
+// it goes back to start before passing wrap; otherwise the file grows. It
+// records the time of each fdatasync and the writes before it in h (when
+// not nil), and returns the pwrites made and the seconds they took.
+func syncLoop(ctx context.Context, f *os.File, writeBytes, syncBytes int, start, wrap int64, d time.Duration, h *hdr.Histogram) (writes int64, secs float64, err error) {
+	buf := make([]byte, writeBytes)
 	for i := range buf {
 		buf[i] = byte(i*7 + 1) // not zeros: nothing below may skip or dedupe it
 	}
-	var g gate
-	done := make(chan struct{})
-	var loopErr error
-	go func() {
-		defer close(done)
-		defer func() {
-			if r := recover(); r != nil {
-				loopErr = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-			}
-		}()
-		off := spec.start
-		for {
-			phase := g.load()
-			if phase == phaseStopped {
-				return
-			}
-			t0 := time.Now()
+	fd := int(f.Fd())
+	off := start
+	began := time.Now()
+	deadline := began.Add(d)
+	for pending := 0; ; {
+		if ctx.Err() != nil {
+			break
+		}
+		t0 := time.Now()
+		for pending = 0; pending < syncBytes; pending += writeBytes {
 			if _, err := f.WriteAt(buf, off); err != nil {
-				loopErr = fmt.Errorf("pwrite at offset %d: %w", off, err)
-				return
+				return writes, 0, fmt.Errorf("pwrite at offset %d: %w", off, err)
 			}
-			if err := unix.Fdatasync(fd); err != nil {
-				loopErr = &os.PathError{Op: "fdatasync", Path: name, Err: err}
-				return
-			}
-			lat := time.Since(t0)
-			if phase == phaseMeasuring {
-				res.hist.Record(lat)
-			}
-			off += int64(spec.writeBytes)
-			if overwrite && off+int64(spec.writeBytes) > size {
-				off = spec.start
+			writes++
+			off += int64(writeBytes)
+			if wrap > 0 && off+int64(writeBytes) > wrap {
+				off = start
 			}
 		}
-	}()
-	// A failed pwrite or fdatasync ends the loop; the window learns it
-	// through loopCtx.
-	loopCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-loopCtx.Done():
+		if err := unix.Fdatasync(fd); err != nil {
+			return writes, 0, &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 		}
-	}()
-	res.window = runWindow(loopCtx, progress, spec.String(), 0, d, &g, func() {}, func() {})
-	<-done // one fdatasync at most; a disk that never returns one is not ours to time out
-	if loopErr != nil {
-		return res, fmt.Errorf("%v: %w", spec, loopErr)
+		now := time.Now()
+		if h != nil {
+			recordLatency(h, now.Sub(t0))
+		}
+		if !now.Before(deadline) {
+			break
+		}
 	}
-	res.syncs = int64(res.hist.Count())
-	res.interrupted = ctx.Err() != nil
-	return res, nil
+	return writes, time.Since(began).Seconds(), nil
 }
 
-// prefill writes f full of zeros up to size and fdatasyncs it. It reports
-// whether ctx ended it first.
-func prefill(ctx context.Context, f *os.File, fd int, size int64) (interrupted bool, err error) {
+// prefill writes f full of zeros up to size and fdatasyncs it; it stops
+// early, without an error, when ctx ends.
+func prefill(ctx context.Context, f *os.File, size int64) error {
 	zeros := make([]byte, prefillChunk)
 	for off := int64(0); off < size; off += prefillChunk {
 		if ctx.Err() != nil {
-			return true, nil
+			return nil
 		}
 		if _, err := f.WriteAt(zeros, off); err != nil {
-			return false, fmt.Errorf("prefill: %w", err)
+			return fmt.Errorf("probe: prefill: %w", err)
 		}
 	}
-	if err := unix.Fdatasync(fd); err != nil {
-		return false, fmt.Errorf("prefill: %w", &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err})
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("probe: prefill: %w", &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err})
 	}
-	return false, nil
+	return nil
+}
+
+// messageBytes is about how many bytes of log one published message of
+// size bytes takes: its frame around its publish event.
+func messageBytes(size int) int { return segment.Size(size + publishEventBytes) }
+
+// ceiling is the durable-message ceiling the probe p implies for producers
+// closed-loop producers of messages of size bytes with perfect group
+// commit: each fdatasync carries one message of every producer, so one
+// commit takes one fdatasync's time plus the time to write their bytes at
+// the sequential bandwidth, and makes producers messages durable:
+//
+//	producers / (1/fdatasyncs_per_sec + producers × messageBytes(size) / bandwidth)
+//
+// With producers 0 (unbounded) only the bandwidth bounds it. It is nil
+// when p lacks a figure it needs.
+func ceiling(p Probe, producers, size int) *float64 {
+	if p.WriteMBPerSec == nil || *p.WriteMBPerSec <= 0 {
+		return nil
+	}
+	bw := *p.WriteMBPerSec * 1e6
+	b := float64(messageBytes(size))
+	if producers == 0 {
+		return ptr(bw / b)
+	}
+	if p.FdatasyncsPerSec == nil || *p.FdatasyncsPerSec <= 0 {
+		return nil
+	}
+	n := float64(producers)
+	return ptr(n / (1 / *p.FdatasyncsPerSec + n*b/bw))
+}
+
+// ceilingsOf computes want's ceilings from p.
+func ceilingsOf(p Probe, want []Ceiling) []Ceiling {
+	out := make([]Ceiling, len(want))
+	for i, c := range want {
+		out[i] = Ceiling{Producers: c.Producers, Size: c.Size, MsgsPerSec: ceiling(p, c.Producers, c.Size)}
+	}
+	return out
 }
 
 // closeErr names what a failed Close belonged to.
@@ -219,4 +231,12 @@ func closeErr(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: close: %w", what, err)
+}
+
+// removeErr removes the file name, naming what it belonged to on failure.
+func removeErr(what, name string) error {
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }

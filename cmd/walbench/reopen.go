@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
-	"text/tabwriter"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +18,7 @@ import (
 )
 
 // The reopen workload shows what a large backlog costs a store's Open, and
-// what a checkpoint saves: a store is filled once with -reopen-messages
+// what a checkpoint saves: a store is filled once with -messages
 // pending messages and closed; then each round opens it twice, cold, and
 // times it until the first message is in hand — once from the checkpoint
 // Close wrote, once with the index directory removed, so that Open
@@ -31,19 +28,19 @@ import (
 // reopenLoad is the reopen workload.
 type reopenLoad struct {
 	messages     int
-	payloadBytes int
+	size         int
 	segmentBytes int64 // zero: the broker's default
 
 	hangTimeout time.Duration // for tests; zero: hangTimeout
 }
 
 func (l reopenLoad) String() string {
-	return fmt.Sprintf("broker reopen, %d pending, %d B, sync=all", l.messages, l.payloadBytes)
+	return fmt.Sprintf("reopen, %d pending, %d B", l.messages, l.size)
 }
 
 // reopenFill is the filled store every round opens, as the fill left it.
 type reopenFill struct {
-	st           *brokerStore // closed; its directory stays until release
+	st           *benchStore // closed; its directory stays until release
 	elapsed      time.Duration
 	segments     int   // segment files
 	segmentBytes int64 // their total size
@@ -52,36 +49,28 @@ type reopenFill struct {
 
 // fillReopen opens a new store under SyncAll in a new subdirectory of
 // parent, fills its queue with l.messages pending messages and closes it,
-// which writes its checkpoint. It prints its progress on progress each
-// second once it has run for two. The caller defers fill.st.release, also
+// which writes its checkpoint. The caller defers fill.st.release, also
 // after an error; ctx ending stops the fill, and then interrupted is set.
-func fillReopen(ctx context.Context, progress io.Writer, parent string, l reopenLoad) (fill reopenFill, interrupted bool, err error) {
-	hang := orHangTimeout(l.hangTimeout)
-	fill.st, err = openBrokerStore(l, hang, parent, "broker-reopen-", broker.SyncAll, l.segmentBytes, l.payloadBytes)
+func fillReopen(ctx context.Context, env *env, parent string, l reopenLoad) (fill reopenFill, interrupted bool, err error) {
+	fill.st, err = openStore(l, l.hangTimeout, parent, "reopen-", storeOptions{sync: broker.SyncAll, segmentBytes: l.segmentBytes, size: l.size})
 	if err != nil {
 		return fill, false, err
 	}
-	// In steps, to say how far it got: each a few MiB.
-	const step = 16 * fillBatch
-	start, lastPrint := time.Now(), time.Now()
-	for done := 0; done < l.messages; {
-		k := min(step, l.messages-done)
-		interrupted, err := fillQueue(ctx, fill.st.q, k, l.payloadBytes)
-		if err != nil || interrupted {
-			if err != nil {
-				err = fmt.Errorf("%v: fill: %w", l, err)
-			}
-			return fill, interrupted, err
-		}
-		done += k
-		if now := time.Now(); now.Sub(start) >= 2*time.Second && now.Sub(lastPrint) >= time.Second {
-			lastPrint = now
-			fmt.Fprintf(progress, "%v: filled %d/%d messages after %v\n", l, done, l.messages, now.Sub(start).Round(time.Second))
-		}
+	start := time.Now()
+	var done atomic.Int64
+	stop := env.progress.track(l.String()+": fill", int64(l.messages), done.Load,
+		func(n int64) string { return fmt.Sprintf("%d/%d messages", n, l.messages) })
+	err = fillQueue(ctx, fill.st.q, l.messages, l.size, &done)
+	stop()
+	if err != nil {
+		return fill, false, fmt.Errorf("%v: fill: %w", l, err)
+	}
+	if ctx.Err() != nil {
+		return fill, true, nil
 	}
 	s := fill.st.s
 	fill.st.s = nil // closed here, not by release
-	if err := closeWithin(s, hang, l); err != nil {
+	if err := closeWithin(s, fill.st.hang, l); err != nil {
 		return fill, false, err
 	}
 	fill.elapsed = time.Since(start)
@@ -173,7 +162,7 @@ func openCold(dir string, l reopenLoad, notes *[]string, rebuild bool) (t openTi
 		return t, fmt.Errorf("broker.Open: %w", err)
 	}
 	defer func() { err = errors.Join(err, closeWithin(s, orHangTimeout(l.hangTimeout), l)) }()
-	q, err := s.Queue(brokerQueue, brokerPolicy(l.segmentBytes, l.payloadBytes))
+	q, err := s.Queue(benchQueue, queuePolicy(effectiveSegmentBytes(l.segmentBytes), l.size))
 	if err != nil {
 		return t, fmt.Errorf("Queue: %w", err)
 	}
@@ -192,8 +181,8 @@ func openCold(dir string, l reopenLoad, notes *[]string, rebuild bool) (t openTi
 	if rebuild {
 		how = "rebuilding the index"
 	}
-	if n := len(t.first.Payload); n != l.payloadBytes {
-		*notes = append(*notes, fmt.Sprintf("open %s: the first message has %d bytes, want %d", how, n, l.payloadBytes))
+	if n := len(t.first.Payload); n != l.size {
+		*notes = append(*notes, fmt.Sprintf("open %s: the first message has %d bytes, want %d", how, n, l.size))
 	}
 	// Each round leases one message (and a lease may lapse): none is gone.
 	if qs := q.Stats(); qs.Ready+qs.Leased+qs.Delayed != l.messages || qs.DeadLetters != 0 {
@@ -240,197 +229,61 @@ func evictPageCache(dir string) error {
 }
 
 // measureReopen fills the reopen workload's store in a new subdirectory
-// of dir, then runs cfg.rounds rounds on it, until ctx ends or one fails,
-// and removes it. It returns the summary of the rounds measured, nil if
-// none was, with the error.
-func measureReopen(ctx context.Context, progress io.Writer, dir string, cfg config) (sum *reopenRow, err error) {
-	l := reopenLoad{messages: cfg.reopenMessages, payloadBytes: cfg.recordBytes, segmentBytes: cfg.segmentBytes}
-	fill, interrupted, err := fillReopen(ctx, progress, dir, l)
+// of dir, then runs rounds rounds on it, until ctx ends or one fails, and
+// removes it. It returns the summary of the rounds measured, nil if none
+// was, with the error.
+func measureReopen(ctx context.Context, env *env, dir string, l reopenLoad, rounds int) (sum *Reopen, err error) {
+	fill, interrupted, err := fillReopen(ctx, env, dir, l)
 	defer fill.st.release(&err)
 	if err != nil || interrupted {
 		return nil, err
 	}
-	var rounds []reopenRow
-	for i := range cfg.rounds {
+	var rows []Reopen
+	for i := range rounds {
 		if ctx.Err() != nil {
 			break
 		}
-		if cfg.rounds > 1 {
-			fmt.Fprintf(progress, "%v: round %d/%d\n", l, i+1, cfg.rounds)
+		if rounds > 1 {
+			env.progress.printf("%v: round %d/%d", l, i+1, rounds)
 		}
 		var res reopenResult
 		res, interrupted, err = reopenRound(ctx, fill.st.dir, l)
 		if err != nil || interrupted {
 			break
 		}
-		rounds = append(rounds, reopenRoundRow(l, res, i+1))
+		rows = append(rows, reopenRoundRow(l, res, i+1))
 	}
-	if len(rounds) == 0 {
+	if len(rows) == 0 {
 		return nil, err
 	}
-	return summarizeReopen(fill, rounds, interrupted), err
+	s := summarize(rows, len(rows) > 1)
+	s.Interrupted = s.Interrupted || interrupted
+	s.FillSeconds = fill.elapsed.Seconds()
+	s.Segments = fill.segments
+	s.SegmentFileBytes = fill.segmentBytes
+	s.IndexBytes = fill.indexBytes
+	// The heap per message is of the median heap, not a median of its own.
+	if s.HeapInUseBytes != nil {
+		s.HeapBytesPerMessage = ptr(float64(*s.HeapInUseBytes) / float64(l.messages))
+	}
+	return &s, err
 }
 
-// reopenRow is the reopen workload's figures: one round's (Round set) or
-// the summary of its rounds (Rounds and PerRound set), as for a row. Its
-// JSON form is documented in main.go.
-type reopenRow struct {
-	Workload     string `json:"workload"`
-	Sync         string `json:"sync"`
-	Messages     int    `json:"messages"`
-	BytesPerOp   int    `json:"bytes_per_op"`
-	SegmentBytes int64  `json:"segment_bytes,omitempty"`
-	Round        int    `json:"round,omitempty"`  // 1-based; one round's only
-	Rounds       int    `json:"rounds,omitempty"` // rounds summarized; a summary only
-	Interrupted  bool   `json:"interrupted"`
-
-	// The fill, once for every round: a summary only.
-	FillSeconds      float64 `json:"fill_seconds,omitempty"`
-	Segments         int     `json:"segments,omitempty"`
-	SegmentFileBytes int64   `json:"segment_file_bytes,omitempty"`
-	IndexBytes       int64   `json:"index_bytes,omitempty"`
-
-	// The opens: one round's figures, or the medians of the rounds'.
-	CheckpointOpenNs       int64    `json:"checkpoint_open_ns"`
-	RebuildOpenNs          int64    `json:"rebuild_open_ns"`
-	RebuildVsCheckpoint    float64  `json:"rebuild_vs_checkpoint"`
-	RebuildVsCheckpointMin *float64 `json:"rebuild_vs_checkpoint_min,omitempty"`
-	RebuildVsCheckpointMax *float64 `json:"rebuild_vs_checkpoint_max,omitempty"`
-	HeapBeforeBytes        int64    `json:"heap_before_open_bytes"`
-	HeapInUseBytes         int64    `json:"heap_inuse_bytes"`
-	HeapBytesPerMessage    float64  `json:"heap_bytes_per_message"`
-
-	Notes    []string    `json:"notes,omitempty"`
-	PerRound []reopenRow `json:"per_round,omitempty"`
-}
-
-// reopenRoundRow makes the row of one round.
-func reopenRoundRow(l reopenLoad, res reopenResult, round int) reopenRow {
-	r := reopenRow{
+// reopenRoundRow makes the figures of one round.
+func reopenRoundRow(l reopenLoad, res reopenResult, round int) Reopen {
+	r := Reopen{
 		Workload:            l.String(),
-		Sync:                broker.SyncAll.String(),
 		Messages:            l.messages,
-		BytesPerOp:          l.payloadBytes,
-		SegmentBytes:        l.segmentBytes,
+		Size:                l.size,
+		SegmentBytes:        effectiveSegmentBytes(l.segmentBytes),
 		Round:               round,
-		CheckpointOpenNs:    int64(res.checkpoint.elapsed),
-		RebuildOpenNs:       int64(res.rebuild.elapsed),
-		HeapBeforeBytes:     int64(res.checkpoint.heapBefore),
-		HeapInUseBytes:      int64(res.checkpoint.heapInUse),
-		HeapBytesPerMessage: float64(res.checkpoint.heapInUse) / float64(l.messages),
+		CheckpointOpenNs:    ptr(int64(res.checkpoint.elapsed)),
+		RebuildOpenNs:       ptr(int64(res.rebuild.elapsed)),
+		HeapBeforeBytes:     ptr(int64(res.checkpoint.heapBefore)),
+		HeapInUseBytes:      ptr(int64(res.checkpoint.heapInUse)),
+		HeapBytesPerMessage: ptr(float64(res.checkpoint.heapInUse) / float64(l.messages)),
 		Notes:               res.notes,
 	}
-	if r.CheckpointOpenNs > 0 {
-		r.RebuildVsCheckpoint = float64(r.RebuildOpenNs) / float64(r.CheckpointOpenNs)
-	}
+	r.RebuildVsCheckpoint = ratioNs(r.RebuildOpenNs, r.CheckpointOpenNs)
 	return r
-}
-
-// summarizeReopen makes the summary of the rounds: the medians of their
-// figures, the median and range of their ratios (a median of ratios, not
-// a ratio of medians), and their notes.
-func summarizeReopen(fill reopenFill, rounds []reopenRow, interrupted bool) *reopenRow {
-	first := rounds[0]
-	s := &reopenRow{
-		Workload:         first.Workload,
-		Sync:             first.Sync,
-		Messages:         first.Messages,
-		BytesPerOp:       first.BytesPerOp,
-		SegmentBytes:     first.SegmentBytes,
-		Rounds:           len(rounds),
-		Interrupted:      interrupted,
-		FillSeconds:      fill.elapsed.Seconds(),
-		Segments:         fill.segments,
-		SegmentFileBytes: fill.segmentBytes,
-		IndexBytes:       fill.indexBytes,
-		PerRound:         rounds,
-	}
-	medianInt := func(field func(reopenRow) int64) int64 {
-		var xs []float64
-		for _, r := range rounds {
-			xs = append(xs, float64(field(r)))
-		}
-		m, _ := median(xs)
-		return int64(math.Round(m))
-	}
-	s.CheckpointOpenNs = medianInt(func(r reopenRow) int64 { return r.CheckpointOpenNs })
-	s.RebuildOpenNs = medianInt(func(r reopenRow) int64 { return r.RebuildOpenNs })
-	s.HeapBeforeBytes = medianInt(func(r reopenRow) int64 { return r.HeapBeforeBytes })
-	s.HeapInUseBytes = medianInt(func(r reopenRow) int64 { return r.HeapInUseBytes })
-	s.HeapBytesPerMessage = float64(s.HeapInUseBytes) / float64(s.Messages)
-	var ratios []float64
-	for _, r := range rounds {
-		ratios = append(ratios, r.RebuildVsCheckpoint)
-		for _, n := range r.Notes {
-			if len(rounds) > 1 {
-				n = fmt.Sprintf("round %d: %s", r.Round, n)
-			}
-			s.Notes = append(s.Notes, n)
-		}
-	}
-	s.RebuildVsCheckpoint, _ = median(ratios)
-	if len(rounds) > 1 {
-		s.RebuildVsCheckpointMin, s.RebuildVsCheckpointMax = ptr(slices.Min(ratios)), ptr(slices.Max(ratios))
-	}
-	return s
-}
-
-// printReopen writes the reopen workload's figures as a table of one row,
-// in the style of the main table, with what they are and its notes. rounds
-// is the -rounds asked for.
-func printReopen(out io.Writer, r *reopenRow, rounds int) error {
-	multi := rounds > 1
-	name := r.Workload
-	if r.Interrupted {
-		name += " (interrupted)"
-	}
-	if multi && r.Rounds < rounds {
-		name += fmt.Sprintf(" (%d of %d rounds)", r.Rounds, rounds)
-	}
-	header := []string{"from checkpoint", "forced rebuild", "rebuild ÷ checkpoint"}
-	cells := []string{latency(&r.CheckpointOpenNs), latency(&r.RebuildOpenNs), fmt.Sprintf("%.1f", r.RebuildVsCheckpoint)}
-	if multi {
-		spread := "-" // one round measured
-		if r.RebuildVsCheckpointMin != nil && r.RebuildVsCheckpointMax != nil {
-			spread = fmt.Sprintf("%.1f–%.1f", *r.RebuildVsCheckpointMin, *r.RebuildVsCheckpointMax)
-		}
-		header = append(header, "min–max")
-		cells = append(cells, spread)
-	}
-	header = append(header, "heap MiB", "heap B/message")
-	cells = append(cells, fmt.Sprintf("%.1f", float64(r.HeapInUseBytes)/(1<<20)), fmt.Sprintf("%.1f", r.HeapBytesPerMessage))
-
-	fmt.Fprintln(out)
-	width := max(len("workload"), len([]rune(name)))
-	// As in the main table: the workload column padded, left-aligned, the
-	// numbers right-aligned, each cell after the gap.
-	tw := tabwriter.NewWriter(out, 0, 0, 0, ' ', tabwriter.AlignRight)
-	for _, line := range []struct {
-		first string
-		cells []string
-	}{{"workload", header}, {name, cells}} {
-		fmt.Fprintf(tw, "%-*s\t", width, line.first)
-		for _, c := range line.cells {
-			fmt.Fprintf(tw, "  %s\t", c)
-		}
-		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	files := "files"
-	if r.Segments == 1 {
-		files = "file"
-	}
-	fmt.Fprintln(out, "times: broker.Open + Queue + the first Receive(1), the store's files evicted from the page cache before each")
-	fmt.Fprintln(out, "heap: HeapInuse after runtime.GC, the store just opened from its checkpoint (the whole process's heap)")
-	fmt.Fprintf(out, "store: filled in %.1fs; %d segment %s, %.1f MiB; index %.1f MiB\n",
-		r.FillSeconds, r.Segments, files, float64(r.SegmentFileBytes)/(1<<20), float64(r.IndexBytes)/(1<<20))
-	if multi {
-		fmt.Fprintf(out, "medians of %d rounds; the ÷ is the median of the ratios within a round, min–max over the rounds beside it\n", r.Rounds)
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(out, "note: %s: %s\n", r.Workload, n)
-	}
-	return nil
 }

@@ -1,157 +1,239 @@
 package main
 
 import (
-	"fmt"
+	"cmp"
+	"context"
 	"math"
 	"slices"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
-// Rounds.
-//
-// The disk of a shared machine is noisy: its fdatasync rate can change by
-// half within minutes. A ratio of two figures measured minutes apart then
-// says more about the neighbours than about the log. So walbench runs the
-// raw probes and the WAL workloads back to back, in rounds, computes each
-// ratio from figures of the same round, and reports the median of every
-// figure and of every ratio over the rounds: a median of ratios, never a
-// ratio of medians.
+// env is what the workloads share besides their configuration: where
+// progress goes, and what tests inject.
+type env struct {
+	progress *progress
+	// For tests: the stores' and logs' file system (nil: the real one),
+	// how long a hang may last (zero: hangTimeout), a function called
+	// after each probe and each row a round measures, with its name, and
+	// one called when a publish window opens, with the workload's name.
+	fs          vfs.FS
+	hangTimeout time.Duration
+	afterStep   func(name string)
+	onWindow    func(name string)
+}
 
-// summarize turns the rows of each round into one row per workload. Every
-// round ran the same workloads in the same order, so row i of every round
-// measured the same thing; a round cut short has fewer rows. Row i of the
-// result has the medians of row i over the rounds that measured it (of
-// the rounds that have the figure, for the figures that may be nil), the
-// counts summed over those rounds, and those rounds' rows in PerRound.
-func summarize(rounds [][]row) []row {
-	var out []row
-	for i := 0; ; i++ {
-		var samples []row
-		for _, rows := range rounds {
-			if i < len(rows) {
-				samples = append(samples, rows[i])
+func (e *env) step(name string) {
+	if e.afterStep != nil {
+		e.afterStep(name)
+	}
+}
+
+func (e *env) windowOpened(name string) {
+	if e.onWindow != nil {
+		e.onWindow(name)
+	}
+}
+
+// job measures one row of a round in a new subdirectory of dir.
+type job func(ctx context.Context, e *env, dir string) (r Row, measured bool, err error)
+
+// jobs are the workloads of one round, in order.
+func (c *config) jobs(e *env) []job {
+	var out []job
+	for _, w := range c.workloads {
+		switch w {
+		case kindWAL:
+			for _, n := range c.wal.appenders {
+				l := walLoad{appenders: n, recordBytes: c.wal.size, sync: c.wal.sync, segmentBytes: c.wal.segmentBytes,
+					warmup: c.warmup, duration: c.wal.duration, fs: e.fs, hangTimeout: e.hangTimeout}
+				out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runWAL(ctx, e, dir, l) })
+			}
+		case kindPublish:
+			for _, m := range c.publish.syncs {
+				for _, size := range c.publish.sizes {
+					for _, n := range c.publish.producers {
+						l := publishLoad{producers: n, size: size, sync: m, segmentBytes: c.publish.segmentBytes,
+							warmup: c.warmup, duration: c.publish.duration, fs: e.fs, hangTimeout: e.hangTimeout}
+						out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runPublish(ctx, e, dir, l) })
+					}
+				}
+			}
+		case kindDrain:
+			for _, m := range c.drain.syncs {
+				for _, b := range c.drain.batches {
+					for _, n := range c.drain.consumers {
+						l := drainLoad{method: c.drain.method, sync: m, consumers: n, batch: b, messages: c.drain.messages,
+							size: c.drain.size, segmentBytes: c.drain.segmentBytes, limit: c.drain.limit, fs: e.fs, hangTimeout: e.hangTimeout}
+						out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runDrain(ctx, e, dir, l) })
+					}
+				}
+			}
+		case kindMixed:
+			l := c.mixed
+			l.warmup, l.fs, l.hangTimeout = c.warmup, e.fs, e.hangTimeout
+			out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runMixed(ctx, e, dir, l) })
+		case kindSweep:
+			l := sweepLoad{warmup: c.warmup, duration: c.sweep.duration, consumers: c.sweep.consumers, batch: c.sweep.batch,
+				fs: e.fs, hangTimeout: e.hangTimeout}
+			for _, p := range sweepGrid(c.sweep.producers, c.sweep.sizes, c.sweep.segments, c.sweep.syncs) {
+				out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) {
+					return runSweepPoint(ctx, e, dir, l, p)
+				})
 			}
 		}
-		if len(samples) == 0 {
-			return out
-		}
-		out = append(out, summarizeRow(samples, len(rounds) > 1))
 	}
+	return out
 }
 
-// summarizeRow makes the row of one workload from its rows of each round.
-// With prefixNotes, each note says which round it came from.
-func summarizeRow(samples []row, prefixNotes bool) row {
-	first := samples[0]
-	s := row{
-		Workload:     first.Workload,
-		Kind:         first.Kind,
-		Sync:         first.Sync,
-		Appenders:    first.Appenders,
-		Producers:    first.Producers,
-		Method:       first.Method,
-		Consumers:    first.Consumers,
-		Batch:        first.Batch,
-		Messages:     first.Messages,
-		BytesPerOp:   first.BytesPerOp,
-		SegmentBytes: first.SegmentBytes,
-		Rounds:       len(samples),
-		PerRound:     samples,
-	}
-	for _, r := range samples {
-		s.Seconds += r.Seconds
-		s.FillSeconds += r.FillSeconds
-		s.Interrupted = s.Interrupted || r.Interrupted
-		s.Ops += r.Ops
-		s.Fdatasyncs += r.Fdatasyncs
-		s.FileBytes += r.FileBytes
-		s.Rotations += r.Rotations
-		s.LatencySamples += r.LatencySamples
-		for _, n := range r.Notes {
-			if prefixNotes {
-				n = fmt.Sprintf("round %d: %s", r.Round, n)
+// ceilings are the (producers, size) pairs whose durable-message ceiling
+// the probe computes: those of the closed-loop workloads, and unbounded
+// producers for each size.
+func (c *config) ceilings() []Ceiling {
+	var out []Ceiling
+	add := func(producers, sizes []int) {
+		for _, s := range sizes {
+			for _, p := range append(slices.Clone(producers), 0) {
+				if !slices.Contains(out, Ceiling{Producers: p, Size: s}) {
+					out = append(out, Ceiling{Producers: p, Size: s})
+				}
 			}
-			s.Notes = append(s.Notes, n)
 		}
 	}
-	s.AppendsPerSec = medianOf(samples, func(r row) *float64 { return r.AppendsPerSec })
-	s.MBPerSec = *medianOf(samples, func(r row) *float64 { return &r.MBPerSec })
-	s.P50Ns = medianNs(samples, func(r row) *int64 { return r.P50Ns })
-	s.P99Ns = medianNs(samples, func(r row) *int64 { return r.P99Ns })
-	s.MeanNs = medianNs(samples, func(r row) *int64 { return r.MeanNs })
-	s.MaxNs = medianNs(samples, func(r row) *int64 { return r.MaxNs })
-	s.FdatasyncsPerSec = *medianOf(samples, func(r row) *float64 { return &r.FdatasyncsPerSec })
-	s.RecordsPerFdatasync = medianOf(samples, func(r row) *float64 { return r.RecordsPerFdatasync })
-	s.BytesPerFdatasync = medianOf(samples, func(r row) *float64 { return r.BytesPerFdatasync })
-	s.BatchCeilingFdatasyncsPerSec = medianOf(samples, func(r row) *float64 { return r.BatchCeilingFdatasyncsPerSec })
-	s.BatchCeilingPerSec = medianOf(samples, func(r row) *float64 { return r.BatchCeilingPerSec })
-
-	vsOverwrite := func(r row) *float64 { return r.VsRawOverwrite }
-	s.VsRawOverwrite = medianOf(samples, vsOverwrite)
-	s.VsRawOverwriteMin, s.VsRawOverwriteMax = rangeOf(samples, vsOverwrite)
-	vsCeiling := func(r row) *float64 { return r.VsBatchCeiling }
-	s.VsBatchCeiling = medianOf(samples, vsCeiling)
-	s.VsBatchCeilingMin, s.VsBatchCeilingMax = rangeOf(samples, vsCeiling)
-	vsWAL := func(r row) *float64 { return r.VsWALSameN }
-	s.VsWALSameN = medianOf(samples, vsWAL)
-	s.VsWALSameNMin, s.VsWALSameNMax = rangeOf(samples, vsWAL)
-	return s
-}
-
-// median returns the median of xs: the middle value, or the mean of the
-// two middle values when len(xs) is even. It returns false for no values.
-// It does not modify xs.
-func median(xs []float64) (float64, bool) {
-	if len(xs) == 0 {
-		return 0, false
+	if c.command == "probe" {
+		add(c.probeProducers, c.probeSizes)
 	}
-	sorted := slices.Clone(xs)
-	slices.Sort(sorted)
-	mid := len(sorted) / 2
-	if len(sorted)%2 == 1 {
-		return sorted[mid], true
-	}
-	return (sorted[mid-1] + sorted[mid]) / 2, true
-}
-
-// present returns the non-nil values of field over rows.
-func present[T any](rows []row, field func(row) *T) []T {
-	var vs []T
-	for _, r := range rows {
-		if v := field(r); v != nil {
-			vs = append(vs, *v)
+	for _, w := range c.workloads {
+		switch w {
+		case kindWAL:
+			add(c.wal.appenders, []int{c.wal.size})
+		case kindPublish:
+			add(c.publish.producers, c.publish.sizes)
+		case kindSweep:
+			add(c.sweep.producers, c.sweep.sizes)
 		}
 	}
-	return vs
+	unboundedLast := func(p int) int {
+		if p == 0 {
+			return math.MaxInt
+		}
+		return p
+	}
+	slices.SortStableFunc(out, func(a, b Ceiling) int {
+		return cmp.Or(cmp.Compare(a.Size, b.Size), cmp.Compare(unboundedLast(a.Producers), unboundedLast(b.Producers)))
+	})
+	return out
 }
 
-// medianOf is the median of field over the rows that have it; nil if none.
-func medianOf(rows []row, field func(row) *float64) *float64 {
-	m, ok := median(present(rows, field))
-	if !ok {
-		return nil
+// measure runs cfg.rounds rounds in dir, then the reopen workload if cfg
+// has it, until ctx ends or a measurement fails, and summarizes them. It
+// returns what was measured so far with the error.
+func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, error) {
+	rep := &Report{
+		Schema: schemaVersion, Command: cfg.command, Args: cfg.args,
+		Machine: describeMachine(dir, time.Now()), Rounds: cfg.rounds, Rows: []Row{},
 	}
-	return &m
+	var (
+		probes []Probe
+		rounds [][]Row
+		err    error
+	)
+	jobs := cfg.jobs(e)
+	for i := range cfg.rounds {
+		if ctx.Err() != nil || (cfg.probeTime <= 0 && len(jobs) == 0) {
+			break
+		}
+		if cfg.rounds > 1 {
+			e.progress.printf("round %d/%d", i+1, cfg.rounds)
+		}
+		var (
+			p    *Probe
+			rows []Row
+		)
+		p, rows, err = runRound(ctx, e, dir, cfg, jobs, i+1)
+		if p != nil {
+			probes = append(probes, *p)
+		}
+		if len(rows) > 0 {
+			rounds = append(rounds, rows)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(probes) > 0 {
+		s := summarize(probes, len(probes) > 1)
+		rep.Probe = &s
+	}
+	rep.Rows = append(rep.Rows, summarizeRows(rounds)...)
+	if cfg.reopen && err == nil && ctx.Err() == nil {
+		rep.Reopen, err = measureReopen(ctx, e, dir, cfg.reopenLoad, cfg.rounds)
+	}
+	if cfg.recommend {
+		rep.Recommendation = recommend(rep.Rows)
+	}
+	return rep, err
 }
 
-// medianNs is medianOf for nanoseconds, rounded to the nanosecond.
-func medianNs(rows []row, field func(row) *int64) *int64 {
-	var xs []float64
-	for _, v := range present(rows, field) {
-		xs = append(xs, float64(v))
+// runRound runs the probe, then jobs, in order, until ctx ends or one
+// fails. It returns what it measured with the error; each ratio in the
+// rows is to the probe of this round.
+func runRound(ctx context.Context, e *env, dir string, cfg config, jobs []job, round int) (*Probe, []Row, error) {
+	var probe *Probe
+	if cfg.probeTime > 0 {
+		p, err := runProbe(ctx, e, dir, probeLoad{duration: cfg.probeTime, ceilings: cfg.ceilings()})
+		p.Round = round
+		probe = &p
+		if err != nil {
+			return probe, nil, err
+		}
+		e.step("probe")
 	}
-	m, ok := median(xs)
-	if !ok {
-		return nil
+	var rows []Row
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		r, measured, err := j(ctx, e, dir)
+		if measured {
+			r.Round = round
+			setRatios(&r, probe, rows)
+			rows = append(rows, r)
+			e.step(r.Workload)
+		}
+		if err != nil {
+			return probe, rows, err
+		}
 	}
-	return ptr(int64(math.Round(m)))
+	return probe, rows, nil
 }
 
-// rangeOf is the least and the greatest of field over the rows that have
-// it; nils if none.
-func rangeOf(rows []row, field func(row) *float64) (lo, hi *float64) {
-	vs := present(rows, field)
-	if len(vs) == 0 {
-		return nil, nil
+// setRatios sets the ratios of r, a row of a round whose probe was p (nil:
+// none) and whose rows before r are earlier. Only closed-loop rows whose
+// every call waits for an fdatasync have them: their rate and latency are
+// the disk's business.
+func setRatios(r *Row, p *Probe, earlier []Row) {
+	waits := (r.Kind == kindPublish || r.Kind == kindSweep) && durable(r.Sync) ||
+		r.Kind == kindWAL && r.Sync == wal.SyncAlways.String()
+	if !waits {
+		return
 	}
-	return ptr(slices.Min(vs)), ptr(slices.Max(vs))
+	if p != nil {
+		r.CeilingPerSec = ceiling(*p, r.Producers, r.Size)
+		r.VsFdatasync = ratio(r.MsgsPerSec, p.FdatasyncsPerSec)
+		r.VsCeiling = ratio(r.MsgsPerSec, r.CeilingPerSec)
+		r.P99VsFdatasyncP99 = ratioNs(r.P99Ns, p.FdatasyncP99Ns)
+	}
+	if r.Kind != kindPublish {
+		return
+	}
+	for _, w := range earlier {
+		if w.Kind == kindWAL && w.Sync == wal.SyncAlways.String() && w.Producers == r.Producers && w.Size == r.Size && r.Sync == broker.SyncAll.String() {
+			r.VsWAL = ratio(r.MsgsPerSec, w.MsgsPerSec)
+			return
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -12,11 +11,6 @@ import (
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
-
-// hangTimeout is how long the log gets to return from the Appends in flight
-// when a window closes, and from Close. Longer means it hung: walbench says
-// so and exits rather than wait forever.
-const hangTimeout = 20 * time.Second
 
 // walLoad is one WAL workload: appenders goroutines, each calling
 // Append(rec) with one record of recordBytes in a loop, on a fresh log.
@@ -35,37 +29,17 @@ type walLoad struct {
 }
 
 func (w walLoad) String() string {
-	s := "s"
-	if w.appenders == 1 {
-		s = ""
-	}
-	return fmt.Sprintf("wal sync=%v, %d appender%s, %d B", w.sync, w.appenders, s, w.recordBytes)
-}
-
-// walResult is what one WAL workload measured. The counts are deltas of
-// Log.Stats over the window.
-type walResult struct {
-	load        walLoad
-	window      window
-	records     int64
-	syncs       int64
-	writes      int64
-	fileBytes   int64 // bytes the log wrote: records with their framing
-	rotations   int64
-	hist        *Histogram // one sample per Append started in the window
-	interrupted bool
-	notes       []string // what looked wrong in the log's counters
+	return fmt.Sprintf("wal append, %s, %d B, sync=%v", plural(w.appenders, "appender"), w.recordBytes, w.sync)
 }
 
 // runWAL opens a new log in a new subdirectory of parent, runs w on it and
-// closes and removes it. ctx ending stops the workload early; what was
-// measured until then is returned with interrupted set.
-func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (res walResult, err error) {
-	res = walResult{load: w, hist: new(Histogram)}
+// closes and removes it. ctx ending stops the workload early, as for
+// runPublish. The log alone shows what the broker adds to it.
+func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, measured bool, err error) {
 	hang := orHangTimeout(w.hangTimeout)
 	dir, err := os.MkdirTemp(parent, fmt.Sprintf("wal-%v-%d-", w.sync, w.appenders))
 	if err != nil {
-		return res, fmt.Errorf("%v: %w", w, err)
+		return r, false, fmt.Errorf("%v: %w", w, err)
 	}
 	defer func() {
 		if rerr := os.RemoveAll(dir); rerr != nil {
@@ -74,7 +48,7 @@ func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (
 	}()
 	l, err := wal.Open(dir, wal.Options{FS: w.fs, SegmentBytes: w.segmentBytes, Sync: w.sync})
 	if err != nil {
-		return res, fmt.Errorf("%v: wal.Open: %w", w, err)
+		return r, false, fmt.Errorf("%v: wal.Open: %w", w, err)
 	}
 	closeLog := true
 	defer func() {
@@ -101,38 +75,57 @@ func runWAL(ctx context.Context, progress io.Writer, parent string, w walLoad) (
 			return func() error { _, err := l.Append(rec); return err }
 		},
 		stats: l.Stats,
-	}.run(ctx, progress)
-	res.window = lr.window
+	}.run(ctx, env.progress)
 	if lr.hung {
 		// Close would wait for the same stuck writer; leave the log open
-		// (os.Exit ends it) and let the caller remove its directory.
+		// (the process's exit ends it) and let the caller remove its
+		// directory.
 		closeLog = false
-		return res, fmt.Errorf("%v: the log hung: appenders still inside Append %v after the window closed (wal Stats now: %+v)", w, hang, l.Stats())
+		return r, false, fmt.Errorf("%v: the log hung: appenders still inside Append %v after the window closed (wal Stats now: %+v)", w, hang, l.Stats())
 	}
 	if lr.err != nil {
-		return res, fmt.Errorf("%v: %w", w, lr.err)
+		return r, false, fmt.Errorf("%v: %w", w, lr.err)
 	}
-	res.interrupted = ctx.Err() != nil
-
-	res.hist = lr.hist
+	if !lr.window.opened {
+		return r, false, nil
+	}
 	before, after := lr.before, lr.after
-	res.records = after.Records - before.Records
-	res.syncs = after.Syncs - before.Syncs
-	res.writes = after.Writes - before.Writes
-	res.fileBytes = after.BytesWritten - before.BytesWritten
-	res.rotations = after.Rotations - before.Rotations
+	secs := lr.window.elapsed.Seconds()
+	r = Row{
+		Kind:           kindWAL,
+		Workload:       w.String(),
+		Sync:           w.sync.String(),
+		Producers:      w.appenders,
+		Size:           w.recordBytes,
+		SegmentBytes:   effectiveSegmentBytes(w.segmentBytes),
+		Seconds:        secs,
+		Interrupted:    lr.window.interrupted,
+		Ops:            after.Records - before.Records,
+		Commits:        after.Syncs - before.Syncs,
+		LatencySamples: lr.hist.TotalCount(),
+	}
+	r.MsgsPerSec = rate(r.Ops, secs)
+	if bytes := rate(r.Ops*int64(w.recordBytes), secs); bytes != nil {
+		r.MBPerSec = ptr(*bytes / 1e6)
+	}
+	r.CommitsPerSec = rate(r.Commits, secs)
+	if r.Commits > 0 {
+		r.RecordsPerCommit = ptr(float64(r.Ops) / float64(r.Commits))
+	}
+	lat := percentilesOf(lr.hist)
+	r.P50Ns, r.P99Ns, r.P999Ns, r.MaxNs = lat.p50, lat.p99, lat.p999, lat.max
 
 	// Cross-check the log's counters with what the appenders saw: this
 	// log is new and nobody else appends to it.
 	final := l.Stats()
 	if n := lr.succeeded; final.Records != n {
-		res.notes = append(res.notes, fmt.Sprintf("wal Stats().Records = %d, but %d Appends of one record succeeded", final.Records, n))
+		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats().Records = %d, but %d Appends of one record succeeded", final.Records, n))
 	}
 	if w.sync == wal.SyncAlways && final.MaxRecordsPerSync > int64(w.appenders) {
-		res.notes = append(res.notes, fmt.Sprintf("wal Stats().MaxRecordsPerSync = %d with only %d appenders, each waiting for its fdatasync", final.MaxRecordsPerSync, w.appenders))
+		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats().MaxRecordsPerSync = %d with only %d appenders, each waiting for its fdatasync", final.MaxRecordsPerSync, w.appenders))
 	}
-	if w.sync == wal.SyncAlways && res.records > 0 && res.syncs == 0 {
-		res.notes = append(res.notes, fmt.Sprintf("wal Stats() counted %d records but no fdatasync under sync=always", res.records))
+	if w.sync == wal.SyncAlways && r.Ops > 0 && r.Commits == 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats() counted %d records but no fdatasync under sync=always", r.Ops))
 	}
-	return res, nil
+	return r, true, nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"sync/atomic"
 	"time"
 )
@@ -34,10 +32,9 @@ type window struct {
 // runWindow is the controller side of a measurement: it lets the workers
 // warm up for warmup, opens the window (calling open just before), keeps it
 // open for d or until ctx is done, then stops the workers (calling closed
-// just after). It prints "label: 2s/5s" on progress each second when d is
-// longer than two seconds. It returns once the window is closed; the
-// caller still has to wait for its workers.
-func runWindow(ctx context.Context, progress io.Writer, label string, warmup, d time.Duration, g *gate, open, closed func()) window {
+// just after). It shows its progress on p. It returns once the window is
+// closed; the caller still has to wait for its workers.
+func runWindow(ctx context.Context, p *progress, label string, warmup, d time.Duration, g *gate, open, closed func()) window {
 	defer g.phase.Store(phaseStopped) // also when cut short in the warm-up
 	if warmup > 0 {
 		t := time.NewTimer(warmup)
@@ -54,29 +51,16 @@ func runWindow(ctx context.Context, progress io.Writer, label string, warmup, d 
 	open()
 	start := time.Now()
 	g.phase.Store(phaseMeasuring)
+	stop := p.trackWindow(label, d)
+	defer stop()
 
-	var tick <-chan time.Time
-	if d > 2*time.Second {
-		ticker := time.NewTicker(time.Second)
-		defer ticker.Stop()
-		tick = ticker.C
-	}
 	end := time.NewTimer(d)
 	defer end.Stop()
 	interrupted := false
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			interrupted = true
-			break wait
-		case <-end.C:
-			break wait
-		case now := <-tick:
-			if at := now.Sub(start).Round(time.Second); at < d {
-				fmt.Fprintf(progress, "%s: %v/%v\n", label, at, d)
-			}
-		}
+	select {
+	case <-ctx.Done():
+		interrupted = true
+	case <-end.C:
 	}
 	g.phase.Store(phaseStopped)
 	elapsed := time.Since(start)

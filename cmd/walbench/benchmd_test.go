@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// update rewrites the golden files of testdata from what the code makes
+// now: go test ./cmd/walbench -run Golden -update. BENCH.md itself is
+// rewritten only by the report command (see doc.go).
+var update = flag.Bool("update", false, "rewrite testdata's golden files")
+
+const (
+	benchJSON = "testdata/bench.json" // the JSON of the run BENCH.md shows
+	benchMD   = "../../BENCH.md"
+)
+
+// TestBenchMDFromGolden: BENCH.md's generated section is what the report
+// command makes from the JSON of its run, byte for byte. It fails when
+// the tables change without BENCH.md, or BENCH.md without its JSON.
+func TestBenchMDFromGolden(t *testing.T) {
+	rep, err := readJSON(benchJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(benchMD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sectionOf(doc)
+	if err != nil {
+		t.Fatalf("BENCH.md: %v", err)
+	}
+	if want := markdown(rep); got != want {
+		t.Errorf("BENCH.md's generated section is not what `walbench report -in cmd/walbench/%s` makes; regenerate it (go doc ./cmd/walbench, BENCH.md).\n%s",
+			benchJSON, firstDifference(got, want))
+	}
+}
+
+// firstDifference says where two texts part, line by line.
+func firstDifference(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range max(len(g), len(w)) {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + strconv.Itoa(i+1) + ":\nhas:  " + gl + "\nwant: " + wl
+		}
+	}
+	return "identical"
+}
+
+// TestReportRewritesBench runs the report command on a copy of a document
+// with a stale section: the section becomes the one the JSON makes, the
+// text around it stays as it was, and a second run changes nothing.
+func TestReportRewritesBench(t *testing.T) {
+	before := "# Benchmarks\n\nWritten by hand.\n\n" + beginMarker + "\nstale figures\n" + endMarker + "\n\n## Reading it\n\nAlso by hand.\n"
+	name := filepath.Join(t.TempDir(), "BENCH.md")
+	if err := os.WriteFile(name, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := readJSON(benchJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Benchmarks\n\nWritten by hand.\n\n" + beginMarker + "\n" + markdown(rep) + endMarker + "\n\n## Reading it\n\nAlso by hand.\n"
+	for i := range 2 {
+		if res := runWith(t, context.Background(), nil, "report", "-in", benchJSON, "-bench", name); res.code != exitOK {
+			t.Fatalf("run %d: exit %d", i+1, res.code)
+		}
+		got, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Fatalf("run %d: the document is not the hand-written text around the generated section:\n%s", i+1, got)
+		}
+	}
+}
+
+// TestReportPrints: without -bench, the report command prints the tables
+// of the JSON as the run did, or with -md the generated section.
+func TestReportPrints(t *testing.T) {
+	rep, err := readJSON(benchJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runOK(t, "report", "-in", benchJSON)
+	var want strings.Builder
+	if err := printReport(&want, rep); err != nil {
+		t.Fatal(err)
+	}
+	if res.stdout != want.String() {
+		t.Errorf("report printed other tables than the run's")
+	}
+	if res := runOK(t, "report", "-in", benchJSON, "-md"); res.stdout != markdown(rep) {
+		t.Errorf("report -md printed another section")
+	}
+}
+
+func TestReplaceSection(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want, err string
+	}{
+		{"replaced", "a\n" + beginMarker + "\nold\nolder\n" + endMarker + "\nb\n", "a\n" + beginMarker + "\nNEW\n" + endMarker + "\nb\n", ""},
+		{"empty section", beginMarker + "\n" + endMarker + "\n", beginMarker + "\nNEW\n" + endMarker + "\n", ""},
+		{"indented markers", "  " + beginMarker + "\nx\n  " + endMarker + "\n", "  " + beginMarker + "\nNEW\n  " + endMarker + "\n", ""},
+		{"no markers", "a\nb\n", "", "want a line"},
+		{"no end", beginMarker + "\nx\n", "", "want a line"},
+		{"reversed", endMarker + "\nx\n" + beginMarker + "\n", "", "comes before"},
+		{"begin twice", beginMarker + "\n" + beginMarker + "\n" + endMarker + "\n", "", "twice"},
+		{"end twice", beginMarker + "\n" + endMarker + "\n" + endMarker + "\n", "", "twice"},
+		{"marker inside a line", "see " + beginMarker + " here\n" + endMarker + "\n", "", "want a line"},
+	} {
+		got, err := replaceSection([]byte(tc.doc), "NEW\n")
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.err)
+		case tc.err == "" && (err != nil || string(got) != tc.want):
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestReportRefuses: a document without markers, or a JSON of another
+// schema, fails the report command and leaves the document alone.
+func TestReportRefuses(t *testing.T) {
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "BENCH.md")
+	const text = "# no markers here\n"
+	if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := runWith(t, context.Background(), nil, "report", "-in", benchJSON, "-bench", doc); res.code != exitError || !strings.Contains(res.stderr, "want a line") {
+		t.Errorf("no markers: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if b, _ := os.ReadFile(doc); string(b) != text {
+		t.Errorf("the document changed: %q", b)
+	}
+	old := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(old, []byte(`{"machine": {}, "rows": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := runWith(t, context.Background(), nil, "report", "-in", old); res.code != exitError || !strings.Contains(res.stderr, "schema") {
+		t.Errorf("another schema: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res := runWith(t, context.Background(), nil, "report", "-in", filepath.Join(dir, "missing.json")); res.code != exitError {
+		t.Errorf("a missing file: exit %d", res.code)
+	}
+}
+
+// edgeReport is a report with what a real run rarely has: an interrupted
+// row, a row fewer rounds measured, notes, a failure, figures missing.
+func edgeReport() *Report {
+	r := func(kind, name string, rounds int) Row {
+		return Row{Kind: kind, Workload: name, Sync: "all", Producers: 4, Size: 100, SegmentBytes: 64 << 20, Rounds: rounds, Ops: 10}
+	}
+	pub := r(kindPublish, "publish, 4 producers, 100 B, sync=all", 2)
+	pub.MsgsPerSec, pub.P99Ns, pub.VsCeiling = ptr(1234.5), ptr(int64(1500_000)), ptr(0.5)
+	pub.Ranges = map[string][2]float64{"vs_ceiling": {0.25, 0.75}}
+	pub.Notes = []string{"round 2: queue Stats().Published grew by 9, but 10 Publishes succeeded"}
+	cut := r(kindPublish, "publish, 64 producers, 100 B, sync=all", 1)
+	cut.Interrupted = true
+	mixed := r(kindMixed, "mixed, 4 producers at 100 msgs/s", 2)
+	mixed.TargetPerSec, mixed.BacklogIntervalNs = 100, int64(250e6)
+	for i := range 45 {
+		mixed.Backlog = append(mixed.Backlog, i%7)
+	}
+	return &Report{
+		Schema: schemaVersion, Command: "publish", Args: []string{"publish", "-producers", "4,64", "-rounds", "2"},
+		Machine: Machine{Date: "2026-01-02T03:04:05Z", NumCPU: 2, GOOS: "linux", GOARCH: "amd64", Kernel: "Linux 6", GoVersion: "go1.26",
+			Filesystem: "ext4", FSMagic: "0xef53", Device: "/dev/vda", WriteCache: "write back", LoadAvg: [3]float64{1.5, 1, 0.5}, Dir: "/x/walbench-1"},
+		Rounds: 2, Seconds: 75, Interrupted: true, Error: "publish, 64 producers: Publish: input/output error",
+		Probe: &Probe{Rounds: 2, FdatasyncsPerSec: ptr(5000.0), FdatasyncP99Ns: ptr(int64(500_000)),
+			Ceilings: []Ceiling{{Producers: 4, Size: 100, MsgsPerSec: ptr(19000.0)}, {Producers: 0, Size: 100}}},
+		Rows: []Row{pub, cut, mixed},
+	}
+}
+
+// TestMarkdownGolden compares the section made from edgeReport with
+// testdata/edge.md, and its text tables with testdata/edge.txt.
+func TestMarkdownGolden(t *testing.T) {
+	rep := edgeReport()
+	// Through the JSON, as the report command reads it.
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := printReport(&text, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct{ file, got string }{{"testdata/edge.md", markdown(&back)}, {"testdata/edge.txt", text.String()}} {
+		if *update {
+			if err := os.WriteFile(g.file, []byte(g.got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(g.file)
+		if err != nil {
+			t.Fatalf("%v (go test ./cmd/walbench -run Golden -update writes it)", err)
+		}
+		if g.got != string(want) {
+			t.Errorf("%s differs (-update rewrites it):\n%s", g.file, firstDifference(g.got, string(want)))
+		}
+	}
+	for _, want := range []string{"(interrupted)", "(1 of 2 rounds)", "0.25–0.75", "round 2: queue Stats", "It was interrupted", "It failed: publish, 64 producers", "the largest ready + leased every 750ms"} {
+		if !strings.Contains(markdown(&back), want) {
+			t.Errorf("the section does not say %q", want)
+		}
+	}
+}
+
+func TestGoalRows(t *testing.T) {
+	pub := func(producers int, msgs, ceiling, vsFsync, vsCeiling, p99Ratio float64) Row {
+		return Row{Kind: kindPublish, Sync: "all", Size: 1024, Producers: producers, MsgsPerSec: &msgs, CeilingPerSec: &ceiling,
+			VsFdatasync: &vsFsync, VsCeiling: &vsCeiling, P99VsFdatasyncP99: &p99Ratio, P99Ns: ptr(int64(1e6))}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		want []string // met, per goal
+	}{
+		{"all met at the bounds", []Row{pub(1, 4250, 5000, 0.85, 0.85, 1), pub(64, 50000, 100000, 10, 0.5, 3)}, []string{"yes", "yes", "yes"}},
+		{"none met", []Row{pub(1, 4000, 5000, 0.8, 0.8, 1), pub(64, 49000, 100000, 10, 0.49, 3.1)}, []string{"no", "no", "no"}},
+		// Half a ceiling of 300,000 is more than 100,000: the lower goal holds.
+		{"100,000 is enough", []Row{pub(64, 100000, 300000, 10, 0.33, 1)}, []string{"yes", "yes"}},
+		{"no rows", nil, nil},
+	} {
+		rows := goalRows(&Report{Rows: tc.rows})
+		var got []string
+		for _, r := range rows {
+			got = append(got, r[3])
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: met %v, want %v (%q)", tc.name, got, tc.want, rows)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+// Command walbench tells an operator what a disk can do for walbroker and
+// which settings to use on it. Copy it to the machine that will run the
+// program, run it on the disk the store will live on, and read its tables
+// and its recommendation.
+//
+// Usage:
+//
+//	walbench [command] [flags]
+//
+//	walbench                      probe + publish + drain, then the recommendation (under a minute)
+//	walbench probe                the disk alone
+//	walbench publish -producers 1,64 -size 1024 -sync all
+//	walbench drain -consumers 1,64 -batch 64 -method receive-ack
+//	walbench mixed -producers 16 -rate 5000 -consumers 16
+//	walbench reopen -messages 1000000
+//	walbench sweep [-producers 1,16,64] [-size 256,1024,16KiB] [-segment-bytes 4MiB,64MiB] [-sync all,publish,none]
+//	walbench wal -producers 1,64  the log alone (package wal), for comparison
+//	walbench full -rounds 3 -json bench.json
+//	walbench report -in bench.json [-bench BENCH.md | -md]
+//
+// walbench COMMAND -h lists a command's flags. Every measuring command
+// takes -dir DIR (the temporary directory is made under DIR, the current
+// directory by default, and removed at the end, also after an error or
+// Ctrl-C), -json FILE (the results, in the schema below), -rounds N and
+// -cpuprofile FILE (a CPU profile of the whole run, for go tool pprof).
+//
+// # Workloads
+//
+// Every workload runs on a new store (broker.Open in a new subdirectory)
+// with one queue (VisibilityTimeout 1 min, MaxDeliveries 5; with segments
+// under 2 MiB, MaxMessageBytes is the message size), with random payloads.
+//
+//   - probe: the disk alone, on a file of the directory: pwrite 4 KiB +
+//     fdatasync in a loop over a 64 MiB file written full of zeros and
+//     synced beforehand (what a commit of the log costs: the log writes
+//     into pre-written segments), for -probe-time; sequential bandwidth,
+//     1 MiB pwrites with an fdatasync every 8 MiB over the same file, for
+//     half that; pwrite 4 KiB + fdatasync at the end of a growing file, for
+//     half that (what pre-writing saves). From the fdatasync rate and the
+//     bandwidth, the ceiling for durable messages of a size with perfect
+//     group commit: with P closed-loop producers, every fdatasync carrying
+//     one message of each, P / (1/fdatasyncs_per_sec + P × B / bandwidth),
+//     B the bytes a message takes in the log (its frame and publish event
+//     around the payload). Each round of the other measuring commands but
+//     drain, mixed and reopen starts with the probe (-probe-time 0 skips
+//     it), so that every ratio to it is to the disk as it was minutes
+//     before, not hours.
+//   - publish: for each sync mode × size × producer count, P goroutines
+//     each calling Publish in a loop (closed loop) for -warmup, then
+//     measured for -time. msgs/s, MB/s and commits/s from the deltas of
+//     Store.Stats over the window; publish latency from every Publish
+//     started in it; records per commit (the group-commit factor); and,
+//     where every Publish waits for an fdatasync (sync all or publish),
+//     the ratios to the round's probe: msgs/s ÷ its fdatasyncs/s, msgs/s ÷
+//     its ceiling for P producers of that size, p99 ÷ its p99 fdatasync.
+//   - drain: a queue prefilled, untimed, with -messages messages
+//     (PublishBatch of 256), then emptied: by broker.Consume (Batch,
+//     Concurrency) with a handler that only counts, or by goroutines each
+//     calling Receive(batch) and Ack for each delivery (-method
+//     receive-ack), timed from the start until every call returned, at
+//     most -limit. msgs/s, and leases and acks per commit.
+//   - mixed: -producers goroutines publish at -rate msgs/s together, each
+//     call at its scheduled instant (open loop), while broker.Consume takes
+//     the messages; -time measured after -warmup. Publish latency is
+//     measured from the scheduled instant, not from when the call began, so
+//     that a stall counts against every call it delayed (corrected for
+//     coordinated omission; "call p99" is the uncorrected one); end-to-end
+//     latency from the scheduled instant (carried in the payload) to the
+//     start of the handler; the backlog (Ready + Leased of Queue.Stats)
+//     every -sample. After the window the consumers get as long again to
+//     take what it published.
+//   - reopen: a store filled with -messages pending messages and closed,
+//     then, each round, opened cold (its files evicted from the page
+//     cache) until the first Receive(1) returns a message: from the
+//     checkpoint Close wrote, and with the index directory removed (a
+//     rebuild from the whole log); the heap in use with it open.
+//   - sweep: at each point of the grid -sync × -segment-bytes × -size ×
+//     -producers, on a new store: a publish window as above, for -time,
+//     then a Consume drain (-batch, -consumers) of everything it left, for
+//     at most as long. "through" is the rate at which messages pass
+//     through the queue when publish and drain take turns on the disk:
+//     1 / (1/publish + 1/drain).
+//   - wal: the log alone (wal.Open, -sync always by default), appenders
+//     calling Append with one record in a loop, for comparison with the
+//     broker's publish rows ("÷ log": publish msgs/s ÷ the log's appends/s
+//     with as many appenders, same round).
+//   - full: probe, wal (1, 64), publish (1, 16, 64), drain (Consume 64×64,
+//     sync all and publish), mixed, sweep, each round; then reopen. With
+//     the defaults and -rounds 3 it takes about five minutes.
+//
+// With no command, walbench runs the profile: probe, publish (1, 16 and 64
+// producers of 1 KiB under SyncAll, 3 s each) and drain (Consume, batch
+// 64, concurrency 64, under SyncAll and SyncPublish, 20,000 messages with
+// one round, 100,000 with more), in under a minute, and ends with the
+// recommendation.
+//
+// # Recommendation
+//
+// The profile, the sweep and full end with a recommendation of the
+// store's Options.Sync and SegmentBytes. Each durable setting measured
+// (sync all or publish × segment size) is scored by the geometric mean,
+// over the points it was measured at, of the rate at which messages went
+// through the queue (publish and drain taking turns; the publish rate
+// where no drain was measured). The best score wins; scores within 3% of
+// it count as equal, and then SyncAll beats SyncPublish and the default
+// segment size beats the others. The profile measures publishes under
+// SyncAll only and pairs them with the drain of each mode: a Publish
+// waits for the same fdatasync under both. SyncNone is never recommended
+// (a power loss loses what its last SyncInterval acknowledged); its best
+// publish rate is shown beside. With the settings come what to expect:
+// the fewest producers measured that reached 80% of the best durable
+// publish rate at those settings, with their msgs/s and p99, and the
+// drain rate.
+//
+// # Rounds and ratios
+//
+// The disk of a shared machine is noisy: its fdatasync rate can change by
+// half within minutes. So every ratio is computed within a round, and with
+// -rounds N every figure is the median over the rounds (the mean of the
+// two middle ones for an even count), every ratio the median of the
+// rounds' ratios (not a ratio of medians), with its min–max over the
+// rounds beside it. Counts (ops, commits, seconds) are summed.
+//
+// # Progress and Ctrl-C
+//
+// A step that lasts more than two seconds shows its progress on stderr: a
+// progress bar when stderr is a terminal, else a line every two seconds.
+// Ctrl-C (or SIGTERM) stops the current measurement: walbench prints
+// what was measured (a row cut short marked "interrupted", a row fewer
+// rounds measured "k of N rounds"), writes -json, removes its directory
+// and exits 130; a second Ctrl-C removes the directory and exits at once.
+// An error ends the run after printing what was measured, with exit code
+// 1; bad flags exit 2.
+//
+// # BENCH.md
+//
+// The figures in BENCH.md come from one run's JSON:
+//
+//	go run ./cmd/walbench full -rounds 3 -json cmd/walbench/testdata/bench.json
+//	go run ./cmd/walbench report -in cmd/walbench/testdata/bench.json -bench BENCH.md
+//
+// The second command rewrites the part of BENCH.md between the lines
+// <!-- walbench:begin --> and <!-- walbench:end --> and leaves the rest as
+// it is. The JSON of the run BENCH.md shows stays in testdata, and a test
+// checks that the report command makes BENCH.md's section from it, byte
+// for byte.
+//
+// # SCHEMA
+//
+// -json FILE writes one object; the tables are made from it alone, so it
+// holds every figure they show. Latencies are in nanoseconds (int), rates
+// per second (float), sizes in bytes; null where a figure does not apply
+// or was not measured.
+//
+//	{
+//	  "schema":      "walbench/2"
+//	  "command":     string: profile, probe, publish, drain, mixed, reopen, sweep, wal, full
+//	  "args":        [string], the command line after the program name
+//	  "machine": {
+//	    "date":        string, RFC 3339 UTC, when the run started
+//	    "num_cpu":     int
+//	    "goos", "goarch", "go_version", "kernel": string
+//	    "filesystem":  string: ext4, xfs, btrfs, tmpfs, ... or unknown
+//	    "fs_magic":    string, statfs f_type in hex
+//	    "device":      string, the block device mounted there ("" unknown)
+//	    "write_cache": string, its queue/write_cache: "write back", "write through", ""
+//	    "load_avg":    [float, float, float], 1, 5, 15 min, at the start
+//	    "dir":         string, the temporary directory (removed)
+//	  }
+//	  "rounds":      int, asked for
+//	  "seconds":     float, the whole run
+//	  "interrupted": bool, Ctrl-C cut the run short
+//	  "error":       string, the failure that ended it early (absent if none)
+//	  "probe": {                                   (absent without a probe)
+//	    "seconds", "interrupted", "fdatasyncs" (count)
+//	    "fdatasyncs_per_sec", "fdatasync_p50_ns", "fdatasync_p99_ns",
+//	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop
+//	    "append_fdatasyncs_per_sec", "append_p50_ns", "append_p99_ns",
+//	    "append_p999_ns", "append_max_ns":         the growing-file loop
+//	    "write_mb_per_sec":  float, sequential bandwidth, 10^6 bytes/s
+//	    "ceilings": [{"producers": int (0: any number), "size": int, "msgs_per_sec": float}]
+//	    "notes", "per_round", "round", "rounds":   as for a row
+//	  }
+//	  "rows": [{                                   in the order they ran
+//	    "kind":          "wal" | "publish" | "drain" | "mixed" | "sweep"
+//	    "workload":      string, as in the table
+//	    "sync":          "all" | "publish" | "none"; wal: "always" | "interval" | "never"
+//	    "producers":     int, producers or appenders (wal, publish, mixed, sweep)
+//	    "consumers", "batch": int, Consume's Concurrency and Batch, or the
+//	                     Receive+Ack goroutines and Receive's max (drain, mixed, sweep)
+//	    "method":        "consume" | "receive-ack" (drain, mixed)
+//	    "size":          int, message (record) size
+//	    "segment_bytes": int, the segment size used
+//	    "messages":      int, prefilled (drain)
+//	    "target_per_sec": float (mixed)
+//	    "round":         int, 1-based (a per-round row)
+//	    "rounds":        int, rounds that measured it (a summary row)
+//	    "seconds":       float, the measured windows, summed (drain: from its
+//	                     start until its calls returned)
+//	    "fill_seconds":  float, the untimed prefills, summed (drain)
+//	    "interrupted":   bool, Ctrl-C cut a window of it short
+//	    "ops":           int, messages published (drain: handled), summed
+//	    "commits":       int, fdatasyncs of the store (log) in the windows, summed
+//	    "latency_samples": int, summed
+//	    "msgs_per_sec":  float, published (drain: handled) per second
+//	    "mb_per_sec":    float, their payload, 10^6 bytes/s
+//	    "p50_ns", "p99_ns", "p999_ns", "max_ns": publish (append) latency;
+//	                     mixed: from the scheduled instant
+//	    "commits_per_sec", "records_per_commit": float; a drain's records are
+//	                     its leases and acks
+//	    "ceiling_per_sec":       float, the round's probe ceiling for this
+//	                     row's producers and size
+//	    "vs_fdatasync":          msgs_per_sec ÷ the round's probe fdatasyncs_per_sec
+//	    "vs_ceiling":            msgs_per_sec ÷ ceiling_per_sec
+//	    "p99_vs_fdatasync_p99":  p99_ns ÷ the round's probe fdatasync_p99_ns
+//	                     (these three: publish and sweep rows under sync all or
+//	                     publish, wal rows under always; else null)
+//	    "vs_wal":        float, publish msgs_per_sec ÷ the same round's wal row with
+//	                     as many appenders and the same size (absent without one)
+//	    "drain_msgs_per_sec":   float, sweep: the drain after the window;
+//	                     mixed: messages consumed per second of the window
+//	    "drain_seconds": float, sweep: the drains, summed
+//	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
+//	    "service_p99_ns": int, mixed: p99 of the Publish calls alone
+//	    "e2e_p50_ns", "e2e_p99_ns", "e2e_p999_ns", "e2e_max_ns": int, mixed:
+//	                     scheduled publish instant to handler start
+//	    "backlog_max":   float, mixed: the largest backlog sample
+//	    "backlog_interval_ns": int, mixed: between two samples
+//	    "backlog":       [int], mixed: Ready + Leased at each sample
+//	                     (a summary: the element-wise median over the rounds)
+//	    "notes":         [string], what looked wrong in the store's counters;
+//	                     prefixed "round K: " in a summary of several rounds
+//	    "ranges":        {name: [min, max]}, a summary's ratios over the rounds
+//	                     (absent with one round)
+//	    "per_round":     [row], a summary's rounds, in order
+//	  }]
+//	  "reopen": {                                  (reopen, full)
+//	    "workload", "messages", "size", "segment_bytes", "round", "rounds",
+//	    "interrupted", "notes", "ranges", "per_round": as for a row
+//	    "fill_seconds":  float, the untimed fill, Close included
+//	    "segments", "segment_file_bytes", "index_bytes": int, the store after the fill
+//	    "checkpoint_open_ns": int, Open + Queue + first Receive from the checkpoint, cold
+//	    "rebuild_open_ns":    int, the same with the index directory removed
+//	    "rebuild_vs_checkpoint": float
+//	    "heap_before_open_bytes", "heap_inuse_bytes": int, HeapInuse after
+//	                     runtime.GC just before the open from the checkpoint and
+//	                     with the store just opened (the whole process's heap)
+//	    "heap_bytes_per_message": float
+//	  }
+//	  "recommendation": {                          (profile, sweep, full)
+//	    "basis":         "sweep" | "profile"
+//	    "sync":          "all" | "publish", Options.Sync to use
+//	    "segment_bytes": int, Options.SegmentBytes to use
+//	    "size":          int, the message size the expectations are for
+//	    "producers", "msgs_per_sec", "p99_ns": the fewest producers that
+//	                     reached 80% of the best, and their figures
+//	    "best_producers", "best_msgs_per_sec", "best_p99_ns": the best's
+//	    "drain_msgs_per_sec": float or null
+//	    "publish_measured_as": string, the sync mode the publish figures are of
+//	    "scores": [{"sync", "segment_bytes", "msgs_per_sec", "points"}], best first
+//	    "not_durable_msgs_per_sec": float or null, the best under sync none
+//	  }
+//	}
+//
+// Percentiles come from HdrHistograms (github.com/HdrHistogram/hdrhistogram-go)
+// with three significant digits: within 0.1% of the value recorded.
+package main

@@ -1,0 +1,463 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// config is what one run of walbench does: the command, its workloads in
+// order, and each workload's knobs. defaultConfig has every default; a
+// command's flags change only the knobs of its own workloads.
+type config struct {
+	command    string
+	args       []string
+	parent     string // the temporary directory is made under it
+	jsonFile   string
+	cpuProfile string
+	rounds     int
+	probeTime  time.Duration // 0: no probe
+	warmup     time.Duration
+
+	workloads []string // of kindWAL, kindPublish, kindDrain, kindMixed, kindSweep, in order
+	reopen    bool     // the reopen workload, after the rounds
+	recommend bool
+
+	probeProducers []int // probe alone: the ceilings to compute
+	probeSizes     []int
+
+	publish struct {
+		producers    []int
+		sizes        []int
+		syncs        []broker.SyncMode
+		segmentBytes int64
+		duration     time.Duration
+	}
+	drain struct {
+		method       string
+		consumers    []int
+		batches      []int
+		syncs        []broker.SyncMode
+		messages     int // 0: defaultDrainMessages, or quickDrainMessages with one round
+		size         int
+		segmentBytes int64
+		limit        time.Duration
+	}
+	mixed mixedLoad
+	sweep struct {
+		producers        []int
+		sizes            []int
+		segments         []int64
+		syncs            []broker.SyncMode
+		duration         time.Duration
+		consumers, batch int
+	}
+	wal struct {
+		appenders    []int
+		size         int
+		sync         wal.SyncMode
+		segmentBytes int64
+		duration     time.Duration
+	}
+	reopenLoad reopenLoad
+
+	in, bench string // report: the JSON to read, the BENCH.md to rewrite
+	markdown  bool   // report: print the markdown section instead of the tables
+}
+
+// The messages of each drain: as many as several rounds can afford, and
+// fewer for the quick look of a single round, which must stay short.
+const (
+	defaultDrainMessages = 100_000
+	quickDrainMessages   = 20_000
+)
+
+func defaultConfig() config {
+	var c config
+	c.command = "profile"
+	c.parent = "."
+	c.rounds = 1
+	c.probeTime = 2 * time.Second
+	c.warmup = 200 * time.Millisecond
+	c.probeProducers = []int{1, 16, 64}
+	c.probeSizes = []int{1024}
+
+	c.publish.producers = []int{1, 16, 64}
+	c.publish.sizes = []int{1024}
+	c.publish.syncs = []broker.SyncMode{broker.SyncAll}
+	c.publish.duration = 3 * time.Second
+
+	c.drain.method = drainConsume
+	c.drain.consumers = []int{64}
+	c.drain.batches = []int{64}
+	c.drain.syncs = []broker.SyncMode{broker.SyncAll, broker.SyncPublish}
+	c.drain.size = 1024
+	c.drain.limit = 10 * time.Second
+
+	c.mixed = mixedLoad{
+		producers: 16, rate: 2000, consumers: 16, batch: 16, size: 1024, sync: broker.SyncAll,
+		duration: 5 * time.Second, sample: 250 * time.Millisecond,
+	}
+
+	c.sweep.producers = []int{1, 64}
+	c.sweep.sizes = []int{1024, 16 << 10}
+	c.sweep.segments = []int64{4 << 20, 64 << 20}
+	c.sweep.syncs = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
+	c.sweep.duration = time.Second
+	c.sweep.consumers, c.sweep.batch = 64, 64
+
+	c.wal.appenders = []int{1, 64}
+	c.wal.size = 1024
+	c.wal.sync = wal.SyncAlways
+	c.wal.duration = 3 * time.Second
+
+	c.reopenLoad = reopenLoad{messages: 100_000, size: 1024}
+	return c
+}
+
+// commands are walbench's commands, in the order usage lists them.
+var commands = []struct {
+	name, summary string
+}{
+	{"profile", "probe + publish + drain, then the recommendation (the default: under a minute)"},
+	{"probe", "the disk alone: fdatasync latency and rate, write bandwidth, durable-message ceilings"},
+	{"publish", "producers × message size × sync mode: msgs/s, latency, commits, ratios to the probe"},
+	{"drain", "a prefilled queue emptied by Consume or Receive+Ack consumers: msgs/s"},
+	{"mixed", "producers at a target rate with Consume consumers: end-to-end latency, backlog over time"},
+	{"reopen", "a store with a backlog reopened cold: from its checkpoint, rebuilt, heap"},
+	{"sweep", "a grid of producers × size × segment size × sync mode, then the recommendation"},
+	{"wal", "the log alone (package wal): appenders × record size"},
+	{"full", "every workload above with its defaults (what BENCH.md is made from)"},
+	{"report", "read a -json file: print its tables, or rewrite BENCH.md's generated section"},
+}
+
+// parseConfig reads the command line: an optional command, then its flags.
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	c := defaultConfig()
+	c.args = args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		c.command, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("walbench "+c.command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	v := &validator{}
+	common := func(probe bool) {
+		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR` (on the disk to measure); it is removed at the end")
+		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: go doc ./cmd/walbench)")
+		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
+		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+		if probe {
+			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, "run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe)")
+		}
+	}
+	warmup := func() {
+		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each closed-loop workload for `D` before measuring")
+	}
+	switch c.command {
+	case "profile":
+		c.workloads, c.recommend = []string{kindPublish, kindDrain}, true
+		common(true)
+		warmup()
+		v.ints(fs, &c.publish.producers, "producers", "the publish workloads' concurrent producers, one workload per `count`")
+		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], "message size in `bytes`")
+		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each publish workload for `D`")
+		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
+	case "probe":
+		common(false)
+		fs.DurationVar(&c.probeTime, "time", c.probeTime, "run the fdatasync loop for `D`, the other loops for half that")
+		v.ints(fs, &c.probeProducers, "producers", "compute the durable-message ceiling for these producer `counts`")
+		v.ints(fs, &c.probeSizes, "size", "... and these message sizes in `bytes`")
+	case "publish":
+		c.workloads = []string{kindPublish}
+		common(true)
+		warmup()
+		v.ints(fs, &c.publish.producers, "producers", "concurrent producers, one workload per `count`")
+		v.ints(fs, &c.publish.sizes, "size", "message sizes in `bytes`, one workload each")
+		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
+		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each workload for `D`")
+	case "drain":
+		c.workloads, c.probeTime = []string{kindDrain}, 0
+		common(false)
+		fs.StringVar(&c.drain.method, "method", c.drain.method, "consume (broker.Consume) or receive-ack (goroutines calling Receive, then Ack for each)")
+		v.ints(fs, &c.drain.consumers, "consumers", "Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count`")
+		v.ints(fs, &c.drain.batches, "batch", "Consume's Batch, or Receive's max: one workload per `count`")
+		v.syncs(fs, &c.drain.syncs, "sync", "store sync `modes`, one workload each")
+		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
+		fs.IntVar(&c.drain.size, "size", c.drain.size, "message size in `bytes`")
+		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, "stop a drain after `D`, with messages left; its rate is then of those handled")
+	case "mixed":
+		c.workloads, c.probeTime = []string{kindMixed}, 0
+		common(false)
+		warmup()
+		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, "`N` producers, sharing the target rate")
+		fs.Float64Var(&c.mixed.rate, "rate", c.mixed.rate, "target publish rate, `msgs/s`, all producers together")
+		fs.IntVar(&c.mixed.consumers, "consumers", c.mixed.consumers, "Consume's Concurrency")
+		fs.IntVar(&c.mixed.batch, "batch", c.mixed.batch, "Consume's Batch")
+		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (at least %d)", mixedHeaderBytes))
+		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
+		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
+		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, "measure for `D`")
+		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, "sample the backlog every `D`")
+	case "reopen":
+		c.reopen, c.probeTime = true, 0
+		common(false)
+		fs.IntVar(&c.reopenLoad.messages, "messages", c.reopenLoad.messages, "fill the store with `N` pending messages")
+		fs.IntVar(&c.reopenLoad.size, "size", c.reopenLoad.size, "message size in `bytes`")
+		v.bytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
+	case "sweep":
+		c.workloads, c.recommend = []string{kindSweep}, true
+		common(true)
+		warmup()
+		v.ints(fs, &c.sweep.producers, "producers", "the grid's producer `counts`")
+		v.ints(fs, &c.sweep.sizes, "size", "the grid's message sizes in `bytes`")
+		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...)")
+		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
+		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, "publish for `D` at each point, then drain for at most as long")
+		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, "the drains' Consume Concurrency")
+		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, "the drains' Consume Batch")
+	case "wal":
+		c.workloads = []string{kindWAL}
+		common(true)
+		warmup()
+		v.ints(fs, &c.wal.appenders, "producers", "concurrent appenders, one workload per `count`")
+		fs.IntVar(&c.wal.size, "size", c.wal.size, "record size in `bytes`")
+		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
+		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
+		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, "measure each workload for `D`")
+	case "full":
+		c.workloads = []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
+		c.reopen, c.recommend = true, true
+		common(true)
+	case "report":
+		fs.StringVar(&c.in, "in", "", "read the results from `FILE`, written by -json")
+		fs.StringVar(&c.bench, "bench", "", "rewrite the part of `FILE` between "+beginMarker+" and "+endMarker+" from them")
+		fs.BoolVar(&c.markdown, "md", false, "print that part (markdown) instead of the tables")
+	case "help":
+		usage(stderr)
+		return c, flag.ErrHelp
+	default:
+		return c, fmt.Errorf("unknown command %q (walbench help lists them)", c.command)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: walbench %s [flags]\n\n", c.command)
+		for _, cmd := range commands {
+			if cmd.name == c.command {
+				fmt.Fprintf(fs.Output(), "%s\n\n", cmd.summary)
+			}
+		}
+		fmt.Fprintln(fs.Output(), "Flags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (see walbench %s -h)", fs.Arg(0), c.command)
+	}
+	if c.command == "profile" {
+		// One size and segment size for the whole profile.
+		c.drain.size, c.drain.segmentBytes = c.publish.sizes[0], c.publish.segmentBytes
+	}
+	return c, c.validate()
+}
+
+// usage lists the commands.
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: walbench [command] [flags]\n\nMeasures what this disk can do for walbroker, and which settings to use.\nWith no command, runs profile. walbench COMMAND -h lists a command's flags.\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+// validate checks what the flags cannot.
+func (c *config) validate() error {
+	if c.command == "report" {
+		if c.in == "" {
+			return errors.New("report: -in FILE is required")
+		}
+		return nil
+	}
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
+	check(c.probeTime >= 0, "-probe-time %v: must not be negative", c.probeTime)
+	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)
+	check(c.publish.duration > 0 && c.wal.duration > 0 && c.mixed.duration > 0 && c.sweep.duration > 0, "-time: must be positive")
+	check(c.command != "probe" || c.probeTime > 0, "-time %v: must be positive", c.probeTime)
+	for _, s := range append(append(append(c.publish.sizes, c.sweep.sizes...), c.probeSizes...), c.drain.size, c.wal.size, c.reopenLoad.size) {
+		check(s >= 1, "-size %d: must be at least 1", s)
+	}
+	check(c.mixed.size >= mixedHeaderBytes, "-size %d: the mixed workload needs at least %d bytes", c.mixed.size, mixedHeaderBytes)
+	check(c.mixed.rate > 0, "-rate %v: must be positive", c.mixed.rate)
+	check(c.mixed.producers >= 1 && c.mixed.consumers >= 1 && c.mixed.batch >= 1, "-producers, -consumers, -batch: must be at least 1")
+	check(c.mixed.sample > 0, "-sample %v: must be positive", c.mixed.sample)
+	check(c.sweep.consumers >= 1 && c.sweep.batch >= 1, "-consumers, -batch: must be at least 1")
+	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)
+	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
+	check(c.drain.limit > 0, "-limit %v: must be positive", c.drain.limit)
+	check(c.reopenLoad.messages >= 1, "-messages %d: must be at least 1", c.reopenLoad.messages)
+	for _, seg := range append([]int64{c.publish.segmentBytes, c.drain.segmentBytes, c.mixed.segmentBytes, c.wal.segmentBytes, c.reopenLoad.segmentBytes}, c.sweep.segments...) {
+		check(seg == 0 || (seg >= broker.MinSegmentBytes && seg <= wal.MaxSegmentBytes),
+			"-segment-bytes %d: want 0 (the default) or [%d, %d]", seg, broker.MinSegmentBytes, wal.MaxSegmentBytes)
+	}
+	if c.drain.messages == 0 {
+		c.drain.messages = defaultDrainMessages
+		if c.rounds == 1 {
+			c.drain.messages = quickDrainMessages
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validator defines the flags whose values are parsed from text.
+type validator struct{}
+
+// listFlag is a flag.Value that parses a comma-separated list with parse.
+type listFlag struct {
+	text  string
+	parse func(string) error
+}
+
+func (l *listFlag) String() string     { return l.text }
+func (l *listFlag) Set(s string) error { l.text = s; return l.parse(s) }
+
+func (v *validator) list(fs *flag.FlagSet, name, usage, def string, parse func(items []string) error) {
+	fs.Var(&listFlag{text: def, parse: func(s string) error {
+		return parse(strings.Split(s, ","))
+	}}, name, usage)
+}
+
+func (v *validator) ints(fs *flag.FlagSet, dst *[]int, name, usage string) {
+	v.list(fs, name, usage, joinInts(*dst), func(items []string) error {
+		var out []int
+		for _, it := range items {
+			n, err := strconv.Atoi(strings.TrimSpace(it))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q is not a positive count", it)
+			}
+			out = append(out, n)
+		}
+		*dst = out
+		return nil
+	})
+}
+
+func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
+	v.list(fs, name, usage, strconv.FormatInt(*dst, 10), func(items []string) error {
+		if len(items) != 1 {
+			return errors.New("one size, not a list")
+		}
+		n, err := parseBytes(items[0])
+		*dst = n
+		return err
+	})
+}
+
+func (v *validator) byteList(fs *flag.FlagSet, dst *[]int64, name, usage string) {
+	var def []string
+	for _, n := range *dst {
+		def = append(def, formatBytesFlag(n))
+	}
+	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
+		var out []int64
+		for _, it := range items {
+			n, err := parseBytes(it)
+			if err != nil {
+				return err
+			}
+			out = append(out, n)
+		}
+		*dst = out
+		return nil
+	})
+}
+
+func (v *validator) syncs(fs *flag.FlagSet, dst *[]broker.SyncMode, name, usage string) {
+	var def []string
+	for _, m := range *dst {
+		def = append(def, m.String())
+	}
+	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
+		var out []broker.SyncMode
+		for _, it := range items {
+			m, err := parseSync(strings.TrimSpace(it))
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		*dst = out
+		return nil
+	})
+}
+
+func (v *validator) sync(fs *flag.FlagSet, dst *broker.SyncMode, name, usage string) {
+	v.list(fs, name, usage, dst.String(), func(items []string) error {
+		if len(items) != 1 {
+			return errors.New("one mode, not a list")
+		}
+		m, err := parseSync(strings.TrimSpace(items[0]))
+		*dst = m
+		return err
+	})
+}
+
+func (v *validator) walSync(fs *flag.FlagSet, dst *wal.SyncMode, name, usage string) {
+	v.list(fs, name, usage, dst.String(), func(items []string) error {
+		for _, m := range []wal.SyncMode{wal.SyncAlways, wal.SyncInterval, wal.SyncNever} {
+			if len(items) == 1 && strings.TrimSpace(items[0]) == m.String() {
+				*dst = m
+				return nil
+			}
+		}
+		return errors.New("want always, interval or never")
+	})
+}
+
+func joinInts(ns []int) string {
+	var s []string
+	for _, n := range ns {
+		s = append(s, strconv.Itoa(n))
+	}
+	return strings.Join(s, ",")
+}
+
+// parseBytes reads a size: a number of bytes, or one followed by B, KiB,
+// MiB or GiB (K, M and G too).
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size in bytes (1024, 4MiB, ...)", s)
+	}
+	return n * mult, nil
+}
+
+// formatBytesFlag writes a size as parseBytes reads it.
+func formatBytesFlag(n int64) string {
+	return strings.ReplaceAll(formatBytes(n), " ", "")
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"publish", "-producers", "1,x"}, `"x" is not a positive count`},
+		{[]string{"publish", "-producers", "0"}, `"0" is not a positive count`},
+		{[]string{"publish", "-sync", "all,sometimes"}, `sync mode "sometimes"`},
+		{[]string{"publish", "-segment-bytes", "1KiB"}, "-segment-bytes 1024"},
+		{[]string{"sweep", "-segment-bytes", "4MiB,lots"}, `"lots" is not a size`},
+		{[]string{"-rounds", "0"}, "-rounds 0"},
+		{[]string{"-time", "0s"}, "-time"},
+		{[]string{"-size", "0"}, "-size 0"},
+		{[]string{"mixed", "-size", "8"}, "at least 9 bytes"},
+		{[]string{"mixed", "-rate", "0"}, "-rate 0"},
+		{[]string{"drain", "-method", "peek"}, `-method "peek"`},
+		{[]string{"wal", "-sync", "all"}, "want always, interval or never"},
+		{[]string{"report"}, "-in FILE is required"},
+		{[]string{"probe", "extra"}, `unexpected argument "extra"`},
+	} {
+		res := runWith(t, context.Background(), nil, tc.args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, tc.want) {
+			t.Errorf("walbench %q: exit %d, stderr %q; want %d and %q", tc.args, res.code, res.stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"sweep", "-h"}} {
+		res := runWith(t, context.Background(), nil, args...)
+		if res.code != exitOK || !strings.Contains(res.stderr, "usage: walbench") {
+			t.Errorf("walbench %q: exit %d, stderr %q", args, res.code, res.stderr)
+		}
+	}
+	var b strings.Builder
+	usage(&b)
+	for _, c := range commands {
+		if !strings.Contains(b.String(), c.name) {
+			t.Errorf("usage does not list %s", c.name)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig(nil, io.Discard)
+	if err != nil || c.command != "profile" || !slices.Equal(c.workloads, []string{kindPublish, kindDrain}) || !c.recommend || c.drain.messages != quickDrainMessages {
+		t.Fatalf("no arguments: %+v, %v; want the profile, with the quick drain", c, err)
+	}
+	c, err = parseConfig([]string{"-size", "4096", "-segment-bytes", "4MiB", "-rounds", "3"}, io.Discard)
+	if err != nil || c.drain.size != 4096 || c.drain.segmentBytes != 4<<20 || c.drain.messages != defaultDrainMessages {
+		t.Errorf("the profile's -size and -segment-bytes apply to its drains too, and -rounds 3 drains more: %+v, %v", c.drain, err)
+	}
+	c, err = parseConfig([]string{"full"}, io.Discard)
+	if err != nil || !slices.Equal(c.workloads, []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}) || !c.reopen || c.probeTime <= 0 {
+		t.Errorf("full: %v %v %v, %v", c.workloads, c.reopen, c.probeTime, err)
+	}
+	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16KiB"}, io.Discard)
+	if err == nil {
+		t.Errorf("sweep -size 16KiB: want an error, -size takes counts of bytes")
+	}
+	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16384"}, io.Discard)
+	if err != nil || !slices.Equal(c.sweep.syncs, []broker.SyncMode{broker.SyncPublish, broker.SyncNone}) ||
+		!slices.Equal(c.sweep.segments, []int64{1 << 20, 64 << 20}) || !slices.Equal(c.sweep.sizes, []int{1024, 16384}) {
+		t.Errorf("sweep: %+v, %v", c.sweep, err)
+	}
+	if n := len(sweepGrid(c.sweep.producers, c.sweep.sizes, c.sweep.segments, c.sweep.syncs)); n != 2*2*2*2 {
+		t.Errorf("the grid has %d points, want 16", n)
+	}
+}
+
+func TestCeilingsWanted(t *testing.T) {
+	c, err := parseConfig([]string{"full"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range c.ceilings() {
+		got = append(got, strconv.Itoa(x.Producers)+"×"+strconv.Itoa(x.Size))
+	}
+	// wal 1, 64; publish 1, 16, 64; sweep 1, 64 at 1 KiB and 16 KiB; and
+	// any number at each size, last.
+	want := []string{"1×1024", "16×1024", "64×1024", "0×1024", "1×16384", "64×16384", "0×16384"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ceilings %v, want %v", got, want)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"1024": 1024, "4MiB": 4 << 20, "16KiB": 16 << 10, "64M": 64 << 20, " 2K ": 2048, "1GiB": 1 << 30} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "4 TiB", "1.5MiB"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q): want an error", in)
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// Ctrl-C cancels the run's context (see run); these tests cancel it
+// themselves, at chosen points of the run, and check that walbench stops
+// there, prints and writes what it measured, removes its directory and
+// exits 130.
+
+func TestInterruptedBeforeStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, nil, "-dir", dir, "-json", jsonFile)
+	if res.code != exitInterrupted || res.stdout != "" || !strings.Contains(res.stderr, "interrupted before anything was measured") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %d, nothing, and why", res.code, res.stdout, res.stderr, exitInterrupted)
+	}
+	if _, err := os.Stat(jsonFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-json file written with nothing measured: %v", err)
+	}
+	assertDirEmpty(t, dir)
+}
+
+// TestInterruptedBetweenRows cancels the run right after its second
+// publish row: the probe and both rows are kept, the drains never run.
+func TestInterruptedBetweenRows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var steps []string
+	e := &env{afterStep: func(name string) {
+		steps = append(steps, name)
+		if strings.HasPrefix(name, "publish, 3 producers") {
+			cancel()
+		}
+	}}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, e, "-dir", dir, "-json", jsonFile, "-producers", "1,3", "-time", "30ms", "-probe-time", "30ms",
+		"-warmup", "0", "-size", "100", "-segment-bytes", "64KiB", "-messages", "100")
+	if res.code != exitInterrupted || !strings.Contains(res.stderr, "interrupted; the tables have what was measured") {
+		t.Fatalf("exit %d, want %d and why", res.code, exitInterrupted)
+	}
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if want := []string{"probe", "publish, 1 producer, 100 B, sync=all", "publish, 3 producers, 100 B, sync=all"}; strings.Join(steps, "|") != strings.Join(want, "|") {
+		t.Errorf("steps %q, want %q", steps, want)
+	}
+	if !rep.Interrupted || rep.Probe == nil || len(rep.Rows) != 2 || rep.Rows[0].Interrupted || rep.Rows[1].Interrupted {
+		t.Fatalf("report: interrupted %v, probe %v, %d rows; want interrupted, the probe and two whole rows", rep.Interrupted, rep.Probe != nil, len(rep.Rows))
+	}
+	// The recommendation is made from what there is.
+	if rep.Recommendation == nil || rep.Recommendation.Sync != "all" || rep.Recommendation.DrainMsgsPerSec != nil {
+		t.Errorf("recommendation %+v; want sync all, without a drain", rep.Recommendation)
+	}
+}
+
+// TestInterruptedInWindow cancels the run in the middle of an hour-long
+// publish window, from inside the store's file system at the 20th
+// fdatasync after the window opened: the window closes at once, and its
+// row is marked.
+func TestInterruptedInWindow(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fs := vfs.NewFaultFS(vfs.Default)
+	var (
+		open  atomic.Bool
+		syncs atomic.Int64
+	)
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op == vfs.OpSync && open.Load() && syncs.Add(1) == 20 {
+			cancel()
+		}
+	})
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	e := &env{fs: fs, onWindow: func(string) { open.Store(true) }}
+	res := runWith(t, ctx, e, "publish", "-dir", dir, "-json", jsonFile, "-producers", "2", "-time", "1h",
+		"-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
+	if res.code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", res.code, exitInterrupted)
+	}
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || !rep.Rows[0].Interrupted || rep.Rows[0].Ops == 0 || rep.Rows[0].Seconds >= 3600 {
+		t.Fatalf("%d rows (%+v); want one, interrupted, with what it measured", len(rep.Rows), rep.Rows)
+	}
+	if !strings.Contains(res.stdout, "publish, 2 producers, 100 B, sync=all (interrupted)") {
+		t.Errorf("the table does not mark the row interrupted")
+	}
+}
+
+// TestPublishFails fails the writes of the second publish workload's
+// store: walbench keeps the first row, says what failed and exits 1.
+func TestPublishFails(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, NameContains: "publish-3-", After: 20, Err: syscall.EIO})
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), &env{fs: fs, hangTimeout: 10 * time.Second}, "publish", "-dir", dir, "-json", jsonFile,
+		"-producers", "1,3", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
+	if res.code != exitError || !strings.Contains(res.stderr, "Publish") || !strings.Contains(res.stderr, syscall.EIO.Error()) {
+		t.Fatalf("exit %d, stderr %q; want %d, naming the Publish and the error", res.code, res.stderr, exitError)
+	}
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || rep.Rows[0].Producers != 1 || !strings.Contains(rep.Error, syscall.EIO.Error()) {
+		t.Fatalf("%d rows, error %q; want the first row, and the failure", len(rep.Rows), rep.Error)
+	}
+}
+
+// blockingFS is vfs.Default, except that once armed, the writes of
+// records (not at offset 0, not all zeros: segment preparation writes
+// only the header and zeros) wait until release is closed.
+type blockingFS struct {
+	vfs.FS
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+type blockingFile struct {
+	vfs.File
+	fs *blockingFS
+}
+
+func (fs *blockingFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return blockingFile{File: f, fs: fs}, nil
+}
+
+func (f blockingFile) WriteAt(p []byte, off int64) (int, error) {
+	if off != 0 && f.fs.armed.Load() && strings.ContainsFunc(string(p), func(r rune) bool { return r != 0 }) {
+		<-f.fs.release
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// TestPublishHangs: a store whose writes stop returning once the window
+// is open is reported as hung when the hang timeout has passed after the
+// window, and walbench still removes its directory.
+func TestPublishHangs(t *testing.T) {
+	fs := &blockingFS{FS: vfs.Default, release: make(chan struct{})}
+	defer close(fs.release) // let the stuck writer go once the test is done
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	e := &env{fs: fs, hangTimeout: 100 * time.Millisecond, onWindow: func(string) { fs.armed.Store(true) }}
+	res := runWith(t, context.Background(), e, "publish", "-dir", dir, "-json", jsonFile,
+		"-producers", "2", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
+	if res.code != exitError || !strings.Contains(res.stderr, "the broker hung: producers still inside Publish") {
+		t.Fatalf("exit %d, stderr %q; want %d and the hang named", res.code, res.stderr, exitError)
+	}
+	assertDirEmpty(t, dir)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestCeiling checks the ceiling's arithmetic on round figures: 5000
+// fdatasyncs/s (200 µs each) and 500 MB/s.
+func TestCeiling(t *testing.T) {
+	p := Probe{FdatasyncsPerSec: ptr(5000.0), WriteMBPerSec: ptr(500.0)}
+	b := float64(messageBytes(1024)) // 17 + 16 + 1024 = 1057
+	if b != 1057 {
+		t.Fatalf("messageBytes(1024) = %v, want 1057", b)
+	}
+	for _, tc := range []struct {
+		producers int
+		want      float64
+	}{
+		// One message per commit: 200 µs + 1057 B at 500 MB/s.
+		{1, 1 / (200e-6 + 1057/500e6)},
+		// 64 messages per commit: 200 µs + 64 × 1057 B at 500 MB/s.
+		{64, 64 / (200e-6 + 64*1057/500e6)},
+		// Any number: the bandwidth alone.
+		{0, 500e6 / 1057},
+	} {
+		got := ceiling(p, tc.producers, 1024)
+		if got == nil || !near(*got, tc.want) {
+			t.Errorf("ceiling(%d producers) = %v, want %v", tc.producers, got, tc.want)
+		}
+	}
+	// More producers, more per commit: the ceiling grows toward the
+	// bandwidth's, never past it.
+	prev := 0.0
+	for _, n := range []int{1, 2, 16, 64, 1024, 1 << 20} {
+		c := *ceiling(p, n, 1024)
+		if c <= prev || c >= *ceiling(p, 0, 1024) {
+			t.Errorf("ceiling(%d) = %v after %v, bound %v", n, c, prev, *ceiling(p, 0, 1024))
+		}
+		prev = c
+	}
+	for _, q := range []Probe{{FdatasyncsPerSec: ptr(5000.0)}, {WriteMBPerSec: ptr(500.0)}, {FdatasyncsPerSec: ptr(0.0), WriteMBPerSec: ptr(500.0)}} {
+		if c := ceiling(q, 4, 1024); c != nil {
+			t.Errorf("ceiling from %+v = %v, want none", q, *c)
+		}
+	}
+}
+
+// TestProbe runs the probe for a few milliseconds: every figure is there,
+// and its files are gone.
+func TestProbe(t *testing.T) {
+	dir := benchDir(t)
+	want := []Ceiling{{Producers: 1, Size: 100}, {Producers: 0, Size: 100}}
+	p, err := runProbe(context.Background(), &env{progress: newProgress(os.Stderr)}, dir, probeLoad{duration: 30 * time.Millisecond, ceilings: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Interrupted || p.Fdatasyncs == 0 || p.FdatasyncsPerSec == nil || p.FdatasyncP50Ns == nil || p.FdatasyncP999Ns == nil ||
+		p.WriteMBPerSec == nil || p.AppendFdatasyncsPerSec == nil || p.AppendP99Ns == nil || p.Seconds <= 0 {
+		t.Errorf("probe: %+v", p)
+	}
+	if len(p.Ceilings) != 2 || p.Ceilings[0].MsgsPerSec == nil || !near(*p.Ceilings[0].MsgsPerSec, *ceiling(p, 1, 100)) {
+		t.Errorf("ceilings %+v", p.Ceilings)
+	}
+	assertDirEmpty(t, dir)
+}
+
+func TestProbeInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := benchDir(t)
+	p, err := runProbe(ctx, &env{progress: newProgress(os.Stderr)}, dir, probeLoad{duration: time.Hour})
+	if err != nil || !p.Interrupted || p.FdatasyncsPerSec != nil {
+		t.Errorf("probe after cancel: %+v, %v; want interrupted, nothing measured, no error", p, err)
+	}
+	assertDirEmpty(t, dir)
+}
+
+// TestSyncLoopWraps: an overwriting loop stays inside its file, and an
+// appending one grows it by what it wrote.
+func TestSyncLoopWraps(t *testing.T) {
+	dir := benchDir(t)
+	f, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const wrap = 10 * 4096
+	writes, _, err := syncLoop(context.Background(), f, 4096, 8192, 32, wrap, 20*time.Millisecond, nil)
+	if err != nil || writes < 2 {
+		t.Fatalf("syncLoop: %d writes, %v", writes, err)
+	}
+	if fi, _ := f.Stat(); fi.Size() > wrap {
+		t.Errorf("overwriting loop grew the file to %d bytes, past %d", fi.Size(), wrap)
+	}
+	g, err := os.Create(filepath.Join(dir, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h := newLatencies()
+	writes, _, err = syncLoop(context.Background(), g, 4096, 4096, 0, -1, 20*time.Millisecond, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := g.Stat(); fi.Size() != writes*4096 || h.TotalCount() != writes {
+		t.Errorf("appending loop: %d bytes, %d latencies after %d writes of 4096", fi.Size(), h.TotalCount(), writes)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{64 << 20: "64 MiB", 16 << 10: "16 KiB", 1000: "1000 B", 1 << 30: "1 GiB", 1536: "1536 B"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := parseBytes(formatBytesFlag(n)); err != nil || back != n {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", formatBytesFlag(n), back, err, n)
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// Recommendation is what walbench advises for this disk, from the figures
+// of the run: the store's settings (Options.Sync and SegmentBytes) that
+// moved the most durable messages, and what to expect with them. Its
+// JSON form is documented in doc.go.
+type Recommendation struct {
+	// Basis is where it comes from: "sweep" (the sweep's grid) or
+	// "profile" (the publish and drain workloads).
+	Basis        string `json:"basis"`
+	Sync         string `json:"sync"`
+	SegmentBytes int64  `json:"segment_bytes"`
+	// Size is the message size the expectations are for.
+	Size int `json:"size"`
+	// Producers is the fewest concurrent producers measured that reached
+	// at least producersShare of the best durable publish rate at these
+	// settings: what it takes to get most of what the disk gives. Its
+	// figures are MsgsPerSec and P99Ns; BestProducers' are Best*.
+	Producers         int      `json:"producers"`
+	MsgsPerSec        float64  `json:"msgs_per_sec"`
+	P99Ns             *int64   `json:"p99_ns"`
+	BestProducers     int      `json:"best_producers"`
+	BestMsgsPerSec    float64  `json:"best_msgs_per_sec"`
+	BestP99Ns         *int64   `json:"best_p99_ns"`
+	DrainMsgsPerSec   *float64 `json:"drain_msgs_per_sec"`
+	PublishMeasuredAs string   `json:"publish_measured_as"` // the sync mode the publish figures were measured under
+	// Scores ranks every durable setting measured, best first.
+	Scores []Score `json:"scores"`
+	// NotDurable is the best publish rate measured under SyncNone, which
+	// is never recommended: a power loss loses what its last SyncInterval
+	// acknowledged. Nil if none was measured.
+	NotDurable *float64 `json:"not_durable_msgs_per_sec"`
+}
+
+// Score is how one setting did: the geometric mean, over the points it was
+// measured at (producers × size), of the rate at which messages passed
+// through the queue (through: publish and drain taking turns on the disk,
+// or the publish rate where no drain was measured).
+type Score struct {
+	Sync         string  `json:"sync"`
+	SegmentBytes int64   `json:"segment_bytes"`
+	MsgsPerSec   float64 `json:"msgs_per_sec"`
+	Points       int     `json:"points"`
+}
+
+const (
+	// producersShare is the share of the best durable publish rate that
+	// the recommended concurrency reaches.
+	producersShare = 0.8
+	// tieMargin: settings whose scores are this close are as good as each
+	// other on a noisy disk; the safer or default one is recommended.
+	tieMargin = 0.03
+	// defaultSize is the message size the expectations are for when the
+	// run measured it.
+	defaultSize = 1024
+)
+
+// recPoint is one measured point, as the recommendation sees it.
+type recPoint struct {
+	sync         string
+	segmentBytes int64
+	producers    int
+	size         int
+	publish      float64
+	p99          *int64
+	drain        *float64
+	measuredAs   string
+}
+
+// recommend makes the recommendation from the summary rows of a run: from
+// its sweep rows if it has any, else from its publish and drain rows. It
+// returns nil when there is nothing durable to recommend from.
+func recommend(rows []Row) *Recommendation {
+	points, basis := sweepPoints(rows), "sweep"
+	if len(points) == 0 {
+		points, basis = profilePoints(rows), "profile"
+	}
+	var notDurable *float64
+	var durablePoints []recPoint
+	for _, p := range points {
+		if p.sync == broker.SyncNone.String() {
+			if notDurable == nil || p.publish > *notDurable {
+				notDurable = ptr(p.publish)
+			}
+			continue
+		}
+		durablePoints = append(durablePoints, p)
+	}
+	if len(durablePoints) == 0 {
+		return nil
+	}
+	scores := scoreSettings(durablePoints)
+	best := scores[0]
+	rec := &Recommendation{
+		Basis: basis, Sync: best.Sync, SegmentBytes: best.SegmentBytes,
+		Scores: scores, NotDurable: notDurable,
+	}
+	var chosen []recPoint
+	for _, p := range durablePoints {
+		if p.sync == best.Sync && p.segmentBytes == best.SegmentBytes {
+			chosen = append(chosen, p)
+		}
+	}
+	rec.Size = expectationSize(chosen)
+	var bySize []recPoint
+	for _, p := range chosen {
+		if p.size == rec.Size {
+			bySize = append(bySize, p)
+		}
+	}
+	slices.SortStableFunc(bySize, func(a, b recPoint) int { return cmp.Compare(a.producers, b.producers) })
+	top := slices.MaxFunc(bySize, func(a, b recPoint) int { return cmp.Compare(a.publish, b.publish) })
+	rec.BestProducers, rec.BestMsgsPerSec, rec.BestP99Ns = top.producers, top.publish, top.p99
+	for _, p := range bySize {
+		if p.publish >= producersShare*top.publish {
+			rec.Producers, rec.MsgsPerSec, rec.P99Ns = p.producers, p.publish, p.p99
+			rec.DrainMsgsPerSec, rec.PublishMeasuredAs = p.drain, p.measuredAs
+			break
+		}
+	}
+	return rec
+}
+
+// sweepPoints are the points of the sweep rows.
+func sweepPoints(rows []Row) []recPoint {
+	var out []recPoint
+	for _, r := range rows {
+		if r.Kind != kindSweep || r.MsgsPerSec == nil {
+			continue
+		}
+		out = append(out, recPoint{
+			sync: r.Sync, segmentBytes: r.SegmentBytes, producers: r.Producers, size: r.Size,
+			publish: *r.MsgsPerSec, p99: r.P99Ns, drain: r.DrainMsgsPerSec, measuredAs: r.Sync,
+		})
+	}
+	return out
+}
+
+// profilePoints are the points of the publish rows, each paired with the
+// Consume drain of each sync mode the run drained under. Under SyncAll and
+// SyncPublish a Publish waits for the same fdatasync, so publish rows
+// measured under either stand for both; the drain tells them apart.
+func profilePoints(rows []Row) []recPoint {
+	drains := map[string]*float64{} // the first Consume drain of each sync mode
+	var order []string
+	for _, r := range rows {
+		if r.Kind == kindDrain && r.Method == drainConsume && r.MsgsPerSec != nil {
+			if _, ok := drains[r.Sync]; !ok {
+				drains[r.Sync] = r.MsgsPerSec
+				order = append(order, r.Sync)
+			}
+		}
+	}
+	var out []recPoint
+	for _, r := range rows {
+		if r.Kind != kindPublish || r.MsgsPerSec == nil {
+			continue
+		}
+		p := recPoint{
+			sync: r.Sync, segmentBytes: r.SegmentBytes, producers: r.Producers, size: r.Size,
+			publish: *r.MsgsPerSec, p99: r.P99Ns, measuredAs: r.Sync,
+		}
+		if !durable(r.Sync) || len(drains) == 0 {
+			out = append(out, p)
+			continue
+		}
+		for _, s := range order {
+			if durable(s) {
+				q := p
+				q.sync, q.drain = s, drains[s]
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+// scoreSettings scores each setting (sync mode, segment size) of points,
+// best first, on the (producers, size) pairs every setting was measured
+// at (all of its own if they share none). Scores within tieMargin of the
+// best are ordered SyncAll first, then the default segment size, then the
+// larger segments.
+func scoreSettings(points []recPoint) []Score {
+	type setting struct {
+		sync string
+		seg  int64
+	}
+	type key struct{ producers, size int }
+	bySetting := map[setting]map[key]float64{}
+	var settings []setting
+	for _, p := range points {
+		s := setting{p.sync, p.segmentBytes}
+		if bySetting[s] == nil {
+			bySetting[s] = map[key]float64{}
+			settings = append(settings, s)
+		}
+		if t := through(&p.publish, p.drain); t != nil {
+			bySetting[s][key{p.producers, p.size}] = *t
+		}
+	}
+	common := map[key]bool{}
+	for k := range bySetting[settings[0]] {
+		common[k] = true
+	}
+	for _, s := range settings[1:] {
+		for k := range common {
+			if _, ok := bySetting[s][k]; !ok {
+				delete(common, k)
+			}
+		}
+	}
+	var scores []Score
+	for _, s := range settings {
+		var logSum float64
+		n := 0
+		for k, v := range bySetting[s] {
+			if len(common) > 0 && !common[k] {
+				continue
+			}
+			logSum += math.Log(max(v, 1e-9))
+			n++
+		}
+		sc := Score{Sync: s.sync, SegmentBytes: s.seg, Points: n}
+		if n > 0 {
+			sc.MsgsPerSec = math.Exp(logSum / float64(n))
+		}
+		scores = append(scores, sc)
+	}
+	slices.SortStableFunc(scores, func(a, b Score) int { return cmp.Compare(b.MsgsPerSec, a.MsgsPerSec) })
+	top := scores[0].MsgsPerSec
+	tied := 0
+	for tied < len(scores) && scores[tied].MsgsPerSec >= (1-tieMargin)*top {
+		tied++
+	}
+	slices.SortStableFunc(scores[:tied], func(a, b Score) int {
+		return cmp.Or(
+			cmp.Compare(syncSafety(a.Sync), syncSafety(b.Sync)),
+			cmp.Compare(segmentPreference(a.SegmentBytes), segmentPreference(b.SegmentBytes)),
+			cmp.Compare(b.SegmentBytes, a.SegmentBytes),
+			cmp.Compare(b.MsgsPerSec, a.MsgsPerSec),
+		)
+	})
+	return scores
+}
+
+// syncSafety orders sync modes, the one that keeps the most first.
+func syncSafety(s string) int {
+	switch s {
+	case broker.SyncAll.String():
+		return 0
+	case broker.SyncPublish.String():
+		return 1
+	}
+	return 2
+}
+
+// segmentPreference puts the default segment size first.
+func segmentPreference(n int64) int {
+	if n == wal.DefaultSegmentBytes {
+		return 0
+	}
+	return 1
+}
+
+// expectationSize is defaultSize if points measured it, else the smallest
+// size they did.
+func expectationSize(points []recPoint) int {
+	size := 0
+	for _, p := range points {
+		if p.size == defaultSize {
+			return defaultSize
+		}
+		if size == 0 || p.size < size {
+			size = p.size
+		}
+	}
+	return size
+}
+
+// recommendationLines says rec in words: a heading, then one line per
+// point. The text is made from rec's fields alone.
+func recommendationLines(rec *Recommendation) []string {
+	mode := "broker.SyncAll"
+	if rec.Sync == broker.SyncPublish.String() {
+		mode = "broker.SyncPublish"
+	}
+	seg := fmt.Sprintf("SegmentBytes: %d << 20", rec.SegmentBytes>>20)
+	if rec.SegmentBytes%(1<<20) != 0 {
+		seg = fmt.Sprintf("SegmentBytes: %d", rec.SegmentBytes)
+	}
+	if rec.SegmentBytes == wal.DefaultSegmentBytes {
+		seg = "SegmentBytes: 0 (the default, 64 MiB)"
+	}
+	from := "the publish and drain workloads"
+	if rec.Basis == kindSweep {
+		from = "the sweep"
+	}
+	lines := []string{
+		fmt.Sprintf("Recommendation for this disk, from %s:", from),
+		fmt.Sprintf("settings: broker.Options{Sync: %s, %s}", mode, seg),
+	}
+	pub := fmt.Sprintf("expect: %s durable msgs/s of %d B, p99 %s, from %s publishing at once",
+		count(&rec.MsgsPerSec), rec.Size, latency(rec.P99Ns), plural(rec.Producers, "producer"))
+	if rec.BestProducers != rec.Producers {
+		pub += fmt.Sprintf(" (at least %.0f%% of the best measured: %s msgs/s, p99 %s, with %d)",
+			100*producersShare, count(&rec.BestMsgsPerSec), latency(rec.BestP99Ns), rec.BestProducers)
+	}
+	if rec.PublishMeasuredAs != "" && rec.PublishMeasuredAs != rec.Sync {
+		pub += fmt.Sprintf("; measured under sync=%s, where a Publish waits for the same fdatasync", rec.PublishMeasuredAs)
+	}
+	lines = append(lines, pub)
+	lines = append(lines, "publish from as many goroutines as that, or batch with PublishBatch: each Publish waits for an fdatasync, which concurrent calls share")
+	if rec.DrainMsgsPerSec != nil {
+		lines = append(lines, fmt.Sprintf("consume: Consume drained %s msgs/s under these settings", count(rec.DrainMsgsPerSec)))
+	}
+	var scores []string
+	for _, s := range rec.Scores {
+		scores = append(scores, fmt.Sprintf("sync=%s, %s segments: %s", s.Sync, formatBytes(s.SegmentBytes), count(&s.MsgsPerSec)))
+	}
+	lines = append(lines, fmt.Sprintf("scores (msgs/s through the queue, publish and drain taking turns; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
+		100*tieMargin, strings.Join(scores, "; ")))
+	switch rec.Sync {
+	case broker.SyncPublish.String():
+		lines = append(lines, "SyncPublish: a Publish is on the device when it returns, as under SyncAll; a lease or an ack reaches it with the next commit, so after a power loss a few messages may be delivered again; keep SyncAll (the default) where that matters more than the difference in the scores")
+	default:
+		lines = append(lines, "SyncAll, the default: every call that changes state is on the device when it returns")
+	}
+	if rec.NotDurable != nil {
+		lines = append(lines, fmt.Sprintf("sync=none published up to %s msgs/s, but is not durable: a power loss loses what its last SyncInterval acknowledged", count(rec.NotDurable)))
+	}
+	return lines
+}

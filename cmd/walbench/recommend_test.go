@@ -1,0 +1,230 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// sweepRow is a fabricated sweep point: publish rate pub, drain rate drain
+// (0: none measured), p99 of p99us µs.
+func sweepRow(sync string, seg int64, producers, size int, pub, drain float64, p99us int64) Row {
+	r := Row{Kind: kindSweep, Sync: sync, SegmentBytes: seg, Producers: producers, Size: size, MsgsPerSec: &pub, P99Ns: ptr(p99us * 1000)}
+	if drain > 0 {
+		r.DrainMsgsPerSec = &drain
+	}
+	return r
+}
+
+// grid fabricates the rows of one setting over producers 1, 16, 64 and
+// sizes 1024 and 16384, from the publish rates at 1 KiB for 1, 16 and 64
+// producers (halved at 16 KiB) and one drain rate.
+func grid(sync string, seg int64, pub [3]float64, drain float64) []Row {
+	var rows []Row
+	for _, size := range []int{1024, 16384} {
+		for i, p := range []int{1, 16, 64} {
+			rate := pub[i]
+			if size > 1024 {
+				rate /= 2
+			}
+			rows = append(rows, sweepRow(sync, seg, p, size, rate, drain, int64(100*(i+1))))
+		}
+	}
+	return rows
+}
+
+const mib = 1 << 20
+
+func TestRecommendPicksTheBest(t *testing.T) {
+	var rows []Row
+	rows = append(rows, grid("all", 64*mib, [3]float64{4000, 30000, 60000}, 50000)...)
+	rows = append(rows, grid("all", 4*mib, [3]float64{4000, 28000, 55000}, 50000)...)
+	rows = append(rows, grid("publish", 64*mib, [3]float64{4000, 30000, 60000}, 100000)...)
+	// The best: as fast to publish as the others at 64 producers, faster
+	// at 16, and the fastest drain.
+	rows = append(rows, grid("publish", 4*mib, [3]float64{4100, 40000, 60000}, 110000)...)
+	// Faster still, but not durable.
+	rows = append(rows, grid("none", 64*mib, [3]float64{200000, 300000, 400000}, 120000)...)
+
+	rec := recommend(rows)
+	if rec == nil {
+		t.Fatal("no recommendation")
+	}
+	if rec.Basis != "sweep" || rec.Sync != "publish" || rec.SegmentBytes != 4*mib {
+		t.Fatalf("recommended %s, sync %s, %d-byte segments; want the sweep's sync publish, 4 MiB", rec.Basis, rec.Sync, rec.SegmentBytes)
+	}
+	if rec.Size != 1024 {
+		t.Errorf("expectations for %d B, want the default size measured, 1024", rec.Size)
+	}
+	// 40,000 at 16 producers is at least 80% of 60,000? No (67%): 64.
+	if rec.BestProducers != 64 || rec.BestMsgsPerSec != 60000 || rec.Producers != 64 || rec.MsgsPerSec != 60000 || *rec.P99Ns != 300_000 {
+		t.Errorf("expect %d producers at %v (p99 %v), best %d at %v; want 64 at 60000 (300µs), best the same",
+			rec.Producers, rec.MsgsPerSec, *rec.P99Ns, rec.BestProducers, rec.BestMsgsPerSec)
+	}
+	if rec.DrainMsgsPerSec == nil || *rec.DrainMsgsPerSec != 110000 || rec.PublishMeasuredAs != "publish" {
+		t.Errorf("drain %v, measured as %q", rec.DrainMsgsPerSec, rec.PublishMeasuredAs)
+	}
+	if rec.NotDurable == nil || *rec.NotDurable != 400000 {
+		t.Errorf("not durable: %v, want sync none's best, 400000", rec.NotDurable)
+	}
+	if len(rec.Scores) != 4 || rec.Scores[0].Sync != "publish" || rec.Scores[0].SegmentBytes != 4*mib || rec.Scores[0].Points != 6 {
+		t.Errorf("scores %+v; want the four durable settings, the best first, each over its 6 points", rec.Scores)
+	}
+	for i := 1; i < len(rec.Scores); i++ {
+		if rec.Scores[i].MsgsPerSec > rec.Scores[i-1].MsgsPerSec {
+			t.Errorf("scores not best first: %+v", rec.Scores)
+		}
+	}
+	text := strings.Join(recommendationLines(rec), "\n")
+	for _, want := range []string{"Sync: broker.SyncPublish, SegmentBytes: 4 << 20", "60,000 durable msgs/s of 1024 B, p99 300µs, from 64 producers", "sync=none published up to 400,000"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the recommendation does not say %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestRecommendFewestProducers: when fewer producers reach 80% of the
+// best rate, the recommendation says so, with their figures and the best's.
+func TestRecommendFewestProducers(t *testing.T) {
+	rows := grid("all", 64*mib, [3]float64{4000, 50000, 60000}, 50000)
+	rec := recommend(rows)
+	if rec.Producers != 16 || rec.MsgsPerSec != 50000 || *rec.P99Ns != 200_000 || rec.BestProducers != 64 || *rec.BestP99Ns != 300_000 {
+		t.Fatalf("expect %d producers at %v (p99 %v), best %d (p99 %v); want 16 at 50000 (200µs), best 64 (300µs)",
+			rec.Producers, rec.MsgsPerSec, *rec.P99Ns, rec.BestProducers, *rec.BestP99Ns)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "with 64") || !strings.Contains(text, "SegmentBytes: 0 (the default, 64 MiB)") {
+		t.Errorf("recommendation:\n%s", text)
+	}
+}
+
+// TestRecommendTies: on a noisy disk, a setting less than 3% better is no
+// better; the safer sync mode and the default segment size win a tie.
+func TestRecommendTies(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		rows             []Row
+		wantSync         string
+		wantSegmentBytes int64
+	}{
+		{
+			name:     "publish 2% better: a tie, SyncAll",
+			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1020, 1020, 1020}, 0)...),
+			wantSync: "all", wantSegmentBytes: 64 * mib,
+		},
+		{
+			name:     "publish 10% better",
+			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1100, 1100, 1100}, 0)...),
+			wantSync: "publish", wantSegmentBytes: 64 * mib,
+		},
+		{
+			name:     "small segments 2% better: a tie, the default",
+			rows:     append(grid("all", 4*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			wantSync: "all", wantSegmentBytes: 64 * mib,
+		},
+		{
+			name:     "small segments 10% better",
+			rows:     append(grid("all", 4*mib, [3]float64{1100, 1100, 1100}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			wantSync: "all", wantSegmentBytes: 4 * mib,
+		},
+		{
+			name:     "the safer mode before the default size",
+			rows:     append(grid("all", 4*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1010, 1010, 1010}, 0)...),
+			wantSync: "all", wantSegmentBytes: 4 * mib,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := recommend(tc.rows)
+			if rec == nil || rec.Sync != tc.wantSync || rec.SegmentBytes != tc.wantSegmentBytes {
+				t.Fatalf("recommended %+v; want sync %s, %d", rec, tc.wantSync, tc.wantSegmentBytes)
+			}
+		})
+	}
+}
+
+// TestRecommendComparesCommonPoints: a setting measured at fewer points
+// (an interrupted sweep) is compared on the points all share.
+func TestRecommendComparesCommonPoints(t *testing.T) {
+	rows := grid("all", 64*mib, [3]float64{1000, 10000, 20000}, 0)
+	// Sync publish only at 1 producer, where it is 10% better: on the
+	// grid as a whole it would look far worse.
+	rows = append(rows, sweepRow("publish", 64*mib, 1, 1024, 1100, 0, 100), sweepRow("publish", 64*mib, 1, 16384, 550, 0, 100))
+	rec := recommend(rows)
+	if rec.Sync != "publish" || rec.Scores[0].Points != 2 {
+		t.Fatalf("recommended sync %s, scores %+v; want publish, compared on the 2 common points", rec.Sync, rec.Scores)
+	}
+}
+
+// TestRecommendFromProfile: without a sweep, the publish rows (under
+// SyncAll) pair with the drain of each mode.
+func TestRecommendFromProfile(t *testing.T) {
+	pub := func(producers int, rate float64) Row {
+		return Row{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: producers, Size: 1024, MsgsPerSec: &rate, P99Ns: ptr(int64(1000 * producers))}
+	}
+	drain := func(sync string, rate float64) Row {
+		return Row{Kind: kindDrain, Method: drainConsume, Sync: sync, SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: &rate}
+	}
+	receiveAck := drain("publish", 1e9)
+	receiveAck.Method = drainReceiveAck
+	rows := []Row{pub(1, 4000), pub(16, 30000), pub(64, 60000), receiveAck, drain("all", 50000), drain("publish", 110000)}
+	rec := recommend(rows)
+	if rec == nil || rec.Basis != "profile" || rec.Sync != "publish" || rec.PublishMeasuredAs != "all" || *rec.DrainMsgsPerSec != 110000 {
+		t.Fatalf("recommendation %+v; want sync publish (its Consume drain is faster), publish figures measured under all", rec)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "measured under sync=all") {
+		t.Errorf("the recommendation does not say where the publish figures come from:\n%s", text)
+	}
+	// Without drains, the publish rows alone.
+	rec = recommend(rows[:3])
+	if rec == nil || rec.Sync != "all" || rec.DrainMsgsPerSec != nil || rec.Producers != 64 {
+		t.Fatalf("recommendation without drains: %+v", rec)
+	}
+}
+
+func TestRecommendNothingDurable(t *testing.T) {
+	if rec := recommend(grid("none", 64*mib, [3]float64{1, 2, 3}, 4)); rec != nil {
+		t.Errorf("recommended %+v from sync none alone", rec)
+	}
+	if rec := recommend(nil); rec != nil {
+		t.Errorf("recommended %+v from nothing", rec)
+	}
+}
+
+func TestExpectationSize(t *testing.T) {
+	for _, tc := range []struct {
+		sizes []int
+		want  int
+	}{{[]int{16384, 1024, 256}, 1024}, {[]int{16384, 256}, 256}, {[]int{4096}, 4096}} {
+		var points []recPoint
+		for _, s := range tc.sizes {
+			points = append(points, recPoint{size: s})
+		}
+		if got := expectationSize(points); got != tc.want {
+			t.Errorf("sizes %v: %d, want %d", tc.sizes, got, tc.want)
+		}
+	}
+}
+
+func TestThrough(t *testing.T) {
+	for _, tc := range []struct {
+		pub, drain *float64
+		want       *float64
+	}{
+		{ptr(100.0), ptr(100.0), ptr(50.0)},
+		{ptr(300.0), ptr(600.0), ptr(200.0)},
+		{ptr(300.0), nil, ptr(300.0)},
+		{ptr(300.0), ptr(0.0), ptr(0.0)},
+		{nil, ptr(1.0), nil},
+		{ptr(0.0), ptr(1.0), nil},
+	} {
+		got := through(tc.pub, tc.drain)
+		if (got == nil) != (tc.want == nil) || got != nil && !near(*got, *tc.want) {
+			t.Errorf("through(%v, %v) = %v, want %v", deref(tc.pub), deref(tc.drain), deref(got), deref(tc.want))
+		}
+	}
+}
+
+func deref(v *float64) any {
+	if v == nil {
+		return nil
+	}
+	return *v
+}

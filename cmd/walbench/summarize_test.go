@@ -1,0 +1,108 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+		ok   bool
+	}{
+		{nil, 0, false},
+		{[]float64{3}, 3, true},
+		{[]float64{5, 1, 3}, 3, true},
+		{[]float64{4, 1, 3, 2}, 2.5, true},
+	} {
+		in := append([]float64(nil), tc.xs...)
+		got, ok := median(tc.xs)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("median(%v) = %v, %v; want %v, %v", in, got, ok, tc.want, tc.ok)
+		}
+		if !reflect.DeepEqual(in, tc.xs) {
+			t.Errorf("median modified its argument: %v, was %v", tc.xs, in)
+		}
+	}
+}
+
+// TestSummarizeRows summarizes three fabricated rounds of two workloads,
+// the third round cut short after the first: each figure is the median
+// over the rounds that have it, each ratio the median of the rounds'
+// ratios (not a ratio of medians) with its range, counts are summed.
+func TestSummarizeRows(t *testing.T) {
+	pub := func(round int, msgs, ceiling float64, p99 int64, ops int64, notes ...string) Row {
+		return Row{
+			Kind: kindPublish, Workload: "publish", Sync: "all", Producers: 64, Size: 1024, Round: round,
+			Seconds: 3, Ops: ops, Commits: ops / 10, MsgsPerSec: &msgs, P99Ns: &p99,
+			CeilingPerSec: &ceiling, VsCeiling: ptr(msgs / ceiling), Notes: notes,
+		}
+	}
+	drain := func(round int, msgs *float64, interrupted bool) Row {
+		return Row{Kind: kindDrain, Workload: "drain", Round: round, MsgsPerSec: msgs, Interrupted: interrupted, Ops: 100}
+	}
+	rounds := [][]Row{
+		{pub(1, 900, 1000, 5, 2700), drain(1, ptr(10.0), false)},
+		{pub(2, 500, 1000, 9, 1500, "odd"), drain(2, nil, false)},
+		{pub(3, 900, 2000, 7, 2700)},
+	}
+	sum := summarizeRows(rounds)
+	if len(sum) != 2 {
+		t.Fatalf("%d rows, want 2", len(sum))
+	}
+	p := sum[0]
+	if p.Rounds != 3 || len(p.PerRound) != 3 || p.Round != 0 || p.Workload != "publish" || p.Producers != 64 {
+		t.Errorf("publish: %d rounds, %d per round, round %d, %q, %d producers", p.Rounds, len(p.PerRound), p.Round, p.Workload, p.Producers)
+	}
+	if p.Seconds != 9 || p.Ops != 6900 || p.Commits != 690 {
+		t.Errorf("publish sums: %v s, %d ops, %d commits; want 9, 6900, 690", p.Seconds, p.Ops, p.Commits)
+	}
+	if *p.MsgsPerSec != 900 || *p.CeilingPerSec != 1000 || *p.P99Ns != 7 {
+		t.Errorf("publish medians: %v msgs/s, ceiling %v, p99 %v; want 900, 1000, 7", *p.MsgsPerSec, *p.CeilingPerSec, *p.P99Ns)
+	}
+	// The rounds' ratios are 0.9, 0.5, 0.45: median 0.5. The ratio of the
+	// medians would be 0.9.
+	if *p.VsCeiling != 0.5 || p.Ranges["vs_ceiling"] != [2]float64{0.45, 0.9} || len(p.Ranges) != 1 {
+		t.Errorf("÷ ceiling %v, ranges %v; want 0.5, only vs_ceiling's [0.45 0.9]", *p.VsCeiling, p.Ranges)
+	}
+	if p.VsFdatasync != nil {
+		t.Errorf("÷ fdatasyncs/s %v, in no round", *p.VsFdatasync)
+	}
+	if !reflect.DeepEqual(p.Notes, []string{"round 2: odd"}) {
+		t.Errorf("notes %q", p.Notes)
+	}
+	d := sum[1]
+	if d.Rounds != 2 || *d.MsgsPerSec != 10 || d.Interrupted || d.Ops != 200 || d.Ranges != nil {
+		t.Errorf("drain: %d rounds, %v msgs/s, interrupted %v, %d ops, ranges %v; want 2, 10 (the one round with it), false, 200, none",
+			d.Rounds, *d.MsgsPerSec, d.Interrupted, d.Ops, d.Ranges)
+	}
+	rounds[1][1].Interrupted = true
+	if !summarizeRows(rounds)[1].Interrupted {
+		t.Errorf("a round interrupted, the summary not")
+	}
+	// One round: its own figures, no range, notes as they are.
+	one := summarizeRows(rounds[1:2])[0]
+	if *one.VsCeiling != 0.5 || one.Ranges != nil || !reflect.DeepEqual(one.Notes, []string{"odd"}) {
+		t.Errorf("one round: ÷ ceiling %v, ranges %v, notes %q", *one.VsCeiling, one.Ranges, one.Notes)
+	}
+}
+
+func TestSummarizeSeriesAndCeilings(t *testing.T) {
+	mixed := func(backlog ...int) Row { return Row{Kind: kindMixed, Backlog: backlog} }
+	s := summarize([]Row{mixed(1, 5, 9, 4), mixed(3, 2, 7), mixed(2, 8, 8, 8)}, true)
+	if !reflect.DeepEqual(s.Backlog, []int{2, 5, 8}) {
+		t.Errorf("backlog %v, want the element-wise median as long as the shortest, [2 5 8]", s.Backlog)
+	}
+	probe := func(c1, c64 float64) Probe {
+		return Probe{Ceilings: []Ceiling{{Producers: 1, Size: 1024, MsgsPerSec: &c1}, {Producers: 64, Size: 1024, MsgsPerSec: &c64}}}
+	}
+	p := summarize([]Probe{probe(1000, 50000), probe(3000, 40000), probe(2000, 60000)}, true)
+	if len(p.Ceilings) != 2 || *p.Ceilings[0].MsgsPerSec != 2000 || *p.Ceilings[1].MsgsPerSec != 50000 || p.Ceilings[1].Producers != 64 {
+		t.Errorf("ceilings %+v, want the medians 2000 and 50000", p.Ceilings)
+	}
+	r := summarize([]Reopen{{RebuildVsCheckpoint: ptr(100.0), Round: 1}, {RebuildVsCheckpoint: ptr(200.0), Round: 2}}, true)
+	if *r.RebuildVsCheckpoint != 150 || r.Ranges["rebuild_vs_checkpoint"] != [2]float64{100, 200} || r.Rounds != 2 {
+		t.Errorf("reopen: %v, %v, %d rounds", *r.RebuildVsCheckpoint, r.Ranges, r.Rounds)
+	}
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// sweepPoint is one point of the sweep's grid.
+type sweepPoint struct {
+	producers    int
+	size         int
+	segmentBytes int64
+	sync         broker.SyncMode
+}
+
+// sweepLoad is the sweep: at each point of its grid, on a new store, a
+// publish window as for publishLoad, then a drain via Consume of every
+// message the window left (warm-up included), for at most duration.
+type sweepLoad struct {
+	grid             []sweepPoint
+	warmup, duration time.Duration
+	consumers, batch int // of the drains
+
+	fs          vfs.FS
+	hangTimeout time.Duration
+}
+
+// sweepGrid is every combination of the lists, sync modes outermost and
+// producers innermost.
+func sweepGrid(producers, sizes []int, segments []int64, syncs []broker.SyncMode) []sweepPoint {
+	var grid []sweepPoint
+	for _, m := range syncs {
+		for _, seg := range segments {
+			for _, size := range sizes {
+				for _, p := range producers {
+					grid = append(grid, sweepPoint{producers: p, size: size, segmentBytes: seg, sync: m})
+				}
+			}
+		}
+	}
+	return grid
+}
+
+func (p sweepPoint) String() string {
+	return fmt.Sprintf("%s, %d B, %s segments, sync=%v", plural(p.producers, "producer"), p.size, formatBytes(effectiveSegmentBytes(p.segmentBytes)), p.sync)
+}
+
+// runSweepPoint measures point p of l on a new store in a new subdirectory
+// of parent, and closes and removes it, as runPublish does.
+func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p sweepPoint) (r Row, measured bool, err error) {
+	pl := publishLoad{
+		producers: p.producers, size: p.size, sync: p.sync, segmentBytes: p.segmentBytes,
+		warmup: l.warmup, duration: l.duration, fs: l.fs, hangTimeout: l.hangTimeout,
+	}
+	st, err := openStore(p, l.hangTimeout, parent, "sweep-", pl.storeOptions())
+	defer st.release(&err)
+	if err != nil {
+		return r, false, err
+	}
+	r, measured, err = publishOn(ctx, env, st, pl)
+	if err != nil || !measured {
+		return r, measured, err
+	}
+	r.Kind = kindSweep
+	r.Workload = "sweep, " + p.String()
+	if ctx.Err() != nil {
+		return r, true, nil
+	}
+	backlog := st.q.Stats().Ready
+	if backlog == 0 {
+		return r, true, nil
+	}
+	d := drainLoad{method: drainConsume, sync: p.sync, consumers: l.consumers, batch: l.batch, size: p.size, limit: l.duration}
+	res, err := drainOn(ctx, env, st, d, backlog)
+	if err != nil {
+		return r, true, fmt.Errorf("sweep, %v: %w", p, err)
+	}
+	r.Consumers, r.Batch = l.consumers, l.batch
+	r.DrainSeconds = res.elapsed.Seconds()
+	r.DrainMsgsPerSec = rate(res.handled, r.DrainSeconds)
+	r.ThroughMsgsPerSec = through(r.MsgsPerSec, r.DrainMsgsPerSec)
+	r.Interrupted = r.Interrupted || res.interrupted
+	return r, true, nil
+}
+
+// through is the rate at which messages pass through a queue whose
+// producers publish at pub and whose consumers drain at drain, when the
+// two take turns on the disk: 1 / (1/pub + 1/drain). It is pub alone
+// when drain is unknown.
+func through(pub, drain *float64) *float64 {
+	switch {
+	case pub == nil || *pub <= 0:
+		return nil
+	case drain == nil:
+		return pub
+	case *drain <= 0:
+		return ptr(0.0)
+	}
+	return ptr(1 / (1 / *pub + 1 / *drain))
+}
+
+// formatBytes says a size in the largest binary unit it is a whole
+// number of: "64 MiB", "16 KiB", "1000 B".
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

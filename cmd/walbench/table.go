@@ -1,0 +1,417 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The tables walbench prints and the ones the report command writes into
+// BENCH.md are the same tables, made from a Report alone by tablesOf: the
+// JSON holds every figure they show, and BENCH.md cannot drift from the
+// tool.
+
+// table is one titled table: a header, rows of cells (the first column is
+// a name, the others figures), and lines to print under it.
+type table struct {
+	title  string
+	header []string
+	rows   [][]string
+	notes  []string
+}
+
+// column is one figure column of a row table. With ratio set and more
+// than one round, a "min–max" column after it gives the range of the
+// ratio's per-round values.
+type column struct {
+	header string
+	cell   func(Row) string
+	ratio  string // the JSON name of the ratio, a key of Row.Ranges
+}
+
+// tablesOf makes the tables of rep, in the order they are printed.
+func tablesOf(rep *Report) []table {
+	multi := rep.Rounds > 1
+	var tables []table
+	if rep.Probe != nil {
+		tables = append(tables, probeTable(rep.Probe, rep.Rounds))
+	}
+	sections := []struct {
+		kind, title string
+		columns     []column
+	}{
+		{kindWAL, "The log alone (package wal): closed-loop appenders", closedLoopColumns(false)},
+		{kindPublish, "Publish: closed-loop producers", closedLoopColumns(true)},
+		{kindDrain, "Drain: a prefilled queue emptied", drainColumns()},
+		{kindMixed, "Mixed: producers at a target rate, Consume consumers", mixedColumns()},
+		{kindSweep, "Sweep: publish, then drain what was published", sweepColumns()},
+	}
+	for _, s := range sections {
+		var rows []Row
+		for _, r := range rep.Rows {
+			if r.Kind == s.kind {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		cols := s.columns
+		if s.kind == kindPublish && !anyRow(rows, func(r Row) bool { return r.VsWAL != nil }) {
+			cols = cols[:len(cols)-1] // no ÷ log column without the log's rows
+		}
+		tables = append(tables, rowTable(s.title, rows, cols, rep.Rounds, multi))
+	}
+	if rep.Reopen != nil {
+		tables = append(tables, reopenTable(rep.Reopen, rep.Rounds))
+	}
+	return tables
+}
+
+func anyRow(rows []Row, f func(Row) bool) bool {
+	for _, r := range rows {
+		if f(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// rowTable makes the table of rows with cols, and the rows' notes under it.
+func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) table {
+	t := table{title: title, header: []string{"workload"}}
+	for _, c := range cols {
+		t.header = append(t.header, c.header)
+		if c.ratio != "" && multi {
+			t.header = append(t.header, "min–max")
+		}
+	}
+	for _, r := range rows {
+		cells := []string{rowName(r.Workload, r.Interrupted, r.Rounds, rounds)}
+		for _, c := range cols {
+			cells = append(cells, c.cell(r))
+			if c.ratio != "" && multi {
+				cells = append(cells, spread(r.Ranges, c.ratio))
+			}
+		}
+		t.rows = append(t.rows, cells)
+	}
+	for _, r := range rows {
+		if r.Kind == kindMixed && len(r.Backlog) > 0 {
+			t.notes = append(t.notes, backlogLine(r))
+		}
+		for _, n := range r.Notes {
+			t.notes = append(t.notes, fmt.Sprintf("note: %s: %s", r.Workload, n))
+		}
+	}
+	switch {
+	case multi && slices.ContainsFunc(cols, func(c column) bool { return c.ratio != "" }):
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; each ÷ is the median of the ratios within a round, min–max over the rounds beside it", rounds))
+	case multi:
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", rounds))
+	}
+	return t
+}
+
+// rowName is a row's name, marked when Ctrl-C cut it short or fewer
+// rounds than asked measured it.
+func rowName(name string, interrupted bool, measured, asked int) string {
+	if interrupted {
+		name += " (interrupted)"
+	}
+	if asked > 1 && measured < asked {
+		name += fmt.Sprintf(" (%d of %d rounds)", measured, asked)
+	}
+	return name
+}
+
+func closedLoopColumns(withWAL bool) []column {
+	cols := []column{
+		{header: "msgs/s", cell: func(r Row) string { return count(r.MsgsPerSec) }},
+		{header: "MB/s", cell: func(r Row) string { return fixed(r.MBPerSec, 1) }},
+		{header: "p50", cell: func(r Row) string { return latency(r.P50Ns) }},
+		{header: "p99", cell: func(r Row) string { return latency(r.P99Ns) }},
+		{header: "p99.9", cell: func(r Row) string { return latency(r.P999Ns) }},
+		{header: "commits/s", cell: func(r Row) string { return count(r.CommitsPerSec) }},
+		{header: "records/commit", cell: func(r Row) string { return fixed(r.RecordsPerCommit, 1) }},
+		{header: "ceiling msgs/s", cell: func(r Row) string { return count(r.CeilingPerSec) }},
+		{header: "÷ fdatasyncs/s", cell: func(r Row) string { return fixed(r.VsFdatasync, 2) }, ratio: "vs_fdatasync"},
+		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, 2) }, ratio: "vs_ceiling"},
+		{header: "p99 ÷ fdatasync p99", cell: func(r Row) string { return fixed(r.P99VsFdatasyncP99, 2) }, ratio: "p99_vs_fdatasync_p99"},
+	}
+	if withWAL {
+		cols = append(cols, column{header: "÷ log", cell: func(r Row) string { return fixed(r.VsWAL, 2) }, ratio: "vs_wal"})
+	}
+	return cols
+}
+
+func drainColumns() []column {
+	return []column{
+		{header: "msgs/s", cell: func(r Row) string { return count(r.MsgsPerSec) }},
+		{header: "MB/s", cell: func(r Row) string { return fixed(r.MBPerSec, 1) }},
+		{header: "commits/s", cell: func(r Row) string { return count(r.CommitsPerSec) }},
+		{header: "records/commit", cell: func(r Row) string { return fixed(r.RecordsPerCommit, 1) }},
+		{header: "messages", cell: func(r Row) string { return thousands(int64(r.Messages)) }},
+	}
+}
+
+func mixedColumns() []column {
+	return []column{
+		{header: "published/s", cell: func(r Row) string { return count(r.MsgsPerSec) }},
+		{header: "consumed/s", cell: func(r Row) string { return count(r.DrainMsgsPerSec) }},
+		{header: "publish p50", cell: func(r Row) string { return latency(r.P50Ns) }},
+		{header: "p99", cell: func(r Row) string { return latency(r.P99Ns) }},
+		{header: "p99.9", cell: func(r Row) string { return latency(r.P999Ns) }},
+		{header: "call p99", cell: func(r Row) string { return latency(r.ServiceP99Ns) }},
+		{header: "end-to-end p50", cell: func(r Row) string { return latency(r.E2EP50Ns) }},
+		{header: "p99", cell: func(r Row) string { return latency(r.E2EP99Ns) }},
+		{header: "p99.9", cell: func(r Row) string { return latency(r.E2EP999Ns) }},
+		{header: "max", cell: func(r Row) string { return latency(r.E2EMaxNs) }},
+		{header: "backlog max", cell: func(r Row) string { return count(r.BacklogMax) }},
+	}
+}
+
+func sweepColumns() []column {
+	return []column{
+		{header: "publish msgs/s", cell: func(r Row) string { return count(r.MsgsPerSec) }},
+		{header: "p99", cell: func(r Row) string { return latency(r.P99Ns) }},
+		{header: "records/commit", cell: func(r Row) string { return fixed(r.RecordsPerCommit, 1) }},
+		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, 2) }, ratio: "vs_ceiling"},
+		{header: "drain msgs/s", cell: func(r Row) string { return count(r.DrainMsgsPerSec) }},
+		{header: "through msgs/s", cell: func(r Row) string { return count(r.ThroughMsgsPerSec) }},
+	}
+}
+
+// backlogSamplesShown is the most backlog samples a line shows; a longer
+// series shows the largest of each run of consecutive samples instead.
+const backlogSamplesShown = 20
+
+// backlogLine says a mixed row's backlog over time.
+func backlogLine(r Row) string {
+	per := (len(r.Backlog) + backlogSamplesShown - 1) / backlogSamplesShown
+	var vals []string
+	for i := 0; i < len(r.Backlog); i += per {
+		most := 0
+		for _, v := range r.Backlog[i:min(i+per, len(r.Backlog))] {
+			most = max(most, v)
+		}
+		vals = append(vals, strconv.Itoa(most))
+	}
+	every := time.Duration(r.BacklogIntervalNs * int64(per))
+	how := "ready + leased"
+	if per > 1 {
+		how = "the largest ready + leased"
+	}
+	return fmt.Sprintf("backlog of %s, %s every %v: %s", r.Workload, how, every, strings.Join(vals, " "))
+}
+
+// probeTable makes the probe's table: one row per measure.
+func probeTable(p *Probe, rounds int) table {
+	t := table{
+		title:  "Probe: the disk alone",
+		header: []string{"measure", "per second", "MB/s", "p50", "p99", "p99.9", "max"},
+	}
+	mbOf := func(perSec *float64, bytes int) string {
+		if perSec == nil {
+			return "-"
+		}
+		return fixed(ptr(*perSec*float64(bytes)/1e6), 1)
+	}
+	name := func(s string) string { return rowName(s, p.Interrupted, p.Rounds, rounds) }
+	t.rows = append(t.rows,
+		[]string{name("fdatasync after pwrite 4 KiB over written blocks"), count(p.FdatasyncsPerSec), mbOf(p.FdatasyncsPerSec, probeWriteBytes),
+			latency(p.FdatasyncP50Ns), latency(p.FdatasyncP99Ns), latency(p.FdatasyncP999Ns), latency(p.FdatasyncMaxNs)},
+		[]string{"sequential write, 1 MiB pwrites, fdatasync every 8 MiB", "-", fixed(p.WriteMBPerSec, 1), "-", "-", "-", "-"},
+		[]string{"fdatasync after pwrite 4 KiB at the end of a growing file", count(p.AppendFdatasyncsPerSec), mbOf(p.AppendFdatasyncsPerSec, probeWriteBytes),
+			latency(p.AppendP50Ns), latency(p.AppendP99Ns), latency(p.AppendP999Ns), latency(p.AppendMaxNs)},
+	)
+	for _, c := range p.Ceilings {
+		who := plural(c.Producers, "producer")
+		if c.Producers == 0 {
+			who = "any number of producers"
+		}
+		t.rows = append(t.rows, []string{fmt.Sprintf("ceiling: durable %d B messages, %s", c.Size, who),
+			count(c.MsgsPerSec), mbOf(c.MsgsPerSec, c.Size), "-", "-", "-", "-"})
+	}
+	t.notes = append(t.notes, "ceiling: producers ÷ (1 ÷ fdatasyncs/s + producers × message bytes in the log ÷ write bandwidth): every fdatasync carrying one message of each producer")
+	for _, n := range p.Notes {
+		t.notes = append(t.notes, "note: probe: "+n)
+	}
+	if rounds > 1 {
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", p.Rounds))
+	}
+	return t
+}
+
+// reopenTable makes the reopen workload's table of one row.
+func reopenTable(r *Reopen, rounds int) table {
+	t := table{title: "Reopen: a store with a backlog, cold", header: []string{"workload", "from checkpoint", "forced rebuild", "rebuild ÷ checkpoint"}}
+	cells := []string{rowName(r.Workload, r.Interrupted, r.Rounds, rounds), latency(r.CheckpointOpenNs), latency(r.RebuildOpenNs), fixed(r.RebuildVsCheckpoint, 1)}
+	if rounds > 1 {
+		t.header = append(t.header, "min–max")
+		cells = append(cells, spread(r.Ranges, "rebuild_vs_checkpoint"))
+	}
+	t.header = append(t.header, "heap MiB", "heap B/message")
+	var heapMiB *float64
+	if r.HeapInUseBytes != nil {
+		heapMiB = ptr(float64(*r.HeapInUseBytes) / (1 << 20))
+	}
+	cells = append(cells, fixed(heapMiB, 1), fixed(r.HeapBytesPerMessage, 1))
+	t.rows = [][]string{cells}
+	t.notes = []string{
+		"times: broker.Open + Queue + the first Receive(1), the store's files evicted from the page cache before each",
+		"heap: HeapInuse after runtime.GC, the store just opened from its checkpoint (the whole process's heap)",
+		fmt.Sprintf("store: filled in %.1fs; %s, %.1f MiB; index %.1f MiB",
+			r.FillSeconds, plural(r.Segments, "segment file"), float64(r.SegmentFileBytes)/(1<<20), float64(r.IndexBytes)/(1<<20)),
+	}
+	for _, n := range r.Notes {
+		t.notes = append(t.notes, "note: reopen: "+n)
+	}
+	if rounds > 1 {
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; the ÷ is the median of the ratios within a round, min–max over the rounds beside it", r.Rounds))
+	}
+	return t
+}
+
+// machineLines are the machine facts, one "name: value" pair each.
+func machineLines(m Machine) [][2]string {
+	fs := m.Filesystem
+	if m.FSMagic != "" {
+		fs += " (statfs f_type " + m.FSMagic + ")"
+	}
+	dev := m.Device
+	if dev == "" {
+		dev = "unknown"
+	}
+	if m.WriteCache != "" {
+		dev += ", write cache: " + m.WriteCache
+	}
+	return [][2]string{
+		{"date", m.Date},
+		{"load average at start", fmt.Sprintf("%.2f %.2f %.2f (1, 5, 15 min)", m.LoadAvg[0], m.LoadAvg[1], m.LoadAvg[2])},
+		{"cpus", strconv.Itoa(m.NumCPU)},
+		{"os/arch", m.GOOS + "/" + m.GOARCH},
+		{"kernel", m.Kernel},
+		{"go", m.GoVersion},
+		{"filesystem", fs},
+		{"device", dev},
+		{"directory", m.Dir + " (removed)"},
+	}
+}
+
+// printReport writes rep as text: the machine facts, the tables, and last
+// the recommendation.
+func printReport(out io.Writer, rep *Report) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, kv := range machineLines(rep.Machine) {
+		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, t := range tablesOf(rep) {
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, t.title)
+		tw := tabwriter.NewWriter(out, 0, 0, 0, ' ', tabwriter.AlignRight)
+		width := 0
+		for _, r := range append([][]string{t.header}, t.rows...) {
+			width = max(width, len([]rune(r[0])))
+		}
+		// Numbers read best right-aligned: the name column is padded here so
+		// that it stays left-aligned, and every other cell starts with the
+		// gap.
+		for _, r := range append([][]string{t.header}, t.rows...) {
+			fmt.Fprintf(tw, "%s%s\t", r[0], strings.Repeat(" ", width-len([]rune(r[0]))))
+			for _, c := range r[1:] {
+				fmt.Fprintf(tw, "  %s\t", c)
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, n := range t.notes {
+			fmt.Fprintln(out, n)
+		}
+	}
+	if rep.Recommendation != nil {
+		fmt.Fprintln(out)
+		for _, l := range recommendationLines(rep.Recommendation) {
+			fmt.Fprintln(out, l)
+		}
+	}
+	return nil
+}
+
+// spread is the min–max of the ratio name in ranges, "-" if none.
+func spread(ranges map[string][2]float64, name string) string {
+	r, ok := ranges[name]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f–%.2f", r[0], r[1])
+}
+
+// fixed formats v with digits decimals, "-" for nil.
+func fixed(v *float64, digits int) string {
+	if v == nil || math.IsNaN(*v) {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', digits, 64)
+}
+
+// count formats v rounded to a whole number with thousands separators:
+// "63,828". "-" for nil.
+func count(v *float64) string {
+	if v == nil || math.IsNaN(*v) {
+		return "-"
+	}
+	return thousands(int64(math.Round(*v)))
+}
+
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// latency formats nanoseconds with three significant digits, "-" for nil.
+func latency(ns *int64) string {
+	if ns == nil {
+		return "-"
+	}
+	d := time.Duration(*ns)
+	switch {
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", *ns)
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.2fµs", float64(d)/1e3)
+	case d < 100*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	case d < 100*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.0fms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}

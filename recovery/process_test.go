@@ -22,11 +22,14 @@ import (
 //	                          the timing of the processes differs each run
 //	WALBROKER_SOAK_CYCLES=N   runs N cycles (the soak): default 200, 20
 //	                          under -short or the race detector
+//	WALBROKER_SOAK_EPOCH=N    starts a fresh store every N cycles
+//	                          (default 500)
 //	WALBROKER_CRASH_KEEP=1    keeps the store and the journals of a failed
 //	                          run, and logs where
 const (
 	seedEnv   = "WALBROKER_CRASH_SEED"
 	cyclesEnv = "WALBROKER_SOAK_CYCLES"
+	epochEnv  = "WALBROKER_SOAK_EPOCH"
 	keepEnv   = "WALBROKER_CRASH_KEEP"
 )
 
@@ -103,6 +106,18 @@ func crashCycles(t *testing.T) int {
 	return 200
 }
 
+// soakEpoch is how many cycles one store lives through.
+func soakEpoch(t *testing.T) int {
+	t.Helper()
+	if v := os.Getenv(epochEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "%s=%q", epochEnv, v)
+		require.Positive(t, n, epochEnv)
+		return n
+	}
+	return 500
+}
+
 // fastDir returns a fresh directory on tmpfs when the machine has one (the
 // crash tests fdatasync a great deal and check logic, not the disk), else
 // under t.TempDir. With keepEnv set it is kept when the test fails.
@@ -127,62 +142,90 @@ func fastDir(t *testing.T) string {
 // store, cycle after cycle, at random instants and at chosen points of
 // rotation, checkpointing and segment removal, and checks after every kill
 // that the store holds exactly what the child's journal says it must (see
-// the package documentation for the invariants).
+// the package documentation for the invariants). A long soak runs its
+// cycles on a fresh store every epochCycles cycles: the checks after each
+// kill read the whole store and the whole journal, so one store living
+// through thousands of kills would make each cycle slower than the last.
 func TestProcessCrash(t *testing.T) {
 	seed := testSeed(t)
 	cycles := crashCycles(t)
+	epoch := soakEpoch(t)
+	start := time.Now()
+	hookHits := map[string]int{}
+	for first := 1; first <= cycles; first += epoch {
+		n := min(epoch, cycles-first+1)
+		f := crashEpoch(t, seed, first, n)
+		for name, hits := range f.HookHits {
+			hookHits[name] += hits
+		}
+	}
+	if cycles >= 200 {
+		hit := 0
+		for _, name := range Hooks {
+			if hookHits[name] > 0 {
+				hit++
+			}
+		}
+		require.GreaterOrEqual(t, hit, len(Hooks)*3/4, "most hooks were reached: %v", hookHits)
+	}
+	t.Logf("%d cycles on %d stores in %v", cycles, (cycles+epoch-1)/epoch, time.Since(start).Round(time.Millisecond))
+}
+
+// crashEpoch runs cycles first to first+n-1 of the plan of seed on a fresh
+// store, finishes its poison message, drains the store and checks it; it
+// returns what the cycles did.
+func crashEpoch(t *testing.T, seed uint64, first, n int) HarnessFigures {
+	t.Helper()
 	work := fastDir(t)
+	defer func() {
+		if !t.Failed() { // a failed one is fastDir's to keep or remove
+			_ = os.RemoveAll(work)
+		}
+	}()
 	h, err := NewHarness(os.Args[0], childArgs, filepath.Join(work, "store"), work)
 	require.NoError(t, err)
 	start := time.Now()
-	for cycle := 1; cycle <= cycles; cycle++ {
+	last := first + n - 1
+	for cycle := first; cycle <= last; cycle++ {
 		plan := PlanCycle(seed, cycle)
 		res, err := h.RunCycle(plan)
 		if err != nil {
 			t.Fatalf("seed %d (replay with %s=%d), cycle %d (%s %s, sync %s):\n%v\n%s",
 				seed, seedEnv, seed, cycle, plan.Kind, plan.Hook, plan.Sync, err, h.Summary())
 		}
-		if testing.Verbose() && (cycle%50 == 0 || cycle == cycles) {
-			t.Logf("cycle %d/%d after %v: last %s %s ended %s, %d journal entries", cycle, cycles,
+		if testing.Verbose() && (cycle%50 == 0 || cycle == last) {
+			t.Logf("cycle %d after %v: last %s %s ended %s, %d journal entries", cycle,
 				time.Since(start).Round(time.Millisecond), plan.Kind, plan.Hook, res.Ended, res.Entries)
 		}
 	}
 	// A poison message still on its way gets the kills it needs.
-	extra, err := h.FinishPoison(seed, cycles+1, 4*PoisonDeliveries)
+	extra, err := h.FinishPoison(seed, last+1, 4*PoisonDeliveries)
 	if err != nil {
-		t.Fatalf("seed %d (replay with %s=%d), poison cycles after cycle %d:\n%v\n%s", seed, seedEnv, seed, cycles, err, h.Summary())
+		t.Fatalf("seed %d (replay with %s=%d), poison cycles after cycle %d:\n%v\n%s", seed, seedEnv, seed, last, err, h.Summary())
 	}
 	// The end: the store itself, drained with a clock an hour ahead.
 	if err := h.Checker.CheckDrain(h.Dir); err != nil {
 		var verr *ViolationError
 		require.True(t, errors.As(err, &verr), "%v", err)
-		t.Fatalf("seed %d (replay with %s=%d), final drain:\n%v\n%s", seed, seedEnv, seed, err, h.Summary())
+		t.Fatalf("seed %d (replay with %s=%d), final drain after cycle %d:\n%v\n%s", seed, seedEnv, seed, last, err, h.Summary())
 	}
-	t.Logf("%d cycles (and %d more to finish a poison message) in %v\n%s", cycles, extra, time.Since(start).Round(time.Millisecond), h.Summary())
+	t.Logf("cycles %d to %d (and %d more to finish a poison message) in %v\n%s", first, last, extra, time.Since(start).Round(time.Millisecond), h.Summary())
 
 	f, cf := h.Figures, h.Checker.Figures
-	require.Equal(t, cycles+extra, f.Cycles)
+	require.Equal(t, n+extra, f.Cycles)
 	require.Positive(t, cf.Published, "the workload published")
 	require.Positive(t, cf.Deliveries, "the workload received")
 	require.Positive(t, cf.Acks, "the workload acked")
 	require.Positive(t, cf.Drains, "stores were drained and compared")
-	if cycles >= 20 {
+	if n >= 20 {
 		require.Positive(t, cf.PoisonRounds, "a poison message reached the dead-letter store after %d killed deliveries", PoisonDeliveries)
 		hits := 0
-		for _, n := range f.HookHits {
-			hits += n
+		for _, k := range f.HookHits {
+			hits += k
 		}
 		require.Positive(t, hits, "some child paused at its hook")
 	}
-	if cycles >= 200 {
-		hit := 0
-		for _, name := range Hooks {
-			if f.HookHits[name] > 0 {
-				hit++
-			}
-		}
-		require.GreaterOrEqual(t, hit, len(Hooks)*3/4, "most hooks were reached: %s", h.Summary())
-	}
+	return f
 }
 
 // A journal cut anywhere decodes to the entries wholly before the cut, and

@@ -36,4 +36,18 @@ func TestRetryDelayAfterDoublesUpToTheCeiling(t *testing.T) {
 	require.Equal(t, 5*time.Second, p.RetryDelayAfter(1<<40), "saturates, never overflows")
 	p.MaxRetryDelay = 0
 	require.Equal(t, time.Second, p.RetryDelayAfter(7), "no ceiling: the delay is fixed")
+
+	for _, c := range []struct {
+		base, ceiling time.Duration
+		n             int
+		want          time.Duration
+	}{
+		{-time.Second, 0, 3, 0},
+		{time.Second, time.Minute, 6, 32 * time.Second},
+		{time.Second, time.Minute, 7, time.Minute},
+		{time.Nanosecond, broker.MaxDeadlineOffset, 64, broker.MaxDeadlineOffset},
+	} {
+		p := broker.PolicyValue{RetryDelay: c.base, MaxRetryDelay: c.ceiling}
+		require.Equal(t, c.want, p.RetryDelayAfter(c.n), "RetryDelay %v, MaxRetryDelay %v, delivery %d", c.base, c.ceiling, c.n)
+	}
 }

@@ -1,0 +1,546 @@
+package natsjs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// The focused tests of the adapter: what the conformance suite cannot see
+// (the records on the server, several Stores on one queue, messages of
+// other clients, the server's limits) and the mapping's own rules.
+
+const secretText = "SECRET-4111-1111"
+
+func policy(mods ...func(*broker.PolicyValue)) broker.PolicyValue {
+	p := broker.PolicyValue{VisibilityTimeout: 10 * time.Minute, MaxDeliveries: 5}
+	for _, m := range mods {
+		m(&p)
+	}
+	return p
+}
+
+// twoStores opens two Stores with one prefix on the shared server, on two
+// connections: two processes serving the same queues.
+func twoStores(t *testing.T) (*natsjs.Store, *natsjs.Store, *nats.Conn) {
+	t.Helper()
+	a := openBackend(t)
+	nc := connect(t, sharedServer(t).ClientURL())
+	b, err := natsjs.Open(nc, natsjs.Options{Prefix: a.prefix})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a.Store, b, nc
+}
+
+func mustQueue(t *testing.T, s *natsjs.Store, name string, p broker.PolicyValue) *natsjs.Queue {
+	t.Helper()
+	q, err := s.Queue(name, p)
+	if err != nil {
+		t.Fatalf("Queue(%q): %v", name, err)
+	}
+	return q
+}
+
+func receiveN(t *testing.T, q *natsjs.Queue, n int) []broker.DeliveryValue {
+	t.Helper()
+	ds, err := q.Receive(context.Background(), n+5)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if len(ds) != n {
+		t.Fatalf("Receive returned %d deliveries, want %d", len(ds), n)
+	}
+	return ds
+}
+
+// until polls cond every 10 ms until it holds or the deadline passes.
+func until(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not by %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCausesMatchFileStore rejects one message per cause shape on the
+// adapter and on the file-backed store and requires the same dead letter
+// fields: the classified-cause rule is one rule.
+func TestCausesMatchFileStore(t *testing.T) {
+	ctx := context.Background()
+	fs, err := broker.Open(t.TempDir(), broker.Options{Sync: broker.SyncNone})
+	if err != nil {
+		t.Fatalf("broker.Open: %v", err)
+	}
+	defer fs.Close()
+	fq, err := fs.Queue("causes", policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nq := mustQueue(t, openBackend(t).Store, "causes", policy())
+	card := broker.NewError("CARD_DECLINED", 0x05020001, "declined", secretText)
+	causes := []error{
+		nil,
+		errors.New(secretText),
+		card,
+		fmt.Errorf("wrapped %s: %w", secretText, card),
+		card.Wrap(errors.New(secretText)),
+		broker.DoNotRetry(nil),
+		broker.DoNotRetry(errors.New(secretText)),
+		broker.DoNotRetry(card),
+		broker.DoNotRetry(broker.DoNotRetry(errors.New(secretText))),
+		broker.NewError("", 7, "pub", secretText),
+		broker.NewError("NEWLINE", 1, "line one\nline two \"quoted\" \x00 ünïcode", secretText),
+	}
+	for i, cause := range causes {
+		for _, q := range []broker.Broker{fq, nq} {
+			if _, err := q.Publish(ctx, []byte(fmt.Sprint(i))); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := q.Receive(ctx, 1)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("Receive: %d, %v", len(ds), err)
+			}
+			if err := q.(broker.Rejecter).Reject(ctx, ds[0].Lease.Receipt, cause); err != nil {
+				t.Fatalf("Reject: %v", err)
+			}
+		}
+	}
+	want, err := fq.DeadLetters(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := nq.DeadLetters(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(causes) || len(want) != len(causes) {
+		t.Fatalf("%d and %d dead letters, want %d each", len(got), len(want), len(causes))
+	}
+	for i := range causes {
+		w, g := want[i], got[i]
+		if g.Reason != w.Reason || g.Code != w.Code || g.Cause != w.Cause || g.Deliveries != w.Deliveries || !bytes.Equal(g.Message.Payload, w.Message.Payload) {
+			t.Errorf("cause %d (%v): natsjs records %q %s %q #%d, the file store %q %s %q #%d", i, causes[i],
+				g.Reason, broker.FormatCode(g.Code), g.Cause, g.Deliveries, w.Reason, broker.FormatCode(w.Code), w.Cause, w.Deliveries)
+		}
+	}
+}
+
+// TestDeadLetterRecordHoldsNoPrivateText reads the dead-letter stream's
+// raw records and the adapter's log: the private detail and the Error text
+// of an unclassified cause are in the log, keyed by message ID, and
+// nowhere on the server.
+func TestDeadLetterRecordHoldsNoPrivateText(t *testing.T) {
+	ctx := context.Background()
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "SECRECY", Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "SECRECY") })
+	q := mustQueue(t, st, "s", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	var ids []string
+	for _, cause := range []error{errors.New("plain " + secretText), broker.NewError("R", 1, "public", secretText)} {
+		m, err := q.Publish(ctx, []byte("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+		d := receiveN(t, q, 1)[0]
+		if nv, err := q.Nack(ctx, d.Lease.Receipt, cause); err != nil || !nv.DeadLettered {
+			t.Fatalf("Nack: %+v, %v", nv, err)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(ctx, "SECRECY_D_s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		raw, err := stream.GetLastMsgForSubject(ctx, "SECRECY.d.s."+id)
+		if err != nil {
+			t.Fatalf("dead-letter record of %s: %v", id, err)
+		}
+		var all strings.Builder
+		for k, vs := range raw.Header {
+			all.WriteString(k + "=" + strings.Join(vs, ",") + "\n")
+		}
+		all.Write(raw.Data)
+		if strings.Contains(all.String(), secretText) {
+			t.Fatalf("the dead-letter record of %s holds the private text:\n%s", id, all.String())
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logged.String(), "plain "+secretText) || !strings.Contains(logged.String(), ids[0]) {
+		t.Fatalf("the unclassified cause's text and its message ID are not in the log:\n%s", logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestTwoStoresShareAQueue runs two Stores (two processes) on one queue:
+// each refuses the other's receipts, a publication through one wakes the
+// other's idle consumer, and both see the same dead letters.
+func TestTwoStoresShareAQueue(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	qa := mustQueue(t, a, "shared", policy())
+	qb := mustQueue(t, b, "shared", policy())
+
+	w := qb.Wake() // subscribes b to the queue's publications
+	if w.Scheduled {
+		t.Fatalf("Wake of an empty queue is Scheduled: %+v", w)
+	}
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Signal:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a publish through another Store did not close the wake signal")
+	}
+	if w := qb.Wake(); !w.Scheduled || w.In > 0 {
+		t.Fatalf("after another Store's publish: Wake %+v, want Scheduled now", w)
+	}
+	d := receiveN(t, qb, 1)[0]
+	if d.Message.ID != m.ID {
+		t.Fatalf("b received %q, a published %q", d.Message.ID, m.ID)
+	}
+	if err := qa.Ack(ctx, d.Lease.Receipt); !errors.Is(err, broker.UnknownReceipt) {
+		t.Fatalf("a acked b's receipt: %v, want UnknownReceipt", err)
+	}
+	if err := qb.Reject(ctx, d.Lease.Receipt, broker.NewError("R", 0, "p", "")); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := qa.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 1 || dls[0].Message.ID != m.ID {
+		t.Fatalf("a sees dead letters %+v, %v; want b's reject", dls, err)
+	}
+	if err := qa.ReplayDeadLetter(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := receiveN(t, qb, 1)[0]
+	if r.Message.ID != m.ID || r.Deliveries != 1 || !r.Message.EnqueuedAt.Equal(m.EnqueuedAt) {
+		t.Fatalf("replayed %q #%d at %v, want %q #1 at %v", r.Message.ID, r.Deliveries, r.Message.EnqueuedAt, m.ID, m.EnqueuedAt)
+	}
+}
+
+// TestLapseDeathBuriedByAnotherStore lets the last lease of a message
+// taken through one Store lapse, and requires the other Store to find the
+// dead letter without receiving anything: the server's advisory is kept
+// in the deaths stream until some Store buries the message.
+func TestLapseDeathBuriedByAnotherStore(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	p := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = 300 * time.Millisecond
+		p.Capacity = 1
+	})
+	qa := mustQueue(t, a, "lapse", p)
+	qb := mustQueue(t, b, "lapse", p)
+	m, err := qa.Publish(ctx, []byte("doomed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, qa, 1)[0]
+	var dls []broker.DeadLetterValue
+	until(t, 10*time.Second, "the lapsed message is a dead letter seen by the other Store", func() bool {
+		var err error
+		if dls, err = qb.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 1
+	})
+	dl := dls[0]
+	if dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != 1 || string(dl.Message.Payload) != "doomed" {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	if dl.FailedAt.Before(d.Lease.ExpiresAt.Add(-time.Second)) || dl.FailedAt.After(d.Lease.ExpiresAt.Add(2*time.Second)) {
+		t.Fatalf("FailedAt %v, the lease lapsed at %v", dl.FailedAt, d.Lease.ExpiresAt)
+	}
+	if err := qa.Ack(ctx, d.Lease.Receipt); !errors.Is(err, broker.LeaseExpired) {
+		t.Fatalf("Ack of the lapsed lease: %v", err)
+	}
+	// The buried message no longer holds the queue's one place.
+	if _, err := qa.Publish(ctx, []byte("next")); err != nil {
+		t.Fatalf("Publish after the death: %v", err)
+	}
+}
+
+// TestMessageOfAnotherClient publishes to the queue's subject without the
+// adapter: the message is delivered with its stream sequence as ID and
+// the server's store instant as EnqueuedAt.
+func TestMessageOfAnotherClient(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "foreign", policy())
+	nc := connect(t, sharedServer(t).ClientURL())
+	js, _ := jetstream.New(nc)
+	before := time.Now()
+	ack, err := js.Publish(ctx, b.prefix+".q.foreign", []byte("raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	if want := fmt.Sprintf("%016x", ack.Sequence); d.Message.ID != want || string(d.Message.Payload) != "raw" {
+		t.Fatalf("delivered %q %q, want %q %q", d.Message.ID, d.Message.Payload, want, "raw")
+	}
+	if d.Message.EnqueuedAt.Before(before.Add(-time.Second)) || d.Message.EnqueuedAt.After(time.Now().Add(time.Second)) {
+		t.Fatalf("EnqueuedAt %v is not the store instant (published at %v)", d.Message.EnqueuedAt, before)
+	}
+}
+
+// TestPolicyChangeReachesServer reopens a queue with another policy and
+// requires the consumer and stream to follow it.
+func TestPolicyChangeReachesServer(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q1 := mustQueue(t, b.Store, "p", policy())
+	q2 := mustQueue(t, b.Store, "p", policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = 7 * time.Second
+		p.MaxDeliveries = 3
+		p.Capacity = 9
+		p.DedupWindow = time.Hour
+	}))
+	if q1 != q2 {
+		t.Fatalf("Queue returned a second *Queue for one name")
+	}
+	js, _ := jetstream.New(b.nc)
+	c, err := js.Consumer(ctx, b.prefix+"_Q_p", "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.CachedInfo().Config; cfg.AckWait != 7*time.Second || cfg.MaxDeliver != 3 {
+		t.Fatalf("consumer AckWait %v MaxDeliver %d, want 7s 3", cfg.AckWait, cfg.MaxDeliver)
+	}
+	s, err := js.Stream(ctx, b.prefix+"_Q_p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.MaxMsgs != 9 || cfg.Duplicates != time.Hour {
+		t.Fatalf("stream MaxMsgs %d Duplicates %v, want 9 1h", cfg.MaxMsgs, cfg.Duplicates)
+	}
+}
+
+// TestServerLimits: a batch beyond the server's atomic-batch bound is
+// InvalidBatchSize, and a payload the policy allows but the server's
+// max_payload does not is MessageTooLarge; neither enqueues anything.
+func TestServerLimits(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "limits", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 2 * testMaxPayload }))
+	if _, err := q.PublishBatch(ctx, make([][]byte, 1001)); !errors.Is(err, broker.InvalidBatchSize) {
+		t.Fatalf("a batch of 1001: %v, want InvalidBatchSize", err)
+	}
+	if _, err := q.Publish(ctx, make([]byte, testMaxPayload)); !errors.Is(err, broker.MessageTooLarge) {
+		t.Fatalf("a payload of the server's max_payload: %v, want MessageTooLarge", err)
+	}
+	if ms, err := q.PublishBatch(ctx, make([][]byte, 1000)); err != nil || len(ms) != 1000 {
+		t.Fatalf("a batch of 1000: %d, %v", len(ms), err)
+	}
+	got := 0
+	until(t, 10*time.Second, "the batch's 1000 messages received", func() bool {
+		ds, err := q.Receive(ctx, 2000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(ds)
+		return got >= 1000
+	})
+	if got != 1000 {
+		t.Fatalf("received %d messages, want the batch's 1000", got)
+	}
+}
+
+// TestExtendByVisibilityTimeout renews with the server's "in progress",
+// the path Extend takes when by equals the policy's VisibilityTimeout: the
+// message stays hidden past its first deadline and the new receipt acks.
+func TestExtendByVisibilityTimeout(t *testing.T) {
+	ctx := context.Background()
+	const vt = 1500 * time.Millisecond
+	q := mustQueue(t, openBackend(t).Store, "wpi", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	time.Sleep(time.Until(d.Lease.ExpiresAt.Add(-vt / 2)))
+	l, err := q.Extend(ctx, d.Lease.Receipt, vt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(d.Lease.ExpiresAt.Add(200 * time.Millisecond)))
+	start := time.Now()
+	ds, err := q.Receive(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 0 && start.Before(l.ExpiresAt.Add(-300*time.Millisecond)) {
+		t.Fatalf("redelivered at %v, after its first deadline %v but within the renewed one %v", start, d.Lease.ExpiresAt, l.ExpiresAt)
+	}
+	if len(ds) == 0 {
+		if err := q.Ack(ctx, l.Receipt); err != nil && start.Before(l.ExpiresAt.Add(-300*time.Millisecond)) {
+			t.Fatalf("Ack with the renewed receipt: %v", err)
+		}
+	}
+}
+
+// TestClosedConnection: a Store whose connection was closed answers
+// Closed, and Store.Close makes Queue refuse too.
+func TestClosedConnection(t *testing.T) {
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "CLOSING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, st, "c", policy())
+	t.Cleanup(func() { deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "CLOSING") })
+	nc.Close()
+	if _, err := q.Publish(ctx, []byte("x")); !errors.Is(err, broker.Closed) {
+		t.Fatalf("Publish on a closed connection: %v, want Closed", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := st.Queue("c", policy()); !errors.Is(err, broker.Closed) {
+		t.Fatalf("Queue after Close: %v, want Closed", err)
+	}
+}
+
+// TestOpenRefuses: bad options and names are refused before the server is
+// asked.
+func TestOpenRefuses(t *testing.T) {
+	nc := connect(t, sharedServer(t).ClientURL())
+	for _, o := range []natsjs.Options{{Prefix: "a_b"}, {Prefix: "a.b"}, {Prefix: strings.Repeat("P", 33)}, {Replicas: 6}, {Replicas: -1}, {Timeout: -1}} {
+		if _, err := natsjs.Open(nc, o); err == nil {
+			t.Errorf("Open(%+v) accepted it", o)
+		}
+	}
+	if _, err := natsjs.Open(nil, natsjs.Options{}); err == nil {
+		t.Errorf("Open(nil) accepted it")
+	}
+	st := openBackend(t).Store
+	for _, name := range []string{"", ".x", "a b", "a*", "a>"} {
+		if _, err := st.Queue(name, policy()); err == nil {
+			t.Errorf("Queue(%q) accepted it", name)
+		}
+	}
+	if _, err := st.Queue("ok", broker.PolicyValue{}); !errors.Is(err, broker.QueueMisconfigured) {
+		t.Errorf("Queue with the zero policy: %v, want QueueMisconfigured", err)
+	}
+}
+
+// TestConsumeDrainsBursts runs broker.Consume while batches are published
+// and requires every message handled: a Receive that stops short (the
+// server may tell its consumer about a batch's messages a moment after it
+// acknowledged the batch) must not leave messages behind while the Waker
+// says there is nothing to do.
+func TestConsumeDrainsBursts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := mustQueue(t, openBackend(t).Store, "bursts", policy())
+	rounds := 10
+	if testing.Short() {
+		rounds = 3
+	}
+	var mu sync.Mutex
+	handled := map[string]bool{}
+	done := make(chan error, 1)
+	go func() {
+		done <- broker.Consume(ctx, q, func(_ context.Context, d broker.DeliveryValue) error {
+			mu.Lock()
+			handled[d.Message.ID] = true
+			mu.Unlock()
+			return nil
+		}, broker.ConsumeOptions{Batch: 64, Concurrency: 8})
+	}()
+	want := 0
+	for range rounds {
+		ms, err := q.PublishBatch(ctx, make([][]byte, 500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += len(ms)
+		until(t, 30*time.Second, "the burst handled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == want
+		})
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Consume: %v", err)
+	}
+}
+
+// TestIdleConsumerPicksUpAnotherProcessLapse: a message leased through one
+// Store whose consumer then dies is handled by broker.Consume running on
+// another Store, which learns of the lapse only by looking again (the
+// Recheck of Options).
+func TestIdleConsumerPicksUpAnotherProcessLapse(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b, _ := twoStores(t)
+	p := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Second })
+	qa := mustQueue(t, a, "orphan", p)
+	qb := mustQueue(t, b, "orphan", p)
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, qa, 1)[0] // and the consumer of a dies
+	got := make(chan broker.DeliveryValue, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- broker.Consume(ctx, qb, func(_ context.Context, d broker.DeliveryValue) error {
+			select {
+			case got <- d:
+			default:
+			}
+			return nil
+		}, broker.ConsumeOptions{})
+	}()
+	select {
+	case r := <-got:
+		if r.Message.ID != m.ID || r.Deliveries != 2 {
+			t.Fatalf("handled %q #%d, want %q #2", r.Message.ID, r.Deliveries, m.ID)
+		}
+		if time.Now().Before(d.Lease.ExpiresAt) {
+			t.Fatalf("handled before the first lease lapsed at %v", d.Lease.ExpiresAt)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the idle consumer of another Store never picked up the lapsed message")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Consume: %v", err)
+	}
+}

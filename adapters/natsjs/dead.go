@@ -1,0 +1,354 @@
+package natsjs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// A corpse is what a dead letter is made of.
+type corpse struct {
+	seq        uint64 // in the work stream
+	id         string
+	enqueued   time.Time
+	payload    []byte
+	deliveries int
+	failedAt   time.Time
+	// reply is the ack subject of the delivery that ends in the
+	// dead-letter stream; empty for a message no delivery holds any more.
+	reply string
+}
+
+// bury stores c in the dead-letter stream (subject PREFIX.d.queue.ID, one
+// record per ID) with reason, code and public text in headers, then
+// removes the message from the work stream: by terminating its delivery,
+// or, when none holds it, by deleting it. In that order: a failure between
+// the two leaves the message in both (its record is replaced if it dies
+// again), never in neither.
+func (q *Queue) bury(ctx context.Context, c corpse, reason string, code uint32, public string) error {
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	m := nats.NewMsg(q.n.deadSubject + "." + c.id)
+	m.Data = c.payload
+	m.Header.Set(hdrID, c.id)
+	m.Header.Set(hdrEnqueued, strconv.FormatInt(c.enqueued.UnixNano(), 10))
+	m.Header.Set(hdrFailed, strconv.FormatInt(c.failedAt.UnixNano(), 10))
+	m.Header.Set(hdrReason, strconv.Quote(reason))
+	m.Header.Set(hdrCode, broker.FormatCode(code))
+	m.Header.Set(hdrCause, strconv.Quote(public))
+	m.Header.Set(hdrDeliveries, strconv.Itoa(c.deliveries))
+	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.dead)); err != nil {
+		return q.connError("dead-letter "+c.id, err)
+	}
+	var err error
+	if c.reply != "" {
+		err = q.tell(ctx, c.reply, "+TERM")
+	} else if err = q.work.DeleteMsg(ctx, c.seq); notFound(err) {
+		err = nil
+	}
+	if err != nil {
+		return q.connError("remove dead letter "+c.id+" from the queue", err)
+	}
+	return nil
+}
+
+// buryLeased dead-letters the message of a lease this Queue holds, with
+// cause classified. The payload is read back from the work stream: the
+// adapter keeps none.
+func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause error) error {
+	rctx, cancel := q.s.bounded(ctx)
+	raw, err := q.work.GetMsg(rctx, seq)
+	cancel()
+	if err != nil {
+		return q.connError("read message "+l.id+" to dead-letter it", err)
+	}
+	reason, code, public, unclassified := broker.Classify(cause)
+	if unclassified {
+		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", l.id, "err", cause.Error())
+	}
+	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
+		failedAt: time.Now(), reply: l.reply}, reason, code, public)
+}
+
+// buryLapsed dead-letters, as LEASE_EXPIRED with MaxDeliveries deliveries,
+// a message the server delivered more often than the policy allows (a
+// policy change lowered MaxDeliveries after its last lease was taken).
+func (q *Queue) buryLapsed(ctx context.Context, d delivery, policy broker.PolicyValue) error {
+	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
+	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: policy.MaxDeliveries,
+		failedAt: time.Now(), reply: d.msg.Reply}, broker.ReasonLeaseExpired, 0, "")
+}
+
+// sweepDeaths buries the messages whose last allowed lease lapsed. The
+// consumer's MaxDeliver is the policy's MaxDeliveries: at such a lapse the
+// server stops delivering the message, leaves it in the work stream (a
+// work-queue stream keeps what was not acknowledged) and publishes a
+// MAX_DELIVERIES advisory, which the queue's deaths stream stores — so the
+// death is durable even when no process is listening — and republishes,
+// headers only, to the Stores of the queue. Each of them then sweeps at
+// its next call that looks (Receive, DeadLetters, replay, delete, a
+// publish refused as full): every stored advisory becomes a dead letter
+// (reason LEASE_EXPIRED, FailedAt the server's instant of the lapse), its
+// message is deleted from the work stream, and the advisory too. Two
+// Stores sweeping at once both write the record of a death (one record
+// per ID survives) and both delete; nothing is lost or doubled.
+//
+// A notice lost while the connection was down is made up for by a sweep at
+// least every sweepEvery, notice or not.
+func (q *Queue) sweepDeaths(ctx context.Context) error {
+	if !q.unburied.Load() && time.Since(time.Unix(0, q.lastSweep.Load())) < sweepEvery {
+		return nil
+	}
+	q.sweepMu.Lock()
+	defer q.sweepMu.Unlock()
+	if !q.unburied.Swap(false) && time.Since(time.Unix(0, q.lastSweep.Load())) < sweepEvery {
+		return nil // swept by another call meanwhile
+	}
+	q.lastSweep.Store(time.Now().UnixNano())
+	done := false
+	defer func() {
+		if !done {
+			q.unburied.Store(true)
+		}
+	}()
+	for seq := uint64(1); ; {
+		raw, err := q.deaths.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.n.deathSubject))
+		if notFound(err) {
+			break
+		}
+		if err != nil {
+			return q.connError("read the lapsed last deliveries", err)
+		}
+		var advisory struct {
+			Time       time.Time `json:"timestamp"`
+			StreamSeq  uint64    `json:"stream_seq"`
+			Deliveries int       `json:"deliveries"`
+		}
+		if err := json.Unmarshal(raw.Data, &advisory); err != nil || advisory.StreamSeq == 0 {
+			q.s.opts.Logger.Warn("natsjs: unreadable MAX_DELIVERIES advisory dropped", "queue", q.name, "seq", raw.Sequence, "err", err)
+		} else if err := q.buryDeath(ctx, advisory.StreamSeq, advisory.Deliveries, advisory.Time); err != nil {
+			return err
+		}
+		if err := q.deaths.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
+			return q.connError("delete a handled MAX_DELIVERIES advisory", err)
+		}
+		seq = raw.Sequence + 1
+	}
+	done = true
+	return nil
+}
+
+// sweepEvery bounds how long a death whose notice was lost (the connection
+// was down) waits for a sweep.
+const sweepEvery = time.Minute
+
+// buryDeath dead-letters the message at seq of the work stream, whose last
+// lease lapsed, unless it is gone already. FailedAt is the lapse: the
+// ExpiresAt of that lease when this Queue handed it out, else the
+// advisory's instant. (nats-server 2.15 notices the lapse of a lease
+// that was not the first delivery only at the consumer's next pull, so
+// the advisory may come late.)
+func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, failedAt time.Time) error {
+	q.mu.Lock()
+	if l := q.leases[seq]; l != nil && l.deliveries == deliveries && l.expiresAt.Before(failedAt) {
+		failedAt = l.expiresAt
+	}
+	q.mu.Unlock()
+	m, err := q.work.GetMsg(ctx, seq)
+	if notFound(err) {
+		return nil
+	}
+	if err != nil {
+		return q.connError("read a message whose last lease lapsed", err)
+	}
+	id, enqueued := identity(m.Header, seq, m.Time)
+	return q.bury(ctx, corpse{seq: seq, id: id, enqueued: enqueued, payload: m.Data, deliveries: deliveries, failedAt: failedAt},
+		broker.ReasonLeaseExpired, 0, "")
+}
+
+// logUnclassified sends the text of a cause with no reason to the logger,
+// keyed by message ID: it may hold payload bytes, so it never reaches the
+// server.
+func (q *Queue) logUnclassified(id string, cause error) {
+	if _, _, _, unclassified := broker.Classify(cause); unclassified {
+		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", id, "err", cause.Error())
+	}
+}
+
+// DeadLetters returns up to max dead letters, oldest FailedAt first (the
+// dead-letter stream's order), without removing them; see
+// broker.DeadLetterReader.
+func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("natsjs: queue %s: DeadLetters max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
+	}
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return nil, err
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	if err := q.sweepDeaths(ctx); err != nil {
+		return nil, err
+	}
+	var out []broker.DeadLetterValue
+	for seq := uint64(1); len(out) < max; {
+		raw, err := q.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.n.deadSubject+".*"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, q.connError("read dead letters", err)
+		}
+		dl, err := decodeDead(raw)
+		if err != nil {
+			return nil, fmt.Errorf("natsjs: queue %s: dead letter at sequence %d of %s: %w", q.name, raw.Sequence, q.n.dead, err)
+		}
+		out = append(out, dl)
+		seq = raw.Sequence + 1
+	}
+	return out, nil
+}
+
+// decodeDead reads a record of the dead-letter stream.
+func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
+	h := raw.Header
+	var dl broker.DeadLetterValue
+	var err error
+	if dl.FailedAt, err = headerTime(h, hdrFailed); err != nil {
+		return dl, err
+	}
+	if dl.Message.EnqueuedAt, err = headerTime(h, hdrEnqueued); err != nil {
+		return dl, err
+	}
+	if dl.Message.ID = h.Get(hdrID); !validID(dl.Message.ID) {
+		return dl, fmt.Errorf("header %s %q is not a message ID", hdrID, dl.Message.ID)
+	}
+	if dl.Reason, err = strconv.Unquote(h.Get(hdrReason)); err != nil {
+		return dl, fmt.Errorf("header %s %q: %w", hdrReason, h.Get(hdrReason), err)
+	}
+	if dl.Cause, err = strconv.Unquote(h.Get(hdrCause)); err != nil {
+		return dl, fmt.Errorf("header %s %q: %w", hdrCause, h.Get(hdrCause), err)
+	}
+	if dl.Code, err = broker.ParseCode(h.Get(hdrCode)); err != nil {
+		return dl, err
+	}
+	if dl.Deliveries, err = strconv.Atoi(h.Get(hdrDeliveries)); err != nil {
+		return dl, fmt.Errorf("header %s %q: %w", hdrDeliveries, h.Get(hdrDeliveries), err)
+	}
+	dl.Message.Payload = clone(raw.Data)
+	return dl, nil
+}
+
+// ReplayDeadLetter moves dead letter id back into the queue, receivable at
+// once, its delivery count reset (it is a new message of the work stream),
+// keeping its ID, payload and EnqueuedAt; it closes this Queue's wake
+// signal. See broker.DeadLetterManager. The message is published before
+// its record is deleted: a failure between the two leaves both, and a
+// second replay then queues it again — the duplicate the port permits.
+// A queue at its Capacity refuses the replay (broker.QueueFull): the
+// server's limit knows no exception.
+func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return err
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	if err := q.sweepDeaths(ctx); err != nil {
+		return err
+	}
+	raw, err := q.deadRecord(ctx, id)
+	if err != nil {
+		return err
+	}
+	enqueued, err := headerTime(raw.Header, hdrEnqueued)
+	if err != nil {
+		return fmt.Errorf("natsjs: queue %s: dead letter %s: %w", q.name, id, err)
+	}
+	m := q.message(raw.Data, enqueued)
+	m.Header.Set(hdrID, id)
+	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.work)); err != nil {
+		return q.publishError(err)
+	}
+	q.wakeReady()
+	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
+		return q.connError("replayed dead letter "+id+", but could not delete its record", err)
+	}
+	return nil
+}
+
+// DeleteDeadLetter removes dead letter id for good; see
+// broker.DeadLetterManager.
+func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return err
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	if err := q.sweepDeaths(ctx); err != nil {
+		return err
+	}
+	raw, err := q.deadRecord(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil {
+		if notFound(err) {
+			return fmt.Errorf("natsjs: queue %s: dead letter %q: %w", q.name, id, broker.DeadLetterNotFound)
+		}
+		return q.connError("delete dead letter "+id, err)
+	}
+	return nil
+}
+
+// deadRecord returns the dead-letter record of id, or an error wrapping
+// broker.DeadLetterNotFound. An id that is not one this adapter mints is
+// never sent to the server (it could be a subject wildcard).
+func (q *Queue) deadRecord(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("natsjs: queue %s: dead letter %q: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	raw, err := q.dead.GetLastMsgForSubject(ctx, q.n.deadSubject+"."+id)
+	if notFound(err) {
+		return nil, fmt.Errorf("natsjs: queue %s: dead letter %q: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	if err != nil {
+		return nil, q.connError("read dead letter "+id, err)
+	}
+	return raw, nil
+}
+
+// notFound reports whether the server answered that a message does not
+// exist.
+func notFound(err error) bool {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeMessageNotFound || api.ErrorCode == codeDeleteFailed)
+}
+
+// codeDeleteFailed is JSStreamMsgDeleteFailedF, the server's answer to a
+// delete of a sequence it does not hold.
+const codeDeleteFailed = 10057
+
+// identity returns the ID and EnqueuedAt of a stored message: its headers'
+// when a replay or this adapter set them, else its stream sequence and the
+// server's store instant (a message published by another client).
+func identity(h nats.Header, seq uint64, stored time.Time) (string, time.Time) {
+	id := h.Get(hdrID)
+	if !validID(id) {
+		id = messageID(seq)
+	}
+	enqueued, err := headerTime(h, hdrEnqueued)
+	if err != nil {
+		enqueued = stored
+	}
+	return id, enqueued
+}

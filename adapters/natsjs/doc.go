@@ -1,0 +1,125 @@
+// Package natsjs implements walbroker's port (package broker) over NATS
+// JetStream, for programs that outgrow one machine. Switching from the
+// embedded store is one line:
+//
+//	store, err := broker.Open(dir, broker.Options{}) // one machine
+//	store, err := natsjs.Open(nc, natsjs.Options{})  // a NATS server or cluster
+//
+// and store.Queue(name, policy) returns a queue with the same methods
+// (Publish, PublishKeyed, PublishBatch, Receive, Ack, Nack, Reject, Extend,
+// DeadLetters, ReplayDeadLetter, DeleteDeadLetter, Wake), the same errors
+// (errors.Is with broker.UnknownReceipt, LeaseExpired, MessageTooLarge,
+// InvalidBatchSize, InvalidDedupKey, DeadLetterNotFound, QueueFull,
+// QueueMisconfigured, Closed) and the same classified-cause rule, so
+// broker.Consume and every handler run unchanged. It is its own Go module,
+// so that the core module does not depend on the NATS client.
+//
+// # How the port maps onto JetStream
+//
+// A queue NAME of a Store with prefix P (default WALBROKER) is:
+//
+//   - the work stream P_Q_NAME (subject P.q.NAME, work-queue retention,
+//     MaxMsgs = Capacity with DiscardNew, duplicate window = DedupWindow,
+//     atomic batch publish allowed), holding every live message: ready,
+//     leased and delayed. Dead letters are elsewhere, so they do not count
+//     toward Capacity. It republishes each message's headers to P.w.NAME
+//     (see Wake);
+//   - its durable pull consumer "walbroker": explicit ack, AckWait =
+//     VisibilityTimeout, MaxDeliver = MaxDeliveries, MaxAckPending
+//     unbounded;
+//   - the dead-letter stream P_D_NAME (subject P.d.NAME.ID, one record per
+//     message ID): the payload, with ID, EnqueuedAt, FailedAt, reason, code,
+//     public cause and deliveries in headers;
+//   - the keys stream P_K_NAME (subject P.k.NAME.SHA256(key), MaxAge
+//     DedupWindow + 1 min): the enqueue instant of each dedup key;
+//   - the deaths stream P_A_NAME, which stores the server's MAX_DELIVERIES
+//     advisories of the consumer (a message whose last allowed lease
+//     lapsed) until a Store has made them dead letters.
+//
+// In NAME, '_' is written "__" and '.' "_d", which keeps the mapping one to
+// one (stream names allow no '.', subject tokens no '.').
+//
+//   - Publish is a JetStream publish; it returns when the server has stored
+//     the message (see Durability). The ID is the stream sequence in 16 hex
+//     digits; EnqueuedAt is the publishing process's clock. Both travel in
+//     headers when a dead letter is replayed, so the message keeps them.
+//   - PublishKeyed sends Nats-Msg-Id = SHA-256(key): the server's duplicate
+//     window is the dedup window, and a duplicate's acknowledgement names
+//     the original's sequence, its ID. The original's EnqueuedAt is read
+//     from the keys stream, written before the message.
+//   - PublishBatch is one atomic batch of the server (Nats-Batch-Id, server
+//     2.12 or later): all of it is stored or none, checked against MaxMsgs
+//     as a whole; at most 1000 messages (the server's default bound).
+//   - Receive is a pull request that does not wait for more messages once
+//     one came; it waits up to 200 ms for the first only when a message is
+//     known to have been published, because the server acknowledges a
+//     publish a moment before its consumer hears of the message.
+//   - Ack, Nack, Reject and Extend are requests on the delivery's ack
+//     subject, each waiting for the server's confirmation: "+ACK"; "-NAK"
+//     with the policy's retry delay (RetryDelay doubled per delivery, held
+//     at MaxRetryDelay); "+TERM" after the dead letter is stored; "+WPI"
+//     when Extend's duration is the VisibilityTimeout, else a delayed
+//     "-NAK", which keeps the message pending on the same delivery and
+//     moves its redelivery deadline to now+by.
+//   - Nack on the MaxDeliveries-th delivery, and Reject, store the dead
+//     letter, then terminate the delivery. A lease that lapses on the last
+//     allowed delivery makes the server stop delivering the message and
+//     publish a MAX_DELIVERIES advisory, which the deaths stream keeps; the
+//     next call of any Store that looks (Receive, DeadLetters, replay,
+//     delete, a publish refused as full; and at least once a minute)
+//     moves each such message to the dead-letter stream with reason
+//     LEASE_EXPIRED and deletes it from the work stream. The advisory is
+//     stored by the server, so a death is never lost because no process
+//     was listening.
+//   - Receipts are MACed with a random per-Store key over the queue's
+//     stream name, the message's sequence and a lease nonce; the Store
+//     keeps the leases it handed out, to refuse a lapsed, replaced or ended
+//     one with LeaseExpired.
+//
+// # Promises kept differently
+//
+//   - Clock. The server's clock decides lease lapses, retry delays and the
+//     dedup window; Options has no Now. The instants the adapter returns
+//     (ExpiresAt, VisibleAt) are measured on this process's clock from
+//     before its request, so the server's own instant is never earlier.
+//   - Lease expiry. The adapter refuses a receipt AT its ExpiresAt, but the
+//     message reappears when the server's deadline passes, a request's
+//     flight later. An Ack sent just before ExpiresAt that reaches the
+//     server after its deadline may acknowledge a message already handed
+//     to another consumer: a duplicate processing, which at-least-once
+//     permits, never a loss.
+//   - A lapse on the last allowed delivery is noticed by nats-server 2.15
+//     at its deadline only for a first delivery; for a redelivered message
+//     only at the consumer's next pull, so its dead letter appears after
+//     some Store's next Receive (its FailedAt is still the lease's
+//     ExpiresAt when this Store handed the lease out).
+//   - Receipts live as long as the Store that issued them: any other Store
+//     refuses them (UnknownReceipt), the same program after a restart
+//     included. The lease still lapses on the server.
+//   - Receive order. The server delivers redeliveries, and messages whose
+//     retry delay ended, before new ones; among new ones, stream order.
+//     It is not oldest EnqueuedAt first.
+//   - Durability. Publish returns when the server has stored the message:
+//     on the device only when the server syncs every write (jetstream {
+//     sync_interval: always }), otherwise within its sync interval (2 min
+//     by default); with Replicas 3, on a quorum of servers, so one server
+//     can die without losing it.
+//   - Dedup. The window is the server's, measured from its store instant.
+//     A keyed publish refused as full (or that failed after its key record
+//     was written) leaves the record: the retry that enqueues the message
+//     gives it the first attempt's EnqueuedAt.
+//   - Wake. Publications from other processes close the signal too (the
+//     work stream republishes their headers). Scheduled and In know only
+//     this Store's leases and nacks: a Store does not see when another
+//     process's lease lapses or retry delay ends, and its idle consumer
+//     picks such a message up at its next Receive (after the next
+//     publication, or its own next lease event).
+//   - MaxMessageBytes is bounded by the server's max_payload (1 MiB by
+//     default) less 1 KiB for headers: a larger payload is MessageTooLarge
+//     whatever the policy says. Raise max_payload to carry 1 MiB payloads.
+//   - A replay of a dead letter into a full queue is QueueFull, and a
+//     replay whose record could not be deleted afterwards leaves it: a
+//     second replay queues the message twice.
+//
+// A Store, its queues and every method are safe for concurrent use.
+package natsjs

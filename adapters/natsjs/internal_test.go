@@ -1,0 +1,156 @@
+package natsjs
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// seed returns the seed of a randomised test: WALBROKER_NATS_SEED when
+// set, else a fresh one; it is logged so that a failure can be replayed.
+func seed(t *testing.T) uint64 {
+	t.Helper()
+	s := rand.Uint64()
+	if v := os.Getenv("WALBROKER_NATS_SEED"); v != "" {
+		var err error
+		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("WALBROKER_NATS_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (replay with WALBROKER_NATS_SEED=%d)", s, s)
+	return s
+}
+
+// TestNamesAreOneToOne maps many random queue names and requires distinct
+// names to give distinct streams and subjects, each made only of what
+// stream names and subject tokens allow.
+func TestNamesAreOneToOne(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 1))
+	const alphabet = "ab_.-Z9"
+	streams := map[string]string{}
+	fixed := []string{"a.b", "a_b", "a__b", "a_db", "a_d.b", "a._b", "_", "__", "_d", "-", "a..b", "a_.b"}
+	for i := 0; i < 20000; i++ {
+		var name string
+		if i < len(fixed) {
+			name = fixed[i]
+		} else {
+			b := make([]byte, 1+rng.IntN(6))
+			for j := range b {
+				b[j] = alphabet[rng.IntN(len(alphabet))]
+			}
+			if b[0] == '.' {
+				b[0] = 'a'
+			}
+			name = string(b)
+		}
+		if err := checkName(name); err != nil {
+			t.Fatalf("checkName(%q): %v", name, err)
+		}
+		n := newNames("P", name)
+		if prev, ok := streams[n.work]; ok && prev != name {
+			t.Fatalf("queues %q and %q share the stream %s", prev, name, n.work)
+		}
+		streams[n.work] = name
+		for _, s := range []string{n.work, n.dead, n.keys, n.deaths} {
+			for _, c := range []byte(s) {
+				if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+					t.Fatalf("queue %q: stream name %q holds %q", name, s, c)
+				}
+			}
+		}
+		for _, s := range []string{n.workSubject, n.wakeSubject, n.deadSubject, n.keySubject, n.deathNotice} {
+			if got := len(splitTokens(s)); got != 3 {
+				t.Fatalf("queue %q: subject %q has %d tokens, want 3", name, s, got)
+			}
+		}
+	}
+}
+
+func splitTokens(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// TestCheckNameRefuses requires the file-backed store's name rule.
+func TestCheckNameRefuses(t *testing.T) {
+	for _, name := range []string{"", ".", "..", ".hidden", "a/b", "a b", "a*", "a>", string(make([]byte, 65))} {
+		if checkName(name) == nil {
+			t.Errorf("checkName(%q) accepted it", name)
+		}
+	}
+	long := make([]byte, 64)
+	for i := range long {
+		long[i] = 'x'
+	}
+	for _, name := range []string{"a", "a.b", "a_b-c", "A9", string(long)} {
+		if err := checkName(name); err != nil {
+			t.Errorf("checkName(%q): %v", name, err)
+		}
+	}
+}
+
+// TestReceiptTampering flips every bit of a receipt and requires each
+// forgery, and the receipt under another Store's key or another queue's
+// name, to be refused as UnknownReceipt.
+func TestReceiptTampering(t *testing.T) {
+	s := &Store{key: []byte("0123456789abcdef0123456789abcdef")}
+	q := &Queue{s: s, name: "a", n: newNames("P", "a")}
+	r := q.receipt(42, 7)
+	seq, nonce, err := q.parseReceipt(r)
+	if err != nil || seq != 42 || nonce != 7 {
+		t.Fatalf("parseReceipt(own) = %d, %d, %v", seq, nonce, err)
+	}
+	raw := []byte(r)
+	for i := range raw {
+		for bit := 0; bit < 8; bit++ {
+			b := append([]byte(nil), raw...)
+			b[i] ^= 1 << bit
+			if _, _, err := q.parseReceipt(broker.ReceiptValue(b)); err == nil {
+				t.Fatalf("receipt with byte %d bit %d flipped was accepted", i, bit)
+			}
+		}
+	}
+	other := &Queue{s: s, name: "b", n: newNames("P", "b")}
+	if _, _, err := other.parseReceipt(r); err == nil {
+		t.Fatalf("another queue accepted the receipt")
+	}
+	stranger := &Queue{s: &Store{key: []byte("another key, another store......")}, name: "a", n: newNames("P", "a")}
+	if _, _, err := stranger.parseReceipt(r); err == nil {
+		t.Fatalf("another Store accepted the receipt")
+	}
+}
+
+// TestParseDelivery reads both forms of JetStream ack subjects.
+func TestParseDelivery(t *testing.T) {
+	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()
+	for _, reply := range []string{
+		"$JS.ACK.P_Q_a.walbroker.3.17.99." + strconv.FormatInt(ts, 10) + ".5",
+		"$JS.ACK._.HASH.P_Q_a.walbroker.3.17.99." + strconv.FormatInt(ts, 10) + ".5.tok",
+		"$JS.ACK.dom.HASH.P_Q_a.walbroker.3.17.99." + strconv.FormatInt(ts, 10) + ".5",
+	} {
+		d, err := parseDelivery(&nats.Msg{Reply: reply})
+		if err != nil {
+			t.Fatalf("%s: %v", reply, err)
+		}
+		if d.seq != 17 || d.delivered != 3 || d.stored.UnixNano() != ts {
+			t.Fatalf("%s: got seq %d delivered %d stored %v", reply, d.seq, d.delivered, d.stored)
+		}
+	}
+	for _, reply := range []string{"", "_INBOX.x", "$JS.ACK.a.b.c", "$JS.ACK.P.c.x.17.99.1.5", "$JS.ACK.P.c.0.17.99.1.5", "$JS.ACK.P.c.1.0.99.1.5"} {
+		if _, err := parseDelivery(&nats.Msg{Reply: reply}); err == nil {
+			t.Errorf("parseDelivery(%q) accepted it", reply)
+		}
+	}
+}

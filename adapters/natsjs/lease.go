@@ -1,0 +1,393 @@
+package natsjs
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// A lease is one delivery this Queue handed out. The server knows the
+// delivery too (its ack subject, its deadline); the adapter keeps the rest:
+// the deadline it promised, and the nonce that tells this lease from the
+// one an Extend replaced or a later delivery of the same message.
+type lease struct {
+	nonce      uint64
+	reply      string    // the server's ack subject of this delivery
+	deliveries int       // the server's count, this delivery included
+	expiresAt  time.Time // with a monotonic reading: compared with time.Now
+	id         string
+	enqueued   time.Time
+}
+
+// A receipt names one lease of one queue of one Store:
+//
+//	byte 0      version (1)
+//	bytes 1-8   the message's stream sequence, little-endian
+//	bytes 9-16  the lease's nonce
+//	bytes 17-32 first 16 bytes of HMAC-SHA256(Store key, work stream name || bytes 0-16)
+//
+// in unpadded base64url. The key is random per Store and never leaves the
+// process, so a receipt is unguessable, and the stream name in the MAC
+// binds it to its queue: a garbled or forged receipt, another queue's, or
+// another Store's is broker.UnknownReceipt.
+const (
+	receiptVersion = 1
+	receiptBody    = 17
+	receiptLen     = receiptBody + 16
+)
+
+// nonces numbers leases; the MAC, not the nonce, makes receipts
+// unguessable.
+var nonces atomic.Uint64
+
+func (q *Queue) receipt(seq, nonce uint64) broker.ReceiptValue {
+	var b [receiptLen]byte
+	b[0] = receiptVersion
+	binary.LittleEndian.PutUint64(b[1:], seq)
+	binary.LittleEndian.PutUint64(b[9:], nonce)
+	copy(b[receiptBody:], q.mac(b[:receiptBody]))
+	return broker.ReceiptValue(base64.RawURLEncoding.EncodeToString(b[:]))
+}
+
+func (q *Queue) mac(body []byte) []byte {
+	h := hmac.New(sha256.New, q.s.key)
+	h.Write([]byte(q.n.work))
+	h.Write(body)
+	return h.Sum(nil)[:receiptLen-receiptBody]
+}
+
+// parseReceipt verifies r and returns what it names, or an error wrapping
+// broker.UnknownReceipt.
+func (q *Queue) parseReceipt(r broker.ReceiptValue) (seq, nonce uint64, err error) {
+	b, derr := base64.RawURLEncoding.DecodeString(string(r))
+	if derr != nil || len(b) != receiptLen || b[0] != receiptVersion || !hmac.Equal(b[receiptBody:], q.mac(b[:receiptBody])) {
+		return 0, 0, fmt.Errorf("natsjs: queue %s: receipt %.12q...: not issued for this queue by this store: %w", q.name, string(r), broker.UnknownReceipt)
+	}
+	return binary.LittleEndian.Uint64(b[1:]), binary.LittleEndian.Uint64(b[9:]), nil
+}
+
+// liveLocked returns the lease r names if it is live at now: UnknownReceipt
+// for a receipt this Queue did not issue, LeaseExpired for one whose lease
+// lapsed (at ExpiresAt exactly), was replaced by Extend, or was ended by
+// Ack, Nack or Reject. The caller holds q.mu.
+func (q *Queue) liveLocked(r broker.ReceiptValue, now time.Time) (uint64, *lease, error) {
+	seq, nonce, err := q.parseReceipt(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	l := q.leases[seq]
+	if l == nil || l.nonce != nonce || !now.Before(l.expiresAt) {
+		return 0, nil, fmt.Errorf("natsjs: queue %s: message %s: the lease is no longer held: %w", q.name, messageID(seq), broker.LeaseExpired)
+	}
+	return seq, l, nil
+}
+
+// take removes and returns the live lease r names, so that no other call
+// ends it too.
+func (q *Queue) take(r broker.ReceiptValue) (uint64, *lease, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seq, l, err := q.liveLocked(r, time.Now())
+	if err != nil {
+		return 0, nil, err
+	}
+	delete(q.leases, seq)
+	return seq, l, nil
+}
+
+// restore puts back a lease that take removed when the server could not be
+// told: the call failed, and the caller may try again with the same
+// receipt.
+func (q *Queue) restore(seq uint64, l *lease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.leases[seq] == nil {
+		q.leases[seq] = l
+	}
+}
+
+// Receive leases up to max messages; see broker.Broker. It asks the
+// server for what is available now and does not wait for more; only when a
+// message is known to have been published since the last Receive that came
+// back short does it wait, up to 200 ms, for the first (see readyWait). The
+// lease's ExpiresAt is measured from before the request, so it never falls
+// after the server's own deadline. Messages whose last allowed lease
+// lapsed are made dead letters first (see sweepDeaths).
+func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("natsjs: queue %s: Receive max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
+	}
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return nil, err
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	if err := q.sweepDeaths(ctx); err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	policy, events := q.policy, q.readyEvents
+	if !q.recheck.IsZero() && !q.recheck.After(time.Now()) {
+		q.recheck = time.Time{} // this Receive is the look it asked for
+	}
+	q.mu.Unlock()
+	q.trimLeases()
+	var out []broker.DeliveryValue
+	wait := time.Duration(0)
+	if q.isReady() {
+		wait = readyWait
+	}
+	for len(out) < max {
+		start := time.Now()
+		got, err := q.pull(ctx, max-len(out), wait)
+		var exhausted []delivery
+		for _, d := range got {
+			if d.delivered > policy.MaxDeliveries {
+				// Delivered under a larger MaxDeliveries that a policy
+				// change has since lowered.
+				exhausted = append(exhausted, d)
+				continue
+			}
+			out = append(out, q.deliver(d, start.Add(policy.VisibilityTimeout)))
+		}
+		if err != nil {
+			return q.partial(out, q.connError("receive", err))
+		}
+		for _, d := range exhausted {
+			if err := q.buryLapsed(ctx, d, policy); err != nil {
+				return q.partial(out, err)
+			}
+		}
+		if len(got) == 0 {
+			break
+		}
+		// A pull may end before the stream's last message when the server
+		// has stored messages its consumer was not yet told about: ask
+		// again, briefly, until a pull finds nothing.
+		wait = tailWait
+	}
+	if len(out) < max {
+		q.settle(ctx, events, policy)
+	}
+	return out, nil
+}
+
+// partial returns the deliveries already leased, if any, rather than err:
+// their leases are taken, and dropping them would only delay them.
+func (q *Queue) partial(out []broker.DeliveryValue, err error) ([]broker.DeliveryValue, error) {
+	if len(out) > 0 {
+		q.s.opts.Logger.Warn("natsjs: receive cut short", "queue", q.name, "delivered", len(out), "err", err)
+		return out, nil
+	}
+	return nil, err
+}
+
+// deliver records the lease of d and returns its delivery.
+func (q *Queue) deliver(d delivery, expiresAt time.Time) broker.DeliveryValue {
+	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
+	l := &lease{nonce: nonces.Add(1), reply: d.msg.Reply, deliveries: d.delivered, expiresAt: expiresAt, id: id, enqueued: enqueued}
+	q.mu.Lock()
+	q.leases[d.seq] = l
+	delete(q.retries, d.seq)
+	q.mu.Unlock()
+	return broker.DeliveryValue{
+		Lease:      broker.LeaseValue{ExpiresAt: expiresAt.Round(0), Receipt: q.receipt(d.seq, l.nonce)},
+		Message:    broker.MessageValue{ID: id, EnqueuedAt: enqueued, Payload: clone(d.msg.Data)},
+		Deliveries: l.deliveries,
+	}
+}
+
+// Ack removes the leased message for good; see broker.Broker. It returns
+// once the server confirmed the acknowledgement.
+func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return err
+	}
+	seq, l, err := q.take(receipt)
+	if err != nil {
+		return err
+	}
+	if err := q.tell(ctx, l.reply, "+ACK"); err != nil {
+		q.restore(seq, l)
+		return q.connError("ack "+l.id, err)
+	}
+	return nil
+}
+
+// Nack hands the leased message back after the policy's retry delay (the
+// server's delayed NAK), or moves it to the dead-letter stream when it has
+// had MaxDeliveries deliveries; see broker.Broker. VisibleAt is measured
+// from before the request, so the server's instant is never earlier. The
+// cause is recorded by the classified-cause rule (see dead.go).
+func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return broker.NackValue{}, err
+	}
+	seq, l, err := q.take(receipt)
+	if err != nil {
+		return broker.NackValue{}, err
+	}
+	policy := q.currentPolicy()
+	out := broker.NackValue{Deliveries: l.deliveries}
+	if l.deliveries >= policy.MaxDeliveries {
+		if err := q.buryLeased(ctx, seq, l, cause); err != nil {
+			q.restore(seq, l)
+			return broker.NackValue{}, err
+		}
+		out.DeadLettered = true
+		return out, nil
+	}
+	delay := policy.RetryDelayAfter(l.deliveries)
+	now := time.Now()
+	if _, ok := deadline(now, delay); !ok {
+		q.restore(seq, l)
+		return broker.NackValue{}, fmt.Errorf("natsjs: queue %s: retry instant passes year 2262: %w", q.name, broker.QueueMisconfigured)
+	}
+	body := "-NAK"
+	if delay > 0 {
+		body = fmt.Sprintf(`-NAK {"delay": %d}`, delay.Nanoseconds())
+	}
+	if err := q.tell(ctx, l.reply, body); err != nil {
+		q.restore(seq, l)
+		return broker.NackValue{}, q.connError("nack "+l.id, err)
+	}
+	q.logUnclassified(l.id, cause)
+	visible := now.Add(delay)
+	out.VisibleAt = visible.Round(0)
+	q.mu.Lock()
+	if delay > 0 {
+		q.retries[seq] = visible
+		q.wakeLocked()
+	} else {
+		q.wakeReadyLocked()
+	}
+	q.mu.Unlock()
+	return out, nil
+}
+
+// Reject moves the leased message to the dead-letter stream now, with
+// cause recorded as Nack records it; see broker.Rejecter.
+func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return err
+	}
+	seq, l, err := q.take(receipt)
+	if err != nil {
+		return err
+	}
+	if err := q.buryLeased(ctx, seq, l, cause); err != nil {
+		q.restore(seq, l)
+		return err
+	}
+	return nil
+}
+
+// Extend renews a live lease for by from now and returns the new lease,
+// whose receipt replaces the old one; see broker.LeaseExtender. A by equal
+// to the policy's VisibilityTimeout is the server's "in progress" (+WPI),
+// which restarts its AckWait; any other by is the server's delayed NAK,
+// which keeps the message pending on this delivery and moves its
+// redelivery deadline to now+by — the one request that sets a deadline of
+// the caller's choosing. ExpiresAt is measured from before the request.
+func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	if by <= 0 {
+		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v must be positive: %w", q.name, by, broker.QueueMisconfigured)
+	}
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return broker.LeaseValue{}, err
+	}
+	now := time.Now()
+	q.mu.Lock()
+	seq, l, err := q.liveLocked(receipt, now)
+	policy := q.policy
+	q.mu.Unlock()
+	if err != nil {
+		return broker.LeaseValue{}, err
+	}
+	at, ok := deadline(now, by)
+	if !ok {
+		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, broker.QueueMisconfigured)
+	}
+	body := fmt.Sprintf(`-NAK {"delay": %d}`, by.Nanoseconds())
+	if by == policy.VisibilityTimeout {
+		body = "+WPI"
+	}
+	if err := q.tell(ctx, l.reply, body); err != nil {
+		return broker.LeaseValue{}, q.connError("extend "+l.id, err)
+	}
+	next := *l
+	next.nonce, next.expiresAt = nonces.Add(1), at
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.leases[seq] != l {
+		// Ended by a concurrent Ack, Nack, Reject or Extend meanwhile.
+		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: message %s: the lease is no longer held: %w", q.name, l.id, broker.LeaseExpired)
+	}
+	q.leases[seq] = &next
+	return broker.LeaseValue{ExpiresAt: at.Round(0), Receipt: q.receipt(seq, next.nonce)}, nil
+}
+
+// tell sends an acknowledgement of one delivery to the server and waits for
+// its confirmation (on a replicated consumer, after the quorum applied
+// it).
+func (q *Queue) tell(ctx context.Context, reply, body string) error {
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	_, err := q.s.nc.RequestWithContext(ctx, reply, []byte(body))
+	return err
+}
+
+const (
+	// minSweep is the fewest leases worth sweeping for.
+	minSweep = 1024
+	// leaseMemory is how long a lapsed lease is remembered: long enough
+	// to date the death of a message whose last lease it was (see
+	// buryDeath), which the server may notice only at a later pull.
+	leaseMemory = 10 * time.Minute
+)
+
+// trimLeases drops the long-lapsed leases (and long-passed retry instants)
+// once there are many: a lapsed lease is refused as LeaseExpired either
+// way, so keeping it only costs memory.
+func (q *Queue) trimLeases() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.leases)+len(q.retries) < q.sweepAt {
+		return
+	}
+	q.pruneLocked(time.Now().Add(-leaseMemory))
+	q.sweepAt = max(minSweep, 2*(len(q.leases)+len(q.retries)))
+}
+
+// pruneLocked drops the leases that lapsed and the retries that became
+// visible before cut. The caller holds q.mu.
+func (q *Queue) pruneLocked(cut time.Time) {
+	for seq, l := range q.leases {
+		if l.expiresAt.Before(cut) {
+			delete(q.leases, seq)
+		}
+	}
+	for seq, at := range q.retries {
+		if at.Before(cut) {
+			delete(q.retries, seq)
+		}
+	}
+}
+
+// deadline returns now+d when that instant fits Unix nanoseconds (before
+// April 2262), as the file-backed store records deadlines.
+func deadline(now time.Time, d time.Duration) (time.Time, bool) {
+	n := now.UnixNano()
+	if d > 0 && n > math.MaxInt64-int64(d) {
+		return time.Time{}, false
+	}
+	return now.Add(d), true
+}

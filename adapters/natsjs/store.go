@@ -1,0 +1,372 @@
+package natsjs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// Options configures a [Store]. The zero value is usable: file storage, one
+// replica, the prefix WALBROKER, a 5 s timeout per server request, a 1 s
+// recheck of other processes' leases, and nothing logged.
+type Options struct {
+	// Prefix names this store's streams (PREFIX_Q_queue, PREFIX_D_queue,
+	// PREFIX_K_queue, PREFIX_A_queue) and subjects (PREFIX.q.queue, ...),
+	// so that several applications share one server without seeing each
+	// other's queues. 1 to 32 of [A-Za-z0-9-]; empty means "WALBROKER".
+	Prefix string
+	// Replicas is how many servers of a cluster hold each stream and the
+	// consumer's state: 1 (0 means 1) to 5. A publish returns once the
+	// stream's quorum has stored it.
+	Replicas int
+	// Memory keeps the streams in the servers' memory instead of files:
+	// faster, and lost when the servers stop. Never for a queue whose
+	// messages must survive.
+	Memory bool
+	// Timeout bounds each request to the server made with a context that
+	// has no deadline of its own. Zero means 5 s; negative is refused.
+	Timeout time.Duration
+	// Recheck is how long, at most, Wake lets an idle consumer sleep while
+	// other processes hold leases on the queue: their lapses are invisible
+	// here, and a message whose consumer died is picked up at the next
+	// look. Zero means 1 s; negative disables it (then such a message waits
+	// for the next publication or for this Store's own next lease event).
+	Recheck time.Duration
+	// Logger receives what a call cannot return: the Error text of a
+	// cause with no reason, keyed by message ID (it may hold payload
+	// bytes, so it is never sent to the server), a failed wake
+	// subscription, and Receive errors after some messages were leased.
+	// Nil discards them.
+	Logger *slog.Logger
+}
+
+const (
+	defaultPrefix  = "WALBROKER"
+	defaultTimeout = 5 * time.Second
+	defaultRecheck = time.Second
+	maxPrefix      = 32
+	// consumerName is the durable pull consumer of every work stream.
+	consumerName = "walbroker"
+)
+
+// Store is a set of named queues on a NATS JetStream server or cluster,
+// reached through one connection. Each queue is four streams and one
+// durable consumer (see the package documentation); nothing about a queue
+// lives in the Store but its receipts' key and the leases handed out
+// through it, so any number of Stores, in any number of processes, may
+// serve the same queues.
+//
+// A Store is safe for concurrent use. It retains the connection it was
+// given, which stays the caller's to close, after [Store.Close].
+type Store struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	opts   Options
+	key    []byte // receipts' MAC key: random, never leaves the process
+	origin string // random id stamped on this Store's publishes (see wake.go)
+	closed atomic.Bool
+
+	// mu guards queues.
+	mu     sync.Mutex
+	queues map[string]*Queue
+}
+
+var _ io.Closer = (*Store)(nil)
+
+// Open returns a Store that keeps its queues on the JetStream server nc is
+// connected to. It checks the options and that the server has JetStream;
+// it creates nothing until [Store.Queue].
+func Open(nc *nats.Conn, opts Options) (*Store, error) {
+	if nc == nil {
+		return nil, errors.New("natsjs: Open: nil connection")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = defaultPrefix
+	}
+	if len(opts.Prefix) > maxPrefix || strings.Trim(opts.Prefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+		return nil, fmt.Errorf("natsjs: Open: Prefix %q must be 1 to %d of [A-Za-z0-9-]", opts.Prefix, maxPrefix)
+	}
+	switch {
+	case opts.Replicas < 0 || opts.Replicas > 5:
+		return nil, fmt.Errorf("natsjs: Open: Replicas %d must be 0 to 5", opts.Replicas)
+	case opts.Replicas == 0:
+		opts.Replicas = 1
+	}
+	switch {
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("natsjs: Open: Timeout %v must not be negative", opts.Timeout)
+	case opts.Timeout == 0:
+		opts.Timeout = defaultTimeout
+	}
+	if opts.Recheck == 0 {
+		opts.Recheck = defaultRecheck
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(opts.Timeout))
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: Open: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, fmt.Errorf("natsjs: Open: the server does not offer JetStream to this account: %w", err)
+	}
+	s := &Store{nc: nc, js: js, opts: opts, key: make([]byte, 32), queues: map[string]*Queue{}}
+	var id [8]byte
+	if _, err := rand.Read(s.key); err != nil {
+		return nil, fmt.Errorf("natsjs: Open: receipt key: %w", err)
+	}
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("natsjs: Open: origin id: %w", err)
+	}
+	s.origin = hex.EncodeToString(id[:])
+	return s, nil
+}
+
+// Queue returns the queue name with policy, creating its streams and
+// consumer when they do not exist and updating them when they do: a policy
+// different from last time applies from then on, to every Store that
+// serves the queue (the policy's VisibilityTimeout is the consumer's
+// AckWait, its Capacity the stream's MaxMsgs, its DedupWindow the stream's
+// duplicate window). The same name returns the same *Queue.
+//
+// name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
+// invalid policy is refused with an error wrapping
+// broker.QueueMisconfigured.
+func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() { // under s.mu: Close closes every queue made before it
+		return nil, fmt.Errorf("natsjs: queue %s: %w", name, broker.Closed)
+	}
+	n := newNames(s.opts.Prefix, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.Timeout)
+	defer cancel()
+	if err := s.provision(ctx, n, policy); err != nil {
+		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+	}
+	if q := s.queues[name]; q != nil {
+		q.setPolicy(policy)
+		return q, nil
+	}
+	q, err := newQueue(ctx, s, name, n, policy)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+	}
+	s.queues[name] = q
+	return q, nil
+}
+
+// provision creates or updates the four streams and the consumer of one
+// queue to match policy.
+func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValue) error {
+	storage := jetstream.FileStorage
+	if s.opts.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	window := policy.DedupWindow
+	if window <= 0 {
+		window = broker.DefaultDedupWindow
+	}
+	capacity := int64(-1)
+	if policy.Capacity > 0 {
+		capacity = int64(policy.Capacity)
+	}
+	work := jetstream.StreamConfig{
+		Name:        n.work,
+		Description: "walbroker queue " + n.queue + ": messages",
+		Subjects:    []string{n.workSubject},
+		Retention:   jetstream.WorkQueuePolicy,
+		MaxMsgs:     capacity,
+		Discard:     jetstream.DiscardNew,
+		Storage:     storage,
+		Replicas:    s.opts.Replicas,
+		Duplicates:  window,
+		// Headers only, for the wake signal of consumers elsewhere.
+		RePublish:          &jetstream.RePublish{Source: n.workSubject, Destination: n.wakeSubject, HeadersOnly: true},
+		AllowAtomicPublish: true,
+	}
+	dead := jetstream.StreamConfig{
+		Name:        n.dead,
+		Description: "walbroker queue " + n.queue + ": dead letters",
+		Subjects:    []string{n.deadSubject + ".*"},
+		Retention:   jetstream.LimitsPolicy,
+		// One record per message ID: a message that dies again replaces
+		// the record a replay that crashed halfway left behind.
+		MaxMsgsPerSubject: 1,
+		Storage:           storage,
+		Replicas:          s.opts.Replicas,
+		Duplicates:        time.Minute,
+	}
+	keys := jetstream.StreamConfig{
+		Name:              n.keys,
+		Description:       "walbroker queue " + n.queue + ": enqueue instants of dedup keys",
+		Subjects:          []string{n.keySubject + ".*"},
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            window + keyRecordSlack,
+		Storage:           storage,
+		Replicas:          s.opts.Replicas,
+		Duplicates:        window,
+	}
+	deaths := jetstream.StreamConfig{
+		Name:        n.deaths,
+		Description: "walbroker queue " + n.queue + ": messages whose last lease lapsed, until they are dead letters",
+		Subjects:    []string{n.deathSubject},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     storage,
+		Replicas:    s.opts.Replicas,
+		// Headers only: tells the queue's Stores that there is work.
+		RePublish: &jetstream.RePublish{Source: n.deathSubject, Destination: n.deathNotice, HeadersOnly: true},
+	}
+	for _, cfg := range []jetstream.StreamConfig{work, dead, keys, deaths} {
+		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	_, err := s.js.CreateOrUpdateConsumer(ctx, n.work, jetstream.ConsumerConfig{
+		Durable:       consumerName,
+		Description:   "walbroker queue " + n.queue,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       policy.VisibilityTimeout,
+		MaxDeliver:    policy.MaxDeliveries,
+		MaxAckPending: -1,
+		Replicas:      s.opts.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s > %s: %w", n.work, consumerName, err)
+	}
+	return nil
+}
+
+// keyRecordSlack keeps a key's enqueue instant a little longer than the
+// server remembers the key, so that a duplicate always finds it.
+const keyRecordSlack = time.Minute
+
+// Queues returns the names of the queues opened through this Store.
+func (s *Store) Queues() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.queues))
+	for name := range s.queues {
+		out = append(out, name)
+	}
+	return out
+}
+
+// Close ends the Store: every later call on it or its queues returns an
+// error wrapping broker.Closed. Leases it handed out stay on the server and
+// lapse at their deadlines; the connection stays open (it is the
+// caller's). Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.mu.Lock()
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, q := range qs {
+		errs = append(errs, q.close())
+	}
+	return errors.Join(errs...)
+}
+
+// begin checks what every queue call checks first: the context, the Store
+// and the connection.
+func (s *Store) begin(ctx context.Context, queue string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("natsjs: queue %s: the store is closed: %w", queue, broker.Closed)
+	}
+	if s.nc.IsClosed() {
+		return fmt.Errorf("natsjs: queue %s: the connection is closed: %w", queue, broker.Closed)
+	}
+	return nil
+}
+
+// bounded returns ctx with the Store's Timeout when ctx has no deadline.
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// checkName applies the queue-name rule of the file-backed store, so that a
+// name valid there is valid here and the reverse.
+func checkName(name string) error {
+	if len(name) == 0 || len(name) > 64 || name[0] == '.' ||
+		strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != "" {
+		return fmt.Errorf("natsjs: queue name %q must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'", name)
+	}
+	return nil
+}
+
+// names are the server-side names of one queue.
+type names struct {
+	queue                     string
+	work, dead, keys, deaths  string // stream names
+	workSubject, wakeSubject  string
+	deadSubject, keySubject   string // followed by .<token>
+	deathSubject, deathNotice string // the server's MAX_DELIVERIES advisory, and its republication
+}
+
+// newNames maps a queue name onto stream names and subject tokens, which
+// allow neither '.' nor (in stream names) much else: '_' is written "__"
+// and '.' "_d", so the mapping is one to one and a queue's names never
+// collide with another's (the prefix has no '_', and the kind letters
+// between prefix and queue are upper case, which an escape never is).
+func newNames(prefix, queue string) names {
+	var b strings.Builder
+	for _, c := range []byte(queue) {
+		switch c {
+		case '_':
+			b.WriteString("__")
+		case '.':
+			b.WriteString("_d")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	enc := b.String()
+	work := prefix + "_Q_" + enc
+	return names{
+		queue:        queue,
+		work:         work,
+		dead:         prefix + "_D_" + enc,
+		keys:         prefix + "_K_" + enc,
+		deaths:       prefix + "_A_" + enc,
+		workSubject:  prefix + ".q." + enc,
+		wakeSubject:  prefix + ".w." + enc,
+		deadSubject:  prefix + ".d." + enc,
+		keySubject:   prefix + ".k." + enc,
+		deathSubject: "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + work + "." + consumerName,
+		deathNotice:  prefix + ".a." + enc,
+	}
+}

@@ -1,0 +1,221 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/walbroker/walbroker/broker"
+)
+
+const (
+	// wakeSlack is added to an instant Wake names: the server's deadline
+	// of a lease or retry falls a request's flight after the adapter's,
+	// and a consumer woken before it would find nothing and wait again.
+	wakeSlack = 50 * time.Millisecond
+	// lapseGrace is how long after a lease lapsed or a retry became due
+	// Wake still counts on the message reappearing (and names a moment
+	// wakeSlack away): the server redelivers it at its own deadline, a
+	// little later than the adapter's.
+	lapseGrace = time.Second
+)
+
+// Wake returns what an idle consumer should wait on; see broker.Waker.
+//
+// Signal is closed by the next Publish, PublishKeyed or PublishBatch that
+// enqueues a message, Nack that hands one back, or ReplayDeadLetter, made
+// through this Queue; and — beyond the port's promise — by a publication
+// on this queue from any other client, which the work stream republishes,
+// headers only, to a subject this Queue subscribes to from its first Wake
+// on. Signal is never closed by another queue's calls.
+//
+// Scheduled with In zero means a message may be receivable now: one was
+// published, replayed or nacked without delay since the last Receive that
+// came back short. Otherwise In and Scheduled know this Queue's leases and
+// delayed nacks: when the earliest of them lapses or ends its retry delay
+// (plus a 50 ms slack: the server's deadline is a little later than the
+// adapter's); a lease on its last allowed delivery does not count, since
+// its lapse makes a dead letter, not a receivable message. The leases and
+// nacks of ANOTHER process are invisible here: while the server reports
+// leases this Queue did not hand out (asked when a Receive comes back
+// short, and at open), Wake names a look again Options.Recheck away (1 s
+// by default, VisibilityTimeout when shorter), so that the message of a
+// consumer that died elsewhere is picked up within that much of its lapse.
+func (q *Queue) Wake() broker.WakeValue {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wakeSub == nil && !q.closed {
+		q.subscribeLocked()
+	}
+	w := broker.WakeValue{Signal: q.signal}
+	if q.ready {
+		w.Scheduled = true
+		return w
+	}
+	now := time.Now()
+	cut := now.Add(-lapseGrace) // older instants passed long ago: nothing more comes of them
+	var next time.Time
+	note := func(at time.Time) {
+		if at.After(cut) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	for _, l := range q.leases {
+		if l.deliveries < q.policy.MaxDeliveries {
+			note(l.expiresAt)
+		}
+	}
+	for _, at := range q.retries {
+		note(at)
+	}
+	if !q.recheck.IsZero() && (next.IsZero() || q.recheck.Before(next)) {
+		// Kept after it passed, until a Receive looks (and settles
+		// whether to look again).
+		next = q.recheck
+	}
+	if !next.IsZero() {
+		w.Scheduled = true
+		w.In = max(next.Sub(now), 0) + wakeSlack
+	}
+	return w
+}
+
+// wake closes the current wake signal.
+func (q *Queue) wake() {
+	q.mu.Lock()
+	q.wakeLocked()
+	q.mu.Unlock()
+}
+
+// wakeReady closes the current wake signal and records that a message is
+// receivable now.
+func (q *Queue) wakeReady() {
+	q.mu.Lock()
+	q.wakeReadyLocked()
+	q.mu.Unlock()
+}
+
+func (q *Queue) wakeReadyLocked() {
+	q.ready = true
+	q.readyEvents++
+	q.wakeLocked()
+}
+
+// wakeLocked closes the current wake signal and makes a new one. The
+// caller holds q.mu.
+func (q *Queue) wakeLocked() {
+	close(q.signal)
+	q.signal = make(chan struct{})
+}
+
+// isReady reports whether a message is known to be receivable now.
+func (q *Queue) isReady() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready
+}
+
+// settle runs after a Receive that found fewer messages than it asked
+// for, which began when readyEvents was events. It asks the server about
+// the consumer. With messages left to deliver (the server had not yet told
+// its consumer about them), a message is receivable now. With none,
+// nothing is (unless an event came since). With leases pending that this
+// Queue did not hand out, another process holds them, and they may lapse
+// at any moment this Queue cannot know: Wake then names a look again
+// Recheck from now (or VisibilityTimeout, when shorter). A change that the
+// Wake value a consumer already holds did not know closes its signal, so
+// that it asks again.
+func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyValue) {
+	info, err := q.cons.Info(ctx)
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
+		q.s.opts.Logger.Warn("natsjs: consumer info", "queue", q.name, "err", err)
+		if q.readyEvents == events {
+			q.ready = false
+		}
+		return
+	}
+	if info.NumPending > 0 {
+		if !q.ready {
+			q.wakeReadyLocked()
+		}
+		return
+	}
+	if q.readyEvents == events {
+		q.ready = false
+	}
+	if q.s.opts.Recheck <= 0 {
+		return
+	}
+	ours := 0
+	cut := now.Add(-lapseGrace)
+	for _, l := range q.leases {
+		if l.expiresAt.After(cut) {
+			ours++
+		}
+	}
+	for _, at := range q.retries {
+		if at.After(cut) {
+			ours++
+		}
+	}
+	if info.NumAckPending <= ours {
+		q.recheck = time.Time{}
+		return
+	}
+	at := now.Add(min(q.s.opts.Recheck, policy.VisibilityTimeout))
+	if q.recheck.IsZero() || at.Before(q.recheck) {
+		q.recheck = at
+		q.wakeLocked()
+	}
+}
+
+// subscribeLocked subscribes to the headers the work stream republishes,
+// so that a publication by another client closes the signal, and waits
+// for the server to confirm the subscription, so that a publication after
+// Wake returns is not missed. A failure is logged and retried at the next
+// Wake. The caller holds q.mu.
+func (q *Queue) subscribeLocked() {
+	sub, err := q.s.nc.Subscribe(q.n.wakeSubject, func(m *nats.Msg) {
+		if m.Header.Get(hdrOrigin) == q.s.origin {
+			return // this Store's own publish, which closed the signal already
+		}
+		q.wakeReady()
+	})
+	if err == nil {
+		if err = q.s.nc.FlushTimeout(q.s.opts.Timeout); err != nil {
+			sub.Unsubscribe()
+		}
+	}
+	if err != nil {
+		q.s.opts.Logger.Warn("natsjs: wake subscription failed; publications of other clients will not wake this queue", "queue", q.name, "err", err)
+		return
+	}
+	q.wakeSub = sub
+}
+
+// close ends the Queue's subscription and forgets its leases. The caller
+// is Store.Close, which has marked the Store closed.
+func (q *Queue) close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	q.leases, q.retries = map[uint64]*lease{}, map[uint64]time.Time{}
+	var errs []error
+	for _, sub := range []*nats.Subscription{q.wakeSub, q.deathSub} {
+		if sub == nil {
+			continue
+		}
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			errs = append(errs, err)
+		}
+	}
+	q.wakeSub, q.deathSub = nil, nil
+	return errors.Join(errs...)
+}

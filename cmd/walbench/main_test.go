@@ -165,7 +165,9 @@ func TestCommands(t *testing.T) {
 				}
 				for i, r := range rep.Rows {
 					wantSync, wantSize := []string{"all", "all", "none", "none"}[i], []int{50, 100, 50, 100}[i]
-					if r.Sync != wantSync || r.Size != wantSize || r.Producers != 2 || r.P99Ns == nil || r.RecordsPerCommit == nil {
+					// Under sync=none a 50ms window may hold no commit at
+					// all (the background one runs every 100ms).
+					if r.Sync != wantSync || r.Size != wantSize || r.Producers != 2 || r.P99Ns == nil || (r.RecordsPerCommit == nil && r.Sync == "all") {
 						t.Errorf("row %d: %s: sync %s, size %d, p99 %v, records/commit %v", i, r.Workload, r.Sync, r.Size, r.P99Ns, r.RecordsPerCommit)
 					}
 					// Under sync=none a Publish does not wait for the disk:

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/segment"
 )
 
 var syncModes = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
@@ -571,4 +574,63 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	require.Equal(t, []string{sent[7].ID}, rec.LostMessages, "the lost message is named: a later event (its lease) names it")
 	require.Equal(t, 1, rec.SalvagedSpans)
 	require.True(t, rec.IndexRebuilt)
+}
+
+// A damaged preamble record takes only itself: the queue declarations of
+// the one segment left (older ones reclaimed) survive damage to the record
+// beside them, and with no checkpoint to fall back on Salvage keeps every
+// message after it — and never hands out a message ID again.
+func TestSalvageOfADamagedPreambleKeepsTheDeclarations(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 })
+	q := e.queue("jobs", pol)
+	var sent []broker.MessageValue
+	for i := 0; e.s.Stats().Segments < 2; i++ {
+		sent = append(sent, mustPublish(t, q, fmt.Sprintf("%04d%s", i, strings.Repeat("x", 296))))
+	}
+	for i, n := len(sent), len(sent)+5; i < n; i++ {
+		sent = append(sent, mustPublish(t, q, fmt.Sprintf("%04d%s", i, strings.Repeat("x", 296))))
+	}
+	e.close()
+	// What reclaiming leaves when the first segment's messages were
+	// acked, and a lost checkpoint: segment 2, the last, alone declares
+	// the queue.
+	require.NoError(t, os.Remove(filepath.Join(e.dir, "0000000001.seg")))
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	seg := filepath.Join(e.dir, "0000000002.seg")
+	raw, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	// The preamble's last record is the mark of the next message sequence
+	// (kind 12, index/doc.go).
+	off := segment.HeaderSize
+	for raw[off+segment.Size(0)] != 12 {
+		off += segment.Size(int(binary.LittleEndian.Uint32(raw[off+4:])))
+	}
+	// Zero from inside it into the record after it, the first message of
+	// the segment: the span salvage skips then begins in the preamble.
+	clear(raw[off+12 : off+12+55])
+	require.NoError(t, os.WriteFile(seg, raw, 0o600))
+
+	_, err = broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Corrupt, "0000000002.seg")
+	e.opts.Salvage = true
+	e.open()
+	require.Equal(t, 1, e.s.Recovery().SalvagedSpans)
+	q = e.queue("jobs", pol)
+	var got []broker.DeliveryValue
+	for {
+		ds := mustReceive(t, q, 100)
+		if len(ds) == 0 {
+			break
+		}
+		got = append(got, ds...)
+	}
+	require.NotEmpty(t, got, "the messages of segment 2 are there")
+	last := sent[len(sent)-1]
+	require.Equal(t, last.ID, got[len(got)-1].Message.ID, "the newest message survived")
+	for _, d := range got {
+		require.Equal(t, fmt.Sprintf("%04d", slices.IndexFunc(sent, func(m broker.MessageValue) bool { return m.ID == d.Message.ID })), string(d.Message.Payload[:4]), "message %s", d.Message.ID)
+	}
+	fresh := mustPublish(t, q, "fresh")
+	require.Greater(t, fresh.ID, last.ID, "a new message never takes an ID already given")
 }

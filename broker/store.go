@@ -119,6 +119,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {
 			opts.Logger.Warn("broker: checkpoint after open failed; the next open replays the log again", "dir", dir, "err", err)
+		} else if err := index.ClearSuspect(opts.fs(), s.indexDir()); err != nil {
+			opts.Logger.Warn("broker: the next open rebuilds the index again", "dir", dir, "err", err)
 		}
 	}
 	s.startMaintenance()
@@ -134,11 +136,14 @@ func (s *Store) openIndex() (int, error) {
 	fs := s.opts.fs()
 	salvaged := s.log.Recovery().Salvaged
 	lost := map[uint64]bool{}
-	var known []index.Event // declarations the checkpoint knew, for a salvaged rebuild
+	var known []index.Event // declarations the checkpoint knew, for a rebuild that may lack them
+	// A store that found damage while running marked its checkpoint
+	// suspect: it is consulted, never trusted, and the state rebuilt.
+	suspect := index.Suspect(fs, s.indexDir())
 	x, from, err := index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
-		if len(salvaged) > 0 {
+		if len(salvaged) > 0 || suspect {
 			// The checkpoint knows which live messages had their
 			// records in the spans salvage skipped.
 			for _, d := range salvaged {
@@ -153,7 +158,7 @@ func (s *Store) openIndex() (int, error) {
 				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
 			_ = x.Table.Close()
-			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects", index.ErrDamaged)
+			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it", index.ErrDamaged)
 		} else if end := s.log.End(); from > end && !s.opts.Salvage {
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.
@@ -196,10 +201,12 @@ func (s *Store) openIndex() (int, error) {
 			}
 		}
 	}
-	if len(salvaged) > 0 && from == 0 {
+	if from == 0 {
 		for i := range known {
 			_ = x.Apply(0, &known[i])
 		}
+	}
+	if len(salvaged) > 0 && from == 0 {
 		// Salvage may have cut a queue's declaration out of the preamble
 		// that preceded its events (older segments removed): declare
 		// every queue the log still declares anywhere, first.
@@ -587,8 +594,13 @@ func (s *Store) damaged(err error) error {
 	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.opts.Logger.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
-		if rerr := index.RemoveCheckpoint(s.opts.fs(), s.indexDir()); rerr != nil {
-			s.opts.Logger.Error("broker: could not remove the damaged checkpoint", "dir", s.dir, "err", rerr)
+		// The next open verifies the whole log and rebuilds; the
+		// checkpoint stays, to be consulted (see index.MarkSuspect).
+		if rerr := index.MarkSuspect(s.opts.fs(), s.indexDir()); rerr != nil {
+			s.opts.Logger.Error("broker: could not mark the checkpoint suspect; removing it", "dir", s.dir, "err", rerr)
+			if rerr := index.RemoveCheckpoint(s.opts.fs(), s.indexDir()); rerr != nil {
+				s.opts.Logger.Error("broker: could not remove the checkpoint", "dir", s.dir, "err", rerr)
+			}
 		}
 	}
 	return *s.failed.Load()

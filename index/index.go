@@ -183,6 +183,12 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		}
 		return nil
 	}
+	// Every sequence an event names was handed out: never again, even
+	// when the event is an orphan (its queue's declaration, or its
+	// publish and the mark before it, lost to salvage).
+	if e.Seq != 0 && e.Seq >= x.nextSeq.Load() {
+		x.nextSeq.Store(e.Seq + 1)
+	}
 	q := x.queues[e.Queue]
 	if q == nil {
 		x.orphan(pos, e)
@@ -191,9 +197,6 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 	if e.Kind == KindEvict {
 		q.EvictSeen(e.Time, e.Window)
 		return nil
-	}
-	if e.Kind == KindPublish && e.Seq >= x.nextSeq.Load() {
-		x.nextSeq.Store(e.Seq + 1)
 	}
 	if !q.Apply(pos, e) {
 		x.orphan(pos, e)

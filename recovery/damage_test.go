@@ -104,6 +104,18 @@ func parseFrames(data []byte) []frame {
 	return out
 }
 
+// preambleLen is how many of a segment's frames are its preamble: the
+// leading records that are the store's secret (event kind 1), queue
+// declarations (2) and the mark of the next sequence (12), each a group
+// of its own.
+func preambleLen(frames []frame) int {
+	n := 0
+	for n < len(frames) && len(frames[n].body) > 0 && (frames[n].body[0] == 1 || frames[n].body[0] == 2 || frames[n].body[0] == 12) {
+		n++
+	}
+	return n
+}
+
 // eventMessage returns the message ID an event names (index/doc.go: kind
 // byte, then queue and sequence as uvarints for kinds 3 to 10), if any.
 func eventMessage(body []byte) (string, bool) {
@@ -812,7 +824,7 @@ func TestDamageSalvageKeepsMessagesAfterADamagedPreamble(t *testing.T) {
 	frames := parseFrames(data)
 	var decl *frame
 	for i := range frames {
-		if frames[i].group == 0 && len(frames[i].body) > 0 && frames[i].body[0] == 2 { // a declare event of the preamble
+		if i < preambleLen(frames) && frames[i].body[0] == 2 { // a declare event of the preamble
 			decl = &frames[i]
 			break
 		}
@@ -848,7 +860,7 @@ func TestDamageSalvageNamesOnlyLostMessages(t *testing.T) {
 	frames := parseFrames(data)
 	var target *frame
 	for i := range frames {
-		if frames[i].group > 0 && frames[i].kind == kindRecord { // the first record after the preamble
+		if i >= preambleLen(frames) && frames[i].kind == kindRecord { // the first record after the preamble
 			target = &frames[i]
 			break
 		}

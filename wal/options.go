@@ -67,8 +67,9 @@ type Options struct {
 	// Logger receives what recovery found. Nil discards.
 	Logger *slog.Logger
 	// Preamble, if set, is called by the writer goroutine at each rotation,
-	// and the records it returns are written first in the new segment, as
-	// one atomic group, before any other record. A log whose older segments
+	// and the records it returns are written first in the new segment,
+	// each a group of its own (damage to one, skipped by salvage, takes no
+	// other with it), before any other record. A log whose older segments
 	// are removed (RemoveBelow) can so carry forward what every reader of
 	// the remaining log must see first. Preamble must not block or call the
 	// Log. Records of earlier segments are not repeated by it: it is the

@@ -470,8 +470,11 @@ func (l *Log) rotate() error {
 	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
 	l.stats.rotations.Add(1)
 	l.prep.request(next.seq + 1)
-	for j, rec := range pre {
-		w.buf = segment.AppendFrame(w.buf, next.seq, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, len(pre)), rec)
+	// Each preamble record is a group of its own: damage to one (found
+	// by salvage) must not take the others with it — a queue's
+	// declaration may be in no other segment.
+	for _, rec := range pre {
+		w.buf = segment.AppendFrame(w.buf, next.seq, uint32(w.syncedOff), segment.KindRecord, segment.Full, rec)
 	}
 	w.unsynced += int64(len(pre))
 	l.stats.records.Add(int64(len(pre)))

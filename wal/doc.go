@@ -37,8 +37,9 @@
 // After an fdatasync the writer waits, before taking the next batch, for
 // the callers it released to come back (as many new requests as it
 // released, a quarter of that fdatasync at most), so that callers
-// appending in a loop share one fdatasync rather than alternating between
-// two; after a wait in vain it does not wait for a few fdatasyncs.
+// appending in a loop, when they come back within that time, share one
+// fdatasync rather than alternating between two; after a wait in vain it
+// does not wait for a few fdatasyncs.
 //
 // Each frame records how many bytes of its segment were durable when it was
 // written. Recovery uses it to tell damage to bytes that were never synced

@@ -248,6 +248,18 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) 
 	return out, nil
 }
 
+// heldLocked begins a call that settles or extends a lease (see
+// beginLocked) and returns the message receipt names if its lease is live
+// now (see leaseLocked), with now. The caller holds q.mu.
+func (q *Memory) heldLocked(ctx context.Context, receipt ReceiptValue) (*memMessage, int64, error) {
+	now, err := q.beginLocked(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := q.leaseLocked(receipt, now)
+	return m, now, err
+}
+
 // leaseLocked returns the message a receipt names if its lease is live at
 // now: [UnknownReceipt] for a receipt q did not issue, [LeaseExpired] for
 // one whose lease lapsed (at ExpiresAt exactly), was replaced by Extend, or
@@ -273,11 +285,7 @@ func (q *Memory) leaseLocked(r ReceiptValue, now int64) (*memMessage, error) {
 func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
-	if err != nil {
-		return err
-	}
-	m, err := q.leaseLocked(receipt, now)
+	m, _, err := q.heldLocked(ctx, receipt)
 	if err != nil {
 		return err
 	}
@@ -295,11 +303,7 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
-	if err != nil {
-		return NackValue{}, err
-	}
-	m, err := q.leaseLocked(receipt, now)
+	m, now, err := q.heldLocked(ctx, receipt)
 	if err != nil {
 		return NackValue{}, err
 	}
@@ -327,11 +331,7 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
-	if err != nil {
-		return err
-	}
-	m, err := q.leaseLocked(receipt, now)
+	m, now, err := q.heldLocked(ctx, receipt)
 	if err != nil {
 		return err
 	}
@@ -369,11 +369,7 @@ func (q *Memory) Extend(ctx context.Context, receipt ReceiptValue, by time.Durat
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
-	if err != nil {
-		return LeaseValue{}, err
-	}
-	m, err := q.leaseLocked(receipt, now)
+	m, now, err := q.heldLocked(ctx, receipt)
 	if err != nil {
 		return LeaseValue{}, err
 	}

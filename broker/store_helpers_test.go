@@ -3,13 +3,13 @@ package broker_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/brokertest"
 )
 
 // t0 is where every fake clock starts.
@@ -19,36 +19,11 @@ var t0 = time.Unix(1_700_000_000, 0)
 // it is prepared) while still holding a DefaultMaxMessageBytes payload.
 const testSegmentBytes = 2 << 20
 
-// fakeClock is the broker clock of a test: it moves only when the test
-// moves it. Safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// fakeClock is the conformance suite's controllable clock: the broker's
+// own tests drive the store with it too.
+type fakeClock = brokertest.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock by d (which may be negative) and returns the new
-// reading.
-func (c *fakeClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
-// Set moves the clock to at.
-func (c *fakeClock) Set(at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = at
-}
+func newFakeClock() *fakeClock { return brokertest.NewClock(t0) }
 
 // env is one store directory with a fake clock, opened and reopened by the
 // test. The store still open when the test ends is closed.

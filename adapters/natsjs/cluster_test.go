@@ -31,19 +31,6 @@ import (
 	"github.com/walbroker/walbroker/broker"
 )
 
-func clusterSeed(t *testing.T) uint64 {
-	t.Helper()
-	s := rand.Uint64()
-	if v := os.Getenv("WALBROKER_NATS_SEED"); v != "" {
-		var err error
-		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("WALBROKER_NATS_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d (replay with WALBROKER_NATS_SEED=%d)", s, s)
-	return s
-}
-
 func clusterMessages(t *testing.T) int {
 	t.Helper()
 	n := 2000
@@ -124,7 +111,7 @@ func startCluster(t *testing.T) []*server.Server {
 // Replicas 3 while one of the three servers is shut down, and requires
 // every acknowledged publish to be consumed.
 func TestClusterSurvivesLosingANode(t *testing.T) {
-	rng := rand.New(rand.NewPCG(clusterSeed(t), 7))
+	rng := rand.New(rand.NewPCG(natsjs.Seed(t), 7))
 	total := clusterMessages(t)
 	servers := startCluster(t)
 	var urls []string

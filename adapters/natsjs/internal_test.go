@@ -11,6 +11,9 @@ import (
 	"github.com/walbroker/walbroker/broker"
 )
 
+// Seed is seed, for the package's external tests.
+var Seed = seed
+
 // seed returns the seed of a randomised test: WALBROKER_NATS_SEED when
 // set, else a fresh one; it is logged so that a failure can be replayed.
 func seed(t *testing.T) uint64 {

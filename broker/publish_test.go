@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -544,4 +545,49 @@ func TestPublishBatchTooManyFramesForASegmentIsRefused(t *testing.T) {
 	require.NoError(t, err, "the store still works")
 	require.Len(t, ms, 300)
 	require.Equal(t, 300, q.Stats().Ready)
+}
+
+// "If the clock goes backwards, nothing is evicted" counts every reading
+// the broker made, also those whose records reclamation removed: here the
+// only record of the reading at 10 h (a publish since acked) is in a
+// segment that is reclaimed, and the index is then rebuilt from what is
+// left of the log. At 2 h the clock is still behind 10 h, so the key
+// published at 0 h stays a duplicate: every segment's preamble carries
+// the queue's latest reading.
+func TestDedupClockReadingSurvivesReclamationAndRebuild(t *testing.T) {
+	const window = time.Hour
+	small := func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }
+	p := policy(small, func(p *broker.PolicyValue) { p.DedupWindow = window })
+	e := newEnv(t, func(o *broker.Options) {
+		o.SegmentBytes = broker.MinSegmentBytes
+		broker.ManualMaintenance(o)
+	})
+	q := e.queue("jobs", p)
+	e.clock.Set(t0.Add(10 * time.Hour))
+	mustPublish(t, q, "late")
+	require.NoError(t, q.Ack(ctx(t), mustReceiveOne(t, q).Lease.Receipt))
+	e.clock.Set(t0) // the clock steps back
+	early, err := q.PublishKeyed(ctx(t), "early", []byte("a"))
+	require.NoError(t, err)
+
+	churn := e.queue("churn", policy(small))
+	first := e.s.Stats().Segments
+	for e.s.Stats().Segments < first+4 {
+		mustPublish(t, churn, strings.Repeat("c", 1000))
+		require.NoError(t, churn.Ack(ctx(t), mustReceiveOne(t, churn).Lease.Receipt))
+	}
+	for range 3 {
+		require.NoError(t, e.s.Maintain())
+	}
+	require.Positive(t, e.s.Stats().BytesReclaimed, "the segment with the publish at 10 h is reclaimed")
+
+	e.close()
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	e.open()
+	require.True(t, e.s.Recovery().IndexRebuilt)
+	q = e.queue("jobs", p)
+	e.clock.Set(t0.Add(2 * time.Hour)) // still behind 10 h
+	again, err := q.PublishKeyed(ctx(t), "early", []byte("b"))
+	require.NoError(t, err)
+	require.Equal(t, early.ID, again.ID, "the clock is behind a reading the store made: nothing is evicted, reclamation and rebuild or not")
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -40,7 +41,7 @@ type Store struct {
 	mu     sync.Mutex
 	queues map[string]*Queue
 	// pre is what every new segment starts with (see preamble).
-	pre atomic.Pointer[[][]byte]
+	pre atomic.Pointer[preambleSet]
 
 	closed atomic.Bool
 	// failed holds the error that stopped the store: a failed append leaves
@@ -322,31 +323,56 @@ func (s *Store) closeFiles() {
 	_ = s.idx.Table.Close()
 }
 
+// preambleSet is what the preamble is made of. It is replaced whole,
+// never changed, so the log's writer goroutine reads it without a lock.
+type preambleSet struct {
+	recs   [][]byte       // the secret, then every queue's declaration
+	queues []*index.Queue // every declared queue, for its dedup clock
+}
+
 // preamble returns what every new segment starts with: the store's secret,
-// every queue's declaration, and the next message sequence. The log's
-// writer calls it at each rotation; once older segments are removed, a
-// replay of the remaining log meets these before any event that needs them.
+// every queue's declaration, each queue's latest dedup clock reading, and
+// the next message sequence. The log's writer calls it at each rotation;
+// once older segments are removed, a replay of the remaining log meets
+// these before any event that needs them.
+//
+// The reading is an eviction of nothing (an infinite window): the records
+// in removed segments held readings (enqueue instants, evictions) that
+// "if the clock goes backwards, nothing is evicted" measures from, and the
+// reading at the rotation is at least as late as every one of them.
 func (s *Store) preamble() [][]byte {
 	p := s.pre.Load()
 	if p == nil {
 		return nil
 	}
+	out := append(make([][]byte, 0, len(p.recs)+len(p.queues)+1), p.recs...)
+	for _, iq := range p.queues {
+		if t := iq.LastEvicts(); t != math.MinInt64 {
+			e := index.Event{Kind: index.KindEvict, Queue: iq.ID, Time: t, Window: math.MaxInt64}
+			out = append(out, e.Append(nil))
+		}
+	}
 	mark := index.Event{Kind: index.KindMark, Seq: s.idx.PeekNextSeq()}
+	out = append(out, mark.Append(nil))
 	s.maint.kickRotation()
-	s.maint.preambleRecords.Add(int64(len(*p) + 1))
-	return append(append([][]byte(nil), *p...), mark.Append(nil))
+	s.maint.preambleRecords.Add(int64(len(out)))
+	return out
 }
+
+// maxClockRecord bounds the encoding of a preamble's dedup clock reading.
+const maxClockRecord = 1 + binary.MaxVarintLen32 + 2*binary.MaxVarintLen64
 
 // setPreamble records the secret and every declaration for the preamble.
 // The caller holds s.mu, or is Open.
 func (s *Store) setPreamble() {
 	meta := index.Event{Kind: index.KindMeta, Secret: s.idx.Secret}
-	recs := [][]byte{meta.Append(nil)}
+	p := &preambleSet{recs: [][]byte{meta.Append(nil)}}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
-		recs = append(recs, declareRecord(iq.ID, name, iq.Policy))
+		p.recs = append(p.recs, declareRecord(iq.ID, name, iq.Policy))
+		p.queues = append(p.queues, iq)
 	}
-	s.pre.Store(&recs)
+	s.pre.Store(p)
 }
 
 func declareRecord(id uint32, name string, p index.Policy) []byte {
@@ -399,6 +425,8 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 				return nil, err
 			}
 			iq = s.idx.Declare(id, name, rec)
+			old := s.pre.Load()
+			s.pre.Store(&preambleSet{recs: old.recs, queues: append(slices.Clip(old.queues), iq)})
 		}
 		q = newQueue(s, iq, policyValue(iq.Policy))
 		s.queues[name] = q
@@ -422,7 +450,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 func (s *Store) declare(id uint32, name string, p index.Policy) error {
 	rec := declareRecord(id, name, p)
 	old := s.pre.Load()
-	recs := append([][]byte(nil), *old...)
+	recs := append([][]byte(nil), old.recs...)
 	replaced := false
 	for i, r := range recs {
 		if e, err := index.Decode(r); err == nil && e.Kind == index.KindDeclare && e.Queue == id {
@@ -436,11 +464,12 @@ func (s *Store) declare(id uint32, name string, p index.Policy) error {
 	for _, r := range recs {
 		size += segment.Size(len(r))
 	}
+	size += (len(recs) - 1) * segment.Size(maxClockRecord) // each queue's dedup clock
 	if size > s.opts.preambleBytes() {
 		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (raise Options.SegmentBytes): %w",
 			name, len(recs)-1, size, s.opts.preambleBytes(), QueueMisconfigured)
 	}
-	s.pre.Store(&recs)
+	s.pre.Store(&preambleSet{recs: recs, queues: old.queues})
 	_, err := s.wait(s.log.Enqueue(true, rec))
 	return err
 }

@@ -121,7 +121,7 @@ func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot,
 		put(q.streamMax)
 		puts(q.streamEnq)
 		put(uint64(q.fresh))
-		puts(q.lastEvicts)
+		puts(q.lastEvicts.Load())
 		gone := slices.Sorted(func(yield func(uint64) bool) {
 			for s := range q.gone {
 				if !yield(s) {
@@ -379,7 +379,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 			break
 		}
 		q.fresh = int(d.uvarint())
-		q.lastEvicts = d.varint()
+		q.lastEvicts.Store(d.varint())
 		for range count() {
 			seq := d.uvarint()
 			if seq < q.cursor || seq > q.streamMax {

@@ -33,7 +33,12 @@
 //	kind 9  replay      queue, seq
 //	kind 10 delete      queue, seq
 //	kind 11 evict       queue, clock, window: forget the dedup keys enqueued
-//	                    more than window before clock (see Queue.EvictSeen)
+//	                    more than window before clock (see Queue.EvictSeen);
+//	                    clock is also a reading of the broker clock. With
+//	                    window MaxInt64 (nothing evicted) it is only that
+//	                    reading: each segment's preamble carries one per
+//	                    queue, the latest at the rotation. A replay applies
+//	                    every evict as logged, even behind a later reading.
 //	kind 12 mark        nextSeq (unsigned; no queue): every message sequence
 //	                    below it is taken. Written in each segment's
 //	                    preamble, so that a log whose older segments were

@@ -195,7 +195,7 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		return nil
 	}
 	if e.Kind == KindEvict {
-		q.EvictSeen(e.Time, e.Window)
+		q.replayEvict(e.Time, e.Window)
 		return nil
 	}
 	if !q.Apply(pos, e) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
@@ -92,23 +93,28 @@ type Queue struct {
 	dead      []*Message // by FailedAt, then Seq
 	live      int        // Pending, Ready or Leased
 
-	seen       map[string]seenKey
-	seenOrder  keyHeap
-	lastEvicts int64 // the latest clock reading: of an eviction, or a publish
+	seen      map[string]seenKey
+	seenOrder keyHeap
+	// lastEvicts is the latest clock reading: of an eviction, or a
+	// publish. Written under the owner's lock (or by a replay); atomic so
+	// that the log's writer goroutine may read it for a segment's
+	// preamble (LastEvicts) without that lock.
+	lastEvicts atomic.Int64
 }
 
 func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
-	return &Queue{
+	q := &Queue{
 		ID: id, Name: name, Policy: p, x: x,
-		cursor:     1,
-		gone:       map[uint64]struct{}{},
-		msgs:       map[uint64]*Message{},
-		ready:      msgHeap{less: byEnqueued, id: inReady},
-		timers:     msgHeap{less: byDue, id: inTimers},
-		finals:     msgHeap{less: byDue, id: inFinals},
-		seen:       map[string]seenKey{},
-		lastEvicts: math.MinInt64,
+		cursor: 1,
+		gone:   map[uint64]struct{}{},
+		msgs:   map[uint64]*Message{},
+		ready:  msgHeap{less: byEnqueued, id: inReady},
+		timers: msgHeap{less: byDue, id: inTimers},
+		finals: msgHeap{less: byDue, id: inFinals},
+		seen:   map[string]seenKey{},
 	}
+	q.lastEvicts.Store(math.MinInt64)
+	return q
 }
 
 // Apply changes the queue by one message event. pos is the event's record
@@ -161,7 +167,7 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 	size := publishSize(e)
 	// An enqueue instant is a reading of the broker clock: eviction never
 	// runs on a clock behind it, and this survives a replay.
-	q.lastEvicts = max(q.lastEvicts, e.Time)
+	q.observeClock(e.Time)
 	if pos != 0 {
 		if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
 			q.x.move(m.Seq, m.Pos, pos, m.Size, size)
@@ -557,10 +563,30 @@ func (q *Queue) Forget(key string, seq uint64) {
 // same keys. If the clock went backwards — now is behind an earlier
 // eviction's clock or a publish's enqueue instant — nothing is evicted.
 func (q *Queue) EvictSeen(now, window int64) bool {
-	if now < q.lastEvicts {
+	if now < q.lastEvicts.Load() {
 		return false
 	}
-	q.lastEvicts = now
+	return q.evict(now, window)
+}
+
+// replayEvict applies a logged eviction: it forgets the keys the eviction
+// forgot when it was logged. It does not ask whether the clock went
+// backwards: the call that logged it already did, and a replay may know a
+// later reading than that call did (a segment's preamble carries the
+// latest reading at its rotation, ahead of records queued before it).
+func (q *Queue) replayEvict(now, window int64) {
+	q.evict(now, window)
+}
+
+// observeClock records a clock reading: the latest is kept.
+func (q *Queue) observeClock(now int64) {
+	if now > q.lastEvicts.Load() {
+		q.lastEvicts.Store(now)
+	}
+}
+
+func (q *Queue) evict(now, window int64) bool {
+	q.observeClock(now)
 	evicted := false
 	for len(q.seenOrder) > 0 && now-q.seenOrder[0].enqueuedAt > window {
 		k := q.seenOrder.pop()
@@ -675,5 +701,5 @@ func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef
 }
 
 // LastEvicts is the latest clock reading the queue's log holds (of an
-// eviction or a publish), or math.MinInt64.
-func (q *Queue) LastEvicts() int64 { return q.lastEvicts }
+// eviction or a publish), or math.MinInt64. Safe for concurrent use.
+func (q *Queue) LastEvicts() int64 { return q.lastEvicts.Load() }

@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -165,6 +166,24 @@ func TestEvictEventReplaysTheEviction(t *testing.T) {
 	// The eviction clock is a reading too: a clock behind it evicts
 	// nothing, and a key published again is new.
 	require.False(t, x.Queue("q").EvictSeen(150, 1))
+}
+
+// A logged eviction replays even behind a later reading: a segment's
+// preamble carries the latest reading at its rotation, ahead of records
+// queued before it, and an eviction of nothing (an infinite window) only
+// raises the clock.
+func TestEvictEventReplaysBehindALaterReading(t *testing.T) {
+	x := declared()
+	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
+	x.Apply(wal.MakePosition(2, 50), &Event{Kind: KindEvict, Queue: 1, Time: 300, Window: math.MaxInt64})
+	_, _, ok := x.Queue("q").Seen("a")
+	require.True(t, ok, "an eviction of nothing forgets nothing")
+	require.Equal(t, int64(300), x.Queue("q").LastEvicts())
+	x.Apply(wal.MakePosition(2, 100), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50})
+	_, _, ok = x.Queue("q").Seen("a")
+	require.False(t, ok, "the logged eviction at 200 forgot a, 100 old")
+	require.Equal(t, int64(300), x.Queue("q").LastEvicts(), "the clock keeps its latest reading")
+	require.False(t, x.Queue("q").EvictSeen(250, 1), "live, a clock behind 300 evicts nothing")
 }
 
 func TestPendingUntilCommit(t *testing.T) {

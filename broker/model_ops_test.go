@@ -40,7 +40,7 @@ func (mc *modelCheck) admit(mq *mQueue, m broker.MessageValue, payload []byte) {
 	mq.order++
 	mq.msgs[m.ID] = &mMsg{id: m.ID, order: mq.order, payload: payload, enq: mc.now(), state: mReady}
 	mq.minted = append(mq.minted, m.ID)
-	mq.lastEvict, mq.maxEnq = max(mq.lastEvict, mc.now()), max(mq.maxEnq, mc.now())
+	mq.lastEvict = max(mq.lastEvict, mc.now())
 }
 
 func (mc *modelCheck) publish(mq *mQueue) {
@@ -98,7 +98,6 @@ func (mc *modelCheck) publishKeyed(mq *mQueue) {
 	if mc.expect("ok", err, what) {
 		mc.admit(mq, m, p)
 		mq.seen[key] = mSeen{id: m.ID, enq: now}
-		mq.logKeys[key] = mq.seen[key]
 	}
 }
 

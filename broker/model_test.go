@@ -26,15 +26,6 @@ import (
 //
 //	WALBROKER_MODEL_SEED   replay a seed (printed by every run)
 //	WALBROKER_MODEL_STEPS  number of steps (default 3000, 600 with -short)
-//	WALBROKER_MODEL_TOLERATE  a comma-separated list of known divergences
-//	    to model as the store behaves, so that the rest of the semantics is
-//	    still checked while they are open. Unset means "evict-restart"; set
-//	    it empty for the strict model.
-//	    evict-restart: a restart forgets eviction clock readings newer than
-//	      every publish instant, and brings back every key already evicted
-//	      (TestEvictedKeyStaysEvictedAcrossRestart; accepted as "the safe
-//	      side" in index.Queue.EvictSeen). Once that is fixed, the default
-//	      must become strict.
 //
 // The broker clock readings that make "the clock went backwards" are those
 // of every eviction (a keyed publish) and every enqueue instant.
@@ -75,9 +66,7 @@ type mQueue struct {
 	q         *broker.Queue
 	msgs      map[string]*mMsg
 	seen      map[string]mSeen
-	logKeys   map[string]mSeen // the latest admitted publish of each key, as the log holds it
-	lastEvict int64            // the latest clock reading of an eviction or an enqueue; MinInt64 before any
-	maxEnq    int64            // the latest enqueue instant, which the log keeps
+	lastEvict int64 // the latest clock reading of an eviction or an enqueue; MinInt64 before any
 	receipts  []broker.ReceiptValue
 	minted    []string
 	order     int
@@ -91,7 +80,6 @@ type modelCheck struct {
 	owner    map[broker.ReceiptValue]string // receipt → queue name
 	ids      map[string]bool
 	history  []string
-	tolerate string
 	outcomes map[string]int // "Op -> CLASS" counts, to show what a run covered
 }
 
@@ -113,11 +101,7 @@ func TestModelCheck(t *testing.T) {
 	}
 	t.Logf("model check: seed %d, %d steps; replay with WALBROKER_MODEL_SEED=%d", seed, steps, seed)
 	mc := &modelCheck{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)),
-		owner: map[broker.ReceiptValue]string{}, ids: map[string]bool{}, tolerate: "", outcomes: map[string]int{}}
-	if s, ok := os.LookupEnv("WALBROKER_MODEL_TOLERATE"); ok {
-		mc.tolerate = s
-	}
-	t.Logf("tolerated divergences: %q", mc.tolerate)
+		owner: map[broker.ReceiptValue]string{}, ids: map[string]bool{}, outcomes: map[string]int{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(mc.history, "\n"))
@@ -134,7 +118,7 @@ func TestModelCheck(t *testing.T) {
 		broker.ManualMaintenance(o)
 	})
 	for _, name := range []string{"q0", "q1"} {
-		mq := &mQueue{name: name, pol: mc.randomPolicy(), msgs: map[string]*mMsg{}, seen: map[string]mSeen{}, logKeys: map[string]mSeen{}, lastEvict: math.MinInt64, maxEnq: math.MinInt64}
+		mq := &mQueue{name: name, pol: mc.randomPolicy(), msgs: map[string]*mMsg{}, seen: map[string]mSeen{}, lastEvict: math.MinInt64}
 		mq.q = mc.e.queue(name, mq.pol)
 		mc.qs = append(mc.qs, mq)
 		t.Logf("%s: %+v (sync %v)", name, mq.pol, mode)
@@ -219,10 +203,6 @@ func (mc *modelCheck) settle() {
 			}
 		}
 	}
-}
-
-func (mc *modelCheck) tolerates(bug string) bool {
-	return slices.Contains(strings.Split(mc.tolerate, ","), bug)
 }
 
 // errClass names the sentinel err wraps.
@@ -400,10 +380,6 @@ func (mc *modelCheck) reopen() {
 	requireSameState(mc.t, before, broker.Dump(mc.e.s), fmt.Sprintf("reopen (rebuild %v) changed the state", rebuild))
 	for _, mq := range mc.qs {
 		mq.q = mc.e.queue(mq.name, mq.pol)
-		if mc.tolerates("evict-restart") {
-			mq.lastEvict = mq.maxEnq
-			mq.seen = maps.Clone(mq.logKeys)
-		}
 	}
 }
 

@@ -345,7 +345,7 @@ func (r *runner) restart(kind opKind) {
 		r.open()
 		rec := r.store.Recovery()
 		r.check(!rec.IndexRebuilt && !rec.TornTail && rec.SalvagedSpans == 0, "reopen after a clean Close: %+v", rec)
-		r.m.restart(true)
+		r.m.restart()
 	case opRebuild:
 		r.close()
 		if err := os.RemoveAll(filepath.Join(r.dir, "index")); err != nil {
@@ -354,7 +354,7 @@ func (r *runner) restart(kind opKind) {
 		r.open()
 		rec := r.store.Recovery()
 		r.check(rec.IndexRebuilt && rec.SalvagedSpans == 0, "reopen without index/: %+v", rec)
-		r.m.restart(false)
+		r.m.restart()
 	case opCrash:
 		r.gen++
 		clone := filepath.Join(r.base, fmt.Sprintf("s%d", r.gen))
@@ -370,7 +370,7 @@ func (r *runner) restart(kind opKind) {
 		rec := r.store.Recovery()
 		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss under SyncAll: %+v", rec)
 		r.logf("  recovered: %+v", rec)
-		r.m.restart(false)
+		r.m.restart()
 	case opAudit:
 		r.auditClone()
 		return
@@ -390,7 +390,7 @@ func (r *runner) auditClone() {
 	defer func() { _ = os.RemoveAll(clone) }()
 	a := twin{t: r.t, m: r.m.clone(), clock: &fakeClock{}, history: r.history, serial: r.serial, where: "[audit] "}
 	a.clock.ns.Store(r.now())
-	a.m.restart(false)
+	a.m.restart()
 	s, err := broker.Open(clone, storeOptions(a.clock, nil))
 	if err != nil {
 		a.fail("open the clone: %v", err)
@@ -521,8 +521,8 @@ func brokerSeeds(testing.TB) []seed {
 		}, repeat(o(opChurn, 0, 18, 0), 12)...),
 			o(opCrash, 0, 0, 0), o(opChurn, 0, 18, 0), o(opChurn, 0, 18, 0), o(opAudit, 0, 0, 0), o(opDeadLetters, 0, 5, 0),
 			o(opPublishKeyed, 0, 0, 4), o(opPublishKeyed, 1, 2, 4), o(opAck, 1, liveFirst, 0)),
-		// A keyed duplicate reads the clock at 31 s without logging it;
-		// the clock steps back and a key is published at -89 s; after a
+		// A keyed duplicate reads the clock at 31 s (logged as an
+		// eviction of nothing); the clock steps back and a key is published at -89 s; after a
 		// rebuild the clock is at 3 s, behind that reading: nothing may
 		// be evicted, so "b" is still a duplicate.
 		"evict-restart": {

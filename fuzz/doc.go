@@ -68,7 +68,7 @@
 // divergences it found are fixed; their names stay so that, should one come
 // back, fuzzing can be told to look past it while it is studied:
 //
-//	WALBROKER_FUZZ_TOLERATE=settle-lapse,evict-restart,copy-lapse \
+//	WALBROKER_FUZZ_TOLERATE=settle-lapse,copy-lapse \
 //		go test -run='^$' -fuzz='^FuzzBrokerDifferential$' -fuzztime=10m -fuzzminimizetime=20x ./fuzz/
 //
 // Environment:
@@ -77,8 +77,8 @@
 //	WALBROKER_FUZZ_INPUTS    how many random inputs it runs: 40 by default, 4 with -short;
 //	                         a soak sets it high (2000 take about 70 s)
 //	WALBROKER_FUZZ_TOLERATE  comma-separated known failures of the code under test to look past,
-//	                         strict when unset: settle-lapse, evict-restart, copy-lapse (the store,
-//	                         see model_test.go and regress_test.go; all three fixed)
+//	                         strict when unset: settle-lapse, copy-lapse (the store, see
+//	                         model_test.go and regress_test.go; both fixed)
 //	WALBROKER_FUZZ_HISTORY=all      a broker failure lists every operation, not the last 120 lines
 //	WALBROKER_FUZZ_WRITE_CORPUS=1   regenerate the seed-* files of every corpus
 package fuzz

@@ -31,18 +31,13 @@ import (
 // Known divergences of the store from this model, which
 // WALBROKER_FUZZ_TOLERATE may list so that fuzzing can look past them:
 // the model then follows the store where the store is deterministic
-// (settle-lapse), a run stops checking when the answer depends on what a
-// restart kept (evict-restart), and the clock never steps back before a
-// deadline a call observed (copy-lapse, whose effect depends on when the
-// background reclamation ran).
+// (settle-lapse), and the clock never steps back before a deadline a call
+// observed (copy-lapse, whose effect depends on when the background
+// reclamation ran). Both are fixed; the store keeps every dedup clock
+// reading across every restart (the former evict-restart, fixed by the
+// reading each segment's preamble carries), and the model holds it to
+// that with no tolerance.
 //
-//	evict-restart  "If the clock goes backwards, nothing is evicted" (API.md
-//	               §4) measures backwards from every clock reading of a
-//	               dedup check. A restart other than a clean Close (a
-//	               rebuild of the index, a power loss) keeps only the
-//	               readings its log holds — those of publishes and of
-//	               evictions that evicted something — so after it a keyed
-//	               publish may evict keys that the store would have kept.
 //	settle-lapse   An Ack, Nack, Reject or Extend refused because the lease
 //	               had lapsed does not count as having observed the lapse:
 //	               with the clock set back before ExpiresAt the same receipt
@@ -103,13 +98,13 @@ type mQueue struct {
 	msgs map[string]*mMsg
 	seen map[string]mKey
 	// The dedup clock: the latest reading that makes "the clock went
-	// backwards". evictHi is the contract's (every reading of a dedup check
-	// and every enqueue instant). After a restart that is not a clean
-	// Close, the store may hold less (see evict-restart): evictLo is the
-	// least it may hold. Without such a restart both are equal.
-	evictHi, evictLo int64
-	receipts         []broker.ReceiptValue // every receipt this queue issued
-	c                mCounters
+	// backwards" (every reading of a dedup check and every enqueue
+	// instant). Every restart keeps it: the log holds each reading, and
+	// each segment's preamble the latest one at its start, so removing
+	// old segments loses none.
+	evictClock int64
+	receipts   []broker.ReceiptValue // every receipt this queue issued
+	c          mCounters
 }
 
 type model struct {
@@ -123,7 +118,7 @@ func newModel() *model {
 	m := &model{owner: map[broker.ReceiptValue]int{}}
 	for i := range m.qs {
 		m.qs[i] = &mQueue{name: queueNames[i], pol: queuePolicies[i], msgs: map[string]*mMsg{}, seen: map[string]mKey{},
-			evictHi: math.MinInt64, evictLo: math.MinInt64}
+			evictClock: math.MinInt64}
 	}
 	return m
 }
@@ -264,58 +259,31 @@ func (m *model) settle(qi int, r broker.ReceiptValue, now int64) (*mMsg, string)
 	return nil, "LEASE_EXPIRED"
 }
 
-// evict is a keyed publish's dedup check at now, before admission. It
-// reports false when the store may have evicted otherwise than the
-// contract says, for lack of the readings a restart forgot
-// (evict-restart); it then changes nothing.
-func (q *mQueue) evict(now int64) bool {
+// evict is a keyed publish's dedup check at now, before admission: if the
+// clock did not go backwards, it forgets the keys enqueued more than the
+// window before now.
+func (q *mQueue) evict(now int64) {
+	if now < q.evictClock {
+		return
+	}
+	q.evictClock = now
 	window := int64(q.pol.DedupWindow)
-	var old []string
 	for k, s := range q.seen {
 		if now-s.enq > window {
-			old = append(old, k)
+			delete(q.seen, k)
 		}
 	}
-	switch {
-	case now >= q.evictHi:
-		q.evictHi, q.evictLo = now, now
-	case now < q.evictLo:
-		return true
-	case len(old) > 0:
-		// The contract keeps the keys (the clock is behind a reading the
-		// store saw); a store that forgot that reading evicts them.
-		return false
-	default:
-		q.evictLo = now
-		return true
-	}
-	for _, k := range old {
-		delete(q.seen, k)
-	}
-	return true
 }
 
 // restart is what a reopen does to the model: observations and counters
-// are gone, and, unless the store closed cleanly (its checkpoint keeps the
-// dedup clock), the dedup clock may fall back to the readings the log
-// holds, of which the enqueue instants of the messages and keys it keeps
-// are sure to be there.
-func (m *model) restart(clean bool) {
+// are gone. Every kind of restart keeps the messages, the keys and the
+// dedup clock (under SyncAll every call that returned is in the log).
+func (m *model) restart() {
 	for _, q := range m.qs {
 		for _, msg := range q.msgs {
 			msg.seen, msg.seenBy = false, ""
 		}
 		q.c = mCounters{}
-		if !clean {
-			lo := int64(math.MinInt64)
-			for _, msg := range q.msgs {
-				lo = max(lo, msg.enq)
-			}
-			for _, k := range q.seen {
-				lo = max(lo, k.enq)
-			}
-			q.evictLo = min(lo, q.evictHi)
-		}
 	}
 }
 
@@ -366,7 +334,7 @@ func (m *model) lastPassed(now int64) (int64, bool) {
 func (m *model) dump(now int64) string {
 	var b strings.Builder
 	for _, q := range m.qs {
-		fmt.Fprintf(&b, "%s: evict clock [%s, %s], keys:", q.name, rel(q.evictLo), rel(q.evictHi))
+		fmt.Fprintf(&b, "%s: evict clock %s, keys:", q.name, rel(q.evictClock))
 		for _, k := range slices.Sorted(maps.Keys(q.seen)) {
 			fmt.Fprintf(&b, " %s=%s@%s", k, q.seen[k].id, rel(q.seen[k].enq))
 		}

@@ -24,7 +24,7 @@ func (s *twin) admit(qi int, mv broker.MessageValue, p []byte, now int64, key st
 	s.m.lastSeq = seq
 	s.m.minted = append(s.m.minted, mv.ID)
 	mq.msgs[mv.ID] = &mMsg{id: mv.ID, seq: seq, payload: append([]byte(nil), p...), enq: now, state: mReady}
-	mq.evictHi, mq.evictLo = max(mq.evictHi, now), max(mq.evictLo, now)
+	mq.evictClock = max(mq.evictClock, now)
 	mq.c.published++
 	if key != "" {
 		mq.seen[key] = mKey{id: mv.ID, enq: now}
@@ -72,14 +72,7 @@ func (s *twin) publishKeyed(qi int, key string, n int) {
 		s.expect("MESSAGE_TOO_LARGE", err, what)
 		return
 	}
-	if !mq.evict(now) {
-		if tolerated("evict-restart") {
-			s.stop("evict-restart", "%s: a restart may have forgotten the dedup clock reading %s", what, rel(mq.evictHi))
-			return
-		}
-		what += fmt.Sprintf(" [known divergence evict-restart: the store may have forgotten at a restart the dedup clock reading %s; keys older than %s must stay]",
-			rel(mq.evictHi), mq.pol.DedupWindow)
-	}
+	mq.evict(now)
 	// Past its payload checks a publish looks at the queue, a duplicate
 	// too: it observes the deadlines passed by now.
 	mq.observe(now)

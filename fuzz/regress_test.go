@@ -109,12 +109,11 @@ func TestCopyForwardKeepsAnObservedLapse(t *testing.T) {
 }
 
 // "If the clock goes backwards, nothing is evicted" (API.md §4): a keyed
-// duplicate reads the clock at 31 s; after a rebuild of the index the store
-// no longer knows that reading (only readings the log holds count) and, at
-// 3 s, evicts a key that is 92 s old by a clock still behind 31 s. Without
-// the rebuild, or after a clean reopen, the key is a duplicate.
-// (FuzzBrokerDifferential: seed-evict-restart; known divergence
-// evict-restart, which broker/model_test.go tolerates by default.)
+// duplicate reads the clock at 31 s; a store that forgot that reading at a
+// rebuild of the index would, at 3 s, evict a key that is 92 s old by a
+// clock still behind 31 s. With or without the rebuild the key is a
+// duplicate: the duplicate logged its reading as an eviction of nothing.
+// (FuzzBrokerDifferential: seed-evict-restart.)
 func TestDedupClockReadingSurvivesARebuild(t *testing.T) {
 	run := func(rebuild bool) (orig, again broker.MessageValue) {
 		s, clock, dir := testStore(t)

@@ -36,7 +36,7 @@
 // the write. A new batch forms while the previous fdatasync is in flight.
 // After an fdatasync the writer waits, before taking the next batch, for
 // the callers it released to come back (as many new requests as it
-// released, a quarter of that fdatasync at most), so that callers
+// released, as long as that fdatasync took at most), so that callers
 // appending in a loop, when they come back within that time, share one
 // fdatasync rather than alternating between two; after a wait in vain it
 // does not wait for a few fdatasyncs.

@@ -26,12 +26,17 @@ type Log struct {
 	opts Options
 	lock io.Closer
 
-	// mu guards open (the batch requests join), closed and err.
+	// mu guards open (the batch requests join), closed, err and hold.
 	mu     sync.Mutex
 	open   *batch
 	closed bool
 	err    error // the poison: set once by the writer, returned forever after
-	kick   chan struct{}
+	// hold, while the writer gathers released callers, is how many
+	// requests open must hold before a new one wakes the writer (0: every
+	// request wakes it). One wake-up instead of one per caller keeps the
+	// writer from competing with the callers it waits for.
+	hold int
+	kick chan struct{}
 
 	// listMu serialises changes of segs (rotation, removal) and guards
 	// spares. Readers load segs without it.

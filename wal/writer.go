@@ -91,8 +91,8 @@ type writer struct {
 // waiting while the previous fdatasync ran, writes them with one write and
 // syncs them with one fdatasync (group commit), and gives each the same
 // result. Before it takes the next batch, it gives the callers the last
-// fdatasync released a short time (a quarter of that fdatasync at most)
-// to come back, so that callers appending in a loop share one fdatasync
+// fdatasync released a short time (as long as that fdatasync took, at
+// most) to come back, so that callers appending in a loop share one fdatasync
 // rather than two; it stops doing so for a while when they do not come.
 //
 // An error means the call may or may not be in the log. After a failed
@@ -186,8 +186,11 @@ func (l *Log) enqueue(r *request) *Pending {
 	}
 	b := l.open
 	b.reqs = append(b.reqs, r)
+	quiet := l.hold > 0 && len(b.reqs) < l.hold
 	l.mu.Unlock()
-	l.wake()
+	if !quiet {
+		l.wake()
+	}
 	return &Pending{r: r, b: b}
 }
 
@@ -262,30 +265,38 @@ func (l *Log) writeLoop() {
 
 // gather waits, after an fdatasync released its waiters, for them to come
 // back with their next records before the writer takes the next batch —
-// at most a quarter of that fdatasync's duration. Without it, callers that
+// at most as long as that fdatasync took. Without it, callers that
 // append in a loop split into two halves that alternate: one waits for the
 // fdatasync in flight while the other is being released, and each
 // fdatasync covers about half of them. The wait ends as soon as as many
 // requests arrived since the release as it released, when the log closes,
 // or at the deadline; it reports whether the requests came (or the log
 // closed) rather than the deadline. The timer is the writer's (its
-// background-sync timer is re-armed after).
+// background-sync timer is re-armed after). While it waits, only the
+// request that completes the count wakes it (Log.hold): woken by each,
+// the writer would take the CPU from the callers it waits for.
 //
 // A wait that reaches its deadline costs its commit that much latency and
 // buys nothing, which is what happens to callers that do not append in a
 // loop (each request from a different, independent caller): after one,
 // the writer does not wait for the next gatherBackoff fdatasyncs. So a
 // log whose callers loop gathers them at each commit, and one whose
-// callers do not pays at most a quarter of an fdatasync every
-// gatherBackoff commits.
+// callers do not pays at most one fdatasync's time every gatherBackoff
+// commits.
 func (l *Log) gather(timer *time.Timer) bool {
 	w := &l.w
 	want := w.gatherFrom + w.gather
 	deadline := w.gatherAt.Add(w.gatherFor)
 	w.gather = 0
+	defer func() {
+		l.mu.Lock()
+		l.hold = 0
+		l.mu.Unlock()
+	}()
 	for {
 		l.mu.Lock()
 		enough := len(l.open.reqs) >= want || l.closed
+		l.hold = want
 		l.mu.Unlock()
 		left := time.Until(deadline)
 		if enough {
@@ -365,7 +376,7 @@ func (l *Log) commit(b *batch) {
 			w.gatherFrom = len(l.open.reqs)
 			l.mu.Unlock()
 			w.gatherAt = time.Now()
-			w.gatherFor = min(w.gatherAt.Sub(start)/4, maxGather)
+			w.gatherFor = min(w.gatherAt.Sub(start), maxGather)
 			for _, r := range b.reqs {
 				if r.sync && len(r.recs) > 0 {
 					w.gather++
@@ -376,7 +387,7 @@ func (l *Log) commit(b *batch) {
 	b.release(err)
 }
 
-// The wait for released callers (see gather): at most a quarter of the
+// The wait for released callers (see gather): at most as long as the
 // fdatasync that released them, and never above maxGather; after a wait
 // in vain, none for gatherBackoff fdatasyncs.
 const (

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +44,7 @@ func BenchmarkConsumeCPU(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var handled atomic.Int64
-			cpu := processCPU(b)
+			cpu := broker.ProcessCPU(b)
 			b.ResetTimer()
 			start := time.Now()
 			err = broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error {
@@ -55,7 +54,7 @@ func BenchmarkConsumeCPU(b *testing.B) {
 				return nil
 			}, broker.ConsumeOptions{Batch: 64, Concurrency: 64})
 			elapsed := time.Since(start)
-			cpu = processCPU(b) - cpu
+			cpu = broker.ProcessCPU(b) - cpu
 			b.StopTimer()
 			if !errors.Is(err, context.Canceled) {
 				b.Fatalf("Consume returned %v, want context.Canceled after %d messages", err, b.N)
@@ -64,13 +63,4 @@ func BenchmarkConsumeCPU(b *testing.B) {
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
 		})
 	}
-}
-
-// processCPU is the CPU time the process has used so far.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -59,10 +59,9 @@ func reportRates(b *testing.B, s *Store, before StoreStats, elapsed time.Duratio
 // 64 concurrent producers; b.N is the total, shared by the producers.
 // Beside the rates it reports the CPU time the whole process spent per
 // message (user + system, the log's writer and background work included):
-// at 64 producers each commit releases a burst of publishers whose CPU
-// work, on two cores, takes longer than the fdatasync, so this is the
-// figure that moves the rate there, and it moves little with the
-// neighbours' use of the disk.
+// it moves little with the neighbours' use of the disk, so it is the
+// figure to compare when changing the publish path (see DESIGN.md, "What
+// limits a publish at 64 producers").
 func BenchmarkPublish(b *testing.B) {
 	for _, producers := range []int{1, 16, 64} {
 		for _, size := range []int{1 << 10} {

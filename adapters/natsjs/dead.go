@@ -86,6 +86,22 @@ func (q *Queue) buryLapsed(ctx context.Context, d delivery, policy broker.Policy
 		failedAt: time.Now(), reply: d.msg.Reply}, broker.ReasonLeaseExpired, 0, "")
 }
 
+// look begins a call that looks at the queue: it checks the store and the
+// context, bounds the context by Options.Timeout, and makes the messages
+// whose last lease lapsed dead letters (sweepDeaths). The caller calls
+// cancel when done.
+func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := q.s.begin(ctx, q.name); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	if err := q.sweepDeaths(ctx); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return ctx, cancel, nil
+}
+
 // sweepDeaths buries the messages whose last allowed lease lapsed. The
 // consumer's MaxDeliver is the policy's MaxDeliveries: at such a lapse the
 // server stops delivering the message, leaves it in the work stream (a
@@ -189,14 +205,11 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterVa
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: DeadLetters max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
-	if err := q.s.begin(ctx, q.name); err != nil {
+	ctx, cancel, err := q.look(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
-	if err := q.sweepDeaths(ctx); err != nil {
-		return nil, err
-	}
 	var out []broker.DeadLetterValue
 	for seq := uint64(1); len(out) < max; {
 		raw, err := q.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.n.deadSubject+".*"))
@@ -255,14 +268,11 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // A queue at its Capacity refuses the replay (broker.QueueFull): the
 // server's limit knows no exception.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
-	if err := q.s.begin(ctx, q.name); err != nil {
+	ctx, cancel, err := q.look(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
-	if err := q.sweepDeaths(ctx); err != nil {
-		return err
-	}
 	raw, err := q.deadRecord(ctx, id)
 	if err != nil {
 		return err
@@ -286,14 +296,11 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id for good; see
 // broker.DeadLetterManager.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
-	if err := q.s.begin(ctx, q.name); err != nil {
+	ctx, cancel, err := q.look(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
-	if err := q.sweepDeaths(ctx); err != nil {
-		return err
-	}
 	raw, err := q.deadRecord(ctx, id)
 	if err != nil {
 		return err

@@ -125,14 +125,11 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: Receive max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
-	if err := q.s.begin(ctx, q.name); err != nil {
+	ctx, cancel, err := q.look(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
-	if err := q.sweepDeaths(ctx); err != nil {
-		return nil, err
-	}
 	q.mu.Lock()
 	policy, events := q.policy, q.readyEvents
 	if !q.recheck.IsZero() && !q.recheck.After(time.Now()) {

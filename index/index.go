@@ -195,7 +195,7 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		return nil
 	}
 	if e.Kind == KindEvict {
-		q.replayEvict(e.Time, e.Window)
+		q.evict(e.Time, e.Window) // as logged: see Queue.evict
 		return nil
 	}
 	if !q.Apply(pos, e) {

@@ -569,15 +569,6 @@ func (q *Queue) EvictSeen(now, window int64) bool {
 	return q.evict(now, window)
 }
 
-// replayEvict applies a logged eviction: it forgets the keys the eviction
-// forgot when it was logged. It does not ask whether the clock went
-// backwards: the call that logged it already did, and a replay may know a
-// later reading than that call did (a segment's preamble carries the
-// latest reading at its rotation, ahead of records queued before it).
-func (q *Queue) replayEvict(now, window int64) {
-	q.evict(now, window)
-}
-
 // observeClock records a clock reading: the latest is kept.
 func (q *Queue) observeClock(now int64) {
 	if now > q.lastEvicts.Load() {
@@ -585,6 +576,12 @@ func (q *Queue) observeClock(now int64) {
 	}
 }
 
+// evict forgets the dedup keys enqueued strictly more than window before
+// now, whatever the clock read before, and reports whether it forgot any.
+// A replay applies a logged eviction with it: the call that logged it
+// already asked whether the clock went backwards, and a replay may know a
+// later reading than that call did (a segment's preamble carries the
+// latest reading at its rotation, ahead of records queued before it).
 func (q *Queue) evict(now, window int64) bool {
 	q.observeClock(now)
 	evicted := false

@@ -465,15 +465,34 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 
 // call runs the handler, turning a panic into errHandlerPanicked.
 func (c *consumer) call(ctx context.Context, d DeliveryValue) (err error) {
+	// recover is called only when the handler did not return: a call of
+	// it walks the stack, and on a handler's fresh goroutine that walk
+	// grew and copied the stack on every delivery. For the same reason
+	// the logging is in a function of its own.
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if v := recover(); v != nil {
-			c.log.ErrorContext(ctx, "walbroker: handler panicked; nacking",
-				"message", d.Message.ID, "deliveries", d.Deliveries,
-				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = errHandlerPanicked
+			err = c.panicked(ctx, d, v)
 		}
 	}()
-	return c.h(ctx, d)
+	err = c.h(ctx, d)
+	returned = true
+	return err
+}
+
+// panicked logs a handler's panic, with its stack, and returns
+// errHandlerPanicked. It must be called from the deferred function that
+// recovered, so that debug.Stack still holds the panicking frames.
+//
+//go:noinline
+func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
+	c.log.ErrorContext(ctx, "walbroker: handler panicked; nacking",
+		"message", d.Message.ID, "deliveries", d.Deliveries,
+		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return errHandlerPanicked
 }
 
 // keepLease renews d's lease every extendEvery while the handler runs, when

@@ -101,6 +101,7 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	if err != nil {
 		return err
 	}
+	c.settleCtx = context.WithoutCancel(ctx)
 	err = c.loop(ctx)
 	if c.acker != nil {
 		// No Receive will carry the acks of handlers still running: from
@@ -108,7 +109,7 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		c.ackMu.Lock()
 		c.ackDirect = true
 		c.ackMu.Unlock()
-		c.flushAcks(context.WithoutCancel(ctx))
+		c.flushAcks(c.settleCtx)
 	}
 	c.inflight.Wait()
 	return err
@@ -172,6 +173,9 @@ type consumer struct {
 	extender LeaseExtender // nil when b is not one or no extension was asked for
 	acker    receiveAcker  // nil when b cannot carry acks with a Receive
 	log      *slog.Logger
+	// settleCtx is Consume's ctx without its cancellation: Receive calls
+	// that carry acks and the settling calls run under it.
+	settleCtx context.Context
 
 	// ackMu guards ackBuf, the acks of finished handlers that the next
 	// Receive will carry (when b is a receiveAcker), and ackDirect, set
@@ -293,9 +297,8 @@ func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) 
 		return c.b.Receive(ctx, n)
 	}
 	acks, receipts := c.takeAcks()
-	settleCtx := context.WithoutCancel(ctx)
-	ds, errs, err := c.acker.receiveAcking(settleCtx, n, receipts)
-	c.settled(settleCtx, acks, errs)
+	ds, errs, err := c.acker.receiveAcking(c.settleCtx, n, receipts)
+	c.settled(c.settleCtx, acks, errs)
 	return ds, err
 }
 
@@ -376,7 +379,7 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			case <-c.ackReady:
 				// A handler finished while the queue is idle: its ack
 				// must not wait for the next message.
-				c.flushAcks(context.WithoutCancel(ctx))
+				c.flushAcks(c.settleCtx)
 			case <-ctx.Done():
 				return false
 			}
@@ -427,19 +430,21 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 			c.inflight.Done()
 		}
 	}()
-	// The handler's own context exists only to be cancelled when its lease
-	// is lost, which only lease extension can find out.
-	hctx, cancel := ctx, context.CancelFunc(func() {})
-	if c.extender != nil {
-		hctx, cancel = context.WithCancel(ctx)
+	receipt := d.Lease.Receipt
+	var herr error
+	if c.extender == nil {
+		herr = c.call(ctx, d)
+	} else {
+		// The handler's own context exists only to be cancelled when its
+		// lease is lost, which only lease extension can find out.
+		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-	}
-	settleCtx := context.WithoutCancel(ctx)
-	stop := c.keepLease(settleCtx, cancel, d)
-	herr := c.call(hctx, d)
-	receipt, lost := stop()
-	if lost {
-		return
+		stop := c.keepLease(c.settleCtx, cancel, d)
+		herr = c.call(hctx, d)
+		var lost bool
+		if receipt, lost = stop(); lost {
+			return
+		}
 	}
 	if herr == nil && c.acker != nil {
 		c.ackMu.Lock()
@@ -460,7 +465,7 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		}
 		c.ackMu.Unlock()
 	}
-	c.settle(settleCtx, d, receipt, herr)
+	c.settle(c.settleCtx, d, receipt, herr)
 }
 
 // call runs the handler, turning a panic into errHandlerPanicked.
@@ -495,15 +500,13 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 	return errHandlerPanicked
 }
 
-// keepLease renews d's lease every extendEvery while the handler runs, when
-// extension was asked for. The returned stop ends the renewals, waits for
-// one in flight, and returns the newest receipt and whether the lease was
-// lost; when it was, cancel has been called and the loss logged.
+// keepLease renews d's lease every extendEvery while the handler runs; it
+// is called only when extension was asked for and b can extend. The
+// returned stop ends the renewals, waits for one in flight, and returns the
+// newest receipt and whether the lease was lost; when it was, cancel has
+// been called and the loss logged.
 func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
-	if c.extender == nil {
-		return func() (ReceiptValue, bool) { return receipt, false }
-	}
 	quit, done := make(chan struct{}), make(chan struct{})
 	lost := false
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,8 +62,10 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 
 // Consume receives messages from b and runs h on each until ctx ends.
 //
-// Each delivery runs h in its own goroutine, at most opts.Concurrency at
-// once, with a context derived from ctx. When h returns nil the delivery
+// Each delivery runs h on one of at most opts.Concurrency goroutines of
+// Consume's own, one delivery at a time each, with a context derived from
+// ctx. Once started, a goroutine waits for the next delivery until Consume
+// returns. When h returns nil the delivery
 // is acked; an error marked with [DoNotRetry] rejects it (nacks it when b
 // is not a [Rejecter]); any other error nacks it with that error as cause.
 // A panic in h is recovered and nacked with a cause that carries no reason,
@@ -112,6 +115,8 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		c.flushAcks(c.settleCtx)
 	}
 	c.inflight.Wait()
+	close(c.work)
+	c.workers.Wait()
 	return err
 }
 
@@ -194,6 +199,12 @@ type consumer struct {
 	// takes a slot, a receive frees one.
 	slots    chan struct{}
 	inflight sync.WaitGroup
+	// work hands deliveries to handler goroutines that are waiting;
+	// waiting counts them, less those a dispatch already claimed. Only
+	// Consume's return closes work, and workers tracks the goroutines.
+	work    chan DeliveryValue
+	waiting atomic.Int64
+	workers sync.WaitGroup
 	// streak counts consecutive idle waits that ended at once with Receive
 	// still finding nothing. Only the loop goroutine touches it.
 	streak int
@@ -225,6 +236,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		extendEvery: opts.ExtendEvery,
 		extendBy:    opts.ExtendBy,
 		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
+		work:        make(chan DeliveryValue, max(opts.Concurrency, 1)),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -332,8 +344,9 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	return n, true
 }
 
-// dispatch starts a handler goroutine for each delivery and frees the slots
-// reserved for deliveries that did not come.
+// dispatch hands each delivery to a handler goroutine, starting one when
+// none is waiting, and frees the slots reserved for deliveries that did
+// not come.
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "walbroker: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
@@ -344,7 +357,13 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 			c.slots <- struct{}{}
 		}
 		c.inflight.Add(1)
-		go c.handle(ctx, d)
+		if c.waiting.Add(-1) >= 0 {
+			c.work <- d // a goroutine is waiting for it, or about to
+			continue
+		}
+		c.waiting.Add(1)
+		c.workers.Add(1)
+		go c.worker(ctx, d)
 	}
 	for i := len(ds); i < reserved; i++ {
 		<-c.slots
@@ -420,13 +439,31 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// worker runs handlers: first on d, then on each delivery dispatch hands
+// it, until Consume closes c.work. A goroutine per delivery cost more than
+// the handling itself: creating it, growing its stack and ending it.
+func (c *consumer) worker(ctx context.Context, d DeliveryValue) {
+	defer c.workers.Done()
+	for ok := true; ok; d, ok = <-c.work {
+		c.handle(ctx, d)
+	}
+}
+
+// free frees the slot of a handler that is done. Its goroutine counts as
+// waiting first, so that a dispatch the freed slot allows finds it and
+// starts no other: there are never more handler goroutines than slots.
+func (c *consumer) free() {
+	c.waiting.Add(1)
+	<-c.slots
+}
+
 // handle runs the handler on d, keeps its lease, and settles the outcome.
 // It holds one slot, which it frees when the settling call has returned.
 func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 	handedOff := false
 	defer func() {
 		if !handedOff {
-			<-c.slots
+			c.free()
 			c.inflight.Done()
 		}
 	}()
@@ -460,7 +497,7 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 			case c.ackReady <- struct{}{}:
 			default:
 			}
-			<-c.slots
+			c.free()
 			return
 		}
 		c.ackMu.Unlock()

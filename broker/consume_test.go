@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -401,4 +403,85 @@ func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	text := logs.String()
 	require.Contains(t, text, "transient")
 	require.Contains(t, text, "lease lapsed")
+}
+
+// goroutineID is the running goroutine's number, from its stack header
+// ("goroutine 42 [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	fields := strings.Fields(string(buf))
+	if len(fields) < 2 {
+		return ""
+	}
+	return fields[1]
+}
+
+// consumerGoroutines counts the goroutines running the consumer's code.
+func consumerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "broker.(*consumer)") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestConsumeRunsHandlersOnAtMostConcurrencyGoroutines(t *testing.T) {
+	f := newFake()
+	const messages, concurrency = 200, 4
+	for range messages {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	var mu sync.Mutex
+	ids := map[string]int{}
+	r := startConsume(t, f, func(context.Context, DeliveryValue) error {
+		mu.Lock()
+		ids[goroutineID()]++
+		mu.Unlock()
+		return nil
+	}, ConsumeOptions{Batch: 8, Concurrency: concurrency})
+	require.Eventually(t, func() bool { return f.count("ack") == messages }, eventually, tick)
+	r.cancel()
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotContains(t, ids, "")
+	require.LessOrEqual(t, len(ids), concurrency, "handlers ran on %d goroutines", len(ids))
+	total := 0
+	for _, n := range ids {
+		total += n
+	}
+	require.Equal(t, messages, total)
+}
+
+func TestConsumeLeavesNoGoroutineBehind(t *testing.T) {
+	for _, store := range []bool{false, true} {
+		var b Broker = newFake()
+		if store {
+			s, err := Open(t.TempDir(), Options{})
+			require.NoError(t, err)
+			defer s.Close()
+			q, err := s.Queue("q", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+			require.NoError(t, err)
+			b = q
+		}
+		for range 50 {
+			_, err := b.Publish(context.Background(), []byte("x"))
+			require.NoError(t, err)
+		}
+		var handled atomic.Int64
+		r := startConsume(t, b, func(context.Context, DeliveryValue) error {
+			handled.Add(1)
+			return nil
+		}, ConsumeOptions{Batch: 8, Concurrency: 16})
+		require.Eventually(t, func() bool { return handled.Load() == 50 }, eventually, tick)
+		require.Positive(t, consumerGoroutines(), "the probe sees a running Consume")
+		r.cancel()
+		require.ErrorIs(t, r.wait(t), context.Canceled)
+		require.Zero(t, consumerGoroutines(), "store=%v: goroutines left after Consume returned", store)
+	}
 }

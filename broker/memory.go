@@ -80,9 +80,13 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	// instead, since Go 1.24): receipts always carry random bits.
 	_, _ = crand.Read(secret[:])
 	_, _ = crand.Read(seed[:])
+	keys, err := newReceiptKeys(secret[:])
+	if err != nil {
+		return nil, fmt.Errorf("broker: memory queue: %w", err)
+	}
 	return &Memory{
 		opts:   opts,
-		keys:   newReceiptKeys(secret[:]),
+		keys:   keys,
 		policy: policy,
 		nonces: rand.New(rand.NewChaCha8(seed)),
 		st:     newMemState(),

@@ -96,7 +96,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		s.idx.Secret = secret
 	}
-	s.keys = newReceiptKeys(s.idx.Secret)
+	if s.keys, err = newReceiptKeys(s.idx.Secret); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	var seed [32]byte
 	_, _ = rand.Read(seed[:])
 	s.nonces = mrand.NewChaCha8(seed)

@@ -363,7 +363,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 		}
 		c.waiting.Add(1)
 		c.workers.Add(1)
-		go c.worker(ctx, d)
+		go c.worker(ctx, &d)
 	}
 	for i := len(ds); i < reserved; i++ {
 		<-c.slots
@@ -439,14 +439,29 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// worker runs handlers: first on d, then on each delivery dispatch hands
-// it, until Consume closes c.work. A goroutine per delivery cost more than
-// the handling itself: creating it, growing its stack and ending it.
-func (c *consumer) worker(ctx context.Context, d DeliveryValue) {
-	defer c.workers.Done()
-	for ok := true; ok; d, ok = <-c.work {
+// worker runs handlers: on first (when not nil), then on each delivery
+// dispatch hands it, until Consume closes c.work. A goroutine per delivery
+// cost more than the handling itself: creating it, growing its stack and
+// ending it. A handler may end its goroutine (runtime.Goexit, as t.FailNow
+// does): handle has then freed its slot and counted the goroutine as
+// waiting, so a new goroutine takes its place, or a delivery dispatched to
+// it would wait for nobody.
+func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
+	ended := true
+	defer func() {
+		if ended {
+			c.workers.Add(1)
+			go c.worker(ctx, nil)
+		}
+		c.workers.Done()
+	}()
+	if first != nil {
+		c.handle(ctx, *first)
+	}
+	for d := range c.work {
 		c.handle(ctx, d)
 	}
+	ended = false
 }
 
 // free frees the slot of a handler that is done. Its goroutine counts as

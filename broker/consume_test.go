@@ -485,3 +485,27 @@ func TestConsumeLeavesNoGoroutineBehind(t *testing.T) {
 		require.Zero(t, consumerGoroutines(), "store=%v: goroutines left after Consume returned", store)
 	}
 }
+
+// A handler may end its goroutine (runtime.Goexit, which t.FailNow calls):
+// its delivery is neither acked nor nacked, as if the handler had hung up,
+// and Consume goes on running the others at full concurrency and returns
+// when asked, leaving no goroutine behind.
+func TestConsumeSurvivesAHandlerThatEndsItsGoroutine(t *testing.T) {
+	f := newFake()
+	const messages, concurrency = 40, 2
+	for range messages {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	var calls atomic.Int64
+	r := startConsume(t, f, func(context.Context, DeliveryValue) error {
+		if calls.Add(1) <= 3 {
+			runtime.Goexit()
+		}
+		return nil
+	}, ConsumeOptions{Batch: 4, Concurrency: concurrency})
+	require.Eventually(t, func() bool { return f.count("ack") == messages-3 }, eventually, tick)
+	r.cancel()
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+	require.Zero(t, f.count("nack"), "a goroutine that ended settled nothing")
+	require.Zero(t, consumerGoroutines(), "goroutines left after Consume returned")
+}

@@ -492,9 +492,19 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		stop := c.keepLease(c.settleCtx, cancel, d)
+		stopped := false
+		defer func() {
+			if !stopped {
+				// The handler ended its goroutine: renewing its lease
+				// for ever would keep the message from everyone.
+				stop()
+			}
+		}()
 		herr = c.call(hctx, d)
 		var lost bool
-		if receipt, lost = stop(); lost {
+		receipt, lost = stop()
+		stopped = true
+		if lost {
 			return
 		}
 	}

@@ -491,21 +491,26 @@ func TestConsumeLeavesNoGoroutineBehind(t *testing.T) {
 // and Consume goes on running the others at full concurrency and returns
 // when asked, leaving no goroutine behind.
 func TestConsumeSurvivesAHandlerThatEndsItsGoroutine(t *testing.T) {
-	f := newFake()
-	const messages, concurrency = 40, 2
-	for range messages {
-		f.Publish(context.Background(), []byte("x"))
-	}
-	var calls atomic.Int64
-	r := startConsume(t, f, func(context.Context, DeliveryValue) error {
-		if calls.Add(1) <= 3 {
-			runtime.Goexit()
+	for _, extend := range []time.Duration{0, time.Millisecond} {
+		f := newFake()
+		const messages, concurrency = 40, 2
+		for range messages {
+			f.Publish(context.Background(), []byte("x"))
 		}
-		return nil
-	}, ConsumeOptions{Batch: 4, Concurrency: concurrency})
-	require.Eventually(t, func() bool { return f.count("ack") == messages-3 }, eventually, tick)
-	r.cancel()
-	require.ErrorIs(t, r.wait(t), context.Canceled)
-	require.Zero(t, f.count("nack"), "a goroutine that ended settled nothing")
-	require.Zero(t, consumerGoroutines(), "goroutines left after Consume returned")
+		var calls atomic.Int64
+		r := startConsume(t, f, func(context.Context, DeliveryValue) error {
+			if calls.Add(1) <= 3 {
+				if extend > 0 {
+					time.Sleep(5 * extend) // a renewal or two first
+				}
+				runtime.Goexit()
+			}
+			return nil
+		}, ConsumeOptions{Batch: 4, Concurrency: concurrency, ExtendEvery: extend})
+		require.Eventually(t, func() bool { return f.count("ack") == messages-3 }, eventually, tick, "ExtendEvery %v", extend)
+		r.cancel()
+		require.ErrorIs(t, r.wait(t), context.Canceled)
+		require.Zero(t, f.count("nack"), "a goroutine that ended settled nothing")
+		require.Zero(t, consumerGoroutines(), "ExtendEvery %v: goroutines left after Consume returned (a lease renewed for ever?)", extend)
+	}
 }

@@ -70,7 +70,10 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // is not a [Rejecter]); any other error nacks it with that error as cause.
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
-// opts.Logger only, with the message ID.
+// opts.Logger only, with the message ID. A handler that ends its goroutine
+// instead (runtime.Goexit, as t.FailNow does) settles nothing, and its
+// lease is no longer renewed: the message is delivered again once the
+// lease lapses, and Consume goes on.
 //
 // When Receive finds nothing, Consume waits: on b's [Waker] when it has one
 // (Wake is called before each Receive, so nothing published in between is

@@ -56,7 +56,7 @@ func (u *SegmentUse) cover(seq uint64) {
 
 // New returns an empty index whose table lives in memory only.
 func New() *Index {
-	return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}})
+	return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: newEntrySet(), dirty: map[uint64]bool{}})
 }
 
 // NewWithTable returns an empty index over t.

@@ -116,9 +116,9 @@ type Table struct {
 	// mapped chunk, so a chunk is unmapped only under the exclusive lock.
 	mu       sync.RWMutex
 	chunks   map[uint64]*chunk
-	overlay  map[uint64]Entry // entries not yet flushed
-	flushing map[uint64]Entry // entries being flushed, until they are in the files
-	dirty    map[uint64]bool  // chunks written since their last fdatasync
+	overlay  *entrySet       // entries not yet flushed
+	flushing *entrySet       // entries being flushed, until they are in the files; nil when none
+	dirty    map[uint64]bool // chunks written since their last fdatasync
 }
 
 type chunk struct {
@@ -146,7 +146,7 @@ func OpenTable(fs vfs.FS, dir string, want []uint64) (*Table, error) {
 	if err := fs.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	t := &Table{fs: fs, dir: dir, chunks: map[uint64]*chunk{}, overlay: map[uint64]Entry{}, dirty: map[uint64]bool{}}
+	t := &Table{fs: fs, dir: dir, chunks: map[uint64]*chunk{}, overlay: newEntrySet(), dirty: map[uint64]bool{}}
 	names, err := fs.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -210,10 +210,10 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 func (t *Table) Get(seq uint64) (Entry, bool, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if e, ok := t.overlay[seq]; ok {
+	if e, ok := t.overlay.get(seq); ok {
 		return e, true, nil
 	}
-	if e, ok := t.flushing[seq]; ok {
+	if e, ok := t.flushing.get(seq); ok {
 		return e, true, nil
 	}
 	c := t.chunks[ChunkOf(seq)]
@@ -227,7 +227,7 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 // Put records e, in memory until the next Flush.
 func (t *Table) Put(e Entry) {
 	t.mu.Lock()
-	t.overlay[e.Seq] = e
+	t.overlay.put(e)
 	t.mu.Unlock()
 }
 
@@ -235,7 +235,7 @@ func (t *Table) Put(e Entry) {
 func (t *Table) Unflushed() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.overlay)
+	return t.overlay.len()
 }
 
 // Detach takes the entries recorded so far for the next Flush. Entries Put
@@ -245,14 +245,12 @@ func (t *Table) Detach() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.flushing != nil {
-		// A flush that failed: keep what it did not write.
-		for s, e := range t.overlay {
-			t.flushing[s] = e
-		}
-	} else {
-		t.flushing = t.overlay
+		// A flush that failed: keep what it did not write, behind the
+		// newer entries.
+		t.overlay.putAll(t.flushing)
 	}
-	t.overlay = map[uint64]Entry{}
+	t.flushing = t.overlay
+	t.overlay = newEntrySet()
 }
 
 // Flush writes the detached entries to their chunk files (creating those
@@ -263,47 +261,43 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 	t.mu.RLock()
 	pending := t.flushing
 	t.mu.RUnlock()
-	byChunk := map[uint64][]Entry{}
-	for _, e := range pending {
-		byChunk[ChunkOf(e.Seq)] = append(byChunk[ChunkOf(e.Seq)], e)
-	}
 	var created []uint64
 	var buf []byte
-	for n, es := range byChunk {
-		t.mu.RLock()
-		c := t.chunks[n]
-		t.mu.RUnlock()
-		if c == nil {
-			var err error
-			if c, err = t.openChunk(n, true); err != nil {
-				return created, fmt.Errorf("index: create %s: %w", chunkName(n), err)
+	// The entries come in order, in runs of consecutive sequences within
+	// a chunk: one write per run, not one per entry (a checkpoint after a
+	// busy half segment writes hundreds of thousands of them).
+	var err error
+	if pending != nil {
+		err = pending.runs(func(run []Entry) error {
+			n := ChunkOf(run[0].Seq)
+			t.mu.RLock()
+			c := t.chunks[n]
+			t.mu.RUnlock()
+			if c == nil {
+				var err error
+				if c, err = t.openChunk(n, true); err != nil {
+					return fmt.Errorf("index: create %s: %w", chunkName(n), err)
+				}
+				t.mu.Lock()
+				t.chunks[n] = c
+				t.mu.Unlock()
+				created = append(created, n)
 			}
-			t.mu.Lock()
-			t.chunks[n] = c
-			t.mu.Unlock()
-			created = append(created, n)
-		}
-		slices.SortFunc(es, func(a, b Entry) int { return compareSeq(a.Seq, b.Seq) })
-		// A stream's entries come in runs of consecutive sequences: one
-		// write per run, not one per entry (a checkpoint after a busy
-		// half segment writes hundreds of thousands of them).
-		for len(es) > 0 {
-			run := 1
-			for run < len(es) && es[run].Seq == es[0].Seq+uint64(run) {
-				run++
-			}
-			buf = slices.Grow(buf[:0], run*EntrySize)[:run*EntrySize]
-			for i, e := range es[:run] {
+			buf = slices.Grow(buf[:0], len(run)*EntrySize)[:len(run)*EntrySize]
+			for i, e := range run {
 				e.encode(buf[i*EntrySize:])
 			}
-			if _, err := c.f.WriteAt(buf, int64(es[0].Seq%ChunkEntries)*EntrySize); err != nil {
-				return created, fmt.Errorf("index: write %s: %w", chunkName(n), err)
+			if _, err := c.f.WriteAt(buf, int64(run[0].Seq%ChunkEntries)*EntrySize); err != nil {
+				return fmt.Errorf("index: write %s: %w", chunkName(n), err)
 			}
-			es = es[run:]
-		}
-		t.mu.Lock()
-		t.dirty[n] = true
-		t.mu.Unlock()
+			t.mu.Lock()
+			t.dirty[n] = true
+			t.mu.Unlock()
+			return nil
+		})
+	}
+	if err != nil {
+		return created, err
 	}
 	if sync {
 		t.mu.RLock()

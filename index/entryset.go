@@ -1,0 +1,122 @@
+package index
+
+import "slices"
+
+// setPage is the number of consecutive sequence numbers one page of an
+// entrySet holds: a multiple of 64 (one word of its bitmap) that divides
+// ChunkEntries, so that no page straddles two chunks.
+const setPage = 64
+
+// entrySet holds table entries by sequence number, in pages of setPage
+// consecutive sequences. The entries of a stream fill their pages in
+// order, so a Put costs a store into a page (no hashing of the entry, no
+// growth of a table of them) and Flush reads them back in order, in runs,
+// without sorting. A scattered entry costs a page of its own (about 2.5
+// KiB); those are few: copies forward and positions moved. Not safe for
+// concurrent use; Table guards it.
+type entrySet struct {
+	pages map[uint64]*entryPage // by seq / setPage
+	n     int
+	// last is the page the last put went to: a stream's next entry is
+	// almost always in it.
+	last    *entryPage
+	lastKey uint64
+}
+
+type entryPage struct {
+	has  uint64 // bit i: ents[i] is set
+	ents [setPage]Entry
+}
+
+func newEntrySet() *entrySet { return &entrySet{pages: map[uint64]*entryPage{}} }
+
+// put records e, replacing any entry of its sequence.
+func (s *entrySet) put(e Entry) {
+	key, i := e.Seq/setPage, e.Seq%setPage
+	p := s.last
+	if p == nil || key != s.lastKey {
+		if p = s.pages[key]; p == nil {
+			p = &entryPage{}
+			s.pages[key] = p
+		}
+		s.last, s.lastKey = p, key
+	}
+	if p.has&(1<<i) == 0 {
+		p.has |= 1 << i
+		s.n++
+	}
+	p.ents[i] = e
+}
+
+// get returns seq's entry, if the set holds one.
+func (s *entrySet) get(seq uint64) (Entry, bool) {
+	if s == nil {
+		return Entry{}, false
+	}
+	p := s.pages[seq/setPage]
+	if p == nil || p.has&(1<<(seq%setPage)) == 0 {
+		return Entry{}, false
+	}
+	return p.ents[seq%setPage], true
+}
+
+// len is the number of entries held.
+func (s *entrySet) len() int {
+	if s == nil {
+		return 0
+	}
+	return s.n
+}
+
+// putAll records every entry of o that s does not hold: s's own win.
+func (s *entrySet) putAll(o *entrySet) {
+	for key, op := range o.pages {
+		for i := uint64(0); i < setPage; i++ {
+			if op.has&(1<<i) == 0 {
+				continue
+			}
+			if _, ok := s.get(key*setPage + i); !ok {
+				s.put(op.ents[i])
+			}
+		}
+	}
+}
+
+// runs calls f with the entries in ascending sequence order, in runs of
+// consecutive sequences within one chunk, and stops at f's first error.
+// The slice is reused between calls.
+func (s *entrySet) runs(f func(run []Entry) error) error {
+	keys := make([]uint64, 0, len(s.pages))
+	for key := range s.pages {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	var run []Entry
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		err := f(run)
+		run = run[:0]
+		return err
+	}
+	for _, key := range keys {
+		p := s.pages[key]
+		for i := uint64(0); i < setPage; i++ {
+			if p.has&(1<<i) == 0 {
+				continue
+			}
+			e := p.ents[i]
+			if len(run) > 0 {
+				prev := run[len(run)-1].Seq
+				if e.Seq != prev+1 || ChunkOf(e.Seq) != ChunkOf(prev) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			run = append(run, e)
+		}
+	}
+	return flush()
+}

@@ -495,19 +495,12 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		stop := c.keepLease(c.settleCtx, cancel, d)
-		stopped := false
-		defer func() {
-			if !stopped {
-				// The handler ended its goroutine: renewing its lease
-				// for ever would keep the message from everyone.
-				stop()
-			}
-		}()
+		// Also when the handler ends its goroutine: renewing its lease
+		// for ever would keep the message from everyone.
+		defer stop()
 		herr = c.call(hctx, d)
 		var lost bool
-		receipt, lost = stop()
-		stopped = true
-		if lost {
+		if receipt, lost = stop(); lost {
 			return
 		}
 	}
@@ -569,7 +562,7 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // is called only when extension was asked for and b can extend. The
 // returned stop ends the renewals, waits for one in flight, and returns the
 // newest receipt and whether the lease was lost; when it was, cancel has
-// been called and the loss logged.
+// been called and the loss logged. stop may be called more than once.
 func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -605,8 +598,9 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d D
 			}
 		}
 	}()
+	var once sync.Once
 	return func() (ReceiptValue, bool) {
-		close(quit)
+		once.Do(func() { close(quit) })
 		<-done
 		return receipt, lost
 	}

@@ -74,10 +74,9 @@ const (
 	workLen    = txtAt + receiptTxt
 )
 
-// seal writes the MAC of raw's body (by its version byte) after the body.
-// scratch is scratchLen bytes.
-func (k receiptKeys) seal(raw, scratch []byte) {
-	body, mac := raw[:receiptBody], raw[receiptBody:receiptLen]
+// mac writes the MAC of a receipt body (receiptBody bytes, by its version
+// byte) to mac (8 bytes). scratch is scratchLen bytes.
+func (k receiptKeys) mac(body, mac, scratch []byte) {
 	if body[0] == receiptV1 {
 		h := k.v1.Get().(hash.Hash)
 		h.Reset()
@@ -106,7 +105,7 @@ func (k receiptKeys) makeVersion(version byte, queue uint32, seq, nonce uint64) 
 	binary.LittleEndian.PutUint32(raw[1:], queue)
 	binary.LittleEndian.PutUint64(raw[5:], seq)
 	binary.LittleEndian.PutUint64(raw[13:], nonce)
-	k.seal(raw, work[:scratchLen])
+	k.mac(raw[:receiptBody], raw[receiptBody:], work[:scratchLen])
 	receiptEncoding.Encode(txt, raw)
 	return ReceiptValue(txt)
 }
@@ -129,12 +128,10 @@ func (k receiptKeys) parse(r ReceiptValue) (queue uint32, seq, nonce uint64, err
 		raw = work[rawAt : rawAt+n]
 		ok = derr == nil && n == receiptLen && (raw[0] == receiptVersion || raw[0] == receiptV1)
 		if ok {
-			// The MAC is computed into the text's room, which is
-			// no longer needed, and compared in constant time.
-			want := work[txtAt : txtAt+receiptLen]
-			copy(want, raw[:receiptBody])
-			k.seal(want, work[:scratchLen])
-			ok = subtle.ConstantTimeCompare(raw[receiptBody:], want[receiptBody:]) == 1
+			// The text is no longer needed: the MAC goes in its room.
+			want := work[txtAt : txtAt+receiptLen-receiptBody]
+			k.mac(raw[:receiptBody], want, work[:scratchLen])
+			ok = subtle.ConstantTimeCompare(raw[receiptBody:], want) == 1
 		}
 	}
 	if !ok {

@@ -33,3 +33,14 @@ func Dump(s *Store) string {
 	}
 	return b.String()
 }
+
+// ActiveMessages is the count of q's messages held on the heap rather than
+// in the index's stream (see index.Queue.Active).
+func ActiveMessages(q *Queue) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.iq.Active()
+}
+
+// MessageSeq is the sequence number a message ID names.
+func MessageSeq(id string) (uint64, bool) { return parseMessageID(id) }

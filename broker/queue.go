@@ -163,17 +163,15 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		return nil, err
 	}
 	// Encode before taking the lock: it copies every payload, and 64
-	// producers would otherwise do that one at a time. Sequence numbers
-	// are drawn from a store-wide counter; one drawn for a publish that is
-	// then refused is simply never used.
-	now := q.s.now()
+	// producers would otherwise do that one at a time. The sequence
+	// number and the time are stamped under the lock (see below); these
+	// are guesses that give the records their likely length.
 	events := make([]index.Event, len(payloads))
 	recs := make([][]byte, 0, len(payloads)+1)
-	total := 0
+	guess, next := q.s.now(), q.s.idx.PeekNextSeq()
 	for i, p := range payloads {
-		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: q.s.idx.NextSeq(), Time: now, Key: key, Payload: p}
+		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: next + uint64(i), Time: guess, Key: key, Payload: p}
 		recs = append(recs, events[i].Append(getRecordBuffer(len(p)+32+len(key))))
-		total += segment.Size(len(recs[i]))
 	}
 	// Once the log has taken the records (it copies them into its own
 	// buffer), their buffers serve the next publish.
@@ -190,6 +188,23 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 			q.mu.Unlock()
 			return nil, fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
 		}
+	}
+	// The broker accepts the messages now, under the lock that orders the
+	// queue's publishes: their EnqueuedAt is read and their sequence
+	// numbers drawn here, so that both grow in the order the publishes
+	// enter the queue. Read before the lock, a publish that lost the race
+	// for it would enter the queue behind a later sequence number or
+	// instant, out of the stream's order, and its message would be held on
+	// the heap (index.Queue: the stream) — at 64 producers, one in twenty.
+	// Restamp rewrites only each record's head. Sequence numbers come from
+	// a store-wide counter; one drawn for a publish that is then refused is
+	// simply never used.
+	now := q.s.now()
+	total := 0
+	for i := range events {
+		events[i].Seq, events[i].Time = q.s.idx.NextSeq(), now
+		recs[i] = events[i].Restamp(recs[i])
+		total += segment.Size(len(recs[i]))
 	}
 	if total > q.s.maxGroup() {
 		q.mu.Unlock()

@@ -68,6 +68,9 @@ type Event struct {
 
 // Append appends the encoding of e to dst.
 func (e *Event) Append(dst []byte) []byte {
+	if e.Kind == KindPublish {
+		return append(e.appendPublishHead(dst), e.Payload...)
+	}
 	dst = append(dst, byte(e.Kind))
 	switch e.Kind {
 	case KindMeta:
@@ -86,10 +89,6 @@ func (e *Event) Append(dst []byte) []byte {
 	}
 	dst = binary.AppendUvarint(dst, e.Seq)
 	switch e.Kind {
-	case KindPublish:
-		dst = binary.AppendVarint(dst, e.Time)
-		dst = appendString(dst, e.Key)
-		dst = append(dst, e.Payload...)
 	case KindLease, KindExtend:
 		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		dst = binary.AppendVarint(dst, e.Time)
@@ -105,6 +104,32 @@ func (e *Event) Append(dst []byte) []byte {
 		dst = appendString(dst, e.Cause)
 	}
 	return dst
+}
+
+// appendPublishHead appends what comes before the payload in the encoding
+// of publish event e.
+func (e *Event) appendPublishHead(dst []byte) []byte {
+	dst = append(dst, byte(KindPublish))
+	dst = binary.AppendUvarint(dst, uint64(e.Queue))
+	dst = binary.AppendUvarint(dst, e.Seq)
+	dst = binary.AppendVarint(dst, e.Time)
+	return appendString(dst, e.Key)
+}
+
+// Restamp returns the encoding of publish event e, given rec, its encoding
+// made before e's sequence number and time were final (and e.Payload
+// unchanged since; it may alias rec). Only the head before the payload
+// differs: when it keeps its length, Restamp rewrites it in rec and
+// returns rec, and the payload is not copied again; otherwise it returns a
+// new encoding of e.
+func (e *Event) Restamp(rec []byte) []byte {
+	var a [32]byte
+	head := e.appendPublishHead(a[:0])
+	if e.Kind == KindPublish && len(rec) == len(head)+len(e.Payload) {
+		copy(rec, head)
+		return rec
+	}
+	return e.Append(make([]byte, 0, len(head)+len(e.Payload)))
 }
 
 // Decode decodes one event from rec. The result's strings and byte slices

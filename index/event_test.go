@@ -77,3 +77,47 @@ func FuzzDecode(f *testing.F) {
 		require.Equal(t, rec, e.Append(nil))
 	})
 }
+
+func TestRestampRewritesTheHeadInPlaceWhenItKeepsItsLength(t *testing.T) {
+	payload := []byte("the payload, not copied again")
+	e := Event{Kind: KindPublish, Queue: 3, Seq: 1000, Time: 1_700_000_000_000_000_000, Key: "k", Payload: payload}
+	rec := e.Append(make([]byte, 0, 256))
+	e.Seq, e.Time = 1001, 1_700_000_000_000_000_500
+	got := e.Restamp(rec)
+	require.Same(t, &rec[0], &got[0], "a head of the same length is rewritten in place")
+	require.Equal(t, e.Append(nil), got)
+	d, err := Decode(got)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1001), d.Seq)
+	require.Equal(t, int64(1_700_000_000_000_000_500), d.Time)
+	require.Equal(t, payload, d.Payload)
+	require.Equal(t, "k", d.Key)
+}
+
+func TestRestampEncodesAnewWhenTheHeadChangesLength(t *testing.T) {
+	for _, tc := range []struct{ from, to uint64 }{{127, 128}, {128, 127}, {1, 1 << 40}} {
+		e := Event{Kind: KindPublish, Queue: 1, Seq: tc.from, Time: 5, Payload: []byte("abc")}
+		rec := e.Append(nil)
+		e.Seq = tc.to
+		got := e.Restamp(rec)
+		require.Equal(t, e.Append(nil), got, "%d -> %d", tc.from, tc.to)
+		d, err := Decode(got)
+		require.NoError(t, err)
+		require.Equal(t, tc.to, d.Seq)
+		require.Equal(t, []byte("abc"), d.Payload)
+	}
+}
+
+func TestRestampOfARecordItsPayloadAliases(t *testing.T) {
+	// A decoded event's payload aliases its record: a head that grows
+	// must not overwrite the payload before it is copied.
+	rec := (&Event{Kind: KindPublish, Queue: 1, Seq: 100, Time: 5, Payload: []byte("0123456789")}).Append(nil)
+	e, err := Decode(rec)
+	require.NoError(t, err)
+	e.Seq = 1 << 50
+	got := e.Restamp(rec)
+	d, err := Decode(got)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1<<50), d.Seq)
+	require.Equal(t, []byte("0123456789"), d.Payload)
+}

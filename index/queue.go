@@ -503,6 +503,10 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 // their way to the dead-letter store.
 func (q *Queue) Live() int { return q.live + q.fresh - len(q.exhausted) }
 
+// Active is the count of the queue's active messages: those held on the
+// heap, not in the stream.
+func (q *Queue) Active() int { return len(q.msgs) }
+
 // LeaseLive reports whether m's lease is held at now: m is Leased, its
 // lease has not lapsed (at At exactly, it has), and no Promote saw it lapse.
 func LeaseLive(m *Message, now int64) bool {

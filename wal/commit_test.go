@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
@@ -236,4 +237,33 @@ func TestNoSpaceForTheNextSegmentIsNotFatal(t *testing.T) {
 	l = mustOpen(t, dir, Options{SegmentBytes: 4096})
 	defer l.Close()
 	requireEntries(t, append(acked, more...), readAll(t, l))
+}
+
+// A Barrier does not wait for the writer's gather of released callers (see
+// gather): its caller may be what keeps them from coming back. It wakes the
+// writer although the gather holds wake-ups back, and the gather ends at
+// once, as if the callers had come (so it does not back off either). The
+// test drives gather directly on a log with no writer goroutine, with a
+// deadline an hour away.
+func TestBarrierEndsTheGather(t *testing.T) {
+	l := &Log{kick: make(chan struct{}, 1), open: newBatch(nil)}
+	l.w.gather, l.w.gatherFrom = 4, 0
+	l.w.gatherAt, l.w.gatherFor = time.Now(), time.Hour
+	l.hold = 4
+
+	l.enqueue(&request{recs: [][]byte{[]byte("r")}, pos: make([]Position, 1), sync: true})
+	require.Empty(t, l.kick, "an append while the writer gathers does not wake it")
+	l.enqueue(&request{sync: true}) // what Barrier queues
+	require.Len(t, l.kick, 1, "a Barrier wakes the writer")
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	came := make(chan bool, 1)
+	go func() { came <- l.gather(timer) }()
+	select {
+	case ok := <-came:
+		require.True(t, ok, "a gather a Barrier ends is not one the callers let lapse")
+	case <-time.After(time.Minute):
+		t.Fatal("the gather went on waiting for the callers with a Barrier queued")
+	}
 }

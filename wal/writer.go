@@ -23,6 +23,10 @@ type batch struct {
 	reqs    []*request
 	written chan struct{} // closed once every request is written, or failed
 	synced  chan struct{} // closed once every request is durable, or failed
+	// barrier: a Barrier waits in this batch, so the writer does not
+	// gather callers before taking it (see gather). Guarded by Log.mu
+	// while the batch is open.
+	barrier bool
 }
 
 func newBatch(reqs []*request) *batch {
@@ -186,7 +190,10 @@ func (l *Log) enqueue(r *request) *Pending {
 	}
 	b := l.open
 	b.reqs = append(b.reqs, r)
-	quiet := l.hold > 0 && len(b.reqs) < l.hold
+	if len(r.recs) == 0 {
+		b.barrier = true
+	}
+	quiet := l.hold > 0 && len(b.reqs) < l.hold && !b.barrier
 	l.mu.Unlock()
 	if !quiet {
 		l.wake()
@@ -276,6 +283,14 @@ func (l *Log) writeLoop() {
 // request that completes the count wakes it (Log.hold): woken by each,
 // the writer would take the CPU from the callers it waits for.
 //
+// A Barrier ends the wait too, as if the callers had come: it appends
+// nothing, and whoever waits on it may be what keeps the callers from
+// coming back (a broker's checkpoint holds every queue while it waits,
+// and the released callers wait for their queue to record what the
+// fdatasync made durable). Waiting would cost the barrier, and every
+// caller behind it, the whole wait, and then stop the gathering for
+// gatherBackoff commits.
+//
 // A wait that reaches its deadline costs its commit that much latency and
 // buys nothing, which is what happens to callers that do not append in a
 // loop (each request from a different, independent caller): after one,
@@ -295,7 +310,7 @@ func (l *Log) gather(timer *time.Timer) bool {
 	}()
 	for {
 		l.mu.Lock()
-		enough := len(l.open.reqs) >= want || l.closed
+		enough := len(l.open.reqs) >= want || l.closed || l.open.barrier
 		l.hold = want
 		l.mu.Unlock()
 		left := time.Until(deadline)

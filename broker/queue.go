@@ -122,7 +122,11 @@ func (q *Queue) begin(ctx context.Context) error {
 }
 
 // Publish appends payload to the queue; see Broker.Publish. Under SyncAll
-// and SyncPublish it returns after an fdatasync covers the message.
+// and SyncPublish it returns after an fdatasync covers the message. The
+// message's EnqueuedAt is read, and its ID minted, when the queue accepts
+// it: concurrent publishes to one queue get EnqueuedAt in the order the
+// queue accepted them (unless the clock went backwards between them), and
+// Receive hands them out in that order.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
 	ms, err := q.publish(ctx, "", [][]byte{payload})
 	if err != nil {

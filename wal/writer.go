@@ -123,7 +123,7 @@ func (l *Log) Sync() error { return l.Barrier(true) }
 // (durable false) or covered by an fdatasync (durable true). It appends
 // nothing.
 func (l *Log) Barrier(durable bool) error {
-	_, err := l.enqueue(&request{sync: durable}).Wait()
+	_, err := l.enqueue(&Pending{}, &request{sync: durable}).Wait()
 	return err
 }
 
@@ -132,6 +132,14 @@ type Pending struct {
 	r   *request
 	b   *batch
 	err error // refused before it was queued
+}
+
+// queued is what Enqueue allocates: the Pending, its request and room for
+// one position, in one allocation (Enqueue runs once per publish).
+type queued struct {
+	p   Pending
+	r   request
+	pos [1]Position
 }
 
 // Enqueue queues recs as Append does, but returns at once. Appends reach the
@@ -153,7 +161,13 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	if limit := l.opts.maxGroupBytes(); size > limit {
 		return &Pending{err: fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)}
 	}
-	return l.enqueue(&request{recs: recs, pos: make([]Position, len(recs)), size: size, sync: durable})
+	q := &queued{r: request{recs: recs, size: size, sync: durable}}
+	if len(recs) <= len(q.pos) {
+		q.r.pos = q.pos[:len(recs)]
+	} else {
+		q.r.pos = make([]Position, len(recs))
+	}
+	return l.enqueue(&q.p, &q.r)
 }
 
 // Wait returns the positions of the queued records once they are written or
@@ -177,16 +191,18 @@ func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
 	return l.Enqueue(sync, recs...).Wait()
 }
 
-func (l *Log) enqueue(r *request) *Pending {
+// enqueue queues r and returns p, which it fills in.
+func (l *Log) enqueue(p *Pending, r *request) *Pending {
 	l.mu.Lock()
 	switch {
 	case l.closed:
 		l.mu.Unlock()
-		return &Pending{err: ErrClosed}
+		p.err = ErrClosed
+		return p
 	case l.err != nil:
-		err := l.err
+		p.err = l.err
 		l.mu.Unlock()
-		return &Pending{err: err}
+		return p
 	}
 	b := l.open
 	b.reqs = append(b.reqs, r)
@@ -198,7 +214,8 @@ func (l *Log) enqueue(r *request) *Pending {
 	if !quiet {
 		l.wake()
 	}
-	return &Pending{r: r, b: b}
+	p.r, p.b = r, b
+	return p
 }
 
 func (l *Log) wake() {

@@ -27,11 +27,15 @@ type Queue struct {
 	name string
 	id   uint32
 
-	// mu guards iq, policy, signal and inflight.
+	// mu guards iq, policy, signal, signalOut and inflight.
 	mu     sync.Mutex
 	iq     *index.Queue
 	policy PolicyValue
 	signal chan struct{} // closed by the next event that may make a message receivable
+	// signalOut: Wake handed signal out since it was made. One nobody
+	// holds need not be closed and replaced, which spares every publish
+	// to a queue no consumer waits on an allocation.
+	signalOut bool
 	// inflight holds the publishes queued to the log and not yet
 	// committed to the index, so that a checkpoint can commit them.
 	inflight map[*wal.Pending]inflightPublish
@@ -44,11 +48,11 @@ type queueCounters struct {
 	rejected, deadLettered, replayed                      atomic.Int64
 }
 
-// inflightPublish is the sequence numbers of one queued publish, whose
+// inflightPublish is the publish events of one queued publish, whose
 // records start at index skip of its append.
 type inflightPublish struct {
-	seqs []uint64
-	skip int
+	events []index.Event
+	skip   int
 }
 
 func newQueue(s *Store, iq *index.Queue, p PolicyValue) *Queue {
@@ -64,8 +68,8 @@ func (q *Queue) commitInflightLocked() error {
 		if err != nil {
 			return q.s.failure(err)
 		}
-		for i, seq := range in.seqs {
-			q.iq.Commit(seq, pos[in.skip+i])
+		for i, e := range in.events {
+			q.iq.Commit(e.Seq, pos[in.skip+i])
 		}
 		delete(q.inflight, p)
 	}
@@ -75,10 +79,15 @@ func (q *Queue) commitInflightLocked() error {
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// wakeLocked closes the current wake signal and makes a new one.
+// wakeLocked closes the current wake signal and makes a new one, unless
+// nobody was given the current one.
 func (q *Queue) wakeLocked() {
+	if !q.signalOut {
+		return
+	}
 	close(q.signal)
 	q.signal = make(chan struct{})
+	q.signalOut = false
 }
 
 // unlockAndWait queues recs (if any) as state-change events, releases q.mu,
@@ -128,7 +137,8 @@ func (q *Queue) begin(ctx context.Context) error {
 // queue accepted them (unless the clock went backwards between them), and
 // Receive hands them out in that order.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
-	ms, err := q.publish(ctx, "", [][]byte{payload})
+	var one [1]MessageValue
+	ms, err := q.publish(ctx, "", [][]byte{payload}, one[:])
 	if err != nil {
 		return MessageValue{}, err
 	}
@@ -144,7 +154,8 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (M
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, InvalidDedupKey)
 	}
-	ms, err := q.publish(ctx, key, [][]byte{payload})
+	var one [1]MessageValue
+	ms, err := q.publish(ctx, key, [][]byte{payload}, one[:])
 	if err != nil {
 		return MessageValue{}, err
 	}
@@ -159,10 +170,12 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageV
 	if len(payloads) == 0 {
 		return nil, fmt.Errorf("broker: queue %s: empty batch: %w", q.name, InvalidBatchSize)
 	}
-	return q.publish(ctx, "", payloads)
+	return q.publish(ctx, "", payloads, make([]MessageValue, len(payloads)))
 }
 
-func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]MessageValue, error) {
+// publish publishes payloads and returns their messages in out, which has
+// room for one per payload.
+func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out []MessageValue) ([]MessageValue, error) {
 	if err := q.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -265,13 +278,15 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		q.stats.shed.Add(1)
 		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, live, c, len(payloads), QueueFull)
 	}
-	seqs := make([]uint64, len(events))
 	for i := range events {
 		q.iq.Apply(0, &events[i]) // Pending until its record is in the log
-		seqs[i] = events[i].Seq
 	}
-	pend := q.s.log.Enqueue(q.s.opts.durable(true), append(evict, recs...)...)
-	q.inflight[pend] = inflightPublish{seqs: seqs, skip: len(evict)}
+	all := recs
+	if len(evict) > 0 {
+		all = append(evict, recs...)
+	}
+	pend := q.s.log.Enqueue(q.s.opts.durable(true), all...)
+	q.inflight[pend] = inflightPublish{events: events, skip: len(evict)}
 	q.mu.Unlock()
 
 	pos, err := q.s.wait(pend)
@@ -282,7 +297,6 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte) ([]M
 		return nil, err
 	}
 	pos = pos[len(evict):]
-	out := make([]MessageValue, len(payloads))
 	for i, e := range events {
 		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
 	}

@@ -55,6 +55,7 @@ func (q *Queue) Wake() WakeValue {
 	now := q.s.now()
 	q.iq.Promote(now)
 	w := WakeValue{Signal: q.signal}
+	q.signalOut = true
 	if q.iq.NextReady() != nil {
 		w.Scheduled = true
 		return w

@@ -251,9 +251,9 @@ func TestBarrierEndsTheGather(t *testing.T) {
 	l.w.gatherAt, l.w.gatherFor = time.Now(), time.Hour
 	l.hold = 4
 
-	l.enqueue(&Pending{}, &request{recs: [][]byte{[]byte("r")}, pos: make([]Position, 1), sync: true})
+	l.enqueue(&queued{r: request{recs: [][]byte{[]byte("r")}, pos: make([]Position, 1), sync: true}})
 	require.Empty(t, l.kick, "an append while the writer gathers does not wake it")
-	l.enqueue(&Pending{}, &request{sync: true}) // what Barrier queues
+	l.enqueue(&queued{r: request{sync: true}}) // what Barrier queues
 	require.Len(t, l.kick, 1, "a Barrier wakes the writer")
 
 	timer := time.NewTimer(time.Hour)

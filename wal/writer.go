@@ -123,7 +123,7 @@ func (l *Log) Sync() error { return l.Barrier(true) }
 // (durable false) or covered by an fdatasync (durable true). It appends
 // nothing.
 func (l *Log) Barrier(durable bool) error {
-	_, err := l.enqueue(&Pending{}, &request{sync: durable}).Wait()
+	_, err := l.enqueue(&queued{r: request{sync: durable}}).Wait()
 	return err
 }
 
@@ -134,8 +134,9 @@ type Pending struct {
 	err error // refused before it was queued
 }
 
-// queued is what Enqueue allocates: the Pending, its request and room for
-// one position, in one allocation (Enqueue runs once per publish).
+// queued is what an append or a barrier allocates: the Pending, its
+// request and room for one position, in one allocation (Enqueue runs once
+// per publish).
 type queued struct {
 	p   Pending
 	r   request
@@ -167,7 +168,7 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	} else {
 		q.r.pos = make([]Position, len(recs))
 	}
-	return l.enqueue(&q.p, &q.r)
+	return l.enqueue(q)
 }
 
 // Wait returns the positions of the queued records once they are written or
@@ -191,8 +192,9 @@ func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
 	return l.Enqueue(sync, recs...).Wait()
 }
 
-// enqueue queues r and returns p, which it fills in.
-func (l *Log) enqueue(p *Pending, r *request) *Pending {
+// enqueue queues q's request and returns its Pending.
+func (l *Log) enqueue(q *queued) *Pending {
+	p, r := &q.p, &q.r
 	l.mu.Lock()
 	switch {
 	case l.closed:
@@ -206,7 +208,7 @@ func (l *Log) enqueue(p *Pending, r *request) *Pending {
 	}
 	b := l.open
 	b.reqs = append(b.reqs, r)
-	if len(r.recs) == 0 {
+	if len(r.recs) == 0 { // only a Barrier queues no records
 		b.barrier = true
 	}
 	quiet := l.hold > 0 && len(b.reqs) < l.hold && !b.barrier

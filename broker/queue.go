@@ -184,7 +184,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// number and the time are stamped under the lock (see below); these
 	// are guesses that give the records their likely length.
 	events := make([]index.Event, len(payloads))
-	recs := make([][]byte, 0, len(payloads)+1)
+	recs := make([][]byte, 0, len(payloads))
 	guess, next := q.s.now(), q.s.idx.PeekNextSeq()
 	for i, p := range payloads {
 		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: next + uint64(i), Time: guess, Key: key, Payload: p}

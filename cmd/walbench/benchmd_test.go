@@ -227,6 +227,13 @@ func TestMarkdownGolden(t *testing.T) {
 	}
 }
 
+func walGoal(producers int, segments string, msgs, vsFsync float64) Row {
+	return Row{Kind: kindWAL, Sync: "always", Size: 1024, Producers: producers, Segments: segments, MsgsPerSec: &msgs,
+		VsFdatasync: &vsFsync, VsCeiling: ptr(0.5)}
+}
+
+func withVsWAL(r Row, vs float64) Row { r.VsWAL = &vs; return r }
+
 func TestGoalRows(t *testing.T) {
 	pub := func(producers int, msgs, ceiling, vsFsync, vsCeiling, p99Ratio float64) Row {
 		return Row{Kind: kindPublish, Sync: "all", Size: 1024, Producers: producers, MsgsPerSec: &msgs, CeilingPerSec: &ceiling,
@@ -242,6 +249,12 @@ func TestGoalRows(t *testing.T) {
 		// Half a ceiling of 300,000 is more than 100,000: the lower goal holds.
 		{"100,000 is enough", []Row{pub(64, 100000, 300000, 10, 0.33, 1)}, []string{"yes", "yes"}},
 		{"no rows", nil, nil},
+		// The log's goals, and the publish path's ratio to the log with
+		// new segments.
+		{"the log's", []Row{
+			walGoal(1, "new", 5000, 0.9), walGoal(64, "new", 149_999, 20), walGoal(64, "reused", 150_000, 25),
+			withVsWAL(pub(64, 100000, 300000, 10, 0.33, 4), 0.79),
+		}, []string{"yes", "no", "yes", "yes", "no", "no"}},
 	} {
 		rows := goalRows(&Report{Rows: tc.rows})
 		var got []string

@@ -83,10 +83,20 @@
 //   - wal: the log alone (wal.Open, -sync always by default), appenders
 //     calling Append with one record in a loop, for comparison with the
 //     broker's publish rows ("÷ log": publish msgs/s ÷ the log's appends/s
-//     with as many appenders, same round).
-//   - full: probe, wal (1, 64), publish (1, 16, 64), drain (Consume 64×64,
-//     sync all and publish), mixed, sweep, each round; then reopen. With
-//     the defaults and -rounds 3 it takes about five minutes.
+//     with as many appenders and new segments, same round), once per
+//     -segments source. With new segments the log only grows, and each
+//     rotation takes a segment the log wrote full of zeros in the
+//     background: the disk writes every byte twice, as under a store whose
+//     backlog grows. With reused segments ("segments reused") a goroutine
+//     retires every 2 ms all segments but the active one and the one
+//     before it (RemoveBelow), as a reader that keeps up lets a log do, and
+//     the log is filled, untimed, until two rotations have reused a retired
+//     file: each rotation in the window then reuses one, writing nothing
+//     ahead, as under a store whose consumers keep up.
+//   - full: probe, wal (1 and 64 appenders, new and reused segments),
+//     publish (1, 16, 64), drain (Consume 64×64, sync all and publish),
+//     mixed, sweep, each round; then reopen. With the defaults and
+//     -rounds 3 it takes about six minutes.
 //
 // With no command, walbench runs the profile: probe, publish (1, 16 and 64
 // producers of 1 KiB under SyncAll, 3 s each) and drain (Consume, batch
@@ -191,6 +201,7 @@
 //	    "method":        "consume" | "receive-ack" (drain, mixed)
 //	    "size":          int, message (record) size
 //	    "segment_bytes": int, the segment size used
+//	    "segments":      "new" | "reused", where the rotations took their segments (wal)
 //	    "messages":      int, prefilled (drain)
 //	    "target_per_sec": float (mixed)
 //	    "round":         int, 1-based (a per-round row)
@@ -201,6 +212,9 @@
 //	    "interrupted":   bool, Ctrl-C cut a window of it short
 //	    "ops":           int, messages published (drain: handled), summed
 //	    "commits":       int, fdatasyncs of the store (log) in the windows, summed
+//	    "rotations", "new_segments": int, wal: the log's rotations in the
+//	                     windows, and of them those to a segment written full
+//	                     of zeros (not reused), summed
 //	    "latency_samples": int, summed
 //	    "msgs_per_sec":  float, published (drain: handled) per second
 //	    "mb_per_sec":    float, their payload, 10^6 bytes/s

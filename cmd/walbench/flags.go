@@ -61,6 +61,7 @@ type config struct {
 	}
 	wal struct {
 		appenders    []int
+		segments     []segmentSource
 		size         int
 		sync         wal.SyncMode
 		segmentBytes int64
@@ -114,6 +115,7 @@ func defaultConfig() config {
 	c.sweep.consumers, c.sweep.batch = 64, 64
 
 	c.wal.appenders = []int{1, 64}
+	c.wal.segments = []segmentSource{newSegments, reusedSegments}
 	c.wal.size = 1024
 	c.wal.sync = wal.SyncAlways
 	c.wal.duration = 3 * time.Second
@@ -230,6 +232,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		common(true)
 		warmup()
 		v.ints(fs, &c.wal.appenders, "producers", "concurrent appenders, one workload per `count`")
+		v.segmentSources(fs, &c.wal.segments, "segments", "where each rotation's next segment comes from, one workload per `source`: new (written full of zeros, as a growing log's are) or reused (a file the log retired, as in a log whose reader keeps up)")
 		fs.IntVar(&c.wal.size, "size", c.wal.size, "record size in `bytes`")
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
@@ -425,6 +428,28 @@ func (v *validator) walSync(fs *flag.FlagSet, dst *wal.SyncMode, name, usage str
 			}
 		}
 		return errors.New("want always, interval or never")
+	})
+}
+
+func (v *validator) segmentSources(fs *flag.FlagSet, dst *[]segmentSource, name, usage string) {
+	var def []string
+	for _, src := range *dst {
+		def = append(def, src.String())
+	}
+	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
+		var out []segmentSource
+		for _, it := range items {
+			switch strings.TrimSpace(it) {
+			case newSegments.String():
+				out = append(out, newSegments)
+			case reusedSegments.String():
+				out = append(out, reusedSegments)
+			default:
+				return fmt.Errorf("%q: want new or reused", it)
+			}
+		}
+		*dst = out
+		return nil
 	})
 }
 

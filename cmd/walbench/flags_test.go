@@ -29,6 +29,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"mixed", "-rate", "0"}, "-rate 0"},
 		{[]string{"drain", "-method", "peek"}, `-method "peek"`},
 		{[]string{"wal", "-sync", "all"}, "want always, interval or never"},
+		{[]string{"wal", "-segments", "new,recycled"}, `"recycled": want new or reused`},
 		{[]string{"report"}, "-in FILE is required"},
 		{[]string{"probe", "extra"}, `unexpected argument "extra"`},
 	} {
@@ -79,6 +80,17 @@ func TestParseConfig(t *testing.T) {
 	}
 	if n := len(sweepGrid(c.sweep.producers, c.sweep.sizes, c.sweep.segments, c.sweep.syncs)); n != 2*2*2*2 {
 		t.Errorf("the grid has %d points, want 16", n)
+	}
+	c, err = parseConfig([]string{"wal"}, io.Discard)
+	if err != nil || !slices.Equal(c.wal.segments, []segmentSource{newSegments, reusedSegments}) {
+		t.Errorf("wal: segments %v, %v; want new and reused by default", c.wal.segments, err)
+	}
+	c, err = parseConfig([]string{"wal", "-segments", "reused", "-producers", "1,64"}, io.Discard)
+	if err != nil || !slices.Equal(c.wal.segments, []segmentSource{reusedSegments}) {
+		t.Fatalf("wal -segments reused: %v, %v", c.wal.segments, err)
+	}
+	if n := len(c.jobs(&env{})); n != 2 {
+		t.Errorf("wal -segments reused -producers 1,64: %d workloads, want 2", n)
 	}
 }
 

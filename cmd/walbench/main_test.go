@@ -258,14 +258,27 @@ func TestCommands(t *testing.T) {
 		},
 		{
 			name: "wal",
-			args: []string{"wal", "-producers", "1,2", "-size", "100", "-time", "50ms", "-probe-time", "30ms", "-segment-bytes", "64KiB", "-warmup", "0"},
+			// Records of 1 KiB in segments of 16 MiB: on tmpfs, where
+			// fdatasync is free, every window rotates a few times, and
+			// each rotation comes long after the trimmer (every 2 ms)
+			// retired the segment it reuses.
+			args: []string{"wal", "-producers", "1,2", "-size", "1024", "-time", "1s", "-probe-time", "30ms", "-segment-bytes", "16MiB", "-warmup", "0"},
 			check: func(t *testing.T, rep *Report) {
-				if len(rep.Rows) != 2 {
-					t.Fatalf("%d rows, want 2", len(rep.Rows))
+				if len(rep.Rows) != 4 {
+					t.Fatalf("%d rows, want 4: 1 and 2 appenders, each with new and reused segments", len(rep.Rows))
 				}
-				for _, r := range rep.Rows {
+				for i, r := range rep.Rows {
 					if r.Kind != kindWAL || r.Sync != "always" || r.VsCeiling == nil || r.RecordsPerCommit == nil {
 						t.Errorf("%s: kind %s, sync %s, ÷ ceiling %v", r.Workload, r.Kind, r.Sync, r.VsCeiling)
+					}
+					want := []string{"new", "reused"}[i%2]
+					if r.Segments != want || r.Rotations == 0 {
+						t.Errorf("%s: segments %q, %d rotations; want %q and some", r.Workload, r.Segments, r.Rotations, want)
+					}
+					// A growing log makes every segment; one whose reader
+					// keeps up reuses them all.
+					if wantNew := map[string]int64{"new": r.Rotations, "reused": 0}[want]; r.NewSegments != wantNew {
+						t.Errorf("%s: %d of %d rotations to a new segment, want %d", r.Workload, r.NewSegments, r.Rotations, wantNew)
 					}
 				}
 			},

@@ -60,6 +60,7 @@ type Row struct {
 	Method       string  `json:"method,omitempty"`
 	Size         int     `json:"size"`
 	SegmentBytes int64   `json:"segment_bytes"`
+	Segments     string  `json:"segments,omitempty"` // wal: where rotations took their segments, "new" or "reused"
 	Messages     int     `json:"messages,omitempty"`
 	TargetPerSec float64 `json:"target_per_sec,omitempty"`
 
@@ -71,6 +72,8 @@ type Row struct {
 
 	Ops            int64 `json:"ops" agg:"sum"`
 	Commits        int64 `json:"commits" agg:"sum"`
+	Rotations      int64 `json:"rotations,omitempty" agg:"sum"`    // wal: rotations in the window
+	NewSegments    int64 `json:"new_segments,omitempty" agg:"sum"` // wal: of them, to a segment written full of zeros
 	LatencySamples int64 `json:"latency_samples" agg:"sum"`
 
 	MsgsPerSec       *float64 `json:"msgs_per_sec"`

@@ -48,9 +48,11 @@ func (c *config) jobs(e *env) []job {
 		switch w {
 		case kindWAL:
 			for _, n := range c.wal.appenders {
-				l := walLoad{appenders: n, recordBytes: c.wal.size, sync: c.wal.sync, segmentBytes: c.wal.segmentBytes,
-					warmup: c.warmup, duration: c.wal.duration, fs: e.fs, hangTimeout: e.hangTimeout}
-				out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runWAL(ctx, e, dir, l) })
+				for _, src := range c.wal.segments {
+					l := walLoad{appenders: n, recordBytes: c.wal.size, sync: c.wal.sync, segmentBytes: c.wal.segmentBytes, segments: src,
+						warmup: c.warmup, duration: c.wal.duration, fs: e.fs, hangTimeout: e.hangTimeout}
+					out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runWAL(ctx, e, dir, l) })
+				}
 			}
 		case kindPublish:
 			for _, m := range c.publish.syncs {
@@ -231,7 +233,10 @@ func setRatios(r *Row, p *Probe, earlier []Row) {
 		return
 	}
 	for _, w := range earlier {
-		if w.Kind == kindWAL && w.Sync == wal.SyncAlways.String() && w.Producers == r.Producers && w.Size == r.Size && r.Sync == broker.SyncAll.String() {
+		// A publish workload's store only grows: compare it with the log
+		// that makes new segments too.
+		if w.Kind == kindWAL && w.Sync == wal.SyncAlways.String() && w.Segments != reusedSegments.String() &&
+			w.Producers == r.Producers && w.Size == r.Size && r.Sync == broker.SyncAll.String() {
 			r.VsWAL = ratio(r.MsgsPerSec, w.MsgsPerSec)
 			return
 		}

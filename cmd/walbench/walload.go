@@ -19,6 +19,7 @@ type walLoad struct {
 	recordBytes  int
 	sync         wal.SyncMode
 	segmentBytes int64 // zero: wal.DefaultSegmentBytes
+	segments     segmentSource
 	warmup       time.Duration
 	duration     time.Duration
 
@@ -29,7 +30,86 @@ type walLoad struct {
 }
 
 func (w walLoad) String() string {
-	return fmt.Sprintf("wal append, %s, %d B, sync=%v", plural(w.appenders, "appender"), w.recordBytes, w.sync)
+	s := fmt.Sprintf("wal append, %s, %d B, sync=%v", plural(w.appenders, "appender"), w.recordBytes, w.sync)
+	if w.segments == reusedSegments {
+		s += ", segments reused"
+	}
+	return s
+}
+
+// segmentSource is where a log's rotations take their next segment from.
+//
+// A log that only grows has nothing to reuse: the log writes each new
+// segment full of zeros in the background before it is needed (see
+// segment.Create), so the disk writes every byte twice, and at high rates
+// the zero-fill's writeback queues in front of the commits' fdatasyncs. A
+// log whose reader keeps up retires its old segments (RemoveBelow), and
+// its rotations reuse them, writing nothing ahead. The broker's store is
+// the one or the other as its consumers keep up with its producers.
+type segmentSource int
+
+const (
+	newSegments    segmentSource = iota // the log only grows
+	reusedSegments                      // a trimmer retires what is behind
+)
+
+func (s segmentSource) String() string {
+	if s == reusedSegments {
+		return "reused"
+	}
+	return "new"
+}
+
+// trimEvery is how often a reused-segments workload's trimmer retires the
+// segments behind the log's end.
+const trimEvery = 2 * time.Millisecond
+
+// trimmer retires, every trimEvery until stop is closed, every segment of
+// l but the active one and the one before it, as a reader that keeps up
+// would let it. It returns the first error of RemoveBelow.
+func trimmer(l *wal.Log, stop <-chan struct{}) error {
+	t := time.NewTicker(trimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-t.C:
+		}
+		if end := l.End().Segment(); end > 2 {
+			if _, err := l.RemoveBelow(wal.MakePosition(end-1, 0)); err != nil {
+				return fmt.Errorf("wal RemoveBelow: %w", err)
+			}
+		}
+	}
+}
+
+// reusesWanted is how many rotations fillUntilReused waits to see reuse a
+// retired segment: after two, the log has a spare at each rotation.
+const reusesWanted = 2
+
+// fillUntilReused appends batches of records of the workload's size to
+// l, untimed, until reusesWanted of its rotations have reused a retired
+// segment (trimmer running): from then on each rotation finds one. It
+// stops early, with ctx's error, when ctx ends.
+func fillUntilReused(ctx context.Context, l *wal.Log, recordBytes int, segmentBytes int64) error {
+	rec := make([]byte, recordBytes)
+	// Batches of up to 1 MiB, and a quarter of a segment at most: a
+	// batch must fit in one.
+	batchBytes := min(1<<20, int(segmentBytes/4))
+	batch := make([][]byte, max(1, batchBytes/(recordBytes+64)))
+	for i := range batch {
+		batch[i] = rec
+	}
+	for l.Stats().RecycledSegments < reusesWanted {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := l.Append(batch...); err != nil {
+			return fmt.Errorf("filling the log until it reuses its segments: %w", err)
+		}
+	}
+	return nil
 }
 
 // runWAL opens a new log in a new subdirectory of parent, runs w on it and
@@ -61,6 +141,30 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 		}
 		err = errors.Join(err, cerr)
 	}()
+
+	if w.segments == reusedSegments {
+		stop := make(chan struct{})
+		trimmed := make(chan error, 1)
+		go func() { trimmed <- trimmer(l, stop) }()
+		defer func() {
+			close(stop)
+			if terr := <-trimmed; terr != nil {
+				err = errors.Join(err, fmt.Errorf("%v: %w", w, terr))
+			}
+		}()
+		stopTrack := env.progress.track(w.String()+": fill", reusesWanted, func() int64 { return l.Stats().RecycledSegments },
+			func(n int64) string { return fmt.Sprintf("%d/%d rotations reused a segment", n, reusesWanted) })
+		ferr := fillUntilReused(ctx, l, w.recordBytes, effectiveSegmentBytes(w.segmentBytes))
+		stopTrack()
+		if ferr != nil {
+			if ctx.Err() != nil {
+				return r, false, nil
+			}
+			return r, false, fmt.Errorf("%v: %w", w, ferr)
+		}
+	}
+
+	filled := l.Stats().Records
 
 	// A failed Append ends the window; every appender stops.
 	lr := closedLoop[wal.Stats]{
@@ -100,8 +204,11 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 		SegmentBytes:   effectiveSegmentBytes(w.segmentBytes),
 		Seconds:        secs,
 		Interrupted:    lr.window.interrupted,
+		Segments:       w.segments.String(),
 		Ops:            after.Records - before.Records,
 		Commits:        after.Syncs - before.Syncs,
+		Rotations:      after.Rotations - before.Rotations,
+		NewSegments:    (after.Rotations - before.Rotations) - (after.RecycledSegments - before.RecycledSegments),
 		LatencySamples: lr.hist.TotalCount(),
 	}
 	r.MsgsPerSec = rate(r.Ops, secs)
@@ -118,10 +225,13 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 	// Cross-check the log's counters with what the appenders saw: this
 	// log is new and nobody else appends to it.
 	final := l.Stats()
-	if n := lr.succeeded; final.Records != n {
-		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats().Records = %d, but %d Appends of one record succeeded", final.Records, n))
+	if n := lr.succeeded; final.Records-filled != n {
+		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats().Records grew by %d, but %d Appends of one record succeeded", final.Records-filled, n))
 	}
-	if w.sync == wal.SyncAlways && final.MaxRecordsPerSync > int64(w.appenders) {
+	if w.segments == reusedSegments && r.NewSegments > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the window's %d rotations found no retired segment to reuse and took one written full of zeros", r.NewSegments, r.Rotations))
+	}
+	if w.sync == wal.SyncAlways && w.segments == newSegments && final.MaxRecordsPerSync > int64(w.appenders) { // the fill's batches are larger
 		r.Notes = append(r.Notes, fmt.Sprintf("wal Stats().MaxRecordsPerSync = %d with only %d appenders, each waiting for its fdatasync", final.MaxRecordsPerSync, w.appenders))
 	}
 	if w.sync == wal.SyncAlways && r.Ops > 0 && r.Commits == 0 {

@@ -537,8 +537,12 @@ func (h *Harness) CheckCopy(cycle int) error {
 }
 
 // CopyTree copies the regular files of src into dst (created), except the
-// lock file.
+// lock file. A src that does not exist copies as an empty dst: a child
+// killed before it made its store left none, and acknowledged nothing.
 func CopyTree(src, dst string) error {
+	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+		return os.MkdirAll(dst, 0o700)
+	}
 	return filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err

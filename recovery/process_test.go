@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
 // Environment variables of the process-crash test:
@@ -230,6 +232,26 @@ func crashEpoch(t *testing.T, seed uint64, first, n int) HarnessFigures {
 
 // A journal cut anywhere decodes to the entries wholly before the cut, and
 // reports the rest as torn; so does one whose last frame is damaged.
+// TestKilledBeforeTheStoreExists: a child killed before it made its store
+// leaves no store directory, which the checks take for an empty store
+// (nothing was acknowledged), not for an error. A soak met it when the
+// first cycle of a fresh store was an early kill.
+func TestKilledBeforeTheStoreExists(t *testing.T) {
+	work := fastDir(t)
+	h, err := NewHarness(os.Args[0], childArgs, filepath.Join(work, "store"), work)
+	require.NoError(t, err)
+	_, err = h.RunCycle(CyclePlan{Cycle: 1, Kind: Early, RunFor: 0, Sync: broker.SyncAll, ChildSeed: 1})
+	require.NoError(t, err)
+	_, err = os.Stat(h.Dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "the child was killed at its start, before it made the store")
+
+	// The next child makes the store, and the checks of it (of a copy,
+	// then in place) pass.
+	res, err := h.RunCycle(CyclePlan{Cycle: 2, Kind: Timed, RunFor: 50 * time.Millisecond, Sync: broker.SyncAll, ChildSeed: 2, InPlace: true})
+	require.NoError(t, err)
+	require.Positive(t, res.Entries, "the second child's journal")
+}
+
 func TestJournalTornTail(t *testing.T) {
 	var buf []byte
 	var ends []int

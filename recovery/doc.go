@@ -48,7 +48,9 @@
 //
 // Each cycle starts a child on the same store and kills it: a random
 // 20-300 ms after its workload started (timed), a random 0-80 ms after it
-// was started (early: often inside Open's recovery), or when it reports
+// was started (early: often inside Open's recovery, and on a fresh store
+// sometimes before the store exists, which the checks take for an empty
+// one), or when it reports
 // that it paused at its hook (hooked). Hooks watch the store's file
 // operations through a vfs.FaultFS observer and block the goroutine that
 // made the chosen one, after it completed, so that the kill lands exactly

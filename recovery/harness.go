@@ -520,16 +520,24 @@ func (h *Harness) count(res *CycleResult) {
 }
 
 // CheckCopy copies the store (as the killed process left it) to a scratch
-// directory and checks the copy with Checker.CheckDrain.
+// directory and checks the copy with Checker.CheckDrain. A child killed
+// before it made the store left none, and acknowledged nothing: the copy
+// is then an empty directory.
 func (h *Harness) CheckCopy(cycle int) error {
 	dst := filepath.Join(h.Work, "copy")
 	if err := os.RemoveAll(dst); err != nil {
 		return err
 	}
-	if err := CopyTree(h.Dir, dst); err != nil {
+	_, err := os.Lstat(h.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(dst, 0o700)
+	} else {
+		err = CopyTree(h.Dir, dst)
+	}
+	if err != nil {
 		return err
 	}
-	err := h.Checker.CheckDrain(dst)
+	err = h.Checker.CheckDrain(dst)
 	if rerr := os.RemoveAll(dst); err == nil {
 		err = rerr
 	}
@@ -537,12 +545,8 @@ func (h *Harness) CheckCopy(cycle int) error {
 }
 
 // CopyTree copies the regular files of src into dst (created), except the
-// lock file. A src that does not exist copies as an empty dst: a child
-// killed before it made its store left none, and acknowledged nothing.
+// lock file.
 func CopyTree(src, dst string) error {
-	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
-		return os.MkdirAll(dst, 0o700)
-	}
 	return filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err

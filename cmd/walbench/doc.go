@@ -96,7 +96,7 @@
 //   - full: probe, wal (1 and 64 appenders, new and reused segments),
 //     publish (1, 16, 64), drain (Consume 64×64, sync all and publish),
 //     mixed, sweep, each round; then reopen. With the defaults and
-//     -rounds 3 it takes about six minutes.
+//     -rounds 3 it takes about five minutes.
 //
 // With no command, walbench runs the profile: probe, publish (1, 16 and 64
 // producers of 1 KiB under SyncAll, 3 s each) and drain (Consume, batch

@@ -286,7 +286,7 @@ func TestCommands(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if testing.Short() && tc.name != "publish" && tc.name != "mixed" {
-				t.Skip("-short: publish and mixed only")
+				t.Skip("-short runs publish and mixed only: the other commands take seconds each, and the full run covers them")
 			}
 			dir, jsonFile := benchDir(t), jsonPath(t)
 			res := runOK(t, append(tc.args, "-dir", dir, "-json", jsonFile)...)

@@ -256,10 +256,10 @@ func TestBarrierEndsTheGather(t *testing.T) {
 	l.enqueue(&queued{r: request{sync: true}}) // what Barrier queues
 	require.Len(t, l.kick, 1, "a Barrier wakes the writer")
 
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	alarm := startAlarm(l.wake)
+	defer alarm.stop()
 	came := make(chan bool, 1)
-	go func() { came <- l.gather(timer) }()
+	go func() { came <- l.gather(alarm) }()
 	select {
 	case ok := <-came:
 		require.True(t, ok, "a gather a Barrier ends is not one the callers let lapse")

@@ -232,6 +232,8 @@ func (l *Log) wake() {
 func (l *Log) writeLoop() {
 	defer close(l.writerDone)
 	w := &l.w
+	alarm := startAlarm(l.wake)
+	defer alarm.stop()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	timerArmed := false
@@ -247,13 +249,12 @@ func (l *Log) writeLoop() {
 			}
 		}
 		if w.gather > 0 {
-			if !l.gather(timer) {
+			if !l.gather(alarm) {
 				// The callers did not come back in time: they are not
 				// appending in a loop, or are slow to. Stop waiting for
 				// them, and look again later.
 				w.gatherSkip = gatherBackoff
 			}
-			timerArmed = false
 		}
 		l.mu.Lock()
 		var b *batch
@@ -297,8 +298,9 @@ func (l *Log) writeLoop() {
 // fdatasync covers about half of them. The wait ends as soon as as many
 // requests arrived since the release as it released, when the log closes,
 // or at the deadline; it reports whether the requests came (or the log
-// closed) rather than the deadline. The timer is the writer's (its
-// background-sync timer is re-armed after). While it waits, only the
+// closed) rather than the deadline, which the writer's alarm keeps (a
+// runtime timer would end the wait about a millisecond late when the
+// process is idle; see alarm). While it waits, only the
 // request that completes the count wakes it (Log.hold): woken by each,
 // the writer would take the CPU from the callers it waits for.
 //
@@ -317,12 +319,13 @@ func (l *Log) writeLoop() {
 // log whose callers loop gathers them at each commit, and one whose
 // callers do not pays at most one fdatasync's time every gatherBackoff
 // commits.
-func (l *Log) gather(timer *time.Timer) bool {
+func (l *Log) gather(alarm *alarm) bool {
 	w := &l.w
 	want := w.gatherFrom + w.gather
 	deadline := w.gatherAt.Add(w.gatherFor)
 	w.gather = 0
 	defer func() {
+		alarm.cancel()
 		l.mu.Lock()
 		l.hold = 0
 		l.mu.Unlock()
@@ -339,18 +342,10 @@ func (l *Log) gather(timer *time.Timer) bool {
 		if left <= 0 {
 			return false
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(left)
-		select {
-		case <-l.kick:
-		case <-timer.C:
-			return false
-		}
+		// Woken by the request that completes the count, a Barrier,
+		// Close, or the alarm; whichever it was, look again.
+		alarm.at(deadline)
+		<-l.kick
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,87 +12,90 @@ import (
 
 // alarm wakes the writer when a gather's deadline passes (see gather).
 //
-// A runtime timer cannot keep that deadline. When no goroutine of the
-// process has work, the runtime waits for its next timer in epoll_wait,
-// whose timeout counts whole milliseconds, so a timer due in 50 to 500 µs
-// fires about a millisecond after it was set (BenchmarkDeadline). An idle
-// process is exactly where a gather runs out: the callers it waits for
-// are not coming, and every request it holds would wait that millisecond.
+// A runtime timer alone cannot keep that deadline. When no goroutine of
+// the process has work, the runtime waits for its next timer in
+// epoll_wait, whose timeout counts whole milliseconds, so a timer due in
+// 50 to 500 µs fires about a millisecond after it was set
+// (BenchmarkDeadline). An idle process is exactly where a gather runs out:
+// the callers it waits for are not coming, and every request it holds
+// would wait that millisecond.
 //
-// The alarm is a timerfd instead: the same epoll_wait returns as soon as
+// So the alarm is also a timerfd: the same epoll_wait returns as soon as
 // it expires. A goroutine parked on reading it (in the runtime's poller,
-// holding no thread) wakes the writer; setting, moving and cancelling the
-// deadline are one system call each, made by the writer, so a gather
-// whose callers come in time costs the alarm goroutine nothing. Where no
-// timerfd can be made, the alarm falls back to a runtime timer, late as it
-// is.
+// holding no thread) wakes the writer. The runtime timer stays beside it
+// for the busy process, where the runtime looks at its timers at every
+// scheduling but at the poller only when a P runs out of work. Whichever
+// comes first wakes the writer, once per deadline. Arming and disarming are done by the
+// writer, one system call and one timer reset each, so a gather whose
+// callers come in time costs the alarm goroutine nothing. Where no
+// timerfd can be made, the runtime timer is the alarm.
 type alarm struct {
-	f     *os.File    // the timerfd, read through the runtime's poller; nil for the fallback
+	timer *time.Timer // the runtime timer
+	f     *os.File    // the timerfd, read through the runtime's poller; nil without one
 	fd    int         // f's descriptor (File.Fd would make f blocking)
-	timer *time.Timer // the fallback
-	set   bool        // a deadline is armed, ...
-	when  time.Time   // ... this one (both the writer's)
+	when  time.Time   // the deadline armed last (the writer's)
+	// armed: a deadline is armed and has not woken the writer. The first
+	// of the two clocks to expire clears it and wakes the writer.
+	armed atomic.Bool
 	wake  func()
 	done  sync.WaitGroup
 }
 
 func startAlarm(wake func()) *alarm {
-	a := &alarm{wake: wake}
+	a := startTimerAlarm(wake)
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return startTimerAlarm(wake)
+		return a
 	}
 	a.fd, a.f = fd, os.NewFile(uintptr(fd), "wal-alarm")
 	a.done.Go(a.loop)
 	return a
 }
 
-// startTimerAlarm makes the fallback alarm, on a runtime timer.
+// startTimerAlarm makes an alarm on a runtime timer alone (what startAlarm
+// falls back to).
 func startTimerAlarm(wake func()) *alarm {
-	a := &alarm{wake: wake, timer: time.AfterFunc(time.Hour, wake)}
+	a := &alarm{wake: wake}
+	a.timer = time.AfterFunc(time.Hour, a.fire)
 	a.timer.Stop()
 	return a
 }
 
 // at arms the alarm to wake the writer at t, replacing any deadline set
 // before; a t already passed wakes it at once. Arming it again for the
-// deadline it holds does nothing.
+// deadline it holds, and has not yet woken the writer for, does nothing.
 func (a *alarm) at(t time.Time) {
-	if a.set && t.Equal(a.when) {
+	if a.armed.Load() && t.Equal(a.when) {
 		return
 	}
-	d := max(time.Until(t), time.Microsecond) // zero would disarm it
-	a.set, a.when = true, t
-	if a.f == nil {
-		a.timer.Reset(d)
-		return
-	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	if err := unix.TimerfdSettime(a.fd, 0, &spec, nil); err != nil {
-		// Cannot happen with a valid fd and time; wake the writer now
-		// rather than never: it looks again and sets the alarm again.
-		a.wake()
+	d := max(time.Until(t), time.Microsecond) // zero would disarm the timerfd
+	a.when = t
+	a.armed.Store(true)
+	a.timer.Reset(d)
+	if a.f != nil {
+		// Cannot fail with a valid descriptor and time; if it did, the
+		// runtime timer would still wake the writer, only later.
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+		_ = unix.TimerfdSettime(a.fd, 0, &spec, nil)
 	}
 }
 
 // cancel disarms the alarm. An expiry already on its way may still wake
 // the writer once; the writer treats every wake-up as a reason to look.
 func (a *alarm) cancel() {
-	if !a.set {
+	if !a.armed.Swap(false) {
 		return
 	}
-	a.set = false
-	if a.f == nil {
-		a.timer.Stop()
-		return
+	a.timer.Stop()
+	if a.f != nil {
+		_ = unix.TimerfdSettime(a.fd, 0, &unix.ItimerSpec{}, nil)
 	}
-	_ = unix.TimerfdSettime(a.fd, 0, &unix.ItimerSpec{}, nil)
 }
 
-// stop ends the alarm goroutine.
+// stop disarms the alarm and ends its goroutine.
 func (a *alarm) stop() {
+	a.timer.Stop()
 	if a.f == nil {
-		a.timer.Stop()
 		return
 	}
 	_ = a.f.Close() // ends the goroutine's read
@@ -107,7 +111,16 @@ func (a *alarm) loop() {
 			return
 		}
 		if n == len(buf) && binary.NativeEndian.Uint64(buf[:]) > 0 {
-			a.wake()
+			a.fire()
 		}
+	}
+}
+
+// fire wakes the writer if a deadline is armed and has not woken it yet.
+// An expiry of a deadline since replaced may wake it early; the writer
+// then finds its deadline not passed and arms the alarm again.
+func (a *alarm) fire() {
+	if a.armed.Swap(false) {
+		a.wake()
 	}
 }

@@ -34,9 +34,12 @@ type alarm struct {
 	f     *os.File    // the timerfd, read through the runtime's poller; nil without one
 	fd    int         // f's descriptor (File.Fd would make f blocking)
 	when  time.Time   // the deadline armed last (the writer's)
-	// armed: a deadline is armed and has not woken the writer. The first
-	// of the two clocks to expire clears it and wakes the writer.
-	armed atomic.Bool
+	// armed is the armed deadline in nanoseconds since born, or 0 once
+	// it woke the writer or was cancelled. The first of the two clocks
+	// to expire at or after it clears it and wakes the writer; an expiry
+	// before it (of a deadline since replaced) leaves it armed.
+	armed atomic.Int64
+	born  time.Time
 	wake  func()
 	done  sync.WaitGroup
 }
@@ -55,7 +58,7 @@ func startAlarm(wake func()) *alarm {
 // startTimerAlarm makes an alarm on a runtime timer alone (what startAlarm
 // falls back to).
 func startTimerAlarm(wake func()) *alarm {
-	a := &alarm{wake: wake}
+	a := &alarm{wake: wake, born: time.Now()}
 	a.timer = time.AfterFunc(time.Hour, a.fire)
 	a.timer.Stop()
 	return a
@@ -65,12 +68,12 @@ func startTimerAlarm(wake func()) *alarm {
 // before; a t already passed wakes it at once. Arming it again for the
 // deadline it holds, and has not yet woken the writer for, does nothing.
 func (a *alarm) at(t time.Time) {
-	if a.armed.Load() && t.Equal(a.when) {
+	if a.armed.Load() != 0 && t.Equal(a.when) {
 		return
 	}
 	d := max(time.Until(t), time.Microsecond) // zero would disarm the timerfd
 	a.when = t
-	a.armed.Store(true)
+	a.armed.Store(max(1, int64(t.Sub(a.born))))
 	a.timer.Reset(d)
 	if a.f != nil {
 		// Cannot fail with a valid descriptor and time; if it did, the
@@ -83,7 +86,7 @@ func (a *alarm) at(t time.Time) {
 // cancel disarms the alarm. An expiry already on its way may still wake
 // the writer once; the writer treats every wake-up as a reason to look.
 func (a *alarm) cancel() {
-	if !a.armed.Swap(false) {
+	if a.armed.Swap(0) == 0 {
 		return
 	}
 	a.timer.Stop()
@@ -116,11 +119,19 @@ func (a *alarm) loop() {
 	}
 }
 
-// fire wakes the writer if a deadline is armed and has not woken it yet.
-// An expiry of a deadline since replaced may wake it early; the writer
-// then finds its deadline not passed and arms the alarm again.
+// fire wakes the writer if a deadline is armed, has passed, and has not
+// woken it yet. Both clocks read CLOCK_MONOTONIC, as time.Now does, so
+// neither expires before the deadline it was set for: an expiry before
+// the armed deadline is one of a deadline since replaced.
 func (a *alarm) fire() {
-	if a.armed.Swap(false) {
-		a.wake()
+	for {
+		armed := a.armed.Load()
+		if armed == 0 || int64(time.Since(a.born)) < armed {
+			return
+		}
+		if a.armed.CompareAndSwap(armed, 0) {
+			a.wake()
+			return
+		}
 	}
 }

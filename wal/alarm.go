@@ -83,8 +83,8 @@ func (a *alarm) at(t time.Time) {
 	}
 }
 
-// cancel disarms the alarm. An expiry already on its way may still wake
-// the writer once; the writer treats every wake-up as a reason to look.
+// cancel disarms the alarm: neither clock wakes the writer for the
+// deadline it held, even one already expiring.
 func (a *alarm) cancel() {
 	if a.armed.Swap(0) == 0 {
 		return

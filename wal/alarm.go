@@ -33,7 +33,6 @@ type alarm struct {
 	timer *time.Timer // the runtime timer
 	f     *os.File    // the timerfd, read through the runtime's poller; nil without one
 	fd    int         // f's descriptor (File.Fd would make f blocking)
-	when  time.Time   // the deadline armed last (the writer's)
 	// armed is the armed deadline in nanoseconds since born, or 0 once
 	// it woke the writer or was cancelled. The first of the two clocks
 	// to expire at or after it clears it and wakes the writer; an expiry
@@ -68,12 +67,12 @@ func startTimerAlarm(wake func()) *alarm {
 // before; a t already passed wakes it at once. Arming it again for the
 // deadline it holds, and has not yet woken the writer for, does nothing.
 func (a *alarm) at(t time.Time) {
-	if a.armed.Load() != 0 && t.Equal(a.when) {
+	deadline := max(1, int64(t.Sub(a.born))) // 0 means disarmed
+	if a.armed.Load() == deadline {
 		return
 	}
 	d := max(time.Until(t), time.Microsecond) // zero would disarm the timerfd
-	a.when = t
-	a.armed.Store(max(1, int64(t.Sub(a.born))))
+	a.armed.Store(deadline)
 	a.timer.Reset(d)
 	if a.f != nil {
 		// Cannot fail with a valid descriptor and time; if it did, the

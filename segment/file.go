@@ -23,8 +23,9 @@ type File struct {
 	data mmap.MMap
 }
 
-// zeroChunk is the size of the writes that zero-fill a new segment.
-const zeroChunk = 1 << 20
+// zeroChunk is the size of the writes that zero-fill a new segment, and of
+// the ranges CreatePaced sends to the device one at a time.
+const zeroChunk = 256 << 10
 
 // Create makes a new segment file at path for segment seq, size bytes long:
 // the header, then zeros written (not merely allocated) to the end, then an
@@ -34,6 +35,17 @@ const zeroChunk = 1 << 20
 // journal commit. The file is created 0600; the caller renames it into
 // place and syncs the directory.
 func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
+	return CreatePaced(fs, path, seq, size, nil)
+}
+
+// CreatePaced is Create with the zero-fill spread out: before each chunk of
+// zeros it calls pace (when not nil) with the bytes written so far, and pace
+// may block to hold the next chunk back. Where the file is a
+// [vfs.WriteBacker], each chunk is sent to the device, and waited for,
+// before the next is written: at most one chunk of zeros is ever queued at
+// the device ahead of another file's fdatasync, instead of the whole file
+// at the final fdatasync.
+func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64)) (*File, error) {
 	if size < HeaderSize+FrameHeaderSize {
 		return nil, fmt.Errorf("segment %s: size %d is below the minimum %d", path, size, HeaderSize+FrameHeaderSize)
 	}
@@ -50,11 +62,20 @@ func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 		_ = fs.Remove(path)
 		return nil, fmt.Errorf("segment %s: prepare: %w", path, err)
 	}
+	wb, _ := f.(vfs.WriteBacker)
 	zeros := make([]byte, min(int64(zeroChunk), size))
 	for off := int64(0); off < size; off += int64(len(zeros)) {
+		if pace != nil {
+			pace(off)
+		}
 		n := min(int64(len(zeros)), size-off)
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {
 			return fail(err)
+		}
+		if wb != nil {
+			if err := wb.WriteBack(off, n); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	h := EncodeHeader(seq)

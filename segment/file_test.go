@@ -2,9 +2,12 @@ package segment_test
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -259,4 +262,91 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// writeBackFS records, in order, the zero-fill's writes and write-backs of
+// the files it opens, and fails the write-back numbered failAt (from 1).
+type writeBackFS struct {
+	vfs.FS
+	calls  *[]string
+	failAt int
+}
+
+func (fs writeBackFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &writeBackFile{File: f, fs: fs}, nil
+}
+
+type writeBackFile struct {
+	vfs.File
+	fs         writeBackFS
+	writeBacks int
+}
+
+func (f *writeBackFile) WriteAt(p []byte, off int64) (int, error) {
+	*f.fs.calls = append(*f.fs.calls, fmt.Sprintf("write %d+%d", off, len(p)))
+	return f.File.WriteAt(p, off)
+}
+
+func (f *writeBackFile) WriteBack(off, n int64) error {
+	f.writeBacks++
+	*f.fs.calls = append(*f.fs.calls, fmt.Sprintf("writeback %d+%d", off, n))
+	if f.writeBacks == f.fs.failAt {
+		return syscall.EIO
+	}
+	return f.File.(vfs.WriteBacker).WriteBack(off, n)
+}
+
+func TestCreatePacedAsksBeforeEachChunkAndSendsEachToTheDevice(t *testing.T) {
+	var calls []string
+	fs := writeBackFS{FS: vfs.Default, calls: &calls}
+	path := filepath.Join(t.TempDir(), "seg")
+	f, err := segment.CreatePaced(fs, path, 5, testFileSize, func(written int64) {
+		calls = append(calls, fmt.Sprintf("pace %d", written))
+	})
+	require.NoError(t, err)
+	defer f.Close()
+
+	// pace, write, write-back, chunk after chunk, each starting where the
+	// last ended; then the header.
+	require.Equal(t, 1, len(calls)%3, "calls: %q", calls)
+	var off int64
+	chunk := int64(-1)
+	for i := 0; i+3 <= len(calls); i += 3 {
+		var n int64
+		_, err := fmt.Sscanf(calls[i+1], "write %d+%d", new(int64), &n)
+		require.NoError(t, err)
+		if chunk < 0 {
+			chunk = n
+		}
+		if off+chunk < testFileSize {
+			require.Equal(t, chunk, n, "only the last chunk is short")
+		}
+		require.Equal(t, []string{fmt.Sprintf("pace %d", off), fmt.Sprintf("write %d+%d", off, n), fmt.Sprintf("writeback %d+%d", off, n)}, calls[i:i+3])
+		off += n
+	}
+	require.Equal(t, int64(testFileSize), off)
+	require.Greater(t, len(calls)/3, 3, "chunks")
+	require.Equal(t, fmt.Sprintf("write 0+%d", segment.HeaderSize), calls[len(calls)-1])
+
+	// The file is what Create makes.
+	seq, err := segment.DecodeHeader(mustRead(t, path))
+	require.NoError(t, err)
+	require.Equal(t, uint32(5), seq)
+	require.True(t, isZero(mustRead(t, path)[segment.HeaderSize:]))
+	require.Equal(t, testFileSize, f.Size())
+}
+
+func TestCreatePacedFailsOnAFailedWriteBack(t *testing.T) {
+	var calls []string
+	fs := writeBackFS{FS: vfs.Default, calls: &calls, failAt: 2}
+	path := filepath.Join(t.TempDir(), "seg")
+	_, err := segment.CreatePaced(fs, path, 5, testFileSize, nil)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, path)
+	require.NoFileExists(t, path, "a file whose zeros may not be on the device is removed")
+	require.Equal(t, "writeback", strings.Fields(calls[len(calls)-1])[0], "went on after the failure: %q", calls)
 }

@@ -96,3 +96,15 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 }
 
 func (f osFile) Name() string { return f.File.Name() }
+
+// WriteBack is sync_file_range(2) with WAIT_BEFORE, WRITE and WAIT_AFTER:
+// the range's dirty pages go to the device and the call returns once the
+// device has taken them. See [WriteBacker].
+func (f osFile) WriteBack(off, n int64) error {
+	err := unix.SyncFileRange(int(f.Fd()), off, n,
+		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+	if err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.File.Name(), Err: err}
+	}
+	return nil
+}

@@ -48,6 +48,16 @@ type File interface {
 	Name() string
 }
 
+// WriteBacker is implemented by files that can send a range of their
+// written bytes to the device ahead of an fdatasync, and wait for it:
+// sync_file_range(2). It promises no durability (no metadata is committed
+// and the device's cache is not flushed); it only decides when the device
+// does the work, so that a large write does not reach the device all at
+// once. Files without it are written back by the next fdatasync.
+type WriteBacker interface {
+	WriteBack(off, n int64) error
+}
+
 // FS is a file system. Names are ordinary paths.
 type FS interface {
 	// OpenFile opens a file as os.OpenFile does.

@@ -87,7 +87,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.prep = newPreparer(l)
-	l.prep.request(l.w.active.seq + 1)
+	l.prep.request(l.w.active.seq+1, l.w.active)
 	go l.writeLoop()
 	return l, nil
 }

@@ -16,11 +16,25 @@ import (
 //
 // The preparer goroutine owns the files it makes until the writer receives
 // them from ready.
+//
+// A new file's zeros are written at the pace the writer fills the active
+// segment (see pacer), a chunk at a time, each sent to the device before the
+// next: written all at once, they reached the device in one burst that held
+// up every commit's fdatasync behind it for tens of milliseconds.
 type preparer struct {
 	l     *Log
-	req   chan uint32   // the sequence to prepare next; capacity 1
-	ready chan prepared // the prepared file; capacity 1
-	done  chan struct{} // closed when the goroutine returns
+	req   chan prepRequest // the segment to prepare next; capacity 1
+	ready chan prepared    // the prepared file; capacity 1
+	quit  chan struct{}    // closed by stop: finish without pacing
+	rush  chan uint32      // the writer waits for this segment: finish it without pacing; capacity 1
+	done  chan struct{}    // closed when the goroutine returns
+
+	asked uint32 // the segment last requested; the writer's alone
+}
+
+type prepRequest struct {
+	seq    uint32
+	active *seg // the segment the writer fills meanwhile
 }
 
 type prepared struct {
@@ -32,27 +46,33 @@ type prepared struct {
 func newPreparer(l *Log) *preparer {
 	p := &preparer{
 		l:     l,
-		req:   make(chan uint32, 1),
+		req:   make(chan prepRequest, 1),
 		ready: make(chan prepared, 1),
+		quit:  make(chan struct{}),
+		rush:  make(chan uint32, 1),
 		done:  make(chan struct{}),
 	}
 	go p.loop()
 	return p
 }
 
-// request asks for segment seq. The writer calls it once per rotation, after
-// it has taken the previous result, so req never holds two.
-func (p *preparer) request(seq uint32) { p.req <- seq }
+// request asks for segment seq, to be ready before the writer has filled
+// active. The writer calls it once per rotation, after it has taken the
+// previous result, so req never holds two.
+func (p *preparer) request(seq uint32, active *seg) {
+	p.asked = seq
+	p.req <- prepRequest{seq, active}
+}
 
 func (p *preparer) loop() {
 	defer close(p.done)
-	for seq := range p.req {
-		f, err := p.make(seq)
-		p.ready <- prepared{seq: seq, file: f, err: err}
+	for r := range p.req {
+		f, err := p.make(r.seq, r.active)
+		p.ready <- prepared{seq: r.seq, file: f, err: err}
 	}
 }
 
-func (p *preparer) make(seq uint32) (*segment.File, error) {
+func (p *preparer) make(seq uint32, active *seg) (*segment.File, error) {
 	l := p.l
 	tmp := l.segPath(seq) + tmpSuffix
 	if spare, ok := l.takeSpare(); ok {
@@ -64,16 +84,36 @@ func (p *preparer) make(seq uint32) (*segment.File, error) {
 		_ = l.opts.FS.Remove(spare)
 		l.opts.Logger.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
 	}
-	f, err := segment.Create(l.opts.FS, tmp, seq, l.opts.SegmentBytes)
+	pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
+	f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
 	if err != nil {
 		return nil, fmt.Errorf("wal: prepare segment %d: %w", seq, err)
 	}
 	return f, nil
 }
 
+// take returns the prepared file, waiting for it if it is not ready: then
+// the writer is waiting, and the preparer stops pacing. Only the writer
+// sends on rush, so after taking out a rush the preparer never read (it
+// finished first), the send cannot block.
+func (p *preparer) take() prepared {
+	select {
+	case r := <-p.ready:
+		return r
+	default:
+	}
+	select {
+	case <-p.rush:
+	default:
+	}
+	p.rush <- p.asked
+	return <-p.ready
+}
+
 // stop ends the goroutine. A file prepared but never used is kept as a
 // spare for the next Open, if there is room, and removed otherwise.
 func (p *preparer) stop() error {
+	close(p.quit)
 	close(p.req)
 	<-p.done
 	select {

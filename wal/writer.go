@@ -474,9 +474,9 @@ func (l *Log) rotate() error {
 			return fmt.Errorf("wal: rotate: %w: the preamble encodes to %d bytes, Options.PreambleBytes is %d", ErrTooLarge, size, l.opts.PreambleBytes)
 		}
 	}
-	p := <-l.prep.ready
+	p := l.prep.take()
 	if p.err != nil {
-		l.prep.request(p.seq) // try again at the next rotation
+		l.prep.request(p.seq, w.active) // try again at the next rotation
 		return p.err
 	}
 	next := &seg{file: p.file, seq: p.seq}
@@ -484,7 +484,7 @@ func (l *Log) rotate() error {
 	if err := next.file.Rename(l.opts.FS, l.segPath(next.seq)); err != nil {
 		_ = next.file.Close()
 		_ = l.opts.FS.Remove(next.file.Path())
-		l.prep.request(p.seq)
+		l.prep.request(p.seq, w.active)
 		return fmt.Errorf("wal: rotate: %w", err)
 	}
 	// The directory must be durable before a record in the new segment is
@@ -509,7 +509,7 @@ func (l *Log) rotate() error {
 	l.addSegment(next)
 	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
 	l.stats.rotations.Add(1)
-	l.prep.request(next.seq + 1)
+	l.prep.request(next.seq+1, next)
 	// Each preamble record is a group of its own: damage to one (found
 	// by salvage) must not take the others with it — a queue's
 	// declaration may be in no other segment.

@@ -1,0 +1,106 @@
+package wal
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The pace of a new segment's zero-fill. The zeros written are held to
+// paceAhead times the fraction of the active segment the writer has filled,
+// plus paceLead bytes: the new file is complete when the active segment is
+// two-thirds full, which leaves the writer room to speed up by half before
+// it would wait for the file at rotation. Each chunk of zeros is sent to the
+// device before the next (segment.CreatePaced), so a commit's fdatasync
+// waits behind at most one chunk, and the commits made while the active
+// segment fills share the zeros' cost instead of a few of them taking it
+// all.
+//
+// The rest is written at once, unpaced, when the active segment has not
+// grown for paceIdle (the log is idle: no commit waits behind the zeros),
+// when the log closes, and when the writer is waiting for the file.
+const (
+	paceAhead   = 1.5
+	paceLead    = 1 << 20
+	paceIdle    = 100 * time.Millisecond
+	paceMinWait = 500 * time.Microsecond
+	paceMaxWait = 10 * time.Millisecond
+)
+
+// pacer holds back the zero-fill of one new segment. It is used by the
+// preparer goroutine alone; it reads the active segment's end, which the
+// writer stores.
+type pacer struct {
+	seq        uint32        // the new segment
+	end        *atomic.Int64 // the active segment's end (seg.end)
+	activeSize int64         // the active segment's size
+	size       int64         // the new segment's size
+	quit       <-chan struct{}
+	rush       <-chan uint32
+	free       bool // no more waits
+
+	start    time.Time // when the fill began
+	startEnd int64     // the active's end then
+	lastEnd  int64     // the active's end when last seen to change
+	lastMove time.Time // when that was
+}
+
+func newPacer(seq uint32, active *atomic.Int64, activeSize, size int64, quit <-chan struct{}, rush <-chan uint32) *pacer {
+	now := time.Now()
+	end := active.Load()
+	return &pacer{
+		seq:        seq,
+		end:        active,
+		activeSize: activeSize,
+		size:       size,
+		quit:       quit,
+		rush:       rush,
+		start:      now,
+		startEnd:   end,
+		lastEnd:    end,
+		lastMove:   now,
+	}
+}
+
+// allowed reports how many bytes of zeros may be written while the active
+// segment's end is at end.
+func (pc *pacer) allowed(end int64) int64 {
+	return int64(paceAhead*float64(end)/float64(pc.activeSize)*float64(pc.size)) + paceLead
+}
+
+// wait returns when the chunk of zeros at offset written may be written.
+func (pc *pacer) wait(written int64) {
+	for !pc.free && pc.activeSize > 0 {
+		end := pc.end.Load()
+		now := time.Now()
+		if end != pc.lastEnd {
+			pc.lastEnd, pc.lastMove = end, now
+		}
+		if written < pc.allowed(end) {
+			return
+		}
+		if now.Sub(pc.lastMove) >= paceIdle {
+			pc.free = true
+			return
+		}
+		// Sleep until the active segment should have grown enough, at the
+		// rate it has grown since the fill began.
+		d := paceMaxWait
+		if moved := end - pc.startEnd; moved > 0 {
+			need := float64(written-paceLead)/float64(pc.size)/paceAhead*float64(pc.activeSize) - float64(end)
+			rate := float64(moved) / now.Sub(pc.start).Seconds()
+			d = min(d, time.Duration(need/rate*float64(time.Second)))
+		}
+		t := time.NewTimer(max(d, paceMinWait))
+		select {
+		case <-t.C:
+		case <-pc.quit:
+			t.Stop()
+			pc.free = true
+		case s := <-pc.rush:
+			t.Stop()
+			// A rush for an earlier segment, which was ready first, is
+			// stale.
+			pc.free = s == pc.seq
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package wal
+
+import (
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const paceTestSize = 64 << 20
+
+// startWait runs pc.wait(written) in a goroutine of the bubble and returns
+// a flag set when it has returned.
+func startWait(pc *pacer, written int64) *atomic.Bool {
+	var done atomic.Bool
+	go func() {
+		pc.wait(written)
+		done.Store(true)
+	}()
+	synctest.Wait()
+	return &done
+}
+
+func TestPacerHoldsTheZerosToTheActiveSegmentsFill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, nil, nil)
+
+		// The lead goes at once, with the active segment still empty.
+		start := time.Now()
+		pc.wait(0)
+		pc.wait(paceLead - 1)
+		require.Equal(t, start, time.Now(), "the lead waited")
+
+		// Past it, the zeros wait for the active segment to grow.
+		done := startWait(pc, paceLead)
+		time.Sleep(paceIdle / 2)
+		synctest.Wait()
+		require.False(t, done.Load(), "written past the lead while the active segment did not grow")
+
+		// A third of the active segment filled lets half the new one be
+		// written, and no more.
+		end.Store(paceTestSize/3 + 1)
+		time.Sleep(paceMaxWait)
+		synctest.Wait()
+		require.True(t, done.Load(), "still held after the active segment grew")
+		start = time.Now()
+		pc.wait(paceTestSize/2 + paceLead - 1)
+		require.Equal(t, start, time.Now())
+
+		done = startWait(pc, paceTestSize/2+paceLead+1)
+		time.Sleep(paceIdle / 2)
+		synctest.Wait()
+		require.False(t, done.Load(), "written past one and a half times the active segment's fill")
+		end.Store(paceTestSize/3 + 1<<20)
+		time.Sleep(paceMaxWait)
+		synctest.Wait()
+		require.True(t, done.Load())
+	})
+}
+
+func TestPacerFinishesBeforeTheActiveSegmentIsFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		// A smaller active segment (one made for a large record) counts by
+		// its own size.
+		pc := newPacer(2, &end, paceTestSize/4, paceTestSize, nil, nil)
+		end.Store(paceTestSize / 4 * 2 / 3)
+		start := time.Now()
+		pc.wait(paceTestSize - 1)
+		require.Equal(t, start, time.Now(), "the last chunk waited with the active segment two-thirds full")
+	})
+}
+
+func TestPacerSleepsUntilTheActiveSegmentShouldHaveGrown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, nil, nil)
+		// The writer fills 1 MiB a millisecond.
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+					end.Add(1 << 20)
+				}
+			}
+		}()
+		written := int64(paceTestSize / 2)
+		start := time.Now()
+		pc.wait(written)
+		took := time.Since(start)
+		reached := end.Load()
+		close(stop)
+
+		require.Less(t, written, pc.allowed(reached), "returned before the fill allowed the chunk")
+		// 1.5 × fill + lead ≥ 32 MiB needs the active segment at 20.7 MiB:
+		// 21 ms at this rate; the pacer wakes at most paceMaxWait later.
+		require.GreaterOrEqual(t, took, 20*time.Millisecond)
+		require.LessOrEqual(t, took, 21*time.Millisecond+paceMaxWait)
+	})
+}
+
+func TestPacerWritesTheRestAtOnceWhenTheLogIsIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		end.Store(4 << 20)
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, nil, nil)
+		done := startWait(pc, paceTestSize/2)
+		time.Sleep(paceIdle - paceMaxWait)
+		synctest.Wait()
+		require.False(t, done.Load(), "gave up pacing before the log was idle for paceIdle")
+		time.Sleep(2 * paceMaxWait)
+		synctest.Wait()
+		require.True(t, done.Load(), "still pacing a log idle for paceIdle")
+
+		// And every later chunk goes at once, even if the log wakes up.
+		end.Store(5 << 20)
+		start := time.Now()
+		pc.wait(paceTestSize - 1)
+		require.Equal(t, start, time.Now())
+	})
+}
+
+func TestPacerStopsPacingOnQuitOrARushForItsSegment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		quit := make(chan struct{})
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, quit, nil)
+		done := startWait(pc, paceTestSize/2)
+		require.False(t, done.Load())
+		start := time.Now()
+		close(quit)
+		synctest.Wait()
+		require.True(t, done.Load(), "still pacing after quit")
+		require.Equal(t, start, time.Now())
+		pc.wait(paceTestSize - 1)
+		require.Equal(t, start, time.Now())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		end.Store(1)
+		rush := make(chan uint32, 1)
+		pc := newPacer(3, &end, paceTestSize, paceTestSize, nil, rush)
+		done := startWait(pc, paceTestSize/2)
+
+		// A rush left for the segment before is not this one's.
+		rush <- 2
+		synctest.Wait()
+		require.False(t, done.Load(), "a stale rush stopped the pacing")
+
+		start := time.Now()
+		rush <- 3
+		synctest.Wait()
+		require.True(t, done.Load(), "still pacing after a rush for this segment")
+		require.Equal(t, start, time.Now())
+		pc.wait(paceTestSize - 1)
+		require.Equal(t, start, time.Now())
+	})
+}
+
+func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
+	p := &preparer{ready: make(chan prepared, 1), rush: make(chan uint32, 1)}
+
+	// Ready: no rush is left behind.
+	p.asked = 4
+	p.ready <- prepared{seq: 4}
+	require.Equal(t, uint32(4), p.take().seq)
+	require.Empty(t, p.rush)
+
+	// Not ready: the preparer hears which segment the writer waits for.
+	// A stale rush the preparer never read does not block the new one.
+	synctest.Test(t, func(t *testing.T) {
+		// The channels must belong to the bubble for Wait to see take
+		// blocked on them.
+		p := &preparer{ready: make(chan prepared, 1), rush: make(chan uint32, 1)}
+		p.rush <- 4
+		p.asked = 5
+		got := make(chan uint32, 1)
+		go func() { got <- p.take().seq }()
+		synctest.Wait()
+		require.Len(t, p.rush, 1)
+		require.Equal(t, uint32(5), <-p.rush)
+		p.ready <- prepared{seq: 5}
+		require.Equal(t, uint32(5), <-got)
+	})
+}

@@ -54,8 +54,10 @@ func TestEntrySetAgreesWithAMap(t *testing.T) {
 			require.Equal(t, len(model), s.len())
 		}
 		var all []Entry
+		prevLen := 0
 		require.NoError(t, s.runs(func(run []Entry) error {
 			require.NotEmpty(t, run)
+			require.LessOrEqual(t, len(run), maxRun)
 			for i := 1; i < len(run); i++ {
 				require.Equal(t, run[i-1].Seq+1, run[i].Seq, "a run is consecutive")
 				require.Equal(t, ChunkOf(run[0].Seq), ChunkOf(run[i].Seq), "a run is in one chunk")
@@ -63,8 +65,9 @@ func TestEntrySetAgreesWithAMap(t *testing.T) {
 			if len(all) > 0 {
 				last := all[len(all)-1].Seq
 				require.Less(t, last, run[0].Seq, "runs come in order")
-				require.True(t, run[0].Seq != last+1 || ChunkOf(run[0].Seq) != ChunkOf(last), "runs are as long as they can be")
+				require.True(t, run[0].Seq != last+1 || ChunkOf(run[0].Seq) != ChunkOf(last) || prevLen == maxRun, "runs are as long as they can be")
 			}
+			prevLen = len(run)
 			all = append(all, run...)
 			return nil
 		}))
@@ -94,6 +97,31 @@ func TestEntrySetPutAllKeepsItsOwn(t *testing.T) {
 		}
 		require.Equal(t, want, e.Size, "seq %d: the newer entry wins", seq)
 	}
+}
+
+func TestEntrySetRunsAreBoundedAndAllocateOnce(t *testing.T) {
+	s := newEntrySet()
+	const n = 2*maxRun + 100
+	for seq := uint64(1); seq <= n; seq++ {
+		s.put(Entry{Seq: seq})
+	}
+	var lens []int
+	next := uint64(1)
+	require.NoError(t, s.runs(func(run []Entry) error {
+		lens = append(lens, len(run))
+		for _, e := range run {
+			require.Equal(t, next, e.Seq)
+			next++
+		}
+		return nil
+	}))
+	require.Equal(t, []int{maxRun, maxRun, 100}, lens)
+	// The sorted page keys and one run, however many entries: a slice
+	// grown to hold them all allocated at each doubling.
+	allocs := testing.AllocsPerRun(5, func() {
+		_ = s.runs(func([]Entry) error { return nil })
+	})
+	require.LessOrEqual(t, allocs, 3.0)
 }
 
 func TestEntrySetRunsStopAtAnError(t *testing.T) {

@@ -40,12 +40,13 @@ func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 
 // CreatePaced is Create with the zero-fill spread out: before each chunk of
 // zeros it calls pace (when not nil) with the bytes written so far, and pace
-// may block to hold the next chunk back. Where the file is a
+// may block to hold the next chunk back. An error from pace abandons the
+// file: CreatePaced removes it and returns the error. Where the file is a
 // [vfs.WriteBacker], each chunk is sent to the device, and waited for,
 // before the next is written: at most one chunk of zeros is ever queued at
 // the device ahead of another file's fdatasync, instead of the whole file
 // at the final fdatasync.
-func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64)) (*File, error) {
+func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64) error) (*File, error) {
 	if size < HeaderSize+FrameHeaderSize {
 		return nil, fmt.Errorf("segment %s: size %d is below the minimum %d", path, size, HeaderSize+FrameHeaderSize)
 	}
@@ -66,7 +67,9 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 	zeros := make([]byte, min(int64(zeroChunk), size))
 	for off := int64(0); off < size; off += int64(len(zeros)) {
 		if pace != nil {
-			pace(off)
+			if err := pace(off); err != nil {
+				return fail(err)
+			}
 		}
 		n := min(int64(len(zeros)), size-off)
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {

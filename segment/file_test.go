@@ -2,6 +2,7 @@ package segment_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -304,8 +305,9 @@ func TestCreatePacedAsksBeforeEachChunkAndSendsEachToTheDevice(t *testing.T) {
 	var calls []string
 	fs := writeBackFS{FS: vfs.Default, calls: &calls}
 	path := filepath.Join(t.TempDir(), "seg")
-	f, err := segment.CreatePaced(fs, path, 5, testFileSize, func(written int64) {
+	f, err := segment.CreatePaced(fs, path, 5, testFileSize, func(written int64) error {
 		calls = append(calls, fmt.Sprintf("pace %d", written))
+		return nil
 	})
 	require.NoError(t, err)
 	defer f.Close()
@@ -349,4 +351,21 @@ func TestCreatePacedFailsOnAFailedWriteBack(t *testing.T) {
 	require.ErrorContains(t, err, path)
 	require.NoFileExists(t, path, "a file whose zeros may not be on the device is removed")
 	require.Equal(t, "writeback", strings.Fields(calls[len(calls)-1])[0], "went on after the failure: %q", calls)
+}
+
+func TestCreatePacedAbandonsTheFileWhenPaceFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seg")
+	stop := errors.New("closing")
+	paced := 0
+	_, err := segment.CreatePaced(vfs.Default, path, 5, testFileSize, func(written int64) error {
+		if written > 0 {
+			return stop
+		}
+		paced++
+		return nil
+	})
+	require.ErrorIs(t, err, stop)
+	require.ErrorContains(t, err, path)
+	require.Equal(t, 1, paced)
+	require.NoFileExists(t, path)
 }

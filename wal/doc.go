@@ -10,7 +10,8 @@
 //	0000000001.seg            segment 1: header + frames (see package segment)
 //	0000000002.seg            ...; sequences are contiguous, the last is active
 //	0000000003.seg.tmp        the next segment, being prepared (removed by Open;
-//	                          Close keeps an unused one as a spare)
+//	                          Close keeps a ready, unused one as a spare and
+//	                          removes one still being filled)
 //	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
 //

@@ -1,9 +1,13 @@
 package wal
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 )
+
+// errAbandoned is the pacer's answer once the log is closing.
+var errAbandoned = errors.New("wal: the log closed before the segment was ready")
 
 // The pace of a new segment's zero-fill. The zeros written are held to
 // paceAhead times the fraction of the active segment the writer has filled,
@@ -16,8 +20,10 @@ import (
 // all.
 //
 // The rest is written at once, unpaced, when the active segment has not
-// grown for paceIdle (the log is idle: no commit waits behind the zeros),
-// when the log closes, and when the writer is waiting for the file.
+// grown for paceIdle (the log is idle: no commit waits behind the zeros)
+// and when the writer is waiting for the file. When the log closes, the
+// file is abandoned (errAbandoned): Close does not wait for tens of
+// megabytes of zeros that the next Open may not need.
 const (
 	paceAhead   = 1.5
 	paceLead    = 1 << 20
@@ -36,7 +42,8 @@ type pacer struct {
 	size       int64         // the new segment's size
 	quit       <-chan struct{}
 	rush       <-chan uint32
-	free       bool // no more waits
+	idle       time.Duration // paceIdle, but for tests
+	free       bool          // no more waits
 
 	start    time.Time // when the fill began
 	startEnd int64     // the active's end then
@@ -54,6 +61,7 @@ func newPacer(seq uint32, active *atomic.Int64, activeSize, size int64, quit <-c
 		size:       size,
 		quit:       quit,
 		rush:       rush,
+		idle:       paceIdle,
 		start:      now,
 		startEnd:   end,
 		lastEnd:    end,
@@ -67,20 +75,29 @@ func (pc *pacer) allowed(end int64) int64 {
 	return int64(paceAhead*float64(end)/float64(pc.activeSize)*float64(pc.size)) + paceLead
 }
 
-// wait returns when the chunk of zeros at offset written may be written.
-func (pc *pacer) wait(written int64) {
-	for !pc.free && pc.activeSize > 0 {
+// wait returns when the chunk of zeros at offset written may be written,
+// or errAbandoned once quit is closed.
+func (pc *pacer) wait(written int64) error {
+	for {
+		select {
+		case <-pc.quit:
+			return errAbandoned
+		default:
+		}
+		if pc.free || pc.activeSize <= 0 {
+			return nil
+		}
 		end := pc.end.Load()
 		now := time.Now()
 		if end != pc.lastEnd {
 			pc.lastEnd, pc.lastMove = end, now
 		}
 		if written < pc.allowed(end) {
-			return
+			return nil
 		}
-		if now.Sub(pc.lastMove) >= paceIdle {
+		if now.Sub(pc.lastMove) >= pc.idle {
 			pc.free = true
-			return
+			return nil
 		}
 		// Sleep until the active segment should have grown enough, at the
 		// rate it has grown since the fill began.
@@ -95,7 +112,6 @@ func (pc *pacer) wait(written int64) {
 		case <-t.C:
 		case <-pc.quit:
 			t.Stop()
-			pc.free = true
 		case s := <-pc.rush:
 			t.Stop()
 			// A rush for an earlier segment, which was ready first, is

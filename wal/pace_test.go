@@ -1,12 +1,16 @@
 package wal
 
 import (
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 const paceTestSize = 64 << 20
@@ -16,7 +20,7 @@ const paceTestSize = 64 << 20
 func startWait(pc *pacer, written int64) *atomic.Bool {
 	var done atomic.Bool
 	go func() {
-		pc.wait(written)
+		_ = pc.wait(written)
 		done.Store(true)
 	}()
 	synctest.Wait()
@@ -30,8 +34,8 @@ func TestPacerHoldsTheZerosToTheActiveSegmentsFill(t *testing.T) {
 
 		// The lead goes at once, with the active segment still empty.
 		start := time.Now()
-		pc.wait(0)
-		pc.wait(paceLead - 1)
+		require.NoError(t, pc.wait(0))
+		require.NoError(t, pc.wait(paceLead-1))
 		require.Equal(t, start, time.Now(), "the lead waited")
 
 		// Past it, the zeros wait for the active segment to grow.
@@ -47,7 +51,7 @@ func TestPacerHoldsTheZerosToTheActiveSegmentsFill(t *testing.T) {
 		synctest.Wait()
 		require.True(t, done.Load(), "still held after the active segment grew")
 		start = time.Now()
-		pc.wait(paceTestSize/2 + paceLead - 1)
+		require.NoError(t, pc.wait(paceTestSize/2+paceLead-1))
 		require.Equal(t, start, time.Now())
 
 		done = startWait(pc, paceTestSize/2+paceLead+1)
@@ -69,7 +73,7 @@ func TestPacerFinishesBeforeTheActiveSegmentIsFull(t *testing.T) {
 		pc := newPacer(2, &end, paceTestSize/4, paceTestSize, nil, nil)
 		end.Store(paceTestSize / 4 * 2 / 3)
 		start := time.Now()
-		pc.wait(paceTestSize - 1)
+		require.NoError(t, pc.wait(paceTestSize-1))
 		require.Equal(t, start, time.Now(), "the last chunk waited with the active segment two-thirds full")
 	})
 }
@@ -92,7 +96,7 @@ func TestPacerSleepsUntilTheActiveSegmentShouldHaveGrown(t *testing.T) {
 		}()
 		written := int64(paceTestSize / 2)
 		start := time.Now()
-		pc.wait(written)
+		require.NoError(t, pc.wait(written))
 		took := time.Since(start)
 		reached := end.Load()
 		close(stop)
@@ -121,12 +125,12 @@ func TestPacerWritesTheRestAtOnceWhenTheLogIsIdle(t *testing.T) {
 		// And every later chunk goes at once, even if the log wakes up.
 		end.Store(5 << 20)
 		start := time.Now()
-		pc.wait(paceTestSize - 1)
+		require.NoError(t, pc.wait(paceTestSize-1))
 		require.Equal(t, start, time.Now())
 	})
 }
 
-func TestPacerStopsPacingOnQuitOrARushForItsSegment(t *testing.T) {
+func TestPacerAbandonsOnQuitAndStopsPacingOnARushForItsSegment(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var end atomic.Int64
 		quit := make(chan struct{})
@@ -138,7 +142,8 @@ func TestPacerStopsPacingOnQuitOrARushForItsSegment(t *testing.T) {
 		synctest.Wait()
 		require.True(t, done.Load(), "still pacing after quit")
 		require.Equal(t, start, time.Now())
-		pc.wait(paceTestSize - 1)
+		// Every chunk after it is refused: the file is abandoned.
+		require.ErrorIs(t, pc.wait(0), errAbandoned)
 		require.Equal(t, start, time.Now())
 	})
 	synctest.Test(t, func(t *testing.T) {
@@ -158,7 +163,7 @@ func TestPacerStopsPacingOnQuitOrARushForItsSegment(t *testing.T) {
 		synctest.Wait()
 		require.True(t, done.Load(), "still pacing after a rush for this segment")
 		require.Equal(t, start, time.Now())
-		pc.wait(paceTestSize - 1)
+		require.NoError(t, pc.wait(paceTestSize-1))
 		require.Equal(t, start, time.Now())
 	})
 }
@@ -188,4 +193,36 @@ func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
 		p.ready <- prepared{seq: 5}
 		require.Equal(t, uint32(5), <-got)
 	})
+}
+
+func TestStopAbandonsASegmentBeingFilled(t *testing.T) {
+	dir := t.TempDir()
+	const size = 8 << 20
+	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size}}
+	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
+	require.NoError(t, err)
+	defer af.Close()
+	active := &seg{file: af, seq: 1}
+	active.end.Store(segment.HeaderSize)
+
+	p := newPreparer(l)
+	p.idle = time.Hour // the active segment stays still: never idle enough
+	p.request(2, active)
+	tmp := l.segPath(2) + tmpSuffix
+	sizeOf := func() int64 {
+		fi, err := os.Stat(tmp)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	require.Eventually(t, func() bool { return sizeOf() >= paceLead }, 10*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.Less(t, sizeOf(), int64(size), "the zeros were not held back")
+
+	require.NoError(t, p.stop())
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, names, 1, "left beside the active segment: %v", names)
+	require.Equal(t, "active", names[0].Name())
 }

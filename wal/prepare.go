@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/walbroker/walbroker/segment"
 )
@@ -20,7 +21,8 @@ import (
 // A new file's zeros are written at the pace the writer fills the active
 // segment (see pacer), a chunk at a time, each sent to the device before the
 // next: written all at once, they reached the device in one burst that held
-// up every commit's fdatasync behind it for tens of milliseconds.
+// up every commit's fdatasync behind it for tens of milliseconds. A file
+// still being filled when the log closes is abandoned.
 type preparer struct {
 	l     *Log
 	req   chan prepRequest // the segment to prepare next; capacity 1
@@ -29,7 +31,8 @@ type preparer struct {
 	rush  chan uint32      // the writer waits for this segment: finish it without pacing; capacity 1
 	done  chan struct{}    // closed when the goroutine returns
 
-	asked uint32 // the segment last requested; the writer's alone
+	asked uint32        // the segment last requested; the writer's alone
+	idle  time.Duration // the pacers' idle window (paceIdle); set before the first request
 }
 
 type prepRequest struct {
@@ -51,6 +54,7 @@ func newPreparer(l *Log) *preparer {
 		quit:  make(chan struct{}),
 		rush:  make(chan uint32, 1),
 		done:  make(chan struct{}),
+		idle:  paceIdle,
 	}
 	go p.loop()
 	return p
@@ -85,6 +89,7 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, error) {
 		l.opts.Logger.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
 	}
 	pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
+	pc.idle = p.idle
 	f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
 	if err != nil {
 		return nil, fmt.Errorf("wal: prepare segment %d: %w", seq, err)
@@ -111,7 +116,8 @@ func (p *preparer) take() prepared {
 }
 
 // stop ends the goroutine. A file prepared but never used is kept as a
-// spare for the next Open, if there is room, and removed otherwise.
+// spare for the next Open, if there is room, and removed otherwise; one
+// still being filled is abandoned (CreatePaced removes it).
 func (p *preparer) stop() error {
 	close(p.quit)
 	close(p.req)

@@ -29,7 +29,8 @@ const (
 	paceLead    = 1 << 20
 	paceIdle    = 100 * time.Millisecond
 	paceMinWait = 500 * time.Microsecond
-	paceMaxWait = 10 * time.Millisecond
+	paceMaxWait = 10 * time.Millisecond  // before the writer's rate is known
+	paceLongest = 100 * time.Millisecond // after: a slow log's preparer wakes rarely
 )
 
 // pacer holds back the zero-fill of one new segment. It is used by the
@@ -44,6 +45,7 @@ type pacer struct {
 	rush       <-chan uint32
 	idle       time.Duration // paceIdle, but for tests
 	free       bool          // no more waits
+	sleeps     int           // how many times it slept; for tests
 
 	start    time.Time // when the fill began
 	startEnd int64     // the active's end then
@@ -100,13 +102,15 @@ func (pc *pacer) wait(written int64) error {
 			return nil
 		}
 		// Sleep until the active segment should have grown enough, at the
-		// rate it has grown since the fill began.
+		// rate it has grown since the fill began; until that rate is
+		// known, look again soon.
 		d := paceMaxWait
 		if moved := end - pc.startEnd; moved > 0 {
 			need := float64(written-paceLead)/float64(pc.size)/paceAhead*float64(pc.activeSize) - float64(end)
 			rate := float64(moved) / now.Sub(pc.start).Seconds()
-			d = min(d, time.Duration(need/rate*float64(time.Second)))
+			d = min(paceLongest, time.Duration(need/rate*float64(time.Second)))
 		}
+		pc.sleeps++
 		t := time.NewTimer(max(d, paceMinWait))
 		select {
 		case <-t.C:

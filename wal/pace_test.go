@@ -109,6 +109,36 @@ func TestPacerSleepsUntilTheActiveSegmentShouldHaveGrown(t *testing.T) {
 	})
 }
 
+func TestPacerWakesRarelyForASlowLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, nil, nil)
+		// The writer commits 10 KiB every 10 ms: 1 MB/s.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+					end.Add(10 << 10)
+				}
+			}
+		}()
+		written := int64(paceLead + 1<<20)
+		start := time.Now()
+		require.NoError(t, pc.wait(written))
+		took := time.Since(start)
+		// 1 MiB more of zeros needs 683 KiB more of the active segment:
+		// about 680 ms at this rate.
+		require.Less(t, written, pc.allowed(end.Load()))
+		require.GreaterOrEqual(t, took, 650*time.Millisecond)
+		require.LessOrEqual(t, took, 700*time.Millisecond+paceLongest)
+		require.LessOrEqual(t, pc.sleeps, 12, "woke every %v", took/time.Duration(pc.sleeps))
+	})
+}
+
 func TestPacerWritesTheRestAtOnceWhenTheLogIsIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var end atomic.Int64

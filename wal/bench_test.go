@@ -40,8 +40,7 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 // trimBehind removes, every 2 ms until stop is closed, every segment of l
-// but the active one and the one before it, and reports the first error
-// of RemoveBelow on errc.
+// but the active one, and reports the first error of RemoveBelow on errc.
 func trimBehind(l *Log, stop <-chan struct{}, errc chan<- error) {
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
@@ -52,8 +51,8 @@ func trimBehind(l *Log, stop <-chan struct{}, errc chan<- error) {
 			return
 		case <-t.C:
 		}
-		if end := l.End().Segment(); end > 2 {
-			if _, err := l.RemoveBelow(MakePosition(end-1, 0)); err != nil {
+		if end := l.End().Segment(); end > 1 {
+			if _, err := l.RemoveBelow(MakePosition(end, 0)); err != nil {
 				errc <- err
 				return
 			}

@@ -74,6 +74,7 @@ type counters struct {
 	bytesWritten atomic.Int64
 	rotations    atomic.Int64
 	recycled     atomic.Int64
+	fillsDropped atomic.Int64
 }
 
 // Stats are counters of a Log since it was opened.
@@ -86,7 +87,8 @@ type Stats struct {
 	MaxRecordsPerSync int64 // most records covered by one fdatasync
 	BytesWritten      int64
 	Rotations         int64
-	RecycledSegments  int64 // new segments made by reusing a retired file
+	RecycledSegments  int64 // rotations to a retired file reused (the others took one written full of zeros)
+	ZeroFillsDropped  int64 // zero-fills of new files given up for a retired file that arrived meanwhile
 	FirstSegment      uint32
 	LastSegment       uint32
 }
@@ -103,6 +105,7 @@ func (l *Log) Stats() Stats {
 		BytesWritten:      l.stats.bytesWritten.Load(),
 		Rotations:         l.stats.rotations.Load(),
 		RecycledSegments:  l.stats.recycled.Load(),
+		ZeroFillsDropped:  l.stats.fillsDropped.Load(),
 	}
 	for _, sg := range segs {
 		s.DiskBytes += int64(sg.file.Size())

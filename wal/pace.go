@@ -9,6 +9,10 @@ import (
 // errAbandoned is the pacer's answer once the log is closing.
 var errAbandoned = errors.New("wal: the log closed before the segment was ready")
 
+// errSpareArrived is the pacer's answer once a retired segment is ready for
+// reuse: the preparer drops the zeros written so far and reuses it.
+var errSpareArrived = errors.New("wal: a retired segment arrived for reuse")
+
 // The pace of a new segment's zero-fill. The zeros written are held to
 // paceAhead times the fraction of the active segment the writer has filled,
 // plus paceLead bytes: the new file is complete when the active segment is
@@ -23,7 +27,11 @@ var errAbandoned = errors.New("wal: the log closed before the segment was ready"
 // grown for paceIdle (the log is idle: no commit waits behind the zeros)
 // and when the writer is waiting for the file. When the log closes, the
 // file is abandoned (errAbandoned): Close does not wait for tens of
-// megabytes of zeros that the next Open may not need.
+// megabytes of zeros that the next Open may not need. And when a retired
+// segment arrives for reuse while the zeros are being written (the reader
+// caught up just after the rotation), the file is dropped too
+// (errSpareArrived): reusing costs a rename and a header, the rest of the
+// zeros up to 64 MiB.
 const (
 	paceAhead   = 1.5
 	paceLead    = 1 << 20
@@ -43,6 +51,7 @@ type pacer struct {
 	size       int64         // the new segment's size
 	quit       <-chan struct{}
 	rush       <-chan uint32
+	spare      func() bool   // a retired segment is ready for reuse; nil: never
 	idle       time.Duration // paceIdle, but for tests
 	free       bool          // no more waits
 	sleeps     int           // how many times it slept; for tests
@@ -78,13 +87,18 @@ func (pc *pacer) allowed(end int64) int64 {
 }
 
 // wait returns when the chunk of zeros at offset written may be written,
-// or errAbandoned once quit is closed.
+// errAbandoned once quit is closed, or errSpareArrived once the log has a
+// retired segment to reuse instead (looked for before every chunk, paced or
+// not).
 func (pc *pacer) wait(written int64) error {
 	for {
 		select {
 		case <-pc.quit:
 			return errAbandoned
 		default:
+		}
+		if pc.spare != nil && pc.spare() {
+			return errSpareArrived
 		}
 		if pc.free || pc.activeSize <= 0 {
 			return nil

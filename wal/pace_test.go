@@ -256,3 +256,86 @@ func TestStopAbandonsASegmentBeingFilled(t *testing.T) {
 	require.Len(t, names, 1, "left beside the active segment: %v", names)
 	require.Equal(t, "active", names[0].Name())
 }
+
+func TestPacerGivesWayToARetiredSegmentThatArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var end atomic.Int64
+		var spare atomic.Bool
+		pc := newPacer(2, &end, paceTestSize, paceTestSize, nil, nil)
+		pc.spare = spare.Load
+
+		// Held back past the lead, the pacer looks again when it wakes.
+		require.NoError(t, pc.wait(0))
+		var err error
+		done := make(chan struct{})
+		go func() { err = pc.wait(paceTestSize / 2); close(done) }()
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("written past the lead while the active segment did not grow")
+		default:
+		}
+		start := time.Now()
+		spare.Store(true)
+		<-done
+		require.ErrorIs(t, err, errSpareArrived)
+		require.LessOrEqual(t, time.Since(start), paceMaxWait, "slept through the spare")
+
+		// Unpaced (the writer waits), the spare is still taken: a rename
+		// beats the rest of the zeros.
+		pc.free = true
+		require.ErrorIs(t, pc.wait(paceTestSize-1), errSpareArrived)
+	})
+}
+
+func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
+	dir := t.TempDir()
+	const size = 8 << 20
+	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size}}
+	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
+	require.NoError(t, err)
+	defer af.Close()
+	active := &seg{file: af, seq: 1}
+	active.end.Store(segment.HeaderSize)
+
+	p := newPreparer(l)
+	defer p.stop()
+	p.idle = time.Hour // the active segment stays still: never idle enough
+	p.request(3, active)
+	tmp := l.segPath(3) + tmpSuffix
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(tmp)
+		return err == nil && fi.Size() >= paceLead
+	}, 10*time.Second, time.Millisecond, "the zero-fill did not start")
+
+	// A reader caught up: segment 0 is retired, as RemoveBelow leaves it.
+	retired := filepath.Join(dir, sparePrefix+"0000000000"+tmpSuffix)
+	rf, err := segment.Create(vfs.Default, retired, 2, size)
+	require.NoError(t, err)
+	require.NoError(t, rf.Close())
+	l.listMu.Lock()
+	l.spares = append(l.spares, retired)
+	l.listMu.Unlock()
+
+	var got prepared
+	select {
+	case got = <-p.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the preparer neither finished the zeros nor took the spare")
+	}
+	require.NoError(t, got.err)
+	defer got.file.Close()
+	require.Equal(t, uint32(3), got.seq)
+	require.Equal(t, uint32(3), got.file.Seq())
+	require.True(t, got.recycled, "the retired segment was not reused")
+	require.Equal(t, int64(1), l.stats.fillsDropped.Load())
+	_, err = os.Stat(retired)
+	require.ErrorIs(t, err, os.ErrNotExist, "the spare is still there")
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, n := range names {
+		left = append(left, n.Name())
+	}
+	require.ElementsMatch(t, []string{"active", filepath.Base(tmp)}, left, "the dropped zeros left a file")
+}

@@ -41,9 +41,10 @@ type prepRequest struct {
 }
 
 type prepared struct {
-	seq  uint32
-	file *segment.File
-	err  error
+	seq      uint32
+	file     *segment.File
+	recycled bool // file is a retired segment reused
+	err      error
 }
 
 func newPreparer(l *Log) *preparer {
@@ -71,30 +72,38 @@ func (p *preparer) request(seq uint32, active *seg) {
 func (p *preparer) loop() {
 	defer close(p.done)
 	for r := range p.req {
-		f, err := p.make(r.seq, r.active)
-		p.ready <- prepared{seq: r.seq, file: f, err: err}
+		f, recycled, err := p.make(r.seq, r.active)
+		p.ready <- prepared{seq: r.seq, file: f, recycled: recycled, err: err}
 	}
 }
 
-func (p *preparer) make(seq uint32, active *seg) (*segment.File, error) {
+// make returns segment seq's file, and whether it is a retired one reused.
+func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	l := p.l
 	tmp := l.segPath(seq) + tmpSuffix
-	if spare, ok := l.takeSpare(); ok {
-		f, err := segment.Recycle(l.opts.FS, spare, tmp, seq)
-		if err == nil {
-			l.stats.recycled.Add(1)
-			return f, nil
+	for {
+		if spare, ok := l.takeSpare(); ok {
+			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq)
+			if err == nil {
+				return f, true, nil
+			}
+			_ = l.opts.FS.Remove(spare)
+			l.opts.Logger.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
 		}
-		_ = l.opts.FS.Remove(spare)
-		l.opts.Logger.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
+		pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
+		pc.idle = p.idle
+		pc.spare = l.hasSpare
+		f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
+		if errors.Is(err, errSpareArrived) {
+			// CreatePaced removed the zeros written so far.
+			l.stats.fillsDropped.Add(1)
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("wal: prepare segment %d: %w", seq, err)
+		}
+		return f, false, nil
 	}
-	pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
-	pc.idle = p.idle
-	f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
-	if err != nil {
-		return nil, fmt.Errorf("wal: prepare segment %d: %w", seq, err)
-	}
-	return f, nil
 }
 
 // take returns the prepared file, waiting for it if it is not ready: then
@@ -151,6 +160,11 @@ func (l *Log) takeSpare() (string, bool) {
 	p := l.spares[len(l.spares)-1]
 	l.spares = l.spares[:len(l.spares)-1]
 	return p, true
+}
+
+// hasSpare reports whether a retired segment file is ready for reuse.
+func (l *Log) hasSpare() bool {
+	return l.spareCount() > 0
 }
 
 // install renames a prepared segment into place, syncs the directory (so

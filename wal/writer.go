@@ -509,6 +509,9 @@ func (l *Log) rotate() error {
 	l.addSegment(next)
 	w.active, w.writeOff, w.syncedOff = next, segment.HeaderSize, segment.HeaderSize
 	l.stats.rotations.Add(1)
+	if p.recycled {
+		l.stats.recycled.Add(1)
+	}
 	l.prep.request(next.seq+1, next)
 	// Each preamble record is a group of its own: damage to one (found
 	// by salvage) must not take the others with it — a queue's

@@ -88,11 +88,11 @@
 //     rotation takes a segment the log wrote full of zeros in the
 //     background: the disk writes every byte twice, as under a store whose
 //     backlog grows. With reused segments ("segments reused") a goroutine
-//     retires every 2 ms all segments but the active one and the one
-//     before it (RemoveBelow), as a reader that keeps up lets a log do, and
-//     the log is filled, untimed, until two rotations have reused a retired
-//     file: each rotation in the window then reuses one, writing nothing
-//     ahead, as under a store whose consumers keep up.
+//     retires every 2 ms all segments but the active one (RemoveBelow), as
+//     a reader that keeps up lets a log do, and the log is filled, untimed,
+//     until two rotations have reused a retired file: each rotation in the
+//     window then reuses one, writing nothing ahead, as under a store whose
+//     consumers keep up.
 //   - full: probe, wal (1 and 64 appenders, new and reused segments),
 //     publish (1, 16, 64), drain (Consume 64×64, sync all and publish),
 //     mixed, sweep, each round; then reopen. With the defaults and

@@ -65,8 +65,10 @@ func (s segmentSource) String() string {
 const trimEvery = 2 * time.Millisecond
 
 // trimmer retires, every trimEvery until stop is closed, every segment of
-// l but the active one and the one before it, as a reader that keeps up
-// would let it. It returns the first error of RemoveBelow.
+// l but the active one, as a reader that keeps up would let it. So the
+// retired file a rotation reuses was retired a whole segment earlier, and a
+// trimmer a little late never makes a rotation write zeros. It returns the
+// first error of RemoveBelow.
 func trimmer(l *wal.Log, stop <-chan struct{}) error {
 	t := time.NewTicker(trimEvery)
 	defer t.Stop()
@@ -76,8 +78,8 @@ func trimmer(l *wal.Log, stop <-chan struct{}) error {
 			return nil
 		case <-t.C:
 		}
-		if end := l.End().Segment(); end > 2 {
-			if _, err := l.RemoveBelow(wal.MakePosition(end-1, 0)); err != nil {
+		if end := l.End().Segment(); end > 1 {
+			if _, err := l.RemoveBelow(wal.MakePosition(end, 0)); err != nil {
 				return fmt.Errorf("wal RemoveBelow: %w", err)
 			}
 		}

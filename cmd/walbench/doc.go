@@ -59,9 +59,10 @@
 //     calling Receive(batch) and Ack for each delivery (-method
 //     receive-ack), timed from the start until every call returned, at
 //     most -limit. msgs/s, and leases and acks per commit.
-//   - mixed: -producers goroutines publish at -rate msgs/s together, each
-//     call at its scheduled instant (open loop), while broker.Consume takes
-//     the messages; -time measured after -warmup. Publish latency is
+//   - mixed: -producers goroutines publish at -rate msgs/s together (a
+//     list: one workload per rate), each call at its scheduled instant
+//     (open loop), while broker.Consume takes the messages; -time measured
+//     after -warmup. Publish latency is
 //     measured from the scheduled instant, not from when the call began, so
 //     that a stall counts against every call it delayed (corrected for
 //     coordinated omission; "call p99" is the uncorrected one); end-to-end
@@ -95,7 +96,10 @@
 //     consumers keep up.
 //   - full: probe, wal (1 and 64 appenders, new and reused segments),
 //     publish (1, 16, 64), drain (Consume 64×64, sync all and publish),
-//     mixed, sweep, each round; then reopen. With the defaults and
+//     mixed (2,000 and 20,000 msgs/s: the second fills a 64 MiB segment
+//     of 1 KiB messages every three seconds, so its window holds a
+//     rotation, the next segment's zero-fill and a checkpoint), sweep,
+//     each round; then reopen. With the defaults and
 //     -rounds 3 it takes about five minutes.
 //
 // With no command, walbench runs the profile: probe, publish (1, 16 and 64

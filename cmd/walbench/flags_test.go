@@ -27,6 +27,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-size", "0"}, "-size 0"},
 		{[]string{"mixed", "-size", "8"}, "at least 9 bytes"},
 		{[]string{"mixed", "-rate", "0"}, "-rate 0"},
+		{[]string{"mixed", "-rate", "2000,-5"}, "-rate -5"},
+		{[]string{"mixed", "-rate", "2000,fast"}, `"fast" is not a rate`},
+		{[]string{"mixed", "-rate", "Inf"}, "-rate +Inf"},
 		{[]string{"drain", "-method", "peek"}, `-method "peek"`},
 		{[]string{"wal", "-sync", "all"}, "want always, interval or never"},
 		{[]string{"wal", "-segments", "new,recycled"}, `"recycled": want new or reused`},
@@ -68,6 +71,17 @@ func TestParseConfig(t *testing.T) {
 	c, err = parseConfig([]string{"full"}, io.Discard)
 	if err != nil || !slices.Equal(c.workloads, []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}) || !c.reopen || c.probeTime <= 0 {
 		t.Errorf("full: %v %v %v, %v", c.workloads, c.reopen, c.probeTime, err)
+	}
+	if !slices.Equal(c.mixedRates, []float64{2000, 20000}) {
+		t.Errorf("full: mixed rates %v, want a light one and one that rotates segments", c.mixedRates)
+	}
+	c, err = parseConfig([]string{"mixed"}, io.Discard)
+	if err != nil || !slices.Equal(c.mixedRates, []float64{2000}) {
+		t.Errorf("mixed: rates %v, %v; want 2000 alone by default", c.mixedRates, err)
+	}
+	c, err = parseConfig([]string{"mixed", "-rate", "500, 1e4"}, io.Discard)
+	if err != nil || !slices.Equal(c.mixedRates, []float64{500, 10000}) || len(c.jobs(&env{})) != 2 {
+		t.Errorf("mixed -rate 500,1e4: rates %v, %v; want two workloads", c.mixedRates, err)
 	}
 	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16KiB"}, io.Discard)
 	if err == nil {

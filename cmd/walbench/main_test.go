@@ -194,10 +194,13 @@ func TestCommands(t *testing.T) {
 		},
 		{
 			name: "mixed",
-			args: []string{"mixed", "-producers", "4", "-rate", "400", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "0"},
+			args: []string{"mixed", "-producers", "4", "-rate", "400,800", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "0"},
 			check: func(t *testing.T, rep *Report) {
-				if len(rep.Rows) != 1 {
-					t.Fatalf("%d rows, want 1", len(rep.Rows))
+				if len(rep.Rows) != 2 {
+					t.Fatalf("%d rows, want one per rate", len(rep.Rows))
+				}
+				if rep.Rows[1].TargetPerSec != 800 || rep.Rows[1].Workload == rep.Rows[0].Workload {
+					t.Errorf("second row: target %v, workload %q; want 800 and a name of its own", rep.Rows[1].TargetPerSec, rep.Rows[1].Workload)
 				}
 				r := rep.Rows[0]
 				if r.Kind != kindMixed || r.TargetPerSec != 400 || r.Ops == 0 || r.E2EP50Ns == nil || r.E2EMaxNs == nil || r.ServiceP99Ns == nil || r.P99Ns == nil {

@@ -75,9 +75,11 @@ func (c *config) jobs(e *env) []job {
 				}
 			}
 		case kindMixed:
-			l := c.mixed
-			l.warmup, l.fs, l.hangTimeout = c.warmup, e.fs, e.hangTimeout
-			out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runMixed(ctx, e, dir, l) })
+			for _, rate := range c.mixedRates {
+				l := c.mixed
+				l.rate, l.warmup, l.fs, l.hangTimeout = rate, c.warmup, e.fs, e.hangTimeout
+				out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runMixed(ctx, e, dir, l) })
+			}
 		case kindSweep:
 			l := sweepLoad{warmup: c.warmup, duration: c.sweep.duration, consumers: c.sweep.consumers, batch: c.sweep.batch,
 				fs: e.fs, hangTimeout: e.hangTimeout}

@@ -48,7 +48,22 @@ func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
 	require.Positive(t, l.Stats().RecycledSegments)
 	want := append(readAll(t, l)[:0:0], readAll(t, l)...)
 	require.Equal(t, more[len(more)-1].pos, want[len(want)-1].pos)
+	// Retire what is behind the active segment again, so that spares are
+	// on disk at Close whatever the preparer was doing (a file it was
+	// still filling is abandoned, not kept).
+	_, err = l.RemoveBelow(l.End())
+	require.NoError(t, err)
+	want = append(want[:0:0], readAll(t, l)...)
 	require.NoError(t, l.Close())
+	atClose := 0
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range names {
+		if strings.HasPrefix(e.Name(), "spare-") {
+			atClose++
+		}
+	}
+	require.Positive(t, atClose, "no spare left at Close: %v", names)
 
 	l = mustOpen(t, dir, opts)
 	defer l.Close()
@@ -58,7 +73,7 @@ func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
 	// reopened log makes its next segments out of them.
 	appendRecords(t, l, 400, 100)
 	require.Positive(t, l.Stats().RecycledSegments, "the reopened log reused the spares")
-	names, err := os.ReadDir(dir)
+	names, err = os.ReadDir(dir)
 	require.NoError(t, err)
 	spares := 0
 	for _, e := range names {

@@ -225,18 +225,27 @@ func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
 	})
 }
 
-func TestStopAbandonsASegmentBeingFilled(t *testing.T) {
-	dir := t.TempDir()
-	const size = 8 << 20
+// preparerBeside returns a log of segments of size bytes in dir, with no
+// writer, its active segment 1 (a file named "active", empty), and a
+// preparer whose pacers never find the log idle: the active segment stays
+// still, so a new file's zeros stop at the pace's lead.
+func preparerBeside(t *testing.T, dir string, size int64) (*Log, *seg, *preparer) {
+	t.Helper()
 	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size}}
 	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
 	require.NoError(t, err)
-	defer af.Close()
+	t.Cleanup(func() { _ = af.Close() })
 	active := &seg{file: af, seq: 1}
 	active.end.Store(segment.HeaderSize)
-
 	p := newPreparer(l)
-	p.idle = time.Hour // the active segment stays still: never idle enough
+	p.idle = time.Hour
+	return l, active, p
+}
+
+func TestStopAbandonsASegmentBeingFilled(t *testing.T) {
+	dir := t.TempDir()
+	const size = 8 << 20
+	l, active, p := preparerBeside(t, dir, size)
 	p.request(2, active)
 	tmp := l.segPath(2) + tmpSuffix
 	sizeOf := func() int64 {
@@ -291,16 +300,8 @@ func TestPacerGivesWayToARetiredSegmentThatArrives(t *testing.T) {
 func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 	dir := t.TempDir()
 	const size = 8 << 20
-	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size}}
-	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
-	require.NoError(t, err)
-	defer af.Close()
-	active := &seg{file: af, seq: 1}
-	active.end.Store(segment.HeaderSize)
-
-	p := newPreparer(l)
+	l, active, p := preparerBeside(t, dir, size)
 	defer p.stop()
-	p.idle = time.Hour // the active segment stays still: never idle enough
 	p.request(3, active)
 	tmp := l.segPath(3) + tmpSuffix
 	require.Eventually(t, func() bool {

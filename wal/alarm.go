@@ -25,10 +25,10 @@ import (
 // holding no thread) wakes the writer. The runtime timer stays beside it
 // for the busy process, where the runtime looks at its timers at every
 // scheduling but at the poller only when a P runs out of work. Whichever
-// comes first wakes the writer, once per deadline. Arming and disarming are done by the
-// writer, one system call and one timer reset each, so a gather whose
-// callers come in time costs the alarm goroutine nothing. Where no
-// timerfd can be made, the runtime timer is the alarm.
+// comes first wakes the writer, once per deadline. Arming and disarming
+// are done by the writer, one system call and one timer reset each, so a
+// gather whose callers come in time costs the alarm goroutine nothing.
+// Where no timerfd can be made, the runtime timer is the alarm.
 type alarm struct {
 	timer *time.Timer // the runtime timer
 	f     *os.File    // the timerfd, read through the runtime's poller; nil without one

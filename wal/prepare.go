@@ -27,7 +27,7 @@ type preparer struct {
 	l     *Log
 	req   chan prepRequest // the segment to prepare next; capacity 1
 	ready chan prepared    // the prepared file; capacity 1
-	quit  chan struct{}    // closed by stop: finish without pacing
+	quit  chan struct{}    // closed by stop: abandon a file still being filled
 	rush  chan uint32      // the writer waits for this segment: finish it without pacing; capacity 1
 	done  chan struct{}    // closed when the goroutine returns
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/recovery"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -29,27 +30,11 @@ func fastDir(t testing.TB) string {
 	return t.TempDir()
 }
 
-// copyTree copies the regular files of src into dst (created).
+// copyTree copies the regular files of src into dst (created), leaving
+// out the lock file.
 func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
-	require.NoError(t, filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(target, 0o700)
-		}
-		if rel == "LOCK" {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o600)
-	}))
+	require.NoError(t, recovery.CopyTree(src, dst))
 }
 
 // reclaimWorld is what the crash tests expect of a store: the messages that

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/recovery"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -282,7 +283,7 @@ func TestDamageSyncedLog(t *testing.T) {
 			d.kind, d.bit = "flip", byte(rng.IntN(8)) // see TestDamageCutLastSegment
 		}
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		if err := copyTree(tpl.dir, dir); err != nil {
+		if err := recovery.CopyTree(tpl.dir, dir); err != nil {
 			t.Fatal(err)
 		}
 		changed, err := d.apply(dir)
@@ -618,7 +619,7 @@ func TestDamageUnsyncedTail(t *testing.T) {
 			d.end = tpl.to // the rest of the tail
 		}
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		if err := copyTree(tpl.dir, dir); err != nil {
+		if err := recovery.CopyTree(tpl.dir, dir); err != nil {
 			t.Fatal(err)
 		}
 		changed, err := d.apply(dir)
@@ -693,7 +694,7 @@ func TestDamageIndexFiles(t *testing.T) {
 		rel, _ := filepath.Rel(tpl.dir, path)
 		d := randomDamage(rng, rel, 0, to)
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		if err := copyTree(tpl.dir, dir); err != nil {
+		if err := recovery.CopyTree(tpl.dir, dir); err != nil {
 			t.Fatal(err)
 		}
 		changed, err := d.apply(dir)
@@ -774,7 +775,7 @@ func salvageDamaged(t *testing.T, root string, tpl template, d damage) (*observa
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "damaged")
-	if err := copyTree(tpl.dir, dir); err != nil {
+	if err := recovery.CopyTree(tpl.dir, dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.apply(dir); err != nil {
@@ -951,7 +952,7 @@ func TestDamageCutLastSegment(t *testing.T) {
 	for _, cut := range []int{frames[len(frames)/2].off, frames[len(frames)-4].off} {
 		d := damage{file: last, kind: "cut", off: cut}
 		dir := filepath.Join(root, fmt.Sprintf("cut-%d", cut))
-		if err := copyTree(tpl.dir, dir); err != nil {
+		if err := recovery.CopyTree(tpl.dir, dir); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := d.apply(dir); err != nil {

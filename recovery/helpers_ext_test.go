@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,32 +57,6 @@ func fastDir(t testing.TB) string {
 		}
 	}
 	return t.TempDir()
-}
-
-// copyTree copies the regular files of src into dst (created), leaving
-// out the lock file.
-func copyTree(src, dst string) error {
-	return filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(target, 0o700)
-		}
-		if rel == "LOCK" {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o600)
-	})
 }
 
 // t0 is where every workload clock starts.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/recovery"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -170,14 +171,14 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 		var again, rebuilt string
 		if c.crashRecovery == i {
 			again = clone + "-again"
-			if err := copyTree(clone, again); err != nil {
+			if err := recovery.CopyTree(clone, again); err != nil {
 				fail("%s: %v", what, err)
 				again = ""
 			}
 		}
 		if c.rebuild == i {
 			rebuilt = clone + "-rebuilt"
-			if err := copyTree(clone, rebuilt); err == nil {
+			if err := recovery.CopyTree(clone, rebuilt); err == nil {
 				err = os.RemoveAll(filepath.Join(rebuilt, "index"))
 			} else {
 				fail("%s: %v", what, err)

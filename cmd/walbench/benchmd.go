@@ -173,7 +173,8 @@ func mdText(s string) string {
 // rate; 64 producers of 1 KiB at half the probe's durable-message ceiling
 // or 100,000 msgs/s, whichever is lower, at 80% of the log's rate with as
 // many appenders ("÷ log"), and with a p99 at most three times the
-// probe's p99 fdatasync. Figures are the medians of the rounds. A goal
+// probe's p99 fdatasync (shown beside: the p99 ÷ the probe's p99 after
+// 64 KiB pwrites, a commit's size at 64 producers). Figures are the medians of the rounds. A goal
 // whose row rep lacks is left out. Ratios are shown to three decimals, so
 // that one just below its bound does not read as on it.
 func goalRows(rep *Report) [][]string {
@@ -217,8 +218,12 @@ func goalRows(rep *Report) [][]string {
 			fixed(r.VsWAL, 3), met(*r.VsWAL >= 0.8)})
 	}
 	if r := find(kindPublish, 64, ""); r != nil && r.P99VsFdatasyncP99 != nil {
+		measured := fmt.Sprintf("%.3f (p99 %s", *r.P99VsFdatasyncP99, latency(r.P99Ns))
+		if r.P99VsLargeP99 != nil {
+			measured += fmt.Sprintf("; %.2f × the probe's p99 fdatasync after 64 KiB", *r.P99VsLargeP99)
+		}
 		rows = append(rows, []string{"publish, 64 producers, 1 KiB: p99 ÷ probe p99 fdatasync", "≤ 3",
-			fmt.Sprintf("%.3f (p99 %s)", *r.P99VsFdatasyncP99, latency(r.P99Ns)), met(*r.P99VsFdatasyncP99 <= 3)})
+			measured + ")", met(*r.P99VsFdatasyncP99 <= 3)})
 	}
 	return rows
 }

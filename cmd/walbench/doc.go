@@ -33,10 +33,11 @@
 //   - probe: the disk alone, on a file of the directory: pwrite 4 KiB +
 //     fdatasync in a loop over a 64 MiB file written full of zeros and
 //     synced beforehand (what a commit of the log costs: the log writes
-//     into pre-written segments), for -probe-time; sequential bandwidth,
-//     1 MiB pwrites with an fdatasync every 8 MiB over the same file, for
-//     half that; pwrite 4 KiB + fdatasync at the end of a growing file, for
-//     half that (what pre-writing saves). From the fdatasync rate and the
+//     into pre-written segments), for -probe-time; the same with 64 KiB
+//     pwrites (about a commit of 64 publishes of 1 KiB), for half that;
+//     sequential bandwidth, 1 MiB pwrites with an fdatasync every 8 MiB
+//     over the same file, for half that; pwrite 4 KiB + fdatasync at the
+//     end of a growing file, for half that (what pre-writing saves). From the fdatasync rate and the
 //     bandwidth, the ceiling for durable messages of a size with perfect
 //     group commit: with P closed-loop producers, every fdatasync carrying
 //     one message of each, P / (1/fdatasyncs_per_sec + P × B / bandwidth),
@@ -52,7 +53,9 @@
 //     started in it; records per commit (the group-commit factor); and,
 //     where every Publish waits for an fdatasync (sync all or publish),
 //     the ratios to the round's probe: msgs/s ÷ its fdatasyncs/s, msgs/s ÷
-//     its ceiling for P producers of that size, p99 ÷ its p99 fdatasync.
+//     its ceiling for P producers of that size, p99 ÷ its p99 fdatasync,
+//     and p99 ÷ its p99 fdatasync after 64 KiB (how much of the tail is
+//     the size of the commits, not the broker).
 //   - drain: a queue prefilled, untimed, with -messages messages
 //     (PublishBatch of 256), then emptied: by broker.Consume (Batch,
 //     Concurrency) with a handler that only counts, or by goroutines each
@@ -188,7 +191,9 @@
 //	  "probe": {                                   (absent without a probe)
 //	    "seconds", "interrupted", "fdatasyncs" (count)
 //	    "fdatasyncs_per_sec", "fdatasync_p50_ns", "fdatasync_p99_ns",
-//	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop
+//	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop (4 KiB pwrites)
+//	    "large_fdatasyncs_per_sec", "large_p50_ns", "large_p99_ns",
+//	    "large_p999_ns", "large_max_ns":          the overwrite loop with 64 KiB pwrites
 //	    "append_fdatasyncs_per_sec", "append_p50_ns", "append_p99_ns",
 //	    "append_p999_ns", "append_max_ns":         the growing-file loop
 //	    "write_mb_per_sec":  float, sequential bandwidth, 10^6 bytes/s
@@ -231,7 +236,8 @@
 //	    "vs_fdatasync":          msgs_per_sec ÷ the round's probe fdatasyncs_per_sec
 //	    "vs_ceiling":            msgs_per_sec ÷ ceiling_per_sec
 //	    "p99_vs_fdatasync_p99":  p99_ns ÷ the round's probe fdatasync_p99_ns
-//	                     (these three: publish and sweep rows under sync all or
+//	    "p99_vs_large_p99":      p99_ns ÷ the round's probe large_p99_ns
+//	                     (these four: publish and sweep rows under sync all or
 //	                     publish, wal rows under always; else null)
 //	    "vs_wal":        float, publish msgs_per_sec ÷ the same round's wal row with
 //	                     as many appenders and the same size (absent without one)

@@ -88,7 +88,7 @@ func TestProfile(t *testing.T) {
 // medians (with two rounds, the means) of the rounds', with their range.
 func checkRatios(t *testing.T, r Row, p *Probe) {
 	t.Helper()
-	var vs, vsCeiling, vsP99 []float64
+	var vs, vsCeiling, vsP99, vsLarge []float64
 	for k, pr := range r.PerRound {
 		probe := p.PerRound[k]
 		if pr.Round != k+1 || probe.Round != k+1 {
@@ -103,18 +103,20 @@ func checkRatios(t *testing.T, r Row, p *Probe) {
 			{"÷ fdatasyncs/s", pr.VsFdatasync, ptr(*pr.MsgsPerSec / *probe.FdatasyncsPerSec)},
 			{"÷ ceiling", pr.VsCeiling, ptr(*pr.MsgsPerSec / *c)},
 			{"p99 ÷ fdatasync p99", pr.P99VsFdatasyncP99, ptr(float64(*pr.P99Ns) / float64(*probe.FdatasyncP99Ns))},
+			{"p99 ÷ 64 KiB p99", pr.P99VsLargeP99, ptr(float64(*pr.P99Ns) / float64(*probe.LargeP99Ns))},
 		} {
 			if check.got == nil || !near(*check.got, *check.want) {
 				t.Errorf("%s round %d: %s %v, want %v", r.Workload, k+1, check.name, check.got, *check.want)
 			}
 		}
 		vs, vsCeiling, vsP99 = append(vs, *pr.VsFdatasync), append(vsCeiling, *pr.VsCeiling), append(vsP99, *pr.P99VsFdatasyncP99)
+		vsLarge = append(vsLarge, *pr.P99VsLargeP99)
 	}
 	for _, m := range []struct {
 		name   string
 		got    *float64
 		rounds []float64
-	}{{"vs_fdatasync", r.VsFdatasync, vs}, {"vs_ceiling", r.VsCeiling, vsCeiling}, {"p99_vs_fdatasync_p99", r.P99VsFdatasyncP99, vsP99}} {
+	}{{"vs_fdatasync", r.VsFdatasync, vs}, {"vs_ceiling", r.VsCeiling, vsCeiling}, {"p99_vs_fdatasync_p99", r.P99VsFdatasyncP99, vsP99}, {"p99_vs_large_p99", r.P99VsLargeP99, vsLarge}} {
 		want := (m.rounds[0] + m.rounds[1]) / 2
 		rg, ok := r.Ranges[m.name]
 		if m.got == nil || !near(*m.got, want) || !ok || rg[0] != math.Min(m.rounds[0], m.rounds[1]) || rg[1] != math.Max(m.rounds[0], m.rounds[1]) {
@@ -151,7 +153,7 @@ func TestCommands(t *testing.T) {
 				if rep.Probe == nil || len(rep.Rows) != 0 || len(rep.Probe.Ceilings) != 6 {
 					t.Fatalf("probe %+v, %d rows; want the probe alone, with 2 sizes × 3 ceilings", rep.Probe, len(rep.Rows))
 				}
-				if p := rep.Probe; p.AppendFdatasyncsPerSec == nil || p.AppendP99Ns == nil || p.FdatasyncP999Ns == nil || p.FdatasyncMaxNs == nil {
+				if p := rep.Probe; p.AppendFdatasyncsPerSec == nil || p.AppendP99Ns == nil || p.FdatasyncP999Ns == nil || p.FdatasyncMaxNs == nil || p.LargeFdatasyncsPerSec == nil || p.LargeP99Ns == nil {
 					t.Errorf("probe: %+v", p)
 				}
 			},

@@ -18,6 +18,12 @@ import (
 // broker: pwrite and fdatasync in a loop, on files of the same directory.
 const (
 	probeWriteBytes = 4 << 10
+	// probeLargeBytes is the pwrite of the large-write loop: about one
+	// commit of 64 publishes of 1 KiB (each takes 1,057 bytes of log),
+	// what a commit of many producers costs where the 4 KiB loop gives
+	// what a lone producer's costs. The disk charges a commit for its size
+	// more than its sequential bandwidth says (docs/DESIGN.md).
+	probeLargeBytes = 64 << 10
 	// probeFileBytes is the size of the overwrite probe's file, written
 	// full of zeros and synced before its loops; they wrap around in it, so
 	// that every fdatasync commits data to blocks already allocated and
@@ -76,6 +82,21 @@ func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, 
 	p.FdatasyncsPerSec = rate(n, secs)
 	lat := percentilesOf(h)
 	p.FdatasyncP50Ns, p.FdatasyncP99Ns, p.FdatasyncP999Ns, p.FdatasyncMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+	if ctx.Err() != nil {
+		p.Interrupted = true
+		return p, nil
+	}
+
+	// fdatasync after a 64 KiB pwrite over written blocks: what one
+	// commit of 64 producers costs.
+	h = newLatencies()
+	n, secs, err = syncLoop(ctx, f, probeLargeBytes, probeLargeBytes, 0, probeFileBytes, l.duration/2, h)
+	if err != nil {
+		return p, fmt.Errorf("probe: large writes: %w", err)
+	}
+	p.LargeFdatasyncsPerSec = rate(n, secs)
+	lat = percentilesOf(h)
+	p.LargeP50Ns, p.LargeP99Ns, p.LargeP999Ns, p.LargeMaxNs = lat.p50, lat.p99, lat.p999, lat.max
 	if ctx.Err() != nil {
 		p.Interrupted = true
 		return p, nil

@@ -59,6 +59,7 @@ func TestProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.Interrupted || p.Fdatasyncs == 0 || p.FdatasyncsPerSec == nil || p.FdatasyncP50Ns == nil || p.FdatasyncP999Ns == nil ||
+		p.LargeFdatasyncsPerSec == nil || p.LargeP50Ns == nil || p.LargeP99Ns == nil || p.LargeP999Ns == nil || p.LargeMaxNs == nil ||
 		p.WriteMBPerSec == nil || p.AppendFdatasyncsPerSec == nil || p.AppendP99Ns == nil || p.Seconds <= 0 {
 		t.Errorf("probe: %+v", p)
 	}

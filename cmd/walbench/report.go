@@ -89,6 +89,7 @@ type Row struct {
 	VsFdatasync       *float64 `json:"vs_fdatasync" agg:"ratio"`
 	VsCeiling         *float64 `json:"vs_ceiling" agg:"ratio"`
 	P99VsFdatasyncP99 *float64 `json:"p99_vs_fdatasync_p99" agg:"ratio"`
+	P99VsLargeP99     *float64 `json:"p99_vs_large_p99" agg:"ratio"`
 	VsWAL             *float64 `json:"vs_wal,omitempty" agg:"ratio"`
 	DrainMsgsPerSec   *float64 `json:"drain_msgs_per_sec,omitempty"`
 	DrainSeconds      float64  `json:"drain_seconds,omitempty" agg:"sum"`
@@ -121,6 +122,12 @@ type Probe struct {
 	FdatasyncP99Ns   *int64   `json:"fdatasync_p99_ns"`
 	FdatasyncP999Ns  *int64   `json:"fdatasync_p999_ns"`
 	FdatasyncMaxNs   *int64   `json:"fdatasync_max_ns"`
+
+	LargeFdatasyncsPerSec *float64 `json:"large_fdatasyncs_per_sec"`
+	LargeP50Ns            *int64   `json:"large_p50_ns"`
+	LargeP99Ns            *int64   `json:"large_p99_ns"`
+	LargeP999Ns           *int64   `json:"large_p999_ns"`
+	LargeMaxNs            *int64   `json:"large_max_ns"`
 
 	AppendFdatasyncsPerSec *float64 `json:"append_fdatasyncs_per_sec"`
 	AppendP50Ns            *int64   `json:"append_p50_ns"`

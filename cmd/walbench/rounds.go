@@ -230,6 +230,7 @@ func setRatios(r *Row, p *Probe, earlier []Row) {
 		r.VsFdatasync = ratio(r.MsgsPerSec, p.FdatasyncsPerSec)
 		r.VsCeiling = ratio(r.MsgsPerSec, r.CeilingPerSec)
 		r.P99VsFdatasyncP99 = ratioNs(r.P99Ns, p.FdatasyncP99Ns)
+		r.P99VsLargeP99 = ratioNs(r.P99Ns, p.LargeP99Ns)
 	}
 	if r.Kind != kindPublish {
 		return

@@ -143,6 +143,7 @@ func closedLoopColumns(withWAL bool) []column {
 		{header: "÷ fdatasyncs/s", cell: func(r Row) string { return fixed(r.VsFdatasync, 2) }, ratio: "vs_fdatasync"},
 		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, 2) }, ratio: "vs_ceiling"},
 		{header: "p99 ÷ fdatasync p99", cell: func(r Row) string { return fixed(r.P99VsFdatasyncP99, 2) }, ratio: "p99_vs_fdatasync_p99"},
+		{header: "p99 ÷ 64 KiB p99", cell: func(r Row) string { return fixed(r.P99VsLargeP99, 2) }, ratio: "p99_vs_large_p99"},
 	}
 	if withWAL {
 		cols = append(cols, column{header: "÷ log", cell: func(r Row) string { return fixed(r.VsWAL, 2) }, ratio: "vs_wal"})
@@ -226,6 +227,8 @@ func probeTable(p *Probe, rounds int) table {
 	t.rows = append(t.rows,
 		[]string{name("fdatasync after pwrite 4 KiB over written blocks"), count(p.FdatasyncsPerSec), mbOf(p.FdatasyncsPerSec, probeWriteBytes),
 			latency(p.FdatasyncP50Ns), latency(p.FdatasyncP99Ns), latency(p.FdatasyncP999Ns), latency(p.FdatasyncMaxNs)},
+		[]string{name("fdatasync after pwrite 64 KiB over written blocks"), count(p.LargeFdatasyncsPerSec), mbOf(p.LargeFdatasyncsPerSec, probeLargeBytes),
+			latency(p.LargeP50Ns), latency(p.LargeP99Ns), latency(p.LargeP999Ns), latency(p.LargeMaxNs)},
 		[]string{"sequential write, 1 MiB pwrites, fdatasync every 8 MiB", "-", fixed(p.WriteMBPerSec, 1), "-", "-", "-", "-"},
 		[]string{"fdatasync after pwrite 4 KiB at the end of a growing file", count(p.AppendFdatasyncsPerSec), mbOf(p.AppendFdatasyncsPerSec, probeWriteBytes),
 			latency(p.AppendP50Ns), latency(p.AppendP99Ns), latency(p.AppendP999Ns), latency(p.AppendMaxNs)},

@@ -21,8 +21,8 @@ type maintenance struct {
 	done chan struct{}
 	once sync.Once
 
-	// ckptMu serialises checkpoints and reclamation; it guards written and
-	// broken.
+	// ckptMu serialises checkpoints (reclamation runs only on the
+	// maintenance goroutine); it guards written and broken.
 	ckptMu  sync.Mutex
 	written int64 // log bytes written at the last checkpoint
 	broken  error // a checkpoint failed: no more until the store is reopened

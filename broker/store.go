@@ -619,9 +619,10 @@ func (s *Store) usable() error {
 }
 
 // damaged stops the store on damage found in its index or its log, and
-// removes the checkpoint, so that the next Open scans the whole log and
-// rebuilds the index from it (refusing a damaged log with Corrupt, naming
-// the file and offset; see Options.Salvage).
+// marks the checkpoint suspect (removing it only if the mark cannot be
+// written), so that the next Open scans the whole log and rebuilds the
+// index from it (refusing a damaged log with Corrupt, naming the file and
+// offset; see Options.Salvage).
 func (s *Store) damaged(err error) error {
 	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {

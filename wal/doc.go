@@ -68,7 +68,10 @@
 //
 // # Recovery
 //
-// Open scans every segment. A torn tail of the last segment is zeroed and
+// Open scans every segment that nothing vouches for: not those that
+// Options.Sealed names (their frames are verified when read), and the
+// last one only from Options.Verified, or up to where a clean close said
+// the log ended when the scan ends exactly there. A torn tail of the last segment is zeroed and
 // the log continues before it; those bytes were never acknowledged. Any
 // other damage is refused with a [*CorruptionError] naming the file and
 // offset, unless Options.Salvage is set: then the damaged file is copied to
@@ -79,6 +82,6 @@
 // # Concurrency
 //
 // Every method of Log is safe for concurrent use. Lock order: Log.listMu,
-// then a segment's mu; Log.mu guards only the request queue and is never
-// held across I/O or another lock.
+// then a segment's mu; Log.mu guards the request queue, the closed flag
+// and the poison, and is never held across I/O or another lock.
 package wal

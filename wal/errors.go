@@ -30,7 +30,7 @@ var (
 	// ErrTooLarge is returned by Append when the records of one call cannot
 	// fit in one segment.
 	ErrTooLarge = errors.New("wal: records too large for one segment")
-	// ErrNotFound is returned by Read and Iterate for a position that names
+	// ErrNotFound is returned by Read and View for a position that names
 	// no record of the log: removed, not yet written, or not a record start.
 	ErrNotFound = errors.New("wal: no record at position")
 	// ErrBadOptions is returned by Open for an invalid Options field.

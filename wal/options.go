@@ -77,11 +77,13 @@ type Options struct {
 	Preamble func() [][]byte
 	// Sealed, if set, names segments a previous open of this log found
 	// sealed, with the offset just past their seal frame (see Log.Sealed).
-	// Open checks only that seal frame of such a segment, instead of
-	// scanning it: a log's sealed segments are then verified when they are
-	// read (each frame's checksum), as Kafka trusts segments below its
-	// recovery point. A hint that does not check out is ignored and the
-	// segment scanned. Salvage ignores it.
+	// Open reads nothing of such a segment (but the last), not even its
+	// header: it checks only that the file is large enough to hold the
+	// end the hint gives, and the segment's frames are verified when they
+	// are read (each frame's checksum), as Kafka trusts segments below its
+	// recovery point. A hint the file's size rules out is ignored and the
+	// segment scanned; one naming a wrong end makes reads near it fail,
+	// never succeed wrongly. Salvage ignores it.
 	Sealed map[uint32]int
 	// Verified, if set, is a position before which an earlier open of this
 	// log verified every record (a checkpoint's position). When it is in

@@ -45,7 +45,9 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 }
 
 // Iterate calls fn with every record at or after from, in log order, up to
-// the last record acknowledged when each segment is reached. rec aliases the
+// the last record written when each segment is reached (under SyncAlways
+// that may include records whose Append has not returned yet: written,
+// not yet covered by an fdatasync). rec aliases the
 // segment's memory map and is valid only until fn returns; fn must not
 // modify it and must not call RemoveBelow or Close. from must be the zero
 // Position, the position of a record, or one just past a record; records of

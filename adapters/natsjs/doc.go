@@ -111,9 +111,13 @@
 //   - Wake. Publications from other processes close the signal too (the
 //     work stream republishes their headers). Scheduled and In know only
 //     this Store's leases and nacks: a Store does not see when another
-//     process's lease lapses or retry delay ends, and its idle consumer
-//     picks such a message up at its next Receive (after the next
-//     publication, or its own next lease event).
+//     process's lease lapses or retry delay ends. While other processes
+//     hold leases on the queue, Wake asks to be called again within
+//     Options.Recheck (1 s by default, at most the queue's
+//     VisibilityTimeout), so an idle consumer picks such a message up
+//     that long after its lapse at most; with Recheck negative, only at
+//     its next Receive (after the next publication, or this Store's own
+//     next lease event).
 //   - MaxMessageBytes is bounded by the server's max_payload (1 MiB by
 //     default) less 1 KiB for headers: a larger payload is MessageTooLarge
 //     whatever the policy says. Raise max_payload to carry 1 MiB payloads.

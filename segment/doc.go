@@ -5,9 +5,10 @@
 //
 // A segment file is a header of [HeaderSize] bytes followed by frames packed
 // back to back. The file is allocated to its full size before the first
-// frame is written (zero-filled, or recycled from a retired segment), so the
-// bytes after the last frame are zeros or stale frames of an older segment;
-// neither is ever mistaken for a frame of this one.
+// frame is written (zero-filled, allocated with fallocate, which reads as
+// zeros, or recycled from a retired segment), so the bytes after the last
+// frame are zeros or stale frames of an older segment; neither is ever
+// mistaken for a frame of this one.
 //
 // All integers are little-endian. The layout is FROZEN: changing any byte of
 // it requires a new [Version].

@@ -38,10 +38,19 @@ func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 	return CreatePaced(fs, path, seq, size, nil)
 }
 
+// ErrAllocateRest, returned by CreatePaced's pace, asks it to allocate the
+// rest of the file instead of writing zeros there: for a file someone is
+// waiting for, when the time to write the zeros matters more than what the
+// unwritten extents will cost the fdatasyncs that cover them.
+var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
+
 // CreatePaced is Create with the zero-fill spread out: before each chunk of
 // zeros it calls pace (when not nil) with the bytes written so far, and pace
 // may block to hold the next chunk back. An error from pace abandons the
-// file: CreatePaced removes it and returns the error. Where the file is a
+// file: CreatePaced removes it and returns the error; but ErrAllocateRest
+// makes it allocate the rest of the file instead, where the file is a
+// [vfs.Allocator] (and write the rest of the zeros at once, unpaced, where
+// it is not, or where the allocation fails). Where the file is a
 // [vfs.WriteBacker], each chunk is sent to the device, and waited for,
 // before the next is written: at most one chunk of zeros is ever queued at
 // the device ahead of another file's fdatasync, instead of the whole file
@@ -67,7 +76,14 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 	zeros := make([]byte, min(int64(zeroChunk), size))
 	for off := int64(0); off < size; off += int64(len(zeros)) {
 		if pace != nil {
-			if err := pace(off); err != nil {
+			err := pace(off)
+			if errors.Is(err, ErrAllocateRest) {
+				pace = nil
+				if a, ok := f.(vfs.Allocator); ok && a.Allocate(off, size-off) == nil {
+					break
+				}
+				// Not allocated: the zeros it is, unpaced.
+			} else if err != nil {
 				return fail(err)
 			}
 		}

@@ -369,3 +369,83 @@ func TestCreatePacedAbandonsTheFileWhenPaceFails(t *testing.T) {
 	require.Equal(t, 1, paced)
 	require.NoFileExists(t, path)
 }
+
+// allocFile is a writeBackFile that records Allocate calls too, and fails
+// them with err when err is set.
+type allocFile struct {
+	*writeBackFile
+	err error
+}
+
+type allocFS struct {
+	writeBackFS
+	err error
+}
+
+func (fs allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.writeBackFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return allocFile{f.(*writeBackFile), fs.err}, nil
+}
+
+func (f allocFile) Allocate(off, n int64) error {
+	*f.fs.calls = append(*f.fs.calls, fmt.Sprintf("allocate %d+%d", off, n))
+	if f.err != nil {
+		return f.err
+	}
+	return f.File.(vfs.Allocator).Allocate(off, n)
+}
+
+// TestCreatePacedAllocatesTheRestWhenAsked: pace's ErrAllocateRest ends
+// the zeros; the rest is allocated where the file allows it, and written
+// unpaced where it does not. Either way the file is whole and reads as
+// zeros after its header.
+func TestCreatePacedAllocatesTheRestWhenAsked(t *testing.T) {
+	const chunk = 256 << 10 // the zero-fill's chunk
+	for _, tc := range []struct {
+		name string
+		fs   func(calls *[]string) vfs.FS
+		want func(calls []string) // after the first chunk's pace, write, write-back
+	}{
+		{"allocated", func(calls *[]string) vfs.FS { return allocFS{writeBackFS{FS: vfs.Default, calls: calls}, nil} },
+			func(calls []string) {
+				require.Equal(t, []string{"pace 262144", fmt.Sprintf("allocate %d+%d", chunk, testFileSize-chunk), "write 0+32"}, calls)
+			}},
+		{"allocation refused", func(calls *[]string) vfs.FS {
+			return allocFS{writeBackFS{FS: vfs.Default, calls: calls}, syscall.EOPNOTSUPP}
+		},
+			func(calls []string) {
+				require.Equal(t, fmt.Sprintf("allocate %d+%d", chunk, testFileSize-chunk), calls[1])
+				require.Equal(t, fmt.Sprintf("write %d+%d", chunk, chunk), calls[2], "no zeros after a refused allocation")
+				for _, c := range calls[3:] {
+					require.NotContains(t, c, "pace", "paced after ErrAllocateRest")
+				}
+			}},
+		{"no allocator", func(calls *[]string) vfs.FS { return writeBackFS{FS: vfs.Default, calls: calls} },
+			func(calls []string) {
+				require.Equal(t, fmt.Sprintf("write %d+%d", chunk, chunk), calls[1], "no zeros without an allocator")
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls []string
+			path := filepath.Join(t.TempDir(), "seg")
+			f, err := segment.CreatePaced(tc.fs(&calls), path, 5, testFileSize, func(written int64) error {
+				calls = append(calls, fmt.Sprintf("pace %d", written))
+				if written > 0 {
+					return segment.ErrAllocateRest
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			defer f.Close()
+			require.Equal(t, []string{"pace 0", fmt.Sprintf("write 0+%d", chunk), fmt.Sprintf("writeback 0+%d", chunk)}, calls[:3])
+			tc.want(calls[3:])
+			data := mustRead(t, path)
+			require.Len(t, data, testFileSize)
+			require.True(t, isZero(data[segment.HeaderSize:]), "not zeros after the header")
+			require.Equal(t, testFileSize, f.Size())
+		})
+	}
+}

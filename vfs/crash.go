@@ -517,6 +517,28 @@ func (f *crashFile) Sync() error {
 	return nil
 }
 
+// Allocate models fallocate(2) by writing zeros past the file's end (the
+// bytes before it stay as they are, as fallocate leaves them): what a
+// crash keeps of them is what it keeps of any write not yet covered by an
+// fdatasync. A real file system reads an allocated, unwritten range as
+// zeros too, and commits the file's new size with the next fdatasync.
+func (f *crashFile) Allocate(off, n int64) error {
+	size, err := f.inner.Size()
+	if err != nil {
+		return err
+	}
+	from, end := max(off, size), off+n
+	zeros := make([]byte, min(max(end-from, 0), 1<<20))
+	for from < end {
+		k := min(int64(len(zeros)), end-from)
+		if _, err := f.WriteAt(zeros[:k], from); err != nil {
+			return err
+		}
+		from += k
+	}
+	return nil
+}
+
 // Truncate truncates the inner file, first recording what it cuts off.
 func (f *crashFile) Truncate(size int64) error {
 	if !f.writable || size < 0 {

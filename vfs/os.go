@@ -97,6 +97,14 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 
 func (f osFile) Name() string { return f.File.Name() }
 
+// Allocate is fallocate(2) with mode 0: see [Allocator].
+func (f osFile) Allocate(off, n int64) error {
+	if err := unix.Fallocate(int(f.Fd()), 0, off, n); err != nil {
+		return &os.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
+	}
+	return nil
+}
+
 // WriteBack is sync_file_range(2) with WAIT_BEFORE, WRITE and WAIT_AFTER:
 // the range's dirty pages go to the device and the call returns once the
 // device has taken them. See [WriteBacker].

@@ -58,6 +58,17 @@ type WriteBacker interface {
 	WriteBack(off, n int64) error
 }
 
+// Allocator is implemented by files that can reserve space without
+// writing it: fallocate(2). Allocate makes the file at least off+n bytes
+// long, with [off, off+n) allocated and reading as zeros. On ext4 and xfs
+// those blocks are "unwritten extents": the first write to each makes the
+// next fdatasync commit the extent's conversion (a journal commit), which
+// writing zeros ahead avoids. It promises no durability until the next
+// fdatasync.
+type Allocator interface {
+	Allocate(off, n int64) error
+}
+
 // FS is a file system. Names are ordinary paths.
 type FS interface {
 	// OpenFile opens a file as os.OpenFile does.

@@ -20,7 +20,11 @@
 // fdatasynced under its temporary name. Appends therefore overwrite blocks
 // that are already allocated and written, and an fdatasync commits data
 // alone, never the file's size or extents — on ext4 that is twice the
-// fdatasync rate of appending to a growing file.
+// fdatasync rate of appending to a growing file. When the writer catches up
+// with a file still being zero-filled (a log writing faster than the
+// machine writes zeros), the rest of it is allocated instead (fallocate),
+// so that the writer waits milliseconds, not the rest of the zeros: its
+// fdatasyncs into that part also commit the extents' conversion.
 //
 // # Positions
 //
@@ -71,13 +75,13 @@
 // Open scans every segment that nothing vouches for: not those that
 // Options.Sealed names (their frames are verified when read), and the
 // last one only from Options.Verified, or up to where a clean close said
-// the log ended when the scan ends exactly there. A torn tail of the last segment is zeroed and
-// the log continues before it; those bytes were never acknowledged. Any
-// other damage is refused with a [*CorruptionError] naming the file and
-// offset, unless Options.Salvage is set: then the damaged file is copied to
-// salvage/, each damaged span is overwritten with a padding frame (a segment
-// whose seal was lost is sealed after its last intact record), and
-// [Log.Recovery] lists what was skipped.
+// the log ended when the scan ends exactly there. A torn tail of the last
+// segment is zeroed and the log continues before it; those bytes were never
+// acknowledged. Any other damage is refused with a [*CorruptionError]
+// naming the file and offset, unless Options.Salvage is set: then the
+// damaged file is copied to salvage/, each damaged span is overwritten with
+// a padding frame (a segment whose seal was lost is sealed after its last
+// intact record), and [Log.Recovery] lists what was skipped.
 //
 // # Concurrency
 //

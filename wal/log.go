@@ -75,6 +75,7 @@ type counters struct {
 	rotations    atomic.Int64
 	recycled     atomic.Int64
 	fillsDropped atomic.Int64
+	fillsRushed  atomic.Int64
 }
 
 // Stats are counters of a Log since it was opened.
@@ -89,6 +90,7 @@ type Stats struct {
 	Rotations         int64
 	RecycledSegments  int64 // rotations to a retired file reused (the others took one written full of zeros)
 	ZeroFillsDropped  int64 // zero-fills of new files given up for a retired file that arrived meanwhile
+	ZeroFillsRushed   int64 // zero-fills the writer caught up with: the rest of the file allocated (fallocate), not written, where the file system can
 	FirstSegment      uint32
 	LastSegment       uint32
 }
@@ -106,6 +108,7 @@ func (l *Log) Stats() Stats {
 		Rotations:         l.stats.rotations.Load(),
 		RecycledSegments:  l.stats.recycled.Load(),
 		ZeroFillsDropped:  l.stats.fillsDropped.Load(),
+		ZeroFillsRushed:   l.stats.fillsRushed.Load(),
 	}
 	for _, sg := range segs {
 		s.DiskBytes += int64(sg.file.Size())

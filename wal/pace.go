@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/walbroker/walbroker/segment"
 )
 
 // errAbandoned is the pacer's answer once the log is closing.
@@ -24,8 +26,14 @@ var errSpareArrived = errors.New("wal: a retired segment arrived for reuse")
 // all.
 //
 // The rest is written at once, unpaced, when the active segment has not
-// grown for paceIdle (the log is idle: no commit waits behind the zeros)
-// and when the writer is waiting for the file. When the log closes, the
+// grown for paceIdle (the log is idle: no commit waits behind the zeros).
+// When the writer is waiting for the file (it filled the active segment
+// before the zeros were done: a log writing faster than this machine
+// writes zeros), the rest is allocated instead (fallocate, where the file
+// system has it; segment.ErrAllocateRest): writing tens of megabytes of
+// zeros then held every commit for as long, and the fdatasyncs that cover
+// the unwritten extents cost a journal commit each, which commits that
+// large barely notice. When the log closes, the
 // file is abandoned (errAbandoned): Close does not wait for tens of
 // megabytes of zeros that the next Open may not need. And when a retired
 // segment arrives for reuse while the zeros are being written (the reader
@@ -54,6 +62,7 @@ type pacer struct {
 	spare      func() bool   // a retired segment is ready for reuse; nil: never
 	idle       time.Duration // paceIdle, but for tests
 	free       bool          // no more waits
+	rushed     bool          // the writer waits for this file: allocate the rest
 	sleeps     int           // how many times it slept; for tests
 
 	start    time.Time // when the fill began
@@ -87,18 +96,26 @@ func (pc *pacer) allowed(end int64) int64 {
 }
 
 // wait returns when the chunk of zeros at offset written may be written,
-// errAbandoned once quit is closed, or errSpareArrived once the log has a
-// retired segment to reuse instead (looked for before every chunk, paced or
-// not).
+// errAbandoned once quit is closed, errSpareArrived once the log has a
+// retired segment to reuse instead, or segment.ErrAllocateRest once the
+// writer waits for this file (each looked for before every chunk, paced or
+// not, in that order).
 func (pc *pacer) wait(written int64) error {
 	for {
 		select {
 		case <-pc.quit:
 			return errAbandoned
+		case s := <-pc.rush:
+			// A rush for an earlier segment, which was ready first, is
+			// stale.
+			pc.rushed = pc.rushed || s == pc.seq
 		default:
 		}
 		if pc.spare != nil && pc.spare() {
 			return errSpareArrived
+		}
+		if pc.rushed {
+			return segment.ErrAllocateRest
 		}
 		if pc.free || pc.activeSize <= 0 {
 			return nil
@@ -132,9 +149,7 @@ func (pc *pacer) wait(written int64) error {
 			t.Stop()
 		case s := <-pc.rush:
 			t.Stop()
-			// A rush for an earlier segment, which was ready first, is
-			// stale.
-			pc.free = s == pc.seq
+			pc.rushed = s == pc.seq // else stale, as above
 		}
 	}
 }

@@ -3,6 +3,7 @@ package wal
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -160,7 +161,7 @@ func TestPacerWritesTheRestAtOnceWhenTheLogIsIdle(t *testing.T) {
 	})
 }
 
-func TestPacerAbandonsOnQuitAndStopsPacingOnARushForItsSegment(t *testing.T) {
+func TestPacerAbandonsOnQuitAndAllocatesTheRestOnARushForItsSegment(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var end atomic.Int64
 		quit := make(chan struct{})
@@ -193,8 +194,24 @@ func TestPacerAbandonsOnQuitAndStopsPacingOnARushForItsSegment(t *testing.T) {
 		synctest.Wait()
 		require.True(t, done.Load(), "still pacing after a rush for this segment")
 		require.Equal(t, start, time.Now())
-		require.NoError(t, pc.wait(paceTestSize-1))
+		// The writer waits: the rest of the file is allocated, not
+		// written, from the next chunk on.
+		require.ErrorIs(t, pc.wait(paceTestSize/2), segment.ErrAllocateRest)
+		require.ErrorIs(t, pc.wait(paceTestSize-1), segment.ErrAllocateRest)
 		require.Equal(t, start, time.Now())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// A fill behind its pace never sleeps: it sees the rush at its
+		// next chunk all the same.
+		var end atomic.Int64
+		end.Store(paceTestSize - 1)
+		rush := make(chan uint32, 1)
+		pc := newPacer(3, &end, paceTestSize, paceTestSize, nil, rush)
+		require.NoError(t, pc.wait(1<<20))
+		rush <- 2 // stale
+		require.NoError(t, pc.wait(2<<20))
+		rush <- 3
+		require.ErrorIs(t, pc.wait(3<<20), segment.ErrAllocateRest)
 	})
 }
 
@@ -339,4 +356,75 @@ func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 		left = append(left, n.Name())
 	}
 	require.ElementsMatch(t, []string{"active", filepath.Base(tmp)}, left, "the dropped zeros left a file")
+}
+
+// allocFS is the OS file system with its files' Allocate calls recorded.
+type allocFS struct {
+	vfs.FS
+	mu    sync.Mutex
+	calls [][2]int64 // off, n
+}
+
+type allocFile struct {
+	vfs.File
+	fs *allocFS
+}
+
+func (fs *allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return allocFile{f, fs}, nil
+}
+
+func (f allocFile) Allocate(off, n int64) error {
+	f.fs.mu.Lock()
+	f.fs.calls = append(f.fs.calls, [2]int64{off, n})
+	f.fs.mu.Unlock()
+	return f.File.(vfs.Allocator).Allocate(off, n)
+}
+
+func TestPreparerAllocatesTheRestWhenTheWriterWaits(t *testing.T) {
+	dir := t.TempDir()
+	const size = 8 << 20
+	l, active, p := preparerBeside(t, dir, size)
+	defer p.stop()
+	fs := &allocFS{FS: vfs.Default}
+	l.opts.FS = fs
+	p.request(2, active)
+	tmp := l.segPath(2) + tmpSuffix
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(tmp)
+		return err == nil && fi.Size() >= paceLead
+	}, 10*time.Second, time.Millisecond, "the zero-fill did not start")
+
+	// The active segment did not grow, so the zeros are held at the lead;
+	// the writer reached its end all the same (a large record, say).
+	got := p.take()
+	require.NoError(t, got.err)
+	defer got.file.Close()
+	require.Equal(t, uint32(2), got.file.Seq())
+	require.False(t, got.recycled)
+	require.Equal(t, size, got.file.Size())
+	require.Equal(t, int64(1), l.stats.fillsRushed.Load())
+
+	fs.mu.Lock()
+	calls := fs.calls
+	fs.mu.Unlock()
+	require.Len(t, calls, 1, "the rest was not allocated once")
+	off, n := calls[0][0], calls[0][1]
+	require.GreaterOrEqual(t, off, int64(paceLead), "allocated what the zeros had covered")
+	require.Less(t, off, int64(size/2), "the zeros ran on before the allocation")
+	require.Equal(t, int64(size), off+n, "the allocation stops short of the end")
+
+	// The file reads as the zero-filled one would: a header, then zeros
+	// (a scan finds a clean, empty segment).
+	data, err := os.ReadFile(tmp)
+	require.NoError(t, err)
+	require.Len(t, data, size)
+	require.Equal(t, make([]byte, size-segment.HeaderSize), data[segment.HeaderSize:])
+	r, err := segment.Scan(data, 2, false, func(segment.Frame) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, segment.EndClean, r.Tail)
 }

@@ -21,8 +21,9 @@ import (
 // A new file's zeros are written at the pace the writer fills the active
 // segment (see pacer), a chunk at a time, each sent to the device before the
 // next: written all at once, they reached the device in one burst that held
-// up every commit's fdatasync behind it for tens of milliseconds. A file
-// still being filled when the log closes is abandoned.
+// up every commit's fdatasync behind it for tens of milliseconds. When the
+// writer has to wait for the file, the rest of it is allocated rather than
+// written. A file still being filled when the log closes is abandoned.
 type preparer struct {
 	l     *Log
 	req   chan prepRequest // the segment to prepare next; capacity 1
@@ -101,6 +102,9 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("wal: prepare segment %d: %w", seq, err)
+		}
+		if pc.rushed {
+			l.stats.fillsRushed.Add(1)
 		}
 		return f, false, nil
 	}

@@ -224,6 +224,9 @@
 //	    "rotations", "new_segments": int, wal: the log's rotations in the
 //	                     windows, and of them those to a segment written full
 //	                     of zeros (not reused), summed
+//	    "rushed_segments": int, wal: of the new segments, those the log
+//	                     reached before their zeros were done, so that the
+//	                     rest was allocated (wal.Stats.ZeroFillsRushed), summed
 //	    "latency_samples": int, summed
 //	    "msgs_per_sec":  float, published (drain: handled) per second
 //	    "mb_per_sec":    float, their payload, 10^6 bytes/s

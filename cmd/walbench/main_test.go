@@ -285,6 +285,9 @@ func TestCommands(t *testing.T) {
 					if wantNew := map[string]int64{"new": r.Rotations, "reused": 0}[want]; r.NewSegments != wantNew {
 						t.Errorf("%s: %d of %d rotations to a new segment, want %d", r.Workload, r.NewSegments, r.Rotations, wantNew)
 					}
+					if r.RushedSegments > r.NewSegments {
+						t.Errorf("%s: %d rushed of %d new segments", r.Workload, r.RushedSegments, r.NewSegments)
+					}
 				}
 			},
 		},

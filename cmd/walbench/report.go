@@ -72,8 +72,9 @@ type Row struct {
 
 	Ops            int64 `json:"ops" agg:"sum"`
 	Commits        int64 `json:"commits" agg:"sum"`
-	Rotations      int64 `json:"rotations,omitempty" agg:"sum"`    // wal: rotations in the window
-	NewSegments    int64 `json:"new_segments,omitempty" agg:"sum"` // wal: of them, to a segment written full of zeros
+	Rotations      int64 `json:"rotations,omitempty" agg:"sum"`       // wal: rotations in the window
+	NewSegments    int64 `json:"new_segments,omitempty" agg:"sum"`    // wal: of them, to a segment written full of zeros
+	RushedSegments int64 `json:"rushed_segments,omitempty" agg:"sum"` // wal: of those, the ones the log waited for (the rest allocated)
 	LatencySamples int64 `json:"latency_samples" agg:"sum"`
 
 	MsgsPerSec       *float64 `json:"msgs_per_sec"`

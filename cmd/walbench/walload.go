@@ -211,6 +211,7 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 		Commits:        after.Syncs - before.Syncs,
 		Rotations:      after.Rotations - before.Rotations,
 		NewSegments:    (after.Rotations - before.Rotations) - (after.RecycledSegments - before.RecycledSegments),
+		RushedSegments: after.ZeroFillsRushed - before.ZeroFillsRushed,
 		LatencySamples: lr.hist.TotalCount(),
 	}
 	r.MsgsPerSec = rate(r.Ops, secs)

@@ -33,13 +33,14 @@ var errSpareArrived = errors.New("wal: a retired segment arrived for reuse")
 // system has it; segment.ErrAllocateRest): writing tens of megabytes of
 // zeros then held every commit for as long, and the fdatasyncs that cover
 // the unwritten extents cost a journal commit each, which commits that
-// large barely notice. When the log closes, the
-// file is abandoned (errAbandoned): Close does not wait for tens of
-// megabytes of zeros that the next Open may not need. And when a retired
-// segment arrives for reuse while the zeros are being written (the reader
-// caught up just after the rotation), the file is dropped too
-// (errSpareArrived): reusing costs a rename and a header, the rest of the
-// zeros up to 64 MiB.
+// large barely notice.
+//
+// When the log closes, the file is abandoned (errAbandoned): Close does
+// not wait for tens of megabytes of zeros that the next Open may not need.
+// And when a retired segment arrives for reuse while the zeros are being
+// written (the reader caught up just after the rotation), the file is
+// dropped too (errSpareArrived): reusing costs a rename and a header, the
+// rest of the zeros up to 64 MiB.
 const (
 	paceAhead   = 1.5
 	paceLead    = 1 << 20
@@ -149,7 +150,7 @@ func (pc *pacer) wait(written int64) error {
 			t.Stop()
 		case s := <-pc.rush:
 			t.Stop()
-			pc.rushed = s == pc.seq // else stale, as above
+			pc.rushed = pc.rushed || s == pc.seq // else stale, as above
 		}
 	}
 }

@@ -3,6 +3,7 @@ package wal
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -358,11 +359,14 @@ func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 	require.ElementsMatch(t, []string{"active", filepath.Base(tmp)}, left, "the dropped zeros left a file")
 }
 
-// allocFS is the OS file system with its files' Allocate calls recorded.
+// allocFS is the OS file system with its files' Allocate calls recorded,
+// and each write of zeros alone (a zero-fill's: the log's frames are never
+// all zeros) slowed by zeroDelay nanoseconds.
 type allocFS struct {
 	vfs.FS
-	mu    sync.Mutex
-	calls [][2]int64 // off, n
+	zeroDelay atomic.Int64
+	mu        sync.Mutex
+	calls     [][2]int64 // off, n
 }
 
 type allocFile struct {
@@ -376,6 +380,13 @@ func (fs *allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, 
 		return nil, err
 	}
 	return allocFile{f, fs}, nil
+}
+
+func (f allocFile) WriteAt(p []byte, off int64) (int, error) {
+	if d := f.fs.zeroDelay.Load(); d > 0 && !slices.ContainsFunc(p, func(b byte) bool { return b != 0 }) {
+		time.Sleep(time.Duration(d))
+	}
+	return f.File.WriteAt(p, off)
 }
 
 func (f allocFile) Allocate(off, n int64) error {
@@ -427,4 +438,48 @@ func TestPreparerAllocatesTheRestWhenTheWriterWaits(t *testing.T) {
 	r, err := segment.Scan(data, 2, false, func(segment.Frame) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, segment.EndClean, r.Tail)
+}
+
+// TestRotationAllocatesTheRestOfASegmentStillBeingZeroed: a log that
+// fills its segment before the next one's zeros are done (here because
+// they are slow to write) waits only for the rest to be allocated, and
+// the records it then writes into the allocated part read back after a
+// reopen like any others.
+func TestRotationAllocatesTheRestOfASegmentStillBeingZeroed(t *testing.T) {
+	dir := t.TempDir()
+	const size = 4 << 20
+	fs := &allocFS{FS: vfs.Default}
+	opts := Options{FS: fs, SegmentBytes: size}
+	l, err := Open(dir, opts)
+	require.NoError(t, err)
+	fs.zeroDelay.Store(int64(100 * time.Millisecond))
+	rec := make([]byte, 64<<10)
+	var want [][]byte
+	for i := 0; l.Stats().Rotations < 3; i++ {
+		r := append([]byte(nil), rec...)
+		r[0], r[1] = byte(i), byte(i>>8)
+		_, err := l.Append(r)
+		require.NoError(t, err)
+		want = append(want, r)
+	}
+	st := l.Stats()
+	require.Equal(t, int64(3), st.Rotations)
+	require.Equal(t, st.Rotations, st.ZeroFillsRushed, "a rotation found its segment's zeros done at 100 ms a chunk")
+	fs.mu.Lock()
+	allocated := len(fs.calls)
+	fs.mu.Unlock()
+	require.GreaterOrEqual(t, allocated, 3, "the rest of a rushed segment was not allocated")
+	require.NoError(t, l.Close())
+
+	fs.zeroDelay.Store(0)
+	l, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer l.Close()
+	var got [][]byte
+	require.NoError(t, l.Iterate(0, func(_ Position, r []byte) error {
+		got = append(got, append([]byte(nil), r...))
+		return nil
+	}))
+	require.Equal(t, want, got)
+	require.Nil(t, l.Recovery().TornTail, "the reopen found a torn tail")
 }

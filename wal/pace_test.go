@@ -260,6 +260,16 @@ func preparerBeside(t *testing.T, dir string, size int64) (*Log, *seg, *preparer
 	return l, active, p
 }
 
+// waitForZeros waits until the file being prepared at tmp holds the
+// pacer's lead of zeros.
+func waitForZeros(t *testing.T, tmp string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(tmp)
+		return err == nil && fi.Size() >= paceLead
+	}, 10*time.Second, time.Millisecond, "the zero-fill did not start")
+}
+
 func TestStopAbandonsASegmentBeingFilled(t *testing.T) {
 	dir := t.TempDir()
 	const size = 8 << 20
@@ -322,10 +332,7 @@ func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 	defer p.stop()
 	p.request(3, active)
 	tmp := l.segPath(3) + tmpSuffix
-	require.Eventually(t, func() bool {
-		fi, err := os.Stat(tmp)
-		return err == nil && fi.Size() >= paceLead
-	}, 10*time.Second, time.Millisecond, "the zero-fill did not start")
+	waitForZeros(t, tmp)
 
 	// A reader caught up: segment 0 is retired, as RemoveBelow leaves it.
 	retired := filepath.Join(dir, sparePrefix+"0000000000"+tmpSuffix)
@@ -405,10 +412,7 @@ func TestPreparerAllocatesTheRestWhenTheWriterWaits(t *testing.T) {
 	l.opts.FS = fs
 	p.request(2, active)
 	tmp := l.segPath(2) + tmpSuffix
-	require.Eventually(t, func() bool {
-		fi, err := os.Stat(tmp)
-		return err == nil && fi.Size() >= paceLead
-	}, 10*time.Second, time.Millisecond, "the zero-fill did not start")
+	waitForZeros(t, tmp)
 
 	// The active segment did not grow, so the zeros are held at the lead;
 	// the writer reached its end all the same (a large record, say).

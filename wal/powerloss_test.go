@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/vfs"
@@ -15,13 +19,17 @@ import (
 // appends across several rotations, and one removal of old segments. It
 // stops at the first error (the file system "lost power") and returns the
 // appends that were acknowledged, and the position below which segments
-// may have been removed.
-func plWorkload(dir string, fs vfs.FS) (acked []entry, removedBelow Position, err error) {
+// may have been removed. opened, when not nil, is called with the log
+// once it is open.
+func plWorkload(dir string, fs vfs.FS, opened func(*Log)) (acked []entry, removedBelow Position, err error) {
 	l, err := Open(dir, Options{FS: fs, SegmentBytes: 1024})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer func() { err = errors.Join(err, l.Close()) }()
+	if opened != nil {
+		opened(l)
+	}
 	for i := 0; i < 45; {
 		n := 1 + i%3
 		var recs [][]byte
@@ -83,8 +91,16 @@ func checkAfterPowerLoss(t *testing.T, dir string, acked []entry, removedBelow P
 // the clone opens to every acknowledged record. It then crashes recovery
 // itself once at a random operation and checks again.
 func TestPowerLossAtEveryOperation(t *testing.T) {
+	powerLossSweep(t, func(cfs *vfs.CrashFS) (vfs.FS, func(*Log)) { return cfs, nil })
+}
+
+// powerLossSweep is TestPowerLossAtEveryOperation over the file system
+// wrap makes of each run's CrashFS, with the function to call on the run's
+// log once it is open.
+func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) {
 	dry := vfs.NewCrashFS(vfs.Default)
-	_, _, err := plWorkload(t.TempDir(), dry)
+	fs, opened := wrap(dry)
+	_, _, err := plWorkload(t.TempDir(), fs, opened)
 	require.NoError(t, err)
 	total := dry.Ops()
 	t.Logf("workload: %d mutating operations", total)
@@ -97,7 +113,8 @@ func TestPowerLossAtEveryOperation(t *testing.T) {
 		cfs := vfs.NewCrashFS(vfs.Default)
 		cfs.CrashAfter(k)
 		dir := t.TempDir()
-		acked, removedBelow, _ := plWorkload(dir, cfs)
+		fs, opened := wrap(cfs)
+		acked, removedBelow, _ := plWorkload(dir, fs, opened)
 		clone := filepath.Join(t.TempDir(), "clone")
 		opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(rng.Uint64(), 1))}
 		switch k % 3 {
@@ -121,4 +138,63 @@ func TestPowerLossAtEveryOperation(t *testing.T) {
 		require.NoError(t, rfs.CrashClone(clone2, vfs.CrashOptions{Root: clone, Rand: rand.New(rand.NewPCG(rng.Uint64(), 2))}))
 		checkAfterPowerLoss(t, clone2, acked, removedBelow, what+", then during recovery")
 	}
+}
+
+// rushFS holds back the creation of every new segment file until the
+// writer waits for it (the log set with watch), so that the preparer sees
+// the writer's rush before its first chunk of zeros and allocates the
+// whole file instead (segment.ErrAllocateRest): the path a log that
+// outruns its zero-fill takes, which the workload's small segments, filled
+// in microseconds, never take on their own.
+type rushFS struct {
+	*vfs.CrashFS
+	log atomic.Pointer[Log]
+}
+
+func (fs *rushFS) watch(l *Log) { fs.log.Store(l) }
+
+func (fs *rushFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if l := fs.log.Load(); l != nil && flag&os.O_CREATE != 0 && strings.HasSuffix(name, tmpSuffix) && !strings.HasPrefix(filepath.Base(name), sparePrefix) {
+		// Not for ever: the writer may never need the file (power lost,
+		// the log closing).
+		for deadline := time.Now().Add(50 * time.Millisecond); !fs.waitedFor(l) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return fs.CrashFS.OpenFile(name, flag, perm)
+}
+
+// waitedFor reports whether the writer of l waits for the segment being
+// made, or never will.
+func (fs *rushFS) waitedFor(l *Log) bool {
+	select {
+	case <-l.prep.quit:
+		return true
+	default:
+	}
+	return len(l.prep.rush) > 0 || fs.Crashed()
+}
+
+// TestPowerLossWhileRotationsAreRushed is TestPowerLossAtEveryOperation
+// over segments the writer waits for: each is allocated (a CrashFS models
+// fallocate as zeros written past the file's end, lost unless an
+// fdatasync covers them) rather than written full of zeros. Every clone
+// must still open to every acknowledged record.
+func TestPowerLossWhileRotationsAreRushed(t *testing.T) {
+	// First, that the workload does take that path.
+	fs := &rushFS{CrashFS: vfs.NewCrashFS(vfs.Default)}
+	var l *Log
+	_, _, err := plWorkload(t.TempDir(), fs, func(opened *Log) { l = opened; fs.watch(l) })
+	require.NoError(t, err)
+	st := l.Stats()
+	t.Logf("%d rotations, %d segments recycled, %d zero-fills rushed", st.Rotations, st.RecycledSegments, st.ZeroFillsRushed)
+	require.Positive(t, st.ZeroFillsRushed)
+	// The segments made after Open and not reused: all but the first spare,
+	// made before watch, and perhaps the one being made at Close.
+	require.GreaterOrEqual(t, st.ZeroFillsRushed, st.Rotations-st.RecycledSegments-1, "a new segment was written full of zeros")
+
+	powerLossSweep(t, func(cfs *vfs.CrashFS) (vfs.FS, func(*Log)) {
+		fs := &rushFS{CrashFS: cfs}
+		return fs, fs.watch
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -214,46 +215,23 @@ func (e *env) queueName() string {
 // The optional interfaces of q; each fails the test when q lacks it (the
 // test declared the capability, and Declaration reports the mismatch).
 func (e *env) extender(q broker.Broker) broker.LeaseExtender {
-	e.Helper()
-	x, ok := q.(broker.LeaseExtender)
-	if !ok {
-		e.Fatalf("%T is not a broker.LeaseExtender", q)
-	}
-	return x
+	return implements[broker.LeaseExtender](e, q)
 }
-
-func (e *env) rejecter(q broker.Broker) broker.Rejecter {
-	e.Helper()
-	x, ok := q.(broker.Rejecter)
-	if !ok {
-		e.Fatalf("%T is not a broker.Rejecter", q)
-	}
-	return x
-}
-
+func (e *env) rejecter(q broker.Broker) broker.Rejecter { return implements[broker.Rejecter](e, q) }
 func (e *env) reader(q broker.Broker) broker.DeadLetterReader {
-	e.Helper()
-	x, ok := q.(broker.DeadLetterReader)
-	if !ok {
-		e.Fatalf("%T is not a broker.DeadLetterReader", q)
-	}
-	return x
+	return implements[broker.DeadLetterReader](e, q)
 }
-
 func (e *env) manager(q broker.Broker) broker.DeadLetterManager {
-	e.Helper()
-	x, ok := q.(broker.DeadLetterManager)
-	if !ok {
-		e.Fatalf("%T is not a broker.DeadLetterManager", q)
-	}
-	return x
+	return implements[broker.DeadLetterManager](e, q)
 }
+func (e *env) waker(q broker.Broker) broker.Waker { return implements[broker.Waker](e, q) }
 
-func (e *env) waker(q broker.Broker) broker.Waker {
+// implements returns q as the optional interface T, or fails the test.
+func implements[T any](e *env, q broker.Broker) T {
 	e.Helper()
-	x, ok := q.(broker.Waker)
+	x, ok := q.(T)
 	if !ok {
-		e.Fatalf("%T is not a broker.Waker", q)
+		e.Fatalf("%T is not a %v", q, reflect.TypeFor[T]())
 	}
 	return x
 }

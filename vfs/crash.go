@@ -140,6 +140,16 @@ func (c *CrashFS) Crash() {
 	c.crashAfter = c.ops
 }
 
+// Restart models a process that crashed and started again on a machine
+// that kept running: every byte written stays (the page cache), still
+// unsynced until an fdatasync covers it, and operations are allowed again
+// and counted on from where they stopped. Safe for concurrent use.
+func (c *CrashFS) Restart() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.crashAfter = -1
+}
+
 // Crashed reports whether the CrashFS has crashed. Safe for concurrent use.
 func (c *CrashFS) Crashed() bool {
 	c.mu.Lock()

@@ -101,7 +101,6 @@ func (l *Log) recover() error {
 		return fmt.Errorf("wal: open %s: %w", l.dir, err)
 	}
 	var seqs []uint32
-	dirty := false
 	clean, hasClean := readCleanMark(fs, l.dir)
 	for _, name := range names {
 		if name == cleanName {
@@ -115,13 +114,11 @@ func (l *Log) recover() error {
 			path := filepath.Join(l.dir, name)
 			if strings.HasPrefix(name, sparePrefix) && len(l.spares) < maxSpares && l.fullSize(path) {
 				l.spares = append(l.spares, path)
-				dirty = true
 				continue
 			}
 			if err := fs.Remove(path); err != nil {
 				return fmt.Errorf("wal: open %s: %w", l.dir, err)
 			}
-			dirty = true
 			continue
 		}
 		if seq, ok := parseSegName(name); ok {
@@ -219,7 +216,6 @@ func (l *Log) recover() error {
 		l.recovery.RemovedEmpty = append(l.recovery.RemovedEmpty, s.file.Path())
 		segs, reports = segs[:n-1], reports[:n-1]
 		l.segs.Store(&segs)
-		dirty = true
 	}
 
 	for i, s := range segs {
@@ -255,20 +251,43 @@ func (l *Log) recover() error {
 		}
 	}
 	if hasClean || slices.Contains(names, cleanName) {
-		// Removed (durably: dirty) before anything is appended: a later
+		// Removed (durably, below) before anything is appended: a later
 		// crash must not find a mark this open's writes made false. Kept
 		// when recovery fails, so that the next attempt knows it too.
 		if err := fs.Remove(filepath.Join(l.dir, cleanName)); err != nil {
 			return fmt.Errorf("wal: open %s: %w", l.dir, err)
 		}
-		dirty = true
 	}
-	if dirty {
-		if err := fs.SyncDir(l.dir); err != nil {
-			return fmt.Errorf("wal: open: sync dir: %w", err)
-		}
+	// The directory as this open leaves it, durably, before anything is
+	// appended: the removals above, and names a crash may have left only
+	// in the page cache (a segment renamed into place just before it),
+	// which the log is about to build on.
+	if err := fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("wal: open: sync dir: %w", err)
 	}
 
+	if n := len(segs); n > 0 && !cleanLast {
+		// A crash between a rotation's seal and its fdatasync leaves the
+		// seal (and, unless every append was synced, records before it)
+		// only in the page cache, with the next segment, durable and
+		// empty, after it: the segment before the one appended to must
+		// be made durable before anything is, or a power loss would
+		// leave records behind a segment that reads as unsealed.
+		// Rotation syncs the old segment before it writes to the new
+		// one, so no segment before that one can be in this state.
+		prev := segs[n-1] // the last, if sealed, precedes a new one
+		if !reports[n-1].Sealed {
+			prev = nil
+			if n > 1 {
+				prev = segs[n-2]
+			}
+		}
+		if prev != nil {
+			if err := prev.file.Sync(); err != nil {
+				return fmt.Errorf("wal: open: %w", err)
+			}
+		}
+	}
 	if len(segs) == 0 || reports[len(reports)-1].Sealed {
 		next := uint32(1)
 		if len(segs) > 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -197,4 +198,103 @@ func TestPowerLossWhileRotationsAreRushed(t *testing.T) {
 		fs := &rushFS{CrashFS: cfs}
 		return fs, fs.watch
 	})
+}
+
+// TestOpenMakesAnUnsyncedSealDurable: a crash between a rotation's seal
+// and its fdatasync leaves the sealed segment only in the page cache, and
+// an empty next segment whose name is durable. The Open after it must make
+// the sealed segment durable before it appends after it: otherwise a power
+// loss later leaves acknowledged records behind a segment that reads as
+// unsealed, and every Open refuses the log. Under SyncNever the records
+// before the seal are in the page cache too.
+func TestOpenMakesAnUnsyncedSealDurable(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncNever} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			cfs := vfs.NewCrashFS(vfs.Default)
+			ffs := vfs.NewFaultFS(cfs)
+			opts := Options{FS: ffs, SegmentBytes: 1024, Sync: mode}
+			l, err := Open(dir, opts)
+			require.NoError(t, err)
+			var written []entry
+			for i := 0; ; i++ {
+				rec := record(i)
+				if l.End().Segment() == 1 && l.End().Offset()+2*segment.Size(0)+len(rec) > 1024 {
+					// This append rotates; the process dies in the seal's
+					// fdatasync (it fails, and the log is abandoned).
+					ffs.Inject(vfs.Rule{Op: vfs.OpSync, Match: firstSegment, Times: 1})
+					_, err := l.Append(rec)
+					require.ErrorIs(t, err, ErrPoisoned)
+					break
+				}
+				pos, err := l.Append(rec)
+				require.NoError(t, err)
+				written = append(written, entry{pos[0], rec})
+			}
+			_ = l.Close()
+			ffs.Clear()
+
+			// The restart finds the page cache as the crash left it.
+			opts.Sync = SyncAlways
+			l, err = Open(dir, opts)
+			require.NoError(t, err)
+			require.Equal(t, len(written), readAllCount(t, l), "the reopen does not see what the crash left in the page cache")
+			acked := append(written, appendRecords(t, l, 1000, 3)...)
+			require.Greater(t, acked[len(acked)-1].pos.Segment(), uint32(1), "the records after the reopen went to segment 1")
+
+			clone := filepath.Join(t.TempDir(), "clone")
+			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})) // power lost now
+			require.NoError(t, l.Close())
+			l2, err := Open(clone, Options{SegmentBytes: 1024})
+			require.NoError(t, err, "a power loss after the reopen")
+			defer l2.Close()
+			requireEntries(t, acked, readAll(t, l2))
+		})
+	}
+}
+
+func readAllCount(t *testing.T, l *Log) int {
+	t.Helper()
+	return len(readAll(t, l))
+}
+
+// TestProcessCrashThenPowerLossAtEveryOperation: the process dies after
+// the workload's k-th file operation, for every k, the machine keeps
+// running (the page cache keeps every written byte), the log is opened
+// again, a few more records are appended, and only then the power fails.
+// Whatever the reopened log showed its readers, and every record either
+// process was told is durable, must be there after the power loss: the
+// reopen makes durable what it builds on.
+func TestProcessCrashThenPowerLossAtEveryOperation(t *testing.T) {
+	dry := vfs.NewCrashFS(vfs.Default)
+	_, _, err := plWorkload(t.TempDir(), dry, nil)
+	require.NoError(t, err)
+	total := dry.Ops()
+	step := int64(1)
+	if testing.Short() {
+		step = 7
+	}
+	for k := int64(0); k <= total; k += step {
+		what := fmt.Sprintf("process crash after op %d of %d, reopen, append, power loss", k, total)
+		cfs := vfs.NewCrashFS(vfs.Default)
+		cfs.CrashAfter(k)
+		dir := t.TempDir()
+		acked, removedBelow, _ := plWorkload(dir, cfs, nil)
+		cfs.Restart()
+		l, err := Open(dir, Options{FS: cfs, SegmentBytes: 1024})
+		require.NoError(t, err, what)
+		seen := readAll(t, l)
+		acked = append(acked, appendRecords(t, l, 1000, 4)...)
+		clone := filepath.Join(t.TempDir(), "clone")
+		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+		require.NoError(t, l.Close(), what)
+		got := checkAfterPowerLoss(t, clone, acked, removedBelow, what)
+		found := map[Position]string{}
+		for _, e := range got {
+			found[e.pos] = string(e.rec)
+		}
+		for _, e := range seen {
+			require.Equal(t, string(e.rec), found[e.pos], "%s: the reopened log showed the record at %v, the power loss took it", what, e.pos)
+		}
+	}
 }

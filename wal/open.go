@@ -183,6 +183,19 @@ func (l *Log) recover() error {
 		if v := l.opts.Verified; v.Segment() == seq {
 			durable = max(durable, v.Offset())
 		}
+		if !l.opts.Salvage && durable > r.End && r.Tail != segment.EndCorrupt {
+			// The valid frames end before bytes known durable (a clean
+			// Close, or the caller's verified position, vouched for
+			// them): what follows is damage to synced records, not a
+			// batch a crash cut short, and zeroing it as a torn tail
+			// would drop them.
+			cause := r.Cause
+			if r.Tail == segment.EndClean {
+				r.DamageAt, cause = r.End, errors.New("no frame")
+			}
+			r.Tail = segment.EndCorrupt
+			r.Cause = fmt.Errorf("the log was durable to offset %d, its frames end at %d: %w", durable, r.End, cause)
+		}
 		if l.opts.Salvage && (seq != seqs[len(seqs)-1] || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
 			// A segment a later one follows, or one known durable past
 			// this point, has no tail to tear here: what reads as a torn

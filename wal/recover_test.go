@@ -293,3 +293,41 @@ func TestSealedLastSegmentStartsANewOne(t *testing.T) {
 	require.Equal(t, last, more[0].pos.Segment())
 	require.NoError(t, l.Close())
 }
+
+// TestDamageBeforeTheCleanEndIsRefused: after a clean Close every byte up
+// to the end the clean mark records was synced, so damage there is not a
+// torn tail, even in the last record: Open refuses it, naming the file and
+// offset, instead of zeroing acknowledged records; Salvage then recovers
+// the records before it.
+func TestDamageBeforeTheCleanEndIsRefused(t *testing.T) {
+	for _, what := range []string{"a bit flipped", "zeroed"} {
+		t.Run(what, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			es := appendRecords(t, l, 0, 5)
+			require.NoError(t, l.Close())
+			victim := es[len(es)-1].pos
+			path := segFile(dir, victim.Segment())
+			if what == "zeroed" {
+				data, err := os.ReadFile(path)
+				require.NoError(t, err)
+				clear(data[victim.Offset():l.w.writeOff])
+				require.NoError(t, os.WriteFile(path, data, 0o600))
+			} else {
+				flipByte(t, path, victim.Offset()+segment.FrameHeaderSize)
+			}
+
+			_, err := Open(dir, Options{SegmentBytes: smallSeg})
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, path, ce.File)
+			require.Equal(t, victim.Offset(), ce.Offset)
+			require.Contains(t, err.Error(), "durable to offset")
+
+			l, err = Open(dir, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.NoError(t, err)
+			defer l.Close()
+			requireEntries(t, es[:len(es)-1], readAll(t, l))
+		})
+	}
+}

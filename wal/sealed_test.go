@@ -71,7 +71,9 @@ func TestVerifiedPositionScansOnlyTheTail(t *testing.T) {
 	requireEntries(t, append(want, more...), readAll(t, l))
 	require.NoError(t, l.Close())
 
-	// Tear the last record: the tail scan finds it and repairs it.
+	// Tear the last record, as a crash would (which leaves no clean
+	// mark): the tail scan finds it and repairs it.
+	require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
 	last := more[len(more)-1].pos
 	f, err := os.OpenFile(l.segPath(last.Segment()), os.O_RDWR, 0)
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 // gathered by one writer goroutine, which owns the active segment's writes
 // and fdatasyncs. Reads go through the segments' read-only memory maps.
 //
-// Lock order: listMu, then a seg's mu. mu (the request queue) is never held
+// Lock order: removeMu, then listMu, then a seg's mu. mu (the request queue) is never held
 // while taking another lock or doing I/O.
 type Log struct {
 	dir  string
@@ -37,6 +37,13 @@ type Log struct {
 	// writer from competing with the callers it waits for.
 	hold int
 	kick chan struct{}
+
+	// removeMu is held by RemoveBelow for its whole run and by Close from
+	// the moment it marks the log closed: no file of the log is renamed or
+	// removed once Close has let the directory go (another Log may have
+	// it), and two removals do not keep more than maxSpares between them.
+	// Taken before listMu and mu.
+	removeMu sync.Mutex
 
 	// listMu serialises changes of segs (rotation, removal) and guards
 	// spares. Readers load segs without it.
@@ -147,6 +154,8 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	l.removeMu.Lock() // a removal under way ends first
+	defer l.removeMu.Unlock()
 	l.wake()
 	<-l.writerDone
 	err := l.w.closeErr

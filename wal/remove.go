@@ -21,6 +21,8 @@ const sparePrefix = "spare-"
 //
 // RemoveBelow waits for readers of the removed segments to finish.
 func (l *Log) RemoveBelow(pos Position) (int, error) {
+	l.removeMu.Lock()
+	defer l.removeMu.Unlock()
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()

@@ -2,11 +2,14 @@ package wal
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
@@ -122,4 +125,60 @@ func TestRemoveBelowWhileReading(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// gateFS blocks the rename that retires segment 1 until release is closed.
+type gateFS struct {
+	vfs.FS
+	entered, release chan struct{}
+}
+
+func (g *gateFS) Rename(oldname, newname string) error {
+	if filepath.Base(oldname) == segName(1) && strings.Contains(newname, sparePrefix) {
+		close(g.entered)
+		<-g.release
+	}
+	return g.FS.Rename(oldname, newname)
+}
+
+// TestCloseWaitsForARemovalUnderWay: a Close during RemoveBelow holds the
+// directory until the removal ends, so that no file is renamed or removed
+// after another Log may have opened the directory.
+func TestCloseWaitsForARemovalUnderWay(t *testing.T) {
+	dir := t.TempDir()
+	g := &gateFS{FS: vfs.Default, entered: make(chan struct{}), release: make(chan struct{})}
+	l := mustOpen(t, dir, Options{FS: g, SegmentBytes: 1024})
+	es := appendRecords(t, l, 0, 60)
+	removed := make(chan error, 1)
+	go func() { _, err := l.RemoveBelow(MakePosition(2, 0)); removed <- err }()
+	<-g.entered
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+
+	// While the removal is under way the directory stays locked.
+	_, err := Open(dir, Options{SegmentBytes: 1024})
+	require.ErrorIs(t, err, ErrLocked)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a removal was under way", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(g.release)
+	require.NoError(t, <-removed)
+	require.NoError(t, <-closed)
+
+	l2 := mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l2.Close()
+	require.Equal(t, uint32(2), l2.Stats().FirstSegment, "the removal was done before Close let go")
+	requireEntries(t, entriesFrom(es, 2), readAll(t, l2))
+}
+
+// entriesFrom returns the entries of es in segment seq and after.
+func entriesFrom(es []entry, seq uint32) []entry {
+	for i, e := range es {
+		if e.pos.Segment() >= seq {
+			return es[i:]
+		}
+	}
+	return nil
 }

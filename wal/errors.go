@@ -31,7 +31,8 @@ var (
 	// fit in one segment.
 	ErrTooLarge = errors.New("wal: records too large for one segment")
 	// ErrNotFound is returned by Read and View for a position that names
-	// no record of the log: removed, not yet written, or not a record start.
+	// no record of the log: removed, not yet written, or not a record
+	// start; and by Iterate for a starting position where no frame starts.
 	ErrNotFound = errors.New("wal: no record at position")
 	// ErrBadOptions is returned by Open for an invalid Options field.
 	ErrBadOptions = errors.New("wal: invalid options")

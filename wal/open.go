@@ -386,6 +386,13 @@ func (l *Log) verifiedTail(f *segment.File, seq uint32, last bool) (segment.Repo
 	if err != nil || r.Tail != segment.EndClean {
 		return segment.Report{}, false
 	}
+	if r.End == v.Offset() && f.Data()[v.Offset()-1] == 0 {
+		// Nothing follows v, and a zero precedes it: v may lie in the
+		// zero-filled space past the last frame (the writer would then
+		// go on there, after a gap), or end a frame whose body ends in
+		// zero. Only the whole scan can tell.
+		return segment.Report{}, false
+	}
 	r.Records = -1 // unknown: the records before v were not counted
 	return r, true
 }

@@ -24,11 +24,17 @@ func (l *Log) Read(pos Position) ([]byte, error) {
 func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 	s := l.segment(pos.Segment())
 	if s == nil {
+		if l.refusal() == ErrClosed {
+			return ErrClosed
+		}
 		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, pos)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
+		if l.refusal() == ErrClosed {
+			return ErrClosed
+		}
 		return fmt.Errorf("%w: %v: segment removed", ErrNotFound, pos)
 	}
 	if off := pos.Offset(); off < segment.HeaderSize || int64(off) >= s.end.Load() {
@@ -50,35 +56,47 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 // not yet covered by an fdatasync). rec aliases the
 // segment's memory map and is valid only until fn returns; fn must not
 // modify it and must not call RemoveBelow or Close. from must be the zero
-// Position, the position of a record, or one just past a record; records of
-// segments already removed are skipped. An error from fn stops the walk and
-// is returned; a record that fails its checksum is a *CorruptionError.
+// Position, the position of a record, or one just past a record (another
+// is ErrNotFound, found when the walk reaches it); records of segments
+// already removed are skipped. An error from fn stops the walk and is
+// returned; a record that fails its checksum is a *CorruptionError.
 func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
+	if err := l.refusal(); err == ErrClosed {
+		return err
+	}
 	for _, s := range *l.segs.Load() {
 		if s.seq < from.Segment() {
 			continue
 		}
-		start := segment.HeaderSize
+		start, given := segment.HeaderSize, false
 		if s.seq == from.Segment() && from.Offset() > start {
-			start = from.Offset()
+			start, given = from.Offset(), true
 		}
-		if err := l.iterateSeg(s, start, fn); err != nil {
+		if err := l.iterateSeg(s, start, given, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (l *Log) iterateSeg(s *seg, off int, fn func(Position, []byte) error) error {
+// iterateSeg walks the records of s from off; given says off is the
+// caller's, not known to start a frame.
+func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil
+		if l.refusal() == ErrClosed {
+			return ErrClosed
+		}
+		return nil // removed
 	}
 	end := int(s.end.Load())
 	data := s.file.Data()[:end]
-	for off < end {
+	for first := true; off < end; first = false {
 		f, err := segment.Decode(data, off, s.seq)
+		if err != nil && first && given {
+			return fmt.Errorf("%w: %v: no frame starts there (%s offset %d): %w", ErrNotFound, MakePosition(s.seq, off), s.file.Path(), off, err)
+		}
 		if err != nil {
 			return &CorruptionError{File: s.file.Path(), Offset: off, Cause: err}
 		}

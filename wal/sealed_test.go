@@ -163,3 +163,30 @@ func TestSalvageReplacesASegmentCutBelowItsHeader(t *testing.T) {
 	requireEntries(t, append(kept, more...), readAll(t, l))
 	require.NoError(t, l.Close())
 }
+
+// TestVerifiedPositionPastTheEndIsRefused: a verified position in the
+// zero-filled space past the last frame would have the writer go on
+// there, after a gap that the next Open reads as corruption. With nothing
+// after it and a zero before it, Open scans the whole segment instead,
+// finds the frames ending before the position it was told was durable,
+// and refuses the log now, naming both; without the wrong hint the log
+// opens whole.
+func TestVerifiedPositionPastTheEndIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 4096})
+	es := appendRecords(t, l, 0, 3)
+	end := l.End()
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, cleanName))) // as after a crash
+
+	_, err := Open(dir, Options{SegmentBytes: 4096, Verified: MakePosition(end.Segment(), 2000)})
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, end.Offset(), ce.Offset)
+	require.ErrorContains(t, err, "durable to offset 2000")
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 4096})
+	defer l.Close()
+	requireEntries(t, es, readAll(t, l))
+	require.Equal(t, end, l.End())
+}

@@ -101,7 +101,8 @@ type writer struct {
 //
 // An error means the call may or may not be in the log. After a failed
 // write or fdatasync every call fails with ErrPoisoned. Append does not
-// retain recs after it returns. Appending no records does nothing.
+// retain recs after it returns. Appending no records does nothing (on a
+// closed or failed log it returns that error).
 func (l *Log) Append(recs ...[]byte) ([]Position, error) {
 	return l.append(recs, l.opts.Sync == SyncAlways)
 }
@@ -150,7 +151,7 @@ type queued struct {
 // reports whether it waits for an fdatasync (true) or only for the write.
 func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	if len(recs) == 0 {
-		return &Pending{}
+		return &Pending{err: l.refusal()}
 	}
 	size := 0
 	for i, r := range recs {
@@ -218,6 +219,17 @@ func (l *Log) enqueue(q *queued) *Pending {
 	}
 	p.r, p.b = r, b
 	return p
+}
+
+// refusal returns the error every call gets now: ErrClosed once the log
+// is closed, the poison once it failed, nil otherwise.
+func (l *Log) refusal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	return l.err
 }
 
 func (l *Log) wake() {

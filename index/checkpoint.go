@@ -453,7 +453,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 // Rebuild returns an empty index over an empty table in dir, after removing
 // any checkpoint and table file there: the caller replays the whole log.
 func Rebuild(fs vfs.FS, dir string) (*Index, error) {
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, err
 	}
 	if err := RemoveCheckpoint(fs, dir); err != nil {

@@ -143,7 +143,7 @@ func ChunkOf(seq uint64) uint64 { return seq / ChunkEntries }
 // the chunk files named in want; files of other chunks are removed. A
 // wanted chunk that is missing or of the wrong size is ErrDamaged.
 func OpenTable(fs vfs.FS, dir string, want []uint64) (*Table, error) {
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, err
 	}
 	t := &Table{fs: fs, dir: dir, chunks: map[uint64]*chunk{}, overlay: newEntrySet(), dirty: map[uint64]bool{}}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 func TestAppendIterateRead(t *testing.T) {
@@ -234,4 +235,34 @@ func TestMissingSegmentIsCorruption(t *testing.T) {
 	var ce *CorruptionError
 	require.True(t, errors.As(err, &ce))
 	require.Equal(t, segFile(dir, 2), ce.File)
+}
+
+// dirSyncFS records the directories SyncDir was called for.
+type dirSyncFS struct {
+	vfs.FS
+	mu   sync.Mutex
+	dirs []string
+}
+
+func (s *dirSyncFS) SyncDir(dir string) error {
+	s.mu.Lock()
+	s.dirs = append(s.dirs, dir)
+	s.mu.Unlock()
+	return s.FS.SyncDir(dir)
+}
+
+// TestOpenMakesANewDirectoryDurable: the directory Open creates, and each
+// missing parent, is synced into its own parent before anything is
+// acknowledged in it; a power loss would otherwise take the whole log.
+func TestOpenMakesANewDirectoryDurable(t *testing.T) {
+	root := t.TempDir()
+	fs := &dirSyncFS{FS: vfs.Default}
+	dir := filepath.Join(root, "new", "log")
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
+	defer l.Close()
+	_, err := l.Append(record(1))
+	require.NoError(t, err)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	require.Subset(t, fs.dirs, []string{root, filepath.Join(root, "new"), dir})
 }

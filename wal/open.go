@@ -63,7 +63,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(dir, lockName))
@@ -569,7 +569,7 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	}
 	dir := filepath.Join(l.dir, "salvage")
 	copyTo := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
 	if err := writeWhole(fs, copyTo, data); err != nil {
@@ -615,7 +615,7 @@ func writeWhole(fs vfs.FS, path string, data []byte) error {
 func (l *Log) copyAside(s *seg) (string, error) {
 	fs := l.opts.FS
 	dir := filepath.Join(l.dir, "salvage")
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return "", err
 	}
 	dst := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(s.seq), time.Now().UTC().Format("20060102T150405.000000000Z")))

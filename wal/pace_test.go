@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -486,4 +487,46 @@ func TestRotationAllocatesTheRestOfASegmentStillBeingZeroed(t *testing.T) {
 	}))
 	require.Equal(t, want, got)
 	require.Nil(t, l.Recovery().TornTail, "the reopen found a torn tail")
+}
+
+// TestARushOutlivesASpareThatCannotBeReused: a fill that took the writer's
+// rush and then gave way to a spare, which turned out unusable, fills the
+// file again as rushed: the rest allocated at once, not paced while the
+// writer waits.
+func TestARushOutlivesASpareThatCannotBeReused(t *testing.T) {
+	dir := t.TempDir()
+	const size = 8 << 20
+	l, active, p := preparerBeside(t, dir, size)
+	defer p.stop()
+	fs := &allocFS{FS: vfs.Default}
+	l.opts.FS, l.opts.Logger = fs, slog.New(slog.DiscardHandler) // the unusable spare is logged
+	p.request(3, active)
+	tmp := l.segPath(3) + tmpSuffix
+	waitForZeros(t, tmp)
+
+	// A retired file too short to be a segment, and the writer's rush,
+	// seen together.
+	broken := filepath.Join(dir, sparePrefix+"0000000000"+tmpSuffix)
+	require.NoError(t, os.WriteFile(broken, []byte("short"), 0o600))
+	l.listMu.Lock()
+	l.spares = append(l.spares, broken)
+	p.rush <- 3
+	l.listMu.Unlock()
+
+	var got prepared
+	select {
+	case got = <-p.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the rushed segment was not made: its fill went back to pacing")
+	}
+	require.NoError(t, got.err)
+	defer got.file.Close()
+	require.False(t, got.recycled)
+	require.Equal(t, uint32(3), got.file.Seq())
+	require.Equal(t, int64(1), l.stats.fillsRushed.Load())
+	fs.mu.Lock()
+	require.Len(t, fs.calls, 1, "the rest of the file was not allocated")
+	fs.mu.Unlock()
+	_, err := os.Stat(broken)
+	require.ErrorIs(t, err, os.ErrNotExist, "the unusable spare is still there")
 }

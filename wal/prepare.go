@@ -82,6 +82,7 @@ func (p *preparer) loop() {
 func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	l := p.l
 	tmp := l.segPath(seq) + tmpSuffix
+	rushed := false // a pacer given up for a spare took the writer's rush
 	for {
 		if spare, ok := l.takeSpare(); ok {
 			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq)
@@ -94,10 +95,13 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 		pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
 		pc.idle = p.idle
 		pc.spare = l.hasSpare
+		pc.rushed = rushed
 		f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
 		if errors.Is(err, errSpareArrived) {
-			// CreatePaced removed the zeros written so far.
+			// CreatePaced removed the zeros written so far. If the spare
+			// cannot be reused, the next fill is still rushed.
 			l.stats.fillsDropped.Add(1)
+			rushed = pc.rushed
 			continue
 		}
 		if err != nil {

@@ -43,6 +43,20 @@ func TestReceiveLeasesUpToMax(t *testing.T) {
 	require.Empty(t, mustReceive(t, q, 3))
 }
 
+// TestReceiveOfAnyMaxLeasesWhatThereIs: max bounds what Receive leases,
+// not what it reserves: a caller's "everything" (math.MaxInt) leases the
+// messages there are, and so does Consume with such a batch.
+func TestReceiveOfAnyMaxLeasesWhatThereIs(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	for range 3 {
+		mustPublish(t, q, "m")
+	}
+	require.Len(t, mustReceive(t, q, math.MaxInt), 3)
+	require.Empty(t, mustReceive(t, q, math.MaxInt))
+	require.Equal(t, 3, q.Stats().Leased)
+}
+
 func TestReceiveOldestEnqueuedFirst(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = 0 }))

@@ -57,9 +57,11 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		return fail(fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured))
 	}
 	// The records share one buffer: a slice taken from it stays valid
-	// when a later append moves the buffer.
-	recs := make([][]byte, 0, len(receipts)+max)
-	buf := make([]byte, 0, (len(receipts)+max)*leaseRecordGuess)
+	// when a later append moves the buffer. Sized for what can be leased
+	// (max alone may be any int: a caller's "everything").
+	most := min(max, q.iq.Live())
+	recs := make([][]byte, 0, len(receipts)+most)
+	buf := make([]byte, 0, (len(receipts)+most)*leaseRecordGuess)
 	record := func(e *index.Event) {
 		start := len(buf)
 		buf = e.Append(buf)
@@ -78,7 +80,7 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		acked++
 	}
 	recs = q.sweepLocked(now, recs)
-	leases := make([]lease, 0, max)
+	leases := make([]lease, 0, most)
 	for len(leases) < max {
 		m := q.iq.NextReady()
 		if m == nil {

@@ -57,3 +57,36 @@ func TestConsumeOverStoreAcksEverySuccess(t *testing.T) {
 	require.Zero(t, st.Leased)
 	require.Equal(t, int64(busy+101)-st.Acked, int64(st.Ready))
 }
+
+// TestConsumeOnAnIdleQueueEndsWhenTheStoreCloses: "Closed ... ends Consume
+// when Receive returns it" — a Consume waiting on an empty queue's wake
+// signal is woken by Close, looks again and returns Closed; a Wake after
+// the Close hands out a signal already closed.
+func TestConsumeOnAnIdleQueueEndsWhenTheStoreCloses(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(context.Background(), q, func(context.Context, DeliveryValue) error { return nil }, ConsumeOptions{})
+	}()
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.signalOut // the consumer took the signal and waits on it
+	}, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, s.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, Closed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume still waits on the queue 10 s after its store closed")
+	}
+	select {
+	case <-q.Wake().Signal:
+	default:
+		t.Fatal("Wake after Close handed out a signal that nothing will close")
+	}
+}

@@ -27,7 +27,7 @@ type Queue struct {
 	name string
 	id   uint32
 
-	// mu guards iq, policy, signal, signalOut and inflight.
+	// mu guards iq, policy, signal, signalOut, shut and inflight.
 	mu     sync.Mutex
 	iq     *index.Queue
 	policy PolicyValue
@@ -36,6 +36,10 @@ type Queue struct {
 	// holds need not be closed and replaced, which spares every publish
 	// to a queue no consumer waits on an allocation.
 	signalOut bool
+	// shut: the store closed, and with it signal, for good: a consumer
+	// waiting for the queue, or asking Wake after the Close, looks again
+	// at once and is told Closed.
+	shut bool
 	// inflight holds the publishes queued to the log and not yet
 	// committed to the index, so that a checkpoint can commit them.
 	inflight map[*wal.Pending]inflightPublish
@@ -76,13 +80,21 @@ func (q *Queue) commitInflightLocked() error {
 	return nil
 }
 
+// shutLocked closes the wake signal for good: the store is closed.
+func (q *Queue) shutLocked() {
+	if !q.shut {
+		q.shut = true
+		close(q.signal)
+	}
+}
+
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
 // wakeLocked closes the current wake signal and makes a new one, unless
 // nobody was given the current one.
 func (q *Queue) wakeLocked() {
-	if !q.signalOut {
+	if !q.signalOut || q.shut {
 		return
 	}
 	close(q.signal)

@@ -592,6 +592,14 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}
+	// Consumers waiting for a queue look again, and learn it is closed.
+	s.mu.Lock()
+	for _, q := range s.queues {
+		q.mu.Lock()
+		q.shutLocked()
+		q.mu.Unlock()
+	}
+	s.mu.Unlock()
 	err := s.log.Close()
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -80,6 +82,26 @@ type config struct {
 const (
 	defaultDrainMessages = 100_000
 	quickDrainMessages   = 20_000
+)
+
+// Upper bounds of the flags whose values size what walbench allocates, so
+// that a mistyped value is refused instead of exhausting the memory.
+const (
+	// maxProducers bounds -producers: each producer (appender) records its
+	// latencies into an HdrHistogram of its own, about 250 KB (a mixed
+	// producer has two), and holds a payload of -size bytes.
+	maxProducers = 1024
+	// maxConsumers bounds -consumers: Consume's Concurrency, or the
+	// Receive+Ack goroutines, each of which may wait in a commit holding
+	// the buffers of a Receive of -batch.
+	maxConsumers = 1024
+	// maxBatch bounds -batch: Receive allocates for max deliveries before
+	// it looks at how many there are.
+	maxBatch = 10_000
+	// maxSize bounds -size: the largest payload the queue of a walbench
+	// store accepts (its policy leaves MaxMessageBytes at the default
+	// wherever a segment holds more).
+	maxSize = broker.DefaultMaxMessageBytes
 )
 
 func defaultConfig() config {
@@ -170,22 +192,22 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.workloads, c.recommend = []string{kindPublish, kindDrain}, true
 		common(true)
 		warmup()
-		v.ints(fs, &c.publish.producers, "producers", "the publish workloads' concurrent producers, one workload per `count`")
-		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], "message size in `bytes`")
+		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
+		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each publish workload for `D`")
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
 		common(false)
 		fs.DurationVar(&c.probeTime, "time", c.probeTime, "run the fdatasync loop for `D`, the other loops for half that")
-		v.ints(fs, &c.probeProducers, "producers", "compute the durable-message ceiling for these producer `counts`")
-		v.ints(fs, &c.probeSizes, "size", "... and these message sizes in `bytes`")
+		v.ints(fs, &c.probeProducers, "producers", fmt.Sprintf("compute the durable-message ceiling for these producer `counts` (at most %d)", maxProducers))
+		v.ints(fs, &c.probeSizes, "size", fmt.Sprintf("... and these message sizes in `bytes` (at most %d)", maxSize))
 	case "publish":
 		c.workloads = []string{kindPublish}
 		common(true)
 		warmup()
-		v.ints(fs, &c.publish.producers, "producers", "concurrent producers, one workload per `count`")
-		v.ints(fs, &c.publish.sizes, "size", "message sizes in `bytes`, one workload each")
+		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("concurrent producers, one workload per `count` (at most %d)", maxProducers))
+		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
 		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each workload for `D`")
@@ -193,22 +215,22 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.workloads, c.probeTime = []string{kindDrain}, 0
 		common(false)
 		fs.StringVar(&c.drain.method, "method", c.drain.method, "consume (broker.Consume) or receive-ack (goroutines calling Receive, then Ack for each)")
-		v.ints(fs, &c.drain.consumers, "consumers", "Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count`")
-		v.ints(fs, &c.drain.batches, "batch", "Consume's Batch, or Receive's max: one workload per `count`")
+		v.ints(fs, &c.drain.consumers, "consumers", fmt.Sprintf("Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count` (at most %d)", maxConsumers))
+		v.ints(fs, &c.drain.batches, "batch", fmt.Sprintf("Consume's Batch, or Receive's max: one workload per `count` (at most %d)", maxBatch))
 		v.syncs(fs, &c.drain.syncs, "sync", "store sync `modes`, one workload each")
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
-		fs.IntVar(&c.drain.size, "size", c.drain.size, "message size in `bytes`")
+		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, "stop a drain after `D`, with messages left; its rate is then of those handled")
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
 		common(false)
 		warmup()
-		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, "`N` producers, sharing the target rate")
+		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, fmt.Sprintf("`N` producers, sharing the target rate (at most %d)", maxProducers))
 		v.rates(fs, &c.mixedRates, "rate", "target publish `rates` in msgs/s, all producers together, one workload per rate")
-		fs.IntVar(&c.mixed.consumers, "consumers", c.mixed.consumers, "Consume's Concurrency")
-		fs.IntVar(&c.mixed.batch, "batch", c.mixed.batch, "Consume's Batch")
-		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (at least %d)", mixedHeaderBytes))
+		fs.IntVar(&c.mixed.consumers, "consumers", c.mixed.consumers, fmt.Sprintf("Consume's Concurrency (at most %d)", maxConsumers))
+		fs.IntVar(&c.mixed.batch, "batch", c.mixed.batch, fmt.Sprintf("Consume's Batch (at most %d)", maxBatch))
+		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, "measure for `D`")
@@ -217,26 +239,26 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.reopen, c.probeTime = true, 0
 		common(false)
 		fs.IntVar(&c.reopenLoad.messages, "messages", c.reopenLoad.messages, "fill the store with `N` pending messages")
-		fs.IntVar(&c.reopenLoad.size, "size", c.reopenLoad.size, "message size in `bytes`")
+		fs.IntVar(&c.reopenLoad.size, "size", c.reopenLoad.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 	case "sweep":
 		c.workloads, c.recommend = []string{kindSweep}, true
 		common(true)
 		warmup()
-		v.ints(fs, &c.sweep.producers, "producers", "the grid's producer `counts`")
-		v.ints(fs, &c.sweep.sizes, "size", "the grid's message sizes in `bytes`")
+		v.ints(fs, &c.sweep.producers, "producers", fmt.Sprintf("the grid's producer `counts` (at most %d)", maxProducers))
+		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
 		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
 		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, "publish for `D` at each point, then drain for at most as long")
-		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, "the drains' Consume Concurrency")
-		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, "the drains' Consume Batch")
+		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
+		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, fmt.Sprintf("the drains' Consume Batch (at most %d)", maxBatch))
 	case "wal":
 		c.workloads = []string{kindWAL}
 		common(true)
 		warmup()
-		v.ints(fs, &c.wal.appenders, "producers", "concurrent appenders, one workload per `count`")
+		v.ints(fs, &c.wal.appenders, "producers", fmt.Sprintf("concurrent appenders, one workload per `count` (at most %d)", maxProducers))
 		v.segmentSources(fs, &c.wal.segments, "segments", "where each rotation's next segment comes from, one workload per `source`: new (written full of zeros, as a growing log's are) or reused (a file the log retired, as in a log whose reader keeps up)")
-		fs.IntVar(&c.wal.size, "size", c.wal.size, "record size in `bytes`")
+		fs.IntVar(&c.wal.size, "size", c.wal.size, fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, "measure each workload for `D`")
@@ -302,8 +324,14 @@ func (c *config) validate() error {
 	}
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
+		if ok {
+			return
+		}
+		// The profile's one -size is its publishes' and its drains': say
+		// what is wrong with it once.
+		err := fmt.Errorf(format, args...)
+		if !slices.ContainsFunc(errs, func(e error) bool { return e.Error() == err.Error() }) {
+			errs = append(errs, err)
 		}
 	}
 	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
@@ -311,16 +339,37 @@ func (c *config) validate() error {
 	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)
 	check(c.publish.duration > 0 && c.wal.duration > 0 && c.mixed.duration > 0 && c.sweep.duration > 0, "-time: must be positive")
 	check(c.command != "probe" || c.probeTime > 0, "-time %v: must be positive", c.probeTime)
-	for _, s := range append(append(append(c.publish.sizes, c.sweep.sizes...), c.probeSizes...), c.drain.size, c.wal.size, c.reopenLoad.size) {
+	check(c.mixed.size >= mixedHeaderBytes, "-size %d: the mixed workload needs at least %d bytes", c.mixed.size, mixedHeaderBytes)
+	for _, s := range slices.Concat(c.publish.sizes, c.sweep.sizes, c.probeSizes, []int{c.drain.size, c.wal.size, c.reopenLoad.size}) {
 		check(s >= 1, "-size %d: must be at least 1", s)
 	}
-	check(c.mixed.size >= mixedHeaderBytes, "-size %d: the mixed workload needs at least %d bytes", c.mixed.size, mixedHeaderBytes)
+	for _, s := range slices.Concat(c.publish.sizes, c.sweep.sizes, c.probeSizes, []int{c.drain.size, c.wal.size, c.reopenLoad.size, c.mixed.size}) {
+		check(s <= maxSize, "-size %d: must be at most %d (1 MiB, broker.DefaultMaxMessageBytes: the largest message a walbench queue accepts)", s, maxSize)
+	}
+	if slices.Contains(c.workloads, kindWAL) && (c.wal.segmentBytes == 0 || c.wal.segmentBytes >= broker.MinSegmentBytes) {
+		// One Append must fit in one segment of the log, less its header
+		// and the room kept for the seal frame.
+		seg := effectiveSegmentBytes(c.wal.segmentBytes)
+		largest := seg - segment.HeaderSize - int64(segment.Size(0)) - segment.FrameHeaderSize
+		check(c.wal.size > maxSize || int64(c.wal.size) <= largest,
+			"-size %d: a record must fit in one segment of the log: at most %d bytes with -segment-bytes %d", c.wal.size, largest, seg)
+	}
+	for _, n := range slices.Concat(c.publish.producers, c.sweep.producers, c.wal.appenders, c.probeProducers, []int{c.mixed.producers}) {
+		check(n >= 1, "-producers %d: must be at least 1", n)
+		check(n <= maxProducers, "-producers %d: must be at most %d (each producer has latency histograms of its own)", n, maxProducers)
+	}
+	for _, n := range slices.Concat(c.drain.consumers, []int{c.mixed.consumers, c.sweep.consumers}) {
+		check(n >= 1, "-consumers %d: must be at least 1", n)
+		check(n <= maxConsumers, "-consumers %d: must be at most %d", n, maxConsumers)
+	}
+	for _, n := range slices.Concat(c.drain.batches, []int{c.mixed.batch, c.sweep.batch}) {
+		check(n >= 1, "-batch %d: must be at least 1", n)
+		check(n <= maxBatch, "-batch %d: must be at most %d", n, maxBatch)
+	}
 	for _, r := range c.mixedRates {
 		check(r > 0 && !math.IsInf(r, 0), "-rate %v: must be positive", r)
 	}
-	check(c.mixed.producers >= 1 && c.mixed.consumers >= 1 && c.mixed.batch >= 1, "-producers, -consumers, -batch: must be at least 1")
 	check(c.mixed.sample > 0, "-sample %v: must be positive", c.mixed.sample)
-	check(c.sweep.consumers >= 1 && c.sweep.batch >= 1, "-consumers, -batch: must be at least 1")
 	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)
 	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
 	check(c.drain.limit > 0, "-limit %v: must be positive", c.drain.limit)

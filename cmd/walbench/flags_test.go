@@ -137,3 +137,77 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagBounds: the values that would exhaust the memory, overflow a
+// computation or measure nothing are refused, naming the flag and the
+// value, with exit code 2. They are checked with parseConfig first: a
+// value it accepted would start a run.
+func TestFlagBounds(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"drain", "-messages", "100", "-batch", "1000000000000", "-consumers", "1", "-method", "receive-ack", "-sync", "all"}, "-batch 1000000000000: must be at most 10000"},
+		{[]string{"drain", "-batch", "64,10001"}, "-batch 10001: must be at most 10000"},
+		{[]string{"mixed", "-batch", "20000"}, "-batch 20000: must be at most 10000"},
+		{[]string{"sweep", "-batch", "10001"}, "-batch 10001: must be at most 10000"},
+		{[]string{"publish", "-producers", "200000"}, "-producers 200000: must be at most 1024"},
+		{[]string{"-producers", "1,1025"}, "-producers 1025: must be at most 1024"},
+		{[]string{"mixed", "-producers", "2000"}, "-producers 2000: must be at most 1024"},
+		{[]string{"wal", "-producers", "1025"}, "-producers 1025: must be at most 1024"},
+		{[]string{"sweep", "-producers", "1,4096"}, "-producers 4096: must be at most 1024"},
+		{[]string{"probe", "-producers", "5000"}, "-producers 5000: must be at most 1024"},
+		{[]string{"drain", "-consumers", "1025"}, "-consumers 1025: must be at most 1024"},
+		{[]string{"mixed", "-consumers", "5000"}, "-consumers 5000: must be at most 1024"},
+		{[]string{"sweep", "-consumers", "0"}, "-consumers 0: must be at least 1"},
+		{[]string{"-size", "1048577"}, "-size 1048577: must be at most 1048576"},
+		{[]string{"publish", "-size", "1024,9000000000"}, "-size 9000000000: must be at most 1048576"},
+		{[]string{"drain", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"mixed", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"reopen", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"sweep", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"wal", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"probe", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
+		{[]string{"wal", "-size", "16319", "-segment-bytes", "16KiB"}, "-size 16319: a record must fit in one segment of the log: at most 16318 bytes"},
+	} {
+		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)
+			continue
+		}
+		dir, args := benchDir(t), tc.args
+		if !slices.Contains(args, "-dir") {
+			args = append(slices.Clone(args), "-dir", dir)
+		}
+		res := runWith(t, context.Background(), nil, args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, tc.want) {
+			t.Errorf("walbench %q: exit %d, stderr %q; want %d and %q", tc.args, res.code, res.stderr, exitUsage, tc.want)
+		}
+		assertDirEmpty(t, dir)
+	}
+}
+
+// TestFlagBoundsAccepted: the bounds themselves are accepted.
+func TestFlagBoundsAccepted(t *testing.T) {
+	for _, args := range [][]string{
+		{"drain", "-batch", "10000", "-consumers", "1024", "-size", "1048576"},
+		{"publish", "-producers", "1024", "-size", "1048576", "-segment-bytes", "1GiB"},
+		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
+	} {
+		if _, err := parseConfig(args, io.Discard); err != nil {
+			t.Errorf("walbench %q: %v", args, err)
+		}
+	}
+}
+
+// TestWALLargestRecord appends records of the largest size the flags let
+// through for the smallest segments: the log takes them.
+func TestWALLargestRecord(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runOK(t, "wal", "-dir", dir, "-json", jsonFile, "-producers", "1", "-segments", "new", "-size", "16318", "-segment-bytes", "16KiB",
+		"-time", "30ms", "-warmup", "0", "-probe-time", "0")
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || rep.Rows[0].Ops == 0 || rep.Rows[0].Rotations == 0 {
+		t.Errorf("rows %+v; want one, with appends and rotations", rep.Rows)
+	}
+}

@@ -102,6 +102,10 @@ const (
 	// store accepts (its policy leaves MaxMessageBytes at the default
 	// wherever a segment holds more).
 	maxSize = broker.DefaultMaxMessageBytes
+	// maxRatePerProducer bounds a mixed workload's -rate per producer:
+	// no Publish returns in a microsecond, and the schedule's steps are
+	// whole nanoseconds.
+	maxRatePerProducer = 1e6
 )
 
 func defaultConfig() config {
@@ -227,7 +231,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		common(false)
 		warmup()
 		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, fmt.Sprintf("`N` producers, sharing the target rate (at most %d)", maxProducers))
-		v.rates(fs, &c.mixedRates, "rate", "target publish `rates` in msgs/s, all producers together, one workload per rate")
+		v.rates(fs, &c.mixedRates, "rate", "target publish `rates` in msgs/s, all producers together, one workload per rate (each producer publishing at least once in -time, at most a million times a second)")
 		fs.IntVar(&c.mixed.consumers, "consumers", c.mixed.consumers, fmt.Sprintf("Consume's Concurrency (at most %d)", maxConsumers))
 		fs.IntVar(&c.mixed.batch, "batch", c.mixed.batch, fmt.Sprintf("Consume's Batch (at most %d)", maxBatch))
 		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
@@ -366,8 +370,23 @@ func (c *config) validate() error {
 		check(n >= 1, "-batch %d: must be at least 1", n)
 		check(n <= maxBatch, "-batch %d: must be at most %d", n, maxBatch)
 	}
-	for _, r := range c.mixedRates {
-		check(r > 0 && !math.IsInf(r, 0), "-rate %v: must be positive", r)
+	if slices.Contains(c.workloads, kindMixed) {
+		// Each producer publishes once every producers/rate seconds: at
+		// least once in the window, and no oftener than a Publish can
+		// return.
+		lowest := float64(c.mixed.producers) / c.mixed.duration.Seconds()
+		highest := float64(c.mixed.producers) * maxRatePerProducer
+		for _, r := range c.mixedRates {
+			switch {
+			case !(r > 0) || math.IsInf(r, 0):
+				check(false, "-rate %v: must be positive", r)
+			case r < lowest && c.mixed.duration > 0:
+				check(false, "-rate %v: must be at least %v msgs/s, so that each of the %d producers publishes at least once in the -time %v window",
+					r, lowest, c.mixed.producers, c.mixed.duration)
+			case r > highest:
+				check(false, "-rate %v: must be at most %v msgs/s (%v per producer, with %d producers)", r, highest, maxRatePerProducer, c.mixed.producers)
+			}
+		}
 	}
 	check(c.mixed.sample > 0, "-sample %v: must be positive", c.mixed.sample)
 	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)

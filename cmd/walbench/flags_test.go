@@ -169,6 +169,9 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"wal", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
 		{[]string{"probe", "-size", "1099511627776"}, "-size 1099511627776: must be at most 1048576"},
 		{[]string{"wal", "-size", "16319", "-segment-bytes", "16KiB"}, "-size 16319: a record must fit in one segment of the log: at most 16318 bytes"},
+		{[]string{"mixed", "-rate", "1e-10"}, "-rate 1e-10: must be at least 3.2 msgs/s, so that each of the 16 producers publishes at least once in the -time 5s window"},
+		{[]string{"mixed", "-producers", "4", "-time", "1s", "-rate", "100,3"}, "-rate 3: must be at least 4 msgs/s"},
+		{[]string{"mixed", "-producers", "2", "-rate", "1e12"}, "-rate 1e+12: must be at most 2e+06 msgs/s"},
 	} {
 		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)
@@ -191,6 +194,7 @@ func TestFlagBoundsAccepted(t *testing.T) {
 	for _, args := range [][]string{
 		{"drain", "-batch", "10000", "-consumers", "1024", "-size", "1048576"},
 		{"publish", "-producers", "1024", "-size", "1048576", "-segment-bytes", "1GiB"},
+		{"mixed", "-producers", "16", "-time", "5s", "-rate", "3.2,16000000"},
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
 	} {
 		if _, err := parseConfig(args, io.Discard); err != nil {

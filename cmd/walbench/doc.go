@@ -24,13 +24,15 @@
 // Ctrl-C), -json FILE (the results, in the schema below), -rounds N and
 // -cpuprofile FILE (a CPU profile of the whole run, for go tool pprof).
 //
-// Values that would exhaust the memory or measure nothing are refused as
-// bad flags: -producers at most 1024 (each producer records into latency
-// histograms of its own, about 250 KB each), -consumers at most 1024,
-// -batch at most 10,000, -size at most 1 MiB (broker.DefaultMaxMessageBytes,
-// the largest message the benchmark's queue accepts; a wal record must
-// also fit in one segment), and a mixed -rate at which a producer would
-// publish less than once in -time or more than a million times a second.
+// Values that would exhaust the memory, overflow or measure nothing are
+// refused as bad flags: -producers at most 1024 (each producer records
+// into latency histograms of its own, about 250 KB each), -consumers at
+// most 1024, -batch at most 10,000, -size at most 1 MiB
+// (broker.DefaultMaxMessageBytes, the largest message the benchmark's
+// queue accepts; a wal record must also fit in one segment), sizes
+// (-segment-bytes) that overflow 64 bits, and a mixed -rate at which a
+// producer would publish less than once in -time or more than a million
+// times a second.
 //
 // # Workloads
 //

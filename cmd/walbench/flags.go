@@ -562,8 +562,8 @@ func joinInts(ns []int) string {
 
 // parseBytes reads a size: a number of bytes, or one followed by B, KiB,
 // MiB or GiB (K, M and G too).
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+func parseBytes(text string) (int64, error) {
+	s := strings.TrimSpace(text)
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -575,8 +575,11 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if errors.Is(err, strconv.ErrRange) || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large a size (at most %d bytes)", text, int64(math.MaxInt64))
+	}
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size in bytes (1024, 4MiB, ...)", s)
+		return 0, fmt.Errorf("%q is not a size in bytes (1024, 4MiB, ...)", text)
 	}
 	return n * mult, nil
 }

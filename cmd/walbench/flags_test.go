@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,10 +132,13 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "x", "-1", "4 TiB", "1.5MiB"} {
-		if _, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q): want an error", in)
+	for _, in := range []string{"", "x", "-1", "4 TiB", "1.5MiB", "17592186044420MiB", "9223372036854775807K", "9223372036854775808"} {
+		if _, err := parseBytes(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
+			t.Errorf("parseBytes(%q): error %v, want one naming the value", in, err)
 		}
+	}
+	if n, err := parseBytes("9223372036854775807"); err != nil || n != math.MaxInt64 {
+		t.Errorf("parseBytes(MaxInt64) = %d, %v", n, err)
 	}
 }
 
@@ -172,6 +176,8 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"mixed", "-rate", "1e-10"}, "-rate 1e-10: must be at least 3.2 msgs/s, so that each of the 16 producers publishes at least once in the -time 5s window"},
 		{[]string{"mixed", "-producers", "4", "-time", "1s", "-rate", "100,3"}, "-rate 3: must be at least 4 msgs/s"},
 		{[]string{"mixed", "-producers", "2", "-rate", "1e12"}, "-rate 1e+12: must be at most 2e+06 msgs/s"},
+		{[]string{"publish", "-segment-bytes", "17592186044420MiB"}, `"17592186044420MiB" is too large a size`},
+		{[]string{"sweep", "-segment-bytes", "4MiB,9223372036854775808"}, `"9223372036854775808" is too large a size`},
 	} {
 		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)

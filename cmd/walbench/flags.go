@@ -180,7 +180,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	v := &validator{}
 	common := func(probe bool) {
-		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR` (on the disk to measure); it is removed at the end")
+		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR` (on the disk to measure; not empty); it is removed at the end")
 		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: go doc ./cmd/walbench)")
 		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
@@ -338,6 +338,7 @@ func (c *config) validate() error {
 			errs = append(errs, err)
 		}
 	}
+	check(c.parent != "", `-dir "": want a directory (. for the current one)`)
 	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
 	check(c.probeTime >= 0, "-probe-time %v: must not be negative", c.probeTime)
 	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)

@@ -178,6 +178,8 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"mixed", "-producers", "2", "-rate", "1e12"}, "-rate 1e+12: must be at most 2e+06 msgs/s"},
 		{[]string{"publish", "-segment-bytes", "17592186044420MiB"}, `"17592186044420MiB" is too large a size`},
 		{[]string{"sweep", "-segment-bytes", "4MiB,9223372036854775808"}, `"9223372036854775808" is too large a size`},
+		{[]string{"-dir", ""}, `-dir "": want a directory`},
+		{[]string{"drain", "-dir", ""}, `-dir "": want a directory`},
 	} {
 		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)

@@ -18,12 +18,12 @@
 //	walbench full -rounds 3 -json bench.json
 //	walbench report -in bench.json [-bench BENCH.md | -md]
 //
-// walbench COMMAND -h lists a command's flags. Every measuring command
-// takes -dir DIR (the temporary directory is made under DIR, the current
-// directory by default, and removed at the end, also after an error or
-// Ctrl-C; an empty DIR is refused), -json FILE (the results, in the
-// schema below), -rounds N and -cpuprofile FILE (a CPU profile of the
-// whole run, for go tool pprof).
+// walbench COMMAND -h (or walbench help COMMAND) lists a command's flags.
+// Every measuring command takes -dir DIR (the temporary directory is made
+// under DIR, the current directory by default, and removed at the end,
+// also after an error or Ctrl-C; an empty DIR is refused), -json FILE
+// (the results, in the schema below), -rounds N and -cpuprofile FILE (a
+// CPU profile of the whole run, for go tool pprof).
 //
 // Values that would exhaust the memory, overflow or measure nothing are
 // refused as bad flags: -producers at most 1024 (each producer records

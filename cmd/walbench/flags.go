@@ -282,8 +282,17 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		fs.StringVar(&c.bench, "bench", "", "rewrite the part of `FILE` between "+beginMarker+" and "+endMarker+" from them")
 		fs.BoolVar(&c.markdown, "md", false, "print that part (markdown) instead of the tables")
 	case "help":
-		usage(stderr)
-		return c, flag.ErrHelp
+		switch {
+		case len(args) == 0 || len(args) == 1 && args[0] == "help":
+			usage(stderr)
+			return c, flag.ErrHelp
+		case len(args) == 1 && isCommand(args[0]):
+			// walbench help COMMAND is walbench COMMAND -h.
+			return parseConfig([]string{args[0], "-h"}, stderr)
+		case len(args) == 1 && !strings.HasPrefix(args[0], "-"):
+			return c, fmt.Errorf("help %s: unknown command %q (walbench help lists them)", args[0], args[0])
+		}
+		return c, fmt.Errorf("help: unexpected argument %q (walbench help [COMMAND])", args[len(args)-1])
 	default:
 		return c, fmt.Errorf("unknown command %q (walbench help lists them)", c.command)
 	}
@@ -310,9 +319,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	return c, c.validate()
 }
 
+// isCommand reports whether name is one of walbench's commands.
+func isCommand(name string) bool {
+	return slices.ContainsFunc(commands, func(c struct{ name, summary string }) bool { return c.name == name })
+}
+
 // usage lists the commands.
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: walbench [command] [flags]\n\nMeasures what this disk can do for walbroker, and which settings to use.\nWith no command, runs profile. walbench COMMAND -h lists a command's flags.\n\nCommands:")
+	fmt.Fprintln(w, "usage: walbench [command] [flags]\n\nMeasures what this disk can do for walbroker, and which settings to use.\nWith no command, runs profile. walbench COMMAND -h (or walbench help COMMAND)\nlists a command's flags.\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}

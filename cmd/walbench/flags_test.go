@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"math"
 	"slices"
@@ -180,13 +182,15 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"sweep", "-segment-bytes", "4MiB,9223372036854775808"}, `"9223372036854775808" is too large a size`},
 		{[]string{"-dir", ""}, `-dir "": want a directory`},
 		{[]string{"drain", "-dir", ""}, `-dir "": want a directory`},
+		{[]string{"help", "extra"}, `unknown command "extra"`},
+		{[]string{"help", "publish", "extra"}, `unexpected argument "extra"`},
 	} {
 		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)
 			continue
 		}
 		dir, args := benchDir(t), tc.args
-		if !slices.Contains(args, "-dir") {
+		if !slices.Contains(args, "-dir") && args[0] != "help" {
 			args = append(slices.Clone(args), "-dir", dir)
 		}
 		res := runWith(t, context.Background(), nil, args...)
@@ -204,10 +208,15 @@ func TestFlagBoundsAccepted(t *testing.T) {
 		{"publish", "-producers", "1024", "-size", "1048576", "-segment-bytes", "1GiB"},
 		{"mixed", "-producers", "16", "-time", "5s", "-rate", "3.2,16000000"},
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
+		{"help", "publish"},
 	} {
-		if _, err := parseConfig(args, io.Discard); err != nil {
+		if _, err := parseConfig(args, io.Discard); err != nil && !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("walbench %q: %v", args, err)
 		}
+	}
+	var b strings.Builder
+	if _, err := parseConfig([]string{"help", "drain"}, &b); !errors.Is(err, flag.ErrHelp) || !strings.Contains(b.String(), "usage: walbench drain") || !strings.Contains(b.String(), "-batch") {
+		t.Errorf("help drain: %v, %q; want drain's flags", err, b.String())
 	}
 }
 

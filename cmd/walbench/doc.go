@@ -72,7 +72,9 @@
 //     Concurrency) with a handler that only counts, or by goroutines each
 //     calling Receive(batch) and Ack for each delivery (-method
 //     receive-ack), timed from the start until every call returned, at
-//     most -limit. msgs/s, and leases and acks per commit.
+//     most -limit. msgs/s, and leases and acks per commit. A drain that
+//     -limit ends with messages left is marked "cut at -limit", with a
+//     note: its rate is of the messages it handled.
 //   - mixed: -producers goroutines publish at -rate msgs/s together (a
 //     list: one workload per rate), each call at its scheduled instant
 //     (open loop), while broker.Consume takes the messages; -time measured
@@ -230,6 +232,8 @@
 //	                     start until its calls returned)
 //	    "fill_seconds":  float, the untimed prefills, summed (drain)
 //	    "interrupted":   bool, Ctrl-C cut a window of it short
+//	    "limited":       bool, drain: -limit ended a drain of it with messages
+//	                     left, its rate is of those handled (absent otherwise)
 //	    "ops":           int, messages published (drain: handled), summed
 //	    "commits":       int, fdatasyncs of the store (log) in the windows, summed
 //	    "rotations", "new_segments": int, wal: the log's rotations in the
@@ -266,8 +270,9 @@
 //	    "backlog_interval_ns": int, mixed: between two samples
 //	    "backlog":       [int], mixed: Ready + Leased at each sample
 //	                     (a summary: the element-wise median over the rounds)
-//	    "notes":         [string], what looked wrong in the store's counters;
-//	                     prefixed "round K: " in a summary of several rounds
+//	    "notes":         [string], what looked wrong in the store's counters,
+//	                     and a drain that -limit ended; prefixed "round K: "
+//	                     in a summary of several rounds
 //	    "ranges":        {name: [min, max]}, a summary's ratios over the rounds
 //	                     (absent with one round)
 //	    "per_round":     [row], a summary's rounds, in order

@@ -121,6 +121,7 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 		Seconds:      secs,
 		FillSeconds:  fill.Seconds(),
 		Interrupted:  res.interrupted,
+		Limited:      res.limited,
 		Ops:          res.handled,
 		Commits:      res.commits,
 		Notes:        notes,
@@ -132,6 +133,9 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 	r.CommitsPerSec = rate(res.commits, secs)
 	if res.commits > 0 {
 		r.RecordsPerCommit = ptr(float64(res.records) / float64(res.commits))
+	}
+	if res.limited {
+		r.Notes = append(r.Notes, fmt.Sprintf("-limit %v ended the drain with %d of %d messages handled: its rate is of those", d.limit, res.handled, d.messages))
 	}
 	if res.interrupted || res.limited {
 		return r, true, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +311,30 @@ func TestCommands(t *testing.T) {
 			}
 			tc.check(t, rep)
 		})
+	}
+}
+
+// TestDrainLimited: a drain that -limit ends with messages left is not
+// shown as finished: its row is marked, in the table and in the JSON,
+// and a note says how far it got.
+func TestDrainLimited(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runOK(t, "drain", "-dir", dir, "-json", jsonFile, "-messages", "5000", "-limit", "1ms", "-consumers", "1", "-batch", "1",
+		"-method", "receive-ack", "-sync", "all", "-size", "10", "-segment-bytes", "64KiB")
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rep.Rows))
+	}
+	r := rep.Rows[0]
+	if !r.Limited || r.Interrupted || r.Ops >= 5000 || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "-limit 1ms ended the drain with") {
+		t.Errorf("row: limited %v, interrupted %v, %d of 5000 handled, notes %q; want it limited, with a note", r.Limited, r.Interrupted, r.Ops, r.Notes)
+	}
+	if !strings.Contains(res.stdout, r.Workload+" (cut at -limit)") {
+		t.Errorf("the table does not mark the row cut at -limit")
+	}
+	b, err := os.ReadFile(jsonFile)
+	if err != nil || !strings.Contains(string(b), `"limited": true`) {
+		t.Errorf("the JSON does not say the drain was limited (%v)", err)
 	}
 }

@@ -69,6 +69,8 @@ type Row struct {
 	Seconds     float64 `json:"seconds" agg:"sum"`
 	FillSeconds float64 `json:"fill_seconds,omitempty" agg:"sum"`
 	Interrupted bool    `json:"interrupted" agg:"or"`
+	// Limited: drain: -limit ended a drain of it with messages left.
+	Limited bool `json:"limited,omitempty" agg:"or"`
 
 	Ops            int64 `json:"ops" agg:"sum"`
 	Commits        int64 `json:"commits" agg:"sum"`

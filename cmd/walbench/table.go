@@ -92,7 +92,11 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 		}
 	}
 	for _, r := range rows {
-		cells := []string{rowName(r.Workload, r.Interrupted, r.Rounds, rounds)}
+		name := r.Workload
+		if r.Limited {
+			name += " (cut at -limit)"
+		}
+		cells := []string{rowName(name, r.Interrupted, r.Rounds, rounds)}
 		for _, c := range cols {
 			cells = append(cells, c.cell(r))
 			if c.ratio != "" && multi {

@@ -203,6 +203,10 @@
 //	  "error":       string, the failure that ended it early (absent if none)
 //	  "probe": {                                   (absent without a probe)
 //	    "seconds", "interrupted", "fdatasyncs" (count)
+//	    "interrupted_in": string, the step Ctrl-C stopped: "prefill" (its file
+//	                     written full of zeros), "fdatasync", "large", "write"
+//	                     or "append" (the loops below, in the order they run;
+//	                     those after it did not run); absent if none
 //	    "fdatasyncs_per_sec", "fdatasync_p50_ns", "fdatasync_p99_ns",
 //	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop (4 KiB pwrites)
 //	    "large_fdatasyncs_per_sec", "large_p50_ns", "large_p99_ns",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -50,11 +51,44 @@ type probeLoad struct {
 	ceilings []Ceiling
 }
 
+// The steps of the probe, in the order they run, as Probe.InterruptedIn
+// names them.
+const (
+	probePrefill   = "prefill"   // the overwrite loops' file written full of zeros
+	probeFdatasync = "fdatasync" // pwrite 4 KiB + fdatasync over written blocks
+	probeLarge     = "large"     // pwrite 64 KiB + fdatasync over written blocks
+	probeWrite     = "write"     // sequential bandwidth
+	probeAppend    = "append"    // pwrite 4 KiB + fdatasync at the end of a growing file
+)
+
 // runProbe runs the probe in a new file of dir, and removes it. ctx ending
-// stops it: what was measured until then is returned, Interrupted set.
+// stops it: what was measured until then is returned, Interrupted set and
+// InterruptedIn naming the step it stopped.
 func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, err error) {
 	start := time.Now()
-	defer func() { p.Seconds = time.Since(start).Seconds() }()
+	defer func() {
+		p.Seconds = time.Since(start).Seconds()
+		p.Interrupted = p.InterruptedIn != ""
+		// From whatever was measured: a ceiling lacking a figure is nil.
+		p.Ceilings = ceilingsOf(p, l.ceilings)
+	}()
+	// step runs one step of the probe, showing its progress as label for d,
+	// and reports whether the probe goes on: not after an error, nor once
+	// ctx has ended.
+	step := func(name, label string, d time.Duration, run func() error) (bool, error) {
+		env.windowOpened("probe: " + name)
+		stop := env.progress.trackWindow("probe: "+label, d)
+		err := run()
+		stop()
+		if err != nil {
+			return false, err
+		}
+		if ctx.Err() != nil {
+			p.InterruptedIn = name
+			return false, nil
+		}
+		return true, nil
+	}
 
 	name := filepath.Join(dir, "probe-overwrite")
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
@@ -64,65 +98,77 @@ func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, 
 	defer func() {
 		err = errors.Join(err, closeErr("probe", f.Close()), removeErr("probe", name))
 	}()
-	if err := prefill(ctx, f, probeFileBytes); err != nil || ctx.Err() != nil {
-		p.Interrupted = ctx.Err() != nil
+	var written atomic.Int64
+	env.windowOpened("probe: " + probePrefill)
+	stop := env.progress.track(fmt.Sprintf("probe: write a %d MiB file full of zeros", probeFileBytes>>20), probeFileBytes, written.Load,
+		func(n int64) string { return fmt.Sprintf("%d/%d MiB", n>>20, probeFileBytes>>20) })
+	err = prefill(ctx, f, probeFileBytes, &written)
+	stop()
+	if err != nil {
 		return p, err
+	}
+	if ctx.Err() != nil {
+		p.InterruptedIn = probePrefill
+		return p, nil
 	}
 
 	// fdatasync after a 4 KiB pwrite over written blocks: what one commit
 	// of the log costs.
-	h := newLatencies()
-	stop := env.progress.trackWindow("probe: pwrite 4 KiB + fdatasync", l.duration)
-	n, secs, err := syncLoop(ctx, f, probeWriteBytes, probeWriteBytes, 0, probeFileBytes, l.duration, h)
-	stop()
-	if err != nil {
-		return p, fmt.Errorf("probe: %w", err)
-	}
-	p.Fdatasyncs = n
-	p.FdatasyncsPerSec = rate(n, secs)
-	lat := percentilesOf(h)
-	p.FdatasyncP50Ns, p.FdatasyncP99Ns, p.FdatasyncP999Ns, p.FdatasyncMaxNs = lat.p50, lat.p99, lat.p999, lat.max
-	if ctx.Err() != nil {
-		p.Interrupted = true
-		return p, nil
+	if ok, err := step(probeFdatasync, "pwrite 4 KiB + fdatasync", l.duration, func() error {
+		h := newLatencies()
+		n, secs, err := syncLoop(ctx, f, probeWriteBytes, probeWriteBytes, 0, probeFileBytes, l.duration, h)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if n > 0 {
+			p.Fdatasyncs = n
+			p.FdatasyncsPerSec = rate(n, secs)
+			lat := percentilesOf(h)
+			p.FdatasyncP50Ns, p.FdatasyncP99Ns, p.FdatasyncP999Ns, p.FdatasyncMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+		}
+		return nil
+	}); !ok {
+		return p, err
 	}
 
 	// fdatasync after a 64 KiB pwrite over written blocks: what one
 	// commit of 64 producers costs.
-	h = newLatencies()
-	n, secs, err = syncLoop(ctx, f, probeLargeBytes, probeLargeBytes, 0, probeFileBytes, l.duration/2, h)
-	if err != nil {
-		return p, fmt.Errorf("probe: large writes: %w", err)
-	}
-	p.LargeFdatasyncsPerSec = rate(n, secs)
-	lat = percentilesOf(h)
-	p.LargeP50Ns, p.LargeP99Ns, p.LargeP999Ns, p.LargeMaxNs = lat.p50, lat.p99, lat.p999, lat.max
-	if ctx.Err() != nil {
-		p.Interrupted = true
-		return p, nil
+	if ok, err := step(probeLarge, "pwrite 64 KiB + fdatasync", l.duration/2, func() error {
+		h := newLatencies()
+		n, secs, err := syncLoop(ctx, f, probeLargeBytes, probeLargeBytes, 0, probeFileBytes, l.duration/2, h)
+		if err != nil {
+			return fmt.Errorf("probe: large writes: %w", err)
+		}
+		if n > 0 {
+			p.LargeFdatasyncsPerSec = rate(n, secs)
+			lat := percentilesOf(h)
+			p.LargeP50Ns, p.LargeP99Ns, p.LargeP999Ns, p.LargeMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+		}
+		return nil
+	}); !ok {
+		return p, err
 	}
 
 	// Sequential bandwidth: large writes, an fdatasync now and then.
-	n, secs, err = syncLoop(ctx, f, bandwidthChunk, bandwidthChunk*bandwidthBatch, 0, probeFileBytes, l.duration/2, nil)
-	if err != nil {
-		return p, fmt.Errorf("probe: bandwidth: %w", err)
-	}
-	if r := rate(n*bandwidthChunk, secs); r != nil {
-		p.WriteMBPerSec = ptr(*r / 1e6)
-	}
-	if ctx.Err() != nil {
-		p.Interrupted = true
-		return p, nil
+	if ok, err := step(probeWrite, "sequential write, 1 MiB pwrites", l.duration/2, func() error {
+		n, secs, err := syncLoop(ctx, f, bandwidthChunk, bandwidthChunk*bandwidthBatch, 0, probeFileBytes, l.duration/2, nil)
+		if err != nil {
+			return fmt.Errorf("probe: bandwidth: %w", err)
+		}
+		if r := rate(n*bandwidthChunk, secs); r != nil && n > 0 {
+			p.WriteMBPerSec = ptr(*r / 1e6)
+		}
+		return nil
+	}); !ok {
+		return p, err
 	}
 
 	// fdatasync after a 4 KiB pwrite past the end of a growing file: each
 	// must also commit the new size and extent. What pre-writing saves.
-	if err := appendProbe(ctx, dir, l.duration/2, &p); err != nil {
-		return p, err
-	}
-	p.Interrupted = ctx.Err() != nil
-	p.Ceilings = ceilingsOf(p, l.ceilings)
-	return p, nil
+	_, err = step(probeAppend, "pwrite 4 KiB + fdatasync at the end of a growing file", l.duration/2, func() error {
+		return appendProbe(ctx, dir, l.duration/2, &p)
+	})
+	return p, err
 }
 
 // appendProbe runs the append loop on a new file of dir, and removes it.
@@ -140,9 +186,11 @@ func appendProbe(ctx context.Context, dir string, d time.Duration, p *Probe) (er
 	if err != nil {
 		return fmt.Errorf("probe: append: %w", err)
 	}
-	p.AppendFdatasyncsPerSec = rate(n, secs)
-	lat := percentilesOf(h)
-	p.AppendP50Ns, p.AppendP99Ns, p.AppendP999Ns, p.AppendMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+	if n > 0 {
+		p.AppendFdatasyncsPerSec = rate(n, secs)
+		lat := percentilesOf(h)
+		p.AppendP50Ns, p.AppendP99Ns, p.AppendP999Ns, p.AppendMaxNs = lat.p50, lat.p99, lat.p999, lat.max
+	}
 	return nil
 }
 
@@ -189,9 +237,10 @@ func syncLoop(ctx context.Context, f *os.File, writeBytes, syncBytes int, start,
 	return writes, time.Since(began).Seconds(), nil
 }
 
-// prefill writes f full of zeros up to size and fdatasyncs it; it stops
-// early, without an error, when ctx ends.
-func prefill(ctx context.Context, f *os.File, size int64) error {
+// prefill writes f full of zeros up to size and fdatasyncs it, adding
+// what it wrote to *written; it stops early, without an error, when ctx
+// ends.
+func prefill(ctx context.Context, f *os.File, size int64, written *atomic.Int64) error {
 	zeros := make([]byte, prefillChunk)
 	for off := int64(0); off < size; off += prefillChunk {
 		if ctx.Err() != nil {
@@ -200,6 +249,7 @@ func prefill(ctx context.Context, f *os.File, size int64) error {
 		if _, err := f.WriteAt(zeros, off); err != nil {
 			return fmt.Errorf("probe: prefill: %w", err)
 		}
+		written.Add(prefillChunk)
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		return fmt.Errorf("probe: prefill: %w", &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err})

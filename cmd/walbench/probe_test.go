@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -120,5 +125,94 @@ func TestFormatBytes(t *testing.T) {
 		if back, err := parseBytes(formatBytesFlag(n)); err != nil || back != n {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", formatBytesFlag(n), back, err, n)
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the progress goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestProbeProgress: every loop of the probe shows its progress, not the
+// first alone. (Here every step shows a line at once; walbench waits two
+// seconds before the first.)
+func TestProbeProgress(t *testing.T) {
+	var out syncBuffer
+	pr := newProgress(&out)
+	pr.quiet, pr.every, pr.poll = 0, 0, time.Millisecond
+	if _, err := runProbe(context.Background(), &env{progress: pr}, benchDir(t), probeLoad{duration: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for _, label := range []string{"probe: pwrite 4 KiB + fdatasync: ", "probe: pwrite 64 KiB + fdatasync: ", "probe: sequential write, 1 MiB pwrites: ",
+		"probe: pwrite 4 KiB + fdatasync at the end of a growing file: "} {
+		if !strings.Contains(out.String(), label) {
+			t.Errorf("no progress line %q in:\n%s", label, out.String())
+		}
+	}
+}
+
+// TestProbeInterruptedInAppend stops the probe as its last loop starts:
+// that loop's row alone is marked, and the ceilings are computed from the
+// figures the earlier loops measured.
+func TestProbeInterruptedInAppend(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var steps []string
+	e := &env{progress: newProgress(io.Discard), onWindow: func(name string) {
+		steps = append(steps, name)
+		if name == "probe: "+probeAppend {
+			cancel()
+		}
+	}}
+	dir := benchDir(t)
+	p, err := runProbe(ctx, e, dir, probeLoad{duration: 30 * time.Millisecond, ceilings: []Ceiling{{Producers: 4, Size: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertDirEmpty(t, dir)
+	if want := []string{"probe: prefill", "probe: fdatasync", "probe: large", "probe: write", "probe: append"}; !slices.Equal(steps, want) {
+		t.Errorf("steps %q, want %q", steps, want)
+	}
+	if !p.Interrupted || p.InterruptedIn != probeAppend || p.FdatasyncsPerSec == nil || p.WriteMBPerSec == nil || p.AppendFdatasyncsPerSec != nil {
+		t.Fatalf("probe: %+v; want it interrupted in the append loop, with the figures of the others", p)
+	}
+	if len(p.Ceilings) != 1 || p.Ceilings[0].MsgsPerSec == nil || !near(*p.Ceilings[0].MsgsPerSec, *ceiling(p, 4, 100)) {
+		t.Errorf("ceilings %+v; want the one asked for, from the figures measured", p.Ceilings)
+	}
+	tb := probeTable(&p, 1)
+	for i, row := range tb.rows[:4] {
+		if marked := strings.HasSuffix(row[0], " (interrupted)"); marked != (i == 3) {
+			t.Errorf("row %q: marked %v; only the append loop's row was cut", row[0], marked)
+		}
+	}
+}
+
+// TestProbeTableMarksTheStepCut: the probe's table marks the row of the
+// step Ctrl-C stopped, whichever it was.
+func TestProbeTableMarksTheStepCut(t *testing.T) {
+	for i, step := range []string{probeFdatasync, probeLarge, probeWrite, probeAppend} {
+		tb := probeTable(&Probe{Interrupted: true, InterruptedIn: step}, 1)
+		for j, row := range tb.rows[:4] {
+			if marked := strings.HasSuffix(row[0], " (interrupted)"); marked != (i == j) {
+				t.Errorf("cut in %s: row %q marked %v", step, row[0], marked)
+			}
+		}
+	}
+	tb := probeTable(&Probe{Interrupted: true, InterruptedIn: probePrefill}, 1)
+	if !slices.ContainsFunc(tb.notes, func(n string) bool { return strings.Contains(n, "interrupted while writing its 64 MiB file") }) {
+		t.Errorf("cut in the prefill: notes %q", tb.notes)
 	}
 }

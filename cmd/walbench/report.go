@@ -47,7 +47,8 @@ const (
 // they do not apply ("-" in the table, null in the JSON).
 //
 // The agg tags tell summarize how the rounds combine: "sum" adds them up,
-// "or" is true if any round's is; a pointer figure is the median over
+// "or" is true if any round's is, "set" is the last round's that is not
+// the zero value (Probe); a pointer figure is the median over
 // the rounds that have it, and "ratio" adds its min–max to Ranges. Every
 // other field is the same in every round.
 type Row struct {
@@ -118,6 +119,10 @@ type Probe struct {
 	Rounds      int     `json:"rounds,omitempty"`
 	Seconds     float64 `json:"seconds" agg:"sum"`
 	Interrupted bool    `json:"interrupted" agg:"or"`
+	// InterruptedIn names the step of the probe Ctrl-C stopped (probePrefill,
+	// probeFdatasync, ...): its figures are of what it did before, and the
+	// steps after it did not run. A summary has the one of its rounds'.
+	InterruptedIn string `json:"interrupted_in,omitempty" agg:"set"`
 
 	Fdatasyncs       int64    `json:"fdatasyncs" agg:"sum"`
 	FdatasyncsPerSec *float64 `json:"fdatasyncs_per_sec"`

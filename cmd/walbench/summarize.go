@@ -79,6 +79,12 @@ func summarize[T any](samples []T, prefixNotes bool) T {
 					dst.SetInt(dst.Int() + v.Int())
 				}
 			}
+		case agg == "set":
+			for j := range samples {
+				if v := field(j, i); !v.IsZero() {
+					dst.Set(v)
+				}
+			}
 		case agg == "or":
 			for j := range samples {
 				dst.SetBool(dst.Bool() || field(j, i).Bool())

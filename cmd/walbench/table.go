@@ -227,14 +227,16 @@ func probeTable(p *Probe, rounds int) table {
 		}
 		return fixed(ptr(*perSec*float64(bytes)/1e6), 1)
 	}
-	name := func(s string) string { return rowName(s, p.Interrupted, p.Rounds, rounds) }
+	// Each row is marked when it is the step Ctrl-C cut short (a report
+	// of an older walbench says only that the probe was: see the notes).
+	name := func(s, step string) string { return rowName(s, p.InterruptedIn == step, p.Rounds, rounds) }
 	t.rows = append(t.rows,
-		[]string{name("fdatasync after pwrite 4 KiB over written blocks"), count(p.FdatasyncsPerSec), mbOf(p.FdatasyncsPerSec, probeWriteBytes),
+		[]string{name("fdatasync after pwrite 4 KiB over written blocks", probeFdatasync), count(p.FdatasyncsPerSec), mbOf(p.FdatasyncsPerSec, probeWriteBytes),
 			latency(p.FdatasyncP50Ns), latency(p.FdatasyncP99Ns), latency(p.FdatasyncP999Ns), latency(p.FdatasyncMaxNs)},
-		[]string{name("fdatasync after pwrite 64 KiB over written blocks"), count(p.LargeFdatasyncsPerSec), mbOf(p.LargeFdatasyncsPerSec, probeLargeBytes),
+		[]string{name("fdatasync after pwrite 64 KiB over written blocks", probeLarge), count(p.LargeFdatasyncsPerSec), mbOf(p.LargeFdatasyncsPerSec, probeLargeBytes),
 			latency(p.LargeP50Ns), latency(p.LargeP99Ns), latency(p.LargeP999Ns), latency(p.LargeMaxNs)},
-		[]string{"sequential write, 1 MiB pwrites, fdatasync every 8 MiB", "-", fixed(p.WriteMBPerSec, 1), "-", "-", "-", "-"},
-		[]string{"fdatasync after pwrite 4 KiB at the end of a growing file", count(p.AppendFdatasyncsPerSec), mbOf(p.AppendFdatasyncsPerSec, probeWriteBytes),
+		[]string{name("sequential write, 1 MiB pwrites, fdatasync every 8 MiB", probeWrite), "-", fixed(p.WriteMBPerSec, 1), "-", "-", "-", "-"},
+		[]string{name("fdatasync after pwrite 4 KiB at the end of a growing file", probeAppend), count(p.AppendFdatasyncsPerSec), mbOf(p.AppendFdatasyncsPerSec, probeWriteBytes),
 			latency(p.AppendP50Ns), latency(p.AppendP99Ns), latency(p.AppendP999Ns), latency(p.AppendMaxNs)},
 	)
 	for _, c := range p.Ceilings {
@@ -246,6 +248,14 @@ func probeTable(p *Probe, rounds int) table {
 			count(c.MsgsPerSec), mbOf(c.MsgsPerSec, c.Size), "-", "-", "-", "-"})
 	}
 	t.notes = append(t.notes, "ceiling: producers ÷ (1 ÷ fdatasyncs/s + producers × message bytes in the log ÷ write bandwidth): every fdatasync carrying one message of each producer")
+	switch {
+	case p.InterruptedIn == probePrefill:
+		t.notes = append(t.notes, fmt.Sprintf("note: probe: interrupted while writing its %d MiB file, before its loops", probeFileBytes>>20))
+	case p.Interrupted && p.InterruptedIn == "":
+		t.notes = append(t.notes, "note: probe: interrupted")
+	case p.Interrupted:
+		t.notes = append(t.notes, "note: probe: interrupted; the loops after the one marked did not run")
+	}
 	for _, n := range p.Notes {
 		t.notes = append(t.notes, "note: probe: "+n)
 	}

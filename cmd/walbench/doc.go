@@ -162,6 +162,13 @@
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2.
 //
+// -json FILE is created (or emptied) before anything is measured, so that
+// a path that cannot be written ends the run at once (exit code 1, as a
+// -dir or -cpuprofile that cannot be used). It is written at the end,
+// also after Ctrl-C or an error, when something was measured; when
+// nothing was, it is removed, so that no file of an earlier run is left
+// there to be taken for this one's.
+//
 // # BENCH.md
 //
 // The figures in BENCH.md come from one run's JSON:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -157,6 +158,57 @@ func TestPublishHangs(t *testing.T) {
 		"-producers", "2", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
 	if res.code != exitError || !strings.Contains(res.stderr, "the broker hung: producers still inside Publish") {
 		t.Fatalf("exit %d, stderr %q; want %d and the hang named", res.code, res.stderr, exitError)
+	}
+	assertDirEmpty(t, dir)
+}
+
+// TestJSONUnwritable: a -json path that cannot be written ends the run
+// before anything is measured, naming the flag and the path.
+func TestJSONUnwritable(t *testing.T) {
+	for _, name := range []string{filepath.Join(t.TempDir(), "missing", "x.json"), t.TempDir() + "/"} {
+		dir := benchDir(t)
+		res := runWith(t, context.Background(), nil, "publish", "-dir", dir, "-json", name,
+			"-producers", "1", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
+		if res.code != exitError || res.stdout != "" || !strings.Contains(res.stderr, "-json "+name+": ") {
+			t.Errorf("-json %s: exit %d, stdout %q, stderr %q; want %d before anything was measured (no tables), and the path named",
+				name, res.code, res.stdout, res.stderr, exitError)
+		}
+		assertDirEmpty(t, dir)
+	}
+}
+
+// TestJSONStaleRemoved: a run that measures nothing, cut by Ctrl-C or
+// failing before its first result, leaves no file at its -json path,
+// not even one an earlier run wrote there.
+func TestJSONStaleRemoved(t *testing.T) {
+	stale := func(t *testing.T) string {
+		name := jsonPath(t)
+		if err := os.WriteFile(name, []byte(`{"schema": "walbench/2", "rows": []}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir, jsonFile := benchDir(t), stale(t)
+	if res := runWith(t, ctx, nil, "publish", "-dir", dir, "-json", jsonFile, "-probe-time", "0"); res.code != exitInterrupted {
+		t.Errorf("interrupted: exit %d, want %d", res.code, exitInterrupted)
+	}
+	if _, err := os.Stat(jsonFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("interrupted before the first result: the -json file is still there (%v)", err)
+	}
+	assertDirEmpty(t, dir)
+
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, NameContains: "publish-1-", Err: syscall.EIO})
+	dir, jsonFile = benchDir(t), stale(t)
+	res := runWith(t, context.Background(), &env{fs: fs, hangTimeout: 10 * time.Second}, "publish", "-dir", dir, "-json", jsonFile,
+		"-producers", "1", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
+	if res.code != exitError || res.stdout != "" {
+		t.Errorf("failed: exit %d, stdout %q; want %d and nothing measured", res.code, res.stdout, exitError)
+	}
+	if _, err := os.Stat(jsonFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("failed before the first result: the -json file is still there (%v)", err)
 	}
 	assertDirEmpty(t, dir)
 }

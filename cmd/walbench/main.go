@@ -73,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // the exit code. made, when not nil, is told the temporary directory once
 // it exists. Every return path after it is made passes its removal.
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e *env, made func(dir string)) (code int) {
+	wroteJSON := false // -json FILE holds this run's report
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,6 +88,25 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			return exitError
 		}
 		return exitOK
+	}
+	if cfg.jsonFile != "" {
+		// Made now, so that a path that cannot be written fails before the
+		// measuring, not after it. Unless the report is written to it in
+		// the end, it is removed, so that no file of an earlier run is left
+		// there to be taken for this one's.
+		if err := createJSON(cfg.jsonFile); err != nil {
+			fmt.Fprintf(stderr, "walbench: %v\n", err)
+			return exitError
+		}
+		defer func() {
+			if wroteJSON {
+				return
+			}
+			if err := os.Remove(cfg.jsonFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(stderr, "walbench: -json: %v\n", err)
+				code = max(code, exitError)
+			}
+		}()
 	}
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
@@ -143,6 +163,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			if err := writeJSON(cfg.jsonFile, rep); err != nil {
 				fmt.Fprintf(stderr, "walbench: %v\n", err)
 				code = exitError
+			} else {
+				wroteJSON = true
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -185,6 +186,22 @@ type Reopen struct {
 	Notes    []string              `json:"notes,omitempty"`
 	Ranges   map[string][2]float64 `json:"ranges,omitempty"`
 	PerRound []Reopen              `json:"per_round,omitempty"`
+}
+
+// createJSON creates the file name for -json, empty, or empties it.
+func createJSON(name string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("-json %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-json %s: %w", name, err)
+	}
+	return nil
 }
 
 // writeJSON writes rep to the file name.

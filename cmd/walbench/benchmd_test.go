@@ -266,3 +266,27 @@ func TestGoalRows(t *testing.T) {
 		}
 	}
 }
+
+// TestReportSaysFailure: the report command's tables of a run that failed
+// or was interrupted say so, as its markdown does, and still exit 0: the
+// report itself did not fail.
+func TestReportSaysFailure(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "err.json")
+	if err := writeJSON(name, edgeReport()); err != nil {
+		t.Fatal(err)
+	}
+	res := runOK(t, "report", "-in", name)
+	for _, want := range []string{"\nfailed  ", "publish, 64 producers: Publish: input/output error", "\ninterrupted  ", "by Ctrl-C"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	whole := edgeReport()
+	whole.Error, whole.Interrupted = "", false
+	if err := writeJSON(name, whole); err != nil {
+		t.Fatal(err)
+	}
+	if res := runOK(t, "report", "-in", name); strings.Contains(res.stdout, "failed") || strings.Contains(res.stdout, "\ninterrupted") {
+		t.Errorf("the report of a whole run says it failed or was interrupted")
+	}
+}

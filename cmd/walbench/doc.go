@@ -160,7 +160,9 @@
 // rounds measured "k of N rounds"), writes -json, removes its directory
 // and exits 130; a second Ctrl-C removes the directory and exits at once.
 // An error ends the run after printing what was measured, with exit code
-// 1; bad flags exit 2.
+// 1; bad flags exit 2. The text the run prints, and walbench report's
+// tables of its JSON, say under the machine facts that it was interrupted
+// or failed, and why.
 //
 // -json FILE is created (or emptied) before anything is measured, so that
 // a path that cannot be written ends the run at once (exit code 1, as a

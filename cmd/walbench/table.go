@@ -321,12 +321,18 @@ func machineLines(m Machine) [][2]string {
 	}
 }
 
-// printReport writes rep as text: the machine facts, the tables, and last
-// the recommendation.
+// printReport writes rep as text: the machine facts and how the run
+// ended, if early, the tables, and last the recommendation.
 func printReport(out io.Writer, rep *Report) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, kv := range machineLines(rep.Machine) {
 		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+	}
+	if rep.Interrupted {
+		fmt.Fprintf(tw, "interrupted\tby Ctrl-C: the figures are those measured before\n")
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(tw, "failed\t%s: the figures are those measured before\n", rep.Error)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

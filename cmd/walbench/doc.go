@@ -189,7 +189,10 @@
 // -json FILE writes one object; the tables are made from it alone, so it
 // holds every figure they show. Latencies are in nanoseconds (int), rates
 // per second (float), sizes in bytes; null where a figure does not apply
-// or was not measured.
+// or was not measured. The fields marked "omitted" are left out when they
+// are 0 (or empty), which is also how they are left out of the rows they
+// do not apply to: read a missing one as 0. The figures of a row from
+// "vs_wal" on are left out, not null, where they do not apply.
 //
 //	{
 //	  "schema":      "walbench/2"
@@ -230,20 +233,21 @@
 //	    "kind":          "wal" | "publish" | "drain" | "mixed" | "sweep"
 //	    "workload":      string, as in the table
 //	    "sync":          "all" | "publish" | "none"; wal: "always" | "interval" | "never"
-//	    "producers":     int, producers or appenders (wal, publish, mixed, sweep)
+//	    "producers":     int, producers or appenders (wal, publish, mixed, sweep); omitted
 //	    "consumers", "batch": int, Consume's Concurrency and Batch, or the
-//	                     Receive+Ack goroutines and Receive's max (drain, mixed, sweep)
-//	    "method":        "consume" | "receive-ack" (drain, mixed)
+//	                     Receive+Ack goroutines and Receive's max (drain, mixed,
+//	                     sweep: of its drain, omitted where none ran); omitted
+//	    "method":        "consume" | "receive-ack" (drain, mixed); omitted
 //	    "size":          int, message (record) size
 //	    "segment_bytes": int, the segment size used
-//	    "segments":      "new" | "reused", where the rotations took their segments (wal)
-//	    "messages":      int, prefilled (drain)
-//	    "target_per_sec": float (mixed)
-//	    "round":         int, 1-based (a per-round row)
-//	    "rounds":        int, rounds that measured it (a summary row)
+//	    "segments":      "new" | "reused", where the rotations took their segments (wal); omitted
+//	    "messages":      int, prefilled (drain); omitted
+//	    "target_per_sec": float (mixed); omitted
+//	    "round":         int, 1-based (a per-round row); omitted
+//	    "rounds":        int, rounds that measured it (a summary row); omitted
 //	    "seconds":       float, the measured windows, summed (drain: from its
 //	                     start until its calls returned)
-//	    "fill_seconds":  float, the untimed prefills, summed (drain)
+//	    "fill_seconds":  float, the untimed prefills, summed (drain); omitted
 //	    "interrupted":   bool, Ctrl-C cut a window of it short
 //	    "limited":       bool, drain: -limit ended a drain of it with messages
 //	                     left, its rate is of those handled (absent otherwise)
@@ -251,10 +255,11 @@
 //	    "commits":       int, fdatasyncs of the store (log) in the windows, summed
 //	    "rotations", "new_segments": int, wal: the log's rotations in the
 //	                     windows, and of them those to a segment written full
-//	                     of zeros (not reused), summed
+//	                     of zeros (not reused), summed; omitted
 //	    "rushed_segments": int, wal: of the new segments, those the log
 //	                     reached before their zeros were done, so that the
-//	                     rest was allocated (wal.Stats.ZeroFillsRushed), summed
+//	                     rest was allocated (wal.Stats.ZeroFillsRushed), summed;
+//	                     omitted
 //	    "latency_samples": int, summed
 //	    "msgs_per_sec":  float, published (drain: handled) per second
 //	    "mb_per_sec":    float, their payload, 10^6 bytes/s
@@ -274,27 +279,30 @@
 //	                     as many appenders and the same size (absent without one)
 //	    "drain_msgs_per_sec":   float, sweep: the drain after the window;
 //	                     mixed: messages consumed per second of the window
-//	    "drain_seconds": float, sweep: the drains, summed
+//	    "drain_seconds": float, sweep: the drains, summed; omitted
 //	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
 //	    "service_p99_ns": int, mixed: p99 of the Publish calls alone
 //	    "e2e_p50_ns", "e2e_p99_ns", "e2e_p999_ns", "e2e_max_ns": int, mixed:
 //	                     scheduled publish instant to handler start
 //	    "backlog_max":   float, mixed: the largest backlog sample
-//	    "backlog_interval_ns": int, mixed: between two samples
+//	    "backlog_interval_ns": int, mixed: between two samples; omitted
 //	    "backlog":       [int], mixed: Ready + Leased at each sample
-//	                     (a summary: the element-wise median over the rounds)
+//	                     (a summary: the element-wise median over the rounds);
+//	                     omitted when none
 //	    "notes":         [string], what looked wrong in the store's counters,
 //	                     and a drain that -limit ended; prefixed "round K: "
-//	                     in a summary of several rounds
+//	                     in a summary of several rounds; omitted when none
 //	    "ranges":        {name: [min, max]}, a summary's ratios over the rounds
 //	                     (absent with one round)
-//	    "per_round":     [row], a summary's rounds, in order
+//	    "per_round":     [row], a summary's rounds, in order (omitted in a
+//	                     per-round row)
 //	  }]
 //	  "reopen": {                                  (reopen, full)
 //	    "workload", "messages", "size", "segment_bytes", "round", "rounds",
 //	    "interrupted", "notes", "ranges", "per_round": as for a row
-//	    "fill_seconds":  float, the untimed fill, Close included
-//	    "segments", "segment_file_bytes", "index_bytes": int, the store after the fill
+//	    "fill_seconds":  float, the untimed fill, Close included; omitted
+//	    "segments", "segment_file_bytes", "index_bytes": int, the store after
+//	                     the fill; omitted
 //	    "checkpoint_open_ns": int, Open + Queue + first Receive from the checkpoint, cold
 //	    "rebuild_open_ns":    int, the same with the index directory removed
 //	    "rebuild_vs_checkpoint": float

@@ -127,6 +127,9 @@ func markdown(rep *Report) string {
 			p("- %s\n", mdText(l))
 		}
 	}
+	if why := noRecommendation(rep); why != "" {
+		p("\n### Recommendation\n\n%s\n", mdText(why))
+	}
 	if goals := goalRows(rep); len(goals) > 0 {
 		p("\n### Goals\n\n")
 		writeMarkdownTable(&b, []string{"goal", "goal value", "measured", "met"}, goals)

@@ -31,9 +31,10 @@
 // most 1024, -batch at most 10,000, -size at most 1 MiB
 // (broker.DefaultMaxMessageBytes, the largest message the benchmark's
 // queue accepts; a wal record must also fit in one segment), sizes
-// (-segment-bytes) that overflow 64 bits, and a mixed -rate at which a
-// producer would publish less than once in -time or more than a million
-// times a second.
+// (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
+// 10ms (a shorter window measures the timers, not the disk), and a mixed
+// -rate at which a producer would publish less than once in -time or more
+// than a million times a second.
 //
 // # Workloads
 //
@@ -140,7 +141,9 @@
 // publish rate is shown beside. With the settings come what to expect:
 // the fewest producers measured that reached 80% of the best durable
 // publish rate at those settings, with their msgs/s and p99, and the
-// drain rate.
+// drain rate. A publish window that published nothing is no point of the
+// recommendation; with no durable one left, the report says that there is
+// no recommendation, and why.
 //
 // # Rounds and ratios
 //

@@ -102,6 +102,9 @@ const (
 	// store accepts (its policy leaves MaxMessageBytes at the default
 	// wherever a segment holds more).
 	maxSize = broker.DefaultMaxMessageBytes
+	// minWindow bounds -time and -probe-time from below: a shorter window
+	// measures the timers, not the disk.
+	minWindow = 10 * time.Millisecond
 	// maxRatePerProducer bounds a mixed workload's -rate per producer:
 	// no Publish returns in a microsecond, and the schedule's steps are
 	// whole nanoseconds.
@@ -185,7 +188,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 		if probe {
-			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, "run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe)")
+			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else at least %v)", minWindow))
 		}
 	}
 	warmup := func() {
@@ -199,11 +202,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each publish workload for `D`")
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each publish workload for `D` (at least %v)", minWindow))
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
 		common(false)
-		fs.DurationVar(&c.probeTime, "time", c.probeTime, "run the fdatasync loop for `D`, the other loops for half that")
+		fs.DurationVar(&c.probeTime, "time", c.probeTime, fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (at least %v)", minWindow))
 		v.ints(fs, &c.probeProducers, "producers", fmt.Sprintf("compute the durable-message ceiling for these producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.probeSizes, "size", fmt.Sprintf("... and these message sizes in `bytes` (at most %d)", maxSize))
 	case "publish":
@@ -214,7 +217,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
 		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, "measure each workload for `D`")
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each workload for `D` (at least %v)", minWindow))
 	case "drain":
 		c.workloads, c.probeTime = []string{kindDrain}, 0
 		common(false)
@@ -237,7 +240,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, "measure for `D`")
+		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (at least %v)", minWindow))
 		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, "sample the backlog every `D`")
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
@@ -253,7 +256,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
 		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
-		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, "publish for `D` at each point, then drain for at most as long")
+		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, fmt.Sprintf("publish for `D` at each point, then drain for at most as long (at least %v)", minWindow))
 		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
 		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, fmt.Sprintf("the drains' Consume Batch (at most %d)", maxBatch))
 	case "wal":
@@ -265,7 +268,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.wal.size, "size", c.wal.size, fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, "measure each workload for `D`")
+		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, fmt.Sprintf("measure each workload for `D` (at least %v)", minWindow))
 	case "full":
 		c.workloads = []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
 		c.reopen, c.recommend = true, true
@@ -354,10 +357,15 @@ func (c *config) validate() error {
 	}
 	check(c.parent != "", `-dir "": want a directory (. for the current one)`)
 	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
-	check(c.probeTime >= 0, "-probe-time %v: must not be negative", c.probeTime)
 	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)
-	check(c.publish.duration > 0 && c.wal.duration > 0 && c.mixed.duration > 0 && c.sweep.duration > 0, "-time: must be positive")
-	check(c.command != "probe" || c.probeTime > 0, "-time %v: must be positive", c.probeTime)
+	for _, d := range []time.Duration{c.publish.duration, c.wal.duration, c.mixed.duration, c.sweep.duration} {
+		check(d >= minWindow, "-time %v: must be at least %v", d, minWindow)
+	}
+	if c.command == "probe" {
+		check(c.probeTime >= minWindow, "-time %v: must be at least %v", c.probeTime, minWindow)
+	} else {
+		check(c.probeTime == 0 || c.probeTime >= minWindow, "-probe-time %v: must be 0 (no probe) or at least %v", c.probeTime, minWindow)
+	}
 	check(c.mixed.size >= mixedHeaderBytes, "-size %d: the mixed workload needs at least %d bytes", c.mixed.size, mixedHeaderBytes)
 	for _, s := range slices.Concat(c.publish.sizes, c.sweep.sizes, c.probeSizes, []int{c.drain.size, c.wal.size, c.reopenLoad.size}) {
 		check(s >= 1, "-size %d: must be at least 1", s)

@@ -136,7 +136,7 @@ func recommend(rows []Row) *Recommendation {
 func sweepPoints(rows []Row) []recPoint {
 	var out []recPoint
 	for _, r := range rows {
-		if r.Kind != kindSweep || r.MsgsPerSec == nil {
+		if r.Kind != kindSweep || !publishedAny(r) {
 			continue
 		}
 		out = append(out, recPoint{
@@ -145,6 +145,23 @@ func sweepPoints(rows []Row) []recPoint {
 		})
 	}
 	return out
+}
+
+// publishedAny reports whether the window of r published a message: a
+// window that did not (too short, or cut at once) says nothing of the
+// setting, and a rate of 0 would win no score, only spoil one.
+func publishedAny(r Row) bool { return r.MsgsPerSec != nil && *r.MsgsPerSec > 0 }
+
+// noRecommendation says why a run that ends with a recommendation has
+// none, or is "" when it has one or was not to make one.
+func noRecommendation(rep *Report) string {
+	switch {
+	case rep.Recommendation != nil || len(rep.Rows) == 0:
+		return ""
+	case rep.Command != "profile" && rep.Command != kindSweep && rep.Command != "full":
+		return ""
+	}
+	return "No recommendation: no publish workload under a durable sync mode (all or publish) published a message."
 }
 
 // profilePoints are the points of the publish rows, each paired with the
@@ -164,7 +181,7 @@ func profilePoints(rows []Row) []recPoint {
 	}
 	var out []recPoint
 	for _, r := range rows {
-		if r.Kind != kindPublish || r.MsgsPerSec == nil {
+		if r.Kind != kindPublish || !publishedAny(r) {
 			continue
 		}
 		p := recPoint{

@@ -228,3 +228,28 @@ func deref(v *float64) any {
 	}
 	return *v
 }
+
+// TestRecommendIgnoresEmptyWindows: a window that published nothing (too
+// short, or cut at once) is not a point of the recommendation; with no
+// other, there is none, and the report says why.
+func TestRecommendIgnoresEmptyWindows(t *testing.T) {
+	pub := func(producers int, rate float64) Row {
+		return Row{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: producers, Size: 1024, MsgsPerSec: &rate}
+	}
+	rows := []Row{pub(1, 0), pub(16, 0)}
+	if rec := recommend(rows); rec != nil {
+		t.Errorf("recommended %+v from windows that published nothing", rec)
+	}
+	rep := &Report{Command: "profile", Rounds: 1, Rows: rows}
+	var b strings.Builder
+	if err := printReport(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "No recommendation: no publish workload") || !strings.Contains(markdown(rep), "No recommendation: no publish workload") {
+		t.Errorf("the report does not say why there is no recommendation:\n%s", b.String())
+	}
+	rec := recommend([]Row{pub(1, 0), pub(16, 30000)})
+	if rec == nil || rec.Producers != 16 || rec.MsgsPerSec != 30000 || !near(rec.Scores[0].MsgsPerSec, 30000) || rec.Scores[0].Points != 1 {
+		t.Errorf("recommendation %+v; want it from the 16 producers alone", rec)
+	}
+}

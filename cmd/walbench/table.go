@@ -368,6 +368,9 @@ func printReport(out io.Writer, rep *Report) error {
 			fmt.Fprintln(out, l)
 		}
 	}
+	if why := noRecommendation(rep); why != "" {
+		fmt.Fprintf(out, "\n%s\n", why)
+	}
 	return nil
 }
 

@@ -95,8 +95,8 @@ const (
 	// Receive+Ack goroutines, each of which may wait in a commit holding
 	// the buffers of a Receive of -batch.
 	maxConsumers = 1024
-	// maxBatch bounds -batch: Receive allocates for max deliveries before
-	// it looks at how many there are.
+	// maxBatch bounds -batch: a Receive of max deliveries, or Consume's
+	// batch, sized beyond any backlog walbench makes.
 	maxBatch = 10_000
 	// maxSize bounds -size: the largest payload the queue of a walbench
 	// store accepts (its policy leaves MaxMessageBytes at the default

@@ -13,6 +13,12 @@ import (
 	"time"
 )
 
+// MaxConsumeConcurrency bounds [ConsumeOptions.Concurrency]: Consume
+// reserves room for that many handlers before it starts, and a goroutine
+// each, so a mistyped count is refused rather than allowed to exhaust the
+// memory.
+const MaxConsumeConcurrency = 1 << 16
+
 // ConsumeOptions configures [Consume]. The zero value is valid: one
 // message at a time, one handler at a time, no lease extension, nothing
 // logged. Consume copies it; the Logger is retained until Consume returns.
@@ -21,8 +27,8 @@ type ConsumeOptions struct {
 	// negative is refused ([InvalidBatchSize]). Consume never asks for more
 	// than there are free handler slots.
 	Batch int
-	// Concurrency is how many handlers run at once. Zero means 1; negative
-	// is refused ([InvalidBatchSize]).
+	// Concurrency is how many handlers run at once. Zero means 1; negative,
+	// or above [MaxConsumeConcurrency], is refused ([InvalidBatchSize]).
 	Concurrency int
 	// PollInterval is how long Consume waits after an empty Receive when
 	// the broker is not a [Waker], and after a Receive error other than
@@ -225,6 +231,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		return nil, refuse("Batch %d must not be negative", InvalidBatchSize, opts.Batch)
 	case opts.Concurrency < 0:
 		return nil, refuse("Concurrency %d must not be negative", InvalidBatchSize, opts.Concurrency)
+	case opts.Concurrency > MaxConsumeConcurrency:
+		return nil, refuse("Concurrency %d is above the maximum, %d", InvalidBatchSize, opts.Concurrency, MaxConsumeConcurrency)
 	case opts.PollInterval < 0:
 		return nil, refuse("PollInterval %v must not be negative", QueueMisconfigured, opts.PollInterval)
 	case opts.ExtendEvery < 0:

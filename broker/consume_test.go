@@ -200,6 +200,8 @@ func TestConsumeRefusesOptions(t *testing.T) {
 	}{
 		{"negative Batch", ConsumeOptions{Batch: -1}, InvalidBatchSize},
 		{"negative Concurrency", ConsumeOptions{Concurrency: -1}, InvalidBatchSize},
+		{"Concurrency above the maximum", ConsumeOptions{Concurrency: MaxConsumeConcurrency + 1}, InvalidBatchSize},
+		{"Concurrency of 1<<40", ConsumeOptions{Concurrency: 1 << 40}, InvalidBatchSize},
 		{"negative PollInterval", ConsumeOptions{PollInterval: -1}, QueueMisconfigured},
 		{"negative ExtendEvery", ConsumeOptions{ExtendEvery: -1}, QueueMisconfigured},
 		{"negative ExtendBy", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: -1}, QueueMisconfigured},

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,6 +222,25 @@ func TestReplayOrDeleteOfUnknownIsDeadLetterNotFound(t *testing.T) {
 	require.Equal(t, 1, d.Deliveries, "nothing was queued or reset")
 	requireNoneReceivable(t, q)
 	require.Len(t, mustDeadLetters(t, other), 1, "another queue's dead letter is not touched")
+}
+
+// TestAnIDIsTheStringHandedOut: an ID spelled otherwise (its hex digits
+// in upper case) names nothing the store holds.
+func TestAnIDIsTheStringHandedOut(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	var dead broker.MessageValue
+	for dead.ID == strings.ToUpper(dead.ID) { // an ID with a letter in it
+		dead = mustPublish(t, q, "m")
+	}
+	for _, d := range mustReceive(t, q, 100) {
+		require.NoError(t, q.Reject(ctx(t), d.Lease.Receipt, nil))
+	}
+	other := strings.ToUpper(dead.ID)
+	requireErrorIs(t, q.ReplayDeadLetter(ctx(t), other), broker.DeadLetterNotFound, other)
+	requireErrorIs(t, q.DeleteDeadLetter(ctx(t), other), broker.DeadLetterNotFound, other)
+	require.Contains(t, deadIDs(mustDeadLetters(t, q)), dead.ID)
+	require.NoError(t, q.ReplayDeadLetter(ctx(t), dead.ID))
 }
 
 func TestDeleteDeadLetterRemovesForGood(t *testing.T) {

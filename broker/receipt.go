@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -152,8 +153,11 @@ func messageID(seq uint64) string {
 	return string(b[:])
 }
 
+// parseMessageID returns the sequence number of an ID messageID made, and
+// false for any other string (upper-case digits included: an ID is
+// compared as the string it was handed out as).
 func parseMessageID(id string) (uint64, bool) {
-	if len(id) != 16 {
+	if len(id) != 16 || strings.ContainsFunc(id, func(r rune) bool { return (r < '0' || r > '9') && (r < 'a' || r > 'f') }) {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(id, 16, 64)

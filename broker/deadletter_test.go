@@ -272,3 +272,33 @@ func TestReplayOfLeaseExhaustedMessage(t *testing.T) {
 	require.Equal(t, m.ID, r.Message.ID)
 	require.Equal(t, 1, r.Deliveries)
 }
+
+// TestALeaseLapsedOnItsLastDeliveryStaysDeadWhenThePolicyIsRaised: a
+// lease that lapsed on its last allowed delivery is a dead letter from the
+// instant it lapsed; raising MaxDeliveries afterwards does not revive it,
+// before a restart or after one.
+func TestALeaseLapsedOnItsLastDeliveryStaysDeadWhenThePolicyIsRaised(t *testing.T) {
+	for _, reopen := range []bool{false, true} {
+		e := newEnv(t)
+		one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+		three := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3 })
+		q := e.queue("jobs", one)
+		m := mustPublish(t, q, "a")
+		mustReceiveOne(t, q)
+		e.clock.Advance(time.Minute) // the lease lapses on delivery 1 of 1
+		require.Equal(t, 1, q.Stats().DeadLetters)
+
+		q = e.queue("jobs", three)
+		if reopen {
+			e.reopen()
+			q = e.queue("jobs", three)
+		}
+		requireNoneReceivable(t, q)
+		dead := mustDeadLetters(t, q)
+		require.Len(t, dead, 1, "reopen %v", reopen)
+		require.Equal(t, m.ID, dead[0].Message.ID)
+		require.Equal(t, broker.ReasonLeaseExpired, dead[0].Reason)
+		require.Equal(t, 1, dead[0].Deliveries)
+		requireSameInstant(t, t0.Add(30*time.Second), dead[0].FailedAt)
+	}
+}

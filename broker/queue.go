@@ -105,15 +105,17 @@ func (q *Queue) wakeLocked() {
 // unlockAndWait queues recs (if any) as state-change events, releases q.mu,
 // which the caller holds, and waits for them as the sync mode asks. Queuing
 // under the lock is what keeps the log in decision order.
-//
-// The events need not be one atomic group (each stands alone), so they are
-// queued in as many appends as one segment requires: a Receive of many
-// messages from a store of small segments must not fail for its size.
 func (q *Queue) unlockAndWait(recs [][]byte) error {
-	if len(recs) == 0 {
-		q.mu.Unlock()
-		return nil
-	}
+	pends := q.enqueueLocked(recs)
+	q.mu.Unlock()
+	return q.waitAll(pends)
+}
+
+// enqueueLocked queues recs as state-change events. They need not be one
+// atomic group (each stands alone), so they are queued in as many appends
+// as one segment requires: a Receive of many messages from a store of
+// small segments must not fail for its size.
+func (q *Queue) enqueueLocked(recs [][]byte) []*wal.Pending {
 	var pends []*wal.Pending
 	limit := q.s.maxGroup()
 	for start := 0; start < len(recs); {
@@ -125,7 +127,11 @@ func (q *Queue) unlockAndWait(recs [][]byte) error {
 		pends = append(pends, q.s.log.Enqueue(q.s.opts.durable(false), recs[start:end]...))
 		start = end
 	}
-	q.mu.Unlock()
+	return pends
+}
+
+// waitAll waits for each of pends, and returns the first error.
+func (q *Queue) waitAll(pends []*wal.Pending) error {
 	for _, p := range pends {
 		if _, err := q.s.wait(p); err != nil {
 			return err

@@ -437,6 +437,13 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.iq.Policy != rec {
+		// A lease that lapsed on its last delivery is a dead letter from
+		// the instant it lapsed, whatever the policy says later: record
+		// those the queue holds before the new policy changes what a last
+		// delivery is (a replay of the log would not know which it was).
+		if err := q.waitAll(q.enqueueLocked(q.sweepLocked(s.now(), nil))); err != nil {
+			return nil, err
+		}
 		if err := s.declare(q.iq.ID, name, rec); err != nil {
 			return nil, err
 		}

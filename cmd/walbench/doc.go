@@ -161,7 +161,8 @@
 // Ctrl-C (or SIGTERM) stops the current measurement: walbench prints
 // what was measured (a row cut short marked "interrupted", a row fewer
 // rounds measured "k of N rounds"), writes -json, removes its directory
-// and exits 130; a second Ctrl-C removes the directory and exits at once.
+// and exits 130; a second Ctrl-C removes the directory (and a -json file
+// not yet written) and exits at once.
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2. The text the run prints, and walbench report's
 // tables of its JSON, say under the machine facts that it was interrupted

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
-	"sync/atomic"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -33,7 +35,7 @@ func main() {
 // run is walbench with arguments args, stopped by Ctrl-C or SIGTERM; it
 // returns the exit code. The first signal stops the current measurement
 // and lets the run print what it measured; a second removes the temporary
-// directory and exits at once.
+// directory (and a -json file not yet written) and exits at once.
 func run(args []string, stdout, stderr io.Writer) int {
 	// Catch signals before anything exists to clean up; they wait in the
 	// channel until the goroutine below takes them.
@@ -45,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel(nil)
 	finished := make(chan struct{})
 	defer close(finished)
-	var dir atomic.Pointer[string]
+	left := &leftovers{}
 	e := &env{progress: newProgress(stderr)}
 	go func() {
 		select {
@@ -60,20 +62,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case <-finished:
 			return
 		}
-		if d := dir.Load(); d != nil {
-			e.progress.printf("walbench: interrupted again: removing %s and quitting", *d)
-			_ = os.RemoveAll(*d)
+		for _, p := range left.removeAll() {
+			e.progress.printf("walbench: interrupted again: removed %s", p)
 		}
+		e.progress.printf("walbench: quitting")
 		os.Exit(exitInterrupted)
 	}()
-	return runContext(ctx, args, stdout, stderr, e, func(d string) { dir.Store(&d) })
+	return runContext(ctx, args, stdout, stderr, e, left.add)
+}
+
+// leftovers are the paths a forced quit (a second Ctrl-C) removes: what
+// walbench made and has not completed. Safe for concurrent use.
+type leftovers struct {
+	mu    sync.Mutex
+	paths map[string]bool
+}
+
+// add records path, and returns the function that withdraws it (the run
+// completed it: a forced quit leaves it).
+func (l *leftovers) add(path string) (keep func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.paths == nil {
+		l.paths = map[string]bool{}
+	}
+	l.paths[path] = true
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.paths, path)
+	}
+}
+
+// removeAll removes every path recorded and not withdrawn, and returns
+// them. It holds the lock until the end, so a keep that comes meanwhile
+// waits, and a path is never both kept and removed.
+func (l *leftovers) removeAll() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	paths := slices.Sorted(maps.Keys(l.paths))
+	for _, p := range paths {
+		_ = os.RemoveAll(p)
+	}
+	l.paths = nil
+	return paths
 }
 
 // runContext is walbench with arguments args, until ctx ends; it returns
-// the exit code. made, when not nil, is told the temporary directory once
-// it exists. Every return path after it is made passes its removal.
-func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e *env, made func(dir string)) (code int) {
+// the exit code. made, when not nil, is told each path walbench creates
+// and removes unless the run completes it (the temporary directory, the
+// -json file), and returns the function to call once it is to be kept.
+// Every return path after a path is made passes its removal.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e *env, made func(path string) (keep func())) (code int) {
+	if made == nil {
+		made = func(string) func() { return func() {} }
+	}
 	wroteJSON := false // -json FILE holds this run's report
+	keepJSON := func() {}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -98,6 +143,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			fmt.Fprintf(stderr, "walbench: %v\n", err)
 			return exitError
 		}
+		keepJSON = made(cfg.jsonFile)
 		defer func() {
 			if wroteJSON {
 				return
@@ -136,9 +182,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	if abs, err := filepath.Abs(tmp); err == nil {
 		tmp = abs
 	}
-	if made != nil {
-		made(tmp)
-	}
+	made(tmp)
 	defer func() {
 		if err := os.RemoveAll(tmp); err != nil {
 			fmt.Fprintf(stderr, "walbench: remove %s: %v\n", tmp, err)
@@ -165,6 +209,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 				code = exitError
 			} else {
 				wroteJSON = true
+				keepJSON() // whole: a forced quit leaves it now
 			}
 		}
 	}

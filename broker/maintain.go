@@ -151,6 +151,12 @@ func (s *Store) checkpoint() error {
 		m.broken = fmt.Errorf("broker: checkpoints stopped until the store is reopened: %w", err)
 		return m.broken
 	}
+	// From the table's first rewrite until the new checkpoint is durably
+	// in place, the table no longer matches the checkpoint in place: an
+	// open meanwhile must rebuild (see index.BeginCheckpoint).
+	if err := index.BeginCheckpoint(s.opts.fs(), s.indexDir()); err != nil {
+		return fail(err)
+	}
 	t := s.idx.Table
 	if _, err := t.Flush(true); err != nil {
 		return fail(err)
@@ -175,6 +181,9 @@ func (s *Store) checkpoint() error {
 		if err := t.SyncDir(); err != nil {
 			return fail(err)
 		}
+	}
+	if err := index.EndCheckpoint(s.opts.fs(), s.indexDir()); err != nil {
+		return fail(err)
 	}
 	m.written = written
 	m.lastCheckpoint.Store(uint64(snap.LogPos))

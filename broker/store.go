@@ -226,6 +226,7 @@ func (s *Store) openIndex() (int, error) {
 		}
 	}
 	n := 0
+	spilled := false // the replay rewrote table entries (see below)
 	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++
 		if len(salvaged) > 0 && pos < damageAt && len(rec) > 0 {
@@ -249,6 +250,14 @@ func (s *Store) openIndex() (int, error) {
 			// A rebuild of a long log keeps the heap small: entries go
 			// to the table files as it goes (synced by the checkpoint
 			// that ends the open).
+			if !spilled {
+				// The table stops matching the checkpoint loaded: until
+				// the open's own checkpoint, a crash must rebuild.
+				if err := index.BeginCheckpoint(fs, s.indexDir()); err != nil {
+					return err
+				}
+				spilled = true
+			}
 			x.Table.Detach()
 			if _, err := x.Table.Flush(false); err != nil {
 				return err

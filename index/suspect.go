@@ -21,9 +21,17 @@ const suspectName = "SUSPECT"
 // MarkSuspect records durably that the index directory's checkpoint must not
 // be trusted, only consulted (see Suspect).
 func MarkSuspect(fs vfs.FS, dir string) error {
-	f, err := fs.OpenFile(filepath.Join(dir, suspectName), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := mark(fs, dir, suspectName); err != nil {
 		return fmt.Errorf("index: mark suspect: %w", err)
+	}
+	return nil
+}
+
+// mark creates the empty file name in dir, durably.
+func mark(fs vfs.FS, dir, name string) error {
+	f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
 	}
 	err = f.Sync()
 	if cerr := f.Close(); err == nil {
@@ -32,31 +40,65 @@ func MarkSuspect(fs vfs.FS, dir string) error {
 	if err == nil {
 		err = fs.SyncDir(dir)
 	}
-	if err != nil {
-		return fmt.Errorf("index: mark suspect: %w", err)
+	return err
+}
+
+// unmark removes the file name from dir, durably; a missing one is no
+// error.
+func unmark(fs vfs.FS, dir, name string) error {
+	if err := fs.Remove(filepath.Join(dir, name)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return fs.SyncDir(dir)
+}
+
+// writingName is the marker a checkpoint leaves in the index directory
+// while it writes: the table's chunk files are rewritten in place before
+// the new checkpoint file replaces the old one, so from the first rewrite
+// until that replacement is durable the table no longer matches the
+// checkpoint in place (a message copied forward already has its new
+// position there), and replaying the log over the two would count the
+// message in the wrong segment. An open that finds the marker treats the
+// checkpoint as suspect and rebuilds.
+const writingName = "CHECKPOINTING"
+
+// Suspect reports whether MarkSuspect marked dir and nothing cleared it,
+// or a checkpoint began writing there (BeginCheckpoint) and did not end.
+func Suspect(fs vfs.FS, dir string) bool {
+	for _, name := range []string{suspectName, writingName} {
+		f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDONLY, 0)
+		if err == nil {
+			_ = f.Close()
+			return true
+		}
+	}
+	return false
+}
+
+// BeginCheckpoint records durably that a checkpoint is being written in
+// dir: call it before the table's first rewrite, and EndCheckpoint once
+// the new checkpoint file is durably in place.
+func BeginCheckpoint(fs vfs.FS, dir string) error {
+	if err := mark(fs, dir, writingName); err != nil {
+		return fmt.Errorf("index: begin checkpoint: %w", err)
 	}
 	return nil
 }
 
-// Suspect reports whether MarkSuspect marked dir and nothing cleared it.
-func Suspect(fs vfs.FS, dir string) bool {
-	f, err := fs.OpenFile(filepath.Join(dir, suspectName), os.O_RDONLY, 0)
-	if err != nil {
-		return false
+// EndCheckpoint removes BeginCheckpoint's marker, durably.
+func EndCheckpoint(fs vfs.FS, dir string) error {
+	if err := unmark(fs, dir, writingName); err != nil {
+		return fmt.Errorf("index: end checkpoint: %w", err)
 	}
-	_ = f.Close()
-	return true
+	return nil
 }
 
 // ClearSuspect removes the marker, durably; a missing one is no error.
 func ClearSuspect(fs vfs.FS, dir string) error {
-	if err := fs.Remove(filepath.Join(dir, suspectName)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("index: clear suspect: %w", err)
-	}
-	if err := fs.SyncDir(dir); err != nil {
+	if err := unmark(fs, dir, suspectName); err != nil {
 		return fmt.Errorf("index: clear suspect: %w", err)
 	}
 	return nil

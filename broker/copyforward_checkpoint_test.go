@@ -24,27 +24,13 @@ func TestACheckpointLostAfterACopyForwardPinsNothing(t *testing.T) {
 	clock := newFakeClock()
 
 	// 1. A stream message in segment 1, churn behind it, clean close.
-	s, err := broker.Open(dir, reclaimOptions(clock, nil))
-	require.NoError(t, err)
-	stuck, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	m := mustPublish(t, stuck, "pinned")
-	churnQ, err := s.Queue("churn", stuckPolicy)
-	require.NoError(t, err)
-	first := s.Stats().Segments
-	for s.Stats().Segments < first+4 {
-		_, err := churnQ.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
-		require.NoError(t, err)
-		ds := mustReceive(t, churnQ, 1)
-		require.NoError(t, churnQ.Ack(ctx(t), ds[0].Lease.Receipt))
-	}
-	require.NoError(t, s.Close())
+	m := pinnedBehindChurn(t, dir, clock)
 
 	// 2. Reopen; the checkpoint that follows the copy forward fails at its
 	// rename (as a crash just before the rename would leave things).
 	ffs := vfs.NewFaultFS(vfs.Default)
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint", Nth: 2})
-	s, err = broker.Open(dir, reclaimOptions(clock, ffs))
+	s, err := broker.Open(dir, reclaimOptions(clock, ffs))
 	require.NoError(t, err)
 	err = s.Maintain()
 	t.Logf("maintain with the failing rename: %v (copied forward %d)", err, s.Stats().CopiedForward)
@@ -90,21 +76,7 @@ func TestACopyForwardLosingPowerAgreesWithItsLog(t *testing.T) {
 	root := fastDir(t)
 	clock := newFakeClock()
 	template := filepath.Join(root, "template")
-	s, err := broker.Open(template, reclaimOptions(clock, nil))
-	require.NoError(t, err)
-	stuck, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	mustPublish(t, stuck, "pinned")
-	churnQ, err := s.Queue("churn", stuckPolicy)
-	require.NoError(t, err)
-	first := s.Stats().Segments
-	for s.Stats().Segments < first+4 {
-		_, err := churnQ.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
-		require.NoError(t, err)
-		ds := mustReceive(t, churnQ, 1)
-		require.NoError(t, churnQ.Ack(ctx(t), ds[0].Lease.Receipt))
-	}
-	require.NoError(t, s.Close())
+	pinnedBehindChurn(t, template, clock)
 
 	work := func(dir string, fs vfs.FS) {
 		s, err := broker.Open(dir, reclaimOptions(clock, fs))
@@ -150,4 +122,28 @@ func TestACopyForwardLosingPowerAgreesWithItsLog(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d crash points leave a store whose checkpoint disagrees with its log", bad, 2*total)
+}
+
+// pinnedBehindChurn makes a store in dir whose first segment holds one
+// pending message of queue "stuck", followed by four segments of
+// published and acknowledged churn, and closes it: the next maintenance
+// round copies the message forward. It returns the message.
+func pinnedBehindChurn(t *testing.T, dir string, clock *fakeClock) broker.MessageValue {
+	t.Helper()
+	s, err := broker.Open(dir, reclaimOptions(clock, nil))
+	require.NoError(t, err)
+	stuck, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	m := mustPublish(t, stuck, "pinned")
+	churnQ, err := s.Queue("churn", stuckPolicy)
+	require.NoError(t, err)
+	first := s.Stats().Segments
+	for s.Stats().Segments < first+4 {
+		_, err := churnQ.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
+		require.NoError(t, err)
+		ds := mustReceive(t, churnQ, 1)
+		require.NoError(t, churnQ.Ack(ctx(t), ds[0].Lease.Receipt))
+	}
+	require.NoError(t, s.Close())
+	return m
 }

@@ -40,19 +40,10 @@ func TestAFailedCheckpointAfterACopyForwardLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	churn, err := s.Queue("churn", pol)
 	require.NoError(t, err)
-	churnTo := func(s *Store, q *Queue, seg uint32) {
-		for s.log.Stats().LastSegment < seg {
-			_, err := q.Publish(ctx, bytes.Repeat([]byte{'c'}, 1000))
-			require.NoError(t, err)
-			ds, err := q.Receive(ctx, 1)
-			require.NoError(t, err)
-			require.NoError(t, q.Ack(ctx, ds[0].Lease.Receipt))
-		}
-	}
 
 	S, err := stuck.Publish(ctx, []byte("S: published, never consumed"))
 	require.NoError(t, err)
-	churnTo(s, churn, 5)
+	churnTo(t, s, churn, 5)
 	U, err := other.Publish(ctx, []byte("U: shares segment 5 with S's copy"))
 	require.NoError(t, err)
 	require.NoError(t, s.checkpoint()) // the last good checkpoint, in segment 5
@@ -84,7 +75,7 @@ func TestAFailedCheckpointAfterACopyForwardLosesNothing(t *testing.T) {
 	t.Logf("segment uses after acking U: %+v", s.idx.SegmentUses())
 	churn, err = s.Queue("churn", pol)
 	require.NoError(t, err)
-	churnTo(s, churn, 8)
+	churnTo(t, s, churn, 8)
 	mErr := s.Maintain()
 	t.Logf("maintain: %v; segments now %d..%d", mErr, s.log.Stats().FirstSegment, s.log.Stats().LastSegment)
 
@@ -112,17 +103,6 @@ func TestACrashInACopyForwardThenRestartAndPowerLossLosesNothing(t *testing.T) {
 		o.manualMaintenance = true
 		return o
 	}
-	churnTo := func(s *Store, seg uint32) {
-		q, err := s.Queue("churn", pol)
-		require.NoError(t, err)
-		for s.log.Stats().LastSegment < seg {
-			_, err := q.Publish(ctx, bytes.Repeat([]byte{'c'}, 1000))
-			require.NoError(t, err)
-			ds, err := q.Receive(ctx, 1)
-			require.NoError(t, err)
-			require.NoError(t, q.Ack(ctx, ds[0].Lease.Receipt))
-		}
-	}
 	template := filepath.Join(root, "template")
 	s, err := Open(template, mkopts(nil))
 	require.NoError(t, err)
@@ -130,7 +110,7 @@ func TestACrashInACopyForwardThenRestartAndPowerLossLosesNothing(t *testing.T) {
 	other, _ := s.Queue("other", pol)
 	S, err := stuck.Publish(ctx, []byte("S"))
 	require.NoError(t, err)
-	churnTo(s, 5)
+	churnTo(t, s, mustQueue(t, s, "churn", pol), 5)
 	_, err = other.Publish(ctx, []byte("U"))
 	require.NoError(t, err)
 	require.NoError(t, s.Close()) // checkpoint in segment 5
@@ -160,7 +140,7 @@ func TestACrashInACopyForwardThenRestartAndPowerLossLosesNothing(t *testing.T) {
 		if ds, _ := o.Receive(ctx, 1); len(ds) == 1 {
 			require.NoError(t, o.Ack(ctx, ds[0].Lease.Receipt))
 		}
-		churnTo(c, c.log.Stats().LastSegment+3)
+		churnTo(t, c, mustQueue(t, c, "churn", pol), c.log.Stats().LastSegment+3)
 		_ = c.Maintain()
 		q, _ := c.Queue("stuck", pol)
 		ds, err := q.Receive(ctx, 1)
@@ -174,4 +154,24 @@ func TestACrashInACopyForwardThenRestartAndPowerLossLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("%d crash points lose S", failed)
+}
+
+// churnTo publishes and acknowledges messages of 1,000 bytes on q until
+// the log of s reaches segment seg.
+func churnTo(t *testing.T, s *Store, q *Queue, seg uint32) {
+	t.Helper()
+	for s.log.Stats().LastSegment < seg {
+		_, err := q.Publish(context.Background(), bytes.Repeat([]byte{'c'}, 1000))
+		require.NoError(t, err)
+		ds, err := q.Receive(context.Background(), 1)
+		require.NoError(t, err)
+		require.NoError(t, q.Ack(context.Background(), ds[0].Lease.Receipt))
+	}
+}
+
+func mustQueue(t *testing.T, s *Store, name string, p PolicyValue) *Queue {
+	t.Helper()
+	q, err := s.Queue(name, p)
+	require.NoError(t, err)
+	return q
 }

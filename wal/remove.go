@@ -17,7 +17,10 @@ const sparePrefix = "spare-"
 // gone for good: Read and Iterate skip them. Up to two removed files are
 // kept (renamed aside) for the next rotations to reuse, which spares the
 // disk the zero-filling of a new file; the rest are deleted. The removal is
-// durable when RemoveBelow returns.
+// durable when RemoveBelow returns. A file that cannot be removed stays on
+// disk with every later one (the error names it), so that the files left
+// are still a gapless log: out of this Log, they are part of the log again
+// at the next Open, for a later removal to take.
 //
 // RemoveBelow waits for readers of the removed segments to finish.
 func (l *Log) RemoveBelow(pos Position) (int, error) {
@@ -47,10 +50,14 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	fs := l.opts.FS
 	var err error
 	var kept []string
+	stopped := false // a file could not be removed: the later ones stay too
 	for _, s := range victims {
 		path := s.file.Path()
 		size := s.file.Size()
 		err = errors.Join(err, s.close())
+		if stopped {
+			continue
+		}
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
 			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, s.seq, tmpSuffix))
 			if rerr := fs.Rename(path, spare); rerr == nil {
@@ -58,7 +65,14 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 				continue
 			}
 		}
-		err = errors.Join(err, fs.Remove(path))
+		if rerr := fs.Remove(path); rerr != nil {
+			// Removing the later segments would leave a gap in the
+			// sequence, which Open refuses as a missing segment: they
+			// stay on disk, closed, out of the log until the next Open
+			// finds them and a later removal takes them.
+			err = errors.Join(err, rerr)
+			stopped = true
+		}
 	}
 	if serr := fs.SyncDir(l.dir); serr != nil {
 		// The renames may not be durable: a reused file could then come

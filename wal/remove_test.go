@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +182,30 @@ func entriesFrom(es []entry, seq uint32) []entry {
 		}
 	}
 	return nil
+}
+
+// TestARemovalThatFailsLeavesAGaplessLog: when one old segment cannot be
+// removed, the later ones stay too, and the log reopens whole from there;
+// removing the later ones alone left a gap that Open refused as a missing
+// segment.
+func TestARemovalThatFailsLeavesAGaplessLog(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	l := mustOpen(t, dir, Options{SegmentBytes: 1024, FS: ffs})
+	es := appendRecords(t, l, 0, 200)
+	_, err := l.RemoveBelow(es[30].pos) // fills the spares: the rest are deleted
+	require.NoError(t, err)
+	first := l.Stats().FirstSegment
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: segName(first), Err: syscall.EIO})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: segName(first), Err: syscall.EIO})
+	_, err = l.RemoveBelow(es[120].pos)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, segName(first))
+	require.NoError(t, l.Close())
+	ffs.Clear()
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l.Close()
+	require.Equal(t, first, l.Stats().FirstSegment, "the segment that could not be removed is part of the log again")
+	requireEntries(t, entriesFrom(es, first), readAll(t, l))
 }

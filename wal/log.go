@@ -44,6 +44,9 @@ type Log struct {
 	// it), and two removals do not keep more than maxSpares between them.
 	// Taken before listMu and mu.
 	removeMu sync.Mutex
+	// unremoved, guarded by removeMu: segment files RemoveBelow took out of
+	// the log but could not remove, oldest first (see RemoveBelow).
+	unremoved []string
 
 	// listMu serialises changes of segs (rotation, removal) and guards
 	// spares. Readers load segs without it.

@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -19,8 +20,9 @@ const sparePrefix = "spare-"
 // disk the zero-filling of a new file; the rest are deleted. The removal is
 // durable when RemoveBelow returns. A file that cannot be removed stays on
 // disk with every later one (the error names it), so that the files left
-// are still a gapless log: out of this Log, they are part of the log again
-// at the next Open, for a later removal to take.
+// are still a gapless log: out of this Log, they are removed first by the
+// next RemoveBelow, which removes nothing newer until they are gone, and
+// they are part of the log again at the next Open.
 //
 // RemoveBelow waits for readers of the removed segments to finish.
 func (l *Log) RemoveBelow(pos Position) (int, error) {
@@ -31,6 +33,13 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	l.mu.Unlock()
 	if closed {
 		return 0, ErrClosed
+	}
+	fs := l.opts.FS
+	for len(l.unremoved) > 0 {
+		if err := fs.Remove(l.unremoved[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", l.unremoved[0], err)
+		}
+		l.unremoved = l.unremoved[1:]
 	}
 	l.listMu.Lock()
 	segs := *l.segs.Load()
@@ -47,7 +56,6 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	l.segs.Store(&rest)
 	l.listMu.Unlock()
 
-	fs := l.opts.FS
 	var err error
 	var kept []string
 	stopped := false // a file could not be removed: the later ones stay too
@@ -56,6 +64,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		size := s.file.Size()
 		err = errors.Join(err, s.close())
 		if stopped {
+			l.unremoved = append(l.unremoved, path)
 			continue
 		}
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
@@ -72,6 +81,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			// finds them and a later removal takes them.
 			err = errors.Join(err, rerr)
 			stopped = true
+			l.unremoved = append(l.unremoved, path)
 		}
 	}
 	if serr := fs.SyncDir(l.dir); serr != nil {

@@ -185,9 +185,9 @@ func entriesFrom(es []entry, seq uint32) []entry {
 }
 
 // TestARemovalThatFailsLeavesAGaplessLog: when one old segment cannot be
-// removed, the later ones stay too, and the log reopens whole from there;
-// removing the later ones alone left a gap that Open refused as a missing
-// segment.
+// removed, the later ones stay too, a later removal takes nothing newer
+// while it stays, and the log reopens whole from there; removing the later
+// ones alone left a gap that Open refused as a missing segment.
 func TestARemovalThatFailsLeavesAGaplessLog(t *testing.T) {
 	dir := t.TempDir()
 	ffs := vfs.NewFaultFS(vfs.Default)
@@ -199,6 +199,11 @@ func TestARemovalThatFailsLeavesAGaplessLog(t *testing.T) {
 	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: segName(first), Err: syscall.EIO})
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: segName(first), Err: syscall.EIO})
 	_, err = l.RemoveBelow(es[120].pos)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, segName(first))
+	// Nothing newer goes while it stays.
+	es = append(es, appendRecords(t, l, 200, 100)...)
+	_, err = l.RemoveBelow(es[len(es)-1].pos)
 	require.ErrorIs(t, err, syscall.EIO)
 	require.ErrorContains(t, err, segName(first))
 	require.NoError(t, l.Close())

@@ -271,19 +271,23 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 			reading = evict
 		}
 		if seq, at, ok := q.iq.Seen(key); ok {
-			m := q.iq.Get(seq)
-			pending := m != nil && m.State == index.Pending
+			// The original may be queued and not yet in the log: this
+			// call may not report success before the original does, nor
+			// if it fails (a barrier could succeed where the original's
+			// own append did not: a segment it needed could not be made).
+			var orig *wal.Pending
+			if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
+				orig = q.inflightWith(seq)
+			}
 			if err := q.unlockAndWait(reading); err != nil {
 				return nil, err
 			}
-			q.stats.duplicates.Add(1)
-			if pending {
-				// The original is queued but not yet in the log: this call
-				// may not report success before the original would.
-				if err := q.s.log.Barrier(q.s.opts.durable(true)); err != nil {
-					return nil, q.s.failure(err)
+			if orig != nil {
+				if _, err := q.s.wait(orig); err != nil {
+					return nil, err
 				}
 			}
+			q.stats.duplicates.Add(1)
 			return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
 		}
 	}
@@ -327,6 +331,20 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	q.mu.Unlock()
 	q.stats.published.Add(int64(len(payloads)))
 	return out, nil
+}
+
+// inflightWith returns the append of the in-flight publish of message seq.
+// A message the index holds as Pending is always in one: the publish
+// queues its records and records them here under one hold of q.mu.
+func (q *Queue) inflightWith(seq uint64) *wal.Pending {
+	for p, in := range q.inflight {
+		for _, e := range in.events {
+			if e.Seq == seq {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // recordBuffers recycles the buffers publish records are encoded into:

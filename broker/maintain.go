@@ -132,10 +132,11 @@ func (s *Store) maintain(force bool) error {
 // queue for one fdatasync (so that what the index holds is exactly the
 // log's durable prefix), snapshots what lives on the heap, then — queues
 // running again — writes the table's new entries, fdatasyncs them, and
-// writes the checkpoint file. A failed checkpoint leaves the previous one
-// in place and stops checkpoints until the store is reopened; the store
-// itself goes on (the log is the source of truth). No fdatasync is
-// retried.
+// writes the checkpoint file. A failed checkpoint stops checkpoints until
+// the store is reopened, and leaves its marker (index.BeginCheckpoint), so
+// that the next open rebuilds from the log: the table may already disagree
+// with the previous checkpoint. The store itself goes on (the log is the
+// source of truth). No fdatasync is retried.
 func (s *Store) checkpoint() error {
 	m := &s.maint
 	m.ckptMu.Lock()

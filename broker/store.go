@@ -122,7 +122,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {
-			opts.Logger.Warn("broker: checkpoint after open failed; the next open replays the log again", "dir", dir, "err", err)
+			opts.Logger.Warn("broker: checkpoint after open failed; the next open rebuilds the index from the log", "dir", dir, "err", err)
 		} else if err := index.ClearSuspect(opts.fs(), s.indexDir()); err != nil {
 			opts.Logger.Warn("broker: the next open rebuilds the index again", "dir", dir, "err", err)
 		}
@@ -622,7 +622,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("broker: close %s: %w", s.dir, err)
 	}
 	if cerr != nil {
-		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open replays the log", "dir", s.dir, "err", cerr)
+		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open rebuilds the index from the log", "dir", s.dir, "err", cerr)
 	}
 	return nil
 }

@@ -634,3 +634,35 @@ func TestSalvageOfADamagedPreambleKeepsTheDeclarations(t *testing.T) {
 	fresh := mustPublish(t, q, "fresh")
 	require.Greater(t, fresh.ID, last.ID, "a new message never takes an ID already given")
 }
+
+// TestConcurrentClosesCloseOnce: of Closes called together, one closes
+// the store and the others, waiting for it, get Closed; none writes the
+// index after the first let the directory go, and the store reopens with
+// what it held.
+func TestConcurrentClosesCloseOnce(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	for range 50 {
+		mustPublish(t, q, "m")
+	}
+	mustReceive(t, q, 7)
+	s := e.s
+	e.s = nil
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() { errs <- s.Close() }()
+	}
+	closed := 0
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			require.ErrorIs(t, err, broker.Closed)
+			closed++
+		}
+	}
+	require.Equal(t, cap(errs)-1, closed, "not exactly one Close closed the store")
+
+	e.open()
+	st := e.queue("jobs", policy()).Stats()
+	require.Equal(t, 43, st.Ready)
+	require.Equal(t, 7, st.Leased)
+}

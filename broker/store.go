@@ -43,7 +43,10 @@ type Store struct {
 	// pre is what every new segment starts with (see preamble).
 	pre atomic.Pointer[preambleSet]
 
-	closed atomic.Bool
+	// closeMu serialises Close: held for the whole of one, so that a
+	// second waits for the first and then finds the store closed.
+	closeMu sync.Mutex
+	closed  atomic.Bool
 	// failed holds the error that stopped the store: a failed append leaves
 	// the in-memory state ahead of the log, so nothing may go on until the
 	// store is reopened (fail-stop).
@@ -597,6 +600,10 @@ func (s *Store) Stats() StoreStats {
 // complete; later ones, on the store or any of its queues, fail with
 // Closed.
 func (s *Store) Close() error {
+	// One Close at a time: a second one's checkpoint must not write the
+	// index while the first closes its files and lets the directory go.
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.closed.Load() {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}

@@ -612,9 +612,7 @@ func (s *Store) Close() error {
 	if s.failed.Load() == nil {
 		cerr = s.checkpoint()
 	}
-	if s.closed.Swap(true) {
-		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
-	}
+	s.closed.Store(true) // only Close sets it, under closeMu
 	// Consumers waiting for a queue look again, and learn it is closed.
 	s.mu.Lock()
 	for _, q := range s.queues {

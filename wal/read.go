@@ -24,7 +24,7 @@ func (l *Log) Read(pos Position) ([]byte, error) {
 func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 	s := l.segment(pos.Segment())
 	if s == nil {
-		if l.refusal() == ErrClosed {
+		if l.isClosed() {
 			return ErrClosed
 		}
 		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, pos)
@@ -32,7 +32,7 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		if l.refusal() == ErrClosed {
+		if l.isClosed() {
 			return ErrClosed
 		}
 		return fmt.Errorf("%w: %v: segment removed", ErrNotFound, pos)
@@ -61,8 +61,8 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 // already removed are skipped. An error from fn stops the walk and is
 // returned; a record that fails its checksum is a *CorruptionError.
 func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
-	if err := l.refusal(); err == ErrClosed {
-		return err
+	if l.isClosed() {
+		return ErrClosed
 	}
 	for _, s := range *l.segs.Load() {
 		if s.seq < from.Segment() {
@@ -85,7 +85,7 @@ func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) 
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		if l.refusal() == ErrClosed {
+		if l.isClosed() {
 			return ErrClosed
 		}
 		return nil // removed

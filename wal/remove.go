@@ -28,10 +28,7 @@ const sparePrefix = "spare-"
 func (l *Log) RemoveBelow(pos Position) (int, error) {
 	l.removeMu.Lock()
 	defer l.removeMu.Unlock()
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.isClosed() {
 		return 0, ErrClosed
 	}
 	fs := l.opts.FS
@@ -58,12 +55,11 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 
 	var err error
 	var kept []string
-	stopped := false // a file could not be removed: the later ones stay too
 	for _, s := range victims {
 		path := s.file.Path()
 		size := s.file.Size()
 		err = errors.Join(err, s.close())
-		if stopped {
+		if len(l.unremoved) > 0 { // one could not be removed: the later ones stay too
 			l.unremoved = append(l.unremoved, path)
 			continue
 		}
@@ -80,7 +76,6 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			// stay on disk, closed, out of the log until the next Open
 			// finds them and a later removal takes them.
 			err = errors.Join(err, rerr)
-			stopped = true
 			l.unremoved = append(l.unremoved, path)
 		}
 	}

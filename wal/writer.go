@@ -197,14 +197,9 @@ func (l *Log) append(recs [][]byte, sync bool) ([]Position, error) {
 func (l *Log) enqueue(q *queued) *Pending {
 	p, r := &q.p, &q.r
 	l.mu.Lock()
-	switch {
-	case l.closed:
+	if err := l.refusalLocked(); err != nil {
 		l.mu.Unlock()
-		p.err = ErrClosed
-		return p
-	case l.err != nil:
-		p.err = l.err
-		l.mu.Unlock()
+		p.err = err
 		return p
 	}
 	b := l.open
@@ -226,11 +221,18 @@ func (l *Log) enqueue(q *queued) *Pending {
 func (l *Log) refusal() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.refusalLocked()
+}
+
+func (l *Log) refusalLocked() error {
 	if l.closed {
 		return ErrClosed
 	}
 	return l.err
 }
+
+// isClosed reports whether Close was called.
+func (l *Log) isClosed() bool { return l.refusal() == ErrClosed }
 
 func (l *Log) wake() {
 	select {

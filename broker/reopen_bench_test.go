@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The benchmarks of this file show what the checkpoints and the reclaiming
@@ -122,7 +121,7 @@ func benchmarkReopen(b *testing.B, dir string, n int, rebuild bool) {
 				b.Fatal(err)
 			}
 		}
-		if err := evictPageCache(dir); err != nil {
+		if err := vfs.EvictPageCache(dir); err != nil {
 			b.Fatal(err)
 		}
 		runtime.GC() // nothing left over from the build or the last iteration
@@ -171,26 +170,6 @@ func benchmarkReopen(b *testing.B, dir string, n int, rebuild bool) {
 		b.ReportMetric(float64(heapInUse)/(1<<20), "heap-MiB")
 		b.ReportMetric(float64(heapInUse)/float64(n), "heap-B/pending")
 	}
-}
-
-// evictPageCache asks the kernel to drop every file under dir from the
-// page cache. It drops only clean pages, which are all there are once the
-// store is closed: Close makes everything durable.
-func evictPageCache(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-			return fmt.Errorf("fadvise %s: %w", path, err)
-		}
-		return nil
-	})
 }
 
 // diskBoundSegmentBytes is the segment size of BenchmarkDiskBound's store:

@@ -12,9 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The reopen workload shows what a large backlog costs a store's Open, and
@@ -152,7 +151,7 @@ func reopenRound(ctx context.Context, dir string, l reopenLoad) (res reopenResul
 // heap in use, and closes the store. It adds to notes what looks wrong in
 // the store's counters.
 func openCold(dir string, l reopenLoad, notes *[]string, rebuild bool) (t openTiming, err error) {
-	if err := evictPageCache(dir); err != nil {
+	if err := vfs.EvictPageCache(dir); err != nil {
 		return t, err
 	}
 	t.heapBefore = heapInUse()
@@ -206,26 +205,6 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
-}
-
-// evictPageCache asks the kernel to drop every file under dir from the
-// page cache. It drops only clean pages, which are all there are once the
-// store is closed: Close makes everything durable.
-func evictPageCache(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-			return &os.PathError{Op: "fadvise", Path: path, Err: err}
-		}
-		return nil
-	})
 }
 
 // measureReopen fills the reopen workload's store in a new subdirectory

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"container/heap"
 	"math"
 	"slices"
@@ -86,18 +87,7 @@ func memByDue(a, b *memMessage) bool {
 
 // memByFailed is the dead-letter order: oldest FailedAt first (API.md §5.1).
 func memByFailed(a, b *memMessage) int {
-	switch {
-	case a.failedAt != b.failedAt:
-		if a.failedAt < b.failedAt {
-			return -1
-		}
-		return 1
-	case a.seq < b.seq:
-		return -1
-	case a.seq > b.seq:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.failedAt, b.failedAt), cmp.Compare(a.seq, b.seq))
 }
 
 // memSeen is a remembered dedup key.

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -366,18 +367,7 @@ func (q *Queue) attach(m *Message, s State) {
 }
 
 func byFailed(a, b *Message) int {
-	switch {
-	case a.FailedAt != b.FailedAt:
-		if a.FailedAt < b.FailedAt {
-			return -1
-		}
-		return 1
-	case a.Seq < b.Seq:
-		return -1
-	case a.Seq > b.Seq:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.FailedAt, b.FailedAt), cmp.Compare(a.Seq, b.Seq))
 }
 
 // Commit makes a Pending message Ready at pos, once its publish record is

@@ -102,9 +102,13 @@ func (q *Queue) wakeReadyLocked() {
 	q.wakeLocked()
 }
 
-// wakeLocked closes the current wake signal and makes a new one. The
-// caller holds q.mu.
+// wakeLocked closes the current wake signal and makes a new one, unless
+// the Queue is closed (its signal then stays closed for good). The caller
+// holds q.mu.
 func (q *Queue) wakeLocked() {
+	if q.closed {
+		return
+	}
 	close(q.signal)
 	q.signal = make(chan struct{})
 }
@@ -197,14 +201,18 @@ func (q *Queue) subscribeLocked() {
 	q.wakeSub = sub
 }
 
-// close ends the Queue's subscription and forgets its leases. The caller
-// is Store.Close, which has marked the Store closed.
+// close ends the Queue's subscription, forgets its leases and closes its
+// wake signal for good, so that a consumer waiting on it (broker.Consume)
+// calls Receive again and learns that the store is closed, as with the
+// file-backed store. The caller is Store.Close, which has marked the Store
+// closed.
 func (q *Queue) close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return nil
 	}
+	close(q.signal)
 	q.closed = true
 	q.leases, q.retries = map[uint64]*lease{}, map[uint64]time.Time{}
 	var errs []error

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -198,9 +199,15 @@ func (q *Queue) logUnclassified(id string, cause error) {
 	}
 }
 
-// DeadLetters returns up to max dead letters, oldest FailedAt first (the
-// dead-letter stream's order), without removing them; see
-// broker.DeadLetterReader.
+// DeadLetters returns up to max dead letters, oldest FailedAt first,
+// without removing them; see broker.DeadLetterReader.
+//
+// The dead-letter stream's order is the order the records were written,
+// which is not FailedAt's: the death of a message whose last lease lapsed
+// is written at a later sweep (for a redelivered message, after the
+// server noticed at a later pull) with the lapse as FailedAt, after
+// records of messages that died since. So every record is read and the
+// oldest max are returned.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: DeadLetters max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
@@ -211,7 +218,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterVa
 	}
 	defer cancel()
 	var out []broker.DeadLetterValue
-	for seq := uint64(1); len(out) < max; {
+	for seq := uint64(1); ; {
 		raw, err := q.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.n.deadSubject+".*"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -225,6 +232,10 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterVa
 		}
 		out = append(out, dl)
 		seq = raw.Sequence + 1
+	}
+	slices.SortStableFunc(out, func(a, b broker.DeadLetterValue) int { return a.FailedAt.Compare(b.FailedAt) })
+	if len(out) > max {
+		out = out[:max]
 	}
 	return out, nil
 }

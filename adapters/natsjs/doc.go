@@ -104,7 +104,8 @@
 //     sync_interval: always }), otherwise within its sync interval (2 min
 //     by default); with Replicas 3, on a quorum of servers, so one server
 //     can die without losing it.
-//   - Dedup. The window is the server's, measured from its store instant.
+//   - Dedup. The window is the server's, measured from its store instant,
+//     and at least 100 ms: a shorter DedupWindow is QueueMisconfigured.
 //     A keyed publish refused as full (or that failed after its key record
 //     was written) leaves the record: the retry that enqueues the message
 //     gives it the first attempt's EnqueuedAt.

@@ -146,13 +146,20 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 //
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
 // invalid policy is refused with an error wrapping
-// broker.QueueMisconfigured.
+// broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
+// the server cannot keep.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	if err := policy.Validate(); err != nil {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+	}
+	if policy.DedupWindow > 0 && policy.DedupWindow < minDedupWindow {
+		// The server refuses a shorter duplicate window; say so in the
+		// port's terms rather than pass on its unclassified refusal.
+		return nil, fmt.Errorf("natsjs: queue %s: DedupWindow %v is below %v, the shortest duplicate window a NATS server keeps: %w",
+			name, policy.DedupWindow, minDedupWindow, broker.QueueMisconfigured)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -258,6 +265,10 @@ func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValu
 	}
 	return nil
 }
+
+// minDedupWindow is the shortest duplicate window nats-server accepts on
+// a stream.
+const minDedupWindow = 100 * time.Millisecond
 
 // keyRecordSlack keeps a key's enqueue instant a little longer than the
 // server remembers the key, so that a duplicate always finds it.

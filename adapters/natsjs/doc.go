@@ -120,8 +120,10 @@
 //     its next Receive (after the next publication, or this Store's own
 //     next lease event).
 //   - MaxMessageBytes is bounded by the server's max_payload (1 MiB by
-//     default) less 1 KiB for headers: a larger payload is MessageTooLarge
-//     whatever the policy says. Raise max_payload to carry 1 MiB payloads.
+//     default) less 8 KiB for headers (a dead letter's quoted reason and
+//     public cause take up to about 5 KiB): a larger payload is
+//     MessageTooLarge whatever the policy says. Raise max_payload to carry
+//     1 MiB payloads.
 //   - A replay of a dead letter into a full queue is QueueFull, and a
 //     replay whose record could not be deleted afterwards leaves it: a
 //     second replay queues the message twice.

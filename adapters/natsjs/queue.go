@@ -34,7 +34,7 @@ const (
 	hdrBatchSeq   = "Nats-Batch-Sequence"  //
 	hdrBatchEnd   = "Nats-Batch-Commit"    //
 	maxKeyBytes   = 256                    // as the file-backed store
-	headerRoom    = 1024                   // bytes kept for headers below the server's max_payload
+	headerRoom    = 8 << 10                // bytes kept for headers below the server's max_payload (see checkSize)
 	maxBatch      = 1000                   // the server's default bound on an atomic batch
 	codeTooLarge  = 10054                  // JSStreamMessageExceedsMaximumErr
 	codeStoreFail = 10077                  // JSStreamStoreFailedF: "maximum messages exceeded" and others
@@ -347,7 +347,12 @@ func (q *Queue) message(payload []byte, enqueued time.Time) *nats.Msg {
 
 // checkSize refuses payload i when it exceeds the policy's MaxMessageBytes
 // or what the server accepts in one message (its max_payload, less room
-// for the headers).
+// for the headers). The room is the dead-letter record's, the largest:
+// besides its fixed headers it carries the reason (up to
+// broker.MaxReasonBytes) and the public cause (up to
+// broker.MaxPublicBytes), Go-quoted, which can make each byte four
+// (about 5 KiB in all). A payload the queue takes must be one it can
+// dead-letter with any cause.
 func (q *Queue) checkSize(p broker.PolicyValue, i int, payload []byte) error {
 	limit := p.MaxMessageBytes
 	if limit <= 0 {

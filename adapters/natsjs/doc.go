@@ -81,7 +81,16 @@
 //   - Clock. The server's clock decides lease lapses, retry delays and the
 //     dedup window; Options has no Now. The instants the adapter returns
 //     (ExpiresAt, VisibleAt) are measured on this process's clock from
-//     before its request, so the server's own instant is never earlier.
+//     before its request, so the server's own instant is never earlier
+//     while it runs. A server restarted over its store keeps its pending
+//     instants in whole seconds: after a restart a lease or a retry delay
+//     can end up to a second early.
+//   - Policy changes. The server keeps each pending message's instant as
+//     its delivery time and adds the consumer's AckWait (the
+//     VisibilityTimeout) when it checks it: a queue declared again with a
+//     different VisibilityTimeout moves the end of every lease and retry
+//     delay already handed out by the difference, instead of applying the
+//     new policy from then on only.
 //   - Lease expiry. The adapter refuses a receipt AT its ExpiresAt, but the
 //     message reappears when the server's deadline passes, a request's
 //     flight later. An Ack sent just before ExpiresAt that reaches the

@@ -1,0 +1,269 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// Promises of the port checked on the adapter beyond the conformance
+// suite: those the suite checks only with an injected clock, and limits
+// where the server's own bounds meet the port's.
+
+// TestAnIdleConsumeEndsWhenTheStoreCloses: broker.Consume idle on an empty queue
+// returns (Closed) when the Store is closed, as it does on the file store,
+// instead of waiting forever on a wake signal nothing will close.
+func TestAnIdleConsumeEndsWhenTheStoreCloses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "idle", policy())
+	done := make(chan error, 1)
+	go func() {
+		done <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error { return nil }, broker.ConsumeOptions{})
+	}()
+	time.Sleep(500 * time.Millisecond) // idle by now
+	if err := b.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, broker.Closed) {
+			t.Fatalf("Consume after Close: %v, want Closed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Consume still running 5 s after the Store was closed")
+	}
+}
+
+// TestDeadLettersAreOldestFailedAtFirstWhenALapseIsRecordedLate: a lease on the last allowed
+// delivery lapses (FailedAt T1); before any call that sweeps, another
+// message is rejected (FailedAt T2 > T1). DeadLetters must list the one
+// that died first first (API §5.1: oldest first = ordered by FailedAt).
+func TestDeadLettersAreOldestFailedAtFirstWhenALapseIsRecordedLate(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "order", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = 300 * time.Millisecond
+	}))
+	a, err := q.Publish(ctx, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Publish(ctx, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := receiveN(t, q, 2)
+	var da, db broker.DeliveryValue
+	for _, d := range ds {
+		if d.Message.ID == a.ID {
+			da = d
+		} else {
+			db = d
+		}
+	}
+	// a's lease lapses; b's is renewed so that it is still held.
+	time.Sleep(150 * time.Millisecond)
+	l, err := q.Extend(ctx, db.Lease.Receipt, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(da.Lease.ExpiresAt.Add(700 * time.Millisecond)))
+	if err := q.Reject(ctx, l.Receipt, broker.NewError("BAD", 1, "bad", "")); err != nil {
+		t.Fatal(err)
+	}
+	var dls []broker.DeadLetterValue
+	until(t, 10*time.Second, "both dead letters", func() bool {
+		if dls, err = q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 2
+	})
+	if dls[1].FailedAt.Before(dls[0].FailedAt) {
+		t.Fatalf("DeadLetters lists %s (FailedAt %v) before %s (FailedAt %v): not oldest FailedAt first",
+			dls[0].Message.ID, dls[0].FailedAt, dls[1].Message.ID, dls[1].FailedAt)
+	}
+}
+
+// TestReceiveOfAnyMaxLeasesWhatThereIs: Receive with a very large max on an empty
+// queue returns an empty slice and no error.
+func TestReceiveOfAnyMaxLeasesWhatThereIs(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "huge", policy())
+	for _, n := range []int{math.MaxInt32, math.MaxInt} {
+		ds, err := q.Receive(ctx, n)
+		if err != nil || len(ds) != 0 {
+			t.Errorf("Receive(%d) on an empty queue: %d, %v", n, len(ds), err)
+		}
+	}
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, math.MaxInt)
+	if err != nil || len(ds) != 1 {
+		t.Errorf("Receive(MaxInt) with one message: %d, %v", len(ds), err)
+	}
+}
+
+// TestAPolicyAtTheLongestDurationsWorks: a policy Validate accepts (every duration
+// at MaxDeadlineOffset) is a working queue.
+func TestAPolicyAtTheLongestDurationsWorks(t *testing.T) {
+	ctx := context.Background()
+	p := policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = broker.MaxDeadlineOffset
+		p.RetryDelay = broker.MaxDeadlineOffset
+		p.DedupWindow = broker.MaxDeadlineOffset
+	})
+	q := mustQueue(t, openBackend(t).Store, "extreme", p)
+	if _, err := q.PublishKeyed(ctx, "k", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	nv, err := q.Nack(ctx, d.Lease.Receipt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("after a nack visible at %v: Receive %d, %v", nv.VisibleAt, len(ds), err)
+	}
+}
+
+// TestEveryValidPolicyOpensOrIsMisconfigured: Validate accepts any positive
+// VisibilityTimeout and DedupWindow; the adapter must open such a queue
+// (or refuse it with QueueMisconfigured naming the field).
+func TestEveryValidPolicyOpensOrIsMisconfigured(t *testing.T) {
+	st := openBackend(t).Store
+	for i, p := range []broker.PolicyValue{
+		policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Microsecond }),
+		policy(func(p *broker.PolicyValue) { p.DedupWindow = time.Millisecond }),
+		policy(func(p *broker.PolicyValue) { p.MaxDeliveries = math.MaxInt32 + 1 }),
+		policy(func(p *broker.PolicyValue) { p.Capacity = math.MaxInt }),
+	} {
+		if err := p.Validate(); err != nil {
+			t.Fatalf("policy %d: %v", i, err)
+		}
+		if _, err := st.Queue("tiny"+itoa(i), p); err != nil && !errors.Is(err, broker.QueueMisconfigured) {
+			t.Errorf("policy %d (%+v) that Validate accepts: %v", i, p, err)
+		}
+	}
+}
+
+// TestAckAndRejectFreeCapacityAtOnce: at Capacity, the place an
+// Ack or Reject frees is free when the call returns.
+func TestAckAndRejectFreeCapacityAtOnce(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "cap", policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+	for i := range 30 {
+		if _, err := q.Publish(ctx, []byte("x")); err != nil {
+			t.Fatalf("round %d: Publish: %v", i, err)
+		}
+		d := receiveN(t, q, 1)[0]
+		var err error
+		if i%2 == 0 {
+			err = q.Ack(ctx, d.Lease.Receipt)
+		} else {
+			err = q.Reject(ctx, d.Lease.Receipt, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCloseLeavesNoSubscriptionOrGoroutine: a Store whose queues were used (Wake
+// subscribed them) leaves no subscription, and so no client goroutine,
+// behind on the caller's connection after Close.
+func TestCloseLeavesNoSubscriptionOrGoroutine(t *testing.T) {
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	if _, err := nc.Request("$JS.API.INFO", nil, 5*time.Second); err != nil { // the connection's own reply subscription
+		t.Fatal(err)
+	}
+	runtime.GC()
+	subs, before := nc.NumSubscriptions(), clientGoroutines()
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "LEAK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteStreams(t, nc, "LEAK") })
+	for _, name := range []string{"a", "b", "c"} {
+		q := mustQueue(t, st, name, policy())
+		q.Wake()
+		if _, err := q.Publish(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Receive(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		q.Wake()
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 5*time.Second, "client goroutines back to their count before Open", func() bool {
+		return clientGoroutines() <= before
+	})
+	if n := nc.NumSubscriptions(); n != subs {
+		t.Fatalf("%d subscriptions on the connection after Close, %d before Open", n, subs)
+	}
+}
+
+// clientGoroutines counts the goroutines running code of the NATS client.
+func clientGoroutines() int {
+	buf := make([]byte, 4<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "nats.go@") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause: a payload the queue
+// accepted (the largest one: the server's max_payload less the room the
+// adapter keeps for headers) can be dead-lettered with the longest cause
+// the classified-cause rule keeps (Reason 128 bytes, Public 1024 bytes):
+// Reject "moves the leased message to the dead-letter store with cause".
+func TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause(t *testing.T) {
+	ctx := context.Background()
+	const maxPayload = 64 << 10
+	srv := runServer(t, storeDir(t), func(o *server.Options) { o.MaxPayload = maxPayload })
+	nc := connect(t, srv.ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q := mustQueue(t, st, "big", policy())
+	var payload []byte
+	for size := maxPayload; ; size -= 256 { // the largest payload the adapter admits
+		payload = make([]byte, size)
+		_, err := q.Publish(ctx, payload)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.MessageTooLarge) {
+			t.Fatalf("Publish of %d bytes: %v", size, err)
+		}
+	}
+	d := receiveN(t, q, 1)[0]
+	// The longest texts the rule keeps, in the bytes that quote longest.
+	cause := broker.NewError(strings.Repeat("\xff", broker.MaxReasonBytes), 0xffffffff, strings.Repeat("\xff", broker.MaxPublicBytes), "")
+	if err := q.Reject(ctx, d.Lease.Receipt, cause); err != nil {
+		t.Fatalf("Reject with the longest cause: %v", err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 1 || len(dls[0].Message.Payload) != len(payload) {
+		t.Fatalf("dead letters %d, %v", len(dls), err)
+	}
+}

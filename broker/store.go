@@ -435,7 +435,10 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	if q == nil {
 		iq := s.idx.Queue(name)
 		if iq == nil {
-			id := s.idx.NextQueueID()
+			id, ok := s.idx.NextQueueID()
+			if !ok {
+				return nil, fmt.Errorf("broker: queue %q: every queue number is taken: %w", name, QueueMisconfigured)
+			}
 			if err := s.declare(id, name, rec); err != nil {
 				return nil, err
 			}

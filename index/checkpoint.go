@@ -339,6 +339,12 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		return int(v)
 	}
 	secret := []byte(d.string())
+	if d.err == nil && len(secret) != 0 && len(secret) != SecretSize {
+		// The store writes its secret into every segment's preamble as a
+		// meta event, which holds exactly SecretSize bytes: a secret of
+		// another length would make the log unreadable.
+		d.fail(fmt.Sprintf("secret of %d bytes, want %d", len(secret), SecretSize))
+	}
 	orphans := int(d.uvarint())
 	type segUse struct {
 		seg uint32
@@ -426,6 +432,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 			break
 		}
 		x.queues[id], x.byName[name] = q, q
+		x.maxQueue = max(x.maxQueue, id)
 	}
 	var want []uint64
 	for range count() {

@@ -3,6 +3,7 @@ package index
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,12 @@ type Index struct {
 	chunks map[uint64]int // live messages per table chunk
 
 	damaged atomic.Pointer[error]
+
+	// maxQueue is the highest queue number any event applied (or the
+	// checkpoint loaded) named, declared or not: a queue whose declaration
+	// salvage lost still has its number in the log, so no new queue may
+	// take it (see NextQueueID).
+	maxQueue uint32
 }
 
 // SegmentUse is what still needs one log segment: live messages (dead
@@ -175,9 +182,22 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		x.Secret = append([]byte(nil), e.Secret...)
 		return nil
 	case KindDeclare:
+		if q := x.byName[e.Name]; q != nil && q.ID != e.Queue {
+			// Two queue numbers under one name: the name can find only
+			// one, and a checkpoint holding both does not load. No log
+			// this code writes says so (a name is looked up before it is
+			// given a number).
+			return fmt.Errorf("%w: declare event at %v: queue %q declared as number %d, already number %d", ErrBadEvent, pos, e.Name, e.Queue, q.ID)
+		}
+		x.maxQueue = max(x.maxQueue, e.Queue)
 		x.declare(e.Queue, e.Name, e.Policy)
 		return nil
 	case KindMark:
+		if e.Seq == math.MaxUint64 {
+			// The one sequence left would be handed out, and the next
+			// would wrap to 0 (Load refuses such a checkpoint too).
+			return fmt.Errorf("%w: mark event at %v: next sequence %d leaves none to hand out", ErrBadEvent, pos, e.Seq)
+		}
 		if e.Seq > x.nextSeq.Load() {
 			x.nextSeq.Store(e.Seq)
 		}
@@ -186,9 +206,21 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 	// Every sequence an event names was handed out: never again, even
 	// when the event is an orphan (its queue's declaration, or its
 	// publish and the mark before it, lost to salvage).
+	if e.Seq == 0 && e.Kind != KindEvict {
+		// Sequences start at 1; Load refuses a checkpoint holding message
+		// 0, so a replay that took one would write a checkpoint no open
+		// can use.
+		return fmt.Errorf("%w: %s event at %v: message sequence 0", ErrBadEvent, e.Kind, pos)
+	}
+	if e.Seq == math.MaxUint64 {
+		// The next sequence would wrap to 0, and every ID be handed out
+		// again: no log this code writes gets there.
+		return fmt.Errorf("%w: %s event at %v: message sequence %d is out of range", ErrBadEvent, e.Kind, pos, e.Seq)
+	}
 	if e.Seq != 0 && e.Seq >= x.nextSeq.Load() {
 		x.nextSeq.Store(e.Seq + 1)
 	}
+	x.maxQueue = max(x.maxQueue, e.Queue)
 	q := x.queues[e.Queue]
 	if q == nil {
 		x.orphan(pos, e)
@@ -222,6 +254,7 @@ func (x *Index) declare(id uint32, name string, p Policy) *Queue {
 		return q
 	}
 	q := newQueue(x, id, name, p)
+	x.maxQueue = max(x.maxQueue, id)
 	x.queues[id] = q
 	x.byName[name] = q
 	return q
@@ -251,8 +284,17 @@ func (x *Index) Queues() []string {
 	return names
 }
 
-// NextQueueID returns the number the next declared queue gets.
-func (x *Index) NextQueueID() uint32 { return uint32(len(x.queues)) + 1 }
+// NextQueueID returns the number the next declared queue gets: one past
+// every number the index has seen, not the count of queues plus one, which
+// after a salvage that lost a declaration (queue 1 gone, queue 2 kept) is a
+// number in use, so that the new queue's declaration would be taken as a
+// second name of that queue. ok is false when no number is left.
+func (x *Index) NextQueueID() (id uint32, ok bool) {
+	if x.maxQueue == 1<<32-1 {
+		return 0, false
+	}
+	return x.maxQueue + 1, true
+}
 
 // PeekNextSeq returns the next message sequence without reserving it. Safe
 // for concurrent use.

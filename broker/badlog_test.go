@@ -1,0 +1,175 @@
+package broker_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/crc32"
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// What a store does with a log or an index that says what this code never
+// writes (each record or file intact by its checksum): it refuses it with
+// an error that names what is wrong, or rebuilds from the log, and never
+// hands out an ID twice, stalls, or writes a log that no later open reads.
+
+// writeRawLog makes dir a log holding recs (event records written as they
+// are, each checksummed by its frame like any other): what a store reads
+// back when the log says something this code would never write.
+func writeRawLog(t *testing.T, dir string, recs ...index.Event) {
+	t.Helper()
+	l, err := wal.Open(dir, wal.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	meta := index.Event{Kind: index.KindMeta, Secret: bytes.Repeat([]byte{9}, index.SecretSize)}
+	raw := [][]byte{meta.Append(nil)}
+	for i := range recs {
+		raw = append(raw, recs[i].Append(nil))
+	}
+	_, err = l.Append(raw...)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+}
+
+func rawDeclare(id uint32, name string) index.Event {
+	p := policy()
+	return index.Event{Kind: index.KindDeclare, Queue: id, Name: name, Policy: index.Policy{
+		VisibilityTimeout: int64(p.VisibilityTimeout), RetryDelay: int64(p.RetryDelay), MaxDeliveries: int64(p.MaxDeliveries)}}
+}
+
+// A salvage that lost the only declaration of the first queue leaves the
+// index with queue number 2 only. A queue declared afterwards must get a
+// number of its own: it used to get len(queues)+1 = 2, the surviving
+// queue's number, so that its publishes went into the other queue, and
+// after a reopen (where the log declares 2 twice, under two names) the new
+// queue was gone.
+func TestAQueueDeclaredAfterASalvageGetsANumberOfItsOwn(t *testing.T) {
+	e := newEnv(t)
+	e.queue("alpha-lost-by-damage", policy())
+	b := e.queue("bravo", policy())
+	mustPublish(t, b, "for bravo")
+	e.close()
+
+	// No checkpoint to consult: the declarations come from the log alone.
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
+	require.NoError(t, err)
+	damaged := 0
+	for _, seg := range segs {
+		raw, err := os.ReadFile(seg)
+		require.NoError(t, err)
+		for i := bytes.Index(raw, []byte("alpha-lost")); i >= 0; i = bytes.Index(raw, []byte("alpha-lost")) {
+			raw[i] ^= 0x40
+			damaged++
+		}
+		require.NoError(t, os.WriteFile(seg, raw, 0o600))
+	}
+	require.NotZero(t, damaged)
+
+	e.opts.Salvage = true
+	s := e.open()
+	require.Equal(t, []string{"bravo"}, s.Queues(), "the damaged declaration is gone")
+	c := e.queue("charlie", policy())
+	mustPublish(t, c, "for charlie")
+
+	b = e.queue("bravo", policy())
+	got := mustReceive(t, b, 10)
+	require.Len(t, got, 1, "bravo holds only its own message")
+	require.Equal(t, "for bravo", string(got[0].Message.Payload))
+
+	e.opts.Salvage = false
+	s = e.reopen()
+	require.ElementsMatch(t, []string{"bravo", "charlie"}, s.Queues(), "both queues survive a reopen")
+	c = e.queue("charlie", policy())
+	got = mustReceive(t, c, 10)
+	require.Len(t, got, 1)
+	require.Equal(t, "for charlie", string(got[0].Message.Payload))
+}
+
+// A publish record whose sequence is 2^64-1 (checksummed, so read as
+// intact) made the next sequence wrap to 0: the store then handed out
+// message 0 and, after it, 1, 2, ... again. Open must refuse the log, naming
+// what is wrong, instead of reusing IDs.
+func TestARecordAtTheLastSequenceIsRefusedNotWrapped(t *testing.T) {
+	dir := t.TempDir()
+	writeRawLog(t, dir, rawDeclare(1, "jobs"),
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: 1, Time: t0.UnixNano(), Payload: []byte("one")},
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: math.MaxUint64, Time: t0.UnixNano(), Payload: []byte("last")})
+	s, err := broker.Open(dir, broker.Options{Now: newFakeClock().Now, SegmentBytes: testSegmentBytes})
+	if err == nil {
+		defer s.Close()
+		q, qerr := s.Queue("jobs", policy())
+		require.NoError(t, qerr)
+		m, perr := q.Publish(ctx(t), []byte("new"))
+		require.NoError(t, perr)
+		t.Fatalf("Open accepted a log whose sequences are used up; the next publish got ID %s", m.ID)
+	}
+	requireErrorIs(t, err, broker.Corrupt, "sequence")
+}
+
+// rewriteCheckpointSecret replaces the store secret a checkpoint file holds
+// (the body's second field, after the sealed segments) and recomputes the
+// file's length and checksum, as a writer would have.
+func rewriteCheckpointSecret(t *testing.T, path string, secret []byte) {
+	t.Helper()
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
+	body := file[64:]
+	off := 0
+	uv := func() uint64 {
+		v, n := binary.Uvarint(body[off:])
+		require.Positive(t, n)
+		off += n
+		return v
+	}
+	for range uv() {
+		uv()
+		uv()
+	}
+	start := off
+	n := uv()
+	off += int(n)
+	nb := append(append(binary.AppendUvarint(append([]byte(nil), body[:start]...), uint64(len(secret))), secret...), body[off:]...)
+	hdr := append([]byte(nil), file[:64]...)
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(nb)))
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	binary.LittleEndian.PutUint32(hdr[12:], crc32.Update(crc32.Checksum(hdr[16:], tab), tab, nb))
+	require.NoError(t, os.WriteFile(path, append(hdr, nb...), 0o600))
+}
+
+// A checkpoint whose secret is not the 32 bytes a meta event holds (its
+// checksum right) was loaded as it was. The store then wrote that secret
+// into the preamble of every new segment as a meta record no decoder
+// accepts, so the next open that replays those segments refused the whole
+// log as corrupt: a bad index file turned into an unreadable log.
+func TestACheckpointSecretOfTheWrongLengthNeverReachesTheLog(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	mustPublish(t, q, "before")
+	e.close()
+	rewriteCheckpointSecret(t, filepath.Join(e.dir, "index", "checkpoint"), []byte("short"))
+
+	s, err := broker.Open(e.dir, e.opts)
+	if err != nil {
+		requireErrorIs(t, err, broker.Corrupt, "secret")
+		return
+	}
+	e.s = s
+	q = e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	for range 40 { // about three segments: each new one starts with a preamble
+		mustPublish(t, q, strings.Repeat("p", 1<<10))
+	}
+	e.close()
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	s, err = broker.Open(e.dir, e.opts)
+	require.NoError(t, err, "the log written after the checkpoint was loaded must replay")
+	e.s = s
+}

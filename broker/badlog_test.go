@@ -2,12 +2,15 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/crc32"
 	"github.com/stretchr/testify/require"
@@ -113,6 +116,41 @@ func TestARecordAtTheLastSequenceIsRefusedNotWrapped(t *testing.T) {
 		t.Fatalf("Open accepted a log whose sequences are used up; the next publish got ID %s", m.ID)
 	}
 	requireErrorIs(t, err, broker.Corrupt, "sequence")
+}
+
+// A publish record far ahead of the sequences before it (checksummed, so
+// read as intact) widened its queue's stream to 2^40 sequence numbers, and
+// the walk of the stream visited each one: the Receive after the first
+// message never returned. The walk now jumps from one of the queue's
+// entries to the next, here at 2^60. The Receives run in a child process,
+// killed after 10 s, so that a hang does not spin on in the test binary.
+func TestAPublishFarAheadInTheLogDoesNotStallReceive(t *testing.T) {
+	if dir := os.Getenv("WALBROKER_FAR_AHEAD_CHILD_DIR"); dir != "" {
+		s, err := broker.Open(dir, broker.Options{Now: newFakeClock().Now, SegmentBytes: testSegmentBytes})
+		if err != nil {
+			requireErrorIs(t, err, broker.Corrupt, "sequence")
+			return
+		}
+		defer s.Close()
+		q, err := s.Queue("jobs", policy())
+		require.NoError(t, err)
+		require.Equal(t, "one", string(mustReceiveOne(t, q).Message.Payload))
+		require.Equal(t, "far", string(mustReceiveOne(t, q).Message.Payload))
+		return
+	}
+	dir := t.TempDir()
+	writeRawLog(t, dir, rawDeclare(1, "jobs"),
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: 1, Time: t0.UnixNano(), Payload: []byte("one")},
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: 1 << 60, Time: t0.UnixNano() + 1, Payload: []byte("far")})
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(c, os.Args[0], "-test.run=^TestAPublishFarAheadInTheLogDoesNotStallReceive$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "WALBROKER_FAR_AHEAD_CHILD_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if c.Err() != nil {
+		t.Fatal("Receive after the first message did not return within 10 s: the stream walk visits every sequence up to 2^60")
+	}
+	require.NoError(t, err, "%s", out)
 }
 
 // rewriteCheckpointSecret replaces the store secret a checkpoint file holds

@@ -21,6 +21,8 @@ type entrySet struct {
 	// almost always in it.
 	last    *entryPage
 	lastKey uint64
+	// lo and hi bound the keys of pages; meaningless while pages is empty.
+	lo, hi uint64
 }
 
 type entryPage struct {
@@ -36,6 +38,10 @@ func (s *entrySet) put(e Entry) {
 	p := s.last
 	if p == nil || key != s.lastKey {
 		if p = s.pages[key]; p == nil {
+			if len(s.pages) == 0 {
+				s.lo, s.hi = key, key
+			}
+			s.lo, s.hi = min(s.lo, key), max(s.hi, key)
 			p = &entryPage{}
 			s.pages[key] = p
 		}
@@ -58,6 +64,57 @@ func (s *entrySet) get(seq uint64) (Entry, bool) {
 		return Entry{}, false
 	}
 	return p.ents[seq%setPage], true
+}
+
+// nextOf returns the smallest sequence in [from, to] whose entry the set
+// holds with queue field q (the queue's number, with the stream bit when
+// asked for), and ok false if there is none. It steps through the pages of
+// the range, or through every page when the set has fewer of them than the
+// range has: a set scattered over a long range costs its size, not the
+// range's.
+func (s *entrySet) nextOf(q uint32, from, to uint64) (uint64, bool) {
+	if s == nil || len(s.pages) == 0 || from > to {
+		return 0, false
+	}
+	lo, hi := max(from/setPage, s.lo), min(to/setPage, s.hi)
+	if lo > hi {
+		return 0, false
+	}
+	if hi-lo < uint64(len(s.pages)) {
+		for key := lo; key <= hi; key++ {
+			if seq, ok := s.pages[key].nextOf(key, q, from, to); ok {
+				return seq, true
+			}
+		}
+		return 0, false
+	}
+	best, found := uint64(0), false
+	for key, p := range s.pages {
+		if key < lo || key > hi || (found && key*setPage > best) {
+			continue
+		}
+		if seq, ok := p.nextOf(key, q, from, to); ok && (!found || seq < best) {
+			best, found = seq, true
+		}
+	}
+	return best, found
+}
+
+// nextOf is entrySet.nextOf within the page of key (nil: none).
+func (p *entryPage) nextOf(key uint64, q uint32, from, to uint64) (uint64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	for i := uint64(0); i < setPage; i++ {
+		seq := key*setPage + i
+		if seq < from || seq > to || p.has&(1<<i) == 0 {
+			continue
+		}
+		if e := &p.ents[i]; queueField(e.Queue, e.Stream) == q {
+			return seq, true
+		}
+	}
+	return 0, false
 }
 
 // len is the number of entries held.

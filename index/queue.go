@@ -298,16 +298,24 @@ func (q *Queue) activate(seq uint64) *Message {
 }
 
 // streamHead returns the stream's first message, moving the cursor past
-// every sequence number that is not in the stream.
+// every sequence number that is not in the stream. From a sequence that is
+// not the queue's it jumps to the queue's next stream entry
+// (Table.NextStream), so the messages of other queues between two of its
+// own cost a word each.
 func (q *Queue) streamHead() (Entry, bool) {
-	for q.cursor <= q.streamMax {
+	for q.fresh > 0 && q.cursor <= q.streamMax {
 		seq := q.cursor
+		ent, ok := q.entry(seq)
+		if !ok {
+			if q.cursor, ok = q.x.Table.NextStream(q.ID, seq+1, q.streamMax); !ok {
+				break
+			}
+			continue
+		}
 		if _, ok := q.gone[seq]; ok {
 			delete(q.gone, seq)
 		} else if _, ok := q.msgs[seq]; !ok {
-			if ent, ok := q.entry(seq); ok {
-				return ent, true
-			}
+			return ent, true
 		}
 		q.cursor++
 	}
@@ -315,7 +323,27 @@ func (q *Queue) streamHead() (Entry, bool) {
 		q.x.setDamaged(fmt.Errorf("%w: queue %s counts %d stream messages past the end of its stream", ErrDamaged, q.Name, q.fresh))
 		q.fresh = 0
 	}
+	// Nothing left in the stream: whatever gone still names became active
+	// and is in msgs.
+	q.cursor = q.streamMax + 1
+	clear(q.gone)
 	return Entry{}, false
+}
+
+// eachFresh calls f with every stream message in [from, to], in sequence
+// order, until f returns false. It does not move the cursor.
+func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
+	from, to = max(from, q.cursor), min(to, q.streamMax)
+	for from <= to {
+		seq, ok := q.x.Table.NextStream(q.ID, from, to)
+		if !ok {
+			return
+		}
+		if ent, ok := q.freshEntry(seq); ok && !f(ent) {
+			return
+		}
+		from = seq + 1
+	}
 }
 
 // detach takes m out of every structure that reflects its state.
@@ -609,11 +637,10 @@ func (q *Queue) Dump(now int64) string {
 	for _, m := range q.msgs {
 		all = append(all, m)
 	}
-	for seq := q.cursor; seq <= q.streamMax; seq++ {
-		if ent, ok := q.freshEntry(seq); ok {
-			all = append(all, &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready})
-		}
-	}
+	q.eachFresh(q.cursor, q.streamMax, func(ent Entry) bool {
+		all = append(all, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready})
+		return true
+	})
 	slices.SortFunc(all, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
 	var order []*Message
 	for _, m := range all {
@@ -668,11 +695,12 @@ func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef
 			msgs = append(msgs, m)
 		}
 	}
-	for seq := max(minSeq, q.cursor); seq <= min(maxSeq, q.streamMax); seq++ {
-		if ent, ok := q.freshEntry(seq); ok && ent.Pos.Segment() == seg {
-			msgs = append(msgs, &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1})
+	q.eachFresh(minSeq, maxSeq, func(ent Entry) bool {
+		if ent.Pos.Segment() == seg {
+			msgs = append(msgs, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1})
 		}
-	}
+		return true
+	})
 	slices.SortFunc(msgs, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
 	var keys []KeyRef
 	for k, sk := range q.seen {

@@ -65,14 +65,19 @@ type Entry struct {
 	Size       uint32 // of the publish record
 }
 
+// queueField is an entry's queue field: the queue's number, with the stream
+// bit if the message joined its queue's stream.
+func queueField(queue uint32, stream bool) uint32 {
+	if stream {
+		return queue | streamBit
+	}
+	return queue
+}
+
 func (e *Entry) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[0:], uint64(e.Pos))
 	binary.LittleEndian.PutUint64(b[8:], uint64(e.EnqueuedAt))
-	q := e.Queue
-	if e.Stream {
-		q |= streamBit
-	}
-	binary.LittleEndian.PutUint32(b[16:], q)
+	binary.LittleEndian.PutUint32(b[16:], queueField(e.Queue, e.Stream))
 	binary.LittleEndian.PutUint32(b[20:], e.Size)
 	binary.LittleEndian.PutUint32(b[24:], 0)
 	binary.LittleEndian.PutUint32(b[28:], entryCRC(e.Seq, b))
@@ -222,6 +227,67 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 	}
 	off := int(seq%ChunkEntries) * EntrySize
 	return decodeEntry(seq, c.m[off:off+EntrySize])
+}
+
+// NextStream returns the smallest sequence in [from, to] whose entry says
+// it is a stream message of queue, and ok false if there is none. It reads
+// only the queue field of the entries (Get checks the whole entry), so a
+// queue whose messages are few among another queue's many steps over
+// those at the cost of a word each, not of a Get.
+func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
+	want := queueField(queue, true)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	best, found := to, false
+	// scan looks for the first entry in chunk n, up to best.
+	scan := func(n uint64) bool {
+		c := t.chunks[n]
+		if c == nil {
+			return false
+		}
+		base := n * ChunkEntries
+		lo, hi := max(from, base)-base, min(best, base+ChunkEntries-1)-base
+		for i := lo; i <= hi; i++ {
+			if binary.LittleEndian.Uint32(c.m[i*EntrySize+16:]) == want {
+				best, found = base+i, true
+				return true
+			}
+		}
+		return false
+	}
+	// The chunks of the range, in order: stepped through, or, when the
+	// range spans more chunk numbers than there are chunks, picked out.
+	if first, last := ChunkOf(from), ChunkOf(to); last-first < uint64(len(t.chunks)) {
+		for n := first; n <= last; n++ {
+			if scan(n) {
+				break
+			}
+		}
+	} else {
+		var in []uint64
+		for n := range t.chunks {
+			if n >= first && n <= last {
+				in = append(in, n)
+			}
+		}
+		slices.Sort(in)
+		for _, n := range in {
+			if scan(n) {
+				break
+			}
+		}
+	}
+	// An entry in memory is newer than the files' (or not in them yet): look
+	// for one before what the files gave.
+	for _, set := range []*entrySet{t.overlay, t.flushing} {
+		if seq, ok := set.nextOf(want, from, best); ok && (!found || seq < best) {
+			best, found = seq, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	return best, true
 }
 
 // Put records e, in memory until the next Flush.

@@ -1,0 +1,106 @@
+package index
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// NextStream finds what a walk through Get finds: the first entry of the
+// queue's stream in a range, wherever the entries are (chunk files, a
+// flush under way, the overlay), whatever other queues' entries and
+// non-stream entries lie between, and over ranges spanning far more chunk
+// numbers than there are chunks.
+func TestNextStreamFindsWhatAWalkThroughGetFinds(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		tbl, err := OpenTable(vfs.Default, t.TempDir(), nil)
+		require.NoError(t, err)
+		span := uint64(3*ChunkEntries + rng.IntN(ChunkEntries))
+		var seqs []uint64
+		put := func(n int) {
+			for range n {
+				seq := 1 + uint64(rng.Int64N(int64(span)))
+				if rng.IntN(8) == 0 {
+					seq += 1 << 30 // a chunk far away
+				}
+				// A message's queue and stream bit never change; a later
+				// entry of it moves only its position.
+				h := seq * 0x9e3779b97f4a7c15 >> 59
+				tbl.Put(Entry{Seq: seq, Pos: wal.Position(seq<<8 | uint64(rng.IntN(200))), EnqueuedAt: int64(seq), Queue: uint32(1 + h%3), Stream: h%4 != 0, Size: 1})
+				seqs = append(seqs, seq)
+			}
+		}
+		put(300) // to the files
+		tbl.Detach()
+		_, err = tbl.Flush(false)
+		require.NoError(t, err)
+		put(200) // being flushed
+		tbl.Detach()
+		put(200) // the overlay
+		last := span + 1<<30 + 10
+		walk := func(q uint32, from, to uint64) (uint64, bool) {
+			for seq := from; seq <= to; seq++ {
+				if seq > span && seq < 1<<30 {
+					seq = 1 << 30 // nothing between: the walk would only take long
+				}
+				e, ok, err := tbl.Get(seq)
+				require.NoError(t, err)
+				if ok && e.Queue == q && e.Stream {
+					return seq, true
+				}
+			}
+			return 0, false
+		}
+		for range 300 {
+			q := uint32(1 + rng.IntN(3))
+			from := seqs[rng.IntN(len(seqs))] - uint64(rng.IntN(3))
+			to := from + uint64(rng.IntN(2*ChunkEntries))
+			if rng.IntN(4) == 0 {
+				to = last
+			}
+			wantSeq, wantOK := walk(q, from, to)
+			gotSeq, gotOK := tbl.NextStream(q, from, to)
+			require.Equal(t, wantOK, gotOK, "seed %d: queue %d in [%d, %d]", seed, q, from, to)
+			require.Equal(t, wantSeq, gotSeq, "seed %d: queue %d in [%d, %d]", seed, q, from, to)
+		}
+		require.NoError(t, tbl.Close())
+	}
+}
+
+// BenchmarkNextStream: the step from one message of a quiet queue to its
+// next over a million messages of a busy one, in the chunk files and in
+// memory. A walk through Get took about 110 ns a message (110 ms a step).
+func BenchmarkNextStream(b *testing.B) {
+	const gap = 1 << 20
+	for _, where := range []string{"files", "overlay"} {
+		b.Run("in="+where, func(b *testing.B) {
+			tbl, err := OpenTable(vfs.Default, b.TempDir(), nil)
+			require.NoError(b, err)
+			defer tbl.Close()
+			for seq := uint64(1); seq <= 2*gap; seq++ {
+				q := uint32(2)
+				if seq%gap == 0 {
+					q = 1
+				}
+				tbl.Put(Entry{Seq: seq, Pos: wal.Position(seq << 8), EnqueuedAt: int64(seq), Queue: q, Stream: true, Size: 1})
+			}
+			if where == "files" {
+				tbl.Detach()
+				_, err := tbl.Flush(false)
+				require.NoError(b, err)
+			}
+			for b.Loop() {
+				seq, ok := tbl.NextStream(1, 1, 2*gap)
+				if !ok || seq != gap {
+					b.Fatalf("NextStream = %d, %v; want %d", seq, ok, gap)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/gap, "ns/skipped")
+		})
+	}
+}

@@ -313,11 +313,17 @@ func (c *consumer) loop(ctx context.Context) error {
 // receive leases up to n messages. With a receiveAcker it also carries the
 // acks of the handlers that finished since the last call, so that both
 // share one commit. The call is made without ctx's cancellation once the
-// acks are taken (the loop checked ctx just before): losing them would
-// leave their messages to be delivered again.
+// acks are taken (ctx is checked just before): losing them would leave
+// their messages to be delivered again.
 func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) {
 	if c.acker == nil {
 		return c.b.Receive(ctx, n)
+	}
+	if err := ctx.Err(); err != nil {
+		// ctx ended since the loop checked it (Wake ran between): carry
+		// the acks, lease nothing, as Receive(ctx) itself would refuse.
+		c.flushAcks(c.settleCtx)
+		return nil, err
 	}
 	acks, receipts := c.takeAcks()
 	ds, errs, err := c.acker.receiveAcking(c.settleCtx, n, receipts)

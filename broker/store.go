@@ -456,7 +456,19 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// the instant it lapsed, whatever the policy says later: record
 		// those the queue holds before the new policy changes what a last
 		// delivery is (a replay of the log would not know which it was).
-		if err := q.waitAll(q.enqueueLocked(q.sweepLocked(s.now(), nil))); err != nil {
+		// And the converse: a lease that lapsed with deliveries left is
+		// back in the queue, but a replay would judge it under the new
+		// MaxDeliveries and, lowered to its count, find it dead. Those
+		// are logged as handed back (a nack visible at once).
+		recs := q.sweepLocked(s.now(), nil)
+		for _, m := range q.iq.Lapsed() {
+			if int64(m.Deliveries) >= rec.MaxDeliveries {
+				e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries}
+				q.iq.Apply(0, &e)
+				recs = append(recs, e.Append(nil))
+			}
+		}
+		if err := q.waitAll(q.enqueueLocked(recs)); err != nil {
 			return nil, err
 		}
 		if err := s.declare(q.iq.ID, name, rec); err != nil {

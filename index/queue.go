@@ -472,6 +472,20 @@ func (q *Queue) setPolicy(p Policy) {
 	}
 }
 
+// Lapsed returns the Leased messages whose lease Promote saw lapse with
+// deliveries left: they are receivable again (in the ready heap). The log
+// does not record that observation; a replay judges such a lease by the
+// policy it then holds.
+func (q *Queue) Lapsed() []*Message {
+	var out []*Message
+	for _, m := range q.ready.items {
+		if m.State == Leased {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Exhausted returns the messages whose last lease lapsed (see Promote).
 // They stay Leased until the caller applies their dead-letter events.
 func (q *Queue) Exhausted() []*Message { return q.exhausted }

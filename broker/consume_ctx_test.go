@@ -1,0 +1,52 @@
+package broker
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// cancelOnWake is a *Queue (acks carried by Receive included) whose Wake
+// cancels Consume's context: ctx ends after the loop checked it and before
+// its Receive, the window a shutdown signal can land in.
+type cancelOnWake struct {
+	*Queue
+	cancel context.CancelFunc
+}
+
+func (c cancelOnWake) Wake() WakeValue {
+	c.cancel()
+	return c.Queue.Wake()
+}
+
+// TestConsumeLeasesNothingOnceCtxHasEnded: "When ctx ends, Consume
+// stops receiving". Over a *Queue, the Receive that carries acks ran
+// without ctx's cancellation, so a ctx that ended just before it still
+// leased messages and handed them to handlers whose context was already
+// done: a handler that honours its context fails them, and a message with
+// one delivery allowed is dead-lettered without ever being worked on.
+func TestConsumeLeasesNothingOnceCtxHasEnded(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("work"))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int64
+	err = Consume(ctx, cancelOnWake{Queue: q, cancel: cancel}, func(hctx context.Context, d DeliveryValue) error {
+		handled.Add(1)
+		return hctx.Err() // a handler that honours its context
+	}, ConsumeOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, handled.Load(), "no delivery may start after ctx ended")
+	st := q.Stats()
+	require.Equal(t, 1, st.Ready, "the message is still in the queue")
+	require.Zero(t, st.DeadLetters, "and was not dead-lettered")
+}

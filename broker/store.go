@@ -636,7 +636,13 @@ func (s *Store) Close() error {
 		q.mu.Unlock()
 	}
 	s.mu.Unlock()
+	// A Receive whose leases the log took reads their payloads after its
+	// wait: closing the log under it would report Closed for leases the
+	// log keeps, messages then held by nobody until the leases lapse.
+	// Readers hold removeMu shared from their positions to their payloads.
+	s.maint.removeMu.Lock()
 	err := s.log.Close()
+	s.maint.removeMu.Unlock()
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {
 		return fmt.Errorf("broker: close %s: %w", s.dir, err)

@@ -1,0 +1,118 @@
+package broker_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// TestCloseDuringReceiveLeavesNoLeaseHeldByNobody: a Receive whose leases the
+// log took must hand those messages to its caller. When Close closes the
+// log's segments while a Receive is still reading the payloads, Receive
+// returns Closed for leases already in the log: after a reopen those
+// messages stay leased, held by nobody, until the lease lapses (and on a
+// last delivery they are dead-lettered without ever having been handed
+// to a consumer).
+//
+// It is a race: the test runs rounds for up to WALBROKER_CLOSE_RACE_SECONDS
+// (default 4, 2 with -short) and fails at the first that leases a message nobody got.
+func TestCloseDuringReceiveLeavesNoLeaseHeldByNobody(t *testing.T) {
+	secs := 4
+	if testing.Short() {
+		secs = 2
+	}
+	if s := os.Getenv("WALBROKER_CLOSE_RACE_SECONDS"); s != "" {
+		secs, _ = strconv.Atoi(s)
+	}
+	payload := make([]byte, 8<<10)
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	for round := 0; time.Now().Before(deadline); round++ {
+		e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone; o.SegmentBytes = 32 << 20 })
+		pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 << 20; p.RetryDelay = 0 })
+		q := e.queue("jobs", pol)
+		const n = 1000
+		batch := make([][]byte, 100)
+		for i := range batch {
+			batch[i] = payload
+		}
+		for i := 0; i < n/len(batch); i++ {
+			_, err := q.PublishBatch(context.Background(), batch)
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		held := map[string]int{} // deliveries less successful nacks: 1 while a consumer holds it
+		lastOp := map[string]string{}
+		var wg sync.WaitGroup
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					ds, err := q.Receive(context.Background(), n)
+					mu.Lock()
+					for _, d := range ds {
+						held[d.Message.ID]++
+						lastOp[d.Message.ID] = "delivered"
+					}
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+					for _, d := range ds {
+						if _, err := q.Nack(context.Background(), d.Lease.Receipt, nil); err != nil {
+							return
+						}
+						mu.Lock()
+						if held[d.Message.ID]--; held[d.Message.ID] == 0 {
+							delete(held, d.Message.ID)
+						}
+						lastOp[d.Message.ID] = "nacked"
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(2+round%9) * time.Millisecond)
+		s := e.s
+		e.s = nil
+		require.NoError(t, s.Close())
+		wg.Wait()
+
+		e.open() // same clock: every lease logged is still held
+		q = e.queue("jobs", pol)
+		leased := q.Stats().Leased
+		if leased > len(held) {
+			ready, err := q.Receive(context.Background(), 2*n)
+			require.NoError(t, err)
+			got := map[string]bool{}
+			for _, d := range ready {
+				got[d.Message.ID] = true
+			}
+			stillHeld, other := 0, 0
+			for id := range lastOp {
+				if !got[id] {
+					if held[id] > 0 {
+						stillHeld++
+					} else {
+						other++
+						if other < 4 {
+							t.Logf("leased after reopen, not held: %s last op %s", id, lastOp[id])
+						}
+					}
+				}
+			}
+			t.Logf("not ready after reopen: held %d, other %d; ready %d", stillHeld, other, len(ready))
+			t.Fatalf("round %d: after Close and reopen %d messages are leased, but consumers hold only %d deliveries: a Receive that returned Closed had leased the others",
+				round, leased, len(held))
+		}
+		require.NoError(t, e.s.Close())
+		e.s = nil
+	}
+}

@@ -305,6 +305,16 @@ func worthCopying(uses map[uint32]index.SegmentUse, first, end uint32, segBytes 
 
 // removeBelow removes the log's segments before seg.
 func (s *Store) removeBelow(seg uint32) error {
+	// The events that left these segments unneeded (acks, deletes) are
+	// queued, and under SyncPublish or SyncNone maybe not yet on the
+	// device, while the last checkpoint may still name their messages
+	// live there: a power loss would keep the removal and lose the
+	// events, and the reopened store would hold live messages whose
+	// records are gone. Every such event was queued when the index
+	// showed it (both under its queue's lock), so one sync covers them.
+	if err := s.log.Barrier(true); err != nil {
+		return s.failure(err)
+	}
 	before := s.log.Stats().DiskBytes
 	m := &s.maint
 	m.removeMu.Lock()

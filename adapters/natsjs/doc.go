@@ -30,8 +30,9 @@
 //   - the dead-letter stream P_D_NAME (subject P.d.NAME.ID, one record per
 //     message ID): the payload, with ID, EnqueuedAt, FailedAt, reason, code,
 //     public cause and deliveries in headers;
-//   - the keys stream P_K_NAME (subject P.k.NAME.SHA256(key), MaxAge
-//     DedupWindow + 1 min): the enqueue instant of each dedup key;
+//   - the keys stream P_K_NAME (subject P.k.NAME.SHA256(key), one record
+//     per key, MaxAge DedupWindow + 1 min): each dedup key's EnqueuedAt
+//     and, once its message is stored, the message's ID;
 //   - the deaths stream P_A_NAME, which stores the server's MAX_DELIVERIES
 //     advisories of the consumer (a message whose last allowed lease
 //     lapsed) until a Store has made them dead letters.
@@ -43,10 +44,18 @@
 //     the message (see Durability). The ID is the stream sequence in 16 hex
 //     digits; EnqueuedAt is the publishing process's clock. Both travel in
 //     headers when a dead letter is replayed, so the message keeps them.
-//   - PublishKeyed sends Nats-Msg-Id = SHA-256(key): the server's duplicate
-//     window is the dedup window, and a duplicate's acknowledgement names
-//     the original's sequence, its ID. The original's EnqueuedAt is read
-//     from the keys stream, written before the message.
+//   - PublishKeyed claims the key's record in the keys stream (a publish
+//     that expects no record on the key's subject, or the stale one it
+//     read), publishes the message with Nats-Msg-Id = SHA-256(key), then
+//     replaces the claim with a record naming the message's ID. A publish
+//     that finds a record naming an ID within the window is a duplicate
+//     (two requests, nothing published); one that finds a claim (a
+//     publish in flight or one that failed halfway) publishes with that
+//     claim's EnqueuedAt, and the work stream's duplicate window folds
+//     the racers into one message. The record outlives the message: the
+//     server rebuilds its Nats-Msg-Id memory at a restart only from
+//     messages it still stores, and an acknowledged one is gone. A new
+//     key costs three requests, Publish one.
 //   - PublishBatch is one atomic batch of the server (Nats-Batch-Id, server
 //     2.12 or later): all of it is stored or none, checked against MaxMsgs
 //     as a whole; at most 1000 messages (the server's default bound).
@@ -113,11 +122,20 @@
 //     sync_interval: always }), otherwise within its sync interval (2 min
 //     by default); with Replicas 3, on a quorum of servers, so one server
 //     can die without losing it.
-//   - Dedup. The window is the server's, measured from its store instant,
-//     and at least 100 ms: a shorter DedupWindow is QueueMisconfigured.
-//     A keyed publish refused as full (or that failed after its key record
-//     was written) leaves the record: the retry that enqueues the message
-//     gives it the first attempt's EnqueuedAt.
+//   - Dedup. The window is measured from the original's EnqueuedAt (the
+//     publishing process's clock) to the caller's clock, so clock skew
+//     between processes moves its end; the server's own duplicate window,
+//     from its store instant a moment later, may hold a key a few
+//     milliseconds longer (the answer is then still the original). It is
+//     at least 100 ms: a shorter DedupWindow is QueueMisconfigured. A
+//     keyed publish refused as full (or that failed after its claim) leaves
+//     the claim: the retry that enqueues the message gives it the first
+//     attempt's EnqueuedAt. A process that dies after its message was
+//     stored but before the record names it leaves a claim, which the key's
+//     next publish completes while the server still knows the message (in
+//     memory, or from its files while the message is stored); if the
+//     message is acknowledged and the server restarts before any such
+//     publish, the key is forgotten and enqueues again.
 //   - Wake. Publications from other processes close the signal too (the
 //     work stream republishes their headers). Scheduled and In know only
 //     this Store's leases and nacks: a Store does not see when another

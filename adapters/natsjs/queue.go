@@ -168,18 +168,28 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	return broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: now, Payload: clone(payload)}, nil
 }
 
-// PublishKeyed is an idempotent Publish, deduplicated by the server's
-// Nats-Msg-Id window (the policy's DedupWindow, on the server's clock): a
-// key seen within it returns the ORIGINAL message's ID and EnqueuedAt with
-// a nil error and enqueues nothing — even after the original was
-// acknowledged, and even when the queue is full. Such a duplicate carries
-// no Payload. key must be 1 to 256 bytes (broker.InvalidDedupKey); it is
-// sent to the server only as its SHA-256.
+// PublishKeyed is an idempotent Publish: a key seen within the policy's
+// DedupWindow returns the ORIGINAL message's ID and EnqueuedAt with a nil
+// error and enqueues nothing — even after the original was acknowledged,
+// after the server restarted, and when the queue is full. Such a duplicate
+// carries no Payload. key must be 1 to 256 bytes (broker.InvalidDedupKey);
+// it is sent to the server only as its SHA-256.
 //
-// The original's EnqueuedAt is kept in a record of the queue's keys stream,
-// written before the message: a publish that failed after the record (a
-// crash, QueueFull) leaves it behind, and the retry that then enqueues the
-// message gives it the record's, earlier, EnqueuedAt.
+// The key lives in a record of the queue's keys stream (one per key):
+// first a claim carrying the enqueue instant, written only where no live
+// record is (a compare-and-set on the key's subject), then, once the
+// message is stored, the same record naming the message's ID. A publish
+// that finds a record naming an ID, with an EnqueuedAt within the window
+// (on this process's clock), is a duplicate of it. One that finds a claim
+// (a publish in flight, or one that failed after its claim: a crash,
+// QueueFull) publishes the message with that claim's EnqueuedAt and
+// Nats-Msg-Id = the key's hash, so the server's duplicate window folds the
+// racing publishes into one message, and completes the record. A nil
+// error means the record names the message: the key then survives the
+// message's acknowledgement and a restart of the server, which rebuilds
+// its Nats-Msg-Id memory only from messages it still stores. What a
+// publisher that dies halfway leaves is in the package documentation
+// (Dedup).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error) {
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, broker.InvalidDedupKey)
@@ -187,44 +197,150 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.MessageValue{}, err
 	}
-	if err := q.checkSize(q.currentPolicy(), 0, payload); err != nil {
+	policy := q.currentPolicy()
+	if err := q.checkSize(policy, 0, payload); err != nil {
 		return broker.MessageValue{}, err
 	}
+	window := dedupWindow(policy)
 	sum := sha256.Sum256([]byte(key))
 	hash := hex.EncodeToString(sum[:])
+	subject := q.n.keySubject + "." + hash
 	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
 
-	enqueued := unixTime(time.Now())
-	record := nats.NewMsg(q.n.keySubject + "." + hash)
-	record.Header.Set(hdrEnqueued, strconv.FormatInt(enqueued.UnixNano(), 10))
-	rack, err := q.s.js.PublishMsg(ctx, record, jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.keys))
+	claim, stale, dup, err := q.claimKey(ctx, subject, window)
 	if err != nil {
-		return broker.MessageValue{}, q.publishError(err)
+		return broker.MessageValue{}, err
 	}
-	if rack.Duplicate {
-		raw, err := q.keys.GetMsg(ctx, rack.Sequence)
-		if err != nil {
-			return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: read the enqueue instant of a dedup key: %w", q.name, err)
-		}
-		if enqueued, err = headerTime(raw.Header, hdrEnqueued); err != nil {
-			return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: dedup key record %d: %w", q.name, raw.Sequence, err)
-		}
+	if dup != nil {
+		return *dup, nil
 	}
 
 	var ack *jetstream.PubAck
 	err = q.full(ctx, func() (err error) {
-		ack, err = q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+		ack, err = q.s.js.PublishMsg(ctx, q.message(payload, claim.enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
 		return err
 	})
 	if err != nil {
 		return broker.MessageValue{}, q.publishError(err)
 	}
+	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: claim.enqueued}
 	if ack.Duplicate {
-		return broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: enqueued}, nil
+		// The server's window still holds the key: a publish racing on
+		// the same claim got there first, or the claim replaced a record
+		// the server's clock does not yet find stale.
+		switch {
+		case stale.id == out.ID:
+			out.EnqueuedAt = stale.enqueued
+		case claim.fresh:
+			if raw, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
+				if at, err := headerTime(raw.Header, hdrEnqueued); err == nil {
+					out.EnqueuedAt = at
+				}
+			}
+		}
+	} else {
+		out.Payload = clone(payload)
+		q.wakeReady()
 	}
-	q.wakeReady()
-	return broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: enqueued, Payload: clone(payload)}, nil
+	if err := q.completeKey(ctx, subject, claim.seq, out); err != nil {
+		return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: message %s is enqueued, but its dedup key's record could not name it (publish the key again): %w", q.name, out.ID, err)
+	}
+	return out, nil
+}
+
+// keyRecord is what a record of the keys stream says about one key.
+type keyRecord struct {
+	seq      uint64    // the record's sequence in the keys stream
+	enqueued time.Time // the EnqueuedAt of the key's message
+	id       string    // the message's ID; empty for a claim
+	fresh    bool      // written by this call
+}
+
+// maxClaims bounds how often claimKey contends for one key's record
+// before it gives up: each lost round means another publish of the key
+// made progress.
+const maxClaims = 8
+
+// claimKey finds what the key's record says, in at most a few requests.
+// It returns the claim this publish builds on (its own, written now, or a
+// live one of another publish to adopt), the stale record it replaced,
+// if any, or, when a live record names a message, the duplicate's answer.
+func (q *Queue) claimKey(ctx context.Context, subject string, window time.Duration) (claim, stale keyRecord, dup *broker.MessageValue, err error) {
+	expect := uint64(0) // the record to replace: none
+	for range maxClaims {
+		now := unixTime(time.Now())
+		record := nats.NewMsg(subject)
+		record.Header.Set(hdrEnqueued, strconv.FormatInt(now.UnixNano(), 10))
+		ack, err := q.s.js.PublishMsg(ctx, record, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithExpectStream(q.n.keys))
+		if err == nil {
+			return keyRecord{seq: ack.Sequence, enqueued: now, fresh: true}, stale, nil, nil
+		}
+		if !isWrongLast(err) {
+			return keyRecord{}, keyRecord{}, nil, q.publishError(err)
+		}
+		// Some record is there: read it.
+		rec, found, err := q.readKey(ctx, subject)
+		if err != nil {
+			return keyRecord{}, keyRecord{}, nil, err
+		}
+		if !found { // expired since
+			expect = 0
+			continue
+		}
+		// Evicted only when STRICTLY older than the window (API.md §5.8).
+		if !time.Now().After(rec.enqueued.Add(window)) {
+			if rec.id != "" {
+				return keyRecord{}, keyRecord{}, &broker.MessageValue{ID: rec.id, EnqueuedAt: rec.enqueued}, nil
+			}
+			return rec, stale, nil, nil
+		}
+		stale, expect = rec, rec.seq
+	}
+	return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: the record of a dedup key changed under %d attempts to claim it", q.name, maxClaims)
+}
+
+// readKey reads the key's record on subject; found is false when there is
+// none.
+func (q *Queue) readKey(ctx context.Context, subject string) (rec keyRecord, found bool, err error) {
+	raw, err := q.keys.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return keyRecord{}, false, nil
+	}
+	if err != nil {
+		return keyRecord{}, false, q.connError("read a dedup key's record", err)
+	}
+	rec = keyRecord{seq: raw.Sequence, id: raw.Header.Get(hdrID)}
+	if rec.enqueued, err = headerTime(raw.Header, hdrEnqueued); err != nil {
+		return keyRecord{}, false, fmt.Errorf("natsjs: queue %s: dedup key record %d: %w", q.name, raw.Sequence, err)
+	}
+	if rec.id != "" && !validID(rec.id) {
+		return keyRecord{}, false, fmt.Errorf("natsjs: queue %s: dedup key record %d names %q, not a message ID", q.name, raw.Sequence, rec.id)
+	}
+	return rec, true, nil
+}
+
+// completeKey replaces the claim (record sequence claim) with a record
+// naming m. Another publish that built on the same claim may have done so
+// first, with the same message: that conflict is success.
+func (q *Queue) completeKey(ctx context.Context, subject string, claim uint64, m broker.MessageValue) error {
+	record := nats.NewMsg(subject)
+	record.Header.Set(hdrEnqueued, strconv.FormatInt(m.EnqueuedAt.UnixNano(), 10))
+	record.Header.Set(hdrID, m.ID)
+	_, err := q.s.js.PublishMsg(ctx, record, jetstream.WithExpectLastSequencePerSubject(claim), jetstream.WithExpectStream(q.n.keys))
+	if err != nil && !isWrongLast(err) {
+		return err
+	}
+	return nil
+}
+
+// isWrongLast reports whether the server refused a publish because the
+// subject's last sequence was not the one expected (10164 instead of
+// 10071 on a replicated stream).
+func isWrongLast(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // PublishBatch publishes every payload, all or nothing, as one atomic batch

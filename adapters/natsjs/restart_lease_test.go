@@ -5,42 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
-
-// restartable is a server over one store directory that a test may stop
-// and start again, with a Store on it.
-type restartable struct {
-	t   *testing.T
-	dir string
-	srv *server.Server
-	st  *natsjs.Store
-}
-
-func newRestartable(t *testing.T) *restartable {
-	r := &restartable{t: t, dir: storeDir(t)}
-	r.start()
-	return r
-}
-
-func (r *restartable) start() {
-	r.srv = runServer(r.t, r.dir)
-	nc := connect(r.t, r.srv.ClientURL())
-	st, err := natsjs.Open(nc, natsjs.Options{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { st.Close() })
-	r.st = st
-}
-
-func (r *restartable) stop() {
-	r.st.Close()
-	r.srv.Shutdown()
-	r.srv.WaitForShutdown()
-}
 
 // TestAServerRestartKeepsLeasesRetriesAndCountsWithinASecond: across a
 // restart of the server over the same store directory, a leased, an
@@ -56,7 +22,7 @@ func TestAServerRestartKeepsLeasesRetriesAndCountsWithinASecond(t *testing.T) {
 		p.VisibilityTimeout = 3 * time.Second
 		p.RetryDelay = 3 * time.Second
 	})
-	q := mustQueue(t, r.st, "r", p)
+	_, q := r.open("r", p)
 	for _, s := range []string{"leased", "extended", "nacked"} {
 		if _, err := q.Publish(ctx, []byte(s)); err != nil {
 			t.Fatal(err)
@@ -85,9 +51,8 @@ func TestAServerRestartKeepsLeasesRetriesAndCountsWithinASecond(t *testing.T) {
 			hidden["nacked"] = nv.VisibleAt
 		}
 	}
-	r.stop()
-	r.start()
-	q = mustQueue(t, r.st, "r", p)
+	r.restart()
+	_, q = r.open("r", p)
 	seen := map[string]bool{}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(seen) < 3 && time.Now().Before(deadline) {
@@ -128,16 +93,18 @@ func TestALapseWhileTheServerIsDownMakesADeadLetter(t *testing.T) {
 		p.MaxDeliveries = 1
 		p.Capacity = 1
 	})
-	q := mustQueue(t, r.st, "down", p)
+	st, q := r.open("down", p)
 	m, err := q.Publish(ctx, []byte("doomed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	receiveN(t, q, 1)
-	r.stop()
-	time.Sleep(1500 * time.Millisecond)
-	r.start()
-	q = mustQueue(t, r.st, "down", p)
+	st.Close()
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+	time.Sleep(1500 * time.Millisecond) // the lease lapses while the server is down
+	r.srv = runServer(t, r.dir)
+	_, q = r.open("down", p)
 	var dls []broker.DeadLetterValue
 	deadline := time.Now().Add(8 * time.Second)
 	for len(dls) == 0 && time.Now().Before(deadline) {

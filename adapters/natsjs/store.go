@@ -191,10 +191,7 @@ func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValu
 	if s.opts.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	window := policy.DedupWindow
-	if window <= 0 {
-		window = broker.DefaultDedupWindow
-	}
+	window := dedupWindow(policy)
 	capacity := int64(-1)
 	if policy.Capacity > 0 {
 		capacity = int64(policy.Capacity)
@@ -225,6 +222,10 @@ func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValu
 		Replicas:          s.opts.Replicas,
 		Duplicates:        time.Minute,
 	}
+	// One record per key: a claim, then the message's ID (see
+	// PublishKeyed). Records are guarded by a compare-and-set on their
+	// subject, not by Nats-Msg-Id; the duplicate window stays for the
+	// claims of earlier versions, which carried one.
 	keys := jetstream.StreamConfig{
 		Name:              n.keys,
 		Description:       "walbroker queue " + n.queue + ": enqueue instants of dedup keys",
@@ -264,6 +265,14 @@ func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValu
 		return fmt.Errorf("consumer %s > %s: %w", n.work, consumerName, err)
 	}
 	return nil
+}
+
+// dedupWindow is the policy's DedupWindow, its default when zero.
+func dedupWindow(p broker.PolicyValue) time.Duration {
+	if p.DedupWindow <= 0 {
+		return broker.DefaultDedupWindow
+	}
+	return p.DedupWindow
 }
 
 // minDedupWindow is the shortest duplicate window nats-server accepts on

@@ -7,6 +7,10 @@ package natsjs_test
 //
 //	publish-1, publish-64  1 and 64 goroutines each publishing 1 KiB
 //	                       messages in a loop (closed loop)
+//	keyed-1                1 goroutine publishing 1 KiB messages with
+//	                       PublishKeyed, each under a new key
+//	keyed-dup-1            1 goroutine publishing one key again and again:
+//	                       every call after the first is a duplicate
 //	drain                  a queue filled, untimed, with b.N messages of
 //	                       1 KiB (PublishBatch of 256), then emptied by
 //	                       broker.Consume (batch 64, concurrency 64)
@@ -34,6 +38,7 @@ var benchPolicy = broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveri
 type benchQueue interface {
 	broker.Broker
 	PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error)
+	PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
 }
 
 // openFile opens a file-backed store under SyncAll in a new temporary
@@ -87,6 +92,17 @@ func BenchmarkCompare(b *testing.B) {
 			})
 		}
 	}
+	for _, dup := range []bool{false, true} {
+		name := "keyed-1/"
+		if dup {
+			name = "keyed-dup-1/"
+		}
+		for _, impl := range impls {
+			b.Run(name+impl.name, func(b *testing.B) {
+				benchKeyed(b, impl.open(b), dup, payload)
+			})
+		}
+	}
 	for _, impl := range impls {
 		b.Run("drain/"+impl.name, func(b *testing.B) {
 			benchDrain(b, impl.open(b), payload)
@@ -121,6 +137,27 @@ func benchPublish(b *testing.B, q benchQueue, producers int, payload []byte) {
 	if err, ok := failed.Load().(error); ok {
 		b.Fatalf("Publish: %v", err)
 	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+// benchKeyed publishes b.N keyed messages from one goroutine: each under
+// a key of its own, or all under one key.
+func benchKeyed(b *testing.B, q benchQueue, dup bool, payload []byte) {
+	ctx := context.Background()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		key := "key"
+		if !dup {
+			key = "key-" + itoa(i)
+		}
+		if _, err := q.PublishKeyed(ctx, key, payload); err != nil {
+			b.Fatalf("PublishKeyed: %v", err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
 

@@ -32,6 +32,14 @@
 //     whose every queue dumps (damage may be reported by Damaged, nothing
 //     may panic), whose streams stay below its next sequence, and whose
 //     table, once closed, leaves no file open and no mapping behind.
+//   - FuzzReplayCheckpoint: arbitrary event records, each as a replay of
+//     a verified log would take it (so the checksum is no defence),
+//     applied to a fresh index, which is then checkpointed and loaded
+//     back. Apply never panics and refuses only with index.ErrBadEvent
+//     (Open then refuses the log as Corrupt); an index that took every
+//     record survives its own checkpoint unchanged: queues, dumps at
+//     several instants, next sequence, orphans, segment uses and live
+//     table chunks.
 //   - FuzzBrokerDifferential: the input is decoded, three bytes per
 //     operation, into up to 200 operations on one store (two queues with
 //     small fixed policies, 16 KiB segments so that rotations,

@@ -245,6 +245,11 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 	return fs.SyncDir(dir)
 }
 
+// maxCheckpointBytes bounds a checkpoint file: far above what the active
+// messages of any store take, and below what a process should allocate
+// on a file's word.
+const maxCheckpointBytes = 1 << 34
+
 // readCheckpoint reads and verifies dir's checkpoint file, and returns its
 // log position, next sequence and body.
 func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error) {
@@ -252,23 +257,38 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	data, err := readFile(f)
-	_ = f.Close()
-	if err != nil {
-		return 0, 0, nil, err
-	}
+	defer f.Close()
 	damaged := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
 	}
-	if len(data) < checkpointHeader || [8]byte(data[:8]) != checkpointMagic {
+	size, err := f.Size()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	// The header first: a file that is not a checkpoint, or whose length
+	// disagrees with its header, costs no buffer of its size.
+	var hdr [checkpointHeader]byte
+	if size < checkpointHeader {
 		return 0, 0, nil, damaged("no checkpoint header")
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != checkpointVersion {
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return 0, 0, nil, err
+	}
+	if [8]byte(hdr[:8]) != checkpointMagic {
+		return 0, 0, nil, damaged("no checkpoint header")
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != checkpointVersion {
 		return 0, 0, nil, damaged("version %d, want %d", v, checkpointVersion)
 	}
-	n := binary.LittleEndian.Uint64(data[16:])
-	if n != uint64(len(data)-checkpointHeader) {
-		return 0, 0, nil, damaged("body of %d bytes, file holds %d", n, len(data)-checkpointHeader)
+	if size > maxCheckpointBytes {
+		return 0, 0, nil, damaged("%d bytes, more than a checkpoint may hold (%d)", size, int64(maxCheckpointBytes))
+	}
+	if n := binary.LittleEndian.Uint64(hdr[16:]); n != uint64(size-checkpointHeader) {
+		return 0, 0, nil, damaged("body of %d bytes, file holds %d", n, size-checkpointHeader)
+	}
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return 0, 0, nil, err
 	}
 	body := data[checkpointHeader:]
 	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
@@ -471,19 +491,4 @@ func Rebuild(fs vfs.FS, dir string) (*Index, error) {
 		return nil, err
 	}
 	return NewWithTable(t), nil
-}
-
-func readFile(f vfs.File) ([]byte, error) {
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	if size > 1<<34 {
-		return nil, fmt.Errorf("%w: checkpoint of %d bytes", ErrDamaged, size)
-	}
-	buf := make([]byte, size)
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }

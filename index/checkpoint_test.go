@@ -1,10 +1,12 @@
 package index
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -145,4 +147,39 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 	}
 	require.ErrorIs(t, y.Damaged(), ErrDamaged)
 	require.Equal(t, []uint64{1, 2, 4, 5, 6, 7, 8, 9, 10}, got, "the damaged entry is never delivered; the caller must rebuild")
+}
+
+// A large file in the checkpoint's place is judged by its header before
+// anything is read: one that is not a checkpoint, or whose length its
+// header does not give, costs no buffer of its size (here a sparse 8 GiB
+// file, which would otherwise be allocated and read whole).
+func TestALargeFileThatIsNotACheckpointIsRefusedUnread(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hdr  func() []byte
+		want string
+	}{
+		{"no magic", func() []byte { return []byte("not a checkpoint at all") }, "no checkpoint header"},
+		{"wrong length", func() []byte {
+			h := make([]byte, checkpointHeader)
+			copy(h, checkpointMagic[:])
+			binary.LittleEndian.PutUint32(h[8:], checkpointVersion)
+			binary.LittleEndian.PutUint64(h[16:], 100)
+			return h
+		}, "body of 100 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, checkpointName)
+			require.NoError(t, os.WriteFile(path, tc.hdr(), 0o600))
+			require.NoError(t, os.Truncate(path, 8<<30))
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, _, err := Load(vfs.Default, dir)
+			runtime.ReadMemStats(&after)
+			require.ErrorIs(t, err, ErrDamaged)
+			require.ErrorContains(t, err, tc.want)
+			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to refuse it")
+		})
+	}
 }

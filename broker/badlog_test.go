@@ -211,3 +211,40 @@ func TestACheckpointSecretOfTheWrongLengthNeverReachesTheLog(t *testing.T) {
 	require.NoError(t, err, "the log written after the checkpoint was loaded must replay")
 	e.s = s
 }
+
+// A store reopened with smaller segments than its log was written with
+// keeps every live message where it is, but copying one forward must fit
+// a new segment: one that cannot be copied stops reclamation at the
+// segment it holds, and every later segment stays on disk for as long as
+// it lives (2,500 acknowledged messages later, over a hundred segments).
+// Open refuses such a SegmentBytes, naming the message; once the message
+// is consumed, the smaller segments are accepted.
+func TestReopeningWithSegmentsTooSmallForALiveMessageIsRefused(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = 1 << 20 })
+	big := e.queue("big", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 200 << 10 }))
+	m := mustPublish(t, big, strings.Repeat("B", 150<<10))
+	e.close()
+
+	e.opts.SegmentBytes = broker.MinSegmentBytes
+	_, err := broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.QueueMisconfigured, "SegmentBytes")
+	require.ErrorContains(t, err, m.ID)
+
+	e.opts.SegmentBytes = 1 << 20 // refused, it let go of the directory
+	e.open()
+	big = e.queue("big", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 200 << 10 }))
+	require.NoError(t, big.Ack(ctx(t), mustReceiveOne(t, big).Lease.Receipt))
+	e.close()
+
+	e.opts.SegmentBytes = broker.MinSegmentBytes
+	s := e.open()
+	small := e.queue("small", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	for i := range 600 {
+		mustPublish(t, small, strings.Repeat("s", 1<<10))
+		require.NoError(t, small.Ack(ctx(t), mustReceiveOne(t, small).Lease.Receipt))
+		if i%50 == 49 {
+			require.NoError(t, s.Maintain(), "maintenance after %d messages", i+1)
+		}
+	}
+	require.Less(t, s.Stats().Segments, 10, "segments on disk after 600 KiB of acknowledged messages")
+}

@@ -56,7 +56,10 @@ type Options struct {
 	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
 	// otherwise at least 16 KiB. One publish (a whole batch) must fit in one
 	// segment, and each segment keeps 1/16 of itself (at least 1 KiB, at
-	// most 256 KiB) for the queue declarations it starts with.
+	// most 256 KiB) for the queue declarations it starts with. A store may
+	// be reopened with another size, which new segments take; a smaller
+	// one is refused (QueueMisconfigured, naming the message) while a live
+	// message is too large to be copied into a segment of that size.
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery

@@ -106,6 +106,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	var seed [32]byte
 	_, _ = rand.Read(seed[:])
 	s.nonces = mrand.NewChaCha8(seed)
+	if err := s.checkSegmentBytes(l.Stats().LargestSegment); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
 		s.queues[name] = newQueue(s, iq, policyValue(iq.Policy))
@@ -132,6 +136,28 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s.startMaintenance()
 	return s, nil
+}
+
+// checkSegmentBytes refuses a SegmentBytes below what the log was written
+// with (largest, its largest segment's size) when a live message could
+// not be copied forward into a segment of the new size: reclamation would
+// stop at the segment that message holds, and every later segment would
+// stay on disk for as long as it lives. Only a store opened with smaller
+// segments than before pays for the look at every live message.
+func (s *Store) checkSegmentBytes(largest int64) error {
+	if largest <= s.opts.segmentBytes() {
+		return nil
+	}
+	seq, size := s.idx.LargestLive()
+	if size == 0 {
+		return nil
+	}
+	if need := int(size) + segment.Size(maxStateEvent); need > s.maxGroup() {
+		return fmt.Errorf("Options.SegmentBytes %d is too small for message %s, whose publish record and state take up to %d bytes, more than a new segment holds (%d): "+
+			"a message that cannot be copied forward keeps every later segment on disk; open with the %d bytes the log was written with until it is consumed: %w",
+			s.opts.segmentBytes(), messageID(seq), need, s.maxGroup(), largest, QueueMisconfigured)
+	}
+	return nil
 }
 
 // indexDir is where the checkpoint and the table live.

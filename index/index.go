@@ -323,6 +323,26 @@ func (x *Index) Holds(seq uint64) bool {
 	return false
 }
 
+// LargestLive returns the live message (dead letters included) whose
+// publish record is the longest, and that length (frame included); size
+// is 0 when no message is live. It reads every live message's entry.
+func (x *Index) LargestLive() (seq uint64, size uint32) {
+	for _, q := range x.queues {
+		for _, m := range q.msgs {
+			if m.State != Pending && m.Size > size {
+				seq, size = m.Seq, m.Size
+			}
+		}
+		q.eachFresh(q.cursor, q.streamMax, func(e Entry) bool {
+			if e.Size > size {
+				seq, size = e.Seq, e.Size
+			}
+			return true
+		})
+	}
+	return seq, size
+}
+
 // LiveIn returns the live messages (dead letters included) whose publish
 // record lies in segment seg at an offset in [from, to).
 func (x *Index) LiveIn(seg uint32, from, to int) []uint64 {

@@ -92,6 +92,7 @@ type counters struct {
 type Stats struct {
 	Segments          int   // segment files in the log
 	DiskBytes         int64 // their total size
+	LargestSegment    int64 // the size of the largest of them
 	Records           int64 // records appended
 	Writes            int64 // write batches (one pwrite each, rotation aside)
 	Syncs             int64 // fdatasyncs of segment files
@@ -122,6 +123,7 @@ func (l *Log) Stats() Stats {
 	}
 	for _, sg := range segs {
 		s.DiskBytes += int64(sg.file.Size())
+		s.LargestSegment = max(s.LargestSegment, int64(sg.file.Size()))
 	}
 	if len(segs) > 0 {
 		s.FirstSegment, s.LastSegment = segs[0].seq, segs[len(segs)-1].seq

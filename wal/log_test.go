@@ -266,3 +266,20 @@ func TestOpenMakesANewDirectoryDurable(t *testing.T) {
 	defer fs.mu.Unlock()
 	require.Subset(t, fs.dirs, []string{root, filepath.Join(root, "new"), dir})
 }
+
+// Stats.LargestSegment is the size of the largest segment file, which a
+// log reopened with smaller segments keeps until its old ones are removed.
+func TestStatsNameTheLargestSegment(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 8192})
+	appendRecords(t, l, 0, 10)
+	require.EqualValues(t, 8192, l.Stats().LargestSegment)
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 2048})
+	appendRecords(t, l, 10, 1000)
+	st := l.Stats()
+	require.Greater(t, st.Segments, 3, "the test needs segments of the new size")
+	require.EqualValues(t, 8192, st.LargestSegment)
+	require.NoError(t, l.Close())
+}

@@ -92,8 +92,8 @@
 //     (ExpiresAt, VisibleAt) are measured on this process's clock from
 //     before its request, so the server's own instant is never earlier
 //     while it runs. A server restarted over its store keeps its pending
-//     instants in whole seconds: after a restart a lease or a retry delay
-//     can end up to a second early.
+//     instants in whole seconds (truncated): after a restart a lease or a
+//     retry delay can end early, by up to two seconds in our runs.
 //   - Policy changes. The server keeps each pending message's instant as
 //     its delivery time and adds the consumer's AckWait (the
 //     VisibilityTimeout) when it checks it: a queue declared again with a

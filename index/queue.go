@@ -552,12 +552,22 @@ func (q *Queue) DeadLetters(max int) []*Message {
 
 // remember records a dedup key. Until its publish is in the log it pins
 // no segment (see moveKey).
+//
+// A key remembered again for the message it already names (a copy forward
+// of the key, or a replay of such a copy) keeps its one entry in seenOrder:
+// every entry of seen has one there already, with the same enqueue
+// instant, and pushing another at each copy grew the heap by one entry per
+// key per reclamation round, without bound while no keyed publish evicts.
 func (q *Queue) remember(key string, seq uint64, at int64) {
-	if old, ok := q.seen[key]; ok && old.seg != 0 {
+	old, ok := q.seen[key]
+	if ok && old.seg != 0 {
 		q.x.unpinKey(old.seg)
 	}
 	k := seenKey{key: key, seq: seq, enqueuedAt: at}
 	q.seen[key] = k
+	if ok && old.seq == seq && old.enqueuedAt == at {
+		return
+	}
 	q.seenOrder.push(k)
 }
 

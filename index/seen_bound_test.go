@@ -1,0 +1,33 @@
+package index
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// The seen-set is bounded: copying a remembered key forward (the broker's
+// reclamation writes a payload-less publish of it and its ack at the head
+// of the log, once per round that frees the key's segment) moves the key;
+// it must not add to what the queue keeps in memory for it. A store whose
+// keyed publishes have stopped never evicts, and copies its keys forward at
+// every rotation: each copy that left an entry behind grew the eviction
+// heap without bound.
+func TestCopyingAKeyForwardKeepsOneEntryForIt(t *testing.T) {
+	x := declared()
+	q := x.QueueByID(1)
+	require.True(t, x.Queue("q") == q)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 100, "k")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 128), &Event{Kind: KindAck, Queue: 1, Seq: 1}))
+	for seg := uint32(2); seg < 1000; seg++ {
+		// What Queue.copyForward applies for a key whose message is gone.
+		require.NoError(t, x.Apply(wal.MakePosition(seg, 64), &Event{Kind: KindPublish, Queue: 1, Seq: 1, Time: 100, Key: "k"}))
+		require.NoError(t, x.Apply(wal.MakePosition(seg, 128), &Event{Kind: KindAck, Queue: 1, Seq: 1}))
+	}
+	require.Equal(t, 1, q.SeenCount())
+	require.LessOrEqual(t, len(q.seenOrder), 1, "one remembered key, %d entries kept for its eviction", len(q.seenOrder))
+	uses := x.SegmentUses()
+	require.Len(t, uses, 1, "the key pins only the segment of its last copy")
+	require.Equal(t, 1, uses[999].Keys)
+}

@@ -189,7 +189,7 @@ func (s *Store) checkpoint() error {
 	m.written = written
 	m.lastCheckpoint.Store(uint64(snap.LogPos))
 	m.checkpoints.Add(1)
-	m.checkpointBytes.Store(int64(snap.Size()))
+	m.checkpointBytes.Store(snap.FileSize(chunks))
 	return nil
 }
 

@@ -215,6 +215,11 @@ func (s *Store) openIndex() (int, error) {
 	}
 	s.idx = x
 	s.maint.lastCheckpoint.Store(uint64(from))
+	if from != 0 {
+		// The checkpoint Open loaded stays on disk until the next one
+		// replaces it: StoreStats.IndexBytes counts it.
+		s.maint.checkpointBytes.Store(x.CheckpointBytes)
+	}
 	s.recovery.IndexRebuilt = from == 0
 	// After salvage, an event about a message nobody published, found past
 	// the first damaged span, names a message whose publish was there —

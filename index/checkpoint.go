@@ -59,6 +59,16 @@ type Snapshot struct {
 // its list of chunks.
 func (s *Snapshot) Size() int { return checkpointHeader + len(s.body) }
 
+// FileSize is the size of the checkpoint file WriteCheckpoint makes of s
+// with chunks: Size and the list of chunk files it appends.
+func (s *Snapshot) FileSize(chunks []uint64) int64 {
+	n := s.Size() + uvarintLen(uint64(len(chunks)))
+	for _, c := range chunks {
+		n += uvarintLen(c)
+	}
+	return int64(n)
+}
+
 // Snapshot encodes the whole index as of logPos, which must be the end of
 // the log with every event before it applied and none after, and detaches
 // the table's unflushed entries for the Flush that writes them. No queue
@@ -384,6 +394,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	x := NewWithTable(nil)
 	x.Secret, x.Orphans = secret, orphans
+	x.CheckpointBytes = int64(checkpointHeader + len(body))
 	if len(secret) == 0 {
 		x.Secret = nil
 	}

@@ -27,6 +27,9 @@ type Index struct {
 	// or whose publish salvage cut. OnOrphan, if set, is told of each.
 	Orphans  int
 	OnOrphan func(pos wal.Position, e *Event)
+	// CheckpointBytes is the size of the checkpoint file Load read (0 for
+	// an index rebuilt from the log).
+	CheckpointBytes int64
 
 	// useMu guards segs and chunks, which every queue updates.
 	useMu  sync.Mutex

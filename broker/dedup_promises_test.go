@@ -73,3 +73,25 @@ func TestConcurrentKeyedPublishesOfOneKeyEnqueueOnce(t *testing.T) {
 	mustReceiveOne(t, q)
 	requireNoneReceivable(t, q)
 }
+
+// Counters count since open: a message whose last lease lapsed is counted
+// DeadLettered by the process that saw it lapse. The process that opens
+// the store afterwards did not move it (it lapsed before that open) and
+// must not count it again: summed over restarts, the counter would say
+// two messages died where one did.
+func TestDeadLetteredCountsALapseBeforeOpenInNoLaterProcess(t *testing.T) {
+	e := newEnv(t)
+	p := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+	q := e.queue("jobs", p)
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	e.clock.Set(d.Lease.ExpiresAt)
+	require.EqualValues(t, 1, q.Stats().DeadLettered, "this process saw the last lease lapse")
+
+	e.reopen()
+	q = e.queue("jobs", p)
+	require.Equal(t, 1, q.Stats().DeadLetters, "the gauge still holds it")
+	require.EqualValues(t, 0, q.Stats().DeadLettered, "nothing was dead-lettered since this open")
+	require.Len(t, mustDeadLetters(t, q), 1)
+	require.EqualValues(t, 0, q.Stats().DeadLettered, "sweeping what lapsed before the open moves nothing new")
+}

@@ -43,6 +43,12 @@ type Queue struct {
 	// inflight holds the publishes queued to the log and not yet
 	// committed to the index, so that a checkpoint can commit them.
 	inflight map[*wal.Pending]inflightPublish
+	// diedBeforeOpen: messages whose last lease had lapsed when the store
+	// was opened. They died before this process, which logs their move to
+	// the dead-letter store but does not count it in DeadLettered (the
+	// process that saw them lapse did; counters are since open). Each is
+	// known by its sequence and lease nonce: a later lease is another life.
+	diedBeforeOpen map[uint64]uint64
 
 	stats queueCounters
 }

@@ -127,14 +127,27 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 func (q *Queue) sweepLocked(now int64, recs [][]byte) [][]byte {
 	q.iq.Promote(now)
 	exhausted := append([]*index.Message(nil), q.iq.Exhausted()...)
+	moved := 0
 	for _, m := range exhausted {
 		e := index.Event{Kind: index.KindDeadLetter, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
 			Time: m.At, Reason: ReasonLeaseExpired}
+		if q.diedBeforeOpenLocked(m) {
+			delete(q.diedBeforeOpen, m.Seq)
+		} else {
+			moved++
+		}
 		q.iq.Apply(0, &e)
 		recs = append(recs, e.Append(nil))
 	}
-	q.stats.deadLettered.Add(int64(len(exhausted)))
+	q.stats.deadLettered.Add(int64(moved))
 	return recs
+}
+
+// diedBeforeOpenLocked reports whether m's last lease had lapsed when the
+// store was opened (see Queue.diedBeforeOpen).
+func (q *Queue) diedBeforeOpenLocked(m *index.Message) bool {
+	nonce, ok := q.diedBeforeOpen[m.Seq]
+	return ok && nonce == m.Nonce
 }
 
 // leaseLocked returns the message a receipt names if its lease is live now:

@@ -29,7 +29,12 @@ func (q *Queue) Stats() QueueStats {
 	// A lease lapsed on its last delivery is a dead letter from the moment
 	// it lapsed, for the counter as for the gauge, though the next call that
 	// sweeps writes its event.
-	exhausted := int64(len(q.iq.Exhausted()))
+	var exhausted int64
+	for _, m := range q.iq.Exhausted() {
+		if !q.diedBeforeOpenLocked(m) {
+			exhausted++
+		}
+	}
 	dl := q.stats.deadLettered.Load() + exhausted
 	q.mu.Unlock()
 	return QueueStats{

@@ -112,7 +112,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
-		s.queues[name] = newQueue(s, iq, policyValue(iq.Policy))
+		q := newQueue(s, iq, policyValue(iq.Policy))
+		if due := iq.FinalsDue(s.now()); len(due) > 0 {
+			q.diedBeforeOpen = map[uint64]uint64{}
+			for _, m := range due {
+				q.diedBeforeOpen[m.Seq] = m.Nonce
+			}
+		}
+		s.queues[name] = q
 	}
 	s.setPreamble()
 	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 {

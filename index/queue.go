@@ -486,6 +486,19 @@ func (q *Queue) Lapsed() []*Message {
 	return out
 }
 
+// FinalsDue returns the messages leased on their last allowed delivery
+// whose lease lapses at or before now, without observing the lapse (see
+// Promote, which does).
+func (q *Queue) FinalsDue(now int64) []*Message {
+	var out []*Message
+	for _, m := range q.finals.items {
+		if m.At <= now {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Exhausted returns the messages whose last lease lapsed (see Promote).
 // They stay Leased until the caller applies their dead-letter events.
 func (q *Queue) Exhausted() []*Message { return q.exhausted }

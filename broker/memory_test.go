@@ -292,9 +292,14 @@ func (d *differential) cause() error {
 }
 
 func (d *differential) step() {
-	t, c := d.t, ctx(d.t)
 	op := d.rng.IntN(17)
 	d.history = append(d.history, fmt.Sprintf("t+%v op %d leases %d", d.clock.Now().Sub(t0), op, len(d.leases)))
+	d.stepOp(op)
+}
+
+// stepOp runs operation op on both brokers and compares their answers.
+func (d *differential) stepOp(op int) {
+	t, c := d.t, ctx(d.t)
 	switch op {
 	case 0, 1:
 		p := d.payload()

@@ -1,0 +1,136 @@
+package broker_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// TestLeasesAndReceiptsSurviveRestartAsMemoryKeepsThem drives a Memory and a
+// file-backed queue with one seeded random sequence, as
+// TestMemoryBehavesAsFileStore does, and also closes and reopens the store,
+// checkpoints it and copies its records forward (small segments) between
+// calls. API.md §2 and §5.4: leases, receipts, retry delays and delivery
+// counts survive a clean restart, and a copy forward moves records without
+// changing state; so the file store must keep answering as the Memory,
+// which never restarts, does. The clock steps backwards, but never behind a
+// reading taken before a reopen (DESIGN.md: the log does not record
+// observations of time, so a restart forgets lapses seen).
+//
+//	WALBROKER_RESTART_SEED, WALBROKER_RESTART_STEPS replay a run.
+func TestLeasesAndReceiptsSurviveRestartAsMemoryKeepsThem(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("WALBROKER_RESTART_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+	}
+	steps := 1500
+	if testing.Short() {
+		steps = 300
+	}
+	if s := os.Getenv("WALBROKER_RESTART_STEPS"); s != "" {
+		var err error
+		steps, err = strconv.Atoi(s)
+		require.NoError(t, err)
+	}
+	t.Logf("restart differential: seed %d, %d steps", seed, steps)
+	e := newEnv(t, func(o *broker.Options) {
+		o.Sync = broker.SyncNone
+		o.SegmentBytes = broker.MinSegmentBytes
+		broker.ManualMaintenance(o)
+	})
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x7e5))
+	pol := policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = []time.Duration{time.Second, 30 * time.Second}[rng.IntN(2)]
+		p.MaxDeliveries = 1 + rng.IntN(4)
+		p.RetryDelay, p.MaxRetryDelay = [][2]time.Duration{{5 * time.Second, 20 * time.Second}, {0, 0}, {time.Second, 0}}[rng.IntN(3)][0], 0
+		if p.RetryDelay == 5*time.Second {
+			p.MaxRetryDelay = 20 * time.Second
+		}
+		p.Capacity, p.DedupWindow, p.MaxMessageBytes = 10, time.Minute, 8
+	})
+	t.Logf("policy %+v", pol)
+	d := &differential{t: t, rng: rng, clock: e.clock,
+		fq: e.queue("jobs", pol), memID: map[string]string{}, seen: map[string]int{}}
+	var err error
+	d.mq, err = broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-60, 0):], "\n"))
+		}
+	})
+	latest, floor := e.clock.Now(), e.clock.Now()
+	var copied int64
+	for range steps {
+		if e.clock.Now().After(latest) {
+			latest = e.clock.Now()
+		}
+		if e.clock.Now().Before(floor) {
+			// No reading behind one a reopen forgot was observed.
+			e.clock.Advance(floor.Sub(e.clock.Now()))
+		}
+		switch r := d.rng.IntN(40); {
+		case r == 0 && !e.clock.Now().Before(latest):
+			d.history = append(d.history, fmt.Sprintf("t+%v reopen", e.clock.Now().Sub(t0)))
+			e.reopen()
+			floor = latest
+			d.fq = e.queue("jobs", pol)
+		case r == 1:
+			d.history = append(d.history, fmt.Sprintf("t+%v maintain", e.clock.Now().Sub(t0)))
+			require.NoError(t, e.s.Maintain())
+			copied += e.s.Stats().CopiedForward
+		case r == 2:
+			// Bulk, so that segments fill and copy forward.
+			p := d.payload()
+			f, fe := d.fq.Publish(ctx(t), p)
+			m, me := d.mq.Publish(ctx(t), p)
+			if d.sameErr("Publish", fe, me) {
+				d.sameMessage("Publish", f, m)
+			}
+		default:
+			d.restartStep()
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("records copied forward %d; outcomes: %v", copied, d.seen)
+}
+
+// restartStep is differential.step without the counters, which a reopen
+// restarts in the file store ("since open") and not in a Memory.
+func (d *differential) restartStep() {
+	t := d.t
+	op := d.rng.IntN(17)
+	d.history = append(d.history, fmt.Sprintf("t+%v op %d leases %d", d.clock.Now().Sub(t0), op, len(d.leases)))
+	switch op {
+	case 16:
+		f, m := d.fq.Stats(), d.mq.Stats()
+		require.Equal(t, [4]int{f.Ready, f.Leased, f.Delayed, f.DeadLetters}, [4]int{m.Ready, m.Leased, m.Delayed, m.DeadLetters}, "gauges")
+	case 15:
+		// Wake, with the clock stepping back now and then.
+		if d.rng.IntN(4) == 0 {
+			d.clock.Advance(-time.Duration(d.rng.IntN(20_000)) * time.Millisecond)
+		}
+		fw, mw := d.fq.Wake(), d.mq.Wake()
+		require.Equal(t, mw.Scheduled, fw.Scheduled, "Wake.Scheduled")
+		if fw.Scheduled {
+			require.Equal(t, max(mw.In, 0), max(fw.In, 0), "Wake.In")
+		}
+	default:
+		d.stepOp(op)
+	}
+	if len(d.leases) > 50 {
+		d.leases = d.leases[len(d.leases)-50:]
+	}
+}

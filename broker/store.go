@@ -700,6 +700,11 @@ func (s *Store) usable() error {
 	if p := s.failed.Load(); p != nil {
 		return *p
 	}
+	if err := s.log.Err(); err != nil {
+		// A write or fdatasync no call waited for failed (the background
+		// fdatasync under SyncNone and SyncPublish): stop as if one had.
+		return s.failure(err)
+	}
 	if err := s.idx.Damaged(); err != nil {
 		return s.damaged(err)
 	}

@@ -37,6 +37,8 @@ type Log struct {
 	// writer from competing with the callers it waits for.
 	hold int
 	kick chan struct{}
+	// poisoned is set with err, so that Err need not take mu.
+	poisoned atomic.Bool
 
 	// removeMu is held by RemoveBelow for its whole run and by Close from
 	// the moment it marks the log closed: no file of the log is renamed or

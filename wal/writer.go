@@ -542,6 +542,17 @@ func (l *Log) rotate() error {
 // the seal frame.
 func (s *seg) capacity() int { return s.file.Size() - segment.Size(0) }
 
+// Err returns the error that poisoned the log (ErrPoisoned, wrapping the
+// failed write or fdatasync), or nil. A failure no call waited for (the
+// background fdatasync of records appended without waiting for one) is
+// reported here before any call meets it.
+func (l *Log) Err() error {
+	if !l.poisoned.Load() {
+		return nil
+	}
+	return l.poison()
+}
+
 // poison returns the error that poisoned the log, or nil.
 func (l *Log) poison() error {
 	l.mu.Lock()
@@ -555,6 +566,7 @@ func (l *Log) fail(cause error) error {
 	l.mu.Lock()
 	first := l.err == nil
 	if first {
+		l.poisoned.Store(true)
 		l.err = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
 	}
 	err := l.err

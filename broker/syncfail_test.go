@@ -1,0 +1,67 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// TestABackgroundFdatasyncFailureStopsEveryLaterCall: under SyncNone and
+// SyncPublish the fdatasync that covers acks and leases (and, under
+// SyncNone, publishes) is the log's background one, which no call waits
+// for. When it fails, the store must stop as it does when a call's own
+// fdatasync fails: every later call fails and says the store must be
+// reopened ("Failures": fail-stop, never retried). A call that appends
+// nothing (a Receive on an empty queue, DeadLetters, Queue) went on as if
+// nothing had happened.
+func TestABackgroundFdatasyncFailureStopsEveryLaterCall(t *testing.T) {
+	for _, mode := range []SyncMode{SyncNone, SyncPublish} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Unix(1_700_000_000, 0)
+			ffs := vfs.NewFaultFS(vfs.Default)
+			opts := Options{Now: func() time.Time { return now }, Sync: mode, SyncInterval: 5 * time.Millisecond, FS: ffs}
+			ManualMaintenance(&opts)
+			s, err := Open(t.TempDir(), opts)
+			require.NoError(t, err)
+			defer s.Close()
+			pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+			work, err := s.Queue("work", pol)
+			require.NoError(t, err)
+			idle, err := s.Queue("idle", pol)
+			require.NoError(t, err)
+			_, err = work.Publish(ctx, []byte("m"))
+			require.NoError(t, err)
+
+			// Every fdatasync of a segment fails from now on.
+			ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
+			ds, err := work.Receive(ctx, 1) // a lease: written, synced in the background
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			syncs := ffs.Count(vfs.OpSync)
+			deadline := time.Now().Add(5 * time.Second)
+			for ffs.Count(vfs.OpSync) == syncs && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+			require.Greater(t, ffs.Count(vfs.OpSync), syncs, "the background fdatasync ran (and failed)")
+
+			reopen := func(what string, err error) {
+				t.Helper()
+				require.Error(t, err, "%s after the background fdatasync failed", what)
+				require.True(t, strings.Contains(err.Error(), "reopen"), "%s: %v", what, err)
+			}
+			_, err = idle.Receive(ctx, 1)
+			reopen("Receive on an empty queue", err)
+			_, err = idle.DeadLetters(ctx, 1)
+			reopen("DeadLetters", err)
+			_, err = s.Queue("idle", pol)
+			reopen("Queue", err)
+		})
+	}
+}

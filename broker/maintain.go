@@ -38,7 +38,8 @@ type maintenance struct {
 	reclaimed       atomic.Int64
 	copied          atomic.Int64
 	preambleRecords atomic.Int64
-	rotated         atomic.Bool // a rotation since the last round
+	reserveRecords  atomic.Int64 // sequence reservations (seqReservation)
+	rotated         atomic.Bool  // a rotation since the last round
 }
 
 // Maintenance tuning.
@@ -234,6 +235,9 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	// Sequences reserved by a mark (SyncNone) stay taken for an open that
+	// replays from here: the barrier made every queued mark durable.
+	snap.NextSeq = max(snap.NextSeq, s.seqs.queued.Load())
 	return snap, drop, written, nil
 }
 

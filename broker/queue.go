@@ -313,11 +313,19 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	if len(evict) > 0 {
 		all = append(evict, recs...)
 	}
+	// Under SyncNone the sequences are reserved by a durable mark before
+	// the IDs are handed out (see seqReservation).
+	resv, bound := q.s.reserveSeqs(events[len(events)-1].Seq)
 	pend := q.s.log.Enqueue(q.s.opts.durable(true), all...)
 	q.inflight[pend] = inflightPublish{events: events, skip: len(evict)}
 	q.mu.Unlock()
 
 	pos, err := q.s.wait(pend)
+	if err == nil && resv != nil {
+		if _, err = q.s.wait(resv); err == nil {
+			q.s.reservedSeqs(bound)
+		}
+	}
 	if err != nil {
 		q.mu.Lock()
 		delete(q.inflight, pend)

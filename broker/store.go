@@ -58,6 +58,64 @@ type Store struct {
 
 	maint    maintenance
 	recovery RecoveryReport
+	seqs     seqReservation
+}
+
+// seqReservation keeps, under SyncNone, every message sequence handed out
+// below the next sequence a durable mark names: a power loss may take
+// publishes that returned, and without it the reopened store, drawing its
+// next sequence from the log it kept, handed their IDs out again for
+// other messages ("unique in the store, never reused"). Publishes are
+// synced under the other modes, and so are their sequences.
+type seqReservation struct {
+	mu      sync.Mutex
+	pend    *wal.Pending  // the last mark queued, guarded by mu
+	bound   uint64        // and the sequence it reserves up to, guarded by mu
+	queued  atomic.Uint64 // that bound, for readers without mu
+	durable atomic.Uint64 // a durable mark reserves every sequence below it
+}
+
+// seqReserve is how far ahead of the sequences handed out a mark reserves
+// them under SyncNone: Open makes the first reservation durable, and a new
+// mark is queued (its append forces an fdatasync, which nobody waits for)
+// when half of the last one is used, so that a publish waits for one only
+// when that fdatasync has not completed after seqReserve/2 publishes.
+// A reopen continues after the last reservation, skipping what it left.
+const seqReserve = 4096
+
+// reserveSeqs makes sure a mark reserves every sequence up to hi (the
+// caller holds its queue's lock and is about to queue its publish). It
+// returns the mark to wait for before the publish returns, and the bound
+// that mark reserves, or nil when a durable one covers hi already.
+func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
+	r := &s.seqs
+	if s.opts.durable(true) || hi+seqReserve/2 < r.durable.Load() {
+		return nil, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hi+seqReserve/2 >= r.bound {
+		r.bound = hi + seqReserve
+		mark := index.Event{Kind: index.KindMark, Seq: r.bound}
+		r.pend = s.log.Enqueue(true, mark.Append(nil))
+		r.queued.Store(r.bound)
+		s.maint.reserveRecords.Add(1)
+	}
+	if hi < r.durable.Load() {
+		return nil, 0 // the new mark goes on ahead; nobody needs to wait for it yet
+	}
+	return r.pend, r.bound
+}
+
+// reservedSeqs records that a mark reserving every sequence below bound
+// is durable.
+func (s *Store) reservedSeqs(bound uint64) {
+	for {
+		d := s.seqs.durable.Load()
+		if bound <= d || s.seqs.durable.CompareAndSwap(d, bound) {
+			return
+		}
+	}
 }
 
 // Open opens the store in dir, creating the directory (0700) if it is
@@ -122,6 +180,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.queues[name] = q
 	}
 	s.setPreamble()
+	if err := s.restorePreamble(); err != nil {
+		s.closeFiles()
+		return nil, openError(dir, err)
+	}
+	if p, bound := s.reserveSeqs(s.idx.PeekNextSeq()); p != nil {
+		// The first reservation, before any publish: so that none
+		// waits for the device for it.
+		if _, err := p.Wait(); err != nil {
+			s.closeFiles()
+			return nil, fmt.Errorf("broker: open %s: reserve message sequences: %w", dir, err)
+		}
+		s.reservedSeqs(bound)
+	}
 	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 {
 		s.recovery.TornTail = rec.TornTail != nil
 		s.recovery.SalvagedSpans = len(rec.Salvaged)
@@ -405,11 +476,55 @@ func (s *Store) preamble() [][]byte {
 			out = append(out, e.Append(nil))
 		}
 	}
-	mark := index.Event{Kind: index.KindMark, Seq: s.idx.PeekNextSeq()}
+	mark := index.Event{Kind: index.KindMark, Seq: max(s.idx.PeekNextSeq(), s.seqs.queued.Load())}
 	out = append(out, mark.Append(nil))
 	s.maint.kickRotation()
 	s.maint.preambleRecords.Add(int64(len(out)))
 	return out
+}
+
+// errPreambleFound stops restorePreamble's look at the active segment.
+var errPreambleFound = errors.New("preamble found")
+
+// restorePreamble writes the preamble, durably, at the start of the active
+// segment when that segment (not the first: the first has none) does not
+// hold a whole one. A rotation writes the new segment's preamble with the
+// batch that needed the room, after the old segment's seal is durable: a
+// crash before that batch is (under SyncNone, or SyncPublish without a
+// publish in it, or SyncAll between the seal and the commit) leaves the
+// new segment empty, or with only the first preamble records, and the
+// reopened store appends to it. Without this, once the earlier segments
+// were reclaimed, the log alone would no longer declare the queues nor
+// carry the secret and the next sequence. The mark is the preamble's last
+// record, so a segment holding it holds all of it.
+func (s *Store) restorePreamble() error {
+	end := s.log.End()
+	if end.Segment() <= 1 {
+		return nil
+	}
+	err := s.log.Iterate(wal.MakePosition(end.Segment(), 0), func(_ wal.Position, rec []byte) error {
+		if len(rec) > 0 && index.Kind(rec[0]) == index.KindMark {
+			return errPreambleFound
+		}
+		return nil
+	})
+	if errors.Is(err, errPreambleFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Each a group of its own, as a rotation writes them.
+	var pends []*wal.Pending
+	for _, rec := range s.preamble() {
+		pends = append(pends, s.log.Enqueue(true, rec))
+	}
+	for _, p := range pends {
+		if _, err := p.Wait(); err != nil {
+			return fmt.Errorf("broker: restore the preamble of segment %d: %w", end.Segment(), err)
+		}
+	}
+	return nil
 }
 
 // maxClockRecord bounds the encoding of a preamble's dedup clock reading.
@@ -616,7 +731,7 @@ type StoreStats struct {
 	CopiedForward        int64   // live records copied to the head since open, so old segments could go
 	Commits              int64   // fdatasyncs since open
 	Records              int64   // events appended since open, OwnRecords included
-	OwnRecords           int64   // of Records, those the store wrote for itself: segment preambles and copies forward
+	OwnRecords           int64   // of Records, those the store wrote for itself: segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 }
@@ -631,7 +746,7 @@ func (s *Store) Stats() StoreStats {
 		Checkpoints:         s.maint.checkpoints.Load(),
 		BytesReclaimed:      s.maint.reclaimed.Load(),
 		CopiedForward:       s.maint.copied.Load(),
-		OwnRecords:          s.maint.copied.Load() + s.maint.preambleRecords.Load(),
+		OwnRecords:          s.maint.copied.Load() + s.maint.preambleRecords.Load() + s.maint.reserveRecords.Load(),
 		Commits:             w.Syncs,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,

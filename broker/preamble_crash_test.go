@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone: a rotation
+// seals and fdatasyncs the old segment, then writes the new segment's
+// preamble with the batch that needed it. Under SyncNone (and under
+// SyncPublish when that batch held no publish) the batch is only written:
+// a power loss keeps the seal and the new, empty segment, and loses the
+// preamble. The reopened store appends to that segment as its active one.
+// Once the segments before it are reclaimed, the log no longer declares
+// the queue nor carries the secret or the next sequence, and a replay of
+// the log alone (a checkpoint found suspect, or removed) loses every
+// message of the queue. "A log that replays alone" (DESIGN.md, Reclaiming
+// disk space) must hold after any power loss the mode allows.
+func TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone(t *testing.T) {
+	for _, mode := range []SyncMode{SyncNone, SyncPublish} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			root := t.TempDir()
+			dir := filepath.Join(root, "store")
+			now := time.Unix(1_700_000_000, 0)
+			clock := func() time.Time { return now }
+			cfs := vfs.NewCrashFS(vfs.Default)
+			opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: mode, SyncInterval: time.Hour, FS: cfs}
+			ManualMaintenance(&opts)
+			pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+
+			s, err := Open(dir, opts)
+			require.NoError(t, err)
+			q, err := s.Queue("jobs", pol)
+			require.NoError(t, err)
+			// A backlog fills most of segment 1; consuming it fills the
+			// rest, so that the batch that rotates is a lease or an ack
+			// (under SyncPublish a publish would have synced it).
+			for s.log.End().Offset() < MinSegmentBytes-1200 {
+				_, err := q.Publish(ctx, make([]byte, 100))
+				require.NoError(t, err)
+			}
+			require.Equal(t, 1, s.log.Stats().Segments)
+			for s.log.Stats().Segments < 2 {
+				ds, err := q.Receive(ctx, 1)
+				require.NoError(t, err)
+				require.Len(t, ds, 1, "the backlog lasts until the rotation")
+				require.NoError(t, q.Ack(ctx, ds[0].Lease.Receipt))
+			}
+			// Power lost: the seal of segment 1 is durable, the
+			// preamble of segment 2 and the event after it are not.
+			cfs.Crash()
+			clone := filepath.Join(root, "clone")
+			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+			_ = s.Close()
+
+			opts2 := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
+			ManualMaintenance(&opts2)
+			r, err := Open(clone, opts2)
+			require.NoError(t, err, "a power loss is not corruption")
+			rq, err := r.Queue("jobs", pol)
+			require.NoError(t, err)
+			// The rest of the backlog is consumed (the acks the power
+			// took are redone): segment 1 pins nothing any more.
+			left, err := rq.Receive(ctx, 100)
+			require.NoError(t, err)
+			for _, d := range left {
+				require.NoError(t, rq.Ack(ctx, d.Lease.Receipt))
+			}
+			m, err := rq.Publish(ctx, []byte("published after the restart, never consumed"))
+			require.NoError(t, err)
+			require.NoError(t, r.Maintain())
+			t.Logf("segments %d..%d after maintenance", r.log.Stats().FirstSegment, r.log.Stats().LastSegment)
+			require.NoError(t, r.Close())
+
+			// The log alone must still say everything.
+			require.NoError(t, os.RemoveAll(filepath.Join(clone, "index")))
+			r, err = Open(clone, opts2)
+			require.NoError(t, err)
+			defer r.Close()
+			require.Equal(t, []string{"jobs"}, r.Queues(), "the queue's declaration is in the log")
+			rq, err = r.Queue("jobs", pol)
+			require.NoError(t, err)
+			ds, err := rq.Receive(ctx, 10)
+			require.NoError(t, err)
+			require.Len(t, ds, 1, "the message published after the restart survives a replay of the log alone")
+			require.Equal(t, m.ID, ds[0].Message.ID)
+		})
+	}
+}
+
+// TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll: the
+// same under SyncAll, where the batch that rotates is synced: a process
+// crash (here: the write of that batch fails, which leaves the files as a
+// kill would) between the old segment's sealing fdatasync and the batch's
+// write leaves the new segment empty.
+func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	ffs := vfs.NewFaultFS(vfs.Default)
+	// Once segment 2 is renamed into place, its first write (the batch
+	// with its preamble) fails.
+	var installed atomic.Bool
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpRename && strings.HasSuffix(e.NewName, "0000000002.seg") {
+			installed.Store(true)
+		}
+	})
+	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(name string) bool {
+		return installed.Load() && strings.Contains(name, "0000000002.seg")
+	}, Nth: 1})
+	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, FS: ffs}
+	ManualMaintenance(&opts)
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", pol)
+	require.NoError(t, err)
+	for err == nil {
+		var ds []DeliveryValue
+		if _, err = q.Publish(ctx, make([]byte, 100)); err != nil {
+			break
+		}
+		if ds, err = q.Receive(ctx, 1); err != nil {
+			break
+		}
+		err = q.Ack(ctx, ds[0].Lease.Receipt)
+	}
+	t.Logf("the batch after the rotation failed: %v", err)
+	_ = s.Close()
+
+	opts2 := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
+	ManualMaintenance(&opts2)
+	r, err := Open(dir, opts2)
+	require.NoError(t, err)
+	rq, err := r.Queue("jobs", pol)
+	require.NoError(t, err)
+	left, err := rq.Receive(ctx, 100)
+	require.NoError(t, err)
+	for _, d := range left {
+		require.NoError(t, rq.Ack(ctx, d.Lease.Receipt))
+	}
+	m, err := rq.Publish(ctx, []byte("published after the restart, never consumed"))
+	require.NoError(t, err)
+	require.NoError(t, r.Maintain())
+	require.Equal(t, uint32(2), r.log.Stats().FirstSegment, "segment 1 was reclaimed")
+	require.NoError(t, r.Close())
+
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	r, err = Open(dir, opts2)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Equal(t, []string{"jobs"}, r.Queues(), "the queue's declaration is in the log")
+	rq, err = r.Queue("jobs", pol)
+	require.NoError(t, err)
+	ds, err := rq.Receive(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, m.ID, ds[0].Message.ID)
+}

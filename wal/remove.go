@@ -85,7 +85,10 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		for _, p := range kept {
 			err = errors.Join(err, fs.Remove(p))
 		}
-		return n, fmt.Errorf("wal: remove segments: sync dir: %w", errors.Join(serr, err))
+		// A failed fsync is not tried again, here or by the next
+		// rotation's SyncDir, whose success would say nothing of what
+		// this one lost: the log stops, as for a failed fdatasync.
+		return n, l.fail(fmt.Errorf("remove segments: sync dir: %w", errors.Join(serr, err)))
 	}
 	// Only now may a spare be reused: its old name is durably gone.
 	l.listMu.Lock()

@@ -214,3 +214,32 @@ func TestARemovalThatFailsLeavesAGaplessLog(t *testing.T) {
 	require.Equal(t, first, l.Stats().FirstSegment, "the segment that could not be removed is part of the log again")
 	requireEntries(t, entriesFrom(es, first), readAll(t, l))
 }
+
+// A failed directory sync after removing segments stops the log, as a
+// failed fdatasync does: its success on a later try (the next rotation's
+// SyncDir) would say nothing of what this one lost.
+func TestAFailedDirectorySyncInRemoveBelowStopsTheLog(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1024})
+	es := appendRecords(t, l, 0, 100)
+	require.Greater(t, l.Stats().Segments, 3)
+
+	fs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Times: 1})
+	_, err := l.RemoveBelow(es[80].pos)
+	require.ErrorIs(t, err, ErrPoisoned)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, "sync dir")
+	require.ErrorIs(t, l.Err(), ErrPoisoned, "the log reports its poison")
+	_, err = l.Append(record(1000))
+	require.ErrorIs(t, err, ErrPoisoned, "and every later append fails")
+	require.Error(t, l.Close())
+
+	// Nothing acknowledged is lost: a reopen holds every record from the
+	// first segment still there on.
+	l = mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l.Close()
+	got := readAll(t, l)
+	require.NotEmpty(t, got)
+	require.Equal(t, es[len(es)-1].pos, got[len(got)-1].pos)
+}

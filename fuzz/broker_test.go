@@ -345,7 +345,7 @@ func (r *runner) restart(kind opKind) {
 		r.open()
 		rec := r.store.Recovery()
 		r.check(!rec.IndexRebuilt && !rec.TornTail && rec.SalvagedSpans == 0, "reopen after a clean Close: %+v", rec)
-		r.m.restart()
+		r.m.restart(r.now())
 	case opRebuild:
 		r.close()
 		if err := os.RemoveAll(filepath.Join(r.dir, "index")); err != nil {
@@ -354,7 +354,7 @@ func (r *runner) restart(kind opKind) {
 		r.open()
 		rec := r.store.Recovery()
 		r.check(rec.IndexRebuilt && rec.SalvagedSpans == 0, "reopen without index/: %+v", rec)
-		r.m.restart()
+		r.m.restart(r.now())
 	case opCrash:
 		r.gen++
 		clone := filepath.Join(r.base, fmt.Sprintf("s%d", r.gen))
@@ -370,7 +370,7 @@ func (r *runner) restart(kind opKind) {
 		rec := r.store.Recovery()
 		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss under SyncAll: %+v", rec)
 		r.logf("  recovered: %+v", rec)
-		r.m.restart()
+		r.m.restart(r.now())
 	case opAudit:
 		r.auditClone()
 		return
@@ -390,7 +390,7 @@ func (r *runner) auditClone() {
 	defer func() { _ = os.RemoveAll(clone) }()
 	a := twin{t: r.t, m: r.m.clone(), clock: &fakeClock{}, history: r.history, serial: r.serial, where: "[audit] "}
 	a.clock.ns.Store(r.now())
-	a.m.restart()
+	a.m.restart(a.now())
 	s, err := broker.Open(clone, storeOptions(a.clock, nil))
 	if err != nil {
 		a.fail("open the clone: %v", err)

@@ -72,9 +72,14 @@ type mMsg struct {
 	at int64
 	// seen: a call observed at passing (see the package comment); by
 	// which: "promote" or "settle".
-	seen    bool
-	seenBy  string
-	receipt broker.ReceiptValue // of the current lease
+	seen   bool
+	seenBy string
+	// preOpen: a last lease that had lapsed when the store was last
+	// opened. It died before the open, so its move to the dead letters
+	// counts in no later process (counters are since open).
+	preOpen   bool
+	preOpenAt int64               // the lapse it died at; another deadline is another life
+	receipt   broker.ReceiptValue // of the current lease
 	// The dead letter.
 	failedAt int64
 	reason   string
@@ -143,6 +148,10 @@ func (m *model) clone() *model {
 // final reports whether a leased message is on its last allowed delivery.
 func (q *mQueue) final(m *mMsg) bool { return m.deliveries >= q.pol.MaxDeliveries }
 
+// diedBeforeOpen reports whether m is a last lease that had lapsed when
+// the store was opened, at the same deadline still.
+func (m *mMsg) diedBeforeOpen() bool { return m.preOpen && m.at == m.preOpenAt }
+
 // exhausted reports whether m's last lease lapsed and a call saw it.
 func (q *mQueue) exhausted(m *mMsg) bool { return m.state == mLeased && m.seen && q.final(m) }
 
@@ -161,8 +170,10 @@ func (q *mQueue) sweep(now int64) {
 	for _, m := range q.msgs {
 		if q.exhausted(m) {
 			m.state, m.failedAt, m.reason, m.code, m.cause = mDead, m.at, broker.ReasonLeaseExpired, 0, ""
-			m.at, m.seen, m.seenBy, m.receipt = 0, false, "", ""
-			q.c.deadLettered++
+			if !m.diedBeforeOpen() {
+				q.c.deadLettered++
+			}
+			m.at, m.seen, m.seenBy, m.receipt, m.preOpen = 0, false, "", "", false
 		}
 	}
 }
@@ -275,13 +286,16 @@ func (q *mQueue) evict(now int64) {
 	}
 }
 
-// restart is what a reopen does to the model: observations and counters
-// are gone. Every kind of restart keeps the messages, the keys and the
-// dedup clock (under SyncAll every call that returned is in the log).
-func (m *model) restart() {
+// restart is what a reopen at now does to the model: observations and
+// counters are gone, and a last lease lapsed by now died before the open.
+// Every kind of restart keeps the messages, the keys and the dedup clock
+// (under SyncAll every call that returned is in the log).
+func (m *model) restart(now int64) {
 	for _, q := range m.qs {
 		for _, msg := range q.msgs {
 			msg.seen, msg.seenBy = false, ""
+			msg.preOpen = msg.state == mLeased && q.final(msg) && msg.at <= now
+			msg.preOpenAt = msg.at
 		}
 		q.c = mCounters{}
 	}

@@ -419,7 +419,7 @@ func (s *twin) stats() {
 		g := mq.gauges()
 		exhausted := int64(0)
 		for _, m := range mq.msgs {
-			if mq.exhausted(m) {
+			if mq.exhausted(m) && !m.diedBeforeOpen() {
 				exhausted++
 			}
 		}

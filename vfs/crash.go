@@ -32,6 +32,12 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     directory's previous entries. Files are followed by identity across
 //     renames, and a removed or replaced file that a crash could bring back
 //     is kept open until its removal is durable.
+//   - A Sync the inner FS fails (a writeback error) loses the writes it
+//     was to make durable for good, as on Linux, where the failed pages are
+//     left clean in the page cache: reads still see them, no later Sync
+//     writes them, and a crash leaves the content durable before them.
+//     Only the pages written again after the failure can become durable
+//     (whole: writeback is by page).
 //   - Files that exist when the CrashFS first touches them are taken as
 //     durable as they are. Directories are not modelled: MkdirAll, and the
 //     removal or renaming of a directory, count as immediately durable, and
@@ -84,6 +90,14 @@ type crashNode struct {
 	// mutations since then, oldest first.
 	syncedSize int64
 	log        []crashRecord
+	// base, when hasBase, is the file's durable content, which then is not
+	// the current content with the log undone: an fdatasync failed, and
+	// the writes it was to make durable stay in the page cache (reads see
+	// them) but are never written back, as on Linux, where a failed
+	// writeback leaves its pages clean. Only a later write of the same
+	// bytes, and an fdatasync after it, makes them durable.
+	base    []byte
+	hasBase bool
 }
 
 // crashRecord is one unsynced mutation of a node: a write of data at off,
@@ -518,7 +532,40 @@ func (f *crashFile) Sync() error {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
 	if err := f.inner.Sync(); err != nil {
+		// The writes are in the page cache, marked clean: lost to any
+		// power loss from now on, whatever later fdatasyncs report.
+		if base, derr := f.fs.durableLocked(f.node); derr == nil {
+			f.node.base, f.node.hasBase = base, true
+			f.node.syncedSize = int64(len(base))
+			f.node.log = nil
+		}
 		return err
+	}
+	if f.node.hasBase {
+		// Writeback is by page: a page written again since the failure
+		// is dirty again, and goes to the device whole, with whatever
+		// bytes of the failed writes it holds.
+		durable, cur, name, err := f.fs.durableContentLocked(f.node)
+		if err != nil {
+			return err
+		}
+		img, err := replayLocked(f.node, durable, cur, name, &CrashOptions{KeepUnsyncedFraction: 1})
+		if err != nil {
+			return err
+		}
+		for _, r := range f.node.log {
+			if r.truncate {
+				continue
+			}
+			for p := r.off / crashBlockSize * crashBlockSize; p < r.off+int64(len(r.data)); p += crashBlockSize {
+				end := min(p+crashBlockSize, int64(len(img)), int64(len(cur)))
+				if p < end {
+					copy(img[p:end], cur[p:end])
+				}
+			}
+		}
+		f.node.base, f.node.syncedSize, f.node.log = img, int64(len(img)), nil
+		return nil
 	}
 	if len(f.node.log) > 0 {
 		f.node.syncedSize = f.node.log[len(f.node.log)-1].endSize()

@@ -201,8 +201,23 @@ func (c *CrashFS) walkLocked(root, rel string, dirs map[string]bool, untracked m
 // content, found by undoing the unsynced log from the current content,
 // with the surviving part of the log replayed over it.
 func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) {
-	var cur []byte
-	var err error
+	durable, cur, name, err := c.durableContentLocked(n)
+	if err != nil {
+		return nil, err
+	}
+	return replayLocked(n, durable, cur, name, opts)
+}
+
+// durableLocked returns the content a crash leaves in n when it keeps no
+// unsynced write.
+func (c *CrashFS) durableLocked(n *crashNode) ([]byte, error) {
+	d, _, _, err := c.durableContentLocked(n)
+	return d, err
+}
+
+// durableContentLocked returns n's durable content, its current content
+// and a name for it.
+func (c *CrashFS) durableContentLocked(n *crashNode) (durable, cur []byte, name string, err error) {
 	switch {
 	case n.path != "":
 		cur, err = readWhole(c.inner, n.path)
@@ -212,18 +227,21 @@ func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) 
 		err = errors.New("vfs: CrashFS lost a durable file that has no name") // a bookkeeping bug
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
-	name := n.path
+	name = n.path
 	if name == "" {
 		name = n.held.Name() + " (removed)"
 	}
 	if len(n.log) > 0 && int64(len(cur)) != n.log[len(n.log)-1].endSize() ||
-		len(n.log) == 0 && int64(len(cur)) != n.syncedSize {
-		return nil, fmt.Errorf("vfs: CrashClone: %s has %d bytes, not the size the CrashFS recorded (was it changed by other means?)", name, len(cur))
+		len(n.log) == 0 && !n.hasBase && int64(len(cur)) != n.syncedSize {
+		return nil, nil, "", fmt.Errorf("vfs: CrashClone: %s has %d bytes, not the size the CrashFS recorded (was it changed by other means?)", name, len(cur))
+	}
+	if n.hasBase {
+		return bytes.Clone(n.base), cur, name, nil
 	}
 
-	durable := bytes.Clone(cur)
+	durable = bytes.Clone(cur)
 	for i := len(n.log) - 1; i >= 0; i-- {
 		r := &n.log[i]
 		if r.truncate {
@@ -237,9 +255,14 @@ func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) 
 		}
 	}
 	if int64(len(durable)) != n.syncedSize {
-		return nil, fmt.Errorf("vfs: CrashClone: undoing the unsynced writes of %s gives %d bytes, not the %d synced (a bookkeeping bug)", name, len(durable), n.syncedSize)
+		return nil, nil, "", fmt.Errorf("vfs: CrashClone: undoing the unsynced writes of %s gives %d bytes, not the %d synced (a bookkeeping bug)", name, len(durable), n.syncedSize)
 	}
+	return durable, cur, name, nil
+}
 
+// replayLocked replays over n's durable content the unsynced writes that
+// opts lets survive.
+func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOptions) ([]byte, error) {
 	img := durable
 	lastWrite := -1
 	for i := range n.log {
@@ -270,7 +293,7 @@ func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) 
 			start = end
 		}
 	}
-	if opts.KeepUnsyncedFraction >= 1 && !opts.TearLastWrite && !bytes.Equal(img, cur) {
+	if opts.KeepUnsyncedFraction >= 1 && !opts.TearLastWrite && !n.hasBase && !bytes.Equal(img, cur) {
 		return nil, fmt.Errorf("vfs: CrashClone: replaying every unsynced write of %s does not give its content (a bookkeeping bug)", name)
 	}
 	return img, nil

@@ -1,0 +1,59 @@
+package vfs
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCrashFSWritesAFailedFdatasyncCoveredStayLost: on Linux (ext4, xfs) a
+// writeback error fails the fdatasync and leaves the pages clean in the
+// page cache: reads still see the new bytes, but nothing writes them to the
+// device again, so a later fdatasync, which succeeds, does not make them
+// durable. Only bytes written again after the failure are. The CrashFS
+// over a file system whose fdatasync failed must leave that state.
+func TestCrashFSWritesAFailedFdatasyncCoveredStayLost(t *testing.T) {
+	dir := t.TempDir()
+	ffs := NewFaultFS(Default)
+	c := NewCrashFS(ffs)
+	name := filepath.Join(dir, "seg")
+	f := durableFile(t, c, name, "synced..")
+	writeAt(t, f, "LOST", 0)
+	writeAt(t, f, "-tail", 8)
+	ffs.Inject(Rule{Op: OpSync, Times: 1})
+	require.Error(t, f.Sync())
+	require.NoError(t, f.Sync(), "the next fdatasync succeeds: nothing is dirty")
+
+	got := make([]byte, 13)
+	_, err := f.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, "LOSTed..-tail", string(got), "the page cache keeps the bytes")
+	require.Equal(t, map[string]string{"seg": "synced.."}, cloneTree(t, c, keepNone), "a power loss after the failed fdatasync")
+	require.Equal(t, map[string]string{"seg": "synced.."}, cloneTree(t, c, keepAll), "pages a failed writeback left clean are never written back")
+
+	// A page written again is dirty again: the next fdatasync writes it
+	// whole, with the bytes of the failed write it holds.
+	writeAt(t, f, "LO", 0)
+	require.NoError(t, f.Sync())
+	require.Equal(t, map[string]string{"seg": "LOSTed.."}, cloneTree(t, c, keepNone))
+}
+
+// TestCrashFSAFailedFdatasyncLosesOnlyThePagesNotWrittenAgain: after the
+// failure, the pages written again go to the device with the next
+// fdatasync; the others keep what the device held before.
+func TestCrashFSAFailedFdatasyncLosesOnlyThePagesNotWrittenAgain(t *testing.T) {
+	dir := t.TempDir()
+	ffs := NewFaultFS(Default)
+	c := NewCrashFS(ffs)
+	name := filepath.Join(dir, "seg")
+	f := durableFile(t, c, name, strings.Repeat("o", 3*crashBlockSize))
+	writeAt(t, f, strings.Repeat("x", 3*crashBlockSize), 0)
+	ffs.Inject(Rule{Op: OpSync, Times: 1})
+	require.Error(t, f.Sync())
+	writeAt(t, f, "y", 2*crashBlockSize+10) // the third page only
+	require.NoError(t, f.Sync())
+	want := strings.Repeat("o", 2*crashBlockSize) + strings.Repeat("x", 10) + "y" + strings.Repeat("x", crashBlockSize-11)
+	require.Equal(t, map[string]string{"seg": want}, cloneTree(t, c, keepNone))
+}

@@ -288,15 +288,15 @@ func (l *Log) recover() error {
 		// leave records behind a segment that reads as unsealed.
 		// Rotation syncs the old segment before it writes to the new
 		// one, so no segment before that one can be in this state.
-		prev := segs[n-1] // the last, if sealed, precedes a new one
+		prev, end := segs[n-1], reports[n-1].End // the last, if sealed, precedes a new one
 		if !reports[n-1].Sealed {
 			prev = nil
 			if n > 1 {
-				prev = segs[n-2]
+				prev, end = segs[n-2], reports[n-2].End
 			}
 		}
 		if prev != nil {
-			if err := prev.file.Sync(); err != nil {
+			if err := rewriteAndSync(prev.file, end); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
 		}
@@ -318,7 +318,7 @@ func (l *Log) recover() error {
 		// cache (a process crash keeps it there): make it durable before
 		// frames claim it is. After a clean Close it already is.
 		if !cleanLast {
-			if err := s.file.Sync(); err != nil {
+			if err := rewriteAndSync(s.file, reports[len(reports)-1].End); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
 		}
@@ -395,6 +395,26 @@ func (l *Log) verifiedTail(f *segment.File, seq uint32, last bool) (segment.Repo
 	}
 	r.Records = -1 // unknown: the records before v were not counted
 	return r, true
+}
+
+// rewriteAndSync writes the segment's first end bytes again, as the page
+// cache holds them, and fdatasyncs it. An fdatasync alone is not enough:
+// after a writeback error (an fdatasync that failed, in this process or in
+// one that died) Linux leaves the pages that failed clean in the page
+// cache, so that reads see bytes no later fdatasync writes, and a power
+// loss takes them from under records appended after them. Writing them
+// again makes them dirty, and the fdatasync then writes them or fails.
+func rewriteAndSync(f *segment.File, end int) error {
+	data := f.Data()
+	end = min(end, len(data))
+	buf := make([]byte, min(1<<20, max(end-segment.HeaderSize, 0)))
+	for off := segment.HeaderSize; off < end; off += len(buf) {
+		n := copy(buf, data[off:end])
+		if err := f.WriteAt(buf[:n], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // zeroTail overwrites the torn tail of the last segment with zeros, so that

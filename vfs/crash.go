@@ -28,8 +28,10 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     (through any handle). Each later WriteAt and Truncate is recorded with
 //     the bytes and size it replaced, which are read from the file first.
 //   - A name (a creation, a Rename, a Remove) is durable only after a
-//     successful SyncDir of its directory; until then a crash restores the
-//     directory's previous entries. Files are followed by identity across
+//     successful SyncDir of its directory; until then a crash may restore
+//     the directory's previous entries, or keep any prefix of the unsynced
+//     changes of names, in the order they were made and each Rename whole,
+//     as a journalling file system that commits them in order may. Files are followed by identity across
 //     renames, and a removed or replaced file that a crash could bring back
 //     is kept open until its removal is durable.
 //   - A Sync the inner FS fails (a writeback error) loses the writes it
@@ -69,6 +71,19 @@ type CrashFS struct {
 	// directory of a file, or one given to MkdirAll, ReadDir or SyncDir.
 	// CrashClone looks in it for the root of the tree.
 	used map[string]bool
+	// names are the changes of names not yet made durable by a SyncDir of
+	// their directory, oldest first: a crash may keep any prefix of them
+	// (journalling file systems commit them in order), a rename whole.
+	names []nameOp
+	group int64 // the group of the last nameOp
+}
+
+// nameOp is one change of a name: base in dir now names node (nil: none).
+// The two changes of a Rename share a group.
+type nameOp struct {
+	dir, base string
+	node      *crashNode
+	group     int64
 }
 
 // crashDir holds the tracked entries of one directory. A base name is a key
@@ -83,6 +98,7 @@ type crashDir struct {
 type crashNode struct {
 	path    string // current name; "" once unlinked
 	durRefs int    // number of crashDir.dur entries naming this node
+	logRefs int    // number of CrashFS.names entries naming this node
 	// held is a read-only handle kept while the node is unlinked but a
 	// crash could bring it back (durRefs > 0); nil otherwise.
 	held File
@@ -240,7 +256,9 @@ func (c *CrashFS) bindLocked(path string, n *crashNode) {
 	d.cur[base] = n
 	if n != nil {
 		n.path = path
+		n.logRefs++
 	}
+	c.names = append(c.names, nameOp{dir: filepath.Dir(path), base: base, node: n, group: c.group})
 }
 
 // setDurLocked makes n (possibly nil) the file a crash leaves at base.
@@ -262,7 +280,7 @@ func setDurLocked(d *crashDir, base string, n *crashNode) {
 // holdLocked opens a handle to n, now at path, before it is unlinked, if a
 // crash could bring it back. It reports whether it opened one.
 func (c *CrashFS) holdLocked(n *crashNode, path string) (bool, error) {
-	if n == nil || n.durRefs == 0 || n.held != nil {
+	if n == nil || n.durRefs == 0 && n.logRefs == 0 || n.held != nil {
 		return false, nil
 	}
 	f, err := c.inner.OpenFile(path, os.O_RDONLY, 0)
@@ -281,7 +299,7 @@ func (n *crashNode) unlinkLocked() {
 
 // releaseLocked closes the held handle of a node no crash can bring back.
 func (n *crashNode) releaseLocked() {
-	if n.path == "" && n.durRefs == 0 && n.held != nil {
+	if n.path == "" && n.durRefs == 0 && n.logRefs == 0 && n.held != nil {
 		_ = n.held.Close() // read-only: nothing to lose
 		n.held = nil
 	}
@@ -325,6 +343,7 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	}
 	if creating {
 		n = &crashNode{}
+		c.group++
 		c.bindLocked(path, n)
 	}
 	cf := &crashFile{fs: c, node: n, inner: f, readable: access != os.O_WRONLY, writable: access != os.O_RDONLY}
@@ -362,6 +381,7 @@ func (c *CrashFS) Remove(name string) error {
 		return err
 	}
 	if n != nil {
+		c.group++
 		c.bindLocked(path, nil)
 		n.unlinkLocked()
 	}
@@ -402,6 +422,7 @@ func (c *CrashFS) Rename(oldname, newname string) error {
 		}
 		return err
 	}
+	c.group++
 	c.bindLocked(oldPath, nil)
 	c.bindLocked(newPath, n)
 	if target != nil {
@@ -445,12 +466,27 @@ func (c *CrashFS) SyncDir(dir string) error {
 		return err
 	}
 	d := c.dirLocked(path)
+	kept := c.names[:0]
+	var dropped []*crashNode
+	for _, op := range c.names {
+		if op.dir != path {
+			kept = append(kept, op)
+		} else if op.node != nil {
+			op.node.logRefs--
+			dropped = append(dropped, op.node)
+		}
+	}
+	clear(c.names[len(kept):])
+	c.names = kept
 	for base, n := range d.cur {
 		setDurLocked(d, base, n)
 		if n == nil {
 			delete(d.cur, base) // durably gone: untracked again
 			delete(d.dur, base)
 		}
+	}
+	for _, n := range dropped {
+		n.releaseLocked()
 	}
 	return nil
 }

@@ -33,7 +33,11 @@ type CrashOptions struct {
 	// dropped block keeps what the file held there before the write, which
 	// reads as zeros where the write had extended the file. A file's size
 	// is its durable size, grown by the surviving blocks and changed by
-	// the surviving truncations.
+	// the surviving truncations. Strictly between 0 and 1 it also keeps a
+	// prefix, of a length drawn uniformly, of the changes of names
+	// (creations, renames, removals) no SyncDir has made durable, in the
+	// order they were made, each rename whole; at 0 and at 1 it keeps
+	// none of them.
 	KeepUnsyncedFraction float64
 
 	// TearLastWrite cuts the last unsynced write of each file after a
@@ -107,13 +111,43 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	if err := c.walkLocked(root, ".", dirSet, untracked); err != nil {
 		return err
 	}
+	// The durable names, and the unsynced changes of names that the crash
+	// keeps: a prefix of them, whole renames.
+	dur := make(map[string]map[string]*crashNode)
 	for dir, d := range c.dirs {
+		m := make(map[string]*crashNode, len(d.dur))
+		for base, n := range d.dur {
+			m[base] = n
+		}
+		dur[dir] = m
+	}
+	groups := 0
+	for i, op := range c.names {
+		if i == 0 || op.group != c.names[i-1].group {
+			groups++
+		}
+	}
+	keepGroups := 0
+	if f > 0 && f < 1 && groups > 0 {
+		keepGroups = opts.Rand.IntN(groups + 1)
+	}
+	for i, g := 0, 0; i < len(c.names); i++ {
+		op := c.names[i]
+		if i == 0 || op.group != c.names[i-1].group {
+			g++
+		}
+		if g > keepGroups {
+			break
+		}
+		dur[op.dir][op.base] = op.node
+	}
+	for dir, m := range dur {
 		if !within(root, dir) {
 			continue
 		}
 		rel, _ := filepath.Rel(root, dir)
 		dirSet[rel] = true
-		for base, n := range d.dur {
+		for base, n := range m {
 			if n != nil {
 				nodes[filepath.Join(rel, base)] = n
 			}

@@ -367,6 +367,12 @@ func TestCrashFSCrashAtEveryOperation(t *testing.T) {
 		}
 		for i, opts := range []CrashOptions{keepNone, keepAll, {KeepUnsyncedFraction: 0.5, TearLastWrite: true, Rand: newRand(seed + uint64(k))}} {
 			got, ok := cloneTree(t, c, opts)["CURRENT"]
+			if i == 2 && (ok || done > 0) && got != versionContent(done) {
+				// A rename not yet synced may survive: then CURRENT is
+				// the version being installed, whose data was synced.
+				require.Equal(t, versionContent(done+1), got, "k=%d opts %d", k, i)
+				continue
+			}
 			if done == 0 {
 				require.False(t, ok, "k=%d opts %d: no version was durable", k, i)
 				continue

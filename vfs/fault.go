@@ -20,20 +20,22 @@ type Op int
 
 // The operations a [FaultFS] counts, observes and can fail.
 const (
-	OpOpen     Op = iota + 1 // FS.OpenFile
-	OpRead                   // File.ReadAt
-	OpWrite                  // File.WriteAt
-	OpSync                   // File.Sync (fdatasync)
-	OpTruncate               // File.Truncate
-	OpMap                    // File.Map
-	OpRemove                 // FS.Remove
-	OpRename                 // FS.Rename
-	OpSyncDir                // FS.SyncDir
-	OpClose                  // File.Close
-	OpSize                   // File.Size
-	OpReadDir                // FS.ReadDir
-	OpMkdirAll               // FS.MkdirAll
-	OpLock                   // FS.Lock
+	OpOpen      Op = iota + 1 // FS.OpenFile
+	OpRead                    // File.ReadAt
+	OpWrite                   // File.WriteAt
+	OpSync                    // File.Sync (fdatasync)
+	OpTruncate                // File.Truncate
+	OpMap                     // File.Map
+	OpRemove                  // FS.Remove
+	OpRename                  // FS.Rename
+	OpSyncDir                 // FS.SyncDir
+	OpClose                   // File.Close
+	OpSize                    // File.Size
+	OpReadDir                 // FS.ReadDir
+	OpMkdirAll                // FS.MkdirAll
+	OpLock                    // FS.Lock
+	OpAllocate                // Allocator.Allocate (fallocate)
+	OpWriteBack               // WriteBacker.WriteBack (sync_file_range)
 	numOps
 )
 
@@ -42,7 +44,7 @@ var opNames = [numOps]string{
 	OpTruncate: "truncate", OpMap: "mmap", OpRemove: "remove",
 	OpRename: "rename", OpSyncDir: "syncdir", OpClose: "close",
 	OpSize: "size", OpReadDir: "readdir", OpMkdirAll: "mkdirall",
-	OpLock: "lock",
+	OpLock: "lock", OpAllocate: "fallocate", OpWriteBack: "sync_file_range",
 }
 
 // String returns the name used as the Op of the *os.PathError of an
@@ -109,11 +111,12 @@ type Event struct {
 	Name string
 	// NewName is the new name of an OpRename.
 	NewName string
-	// Off is the offset of an OpRead or OpWrite, and the new size of an
-	// OpTruncate.
+	// Off is the offset of an OpRead, OpWrite, OpAllocate or OpWriteBack,
+	// and the new size of an OpTruncate.
 	Off int64
-	// Len is the number of bytes an OpRead or OpWrite transferred, and the
-	// length an OpMap mapped.
+	// Len is the number of bytes an OpRead or OpWrite transferred, the
+	// length an OpMap mapped, and the length of an OpAllocate or
+	// OpWriteBack range.
 	Len int
 }
 
@@ -489,6 +492,40 @@ func (ff *faultFile) Map(length int) (mmap.MMap, error) {
 	}
 	ff.fs.emit(Event{Op: OpMap, Name: ff.name, Len: len(m)})
 	return m, nil
+}
+
+// Allocate allocates through the inner file, unless a rule fails
+// OpAllocate. Where the inner file is no [Allocator] it fails with
+// EOPNOTSUPP, as fallocate(2) does on a file system without it.
+func (ff *faultFile) Allocate(off, n int64) error {
+	if ft := ff.fs.check(OpAllocate, ff.name); ft != nil {
+		return opError(OpAllocate, ff.name, "", ft.err)
+	}
+	a, ok := ff.inner.(Allocator)
+	if !ok {
+		return opError(OpAllocate, ff.name, "", syscall.EOPNOTSUPP)
+	}
+	if err := a.Allocate(off, n); err != nil {
+		return err
+	}
+	ff.fs.emit(Event{Op: OpAllocate, Name: ff.name, Off: off, Len: int(n)})
+	return nil
+}
+
+// WriteBack writes back through the inner file, unless a rule fails
+// OpWriteBack. Where the inner file is no [WriteBacker] it does nothing:
+// the next fdatasync writes the range.
+func (ff *faultFile) WriteBack(off, n int64) error {
+	if ft := ff.fs.check(OpWriteBack, ff.name); ft != nil {
+		return opError(OpWriteBack, ff.name, "", ft.err)
+	}
+	if wb, ok := ff.inner.(WriteBacker); ok {
+		if err := wb.WriteBack(off, n); err != nil {
+			return err
+		}
+	}
+	ff.fs.emit(Event{Op: OpWriteBack, Name: ff.name, Off: off, Len: int(n)})
+	return nil
 }
 
 // Close closes the inner file even when a rule fails OpClose, as close(2)

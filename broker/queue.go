@@ -283,7 +283,17 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 			// own append did not: a segment it needed could not be made).
 			var orig *wal.Pending
 			if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
-				orig = q.inflightWith(seq)
+				if orig = q.inflightWith(seq); orig == nil {
+					// Still pending but no longer queued: its append
+					// failed (a publish that succeeds commits under the
+					// lock it leaves inflight under), and the store with
+					// it. This call may have passed begin before that.
+					q.mu.Unlock()
+					if err := q.s.usable(); err != nil {
+						return nil, err
+					}
+					return nil, fmt.Errorf("broker: queue %s: the publish of key %q failed", q.name, key)
+				}
 			}
 			if err := q.unlockAndWait(reading); err != nil {
 				return nil, err

@@ -27,7 +27,10 @@ const (
 	SyncPublish
 	// SyncNone: nothing waits for the device; a background commit every
 	// SyncInterval bounds what a power loss can take; a process crash loses
-	// nothing that a call returned for.
+	// nothing that a call returned for. The IDs of messages a power loss
+	// took are never handed out again: they are reserved ahead by durable
+	// marks, so a publish waits for the device only in the rare case that
+	// a reservation's background commit falls 2,048 publishes behind.
 	SyncNone
 )
 

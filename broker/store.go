@@ -70,8 +70,7 @@ type Store struct {
 type seqReservation struct {
 	mu      sync.Mutex
 	pend    *wal.Pending  // the last mark queued, guarded by mu
-	bound   uint64        // and the sequence it reserves up to, guarded by mu
-	queued  atomic.Uint64 // that bound, for readers without mu
+	queued  atomic.Uint64 // the sequence it reserves up to: written under mu, read by anyone
 	durable atomic.Uint64 // a durable mark reserves every sequence below it
 }
 
@@ -94,17 +93,17 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hi+seqReserve/2 >= r.bound {
-		r.bound = hi + seqReserve
-		mark := index.Event{Kind: index.KindMark, Seq: r.bound}
+	if hi+seqReserve/2 >= r.queued.Load() {
+		bound := hi + seqReserve
+		mark := index.Event{Kind: index.KindMark, Seq: bound}
 		r.pend = s.log.Enqueue(true, mark.Append(nil))
-		r.queued.Store(r.bound)
+		r.queued.Store(bound)
 		s.maint.reserveRecords.Add(1)
 	}
 	if hi < r.durable.Load() {
 		return nil, 0 // the new mark goes on ahead; nobody needs to wait for it yet
 	}
-	return r.pend, r.bound
+	return r.pend, r.queued.Load()
 }
 
 // reservedSeqs records that a mark reserving every sequence below bound

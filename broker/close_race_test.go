@@ -2,8 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,13 +22,7 @@ import (
 // It is a race: the test runs rounds for up to WALBROKER_CLOSE_RACE_SECONDS
 // (default 4, 2 with -short) and fails at the first that leases a message nobody got.
 func TestCloseDuringReceiveLeavesNoLeaseHeldByNobody(t *testing.T) {
-	secs := 4
-	if testing.Short() {
-		secs = 2
-	}
-	if s := os.Getenv("WALBROKER_CLOSE_RACE_SECONDS"); s != "" {
-		secs, _ = strconv.Atoi(s)
-	}
+	secs := envCount(t, "WALBROKER_CLOSE_RACE_SECONDS", 4, 2)
 	payload := make([]byte, 8<<10)
 	deadline := time.Now().Add(time.Duration(secs) * time.Second)
 	for round := 0; time.Now().Before(deadline); round++ {

@@ -3,8 +3,6 @@ package broker_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,21 +25,8 @@ import (
 //
 //	WALBROKER_RESTART_SEED, WALBROKER_RESTART_STEPS replay a run.
 func TestLeasesAndReceiptsSurviveRestartAsMemoryKeepsThem(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("WALBROKER_RESTART_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err)
-	}
-	steps := 1500
-	if testing.Short() {
-		steps = 300
-	}
-	if s := os.Getenv("WALBROKER_RESTART_STEPS"); s != "" {
-		var err error
-		steps, err = strconv.Atoi(s)
-		require.NoError(t, err)
-	}
+	seed := envSeed(t, "WALBROKER_RESTART_SEED")
+	steps := envCount(t, "WALBROKER_RESTART_STEPS", 1500, 300)
 	t.Logf("restart differential: seed %d, %d steps", seed, steps)
 	e := newEnv(t, func(o *broker.Options) {
 		o.Sync = broker.SyncNone

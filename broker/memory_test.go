@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -189,21 +187,8 @@ type differential struct {
 }
 
 func TestMemoryBehavesAsFileStore(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("WALBROKER_MEMORY_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err)
-	}
-	steps := 3000
-	if testing.Short() {
-		steps = 300
-	}
-	if s := os.Getenv("WALBROKER_MEMORY_STEPS"); s != "" {
-		var err error
-		steps, err = strconv.Atoi(s)
-		require.NoError(t, err)
-	}
+	seed := envSeed(t, "WALBROKER_MEMORY_SEED")
+	steps := envCount(t, "WALBROKER_MEMORY_STEPS", 3000, 300)
 	t.Logf("differential run: seed %d, %d steps; replay with WALBROKER_MEMORY_SEED=%d", seed, steps, seed)
 	e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone })
 	pol := policy(func(p *broker.PolicyValue) {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,21 +83,8 @@ type modelCheck struct {
 }
 
 func TestModelCheck(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("WALBROKER_MODEL_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err)
-	}
-	steps := 3000
-	if testing.Short() {
-		steps = 600
-	}
-	if s := os.Getenv("WALBROKER_MODEL_STEPS"); s != "" {
-		var err error
-		steps, err = strconv.Atoi(s)
-		require.NoError(t, err)
-	}
+	seed := envSeed(t, "WALBROKER_MODEL_SEED")
+	steps := envCount(t, "WALBROKER_MODEL_STEPS", 3000, 600)
 	t.Logf("model check: seed %d, %d steps; replay with WALBROKER_MODEL_SEED=%d", seed, steps, seed)
 	mc := &modelCheck{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)),
 		owner: map[broker.ReceiptValue]string{}, ids: map[string]bool{}, outcomes: map[string]int{}}

@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -213,4 +215,34 @@ func openEnvAt(t testing.TB, dir string) *env {
 	})
 	e.open()
 	return e
+}
+
+// envSeed is the seed a randomized test runs with: the integer in the
+// environment variable name when it is set (to replay a run), else the
+// clock's.
+func envSeed(t testing.TB, name string) int64 {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return time.Now().UnixNano()
+	}
+	seed, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err, "%s", name)
+	return seed
+}
+
+// envCount is how much a randomized test does (steps, seconds): the
+// integer in the environment variable name when it is set, else def, or
+// short with -short.
+func envCount(t testing.TB, name string, def, short int) int {
+	t.Helper()
+	if s := os.Getenv(name); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "%s", name)
+		return n
+	}
+	if testing.Short() {
+		return short
+	}
+	return def
 }

@@ -27,17 +27,8 @@ import (
 // still held, live or dead, never both; a reopen holds the state the
 // store had. WALBROKER_STRESS_SECONDS bounds it (default 4, 2 with -short).
 func TestConsumePolicyChangesAndMaintenanceTogether(t *testing.T) {
-	secs := 4
-	if testing.Short() {
-		secs = 2
-	}
-	if s := os.Getenv("WALBROKER_STRESS_SECONDS"); s != "" {
-		secs, _ = strconv.Atoi(s)
-	}
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("WALBROKER_STRESS_SEED"); s != "" {
-		seed, _ = strconv.ParseInt(s, 10, 64)
-	}
+	secs := envCount(t, "WALBROKER_STRESS_SECONDS", 4, 2)
+	seed := envSeed(t, "WALBROKER_STRESS_SEED")
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	mode := []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}[rng.IntN(3)]

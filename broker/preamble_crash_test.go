@@ -63,37 +63,8 @@ func TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone(t *testing.T) {
 			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
 			_ = s.Close()
 
-			opts2 := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
-			ManualMaintenance(&opts2)
-			r, err := Open(clone, opts2)
-			require.NoError(t, err, "a power loss is not corruption")
-			rq, err := r.Queue("jobs", pol)
-			require.NoError(t, err)
-			// The rest of the backlog is consumed (the acks the power
-			// took are redone): segment 1 pins nothing any more.
-			left, err := rq.Receive(ctx, 100)
-			require.NoError(t, err)
-			for _, d := range left {
-				require.NoError(t, rq.Ack(ctx, d.Lease.Receipt))
-			}
-			m, err := rq.Publish(ctx, []byte("published after the restart, never consumed"))
-			require.NoError(t, err)
-			require.NoError(t, r.Maintain())
-			t.Logf("segments %d..%d after maintenance", r.log.Stats().FirstSegment, r.log.Stats().LastSegment)
-			require.NoError(t, r.Close())
-
-			// The log alone must still say everything.
-			require.NoError(t, os.RemoveAll(filepath.Join(clone, "index")))
-			r, err = Open(clone, opts2)
-			require.NoError(t, err)
-			defer r.Close()
-			require.Equal(t, []string{"jobs"}, r.Queues(), "the queue's declaration is in the log")
-			rq, err = r.Queue("jobs", pol)
-			require.NoError(t, err)
-			ds, err := rq.Receive(ctx, 10)
-			require.NoError(t, err)
-			require.Len(t, ds, 1, "the message published after the restart survives a replay of the log alone")
-			require.Equal(t, m.ID, ds[0].Message.ID)
+			first := replaysAloneAfterReclaiming(t, clone, clock, pol)
+			t.Logf("segments from %d after maintenance", first)
 		})
 	}
 }
@@ -140,12 +111,27 @@ func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *test
 	t.Logf("the batch after the rotation failed: %v", err)
 	_ = s.Close()
 
-	opts2 := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
-	ManualMaintenance(&opts2)
-	r, err := Open(dir, opts2)
-	require.NoError(t, err)
+	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
+	require.Equal(t, uint32(2), first, "segment 1 was reclaimed")
+}
+
+// replaysAloneAfterReclaiming opens the store in dir (SyncAll, manual
+// maintenance), acks what is left in queue "jobs", publishes one message,
+// runs maintenance (which reclaims the segments nothing pins any more) and
+// closes; then it removes the index and requires the log alone to declare
+// the queue and hold that message. It returns the first segment left after
+// maintenance.
+func replaysAloneAfterReclaiming(t *testing.T, dir string, clock func() time.Time, pol PolicyValue) uint32 {
+	t.Helper()
+	ctx := context.Background()
+	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
+	ManualMaintenance(&opts)
+	r, err := Open(dir, opts)
+	require.NoError(t, err, "a power loss is not corruption")
 	rq, err := r.Queue("jobs", pol)
 	require.NoError(t, err)
+	// The rest of the backlog is consumed (the acks the crash took are
+	// redone): segment 1 pins nothing any more.
 	left, err := rq.Receive(ctx, 100)
 	require.NoError(t, err)
 	for _, d := range left {
@@ -154,11 +140,12 @@ func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *test
 	m, err := rq.Publish(ctx, []byte("published after the restart, never consumed"))
 	require.NoError(t, err)
 	require.NoError(t, r.Maintain())
-	require.Equal(t, uint32(2), r.log.Stats().FirstSegment, "segment 1 was reclaimed")
+	first := r.log.Stats().FirstSegment
 	require.NoError(t, r.Close())
 
+	// The log alone must still say everything.
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
-	r, err = Open(dir, opts2)
+	r, err = Open(dir, opts)
 	require.NoError(t, err)
 	defer r.Close()
 	require.Equal(t, []string{"jobs"}, r.Queues(), "the queue's declaration is in the log")
@@ -166,6 +153,7 @@ func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *test
 	require.NoError(t, err)
 	ds, err := rq.Receive(ctx, 10)
 	require.NoError(t, err)
-	require.Len(t, ds, 1)
+	require.Len(t, ds, 1, "the message published after the restart survives a replay of the log alone")
 	require.Equal(t, m.ID, ds[0].Message.ID)
+	return first
 }

@@ -158,8 +158,112 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 		}
 		seq = raw.Sequence + 1
 	}
+	if err := q.sweepAbandoned(ctx); err != nil {
+		return err
+	}
 	done = true
 	return nil
+}
+
+// sweepAbandoned buries the messages the consumer gave up on without an
+// advisory any stream stored. The server drops an advisory nothing
+// listens for, and a restarted server restores its streams in parallel:
+// its consumer can notice a lapse from before the restart, and give the
+// message up, before the deaths stream listens again. Such a message
+// stays in the work stream, delivered but no longer pending, where the
+// consumer never goes back to it. The consumer's info does not list what
+// is pending, so a delivered message still stored counts as given up
+// when it lies at or below the ack floor, or when nothing is pending at
+// all (acknowledged messages are deleted from a work-queue stream; the
+// stored ack floor moves only at an acknowledgement, so in an idle queue
+// only the second holds).
+//
+// The server forgets an acknowledged message's lease a moment before it
+// deletes the message, so a message is buried only when a later sweep, at
+// least abandonGrace on, finds it given up still; until then every call
+// that looks sweeps again. Its FailedAt is that later sweep's instant, or
+// its lease's ExpiresAt when this Queue handed the last lease out: the
+// server's instant of the lapse was never told. A message that already
+// has a dead-letter record (a bury that stopped before its delete) is
+// only deleted. Called with sweepMu held.
+func (q *Queue) sweepAbandoned(ctx context.Context) error {
+	ci, err := q.cons.Info(ctx)
+	if err != nil {
+		return q.connError("read the consumer's state", err)
+	}
+	last := ci.AckFloor.Stream
+	if ci.NumAckPending == 0 {
+		last = ci.Delivered.Stream
+	}
+	si, err := q.work.Info(ctx)
+	if err != nil {
+		return q.connError("read the queue's first message", err)
+	}
+	suspects := map[uint64]time.Time{}
+	defer func() {
+		q.suspects = suspects
+		if len(suspects) > 0 {
+			q.unburied.Store(true)
+		}
+	}()
+	if si.State.Msgs == 0 || si.State.FirstSeq > last {
+		return nil
+	}
+	q.mu.Lock()
+	maxDeliveries := q.policy.MaxDeliveries
+	q.mu.Unlock()
+	now := time.Now()
+	for seq := si.State.FirstSeq; seq <= last; {
+		raw, err := q.work.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.n.workSubject))
+		if notFound(err) {
+			break
+		}
+		if err != nil {
+			return q.connError("read a delivered message no lease holds", err)
+		}
+		if raw.Sequence > last {
+			break
+		}
+		seq = raw.Sequence + 1
+		first, ok := q.suspects[raw.Sequence]
+		if !ok || now.Sub(first) < abandonGrace {
+			if !ok {
+				first = now
+			}
+			suspects[raw.Sequence] = first
+			continue
+		}
+		if err := q.buryAbandoned(ctx, raw, maxDeliveries, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandonGrace is how long a message must stay given up before
+// sweepAbandoned buries it.
+const abandonGrace = time.Second
+
+// buryAbandoned dead-letters raw, a message of the work stream the
+// consumer gave up on after deliveries deliveries; see sweepAbandoned.
+func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, deliveries int, now time.Time) error {
+	id, enqueued := identity(raw.Header, raw.Sequence, raw.Time)
+	if _, err := q.deadRecord(ctx, id); err == nil {
+		if err := q.work.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
+			return q.connError("remove dead letter "+id+" from the queue", err)
+		}
+		return nil
+	} else if !errors.Is(err, broker.DeadLetterNotFound) {
+		return err
+	}
+	failedAt := now
+	q.mu.Lock()
+	if l := q.leases[raw.Sequence]; l != nil && l.expiresAt.Before(failedAt) {
+		failedAt, deliveries = l.expiresAt, l.deliveries
+	}
+	q.mu.Unlock()
+	return q.bury(ctx, corpse{seq: raw.Sequence, id: id, enqueued: enqueued, payload: raw.Data, deliveries: deliveries, failedAt: failedAt},
+		broker.ReasonLeaseExpired, 0, "")
 }
 
 // sweepEvery bounds how long a death whose notice was lost (the connection

@@ -79,7 +79,12 @@
 //     moves each such message to the dead-letter stream with reason
 //     LEASE_EXPIRED and deletes it from the work stream. The advisory is
 //     stored by the server, so a death is never lost because no process
-//     was listening.
+//     was listening. The server drops an advisory no stream hears, as
+//     when a restarted server's consumer notices a lapse from before the
+//     restart before the deaths stream is restored (streams are restored
+//     in parallel); each sweep therefore also buries a delivered message
+//     the consumer no longer holds, once a second sweep at least a second
+//     later finds it so.
 //   - Receipts are MACed with a random per-Store key over the queue's
 //     stream name, the message's sequence and a lease nonce; the Store
 //     keeps the leases it handed out, to refuse a lapsed, replaced or ended
@@ -111,6 +116,12 @@
 //     only at the consumer's next pull, so its dead letter appears after
 //     some Store's next Receive (its FailedAt is still the lease's
 //     ExpiresAt when this Store handed the lease out).
+//   - A death whose advisory the server dropped (above) is found only
+//     when no lease of the queue is out at a sweep, or below the
+//     consumer's ack floor: the server lists no pending messages. Its
+//     FailedAt is the sweep that buried it, unless this Store handed the
+//     last lease out (then its ExpiresAt), and its Deliveries the
+//     policy's MaxDeliveries.
 //   - Receipts live as long as the Store that issued them: any other Store
 //     refuses them (UnknownReceipt), the same program after a restart
 //     included. The lease still lapses on the server.

@@ -62,12 +62,16 @@ type Queue struct {
 	deaths jetstream.Stream
 
 	// deathSub hears the republished MAX_DELIVERIES advisories and sets
-	// unburied; lastSweep is when the last sweep began; sweepMu
+	// unburied (as does a sweep that leaves suspects); lastSweep is when the last sweep began; sweepMu
 	// serialises sweeps (see dead.go).
 	deathSub  *nats.Subscription
 	unburied  atomic.Bool
 	lastSweep atomic.Int64 // Unix nanoseconds
 	sweepMu   sync.Mutex
+	// suspects, guarded by sweepMu, are the messages the last sweep found
+	// at or below the consumer's ack floor, with when a sweep first did
+	// (see sweepAbandoned).
+	suspects map[uint64]time.Time
 
 	// mu guards everything below.
 	mu      sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -118,6 +119,78 @@ func TestALapseWhileTheServerIsDownMakesADeadLetter(t *testing.T) {
 	}
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
 		t.Fatalf("dead letters after the restart: %+v, want %s LEASE_EXPIRED", dls, m.ID)
+	}
+	if _, err := q.Publish(ctx, []byte("next")); err != nil {
+		t.Fatalf("Publish into the freed place: %v", err)
+	}
+}
+
+// TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter: the server
+// drops a MAX_DELIVERIES advisory no subscription wants. A restarted
+// server restores its streams in parallel, so a consumer can notice a
+// lapse from before the restart before the deaths stream listens; the
+// consumer then gives the message up for good. Here the deaths stream is
+// made deaf while the lease lapses: the next Store to open the queue must
+// still make the message a LEASE_EXPIRED dead letter and free its place.
+func TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter(t *testing.T) {
+	ctx := context.Background()
+	r := newRestartable(t)
+	p := policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = time.Second
+		p.MaxDeliveries = 1
+		p.Capacity = 1
+	})
+	st, q := r.open("deaf", p)
+	m, err := q.Publish(ctx, []byte("doomed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	st.Close()
+
+	js, err := jetstream.New(connect(t, r.srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deaths, err := js.Stream(ctx, "WALBROKER_A_deaf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := deaths.CachedInfo().Config
+	cfg.Subjects, cfg.RePublish = []string{"nobody.listens"}, nil
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, "WALBROKER_Q_deaf", "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "the server gives the lapsed message up", func() bool {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci.NumAckPending == 0
+	})
+
+	_, q = r.open("deaf", p) // provisions the deaths stream again
+	var dls []broker.DeadLetterValue
+	deadline := time.Now().Add(10 * time.Second)
+	for len(dls) == 0 && time.Now().Before(deadline) {
+		if _, err := q.Receive(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if dls, err = q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired ||
+		dls[0].Deliveries != 1 || string(dls[0].Message.Payload) != "doomed" {
+		t.Fatalf("dead letters: %+v, want %s LEASE_EXPIRED after 1 delivery", dls, m.ID)
+	}
+	if dls[0].FailedAt.Before(d.Lease.ExpiresAt) {
+		t.Fatalf("FailedAt %v is before the lease lapsed at %v", dls[0].FailedAt, d.Lease.ExpiresAt)
 	}
 	if _, err := q.Publish(ctx, []byte("next")); err != nil {
 		t.Fatalf("Publish into the freed place: %v", err)

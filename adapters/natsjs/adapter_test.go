@@ -544,3 +544,70 @@ func TestIdleConsumerPicksUpAnotherProcessLapse(t *testing.T) {
 		t.Fatalf("Consume: %v", err)
 	}
 }
+
+// TestASweepNeverBuriesAnAcknowledgedMessage: the server forgets an
+// acknowledged message's lease a moment before it deletes the message, so
+// a sweep that looks for messages the consumer gave up on (see
+// TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter) can see one in
+// between. Another Store sweeping without pause while every message is
+// received and acknowledged must make none of them a dead letter.
+func TestASweepNeverBuriesAnAcknowledgedMessage(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	p := policy()
+	qa := mustQueue(t, a, "acked", p)
+	qb := mustQueue(t, b, "acked", p)
+	const n = 400
+	for i := 0; i < n; i += 100 {
+		batch := make([][]byte, 100)
+		for j := range batch {
+			batch[j] = []byte(fmt.Sprint("m", i+j))
+		}
+		if _, err := qa.PublishBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	sweeps := make(chan int)
+	go func() {
+		k := 0
+		for {
+			select {
+			case <-done:
+				sweeps <- k
+				return
+			default:
+			}
+			if err := qb.SweepNow(ctx); err != nil {
+				t.Error(err)
+			}
+			k++
+		}
+	}()
+	acked := 0
+	for deadline := time.Now().Add(time.Minute); acked < n && time.Now().Before(deadline); {
+		ds, err := qa.Receive(ctx, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := qa.Ack(ctx, d.Lease.Receipt); err != nil {
+				t.Fatalf("Ack of %s: %v", d.Message.ID, err)
+			}
+			acked++
+		}
+	}
+	close(done)
+	k := <-sweeps
+	if acked != n {
+		t.Fatalf("acknowledged %d of %d messages", acked, n)
+	}
+	dls, err := qb.DeadLetters(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 0 {
+		t.Fatalf("%d acknowledged messages became dead letters during %d sweeps, the first %+v", len(dls), k, dls[0])
+	}
+	t.Logf("%d sweeps", k)
+}

@@ -121,7 +121,9 @@ func (q *Memory) observeLocked(now int64) {
 	q.counters.deadLettered += int64(q.st.promote(now))
 }
 
-// wakeLocked closes the current wake signal and makes a new one.
+// wakeLocked closes the current wake signal and makes a new one. It is
+// never called once q is closed (every call that wakes returns Closed
+// first), whose signal stays closed.
 func (q *Memory) wakeLocked() {
 	close(q.signal)
 	q.signal = make(chan struct{})

@@ -87,7 +87,9 @@ func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, 
 
 // Wake returns what an idle consumer should wait on; see [Waker]. Signal
 // is closed by the next Publish, Nack that hands a message back, replay,
-// or Close of q. In is measured on q's clock.
+// or Close of q; after Close it is closed already, so a consumer that asks
+// then looks again at once and is told Closed. In is measured on q's
+// clock.
 func (q *Memory) Wake() WakeValue {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -134,7 +136,8 @@ func (q *Memory) Stats() QueueStats {
 }
 
 // Close ends the queue: every later call returns an error wrapping
-// [Closed], and a consumer waiting on Wake is woken to find that out. The
+// [Closed], and a consumer waiting on Wake, or asking it later, is woken
+// to find that out: the signal stays closed for good. The
 // messages it held are dropped. Close is idempotent and always returns
 // nil.
 func (q *Memory) Close() error {
@@ -146,6 +149,6 @@ func (q *Memory) Close() error {
 	q.closed = true
 	q.st.msgs, q.st.ready.items, q.st.timers.items, q.st.finals.items, q.st.dead = nil, nil, nil, nil, nil
 	q.st.seen, q.st.seenOrder = nil, nil
-	q.wakeLocked()
+	close(q.signal) // not replaced: no event will ever close another
 	return nil
 }

@@ -391,3 +391,21 @@ func (d *differential) stepOp(op int) {
 		d.leases = d.leases[len(d.leases)-50:]
 	}
 }
+
+// A consumer that asks Wake after the queue was closed must not be handed a
+// signal nothing will ever close: it would wait for good instead of looking
+// again and being told Closed. The file-backed queue hands out its closed
+// signal; so must a Memory.
+func TestMemoryWakeAfterCloseHandsOutAClosedSignal(t *testing.T) {
+	e := newEnv(t)
+	fq := e.queue("jobs", policy())
+	m := newMemory(t, e.clock)
+	e.close()
+	require.NoError(t, m.Close())
+	require.True(t, closed(fq.Wake().Signal), "the file-backed queue")
+	w := m.Wake()
+	require.True(t, closed(w.Signal), "Wake after Close: a waiter must look again and find Closed")
+	require.False(t, w.Scheduled, "a closed Memory holds nothing")
+	_, err := m.Receive(ctx(t), 1)
+	requireErrorIs(t, err, broker.Closed)
+}

@@ -221,7 +221,8 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 // Receive leases up to max messages, oldest EnqueuedAt first among those
 // receivable now; see [Broker.Receive]. A message whose lease lapsed on
 // its last allowed delivery is a dead letter (reason LEASE_EXPIRED) from
-// the instant it lapsed.
+// the instant it lapsed. A lease deadline past year 2262 is
+// [QueueMisconfigured], and such a Receive leases and observes nothing.
 func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: memory queue: Receive max %d must be positive: %w", max, InvalidBatchSize)
@@ -232,11 +233,14 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) 
 	if err != nil {
 		return nil, err
 	}
-	q.observeLocked(now)
+	// The deadline is checked before the clock is observed, as the
+	// file-backed store checks it: a Receive refused for it observes
+	// nothing (see observeLocked).
 	expires, ok := deadline(now, q.policy.VisibilityTimeout)
 	if !ok {
 		return nil, fmt.Errorf("broker: memory queue: lease deadline now+%v passes year 2262: %w", q.policy.VisibilityTimeout, QueueMisconfigured)
 	}
+	q.observeLocked(now)
 	var out []DeliveryValue
 	for len(out) < max && q.st.ready.Len() > 0 {
 		m := q.st.ready.peek()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -408,4 +409,33 @@ func TestMemoryWakeAfterCloseHandsOutAClosedSignal(t *testing.T) {
 	require.False(t, w.Scheduled, "a closed Memory holds nothing")
 	_, err := m.Receive(ctx(t), 1)
 	requireErrorIs(t, err, broker.Closed)
+}
+
+// A Receive refused because its lease deadline would pass year 2262 checks
+// that before it observes the clock, as the file-backed queue does (and as
+// Memory's doc promises: it observes where the file store does, after the
+// checks of its arguments). Had it observed, the lapse of a lease it saw
+// would stay seen when the clock then stepped back, and a receipt the file
+// store still honours would be LeaseExpired.
+func TestMemoryReceiveRefusedForItsDeadlineObservesNothing(t *testing.T) {
+	e := newEnv(t)
+	pol := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Hour })
+	fq := e.queue("jobs", pol)
+	m := newMemory(t, e.clock, func(p *broker.PolicyValue) { *p = pol })
+	for name, q := range map[string]broker.Broker{"file": fq, "memory": m} {
+		start := e.clock.Now()
+		_, err := q.Publish(ctx(t), []byte("x"))
+		require.NoError(t, err)
+		ds, err := q.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+
+		e.clock.Set(time.Unix(0, math.MaxInt64-int64(30*time.Minute))) // now + VisibilityTimeout passes 2262
+		_, err = q.Receive(ctx(t), 1)
+		requireErrorIs(t, err, broker.QueueMisconfigured, "2262")
+
+		e.clock.Set(start.Add(time.Minute)) // back: the lease is live on this clock
+		require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), "%s: a refused Receive observed the lease lapse", name)
+		e.clock.Set(start)
+	}
 }

@@ -46,7 +46,8 @@ type (
 // Each part is the first one errors.As finds in cause's chain, so they may
 // come from different errors of the chain.
 //
-//   - nil: UNEXPLAINED, 0, "".
+//   - nil, or a nil *Error (a typed nil: it carries nothing): UNEXPLAINED,
+//     0, "".
 //   - a Reason in the chain (an empty one counts as none): that reason, with
 //     the code and public text found.
 //   - no Reason: UNCLASSIFIED, with whatever code and public text were found
@@ -81,7 +82,7 @@ func clip(s string, n int) string {
 }
 
 func classifyUnclipped(cause error) (reason string, code uint32, public string, unclassified bool) {
-	if cause == nil {
+	if e, ok := cause.(*Error); cause == nil || ok && e == nil {
 		return ReasonUnexplained, 0, "", false
 	}
 	var c coder

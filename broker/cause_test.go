@@ -67,6 +67,10 @@ func TestClassify(t *testing.T) {
 	}{
 		// API.md §1: a nil cause records UNEXPLAINED, never "".
 		{"nil", nil, ReasonUnexplained, 0, "", false},
+		// A nil *Error (a typed nil) carries nothing: it is no cause.
+		{"nil *Error", (*Error)(nil), ReasonUnexplained, 0, "", false},
+		{"nil *Error, wrapped", deep((*Error)(nil), 2), ReasonUnclassified, 0, "", true},
+		{"DoNotRetry(nil *Error)", DoNotRetry((*Error)(nil)), ReasonNotRetryable, 0, "", true},
 		// §1: an error with no reason records UNCLASSIFIED.
 		{"plain error", plain, ReasonUnclassified, 0, "", true},
 		{"plain error, wrapped", deep(plain, 3), ReasonUnclassified, 0, "", true},

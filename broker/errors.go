@@ -20,7 +20,10 @@ import (
 // anywhere in the error's chain.
 //
 // An *Error is immutable and safe for concurrent use. It retains the error
-// it wraps, if any (see [Error.Wrap]).
+// it wraps, if any (see [Error.Wrap]). A nil *Error is usable too, as an
+// error that carries nothing: no reason, no code, no text. Handed to Nack
+// or Reject as a cause — the typed nil of a handler that declared
+// `var err *Error` and returned it — it is no cause at all (UNEXPLAINED).
 type Error struct {
 	reason  string
 	code    uint32
@@ -53,6 +56,9 @@ func (e *Error) Wrap(cause error) *Error {
 // process's own log, never for the wire or the disk: it holds the private
 // detail.
 func (e *Error) Error() string {
+	if e == nil {
+		return "broker.Error(nil)"
+	}
 	var b strings.Builder
 	b.WriteString(e.reason)
 	if e.code != 0 {
@@ -73,17 +79,38 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Reason returns the SCREAMING_SNAKE identifier of the failure.
-func (e *Error) Reason() string { return e.reason }
+// Reason returns the SCREAMING_SNAKE identifier of the failure ("" for a
+// nil *Error).
+func (e *Error) Reason() string {
+	if e == nil {
+		return ""
+	}
+	return e.reason
+}
 
 // Code returns the dotted-quad code as a uint32, or 0 when there is none.
-func (e *Error) Code() uint32 { return e.code }
+func (e *Error) Code() uint32 {
+	if e == nil {
+		return 0
+	}
+	return e.code
+}
 
 // Public returns the wire-safe text, the only text a broker records.
-func (e *Error) Public() string { return e.public }
+func (e *Error) Public() string {
+	if e == nil {
+		return ""
+	}
+	return e.public
+}
 
 // Unwrap returns the wrapped error, or nil.
-func (e *Error) Unwrap() error { return e.err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.err
+}
 
 // Is reports whether target is an *Error with the same reason and code, so
 // that a copy made by [Error.Wrap] still matches its sentinel. The public
@@ -91,7 +118,7 @@ func (e *Error) Unwrap() error { return e.err }
 // reason and code name the kind of failure.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t != nil && t.reason == e.reason && t.code == e.code
+	return ok && e != nil && t != nil && t.reason == e.reason && t.code == e.code
 }
 
 // FormatCode renders code as a dotted quad "a.b.c.d", a being its most

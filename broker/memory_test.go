@@ -439,3 +439,53 @@ func TestMemoryReceiveRefusedForItsDeadlineObservesNothing(t *testing.T) {
 		e.clock.Set(start)
 	}
 }
+
+// A nil *broker.Error handed over as a cause — the classic typed nil of a
+// handler that declared `var err *broker.Error` and returned it — is a nil
+// cause: Nack and Reject accept it and record an unexplained failure
+// instead of panicking on it, on a Memory as on the file-backed queue.
+func TestNackAndRejectTakeANilErrorPointerAsNoCause(t *testing.T) {
+	e := newEnv(t)
+	pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+	fq := e.queue("jobs", pol)
+	m := newMemory(t, e.clock, func(p *broker.PolicyValue) { *p = pol })
+	type dlq interface {
+		broker.Broker
+		broker.Rejecter
+		broker.DeadLetterReader
+	}
+	for _, b := range []struct {
+		name string
+		q    dlq
+	}{{"memory", m}, {"file", fq}} {
+		name, q := b.name, b.q
+		var typedNil *broker.Error
+		for _, p := range []string{"nacked", "rejected", "rejected not retryable"} {
+			_, err := q.Publish(ctx(t), []byte(p))
+			require.NoError(t, err)
+		}
+		ds, err := q.Receive(ctx(t), 3)
+		require.NoError(t, err)
+		require.Len(t, ds, 3)
+		require.NotPanics(t, func() {
+			nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, typedNil)
+			require.NoError(t, err, name)
+			require.True(t, nv.DeadLettered, name)
+			require.NoError(t, q.Reject(ctx(t), ds[1].Lease.Receipt, typedNil), name)
+			require.NoError(t, q.Reject(ctx(t), ds[2].Lease.Receipt, broker.DoNotRetry(typedNil)), name)
+		}, name)
+		dls, err := q.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		got := map[string]string{}
+		for _, dl := range dls {
+			require.Empty(t, dl.Cause, "%s: %s", name, dl.Message.Payload)
+			require.Zero(t, dl.Code, "%s: %s", name, dl.Message.Payload)
+			got[string(dl.Message.Payload)] = dl.Reason
+		}
+		require.Equal(t, map[string]string{
+			"nacked":                 broker.ReasonUnexplained,
+			"rejected":               broker.ReasonUnexplained,
+			"rejected not retryable": broker.ReasonNotRetryable,
+		}, got, name)
+	}
+}

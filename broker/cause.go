@@ -64,9 +64,41 @@ type (
 // cause's Error text — it may hold payload bytes — to its *slog.Logger with
 // the message ID, and never write it to disk; nothing of cause but the
 // three returned parts is ever persisted.
+//
+// The cause's methods (Reason, Code, Public, Unwrap, As, Is) are the
+// caller's code: if one panics, the cause counts as carrying nothing,
+// UNCLASSIFIED, 0, "".
 func classify(cause error) (reason string, code uint32, public string, unclassified bool) {
+	defer func() {
+		if recover() != nil {
+			reason, code, public, unclassified = ReasonUnclassified, 0, "", true
+		}
+	}()
 	reason, code, public, unclassified = classifyUnclipped(cause)
 	return clip(reason, MaxReasonBytes), code, clip(public, MaxPublicBytes), unclassified
+}
+
+// A verdict is a cause given to Nack or Reject, classified once and before
+// the queue's lock is taken: the cause's methods are the caller's code,
+// and one that panics or blocks must not do so while the queue is locked.
+type verdict struct {
+	reason string
+	code   uint32
+	public string
+	// text is what the logger gets for a cause with no reason of its own
+	// (CauseText; never written to disk); "" when there is nothing to log.
+	text string
+}
+
+// judge classifies cause (see classify) into a verdict.
+func judge(cause error) verdict {
+	var v verdict
+	var unclassified bool
+	v.reason, v.code, v.public, unclassified = classify(cause)
+	if unclassified && cause != nil {
+		v.text = CauseText(cause)
+	}
+	return v
 }
 
 // clip returns the longest prefix of s of at most n bytes that ends on a

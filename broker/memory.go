@@ -311,6 +311,7 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 // [Error]); the Error text of an unclassified cause goes to
 // MemoryOptions.Logger with the message ID and is not kept.
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
+	v := judge(cause)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, now, err := q.heldLocked(ctx, receipt)
@@ -319,14 +320,14 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 	}
 	out := NackValue{Deliveries: m.deliveries}
 	if m.deliveries >= q.policy.MaxDeliveries {
-		q.buryLocked(m, now, cause)
+		q.buryLocked(m, now, v)
 		out.DeadLettered = true
 	} else {
 		at, ok := deadline(now, q.policy.retryDelay(m.deliveries))
 		if !ok {
 			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
 		}
-		q.logUnclassified(m.seq, cause)
+		q.logUnclassified(m.seq, v)
 		q.st.detach(m)
 		q.st.delay(m, at) // receivable at the next look, at once for a zero delay
 		out.VisibleAt = time.Unix(0, at)
@@ -339,35 +340,32 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see [Rejecter].
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
+	v := judge(cause)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, now, err := q.heldLocked(ctx, receipt)
 	if err != nil {
 		return err
 	}
-	q.buryLocked(m, now, cause)
+	q.buryLocked(m, now, v)
 	q.counters.rejected++
 	return nil
 }
 
-// buryLocked dead-letters the leased m at now with cause, classified.
-func (q *Memory) buryLocked(m *memMessage, now int64, cause error) {
-	reason, code, public, _ := classify(cause)
-	q.logUnclassified(m.seq, cause)
+// buryLocked dead-letters the leased m at now with the cause's verdict.
+func (q *Memory) buryLocked(m *memMessage, now int64, v verdict) {
+	q.logUnclassified(m.seq, v)
 	q.st.detach(m)
-	q.st.bury(m, now, reason, code, public)
+	q.st.bury(m, now, v.reason, v.code, v.public)
 	q.counters.deadLettered++
 }
 
 // logUnclassified sends the text of a cause that carries no reason to the
 // logger, keyed by message ID: it may hold payload bytes, so it is not
 // kept with the dead letter.
-func (q *Memory) logUnclassified(seq uint64, cause error) {
-	if cause == nil {
-		return
-	}
-	if _, _, _, unclassified := classify(cause); unclassified {
-		q.opts.Logger.Warn("broker: unclassified handler failure", "queue", "memory", "message", messageID(seq), "err", cause.Error())
+func (q *Memory) logUnclassified(seq uint64, v verdict) {
+	if v.text != "" {
+		q.opts.Logger.Warn("broker: unclassified handler failure", "queue", "memory", "message", messageID(seq), "err", v.text)
 	}
 }
 

@@ -489,3 +489,68 @@ func TestNackAndRejectTakeANilErrorPointerAsNoCause(t *testing.T) {
 		}, got, name)
 	}
 }
+
+// brittle is a user's error type whose every method reads through its
+// pointer: a nil *brittle panics in each of them.
+type brittle struct{ detail string }
+
+func (b *brittle) Error() string  { return b.detail }
+func (b *brittle) Reason() string { return b.detail }
+
+// TestACauseWhoseMethodsPanicIsUnclassifiedAndTheQueueGoesOn: a cause's
+// methods are the caller's code. One that panics is bad input: Nack and
+// Reject record it as a cause that carries nothing (UNCLASSIFIED), log
+// that its method panicked, and the queue goes on serving — the file
+// queue used to run them with its lock held, so a panic there would have
+// left the lock held for good.
+func TestACauseWhoseMethodsPanicIsUnclassifiedAndTheQueueGoesOn(t *testing.T) {
+	pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2 })
+	var fileLog, memLog bytes.Buffer
+	e := newEnv(t, func(o *broker.Options) { o.Logger = slog.New(slog.NewTextHandler(&fileLog, nil)) })
+	fq := e.queue("jobs", pol)
+	m, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&memLog, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	type dlq interface {
+		broker.Broker
+		broker.Rejecter
+		broker.DeadLetterReader
+	}
+	for _, b := range []struct {
+		name string
+		q    dlq
+		log  *bytes.Buffer
+	}{{"memory", m, &memLog}, {"file", fq, &fileLog}} {
+		name, q := b.name, b.q
+		var cause *brittle
+		for _, p := range []string{"nacked", "rejected"} {
+			_, err := q.Publish(ctx(t), []byte(p))
+			require.NoError(t, err)
+		}
+		ds, err := q.Receive(ctx(t), 2)
+		require.NoError(t, err)
+		require.Len(t, ds, 2)
+		require.NotPanics(t, func() {
+			nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, cause)
+			require.NoError(t, err, name)
+			require.False(t, nv.DeadLettered, name)
+			require.NoError(t, q.Reject(ctx(t), ds[1].Lease.Receipt, cause), name)
+		}, name)
+		dls, err := q.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dls, 1, name)
+		require.Equal(t, "rejected", string(dls[0].Message.Payload), name)
+		require.Equal(t, broker.ReasonUnclassified, dls[0].Reason, name)
+		require.Empty(t, dls[0].Cause, name)
+		require.Zero(t, dls[0].Code, name)
+		require.Equal(t, 2, strings.Count(b.log.String(), "panicked"), "%s: one line for the Nack, one for the Reject:\n%s", name, b.log)
+
+		// The queue goes on: the nacked message comes back after its delay.
+		e.clock.Advance(time.Minute)
+		ds, err = q.Receive(ctx(t), 1)
+		require.NoError(t, err, name)
+		require.Len(t, ds, 1, name)
+		require.Equal(t, "nacked", string(ds[0].Message.Payload), name)
+		require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), name)
+	}
+}

@@ -1,6 +1,9 @@
 package broker
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // The rules of this file are the ones every broker of this package records
 // failures and schedules retries by. They are exported so that an
@@ -14,10 +17,24 @@ import "time"
 // with no Reason UNCLASSIFIED, a DoNotRetry around one with none
 // NOT_RETRYABLE. unclassified reports that the cause carried no Reason of
 // its own: the caller must then log cause.Error() (which may hold payload
-// bytes) with the message ID, and never persist it. Nothing of cause but
-// the returned parts may be written anywhere durable.
+// bytes; see CauseText) with the message ID, and never persist it. Nothing
+// of cause but the returned parts may be written anywhere durable. A cause
+// whose methods panic is taken as one that carries nothing: UNCLASSIFIED.
 func Classify(cause error) (reason string, code uint32, public string, unclassified bool) {
 	return classify(cause)
+}
+
+// CauseText returns cause.Error(), the text a broker logs (never
+// persists) for a cause Classify reports unclassified; if that method
+// panics (a cause's methods are its caller's code), a line that says so
+// instead.
+func CauseText(cause error) (text string) {
+	defer func() {
+		if r := recover(); r != nil {
+			text = fmt.Sprintf("the Error method of the cause (%T) panicked: %v", cause, r)
+		}
+	}()
+	return cause.Error()
 }
 
 // RetryDelayAfter is how long a message stays invisible after its failed

@@ -202,6 +202,7 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	if err := q.begin(ctx); err != nil {
 		return NackValue{}, err
 	}
+	v := judge(cause)
 	q.mu.Lock()
 	now := q.s.now()
 	m, err := q.leaseLocked(receipt, now)
@@ -212,7 +213,7 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	out := NackValue{Deliveries: int(m.Deliveries)}
 	var e index.Event
 	if int(m.Deliveries) >= q.policy.MaxDeliveries {
-		e = q.deadLetterEvent(m, now, cause)
+		e = q.deadLetterEvent(m, now, v)
 		out.DeadLettered = true
 	} else {
 		at, ok := deadline(now, q.policy.retryDelay(int(m.Deliveries)))
@@ -222,13 +223,14 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 		}
 		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at}
 		out.VisibleAt = time.Unix(0, at)
-		q.logUnclassified(m.Seq, cause)
 	}
 	q.iq.Apply(0, &e)
 	if !out.DeadLettered {
 		q.wakeLocked()
 	}
-	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
+	err = q.unlockAndWait([][]byte{e.Append(nil)})
+	q.logUnclassified(e.Seq, v)
+	if err != nil {
 		return NackValue{}, err
 	}
 	q.stats.nacked.Add(1)
@@ -244,6 +246,7 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
+	v := judge(cause)
 	q.mu.Lock()
 	now := q.s.now()
 	m, err := q.leaseLocked(receipt, now)
@@ -251,9 +254,11 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 		q.mu.Unlock()
 		return err
 	}
-	e := q.deadLetterEvent(m, now, cause)
+	e := q.deadLetterEvent(m, now, v)
 	q.iq.Apply(0, &e)
-	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
+	err = q.unlockAndWait([][]byte{e.Append(nil)})
+	q.logUnclassified(e.Seq, v)
+	if err != nil {
 		return err
 	}
 	q.stats.rejected.Add(1)
@@ -262,23 +267,18 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 }
 
 // deadLetterEvent builds the event that moves m to the dead-letter store
-// with cause, classified; an unclassified cause's text is logged here.
-func (q *Queue) deadLetterEvent(m *index.Message, now int64, cause error) index.Event {
-	reason, code, public, _ := classify(cause)
-	q.logUnclassified(m.Seq, cause)
+// with the cause's verdict.
+func (q *Queue) deadLetterEvent(m *index.Message, now int64, v verdict) index.Event {
 	return index.Event{Kind: index.KindDeadLetter, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
-		Time: now, Code: code, Reason: reason, Cause: public}
+		Time: now, Code: v.code, Reason: v.reason, Cause: v.public}
 }
 
 // logUnclassified sends the text of a cause that carries no reason to the
 // store's logger, keyed by message ID: it may hold payload bytes, so it is
-// never written to disk.
-func (q *Queue) logUnclassified(seq uint64, cause error) {
-	if cause == nil {
-		return
-	}
-	if _, _, _, unclassified := classify(cause); unclassified {
-		q.s.opts.Logger.Warn("broker: unclassified handler failure", "queue", q.name, "message", messageID(seq), "err", cause.Error())
+// never written to disk. Called without the queue's lock.
+func (q *Queue) logUnclassified(seq uint64, v verdict) {
+	if v.text != "" {
+		q.s.opts.Logger.Warn("broker: unclassified handler failure", "queue", q.name, "message", messageID(seq), "err", v.text)
 	}
 }
 

@@ -72,7 +72,7 @@ func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause erro
 	}
 	reason, code, public, unclassified := broker.Classify(cause)
 	if unclassified {
-		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", l.id, "err", cause.Error())
+		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", l.id, "err", broker.CauseText(cause))
 	}
 	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
 		failedAt: time.Now(), reply: l.reply}, reason, code, public)
@@ -299,7 +299,7 @@ func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, faile
 // server.
 func (q *Queue) logUnclassified(id string, cause error) {
 	if _, _, _, unclassified := broker.Classify(cause); unclassified {
-		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", id, "err", cause.Error())
+		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", id, "err", broker.CauseText(cause))
 	}
 }
 

@@ -611,3 +611,35 @@ func TestASweepNeverBuriesAnAcknowledgedMessage(t *testing.T) {
 	}
 	t.Logf("%d sweeps", k)
 }
+
+// TestAReceiveAfterAPublishWaitsForTheServersConsumer: the server's
+// consumer offers a stored message a moment after the publish returned,
+// and on a loaded machine that moment can outlast the first pull's wait.
+// Here the consumer is paused for longer than that wait: a Receive right
+// after a Publish returned must still lease the message, once the
+// consumer offers it, instead of coming back empty.
+func TestAReceiveAfterAPublishWaitsForTheServersConsumer(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "slow", policy())
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Second)
+	if _, err := js.PauseConsumer(ctx, b.prefix+"_Q_slow", "walbroker", until); err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 10)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if len(ds) != 1 || ds[0].Message.ID != m.ID {
+		t.Fatalf("Receive right after the Publish of %s (the consumer paused until %v) returned %d deliveries at %v, want the message",
+			m.ID, until, len(ds), time.Now())
+	}
+}

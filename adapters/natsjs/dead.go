@@ -398,10 +398,11 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	}
 	m := q.message(raw.Data, enqueued)
 	m.Header.Set(hdrID, id)
-	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.work)); err != nil {
+	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.work))
+	if err != nil {
 		return q.publishError(err)
 	}
-	q.wakeReady()
+	q.wakeReady(ack.Sequence)
 	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
 		return q.connError("replayed dead letter "+id+", but could not delete its record", err)
 	}

@@ -62,7 +62,11 @@
 //   - Receive is a pull request that does not wait for more messages once
 //     one came; it waits up to 200 ms for the first only when a message is
 //     known to have been published, because the server acknowledges a
-//     publish a moment before its consumer hears of the message.
+//     publish a moment before its consumer hears of the message. A loaded
+//     server can take longer: a Receive that found nothing while the work
+//     stream holds a message its consumer has not delivered yet asks
+//     again, until the message comes or less than a second of the call's
+//     deadline (Options.Timeout without one) is left.
 //   - Ack, Nack, Reject and Extend are requests on the delivery's ack
 //     subject, each waiting for the server's confirmation: "+ACK"; "-NAK"
 //     with the policy's retry delay (RetryDelay doubled per delivery, held

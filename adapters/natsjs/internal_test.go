@@ -1,13 +1,16 @@
 package natsjs
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -155,5 +158,57 @@ func TestParseDelivery(t *testing.T) {
 		if _, err := parseDelivery(&nats.Msg{Reply: reply}); err == nil {
 			t.Errorf("parseDelivery(%q) accepted it", reply)
 		}
+	}
+}
+
+// TestAMessageTheConsumerHasNotCountedIsUndelivered: the server tells its
+// consumer of a stored message after it acknowledged the publish, so the
+// consumer may report nothing pending and nothing delivered past a
+// message whose Publish returned. undelivered must still find that
+// message, and find nothing once it is gone.
+func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
+	ctx := context.Background()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := Open(nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.Queue("lag", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumer's state before it heard of the message.
+	unaware := &jetstream.ConsumerInfo{}
+	if got, err := q.undelivered(ctx, unaware); err != nil || !got {
+		t.Fatalf("undelivered with %s stored and the consumer unaware of it: %v, %v; want true", m.ID, got, err)
+	}
+	// Deleted before any delivery (as by an operator's purge), the message
+	// no longer awaits one, whatever the consumer's state says.
+	seq, err := strconv.ParseUint(m.ID, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.work.DeleteMsg(ctx, seq); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.undelivered(ctx, unaware); err != nil || got {
+		t.Fatalf("undelivered after %s was deleted: %v, %v; want false", m.ID, got, err)
 	}
 }

@@ -117,10 +117,16 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // Receive leases up to max messages; see broker.Broker. It asks the
 // server for what is available now and does not wait for more; only when a
 // message is known to have been published since the last Receive that came
-// back short does it wait, up to 200 ms, for the first (see readyWait). The
-// lease's ExpiresAt is measured from before the request, so it never falls
-// after the server's own deadline. Messages whose last allowed lease
-// lapsed are made dead letters first (see sweepDeaths).
+// back short does it wait, up to 200 ms, for the first (see readyWait). A
+// Receive that found nothing while the work stream holds a message its
+// consumer has not delivered yet (a publish that returned, which the
+// server's consumer has not offered yet: a moment that a loaded server
+// can stretch past that wait) asks again, each time waiting as long, until
+// the message comes or less than a second of the call's deadline (the
+// context's, else Options.Timeout) is left. The lease's ExpiresAt is
+// measured from before the request, so it never falls after the server's
+// own deadline. Messages whose last allowed lease lapsed are made dead
+// letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: Receive max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
@@ -163,18 +169,28 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 				return q.partial(out, err)
 			}
 		}
-		if len(got) == 0 {
+		if len(got) > 0 {
+			// A pull may end before the stream's last message when the
+			// server has stored messages its consumer was not yet told
+			// about: ask again, briefly, until a pull finds nothing.
+			wait = tailWait
+			continue
+		}
+		if !q.settle(ctx, events, policy) || len(out) > 0 || !roomToPull(ctx) {
 			break
 		}
-		// A pull may end before the stream's last message when the server
-		// has stored messages its consumer was not yet told about: ask
-		// again, briefly, until a pull finds nothing.
-		wait = tailWait
-	}
-	if len(out) < max {
-		q.settle(ctx, events, policy)
+		// Nothing came, yet a message awaits its first delivery.
+		wait = readyWait
 	}
 	return out, nil
+}
+
+// roomToPull reports whether ctx has a deadline that leaves time for one
+// more pull that waits readyWait, with a second to spare for the server's
+// answer.
+func roomToPull(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) > readyWait+time.Second
 }
 
 // partial returns the deliveries already leased, if any, rather than err:

@@ -87,6 +87,10 @@ type Queue struct {
 	// counts them).
 	ready       bool
 	readyEvents uint64
+	// stored is the newest work-stream sequence known to hold a message:
+	// this Queue's publishes and replays, and the publications of other
+	// clients it heard of (see undelivered).
+	stored uint64
 	// recheck is when an idle consumer should look again because other
 	// processes hold leases (zero: none known); see settle.
 	recheck time.Time
@@ -168,7 +172,7 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	if err != nil {
 		return broker.MessageValue{}, q.publishError(err)
 	}
-	q.wakeReady()
+	q.wakeReady(ack.Sequence)
 	return broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: now, Payload: clone(payload)}, nil
 }
 
@@ -245,7 +249,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		}
 	} else {
 		out.Payload = clone(payload)
-		q.wakeReady()
+		q.wakeReady(ack.Sequence)
 	}
 	if err := q.completeKey(ctx, subject, claim.seq, out); err != nil {
 		return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: message %s is enqueued, but its dedup key's record could not name it (publish the key again): %w", q.name, out.ID, err)
@@ -387,7 +391,7 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.M
 	if resp.Count != len(payloads) || resp.Sequence < uint64(len(payloads)) {
 		return nil, fmt.Errorf("natsjs: queue %s: the server committed %d of a batch of %d (last sequence %d)", q.name, resp.Count, len(payloads), resp.Sequence)
 	}
-	q.wakeReady()
+	q.wakeReady(resp.Sequence)
 	out := make([]broker.MessageValue, len(payloads))
 	first := resp.Sequence - uint64(len(payloads)) + 1
 	for i, p := range payloads {

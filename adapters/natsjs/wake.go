@@ -3,9 +3,11 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -89,9 +91,10 @@ func (q *Queue) wake() {
 }
 
 // wakeReady closes the current wake signal and records that a message is
-// receivable now.
-func (q *Queue) wakeReady() {
+// receivable now: the one stored at seq of the work stream (0: unknown).
+func (q *Queue) wakeReady(seq uint64) {
 	q.mu.Lock()
+	q.stored = max(q.stored, seq)
 	q.wakeReadyLocked()
 	q.mu.Unlock()
 }
@@ -122,31 +125,35 @@ func (q *Queue) isReady() bool {
 
 // settle runs after a Receive that found fewer messages than it asked
 // for, which began when readyEvents was events. It asks the server about
-// the consumer. With messages left to deliver (the server had not yet told
-// its consumer about them), a message is receivable now. With none,
-// nothing is (unless an event came since). With leases pending that this
-// Queue did not hand out, another process holds them, and they may lapse
-// at any moment this Queue cannot know: Wake then names a look again
-// Recheck from now (or VisibilityTimeout, when shorter). A change that the
-// Wake value a consumer already holds did not know closes its signal, so
-// that it asks again.
-func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyValue) {
+// the consumer. With messages left to deliver (see undelivered: the server
+// had not yet told its consumer about them, or had not yet offered them),
+// a message is receivable now, and settle reports it. With none, nothing
+// is (unless an event came since). With leases pending that this Queue
+// did not hand out, another process holds them, and they may lapse at any
+// moment this Queue cannot know: Wake then names a look again Recheck from
+// now (or VisibilityTimeout, when shorter). A change that the Wake value a
+// consumer already holds did not know closes its signal, so that it asks
+// again.
+func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyValue) (pending bool) {
 	info, err := q.cons.Info(ctx)
+	if err == nil {
+		pending, err = q.undelivered(ctx, info)
+	}
 	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err != nil {
-		q.s.opts.Logger.Warn("natsjs: consumer info", "queue", q.name, "err", err)
+		q.s.opts.Logger.Warn("natsjs: consumer state", "queue", q.name, "err", err)
 		if q.readyEvents == events {
 			q.ready = false
 		}
-		return
+		return false
 	}
-	if info.NumPending > 0 {
+	if pending {
 		if !q.ready {
 			q.wakeReadyLocked()
 		}
-		return
+		return true
 	}
 	if q.readyEvents == events {
 		q.ready = false
@@ -168,13 +175,36 @@ func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyV
 	}
 	if info.NumAckPending <= ours {
 		q.recheck = time.Time{}
-		return
+		return false
 	}
 	at := now.Add(min(q.s.opts.Recheck, policy.VisibilityTimeout))
 	if q.recheck.IsZero() || at.Before(q.recheck) {
 		q.recheck = at
 		q.wakeLocked()
 	}
+	return false
+}
+
+// undelivered reports whether the work stream holds a message the
+// consumer (whose state is info) has not delivered yet: one stored after
+// the last the consumer delivered, which this Queue knows of (the server
+// acknowledges a publish before it tells its consumer of the message, so
+// the consumer's count of pending messages can lag behind a publish that
+// returned), or one the consumer counts as pending.
+func (q *Queue) undelivered(ctx context.Context, info *jetstream.ConsumerInfo) (bool, error) {
+	q.mu.Lock()
+	stored := q.stored
+	q.mu.Unlock()
+	if info.Delivered.Stream < stored {
+		_, err := q.work.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(q.n.workSubject))
+		if err == nil {
+			return true, nil
+		}
+		if !notFound(err) {
+			return false, q.connError("read a message the consumer has not delivered yet", err)
+		}
+	}
+	return info.NumPending > 0, nil
 }
 
 // subscribeLocked subscribes to the headers the work stream republishes,
@@ -187,7 +217,8 @@ func (q *Queue) subscribeLocked() {
 		if m.Header.Get(hdrOrigin) == q.s.origin {
 			return // this Store's own publish, which closed the signal already
 		}
-		q.wakeReady()
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		q.wakeReady(seq)
 	})
 	if err == nil {
 		if err = q.s.nc.FlushTimeout(q.s.opts.Timeout); err != nil {

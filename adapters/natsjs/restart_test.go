@@ -257,7 +257,7 @@ func TestAKeyLeftHalfWrittenIsCompletedByItsNextPublish(t *testing.T) {
 	}
 	orig := broker.MessageValue{ID: fmt.Sprintf("%016x", ack.Sequence), EnqueuedAt: enqueued}
 
-	ds := receiveN(t, q, 1)
+	ds := receiveForeign(t, q, 1)
 	if ds[0].Message.ID != orig.ID {
 		t.Fatalf("received %s, want %s", ds[0].Message.ID, orig.ID)
 	}

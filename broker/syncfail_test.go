@@ -37,19 +37,23 @@ func TestABackgroundFdatasyncFailureStopsEveryLaterCall(t *testing.T) {
 			require.NoError(t, err)
 			_, err = work.Publish(ctx, []byte("m"))
 			require.NoError(t, err)
+			// The publish is durable before the fault: under SyncNone its
+			// own background fdatasync, not yet run, would fail the
+			// Receive below instead of the lease's.
+			require.NoError(t, s.log.Sync())
 
 			// Every fdatasync of a segment fails from now on.
 			ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
 			ds, err := work.Receive(ctx, 1) // a lease: written, synced in the background
 			require.NoError(t, err)
 			require.Len(t, ds, 1)
-			syncs := ffs.Count(vfs.OpSync)
-			deadline := time.Now().Add(5 * time.Second)
-			for ffs.Count(vfs.OpSync) == syncs && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(20 * time.Millisecond)
-			require.Greater(t, ffs.Count(vfs.OpSync), syncs, "the background fdatasync ran (and failed)")
+			// The log reports a failure no call waited for before any call
+			// meets it (wal.Log.Err). The background fdatasync runs when
+			// the machine gets to it: poll, rather than count syncs, which
+			// may have run (and failed) before they were counted.
+			require.Eventually(t, func() bool { return s.log.Err() != nil }, eventually, tick,
+				"the background fdatasync did not fail the log")
+			require.Positive(t, ffs.Injected(vfs.OpSync), "the background fdatasync ran (and failed)")
 
 			reopen := func(what string, err error) {
 				t.Helper()

@@ -156,9 +156,11 @@ func (fs *rushFS) watch(l *Log) { fs.log.Store(l) }
 
 func (fs *rushFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
 	if l := fs.log.Load(); l != nil && flag&os.O_CREATE != 0 && strings.HasSuffix(name, tmpSuffix) && !strings.HasPrefix(filepath.Base(name), sparePrefix) {
-		// Not for ever: the writer may never need the file (power lost,
-		// the log closing).
-		for deadline := time.Now().Add(50 * time.Millisecond); !fs.waitedFor(l) && time.Now().Before(deadline); {
+		// Until the writer waits for it, or never will (power lost, the
+		// log closing): the writer gets there when the machine runs it,
+		// which on a loaded one may be long after the file was asked
+		// for. The deadline is a hang guard, not a timing assumption.
+		for deadline := time.Now().Add(30 * time.Second); !fs.waitedFor(l) && time.Now().Before(deadline); {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}

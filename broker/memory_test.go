@@ -445,28 +445,10 @@ func TestMemoryReceiveRefusedForItsDeadlineObservesNothing(t *testing.T) {
 // cause: Nack and Reject accept it and record an unexplained failure
 // instead of panicking on it, on a Memory as on the file-backed queue.
 func TestNackAndRejectTakeANilErrorPointerAsNoCause(t *testing.T) {
-	e := newEnv(t)
-	pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
-	fq := e.queue("jobs", pol)
-	m := newMemory(t, e.clock, func(p *broker.PolicyValue) { *p = pol })
-	type dlq interface {
-		broker.Broker
-		broker.Rejecter
-		broker.DeadLetterReader
-	}
-	for _, b := range []struct {
-		name string
-		q    dlq
-	}{{"memory", m}, {"file", fq}} {
+	for _, b := range memoryAndFile(t, policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })) {
 		name, q := b.name, b.q
 		var typedNil *broker.Error
-		for _, p := range []string{"nacked", "rejected", "rejected not retryable"} {
-			_, err := q.Publish(ctx(t), []byte(p))
-			require.NoError(t, err)
-		}
-		ds, err := q.Receive(ctx(t), 3)
-		require.NoError(t, err)
-		require.Len(t, ds, 3)
+		ds := leaseAll(t, q, "nacked", "rejected", "rejected not retryable")
 		require.NotPanics(t, func() {
 			nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, typedNil)
 			require.NoError(t, err, name)
@@ -504,32 +486,11 @@ func (b *brittle) Reason() string { return b.detail }
 // queue used to run them with its lock held, so a panic there would have
 // left the lock held for good.
 func TestACauseWhoseMethodsPanicIsUnclassifiedAndTheQueueGoesOn(t *testing.T) {
-	pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2 })
-	var fileLog, memLog bytes.Buffer
-	e := newEnv(t, func(o *broker.Options) { o.Logger = slog.New(slog.NewTextHandler(&fileLog, nil)) })
-	fq := e.queue("jobs", pol)
-	m, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&memLog, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	type dlq interface {
-		broker.Broker
-		broker.Rejecter
-		broker.DeadLetterReader
-	}
-	for _, b := range []struct {
-		name string
-		q    dlq
-		log  *bytes.Buffer
-	}{{"memory", m, &memLog}, {"file", fq, &fileLog}} {
+	queues := memoryAndFile(t, policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2 }))
+	for _, b := range queues {
 		name, q := b.name, b.q
 		var cause *brittle
-		for _, p := range []string{"nacked", "rejected"} {
-			_, err := q.Publish(ctx(t), []byte(p))
-			require.NoError(t, err)
-		}
-		ds, err := q.Receive(ctx(t), 2)
-		require.NoError(t, err)
-		require.Len(t, ds, 2)
+		ds := leaseAll(t, q, "nacked", "rejected")
 		require.NotPanics(t, func() {
 			nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, cause)
 			require.NoError(t, err, name)
@@ -546,11 +507,49 @@ func TestACauseWhoseMethodsPanicIsUnclassifiedAndTheQueueGoesOn(t *testing.T) {
 		require.Equal(t, 2, strings.Count(b.log.String(), "panicked"), "%s: one line for the Nack, one for the Reject:\n%s", name, b.log)
 
 		// The queue goes on: the nacked message comes back after its delay.
-		e.clock.Advance(time.Minute)
+		b.clock.Advance(time.Minute)
 		ds, err = q.Receive(ctx(t), 1)
 		require.NoError(t, err, name)
 		require.Len(t, ds, 1, name)
 		require.Equal(t, "nacked", string(ds[0].Message.Payload), name)
 		require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), name)
 	}
+}
+
+// A namedQueue is a queue of one broker under test, with its clock and
+// what its logger wrote.
+type namedQueue struct {
+	name string
+	q    interface {
+		broker.Broker
+		broker.Rejecter
+		broker.DeadLetterReader
+	}
+	clock *fakeClock
+	log   *bytes.Buffer
+}
+
+// memoryAndFile returns a Memory and a file-backed queue with policy pol,
+// on one fake clock, each logging to a buffer of its own.
+func memoryAndFile(t *testing.T, pol broker.PolicyValue) []namedQueue {
+	t.Helper()
+	var fileLog, memLog bytes.Buffer
+	e := newEnv(t, func(o *broker.Options) { o.Logger = slog.New(slog.NewTextHandler(&fileLog, nil)) })
+	m, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&memLog, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return []namedQueue{{"memory", m, e.clock, &memLog}, {"file", e.queue("jobs", pol), e.clock, &fileLog}}
+}
+
+// leaseAll publishes payloads to q and leases them all.
+func leaseAll(t *testing.T, q broker.Broker, payloads ...string) []broker.DeliveryValue {
+	t.Helper()
+	for _, p := range payloads {
+		_, err := q.Publish(ctx(t), []byte(p))
+		require.NoError(t, err)
+	}
+	ds, err := q.Receive(ctx(t), len(payloads))
+	require.NoError(t, err)
+	require.Len(t, ds, len(payloads))
+	return ds
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -106,23 +107,33 @@ func TestALapseWhileTheServerIsDownMakesADeadLetter(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // the lease lapses while the server is down
 	r.srv = runServer(t, r.dir)
 	_, q = r.open("down", p)
-	var dls []broker.DeadLetterValue
-	deadline := time.Now().Add(30 * time.Second) // a deadline, not a wait: a loaded machine restarts slowly
-	for len(dls) == 0 && time.Now().Before(deadline) {
-		if _, err := q.Receive(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		if dls, err = q.DeadLetters(ctx, 10); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	dls := awaitDeadLetters(t, q)
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
 		t.Fatalf("dead letters after the restart: %+v, want %s LEASE_EXPIRED", dls, m.ID)
 	}
 	if _, err := q.Publish(ctx, []byte("next")); err != nil {
 		t.Fatalf("Publish into the freed place: %v", err)
 	}
+}
+
+// awaitDeadLetters receives from q, as a consumer would, until it has dead
+// letters, and returns them (none after 30 s: a deadline, not a wait, for a
+// loaded machine restarts a server slowly).
+func awaitDeadLetters(t *testing.T, q *natsjs.Queue) []broker.DeadLetterValue {
+	t.Helper()
+	ctx := context.Background()
+	var dls []broker.DeadLetterValue
+	for deadline := time.Now().Add(30 * time.Second); len(dls) == 0 && time.Now().Before(deadline); {
+		if _, err := q.Receive(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if dls, err = q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return dls
 }
 
 // TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter: the server
@@ -174,17 +185,7 @@ func TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter(t *testing.T) {
 	})
 
 	_, q = r.open("deaf", p) // provisions the deaths stream again
-	var dls []broker.DeadLetterValue
-	deadline := time.Now().Add(10 * time.Second)
-	for len(dls) == 0 && time.Now().Before(deadline) {
-		if _, err := q.Receive(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		if dls, err = q.DeadLetters(ctx, 10); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	dls := awaitDeadLetters(t, q)
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired ||
 		dls[0].Deliveries != 1 || string(dls[0].Message.Payload) != "doomed" {
 		t.Fatalf("dead letters: %+v, want %s LEASE_EXPIRED after 1 delivery", dls, m.ID)

@@ -393,6 +393,43 @@ var extendCases = []testCase{
 		}
 		e.ack(q, l.Receipt)
 	}},
+	{name: "ExtendOnLastDeliveryRenewsItAndKeepsItTheLast", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// The lease of a delivery that is the message's last is renewed
+		// like any other, and the renewed lease is still the last one: when
+		// it lapses the message is a dead letter, not a delivery beyond
+		// MaxDeliveries.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.VisibilityTimeout = vt
+			p.MaxDeliveries = 1
+		}))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, 3*vt)
+		if err != nil {
+			e.Fatalf("Extend of the last delivery's lease: %v", err)
+		}
+		e.after(d.Lease.ExpiresAt)
+		e.hiddenUntil(q, l.ExpiresAt, "past the old deadline of the last delivery, within the extended one")
+		l, err = e.extender(q).Extend(e.ctx(), l.Receipt, vt)
+		if err != nil {
+			e.Fatalf("Extend past the old deadline, within the extended one: %v: the last delivery's lease was not renewed", err)
+		}
+		e.lapse(q, l)
+		e.none(q, "the message whose extended last lease lapsed")
+		e.after(e.now().Add(e.short()))
+		e.none(q, "the message whose extended last lease lapsed, later")
+		if !e.caps.DeadLetterReader {
+			return
+		}
+		var dls []broker.DeadLetterValue
+		e.eventually("the message whose extended last lease lapsed is a dead letter", func() bool {
+			dls = e.deadLetters(q)
+			return len(dls) == 1
+		})
+		e.checkDeadLetter(dls[0], causeCase{name: "lease exhaustion", reason: broker.ReasonLeaseExpired}, m, "a", 1)
+		e.checkInstant(dls[0].FailedAt, l.ExpiresAt, l.ExpiresAt, "FailedAt is when the extended last lease lapsed")
+	}},
 	{name: "ExtendKeepsDeliveries", needs: []string{"LeaseExtender"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		e.publish(q, "a")

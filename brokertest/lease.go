@@ -257,6 +257,23 @@ var nackCases = []testCase{
 			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
 		}
 	}},
+	{name: "RetryDelayIsMeasuredFromTheNack", run: func(e *env) {
+		// A consumer that worked a while before failing waits RetryDelay
+		// from its Nack, not from its Receive.
+		delay := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.after(e.now().Add(delay))
+		before := e.now()
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		after := e.now()
+		e.checkInstant(nv.VisibleAt, before.Add(delay), after.Add(delay), "VisibleAt is RetryDelay after the nack, not after the receive")
+		e.hiddenUntil(q, nv.VisibleAt, "during the retry delay that began at the nack")
+		if d2 := e.appearsAt(q, nv.VisibleAt, true, "the message nacked a while after its receive"); d2.Message.ID != m.ID || d2.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+		}
+	}},
 	{name: "NackWithZeroOrNegativeRetryDelayIsVisibleAtOnce", run: func(e *env) {
 		for _, delay := range []time.Duration{0, -time.Minute} { // negative is read as zero
 			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))

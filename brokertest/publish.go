@@ -3,6 +3,7 @@ package brokertest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -58,6 +59,39 @@ var publishCases = []testCase{
 		if len(seen) != 0 {
 			e.Fatalf("%d published messages were not delivered (some delivered twice)", len(seen))
 		}
+	}},
+	{name: "IDsAreNotReusedAfterAck", run: func(e *env) {
+		// An ID names its message for the life of the queue: a message
+		// published after others were acknowledged gets an ID none of them
+		// had, so a log line about an acknowledged message never joins a
+		// later one.
+		q := e.queue(e.policy())
+		minted := map[string]string{}
+		mint := func(payload string) {
+			m := e.publish(q, payload)
+			if was, ok := minted[m.ID]; ok {
+				e.Fatalf("ID %q of %q minted again for %q", m.ID, was, payload)
+			}
+			minted[m.ID] = payload
+		}
+		var held []broker.ReceiptValue
+		for round := range 3 {
+			for i := range 4 {
+				mint(fmt.Sprintf("r%d-%d", round, i))
+			}
+			ds := e.receive(q, 10)
+			if len(ds) == 0 {
+				e.Fatalf("round %d: nothing received", round)
+			}
+			for _, d := range ds[:len(ds)-1] {
+				e.ack(q, d.Lease.Receipt)
+			}
+			held = append(held, ds[len(ds)-1].Lease.Receipt) // one stays leased
+		}
+		for _, r := range held { // and with the queue empty
+			e.ack(q, r)
+		}
+		mint("after every ack")
 	}},
 	{name: "PublishDoesNotRetainPayload", run: func(e *env) {
 		q := e.queue(e.policy())

@@ -268,6 +268,7 @@ var deadCases = []testCase{
 		if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, broker.NewError("BAD", 1, "bad", "")); err != nil {
 			e.Fatalf("Reject: %v", err)
 		}
+		e.after(e.now().Add(e.short())) // so that a replay stamping a new EnqueuedAt shows
 		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
 			e.Fatalf("ReplayDeadLetter: %v", err)
 		}

@@ -24,11 +24,16 @@ var publishCases = []testCase{
 		} else if m.EnqueuedAt.Before(before.Add(-e.tol())) || m.EnqueuedAt.After(after.Add(e.tol())) {
 			e.Fatalf("EnqueuedAt %v is not between %v and %v (tolerance %v)", m.EnqueuedAt, before, after, e.tol())
 		}
+		e.after(e.now().Add(e.short())) // so that a delivery stamped at its receive shows
 		d := e.receiveOne(q)
 		if d.Message.ID != m.ID {
 			e.Fatalf("delivered ID %q, published %q", d.Message.ID, m.ID)
 		}
 		e.sameInstant(m.EnqueuedAt, d.Message.EnqueuedAt, "the delivery carries the EnqueuedAt Publish returned")
+		e.nack(q, d.Lease.Receipt, nil)
+		e.after(e.now().Add(e.short()))
+		d = e.receiveOne(q)
+		e.sameInstant(m.EnqueuedAt, d.Message.EnqueuedAt, "a redelivery carries the EnqueuedAt Publish returned")
 	}},
 	{name: "IDsAreUniqueWithinQueue", run: func(e *env) {
 		q := e.queue(e.policy())

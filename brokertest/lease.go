@@ -40,6 +40,27 @@ var leaseCases = []testCase{
 			e.Fatalf("the redelivery reuses the lapsed lease's receipt")
 		}
 	}},
+	{name: "LapsedLeaseOfRedeliveryRedeliversWithoutRetryDelay", run: func(e *env) {
+		// A message nacked once and then left by a consumer that died is
+		// not charged a retry delay for the lapse either: the retry delay
+		// belongs to the nack, which its redelivery already served.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.VisibilityTimeout = vt
+			p.RetryDelay = vt
+		}))
+		m := e.publish(q, "a")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		d := e.appearsAt(q, nv.VisibleAt, true, "the nacked message")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		e.hiddenUntil(q, d.Lease.ExpiresAt, "before the redelivery's lease lapses")
+		d3 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the redelivered message of a consumer that died")
+		if d3.Message.ID != m.ID || d3.Deliveries != 3 {
+			e.Fatalf("redelivered %q #%d, want %q #3", d3.Message.ID, d3.Deliveries, m.ID)
+		}
+	}},
 	{name: "LeaseLapsesExactlyAtExpiresAt", needs: []string{"Clock", "ExactExpiry"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		e.publish(q, "a")

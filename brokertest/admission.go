@@ -80,6 +80,9 @@ var keyedCases = []testCase{
 		if len(e.receive(q, 10)) != 2 {
 			e.Fatalf("the publish after the window did not enqueue a second message")
 		}
+		// The key is remembered again, now with the new message.
+		e.sameMessage(fresh, e.publishKeyed(q, "k", "c"), "the key, published again within the window of its new message")
+		e.none(q, "a duplicate of the key published after the window")
 	}},
 	{name: "DedupKeyEvictedOnlyWhenStrictlyOlderThanWindow", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
 		const window = time.Hour

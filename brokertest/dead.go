@@ -3,6 +3,7 @@ package brokertest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -326,20 +327,51 @@ var deadCases = []testCase{
 	}},
 	{name: "DeleteDeadLetterRemovesForGood", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		q := e.queue(e.policy())
-		m, keep := e.publish(q, "a"), e.publish(q, "b")
-		for _, d := range e.receive(q, 2) {
-			if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil); err != nil {
-				e.Fatalf("Reject: %v", err)
-			}
-		}
+		// The one deleted is the one named, neither the oldest nor the
+		// newest dead letter.
+		first, m, last := e.rejectAll(q, "a", "b", "c")
 		if err := e.manager(q).DeleteDeadLetter(e.ctx(), m.ID); err != nil {
 			e.Fatalf("DeleteDeadLetter: %v", err)
 		}
-		if dls := e.deadLetters(q); len(dls) != 1 || dls[0].Message.ID != keep.ID {
-			e.Fatalf("dead letters after the delete: %+v, want only %q", dls, keep.ID)
+		if got := deadIDs(e.deadLetters(q)); !sameSet(got, []string{first.ID, last.ID}) {
+			e.Fatalf("dead letters after the delete: %v, want only %q and %q", got, first.ID, last.ID)
 		}
 		e.isErr(e.manager(q).DeleteDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "a second delete")
 		e.isErr(e.manager(q).ReplayDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "a replay of a deleted dead letter")
 		e.none(q, "a deleted dead letter")
 	}},
+}
+
+// rejectAll publishes three payloads, receives and rejects them in publish
+// order, and returns their messages: three dead letters, oldest first.
+func (e *env) rejectAll(q broker.Broker, a, b, c string) (broker.MessageValue, broker.MessageValue, broker.MessageValue) {
+	e.Helper()
+	ms := []broker.MessageValue{e.publish(q, a), e.publish(q, b), e.publish(q, c)}
+	byID := map[string]broker.DeliveryValue{}
+	for _, d := range e.receive(q, 3) {
+		byID[d.Message.ID] = d
+	}
+	for _, m := range ms {
+		d, ok := byID[m.ID]
+		if !ok {
+			e.Fatalf("message %q was not received", m.ID)
+		}
+		if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+	}
+	return ms[0], ms[1], ms[2]
+}
+
+func deadIDs(dls []broker.DeadLetterValue) []string {
+	out := make([]string, len(dls))
+	for i, dl := range dls {
+		out[i] = dl.Message.ID
+	}
+	return out
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	return equalStrings(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }

@@ -289,6 +289,20 @@ var deadCases = []testCase{
 			e.Fatalf("the second delivery after a replay (MaxDeliveries 2) was not the last: %+v", nv)
 		}
 	}},
+	{name: "ReplayMovesOnlyTheNamedDeadLetter", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		first, m, last := e.rejectAll(q, "a", "b", "c")
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		if got := deadIDs(e.deadLetters(q)); !sameSet(got, []string{first.ID, last.ID}) {
+			e.Fatalf("dead letters after the replay of %q: %v, want only %q and %q", m.ID, got, first.ID, last.ID)
+		}
+		r := e.appearsAt(q, e.now(), true, "the replayed message")
+		if r.Message.ID != m.ID || string(r.Message.Payload) != "b" {
+			e.Fatalf("replayed %q %q, want %q %q: the one named, neither the oldest nor the newest", r.Message.ID, r.Message.Payload, m.ID, "b")
+		}
+	}},
 	{name: "ReplayOfLeaseExhaustedMessage", needs: []string{"DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.VisibilityTimeout = e.short() }))
 		m := e.publish(q, "a")

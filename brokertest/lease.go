@@ -424,6 +424,11 @@ var extendCases = []testCase{
 		e.gone(q.Ack(e.ctx(), d.Lease.Receipt), "Ack with the receipt Extend replaced")
 		_, err = e.extender(q).Extend(e.ctx(), d.Lease.Receipt, vt)
 		e.gone(err, "Extend with the receipt Extend replaced")
+		_, err = q.Nack(e.ctx(), d.Lease.Receipt, nil)
+		e.gone(err, "Nack with the receipt Extend replaced")
+		if e.caps.Rejecter {
+			e.gone(e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil), "Reject with the receipt Extend replaced")
+		}
 		e.after(d.Lease.ExpiresAt)
 		e.hiddenUntil(q, l.ExpiresAt, "past the old deadline, within the extended one")
 		if e.clock != nil && e.caps.ExactExpiry {

@@ -90,23 +90,12 @@ func TestAServerRestartKeepsLeasesRetriesAndCountsWithinTwoSeconds(t *testing.T)
 func TestALapseWhileTheServerIsDownMakesADeadLetter(t *testing.T) {
 	ctx := context.Background()
 	r := newRestartable(t)
-	p := policy(func(p *broker.PolicyValue) {
-		p.VisibilityTimeout = time.Second
-		p.MaxDeliveries = 1
-		p.Capacity = 1
-	})
-	st, q := r.open("down", p)
-	m, err := q.Publish(ctx, []byte("doomed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	receiveN(t, q, 1)
-	st.Close()
+	p, m, _ := leaseTheOnlyDelivery(t, r, "down")
 	r.srv.Shutdown()
 	r.srv.WaitForShutdown()
 	time.Sleep(1500 * time.Millisecond) // the lease lapses while the server is down
 	r.srv = runServer(t, r.dir)
-	_, q = r.open("down", p)
+	_, q := r.open("down", p)
 	dls := awaitDeadLetters(t, q)
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
 		t.Fatalf("dead letters after the restart: %+v, want %s LEASE_EXPIRED", dls, m.ID)
@@ -114,6 +103,27 @@ func TestALapseWhileTheServerIsDownMakesADeadLetter(t *testing.T) {
 	if _, err := q.Publish(ctx, []byte("next")); err != nil {
 		t.Fatalf("Publish into the freed place: %v", err)
 	}
+}
+
+// leaseTheOnlyDelivery opens queue name on r with a policy of one
+// delivery, a lease of one second and a Capacity of one, publishes
+// "doomed" and leases it, then closes the Store: the lease lapses with
+// nobody to see it. It returns the policy, the message and its delivery.
+func leaseTheOnlyDelivery(t *testing.T, r *restartable, name string) (broker.PolicyValue, broker.MessageValue, broker.DeliveryValue) {
+	t.Helper()
+	p := policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = time.Second
+		p.MaxDeliveries = 1
+		p.Capacity = 1
+	})
+	st, q := r.open(name, p)
+	m, err := q.Publish(context.Background(), []byte("doomed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	st.Close()
+	return p, m, d
 }
 
 // awaitDeadLetters receives from q, as a consumer would, until it has dead
@@ -146,18 +156,7 @@ func awaitDeadLetters(t *testing.T, q *natsjs.Queue) []broker.DeadLetterValue {
 func TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter(t *testing.T) {
 	ctx := context.Background()
 	r := newRestartable(t)
-	p := policy(func(p *broker.PolicyValue) {
-		p.VisibilityTimeout = time.Second
-		p.MaxDeliveries = 1
-		p.Capacity = 1
-	})
-	st, q := r.open("deaf", p)
-	m, err := q.Publish(ctx, []byte("doomed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := receiveN(t, q, 1)[0]
-	st.Close()
+	p, m, d := leaseTheOnlyDelivery(t, r, "deaf")
 
 	js, err := jetstream.New(connect(t, r.srv.ClientURL()))
 	if err != nil {
@@ -184,7 +183,7 @@ func TestALapseWhoseAdvisoryNobodyHeardStillMakesADeadLetter(t *testing.T) {
 		return ci.NumAckPending == 0
 	})
 
-	_, q = r.open("deaf", p) // provisions the deaths stream again
+	_, q := r.open("deaf", p) // provisions the deaths stream again
 	dls := awaitDeadLetters(t, q)
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired ||
 		dls[0].Deliveries != 1 || string(dls[0].Message.Payload) != "doomed" {

@@ -454,10 +454,6 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 	return flush()
 }
 
-func publishBytes(e index.Event) int {
-	return len(e.Payload) + len(e.Key) + len(e.Reason) + len(e.Cause)
-}
-
 // stateEvent is the event that gives a message whose publish was just
 // replayed its present state, if it is not the state a publish gives.
 func stateEvent(queue uint32, m *index.Message) (index.Event, bool) {

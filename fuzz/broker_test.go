@@ -182,7 +182,6 @@ type twin struct {
 	qs      [2]*broker.Queue
 	history *[]string
 	serial  *int   // payloads made, across the run
-	stopped string // the tolerated divergence that ended the checks
 	where   string // "" for the run's store, or which clone
 }
 
@@ -226,12 +225,6 @@ func (s *twin) expect(want string, err error, what string) bool {
 		s.fail("%s: got %s (%v), the model says %s", what, got, err, want)
 	}
 	return err == nil
-}
-
-// stop ends the checks of the run on a tolerated divergence.
-func (s *twin) stop(bug, format string, args ...any) {
-	s.stopped = bug
-	s.logf("  tolerated %s: %s; the rest of the input is not checked", bug, fmt.Sprintf(format, args...))
 }
 
 // payload returns n bytes that tell messages apart.
@@ -411,9 +404,6 @@ func (r *runner) auditClone() {
 		a.fail("close the clone: %v", err)
 	}
 	a.store = nil
-	if a.stopped != "" {
-		r.logf("  the audit stopped on %s; the run goes on", a.stopped)
-	}
 }
 
 // runInput runs one input through a fresh store and its model.
@@ -426,10 +416,6 @@ func runInput(t testing.TB, data []byte) {
 			r.restart(o.kind)
 		default:
 			r.run(o)
-		}
-		if r.stopped != "" {
-			t.Logf("tolerated divergence %s at op %d: the rest is not checked", r.stopped, i)
-			return
 		}
 	}
 	r.logf("final audit")

@@ -190,9 +190,11 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 		}
 		if c.rebuild == i {
 			rebuilt = clone + "-rebuilt"
-			if err := recovery.CopyTree(clone, rebuilt); err == nil {
+			err := recovery.CopyTree(clone, rebuilt)
+			if err == nil {
 				err = os.RemoveAll(filepath.Join(rebuilt, "index"))
-			} else {
+			}
+			if err != nil {
 				fail("%s: %v", what, err)
 				rebuilt = ""
 			}

@@ -145,8 +145,6 @@ func (s *segBuf) file(size int) []byte {
 	return out
 }
 
-func (s *segBuf) lastBatch() batchSpec { return s.batches[len(s.batches)-1] }
-
 // groupAt returns the index of the group holding byte off.
 func (s *segBuf) groupAt(off int) int {
 	for i, g := range s.groups {

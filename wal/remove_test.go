@@ -42,8 +42,10 @@ func TestRemoveBelowDropsWholeSegmentsAndReusesThem(t *testing.T) {
 	require.True(t, os.IsNotExist(err))
 
 	// Removing below the active segment's position never removes it.
+	before := l.Stats().Segments
 	n, err = l.RemoveBelow(l.End() + 1<<32)
 	require.NoError(t, err)
+	require.Equal(t, before-1, n, "every segment but the active one")
 	require.Equal(t, 1, l.Stats().Segments)
 
 	// New segments reuse retired files: their stale frames (other

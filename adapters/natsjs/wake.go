@@ -83,13 +83,6 @@ func (q *Queue) Wake() broker.WakeValue {
 	return w
 }
 
-// wake closes the current wake signal.
-func (q *Queue) wake() {
-	q.mu.Lock()
-	q.wakeLocked()
-	q.mu.Unlock()
-}
-
 // wakeReady closes the current wake signal and records that a message is
 // receivable now: the one stored at seq of the work stream (0: unknown).
 func (q *Queue) wakeReady(seq uint64) {

@@ -21,7 +21,6 @@ type sweepPoint struct {
 // publish window as for publishLoad, then a drain via Consume of every
 // message the window left (warm-up included), for at most duration.
 type sweepLoad struct {
-	grid             []sweepPoint
 	warmup, duration time.Duration
 	consumers, batch int // of the drains
 

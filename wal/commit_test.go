@@ -3,8 +3,10 @@ package wal
 import (
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -266,4 +268,195 @@ func TestBarrierEndsTheGather(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the gather went on waiting for the callers with a Barrier queued")
 	}
+}
+
+// holdSyncFS holds the next fdatasyncs of segment 1, as many as held says:
+// each one reports on entered, then waits for an error on release (nil
+// runs it). A test can so queue appends behind an fdatasync in flight.
+type holdSyncFS struct {
+	vfs.FS
+	held    atomic.Int32
+	entered chan struct{}
+	release chan error
+}
+
+func newHoldSyncFS(fs vfs.FS) *holdSyncFS {
+	return &holdSyncFS{FS: fs, entered: make(chan struct{}), release: make(chan error)}
+}
+
+func (h *holdSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil || !firstSegment(name) {
+		return f, err
+	}
+	return &holdSyncFile{File: f, h: h}, nil
+}
+
+type holdSyncFile struct {
+	vfs.File
+	h *holdSyncFS
+}
+
+func (f *holdSyncFile) Sync() error {
+	for n := f.h.held.Load(); n > 0; n = f.h.held.Load() {
+		if f.h.held.CompareAndSwap(n, n-1) {
+			f.h.entered <- struct{}{}
+			if err := <-f.h.release; err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return f.File.Sync()
+}
+
+// An append queued while the fdatasync that poisons the log is in flight
+// is in no batch that ran before the failure: it fails with ErrPoisoned,
+// and nothing of it is written.
+func TestAppendsQueuedBehindAFailedFdatasyncAreNotWritten(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	var writes atomic.Int64 // writes to segment 1
+	fs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpWrite && firstSegment(e.Name) {
+			writes.Add(1)
+		}
+	})
+	h := newHoldSyncFS(fs)
+	l := mustOpen(t, dir, Options{FS: h, SegmentBytes: 1 << 20})
+	acked := appendRecords(t, l, 0, 5)
+
+	h.held.Store(1)
+	failing := l.Enqueue(true, record(100))
+	<-h.entered // the writer is in the fdatasync that will fail
+	written0 := writes.Load()
+	behind := l.Enqueue(true, record(101))
+	written := l.Enqueue(false, record(102))
+	h.release <- syscall.EIO
+
+	_, err := failing.Wait()
+	require.ErrorIs(t, err, ErrPoisoned)
+	_, err = behind.Wait()
+	require.ErrorIs(t, err, ErrPoisoned, "an append queued behind the failed fdatasync")
+	_, err = written.Wait()
+	require.ErrorIs(t, err, ErrPoisoned, "a write-only append queued behind the failed fdatasync")
+	require.Equal(t, written0, writes.Load(), "nothing is written after the failure")
+	require.ErrorIs(t, l.Close(), ErrPoisoned)
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	defer l.Close()
+	got := readAll(t, l)
+	require.LessOrEqual(t, len(got), len(acked)+1, "only the failed batch may have reached the file")
+	requireEntries(t, acked, got[:len(acked)])
+}
+
+// A rotation that cannot make the new segment's name durable, or cannot
+// write the old segment's seal, poisons the log like a failed fdatasync: a
+// later success of the same operation would say nothing of what this one
+// lost.
+func TestAFailedRotationStepPoisonsTheLog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rule vfs.Rule
+	}{
+		{"directory sync", vfs.Rule{Op: vfs.OpSyncDir, Times: 1}},
+		{"seal write", vfs.Rule{Op: vfs.OpWrite, Match: firstSegment, Times: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fs := vfs.NewFaultFS(vfs.Default)
+			l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
+			var acked []entry
+			for i := 0; ; i++ {
+				rec := record(i)
+				if l.End().Offset()+segment.Size(len(rec))+segment.Size(0) > 4096 {
+					// This append rotates, and the rotation fails.
+					fs.Inject(tc.rule)
+					_, err := l.Append(rec)
+					require.ErrorIs(t, err, ErrPoisoned)
+					require.ErrorIs(t, err, syscall.EIO)
+					break
+				}
+				pos, err := l.Append(rec)
+				require.NoError(t, err)
+				acked = append(acked, entry{pos[0], rec})
+			}
+			require.Equal(t, int64(1), fs.Injected(tc.rule.Op))
+			require.ErrorIs(t, l.Err(), ErrPoisoned)
+			_, err := l.Append(record(1000))
+			require.ErrorIs(t, err, ErrPoisoned, "every later call fails")
+			require.ErrorIs(t, l.Close(), ErrPoisoned)
+
+			l = mustOpen(t, dir, Options{SegmentBytes: 4096})
+			defer l.Close()
+			requireEntries(t, acked, readAll(t, l))
+		})
+	}
+}
+
+// When the next segment cannot be made, every call of the batch from the
+// first that needed it on fails, those after it included: none is
+// acknowledged without being written.
+func TestACallAfterOneThatFoundNoNextSegmentFailsToo(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	// Every write to a file being prepared fails.
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC})
+	h := newHoldSyncFS(fs)
+	l := mustOpen(t, dir, Options{FS: h, SegmentBytes: 4096})
+	defer l.Close()
+	acked := appendRecords(t, l, 0, 3)
+
+	// Held in the fdatasync of one append, the writer takes the next
+	// two as one batch: the first does not fit in segment 1, the second
+	// would.
+	h.held.Store(1)
+	first := l.Enqueue(true, record(3))
+	<-h.entered
+	tooBig := l.Enqueue(true, make([]byte, 4096-acked[len(acked)-1].pos.Offset()))
+	small := l.Enqueue(true, record(4))
+	h.release <- nil
+	pos, err := first.Wait()
+	require.NoError(t, err)
+	acked = append(acked, entry{pos[0], record(3)})
+	_, err = tooBig.Wait()
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	_, err = small.Wait()
+	require.ErrorIs(t, err, syscall.ENOSPC, "a call after the one that needed the next segment")
+	require.NoError(t, l.Err(), "the log goes on")
+	requireEntries(t, acked, readAll(t, l))
+}
+
+// A call that asked only for the write is released right after the write,
+// also when it shares its batch with one that waits for the fdatasync.
+func TestAWriteOnlyCallDoesNotWaitForItsBatchsFdatasync(t *testing.T) {
+	h := newHoldSyncFS(vfs.Default)
+	l := mustOpen(t, t.TempDir(), Options{FS: h, SegmentBytes: 1 << 20, SyncInterval: time.Hour})
+	defer l.Close()
+	h.held.Store(2)
+	first := l.Enqueue(true, record(0))
+	<-h.entered
+	// Queued behind the fdatasync in flight: the next batch.
+	durable := l.Enqueue(true, record(1))
+	written := l.Enqueue(false, record(2))
+	h.release <- nil
+	_, err := first.Wait()
+	require.NoError(t, err)
+	<-h.entered // the batch of both is written; its fdatasync is held
+
+	done := make(chan error, 1)
+	go func() { _, err := written.Wait(); done <- err }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		h.release <- nil // let Close end
+		t.Fatal("the write-only call waited for the fdatasync of its batch")
+	}
+	h.release <- nil
+	pos, err := durable.Wait()
+	require.NoError(t, err)
+	rec, err := l.Read(pos[0])
+	require.NoError(t, err)
+	require.Equal(t, record(1), rec)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
 )
 
 // TestEveryCallOnAClosedLogIsErrClosed: ErrClosed "is returned by every
@@ -57,4 +58,56 @@ func TestIterateFromNoRecordBoundary(t *testing.T) {
 		t.Fatal("a record past the end")
 		return nil
 	}))
+}
+
+// Read and View return records only: the position of a seal frame, or of
+// a segment just past the last one, names no record and is ErrNotFound.
+func TestReadRefusesSealsAndTheSegmentAfterTheLast(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
+	defer l.Close()
+	appendRecords(t, l, 0, 40)
+	sealed := l.Sealed()
+	require.NotEmpty(t, sealed)
+	for seq, end := range sealed {
+		seal := MakePosition(seq, end-segment.Size(0))
+		_, err := l.Read(seal)
+		require.ErrorIs(t, err, ErrNotFound, "the seal of segment %d", seq)
+		require.ErrorIs(t, l.View(seal, func([]byte) error { return nil }), ErrNotFound)
+	}
+	next := MakePosition(l.End().Segment()+1, segment.HeaderSize)
+	_, err := l.Read(next)
+	require.ErrorIs(t, err, ErrNotFound, "the segment after the last")
+}
+
+// Iterate verifies what it reads: a record that fails its checksum in a
+// segment Open did not scan (Options.Sealed vouched for it) stops the walk
+// with a *CorruptionError naming the file and offset, also when the walk
+// started at a record before it in the same segment.
+func TestIterateReportsADamagedRecordAsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	es := appendRecords(t, l, 0, 60)
+	sealed := l.Sealed()
+	require.NoError(t, l.Close())
+	victim := es[3]
+	require.Contains(t, sealed, victim.pos.Segment())
+	require.Equal(t, victim.pos.Segment(), es[1].pos.Segment())
+	path := segFile(dir, victim.pos.Segment())
+	flipByte(t, path, victim.pos.Offset()+segment.FrameHeaderSize)
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 2048, Sealed: sealed})
+	defer l.Close()
+	for _, from := range []Position{0, es[1].pos} {
+		var got []entry
+		err := l.Iterate(from, func(p Position, rec []byte) error {
+			got = append(got, entry{p, append([]byte(nil), rec...)})
+			return nil
+		})
+		var ce *CorruptionError
+		require.ErrorAs(t, err, &ce, "from %v", from)
+		require.NotErrorIs(t, err, ErrNotFound)
+		require.Equal(t, path, ce.File)
+		require.Equal(t, victim.pos.Offset(), ce.Offset)
+		require.Equal(t, victim.pos, got[len(got)-1].pos+Position(segment.Size(len(got[len(got)-1].rec))), "the walk stops at the damaged record")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
@@ -271,6 +272,8 @@ func TestInterruptedRotationIsUndone(t *testing.T) {
 
 	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
 	require.Equal(t, []string{segFile(dir, last+1)}, l.Recovery().RemovedEmpty)
+	_, err = os.Stat(segFile(dir, last+1))
+	require.ErrorIs(t, err, os.ErrNotExist, "the empty segment is removed from the directory")
 	requireEntries(t, acked, readAll(t, l))
 	more := appendRecords(t, l, 500, 40)
 	require.NoError(t, l.Close())
@@ -330,4 +333,216 @@ func TestDamageBeforeTheCleanEndIsRefused(t *testing.T) {
 			requireEntries(t, es[:len(es)-1], readAll(t, l))
 		})
 	}
+}
+
+// Each frame records how much of its segment was durable when it was
+// written, not how much was written: records appended after unsynced ones
+// do not vouch for them. So when a power loss keeps a later unsynced batch
+// and loses an earlier one, Open discards both as a torn tail (neither was
+// acknowledged as durable) instead of refusing the log as corrupt.
+func TestUnsyncedRecordsDoNotVouchForEarlierUnsyncedOnes(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 20, SyncInterval: time.Hour})
+	synced := appendRecords(t, l, 0, 3)
+	lost, err := l.AppendWritten(record(3))
+	require.NoError(t, err)
+	_, err = l.AppendWritten(record(4)) // a batch of its own, after it
+	require.NoError(t, err)
+
+	// The device kept the second unsynced batch and lost the first.
+	d := copyDir(t, dir)
+	require.NoError(t, l.Close())
+	path := segFile(d, 1)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	clear(b[lost[0].Offset() : lost[0].Offset()+segment.Size(len(record(3)))])
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+
+	l, err = Open(d, Options{SegmentBytes: 1 << 20})
+	require.NoError(t, err, "damage to bytes never synced is a torn tail")
+	defer l.Close()
+	require.NotNil(t, l.Recovery().TornTail)
+	require.Equal(t, lost[0].Offset(), l.Recovery().TornTail.Offset)
+	requireEntries(t, synced, readAll(t, l))
+}
+
+// A clean mark that fails its checksum says nothing: Open ignores it and
+// scans the whole last segment, losing no record.
+func TestADamagedCleanMarkIsIgnored(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	es := appendRecords(t, l, 0, 30)
+	require.NoError(t, l.Close())
+	flipByte(t, filepath.Join(dir, cleanName), 4) // the segment of the end it records
+
+	l, err := Open(dir, Options{SegmentBytes: smallSeg})
+	require.NoError(t, err)
+	defer l.Close()
+	requireEntries(t, es, readAll(t, l))
+	more := appendRecords(t, l, 30, 1)
+	require.Equal(t, es[len(es)-1].pos.Segment(), more[0].pos.Segment())
+}
+
+// A segment a later one follows must end with its seal. One whose seal is
+// gone without a trace (zeros where the seal was: the frames before it end
+// cleanly) is refused all the same, naming the file and where the seal
+// should be; Salvage seals it again and keeps every record.
+func TestAMiddleSegmentWhoseSealIsZeroedIsRefused(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	path := segFile(dir, 1)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	r, err := segment.Scan(data, 1, false, func(segment.Frame) error { return nil })
+	require.NoError(t, err)
+	require.True(t, r.Sealed)
+	sealAt := r.End - segment.Size(0)
+	clear(data[sealAt:r.End])
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	_, err = Open(dir, Options{SegmentBytes: smallSeg})
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, path, ce.File)
+	require.Equal(t, sealAt, ce.Offset)
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	defer l.Close()
+	requireEntries(t, acked, readAll(t, l))
+}
+
+// What Open found in the last segment is durable when it returns, and the
+// first records appended after it say so: damage to the last record of an
+// earlier session is refused as corruption, not dropped as a torn tail,
+// when a single append followed the reopen.
+func TestRecordsOfAnEarlierOpenAreVouchedForByTheNextAppend(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	es := appendRecords(t, l, 0, 5)
+	require.NoError(t, l.Close())
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	appendRecords(t, l, 5, 1)
+	require.NoError(t, l.Close())
+	// As a crash would leave it: no clean mark to say where the log ended.
+	require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
+	path := segFile(dir, 1)
+	flipByte(t, path, es[4].pos.Offset()+segment.FrameHeaderSize)
+
+	_, err := Open(dir, Options{SegmentBytes: 1 << 20})
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, path, ce.File)
+	require.Equal(t, es[4].pos.Offset(), ce.Offset)
+}
+
+// Salvage of a segment whose header is damaged copies the file aside
+// unchanged first, rewrites the header and keeps every record: the frames
+// name their segment themselves.
+func TestSalvageOfADamagedHeaderKeepsACopyAndEveryRecord(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	path := segFile(dir, 2)
+	flipByte(t, path, 3)
+	damaged, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	requireEntries(t, acked, readAll(t, l))
+	rec := l.Recovery()
+	require.Len(t, rec.Salvaged, 1)
+	require.Equal(t, path, rec.Salvaged[0].File)
+	require.Equal(t, 0, rec.Salvaged[0].Offset)
+	require.ErrorIs(t, rec.Salvaged[0].Cause, segment.ErrBadHeader)
+	copied, err := os.ReadFile(rec.Salvaged[0].CopiedTo)
+	require.NoError(t, err)
+	require.Equal(t, damaged, copied, "the damaged file is copied aside unchanged")
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	defer l.Close()
+	requireEntries(t, acked, readAll(t, l))
+}
+
+// What salvage repairs is durable when Open returns: after a power loss
+// right then, the log opens without Salvage, to the same records.
+func TestSalvageRepairsSurviveAPowerLoss(t *testing.T) {
+	dir, acked, groupEnd := buildLog(t)
+	victim := acked[2]
+	flipByte(t, segFile(dir, 1), victim.pos.Offset()+segment.FrameHeaderSize+1)
+	var want []entry
+	vi := indexOf(acked, victim.pos)
+	for i, e := range acked {
+		if groupEnd[i] != groupEnd[vi] {
+			want = append(want, e)
+		}
+	}
+
+	cfs := vfs.NewCrashFS(vfs.Default)
+	l := mustOpen(t, dir, Options{FS: cfs, SegmentBytes: smallSeg, Salvage: true})
+	require.Len(t, l.Recovery().Salvaged, 1)
+	requireEntries(t, want, readAll(t, l))
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})) // power lost now
+	require.NoError(t, l.Close())
+
+	l, err := Open(clone, Options{SegmentBytes: smallSeg})
+	require.NoError(t, err, "the repair was lost")
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+}
+
+// Under SyncNever the frames of a segment claim no synced bytes, so damage
+// in a sealed segment before its seal reads as a torn tail there. It is
+// still corruption (a later segment follows), and Salvage steps over the
+// damaged group only, keeping the records after it and the seal.
+func TestSalvageStepsOverDamageInASegmentOfUnsyncedFrames(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Sync: SyncNever})
+	es := appendRecords(t, l, 0, 60)
+	require.GreaterOrEqual(t, l.Stats().Segments, 3)
+	require.NoError(t, l.Close())
+	victim := es[2]
+	require.Equal(t, uint32(1), victim.pos.Segment())
+	path := segFile(dir, 1)
+	flipByte(t, path, victim.pos.Offset()+segment.FrameHeaderSize+1)
+
+	_, err := Open(dir, Options{SegmentBytes: smallSeg})
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, path, ce.File)
+
+	l = mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	defer l.Close()
+	want := append(append([]entry(nil), es[:2]...), es[3:]...)
+	requireEntries(t, want, readAll(t, l))
+	require.Len(t, l.Recovery().Salvaged, 1)
+	require.Equal(t, victim.pos.Offset(), l.Recovery().Salvaged[0].Offset)
+}
+
+// A torn tail is zeroed up to its last non-zero byte, not only where it
+// starts: no stray byte of the torn batch stays in the file to be read
+// as part of a later one, and Recovery.TornTail spans it all.
+func TestATornTailIsZeroedToItsLastByte(t *testing.T) {
+	dir, acked, groupEnd := buildLog(t)
+	last, end := lastWritten(acked)
+	path := segFile(dir, last)
+	// Tear the last group inside its first frame: the frames after the cut
+	// stay intact on disk.
+	g := acked[groupEnd[len(acked)-1]]
+	first := g
+	for i := len(acked) - 1; i >= 0 && groupEnd[i] == groupEnd[len(acked)-1]; i-- {
+		first = acked[i]
+	}
+	require.NotEqual(t, first.pos, g.pos, "the test needs a group of several records last")
+	cut := first.pos.Offset() + segment.FrameHeaderSize + 1
+	flipByte(t, path, cut)
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	defer l.Close()
+	torn := l.Recovery().TornTail
+	require.NotNil(t, torn)
+	require.Equal(t, first.pos.Offset(), torn.Offset)
+	require.Equal(t, end-first.pos.Offset(), torn.Length)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, len(b)-torn.Offset), b[torn.Offset:], "bytes of the torn batch are left")
+	requireEntries(t, survivors(acked, groupEnd, last, first.pos.Offset()), readAll(t, l))
 }

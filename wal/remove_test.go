@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,4 +245,80 @@ func TestAFailedDirectorySyncInRemoveBelowStopsTheLog(t *testing.T) {
 	got := readAll(t, l)
 	require.NotEmpty(t, got)
 	require.Equal(t, es[len(es)-1].pos, got[len(got)-1].pos)
+}
+
+// spareFiles returns the names of the retired segment files in dir.
+func spareFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range names {
+		if strings.HasPrefix(e.Name(), sparePrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// RemoveBelow keeps at most two removed files for reuse, and only files of
+// the size of a new segment: a file of another size (a log reopened with
+// other SegmentBytes) is deleted.
+func TestRemoveBelowKeepsAtMostTwoFullSizeSpares(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	appendRecords(t, l, 0, 200)
+	require.NoError(t, l.Close())
+
+	// Reopened with smaller segments: the old ones are of another size.
+	l = mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l.Close()
+	old := l.Stats().LastSegment
+	require.Greater(t, old, uint32(3))
+	more := appendRecords(t, l, 200, 100)
+	require.Greater(t, more[len(more)-1].pos.Segment(), old+3, "the test needs several new segments")
+	n, err := l.RemoveBelow(MakePosition(old+1, 0))
+	require.NoError(t, err)
+	require.Equal(t, int(old), n)
+	require.Empty(t, spareFiles(t, dir), "a file of another size is not kept for reuse")
+
+	n, err = l.RemoveBelow(l.End())
+	require.NoError(t, err)
+	require.Greater(t, n, maxSpares)
+	spares := spareFiles(t, dir)
+	require.NotEmpty(t, spares)
+	require.LessOrEqual(t, len(spares), maxSpares, "at most two removed files are kept")
+}
+
+// Open keeps a retired segment file for reuse only when it has the size of
+// a segment, and no more than two of them; it removes the others, so that
+// every segment the log makes later has its full size.
+func TestOpenKeepsOnlyTwoFullSizeSpares(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1024})
+	es := appendRecords(t, l, 0, 20)
+	require.NoError(t, l.Close())
+	spare := func(seq int) string {
+		return filepath.Join(dir, fmt.Sprintf("%s%010d%s", sparePrefix, seq, tmpSuffix))
+	}
+	require.NoError(t, os.WriteFile(spare(90), make([]byte, 512), 0o600))
+	for _, seq := range []int{91, 92, 93} {
+		require.NoError(t, os.WriteFile(spare(seq), make([]byte, 1024), 0o600))
+	}
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1024})
+	defer l.Close()
+	_, err := os.Stat(spare(90))
+	require.ErrorIs(t, err, os.ErrNotExist, "a retired file shorter than a segment is removed")
+	require.LessOrEqual(t, len(spareFiles(t, dir)), maxSpares)
+	first := l.Stats().LastSegment
+	es = append(es, appendRecords(t, l, 20, 100)...)
+	require.Greater(t, l.Stats().LastSegment, first+3)
+	require.EqualValues(t, maxSpares, l.Stats().RecycledSegments, "the new segments reused the two spares kept, no more")
+	for seq := first; seq <= l.Stats().LastSegment; seq++ {
+		fi, err := os.Stat(segFile(dir, seq))
+		require.NoError(t, err)
+		require.EqualValues(t, 1024, fi.Size(), "segment %d", seq)
+	}
+	requireEntries(t, es, readAll(t, l))
 }

@@ -190,3 +190,27 @@ func TestVerifiedPositionPastTheEndIsRefused(t *testing.T) {
 	requireEntries(t, es, readAll(t, l))
 	require.Equal(t, end, l.End())
 }
+
+// Options.Sealed spares every segment but the last: a hint that names the
+// last segment does not keep Open from checking its header.
+func TestSealedHintDoesNotSpareTheLastSegmentsHeader(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	appendRecords(t, l, 0, 60)
+	sealed := l.Sealed()
+	last := l.Stats().LastSegment
+	require.NoError(t, l.Close())
+	sealed[last] = 2048 // a hint for the last segment too
+
+	f, err := os.OpenFile(segFile(dir, last), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0xee}, 3)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	_, err = Open(dir, Options{SegmentBytes: 2048, Sealed: sealed})
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, segFile(dir, last), ce.File)
+	require.ErrorIs(t, err, segment.ErrBadHeader)
+}

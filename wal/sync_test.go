@@ -3,7 +3,11 @@ package wal
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,4 +151,79 @@ func TestBarrierCoversEverythingQueuedBefore(t *testing.T) {
 	require.True(t, dur.covered(segFile(dir, 1), off, off+1))
 	_, err = l.Enqueue(true, make([]byte, 2<<20)).Wait()
 	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+// Under SyncNever nothing syncs in the background: an fdatasync happens
+// only at rotation, Sync and Close, however long the records wait (here,
+// many times SyncInterval, which the mode ignores).
+func TestSyncNeverHasNoBackgroundFdatasync(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{Sync: SyncNever, SegmentBytes: 1 << 20, SyncInterval: time.Millisecond})
+	defer l.Close()
+	syncs := l.Stats().Syncs
+	appendRecords(t, l, 0, 3)
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, syncs, l.Stats().Syncs, "a background fdatasync under SyncNever")
+}
+
+// Close makes every written record durable: under SyncNever, records
+// appended without any fdatasync survive a power loss right after Close.
+func TestCloseMakesWrittenRecordsDurable(t *testing.T) {
+	dir := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	l := mustOpen(t, dir, Options{FS: cfs, Sync: SyncNever, SegmentBytes: 1 << 20})
+	es := appendRecords(t, l, 0, 10)
+	require.NoError(t, l.Close())
+
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})) // power lost now
+	l = mustOpen(t, clone, Options{SegmentBytes: 1 << 20})
+	defer l.Close()
+	requireEntries(t, es, readAll(t, l))
+}
+
+// A failed background fdatasync (of records appended without waiting for
+// one) poisons the log: Err reports it before any call meets it, and the
+// fdatasync is never tried again.
+func TestAFailedBackgroundFdatasyncIsReportedByErr(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	var synced atomic.Int64 // completed fdatasyncs of segment 1
+	fs.OnSync(func(name string) {
+		if firstSegment(name) {
+			synced.Add(1)
+		}
+	})
+	l := mustOpen(t, t.TempDir(), Options{FS: fs, SegmentBytes: 1 << 20, SyncInterval: time.Millisecond})
+	defer l.Close()
+	require.NoError(t, l.Err())
+	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: firstSegment, Times: 1})
+	before := synced.Load()
+	_, err := l.AppendWritten(record(1))
+	require.NoError(t, err, "the write itself succeeded")
+	require.Eventually(t, func() bool { return l.Err() != nil }, 10*time.Second, time.Millisecond)
+	require.ErrorIs(t, l.Err(), ErrPoisoned)
+	require.ErrorIs(t, l.Err(), syscall.EIO)
+	time.Sleep(20 * time.Millisecond) // twenty intervals
+	require.Equal(t, before, synced.Load(), "the failed fdatasync is not retried")
+	_, err = l.AppendWritten(record(2))
+	require.ErrorIs(t, err, ErrPoisoned)
+}
+
+// The poison is the first failure: a later one (here a failed directory
+// sync of RemoveBelow on the poisoned log) does not replace it.
+func TestThePoisonIsTheFirstFailure(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	l := mustOpen(t, t.TempDir(), Options{FS: fs, SegmentBytes: 1024})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 40)
+	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return strings.Contains(n, ".seg") }, Times: 1, Err: syscall.EIO})
+	_, err := l.Append(record(100))
+	require.ErrorIs(t, err, syscall.EIO)
+	fs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Times: 1, Err: syscall.ENOSPC})
+	_, err = l.RemoveBelow(es[len(es)-1].pos)
+	require.ErrorIs(t, err, ErrPoisoned)
+	require.Equal(t, int64(1), fs.Injected(vfs.OpSyncDir))
+	for _, err := range []error{err, l.Err(), l.Sync()} {
+		require.ErrorIs(t, err, syscall.EIO)
+		require.NotErrorIs(t, err, syscall.ENOSPC)
+	}
 }

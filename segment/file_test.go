@@ -61,6 +61,7 @@ func TestCreateReplacesAndRefusesTinySizes(t *testing.T) {
 	require.Len(t, f.Data(), 1000)
 	require.True(t, isZero(f.Data()[segment.HeaderSize:]))
 	require.NoError(t, f.Close())
+	require.Len(t, mustRead(t, path), 1000, "bytes of the old file past the new size survive")
 
 	for _, size := range []int64{0, segment.HeaderSize, segment.HeaderSize + segment.FrameHeaderSize - 1} {
 		p := filepath.Join(dir, "tiny")
@@ -448,4 +449,90 @@ func TestCreatePacedAllocatesTheRestWhenAsked(t *testing.T) {
 			require.Equal(t, testFileSize, f.Size())
 		})
 	}
+}
+
+// powerLoss returns a copy of the directory dir of cfs as a power loss now
+// would leave it: only what completed fdatasyncs and directory syncs made
+// durable.
+func powerLoss(t *testing.T, cfs *vfs.CrashFS, dir string) string {
+	t.Helper()
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+	return clone
+}
+
+// TestACreatedSegmentIsDurableOnceItsNameIs: Create ends with an fdatasync,
+// so once the caller has synced the directory a power loss leaves the whole
+// file, its header and its zeros.
+func TestACreatedSegmentIsDurableOnceItsNameIs(t *testing.T) {
+	dir := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	f, err := segment.Create(cfs, filepath.Join(dir, "seg"), 6, 8192)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, cfs.SyncDir(dir))
+
+	clone := powerLoss(t, cfs, dir)
+	g, err := segment.Open(vfs.Default, filepath.Join(clone, "seg"), 6)
+	require.NoError(t, err, "the header did not survive a power loss")
+	defer g.Close()
+	require.Equal(t, 8192, g.Size())
+	require.True(t, isZero(g.Data()[segment.HeaderSize:]))
+}
+
+// TestARecycledSegmentIsDurableOnceItsNameIs: Recycle syncs the rewritten
+// header, so after the caller's directory sync a power loss leaves the file
+// naming its new segment, not the retired one.
+func TestARecycledSegmentIsDurableOnceItsNameIs(t *testing.T) {
+	dir := t.TempDir()
+	f, _ := createFile(t, dir, 1, 8192)
+	require.NoError(t, f.Close())
+
+	cfs := vfs.NewCrashFS(vfs.Default)
+	newPath := filepath.Join(dir, "new")
+	g, err := segment.Recycle(cfs, filepath.Join(dir, "seg"), newPath, 2)
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, cfs.SyncDir(dir))
+
+	clone := powerLoss(t, cfs, dir)
+	h, err := segment.Open(vfs.Default, filepath.Join(clone, "new"), 2)
+	require.NoError(t, err, "the new header did not survive a power loss")
+	require.NoError(t, h.Close())
+}
+
+// TestSequenceZeroIsRefused: zero-filled space names segment 0, so a
+// segment 0 would take its preallocated zeros for frames of its own. No
+// file is made.
+func TestSequenceZeroIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seg")
+	_, err := segment.Create(vfs.Default, path, 0, 4096)
+	require.ErrorContains(t, err, "sequence 0")
+	require.NoFileExists(t, path)
+}
+
+// TestOpenUnreadDoesNotReadTheHeader: OpenUnread reads nothing of the file,
+// so even a header that no longer verifies opens; its frames are still
+// checked as they are read.
+func TestOpenUnreadDoesNotReadTheHeader(t *testing.T) {
+	dir := t.TempDir()
+	f, path := createFile(t, dir, 3, 4096)
+	frame := segment.AppendFrame(nil, 3, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("kept"))
+	require.NoError(t, f.WriteAt(frame, segment.HeaderSize))
+	require.NoError(t, f.Close())
+	b := mustRead(t, path)
+	b[2] ^= 0xff // the magic
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+
+	_, err := segment.Open(vfs.Default, path, 3)
+	require.ErrorIs(t, err, segment.ErrBadHeader)
+	g, err := segment.OpenUnread(vfs.Default, path, 3)
+	require.NoError(t, err)
+	defer g.Close()
+	require.Equal(t, uint32(3), g.Seq())
+	var got []string
+	r, err := g.Scan(false, func(fr segment.Frame) error { got = append(got, string(fr.Body)); return nil })
+	require.NoError(t, err)
+	require.Equal(t, []string{"kept"}, got)
+	require.Equal(t, segment.HeaderSize+len(frame), r.End)
 }

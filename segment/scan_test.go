@@ -444,6 +444,18 @@ func TestScanClassification(t *testing.T) {
 			},
 			corrupt: identity, want: clean,
 		},
+		{
+			// Salvage pads a damaged span that nothing after it opens: the
+			// padding is then the last frame, and the next frame goes after it.
+			name: "padding ends the log", seg: func(r *rand.Rand) *segBuf {
+				s := newSeg(testSeq, r)
+				s.batch([]int{10}, []int{3, 4})
+				s.beginBatch()
+				s.frame(segment.KindPadding, segment.Full, 30)
+				return s
+			},
+			corrupt: identity, want: clean,
+		},
 
 		// Frames that verify but break group order.
 		{
@@ -711,4 +723,34 @@ func TestScanShortData(t *testing.T) {
 		require.Empty(t, got)
 		require.Equal(t, segment.HeaderSize, r.End)
 	}
+}
+
+// TestScanFromTakesWhatLiesBeforeItAsValid: ScanFrom reads nothing before
+// its offset, and reports the valid prefix as ending there at least: from
+// the start of a group it returns that group and the ones after; from the
+// end of the log it returns nothing and that end.
+func TestScanFromTakesWhatLiesBeforeItAsValid(t *testing.T) {
+	s := baseSeg(newRand(t))
+	data := s.file(fileSize)
+	clear(data[:segment.HeaderSize]) // never read
+
+	for _, gi := range []int{0, 3, 6, 10} {
+		from := s.groups[gi].start
+		var got []segment.Frame
+		r, err := segment.ScanFrom(data, testSeq, from, false, func(f segment.Frame) error {
+			got = append(got, f)
+			return nil
+		})
+		require.NoError(t, err)
+		want := s.records(func(i int, _ groupSpec) bool { return i >= gi })
+		require.Equal(t, want, got, "from group %d", gi)
+		require.Equal(t, segment.Report{End: s.end(), Records: len(want), Tail: segment.EndClean}, r, "from group %d", gi)
+	}
+
+	r, err := segment.ScanFrom(data, testSeq, s.end(), false, func(segment.Frame) error {
+		t.Fatal("a record past the end of the log")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, segment.Report{End: s.end(), Tail: segment.EndClean}, r)
 }

@@ -1,0 +1,68 @@
+package index
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// TestALapseStaysSeenWhenTheClockGoesBack: once Promote saw a lease lapse,
+// the lease is no longer held, even at an earlier reading of the clock.
+func TestALapseStaysSeenWhenTheClockGoesBack(t *testing.T) {
+	x := declared()
+	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
+	q := x.Queue("q")
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50, Nonce: 3})
+	m := q.Get(1)
+	require.True(t, LeaseLive(m, 49))
+	require.False(t, LeaseLive(m, 50), "a lease lapses at its instant")
+	q.Promote(50)
+	require.True(t, m.Lapsed)
+	require.False(t, LeaseLive(m, 49), "the clock went back: the lapse Promote saw stands")
+	require.Equal(t, []*Message{m}, q.Lapsed())
+}
+
+// TestARedeclarationResortsLeasesByTheirLastDelivery: when a new policy
+// changes how many deliveries a message may have, a lease on what was its
+// last delivery lapses into the ready set, and one on what now is its last
+// exhausts the message.
+func TestARedeclarationResortsLeasesByTheirLastDelivery(t *testing.T) {
+	x := declared() // MaxDeliveries 2
+	q := x.Queue("q")
+	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
+	x.Apply(wal.MakePosition(1, 200), pub(2, 0, ""))
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 2, Time: 50})
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 50})
+	require.Equal(t, []*Message{q.Get(1)}, q.FinalsDue(50))
+
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 3}}))
+	require.Empty(t, q.FinalsDue(50), "3 deliveries allowed: 2 is no longer the last")
+	q.Promote(50)
+	require.Empty(t, q.Exhausted())
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 3, Time: 80})
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 2, Time: 80})
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}}))
+	q.Promote(80)
+	require.ElementsMatch(t, []*Message{q.Get(1), q.Get(2)}, q.Exhausted(), "2 deliveries allowed again: both leases were the last")
+	require.Nil(t, q.NextReady())
+	require.Zero(t, q.Live(), "exhausted messages, on their way to the dead letters, hold no capacity")
+}
+
+// TestAClockAtTheLastReadingStillEvicts: only a clock behind the latest
+// reading (a publish's enqueue instant here) evicts nothing; one that reads
+// the same instant is not going backwards.
+func TestAClockAtTheLastReadingStillEvicts(t *testing.T) {
+	x := declared()
+	q := x.Queue("q")
+	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
+	x.Apply(wal.MakePosition(1, 200), pub(2, 200, "b"))
+	require.Equal(t, int64(200), q.LastEvicts())
+	require.True(t, q.EvictSeen(200, 50), "a is 100 old, beyond the window of 50")
+	_, _, ok := q.Seen("a")
+	require.False(t, ok)
+	_, _, ok = q.Seen("b")
+	require.True(t, ok)
+}

@@ -1,0 +1,54 @@
+package index
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/crc32"
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// TestTableEntryLayout: an entry in its chunk file is the documented 32
+// bytes, its checksum covering its sequence number, so that an entry found
+// in another message's slot fails its checksum.
+func TestTableEntryLayout(t *testing.T) {
+	dir := t.TempDir()
+	tbl, err := OpenTable(vfs.Default, dir, nil)
+	require.NoError(t, err)
+	e := Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: -5, Queue: 7, Stream: true, Size: 99}
+	tbl.Put(e)
+	tbl.Detach()
+	_, err = tbl.Flush(true)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Close())
+
+	path := filepath.Join(dir, chunkName(0))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	want := make([]byte, EntrySize)
+	binary.LittleEndian.PutUint64(want[0:], uint64(e.Pos))
+	binary.LittleEndian.PutUint64(want[8:], uint64(e.EnqueuedAt))
+	binary.LittleEndian.PutUint32(want[16:], 7|1<<31)
+	binary.LittleEndian.PutUint32(want[20:], 99)
+	var seq [8]byte
+	binary.LittleEndian.PutUint64(seq[:], 3)
+	binary.LittleEndian.PutUint32(want[28:], crc32.Update(crc32.Checksum(seq[:], castagnoli), castagnoli, want[:28]))
+	require.Equal(t, want, data[3*EntrySize:4*EntrySize])
+
+	// The same bytes in the slot of message 5.
+	copy(data[5*EntrySize:], want)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	tbl, err = OpenTable(vfs.Default, dir, []uint64{0})
+	require.NoError(t, err)
+	defer tbl.Close()
+	got, ok, err := tbl.Get(3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, e, got)
+	_, _, err = tbl.Get(5)
+	require.ErrorIs(t, err, ErrDamaged, "an entry in another message's slot verified")
+}

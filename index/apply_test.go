@@ -26,7 +26,7 @@ func TestAMarkTakesEverySequenceBelowIt(t *testing.T) {
 // queue number; a declaration giving it another is a malformed log, not a
 // second queue.
 func TestADeclareGivingANameASecondNumberIsRefused(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	err := x.Apply(wal.MakePosition(1, 64), &Event{Kind: KindDeclare, Queue: 2, Name: "q"})
 	require.ErrorIs(t, err, ErrBadEvent)
 	require.Nil(t, x.QueueByID(2))
@@ -38,7 +38,7 @@ func TestADeclareGivingANameASecondNumberIsRefused(t *testing.T) {
 // whose declaration the index never saw (lost to salvage) still takes its
 // number: the next queue declared gets a later one.
 func TestNextQueueIDIsPastEveryNumberAnEventNamed(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	id, ok := x.NextQueueID()
 	require.True(t, ok)
 	require.Equal(t, uint32(2), id)
@@ -54,7 +54,7 @@ func TestNextQueueIDIsPastEveryNumberAnEventNamed(t *testing.T) {
 // lease's nonce, the dead letter's fields), whatever it held before, and
 // in the state and place the event's kind says.
 func TestEventsSetTheAbsoluteValuesTheyCarry(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
 	pos := wal.MakePosition(1, 100)
 	require.NoError(t, x.Apply(pos, pub(1, 5, "")))
@@ -118,16 +118,16 @@ func TestEventsSetTheAbsoluteValuesTheyCarry(t *testing.T) {
 // stream (they are not active); one enqueued before the stream's last is
 // active.
 func TestABacklogPublishedInOrderStaysInTheStream(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
 	for i, at := range []int64{10, 10, 11, 11, 11, 12} {
-		x.Apply(wal.MakePosition(1, 100*(i+1)), pub(uint64(i+1), at, ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100*(i+1)), pub(uint64(i+1), at, "")))
 	}
 	require.Zero(t, q.Active(), "an in-order backlog is held by the table, not on the heap")
 	for seq := uint64(1); seq <= 6; seq++ {
 		require.Nil(t, q.Get(seq), "message %d is active", seq)
 	}
-	x.Apply(wal.MakePosition(1, 700), pub(7, 11, ""))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 700), pub(7, 11, "")))
 	require.Equal(t, 1, q.Active(), "published out of order")
 	require.NotNil(t, q.Get(7))
 	ready, _, _, _ := q.Counts()
@@ -142,15 +142,15 @@ func TestLeasingAnyReadyMessageKeepsTheOthersInOrder(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	for round := 0; round < 200; round++ {
-		x := declared()
+		x := declared(t)
 		q := x.Queue("q")
 		// The first message is the stream's; the others, enqueued
 		// earlier, are published out of order: all active and ready.
-		x.Apply(wal.MakePosition(1, 64), pub(1, 1000, ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 1000, "")))
 		enq := map[uint64]int64{1: 1000}
 		for seq := uint64(2); seq <= 40; seq++ {
 			at := int64(rng.IntN(900))
-			x.Apply(wal.MakePosition(1, 64*int(seq)), pub(seq, at, ""))
+			require.NoError(t, x.Apply(wal.MakePosition(1, 64*int(seq)), pub(seq, at, "")))
 			enq[seq] = at
 		}
 		for range 15 {

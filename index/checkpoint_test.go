@@ -42,27 +42,27 @@ func TestCheckpointThenReplayEqualsFullReplay(t *testing.T) {
 		dir := t.TempDir()
 		live, err := Rebuild(vfs.Default, dir)
 		require.NoError(t, err)
-		live.Apply(0, &Event{Kind: KindMeta, Secret: make([]byte, SecretSize)})
-		live.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}})
+		require.NoError(t, live.Apply(0, &Event{Kind: KindMeta, Secret: make([]byte, SecretSize)}))
+		require.NoError(t, live.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}}))
 		events := randomEvents(rng, 80)
 		cut := rng.IntN(len(events))
 		for i, e := range events[:cut] {
-			live.Apply(wal.MakePosition(1, 32+i), e)
+			require.NoError(t, live.Apply(wal.MakePosition(1, 32+i), e))
 		}
 		checkpointAt(t, live, dir, wal.MakePosition(1, 32+cut))
 		for i, e := range events[cut:] {
-			live.Apply(wal.MakePosition(1, 32+cut+i), e)
+			require.NoError(t, live.Apply(wal.MakePosition(1, 32+cut+i), e))
 		}
 
 		loaded, from, err := Load(vfs.Default, dir)
 		require.NoError(t, err)
 		require.Equal(t, wal.MakePosition(1, 32+cut), from)
 		for i, e := range events[cut:] {
-			loaded.Apply(wal.MakePosition(1, 32+cut+i), e)
+			require.NoError(t, loaded.Apply(wal.MakePosition(1, 32+cut+i), e))
 		}
-		full := declared()
+		full := declared(t)
 		for i, e := range events {
-			full.Apply(wal.MakePosition(1, 32+i), e)
+			require.NoError(t, full.Apply(wal.MakePosition(1, 32+i), e))
 		}
 		require.Equal(t, dumpAll(full, 50), dumpAll(loaded, 50), "round %d cut %d", round, cut)
 		require.Equal(t, dumpAll(full, 50), dumpAll(live, 50), "round %d", round)
@@ -79,9 +79,9 @@ func TestDamagedCheckpointIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	x, err := Rebuild(vfs.Default, dir)
 	require.NoError(t, err)
-	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}})
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
 	for i := 1; i <= 10; i++ {
-		x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), "")))
 	}
 	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
 	require.NoError(t, x.Table.Close())
@@ -123,9 +123,9 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 	dir := t.TempDir()
 	x, err := Rebuild(vfs.Default, dir)
 	require.NoError(t, err)
-	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}})
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
 	for i := 1; i <= 10; i++ {
-		x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), "")))
 	}
 	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
 	require.NoError(t, x.Table.Close())

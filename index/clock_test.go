@@ -10,8 +10,8 @@ import (
 // TestALapseStaysSeenWhenTheClockGoesBack: once Promote saw a lease lapse,
 // the lease is no longer held, even at an earlier reading of the clock.
 func TestALapseStaysSeenWhenTheClockGoesBack(t *testing.T) {
-	x := declared()
-	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 0, "")))
 	q := x.Queue("q")
 	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50, Nonce: 3})
 	m := q.Get(1)
@@ -28,10 +28,10 @@ func TestALapseStaysSeenWhenTheClockGoesBack(t *testing.T) {
 // last delivery lapses into the ready set, and one on what now is its last
 // exhausts the message.
 func TestARedeclarationResortsLeasesByTheirLastDelivery(t *testing.T) {
-	x := declared() // MaxDeliveries 2
+	x := declared(t) // MaxDeliveries 2
 	q := x.Queue("q")
-	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
-	x.Apply(wal.MakePosition(1, 200), pub(2, 0, ""))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 0, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), pub(2, 0, "")))
 	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 2, Time: 50})
 	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 50})
 	require.Equal(t, []*Message{q.Get(1)}, q.FinalsDue(50))
@@ -55,10 +55,10 @@ func TestARedeclarationResortsLeasesByTheirLastDelivery(t *testing.T) {
 // reading (a publish's enqueue instant here) evicts nothing; one that reads
 // the same instant is not going backwards.
 func TestAClockAtTheLastReadingStillEvicts(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
-	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
-	x.Apply(wal.MakePosition(1, 200), pub(2, 200, "b"))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), pub(2, 200, "b")))
 	require.Equal(t, int64(200), q.LastEvicts())
 	require.True(t, q.EvictSeen(200, 50), "a is 100 old, beyond the window of 50")
 	_, _, ok := q.Seen("a")

@@ -11,9 +11,10 @@ import (
 	"github.com/walbroker/walbroker/wal"
 )
 
-func declared() *Index {
+func declared(t testing.TB) *Index {
+	t.Helper()
 	x := New()
-	x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}})
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}}))
 	return x
 }
 
@@ -55,21 +56,21 @@ func TestApplyIsIdempotent(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for round := 0; round < 200; round++ {
-		once, twice := declared(), declared()
+		once, twice := declared(t), declared(t)
 		for i, e := range randomEvents(rng, 60) {
 			pos := wal.MakePosition(1, 32+i)
-			once.Apply(pos, e)
-			twice.Apply(pos, e)
-			twice.Apply(pos, e)
+			require.NoError(t, once.Apply(pos, e))
+			require.NoError(t, twice.Apply(pos, e))
+			require.NoError(t, twice.Apply(pos, e))
 		}
 		require.Equal(t, snapshot(once.Queue("q"), 50), snapshot(twice.Queue("q"), 50), "round %d", round)
 	}
 }
 
 func TestReadyOrderIsOldestEnqueuedFirst(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	for i, at := range []int64{30, 10, 20, 10} {
-		x.Apply(wal.MakePosition(1, 100+i), pub(uint64(i+1), at, ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100+i), pub(uint64(i+1), at, "")))
 	}
 	q := x.Queue("q")
 	var got []uint64
@@ -81,8 +82,8 @@ func TestReadyOrderIsOldestEnqueuedFirst(t *testing.T) {
 }
 
 func TestPromoteLapsesLeasesAtTheirInstant(t *testing.T) {
-	x := declared()
-	x.Apply(wal.MakePosition(1, 100), pub(1, 0, ""))
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 0, "")))
 	q := x.Queue("q")
 	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50})
 	q.Promote(49)
@@ -104,11 +105,11 @@ func TestPromoteLapsesLeasesAtTheirInstant(t *testing.T) {
 }
 
 func TestDeadLettersOrderedByFailedAt(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
 	for i, failed := range []int64{30, 10, 20} {
 		seq := uint64(i + 1)
-		x.Apply(wal.MakePosition(1, 100+i), pub(seq, 0, ""))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100+i), pub(seq, 0, "")))
 		q.Apply(0, &Event{Kind: KindDeadLetter, Queue: 1, Seq: seq, Time: failed})
 	}
 	var got []uint64
@@ -124,9 +125,9 @@ func TestDeadLettersOrderedByFailedAt(t *testing.T) {
 }
 
 func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
-	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a")))
 	q.EvictSeen(110, 10) // a is exactly 10 old: kept
 	_, _, ok := q.Seen("a")
 	require.True(t, ok)
@@ -134,16 +135,16 @@ func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *tes
 	_, _, ok = q.Seen("a")
 	require.False(t, ok)
 	require.False(t, q.EvictSeen(112, 10), "and that it forgot nothing")
-	x.Apply(wal.MakePosition(1, 200), pub(2, 150, "b"))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), pub(2, 150, "b")))
 	q.EvictSeen(200, 100) // b is 50 old: kept; and the clock is now 200
 	q.EvictSeen(170, 10)  // backwards: nothing is evicted, although b is 20 old
 	_, _, ok = q.Seen("b")
 	require.True(t, ok)
 	// A publish instant is a clock reading too, and it survives a replay:
 	// a clock behind it evicts nothing.
-	y := declared()
-	y.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
-	y.Apply(wal.MakePosition(1, 200), pub(2, 1000, "late"))
+	y := declared(t)
+	require.NoError(t, y.Apply(wal.MakePosition(1, 100), pub(1, 100, "a")))
+	require.NoError(t, y.Apply(wal.MakePosition(1, 200), pub(2, 1000, "late")))
 	y.Queue("q").EvictSeen(500, 10)
 	_, _, ok = y.Queue("q").Seen("a")
 	require.True(t, ok)
@@ -158,9 +159,9 @@ func TestSeenKeysEvictStrictlyOlderThanWindowAndNeverWhenTheClockGoesBack(t *tes
 
 // An evict event forgets on replay what the eviction forgot live.
 func TestEvictEventReplaysTheEviction(t *testing.T) {
-	x := declared()
-	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
-	x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50})
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50}))
 	_, _, ok := x.Queue("q").Seen("a")
 	require.False(t, ok)
 	// The eviction clock is a reading too: a clock behind it evicts
@@ -173,13 +174,13 @@ func TestEvictEventReplaysTheEviction(t *testing.T) {
 // queued before it, and an eviction of nothing (an infinite window) only
 // raises the clock.
 func TestEvictEventReplaysBehindALaterReading(t *testing.T) {
-	x := declared()
-	x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a"))
-	x.Apply(wal.MakePosition(2, 50), &Event{Kind: KindEvict, Queue: 1, Time: 300, Window: math.MaxInt64})
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 100, "a")))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 50), &Event{Kind: KindEvict, Queue: 1, Time: 300, Window: math.MaxInt64}))
 	_, _, ok := x.Queue("q").Seen("a")
 	require.True(t, ok, "an eviction of nothing forgets nothing")
 	require.Equal(t, int64(300), x.Queue("q").LastEvicts())
-	x.Apply(wal.MakePosition(2, 100), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50})
+	require.NoError(t, x.Apply(wal.MakePosition(2, 100), &Event{Kind: KindEvict, Queue: 1, Time: 200, Window: 50}))
 	_, _, ok = x.Queue("q").Seen("a")
 	require.False(t, ok, "the logged eviction at 200 forgot a, 100 old")
 	require.Equal(t, int64(300), x.Queue("q").LastEvicts(), "the clock keeps its latest reading")
@@ -187,7 +188,7 @@ func TestEvictEventReplaysBehindALaterReading(t *testing.T) {
 }
 
 func TestPendingUntilCommit(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
 	q.Apply(0, pub(1, 5, "k"))
 	require.Equal(t, Pending, q.Get(1).State)
@@ -202,15 +203,15 @@ func TestPendingUntilCommit(t *testing.T) {
 }
 
 func TestEventsForUnknownMessagesAreOrphans(t *testing.T) {
-	x := declared()
-	x.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: 9})
-	x.Apply(0, &Event{Kind: KindAck, Queue: 7, Seq: 9})
+	x := declared(t)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: 9}))
+	require.NoError(t, x.Apply(0, &Event{Kind: KindAck, Queue: 7, Seq: 9}))
 	require.Equal(t, 2, x.Orphans)
 }
 
 func TestNextSeqFollowsReplay(t *testing.T) {
-	x := declared()
-	x.Apply(wal.MakePosition(1, 100), pub(41, 0, ""))
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(41, 0, "")))
 	require.Equal(t, uint64(42), x.NextSeq())
 	require.Equal(t, uint64(43), x.NextSeq())
 }
@@ -219,7 +220,7 @@ func TestNextSeqFollowsReplay(t *testing.T) {
 // passed (a later message was looked at first) becomes active. Either way
 // it is receivable in EnqueuedAt order.
 func TestCommitJoinsTheStreamUnlessTheCursorPassedIt(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.Queue("q")
 	q.Apply(0, pub(1, 5, ""))
 	q.Apply(0, pub(2, 6, ""))
@@ -241,7 +242,7 @@ func TestReadyOrderMergesStreamAndActive(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for round := 0; round < 100; round++ {
-		x := declared()
+		x := declared(t)
 		q := x.Queue("q")
 		type ref struct {
 			seq uint64
@@ -251,7 +252,7 @@ func TestReadyOrderMergesStreamAndActive(t *testing.T) {
 		clock := int64(1000)
 		for seq := uint64(1); seq <= 50; seq++ {
 			clock += int64(rng.IntN(5)) - 1 // sometimes backwards
-			x.Apply(wal.MakePosition(1, 32+int(seq)*64), pub(seq, clock, ""))
+			require.NoError(t, x.Apply(wal.MakePosition(1, 32+int(seq)*64), pub(seq, clock, "")))
 			want = append(want, ref{seq, clock})
 		}
 		// Lease a few from the head, nack some back at once.

@@ -15,7 +15,7 @@ import (
 // every rotation: each copy that left an entry behind grew the eviction
 // heap without bound.
 func TestCopyingAKeyForwardKeepsOneEntryForIt(t *testing.T) {
-	x := declared()
+	x := declared(t)
 	q := x.QueueByID(1)
 	require.True(t, x.Queue("q") == q)
 	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 100, "k")))

@@ -398,6 +398,7 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 		signal = wake.Signal
 		wait, timed = wake.In, wake.Scheduled
 	}
+	signalled := false
 	if !timed || wait > 0 {
 		var timer <-chan time.Time
 		if timed {
@@ -409,6 +410,7 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 		for {
 			select {
 			case <-signal:
+				signalled = true
 				break wait
 			case <-timer:
 				break wait
@@ -421,13 +423,19 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			}
 		}
 	}
-	if time.Since(start) >= minIdleWait {
+	// A wait set shorter than minIdleWait (In <= 0, a tiny In or
+	// PollInterval) ended at once whatever it lasted: on a busy machine a
+	// timer of a microsecond fires a millisecond late, and that must not
+	// count as waiting, or a broker whose Wake always says "now" would
+	// have Consume receive in a loop at the scheduler's pace.
+	atOnce := time.Since(start) < minIdleWait || (timed && wait < minIdleWait && !signalled)
+	if !atOnce {
 		c.streak = 0
 		return true
 	}
-	// The wait ended at once (In <= 0, a tiny In or PollInterval, or a
-	// signal already closed), and the previous Receive found nothing.
-	// Retry at once the first time; after that, back off.
+	// The wait ended at once (a tiny wait, or a signal already closed),
+	// and the previous Receive found nothing. Retry at once the first
+	// time; after that, back off.
 	c.streak++
 	return sleep(ctx, floor-time.Since(start))
 }

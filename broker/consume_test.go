@@ -267,7 +267,9 @@ func TestConsumeNeverSpins(t *testing.T) {
 		{"scheduled in a microsecond", func() WakeValue { return WakeValue{Signal: make(chan struct{}), In: time.Microsecond, Scheduled: true} }, 0, 100 * time.Millisecond},
 		// A timer fires late, so a wait set just under a millisecond
 		// lasts longer than one: still a wait that ends at once.
-		{"scheduled just under a millisecond", func() WakeValue { return WakeValue{Signal: make(chan struct{}), In: 999 * time.Microsecond, Scheduled: true} }, 0, 100 * time.Millisecond},
+		{"scheduled just under a millisecond", func() WakeValue {
+			return WakeValue{Signal: make(chan struct{}), In: 999 * time.Microsecond, Scheduled: true}
+		}, 0, 100 * time.Millisecond},
 		{"nil signal polls", func() WakeValue { return WakeValue{} }, 5 * time.Millisecond, 50 * time.Millisecond},
 		{"tiny PollInterval", nil, time.Nanosecond, 9 * time.Millisecond},
 	} {

@@ -2,8 +2,11 @@ package broker_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -73,4 +76,99 @@ func TestCopyForwardOfALargestDeadLetter(t *testing.T) {
 	require.Equal(t, payload, dead[0].Message.Payload)
 	require.Equal(t, reason[:broker.MaxReasonBytes], dead[0].Reason, "the reason is clipped")
 	require.Equal(t, strings.Repeat("€", broker.MaxPublicBytes/3), dead[0].Cause, "the cause is clipped on a rune boundary")
+}
+
+// Copying a leased message forward moves its records, not its state: a
+// lapse this process already saw stays seen, even when the broker clock
+// then steps back before the lease's ExpiresAt, as it would without the
+// copy.
+func TestCopyForwardKeepsALapseAlreadySeen(t *testing.T) {
+	clock := newFakeClock()
+	s, err := broker.Open(fastDir(t), reclaimOptions(clock, nil))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	q, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	m, err := q.Publish(ctx(t), []byte("a"))
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	clock.Set(ds[0].Lease.ExpiresAt)
+	require.Equal(t, 1, q.Stats().Ready, "the lease lapsed, and the queue saw it")
+
+	churn, err := s.Queue("churn", jobsPolicy)
+	require.NoError(t, err)
+	first := s.Stats().Segments
+	for s.Stats().Segments < first+4 {
+		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
+		require.NoError(t, err)
+		cs, err := churn.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.NoError(t, churn.Ack(ctx(t), cs[0].Lease.Receipt))
+	}
+	for range 3 {
+		require.NoError(t, s.Maintain())
+	}
+	require.Positive(t, s.Stats().CopiedForward, "the leased message was copied forward")
+
+	clock.Set(ds[0].Lease.ExpiresAt.Add(-time.Second)) // the clock steps back
+	again, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "the lapse seen before the copy is still seen")
+	require.Equal(t, m.ID, again[0].Message.ID)
+	require.Equal(t, 2, again[0].Deliveries)
+}
+
+// A message handed back with its deliveries (here by lowering MaxDeliveries
+// below the count of a lapsed lease) keeps its delivery count when copying
+// it forward lets its segment go: the log alone, which an index rebuild
+// reads, still holds that count. A delivery count never goes backwards.
+func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
+	clock := newFakeClock()
+	dir := fastDir(t)
+	opts := reclaimOptions(clock, nil)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	m, err := q.Publish(ctx(t), []byte("a"))
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	clock.Set(ds[0].Lease.ExpiresAt) // the lease lapses with a delivery left
+	lowered := stuckPolicy
+	lowered.MaxDeliveries = 1
+	q, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
+	require.NoError(t, err)
+
+	churn, err := s.Queue("churn", jobsPolicy)
+	require.NoError(t, err)
+	first := s.Stats().Segments
+	for s.Stats().Segments < first+4 {
+		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
+		require.NoError(t, err)
+		cs, err := churn.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.NoError(t, churn.Ack(ctx(t), cs[0].Lease.Receipt))
+	}
+	for range 3 {
+		require.NoError(t, s.Maintain())
+	}
+	require.Positive(t, s.Stats().BytesReclaimed, "the message's first segment is gone")
+	require.NoError(t, s.Close())
+
+	// Without the index, the store is rebuilt from the log alone.
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err = broker.Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	q, err = s.Queue("stuck", lowered)
+	require.NoError(t, err)
+	again, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, m.ID, again[0].Message.ID)
+	require.Equal(t, 2, again[0].Deliveries, "the delivery before the copy still counts")
 }

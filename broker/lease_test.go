@@ -341,6 +341,23 @@ func TestExtendPast2262RefusedAndLeaseKept(t *testing.T) {
 	require.NoError(t, q.Ack(ctx(t), l.Receipt))
 }
 
+// The last instant Unix nanoseconds can record is a deadline Extend grants;
+// one nanosecond more is refused before anything moves.
+func TestExtendToTheLastRecordableInstantAndNotOneNanosecondMore(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "a")
+	d := mustReceiveOne(t, q)
+	last := time.Duration(math.MaxInt64 - t0.UnixNano()) // now + last is the largest instant recordable
+	_, err := q.Extend(ctx(t), d.Lease.Receipt, last+1)
+	requireErrorIs(t, err, broker.QueueMisconfigured, "2262")
+	l, err := q.Extend(ctx(t), d.Lease.Receipt, last)
+	require.NoError(t, err, "the refused Extend left the lease held; the deadline at the very end fits")
+	require.Equal(t, int64(math.MaxInt64), l.ExpiresAt.UnixNano())
+	e.clock.Advance(time.Hour)
+	require.NoError(t, q.Ack(ctx(t), l.Receipt), "the lease reaches to the end of time")
+}
+
 func TestReceiptOfAnotherQueueIsUnknown(t *testing.T) {
 	e := newEnv(t)
 	a := e.queue("a", policy())

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -333,6 +334,20 @@ func TestQueueIsSameForName(t *testing.T) {
 	require.Equal(t, []string{"alpha", "jobs"}, e.s.Queues())
 }
 
+// Queues lists every queue's name sorted, whatever the order they were
+// declared in, before and after a restart.
+func TestQueuesAreListedSorted(t *testing.T) {
+	e := newEnv(t)
+	names := []string{"m", "b", "y", "a", "q", "c", "x", "k", "z", "d"}
+	for _, n := range names {
+		e.queue(n, policy())
+	}
+	want := slices.Sorted(slices.Values(names))
+	require.Equal(t, want, e.s.Queues())
+	e.reopen()
+	require.Equal(t, want, e.s.Queues(), "after a restart")
+}
+
 func TestPolicyRefusedNamesField(t *testing.T) {
 	e := newEnv(t)
 	cases := map[string]func(*broker.PolicyValue){
@@ -409,6 +424,35 @@ func TestClockGoingBackwardsEvictsNothingAcrossRestart(t *testing.T) {
 	dup, err := q.PublishKeyed(ctx(t), "early", []byte("b"))
 	require.NoError(t, err)
 	require.Equal(t, a.ID, dup.ID, "the clock is still behind what the broker saw: nothing is evicted, restart or not")
+}
+
+// A keyed publish answered as a duplicate writes no message, yet it read the
+// clock: after a crash, the log alone must still know that reading, so that
+// a clock that then went backwards evicts nothing, as it would have without
+// the crash.
+func TestDuplicateKeyedPublishClockReadingSurvivesPowerLoss(t *testing.T) {
+	const window = time.Hour
+	p := policy(func(p *broker.PolicyValue) { p.DedupWindow = window })
+	cfs := vfs.NewCrashFS(vfs.Default)
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS = cfs })
+	q := e.queue("jobs", p)
+	b, err := q.PublishKeyed(ctx(t), "b", []byte("b"))
+	require.NoError(t, err)
+	e.clock.Set(t0.Add(30 * time.Minute))
+	dup, err := q.PublishKeyed(ctx(t), "b", []byte("b again")) // the broker has seen t0+30m
+	require.NoError(t, err)
+	require.Equal(t, b.ID, dup.ID)
+	e.clock.Set(t0.Add(-45 * time.Minute)) // the clock jumps back
+	c, err := q.PublishKeyed(ctx(t), "c", []byte("c"))
+	require.NoError(t, err)
+
+	crashed := powerLoss(t, e, cfs, vfs.CrashOptions{})
+	cq := crashed.queue("jobs", p)
+	// 65 minutes after "c" was enqueued, but still behind t0+30m.
+	crashed.clock.Set(t0.Add(20 * time.Minute))
+	again, err := cq.PublishKeyed(ctx(t), "c", []byte("c again"))
+	require.NoError(t, err)
+	require.Equal(t, c.ID, again.ID, "the clock is still behind what the duplicate publish saw: nothing is evicted")
 }
 
 // A key evicted before a restart stays evicted after it: a restart must not

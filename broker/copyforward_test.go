@@ -52,16 +52,7 @@ func TestCopyForwardOfALargestDeadLetter(t *testing.T) {
 	require.NoError(t, q.Reject(ctx(t), ds[0].Lease.Receipt, broker.NewError(reason, 7, public, "private")))
 
 	// Churn that seals the dead letter's segment and several after it.
-	churn, err := s.Queue("churn", jobsPolicy)
-	require.NoError(t, err)
-	first := s.Stats().Segments
-	for s.Stats().Segments < first+4 {
-		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
-		require.NoError(t, err)
-		ds, err := churn.Receive(ctx(t), 1)
-		require.NoError(t, err)
-		require.NoError(t, churn.Ack(ctx(t), ds[0].Lease.Receipt))
-	}
+	churn := churnSegments(t, s, 4)
 	for range 3 {
 		require.NoError(t, s.Maintain(), "maintenance with a largest dead letter to copy forward")
 	}
@@ -97,16 +88,7 @@ func TestCopyForwardKeepsALapseAlreadySeen(t *testing.T) {
 	clock.Set(ds[0].Lease.ExpiresAt)
 	require.Equal(t, 1, q.Stats().Ready, "the lease lapsed, and the queue saw it")
 
-	churn, err := s.Queue("churn", jobsPolicy)
-	require.NoError(t, err)
-	first := s.Stats().Segments
-	for s.Stats().Segments < first+4 {
-		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
-		require.NoError(t, err)
-		cs, err := churn.Receive(ctx(t), 1)
-		require.NoError(t, err)
-		require.NoError(t, churn.Ack(ctx(t), cs[0].Lease.Receipt))
-	}
+	churnSegments(t, s, 4)
 	for range 3 {
 		require.NoError(t, s.Maintain())
 	}
@@ -143,16 +125,7 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	q, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
 	require.NoError(t, err)
 
-	churn, err := s.Queue("churn", jobsPolicy)
-	require.NoError(t, err)
-	first := s.Stats().Segments
-	for s.Stats().Segments < first+4 {
-		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
-		require.NoError(t, err)
-		cs, err := churn.Receive(ctx(t), 1)
-		require.NoError(t, err)
-		require.NoError(t, churn.Ack(ctx(t), cs[0].Lease.Receipt))
-	}
+	churnSegments(t, s, 4)
 	for range 3 {
 		require.NoError(t, s.Maintain())
 	}
@@ -171,4 +144,21 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	require.Len(t, again, 1)
 	require.Equal(t, m.ID, again[0].Message.ID)
 	require.Equal(t, 2, again[0].Deliveries, "the delivery before the copy still counts")
+}
+
+// churnSegments publishes and acknowledges messages of about 1 KiB on a
+// queue "churn" until the store holds n more segments, and returns it.
+func churnSegments(t *testing.T, s *broker.Store, n int) *broker.Queue {
+	t.Helper()
+	churn, err := s.Queue("churn", jobsPolicy)
+	require.NoError(t, err)
+	first := s.Stats().Segments
+	for s.Stats().Segments < first+n {
+		_, err := churn.Publish(ctx(t), bytes.Repeat([]byte{'c'}, 1000))
+		require.NoError(t, err)
+		ds, err := churn.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.NoError(t, churn.Ack(ctx(t), ds[0].Lease.Receipt))
+	}
+	return churn
 }

@@ -735,7 +735,11 @@ type StoreStats struct {
 	MaxRecordsPerCommit  int64
 }
 
-// Stats returns the store's figures.
+// Stats returns the store's figures. Each is read on its own, not in one
+// snapshot: while appends and a rotation run, Records and OwnRecords may be
+// read a few records apart (a preamble counted in one and not yet in the
+// other), so a rate taken from their difference is exact only to a few
+// records.
 func (s *Store) Stats() StoreStats {
 	w := s.log.Stats()
 	st := StoreStats{

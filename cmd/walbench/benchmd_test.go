@@ -234,6 +234,21 @@ func walGoal(producers int, segments string, msgs, vsFsync float64) Row {
 
 func withVsWAL(r Row, vs float64) Row { r.VsWAL = &vs; return r }
 
+func sized(r Row, size int) Row { r.Size = size; return r }
+
+func synced(r Row, sync string) Row { r.Sync = sync; return r }
+
+// TestMarkdownCellsEscaped: a "|" in a cell of a generated table (here
+// the machine's directory) is escaped, so that it does not split the cell
+// and shift the table's columns.
+func TestMarkdownCellsEscaped(t *testing.T) {
+	rep := edgeReport()
+	rep.Machine.Dir = "/x|y/walbench-1"
+	if md := markdown(rep); !strings.Contains(md, "\n| directory | /x\\|y/walbench-1 (removed) |\n") {
+		t.Errorf("the machine table does not escape the | of the directory:\n%s", md)
+	}
+}
+
 func TestGoalRows(t *testing.T) {
 	pub := func(producers int, msgs, ceiling, vsFsync, vsCeiling, p99Ratio float64) Row {
 		return Row{Kind: kindPublish, Sync: "all", Size: 1024, Producers: producers, MsgsPerSec: &msgs, CeilingPerSec: &ceiling,
@@ -255,6 +270,15 @@ func TestGoalRows(t *testing.T) {
 			walGoal(1, "new", 5000, 0.9), walGoal(64, "new", 149_999, 20), walGoal(64, "reused", 150_000, 25),
 			withVsWAL(pub(64, 100000, 300000, 10, 0.33, 4), 0.79),
 		}, []string{"yes", "no", "yes", "yes", "no", "no"}},
+		{"the log's and ÷ log at the bounds", []Row{walGoal(1, "new", 5000, 0.85), withVsWAL(pub(64, 100000, 300000, 10, 0.33, 3), 0.8)},
+			[]string{"yes", "yes", "yes", "yes"}},
+		// The goals are of 1 KiB messages, durable: rows of another size
+		// or under sync none are none of theirs.
+		{"other sizes and sync modes", []Row{
+			sized(pub(1, 4250, 5000, 0.85, 0.85, 1), 100), sized(pub(64, 50000, 100000, 10, 0.5, 3), 100),
+			synced(pub(1, 4250, 5000, 0.85, 0.85, 1), "none"), synced(pub(64, 50000, 100000, 10, 0.5, 3), "none"),
+			sized(walGoal(1, "new", 5000, 0.9), 100), synced(walGoal(64, "new", 150_000, 20), "never"),
+		}, nil},
 	} {
 		rows := goalRows(&Report{Rows: tc.rows})
 		var got []string

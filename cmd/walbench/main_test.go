@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -76,6 +77,7 @@ func TestProfile(t *testing.T) {
 		if r.MsgsPerSec == nil || *r.MsgsPerSec <= 0 || r.Size != 100 || r.SegmentBytes != 64<<10 {
 			t.Errorf("%s: msgs/s %v, size %d, segment %d", r.Workload, r.MsgsPerSec, r.Size, r.SegmentBytes)
 		}
+		checkFiguresFromCounts(t, r)
 		switch r.Kind {
 		case kindPublish:
 			checkRatios(t, r, p)
@@ -233,7 +235,7 @@ func TestCommands(t *testing.T) {
 		},
 		{
 			name: "mixed",
-			args: []string{"mixed", "-producers", "4", "-rate", "400,800", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "0"},
+			args: []string{"mixed", "-producers", "4", "-rate", "400,800", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "50ms"},
 			check: func(t *testing.T, rep *Report) {
 				if len(rep.Rows) != 2 {
 					t.Fatalf("%d rows, want one per rate", len(rep.Rows))
@@ -266,6 +268,11 @@ func TestCommands(t *testing.T) {
 				if r == nil || r.Rounds != 2 || len(r.PerRound) != 2 || r.Segments < 1 || r.IndexBytes <= 0 || r.CheckpointOpenNs == nil || r.RebuildOpenNs == nil || r.HeapInUseBytes == nil {
 					t.Fatalf("reopen: %+v", r)
 				}
+				for _, pr := range r.PerRound {
+					if want := float64(*pr.RebuildOpenNs) / float64(*pr.CheckpointOpenNs); pr.RebuildVsCheckpoint == nil || !near(*pr.RebuildVsCheckpoint, want) {
+						t.Errorf("reopen round %d: rebuild ÷ checkpoint %v, want %v (%d ns ÷ %d ns)", pr.Round, pr.RebuildVsCheckpoint, want, *pr.RebuildOpenNs, *pr.CheckpointOpenNs)
+					}
+				}
 				ratios := []float64{*r.PerRound[0].RebuildVsCheckpoint, *r.PerRound[1].RebuildVsCheckpoint}
 				if !near(*r.RebuildVsCheckpoint, (ratios[0]+ratios[1])/2) || r.Ranges["rebuild_vs_checkpoint"] != [2]float64{min(ratios[0], ratios[1]), max(ratios[0], ratios[1])} {
 					t.Errorf("reopen: rebuild ÷ checkpoint %v, ranges %v; the rounds' are %v", *r.RebuildVsCheckpoint, r.Ranges, ratios)
@@ -282,6 +289,14 @@ func TestCommands(t *testing.T) {
 			check: func(t *testing.T, rep *Report) {
 				if len(rep.Rows) != 8 {
 					t.Fatalf("%d rows, want the 8 points of the grid", len(rep.Rows))
+				}
+				// The grid in the order -sync × -segment-bytes × -size ×
+				// -producers: sync modes outermost, producers innermost.
+				for i, r := range rep.Rows {
+					wantSync, wantSeg, wantProducers := []string{"all", "none"}[i/4], []int64{64 << 10, 128 << 10}[i/2%2], []int{1, 2}[i%2]
+					if r.Sync != wantSync || r.SegmentBytes != wantSeg || r.Producers != wantProducers || r.Size != 100 {
+						t.Errorf("row %d: %s; want sync %s, %d-byte segments, %d producers", i, r.Workload, wantSync, wantSeg, wantProducers)
+					}
 				}
 				for _, r := range rep.Rows {
 					if r.Kind != kindSweep || r.DrainMsgsPerSec == nil || r.ThroughMsgsPerSec == nil {
@@ -371,6 +386,10 @@ func TestCommands(t *testing.T) {
 				if len(r.Notes) > 0 {
 					t.Errorf("%s: notes %q", r.Workload, r.Notes)
 				}
+				checkFiguresFromCounts(t, r)
+			}
+			if rep.Reopen != nil && len(rep.Reopen.Notes) > 0 {
+				t.Errorf("%s: notes %q", rep.Reopen.Workload, rep.Reopen.Notes)
 			}
 			tc.check(t, rep)
 		})
@@ -393,11 +412,72 @@ func TestDrainLimited(t *testing.T) {
 	if !r.Limited || r.Interrupted || r.Ops >= 5000 || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "-limit 1ms ended the drain with") {
 		t.Errorf("row: limited %v, interrupted %v, %d of 5000 handled, notes %q; want it limited, with a note", r.Limited, r.Interrupted, r.Ops, r.Notes)
 	}
+	checkFiguresFromCounts(t, r)
 	if !strings.Contains(res.stdout, r.Workload+" (cut at -limit)") {
 		t.Errorf("the table does not mark the row cut at -limit")
 	}
 	b, err := os.ReadFile(jsonFile)
 	if err != nil || !strings.Contains(string(b), `"limited": true`) {
 		t.Errorf("the JSON does not say the drain was limited (%v)", err)
+	}
+}
+
+// checkFiguresFromCounts checks the rates of each round of r against the
+// counts of the same round: msgs/s and MB/s (10^6 bytes) are of the
+// messages published (drain: handled) over the measured seconds, commits/s
+// of the commits, a log's records/commit of its appends; a mixed row's
+// consumed/s counts only messages its window published, and its backlog
+// max is its largest sample; a sweep's drain rate is of whole messages
+// over the drain's own seconds.
+func checkFiguresFromCounts(t *testing.T, r Row) {
+	t.Helper()
+	for _, pr := range r.PerRound {
+		name := fmt.Sprintf("%s round %d", r.Workload, pr.Round)
+		if pr.Seconds <= 0 {
+			t.Errorf("%s: %v seconds", name, pr.Seconds)
+			continue
+		}
+		for _, c := range []struct {
+			what string
+			got  *float64
+			want float64
+		}{
+			{"msgs/s", pr.MsgsPerSec, float64(pr.Ops) / pr.Seconds},
+			{"MB/s", pr.MBPerSec, float64(pr.Ops) * float64(pr.Size) / pr.Seconds / 1e6},
+			{"commits/s", pr.CommitsPerSec, float64(pr.Commits) / pr.Seconds},
+		} {
+			if c.got == nil || !near(*c.got, c.want) {
+				t.Errorf("%s: %s %v, want %v (%d messages, %d commits, %v s, %d B)", name, c.what, deref(c.got), c.want, pr.Ops, pr.Commits, pr.Seconds, pr.Size)
+			}
+		}
+		if r.Kind == kindWAL && pr.Commits > 0 && (pr.RecordsPerCommit == nil || !near(*pr.RecordsPerCommit, float64(pr.Ops)/float64(pr.Commits))) {
+			t.Errorf("%s: records/commit %v, want %d ÷ %d", name, deref(pr.RecordsPerCommit), pr.Ops, pr.Commits)
+		}
+		if r.Kind == kindMixed {
+			if pr.DrainMsgsPerSec == nil || *pr.DrainMsgsPerSec > *pr.MsgsPerSec {
+				t.Errorf("%s: consumed %v/s, published %v/s: consumed counts messages the window did not publish", name, deref(pr.DrainMsgsPerSec), *pr.MsgsPerSec)
+			}
+			if len(pr.Backlog) > 0 && (pr.BacklogMax == nil || *pr.BacklogMax != float64(slices.Max(pr.Backlog))) {
+				t.Errorf("%s: backlog max %v, samples %v", name, deref(pr.BacklogMax), pr.Backlog)
+			}
+		}
+		if r.Kind == kindSweep && pr.DrainMsgsPerSec != nil {
+			handled := *pr.DrainMsgsPerSec * pr.DrainSeconds
+			if pr.DrainSeconds <= 0 || math.Abs(handled-math.Round(handled)) > 1e-6 {
+				t.Errorf("%s: drain %v msgs/s over %v s is not a whole number of messages (%v)", name, *pr.DrainMsgsPerSec, pr.DrainSeconds, handled)
+			}
+		}
+	}
+}
+
+// TestCPUProfile: -cpuprofile FILE writes a CPU profile of the run there,
+// in the gzip-compressed form go tool pprof reads.
+func TestCPUProfile(t *testing.T) {
+	dir, prof := benchDir(t), filepath.Join(t.TempDir(), "cpu.pprof")
+	runOK(t, "probe", "-dir", dir, "-time", "10ms", "-cpuprofile", prof)
+	assertDirEmpty(t, dir)
+	b, err := os.ReadFile(prof)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("-cpuprofile: %d bytes, %v; want a gzip-compressed profile", len(b), err)
 	}
 }

@@ -94,6 +94,45 @@ func TestRecommendFewestProducers(t *testing.T) {
 	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "with 64") || !strings.Contains(text, "SegmentBytes: 0 (the default, 64 MiB)") {
 		t.Errorf("recommendation:\n%s", text)
 	}
+	// Exactly 80% of the best reaches it.
+	rec = recommend(grid("all", 64*mib, [3]float64{4000, 48000, 60000}, 50000))
+	if rec.Producers != 16 || rec.MsgsPerSec != 48000 {
+		t.Errorf("expect %d producers at %v; want 16 at 48000, 80%% of the best", rec.Producers, rec.MsgsPerSec)
+	}
+}
+
+// TestRecommendScoresByGeometricMean: a setting's score is the geometric
+// mean of its points' rates, so that one fast point does not outweigh
+// the rest: 1,000 and 100,000 score 10,000, below a steady 20,000 (their
+// arithmetic mean, 50,500, would win).
+func TestRecommendScoresByGeometricMean(t *testing.T) {
+	rows := []Row{
+		sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100), sweepRow("all", 64*mib, 64, 1024, 100000, 0, 100),
+		sweepRow("all", 4*mib, 1, 1024, 20000, 0, 100), sweepRow("all", 4*mib, 64, 1024, 20000, 0, 100),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.SegmentBytes != 4*mib || len(rec.Scores) != 2 {
+		t.Fatalf("recommendation %+v; want the steady 4 MiB segments", rec)
+	}
+	for i, want := range []float64{20000, 10000} {
+		if s := rec.Scores[i]; !near(s.MsgsPerSec, want) || s.Points != 2 {
+			t.Errorf("score %d: %+v, want %v over 2 points", i, s, want)
+		}
+	}
+}
+
+// TestRecommendExpectationsOfOneSize: the expectations are for one
+// message size, and their figures are of that size's points alone, even
+// where another size published more messages a second.
+func TestRecommendExpectationsOfOneSize(t *testing.T) {
+	rows := []Row{
+		sweepRow("all", 64*mib, 1, 1024, 4000, 0, 100), sweepRow("all", 64*mib, 64, 1024, 60000, 0, 300),
+		sweepRow("all", 64*mib, 1, 2048, 3900, 0, 110), sweepRow("all", 64*mib, 64, 2048, 61000, 0, 400),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.Size != 1024 || rec.BestMsgsPerSec != 60000 || *rec.BestP99Ns != 300_000 || rec.Producers != 64 || rec.MsgsPerSec != 60000 {
+		t.Fatalf("recommendation %+v; want the figures of the 1024 B points: 64 producers, 60000 msgs/s, p99 300µs", rec)
+	}
 }
 
 // TestRecommendTies: on a noisy disk, a setting less than 3% better is no
@@ -118,6 +157,13 @@ func TestRecommendTies(t *testing.T) {
 		{
 			name:     "small segments 2% better: a tie, the default",
 			rows:     append(grid("all", 4*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			wantSync: "all", wantSegmentBytes: 64 * mib,
+		},
+		{
+			// The default is not the largest here: it wins for being the
+			// default.
+			name:     "large segments 2% better: a tie, the default",
+			rows:     append(grid("all", 128*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
 			wantSync: "all", wantSegmentBytes: 64 * mib,
 		},
 		{
@@ -247,6 +293,18 @@ func TestRecommendIgnoresEmptyWindows(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "No recommendation: no publish workload") || !strings.Contains(markdown(rep), "No recommendation: no publish workload") {
 		t.Errorf("the report does not say why there is no recommendation:\n%s", b.String())
+	}
+	// The same for the sweep's windows.
+	sweep := []Row{sweepRow("all", 64*mib, 1, 1024, 0, 0, 100), sweepRow("publish", 64*mib, 1, 1024, 0, 0, 100)}
+	if rec := recommend(sweep); rec != nil {
+		t.Errorf("recommended %+v from sweep windows that published nothing", rec)
+	}
+	b.Reset()
+	if err := printReport(&b, &Report{Command: kindSweep, Rounds: 1, Rows: sweep}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "No recommendation: no publish workload") {
+		t.Errorf("the sweep's report does not say why there is no recommendation:\n%s", b.String())
 	}
 	rec := recommend([]Row{pub(1, 0), pub(16, 30000)})
 	if rec == nil || rec.Producers != 16 || rec.MsgsPerSec != 30000 || !near(rec.Scores[0].MsgsPerSec, 30000) || rec.Scores[0].Points != 1 {

@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestSchemaSaysOmitted: every field the JSON leaves out when it is zero
-// (omitempty) is documented so in doc.go's SCHEMA, so that a reader does
-// not take a missing count for a missing measurement.
-func TestSchemaSaysOmitted(t *testing.T) {
+// schemaEntries reads doc.go's SCHEMA: for each JSON name, the text of
+// every entry that documents it (a name may be a field of several
+// objects).
+func schemaEntries(t *testing.T) map[string][]string {
+	t.Helper()
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
@@ -20,9 +21,10 @@ func TestSchemaSaysOmitted(t *testing.T) {
 	if !ok {
 		t.Fatal("doc.go has no SCHEMA section")
 	}
-	// An entry starts with its quoted names, then a colon; the lines
-	// indented further continue it.
-	entryStart := regexp.MustCompile(`^//\t\s*("[a-z0-9_]+"(, "[a-z0-9_]+")*)(:| )`)
+	// An entry starts with its quoted names, then a colon (or a comma at
+	// the end of the line: the next line names more); the lines indented
+	// further continue it.
+	entryStart := regexp.MustCompile(`^//\t\s*("[a-z0-9_]+"(, "[a-z0-9_]+")*)(:| |,$)`)
 	quoted := regexp.MustCompile(`"([a-z0-9_]+)"`)
 	entries := map[string][]string{}
 	var names []string
@@ -38,7 +40,22 @@ func TestSchemaSaysOmitted(t *testing.T) {
 			entries[n][len(entries[n])-1] += line
 		}
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Report](), reflect.TypeFor[Row](), reflect.TypeFor[Probe](), reflect.TypeFor[Reopen]()} {
+	return entries
+}
+
+// saysOmitted reports whether a SCHEMA entry says its field is left out.
+func saysOmitted(entry string) bool {
+	return strings.Contains(entry, "omitted") || strings.Contains(entry, "absent")
+}
+
+var schemaTypes = []reflect.Type{reflect.TypeFor[Report](), reflect.TypeFor[Row](), reflect.TypeFor[Probe](), reflect.TypeFor[Reopen]()}
+
+// TestSchemaSaysOmitted: every field the JSON leaves out when it is zero
+// (omitempty) is documented so in doc.go's SCHEMA, so that a reader does
+// not take a missing count for a missing measurement.
+func TestSchemaSaysOmitted(t *testing.T) {
+	entries := schemaEntries(t)
+	for _, typ := range schemaTypes {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
 			if !strings.Contains(f.Tag.Get("json"), ",omitempty") || f.Type.Kind() == reflect.Pointer {
@@ -47,10 +64,31 @@ func TestSchemaSaysOmitted(t *testing.T) {
 			name := jsonName(f)
 			said := false
 			for _, e := range entries[name] {
-				said = said || strings.Contains(e, "omitted") || strings.Contains(e, "absent")
+				said = said || saysOmitted(e)
 			}
 			if !said {
 				t.Errorf("%s.%s: the JSON omits %q when it is empty; SCHEMA does not say so (entries %q)", typ.Name(), f.Name, name, entries[name])
+			}
+		}
+	}
+}
+
+// TestSchemaOmittedIsOmitted: a field that every SCHEMA entry of its name
+// says is left out when it does not apply is left out of the JSON when it
+// is zero, not written as false, 0 or null.
+func TestSchemaOmittedIsOmitted(t *testing.T) {
+	entries := schemaEntries(t)
+	for _, typ := range schemaTypes {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name := jsonName(f)
+			es := entries[name]
+			all := len(es) > 0
+			for _, e := range es {
+				all = all && saysOmitted(e)
+			}
+			if all && !strings.Contains(f.Tag.Get("json"), ",omitempty") {
+				t.Errorf("%s.%s: SCHEMA says %q is left out where it does not apply (%q), but the JSON always has it", typ.Name(), f.Name, name, es)
 			}
 		}
 	}

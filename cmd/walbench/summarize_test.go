@@ -94,12 +94,16 @@ func TestSummarizeSeriesAndCeilings(t *testing.T) {
 	if !reflect.DeepEqual(s.Backlog, []int{2, 5, 8}) {
 		t.Errorf("backlog %v, want the element-wise median as long as the shortest, [2 5 8]", s.Backlog)
 	}
-	probe := func(c1, c64 float64) Probe {
-		return Probe{Ceilings: []Ceiling{{Producers: 1, Size: 1024, MsgsPerSec: &c1}, {Producers: 64, Size: 1024, MsgsPerSec: &c64}}}
+	// Each ceiling is the median of the rounds' for the same producers and
+	// size.
+	probe := func(c1, c64, c1Large float64) Probe {
+		return Probe{Ceilings: []Ceiling{{Producers: 1, Size: 1024, MsgsPerSec: &c1}, {Producers: 64, Size: 1024, MsgsPerSec: &c64},
+			{Producers: 1, Size: 16384, MsgsPerSec: &c1Large}}}
 	}
-	p := summarize([]Probe{probe(1000, 50000), probe(3000, 40000), probe(2000, 60000)}, true)
-	if len(p.Ceilings) != 2 || *p.Ceilings[0].MsgsPerSec != 2000 || *p.Ceilings[1].MsgsPerSec != 50000 || p.Ceilings[1].Producers != 64 {
-		t.Errorf("ceilings %+v, want the medians 2000 and 50000", p.Ceilings)
+	p := summarize([]Probe{probe(1000, 50000, 900), probe(3000, 40000, 800), probe(2000, 60000, 700)}, true)
+	if len(p.Ceilings) != 3 || *p.Ceilings[0].MsgsPerSec != 2000 || *p.Ceilings[1].MsgsPerSec != 50000 || p.Ceilings[1].Producers != 64 ||
+		*p.Ceilings[2].MsgsPerSec != 800 || p.Ceilings[2].Size != 16384 {
+		t.Errorf("ceilings %+v, want the medians 2000, 50000 and, for 16 KiB, 800", p.Ceilings)
 	}
 	r := summarize([]Reopen{{RebuildVsCheckpoint: ptr(100.0), Round: 1}, {RebuildVsCheckpoint: ptr(200.0), Round: 2}}, true)
 	if *r.RebuildVsCheckpoint != 150 || r.Ranges["rebuild_vs_checkpoint"] != [2]float64{100, 200} || r.Rounds != 2 {

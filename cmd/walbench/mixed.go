@@ -149,6 +149,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	w := runWindow(runCtx, env.progress, l.String(), l.warmup, l.duration, &g,
 		func() {
 			before = s.Stats()
+			env.windowOpened(l.String())
 			sampledWG.Go(func() {
 				t := time.NewTicker(l.sample)
 				defer t.Stop()

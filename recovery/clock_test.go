@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The clock tests step an injected broker clock back and forth by an hour
@@ -29,6 +30,10 @@ import (
 // lapse a call observed stays lapsed in that process even if the clock
 // goes back, but after a restart with the clock set back before its
 // expiry it is live again (the log does not record observations of time).
+// The randomised test restarts the store both ways: closed, and killed
+// (nothing written after the kill, everything written before it kept), so
+// that a state the store keeps in memory and writes only into the
+// checkpoint Close makes, not into the log, is found out.
 
 // stepClock is a broker clock moved only by the test. Safe for concurrent
 // use.
@@ -62,12 +67,13 @@ type clockStore struct {
 	t     *testing.T
 	dir   string
 	clock *stepClock
+	fs    *vfs.CrashFS // for kill
 	s     *broker.Store
 	q     *broker.Queue
 }
 
 func newClockStore(t *testing.T) *clockStore {
-	cs := &clockStore{t: t, dir: filepath.Join(fastDir(t), "store"), clock: &stepClock{now: clockBase}}
+	cs := &clockStore{t: t, dir: filepath.Join(fastDir(t), "store"), clock: &stepClock{now: clockBase}, fs: vfs.NewCrashFS(vfs.Default)}
 	cs.open()
 	t.Cleanup(func() {
 		if cs.s != nil {
@@ -79,11 +85,26 @@ func newClockStore(t *testing.T) *clockStore {
 
 func (cs *clockStore) open() {
 	cs.t.Helper()
-	s, err := broker.Open(cs.dir, broker.Options{Now: cs.clock.Now})
+	s, err := broker.Open(cs.dir, broker.Options{Now: cs.clock.Now, FS: cs.fs, SegmentBytes: clockSegmentBytes})
 	require.NoError(cs.t, err)
 	q, err := s.Queue("jobs", clockPolicy)
 	require.NoError(cs.t, err)
 	cs.s, cs.q = s, q
+}
+
+// clockSegmentBytes keeps the segments the clock tests make (and the
+// next one Open prepares) small: the log never rotates in them anyway.
+const clockSegmentBytes = 4 << 20
+
+// kill stops the store as a killed process stops: no file operation after
+// it succeeds, and what was written before it stays, unsynced or not (the
+// page cache). Open then recovers it.
+func (cs *clockStore) kill() {
+	cs.t.Helper()
+	cs.fs.Crash()
+	_ = cs.s.Close() // fails: it only lets go of the store's goroutines and its lock
+	cs.s = nil
+	cs.fs.Restart()
 }
 
 // reopen closes the store and opens it again with the clock at at.
@@ -567,11 +588,18 @@ func (m *clockModel) step() error {
 		return m.settle(op)
 	case r < 95:
 		return m.deadLetters(op)
-	case r < 97:
+	case r < 96:
 		m.note("reopen")
 		m.counts["reopen"]++
 		require.NoError(m.t, m.cs.s.Close())
 		m.cs.s = nil
+		m.cs.open()
+		m.procStart = op
+		return nil
+	case r < 97:
+		m.note("kill and restart")
+		m.counts["kill"]++
+		m.cs.kill()
 		m.cs.open()
 		m.procStart = op
 		return nil

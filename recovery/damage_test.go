@@ -563,6 +563,90 @@ func checkSalvaged(obs *observation, j *journal, touched map[string]bool) (class
 	return class, strings.Join(out, "\n")
 }
 
+// TestDamageSyncedTailOfACrashedStore damages synced bytes of the last
+// segment of a store that crashed: no clean mark vouches for where its log
+// ends, so the synced offsets of the frames after the damage are all that
+// tells it from a torn tail. The workload runs under SyncAll and the
+// process dies before Close; every written byte is kept, as a process
+// crash keeps them. A bit is flipped or a range zeroed before the last
+// offset a frame of that segment records as synced: records a completed
+// fdatasync covered. Open must refuse the log with Corrupt naming the file
+// and offset (or, for records the last checkpoint vouched for, the first
+// read of a damaged record must, and then the next Open), as for a closed
+// store (TestDamageSyncedLog); repaired as a torn tail, the log would lose
+// acknowledged records without a word.
+func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
+	seed := testSeed(t)
+	root := fastDir(t)
+	rng := rand.New(rand.NewPCG(seed, 0xc7a5))
+	type crashed struct {
+		dir    string
+		j      *journal
+		last   string
+		frames []frame
+		size   int
+		synced int // the last offset a frame of the last segment records as synced
+	}
+	var tpls []crashed
+	for i := 0; len(tpls) < 3 && i < 20; i++ {
+		dir := filepath.Join(root, fmt.Sprintf("run-%d", i))
+		cfs := vfs.NewCrashFS(vfs.Default)
+		j := workload{seed: seed + uint64(i), steps: 200, mode: broker.SyncAll, beforeClose: cfs.Crash}.run(dir, cfs, nil)
+		if j.failed != nil || j.openErr != nil {
+			t.Fatalf("the workload failed: %v", j)
+		}
+		all := dir + "-all"
+		if err := cfs.CrashClone(all, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1}); err != nil {
+			t.Fatal(err)
+		}
+		segs := segmentFiles(t, all)
+		last := segs[len(segs)-1]
+		data, err := os.ReadFile(filepath.Join(all, last))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := parseFrames(data)
+		synced := 0
+		for _, f := range frames {
+			synced = max(synced, f.synced)
+		}
+		if synced <= segHeader {
+			continue // the last segment holds one batch at most: nothing to vouch for
+		}
+		tpls = append(tpls, crashed{dir: all, j: j, last: last, frames: frames, size: len(data), synced: synced})
+	}
+	if len(tpls) == 0 {
+		t.Fatal("no run left a last segment with a synced batch followed by another")
+	}
+	var c damageCounts
+	fails := failureClasses{}
+	start := time.Now()
+	for it := range damageIterations(300) {
+		tpl := tpls[it%len(tpls)]
+		d := randomDamage(rng, tpl.last, 0, tpl.synced)
+		if d.kind == "cut" {
+			// A cut takes the frames that vouch for what it cut: nothing
+			// can tell it from a torn tail (TestDamageCutLastSegment).
+			d.kind, d.bit = "flip", byte(rng.IntN(8))
+		}
+		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
+		changed := damagedCopy(t, tpl.dir, dir, &d)
+		c.iterations++
+		if !changed {
+			c.unchanged++
+		}
+		what := fmt.Sprintf("iteration %d (seed %d, workload seed %d, synced to %d): %v", it, seed, tpl.j.seed, tpl.synced, d)
+		if class, details := checkSyncedDamage(dir, tpl.j, d, tpl.frames, tpl.size, &c); class != "" {
+			fails.add(class, what+": "+details, tpl.j)
+		}
+		_ = os.RemoveAll(dir)
+	}
+	fails.report(t)
+	t.Logf("%d damaged copies in %v: %d unchanged by the damage, %d where nothing read the damage, %d refused at open, %d stopped at the first read; "+
+		"%d salvaged (%d of them naming lost messages)", c.iterations, time.Since(start).Round(time.Millisecond), c.unchanged, c.unnoticed,
+		c.refusedAtOpen, c.foundOnRead, c.salvaged, c.lostNamed)
+}
+
 // TestDamageUnsyncedTail damages the tail of the last segment that no
 // fdatasync covered, as a crash leaves it (every written byte kept, as a
 // process crash would): cut inside its last records, zeroed, or a bit
@@ -918,6 +1002,48 @@ func TestDamageSalvageDamagedSegmentHeader(t *testing.T) {
 	obs, touched := salvageDamaged(t, root, tpl, d)
 	if class, msg := checkSalvaged(obs, tpl.j, touched); msg != "" {
 		t.Errorf("workload seed %d, %v: %s:\n%s", tpl.j.seed, d, class, msg)
+	}
+}
+
+// TestDamageLastBatchOfACleanlyClosedLog damages the last batch of the
+// last segment of a store closed cleanly, and removes its index, so that
+// Open reads the whole log. No later frame vouches for that batch (the
+// blind spot segment/doc.go describes), but the clean mark Close left says
+// the log was durable to its end: the damage is to synced records, and
+// Open must refuse it with Corrupt naming the file, not cut it off as a
+// torn tail and drop the last acknowledged calls.
+func TestDamageLastBatchOfACleanlyClosedLog(t *testing.T) {
+	root := fastDir(t)
+	tpl := buildTemplates(t, root, 78, 1, broker.SyncAll)[0]
+	segs := segmentFiles(t, tpl.dir)
+	last := segs[len(segs)-1]
+	data, err := os.ReadFile(filepath.Join(tpl.dir, last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := parseFrames(data)
+	if len(frames) == 0 {
+		t.Fatalf("%s has no frame", last)
+	}
+	f := frames[len(frames)-1]
+	for i, d := range []damage{
+		{file: last, kind: "flip", off: f.end - 1, bit: 3},               // its body
+		{file: last, kind: "flip", off: f.off + 5, bit: 0},               // its length
+		{file: last, kind: "zero", off: f.off, end: f.end},               // all of it
+		{file: last, kind: "zero", off: f.off + frameHeader, end: f.end}, // its body
+	} {
+		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", i))
+		if !damagedCopy(t, tpl.dir, dir, &d) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "index")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := observe(dir, tpl.j.end.Add(checkDelay), tpl.j.keys, broker.Options{})
+		if !errors.Is(err, broker.Corrupt) || !strings.Contains(err.Error(), last) {
+			t.Errorf("workload seed %d, %v (the last frame, at %d to %d), index removed: %v; want Corrupt naming %s",
+				tpl.j.seed, d, f.off, f.end, err, last)
+		}
 	}
 }
 

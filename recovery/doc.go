@@ -117,10 +117,10 @@
 // Locked in the same process and in another; after the holder is killed,
 // Open succeeds and finds what it published) and the clock (clock_test.go:
 // with an injected clock stepped back and forth by an hour between
-// operations and across reopens, leases and retry delays end exactly at
-// their instant and not before, a lapse any call observed stays observed
-// in its process, dedup keys are not forgotten early, and Receive order
-// follows EnqueuedAt).
+// operations and across reopens and kills, leases and retry delays end
+// exactly at their instant and not before, a lapse any call observed stays
+// observed in its process, dedup keys are not forgotten early, and Receive
+// order follows EnqueuedAt).
 //
 // # Running it
 //

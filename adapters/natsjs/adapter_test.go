@@ -665,3 +665,233 @@ func TestAReceiveAfterAPublishWaitsForTheServersConsumer(t *testing.T) {
 			m.ID, until, len(ds), time.Now())
 	}
 }
+
+// TestAPublishIntoAPlaceHeldByALapsedLastDeliveryIsAdmitted: a message
+// whose last allowed lease lapsed is a dead letter, and dead letters do
+// not count toward Capacity, even before any call looked at the queue:
+// the first call of another Store, a Publish into the full queue, is
+// admitted and finds the lapsed message a dead letter.
+func TestAPublishIntoAPlaceHeldByALapsedLastDeliveryIsAdmitted(t *testing.T) {
+	ctx := context.Background()
+	a := openBackend(t)
+	p := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = 300 * time.Millisecond
+		p.Capacity = 1
+	})
+	qa := mustQueue(t, a.Store, "lapsed", p)
+	m, err := qa.Publish(ctx, []byte("doomed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qa, 1)
+	js, _ := jetstream.New(a.nc)
+	until(t, 10*time.Second, "the server records the lapse of the last delivery", func() bool {
+		s, err := js.Stream(ctx, a.prefix+"_A_lapsed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.Msgs == 1
+	})
+	qb := mustQueue(t, storeOn(t, a.prefix, natsjs.Options{}), "lapsed", p)
+	next, err := qb.Publish(ctx, []byte("next"))
+	if err != nil {
+		t.Fatalf("Publish into the place of the lapsed message: %v", err)
+	}
+	dls, err := qb.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
+		t.Fatalf("dead letters %+v, want %s LEASE_EXPIRED", dls, m.ID)
+	}
+	// The deaths stream keeps an advisory only until its message is a
+	// dead letter.
+	deaths, err := js.Stream(ctx, a.prefix+"_A_lapsed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := deaths.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("the deaths stream holds %d advisories after the burial, want none", n)
+	}
+	if d := receiveN(t, qb, 1)[0]; d.Message.ID != next.ID {
+		t.Fatalf("received %s, want %s", d.Message.ID, next.ID)
+	}
+}
+
+// TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetterOfMaxDeliveries:
+// a Store whose policy allows one delivery receives a message that
+// another Store, declaring three, delivered once already. The message has
+// run out of attempts under this policy: it is not handed out but becomes
+// a LEASE_EXPIRED dead letter, whose Deliveries is the policy's
+// MaxDeliveries, as for every message that ran out of attempts
+// (broker.DeadLetterValue).
+func TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetterOfMaxDeliveries(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	qa := mustQueue(t, a, "lowered", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	qb := mustQueue(t, b, "lowered", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3 }))
+	m, err := qb.Publish(ctx, []byte("twice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qb.Nack(ctx, receiveN(t, qb, 1)[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	var dls []broker.DeadLetterValue
+	until(t, 10*time.Second, "the message is a dead letter", func() bool {
+		ds, err := qa.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) > 0 {
+			t.Fatalf("delivered %s as delivery %d under MaxDeliveries 1", ds[0].Message.ID, ds[0].Deliveries)
+		}
+		if dls, err = qa.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) > 0
+	})
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 1 {
+		t.Fatalf("dead letters %+v, want %s LEASE_EXPIRED after 1 delivery", dls, m.ID)
+	}
+}
+
+// TestLeasesStayLiveWhenThousandsAreOut: the leases of a Store are
+// trimmed only long after they lapsed; with more than a thousand out, a
+// later Receive leaves every live one acknowledgeable.
+func TestLeasesStayLiveWhenThousandsAreOut(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "many", policy())
+	const n = 1200
+	for range 2 {
+		if _, err := q.PublishBatch(ctx, make([][]byte, n/2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ds []broker.DeliveryValue
+	until(t, 10*time.Second, "every message is leased", func() bool {
+		got, err := q.Receive(ctx, n-len(ds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+		return len(ds) == n
+	})
+	if got, err := q.Receive(ctx, 1); err != nil || len(got) != 0 {
+		t.Fatalf("Receive with every message leased: %d deliveries, %v", len(got), err)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		if err := q.Ack(ctx, ds[i].Lease.Receipt); err != nil {
+			t.Fatalf("Ack of lease %d of %d: %v", i, n, err)
+		}
+	}
+}
+
+// TestADeadLetterIDWithWildcardsNamesNoDeadLetter: IDs reach the server
+// as subject tokens, where "*" and ">" are wildcards. Replaying or
+// deleting such an ID must be DeadLetterNotFound and leave the queue's
+// dead letters as they were.
+func TestADeadLetterIDWithWildcardsNamesNoDeadLetter(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "wild", policy())
+	m, err := q.Publish(ctx, []byte("dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Reject(ctx, receiveN(t, q, 1)[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"*", ">", m.ID[:15] + "*", "*." + m.ID} {
+		if err := q.ReplayDeadLetter(ctx, id); !errors.Is(err, broker.DeadLetterNotFound) {
+			t.Fatalf("ReplayDeadLetter(%q): %v, want DeadLetterNotFound", id, err)
+		}
+		if err := q.DeleteDeadLetter(ctx, id); !errors.Is(err, broker.DeadLetterNotFound) {
+			t.Fatalf("DeleteDeadLetter(%q): %v, want DeadLetterNotFound", id, err)
+		}
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 1 || dls[0].Message.ID != m.ID {
+		t.Fatalf("dead letters %+v, %v; want %s alone", dls, err, m.ID)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("Receive: %d deliveries, %v; want none", len(ds), err)
+	}
+}
+
+// TestARecheckIsAtMostTheVisibilityTimeout: while another Store holds a
+// lease, Wake names a look again Options.Recheck away, or the queue's
+// VisibilityTimeout when shorter, so that an idle consumer finds the
+// message within that long of the lapse.
+func TestARecheckIsAtMostTheVisibilityTimeout(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	p := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = 5 * time.Second })
+	qc := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{Recheck: time.Minute}), "recheck", p)
+	qb := mustQueue(t, b.Store, "recheck", p)
+	if _, err := qb.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qb, 1)
+	if ds, err := qc.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("Receive while the other Store holds the lease: %d deliveries, %v", len(ds), err)
+	}
+	if w := qc.Wake(); !w.Scheduled || w.In > p.VisibilityTimeout+time.Second {
+		t.Fatalf("Wake %+v, want a look again within the VisibilityTimeout %v", w, p.VisibilityTimeout)
+	}
+}
+
+// TestAReceiveLeasesWhatAnotherStorePublishedWhileTheConsumerLags: the
+// server's consumer is paused past the first pull's wait, and a message
+// another Store published is pending on it (the consumer counts it). A
+// Receive must lease the message once the consumer offers it instead of
+// coming back empty.
+func TestAReceiveLeasesWhatAnotherStorePublishedWhileTheConsumerLags(t *testing.T) {
+	ctx := context.Background()
+	a := openBackend(t)
+	qa := mustQueue(t, a.Store, "lag", policy())
+	qb := mustQueue(t, storeOn(t, a.prefix, natsjs.Options{}), "lag", policy())
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := time.Now().Add(2 * time.Second)
+	if _, err := js.PauseConsumer(ctx, a.prefix+"_Q_lag", "walbroker", resume); err != nil {
+		t.Fatal(err)
+	}
+	m, err := qb.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.Consumer(ctx, a.prefix+"_Q_lag", "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "the consumer counts the message as pending", func() bool {
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumPending == 1
+	})
+	ds, err := qa.Receive(ctx, 10)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if len(ds) != 1 || ds[0].Message.ID != m.ID {
+		t.Fatalf("Receive of the message another Store published (the consumer paused until %v) returned %d deliveries at %v, want the message",
+			resume, len(ds), time.Now())
+	}
+}
+
+// storeOn opens a Store with prefix on the shared server, on a connection
+// of its own: another process serving the same queues.
+func storeOn(t *testing.T, prefix string, opts natsjs.Options) *natsjs.Store {
+	t.Helper()
+	opts.Prefix = prefix
+	st, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}

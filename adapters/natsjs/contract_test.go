@@ -268,3 +268,37 @@ func TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause(t *testing.T) {
 		t.Fatalf("dead letters %d, %v", len(dls), err)
 	}
 }
+
+// TestANacksVisibleAtIsTheRetryDelayOfItsDelivery: Nack's VisibleAt is the
+// policy's retry delay after the failed delivery (RetryDelay doubled per
+// delivery after the first), measured from the call, and the message
+// stays invisible meanwhile. Delays of seconds tell one delivery's delay
+// from the next one's beyond the real-time suite's tolerance.
+func TestANacksVisibleAtIsTheRetryDelayOfItsDelivery(t *testing.T) {
+	ctx := context.Background()
+	p := policy(func(p *broker.PolicyValue) {
+		p.RetryDelay = 30 * time.Second
+		p.MaxRetryDelay = time.Hour
+	})
+	q := mustQueue(t, openBackend(t).Store, "retry", p)
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	before := time.Now()
+	nv, err := q.Nack(ctx, d.Lease.Receipt, nil)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delay := p.RetryDelayAfter(1)
+	if nv.Deliveries != 1 || nv.DeadLettered || nv.VisibleAt.Before(before.Add(delay)) || nv.VisibleAt.After(after.Add(delay)) {
+		t.Fatalf("Nack of delivery 1 reported %+v, want VisibleAt %v after the call (between %v and %v)", nv, delay, before.Add(delay), after.Add(delay))
+	}
+	if w := q.Wake(); !w.Scheduled || w.In < delay-time.Since(before) || w.In > delay+time.Second {
+		t.Fatalf("Wake %+v, want the end of the retry delay, %v from the Nack", w, delay)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("Receive during the retry delay: %d deliveries, %v", len(ds), err)
+	}
+}

@@ -74,6 +74,22 @@ type frame struct {
 	body     []byte
 }
 
+// lastSegment returns the name of the last segment file in dir, its bytes
+// and their frames.
+func lastSegment(t *testing.T, dir string) (name string, data []byte, frames []frame) {
+	t.Helper()
+	segs := segmentFiles(t, dir)
+	if len(segs) == 0 {
+		t.Fatalf("%s holds no segment", dir)
+	}
+	name = segs[len(segs)-1]
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, data, parseFrames(data)
+}
+
 // parseFrames returns the frames of a segment file from its header to the
 // first frame that does not verify.
 func parseFrames(data []byte) []frame {
@@ -599,13 +615,7 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 		if err := cfs.CrashClone(all, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1}); err != nil {
 			t.Fatal(err)
 		}
-		segs := segmentFiles(t, all)
-		last := segs[len(segs)-1]
-		data, err := os.ReadFile(filepath.Join(all, last))
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames := parseFrames(data)
+		last, data, frames := lastSegment(t, all)
 		synced := 0
 		for _, f := range frames {
 			synced = max(synced, f.synced)
@@ -1015,13 +1025,7 @@ func TestDamageSalvageDamagedSegmentHeader(t *testing.T) {
 func TestDamageLastBatchOfACleanlyClosedLog(t *testing.T) {
 	root := fastDir(t)
 	tpl := buildTemplates(t, root, 78, 1, broker.SyncAll)[0]
-	segs := segmentFiles(t, tpl.dir)
-	last := segs[len(segs)-1]
-	data, err := os.ReadFile(filepath.Join(tpl.dir, last))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := parseFrames(data)
+	last, _, frames := lastSegment(t, tpl.dir)
 	if len(frames) == 0 {
 		t.Fatalf("%s has no frame", last)
 	}
@@ -1056,13 +1060,7 @@ func TestDamageLastBatchOfACleanlyClosedLog(t *testing.T) {
 func TestDamageCutLastSegment(t *testing.T) {
 	root := fastDir(t)
 	tpl := buildTemplates(t, root, 77, 1, broker.SyncAll)[0]
-	segs := segmentFiles(t, tpl.dir)
-	last := segs[len(segs)-1]
-	data, err := os.ReadFile(filepath.Join(tpl.dir, last))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := parseFrames(data)
+	last, data, frames := lastSegment(t, tpl.dir)
 	if len(frames) < 8 {
 		t.Fatalf("%s has %d frames", last, len(frames))
 	}

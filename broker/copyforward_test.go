@@ -80,12 +80,7 @@ func TestCopyForwardKeepsALapseAlreadySeen(t *testing.T) {
 	defer func() { require.NoError(t, s.Close()) }()
 	q, err := s.Queue("stuck", stuckPolicy)
 	require.NoError(t, err)
-	m, err := q.Publish(ctx(t), []byte("a"))
-	require.NoError(t, err)
-	ds, err := q.Receive(ctx(t), 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	clock.Set(ds[0].Lease.ExpiresAt)
+	m, lease := leaseThenLapse(t, q, clock)
 	require.Equal(t, 1, q.Stats().Ready, "the lease lapsed, and the queue saw it")
 
 	churnSegments(t, s, 4)
@@ -94,7 +89,7 @@ func TestCopyForwardKeepsALapseAlreadySeen(t *testing.T) {
 	}
 	require.Positive(t, s.Stats().CopiedForward, "the leased message was copied forward")
 
-	clock.Set(ds[0].Lease.ExpiresAt.Add(-time.Second)) // the clock steps back
+	clock.Set(lease.ExpiresAt.Add(-time.Second)) // the clock steps back
 	again, err := q.Receive(ctx(t), 1)
 	require.NoError(t, err)
 	require.Len(t, again, 1, "the lapse seen before the copy is still seen")
@@ -114,12 +109,7 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	require.NoError(t, err)
 	q, err := s.Queue("stuck", stuckPolicy)
 	require.NoError(t, err)
-	m, err := q.Publish(ctx(t), []byte("a"))
-	require.NoError(t, err)
-	ds, err := q.Receive(ctx(t), 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	clock.Set(ds[0].Lease.ExpiresAt) // the lease lapses with a delivery left
+	m, _ := leaseThenLapse(t, q, clock) // the lease lapses with a delivery left
 	lowered := stuckPolicy
 	lowered.MaxDeliveries = 1
 	q, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
@@ -161,4 +151,17 @@ func churnSegments(t *testing.T, s *broker.Store, n int) *broker.Queue {
 		require.NoError(t, churn.Ack(ctx(t), ds[0].Lease.Receipt))
 	}
 	return churn
+}
+
+// leaseThenLapse publishes a message to q, receives it, and sets clock to
+// the instant its lease lapses. It returns the message and that lease.
+func leaseThenLapse(t *testing.T, q *broker.Queue, clock *fakeClock) (broker.MessageValue, broker.LeaseValue) {
+	t.Helper()
+	m, err := q.Publish(ctx(t), []byte("a"))
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	clock.Set(ds[0].Lease.ExpiresAt)
+	return m, ds[0].Lease
 }

@@ -692,18 +692,15 @@ func TestDamageUnsyncedTail(t *testing.T) {
 		if err := cfs.CrashClone(synced, vfs.CrashOptions{Root: dir}); err != nil {
 			t.Fatal(err)
 		}
-		segs := segmentFiles(t, all)
-		last := segs[len(segs)-1]
-		a, err1 := os.ReadFile(filepath.Join(all, last))
-		s, err2 := os.ReadFile(filepath.Join(synced, last))
-		if err := errors.Join(err1, err2); err != nil {
+		last, a, frames := lastSegment(t, all)
+		s, err := os.ReadFile(filepath.Join(synced, last))
+		if err != nil {
 			t.Fatal(err)
 		}
 		from := 0
 		for from < min(len(a), len(s)) && a[from] == s[from] {
 			from++
 		}
-		frames := parseFrames(a)
 		if len(frames) == 0 || from >= frames[len(frames)-1].end {
 			continue // everything was synced: no tail to damage
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -219,6 +220,11 @@ type journal struct {
 	end    time.Time // the clock when the workload stopped
 	keys   []string  // every dedup key the workload used
 	stats  broker.StoreStats
+	// base is the state the store held before the first call, as an
+	// earlier life left it (nil: an empty store); prior holds every
+	// message ID that earlier life was handed or left in the store.
+	base  *state
+	prior map[string]bool
 }
 
 func (j *journal) String() string {
@@ -255,6 +261,12 @@ type workload struct {
 	// opened, if set, is called once the store is open; beforeClose
 	// after the last call, before the store is closed.
 	opened, beforeClose func()
+	// start is where the clock starts (zero: t0). base and prior describe
+	// the store an earlier life left (see journal); the workload takes a
+	// keyed publish that returns a prior ID for a duplicate.
+	start time.Time
+	base  *state
+	prior map[string]bool
 }
 
 func (w workload) options(c *clock, fs vfs.FS) broker.Options {
@@ -273,8 +285,12 @@ type held struct {
 // fails for a reason other than a refusal. It then closes the store. If
 // watch is not nil, it is told how many calls have completed after each.
 func (w workload) run(dir string, fs vfs.FS, watch *syncWatchFS) *journal {
-	j := &journal{mode: w.mode, seed: w.seed, synced: -1}
-	c := newClock(t0)
+	j := &journal{mode: w.mode, seed: w.seed, synced: -1, base: w.base, prior: w.prior}
+	start := w.start
+	if start.IsZero() {
+		start = t0
+	}
+	c := newClock(start)
 	defer func() { j.end = c.Now() }()
 	s, err := broker.Open(dir, w.options(c, fs))
 	if err != nil {
@@ -296,7 +312,10 @@ func (w workload) run(dir string, fs vfs.FS, watch *syncWatchFS) *journal {
 	}()
 	rng := rand.New(rand.NewPCG(w.seed, 0x5eed))
 	queues := map[string]*broker.Queue{}
-	known := map[string]bool{}
+	known := maps.Clone(w.prior)
+	if known == nil {
+		known = map[string]bool{}
+	}
 	var leases []held
 	// record appends a call to the journal; it reports false (stop) if the
 	// call failed with something other than a refusal.
@@ -473,6 +492,10 @@ type state struct {
 }
 
 func newState() *state { return &state{msgs: map[string]msgView{}, seen: map[string]string{}} }
+
+func (st *state) clone() *state {
+	return &state{msgs: maps.Clone(st.msgs), seen: maps.Clone(st.seen)}
+}
 
 // apply projects one call that returned. A refused call changes nothing.
 func (st *state) apply(c *call) {
@@ -723,9 +746,13 @@ func match(j *journal, obs *observation, lo int) (int, string) {
 	return -1, best
 }
 
-// project returns the projection of the first n calls of j.
+// project returns the projection of the first n calls of j, from the
+// state an earlier life left (j.base) if there was one.
 func project(j *journal, n int) *state {
 	st := newState()
+	if j.base != nil {
+		st = j.base.clone()
+	}
 	for i := range n {
 		st.apply(&j.calls[i])
 	}

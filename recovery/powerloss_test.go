@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -59,6 +60,17 @@ import (
 // that died and restarted) and the power lost at once: what the reopened
 // store builds on must be durable, so that clone holds every call that
 // returned.
+//
+// A quarter of the runs (a third of the soak's cases) also boot the
+// machine again on one of the clones, untouched, and run a second
+// workload there that loses power after a random operation: the
+// reopened store rotates, checkpoints, copies forward and reclaims the
+// segments the first life wrote, so what its recovery left undone
+// (a segment preamble the power loss took, a half-written checkpoint)
+// shows. The clone of that second life must hold what the inspection of
+// the first clone showed and a prefix of the second life's calls, by the
+// same rules, hand out no ID the first life was handed, and show the same
+// state when rebuilt from its log alone.
 //
 // Environment:
 //
@@ -120,6 +132,11 @@ type plCase struct {
 	// the power lost before anything else: what the reopened store built
 	// on must be durable, so that clone holds every call that returned.
 	restart bool
+	// secondLife indexes into kinds (-1: none): the machine boots again
+	// on that clone and runs a second workload, which loses power after
+	// a random operation of up to about total (see plCase.liveAgain).
+	secondLife int
+	total      int64
 }
 
 func (c *plCase) String() string {
@@ -132,6 +149,7 @@ type plCounts struct {
 	recoveryCrashes int
 	rebuilds        int
 	restarts        int
+	secondLives     int
 	tornTails       int
 	indexRebuilt    int
 	noCrash         int
@@ -144,6 +162,7 @@ func (c *plCounts) add(o *plCounts) {
 	c.recoveryCrashes += o.recoveryCrashes
 	c.rebuilds += o.rebuilds
 	c.restarts += o.restarts
+	c.secondLives += o.secondLives
 	c.tornTails += o.tornTails
 	c.indexRebuilt += o.indexRebuilt
 	c.noCrash += o.noCrash
@@ -153,9 +172,9 @@ func (c *plCounts) add(o *plCounts) {
 func (c *plCounts) String() string {
 	return fmt.Sprintf("%d workload runs, %d power-loss clones checked (%d of them lost calls that no promise covered), "+
 		"%d recoveries crashed and checked again, %d rebuilt from the log alone and compared, "+
-		"%d restarted on the page cache and then lost power; "+
+		"%d restarted on the page cache and then lost power, %d booted again for a second life that lost power too; "+
 		"%d opens repaired a torn tail, %d rebuilt the index; %d runs ended before the crash",
-		c.runs, c.clones, c.prefixShort, c.recoveryCrashes, c.rebuilds, c.restarts, c.tornTails, c.indexRebuilt, c.noCrash)
+		c.runs, c.clones, c.prefixShort, c.recoveryCrashes, c.rebuilds, c.restarts, c.secondLives, c.tornTails, c.indexRebuilt, c.noCrash)
 }
 
 // run runs the case in a fresh directory under root and returns what
@@ -189,7 +208,14 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 			fail("%s: CrashClone: %v", what, err)
 			continue
 		}
-		var again, rebuilt string
+		var again, rebuilt, life2 string
+		if c.secondLife == i {
+			life2 = clone + "-life2"
+			if err := recovery.CopyTree(clone, life2); err != nil {
+				fail("%s: %v", what, err)
+				life2 = ""
+			}
+		}
 		if c.crashRecovery == i {
 			again = clone + "-again"
 			if err := recovery.CopyTree(clone, again); err != nil {
@@ -256,6 +282,10 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 		if diff(obs, project(j, len(j.calls)), j.failed) != "" {
 			counts.prefixShort++
 		}
+		if life2 != "" {
+			counts.secondLives++
+			c.liveAgain(life2, j, obs, at, what, counts, fail)
+		}
 	}
 	if c.restart && cfs.Crashed() {
 		counts.restarts++
@@ -287,6 +317,84 @@ func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *jou
 		return
 	}
 	checkClone(clone, at, j, lowerBound(j, true), what, fail)
+}
+
+// liveAgain boots the machine again on life2, an untouched copy of a
+// clone that obs showed, and runs a second workload there that loses
+// power after a random operation. What that store builds on is what the
+// first power loss left, torn tails, lost preambles, half-written
+// checkpoints and all; its own clone (of a random kind) must hold the
+// state obs showed with a prefix of the second life's calls, by the same
+// rules as the first, and show the same when rebuilt from its log alone.
+// Segments reclaimed, checkpoints written and tails repaired in the
+// second life are what make this differ from the first: a recovery that
+// left something not durable, or maintenance that relies on what the
+// first life wrote, shows only here.
+func (c *plCase) liveAgain(life2 string, j *journal, obs *observation, at time.Time, what string, counts *plCounts, fail func(string, ...any)) {
+	// The state the second life starts from is what the inspection showed
+	// (with the failed call's effect, if it took one); every ID the first
+	// life was handed or left stays taken.
+	base, prior := newState(), map[string]bool{}
+	for i := range j.calls {
+		for _, id := range j.calls[i].ids {
+			prior[id] = true
+		}
+	}
+	for id, v := range obs.msgs {
+		base.msgs[id] = v
+		prior[id] = true
+	}
+	for k, id := range obs.dedup {
+		if prior[id] {
+			base.seen[k] = id // remembered; otherwise the probe made a new message
+		}
+	}
+	w := plWorkload(c.rng.Uint64(), c.mode)
+	w.start, w.base, w.prior = at, base, prior
+	k2 := c.rng.Int64N(c.total*11/10 + 1)
+	cfs := vfs.NewCrashFS(vfs.Default)
+	cfs.CrashAfter(k2)
+	watch := newSyncWatchFS(cfs)
+	j2 := w.run(life2, watch, watch)
+	what = fmt.Sprintf("%s; booted again on it, workload seed %d, power lost after operation %d", what, w.seed, k2)
+	if !cfs.Crashed() {
+		if j2.failed != nil || j2.openErr != nil || j2.closeErr != nil {
+			fail("%s: no power loss, yet the second life failed: open %v, close %v\n%v", what, j2.openErr, j2.closeErr, j2)
+			return
+		}
+	}
+	ck := cloneKinds[c.rng.IntN(len(cloneKinds))]
+	what = fmt.Sprintf("%s, clone of %s", what, ck.name)
+	clone := life2 + "-clone"
+	if err := cfs.CrashClone(clone, vfs.CrashOptions{Root: life2, KeepUnsyncedFraction: ck.keep, TearLastWrite: ck.tear,
+		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 4))}); err != nil {
+		fail("%s: CrashClone: %v", what, err)
+		return
+	}
+	rebuilt := clone + "-rebuilt"
+	if err := recovery.CopyTree(clone, rebuilt); err != nil {
+		fail("%s: %v", what, err)
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(rebuilt, "index")); err != nil {
+		fail("%s: %v", what, err)
+		return
+	}
+	at2 := j2.end.Add(checkDelay)
+	ckpt := finishedCheckpoint(clone)
+	obs2 := checkClone(clone, at2, j2, lowerBound(j2, ck.keepAll), what, fail)
+	if obs2 == nil {
+		fail("(the second life's journal)\n%v", j2)
+		return
+	}
+	if ckpt && obs2.recovery.IndexRebuilt {
+		fail("%s: the power loss left a checkpoint and no mark that one was being written, yet Open rebuilt the index from the log", what)
+	}
+	if obsR, err := observe(rebuilt, at2, j2.keys, broker.Options{}); err != nil {
+		fail("%s: with its index removed it does not open: %v", what, err)
+	} else if d := sameObservation(obs2, obsR); d != "" {
+		fail("%s: opened from its checkpoint and rebuilt from its log alone, the store differs:\n%s\n(the second life's journal)\n%v", what, d, j2)
+	}
 }
 
 // finishedCheckpoint reports whether the store in dir holds a checkpoint
@@ -341,24 +449,44 @@ const unusedKey = "never-used-by-the-workload"
 // hand their IDs to others). A probe may return an ID of the journal only
 // as the original of its own key.
 func reissuedIDs(j *journal, obs *observation) string {
-	handed := map[string]bool{}
+	handed := maps.Clone(j.prior)
+	if handed == nil {
+		handed = map[string]bool{}
+	}
 	originals := map[string]string{} // ID → the key a keyed publish returned it for
+	for id, k := range invert(j.base) {
+		originals[id] = k
+	}
+	var out []string
 	for i := range j.calls {
 		c := &j.calls[i]
 		for _, id := range c.ids {
+			if c.newPublish() && j.prior[id] {
+				out = append(out, fmt.Sprintf("%v: message ID %s was handed out by the store's earlier life already", c, id))
+			}
 			handed[id] = true
 		}
 		if c.op == opKeyed && c.err == nil && len(c.ids) > 0 {
 			originals[c.ids[0]] = c.key
 		}
 	}
-	var out []string
 	for _, k := range sortedKeys(obs.dedup) {
 		if id := obs.dedup[k]; handed[id] && originals[id] != k {
 			out = append(out, fmt.Sprintf("PublishKeyed %s got message ID %s, which the workload's calls were handed already: an ID was handed out twice", k, id))
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// invert returns the dedup keys a state remembers, by original ID.
+func invert(st *state) map[string]string {
+	out := map[string]string{}
+	if st != nil {
+		for k, id := range st.seen {
+			out[id] = k
+		}
+	}
+	return out
 }
 
 // TestPowerLoss crashes the workload at every file operation (with
@@ -417,7 +545,10 @@ func TestPowerLoss(t *testing.T) {
 					continue
 				}
 				c := &plCase{mode: mode, wseed: wseed, k: k, rng: rand.New(rand.NewPCG(seed^uint64(k), uint64(mi))),
-					kinds: []int{0, 1, 2}, crashRecovery: -1, rebuild: -1}
+					kinds: []int{0, 1, 2}, crashRecovery: -1, rebuild: -1, secondLife: -1, total: total}
+				if n%4 == 0 {
+					c.secondLife = n / 4 % 3
+				}
 				if n%3 == 0 {
 					c.crashRecovery = n / 3 % 3
 				}
@@ -466,7 +597,10 @@ func powerLossSoak(t *testing.T, seed uint64, n int) {
 	for i := range n {
 		mode := syncModes[rng.IntN(len(syncModes))]
 		c := &plCase{mode: mode, wseed: rng.Uint64(), k: rng.Int64N(totals[mode] * 11 / 10), rng: rand.New(rand.NewPCG(rng.Uint64(), 3)),
-			kinds: []int{rng.IntN(len(cloneKinds))}, crashRecovery: -1, rebuild: -1}
+			kinds: []int{rng.IntN(len(cloneKinds))}, crashRecovery: -1, rebuild: -1, secondLife: -1, total: totals[mode]}
+		if rng.IntN(3) == 0 {
+			c.secondLife = 0
+		}
 		if rng.IntN(3) == 0 {
 			c.crashRecovery = 0
 		}

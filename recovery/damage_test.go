@@ -74,15 +74,18 @@ type frame struct {
 	body     []byte
 }
 
-// lastSegment returns the name of the last segment file in dir, its bytes
-// and their frames.
-func lastSegment(t *testing.T, dir string) (name string, data []byte, frames []frame) {
+// segmentAt reads the i-th segment file of the log in dir (a negative i
+// counts from the end: -1 is the active segment) and its frames.
+func segmentAt(t *testing.T, dir string, i int) (name string, data []byte, frames []frame) {
 	t.Helper()
 	segs := segmentFiles(t, dir)
-	if len(segs) == 0 {
-		t.Fatalf("%s holds no segment", dir)
+	if i < 0 {
+		i += len(segs)
 	}
-	name = segs[len(segs)-1]
+	if i < 0 || i >= len(segs) {
+		t.Fatalf("%s holds %d segments, not one at %d", dir, len(segs), i)
+	}
+	name = segs[i]
 	data, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
@@ -615,7 +618,7 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 		if err := cfs.CrashClone(all, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1}); err != nil {
 			t.Fatal(err)
 		}
-		last, data, frames := lastSegment(t, all)
+		last, data, frames := segmentAt(t, all, -1)
 		synced := 0
 		for _, f := range frames {
 			synced = max(synced, f.synced)
@@ -692,7 +695,7 @@ func TestDamageUnsyncedTail(t *testing.T) {
 		if err := cfs.CrashClone(synced, vfs.CrashOptions{Root: dir}); err != nil {
 			t.Fatal(err)
 		}
-		last, a, frames := lastSegment(t, all)
+		last, a, frames := segmentAt(t, all, -1)
 		s, err := os.ReadFile(filepath.Join(synced, last))
 		if err != nil {
 			t.Fatal(err)
@@ -899,12 +902,7 @@ func salvageDamaged(t *testing.T, root string, tpl template, d damage) (*observa
 func TestDamageSalvageKeepsMessagesAfterADamagedPreamble(t *testing.T) {
 	root := fastDir(t)
 	tpl := reclaimedTemplate(t, root)
-	first := segmentFiles(t, tpl.dir)[0]
-	data, err := os.ReadFile(filepath.Join(tpl.dir, first))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := parseFrames(data)
+	first, _, frames := segmentAt(t, tpl.dir, 0)
 	var decl *frame
 	for i := range frames {
 		if i < preambleLen(frames) && frames[i].body[0] == 2 { // a declare event of the preamble
@@ -935,12 +933,7 @@ func TestDamageSalvageKeepsMessagesAfterADamagedPreamble(t *testing.T) {
 func TestDamageSalvageNamesOnlyLostMessages(t *testing.T) {
 	root := fastDir(t)
 	tpl := reclaimedTemplate(t, root)
-	first := segmentFiles(t, tpl.dir)[0]
-	data, err := os.ReadFile(filepath.Join(tpl.dir, first))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := parseFrames(data)
+	first, _, frames := segmentAt(t, tpl.dir, 0)
 	var target *frame
 	for i := range frames {
 		if i >= preambleLen(frames) && frames[i].kind == kindRecord { // the first record after the preamble
@@ -974,13 +967,7 @@ func TestDamageSalvageNamesOnlyLostMessages(t *testing.T) {
 func TestDamageSalvageCutSealedSegment(t *testing.T) {
 	root := fastDir(t)
 	tpl := reclaimedTemplate(t, root)
-	segs := segmentFiles(t, tpl.dir)
-	sealed := segs[len(segs)-2]
-	data, err := os.ReadFile(filepath.Join(tpl.dir, sealed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := parseFrames(data)
+	sealed, _, frames := segmentAt(t, tpl.dir, -2)
 	if len(frames) < 4 {
 		t.Fatalf("%s has %d frames", sealed, len(frames))
 	}
@@ -1022,7 +1009,7 @@ func TestDamageSalvageDamagedSegmentHeader(t *testing.T) {
 func TestDamageLastBatchOfACleanlyClosedLog(t *testing.T) {
 	root := fastDir(t)
 	tpl := buildTemplates(t, root, 78, 1, broker.SyncAll)[0]
-	last, _, frames := lastSegment(t, tpl.dir)
+	last, _, frames := segmentAt(t, tpl.dir, -1)
 	if len(frames) == 0 {
 		t.Fatalf("%s has no frame", last)
 	}
@@ -1057,7 +1044,7 @@ func TestDamageLastBatchOfACleanlyClosedLog(t *testing.T) {
 func TestDamageCutLastSegment(t *testing.T) {
 	root := fastDir(t)
 	tpl := buildTemplates(t, root, 77, 1, broker.SyncAll)[0]
-	last, data, frames := lastSegment(t, tpl.dir)
+	last, data, frames := segmentAt(t, tpl.dir, -1)
 	if len(frames) < 8 {
 		t.Fatalf("%s has %d frames", last, len(frames))
 	}

@@ -1,0 +1,308 @@
+package compare_test
+
+// BenchmarkQueues runs the same workloads against walbroker (broker.Open,
+// SyncAll, one queue), pebbleq and boltq, on the same disk (the test's
+// temporary directory), each workload on each implementation in turn:
+//
+//	publish-1, publish-64  1 and 64 goroutines each publishing 1 KiB
+//	                       messages in a loop (closed loop)
+//	drain, drain-4         a queue filled, untimed, with b.N messages of
+//	                       1 KiB (PublishBatch of 256), then emptied by 64
+//	                       or 4 consumers: for walbroker broker.Consume
+//	                       (batch 64, concurrency 64 or 4); for pebbleq and
+//	                       boltq as many goroutines each calling
+//	                       Receive(64) and then Ack with the IDs received,
+//	                       until a Receive finds nothing
+//
+// Two rows add context. publish-1 also runs boltq with no batching delay
+// (bolt-nodelay): with bbolt's default, a lone producer waits 10 ms in
+// db.Batch for company that never comes. drain-4 also runs walbroker with
+// 4 Consume calls of 64 handlers each (walbroker-4x64): one Consume with
+// Concurrency 4 never holds more than 4 messages, while each of 4 pebbleq
+// or boltq consumers holds the 64 of its Receive. Each row reports msgs/s.
+// Run from compare/:
+//
+//	go test -run '^$' -bench Queues -benchtime 3s -count 3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/compare"
+	"github.com/walbroker/walbroker/compare/boltq"
+	"github.com/walbroker/walbroker/compare/pebbleq"
+)
+
+// benchPolicy is the walbroker queue's policy; its visibility timeout is
+// also the lease of pebbleq and boltq.
+var benchPolicy = broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5}
+
+// target is one implementation as the workloads drive it.
+type target interface {
+	publish(ctx context.Context, payload []byte) error
+	publishBatch(ctx context.Context, payloads [][]byte) error
+	// drain receives and acknowledges n messages, the whole queue, with
+	// consumers concurrent consumers, and returns once all are
+	// acknowledged.
+	drain(ctx context.Context, n, consumers int) error
+}
+
+// walbrokerTarget is a queue of a file-backed walbroker store.
+type walbrokerTarget struct{ q *broker.Queue }
+
+func openWalbroker(b *testing.B) target {
+	s, err := broker.Open(b.TempDir(), broker.Options{Sync: broker.SyncAll})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	q, err := s.Queue("bench", benchPolicy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return walbrokerTarget{q}
+}
+
+func (w walbrokerTarget) publish(ctx context.Context, payload []byte) error {
+	_, err := w.q.Publish(ctx, payload)
+	return err
+}
+
+func (w walbrokerTarget) publishBatch(ctx context.Context, payloads [][]byte) error {
+	_, err := w.q.PublishBatch(ctx, payloads)
+	return err
+}
+
+// drain runs broker.Consume as walbroker's consumers do: Concurrency
+// handlers, each Receive asking for at most 64 (and never for more than
+// there are idle handlers).
+func (w walbrokerTarget) drain(ctx context.Context, n, consumers int) error {
+	var handled atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := broker.Consume(cctx, w.q, func(context.Context, broker.DeliveryValue) error {
+		if handled.Add(1) == int64(n) {
+			cancel()
+		}
+		return nil
+	}, broker.ConsumeOptions{Batch: 64, Concurrency: consumers})
+	if !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("Consume: %w", err)
+	}
+	return nil
+}
+
+// walbrokerCallsTarget drains a walbroker queue with one Consume call per
+// consumer, each with 64 handlers, so that each consumer holds up to 64
+// messages at once, as a consumer of pebbleq or boltq holds the 64 of its
+// Receive; a single Consume with Concurrency 4 holds at most 4.
+type walbrokerCallsTarget struct{ walbrokerTarget }
+
+func openWalbrokerCalls(b *testing.B) target {
+	return walbrokerCallsTarget{openWalbroker(b).(walbrokerTarget)}
+}
+
+func (w walbrokerCallsTarget) drain(ctx context.Context, n, consumers int) error {
+	var handled atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, consumers)
+	var wg sync.WaitGroup
+	for range consumers {
+		wg.Go(func() {
+			err := broker.Consume(cctx, w.q, func(context.Context, broker.DeliveryValue) error {
+				if handled.Add(1) == int64(n) {
+					cancel()
+				}
+				return nil
+			}, broker.ConsumeOptions{Batch: 64, Concurrency: 64})
+			if !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("Consume: %w", err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// queueTarget is a compare.Queue: pebbleq or boltq.
+type queueTarget struct{ q compare.Queue }
+
+func openPebble(b *testing.B) target {
+	q, err := pebbleq.Open(b.TempDir(), pebbleq.Options{Lease: benchPolicy.VisibilityTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { q.Close() })
+	return queueTarget{q}
+}
+
+func openBolt(b *testing.B) target {
+	return openBoltDelay(b, 0)
+}
+
+func openBoltNoDelay(b *testing.B) target {
+	return openBoltDelay(b, -1)
+}
+
+func openBoltDelay(b *testing.B, delay time.Duration) target {
+	q, err := boltq.Open(b.TempDir(), boltq.Options{Lease: benchPolicy.VisibilityTimeout, MaxBatchDelay: delay})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { q.Close() })
+	return queueTarget{q}
+}
+
+func (t queueTarget) publish(ctx context.Context, payload []byte) error {
+	_, err := t.q.Publish(ctx, payload)
+	return err
+}
+
+func (t queueTarget) publishBatch(ctx context.Context, payloads [][]byte) error {
+	_, err := t.q.PublishBatch(ctx, payloads)
+	return err
+}
+
+// drain runs consumers goroutines, each receiving up to 64 messages and
+// acknowledging them in one Ack, until a Receive finds nothing: with the
+// queue filled beforehand and no lease lapsing, that means every message
+// left is leased by another consumer, which will acknowledge it.
+func (t queueTarget) drain(ctx context.Context, n, consumers int) error {
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, consumers)
+	for range consumers {
+		wg.Go(func() {
+			for {
+				msgs, err := t.q.Receive(ctx, 64)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(msgs) == 0 {
+					return
+				}
+				ids := make([]uint64, len(msgs))
+				for i, m := range msgs {
+					ids[i] = m.ID
+				}
+				if err := t.q.Ack(ctx, ids); err != nil {
+					errs <- err
+					return
+				}
+				acked.Add(int64(len(ids)))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if got := acked.Load(); got != int64(n) {
+		return fmt.Errorf("acknowledged %d messages of %d", got, n)
+	}
+	return nil
+}
+
+func BenchmarkQueues(b *testing.B) {
+	payload := make([]byte, 1024)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	type impl struct {
+		name string
+		open func(*testing.B) target
+	}
+	impls := []impl{{"walbroker", openWalbroker}, {"pebble", openPebble}, {"bolt", openBolt}}
+	// Workload first, then implementation: the runs of one workload are
+	// neighbours in time, so the disk's mood changes little between them.
+	for _, producers := range []int{1, 64} {
+		row := impls
+		if producers == 1 {
+			row = append(row[:len(row):len(row)], impl{"bolt-nodelay", openBoltNoDelay})
+		}
+		for _, im := range row {
+			b.Run("publish-"+strconv.Itoa(producers)+"/"+im.name, func(b *testing.B) {
+				benchPublish(b, im.open(b), producers, payload)
+			})
+		}
+	}
+	for _, consumers := range []int{64, 4} {
+		name := "drain/"
+		if consumers != 64 {
+			name = "drain-" + strconv.Itoa(consumers) + "/"
+		}
+		row := impls
+		if consumers != 64 {
+			row = append(row[:len(row):len(row)], impl{"walbroker-" + strconv.Itoa(consumers) + "x64", openWalbrokerCalls})
+		}
+		for _, im := range row {
+			b.Run(name+im.name, func(b *testing.B) {
+				benchDrain(b, im.open(b), consumers, payload)
+			})
+		}
+	}
+}
+
+// benchPublish publishes b.N messages from producers goroutines.
+func benchPublish(b *testing.B, t target, producers int, payload []byte) {
+	ctx := context.Background()
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	start := time.Now()
+	for range producers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := t.publish(ctx, payload); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, ok := failed.Load().(error); ok {
+		b.Fatalf("publish: %v", err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+// benchDrain fills t with b.N messages, untimed, then times consumers
+// emptying it.
+func benchDrain(b *testing.B, t target, consumers int, payload []byte) {
+	ctx := context.Background()
+	batch := make([][]byte, 256)
+	for i := range batch {
+		batch[i] = payload
+	}
+	for left := b.N; left > 0; left -= len(batch) {
+		if err := t.publishBatch(ctx, batch[:min(left, len(batch))]); err != nil {
+			b.Fatalf("publishBatch: %v", err)
+		}
+	}
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	start := time.Now()
+	err := t.drain(ctx, b.N, consumers)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("drain: %v", err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}

@@ -516,6 +516,31 @@ func brokerSeeds(testing.TB) []seed {
 			o(opPublishKeyed, 0, 1, 1), o(opRebuild, 0, 0, 0), o(opForward, 0, fwd61s, 0), o(opForward, 0, fwd31s, 0),
 			o(opPublishKeyed, 0, 1, 1),
 		},
+		// Old segments pinned by a dead letter, a lease on its second
+		// delivery, a nacked message and the key of an acknowledged one,
+		// then churn, so that they are copied forward and their segments
+		// reclaimed, then a rebuild of the index from what is left of the
+		// log: the copies alone must give every message its state.
+		"reclaim-rebuild": append(append([]op{
+			o(opPublishKeyed, 0, 0, 4), o(opPublishKeyed, 0, 1, 4), o(opPublish, 1, 3, 0), o(opPublish, 1, 3, 0),
+			o(opReceive, 0, 2, 0), o(opAck, 0, liveFirst, 0), o(opReject, 0, liveFirst, 2), o(opReceive, 1, 1, 0),
+			o(opForward, 1, fwd5s, 0), o(opReceive, 1, 2, 0), o(opNack, 1, 8, 1), o(opForward, 1, fwd1s, 0),
+		}, repeat(o(opChurn, 0, 18, 0), 14)...),
+			o(opRebuild, 0, 0, 0), o(opDeadLetters, 0, 5, 0), o(opDeadLetters, 1, 5, 0)),
+		// A last lease that lapses at the instant the store is reopened
+		// died before the open: the new process does not count it.
+		"reopen-at-lapse": {
+			o(opPublish, 0, 2, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opForward, 0, fwdNext, 0), o(opReopen, 0, 0, 0), o(opDeadLetters, 0, 3, 0), o(opStats, 0, 0, 0),
+		},
+		// Replaying and deleting last leases that lapsed, with no call in
+		// between that moved them to the dead letters: the replay and the
+		// delete find them there.
+		"replay-unswept": {
+			o(opPublish, 0, 2, 0), o(opPublish, 0, 3, 0), o(opReceive, 0, 2, 0), o(opForward, 0, fwdNext, 0),
+			o(opReceive, 0, 2, 0), o(opForward, 0, fwdNext, 0), o(opReplay, 0, 0, 0), o(opDelete, 0, 4, 0),
+			o(opReceive, 0, 2, 0), o(opStats, 0, 0, 0),
+		},
 		// An Ack refused for a lapsed lease observed the lapse: with the
 		// clock set back before ExpiresAt the receipt stays refused.
 		"settle-lapse": {

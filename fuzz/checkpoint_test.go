@@ -199,7 +199,9 @@ type parsedQueue struct {
 // parseCheckpoint decodes a checkpoint file by the grammar index.Snapshot
 // writes (see index/checkpoint.go), independently of the index's decoder:
 // the body's uvarints in their shortest form, 32-bit fields within 32 bits,
-// counts and lengths within the body, nothing left over.
+// counts and lengths within the body, nothing left over, and each queue's
+// messages at sequences handed out (from 1, below the next sequence), none
+// listed twice.
 func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 	var p parsedCheckpoint
 	if len(file) < ckptHeader || string(file[:8]) != "WALBCKP\x00" || binary.LittleEndian.Uint32(file[8:]) != 1 ||
@@ -252,8 +254,13 @@ func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 		for range count() {
 			r.uvarint()
 		}
+		held := map[uint64]bool{}
 		for range count() {
-			r.uvarint()
+			seq := r.uvarint()
+			if seq == 0 || seq >= p.nextSeq || held[seq] {
+				r.fail()
+			}
+			held[seq] = true
 			r.varint()
 			r.uvarint()
 			r.str()
@@ -480,8 +487,54 @@ func checkpointSeeds(t testing.TB) []seed {
 		seed{"body-empty", []any{true, uint64(0), uint64(1), []byte{}}},
 		seed{"next-seq-zero", []any{true, uint64(0), uint64(0), bytes.Clone(files[0][ckptHeader:])}},
 		seed{"body-garbage", []any{true, uint64(5), uint64(5), []byte("\x01\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}},
+		// Each one step past what Load may accept: a stream reaching the
+		// next sequence, a message listed twice.
+		seed{"stream-at-next-seq", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 10)}},
+		seed{"message-twice", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 0, 3, 3)}},
 	)
 	return seeds
+}
+
+// checkpointBody returns the body of a checkpoint of one queue, jobs, and
+// no table file: the queue's stream runs from cursor to streamMax, and it
+// holds the ready messages msgs, listed in that order.
+func checkpointBody(cursor, streamMax uint64, msgs ...uint64) []byte {
+	var b []byte
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	v := func(v int64) { b = binary.AppendVarint(b, v) }
+	u(0) // sealed segments
+	u(0) // secret
+	u(0) // orphans
+	u(0) // segment uses
+	u(0) // chunk counts
+	u(1) // queues
+	u(1) // id
+	u(4) // name
+	b = append(b, "jobs"...)
+	for range 7 { // policy
+		v(1)
+	}
+	u(cursor)
+	u(streamMax)
+	v(0) // streamEnq
+	u(0) // fresh
+	v(0) // lastEvicts
+	u(0) // gone
+	u(uint64(len(msgs)))
+	for _, seq := range msgs {
+		u(seq)
+		v(seedClock.UnixNano()) // enqueued
+		u(1<<32 | 32)           // position
+		u(0)                    // key
+		u(2)                    // state: ready
+		for range 7 {           // deliveries, at, nonce, failed at, code, reason, cause: zero
+			u(0)
+		}
+		u(40) // size
+	}
+	u(0) // keys
+	u(0) // table files
+	return b
 }
 
 // The checkpoints buildCheckpoints writes load beside the template's table

@@ -23,7 +23,10 @@
 //     a group boundary gives the rest of the same scan; a callback error
 //     stops the scan; with salvage the records are those of the plain scan
 //     followed by more, and the skipped spans are ordered, non-empty and
-//     hold no record.
+//     hold no record. And since the input says where every whole frame of
+//     the segment lies and what each claims durable, each scan's report
+//     (End, records, seal, clean end, torn tail or corruption and where,
+//     skipped spans) is the one the package documentation's rules give.
 //   - FuzzCheckpointLoad: arbitrary bytes as index/checkpoint, either raw or
 //     behind a header computed around them (right magic, version, length
 //     and CRC-32C, so that the body decoder is what gets exercised), beside
@@ -36,10 +39,14 @@
 //     a verified log would take it (so the checksum is no defence),
 //     applied to a fresh index, which is then checkpointed and loaded
 //     back. Apply never panics and refuses only with index.ErrBadEvent
-//     (Open then refuses the log as Corrupt); an index that took every
-//     record survives its own checkpoint unchanged: queues, dumps at
-//     several instants, next sequence, orphans, segment uses and live
-//     table chunks.
+//     (Open then refuses the log as Corrupt); what the index counts per
+//     segment and per table chunk is what its messages and keys add up
+//     to; an index that took every record survives its own checkpoint
+//     unchanged, and equals one that took every record twice in a row
+//     (an event sets the state it names): queues, dumps at several
+//     instants, latest clock readings, next sequence, orphans (for the
+//     checkpoint), segment uses, live table chunks, and the order in
+//     which each then hands out its messages and one published later.
 //   - FuzzBrokerDifferential: the input is decoded, three bytes per
 //     operation, into up to 200 operations on one store (two queues with
 //     small fixed policies, 16 KiB segments so that rotations,

@@ -119,6 +119,9 @@ func frameSeeds(testing.TB) []seed {
 		s("kind-zero", segment.AppendFrame(nil, 5, 0, segment.Kind(0), segment.Full, nil), 0, 5, 0, 0x00, nil, 5),
 		s("seal-in-group", seal, 0, 5, 0, 0x12, nil, 6),
 		s("bad-place", rec, 0, 5, 0, 0x41, []byte("p"), 7),
+		// Bit 4 of the type byte: a Full record flipped to a First one,
+		// still a valid type, which only the checksum tells apart.
+		s("type-bit", rec, 0, 5, 0, 0x01, []byte("x"), 8*16+4),
 		s("high-bits", rec, 0, 5, 0, 0xc1, []byte("h"), 8),
 		s("negative-offset", rec, -1, 5, 0, 0x01, nil, 0),
 		s("huge-offset", rec, math.MaxInt, 5, 0, 0x01, nil, 0),

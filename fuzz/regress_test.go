@@ -168,31 +168,7 @@ func TestCheckpointStreamPastNextSequenceIsRefused(t *testing.T) {
 // file.
 func checkpointWithStream(t *testing.T, cursor, streamMax, nextSeq uint64) []byte {
 	t.Helper()
-	var b []byte
-	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	v := func(v int64) { b = binary.AppendVarint(b, v) }
-	u(0) // sealed segments
-	u(0) // secret
-	u(0) // orphans
-	u(0) // segment uses
-	u(0) // chunk counts
-	u(1) // queues
-	u(1) // id
-	u(4) // name
-	b = append(b, "jobs"...)
-	for range 7 { // policy
-		v(1)
-	}
-	u(cursor)
-	u(streamMax)
-	v(0) // streamEnq
-	u(0) // fresh
-	v(0) // lastEvicts
-	u(0) // gone
-	u(0) // messages
-	u(0) // keys
-	u(0) // table files
-	file := wrapCheckpoint(1<<32|32, nextSeq, b)
+	file := wrapCheckpoint(1<<32|32, nextSeq, checkpointBody(cursor, streamMax))
 	p, err := parseCheckpoint(file)
 	require.NoError(t, err)
 	require.Equal(t, []parsedQueue{{name: "jobs", cursor: cursor, streamMax: streamMax}}, p.queues)

@@ -3,6 +3,8 @@ package fuzz
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -20,6 +22,9 @@ import (
 // interesting cases are.
 const replayMaxSeq = 1 << 17
 
+// replayMaxRecords bounds the records read from one input.
+const replayMaxRecords = 500
+
 // joinRecords encodes records as FuzzReplayCheckpoint reads them: each a
 // uvarint length, then its bytes.
 func joinRecords(evs ...index.Event) []byte {
@@ -36,7 +41,7 @@ func joinRecords(evs ...index.Event) []byte {
 // rest.
 func splitRecords(b []byte) [][]byte {
 	var recs [][]byte
-	for len(b) > 0 && len(recs) < 500 {
+	for len(b) > 0 && len(recs) < replayMaxRecords {
 		n, k := binary.Uvarint(b)
 		if k <= 0 {
 			return recs
@@ -83,18 +88,28 @@ func replaySeeds() [][]byte {
 		pub(3, 1, now, "x"), index.Event{Kind: index.KindAck, Queue: 1, Seq: 9},
 		index.Event{Kind: index.KindDeclare, Queue: 1, Name: "renamed", Policy: mail},
 		pub(1, 70000, now, ""), pub(1, 70001, now-1, "late"))
-	return [][]byte{joinRecords(decl...), joinRecords(every...), joinRecords(orphans...), nil}
+	// Every message gone again, acknowledged or deleted: nothing left to
+	// pin the segment or a table chunk.
+	settled := append(slices.Clone(decl),
+		pub(1, 1, now, "k1"), index.Event{Kind: index.KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: now + 10*sec, Nonce: 1},
+		index.Event{Kind: index.KindAck, Queue: 1, Seq: 1}, index.Event{Kind: index.KindEvict, Queue: 1, Time: now + 100*sec, Window: 60 * sec},
+		pub(2, 2, now, ""), index.Event{Kind: index.KindDeadLetter, Queue: 2, Seq: 2, Time: now, Reason: "R"},
+		index.Event{Kind: index.KindDelete, Queue: 2, Seq: 2})
+	return [][]byte{joinRecords(decl...), joinRecords(every...), joinRecords(orphans...), joinRecords(settled...), nil}
 }
 
 // FuzzReplayCheckpoint applies arbitrary records, as a replay of a log
 // whose every frame verified would (so the checksum is no defence), to a
 // fresh index, then writes a checkpoint of it and loads that back. Apply
 // must never panic and fail only with ErrBadEvent (Open then refuses the
-// log as Corrupt); an index that took every record must survive its own
-// checkpoint unchanged: the same queues, dumps at several instants,
-// next sequence, orphan count, segment uses and live table chunks. A
-// checkpoint that loads differently from the replay it was taken of is
-// state an open quietly changes.
+// log as Corrupt); what the index counts per segment and table chunk must
+// match the messages and keys it holds; an index that took every record
+// must survive its own checkpoint unchanged: the same queues, dumps at
+// several instants, latest clock readings, next sequence, orphan count,
+// segment uses, live table chunks, and the order in which it then hands
+// out its messages. A checkpoint that loads differently from the replay
+// it was taken of is state an open quietly changes. An index that took
+// every record twice in a row must hold the same as well.
 func FuzzReplayCheckpoint(f *testing.F) {
 	for _, s := range replaySeeds() {
 		f.Add(s)
@@ -109,6 +124,8 @@ func FuzzReplayCheckpoint(f *testing.F) {
 				_ = x.Table.Close()
 			}
 		}()
+		// twice takes every record twice in a row (see below).
+		twice := index.New()
 		off := 32
 		var last wal.Position
 		for _, rec := range splitRecords(data) {
@@ -126,8 +143,14 @@ func FuzzReplayCheckpoint(f *testing.F) {
 				require.ErrorIs(t, err, index.ErrBadEvent)
 				return
 			}
+			for range 2 {
+				again, err := index.Decode(rec)
+				require.NoError(t, err)
+				require.NoError(t, twice.Apply(last, &again), "a %s event applied once, refused applied twice", e.Kind)
+			}
 		}
 		require.NoError(t, x.Damaged())
+		requireUsesMatch(t, x)
 		end := last + 1
 		snap, err := x.Snapshot(end, map[uint32]int{})
 		require.NoError(t, err)
@@ -142,21 +165,122 @@ func FuzzReplayCheckpoint(f *testing.F) {
 		require.NoError(t, err)
 		defer func() { _ = y.Table.Close() }()
 		require.Equal(t, end, from)
-		require.Equal(t, x.PeekNextSeq(), y.PeekNextSeq(), "next sequence")
 		require.Equal(t, x.Orphans, y.Orphans, "orphans")
 		require.Equal(t, x.Secret, y.Secret, "secret")
-		require.Equal(t, x.SegmentUses(), y.SegmentUses(), "segment uses")
-		require.Equal(t, x.LiveChunks(), y.LiveChunks(), "live table chunks")
+
+		// The index loaded from the checkpoint holds what the replayed one
+		// does. So does the index that took every record twice in a row:
+		// an event sets the state it names instead of stepping from the
+		// one before (only an event about a message not held, as a second
+		// ack is, counts as one more orphan). A copy forward restates a
+		// message by its events, and a replay of a log holding a message's
+		// events and later their copies depends on that.
+		others := []struct {
+			what string
+			x    *index.Index
+		}{{"the index loaded from the checkpoint", y}, {"the index that took every record twice", twice}}
 		names := x.Queues()
 		slices.Sort(names)
-		got := y.Queues()
-		slices.Sort(got)
-		require.Equal(t, names, got, "queues")
+		for _, o := range others {
+			got := o.x.Queues()
+			slices.Sort(got)
+			require.Equal(t, names, got, "%s: queues", o.what)
+			require.Equal(t, x.PeekNextSeq(), o.x.PeekNextSeq(), "%s: next sequence", o.what)
+			require.Equal(t, x.SegmentUses(), o.x.SegmentUses(), "%s: segment uses", o.what)
+			require.Equal(t, x.LiveChunks(), o.x.LiveChunks(), "%s: live table chunks", o.what)
+			for _, n := range names {
+				require.Equal(t, x.Queue(n).LastEvicts(), o.x.Queue(n).LastEvicts(),
+					"%s: queue %s: the latest clock reading, before which no dedup key is evicted", o.what, n)
+			}
+		}
 		for _, now := range []int64{math.MinInt64, 0, seedClock.UnixNano() + int64(15*time.Second), math.MaxInt64} {
 			for _, n := range names {
-				require.Equal(t, x.Queue(n).Dump(now), y.Queue(n).Dump(now), "queue %s at %d", n, now)
+				want := x.Queue(n).Dump(now)
+				for _, o := range others {
+					require.Equal(t, want, o.x.Queue(n).Dump(now), "%s: queue %s at %d", o.what, n, now)
+				}
 			}
 		}
 		require.NoError(t, y.Damaged())
+
+		// What a dump shows is not all a queue keeps: each goes on to hand
+		// out the same messages in the same order, a message published
+		// after the load included. That one is enqueued at instant 0,
+		// before what the seeds publish (a clock set back), so it is
+		// handed out before the messages enqueued later, wherever they are
+		// kept.
+		want := receiveAll(t, x, names, off)
+		for _, o := range others {
+			require.Equal(t, want, receiveAll(t, o.x, names, off), "%s hands out messages otherwise than the replayed one", o.what)
+		}
+		for _, ix := range []*index.Index{x, y, twice} {
+			require.NoError(t, ix.Damaged(), "damage found while handing out the messages")
+		}
 	})
+}
+
+// receiveAll publishes a message enqueued at instant 0 to each queue of x
+// (names, in order), then leases every receivable message, one at a time,
+// as Receive would, and lists them in the order handed out. Its events are
+// at positions from off on in segment 1.
+func receiveAll(t *testing.T, x *index.Index, names []string, off int) []string {
+	t.Helper()
+	now := seedClock.UnixNano() + int64(15*time.Second)
+	var out []string
+	apply := func(e index.Event) {
+		t.Helper()
+		require.NoError(t, x.Apply(wal.MakePosition(1, off), &e))
+		off += 64
+	}
+	for _, n := range names {
+		q := x.Queue(n)
+		apply(index.Event{Kind: index.KindPublish, Queue: q.ID, Seq: x.PeekNextSeq(), Time: 0, Payload: []byte("late")})
+		for i := 0; ; i++ {
+			require.LessOrEqual(t, i, replayMaxRecords, "queue %s hands out more messages than were published", n)
+			q.Promote(now)
+			m := q.NextReady()
+			if m == nil {
+				break
+			}
+			out = append(out, fmt.Sprintf("%s %d enqueued %d, delivery %d", n, m.Seq, m.EnqueuedAt, m.Deliveries+1))
+			apply(index.Event{Kind: index.KindLease, Queue: q.ID, Seq: m.Seq, Deliveries: m.Deliveries + 1, Time: now + int64(time.Hour), Nonce: 1})
+		}
+	}
+	return out
+}
+
+// requireUsesMatch checks what x counts per log segment and per table
+// chunk against the messages (dead letters included) and dedup keys its
+// queues hold, every one published in segment 1. Reclamation removes a
+// segment, and a checkpoint drops a table file, on these counts: a count
+// too high keeps them for ever, one too low loses messages.
+func requireUsesMatch(t *testing.T, x *index.Index) {
+	t.Helper()
+	var msgs, keys int
+	var bytes int64
+	var seqs []uint64
+	chunks := map[uint64]bool{}
+	for _, n := range x.Queues() {
+		q := x.Queue(n)
+		held, _ := q.Pinning(1, 0, math.MaxUint64)
+		for _, m := range held {
+			msgs++
+			bytes += int64(m.Size)
+			seqs = append(seqs, m.Seq)
+			chunks[index.ChunkOf(m.Seq)] = true
+		}
+		keys += q.SeenCount()
+	}
+	uses := x.SegmentUses()
+	u, ok := uses[1]
+	require.Equal(t, msgs > 0 || keys > 0, ok, "segment 1 listed as used: %v, with %d messages and %d keys held", ok, msgs, keys)
+	for s := range uses {
+		require.Equal(t, uint32(1), s, "segment %d counted as used; the replay wrote only segment 1", s)
+	}
+	require.Equal(t, fmt.Sprintf("%d messages, %d bytes, %d keys", msgs, bytes, keys), fmt.Sprintf("%d messages, %d bytes, %d keys", u.Messages, u.Bytes, u.Keys),
+		"what segment 1's use counts (actual) is not what the queues hold there (expected)")
+	for _, seq := range seqs {
+		require.True(t, seq >= u.MinSeq && seq <= u.MaxSeq, "message %d held in segment 1 outside the bounds its use records, [%d, %d]", seq, u.MinSeq, u.MaxSeq)
+	}
+	require.Equal(t, slices.Sorted(maps.Keys(chunks)), x.LiveChunks(), "the table chunks counted live are not those of the messages held")
 }

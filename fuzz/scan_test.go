@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -20,45 +21,70 @@ const (
 	scanTearLast                // the last group written loses its last byte
 )
 
-// segmentBuilder lays out frames as the log writes them.
+// segmentBuilder lays out frames as the log writes them, and notes where
+// it put the frames of its own segment.
 type segmentBuilder struct {
 	data []byte
 	seq  uint32
-	n    int // frames written, to vary the bodies
+	n    int         // frames written, to vary the bodies
+	own  []laidFrame // the frames of segment seq, in order
+}
+
+// laidFrame is a frame of the builder's segment, as it was written.
+type laidFrame struct {
+	off, end int
+	synced   uint32
+	kind     segment.Kind
+	place    segment.Place
+	raw      []byte // the frame's bytes as written
+}
+
+// frame appends one frame, and notes it if it is of the builder's segment.
+func (b *segmentBuilder) frame(seq, synced uint32, kind segment.Kind, place segment.Place, body []byte) {
+	off := len(b.data)
+	b.data = segment.AppendFrame(b.data, seq, synced, kind, place, body)
+	if seq == b.seq {
+		b.own = append(b.own, laidFrame{off: off, end: len(b.data), synced: synced, kind: kind, place: place, raw: bytes.Clone(b.data[off:])})
+	}
 }
 
 // group appends a group of frames (one frame: Full) of segment seq with
 // bodies of bodyLen bytes, each claiming synced bytes durable (never more
-// than its own offset).
-func (b *segmentBuilder) group(seq uint32, frames, bodyLen, synced int) {
-	for i := range frames {
+// than its own offset), of which only the first written are.
+func (b *segmentBuilder) group(seq uint32, frames, written, bodyLen, synced int) {
+	for i := range written {
 		body := make([]byte, bodyLen)
 		for j := range body {
 			body[j] = byte(b.n*7 + j + 1)
 		}
 		b.n++
-		b.data = segment.AppendFrame(b.data, seq, uint32(min(synced, len(b.data))), segment.KindRecord, segment.PlaceOf(i, frames), body)
+		b.frame(seq, uint32(min(synced, len(b.data))), segment.KindRecord, segment.PlaceOf(i, frames), body)
 	}
 }
 
 // layout appends what the layout bytes say: for each byte, a group of 1-4
-// record frames of this segment (top bits 00 or 01), a padding frame (10),
-// or a group of another segment's frames, as a recycled file holds (11).
+// record frames of this segment (top bits 00), a group of 2-5 whose last
+// frame was never written while the log went on after it (01), a padding
+// frame (10), or a group of another segment's frames, as a recycled file
+// holds (11).
 func (b *segmentBuilder) layout(program []byte, synced func() int) {
 	for _, op := range program {
 		switch op >> 6 {
-		case 0, 1:
-			b.group(b.seq, int(op&3)+1, int(op>>2)&15, synced())
+		case 0:
+			b.group(b.seq, int(op&3)+1, int(op&3)+1, int(op>>2)&15, synced())
+		case 1:
+			b.group(b.seq, int(op&3)+2, int(op&3)+1, int(op>>2)&15, synced())
 		case 2:
-			b.data = segment.AppendFrame(b.data, b.seq, uint32(min(synced(), len(b.data))), segment.KindPadding, segment.Full, make([]byte, op&63))
+			b.frame(b.seq, uint32(min(synced(), len(b.data))), segment.KindPadding, segment.Full, make([]byte, op&63))
 		case 3:
-			b.group(b.seq+1, int(op&3)+1, int(op>>2)&15, 0)
+			b.group(b.seq+1, int(op&3)+1, int(op&3)+1, int(op>>2)&15, 0)
 		}
 	}
 }
 
-// scanInput builds the data FuzzSegmentScan scans.
-func scanInput(program, junk []byte, seq uint32, flags byte) []byte {
+// scanInput builds the data FuzzSegmentScan scans, and returns it with the
+// frames of segment seq in it that are whole.
+func scanInput(program, junk []byte, seq uint32, flags byte) ([]byte, []laidFrame) {
 	b := &segmentBuilder{seq: seq}
 	if flags&scanHeader != 0 {
 		h := segment.EncodeHeader(seq)
@@ -80,9 +106,17 @@ func scanInput(program, junk []byte, seq uint32, flags byte) []byte {
 		b.data = b.data[:len(b.data)-1]
 	}
 	if flags&scanSeal != 0 {
-		b.data = segment.AppendFrame(b.data, seq, uint32(len(b.data)), segment.KindSeal, segment.Full, nil)
+		b.frame(seq, uint32(len(b.data)), segment.KindSeal, segment.Full, nil)
 	}
-	return b.data
+	// A frame is whole while its bytes are those written: the torn one is
+	// not, unless the seal's first byte happens to be the byte it lost.
+	var whole []laidFrame
+	for _, f := range b.own {
+		if f.end <= len(b.data) && bytes.Equal(b.data[f.off:f.end], f.raw) {
+			whole = append(whole, f)
+		}
+	}
+	return b.data, whole
 }
 
 // scanned is one scan's result.
@@ -108,7 +142,7 @@ func FuzzSegmentScan(f *testing.F) {
 		if len(program) > 64 {
 			program = program[:64]
 		}
-		data := scanInput(program, junk, seq, flags)
+		data, own := scanInput(program, junk, seq, flags)
 		orig := bytes.Clone(data)
 
 		plain, err := scanFrom(data, seq, segment.HeaderSize, false)
@@ -131,6 +165,15 @@ func FuzzSegmentScan(f *testing.F) {
 		checkScan(t, data, seq, segment.HeaderSize, salv)
 		checkSalvage(t, data, plain, salv)
 		require.Equal(t, orig, data, "a scan changed its input")
+
+		// The input says where every whole frame of the segment is, and
+		// what each claims was durable: how each scan ends follows from
+		// that by the documented rules. (Segment 0 is left out: its
+		// zero-filled space names it.)
+		if seq != 0 {
+			requireExpectedScan(t, data, seq, own, false, plain)
+			requireExpectedScan(t, data, seq, own, true, salv)
+		}
 
 		if len(data) < segment.HeaderSize {
 			return // not a segment file: nothing below applies
@@ -253,6 +296,123 @@ func checkSalvage(t *testing.T, data []byte, plain, salv scanned) {
 	require.NotEqual(t, segment.EndCorrupt, salv.r.Tail, "salvage ended in corruption")
 }
 
+// requireExpectedScan checks a scan against what expectScan works out from
+// the frames laid out.
+func requireExpectedScan(t *testing.T, data []byte, seq uint32, own []laidFrame, salvage bool, s scanned) {
+	t.Helper()
+	want, wantAt := expectScan(data, seq, own, salvage)
+	got := s.r
+	got.Cause = nil
+	var gotAt []int
+	for _, fr := range s.frames {
+		gotAt = append(gotAt, fr.Offset)
+	}
+	require.Equal(t, want, got, "salvage %v: the scan reports otherwise than the frames laid out and the documented rules say", salvage)
+	require.Equal(t, wantAt, gotAt, "salvage %v: the records handed over are not those the frames laid out say", salvage)
+}
+
+// expectScan works out, without decoding, what a scan of data with or
+// without salvage reports and the offsets of the records it hands over,
+// from own (the whole frames of segment seq in data, in order) and the
+// rules of the segment package's documentation: the valid prefix runs
+// through complete groups, paddings and a seal; where it stops, a later
+// frame that claims bytes past that point durable means corruption, a
+// later frame or a frame header naming the segment there a torn tail, and
+// anything else a clean end. Salvage steps over corruption to the next
+// frame that opens a group, a padding or a seal (the frame that broke an
+// unfinished group by opening another, if that is where the prefix
+// stopped), or, when there is none, past the last frame of the segment.
+// Whatever else data holds (junk, another segment's frames, a torn frame)
+// holds no whole frame of the segment.
+func expectScan(data []byte, seq uint32, own []laidFrame, salvage bool) (segment.Report, []int) {
+	at := map[int]laidFrame{}
+	for _, f := range own {
+		at[f.off] = f
+	}
+	// walk returns the frames a search from off meets: the first that
+	// starts at or after off, then the first at or after its end, and so
+	// on (a frame that starts inside another is not met).
+	walk := func(off int) []laidFrame {
+		var met []laidFrame
+		for _, f := range own {
+			if f.off >= off {
+				met = append(met, f)
+				off = f.end
+			}
+		}
+		return met
+	}
+	r := segment.Report{End: segment.HeaderSize}
+	var records, group []int
+	for off := segment.HeaderSize; ; {
+		f, whole := at[off]
+		if whole && (f.kind != segment.KindRecord || f.place.Opens()) == (len(group) == 0) {
+			switch f.kind {
+			case segment.KindSeal:
+				r.End, r.Sealed = f.end, true
+				return r, records
+			case segment.KindPadding:
+				r.End = f.end
+			default:
+				group = append(group, off)
+				if f.place.Closes() {
+					records, group = append(records, group...), nil
+					r.Records, r.End = len(records), f.end
+				}
+			}
+			off = f.end
+			continue
+		}
+		// The valid prefix stops at off.
+		later, corrupt := false, false
+		for _, g := range walk(off + 1) {
+			later = true
+			corrupt = corrupt || int64(g.synced) > int64(off)
+		}
+		// An unfinished group before off, or a frame header naming the
+		// segment at off, says a frame of the segment started there.
+		named := len(group) > 0 || off+12 <= len(data) && binary.LittleEndian.Uint32(data[off+8:]) == seq
+		switch {
+		case corrupt:
+			r.Tail = segment.EndCorrupt
+		case later || named:
+			r.Tail = segment.EndTorn
+		default:
+			r.Tail = segment.EndClean
+			return r, records
+		}
+		r.DamageAt = off
+		if r.Tail == segment.EndTorn || !salvage {
+			return r, records
+		}
+		// Salvage looks for the next frame that may start the log again
+		// after off, or from off itself when the frame there is whole and
+		// only broke the unfinished group by opening another.
+		from := off + 1
+		if whole && len(group) > 0 {
+			from = off
+		}
+		next := -1
+		for _, g := range walk(from) {
+			if g.kind != segment.KindRecord || g.place.Opens() {
+				next = g.off
+				break
+			}
+		}
+		if next < 0 {
+			to := off + 1
+			for _, g := range walk(off + 1) {
+				to = g.end
+			}
+			r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: to})
+			r.Tail = segment.EndClean
+			return r, records
+		}
+		r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: next})
+		r.Tail, r.End, off, group = segment.EndClean, next, next, nil
+	}
+}
+
 func requireSameFrames(t *testing.T, want, got []segment.Frame) {
 	t.Helper()
 	require.Len(t, got, len(want))
@@ -278,8 +438,11 @@ func scanSeeds(testing.TB) []seed {
 		s("clean", groups, nil, 1, scanHeader, 3),
 		s("clean-zeros", groups, make([]byte, 200), 7, scanHeader, 50),
 		s("sealed", groups, nil, 3, scanHeader|scanSeal, 2),
-		s("torn", groups, nil, 2, scanHeader|scanTearLast, 1),
-		s("torn-mid-group", []byte{0x05, 0x33}, nil, 2, scanHeader|scanTearLast, 9),
+		s("torn", groups, nil, 2, scanHeader|scanSplit|scanTearLast, 1),
+		s("torn-mid-group", []byte{0x05, 0x33}, nil, 2, scanHeader|scanSplit|scanTearLast, 9),
+		s("torn-then-sealed", []byte{0x05, 0x33}, nil, 2, scanHeader|scanSplit|scanTearLast|scanSeal, 9),
+		// The seal's first byte is the one the torn frame lost: that frame is whole again.
+		s("torn-healed-by-seal", []byte("0*d0"), []byte("0*"), 9, scanSplit|scanTearLast|scanSeal, 0),
 		s("torn-junk-then-old", groups, noise, 4, scanHeader|scanSplit, 5),
 		s("corrupt", groups, noise, 4, scanHeader|scanSplit|scanSyncedAfter, 5),
 		s("corrupt-sealed", groups, []byte{1, 2, 3, 4, 5}, 9, scanHeader|scanSplit|scanSyncedAfter|scanSeal, 7),
@@ -287,6 +450,9 @@ func scanSeeds(testing.TB) []seed {
 		s("recycled", stale, nil, 6, scanHeader, 4),
 		s("recycled-after", []byte{0x04, 0x08, 0xc4, 0xc8}, nil, 6, scanHeader|scanSplit, 4),
 		s("padding", []byte{0x80, 0x04, 0xbf, 0x0c}, nil, 5, scanHeader, 1),
+		s("padding-last", []byte{0x04, 0x85}, nil, 5, scanHeader, 1),
+		s("cut-group", []byte{0x04, 0x45, 0x09, 0x13}, nil, 8, scanHeader, 3),
+		s("cut-group-last", []byte{0x04, 0x46}, nil, 8, scanHeader, 1),
 		s("no-header", groups, noise, 4, scanSplit, 2),
 		s("short", nil, []byte("WALBSEG"), 1, 0, 0),
 		s("empty", nil, nil, 1, 0, 0),

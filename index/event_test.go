@@ -1,6 +1,7 @@
 package index
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -67,6 +68,13 @@ func FuzzDecode(f *testing.F) {
 	for _, e := range sampleEvents() {
 		f.Add(e.Append(nil))
 	}
+	// Each kind of 32-bit field (a queue number, a delivery count, a
+	// code) one past its range, which Decode must refuse rather than
+	// truncate: the fuzzing engine seldom hits an exact bound by itself.
+	over := binary.AppendUvarint(nil, 1<<32)
+	f.Add(append(append([]byte{byte(KindAck)}, over...), 7))
+	f.Add(binary.AppendVarint(append([]byte{byte(KindNack), 3, 7}, over...), 42))
+	f.Add(append(append(binary.AppendVarint([]byte{byte(KindDeadLetter), 3, 7, 5}, 99), over...), 0, 0))
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		e, err := Decode(rec)
 		if err != nil {

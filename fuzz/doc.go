@@ -39,9 +39,11 @@
 //     a verified log would take it (so the checksum is no defence),
 //     applied to a fresh index, which is then checkpointed and loaded
 //     back. Apply never panics and refuses only with index.ErrBadEvent
-//     (Open then refuses the log as Corrupt); what the index counts per
-//     segment and per table chunk is what its messages and keys add up
-//     to; an index that took every record survives its own checkpoint
+//     (Open then refuses the log as Corrupt); when no sequence is
+//     published in two queues (the log's writer never does that), what
+//     the index counts per segment and per table chunk is what its
+//     messages and keys add up to, and the order checks below hold; an
+//     index that took every record survives its own checkpoint
 //     unchanged, and equals one that took every record twice in a row
 //     (an event sets the state it names): queues, dumps at several
 //     instants, latest clock readings, next sequence, orphans (for the

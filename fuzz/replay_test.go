@@ -128,6 +128,12 @@ func FuzzReplayCheckpoint(f *testing.F) {
 		twice := index.New()
 		off := 32
 		var last wal.Position
+		// The log's writer gives each message a sequence of its own across
+		// the store; a record that publishes a sequence another queue
+		// already holds cannot come from it, and for such a log the use
+		// counts are not checked (Apply need only refuse or survive it).
+		queueOf := map[uint64]uint32{}
+		shared := false
 		for _, rec := range splitRecords(data) {
 			e, err := index.Decode(rec)
 			if err != nil {
@@ -139,6 +145,12 @@ func FuzzReplayCheckpoint(f *testing.F) {
 			}
 			last = wal.MakePosition(1, off)
 			off += 17 + len(rec)
+			if e.Kind == index.KindPublish {
+				if q, ok := queueOf[e.Seq]; ok && q != e.Queue {
+					shared = true
+				}
+				queueOf[e.Seq] = e.Queue
+			}
 			if err := x.Apply(last, &e); err != nil {
 				require.ErrorIs(t, err, index.ErrBadEvent)
 				return
@@ -150,7 +162,9 @@ func FuzzReplayCheckpoint(f *testing.F) {
 			}
 		}
 		require.NoError(t, x.Damaged())
-		requireUsesMatch(t, x)
+		if !shared {
+			requireUsesMatch(t, x)
+		}
 		end := last + 1
 		snap, err := x.Snapshot(end, map[uint32]int{})
 		require.NoError(t, err)
@@ -202,6 +216,9 @@ func FuzzReplayCheckpoint(f *testing.F) {
 			}
 		}
 		require.NoError(t, y.Damaged())
+		if shared {
+			return // see queueOf: handing out may find such an index damaged
+		}
 
 		// What a dump shows is not all a queue keeps: each goes on to hand
 		// out the same messages in the same order, a message published

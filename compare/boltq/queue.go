@@ -27,11 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/compare"
 	"github.com/walbroker/walbroker/compare/internal/claim"
+	"github.com/walbroker/walbroker/compare/internal/gate"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -68,11 +68,8 @@ type Queue struct {
 	lease  time.Duration
 	claims *claim.Table
 
-	// closeMu is held shared by every call for as long as it uses db, and
-	// exclusively by Close, so that db is never closed under a call. It
-	// guards closed.
-	closeMu sync.RWMutex
-	closed  bool
+	// gate keeps db from being closed under a call.
+	gate gate.Gate
 }
 
 var _ compare.Queue = (*Queue)(nil)
@@ -142,28 +139,14 @@ func (q *Queue) load() error {
 	})
 }
 
-// enter takes closeMu shared for a call and checks ctx and closed; when it
-// returns nil the caller must call q.closeMu.RUnlock.
-func (q *Queue) enter(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	q.closeMu.RLock()
-	if q.closed {
-		q.closeMu.RUnlock()
-		return compare.ErrClosed
-	}
-	return nil
-}
-
 // Publish stores payload under the bucket's next sequence number in a
 // db.Batch, which commits it together with the concurrent Publish calls
 // that joined the same batch.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (uint64, error) {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	var id uint64
 	// db.Batch may run the function more than once, each time in a new
 	// transaction after the last one was rolled back: id is the value of
@@ -187,10 +170,10 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (uint64, error) {
 // PublishBatch stores payloads under consecutive sequence numbers in one
 // db.Update.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]uint64, error) {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	if len(payloads) == 0 {
 		return nil, nil
 	}
@@ -222,10 +205,10 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 	if max < 1 {
 		return nil, fmt.Errorf("boltq: receive max %d: %w", max, compare.ErrInvalidMax)
 	}
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	ids, expiry := q.claims.Claim(max, q.lease)
 	if len(ids) == 0 {
 		return nil, nil
@@ -261,10 +244,10 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 
 // Ack deletes the messages and leases of ids in one db.Update.
 func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	if len(ids) == 0 {
 		return nil
 	}
@@ -291,16 +274,12 @@ func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
 
 // Close waits for the calls in flight and closes the database.
 func (q *Queue) Close() error {
-	q.closeMu.Lock()
-	defer q.closeMu.Unlock()
-	if q.closed {
-		return compare.ErrClosed
-	}
-	q.closed = true
-	if err := q.db.Close(); err != nil {
-		return fmt.Errorf("boltq: closing: %w", err)
-	}
-	return nil
+	return q.gate.Close(func() error {
+		if err := q.db.Close(); err != nil {
+			return fmt.Errorf("boltq: closing: %w", err)
+		}
+		return nil
+	})
 }
 
 // key returns the bucket key of message id.

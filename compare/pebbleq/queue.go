@@ -37,13 +37,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/walbroker/walbroker/compare"
 	"github.com/walbroker/walbroker/compare/internal/claim"
+	"github.com/walbroker/walbroker/compare/internal/gate"
 )
 
 // Key prefixes, as described in the package documentation.
@@ -94,11 +94,8 @@ type Queue struct {
 	// lastID is the highest ID given out; Publish adds to it.
 	lastID atomic.Uint64
 
-	// closeMu is held shared by every call for as long as it uses db, and
-	// exclusively by Close, so that db is never closed under a call. It
-	// guards closed.
-	closeMu sync.RWMutex
-	closed  bool
+	// gate keeps db from being closed under a call.
+	gate gate.Gate
 }
 
 var _ compare.Queue = (*Queue)(nil)
@@ -170,26 +167,12 @@ func (q *Queue) scan(prefix byte, fn func(id uint64, value []byte) error) error 
 	return it.Close()
 }
 
-// enter takes closeMu shared for a call and checks ctx and closed; when it
-// returns nil the caller must call q.closeMu.RUnlock.
-func (q *Queue) enter(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	q.closeMu.RLock()
-	if q.closed {
-		q.closeMu.RUnlock()
-		return compare.ErrClosed
-	}
-	return nil
-}
-
 // Publish stores payload under the next ID with one synced Set.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (uint64, error) {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	id := q.lastID.Add(1)
 	if err := q.db.Set(key(messagePrefix, id), payload, pebble.Sync); err != nil {
 		return 0, fmt.Errorf("pebbleq: publishing message %d: %w", id, err)
@@ -200,10 +183,10 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (uint64, error) {
 
 // PublishBatch stores payloads under consecutive IDs in one synced batch.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]uint64, error) {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	if len(payloads) == 0 {
 		return nil, nil
 	}
@@ -230,10 +213,10 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 	if max < 1 {
 		return nil, fmt.Errorf("pebbleq: receive max %d: %w", max, compare.ErrInvalidMax)
 	}
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	ids, expiry := q.claims.Claim(max, q.lease)
 	if len(ids) == 0 {
 		return nil, nil
@@ -273,10 +256,10 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 
 // Ack deletes the message and lease records of ids in one synced batch.
 func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
-	if err := q.enter(ctx); err != nil {
+	if err := q.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer q.closeMu.RUnlock()
+	defer q.gate.Leave()
 	if len(ids) == 0 {
 		return nil
 	}
@@ -301,16 +284,12 @@ func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
 
 // Close waits for the calls in flight and closes the database.
 func (q *Queue) Close() error {
-	q.closeMu.Lock()
-	defer q.closeMu.Unlock()
-	if q.closed {
-		return compare.ErrClosed
-	}
-	q.closed = true
-	if err := q.db.Close(); err != nil {
-		return fmt.Errorf("pebbleq: closing: %w", err)
-	}
-	return nil
+	return q.gate.Close(func() error {
+		if err := q.db.Close(); err != nil {
+			return fmt.Errorf("pebbleq: closing: %w", err)
+		}
+		return nil
+	})
 }
 
 // key returns the record key of message id under prefix.

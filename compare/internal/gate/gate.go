@@ -1,0 +1,48 @@
+// Package gate keeps a store from being closed under the calls that use
+// it: every call holds the gate shared while it runs, Close holds it
+// exclusively.
+package gate
+
+import (
+	"context"
+	"sync"
+
+	"github.com/walbroker/walbroker/compare"
+)
+
+// Gate is the zero value ready to use. mu is held shared by every call for
+// as long as it uses the store, and exclusively by Close; it guards closed.
+type Gate struct {
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Enter checks ctx and that the gate is open, and holds it shared. When it
+// returns nil the caller must call Leave once done with the store.
+func (g *Gate) Enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.mu.RLock()
+	if g.closed {
+		g.mu.RUnlock()
+		return compare.ErrClosed
+	}
+	return nil
+}
+
+// Leave ends a call that Enter let in.
+func (g *Gate) Leave() { g.mu.RUnlock() }
+
+// Close waits for the calls in flight, shuts the gate, and runs closeStore
+// with no call in flight. A second Close returns compare.ErrClosed and
+// runs nothing.
+func (g *Gate) Close(closeStore func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return compare.ErrClosed
+	}
+	g.closed = true
+	return closeStore()
+}

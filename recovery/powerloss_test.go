@@ -225,11 +225,7 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 		}
 		if c.rebuild == i {
 			rebuilt = clone + "-rebuilt"
-			err := recovery.CopyTree(clone, rebuilt)
-			if err == nil {
-				err = os.RemoveAll(filepath.Join(rebuilt, "index"))
-			}
-			if err != nil {
+			if err := copyLogOnly(clone, rebuilt); err != nil {
 				fail("%s: %v", what, err)
 				rebuilt = ""
 			}
@@ -372,11 +368,7 @@ func (c *plCase) liveAgain(life2 string, j *journal, obs *observation, at time.T
 		return
 	}
 	rebuilt := clone + "-rebuilt"
-	if err := recovery.CopyTree(clone, rebuilt); err != nil {
-		fail("%s: %v", what, err)
-		return
-	}
-	if err := os.RemoveAll(filepath.Join(rebuilt, "index")); err != nil {
+	if err := copyLogOnly(clone, rebuilt); err != nil {
 		fail("%s: %v", what, err)
 		return
 	}
@@ -395,6 +387,15 @@ func (c *plCase) liveAgain(life2 string, j *journal, obs *observation, at time.T
 	} else if d := sameObservation(obs2, obsR); d != "" {
 		fail("%s: opened from its checkpoint and rebuilt from its log alone, the store differs:\n%s\n(the second life's journal)\n%v", what, d, j2)
 	}
+}
+
+// copyLogOnly copies the store in src to dst without its index, so that
+// opening dst rebuilds the index from the log alone.
+func copyLogOnly(src, dst string) error {
+	if err := recovery.CopyTree(src, dst); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(dst, "index"))
 }
 
 // finishedCheckpoint reports whether the store in dir holds a checkpoint

@@ -605,17 +605,6 @@ func (q *Queue) Seen(key string) (seq uint64, enqueuedAt int64, ok bool) {
 	return k.seq, k.enqueuedAt, ok
 }
 
-// Forget drops a dedup key that names seq: a publish that never made it
-// into the log (the store fails then, but its memory must not lie).
-func (q *Queue) Forget(key string, seq uint64) {
-	if k, ok := q.seen[key]; ok && k.seq == seq {
-		if k.seg != 0 {
-			q.x.unpinKey(k.seg)
-		}
-		delete(q.seen, key)
-	}
-}
-
 // EvictSeen forgets the dedup keys enqueued strictly more than window
 // before now, and reports whether it forgot any: the caller then logs an
 // evict event with the same clock and window, so that a replay forgets the

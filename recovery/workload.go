@@ -300,10 +300,8 @@ type child struct {
 // returns only when it cannot go on; it has then written a FATAL line.
 func RunChild(cfg ChildConfig, stdout io.Writer) error {
 	c := &child{cfg: cfg, out: &lineWriter{w: stdout}, queues: map[string]*broker.Queue{}}
-	err := c.run()
-	if err != nil {
-		c.out.printf("%s%v", LineFatal, strings.ReplaceAll(err.Error(), "\n", " "))
-	}
+	err := c.run() // never nil: the child runs until it is killed or fails
+	c.out.printf("%s%v", LineFatal, strings.ReplaceAll(err.Error(), "\n", " "))
 	return err
 }
 

@@ -163,11 +163,11 @@ func openCold(dir string, l reopenLoad, notes *[]string, rebuild bool) (t openTi
 	defer func() { err = errors.Join(err, closeWithin(s, orHangTimeout(l.hangTimeout), l)) }()
 	q, err := s.Queue(benchQueue, queuePolicy(effectiveSegmentBytes(l.segmentBytes), l.size))
 	if err != nil {
-		return t, fmt.Errorf("Queue: %w", err)
+		return t, fmt.Errorf("store.Queue: %w", err)
 	}
 	ds, err := q.Receive(context.Background(), 1)
 	if err != nil {
-		return t, fmt.Errorf("Receive: %w", err)
+		return t, fmt.Errorf("queue.Receive: %w", err)
 	}
 	t.elapsed = time.Since(start)
 	if len(ds) != 1 {

@@ -97,7 +97,7 @@ func openStore(what fmt.Stringer, hang time.Duration, parent, pattern string, o 
 	}
 	st.q, err = st.s.Queue(benchQueue, queuePolicy(effectiveSegmentBytes(o.segmentBytes), o.size))
 	if err != nil {
-		return st, fmt.Errorf("Queue: %w", err)
+		return st, fmt.Errorf("store.Queue: %w", err)
 	}
 	return st, nil
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -545,4 +546,57 @@ func TestATornTailIsZeroedToItsLastByte(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, make([]byte, len(b)-torn.Offset), b[torn.Offset:], "bytes of the torn batch are left")
 	requireEntries(t, survivors(acked, groupEnd, last, first.pos.Offset()), readAll(t, l))
+}
+
+// Why a torn tail is zeroed, shown by what it prevents: the intact frames
+// of a torn batch must never come back. Two records written but not
+// synced (each its own group, both claiming only the first record durable)
+// lose the first one's block to a power loss and keep the second one's:
+// a torn tail. The reopened log appends a record of the same length where
+// the lost one was, so that it ends exactly where the intact leftover
+// begins, and loses power again. Had the repair left the leftover in
+// place, the next open would read it as the frame after the new record
+// (its checksum, its segment and its synced value all verify) and replay a
+// record nobody was ever told was written.
+func TestATornTailsIntactFramesNeverComeBack(t *testing.T) {
+	const segBytes = 64 << 10
+	dir := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	l := mustOpen(t, dir, Options{FS: cfs, SegmentBytes: segBytes})
+	durable := appendRecords(t, l, 0, 1)
+	lost, left := bytes.Repeat([]byte("x"), 700), bytes.Repeat([]byte("y"), 700)
+	lostPos, err := l.AppendWritten(lost)
+	require.NoError(t, err)
+	leftPos, err := l.AppendWritten(left)
+	require.NoError(t, err)
+	require.Equal(t, lostPos[0].Offset()+segment.Size(len(lost)), leftPos[0].Offset(), "the two frames are back to back")
+
+	first := filepath.Join(t.TempDir(), "first")
+	require.NoError(t, cfs.CrashClone(first, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1})) // power lost
+	_ = l.Close()
+	// The lost record's block reverts to what the device held: zeros.
+	path := segFile(first, lostPos[0].Segment())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, segment.Size(len(lost))), int64(lostPos[0].Offset()))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	cfs = vfs.NewCrashFS(vfs.Default)
+	l = mustOpen(t, first, Options{FS: cfs, SegmentBytes: segBytes})
+	torn := l.Recovery().TornTail
+	require.NotNil(t, torn, "the record left after a lost one is a torn tail")
+	require.Equal(t, lostPos[0].Offset(), torn.Offset)
+	requireEntries(t, durable, readAll(t, l))
+	again := bytes.Repeat([]byte("z"), len(lost))
+	pos, err := l.Append(again)
+	require.NoError(t, err)
+	require.Equal(t, lostPos[0], pos[0], "the new record takes the lost one's place")
+
+	second := filepath.Join(t.TempDir(), "second")
+	require.NoError(t, cfs.CrashClone(second, vfs.CrashOptions{Root: first})) // power lost again
+	_ = l.Close()
+	l = mustOpen(t, second, Options{SegmentBytes: segBytes})
+	defer l.Close()
+	requireEntries(t, append(durable, entry{pos[0], again}), readAll(t, l))
 }

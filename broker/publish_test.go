@@ -314,7 +314,9 @@ func TestQueueNameRules(t *testing.T) {
 		`a\b`:                   `'\\'`,
 		"a b":                   "' '",
 		"a:b":                   "':'",
-		"é":                     "byte 0",
+		"é":                     "'é' at byte 0",
+		"aé":                    "'é' at byte 1",
+		"a\xff":                 "byte 0xff (not UTF-8) at byte 1",
 		"a\x00":                 "byte 1",
 		"tab\t":                 "byte 3",
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/walbroker/walbroker/index"
 	"github.com/walbroker/walbroker/segment"
@@ -703,7 +704,13 @@ func validQueueName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return bad(fmt.Sprintf("has %q at byte %d; allowed are A-Z a-z 0-9 . _ -", c, i))
+			// Name the character the caller wrote, not its first byte
+			// read as Latin-1 ("é", not "Ã").
+			what := fmt.Sprintf("byte %#02x (not UTF-8)", c)
+			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
+				what = fmt.Sprintf("%q", r)
+			}
+			return bad(fmt.Sprintf("has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", what, i))
 		}
 	}
 	return nil

@@ -376,6 +376,18 @@ func TestOpenCreatesMissingDirectory(t *testing.T) {
 	require.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
 }
 
+// An empty path is refused, not taken for the current directory.
+func TestOpenRefusesAnEmptyPath(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	s, err := broker.Open("", broker.Options{})
+	require.Nil(t, s)
+	require.ErrorContains(t, err, "directory path is empty")
+	entries, err := os.ReadDir(cwd)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing was written to the current directory")
+}
+
 func TestFilesAre0600DirsAre0700(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
 	e := openEnvAt(t, root) // Open creates the directory

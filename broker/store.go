@@ -126,6 +126,9 @@ func (s *Store) reservedSeqs(bound uint64) {
 // another, fails with Locked. A log that fails verification fails with
 // Corrupt, naming the file and byte offset (see Options.Salvage).
 func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("broker: open: the directory path is empty")
+	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err

@@ -161,6 +161,18 @@ func TestOpenCreatesDirectoryAndFilesPrivately(t *testing.T) {
 	require.Equal(t, int64(4096), fi.Size(), "segments are allocated in full")
 }
 
+// An empty path is refused, not taken for the current directory.
+func TestOpenRefusesAnEmptyPath(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	l, err := Open("", Options{})
+	require.Nil(t, l)
+	require.ErrorContains(t, err, "directory path is empty")
+	entries, err := os.ReadDir(cwd)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing was written to the current directory")
+}
+
 func TestClosedLogRefusesCalls(t *testing.T) {
 	l := mustOpen(t, t.TempDir(), Options{})
 	require.NoError(t, l.Close())

@@ -58,6 +58,11 @@ func (d Damage) String() string {
 // process or another, fails with ErrLocked until the first Log is closed or
 // its process dies.
 func Open(dir string, opts Options) (*Log, error) {
+	if dir == "" {
+		// Not the current directory by default: a log is opened where
+		// its caller means it to be.
+		return nil, errors.New("wal: open: the directory path is empty")
+	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func Dump(s *Store) string {
 		q := s.queues[n]
 		s.mu.Unlock()
 		q.mu.Lock()
-		b.WriteString(q.iq.Dump(s.now()))
+		b.WriteString(q.iq.Dump(s.opts.Now().UnixNano()))
 		q.mu.Unlock()
 	}
 	return b.String()

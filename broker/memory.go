@@ -16,6 +16,9 @@ type MemoryOptions struct {
 	// Now is the broker's clock: enqueue instants, lease deadlines, retry
 	// delays and dedup windows are measured on it. Nil means time.Now. A
 	// test that moves its own clock makes every timing of the queue exact.
+	// A reading before 1678 or after 2262 (a zero time.Time among them)
+	// is refused by every call that reads it, with QueueMisconfigured, as
+	// the file-backed store does.
 	Now func() time.Time
 	// Logger receives the text of unclassified handler failures, keyed by
 	// message ID, as the file-backed store's does. Nil discards.
@@ -98,8 +101,9 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 // has its own secret, so the number need not tell queues apart.
 const memoryQueueID = 1
 
-// now reads the clock in Unix nanoseconds.
-func (q *Memory) now() int64 { return q.opts.Now().UnixNano() }
+// now reads the clock in Unix nanoseconds, or fails for a reading no
+// broker can record (see unixNanos).
+func (q *Memory) now() (int64, error) { return unixNanos(q.opts.Now()) }
 
 // beginLocked checks what every call checks first, with q.mu held: the
 // context and whether the queue was closed. It reads the clock.
@@ -110,7 +114,10 @@ func (q *Memory) beginLocked(ctx context.Context) (now int64, err error) {
 	if q.closed {
 		return 0, fmt.Errorf("broker: memory queue: %w", Closed)
 	}
-	return q.now(), nil
+	if now, err = q.now(); err != nil {
+		return 0, fmt.Errorf("broker: memory queue: %w", err)
+	}
+	return now, nil
 }
 
 // observeLocked applies the deadlines that have come by now. A call

@@ -97,7 +97,12 @@ func (q *Memory) Wake() WakeValue {
 	if q.closed {
 		return w
 	}
-	now := q.now()
+	now, err := q.now()
+	if err != nil {
+		// Look now: Receive reports the clock no broker can record.
+		w.Scheduled = true
+		return w
+	}
 	q.observeLocked(now)
 	if q.st.ready.Len() > 0 {
 		w.Scheduled = true
@@ -116,8 +121,10 @@ func (q *Memory) Wake() WakeValue {
 func (q *Memory) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.closed {
-		q.observeLocked(q.now())
+	if now, err := q.now(); err == nil && !q.closed {
+		// (A reading no broker can record observes nothing: the calls
+		// that change state report it.)
+		q.observeLocked(now)
 	}
 	leased, delayed := q.st.finals.Len(), 0
 	for _, m := range q.st.timers.items {

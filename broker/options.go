@@ -50,6 +50,9 @@ func (m SyncMode) String() string {
 type Options struct {
 	// Now is the broker's clock: enqueue instants, lease deadlines, retry
 	// delays and dedup windows are measured on it. Nil means time.Now.
+	// Instants are recorded in Unix nanoseconds: a reading before 1678 or
+	// after 2262 (a zero time.Time among them) is refused, by Open and by
+	// every call that reads it, with QueueMisconfigured.
 	Now func() time.Time
 	// Sync is which calls wait for the device; see SyncMode.
 	Sync SyncMode

@@ -209,7 +209,9 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// are guesses that give the records their likely length.
 	events := make([]index.Event, len(payloads))
 	recs := make([][]byte, 0, len(payloads))
-	guess, next := q.s.now(), q.s.idx.PeekNextSeq()
+	// (The guessed time only sizes the records: the reading that counts
+	// is taken, and checked, under the lock.)
+	guess, next := q.s.opts.Now().UnixNano(), q.s.idx.PeekNextSeq()
 	for i, p := range payloads {
 		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: next + uint64(i), Time: guess, Key: key, Payload: p}
 		recs = append(recs, events[i].Append(getRecordBuffer(len(p)+32+len(key))))
@@ -240,7 +242,11 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// Restamp rewrites only each record's head. Sequence numbers come from
 	// a store-wide counter; one drawn for a publish that is then refused is
 	// simply never used.
-	now := q.s.now()
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
 	total := 0
 	for i := range events {
 		events[i].Seq, events[i].Time = q.s.idx.NextSeq(), now

@@ -23,7 +23,12 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 		pos wal.Position
 	}
 	q.mu.Lock()
-	recs := q.sweepLocked(q.s.now(), nil)
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	recs := q.sweepLocked(now, nil)
 	var list []dead
 	for _, m := range q.iq.DeadLetters(max) {
 		list = append(list, dead{pos: m.Pos, dl: DeadLetterValue{
@@ -69,7 +74,12 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 		return err
 	}
 	q.mu.Lock()
-	recs := q.sweepLocked(q.s.now(), nil)
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	recs := q.sweepLocked(now, nil)
 	seq, ok := parseMessageID(id)
 	var m *index.Message
 	if ok {

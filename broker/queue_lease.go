@@ -50,7 +50,11 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		deliveries uint32
 	}
 	q.mu.Lock()
-	now := q.s.now()
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return fail(err)
+	}
 	expires, ok := deadline(now, q.policy.VisibilityTimeout)
 	if !ok {
 		q.mu.Unlock()
@@ -178,7 +182,12 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 		return err
 	}
 	q.mu.Lock()
-	m, err := q.leaseLocked(receipt, q.s.now())
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	m, err := q.leaseLocked(receipt, now)
 	if err != nil {
 		q.mu.Unlock()
 		return err
@@ -204,7 +213,11 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	}
 	v := judge(cause)
 	q.mu.Lock()
-	now := q.s.now()
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return NackValue{}, err
+	}
 	m, err := q.leaseLocked(receipt, now)
 	if err != nil {
 		q.mu.Unlock()
@@ -248,7 +261,11 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	}
 	v := judge(cause)
 	q.mu.Lock()
-	now := q.s.now()
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
 	m, err := q.leaseLocked(receipt, now)
 	if err != nil {
 		q.mu.Unlock()
@@ -292,7 +309,11 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 		return LeaseValue{}, err
 	}
 	q.mu.Lock()
-	now := q.s.now()
+	now, err := q.s.now()
+	if err != nil {
+		q.mu.Unlock()
+		return LeaseValue{}, err
+	}
 	m, err := q.leaseLocked(receipt, now)
 	if err != nil {
 		q.mu.Unlock()

@@ -24,7 +24,11 @@ type QueueStats struct {
 // Stats returns the queue's figures, as of the broker clock now.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
-	q.iq.Promote(q.s.now())
+	if now, err := q.s.now(); err == nil {
+		// (A reading no store can record observes nothing: the calls
+		// that change state report it.)
+		q.iq.Promote(now)
+	}
 	ready, leased, delayed, dead := q.iq.Counts()
 	// A lease lapsed on its last delivery is a dead letter from the moment
 	// it lapsed, for the counter as for the gauge, though the next call that
@@ -57,10 +61,15 @@ func (q *Queue) Stats() QueueStats {
 func (q *Queue) Wake() WakeValue {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.s.now()
-	q.iq.Promote(now)
 	w := WakeValue{Signal: q.signal}
 	q.signalOut = true
+	now, err := q.s.now()
+	if err != nil {
+		// Look now: Receive reports the clock no store can record.
+		w.Scheduled = true
+		return w
+	}
+	q.iq.Promote(now)
 	if q.iq.NextReady() != nil {
 		w.Scheduled = true
 		return w

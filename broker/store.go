@@ -133,6 +133,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A clock no store can record is refused before anything is touched
+	// (every call reads it again, and checks it again).
+	if _, err := unixNanos(opts.Now()); err != nil {
+		return nil, fmt.Errorf("broker: open %s: Options.Now: %w", dir, err)
+	}
 	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
@@ -171,10 +176,15 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
+	now, err := s.now()
+	if err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
 		q := newQueue(s, iq, policyValue(iq.Policy))
-		if due := iq.FinalsDue(s.now()); len(due) > 0 {
+		if due := iq.FinalsDue(now); len(due) > 0 {
 			q.diedBeforeOpen = map[uint64]uint64{}
 			for _, m := range due {
 				q.diedBeforeOpen[m.Seq] = m.Nonce
@@ -616,7 +626,11 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// back in the queue, but a replay would judge it under the new
 		// MaxDeliveries and, lowered to its count, find it dead. Those
 		// are logged as handed back (a nack visible at once).
-		recs := q.sweepLocked(s.now(), nil)
+		now, err := s.now()
+		if err != nil {
+			return nil, err
+		}
+		recs := q.sweepLocked(now, nil)
 		for _, m := range q.iq.Lapsed() {
 			if int64(m.Deliveries) >= rec.MaxDeliveries {
 				e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries}
@@ -891,7 +905,9 @@ func (s *Store) nonce() uint64 {
 }
 
 // now reads the broker clock in Unix nanoseconds.
-func (s *Store) now() int64 { return s.opts.Now().UnixNano() }
+// now reads the broker clock (Options.Now) in Unix nanoseconds, or fails
+// for a reading no store can record (see unixNanos).
+func (s *Store) now() (int64, error) { return unixNanos(s.opts.Now()) }
 
 // deadline returns now + d, or false when that instant cannot be recorded
 // (past year 2262 in Unix nanoseconds).

@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -112,6 +113,54 @@ var leaseCases = []testCase{
 		if d2 := e.receiveOne(q); d2.Deliveries != 2 {
 			e.Fatalf("delivery %d, want 2: the refused Ack removed nothing", d2.Deliveries)
 		}
+	}},
+	{name: "AClockNoBrokerCanRecordIsRefused", needs: []string{"Clock"}, run: func(e *env) {
+		// Instants are recorded as Unix nanoseconds (1677 to 2262): a
+		// clock outside them (a zero time.Time, a clock nobody set) would
+		// be recorded as some other instant. Every call that reads it
+		// fails with QueueMisconfigured and changes nothing.
+		q := e.queue(e.policy())
+		e.publish(q, "held")
+		d := e.receiveOne(q)
+		good := e.now()
+		for _, bad := range []time.Time{{}, time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)} {
+			e.set(bad)
+			what := func(call string) string { return fmt.Sprintf("%s on a clock reading %v", call, bad) }
+			_, err := q.Publish(e.ctx(), []byte("x"))
+			e.isErr(err, broker.QueueMisconfigured, what("Publish"))
+			_, err = q.Receive(e.ctx(), 10)
+			e.isErr(err, broker.QueueMisconfigured, what("Receive"))
+			e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.QueueMisconfigured, what("Ack"))
+			_, err = q.Nack(e.ctx(), d.Lease.Receipt, nil)
+			e.isErr(err, broker.QueueMisconfigured, what("Nack"))
+			if x, ok := q.(broker.Rejecter); ok {
+				e.isErr(x.Reject(e.ctx(), d.Lease.Receipt, nil), broker.QueueMisconfigured, what("Reject"))
+			}
+			if x, ok := q.(broker.LeaseExtender); ok {
+				_, err := x.Extend(e.ctx(), d.Lease.Receipt, time.Minute)
+				e.isErr(err, broker.QueueMisconfigured, what("Extend"))
+			}
+			if x, ok := q.(KeyedPublisher); ok && e.caps.Keyed {
+				_, err := x.PublishKeyed(e.ctx(), "k", []byte("x"))
+				e.isErr(err, broker.QueueMisconfigured, what("PublishKeyed"))
+			}
+			if x, ok := q.(BatchPublisher); ok && e.caps.Batch {
+				_, err := x.PublishBatch(e.ctx(), [][]byte{[]byte("x")})
+				e.isErr(err, broker.QueueMisconfigured, what("PublishBatch"))
+			}
+			if x, ok := q.(broker.DeadLetterReader); ok {
+				_, err := x.DeadLetters(e.ctx(), 10)
+				e.isErr(err, broker.QueueMisconfigured, what("DeadLetters"))
+			}
+			if x, ok := q.(broker.DeadLetterManager); ok {
+				e.isErr(x.ReplayDeadLetter(e.ctx(), d.Message.ID), broker.QueueMisconfigured, what("ReplayDeadLetter"))
+				e.isErr(x.DeleteDeadLetter(e.ctx(), d.Message.ID), broker.QueueMisconfigured, what("DeleteDeadLetter"))
+			}
+		}
+		e.set(good)
+		e.none(q, "the refused calls published, leased and handed back nothing")
+		e.ack(q, d.Lease.Receipt) // the lease is still the one taken before
+		e.none(q, "the acked message is gone")
 	}},
 	{name: "ReceiptOfAnotherQueueIsUnknown", run: func(e *env) {
 		a, b := e.queue(e.policy()), e.queue(e.policy())

@@ -1,0 +1,64 @@
+package broker_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// Open refuses a clock no store can record before it touches anything: a
+// zero time.Time (a fake clock nobody set) would otherwise stamp 1754.
+func TestOpenRefusesAClockNoStoreCanRecord(t *testing.T) {
+	for _, bad := range []time.Time{{}, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		dir := filepath.Join(t.TempDir(), "store")
+		s, err := broker.Open(dir, broker.Options{Now: func() time.Time { return bad }})
+		require.Nil(t, s)
+		requireErrorIs(t, err, broker.QueueMisconfigured, "Options.Now", "clock reads", bad.Format(time.RFC3339))
+		_, err = os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "Open created the directory")
+	}
+}
+
+// While the clock reads an instant no store can record, the calls that
+// read it fail and log nothing; Stats and Wake, which return no error,
+// observe nothing (Wake says to look now, and Receive then says why).
+// Once the clock is set right, the store is as it was, after a restart
+// too.
+func TestAClockNoStoreCanRecordChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "held")
+	d := mustReceiveOne(t, q)
+	late := mustPublish(t, q, "late")
+	before := q.Stats()
+	good := e.clock.Now()
+
+	e.clock.Set(time.Time{})
+	require.Equal(t, before, q.Stats())
+	w := q.Wake()
+	require.True(t, w.Scheduled, "Wake says to look")
+	require.Zero(t, w.In, "at once")
+	_, err := q.Receive(ctx(t), 1)
+	requireErrorIs(t, err, broker.QueueMisconfigured, "0001-01-01")
+	_, err = e.s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 9 }))
+	requireErrorIs(t, err, broker.QueueMisconfigured, "clock")
+
+	// The lapse that a wrapped reading could have passed did not happen:
+	// the lease stands, with its deliveries.
+	e.clock.Set(good)
+	require.Equal(t, before, q.Stats())
+	e.reopen()
+	q = e.queue("jobs", policy())
+	require.Equal(t, before.Ready, q.Stats().Ready)
+	require.Equal(t, before.Leased, q.Stats().Leased)
+	require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt), "the lease taken before is still held")
+	got := mustReceiveOne(t, q)
+	require.Equal(t, late.ID, got.Message.ID)
+	require.Equal(t, 1, got.Deliveries)
+	requireNoneReceivable(t, q)
+}

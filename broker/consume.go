@@ -100,8 +100,11 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 //
 // Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
 // in flight at shutdown is settled cleanly; their errors are logged, never
-// fatal. A Receive error that is [Closed] ends Consume and is returned;
-// any other is logged and retried after PollInterval. When ctx ends,
+// fatal. A Receive error that is [Closed] ends Consume and is returned,
+// and so does the failure of a file-backed store that stopped for good (a
+// write or fdatasync failed, or damage was found: it must be reopened,
+// and no retry can succeed before that); any other is logged and retried
+// after PollInterval. When ctx ends,
 // Consume stops receiving, waits for every running handler and its Ack or
 // Nack, and returns ctx.Err(). It returns an error at once for a nil b or
 // h, or an option it refuses.
@@ -136,6 +139,13 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 // have refused it with, or the error that stopped the commit.
 type receiveAcker interface {
 	receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) (ds []DeliveryValue, errs []error, err error)
+}
+
+// failStopper is implemented by brokers that stop for good on a failure
+// (the file-backed store: fail-stop): stopped returns that failure, or
+// nil while the broker works.
+type failStopper interface {
+	stopped() error
 }
 
 // pendingAck is a delivery whose handler succeeded, waiting for the next
@@ -186,6 +196,7 @@ type consumer struct {
 	rejecter Rejecter      // nil when b is not one
 	extender LeaseExtender // nil when b is not one or no extension was asked for
 	acker    receiveAcker  // nil when b cannot carry acks with a Receive
+	stopper  failStopper   // nil when b never stops for good
 	log      *slog.Logger
 	// settleCtx is Consume's ctx without its cancellation: Receive calls
 	// that carry acks and the settling calls run under it.
@@ -257,6 +268,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	}
 	c.waker, _ = b.(Waker)
 	c.rejecter, _ = b.(Rejecter)
+	c.stopper, _ = b.(failStopper)
 	if c.acker, _ = b.(receiveAcker); c.acker != nil {
 		c.ackReady = make(chan struct{}, 1)
 	}
@@ -277,7 +289,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	return c, nil
 }
 
-// loop receives and dispatches until ctx ends or Receive reports Closed.
+// loop receives and dispatches until ctx ends, Receive reports Closed or
+// the broker stopped for good.
 func (c *consumer) loop(ctx context.Context) error {
 	for {
 		n, ok := c.acquire(ctx)
@@ -295,6 +308,8 @@ func (c *consumer) loop(ctx context.Context) error {
 			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case err != nil && c.stopper != nil && c.stopper.stopped() != nil:
+			return err // the broker must be reopened: retrying cannot help
 		case err != nil:
 			c.log.ErrorContext(ctx, "walbroker: receive failed; retrying", "error", err, "retry_in", c.poll)
 			if !sleep(ctx, c.poll) {

@@ -36,9 +36,9 @@ type Queue struct {
 	// holds need not be closed and replaced, which spares every publish
 	// to a queue no consumer waits on an allocation.
 	signalOut bool
-	// shut: the store closed, and with it signal, for good: a consumer
-	// waiting for the queue, or asking Wake after the Close, looks again
-	// at once and is told Closed.
+	// shut: the store closed or failed, and with it signal, for good: a
+	// consumer waiting for the queue, or asking Wake after, looks again at
+	// once and is told Closed, or why the store failed.
 	shut bool
 	// inflight holds the publishes queued to the log and not yet
 	// committed to the index, so that a checkpoint can commit them.
@@ -86,7 +86,8 @@ func (q *Queue) commitInflightLocked() error {
 	return nil
 }
 
-// shutLocked closes the wake signal for good: the store is closed.
+// shutLocked closes the wake signal for good: the store is closed, or
+// failed.
 func (q *Queue) shutLocked() {
 	if !q.shut {
 		q.shut = true
@@ -147,6 +148,15 @@ func (q *Queue) waitAll(pends []*wal.Pending) error {
 }
 
 // begin checks what every call checks first: the context and the store.
+// stopped returns the failure that stopped the queue's store for good
+// (see Store.failure and Store.damaged), or nil. Consume ends on it.
+func (q *Queue) stopped() error {
+	if p := q.s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 func (q *Queue) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -492,6 +493,24 @@ func TestCorruptLogRefusedNamingFileAndOffset(t *testing.T) {
 	_ = s.Close()
 	_, err = broker.Open(e.dir, e.opts)
 	requireErrorIs(t, err, broker.Corrupt, file, "offset")
+}
+
+// Damage found while consuming stops the store for good: Consume returns
+// it (Corrupt, naming the file) rather than retrying a Receive that cannot
+// succeed before the store is reopened.
+func TestConsumeEndsOnDamageFound(t *testing.T) {
+	e, a, _, file := corruptLog(t)
+	e.open()
+	q := e.queue("jobs", policy())
+	guard, cancel := context.WithTimeout(ctx(t), 30*time.Second) // against a hang only
+	defer cancel()
+	var handled []string
+	err := broker.Consume(guard, q, func(_ context.Context, d broker.DeliveryValue) error {
+		handled = append(handled, d.Message.ID) // Concurrency 1: one handler at a time
+		return nil
+	}, broker.ConsumeOptions{})
+	requireErrorIs(t, err, broker.Corrupt, file)
+	require.Equal(t, []string{a.ID}, handled, "the message before the damage was handled")
 }
 
 func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {

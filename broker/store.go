@@ -52,6 +52,12 @@ type Store struct {
 	// the in-memory state ahead of the log, so nothing may go on until the
 	// store is reopened (fail-stop).
 	failed atomic.Pointer[error]
+	// stopOnce starts, at most once, the goroutine that closes every
+	// queue's wake signal when the store fails (see stop); stopDone, set
+	// under it, is closed when that goroutine ends. Close runs stopOnce
+	// too (so that none starts after it) and waits for stopDone.
+	stopOnce sync.Once
+	stopDone chan struct{}
 
 	// nonceMu guards nonces, the generator of lease nonces.
 	nonceMu sync.Mutex
@@ -823,6 +829,10 @@ func (s *Store) Close() error {
 	s.maint.removeMu.Lock()
 	err := s.log.Close()
 	s.maint.removeMu.Unlock()
+	s.stopOnce.Do(func() {}) // Close shut every queue: no stop starts after it
+	if s.stopDone != nil {
+		<-s.stopDone
+	}
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {
 		return fmt.Errorf("broker: close %s: %w", s.dir, err)
@@ -862,6 +872,7 @@ func (s *Store) damaged(err error) error {
 	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.opts.Logger.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
+		s.stop()
 		// The next open verifies the whole log and rebuilds; the
 		// checkpoint stays, to be consulted (see index.MarkSuspect).
 		if rerr := index.MarkSuspect(s.opts.fs(), s.indexDir()); rerr != nil {
@@ -893,8 +904,30 @@ func (s *Store) failure(err error) error {
 	failure := fmt.Errorf("broker: store %s failed and must be reopened: %w", s.dir, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.opts.Logger.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)
+		s.stop()
 	}
 	return *s.failed.Load()
+}
+
+// stop closes every queue's wake signal for good, once the store has
+// failed: consumers waiting for a queue look again and learn of the
+// failure (Consume then returns it). It runs on a goroutine of its own,
+// since the call that found the failure may hold a queue's lock (a copy
+// forward does) or the store's (a declaration does).
+func (s *Store) stop() {
+	s.stopOnce.Do(func() {
+		s.stopDone = make(chan struct{})
+		go func() {
+			defer close(s.stopDone)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, q := range s.queues {
+				q.mu.Lock()
+				q.shutLocked()
+				q.mu.Unlock()
+			}
+		}()
+	})
 }
 
 // nonce returns a random lease nonce.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // TestABackgroundFdatasyncFailureStopsEveryLaterCall: under SyncNone and
@@ -68,4 +69,47 @@ func TestABackgroundFdatasyncFailureStopsEveryLaterCall(t *testing.T) {
 			reopen("Queue", err)
 		})
 	}
+}
+
+// TestConsumeEndsWhenTheStoreFails: a store whose fdatasync failed stops
+// for good (fail-stop) and must be reopened, so no Receive can succeed
+// before then. A Consume idle on one of its queues is woken by the
+// failure and returns it, instead of waiting for a publish that cannot
+// come, or retrying every PollInterval for ever.
+func TestConsumeEndsWhenTheStoreFails(t *testing.T) {
+	ctx := context.Background()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{Now: func() time.Time { return time.Unix(1_700_000_000, 0) }, FS: ffs}
+	ManualMaintenance(&opts)
+	s, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("work", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+
+	handled := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, q, func(_ context.Context, d DeliveryValue) error {
+			handled <- string(d.Message.Payload)
+			return nil
+		}, ConsumeOptions{})
+	}()
+	_, err = q.Publish(ctx, []byte("before"))
+	require.NoError(t, err)
+	require.Equal(t, "before", <-handled)
+	require.Eventually(t, func() bool { return q.Stats().Acked == 1 }, eventually, tick, "the handled message is acked")
+
+	// Consume is idle now; the next fdatasync of a segment fails.
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
+	_, err = q.Publish(ctx, []byte("lost"))
+	require.ErrorIs(t, err, wal.ErrPoisoned)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, wal.ErrPoisoned, "Consume returns the failure")
+		require.ErrorContains(t, err, "must be reopened")
+	case <-time.After(eventually):
+		t.Fatal("Consume goes on over a store that failed for good")
+	}
+	require.Empty(t, handled, "nothing was handled after the failure")
 }

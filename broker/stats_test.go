@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,6 +178,70 @@ func TestStoreStatsCountSegmentsAndDiskBytes(t *testing.T) {
 	}
 	require.Equal(t, segs, st.Segments, "Segments counts the segment files")
 	require.Equal(t, onDisk, st.DiskBytes, "DiskBytes is their total size")
+}
+
+// What StoreStats tells an operator to plan for holds: the directory's
+// files outside the log (the segment being prepared, retired ones kept for
+// reuse) never take more than three segments beyond DiskBytes and
+// IndexBytes, while the store grows, is drained and reclaims, and after
+// Close.
+func TestTheDirectoryFitsTheStatsPlan(t *testing.T) {
+	const seg = broker.MinSegmentBytes
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = seg })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 2 << 10 }))
+	payload := strings.Repeat("x", 2<<10)
+	used := func() (log, index int64) {
+		t.Helper()
+		err := filepath.WalkDir(e.dir, func(path string, de fs.DirEntry, err error) error {
+			if err != nil || de.IsDir() {
+				return err
+			}
+			fi, err := de.Info()
+			if err != nil {
+				return err
+			}
+			if filepath.Base(filepath.Dir(path)) == "index" {
+				index += fi.Size()
+			} else {
+				log += fi.Size()
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		return log, index
+	}
+	check := func(what string, st broker.StoreStats) {
+		t.Helper()
+		log, _ := used()
+		require.LessOrEqual(t, log, st.DiskBytes+3*seg, "%s: files beside the log's segments (%d bytes on disk, DiskBytes %d)", what, log, st.DiskBytes)
+	}
+	sawSpare := false
+	for round := range 6 {
+		for range 30 {
+			mustPublish(t, q, payload)
+		}
+		check(fmt.Sprintf("round %d, grown", round), e.s.Stats())
+		for {
+			ds := mustReceive(t, q, 10)
+			if len(ds) == 0 {
+				break
+			}
+			for _, d := range ds {
+				require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+			}
+		}
+		require.NoError(t, e.s.Maintain())
+		check(fmt.Sprintf("round %d, drained and reclaimed", round), e.s.Stats())
+		names, err := filepath.Glob(filepath.Join(e.dir, "spare-*"))
+		require.NoError(t, err)
+		sawSpare = sawSpare || len(names) > 0
+	}
+	require.True(t, sawSpare, "the test reclaimed no segment into a spare")
+	st := e.s.Stats()
+	e.close()
+	log, index := used()
+	require.LessOrEqual(t, log, st.DiskBytes+3*seg, "after Close")
+	require.Positive(t, index)
 }
 
 // Every method is safe for concurrent use: publishers and consumers racing

@@ -748,7 +748,11 @@ func (s *Store) Queues() []string {
 	return names
 }
 
-// StoreStats describes the store's files.
+// StoreStats describes the store's files. The directory also holds files
+// outside the log that Segments and DiskBytes do not count: the next
+// segment, prepared ahead of need, and up to two retired segments kept
+// for reuse, each of Options.SegmentBytes when complete. Plan for
+// DiskBytes + IndexBytes + 3 × SegmentBytes.
 type StoreStats struct {
 	Segments             int     // log segment files
 	DiskBytes            int64   // their total size

@@ -7,3 +7,10 @@ func (q *Queue) SweepNow(ctx context.Context) error {
 	q.unburied.Store(true)
 	return q.sweepDeaths(ctx)
 }
+
+// HoldWakeSubscription makes hold run between a Wake's subscription and
+// the server's confirmation of it, and returns what restores the default.
+func HoldWakeSubscription(hold func()) (restore func()) {
+	beforeWakeFlush = hold
+	return func() { beforeWakeFlush = func() {} }
+}

@@ -81,6 +81,10 @@ type Queue struct {
 	retries map[uint64]time.Time // by stream sequence: when a message this Queue nacked becomes visible
 	signal  chan struct{}        // closed by the next event that may make a message receivable
 	wakeSub *nats.Subscription   // the publications of other clients; nil until Wake is first called
+	// subscribing: a Wake is making wakeSub, without mu (see subscribe);
+	// subscribeAfter: a failed attempt is not tried again before it.
+	subscribing    bool
+	subscribeAfter time.Time
 	// ready reports that a message may be receivable now: set by every
 	// event that makes one so at once, cleared by a Receive that found
 	// fewer than it asked for while no such event happened (readyEvents

@@ -21,6 +21,9 @@ const (
 	// wakeSlack away): the server redelivers it at its own deadline, a
 	// little later than the adapter's.
 	lapseGrace = time.Second
+	// wakeRetry is how long after a failed wake subscription Wake tries
+	// again.
+	wakeRetry = time.Second
 )
 
 // Wake returns what an idle consumer should wait on; see broker.Waker.
@@ -45,11 +48,9 @@ const (
 // by default, VisibilityTimeout when shorter), so that the message of a
 // consumer that died elsewhere is picked up within that much of its lapse.
 func (q *Queue) Wake() broker.WakeValue {
+	q.subscribe()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.wakeSub == nil && !q.closed {
-		q.subscribeLocked()
-	}
 	w := broker.WakeValue{Signal: q.signal}
 	if q.ready {
 		w.Scheduled = true
@@ -200,12 +201,23 @@ func (q *Queue) undelivered(ctx context.Context, info *jetstream.ConsumerInfo) (
 	return info.NumPending > 0, nil
 }
 
-// subscribeLocked subscribes to the headers the work stream republishes,
+// subscribe subscribes, once, to the headers the work stream republishes,
 // so that a publication by another client closes the signal, and waits
 // for the server to confirm the subscription, so that a publication after
-// Wake returns is not missed. A failure is logged and retried at the next
-// Wake. The caller holds q.mu.
-func (q *Queue) subscribeLocked() {
+// Wake returns is not missed. It runs without q.mu: the confirmation is a
+// round trip to the server, which waits up to Options.Timeout while the
+// connection is down, and must not hold up the queue's other calls (nor
+// another Wake, which meanwhile goes on without the subscription). A
+// failure is logged and tried again by a Wake wakeRetry later or more.
+func (q *Queue) subscribe() {
+	q.mu.Lock()
+	if q.wakeSub != nil || q.closed || q.subscribing || time.Now().Before(q.subscribeAfter) {
+		q.mu.Unlock()
+		return
+	}
+	q.subscribing = true
+	q.mu.Unlock()
+
 	sub, err := q.s.nc.Subscribe(q.n.wakeSubject, func(m *nats.Msg) {
 		if m.Header.Get(hdrOrigin) == q.s.origin {
 			return // this Store's own publish, which closed the signal already
@@ -214,16 +226,29 @@ func (q *Queue) subscribeLocked() {
 		q.wakeReady(seq)
 	})
 	if err == nil {
+		beforeWakeFlush()
 		if err = q.s.nc.FlushTimeout(q.s.opts.Timeout); err != nil {
-			sub.Unsubscribe()
+			_ = sub.Unsubscribe()
 		}
 	}
-	if err != nil {
-		q.s.opts.Logger.Warn("natsjs: wake subscription failed; publications of other clients will not wake this queue", "queue", q.name, "err", err)
-		return
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.subscribing = false
+	switch {
+	case err != nil:
+		q.subscribeAfter = time.Now().Add(wakeRetry)
+		q.s.opts.Logger.Warn("natsjs: wake subscription failed; publications of other clients will not wake this queue", "queue", q.name, "err", err, "retry_in", wakeRetry)
+	case q.closed: // Close ran meanwhile, and ended no subscription of ours
+		_ = sub.Unsubscribe()
+	default:
+		q.wakeSub = sub
 	}
-	q.wakeSub = sub
 }
+
+// beforeWakeFlush runs between the wake subscription and its confirmation;
+// tests hold a subscription there.
+var beforeWakeFlush = func() {}
 
 // close ends the Queue's subscription, forgets its leases and closes its
 // wake signal for good, so that a consumer waiting on it (broker.Consume)

@@ -1,0 +1,84 @@
+package natsjs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// A queue's first Wake subscribes to the publications of other clients
+// and waits for the server to confirm: a round trip, up to
+// Options.Timeout while the connection is down. The queue's other calls,
+// and another Wake, do not wait with it; and once confirmed, the
+// subscription wakes this queue for another client's publication.
+func TestAFirstWakeDoesNotHoldUpTheQueue(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	restore := natsjs.HoldWakeSubscription(func() { close(entered); <-release })
+	defer restore()
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "WAKEHOLD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "WAKEHOLD") })
+	q := mustQueue(t, st, "w", policy())
+
+	first := make(chan broker.WakeValue, 1)
+	go func() { first <- q.Wake() }()
+	<-entered // the first Wake holds its subscription unconfirmed
+
+	served := make(chan error, 1)
+	go func() {
+		m, err := q.Publish(ctx, []byte("meanwhile"))
+		if err != nil {
+			served <- err
+			return
+		}
+		if w := q.Wake(); !w.Scheduled || w.In != 0 {
+			t.Errorf("a Wake beside the subscribing one: %+v, want a message receivable now", w)
+		}
+		ds, err := q.Receive(ctx, 5)
+		if err == nil && (len(ds) != 1 || ds[0].Message.ID != m.ID) {
+			t.Errorf("Receive beside the subscribing Wake: %d deliveries, want the message just published", len(ds))
+		}
+		if err == nil {
+			err = q.Ack(ctx, ds[0].Lease.Receipt)
+		}
+		served <- err
+	}()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("a call beside the subscribing Wake: %v", err)
+		}
+	case <-time.After(30 * time.Second): // against a hang only
+		close(release)
+		t.Fatal("the queue's calls waited for the first Wake's subscription")
+	}
+	close(release)
+	w := <-first
+
+	// Confirmed: another client's publication closes the signal.
+	select {
+	case <-w.Signal:
+		t.Fatal("the first Wake's signal is closed before anything happened")
+	default:
+	}
+	other, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: "WAKEHOLD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := mustQueue(t, other, "w", policy()).Publish(ctx, []byte("elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Signal:
+	case <-time.After(30 * time.Second):
+		t.Fatal("another client's publication did not close the signal of the first Wake")
+	}
+}

@@ -102,12 +102,11 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // in flight at shutdown is settled cleanly; their errors are logged, never
 // fatal. A Receive error that is [Closed] ends Consume and is returned,
 // and so does the failure of a file-backed store that stopped for good (a
-// write or fdatasync failed, or damage was found: it must be reopened,
-// and no retry can succeed before that); any other is logged and retried
-// after PollInterval. When ctx ends,
-// Consume stops receiving, waits for every running handler and its Ack or
-// Nack, and returns ctx.Err(). It returns an error at once for a nil b or
-// h, or an option it refuses.
+// write or fdatasync failed, or damage was found: it must be reopened, and
+// no retry can succeed before that); any other is logged and retried after
+// PollInterval. When ctx ends, Consume stops receiving, waits for every
+// running handler and its Ack or Nack, and returns ctx.Err(). It returns
+// an error at once for a nil b or h, or an option it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.

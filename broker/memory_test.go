@@ -67,6 +67,8 @@ func TestMemoryStats(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Publish(ctx(t), []byte("e"))
 	requireErrorIs(t, err, broker.QueueFull)
+	_, err = m.PublishBatch(ctx(t), [][]byte{[]byte("f"), []byte("g")})
+	requireErrorIs(t, err, broker.QueueFull) // a refused batch counts once in Shed
 
 	ds, err := m.Receive(ctx(t), 3)
 	require.NoError(t, err)
@@ -76,7 +78,7 @@ func TestMemoryStats(t *testing.T) {
 	require.NoError(t, m.Reject(ctx(t), ds[2].Lease.Receipt, nil))
 	require.Equal(t, broker.QueueStats{
 		Ready: 1, Delayed: 1, DeadLetters: 1,
-		Published: 4, Duplicates: 1, Shed: 1, Delivered: 3, Acked: 1, Nacked: 1, Rejected: 1, DeadLettered: 1,
+		Published: 4, Duplicates: 1, Shed: 2, Delivered: 3, Acked: 1, Nacked: 1, Rejected: 1, DeadLettered: 1,
 	}, m.Stats())
 
 	require.NoError(t, m.ReplayDeadLetter(ctx(t), ds[2].Message.ID))

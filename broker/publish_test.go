@@ -234,6 +234,7 @@ func TestPublishBatchAllOrNothingOnCapacity(t *testing.T) {
 	_, err := q.PublishBatch(ctx(t), [][]byte{[]byte("a"), []byte("b"), []byte("c")})
 	requireErrorIs(t, err, broker.QueueFull)
 	require.Equal(t, 1, q.Stats().Ready, "a batch that does not fit is refused whole")
+	require.Equal(t, int64(1), q.Stats().Shed, "a refused batch counts once in Shed")
 
 	ms, err := q.PublishBatch(ctx(t), [][]byte{[]byte("a"), []byte("b")})
 	require.NoError(t, err, "a batch that fits exactly is admitted")

@@ -12,7 +12,7 @@ type QueueStats struct {
 
 	Published    int64 // messages enqueued (not duplicates, not shed)
 	Duplicates   int64 // keyed publishes answered with the original
-	Shed         int64 // publishes refused with QueueFull
+	Shed         int64 // publish calls refused with QueueFull (a refused PublishBatch counts once)
 	Delivered    int64 // deliveries handed out by Receive
 	Acked        int64
 	Nacked       int64 // Nack calls, including those that dead-lettered

@@ -82,3 +82,59 @@ func TestAFirstWakeDoesNotHoldUpTheQueue(t *testing.T) {
 		t.Fatal("another client's publication did not close the signal of the first Wake")
 	}
 }
+
+// A Receive with many leases out drops the long-lapsed ones (a memory
+// bound, see trimLeases). The wake signal an idle consumer already holds
+// is still the one the next Publish closes: a trim that replaced it would
+// leave a consumer waiting on the old one asleep through every later
+// publication.
+func TestTrimmingLeasesKeepsTheWakeSignal(t *testing.T) {
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "TRIMWAKE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "TRIMWAKE") })
+	// One delivery each: a lease on its last delivery names no instant to
+	// Wake, so only the signal can wake the consumer.
+	q := mustQueue(t, st, "t", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	const n = 1100 // more leases out than a Receive trims at (1,024)
+	batch := make([][]byte, 100)
+	for i := range batch {
+		batch[i] = []byte("m")
+	}
+	for range n / len(batch) {
+		if _, err := q.PublishBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every Receive but the last starts with fewer than 1,024 leases out,
+	// so none trims; the last comes back short, so that nothing is known
+	// to be receivable.
+	for got := 0; got < n; {
+		ds, err := q.Receive(ctx, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			t.Fatalf("received %d of %d messages, then none", got, n)
+		}
+		got += len(ds)
+	}
+	w := q.Wake() // an idle consumer's
+	if w.Scheduled {
+		t.Fatalf("Wake over leases on their last delivery and an empty queue: %+v, want nothing scheduled", w)
+	}
+	if _, err := q.Receive(ctx, 10); err != nil { // another consumer's look: the trim runs
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Signal:
+	default:
+		t.Fatal("a Publish did not close the wake signal the idle consumer holds")
+	}
+}

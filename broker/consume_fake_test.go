@@ -76,6 +76,7 @@ type fakeBroker struct {
 	wake             chan struct{}
 	closed           bool
 	receiveErrs      []error // returned by the next Receive calls, in order
+	overDeliver      int     // Receive returns up to this many more than asked for
 	ackErrs          []error // returned by the next Ack calls, in order
 	wokeSinceReceive bool
 	receiveNoWake    int // Receive calls not preceded by a Wake
@@ -147,7 +148,7 @@ func (f *fakeBroker) Receive(ctx context.Context, max int) ([]DeliveryValue, err
 	var out []DeliveryValue
 	rest := f.ready[:0:0]
 	for _, m := range f.ready {
-		if len(out) == max || m.visibleAt.After(now) {
+		if len(out) == max+f.overDeliver || m.visibleAt.After(now) {
 			rest = append(rest, m)
 			continue
 		}

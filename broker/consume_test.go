@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,28 @@ func TestConsumeConcurrencyBound(t *testing.T) {
 	for _, m := range f.receiveMax {
 		require.LessOrEqual(t, m, 3, "never asks for more than the free slots")
 	}
+}
+
+// A broker that returns more deliveries than Consume asked for breaks
+// the port's promise, but the deliveries are leased all the same: Consume
+// runs them, still never more handlers at once than Concurrency.
+func TestConsumeConcurrencyBoundHoldsOverExtraDeliveries(t *testing.T) {
+	f := newFake()
+	f.overDeliver = 3
+	for range 8 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	g := newGated()
+	startConsume(t, f, g.handle, ConsumeOptions{Batch: 2, Concurrency: 2})
+	require.Eventually(t, func() bool { return g.running.Load() == 2 }, eventually, tick)
+	require.Never(t, func() bool { return g.running.Load() > 2 }, 100*time.Millisecond, 5*time.Millisecond)
+
+	close(g.gate)
+	require.Eventually(t, func() bool { return f.count("ack") == 8 }, eventually, tick)
+	require.EqualValues(t, 2, g.most.Load(), "the extra deliveries waited for free slots")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Greater(t, slices.Max(f.receiveLen), 2, "the broker did hand out more than asked")
 }
 
 func TestConsumeBatch(t *testing.T) {

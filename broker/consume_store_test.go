@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -146,3 +147,39 @@ func TestConsumeLogsACarriedAckTheStoreRefused(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A failure on a message's last allowed delivery dead-letters it, and
+// Consume says so in its log, naming the message: the handler's error
+// alone (logged as a nack) does not tell that the message will not come
+// back.
+func TestConsumeLogsADeadLetterItMade(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := q.Publish(ctx, []byte("doomed"))
+	require.NoError(t, err)
+
+	var logMu sync.Mutex
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, q, func(context.Context, DeliveryValue) error {
+			return errors.New("handler failed")
+		}, ConsumeOptions{Logger: logger})
+	}()
+	require.Eventually(t, func() bool { return q.Stats().DeadLetters == 1 }, eventually, tick)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	logMu.Lock()
+	defer logMu.Unlock()
+	require.Regexp(t, `dead-lettered after its last delivery.* message=`+m.ID, logged.String())
+}

@@ -1,11 +1,7 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,93 +89,4 @@ func TestConsumeOnAnIdleQueueEndsWhenTheStoreCloses(t *testing.T) {
 	default:
 		t.Fatal("Wake after Close handed out a signal that nothing will close")
 	}
-}
-
-// An ack carried by a Receive (or sent when the queue went idle) that the
-// store refuses is logged as a direct Ack's refusal is: a handler that
-// outlived its lease is told so (LeaseExpired, a warning naming the
-// message), and the message is delivered again.
-func TestConsumeLogsACarriedAckTheStoreRefused(t *testing.T) {
-	var now atomic.Int64
-	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
-	s, err := Open(t.TempDir(), Options{Now: func() time.Time { return time.Unix(0, now.Load()) }})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m, err := q.Publish(ctx, []byte("slow"))
-	require.NoError(t, err)
-
-	var logMu sync.Mutex
-	var logged bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logged.Write(p)
-	}), nil))
-	var deliveries []int
-	var handled atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		done <- Consume(ctx, q, func(_ context.Context, d DeliveryValue) error {
-			if handled.Add(1) == 1 {
-				now.Add(int64(2 * time.Minute)) // the handler outlives its lease
-			}
-			logMu.Lock()
-			deliveries = append(deliveries, d.Deliveries)
-			logMu.Unlock()
-			return nil
-		}, ConsumeOptions{Logger: logger})
-	}()
-	require.Eventually(t, func() bool { return q.Stats().Acked == 1 }, eventually, tick, "the redelivery is acked")
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
-	logMu.Lock()
-	defer logMu.Unlock()
-	require.Equal(t, []int{1, 2}, deliveries, "delivered again after the lapse")
-	require.Contains(t, logged.String(), "lease lapsed before the handler finished")
-	require.Contains(t, logged.String(), "message="+m.ID)
-}
-
-// writerFunc is an io.Writer made of a function.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// A failure on a message's last allowed delivery dead-letters it, and
-// Consume says so in its log, naming the message: the handler's error
-// alone (logged as a nack) does not tell that the message will not come
-// back.
-func TestConsumeLogsADeadLetterItMade(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m, err := q.Publish(ctx, []byte("doomed"))
-	require.NoError(t, err)
-
-	var logMu sync.Mutex
-	var logged bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logged.Write(p)
-	}), nil))
-	done := make(chan error, 1)
-	go func() {
-		done <- Consume(ctx, q, func(context.Context, DeliveryValue) error {
-			return errors.New("handler failed")
-		}, ConsumeOptions{Logger: logger})
-	}()
-	require.Eventually(t, func() bool { return q.Stats().DeadLetters == 1 }, eventually, tick)
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
-	logMu.Lock()
-	defer logMu.Unlock()
-	require.Regexp(t, `dead-lettered after its last delivery.* message=`+m.ID, logged.String())
 }

@@ -818,14 +818,7 @@ func (s *Store) Close() error {
 		cerr = s.checkpoint()
 	}
 	s.closed.Store(true) // only Close sets it, under closeMu
-	// Consumers waiting for a queue look again, and learn it is closed.
-	s.mu.Lock()
-	for _, q := range s.queues {
-		q.mu.Lock()
-		q.shutLocked()
-		q.mu.Unlock()
-	}
-	s.mu.Unlock()
+	s.shutQueues()       // consumers waiting for a queue look again, and learn it is closed
 	// A Receive whose leases the log took reads their payloads after its
 	// wait: closing the log under it would report Closed for leases the
 	// log keeps, messages then held by nobody until the leases lapse.
@@ -923,15 +916,21 @@ func (s *Store) stop() {
 		s.stopDone = make(chan struct{})
 		go func() {
 			defer close(s.stopDone)
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			for _, q := range s.queues {
-				q.mu.Lock()
-				q.shutLocked()
-				q.mu.Unlock()
-			}
+			s.shutQueues()
 		}()
 	})
+}
+
+// shutQueues closes every queue's wake signal for good (see
+// Queue.shutLocked).
+func (s *Store) shutQueues() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		q.mu.Lock()
+		q.shutLocked()
+		q.mu.Unlock()
+	}
 }
 
 // nonce returns a random lease nonce.

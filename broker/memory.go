@@ -68,8 +68,8 @@ type memCounters struct {
 // NewMemory returns an empty queue with policy. A policy that
 // [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured].
 func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
-	if err := policy.Validate(); err != nil {
-		return nil, fmt.Errorf("broker: memory queue: %w", err)
+	if err := policy.validate("broker: memory queue: policy: "); err != nil {
+		return nil, err
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -42,6 +42,10 @@ func TestMemoryRefusesInvalidPolicy(t *testing.T) {
 	m, err := broker.NewMemory(broker.PolicyValue{}, broker.MemoryOptions{})
 	requireErrorIs(t, err, broker.QueueMisconfigured, "VisibilityTimeout", "MaxDeliveries")
 	require.Nil(t, m)
+	for _, line := range strings.Split(err.Error(), "\n") {
+		require.True(t, strings.HasPrefix(line, "broker: memory queue: policy: "), line)
+		require.Equal(t, 1, strings.Count(line, "broker:"), line)
+	}
 }
 
 func TestMemoryDefaultsToTheRealClock(t *testing.T) {

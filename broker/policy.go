@@ -16,9 +16,16 @@ import (
 // Capacity, MaxRetryDelay) and a negative RetryDelay (read as zero) are
 // valid.
 func (p PolicyValue) Validate() error {
+	return p.validate("broker: policy: ")
+}
+
+// validate is Validate with each violation's text starting with prefix, so
+// that a store refusing a queue's policy can name the queue once, on every
+// line, without a second "broker:".
+func (p PolicyValue) validate(prefix string) error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("broker: policy: "+format+": %w", append(args, QueueMisconfigured)...))
+		errs = append(errs, fmt.Errorf(prefix+format+": %w", append(args, QueueMisconfigured)...))
 	}
 
 	switch {

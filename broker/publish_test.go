@@ -373,6 +373,20 @@ func TestPolicyRefusedNamesField(t *testing.T) {
 	require.Empty(t, e.s.Queues())
 }
 
+// TestAPolicyRefusalNamesTheQueueOnEveryLine: each violation of a refused
+// policy is one line of the error, and each names the queue, once prefixed.
+func TestAPolicyRefusalNamesTheQueueOnEveryLine(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.s.Queue("jobs", broker.PolicyValue{Capacity: -1})
+	requireErrorIs(t, err, broker.QueueMisconfigured, "VisibilityTimeout", "MaxDeliveries", "Capacity")
+	lines := strings.Split(err.Error(), "\n")
+	require.Len(t, lines, 3, err.Error())
+	for _, line := range lines {
+		require.True(t, strings.HasPrefix(line, `broker: queue "jobs": policy: `), line)
+		require.Equal(t, 1, strings.Count(line, "broker:"), line)
+	}
+}
+
 func TestPolicyChangeAppliesFromThenOn(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 5; p.Capacity = 10 }))

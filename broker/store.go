@@ -592,8 +592,8 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	if err := validQueueName(name); err != nil {
 		return nil, err
 	}
-	if err := policy.Validate(); err != nil {
-		return nil, fmt.Errorf("broker: queue %q: %w", name, err)
+	if err := policy.validate(fmt.Sprintf("broker: queue %q: policy: ", name)); err != nil {
+		return nil, err
 	}
 	if limit := s.maxPayload(); policy.maxMessageBytes() > limit {
 		return nil, fmt.Errorf("broker: queue %q: MaxMessageBytes %d exceeds what one log segment holds (%d; see Options.SegmentBytes): %w",

@@ -154,6 +154,23 @@ func (q *Queue) diedBeforeOpenLocked(m *index.Message) bool {
 	return ok && nonce == m.Nonce
 }
 
+// lockHeld locks q.mu for a call that settles or extends a lease and
+// returns the message receipt names if its lease is live now (see
+// leaseLocked), with now. On success the caller holds q.mu and must
+// release it; on an error q.mu is released.
+func (q *Queue) lockHeld(receipt ReceiptValue) (*index.Message, int64, error) {
+	q.mu.Lock()
+	now, err := q.s.now()
+	if err == nil {
+		var m *index.Message
+		if m, err = q.leaseLocked(receipt, now); err == nil {
+			return m, now, nil
+		}
+	}
+	q.mu.Unlock()
+	return nil, 0, err
+}
+
 // leaseLocked returns the message a receipt names if its lease is live now:
 // UnknownReceipt for a receipt this store did not issue for this queue,
 // LeaseExpired for one whose lease lapsed (at ExpiresAt exactly), was
@@ -181,15 +198,8 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	q.mu.Lock()
-	now, err := q.s.now()
+	m, _, err := q.lockHeld(receipt)
 	if err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	m, err := q.leaseLocked(receipt, now)
-	if err != nil {
-		q.mu.Unlock()
 		return err
 	}
 	e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
@@ -212,15 +222,8 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 		return NackValue{}, err
 	}
 	v := judge(cause)
-	q.mu.Lock()
-	now, err := q.s.now()
+	m, now, err := q.lockHeld(receipt)
 	if err != nil {
-		q.mu.Unlock()
-		return NackValue{}, err
-	}
-	m, err := q.leaseLocked(receipt, now)
-	if err != nil {
-		q.mu.Unlock()
 		return NackValue{}, err
 	}
 	out := NackValue{Deliveries: int(m.Deliveries)}
@@ -260,15 +263,8 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 		return err
 	}
 	v := judge(cause)
-	q.mu.Lock()
-	now, err := q.s.now()
+	m, now, err := q.lockHeld(receipt)
 	if err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	m, err := q.leaseLocked(receipt, now)
-	if err != nil {
-		q.mu.Unlock()
 		return err
 	}
 	e := q.deadLetterEvent(m, now, v)
@@ -308,15 +304,8 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 	if err := q.begin(ctx); err != nil {
 		return LeaseValue{}, err
 	}
-	q.mu.Lock()
-	now, err := q.s.now()
+	m, now, err := q.lockHeld(receipt)
 	if err != nil {
-		q.mu.Unlock()
-		return LeaseValue{}, err
-	}
-	m, err := q.leaseLocked(receipt, now)
-	if err != nil {
-		q.mu.Unlock()
 		return LeaseValue{}, err
 	}
 	at, ok := deadline(now, by)

@@ -112,7 +112,7 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	m, _ := leaseThenLapse(t, q, clock) // the lease lapses with a delivery left
 	lowered := stuckPolicy
 	lowered.MaxDeliveries = 1
-	q, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
+	_, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
 	require.NoError(t, err)
 
 	churnSegments(t, s, 4)

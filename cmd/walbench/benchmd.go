@@ -110,6 +110,9 @@ func markdown(rep *Report) string {
 	for _, kv := range machineLines(rep.Machine) {
 		p("| %s | %s |\n", kv[0], mdCell(kv[1]))
 	}
+	if warning := memoryOnly(rep.Machine); warning != "" {
+		p("\n**%s**\n", mdText(warning))
+	}
 	for _, t := range tablesOf(rep) {
 		p("\n### %s\n\n", t.title)
 		writeMarkdownTable(&b, t.header, t.rows)

@@ -143,7 +143,9 @@
 // publish rate at those settings, with their msgs/s and p99, and the
 // drain rate. A publish window that published nothing is no point of the
 // recommendation; with no durable one left, the report says that there is
-// no recommendation, and why.
+// no recommendation, and why. On tmpfs or ramfs, where an fdatasync
+// reaches no device, the report warns beside the machine facts, and the
+// recommendation's last line says so again.
 //
 // # Rounds and ratios
 //
@@ -327,6 +329,9 @@
 //	    "publish_measured_as": string, the sync mode the publish figures are of
 //	    "scores": [{"sync", "segment_bytes", "msgs_per_sec", "points"}], best first
 //	    "not_durable_msgs_per_sec": float or null, the best under sync none
+//	    "in_memory":     string, "tmpfs" or "ramfs" when the directory keeps its
+//	                     files in memory (the figures are then the CPU's, not a
+//	                     disk's), "" otherwise
 //	  }
 //	}
 //

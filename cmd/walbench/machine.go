@@ -49,6 +49,31 @@ var fsNames = map[uint32]string{
 	0x858458F6: "ramfs",
 }
 
+// inMemory returns the file system of m when it keeps its files in memory
+// (tmpfs, ramfs), "" for any other: an fdatasync there reaches no device.
+func inMemory(m Machine) string {
+	switch m.Filesystem {
+	case "tmpfs", "ramfs":
+		return m.Filesystem
+	}
+	return ""
+}
+
+// memoryWarning says what a run on fs, a file system that keeps its files
+// in memory, measured.
+func memoryWarning(fs string) string {
+	return fmt.Sprintf("warning: the directory is on %s, which keeps files in memory: an fdatasync there reaches no device, so these figures are the CPU's, not a disk's, and a store there loses everything at a reboot; run walbench with -dir on the disk the store will use", fs)
+}
+
+// memoryOnly is the warning for a run on m's file system, "" unless it
+// keeps its files in memory.
+func memoryOnly(m Machine) string {
+	if fs := inMemory(m); fs != "" {
+		return memoryWarning(fs)
+	}
+	return ""
+}
+
 // describeMachine collects the facts about this machine and dir.
 func describeMachine(dir string, now time.Time) Machine {
 	m := Machine{

@@ -41,6 +41,10 @@ type Recommendation struct {
 	// is never recommended: a power loss loses what its last SyncInterval
 	// acknowledged. Nil if none was measured.
 	NotDurable *float64 `json:"not_durable_msgs_per_sec"`
+	// InMemory is the file system of the run's directory when it keeps
+	// its files in memory (tmpfs, ramfs): every figure is then the CPU's,
+	// not a disk's. "" for any other.
+	InMemory string `json:"in_memory"`
 }
 
 // Score is how one setting did: the geometric mean, over the points it was
@@ -355,6 +359,9 @@ func recommendationLines(rec *Recommendation) []string {
 	}
 	if rec.NotDurable != nil {
 		lines = append(lines, fmt.Sprintf("sync=none published up to %s msgs/s, but is not durable: a power loss loses what its last SyncInterval acknowledged", count(rec.NotDurable)))
+	}
+	if rec.InMemory != "" {
+		lines = append(lines, memoryWarning(rec.InMemory))
 	}
 	return lines
 }

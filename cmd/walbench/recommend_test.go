@@ -311,3 +311,44 @@ func TestRecommendIgnoresEmptyWindows(t *testing.T) {
 		t.Errorf("recommendation %+v; want it from the 16 producers alone", rec)
 	}
 }
+
+// TestAMemoryFileSystemIsCalledOut: on tmpfs or ramfs an fdatasync reaches
+// no device, so the report says its figures are not a disk's, beside the
+// machine facts and as the recommendation's last line, and BENCH.md's
+// section says it too; on a disk's file system it says nothing of the kind.
+func TestAMemoryFileSystemIsCalledOut(t *testing.T) {
+	rate := 30000.0
+	rows := []Row{{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 16, Size: 1024, MsgsPerSec: &rate}}
+	for _, tc := range []struct {
+		fs   string
+		want bool
+	}{{"tmpfs", true}, {"ramfs", true}, {"ext4", false}, {"unknown", false}} {
+		rep := &Report{Command: "profile", Rounds: 1, Rows: rows, Machine: Machine{Filesystem: tc.fs}}
+		rep.Recommendation = recommend(rows)
+		rep.Recommendation.InMemory = inMemory(rep.Machine)
+		var b strings.Builder
+		if err := printReport(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		text, md := b.String(), markdown(rep)
+		const warns = "which keeps files in memory"
+		if got := strings.Count(text, warns); got != map[bool]int{true: 2, false: 0}[tc.want] {
+			t.Errorf("%s: the text report warns %d times:\n%s", tc.fs, got, text)
+		}
+		if !tc.want {
+			continue
+		}
+		if !strings.Contains(text, "on "+tc.fs+",") {
+			t.Errorf("%s: the warning does not name the file system:\n%s", tc.fs, text)
+		}
+		if strings.Index(text, "warning:") > strings.Index(text, "Publish") {
+			t.Errorf("%s: the first warning is not beside the machine facts:\n%s", tc.fs, text)
+		}
+		if lines := recommendationLines(rep.Recommendation); !strings.Contains(lines[len(lines)-1], warns) || !strings.HasSuffix(text, lines[len(lines)-1]+"\n") {
+			t.Errorf("%s: the recommendation does not end with the warning:\n%s", tc.fs, text)
+		}
+		if strings.Count(md, warns) != 2 {
+			t.Errorf("%s: BENCH.md's section warns %d times, want 2:\n%s", tc.fs, strings.Count(md, warns), md)
+		}
+	}
+}

@@ -180,6 +180,9 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 	}
 	if cfg.recommend {
 		rep.Recommendation = recommend(rep.Rows)
+		if rep.Recommendation != nil {
+			rep.Recommendation.InMemory = inMemory(rep.Machine)
+		}
 	}
 	return rep, err
 }

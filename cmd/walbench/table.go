@@ -337,6 +337,9 @@ func printReport(out io.Writer, rep *Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if warning := memoryOnly(rep.Machine); warning != "" {
+		fmt.Fprintf(out, "\n%s\n", warning)
+	}
 	for _, t := range tablesOf(rep) {
 		fmt.Fprintln(out)
 		fmt.Fprintln(out, t.title)

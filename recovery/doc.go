@@ -61,6 +61,20 @@
 // a copy forward), and in segment removal (renamed to a spare, deleted,
 // directory synced). The run reports how many cycles hit each hook.
 //
+// Half the timed and hooked cycles under SyncAll lose power instead: the
+// child runs the store on a vfs.CrashFS, and where the kill would have
+// landed (at its hook, or, for a timed cycle, at the first write to a
+// segment after its time, a commit written and not yet fdatasynced) the
+// power fails: every later change is refused, the calls that fail are
+// left unjournaled (in flight), and the store as the device holds it
+// (the unsynced writes dropped, or half of them kept and the last one
+// torn) replaces the store for the checks and the next child. Under
+// SyncAll every call that returned was fdatasynced, so the invariants
+// below hold after a power loss as after a kill; this is the power-loss
+// test with many goroutines, the real clock and background maintenance
+// racing the kill, where powerloss_test.go runs one goroutine on a fake
+// clock.
+//
 // After each kill the parent copies the store (as the page cache holds it:
 // a process crash loses nothing written) and opens the copy with a clock
 // an hour ahead, so every lease has lapsed and every retry delay ended,

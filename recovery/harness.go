@@ -228,7 +228,7 @@ const PoisonEvery = 50
 // poisonDue says whether cycle's child publishes a poison message.
 func (h *Harness) poisonDue(cycle int) bool {
 	last := h.Checker.LastPoisonCycle()
-	return !h.Checker.PoisonOutstanding() && (last == 0 || cycle-last >= PoisonEvery)
+	return !h.NoPoison && !h.Checker.PoisonOutstanding() && (last == 0 || cycle-last >= PoisonEvery)
 }
 
 // FinishPoison runs timed cycles, at most max, until no poison message is
@@ -263,6 +263,12 @@ type CyclePlan struct {
 	// process and check it (its dead letters and counts), then close it,
 	// so that the next child opens a cleanly closed store.
 	InPlace bool
+	// PowerLoss (Timed and Hooked cycles under SyncAll only): the power
+	// fails in the child where the kill would have landed, and the store
+	// the next cycle opens and the checks read is what the device held
+	// (see ChildConfig.PowerLoss). Under SyncAll every call that returned
+	// is durable, so the checks after a kill hold after a power loss too.
+	PowerLoss bool
 }
 
 // PlanCycle returns cycle's plan under seed.
@@ -283,13 +289,14 @@ func PlanCycle(seed uint64, cycle int) CyclePlan {
 			p.HookSkip = 0 // one checkpoint per Open
 		}
 	}
+	p.PowerLoss = p.Sync == broker.SyncAll && p.Kind != Early && rng.IntN(2) == 0
 	return p
 }
 
 // CycleResult is what happened in one cycle.
 type CycleResult struct {
 	Plan     CyclePlan
-	Ended    string // why the child was killed: "timer", "paused", "poison", "no hook"
+	Ended    string // why the child was killed: "timer", "paused", "poison", "no hook", "power lost"
 	Poison   bool   // the child reported a poison delivery
 	Entries  int    // journal entries
 	Torn     int    // bytes of a torn last journal write
@@ -308,6 +315,9 @@ type Harness struct {
 	Work string   // journals and scratch copies
 	// Publishers and Consumers per child.
 	Publishers, Consumers int
+	// NoPoison: no child publishes a poison message (for tests of the
+	// harness that need a cycle to end its own way).
+	NoPoison bool
 
 	Checker *Checker
 	Figures HarnessFigures
@@ -323,6 +333,9 @@ type HarnessFigures struct {
 	PoisonHit int
 	TornTails int // journals that ended in a torn write
 	InPlace   int
+	// PowerLosses counts the cycles whose power failed (and whose store
+	// was replaced by what the device held).
+	PowerLosses int
 	// ChildTime is the time from each start to its kill; CheckTime the
 	// time spent checking after the kills.
 	ChildTime, CheckTime time.Duration
@@ -421,6 +434,13 @@ func (h *Harness) RunCycle(plan CyclePlan) (CycleResult, error) {
 	if plan.Kind == Hooked {
 		cfg.Hook, cfg.HookSkip = plan.Hook, plan.HookSkip
 	}
+	lost := filepath.Join(h.Work, "powerloss")
+	if plan.PowerLoss {
+		if err := os.RemoveAll(lost); err != nil {
+			return res, err
+		}
+		cfg.PowerLoss, cfg.PowerLossAfter = lost, plan.RunFor
+	}
 	cmd, lines, stderr, err := StartChild(h.Exe, h.Args, cfg)
 	if err != nil {
 		return res, err
@@ -442,14 +462,20 @@ wait:
 			switch {
 			case line == LineRunning:
 				startup = nil
-				switch plan.Kind {
-				case Timed:
-					timer = time.After(plan.RunFor)
-				case Hooked:
+				switch {
+				case plan.Kind == Hooked:
 					timer = time.After(HookWait)
+				case plan.PowerLoss:
+					// The child fails its power after RunFor itself.
+					timer = time.After(plan.RunFor + HookWait)
+				case plan.Kind == Timed:
+					timer = time.After(plan.RunFor)
 				}
 			case strings.HasPrefix(line, LinePaused):
 				res.Ended = "paused"
+				break wait
+			case line == LinePowerLost:
+				res.Ended = "power lost"
 				break wait
 			case strings.HasPrefix(line, LinePoison):
 				res.Ended, res.Poison = "poison", true
@@ -476,6 +502,15 @@ wait:
 		return res, fmt.Errorf("recovery: cycle %d: %s\nstderr:\n%s", plan.Cycle, fatal, stderr)
 	}
 	h.count(&res)
+	if res.Ended == "power lost" {
+		// The machine boots again: the store is what the device held.
+		if err := os.RemoveAll(h.Dir); err != nil {
+			return res, err
+		}
+		if err := os.Rename(lost, h.Dir); err != nil {
+			return res, err
+		}
+	}
 
 	entries, tail, err := ReadJournal(h.JournalPath(plan.Cycle))
 	if errors.Is(err, os.ErrNotExist) {
@@ -510,8 +545,11 @@ func (h *Harness) count(res *CycleResult) {
 	if res.Poison {
 		h.Figures.PoisonHit++
 	}
+	if res.Ended == "power lost" {
+		h.Figures.PowerLosses++
+	}
 	if p.Kind == Hooked {
-		if res.Ended == "paused" {
+		if res.Ended == "paused" || res.Ended == "power lost" {
 			h.Figures.HookHits[p.Hook]++
 		} else {
 			h.Figures.HookMiss[p.Hook]++
@@ -574,8 +612,8 @@ func CopyTree(src, dst string) error {
 func (h *Harness) Summary() string {
 	var b strings.Builder
 	f := h.Figures
-	fmt.Fprintf(&b, "cycles %d: %s; ended: %s; poison kills %d; torn journal tails %d; in-place checks %d; %v in children, %v checking\n",
-		f.Cycles, formatCounts(f.ByKind), formatCounts(f.Ended), f.PoisonHit, f.TornTails, f.InPlace,
+	fmt.Fprintf(&b, "cycles %d: %s; ended: %s; poison kills %d; power losses %d; torn journal tails %d; in-place checks %d; %v in children, %v checking\n",
+		f.Cycles, formatCounts(f.ByKind), formatCounts(f.Ended), f.PoisonHit, f.PowerLosses, f.TornTails, f.InPlace,
 		f.ChildTime.Round(time.Millisecond), f.CheckTime.Round(time.Millisecond))
 	b.WriteString("hooks (hit/missed):")
 	for _, name := range Hooks {

@@ -227,7 +227,41 @@ func crashEpoch(t *testing.T, seed uint64, first, n int) HarnessFigures {
 		}
 		require.Positive(t, hits, "some child paused at its hook")
 	}
+	if n >= 100 {
+		require.Positive(t, f.PowerLosses, "some child lost power")
+	}
 	return f
+}
+
+// TestAPowerLossCycleLeavesWhatTheDeviceHeld: a cycle planned to lose
+// power ends with the child's report of it, not with a kill at its time;
+// the store the checks read and the next child opens is the clone the child
+// made (the scratch directory is gone, moved into place), and it holds what
+// the journal says, timed or at a hook. A child whose timed power loss
+// never comes is killed after its guard like any other.
+func TestAPowerLossCycleLeavesWhatTheDeviceHeld(t *testing.T) {
+	work := fastDir(t)
+	h, err := NewHarness(os.Args[0], childArgs, filepath.Join(work, "store"), work)
+	require.NoError(t, err)
+	h.NoPoison = true // a poison delivery would end a cycle before its power loss
+	plans := []CyclePlan{
+		{Kind: Timed, RunFor: 100 * time.Millisecond},
+		{Kind: Hooked, Hook: HookRotateSealWrite},
+		{Kind: Timed, RunFor: 50 * time.Millisecond, InPlace: true},
+	}
+	for i, plan := range plans {
+		plan.Cycle, plan.Sync, plan.ChildSeed, plan.PowerLoss = i+1, broker.SyncAll, uint64(i+1), true
+		res, err := h.RunCycle(plan)
+		require.NoError(t, err, "cycle %d", plan.Cycle)
+		require.Equal(t, "power lost", res.Ended, "cycle %d", plan.Cycle)
+		require.Positive(t, res.Entries, "cycle %d: the child journaled its calls", plan.Cycle)
+		_, err = os.Stat(filepath.Join(work, "powerloss"))
+		require.ErrorIs(t, err, os.ErrNotExist, "cycle %d: the clone became the store", plan.Cycle)
+	}
+	require.Equal(t, len(plans), h.Figures.PowerLosses)
+	require.Equal(t, 1, h.Figures.HookHits[HookRotateSealWrite])
+	require.Positive(t, h.Checker.Figures.Drains)
+	require.NoError(t, h.Checker.CheckDrain(h.Dir), "the store after three power losses")
 }
 
 // A journal cut anywhere decodes to the entries wholly before the cut, and

@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -227,6 +229,15 @@ type ChildConfig struct {
 	// Publishers and Consumers count the goroutines of each kind.
 	Publishers int
 	Consumers  int
+	// PowerLoss, if set, makes the power fail in the child, under a
+	// vfs.CrashFS: at its hook, or, if it has none, at the first write to
+	// a segment PowerLossAfter after its workload started. The child then writes the store as the
+	// device holds it into the directory PowerLoss names (which must not
+	// exist), reports LinePowerLost, and waits for its kill. The calls
+	// that fail after the power loss are not journaled: they were in
+	// flight.
+	PowerLoss      string
+	PowerLossAfter time.Duration
 }
 
 // Env returns the environment entry that passes c to a child.
@@ -256,6 +267,9 @@ const (
 	LinePoison  = "POISON "  // + ID and delivery count: a poison was received
 	LineFatal   = "FATAL "   // + error: the child could not go on
 	LineHolding = "HOLDING " // + message ID: a lock test child holds the store
+	// LinePowerLost: the power failed and the store as the device holds
+	// it is in ChildConfig.PowerLoss.
+	LinePowerLost = "POWERLOST"
 )
 
 // lineWriter writes whole lines to the parent, one at a time.
@@ -293,6 +307,12 @@ type child struct {
 	j      *Journal
 	queues map[string]*broker.Queue
 	hook   *hookState
+
+	// Under ChildConfig.PowerLoss: the file system the store runs on,
+	// and whether its power has failed (set before it fails).
+	cfs       *vfs.CrashFS
+	powerLost atomic.Bool
+	lossOnce  sync.Once
 }
 
 // RunChild runs the workload described by cfg against the store in
@@ -317,13 +337,38 @@ func (c *child) run() error {
 		SegmentBytes: SegmentBytes,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	var inner vfs.FS = vfs.Default
+	var armed atomic.Bool // a timed power loss is due
+	if c.cfg.PowerLoss != "" {
+		c.cfs = vfs.NewCrashFS(vfs.Default)
+		inner, opts.FS = c.cfs, c.cfs
+		if c.cfg.Hook == "" {
+			// The power fails at the first write to a segment once it is
+			// due: a commit written and not yet fdatasynced, the moment
+			// a power loss has the most to take. The writer goes on, and
+			// its fdatasync fails.
+			fs := vfs.NewFaultFS(inner)
+			fs.Observe(func(e vfs.Event) {
+				if e.Op == vfs.OpWrite && strings.Contains(filepath.Base(e.Name), ".seg") && armed.Load() {
+					c.losePower()
+				}
+			})
+			opts.FS = fs
+		}
+	}
 	if c.cfg.Hook != "" {
-		h, err := newHookState(c.cfg.Hook, c.cfg.HookSkip, c.cfg.Dir, func() { c.out.printf("%s%s", LinePaused, c.cfg.Hook) })
+		pause := func() { c.out.printf("%s%s", LinePaused, c.cfg.Hook) }
+		if c.cfs != nil {
+			pause = c.losePower
+		}
+		h, err := newHookState(c.cfg.Hook, c.cfg.HookSkip, c.cfg.Dir, pause)
 		if err != nil {
 			return err
 		}
 		c.hook = h
-		fs := vfs.NewFaultFS(vfs.Default)
+		// The observer runs after the operation returned from the
+		// CrashFS, outside its lock, so the hook can fail the power.
+		fs := vfs.NewFaultFS(inner)
 		fs.Observe(h.observe)
 		opts.FS = fs
 		h.opening.Store(true)
@@ -365,6 +410,10 @@ func (c *child) run() error {
 	go c.poisonConsumer(ctx)
 	go c.flow(ctx, c.cfg.Seed^0x27d4eb2f)
 	c.out.printf("%s", LineRunning)
+	if c.cfs != nil && c.cfg.Hook == "" {
+		time.Sleep(c.cfg.PowerLossAfter)
+		armed.Store(true)
+	}
 	for {
 		time.Sleep(time.Hour) // until the parent's SIGKILL
 	}
@@ -380,9 +429,45 @@ func (c *child) journal(entries ...Entry) {
 
 func now() int64 { return time.Now().UnixNano() }
 
+// powerLossSettle is how long a child waits after its power failed before
+// it reports it: the calls that returned before the failure journal their
+// results meanwhile (so that one released too early is caught), and
+// nothing the device holds can change.
+const powerLossSettle = 20 * time.Millisecond
+
+// losePower fails the power of the store's file system: every later change
+// is refused. Then, on a goroutine of its own, it writes the store as the
+// device holds it (the unsynced writes dropped, or half of them kept with
+// the last one torn, by the seed) to ChildConfig.PowerLoss for the parent
+// and reports it. Runs once.
+func (c *child) losePower() {
+	c.lossOnce.Do(func() {
+		c.powerLost.Store(true)
+		c.cfs.Crash()
+		go func() {
+			time.Sleep(powerLossSettle)
+			rng := rand.New(rand.NewPCG(c.cfg.Seed, 0x706f776572))
+			opts := vfs.CrashOptions{Root: c.cfg.Dir, Rand: rng}
+			if rng.IntN(2) == 0 {
+				opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
+			}
+			if err := c.cfs.CrashClone(c.cfg.PowerLoss, opts); err != nil {
+				c.out.printf("%sclone the store after the power loss: %v", LineFatal, err)
+				return
+			}
+			c.out.printf("%s", LinePowerLost)
+		}()
+	})
+}
+
 // failed journals a call that the workload never expects to fail; the
 // goroutine that made it stops (a store that failed refuses everything).
+// After a power loss every call may fail: it is left unjournaled, in
+// flight, as at a kill.
 func (c *child) failed(who, queue, call string, n int64, err error) {
+	if c.powerLost.Load() {
+		return
+	}
 	c.journal(Entry{Op: OpFailed, Who: who, Queue: queue, N: n, Err: call + ": " + err.Error()})
 }
 
@@ -541,6 +626,9 @@ func deliveredEntry(who, queue string, d broker.DeliveryValue, intent Intent, t0
 func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broker.DeliveryValue, intent Intent, by time.Duration) bool {
 	id, del, receipt, exp := d.Message.ID, d.Deliveries, d.Lease.Receipt, d.Lease.ExpiresAt.UnixNano()
 	refused := func(call string, t0 int64, err error) bool {
+		if c.powerLost.Load() && !errors.Is(err, broker.LeaseExpired) {
+			return true // in flight at the power loss (see failed)
+		}
 		c.journal(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
 			Err: call + ": " + err.Error(), Expired: errors.Is(err, broker.LeaseExpired)})
 		// A lapsed lease is the workload's own slowness; anything else

@@ -231,11 +231,11 @@ type ChildConfig struct {
 	Consumers  int
 	// PowerLoss, if set, makes the power fail in the child, under a
 	// vfs.CrashFS: at its hook, or, if it has none, at the first write to
-	// a segment PowerLossAfter after its workload started. The child then writes the store as the
-	// device holds it into the directory PowerLoss names (which must not
-	// exist), reports LinePowerLost, and waits for its kill. The calls
-	// that fail after the power loss are not journaled: they were in
-	// flight.
+	// a segment file PowerLossAfter after its workload started. The child
+	// then writes the store as the device holds it into the directory
+	// PowerLoss names (which must not exist), reports LinePowerLost, and
+	// waits for its kill. The calls that fail after the power loss are not
+	// journaled: they were in flight.
 	PowerLoss      string
 	PowerLossAfter time.Duration
 }
@@ -343,10 +343,11 @@ func (c *child) run() error {
 		c.cfs = vfs.NewCrashFS(vfs.Default)
 		inner, opts.FS = c.cfs, c.cfs
 		if c.cfg.Hook == "" {
-			// The power fails at the first write to a segment once it is
-			// due: a commit written and not yet fdatasynced, the moment
-			// a power loss has the most to take. The writer goes on, and
-			// its fdatasync fails.
+			// The power fails at the first write to a segment file once it
+			// is due: mostly a commit written and not yet fdatasynced, the
+			// moment a power loss has the most to take (else the zero-fill
+			// of the next segment). The writer goes on, and its fdatasync
+			// fails.
 			fs := vfs.NewFaultFS(inner)
 			fs.Observe(func(e vfs.Event) {
 				if e.Op == vfs.OpWrite && strings.Contains(filepath.Base(e.Name), ".seg") && armed.Load() {

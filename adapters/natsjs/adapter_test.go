@@ -475,8 +475,19 @@ func TestOpenRefuses(t *testing.T) {
 			t.Errorf("Queue(%q) accepted it", name)
 		}
 	}
-	if _, err := st.Queue("ok", broker.PolicyValue{}); !errors.Is(err, broker.QueueMisconfigured) {
+	_, err := st.Queue("ok", broker.PolicyValue{})
+	if !errors.Is(err, broker.QueueMisconfigured) {
 		t.Errorf("Queue with the zero policy: %v, want QueueMisconfigured", err)
+	}
+	// Each violation is a line of its own, and each names the queue.
+	if lines := strings.Split(err.Error(), "\n"); len(lines) != 2 {
+		t.Errorf("Queue with the zero policy: %d lines, want one per violation (2):\n%v", len(lines), err)
+	} else {
+		for _, l := range lines {
+			if !strings.HasPrefix(l, "natsjs: queue ok: broker: policy: ") {
+				t.Errorf("a line of the refusal does not name the queue: %q", l)
+			}
+		}
 	}
 }
 

@@ -153,7 +153,7 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		return nil, err
 	}
 	if err := policy.Validate(); err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+		return nil, eachLine(fmt.Sprintf("natsjs: queue %s: ", name), err)
 	}
 	if policy.DedupWindow > 0 && policy.DedupWindow < minDedupWindow {
 		// The server refuses a shorter duplicate window; say so in the
@@ -389,4 +389,19 @@ func newNames(prefix, queue string) names {
 		deathSubject: "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + work + "." + consumerName,
 		deathNotice:  prefix + ".a." + enc,
 	}
+}
+
+// eachLine prefixes every error joined in err (each violation of a refused
+// policy is one) with prefix, so that every line of the refusal names the
+// queue.
+func eachLine(prefix string, err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return fmt.Errorf("%s%w", prefix, err)
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+	}
+	return errors.Join(errs...)
 }

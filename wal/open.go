@@ -3,7 +3,6 @@ package wal
 import (
 	"errors"
 	"fmt"
-	"github.com/walbroker/walbroker/vfs"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // Recovery is what Open found in the directory and what it did about it.
@@ -98,51 +98,95 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // recover scans every segment, repairs what may be repaired and leaves the
-// writer positioned at the end of the last segment.
+// writer positioned at the end of the last segment: it reads the directory,
+// opens and scans each segment, drops the empty segment a crash in a
+// rotation may leave, repairs or refuses what the scans found, forgets the
+// clean mark, and makes durable what the log is about to build on.
 func (l *Log) recover() error {
+	d, err := l.readDir()
+	if err != nil {
+		return err
+	}
+	segs, reports, cleanLast, err := l.scanSegments(d)
+	if err != nil {
+		return err
+	}
+	if segs, reports, err = l.dropInterruptedRotation(segs, reports); err != nil {
+		return err
+	}
+	if err := l.repair(segs, reports); err != nil {
+		return err
+	}
+	if err := l.forgetCleanMark(d); err != nil {
+		return err
+	}
+	return l.startWriting(segs, reports, cleanLast)
+}
+
+// listing is what recover found in the directory.
+type listing struct {
+	names    []string
+	seqs     []uint32 // the segments, in order, without gaps
+	clean    Position // where the log ended at its last Close, if hasClean
+	hasClean bool
+}
+
+// readDir lists the directory: it keeps retired segments of full size as
+// spares, removes other temporary files, and refuses a gap between
+// segments or a clean mark that names a segment that is gone.
+func (l *Log) readDir() (listing, error) {
 	fs := l.opts.FS
 	names, err := fs.ReadDir(l.dir)
 	if err != nil {
-		return fmt.Errorf("wal: open %s: %w", l.dir, err)
+		return listing{}, fmt.Errorf("wal: open %s: %w", l.dir, err)
 	}
-	var seqs []uint32
-	clean, hasClean := readCleanMark(fs, l.dir)
+	d := listing{names: names}
+	d.clean, d.hasClean = readCleanMark(fs, l.dir)
 	for _, name := range names {
 		if name == cleanName {
-			continue // removed once recovery has succeeded, below
+			continue // removed once recovery has succeeded (forgetCleanMark)
 		}
 		if strings.HasSuffix(name, tmpSuffix) {
 			// Never part of the log. A retired segment of full size is
-			// kept for reuse (the directory sync below makes its name
-			// durable before it is); anything else — a segment whose
-			// preparation a crash cut short, say — is removed.
+			// kept for reuse (the directory sync in forgetCleanMark makes
+			// its name durable before it is); anything else — a segment
+			// whose preparation a crash cut short, say — is removed.
 			path := filepath.Join(l.dir, name)
 			if strings.HasPrefix(name, sparePrefix) && len(l.spares) < maxSpares && l.fullSize(path) {
 				l.spares = append(l.spares, path)
 				continue
 			}
 			if err := fs.Remove(path); err != nil {
-				return fmt.Errorf("wal: open %s: %w", l.dir, err)
+				return listing{}, fmt.Errorf("wal: open %s: %w", l.dir, err)
 			}
 			continue
 		}
 		if seq, ok := parseSegName(name); ok {
-			seqs = append(seqs, seq) // ReadDir sorts, and the names are fixed-width
+			d.seqs = append(d.seqs, seq) // ReadDir sorts, and the names are fixed-width
 		}
 	}
+	seqs, clean := d.seqs, d.clean
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
-			return &CorruptionError{File: l.segPath(seqs[i-1] + 1), Cause: errors.New("segment file missing")}
+			return listing{}, &CorruptionError{File: l.segPath(seqs[i-1] + 1), Cause: errors.New("segment file missing")}
 		}
 	}
-	if hasClean && !l.opts.Salvage && (len(seqs) == 0 || clean.Segment() > seqs[len(seqs)-1] || clean.Segment() < seqs[0]) {
-		return &CorruptionError{File: l.segPath(clean.Segment()), Offset: clean.Offset(),
+	if d.hasClean && !l.opts.Salvage && (len(seqs) == 0 || clean.Segment() > seqs[len(seqs)-1] || clean.Segment() < seqs[0]) {
+		return listing{}, &CorruptionError{File: l.segPath(clean.Segment()), Offset: clean.Offset(),
 			Cause: fmt.Errorf("the log ended at %v when it was last closed, and that segment is gone", clean)}
 	}
+	return d, nil
+}
 
-	var segs []*seg
-	var reports []segment.Report
-	cleanLast := false // the clean mark vouched for the last segment's end
+// scanSegments opens each segment of d and reports how its frames end,
+// reading as little as what vouches for it allows (a trusted seal, the
+// clean mark, a verified position). cleanLast says that the clean mark
+// vouched for the last segment's end. The segments opened are in l.segs,
+// for Open to close, whatever the error.
+func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cleanLast bool, err error) {
+	fs := l.opts.FS
+	seqs, clean, hasClean := d.seqs, d.clean, d.hasClean
+	defer func() { l.segs.Store(&segs) }()
 	for _, seq := range seqs {
 		open := segment.Open
 		if _, ok := l.opts.Sealed[seq]; ok && !l.opts.Salvage && seq != seqs[len(seqs)-1] {
@@ -155,11 +199,10 @@ func (l *Log) recover() error {
 			f, err = l.salvageHeader(seq, err)
 		}
 		if err != nil {
-			l.segs.Store(&segs)
 			if errors.Is(err, segment.ErrBadHeader) {
-				return &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
+				return segs, nil, false, &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
 			}
-			return fmt.Errorf("wal: open: %w", err)
+			return segs, nil, false, fmt.Errorf("wal: open: %w", err)
 		}
 		segs = append(segs, &seg{file: f, seq: seq})
 		if r, ok := l.trustedSeal(f, seq, seq == seqs[len(seqs)-1]); ok {
@@ -167,8 +210,7 @@ func (l *Log) recover() error {
 			continue
 		}
 		if hasClean && !l.opts.Salvage && seq == clean.Segment() && clean.Offset() > f.Size() {
-			l.segs.Store(&segs)
-			return &CorruptionError{File: l.segPath(seq), Offset: f.Size(),
+			return segs, nil, false, &CorruptionError{File: l.segPath(seq), Offset: f.Size(),
 				Cause: fmt.Errorf("the file has %d bytes, but the log ended at offset %d when it was last closed: synced records are gone", f.Size(), clean.Offset())}
 		}
 		if r, ok := l.cleanTail(f, seq, seq == seqs[len(seqs)-1], clean, hasClean); ok {
@@ -218,24 +260,34 @@ func (l *Log) recover() error {
 		}
 		reports = append(reports, r)
 	}
-	l.segs.Store(&segs)
+	return segs, reports, cleanLast, nil
+}
 
-	// A rotation that a crash interrupted can leave a new, empty segment
-	// after an unsealed one: the writer seals the old segment before it
-	// writes anything to the new one.
+// dropInterruptedRotation removes the new, empty segments a rotation that
+// a crash interrupted can leave after an unsealed one: the writer seals the
+// old segment before it writes anything to the new one.
+func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
+	fs := l.opts.FS
 	for n := len(segs); n > 1 && reports[n-1].Records == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
 		if err := s.close(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		if err := fs.Remove(s.file.Path()); err != nil {
-			return fmt.Errorf("wal: open: %w", err)
+			return nil, nil, fmt.Errorf("wal: open: %w", err)
 		}
 		l.recovery.RemovedEmpty = append(l.recovery.RemovedEmpty, s.file.Path())
 		segs, reports = segs[:n-1], reports[:n-1]
 		l.segs.Store(&segs)
 	}
+	return segs, reports, nil
+}
 
+// repair acts on what the scans found: salvage (when asked) what is
+// damaged, refuse mid-log corruption and an unsealed segment with a later
+// one, zero a torn tail of the last segment, and grow a last segment too
+// full to take a frame. It sets each segment's end.
+func (l *Log) repair(segs []*seg, reports []segment.Report) error {
 	for i, s := range segs {
 		last := i == len(segs)-1
 		r := &reports[i]
@@ -268,7 +320,14 @@ func (l *Log) recover() error {
 			l.recovery.Records += r.Records
 		}
 	}
-	if hasClean || slices.Contains(names, cleanName) {
+	return nil
+}
+
+// forgetCleanMark removes the clean mark, if there is one, and syncs the
+// directory as recovery leaves it.
+func (l *Log) forgetCleanMark(d listing) error {
+	fs := l.opts.FS
+	if d.hasClean || slices.Contains(d.names, cleanName) {
 		// Removed (durably, below) before anything is appended: a later
 		// crash must not find a mark this open's writes made false. Kept
 		// when recovery fails, so that the next attempt knows it too.
@@ -283,7 +342,14 @@ func (l *Log) recover() error {
 	if err := fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("wal: open: sync dir: %w", err)
 	}
+	return nil
+}
 
+// startWriting makes durable what the log is about to build on (the
+// segment before the one appended to, and the last one's content, unless
+// the clean mark vouched for them) and positions the writer at the end of
+// the last segment, or at the start of a new one after a sealed one.
+func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool) error {
 	if n := len(segs); n > 0 && !cleanLast {
 		// A crash between a rotation's seal and its fdatasync leaves the
 		// seal (and, unless every append was synced, records before it)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -260,178 +259,6 @@ func (s *Store) checkSegmentBytes(largest int64) error {
 // indexDir is where the checkpoint and the table live.
 func (s *Store) indexDir() string { return filepath.Join(s.dir, "index") }
 
-// openIndex loads the last checkpoint, or rebuilds, and replays the log
-// after it. It returns how many records it replayed.
-func (s *Store) openIndex() (int, error) {
-	fs := s.opts.fs()
-	salvaged := s.log.Recovery().Salvaged
-	lost := map[uint64]bool{}
-	var known []index.Event // declarations the checkpoint knew, for a rebuild that may lack them
-	// A store that found damage while running marked its checkpoint
-	// suspect: it is consulted, never trusted, and the state rebuilt.
-	suspect := index.Suspect(fs, s.indexDir())
-	x, from, err := index.Load(fs, s.indexDir())
-	if err == nil {
-		st := s.log.Stats()
-		if len(salvaged) > 0 || suspect {
-			// The checkpoint knows which live messages had their
-			// records in the spans salvage skipped.
-			for _, d := range salvaged {
-				for _, seq := range x.LiveIn(d.Segment, d.Offset, d.Offset+d.Length) {
-					lost[seq] = true
-				}
-			}
-			// And every queue's declaration, which salvage may have cut
-			// from the only preamble that still held it.
-			for _, name := range x.Queues() {
-				q := x.Queue(name)
-				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
-			}
-			_ = x.Table.Close()
-			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it", index.ErrDamaged)
-		} else if end := s.log.End(); from > end && !s.opts.Salvage {
-			// The checkpoint's position was durable (its barrier synced
-			// it): a log that ends before it lost synced records.
-			_ = x.Table.Close()
-			return 0, &wal.CorruptionError{File: filepath.Join(s.dir, fmt.Sprintf("%010d.seg", end.Segment())), Offset: end.Offset(),
-				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
-		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
-			_ = x.Table.Close()
-			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
-				index.ErrDamaged, from, st.FirstSegment, st.LastSegment, s.log.End())
-		}
-	}
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
-		}
-		if x, err = index.Rebuild(fs, s.indexDir()); err != nil {
-			return 0, err
-		}
-		from = 0
-	}
-	s.idx = x
-	s.maint.lastCheckpoint.Store(uint64(from))
-	if from != 0 {
-		// The checkpoint Open loaded stays on disk until the next one
-		// replaces it: StoreStats.IndexBytes counts it.
-		s.maint.checkpointBytes.Store(x.CheckpointBytes)
-	}
-	s.recovery.IndexRebuilt = from == 0
-	// After salvage, an event about a message nobody published, found past
-	// the first damaged span, names a message whose publish was there —
-	// unless the message is older than every one published before the
-	// damage (one whose segment was removed after it was acknowledged).
-	var damageAt wal.Position
-	var maxBefore uint64
-	orphans := map[uint64]bool{}
-	if len(salvaged) > 0 {
-		damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
-		for _, d := range salvaged[1:] {
-			damageAt = min(damageAt, wal.MakePosition(d.Segment, d.Offset))
-		}
-		x.OnOrphan = func(pos wal.Position, e *index.Event) {
-			if pos >= damageAt && e.Seq != 0 {
-				orphans[e.Seq] = true
-			}
-		}
-	}
-	if from == 0 {
-		for i := range known {
-			_ = x.Apply(0, &known[i])
-		}
-	}
-	if len(salvaged) > 0 && from == 0 {
-		// Salvage may have cut a queue's declaration out of the preamble
-		// that preceded its events (older segments removed): declare
-		// every queue the log still declares anywhere, first.
-		err := s.log.Iterate(0, func(pos wal.Position, rec []byte) error {
-			if len(rec) > 0 && (index.Kind(rec[0]) == index.KindDeclare || index.Kind(rec[0]) == index.KindMeta) {
-				return x.ApplyRecord(pos, rec)
-			}
-			return nil
-		})
-		if err != nil {
-			_ = x.Table.Close()
-			return 0, err
-		}
-	}
-	n := 0
-	spilled := false // the replay rewrote table entries (see below)
-	err = s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
-		n++
-		if len(salvaged) > 0 && pos < damageAt && len(rec) > 0 {
-			// Every sequence below a preamble's mark was taken before
-			// that segment began: an event about one is no sign of loss.
-			switch index.Kind(rec[0]) {
-			case index.KindPublish:
-				if e, err := index.Decode(rec); err == nil {
-					maxBefore = max(maxBefore, e.Seq)
-				}
-			case index.KindMark:
-				if e, err := index.Decode(rec); err == nil && e.Seq > 0 {
-					maxBefore = max(maxBefore, e.Seq-1)
-				}
-			}
-		}
-		if err := x.ApplyRecord(pos, rec); err != nil {
-			return err
-		}
-		if x.Table.Unflushed() >= replaySpill {
-			// A rebuild of a long log keeps the heap small: entries go
-			// to the table files as it goes (synced by the checkpoint
-			// that ends the open).
-			if !spilled {
-				// The table stops matching the checkpoint loaded: until
-				// the open's own checkpoint, a crash must rebuild.
-				if err := index.BeginCheckpoint(fs, s.indexDir()); err != nil {
-					return err
-				}
-				spilled = true
-			}
-			x.Table.Detach()
-			if _, err := x.Table.Flush(false); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		err = x.Damaged()
-	}
-	x.OnOrphan = nil
-	if err == nil && len(salvaged) > 0 {
-		// Without a publish or a mark before the damage there is no telling
-		// an event about a lost message from one about a message whose
-		// segment was removed: name none rather than guess.
-		for seq := range orphans {
-			if maxBefore > 0 && seq > maxBefore {
-				lost[seq] = true
-			}
-		}
-		for seq := range lost {
-			if !x.Holds(seq) {
-				s.recovery.LostMessages = append(s.recovery.LostMessages, messageID(seq))
-			}
-		}
-		slices.Sort(s.recovery.LostMessages)
-	}
-	if err != nil {
-		_ = x.Table.Close()
-		if errors.Is(err, index.ErrDamaged) && from != 0 {
-			// The checkpoint's table is damaged: start again from the log.
-			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
-			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
-				return 0, err
-			}
-			return s.openIndex()
-		}
-		return 0, err
-	}
-	s.recovery.Replayed = n
-	return n, nil
-}
-
 // RecoveryReport is what Open found and did.
 type RecoveryReport struct {
 	// TornTail: the log ended in a write a crash cut short; it was cut off
@@ -456,9 +283,6 @@ type RecoveryReport struct {
 
 // Recovery returns what Open found and did.
 func (s *Store) Recovery() RecoveryReport { return s.recovery }
-
-// replaySpill bounds the table entries a replay holds in memory.
-const replaySpill = 1 << 16
 
 // closeFiles closes the log and the table, for a failed Open.
 func (s *Store) closeFiles() {

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// replaySpill bounds the table entries a replay holds in memory.
+const replaySpill = 1 << 16
+
+// openIndex loads the last checkpoint, or rebuilds, and replays the log
+// after it. It returns how many records it replayed.
+func (s *Store) openIndex() (int, error) {
+	fs := s.opts.fs()
+	loss := newLossTracker(s.log.Recovery().Salvaged)
+	x, from, known, err := s.loadCheckpoint(loss)
+	if err != nil {
+		return 0, err
+	}
+	s.idx = x
+	s.maint.lastCheckpoint.Store(uint64(from))
+	if from != 0 {
+		// The checkpoint Open loaded stays on disk until the next one
+		// replaces it: StoreStats.IndexBytes counts it.
+		s.maint.checkpointBytes.Store(x.CheckpointBytes)
+	}
+	s.recovery.IndexRebuilt = from == 0
+	loss.watch(x)
+	if from == 0 {
+		for i := range known {
+			_ = x.Apply(0, &known[i])
+		}
+		if loss.salvaging() {
+			// Salvage may have cut a queue's declaration out of the
+			// preamble that preceded its events (older segments
+			// removed): declare every queue the log still declares
+			// anywhere, first.
+			if err := s.log.Iterate(0, func(pos wal.Position, rec []byte) error {
+				if len(rec) > 0 && (index.Kind(rec[0]) == index.KindDeclare || index.Kind(rec[0]) == index.KindMeta) {
+					return x.ApplyRecord(pos, rec)
+				}
+				return nil
+			}); err != nil {
+				_ = x.Table.Close()
+				return 0, err
+			}
+		}
+	}
+	n, err := s.replay(x, from, loss)
+	if err == nil {
+		err = x.Damaged()
+	}
+	x.OnOrphan = nil
+	if err != nil {
+		_ = x.Table.Close()
+		if errors.Is(err, index.ErrDamaged) && from != 0 {
+			// The checkpoint's table is damaged: start again from the log.
+			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
+			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
+				return 0, err
+			}
+			return s.openIndex()
+		}
+		return 0, err
+	}
+	if loss.salvaging() {
+		s.recovery.LostMessages = loss.lostMessages(x)
+	}
+	s.recovery.Replayed = n
+	return n, nil
+}
+
+// loadCheckpoint loads the last checkpoint and returns it with the log
+// position it reflects, or, when there is none or it cannot be used, a new
+// index to rebuild from the whole log (position 0) with the declarations
+// the refused checkpoint knew. A checkpoint is consulted, not used, after
+// salvage changed the log or when the store marked it suspect; a log that
+// ends before the checkpoint's position lost synced records (Corrupt).
+func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
+	fs := s.opts.fs()
+	// A store that found damage while running marked its checkpoint
+	// suspect: it is consulted, never trusted, and the state rebuilt.
+	suspect := index.Suspect(fs, s.indexDir())
+	x, from, err = index.Load(fs, s.indexDir())
+	if err == nil {
+		st := s.log.Stats()
+		if loss.salvaging() || suspect {
+			// The checkpoint knows which live messages had their
+			// records in the spans salvage skipped.
+			loss.fromCheckpoint(x)
+			// And every queue's declaration, which salvage may have cut
+			// from the only preamble that still held it.
+			for _, name := range x.Queues() {
+				q := x.Queue(name)
+				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
+			}
+			_ = x.Table.Close()
+			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it", index.ErrDamaged)
+		} else if end := s.log.End(); from > end && !s.opts.Salvage {
+			// The checkpoint's position was durable (its barrier synced
+			// it): a log that ends before it lost synced records.
+			_ = x.Table.Close()
+			return nil, 0, nil, &wal.CorruptionError{File: filepath.Join(s.dir, fmt.Sprintf("%010d.seg", end.Segment())), Offset: end.Offset(),
+				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
+		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
+			_ = x.Table.Close()
+			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
+				index.ErrDamaged, from, st.FirstSegment, st.LastSegment, s.log.End())
+		}
+	}
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
+		}
+		if x, err = index.Rebuild(fs, s.indexDir()); err != nil {
+			return nil, 0, nil, err
+		}
+		from = 0
+	}
+	return x, from, known, nil
+}
+
+// replay applies every record of the log from from to x, and returns how
+// many it applied. A long replay writes table entries out as it goes.
+func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (int, error) {
+	fs := s.opts.fs()
+	n := 0
+	spilled := false // the replay rewrote table entries (see below)
+	err := s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
+		n++
+		loss.see(pos, rec)
+		if err := x.ApplyRecord(pos, rec); err != nil {
+			return err
+		}
+		if x.Table.Unflushed() >= replaySpill {
+			// A rebuild of a long log keeps the heap small: entries go
+			// to the table files as it goes (synced by the checkpoint
+			// that ends the open).
+			if !spilled {
+				// The table stops matching the checkpoint loaded: until
+				// the open's own checkpoint, a crash must rebuild.
+				if err := index.BeginCheckpoint(fs, s.indexDir()); err != nil {
+					return err
+				}
+				spilled = true
+			}
+			x.Table.Detach()
+			if _, err := x.Table.Flush(false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// lossTracker names the live messages whose records salvage skipped: those
+// the checkpoint placed in a skipped span, and those an event past the
+// first skipped span names although the replay found no publish of them.
+// Without salvage it does nothing.
+type lossTracker struct {
+	salvaged []wal.Damage
+	lost     map[uint64]bool
+	// damageAt is the first byte salvage skipped. An event past it about
+	// a message nobody published (an orphan) names a message whose
+	// publish was there — unless the message is older than every one
+	// published before the damage (one whose segment was removed after
+	// it was acknowledged): maxBefore is the highest sequence known taken
+	// before damageAt.
+	damageAt  wal.Position
+	maxBefore uint64
+	orphans   map[uint64]bool
+}
+
+func newLossTracker(salvaged []wal.Damage) *lossTracker {
+	t := &lossTracker{salvaged: salvaged, lost: map[uint64]bool{}, orphans: map[uint64]bool{}}
+	if len(salvaged) > 0 {
+		t.damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
+		for _, d := range salvaged[1:] {
+			t.damageAt = min(t.damageAt, wal.MakePosition(d.Segment, d.Offset))
+		}
+	}
+	return t
+}
+
+// salvaging reports whether salvage skipped anything.
+func (t *lossTracker) salvaging() bool { return len(t.salvaged) > 0 }
+
+// fromCheckpoint notes the live messages x places in the skipped spans.
+func (t *lossTracker) fromCheckpoint(x *index.Index) {
+	for _, d := range t.salvaged {
+		for _, seq := range x.LiveIn(d.Segment, d.Offset, d.Offset+d.Length) {
+			t.lost[seq] = true
+		}
+	}
+}
+
+// watch has x report the orphans its replay finds past the damage.
+func (t *lossTracker) watch(x *index.Index) {
+	if !t.salvaging() {
+		return
+	}
+	x.OnOrphan = func(pos wal.Position, e *index.Event) {
+		if pos >= t.damageAt && e.Seq != 0 {
+			t.orphans[e.Seq] = true
+		}
+	}
+}
+
+// see notes the sequences a record before the damage shows taken: every
+// sequence below a preamble's mark was taken before that segment began,
+// so an event about one is no sign of loss.
+func (t *lossTracker) see(pos wal.Position, rec []byte) {
+	if !t.salvaging() || pos >= t.damageAt || len(rec) == 0 {
+		return
+	}
+	switch index.Kind(rec[0]) {
+	case index.KindPublish:
+		if e, err := index.Decode(rec); err == nil {
+			t.maxBefore = max(t.maxBefore, e.Seq)
+		}
+	case index.KindMark:
+		if e, err := index.Decode(rec); err == nil && e.Seq > 0 {
+			t.maxBefore = max(t.maxBefore, e.Seq-1)
+		}
+	}
+}
+
+// lostMessages returns the IDs of the messages lost, in order: those noted
+// that x, replayed, does not hold.
+func (t *lossTracker) lostMessages(x *index.Index) []string {
+	// Without a publish or a mark before the damage there is no telling
+	// an event about a lost message from one about a message whose
+	// segment was removed: name none rather than guess.
+	for seq := range t.orphans {
+		if t.maxBefore > 0 && seq > t.maxBefore {
+			t.lost[seq] = true
+		}
+	}
+	var ids []string
+	for seq := range t.lost {
+		if !x.Holds(seq) {
+			ids = append(ids, messageID(seq))
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}

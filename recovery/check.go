@@ -265,7 +265,7 @@ func ns(t int64) string { return time.Unix(0, t).UTC().Format("15:04:05.000000")
 // previous one returned.
 func orderKey(e *Entry) int64 {
 	switch e.Op {
-	case OpDelivered, OpReplaying, OpDeleting:
+	case OpDelivered, OpMaybe, OpReplaying, OpDeleting:
 		return e.T1
 	}
 	return e.T0
@@ -303,6 +303,8 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		case OpStart, OpPublished, OpDuplicate:
 		case OpDelivered:
 			c.delivered(e)
+		case OpMaybe:
+			c.maybeDelivered(e)
 		case OpAcked:
 			c.Figures.Acks++
 			if m := c.settled(e, "ack"); m != nil {
@@ -507,6 +509,25 @@ func (c *Checker) delivered(e Entry) {
 	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
+	}
+	switch e.Intent {
+	case IntentAck, IntentExtendAck:
+		m.mayBeGone = true
+	case IntentNack, IntentExtendNack:
+		m.mayHaveEnded, m.nackDel = true, e.Del
+	case IntentReject:
+		m.mayHaveEnded, m.rejectDel = true, e.Del
+	}
+}
+
+// maybeDelivered notes a delivery a power loss may have taken: its
+// consumer's intent may have been carried out (the message may be gone, or
+// dead, or back in the queue with this count), but it raises no count and
+// sets no lease. It is checked like any delivery if OpDelivered follows.
+func (c *Checker) maybeDelivered(e Entry) {
+	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	if m == nil {
+		return
 	}
 	switch e.Intent {
 	case IntentAck, IntentExtendAck:

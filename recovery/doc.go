@@ -61,19 +61,25 @@
 // a copy forward), and in segment removal (renamed to a spare, deleted,
 // directory synced). The run reports how many cycles hit each hook.
 //
-// Half the timed and hooked cycles under SyncAll lose power instead: the
-// child runs the store on a vfs.CrashFS, and where the kill would have
-// landed (at its hook, or, for a timed cycle, at the first write to a
-// segment after its time, a commit written and not yet fdatasynced) the
-// power fails: every later change is refused, the calls that fail are
-// left unjournaled (in flight), and the store as the device holds it
-// (the unsynced writes dropped, or half of them kept and the last one
-// torn) replaces the store for the checks and the next child. Under
-// SyncAll every call that returned was fdatasynced, so the invariants
-// below hold after a power loss as after a kill; this is the power-loss
-// test with many goroutines, the real clock and background maintenance
-// racing the kill, where powerloss_test.go runs one goroutine on a fake
-// clock.
+// Half the timed and hooked cycles under SyncAll and SyncPublish lose
+// power instead: the child runs the store on a vfs.CrashFS, and where the
+// kill would have landed (at its hook, or, for a timed cycle, at the first
+// write to a segment file after its time, mostly a commit written and not
+// yet fdatasynced) the power fails: every later change is refused, the
+// calls that fail are left unjournaled (in flight), and the store as the
+// device holds it (the unsynced writes dropped, or half of them kept and
+// the last one torn) replaces the store for the checks and the next child.
+// Under SyncAll every call that returned was fdatasynced, so the
+// invariants below hold after a power loss as after a kill. Under
+// SyncPublish only a publish waits for an fdatasync, so the child journals
+// the other results only once they are certain: when a publish that
+// started after the call returned has returned (its fdatasync covered what
+// the call wrote). Until then a delivery is journaled as a maybe (its
+// intent may have been carried out; its count and lease are not certain)
+// and the other results are held; a power loss or a kill leaves those
+// held in flight. This is the power-loss test with many goroutines, the
+// real clock and background maintenance racing the kill, where
+// powerloss_test.go runs one goroutine on a fake clock.
 //
 // After each kill the parent copies the store (as the page cache holds it:
 // a process crash loses nothing written) and opens the copy with a clock

@@ -263,11 +263,13 @@ type CyclePlan struct {
 	// process and check it (its dead letters and counts), then close it,
 	// so that the next child opens a cleanly closed store.
 	InPlace bool
-	// PowerLoss (Timed and Hooked cycles under SyncAll only): the power
-	// fails in the child where the kill would have landed, and the store
-	// the next cycle opens and the checks read is what the device held
-	// (see ChildConfig.PowerLoss). Under SyncAll every call that returned
-	// is durable, so the checks after a kill hold after a power loss too.
+	// PowerLoss (Timed and Hooked cycles under SyncAll or SyncPublish):
+	// the power fails in the child where the kill would have landed, and
+	// the store the next cycle opens and the checks read is what the
+	// device held (see ChildConfig.PowerLoss). Under SyncAll every call
+	// that returned is durable, so the checks after a kill hold after a
+	// power loss too; under SyncPublish the child journals only what is
+	// certain (see the package documentation).
 	PowerLoss bool
 }
 
@@ -289,7 +291,7 @@ func PlanCycle(seed uint64, cycle int) CyclePlan {
 			p.HookSkip = 0 // one checkpoint per Open
 		}
 	}
-	p.PowerLoss = p.Sync == broker.SyncAll && p.Kind != Early && rng.IntN(2) == 0
+	p.PowerLoss = p.Sync != broker.SyncNone && p.Kind != Early && rng.IntN(2) == 0
 	return p
 }
 

@@ -50,6 +50,12 @@ const (
 	OpReplayed  Op = "replayed"
 	OpDeleting  Op = "deleting"
 	OpDeleted   Op = "deleted"
+	// OpMaybe: a delivery, as OpDelivered, that a power loss may take
+	// (under SyncPublish a lease is durable only once a later fdatasync
+	// covers it): the consumer's Intent may have been carried out, but
+	// neither the count nor the lease is certain. If it turns out
+	// certain, OpDelivered follows.
+	OpMaybe Op = "maybe"
 	// OpFailed: a call the workload never expects to fail returned Err.
 	// For a publish, N is the attempt, which may or may not have happened.
 	OpFailed Op = "failed"

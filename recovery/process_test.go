@@ -245,18 +245,34 @@ func TestAPowerLossCycleLeavesWhatTheDeviceHeld(t *testing.T) {
 	require.NoError(t, err)
 	h.NoPoison = true // a poison delivery would end a cycle before its power loss
 	plans := []CyclePlan{
-		{Kind: Timed, RunFor: 100 * time.Millisecond},
-		{Kind: Hooked, Hook: HookRotateSealWrite},
-		{Kind: Timed, RunFor: 50 * time.Millisecond, InPlace: true},
+		{Kind: Timed, RunFor: 100 * time.Millisecond, Sync: broker.SyncAll},
+		{Kind: Hooked, Hook: HookRotateSealWrite, Sync: broker.SyncAll},
+		{Kind: Timed, RunFor: 100 * time.Millisecond, Sync: broker.SyncPublish},
+		{Kind: Timed, RunFor: 50 * time.Millisecond, Sync: broker.SyncAll, InPlace: true},
 	}
 	for i, plan := range plans {
-		plan.Cycle, plan.Sync, plan.ChildSeed, plan.PowerLoss = i+1, broker.SyncAll, uint64(i+1), true
+		plan.Cycle, plan.ChildSeed, plan.PowerLoss = i+1, uint64(i+1), true
 		res, err := h.RunCycle(plan)
 		require.NoError(t, err, "cycle %d", plan.Cycle)
 		require.Equal(t, "power lost", res.Ended, "cycle %d", plan.Cycle)
 		require.Positive(t, res.Entries, "cycle %d: the child journaled its calls", plan.Cycle)
 		_, err = os.Stat(filepath.Join(work, "powerloss"))
 		require.ErrorIs(t, err, os.ErrNotExist, "cycle %d: the clone became the store", plan.Cycle)
+		// Under SyncPublish a delivery is journaled as a maybe first;
+		// under SyncAll every result returned is certain.
+		entries, _, err := ReadJournal(h.JournalPath(plan.Cycle))
+		require.NoError(t, err)
+		maybes := 0
+		for _, e := range entries {
+			if e.Op == OpMaybe {
+				maybes++
+			}
+		}
+		if plan.Sync == broker.SyncPublish {
+			require.Positive(t, maybes, "cycle %d: deliveries journaled as maybes", plan.Cycle)
+		} else {
+			require.Zero(t, maybes, "cycle %d", plan.Cycle)
+		}
 	}
 	require.Equal(t, len(plans), h.Figures.PowerLosses)
 	require.Equal(t, 1, h.Figures.HookHits[HookRotateSealWrite])

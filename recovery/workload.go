@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,7 +236,8 @@ type ChildConfig struct {
 	// then writes the store as the device holds it into the directory
 	// PowerLoss names (which must not exist), reports LinePowerLost, and
 	// waits for its kill. The calls that fail after the power loss are not
-	// journaled: they were in flight.
+	// journaled: they were in flight. Under SyncPublish the results a
+	// power loss may take are journaled only once certain (see result).
 	PowerLoss      string
 	PowerLossAfter time.Duration
 }
@@ -313,6 +315,15 @@ type child struct {
 	cfs       *vfs.CrashFS
 	powerLost atomic.Bool
 	lossOnce  sync.Once
+
+	// uncertain: a power loss may take results that returned (SyncPublish:
+	// only a publish waits for an fdatasync). Results other than publishes
+	// are then held in pending until a publish that started after their
+	// call returned has returned (its fdatasync covered them), and a
+	// delivery is journaled at once only as OpMaybe. pendMu guards pending.
+	uncertain bool
+	pendMu    sync.Mutex
+	pending   []Entry
 }
 
 // RunChild runs the workload described by cfg against the store in
@@ -339,6 +350,7 @@ func (c *child) run() error {
 	}
 	var inner vfs.FS = vfs.Default
 	var armed atomic.Bool // a timed power loss is due
+	c.uncertain = c.cfg.PowerLoss != "" && c.cfg.Sync != broker.SyncAll
 	if c.cfg.PowerLoss != "" {
 		c.cfs = vfs.NewCrashFS(vfs.Default)
 		inner, opts.FS = c.cfs, c.cfs
@@ -408,7 +420,10 @@ func (c *child) run() error {
 		go c.consumer(ctx, fmt.Sprintf("con%d", i), c.cfg.Seed+uint64(i)*104729)
 	}
 	go c.janitor(ctx, c.cfg.Seed^0x5bd1e995)
-	go c.poisonConsumer(ctx)
+	if !c.uncertain {
+		// A poison delivery counts as a kill only if it is certain.
+		go c.poisonConsumer(ctx)
+	}
 	go c.flow(ctx, c.cfg.Seed^0x27d4eb2f)
 	c.out.printf("%s", LineRunning)
 	if c.cfs != nil && c.cfg.Hook == "" {
@@ -429,6 +444,60 @@ func (c *child) journal(entries ...Entry) {
 }
 
 func now() int64 { return time.Now().UnixNano() }
+
+// published journals the result of a publish that made new messages,
+// which its fdatasync made certain; when results are uncertain, it also
+// journals those held whose call returned before this publish started at
+// t0, since its fdatasync covered what they wrote.
+func (c *child) published(t0 int64, e Entry) {
+	c.journal(e)
+	if !c.uncertain {
+		return
+	}
+	c.pendMu.Lock()
+	var certain []Entry
+	kept := c.pending[:0]
+	for _, p := range c.pending {
+		if p.T1 < t0 {
+			certain = append(certain, p)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	c.pending = kept
+	if len(certain) > 0 {
+		c.journal(certain...) // under pendMu: in the order they were held
+	}
+	c.pendMu.Unlock()
+}
+
+// result journals the result of a call other than a publish, or, when
+// results are uncertain, holds it until a publish makes it certain. One
+// not yet certain at a power loss or a kill is never journaled: the call
+// counts as in flight.
+func (c *child) result(entries ...Entry) {
+	if !c.uncertain {
+		c.journal(entries...)
+		return
+	}
+	c.pendMu.Lock()
+	c.pending = append(c.pending, entries...)
+	c.pendMu.Unlock()
+}
+
+// delivered journals deliveries. When results are uncertain, each is
+// journaled at once as OpMaybe (its intent may be carried out, its lease
+// may be lost) and held as a result.
+func (c *child) delivered(entries ...Entry) {
+	if c.uncertain {
+		maybe := slices.Clone(entries)
+		for i := range maybe {
+			maybe[i].Op = OpMaybe
+		}
+		c.journal(maybe...)
+	}
+	c.result(entries...)
+}
 
 // powerLossSettle is how long a child waits after its power failed before
 // it reports it: the calls that returned before the failure journal their
@@ -510,7 +579,7 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 				c.failed(who, q.Name(), "Publish", n, err)
 				return
 			}
-			c.journal(Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: []string{m.ID}, Refs: []string{r},
+			c.published(t0, Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: []string{m.ID}, Refs: []string{r},
 				Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1})
 		case op < 7:
 			ref.Queue = QueueWork
@@ -526,11 +595,14 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 			e := Entry{Who: who, Queue: QueueWork, N: n, Key: ref.Key, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}
 			if m.Payload == nil {
 				// A duplicate: the original's ID and EnqueuedAt, no payload.
+				// It waited for no fdatasync (the original did), so it
+				// makes nothing certain.
 				e.Op, e.ID = OpDuplicate, m.ID
+				c.journal(e)
 			} else {
 				e.Op, e.IDs, e.Refs = OpPublished, []string{m.ID}, []string{r}
+				c.published(t0, e)
 			}
-			c.journal(e)
 		default:
 			size := 2 + rng.IntN(5)
 			refs := make([]string, size)
@@ -551,7 +623,7 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 			for i, m := range ms {
 				ids[i] = m.ID
 			}
-			c.journal(Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: ids, Refs: refs,
+			c.published(t0, Entry{Op: OpPublished, Who: who, Queue: q.Name(), N: n, IDs: ids, Refs: refs,
 				Enq: ms[0].EnqueuedAt.UnixNano(), T0: t0, T1: t1})
 		}
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
@@ -600,7 +672,7 @@ func (c *child) consumer(ctx context.Context, who string, seed uint64) {
 				entries[i].By = int64(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 			}
 		}
-		c.journal(entries...)
+		c.delivered(entries...)
 		for i, d := range ds {
 			if c.settle(ctx, who, q, d, intents[i], time.Duration(entries[i].By)) {
 				return
@@ -630,7 +702,7 @@ func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broke
 		if c.powerLost.Load() && !errors.Is(err, broker.LeaseExpired) {
 			return true // in flight at the power loss (see failed)
 		}
-		c.journal(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
+		c.result(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
 			Err: call + ": " + err.Error(), Expired: errors.Is(err, broker.LeaseExpired)})
 		// A lapsed lease is the workload's own slowness; anything else
 		// means the store stopped.
@@ -646,7 +718,7 @@ func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broke
 			return refused("Extend", t0, err)
 		}
 		receipt, exp = l.Receipt, l.ExpiresAt.UnixNano()
-		c.journal(Entry{Op: OpExtended, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, By: int64(by), T0: t0, T1: now()})
+		c.result(Entry{Op: OpExtended, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, By: int64(by), T0: t0, T1: now()})
 	}
 	t0 := now()
 	switch intent {
@@ -654,19 +726,19 @@ func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broke
 		if err := q.Ack(ctx, receipt); err != nil {
 			return refused("Ack", t0, err)
 		}
-		c.journal(Entry{Op: OpAcked, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
+		c.result(Entry{Op: OpAcked, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
 	case IntentNack, IntentExtendNack:
 		nv, err := q.Nack(ctx, receipt, causeFor(q.Name(), intent))
 		if err != nil {
 			return refused("Nack", t0, err)
 		}
-		c.journal(Entry{Op: OpNacked, Who: who, Queue: q.Name(), ID: id, Del: nv.Deliveries, Exp: nv.VisibleAt.UnixNano(),
+		c.result(Entry{Op: OpNacked, Who: who, Queue: q.Name(), ID: id, Del: nv.Deliveries, Exp: nv.VisibleAt.UnixNano(),
 			Dead: nv.DeadLettered, T0: t0, T1: now()})
 	case IntentReject:
 		if err := q.Reject(ctx, receipt, causeFor(q.Name(), intent)); err != nil {
 			return refused("Reject", t0, err)
 		}
-		c.journal(Entry{Op: OpRejected, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
+		c.result(Entry{Op: OpRejected, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
 	}
 	return false
 }
@@ -714,7 +786,7 @@ func (c *child) janitor(ctx context.Context, seed uint64) {
 					c.failed("janitor", name, string(intent), 0, err)
 					return
 				}
-				c.journal(Entry{Op: done, Who: "janitor", Queue: name, ID: dl.Message.ID, T0: start, T1: now()})
+				c.result(Entry{Op: done, Who: "janitor", Queue: name, ID: dl.Message.ID, T0: start, T1: now()})
 			}
 		}
 	}
@@ -777,7 +849,7 @@ func (c *child) flow(ctx context.Context, seed uint64) {
 		case r < 14:
 			intent = IntentReject
 		}
-		c.journal(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
+		c.delivered(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
 		time.Sleep(pause)
 		if intent == IntentAck {
 			return nil

@@ -595,6 +595,12 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	_, err = broker.Open(e.dir, e.opts)
 	requireErrorIs(t, err, broker.Corrupt, "0000000001.seg", "offset")
 
+	// A copy without its index: only the log can tell what was lost.
+	bare := t.TempDir()
+	require.NoError(t, os.CopyFS(bare, os.DirFS(e.dir)))
+	require.NoError(t, os.RemoveAll(filepath.Join(bare, "index")))
+	require.NoError(t, os.Remove(filepath.Join(bare, "LOCK")))
+
 	e.opts.Salvage = true
 	e.open()
 	q = e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 }))
@@ -602,9 +608,17 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	require.Equal(t, len(sent)-8, st.Ready, "every intact message not yet delivered")
 	require.Equal(t, 7, st.Leased)
 	rec := e.s.Recovery()
-	require.Equal(t, []string{sent[7].ID}, rec.LostMessages, "the lost message is named: a later event (its lease) names it")
+	require.Equal(t, []string{sent[7].ID}, rec.LostMessages, "the lost message is named: the checkpoint knew it was live")
 	require.Equal(t, 1, rec.SalvagedSpans)
 	require.True(t, rec.IndexRebuilt)
+
+	// Without the checkpoint, a later event (its lease) names it, and the
+	// publishes before the damage (the first segment has no sequence mark)
+	// show it was not older than the damage.
+	s, err := broker.Open(bare, e.opts)
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, []string{sent[7].ID}, s.Recovery().LostMessages, "named from the log alone")
 }
 
 // A damaged preamble record takes only itself: the queue declarations of

@@ -510,13 +510,20 @@ func (c *Checker) delivered(e Entry) {
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
-	switch e.Intent {
+	m.expect(e.Intent, e.Del)
+}
+
+// expect notes what the consumer of delivery del will do with it, which a
+// kill or a power loss may leave done or not: an ack may have removed the
+// message, a nack or a reject ended its lease.
+func (m *msg) expect(intent Intent, del int) {
+	switch intent {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel = true, e.Del
+		m.mayHaveEnded, m.nackDel = true, del
 	case IntentReject:
-		m.mayHaveEnded, m.rejectDel = true, e.Del
+		m.mayHaveEnded, m.rejectDel = true, del
 	}
 }
 
@@ -529,14 +536,7 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
-	switch e.Intent {
-	case IntentAck, IntentExtendAck:
-		m.mayBeGone = true
-	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel = true, e.Del
-	case IntentReject:
-		m.mayHaveEnded, m.rejectDel = true, e.Del
-	}
+	m.expect(e.Intent, e.Del)
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message

@@ -19,12 +19,8 @@ func TestAFirstWakeDoesNotHoldUpTheQueue(t *testing.T) {
 	restore := natsjs.HoldWakeSubscription(func() { close(entered); <-release })
 	defer restore()
 	ctx := context.Background()
-	nc := connect(t, sharedServer(t).ClientURL())
-	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "WAKEHOLD"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "WAKEHOLD") })
+	b := openBackend(t)
+	st := b.Store
 	q := mustQueue(t, st, "w", policy())
 
 	first := make(chan broker.WakeValue, 1)
@@ -68,7 +64,7 @@ func TestAFirstWakeDoesNotHoldUpTheQueue(t *testing.T) {
 		t.Fatal("the first Wake's signal is closed before anything happened")
 	default:
 	}
-	other, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: "WAKEHOLD"})
+	other, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: b.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +86,7 @@ func TestAFirstWakeDoesNotHoldUpTheQueue(t *testing.T) {
 // publication.
 func TestTrimmingLeasesKeepsTheWakeSignal(t *testing.T) {
 	ctx := context.Background()
-	nc := connect(t, sharedServer(t).ClientURL())
-	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "TRIMWAKE"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "TRIMWAKE") })
+	st := openBackend(t).Store
 	// One delivery each: a lease on its last delivery names no instant to
 	// Wake, so only the signal can wake the consumer.
 	q := mustQueue(t, st, "t", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))

@@ -147,7 +147,6 @@ func (q *Queue) waitAll(pends []*wal.Pending) error {
 	return nil
 }
 
-// begin checks what every call checks first: the context and the store.
 // stopped returns the failure that stopped the queue's store for good
 // (see Store.failure and Store.damaged), or nil. Consume ends on it.
 func (q *Queue) stopped() error {
@@ -157,6 +156,7 @@ func (q *Queue) stopped() error {
 	return nil
 }
 
+// begin checks what every call checks first: the context and the store.
 func (q *Queue) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

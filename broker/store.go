@@ -184,7 +184,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	now, err := s.now()
 	if err != nil {
 		s.closeFiles()
-		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+		return nil, err
 	}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
@@ -764,10 +764,15 @@ func (s *Store) nonce() uint64 {
 	return s.nonces.Uint64()
 }
 
-// now reads the broker clock in Unix nanoseconds.
 // now reads the broker clock (Options.Now) in Unix nanoseconds, or fails
 // for a reading no store can record (see unixNanos).
-func (s *Store) now() (int64, error) { return unixNanos(s.opts.Now()) }
+func (s *Store) now() (int64, error) {
+	now, err := unixNanos(s.opts.Now())
+	if err != nil {
+		return 0, fmt.Errorf("broker: store %s: %w", s.dir, err)
+	}
+	return now, nil
+}
 
 // deadline returns now + d, or false when that instant cannot be recorded
 // (past year 2262 in Unix nanoseconds).

@@ -9,6 +9,10 @@ import (
 // background: the test calls Maintain.
 func ManualMaintenance(o *Options) { o.manualMaintenance = true }
 
+// ReplaySpill makes a replay write its table entries out whenever n of
+// them are held.
+func ReplaySpill(n int) func(*Options) { return func(o *Options) { o.replaySpill = n } }
+
 // Maintain writes a checkpoint and reclaims what it can, now.
 func (s *Store) Maintain() error { return s.maintain(true) }
 

@@ -132,13 +132,17 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 	fs := s.opts.fs()
 	n := 0
 	spilled := false // the replay rewrote table entries (see below)
+	spill := replaySpill
+	if s.opts.replaySpill > 0 {
+		spill = s.opts.replaySpill
+	}
 	err := s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++
 		loss.see(pos, rec)
 		if err := x.ApplyRecord(pos, rec); err != nil {
 			return err
 		}
-		if x.Table.Unflushed() >= replaySpill {
+		if x.Table.Unflushed() >= spill {
 			// A rebuild of a long log keeps the heap small: entries go
 			// to the table files as it goes (synced by the checkpoint
 			// that ends the open).

@@ -80,6 +80,7 @@ type Options struct {
 	FS vfs.FS
 
 	manualMaintenance bool // tests: no background checkpoints or reclamation
+	replaySpill       int  // tests: table entries a replay holds before it writes them out; 0 means replaySpill
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -230,6 +230,21 @@ func checkReclaimed(t *testing.T, clone string, clock *fakeClock, w *reclaimWorl
 	require.NoError(t, s.Close())
 }
 
+// crashOptionsFor varies what a crash at operation k leaves of the
+// directory root: the synced data only; every write, as a process crash
+// leaves it; or half the unsynced blocks, at random, with the last write
+// torn.
+func crashOptionsFor(k int64, root string, rng *rand.Rand) vfs.CrashOptions {
+	opts := vfs.CrashOptions{Root: root, Rand: rng}
+	switch k % 3 {
+	case 1:
+		opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
+	case 2:
+		opts.KeepUnsyncedFraction = 1 // a process crash: every write stays
+	}
+	return opts
+}
+
 // TestReclaimSurvivesACrashAtEveryStep crashes the reclaiming of old
 // segments — checkpoint, copy forward, removal, each file operation of
 // them — at every mutating file-system operation in turn, clones the
@@ -268,13 +283,7 @@ func TestReclaimSurvivesACrashAtEveryStep(t *testing.T) {
 		cfs.CrashAfter(k)
 		kw := w.clone()
 		_ = reclaimWorkload(t, dir, clock, cfs, kw)
-		opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(rng.Uint64(), 5))}
-		switch k % 3 {
-		case 1:
-			opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
-		case 2:
-			opts.KeepUnsyncedFraction = 1 // a process crash: every write stays
-		}
+		opts := crashOptionsFor(k, dir, rand.New(rand.NewPCG(rng.Uint64(), 5)))
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
 		require.NoError(t, cfs.CrashClone(clone, opts))
 		what := fmt.Sprintf("crash after op %d of %d (keep %.1f)", k, total, opts.KeepUnsyncedFraction)

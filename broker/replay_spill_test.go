@@ -130,13 +130,7 @@ func TestASpillingReplaySurvivesACrashAtEveryStep(t *testing.T) {
 		if s, err := broker.Open(dir, spilling(cfs)); err == nil {
 			_ = s.Close()
 		}
-		opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(rng.Uint64(), 8))}
-		switch k % 3 {
-		case 1:
-			opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
-		case 2:
-			opts.KeepUnsyncedFraction = 1 // a process crash: every write stays
-		}
+		opts := crashOptionsFor(k, dir, rand.New(rand.NewPCG(rng.Uint64(), 8)))
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
 		require.NoError(t, cfs.CrashClone(clone, opts))
 		checkSpillClone(t, clone, clock, want, fmt.Sprintf("crash after op %d of %d of a spilling open (keep %.1f)", k, total, opts.KeepUnsyncedFraction))

@@ -1,0 +1,43 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// copyChunk is how much CopyFile reads and writes at a time.
+const copyChunk = 1 << 20
+
+// CopyFile copies the file src to dst, which must not exist, and makes the
+// copy's data durable (fdatasync). It does not sync dst's directory: the
+// caller does, once for all the files it copies there.
+func CopyFile(fs FS, src, dst string) error {
+	in, err := fs.OpenFile(src, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	size, err := in.Size()
+	if err != nil {
+		return err
+	}
+	out, err := fs.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, min(size, copyChunk))
+	for off := int64(0); off < size && err == nil; off += int64(len(buf)) {
+		n := min(int64(len(buf)), size-off)
+		var got int
+		if got, err = in.ReadAt(buf[:n], off); err == nil || int64(got) == n {
+			_, err = out.WriteAt(buf[:n], off)
+		} else {
+			err = fmt.Errorf("copy %s: read %d of %d bytes at offset %d: %w", src, got, n, off, err)
+		}
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	return errors.Join(err, out.Close())
+}

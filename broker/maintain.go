@@ -29,8 +29,12 @@ type maintenance struct {
 
 	// removeMu is held shared by readers of payloads from the moment they
 	// take a message's position (under its queue's lock) until they have
-	// read it, and exclusively to remove segments.
+	// read it, and by Backup while it copies segments; exclusively to
+	// remove segments, and by Close to close the log.
 	removeMu sync.RWMutex
+	// reclaimMu serialises reclamation with Backup, which must find the
+	// segments below its checkpoint where they were. Taken before ckptMu.
+	reclaimMu sync.Mutex
 
 	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint
 	checkpointBytes atomic.Int64
@@ -142,9 +146,14 @@ func (s *Store) maintain(force bool) error {
 // with the previous checkpoint. The store itself goes on (the log is the
 // source of truth). No fdatasync is retried.
 func (s *Store) checkpoint() error {
+	s.maint.ckptMu.Lock()
+	defer s.maint.ckptMu.Unlock()
+	return s.checkpointLocked()
+}
+
+// checkpointLocked is checkpoint with ckptMu held.
+func (s *Store) checkpointLocked() error {
 	m := &s.maint
-	m.ckptMu.Lock()
-	defer m.ckptMu.Unlock()
 	if m.broken != nil {
 		return m.broken
 	}
@@ -249,6 +258,8 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 // an old segment when that lets it go.
 func (s *Store) reclaim() error {
 	m := &s.maint
+	m.reclaimMu.Lock()
+	defer m.reclaimMu.Unlock()
 	for {
 		if s.usable() != nil {
 			return nil

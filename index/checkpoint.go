@@ -255,6 +255,27 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 	return fs.SyncDir(dir)
 }
 
+// CopyCheckpoint copies dir's checkpoint and table files into dst, which
+// must exist, each fdatasynced, then syncs dst. The caller keeps
+// checkpoints from being written in dir meanwhile.
+func CopyCheckpoint(fs vfs.FS, dir, dst string) error {
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(names, checkpointName) {
+		return fmt.Errorf("index: copy: no checkpoint in %s", dir)
+	}
+	for _, n := range names {
+		if _, ok := parseChunkName(n); ok || n == checkpointName {
+			if err := vfs.CopyFile(fs, filepath.Join(dir, n), filepath.Join(dst, n)); err != nil {
+				return fmt.Errorf("index: copy: %w", err)
+			}
+		}
+	}
+	return fs.SyncDir(dst)
+}
+
 // maxCheckpointBytes bounds a checkpoint file: far above what the active
 // messages of any store take, and below what a process should allocate
 // on a file's word.

@@ -1,0 +1,190 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// partialSuffix names the directory a backup is written in before it is
+// renamed into place, and partialMark the file that says it is one.
+const (
+	partialSuffix = ".partial"
+	partialMark   = "BACKUP-IN-PROGRESS"
+)
+
+// Backup writes a copy of the store into dir while the store runs. The copy
+// holds the state of every queue as of one instant during the call — each
+// message with its delivery count, lease and receipt, each dead letter,
+// each dedup key, each policy — and Open opens it like a store closed at
+// that instant (a new lock, its own background work from then on).
+//
+// dir must not exist; its parent must. The copy is written, every file of
+// it fdatasynced, in dir+".partial", which is then renamed to dir: after a
+// crash during Backup there is no dir, and the next Backup to dir removes
+// the leftover ".partial" (it recognises its own by a marker file, and
+// refuses to touch a directory of that name without one).
+//
+// Every other call goes on meanwhile; the store's checkpoints wait while
+// the queues' state is copied, and the removal of old segments until
+// Backup returns. The copy takes about what reading and writing the log's
+// segments takes (StoreStats.DiskBytes + IndexBytes). ctx is checked
+// between files; a Backup that fails or is canceled removes what it wrote
+// and leaves no dir. It fails with Closed after Close, like every call once
+// the store stopped for good, and after a checkpoint failed (checkpoints
+// stop until the store is reopened).
+func (s *Store) Backup(ctx context.Context, dir string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.usable(); err != nil {
+		return err
+	}
+	fail := func(err error) error { return fmt.Errorf("broker: backup of %s to %q: %w", s.dir, dir, err) }
+	if dir == "" {
+		return fail(errors.New("the directory path is empty"))
+	}
+	fs := s.opts.fs()
+	if err := s.checkBackupDir(dir); err != nil {
+		return fail(err)
+	}
+	tmp := filepath.Clean(dir) + partialSuffix
+	if err := startPartial(fs, tmp); err != nil {
+		return fail(err)
+	}
+	if err := s.copyInto(ctx, tmp); err != nil {
+		return fail(errors.Join(err, removePartial(fs, tmp)))
+	}
+	err := unmarkPartial(fs, tmp)
+	if err == nil {
+		err = fs.Rename(tmp, dir)
+	}
+	if err != nil {
+		return fail(errors.Join(err, removePartial(fs, tmp)))
+	}
+	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return fail(fmt.Errorf("the copy is complete, but its name may not be durable: %w", err))
+	}
+	return nil
+}
+
+// checkBackupDir refuses a dir that exists or that lies inside the store's
+// own directory.
+func (s *Store) checkBackupDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	store, err := filepath.Abs(s.dir)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(store, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("it lies inside the store's own directory")
+	}
+	if _, err := s.opts.fs().ReadDir(dir); err == nil {
+		return fmt.Errorf("it already exists; a backup goes into a new directory")
+	} else if !errors.Is(err, iofs.ErrNotExist) {
+		return fmt.Errorf("it already exists, or cannot be looked at: %w", err)
+	}
+	return nil
+}
+
+// copyInto copies the store into dir: a checkpoint made now, then the log up
+// to that checkpoint's position.
+func (s *Store) copyInto(ctx context.Context, dir string) error {
+	m := &s.maint
+	m.reclaimMu.Lock() // the segments below the checkpoint stay where they are
+	defer m.reclaimMu.Unlock()
+	m.ckptMu.Lock()
+	err := s.usable()
+	if err == nil {
+		err = s.checkpointLocked()
+	}
+	if err == nil {
+		idx := filepath.Join(dir, "index")
+		if err = s.opts.fs().MkdirAll(idx, 0o700); err == nil {
+			err = index.CopyCheckpoint(s.opts.fs(), s.indexDir(), idx)
+		}
+	}
+	at := wal.Position(m.lastCheckpoint.Load())
+	m.ckptMu.Unlock()
+	if err != nil {
+		return err
+	}
+	m.removeMu.RLock() // Close waits for the copy
+	defer m.removeMu.RUnlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.log.CopyTo(ctx, dir, at)
+}
+
+// startPartial makes dir, durably, with the marker that says it is a
+// backup in progress, after removing a leftover one of an earlier Backup.
+func startPartial(fs vfs.FS, dir string) error {
+	if names, err := fs.ReadDir(dir); err == nil {
+		if !slices.Contains(names, partialMark) {
+			return fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
+		}
+		if err := removePartial(fs, dir); err != nil {
+			return fmt.Errorf("remove the unfinished backup %s: %w", dir, err)
+		}
+	}
+	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
+		return err
+	}
+	f, err := fs.OpenFile(filepath.Join(dir, partialMark), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fs.SyncDir(dir)
+}
+
+// unmarkPartial removes the marker of a complete copy, durably.
+func unmarkPartial(fs vfs.FS, dir string) error {
+	if err := fs.Remove(filepath.Join(dir, partialMark)); err != nil {
+		return err
+	}
+	return fs.SyncDir(dir)
+}
+
+// removePartial removes a backup in progress: its files, its index
+// directory's files, the marker last, then the directories.
+func removePartial(fs vfs.FS, dir string) error {
+	for _, d := range []string{filepath.Join(dir, "index"), dir} {
+		names, err := fs.ReadDir(d)
+		if errors.Is(err, iofs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if n == "index" && d == dir || n == partialMark {
+				continue
+			}
+			if err := fs.Remove(filepath.Join(d, n)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{filepath.Join(dir, "index"), filepath.Join(dir, partialMark), dir} {
+		if err := fs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

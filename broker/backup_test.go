@@ -1,0 +1,462 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+var (
+	backupJobs = policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
+	backupDLQ  = policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.MaxDeliveries = 1 })
+)
+
+// fillForBackup gives e's store messages in every state over several
+// segments, the oldest of them reclaimed: ready, leased (it returns their
+// receipts), delayed after a nack, dead letters, dedup keys of messages
+// acknowledged.
+func fillForBackup(t *testing.T, e *env) []broker.ReceiptValue {
+	jobs, dlq := e.queue("jobs", backupJobs), e.queue("dlq", backupDLQ)
+	for i := range 40 {
+		_, err := jobs.PublishKeyed(ctx(t), fmt.Sprintf("key-%02d", i), []byte(fmt.Sprintf("keyed-%02d-%s", i, strings.Repeat("k", 300))))
+		require.NoError(t, err)
+	}
+	for _, d := range mustReceive(t, jobs, 40) {
+		require.NoError(t, jobs.Ack(ctx(t), d.Lease.Receipt))
+	}
+	for i := range 120 {
+		mustPublish(t, jobs, fmt.Sprintf("job-%03d-%s", i, strings.Repeat("j", 300)))
+	}
+	require.NoError(t, e.s.Maintain())
+	var held []broker.ReceiptValue
+	for i, d := range mustReceive(t, jobs, 30) {
+		switch i % 3 {
+		case 0:
+			held = append(held, d.Lease.Receipt)
+		case 1:
+			_, err := jobs.Nack(ctx(t), d.Lease.Receipt, errors.New("later"))
+			require.NoError(t, err)
+		default:
+			require.NoError(t, jobs.Ack(ctx(t), d.Lease.Receipt))
+		}
+	}
+	for i := range 5 {
+		mustPublish(t, dlq, fmt.Sprintf("dead-%d", i))
+	}
+	for _, d := range mustReceive(t, dlq, 5) {
+		_, err := dlq.Nack(ctx(t), d.Lease.Receipt, errors.New("no"))
+		require.NoError(t, err)
+	}
+	return held
+}
+
+// A backup taken while the store is open opens to the store's state as it
+// was: every message, lease, delivery count, dead letter and dedup key, from
+// its own checkpoint and, the same, from its log alone. A receipt issued by
+// the store is honoured by the copy. What the store does afterwards does not
+// reach the copy.
+func TestABackupOpensToTheStateItCopied(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	held := fillForBackup(t, e)
+	st := e.s.Stats()
+	require.Greater(t, st.BytesReclaimed, int64(0), "the oldest segments are gone: the copy starts past segment 1")
+	want := broker.Dump(e.s)
+
+	dst := filepath.Join(t.TempDir(), "backup")
+	require.NoError(t, e.s.Backup(ctx(t), dst))
+	_, err := os.Stat(dst + ".partial")
+	require.ErrorIs(t, err, os.ErrNotExist, "the partial directory is renamed into place")
+	require.Equal(t, want, broker.Dump(e.s), "a backup changes nothing in the store")
+
+	// The store goes on; the copy does not follow it.
+	jobs := e.queue("jobs", backupJobs)
+	for _, r := range held {
+		require.NoError(t, jobs.Ack(ctx(t), r))
+	}
+	mustPublish(t, jobs, "after the backup")
+
+	opts := e.opts
+	rebuilt := dst + "-rebuilt"
+	copyTree(t, dst, rebuilt)
+	require.NoError(t, os.RemoveAll(filepath.Join(rebuilt, "index")))
+	for _, dir := range []string{dst, rebuilt} {
+		b, err := broker.Open(dir, opts)
+		require.NoError(t, err)
+		requireSameState(t, want, broker.Dump(b), dir)
+		require.Equal(t, dir == rebuilt, b.Recovery().IndexRebuilt)
+		bj, err := b.Queue("jobs", backupJobs)
+		require.NoError(t, err)
+		require.NoError(t, bj.Ack(ctx(t), held[0]), "the copy honours a receipt the store issued")
+		dup, err := bj.PublishKeyed(ctx(t), "key-07", []byte("again"))
+		require.NoError(t, err)
+		require.Zero(t, bj.Stats().Published, "key-07 is remembered: %s", dup.ID)
+		require.NoError(t, b.Close())
+	}
+}
+
+// Backup refuses a directory that exists, one inside the store, and an
+// empty path, writing nothing; it removes an unfinished backup of its own
+// (marked) at the same place, and refuses to touch an unmarked one.
+func TestBackupRefusesADirectoryItMustNotWrite(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	root := t.TempDir()
+
+	err := e.s.Backup(ctx(t), "")
+	require.ErrorContains(t, err, "the directory path is empty")
+
+	exists := filepath.Join(root, "exists")
+	require.NoError(t, os.Mkdir(exists, 0o700))
+	err = e.s.Backup(ctx(t), exists)
+	require.ErrorContains(t, err, "already exists")
+	requireEmptyDir(t, exists)
+
+	inside := filepath.Join(e.dir, "backups", "b1")
+	err = e.s.Backup(ctx(t), inside)
+	require.ErrorContains(t, err, "inside the store's own directory")
+	_, err = os.Stat(filepath.Join(e.dir, "backups"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, e.s.Backup(ctx(t), e.dir), "inside the store's own directory")
+
+	foreign := filepath.Join(root, "foreign")
+	require.NoError(t, os.Mkdir(foreign+".partial", 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(foreign+".partial", "notes.txt"), []byte("mine"), 0o600))
+	err = e.s.Backup(ctx(t), foreign)
+	require.ErrorContains(t, err, "is not a backup in progress")
+	data, err := os.ReadFile(filepath.Join(foreign+".partial", "notes.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "mine", string(data), "a directory Backup did not make is left alone")
+	_, err = os.Stat(foreign)
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	// A Backup that a crash cut short left its marked directory.
+	left := filepath.Join(root, "again")
+	require.NoError(t, os.MkdirAll(filepath.Join(left+".partial", "index"), 0o700))
+	for _, f := range []string{"BACKUP-IN-PROGRESS", "0000000001.seg", "index/checkpoint"} {
+		require.NoError(t, os.WriteFile(filepath.Join(left+".partial", f), []byte("stale"), 0o600))
+	}
+	require.NoError(t, e.s.Backup(ctx(t), left))
+	_, err = os.Stat(left + ".partial")
+	require.ErrorIs(t, err, os.ErrNotExist)
+	b, err := broker.Open(left, e.opts)
+	require.NoError(t, err)
+	require.Equal(t, 1, mustStats(t, b, "jobs").Ready)
+	require.NoError(t, b.Close())
+
+	s := e.s
+	e.close()
+	requireErrorIs(t, s.Backup(ctx(t), filepath.Join(root, "closed")), broker.Closed)
+}
+
+func requireEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, names, "%s was written", dir)
+}
+
+// faultyBackupEnv opens a store over a FaultFS, with small segments and 100
+// messages in queue "jobs" over several of them.
+func faultyBackupEnv(t *testing.T) (*env, *vfs.FaultFS, *broker.Queue) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.SegmentBytes = ffs, broker.MinSegmentBytes })
+	jobs := e.queue("jobs", backupJobs)
+	for i := range 100 {
+		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
+	}
+	return e, ffs, jobs
+}
+
+// A Backup that fails — a write refused, or its context canceled — leaves
+// no copy and no partial directory, and the store goes on: the next Backup
+// succeeds.
+func TestAFailedBackupLeavesNothing(t *testing.T) {
+	e, ffs, jobs := faultyBackupEnv(t)
+	root := t.TempDir()
+	for op, nth := range map[vfs.Op]int64{vfs.OpWrite: 3, vfs.OpSync: 2, vfs.OpRename: 1} {
+		ffs.Inject(vfs.Rule{Op: op, NameContains: ".partial", Nth: nth})
+		dst := filepath.Join(root, "fail-"+op.String())
+		err := e.s.Backup(ctx(t), dst)
+		require.ErrorIs(t, err, syscall.EIO, "a backup whose %v failed", op)
+		require.Equal(t, int64(1), ffs.Injected(op))
+		ffs.Clear()
+		for _, d := range []string{dst, dst + ".partial"} {
+			_, err := os.Stat(d)
+			require.ErrorIs(t, err, os.ErrNotExist, "after a failed %v", op)
+		}
+	}
+	canceled, cancel := context.WithCancel(ctx(t))
+	cancel()
+	dst := filepath.Join(root, "canceled")
+	require.ErrorIs(t, e.s.Backup(canceled, dst), context.Canceled)
+	_, err := os.Stat(dst)
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	mustPublish(t, jobs, "the store goes on")
+	dst = filepath.Join(root, "ok")
+	require.NoError(t, e.s.Backup(ctx(t), dst))
+	b, err := broker.Open(dst, broker.Options{Now: e.clock.Now, SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	require.Equal(t, 101, mustStats(t, b, "jobs").Ready)
+	require.NoError(t, b.Close())
+}
+
+// Every file of a backup is fdatasynced, and the directory holding it
+// synced, before the copy takes its name; and the name is synced after.
+func TestABackupIsDurableBeforeItTakesItsName(t *testing.T) {
+	e, ffs, _ := faultyBackupEnv(t)
+	dst := filepath.Join(t.TempDir(), "backup")
+	var mu sync.Mutex
+	var events []vfs.Event
+	ffs.Observe(func(ev vfs.Event) {
+		if strings.Contains(ev.Name, dst) || strings.Contains(ev.NewName, dst) || ev.Op == vfs.OpSyncDir && ev.Name == filepath.Dir(dst) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, e.s.Backup(ctx(t), dst))
+	mu.Lock()
+	defer mu.Unlock()
+	written := map[string]bool{} // written and not yet synced
+	dirsSynced := map[string]int{}
+	renamed := -1
+	for i, ev := range events {
+		switch ev.Op {
+		case vfs.OpWrite:
+			require.Negative(t, renamed, "%s written after the rename", ev.Name)
+			written[ev.Name] = true
+		case vfs.OpSync:
+			delete(written, ev.Name)
+		case vfs.OpSyncDir:
+			dirsSynced[ev.Name] = i
+		case vfs.OpRename:
+			require.Empty(t, written, "files not fdatasynced before the rename")
+			require.Contains(t, dirsSynced, dst+".partial")
+			require.Contains(t, dirsSynced, filepath.Join(dst+".partial", "index"))
+			renamed = i
+		}
+	}
+	require.Positive(t, renamed)
+	require.Greater(t, dirsSynced[filepath.Dir(dst)], renamed, "the parent is synced after the rename")
+}
+
+// Backups taken while producers publish, a consumer acknowledges and the
+// store checkpoints and removes old segments in the background each hold
+// every message published before the backup began and acknowledged, if at
+// all, only after it ended — and none acknowledged before it began.
+func TestBackupsWhileTheStoreRuns(t *testing.T) {
+	dir := t.TempDir()
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", backupJobs)
+	require.NoError(t, err)
+
+	type life struct{ published, ackStarted, acked atomic.Int64 } // UnixNano, 0 for not yet
+	var mu sync.Mutex
+	lives := map[string]*life{}
+	get := func(id string) *life {
+		mu.Lock()
+		defer mu.Unlock()
+		if lives[id] == nil {
+			lives[id] = &life{}
+		}
+		return lives[id]
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m, err := q.Publish(context.Background(), []byte(fmt.Sprintf("p%d-%d-%s", p, i, strings.Repeat("x", 200))))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				get(m.ID).published.Store(time.Now().UnixNano())
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ds, err := q.Receive(context.Background(), 16)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, d := range ds {
+				if i%4 == 3 {
+					continue // left leased: it comes back
+				}
+				l := get(d.Message.ID)
+				l.ackStarted.Store(time.Now().UnixNano())
+				if err := q.Ack(context.Background(), d.Lease.Receipt); err != nil {
+					t.Error(err)
+					return
+				}
+				l.acked.Store(time.Now().UnixNano())
+			}
+		}
+	})
+	root := t.TempDir()
+	for n := range 4 {
+		time.Sleep(150 * time.Millisecond)
+		dst := filepath.Join(root, fmt.Sprintf("b%d", n))
+		began := time.Now().UnixNano()
+		require.NoError(t, s.Backup(context.Background(), dst))
+		ended := time.Now().UnixNano()
+
+		b, err := broker.Open(dst, broker.Options{SegmentBytes: broker.MinSegmentBytes, Now: func() time.Time { return time.Unix(0, ended).Add(time.Hour) }})
+		require.NoError(t, err)
+		bq, err := b.Queue("jobs", backupJobs)
+		require.NoError(t, err)
+		in := map[string]bool{}
+		for {
+			ds, err := bq.Receive(ctx(t), 256)
+			require.NoError(t, err)
+			if len(ds) == 0 {
+				break
+			}
+			for _, d := range ds {
+				in[d.Message.ID] = true
+			}
+		}
+		require.NoError(t, b.Close())
+		mu.Lock()
+		must, mustNot := 0, 0
+		for id, l := range lives {
+			pub, started, acked := l.published.Load(), l.ackStarted.Load(), l.acked.Load()
+			switch {
+			case pub != 0 && pub < began && (started == 0 || started > ended):
+				must++
+				require.True(t, in[id], "backup %d lost %s, published before it began and not acknowledged until after it", n, id)
+			case acked != 0 && acked < began:
+				mustNot++
+				require.False(t, in[id], "backup %d holds %s, acknowledged before it began", n, id)
+			}
+		}
+		for id := range in {
+			require.NotNil(t, lives[id], "backup %d holds %s, which nobody published", n, id)
+		}
+		mu.Unlock()
+		t.Logf("backup %d: %d messages, %d required, %d required gone", n, len(in), must, mustNot)
+	}
+	close(stop)
+	wg.Wait()
+	require.Positive(t, s.Stats().BytesReclaimed, "segments were removed while the backups ran")
+}
+
+// While a Backup copies segments, a maintenance round waits to remove old
+// ones until it ends, and meanwhile every other call goes on: a Receive
+// reads its payloads, a Publish returns. (Had the round waited for the
+// copy inside segment removal, every payload read would have queued
+// behind it until the copy ended.)
+func TestCallsGoOnWhileABackupCopies(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.SegmentBytes = ffs, broker.MinSegmentBytes })
+	jobs := e.queue("jobs", backupJobs)
+	for i := range 200 {
+		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
+		if i%10 != 0 {
+			require.NoError(t, jobs.Ack(ctx(t), mustReceiveOne(t, jobs).Lease.Receipt))
+		}
+	}
+	segs := e.s.Stats().Segments
+	paused, resume := make(chan struct{}), make(chan struct{})
+	checkpointed := make(chan struct{}) // by the round, during the copy
+	var pause, round sync.Once
+	var copying atomic.Bool
+	ffs.Observe(func(ev vfs.Event) {
+		switch {
+		case ev.Op == vfs.OpWrite && strings.Contains(ev.Name, ".partial") && strings.HasSuffix(ev.Name, ".seg"):
+			pause.Do(func() {
+				copying.Store(true)
+				close(paused)
+				<-resume
+			})
+		case ev.Op == vfs.OpRename && strings.HasSuffix(ev.NewName, "checkpoint") && copying.Load():
+			round.Do(func() { close(checkpointed) })
+		}
+	})
+	dst := filepath.Join(t.TempDir(), "backup")
+	backupDone := make(chan error, 1)
+	go func() { backupDone <- e.s.Backup(context.Background(), dst) }()
+	<-paused
+	maintDone := make(chan error, 1)
+	go func() { maintDone <- e.s.Maintain() }()
+	// Give the round time to reach the removal of old segments (it does
+	// not with the copy going on: this only makes a wrong order likely to
+	// show).
+	select {
+	case <-checkpointed:
+	case <-time.After(20 * time.Second):
+		close(resume)
+		t.Fatal("a maintenance round did not checkpoint while a backup was copying")
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	calls := make(chan error, 1)
+	go func() {
+		ds, err := jobs.Receive(context.Background(), 5)
+		if err == nil && len(ds) != 5 {
+			err = fmt.Errorf("received %d messages, want 5", len(ds))
+		}
+		if err == nil {
+			_, err = jobs.Publish(context.Background(), []byte("during the backup"))
+		}
+		calls <- err
+	}()
+	select {
+	case err := <-calls:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		close(resume)
+		t.Fatal("a Receive and a Publish did not complete while a backup was copying")
+	}
+	close(resume)
+	require.NoError(t, <-backupDone)
+	require.NoError(t, <-maintDone)
+	require.Less(t, e.s.Stats().Segments, segs, "the round removed old segments once the backup ended")
+}
+
+// A Backup stands on a checkpoint of its own: one whose checkpoint fails
+// writes nothing, and once checkpoints have stopped (they stop at a
+// failure until the store is reopened) Backup says so.
+func TestABackupWithoutACheckpointWritesNothing(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS = ffs })
+	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	root := t.TempDir()
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
+	require.ErrorIs(t, e.s.Backup(ctx(t), filepath.Join(root, "a")), syscall.EIO)
+	ffs.Clear()
+	require.ErrorContains(t, e.s.Backup(ctx(t), filepath.Join(root, "b")), "checkpoints stopped until the store is reopened")
+	requireEmptyDir(t, root)
+
+	e.reopen()
+	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "c")))
+}

@@ -157,7 +157,7 @@ func (mc *modelCheck) step(i int) {
 		{14, mc.publish}, {10, mc.publishKeyed}, {5, mc.publishBatch}, {16, mc.receive},
 		{10, mc.ack}, {10, mc.nack}, {4, mc.reject}, {6, mc.extend}, {4, mc.replay},
 		{2, mc.delete}, {5, mc.deadLetters}, {13, func(*mQueue) { mc.moveClock() }}, {1, func(*mQueue) { mc.reopen() }},
-		{2, func(*mQueue) { mc.maintain() }},
+		{2, func(*mQueue) { mc.maintain() }}, {1, func(*mQueue) { mc.backup() }},
 	}
 	total := 0
 	for _, o := range ops {
@@ -372,6 +372,22 @@ func (mc *modelCheck) maintain() {
 // reopen closes the store and opens it again, from its checkpoint or, one
 // time in two, rebuilding the index from the log: either way the state is
 // the one before.
+// backup copies the store, which changes no state, and requires the copy
+// to open to the same state.
+func (mc *modelCheck) backup() {
+	before := broker.Dump(mc.e.s)
+	dst := filepath.Join(mc.e.dir+"-backups", fmt.Sprint(mc.rng.Uint64()))
+	require.NoError(mc.t, os.MkdirAll(filepath.Dir(dst), 0o700))
+	defer os.RemoveAll(filepath.Dir(dst))
+	require.NoError(mc.t, mc.e.s.Backup(ctx(mc.t), dst))
+	mc.outcomes["Backup -> ok"]++
+	b, err := broker.Open(dst, mc.e.opts)
+	require.NoError(mc.t, err)
+	requireSameState(mc.t, before, broker.Dump(b), "the backup opens to the store's state")
+	require.NoError(mc.t, b.Close())
+	requireSameState(mc.t, before, broker.Dump(mc.e.s), "a backup changed the store")
+}
+
 func (mc *modelCheck) reopen() {
 	before := broker.Dump(mc.e.s)
 	rebuild := mc.rng.IntN(2) == 0

@@ -460,3 +460,43 @@ func TestABackupWithoutACheckpointWritesNothing(t *testing.T) {
 	e.reopen()
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "c")))
 }
+
+// A Backup racing Close either completes, leaving a copy that opens, or
+// fails, leaving nothing; neither call hangs.
+func TestABackupRacingCloseCompletesOrLeavesNothing(t *testing.T) {
+	root := t.TempDir()
+	completed, refused := 0, 0
+	defer func() { t.Logf("%d backups completed, %d refused as closed", completed, refused) }()
+	for i := range 20 {
+		dir := filepath.Join(root, fmt.Sprintf("store-%d", i))
+		s, err := broker.Open(dir, broker.Options{SegmentBytes: broker.MinSegmentBytes})
+		require.NoError(t, err)
+		q, err := s.Queue("jobs", backupJobs)
+		require.NoError(t, err)
+		for j := range 60 {
+			_, err := q.Publish(ctx(t), []byte(fmt.Sprintf("m-%d-%s", j, strings.Repeat("x", 300))))
+			require.NoError(t, err)
+		}
+		dst := filepath.Join(root, fmt.Sprintf("backup-%d", i))
+		done := make(chan error, 1)
+		go func() { done <- s.Backup(context.Background(), dst) }()
+		if i%2 == 1 {
+			time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+		}
+		require.NoError(t, s.Close())
+		if err := <-done; err != nil {
+			requireErrorIs(t, err, broker.Closed)
+			refused++
+			for _, d := range []string{dst, dst + ".partial"} {
+				_, err := os.Stat(d)
+				require.ErrorIs(t, err, os.ErrNotExist, "a failed backup left %s", d)
+			}
+			continue
+		}
+		b, err := broker.Open(dst, broker.Options{SegmentBytes: broker.MinSegmentBytes})
+		require.NoError(t, err)
+		require.Equal(t, 60, mustStats(t, b, "jobs").Ready)
+		require.NoError(t, b.Close())
+		completed++
+	}
+}

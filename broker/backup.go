@@ -28,20 +28,21 @@ const (
 // each dedup key, each policy — and Open opens it like a store closed at
 // that instant (a new lock, its own background work from then on).
 //
-// dir must not exist; its parent must. The copy is written, every file of
-// it fdatasynced, in dir+".partial", which is then renamed to dir: after a
-// crash during Backup there is no dir, and the next Backup to dir removes
-// the leftover ".partial" (it recognises its own by a marker file, and
-// refuses to touch a directory of that name without one).
+// dir must not exist (its parents are made as needed). The copy is
+// written, every file of it fdatasynced, in dir+".partial", which is then
+// renamed to dir: after a crash during Backup there is no dir, and the
+// next Backup to dir removes the leftover ".partial" (it recognises its
+// own by a marker file, and refuses to touch a directory of that name
+// without one).
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
-// the queues' state is copied, and the removal of old segments until
-// Backup returns. The copy takes about what reading and writing the log's
-// segments takes (StoreStats.DiskBytes + IndexBytes). ctx is checked
-// between files; a Backup that fails or is canceled removes what it wrote
-// and leaves no dir. It fails with Closed after Close, like every call once
-// the store stopped for good, and after a checkpoint failed (checkpoints
-// stop until the store is reopened).
+// the queues' state is copied, and the removal of old segments, and other
+// Backups, until Backup returns. The copy takes about what reading and
+// writing the log's segments takes (StoreStats.DiskBytes + IndexBytes).
+// ctx is checked between files; a Backup that fails or is canceled
+// removes what it wrote and leaves no dir. It fails with Closed after
+// Close, like every call once the store stopped for good, and after a
+// checkpoint failed (checkpoints stop until the store is reopened).
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -54,6 +55,10 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 		return fail(errors.New("the directory path is empty"))
 	}
 	fs := s.opts.fs()
+	// One Backup at a time (two to one dir would remove each other's
+	// partial copy), and no segment removal until it ends.
+	s.maint.reclaimMu.Lock()
+	defer s.maint.reclaimMu.Unlock()
 	if err := s.checkBackupDir(dir); err != nil {
 		return fail(err)
 	}
@@ -100,11 +105,10 @@ func (s *Store) checkBackupDir(dir string) error {
 }
 
 // copyInto copies the store into dir: a checkpoint made now, then the log up
-// to that checkpoint's position.
+// to that checkpoint's position. The caller holds reclaimMu: the segments
+// below the checkpoint stay where they are.
 func (s *Store) copyInto(ctx context.Context, dir string) error {
 	m := &s.maint
-	m.reclaimMu.Lock() // the segments below the checkpoint stay where they are
-	defer m.reclaimMu.Unlock()
 	m.ckptMu.Lock()
 	err := s.usable()
 	if err == nil {

@@ -500,3 +500,35 @@ func TestABackupRacingCloseCompletesOrLeavesNothing(t *testing.T) {
 		completed++
 	}
 }
+
+// Backups run one at a time: two to the same directory give one copy and
+// one refusal (neither removes the other's work), two to different
+// directories give two copies.
+func TestConcurrentBackups(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	jobs := e.queue("jobs", backupJobs)
+	for i := range 100 {
+		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
+	}
+	root := t.TempDir()
+	for round, dirs := range [][2]string{{"same", "same"}, {"one", "two"}} {
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i, d := range dirs {
+			wg.Go(func() { errs[i] = e.s.Backup(context.Background(), filepath.Join(root, d)) })
+		}
+		wg.Wait()
+		if round == 0 {
+			require.True(t, (errs[0] == nil) != (errs[1] == nil), "one backup to a directory succeeds, the other is refused: %v", errs)
+			require.ErrorContains(t, errors.Join(errs[:]...), "already exists")
+		} else {
+			require.NoError(t, errors.Join(errs[:]...))
+		}
+		for _, d := range dirs {
+			b, err := broker.Open(filepath.Join(root, d), e.opts)
+			require.NoError(t, err)
+			require.Equal(t, 100, mustStats(t, b, "jobs").Ready)
+			require.NoError(t, b.Close())
+		}
+	}
+}

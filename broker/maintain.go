@@ -32,8 +32,9 @@ type maintenance struct {
 	// read it, and by Backup while it copies segments; exclusively to
 	// remove segments, and by Close to close the log.
 	removeMu sync.RWMutex
-	// reclaimMu serialises reclamation with Backup, which must find the
-	// segments below its checkpoint where they were. Taken before ckptMu.
+	// reclaimMu serialises reclamation and Backups: a Backup must find
+	// the segments below its checkpoint where they were. Taken before
+	// ckptMu.
 	reclaimMu sync.Mutex
 
 	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint

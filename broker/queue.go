@@ -269,58 +269,15 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	}
 
 	// Dedup comes before admission: a duplicate is admitted even when the
-	// queue is full, and a shed publish never enters the seen-set. An
-	// eviction is a state change like any other: it is logged.
+	// queue is full, and a shed publish never enters the seen-set.
 	// A publish looks at the queue: it observes its deadlines (a
 	// duplicate too, which returns before admission).
 	q.iq.Promote(now)
-	var evict [][]byte
-	// A call that writes no publish record still read the clock: if that
-	// reading is the latest, it is logged too (as an eviction of nothing),
-	// so that a replay knows the clock went backwards after it.
-	var reading [][]byte
+	var evict, reading [][]byte
 	if key != "" {
-		window := int64(q.policy.dedupWindow())
-		advanced := now > q.iq.LastEvicts()
-		e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
-		if q.iq.EvictSeen(now, window) {
-			evict = append(evict, e.Append(nil))
-		}
-		if advanced {
-			reading = [][]byte{e.Append(nil)}
-		}
-		if len(evict) > 0 {
-			reading = evict
-		}
+		evict, reading = q.evictLocked(now)
 		if seq, at, ok := q.iq.Seen(key); ok {
-			// The original may be queued and not yet in the log: this
-			// call may not report success before the original does, nor
-			// if it fails (a barrier could succeed where the original's
-			// own append did not: a segment it needed could not be made).
-			var orig *wal.Pending
-			if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
-				if orig = q.inflightWith(seq); orig == nil {
-					// Still pending but no longer queued: its append
-					// failed (a publish that succeeds commits under the
-					// lock it leaves inflight under), and the store with
-					// it. This call may have passed begin before that.
-					q.mu.Unlock()
-					if err := q.s.usable(); err != nil {
-						return nil, err
-					}
-					return nil, fmt.Errorf("broker: queue %s: the publish of key %q failed", q.name, key)
-				}
-			}
-			if err := q.unlockAndWait(reading); err != nil {
-				return nil, err
-			}
-			if orig != nil {
-				if _, err := q.s.wait(orig); err != nil {
-					return nil, err
-				}
-			}
-			q.stats.duplicates.Add(1)
-			return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
+			return q.duplicateLocked(key, seq, at, reading)
 		}
 	}
 	// (Promote above: leases lapsed for good stop holding capacity.)
@@ -371,6 +328,61 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	q.mu.Unlock()
 	q.stats.published.Add(int64(len(payloads)))
 	return out, nil
+}
+
+// evictLocked forgets the dedup keys past the queue's window before a keyed
+// publish looks its key up. An eviction is a state change like any other:
+// evict holds its record when it forgot any, to be logged with the
+// publish. A call that writes no publish record (a duplicate, a shed
+// publish) still read the clock: reading holds what it must log then — the
+// eviction, or, if the reading is the latest, an eviction of nothing, so
+// that a replay knows the clock went backwards after it.
+func (q *Queue) evictLocked(now int64) (evict, reading [][]byte) {
+	window := int64(q.policy.dedupWindow())
+	advanced := now > q.iq.LastEvicts()
+	e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
+	if q.iq.EvictSeen(now, window) {
+		evict = [][]byte{e.Append(nil)}
+		return evict, evict
+	}
+	if advanced {
+		reading = [][]byte{e.Append(nil)}
+	}
+	return nil, reading
+}
+
+// duplicateLocked answers a keyed publish whose key names message seq,
+// enqueued at at: it logs reading (see evictLocked), releases q.mu, which
+// the caller holds, and returns the original once it is in the log.
+func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]byte) ([]MessageValue, error) {
+	// The original may be queued and not yet in the log: this call may not
+	// report success before the original does, nor if it fails (a barrier
+	// could succeed where the original's own append did not: a segment it
+	// needed could not be made).
+	var orig *wal.Pending
+	if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
+		if orig = q.inflightWith(seq); orig == nil {
+			// Still pending but no longer queued: its append failed (a
+			// publish that succeeds commits under the lock it leaves
+			// inflight under), and the store with it. This call may have
+			// passed begin before that.
+			q.mu.Unlock()
+			if err := q.s.usable(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("broker: queue %s: the publish of key %q failed", q.name, key)
+		}
+	}
+	if err := q.unlockAndWait(reading); err != nil {
+		return nil, err
+	}
+	if orig != nil {
+		if _, err := q.s.wait(orig); err != nil {
+			return nil, err
+		}
+	}
+	q.stats.duplicates.Add(1)
+	return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
 }
 
 // inflightWith returns the append of the in-flight publish of message seq.

@@ -48,17 +48,3 @@ func ActiveMessages(q *Queue) int {
 
 // MessageSeq is the sequence number a message ID names.
 func MessageSeq(id string) (uint64, bool) { return parseMessageID(id) }
-
-// DedupKeys is the count of dedup keys q remembers.
-func DedupKeys(q *Queue) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.iq.SeenCount()
-}
-
-// MemoryDedupKeys is the count of dedup keys m remembers.
-func MemoryDedupKeys(m *Memory) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.st.seen)
-}

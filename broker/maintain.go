@@ -122,9 +122,6 @@ func (s *Store) maintain(force bool) error {
 	if s.usable() != nil {
 		return nil
 	}
-	if err := s.forgetExpiredKeys(); err != nil {
-		return err
-	}
 	m := &s.maint
 	m.ckptMu.Lock()
 	grown := s.log.Stats().BytesWritten-m.written >= s.opts.segmentBytes()/2
@@ -354,7 +351,13 @@ func (s *Store) removeBelow(seg uint32) error {
 // Each queue's lock is held until its copies are durable and applied, so
 // no other event on those messages comes between.
 func (s *Store) copyForward(seg uint32, u index.SegmentUse) error {
-	for _, q := range s.queueList() {
+	s.mu.Lock()
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
 		if err := q.copyForward(seg, u); err != nil {
 			return err
 		}
@@ -481,48 +484,4 @@ func stateEvent(queue uint32, m *index.Message) (index.Event, bool) {
 		return e, false
 	}
 	return e, true
-}
-
-// queueList returns the store's queues, in no order.
-func (s *Store) queueList() []*Queue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	qs := make([]*Queue, 0, len(s.queues))
-	for _, q := range s.queues {
-		qs = append(qs, q)
-	}
-	return qs
-}
-
-// forgetExpiredKeys evicts every queue's dedup keys that are past its
-// window, as a keyed publish does before it looks its key up. Without it,
-// a queue whose keyed publishes stopped would keep its last window's keys
-// for good: on the heap, in every checkpoint, and in the log, copied
-// forward at every reclamation round.
-func (s *Store) forgetExpiredKeys() error {
-	for _, q := range s.queueList() {
-		if err := q.forgetExpiredKeys(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// forgetExpiredKeys evicts q's dedup keys that are past its window and
-// logs the eviction, as a keyed publish would. It writes nothing when no
-// key is past the window, or when the clock is behind a reading the log
-// holds (a clock going backwards evicts nothing), so that an idle store
-// does not log a record at every round. A clock no store can record is
-// left to the calls to report: maintenance goes on without it.
-func (q *Queue) forgetExpiredKeys() error {
-	q.mu.Lock()
-	now, err := q.s.now()
-	window := int64(q.policy.dedupWindow())
-	if err != nil || q.s.usable() != nil || now < q.iq.LastEvicts() || !q.iq.SeenExpired(now, window) {
-		q.mu.Unlock()
-		return nil
-	}
-	e := index.Event{Kind: index.KindEvict, Queue: q.id, Time: now, Window: window}
-	q.iq.EvictSeen(now, window)
-	return q.unlockAndWait([][]byte{e.Append(nil)})
 }

@@ -42,9 +42,8 @@ type MemoryOptions struct {
 // A Memory is safe for concurrent use: one mutex guards its state, and no
 // call blocks on anything but that mutex. It retains a copy of the payload
 // of every message until the message is acknowledged or its dead letter
-// deleted, and each dedup key until a call that reads the clock (a publish,
-// a receive, a call with a receipt) finds it past the window; Publish
-// copies payloads in, and every value it returns carries copies of its own.
+// deleted, and each dedup key until it leaves the window; Publish copies
+// payloads in, and every value it returns carries copies of its own.
 type Memory struct {
 	opts MemoryOptions
 	keys receiptKeys // this queue's secret: another queue's receipts do not verify
@@ -121,14 +120,12 @@ func (q *Memory) beginLocked(ctx context.Context) (now int64, err error) {
 	return now, nil
 }
 
-// observeLocked applies the deadlines that have come by now, dedup keys
-// past the window among them. A call observes the clock where the
-// file-backed store's does, after the checks of its arguments, so that the
-// two agree on what a clock stepping backwards undoes (nothing a call has
-// observed).
+// observeLocked applies the deadlines that have come by now. A call
+// observes the clock where the file-backed store's does, after the checks
+// of its arguments, so that the two agree on what a clock stepping
+// backwards undoes (nothing a call has observed).
 func (q *Memory) observeLocked(now int64) {
 	q.counters.deadLettered += int64(q.st.promote(now))
-	q.st.forgetExpired(now, int64(q.policy.dedupWindow()))
 }
 
 // wakeLocked closes the current wake signal and makes a new one. It is

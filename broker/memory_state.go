@@ -227,16 +227,6 @@ func (s *memState) evictSeen(now, window int64) {
 	}
 }
 
-// forgetExpired is evictSeen for calls that look up no key: it evicts, and
-// so counts the reading, only when a key is past the window (as the
-// file-backed store's maintenance does), so that keys do not outlive
-// their window while no keyed publish comes.
-func (s *memState) forgetExpired(now, window int64) {
-	if len(s.seenOrder) > 0 && now-s.seenOrder[0].enqueuedAt > window {
-		s.evictSeen(now, window)
-	}
-}
-
 // remember records key as published with seq at enqueuedAt.
 func (s *memState) remember(key string, seq uint64, enqueuedAt int64) {
 	k := memSeen{key: key, seq: seq, enqueuedAt: enqueuedAt}

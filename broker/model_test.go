@@ -27,8 +27,7 @@ import (
 //	WALBROKER_MODEL_STEPS  number of steps (default 3000, 600 with -short)
 //
 // The broker clock readings that make "the clock went backwards" are those
-// of every eviction (a keyed publish, or maintenance that found a key past
-// the window) and every enqueue instant.
+// of every eviction (a keyed publish) and every enqueue instant.
 
 type mState uint8
 
@@ -337,36 +336,19 @@ func (mc *modelCheck) moveClock() {
 	mc.logf("  clock %+d -> %d", to-now, to-t0.UnixNano())
 }
 
-// maintain forgets the dedup keys past their window (as a keyed publish
-// would), checkpoints and reclaims old segments, which changes no other
-// state.
+// maintain checkpoints and reclaims old segments, which changes no state.
 func (mc *modelCheck) maintain() {
 	before := broker.Dump(mc.e.s)
 	was := mc.e.s.Stats()
 	segs := was.Segments
 	require.NoError(mc.t, mc.e.s.Maintain())
-	now := mc.now()
-	for _, mq := range mc.qs {
-		if now < mq.lastEvict { // the clock going back evicts nothing
-			continue
-		}
-		window := int64(mq.pol.DedupWindow)
-		for k, s := range mq.seen {
-			if now-s.enq > window {
-				delete(mq.seen, k)
-				mq.lastEvict = now
-				mc.outcomes["Maintain: dedup keys forgotten"]++
-			}
-		}
-		require.Equal(mc.t, len(mq.seen), broker.DedupKeys(mq.q), "queue %s: dedup keys remembered after maintenance", mq.name)
-	}
 	st := mc.e.s.Stats()
 	mc.outcomes["Maintain: records copied forward"] += int(st.CopiedForward - was.CopiedForward)
 	mc.outcomes["Maintain: bytes reclaimed"] += int(st.BytesReclaimed - was.BytesReclaimed)
 	mc.logf("  maintain: segments %d -> %d, checkpoint %s, copied %d", segs, st.Segments, st.LastCheckpoint, st.CopiedForward)
 	// Copies forward move records (a forgotten key dropped): positions and
 	// sizes may change, nothing else.
-	requireSameState(mc.t, maintainedRE.ReplaceAllString(before, "pos=*"), maintainedRE.ReplaceAllString(broker.Dump(mc.e.s), "pos=*"), "maintenance changed the state")
+	requireSameState(mc.t, posRE.ReplaceAllString(before, "pos=*"), posRE.ReplaceAllString(broker.Dump(mc.e.s), "pos=*"), "maintenance changed the state")
 }
 
 // reopen closes the store and opens it again, from its checkpoint or, one
@@ -422,9 +404,7 @@ func (mc *modelCheck) checkGauges(mq *mQueue, step int) {
 	require.Equal(mc.t, want, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters}, "step %d %s: gauges ready, leased, delayed, dead", step, mq.name)
 }
 
-// maintainedRE matches what maintenance may change in a Dump: positions and
-// sizes (copies forward) and the dedup keys (those past the window).
-var maintainedRE = regexp.MustCompile(`(pos|size)=\S+|(?m)^  seen.*$`)
+var posRE = regexp.MustCompile(`(pos|size)=\S+`)
 
 // requireSameState fails with the lines that differ between two Dumps.
 func requireSameState(t testing.TB, want, got, what string) {

@@ -617,13 +617,6 @@ func (q *Queue) EvictSeen(now, window int64) bool {
 	return q.evict(now, window)
 }
 
-// SeenExpired reports whether a remembered dedup key was enqueued strictly
-// more than window before now: whether EvictSeen(now, window) would find
-// one to forget, unless the clock went backwards.
-func (q *Queue) SeenExpired(now, window int64) bool {
-	return len(q.seenOrder) > 0 && now-q.seenOrder[0].enqueuedAt > window
-}
-
 // observeClock records a clock reading: the latest is kept.
 func (q *Queue) observeClock(now int64) {
 	if now > q.lastEvicts.Load() {

@@ -32,8 +32,8 @@ const (
 // written, every file of it fdatasynced, in dir+".partial", which is then
 // renamed to dir: after a crash during Backup there is no dir, and the
 // next Backup to dir removes the leftover ".partial" (it recognises its
-// own by a marker file, and refuses to touch a directory of that name
-// without one).
+// own by a marker file, or by its being empty, and refuses to touch a
+// directory of that name that holds anything else).
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -134,10 +134,14 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 }
 
 // startPartial makes dir, durably, with the marker that says it is a
-// backup in progress, after removing a leftover one of an earlier Backup.
+// backup in progress, after removing a leftover one of an earlier Backup
+// (marked, or empty). The marker is durable before any other file is
+// made there.
 func startPartial(fs vfs.FS, dir string) error {
 	if names, err := fs.ReadDir(dir); err == nil {
-		if !slices.Contains(names, partialMark) {
+		// Empty, it may be ours from before its marker was durable; and
+		// removing it loses nothing.
+		if len(names) > 0 && !slices.Contains(names, partialMark) {
 			return fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}
 		if err := removePartial(fs, dir); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -529,6 +530,76 @@ func TestConcurrentBackups(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 100, mustStats(t, b, "jobs").Ready)
 			require.NoError(t, b.Close())
+		}
+	}
+}
+
+// A crash at any file operation of a Backup, before the copy takes its
+// name, leaves the store as it was (it opens to the same state) and a
+// partial copy that the next Backup to the same directory removes.
+func TestACrashDuringABackupHarmsNothing(t *testing.T) {
+	root := fastDir(t)
+	clock := newFakeClock()
+	template := filepath.Join(root, "template")
+	opts := func(fs vfs.FS) broker.Options {
+		o := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: fs}
+		broker.ManualMaintenance(&o)
+		return o
+	}
+	e := &env{t: t, dir: template, clock: clock, opts: opts(nil)}
+	e.open()
+	fillForBackup(t, e)
+	want := broker.Dump(e.s)
+	e.close()
+
+	// The operations of a Backup, and the last one before its rename.
+	run := func(k int64) (cfs *vfs.CrashFS, dir, dst string, beforeRename int64) {
+		dir = filepath.Join(root, fmt.Sprintf("run-%d", k), "store")
+		dst = filepath.Join(filepath.Dir(dir), "backup")
+		copyTree(t, template, dir)
+		cfs = vfs.NewCrashFS(vfs.Default)
+		ffs := vfs.NewFaultFS(cfs)
+		beforeRename = -1
+		ffs.Observe(func(ev vfs.Event) {
+			if ev.Op == vfs.OpRename && ev.NewName == dst {
+				beforeRename = cfs.Ops() - 1
+			}
+		})
+		s, err := broker.Open(dir, opts(ffs))
+		require.NoError(t, err)
+		opened := cfs.Ops()
+		if k >= 0 {
+			cfs.CrashAfter(opened + k)
+		}
+		_ = s.Backup(ctx(t), dst)
+		_ = s.Close()
+		return cfs, dir, dst, beforeRename - opened
+	}
+	_, _, dst, total := run(-1)
+	require.Positive(t, total)
+	b, err := broker.Open(dst, opts(nil))
+	require.NoError(t, err)
+	requireSameState(t, want, broker.Dump(b), "the backup")
+	require.NoError(t, b.Close())
+	t.Logf("a backup: %d file operations before its rename", total)
+
+	for k := int64(0); k < total; k++ {
+		cfs, dir, _, _ := run(k)
+		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
+		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: filepath.Dir(dir), KeepUnsyncedFraction: float64(k%2) / 2, TearLastWrite: k%2 == 1,
+			Rand: rand.New(rand.NewPCG(uint64(k), 9))}))
+		what := fmt.Sprintf("crash after operation %d of %d of a backup", k, total)
+		_, err := os.Stat(filepath.Join(clone, "backup"))
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: the copy has no name yet", what)
+		s, err := broker.Open(filepath.Join(clone, "store"), opts(nil))
+		require.NoError(t, err, what)
+		requireSameState(t, want, broker.Dump(s), what)
+		require.NoError(t, s.Backup(ctx(t), filepath.Join(clone, "backup")), "%s: the next backup", what)
+		require.NoError(t, s.Close())
+		_, err = os.Stat(filepath.Join(clone, "backup.partial"))
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: the next backup removed the partial copy", what)
+		for _, d := range []string{filepath.Dir(dir), clone} {
+			require.NoError(t, os.RemoveAll(d))
 		}
 	}
 }

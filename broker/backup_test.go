@@ -603,3 +603,22 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A store with nothing in it, and one with a queue and no message, back
+// up to copies that open and hold the same.
+func TestBackupOfAnEmptyStore(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	root := t.TempDir()
+	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "empty")))
+	e.queue("jobs", backupJobs)
+	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "declared")))
+	for name, queues := range map[string][]string{"empty": {}, "declared": {"jobs"}} {
+		b, err := broker.Open(filepath.Join(root, name), e.opts)
+		require.NoError(t, err, name)
+		require.Equal(t, queues, b.Queues(), name)
+		q, err := b.Queue("jobs", backupJobs)
+		require.NoError(t, err)
+		mustPublish(t, q, "a copy takes publishes")
+		require.NoError(t, b.Close())
+	}
+}

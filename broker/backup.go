@@ -16,10 +16,13 @@ import (
 )
 
 // partialSuffix names the directory a backup is written in before it is
-// renamed into place, and partialMark the file that says it is one.
+// renamed into place, and partialMark the file that says it is one. The
+// mark ends in ".tmp", which an Open of the copy removes (wal.Open removes
+// the .tmp files it does not keep): a crash between the rename and the
+// mark's removal leaves a complete copy that cleans itself up.
 const (
 	partialSuffix = ".partial"
-	partialMark   = "BACKUP-IN-PROGRESS"
+	partialMark   = "backup-in-progress.tmp"
 )
 
 // Backup writes a copy of the store into dir while the store runs. The copy
@@ -30,10 +33,11 @@ const (
 //
 // dir must not exist (its parents are made as needed). The copy is
 // written, every file of it fdatasynced, in dir+".partial", which is then
-// renamed to dir: after a crash during Backup there is no dir, and the
-// next Backup to dir removes the leftover ".partial" (it recognises its
-// own by a marker file, or by its being empty, and refuses to touch a
-// directory of that name that holds anything else).
+// renamed to dir. After a crash during Backup there is either no dir, and
+// the next Backup to dir removes the leftover ".partial" (it recognises
+// its own by a mark file, or by its being empty, and refuses to touch a
+// directory of that name that holds anything else), or a complete dir,
+// whose first Open removes the mark.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -69,15 +73,19 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	if err := s.copyInto(ctx, tmp); err != nil {
 		return fail(errors.Join(err, removePartial(fs, tmp)))
 	}
-	err := unmarkPartial(fs, tmp)
-	if err == nil {
-		err = fs.Rename(tmp, dir)
-	}
-	if err != nil {
+	// Every file of the copy is durable: it takes its name, marked still,
+	// so that a crash never leaves a complete copy without a name or a
+	// mark.
+	if err := fs.Rename(tmp, dir); err != nil {
 		return fail(errors.Join(err, removePartial(fs, tmp)))
 	}
 	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
 		return fail(fmt.Errorf("the copy is complete, but its name may not be durable: %w", err))
+	}
+	if err := fs.Remove(filepath.Join(dir, partialMark)); err == nil {
+		_ = fs.SyncDir(dir) // else the copy's first Open removes the mark
+	} else {
+		s.opts.Logger.Warn("broker: backup: the copy is complete; its first Open removes the mark", "dir", dir, "err", err)
 	}
 	return nil
 }
@@ -156,14 +164,6 @@ func startPartial(fs vfs.FS, dir string) error {
 		return err
 	}
 	if err := f.Close(); err != nil {
-		return err
-	}
-	return fs.SyncDir(dir)
-}
-
-// unmarkPartial removes the marker of a complete copy, durably.
-func unmarkPartial(fs vfs.FS, dir string) error {
-	if err := fs.Remove(filepath.Join(dir, partialMark)); err != nil {
 		return err
 	}
 	return fs.SyncDir(dir)

@@ -33,9 +33,12 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		dst := filepath.Join(dir, segName(s.seq))
 		var err error
 		if s.seq < end.Segment() {
-			err = vfs.CopyFile(fs, s.file.Path(), dst)
+			err = writeWhole(fs, dst, s.file.Data())
 		} else {
-			err = copyPrefix(fs, s, dst, end.Offset())
+			var f *segment.File
+			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
+				err = f.Close()
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("wal: copy %s to %s: %w", s.file.Path(), dir, err)
@@ -44,18 +47,21 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 	return fs.SyncDir(dir)
 }
 
-// copyPrefix writes to dst a segment of s's size holding s's frames up to
-// end, and zeros after them, durably.
-func copyPrefix(fs vfs.FS, s *seg, dst string, end int) error {
-	f, err := segment.Create(fs, dst, s.seq, int64(s.file.Size()))
+// writePrefix creates at path a segment of size bytes whose frames are
+// body, zeros after it, and makes it durable. It returns the segment open.
+func writePrefix(fs vfs.FS, path string, seq uint32, size int64, body []byte) (*segment.File, error) {
+	f, err := segment.Create(fs, path, seq, size)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if end > segment.HeaderSize {
-		err = f.WriteAt(s.file.Data()[segment.HeaderSize:end], segment.HeaderSize)
+	if len(body) > 0 {
+		err = f.WriteAt(body, segment.HeaderSize)
 	}
 	if err == nil {
 		err = f.Sync()
 	}
-	return errors.Join(err, f.Close())
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
 }

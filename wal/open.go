@@ -525,17 +525,11 @@ func zeroRange(f *segment.File, from, to int) error {
 func (l *Log) regrow(s *seg, end int) error {
 	path := s.file.Path()
 	l.opts.Logger.Warn("wal: last segment is shorter than a segment; rewriting it at full size", "file", path, "size", s.file.Size())
-	f, err := segment.Create(l.opts.FS, path+tmpSuffix, s.seq, max(l.opts.SegmentBytes, int64(end+segment.Size(0))))
+	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, max(l.opts.SegmentBytes, int64(end+segment.Size(0))), s.file.Data()[segment.HeaderSize:end])
 	if err != nil {
 		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
 	}
-	if err = f.WriteAt(s.file.Data()[segment.HeaderSize:end], segment.HeaderSize); err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = f.Rename(l.opts.FS, path)
-	}
-	if err == nil {
+	if err = f.Rename(l.opts.FS, path); err == nil {
 		err = l.opts.FS.SyncDir(l.dir)
 	}
 	if err != nil {

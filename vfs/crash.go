@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -40,10 +41,15 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     writes them, and a crash leaves the content durable before them.
 //     Only the pages written again after the failure can become durable
 //     (whole: writeback is by page).
-//   - Files that exist when the CrashFS first touches them are taken as
-//     durable as they are. Directories are not modelled: MkdirAll, and the
-//     removal or renaming of a directory, count as immediately durable, and
-//     tracked files must not be moved by renaming their directory.
+//   - Directories are names too. One that MkdirAll creates, and the
+//     renaming or removal of a directory, are durable only after a SyncDir
+//     of its parent; until then a crash takes the new directory away with
+//     everything in it, or puts the renamed or removed one back, with the
+//     files a crash leaves in it. A directory is renamed only within its
+//     parent, and not over another directory (the CrashFS refuses both
+//     with an error that says so).
+//   - Files and directories that exist when the CrashFS first touches them
+//     are taken as durable as they are.
 //   - Names are compared after filepath.Clean; use one spelling per file.
 //
 // Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
@@ -81,24 +87,31 @@ type CrashFS struct {
 // nameOp is one change of a name: base in dir now names node (nil: none).
 // The two changes of a Rename share a group.
 type nameOp struct {
-	dir, base string
-	node      *crashNode
-	group     int64
+	dir   *crashDir
+	base  string
+	node  *crashNode
+	group int64
 }
 
 // crashDir holds the tracked entries of one directory. A base name is a key
 // of cur exactly when it is a key of dur; names that are keys of neither
-// are untracked, and their disk state is also their durable state.
+// are untracked, and their disk state is also their durable state. A
+// crashDir is found by its current path in CrashFS.dirs, and, if the
+// directory is tracked in its parent, through its crashNode.
 type crashDir struct {
 	cur map[string]*crashNode // the file now at each name; nil if none
 	dur map[string]*crashNode // the file a crash would leave; nil if none
 }
 
-// crashNode is one file (an inode), guarded by CrashFS.mu.
+// crashNode is one file or directory (an inode), guarded by CrashFS.mu.
 type crashNode struct {
-	path    string // current name; "" once unlinked
-	durRefs int    // number of crashDir.dur entries naming this node
-	logRefs int    // number of CrashFS.names entries naming this node
+	path string // current name; "" once unlinked
+	// contents, for a directory, holds its entries; nil for a file. A
+	// directory has no held handle and no log: what a crash leaves of it is
+	// its durable name and, through contents, the durable names in it.
+	contents *crashDir
+	durRefs  int // number of crashDir.dur entries naming this node
+	logRefs  int // number of CrashFS.names entries naming this node
 	// held is a read-only handle kept while the node is unlinked but a
 	// crash could bring it back (durRefs > 0); nil otherwise.
 	held File
@@ -221,6 +234,9 @@ func (c *CrashFS) lookupLocked(path string) (*crashNode, error) {
 	dir, base := filepath.Dir(path), filepath.Base(path)
 	if d := c.dirs[dir]; d != nil {
 		if n, tracked := d.cur[base]; tracked {
+			if n != nil && n.contents != nil {
+				return nil, nil // a directory
+			}
 			return n, nil
 		}
 	}
@@ -258,7 +274,7 @@ func (c *CrashFS) bindLocked(path string, n *crashNode) {
 		n.path = path
 		n.logRefs++
 	}
-	c.names = append(c.names, nameOp{dir: filepath.Dir(path), base: base, node: n, group: c.group})
+	c.names = append(c.names, nameOp{dir: d, base: base, node: n, group: c.group})
 }
 
 // setDurLocked makes n (possibly nil) the file a crash leaves at base.
@@ -365,6 +381,9 @@ func (c *CrashFS) Remove(name string) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.PathError{Op: "remove", Path: name, Err: err}
 	}
+	if _, err := c.inner.ReadDir(path); err == nil {
+		return c.removeDirLocked(name, path)
+	}
 	n, err := c.lookupLocked(path)
 	if err != nil {
 		return err
@@ -388,9 +407,88 @@ func (c *CrashFS) Remove(name string) error {
 	return nil
 }
 
+// removeDirLocked removes the directory at path (named name), which must
+// be empty; a crash puts it back, with what a crash leaves in it, until
+// SyncDir of its parent.
+func (c *CrashFS) removeDirLocked(name, path string) error {
+	n := c.dirNodeLocked(path)
+	if err := c.inner.Remove(name); err != nil {
+		return err
+	}
+	c.group++
+	c.bindLocked(path, nil)
+	n.unlinkLocked()
+	for p := range c.dirs {
+		if within(path, p) {
+			delete(c.dirs, p) // n.contents keeps what a crash may bring back
+		}
+	}
+	return nil
+}
+
+// dirNodeLocked returns the node of the directory now at path, tracking it,
+// durable as it is, if it was not tracked yet.
+func (c *CrashFS) dirNodeLocked(path string) *crashNode {
+	parent := c.dirLocked(filepath.Dir(path))
+	base := filepath.Base(path)
+	if n := parent.cur[base]; n != nil && n.contents != nil {
+		return n
+	}
+	n := &crashNode{path: path, contents: c.dirLocked(path)}
+	parent.cur[base] = n
+	setDurLocked(parent, base, n)
+	return n
+}
+
+// renameDirLocked renames the directory at oldPath to newPath in the same
+// parent, where nothing may be; a crash undoes it until SyncDir of the
+// parent. Files and directories in it keep being followed at their new
+// names.
+func (c *CrashFS) renameDirLocked(oldname, newname, oldPath, newPath string) error {
+	refuse := func(why string) error {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: errors.New("vfs: CrashFS: " + why)}
+	}
+	if filepath.Dir(oldPath) != filepath.Dir(newPath) {
+		return refuse("a directory is renamed only within its parent here")
+	}
+	if _, err := c.inner.ReadDir(newPath); err == nil {
+		return refuse("renaming a directory over another is not modelled")
+	}
+	if target, err := c.lookupLocked(newPath); err != nil {
+		return err
+	} else if target != nil {
+		return refuse("renaming a directory over a file is not modelled")
+	}
+	n := c.dirNodeLocked(oldPath)
+	if err := c.inner.Rename(oldname, newname); err != nil {
+		return err
+	}
+	moved := make(map[string]*crashDir)
+	for p, d := range c.dirs {
+		if within(oldPath, p) {
+			moved[newPath+strings.TrimPrefix(p, oldPath)] = d
+			delete(c.dirs, p)
+		}
+	}
+	for p, d := range moved {
+		c.dirs[p] = d
+		for base, child := range d.cur {
+			if child != nil {
+				child.path = filepath.Join(p, base)
+			}
+		}
+	}
+	c.used[newPath] = true
+	c.group++
+	c.bindLocked(oldPath, nil)
+	c.bindLocked(newPath, n)
+	return nil
+}
+
 // Rename renames a file of the inner FS, replacing newname; a crash undoes
 // it until SyncDir of the directories involved (the new name needs its
-// directory synced to survive, the old name's directory to disappear).
+// directory synced to survive, the old name's directory to disappear). A
+// directory is renamed within its parent only, and not over anything.
 func (c *CrashFS) Rename(oldname, newname string) error {
 	oldPath, newPath := filepath.Clean(oldname), filepath.Clean(newname)
 	c.mu.Lock()
@@ -399,12 +497,15 @@ func (c *CrashFS) Rename(oldname, newname string) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
+	if _, err := c.inner.ReadDir(oldPath); err == nil && oldPath != newPath {
+		return c.renameDirLocked(oldname, newname, oldPath, newPath)
+	}
 	n, err := c.lookupLocked(oldPath)
 	if err != nil {
 		return err
 	}
 	if n == nil || oldPath == newPath {
-		// Missing, a directory, or a no-op: nothing to track.
+		// Missing or a no-op: nothing to track.
 		return c.inner.Rename(oldname, newname)
 	}
 	target, err := c.lookupLocked(newPath)
@@ -431,8 +532,8 @@ func (c *CrashFS) Rename(oldname, newname string) error {
 	return nil
 }
 
-// MkdirAll creates directories in the inner FS. It is a mutating operation,
-// and immediately durable.
+// MkdirAll creates directories in the inner FS. It is a mutating operation;
+// each directory it creates is durable after SyncDir of its parent.
 func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 	path := filepath.Clean(dir)
 	c.mu.Lock()
@@ -441,7 +542,24 @@ func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
 	}
-	return c.inner.MkdirAll(dir, perm)
+	var missing []string // path first, then the parents it needs
+	for p := path; ; p = filepath.Dir(p) {
+		if _, err := c.inner.ReadDir(p); err == nil || !errors.Is(err, os.ErrNotExist) || filepath.Dir(p) == p {
+			break
+		}
+		missing = append(missing, p)
+	}
+	if err := c.inner.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		d := &crashDir{cur: make(map[string]*crashNode), dur: make(map[string]*crashNode)}
+		c.dirs[p] = d
+		c.group++
+		c.bindLocked(p, &crashNode{contents: d})
+	}
+	return nil
 }
 
 // ReadDir lists a directory of the inner FS as it is now.
@@ -469,7 +587,7 @@ func (c *CrashFS) SyncDir(dir string) error {
 	kept := c.names[:0]
 	var dropped []*crashNode
 	for _, op := range c.names {
-		if op.dir != path {
+		if op.dir != d {
 			kept = append(kept, op)
 		} else if op.node != nil {
 			op.node.logRefs--

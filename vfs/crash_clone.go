@@ -103,24 +103,8 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 		return fmt.Errorf("vfs: CrashClone: destination %s is not empty", dst)
 	}
 
-	// What each relative name of the clone holds: a tracked node, or the
-	// untracked file of that path on disk.
-	nodes := make(map[string]*crashNode)
-	untracked := make(map[string]string)
-	dirSet := map[string]bool{".": true}
-	if err := c.walkLocked(root, ".", dirSet, untracked); err != nil {
-		return err
-	}
 	// The durable names, and the unsynced changes of names that the crash
 	// keeps: a prefix of them, whole renames.
-	dur := make(map[string]map[string]*crashNode)
-	for dir, d := range c.dirs {
-		m := make(map[string]*crashNode, len(d.dur))
-		for base, n := range d.dur {
-			m[base] = n
-		}
-		dur[dir] = m
-	}
 	groups := 0
 	for i, op := range c.names {
 		if i == 0 || op.group != c.names[i-1].group {
@@ -131,6 +115,7 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	if f > 0 && f < 1 && groups > 0 {
 		keepGroups = opts.Rand.IntN(groups + 1)
 	}
+	kept := make(map[*crashDir]map[string]*crashNode)
 	for i, g := 0, 0; i < len(c.names); i++ {
 		op := c.names[i]
 		if i == 0 || op.group != c.names[i-1].group {
@@ -139,20 +124,23 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 		if g > keepGroups {
 			break
 		}
-		dur[op.dir][op.base] = op.node
-	}
-	for dir, m := range dur {
-		if !within(root, dir) {
-			continue
+		if kept[op.dir] == nil {
+			kept[op.dir] = make(map[string]*crashNode)
 		}
-		rel, _ := filepath.Rel(root, dir)
-		dirSet[rel] = true
-		for base, n := range m {
-			if n != nil {
-				nodes[filepath.Join(rel, base)] = n
-			}
-		}
+		kept[op.dir][op.base] = op.node
 	}
+	// What each relative name of the clone holds: a tracked node, or the
+	// untracked file of that path on disk.
+	t := crashTree{
+		kept:      kept,
+		dirs:      make(map[string]bool),
+		nodes:     make(map[string]*crashNode),
+		untracked: make(map[string]string),
+	}
+	if err := c.durableTreeLocked(&t, ".", root, c.dirs[root]); err != nil {
+		return err
+	}
+	dirSet, nodes, untracked := t.dirs, t.nodes, t.untracked
 
 	dirs := sortedKeys(dirSet)
 	for _, rel := range dirs {
@@ -202,31 +190,62 @@ func (c *CrashFS) rootLocked() (string, error) {
 	return "", fmt.Errorf("vfs: CrashClone: no CrashOptions.Root, and none of the directories named %q contains the others", dirs)
 }
 
-// walkLocked lists the tree on disk under root/rel: each directory into
-// dirs, each file whose name is not tracked into untracked (relative name →
-// path on disk).
-func (c *CrashFS) walkLocked(root, rel string, dirs map[string]bool, untracked map[string]string) error {
-	dir := filepath.Join(root, rel)
-	names, err := c.inner.ReadDir(dir)
+// crashTree is what CrashClone finds a power loss would leave, by name
+// relative to the cloned root.
+type crashTree struct {
+	kept      map[*crashDir]map[string]*crashNode // the unsynced changes of names kept
+	dirs      map[string]bool                     // the directories
+	nodes     map[string]*crashNode               // the tracked files
+	untracked map[string]string                   // the untracked files: path on disk
+}
+
+// durableTreeLocked adds to t the directory rel, whose entries d tracks
+// (nil: none) and which is now at disk (""; nowhere): its durable entries,
+// with the unsynced changes t keeps, and the untracked entries on disk,
+// each directory among them in turn.
+func (c *CrashFS) durableTreeLocked(t *crashTree, rel, disk string, d *crashDir) error {
+	t.dirs[rel] = true
+	entries := make(map[string]*crashNode)
+	if d != nil {
+		for base, n := range d.dur {
+			entries[base] = n
+		}
+		for base, n := range t.kept[d] {
+			entries[base] = n
+		}
+	}
+	for _, base := range sortedKeys(entries) {
+		switch n := entries[base]; {
+		case n == nil:
+		case n.contents != nil:
+			if err := c.durableTreeLocked(t, filepath.Join(rel, base), n.path, n.contents); err != nil {
+				return err
+			}
+		default:
+			t.nodes[filepath.Join(rel, base)] = n
+		}
+	}
+	if disk == "" {
+		return nil
+	}
+	names, err := c.inner.ReadDir(disk)
 	if err != nil {
 		return fmt.Errorf("vfs: CrashClone: %w", err)
 	}
-	d := c.dirs[dir]
 	for _, name := range names {
-		childRel, childPath := filepath.Join(rel, name), filepath.Join(dir, name)
-		if _, err := c.inner.ReadDir(childPath); err == nil {
-			dirs[childRel] = true
-			if err := c.walkLocked(root, childRel, dirs, untracked); err != nil {
-				return err
-			}
-			continue
-		}
 		if d != nil {
 			if _, tracked := d.dur[name]; tracked {
 				continue
 			}
 		}
-		untracked[childRel] = childPath
+		childRel, childPath := filepath.Join(rel, name), filepath.Join(disk, name)
+		if _, err := c.inner.ReadDir(childPath); err == nil {
+			if err := c.durableTreeLocked(t, childRel, childPath, c.dirs[childPath]); err != nil {
+				return err
+			}
+			continue
+		}
+		t.untracked[childRel] = childPath
 	}
 	return nil
 }

@@ -541,9 +541,10 @@ func TestConcurrentBackups(t *testing.T) {
 	}
 }
 
-// A crash at any file operation of a Backup, before the copy takes its
-// name, leaves the store as it was (it opens to the same state) and a
-// partial copy that the next Backup to the same directory removes.
+// A crash at any file operation of a Backup leaves the store as it was (it
+// opens to the same state) and either a whole copy under the Backup's
+// name or none (a partial copy that the next Backup to the same directory
+// removes); once Backup has returned nil, the copy is there.
 func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 	root := fastDir(t)
 	clock := newFakeClock()
@@ -560,12 +561,13 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 	e.close()
 
 	// A Backup over a copy of the template, crashed after k operations
-	// (none if k < 0); renamed reports whether the copy took its name, and
-	// before how many operations it did. (The store's preparer works
-	// beside the Backup, so the count varies a little from run to run.)
-	run := func(k int64) (cfs *vfs.CrashFS, dir, dst string, renamed bool, beforeRename int64) {
+	// (none if k < 0). It reports the Backup's error and how many
+	// operations the Backup made before its rename and in all. (The
+	// store's preparer works beside the Backup, so the counts vary a
+	// little from run to run.)
+	run := func(k int64) (cfs *vfs.CrashFS, dir string, err error, beforeRename, total int64) {
 		dir = filepath.Join(root, fmt.Sprintf("run-%d", k), "store")
-		dst = filepath.Join(filepath.Dir(dir), "backup")
+		dst := filepath.Join(filepath.Dir(dir), "backup")
 		copyTree(t, template, dir)
 		cfs = vfs.NewCrashFS(vfs.Default)
 		ffs := vfs.NewFaultFS(cfs)
@@ -582,46 +584,66 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 		if k >= 0 {
 			cfs.CrashAfter(opened + k)
 		}
-		_ = s.Backup(ctx(t), dst)
+		err = s.Backup(ctx(t), dst)
+		total = cfs.Ops() - opened
 		_ = s.Close()
-		return cfs, dir, dst, at.Load() >= 0, at.Load() - opened
+		return cfs, dir, err, at.Load() - opened, total
 	}
-	_, _, dst, renamed, total := run(-1)
-	require.True(t, renamed)
-	b, err := broker.Open(dst, opts(nil))
+	_, dir, err, beforeRename, total := run(-1)
+	require.NoError(t, err)
+	b, err := broker.Open(filepath.Join(filepath.Dir(dir), "backup"), opts(nil))
 	require.NoError(t, err)
 	requireSameState(t, want, broker.Dump(b), "the backup")
 	require.NoError(t, b.Close())
-	t.Logf("a backup: %d file operations before its rename", total)
+	t.Logf("a backup: %d file operations, the rename the %dth", total, beforeRename+1)
 
-	// The crash model does not follow a directory's rename: a run whose
-	// copy took its name before the crash is not checked.
-	checked := 0
-	for k := int64(0); k < total; k++ {
-		cfs, dir, _, renamed, _ := run(k)
-		if renamed {
-			require.NoError(t, os.RemoveAll(filepath.Dir(dir)))
-			continue
-		}
-		checked++
-		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
-		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: filepath.Dir(dir), KeepUnsyncedFraction: float64(k%2) / 2, TearLastWrite: k%2 == 1,
-			Rand: rand.New(rand.NewPCG(uint64(k), 9))}))
-		what := fmt.Sprintf("crash after operation %d of %d of a backup", k, total)
-		_, err := os.Stat(filepath.Join(clone, "backup"))
-		require.ErrorIs(t, err, os.ErrNotExist, "%s: the copy has no name yet", what)
-		s, err := broker.Open(filepath.Join(clone, "store"), opts(nil))
-		require.NoError(t, err, what)
-		requireSameState(t, want, broker.Dump(s), what)
-		require.NoError(t, s.Backup(ctx(t), filepath.Join(clone, "backup")), "%s: the next backup", what)
-		require.NoError(t, s.Close())
-		_, err = os.Stat(filepath.Join(clone, "backup.partial"))
-		require.ErrorIs(t, err, os.ErrNotExist, "%s: the next backup removed the partial copy", what)
-		for _, d := range []string{filepath.Dir(dir), clone} {
-			require.NoError(t, os.RemoveAll(d))
-		}
+	// A crash at every operation of the Backup, and one just after it
+	// returned. Each is cloned as the synced state alone, and four times
+	// (once with -short) with half the rest kept, the last write torn.
+	clones := 5
+	if testing.Short() {
+		clones = 2
 	}
-	require.Greater(t, checked, int(total)*3/4, "crash points checked")
+	outcomes := make(map[string]int)
+	for k := int64(0); k <= total; k++ {
+		cfs, dir, backupErr, _, _ := run(k)
+		for c := range clones {
+			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
+			keep := 0.5
+			if c == 0 {
+				keep = 0
+			}
+			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: filepath.Dir(dir), KeepUnsyncedFraction: keep, TearLastWrite: keep > 0,
+				Rand: rand.New(rand.NewPCG(uint64(k), uint64(c)))}))
+			what := fmt.Sprintf("crash after operation %d of %d of a backup, clone %d", k, total, c)
+			s, err := broker.Open(filepath.Join(clone, "store"), opts(nil))
+			require.NoError(t, err, what)
+			requireSameState(t, want, broker.Dump(s), what)
+
+			backup := filepath.Join(clone, "backup")
+			if _, err := os.Stat(backup); err == nil {
+				outcomes["the backup, whole"]++
+				b, err := broker.Open(backup, opts(nil))
+				require.NoError(t, err, "%s: the copy that took its name opens", what)
+				requireSameState(t, want, broker.Dump(b), what+": the copy that took its name")
+				require.NoError(t, b.Close())
+				_, err = os.Stat(filepath.Join(backup, "backup-in-progress.tmp"))
+				require.ErrorIs(t, err, os.ErrNotExist, "%s: its first Open removed the mark", what)
+			} else {
+				require.False(t, backupErr == nil && c == 0, "%s: a Backup that returned nil is durable", what)
+				outcomes["no backup"]++
+				require.NoError(t, s.Backup(ctx(t), backup), "%s: the next backup", what)
+			}
+			require.NoError(t, s.Close())
+			_, err = os.Stat(filepath.Join(clone, "backup.partial"))
+			require.ErrorIs(t, err, os.ErrNotExist, "%s: no partial copy is left (or the next backup removed it)", what)
+			require.NoError(t, os.RemoveAll(clone))
+		}
+		require.NoError(t, os.RemoveAll(filepath.Dir(dir)))
+	}
+	t.Logf("after a crash: %v", outcomes)
+	require.Positive(t, outcomes["the backup, whole"])
+	require.Greater(t, outcomes["no backup"], int(total)*clones/2)
 }
 
 // A store with nothing in it, and one with a queue and no message, back

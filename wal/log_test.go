@@ -279,6 +279,27 @@ func TestOpenMakesANewDirectoryDurable(t *testing.T) {
 	require.Subset(t, fs.dirs, []string{root, filepath.Join(root, "new"), dir})
 }
 
+// TestAPowerLossKeepsANewLogsDirectory: the same, proved by a power loss
+// (vfs.CrashFS follows the creation of directories): the clone of the
+// synced state alone holds the new directories and the acknowledged record.
+func TestAPowerLossKeepsANewLogsDirectory(t *testing.T) {
+	root := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	dir := filepath.Join(root, "new", "log")
+	l := mustOpen(t, dir, Options{FS: cfs, SegmentBytes: 4096})
+	defer l.Close()
+	pos, err := l.Append(record(1))
+	require.NoError(t, err)
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: root}))
+
+	c := mustOpen(t, filepath.Join(clone, "new", "log"), Options{SegmentBytes: 4096})
+	defer c.Close()
+	got, err := c.Read(pos[0])
+	require.NoError(t, err)
+	require.Equal(t, record(1), got)
+}
+
 // Stats.LargestSegment is the size of the largest segment file, which a
 // log reopened with smaller segments keeps until its old ones are removed.
 func TestStatsNameTheLargestSegment(t *testing.T) {

@@ -74,121 +74,107 @@ func (s *Snapshot) FileSize(chunks []uint64) int64 {
 // the table's unflushed entries for the Flush that writes them. No queue
 // may hold a Pending message.
 func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot, error) {
-	var b []byte
-	put := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	puts := func(v int64) { b = binary.AppendVarint(b, v) }
-	str := func(s string) { put(uint64(len(s))); b = append(b, s...) }
-
+	var e encoder
 	segs := slices.Sorted(maps.Keys(sealed))
-	put(uint64(len(segs)))
+	e.uvarint(uint64(len(segs)))
 	for _, seq := range segs {
-		put(uint64(seq))
-		put(uint64(sealed[seq]))
+		e.uvarint(uint64(seq))
+		e.uvarint(uint64(sealed[seq]))
 	}
 
-	str(string(x.Secret))
-	put(uint64(x.Orphans))
+	e.string(string(x.Secret))
+	e.uvarint(uint64(x.Orphans))
 	x.useMu.Lock()
 	segs = slices.Sorted(maps.Keys(x.segs))
-	put(uint64(len(segs)))
+	e.uvarint(uint64(len(segs)))
 	for _, s := range segs {
 		u := x.segs[s]
-		put(uint64(s))
-		put(uint64(max(u.Messages, 0)))
-		put(uint64(max(u.Bytes, 0)))
-		put(uint64(max(u.Keys, 0)))
-		put(u.MinSeq)
-		put(u.MaxSeq)
+		e.uvarint(uint64(s))
+		e.uvarint(uint64(max(u.Messages, 0)))
+		e.uvarint(uint64(max(u.Bytes, 0)))
+		e.uvarint(uint64(max(u.Keys, 0)))
+		e.uvarint(u.MinSeq)
+		e.uvarint(u.MaxSeq)
 	}
-	chunks := slices.Sorted(func(yield func(uint64) bool) {
-		for c := range x.chunks {
-			if !yield(c) {
-				return
-			}
-		}
-	})
-	put(uint64(len(chunks)))
+	chunks := slices.Sorted(maps.Keys(x.chunks))
+	e.uvarint(uint64(len(chunks)))
 	for _, c := range chunks {
-		put(c)
-		put(uint64(x.chunks[c]))
+		e.uvarint(c)
+		e.uvarint(uint64(x.chunks[c]))
 	}
 	x.useMu.Unlock()
 
-	ids := slices.Sorted(func(yield func(uint32) bool) {
-		for id := range x.queues {
-			if !yield(id) {
-				return
-			}
-		}
-	})
-	put(uint64(len(ids)))
+	ids := slices.Sorted(maps.Keys(x.queues))
+	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		q := x.queues[id]
-		put(uint64(q.ID))
-		str(q.Name)
-		b = q.Policy.append(b)
-		put(q.cursor)
-		put(q.streamMax)
-		puts(q.streamEnq)
-		put(uint64(q.fresh))
-		puts(q.lastEvicts.Load())
-		gone := slices.Sorted(func(yield func(uint64) bool) {
-			for s := range q.gone {
-				if !yield(s) {
-					return
-				}
-			}
-		})
-		put(uint64(len(gone)))
-		for _, s := range gone {
-			put(s)
-		}
-		seqs := slices.Sorted(func(yield func(uint64) bool) {
-			for s := range q.msgs {
-				if !yield(s) {
-					return
-				}
-			}
-		})
-		put(uint64(len(seqs)))
-		for _, s := range seqs {
-			m := q.msgs[s]
-			if m.State == Pending {
-				return nil, fmt.Errorf("index: snapshot: message %d of queue %s is pending", s, q.Name)
-			}
-			put(m.Seq)
-			puts(m.EnqueuedAt)
-			put(uint64(m.Pos))
-			str(m.Key)
-			put(uint64(m.State))
-			put(uint64(m.Deliveries))
-			puts(m.At)
-			put(m.Nonce)
-			puts(m.FailedAt)
-			put(uint64(m.Code))
-			str(m.Reason)
-			str(m.Cause)
-			put(uint64(m.Size))
-		}
-		keys := slices.Sorted(func(yield func(string) bool) {
-			for k := range q.seen {
-				if !yield(k) {
-					return
-				}
-			}
-		})
-		put(uint64(len(keys)))
-		for _, k := range keys {
-			sk := q.seen[k]
-			str(k)
-			put(sk.seq)
-			puts(sk.enqueuedAt)
-			put(uint64(sk.seg))
+		if err := x.queues[id].encode(&e); err != nil {
+			return nil, err
 		}
 	}
 	x.Table.Detach()
-	return &Snapshot{LogPos: logPos, NextSeq: x.nextSeq.Load(), body: b}, nil
+	return &Snapshot{LogPos: logPos, NextSeq: x.nextSeq.Load(), body: e.b}, nil
 }
+
+// encode appends the queue to a checkpoint's body: its declaration, its
+// stream's bounds, its active messages and its dedup keys.
+func (q *Queue) encode(e *encoder) error {
+	e.uvarint(uint64(q.ID))
+	e.string(q.Name)
+	e.b = q.Policy.append(e.b)
+	e.uvarint(q.cursor)
+	e.uvarint(q.streamMax)
+	e.varint(q.streamEnq)
+	e.uvarint(uint64(q.fresh))
+	e.varint(q.lastEvicts.Load())
+	gone := slices.Sorted(maps.Keys(q.gone))
+	e.uvarint(uint64(len(gone)))
+	for _, s := range gone {
+		e.uvarint(s)
+	}
+	seqs := slices.Sorted(maps.Keys(q.msgs))
+	e.uvarint(uint64(len(seqs)))
+	for _, s := range seqs {
+		m := q.msgs[s]
+		if m.State == Pending {
+			return fmt.Errorf("index: snapshot: message %d of queue %s is pending", s, q.Name)
+		}
+		m.encode(e)
+	}
+	keys := slices.Sorted(maps.Keys(q.seen))
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		sk := q.seen[k]
+		e.string(k)
+		e.uvarint(sk.seq)
+		e.varint(sk.enqueuedAt)
+		e.uvarint(uint64(sk.seg))
+	}
+	return nil
+}
+
+// encode appends an active message to a checkpoint's body.
+func (m *Message) encode(e *encoder) {
+	e.uvarint(m.Seq)
+	e.varint(m.EnqueuedAt)
+	e.uvarint(uint64(m.Pos))
+	e.string(m.Key)
+	e.uvarint(uint64(m.State))
+	e.uvarint(uint64(m.Deliveries))
+	e.varint(m.At)
+	e.uvarint(m.Nonce)
+	e.varint(m.FailedAt)
+	e.uvarint(uint64(m.Code))
+	e.string(m.Reason)
+	e.string(m.Cause)
+	e.uvarint(uint64(m.Size))
+}
+
+// encoder appends the fields a decoder reads.
+type encoder struct{ b []byte }
+
+func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) string(s string)  { e.b = appendString(e.b, s) }
 
 // WriteCheckpoint makes snap, with the chunk files it needs, the directory's
 // checkpoint. The table must have been flushed (with sync) first.
@@ -350,12 +336,18 @@ func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
 	return sealed, pos
 }
 
-func (d *decoder) sealed() map[uint32]int {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
+// count reads the number of items that follow, each at least a byte.
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if v > uint64(len(d.b)) {
 		d.fail("count exceeds the body")
-		return nil
+		return 0
 	}
+	return int(v)
+}
+
+func (d *decoder) sealed() map[uint32]int {
+	n := d.count()
 	out := make(map[uint32]int, n)
 	for range n {
 		seq := d.u32()
@@ -381,14 +373,6 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	d := decoder{b: body}
 	d.sealed()
-	count := func() int {
-		v := d.uvarint()
-		if v > uint64(len(d.b)) { // every item takes at least a byte
-			d.fail("count exceeds the body")
-			return 0
-		}
-		return int(v)
-	}
 	secret := []byte(d.string())
 	if d.err == nil && len(secret) != 0 && len(secret) != SecretSize {
 		// The store writes its secret into every segment's preamble as a
@@ -402,14 +386,14 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		u   SegmentUse
 	}
 	var segs []segUse
-	for range count() {
+	for range d.count() {
 		s := segUse{seg: d.u32()}
 		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint()), int64(d.uvarint()), int(d.uvarint())
 		s.u.MinSeq, s.u.MaxSeq = d.uvarint(), d.uvarint()
 		segs = append(segs, s)
 	}
 	liveChunks := map[uint64]int{}
-	for range count() {
+	for range d.count() {
 		c := d.uvarint()
 		liveChunks[c] = int(d.uvarint())
 	}
@@ -425,69 +409,20 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		x.segs[s.seg] = &u
 	}
 	x.chunks = liveChunks
-	for range count() {
-		id := d.u32()
-		name := d.string()
-		q := newQueue(x, id, name, d.policy())
-		q.cursor = d.uvarint()
-		q.streamMax = d.uvarint()
-		q.streamEnq = d.varint()
-		if q.cursor == 0 || q.streamMax >= nextSeq || q.cursor > q.streamMax+1 {
-			d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
-			break
-		}
-		q.fresh = int(d.uvarint())
-		q.lastEvicts.Store(d.varint())
-		for range count() {
-			seq := d.uvarint()
-			if seq < q.cursor || seq > q.streamMax {
-				d.fail(fmt.Sprintf("queue %d: message %d marked gone outside its stream", id, seq))
-				break
-			}
-			q.gone[seq] = struct{}{}
-		}
-		for range count() {
-			m := &Message{Seq: d.uvarint(), heapIdx: -1}
-			m.EnqueuedAt = d.varint()
-			m.Pos = wal.Position(d.uvarint())
-			m.Key = d.string()
-			st := State(d.uvarint())
-			m.Deliveries = d.u32()
-			m.At = d.varint()
-			m.Nonce = d.uvarint()
-			m.FailedAt = d.varint()
-			m.Code = d.u32()
-			m.Reason = d.string()
-			m.Cause = d.string()
-			m.Size = d.u32()
-			if st != Ready && st != Leased && st != Dead {
-				d.fail(fmt.Sprintf("message %d in state %d", m.Seq, st))
-				break
-			}
-			if m.Seq == 0 || m.Seq >= nextSeq || q.msgs[m.Seq] != nil {
-				d.fail(fmt.Sprintf("message %d outside the sequences taken (below %d), or twice", m.Seq, nextSeq))
-				break
-			}
-			q.msgs[m.Seq] = m
-			q.attach(m, st)
-		}
-		for range count() {
-			k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}
-			q.seen[k.key] = k
-			q.seenOrder.push(k)
-		}
+	for range d.count() {
+		q := x.decodeQueue(&d, nextSeq)
 		if d.err != nil {
 			break
 		}
-		if x.queues[id] != nil || x.byName[name] != nil {
-			d.fail(fmt.Sprintf("queue %d %q twice", id, name))
+		if x.queues[q.ID] != nil || x.byName[q.Name] != nil {
+			d.fail(fmt.Sprintf("queue %d %q twice", q.ID, q.Name))
 			break
 		}
-		x.queues[id], x.byName[name] = q, q
-		x.maxQueue = max(x.maxQueue, id)
+		x.queues[q.ID], x.byName[q.Name] = q, q
+		x.maxQueue = max(x.maxQueue, q.ID)
 	}
 	var want []uint64
-	for range count() {
+	for range d.count() {
 		c := d.uvarint()
 		if slices.Contains(want, c) {
 			d.fail(fmt.Sprintf("table file %d named twice", c))
@@ -507,6 +442,69 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	x.Table = t
 	return x, logPos, nil
+}
+
+// decodeQueue reads a queue that Queue.encode wrote, checking it against
+// the sequences the checkpoint says were taken (below nextSeq).
+func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
+	id := d.u32()
+	name := d.string()
+	q := newQueue(x, id, name, d.policy())
+	q.cursor = d.uvarint()
+	q.streamMax = d.uvarint()
+	q.streamEnq = d.varint()
+	if q.cursor == 0 || q.streamMax >= nextSeq || q.cursor > q.streamMax+1 {
+		d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
+		return q
+	}
+	q.fresh = int(d.uvarint())
+	q.lastEvicts.Store(d.varint())
+	for range d.count() {
+		seq := d.uvarint()
+		if seq < q.cursor || seq > q.streamMax {
+			d.fail(fmt.Sprintf("queue %d: message %d marked gone outside its stream", id, seq))
+			return q
+		}
+		q.gone[seq] = struct{}{}
+	}
+	for range d.count() {
+		m, st := decodeMessage(d)
+		if st != Ready && st != Leased && st != Dead {
+			d.fail(fmt.Sprintf("message %d in state %d", m.Seq, st))
+			return q
+		}
+		if m.Seq == 0 || m.Seq >= nextSeq || q.msgs[m.Seq] != nil {
+			d.fail(fmt.Sprintf("message %d outside the sequences taken (below %d), or twice", m.Seq, nextSeq))
+			return q
+		}
+		q.msgs[m.Seq] = m
+		q.attach(m, st)
+	}
+	for range d.count() {
+		k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}
+		q.seen[k.key] = k
+		q.seenOrder.push(k)
+	}
+	return q
+}
+
+// decodeMessage reads an active message that Message.encode wrote, and
+// the state to attach it in.
+func decodeMessage(d *decoder) (*Message, State) {
+	m := &Message{Seq: d.uvarint(), heapIdx: -1}
+	m.EnqueuedAt = d.varint()
+	m.Pos = wal.Position(d.uvarint())
+	m.Key = d.string()
+	st := State(d.uvarint())
+	m.Deliveries = d.u32()
+	m.At = d.varint()
+	m.Nonce = d.uvarint()
+	m.FailedAt = d.varint()
+	m.Code = d.u32()
+	m.Reason = d.string()
+	m.Cause = d.string()
+	m.Size = d.u32()
+	return m, st
 }
 
 // Rebuild returns an empty index over an empty table in dir, after removing

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,116 +54,31 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	if err != nil {
 		return r, false, err
 	}
-	s, q := st.s, st.q
-	base := time.Now()
+	s := st.s
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-
-	// Consumers: every handler call records the time from the publish's
-	// scheduled instant to its own start.
-	var (
-		e2eMu     sync.Mutex
-		e2e       = newLatencies()
-		consumed  atomic.Int64 // scheduled in the window, handled
-		consumeWG sync.WaitGroup
-	)
-	consumeCtx, stopConsume := context.WithCancel(runCtx)
-	defer stopConsume()
-	consumeWG.Go(func() {
-		err := broker.Consume(consumeCtx, q, func(_ context.Context, d broker.DeliveryValue) error {
-			now := time.Now()
-			p := d.Message.Payload
-			if len(p) < mixedHeaderBytes || p[8] != 1 {
-				return nil
-			}
-			intended := base.Add(time.Duration(binary.LittleEndian.Uint64(p)))
-			e2eMu.Lock()
-			recordLatency(e2e, now.Sub(intended))
-			e2eMu.Unlock()
-			consumed.Add(1)
-			return nil
-		}, broker.ConsumeOptions{Batch: l.batch, Concurrency: l.consumers})
-		if err != nil && consumeCtx.Err() == nil {
-			cancel(fmt.Errorf("Consume: %w", err))
-		}
-	})
-
-	// Producers: producer i publishes at base + offset_i + k×interval.
-	var (
-		g         gate
-		prodWG    sync.WaitGroup
-		published atomic.Int64 // scheduled in the window, returned
-		corrected = make([]*hdr.Histogram, l.producers)
-		service   = make([]*hdr.Histogram, l.producers)
-	)
-	interval := time.Duration(float64(l.producers) / l.rate * float64(time.Second))
-	for i := range l.producers {
-		corrected[i], service[i] = newLatencies(), newLatencies()
-		payload := randomPayload(l.size, uint64(i))
-		prodWG.Go(func() {
-			defer func() {
-				if r := recover(); r != nil {
-					cancel(fmt.Errorf("producer %d: panic in Publish: %v\n%s", i, r, debug.Stack()))
-				}
-			}()
-			next := base.Add(interval * time.Duration(i) / time.Duration(l.producers))
-			for k := 0; ; k++ {
-				if d := time.Until(next); d > 0 {
-					select {
-					case <-time.After(d):
-					case <-runCtx.Done():
-						return
-					}
-				}
-				phase := g.load()
-				if phase == phaseStopped || runCtx.Err() != nil {
-					return
-				}
-				binary.LittleEndian.PutUint64(payload, uint64(next.Sub(base)))
-				payload[8] = 0
-				if phase == phaseMeasuring {
-					payload[8] = 1
-				}
-				began := time.Now()
-				if _, err := q.Publish(context.Background(), payload); err != nil {
-					cancel(fmt.Errorf("producer %d: Publish: %w", i, err))
-					return
-				}
-				done := time.Now()
-				if phase == phaseMeasuring {
-					recordCorrected(corrected[i], next, done)
-					recordLatency(service[i], done.Sub(began))
-					published.Add(1)
-				}
-				next = next.Add(interval)
-			}
-		})
+	m := &mixedRun{
+		l: l, q: st.q, base: time.Now(), cancel: cancel,
+		e2e:       newLatencies(),
+		corrected: make([]*hdr.Histogram, l.producers),
+		service:   make([]*hdr.Histogram, l.producers),
 	}
 
-	// The backlog, sampled through the window.
-	var (
-		backlog   []int
-		sampling  = make(chan struct{})
-		sampledWG sync.WaitGroup
-	)
+	var consumeWG, prodWG, sampledWG sync.WaitGroup
+	consumeCtx, stopConsume := context.WithCancel(runCtx)
+	defer stopConsume()
+	consumeWG.Go(func() { m.consume(consumeCtx) })
+	for i := range l.producers {
+		m.corrected[i], m.service[i] = newLatencies(), newLatencies()
+		prodWG.Go(func() { m.produce(runCtx, i) })
+	}
+	sampling := make(chan struct{})
 	var before, after broker.StoreStats
-	w := runWindow(runCtx, env.progress, l.String(), l.warmup, l.duration, &g,
+	w := runWindow(runCtx, env.progress, l.String(), l.warmup, l.duration, &m.g,
 		func() {
 			before = s.Stats()
 			env.windowOpened(l.String())
-			sampledWG.Go(func() {
-				t := time.NewTicker(l.sample)
-				defer t.Stop()
-				for {
-					select {
-					case <-sampling:
-						return
-					case <-t.C:
-						qs := q.Stats()
-						backlog = append(backlog, qs.Ready+qs.Leased)
-					}
-				}
-			})
+			sampledWG.Go(func() { m.sampleBacklog(sampling) })
 		},
 		func() {
 			after = s.Stats()
@@ -173,17 +89,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 		st.leaveOpen = true
 		return r, false, fmt.Errorf("%v: the broker hung: producers still inside Publish %v after the window closed (store Stats now: %+v)", l, st.hang, s.Stats())
 	}
-	// Let the consumers take what the window published, for as long as
-	// the window lasted at most.
-	var notes []string
-	for deadline := time.Now().Add(l.duration); consumed.Load() < published.Load() && runCtx.Err() == nil; {
-		if time.Now().After(deadline) {
-			notes = append(notes, fmt.Sprintf("%d of the %d messages published in the window were not consumed %v after it: the end-to-end latencies leave them out",
-				published.Load()-consumed.Load(), published.Load(), l.duration))
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	notes := m.awaitConsumers(runCtx)
 	stopConsume()
 	if !waitTimeout(wgDone(&consumeWG), st.hang) {
 		st.leaveOpen = true
@@ -195,12 +101,132 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	if !w.opened {
 		return r, false, nil
 	}
+	return m.row(w, after.Commits-before.Commits, after.Records-before.Records, notes), true, nil
+}
 
+// mixedRun is one run of a mixedLoad: what its producers, its consumers
+// and its backlog sampler share.
+type mixedRun struct {
+	l      mixedLoad
+	q      *broker.Queue
+	base   time.Time // the schedule's origin
+	cancel context.CancelCauseFunc
+	g      gate
+
+	e2eMu     sync.Mutex
+	e2e       *hdr.Histogram   // guarded by e2eMu
+	consumed  atomic.Int64     // scheduled in the window, handled
+	published atomic.Int64     // scheduled in the window, returned
+	corrected []*hdr.Histogram // per producer: from the scheduled instant
+	service   []*hdr.Histogram // per producer: from the call
+	backlog   []int            // Ready + Leased, every l.sample; the sampler's
+}
+
+// consume runs broker.Consume until ctx ends: every handler call records
+// the time from its message's scheduled instant to its own start.
+func (m *mixedRun) consume(ctx context.Context) {
+	err := broker.Consume(ctx, m.q, func(_ context.Context, d broker.DeliveryValue) error {
+		now := time.Now()
+		p := d.Message.Payload
+		if len(p) < mixedHeaderBytes || p[8] != 1 {
+			return nil
+		}
+		intended := m.base.Add(time.Duration(binary.LittleEndian.Uint64(p)))
+		m.e2eMu.Lock()
+		recordLatency(m.e2e, now.Sub(intended))
+		m.e2eMu.Unlock()
+		m.consumed.Add(1)
+		return nil
+	}, broker.ConsumeOptions{Batch: m.l.batch, Concurrency: m.l.consumers})
+	if err != nil && ctx.Err() == nil {
+		m.cancel(fmt.Errorf("Consume: %w", err))
+	}
+}
+
+// produce is producer i: it publishes at base + offset_i + k×interval,
+// whether or not its last call has returned by then, until the window
+// closes or ctx ends.
+func (m *mixedRun) produce(ctx context.Context, i int) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.cancel(fmt.Errorf("producer %d: panic in Publish: %v\n%s", i, r, debug.Stack()))
+		}
+	}()
+	l := m.l
+	payload := randomPayload(l.size, uint64(i))
+	interval := time.Duration(float64(l.producers) / l.rate * float64(time.Second))
+	next := m.base.Add(interval * time.Duration(i) / time.Duration(l.producers))
+	for {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+		phase := m.g.load()
+		if phase == phaseStopped || ctx.Err() != nil {
+			return
+		}
+		binary.LittleEndian.PutUint64(payload, uint64(next.Sub(m.base)))
+		payload[8] = 0
+		if phase == phaseMeasuring {
+			payload[8] = 1
+		}
+		began := time.Now()
+		if _, err := m.q.Publish(context.Background(), payload); err != nil {
+			m.cancel(fmt.Errorf("producer %d: Publish: %w", i, err))
+			return
+		}
+		done := time.Now()
+		if phase == phaseMeasuring {
+			recordCorrected(m.corrected[i], next, done)
+			recordLatency(m.service[i], done.Sub(began))
+			m.published.Add(1)
+		}
+		next = next.Add(interval)
+	}
+}
+
+// sampleBacklog appends the queue's backlog to m.backlog every l.sample
+// until stop is closed.
+func (m *mixedRun) sampleBacklog(stop <-chan struct{}) {
+	t := time.NewTicker(m.l.sample)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			qs := m.q.Stats()
+			m.backlog = append(m.backlog, qs.Ready+qs.Leased)
+		}
+	}
+}
+
+// awaitConsumers lets the consumers take what the window published, for
+// as long as the window lasted at most, and returns a note if they did
+// not.
+func (m *mixedRun) awaitConsumers(ctx context.Context) []string {
+	for deadline := time.Now().Add(m.l.duration); m.consumed.Load() < m.published.Load() && ctx.Err() == nil; {
+		if time.Now().After(deadline) {
+			return []string{fmt.Sprintf("%d of the %d messages published in the window were not consumed %v after it: the end-to-end latencies leave them out",
+				m.published.Load()-m.consumed.Load(), m.published.Load(), m.l.duration)}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// row is the run's result, given the window's commits and records.
+func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
+	l := m.l
 	secs := w.elapsed.Seconds()
-	pubLat := percentilesOf(mergeLatencies(corrected))
-	svcLat := percentilesOf(mergeLatencies(service))
-	e2eLat := percentilesOf(e2e)
-	r = Row{
+	published, consumed := m.published.Load(), m.consumed.Load()
+	pubLat := percentilesOf(mergeLatencies(m.corrected))
+	svcLat := percentilesOf(mergeLatencies(m.service))
+	e2eLat := percentilesOf(m.e2e)
+	r := Row{
 		Kind:              kindMixed,
 		Workload:          l.String(),
 		Sync:              l.sync.String(),
@@ -213,11 +239,11 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 		TargetPerSec:      l.rate,
 		Seconds:           secs,
 		Interrupted:       w.interrupted,
-		Ops:               published.Load(),
-		Commits:           after.Commits - before.Commits,
-		LatencySamples:    published.Load(),
-		MsgsPerSec:        rate(published.Load(), secs),
-		DrainMsgsPerSec:   rate(consumed.Load(), secs),
+		Ops:               published,
+		Commits:           commits,
+		LatencySamples:    published,
+		MsgsPerSec:        rate(published, secs),
+		DrainMsgsPerSec:   rate(consumed, secs),
 		P50Ns:             pubLat.p50,
 		P99Ns:             pubLat.p99,
 		P999Ns:            pubLat.p999,
@@ -228,27 +254,23 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 		E2EP999Ns:         e2eLat.p999,
 		E2EMaxNs:          e2eLat.max,
 		BacklogIntervalNs: int64(l.sample),
-		Backlog:           backlog,
+		Backlog:           m.backlog,
 		Notes:             notes,
 	}
-	if bytes := rate(published.Load()*int64(l.size), secs); bytes != nil {
+	if bytes := rate(published*int64(l.size), secs); bytes != nil {
 		r.MBPerSec = ptr(*bytes / 1e6)
 	}
 	r.CommitsPerSec = rate(r.Commits, secs)
 	if r.Commits > 0 {
-		r.RecordsPerCommit = ptr(float64(after.Records-before.Records) / float64(r.Commits))
+		r.RecordsPerCommit = ptr(float64(records) / float64(r.Commits))
 	}
-	if len(backlog) > 0 {
-		most := 0
-		for _, b := range backlog {
-			most = max(most, b)
-		}
-		r.BacklogMax = ptr(float64(most))
+	if len(m.backlog) > 0 {
+		r.BacklogMax = ptr(float64(slices.Max(m.backlog)))
 	}
-	if qs := q.Stats(); qs.DeadLetters != 0 || qs.Nacked != 0 {
+	if qs := m.q.Stats(); qs.DeadLetters != 0 || qs.Nacked != 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("queue Stats: %d nacked, %d dead letters; the handler never fails", qs.Nacked, qs.DeadLetters))
 	}
-	return r, true, nil
+	return r
 }
 
 // wgDone is a channel closed once wg's goroutines have returned.

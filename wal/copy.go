@@ -4,23 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
 
-// CopyTo writes into dir, which must exist, a copy of the log up to end, a
+// CopyTo writes into dir, which must exist and hold none of the files it
+// writes (nor be the log's own directory), a copy of the log up to end, a
 // position the caller knows to be durable: each segment before end's is
 // copied whole, and end's own up to end, zero beyond, at its full size, so
-// that the copy opens as a log that ends at end. Every file is
-// fdatasynced, then dir is synced. ctx is checked before each segment.
+// that the copy opens as a log that ends at end. end must be where a frame
+// of its segment starts or where its frames end. Every file is fdatasynced,
+// then dir is synced. ctx is checked before each segment.
 //
 // The caller keeps the segments up to end's from being removed (RemoveBelow)
 // and the log from being closed until CopyTo returns; appends go on.
 func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
-	if end > l.End() {
-		return fmt.Errorf("wal: copy to %s: position %v is past the log's end %v", dir, end, l.End())
+	if ctx == nil {
+		return fmt.Errorf("wal: copy to %s: nil context", dir)
+	}
+	if l.isClosed() {
+		return ErrClosed
+	}
+	if err := l.checkCopyEnd(end); err != nil {
+		return fmt.Errorf("wal: copy to %s: %w", dir, err)
+	}
+	if same, err := sameDir(dir, l.dir); err != nil {
+		return fmt.Errorf("wal: copy to %s: %w", dir, err)
+	} else if same {
+		return fmt.Errorf("wal: copy to %s: it is the log's own directory", dir)
 	}
 	fs := l.opts.FS
 	for _, s := range *l.segs.Load() {
@@ -34,7 +48,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		var err error
 		if s.seq < end.Segment() {
 			err = writeWhole(fs, dst, s.file.Data())
-		} else {
+		} else if err = reserve(fs, dst); err == nil { // writePrefix truncates
 			var f *segment.File
 			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
 				err = f.Close()
@@ -45,6 +59,51 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		}
 	}
 	return fs.SyncDir(dir)
+}
+
+// checkCopyEnd checks that end is a position CopyTo can end a copy at: in
+// a segment of the log, where a frame starts or where its frames end, and
+// not past the log's end.
+func (l *Log) checkCopyEnd(end Position) error {
+	if end > l.End() {
+		return fmt.Errorf("position %v is past the log's end %v", end, l.End())
+	}
+	s := l.segment(end.Segment())
+	if s == nil {
+		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, end)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	off, frames := end.Offset(), s.end.Load()
+	if s.closed || off < segment.HeaderSize || int64(off) > frames {
+		return fmt.Errorf("%w: %v: not within the segment's frames", ErrNotFound, end)
+	}
+	if int64(off) < frames {
+		if _, err := segment.Decode(s.file.Data()[:frames], off, s.seq); err != nil {
+			return fmt.Errorf("%w: %v: no frame starts there: %w", ErrNotFound, end, err)
+		}
+	}
+	return nil
+}
+
+// sameDir reports whether a and b name the same directory (or would: a
+// need not exist), following symbolic links.
+func sameDir(a, b string) (bool, error) {
+	ra, err := vfs.Resolve(a)
+	if err != nil {
+		return false, err
+	}
+	rb, err := vfs.Resolve(b)
+	return ra == rb, err
+}
+
+// reserve creates path, empty, failing if anything is there.
+func reserve(fsys vfs.FS, path string) error {
+	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // writePrefix creates at path a segment of size bytes whose frames are

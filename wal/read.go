@@ -22,6 +22,9 @@ func (l *Log) Read(pos Position) ([]byte, error) {
 // segment's read-only memory map and is valid only until fn returns. fn must
 // not modify rec, and must not call RemoveBelow or Close.
 func (l *Log) View(pos Position, fn func(rec []byte) error) error {
+	if fn == nil {
+		return fmt.Errorf("wal: view %v: nil function", pos)
+	}
 	s := l.segment(pos.Segment())
 	if s == nil {
 		if l.isClosed() {
@@ -56,13 +59,23 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 // not yet covered by an fdatasync). rec aliases the
 // segment's memory map and is valid only until fn returns; fn must not
 // modify it and must not call RemoveBelow or Close. from must be the zero
-// Position, the position of a record, or one just past a record (another
-// is ErrNotFound, found when the walk reaches it); records of segments
+// Position, the start of a segment (offset 0), the position of a record,
+// or one just past a record, and not past the log's end (another is
+// ErrNotFound, found when the walk reaches it); records of segments
 // already removed are skipped. An error from fn stops the walk and is
 // returned; a record that fails its checksum is a *CorruptionError.
 func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
+	if fn == nil {
+		return fmt.Errorf("wal: iterate from %v: nil function", from)
+	}
 	if l.isClosed() {
 		return ErrClosed
+	}
+	if off := from.Offset(); off > 0 && off < segment.HeaderSize {
+		return fmt.Errorf("%w: %v: inside the segment's header", ErrNotFound, from)
+	}
+	if end := l.End(); from.Segment() > end.Segment() {
+		return fmt.Errorf("%w: %v: past the log's end %v", ErrNotFound, from, end)
 	}
 	for _, s := range *l.segs.Load() {
 		if s.seq < from.Segment() {
@@ -92,6 +105,9 @@ func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) 
 	}
 	end := int(s.end.Load())
 	data := s.file.Data()[:end]
+	if given && off > end {
+		return fmt.Errorf("%w: %v: past the segment's records (%s offset %d)", ErrNotFound, MakePosition(s.seq, off), s.file.Path(), end)
+	}
 	for first := true; off < end; first = false {
 		f, err := segment.Decode(data, off, s.seq)
 		if err != nil && first && given {

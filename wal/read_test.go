@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,6 +32,7 @@ func TestEveryCallOnAClosedLogIsErrClosed(t *testing.T) {
 	require.ErrorIs(t, l.Barrier(false), ErrClosed, "Barrier")
 	_, err = l.RemoveBelow(es[2].pos)
 	require.ErrorIs(t, err, ErrClosed, "RemoveBelow")
+	require.ErrorIs(t, l.CopyTo(context.Background(), t.TempDir(), es[2].pos), ErrClosed, "CopyTo")
 	require.ErrorIs(t, l.Close(), ErrClosed, "Close")
 }
 
@@ -58,6 +60,31 @@ func TestIterateFromNoRecordBoundary(t *testing.T) {
 		t.Fatal("a record past the end")
 		return nil
 	}))
+	require.NoError(t, l.Iterate(MakePosition(es[0].pos.Segment(), 0), none), "a segment's start")
+
+	for _, from := range []Position{
+		MakePosition(es[0].pos.Segment(), 1),                    // in the header
+		MakePosition(es[0].pos.Segment(), segment.HeaderSize-1), // in the header
+		l.End() + 100, // past the records
+		MakePosition(l.End().Segment()+1, segment.HeaderSize), // past the last segment
+		MakePosition(l.End().Segment()+900, 0),                // far past it
+	} {
+		err := l.Iterate(from, func(Position, []byte) error {
+			t.Fatalf("from %v: a record", from)
+			return nil
+		})
+		require.ErrorIs(t, err, ErrNotFound, "from %v", from)
+		require.ErrorContains(t, err, from.String())
+	}
+}
+
+// A nil function is an error that says so, not a panic.
+func TestViewAndIterateRefuseANilFunction(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 4096})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 1)
+	require.ErrorContains(t, l.View(es[0].pos, nil), "nil function")
+	require.ErrorContains(t, l.Iterate(0, nil), "nil function")
 }
 
 // Read and View return records only: the position of a seal frame, or of

@@ -48,6 +48,9 @@ const (
 // Close, like every call once the store stopped for good, and after a
 // checkpoint failed (checkpoints stop until the store is reopened).
 func (s *Store) Backup(ctx context.Context, dir string) error {
+	if ctx == nil {
+		return fmt.Errorf("broker: backup of %s to %q: nil context: %w", s.dir, dir, QueueMisconfigured)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -93,13 +96,13 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 // checkBackupDir refuses a dir that exists or that lies inside the store's
 // own directory.
 func (s *Store) checkBackupDir(dir string) error {
-	abs, err := filepath.Abs(dir)
+	abs, err := vfs.Resolve(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("it cannot be resolved: %w", err)
 	}
-	store, err := filepath.Abs(s.dir)
+	store, err := vfs.Resolve(s.dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("the store's directory cannot be resolved: %w", err)
 	}
 	if rel, err := filepath.Rel(store, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return fmt.Errorf("it lies inside the store's own directory")
@@ -107,7 +110,7 @@ func (s *Store) checkBackupDir(dir string) error {
 	if _, err := s.opts.fs().ReadDir(dir); err == nil {
 		return fmt.Errorf("it already exists; a backup goes into a new directory")
 	} else if !errors.Is(err, iofs.ErrNotExist) {
-		return fmt.Errorf("it already exists, or cannot be looked at: %w", err)
+		return fmt.Errorf("it cannot be made: %w", err)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -37,12 +37,13 @@ type ConsumeOptions struct {
 	PollInterval time.Duration
 	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
 	// Consume renew the lease of every running handler this often, by
-	// ExtendBy. Zero means no extension; negative is refused
-	// ([QueueMisconfigured]).
+	// ExtendBy. Zero means no extension; negative, or MaxDeadlineOffset
+	// and above, is refused ([QueueMisconfigured]).
 	ExtendEvery time.Duration
 	// ExtendBy is how far each renewal reaches, measured from the renewal.
-	// Zero means 2×ExtendEvery; negative, or not above ExtendEvery (the
-	// lease would lapse before the next renewal), is refused
+	// Zero means 2×ExtendEvery, at most [MaxDeadlineOffset]; negative, not
+	// above ExtendEvery (the lease would lapse before the next renewal),
+	// or above MaxDeadlineOffset (no Extend reaches so far), is refused
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
 	ExtendBy time.Duration
 	// Logger receives what Consume cannot return: handler failures and
@@ -111,6 +112,9 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.
 func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) error {
+	if ctx == nil {
+		return fmt.Errorf("broker: Consume: nil context: %w", QueueMisconfigured)
+	}
 	c, err := newConsumer(b, h, opts)
 	if err != nil {
 		return err
@@ -230,13 +234,14 @@ type consumer struct {
 }
 
 func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
-	if b == nil || h == nil {
-		return nil, errors.New("broker: Consume needs a broker and a handler")
-	}
 	refuse := func(format string, sentinel *Error, args ...any) error {
 		return fmt.Errorf("broker: Consume: "+format+": %w", append(args, sentinel)...)
 	}
 	switch {
+	case b == nil || isNilPointer(b):
+		return nil, refuse("nil broker", QueueMisconfigured)
+	case h == nil:
+		return nil, refuse("nil handler", QueueMisconfigured)
 	case opts.Batch < 0:
 		return nil, refuse("Batch %d must not be negative", InvalidBatchSize, opts.Batch)
 	case opts.Concurrency < 0:
@@ -247,6 +252,10 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		return nil, refuse("PollInterval %v must not be negative", QueueMisconfigured, opts.PollInterval)
 	case opts.ExtendEvery < 0:
 		return nil, refuse("ExtendEvery %v must not be negative", QueueMisconfigured, opts.ExtendEvery)
+	case opts.ExtendEvery >= MaxDeadlineOffset:
+		return nil, refuse("ExtendEvery %v must be below MaxDeadlineOffset %v, the longest lease an Extend makes", QueueMisconfigured, opts.ExtendEvery, MaxDeadlineOffset)
+	case opts.ExtendEvery > 0 && opts.ExtendBy > MaxDeadlineOffset:
+		return nil, refuse("ExtendBy %v exceeds MaxDeadlineOffset %v, the longest lease an Extend makes", QueueMisconfigured, opts.ExtendBy, MaxDeadlineOffset)
 	}
 	c := &consumer{
 		b:           b,
@@ -273,10 +282,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	}
 	if c.extendEvery > 0 {
 		if c.extendBy == 0 {
-			c.extendBy = time.Duration(math.MaxInt64)
-			if c.extendEvery <= math.MaxInt64/2 {
-				c.extendBy = 2 * c.extendEvery
-			}
+			c.extendBy = min(2*c.extendEvery, MaxDeadlineOffset) // no overflow: ExtendEvery < MaxDeadlineOffset
 		}
 		if c.extendBy <= c.extendEvery {
 			return nil, refuse("ExtendBy %v must exceed ExtendEvery %v, or the lease lapses between renewals", QueueMisconfigured, c.extendBy, c.extendEvery)
@@ -678,4 +684,12 @@ func (c *consumer) refused(ctx context.Context, call string, err error, attrs []
 		return
 	}
 	c.log.ErrorContext(ctx, "walbroker: broker refused to settle a delivery", attrs...)
+}
+
+// isNilPointer reports whether b is a nil pointer in a non-nil interface
+// (a *Queue or *Memory variable never set), which no method can be called
+// on.
+func isNilPointer(b Broker) bool {
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

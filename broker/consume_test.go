@@ -232,6 +232,8 @@ func TestConsumeRefusesOptions(t *testing.T) {
 		{"negative ExtendEvery", ConsumeOptions{ExtendEvery: -1}, QueueMisconfigured},
 		{"negative ExtendBy", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: -1}, QueueMisconfigured},
 		{"ExtendBy not above ExtendEvery", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: time.Second}, QueueMisconfigured},
+		{"ExtendBy past what an Extend makes", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: MaxDeadlineOffset + 1}, QueueMisconfigured},
+		{"ExtendEvery past what an Extend makes", ConsumeOptions{ExtendEvery: MaxDeadlineOffset}, QueueMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Consume(context.Background(), f, ackAll, tc.opts)
@@ -239,8 +241,30 @@ func TestConsumeRefusesOptions(t *testing.T) {
 			require.Zero(t, f.receives.Load())
 		})
 	}
-	require.Error(t, Consume(context.Background(), f, nil, ConsumeOptions{}))
-	require.Error(t, Consume(context.Background(), nil, ackAll, ConsumeOptions{}))
+	// Each missing argument is named, a nil pointer in the interface too.
+	var nilQueue *Queue
+	var nilMemory *Memory
+	var nilCtx context.Context
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil handler", Consume(context.Background(), f, nil, ConsumeOptions{})},
+		{"nil broker", Consume(context.Background(), nil, ackAll, ConsumeOptions{})},
+		{"nil broker", Consume(context.Background(), nilQueue, ackAll, ConsumeOptions{})},
+		{"nil broker", Consume(context.Background(), nilMemory, ackAll, ConsumeOptions{})},
+		{"nil context", Consume(nilCtx, f, ackAll, ConsumeOptions{})},
+	} {
+		require.ErrorIs(t, tc.err, QueueMisconfigured, tc.name)
+		require.ErrorContains(t, tc.err, tc.name)
+	}
+	require.Zero(t, f.receives.Load())
+
+	// The ExtendBy that a large ExtendEvery implies is within what an
+	// Extend makes, not a value the caller never gave.
+	c, err := newConsumer(f, ackAll, ConsumeOptions{ExtendEvery: MaxDeadlineOffset - time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, MaxDeadlineOffset, c.extendBy)
 }
 
 func TestConsumeWakesOnPublish(t *testing.T) {

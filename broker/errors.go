@@ -45,7 +45,11 @@ func NewError(reason string, code uint32, public, private string) *Error {
 // Wrap returns a copy of e that also wraps cause: errors.Is and errors.As
 // see cause through the copy, and its Error text ends with cause's. The
 // copy still matches e with errors.Is (see [Error.Is]). e is not modified.
+// A nil e gives an *Error that carries cause alone.
 func (e *Error) Wrap(cause error) *Error {
+	if e == nil {
+		return &Error{err: cause}
+	}
 	c := *e
 	c.err = cause
 	return &c
@@ -66,15 +70,20 @@ func (e *Error) Error() string {
 		b.WriteString(FormatCode(e.code))
 		b.WriteString(")")
 	}
-	for _, part := range []string{e.public, e.private} {
+	parts := []string{e.public, e.private}
+	if e.err != nil {
+		parts = append(parts, e.err.Error())
+	}
+	for _, part := range parts {
 		if part != "" {
-			b.WriteString(": ")
+			if b.Len() > 0 {
+				b.WriteString(": ")
+			}
 			b.WriteString(part)
 		}
 	}
-	if e.err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.err.Error())
+	if b.Len() == 0 {
+		return "broker.Error(empty)"
 	}
 	return b.String()
 }

@@ -108,6 +108,9 @@ func (q *Memory) now() (int64, error) { return unixNanos(q.opts.Now()) }
 // beginLocked checks what every call checks first, with q.mu held: the
 // context and whether the queue was closed. It reads the clock.
 func (q *Memory) beginLocked(ctx context.Context) (now int64, err error) {
+	if ctx == nil {
+		return 0, fmt.Errorf("broker: memory queue: nil context: %w", QueueMisconfigured)
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -80,7 +80,7 @@ func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, 
 		m = q.st.msgs[seq]
 	}
 	if m == nil || m.state != memDead {
-		return nil, fmt.Errorf("broker: memory queue: dead letter %q: %w", id, DeadLetterNotFound)
+		return nil, fmt.Errorf("broker: memory queue: dead letter %.64q: %w", id, DeadLetterNotFound)
 	}
 	return m, nil
 }

@@ -158,6 +158,9 @@ func (q *Queue) stopped() error {
 
 // begin checks what every call checks first: the context and the store.
 func (q *Queue) begin(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("broker: queue %s: nil context: %w", q.name, QueueMisconfigured)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

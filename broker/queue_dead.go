@@ -89,7 +89,7 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 		if err := q.unlockAndWait(recs); err != nil {
 			return err
 		}
-		return fmt.Errorf("broker: queue %s: dead letter %q: %w", q.name, id, DeadLetterNotFound)
+		return fmt.Errorf("broker: queue %s: dead letter %.64q: %w", q.name, id, DeadLetterNotFound)
 	}
 	e := index.Event{Kind: kind, Queue: q.id, Seq: seq}
 	q.iq.Apply(0, &e)

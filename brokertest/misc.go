@@ -43,6 +43,52 @@ var miscCases = []testCase{
 			}
 		}
 	}},
+	{name: "ANilContextIsRefusedAndChangesNothing", run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "x")
+		d := e.receiveOne(q)
+		r := d.Lease.Receipt
+		var nilCtx context.Context
+		calls := map[string]func() error{
+			"Publish": func() error { _, err := q.Publish(nilCtx, []byte("y")); return err },
+			"Receive": func() error { _, err := q.Receive(nilCtx, 1); return err },
+			"Ack":     func() error { return q.Ack(nilCtx, r) },
+			"Nack":    func() error { _, err := q.Nack(nilCtx, r, nil); return err },
+		}
+		if x, ok := q.(broker.Rejecter); ok {
+			calls["Reject"] = func() error { return x.Reject(nilCtx, r, nil) }
+		}
+		if x, ok := q.(broker.LeaseExtender); ok {
+			calls["Extend"] = func() error { _, err := x.Extend(nilCtx, r, time.Minute); return err }
+		}
+		if x, ok := q.(broker.DeadLetterReader); ok {
+			calls["DeadLetters"] = func() error { _, err := x.DeadLetters(nilCtx, 1); return err }
+		}
+		if x, ok := q.(broker.DeadLetterManager); ok {
+			calls["ReplayDeadLetter"] = func() error { return x.ReplayDeadLetter(nilCtx, d.Message.ID) }
+			calls["DeleteDeadLetter"] = func() error { return x.DeleteDeadLetter(nilCtx, d.Message.ID) }
+		}
+		if x, ok := q.(KeyedPublisher); ok {
+			calls["PublishKeyed"] = func() error { _, err := x.PublishKeyed(nilCtx, "k", []byte("y")); return err }
+		}
+		if x, ok := q.(BatchPublisher); ok {
+			calls["PublishBatch"] = func() error { _, err := x.PublishBatch(nilCtx, [][]byte{[]byte("y")}); return err }
+		}
+		for name, call := range calls {
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						e.Fatalf("%s with a nil context panicked: %v", name, p)
+					}
+				}()
+				err = call()
+			}()
+			e.isErr(err, broker.QueueMisconfigured, name+" with a nil context")
+		}
+		e.ack(q, r) // the lease still holds
+		e.none(q, "nothing was published with a nil context")
+	}},
 	{name: "QueuesDeliverOnlyTheirOwnMessages", run: func(e *env) {
 		a, b := e.queue(e.policy()), e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
 		ma, mb := e.publish(a, "a"), e.publish(b, "b")

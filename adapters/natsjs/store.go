@@ -318,6 +318,9 @@ func (s *Store) Close() error {
 // begin checks what every queue call checks first: the context, the Store
 // and the connection.
 func (s *Store) begin(ctx context.Context, queue string) error {
+	if ctx == nil {
+		return fmt.Errorf("natsjs: queue %s: nil context: %w", queue, broker.QueueMisconfigured)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -1,0 +1,118 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// TestANilContextIsRefusedByEveryCall: a nil context is a bad argument like
+// any other: QueueMisconfigured, naming it, with nothing done — not a
+// panic.
+func TestANilContextIsRefusedByEveryCall(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	for _, b := range []broker.Broker{q, mem} {
+		mustPublishTo(t, b, "x")
+	}
+	ds := mustReceive(t, q, 1)
+	var nilCtx context.Context
+	for _, b := range []interface {
+		broker.Broker
+		broker.Rejecter
+		broker.LeaseExtender
+		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
+		ReplayDeadLetter(context.Context, string) error
+		DeleteDeadLetter(context.Context, string) error
+		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
+		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
+		Stats() broker.QueueStats
+	}{q, mem} {
+		before := b.Stats()
+		calls := map[string]func() error{
+			"Publish":          func() error { _, err := b.Publish(nilCtx, []byte("y")); return err },
+			"PublishKeyed":     func() error { _, err := b.PublishKeyed(nilCtx, "k", []byte("y")); return err },
+			"PublishBatch":     func() error { _, err := b.PublishBatch(nilCtx, [][]byte{[]byte("y")}); return err },
+			"Receive":          func() error { _, err := b.Receive(nilCtx, 1); return err },
+			"Ack":              func() error { return b.Ack(nilCtx, ds[0].Lease.Receipt) },
+			"Nack":             func() error { _, err := b.Nack(nilCtx, ds[0].Lease.Receipt, nil); return err },
+			"Reject":           func() error { return b.Reject(nilCtx, ds[0].Lease.Receipt, nil) },
+			"Extend":           func() error { _, err := b.Extend(nilCtx, ds[0].Lease.Receipt, time.Second); return err },
+			"DeadLetters":      func() error { _, err := b.DeadLetters(nilCtx, 1); return err },
+			"ReplayDeadLetter": func() error { return b.ReplayDeadLetter(nilCtx, ds[0].Message.ID) },
+			"DeleteDeadLetter": func() error { return b.DeleteDeadLetter(nilCtx, ds[0].Message.ID) },
+		}
+		for name, call := range calls {
+			err := call()
+			require.ErrorIs(t, err, broker.QueueMisconfigured, "%T.%s", b, name)
+			require.ErrorContains(t, err, "nil context", "%T.%s", b, name)
+		}
+		require.Equal(t, before, b.Stats(), "%T: nothing changed", b)
+	}
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), "the lease is still held")
+
+	dst := filepath.Join(t.TempDir(), "backup")
+	err = e.s.Backup(nilCtx, dst)
+	require.ErrorIs(t, err, broker.QueueMisconfigured)
+	require.ErrorContains(t, err, "nil context")
+	require.NoDirExists(t, dst)
+}
+
+func mustPublishTo(t *testing.T, b broker.Broker, payload string) {
+	t.Helper()
+	_, err := b.Publish(ctx(t), []byte(payload))
+	require.NoError(t, err)
+}
+
+// A backup into the store's directory is refused when it is named through
+// a symbolic link too, and nothing is written there.
+func TestBackupRefusesTheStoreThroughALink(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(e.dir, link))
+	err := e.s.Backup(ctx(t), filepath.Join(link, "backup"))
+	require.ErrorContains(t, err, "inside the store's own directory")
+	require.NoDirExists(t, filepath.Join(e.dir, "backup"))
+	require.NoDirExists(t, filepath.Join(e.dir, "backup.partial"))
+}
+
+// A dead letter ID that names nothing is quoted in the error, clipped: a
+// caller's 64 KiB of junk does not become 64 KiB of error text.
+func TestAnUnknownDeadLetterIDIsClippedInTheError(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	id := strings.Repeat("z", 64<<10)
+	for _, b := range []interface {
+		ReplayDeadLetter(context.Context, string) error
+	}{q, mem} {
+		err := b.ReplayDeadLetter(ctx(t), id)
+		require.ErrorIs(t, err, broker.DeadLetterNotFound)
+		require.Contains(t, err.Error(), strings.Repeat("z", 64))
+		require.Less(t, len(err.Error()), 200, "%T", b)
+	}
+}
+
+// A nil *Error is usable: Wrap gives an error that carries the cause
+// alone, and an Error with no parts still says what it is.
+func TestANilErrorWraps(t *testing.T) {
+	var e *broker.Error
+	cause := errors.New("disk on fire")
+	w := e.Wrap(cause)
+	require.ErrorIs(t, w, cause)
+	require.Equal(t, "disk on fire", w.Error())
+	require.Empty(t, w.Reason())
+	require.Equal(t, "broker.Error(empty)", broker.NewError("", 0, "", "").Error())
+}

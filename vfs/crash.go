@@ -110,6 +110,7 @@ type crashNode struct {
 	// directory has no held handle and no log: what a crash leaves of it is
 	// its durable name and, through contents, the durable names in it.
 	contents *crashDir
+	fs       *CrashFS // a directory's, to forget its contents; nil once done
 	durRefs  int // number of crashDir.dur entries naming this node
 	logRefs  int // number of CrashFS.names entries naming this node
 	// held is a read-only handle kept while the node is unlinked but a
@@ -313,8 +314,17 @@ func (n *crashNode) unlinkLocked() {
 	n.releaseLocked()
 }
 
-// releaseLocked closes the held handle of a node no crash can bring back.
+// releaseLocked closes the held handle of a node no crash can bring back;
+// for a directory, it forgets what the directory holds.
 func (n *crashNode) releaseLocked() {
+	if n.contents != nil {
+		if n.path == "" && n.durRefs == 0 && n.logRefs == 0 && n.fs != nil {
+			fs := n.fs
+			n.fs = nil // once
+			fs.forgetLocked(n.contents)
+		}
+		return
+	}
 	if n.path == "" && n.durRefs == 0 && n.logRefs == 0 && n.held != nil {
 		_ = n.held.Close() // read-only: nothing to lose
 		n.held = nil
@@ -381,7 +391,9 @@ func (c *CrashFS) Remove(name string) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.PathError{Op: "remove", Path: name, Err: err}
 	}
-	if _, err := c.inner.ReadDir(path); err == nil {
+	if isDir, err := c.isDirLocked(path); err != nil {
+		return err
+	} else if isDir {
 		return c.removeDirLocked(name, path)
 	}
 	n, err := c.lookupLocked(path)
@@ -407,6 +419,26 @@ func (c *CrashFS) Remove(name string) error {
 	return nil
 }
 
+// isDirLocked reports whether path names a directory: as the bookkeeping
+// says where the name is tracked, else as the disk says. A look at the
+// disk that fails for another reason than the name being missing or no
+// directory is an error.
+func (c *CrashFS) isDirLocked(path string) (bool, error) {
+	if d := c.dirs[filepath.Dir(path)]; d != nil {
+		if n, tracked := d.cur[filepath.Base(path)]; tracked {
+			return n != nil && n.contents != nil, nil
+		}
+	}
+	_, err := c.inner.ReadDir(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return false, nil
+	}
+	return false, fmt.Errorf("vfs: CrashFS: is %s a directory: %w", path, err)
+}
+
 // removeDirLocked removes the directory at path (named name), which must
 // be empty; a crash puts it back, with what a crash leaves in it, until
 // SyncDir of its parent.
@@ -426,6 +458,32 @@ func (c *CrashFS) removeDirLocked(name, path string) error {
 	return nil
 }
 
+// forgetLocked forgets the entries of d, a directory no crash can bring
+// back: its unsynced changes of names and its durable entries, releasing
+// the nodes they named.
+func (c *CrashFS) forgetLocked(d *crashDir) {
+	kept := c.names[:0]
+	var dropped []*crashNode
+	for _, op := range c.names {
+		if op.dir != d {
+			kept = append(kept, op)
+		} else if op.node != nil {
+			op.node.logRefs--
+			dropped = append(dropped, op.node)
+		}
+	}
+	clear(c.names[len(kept):])
+	c.names = kept
+	for base := range d.dur {
+		setDurLocked(d, base, nil)
+	}
+	clear(d.cur)
+	clear(d.dur)
+	for _, n := range dropped {
+		n.releaseLocked()
+	}
+}
+
 // dirNodeLocked returns the node of the directory now at path, tracking it,
 // durable as it is, if it was not tracked yet.
 func (c *CrashFS) dirNodeLocked(path string) *crashNode {
@@ -434,7 +492,7 @@ func (c *CrashFS) dirNodeLocked(path string) *crashNode {
 	if n := parent.cur[base]; n != nil && n.contents != nil {
 		return n
 	}
-	n := &crashNode{path: path, contents: c.dirLocked(path)}
+	n := &crashNode{path: path, contents: c.dirLocked(path), fs: c}
 	parent.cur[base] = n
 	setDurLocked(parent, base, n)
 	return n
@@ -497,7 +555,9 @@ func (c *CrashFS) Rename(oldname, newname string) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
-	if _, err := c.inner.ReadDir(oldPath); err == nil && oldPath != newPath {
+	if isDir, err := c.isDirLocked(oldPath); err != nil {
+		return err
+	} else if isDir && oldPath != newPath {
 		return c.renameDirLocked(oldname, newname, oldPath, newPath)
 	}
 	n, err := c.lookupLocked(oldPath)
@@ -542,24 +602,27 @@ func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 	if err := c.beginLocked(); err != nil {
 		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
 	}
-	var missing []string // path first, then the parents it needs
-	for p := path; ; p = filepath.Dir(p) {
-		if _, err := c.inner.ReadDir(p); err == nil || !errors.Is(err, os.ErrNotExist) || filepath.Dir(p) == p {
+	var missing []string // path first, then the parents it may make
+	for p := path; filepath.Dir(p) != p; p = filepath.Dir(p) {
+		if _, err := c.inner.ReadDir(p); err == nil {
 			break
 		}
 		missing = append(missing, p)
 	}
-	if err := c.inner.MkdirAll(dir, perm); err != nil {
-		return err
-	}
+	err := c.inner.MkdirAll(dir, perm)
+	// Track each directory it made, even if it failed further down.
 	for i := len(missing) - 1; i >= 0; i-- {
 		p := missing[i]
+		if _, statErr := c.inner.ReadDir(p); statErr != nil {
+			break
+		}
 		d := &crashDir{cur: make(map[string]*crashNode), dur: make(map[string]*crashNode)}
 		c.dirs[p] = d
+		c.used[filepath.Dir(p)] = true // a crash may take p away: clone from above it
 		c.group++
-		c.bindLocked(p, &crashNode{contents: d})
+		c.bindLocked(p, &crashNode{contents: d, fs: c})
 	}
-	return nil
+	return err
 }
 
 // ReadDir lists a directory of the inner FS as it is now.

@@ -20,8 +20,11 @@ const crashBlockSize = 4096
 type CrashOptions struct {
 	// Root is the directory whose tree is cloned. If empty, it is the one
 	// directory named in calls to the CrashFS (the directory of a file, or
-	// a directory given to MkdirAll, ReadDir or SyncDir) that contains all
-	// the others so named; CrashClone fails if there is none.
+	// a directory given to MkdirAll, ReadDir or SyncDir, or the parent of
+	// one MkdirAll made) that contains all the others so named; CrashClone
+	// fails if there is none. Root itself must exist, and is cloned as
+	// the directory now at that path: whether a crash would keep its own
+	// name is a question for a clone of its parent.
 	Root string
 
 	// KeepUnsyncedFraction is the probability, between 0 (the default:

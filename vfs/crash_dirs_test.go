@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -164,4 +165,76 @@ func TestCrashFSRefusesDirectoryRenamesItDoesNotModel(t *testing.T) {
 	require.ErrorContains(t, err, "over a file is not modelled")
 	_, err = os.Stat(filepath.Join(root, "a", "inner"))
 	require.NoError(t, err, "nothing moved")
+}
+
+// The clone's root, found from the calls, is the parent of a directory
+// that MkdirAll made: a power loss may take the new directory away.
+func TestCrashFSTheRootFoundContainsTheDirectoriesMade(t *testing.T) {
+	root := t.TempDir()
+	c := NewCrashFS(Default)
+	store := filepath.Join(root, "store")
+	require.NoError(t, c.MkdirAll(store, 0o700)) // never synced into root
+	durableFile(t, c, filepath.Join(store, "f"), "data").Close()
+	require.Empty(t, cloneTree(t, c, keepNone))
+}
+
+// Once a directory's removal is durable, nothing in it can come back: the
+// handles kept for its removed files are closed and its changes of names
+// forgotten.
+func TestCrashFSADurablyRemovedDirectoryReleasesWhatItHeld(t *testing.T) {
+	root := t.TempDir()
+	c := NewCrashFS(Default)
+	dir := filepath.Join(root, "d")
+	require.NoError(t, MkdirAllDurable(c, dir, 0o700))
+	durableFile(t, c, filepath.Join(dir, "f"), "data").Close()
+	c.mu.Lock()
+	f := c.dirs[dir].cur["f"]
+	c.mu.Unlock()
+	require.NoError(t, c.Remove(filepath.Join(dir, "f")))
+	require.NoError(t, c.Remove(dir))
+	c.mu.Lock()
+	require.NotNil(t, f.held, "a crash could still bring f back")
+	c.mu.Unlock()
+	require.NoError(t, c.SyncDir(root))
+	require.Empty(t, cloneDirs(t, c, root, keepNone))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.names)
+	require.Nil(t, f.held)
+}
+
+// A MkdirAll that fails after making some directories tracks those it
+// made: they are not durable until their parent is synced.
+func TestCrashFSAFailedMkdirAllTracksWhatItMade(t *testing.T) {
+	root := t.TempDir()
+	c := NewCrashFS(Default)
+	require.NoError(t, c.SyncDir(root))
+	require.Error(t, c.MkdirAll(filepath.Join(root, "a", strings.Repeat("x", 300)), 0o700))
+	require.DirExists(t, filepath.Join(root, "a"))
+	require.Empty(t, cloneDirs(t, c, root, keepNone))
+}
+
+// Whether a name is a directory is taken from the bookkeeping where it is
+// tracked, and a failing look at the disk fails the call: a directory's
+// rename is never mistaken for a file's.
+func TestCrashFSAFailedLookNeverLosesADirectoryRename(t *testing.T) {
+	root := t.TempDir()
+	ffs := NewFaultFS(Default)
+	c := NewCrashFS(ffs)
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	require.NoError(t, MkdirAllDurable(c, a, 0o700))
+	durableFile(t, c, filepath.Join(a, "f"), "data").Close()
+	ffs.Inject(Rule{Op: OpReadDir, Times: 1})
+	renameErr := c.Rename(a, b)
+	ffs.Clear()
+	want := map[string]string{"a/": "", "a/f": "data"}
+	if renameErr == nil {
+		require.DirExists(t, b)
+	}
+	require.Equal(t, want, cloneDirs(t, c, root, keepNone), "renamed or not, the rename is not durable")
+	require.NoError(t, c.SyncDir(root))
+	if renameErr == nil {
+		want = map[string]string{"b/": "", "b/f": "data"}
+	}
+	require.Equal(t, want, cloneDirs(t, c, root, keepNone))
 }

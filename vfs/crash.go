@@ -111,8 +111,8 @@ type crashNode struct {
 	// its durable name and, through contents, the durable names in it.
 	contents *crashDir
 	fs       *CrashFS // a directory's, to forget its contents; nil once done
-	durRefs  int // number of crashDir.dur entries naming this node
-	logRefs  int // number of CrashFS.names entries naming this node
+	durRefs  int      // number of crashDir.dur entries naming this node
+	logRefs  int      // number of CrashFS.names entries naming this node
 	// held is a read-only handle kept while the node is unlinked but a
 	// crash could bring it back (durRefs > 0); nil otherwise.
 	held File

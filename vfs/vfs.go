@@ -7,8 +7,11 @@
 // and [CrashFS] records which bytes a completed fdatasync covered so that a
 // test can clone a directory to what a power loss would have left.
 //
-// Only what the log needs is here: positional reads and writes, fdatasync,
-// read-only memory maps, renames, directory syncs and an exclusive lock.
+// Only what the store needs is here: positional reads and writes,
+// fdatasync, read-only memory maps, renames, removals, directory listings
+// and syncs, and an exclusive lock; optionally fallocate ([Allocator]) and
+// sync_file_range ([WriteBacker]). Beside them, helpers built on the
+// interface: [CopyFile], [MkdirAllDurable], [Resolve].
 package vfs
 
 import (

@@ -85,7 +85,7 @@
 //
 // # Concurrency
 //
-// Every method of Log is safe for concurrent use. Lock order: Log.listMu,
-// then a segment's mu; Log.mu guards the request queue, the closed flag
+// Every method of Log is safe for concurrent use. Lock order: Log.removeMu,
+// then Log.listMu, then a segment's mu; Log.mu guards the request queue, the closed flag
 // and the poison, and is never held across I/O or another lock.
 package wal

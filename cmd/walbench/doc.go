@@ -13,7 +13,7 @@
 //	walbench drain -consumers 1,64 -batch 64 -method receive-ack
 //	walbench mixed -producers 16 -rate 5000 -consumers 16
 //	walbench reopen -messages 1000000
-//	walbench sweep [-producers 1,16,64] [-size 256,1024,16KiB] [-segment-bytes 4MiB,64MiB] [-sync all,publish,none]
+//	walbench sweep [-producers 1,16,64] [-size 256,1024,16384] [-segment-bytes 4MiB,64MiB] [-sync all,publish,none]
 //	walbench wal -producers 1,64  the log alone (package wal), for comparison
 //	walbench full -rounds 3 -json bench.json
 //	walbench report -in bench.json [-bench BENCH.md | -md]

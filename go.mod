@@ -6,7 +6,7 @@ require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/klauspost/crc32 v1.3.0
-	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/schollz/progressbar/v3 v3.15.0
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.50.0
 )

@@ -185,7 +185,7 @@ func drainOn(ctx context.Context, env *env, st *benchStore, d drainLoad, n int) 
 				return nil
 			}, broker.ConsumeOptions{Batch: d.batch, Concurrency: d.consumers})
 			if err != nil && drainCtx.Err() == nil {
-				cancel(fmt.Errorf("Consume: %w", err))
+				cancel(fmt.Errorf("broker.Consume: %w", err))
 			}
 		}()
 	default:

@@ -139,7 +139,7 @@ func (m *mixedRun) consume(ctx context.Context) {
 		return nil
 	}, broker.ConsumeOptions{Batch: m.l.batch, Concurrency: m.l.consumers})
 	if err != nil && ctx.Err() == nil {
-		m.cancel(fmt.Errorf("Consume: %w", err))
+		m.cancel(fmt.Errorf("broker.Consume: %w", err))
 	}
 }
 

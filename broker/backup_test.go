@@ -565,7 +565,7 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 	// operations the Backup made before its rename and in all. (The
 	// store's preparer works beside the Backup, so the counts vary a
 	// little from run to run.)
-	run := func(k int64) (cfs *vfs.CrashFS, dir string, err error, beforeRename, total int64) {
+	run := func(k int64) (cfs *vfs.CrashFS, dir string, beforeRename, total int64, err error) {
 		dir = filepath.Join(root, fmt.Sprintf("run-%d", k), "store")
 		dst := filepath.Join(filepath.Dir(dir), "backup")
 		copyTree(t, template, dir)
@@ -587,9 +587,9 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 		err = s.Backup(ctx(t), dst)
 		total = cfs.Ops() - opened
 		_ = s.Close()
-		return cfs, dir, err, at.Load() - opened, total
+		return cfs, dir, at.Load() - opened, total, err
 	}
-	_, dir, err, beforeRename, total := run(-1)
+	_, dir, beforeRename, total, err := run(-1)
 	require.NoError(t, err)
 	b, err := broker.Open(filepath.Join(filepath.Dir(dir), "backup"), opts(nil))
 	require.NoError(t, err)
@@ -606,7 +606,7 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 	}
 	outcomes := make(map[string]int)
 	for k := int64(0); k <= total; k++ {
-		cfs, dir, backupErr, _, _ := run(k)
+		cfs, dir, _, _, backupErr := run(k)
 		for c := range clones {
 			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
 			keep := 0.5

@@ -202,10 +202,10 @@ func (mc *modelCheck) ack(mq *mQueue) {
 	}
 }
 
-func (mc *modelCheck) cause() (error, string, uint32, string) {
+func (mc *modelCheck) cause() (reason string, code uint32, public string, cause error) {
 	cs := classifiedCauses()
 	c := cs[mc.rng.IntN(len(cs))]
-	return c.cause, c.reason, c.code, c.public
+	return c.reason, c.code, c.public, c.cause
 }
 
 func (mc *modelCheck) die(m *mMsg, reason string, code uint32, public string) {
@@ -215,7 +215,7 @@ func (mc *modelCheck) die(m *mMsg, reason string, code uint32, public string) {
 
 func (mc *modelCheck) nack(mq *mQueue) {
 	r := mc.pickReceipt(mq)
-	cause, reason, code, public := mc.cause()
+	reason, code, public, cause := mc.cause()
 	m, want := mc.lease(mq, r)
 	nv, err := mq.q.Nack(ctx(mc.t), r, cause)
 	if !mc.expect(want, err, fmt.Sprintf("Nack(%v)", cause)) {
@@ -239,7 +239,7 @@ func (mc *modelCheck) nack(mq *mQueue) {
 
 func (mc *modelCheck) reject(mq *mQueue) {
 	r := mc.pickReceipt(mq)
-	cause, reason, code, public := mc.cause()
+	reason, code, public, cause := mc.cause()
 	m, want := mc.lease(mq, r)
 	if mc.expect(want, mq.q.Reject(ctx(mc.t), r, cause), fmt.Sprintf("Reject(%v)", cause)) {
 		mc.die(m, reason, code, public)

@@ -469,6 +469,69 @@ func TestABackupWithoutACheckpointWritesNothing(t *testing.T) {
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "c")))
 }
 
+// A Backup that waits for the checkpoint lock while Close checkpoints
+// never writes the store's index once Close has returned (and let the
+// directory go: another process may own it by then). Close's checkpoint is
+// held up until the Backup waits for the lock, long enough for the lock to
+// be handed to the waiter; the Backup's own checkpoint, if it got one, is
+// held up until Close has returned. Before Close set closed under the lock,
+// the window was the few instructions between its unlock and setting
+// closed: a loaded machine hit it in about one attempt in five, an idle
+// one rarely, so this test guards the fix without proving it every run.
+func TestABackupNeverWritesTheStoreAfterCloseReturned(t *testing.T) {
+	late := 0
+	for range 10 {
+		late += backupAgainstClose(t)
+	}
+	require.Zero(t, late, "operations on the store's index after Close returned")
+}
+
+// backupAgainstClose runs one such race and counts the file operations in
+// the store's index directory after Close returned.
+func backupAgainstClose(t *testing.T) int {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := broker.Options{Now: newFakeClock().Now, SegmentBytes: testSegmentBytes, FS: ffs}
+	broker.ManualMaintenance(&opts)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", policy())
+	require.NoError(t, err)
+	mustPublish(t, q, "a")
+
+	idx := filepath.Join(dir, "index")
+	var closing, closeReturned atomic.Bool
+	var late, marks atomic.Int32
+	inCloseCheckpoint := make(chan struct{})
+	ffs.Observe(func(ev vfs.Event) {
+		if filepath.Dir(ev.Name) == idx && closeReturned.Load() {
+			late.Add(1)
+		}
+		if closing.Load() && ev.Op == vfs.OpOpen && ev.Name == filepath.Join(idx, "CHECKPOINTING") {
+			switch marks.Add(1) {
+			case 1: // Close's checkpoint, holding the lock
+				close(inCloseCheckpoint)
+				time.Sleep(30 * time.Millisecond)
+			case 2: // the Backup's, if it got the lock first
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+	closing.Store(true)
+	closed := make(chan error, 1)
+	go func() {
+		err := s.Close()
+		closeReturned.Store(true)
+		closed <- err
+	}()
+	<-inCloseCheckpoint
+	backedUp := make(chan error, 1)
+	go func() { backedUp <- s.Backup(context.Background(), filepath.Join(t.TempDir(), "copy")) }()
+	require.NoError(t, <-closed)
+	<-backedUp
+	return int(late.Load())
+}
+
 // A Backup racing Close either completes, leaving a copy that opens, or
 // fails, leaving nothing; neither call hangs.
 func TestABackupRacingCloseCompletesOrLeavesNothing(t *testing.T) {

@@ -396,7 +396,11 @@ func (q *Memory) Extend(ctx context.Context, receipt ReceiptValue, by time.Durat
 		return LeaseValue{}, fmt.Errorf("broker: memory queue: Extend by %v passes year 2262; the lease is unchanged: %w", by, QueueMisconfigured)
 	}
 	nonce := q.nonces.Uint64()
+	sooner := at < m.at
 	q.st.detach(m)
 	q.st.lease(m, at, nonce, m.deliveries >= q.policy.MaxDeliveries)
+	if sooner {
+		q.wakeLocked() // the lease lapses sooner than a waiting consumer was told
+	}
 	return LeaseValue{ExpiresAt: time.Unix(0, at), Receipt: q.keys.make(memoryQueueID, m.seq, nonce)}, nil
 }

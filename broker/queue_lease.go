@@ -314,7 +314,11 @@ func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Durati
 		return LeaseValue{}, fmt.Errorf("broker: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, QueueMisconfigured)
 	}
 	e := index.Event{Kind: index.KindExtend, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at, Nonce: q.s.nonce()}
+	sooner := at < m.At
 	q.iq.Apply(0, &e)
+	if sooner {
+		q.wakeLocked() // the lease lapses sooner than a waiting consumer was told
+	}
 	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
 		return LeaseValue{}, err
 	}

@@ -476,6 +476,9 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		}
 		s.idx.Declare(q.iq.ID, name, rec)
 		q.policy = policy
+		// A lease on its last delivery may now lapse back into the
+		// queue (MaxDeliveries raised): a waiting consumer looks again.
+		q.wakeLocked()
 	}
 	return q, nil
 }
@@ -638,10 +641,14 @@ func (s *Store) Close() error {
 	}
 	s.stopMaintenance()
 	var cerr error
+	// closed is set before ckptMu is let go: a Backup waiting for it would
+	// otherwise write a checkpoint into the index after Close returned.
+	s.maint.ckptMu.Lock()
 	if s.failed.Load() == nil {
-		cerr = s.checkpoint()
+		cerr = s.checkpointLocked()
 	}
 	s.closed.Store(true) // only Close sets it, under closeMu
+	s.maint.ckptMu.Unlock()
 	s.shutQueues()       // consumers waiting for a queue look again, and learn it is closed
 	// A Receive whose leases the log took reads their payloads after its
 	// wait: closing the log under it would report Closed for leases the

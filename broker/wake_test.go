@@ -219,3 +219,56 @@ func TestWakeInSkipsLeaseOnLastDelivery(t *testing.T) {
 	require.True(t, w.Scheduled)
 	require.Equal(t, nv.VisibleAt.Sub(e.clock.Now()), w.In, "x's lapse at %v makes nothing receivable", dx.Lease.ExpiresAt)
 }
+
+// Raising MaxDeliveries makes a lease on its last delivery one that lapses
+// back into the queue: an event that may make a message receivable, so it
+// closes the signal, and Wake now schedules the lapse. (A consumer waiting
+// on the old signal slept until some unrelated publish.)
+func TestWakeClosedByAPolicyThatGivesALastLeaseMoreDeliveries(t *testing.T) {
+	e := newEnv(t)
+	pol := func(max int) broker.PolicyValue {
+		return policy(func(p *broker.PolicyValue) { p.MaxDeliveries = max; p.VisibilityTimeout = time.Minute })
+	}
+	q := e.queue("jobs", pol(1))
+	mustPublish(t, q, "a")
+	mustReceiveOne(t, q)
+	w := q.Wake()
+	require.False(t, w.Scheduled)
+	e.clock.Advance(10 * time.Second)
+	q = e.queue("jobs", pol(5))
+	require.True(t, closed(w.Signal), "the policy change closes the signal handed out before it")
+	w = q.Wake()
+	require.True(t, w.Scheduled)
+	require.Equal(t, 50*time.Second, w.In, "the lease's lapse")
+}
+
+// An Extend that brings a lease's lapse closer closes the signal: a
+// consumer told to wait for the old lapse would sleep past the new one.
+// One that pushes it further does not. The memory broker does the same.
+func TestWakeClosedByAnExtendThatShortensALease(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Minute }))
+	mem, err := broker.NewMemory(policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Minute }), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	for _, b := range []interface {
+		broker.Broker
+		broker.Waker
+		broker.LeaseExtender
+	}{q, mem} {
+		_, err := b.Publish(ctx(t), []byte("a"))
+		require.NoError(t, err)
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		w := b.Wake()
+		require.Equal(t, time.Minute, w.In)
+		l, err := b.Extend(ctx(t), ds[0].Lease.Receipt, 2*time.Minute)
+		require.NoError(t, err)
+		require.False(t, closed(w.Signal), "%T: a longer lease makes nothing receivable sooner", b)
+		_, err = b.Extend(ctx(t), l.Receipt, time.Second)
+		require.NoError(t, err)
+		require.True(t, closed(w.Signal), "%T: a shorter lease closes the signal", b)
+		require.Equal(t, time.Second, b.Wake().In, "%T", b)
+	}
+}

@@ -649,7 +649,7 @@ func (s *Store) Close() error {
 	}
 	s.closed.Store(true) // only Close sets it, under closeMu
 	s.maint.ckptMu.Unlock()
-	s.shutQueues()       // consumers waiting for a queue look again, and learn it is closed
+	s.shutQueues() // consumers waiting for a queue look again, and learn it is closed
 	// A Receive whose leases the log took reads their payloads after its
 	// wait: closing the log under it would report Closed for leases the
 	// log keeps, messages then held by nobody until the leases lapse.

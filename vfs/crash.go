@@ -458,10 +458,10 @@ func (c *CrashFS) removeDirLocked(name, path string) error {
 	return nil
 }
 
-// forgetLocked forgets the entries of d, a directory no crash can bring
-// back: its unsynced changes of names and its durable entries, releasing
-// the nodes they named.
-func (c *CrashFS) forgetLocked(d *crashDir) {
+// dropNamesLocked removes from the log of unsynced changes of names those
+// of d, and returns the nodes they named, for the caller to release once
+// d's durable entries are what they will be.
+func (c *CrashFS) dropNamesLocked(d *crashDir) []*crashNode {
 	kept := c.names[:0]
 	var dropped []*crashNode
 	for _, op := range c.names {
@@ -474,6 +474,14 @@ func (c *CrashFS) forgetLocked(d *crashDir) {
 	}
 	clear(c.names[len(kept):])
 	c.names = kept
+	return dropped
+}
+
+// forgetLocked forgets the entries of d, a directory no crash can bring
+// back: its unsynced changes of names and its durable entries, releasing
+// the nodes they named.
+func (c *CrashFS) forgetLocked(d *crashDir) {
+	dropped := c.dropNamesLocked(d)
 	for base := range d.dur {
 		setDurLocked(d, base, nil)
 	}
@@ -647,18 +655,7 @@ func (c *CrashFS) SyncDir(dir string) error {
 		return err
 	}
 	d := c.dirLocked(path)
-	kept := c.names[:0]
-	var dropped []*crashNode
-	for _, op := range c.names {
-		if op.dir != d {
-			kept = append(kept, op)
-		} else if op.node != nil {
-			op.node.logRefs--
-			dropped = append(dropped, op.node)
-		}
-	}
-	clear(c.names[len(kept):])
-	c.names = kept
+	dropped := c.dropNamesLocked(d)
 	for base, n := range d.cur {
 		setDurLocked(d, base, n)
 		if n == nil {

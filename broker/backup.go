@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -162,11 +161,7 @@ func startPartial(fs vfs.FS, dir string) error {
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return err
 	}
-	f, err := fs.OpenFile(filepath.Join(dir, partialMark), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := vfs.CreateEmpty(fs, filepath.Join(dir, partialMark)); err != nil {
 		return err
 	}
 	return fs.SyncDir(dir)

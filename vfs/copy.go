@@ -41,3 +41,13 @@ func CopyFile(fs FS, src, dst string) error {
 	}
 	return errors.Join(err, out.Close())
 }
+
+// CreateEmpty creates the file path, empty, and fails if anything is
+// there. It syncs neither the file nor its directory.
+func CreateEmpty(fs FS, path string) error {
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

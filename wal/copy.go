@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/walbroker/walbroker/segment"
@@ -48,7 +47,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		var err error
 		if s.seq < end.Segment() {
 			err = writeWhole(fs, dst, s.file.Data())
-		} else if err = reserve(fs, dst); err == nil { // writePrefix truncates
+		} else if err = vfs.CreateEmpty(fs, dst); err == nil { // writePrefix truncates
 			var f *segment.File
 			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
 				err = f.Close()
@@ -95,15 +94,6 @@ func sameDir(a, b string) (bool, error) {
 	}
 	rb, err := vfs.Resolve(b)
 	return ra == rb, err
-}
-
-// reserve creates path, empty, failing if anything is there.
-func reserve(fsys vfs.FS, path string) error {
-	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 // writePrefix creates at path a segment of size bytes whose frames are

@@ -1,0 +1,143 @@
+// Package leakcheck finds what a closed log or store left behind in the
+// process: goroutines running this module's code, and open descriptors or
+// memory mappings of files in a directory. Tests use it to hold Close to
+// its word that it releases everything; a program that opens and closes
+// stores for as long as it runs would otherwise grow without bound.
+package leakcheck
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// module is the prefix of this module's functions in a goroutine's stack.
+const module = "github.com/walbroker/walbroker/"
+
+// Goroutines is a set of goroutines, by the ID the runtime gives them.
+type Goroutines map[string]string // ID → its stack
+
+// Running returns the goroutines running now, other than the caller.
+func Running() Goroutines {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	gs := Goroutines{}
+	for i, block := range bytes.Split(buf, []byte("\n\n")) {
+		if i == 0 { // the caller's own goroutine comes first
+			continue
+		}
+		header, _, _ := bytes.Cut(block, []byte("\n"))
+		fields := strings.Fields(string(header)) // "goroutine 17 [chan receive]:"
+		if len(fields) < 2 || fields[0] != "goroutine" {
+			continue
+		}
+		gs[fields[1]] = string(block)
+	}
+	return gs
+}
+
+// Since returns the goroutines running now that were not in before and run
+// this module's code (a frame of it, or created by it), other than tests'
+// own goroutines.
+func Since(before Goroutines) []string {
+	var left []string
+	for id, stack := range Running() {
+		if _, ok := before[id]; ok {
+			continue
+		}
+		if !strings.Contains(stack, module) || strings.Contains(stack, "testing.tRunner") {
+			continue
+		}
+		left = append(left, stack)
+	}
+	slices.Sort(left)
+	return left
+}
+
+// Files returns the descriptors this process holds open, and the memory
+// mappings it has, of files in dir or below it.
+func Files(dir string) ([]string, error) {
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = resolved
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("leakcheck: %w", err)
+	} else if dir, err = filepath.Abs(dir); err != nil { // a directory never made
+		return nil, fmt.Errorf("leakcheck: %w", err)
+	}
+	under := func(path string) bool {
+		return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+	}
+	var held []string
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, fmt.Errorf("leakcheck: %w", err)
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && under(strings.TrimSuffix(target, " (deleted)")) {
+			held = append(held, "descriptor "+fd.Name()+": "+target)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("leakcheck: %w", err)
+	}
+	for line := range strings.Lines(string(maps)) {
+		// address perms offset dev inode path
+		fields := strings.Fields(line)
+		if len(fields) >= 6 {
+			path := strings.TrimSuffix(strings.Join(fields[5:], " "), " (deleted)")
+			if under(path) {
+				held = append(held, "mapping "+fields[0]+": "+path)
+			}
+		}
+	}
+	return held, nil
+}
+
+// grace is how long Check waits for goroutines to end: one that has just
+// told Close it is done may still be on its way out.
+var grace = 5 * time.Second
+
+// Check returns an error naming every descriptor and mapping of a file
+// under dir, and every goroutine started since before that still runs this
+// module's code once grace has passed. Call it after Close returned: the
+// files must be released by then.
+func Check(before Goroutines, dir string) error {
+	files, err := Files(dir)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(grace)
+	gs := Since(before)
+	for len(gs) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		gs = Since(before)
+	}
+	if len(gs) == 0 && len(files) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "left behind: %d goroutines (of this module), %d descriptors or mappings", len(gs), len(files))
+	for _, f := range files {
+		b.WriteString("\n" + f)
+	}
+	for _, g := range gs {
+		b.WriteString("\n\n" + g)
+	}
+	return fmt.Errorf("leakcheck: %s", b.String())
+}

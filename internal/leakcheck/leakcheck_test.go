@@ -1,0 +1,53 @@
+package leakcheck
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCheckFindsWhatIsLeftAndOnlyThat(t *testing.T) {
+	grace = 100 * time.Millisecond
+	defer func() { grace = 5 * time.Second }()
+	dir := t.TempDir()
+	before := Running()
+	require.NoError(t, Check(before, dir), "nothing started, nothing open")
+
+	// A descriptor of a file below dir, and one of a file elsewhere.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	f, err := os.Create(filepath.Join(dir, "sub", "held"))
+	require.NoError(t, err)
+	other, err := os.Create(filepath.Join(t.TempDir(), "elsewhere"))
+	require.NoError(t, err)
+	defer other.Close()
+	err = Check(before, dir)
+	require.ErrorContains(t, err, "1 descriptors")
+	require.ErrorContains(t, err, filepath.Join("sub", "held"))
+	require.NotContains(t, err.Error(), "elsewhere")
+	require.NoError(t, f.Close())
+	require.NoError(t, Check(before, dir))
+
+	// A goroutine of this module that ends within the grace, and one that
+	// does not.
+	stop := make(chan struct{})
+	go func() { time.Sleep(20 * time.Millisecond) }()
+	require.NoError(t, Check(before, dir), "a goroutine on its way out is waited for")
+	go func() { <-stop }()
+	err = Check(before, dir)
+	require.ErrorContains(t, err, "1 goroutines")
+	require.ErrorContains(t, err, "leakcheck.TestCheckFindsWhatIsLeftAndOnlyThat")
+	close(stop)
+	require.NoError(t, Check(before, dir))
+
+	// A directory that does not exist holds nothing.
+	require.NoError(t, Check(before, filepath.Join(dir, "never made")))
+
+	// A goroutine running before is not counted.
+	running := make(chan struct{})
+	defer close(running)
+	go func() { <-running }()
+	require.NoError(t, Check(Running(), dir))
+}

@@ -219,9 +219,10 @@ func (k CycleKind) String() string {
 	return fmt.Sprintf("CycleKind(%d)", int(k))
 }
 
-// PoisonEvery: the first child publishes a poison message, and a later one
-// publishes the next once the last has reached the dead-letter store and
-// PoisonEvery cycles have passed since it was published. Each takes
+// PoisonEvery is how often the harness publishes a poison message: the
+// first child publishes one, and a later one publishes the next once the
+// last has reached the dead-letter store and PoisonEvery cycles have
+// passed since it was published. Each takes
 // PoisonDeliveries kills to get there.
 const PoisonEvery = 50
 

@@ -38,8 +38,8 @@ func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 	return CreatePaced(fs, path, seq, size, nil)
 }
 
-// ErrAllocateRest, returned by CreatePaced's pace, asks it to allocate the
-// rest of the file instead of writing zeros there: for a file someone is
+// ErrAllocateRest is returned by CreatePaced's pace to ask it to allocate
+// the rest of the file instead of writing zeros there: for a file someone is
 // waiting for, when the time to write the zeros matters more than what the
 // unwritten extents will cost the fdatasyncs that cover them.
 var ErrAllocateRest = errors.New("segment: allocate the rest of the file")

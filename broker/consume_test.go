@@ -396,6 +396,36 @@ func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
 	require.Contains(t, logs.String(), "lease lost")
 }
 
+// TestConsumeWithoutRenewalsLeavesTheHandlerCtxAtLeaseLapse pins what the
+// Handler doc says: without ExtendEvery, the lease's lapse does not end
+// the handler's ctx; the handler finishes, Consume tries to ack, the broker
+// refuses, and Consume says the message may come again.
+func TestConsumeWithoutRenewalsLeavesTheHandlerCtxAtLeaseLapse(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	log, logs := newTestLogger()
+	started, gate := make(chan struct{}), make(chan struct{})
+	var ended atomic.Bool
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			ended.Store(true)
+		}
+		return nil
+	}, ConsumeOptions{Logger: log})
+	<-started
+	f.clock.Advance(time.Hour) // the lease lapses behind the handler's back
+	require.Never(t, ended.Load, 100*time.Millisecond, 5*time.Millisecond, "nothing ends the handler's ctx at the lapse")
+	close(gate)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "call=ack") }, eventually, tick)
+	require.Contains(t, logs.String(), "lease lapsed before the handler finished")
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.False(t, ended.Load())
+	require.Empty(t, f.calls(), "the lapsed lease's ack was refused")
+}
+
 func TestConsumeShutdownWaitsForHandlers(t *testing.T) {
 	f := newFake()
 	f.Publish(context.Background(), []byte("x"))

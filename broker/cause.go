@@ -21,6 +21,12 @@ const (
 	// deliveries with no consumer ever reporting anything: every lease
 	// lapsed. It is also the reason of [LeaseExpired].
 	ReasonLeaseExpired = "LEASE_EXPIRED"
+	// ReasonConsumerStopped is recorded when [Consume] stopped (its
+	// context ended) while a handler ran, and the handler gave up with
+	// that context's error and nothing of its own (no reason, code or
+	// public text): the delivery failed because the consumer went away,
+	// not because of the message.
+	ReasonConsumerStopped = "CONSUMER_STOPPED"
 )
 
 // The most a dead letter records of a cause's reason and public text. A
@@ -111,6 +117,13 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// bare reports whether cause carries nothing a dead letter records: no
+// reason, no code, no public text.
+func bare(cause error) bool {
+	reason, code, public, unclassified := classify(cause)
+	return unclassified && reason == ReasonUnclassified && code == 0 && public == ""
 }
 
 func classifyUnclipped(cause error) (reason string, code uint32, public string, unclassified bool) {

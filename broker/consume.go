@@ -67,6 +67,23 @@ const (
 // payload bytes, so it goes to the Logger only.
 var errHandlerPanicked = errors.New("broker: handler panicked; the panic value and stack are in the consumer's log under the message ID")
 
+// errConsumerStopped is the classification Consume gives, by wrapping, to
+// the error of a handler that gave up because Consume stopped (see
+// stopped).
+var errConsumerStopped = NewError(ReasonConsumerStopped, 0, "the consumer stopped before the handler finished", "")
+
+// stopped returns herr as the cause to nack with. When Consume's ctx has
+// ended and the handler returned its error (context.Canceled, or
+// DeadlineExceeded), wrapped or not, and nothing of its own, the cause is
+// herr wrapped in errConsumerStopped, so that the dead letter it may make
+// says why; otherwise herr itself.
+func stopped(ctx context.Context, herr error) error {
+	if err := ctx.Err(); err != nil && errors.Is(herr, err) && bare(herr) {
+		return errConsumerStopped.Wrap(herr)
+	}
+	return herr
+}
+
 // Consume receives messages from b and runs h on each until ctx ends.
 //
 // Each delivery runs h on one of at most opts.Concurrency goroutines of
@@ -77,7 +94,12 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // is not a [Rejecter]); any other error nacks it with that error as cause.
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
-// opts.Logger only, with the message ID. A handler that ends its goroutine
+// opts.Logger only, with the message ID. A handler that gives up when ctx
+// ends, returning ctx's error (wrapped or not) and nothing of its own, is
+// nacked with that error wrapped in a cause whose reason is
+// [ReasonConsumerStopped]: the delivery counts, as any other (the message
+// waits out its RetryDelay, or, on its last delivery, goes to the
+// dead-letter store saying the consumer stopped). A handler that ends its goroutine
 // instead (runtime.Goexit, as t.FailNow does) settles nothing, and its
 // lease is no longer renewed: the message is delivered again once the
 // lease lapses, and Consume goes on.
@@ -565,7 +587,7 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		}
 		c.ackMu.Unlock()
 	}
-	c.settle(c.settleCtx, d, receipt, herr)
+	c.settle(c.settleCtx, d, receipt, stopped(ctx, herr))
 }
 
 // call runs the handler, turning a panic into errHandlerPanicked.

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -301,4 +302,32 @@ func TestALeaseLapsedOnItsLastDeliveryStaysDeadWhenThePolicyIsRaised(t *testing.
 		require.Equal(t, 1, dead[0].Deliveries)
 		requireSameInstant(t, t0.Add(30*time.Second), dead[0].FailedAt)
 	}
+}
+
+// TestAConsumerStoppedOnTheLastDeliveryLeavesADeadLetterThatSaysSo: a
+// handler that gives up at shutdown on a message's last delivery sends it
+// to the dead-letter store, recorded as CONSUMER_STOPPED, not as an
+// unclassified failure.
+func TestAConsumerStoppedOnTheLastDeliveryLeavesADeadLetterThatSaysSo(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	msg := mustPublish(t, q, "interrupted")
+	c, cancel := context.WithCancel(ctx(t))
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- broker.Consume(c, q, func(hctx context.Context, d broker.DeliveryValue) error {
+			close(started)
+			<-hctx.Done()
+			return hctx.Err()
+		}, broker.ConsumeOptions{})
+	}()
+	<-started
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	dls := mustDeadLetters(t, q)
+	require.Len(t, dls, 1)
+	require.Equal(t, msg.ID, dls[0].Message.ID)
+	require.Equal(t, broker.ReasonConsumerStopped, dls[0].Reason)
+	require.Equal(t, "the consumer stopped before the handler finished", dls[0].Cause)
 }

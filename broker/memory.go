@@ -153,7 +153,8 @@ func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, err
 // seen within the policy's DedupWindow returns the ORIGINAL message's ID
 // and EnqueuedAt with a nil error and enqueues nothing — even after that
 // message was acknowledged, and even when the queue is full. Such a
-// duplicate carries no Payload. key must be 1 to 256 bytes
+// duplicate carries no Payload: its Payload is nil, while a message this
+// call enqueued has a non-nil one. key must be 1 to 256 bytes
 // ([InvalidDedupKey]).
 func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
 	if len(key) == 0 || len(key) > maxKeyBytes {
@@ -221,7 +222,7 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 		if key != "" {
 			q.st.remember(key, m.seq, now)
 		}
-		out[i] = MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), p...)}
+		out[i] = MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, now), Payload: payloadCopy(p)}
 	}
 	q.counters.published += int64(len(copies))
 	q.wakeLocked()

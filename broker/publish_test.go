@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -651,4 +653,28 @@ func TestDedupClockReadingSurvivesReclamationAndRebuild(t *testing.T) {
 	again, err := q.PublishKeyed(ctx(t), "early", []byte("b"))
 	require.NoError(t, err)
 	require.Equal(t, early.ID, again.ID, "the clock is behind a reading the store made: nothing is evicted, reclamation and rebuild or not")
+}
+
+// TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued: a duplicate's Payload
+// is nil, a new message's never is, even for an empty payload.
+func TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued(t *testing.T) {
+	type keyed interface {
+		PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
+	}
+	e := newEnv(t)
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	for name, q := range map[string]keyed{"store": e.queue("q", policy()), "memory": mem} {
+		for _, payload := range [][]byte{nil, {}, []byte("work")} {
+			key := fmt.Sprintf("%s-%d", name, len(payload)) + fmt.Sprint(payload == nil)
+			first, err := q.PublishKeyed(ctx(t), key, payload)
+			require.NoError(t, err)
+			require.NotNil(t, first.Payload, "%s: a new message (payload %q)", name, payload)
+			require.Equal(t, string(payload), string(first.Payload))
+			again, err := q.PublishKeyed(ctx(t), key, payload)
+			require.NoError(t, err)
+			require.Nil(t, again.Payload, "%s: a duplicate", name)
+			require.Equal(t, first.ID, again.ID)
+		}
+	}
 }

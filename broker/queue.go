@@ -186,7 +186,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, erro
 // DedupWindow returns the ORIGINAL message's ID and EnqueuedAt with a nil
 // error and enqueues nothing — even after that message was acknowledged,
 // and even when the queue is full. Such a duplicate carries no Payload (the
-// original's may be gone). key must be 1 to 256 bytes (InvalidDedupKey).
+// original's may be gone): its Payload is nil, while a message this call
+// enqueued has a non-nil one (empty for an empty payload), so the caller
+// can tell which happened. key must be 1 to 256 bytes (InvalidDedupKey).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, InvalidDedupKey)
@@ -320,7 +322,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	}
 	pos = pos[len(evict):]
 	for i, e := range events {
-		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: append([]byte(nil), payloads[i]...)}
+		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: payloadCopy(payloads[i])}
 	}
 	q.mu.Lock()
 	delete(q.inflight, pend)

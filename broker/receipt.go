@@ -141,6 +141,13 @@ func (k receiptKeys) parse(r ReceiptValue) (queue uint32, seq, nonce uint64, err
 	return binary.LittleEndian.Uint32(raw[1:]), binary.LittleEndian.Uint64(raw[5:]), binary.LittleEndian.Uint64(raw[13:]), nil
 }
 
+// payloadCopy returns a copy of p that the caller owns: never nil, even
+// for an empty payload, so that a new message is told from a duplicate
+// (whose Payload is nil; see Queue.PublishKeyed).
+func payloadCopy(p []byte) []byte {
+	return append(make([]byte, 0, len(p)), p...)
+}
+
 // Message IDs are the store-wide message sequence in 16 hex digits: unique
 // in the store, never reused, and stable across replays of a dead letter.
 func messageID(seq uint64) string {

@@ -116,3 +116,37 @@ func TestANilErrorWraps(t *testing.T) {
 	require.Empty(t, w.Reason())
 	require.Equal(t, "broker.Error(empty)", broker.NewError("", 0, "", "").Error())
 }
+
+// TestACallWhoseContextHasEndedChangesNothing: an ended ctx refuses every
+// call of a Queue with ctx's error, and the store is as it was.
+func TestACallWhoseContextHasEndedChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("q", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	mustPublish(t, q, "ready")
+	mustPublish(t, q, "leased")
+	leased := mustReceiveOne(t, q)
+	mustPublish(t, q, "dead")
+	dead := mustReceiveOne(t, q)
+	require.NoError(t, q.Reject(ctx(t), dead.Lease.Receipt, nil))
+	before := broker.Dump(e.s)
+
+	ended, cancel := context.WithCancel(ctx(t))
+	cancel()
+	calls := map[string]func() error{
+		"Publish":      func() error { _, err := q.Publish(ended, []byte("x")); return err },
+		"PublishKeyed": func() error { _, err := q.PublishKeyed(ended, "k", []byte("x")); return err },
+		"PublishBatch": func() error { _, err := q.PublishBatch(ended, [][]byte{[]byte("x")}); return err },
+		"Receive":      func() error { _, err := q.Receive(ended, 10); return err },
+		"Ack":          func() error { return q.Ack(ended, leased.Lease.Receipt) },
+		"Nack":         func() error { _, err := q.Nack(ended, leased.Lease.Receipt, nil); return err },
+		"Reject":       func() error { return q.Reject(ended, leased.Lease.Receipt, nil) },
+		"Extend":       func() error { _, err := q.Extend(ended, leased.Lease.Receipt, time.Minute); return err },
+		"DeadLetters":  func() error { _, err := q.DeadLetters(ended, 10); return err },
+		"Replay":       func() error { return q.ReplayDeadLetter(ended, dead.Message.ID) },
+		"Delete":       func() error { return q.DeleteDeadLetter(ended, dead.Message.ID) },
+	}
+	for name, call := range calls {
+		require.ErrorIs(t, call(), context.Canceled, name)
+		require.Equal(t, before, broker.Dump(e.s), "%s changed the store", name)
+	}
+}

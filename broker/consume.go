@@ -310,7 +310,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 			return nil, refuse("ExtendBy %v must exceed ExtendEvery %v, or the lease lapses between renewals", QueueMisconfigured, c.extendBy, c.extendEvery)
 		}
 		if c.extender, _ = b.(LeaseExtender); c.extender == nil {
-			c.log.Warn("walbroker: ExtendEvery is set but the broker cannot extend leases; leases will not be renewed")
+			c.log.Warn("broker: Consume: ExtendEvery is set but the broker cannot extend leases; leases will not be renewed")
 		}
 	}
 	return c, nil
@@ -338,7 +338,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		case err != nil && c.stopper != nil && c.stopper.stopped() != nil:
 			return err // the broker must be reopened: retrying cannot help
 		case err != nil:
-			c.log.ErrorContext(ctx, "walbroker: receive failed; retrying", "error", err, "retry_in", c.poll)
+			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
 			if !sleep(ctx, c.poll) {
 				return ctx.Err()
 			}
@@ -408,7 +408,7 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 // not come.
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
-		c.log.WarnContext(ctx, "walbroker: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
+		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
 	for i, d := range ds {
 		if i >= reserved {
@@ -616,7 +616,7 @@ func (c *consumer) call(ctx context.Context, d DeliveryValue) (err error) {
 //
 //go:noinline
 func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
-	c.log.ErrorContext(ctx, "walbroker: handler panicked; nacking",
+	c.log.ErrorContext(ctx, "broker: Consume: handler panicked; nacking",
 		"message", d.Message.ID, "deliveries", d.Deliveries,
 		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	return errHandlerPanicked
@@ -652,12 +652,12 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d D
 				receipt = lease.Receipt
 			case errors.Is(err, LeaseExpired) || errors.Is(err, UnknownReceipt):
 				lost = true
-				c.log.WarnContext(ctx, "walbroker: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
+				c.log.WarnContext(ctx, "broker: Consume: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
 				cancel()
 				return
 			default:
-				c.log.ErrorContext(ctx, "walbroker: lease extension failed; will retry",
+				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
 			}
 		}
@@ -681,19 +681,19 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 		return
 	}
 	if IsDoNotRetry(herr) && c.rejecter != nil {
-		c.log.WarnContext(ctx, "walbroker: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
+		c.log.WarnContext(ctx, "broker: Consume: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
 		if err := c.rejecter.Reject(ctx, receipt, herr); err != nil {
 			c.refused(ctx, "reject", err, attrs)
 		}
 		return
 	}
-	c.log.WarnContext(ctx, "walbroker: handler failed; nacking", append(attrs, "error", herr)...)
+	c.log.WarnContext(ctx, "broker: Consume: handler failed; nacking", append(attrs, "error", herr)...)
 	nv, err := c.b.Nack(ctx, receipt, herr)
 	switch {
 	case err != nil:
 		c.refused(ctx, "nack", err, attrs)
 	case nv.DeadLettered:
-		c.log.WarnContext(ctx, "walbroker: message dead-lettered after its last delivery", attrs...)
+		c.log.WarnContext(ctx, "broker: Consume: message dead-lettered after its last delivery", attrs...)
 	}
 }
 
@@ -702,10 +702,10 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 func (c *consumer) refused(ctx context.Context, call string, err error, attrs []any) {
 	attrs = append(attrs, "call", call, "error", err)
 	if errors.Is(err, LeaseExpired) {
-		c.log.WarnContext(ctx, "walbroker: lease lapsed before the handler finished; the message may be delivered again", attrs...)
+		c.log.WarnContext(ctx, "broker: Consume: lease lapsed before the handler finished; the message may be delivered again", attrs...)
 		return
 	}
-	c.log.ErrorContext(ctx, "walbroker: broker refused to settle a delivery", attrs...)
+	c.log.ErrorContext(ctx, "broker: Consume: broker refused to settle a delivery", attrs...)
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface

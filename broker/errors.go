@@ -38,6 +38,11 @@ type Error struct {
 // text that may be shown to anyone and is recorded with a dead letter, so it
 // must never contain payload bytes or secrets; private is detail for the
 // process's own log, and this broker never persists it.
+//
+// Codes of domain 7 (7.x.x.x, the first byte) are this package's own (see
+// the table above [MessageTooLarge]); a program's codes use any other
+// domain, one per service or library, so that codes recorded with dead
+// letters stay unambiguous.
 func NewError(reason string, code uint32, public, private string) *Error {
 	return &Error{reason: reason, code: code, public: public, private: private}
 }
@@ -200,7 +205,12 @@ var (
 	DeadLetterNotFound = NewError("DEAD_LETTER_NOT_FOUND", codeQueue|6, "no such dead letter", "")
 	// QueueFull is returned by Publish (and its variants) when the queue
 	// already holds [PolicyValue.Capacity] live messages; nothing is
-	// enqueued and the publish is counted as shed.
+	// enqueued and the publish is counted as shed. Room comes back only as
+	// consumers ack, reject or dead-letter messages, so a caller retries
+	// after a delay that grows, with jitter (as for a throttled SQS or
+	// Kafka producer), or passes the refusal on to its own caller; the
+	// queue's Stats (Ready, Leased, Delayed, and Acked over time) show how
+	// fast room is made.
 	QueueFull = NewError("QUEUE_FULL", codeQueue|7, "the queue is full", "")
 	// Closed is returned by every call on a store or queue that was
 	// closed, and ends [Consume] when Receive returns it.

@@ -66,6 +66,13 @@ type Options struct {
 	// be reopened with another size, which new segments take; a smaller
 	// one is refused (QueueMisconfigured, naming the message) while a live
 	// message is too large to be copied into a segment of that size.
+	//
+	// A queue's MaxMessageBytes (1 MiB unless its policy says otherwise)
+	// must fit in a segment too: with small segments, lower it in the
+	// policy (Store.Queue refuses one that does not fit, naming both
+	// sizes). The directory holds two segments from the start, the active
+	// one and the next, made ready ahead of need (128 MiB by default): a
+	// store for a few small messages can take a much smaller size.
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery

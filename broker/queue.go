@@ -22,6 +22,11 @@ const maxKeyBytes = 256
 // to the queue's index and queued to the log under the queue's lock, so the
 // log holds the changes in the order they were decided; the call then waits
 // for the log without the lock, so concurrent calls share each fdatasync.
+//
+// Each method looks at its ctx once, when it begins: a ctx already ended
+// refuses the call with ctx's error, and nothing is done. A call that began
+// runs to the end (its wait for the device is not cut short), so an error
+// from ctx always means that nothing changed.
 type Queue struct {
 	s    *Store
 	name string

@@ -631,6 +631,12 @@ func (s *Store) Stats() StoreStats {
 // everything durable and releases the directory. Calls queued before Close
 // complete; later ones, on the store or any of its queues, fail with
 // Closed.
+//
+// Close does not wait for [Consume]: stop it first (cancel its context and
+// wait for it to return), so that its running handlers finish and their
+// messages are acked. A Consume still running when the store closes
+// returns Closed, and the acks of its handlers that finish afterwards are
+// refused: their messages are delivered again once their leases lapse.
 func (s *Store) Close() error {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.

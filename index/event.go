@@ -137,6 +137,9 @@ func (e *Event) Restamp(rec []byte) []byte {
 func Decode(rec []byte) (Event, error) {
 	d := decoder{b: rec}
 	e := Event{Kind: Kind(d.byte())}
+	if d.err != nil {
+		return e, d.err // an empty record has no kind to name
+	}
 	switch e.Kind {
 	case KindMeta:
 		e.Secret = d.bytes(SecretSize)

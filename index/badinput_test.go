@@ -1,9 +1,13 @@
 package index
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/wal"
 )
 
 // TestDecodeOfAnEmptyRecordSaysSo: an empty record has no kind byte; the
@@ -15,4 +19,88 @@ func TestDecodeOfAnEmptyRecordSaysSo(t *testing.T) {
 		require.ErrorContains(t, err, "empty record")
 		require.NotContains(t, err.Error(), "kind")
 	}
+}
+
+// TestAnEventOfUnknownKindIsRefusedAndChangesNothing: an unknown kind
+// about a stream message once took the message out of the stream and put
+// it nowhere: never delivered, still counted live. It is refused, and the
+// message is where it was.
+func TestAnEventOfUnknownKindIsRefusedAndChangesNothing(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	before := q.Dump(0)
+	for _, k := range []Kind{0, 13, 99, 255} {
+		err := x.Apply(wal.MakePosition(1, 200), &Event{Kind: k, Queue: 1, Seq: 1})
+		require.ErrorIs(t, err, ErrBadEvent, "kind %d", k)
+		require.ErrorContains(t, err, "unknown kind")
+	}
+	require.Equal(t, before, q.Dump(0))
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+	require.Zero(t, x.Orphans)
+	require.Equal(t, uint64(2), x.PeekNextSeq(), "a refused event took a sequence")
+}
+
+// TestQueueApplyRefusesWhatItDoesNotHandle: Queue.Apply takes the message
+// events of its own queue. An evict (which Index.Apply handles), a kind
+// that is no message event, another queue's event or a sequence out of
+// range is refused before anything changes.
+func TestQueueApplyRefusesWhatItDoesNotHandle(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	before := q.Dump(0)
+	for _, e := range []*Event{
+		nil,
+		{Kind: KindEvict, Queue: 1, Seq: 1},
+		{Kind: KindMeta, Queue: 1, Seq: 1},
+		{Kind: KindDeclare, Queue: 1, Seq: 1},
+		{Kind: KindMark, Queue: 1, Seq: 1},
+		{Kind: 99, Queue: 1, Seq: 1},
+		{Kind: KindLease, Queue: 2, Seq: 1, Deliveries: 1, Time: 50},
+		{Kind: KindPublish, Queue: 1, Seq: 0},
+		{Kind: KindPublish, Queue: 1, Seq: math.MaxUint64},
+		{Kind: KindLease, Queue: 1, Seq: math.MaxUint64},
+	} {
+		held, err := q.Apply(wal.MakePosition(1, 200), e)
+		require.ErrorIs(t, err, ErrBadEvent, "%+v", e)
+		require.False(t, held)
+	}
+	require.Equal(t, before, q.Dump(0))
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+	require.Equal(t, []uint64{1}, x.LiveIn(1, 0, 1<<20))
+}
+
+// TestAPublishOfTheLastSequenceLeavesTheWalksFinite: a publish of sequence
+// MaxUint64 applied to a queue made every walk of its stream (from seq+1
+// on) wrap to 0 and never end. It is refused, as Index.Apply refuses it.
+func TestAPublishOfTheLastSequenceLeavesTheWalksFinite(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	_, err := q.Apply(wal.MakePosition(1, 64), &Event{Kind: KindPublish, Queue: 1, Seq: math.MaxUint64, Time: 1})
+	require.ErrorIs(t, err, ErrBadEvent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		x.LargestLive()
+		q.Dump(0)
+		q.Pinning(1, 1, math.MaxUint64)
+		x.LiveIn(1, 0, 1<<20)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a walk of the stream does not end")
+	}
+	seq, size := x.LargestLive()
+	require.Zero(t, seq)
+	require.Zero(t, size)
+}
+
+// TestApplyOfANilEventIsAnError: a nil event is refused, not a panic.
+func TestApplyOfANilEventIsAnError(t *testing.T) {
+	x := declared(t)
+	require.ErrorIs(t, x.Apply(0, nil), ErrBadEvent)
+	_, err := x.Queue("q").Apply(0, nil)
+	require.ErrorIs(t, err, ErrBadEvent)
 }

@@ -178,8 +178,14 @@ func (x *Index) Damaged() error {
 func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 
 // Apply applies one event found at pos. Message events for a queue the index
-// does not know are counted as orphans, not refused.
+// does not know are counted as orphans, not refused. An event no log this
+// code writes holds (an unknown kind, a sequence out of range, a queue
+// number given a second name) is refused with ErrBadEvent, and the index
+// is left as it was.
 func (x *Index) Apply(pos wal.Position, e *Event) error {
+	if e == nil {
+		return fmt.Errorf("%w: nil event at %v", ErrBadEvent, pos)
+	}
 	switch e.Kind {
 	case KindMeta:
 		x.Secret = append([]byte(nil), e.Secret...)
@@ -205,6 +211,11 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 			x.nextSeq.Store(e.Seq)
 		}
 		return nil
+	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete, KindEvict:
+	default:
+		// Refused before anything changes: taken for a message event, it
+		// took a stream message out of the stream and put it nowhere.
+		return fmt.Errorf("%w: event at %v: unknown kind %d", ErrBadEvent, pos, uint8(e.Kind))
 	}
 	// Every sequence an event names was handed out: never again, even
 	// when the event is an orphan (its queue's declaration, or its
@@ -233,7 +244,11 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		q.evict(e.Time, e.Window) // as logged: see Queue.evict
 		return nil
 	}
-	if !q.Apply(pos, e) {
+	held, err := q.Apply(pos, e)
+	if err != nil {
+		return fmt.Errorf("event at %v: %w", pos, err)
+	}
+	if !held {
 		x.orphan(pos, e)
 	}
 	return nil

@@ -118,21 +118,28 @@ func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 	return q
 }
 
-// Apply changes the queue by one message event. pos is the event's record
-// position; a publish applied with pos 0 is Pending until Commit. A publish
-// of a message the queue holds live is a copy of its record (see the
+// Apply changes the queue by one message event: a publish, lease, extend,
+// nack, deadletter, replay, ack or delete of this queue (an evict goes
+// through Index.Apply or EvictSeen). pos is the event's record position; a
+// publish applied with pos 0 is Pending until Commit. A publish of a
+// message the queue holds live is a copy of its record (see the
 // reclamation of the broker): it moves the message's position and changes
-// nothing else. Events about a message the queue does not hold are ignored
-// (and reported false): a replayed log holds them after segments were
-// removed or salvaged.
-func (q *Queue) Apply(pos wal.Position, e *Event) bool {
+// nothing else. Any other event about a message the queue does not hold
+// changes nothing and is reported not held: a replayed log holds such
+// events after segments were removed or salvaged. An event of another
+// kind or another queue, or with a sequence out of range, is refused with
+// ErrBadEvent before anything changes.
+func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
+	if err := q.check(e); err != nil {
+		return false, err
+	}
 	if e.Kind == KindPublish {
-		return q.publish(pos, e)
+		return q.publish(pos, e), nil
 	}
 	m := q.msgs[e.Seq]
 	if m == nil {
 		if m = q.activate(e.Seq); m == nil {
-			return false
+			return false, nil
 		}
 	}
 	switch e.Kind {
@@ -161,7 +168,30 @@ func (q *Queue) Apply(pos wal.Position, e *Event) bool {
 			q.x.release(m.Seq, m.Pos, m.Size)
 		}
 	}
-	return true
+	return true, nil
+}
+
+// check refuses an event Apply does not handle. Every kind check passes is
+// one of Apply's cases: a message taken out of the stream (activate) is
+// always placed.
+func (q *Queue) check(e *Event) error {
+	if e == nil {
+		return fmt.Errorf("%w: queue %s: nil event", ErrBadEvent, q.Name)
+	}
+	switch e.Kind {
+	case KindPublish, KindLease, KindExtend, KindNack, KindDeadLetter, KindReplay, KindAck, KindDelete:
+	default:
+		return fmt.Errorf("%w: queue %s: a %s event is not a message event", ErrBadEvent, q.Name, e.Kind)
+	}
+	if e.Queue != q.ID {
+		return fmt.Errorf("%w: queue %s (number %d): %s event of queue %d", ErrBadEvent, q.Name, q.ID, e.Kind, e.Queue)
+	}
+	if e.Seq == 0 || e.Seq == math.MaxUint64 {
+		// Sequences start at 1; past the last one, the walks of the stream
+		// (from seq+1 on) would wrap to 0 and never end.
+		return fmt.Errorf("%w: queue %s: %s event: message sequence %d is out of range", ErrBadEvent, q.Name, e.Kind, e.Seq)
+	}
+	return nil
 }
 
 func (q *Queue) publish(pos wal.Position, e *Event) bool {

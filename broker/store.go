@@ -438,7 +438,10 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			if err := s.declare(id, name, rec); err != nil {
 				return nil, err
 			}
-			iq = s.idx.Declare(id, name, rec)
+			var err error
+			if iq, err = s.idx.Declare(id, name, rec); err != nil {
+				return nil, fmt.Errorf("broker: queue %q: %w", name, err)
+			}
 			old := s.pre.Load()
 			s.pre.Store(&preambleSet{recs: old.recs, queues: append(slices.Clip(old.queues), iq)})
 		}
@@ -474,7 +477,9 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		if err := s.declare(q.iq.ID, name, rec); err != nil {
 			return nil, err
 		}
-		s.idx.Declare(q.iq.ID, name, rec)
+		if _, err := s.idx.Declare(q.iq.ID, name, rec); err != nil {
+			return nil, fmt.Errorf("broker: queue %q: %w", name, err)
+		}
 		q.policy = policy
 		// A lease on its last delivery may now lapse back into the
 		// queue (MaxDeliveries raised): a waiting consumer looks again.

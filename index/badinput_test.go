@@ -104,3 +104,37 @@ func TestApplyOfANilEventIsAnError(t *testing.T) {
 	_, err := x.Queue("q").Apply(0, nil)
 	require.ErrorIs(t, err, ErrBadEvent)
 }
+
+// TestAQueueNumberKeepsItsName: a declaration giving a queue number
+// another name was ignored and reported applied, and Declare returned the
+// queue of the old name. Both are refused, naming both names, and nothing
+// changes (not the policy either).
+func TestAQueueNumberKeepsItsName(t *testing.T) {
+	x := declared(t)
+	before := x.Queue("q").Dump(0)
+	err := x.Apply(wal.MakePosition(1, 300), &Event{Kind: KindDeclare, Queue: 1, Name: "other", Policy: Policy{MaxDeliveries: 9}})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.ErrorContains(t, err, `"q"`)
+	require.ErrorContains(t, err, `"other"`)
+	q, err := x.Declare(1, "third", Policy{MaxDeliveries: 9})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.ErrorContains(t, err, `"q"`)
+	require.ErrorContains(t, err, `"third"`)
+	require.Nil(t, q)
+	require.Equal(t, []string{"q"}, x.Queues())
+	require.Nil(t, x.Queue("other"))
+	require.Nil(t, x.Queue("third"))
+	require.Equal(t, before, x.Queue("q").Dump(0))
+
+	// A name keeps its number too, through Declare as through Apply.
+	q, err = x.Declare(2, "q", Policy{})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.Nil(t, q)
+	require.Nil(t, x.QueueByID(2))
+	require.Equal(t, uint32(1), x.Queue("q").ID)
+
+	// The same name again is a change of policy.
+	q, err = x.Declare(1, "q", Policy{MaxDeliveries: 9})
+	require.NoError(t, err)
+	require.Equal(t, int64(9), q.Policy.MaxDeliveries)
+}

@@ -191,15 +191,9 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		x.Secret = append([]byte(nil), e.Secret...)
 		return nil
 	case KindDeclare:
-		if q := x.byName[e.Name]; q != nil && q.ID != e.Queue {
-			// Two queue numbers under one name: the name can find only
-			// one, and a checkpoint holding both does not load. No log
-			// this code writes says so (a name is looked up before it is
-			// given a number).
-			return fmt.Errorf("%w: declare event at %v: queue %q declared as number %d, already number %d", ErrBadEvent, pos, e.Name, e.Queue, q.ID)
+		if _, err := x.declare(e.Queue, e.Name, e.Policy); err != nil {
+			return fmt.Errorf("declare event at %v: %w", pos, err)
 		}
-		x.maxQueue = max(x.maxQueue, e.Queue)
-		x.declare(e.Queue, e.Name, e.Policy)
 		return nil
 	case KindMark:
 		if e.Seq == math.MaxUint64 {
@@ -261,21 +255,29 @@ func (x *Index) orphan(pos wal.Position, e *Event) {
 	}
 }
 
-func (x *Index) declare(id uint32, name string, p Policy) *Queue {
-	if q := x.queues[id]; q != nil {
-		if q.Name != name {
-			// A queue number never changes its name; a log saying so was
-			// not written by this code.
-			return q
-		}
-		q.setPolicy(p)
-		return q
+func (x *Index) declare(id uint32, name string, p Policy) (*Queue, error) {
+	q := x.queues[id]
+	if q != nil && q.Name != name {
+		// A queue number never changes its name; a log saying so was not
+		// written by this code.
+		return nil, fmt.Errorf("%w: queue number %d is named %q, not %q", ErrBadEvent, id, q.Name, name)
 	}
-	q := newQueue(x, id, name, p)
+	if other := x.byName[name]; other != nil && other.ID != id {
+		// Two queue numbers under one name: the name can find only one,
+		// and a checkpoint holding both does not load. No log this code
+		// writes says so (a name is looked up before it is given a
+		// number).
+		return nil, fmt.Errorf("%w: queue %q is number %d, not %d", ErrBadEvent, name, other.ID, id)
+	}
+	if q != nil {
+		q.setPolicy(p)
+		return q, nil
+	}
+	q = newQueue(x, id, name, p)
 	x.maxQueue = max(x.maxQueue, id)
 	x.queues[id] = q
 	x.byName[name] = q
-	return q
+	return q, nil
 }
 
 // ApplyRecord decodes and applies the record at pos.
@@ -322,10 +324,14 @@ func (x *Index) PeekNextSeq() uint64 { return x.nextSeq.Load() }
 // safe for concurrent use.
 func (x *Index) NextSeq() uint64 { return x.nextSeq.Add(1) - 1 }
 
-// Declare declares (or re-declares with a new policy) queue id. The caller
+// Declare declares (or re-declares with a new policy) queue id. A queue
+// number keeps its name and a name its number for good: giving either
+// another is refused with ErrBadEvent, and nothing changes. The caller
 // holds whatever lock guards the queue table and, for a re-declaration, the
 // queue's own lock.
-func (x *Index) Declare(id uint32, name string, p Policy) *Queue { return x.declare(id, name, p) }
+func (x *Index) Declare(id uint32, name string, p Policy) (*Queue, error) {
+	return x.declare(id, name, p)
+}
 
 // Holds reports whether some queue holds message seq live (dead letters
 // included).

@@ -1,12 +1,15 @@
 package index
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -137,4 +140,92 @@ func TestAQueueNumberKeepsItsName(t *testing.T) {
 	q, err = x.Declare(1, "q", Policy{MaxDeliveries: 9})
 	require.NoError(t, err)
 	require.Equal(t, int64(9), q.Policy.MaxDeliveries)
+}
+
+// TestQueueNumbersStayBelowTheStreamBit: the table keeps the top bit of an
+// entry's queue field for the stream, so queue 1<<31|1 read its entries
+// back as queue 1's: queue 1 delivered the other queue's message, which
+// that queue lost, and the index called itself damaged. A number at or
+// past 2³¹ is refused wherever one enters: a declaration applied or made,
+// a message event, a decoded record, a checkpoint; and NextQueueID stops
+// below it.
+func TestQueueNumbersStayBelowTheStreamBit(t *testing.T) {
+	const big = 1<<31 | 1
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer x.Table.Close()
+	require.NoError(t, x.Apply(wal.MakePosition(1, 32), &Event{Kind: KindDeclare, Queue: 1, Name: "a"}))
+
+	err = x.Apply(wal.MakePosition(1, 40), &Event{Kind: KindDeclare, Queue: big, Name: "b"})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.ErrorContains(t, err, "2^31")
+	q, err := x.Declare(big, "b", Policy{})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.Nil(t, q)
+	require.Nil(t, x.Queue("b"))
+	for _, k := range []Kind{KindPublish, KindAck, KindEvict} {
+		err := x.Apply(wal.MakePosition(1, 64), &Event{Kind: k, Queue: big, Seq: 1, Time: 1, Payload: []byte("for b")})
+		require.ErrorIs(t, err, ErrBadEvent, "%s", k)
+	}
+	require.Zero(t, x.Orphans)
+	require.Equal(t, uint64(1), x.PeekNextSeq(), "a refused event took a sequence")
+	id, ok := x.NextQueueID()
+	require.True(t, ok)
+	require.Equal(t, uint32(2), id, "a refused event took a queue number")
+
+	// Queue a keeps its own message, through a flush of the table.
+	require.NoError(t, x.Apply(wal.MakePosition(1, 128), &Event{Kind: KindPublish, Queue: 1, Seq: 2, Time: 2, Payload: []byte("for a")}))
+	_, err = x.Snapshot(wal.MakePosition(1, 256), nil)
+	require.NoError(t, err)
+	_, err = x.Table.Flush(true)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), x.Queue("a").NextReady().Seq)
+	require.NoError(t, x.Damaged())
+
+	// The last number below the bit is handed out, then none.
+	require.NoError(t, x.Apply(0, &Event{Kind: KindAck, Queue: 1<<31 - 2, Seq: 9}))
+	id, ok = x.NextQueueID()
+	require.True(t, ok)
+	require.Equal(t, uint32(1<<31-1), id)
+	_, err = x.Declare(id, "last", Policy{})
+	require.NoError(t, err)
+	_, ok = x.NextQueueID()
+	require.False(t, ok)
+
+	for _, e := range []Event{
+		{Kind: KindDeclare, Queue: big, Name: "b"},
+		{Kind: KindPublish, Queue: big, Seq: 1},
+		{Kind: KindLease, Queue: 1 << 31, Seq: 1},
+		{Kind: KindEvict, Queue: math.MaxUint32},
+	} {
+		_, err := Decode(e.Append(nil))
+		require.ErrorIs(t, err, ErrBadEvent, "%s of queue %d", e.Kind, e.Queue)
+		require.ErrorContains(t, err, "2^31")
+	}
+}
+
+// TestACheckpointNamingAQueuePastTheStreamBitIsRefused: no store gives a
+// queue such a number; a checkpoint that holds one is damaged.
+func TestACheckpointNamingAQueuePastTheStreamBitIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1<<31 - 1, Name: "big"}))
+	checkpointAt(t, x, dir, wal.MakePosition(1, 200))
+	require.NoError(t, x.Table.Close())
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, y.Table.Close())
+
+	// 1<<31-1 and 1<<31|1 are both five bytes as uvarints.
+	was := append(binary.AppendUvarint(nil, 1<<31-1), "\x03big"...)
+	now := append(binary.AppendUvarint(nil, 1<<31|1), "\x03big"...)
+	rewriteCheckpoint(t, dir, func(body []byte) []byte {
+		require.Equal(t, 1, bytes.Count(body, was))
+		return bytes.Replace(body, was, now, 1)
+	})
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.ErrorContains(t, err, "2^31")
 }

@@ -447,7 +447,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 // decodeQueue reads a queue that Queue.encode wrote, checking it against
 // the sequences the checkpoint says were taken (below nextSeq).
 func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
-	id := d.u32()
+	id := d.queue()
 	name := d.string()
 	q := newQueue(x, id, name, d.policy())
 	q.cursor = d.uvarint()

@@ -45,5 +45,7 @@
 //	                    removed never hands out a sequence twice.
 //
 // seq is the message's sequence number, unique in the store and never
-// reused; queue is the number its declare event gave the queue.
+// reused; queue is the number its declare event gave the queue, below 2³¹
+// (the table keeps the top bit of an entry's queue field for the stream):
+// Decode refuses a larger one.
 package index

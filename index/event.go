@@ -150,12 +150,12 @@ func Decode(rec []byte) (Event, error) {
 		e.Seq = d.uvarint()
 		return e, d.finish(e.Kind)
 	case KindDeclare:
-		e.Queue = d.u32()
+		e.Queue = d.queue()
 		e.Name = d.string()
 		e.Policy = d.policy()
 		return e, d.finish(e.Kind)
 	case KindEvict:
-		e.Queue = d.u32()
+		e.Queue = d.queue()
 		e.Time = d.varint()
 		e.Window = d.varint()
 		return e, d.finish(e.Kind)
@@ -163,7 +163,7 @@ func Decode(rec []byte) (Event, error) {
 	default:
 		return e, fmt.Errorf("%w: unknown kind %d", ErrBadEvent, e.Kind)
 	}
-	e.Queue = d.u32()
+	e.Queue = d.queue()
 	e.Seq = d.uvarint()
 	switch e.Kind {
 	case KindPublish:
@@ -236,6 +236,16 @@ func (d *decoder) u32() uint32 {
 		return 0
 	}
 	return uint32(v)
+}
+
+// queue reads a queue number, which is below 2³¹.
+func (d *decoder) queue() uint32 {
+	v := d.u32()
+	if v > maxQueueID {
+		d.fail(fmt.Sprintf("queue number %d is not below 2^31", v))
+		return 0
+	}
+	return v
 }
 
 func (d *decoder) varint() int64 {

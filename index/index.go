@@ -211,6 +211,9 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		// took a stream message out of the stream and put it nowhere.
 		return fmt.Errorf("%w: event at %v: unknown kind %d", ErrBadEvent, pos, uint8(e.Kind))
 	}
+	if e.Queue > maxQueueID {
+		return fmt.Errorf("%w: %s event at %v: queue number %d is not below 2^31", ErrBadEvent, e.Kind, pos, e.Queue)
+	}
 	// Every sequence an event names was handed out: never again, even
 	// when the event is an orphan (its queue's declaration, or its
 	// publish and the mark before it, lost to salvage).
@@ -256,6 +259,11 @@ func (x *Index) orphan(pos wal.Position, e *Event) {
 }
 
 func (x *Index) declare(id uint32, name string, p Policy) (*Queue, error) {
+	if id > maxQueueID {
+		// Its entries' queue field would carry the stream bit: another
+		// queue's stream would take its messages.
+		return nil, fmt.Errorf("%w: queue %q: number %d is not below 2^31", ErrBadEvent, name, id)
+	}
 	q := x.queues[id]
 	if q != nil && q.Name != name {
 		// A queue number never changes its name; a log saying so was not
@@ -308,9 +316,10 @@ func (x *Index) Queues() []string {
 // every number the index has seen, not the count of queues plus one, which
 // after a salvage that lost a declaration (queue 1 gone, queue 2 kept) is a
 // number in use, so that the new queue's declaration would be taken as a
-// second name of that queue. ok is false when no number is left.
+// second name of that queue. Queue numbers are below 2³¹ (see the package
+// documentation); ok is false when no number is left below it.
 func (x *Index) NextQueueID() (id uint32, ok bool) {
-	if x.maxQueue == 1<<32-1 {
+	if x.maxQueue >= maxQueueID {
 		return 0, false
 	}
 	return x.maxQueue + 1, true
@@ -324,9 +333,10 @@ func (x *Index) PeekNextSeq() uint64 { return x.nextSeq.Load() }
 // safe for concurrent use.
 func (x *Index) NextSeq() uint64 { return x.nextSeq.Add(1) - 1 }
 
-// Declare declares (or re-declares with a new policy) queue id. A queue
-// number keeps its name and a name its number for good: giving either
-// another is refused with ErrBadEvent, and nothing changes. The caller
+// Declare declares (or re-declares with a new policy) queue id, which is
+// below 2³¹. A queue number keeps its name and a name its number for good:
+// giving either another, or a number out of range, is refused with
+// ErrBadEvent, and nothing changes. The caller
 // holds whatever lock guards the queue table and, for a re-declaration, the
 // queue's own lock.
 func (x *Index) Declare(id uint32, name string, p Policy) (*Queue, error) {

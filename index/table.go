@@ -44,6 +44,7 @@ const (
 	ChunkEntries = 1 << 16
 	chunkBytes   = EntrySize * ChunkEntries
 	streamBit    = 1 << 31
+	maxQueueID   = streamBit - 1 // the highest queue number: below the stream bit
 	chunkPrefix  = "tbl-"
 	chunkSuffix  = ".idx"
 )

@@ -229,3 +229,17 @@ func TestACheckpointNamingAQueuePastTheStreamBitIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrDamaged)
 	require.ErrorContains(t, err, "2^31")
 }
+
+// TestDeadLettersOfANonPositiveCountIsEmpty: a negative max sliced the
+// list to a negative length and panicked.
+func TestDeadLettersOfANonPositiveCountIsEmpty(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 1, Time: 20}))
+	for _, n := range []int{math.MinInt, -1, 0} {
+		require.Empty(t, q.DeadLetters(n), "max %d", n)
+	}
+	require.Len(t, q.DeadLetters(1), 1)
+	require.Len(t, q.DeadLetters(math.MaxInt), 1)
+}

@@ -588,8 +588,12 @@ func LeaseLive(m *Message, now int64) bool {
 	return m.State == Leased && !m.Lapsed && now < m.At
 }
 
-// DeadLetters returns up to max dead letters, oldest FailedAt first.
+// DeadLetters returns up to max dead letters, oldest FailedAt first: none
+// when max is not positive.
 func (q *Queue) DeadLetters(max int) []*Message {
+	if max <= 0 {
+		return nil
+	}
 	return q.dead[:min(max, len(q.dead))]
 }
 

@@ -84,7 +84,9 @@ func (q *Queue) commitInflightLocked() error {
 			return q.s.failure(err)
 		}
 		for i, e := range in.events {
-			q.iq.Commit(e.Seq, pos[in.skip+i])
+			if err := q.iq.Commit(e.Seq, pos[in.skip+i]); err != nil {
+				return q.s.failure(err)
+			}
 		}
 		delete(q.inflight, p)
 	}
@@ -332,7 +334,10 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	q.mu.Lock()
 	delete(q.inflight, pend)
 	for i, e := range events {
-		q.iq.Commit(e.Seq, pos[i])
+		if err := q.iq.Commit(e.Seq, pos[i]); err != nil {
+			q.mu.Unlock()
+			return nil, q.s.failure(err)
+		}
 	}
 	q.wakeLocked()
 	q.mu.Unlock()

@@ -243,3 +243,26 @@ func TestDeadLettersOfANonPositiveCountIsEmpty(t *testing.T) {
 	require.Len(t, q.DeadLetters(1), 1)
 	require.Len(t, q.DeadLetters(math.MaxInt), 1)
 }
+
+// TestACommitAtPositionZeroIsRefused: no record lives at position 0. A
+// commit there made the message Ready with no record to read, counted in
+// segment 0, and its ack never uncounted it: segment 0 stayed in use for
+// good. It is refused, and the message stays Pending until a real commit.
+func TestACommitAtPositionZeroIsRefused(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	_, err := q.Apply(0, pub(1, 1, ""))
+	require.NoError(t, err)
+	err = q.Commit(1, 0)
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.ErrorContains(t, err, "position 0")
+	require.Equal(t, Pending, q.Get(1).State)
+	require.Nil(t, q.NextReady())
+	require.Empty(t, x.SegmentUses())
+
+	require.NoError(t, q.Commit(1, wal.MakePosition(2, 64)))
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+	require.NoError(t, x.Apply(wal.MakePosition(2, 128), &Event{Kind: KindAck, Queue: 1, Seq: 1}))
+	require.Empty(t, x.SegmentUses())
+	require.Zero(t, q.Live())
+}

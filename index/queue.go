@@ -429,14 +429,22 @@ func byFailed(a, b *Message) int {
 }
 
 // Commit makes a Pending message Ready at pos, once its publish record is
-// in the log.
-func (q *Queue) Commit(seq uint64, pos wal.Position) {
+// in the log. A message that is not Pending (committed already, as a
+// checkpoint does for every queued publish) is left as it is. Position 0,
+// where no record lives, is refused with ErrBadEvent.
+func (q *Queue) Commit(seq uint64, pos wal.Position) error {
+	if pos == 0 {
+		// A message at 0 is the Pending one's mark: counted in segment 0
+		// by the commit and never uncounted by its ack.
+		return fmt.Errorf("%w: queue %s: commit of message %d at position 0, where no record lives", ErrBadEvent, q.Name, seq)
+	}
 	m := q.msgs[seq]
 	if m == nil || m.State != Pending {
-		return
+		return nil
 	}
 	q.detach(m)
 	q.commit(m, pos)
+	return nil
 }
 
 // Get returns the active message seq (pending, leased, delayed, dead or

@@ -266,3 +266,40 @@ func TestACommitAtPositionZeroIsRefused(t *testing.T) {
 	require.Empty(t, x.SegmentUses())
 	require.Zero(t, q.Live())
 }
+
+// TestEvictionComparesInstantsFarApartExactly: with a key enqueued at
+// MinInt64, now minus its instant overflowed to a negative number, never
+// past the window: that key and every key behind it were kept for good.
+// The converse overflow, a clock far behind a key, forgot it.
+func TestEvictionComparesInstantsFarApartExactly(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, math.MinInt64, "a")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 128), pub(2, 0, "b")))
+	require.True(t, q.EvictSeen(1_000_000, 10))
+	require.Zero(t, q.SeenCount())
+
+	y := declared(t)
+	r := y.Queue("q")
+	require.NoError(t, y.Apply(wal.MakePosition(1, 64), pub(1, math.MaxInt64, "a")))
+	require.NoError(t, y.Apply(wal.MakePosition(1, 128), &Event{Kind: KindEvict, Queue: 1, Time: math.MinInt64, Window: 0}))
+	require.Equal(t, 1, r.SeenCount(), "a key enqueued after the clock was forgotten")
+
+	for _, c := range []struct {
+		at, now, window int64
+		older           bool
+	}{
+		{0, 11, 10, true},
+		{0, 10, 10, false},
+		{math.MinInt64, math.MaxInt64, math.MaxInt64, true},
+		{math.MinInt64, math.MaxInt64, 0, true},
+		{math.MaxInt64, math.MinInt64, 0, false},
+		{math.MaxInt64, math.MinInt64, math.MinInt64, false},
+		{5, 0, -6, true},
+		{5, 0, -5, false},
+		{1, 0, math.MinInt64, true},
+		{0, 0, -1, true},
+	} {
+		require.Equal(t, c.older, olderThan(c.at, c.now, c.window), "%d - %d > %d", c.now, c.at, c.window)
+	}
+}

@@ -675,7 +675,7 @@ func (q *Queue) observeClock(now int64) {
 func (q *Queue) evict(now, window int64) bool {
 	q.observeClock(now)
 	evicted := false
-	for len(q.seenOrder) > 0 && now-q.seenOrder[0].enqueuedAt > window {
+	for len(q.seenOrder) > 0 && olderThan(q.seenOrder[0].enqueuedAt, now, window) {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
 			if cur.seg != 0 {
@@ -686,6 +686,19 @@ func (q *Queue) evict(now, window int64) bool {
 		}
 	}
 	return evicted
+}
+
+// olderThan reports whether now-at > window, exactly: the difference of
+// two instants far apart overflows an int64, and wrapped to a negative
+// one it kept the oldest key, and every key behind it, for good.
+func olderThan(at, now, window int64) bool {
+	if now >= at {
+		d := uint64(now) - uint64(at) // now-at, which fits in a uint64
+		return window < 0 || d > uint64(window)
+	}
+	// now-at is -d, below any window that is not negative.
+	d := uint64(at) - uint64(now)
+	return window < 0 && d < uint64(-(window+1))+1 // -d > window, that is d < -window
 }
 
 // SeenCount is the number of remembered dedup keys.

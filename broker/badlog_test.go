@@ -118,6 +118,31 @@ func TestARecordAtTheLastSequenceIsRefusedNotWrapped(t *testing.T) {
 	requireErrorIs(t, err, broker.Corrupt, "sequence")
 }
 
+// A log whose mark takes every sequence but the last few leaves none for a
+// publish: the index's counter wrapped, handing out 2^64-1 (which no open
+// reads back) and then 0, 1, ... again. The publish now fails, saying
+// why, and the store stays usable for what it holds.
+func TestAPublishPastTheLastSequenceIsRefusedNotWrapped(t *testing.T) {
+	dir := t.TempDir()
+	writeRawLog(t, dir, rawDeclare(1, "jobs"),
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: 1, Time: t0.UnixNano(), Payload: []byte("one")},
+		index.Event{Kind: index.KindMark, Seq: math.MaxUint64 - 1})
+	s, err := broker.Open(dir, broker.Options{Now: newFakeClock().Now, SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", policy())
+	require.NoError(t, err)
+	for range 2 {
+		m, err := q.Publish(ctx(t), []byte("new"))
+		requireErrorIs(t, err, index.ErrNoSequence, "jobs", "sequence")
+		require.Zero(t, m)
+	}
+	got, err := q.Receive(ctx(t), 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "one", string(got[0].Message.Payload))
+}
+
 // A publish record far ahead of the sequences before it (checksummed, so
 // read as intact) widened its queue's stream to 2^40 sequence numbers, and
 // the walk of the stream visited each one: the Receive after the first

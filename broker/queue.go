@@ -271,7 +271,12 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	}
 	total := 0
 	for i := range events {
-		events[i].Seq, events[i].Time = q.s.idx.NextSeq(), now
+		seq, err := q.s.idx.NextSeq()
+		if err != nil {
+			q.mu.Unlock()
+			return nil, fmt.Errorf("broker: queue %s: %w", q.name, err)
+		}
+		events[i].Seq, events[i].Time = seq, now
 		recs[i] = events[i].Restamp(recs[i])
 		total += segment.Size(len(recs[i]))
 	}

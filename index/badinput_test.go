@@ -303,3 +303,53 @@ func TestEvictionComparesInstantsFarApartExactly(t *testing.T) {
 		require.Equal(t, c.older, olderThan(c.at, c.now, c.window), "%d - %d > %d", c.now, c.at, c.window)
 	}
 }
+
+// TestNextSeqStopsAtTheLastSequence: after a mark of MaxUint64-1 the
+// counter handed out MaxUint64-1, then MaxUint64 (which Apply refuses),
+// then 0 and every sequence again. It stops, with ErrNoSequence, at the
+// last sequence whose next one a checkpoint can hold, and reserves
+// nothing.
+func TestNextSeqStopsAtTheLastSequence(t *testing.T) {
+	x := New()
+	require.NoError(t, x.Apply(0, &Event{Kind: KindMark, Seq: math.MaxUint64 - 2}))
+	seq, err := x.NextSeq()
+	require.NoError(t, err)
+	require.Equal(t, uint64(math.MaxUint64-2), seq)
+	for range 3 {
+		seq, err = x.NextSeq()
+		require.ErrorIs(t, err, ErrNoSequence)
+		require.Zero(t, seq)
+		require.Equal(t, uint64(math.MaxUint64-1), x.PeekNextSeq())
+	}
+
+	y := New()
+	require.NoError(t, y.Apply(0, &Event{Kind: KindMark, Seq: math.MaxUint64 - 1}))
+	_, err = y.NextSeq()
+	require.ErrorIs(t, err, ErrNoSequence)
+}
+
+// TestAMessageAtTheLastSequencesIsRefused: a publish of MaxUint64-1 was
+// applied, and made the next sequence MaxUint64: the checkpoint written
+// next said so, and Load refused it. The sequences past lastSeq are
+// refused, as MaxUint64 was; a checkpoint at the last one loads.
+func TestAMessageAtTheLastSequencesIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q"}))
+	for _, seq := range []uint64{math.MaxUint64 - 1, math.MaxUint64} {
+		err := x.Apply(wal.MakePosition(1, 40), &Event{Kind: KindPublish, Queue: 1, Seq: seq})
+		require.ErrorIs(t, err, ErrBadEvent, "seq %d", seq)
+		_, err = x.Queue("q").Apply(wal.MakePosition(1, 40), &Event{Kind: KindPublish, Queue: 1, Seq: seq})
+		require.ErrorIs(t, err, ErrBadEvent, "seq %d", seq)
+	}
+	require.Equal(t, uint64(1), x.PeekNextSeq())
+	require.NoError(t, x.Apply(wal.MakePosition(1, 40), &Event{Kind: KindPublish, Queue: 1, Seq: math.MaxUint64 - 2}))
+	require.Equal(t, uint64(math.MaxUint64-1), x.PeekNextSeq())
+	checkpointAt(t, x, dir, wal.MakePosition(1, 100))
+	require.NoError(t, x.Table.Close())
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, y.Table.Close())
+	require.Equal(t, uint64(math.MaxUint64-1), y.PeekNextSeq())
+}

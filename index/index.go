@@ -1,6 +1,7 @@
 package index
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -44,6 +45,16 @@ type Index struct {
 	// take it (see NextQueueID).
 	maxQueue uint32
 }
+
+// lastSeq is the highest message sequence. The next sequence past it,
+// MaxUint64-1, is the highest a mark or a checkpoint may hold: Apply and
+// Load refuse MaxUint64, past which the count would wrap to 0 and hand
+// every sequence out again.
+const lastSeq = math.MaxUint64 - 2
+
+// ErrNoSequence is returned by NextSeq once every message sequence is
+// taken. Check with errors.Is.
+var ErrNoSequence = errors.New("index: every message sequence is taken")
 
 // SegmentUse is what still needs one log segment: live messages (dead
 // letters included) whose publish record is there, their bytes, and dedup
@@ -223,9 +234,10 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		// can use.
 		return fmt.Errorf("%w: %s event at %v: message sequence 0", ErrBadEvent, e.Kind, pos)
 	}
-	if e.Seq == math.MaxUint64 {
-		// The next sequence would wrap to 0, and every ID be handed out
-		// again: no log this code writes gets there.
+	if e.Seq > lastSeq {
+		// The next sequence would be one Load refuses, or wrap to 0 and
+		// every ID be handed out again: no log this code writes gets
+		// there (NextSeq stops at lastSeq).
 		return fmt.Errorf("%w: %s event at %v: message sequence %d is out of range", ErrBadEvent, e.Kind, pos, e.Seq)
 	}
 	if e.Seq != 0 && e.Seq >= x.nextSeq.Load() {
@@ -329,9 +341,20 @@ func (x *Index) NextQueueID() (id uint32, ok bool) {
 // for concurrent use.
 func (x *Index) PeekNextSeq() uint64 { return x.nextSeq.Load() }
 
-// NextSeq reserves and returns the next message sequence number. It is
-// safe for concurrent use.
-func (x *Index) NextSeq() uint64 { return x.nextSeq.Add(1) - 1 }
+// NextSeq reserves and returns the next message sequence number. Once
+// every sequence is taken it returns ErrNoSequence, and reserves nothing.
+// It is safe for concurrent use.
+func (x *Index) NextSeq() (uint64, error) {
+	for {
+		n := x.nextSeq.Load()
+		if n > lastSeq {
+			return 0, fmt.Errorf("%w: the next would be %d", ErrNoSequence, n)
+		}
+		if x.nextSeq.CompareAndSwap(n, n+1) {
+			return n, nil
+		}
+	}
+}
 
 // Declare declares (or re-declares with a new policy) queue id, which is
 // below 2³¹. A queue number keeps its name and a name its number for good:

@@ -353,3 +353,52 @@ func TestAMessageAtTheLastSequencesIsRefused(t *testing.T) {
 	require.NoError(t, y.Table.Close())
 	require.Equal(t, uint64(math.MaxUint64-1), y.PeekNextSeq())
 }
+
+// TestATableInMemoryOnlySaysSoWhenAskedForFiles: New's table has no files.
+// A Flush of a detached entry, or a SyncDir, dereferenced its missing file
+// system; they fail, saying the table lives in memory only, and the
+// entries stay readable.
+func TestATableInMemoryOnlySaysSoWhenAskedForFiles(t *testing.T) {
+	x := New()
+	created, err := x.Table.Flush(true)
+	require.NoError(t, err, "nothing to flush")
+	require.Empty(t, created)
+
+	x.Table.Put(Entry{Seq: 1, Pos: wal.MakePosition(1, 40), Queue: 1})
+	x.Table.Detach()
+	for _, sync := range []bool{false, true} {
+		created, err = x.Table.Flush(sync)
+		require.ErrorContains(t, err, "memory only")
+		require.Empty(t, created)
+	}
+	e, ok, err := x.Table.Get(1)
+	require.NoError(t, err)
+	require.True(t, ok, "a failed flush lost the entry")
+	require.Equal(t, wal.MakePosition(1, 40), e.Pos)
+	require.ErrorContains(t, x.Table.SyncDir(), "memory only")
+}
+
+// TestTheZeroTableIsATableInMemory: a Put on the zero Table panicked
+// while it held the table's lock, so that the next call deadlocked. It
+// is an empty table in memory, like New's.
+func TestTheZeroTableIsATableInMemory(t *testing.T) {
+	var tb Table
+	tb.Put(Entry{Seq: 3, Pos: wal.MakePosition(1, 40), Queue: 1, Stream: true})
+	e, ok, err := tb.Get(3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, wal.MakePosition(1, 40), e.Pos)
+	seq, ok := tb.NextStream(1, 1, 10)
+	require.True(t, ok)
+	require.Equal(t, uint64(3), seq)
+	require.Equal(t, 1, tb.Unflushed())
+
+	var detached Table
+	detached.Detach()
+	_, err = detached.Flush(true)
+	require.NoError(t, err)
+	detached.Put(Entry{Seq: 1, Queue: 1, Pos: 1})
+	detached.Detach()
+	_, err = detached.Flush(true)
+	require.ErrorContains(t, err, "memory only")
+}

@@ -75,7 +75,10 @@ func (u *SegmentUse) cover(seq uint64) {
 	u.MaxSeq = max(u.MaxSeq, seq)
 }
 
-// New returns an empty index whose table lives in memory only.
+// New returns an empty index whose table lives in memory only: Put and Get
+// work, but it has no files, so a Flush of any entry and a SyncDir fail
+// (see Table), and no checkpoint can name its chunks. For tests and tools
+// that replay without writing.
 func New() *Index {
 	return NewWithTable(&Table{chunks: map[uint64]*chunk{}, overlay: newEntrySet(), dirty: map[uint64]bool{}})
 }

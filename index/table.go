@@ -114,17 +114,27 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 // Table is the entry table of one store. It is safe for concurrent use;
 // only the checkpointer (one goroutine at a time) calls Flush, and so only
 // it writes the files.
+//
+// A Table that OpenTable did not make (New's, or the zero Table) has no
+// files: it holds its entries in memory, and a Flush of any entry, or a
+// SyncDir, fails saying so.
 type Table struct {
-	fs  vfs.FS
+	fs  vfs.FS // nil: the table lives in memory only
 	dir string
 
 	// mu guards every field below. Readers hold it shared while they read a
 	// mapped chunk, so a chunk is unmapped only under the exclusive lock.
 	mu       sync.RWMutex
 	chunks   map[uint64]*chunk
-	overlay  *entrySet       // entries not yet flushed
+	overlay  *entrySet       // entries not yet flushed; nil (the zero Table) reads as empty
 	flushing *entrySet       // entries being flushed, until they are in the files; nil when none
 	dirty    map[uint64]bool // chunks written since their last fdatasync
+}
+
+// errMemoryOnly is the failure of a Table without files to do what needs
+// them.
+func errMemoryOnly(what string) error {
+	return fmt.Errorf("index: %s: the table lives in memory only (it was not opened with OpenTable)", what)
 }
 
 type chunk struct {
@@ -294,6 +304,9 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
 // Put records e, in memory until the next Flush.
 func (t *Table) Put(e Entry) {
 	t.mu.Lock()
+	if t.overlay == nil {
+		t.overlay = newEntrySet() // the zero Table
+	}
 	t.overlay.put(e)
 	t.mu.Unlock()
 }
@@ -311,6 +324,9 @@ func (t *Table) Unflushed() int {
 func (t *Table) Detach() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.overlay == nil {
+		t.overlay = newEntrySet() // the zero Table
+	}
 	if t.flushing != nil {
 		// A flush that failed: keep what it did not write, behind the
 		// newer entries.
@@ -323,11 +339,18 @@ func (t *Table) Detach() {
 // Flush writes the detached entries to their chunk files (creating those
 // that are missing) and, when sync is set, fdatasyncs every chunk written
 // since its last sync and the directory. It returns the chunks that were
-// created.
+// created. A table in memory only flushes nothing: with entries detached,
+// it fails and keeps them.
 func (t *Table) Flush(sync bool) ([]uint64, error) {
 	t.mu.RLock()
 	pending := t.flushing
 	t.mu.RUnlock()
+	if t.fs == nil {
+		if n := pending.len(); n > 0 {
+			return nil, errMemoryOnly(fmt.Sprintf("flush of %d entries", n))
+		}
+		return nil, nil
+	}
 	var created []uint64
 	var buf []byte
 	// The entries come in order, in runs of consecutive sequences within
@@ -433,7 +456,12 @@ func (t *Table) Remove(n uint64) error {
 }
 
 // SyncDir makes removals durable.
-func (t *Table) SyncDir() error { return t.fs.SyncDir(t.dir) }
+func (t *Table) SyncDir() error {
+	if t.fs == nil {
+		return errMemoryOnly("sync of the directory")
+	}
+	return t.fs.SyncDir(t.dir)
+}
 
 // Bytes is the size of the chunk files.
 func (t *Table) Bytes() int64 {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -401,4 +403,32 @@ func TestTheZeroTableIsATableInMemory(t *testing.T) {
 	detached.Detach()
 	_, err = detached.Flush(true)
 	require.ErrorContains(t, err, "memory only")
+}
+
+// TestAClosedTableSaysItIsClosed: after Close, Get reported every entry
+// absent (no error), and Flush failed with an unexplained "file exists"
+// (it tried to create a chunk file it had closed). Both, and Remove and
+// SyncDir, fail with ErrClosed.
+func TestAClosedTableSaysItIsClosed(t *testing.T) {
+	dir := t.TempDir()
+	tb, err := OpenTable(vfs.Default, dir, nil)
+	require.NoError(t, err)
+	tb.Put(Entry{Seq: 5, Pos: wal.MakePosition(1, 40), Queue: 1, Stream: true})
+	tb.Detach()
+	_, err = tb.Flush(true)
+	require.NoError(t, err)
+	require.NoError(t, tb.Close())
+	require.NoError(t, tb.Close(), "closing again")
+
+	_, ok, err := tb.Get(5)
+	require.ErrorIs(t, err, ErrClosed)
+	require.False(t, ok)
+	tb.Put(Entry{Seq: 6, Pos: wal.MakePosition(1, 80), Queue: 1})
+	tb.Detach()
+	_, err = tb.Flush(true)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, tb.Remove(0), ErrClosed)
+	require.ErrorIs(t, tb.SyncDir(), ErrClosed)
+	_, err = os.Stat(filepath.Join(dir, chunkName(0)))
+	require.NoError(t, err, "a closed table's Remove removed the file")
 }

@@ -111,6 +111,10 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 	}, true, nil
 }
 
+// ErrClosed is returned by a Table's Get, Flush, Remove and SyncDir once
+// Close has been called. Check with errors.Is.
+var ErrClosed = errors.New("index: table closed")
+
 // Table is the entry table of one store. It is safe for concurrent use;
 // only the checkpointer (one goroutine at a time) calls Flush, and so only
 // it writes the files.
@@ -129,6 +133,7 @@ type Table struct {
 	overlay  *entrySet       // entries not yet flushed; nil (the zero Table) reads as empty
 	flushing *entrySet       // entries being flushed, until they are in the files; nil when none
 	dirty    map[uint64]bool // chunks written since their last fdatasync
+	closed   bool            // Close was called: the files are unmapped and closed
 }
 
 // errMemoryOnly is the failure of a Table without files to do what needs
@@ -226,6 +231,10 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 func (t *Table) Get(seq uint64) (Entry, bool, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if t.closed {
+		// Its files are closed: an entry there would read as absent.
+		return Entry{}, false, fmt.Errorf("index: entry of message %d: %w", seq, ErrClosed)
+	}
 	if e, ok := t.overlay.get(seq); ok {
 		return e, true, nil
 	}
@@ -343,8 +352,11 @@ func (t *Table) Detach() {
 // it fails and keeps them.
 func (t *Table) Flush(sync bool) ([]uint64, error) {
 	t.mu.RLock()
-	pending := t.flushing
+	pending, closed := t.flushing, t.closed
 	t.mu.RUnlock()
+	if closed {
+		return nil, fmt.Errorf("index: flush: %w", ErrClosed)
+	}
 	if t.fs == nil {
 		if n := pending.len(); n > 0 {
 			return nil, errMemoryOnly(fmt.Sprintf("flush of %d entries", n))
@@ -444,6 +456,10 @@ func (t *Table) Chunks() []uint64 {
 // SyncDir of the table's directory (Flush with sync, or SyncDir).
 func (t *Table) Remove(n uint64) error {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return fmt.Errorf("index: remove %s: %w", chunkName(n), ErrClosed)
+	}
 	c := t.chunks[n]
 	delete(t.chunks, n)
 	delete(t.dirty, n)
@@ -457,6 +473,12 @@ func (t *Table) Remove(n uint64) error {
 
 // SyncDir makes removals durable.
 func (t *Table) SyncDir() error {
+	t.mu.RLock()
+	closed := t.closed
+	t.mu.RUnlock()
+	if closed {
+		return fmt.Errorf("index: sync %s: %w", t.dir, ErrClosed)
+	}
 	if t.fs == nil {
 		return errMemoryOnly("sync of the directory")
 	}
@@ -471,9 +493,12 @@ func (t *Table) Bytes() int64 {
 }
 
 // Close unmaps and closes every chunk file. Entries not flushed are lost.
+// After it, Get, Flush, Remove and SyncDir fail with ErrClosed; closing
+// again does nothing.
 func (t *Table) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
 	var err error
 	for n, c := range t.chunks {
 		err = errors.Join(err, c.m.Unmap(), c.f.Close())

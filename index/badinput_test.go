@@ -432,3 +432,93 @@ func TestAClosedTableSaysItIsClosed(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, chunkName(0)))
 	require.NoError(t, err, "a closed table's Remove removed the file")
 }
+
+// checkpointFile returns dir's checkpoint file, to tell whether a refused
+// write left it as it was.
+func checkpointFile(t *testing.T, dir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, checkpointName))
+	require.NoError(t, err)
+	return b
+}
+
+// goodCheckpoint writes a checkpoint of one queue and one message to dir,
+// and returns the index, whose table stays open.
+func goodCheckpoint(t *testing.T, dir string) *Index {
+	t.Helper()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = x.Table.Close() })
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q"}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	checkpointAt(t, x, dir, wal.MakePosition(1, 200))
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, y.Table.Close())
+	return x
+}
+
+// TestAWriteThatLoadWouldRefuseIsRefused: each of these reported success
+// and left a checkpoint Load refused (so the next open rebuilt from the
+// whole log), in place of a good one. Each is refused, and the good
+// checkpoint stays.
+func TestAWriteThatLoadWouldRefuseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x := goodCheckpoint(t, dir)
+	good := checkpointFile(t, dir)
+	chunks := x.Table.Chunks()
+
+	x.Table.Put(Entry{Seq: 1, Pos: wal.MakePosition(1, 100), Queue: 1, Stream: true, Size: 22})
+	for _, sealed := range []map[uint32]int{{1: -1}, {1: 1 << 33}, {1: 1 << 32}} {
+		snap, err := x.Snapshot(wal.MakePosition(2, 64), sealed)
+		require.ErrorContains(t, err, "offset", "sealed %v", sealed)
+		require.Nil(t, snap)
+		require.Equal(t, 1, x.Table.Unflushed(), "a refused snapshot detached the table's entries")
+	}
+	snap, err := x.Snapshot(wal.MakePosition(2, 64), map[uint32]int{1: math.MaxUint32})
+	require.NoError(t, err, "the largest offset")
+
+	for name, c := range map[string]struct {
+		snap   *Snapshot
+		chunks []uint64
+		says   string
+	}{
+		"nil":            {nil, nil, "nil snapshot"},
+		"zero":           {&Snapshot{}, nil, "Index.Snapshot"},
+		"next 0":         {&Snapshot{NextSeq: 0, body: snap.body, taken: snap.taken}, chunks, "next sequence 0"},
+		"next MaxUint64": {&Snapshot{NextSeq: math.MaxUint64, body: snap.body, taken: snap.taken}, chunks, "out of range"},
+		"next lowered":   {&Snapshot{NextSeq: 1, body: snap.body, taken: snap.taken}, chunks, "below"},
+		"a chunk twice":  {snap, []uint64{0, 0}, "named twice"},
+		"chunks 0, 1, 0": {snap, []uint64{0, 1, 0}, "named twice"},
+	} {
+		err := WriteCheckpoint(vfs.Default, dir, c.snap, c.chunks)
+		require.ErrorContains(t, err, c.says, name)
+		require.Equal(t, good, checkpointFile(t, dir), "%s: the checkpoint in place changed", name)
+	}
+	raised := *snap
+	raised.NextSeq += 1000
+	require.NoError(t, WriteCheckpoint(vfs.Default, dir, &raised, chunks), "a raised next sequence")
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, y.Table.Close())
+}
+
+// TestASecretOfTheWrongLengthIsRefused: a meta event's secret of 3 bytes
+// was applied, and the next checkpoint held it: Load refuses any secret
+// but one of SecretSize bytes. The event is refused, and so is a snapshot
+// of an index whose secret was set to such a length.
+func TestASecretOfTheWrongLengthIsRefused(t *testing.T) {
+	x := declared(t)
+	for _, secret := range [][]byte{nil, []byte("abc"), make([]byte, SecretSize+1)} {
+		err := x.Apply(wal.MakePosition(1, 10), &Event{Kind: KindMeta, Secret: secret})
+		require.ErrorIs(t, err, ErrBadEvent, "%d bytes", len(secret))
+		require.ErrorContains(t, err, "secret")
+		require.Nil(t, x.Secret)
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 10), &Event{Kind: KindMeta, Secret: make([]byte, SecretSize)}))
+	require.Len(t, x.Secret, SecretSize)
+
+	x.Secret = []byte("abc")
+	_, err := x.Snapshot(wal.MakePosition(1, 100), nil)
+	require.ErrorContains(t, err, "secret of 3 bytes")
+}

@@ -51,8 +51,12 @@ var checkpointMagic = [8]byte{'W', 'A', 'L', 'B', 'C', 'K', 'P', 0}
 // nothing changes it (see Index.Snapshot).
 type Snapshot struct {
 	LogPos  wal.Position
-	NextSeq uint64
+	NextSeq uint64 // may be raised (sequences reserved since), never lowered
 	body    []byte
+	// taken is the next sequence when the snapshot was taken: every
+	// message it holds is below it, so a lower NextSeq makes a checkpoint
+	// Load refuses.
+	taken uint64
 }
 
 // Size is the size of the checkpoint file the snapshot makes, give or take
@@ -72,8 +76,19 @@ func (s *Snapshot) FileSize(chunks []uint64) int64 {
 // Snapshot encodes the whole index as of logPos, which must be the end of
 // the log with every event before it applied and none after, and detaches
 // the table's unflushed entries for the Flush that writes them. No queue
-// may hold a Pending message.
+// may hold a Pending message. sealed maps each sealed log segment to the
+// offset past its seal, which fits in 32 bits. What a checkpoint could not
+// hold (an offset out of range, a secret of another length than
+// SecretSize) is refused, and nothing is detached.
 func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot, error) {
+	for seg, off := range sealed {
+		if off < 0 || uint64(off) > math.MaxUint32 {
+			return nil, fmt.Errorf("index: snapshot: segment %d sealed at offset %d, outside [0, 2^32)", seg, off)
+		}
+	}
+	if len(x.Secret) != 0 && len(x.Secret) != SecretSize {
+		return nil, fmt.Errorf("index: snapshot: secret of %d bytes, want %d", len(x.Secret), SecretSize)
+	}
 	var e encoder
 	segs := slices.Sorted(maps.Keys(sealed))
 	e.uvarint(uint64(len(segs)))
@@ -112,7 +127,8 @@ func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot,
 		}
 	}
 	x.Table.Detach()
-	return &Snapshot{LogPos: logPos, NextSeq: x.nextSeq.Load(), body: e.b}, nil
+	next := x.nextSeq.Load()
+	return &Snapshot{LogPos: logPos, NextSeq: next, body: e.b, taken: next}, nil
 }
 
 // encode appends the queue to a checkpoint's body: its declaration, its
@@ -177,8 +193,15 @@ func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *encoder) string(s string)  { e.b = appendString(e.b, s) }
 
 // WriteCheckpoint makes snap, with the chunk files it needs, the directory's
-// checkpoint. The table must have been flushed (with sync) first.
+// checkpoint. The table must have been flushed (with sync) first. A
+// checkpoint Load would refuse is not written, and the one in place is
+// kept: a snapshot Index.Snapshot did not make (a zero Snapshot), a
+// NextSeq lowered below the snapshot's or out of range, a chunk named
+// twice.
 func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) error {
+	if err := snap.check(chunks); err != nil {
+		return fmt.Errorf("index: checkpoint: %w", err)
+	}
 	body := slices.Clip(snap.body)
 	body = binary.AppendUvarint(body, uint64(len(chunks)))
 	for _, c := range chunks {
@@ -217,6 +240,31 @@ func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) err
 	}
 	if err := fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("index: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// check refuses a checkpoint of snap and chunks that Load would refuse.
+func (s *Snapshot) check(chunks []uint64) error {
+	switch {
+	case s == nil:
+		return errors.New("nil snapshot")
+	case len(s.body) == 0:
+		return errors.New("the snapshot was not made by Index.Snapshot")
+	case s.NextSeq == 0 || s.NextSeq == math.MaxUint64:
+		return fmt.Errorf("next sequence %d is out of range", s.NextSeq)
+	case s.NextSeq < s.taken:
+		return fmt.Errorf("next sequence %d is below %d, which the snapshot's messages reach", s.NextSeq, s.taken)
+	}
+	if n := s.FileSize(chunks); n > maxCheckpointBytes {
+		return fmt.Errorf("%d bytes, more than a checkpoint may hold (%d)", n, int64(maxCheckpointBytes))
+	}
+	seen := make(map[uint64]bool, len(chunks))
+	for _, c := range chunks {
+		if seen[c] {
+			return fmt.Errorf("table file %d named twice", c)
+		}
+		seen[c] = true
 	}
 	return nil
 }

@@ -202,6 +202,11 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 	}
 	switch e.Kind {
 	case KindMeta:
+		if len(e.Secret) != SecretSize {
+			// Decode gives exactly SecretSize bytes, and Load refuses a
+			// checkpoint holding any other length.
+			return fmt.Errorf("%w: meta event at %v: secret of %d bytes, want %d", ErrBadEvent, pos, len(e.Secret), SecretSize)
+		}
 		x.Secret = append([]byte(nil), e.Secret...)
 		return nil
 	case KindDeclare:

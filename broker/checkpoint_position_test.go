@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,33 @@ func receiveAll(t *testing.T, q *broker.Queue) []broker.DeliveryValue {
 	}
 	require.Len(t, all, ready)
 	return all
+}
+
+// TestACheckpointWhoseMarkerCannotBeReadIsNotTrusted: when the index
+// directory's SUSPECT marker cannot be looked for (an I/O error, not its
+// absence), the store cannot tell whether it found damage after its last
+// checkpoint. It used to trust the checkpoint, and skip verifying the log
+// it covered; it now rebuilds the index from the log, which is always
+// safe, and every message is still there.
+func TestACheckpointWhoseMarkerCannotBeReadIsNotTrusted(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS = ffs })
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "one")
+	mustPublish(t, q, "two")
+	e.close() // with a checkpoint
+
+	e.open()
+	require.False(t, e.s.Recovery().IndexRebuilt, "the store starts from its checkpoint")
+	e.close()
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "SUSPECT", Err: syscall.EIO})
+	e.open()
+	require.NotZero(t, ffs.Injected(vfs.OpOpen))
+	require.True(t, e.s.Recovery().IndexRebuilt, "a checkpoint that may be suspect was trusted")
+	var got []string
+	for _, d := range receiveAll(t, e.queue("jobs", policy())) {
+		got = append(got, string(d.Message.Payload))
+	}
+	require.ElementsMatch(t, []string{"one", "two"}, got)
 }

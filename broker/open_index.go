@@ -85,7 +85,8 @@ func (s *Store) openIndex() (int, error) {
 func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
 	fs := s.opts.fs()
 	// A store that found damage while running marked its checkpoint
-	// suspect: it is consulted, never trusted, and the state rebuilt.
+	// suspect: it is consulted, never trusted, and the state rebuilt. So
+	// is a checkpoint whose mark cannot be looked for (index.Suspect).
 	suspect := index.Suspect(fs, s.indexDir())
 	x, from, err = index.Load(fs, s.indexDir())
 	if err == nil {
@@ -101,7 +102,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
 			_ = x.Table.Close()
-			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it", index.ErrDamaged)
+			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it (or cannot tell whether it did)", index.ErrDamaged)
 		} else if end := s.log.End(); from > end && !s.opts.Salvage {
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.

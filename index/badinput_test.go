@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -521,4 +522,32 @@ func TestASecretOfTheWrongLengthIsRefused(t *testing.T) {
 	x.Secret = []byte("abc")
 	_, err := x.Snapshot(wal.MakePosition(1, 100), nil)
 	require.ErrorContains(t, err, "secret of 3 bytes")
+}
+
+// TestAMarkerThatCannotBeReadMakesTheCheckpointSuspect: an error opening
+// a marker (other than its absence) read as "not suspect", so LogHints
+// gave wal.Open the hints of a checkpoint marked suspect, and its records
+// went unverified. A store that cannot tell treats the checkpoint as
+// suspect: a rebuild from the log is always safe.
+func TestAMarkerThatCannotBeReadMakesTheCheckpointSuspect(t *testing.T) {
+	for _, marker := range []string{suspectName, writingName} {
+		for _, marked := range []bool{true, false} {
+			dir := t.TempDir()
+			goodCheckpoint(t, dir)
+			if marked && marker == suspectName {
+				require.NoError(t, MarkSuspect(vfs.Default, dir))
+			} else if marked {
+				require.NoError(t, BeginCheckpoint(vfs.Default, dir))
+			}
+			ffs := vfs.NewFaultFS(vfs.Default)
+			ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: marker, Err: syscall.EIO})
+			require.True(t, Suspect(ffs, dir), "%s marked %v, unreadable", marker, marked)
+			sealed, pos := LogHints(ffs, dir)
+			require.Nil(t, sealed, "%s marked %v, unreadable", marker, marked)
+			require.Zero(t, pos)
+			require.NotZero(t, ffs.Injected(vfs.OpOpen))
+		}
+	}
+	// Absent markers are no suspicion, even in a directory that is gone.
+	require.False(t, Suspect(vfs.Default, filepath.Join(t.TempDir(), "gone")))
 }

@@ -366,8 +366,8 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 // the sealed segments with the offset past each one's seal
 // (wal.Options.Sealed), and the log position the checkpoint reflects,
 // before which every record was verified (wal.Options.Verified). Without a
-// usable checkpoint, or with one marked suspect, it returns nothing. It
-// only reads.
+// usable checkpoint, or with one marked suspect or that cannot be told not
+// to be (see Suspect), it returns nothing. It only reads.
 func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
 	if Suspect(fs, dir) {
 		return nil, 0

@@ -67,11 +67,17 @@ const writingName = "CHECKPOINTING"
 
 // Suspect reports whether MarkSuspect marked dir and nothing cleared it,
 // or a checkpoint began writing there (BeginCheckpoint) and did not end.
+// When it cannot tell — looking for a marker fails other than by finding
+// none — it reports true: a checkpoint wrongly suspected costs a rebuild
+// from the log, one wrongly trusted costs what the damage took.
 func Suspect(fs vfs.FS, dir string) bool {
 	for _, name := range []string{suspectName, writingName} {
 		f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDONLY, 0)
 		if err == nil {
 			_ = f.Close()
+			return true
+		}
+		if !errors.Is(err, os.ErrNotExist) {
 			return true
 		}
 	}

@@ -551,3 +551,28 @@ func TestAMarkerThatCannotBeReadMakesTheCheckpointSuspect(t *testing.T) {
 	// Absent markers are no suspicion, even in a directory that is gone.
 	require.False(t, Suspect(vfs.Default, filepath.Join(t.TempDir(), "gone")))
 }
+
+// TestACheckpointThatDoesNotReadIsDamaged: a directory named checkpoint
+// opened, failed to read, and Load returned the bare read error, neither
+// of the two its doc promised. A checkpoint that opens but does not read
+// is ErrDamaged, wrapping the cause.
+func TestACheckpointThatDoesNotReadIsDamaged(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, checkpointName), 0o700))
+	_, _, err := Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.ErrorIs(t, err, syscall.EISDIR)
+	require.ErrorContains(t, err, checkpointName)
+
+	dir = t.TempDir()
+	goodCheckpoint(t, dir)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRead, NameContains: checkpointName, Err: syscall.EIO})
+	_, _, err = Load(ffs, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.ErrorIs(t, err, syscall.EIO)
+
+	_, _, err = Load(vfs.Default, t.TempDir())
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.NotErrorIs(t, err, ErrDamaged)
+}

@@ -326,9 +326,14 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 	damaged := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
 	}
+	// A checkpoint that opens but does not read (a directory in its place,
+	// an I/O error) is no more usable than one that fails its checks.
+	unreadable := func(err error) error {
+		return fmt.Errorf("%w: %s: %w", ErrDamaged, filepath.Join(dir, checkpointName), err)
+	}
 	size, err := f.Size()
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, unreadable(err)
 	}
 	// The header first: a file that is not a checkpoint, or whose length
 	// disagrees with its header, costs no buffer of its size.
@@ -337,7 +342,7 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 		return 0, 0, nil, damaged("no checkpoint header")
 	}
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, unreadable(err)
 	}
 	if [8]byte(hdr[:8]) != checkpointMagic {
 		return 0, 0, nil, damaged("no checkpoint header")
@@ -353,7 +358,7 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 	}
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, unreadable(err)
 	}
 	body := data[checkpointHeader:]
 	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
@@ -406,8 +411,12 @@ func (d *decoder) sealed() map[uint32]int {
 
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
-// that fails any check (checksum, bounds, a chunk file missing or of the
-// wrong size) is ErrDamaged. Either way the caller rebuilds from the log.
+// that opens but cannot be read (a directory in its place, an I/O error,
+// which the error also wraps) or fails any check (checksum, bounds, a
+// chunk file missing or of the wrong size) is ErrDamaged. Any other error
+// (the checkpoint, the directory or a chunk file does not open) is
+// returned as it is. Whatever the error, the caller may rebuild from the
+// log, which is the source of truth.
 func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	logPos, nextSeq, body, err := readCheckpoint(fs, dir)
 	if err != nil {

@@ -576,3 +576,15 @@ func TestACheckpointThatDoesNotReadIsDamaged(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.NotErrorIs(t, err, ErrDamaged)
 }
+
+// TestNoMessageHoldsNoLease: LeaseLive of a nil message (a Get that found
+// none) panicked.
+func TestNoMessageHoldsNoLease(t *testing.T) {
+	require.False(t, LeaseLive(nil, 0))
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50}))
+	require.True(t, LeaseLive(q.Get(1), 49))
+	require.False(t, LeaseLive(q.Get(2), 49))
+}

@@ -593,8 +593,9 @@ func (q *Queue) Active() int { return len(q.msgs) }
 
 // LeaseLive reports whether m's lease is held at now: m is Leased, its
 // lease has not lapsed (at At exactly, it has), and no Promote saw it lapse.
+// No message (nil) holds no lease.
 func LeaseLive(m *Message, now int64) bool {
-	return m.State == Leased && !m.Lapsed && now < m.At
+	return m != nil && m.State == Leased && !m.Lapsed && now < m.At
 }
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first: none

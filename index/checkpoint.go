@@ -197,7 +197,7 @@ func (e *encoder) string(s string)  { e.b = appendString(e.b, s) }
 // checkpoint Load would refuse is not written, and the one in place is
 // kept: a snapshot Index.Snapshot did not make (a zero Snapshot), a
 // NextSeq lowered below the snapshot's or out of range, a chunk named
-// twice.
+// twice, a file larger than Load reads.
 func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) error {
 	if err := snap.check(chunks); err != nil {
 		return fmt.Errorf("index: checkpoint: %w", err)

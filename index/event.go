@@ -44,8 +44,7 @@ const SecretSize = 32
 // ErrBadEvent is returned by Decode for a record that is not a well-formed
 // event, and by Apply, Queue.Apply, Queue.Commit and Declare for an event
 // (or a declaration, or a position) that no log this code writes holds;
-// those change nothing.
-// Check with errors.Is.
+// those change nothing. Check with errors.Is.
 var ErrBadEvent = errors.New("index: malformed event")
 
 // Event is one state change. Which fields mean something depends on Kind

@@ -193,9 +193,9 @@ func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 
 // Apply applies one event found at pos. Message events for a queue the index
 // does not know are counted as orphans, not refused. An event no log this
-// code writes holds (an unknown kind, a sequence out of range, a queue
-// number given a second name) is refused with ErrBadEvent, and the index
-// is left as it was.
+// code writes holds (an unknown kind, a sequence or queue number out of
+// range, a secret not SecretSize bytes long, a queue number given a second
+// name) is refused with ErrBadEvent, and the index is left as it was.
 func (x *Index) Apply(pos wal.Position, e *Event) error {
 	if e == nil {
 		return fmt.Errorf("%w: nil event at %v", ErrBadEvent, pos)
@@ -367,9 +367,8 @@ func (x *Index) NextSeq() (uint64, error) {
 // Declare declares (or re-declares with a new policy) queue id, which is
 // below 2³¹. A queue number keeps its name and a name its number for good:
 // giving either another, or a number out of range, is refused with
-// ErrBadEvent, and nothing changes. The caller
-// holds whatever lock guards the queue table and, for a re-declaration, the
-// queue's own lock.
+// ErrBadEvent, and nothing changes. The caller holds whatever lock guards
+// the queue table and, for a re-declaration, the queue's own lock.
 func (x *Index) Declare(id uint32, name string, p Policy) (*Queue, error) {
 	return x.declare(id, name, p)
 }

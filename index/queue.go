@@ -435,8 +435,9 @@ func byFailed(a, b *Message) int {
 // where no record lives, is refused with ErrBadEvent.
 func (q *Queue) Commit(seq uint64, pos wal.Position) error {
 	if pos == 0 {
-		// A message at 0 is the Pending one's mark: counted in segment 0
-		// by the commit and never uncounted by its ack.
+		// Position 0 is what makes a publish Pending (see Apply):
+		// committed there, the message was counted in segment 0, and its
+		// ack, taking it for Pending, never uncounted it.
 		return fmt.Errorf("%w: queue %s: commit of message %d at position 0, where no record lives", ErrBadEvent, q.Name, seq)
 	}
 	m := q.msgs[seq]

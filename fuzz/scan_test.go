@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -144,6 +145,14 @@ func FuzzSegmentScan(f *testing.F) {
 		}
 		data, own := scanInput(program, junk, seq, flags)
 		orig := bytes.Clone(data)
+		if len(data) < segment.HeaderSize {
+			// Not a segment file: refused, for want of a header.
+			for _, salvage := range []bool{false, true} {
+				_, err := scanFrom(data, seq, segment.HeaderSize, salvage)
+				require.ErrorIs(t, err, fs.ErrInvalid)
+			}
+			return
+		}
 
 		plain, err := scanFrom(data, seq, segment.HeaderSize, false)
 		require.NoError(t, err)
@@ -175,9 +184,6 @@ func FuzzSegmentScan(f *testing.F) {
 			requireExpectedScan(t, data, seq, own, true, salv)
 		}
 
-		if len(data) < segment.HeaderSize {
-			return // not a segment file: nothing below applies
-		}
 		end := plain.r.End
 
 		// The valid prefix alone, with zeros after it, scans to the same
@@ -247,10 +253,8 @@ func errText(err error) string {
 func checkScan(t *testing.T, data []byte, seq uint32, from int, s scanned) {
 	t.Helper()
 	r := s.r
-	if len(data) >= segment.HeaderSize {
-		require.GreaterOrEqual(t, r.End, segment.HeaderSize, "End before the header's end")
-		require.LessOrEqual(t, r.End, len(data), "End past the data")
-	}
+	require.GreaterOrEqual(t, r.End, segment.HeaderSize, "End before the header's end")
+	require.LessOrEqual(t, r.End, len(data), "End past the data")
 	require.Equal(t, len(s.frames), r.Records, "Records counts otherwise than the callback")
 	inGroup := false
 	for i, fr := range s.frames {

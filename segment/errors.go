@@ -4,6 +4,10 @@ import "errors"
 
 // Errors returned by this package. Each is wrapped with the file name and
 // byte offset where that makes sense; check with errors.Is.
+//
+// Beside them, an argument a function cannot act on (an offset outside the
+// data, a nil function) is refused, before anything is done, with an error
+// that says which argument and wraps [io/fs.ErrInvalid].
 var (
 	// ErrBadHeader is returned by Open when the file header's magic,
 	// version, sequence or checksum does not verify.

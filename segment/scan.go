@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 // EndKind says how the valid prefix of a segment ends.
@@ -80,7 +81,14 @@ func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, 
 // ScanFrom is Scan starting at offset from, which must be where a group
 // (or the seal) starts or where the valid prefix ends: what lies before it
 // is taken as valid, unread.
+//
+// Scan and ScanFrom refuse, with an error wrapping [fs.ErrInvalid] and
+// without calling fn, data shorter than the header, a from before the
+// header's end or past the data, and a nil fn.
 func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) error) (Report, error) {
+	if err := checkScan(data, from, fn); err != nil {
+		return Report{}, err
+	}
 	r := Report{End: from}
 	var group []Frame
 	off := from
@@ -145,8 +153,30 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 
 // Resume returns the offset of the first valid frame of segment seq at or
 // after from that may start the log again (one that opens a group, a
-// padding or a seal), for salvage to step over what lies before it.
-func Resume(data []byte, seq uint32, from int) (int, bool) { return resume(data, seq, from) }
+// padding or a seal), for salvage to step over what lies before it. No
+// frame starts in the header: a from before its end is taken as the
+// header's end. Past the data there is none.
+func Resume(data []byte, seq uint32, from int) (int, bool) {
+	if from > len(data) {
+		return 0, false
+	}
+	return resume(data, seq, max(from, HeaderSize))
+}
+
+// checkScan refuses the arguments of a scan that has nothing to scan:
+// offsets outside the frames, which would index outside data (or, near
+// MaxInt, overflow), and a nil callback.
+func checkScan(data []byte, from int, fn func(Frame) error) error {
+	switch {
+	case len(data) < HeaderSize:
+		return fmt.Errorf("segment: scan: %d bytes of data, less than the %d-byte header: %w", len(data), HeaderSize, fs.ErrInvalid)
+	case from < HeaderSize || from > len(data):
+		return fmt.Errorf("segment: scan from offset %d: outside the frames [%d, %d]: %w", from, HeaderSize, len(data), fs.ErrInvalid)
+	case fn == nil:
+		return fmt.Errorf("segment: scan: nil function: %w", fs.ErrInvalid)
+	}
+	return nil
+}
 
 // checkOrder verifies that f may follow the frames before it.
 func checkOrder(f Frame, inGroup bool) error {

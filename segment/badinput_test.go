@@ -3,6 +3,7 @@ package segment_test
 import (
 	"io/fs"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -83,4 +84,40 @@ func TestResumeOutsideTheFrames(t *testing.T) {
 	}
 	_, ok := segment.Resume(nil, 1, 0)
 	require.False(t, ok, "no data")
+}
+
+// TestClosedFileRefusesWork: a closed File, and the zero File, which was
+// never open, do no work and say so. Scan used to report a clean, empty
+// segment; WriteAt, a write "outside [32,0)"; Close and Sync of the zero
+// File panicked.
+func TestClosedFileRefusesWork(t *testing.T) {
+	f, _ := createFile(t, t.TempDir(), 1, 4096)
+	require.NoError(t, f.Close())
+	for name, file := range map[string]*segment.File{"closed": f, "zero": new(segment.File)} {
+		_, err := file.Scan(false, noFrames)
+		require.ErrorIs(t, err, fs.ErrClosed, "%s: Scan", name)
+		require.ErrorIs(t, file.WriteAt([]byte("x"), segment.HeaderSize), fs.ErrClosed, "%s: WriteAt", name)
+		require.ErrorIs(t, file.Sync(), fs.ErrClosed, "%s: Sync", name)
+		require.ErrorIs(t, file.Close(), fs.ErrClosed, "%s: Close", name)
+	}
+}
+
+// TestWriteAtRefusesOffsetsOutsideTheFramesWithoutOverflow: offsets near
+// MaxInt overflowed the bounds check and reached the OS, which refused
+// them with a bare EINVAL; now every write outside [HeaderSize, Size) is
+// refused by the check, and the file is unchanged.
+func TestWriteAtRefusesOffsetsOutsideTheFramesWithoutOverflow(t *testing.T) {
+	f, path := createFile(t, t.TempDir(), 1, 4096)
+	for _, off := range []int{math.MinInt, -1, 0, segment.HeaderSize - 1, 4095, 4096, 4097, math.MaxInt - 1, math.MaxInt} {
+		err := f.WriteAt([]byte("ab"), off)
+		require.ErrorIs(t, err, fs.ErrInvalid, "offset %d", off)
+		require.ErrorContains(t, err, "outside [", "offset %d", off)
+	}
+	require.NoError(t, f.WriteAt([]byte("ab"), 4094), "the last bytes")
+	require.NoError(t, f.WriteAt(nil, 4096), "nothing, at the end")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Len(t, data, 4096)
+	require.Equal(t, "ab", string(data[4094:]))
+	require.Equal(t, make([]byte, 4094-segment.HeaderSize), data[segment.HeaderSize:4094])
 }

@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 
 	"github.com/edsrzf/mmap-go"
@@ -209,8 +210,14 @@ func (s *File) Data() []byte { return s.data }
 // WriteAt writes b at off. It refuses writes past the file's size, so a
 // segment never grows (growth would make fdatasync commit metadata).
 func (s *File) WriteAt(b []byte, off int) error {
-	if off < HeaderSize || off+len(b) > len(s.data) {
-		return fmt.Errorf("segment %s: write [%d,%d) outside [%d,%d)", s.path, off, off+len(b), HeaderSize, len(s.data))
+	if s.data == nil {
+		return s.closed("write")
+	}
+	// len(b) > len-off, not off+len(b) > len, which overflows for offsets
+	// near MaxInt.
+	if off < HeaderSize || off > len(s.data) || len(b) > len(s.data)-off {
+		return fmt.Errorf("segment %s: write of %d bytes at offset %d: outside [%d,%d): %w",
+			s.path, len(b), off, HeaderSize, len(s.data), iofs.ErrInvalid)
 	}
 	n, err := s.file.WriteAt(b, int64(off))
 	if err == nil && n < len(b) {
@@ -225,6 +232,9 @@ func (s *File) WriteAt(b []byte, off int) error {
 // Sync is fdatasync. A failure leaves the file's durable content unknown:
 // never retry it.
 func (s *File) Sync() error {
+	if s.data == nil {
+		return s.closed("fdatasync")
+	}
 	if err := s.file.Sync(); err != nil {
 		return fmt.Errorf("segment %s: %w", s.path, err)
 	}
@@ -233,17 +243,29 @@ func (s *File) Sync() error {
 
 // Scan scans the file; see the package-level Scan.
 func (s *File) Scan(salvage bool, fn func(Frame) error) (Report, error) {
+	if s.data == nil {
+		return Report{}, s.closed("scan")
+	}
 	return Scan(s.data, s.seq, salvage, fn)
 }
 
-// Close unmaps and closes the file.
+// Close unmaps and closes the file. WriteAt, Sync, Scan and Close of a
+// closed File, or of the zero File, which was never open, fail with an
+// error wrapping [io/fs.ErrClosed].
 func (s *File) Close() error {
-	var err error
-	if s.data != nil {
-		err = s.data.Unmap()
-		s.data = nil
+	if s.data == nil {
+		return s.closed("close")
 	}
+	err := s.data.Unmap()
+	s.data = nil
 	return errors.Join(err, s.file.Close())
+}
+
+// closed is the error of op on a closed File. Data is nil exactly when the
+// File is closed: a mapping is never empty (a file holds at least its
+// header).
+func (s *File) closed(op string) error {
+	return fmt.Errorf("segment %s: %s: %w", s.path, op, iofs.ErrClosed)
 }
 
 // Rename renames the file to newPath. The caller syncs the directory.

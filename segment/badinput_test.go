@@ -121,3 +121,25 @@ func TestWriteAtRefusesOffsetsOutsideTheFramesWithoutOverflow(t *testing.T) {
 	require.Equal(t, "ab", string(data[4094:]))
 	require.Equal(t, make([]byte, 4094-segment.HeaderSize), data[segment.HeaderSize:4094])
 }
+
+// TestAppendFrameNeverAliasesAnotherFrame: whatever kind and place it is
+// given, AppendFrame makes either a frame that decodes to that kind and
+// place or one that Decode refuses as a bad type. A kind above 15 used to
+// spill into the place bits: kind 17 decoded as a record that opens a
+// group.
+func TestAppendFrameNeverAliasesAnotherFrame(t *testing.T) {
+	h := segment.EncodeHeader(1)
+	for k := range 256 {
+		for p := range 256 {
+			kind, place := segment.Kind(k), segment.Place(p)
+			buf := segment.AppendFrame(h[:], 1, 0, kind, place, []byte("b"))
+			f, err := segment.Decode(buf, segment.HeaderSize, 1)
+			if err != nil {
+				require.ErrorIs(t, err, segment.ErrBadType, "kind %d, place %d", k, p)
+				continue
+			}
+			require.Equal(t, kind, f.Kind, "kind %d, place %d", k, p)
+			require.Equal(t, place, f.Place, "kind %d, place %d", k, p)
+		}
+	}
+}

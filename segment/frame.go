@@ -96,6 +96,14 @@ func Size(n int) int { return FrameHeaderSize + n }
 // AppendFrame appends to dst the encoding of one frame and returns the
 // extended slice. It never fails for a body of at most [MaxBody] bytes; the
 // caller checks the size before.
+//
+// Kind and place are not checked: they are written as given, so that tests
+// can build the frames a decoder must refuse. A kind or place this package
+// does not define, or a seal or padding inside a group, makes a frame that
+// [Decode] refuses with [ErrBadType]. A kind or place too large for its 4
+// bits of the type byte, which would spill into the other field and could
+// name another valid frame (kind 17 reads as a record that opens a group),
+// is written as kind 0, which no frame ever has.
 func AppendFrame(dst []byte, seq, synced uint32, kind Kind, place Place, body []byte) []byte {
 	start := len(dst)
 	var h [FrameHeaderSize]byte
@@ -103,6 +111,9 @@ func AppendFrame(dst []byte, seq, synced uint32, kind Kind, place Place, body []
 	binary.LittleEndian.PutUint32(h[8:], seq)
 	binary.LittleEndian.PutUint32(h[12:], synced)
 	h[16] = uint8(kind) | uint8(place)<<4
+	if kind > 0x0f || place > 0x0f {
+		h[16] = 0xf0 // kind 0, place 15: refused by Decode
+	}
 	dst = append(dst, h[:]...)
 	dst = append(dst, body...)
 	sum := crc32.Update(0, castagnoli, dst[start+4:])

@@ -4,10 +4,12 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // oneRecord returns a segment of seq holding one record frame, zeros after it.
@@ -142,4 +144,25 @@ func TestAppendFrameNeverAliasesAnotherFrame(t *testing.T) {
 			require.Equal(t, place, f.Place, "kind %d, place %d", k, p)
 		}
 	}
+}
+
+// TestOpenRefusesSequenceZero: no segment has sequence 0 (Create refuses
+// it: zero-filled space would name it). Open and OpenUnread accepted it as
+// an argument, and Open accepted a header that names it.
+func TestOpenRefusesSequenceZero(t *testing.T) {
+	dir := t.TempDir()
+	_, path := createFile(t, dir, 1, 4096)
+	for name, open := range map[string]func(vfs.FS, string, uint32) (*segment.File, error){"Open": segment.Open, "OpenUnread": segment.OpenUnread} {
+		f, err := open(vfs.Default, path, 0)
+		require.ErrorIs(t, err, fs.ErrInvalid, name)
+		require.ErrorContains(t, err, "sequence 0", name)
+		require.Nil(t, f, name)
+	}
+
+	zero := filepath.Join(dir, "zero")
+	h := segment.EncodeHeader(0)
+	require.NoError(t, os.WriteFile(zero, append(h[:], make([]byte, 4096)...), 0o600))
+	_, err := segment.Open(vfs.Default, zero, 1)
+	require.ErrorIs(t, err, segment.ErrBadHeader, "a header naming segment 0")
+	require.ErrorContains(t, err, "sequence 0")
 }

@@ -9,8 +9,10 @@ import "errors"
 // data, a nil function) is refused, before anything is done, with an error
 // that says which argument and wraps [io/fs.ErrInvalid].
 var (
-	// ErrBadHeader is returned by Open when the file header's magic,
-	// version, sequence or checksum does not verify.
+	// ErrBadHeader is returned by Open and DecodeHeader when the file
+	// header's magic, version or checksum does not verify or it names
+	// sequence 0, which no segment has; and by Open when it names another
+	// segment than the one asked for.
 	ErrBadHeader = errors.New("segment: bad file header")
 	// ErrChecksum is returned when a frame's CRC-32C does not match.
 	ErrChecksum = errors.New("segment: frame checksum mismatch")

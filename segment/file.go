@@ -24,6 +24,10 @@ type File struct {
 	data mmap.MMap
 }
 
+// errSeqZero refuses sequence 0, which no segment has: zero-filled space
+// would name it, and read as a torn frame of it.
+var errSeqZero = fmt.Errorf("sequence 0 is reserved: %w", iofs.ErrInvalid)
+
 // zeroChunk is the size of the writes that zero-fill a new segment, and of
 // the ranges CreatePaced sends to the device one at a time.
 const zeroChunk = 256 << 10
@@ -61,8 +65,7 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 		return nil, fmt.Errorf("segment %s: size %d is below the minimum %d", path, size, HeaderSize+FrameHeaderSize)
 	}
 	if seq == 0 {
-		// Zero-filled space would then name this segment.
-		return nil, fmt.Errorf("segment %s: sequence 0 is reserved", path)
+		return nil, fmt.Errorf("segment %s: create: %w", path, errSeqZero)
 	}
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
@@ -139,19 +142,23 @@ func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
 }
 
 // Open opens the existing segment file at path and checks that its header
-// verifies and names segment seq.
+// verifies and names segment seq. Sequence 0 is refused: no segment has it.
 func Open(fs vfs.FS, path string, seq uint32) (*File, error) {
 	return open(fs, path, seq, true)
 }
 
 // OpenUnread opens the existing segment file at path without reading any
 // of it: for a segment a previous open verified, whose frames are checked
-// (checksum and segment number) as they are read.
+// (checksum and segment number) as they are read. Sequence 0 is refused,
+// as by Open.
 func OpenUnread(fs vfs.FS, path string, seq uint32) (*File, error) {
 	return open(fs, path, seq, false)
 }
 
 func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
+	if seq == 0 {
+		return nil, fmt.Errorf("segment %s: open: %w", path, errSeqZero)
+	}
 	f, err := fs.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("segment: open: %w", err)

@@ -196,7 +196,8 @@ func EncodeHeader(seq uint32) [HeaderSize]byte {
 	return h
 }
 
-// DecodeHeader verifies a file header and returns its sequence.
+// DecodeHeader verifies a file header and returns its sequence, which is
+// never 0.
 func DecodeHeader(data []byte) (uint32, error) {
 	if len(data) < HeaderSize {
 		return 0, fmt.Errorf("%d bytes, want %d: %w", len(data), HeaderSize, ErrBadHeader)
@@ -211,5 +212,11 @@ func DecodeHeader(data []byte) (uint32, error) {
 	if v := binary.LittleEndian.Uint16(h[8:]); v != Version {
 		return 0, fmt.Errorf("format version %d, this build reads %d: %w", v, Version, ErrBadHeader)
 	}
-	return binary.LittleEndian.Uint32(h[12:]), nil
+	seq := binary.LittleEndian.Uint32(h[12:])
+	if seq == 0 {
+		// Never written (Create refuses it): zero-filled space would name
+		// that segment.
+		return 0, fmt.Errorf("sequence 0, which no segment has: %w", ErrBadHeader)
+	}
+	return seq, nil
 }

@@ -329,6 +329,7 @@ func TestDecodeHeaderErrors(t *testing.T) {
 		{"version 0", modified(true, func(h []byte) { binary.LittleEndian.PutUint16(h[8:], 0) })},
 		{"bad checksum", modified(false, func(h []byte) { h[28] ^= 1 })},
 		{"sequence changed", modified(false, func(h []byte) { h[12] ^= 1 })},
+		{"sequence 0", modified(true, func(h []byte) { binary.LittleEndian.PutUint32(h[12:], 0) })},
 		{"flags changed", modified(false, func(h []byte) { h[10] = 1 })},
 		{"reserved changed", modified(false, func(h []byte) { h[20] = 1 })},
 	}

@@ -1,10 +1,13 @@
 package segment_test
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -165,4 +168,40 @@ func TestOpenRefusesSequenceZero(t *testing.T) {
 	_, err := segment.Open(vfs.Default, zero, 1)
 	require.ErrorIs(t, err, segment.ErrBadHeader, "a header naming segment 0")
 	require.ErrorContains(t, err, "sequence 0")
+}
+
+// TestCreatePacedRefusesASizePast4GiBUpFront: a segment's offsets are
+// 32-bit. Such a size used to pass the check, and the whole file was
+// written (or allocated) before the mapping refused it, leaving it on disk.
+func TestCreatePacedRefusesASizePast4GiBUpFront(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	path := filepath.Join(t.TempDir(), "seg")
+	for _, size := range []int64{1 << 32, 5 << 30, math.MaxInt64} {
+		_, err := segment.CreatePaced(ffs, path, 1, size, func(int64) error {
+			return errors.New("pace called: the file was made")
+		})
+		require.ErrorIs(t, err, fs.ErrInvalid, "size %d", size)
+		require.ErrorContains(t, err, fmt.Sprint(size))
+		require.NoFileExists(t, path)
+	}
+	require.Zero(t, ffs.Count(vfs.OpOpen), "a file was opened")
+}
+
+// TestCreatePacedRemovesTheFileOnEveryFailure: whatever step fails once
+// the file exists, the file is closed and removed. A failed mmap, the last
+// step, used to leave it.
+func TestCreatePacedRemovesTheFileOnEveryFailure(t *testing.T) {
+	for _, op := range []vfs.Op{vfs.OpWrite, vfs.OpWriteBack, vfs.OpSync, vfs.OpMap} {
+		t.Run(op.String(), func(t *testing.T) {
+			ffs := vfs.NewFaultFS(vfs.Default)
+			ffs.Inject(vfs.Rule{Op: op})
+			path := filepath.Join(t.TempDir(), "seg")
+			f, err := segment.CreatePaced(ffs, path, 1, 1<<20, nil)
+			require.ErrorIs(t, err, syscall.EIO)
+			require.ErrorContains(t, err, path)
+			require.Nil(t, f)
+			require.NoFileExists(t, path)
+			require.Equal(t, ffs.Count(vfs.OpOpen), ffs.Count(vfs.OpClose), "a file is left open")
+		})
+	}
 }

@@ -61,8 +61,10 @@ var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
 // the device ahead of another file's fdatasync, instead of the whole file
 // at the final fdatasync.
 func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64) error) (*File, error) {
-	if size < HeaderSize+FrameHeaderSize {
-		return nil, fmt.Errorf("segment %s: size %d is below the minimum %d", path, size, HeaderSize+FrameHeaderSize)
+	if size < HeaderSize+FrameHeaderSize || size > maxFileSize {
+		// Checked before the file is made: past 4 GiB it would be written
+		// whole before mapped refused it.
+		return nil, fmt.Errorf("segment %s: size %d outside [%d, %d]: %w", path, size, HeaderSize+FrameHeaderSize, maxFileSize, iofs.ErrInvalid)
 	}
 	if seq == 0 {
 		return nil, fmt.Errorf("segment %s: create: %w", path, errSeqZero)
@@ -108,7 +110,11 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
-	return mapped(f, path, seq, size)
+	s, err := mapped(f, path, seq, size)
+	if err != nil {
+		return fail(err)
+	}
+	return s, nil
 }
 
 // Recycle turns the retired segment file at oldPath into segment seq at
@@ -134,11 +140,15 @@ func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
 	if err == nil {
 		err = f.Sync()
 	}
+	var s *File
+	if err == nil {
+		s, err = mapped(f, newPath, seq, size)
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("segment %s: recycle: %w", newPath, err)
 	}
-	return mapped(f, newPath, seq, size)
+	return s, nil
 }
 
 // Open opens the existing segment file at path and checks that its header
@@ -173,8 +183,12 @@ func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
 		return nil, fmt.Errorf("segment %s: offset 0: %d bytes: %w", path, size, ErrBadHeader)
 	}
 	s, err := mapped(f, path, seq, size)
-	if err != nil || !check {
-		return s, err
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("segment %s: %w", path, err)
+	}
+	if !check {
+		return s, nil
 	}
 	got, err := DecodeHeader(s.data)
 	if err == nil && got != seq {
@@ -187,15 +201,20 @@ func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
 	return s, nil
 }
 
+// maxFileSize bounds a segment file: offsets in it are 32-bit (a frame's
+// synced field).
+const maxFileSize = 1<<32 - 1
+
+// mapped maps f, the file at path, which is size bytes long, as segment
+// seq. It neither closes f nor names the file in its error: the caller
+// does both.
 func mapped(f vfs.File, path string, seq uint32, size int64) (*File, error) {
-	if size > int64(^uint32(0)) {
-		_ = f.Close()
-		return nil, fmt.Errorf("segment %s: size %d exceeds 4 GiB", path, size)
+	if size > maxFileSize {
+		return nil, fmt.Errorf("size %d exceeds the maximum %d", size, maxFileSize)
 	}
 	data, err := f.Map(int(size))
 	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("segment %s: mmap: %w", path, err)
+		return nil, fmt.Errorf("mmap: %w", err)
 	}
 	return &File{file: f, path: path, seq: seq, size: int(size), data: data}, nil
 }

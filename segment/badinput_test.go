@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -23,6 +24,22 @@ func oneRecord(seq uint32) []byte {
 }
 
 func noFrames(segment.Frame) error { return nil }
+
+// countOpen returns a FaultFS over the OS and a function that reports how
+// many files opened through it are still open.
+func countOpen() (*vfs.FaultFS, func() int) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	var open atomic.Int64
+	ffs.Observe(func(e vfs.Event) {
+		switch e.Op {
+		case vfs.OpOpen:
+			open.Add(1)
+		case vfs.OpClose:
+			open.Add(-1)
+		}
+	})
+	return ffs, func() int { return int(open.Load()) }
+}
 
 // TestScanFromRefusesAnOffsetOutsideTheFrames: an offset before the
 // header's end or past the data names no place a frame can start. It used
@@ -193,7 +210,7 @@ func TestCreatePacedRefusesASizePast4GiBUpFront(t *testing.T) {
 func TestCreatePacedRemovesTheFileOnEveryFailure(t *testing.T) {
 	for _, op := range []vfs.Op{vfs.OpWrite, vfs.OpWriteBack, vfs.OpSync, vfs.OpMap} {
 		t.Run(op.String(), func(t *testing.T) {
-			ffs := vfs.NewFaultFS(vfs.Default)
+			ffs, open := countOpen()
 			ffs.Inject(vfs.Rule{Op: op})
 			path := filepath.Join(t.TempDir(), "seg")
 			f, err := segment.CreatePaced(ffs, path, 1, 1<<20, nil)
@@ -201,7 +218,98 @@ func TestCreatePacedRemovesTheFileOnEveryFailure(t *testing.T) {
 			require.ErrorContains(t, err, path)
 			require.Nil(t, f)
 			require.NoFileExists(t, path)
-			require.Equal(t, ffs.Count(vfs.OpOpen), ffs.Count(vfs.OpClose), "a file is left open")
+			require.Zero(t, open(), "a file is left open")
 		})
 	}
+}
+
+// retired makes a sealed-size segment file at path to recycle, and returns
+// its bytes.
+func retired(t *testing.T, path string, seq uint32) []byte {
+	t.Helper()
+	f, err := segment.Create(vfs.Default, path, seq, 4096)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return mustRead(t, path)
+}
+
+// TestRecycleRefusesBeforeChangingAnything: sequence 0, which no segment
+// has, and a newPath that exists, which the rename would have replaced
+// (a live segment, say), are refused with both files as they were.
+func TestRecycleRefusesBeforeChangingAnything(t *testing.T) {
+	dir := t.TempDir()
+	oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	old := retired(t, oldPath, 1)
+
+	_, err := segment.Recycle(vfs.Default, oldPath, newPath, 0)
+	require.ErrorIs(t, err, fs.ErrInvalid)
+	require.ErrorContains(t, err, "sequence 0")
+	require.Equal(t, old, mustRead(t, oldPath))
+	require.NoFileExists(t, newPath)
+
+	live := retired(t, newPath, 2)
+	_, err = segment.Recycle(vfs.Default, oldPath, newPath, 3)
+	require.ErrorIs(t, err, fs.ErrExist)
+	require.ErrorContains(t, err, newPath)
+	require.Equal(t, old, mustRead(t, oldPath))
+	require.Equal(t, live, mustRead(t, newPath))
+
+	_, err = segment.Recycle(vfs.Default, oldPath, oldPath, 3)
+	require.ErrorIs(t, err, fs.ErrExist, "onto itself")
+	require.Equal(t, old, mustRead(t, oldPath))
+}
+
+// TestRecycleMovesTheFileBackWhenItFails: once renamed, a file that cannot
+// become the new segment is renamed back, and the error says so. It used to
+// stay at newPath, its old name gone, with an error that did not say where
+// it was.
+func TestRecycleMovesTheFileBackWhenItFails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   vfs.Op // failed once, or 0
+		size int    // of the retired file, when op is 0
+	}{
+		{name: "too small", size: segment.HeaderSize + segment.FrameHeaderSize - 1},
+		{name: "header write", op: vfs.OpWrite},
+		{name: "fdatasync", op: vfs.OpSync},
+		{name: "mmap", op: vfs.OpMap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+			if tc.op == 0 {
+				require.NoError(t, os.WriteFile(oldPath, make([]byte, tc.size), 0o600))
+			} else {
+				retired(t, oldPath, 1)
+			}
+			ffs, open := countOpen()
+			if tc.op != 0 {
+				ffs.Inject(vfs.Rule{Op: tc.op})
+			}
+			f, err := segment.Recycle(ffs, oldPath, newPath, 2)
+			require.Error(t, err)
+			require.Nil(t, f)
+			require.ErrorContains(t, err, "back at "+oldPath)
+			require.FileExists(t, oldPath)
+			require.NoFileExists(t, newPath)
+			require.Zero(t, open(), "a file is left open")
+		})
+	}
+}
+
+// TestRecycleSaysWhereTheFileIsWhenItCannotMoveItBack: if the rename back
+// fails too, the file is at newPath, and the error says so.
+func TestRecycleSaysWhereTheFileIsWhenItCannotMoveItBack(t *testing.T) {
+	dir := t.TempDir()
+	oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	retired(t, oldPath, 1)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Nth: 2, Err: syscall.EROFS})
+	_, err := segment.Recycle(ffs, oldPath, newPath, 2)
+	require.ErrorIs(t, err, syscall.EIO, "the failure")
+	require.ErrorIs(t, err, syscall.EROFS, "the failed rename back")
+	require.ErrorContains(t, err, "left at "+newPath)
+	require.NoFileExists(t, oldPath)
+	require.FileExists(t, newPath)
 }

@@ -121,34 +121,61 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 // newPath: it renames it, rewrites the header and syncs. The old frames stay
 // in the file as stale bytes; they name another sequence, so no scan of the
 // new segment ever returns them. The caller syncs the directory.
+//
+// Recycle refuses, before changing anything, sequence 0 and a newPath
+// where something already is (an error wrapping [io/fs.ErrExist]): the
+// rename would replace it. If a step after the rename fails (the file is
+// too small or too large for a segment, or the header's write, the
+// fdatasync or the mapping fails), it renames the file back to oldPath, so
+// that the names are as they were (the header may already name seq: what
+// a retired file holds is never read); if that rename fails too, its error
+// says that the file is left at newPath.
 func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
+	if seq == 0 {
+		return nil, fmt.Errorf("segment %s: recycle: %w", newPath, errSeqZero)
+	}
+	if g, err := fs.OpenFile(newPath, os.O_RDONLY, 0); err == nil {
+		_ = g.Close()
+		return nil, fmt.Errorf("segment %s: recycle %s: %w", newPath, oldPath, iofs.ErrExist)
+	} else if !errors.Is(err, iofs.ErrNotExist) {
+		return nil, fmt.Errorf("segment: recycle: %w", err)
+	}
 	if err := fs.Rename(oldPath, newPath); err != nil {
 		return nil, fmt.Errorf("segment: recycle: %w", err)
 	}
 	f, err := fs.OpenFile(newPath, os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("segment: recycle: %w", err)
-	}
-	size, err := f.Size()
-	if err == nil && size < HeaderSize+FrameHeaderSize {
-		err = fmt.Errorf("size %d is below the minimum", size)
-	}
 	if err == nil {
-		h := EncodeHeader(seq)
-		_, err = f.WriteAt(h[:], 0)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	var s *File
-	if err == nil {
-		s, err = mapped(f, newPath, seq, size)
-	}
-	if err != nil {
+		var s *File
+		if s, err = recycled(f, newPath, seq); err == nil {
+			return s, nil
+		}
 		_ = f.Close()
-		return nil, fmt.Errorf("segment %s: recycle: %w", newPath, err)
 	}
-	return s, nil
+	err = fmt.Errorf("segment %s: recycle: %w", newPath, err)
+	if rerr := fs.Rename(newPath, oldPath); rerr != nil {
+		return nil, fmt.Errorf("%w; the file is left at %s: %w", err, newPath, rerr)
+	}
+	return nil, fmt.Errorf("%w (the file is back at %s)", err, oldPath)
+}
+
+// recycled rewrites the header of f, the file at path, for segment seq,
+// syncs it and maps it. It does not close f.
+func recycled(f vfs.File, path string, seq uint32) (*File, error) {
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size < HeaderSize+FrameHeaderSize || size > maxFileSize {
+		return nil, fmt.Errorf("size %d outside [%d, %d]", size, HeaderSize+FrameHeaderSize, maxFileSize)
+	}
+	h := EncodeHeader(seq)
+	if _, err := f.WriteAt(h[:], 0); err != nil {
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		return nil, err
+	}
+	return mapped(f, path, seq, size)
 }
 
 // Open opens the existing segment file at path and checks that its header

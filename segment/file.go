@@ -39,6 +39,10 @@ const zeroChunk = 256 << 10
 // extents" on ext4 and xfs, and converting them turns each fdatasync into a
 // journal commit. The file is created 0600; the caller renames it into
 // place and syncs the directory.
+//
+// Nothing may be at path: Create refuses, with an error wrapping
+// [io/fs.ErrExist], rather than truncate what is there. A failed Create
+// removes the file it made.
 func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
 	return CreatePaced(fs, path, seq, size, nil)
 }
@@ -69,7 +73,8 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 	if seq == 0 {
 		return nil, fmt.Errorf("segment %s: create: %w", path, errSeqZero)
 	}
-	f, err := fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	// O_EXCL: the file removed on failure is then always this one.
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("segment: create: %w", err)
 	}

@@ -51,17 +51,20 @@ func TestCreate(t *testing.T) {
 	require.Equal(t, segment.Report{End: segment.HeaderSize, Tail: segment.EndClean}, r)
 }
 
-func TestCreateReplacesAndRefusesTinySizes(t *testing.T) {
+// TestCreateRefusesAnExistingFileAndTinySizes: Create makes a new file. It
+// used to truncate whatever was at path (a live segment, say), and a later
+// failure then removed it.
+func TestCreateRefusesAnExistingFileAndTinySizes(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "seg")
-	// An existing file is truncated: no byte of it survives.
-	require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte{0xff}, 5000), 0o600))
+	old := bytes.Repeat([]byte{0xff}, 5000)
+	require.NoError(t, os.WriteFile(path, old, 0o600))
 	f, err := segment.Create(vfs.Default, path, 1, 1000)
-	require.NoError(t, err)
-	require.Len(t, f.Data(), 1000)
-	require.True(t, isZero(f.Data()[segment.HeaderSize:]))
-	require.NoError(t, f.Close())
-	require.Len(t, mustRead(t, path), 1000, "bytes of the old file past the new size survive")
+	require.ErrorIs(t, err, fs.ErrExist)
+	require.Nil(t, f)
+	require.Equal(t, old, mustRead(t, path), "the existing file changed")
+	_, err = segment.Create(vfs.Default, dir, 1, 1000)
+	require.ErrorIs(t, err, fs.ErrExist, "a directory")
 
 	for _, size := range []int64{0, segment.HeaderSize, segment.HeaderSize + segment.FrameHeaderSize - 1} {
 		p := filepath.Join(dir, "tiny")

@@ -394,6 +394,40 @@ func TestAFailedRotationStepPoisonsTheLog(t *testing.T) {
 	}
 }
 
+// A rotation whose rename of the new segment into place fails removes the
+// file; if that removal fails too, the file stays under its temporary name.
+// The next attempt at the segment makes a new file, which refuses to
+// replace anything: it removes the one left first, and the log goes on.
+func TestARotationAfterAFailedCleanupRemovesTheFileLeft(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
+	defer l.Close()
+	tmp := segFile(dir, 2) + tmpSuffix
+	var acked []entry
+	for i := 0; ; i++ {
+		rec := record(i)
+		if l.End().Offset()+segment.Size(len(rec))+segment.Size(0) > 4096 {
+			// This append rotates, and the rotation fails.
+			fs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: tmp, Times: 1})
+			fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: tmp, Times: 1})
+			_, err := l.Append(rec)
+			require.ErrorIs(t, err, syscall.EIO)
+			require.NoError(t, l.Err(), "a failed rename into place does not poison the log")
+			require.FileExists(t, tmp, "the removal failed")
+			pos, err := l.Append(rec)
+			require.NoError(t, err, "the next rotation")
+			require.Equal(t, uint32(2), pos[0].Segment())
+			acked = append(acked, entry{pos[0], rec})
+			break
+		}
+		pos, err := l.Append(rec)
+		require.NoError(t, err)
+		acked = append(acked, entry{pos[0], rec})
+	}
+	requireEntries(t, acked, readAll(t, l))
+}
+
 // When the next segment cannot be made, every call of the batch from the
 // first that needed it on fails, those after it included: none is
 // acknowledged without being written.

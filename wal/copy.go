@@ -47,7 +47,8 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		var err error
 		if s.seq < end.Segment() {
 			err = writeWhole(fs, dst, s.file.Data())
-		} else if err = vfs.CreateEmpty(fs, dst); err == nil { // writePrefix truncates
+		} else {
+			// segment.Create, under writePrefix, refuses a dst that exists.
 			var f *segment.File
 			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
 				err = f.Close()

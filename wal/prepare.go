@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -83,6 +84,7 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	l := p.l
 	tmp := l.segPath(seq) + tmpSuffix
 	rushed := false // a pacer given up for a spare took the writer's rush
+	cleared := false
 	for {
 		if spare, ok := l.takeSpare(); ok {
 			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq)
@@ -103,6 +105,17 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 			l.stats.fillsDropped.Add(1)
 			rushed = pc.rushed
 			continue
+		}
+		if errors.Is(err, fs.ErrExist) && !cleared {
+			// CreatePaced and Recycle make only a new file. One is left
+			// at tmp only by an earlier attempt at this segment whose
+			// cleanup failed too (a rename into place, then the removal);
+			// no other file of the log has that name. Remove it, once.
+			cleared = true
+			if rerr := l.opts.FS.Remove(tmp); rerr == nil {
+				l.opts.Logger.Warn("wal: removed a segment file an earlier rotation left", "file", tmp)
+				continue
+			}
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("wal: prepare segment %d: %w", seq, err)

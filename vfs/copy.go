@@ -11,7 +11,8 @@ const copyChunk = 1 << 20
 
 // CopyFile copies the file src to dst, which must not exist, and makes the
 // copy's data durable (fdatasync). It does not sync dst's directory: the
-// caller does, once for all the files it copies there.
+// caller does, once for all the files it copies there. If the copy fails
+// once dst is made, it removes dst, so that the copy may be tried again.
 func CopyFile(fs FS, src, dst string) error {
 	in, err := fs.OpenFile(src, os.O_RDONLY, 0)
 	if err != nil {
@@ -39,7 +40,10 @@ func CopyFile(fs FS, src, dst string) error {
 	if err == nil {
 		err = out.Sync()
 	}
-	return errors.Join(err, out.Close())
+	if err = errors.Join(err, out.Close()); err != nil {
+		return errors.Join(err, fs.Remove(dst))
+	}
+	return nil
 }
 
 // CreateEmpty creates the file path, empty, and fails if anything is

@@ -1,0 +1,52 @@
+package vfs
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCopyFileRemovesTheCopyWhenItFails: whatever fails once dst exists
+// (a read, a write, the fdatasync, a source that is a directory), dst is
+// removed and the copy can be tried again. It used to stay, and the retry
+// failed with EEXIST.
+func TestCopyFileRemovesTheCopyWhenItFails(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	require.NoError(t, os.WriteFile(src, []byte("hello"), 0o600))
+	for _, tc := range []struct {
+		name string
+		src  string
+		rule Rule // fires once, when Op is set
+	}{
+		{"read", src, Rule{Op: OpRead, NameContains: "src"}},
+		{"write", src, Rule{Op: OpWrite, NameContains: "dst"}},
+		{"fdatasync", src, Rule{Op: OpSync, NameContains: "dst"}},
+		{"close", src, Rule{Op: OpClose, NameContains: "dst"}},
+		{"source is a directory", dir, Rule{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ffs := NewFaultFS(Default)
+			if tc.rule.Op != 0 {
+				tc.rule.Times = 1
+				ffs.Inject(tc.rule)
+			}
+			dst := filepath.Join(t.TempDir(), "dst")
+			err := CopyFile(ffs, tc.src, dst)
+			require.Error(t, err)
+			if tc.rule.Op != 0 {
+				require.ErrorIs(t, err, syscall.EIO)
+			}
+			require.NoFileExists(t, dst)
+			if tc.src == src {
+				require.NoError(t, CopyFile(ffs, src, dst), "tried again")
+				got, err := os.ReadFile(dst)
+				require.NoError(t, err)
+				require.Equal(t, "hello", string(got))
+			}
+		})
+	}
+}

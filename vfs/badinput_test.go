@@ -50,3 +50,17 @@ func TestCopyFileRemovesTheCopyWhenItFails(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncDirRefusesAFile: fsync of a regular file succeeds, so SyncDir of
+// one used to report a directory synced when none was; a CrashFS took its
+// entries for durable. It fails with ENOTDIR, and changes nothing.
+func TestSyncDirRefusesAFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	require.ErrorIs(t, Default.SyncDir(file), syscall.ENOTDIR)
+	require.ErrorIs(t, NewFaultFS(Default).SyncDir(file), syscall.ENOTDIR)
+	require.ErrorIs(t, NewCrashFS(Default).SyncDir(file), syscall.ENOTDIR)
+	require.ErrorIs(t, Default.SyncDir(filepath.Join(dir, "missing")), os.ErrNotExist)
+	require.NoError(t, Default.SyncDir(dir))
+}

@@ -46,7 +46,9 @@ func (osFS) ReadDir(dir string) ([]string, error) {
 }
 
 func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
+	// O_DIRECTORY: fsync of a regular file succeeds too, and would say a
+	// directory's entries are durable when none was synced.
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ type FS interface {
 	// ReadDir returns the names of the entries of dir, sorted.
 	ReadDir(dir string) ([]string, error)
 	// SyncDir fsyncs a directory, making creations, renames and removals in
-	// it durable.
+	// it durable. It fails (ENOTDIR) when dir is not a directory.
 	SyncDir(dir string) error
 	// Lock takes an exclusive, non-blocking lock on the file name (created
 	// 0600 if missing). It fails with an error wrapping [ErrLocked] when

@@ -64,3 +64,27 @@ func TestSyncDirRefusesAFile(t *testing.T) {
 	require.ErrorIs(t, Default.SyncDir(filepath.Join(dir, "missing")), os.ErrNotExist)
 	require.NoError(t, Default.SyncDir(dir))
 }
+
+// TestMapRefusesALengthOutsideTheFile: Map(-1) used to map the whole
+// file, and a length past the file's size succeeded, with pages that fault
+// when touched. Map maps the first length bytes, so length is in [1, size].
+func TestMapRefusesALengthOutsideTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(path, []byte("hello"), 0o600))
+	for name, fs := range map[string]FS{"Default": Default, "FaultFS": NewFaultFS(Default), "CrashFS": NewCrashFS(Default)} {
+		f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+		require.NoError(t, err)
+		for _, n := range []int{-1, 0, 6, 4096, 1 << 20} {
+			m, err := f.Map(n)
+			require.ErrorIs(t, err, syscall.EINVAL, "%s: Map(%d)", name, n)
+			require.Nil(t, m)
+		}
+		for _, n := range []int{1, 5} {
+			m, err := f.Map(n)
+			require.NoError(t, err, "%s: Map(%d)", name, n)
+			require.Equal(t, "hello"[:n], string(m))
+			require.NoError(t, m.Unmap())
+		}
+		require.NoError(t, f.Close())
+	}
+}

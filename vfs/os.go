@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"syscall"
 
 	"github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -94,6 +95,16 @@ func (f osFile) Size() (int64, error) {
 }
 
 func (f osFile) Map(length int) (mmap.MMap, error) {
+	// mmap-go maps the whole file for a negative length, and mmap(2) maps
+	// past the end without complaint; both are refused here.
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if length <= 0 || int64(length) > size {
+		return nil, &os.PathError{Op: "mmap", Path: f.File.Name(),
+			Err: fmt.Errorf("length %d outside [1, %d], the file's size: %w", length, size, syscall.EINVAL)}
+	}
 	return mmap.MapRegion(f.File, length, mmap.RDONLY, 0, 0)
 }
 

@@ -45,7 +45,9 @@ type File interface {
 	Size() (int64, error)
 	// Map maps the first length bytes of the file read-only and shared, so
 	// that writes made through WriteAt are visible in the mapping. The
-	// caller unmaps it with Unmap before closing the file.
+	// caller unmaps it with Unmap before closing the file. length must be
+	// positive and at most the file's size (a mapped page past the end
+	// faults when touched); Map fails with EINVAL otherwise.
 	Map(length int) (mmap.MMap, error)
 	// Name is the name the file was opened with.
 	Name() string

@@ -88,3 +88,46 @@ func TestMapRefusesALengthOutsideTheFile(t *testing.T) {
 		require.NoError(t, f.Close())
 	}
 }
+
+// TestResolveRefusesTheEmptyPath: it used to resolve to the working
+// directory, a place the caller never named.
+func TestResolveRefusesTheEmptyPath(t *testing.T) {
+	r, err := Resolve("")
+	require.ErrorContains(t, err, "empty path")
+	require.Empty(t, r)
+}
+
+// TestResolveFollowsASymlinkToAMissingPlace: a symbolic link to a place
+// that does not exist names that place (a file created through it lands
+// there), so both resolve alike. The link used to resolve to itself.
+func TestResolveFollowsASymlinkToAMissingPlace(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	target := filepath.Join(dir, "target")
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "abs")))
+	require.NoError(t, os.Symlink("target", filepath.Join(dir, "rel")))
+	require.NoError(t, os.Symlink("abs", filepath.Join(dir, "chain")))
+	require.NoError(t, os.Symlink(dir, filepath.Join(dir, "dirlink")))
+	for _, name := range []string{"abs", "rel", "chain", "dirlink/abs", "dirlink/rel"} {
+		for _, sub := range []string{"", "sub", "sub/deeper"} {
+			got, err := Resolve(filepath.Join(dir, name, sub))
+			require.NoError(t, err, "%s/%s", name, sub)
+			require.Equal(t, filepath.Join(target, sub), got, "%s/%s", name, sub)
+		}
+	}
+	got, err := Resolve(target)
+	require.NoError(t, err)
+	require.Equal(t, target, got)
+
+	// Creating through the link puts the file where Resolve said.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rel"), []byte("x"), 0o600))
+	require.FileExists(t, target)
+	got, err = Resolve(filepath.Join(dir, "chain"))
+	require.NoError(t, err)
+	require.Equal(t, target, got, "once the place exists")
+
+	// A cycle is refused.
+	require.NoError(t, os.Symlink("loop", filepath.Join(dir, "loop")))
+	_, err = Resolve(filepath.Join(dir, "loop", "x"))
+	require.Error(t, err)
+}

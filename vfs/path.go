@@ -3,17 +3,34 @@ package vfs
 import (
 	"errors"
 	iofs "io/fs"
+	"os"
 	"path/filepath"
+	"syscall"
 )
 
-// Resolve returns path made absolute, with the symbolic links of its
-// longest existing prefix evaluated, so that two names of one place
-// resolve alike even where the place does not exist yet.
+// Resolve returns path made absolute, with its symbolic links evaluated as
+// far as the path exists, so that two names of one place resolve alike even
+// where the place does not exist yet: the names past the longest existing
+// prefix are kept as they are, and a symbolic link to a place that does not
+// exist resolves as that place (where a file created through the link
+// would be). The empty path names no place and is refused.
 func Resolve(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("vfs: resolve: empty path")
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", err
 	}
+	return resolve(abs, 0)
+}
+
+// maxDanglingLinks bounds the chain of symbolic links to missing places one
+// Resolve follows (a cycle of existing ones is EvalSymlinks's to refuse).
+const maxDanglingLinks = 255
+
+// resolve is Resolve of the absolute path abs, links dangling links in.
+func resolve(abs string, links int) (string, error) {
 	var rest []string
 	for p := abs; ; p = filepath.Dir(p) {
 		r, err := filepath.EvalSymlinks(p)
@@ -22,6 +39,25 @@ func Resolve(path string) (string, error) {
 		}
 		if !errors.Is(err, iofs.ErrNotExist) || filepath.Dir(p) == p {
 			return "", err
+		}
+		// p is missing, or it is a symbolic link to something missing,
+		// whose place it names.
+		if target, lerr := os.Readlink(p); lerr == nil {
+			if links >= maxDanglingLinks {
+				return "", &os.PathError{Op: "resolve", Path: abs, Err: syscall.ELOOP}
+			}
+			if !filepath.IsAbs(target) {
+				dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+				if err != nil {
+					return "", err
+				}
+				target = filepath.Join(dir, target)
+			}
+			r, err := resolve(target, links+1)
+			if err != nil {
+				return "", err
+			}
+			return filepath.Join(append([]string{r}, rest...)...), nil
 		}
 		rest = append([]string{filepath.Base(p)}, rest...)
 	}

@@ -55,7 +55,9 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 // Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
 // Truncate, Remove, Rename, SyncDir, MkdirAll) are counted by
 // [CrashFS.Ops]; after a crash each of them fails with [ErrCrashed] and does
-// nothing. Lock is passed through, uncounted.
+// nothing. Lock is passed through, uncounted. WriteAt, Sync, Truncate and
+// Allocate of a closed File fail with [os.ErrClosed], uncounted, and change
+// nothing: a Sync through a closed handle is no writeback failure.
 //
 // A CrashFS and its Files are safe for concurrent use; mutating operations
 // are serialized by one mutex. It retains, until the file's next Sync, a
@@ -677,18 +679,36 @@ func (c *CrashFS) Lock(name string) (io.Closer, error) {
 	return c.inner.Lock(name)
 }
 
-// crashFile is a File of a CrashFS. Its fields are set once at open; the
-// node is guarded by CrashFS.mu.
+// crashFile is a File of a CrashFS. Its fields but closed are set once at
+// open; the node and closed are guarded by CrashFS.mu.
 type crashFile struct {
 	fs       *CrashFS
 	node     *crashNode
 	inner    File
 	readable bool // opened for reading (the inner file always is)
 	writable bool
+	closed   bool
 }
 
 func (f *crashFile) Name() string { return f.inner.Name() }
-func (f *crashFile) Close() error { return f.inner.Close() }
+
+// Close closes the inner file. From then on WriteAt, Sync, Truncate and
+// Allocate fail with os.ErrClosed, uncounted, and change nothing: in
+// particular the inner file's EBADF is never taken for a failed writeback.
+func (f *crashFile) Close() error {
+	f.fs.mu.Lock()
+	f.closed = true
+	f.fs.mu.Unlock()
+	return f.inner.Close()
+}
+
+// closedLocked returns the error of op on the file if it is closed.
+func (f *crashFile) closedLocked(op string) error {
+	if f.closed {
+		return &os.PathError{Op: op, Path: f.Name(), Err: os.ErrClosed}
+	}
+	return nil
+}
 
 func (f *crashFile) Size() (int64, error) { return f.inner.Size() }
 
@@ -714,6 +734,9 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if err := f.closedLocked("write"); err != nil {
+		return 0, err
+	}
 	if err := f.fs.beginLocked(); err != nil {
 		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: err}
 	}
@@ -742,6 +765,9 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 func (f *crashFile) Sync() error {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if err := f.closedLocked("fdatasync"); err != nil {
+		return err
+	}
 	if err := f.fs.beginLocked(); err != nil {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
@@ -794,6 +820,12 @@ func (f *crashFile) Sync() error {
 // fdatasync. A real file system reads an allocated, unwritten range as
 // zeros too, and commits the file's new size with the next fdatasync.
 func (f *crashFile) Allocate(off, n int64) error {
+	f.fs.mu.Lock()
+	err := f.closedLocked("fallocate")
+	f.fs.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	size, err := f.inner.Size()
 	if err != nil {
 		return err
@@ -817,6 +849,9 @@ func (f *crashFile) Truncate(size int64) error {
 	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if err := f.closedLocked("truncate"); err != nil {
+		return err
+	}
 	if err := f.fs.beginLocked(); err != nil {
 		return &os.PathError{Op: "truncate", Path: f.Name(), Err: err}
 	}

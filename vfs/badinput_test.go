@@ -131,3 +131,15 @@ func TestResolveFollowsASymlinkToAMissingPlace(t *testing.T) {
 	_, err = Resolve(filepath.Join(dir, "loop", "x"))
 	require.Error(t, err)
 }
+
+// TestFaultFSWriteBackRefusesANegativeRange: where the inner file cannot
+// write back (a CrashFS's), the FaultFS does nothing but still refuses a
+// range sync_file_range(2) refuses.
+func TestFaultFSWriteBackRefusesANegativeRange(t *testing.T) {
+	ffs := NewFaultFS(NewCrashFS(Default))
+	f := openRW(t, ffs, filepath.Join(t.TempDir(), "f"))
+	wb := f.(WriteBacker)
+	require.ErrorIs(t, wb.WriteBack(-1, 10), syscall.EINVAL)
+	require.ErrorIs(t, wb.WriteBack(0, -1), syscall.EINVAL)
+	require.NoError(t, wb.WriteBack(0, 0))
+}

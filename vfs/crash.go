@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -819,9 +820,29 @@ func (f *crashFile) Sync() error {
 // crash keeps of them is what it keeps of any write not yet covered by an
 // fdatasync. A real file system reads an allocated, unwritten range as
 // zeros too, and commits the file's new size with the next fdatasync.
+//
+// It refuses what fallocate refuses: a negative offset or a length that is
+// not positive (EINVAL), a range past the largest offset (EFBIG), a handle
+// not open for writing (EBADF). Its writes are counted as mutating
+// operations; after a crash it fails with ErrCrashed even where it would
+// have nothing to write.
 func (f *crashFile) Allocate(off, n int64) error {
+	refuse := func(err error) error { return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err} }
+	switch {
+	case off < 0 || n <= 0:
+		return refuse(syscall.EINVAL)
+	case off > math.MaxInt64-n:
+		return refuse(syscall.EFBIG)
+	}
 	f.fs.mu.Lock()
 	err := f.closedLocked("fallocate")
+	switch {
+	case err != nil:
+	case !f.writable:
+		err = refuse(syscall.EBADF)
+	case f.fs.crashedLocked():
+		err = refuse(ErrCrashed)
+	}
 	f.fs.mu.Unlock()
 	if err != nil {
 		return err

@@ -1,8 +1,10 @@
 package vfs
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,4 +39,47 @@ func TestCrashFSAClosedHandleChangesNothing(t *testing.T) {
 	defer g.Close()
 	require.NoError(t, g.Sync())
 	require.Equal(t, map[string]string{"f": "BBBB"}, cloneTree(t, c, keepNone), "the fdatasync through the other handle made BBBB durable")
+}
+
+// TestCrashFSAllocateRefusesWhatFallocateRefuses: a negative offset, a
+// length that is not positive, a range past the largest offset; and after
+// a crash, any call, even one with nothing to write. Each used to return
+// nil, through a FaultFS over the CrashFS too. Nothing is counted or
+// changed.
+func TestCrashFSAllocateRefusesWhatFallocateRefuses(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	ffs := NewFaultFS(c)
+	f := durableFile(t, c, filepath.Join(dir, "f"), "12345678")
+	defer f.Close()
+	g, err := ffs.OpenFile(filepath.Join(dir, "f"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer g.Close()
+	ops := c.Ops()
+	for name, a := range map[string]Allocator{"CrashFS": f.(Allocator), "FaultFS": g.(Allocator)} {
+		for _, r := range []struct {
+			off, n int64
+			err    error
+		}{
+			{0, -5, syscall.EINVAL},
+			{0, 0, syscall.EINVAL},
+			{-1, 10, syscall.EINVAL},
+			{math.MaxInt64 - 4, 10, syscall.EFBIG},
+		} {
+			require.ErrorIs(t, a.Allocate(r.off, r.n), r.err, "%s: Allocate(%d, %d)", name, r.off, r.n)
+		}
+	}
+	require.Equal(t, ops, c.Ops())
+
+	ro, err := c.OpenFile(filepath.Join(dir, "f"), os.O_RDONLY, 0)
+	require.NoError(t, err)
+	defer ro.Close()
+	require.ErrorIs(t, ro.(Allocator).Allocate(0, 4), syscall.EBADF, "a read-only handle")
+
+	c.Crash()
+	for name, a := range map[string]Allocator{"CrashFS": f.(Allocator), "FaultFS": g.(Allocator)} {
+		require.ErrorIs(t, a.Allocate(0, 4), ErrCrashed, "%s: within the file", name)
+		require.ErrorIs(t, a.Allocate(0, 8192), ErrCrashed, "%s: past its end", name)
+	}
+	require.Equal(t, map[string]string{"f": "12345678"}, cloneTree(t, c, keepAll))
 }

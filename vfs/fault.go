@@ -513,8 +513,9 @@ func (ff *faultFile) Allocate(off, n int64) error {
 }
 
 // WriteBack writes back through the inner file, unless a rule fails
-// OpWriteBack. Where the inner file is no [WriteBacker] it does nothing:
-// the next fdatasync writes the range.
+// OpWriteBack. Where the inner file is no [WriteBacker] it does nothing
+// (the next fdatasync writes the range), but refuses, as
+// sync_file_range(2) does, a negative offset or length (EINVAL).
 func (ff *faultFile) WriteBack(off, n int64) error {
 	if ft := ff.fs.check(OpWriteBack, ff.name); ft != nil {
 		return opError(OpWriteBack, ff.name, "", ft.err)
@@ -523,6 +524,8 @@ func (ff *faultFile) WriteBack(off, n int64) error {
 		if err := wb.WriteBack(off, n); err != nil {
 			return err
 		}
+	} else if off < 0 || n < 0 {
+		return opError(OpWriteBack, ff.name, "", syscall.EINVAL)
 	}
 	ff.fs.emit(Event{Op: OpWriteBack, Name: ff.name, Off: off, Len: int(n)})
 	return nil

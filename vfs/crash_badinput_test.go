@@ -83,3 +83,44 @@ func TestCrashFSAllocateRefusesWhatFallocateRefuses(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"f": "12345678"}, cloneTree(t, c, keepAll))
 }
+
+// TestCrashCloneRefusesANaNFraction: NaN passed the range check, then
+// failed every comparison with 0 and 1, and the clone panicked on the Rand
+// it had not been given.
+func TestCrashCloneRefusesANaNFraction(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	f := durableFile(t, c, filepath.Join(dir, "f"), "synced")
+	defer f.Close()
+	writeAt(t, f, "lost", 0)
+	dst := filepath.Join(t.TempDir(), "clone")
+	err := c.CrashClone(dst, CrashOptions{Root: dir, KeepUnsyncedFraction: math.NaN()})
+	require.ErrorContains(t, err, "KeepUnsyncedFraction")
+	require.NoDirExists(t, dst)
+}
+
+// TestCrashCloneRefusesADestinationInsideTheTreeHoweverSpelt: a relative
+// destination, or one through a symbolic link, that lies inside the
+// cloned tree used to pass the check, which compared the names as spelt,
+// and the clone was written into the tree it copied.
+func TestCrashCloneRefusesADestinationInsideTheTreeHoweverSpelt(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	durableFile(t, c, filepath.Join(dir, "f"), "synced").Close()
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(dir, link))
+	t.Chdir(dir)
+	for _, dst := range []string{"clone", "./sub/clone", ".", filepath.Join(link, "clone")} {
+		err := c.CrashClone(dst, CrashOptions{Root: dir})
+		require.ErrorContains(t, err, "inside the cloned tree", "destination %s", dst)
+	}
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, names, 1, "only f: nothing was made in the tree")
+
+	// Relative roots are resolved alike.
+	t.Chdir(filepath.Dir(dir))
+	err = c.CrashClone(filepath.Join(dir, "clone"), CrashOptions{Root: filepath.Base(dir)})
+	require.ErrorContains(t, err, "inside the cloned tree")
+	require.NoError(t, c.CrashClone(filepath.Join(t.TempDir(), "clone"), CrashOptions{Root: dir}), "a destination outside")
+}

@@ -76,7 +76,7 @@ func (o *CrashOptions) keep() bool {
 // use: mutating operations wait while it runs.
 func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	f := opts.KeepUnsyncedFraction
-	if f < 0 || f > 1 {
+	if !(f >= 0 && f <= 1) { // NaN too
 		return fmt.Errorf("vfs: CrashClone: KeepUnsyncedFraction %v outside [0, 1]", f)
 	}
 	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite) {
@@ -92,7 +92,17 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 		}
 	}
 	dst = filepath.Clean(dst)
-	if within(root, dst) {
+	// Compared resolved: a relative dst, or one reached through a
+	// symbolic link, can lie inside a root spelt otherwise.
+	rroot, err := Resolve(root)
+	if err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	rdst, err := Resolve(dst)
+	if err != nil {
+		return fmt.Errorf("vfs: CrashClone: %w", err)
+	}
+	if within(rroot, rdst) {
 		return fmt.Errorf("vfs: CrashClone: destination %s is inside the cloned tree %s", dst, root)
 	}
 	if err := c.inner.MkdirAll(dst, 0o700); err != nil {

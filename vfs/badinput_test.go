@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -142,4 +143,43 @@ func TestFaultFSWriteBackRefusesANegativeRange(t *testing.T) {
 	require.ErrorIs(t, wb.WriteBack(-1, 10), syscall.EINVAL)
 	require.ErrorIs(t, wb.WriteBack(0, -1), syscall.EINVAL)
 	require.NoError(t, wb.WriteBack(0, 0))
+}
+
+// requirePanicsWith checks that fn panics with an error whose message
+// contains want.
+func requirePanicsWith(t *testing.T, want string, fn func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		require.NotNil(t, r, "no panic, want one with %q", want)
+		err, ok := r.(error)
+		require.True(t, ok, "panicked with %v, not an error", r)
+		require.ErrorContains(t, err, want)
+	}()
+	fn()
+}
+
+// TestFaultFSRefusesAMalformedRuleOrObserverAtOnce: a NaN Probability
+// passed Inject's check and then fired on every call; a NaN ShortFraction
+// passed too. A nil observer, or a nil inner FS, was accepted and panicked
+// deep inside the next operation. Each now panics where it is given, as
+// Inject documents for a malformed rule, and leaves the FaultFS as it was.
+func TestFaultFSRefusesAMalformedRuleOrObserverAtOnce(t *testing.T) {
+	ffs := NewFaultFS(Default)
+	requirePanicsWith(t, "Probability NaN", func() {
+		ffs.Inject(Rule{Op: OpSyncDir, Probability: math.NaN(), Rand: newRand(1)})
+	})
+	requirePanicsWith(t, "ShortFraction", func() {
+		ffs.Inject(Rule{Op: OpWrite, ShortFraction: math.NaN()})
+	})
+	requirePanicsWith(t, "nil function", func() { ffs.Observe(nil) })
+	requirePanicsWith(t, "nil function", func() { ffs.OnSync(nil) })
+	requirePanicsWith(t, "nil inner FS", func() { NewFaultFS(nil) })
+
+	dir := t.TempDir()
+	require.NoError(t, ffs.SyncDir(dir), "no rule was added")
+	f := openRW(t, ffs, filepath.Join(dir, "f"))
+	require.NoError(t, f.Sync(), "no observer was added")
+	require.Zero(t, ffs.Injected(OpSyncDir))
 }

@@ -154,8 +154,11 @@ func (r *crashRecord) endSize() int64 {
 }
 
 // NewCrashFS returns a CrashFS over inner that has not crashed and tracks no
-// file yet.
+// file yet. It panics if inner is nil, rather than at the first call.
 func NewCrashFS(inner FS) *CrashFS {
+	if inner == nil {
+		panic(errors.New("vfs: NewCrashFS: nil inner FS"))
+	}
 	return &CrashFS{inner: inner, crashAfter: -1, dirs: make(map[string]*crashDir), used: make(map[string]bool)}
 }
 

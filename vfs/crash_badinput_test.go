@@ -124,3 +124,8 @@ func TestCrashCloneRefusesADestinationInsideTheTreeHoweverSpelt(t *testing.T) {
 	require.ErrorContains(t, err, "inside the cloned tree")
 	require.NoError(t, c.CrashClone(filepath.Join(t.TempDir(), "clone"), CrashOptions{Root: dir}), "a destination outside")
 }
+
+// TestNewCrashFSRefusesANilInnerFS: it used to panic at the first call.
+func TestNewCrashFSRefusesANilInnerFS(t *testing.T) {
+	requirePanicsWith(t, "nil inner FS", func() { NewCrashFS(nil) })
+}

@@ -150,14 +150,21 @@ type ruleState struct {
 	fired int64 // calls failed so far
 }
 
-// NewFaultFS returns a FaultFS over inner with no rules.
-func NewFaultFS(inner FS) *FaultFS { return &FaultFS{inner: inner} }
+// NewFaultFS returns a FaultFS over inner with no rules. It panics if inner
+// is nil, rather than at the first call.
+func NewFaultFS(inner FS) *FaultFS {
+	if inner == nil {
+		panic(errors.New("vfs: NewFaultFS: nil inner FS"))
+	}
+	return &FaultFS{inner: inner}
+}
 
 // Inject adds a rule. Rules apply in the order they were injected: every
 // matching rule counts a call, and the first one that fires decides its
 // error. Inject panics if the rule is malformed (no valid Op, a negative
-// count, a probability outside [0, 1] or without Rand, a short write on an
-// operation other than OpWrite). Safe for concurrent use.
+// count, a probability outside [0, 1], NaN included, or without Rand, a
+// negative ShortBytes or a ShortFraction outside [0, 1], a short write on
+// an operation other than OpWrite). Safe for concurrent use.
 func (f *FaultFS) Inject(r Rule) {
 	if err := r.validate(); err != nil {
 		panic(err)
@@ -176,11 +183,11 @@ func (r *Rule) validate() error {
 		return fmt.Errorf("vfs: FaultFS rule has invalid Op %v", r.Op)
 	case r.Nth < 0 || r.After < 0 || r.Times < 0:
 		return fmt.Errorf("vfs: FaultFS rule for %v has a negative Nth, After or Times", r.Op)
-	case r.Probability < 0 || r.Probability > 1:
+	case !(r.Probability >= 0 && r.Probability <= 1): // NaN too
 		return fmt.Errorf("vfs: FaultFS rule for %v has Probability %v outside [0, 1]", r.Op, r.Probability)
 	case r.Probability > 0 && r.Rand == nil:
 		return fmt.Errorf("vfs: FaultFS rule for %v has a Probability but no Rand", r.Op)
-	case r.ShortBytes < 0 || r.ShortFraction < 0 || r.ShortFraction > 1:
+	case r.ShortBytes < 0 || !(r.ShortFraction >= 0 && r.ShortFraction <= 1):
 		return fmt.Errorf("vfs: FaultFS rule for %v has a negative ShortBytes or a ShortFraction outside [0, 1]", r.Op)
 	case r.ShortBytes > 0 && r.ShortFraction > 0:
 		return fmt.Errorf("vfs: FaultFS rule for %v sets both ShortBytes and ShortFraction", r.Op)
@@ -220,8 +227,12 @@ func (f *FaultFS) Injected(op Op) int64 {
 // the goroutine that made the call, before the call returns. Observers are
 // called in the order registered, without any FaultFS lock held; fn must be
 // safe for concurrent use if the FaultFS is used concurrently. Observe
-// itself is safe for concurrent use.
+// itself is safe for concurrent use. Like [FaultFS.Inject] with a malformed
+// rule, it panics if fn is nil, rather than the next operation.
 func (f *FaultFS) Observe(fn func(Event)) {
+	if fn == nil {
+		panic(errors.New("vfs: FaultFS.Observe: nil function"))
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var next []func(Event)
@@ -233,8 +244,12 @@ func (f *FaultFS) Observe(fn func(Event)) {
 }
 
 // OnSync registers fn to be called with the file's name after every
-// successful File.Sync (fdatasync), as [FaultFS.Observe] does.
+// successful File.Sync (fdatasync), as [FaultFS.Observe] does. It panics if
+// fn is nil.
 func (f *FaultFS) OnSync(fn func(name string)) {
+	if fn == nil {
+		panic(errors.New("vfs: FaultFS.OnSync: nil function"))
+	}
 	f.Observe(func(e Event) {
 		if e.Op == OpSync {
 			fn(e.Name)

@@ -163,19 +163,25 @@
 // Ctrl-C (or SIGTERM) stops the current measurement: walbench prints
 // what was measured (a row cut short marked "interrupted", a row fewer
 // rounds measured "k of N rounds"), writes -json, removes its directory
-// and exits 130; a second Ctrl-C removes the directory (and a -json file
-// not yet written) and exits at once.
+// and exits 130; a second Ctrl-C removes the directory (and the -json
+// report's temporary file) and exits at once.
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2. The text the run prints, and walbench report's
 // tables of its JSON, say under the machine facts that it was interrupted
 // or failed, and why.
 //
-// -json FILE is created (or emptied) before anything is measured, so that
-// a path that cannot be written ends the run at once (exit code 1, as a
-// -dir or -cpuprofile that cannot be used). It is written at the end,
-// also after Ctrl-C or an error, when something was measured; when
-// nothing was, it is removed, so that no file of an earlier run is left
-// there to be taken for this one's.
+// -json FILE names a regular file or a new one; a directory, a device, a
+// named pipe or a link to nothing is refused. Before anything is measured
+// walbench makes a temporary file beside it (so a directory that cannot
+// be written ends the run at once, exit code 1, as a -dir or -cpuprofile
+// that cannot be used) and says on stderr if FILE exists. At the end, also
+// after Ctrl-C or an error, when something was measured, the report is
+// written to the temporary file, synced, and renamed over FILE (through a
+// symbolic link: over the file it points to), and stderr says when that
+// replaced a file. Until then FILE is not touched: a run that measured
+// nothing, or could not write its report (a full disk), leaves the file
+// that was there as it was, says so on stderr, and removes its temporary
+// file. walbench removes no file it did not make.
 //
 // # BENCH.md
 //

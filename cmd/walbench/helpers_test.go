@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -78,6 +79,22 @@ func assertDirEmpty(t *testing.T, dir string) {
 		for _, n := range names {
 			ns = append(ns, n.Name())
 		}
+		t.Errorf("left behind in %s: %v", dir, ns)
+	}
+}
+
+// assertDirEmptyBut fails t when dir holds anything but the files keep:
+// walbench left nothing beside the -json file.
+func assertDirEmptyBut(t *testing.T, dir string, keep ...string) {
+	t.Helper()
+	names, _ := os.ReadDir(dir)
+	var ns []string
+	for _, n := range names {
+		if !slices.Contains(keep, n.Name()) {
+			ns = append(ns, n.Name())
+		}
+	}
+	if len(ns) != 0 {
 		t.Errorf("left behind in %s: %v", dir, ns)
 	}
 }

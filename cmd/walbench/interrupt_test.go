@@ -177,38 +177,56 @@ func TestJSONUnwritable(t *testing.T) {
 	}
 }
 
-// TestJSONStaleRemoved: a run that measures nothing, cut by Ctrl-C or
-// failing before its first result, leaves no file at its -json path,
-// not even one an earlier run wrote there.
-func TestJSONStaleRemoved(t *testing.T) {
-	stale := func(t *testing.T) string {
+// TestJSONEarlierFileKept: a run that measures nothing, cut by Ctrl-C
+// or failing before its first result, leaves the file an earlier run
+// wrote at its -json path as it was, says so, and leaves no file beside
+// it.
+func TestJSONEarlierFileKept(t *testing.T) {
+	const earlier = "PRECIOUS\n"
+	earlierAt := func(t *testing.T) string {
 		name := jsonPath(t)
-		if err := os.WriteFile(name, []byte(`{"schema": "walbench/2", "rows": []}`), 0o644); err != nil {
+		if err := os.WriteFile(name, []byte(earlier), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return name
 	}
+	check := func(t *testing.T, what string, res runResult, jsonFile string) {
+		t.Helper()
+		if b, err := os.ReadFile(jsonFile); err != nil || string(b) != earlier {
+			t.Errorf("%s: the earlier -json file holds %q, %v; want it as it was", what, b, err)
+		}
+		if !strings.Contains(res.stderr, "-json "+jsonFile+": not written; the file that was there is left as it was") {
+			t.Errorf("%s: stderr does not say the -json file was left as it was", what)
+		}
+		assertDirEmptyBut(t, filepath.Dir(jsonFile), filepath.Base(jsonFile))
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	dir, jsonFile := benchDir(t), stale(t)
-	if res := runWith(t, ctx, nil, "publish", "-dir", dir, "-json", jsonFile, "-probe-time", "0"); res.code != exitInterrupted {
+	dir, jsonFile := benchDir(t), earlierAt(t)
+	res := runWith(t, ctx, nil, "publish", "-dir", dir, "-json", jsonFile, "-probe-time", "0")
+	if res.code != exitInterrupted {
 		t.Errorf("interrupted: exit %d, want %d", res.code, exitInterrupted)
 	}
-	if _, err := os.Stat(jsonFile); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("interrupted before the first result: the -json file is still there (%v)", err)
-	}
+	check(t, "interrupted before the first result", res, jsonFile)
 	assertDirEmpty(t, dir)
+
+	jsonFile = earlierAt(t)
+	res = runWith(t, context.Background(), nil, "publish", "-dir", filepath.Join(t.TempDir(), "missing"), "-json", jsonFile,
+		"-time", "50ms", "-probe-time", "0")
+	if res.code != exitError || res.stdout != "" {
+		t.Errorf("-dir missing: exit %d, stdout %q; want %d and nothing measured", res.code, res.stdout, exitError)
+	}
+	check(t, "a -dir that does not exist", res, jsonFile)
 
 	fs := vfs.NewFaultFS(vfs.Default)
 	fs.Inject(vfs.Rule{Op: vfs.OpWrite, NameContains: "publish-1-", Err: syscall.EIO})
-	dir, jsonFile = benchDir(t), stale(t)
-	res := runWith(t, context.Background(), &env{fs: fs, hangTimeout: 10 * time.Second}, "publish", "-dir", dir, "-json", jsonFile,
+	dir, jsonFile = benchDir(t), earlierAt(t)
+	res = runWith(t, context.Background(), &env{fs: fs, hangTimeout: 10 * time.Second}, "publish", "-dir", dir, "-json", jsonFile,
 		"-producers", "1", "-time", "30ms", "-probe-time", "0", "-warmup", "0", "-size", "100", "-segment-bytes", "64KiB")
 	if res.code != exitError || res.stdout != "" {
 		t.Errorf("failed: exit %d, stdout %q; want %d and nothing measured", res.code, res.stdout, exitError)
 	}
-	if _, err := os.Stat(jsonFile); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("failed before the first result: the -json file is still there (%v)", err)
-	}
+	check(t, "failed before the first result", res, jsonFile)
 	assertDirEmpty(t, dir)
 }

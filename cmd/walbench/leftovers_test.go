@@ -38,9 +38,9 @@ func TestLeftoversRemovesWhatWasNotKept(t *testing.T) {
 }
 
 // TestRunRecordsWhatAForcedQuitRemoves: a run tells run's forced quit
-// about its temporary directory and its -json file, and withdraws the
-// file once its report is in it; a run stopped before it measured
-// anything leaves the file for the quit to remove.
+// about its temporary directory and the temporary file of its -json
+// report, beside the -json path, and withdraws each once it is gone; it
+// never records the -json path itself, which walbench does not remove.
 func TestRunRecordsWhatAForcedQuitRemoves(t *testing.T) {
 	for _, stopped := range []bool{false, true} {
 		parent := t.TempDir()
@@ -50,27 +50,31 @@ func TestRunRecordsWhatAForcedQuitRemoves(t *testing.T) {
 			cancel(errInterrupted)
 		}
 		var l leftovers
+		var recorded []string
+		made := func(p string) func() { recorded = append(recorded, p); return l.add(p) }
 		var stdout, stderr bytes.Buffer
 		code := runContext(ctx, []string{"probe", "-time", "30ms", "-dir", parent, "-json", jsonFile},
-			&stdout, &stderr, &env{progress: newProgress(&stderr)}, l.add)
+			&stdout, &stderr, &env{progress: newProgress(&stderr)}, made)
 		cancel(nil)
 		l.mu.Lock()
 		paths := l.paths
 		l.mu.Unlock()
-		tmps, err := filepath.Glob(filepath.Join(parent, "walbench-*"))
-		require.NoError(t, err)
-		require.Empty(t, tmps, "the run left its temporary directory")
+		require.Empty(t, paths, "paths left to a forced quit after the run")
+		require.Len(t, recorded, 2, "want the temporary directory and the report's temporary file: %v", recorded)
+		require.Equal(t, filepath.Dir(jsonFile), filepath.Dir(recorded[0]), "the report's temporary file is not beside the -json path")
+		require.NotEqual(t, jsonFile, recorded[0])
+		require.Equal(t, parent, filepath.Dir(recorded[1]))
+		for _, p := range recorded {
+			_, err := os.Stat(p)
+			require.ErrorIs(t, err, os.ErrNotExist, "%s is left behind", p)
+		}
 		if stopped {
 			require.Equal(t, exitInterrupted, code, stderr.String())
-			require.True(t, paths[jsonFile], "an unwritten -json file is not left to the quit: %v", paths)
+			_, err := os.Stat(jsonFile)
+			require.ErrorIs(t, err, os.ErrNotExist, "a -json file made though nothing was measured")
 			continue
 		}
 		require.Equal(t, exitOK, code, stderr.String())
-		require.False(t, paths[jsonFile], "a written report would be removed by a forced quit")
-		require.Len(t, paths, 1, "the temporary directory is not recorded: %v", paths)
-		for p := range paths {
-			require.Equal(t, parent, filepath.Dir(p))
-		}
 		require.NotNil(t, readReport(t, jsonFile).Probe)
 	}
 }

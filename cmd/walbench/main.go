@@ -35,7 +35,7 @@ func main() {
 // run is walbench with arguments args, stopped by Ctrl-C or SIGTERM; it
 // returns the exit code. The first signal stops the current measurement
 // and lets the run print what it measured; a second removes the temporary
-// directory (and a -json file not yet written) and exits at once.
+// directory (and the -json report's temporary file) and exits at once.
 func run(args []string, stdout, stderr io.Writer) int {
 	// Catch signals before anything exists to clean up; they wait in the
 	// channel until the goroutine below takes them.
@@ -72,7 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // leftovers are the paths a forced quit (a second Ctrl-C) removes: what
-// walbench made and has not completed. Safe for concurrent use.
+// walbench made and has not completed or removed itself. Never a file
+// walbench did not make. Safe for concurrent use.
 type leftovers struct {
 	mu    sync.Mutex
 	paths map[string]bool
@@ -111,14 +112,14 @@ func (l *leftovers) removeAll() []string {
 // runContext is walbench with arguments args, until ctx ends; it returns
 // the exit code. made, when not nil, is told each path walbench creates
 // and removes unless the run completes it (the temporary directory, the
-// -json file), and returns the function to call once it is to be kept.
-// Every return path after a path is made passes its removal.
+// -json report's temporary file), and returns the function to call once
+// it is gone or to be kept. Every return path after a path is made passes
+// its removal. The -json file itself is never made this way, nor removed:
+// it is replaced, by a rename, only once the report is whole.
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e *env, made func(path string) (keep func())) (code int) {
 	if made == nil {
 		made = func(string) func() { return func() {} }
 	}
-	wroteJSON := false // -json FILE holds this run's report
-	keepJSON := func() {}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,25 +135,31 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		}
 		return exitOK
 	}
+	var jsonOut *pendingFile
 	if cfg.jsonFile != "" {
-		// Made now, so that a path that cannot be written fails before the
-		// measuring, not after it. Unless the report is written to it in
-		// the end, it is removed, so that no file of an earlier run is left
-		// there to be taken for this one's.
-		if err := createJSON(cfg.jsonFile); err != nil {
-			fmt.Fprintf(stderr, "walbench: %v\n", err)
+		// Its temporary file is made now, so that a path that cannot be
+		// written fails before the measuring, not after it. The file
+		// named is not touched until the report is whole in the temporary
+		// one (see pendingFile).
+		jsonOut, err = newPendingFile(e.outputFS(), cfg.jsonFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "walbench: -json %s: %v\n", cfg.jsonFile, err)
 			return exitError
 		}
-		keepJSON = made(cfg.jsonFile)
+		keep := made(jsonOut.tmp)
 		defer func() {
-			if wroteJSON {
-				return
+			if !jsonOut.done {
+				fmt.Fprintf(stderr, "walbench: -json %s: not written%s\n", cfg.jsonFile, jsonOut.untouched())
 			}
-			if err := os.Remove(cfg.jsonFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-				fmt.Fprintf(stderr, "walbench: -json: %v\n", err)
+			if err := jsonOut.discard(); err != nil {
+				fmt.Fprintf(stderr, "walbench: -json %s: remove the temporary file %s: %v\n", cfg.jsonFile, jsonOut.tmp, err)
 				code = max(code, exitError)
 			}
+			keep()
 		}()
+		if jsonOut.existed {
+			fmt.Fprintf(stderr, "walbench: -json %s exists: this run's report will replace it when the run ends\n", cfg.jsonFile)
+		}
 	}
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
@@ -182,12 +189,13 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	if abs, err := filepath.Abs(tmp); err == nil {
 		tmp = abs
 	}
-	made(tmp)
+	tmpMade := made(tmp)
 	defer func() {
 		if err := os.RemoveAll(tmp); err != nil {
 			fmt.Fprintf(stderr, "walbench: remove %s: %v\n", tmp, err)
 			code = max(code, exitError)
 		}
+		tmpMade()
 	}()
 
 	start := time.Now()
@@ -203,13 +211,17 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			fmt.Fprintf(stderr, "walbench: print: %v\n", err)
 			code = exitError
 		}
-		if cfg.jsonFile != "" {
-			if err := writeJSON(cfg.jsonFile, rep); err != nil {
-				fmt.Fprintf(stderr, "walbench: %v\n", err)
+		if jsonOut != nil {
+			b, err := marshalReport(rep)
+			if err == nil {
+				err = jsonOut.commit(b)
+			}
+			switch {
+			case err != nil:
+				fmt.Fprintf(stderr, "walbench: -json %s: %v%s\n", cfg.jsonFile, err, jsonOut.untouched())
 				code = exitError
-			} else {
-				wroteJSON = true
-				keepJSON() // whole: a forced quit leaves it now
+			case jsonOut.existed:
+				fmt.Fprintf(stderr, "walbench: -json %s: replaced by this run's report\n", cfg.jsonFile)
 			}
 		}
 	}

@@ -2,9 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // schemaVersion names the JSON form documented in doc.go. A change that
@@ -188,30 +189,23 @@ type Reopen struct {
 	PerRound []Reopen              `json:"per_round,omitempty"`
 }
 
-// createJSON creates the file name for -json, empty, or empties it.
-func createJSON(name string) error {
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("-json %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("-json %s: %w", name, err)
-	}
-	return nil
-}
-
-// writeJSON writes rep to the file name.
-func writeJSON(name string, rep *Report) error {
+// marshalReport is rep as -json writes it.
+func marshalReport(rep *Report) ([]byte, error) {
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// writeJSON replaces the file name with rep, whole or not at all.
+func writeJSON(name string, rep *Report) error {
+	b, err := marshalReport(rep)
+	if err != nil {
 		return fmt.Errorf("-json %s: %w", name, err)
 	}
-	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("-json: %w", err)
+	if err := replaceFile(vfs.Default, name, b); err != nil {
+		return fmt.Errorf("-json %s: %w", name, err)
 	}
 	return nil
 }

@@ -26,6 +26,17 @@ type env struct {
 	hangTimeout time.Duration
 	afterStep   func(name string)
 	onWindow    func(name string)
+	// outFS is the file system of the files written for the operator
+	// (-json, BENCH.md); nil: the real one. For tests.
+	outFS vfs.FS
+}
+
+// outputFS is the file system of the files written for the operator.
+func (e *env) outputFS() vfs.FS {
+	if e.outFS == nil {
+		return vfs.Default
+	}
+	return e.outFS
 }
 
 func (e *env) step(name string) {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // BENCH.md's figures are generated: the report command rewrites the part
@@ -19,8 +21,10 @@ const (
 )
 
 // runReport is the report command: it reads cfg.in and prints its tables,
-// prints its markdown section (-md), or rewrites cfg.bench's section.
-func runReport(cfg config, stdout io.Writer) error {
+// prints its markdown section (-md), or rewrites cfg.bench's section,
+// replacing the file whole on fsys (see pendingFile), so that a failure
+// leaves it as it was.
+func runReport(cfg config, fsys vfs.FS, stdout io.Writer) error {
 	rep, err := readJSON(cfg.in)
 	if err != nil {
 		return err
@@ -35,7 +39,10 @@ func runReport(cfg config, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", cfg.bench, err)
 		}
-		return os.WriteFile(cfg.bench, out, 0o644)
+		if err := replaceFile(fsys, cfg.bench, out); err != nil {
+			return fmt.Errorf("%s: %w", cfg.bench, err)
+		}
+		return nil
 	case cfg.markdown:
 		_, err := io.WriteString(stdout, markdown(rep))
 		return err

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // update rewrites the golden files of testdata from what the code makes
@@ -157,6 +160,33 @@ func TestReportRefuses(t *testing.T) {
 	}
 	if res := runWith(t, context.Background(), nil, "report", "-in", filepath.Join(dir, "missing.json")); res.code != exitError {
 		t.Errorf("a missing file: exit %d", res.code)
+	}
+}
+
+// TestReportBenchDiskFull: a BENCH.md that cannot be written whole (a
+// full disk, a write cut short) is left as it was, with nothing beside
+// it, and the report command says why and exits 1.
+func TestReportBenchDiskFull(t *testing.T) {
+	const text = "# Benchmarks\n\n" + beginMarker + "\nearlier figures\n" + endMarker + "\n\nWritten by hand.\n"
+	for _, rule := range []vfs.Rule{
+		{Op: vfs.OpWrite, Err: syscall.ENOSPC, ShortFraction: 0.5},
+		{Op: vfs.OpSync, Err: syscall.ENOSPC},
+	} {
+		dir := t.TempDir()
+		doc := filepath.Join(dir, "BENCH.md")
+		if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fs := vfs.NewFaultFS(vfs.Default)
+		fs.Inject(rule)
+		res := runWith(t, context.Background(), &env{outFS: fs}, "report", "-in", benchJSON, "-bench", doc)
+		if res.code != exitError || !strings.Contains(res.stderr, doc+": ") || !strings.Contains(res.stderr, syscall.ENOSPC.Error()) {
+			t.Errorf("%v fails: exit %d, stderr %q; want %d, the document and the error named", rule.Op, res.code, res.stderr, exitError)
+		}
+		if b, err := os.ReadFile(doc); err != nil || string(b) != text {
+			t.Errorf("%v fails: the document holds %q, %v; want it as it was", rule.Op, b, err)
+		}
+		assertDirEmptyBut(t, dir, "BENCH.md")
 	}
 }
 

@@ -192,7 +192,9 @@
 //
 // The second command rewrites the part of BENCH.md between the lines
 // <!-- walbench:begin --> and <!-- walbench:end --> and leaves the rest as
-// it is. The JSON of the run BENCH.md shows stays in testdata, and a test
+// it is. It writes the new text to a temporary file beside BENCH.md and
+// renames it over, as -json does, so that a failure (a full disk) leaves
+// BENCH.md as it was, never cut short. The JSON of the run BENCH.md shows stays in testdata, and a test
 // checks that the report command makes BENCH.md's section from it, byte
 // for byte.
 //

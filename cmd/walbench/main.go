@@ -129,7 +129,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		return exitUsage
 	}
 	if cfg.command == "report" {
-		if err := runReport(cfg, stdout); err != nil {
+		if err := runReport(cfg, e.outputFS(), stdout); err != nil {
 			fmt.Fprintf(stderr, "walbench report: %v\n", err)
 			return exitError
 		}

@@ -164,7 +164,8 @@
 // what was measured (a row cut short marked "interrupted", a row fewer
 // rounds measured "k of N rounds"), writes -json, removes its directory
 // and exits 130; a second Ctrl-C removes the directory (and the -json
-// report's temporary file) and exits at once.
+// report's temporary file), says what it removed and what it could not
+// (with why: the directory is then left behind), and exits at once.
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2. The text the run prints, and walbench report's
 // tables of its JSON, say under the machine facts that it was interrupted

@@ -11,7 +11,9 @@ import (
 )
 
 // TestLeftoversRemovesWhatWasNotKept: a forced quit removes every path
-// recorded and not kept, directories whole, and nothing kept.
+// recorded and not kept, directories whole, and nothing kept; it says
+// what it removed, and what it could not remove, with why, and says
+// nothing of a path already gone.
 func TestLeftoversRemovesWhatWasNotKept(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "walbench-1")
@@ -22,19 +24,37 @@ func TestLeftoversRemovesWhatWasNotKept(t *testing.T) {
 	for _, p := range []string{empty, whole} {
 		require.NoError(t, os.WriteFile(p, nil, 0o600))
 	}
+	// os.RemoveAll refuses a path that ends in ".": a removal that fails.
+	stuck := filepath.Join(root, "stuck") + "/."
+	require.NoError(t, os.Mkdir(filepath.Join(root, "stuck"), 0o700))
+	gone := filepath.Join(root, "gone.json")
 	var l leftovers
 	l.add(dir)
 	l.add(empty)
+	l.add(stuck)
+	l.add(gone)
 	keep := l.add(whole)
 	keep()
 
-	require.Equal(t, []string{empty, dir}, l.removeAll()) // sorted
+	removals := l.removeAll()
+	var paths []string
+	for _, r := range removals {
+		paths = append(paths, r.path)
+	}
+	require.Equal(t, []string{empty, stuck, dir}, paths) // sorted, without the one gone
 	for _, p := range []string{dir, empty} {
 		_, err := os.Stat(p)
 		require.ErrorIs(t, err, os.ErrNotExist, p)
 	}
 	_, err := os.Stat(whole)
 	require.NoError(t, err, "a kept path was removed")
+
+	var b bytes.Buffer
+	sayRemovals(newProgress(&b), removals)
+	require.Equal(t, "walbench: interrupted again: removed "+empty+"\n"+
+		"walbench: interrupted again: could not remove "+stuck+", left behind: "+removals[1].err.Error()+"\n"+
+		"walbench: interrupted again: removed "+dir+"\n", b.String())
+	require.Error(t, removals[1].err)
 }
 
 // TestRunRecordsWhatAForcedQuitRemoves: a run tells run's forced quit

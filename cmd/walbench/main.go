@@ -62,9 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case <-finished:
 			return
 		}
-		for _, p := range left.removeAll() {
-			e.progress.printf("walbench: interrupted again: removed %s", p)
-		}
+		sayRemovals(e.progress, left.removeAll())
 		e.progress.printf("walbench: quitting")
 		os.Exit(exitInterrupted)
 	}()
@@ -95,18 +93,46 @@ func (l *leftovers) add(path string) (keep func()) {
 	}
 }
 
+// removal is what removeAll did with one path: err is nil when it is gone.
+type removal struct {
+	path string
+	err  error
+}
+
 // removeAll removes every path recorded and not withdrawn, and returns
-// them. It holds the lock until the end, so a keep that comes meanwhile
-// waits, and a path is never both kept and removed.
-func (l *leftovers) removeAll() []string {
+// what became of each that was there. It holds the lock until the end, so
+// a keep that comes meanwhile waits, and a path is never both kept and
+// removed. A directory a store is still writing into may gain a file
+// while it is being removed: it is tried a few times.
+func (l *leftovers) removeAll() []removal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	paths := slices.Sorted(maps.Keys(l.paths))
-	for _, p := range paths {
-		_ = os.RemoveAll(p)
+	var out []removal
+	for _, p := range slices.Sorted(maps.Keys(l.paths)) {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			continue // removed by the run already
+		}
+		var err error
+		for range 3 {
+			if err = os.RemoveAll(p); err == nil {
+				break
+			}
+		}
+		out = append(out, removal{path: p, err: err})
 	}
 	l.paths = nil
-	return paths
+	return out
+}
+
+// sayRemovals says on p what a forced quit removed, and what it could not.
+func sayRemovals(p *progress, removals []removal) {
+	for _, r := range removals {
+		if r.err != nil {
+			p.printf("walbench: interrupted again: could not remove %s, left behind: %v", r.path, r.err)
+			continue
+		}
+		p.printf("walbench: interrupted again: removed %s", r.path)
+	}
 }
 
 // runContext is walbench with arguments args, until ctx ends; it returns

@@ -222,7 +222,9 @@
 //	    "device":      string, the block device mounted there ("" unknown)
 //	    "write_cache": string, its queue/write_cache: "write back", "write through", ""
 //	    "load_avg":    [float, float, float], 1, 5, 15 min, at the start
-//	    "dir":         string, the temporary directory (removed)
+//	    "dir":         string, the temporary directory, removed before the
+//	                   report is written and the tables printed
+//	    "dir_left":    string, why it could not be removed; absent when it was
 //	  }
 //	  "rounds":      int, asked for
 //	  "seconds":     float, the whole run

@@ -32,7 +32,10 @@ type Machine struct {
 	// LoadAvg is the 1, 5 and 15 minute load averages when the run
 	// started: how busy the machine already was.
 	LoadAvg [3]float64 `json:"load_avg"`
-	Dir     string     `json:"dir"` // the temporary directory used (removed)
+	Dir     string     `json:"dir"` // the temporary directory used
+	// DirLeft is why Dir could not be removed at the end of the run; ""
+	// when it was removed.
+	DirLeft string `json:"dir_left,omitempty"`
 }
 
 // Magic numbers of statfs(2) f_type, from linux/magic.h.

@@ -102,8 +102,7 @@ type removal struct {
 // removeAll removes every path recorded and not withdrawn, and returns
 // what became of each that was there. It holds the lock until the end, so
 // a keep that comes meanwhile waits, and a path is never both kept and
-// removed. A directory a store is still writing into may gain a file
-// while it is being removed: it is tried a few times.
+// removed.
 func (l *leftovers) removeAll() []removal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,16 +111,23 @@ func (l *leftovers) removeAll() []removal {
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 			continue // removed by the run already
 		}
-		var err error
-		for range 3 {
-			if err = os.RemoveAll(p); err == nil {
-				break
-			}
-		}
-		out = append(out, removal{path: p, err: err})
+		out = append(out, removal{path: p, err: removeTree(p)})
 	}
 	l.paths = nil
 	return out
+}
+
+// removeTree removes the file or directory tree p. A directory a store
+// is still writing into may gain a file while it is being removed: it is
+// tried a few times.
+func removeTree(p string) error {
+	var err error
+	for range 3 {
+		if err = os.RemoveAll(p); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // sayRemovals says on p what a forced quit removed, and what it could not.
@@ -216,12 +222,21 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		tmp = abs
 	}
 	tmpMade := made(tmp)
-	defer func() {
-		if err := os.RemoveAll(tmp); err != nil {
+	tmpRemoved := false
+	removeTmp := func() error {
+		tmpRemoved = true
+		defer tmpMade()
+		if err := removeTree(tmp); err != nil {
 			fmt.Fprintf(stderr, "walbench: remove %s: %v\n", tmp, err)
 			code = max(code, exitError)
+			return err
 		}
-		tmpMade()
+		return nil
+	}
+	defer func() {
+		if !tmpRemoved {
+			_ = removeTmp() // said on stderr
+		}
 	}()
 
 	start := time.Now()
@@ -230,6 +245,11 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	rep.Interrupted = ctx.Err() != nil
 	if measureErr != nil {
 		rep.Error = measureErr.Error()
+	}
+	// Removed before anything is printed or written, so that both say what
+	// became of it.
+	if err := removeTmp(); err != nil {
+		rep.Machine.DirLeft = err.Error()
 	}
 	measured := rep.Probe != nil || len(rep.Rows) > 0 || rep.Reopen != nil
 	if measured {

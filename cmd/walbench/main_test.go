@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -479,5 +481,54 @@ func TestCPUProfile(t *testing.T) {
 	b, err := os.ReadFile(prof)
 	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Errorf("-cpuprofile: %d bytes, %v; want a gzip-compressed profile", len(b), err)
+	}
+}
+
+// printWatch is a writer that calls check before its first write.
+type printWatch struct {
+	check   func()
+	checked bool
+	bytes.Buffer
+}
+
+func (w *printWatch) Write(p []byte) (int, error) {
+	if !w.checked {
+		w.checked = true
+		w.check()
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestDirRemovedBeforeTables: the tables say the temporary directory was
+// removed; by the time they are printed, it is.
+func TestDirRemovedBeforeTables(t *testing.T) {
+	dir := benchDir(t)
+	out := &printWatch{check: func() {
+		if names, _ := os.ReadDir(dir); len(names) != 0 {
+			t.Errorf("the tables are printed while %s still holds %v", dir, names)
+		}
+	}}
+	var stderr bytes.Buffer
+	code := runContext(context.Background(), []string{"probe", "-time", "10ms", "-dir", dir}, out, &stderr, &env{progress: newProgress(&stderr)}, nil)
+	if code != exitOK || !out.checked || !strings.Contains(out.String(), " (removed)\n") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), stderr.String())
+	}
+}
+
+// TestDirLeftSaid: a report whose directory could not be removed says so
+// where the others say it was, in the tables and in the markdown.
+func TestDirLeftSaid(t *testing.T) {
+	rep := edgeReport()
+	rep.Machine.DirLeft = "unlinkat /x/walbench-1/store: directory not empty"
+	var b strings.Builder
+	if err := printReport(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := "/x/walbench-1 (not removed: unlinkat /x/walbench-1/store: directory not empty)"
+	if !strings.Contains(b.String(), "directory              "+want+"\n") || strings.Contains(b.String(), "(removed)") {
+		t.Errorf("the tables do not say the directory was left:\n%s", b.String())
+	}
+	if md := markdown(rep); !strings.Contains(md, "| directory | "+want+" |") {
+		t.Errorf("the markdown does not say the directory was left:\n%s", md)
 	}
 }

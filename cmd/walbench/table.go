@@ -308,6 +308,10 @@ func machineLines(m Machine) [][2]string {
 	if m.WriteCache != "" {
 		dev += ", write cache: " + m.WriteCache
 	}
+	dir := m.Dir + " (removed)"
+	if m.DirLeft != "" {
+		dir = m.Dir + " (not removed: " + m.DirLeft + ")"
+	}
 	return [][2]string{
 		{"date", m.Date},
 		{"load average at start", fmt.Sprintf("%.2f %.2f %.2f (1, 5, 15 min)", m.LoadAvg[0], m.LoadAvg[1], m.LoadAvg[2])},
@@ -317,7 +321,7 @@ func machineLines(m Machine) [][2]string {
 		{"go", m.GoVersion},
 		{"filesystem", fs},
 		{"device", dev},
-		{"directory", m.Dir + " (removed)"},
+		{"directory", dir},
 	}
 }
 

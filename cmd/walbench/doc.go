@@ -167,7 +167,9 @@
 // report's temporary file), says what it removed and what it could not
 // (with why: the directory is then left behind), and exits at once.
 // An error ends the run after printing what was measured, with exit code
-// 1; bad flags exit 2. The text the run prints, and walbench report's
+// 1; bad flags exit 2. At the end of a run the directory is removed, then
+// -json written, then the tables printed: a stdout closed early (walbench
+// ... | head) fails only the tables, which stderr says, with exit code 1. The text the run prints, and walbench report's
 // tables of its JSON, say under the machine facts that it was interrupted
 // or failed, and why.
 //

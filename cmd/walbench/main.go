@@ -42,6 +42,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// A stdout closed early (walbench ... | head) must not kill the run
+	// before it removed its directory: with SIGPIPE caught, a write to it
+	// fails with EPIPE instead, which the run reports.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -253,10 +259,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	}
 	measured := rep.Probe != nil || len(rep.Rows) > 0 || rep.Reopen != nil
 	if measured {
-		if err := printReport(stdout, rep); err != nil {
-			fmt.Fprintf(stderr, "walbench: print: %v\n", err)
-			code = exitError
-		}
+		// The report first: it does not depend on stdout, which may be
+		// closed (walbench ... | head).
 		if jsonOut != nil {
 			b, err := marshalReport(rep)
 			if err == nil {
@@ -269,6 +273,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			case jsonOut.existed:
 				fmt.Fprintf(stderr, "walbench: -json %s: replaced by this run's report\n", cfg.jsonFile)
 			}
+		}
+		if err := printReport(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "walbench: print the tables: %v\n", err)
+			code = exitError
 		}
 	}
 	switch {

@@ -326,8 +326,32 @@ func machineLines(m Machine) [][2]string {
 }
 
 // printReport writes rep as text: the machine facts and how the run
-// ended, if early, the tables, and last the recommendation.
-func printReport(out io.Writer, rep *Report) error {
+// ended, if early, the tables, and last the recommendation. It returns
+// the first error of a write to w.
+func printReport(w io.Writer, rep *Report) error {
+	out := &stickyWriter{w: w}
+	printTo(out, rep)
+	return out.err
+}
+
+// stickyWriter passes writes to w until one fails, then fails them all
+// with that error.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
+// printTo is printReport's body; out keeps the first error.
+func printTo(out io.Writer, rep *Report) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, kv := range machineLines(rep.Machine) {
 		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
@@ -338,9 +362,7 @@ func printReport(out io.Writer, rep *Report) error {
 	if rep.Error != "" {
 		fmt.Fprintf(tw, "failed\t%s: the figures are those measured before\n", rep.Error)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	tw.Flush()
 	if warning := memoryOnly(rep.Machine); warning != "" {
 		fmt.Fprintf(out, "\n%s\n", warning)
 	}
@@ -362,9 +384,7 @@ func printReport(out io.Writer, rep *Report) error {
 			}
 			fmt.Fprintln(tw)
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		tw.Flush()
 		for _, n := range t.notes {
 			fmt.Fprintln(out, n)
 		}
@@ -378,7 +398,6 @@ func printReport(out io.Writer, rep *Report) error {
 	if why := noRecommendation(rep); why != "" {
 		fmt.Fprintf(out, "\n%s\n", why)
 	}
-	return nil
 }
 
 // spread is the min–max of the ratio name in ranges, "-" if none.

@@ -108,7 +108,7 @@ func markdown(rep *Report) string {
 	}
 	p("%s.", how)
 	if rep.Interrupted {
-		p(" It was interrupted: the figures are those measured before.")
+		p(" It was interrupted%s: the figures are those measured before.", byWhom(rep.InterruptedBy))
 	}
 	if rep.Error != "" {
 		p(" It failed: %s.", rep.Error)

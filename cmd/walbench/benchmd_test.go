@@ -211,7 +211,7 @@ func edgeReport() *Report {
 		Schema: schemaVersion, Command: "publish", Args: []string{"publish", "-producers", "4,64", "-rounds", "2"},
 		Machine: Machine{Date: "2026-01-02T03:04:05Z", NumCPU: 2, GOOS: "linux", GOARCH: "amd64", Kernel: "Linux 6", GoVersion: "go1.26",
 			Filesystem: "ext4", FSMagic: "0xef53", Device: "/dev/vda", WriteCache: "write back", LoadAvg: [3]float64{1.5, 1, 0.5}, Dir: "/x/walbench-1"},
-		Rounds: 2, Seconds: 75, Interrupted: true, Error: "publish, 64 producers: Publish: input/output error",
+		Rounds: 2, Seconds: 75, Interrupted: true, InterruptedBy: "SIGINT", Error: "publish, 64 producers: Publish: input/output error",
 		Probe: &Probe{Rounds: 2, FdatasyncsPerSec: ptr(5000.0), FdatasyncP99Ns: ptr(int64(500_000)),
 			Ceilings: []Ceiling{{Producers: 4, Size: 100, MsgsPerSec: ptr(19000.0)}, {Producers: 0, Size: 100}}},
 		Rows: []Row{pub, cut, mixed},

@@ -160,10 +160,13 @@
 //
 // A step that lasts more than two seconds shows its progress on stderr: a
 // progress bar when stderr is a terminal, else a line every two seconds.
-// Ctrl-C (or SIGTERM) stops the current measurement: walbench prints
-// what was measured (a row cut short marked "interrupted", a row fewer
-// rounds measured "k of N rounds"), writes -json, removes its directory
-// and exits 130; a second Ctrl-C removes the directory (and the -json
+// Ctrl-C (or SIGTERM, or SIGHUP: its terminal closed) stops the current
+// measurement: walbench prints what was measured (a row cut short marked
+// "interrupted", a row fewer rounds measured "k of N rounds"), says which
+// signal stopped it, writes -json, removes its directory and exits with
+// 128 + the signal's number, as a shell reports a death by it (130 for
+// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP); a second signal (any of the
+// three) removes the directory (and the -json
 // report's temporary file), says what it removed and what it could not
 // (with why: the directory is then left behind), and exits at once.
 // An error ends the run after printing what was measured, with exit code
@@ -231,6 +234,8 @@
 //	  "rounds":      int, asked for
 //	  "seconds":     float, the whole run
 //	  "interrupted": bool, Ctrl-C cut the run short
+//	  "interrupted_by": string, the signal that did: "SIGINT" (Ctrl-C), "SIGTERM"
+//	                 or "SIGHUP"; absent if none, or not known
 //	  "error":       string, the failure that ended it early (absent if none)
 //	  "probe": {                                   (absent without a probe)
 //	    "seconds", "interrupted", "fdatasyncs" (count)

@@ -15,32 +15,78 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// Exit codes.
+// Exit codes. A run a signal stopped exits with 128 + the signal's
+// number, as a shell reports a death by that signal: 130 for SIGINT
+// (Ctrl-C), 143 for SIGTERM, 129 for SIGHUP.
 const (
 	exitOK          = 0
 	exitError       = 1
 	exitUsage       = 2
-	exitInterrupted = 130 // as a shell reports a SIGINT death
+	exitInterrupted = 128 + int(syscall.SIGINT) // stopped, by what is not known
 )
 
-// errInterrupted is the cause of the run's context after Ctrl-C.
+// errInterrupted is what the cause of the run's context is, checked with
+// errors.Is, once a signal stopped the run.
 var errInterrupted = errors.New("interrupted")
+
+// interruption is the cause of the run's context after a signal.
+type interruption struct{ sig syscall.Signal }
+
+func (i interruption) Error() string        { return "interrupted by " + signalName(i.sig) }
+func (i interruption) Is(target error) bool { return target == errInterrupted }
+
+// stopSignals are the signals that stop a run: Ctrl-C, kill, and the
+// closing of its terminal.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// signalName is "SIGINT", "SIGTERM", ...
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
+// stoppedBy says how ctx was stopped: the signal's name ("" when ctx
+// ended otherwise, as tests end it), and the exit code.
+func stoppedBy(ctx context.Context) (signal string, code int) {
+	var i interruption
+	if errors.As(context.Cause(ctx), &i) {
+		return signalName(i.sig), 128 + int(i.sig)
+	}
+	return "", exitInterrupted
+}
+
+// byWhom is " by Ctrl-C", " by SIGTERM", ..., or "" for an unknown
+// signal: how the messages name what stopped a run.
+func byWhom(signal string) string {
+	switch signal {
+	case "":
+		return ""
+	case "SIGINT":
+		return " by Ctrl-C"
+	}
+	return " by " + signal
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is walbench with arguments args, stopped by Ctrl-C or SIGTERM; it
-// returns the exit code. The first signal stops the current measurement
-// and lets the run print what it measured; a second removes the temporary
-// directory (and the -json report's temporary file) and exits at once.
+// run is walbench with arguments args, stopped by Ctrl-C, SIGTERM or
+// SIGHUP; it returns the exit code. The first signal stops the current
+// measurement and lets the run print what it measured; a second removes
+// the temporary directory (and the -json report's temporary file) and
+// exits at once.
 func run(args []string, stdout, stderr io.Writer) int {
 	// Catch signals before anything exists to clean up; they wait in the
 	// channel until the goroutine below takes them.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	// A stdout closed early (walbench ... | head) must not kill the run
 	// before it removed its directory: with SIGPIPE caught, a write to it
@@ -56,21 +102,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	left := &leftovers{}
 	e := &env{progress: newProgress(stderr)}
 	go func() {
+		var sig os.Signal
 		select {
-		case <-sigs:
+		case sig = <-sigs:
 		case <-finished:
 			return
 		}
-		e.progress.printf("walbench: interrupted: stopping the current measurement (Ctrl-C again to quit at once)")
-		cancel(errInterrupted)
+		first := interruption{sig.(syscall.Signal)}
+		if first.sig == syscall.SIGINT {
+			e.progress.printf("walbench: interrupted: stopping the current measurement (Ctrl-C again to quit at once)")
+		} else {
+			e.progress.printf("walbench: %s: stopping the current measurement (a second signal quits at once)", signalName(first.sig))
+		}
+		cancel(first)
 		select {
-		case <-sigs:
+		case sig = <-sigs:
 		case <-finished:
 			return
 		}
 		sayRemovals(e.progress, left.removeAll())
 		e.progress.printf("walbench: quitting")
-		os.Exit(exitInterrupted)
+		os.Exit(128 + int(sig.(syscall.Signal)))
 	}()
 	return runContext(ctx, args, stdout, stderr, e, left.add)
 }
@@ -249,6 +301,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	rep, measureErr := measure(ctx, e, tmp, cfg)
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Interrupted = ctx.Err() != nil
+	stopSignal, stopCode := stoppedBy(ctx)
+	if rep.Interrupted {
+		rep.InterruptedBy = stopSignal
+	}
 	if measureErr != nil {
 		rep.Error = measureErr.Error()
 	}
@@ -284,11 +340,11 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		fmt.Fprintf(stderr, "walbench: %v\n", measureErr)
 		code = exitError
 	case ctx.Err() != nil && !measured:
-		fmt.Fprintln(stderr, "walbench: interrupted before anything was measured")
-		code = max(code, exitInterrupted)
+		fmt.Fprintf(stderr, "walbench: interrupted%s before anything was measured\n", byWhom(stopSignal))
+		code = max(code, stopCode)
 	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "walbench: interrupted; the tables have what was measured until then")
-		code = max(code, exitInterrupted)
+		fmt.Fprintf(stderr, "walbench: interrupted%s; the tables have what was measured until then\n", byWhom(stopSignal))
+		code = max(code, stopCode)
 	}
 	return code
 }

@@ -26,6 +26,9 @@ type Report struct {
 	// Interrupted: Ctrl-C cut the run short; what it holds was measured
 	// before.
 	Interrupted bool `json:"interrupted"`
+	// InterruptedBy names the signal that did: "SIGINT" (Ctrl-C),
+	// "SIGTERM" or "SIGHUP"; "" when not interrupted or not known.
+	InterruptedBy string `json:"interrupted_by,omitempty"`
 	// Error is the failure that ended the run early, if one did.
 	Error string `json:"error,omitempty"`
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -357,7 +358,7 @@ func printTo(out io.Writer, rep *Report) {
 		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 	}
 	if rep.Interrupted {
-		fmt.Fprintf(tw, "interrupted\tby Ctrl-C: the figures are those measured before\n")
+		fmt.Fprintf(tw, "interrupted\t%s: the figures are those measured before\n", strings.TrimSpace(cmp.Or(byWhom(rep.InterruptedBy), "before its end")))
 	}
 	if rep.Error != "" {
 		fmt.Fprintf(tw, "failed\t%s: the figures are those measured before\n", rep.Error)

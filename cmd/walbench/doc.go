@@ -142,8 +142,14 @@
 // the fewest producers measured that reached 80% of the best durable
 // publish rate at those settings, with their msgs/s and p99, and the
 // drain rate. A publish window that published nothing is no point of the
-// recommendation; with no durable one left, the report says that there is
-// no recommendation, and why. On tmpfs or ramfs, where an fdatasync
+// recommendation, nor is a workload Ctrl-C cut short (of several rounds,
+// the rounds that ran to their end count): a sweep point cut between its
+// window and its drain would be scored on its publish rate alone against
+// the others' publish and drain. A setting left without a whole point is
+// not scored, and the recommendation names it. With no durable point
+// left, the report says that there is no recommendation, and why (the
+// run interrupted, or failed, before its publish workloads ran, or before
+// one was measured whole; or none published). On tmpfs or ramfs, where an fdatasync
 // reaches no device, the report warns beside the machine facts, and the
 // recommendation's last line says so again.
 //
@@ -350,6 +356,9 @@
 //	    "in_memory":     string, "tmpfs" or "ramfs" when the directory keeps its
 //	                     files in memory (the figures are then the CPU's, not a
 //	                     disk's), "" otherwise
+//	    "unscored":      [{"sync", "segment_bytes"}], the durable settings measured
+//	                     only in workloads Ctrl-C cut short: not scored; omitted
+//	                     when none
 //	  }
 //	}
 //

@@ -45,6 +45,18 @@ type Recommendation struct {
 	// its files in memory (tmpfs, ramfs): every figure is then the CPU's,
 	// not a disk's. "" for any other.
 	InMemory string `json:"in_memory"`
+	// Unscored are the durable settings measured only in workloads Ctrl-C
+	// cut short: not scored, so not recommended. Their figures would be of
+	// half a point (a sweep's window without its drain), and compared
+	// with whole ones.
+	Unscored []Setting `json:"unscored,omitempty"`
+}
+
+// Setting is a store's durable setting, as the recommendation compares
+// them.
+type Setting struct {
+	Sync         string `json:"sync"`
+	SegmentBytes int64  `json:"segment_bytes"`
 }
 
 // Score is how one setting did: the geometric mean, over the points it was
@@ -83,12 +95,15 @@ type recPoint struct {
 }
 
 // recommend makes the recommendation from the summary rows of a run: from
-// its sweep rows if it has any, else from its publish and drain rows. It
-// returns nil when there is nothing durable to recommend from.
+// its sweep rows if it has any whole one, else from its publish and drain
+// rows. Only what ran to its end is scored (see wholeRounds). It returns
+// nil when there is nothing durable to recommend from.
 func recommend(rows []Row) *Recommendation {
-	points, basis := sweepPoints(rows), "sweep"
+	points, unscored := sweepPoints(rows)
+	basis := "sweep"
 	if len(points) == 0 {
-		points, basis = profilePoints(rows), "profile"
+		points, unscored = profilePoints(rows)
+		basis = "profile"
 	}
 	var notDurable *float64
 	var durablePoints []recPoint
@@ -108,7 +123,7 @@ func recommend(rows []Row) *Recommendation {
 	best := scores[0]
 	rec := &Recommendation{
 		Basis: basis, Sync: best.Sync, SegmentBytes: best.SegmentBytes,
-		Scores: scores, NotDurable: notDurable,
+		Scores: scores, NotDurable: notDurable, Unscored: unscored,
 	}
 	var chosen []recPoint
 	for _, p := range durablePoints {
@@ -136,19 +151,63 @@ func recommend(rows []Row) *Recommendation {
 	return rec
 }
 
-// sweepPoints are the points of the sweep rows.
-func sweepPoints(rows []Row) []recPoint {
-	var out []recPoint
+// sweepPoints are the points of the sweep rows, from their whole rounds,
+// and the durable settings an interruption left without a whole point.
+func sweepPoints(rows []Row) (points []recPoint, unscored []Setting) {
+	var cut []Setting
+	scored := map[Setting]bool{}
 	for _, r := range rows {
-		if r.Kind != kindSweep || !publishedAny(r) {
+		if r.Kind != kindSweep {
 			continue
 		}
-		out = append(out, recPoint{
-			sync: r.Sync, segmentBytes: r.SegmentBytes, producers: r.Producers, size: r.Size,
-			publish: *r.MsgsPerSec, p99: r.P99Ns, drain: r.DrainMsgsPerSec, measuredAs: r.Sync,
+		s := Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes}
+		w, ok := wholeRounds(r)
+		if !ok {
+			if durable(r.Sync) && !slices.Contains(cut, s) {
+				cut = append(cut, s)
+			}
+			continue
+		}
+		if !publishedAny(w) {
+			continue
+		}
+		scored[s] = true
+		points = append(points, recPoint{
+			sync: w.Sync, segmentBytes: w.SegmentBytes, producers: w.Producers, size: w.Size,
+			publish: *w.MsgsPerSec, p99: w.P99Ns, drain: w.DrainMsgsPerSec, measuredAs: w.Sync,
 		})
 	}
-	return out
+	for _, s := range cut {
+		if !scored[s] {
+			unscored = append(unscored, s)
+		}
+	}
+	return points, unscored
+}
+
+// wholeRounds is r as the recommendation may score it: only the rounds of
+// it that ran to their end, Ctrl-C cutting none short (a sweep point's
+// window and drain both: a window alone would be scored on its publish
+// rate and compared with others' publish and drain). It is r when all did,
+// the summary of those that did when some did, and ok is false when none
+// did.
+func wholeRounds(r Row) (w Row, ok bool) {
+	if len(r.PerRound) == 0 {
+		return r, !r.Interrupted
+	}
+	var whole []Row
+	for _, pr := range r.PerRound {
+		if !pr.Interrupted {
+			whole = append(whole, pr)
+		}
+	}
+	switch len(whole) {
+	case 0:
+		return r, false
+	case len(r.PerRound):
+		return r, true
+	}
+	return summarize(whole, len(whole) > 1), true
 }
 
 // publishedAny reports whether the window of r published a message: a
@@ -165,46 +224,83 @@ func noRecommendation(rep *Report) string {
 	case rep.Command != "profile" && rep.Command != kindSweep && rep.Command != "full":
 		return ""
 	}
+	publishes, cut := false, false
+	for _, r := range rep.Rows {
+		if r.Kind != kindPublish && r.Kind != kindSweep {
+			continue
+		}
+		publishes = true
+		if _, whole := wholeRounds(r); !whole && durable(r.Sync) {
+			cut = true
+		}
+	}
+	switch {
+	case !publishes && rep.Interrupted:
+		return "No recommendation: the run was interrupted before its publish workloads ran."
+	case !publishes && rep.Error != "":
+		return "No recommendation: the run failed before its publish workloads ran."
+	case cut:
+		return "No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."
+	}
 	return "No recommendation: no publish workload under a durable sync mode (all or publish) published a message."
 }
 
 // profilePoints are the points of the publish rows, each paired with the
-// Consume drain of each sync mode the run drained under. Under SyncAll and
-// SyncPublish a Publish waits for the same fdatasync, so publish rows
-// measured under either stand for both; the drain tells them apart.
-func profilePoints(rows []Row) []recPoint {
-	drains := map[string]*float64{} // the first Consume drain of each sync mode
+// Consume drain of each sync mode the run drained under, all from their
+// whole rounds (see wholeRounds). Under SyncAll and SyncPublish a Publish
+// waits for the same fdatasync, so publish rows measured under either
+// stand for both; the drain tells them apart. Where no drain was measured
+// whole, the publish rows stand alone; where some were, a durable mode
+// whose drain was cut short is not scored, and is returned in unscored.
+func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
+	drains := map[string]*float64{} // the first whole Consume drain of each sync mode
 	var order []string
+	var cut []Setting
 	for _, r := range rows {
-		if r.Kind == kindDrain && r.Method == drainConsume && r.MsgsPerSec != nil {
-			if _, ok := drains[r.Sync]; !ok {
-				drains[r.Sync] = r.MsgsPerSec
-				order = append(order, r.Sync)
+		if r.Kind != kindDrain || r.Method != drainConsume {
+			continue
+		}
+		w, ok := wholeRounds(r)
+		if !ok || w.MsgsPerSec == nil {
+			if s := (Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes}); !ok && durable(r.Sync) && !slices.Contains(cut, s) {
+				cut = append(cut, s)
 			}
+			continue
+		}
+		if _, ok := drains[r.Sync]; !ok {
+			drains[r.Sync] = w.MsgsPerSec
+			order = append(order, r.Sync)
 		}
 	}
-	var out []recPoint
 	for _, r := range rows {
-		if r.Kind != kindPublish || !publishedAny(r) {
+		w, ok := wholeRounds(r)
+		if r.Kind != kindPublish || !ok || !publishedAny(w) {
 			continue
 		}
 		p := recPoint{
-			sync: r.Sync, segmentBytes: r.SegmentBytes, producers: r.Producers, size: r.Size,
-			publish: *r.MsgsPerSec, p99: r.P99Ns, measuredAs: r.Sync,
+			sync: w.Sync, segmentBytes: w.SegmentBytes, producers: w.Producers, size: w.Size,
+			publish: *w.MsgsPerSec, p99: w.P99Ns, measuredAs: w.Sync,
 		}
-		if !durable(r.Sync) || len(drains) == 0 {
-			out = append(out, p)
+		if !durable(w.Sync) || len(drains) == 0 {
+			points = append(points, p)
 			continue
 		}
 		for _, s := range order {
 			if durable(s) {
 				q := p
 				q.sync, q.drain = s, drains[s]
-				out = append(out, q)
+				points = append(points, q)
 			}
 		}
 	}
-	return out
+	if len(drains) > 0 && len(points) > 0 {
+		for _, s := range cut {
+			if drains[s.Sync] == nil {
+				unscored = append(unscored, s)
+			}
+		}
+	}
+	return points, unscored
 }
 
 // scoreSettings scores each setting (sync mode, segment size) of points,
@@ -351,6 +447,13 @@ func recommendationLines(rec *Recommendation) []string {
 	}
 	lines = append(lines, fmt.Sprintf("scores (msgs/s through the queue, publish and drain taking turns; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
 		100*tieMargin, strings.Join(scores, "; ")))
+	if len(rec.Unscored) > 0 {
+		var cut []string
+		for _, u := range rec.Unscored {
+			cut = append(cut, fmt.Sprintf("sync=%s, %s segments", u.Sync, formatBytes(u.SegmentBytes)))
+		}
+		lines = append(lines, fmt.Sprintf("not scored, the run having been interrupted before any of their workloads was measured whole: %s", strings.Join(cut, "; ")))
+	}
 	switch rec.Sync {
 	case broker.SyncPublish.String():
 		lines = append(lines, "SyncPublish: a Publish is on the device when it returns, as under SyncAll; a lease or an ack reaches it with the next commit, so after a power loss a few messages may be delivered again; keep SyncAll (the default) where that matters more than the difference in the scores")

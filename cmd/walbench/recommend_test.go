@@ -352,3 +352,96 @@ func TestAMemoryFileSystemIsCalledOut(t *testing.T) {
 		}
 	}
 }
+
+// cut marks r as cut short by Ctrl-C.
+func cut(r Row) Row { r.Interrupted = true; return r }
+
+// TestRecommendScoresWholePointsOnly: a sweep point Ctrl-C cut short (its
+// window without its drain) is not scored: here it would have won on its
+// publish rate alone against the others' publish and drain. A setting
+// left without a whole point is not scored, and the recommendation says
+// so.
+func TestRecommendScoresWholePointsOnly(t *testing.T) {
+	rows := grid("all", 64*mib, [3]float64{1000, 10000, 20000}, 50000)
+	rows = append(rows,
+		sweepRow("publish", 4*mib, 1, 1024, 1000, 50000, 100),
+		cut(sweepRow("publish", 4*mib, 16, 1024, 1e6, 0, 100)),
+		cut(sweepRow("publish", 64*mib, 1, 1024, 2000, 0, 100)),
+	)
+	rec := recommend(rows)
+	if rec == nil || rec.Sync != "all" || rec.SegmentBytes != 64*mib {
+		t.Fatalf("recommendation %+v; want sync all, 64 MiB: the cut point must not count", rec)
+	}
+	if len(rec.Scores) != 2 || rec.Scores[0].Points != 1 || rec.Scores[1].Points != 1 {
+		t.Errorf("scores %+v; want the two settings with a whole point, compared on the one they share", rec.Scores)
+	}
+	if len(rec.Unscored) != 1 || rec.Unscored[0] != (Setting{Sync: "publish", SegmentBytes: 64 * mib}) {
+		t.Errorf("unscored %+v; want sync publish with 64 MiB segments, which has no whole point", rec.Unscored)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "not scored, the run having been interrupted before any of their workloads was measured whole: sync=publish, 64 MiB segments") {
+		t.Errorf("the recommendation does not say what it did not score:\n%s", text)
+	}
+}
+
+// TestWholeRounds: of a row of several rounds, the recommendation scores
+// the rounds that ran to their end.
+func TestWholeRounds(t *testing.T) {
+	r1 := sweepRow("all", 64*mib, 1, 1024, 1000, 50000, 100)
+	r1.Round = 1
+	r2 := cut(sweepRow("all", 64*mib, 1, 1024, 1e6, 0, 100))
+	r2.Round = 2
+	r := summarize([]Row{r1, r2}, true)
+	if w, ok := wholeRounds(r); !ok || *w.MsgsPerSec != 1000 || w.DrainMsgsPerSec == nil || *w.DrainMsgsPerSec != 50000 || w.Rounds != 1 {
+		t.Errorf("whole rounds: %v, %+v; want round 1 alone", ok, w)
+	}
+	if _, ok := wholeRounds(summarize([]Row{r2}, false)); ok {
+		t.Errorf("a row whose every round was cut short is whole")
+	}
+	if w, ok := wholeRounds(r1); !ok || *w.MsgsPerSec != 1000 {
+		t.Errorf("a whole row of one round: %v, %+v", ok, w)
+	}
+}
+
+// TestRecommendFromProfileCutDrain: a profile whose SyncPublish drain was
+// cut short scores SyncAll alone, and says SyncPublish was not scored.
+func TestRecommendFromProfileCutDrain(t *testing.T) {
+	rate := func(v float64) *float64 { return &v }
+	rows := []Row{
+		{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 1, Size: 1024, MsgsPerSec: rate(4000)},
+		{Kind: kindDrain, Method: drainConsume, Sync: "all", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: rate(50000)},
+		cut(Row{Kind: kindDrain, Method: drainConsume, Sync: "publish", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: rate(1e9)}),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.Sync != "all" || len(rec.Scores) != 1 || len(rec.Unscored) != 1 || rec.Unscored[0].Sync != "publish" {
+		t.Fatalf("recommendation %+v; want sync all alone scored, sync publish not", rec)
+	}
+}
+
+// TestNoRecommendationSaysWhy: a run that ends without a recommendation
+// says why: interrupted (or failed) before its publish workloads ran, or
+// before one was measured whole, or none published.
+func TestNoRecommendationSaysWhy(t *testing.T) {
+	wal := Row{Kind: kindWAL, Sync: "always", Size: 1024, Producers: 1, MsgsPerSec: ptr(5000.0)}
+	for _, tc := range []struct {
+		name string
+		rep  Report
+		want string
+	}{
+		{"full interrupted in the log's rows", Report{Command: "full", Interrupted: true, Rows: []Row{wal}},
+			"No recommendation: the run was interrupted before its publish workloads ran."},
+		{"full failed in the log's rows", Report{Command: "full", Error: "wal append: EIO", Rows: []Row{wal}},
+			"No recommendation: the run failed before its publish workloads ran."},
+		{"sweep cut at its first point", Report{Command: kindSweep, Interrupted: true, Rows: []Row{cut(sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100))}},
+			"No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."},
+		{"nothing published", Report{Command: "profile", Rows: []Row{{Kind: kindPublish, Sync: "all", MsgsPerSec: ptr(0.0)}}},
+			"No recommendation: no publish workload under a durable sync mode (all or publish) published a message."},
+	} {
+		tc.rep.Rounds = 1
+		if rec := recommend(tc.rep.Rows); rec != nil {
+			t.Errorf("%s: recommended %+v", tc.name, rec)
+		}
+		if got := noRecommendation(&tc.rep); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -67,6 +67,9 @@ func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p 
 	r.Kind = kindSweep
 	r.Workload = "sweep, " + p.String()
 	if ctx.Err() != nil {
+		// Its drain will not run: the point is not whole, however whole
+		// its window was.
+		r.Interrupted = true
 		return r, true, nil
 	}
 	backlog := st.q.Stats().Ready

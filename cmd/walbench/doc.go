@@ -32,9 +32,11 @@
 // (broker.DefaultMaxMessageBytes, the largest message the benchmark's
 // queue accepts; a wal record must also fit in one segment), sizes
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
-// 10ms (a shorter window measures the timers, not the disk), and a mixed
+// 10ms (a shorter window measures the timers, not the disk), a mixed
 // -rate at which a producer would publish less than once in -time or more
-// than a million times a second.
+// than a million times a second, and a mixed -sample under 10ms or one
+// that would keep more than 100,000 backlog samples in -time (each is
+// kept in memory and written to the JSON).
 //
 // # Workloads
 //

@@ -105,6 +105,14 @@ const (
 	// minWindow bounds -time and -probe-time from below: a shorter window
 	// measures the timers, not the disk.
 	minWindow = 10 * time.Millisecond
+	// minSample bounds -sample from below: the backlog sampled oftener
+	// measures the ticker, and its samples only fill the memory and the
+	// JSON.
+	minSample = 10 * time.Millisecond
+	// maxBacklogSamples bounds the backlog samples one mixed window keeps
+	// (-time ÷ -sample): each is kept in memory and written to the JSON,
+	// once per round and once in the summary.
+	maxBacklogSamples = 100_000
 	// maxRatePerProducer bounds a mixed workload's -rate per producer:
 	// no Publish returns in a microsecond, and the schedule's steps are
 	// whole nanoseconds.
@@ -241,7 +249,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (at least %v)", minWindow))
-		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, "sample the backlog every `D`")
+		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, fmt.Sprintf("sample the backlog every `D` (at least %v, and at most %d samples in -time)", minSample, maxBacklogSamples))
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
 		common(false)
@@ -411,7 +419,12 @@ func (c *config) validate() error {
 			}
 		}
 	}
-	check(c.mixed.sample > 0, "-sample %v: must be positive", c.mixed.sample)
+	check(c.mixed.sample >= minSample, "-sample %v: must be at least %v (oftener samples the ticker, not the queue)", c.mixed.sample, minSample)
+	if slices.Contains(c.workloads, kindMixed) && c.mixed.sample >= minSample && c.mixed.duration >= minWindow {
+		n := int64(c.mixed.duration / c.mixed.sample)
+		check(n <= maxBacklogSamples, "-sample %v: %d backlog samples in the -time %v window; at most %d (sample less often, or measure for less)",
+			c.mixed.sample, n, c.mixed.duration, maxBacklogSamples)
+	}
 	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)
 	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
 	check(c.drain.limit > 0, "-limit %v: must be positive", c.drain.limit)

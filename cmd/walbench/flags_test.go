@@ -191,7 +191,9 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"drain", "-limit", "0s"}, "-limit 0s: must be positive"},
 		{[]string{"drain", "-limit", "-1s"}, "-limit -1s: must be positive"},
 		{[]string{"reopen", "-messages", "0"}, "-messages 0: must be at least 1"},
-		{[]string{"mixed", "-sample", "0s"}, "-sample 0s: must be positive"},
+		{[]string{"mixed", "-sample", "0s"}, "-sample 0s: must be at least 10ms"},
+		{[]string{"mixed", "-time", "15s", "-sample", "1ns", "-rate", "1000"}, "-sample 1ns: must be at least 10ms"},
+		{[]string{"mixed", "-time", "1h", "-sample", "10ms"}, "-sample 10ms: 360000 backlog samples in the -time 1h0m0s window; at most 100000"},
 		{[]string{"publish", "-warmup", "-1s"}, "-warmup -1s: must not be negative"},
 		{[]string{"-dir", ""}, `-dir "": want a directory`},
 		{[]string{"drain", "-dir", ""}, `-dir "": want a directory`},
@@ -221,6 +223,7 @@ func TestFlagBoundsAccepted(t *testing.T) {
 		{"publish", "-producers", "1024", "-size", "1048576", "-segment-bytes", "1GiB"},
 		{"mixed", "-producers", "16", "-time", "5s", "-rate", "3.2,16000000"},
 		{"mixed", "-size", "9"},
+		{"mixed", "-time", "1000s", "-sample", "10ms"},
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
 		{"help", "publish"},
 	} {

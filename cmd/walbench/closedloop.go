@@ -20,7 +20,10 @@ type closedLoop[S any] struct {
 	workers  int
 	warmup   time.Duration
 	duration time.Duration
-	hang     time.Duration // how long the workers get to return after the window
+	// hang is how long the workers may go, after the window, without one
+	// of them returning and without progress (see inFlight) before they
+	// are said to hang.
+	hang time.Duration
 
 	// worker names one worker in errors ("appender"), call its operation
 	// ("Append").
@@ -33,6 +36,10 @@ type closedLoop[S any] struct {
 	stats func() S
 	// opened, when not nil, is called once the window is open.
 	opened func()
+	// progress, when not nil, is a count that grows while the system
+	// under test works (commits, records): with the workers returning, it
+	// tells slow calls in flight from stuck ones.
+	progress func() int64
 }
 
 // loopResult is what a closedLoop measured.
@@ -43,9 +50,11 @@ type loopResult[S any] struct {
 	hist          *hdr.Histogram
 	succeeded     int64 // operations that returned nil, warm-up included
 	before, after S     // the snapshots around the window
-	// hung: workers were still inside their operation hang after the
-	// window closed. They are left running.
-	hung bool
+	// hung: workers were still inside their operation after the window
+	// closed, none returning and no progress made for hang; inside of
+	// them. They are left running.
+	hung   bool
+	inside int
 	// err is the first failure of a worker (not ctx's ending).
 	err error
 }
@@ -60,12 +69,14 @@ func (c closedLoop[S]) run(ctx context.Context, p *progress) (res loopResult[S])
 		g         gate
 		wg        sync.WaitGroup
 		succeeded atomic.Int64
+		returned  atomic.Int64 // workers
 		hists     = make([]*hdr.Histogram, c.workers)
 	)
 	for i := range c.workers {
 		hists[i] = newLatencies()
 		op := c.newOp(i)
 		wg.Go(func() {
+			defer returned.Add(1)
 			defer func() {
 				if r := recover(); r != nil {
 					cancel(fmt.Errorf("%s %d: panic in %s: %v\n%s", c.worker, i, c.call, r, debug.Stack()))
@@ -102,8 +113,16 @@ func (c closedLoop[S]) run(ctx context.Context, p *progress) (res loopResult[S])
 			}
 		},
 		func() { res.after = c.stats() })
-	if !waitTimeout(workersDone, c.hang) {
-		res.hung = true
+	returnedOrProgress := returned.Load
+	if c.progress != nil {
+		returnedOrProgress = func() int64 { return returned.Load() + c.progress() }
+	}
+	if !(inFlight{
+		done: workersDone, hang: c.hang, progress: returnedOrProgress,
+		label: c.label + ": the calls in flight", total: int64(c.workers), returned: returned.Load,
+		format: func(n int64) string { return fmt.Sprintf("%d/%d %ss returned", n, c.workers, c.worker) },
+	}).await(p) {
+		res.hung, res.inside = true, c.workers-int(returned.Load())
 		return res
 	}
 	// loadCtx's cause is ctx's when Ctrl-C ended it, a worker's error when

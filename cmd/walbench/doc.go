@@ -177,6 +177,11 @@
 // three) removes the directory (and the -json
 // report's temporary file), says what it removed and what it could not
 // (with why: the directory is then left behind), and exits at once.
+// After a window the calls still in flight (a slow disk may take long to
+// commit what 1024 producers of 1 MiB left) get as long as they keep
+// returning or the store keeps committing, with a progress line of how
+// many returned: walbench says the broker hung, and ends the run, only
+// after 20 s without either.
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2. At the end of a run the directory is removed, then
 // -json written, then the tables printed: a stdout closed early (walbench

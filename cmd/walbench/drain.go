@@ -156,7 +156,7 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 
 // drainOn drains n messages from the queue of st as d says (d.messages is
 // not used), until they are handled, d.limit passes or ctx ends. A drain
-// that handles no message for the hang timeout fails.
+// that handles no message and makes no commit for the hang timeout fails.
 func drainOn(ctx context.Context, env *env, st *benchStore, d drainLoad, n int) (res drainResult, err error) {
 	s, q := st.s, st.q
 	// drainCtx ends when every message was handled (cause nil), when ctx
@@ -195,13 +195,19 @@ func drainOn(ctx context.Context, env *env, st *benchStore, d drainLoad, n int) 
 		}()
 	}
 	hang := st.hang
-	if watchDrain(drainCtx, &handled, hang, done) {
+	store := storeProgress(s)
+	progress := func() int64 { return handled.Load() + store() }
+	if watchDrain(drainCtx, progress, hang, done) {
 		cancel(errStalled)
 	}
 	stop()
-	if !waitTimeout(done, hang) {
+	if !(inFlight{
+		done: done, hang: hang, progress: progress,
+		label: d.String() + ": the calls in flight", returned: handled.Load,
+		format: func(k int64) string { return fmt.Sprintf("%d/%d messages handled", k, n) },
+	}).await(env.progress) {
 		st.leaveOpen = true
-		return res, fmt.Errorf("%v: the broker hung: calls still in flight %v after the drain ended, %d of %d messages handled (store Stats now: %+v, queue Stats: %+v)",
+		return res, fmt.Errorf("%v: the broker hung: calls still in flight after the drain ended, no message handled and no commit made for %v, %d of %d messages handled (store Stats now: %+v, queue Stats: %+v)",
 			d, hang, handled.Load(), n, s.Stats(), q.Stats())
 	}
 	res.elapsed = time.Since(start)
@@ -214,7 +220,7 @@ func drainOn(ctx context.Context, env *env, st *benchStore, d drainLoad, n int) 
 	res.limited = cause == errDrainLimit && res.handled < int64(n)
 	if cause != nil && cause != context.Canceled && cause != errDrainLimit && cause != context.Cause(ctx) {
 		if errors.Is(cause, errStalled) {
-			return res, fmt.Errorf("%v: %w: no message handled for %v, %d of %d handled (store Stats: %+v, queue Stats: %+v)",
+			return res, fmt.Errorf("%v: %w: no message handled and no commit made for %v, %d of %d handled (store Stats: %+v, queue Stats: %+v)",
 				d, errStalled, hang, res.handled, n, after, q.Stats())
 		}
 		return res, fmt.Errorf("%v: %w", d, cause)
@@ -277,12 +283,13 @@ func receiveAck(ctx context.Context, cancel context.CancelCauseFunc, q *broker.Q
 }
 
 // watchDrain waits until ctx ends or done is closed. It reports true when
-// no message was handled for hang.
-func watchDrain(ctx context.Context, handled *atomic.Int64, hang time.Duration, done <-chan struct{}) (stalled bool) {
-	const check = 100 * time.Millisecond
-	ticker := time.NewTicker(min(check, hang))
+// progress (messages handled, commits, records) did not move for hang.
+func watchDrain(ctx context.Context, progress func() int64, hang time.Duration, done <-chan struct{}) (stalled bool) {
+	moves, stop := pollProgress(progress, pollEvery(hang))
+	defer stop()
+	ticker := time.NewTicker(pollEvery(hang))
 	defer ticker.Stop()
-	last, lastAt := handled.Load(), time.Now()
+	w := newStallWatch(hang, moves(), time.Now())
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,9 +297,7 @@ func watchDrain(ctx context.Context, handled *atomic.Int64, hang time.Duration, 
 		case <-done:
 			return false
 		case now := <-ticker.C:
-			if k := handled.Load(); k != last {
-				last, lastAt = k, now
-			} else if now.Sub(lastAt) >= hang {
+			if w.stalled(now, moves()) {
 				return true
 			}
 		}

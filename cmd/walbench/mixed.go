@@ -58,7 +58,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	m := &mixedRun{
-		l: l, q: st.q, base: time.Now(), cancel: cancel,
+		l: l, q: st.q, base: time.Now(), cancel: cancel, windowClosed: make(chan struct{}),
 		e2e:       newLatencies(),
 		corrected: make([]*hdr.Histogram, l.producers),
 		service:   make([]*hdr.Histogram, l.producers),
@@ -84,16 +84,27 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 			after = s.Stats()
 			close(sampling)
 		})
+	close(m.windowClosed)
 	sampledWG.Wait()
-	if !waitTimeout(wgDone(&prodWG), st.hang) {
+	store := storeProgress(s)
+	if !(inFlight{
+		done: wgDone(&prodWG), hang: st.hang, progress: func() int64 { return m.returned.Load() + store() },
+		label: l.String() + ": the calls in flight", total: int64(l.producers), returned: m.returned.Load,
+		format: func(n int64) string { return fmt.Sprintf("%d/%d producers returned", n, l.producers) },
+	}).await(env.progress) {
 		st.leaveOpen = true
-		return r, false, fmt.Errorf("%v: the broker hung: producers still inside Publish %v after the window closed (store Stats now: %+v)", l, st.hang, s.Stats())
+		return r, false, fmt.Errorf("%v: the broker hung: producers still inside Publish after the window closed, %d of %d, none returning and no commit made for %v (store Stats now: %+v)",
+			l, int64(l.producers)-m.returned.Load(), l.producers, st.hang, s.Stats())
 	}
 	notes := m.awaitConsumers(runCtx)
 	stopConsume()
-	if !waitTimeout(wgDone(&consumeWG), st.hang) {
+	if !(inFlight{
+		done: wgDone(&consumeWG), hang: st.hang, progress: func() int64 { return m.handled.Load() + store() },
+		label: l.String() + ": stopping Consume", returned: m.handled.Load,
+		format: func(n int64) string { return fmt.Sprintf("%d messages handled", n) },
+	}).await(env.progress) {
 		st.leaveOpen = true
-		return r, false, fmt.Errorf("%v: the broker hung: Consume did not return %v after it was stopped", l, st.hang)
+		return r, false, fmt.Errorf("%v: the broker hung: Consume did not return after it was stopped, no message handled and no commit made for %v", l, st.hang)
 	}
 	if cause := context.Cause(runCtx); cause != nil && cause != context.Cause(ctx) {
 		return r, false, fmt.Errorf("%v: %w", l, cause)
@@ -112,6 +123,12 @@ type mixedRun struct {
 	base   time.Time // the schedule's origin
 	cancel context.CancelCauseFunc
 	g      gate
+	// windowClosed is closed once the window is: a producer waiting for
+	// its next instant returns at once, rather than up to an interval
+	// later, which a hang verdict would take for a stuck Publish.
+	windowClosed chan struct{}
+	returned     atomic.Int64 // producers that returned
+	handled      atomic.Int64 // handler calls, warm-up and after the window included
 
 	e2eMu     sync.Mutex
 	e2e       *hdr.Histogram   // guarded by e2eMu
@@ -127,6 +144,7 @@ type mixedRun struct {
 func (m *mixedRun) consume(ctx context.Context) {
 	err := broker.Consume(ctx, m.q, func(_ context.Context, d broker.DeliveryValue) error {
 		now := time.Now()
+		m.handled.Add(1)
 		p := d.Message.Payload
 		if len(p) < mixedHeaderBytes || p[8] != 1 {
 			return nil
@@ -147,6 +165,7 @@ func (m *mixedRun) consume(ctx context.Context) {
 // whether or not its last call has returned by then, until the window
 // closes or ctx ends.
 func (m *mixedRun) produce(ctx context.Context, i int) {
+	defer m.returned.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
 			m.cancel(fmt.Errorf("producer %d: panic in Publish: %v\n%s", i, r, debug.Stack()))
@@ -161,6 +180,8 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
+				return
+			case <-m.windowClosed:
 				return
 			}
 		}

@@ -71,15 +71,17 @@ func publishOn(ctx context.Context, env *env, st *benchStore, l publishLoad) (r 
 			payload := randomPayload(l.size, uint64(i))
 			return func() error { _, err := q.Publish(context.Background(), payload); return err }
 		},
-		stats:  s.Stats,
-		opened: func() { env.windowOpened(l.String()) },
+		stats:    s.Stats,
+		opened:   func() { env.windowOpened(l.String()) },
+		progress: storeProgress(s),
 	}.run(ctx, env.progress)
 	if lr.hung {
 		// Close would wait for the same stuck commit; leave the store open
 		// (the process's exit ends it) and let the caller remove its
 		// directory.
 		st.leaveOpen = true
-		return r, false, fmt.Errorf("%v: the broker hung: producers still inside Publish %v after the window closed (store Stats now: %+v)", l, st.hang, s.Stats())
+		return r, false, fmt.Errorf("%v: the broker hung: producers still inside Publish after the window closed, %d of %d, none returning and no commit made for %v (store Stats now: %+v)",
+			l, lr.inside, l.producers, st.hang, s.Stats())
 	}
 	if lr.err != nil {
 		return r, false, fmt.Errorf("%v: %w", l, lr.err)

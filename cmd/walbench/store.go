@@ -18,10 +18,20 @@ import (
 // would, each on a new store of its own in a new subdirectory: producers
 // publishing, consumers draining a backlog, both at once.
 
-// hangTimeout is how long the broker gets to return from the calls in
-// flight when a measurement ends, and from Close. Longer means it hung:
-// walbench says so and exits rather than wait forever.
+// hangTimeout is how long the broker may go without progress (no call in
+// flight returning, no commit made, no record written) when a measurement
+// ends, and how long it gets to return from Close. Longer means it hung:
+// walbench says so and exits rather than wait forever. See inFlight.
 const hangTimeout = 20 * time.Second
+
+// storeProgress is a count that grows while s works: its commits and
+// records.
+func storeProgress(s *broker.Store) func() int64 {
+	return func() int64 {
+		st := s.Stats()
+		return st.Commits + st.Records
+	}
+}
 
 // orHangTimeout is d, or hangTimeout when d is zero.
 func orHangTimeout(d time.Duration) time.Duration {

@@ -181,13 +181,18 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 			return func() error { _, err := l.Append(rec); return err }
 		},
 		stats: l.Stats,
+		progress: func() int64 {
+			st := l.Stats()
+			return st.Syncs + st.Records + st.Writes
+		},
 	}.run(ctx, env.progress)
 	if lr.hung {
 		// Close would wait for the same stuck writer; leave the log open
 		// (the process's exit ends it) and let the caller remove its
 		// directory.
 		closeLog = false
-		return r, false, fmt.Errorf("%v: the log hung: appenders still inside Append %v after the window closed (wal Stats now: %+v)", w, hang, l.Stats())
+		return r, false, fmt.Errorf("%v: the log hung: appenders still inside Append after the window closed, %d of %d, none returning and no write made for %v (wal Stats now: %+v)",
+			w, lr.inside, w.appenders, hang, l.Stats())
 	}
 	if lr.err != nil {
 		return r, false, fmt.Errorf("%v: %w", w, lr.err)

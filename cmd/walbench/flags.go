@@ -401,17 +401,19 @@ func (c *config) validate() error {
 		check(n >= 1, "-batch %d: must be at least 1", n)
 		check(n <= maxBatch, "-batch %d: must be at most %d", n, maxBatch)
 	}
-	if slices.Contains(c.workloads, kindMixed) {
+	if slices.Contains(c.workloads, kindMixed) && c.mixed.producers >= 1 && c.mixed.producers <= maxProducers && c.mixed.duration >= minWindow {
 		// Each producer publishes once every producers/rate seconds: at
 		// least once in the window, and no oftener than a Publish can
-		// return.
+		// return. Checked only with valid -producers and -time, which
+		// the bounds are made of: an error about them would only repeat
+		// theirs in other words.
 		lowest := float64(c.mixed.producers) / c.mixed.duration.Seconds()
 		highest := float64(c.mixed.producers) * maxRatePerProducer
 		for _, r := range c.mixedRates {
 			switch {
 			case !(r > 0) || math.IsInf(r, 0):
 				check(false, "-rate %v: must be positive", r)
-			case r < lowest && c.mixed.duration > 0:
+			case r < lowest:
 				check(false, "-rate %v: must be at least %v msgs/s, so that each of the %d producers publishes at least once in the -time %v window",
 					r, lowest, c.mixed.producers, c.mixed.duration)
 			case r > highest:

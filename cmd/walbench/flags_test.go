@@ -216,6 +216,24 @@ func TestFlagBounds(t *testing.T) {
 	}
 }
 
+// TestFlagErrorsAreRoots: a bad value is reported once, not again as
+// the errors of the checks made from it.
+func TestFlagErrorsAreRoots(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mixed", "-producers", "0"}, "-producers 0: must be at least 1"},
+		{[]string{"mixed", "-producers", "5000"}, "-producers 5000: must be at most 1024 (each producer has latency histograms of its own)"},
+		{[]string{"mixed", "-time", "1ns"}, "-time 1ns: must be at least 10ms"},
+		{[]string{"mixed", "-time", "1ns", "-sample", "1ns"}, "-time 1ns: must be at least 10ms\n-sample 1ns: must be at least 10ms (oftener samples the ticker, not the queue)"},
+	} {
+		if _, err := parseConfig(tc.args, io.Discard); err == nil || err.Error() != tc.want {
+			t.Errorf("walbench %q: error %q, want only %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // TestFlagBoundsAccepted: the bounds themselves are accepted.
 func TestFlagBoundsAccepted(t *testing.T) {
 	for _, args := range [][]string{

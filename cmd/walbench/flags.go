@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -346,8 +348,11 @@ func usage(w io.Writer) {
 // validate checks what the flags cannot.
 func (c *config) validate() error {
 	if c.command == "report" {
-		if c.in == "" {
+		switch {
+		case c.in == "":
 			return errors.New("report: -in FILE is required")
+		case c.bench != "" && c.markdown:
+			return fmt.Errorf("report: -bench %s and -md: choose one (-bench writes the markdown section into the file, -md prints it)", c.bench)
 		}
 		return nil
 	}
@@ -364,6 +369,8 @@ func (c *config) validate() error {
 		}
 	}
 	check(c.parent != "", `-dir "": want a directory (. for the current one)`)
+	check(c.cpuProfile == "" || c.jsonFile == "" || !samePath(c.cpuProfile, c.jsonFile),
+		"-cpuprofile %s and -json %s: the same file; the profile would replace the report", c.cpuProfile, c.jsonFile)
 	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
 	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)
 	for _, d := range []time.Duration{c.publish.duration, c.wal.duration, c.mixed.duration, c.sweep.duration} {
@@ -442,6 +449,19 @@ func (c *config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// samePath reports whether the paths a and b name the same file: the same
+// absolute path, or the same file where both exist.
+func samePath(a, b string) bool {
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	if errA == nil && errB == nil && absA == absB {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // validator defines the flags whose values are parsed from text.

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +39,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"wal", "-sync", "all"}, "want always, interval or never"},
 		{[]string{"wal", "-segments", "new,recycled"}, `"recycled": want new or reused`},
 		{[]string{"report"}, "-in FILE is required"},
+		{[]string{"report", "-in", "x.json", "-bench", "BENCH.md", "-md"}, "-bench BENCH.md and -md: choose one"},
+		{[]string{"probe", "-json", "out", "-cpuprofile", "./out"}, "-cpuprofile ./out and -json out: the same file"},
 		{[]string{"probe", "extra"}, `unexpected argument "extra"`},
 	} {
 		res := runWith(t, context.Background(), nil, tc.args...)
@@ -214,6 +218,29 @@ func TestFlagBounds(t *testing.T) {
 		}
 		assertDirEmpty(t, dir)
 	}
+}
+
+// TestCPUProfileIsNotTheJSON: -cpuprofile and -json naming one file,
+// through a symbolic link, are refused before anything is made, and the
+// file is left as it was.
+func TestCPUProfileIsNotTheJSON(t *testing.T) {
+	root := t.TempDir()
+	jsonFile, link := filepath.Join(root, "out.json"), filepath.Join(root, "link")
+	if err := os.WriteFile(jsonFile, []byte("PRECIOUS\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("out.json", link); err != nil {
+		t.Fatal(err)
+	}
+	dir := benchDir(t)
+	res := runWith(t, context.Background(), nil, "probe", "-time", "10ms", "-dir", dir, "-json", jsonFile, "-cpuprofile", link)
+	if res.code != exitUsage || !strings.Contains(res.stderr, "the same file") {
+		t.Errorf("exit %d, stderr %q; want %d and the clash named", res.code, res.stderr, exitUsage)
+	}
+	if b, err := os.ReadFile(jsonFile); err != nil || string(b) != "PRECIOUS\n" {
+		t.Errorf("the file holds %q, %v; want it as it was", b, err)
+	}
+	assertDirEmpty(t, dir)
 }
 
 // TestFlagErrorsAreRoots: a bad value is reported once, not again as

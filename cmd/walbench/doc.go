@@ -19,6 +19,8 @@
 //	walbench report -in bench.json [-bench BENCH.md | -md]
 //
 // walbench COMMAND -h (or walbench help COMMAND) lists a command's flags.
+// A list flag (-producers 1,64) makes one workload per value, and refuses
+// a value given twice, which would be measured twice.
 // Every measuring command takes -dir DIR (the temporary directory is made
 // under DIR, the current directory by default, and removed at the end,
 // also after an error or Ctrl-C; an empty DIR is refused), -json FILE

@@ -492,6 +492,9 @@ func (v *validator) ints(fs *flag.FlagSet, dst *[]int, name, usage string) {
 			}
 			out = append(out, n)
 		}
+		if err := firstRepeat(items, out); err != nil {
+			return err
+		}
 		*dst = out
 		return nil
 	})
@@ -510,6 +513,9 @@ func (v *validator) rates(fs *flag.FlagSet, dst *[]float64, name, usage string) 
 				return fmt.Errorf("%q is not a rate in msgs/s", it)
 			}
 			out = append(out, r)
+		}
+		if err := firstRepeat(items, out); err != nil {
+			return err
 		}
 		*dst = out
 		return nil
@@ -541,6 +547,9 @@ func (v *validator) byteList(fs *flag.FlagSet, dst *[]int64, name, usage string)
 			}
 			out = append(out, n)
 		}
+		if err := firstRepeat(items, out); err != nil {
+			return err
+		}
 		*dst = out
 		return nil
 	})
@@ -559,6 +568,9 @@ func (v *validator) syncs(fs *flag.FlagSet, dst *[]broker.SyncMode, name, usage 
 				return err
 			}
 			out = append(out, m)
+		}
+		if err := firstRepeat(items, out); err != nil {
+			return err
 		}
 		*dst = out
 		return nil
@@ -605,9 +617,30 @@ func (v *validator) segmentSources(fs *flag.FlagSet, dst *[]segmentSource, name,
 				return fmt.Errorf("%q: want new or reused", it)
 			}
 		}
+		if err := firstRepeat(items, out); err != nil {
+			return err
+		}
 		*dst = out
 		return nil
 	})
+}
+
+// firstRepeat names the first of items whose value, in vals, an earlier
+// one has: a list's values each make a workload (or a ceiling), and one
+// given twice would be measured twice, or hide a typing mistake.
+func firstRepeat[T comparable](items []string, vals []T) error {
+	for i, v := range vals {
+		j := slices.Index(vals[:i], v)
+		if j < 0 {
+			continue
+		}
+		a, b := strings.TrimSpace(items[j]), strings.TrimSpace(items[i])
+		if a == b {
+			return fmt.Errorf("%q given twice", b)
+		}
+		return fmt.Errorf("%q and %q are the same value, given twice", a, b)
+	}
+	return nil
 }
 
 func joinInts(ns []int) string {

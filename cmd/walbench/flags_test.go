@@ -40,6 +40,12 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"wal", "-segments", "new,recycled"}, `"recycled": want new or reused`},
 		{[]string{"report"}, "-in FILE is required"},
 		{[]string{"report", "-in", "x.json", "-bench", "BENCH.md", "-md"}, "-bench BENCH.md and -md: choose one"},
+		{[]string{"publish", "-producers", "1,1"}, `invalid value "1,1" for flag -producers: "1" given twice`},
+		{[]string{"probe", "-size", "100,200,100"}, `"100" given twice`},
+		{[]string{"mixed", "-rate", "2000,2e3"}, `"2000" and "2e3" are the same value, given twice`},
+		{[]string{"sweep", "-segment-bytes", "4MiB,4194304"}, `"4MiB" and "4194304" are the same value, given twice`},
+		{[]string{"sweep", "-sync", "all, all"}, `"all" given twice`},
+		{[]string{"wal", "-segments", "new,new"}, `"new" given twice`},
 		{[]string{"probe", "-json", "out", "-cpuprofile", "./out"}, "-cpuprofile ./out and -json out: the same file"},
 		{[]string{"probe", "extra"}, `unexpected argument "extra"`},
 	} {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -183,14 +184,17 @@ var commands = []struct {
 }
 
 // parseConfig reads the command line: an optional command, then its flags.
-func parseConfig(args []string, stderr io.Writer) (config, error) {
+// The help asked for (-h, walbench help) goes to stdout, and returns
+// flag.ErrHelp; the usage printed after a bad flag goes to stderr.
+func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	c := defaultConfig()
 	c.args = args
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		c.command, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("walbench "+c.command, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	var flagOut bytes.Buffer // stdout for -h, stderr after an error
+	fs.SetOutput(&flagOut)
 	v := &validator{}
 	common := func(probe bool) {
 		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR` (on the disk to measure; not empty); it is removed at the end")
@@ -297,11 +301,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	case "help":
 		switch {
 		case len(args) == 0 || len(args) == 1 && args[0] == "help":
-			usage(stderr)
+			usage(stdout)
 			return c, flag.ErrHelp
 		case len(args) == 1 && isCommand(args[0]):
 			// walbench help COMMAND is walbench COMMAND -h.
-			return parseConfig([]string{args[0], "-h"}, stderr)
+			return parseConfig([]string{args[0], "-h"}, stdout, stderr)
 		case len(args) == 1 && !strings.HasPrefix(args[0], "-"):
 			return c, fmt.Errorf("help %s: unknown command %q (walbench help lists them)", args[0], args[0])
 		}
@@ -320,6 +324,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		out := stderr
+		if errors.Is(err, flag.ErrHelp) {
+			out = stdout
+		}
+		_, _ = flagOut.WriteTo(out)
 		return c, err
 	}
 	if fs.NArg() > 0 {

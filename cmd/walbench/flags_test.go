@@ -56,12 +56,18 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
+// TestHelp: the help asked for goes to stdout, with exit code 0; the
+// usage printed after a bad flag goes to stderr, with exit code 2.
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"-h"}, {"sweep", "-h"}} {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"sweep", "-h"}, {"help", "sweep"}, {"report", "-help"}} {
 		res := runWith(t, context.Background(), nil, args...)
-		if res.code != exitOK || !strings.Contains(res.stderr, "usage: walbench") {
-			t.Errorf("walbench %q: exit %d, stderr %q", args, res.code, res.stderr)
+		if res.code != exitOK || !strings.Contains(res.stdout, "usage: walbench") || res.stderr != "" {
+			t.Errorf("walbench %q: exit %d, stdout %q, stderr %q; want %d, the usage on stdout and nothing on stderr", args, res.code, res.stdout, res.stderr, exitOK)
 		}
+	}
+	res := runWith(t, context.Background(), nil, "sweep", "-bogus")
+	if res.code != exitUsage || res.stdout != "" || !strings.Contains(res.stderr, "flag provided but not defined: -bogus") || !strings.Contains(res.stderr, "usage: walbench sweep") {
+		t.Errorf("walbench sweep -bogus: exit %d, stdout %q, stderr %q; want %d, and the error and the usage on stderr", res.code, res.stdout, res.stderr, exitUsage)
 	}
 	var b strings.Builder
 	usage(&b)
@@ -73,34 +79,34 @@ func TestHelp(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
-	c, err := parseConfig(nil, io.Discard)
+	c, err := parseConfig(nil, io.Discard, io.Discard)
 	if err != nil || c.command != "profile" || !slices.Equal(c.workloads, []string{kindPublish, kindDrain}) || !c.recommend || c.drain.messages != quickDrainMessages {
 		t.Fatalf("no arguments: %+v, %v; want the profile, with the quick drain", c, err)
 	}
-	c, err = parseConfig([]string{"-size", "4096", "-segment-bytes", "4MiB", "-rounds", "3"}, io.Discard)
+	c, err = parseConfig([]string{"-size", "4096", "-segment-bytes", "4MiB", "-rounds", "3"}, io.Discard, io.Discard)
 	if err != nil || c.drain.size != 4096 || c.drain.segmentBytes != 4<<20 || c.drain.messages != defaultDrainMessages {
 		t.Errorf("the profile's -size and -segment-bytes apply to its drains too, and -rounds 3 drains more: %+v, %v", c.drain, err)
 	}
-	c, err = parseConfig([]string{"full"}, io.Discard)
+	c, err = parseConfig([]string{"full"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.workloads, []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}) || !c.reopen || c.probeTime <= 0 {
 		t.Errorf("full: %v %v %v, %v", c.workloads, c.reopen, c.probeTime, err)
 	}
 	if !slices.Equal(c.mixedRates, []float64{2000, 20000}) {
 		t.Errorf("full: mixed rates %v, want a light one and one that rotates segments", c.mixedRates)
 	}
-	c, err = parseConfig([]string{"mixed"}, io.Discard)
+	c, err = parseConfig([]string{"mixed"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.mixedRates, []float64{2000}) {
 		t.Errorf("mixed: rates %v, %v; want 2000 alone by default", c.mixedRates, err)
 	}
-	c, err = parseConfig([]string{"mixed", "-rate", "500, 1e4"}, io.Discard)
+	c, err = parseConfig([]string{"mixed", "-rate", "500, 1e4"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.mixedRates, []float64{500, 10000}) || len(c.jobs(&env{})) != 2 {
 		t.Errorf("mixed -rate 500,1e4: rates %v, %v; want two workloads", c.mixedRates, err)
 	}
-	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16KiB"}, io.Discard)
+	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16KiB"}, io.Discard, io.Discard)
 	if err == nil {
 		t.Errorf("sweep -size 16KiB: want an error, -size takes counts of bytes")
 	}
-	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16384"}, io.Discard)
+	c, err = parseConfig([]string{"sweep", "-sync", "publish,none", "-segment-bytes", "1MiB,64MiB", "-size", "1024,16384"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.sweep.syncs, []broker.SyncMode{broker.SyncPublish, broker.SyncNone}) ||
 		!slices.Equal(c.sweep.segments, []int64{1 << 20, 64 << 20}) || !slices.Equal(c.sweep.sizes, []int{1024, 16384}) {
 		t.Errorf("sweep: %+v, %v", c.sweep, err)
@@ -108,11 +114,11 @@ func TestParseConfig(t *testing.T) {
 	if n := len(sweepGrid(c.sweep.producers, c.sweep.sizes, c.sweep.segments, c.sweep.syncs)); n != 2*2*2*2 {
 		t.Errorf("the grid has %d points, want 16", n)
 	}
-	c, err = parseConfig([]string{"wal"}, io.Discard)
+	c, err = parseConfig([]string{"wal"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.wal.segments, []segmentSource{newSegments, reusedSegments}) {
 		t.Errorf("wal: segments %v, %v; want new and reused by default", c.wal.segments, err)
 	}
-	c, err = parseConfig([]string{"wal", "-segments", "reused", "-producers", "1,64"}, io.Discard)
+	c, err = parseConfig([]string{"wal", "-segments", "reused", "-producers", "1,64"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.wal.segments, []segmentSource{reusedSegments}) {
 		t.Fatalf("wal -segments reused: %v, %v", c.wal.segments, err)
 	}
@@ -122,7 +128,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestCeilingsWanted(t *testing.T) {
-	c, err := parseConfig([]string{"full"}, io.Discard)
+	c, err := parseConfig([]string{"full"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +216,7 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"help", "extra"}, `unknown command "extra"`},
 		{[]string{"help", "publish", "extra"}, `unexpected argument "extra"`},
 	} {
-		if _, err := parseConfig(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parseConfig(tc.args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)
 			continue
 		}
@@ -261,7 +267,7 @@ func TestFlagErrorsAreRoots(t *testing.T) {
 		{[]string{"mixed", "-time", "1ns"}, "-time 1ns: must be at least 10ms"},
 		{[]string{"mixed", "-time", "1ns", "-sample", "1ns"}, "-time 1ns: must be at least 10ms\n-sample 1ns: must be at least 10ms (oftener samples the ticker, not the queue)"},
 	} {
-		if _, err := parseConfig(tc.args, io.Discard); err == nil || err.Error() != tc.want {
+		if _, err := parseConfig(tc.args, io.Discard, io.Discard); err == nil || err.Error() != tc.want {
 			t.Errorf("walbench %q: error %q, want only %q", tc.args, err, tc.want)
 		}
 	}
@@ -278,12 +284,12 @@ func TestFlagBoundsAccepted(t *testing.T) {
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
 		{"help", "publish"},
 	} {
-		if _, err := parseConfig(args, io.Discard); err != nil && !errors.Is(err, flag.ErrHelp) {
+		if _, err := parseConfig(args, io.Discard, io.Discard); err != nil && !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("walbench %q: %v", args, err)
 		}
 	}
 	var b strings.Builder
-	if _, err := parseConfig([]string{"help", "drain"}, &b); !errors.Is(err, flag.ErrHelp) || !strings.Contains(b.String(), "usage: walbench drain") || !strings.Contains(b.String(), "-batch") {
+	if _, err := parseConfig([]string{"help", "drain"}, &b, io.Discard); !errors.Is(err, flag.ErrHelp) || !strings.Contains(b.String(), "usage: walbench drain") || !strings.Contains(b.String(), "-batch") {
 		t.Errorf("help drain: %v, %q; want drain's flags", err, b.String())
 	}
 }

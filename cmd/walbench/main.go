@@ -210,7 +210,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	if made == nil {
 		made = func(string) func() { return func() {} }
 	}
-	cfg, err := parseConfig(args, stderr)
+	cfg, err := parseConfig(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK

@@ -73,7 +73,7 @@ func TestVsWALInARound(t *testing.T) {
 	window := 50 * time.Millisecond
 	for try := 1; ; try, window = try+1, 2*window {
 		cfg, err := parseConfig([]string{"wal", "-producers", "2", "-segments", "new", "-size", "100", "-segment-bytes", "64KiB",
-			"-time", window.String(), "-warmup", "0", "-probe-time", "0"}, io.Discard)
+			"-time", window.String(), "-warmup", "0", "-probe-time", "0"}, io.Discard, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -197,7 +197,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	fs.SetOutput(&flagOut)
 	v := &validator{}
 	common := func(probe bool) {
-		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR` (on the disk to measure; not empty); it is removed at the end")
+		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR`, an existing directory on the disk to measure (other files in it are left alone); the temporary one is removed at the end")
 		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: go doc ./cmd/walbench): a regular file or a new one, replaced whole when the run ends, left as it was if nothing is measured")
 		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -343,4 +344,47 @@ func TestReportSaysFailure(t *testing.T) {
 	if res := runOK(t, "report", "-in", name); strings.Contains(res.stdout, "failed") || strings.Contains(res.stdout, "\ninterrupted") {
 		t.Errorf("the report of a whole run says it failed or was interrupted")
 	}
+}
+
+// TestReportRefusesWhatWalbenchDidNotWrite: the report command refuses a
+// JSON that walbench could not have written, naming what is wrong, and
+// prints nothing: no empty report, no overflowed figures.
+func TestReportRefusesWhatWalbenchDidNotWrite(t *testing.T) {
+	dir := t.TempDir()
+	raw := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	edited := func(name string, edit func(rep *Report)) string {
+		rep := edgeReport()
+		edit(rep)
+		b, err := marshalReport(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw(name, string(b))
+	}
+	for _, tc := range []struct{ file, want string }{
+		{raw("schema-only.json", `{"schema":"walbench/2"}`), `command "" is not one of walbench's measuring commands`},
+		{raw("empty.json", `{"schema":"walbench/2","command":"publish","rounds":1,"rows":[]}`), "it holds no measurement"},
+		{edited("report.json", func(r *Report) { r.Command = "report" }), `command "report" is not one of walbench's measuring commands`},
+		{edited("rounds.json", func(r *Report) { r.Rounds = 0 }), "rounds 0: want at least 1"},
+		{edited("kind.json", func(r *Report) { r.Rows[1].Kind = "bogus" }), `rows[1]: kind "bogus": want one of wal, publish, drain, mixed, sweep`},
+		{edited("kind-round.json", func(r *Report) { r.Rows[0].PerRound = []Row{{Kind: "latency"}} }), `rows[0]: kind "latency"`},
+		{edited("ops.json", func(r *Report) { r.Rows[0].Ops = math.MinInt64 }), "rows[0].ops: -9223372036854775808 is out of range"},
+		{edited("seconds.json", func(r *Report) { r.Seconds = 1e300 }), "seconds: 1e+300 is out of range (want 0 to 1e+09)"},
+		{edited("rate.json", func(r *Report) { r.Rows[0].MsgsPerSec = ptr(1e300) }), "rows[0].msgs_per_sec: 1e+300 is out of range (want 0 to 1e+15)"},
+		{edited("p99.json", func(r *Report) { r.Probe.FdatasyncP99Ns = ptr(int64(-1)) }), "probe.fdatasync_p99_ns: -1 is out of range"},
+		{edited("range.json", func(r *Report) { r.Rows[0].Ranges["vs_ceiling"] = [2]float64{-1, 2} }), "rows[0].ranges.vs_ceiling[0]: -1 is out of range"},
+	} {
+		res := runWith(t, context.Background(), nil, "report", "-in", tc.file)
+		if res.code != exitError || res.stdout != "" || !strings.Contains(res.stderr, tc.file+": not a report walbench wrote: "+tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d, nothing printed, and %q", filepath.Base(tc.file), res.code, res.stdout, res.stderr, exitError, tc.want)
+		}
+	}
+	// The edge report itself is one walbench could have written.
+	runOK(t, "report", "-in", edited("edge.json", func(*Report) {}))
 }

@@ -229,6 +229,13 @@
 // do not apply to: read a missing one as 0. The figures of a row from
 // "vs_wal" on are left out, not null, where they do not apply.
 //
+// walbench report refuses, naming what is wrong, a JSON walbench could
+// not have written: another schema, a command it does not run, no rounds,
+// nothing measured, a row of another kind than those below, more backlog
+// samples than -sample allows, or a number out of range (every figure is
+// at least 0, at most 10^15, and seconds at most 10^9), which the tables
+// would print overflowed.
+//
 //	{
 //	  "schema":      "walbench/2"
 //	  "command":     string: profile, probe, publish, drain, mixed, reopen, sweep, wal, full

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -213,7 +217,8 @@ func writeJSON(name string, rep *Report) error {
 	return nil
 }
 
-// readJSON reads a report written by -json, refusing another schema.
+// readJSON reads a report written by -json, refusing another schema, and
+// one that is not a report walbench could have written (see checkReport).
 func readJSON(name string) (*Report, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -226,7 +231,92 @@ func readJSON(name string) (*Report, error) {
 	if rep.Schema != schemaVersion {
 		return nil, fmt.Errorf("%s: schema %q, want %q (written by another version of walbench)", name, rep.Schema, schemaVersion)
 	}
+	if err := checkReport(&rep); err != nil {
+		return nil, fmt.Errorf("%s: not a report walbench wrote: %w", name, err)
+	}
 	return &rep, nil
+}
+
+// Bounds of the figures a report may hold: far beyond what a run
+// measures, and short of what the tables cannot print (a rate rounded to
+// an int64, seconds made a time.Duration).
+const (
+	maxFigure  = 1e15 // any count, rate, size, ratio or nanoseconds
+	maxSeconds = 1e9  // any seconds: 31 years
+)
+
+// checkReport refuses a report that walbench could not have written, and
+// whose tables would be empty or wrong: a command it does not run, no
+// rounds, nothing measured, a row of a kind it does not make, a number
+// out of range (a negative count, a rate that overflows when printed, a
+// backlog longer than -sample allows).
+func checkReport(rep *Report) error {
+	measuring := slices.ContainsFunc(commands, func(c struct{ name, summary string }) bool {
+		return c.name == rep.Command && c.name != "report"
+	})
+	switch {
+	case !measuring:
+		return fmt.Errorf("command %q is not one of walbench's measuring commands", rep.Command)
+	case rep.Rounds < 1:
+		return fmt.Errorf("rounds %d: want at least 1", rep.Rounds)
+	case rep.Probe == nil && len(rep.Rows) == 0 && rep.Reopen == nil:
+		return errors.New("it holds no measurement (no probe, no rows, no reopen)")
+	}
+	kinds := []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
+	for i, r := range rep.Rows {
+		for _, row := range append([]Row{r}, r.PerRound...) {
+			if !slices.Contains(kinds, row.Kind) {
+				return fmt.Errorf("rows[%d]: kind %q: want one of %s", i, row.Kind, strings.Join(kinds, ", "))
+			}
+			if len(row.Backlog) > maxBacklogSamples {
+				return fmt.Errorf("rows[%d]: %d backlog samples: at most %d", i, len(row.Backlog), maxBacklogSamples)
+			}
+		}
+	}
+	return checkFigures(reflect.ValueOf(rep).Elem(), "")
+}
+
+// checkFigures refuses a number of v, or of what v holds, that is negative
+// or beyond maxFigure (maxSeconds for seconds). path names v, as JSON.
+func checkFigures(v reflect.Value, path string) error {
+	bound := maxFigure
+	if strings.HasSuffix(path, "seconds") {
+		bound = maxSeconds
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			return checkFigures(v.Elem(), path)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			if err := checkFigures(v.Field(i), strings.TrimPrefix(path+"."+name, ".")); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if err := checkFigures(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			if err := checkFigures(v.MapIndex(k), fmt.Sprintf("%s.%v", path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Int, reflect.Int64:
+		if n := v.Int(); n < 0 || float64(n) > bound {
+			return fmt.Errorf("%s: %d is out of range (want 0 to %g)", path, n, bound)
+		}
+	case reflect.Float64:
+		if f := v.Float(); !(f >= 0 && f <= bound) {
+			return fmt.Errorf("%s: %g is out of range (want 0 to %g)", path, f, bound)
+		}
+	}
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -171,25 +171,27 @@
 // A step that lasts more than two seconds shows its progress on stderr: a
 // progress bar when stderr is a terminal, else a line every two seconds.
 // Ctrl-C (or SIGTERM, or SIGHUP: its terminal closed) stops the current
-// measurement: walbench prints what was measured (a row cut short marked
-// "interrupted", a row fewer rounds measured "k of N rounds"), says which
-// signal stopped it, writes -json, removes its directory and exits with
+// measurement: walbench removes its directory, writes -json, prints what
+// was measured (a row cut short marked "interrupted", a row fewer rounds
+// measured "k of N rounds"), says which signal stopped it, and exits with
 // 128 + the signal's number, as a shell reports a death by it (130 for
-// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP); a second signal (any of the
-// three) removes the directory (and the -json
-// report's temporary file), says what it removed and what it could not
-// (with why: the directory is then left behind), and exits at once.
+// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A second signal (any of the
+// three) removes the directory (and the -json report's temporary file),
+// says what it removed and what it could not (with why: the directory is
+// then left behind), and exits at once. The text the run prints, and
+// walbench report's tables of its JSON, say under the machine facts that
+// it was interrupted or failed, and why.
+//
 // After a window the calls still in flight (a slow disk may take long to
 // commit what 1024 producers of 1 MiB left) get as long as they keep
 // returning or the store keeps committing, with a progress line of how
 // many returned: walbench says the broker hung, and ends the run, only
 // after 20 s without either.
+//
 // An error ends the run after printing what was measured, with exit code
 // 1; bad flags exit 2. At the end of a run the directory is removed, then
 // -json written, then the tables printed: a stdout closed early (walbench
-// ... | head) fails only the tables, which stderr says, with exit code 1. The text the run prints, and walbench report's
-// tables of its JSON, say under the machine facts that it was interrupted
-// or failed, and why.
+// ... | head) fails only the tables, which stderr says, with exit code 1.
 //
 // -json FILE names a regular file or a new one; a directory, a device, a
 // named pipe or a link to nothing is refused. Before anything is measured

@@ -204,7 +204,9 @@
 // replaced a file. Until then FILE is not touched: a run that measured
 // nothing, or could not write its report (a full disk), leaves the file
 // that was there as it was, says so on stderr, and removes its temporary
-// file. walbench removes no file it did not make.
+// file. walbench removes no file it did not make. -cpuprofile FILE is
+// written the same way, at the end of a run that did not fail (an
+// interrupted one included).
 //
 // # BENCH.md
 //

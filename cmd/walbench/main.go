@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -252,22 +253,33 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		}
 	}
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		// Like -json: the profile (a few hundred KiB) is kept in memory
+		// and replaces the file named only once whole, and only after a
+		// run that did not fail (an interrupted one included).
+		profOut, err := newPendingFile(e.outputFS(), cfg.cpuProfile)
 		if err != nil {
-			fmt.Fprintf(stderr, "walbench: -cpuprofile: %v\n", err)
+			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v\n", cfg.cpuProfile, err)
 			return exitError
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			fmt.Fprintf(stderr, "walbench: -cpuprofile: %v\n", err)
+		keep := made(profOut.tmp)
+		var prof bytes.Buffer
+		if err := pprof.StartCPUProfile(&prof); err != nil {
+			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v\n", cfg.cpuProfile, errors.Join(err, profOut.discard()))
+			keep()
 			return exitError
 		}
 		defer func() {
 			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				fmt.Fprintf(stderr, "walbench: -cpuprofile: %v\n", err)
+			if code == exitError {
+				if err := profOut.discard(); err != nil {
+					fmt.Fprintf(stderr, "walbench: -cpuprofile %s: remove the temporary file %s: %v\n", cfg.cpuProfile, profOut.tmp, err)
+				}
+				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: not written, the run failed%s\n", cfg.cpuProfile, profOut.untouched())
+			} else if err := profOut.commit(prof.Bytes()); err != nil {
+				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v%s\n", cfg.cpuProfile, err, profOut.untouched())
 				code = max(code, exitError)
 			}
+			keep()
 		}()
 	}
 

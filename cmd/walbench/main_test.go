@@ -484,6 +484,33 @@ func TestCPUProfile(t *testing.T) {
 	}
 }
 
+// TestCPUProfileEarlierFileKept: a run that fails leaves the profile an
+// earlier run wrote as it was, and nothing beside it; one that succeeds
+// replaces it.
+func TestCPUProfileEarlierFileKept(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	if err := os.WriteFile(prof, []byte("EARLIER"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runWith(t, context.Background(), nil, "probe", "-dir", filepath.Join(t.TempDir(), "missing"), "-time", "10ms", "-cpuprofile", prof)
+	if res.code != exitError {
+		t.Fatalf("a missing -dir: exit %d, want %d", res.code, exitError)
+	}
+	if b, err := os.ReadFile(prof); err != nil || string(b) != "EARLIER" {
+		t.Errorf("after a failed run the profile holds %q, %v; want it as it was", b, err)
+	}
+	if !strings.Contains(res.stderr, "not written, the run failed; the file that was there is left as it was") {
+		t.Errorf("stderr does not say the profile was left as it was:\n%s", res.stderr)
+	}
+	assertDirEmptyBut(t, filepath.Dir(prof), filepath.Base(prof))
+
+	runOK(t, "probe", "-dir", benchDir(t), "-time", "10ms", "-cpuprofile", prof)
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("after a run that succeeded: %d bytes, %v; want a gzip-compressed profile", len(b), err)
+	}
+	assertDirEmptyBut(t, filepath.Dir(prof), filepath.Base(prof))
+}
+
 // printWatch is a writer that calls check before its first write.
 type printWatch struct {
 	check   func()

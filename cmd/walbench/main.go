@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -228,58 +226,28 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	}
 	var jsonOut *pendingFile
 	if cfg.jsonFile != "" {
-		// Its temporary file is made now, so that a path that cannot be
-		// written fails before the measuring, not after it. The file
-		// named is not touched until the report is whole in the temporary
-		// one (see pendingFile).
-		jsonOut, err = newPendingFile(e.outputFS(), cfg.jsonFile)
+		var finish func() bool
+		jsonOut, finish, err = prepareJSON(e.outputFS(), cfg.jsonFile, stderr, made)
 		if err != nil {
 			fmt.Fprintf(stderr, "walbench: -json %s: %v\n", cfg.jsonFile, err)
 			return exitError
 		}
-		keep := made(jsonOut.tmp)
 		defer func() {
-			if !jsonOut.done {
-				fmt.Fprintf(stderr, "walbench: -json %s: not written%s\n", cfg.jsonFile, jsonOut.untouched())
-			}
-			if err := jsonOut.discard(); err != nil {
-				fmt.Fprintf(stderr, "walbench: -json %s: remove the temporary file %s: %v\n", cfg.jsonFile, jsonOut.tmp, err)
+			if !finish() {
 				code = max(code, exitError)
 			}
-			keep()
 		}()
-		if jsonOut.existed {
-			fmt.Fprintf(stderr, "walbench: -json %s exists: this run's report will replace it when the run ends\n", cfg.jsonFile)
-		}
 	}
 	if cfg.cpuProfile != "" {
-		// Like -json: the profile (a few hundred KiB) is kept in memory
-		// and replaces the file named only once whole, and only after a
-		// run that did not fail (an interrupted one included).
-		profOut, err := newPendingFile(e.outputFS(), cfg.cpuProfile)
+		stop, err := startCPUProfile(e.outputFS(), cfg.cpuProfile, stderr, made)
 		if err != nil {
 			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v\n", cfg.cpuProfile, err)
 			return exitError
 		}
-		keep := made(profOut.tmp)
-		var prof bytes.Buffer
-		if err := pprof.StartCPUProfile(&prof); err != nil {
-			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v\n", cfg.cpuProfile, errors.Join(err, profOut.discard()))
-			keep()
-			return exitError
-		}
 		defer func() {
-			pprof.StopCPUProfile()
-			if code == exitError {
-				if err := profOut.discard(); err != nil {
-					fmt.Fprintf(stderr, "walbench: -cpuprofile %s: remove the temporary file %s: %v\n", cfg.cpuProfile, profOut.tmp, err)
-				}
-				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: not written, the run failed%s\n", cfg.cpuProfile, profOut.untouched())
-			} else if err := profOut.commit(prof.Bytes()); err != nil {
-				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v%s\n", cfg.cpuProfile, err, profOut.untouched())
+			if !stop(code == exitError) {
 				code = max(code, exitError)
 			}
-			keep()
 		}()
 	}
 

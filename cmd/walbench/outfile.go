@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -179,4 +182,67 @@ func unwrapPath(err error) error {
 		return le.Err
 	}
 	return err
+}
+
+// prepareJSON makes -json's temporary file now, so that a name that cannot
+// be written fails before the measuring, not after it; the file named is
+// not touched until the report is whole (see pendingFile). finish, which
+// the caller defers, says on stderr when no report was written and
+// removes the temporary file; it reports false when that removal failed.
+func prepareJSON(fsys vfs.FS, name string, stderr io.Writer, made func(path string) (keep func())) (out *pendingFile, finish func() bool, err error) {
+	out, err = newPendingFile(fsys, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep := made(out.tmp)
+	if out.existed {
+		fmt.Fprintf(stderr, "walbench: -json %s exists: this run's report will replace it when the run ends\n", name)
+	}
+	return out, func() bool {
+		defer keep()
+		if !out.done {
+			fmt.Fprintf(stderr, "walbench: -json %s: not written%s\n", name, out.untouched())
+		}
+		if err := out.discard(); err != nil {
+			fmt.Fprintf(stderr, "walbench: -json %s: remove the temporary file %s: %v\n", name, out.tmp, err)
+			return false
+		}
+		return true
+	}, nil
+}
+
+// startCPUProfile starts -cpuprofile's profile of the run, kept in memory
+// (a few hundred KiB): like the report, it replaces the file named only
+// once whole, and only after a run that did not fail (an interrupted one
+// included). stop, which the caller defers, ends the profile and writes
+// it, or, after a failed run, says on stderr that the file was left as it
+// was; it reports false when the profile could not be written.
+func startCPUProfile(fsys vfs.FS, name string, stderr io.Writer, made func(path string) (keep func())) (stop func(runFailed bool) bool, err error) {
+	out, err := newPendingFile(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	keep := made(out.tmp)
+	var prof bytes.Buffer
+	if err := pprof.StartCPUProfile(&prof); err != nil {
+		err = errors.Join(err, out.discard())
+		keep()
+		return nil, err
+	}
+	return func(runFailed bool) bool {
+		defer keep()
+		pprof.StopCPUProfile()
+		if runFailed {
+			if err := out.discard(); err != nil {
+				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: remove the temporary file %s: %v\n", name, out.tmp, err)
+			}
+			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: not written, the run failed%s\n", name, out.untouched())
+			return true
+		}
+		if err := out.commit(prof.Bytes()); err != nil {
+			fmt.Fprintf(stderr, "walbench: -cpuprofile %s: %v%s\n", name, err, out.untouched())
+			return false
+		}
+		return true
+	}, nil
 }

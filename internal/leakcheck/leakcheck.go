@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // module is the prefix of this module's functions in a goroutine's stack.
@@ -140,4 +143,39 @@ func Check(before Goroutines, dir string) error {
 		b.WriteString("\n\n" + g)
 	}
 	return fmt.Errorf("leakcheck: %s", b.String())
+}
+
+// FailedOpens fails, one attempt at a time, each file operation an open
+// makes: each call alone, and each call with every later call of its
+// kind. counted is the FaultFS one open (and its close) ran through, which
+// says how many calls of each kind there are. open opens a fresh copy of
+// what is being opened through fs and returns its directory, and what it
+// opened or the open's error; what opened is closed (not every failure
+// refuses an open). After each attempt nothing may be left behind (see
+// Check), and the directory is removed. FailedOpens returns how many
+// attempts the open refused, or an error naming the first that left
+// something behind.
+func FailedOpens(counted *vfs.FaultFS, open func(fs vfs.FS) (dir string, opened io.Closer, err error)) (refused int, err error) {
+	for op := vfs.OpOpen; op <= vfs.OpWriteBack; op++ {
+		for nth := int64(1); nth <= counted.Count(op); nth++ {
+			for _, rule := range []vfs.Rule{{Op: op, Nth: nth}, {Op: op, After: nth - 1}} {
+				before := Running()
+				fs := vfs.NewFaultFS(vfs.Default)
+				fs.Inject(rule)
+				dir, opened, oerr := open(fs)
+				if oerr == nil {
+					_ = opened.Close()
+				} else {
+					refused++
+				}
+				if err := Check(before, dir); err != nil {
+					return refused, fmt.Errorf("%v #%d failed (and the %d after it), the open returning %v: %w", op, nth, rule.After, oerr, err)
+				}
+				if err := os.RemoveAll(dir); err != nil {
+					return refused, fmt.Errorf("leakcheck: %w", err)
+				}
+			}
+		}
+	}
+	return refused, nil
 }

@@ -16,7 +16,9 @@ import (
 // copied whole, and end's own up to end, zero beyond, at its full size, so
 // that the copy opens as a log that ends at end. end must be where a frame
 // of its segment starts or where its frames end. Every file is fdatasynced,
-// then dir is synced. ctx is checked before each segment.
+// then dir is synced. ctx is checked before each segment. A CopyTo that
+// fails or is canceled removes the files it wrote, so that dir holds what
+// it held before and the same copy can be tried again.
 //
 // The caller keeps the segments up to end's from being removed (RemoveBelow)
 // and the log from being closed until CopyTo returns; appends go on.
@@ -36,12 +38,23 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		return fmt.Errorf("wal: copy to %s: it is the log's own directory", dir)
 	}
 	fs := l.opts.FS
+	var written []string
+	// undo removes the files written before err, which a failed copy
+	// leaves no use for.
+	undo := func(err error) error {
+		for _, name := range written {
+			if rerr := fs.Remove(name); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("wal: copy to %s: removing what it wrote: %w", dir, rerr))
+			}
+		}
+		return err
+	}
 	for _, s := range *l.segs.Load() {
 		if s.seq > end.Segment() {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return undo(err)
 		}
 		dst := filepath.Join(dir, segName(s.seq))
 		var err error
@@ -51,14 +64,20 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 			// segment.Create, under writePrefix, refuses a dst that exists.
 			var f *segment.File
 			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
-				err = f.Close()
+				if err = f.Close(); err != nil {
+					written = append(written, dst)
+				}
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("wal: copy %s to %s: %w", s.file.Path(), dir, err)
+			return undo(fmt.Errorf("wal: copy %s to %s: %w", s.file.Path(), dir, err))
 		}
+		written = append(written, dst)
 	}
-	return fs.SyncDir(dir)
+	if err := fs.SyncDir(dir); err != nil {
+		return undo(fmt.Errorf("wal: copy to %s: %w", dir, err))
+	}
+	return nil
 }
 
 // checkCopyEnd checks that end is a position CopyTo can end a copy at: in
@@ -99,6 +118,7 @@ func sameDir(a, b string) (bool, error) {
 
 // writePrefix creates at path a segment of size bytes whose frames are
 // body, zeros after it, and makes it durable. It returns the segment open.
+// On failure it removes the file it created.
 func writePrefix(fs vfs.FS, path string, seq uint32, size int64, body []byte) (*segment.File, error) {
 	f, err := segment.Create(fs, path, seq, size)
 	if err != nil {
@@ -111,7 +131,7 @@ func writePrefix(fs vfs.FS, path string, seq uint32, size int64, body []byte) (*
 		err = f.Sync()
 	}
 	if err != nil {
-		return nil, errors.Join(err, f.Close())
+		return nil, errors.Join(err, f.Close(), fs.Remove(path))
 	}
 	return f, nil
 }

@@ -2,11 +2,16 @@ package wal
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // CopyTo copies the log up to a position: the copy opens to exactly the
@@ -88,4 +93,70 @@ func TestCopyToRefusesAndHarmsNothing(t *testing.T) {
 	reopened := mustOpen(t, dir, opts)
 	defer reopened.Close()
 	requireEntries(t, entries, readAll(t, reopened))
+}
+
+// A CopyTo that fails part way removes the files it wrote: the directory
+// holds what it held before (here nothing but a file of the caller's), the
+// same copy into it then succeeds, and the log is untouched. Each
+// operation a copy makes into the directory (create, write, fdatasync,
+// close, the directory's sync) is failed in turn, on the first and on a
+// later segment, and a copy canceled between segments is undone too.
+func TestAFailedCopyToRemovesWhatItWrote(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{FS: fs, SegmentBytes: 2048}
+	l := mustOpen(t, dir, opts)
+	defer l.Close()
+	entries := appendRecords(t, l, 0, 200)
+	require.Greater(t, l.Stats().Segments, 3)
+	end := entries[150].pos
+	ctx := context.Background()
+
+	var dst string
+	inCopy := func(name string) bool { return strings.HasPrefix(name, dst) }
+	requireOnlyTheCallersFile := func(what string) {
+		t.Helper()
+		names, err := os.ReadDir(dst)
+		require.NoError(t, err)
+		require.Len(t, names, 1, "%s: the copy's files are removed", what)
+		require.Equal(t, "callers", names[0].Name(), what)
+	}
+	newDst := func() {
+		dst = t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dst, "callers"), []byte("x"), 0o600))
+	}
+	for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpWrite, vfs.OpSync, vfs.OpClose, vfs.OpSyncDir} {
+		for _, nth := range []int64{1, 3} {
+			if op == vfs.OpSyncDir && nth > 1 {
+				continue // the directory is synced once, at the end
+			}
+			what := fmt.Sprintf("%v #%d", op, nth)
+			newDst()
+			injected := fs.Injected(op)
+			fs.Inject(vfs.Rule{Op: op, Match: inCopy, Nth: nth})
+			err := l.CopyTo(ctx, dst, end)
+			fs.Clear()
+			require.ErrorIs(t, err, syscall.EIO, what)
+			require.Equal(t, injected+1, fs.Injected(op), what)
+			requireOnlyTheCallersFile(what)
+
+			require.NoError(t, l.CopyTo(ctx, dst, end), "%s: the same copy again", what)
+			c := mustOpen(t, dst, Options{SegmentBytes: 2048})
+			requireEntries(t, entries[:150], readAll(t, c))
+			require.NoError(t, c.Close())
+		}
+	}
+
+	// Canceled after the first segment: the segment written is removed.
+	newDst()
+	cctx, cancel := context.WithCancel(ctx)
+	fs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpClose && inCopy(e.Name) {
+			cancel()
+		}
+	})
+	require.ErrorIs(t, l.CopyTo(cctx, dst, end), context.Canceled)
+	requireOnlyTheCallersFile("canceled")
+
+	requireEntries(t, entries, readAll(t, l))
 }

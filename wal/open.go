@@ -546,7 +546,7 @@ func (l *Log) regrow(s *seg, end int) error {
 // not the last lost its own.
 func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	path := s.file.Path()
-	copyTo, err := l.copyAside(s)
+	copyTo, err := l.keepAside(s.seq, s.file.Data())
 	if err != nil {
 		return fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
@@ -607,7 +607,7 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 		// the segments then seals it).
 		return l.salvageStub(seq, cause)
 	}
-	copyTo, err := l.copyAside(&seg{file: f, seq: seq})
+	copyTo, err := l.keepAside(seq, f.Data())
 	_ = f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
@@ -652,15 +652,8 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	dir := filepath.Join(l.dir, "salvage")
-	copyTo := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
-	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
-		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
-	}
-	if err := writeWhole(fs, copyTo, data); err != nil {
-		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
-	}
-	if err := fs.SyncDir(dir); err != nil {
+	copyTo, err := l.keepAside(seq, data)
+	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
 	f, err := segment.Create(fs, path+tmpSuffix, seq, l.opts.SegmentBytes)
@@ -681,6 +674,8 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	return f, nil
 }
 
+// writeWhole creates the file path (which must not exist) holding data,
+// and fdatasyncs it. On failure it removes the file it created.
 func writeWhole(fs vfs.FS, path string, data []byte) error {
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -692,34 +687,28 @@ func writeWhole(fs vfs.FS, path string, data []byte) error {
 	if err == nil {
 		err = f.Sync()
 	}
-	return errors.Join(err, f.Close())
+	if err = errors.Join(err, f.Close()); err != nil {
+		return errors.Join(err, fs.Remove(path))
+	}
+	return nil
 }
 
-// copyAside copies a segment file into the salvage/ subdirectory, durably,
-// before salvage changes it.
-func (l *Log) copyAside(s *seg) (string, error) {
+// keepAside writes data, the bytes of segment seq as found, durably into a
+// new file of the salvage/ subdirectory, and returns its path.
+func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
 	fs := l.opts.FS
 	dir := filepath.Join(l.dir, "salvage")
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(s.seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
-	f, err := fs.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
+	dst := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
+	if err := writeWhole(fs, dst, data); err != nil {
 		return "", err
 	}
-	_, err = f.WriteAt(s.file.Data(), 0)
-	if err == nil {
-		err = f.Sync()
+	if err := fs.SyncDir(dir); err != nil {
+		return "", err
 	}
-	err = errors.Join(err, f.Close())
-	if err == nil {
-		err = fs.SyncDir(dir)
-	}
-	if err == nil {
-		err = fs.SyncDir(l.dir)
-	}
-	return dst, err
+	return dst, fs.SyncDir(l.dir)
 }
 
 // createSegment makes segment seq synchronously and puts it in place:

@@ -172,6 +172,38 @@ var deadCases = []testCase{
 		e.checkDeadLetter(dls[0], causeCase{name: "lease exhaustion", reason: broker.ReasonLeaseExpired}, m, "a", 2)
 		e.checkInstant(dls[0].FailedAt, d.Lease.ExpiresAt, d.Lease.ExpiresAt, "FailedAt is when the last lease lapsed")
 	}},
+	{name: "LapsedReceiptOfTheLastDeliveryLeavesTheDeadLetter", needs: []string{"DeadLetterReader"}, run: func(e *env) {
+		// A receipt whose lease lapsed on the message's last delivery is
+		// LeaseExpired and removes nothing: the message is in the
+		// dead-letter store, and stays there as the lapse left it, whatever
+		// the consumer that lost its claim then reports.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 1
+			p.VisibilityTimeout = e.short()
+		}))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(q, d.Lease)
+		r, late := d.Lease.Receipt, broker.NewError("TOO_LATE", 0x2A000002, "too late", secret)
+		e.isErr(q.Ack(e.ctx(), r), broker.LeaseExpired, "Ack of the last delivery's lapsed lease")
+		_, err := q.Nack(e.ctx(), r, late)
+		e.isErr(err, broker.LeaseExpired, "Nack of the last delivery's lapsed lease")
+		if e.caps.Rejecter {
+			e.isErr(e.rejecter(q).Reject(e.ctx(), r, late), broker.LeaseExpired, "Reject of the last delivery's lapsed lease")
+		}
+		if e.caps.LeaseExtender {
+			_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
+			e.isErr(err, broker.LeaseExpired, "Extend of the last delivery's lapsed lease")
+		}
+		var dls []broker.DeadLetterValue
+		e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
+			dls = e.deadLetters(q)
+			return len(dls) == 1
+		})
+		e.checkDeadLetter(dls[0], causeCase{name: "lease exhaustion, then refused calls", reason: broker.ReasonLeaseExpired}, m, "a", 1)
+		e.checkInstant(dls[0].FailedAt, d.Lease.ExpiresAt, d.Lease.ExpiresAt, "FailedAt is when the last lease lapsed")
+		e.none(q, "a dead letter, after the refused calls")
+	}},
 	{name: "DeadLettersOldestFailedAtFirst", needs: []string{"Rejecter", "DeadLetterReader"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		a, b, c := e.publish(q, "a"), e.publish(q, "b"), e.publish(q, "c")

@@ -416,6 +416,72 @@ var nackCases = []testCase{
 			e.Fatalf("delivery %d, want 2: the refused calls moved nothing", d2.Deliveries)
 		}
 	}},
+	{name: "AReceiptEndedByAckNackOrRejectIsRefusedByEveryCall", run: func(e *env) {
+		// A receipt that no longer names a live lease is LeaseExpired or
+		// UnknownReceipt (API.md §5.7) whichever call it is handed to, and
+		// nothing moves: an acknowledged message stays gone, a nacked one
+		// stays in the queue with its count, a rejected one stays the dead
+		// letter its Reject made.
+		first := broker.NewError("FIRST", 0x2A000003, "first", secret)
+		late := broker.NewError("LATE", 0x2A000004, "late", secret)
+		type ending struct {
+			name string
+			end  func(q broker.Broker, r broker.ReceiptValue)
+		}
+		endings := []ending{
+			{"Ack", func(q broker.Broker, r broker.ReceiptValue) { e.ack(q, r) }},
+			{"Nack", func(q broker.Broker, r broker.ReceiptValue) { e.nack(q, r, first) }},
+		}
+		if e.caps.Rejecter {
+			endings = append(endings, ending{"Reject", func(q broker.Broker, r broker.ReceiptValue) {
+				if err := e.rejecter(q).Reject(e.ctx(), r, first); err != nil {
+					e.Fatalf("Reject: %v", err)
+				}
+			}})
+		}
+		for _, end := range endings {
+			q := e.queue(e.policy()) // no retry delay: a nacked message is receivable at once
+			m := e.publish(q, "a")
+			d := e.receiveOne(q)
+			end.end(q, d.Lease.Receipt)
+			r, what := d.Lease.Receipt, func(call string) string { return call + " after " + end.name }
+			e.gone(q.Ack(e.ctx(), r), what("Ack"))
+			_, err := q.Nack(e.ctx(), r, late)
+			e.gone(err, what("Nack"))
+			if e.caps.Rejecter {
+				e.gone(e.rejecter(q).Reject(e.ctx(), r, late), what("Reject"))
+			}
+			if e.caps.LeaseExtender {
+				_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
+				e.gone(err, what("Extend"))
+			}
+			switch end.name {
+			case "Ack":
+				e.none(q, "an acknowledged message, after the refused calls")
+			case "Nack":
+				d2 := e.appearsAt(q, e.now(), true, "the nacked message, after the refused calls")
+				if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+					e.Fatalf("after Nack and refused calls: delivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+				}
+			case "Reject":
+				e.none(q, "a rejected message, after the refused calls")
+			}
+			if !e.caps.DeadLetterReader {
+				continue
+			}
+			dls := e.deadLetters(q)
+			if end.name != "Reject" {
+				if len(dls) != 0 {
+					e.Fatalf("after %s and refused calls: %d dead letters, want none", end.name, len(dls))
+				}
+				continue
+			}
+			if len(dls) != 1 {
+				e.Fatalf("after Reject and refused calls: %d dead letters, want 1", len(dls))
+			}
+			e.checkDeadLetter(dls[0], causeCase{name: "the Reject's cause", cause: first, reason: "FIRST", code: 0x2A000003, public: "first"}, m, "a", 1)
+		}
+	}},
 }
 
 // checkInstant requires got to be between lo and hi: exactly lo on the

@@ -335,6 +335,35 @@ var deadCases = []testCase{
 			e.Fatalf("replayed %q %q, want %q %q: the one named, neither the oldest nor the newest", r.Message.ID, r.Message.Payload, m.ID, "b")
 		}
 	}},
+	{name: "ReplayedMessageIsReceivedInItsEnqueueOrder", needs: []string{"OldestFirst", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		// A replayed message keeps its EnqueuedAt, the key a FIFO
+		// implementation sorts on: it comes before the messages published
+		// after it, whether they came before or after the replay.
+		q := e.queue(e.policy())
+		tick := func() {
+			if e.clock != nil {
+				e.clock.Advance(time.Second)
+			}
+		}
+		a := e.publish(q, "a")
+		tick()
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		b := e.publish(q, "b")
+		tick()
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), a.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		c := e.publish(q, "c")
+		var got []string
+		for range 3 {
+			got = append(got, ids(e.receive(q, 1))...)
+		}
+		if want := []string{a.ID, b.ID, c.ID}; !equalStrings(got, want) {
+			e.Fatalf("received %v, want %v: a replayed message sorts by its EnqueuedAt", got, want)
+		}
+	}},
 	{name: "ReplayOfLeaseExhaustedMessage", needs: []string{"DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.VisibilityTimeout = e.short() }))
 		m := e.publish(q, "a")

@@ -21,7 +21,15 @@ var miscCases = []testCase{
 			"VisibilityTimeout past bound": func(p *broker.PolicyValue) { p.VisibilityTimeout = broker.MaxDeadlineOffset + 1 },
 			"RetryDelay past bound":        func(p *broker.PolicyValue) { p.RetryDelay = broker.MaxDeadlineOffset + 1 },
 			"negative MaxRetryDelay":       func(p *broker.PolicyValue) { p.RetryDelay = time.Second; p.MaxRetryDelay = -1 },
-			"MaxRetryDelay without base":   func(p *broker.PolicyValue) { p.MaxRetryDelay = time.Minute },
+			"MaxRetryDelay past bound": func(p *broker.PolicyValue) {
+				p.RetryDelay = time.Second
+				p.MaxRetryDelay = broker.MaxDeadlineOffset + 1
+			},
+			"MaxRetryDelay without base": func(p *broker.PolicyValue) { p.MaxRetryDelay = time.Minute },
+			"MaxRetryDelay over a negative RetryDelay": func(p *broker.PolicyValue) {
+				p.RetryDelay = -time.Second // read as zero: nothing to grow from
+				p.MaxRetryDelay = time.Minute
+			},
 			"MaxRetryDelay below RetryDelay": func(p *broker.PolicyValue) {
 				p.RetryDelay = time.Minute
 				p.MaxRetryDelay = time.Second

@@ -331,3 +331,59 @@ func TestAConsumerStoppedOnTheLastDeliveryLeavesADeadLetterThatSaysSo(t *testing
 	require.Equal(t, broker.ReasonConsumerStopped, dls[0].Reason)
 	require.Equal(t, "the consumer stopped before the handler finished", dls[0].Cause)
 }
+
+// TestRacingReplaysOfOneDeadLetterQueueItOnce: the port lets replays of
+// one dead letter racing each other both queue it on a broker that cannot
+// tell them apart, and asks each broker to say which it is. The store and
+// Memory tell them apart: one replay queues the message, every other one
+// is DeadLetterNotFound, and the message is receivable once.
+func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
+	type replayer interface {
+		broker.Broker
+		broker.Rejecter
+		broker.DeadLetterManager
+		Stats() broker.QueueStats
+	}
+	e := newEnv(t)
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	for name, q := range map[string]replayer{"store": e.queue("jobs", policy()), "memory": mem} {
+		t.Run(name, func(t *testing.T) {
+			for round := range 20 {
+				m, err := q.Publish(ctx(t), []byte("dead"))
+				require.NoError(t, err)
+				ds, err := q.Receive(ctx(t), 1)
+				require.NoError(t, err)
+				require.Len(t, ds, 1)
+				require.NoError(t, q.Reject(ctx(t), ds[0].Lease.Receipt, nil))
+
+				const racers = 8
+				start := make(chan struct{})
+				errs := make(chan error, racers)
+				for range racers {
+					go func() {
+						<-start
+						errs <- q.ReplayDeadLetter(ctx(t), m.ID)
+					}()
+				}
+				close(start)
+				queued := 0
+				for range racers {
+					if err := <-errs; err == nil {
+						queued++
+					} else {
+						requireErrorIs(t, err, broker.DeadLetterNotFound)
+					}
+				}
+				require.Equal(t, 1, queued, "round %d: replays that queued the message", round)
+				ds, err = q.Receive(ctx(t), 10)
+				require.NoError(t, err)
+				require.Len(t, ds, 1, "round %d: the replayed message is receivable once", round)
+				require.Equal(t, m.ID, ds[0].Message.ID)
+				require.Equal(t, 1, ds[0].Deliveries)
+				require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+			}
+			require.Equal(t, int64(20), q.Stats().Replayed)
+		})
+	}
+}

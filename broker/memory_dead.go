@@ -37,7 +37,9 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 
 // ReplayDeadLetter moves dead letter id back into the queue, receivable at
 // once, with its delivery count reset; it keeps its ID, payload and
-// EnqueuedAt, and closes the Wake signal. See [DeadLetterManager].
+// EnqueuedAt, and closes the Wake signal. Replays of one dead letter
+// racing each other queue it once: one returns nil, the others
+// [DeadLetterNotFound]. See [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -59,7 +59,9 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 
 // ReplayDeadLetter moves dead letter id back into the queue, receivable at
 // once, with its delivery count reset; it keeps its ID, payload and
-// EnqueuedAt. It closes the Wake signal. See DeadLetterManager.
+// EnqueuedAt. It closes the Wake signal. Replays of one dead letter racing
+// each other queue it once: one returns nil, the others
+// DeadLetterNotFound. See DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	return q.changeDeadLetter(ctx, id, index.KindReplay)
 }

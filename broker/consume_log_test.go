@@ -81,3 +81,42 @@ func TestConsumeLogsADeadLetterItMade(t *testing.T) {
 	}, func() bool { return q.Stats().DeadLetters == 1 })
 	require.True(t, logged(t, &logs, "dead-lettered after its last delivery", m.ID), "logged: %v", logs.records(t))
 }
+
+// The private half of a handler's classified error stays in the failing
+// process's log, joined to the dead letter by the message ID: Consume logs
+// the handler's error, private detail included, naming the message, while
+// the dead letter, and the disk, keep only its Reason, Code and Public
+// text. Nacked or rejected (DoNotRetry), alike.
+func TestConsumeLogsTheHandlersPrivateDetailWithTheMessageID(t *testing.T) {
+	for _, how := range []string{"nack", "reject"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+			m := mustPublish(t, q, "work")
+			const private = "PRIVATE-DETAIL-4e5f"
+			var herr error = broker.NewError("CARD_DECLINED", 0x05020001, "the card was declined", private)
+			if how == "reject" {
+				herr = broker.DoNotRetry(herr)
+			}
+			var logs lockedBuffer
+			consumeLogged(t, q, &logs, func(context.Context, broker.DeliveryValue) error { return herr },
+				func() bool { return q.Stats().DeadLetters == 1 })
+
+			joined := false
+			for _, r := range logs.records(t) {
+				if text, _ := r["error"].(string); strings.Contains(text, private) {
+					require.Equal(t, m.ID, r["message"], "the record with the private detail names the message: %v", r)
+					joined = true
+				}
+			}
+			require.True(t, joined, "the private detail reaches Consume's log; logged: %v", logs.records(t))
+			dls := mustDeadLetters(t, q)
+			require.Len(t, dls, 1)
+			require.Equal(t, m.ID, dls[0].Message.ID)
+			require.Equal(t, [3]string{"CARD_DECLINED", "5.2.0.1", "the card was declined"},
+				[3]string{dls[0].Reason, broker.FormatCode(dls[0].Code), dls[0].Cause})
+			e.close()
+			requireNotOnDisk(t, e.dir, private, "the private detail of a handler's error")
+		})
+	}
+}

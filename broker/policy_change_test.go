@@ -49,3 +49,61 @@ func TestALoweredMaxDeliveriesAgreesAcrossAReopen(t *testing.T) {
 		})
 	}
 }
+
+// TestAPolicyChangeAppliesTheRetryCurveSizeBoundAndDedupWindow: Queue with
+// a different policy applies the new one from then on, every field of it
+// (TestPolicyChangeAppliesFromThenOn covers Capacity, MaxDeliveries and
+// VisibilityTimeout): the next nack waits by the new RetryDelay and
+// MaxRetryDelay, the next publish is bounded by the new MaxMessageBytes,
+// and the seen-set forgets by the new DedupWindow.
+func TestAPolicyChangeAppliesTheRetryCurveSizeBoundAndDedupWindow(t *testing.T) {
+	e := newEnv(t)
+	before := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 5
+		p.RetryDelay = time.Second
+		p.MaxMessageBytes = 16
+		p.DedupWindow = time.Hour
+	})
+	after := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 5
+		p.RetryDelay = 10 * time.Second
+		p.MaxRetryDelay = 15 * time.Second
+		p.MaxMessageBytes = 32
+		p.DedupWindow = 10 * time.Minute
+	})
+	q := e.queue("jobs", before)
+	k, err := q.PublishKeyed(ctx(t), "k", []byte("keyed"))
+	require.NoError(t, err)
+	_, err = q.Publish(ctx(t), make([]byte, 17))
+	requireErrorIs(t, err, broker.MessageTooLarge)
+	m := mustPublish(t, q, "m")
+	ds := mustReceive(t, q, 2)
+	require.Len(t, ds, 2)
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+	require.Equal(t, m.ID, ds[1].Message.ID)
+	nv := mustNack(t, q, ds[1].Lease.Receipt, nil)
+	requireSameInstant(t, t0.Add(time.Second), nv.VisibleAt, "the old RetryDelay")
+
+	require.Same(t, q, e.queue("jobs", after))
+	_, err = q.Publish(ctx(t), make([]byte, 32))
+	require.NoError(t, err, "the new MaxMessageBytes admits 32 bytes")
+	_, err = q.Publish(ctx(t), make([]byte, 33))
+	requireErrorIs(t, err, broker.MessageTooLarge)
+
+	e.clock.Set(nv.VisibleAt)
+	d := mustReceiveOne(t, q)
+	require.Equal(t, m.ID, d.Message.ID)
+	require.Equal(t, 2, d.Deliveries)
+	nv = mustNack(t, q, d.Lease.Receipt, nil)
+	requireSameInstant(t, nv.VisibleAt, e.clock.Now().Add(15*time.Second),
+		"the new curve: RetryDelay 10 s doubled for the second delivery, held at MaxRetryDelay 15 s")
+
+	e.clock.Set(t0.Add(10 * time.Minute))
+	dup, err := q.PublishKeyed(ctx(t), "k", []byte("again"))
+	require.NoError(t, err)
+	require.Equal(t, k.ID, dup.ID, "exactly the new window old: still remembered")
+	e.clock.Set(t0.Add(10*time.Minute + time.Nanosecond))
+	fresh, err := q.PublishKeyed(ctx(t), "k", []byte("again"))
+	require.NoError(t, err)
+	require.NotEqual(t, k.ID, fresh.ID, "older than the new DedupWindow, younger than the old one: forgotten")
+}

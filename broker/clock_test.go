@@ -62,3 +62,23 @@ func TestAClockNoStoreCanRecordChangesNothing(t *testing.T) {
 	require.Equal(t, 1, got.Deliveries)
 	requireNoneReceivable(t, q)
 }
+
+// Options.Now nil means time.Now: a store opened without a clock stamps
+// EnqueuedAt and ExpiresAt from the real one.
+func TestAStoreWithoutAClockRunsOnTheRealOne(t *testing.T) {
+	s, err := broker.Open(t.TempDir(), broker.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", policy())
+	require.NoError(t, err)
+	before := time.Now()
+	m, err := q.Publish(ctx(t), nil)
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	after := time.Now()
+	require.Len(t, ds, 1)
+	require.False(t, m.EnqueuedAt.Before(before) || m.EnqueuedAt.After(after), "EnqueuedAt %v is not within the call, %v to %v", m.EnqueuedAt, before, after)
+	expires := ds[0].Lease.ExpiresAt.Add(-policy().VisibilityTimeout)
+	require.False(t, expires.Before(before) || expires.After(after), "ExpiresAt %v is not VisibilityTimeout after the Receive, %v to %v", ds[0].Lease.ExpiresAt, before, after)
+}

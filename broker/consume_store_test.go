@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +90,63 @@ func TestConsumeOnAnIdleQueueEndsWhenTheStoreCloses(t *testing.T) {
 	default:
 		t.Fatal("Wake after Close handed out a signal that nothing will close")
 	}
+}
+
+// deadLetterWatch is a queue whose dead-letter calls are counted.
+type deadLetterWatch struct {
+	*Queue
+	replays, deletes atomic.Int32
+}
+
+func (w *deadLetterWatch) ReplayDeadLetter(ctx context.Context, id string) error {
+	w.replays.Add(1)
+	return w.Queue.ReplayDeadLetter(ctx, id)
+}
+
+func (w *deadLetterWatch) DeleteDeadLetter(ctx context.Context, id string) error {
+	w.deletes.Add(1)
+	return w.Queue.DeleteDeadLetter(ctx, id)
+}
+
+// Deleting a dead letter destroys a message without its consumer's
+// acknowledgement, and walbroker never does it on its own: Consume
+// dead-letters what fails for good and leaves the dead letters as
+// evidence, replaying and deleting none of them.
+func TestConsumeNeverReplaysOrDeletesADeadLetter(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	require.NoError(t, err)
+	w := &deadLetterWatch{Queue: q}
+	for _, p := range []string{"fails", "not retryable", "panics", "succeeds"} {
+		_, err := q.Publish(t.Context(), []byte(p))
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, w, func(_ context.Context, d DeliveryValue) error {
+			switch string(d.Message.Payload) {
+			case "fails":
+				return errors.New("failed")
+			case "not retryable":
+				return DoNotRetry(errors.New("failed for good"))
+			case "panics":
+				panic("handler bug")
+			}
+			return nil
+		}, ConsumeOptions{Batch: 4, Concurrency: 4, PollInterval: time.Millisecond})
+	}()
+	require.Eventually(t, func() bool {
+		st := q.Stats()
+		return st.Nacked == 2 && st.Rejected == 1 && st.Acked == 1
+	}, 30*time.Second, time.Millisecond, "every delivery settled")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Zero(t, w.replays.Load(), "Consume replayed a dead letter")
+	require.Zero(t, w.deletes.Load(), "Consume deleted a dead letter")
+	dls, err := q.DeadLetters(t.Context(), 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 3, "every dead letter is still there")
 }

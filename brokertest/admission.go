@@ -67,6 +67,21 @@ var keyedCases = []testCase{
 		e.publishKeyed(q, strings.Repeat("k", 256), "x")
 		e.receiveOne(q) // only the 256-byte key's message
 	}},
+	{name: "KeyedPayloadAboveMaxMessageBytesIsRefusedAndNotRemembered", needs: []string{"Keyed"}, run: func(e *env) {
+		// PublishKeyed is Publish made idempotent: a payload above
+		// MaxMessageBytes is MessageTooLarge there too, enqueues nothing,
+		// and leaves the key unseen, so the sender's corrected retry is
+		// not taken for a duplicate of a message that never existed.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 16 }))
+		_, err := e.keyed(q).PublishKeyed(e.ctx(), "k", make([]byte, 17))
+		e.isErr(err, broker.MessageTooLarge, "a keyed publish of 17 bytes with MaxMessageBytes 16")
+		e.none(q, "a refused keyed publish enqueues nothing")
+		m := e.publishKeyed(q, "k", "fits")
+		d := e.receiveOne(q)
+		if d.Message.ID != m.ID || string(d.Message.Payload) != "fits" {
+			e.Fatalf("delivered %q %q, want the retry %q %q: the refused publish's key was remembered", d.Message.ID, d.Message.Payload, m.ID, "fits")
+		}
+	}},
 	{name: "DedupKeyForgottenAfterWindow", needs: []string{"Keyed"}, run: func(e *env) {
 		window := e.short()
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))

@@ -155,7 +155,8 @@ func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, err
 // message was acknowledged, and even when the queue is full. Such a
 // duplicate carries no Payload: its Payload is nil, while a message this
 // call enqueued has a non-nil one. key must be 1 to 256 bytes
-// ([InvalidDedupKey]).
+// ([InvalidDedupKey]); a payload above MaxMessageBytes is
+// [MessageTooLarge], checked before the key.
 func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: memory queue: dedup key of %d bytes, want 1 to %d: %w", len(key), maxKeyBytes, InvalidDedupKey)

@@ -678,3 +678,30 @@ func TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued(t *testing.T) {
 		}
 	}
 }
+
+// A keyed publish checks its payload's size before its key: a payload
+// above MaxMessageBytes is MessageTooLarge even when the key was seen, in
+// the file store and in Memory, and the original stays the only message.
+func TestAKeyedPublishChecksItsSizeBeforeItsKey(t *testing.T) {
+	small := func(p *broker.PolicyValue) { p.MaxMessageBytes = 16 }
+	e := newEnv(t)
+	mem, err := broker.NewMemory(policy(small), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	for name, q := range map[string]interface {
+		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
+		Receive(context.Context, int) ([]broker.DeliveryValue, error)
+	}{"store": e.queue("jobs", policy(small)), "memory": mem} {
+		orig, err := q.PublishKeyed(ctx(t), "k", []byte("fits"))
+		require.NoError(t, err, name)
+		_, err = q.PublishKeyed(ctx(t), "k", make([]byte, 17))
+		require.ErrorIs(t, err, broker.MessageTooLarge, "%s: a seen key with a payload too large", name)
+		dup, err := q.PublishKeyed(ctx(t), "k", []byte("again"))
+		require.NoError(t, err, name)
+		require.Equal(t, orig.ID, dup.ID, "%s: the key is still the original's", name)
+		ds, err := q.Receive(ctx(t), 10)
+		require.NoError(t, err, name)
+		require.Len(t, ds, 1, name)
+		require.Equal(t, "fits", string(ds[0].Message.Payload), name)
+	}
+}

@@ -196,6 +196,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, erro
 // original's may be gone): its Payload is nil, while a message this call
 // enqueued has a non-nil one (empty for an empty payload), so the caller
 // can tell which happened. key must be 1 to 256 bytes (InvalidDedupKey).
+// The payload's size is checked first: a payload above MaxMessageBytes is
+// MessageTooLarge even when its key was seen, as it would be for the
+// first publish of that key.
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, InvalidDedupKey)

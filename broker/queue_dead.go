@@ -67,6 +67,10 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 }
 
 // DeleteDeadLetter removes dead letter id for good; see DeadLetterManager.
+// No call returns it again, but deleting is not erasing: its payload's
+// bytes stay in the log's segment files until the store reclaims their
+// space (once no live record needs the segment), and in every Backup taken
+// before.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	return q.changeDeadLetter(ctx, id, index.KindDelete)
 }

@@ -322,3 +322,103 @@ func TestOpenKeepsOnlyTwoFullSizeSpares(t *testing.T) {
 	}
 	requireEntries(t, es, readAll(t, l))
 }
+
+// spareRaceFS is a CrashFS that can hold back the creation of the next
+// segment file (the preparer's zero-fill) until released, and run a
+// function in place of the next directory sync.
+type spareRaceFS struct {
+	*vfs.CrashFS
+	mu      sync.Mutex
+	gate    chan struct{} // while not nil, a new segment file waits for it to close
+	entered chan struct{} // closed when a creation reaches the gate
+	syncDir func(dir string) error
+}
+
+func (fs *spareRaceFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	fs.mu.Lock()
+	gate, entered := fs.gate, fs.entered
+	if flag&os.O_CREATE != 0 && strings.HasSuffix(name, tmpSuffix) && !strings.HasPrefix(filepath.Base(name), sparePrefix) && gate != nil {
+		fs.gate, fs.entered = nil, nil
+		close(entered)
+	} else {
+		gate = nil
+	}
+	fs.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return fs.CrashFS.OpenFile(name, flag, perm)
+}
+
+func (fs *spareRaceFS) SyncDir(dir string) error {
+	fs.mu.Lock()
+	f := fs.syncDir
+	fs.syncDir = nil
+	fs.mu.Unlock()
+	if f != nil {
+		return f(dir)
+	}
+	return fs.CrashFS.SyncDir(dir)
+}
+
+// waitPrepared waits until the preparer has the next segment ready.
+func waitPrepared(t *testing.T, l *Log) {
+	t.Helper()
+	// A hang guard, not a timing assumption: the preparer gets there when
+	// the machine runs it.
+	for deadline := time.Now().Add(30 * time.Second); len(l.prep.ready) == 0; {
+		require.True(t, time.Now().Before(deadline), "the preparer never made the next segment ready")
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// A retired segment file is reused only once the directory sync that made
+// its retirement durable has completed. Reused earlier, its header is
+// rewritten for a new segment (and fdatasynced) while its old name may
+// still be the durable one: a power loss then brings the removed segment
+// back under its old name with another segment's header, and the log no
+// longer opens. Here the preparer is making the next segment when
+// RemoveBelow retires the oldest one, and the power fails in RemoveBelow's
+// directory sync, once the preparer has its file ready; the synced state
+// must open to every record appended.
+func TestARetiredSegmentIsNotReusedBeforeItsRemovalIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	fs := &spareRaceFS{CrashFS: cfs}
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1024})
+	defer l.Close()
+	waitPrepared(t, l) // segment 2
+
+	// The creation of segment 3, asked for at the rotation into segment
+	// 2, waits at the gate.
+	gate, entered := make(chan struct{}), make(chan struct{})
+	fs.mu.Lock()
+	fs.gate, fs.entered = gate, entered
+	fs.mu.Unlock()
+	var acked []entry
+	for i := 0; l.Stats().LastSegment < 2; i++ {
+		acked = append(acked, appendRecords(t, l, i, 1)...)
+	}
+	<-entered
+
+	fs.mu.Lock()
+	fs.syncDir = func(string) error {
+		// Segment 1 is renamed aside, not yet durably. Let the preparer
+		// go on, wait for the file it makes, and lose power.
+		close(gate)
+		waitPrepared(t, l)
+		cfs.Crash()
+		return fmt.Errorf("sync dir: %w", vfs.ErrCrashed)
+	}
+	fs.mu.Unlock()
+	_, err := l.RemoveBelow(MakePosition(2, 0))
+	require.ErrorIs(t, err, vfs.ErrCrashed)
+	_ = l.Close()
+
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+	l2, err := Open(clone, Options{SegmentBytes: 1024})
+	require.NoError(t, err, "the synced state after a power loss in RemoveBelow's directory sync")
+	defer l2.Close()
+	requireEntries(t, acked, readAll(t, l2))
+}

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +80,105 @@ func requireLostIDsNotReused(t *testing.T, checkpoint bool) {
 		m, err := rq.Publish(ctx, []byte("published after the power came back"))
 		require.NoError(t, err)
 		require.False(t, lost[m.ID], "message ID %s was returned before the power loss for another message", m.ID)
+	}
+}
+
+// Under SyncNone a publish that takes sequences past the reservation made
+// durable so far waits for the mark that reserves them, or fails. Here a
+// batch crosses the reservation Open made: its records and the new mark
+// are written together, and the power fails in the fdatasync that
+// follows. The batch may fail; if it returned, none of its IDs may be
+// handed out again by the store the disk kept.
+func TestAPublishPastTheDurableReservationWaitsForTheMarkThatReservesIt(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	dir := filepath.Join(root, "store")
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	cfs := vfs.NewCrashFS(vfs.Default)
+	ffs := vfs.NewFaultFS(cfs)
+	opts := Options{Now: clock, Sync: SyncNone, SyncInterval: time.Hour, FS: ffs, SegmentBytes: 1 << 20}
+	ManualMaintenance(&opts)
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+	q, err := s.Queue("q", pol)
+	require.NoError(t, err)
+	other, err := s.Queue("other", pol)
+	require.NoError(t, err)
+
+	// The log's writer is held in the write of a publish to other (step
+	// 1), so that the batch and its mark queue up behind it and are
+	// written together; the power fails right after that write (step 2).
+	var step atomic.Int32
+	held, release := make(chan struct{}), make(chan struct{})
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op != vfs.OpWrite || !strings.Contains(filepath.Base(e.Name), "0000000001.seg") {
+			return
+		}
+		if step.CompareAndSwap(1, 2) {
+			close(held)
+			<-release
+		} else if step.CompareAndSwap(2, 0) {
+			cfs.Crash() // the fdatasync after this write fails
+		}
+	})
+	step.Store(1)
+	otherDone := make(chan error, 1)
+	go func() {
+		_, err := other.Publish(ctx, []byte("first"))
+		otherDone <- err
+	}()
+	<-held
+
+	// Open reserved the sequences below 1+seqReserve; the batch's last
+	// message takes the one past them.
+	payloads := make([][]byte, seqReserve+1)
+	for i := range payloads {
+		payloads[i] = []byte("b")
+	}
+	var out []MessageValue
+	var batchErr error
+	batchDone := make(chan struct{})
+	go func() {
+		defer close(batchDone)
+		out, batchErr = q.PublishBatch(ctx, payloads)
+	}()
+	// Until the batch is queued (in flight) behind the held write. A hang
+	// guard, not a timing assumption.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		q.mu.Lock()
+		queued := len(q.inflight) > 0
+		q.mu.Unlock()
+		if queued {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the batch was never queued")
+		time.Sleep(50 * time.Microsecond)
+	}
+	close(release)
+	require.NoError(t, <-otherDone, "the held publish was written")
+	<-batchDone
+	require.True(t, cfs.Crashed(), "the power failed after the batch was written")
+	returned := map[string]bool{}
+	if batchErr == nil {
+		for _, m := range out {
+			returned[m.ID] = true
+		}
+	}
+	t.Logf("the batch returned %d IDs (err %v)", len(returned), batchErr)
+
+	clone := filepath.Join(root, "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+	_ = s.Close()
+	r, err := Open(clone, Options{Now: clock, Sync: SyncNone, SegmentBytes: 1 << 20})
+	require.NoError(t, err)
+	defer r.Close()
+	rq, err := r.Queue("q", pol)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		m, err := rq.Publish(ctx, []byte("published after the power came back"))
+		require.NoError(t, err)
+		require.False(t, returned[m.ID], "message ID %s was returned before the power loss for another message", m.ID)
 	}
 }

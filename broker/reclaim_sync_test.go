@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // TestReclaimingNeverOutrunsAnUnsyncedAck: a maintenance round that
@@ -91,4 +92,62 @@ func TestReclaimingNeverOutrunsAnUnsyncedAck(t *testing.T) {
 	for _, d := range got {
 		require.Equal(t, "pinned", string(d.Message.Payload[:6]))
 	}
+}
+
+// Reclaiming removes only segments before the one the last checkpoint's
+// position lies in: that segment stays, even once nothing in it is live
+// and the log has moved on, so that an open after a crash before the next
+// checkpoint still starts from the checkpoint and replays what follows
+// it, rather than rebuilding the whole index from the log.
+func TestAnOpenAfterReclaimingStillStartsFromTheLastCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "store")
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	cfs := vfs.NewCrashFS(vfs.Default)
+	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, FS: cfs}
+	ManualMaintenance(&opts)
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	ctx := context.Background()
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+	q, err := s.Queue("jobs", pol)
+	require.NoError(t, err)
+	churn := func() {
+		_, err := q.Publish(ctx, make([]byte, 1000))
+		require.NoError(t, err)
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.NoError(t, q.Ack(ctx, ds[0].Lease.Receipt))
+	}
+	churn()
+	require.NoError(t, s.Maintain())
+	ck := wal.Position(s.maint.lastCheckpoint.Load())
+	// The log moves past the checkpoint's segment, every message in it
+	// acknowledged, and a message is left live after it.
+	for s.log.Stats().LastSegment <= ck.Segment() {
+		churn()
+	}
+	kept, err := q.Publish(ctx, []byte("kept"))
+	require.NoError(t, err)
+	// A round that finds no checkpoint due reclaims what it can.
+	require.NoError(t, s.reclaim())
+	require.Equal(t, ck, wal.Position(s.maint.lastCheckpoint.Load()), "no checkpoint since")
+
+	// A crash now (SyncAll: everything acknowledged is on the device).
+	cfs.Crash()
+	clone := filepath.Join(root, "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+	_ = s.Close()
+	r, err := Open(clone, Options{Now: clock, SegmentBytes: MinSegmentBytes})
+	require.NoError(t, err)
+	defer r.Close()
+	require.False(t, r.Recovery().IndexRebuilt, "the reopened store starts from its last checkpoint")
+	rq, err := r.Queue("jobs", pol)
+	require.NoError(t, err)
+	ds, err := rq.Receive(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, kept.ID, ds[0].Message.ID)
 }

@@ -265,10 +265,12 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 
 // dropInterruptedRotation removes the new, empty segments a rotation that
 // a crash interrupted can leave after an unsealed one: the writer seals the
-// old segment before it writes anything to the new one.
+// old segment before it writes anything to the new one. A segment whose
+// scan found damage to synced frames is not empty, however few records
+// the scan got to: it is refused as corrupt, not removed.
 func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
 	fs := l.opts.FS
-	for n := len(segs); n > 1 && reports[n-1].Records == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
+	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail != segment.EndCorrupt && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
 		if err := s.close(); err != nil {
 			return nil, nil, err

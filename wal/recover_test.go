@@ -171,6 +171,39 @@ func TestCorruptionIsRefusedWithFileAndOffset(t *testing.T) {
 	}
 }
 
+// Damage to a segment's seal and to the first record of the segment after
+// it is refused, naming the file and offset. The later segment's scan
+// stops at its first frame, so it reads as holding no record; that and the
+// unsealed segment before it are what a crash inside a rotation leaves,
+// but the later frames prove the damaged one was synced: the segment is
+// not an empty one to remove, and removing it dropped every record in it.
+func TestDamageToASealAndToTheNextSegmentIsRefused(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	last, _ := lastWritten(acked)
+	victim := firstIn(acked, last)
+	var sealAt int // where the seal of the segment before the last starts
+	for i, e := range acked {
+		if e.pos == victim.pos {
+			prev := acked[i-1]
+			require.Equal(t, last-1, prev.pos.Segment())
+			sealAt = prev.pos.Offset() + segment.Size(len(prev.rec))
+			break
+		}
+	}
+	flipByte(t, segFile(dir, last-1), sealAt+segment.FrameHeaderSize-1) // the seal's type byte
+	path := segFile(dir, last)
+	flipByte(t, path, victim.pos.Offset()+segment.FrameHeaderSize)
+	l, err := Open(dir, Options{SegmentBytes: smallSeg})
+	if err == nil {
+		got := readAll(t, l)
+		require.NoError(t, l.Close())
+		t.Fatalf("opened with %d of %d records (removed %v)", len(got), len(acked), l.Recovery().RemovedEmpty)
+	}
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = os.Stat(path)
+	require.NoError(t, err, "the damaged segment is still there")
+}
+
 // firstIn returns the first acknowledged record of segment seq.
 func firstIn(acked []entry, seq uint32) entry {
 	for _, e := range acked {

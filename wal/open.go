@@ -265,12 +265,14 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 
 // dropInterruptedRotation removes the new, empty segments a rotation that
 // a crash interrupted can leave after an unsealed one: the writer seals the
-// old segment before it writes anything to the new one. A segment whose
-// scan found damage to synced frames is not empty, however few records
-// the scan got to: it is refused as corrupt, not removed.
+// old segment before it writes anything to the new one, so such a segment
+// holds no frame at all: its scan finds no record and ends clean. One
+// whose scan ends torn or corrupt holds a frame that failed to verify,
+// which is damage, however few records the scan got to: it is refused as
+// corrupt (repair), not removed.
 func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
 	fs := l.opts.FS
-	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail != segment.EndCorrupt && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
+	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail == segment.EndClean && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
 		if err := s.close(); err != nil {
 			return nil, nil, err

@@ -193,15 +193,28 @@ func TestDamageToASealAndToTheNextSegmentIsRefused(t *testing.T) {
 	flipByte(t, segFile(dir, last-1), sealAt+segment.FrameHeaderSize-1) // the seal's type byte
 	path := segFile(dir, last)
 	flipByte(t, path, victim.pos.Offset()+segment.FrameHeaderSize)
-	l, err := Open(dir, Options{SegmentBytes: smallSeg})
-	if err == nil {
-		got := readAll(t, l)
-		require.NoError(t, l.Close())
-		t.Fatalf("opened with %d of %d records (removed %v)", len(got), len(acked), l.Recovery().RemovedEmpty)
+	requireRefused := func(what string) {
+		t.Helper()
+		l, err := Open(dir, Options{SegmentBytes: smallSeg})
+		if err == nil {
+			got := readAll(t, l)
+			require.NoError(t, l.Close())
+			t.Fatalf("%s: opened with %d of %d records (removed %v)", what, len(got), len(acked), l.Recovery().RemovedEmpty)
+		}
+		require.ErrorIs(t, err, ErrCorrupt, what)
+		_, err = os.Stat(path)
+		require.NoError(t, err, "%s: the damaged segment is still there", what)
 	}
-	require.ErrorIs(t, err, ErrCorrupt)
-	_, err = os.Stat(path)
-	require.NoError(t, err, "the damaged segment is still there")
+	requireRefused("frames after the damaged one")
+
+	// The damaged frame the last thing in its segment: its scan ends torn,
+	// not corrupt, yet a segment a rotation left empty holds no frame at
+	// all, damaged or not.
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	clear(b[victim.pos.Offset()+segment.Size(len(victim.rec)):])
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	requireRefused("the damaged frame alone")
 }
 
 // firstIn returns the first acknowledged record of segment seq.

@@ -65,7 +65,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 			var f *segment.File
 			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
 				if err = f.Close(); err != nil {
-					written = append(written, dst)
+					err = errors.Join(err, fs.Remove(dst))
 				}
 			}
 		}

@@ -415,6 +415,36 @@ var deadCases = []testCase{
 		e.isErr(e.manager(q).ReplayDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "a replay of a deleted dead letter")
 		e.none(q, "a deleted dead letter")
 	}},
+	{name: "ReplayOrDeleteOfALeasedOrDelayedMessageMovesNothing", needs: []string{"DeadLetterManager"}, run: func(e *env) {
+		// Only a dead letter may be replayed or deleted: a message a
+		// consumer holds, or one waiting out its retry delay, was delivered
+		// already, and a replay or delete that took it would reset its
+		// count, or destroy it without its consumer's acknowledgement.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = vt }))
+		delayed := e.publish(q, "delayed")
+		leased := e.publish(q, "leased")
+		first := e.receive(q, 1)
+		if len(first) != 1 || first[0].Message.ID != delayed.ID {
+			e.Fatalf("delivered %v, want %q", ids(first), delayed.ID)
+		}
+		nv := e.nack(q, first[0].Lease.Receipt, nil)
+		d := e.receiveOne(q)
+		if d.Message.ID != leased.ID {
+			e.Fatalf("delivered %q, want %q", d.Message.ID, leased.ID)
+		}
+		for _, m := range []broker.MessageValue{delayed, leased} {
+			e.isErr(e.manager(q).ReplayDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "ReplayDeadLetter("+m.ID+")")
+			e.isErr(e.manager(q).DeleteDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "DeleteDeadLetter("+m.ID+")")
+		}
+		e.hiddenUntil(q, nv.VisibleAt, "the delayed message, before its retry delay ends")
+		// The lease is still held, so its receipt still ends it.
+		e.ack(q, d.Lease.Receipt)
+		d2 := e.appearsAt(q, nv.VisibleAt, true, "the delayed message")
+		if d2.Message.ID != delayed.ID || d2.Deliveries != 2 {
+			e.Fatalf("delivered %q #%d, want %q #2: its count was not reset", d2.Message.ID, d2.Deliveries, delayed.ID)
+		}
+	}},
 }
 
 // rejectAll publishes three payloads, receives and rejects them in publish

@@ -48,3 +48,11 @@ func ActiveMessages(q *Queue) int {
 
 // MessageSeq is the sequence number a message ID names.
 func MessageSeq(id string) (uint64, bool) { return parseMessageID(id) }
+
+// MemoryHeld is the count of messages q holds, payloads included: every
+// one not acknowledged and not a deleted dead letter.
+func MemoryHeld(q *Memory) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.st.msgs)
+}

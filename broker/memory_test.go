@@ -559,3 +559,28 @@ func leaseAll(t *testing.T, q broker.Broker, payloads ...string) []broker.Delive
 	require.Len(t, ds, len(payloads))
 	return ds
 }
+
+// TestAMemoryLetsGoOfWhatItNoLongerHolds checks the retention promise of
+// Memory: a payload is kept until its message is acknowledged or its dead
+// letter deleted, and not after. A deleted dead letter that stayed in the
+// queue's map behaved the same through every call, and kept its payload
+// for the life of the queue.
+func TestAMemoryLetsGoOfWhatItNoLongerHolds(t *testing.T) {
+	ctx := context.Background()
+	m := newMemory(t, newFakeClock())
+	acked, err := m.Publish(ctx, []byte("acked"))
+	require.NoError(t, err)
+	dead, err := m.Publish(ctx, []byte("dead"))
+	require.NoError(t, err)
+	ds, err := m.Receive(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, ds, 2)
+	require.Equal(t, []string{acked.ID, dead.ID}, []string{ds[0].Message.ID, ds[1].Message.ID})
+	require.NoError(t, m.Ack(ctx, ds[0].Lease.Receipt))
+	require.NoError(t, m.Reject(ctx, ds[1].Lease.Receipt, nil))
+	require.Equal(t, 1, broker.MemoryHeld(m), "the dead letter is held, the acknowledged message is not")
+
+	require.NoError(t, m.DeleteDeadLetter(ctx, dead.ID))
+	require.Zero(t, broker.MemoryHeld(m), "a deleted dead letter is let go of, payload and all")
+	require.ErrorIs(t, m.DeleteDeadLetter(ctx, dead.ID), broker.DeadLetterNotFound)
+}

@@ -136,6 +136,18 @@ var keyedCases = []testCase{
 		e.sameMessage(early, e.publishKeyed(q, "early", "b"), "nothing is evicted while the clock is behind what it was")
 		e.sameMessage(late, e.publishKeyed(q, "late", "y"), "a key enqueued 'in the future' is not evicted either")
 	}},
+	{name: "ClockGoingBackwardsBehindAnUnkeyedPublishEvictsNothing", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
+		// An enqueue instant is a reading of the broker clock like any
+		// other, though no key was looked up: a clock behind it went
+		// backwards.
+		const window = time.Hour
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+		orig := e.publishKeyed(q, "k", "a")
+		e.set(t0.Add(10 * time.Hour))
+		e.publish(q, "unkeyed") // the broker has seen t0+10h
+		e.set(t0.Add(2 * time.Hour))
+		e.sameMessage(orig, e.publishKeyed(q, "k", "b"), "nothing is evicted while the clock is behind an enqueue instant")
+	}},
 	{name: "DuplicateKeyAdmittedWhenFull", needs: []string{"Keyed", "Capacity"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
 		orig := e.publishKeyed(q, "k", "a")

@@ -22,7 +22,8 @@
 //	kind 1  meta        secret [32 bytes]
 //	kind 2  declare     queue, name, visibilityTimeout, retryDelay,
 //	                    maxRetryDelay, maxDeliveries, maxMessageBytes,
-//	                    capacity, dedupWindow (durations in ns, varints)
+//	                    capacity, dedupWindow (each a zig-zag varint,
+//	                    durations in ns)
 //	kind 3  publish     queue, seq, enqueuedAt, key, payload (the rest of
 //	                    the record, no length)
 //	kind 4  lease       queue, seq, deliveries, expiresAt, nonce

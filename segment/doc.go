@@ -32,7 +32,8 @@
 //	12     4    synced    how many bytes of this segment file were durable
 //	                      (covered by a completed fdatasync) when the frame
 //	                      was written; always <= the frame's own offset
-//	16     1    type      low 4 bits: kind; bits 4-5: place in its group
+//	16     1    type      low 4 bits: kind; bits 4-5: place in its group;
+//	                      bits 6-7: 0
 //	17     n    body
 //
 // Kinds: 1 record (a caller's bytes), 2 seal (the segment is complete; no

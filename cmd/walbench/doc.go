@@ -42,9 +42,10 @@
 //
 // # Workloads
 //
-// Every workload runs on a new store (broker.Open in a new subdirectory)
-// with one queue (VisibilityTimeout 1 min, MaxDeliveries 5; with segments
-// under 2 MiB, MaxMessageBytes is the message size), with random payloads.
+// Every workload but probe and wal runs on a new store (broker.Open in a
+// new subdirectory) with one queue (VisibilityTimeout 1 min, MaxDeliveries
+// 5; with segments under 2 MiB, MaxMessageBytes is the message size), with
+// random payloads.
 //
 //   - probe: the disk alone, on a file of the directory: pwrite 4 KiB +
 //     fdatasync in a loop over a 64 MiB file written full of zeros and

@@ -196,7 +196,8 @@ func (s *seg) close() error {
 }
 
 // Segment file names: ten decimal digits and ".seg". Files being prepared
-// or kept for reuse end in ".tmp" and are removed by Open.
+// or kept for reuse end in ".tmp": Open keeps a full-size retired one for
+// reuse (up to maxSpares) and removes the rest.
 const (
 	segSuffix = ".seg"
 	tmpSuffix = ".tmp"

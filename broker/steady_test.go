@@ -2,8 +2,6 @@ package broker_test
 
 import (
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +53,9 @@ func TestASteadyStoreKeepsItsDiskBounded(t *testing.T) {
 				}
 				maxSegments = max(maxSegments, st.Segments)
 				maxIndex = max(maxIndex, st.IndexBytes)
-				maxDir = max(maxDir, dirBytes(t, e.dir))
+				u, err := dirSizes(e.dir)
+				require.NoError(t, err)
+				maxDir = max(maxDir, u.total())
 			}
 			written = st.Records
 		}
@@ -95,23 +95,4 @@ func TestASteadyStoreKeepsItsDiskBounded(t *testing.T) {
 	fresh, err := jobs.PublishKeyed(ctx(t), fmt.Sprint("key-", rounds-200), payload)
 	require.NoError(t, err)
 	require.NotNil(t, fresh.Payload, "a key older than the window is forgotten")
-}
-
-// dirBytes is the size of every file under dir.
-func dirBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, de fs.DirEntry, err error) error {
-		if err != nil || de.IsDir() {
-			return err
-		}
-		fi, err := de.Info()
-		if err != nil {
-			return err
-		}
-		n += fi.Size()
-		return nil
-	})
-	require.NoError(t, err)
-	return n
 }

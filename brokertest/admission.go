@@ -148,6 +148,19 @@ var keyedCases = []testCase{
 		e.set(t0.Add(2 * time.Hour))
 		e.sameMessage(orig, e.publishKeyed(q, "k", "b"), "nothing is evicted while the clock is behind an enqueue instant")
 	}},
+	{name: "AClockAtItsLatestReadingEvicts", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
+		// Going backwards is a reading BEHIND the latest; a reading equal
+		// to it is not, and evicts what the window says.
+		const window = time.Hour
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+		orig := e.publishKeyed(q, "k", "a")
+		e.set(t0.Add(window + time.Nanosecond))
+		e.publish(q, "unkeyed")              // the latest reading is now this instant
+		fresh := e.publishKeyed(q, "k", "b") // at that same instant
+		if fresh.ID == orig.ID {
+			e.Fatalf("a key strictly older than the window was still remembered when the clock stood at its latest reading")
+		}
+	}},
 	{name: "DuplicateKeyAdmittedWhenFull", needs: []string{"Keyed", "Capacity"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
 		orig := e.publishKeyed(q, "k", "a")

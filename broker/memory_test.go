@@ -97,6 +97,10 @@ func TestMemoryStats(t *testing.T) {
 	two, err := m.Receive(ctx(t), 2)
 	require.NoError(t, err)
 	require.Len(t, two, 2)
+	require.Equal(t, 2, two[0].Deliveries, "the replayed message is on its last delivery")
+	st = m.Stats()
+	require.Equal(t, [4]int{0, 2, 1, 0}, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters},
+		"a lease on the last delivery is Leased until it lapses, not yet a dead letter")
 	clock.Set(two[0].Lease.ExpiresAt) // the replayed one's second and last lease lapses too
 	st = m.Stats()
 	require.Equal(t, 1, st.DeadLetters, "a last lease lapsed is a dead letter from that instant")

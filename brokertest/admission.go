@@ -288,6 +288,21 @@ var capacityCases = []testCase{
 		}
 		e.publish(q, "b")
 	}},
+	{name: "DeletingADeadLetterFreesNoCapacity", needs: []string{"Capacity", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		// A dead letter holds no place in the queue, so deleting it gives
+		// none back.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+		a := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		e.publish(q, "b") // the one place
+		if err := e.manager(q).DeleteDeadLetter(e.ctx(), a.ID); err != nil {
+			e.Fatalf("DeleteDeadLetter: %v", err)
+		}
+		_, err := q.Publish(e.ctx(), []byte("c"))
+		e.isErr(err, broker.QueueFull, "a publish after a dead letter was deleted, with Capacity 1 held by a ready message")
+	}},
 	{name: "CapacityFreedWhenLastLeaseLapses", needs: []string{"Capacity"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) {
 			p.Capacity = 1

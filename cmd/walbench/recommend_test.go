@@ -172,6 +172,17 @@ func TestRecommendTies(t *testing.T) {
 			wantSync: "all", wantSegmentBytes: 4 * mib,
 		},
 		{
+			name:     "publish 5% better: more than a tie",
+			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1050, 1050, 1050}, 0)...),
+			wantSync: "publish", wantSegmentBytes: 64 * mib,
+		},
+		{
+			// Neither is the default: the larger segments win.
+			name:     "small segments 2% better than other large ones: a tie, the larger",
+			rows:     append(grid("all", 4*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 16*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			wantSync: "all", wantSegmentBytes: 16 * mib,
+		},
+		{
 			name:     "the safer mode before the default size",
 			rows:     append(grid("all", 4*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1010, 1010, 1010}, 0)...),
 			wantSync: "all", wantSegmentBytes: 4 * mib,

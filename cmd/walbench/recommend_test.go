@@ -456,3 +456,75 @@ func TestNoRecommendationSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestRecommendDrainOfTheExpectedPoint: the drain rate the recommendation
+// expects is the one measured at the point whose publish figures it gives
+// (the fewest producers that reached 80% of the best), not the best
+// point's.
+func TestRecommendDrainOfTheExpectedPoint(t *testing.T) {
+	rows := []Row{
+		sweepRow("all", 64*mib, 1, 1024, 4000, 30000, 100),
+		sweepRow("all", 64*mib, 16, 1024, 50000, 40000, 200),
+		sweepRow("all", 64*mib, 64, 1024, 60000, 70000, 300),
+	}
+	rec := recommend(rows)
+	// 50,000 at 16 producers is at least 80% of the 60,000 at 64.
+	if rec == nil || rec.Producers != 16 || rec.DrainMsgsPerSec == nil || *rec.DrainMsgsPerSec != 40000 {
+		t.Fatalf("recommendation %+v; want 16 producers, with the 40000 msgs/s drain measured after their window", rec)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "Consume drained 40,000 msgs/s") {
+		t.Errorf("the recommendation does not give the drain of the point it expects:\n%s", text)
+	}
+}
+
+// TestRecommendScoresSettingsSharingNoPointOnTheirOwn: settings measured
+// at no common point (an interrupted sweep) are each scored over all of
+// their own points, not over none.
+func TestRecommendScoresSettingsSharingNoPointOnTheirOwn(t *testing.T) {
+	rows := []Row{
+		sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100),
+		sweepRow("publish", 64*mib, 64, 1024, 5000, 0, 100),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.Sync != "publish" || len(rec.Scores) != 2 {
+		t.Fatalf("recommendation %+v; want sync publish, whose one point is five times faster", rec)
+	}
+	for i, want := range []float64{5000, 1000} {
+		if s := rec.Scores[i]; !near(s.MsgsPerSec, want) || s.Points != 1 {
+			t.Errorf("score %d: %+v, want %v over its 1 point", i, s, want)
+		}
+	}
+}
+
+// TestRecommendUnscoredAreDurable: a sweep cut short in its sync none
+// points (the last of its grid) names no setting as not scored: only
+// durable settings are scored, so only they can be left unscored.
+func TestRecommendUnscoredAreDurable(t *testing.T) {
+	rows := append(grid("all", 64*mib, [3]float64{1000, 10000, 20000}, 50000),
+		cut(sweepRow("none", 64*mib, 1, 1024, 100000, 0, 100)))
+	rec := recommend(rows)
+	if rec == nil || rec.Sync != "all" || len(rec.Unscored) != 0 {
+		t.Fatalf("recommendation %+v; want sync all, and no unscored setting", rec)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); strings.Contains(text, "not scored") {
+		t.Errorf("the recommendation names a setting not scored:\n%s", text)
+	}
+}
+
+// TestRecommendFromProfileWithNoWholeDrain: a profile cut short in its
+// first drain scores its publish rows alone, and so names no setting as
+// not scored: SyncAll, recommended, would be named too.
+func TestRecommendFromProfileWithNoWholeDrain(t *testing.T) {
+	rows := []Row{
+		{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 1, Size: 1024, MsgsPerSec: ptr(4000.0)},
+		{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 16, Size: 1024, MsgsPerSec: ptr(30000.0)},
+		cut(Row{Kind: kindDrain, Method: drainConsume, Sync: "all", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: ptr(1e9)}),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.Sync != "all" || rec.DrainMsgsPerSec != nil || rec.Producers != 16 {
+		t.Fatalf("recommendation %+v; want sync all from the publish rows alone", rec)
+	}
+	if len(rec.Unscored) != 0 {
+		t.Errorf("unscored %+v; want none: the publish rows stand alone where no drain was measured whole", rec.Unscored)
+	}
+}

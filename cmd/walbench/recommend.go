@@ -219,7 +219,7 @@ func publishedAny(r Row) bool { return r.MsgsPerSec != nil && *r.MsgsPerSec > 0 
 // none, or is "" when it has one or was not to make one.
 func noRecommendation(rep *Report) string {
 	switch {
-	case rep.Recommendation != nil || len(rep.Rows) == 0:
+	case rep.Recommendation != nil:
 		return ""
 	case rep.Command != "profile" && rep.Command != kindSweep && rep.Command != "full":
 		return ""

@@ -429,8 +429,9 @@ func TestRecommendFromProfileCutDrain(t *testing.T) {
 }
 
 // TestNoRecommendationSaysWhy: a run that ends without a recommendation
-// says why: interrupted (or failed) before its publish workloads ran, or
-// before one was measured whole, or none published.
+// says why: interrupted (or failed) before its publish workloads ran (in
+// its probe, with no row at all, too), or before one was measured whole,
+// or none published.
 func TestNoRecommendationSaysWhy(t *testing.T) {
 	wal := Row{Kind: kindWAL, Sync: "always", Size: 1024, Producers: 1, MsgsPerSec: ptr(5000.0)}
 	for _, tc := range []struct {
@@ -441,6 +442,10 @@ func TestNoRecommendationSaysWhy(t *testing.T) {
 		{"full interrupted in the log's rows", Report{Command: "full", Interrupted: true, Rows: []Row{wal}},
 			"No recommendation: the run was interrupted before its publish workloads ran."},
 		{"full failed in the log's rows", Report{Command: "full", Error: "wal append: EIO", Rows: []Row{wal}},
+			"No recommendation: the run failed before its publish workloads ran."},
+		{"profile interrupted in its probe", Report{Command: "profile", Interrupted: true, Probe: &Probe{}},
+			"No recommendation: the run was interrupted before its publish workloads ran."},
+		{"sweep failed in its probe", Report{Command: kindSweep, Error: "probe: fdatasync: EIO", Probe: &Probe{}},
 			"No recommendation: the run failed before its publish workloads ran."},
 		{"sweep cut at its first point", Report{Command: kindSweep, Interrupted: true, Rows: []Row{cut(sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100))}},
 			"No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."},

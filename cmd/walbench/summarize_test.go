@@ -110,3 +110,37 @@ func TestSummarizeSeriesAndCeilings(t *testing.T) {
 		t.Errorf("reopen: %v, %v, %d rounds", *r.RebuildVsCheckpoint, r.Ranges, r.Rounds)
 	}
 }
+
+// TestNotesSayTheirRoundInARunOfSeveral: in a run of several rounds, a
+// note says the round it came from, also in a row that only one round
+// measured (the next one cut short before it).
+func TestNotesSayTheirRoundInARunOfSeveral(t *testing.T) {
+	row := func(kind string, round int, notes ...string) Row {
+		return Row{Kind: kind, Workload: kind, Round: round, Notes: notes}
+	}
+	rounds := [][]Row{
+		{row(kindPublish, 1), row(kindDrain, 1, "cut at -limit")},
+		{row(kindPublish, 2, "odd")},
+	}
+	sum := summarizeRows(rounds)
+	if len(sum) != 2 {
+		t.Fatalf("%d rows, want 2", len(sum))
+	}
+	if !reflect.DeepEqual(sum[0].Notes, []string{"round 2: odd"}) || !reflect.DeepEqual(sum[1].Notes, []string{"round 1: cut at -limit"}) {
+		t.Errorf("notes %q and %q; want each prefixed with its round", sum[0].Notes, sum[1].Notes)
+	}
+}
+
+// TestSummarizeCeilingsOfTheRoundsThatHaveThem: a round whose probe
+// measured no bandwidth (cut short before it) has no ceiling; each
+// ceiling is the median of the rounds that have it, and one no round has
+// stays null.
+func TestSummarizeCeilingsOfTheRoundsThatHaveThem(t *testing.T) {
+	probe := func(c1 *float64) Probe {
+		return Probe{Ceilings: []Ceiling{{Producers: 1, Size: 1024, MsgsPerSec: c1}, {Producers: 0, Size: 1024}}}
+	}
+	p := summarize([]Probe{probe(ptr(1000.0)), probe(nil), probe(ptr(3000.0))}, true)
+	if len(p.Ceilings) != 2 || p.Ceilings[0].MsgsPerSec == nil || *p.Ceilings[0].MsgsPerSec != 2000 || p.Ceilings[1].MsgsPerSec != nil {
+		t.Errorf("ceilings %+v; want 2000, the median of the two rounds that have it, and none for any number of producers", p.Ceilings)
+	}
+}

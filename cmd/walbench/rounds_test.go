@@ -104,3 +104,17 @@ func TestVsWALInARound(t *testing.T) {
 		return
 	}
 }
+
+// TestVsWALOnlyForPublishRows: "÷ log" is a publish row's: a sweep row of
+// the same round, with as many producers of the same size under sync
+// all, has none.
+func TestVsWALOnlyForPublishRows(t *testing.T) {
+	earlier := []Row{{Kind: kindWAL, Sync: "always", Producers: 64, Size: 1024, Segments: "new", MsgsPerSec: ptr(120_000.0)}}
+	for _, kind := range []string{kindPublish, kindSweep} {
+		r := Row{Kind: kind, Sync: "all", Producers: 64, Size: 1024, MsgsPerSec: ptr(96_000.0)}
+		setRatios(&r, nil, earlier)
+		if got := r.VsWAL != nil; got != (kind == kindPublish) {
+			t.Errorf("%s row: ÷ log %v; want one only for a publish row", kind, deref(r.VsWAL))
+		}
+	}
+}

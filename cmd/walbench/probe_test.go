@@ -117,6 +117,63 @@ func TestSyncLoopWraps(t *testing.T) {
 	}
 }
 
+// TestSyncLoopOverwritesItsWholeFile: an overwriting loop writes every
+// block of its file before it goes back to the start, the last one too.
+func TestSyncLoopOverwritesItsWholeFile(t *testing.T) {
+	f, err := os.Create(filepath.Join(benchDir(t), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// One fdatasync after three pwrites, in a file of three blocks.
+	const wrap = 3 * 4096
+	if _, _, err := syncLoop(context.Background(), f, 4096, wrap, 0, wrap, time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != wrap {
+		t.Errorf("the file has %d bytes after the first three pwrites; want %d, its last block written", fi.Size(), wrap)
+	}
+}
+
+// TestProbeFiguresAgree checks relations that hold between the probe's
+// figures however fast the disk is: each loop's percentiles in order; at
+// least half of a loop's fdatasyncs took its p50 or more (less the width
+// of a histogram bucket, under 0.1%), so the loop made at most two per
+// p50; and the bandwidth loop wrote at least one batch of 8 MiB within
+// the probe's seconds.
+func TestProbeFiguresAgree(t *testing.T) {
+	p, err := runProbe(context.Background(), &env{progress: newProgress(io.Discard)}, benchDir(t), probeLoad{duration: 60 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loop := range []struct {
+		name                string
+		perSec              *float64
+		p50, p99, p999, max *int64
+	}{
+		{"fdatasync", p.FdatasyncsPerSec, p.FdatasyncP50Ns, p.FdatasyncP99Ns, p.FdatasyncP999Ns, p.FdatasyncMaxNs},
+		{"64 KiB", p.LargeFdatasyncsPerSec, p.LargeP50Ns, p.LargeP99Ns, p.LargeP999Ns, p.LargeMaxNs},
+		{"append", p.AppendFdatasyncsPerSec, p.AppendP50Ns, p.AppendP99Ns, p.AppendP999Ns, p.AppendMaxNs},
+	} {
+		if loop.perSec == nil || loop.p50 == nil || loop.p99 == nil || loop.p999 == nil || loop.max == nil {
+			t.Errorf("%s loop: a figure is missing: %+v", loop.name, p)
+			continue
+		}
+		if !(*loop.p50 <= *loop.p99 && *loop.p99 <= *loop.p999 && *loop.p999 <= *loop.max) {
+			t.Errorf("%s loop: p50 %d, p99 %d, p99.9 %d, max %d ns; want them in order", loop.name, *loop.p50, *loop.p99, *loop.p999, *loop.max)
+		}
+		if most := 2 / (0.99 * float64(*loop.p50) / 1e9); *loop.perSec > most {
+			t.Errorf("%s loop: %.0f fdatasyncs/s with a p50 of %d ns; at most %.0f can be", loop.name, *loop.perSec, *loop.p50, most)
+		}
+	}
+	if least := float64(p.Fdatasyncs) / p.Seconds; p.FdatasyncsPerSec != nil && *p.FdatasyncsPerSec < least {
+		t.Errorf("%v fdatasyncs/s, but %d fdatasyncs in the probe's %v s", *p.FdatasyncsPerSec, p.Fdatasyncs, p.Seconds)
+	}
+	if least := float64(bandwidthBatch*bandwidthChunk) / p.Seconds / 1e6; p.WriteMBPerSec == nil || *p.WriteMBPerSec < least {
+		t.Errorf("bandwidth %v MB/s; want at least %v: %d MiB written within the probe's %v s", deref(p.WriteMBPerSec), least, bandwidthBatch, p.Seconds)
+	}
+}
+
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{64 << 20: "64 MiB", 16 << 10: "16 KiB", 1000: "1000 B", 1 << 30: "1 GiB", 1536: "1536 B"} {
 		if got := formatBytes(n); got != want {

@@ -151,3 +151,17 @@ func TestPercentiles(t *testing.T) {
 		t.Errorf("merged %d values, want %d", merged.TotalCount(), 2*h.TotalCount())
 	}
 }
+
+// TestPercentilesMaxIsTheLargest: max is the largest latency recorded,
+// however rare, not a high percentile.
+func TestPercentilesMaxIsTheLargest(t *testing.T) {
+	h := newLatencies()
+	for range 10_000 {
+		recordLatency(h, time.Microsecond)
+	}
+	recordLatency(h, time.Second)
+	p := percentilesOf(h)
+	if p.max == nil || !h.ValuesAreEquivalent(*p.max, int64(time.Second)) {
+		t.Fatalf("max %v, want 1s", p.max)
+	}
+}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -44,5 +47,96 @@ func TestMixedLatencyCountsFromTheSchedule(t *testing.T) {
 	if p50 := time.Duration(*rep.Rows[0].P50Ns); p50 < 20*time.Millisecond {
 		t.Errorf("publish p50 %v over %d calls, behind a %v stall of every fdatasync; want it counted from each call's scheduled instant (above 20ms)",
 			p50, rep.Rows[0].Ops, stall)
+	}
+}
+
+// TestMixedRowFigures feeds a mixed run's figures to its row: each goes
+// to its field. The publish latencies are those from the scheduled
+// instants, "call p99" those of the calls alone; the rates are per second
+// of the window, published and consumed apart; records per commit are
+// the store's; the backlog's maximum is its largest sample.
+func TestMixedRowFigures(t *testing.T) {
+	l := mixedLoad{producers: 2, rate: 1000, consumers: 1, batch: 1, size: 100, sync: broker.SyncAll, duration: 2 * time.Second, sample: 250 * time.Millisecond}
+	st, err := openStore(l, time.Minute, benchDir(t), "mixed-", storeOptions{sync: l.sync, size: l.size})
+	t.Cleanup(func() {
+		var err error
+		if st.release(&err); err != nil {
+			t.Errorf("release the store: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From the scheduled instants: 1..1000 µs over the two producers;
+	// the calls alone: 10..10,000 ns; end to end: 1..1000 ms.
+	m := &mixedRun{l: l, q: st.q, e2e: newLatencies(),
+		corrected: []*hdr.Histogram{newLatencies(), newLatencies()}, service: []*hdr.Histogram{newLatencies(), newLatencies()},
+		backlog: []int{5, 40, 7}}
+	for v := 1; v <= 1000; v++ {
+		recordLatency(m.corrected[v%2], time.Duration(v)*time.Microsecond)
+		recordLatency(m.service[v%2], time.Duration(10*v))
+		recordLatency(m.e2e, time.Duration(v)*time.Millisecond)
+	}
+	m.published.Store(300)
+	m.consumed.Store(250)
+	r := m.row(window{elapsed: 2 * time.Second, opened: true}, 100, 600, nil)
+
+	for _, f := range []struct {
+		name string
+		got  *int64
+		want time.Duration
+	}{
+		{"p50", r.P50Ns, 500 * time.Microsecond}, {"p99", r.P99Ns, 990 * time.Microsecond},
+		{"p99.9", r.P999Ns, 999 * time.Microsecond}, {"max", r.MaxNs, time.Millisecond},
+		{"call p99", r.ServiceP99Ns, 9900},
+		{"end-to-end p50", r.E2EP50Ns, 500 * time.Millisecond}, {"end-to-end p99", r.E2EP99Ns, 990 * time.Millisecond},
+		{"end-to-end p99.9", r.E2EP999Ns, 999 * time.Millisecond}, {"end-to-end max", r.E2EMaxNs, time.Second},
+	} {
+		// Three significant digits.
+		if f.got == nil || *f.got < int64(f.want)-int64(f.want)/1000 || *f.got > int64(f.want)+int64(f.want)/1000 {
+			t.Errorf("%s %v, want %v", f.name, f.got, f.want)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		got  *float64
+		want float64
+	}{
+		{"published/s", r.MsgsPerSec, 150}, {"consumed/s", r.DrainMsgsPerSec, 125}, {"MB/s", r.MBPerSec, 0.015},
+		{"commits/s", r.CommitsPerSec, 50}, {"records/commit", r.RecordsPerCommit, 6}, {"backlog max", r.BacklogMax, 40},
+	} {
+		if f.got == nil || !near(*f.got, f.want) {
+			t.Errorf("%s %v, want %v", f.name, deref(f.got), f.want)
+		}
+	}
+	if r.Ops != 300 || r.LatencySamples != 300 || r.Commits != 100 || r.Seconds != 2 {
+		t.Errorf("ops %d, latency samples %d, commits %d, seconds %v; want 300, 300, 100, 2", r.Ops, r.LatencySamples, r.Commits, r.Seconds)
+	}
+}
+
+// TestMixedProducersShareTheRate: -rate is the rate of all producers
+// together, each publishing at its share. A producer makes at most one
+// call per instant of its schedule, and one that falls behind makes up
+// only the instants it missed: the window can hold at most the instants
+// scheduled in it, and those before it the producers were late for,
+// fewer than the window's own unless the machine stalled longer than the
+// window. Here 4 producers share 200 msgs/s for 500 ms: about 100 calls;
+// each publishing at 200 msgs/s would make about 400.
+func TestMixedProducersShareTheRate(t *testing.T) {
+	const producers, rate = 4, 200.0
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), nil, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "4", "-rate", "200",
+		"-consumers", "1", "-batch", "16", "-time", "500ms", "-warmup", "0", "-sample", "100ms", "-size", "64", "-segment-bytes", "64KiB")
+	if res.code != exitOK {
+		t.Fatalf("exit %d, want %d", res.code, exitOK)
+	}
+	rep := readReport(t, jsonFile)
+	if len(rep.Rows) != 1 || rep.Rows[0].Ops == 0 {
+		t.Fatalf("rows %+v; want one mixed row that published", rep.Rows)
+	}
+	r := rep.Rows[0]
+	if most := 2*rate*r.Seconds + 2*producers; float64(r.Ops) > most {
+		t.Errorf("%d messages published in %v s at a target of %v msgs/s for all %d producers together; want at most %v",
+			r.Ops, r.Seconds, rate, producers, most)
 	}
 }

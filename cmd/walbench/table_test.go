@@ -1,0 +1,55 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLatencyShowsThreeSignificantDigits: a latency is shown with three
+// significant digits in the unit that fits, at each unit's bounds too.
+func TestLatencyShowsThreeSignificantDigits(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{999, "999ns"}, {time.Microsecond, "1.00µs"}, {9990, "9.99µs"},
+		{10 * time.Microsecond, "10.0µs"}, {99_900, "99.9µs"}, {100 * time.Microsecond, "100µs"}, {999_000, "999µs"},
+		{time.Millisecond, "1.00ms"}, {10 * time.Millisecond, "10.0ms"}, {100 * time.Millisecond, "100ms"},
+		{999 * time.Millisecond, "999ms"}, {time.Second, "1.00s"}, {1_234 * time.Millisecond, "1.23s"},
+	} {
+		if got := latency(ptr(int64(tc.d))); got != tc.want {
+			t.Errorf("latency(%d ns) = %q, want %q", int64(tc.d), got, tc.want)
+		}
+	}
+	if got := latency(nil); got != "-" {
+		t.Errorf("latency(nil) = %q, want -", got)
+	}
+}
+
+// TestOneRoundTablesHaveNoRanges: the tables of a run of one round have
+// no min–max columns, every row as many cells as its header, and no note
+// of medians.
+func TestOneRoundTablesHaveNoRanges(t *testing.T) {
+	pub := Row{Kind: kindPublish, Workload: "publish, 4 producers, 100 B, sync=all", Sync: "all", Producers: 4, Size: 100, Rounds: 1,
+		MsgsPerSec: ptr(1000.0), VsFdatasync: ptr(0.5), VsCeiling: ptr(0.25), VsWAL: ptr(0.8)}
+	sweep := Row{Kind: kindSweep, Workload: "sweep, 4 producers, 100 B, 64 MiB segments, sync=all", Sync: "all", Producers: 4, Size: 100, Rounds: 1,
+		MsgsPerSec: ptr(1000.0), VsCeiling: ptr(0.25)}
+	rep := &Report{Command: "full", Rounds: 1, Probe: &Probe{Rounds: 1}, Rows: []Row{pub, sweep}, Reopen: &Reopen{Rounds: 1, RebuildVsCheckpoint: ptr(3.0)}}
+	for _, tb := range tablesOf(rep) {
+		if slices.Contains(tb.header, "min–max") {
+			t.Errorf("%s: a min–max column with one round: %q", tb.title, tb.header)
+		}
+		for _, row := range tb.rows {
+			if len(row) != len(tb.header) {
+				t.Errorf("%s: %d cells under %d headers: %q", tb.title, len(row), len(tb.header), row)
+			}
+		}
+		for _, n := range tb.notes {
+			if strings.Contains(n, "medians") {
+				t.Errorf("%s: note %q with one round", tb.title, n)
+			}
+		}
+	}
+}

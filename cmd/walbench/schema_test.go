@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -89,6 +91,63 @@ func TestSchemaOmittedIsOmitted(t *testing.T) {
 			}
 			if all && !strings.Contains(f.Tag.Get("json"), ",omitempty") {
 				t.Errorf("%s.%s: SCHEMA says %q is left out where it does not apply (%q), but the JSON always has it", typ.Name(), f.Name, name, es)
+			}
+		}
+	}
+}
+
+// TestSchemaDocumentsEveryField: every field of the JSON is written, under
+// a name doc.go's SCHEMA documents: a field renamed, or left out of the
+// JSON, would leave a reader of the file with a figure the schema does not
+// name, or without one it does.
+func TestSchemaDocumentsEveryField(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, schema, ok := strings.Cut(string(doc), "// # SCHEMA")
+	if !ok {
+		t.Fatal("doc.go has no SCHEMA section")
+	}
+	for _, typ := range append(slices.Clone(schemaTypes), reflect.TypeFor[Machine](), reflect.TypeFor[Ceiling](),
+		reflect.TypeFor[Recommendation](), reflect.TypeFor[Score](), reflect.TypeFor[Setting]()) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if name := jsonName(f); name == "-" || !strings.Contains(schema, `"`+name+`"`) {
+				t.Errorf("%s.%s: written to the JSON as %q, which SCHEMA does not document", typ.Name(), f.Name, name)
+			}
+		}
+	}
+}
+
+// TestSchemaNullWhereNotMeasured: a figure not measured is null in the
+// JSON, not left out, except those of a row from "vs_wal" on, which are
+// left out where they do not apply.
+func TestSchemaNullWhereNotMeasured(t *testing.T) {
+	for _, v := range []any{Row{}, Probe{}, Reopen{}, Recommendation{}} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(b, &fields); err != nil {
+			t.Fatal(err)
+		}
+		typ := reflect.TypeOf(v)
+		leftOut := false
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name := jsonName(f)
+			leftOut = leftOut || typ == reflect.TypeFor[Row]() && name == "vs_wal"
+			if f.Type.Kind() != reflect.Pointer {
+				continue
+			}
+			raw, written := fields[name]
+			switch {
+			case leftOut && written:
+				t.Errorf("%s.%s: %q is written as %s where it does not apply; SCHEMA says it is left out", typ.Name(), f.Name, name, raw)
+			case !leftOut && (!written || string(raw) != "null"):
+				t.Errorf("%s.%s: %q is %s when not measured (written: %v); want null", typ.Name(), f.Name, name, raw, written)
 			}
 		}
 	}

@@ -376,6 +376,8 @@ func TestReportRefusesWhatWalbenchDidNotWrite(t *testing.T) {
 		{edited("kind-round.json", func(r *Report) { r.Rows[0].PerRound = []Row{{Kind: "latency"}} }), `rows[0]: kind "latency"`},
 		{edited("ops.json", func(r *Report) { r.Rows[0].Ops = math.MinInt64 }), "rows[0].ops: -9223372036854775808 is out of range"},
 		{edited("seconds.json", func(r *Report) { r.Seconds = 1e300 }), "seconds: 1e+300 is out of range (want 0 to 1e+09)"},
+		{edited("row-seconds.json", func(r *Report) { r.Rows[0].Seconds = 1e12 }), "rows[0].seconds: 1e+12 is out of range (want 0 to 1e+09)"},
+		{edited("drain-seconds.json", func(r *Report) { r.Rows[0].DrainSeconds = 1e12 }), "rows[0].drain_seconds: 1e+12 is out of range (want 0 to 1e+09)"},
 		{edited("rate.json", func(r *Report) { r.Rows[0].MsgsPerSec = ptr(1e300) }), "rows[0].msgs_per_sec: 1e+300 is out of range (want 0 to 1e+15)"},
 		{edited("p99.json", func(r *Report) { r.Probe.FdatasyncP99Ns = ptr(int64(-1)) }), "probe.fdatasync_p99_ns: -1 is out of range"},
 		{edited("range.json", func(r *Report) { r.Rows[0].Ranges["vs_ceiling"] = [2]float64{-1, 2} }), "rows[0].ranges.vs_ceiling[0]: -1 is out of range"},
@@ -387,4 +389,20 @@ func TestReportRefusesWhatWalbenchDidNotWrite(t *testing.T) {
 	}
 	// The edge report itself is one walbench could have written.
 	runOK(t, "report", "-in", edited("edge.json", func(*Report) {}))
+}
+
+// TestReportTakesTheBacklogMixedKeeps: a mixed row may hold as many
+// backlog samples as -sample lets a window keep, and no more.
+func TestReportTakesTheBacklogMixedKeeps(t *testing.T) {
+	for _, n := range []int{maxBacklogSamples, maxBacklogSamples + 1} {
+		rep := edgeReport()
+		for i, r := range rep.Rows {
+			if r.Kind == kindMixed {
+				rep.Rows[i].Backlog = make([]int, n)
+			}
+		}
+		if err := checkReport(rep); (err == nil) != (n <= maxBacklogSamples) {
+			t.Errorf("%d backlog samples: %v; want it taken up to %d", n, err, maxBacklogSamples)
+		}
+	}
 }

@@ -157,3 +157,50 @@ func TestJSONDiskFull(t *testing.T) {
 		})
 	}
 }
+
+// TestReplacedFileKeepsBitsTheUmaskClears: the file that replaces another
+// has its permission bits, also those the umask clears from a new file.
+func TestReplacedFileKeepsBitsTheUmaskClears(t *testing.T) {
+	defer unix.Umask(unix.Umask(0o022))
+	name := filepath.Join(t.TempDir(), "bench.json")
+	if err := os.WriteFile(name, []byte("PRECIOUS\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(name, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := replaceFile(vfs.Default, name, []byte("{}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(name); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Errorf("the replaced file: %v, %v; want mode 0666, as the earlier one, whatever the umask", fi.Mode(), err)
+	}
+}
+
+// TestReplacedDespiteAFailedDirectorySync: when the sync of the directory
+// fails after the rename, the file is replaced (if perhaps not durably):
+// the error says so, and nothing says the earlier file was left as it
+// was.
+func TestReplacedDespiteAFailedDirectorySync(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "bench.json")
+	if err := os.WriteFile(name, []byte("PRECIOUS\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Err: syscall.EIO})
+	p, err := newPendingFile(fs, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.commit([]byte("{}\n"))
+	if err == nil || !strings.Contains(err.Error(), "written, but the sync of its directory failed") {
+		t.Errorf("commit: %v; want the failed sync of the directory, after the file was written", err)
+	}
+	if said := p.untouched(); said != "" {
+		t.Errorf("says %q of a file it replaced", said)
+	}
+	if b, err := os.ReadFile(name); err != nil || string(b) != "{}\n" {
+		t.Errorf("the file holds %q, %v; want the new content", b, err)
+	}
+	assertDirEmptyBut(t, filepath.Dir(name), "bench.json")
+}

@@ -444,27 +444,27 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-// latency formats nanoseconds with three significant digits, "-" for nil.
+// latency formats nanoseconds with three significant digits (more only
+// from 1,000 s up), "-" for nil. The unit and the decimals are chosen on
+// the rounded figure: 9,996 ns is 10.0µs, not 10.00µs, and 999.6 µs is
+// 1.00ms, not 1000µs.
 func latency(ns *int64) string {
 	if ns == nil {
 		return "-"
 	}
-	d := time.Duration(*ns)
-	switch {
-	case d < time.Microsecond:
+	if *ns < 1000 {
 		return fmt.Sprintf("%dns", *ns)
-	case d < 10*time.Microsecond:
-		return fmt.Sprintf("%.2fµs", float64(d)/1e3)
-	case d < 100*time.Microsecond:
-		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2fms", float64(d)/1e6)
-	case d < 100*time.Millisecond:
-		return fmt.Sprintf("%.1fms", float64(d)/1e6)
-	case d < time.Second:
-		return fmt.Sprintf("%.0fms", float64(d)/1e6)
 	}
-	return fmt.Sprintf("%.2fs", d.Seconds())
+	units := []string{"µs", "ms", "s"}
+	x := float64(*ns) / 1e3
+	for i := 0; ; i++ {
+		for decimals := 2; decimals >= 0; decimals-- {
+			s := strconv.FormatFloat(x, 'f', decimals, 64)
+			digits := strings.IndexByte(s+".", '.') + decimals
+			if digits <= 3 || (i == len(units)-1 && decimals == 0) {
+				return s + units[i]
+			}
+		}
+		x /= 1e3
+	}
 }

@@ -18,6 +18,9 @@ func TestLatencyShowsThreeSignificantDigits(t *testing.T) {
 		{10 * time.Microsecond, "10.0µs"}, {99_900, "99.9µs"}, {100 * time.Microsecond, "100µs"}, {999_000, "999µs"},
 		{time.Millisecond, "1.00ms"}, {10 * time.Millisecond, "10.0ms"}, {100 * time.Millisecond, "100ms"},
 		{999 * time.Millisecond, "999ms"}, {time.Second, "1.00s"}, {1_234 * time.Millisecond, "1.23s"},
+		// Rounded up across a bound: three digits still, in the next unit.
+		{9_996, "10.0µs"}, {99_960, "100µs"}, {999_600, "1.00ms"}, {999_600_000, "1.00s"},
+		{12_345 * time.Millisecond, "12.3s"}, {123_456 * time.Millisecond, "123s"}, {1_234_567 * time.Millisecond, "1235s"},
 	} {
 		if got := latency(ptr(int64(tc.d))); got != tc.want {
 			t.Errorf("latency(%d ns) = %q, want %q", int64(tc.d), got, tc.want)

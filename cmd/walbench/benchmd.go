@@ -102,7 +102,7 @@ func markdown(rep *Report) string {
 	if rep.Command != "profile" || len(rep.Args) > 0 {
 		cmd += " " + strings.Join(rep.Args, " ")
 	}
-	how := fmt.Sprintf("`%s`: %s, in %v", strings.TrimSpace(cmd), plural(rep.Rounds, "round"), (time.Duration(rep.Seconds) * time.Second).Round(time.Second))
+	how := fmt.Sprintf("`%s`: %s, in %v", strings.TrimSpace(cmd), plural(rep.Rounds, "round"), time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
 	if rep.Seconds < 60 {
 		how = fmt.Sprintf("`%s`: %s, in %.0f s", strings.TrimSpace(cmd), plural(rep.Rounds, "round"), rep.Seconds)
 	}

@@ -3,6 +3,8 @@ package natsjs_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/adapters/natsjs"
@@ -905,4 +908,71 @@ func storeOn(t *testing.T, prefix string, opts natsjs.Options) *natsjs.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestADuplicateOnlyTheServerRemembersAnswersTheOriginalsEnqueuedAt: a key
+// whose record is gone (it expired, or the server's duplicate window, from
+// its later store instant, outlasts the record's) while the server still
+// remembers the message is a duplicate of that message: its ID and the
+// EnqueuedAt it was stored with, not the instant of the claim written
+// now; nothing is enqueued.
+func TestADuplicateOnlyTheServerRemembersAnswersTheOriginalsEnqueuedAt(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "orders", policy())
+	orig, err := q.PublishKeyed(ctx, "order-1", []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(b.nc)
+	keys, err := js.Stream(ctx, b.prefix+"_K_orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("order-1"))
+	if err := keys.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+".k.orders."+hex.EncodeToString(sum[:]))); err != nil {
+		t.Fatalf("purge the key's record: %v", err)
+	}
+	dup, err := q.PublishKeyed(ctx, "order-1", []byte("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameOriginal(t, orig, dup, "a key only the server's duplicate window remembers")
+	ds := receiveN(t, q, 1)
+	if ds[0].Message.ID != orig.ID || string(ds[0].Message.Payload) != "first" {
+		t.Fatalf("received %s %q, want the original %s %q", ds[0].Message.ID, ds[0].Message.Payload, orig.ID, "first")
+	}
+}
+
+// TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize: a server
+// configured with a smaller atomic-batch bound than the default refuses a
+// batch the adapter lets through; that refusal is InvalidBatchSize (not
+// an unclassified error), and nothing is enqueued.
+func TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize(t *testing.T) {
+	ctx := context.Background()
+	srv := runServer(t, storeDir(t), func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 10 })
+	st, err := natsjs.Open(connect(t, srv.ClientURL()), natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := mustQueue(t, st, "bounded", policy())
+	if _, err := q.PublishBatch(ctx, make([][]byte, 11)); !errors.Is(err, broker.InvalidBatchSize) {
+		t.Fatalf("a batch of 11 on a server that takes 10: %v, want InvalidBatchSize", err)
+	}
+	if ms, err := q.PublishBatch(ctx, make([][]byte, 10)); err != nil || len(ms) != 10 {
+		t.Fatalf("a batch of 10: %d, %v", len(ms), err)
+	}
+	got := 0
+	until(t, 10*time.Second, "the batch of 10 received", func() bool {
+		ds, err := q.Receive(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(ds)
+		return got >= 10
+	})
+	if got != 10 {
+		t.Fatalf("received %d messages, want the accepted batch's 10", got)
+	}
 }

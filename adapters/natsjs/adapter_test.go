@@ -976,3 +976,45 @@ func TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize(t *testing.T) {
 		t.Fatalf("received %d messages, want the accepted batch's 10", got)
 	}
 }
+
+// closingHandler is a slog.Handler that closes a connection at the first
+// record it handles: a hook at a fixed point inside a call (the adapter
+// logs an unclassified cause before it writes the dead letter).
+type closingHandler struct {
+	once *sync.Once
+	nc   *nats.Conn
+}
+
+func (h closingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h closingHandler) Handle(context.Context, slog.Record) error {
+	h.once.Do(h.nc.Close)
+	return nil
+}
+func (h closingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h closingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestAConnectionClosedMidCallIsClosed: a call whose connection closes
+// after it began (here a Reject, between its check of the connection and
+// its write of the dead letter) fails with an error wrapping Closed, as
+// one that finds it closed at the start does.
+func TestAConnectionClosedMidCallIsClosed(t *testing.T) {
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "MIDCLOSE", Logger: slog.New(closingHandler{&sync.Once{}, nc})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "MIDCLOSE") })
+	q := mustQueue(t, st, "c", policy())
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	err = q.Reject(ctx, d.Lease.Receipt, errors.New("unclassified"))
+	if !nc.IsClosed() {
+		t.Fatalf("the Reject logged nothing before its dead letter (err %v); the test's hook did not run", err)
+	}
+	if !errors.Is(err, broker.Closed) {
+		t.Fatalf("Reject whose connection closed midway: %v, want Closed", err)
+	}
+}

@@ -177,6 +177,16 @@ var wakeCases = []testCase{
 		}
 		e.checkIn(e.waker(q).Wake(), d.Lease.ExpiresAt.Sub(e.now()), "a dead consumer's lease lapsing")
 	}},
+	{name: "WakeInNamesTheLeaseOfARedeliveredRetry", needs: []string{"Waker"}, run: func(e *env) {
+		// Once the retried message is leased again, its ended retry delay
+		// makes nothing receivable: only the new lease's lapse does.
+		delay := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+		e.publish(q, "a")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		d := e.appearsAt(q, nv.VisibleAt, true, "the nacked message")
+		e.checkIn(e.waker(q).Wake(), d.Lease.ExpiresAt.Sub(e.now()), "the redelivery's lease lapsing")
+	}},
 	{name: "WakeInNamesEarliestMoment", needs: []string{"Waker", "Clock"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = 5 * time.Second; p.VisibilityTimeout = 30 * time.Second }))
 		e.publish(q, "a")

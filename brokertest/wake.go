@@ -151,6 +151,16 @@ var wakeCases = []testCase{
 			e.Fatalf("Wake.In %v with a message ready, want zero or less (now)", w.In)
 		}
 	}},
+	{name: "WakeScheduledNowAfterANackWithoutDelay", needs: []string{"Waker"}, run: func(e *env) {
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.none(q, "the only message is leased")
+		e.nack(q, d.Lease.Receipt, nil) // no retry delay: receivable at once
+		if w := e.waker(q).Wake(); !w.Scheduled || w.In > e.tol() {
+			e.Fatalf("after a Nack without retry delay: Wake %+v, want Scheduled with In zero or less (now)", w)
+		}
+	}},
 	{name: "WakeInNamesRetryDelayEnd", needs: []string{"Waker"}, run: func(e *env) {
 		delay := 4 * e.short()
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))

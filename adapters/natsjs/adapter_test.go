@@ -1018,3 +1018,40 @@ func TestAConnectionClosedMidCallIsClosed(t *testing.T) {
 		t.Fatalf("Reject whose connection closed midway: %v, want Closed", err)
 	}
 }
+
+// TestANackThatHandsBackLogsItsUnclassifiedCause: a Nack that hands the
+// message back records no dead letter, so the Error text of a cause with
+// no reason goes only to the log, keyed by the message's ID; a classified
+// cause's private detail is not logged.
+func TestANackThatHandsBackLogsItsUnclassifiedCause(t *testing.T) {
+	ctx := context.Background()
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "NACKLOG", Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, nc, "NACKLOG") })
+	q := mustQueue(t, st, "n", policy())
+	m, err := q.Publish(ctx, []byte("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	if nv, err := q.Nack(ctx, d.Lease.Receipt, broker.NewError("R", 1, "public", "detail "+secretText)); err != nil || nv.DeadLettered {
+		t.Fatalf("Nack: %+v, %v", nv, err)
+	}
+	d = receiveN(t, q, 1)[0]
+	if nv, err := q.Nack(ctx, d.Lease.Receipt, errors.New("plain "+secretText)); err != nil || nv.DeadLettered {
+		t.Fatalf("Nack: %+v, %v", nv, err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logged.String(), "plain "+secretText) || !strings.Contains(logged.String(), m.ID) {
+		t.Fatalf("the unclassified cause's text and its message ID are not in the log:\n%s", logged.String())
+	}
+	if strings.Contains(logged.String(), "detail "+secretText) {
+		t.Fatalf("a classified cause's private detail was logged:\n%s", logged.String())
+	}
+}

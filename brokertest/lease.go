@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -587,6 +588,47 @@ var extendCases = []testCase{
 		})
 		e.checkDeadLetter(dls[0], causeCase{name: "lease exhaustion", reason: broker.ReasonLeaseExpired}, m, "a", 1)
 		e.checkInstant(dls[0].FailedAt, l.ExpiresAt, l.ExpiresAt, "FailedAt is when the extended last lease lapsed")
+	}},
+	{name: "ConcurrentExtendsOfOneReceiptRenewItOnce", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// Extends racing on one receipt: one renews the lease, every other
+		// finds the receipt replaced; no caller is handed a receipt that is
+		// already void.
+		const racers = 8
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		leases := make(chan broker.LeaseValue, racers)
+		errs := make(chan error, racers)
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
+				if err != nil {
+					errs <- err
+					return
+				}
+				leases <- l
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(leases)
+		close(errs)
+		for err := range errs {
+			e.gone(err, "an Extend that lost the race for its receipt")
+		}
+		var won []broker.LeaseValue
+		for l := range leases {
+			won = append(won, l)
+		}
+		if len(won) != 1 {
+			e.Fatalf("%d of %d concurrent Extends of one receipt succeeded, want exactly one", len(won), racers)
+		}
+		e.ack(q, won[0].Receipt)
 	}},
 	{name: "ExtendKeepsDeliveries", needs: []string{"LeaseExtender"}, run: func(e *env) {
 		q := e.queue(e.policy())

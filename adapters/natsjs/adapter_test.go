@@ -1055,3 +1055,30 @@ func TestANackThatHandsBackLogsItsUnclassifiedCause(t *testing.T) {
 		t.Fatalf("a classified cause's private detail was logged:\n%s", logged.String())
 	}
 }
+
+// TestAReceiveThatLooksAgainSchedulesTheNextRecheck: while another Store
+// holds a lease, the Receive that makes the look Wake asked for (at or
+// after the recheck instant) finds the lease still held and names the
+// next look a Recheck later, so an idle consumer sleeps that long again
+// rather than being woken at once over and over.
+func TestAReceiveThatLooksAgainSchedulesTheNextRecheck(t *testing.T) {
+	ctx := context.Background()
+	const recheck = time.Second
+	b := openBackend(t)
+	qc := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{Recheck: recheck}), "again", policy())
+	qb := mustQueue(t, b.Store, "again", policy())
+	if _, err := qb.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qb, 1) // held for the VisibilityTimeout, 10 minutes
+	receiveN(t, qc, 0)
+	w := qc.Wake()
+	if !w.Scheduled || w.In > recheck+time.Second {
+		t.Fatalf("Wake %+v while another Store holds a lease, want a look again within %v", w, recheck)
+	}
+	time.Sleep(w.In) // the consumer sleeps until the look
+	receiveN(t, qc, 0)
+	if w := qc.Wake(); !w.Scheduled || w.In < recheck/2 {
+		t.Fatalf("Wake %+v after the look found the lease still held, want the next look about %v away", w, recheck)
+	}
+}

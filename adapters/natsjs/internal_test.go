@@ -212,3 +212,58 @@ func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 		t.Fatalf("undelivered after %s was deleted: %v, %v; want false", m.ID, got, err)
 	}
 }
+
+// TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute: a Store that did not
+// hear a death's notice (its connection was down when the deaths stream
+// republished it) still buries the death at its first call that looks a
+// minute or more after its last sweep.
+func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
+	ctx := context.Background()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := Open(nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue("lost", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
+	}
+	// The Receive swept; wait for the death's notice, then lose it.
+	deadline := time.Now().Add(20 * time.Second)
+	for !q.unburied.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("no notice of the death of the only lease, on its last delivery")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	q.unburied.Store(false)
+	q.lastSweep.Store(time.Now().Add(-sweepEvery - time.Second).UnixNano())
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
+		t.Fatalf("dead letters %+v a minute after the last sweep, want %s as LEASE_EXPIRED", dls, m.ID)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,56 @@ func TestANacksVisibleAtIsTheRetryDelayOfItsDelivery(t *testing.T) {
 	}
 	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
 		t.Fatalf("Receive during the retry delay: %d deliveries, %v", len(ds), err)
+	}
+}
+
+// endingContext is a context whose first Err is nil and every later one
+// DeadlineExceeded: a caller's deadline that passes after the call began,
+// at its first request to the server.
+type endingContext struct {
+	context.Context
+	checked atomic.Bool
+}
+
+func endsAfterItsFirstCheck() *endingContext {
+	return &endingContext{Context: context.Background()}
+}
+
+func (c *endingContext) Deadline() (time.Time, bool) { return time.Now().Add(time.Hour), true }
+func (c *endingContext) Err() error {
+	if c.checked.Swap(true) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// TestACallThatFailsMidwayLeavesTheLeaseToRetry: an Ack, Nack or Reject
+// whose request fails (here its context ends after the call began)
+// returns that error and leaves the lease as it was, so the caller may
+// try again with the same receipt.
+func TestACallThatFailsMidwayLeavesTheLeaseToRetry(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "retry", policy())
+	for _, call := range []struct {
+		name string
+		do   func(context.Context, broker.ReceiptValue) error
+	}{
+		{"Ack", q.Ack},
+		{"Nack", func(ctx context.Context, r broker.ReceiptValue) error { _, err := q.Nack(ctx, r, nil); return err }},
+		{"Reject", func(ctx context.Context, r broker.ReceiptValue) error { return q.Reject(ctx, r, nil) }},
+	} {
+		if _, err := q.Publish(ctx, []byte(call.name)); err != nil {
+			t.Fatal(err)
+		}
+		d := receiveN(t, q, 1)[0]
+		if err := call.do(endsAfterItsFirstCheck(), d.Lease.Receipt); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s whose context ended midway: %v, want DeadlineExceeded", call.name, err)
+		}
+		if err := call.do(ctx, d.Lease.Receipt); err != nil {
+			t.Fatalf("%s again with the same receipt after a failed one: %v", call.name, err)
+		}
+		if call.name == "Nack" {
+			ackAll(t, q, receiveN(t, q, 1))
+		}
 	}
 }

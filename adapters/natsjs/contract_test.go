@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
@@ -352,5 +353,42 @@ func TestACallThatFailsMidwayLeavesTheLeaseToRetry(t *testing.T) {
 		if call.name == "Nack" {
 			ackAll(t, q, receiveN(t, q, 1))
 		}
+	}
+}
+
+// TestASweepThatFailsLeavesTheDeathToTheNextCall: a call that looks fails
+// when its sweep for deaths does (here its context ends after the call
+// began); the death it did not bury is buried by the next call that looks,
+// not a minute later.
+func TestASweepThatFailsLeavesTheDeathToTheNextCall(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "sweep", policy(func(p *broker.PolicyValue) {
+		p.VisibilityTimeout = time.Second
+		p.MaxDeliveries = 1
+	}))
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, q, 1) // its only lease, which lapses
+	js, _ := jetstream.New(b.nc)
+	deaths, err := js.Stream(ctx, b.prefix+"_A_sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		info, err := deaths.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
+	if _, err := q.DeadLetters(endsAfterItsFirstCheck(), 10); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DeadLetters whose context ended midway: %v, want DeadlineExceeded", err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired {
+		t.Fatalf("dead letters %+v after a failed sweep, want %s as LEASE_EXPIRED", dls, m.ID)
 	}
 }

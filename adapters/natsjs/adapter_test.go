@@ -1082,3 +1082,59 @@ func TestAReceiveThatLooksAgainSchedulesTheNextRecheck(t *testing.T) {
 		t.Fatalf("Wake %+v after the look found the lease still held, want the next look about %v away", w, recheck)
 	}
 }
+
+// TestADeathIsDatedByItsLastLeaseNotByAnEarlierOneOrTheSweep: a message
+// whose first lease lapsed in one Store and whose last in another is
+// buried, later, by the first Store: its FailedAt is when the last lease
+// lapsed (the server's advisory), neither the first Store's own earlier
+// lease nor the instant of the sweep that buried it.
+func TestADeathIsDatedByItsLastLeaseNotByAnEarlierOneOrTheSweep(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	p := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 2
+		p.VisibilityTimeout = 500 * time.Millisecond
+	})
+	qa := mustQueue(t, a, "dated", p)
+	qb := mustQueue(t, b, "dated", p)
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := receiveN(t, qa, 1)[0] // lapses in a
+	var last broker.DeliveryValue
+	until(t, 20*time.Second, "the other Store receives the second delivery", func() bool {
+		ds, err := qb.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			last = ds[0]
+		}
+		return len(ds) == 1
+	})
+	if last.Deliveries != 2 {
+		t.Fatalf("the other Store received delivery %d, want 2", last.Deliveries)
+	}
+	// The server notices the lapse of a redelivered message's lease at the
+	// consumer's next pull (see doc.go): make it, after the deadline.
+	time.Sleep(time.Until(last.Lease.ExpiresAt.Add(200 * time.Millisecond)))
+	receiveN(t, qb, 0)
+	noticed := time.Now()
+	time.Sleep(2 * time.Second) // before any Store sweeps again
+	var dls []broker.DeadLetterValue
+	until(t, 20*time.Second, "the first Store finds the dead letter", func() bool {
+		if dls, err = qa.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 1
+	})
+	dl := dls[0]
+	if dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != 2 {
+		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after 2 deliveries", dl, m.ID)
+	}
+	if dl.FailedAt.Before(last.Lease.ExpiresAt) || dl.FailedAt.After(noticed.Add(time.Second)) {
+		t.Fatalf("FailedAt %v, want the last lease's lapse: after its ExpiresAt %v, by the pull that noticed it at %v (the first lease lapsed at %v)",
+			dl.FailedAt, last.Lease.ExpiresAt, noticed, first.Lease.ExpiresAt)
+	}
+}

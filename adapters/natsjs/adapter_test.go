@@ -1138,3 +1138,55 @@ func TestADeathIsDatedByItsLastLeaseNotByAnEarlierOneOrTheSweep(t *testing.T) {
 			dl.FailedAt, last.Lease.ExpiresAt, noticed, first.Lease.ExpiresAt)
 	}
 }
+
+// TestAMessageGivenUpWithoutAdvisoryIsBuriedOnlyASecondAfterItWasFirstSeen:
+// a delivered message the consumer no longer holds, whose advisory the
+// server dropped, may be one acknowledged a moment ago that the server has
+// not deleted yet; so the sweep that first finds it leaves it, as does
+// every sweep within a second, and a later one buries it, dated by the
+// lease this Store handed out.
+func TestAMessageGivenUpWithoutAdvisoryIsBuriedOnlyASecondAfterItWasFirstSeen(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "given-up", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = 500 * time.Millisecond
+	}))
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	js, _ := jetstream.New(b.nc)
+	deaths, err := js.Stream(ctx, b.prefix+"_A_given-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		info, err := deaths.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
+	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
+		t.Fatal(err)
+	}
+	seen := time.Now()
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 0 && time.Since(seen) < natsjs.AbandonGrace/2 {
+		t.Fatalf("dead letters %+v within %v of the sweep that first found the message given up", dls, time.Since(seen))
+	}
+	until(t, 20*time.Second, "the given-up message is a dead letter", func() bool {
+		if dls, err = q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 1
+	})
+	if dl := dls[0]; dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != 1 || !dl.FailedAt.Equal(d.Lease.ExpiresAt) {
+		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after 1 delivery at its lease's ExpiresAt %v", dl, m.ID, d.Lease.ExpiresAt)
+	}
+}

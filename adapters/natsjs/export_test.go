@@ -14,3 +14,7 @@ func HoldWakeSubscription(hold func()) (restore func()) {
 	beforeWakeFlush = hold
 	return func() { beforeWakeFlush = func() {} }
 }
+
+// AbandonGrace is how long a sweep leaves a message the consumer gave up
+// on without an advisory before it buries it.
+const AbandonGrace = abandonGrace

@@ -342,6 +342,49 @@ func TestMessageOfAnotherClient(t *testing.T) {
 	if d.Message.EnqueuedAt.Before(before.Add(-time.Second)) || d.Message.EnqueuedAt.After(after.Add(time.Second)) {
 		t.Fatalf("EnqueuedAt %v is not the store instant (published between %v and %v)", d.Message.EnqueuedAt, before, after)
 	}
+	stream, err := js.Stream(ctx, b.prefix+"_Q_foreign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Message.EnqueuedAt.Equal(raw.Time) {
+		t.Fatalf("EnqueuedAt %v, want the server's store instant %v", d.Message.EnqueuedAt, raw.Time)
+	}
+}
+
+// TestAMessageOfAnotherClientWithAForeignIDHeaderGetsItsSequence: another
+// client's message whose Walbroker-Id header is not an ID of the adapter's
+// shape is delivered, and dead-lettered, under its stream sequence.
+func TestAMessageOfAnotherClientWithAForeignIDHeaderGetsItsSequence(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "foreign-id", policy())
+	js, _ := jetstream.New(connect(t, sharedServer(t).ClientURL()))
+	msg := nats.NewMsg(b.prefix + ".q.foreign-id")
+	msg.Data = []byte("raw")
+	msg.Header.Set("Walbroker-Id", "order-42")
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%016x", ack.Sequence)
+	d := receiveForeign(t, q, 1)[0]
+	if d.Message.ID != want {
+		t.Fatalf("delivered as %q, want its sequence %q", d.Message.ID, want)
+	}
+	if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != want {
+		t.Fatalf("dead letters %+v, want one of ID %s", dls, want)
+	}
 }
 
 // TestPolicyChangeReachesServer reopens a queue with another policy and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -414,6 +415,44 @@ var deadCases = []testCase{
 		e.isErr(e.manager(q).DeleteDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "a second delete")
 		e.isErr(e.manager(q).ReplayDeadLetter(e.ctx(), m.ID), broker.DeadLetterNotFound, "a replay of a deleted dead letter")
 		e.none(q, "a deleted dead letter")
+	}},
+	{name: "ConcurrentDeletesOfOneDeadLetterRemoveItOnce", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// Of deletes racing on one dead letter, one removes it and every
+		// other finds it gone: DeadLetterNotFound, never another error.
+		const racers = 8
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, racers)
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs <- e.manager(q).DeleteDeadLetter(e.ctx(), m.ID)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		deleted := 0
+		for err := range errs {
+			if err == nil {
+				deleted++
+				continue
+			}
+			e.isErr(err, broker.DeadLetterNotFound, "a delete that lost the race for its dead letter")
+		}
+		if deleted != 1 {
+			e.Fatalf("%d of %d concurrent deletes of one dead letter succeeded, want exactly one", deleted, racers)
+		}
+		if dls := e.deadLetters(q); len(dls) != 0 {
+			e.Fatalf("dead letters %v after the deletes, want none", deadIDs(dls))
+		}
 	}},
 	{name: "ReplayOrDeleteOfALeasedOrDelayedMessageMovesNothing", needs: []string{"DeadLetterManager"}, run: func(e *env) {
 		// Only a dead letter may be replayed or deleted: a message a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -454,7 +455,12 @@ func notFound(err error) bool {
 		return true
 	}
 	var api *jetstream.APIError
-	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeMessageNotFound || api.ErrorCode == codeDeleteFailed)
+	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeMessageNotFound || api.ErrorCode == codeDeleteFailed) {
+		return true
+	}
+	// Stream.DeleteMsg reports the server's refusal as
+	// ErrMsgDeleteUnsuccessful with the API error as text only.
+	return errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "err_code="+strconv.Itoa(codeDeleteFailed)+" ")
 }
 
 // codeDeleteFailed is JSStreamMsgDeleteFailedF, the server's answer to a

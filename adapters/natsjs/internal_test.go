@@ -267,3 +267,48 @@ func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
 		t.Fatalf("dead letters %+v a minute after the last sweep, want %s as LEASE_EXPIRED", dls, m.ID)
 	}
 }
+
+// TestADeleteOfAMessageAlreadyGoneIsNotFound: two Stores burying one
+// death, or two deletes of one dead letter, delete the same message twice;
+// the server's refusal of the second must read as "not found" (which the
+// callers treat as done), whatever shape the client library gives it.
+func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := Open(nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue("twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := strconv.ParseUint(m.ID, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.work.DeleteMsg(ctx, seq); err != nil {
+		t.Fatalf("first delete: %v", err)
+	}
+	if err := q.work.DeleteMsg(ctx, seq); !notFound(err) {
+		t.Fatalf("second delete of %s: %v, which notFound does not recognise", m.ID, err)
+	}
+}

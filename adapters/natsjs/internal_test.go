@@ -312,3 +312,54 @@ func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
 		t.Fatalf("second delete of %s: %v, which notFound does not recognise", m.ID, err)
 	}
 }
+
+// TestTwoStoresBuryingOneDeathBothSucceed: two Stores that read one death
+// before either buried it both write its record and both delete the
+// message; the second delete finds it gone, which is no failure.
+func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
+	ctx := context.Background()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := Open(nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue("twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := strconv.ParseUint(m.ID, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := corpse{seq: seq, id: m.ID, enqueued: m.EnqueuedAt, payload: []byte("x"), deliveries: 1, failedAt: time.Now()}
+	for i := range 2 {
+		if err := q.bury(ctx, c, broker.ReasonLeaseExpired, 0, ""); err != nil {
+			t.Fatalf("bury %d of one death: %v", i+1, err)
+		}
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID {
+		t.Fatalf("dead letters %+v, want the one of %s", dls, m.ID)
+	}
+}

@@ -392,3 +392,21 @@ func TestASweepThatFailsLeavesTheDeathToTheNextCall(t *testing.T) {
 		t.Fatalf("dead letters %+v after a failed sweep, want %s as LEASE_EXPIRED", dls, m.ID)
 	}
 }
+
+// TestTheShortestDedupWindowTheServerKeepsOpens: 100 ms is the shortest
+// duplicate window a NATS server keeps: a queue with it opens and takes
+// keyed publishes; only a shorter one is QueueMisconfigured.
+func TestTheShortestDedupWindowTheServerKeepsOpens(t *testing.T) {
+	ctx := context.Background()
+	st := openBackend(t).Store
+	if _, err := st.Queue("shorter", policy(func(p *broker.PolicyValue) { p.DedupWindow = 99 * time.Millisecond })); !errors.Is(err, broker.QueueMisconfigured) {
+		t.Fatalf("DedupWindow 99ms: %v, want QueueMisconfigured", err)
+	}
+	q, err := st.Queue("shortest", policy(func(p *broker.PolicyValue) { p.DedupWindow = 100 * time.Millisecond }))
+	if err != nil {
+		t.Fatalf("DedupWindow 100ms: %v", err)
+	}
+	if _, err := q.PublishKeyed(ctx, "k", []byte("a")); err != nil {
+		t.Fatalf("PublishKeyed with DedupWindow 100ms: %v", err)
+	}
+}

@@ -1233,3 +1233,28 @@ func TestAMessageGivenUpWithoutAdvisoryIsBuriedOnlyASecondAfterItWasFirstSeen(t 
 		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after 1 delivery at its lease's ExpiresAt %v", dl, m.ID, d.Lease.ExpiresAt)
 	}
 }
+
+// TestANegativeRecheckNamesNoLookForAnotherStoresLease: with Recheck
+// negative, Wake does not ask to look again for another Store's leases:
+// an idle consumer waits for the next publication or its own next lease
+// event (Options.Recheck).
+func TestANegativeRecheckNamesNoLookForAnotherStoresLease(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	qc := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{Recheck: -1}), "norecheck", policy())
+	qb := mustQueue(t, b.Store, "norecheck", policy())
+	if _, err := qb.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qb, 1)
+	receiveN(t, qc, 0)
+	if w := qc.Wake(); w.Scheduled {
+		t.Fatalf("Wake %+v with Recheck negative, want nothing scheduled for another Store's lease", w)
+	}
+	// The same with the default Recheck: a look again.
+	qd := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "norecheck", policy())
+	receiveN(t, qd, 0)
+	if w := qd.Wake(); !w.Scheduled {
+		t.Fatalf("Wake %+v with the default Recheck, want a look again for another Store's lease", w)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1256,5 +1257,71 @@ func TestANegativeRecheckNamesNoLookForAnotherStoresLease(t *testing.T) {
 	receiveN(t, qd, 0)
 	if w := qd.Wake(); !w.Scheduled {
 		t.Fatalf("Wake %+v with the default Recheck, want a look again for another Store's lease", w)
+	}
+}
+
+// TestAGivenUpMessageThatHasADeadLetterKeepsIt: a bury that stopped after
+// it wrote the dead letter and before it removed the message (a Reject
+// whose terminate failed, then the last lease lapsed, its advisory
+// dropped) leaves both; the sweep that finds the message given up only
+// removes it, and the dead letter keeps what it recorded.
+func TestAGivenUpMessageThatHasADeadLetterKeepsIt(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "kept", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = 500 * time.Millisecond
+	}))
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, q, 1)
+	js, _ := jetstream.New(b.nc)
+	stream := func(name string) jetstream.Stream {
+		s, err := js.Stream(ctx, b.prefix+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	deaths, work := stream("_A_kept"), stream("_Q_kept")
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		info, err := deaths.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
+	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
+		t.Fatal(err)
+	}
+	failed := time.Unix(0, m.EnqueuedAt.UnixNano()+1)
+	record := nats.NewMsg(b.prefix + ".d.kept." + m.ID)
+	record.Data = []byte("x")
+	for k, v := range map[string]string{
+		"Walbroker-Id":         m.ID,
+		"Walbroker-Enqueued":   strconv.FormatInt(m.EnqueuedAt.UnixNano(), 10),
+		"Walbroker-Failed":     strconv.FormatInt(failed.UnixNano(), 10),
+		"Walbroker-Reason":     strconv.Quote("BAD_INPUT"),
+		"Walbroker-Code":       broker.FormatCode(0x07090001),
+		"Walbroker-Cause":      strconv.Quote("bad input"),
+		"Walbroker-Deliveries": "1",
+	} {
+		record.Header.Set(k, v)
+	}
+	if _, err := js.PublishMsg(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "the given-up message is removed from the queue", func() bool {
+		if _, err := q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		info, err := work.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Reason != "BAD_INPUT" || dls[0].Cause != "bad input" || !dls[0].FailedAt.Equal(failed) {
+		t.Fatalf("dead letters %+v, want the one recorded before: BAD_INPUT at %v", dls, failed)
 	}
 }

@@ -1325,3 +1325,88 @@ func TestAGivenUpMessageThatHasADeadLetterKeepsIt(t *testing.T) {
 		t.Fatalf("dead letters %+v, want the one recorded before: BAD_INPUT at %v", dls, failed)
 	}
 }
+
+// TestAQueueDeclaredAgainAppliesItsNewPolicyToItsCalls: the new policy of
+// a queue declared again governs this Store's own calls too, not only the
+// server's consumer: a Nack of the now-last delivery dead-letters, and a
+// lease lasts the new VisibilityTimeout.
+func TestAQueueDeclaredAgainAppliesItsNewPolicyToItsCalls(t *testing.T) {
+	ctx := context.Background()
+	st := openBackend(t).Store
+	q := mustQueue(t, st, "redeclared", policy())
+	mustQueue(t, st, "redeclared", policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 1
+		p.VisibilityTimeout = time.Hour
+	}))
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	d := receiveN(t, q, 1)[0]
+	if d.Lease.ExpiresAt.Before(before.Add(time.Hour - time.Second)) {
+		t.Fatalf("ExpiresAt %v, want the new VisibilityTimeout of an hour after %v", d.Lease.ExpiresAt, before)
+	}
+	if nv, err := q.Nack(ctx, d.Lease.Receipt, nil); err != nil || !nv.DeadLettered {
+		t.Fatalf("Nack of delivery 1 under MaxDeliveries 1: %+v, %v; want it dead-lettered", nv, err)
+	}
+}
+
+// TestAnotherStoresLeaseIsRecheckedBeforeThisStoresOwnLapses: when this
+// Store holds a lease too, Wake still names the Recheck for the other
+// Store's lease when that comes first, not only this Store's later lapse.
+func TestAnotherStoresLeaseIsRecheckedBeforeThisStoresOwnLapses(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	qc := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "both", policy())
+	qb := mustQueue(t, b.Store, "both", policy())
+	for _, p := range []string{"a", "b"} {
+		if _, err := qb.Publish(ctx, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds, err := qb.Receive(ctx, 1); err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
+	}
+	if ds, err := qc.Receive(ctx, 5); err != nil || len(ds) != 1 { // its own lease, for 10 minutes
+		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
+	}
+	if w := qc.Wake(); !w.Scheduled || w.In > 2*time.Second {
+		t.Fatalf("Wake %+v while another Store holds a lease, want a look again within the 1s Recheck", w)
+	}
+}
+
+// TestAStoreOpenedOnAQueueWithMessagesWakesAtOnce: a Store that opens a
+// queue where messages wait schedules Wake now, before any Receive.
+func TestAStoreOpenedOnAQueueWithMessagesWakesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	if _, err := mustQueue(t, b.Store, "waiting", policy()).Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(b.nc)
+	until(t, 10*time.Second, "the server's consumer counts the message", func() bool {
+		c, err := js.Consumer(ctx, b.prefix+"_Q_waiting", "walbroker")
+		return err == nil && c.CachedInfo().NumPending > 0
+	})
+	q := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "waiting", policy())
+	if w := q.Wake(); !w.Scheduled || w.In > 0 {
+		t.Fatalf("Wake %+v of a freshly opened queue holding a message, want Scheduled now", w)
+	}
+}
+
+// TestWakeNamesALeaseLapsingWithinASecond: a lease that lapses sooner
+// than a second from now is named by Wake (its ExpiresAt, plus the
+// slack for the server's later deadline), not skipped.
+func TestWakeNamesALeaseLapsingWithinASecond(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "soon", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = 700 * time.Millisecond }))
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	w := q.Wake()
+	after := time.Now()
+	if !w.Scheduled || after.Add(w.In).Before(d.Lease.ExpiresAt) || w.In > time.Second {
+		t.Fatalf("Wake %+v for a lease lapsing at %v (now %v), want its lapse", w, d.Lease.ExpiresAt, after)
+	}
+}

@@ -161,13 +161,10 @@ func TestParseDelivery(t *testing.T) {
 	}
 }
 
-// TestAMessageTheConsumerHasNotCountedIsUndelivered: the server tells its
-// consumer of a stored message after it acknowledged the publish, so the
-// consumer may report nothing pending and nothing delivered past a
-// message whose Publish returned. undelivered must still find that
-// message, and find nothing once it is gone.
-func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
-	ctx := context.Background()
+// openQueue opens queue name with policy p on a Store of its own, on an
+// embedded server of its own; all three are closed at cleanup.
+func openQueue(t *testing.T, name string, p broker.PolicyValue) *Queue {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -186,10 +183,22 @@ func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := s.Queue("lag", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue(name, p)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return q
+}
+
+// TestAMessageTheConsumerHasNotCountedIsUndelivered: the server tells its
+// consumer of a stored message after it acknowledged the publish, so the
+// consumer may report nothing pending and nothing delivered past a
+// message whose Publish returned. undelivered must still find that
+// message, and find nothing once it is gone.
+func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "lag", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
 	m, err := q.Publish(ctx, []byte("x"))
 	if err != nil {
 		t.Fatal(err)
@@ -219,29 +228,7 @@ func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 // minute or more after its last sweep.
 func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
 	ctx := context.Background()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := Open(nc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	q, err := s.Queue("lost", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(t, "lost", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
 	m, err := q.Publish(ctx, []byte("x"))
 	if err != nil {
 		t.Fatal(err)
@@ -274,29 +261,7 @@ func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
 // callers treat as done), whatever shape the client library gives it.
 func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
 	ctx := context.Background()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := Open(nc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	q, err := s.Queue("twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(t, "twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
 	m, err := q.Publish(ctx, []byte("x"))
 	if err != nil {
 		t.Fatal(err)
@@ -318,29 +283,7 @@ func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
 // message; the second delete finds it gone, which is no failure.
 func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 	ctx := context.Background()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := Open(nc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	q, err := s.Queue("twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(t, "twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
 	m, err := q.Publish(ctx, []byte("x"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,10 +10,8 @@ import (
 	"testing"
 )
 
-// schemaEntries reads doc.go's SCHEMA: for each JSON name, the text of
-// every entry that documents it (a name may be a field of several
-// objects).
-func schemaEntries(t *testing.T) map[string][]string {
+// schemaSection returns doc.go from its SCHEMA heading on.
+func schemaSection(t *testing.T) string {
 	t.Helper()
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -23,6 +21,15 @@ func schemaEntries(t *testing.T) map[string][]string {
 	if !ok {
 		t.Fatal("doc.go has no SCHEMA section")
 	}
+	return schema
+}
+
+// schemaEntries reads doc.go's SCHEMA: for each JSON name, the text of
+// every entry that documents it (a name may be a field of several
+// objects).
+func schemaEntries(t *testing.T) map[string][]string {
+	t.Helper()
+	schema := schemaSection(t)
 	// An entry starts with its quoted names, then a colon (or a comma at
 	// the end of the line: the next line names more); the lines indented
 	// further continue it.
@@ -101,14 +108,7 @@ func TestSchemaOmittedIsOmitted(t *testing.T) {
 // JSON, would leave a reader of the file with a figure the schema does not
 // name, or without one it does.
 func TestSchemaDocumentsEveryField(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, schema, ok := strings.Cut(string(doc), "// # SCHEMA")
-	if !ok {
-		t.Fatal("doc.go has no SCHEMA section")
-	}
+	schema := schemaSection(t)
 	for _, typ := range append(slices.Clone(schemaTypes), reflect.TypeFor[Machine](), reflect.TypeFor[Ceiling](),
 		reflect.TypeFor[Recommendation](), reflect.TypeFor[Score](), reflect.TypeFor[Setting]()) {
 		for i := range typ.NumField() {

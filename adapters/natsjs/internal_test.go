@@ -191,6 +191,21 @@ func openQueue(t *testing.T, name string, p broker.PolicyValue) *Queue {
 	return q
 }
 
+// publishOne publishes "x" on q and returns the message and its sequence
+// in the work stream, which its ID renders in hex.
+func publishOne(t *testing.T, q *Queue) (broker.MessageValue, uint64) {
+	t.Helper()
+	m, err := q.Publish(context.Background(), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := strconv.ParseUint(m.ID, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, seq
+}
+
 // TestAMessageTheConsumerHasNotCountedIsUndelivered: the server tells its
 // consumer of a stored message after it acknowledged the publish, so the
 // consumer may report nothing pending and nothing delivered past a
@@ -199,10 +214,7 @@ func openQueue(t *testing.T, name string, p broker.PolicyValue) *Queue {
 func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "lag", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
-	m, err := q.Publish(ctx, []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, seq := publishOne(t, q)
 	// The consumer's state before it heard of the message.
 	unaware := &jetstream.ConsumerInfo{}
 	if got, err := q.undelivered(ctx, unaware); err != nil || !got {
@@ -210,10 +222,6 @@ func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 	}
 	// Deleted before any delivery (as by an operator's purge), the message
 	// no longer awaits one, whatever the consumer's state says.
-	seq, err := strconv.ParseUint(m.ID, 16, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := q.work.DeleteMsg(ctx, seq); err != nil {
 		t.Fatal(err)
 	}
@@ -229,10 +237,7 @@ func TestAMessageTheConsumerHasNotCountedIsUndelivered(t *testing.T) {
 func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "lost", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
-	m, err := q.Publish(ctx, []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := publishOne(t, q)
 	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
 		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
 	}
@@ -262,14 +267,7 @@ func TestADeathWhoseNoticeWasLostIsBuriedWithinAMinute(t *testing.T) {
 func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
-	m, err := q.Publish(ctx, []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, err := strconv.ParseUint(m.ID, 16, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, seq := publishOne(t, q)
 	if err := q.work.DeleteMsg(ctx, seq); err != nil {
 		t.Fatalf("first delete: %v", err)
 	}
@@ -284,14 +282,7 @@ func TestADeleteOfAMessageAlreadyGoneIsNotFound(t *testing.T) {
 func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "twice", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
-	m, err := q.Publish(ctx, []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, err := strconv.ParseUint(m.ID, 16, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, seq := publishOne(t, q)
 	c := corpse{seq: seq, id: m.ID, enqueued: m.EnqueuedAt, payload: []byte("x"), deliveries: 1, failedAt: time.Now()}
 	for i := range 2 {
 		if err := q.bury(ctx, c, broker.ReasonLeaseExpired, 0, ""); err != nil {

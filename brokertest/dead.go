@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -425,19 +424,8 @@ var deadCases = []testCase{
 		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
 			e.Fatalf("Reject: %v", err)
 		}
-		var wg sync.WaitGroup
-		start := make(chan struct{})
 		errs := make(chan error, racers)
-		for range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs <- e.manager(q).DeleteDeadLetter(e.ctx(), m.ID)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(racers, func() { errs <- e.manager(q).DeleteDeadLetter(e.ctx(), m.ID) })
 		close(errs)
 		deleted := 0
 		for err := range errs {

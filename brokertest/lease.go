@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -597,25 +596,16 @@ var extendCases = []testCase{
 		q := e.queue(e.policy())
 		e.publish(q, "a")
 		d := e.receiveOne(q)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
 		leases := make(chan broker.LeaseValue, racers)
 		errs := make(chan error, racers)
-		for range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
-				if err != nil {
-					errs <- err
-					return
-				}
-				leases <- l
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(racers, func() {
+			l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
+			if err != nil {
+				errs <- err
+				return
+			}
+			leases <- l
+		})
 		close(leases)
 		close(errs)
 		for err := range errs {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,6 +151,23 @@ func newEnv(t *testing.T, f Factory) *env {
 		t.Fatalf("%s: Open returned a nil Backend", f.Name)
 	}
 	return e
+}
+
+// together makes n calls of call at once, released together, and returns
+// when every one has returned: a race between callers of one queue.
+func together(n int, call func()) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			call()
+		}()
+	}
+	close(start)
+	wg.Wait()
 }
 
 // ctx is the context of every call: the test's.

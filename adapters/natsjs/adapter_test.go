@@ -1201,15 +1201,7 @@ func TestAMessageGivenUpWithoutAdvisoryIsBuriedOnlyASecondAfterItWasFirstSeen(t 
 		t.Fatal(err)
 	}
 	d := receiveN(t, q, 1)[0]
-	js, _ := jetstream.New(b.nc)
-	deaths, err := js.Stream(ctx, b.prefix+"_A_given-up")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, 20*time.Second, "the server records the death", func() bool {
-		info, err := deaths.Info(ctx)
-		return err == nil && info.State.Msgs > 0
-	})
+	deaths := b.awaitDeath(t, "given-up")
 	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
 		t.Fatal(err)
 	}
@@ -1278,18 +1270,7 @@ func TestAGivenUpMessageThatHasADeadLetterKeepsIt(t *testing.T) {
 	}
 	receiveN(t, q, 1)
 	js, _ := jetstream.New(b.nc)
-	stream := func(name string) jetstream.Stream {
-		s, err := js.Stream(ctx, b.prefix+name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	deaths, work := stream("_A_kept"), stream("_Q_kept")
-	until(t, 20*time.Second, "the server records the death", func() bool {
-		info, err := deaths.Info(ctx)
-		return err == nil && info.State.Msgs > 0
-	})
+	deaths, work := b.awaitDeath(t, "kept"), b.stream(t, "_Q_kept")
 	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
 		t.Fatal(err)
 	}

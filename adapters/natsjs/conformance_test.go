@@ -153,6 +153,33 @@ func openBackend(t testing.TB) backend {
 	return backend{st, nc, prefix}
 }
 
+// stream returns the backend's JetStream stream named its prefix, then
+// suffix ("_Q_jobs": the work stream of queue jobs).
+func (b backend) stream(t testing.TB, suffix string) jetstream.Stream {
+	t.Helper()
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), b.prefix+suffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// awaitDeath waits until the server has recorded a death in the deaths
+// stream of queue name, and returns that stream.
+func (b backend) awaitDeath(t *testing.T, name string) jetstream.Stream {
+	t.Helper()
+	deaths := b.stream(t, "_A_"+name)
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		info, err := deaths.Info(context.Background())
+		return err == nil && info.State.Msgs > 0
+	})
+	return deaths
+}
+
 // deleteStreams deletes every stream whose name starts with prefix_.
 func deleteStreams(t testing.TB, nc *nats.Conn, prefix string) {
 	js, err := jetstream.New(nc)

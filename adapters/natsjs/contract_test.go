@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
@@ -372,15 +371,7 @@ func TestASweepThatFailsLeavesTheDeathToTheNextCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	receiveN(t, q, 1) // its only lease, which lapses
-	js, _ := jetstream.New(b.nc)
-	deaths, err := js.Stream(ctx, b.prefix+"_A_sweep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, 20*time.Second, "the server records the death", func() bool {
-		info, err := deaths.Info(ctx)
-		return err == nil && info.State.Msgs > 0
-	})
+	b.awaitDeath(t, "sweep")
 	if _, err := q.DeadLetters(endsAfterItsFirstCheck(), 10); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeadLetters whose context ended midway: %v, want DeadlineExceeded", err)
 	}

@@ -222,6 +222,29 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
+// A Backup refused before it starts — its context canceled already, or
+// the store closed — does nothing: no checkpoint, and not even the parents
+// of its directory, which it makes only for a copy it goes on to write.
+func TestABackupRefusedAtTheStartWritesNothing(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	root := t.TempDir()
+	parent := filepath.Join(root, "nightly")
+
+	canceled, cancel := context.WithCancel(ctx(t))
+	cancel()
+	before := e.s.Stats().Checkpoints
+	require.ErrorIs(t, e.s.Backup(canceled, filepath.Join(parent, "canceled")), context.Canceled)
+	require.Equal(t, before, e.s.Stats().Checkpoints, "a canceled Backup took a checkpoint")
+	require.NoDirExists(t, parent)
+
+	s := e.s
+	e.close()
+	requireErrorIs(t, s.Backup(ctx(t), filepath.Join(parent, "closed")), broker.Closed)
+	require.NoDirExists(t, parent)
+	requireEmptyDir(t, root)
+}
+
 // Every file of a backup is fdatasynced, and the directory holding it
 // synced, before the copy takes its name; and the name is synced after.
 func TestABackupIsDurableBeforeItTakesItsName(t *testing.T) {

@@ -222,6 +222,30 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
+// A failed Backup that cannot finish removing its partial copy leaves it
+// marked: the mark is removed last, so the next Backup to the same place
+// still knows the directory for its own, removes it and writes the copy.
+func TestAnUnfinishedRemovalLeavesTheMarkForTheNextBackup(t *testing.T) {
+	e, ffs, _ := faultyBackupEnv(t)
+	dst := filepath.Join(t.TempDir(), "backup")
+	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, NameContains: ".partial", Nth: 3})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, Nth: 1, Match: func(name string) bool {
+		return name == filepath.Join(dst+".partial", "index")
+	}})
+	err := e.s.Backup(ctx(t), dst)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpRemove), "the removal of the partial copy failed part way")
+	ffs.Clear()
+	require.FileExists(t, filepath.Join(dst+".partial", "backup-in-progress.tmp"))
+
+	require.NoError(t, e.s.Backup(ctx(t), dst))
+	require.NoDirExists(t, dst+".partial")
+	b, err := broker.Open(dst, broker.Options{Now: e.clock.Now, SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	require.Equal(t, 100, mustStats(t, b, "jobs").Ready)
+	require.NoError(t, b.Close())
+}
+
 // A Backup refused before it starts — its context canceled already, or
 // the store closed — does nothing: no checkpoint, and not even the parents
 // of its directory, which it makes only for a copy it goes on to write.

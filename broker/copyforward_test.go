@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,4 +165,62 @@ func leaseThenLapse(t *testing.T, q *broker.Queue, clock *fakeClock) (broker.Mes
 	require.Len(t, ds, 1)
 	clock.Set(ds[0].Lease.ExpiresAt)
 	return m, ds[0].Lease
+}
+
+// Copying forward writes each pinned message's whole state into the log:
+// a lease (its deadline, count and receipt), a retry delay, a dead letter
+// (its failure time, code, reason and cause) and a dedup key read back from
+// the log alone exactly as the store held them, and the lease's receipt is
+// still honoured.
+func TestCopyForwardWritesEveryStateIntoTheLog(t *testing.T) {
+	clock := newFakeClock()
+	dir := fastDir(t)
+	opts := reclaimOptions(clock, nil)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	keyed := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
+	q, err := s.Queue("pinned", keyed)
+	require.NoError(t, err)
+	dlq, err := s.Queue("dlq", dlqPolicy)
+	require.NoError(t, err)
+
+	_, err = q.PublishKeyed(ctx(t), "done", []byte("acknowledged, its key remembered"))
+	require.NoError(t, err)
+	for _, p := range []string{"leased", "nacked"} {
+		mustPublish(t, q, p)
+	}
+	ds, err := q.Receive(ctx(t), 3)
+	require.NoError(t, err)
+	require.Len(t, ds, 3)
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt))
+	held := ds[1].Lease.Receipt
+	_, err = q.Nack(ctx(t), ds[2].Lease.Receipt, errors.New("later"))
+	require.NoError(t, err)
+	mustPublish(t, dlq, "dead")
+	dead, err := dlq.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	clock.Advance(time.Millisecond)
+	require.NoError(t, dlq.Reject(ctx(t), dead[0].Lease.Receipt, broker.NewError("BAD_INPUT", 17, "field x is malformed", "private detail")))
+
+	churnSegments(t, s, 4)
+	for range 3 {
+		require.NoError(t, s.Maintain())
+	}
+	st := s.Stats()
+	require.Positive(t, st.CopiedForward, "the pinned records were copied forward")
+	require.Positive(t, st.BytesReclaimed, "the segment they pinned is gone")
+	want := broker.Dump(s)
+	require.NoError(t, s.Close())
+
+	// Without the index, the store is rebuilt from the log alone.
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err = broker.Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	require.True(t, s.Recovery().IndexRebuilt)
+	requireSameState(t, want, broker.Dump(s), "the store rebuilt from its log")
+	q, err = s.Queue("pinned", keyed)
+	require.NoError(t, err)
+	require.NoError(t, q.Ack(ctx(t), held), "the receipt of the lease copied forward")
 }

@@ -224,3 +224,45 @@ func TestCopyForwardWritesEveryStateIntoTheLog(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Ack(ctx(t), held), "the receipt of the lease copied forward")
 }
+
+// A dedup key that outlived its window and was taken by a later message
+// stays with the later one when copying the earlier message forward lets
+// its segment go: the copied publish does not name the key again, so the
+// log alone still remembers the key for the later message, and a publish
+// within that message's window is still a duplicate.
+func TestCopyForwardLeavesAKeyWithTheMessageThatTookItLast(t *testing.T) {
+	clock := newFakeClock()
+	dir := fastDir(t)
+	opts := reclaimOptions(clock, nil)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	keyed := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
+	q, err := s.Queue("keyed", keyed)
+	require.NoError(t, err)
+	_, err = q.PublishKeyed(ctx(t), "order-7", []byte("first"))
+	require.NoError(t, err)
+	churnSegments(t, s, 4)
+	// The later message lands in the active segment, which is not copied:
+	// the copy of the first comes after it in the log.
+	clock.Advance(2 * time.Hour)
+	later, err := q.PublishKeyed(ctx(t), "order-7", []byte("second"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), q.Stats().Published, "the key's window had passed")
+	for range 3 {
+		require.NoError(t, s.Maintain())
+	}
+	require.Positive(t, s.Stats().CopiedForward, "the first message was copied forward")
+	want := broker.Dump(s)
+	require.NoError(t, s.Close())
+
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err = broker.Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	requireSameState(t, want, broker.Dump(s), "the store rebuilt from its log")
+	q, err = s.Queue("keyed", keyed)
+	require.NoError(t, err)
+	dup, err := q.PublishKeyed(ctx(t), "order-7", []byte("third"))
+	require.NoError(t, err)
+	require.Equal(t, later.ID, dup.ID, "within the second message's window, the key names it")
+}

@@ -2,6 +2,9 @@ package broker
 
 import (
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/index"
 )
@@ -35,4 +38,33 @@ func TestWorthCopying(t *testing.T) {
 			t.Errorf("%s: worthCopying(%v) = %v, want %v", c.name, c.live, got, c.want)
 		}
 	}
+}
+
+// A maintenance round checkpoints once the log has grown by half a segment
+// since the last checkpoint, without waiting for a rotation, and not
+// before.
+func TestACheckpointIsDueAfterHalfASegmentOfLog(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: MinSegmentBytes, manualMaintenance: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, RetryDelay: time.Second, MaxMessageBytes: 2048})
+	require.NoError(t, err)
+	grown := func() int64 { return s.log.Stats().BytesWritten - s.maint.written }
+	half := s.opts.segmentBytes() / 2
+	payload := make([]byte, 1024)
+	for grown() < half-4096 {
+		_, err := q.Publish(t.Context(), payload)
+		require.NoError(t, err)
+	}
+	before := s.Stats().Checkpoints
+	require.NoError(t, s.maintain(false))
+	require.Equal(t, before, s.Stats().Checkpoints, "%d bytes of log since the last checkpoint: none due", grown())
+	for grown() < half {
+		_, err := q.Publish(t.Context(), payload)
+		require.NoError(t, err)
+	}
+	require.False(t, s.maint.rotated.Load(), "no rotation came meanwhile")
+	require.NoError(t, s.maintain(false))
+	require.Equal(t, before+1, s.Stats().Checkpoints, "half a segment of log since the last checkpoint")
+	require.Less(t, grown(), half, "the checkpoint counts the log from its own position")
 }

@@ -181,6 +181,29 @@ func TestCrashFSTearLastWrite(t *testing.T) {
 	require.Greater(t, len(lengths), 5, "the tear point is random")
 }
 
+// TestCrashFSAShortWriteIsUnsyncedLikeAnyOther: the bytes a failed write
+// did put in the file are lost to a power loss before the next fdatasync,
+// as a whole write's would be, and kept by one after it.
+func TestCrashFSAShortWriteIsUnsyncedLikeAnyOther(t *testing.T) {
+	dir := t.TempDir()
+	ffs := NewFaultFS(Default)
+	c := NewCrashFS(ffs)
+	f := durableFile(t, c, filepath.Join(dir, "seg"), "durable")
+	ffs.Inject(Rule{Op: OpWrite, ShortBytes: 3, Err: syscall.ENOSPC})
+	n, err := f.WriteAt([]byte("XXXXX"), 0)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.Equal(t, 3, n)
+	n, err = f.WriteAt([]byte("+tail"), 7)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.Equal(t, 3, n)
+	ffs.Clear()
+
+	require.Equal(t, map[string]string{"seg": "durable"}, cloneTree(t, c, keepNone))
+	require.Equal(t, map[string]string{"seg": "XXXable+ta"}, cloneTree(t, c, keepAll))
+	require.NoError(t, f.Sync())
+	require.Equal(t, map[string]string{"seg": "XXXable+ta"}, cloneTree(t, c, keepNone))
+}
+
 func TestCrashFSCreatedFileNeedsSyncDir(t *testing.T) {
 	dir := t.TempDir()
 	c := NewCrashFS(Default)

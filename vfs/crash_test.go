@@ -181,6 +181,34 @@ func TestCrashFSTearLastWrite(t *testing.T) {
 	require.Greater(t, len(lengths), 5, "the tear point is random")
 }
 
+// TestCrashFSTearLastWriteTearsAWriteATruncateFollowed: the last write is
+// torn even when an unsynced Truncate came after it.
+func TestCrashFSTearLastWriteTearsAWriteATruncateFollowed(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	f := durableFile(t, c, filepath.Join(dir, "seg"), "head:")
+	last := strings.Repeat("L", 100)
+	writeAt(t, f, last, 5)
+	require.NoError(t, f.Truncate(200))
+	for seed := range uint64(20) {
+		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 1, TearLastWrite: true, Rand: newRand(seed)})["seg"]
+		require.Len(t, got, 200, "seed %d", seed)
+		kept := strings.TrimRight(got[len("head:"):], "\x00")
+		require.Equal(t, strings.Repeat("L", len(kept)), kept, "seed %d", seed)
+		require.Less(t, len(kept), len(last), "seed %d: a torn write never lands whole", seed)
+	}
+}
+
+// TestCrashFSTearLastWriteNeedsNoRandWhenNothingUnsyncedIsKept: keeping no
+// unsynced byte leaves nothing to tear, so no Rand is drawn from.
+func TestCrashFSTearLastWriteNeedsNoRandWhenNothingUnsyncedIsKept(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	f := durableFile(t, c, filepath.Join(dir, "seg"), "head:")
+	writeAt(t, f, "unsynced", 5)
+	require.Equal(t, map[string]string{"seg": "head:"}, cloneTree(t, c, CrashOptions{TearLastWrite: true}))
+}
+
 // TestCrashFSAShortWriteIsUnsyncedLikeAnyOther: the bytes a failed write
 // did put in the file are lost to a power loss before the next fdatasync,
 // as a whole write's would be, and kept by one after it.

@@ -602,6 +602,17 @@ func TestCrashCloneOptionsAndRoot(t *testing.T) {
 	require.ErrorContains(t, NewCrashFS(Default).CrashClone(t.TempDir(), keepNone), "contains the others", "nothing used, no Root")
 }
 
+// TestCrashCloneFindsTheRootOfRelativeNames: names relative to the working
+// directory are used as spelt, and "." contains every other such name.
+func TestCrashCloneFindsTheRootOfRelativeNames(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c := NewCrashFS(Default)
+	require.NoError(t, MkdirAllDurable(c, "sub", 0o700))
+	durableFile(t, c, "seg", "1").Close()
+	durableFile(t, c, filepath.Join("sub", "f"), "2").Close()
+	require.Equal(t, map[string]string{"seg": "1", filepath.Join("sub", "f"): "2"}, cloneTree(t, c, keepNone))
+}
+
 func TestCrashFSFailedOperationsChangeNothing(t *testing.T) {
 	dir := t.TempDir()
 	c := NewCrashFS(Default)

@@ -643,4 +643,12 @@ func TestCrashFSDetectsChangesBehindItsBack(t *testing.T) {
 	defer f.Close()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "seg"), []byte("longer than it was"), 0o600))
 	require.ErrorContains(t, c.CrashClone(t.TempDir(), keepNone), "changed by other means")
+
+	// So is one changed after an unsynced write through the CrashFS.
+	c = NewCrashFS(Default)
+	g := durableFile(t, c, filepath.Join(dir, "other"), "durable")
+	defer g.Close()
+	writeAt(t, g, "+more", 7)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other"), []byte("longer than it was"), 0o600))
+	require.ErrorContains(t, c.CrashClone(t.TempDir(), CrashOptions{Root: dir}), "changed by other means")
 }

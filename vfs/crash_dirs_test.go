@@ -238,3 +238,33 @@ func TestCrashFSAFailedLookNeverLosesADirectoryRename(t *testing.T) {
 	}
 	require.Equal(t, want, cloneDirs(t, c, root, keepNone))
 }
+
+// TestCrashFSADirectoryRenameIsAChangeOfNamesOfItsOwn: the rename of a
+// directory takes its place in the order of unsynced changes of names, so
+// a power loss may keep the change before it without it.
+func TestCrashFSADirectoryRenameIsAChangeOfNamesOfItsOwn(t *testing.T) {
+	root := t.TempDir()
+	c := NewCrashFS(Default)
+	require.NoError(t, MkdirAllDurable(c, filepath.Join(root, "a"), 0o700))
+	openRW(t, c, filepath.Join(root, "x"))
+	require.NoError(t, c.Rename(filepath.Join(root, "a"), filepath.Join(root, "b")))
+
+	prefixes := []map[string]string{
+		{"a/": ""},
+		{"a/": "", "x": ""},
+		{"b/": "", "x": ""},
+	}
+	seen := make([]bool, len(prefixes))
+	for seed := uint64(0); seed < 40; seed++ {
+		got := cloneDirs(t, c, root, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
+		i := 0
+		for i < len(prefixes) && !equalTree(prefixes[i], got) {
+			i++
+		}
+		require.Less(t, i, len(prefixes), "seed %d: %v is no prefix of the changes", seed, got)
+		seen[i] = true
+	}
+	for i, ok := range seen {
+		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
+	}
+}

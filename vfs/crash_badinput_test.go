@@ -129,3 +129,17 @@ func TestCrashCloneRefusesADestinationInsideTheTreeHoweverSpelt(t *testing.T) {
 func TestNewCrashFSRefusesANilInnerFS(t *testing.T) {
 	requirePanicsWith(t, "nil inner FS", func() { NewCrashFS(nil) })
 }
+
+// TestCrashCloneADestinationBesideTheRootIsNotInsideIt: a directory whose
+// name begins with the root's name, as "db2" beside "db", is outside the
+// tree.
+func TestCrashCloneADestinationBesideTheRootIsNotInsideIt(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "db")
+	c := NewCrashFS(Default)
+	require.NoError(t, c.MkdirAll(root, 0o700))
+	durableFile(t, c, filepath.Join(root, "f"), "synced").Close()
+	dst := filepath.Join(parent, "db2")
+	require.NoError(t, c.CrashClone(dst, CrashOptions{Root: root}))
+	require.Equal(t, map[string]string{"f": "synced"}, readTree(t, dst))
+}

@@ -185,6 +185,8 @@ func TestFaultFSInjectRejectsMalformedRules(t *testing.T) {
 		{},
 		{Op: numOps},
 		{Op: OpSync, Nth: -1},
+		{Op: OpSync, After: -1},
+		{Op: OpSync, Times: -1},
 		{Op: OpSync, Probability: 0.5},
 		{Op: OpSync, Probability: 2, Rand: newRand(1)},
 		{Op: OpSync, ShortBytes: 3},

@@ -56,3 +56,19 @@ func (n noExtras) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	}
 	return struct{ File }{f}, nil
 }
+
+// TestFaultFSObservesTheRangeOfAnAllocateAndAWriteBack: the events of a
+// fallocate and a sync_file_range carry the range each was given.
+func TestFaultFSObservesTheRangeOfAnAllocateAndAWriteBack(t *testing.T) {
+	ffs := NewFaultFS(Default)
+	name := filepath.Join(t.TempDir(), "seg")
+	f := openRW(t, ffs, name)
+	var events []Event
+	ffs.Observe(func(e Event) { events = append(events, e) })
+	require.NoError(t, f.(Allocator).Allocate(4096, 8192))
+	require.NoError(t, f.(WriteBacker).WriteBack(100, 4000))
+	require.Equal(t, []Event{
+		{Op: OpAllocate, Name: name, Off: 4096, Len: 8192},
+		{Op: OpWriteBack, Name: name, Off: 100, Len: 4000},
+	}, events)
+}

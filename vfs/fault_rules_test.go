@@ -53,3 +53,31 @@ func TestFaultFSObservesAReadThatReachesTheEnd(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.Equal(t, []Event{{Op: OpRead, Name: name, Off: 1, Len: 2}}, events)
 }
+
+// TestFaultFSDoesNotObserveAReadThatTransfersNothing: a ReadAt at the end
+// of the file reads nothing and reports io.EOF; it is no successful read.
+func TestFaultFSDoesNotObserveAReadThatTransfersNothing(t *testing.T) {
+	ffs := NewFaultFS(Default)
+	f := openRW(t, ffs, filepath.Join(t.TempDir(), "f"))
+	writeAt(t, f, "abc", 0)
+	var events []Event
+	ffs.Observe(func(e Event) { events = append(events, e) })
+	n, err := f.ReadAt(make([]byte, 8), 3)
+	require.ErrorIs(t, err, io.EOF)
+	require.Zero(t, n)
+	require.Empty(t, events)
+}
+
+// TestFaultFSOnSyncIsCalledForFdatasyncsOnly: a directory sync is not a
+// file's fdatasync, and OnSync does not report it.
+func TestFaultFSOnSyncIsCalledForFdatasyncsOnly(t *testing.T) {
+	ffs := NewFaultFS(Default)
+	dir := t.TempDir()
+	name := filepath.Join(dir, "f")
+	f := openRW(t, ffs, name)
+	var synced []string
+	ffs.OnSync(func(name string) { synced = append(synced, name) })
+	require.NoError(t, ffs.SyncDir(dir))
+	require.NoError(t, f.Sync())
+	require.Equal(t, []string{name}, synced)
+}

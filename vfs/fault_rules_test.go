@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"fmt"
 	"io"
 	"path/filepath"
 	"syscall"
@@ -52,6 +53,17 @@ func TestFaultFSObservesAReadThatReachesTheEnd(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 	require.Equal(t, 2, n)
 	require.Equal(t, []Event{{Op: OpRead, Name: name, Off: 1, Len: 2}}, events)
+}
+
+// TestFaultFSAnInvalidOpIsNamedByNumberAndCountsNothing: an Op outside the
+// defined ones has no name of its own, and no calls.
+func TestFaultFSAnInvalidOpIsNamedByNumberAndCountsNothing(t *testing.T) {
+	ffs := NewFaultFS(Default)
+	for _, op := range []Op{0, numOps, -1} {
+		require.Equal(t, fmt.Sprintf("Op(%d)", int(op)), op.String())
+		require.Zero(t, ffs.Count(op), "%v", op)
+		require.Zero(t, ffs.Injected(op), "%v", op)
+	}
 }
 
 // TestFaultFSDoesNotObserveAReadThatTransfersNothing: a ReadAt at the end

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,4 +35,38 @@ func TestCopyFileCopiesDurably(t *testing.T) {
 	require.ErrorIs(t, CopyFile(c, filepath.Join(dir, "missing"), filepath.Join(dir, "other")), os.ErrNotExist)
 	_, err = os.Stat(filepath.Join(dir, "other"))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing is created for a missing source")
+}
+
+// TestCopyFileTakesAWholeReadThatReportsTheEnd: io.ReaderAt lets a read
+// that fills its buffer up to the end of the file report io.EOF; the copy
+// takes those bytes and succeeds.
+func TestCopyFileTakesAWholeReadThatReportsTheEnd(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	require.NoError(t, os.WriteFile(src, []byte("content"), 0o600))
+	require.NoError(t, CopyFile(eofAtEnd{Default}, src, dst))
+	got, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, "content", string(got))
+}
+
+// eofAtEnd reports io.EOF with every read of its files that reaches the end.
+type eofAtEnd struct{ FS }
+
+func (e eofAtEnd) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := e.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return eofAtEndFile{f}, nil
+}
+
+type eofAtEndFile struct{ File }
+
+func (f eofAtEndFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if size, serr := f.Size(); err == nil && serr == nil && off+int64(n) == size {
+		err = io.EOF
+	}
+	return n, err
 }

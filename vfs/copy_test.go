@@ -70,3 +70,14 @@ func (f eofAtEndFile) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, err
 }
+
+// TestCreateEmptyRefusesAnExistingFile: it fails with ErrExist and leaves
+// what is there as it was.
+func TestCreateEmptyRefusesAnExistingFile(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(name, []byte("kept"), 0o600))
+	require.ErrorIs(t, CreateEmpty(Default, name), os.ErrExist)
+	got, err := os.ReadFile(name)
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(got))
+}

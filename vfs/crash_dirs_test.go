@@ -193,14 +193,16 @@ func TestCrashFSADurablyRemovedDirectoryReleasesWhatItHeld(t *testing.T) {
 	require.NoError(t, c.Remove(filepath.Join(dir, "f")))
 	require.NoError(t, c.Remove(dir))
 	c.mu.Lock()
-	require.NotNil(t, f.held, "a crash could still bring f back")
+	held := f.held
 	c.mu.Unlock()
+	require.NotNil(t, held, "a crash could still bring f back")
 	require.NoError(t, c.SyncDir(root))
 	require.Empty(t, cloneDirs(t, c, root, keepNone))
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	require.Empty(t, c.names)
-	require.Nil(t, f.held)
+	names, held := len(c.names), f.held
+	c.mu.Unlock()
+	require.Zero(t, names)
+	require.Nil(t, held)
 }
 
 // A MkdirAll that fails after making some directories tracks those it

@@ -143,3 +143,20 @@ func TestCrashCloneADestinationBesideTheRootIsNotInsideIt(t *testing.T) {
 	require.NoError(t, c.CrashClone(dst, CrashOptions{Root: root}))
 	require.Equal(t, map[string]string{"f": "synced"}, readTree(t, dst))
 }
+
+// TestCrashFSANegativeOffsetOrSizeIsRefusedAsTheFileRefusesIt: a write at a
+// negative offset and a truncation to a negative size are the inner file's
+// to refuse (EINVAL for the truncation); they change nothing and are not
+// counted.
+func TestCrashFSANegativeOffsetOrSizeIsRefusedAsTheFileRefusesIt(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	f := durableFile(t, c, filepath.Join(dir, "f"), "AAAA")
+	ops := c.Ops()
+	n, err := f.WriteAt([]byte("BB"), -1)
+	require.Error(t, err)
+	require.Zero(t, n)
+	require.ErrorIs(t, f.Truncate(-1), syscall.EINVAL)
+	require.Equal(t, ops, c.Ops(), "refused calls are not counted")
+	require.Equal(t, map[string]string{"f": "AAAA"}, cloneTree(t, c, keepAll))
+}

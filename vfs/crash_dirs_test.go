@@ -270,3 +270,28 @@ func TestCrashFSADirectoryRenameIsAChangeOfNamesOfItsOwn(t *testing.T) {
 		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
 	}
 }
+
+// TestCrashFSADirectoryRenamedOverARemovedOneShowsOnlyItsOwnFiles: what the
+// CrashFS knew of a removed directory's subdirectories stays with the
+// removed directory, which a crash may bring back; a directory renamed to
+// its name, with subdirectories of the same names, holds only its own.
+func TestCrashFSADirectoryRenamedOverARemovedOneShowsOnlyItsOwnFiles(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "new", "sub"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "new", "sub", "g"), []byte("g"), 0o600))
+	c := NewCrashFS(Default)
+	old := filepath.Join(root, "old")
+	require.NoError(t, MkdirAllDurable(c, filepath.Join(old, "sub"), 0o700))
+	durableFile(t, c, filepath.Join(old, "sub", "f"), "f").Close()
+	require.NoError(t, c.Remove(filepath.Join(old, "sub", "f")))
+	require.NoError(t, c.Remove(filepath.Join(old, "sub")))
+	require.NoError(t, c.Remove(old))
+	require.NoError(t, c.Rename(filepath.Join(root, "new"), old))
+
+	require.Equal(t, map[string]string{
+		"old/": "", "old/sub/": "", "old/sub/f": "f", // the removals are not durable
+		"new/": "", "new/sub/": "", "new/sub/g": "g", // nor is the rename
+	}, cloneDirs(t, c, root, keepNone))
+	require.NoError(t, c.SyncDir(root))
+	require.Equal(t, map[string]string{"old/": "", "old/sub/": "", "old/sub/g": "g"}, cloneDirs(t, c, root, keepNone))
+}

@@ -241,23 +241,29 @@ func TestCrashFSAFailedLookNeverLosesADirectoryRename(t *testing.T) {
 	require.Equal(t, want, cloneDirs(t, c, root, keepNone))
 }
 
-// TestCrashFSADirectoryRenameIsAChangeOfNamesOfItsOwn: the rename of a
-// directory takes its place in the order of unsynced changes of names, so
-// a power loss may keep the change before it without it.
-func TestCrashFSADirectoryRenameIsAChangeOfNamesOfItsOwn(t *testing.T) {
+// TestCrashFSADirectoryMadeRenamedOrRemovedIsAChangeOfNamesOfItsOwn: the rename, the
+// creation and the removal of a directory each take their place in the
+// order of unsynced changes of names, so a power loss may keep the changes
+// before one without it.
+func TestCrashFSADirectoryMadeRenamedOrRemovedIsAChangeOfNamesOfItsOwn(t *testing.T) {
 	root := t.TempDir()
 	c := NewCrashFS(Default)
 	require.NoError(t, MkdirAllDurable(c, filepath.Join(root, "a"), 0o700))
+	require.NoError(t, MkdirAllDurable(c, filepath.Join(root, "e"), 0o700))
 	openRW(t, c, filepath.Join(root, "x"))
 	require.NoError(t, c.Rename(filepath.Join(root, "a"), filepath.Join(root, "b")))
+	require.NoError(t, c.MkdirAll(filepath.Join(root, "c"), 0o700))
+	require.NoError(t, c.Remove(filepath.Join(root, "e")))
 
 	prefixes := []map[string]string{
-		{"a/": ""},
-		{"a/": "", "x": ""},
-		{"b/": "", "x": ""},
+		{"a/": "", "e/": ""},
+		{"a/": "", "e/": "", "x": ""},
+		{"b/": "", "e/": "", "x": ""},
+		{"b/": "", "e/": "", "x": "", "c/": ""},
+		{"b/": "", "x": "", "c/": ""},
 	}
 	seen := make([]bool, len(prefixes))
-	for seed := uint64(0); seed < 40; seed++ {
+	for seed := uint64(0); seed < 60; seed++ {
 		got := cloneDirs(t, c, root, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
 		i := 0
 		for i < len(prefixes) && !equalTree(prefixes[i], got) {

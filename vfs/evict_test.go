@@ -60,3 +60,11 @@ func TestEvictPageCacheOfAMissingDirectoryNamesIt(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.ErrorContains(t, err, dir)
 }
+
+// TestEvictPageCacheLeavesWhatIsNoRegularFile: a symbolic link, even one to
+// nothing, has no pages of its own to drop, and is passed over.
+func TestEvictPageCacheLeavesWhatIsNoRegularFile(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, "dangling")))
+	require.NoError(t, vfs.EvictPageCache(dir))
+}

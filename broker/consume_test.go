@@ -236,7 +236,11 @@ func TestConsumeRefusesOptions(t *testing.T) {
 		{"ExtendEvery past what an Extend makes", ConsumeOptions{ExtendEvery: MaxDeadlineOffset}, QueueMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Consume(context.Background(), f, ackAll, tc.opts)
+			// A bound on the call: an option accepted by mistake would have
+			// Consume run until its ctx ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := Consume(ctx, f, ackAll, tc.opts)
 			require.ErrorIs(t, err, tc.want)
 			require.Zero(t, f.receives.Load())
 		})
@@ -265,6 +269,22 @@ func TestConsumeRefusesOptions(t *testing.T) {
 	c, err := newConsumer(f, ackAll, ConsumeOptions{ExtendEvery: MaxDeadlineOffset - time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, MaxDeadlineOffset, c.extendBy)
+}
+
+// The limits Consume names are its last accepted values, not its first
+// refused ones: Concurrency up to MaxConsumeConcurrency, ExtendBy up to
+// MaxDeadlineOffset.
+func TestConsumeAcceptsTheLimitsItNames(t *testing.T) {
+	f := newFake()
+	for _, opts := range []ConsumeOptions{
+		{Concurrency: MaxConsumeConcurrency},
+		{ExtendEvery: time.Second, ExtendBy: MaxDeadlineOffset},
+	} {
+		c, err := newConsumer(f, ackAll, opts)
+		require.NoError(t, err, "%+v", opts)
+		require.Equal(t, max(opts.Concurrency, 1), cap(c.slots))
+		require.Equal(t, opts.ExtendBy, c.extendBy)
+	}
 }
 
 func TestConsumeWakesOnPublish(t *testing.T) {

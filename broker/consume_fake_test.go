@@ -50,7 +50,10 @@ type settledCall struct {
 	cause   error
 }
 
-type extendCall struct{ old, new ReceiptValue }
+type extendCall struct {
+	old, new ReceiptValue
+	by       time.Duration
+}
 
 // fakeBroker is an in-memory Broker, Waker, LeaseExtender and Rejecter. A
 // lapsed lease is not redelivered (tests stay deterministic); settling calls
@@ -242,7 +245,7 @@ func (f *fakeBroker) Extend(ctx context.Context, r ReceiptValue, by time.Duratio
 	nr := ReceiptValue(fmt.Sprintf("r%d", f.seq))
 	l.expiresAt = f.clock.Now().Add(by)
 	f.leases[nr] = l
-	f.extends = append(f.extends, extendCall{r, nr})
+	f.extends = append(f.extends, extendCall{r, nr, by})
 	select {
 	case f.extended <- struct{}{}:
 	default:

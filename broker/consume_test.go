@@ -392,6 +392,32 @@ func TestConsumeExtendsLease(t *testing.T) {
 	require.NotEqual(t, first, f.settled[0].receipt)
 }
 
+// Without ExtendBy, each renewal reaches twice ExtendEvery: one renewal
+// may fail, or come late, and the lease still holds until the next.
+func TestConsumeExtendsByTwiceExtendEveryByDefault(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	const every = 5 * time.Millisecond
+	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		for range 2 {
+			select {
+			case <-f.extended:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}, ConsumeOptions{ExtendEvery: every})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.GreaterOrEqual(t, len(f.extends), 2)
+	for _, x := range f.extends {
+		require.Equal(t, 2*every, x.by)
+	}
+}
+
 func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
 	f := newFake()
 	f.Publish(context.Background(), []byte("slow"))

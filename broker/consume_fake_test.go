@@ -65,6 +65,8 @@ type fakeBroker struct {
 
 	receives atomic.Int64
 	wakes    atomic.Int64
+	// settles counts the Ack, Nack and Reject calls, refused ones too.
+	settles atomic.Int64
 	// extended gets a token per successful Extend (never blocks).
 	extended chan struct{}
 
@@ -187,6 +189,7 @@ func (f *fakeBroker) leaseLocked(ctx context.Context, r ReceiptValue) (*fakeLeas
 }
 
 func (f *fakeBroker) Ack(ctx context.Context, r ReceiptValue) error {
+	f.settles.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.ackErrs) > 0 {
@@ -204,6 +207,7 @@ func (f *fakeBroker) Ack(ctx context.Context, r ReceiptValue) error {
 }
 
 func (f *fakeBroker) Nack(ctx context.Context, r ReceiptValue, cause error) (NackValue, error) {
+	f.settles.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, err := f.leaseLocked(ctx, r)
@@ -219,6 +223,7 @@ func (f *fakeBroker) Nack(ctx context.Context, r ReceiptValue, cause error) (Nac
 }
 
 func (f *fakeBroker) Reject(ctx context.Context, r ReceiptValue, cause error) error {
+	f.settles.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, err := f.leaseLocked(ctx, r)

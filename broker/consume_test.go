@@ -439,7 +439,33 @@ func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
 	require.Eventually(t, cancelled.Load, eventually, tick, "the handler's context is cancelled")
 	require.ErrorIs(t, r.stop(t), context.Canceled)
 	require.Empty(t, f.calls(), "a lost lease is neither acked nor nacked")
+	require.Zero(t, f.settles.Load(), "nor is it tried with the dead receipt")
 	require.Contains(t, logs.String(), "lease lost")
+}
+
+// A renewal refused with UnknownReceipt, as a broker may answer for a
+// receipt that no longer names a live lease (API.md §5.7), is a lost lease
+// as LeaseExpired is: the handler's context is cancelled and nothing is
+// settled.
+func TestConsumeTakesAnUnknownReceiptOnRenewalAsALostLease(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	started := make(chan struct{})
+	var cancelled atomic.Bool
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		<-ctx.Done()
+		cancelled.Store(true)
+		return ctx.Err()
+	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute})
+	<-started
+	f.mu.Lock()
+	clear(f.leases) // the broker no longer knows the receipt
+	f.mu.Unlock()
+	require.Eventually(t, cancelled.Load, eventually, tick, "the handler's context is cancelled")
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.Empty(t, f.calls(), "a lost lease is neither acked nor nacked")
+	require.Zero(t, f.settles.Load(), "nor is it tried with the dead receipt")
 }
 
 // TestConsumeWithoutRenewalsLeavesTheHandlerCtxAtLeaseLapse pins what the

@@ -518,6 +518,38 @@ func TestConsumeShutdownWaitsForHandlers(t *testing.T) {
 	require.Equal(t, 1, f.count("ack"), "acked after cancel: settling ignores cancellation")
 }
 
+// Extend runs without ctx's cancellation, like the settling calls: a
+// handler that finishes its work after ctx ended keeps its lease renewed
+// until it returns, and is acked with the newest receipt.
+func TestConsumeRenewsTheLeaseOfAHandlerStillRunningAfterCtxEnded(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("slow"))
+	started, gate := make(chan struct{}), make(chan struct{})
+	r := startConsume(t, f, func(context.Context, DeliveryValue) error {
+		close(started)
+		<-gate
+		return nil
+	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute})
+	<-started
+	r.cancel()
+	f.mu.Lock()
+	renewed := len(f.extends)
+	f.mu.Unlock()
+	require.Eventually(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.extends) >= renewed+3
+	}, eventually, tick, "renewals go on after ctx ended")
+	close(gate)
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.settled, 1)
+	require.Equal(t, "ack", f.settled[0].call)
+	require.Equal(t, f.extends[len(f.extends)-1].new, f.settled[0].receipt, "acked with the newest receipt")
+}
+
 func TestConsumeAlreadyCancelled(t *testing.T) {
 	f := newFake()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -550,12 +550,22 @@ func TestConsumeRenewsTheLeaseOfAHandlerStillRunningAfterCtxEnded(t *testing.T) 
 	require.Equal(t, f.extends[len(f.extends)-1].new, f.settled[0].receipt, "acked with the newest receipt")
 }
 
+// TestConsumeAlreadyCancelled: a ctx that has ended lets Consume receive
+// nothing, even from a broker that would ignore the ctx (as the fake
+// does). A free handler slot is ready as well as ctx.Done, and a select
+// over both picks either, so one call could pass by chance: many calls
+// cannot.
 func TestConsumeAlreadyCancelled(t *testing.T) {
 	f := newFake()
+	f.Publish(context.Background(), []byte("x"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.ErrorIs(t, Consume(ctx, f, ackAll, ConsumeOptions{}), context.Canceled)
+	for range 100 {
+		require.ErrorIs(t, Consume(ctx, f, ackAll, ConsumeOptions{}), context.Canceled)
+	}
 	require.Zero(t, f.receives.Load())
+	require.Zero(t, f.wakes.Load())
+	require.Empty(t, f.calls())
 }
 
 func TestConsumeClosedEndsIt(t *testing.T) {

@@ -587,6 +587,21 @@ func TestConsumeRetriesReceiveErrors(t *testing.T) {
 	require.Contains(t, logs.String(), "disk hiccup")
 }
 
+// A Receive error other than Closed is retried after PollInterval, also
+// over a Waker: a broker that keeps failing is not asked again at once.
+func TestConsumeWaitsPollIntervalAfterAReceiveError(t *testing.T) {
+	f := newFake()
+	for range 1000 {
+		f.receiveErrs = append(f.receiveErrs, errors.New("disk hiccup"))
+	}
+	f.Publish(context.Background(), []byte("x"))
+	startConsume(t, f, ackAll, ConsumeOptions{PollInterval: time.Hour})
+	require.Eventually(t, func() bool { return f.receives.Load() >= 1 }, eventually, tick)
+	require.Never(t, func() bool { return f.receives.Load() > 1 }, 100*time.Millisecond, 5*time.Millisecond,
+		"Receive asked again before PollInterval passed")
+	require.Zero(t, f.count("ack"))
+}
+
 func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	f := newFake()
 	f.ackErrs = []error{errors.New("transient"), LeaseExpired}

@@ -50,3 +50,47 @@ func TestConsumeLeasesNothingOnceCtxHasEnded(t *testing.T) {
 	require.Equal(t, 1, st.Ready, "the message is still in the queue")
 	require.Zero(t, st.DeadLetters, "and was not dead-lettered")
 }
+
+// cancelOnCarry is a *Queue whose Receive, when it carries acks, first
+// cancels Consume's context: ctx ends once the acks were taken, while the
+// call that commits them is in flight.
+type cancelOnCarry struct {
+	*Queue
+	cancel context.CancelFunc
+}
+
+func (c cancelOnCarry) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
+	if len(receipts) > 0 {
+		c.cancel()
+	}
+	return c.Queue.receiveAcking(ctx, max, receipts)
+}
+
+// TestConsumeKeepsTheAcksItCarriesWhenCtxEndsDuringTheReceive: the acks a
+// Receive carries were taken from the handlers that succeeded; if ctx
+// ending could make that Receive refuse them, nothing would ack those
+// messages and they would be delivered again, though handled.
+func TestConsumeKeepsTheAcksItCarriesWhenCtxEndsDuringTheReceive(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("work"))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int64
+	// One handler at a time: the loop's next Receive waits for the
+	// handler's slot, so it is the one that carries the ack.
+	err = Consume(ctx, cancelOnCarry{Queue: q, cancel: cancel}, func(context.Context, DeliveryValue) error {
+		handled.Add(1)
+		return nil
+	}, ConsumeOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.EqualValues(t, 1, handled.Load())
+	st := q.Stats()
+	require.EqualValues(t, 1, st.Acked, "the carried ack was committed")
+	require.Zero(t, st.Leased, "no lease is left for a message that was handled")
+}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +53,12 @@ func TestConsumeOverStoreAcksEverySuccess(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return handled.Load() > busy+1 }, 10*time.Second, time.Millisecond)
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not return 10 s after ctx ended: it waits for an ack it never sends")
+	}
 	st := q.Stats()
 	require.Equal(t, handled.Load(), st.Acked, "every handled message is acked when Consume returns")
 	require.Zero(t, st.Leased)
@@ -149,4 +155,63 @@ func TestConsumeNeverReplaysOrDeletesADeadLetter(t *testing.T) {
 	dls, err := q.DeadLetters(t.Context(), 10)
 	require.NoError(t, err)
 	require.Len(t, dls, 3, "every dead letter is still there")
+}
+
+// failingAfterFirstReceive is a *Queue whose Receives after the first fail
+// (having committed the acks they carry, which keeps them true to the
+// queue): Consume then waits out its PollInterval, watching no handler.
+type failingAfterFirstReceive struct {
+	*Queue
+	receives atomic.Int32
+}
+
+func (f *failingAfterFirstReceive) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
+	if max == 0 || f.receives.Add(1) == 1 {
+		return f.Queue.receiveAcking(ctx, max, receipts)
+	}
+	_, errs, err := f.Queue.receiveAcking(ctx, 0, receipts)
+	if err == nil {
+		err = errors.New("disk hiccup")
+	}
+	return nil, errs, err
+}
+
+// When ctx ends, every handler that succeeded is acked before Consume
+// returns: one whose ack waits for a Receive that will not come (the loop
+// was waiting out a Receive error), and one that finishes after the loop
+// stopped, when no Receive can carry its ack.
+func TestConsumeOverStoreAcksTheSuccessesPendingWhenCtxEnds(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("before"))
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("after"))
+	require.NoError(t, err)
+
+	gates := map[string]chan struct{}{"before": make(chan struct{}), "after": make(chan struct{})}
+	var started sync.WaitGroup
+	started.Add(2)
+	w := &failingAfterFirstReceive{Queue: q}
+	r := startConsume(t, w, func(_ context.Context, d DeliveryValue) error {
+		started.Done()
+		<-gates[string(d.Message.Payload)]
+		return nil
+	}, ConsumeOptions{Batch: 2, Concurrency: 3, PollInterval: time.Hour})
+	started.Wait()
+	require.Eventually(t, func() bool { return w.receives.Load() >= 2 }, eventually, tick, "the loop waits out a Receive error")
+
+	close(gates["before"])
+	require.Never(t, r.returned, 100*time.Millisecond, 5*time.Millisecond, "Consume runs until ctx ends")
+	r.cancel()
+	require.Never(t, r.returned, 100*time.Millisecond, 5*time.Millisecond, "Consume waits for the running handler")
+	close(gates["after"])
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+
+	st := q.Stats()
+	require.EqualValues(t, 2, st.Acked, "both successes are acked")
+	require.Zero(t, st.Leased)
+	require.Zero(t, st.Ready)
 }

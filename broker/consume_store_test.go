@@ -215,3 +215,27 @@ func TestConsumeOverStoreAcksTheSuccessesPendingWhenCtxEnds(t *testing.T) {
 	require.Zero(t, st.Leased)
 	require.Zero(t, st.Ready)
 }
+
+// A handler that finishes while the queue is idle is acked at once: no
+// Receive is coming to carry its ack, and the loop is waiting on the
+// queue, which has nothing for it for an hour (the handler's own lease).
+func TestConsumeOverAnIdleStoreAcksAHandlerThatFinishesLate(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("slow"))
+	require.NoError(t, err)
+	started, gate := make(chan struct{}), make(chan struct{})
+	startConsume(t, q, func(context.Context, DeliveryValue) error {
+		close(started)
+		<-gate
+		return nil
+	}, ConsumeOptions{Concurrency: 2, PollInterval: time.Hour})
+	<-started
+	require.Never(t, func() bool { return q.Stats().Acked > 0 }, 100*time.Millisecond, 5*time.Millisecond, "acked before the handler returned")
+	close(gate)
+	require.Eventually(t, func() bool { return q.Stats().Acked == 1 }, 10*time.Second, time.Millisecond,
+		"the ack waits for a Receive that is not coming")
+}

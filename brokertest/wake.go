@@ -151,6 +151,21 @@ var wakeCases = []testCase{
 			e.Fatalf("Wake.In %v with a message ready, want zero or less (now)", w.In)
 		}
 	}},
+	{name: "WakeScheduledNowWhenReadyThoughALeaseLapsesLater", needs: []string{"Waker"}, run: func(e *env) {
+		// A message receivable now outranks one that becomes receivable
+		// later: In names the earliest moment.
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		e.publish(q, "b")
+		if ds := e.receive(q, 1); len(ds) != 1 { // its lease lapses later; the other is ready now
+			e.Fatalf("Receive(1) returned %v, want one delivery", ids(ds))
+		}
+		var w broker.WakeValue
+		e.eventually("Wake scheduled with a message ready", func() bool { w = e.waker(q).Wake(); return w.Scheduled })
+		if w.In > e.tol() {
+			e.Fatalf("with a message ready and a lease lapsing later: Wake.In %v, want zero or less (now)", w.In)
+		}
+	}},
 	{name: "WakeScheduledNowAfterANackWithoutDelay", needs: []string{"Waker"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		e.publish(q, "a")

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -81,4 +82,22 @@ func TestAStoreWithoutAClockRunsOnTheRealOne(t *testing.T) {
 	require.False(t, m.EnqueuedAt.Before(before) || m.EnqueuedAt.After(after), "EnqueuedAt %v is not within the call, %v to %v", m.EnqueuedAt, before, after)
 	expires := ds[0].Lease.ExpiresAt.Add(-policy().VisibilityTimeout)
 	require.False(t, expires.Before(before) || expires.After(after), "ExpiresAt %v is not VisibilityTimeout after the Receive, %v to %v", ds[0].Lease.ExpiresAt, before, after)
+}
+
+// The first and last instants a broker records are recorded: the refusal
+// starts beyond them, where UnixNano would wrap. A store opens at them,
+// and a publish there is stamped with them, file-backed or in memory.
+func TestTheFirstAndLastInstantsABrokerRecordsAreAccepted(t *testing.T) {
+	e := newEnv(t)
+	m := newMemory(t, e.clock)
+	for _, at := range []time.Time{time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)} {
+		e.clock.Set(at)
+		e.reopen()
+		q := e.queue("jobs", policy())
+		for _, b := range []broker.Broker{q, m} {
+			msg, err := b.Publish(ctx(t), []byte("x"))
+			require.NoError(t, err, "%T at %v", b, at)
+			require.True(t, msg.EnqueuedAt.Equal(at), "%T: EnqueuedAt %v, want %v", b, msg.EnqueuedAt, at)
+		}
+	}
 }

@@ -461,3 +461,30 @@ func TestLapsedLeaseStaysLapsedWhenClockGoesBack(t *testing.T) {
 	st := q.Stats()
 	require.Equal(t, 1, st.Ready+st.Leased, "the refused Ack removed nothing")
 }
+
+// Wake observes a lapse as Stats does: once it has told a consumer that
+// the lapsed lease's message is receivable now, the old receipt stays
+// refused even if the clock then steps back before ExpiresAt. File-backed
+// and in memory alike.
+func TestALapseWakeReportedStaysWhenTheClockGoesBack(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	m := newMemory(t, e.clock)
+	for _, b := range []interface {
+		broker.Broker
+		broker.Waker
+	}{q, m} {
+		e.clock.Set(t0)
+		_, err := b.Publish(ctx(t), []byte("a"))
+		require.NoError(t, err)
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		e.clock.Set(ds[0].Lease.ExpiresAt.Add(time.Second))
+		w := b.Wake()
+		require.True(t, w.Scheduled, "%T", b)
+		require.LessOrEqual(t, w.In, time.Duration(0), "%T: the lapsed lease's message is receivable now", b)
+		e.clock.Set(ds[0].Lease.ExpiresAt.Add(-time.Second))
+		requireErrorIs(t, b.Ack(ctx(t), ds[0].Lease.Receipt), broker.LeaseExpired)
+	}
+}

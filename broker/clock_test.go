@@ -101,3 +101,18 @@ func TestTheFirstAndLastInstantsABrokerRecordsAreAccepted(t *testing.T) {
 		}
 	}
 }
+
+// A Memory whose clock reads an instant no broker can record tells an
+// idle consumer to look now, as the file-backed queue does: the Receive
+// that follows says why. Told to wait on its signal instead, the consumer
+// would sleep, never learning what is wrong.
+func TestAMemoryWhoseClockReadsNoInstantSaysToLookNow(t *testing.T) {
+	clock := newFakeClock()
+	m := newMemory(t, clock)
+	clock.Set(time.Time{})
+	w := m.Wake()
+	require.True(t, w.Scheduled, "Wake says to look")
+	require.Zero(t, w.In, "at once")
+	_, err := m.Receive(ctx(t), 1)
+	requireErrorIs(t, err, broker.QueueMisconfigured, "0001-01-01")
+}

@@ -77,6 +77,23 @@ func TestErrorWrap(t *testing.T) {
 	require.NotErrorIs(t, NewError("CORRUPT", 0, "", ""), Corrupt, "reason and code both take part")
 }
 
+// An Error matches another only when both its reason and its code are the
+// same: a program's error that reuses one of this package's codes under
+// another reason is not that sentinel. A nil *Error, on either side, matches
+// nothing but itself, and asking does not panic.
+func TestAnErrorMatchesOnlyTheSameReasonWithTheSameCode(t *testing.T) {
+	require.ErrorIs(t, NewError("QUEUE_MISCONFIGURED", QueueMisconfigured.Code(), "another text", "detail"), QueueMisconfigured)
+	require.NotErrorIs(t, NewError("CARD_DECLINED", QueueMisconfigured.Code(), "", ""), QueueMisconfigured, "same code, another reason")
+	require.NotErrorIs(t, NewError("QUEUE_MISCONFIGURED", 0, "", ""), QueueMisconfigured, "same reason, no code")
+
+	var none *Error
+	require.NotErrorIs(t, none, Closed)
+	require.NotErrorIs(t, fmt.Errorf("close: %w", none), Closed)
+	require.NotErrorIs(t, Closed, none)
+	require.NotErrorIs(t, Closed.Wrap(errors.New("x")), none)
+	require.ErrorIs(t, none, none)
+}
+
 func TestCodeFormatParse(t *testing.T) {
 	for _, tc := range []struct {
 		code uint32

@@ -24,6 +24,7 @@ func TestErrorSentinels(t *testing.T) {
 		{Closed, "CLOSED", "7.1.0.8"},
 		{Corrupt, "CORRUPT", "7.1.0.9"},
 		{Locked, "LOCKED", "7.1.0.10"},
+		{InvalidDedupKey, "INVALID_DEDUP_KEY", "7.1.0.11"},
 	}
 	for i, tc := range all {
 		t.Run(tc.reason, func(t *testing.T) {

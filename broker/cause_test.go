@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -114,5 +115,22 @@ func TestClassify(t *testing.T) {
 			require.Equal(t, tc.unclassified, unclassified)
 			require.NotContains(t, public, "SECRET", "nothing but Public text is recorded")
 		})
+	}
+}
+
+// A reason of MaxReasonBytes and a public text of MaxPublicBytes fit: they
+// are recorded whole, and as the cause's own (not UNCLASSIFIED). One byte
+// more is clipped to the bound.
+func TestAReasonAndPublicTextOfExactlyTheirBoundsAreRecordedWhole(t *testing.T) {
+	reason, public := strings.Repeat("R", MaxReasonBytes), strings.Repeat("p", MaxPublicBytes)
+	for _, cause := range []error{
+		NewError(reason, 3, public, "SECRET"),
+		deep(NewError(reason+"X", 3, public+"x", "SECRET"), 2),
+	} {
+		gotReason, code, gotPublic, unclassified := classify(cause)
+		require.Equal(t, reason, gotReason)
+		require.EqualValues(t, 3, code)
+		require.Equal(t, public, gotPublic)
+		require.False(t, unclassified)
 	}
 }

@@ -21,14 +21,18 @@ func TestConsumeNamesTheStopInTheCauseOfAHandlerThatGaveUp(t *testing.T) {
 		// giveUp is what the handler returns once its ctx is done.
 		giveUp func(ctx context.Context) error
 		reason string
+		code   uint32 // the code recorded: the handler's own, kept
 	}{
-		{"ctx.Err()", func(ctx context.Context) error { return ctx.Err() }, ReasonConsumerStopped},
-		{"wrapped", func(ctx context.Context) error { return fmt.Errorf("fetch: %w", ctx.Err()) }, ReasonConsumerStopped},
-		{"classified by the handler", func(ctx context.Context) error { return mine.Wrap(ctx.Err()) }, "DOWNSTREAM_GONE"},
+		{"ctx.Err()", func(ctx context.Context) error { return ctx.Err() }, ReasonConsumerStopped, 0},
+		{"wrapped", func(ctx context.Context) error { return fmt.Errorf("fetch: %w", ctx.Err()) }, ReasonConsumerStopped, 0},
+		{"classified by the handler", func(ctx context.Context) error { return mine.Wrap(ctx.Err()) }, "DOWNSTREAM_GONE", 0x2A000001},
 		{"with a public text only", func(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", publicText("gave up"), ctx.Err())
-		}, ReasonUnclassified},
-		{"another error", func(context.Context) error { return errors.New("boom") }, ReasonUnclassified},
+		}, ReasonUnclassified, 0},
+		{"with a code only", func(ctx context.Context) error {
+			return fmt.Errorf("%w: %w", userCode{0x2A000002}, ctx.Err())
+		}, ReasonUnclassified, 0x2A000002},
+		{"another error", func(context.Context) error { return errors.New("boom") }, ReasonUnclassified, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,8 +49,9 @@ func TestConsumeNamesTheStopInTheCauseOfAHandlerThatGaveUp(t *testing.T) {
 			calls := f.calls()
 			require.Len(t, calls, 1)
 			require.Equal(t, "nack", calls[0].call)
-			reason, _, public, _ := classify(calls[0].cause)
+			reason, code, public, _ := classify(calls[0].cause)
 			require.Equal(t, tc.reason, reason)
+			require.Equal(t, tc.code, code)
 			if tc.reason == ReasonConsumerStopped {
 				require.ErrorIs(t, calls[0].cause, context.Canceled, "the handler's error stays in the chain")
 				require.Equal(t, "the consumer stopped before the handler finished", public)

@@ -150,3 +150,36 @@ func TestACallWhoseContextHasEndedChangesNothing(t *testing.T) {
 		require.Equal(t, before, broker.Dump(e.s), "%s changed the store", name)
 	}
 }
+
+// A dead letter is named only by the ID it was handed out with: the same
+// number spelled another way (a leading zero more, or the leading zeros
+// dropped) names nothing, and neither a replay nor a delete moves it.
+func TestADeadLetterIsNamedOnlyByTheIDItWasHandedOutWith(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	for _, b := range []interface {
+		broker.Broker
+		broker.Rejecter
+		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
+		ReplayDeadLetter(context.Context, string) error
+		DeleteDeadLetter(context.Context, string) error
+	}{q, mem} {
+		mustPublishTo(t, b, "x")
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		id := ds[0].Message.ID
+		require.NoError(t, b.Reject(ctx(t), ds[0].Lease.Receipt, nil))
+		for _, other := range []string{"0" + id, strings.TrimLeft(id, "0")} {
+			require.ErrorIs(t, b.ReplayDeadLetter(ctx(t), other), broker.DeadLetterNotFound, "%T: %q for %q", b, other, id)
+			require.ErrorIs(t, b.DeleteDeadLetter(ctx(t), other), broker.DeadLetterNotFound, "%T: %q for %q", b, other, id)
+		}
+		dead, err := b.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dead, 1, "%T: the dead letter stays", b)
+		require.Equal(t, id, dead[0].Message.ID)
+	}
+}

@@ -1,0 +1,63 @@
+package broker_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// An Options field outside what Options documents is refused by Open with
+// QueueMisconfigured, naming the field and its value, before the store's
+// directory is touched.
+func TestOptionsOutsideTheirBoundsAreRefusedWithQueueMisconfigured(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  broker.Options
+		field string
+		value string
+	}{
+		{"an unknown sync mode", broker.Options{Sync: broker.SyncNone + 1}, "Options.Sync", "3"},
+		{"a negative sync interval", broker.Options{SyncInterval: -time.Millisecond}, "Options.SyncInterval", "-1ms"},
+		{"segments below the least", broker.Options{SegmentBytes: broker.MinSegmentBytes - 1}, "Options.SegmentBytes", "16383"},
+		{"segments of the least a log takes", broker.Options{SegmentBytes: 1 << 10}, "Options.SegmentBytes", "1024"},
+		{"segments above the most", broker.Options{SegmentBytes: wal.MaxSegmentBytes + 1}, "Options.SegmentBytes", "1073741825"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			s, err := broker.Open(dir, tc.opts)
+			if s != nil {
+				s.Close()
+			}
+			require.ErrorIs(t, err, broker.QueueMisconfigured)
+			require.ErrorContains(t, err, tc.field+" "+tc.value)
+			require.NoDirExists(t, dir, "nothing was made")
+		})
+	}
+}
+
+// The bounds Options documents are inclusive: segments of exactly
+// MinSegmentBytes or of exactly the most a log takes are not refused. (The
+// largest is only taken as far as making the directory, which fails here:
+// two segments of a gigabyte are not made for a test.)
+func TestOptionsAtTheirBoundsAreAccepted(t *testing.T) {
+	s, err := broker.Open(t.TempDir(), broker.Options{SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	refused := errors.New("no directory for this test")
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpMkdirAll, Err: refused})
+	s, err = broker.Open(filepath.Join(t.TempDir(), "store"), broker.Options{FS: ffs, SegmentBytes: wal.MaxSegmentBytes})
+	if s != nil {
+		s.Close()
+	}
+	require.ErrorIs(t, err, refused, "the options were accepted, and the open went on to make the directory")
+	require.NotErrorIs(t, err, broker.QueueMisconfigured)
+}

@@ -3,6 +3,8 @@ package broker_test
 import (
 	"errors"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,4 +62,26 @@ func TestOptionsAtTheirBoundsAreAccepted(t *testing.T) {
 	}
 	require.ErrorIs(t, err, refused, "the options were accepted, and the open went on to make the directory")
 	require.NotErrorIs(t, err, broker.QueueMisconfigured)
+}
+
+// A queue's MaxMessageBytes may be as large as one log segment holds, and
+// not one byte larger: Store.Queue refuses that with QueueMisconfigured,
+// naming the most a segment holds.
+func TestAMaxMessageBytesUpToWhatASegmentHoldsIsAccepted(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
+	_, err := e.s.Queue("huge", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = broker.MinSegmentBytes }))
+	require.ErrorIs(t, err, broker.QueueMisconfigured)
+	m := regexp.MustCompile(`what one log segment holds \((\d+);`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, err.Error())
+	most, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	require.Positive(t, most)
+
+	_, err = e.s.Queue("over", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = most + 1 }))
+	require.ErrorIs(t, err, broker.QueueMisconfigured)
+	require.ErrorContains(t, err, strconv.Itoa(most+1))
+	q := e.queue("fits", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = most }))
+	_, err = q.Publish(ctx(t), make([]byte, most))
+	require.NoError(t, err)
+	require.Equal(t, most, len(mustReceiveOne(t, q).Message.Payload))
 }

@@ -180,6 +180,7 @@ func ParseCode(s string) (uint32, error) {
 //	Closed              CLOSED                 7.1.0.8
 //	Corrupt             CORRUPT                7.1.0.9
 //	Locked              LOCKED                 7.1.0.10
+//	InvalidDedupKey     INVALID_DEDUP_KEY      7.1.0.11 (declared with PublishKeyed)
 var (
 	// MessageTooLarge is returned by Publish (and its variants) for a
 	// payload larger than the queue's [PolicyValue.MaxMessageBytes];

@@ -58,7 +58,7 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	}
 	fail := func(err error) error { return fmt.Errorf("broker: backup of %s to %q: %w", s.dir, dir, err) }
 	if dir == "" {
-		return fail(errors.New("the directory path is empty"))
+		return fail(fmt.Errorf("the directory path is empty: %w", QueueMisconfigured))
 	}
 	fs := s.opts.fs()
 	// One Backup at a time (two to one dir would remove each other's

@@ -44,6 +44,21 @@ func TestOptionsOutsideTheirBoundsAreRefusedWithQueueMisconfigured(t *testing.T)
 	}
 }
 
+// An empty directory path is refused by Open, and by Backup, with
+// QueueMisconfigured, as every other argument outside its bounds is.
+func TestAnEmptyDirectoryPathIsRefusedWithQueueMisconfigured(t *testing.T) {
+	_, err := broker.Open("", broker.Options{})
+	require.ErrorIs(t, err, broker.QueueMisconfigured)
+	require.ErrorContains(t, err, "the directory path is empty")
+
+	s, err := broker.Open(t.TempDir(), broker.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	err = s.Backup(t.Context(), "")
+	require.ErrorIs(t, err, broker.QueueMisconfigured)
+	require.ErrorContains(t, err, "the directory path is empty")
+}
+
 // The bounds Options documents are inclusive: segments of exactly
 // MinSegmentBytes or of exactly the most a log takes are not refused. (The
 // largest is only taken as far as making the directory, which fails here:

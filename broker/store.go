@@ -129,10 +129,12 @@ func (s *Store) reservedSeqs(bound uint64) {
 // its checks) it rebuilds the state from the whole log, which is the
 // source of truth. A second Open of the same directory, in this process or
 // another, fails with Locked. A log that fails verification fails with
-// Corrupt, naming the file and byte offset (see Options.Salvage).
+// Corrupt, naming the file and byte offset (see Options.Salvage). An empty
+// dir, or Options outside their documented bounds, fail with
+// QueueMisconfigured before anything is made.
 func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
-		return nil, errors.New("broker: open: the directory path is empty")
+		return nil, fmt.Errorf("broker: open: the directory path is empty: %w", QueueMisconfigured)
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {

@@ -20,17 +20,16 @@ import (
 	"github.com/walbroker/walbroker/vfs"
 )
 
-var (
-	backupJobs = policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
-	backupDLQ  = policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.MaxDeliveries = 1 })
-)
+// keyedJobs is a queue of 1 KiB messages that remembers dedup keys for an
+// hour.
+var keyedJobs = policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
 
 // fillForBackup gives e's store messages in every state over several
 // segments, the oldest of them reclaimed: ready, leased (it returns their
 // receipts), delayed after a nack, dead letters, dedup keys of messages
 // acknowledged.
 func fillForBackup(t *testing.T, e *env) []broker.ReceiptValue {
-	jobs, dlq := e.queue("jobs", backupJobs), e.queue("dlq", backupDLQ)
+	jobs, dlq := e.queue("jobs", keyedJobs), e.queue("dlq", dlqPolicy)
 	for i := range 40 {
 		_, err := jobs.PublishKeyed(ctx(t), fmt.Sprintf("key-%02d", i), []byte(fmt.Sprintf("keyed-%02d-%s", i, strings.Repeat("k", 300))))
 		require.NoError(t, err)
@@ -83,7 +82,7 @@ func TestABackupOpensToTheStateItCopied(t *testing.T) {
 	require.Equal(t, want, broker.Dump(e.s), "a backup changes nothing in the store")
 
 	// The store goes on; the copy does not follow it.
-	jobs := e.queue("jobs", backupJobs)
+	jobs := e.queue("jobs", keyedJobs)
 	for _, r := range held {
 		require.NoError(t, jobs.Ack(ctx(t), r))
 	}
@@ -98,7 +97,7 @@ func TestABackupOpensToTheStateItCopied(t *testing.T) {
 		require.NoError(t, err)
 		requireSameState(t, want, broker.Dump(b), dir)
 		require.Equal(t, dir == rebuilt, b.Recovery().IndexRebuilt)
-		bj, err := b.Queue("jobs", backupJobs)
+		bj, err := b.Queue("jobs", keyedJobs)
 		require.NoError(t, err)
 		require.NoError(t, bj.Ack(ctx(t), held[0]), "the copy honours a receipt the store issued")
 		dup, err := bj.PublishKeyed(ctx(t), "key-07", []byte("again"))
@@ -113,7 +112,7 @@ func TestABackupOpensToTheStateItCopied(t *testing.T) {
 // (marked) at the same place, and refuses to touch an unmarked one.
 func TestBackupRefusesADirectoryItMustNotWrite(t *testing.T) {
 	e := newEnv(t, broker.ManualMaintenance)
-	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	mustPublish(t, e.queue("jobs", keyedJobs), "one")
 	root := t.TempDir()
 
 	err := e.s.Backup(ctx(t), "")
@@ -181,7 +180,7 @@ func requireEmptyDir(t *testing.T, dir string) {
 func faultyBackupEnv(t *testing.T) (*env, *vfs.FaultFS, *broker.Queue) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.SegmentBytes = ffs, broker.MinSegmentBytes })
-	jobs := e.queue("jobs", backupJobs)
+	jobs := e.queue("jobs", keyedJobs)
 	for i := range 100 {
 		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
 	}
@@ -251,7 +250,7 @@ func TestAnUnfinishedRemovalLeavesTheMarkForTheNextBackup(t *testing.T) {
 // of its directory, which it makes only for a copy it goes on to write.
 func TestABackupRefusedAtTheStartWritesNothing(t *testing.T) {
 	e := newEnv(t, broker.ManualMaintenance)
-	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	mustPublish(t, e.queue("jobs", keyedJobs), "one")
 	root := t.TempDir()
 	parent := filepath.Join(root, "nightly")
 
@@ -318,7 +317,7 @@ func TestBackupsWhileTheStoreRuns(t *testing.T) {
 	s, err := broker.Open(dir, broker.Options{SegmentBytes: broker.MinSegmentBytes})
 	require.NoError(t, err)
 	defer s.Close()
-	q, err := s.Queue("jobs", backupJobs)
+	q, err := s.Queue("jobs", keyedJobs)
 	require.NoError(t, err)
 
 	type life struct{ published, ackStarted, acked atomic.Int64 } // UnixNano, 0 for not yet
@@ -387,7 +386,7 @@ func TestBackupsWhileTheStoreRuns(t *testing.T) {
 
 		b, err := broker.Open(dst, broker.Options{SegmentBytes: broker.MinSegmentBytes, Now: func() time.Time { return time.Unix(0, ended).Add(time.Hour) }})
 		require.NoError(t, err)
-		bq, err := b.Queue("jobs", backupJobs)
+		bq, err := b.Queue("jobs", keyedJobs)
 		require.NoError(t, err)
 		in := map[string]bool{}
 		for {
@@ -433,7 +432,7 @@ func TestBackupsWhileTheStoreRuns(t *testing.T) {
 func TestCallsGoOnWhileABackupCopies(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.SegmentBytes = ffs, broker.MinSegmentBytes })
-	jobs := e.queue("jobs", backupJobs)
+	jobs := e.queue("jobs", keyedJobs)
 	for i := range 200 {
 		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
 		if i%10 != 0 {
@@ -504,7 +503,7 @@ func TestCallsGoOnWhileABackupCopies(t *testing.T) {
 func TestABackupWithoutACheckpointWritesNothing(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS = ffs })
-	mustPublish(t, e.queue("jobs", backupJobs), "one")
+	mustPublish(t, e.queue("jobs", keyedJobs), "one")
 	root := t.TempDir()
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
 	require.ErrorIs(t, e.s.Backup(ctx(t), filepath.Join(root, "a")), syscall.EIO)
@@ -589,7 +588,7 @@ func TestABackupRacingCloseCompletesOrLeavesNothing(t *testing.T) {
 		dir := filepath.Join(root, fmt.Sprintf("store-%d", i))
 		s, err := broker.Open(dir, broker.Options{SegmentBytes: broker.MinSegmentBytes})
 		require.NoError(t, err)
-		q, err := s.Queue("jobs", backupJobs)
+		q, err := s.Queue("jobs", keyedJobs)
 		require.NoError(t, err)
 		for j := range 60 {
 			_, err := q.Publish(ctx(t), []byte(fmt.Sprintf("m-%d-%s", j, strings.Repeat("x", 300))))
@@ -624,7 +623,7 @@ func TestABackupRacingCloseCompletesOrLeavesNothing(t *testing.T) {
 // directories give two copies.
 func TestConcurrentBackups(t *testing.T) {
 	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
-	jobs := e.queue("jobs", backupJobs)
+	jobs := e.queue("jobs", keyedJobs)
 	for i := range 100 {
 		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
 	}
@@ -762,13 +761,13 @@ func TestBackupOfAnEmptyStore(t *testing.T) {
 	e := newEnv(t, broker.ManualMaintenance)
 	root := t.TempDir()
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "empty")))
-	e.queue("jobs", backupJobs)
+	e.queue("jobs", keyedJobs)
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "declared")))
 	for name, queues := range map[string][]string{"empty": {}, "declared": {"jobs"}} {
 		b, err := broker.Open(filepath.Join(root, name), e.opts)
 		require.NoError(t, err, name)
 		require.Equal(t, queues, b.Queues(), name)
-		q, err := b.Queue("jobs", backupJobs)
+		q, err := b.Queue("jobs", keyedJobs)
 		require.NoError(t, err)
 		mustPublish(t, q, "a copy takes publishes")
 		require.NoError(t, b.Close())

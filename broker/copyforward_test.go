@@ -121,13 +121,8 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 		require.NoError(t, s.Maintain())
 	}
 	require.Positive(t, s.Stats().BytesReclaimed, "the message's first segment is gone")
-	require.NoError(t, s.Close())
 
-	// Without the index, the store is rebuilt from the log alone.
-	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
-	s, err = broker.Open(dir, opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
+	s = rebuildFromLog(t, s, dir, opts)
 	q, err = s.Queue("stuck", lowered)
 	require.NoError(t, err)
 	again, err := q.Receive(ctx(t), 1)
@@ -135,6 +130,19 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	require.Len(t, again, 1)
 	require.Equal(t, m.ID, again[0].Message.ID)
 	require.Equal(t, 2, again[0].Deliveries, "the delivery before the copy still counts")
+}
+
+// rebuildFromLog closes s, removes its index and opens dir again: the
+// store then holds what its log alone says. It is closed at cleanup.
+func rebuildFromLog(t *testing.T, s *broker.Store, dir string, opts broker.Options) *broker.Store {
+	t.Helper()
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	require.True(t, s.Recovery().IndexRebuilt)
+	return s
 }
 
 // churnSegments publishes and acknowledges messages of about 1 KiB on a
@@ -178,8 +186,7 @@ func TestCopyForwardWritesEveryStateIntoTheLog(t *testing.T) {
 	opts := reclaimOptions(clock, nil)
 	s, err := broker.Open(dir, opts)
 	require.NoError(t, err)
-	keyed := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
-	q, err := s.Queue("pinned", keyed)
+	q, err := s.Queue("pinned", keyedJobs)
 	require.NoError(t, err)
 	dlq, err := s.Queue("dlq", dlqPolicy)
 	require.NoError(t, err)
@@ -211,16 +218,10 @@ func TestCopyForwardWritesEveryStateIntoTheLog(t *testing.T) {
 	require.Positive(t, st.CopiedForward, "the pinned records were copied forward")
 	require.Positive(t, st.BytesReclaimed, "the segment they pinned is gone")
 	want := broker.Dump(s)
-	require.NoError(t, s.Close())
 
-	// Without the index, the store is rebuilt from the log alone.
-	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
-	s, err = broker.Open(dir, opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
-	require.True(t, s.Recovery().IndexRebuilt)
+	s = rebuildFromLog(t, s, dir, opts)
 	requireSameState(t, want, broker.Dump(s), "the store rebuilt from its log")
-	q, err = s.Queue("pinned", keyed)
+	q, err = s.Queue("pinned", keyedJobs)
 	require.NoError(t, err)
 	require.NoError(t, q.Ack(ctx(t), held), "the receipt of the lease copied forward")
 }
@@ -236,8 +237,7 @@ func TestCopyForwardLeavesAKeyWithTheMessageThatTookItLast(t *testing.T) {
 	opts := reclaimOptions(clock, nil)
 	s, err := broker.Open(dir, opts)
 	require.NoError(t, err)
-	keyed := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.DedupWindow = time.Hour })
-	q, err := s.Queue("keyed", keyed)
+	q, err := s.Queue("keyed", keyedJobs)
 	require.NoError(t, err)
 	_, err = q.PublishKeyed(ctx(t), "order-7", []byte("first"))
 	require.NoError(t, err)
@@ -253,14 +253,10 @@ func TestCopyForwardLeavesAKeyWithTheMessageThatTookItLast(t *testing.T) {
 	}
 	require.Positive(t, s.Stats().CopiedForward, "the first message was copied forward")
 	want := broker.Dump(s)
-	require.NoError(t, s.Close())
 
-	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
-	s, err = broker.Open(dir, opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
+	s = rebuildFromLog(t, s, dir, opts)
 	requireSameState(t, want, broker.Dump(s), "the store rebuilt from its log")
-	q, err = s.Queue("keyed", keyed)
+	q, err = s.Queue("keyed", keyedJobs)
 	require.NoError(t, err)
 	dup, err := q.PublishKeyed(ctx(t), "order-7", []byte("third"))
 	require.NoError(t, err)

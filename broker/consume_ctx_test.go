@@ -29,18 +29,12 @@ func (c cancelOnWake) Wake() WakeValue {
 // done: a handler that honours its context fails them, and a message with
 // one delivery allowed is dead-lettered without ever being worked on.
 func TestConsumeLeasesNothingOnceCtxHasEnded(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("work"))
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1}, "work")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var handled atomic.Int64
-	err = Consume(ctx, cancelOnWake{Queue: q, cancel: cancel}, func(hctx context.Context, d DeliveryValue) error {
+	err := Consume(ctx, cancelOnWake{Queue: q, cancel: cancel}, func(hctx context.Context, d DeliveryValue) error {
 		handled.Add(1)
 		return hctx.Err() // a handler that honours its context
 	}, ConsumeOptions{})
@@ -71,20 +65,14 @@ func (c cancelOnCarry) receiveAcking(ctx context.Context, max int, receipts []Re
 // ending could make that Receive refuse them, nothing would ack those
 // messages and they would be delivered again, though handled.
 func TestConsumeKeepsTheAcksItCarriesWhenCtxEndsDuringTheReceive(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("work"))
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3}, "work")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var handled atomic.Int64
 	// One handler at a time: the loop's next Receive waits for the
 	// handler's slot, so it is the one that carries the ack.
-	err = Consume(ctx, cancelOnCarry{Queue: q, cancel: cancel}, func(context.Context, DeliveryValue) error {
+	err := Consume(ctx, cancelOnCarry{Queue: q, cancel: cancel}, func(context.Context, DeliveryValue) error {
 		handled.Add(1)
 		return nil
 	}, ConsumeOptions{})

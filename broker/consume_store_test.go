@@ -15,11 +15,7 @@ import (
 // Every success must still be acked: in a busy queue, when the queue goes
 // idle, and when ctx ends.
 func TestConsumeOverStoreAcksEverySuccess(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -41,7 +37,7 @@ func TestConsumeOverStoreAcksEverySuccess(t *testing.T) {
 
 	// The queue is idle now: one more message, handled, must be acked
 	// without any later message to carry its ack.
-	_, err = q.Publish(ctx, []byte("lone"))
+	_, err := q.Publish(ctx, []byte("lone"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return q.Stats().Acked == busy+1 }, 10*time.Second, time.Millisecond,
 		"a lone message's ack does not wait for another message")
@@ -119,11 +115,7 @@ func (w *deadLetterWatch) DeleteDeadLetter(ctx context.Context, id string) error
 // dead-letters what fails for good and leaves the dead letters as
 // evidence, replaying and deleting none of them.
 func TestConsumeNeverReplaysOrDeletesADeadLetter(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
 	w := &deadLetterWatch{Queue: q}
 	for _, p := range []string{"fails", "not retryable", "panics", "succeeds"} {
 		_, err := q.Publish(t.Context(), []byte(p))
@@ -181,15 +173,7 @@ func (f *failingAfterFirstReceive) receiveAcking(ctx context.Context, max int, r
 // was waiting out a Receive error), and one that finishes after the loop
 // stopped, when no Receive can carry its ack.
 func TestConsumeOverStoreAcksTheSuccessesPendingWhenCtxEnds(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("before"))
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("after"))
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3}, "before", "after")
 
 	gates := map[string]chan struct{}{"before": make(chan struct{}), "after": make(chan struct{})}
 	var started sync.WaitGroup
@@ -220,13 +204,7 @@ func TestConsumeOverStoreAcksTheSuccessesPendingWhenCtxEnds(t *testing.T) {
 // Receive is coming to carry its ack, and the loop is waiting on the
 // queue, which has nothing for it for an hour (the handler's own lease).
 func TestConsumeOverAnIdleStoreAcksAHandlerThatFinishesLate(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer s.Close()
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3})
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("slow"))
-	require.NoError(t, err)
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3}, "slow")
 	started, gate := make(chan struct{}), make(chan struct{})
 	startConsume(t, q, func(context.Context, DeliveryValue) error {
 		close(started)
@@ -238,4 +216,20 @@ func TestConsumeOverAnIdleStoreAcksAHandlerThatFinishesLate(t *testing.T) {
 	close(gate)
 	require.Eventually(t, func() bool { return q.Stats().Acked == 1 }, 10*time.Second, time.Millisecond,
 		"the ack waits for a Receive that is not coming")
+}
+
+// storeQueue opens a store in a fresh directory, closed at cleanup, and
+// its queue "jobs" under p, holding one message per payload.
+func storeQueue(t *testing.T, p PolicyValue, payloads ...string) *Queue {
+	t.Helper()
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue("jobs", p)
+	require.NoError(t, err)
+	for _, payload := range payloads {
+		_, err := q.Publish(context.Background(), []byte(payload))
+		require.NoError(t, err)
+	}
+	return q
 }

@@ -235,6 +235,19 @@ func (f *fakeBroker) Reject(ctx context.Context, r ReceiptValue, cause error) er
 	return nil
 }
 
+// awaitExtends waits for n successful Extends, or for ctx to end, as a
+// handler that works across n renewals of its lease.
+func (f *fakeBroker) awaitExtends(ctx context.Context, n int) error {
+	for range n {
+		select {
+		case <-f.extended:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (f *fakeBroker) Extend(ctx context.Context, r ReceiptValue, by time.Duration) (LeaseValue, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -370,14 +370,7 @@ func TestConsumeExtendsLease(t *testing.T) {
 	var first ReceiptValue
 	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
 		first = d.Lease.Receipt
-		for range 3 {
-			select {
-			case <-f.extended:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
+		return f.awaitExtends(ctx, 3)
 	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute})
 	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
 
@@ -399,14 +392,7 @@ func TestConsumeExtendsByTwiceExtendEveryByDefault(t *testing.T) {
 	f.Publish(context.Background(), []byte("slow"))
 	const every = 5 * time.Millisecond
 	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
-		for range 2 {
-			select {
-			case <-f.extended:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
+		return f.awaitExtends(ctx, 2)
 	}, ConsumeOptions{ExtendEvery: every})
 	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
 

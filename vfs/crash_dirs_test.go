@@ -262,19 +262,7 @@ func TestCrashFSADirectoryMadeRenamedOrRemovedIsAChangeOfNamesOfItsOwn(t *testin
 		{"b/": "", "e/": "", "x": "", "c/": ""},
 		{"b/": "", "x": "", "c/": ""},
 	}
-	seen := make([]bool, len(prefixes))
-	for seed := uint64(0); seed < 60; seed++ {
-		got := cloneDirs(t, c, root, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
-		i := 0
-		for i < len(prefixes) && !equalTree(prefixes[i], got) {
-			i++
-		}
-		require.Less(t, i, len(prefixes), "seed %d: %v is no prefix of the changes", seed, got)
-		seen[i] = true
-	}
-	for i, ok := range seen {
-		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
-	}
+	requireEveryPrefix(t, prefixes, 60, func(o CrashOptions) map[string]string { return cloneDirs(t, c, root, o) })
 }
 
 // TestCrashFSADirectoryRenamedOverARemovedOneShowsOnlyItsOwnFiles: what the

@@ -41,19 +41,7 @@ func TestCrashFSUnsyncedNameChangesMaySurviveInOrder(t *testing.T) {
 		{"old": "old", "CURRENT": "v2", "new": "data"},
 		{"CURRENT": "v2", "new": "data"},
 	}
-	seen := make([]bool, len(prefixes))
-	for seed := uint64(0); seed < 200; seed++ {
-		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
-		i := 0
-		for i < len(prefixes) && !equalTree(prefixes[i], got) {
-			i++
-		}
-		require.Less(t, i, len(prefixes), "seed %d: %v is no prefix of the changes", seed, got)
-		seen[i] = true
-	}
-	for i, ok := range seen {
-		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
-	}
+	requireEveryPrefix(t, prefixes, 200, func(o CrashOptions) map[string]string { return cloneTree(t, c, o) })
 
 	require.Equal(t, prefixes[0], cloneTree(t, c, keepNone), "keeping nothing unsynced keeps no unsynced name")
 	require.NoError(t, c.SyncDir(dir))
@@ -70,4 +58,25 @@ func equalTree(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// requireEveryPrefix clones, with seeds 0 to seeds-1 and half the unsynced
+// changes kept, and requires each clone to hold exactly one of prefixes —
+// the state after the first i unsynced changes of names — and every one of
+// them to be held by some clone.
+func requireEveryPrefix(t *testing.T, prefixes []map[string]string, seeds uint64, clone func(CrashOptions) map[string]string) {
+	t.Helper()
+	seen := make([]bool, len(prefixes))
+	for seed := range seeds {
+		got := clone(CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
+		i := 0
+		for i < len(prefixes) && !equalTree(prefixes[i], got) {
+			i++
+		}
+		require.Less(t, i, len(prefixes), "seed %d: %v is no prefix of the changes", seed, got)
+		seen[i] = true
+	}
+	for i, ok := range seen {
+		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
+	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -406,8 +407,33 @@ func TestConsumeExtendsByTwiceExtendEveryByDefault(t *testing.T) {
 
 func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
 	f := newFake()
-	f.Publish(context.Background(), []byte("slow"))
 	log, logs := newTestLogger()
+	requireLostLeaseCancelsHandler(t, f, log, func() {
+		f.clock.Advance(time.Hour) // the lease lapses behind the handler's back
+	})
+	require.Contains(t, logs.String(), "lease lost")
+}
+
+// A renewal refused with UnknownReceipt, as a broker may answer for a
+// receipt that no longer names a live lease (API.md §5.7), is a lost lease
+// as LeaseExpired is: the handler's context is cancelled and nothing is
+// settled.
+func TestConsumeTakesAnUnknownReceiptOnRenewalAsALostLease(t *testing.T) {
+	f := newFake()
+	requireLostLeaseCancelsHandler(t, f, nil, func() {
+		f.mu.Lock()
+		clear(f.leases) // the broker no longer knows the receipt
+		f.mu.Unlock()
+	})
+}
+
+// requireLostLeaseCancelsHandler runs Consume over f, renewing leases, with
+// one message whose handler waits for its context; once the handler runs,
+// lose takes its lease away. The handler's context must then be cancelled,
+// and the lease neither settled nor tried.
+func requireLostLeaseCancelsHandler(t *testing.T, f *fakeBroker, log *slog.Logger, lose func()) {
+	t.Helper()
+	f.Publish(context.Background(), []byte("slow"))
 	started := make(chan struct{})
 	var cancelled atomic.Bool
 	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
@@ -421,33 +447,7 @@ func TestConsumeLeaseLostCancelsHandler(t *testing.T) {
 	case <-time.After(eventually):
 		t.Fatal("handler did not start")
 	}
-	f.clock.Advance(time.Hour) // the lease lapses behind the handler's back
-	require.Eventually(t, cancelled.Load, eventually, tick, "the handler's context is cancelled")
-	require.ErrorIs(t, r.stop(t), context.Canceled)
-	require.Empty(t, f.calls(), "a lost lease is neither acked nor nacked")
-	require.Zero(t, f.settles.Load(), "nor is it tried with the dead receipt")
-	require.Contains(t, logs.String(), "lease lost")
-}
-
-// A renewal refused with UnknownReceipt, as a broker may answer for a
-// receipt that no longer names a live lease (API.md §5.7), is a lost lease
-// as LeaseExpired is: the handler's context is cancelled and nothing is
-// settled.
-func TestConsumeTakesAnUnknownReceiptOnRenewalAsALostLease(t *testing.T) {
-	f := newFake()
-	f.Publish(context.Background(), []byte("slow"))
-	started := make(chan struct{})
-	var cancelled atomic.Bool
-	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
-		close(started)
-		<-ctx.Done()
-		cancelled.Store(true)
-		return ctx.Err()
-	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, ExtendBy: time.Minute})
-	<-started
-	f.mu.Lock()
-	clear(f.leases) // the broker no longer knows the receipt
-	f.mu.Unlock()
+	lose()
 	require.Eventually(t, cancelled.Load, eventually, tick, "the handler's context is cancelled")
 	require.ErrorIs(t, r.stop(t), context.Canceled)
 	require.Empty(t, f.calls(), "a lost lease is neither acked nor nacked")

@@ -214,6 +214,26 @@ func (d damage) span(size int) (int, int) {
 	return d.off, size
 }
 
+// touched returns the IDs of the messages whose records the damage
+// touched in a file of size bytes made of frames, with every record of
+// their groups (a group is whole or gone).
+func (d damage) touched(frames []frame, size int) map[string]bool {
+	from, to := d.span(size)
+	groups := map[int]bool{}
+	for _, f := range frames {
+		if f.end > from && f.off < to || d.kind == "cut" && f.off >= from {
+			groups[f.group] = true
+		}
+	}
+	touched := map[string]bool{}
+	for _, f := range frames {
+		if id, ok := eventMessage(f.body); ok && groups[f.group] {
+			touched[id] = true
+		}
+	}
+	return touched
+}
+
 // randomDamage returns a random damage of the file of size bytes within
 // [from, to).
 func randomDamage(rng *rand.Rand, file string, from, to int) damage {
@@ -453,21 +473,7 @@ func checkSyncedDamage(dir string, j *journal, d damage, frames []frame, size in
 			}
 		}
 	}
-	// The messages whose records the damage touched, with every record of
-	// their groups (a group is whole or gone).
-	from, to := d.span(size)
-	groups := map[int]bool{}
-	for _, f := range frames {
-		if f.end > from && f.off < to || d.kind == "cut" && f.off >= from {
-			groups[f.group] = true
-		}
-	}
-	touched := map[string]bool{}
-	for _, f := range frames {
-		if id, ok := eventMessage(f.body); ok && groups[f.group] {
-			touched[id] = true
-		}
-	}
+	touched := d.touched(frames, size)
 	if class, msg := checkSalvaged(sobs, j, touched); msg != "" {
 		return class, fmt.Sprintf("after Salvage (LostMessages %v; records damaged for %v):\n%s", rec.LostMessages, sortedKeys(touched), msg)
 	}
@@ -878,21 +884,7 @@ func salvageDamaged(t *testing.T, root string, tpl template, d damage) (*observa
 	if err != nil {
 		t.Fatalf("%v: Open with Salvage: %v", d, err)
 	}
-	from, to := d.span(len(orig))
-	frames := parseFrames(orig)
-	groups := map[int]bool{}
-	for _, f := range frames {
-		if f.end > from && f.off < to || d.kind == "cut" && f.off >= from {
-			groups[f.group] = true
-		}
-	}
-	touched := map[string]bool{}
-	for _, f := range frames {
-		if id, ok := eventMessage(f.body); ok && groups[f.group] {
-			touched[id] = true
-		}
-	}
-	return obs, touched
+	return obs, d.touched(parseFrames(orig), len(orig))
 }
 
 // A damaged record in the preamble of the first segment of the log (the

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/internal/sentinel"
 )
 
 // The memory broker's own tests. Its promises of the port are the
@@ -225,20 +226,6 @@ func TestMemoryBehavesAsFileStore(t *testing.T) {
 	t.Logf("outcomes: %v", d.seen)
 }
 
-// sentinel names the error of this module that err wraps, or its text.
-func sentinel(err error) string {
-	if err == nil {
-		return "nil"
-	}
-	for _, s := range []*broker.Error{broker.MessageTooLarge, broker.InvalidBatchSize, broker.LeaseExpired, broker.UnknownReceipt,
-		broker.QueueMisconfigured, broker.DeadLetterNotFound, broker.QueueFull, broker.Closed, broker.InvalidDedupKey} {
-		if errors.Is(err, s) {
-			return s.Reason()
-		}
-	}
-	return "other: " + err.Error()
-}
-
 // sameMessage requires two MessageValues to be the same message; the
 // first time a file store ID is seen it is paired with the memory one.
 func (d *differential) sameMessage(what string, f, m broker.MessageValue) {
@@ -255,8 +242,8 @@ func (d *differential) sameMessage(what string, f, m broker.MessageValue) {
 
 func (d *differential) sameErr(what string, fe, me error) bool {
 	d.t.Helper()
-	require.Equal(d.t, sentinel(fe), sentinel(me), "%s: errors differ: file %v, memory %v", what, fe, me)
-	d.seen[what+" "+sentinel(fe)]++
+	require.Equal(d.t, sentinel.Of(fe), sentinel.Of(me), "%s: errors differ: file %v, memory %v", what, fe, me)
+	d.seen[what+" "+sentinel.Of(fe)]++
 	return fe == nil
 }
 

@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/internal/sentinel"
 )
 
 // The model check drives a store and a reference model of its documented
@@ -191,31 +191,16 @@ func (mc *modelCheck) settle() {
 	}
 }
 
-// errClass names the sentinel err wraps.
-func errClass(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	for _, s := range []*broker.Error{broker.MessageTooLarge, broker.InvalidBatchSize, broker.LeaseExpired,
-		broker.UnknownReceipt, broker.QueueMisconfigured, broker.DeadLetterNotFound, broker.QueueFull,
-		broker.Closed, broker.Corrupt, broker.Locked, broker.InvalidDedupKey} {
-		if errors.Is(err, s) {
-			return s.Reason()
-		}
-	}
-	return "other: " + err.Error()
-}
-
 func (mc *modelCheck) expect(want string, err error, what string) bool {
 	mc.t.Helper()
-	mc.logf("  %s -> %s", what, errClass(err))
+	mc.logf("  %s -> %s", what, sentinel.Of(err))
 	op, _, _ := strings.Cut(what, "(")
 	op, _, _ = strings.Cut(op, " ")
 	if strings.HasSuffix(what, "duplicate") {
 		op += " duplicate"
 	}
-	mc.outcomes[op+" -> "+errClass(err)]++
-	require.Equal(mc.t, want, errClass(err), what)
+	mc.outcomes[op+" -> "+sentinel.Of(err)]++
+	require.Equal(mc.t, want, sentinel.Of(err), what)
 	return err == nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/internal/sentinel"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -158,21 +159,6 @@ var causes = []struct {
 	{fmt.Errorf("wrapped: %w", codeOnly(0x03000001)), broker.ReasonUnclassified, 0x03000001, ""},
 }
 
-// errClass names the sentinel err wraps: "ok" for nil.
-func errClass(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	for _, s := range []*broker.Error{broker.MessageTooLarge, broker.InvalidBatchSize, broker.LeaseExpired,
-		broker.UnknownReceipt, broker.QueueMisconfigured, broker.DeadLetterNotFound, broker.QueueFull,
-		broker.Closed, broker.Corrupt, broker.Locked, broker.InvalidDedupKey} {
-		if errors.Is(err, s) {
-			return s.Reason()
-		}
-	}
-	return "other: " + err.Error()
-}
-
 // twin is a store and the model it must agree with, side by side.
 type twin struct {
 	t       testing.TB
@@ -219,7 +205,7 @@ func (s *twin) check(ok bool, format string, args ...any) {
 // whether the call succeeded.
 func (s *twin) expect(want string, err error, what string) bool {
 	s.t.Helper()
-	got := errClass(err)
+	got := sentinel.Of(err)
 	s.logf("  %s -> %s", what, got)
 	if got != want {
 		s.fail("%s: got %s (%v), the model says %s", what, got, err, want)
@@ -315,11 +301,11 @@ func (r *runner) close() {
 	if err := r.store.Close(); err != nil {
 		r.fail("Close: %v", err)
 	}
-	r.check(errClass(r.store.Close()) == "CLOSED", "a second Close is not Closed")
+	r.check(sentinel.Of(r.store.Close()) == "CLOSED", "a second Close is not Closed")
 	_, err := r.qs[0].Publish(context.Background(), []byte("late"))
-	r.check(errClass(err) == "CLOSED", "a publish on a closed store: %v", err)
+	r.check(sentinel.Of(err) == "CLOSED", "a publish on a closed store: %v", err)
 	_, err = r.qs[1].Receive(context.Background(), 1)
-	r.check(errClass(err) == "CLOSED", "a receive on a closed store: %v", err)
+	r.check(sentinel.Of(err) == "CLOSED", "a receive on a closed store: %v", err)
 	r.store = nil
 }
 

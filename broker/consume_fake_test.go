@@ -14,15 +14,30 @@ import (
 // fakeClock is the fake broker's clock: real time plus an offset the test
 // moves forward, so timers in Consume and visibility in the fake agree
 // until a test jumps ahead on purpose.
+// fakeClock follows the wall clock, moved on by Advance, unless Freeze
+// stopped it.
 type fakeClock struct {
 	mu     sync.Mutex
 	offset time.Duration
+	frozen time.Time // when not zero, the reading Advance moves from
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen.Add(c.offset)
+	}
 	return time.Now().Add(c.offset)
+}
+
+// Freeze stops the clock where it is: from then on only Advance moves it,
+// so that a lease of a few milliseconds lapses only when a test says so,
+// however late a loaded machine runs the renewal that keeps it.
+func (c *fakeClock) Freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = time.Now()
 }
 
 func (c *fakeClock) Advance(d time.Duration) {

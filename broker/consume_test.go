@@ -390,6 +390,7 @@ func TestConsumeExtendsLease(t *testing.T) {
 // may fail, or come late, and the lease still holds until the next.
 func TestConsumeExtendsByTwiceExtendEveryByDefault(t *testing.T) {
 	f := newFake()
+	f.clock.Freeze() // leases of 10 ms must not lapse behind a late renewal
 	f.Publish(context.Background(), []byte("slow"))
 	const every = 5 * time.Millisecond
 	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
@@ -705,6 +706,7 @@ func TestConsumeLeavesNoGoroutineBehind(t *testing.T) {
 func TestConsumeSurvivesAHandlerThatEndsItsGoroutine(t *testing.T) {
 	for _, extend := range []time.Duration{0, time.Millisecond} {
 		f := newFake()
+		f.clock.Freeze() // leases of 2 ms must not lapse behind a late ack
 		const messages, concurrency = 40, 2
 		for range messages {
 			f.Publish(context.Background(), []byte("x"))

@@ -215,7 +215,11 @@ func TestThePoisonIsTheFirstFailure(t *testing.T) {
 	l := mustOpen(t, t.TempDir(), Options{FS: fs, SegmentBytes: 1024})
 	defer l.Close()
 	es := appendRecords(t, l, 0, 40)
-	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return strings.Contains(n, ".seg") }, Times: 1, Err: syscall.EIO})
+	// The writer's next fdatasync is of the active segment (its commit, or
+	// its seal when the append rotates); the next segment, which may be
+	// being prepared meanwhile, must not take the failure.
+	active := segName(es[len(es)-1].pos.Segment())
+	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return strings.Contains(n, active) }, Times: 1, Err: syscall.EIO})
 	_, err := l.Append(record(100))
 	require.ErrorIs(t, err, syscall.EIO)
 	fs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Times: 1, Err: syscall.ENOSPC})

@@ -560,8 +560,10 @@ func TestACheckpointThatDoesNotReadIsDamaged(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, checkpointName), 0o700))
 	_, _, err := Load(vfs.Default, dir)
+	// (ext4 gives a directory a size and fails its read with EISDIR;
+	// tmpfs gives it one too small for a header. Either is damage; the
+	// wrapped cause is checked with EIO below.)
 	require.ErrorIs(t, err, ErrDamaged)
-	require.ErrorIs(t, err, syscall.EISDIR)
 	require.ErrorContains(t, err, checkpointName)
 
 	dir = t.TempDir()

@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -589,4 +590,18 @@ func TestNoMessageHoldsNoLease(t *testing.T) {
 	require.NoError(t, x.Apply(wal.MakePosition(1, 200), &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50}))
 	require.True(t, LeaseLive(q.Get(1), 49))
 	require.False(t, LeaseLive(q.Get(2), 49))
+}
+
+// TestAnUnknownKindIsNamedByItsNumber: an error about an event of a kind
+// this code does not know names the kind by its number, whether the byte
+// is zero, just past the last kind, or far past it.
+func TestAnUnknownKindIsNamedByItsNumber(t *testing.T) {
+	require.Equal(t, "meta", KindMeta.String())
+	require.Equal(t, "mark", KindMark.String())
+	for _, k := range []Kind{0, KindMark + 1, 99, 255} {
+		require.Equal(t, fmt.Sprintf("kind(%d)", uint8(k)), k.String())
+		_, err := declared(t).Queue("q").Apply(wal.MakePosition(1, 64), &Event{Kind: k, Queue: 1, Seq: 1})
+		require.ErrorIs(t, err, ErrBadEvent)
+		require.ErrorContains(t, err, fmt.Sprintf("a kind(%d) event is not a message event", uint8(k)))
+	}
 }

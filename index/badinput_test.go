@@ -196,6 +196,10 @@ func TestQueueNumbersStayBelowTheStreamBit(t *testing.T) {
 	require.NoError(t, err)
 	_, ok = x.NextQueueID()
 	require.False(t, ok)
+	orphans := x.Orphans
+	require.NoError(t, x.Apply(wal.MakePosition(1, 300), &Event{Kind: KindPublish, Queue: id, Seq: 3, Time: 3, Payload: []byte("for last")}))
+	require.Equal(t, uint64(3), x.Queue("last").NextReady().Seq, "the last number below the bit takes messages")
+	require.Equal(t, orphans, x.Orphans)
 
 	for _, e := range []Event{
 		{Kind: KindDeclare, Queue: big, Name: "b"},

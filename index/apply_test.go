@@ -181,3 +181,25 @@ func TestLeasingAnyReadyMessageKeepsTheOthersInOrder(t *testing.T) {
 		require.Equal(t, want, got, "round %d", round)
 	}
 }
+
+// TestHoldsFindsEveryLiveMessageWhereverItIs: a message is held whether it
+// waits in the stream (published in order, never delivered), is active
+// (leased, or dead), or is published out of order; an acknowledged one,
+// or one never published, is not.
+func TestHoldsFindsEveryLiveMessageWhereverItIs(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	for i, at := range []int64{10, 20, 30, 5} {
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100*(i+1)), pub(uint64(i+1), at, "")))
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 500), &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 50}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 600), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 3, Deliveries: 1, Time: 60}))
+	require.Nil(t, q.Get(1), "1 waits in the stream")
+	require.NotNil(t, q.Get(4), "4, published out of order, is active")
+	for seq := uint64(1); seq <= 4; seq++ {
+		require.True(t, x.Holds(seq), "message %d", seq)
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 700), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
+	require.False(t, x.Holds(2), "an acknowledged message is gone")
+	require.False(t, x.Holds(9), "a message never published")
+}

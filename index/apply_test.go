@@ -203,3 +203,53 @@ func TestHoldsFindsEveryLiveMessageWhereverItIs(t *testing.T) {
 	require.False(t, x.Holds(2), "an acknowledged message is gone")
 	require.False(t, x.Holds(9), "a message never published")
 }
+
+// TestLiveInIsTheMessagesWhoseRecordStartsInTheRange: the live messages
+// whose publish record starts in [from, to) of a segment, in the stream or
+// active, dead letters included; a record starting at to is past the range,
+// and one in another segment is not in it.
+func TestLiveInIsTheMessagesWhoseRecordStartsInTheRange(t *testing.T) {
+	x := declared(t)
+	for i, off := range []int{100, 200, 300, 400} {
+		require.NoError(t, x.Apply(wal.MakePosition(1, off), pub(uint64(i+1), int64(10*(i+1)), "")))
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(2, 200), pub(5, 50, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 300), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 2, Deliveries: 1, Time: 60}))
+	require.Equal(t, []uint64{2, 3}, x.LiveIn(1, 200, 400))
+	require.Equal(t, []uint64{2, 3, 4}, x.LiveIn(1, 200, 401))
+	require.Equal(t, []uint64{1}, x.LiveIn(1, 0, 200))
+	require.Equal(t, []uint64{5}, x.LiveIn(2, 0, 1000))
+	require.Empty(t, x.LiveIn(3, 0, 1000))
+}
+
+// TestLargestLiveIsTheLongestRecordInTheLog: the largest live message is
+// found in the stream or among the active ones, dead letters included; a
+// Pending message, whose record is not in the log yet, is not one.
+func TestLargestLiveIsTheLongestRecordInTheLog(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	publish := func(pos wal.Position, seq uint64, at int64, n int) {
+		t.Helper()
+		e := pub(seq, at, "")
+		e.Payload = make([]byte, n)
+		_, err := q.Apply(pos, e)
+		require.NoError(t, err)
+	}
+	publish(wal.MakePosition(1, 100), 1, 10, 10)
+	publish(wal.MakePosition(1, 200), 2, 20, 300)
+	publish(wal.MakePosition(1, 600), 3, 30, 20)
+	require.Nil(t, q.Get(2), "2 is in the stream")
+	seq, size := x.LargestLive()
+	require.Equal(t, uint64(2), seq)
+	require.Equal(t, publishSize(&Event{Kind: KindPublish, Queue: 1, Seq: 2, Time: 20, Payload: make([]byte, 300)}), size)
+
+	require.NoError(t, x.Apply(wal.MakePosition(1, 700), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
+	publish(wal.MakePosition(1, 800), 4, 5, 200) // out of order: active
+	require.NoError(t, x.Apply(wal.MakePosition(1, 900), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 4, Deliveries: 1, Time: 60}))
+	publish(0, 5, 40, 500) // Pending
+	seq, _ = x.LargestLive()
+	require.Equal(t, uint64(4), seq, "the dead letter, not the Pending message")
+	require.NoError(t, q.Commit(5, wal.MakePosition(2, 100)))
+	seq, _ = x.LargestLive()
+	require.Equal(t, uint64(5), seq, "once committed")
+}

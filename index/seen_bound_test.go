@@ -31,3 +31,31 @@ func TestCopyingAKeyForwardKeepsOneEntryForIt(t *testing.T) {
 	require.Len(t, uses, 1, "the key pins only the segment of its last copy")
 	require.Equal(t, 1, uses[999].Keys)
 }
+
+// TestAKeyCopiedForwardAfterItsMessageLeftTheStreamRevivesNothing: the key
+// of a message acknowledged behind the stream's head (another message still
+// waits before it) is copied forward as a publish and its ack. That publish
+// is of a sequence the stream already passed: it must not rejoin the
+// stream, where the ack no longer finds it and it would be counted, and
+// walked to, as a message nobody can receive.
+func TestAKeyCopiedForwardAfterItsMessageLeftTheStreamRevivesNothing(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 10, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 128), pub(2, 20, "k")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 192), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
+	// What Queue.copyForward applies for a key whose message is gone.
+	require.NoError(t, x.Apply(wal.MakePosition(2, 64), &Event{Kind: KindPublish, Queue: 1, Seq: 2, Time: 20, Key: "k"}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 128), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
+	require.Zero(t, x.Orphans)
+	ready, _, _, _ := q.Counts()
+	require.Equal(t, 1, ready)
+	require.Equal(t, 1, q.Live())
+	require.Equal(t, uint64(1), q.NextReady().Seq)
+	require.NoError(t, x.Apply(wal.MakePosition(2, 192), &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 50}))
+	require.Nil(t, q.NextReady())
+	require.NoError(t, x.Damaged())
+	seq, _, ok := q.Seen("k")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), seq)
+}

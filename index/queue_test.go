@@ -285,3 +285,24 @@ func TestReadyOrderMergesStreamAndActive(t *testing.T) {
 		require.Equal(t, 50, leased)
 	}
 }
+
+// TestAPublishAppliedAtAPositionCommitsItsPendingMessage: a publish applied
+// at the position of its record, while its message is Pending, is that
+// message's commit there (as Commit is), not a copy of a record that was
+// never written: the message becomes receivable, counted in its segment.
+func TestAPublishAppliedAtAPositionCommitsItsPendingMessage(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	e := pub(1, 5, "")
+	_, err := q.Apply(0, e)
+	require.NoError(t, err)
+	require.Equal(t, Pending, q.Get(1).State)
+	pos := wal.MakePosition(1, 64)
+	require.NoError(t, x.Apply(pos, e))
+	m := q.NextReady()
+	require.NotNil(t, m, "the committed message is receivable")
+	require.Equal(t, uint64(1), m.Seq)
+	require.Equal(t, pos, m.Pos)
+	require.Equal(t, 1, q.Live())
+	require.Equal(t, map[uint32]SegmentUse{1: {Messages: 1, Bytes: int64(m.Size), MinSeq: 1, MaxSeq: 1}}, x.SegmentUses())
+}

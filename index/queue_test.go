@@ -306,3 +306,26 @@ func TestAPublishAppliedAtAPositionCommitsItsPendingMessage(t *testing.T) {
 	require.Equal(t, 1, q.Live())
 	require.Equal(t, map[uint32]SegmentUse{1: {Messages: 1, Bytes: int64(m.Size), MinSeq: 1, MaxSeq: 1}}, x.SegmentUses())
 }
+
+// TestAKeyPublishedAgainIsEvictedByItsLatestInstant: a log that publishes a
+// remembered key again for a later message (the eviction between them cut
+// away by salvage) leaves the key naming the later message; an eviction
+// past the first instant but not the second must keep it.
+func TestAKeyPublishedAgainIsEvictedByItsLatestInstant(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 100, "k")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), pub(2, 200, "k")))
+	seq, at, ok := q.Seen("k")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), seq)
+	require.Equal(t, int64(200), at)
+	require.False(t, q.EvictSeen(250, 100), "k, enqueued at 200, is 50 old")
+	seq, _, ok = q.Seen("k")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), seq)
+	require.True(t, q.EvictSeen(301, 100))
+	_, _, ok = q.Seen("k")
+	require.False(t, ok)
+	require.Zero(t, q.SeenCount())
+}

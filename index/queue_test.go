@@ -5,9 +5,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -305,6 +307,27 @@ func TestAPublishAppliedAtAPositionCommitsItsPendingMessage(t *testing.T) {
 	require.Equal(t, pos, m.Pos)
 	require.Equal(t, 1, q.Live())
 	require.Equal(t, map[uint32]SegmentUse{1: {Messages: 1, Bytes: int64(m.Size), MinSeq: 1, MaxSeq: 1}}, x.SegmentUses())
+}
+
+// TestAMessageIsCountedAtTheLengthOfItsRecord: the bytes a segment's use
+// counts for a message are its publish record's frame, exactly, whatever
+// the lengths of its varints (each length boundary on both sides, negative
+// instants included) and of its key.
+func TestAMessageIsCountedAtTheLengthOfItsRecord(t *testing.T) {
+	var events []*Event
+	for _, seq := range []uint64{1, 127, 128, 1<<14 - 1, 1 << 14, 1 << 40} {
+		for _, at := range []int64{0, 63, 64, -64, -65, 8191, 8192, -8192, -8193, math.MaxInt64, math.MinInt64} {
+			for _, key := range []string{"", "k", strings.Repeat("k", 127), strings.Repeat("k", 128)} {
+				events = append(events, &Event{Kind: KindPublish, Queue: 1, Seq: seq, Time: at, Key: key, Payload: []byte("payload")})
+			}
+		}
+	}
+	for _, e := range events {
+		x := declared(t)
+		require.NoError(t, x.Apply(wal.MakePosition(1, 64), e))
+		want := int64(segment.Size(len(e.Append(nil))))
+		require.Equal(t, want, x.SegmentUses()[1].Bytes, "seq %d, at %d, key of %d bytes", e.Seq, e.Time, len(e.Key))
+	}
 }
 
 // TestAKeyPublishedAgainIsEvictedByItsLatestInstant: a log that publishes a

@@ -59,3 +59,28 @@ func TestAKeyCopiedForwardAfterItsMessageLeftTheStreamRevivesNothing(t *testing.
 	require.True(t, ok)
 	require.Equal(t, uint64(2), seq)
 }
+
+// TestPinningNamesAKeyOnlyWhenItsMessageIsGone: what pins a segment is its
+// live messages and the keys of the gone ones. The key of a live message,
+// in the stream or active, is copied with its message; named as a key of
+// its own, its copy (a publish and an ack) would acknowledge the message.
+func TestPinningNamesAKeyOnlyWhenItsMessageIsGone(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 10, "stream")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 128), pub(2, 20, "leased")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 192), pub(3, 30, "gone")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 256), &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 90}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 320), &Event{Kind: KindLease, Queue: 1, Seq: 3, Deliveries: 1, Time: 90}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 384), &Event{Kind: KindAck, Queue: 1, Seq: 3}))
+	require.Nil(t, q.Get(1), "1 waits in the stream")
+	require.NotNil(t, q.Get(2), "2 is active")
+	u := x.SegmentUses()[1]
+	msgs, keys := q.Pinning(1, u.MinSeq, u.MaxSeq)
+	var seqs []uint64
+	for _, m := range msgs {
+		seqs = append(seqs, m.Seq)
+	}
+	require.Equal(t, []uint64{1, 2}, seqs)
+	require.Equal(t, []KeyRef{{Key: "gone", Seq: 3, EnqueuedAt: 30}}, keys)
+}

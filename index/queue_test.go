@@ -352,3 +352,25 @@ func TestAKeyPublishedAgainIsEvictedByItsLatestInstant(t *testing.T) {
 	require.False(t, ok)
 	require.Zero(t, q.SeenCount())
 }
+
+// TestAPendingMessageThatGoesAwayWasNeverCounted: a Pending message's
+// record is not in the log, so no segment or table chunk counts it; when
+// it goes (acknowledged or deleted before its commit) nothing is uncounted,
+// and a committed message of the same chunk stays counted there.
+func TestAPendingMessageThatGoesAwayWasNeverCounted(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), pub(1, 5, "")))
+	uses, chunks := x.SegmentUses(), x.LiveChunks()
+	for _, kind := range []Kind{KindAck, KindDelete} {
+		_, err := q.Apply(0, pub(2, 6, ""))
+		require.NoError(t, err)
+		require.Equal(t, Pending, q.Get(2).State)
+		_, err = q.Apply(0, &Event{Kind: kind, Queue: 1, Seq: 2})
+		require.NoError(t, err)
+		require.Nil(t, q.Get(2))
+		require.Equal(t, uses, x.SegmentUses(), "after a %s", kind)
+		require.Equal(t, chunks, x.LiveChunks(), "after a %s", kind)
+		require.Equal(t, 1, q.Live())
+	}
+}

@@ -374,3 +374,40 @@ func TestAPendingMessageThatGoesAwayWasNeverCounted(t *testing.T) {
 		require.Equal(t, 1, q.Live())
 	}
 }
+
+// TestACopiedRecordIsCountedAtItsOwnLength: a message copied forward may
+// get a shorter record (its key dropped once forgotten): its new segment
+// counts the copy's length, and its ack uncounts exactly that, whether the
+// message waited in the stream or was active. (The keys, which this test
+// does not evict, still pin the first segment.)
+func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	keyed := func(seq uint64, at int64) *Event {
+		e := pub(seq, at, "a-key-of-some-length")
+		e.Payload = []byte("payload")
+		return e
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), keyed(1, 10)))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 256), keyed(2, 20)))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 512), &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 90}))
+	require.Nil(t, q.Get(1), "1 waits in the stream")
+	require.NotNil(t, q.Get(2), "2 is active")
+	var want int64
+	for i, seq := range []uint64{1, 2} {
+		copied := keyed(seq, 10*int64(seq))
+		copied.Key = ""
+		require.NoError(t, x.Apply(wal.MakePosition(2, 64+256*i), copied))
+		want += int64(publishSize(copied))
+	}
+	require.Equal(t, SegmentUse{Messages: 2, Bytes: want, MinSeq: 1, MaxSeq: 2}, x.SegmentUses()[2])
+	_, size := x.LargestLive()
+	require.Equal(t, publishSize(&Event{Kind: KindPublish, Queue: 1, Seq: 2, Time: 20, Payload: []byte("payload")}), size)
+	require.NoError(t, x.Apply(wal.MakePosition(2, 700), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 800), &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 90}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 900), &Event{Kind: KindAck, Queue: 1, Seq: 1}))
+	for seg, u := range x.SegmentUses() {
+		require.Zero(t, u.Messages, "segment %d", seg)
+		require.Zero(t, u.Bytes, "segment %d: the acks uncounted other lengths than were counted", seg)
+	}
+}

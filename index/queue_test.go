@@ -411,3 +411,29 @@ func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
 		require.Zero(t, u.Bytes, "segment %d: the acks uncounted other lengths than were counted", seg)
 	}
 }
+
+// TestACommitOfAMessageNotPendingLeavesItAsItIs: a commit finds the
+// message committed already (a checkpoint commits every queued publish)
+// and, maybe, leased, dead or nacked since: it changes nothing, and the
+// message's segment counts it once.
+func TestACommitOfAMessageNotPendingLeavesItAsItIs(t *testing.T) {
+	x := declared(t)
+	q := x.Queue("q")
+	for seq := uint64(1); seq <= 3; seq++ {
+		_, err := q.Apply(0, pub(seq, int64(seq), ""))
+		require.NoError(t, err)
+		require.NoError(t, q.Commit(seq, wal.MakePosition(1, 64*int(seq))))
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(2, 64), &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 90, Nonce: 7}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 128), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 2, Deliveries: 1, Time: 50}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 192), &Event{Kind: KindLease, Queue: 1, Seq: 3, Deliveries: 1, Time: 90}))
+	require.NoError(t, x.Apply(wal.MakePosition(2, 256), &Event{Kind: KindNack, Queue: 1, Seq: 3, Deliveries: 1, Time: 80}))
+	before, uses := q.Dump(0), x.SegmentUses()
+	for seq := uint64(1); seq <= 3; seq++ {
+		require.NoError(t, q.Commit(seq, wal.MakePosition(3, 64*int(seq))))
+	}
+	require.Equal(t, before, q.Dump(0))
+	require.Equal(t, uses, x.SegmentUses())
+	require.Equal(t, Leased, q.Get(1).State)
+	require.Equal(t, uint64(7), q.Get(1).Nonce)
+}

@@ -66,3 +66,20 @@ func TestAClockAtTheLastReadingStillEvicts(t *testing.T) {
 	_, _, ok = q.Seen("b")
 	require.True(t, ok)
 }
+
+// TestALapseOfALastDeliveryStaysSeenWhenTheClockGoesBack: a lease on the
+// last allowed delivery that Promote saw lapse (the message exhausted, on
+// its way to the dead letters) is no longer held either, even at an earlier
+// reading of the clock.
+func TestALapseOfALastDeliveryStaysSeenWhenTheClockGoesBack(t *testing.T) {
+	x := declared(t) // MaxDeliveries 2
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 0, "")))
+	q := x.Queue("q")
+	q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 2, Time: 50, Nonce: 3})
+	m := q.Get(1)
+	require.True(t, LeaseLive(m, 49))
+	q.Promote(50)
+	require.Equal(t, []*Message{m}, q.Exhausted())
+	require.True(t, m.Lapsed)
+	require.False(t, LeaseLive(m, 49), "the clock went back: the lapse Promote saw stands")
+}

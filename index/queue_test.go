@@ -412,6 +412,31 @@ func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
 	}
 }
 
+// TestEvictionForgetsExactlyTheKeysPastTheWindow: however the keys'
+// instants interleave, each eviction forgets every key enqueued more than
+// the window before the clock, and no other.
+func TestEvictionForgetsExactlyTheKeysPastTheWindow(t *testing.T) {
+	for _, ats := range [][]int64{
+		{70, 20, 90, 10, 60, 30, 100, 50, 80, 40, 15, 95, 5, 85, 25, 65, 45, 55, 35, 75},
+		{100, 95, 90, 85, 80, 75, 70, 65, 60, 55, 50, 45, 40, 35, 30, 25, 20, 15, 10, 5},
+		{5, 100, 10, 95, 15, 90, 20, 85, 25, 80, 30, 75, 35, 70, 40, 65, 45, 60, 50, 55},
+	} {
+		x := declared(t)
+		q := x.Queue("q")
+		for i, at := range ats {
+			require.NoError(t, x.Apply(wal.MakePosition(1, 64*(i+1)), pub(uint64(i+1), at, fmt.Sprintf("k%d", at))))
+		}
+		for clock := int64(100); clock <= 205; clock += 5 {
+			q.EvictSeen(clock, 100)
+			for _, at := range ats {
+				_, _, ok := q.Seen(fmt.Sprintf("k%d", at))
+				require.Equal(t, clock-at <= 100, ok, "keys enqueued at %v: the one at %d, evicted at %d with a window of 100", ats, at, clock)
+			}
+		}
+		require.Zero(t, q.SeenCount())
+	}
+}
+
 // TestACommitOfAMessageNotPendingLeavesItAsItIs: a commit finds the
 // message committed already (a checkpoint commits every queued publish)
 // and, maybe, leased, dead or nacked since: it changes nothing, and the

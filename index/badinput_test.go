@@ -334,6 +334,13 @@ func TestNextSeqStopsAtTheLastSequence(t *testing.T) {
 	require.NoError(t, y.Apply(0, &Event{Kind: KindMark, Seq: math.MaxUint64 - 1}))
 	_, err = y.NextSeq()
 	require.ErrorIs(t, err, ErrNoSequence)
+
+	// A mark of MaxUint64 leaves none to hand out, and the count would
+	// wrap past it: no log this code writes holds one.
+	z := New()
+	err = z.Apply(0, &Event{Kind: KindMark, Seq: math.MaxUint64})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.Equal(t, uint64(1), z.PeekNextSeq(), "the refused mark moved the next sequence")
 }
 
 // TestAMessageAtTheLastSequencesIsRefused: a publish of MaxUint64-1 was

@@ -103,3 +103,86 @@ func TestAWrittenCheckpointSurvivesAPowerLoss(t *testing.T) {
 	require.Equal(t, wal.MakePosition(1, 400), from)
 	require.Equal(t, dumpAll(x, 50), dumpAll(y, 50))
 }
+
+// TestACheckpointThenTheLogAfterItGiveTheStateOfAFullReplay: every part of
+// a queue's state comes back from a checkpoint — the stream's cursor, end
+// and count, the stream messages that left it, each active message's
+// fields, the dedup keys with their instants and segments, the log
+// segments' and table files' counts, the next queue and message numbers —
+// so that the events after it leave the state the whole log gives.
+func TestACheckpointThenTheLogAfterItGiveTheStateOfAFullReplay(t *testing.T) {
+	at := func(seg uint32, off int) wal.Position { return wal.MakePosition(seg, off) }
+	type step struct {
+		pos wal.Position
+		e   *Event
+	}
+	before := []step{
+		{0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}}},
+		{0, &Event{Kind: KindDeclare, Queue: 2, Name: "r", Policy: Policy{MaxDeliveries: 3}}},
+		{at(1, 100), pub(1, 10, "a")},
+		{at(1, 200), pub(2, 20, "b")},
+		{at(1, 300), pub(3, 30, "")},
+		{at(1, 400), pub(4, 40, "c")},
+		{at(2, 100), &Event{Kind: KindPublish, Queue: 2, Seq: 5, Time: 45, Key: "x", Payload: []byte("p")}},
+		{at(2, 200), pub(6, 50, "")},
+		{at(2, 300), pub(7, 60, "d")},
+		{at(2, 400), pub(8, 70, "")},
+		{at(2, 410), &Event{Kind: KindLease, Queue: 1, Seq: 3, Deliveries: 1, Time: 99, Nonce: 77}},
+		{at(2, 420), &Event{Kind: KindLease, Queue: 1, Seq: 6, Deliveries: 1, Time: 98, Nonce: 66}},
+		{at(2, 430), &Event{Kind: KindAck, Queue: 1, Seq: 6}},
+		{at(2, 440), &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 90, Nonce: 5}},
+		{at(2, 450), &Event{Kind: KindNack, Queue: 1, Seq: 2, Deliveries: 1, Time: 80}},
+		{at(2, 460), &Event{Kind: KindLease, Queue: 1, Seq: 4, Deliveries: 2, Time: 95, Nonce: 9}},
+		{at(2, 470), &Event{Kind: KindDeadLetter, Queue: 1, Seq: 4, Deliveries: 2, Time: 55, Code: 7, Reason: "R", Cause: "c"}},
+		{at(2, 480), &Event{Kind: KindAck, Queue: 1, Seq: 1}},
+		{at(2, 490), &Event{Kind: KindEvict, Queue: 1, Time: 1000, Window: 1 << 40}},
+	}
+	after := []step{
+		{at(2, 600), pub(9, 65, "")}, // enqueued before the stream's end: active
+		{at(2, 700), pub(10, 80, "e")},
+		{at(2, 710), &Event{Kind: KindAck, Queue: 1, Seq: 3}},
+		{at(2, 720), &Event{Kind: KindReplay, Queue: 1, Seq: 4}},
+		{at(2, 730), &Event{Kind: KindLease, Queue: 1, Seq: 8, Deliveries: 1, Time: 200, Nonce: 12}},
+		{at(2, 740), &Event{Kind: KindAck, Queue: 1, Seq: 2}},
+		{at(2, 750), &Event{Kind: KindEvict, Queue: 1, Time: 1000, Window: 945}}, // forgets keys enqueued before 55
+		{at(2, 760), &Event{Kind: KindAck, Queue: 2, Seq: 5}},
+	}
+	apply := func(x *Index, steps []step) {
+		t.Helper()
+		for _, s := range steps {
+			require.NoError(t, x.Apply(s.pos, s.e), "%s of %d at %v", s.e.Kind, s.e.Seq, s.pos)
+		}
+	}
+
+	dir := t.TempDir()
+	live, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	apply(live, before)
+	checkpointAt(t, live, dir, at(2, 500))
+	require.NoError(t, live.Table.Close())
+	loaded, from, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer loaded.Table.Close()
+	require.Equal(t, at(2, 500), from)
+
+	full := New()
+	apply(full, before)
+	same := func(when string) {
+		t.Helper()
+		require.Equal(t, dumpAll(full, 50), dumpAll(loaded, 50), when)
+		for id := uint32(1); id <= 2; id++ {
+			require.Equal(t, full.QueueByID(id).Active(), loaded.QueueByID(id).Active(), "%s: queue %d: messages out of the stream", when, id)
+			require.Equal(t, full.QueueByID(id).LastEvicts(), loaded.QueueByID(id).LastEvicts(), "%s: queue %d: the latest clock reading", when, id)
+		}
+		require.Equal(t, full.SegmentUses(), loaded.SegmentUses(), when)
+		require.Equal(t, full.LiveChunks(), loaded.LiveChunks(), when)
+		require.Equal(t, full.PeekNextSeq(), loaded.PeekNextSeq(), when)
+		fullID, _ := full.NextQueueID()
+		loadedID, _ := loaded.NextQueueID()
+		require.Equal(t, fullID, loadedID, when)
+	}
+	same("loaded")
+	apply(loaded, after)
+	apply(full, after)
+	same("after the log that followed")
+}

@@ -107,3 +107,29 @@ func TestASnapshotOfAPendingMessageIsRefused(t *testing.T) {
 	require.Nil(t, snap)
 	require.Equal(t, 1, x.Table.Unflushed(), "a refused snapshot detached the table's entries")
 }
+
+// TestACheckpointWhoseSealedSegmentsDoNotReadGivesNoHints: a checkpoint
+// whose list of sealed segments ends before its last offset is one Load
+// refuses, so the log must not take its word either: no segment is
+// trusted as sealed, and no position as verified.
+func TestACheckpointWhoseSealedSegmentsDoNotReadGivesNoHints(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer x.Table.Close()
+	checkpointAt(t, x, dir, wal.MakePosition(2, 100))
+	sealed, pos := LogHints(vfs.Default, dir)
+	require.Equal(t, map[uint32]int{1: 4096}, sealed)
+	require.Equal(t, wal.MakePosition(2, 100), pos)
+
+	// One sealed segment, number 1, and then nothing.
+	rewriteCheckpoint(t, dir, func(body []byte) []byte {
+		require.Equal(t, []byte{1, 1}, body[:2])
+		return body[:2]
+	})
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	sealed, pos = LogHints(vfs.Default, dir)
+	require.Nil(t, sealed)
+	require.Zero(t, pos)
+}

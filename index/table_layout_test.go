@@ -52,3 +52,24 @@ func TestTableEntryLayout(t *testing.T) {
 	_, _, err = tbl.Get(5)
 	require.ErrorIs(t, err, ErrDamaged, "an entry in another message's slot verified")
 }
+
+// TestATableFileOfAnotherSizeIsRefused: a chunk file is exactly its
+// entries; one a byte short or a byte long is not the file the checkpoint
+// names, and opening the table with it is ErrDamaged.
+func TestATableFileOfAnotherSizeIsRefused(t *testing.T) {
+	for _, delta := range []int64{-1, 1, EntrySize} {
+		dir := t.TempDir()
+		tbl, err := OpenTable(vfs.Default, dir, nil)
+		require.NoError(t, err)
+		tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
+		tbl.Detach()
+		_, err = tbl.Flush(true)
+		require.NoError(t, err)
+		require.NoError(t, tbl.Close())
+
+		path := filepath.Join(dir, chunkName(0))
+		require.NoError(t, os.Truncate(path, chunkBytes+delta))
+		_, err = OpenTable(vfs.Default, dir, []uint64{0})
+		require.ErrorIs(t, err, ErrDamaged, "a file of %d bytes", chunkBytes+delta)
+	}
+}

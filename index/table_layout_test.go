@@ -73,3 +73,32 @@ func TestATableFileOfAnotherSizeIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, ErrDamaged, "a file of %d bytes", chunkBytes+delta)
 	}
 }
+
+// TestOpeningTheTableRemovesTheFilesItsCheckpointDoesNotName: a checkpoint
+// that no longer names a table file (its messages all gone) is durable
+// before the file is removed, so a crash between the two leaves the file:
+// the next open removes it, and keeps the files it names.
+func TestOpeningTheTableRemovesTheFilesItsCheckpointDoesNotName(t *testing.T) {
+	dir := t.TempDir()
+	tbl, err := OpenTable(vfs.Default, dir, nil)
+	require.NoError(t, err)
+	for _, seq := range []uint64{3, ChunkEntries + 3, 2*ChunkEntries + 3} {
+		tbl.Put(Entry{Seq: seq, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
+	}
+	tbl.Detach()
+	_, err = tbl.Flush(true)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Close())
+
+	tbl, err = OpenTable(vfs.Default, dir, []uint64{1})
+	require.NoError(t, err)
+	defer tbl.Close()
+	require.Equal(t, []uint64{1}, tbl.Chunks())
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, n := range names {
+		left = append(left, n.Name())
+	}
+	require.Equal(t, []string{chunkName(1)}, left)
+}

@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"encoding/binary"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -132,4 +133,51 @@ func TestACheckpointWhoseSealedSegmentsDoNotReadGivesNoHints(t *testing.T) {
 	sealed, pos = LogHints(vfs.Default, dir)
 	require.Nil(t, sealed)
 	require.Zero(t, pos)
+}
+
+// TestACheckpointHoldingASecretOfAnotherLengthIsRefused: the store's
+// secret is exactly SecretSize bytes (the segments' preambles carry it so);
+// a checkpoint holding a shorter or a longer one is refused.
+func TestACheckpointHoldingASecretOfAnotherLengthIsRefused(t *testing.T) {
+	for _, n := range []int{1, SecretSize - 1, SecretSize + 1} {
+		dir := t.TempDir()
+		x, err := Rebuild(vfs.Default, dir)
+		require.NoError(t, err)
+		require.NoError(t, x.Apply(0, &Event{Kind: KindMeta, Secret: bytes.Repeat([]byte{7}, SecretSize)}))
+		checkpointAt(t, x, dir, wal.MakePosition(2, 100))
+		require.NoError(t, x.Table.Close())
+		y, _, err := Load(vfs.Default, dir)
+		require.NoError(t, err)
+		require.NoError(t, y.Table.Close())
+
+		was := append([]byte{SecretSize}, bytes.Repeat([]byte{7}, SecretSize)...)
+		now := append([]byte{byte(n)}, bytes.Repeat([]byte{7}, n)...)
+		rewriteCheckpoint(t, dir, func(body []byte) []byte {
+			require.Equal(t, 1, bytes.Count(body, was))
+			return bytes.Replace(body, was, now, 1)
+		})
+		_, _, err = Load(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "a secret of %d bytes", n)
+		require.ErrorContains(t, err, "secret")
+	}
+}
+
+// TestARebuildLeavesNoCheckpointToLoad: Rebuild starts the index afresh
+// from the log, and the checkpoint it replaces is gone at once: until the
+// rebuilt index writes its own, an open finds none to load.
+func TestARebuildLeavesNoCheckpointToLoad(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q"}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
+	checkpointAt(t, x, dir, wal.MakePosition(1, 200))
+	require.NoError(t, x.Table.Close())
+
+	y, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer y.Table.Close()
+	require.Empty(t, y.Queues())
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }

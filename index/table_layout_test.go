@@ -102,3 +102,39 @@ func TestOpeningTheTableRemovesTheFilesItsCheckpointDoesNotName(t *testing.T) {
 	}
 	require.Equal(t, []string{chunkName(1)}, left)
 }
+
+// TestARemovedTableFileStaysGone: once Remove dropped a chunk's file (its
+// messages all gone), the table neither lists, counts nor reads that
+// chunk, and later flushes do not write its entries back: the file does
+// not come back for the next checkpoint to name.
+func TestARemovedTableFileStaysGone(t *testing.T) {
+	dir := t.TempDir()
+	tbl, err := OpenTable(vfs.Default, dir, nil)
+	require.NoError(t, err)
+	defer tbl.Close()
+	tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
+	tbl.Detach()
+	_, err = tbl.Flush(true)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{0}, tbl.Chunks())
+
+	require.NoError(t, tbl.Remove(0))
+	require.NoError(t, tbl.SyncDir())
+	require.Empty(t, tbl.Chunks())
+	require.Zero(t, tbl.Bytes())
+	_, ok, err := tbl.Get(3)
+	require.NoError(t, err)
+	require.False(t, ok, "the entry of a removed file")
+	_, ok = tbl.NextStream(7, 1, 10)
+	require.False(t, ok, "the entry of a removed file")
+
+	// A later checkpoint's flush, of an entry in another chunk.
+	tbl.Put(Entry{Seq: ChunkEntries + 1, Pos: wal.MakePosition(3, 4096), EnqueuedAt: 2, Queue: 7, Stream: true, Size: 99})
+	tbl.Detach()
+	created, err := tbl.Flush(true)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1}, created)
+	require.Equal(t, []uint64{1}, tbl.Chunks())
+	_, err = os.Stat(filepath.Join(dir, chunkName(0)))
+	require.ErrorIs(t, err, os.ErrNotExist, "the removed file was written again")
+}

@@ -253,6 +253,10 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	hugeLength := append([]byte(nil), valid...)
 	binary.LittleEndian.PutUint32(hugeLength[4:], 1<<31)
+	// Only the sequence field is not zero: the bytes are not zero-filled
+	// space but a frame header of another segment.
+	foreignAfterZeros := make([]byte, 64)
+	binary.LittleEndian.PutUint32(foreignAfterZeros[8:], seq+1)
 
 	tests := []struct {
 		name string
@@ -272,6 +276,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"length above MaxBody", hugeLength, 0, segment.ErrShortFrame},
 		{"foreign sequence", segment.AppendFrame(nil, seq+1, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
 		{"foreign sequence zero", segment.AppendFrame(nil, 0, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
+		{"foreign sequence after a zero checksum and length", foreignAfterZeros, 0, segment.ErrForeignFrame},
 		{"bad checksum", append(append([]byte(nil), valid[:len(valid)-1]...), valid[len(valid)-1]^1), 0, segment.ErrChecksum},
 		{"kind 0", withType(0x00, nil), 0, segment.ErrBadType},
 		{"kind 4", withType(0x04, nil), 0, segment.ErrBadType},

@@ -334,6 +334,13 @@ func TestScanClassification(t *testing.T) {
 			corrupt: flipBit(plus(frameOff(18), 40), 5), want: corruptAt(frameOff(18), segment.ErrChecksum), salvaged: skipGroups(10),
 		},
 		{
+			// The seal fills the file to its last byte, as it does when the
+			// writer filled the segment: it still vouches for what is before it.
+			name: "damage in the last batch of a sealed segment whose seal ends the file", seg: sealedSeg,
+			corrupt: both(truncateAt(logEnd), flipBit(plus(frameOff(18), 40), 5)),
+			want:    corruptAt(frameOff(18), segment.ErrChecksum), salvaged: skipGroups(10),
+		},
+		{
 			name: "two damaged groups: salvage skips both", seg: baseSeg,
 			corrupt: both(flipBit(plus(frameOff(1), 2), 0), flipBit(plus(frameOff(12), 20), 4)),
 			want:    corruptAt(frameOff(1), segment.ErrChecksum), salvaged: skipGroups(1, 6),
@@ -771,4 +778,31 @@ func TestScanFromTakesWhatLiesBeforeItAsValid(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, segment.Report{End: s.end(), Tail: segment.EndClean}, r)
+}
+
+// TestAFrameHeaderCutAfterItsSequenceIsATornTail: data that ends inside a
+// frame header is a torn tail once the header's sequence field, whole,
+// names this segment, and a clean end while it does not.
+func TestAFrameHeaderCutAfterItsSequenceIsATornTail(t *testing.T) {
+	s := baseSeg(newRand(t))
+	next := segment.AppendFrame(nil, testSeq, uint32(s.end()), segment.KindRecord, segment.Full, []byte("cut"))
+	for _, tt := range []struct {
+		keep int // bytes of the next frame's header left
+		tail segment.EndKind
+	}{
+		{11, segment.EndClean},
+		{12, segment.EndTorn},
+		{16, segment.EndTorn},
+	} {
+		data := append(append([]byte(nil), s.data...), next[:tt.keep]...)
+		r, got := scanAll(t, data, testSeq, false)
+		msg := fmt.Sprintf("%d bytes of the header", tt.keep)
+		require.Equal(t, offsets(s.all()), offsets(got), msg)
+		require.Equal(t, s.end(), r.End, msg)
+		require.Equal(t, tt.tail, r.Tail, "%s: cause %v", msg, r.Cause)
+		if tt.tail == segment.EndTorn {
+			require.Equal(t, s.end(), r.DamageAt, msg)
+			require.ErrorIs(t, r.Cause, segment.ErrShortFrame, msg)
+		}
+	}
 }

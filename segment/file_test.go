@@ -123,6 +123,11 @@ func TestOpen(t *testing.T) {
 			_, err := segment.Open(vfs.Default, p, 9)
 			require.ErrorIs(t, err, segment.ErrBadHeader)
 			require.Contains(t, err.Error(), p, "the error names the file")
+			if len(tt.data) < segment.HeaderSize {
+				// Too short for a header even when nothing is read.
+				_, err := segment.OpenUnread(vfs.Default, p, 9)
+				require.ErrorIs(t, err, segment.ErrBadHeader, "OpenUnread")
+			}
 		})
 	}
 }

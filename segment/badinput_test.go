@@ -259,6 +259,23 @@ func TestRecycleRefusesBeforeChangingAnything(t *testing.T) {
 	require.Equal(t, old, mustRead(t, oldPath))
 }
 
+// TestRecycleRefusesWhenItCannotTellWhetherTheNewPathIsFree: a look at
+// newPath that fails otherwise than with "does not exist" (a permission
+// or I/O error) cannot rule out a file there, so Recycle renames nothing.
+func TestRecycleRefusesWhenItCannotTellWhetherTheNewPathIsFree(t *testing.T) {
+	dir := t.TempDir()
+	oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	old := retired(t, oldPath, 1)
+	live := retired(t, newPath, 2)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: newPath, Times: 1, Err: syscall.EACCES})
+	_, err := segment.Recycle(ffs, oldPath, newPath, 3)
+	require.ErrorIs(t, err, syscall.EACCES)
+	require.Equal(t, int64(0), ffs.Count(vfs.OpRename), "renamed")
+	require.Equal(t, old, mustRead(t, oldPath))
+	require.Equal(t, live, mustRead(t, newPath))
+}
+
 // TestRecycleMovesTheFileBackWhenItFails: once renamed, a file that cannot
 // become the new segment is renamed back, and the error says so. It used to
 // stay at newPath, its old name gone, with an error that did not say where

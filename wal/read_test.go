@@ -65,6 +65,7 @@ func TestIterateFromNoRecordBoundary(t *testing.T) {
 	for _, from := range []Position{
 		MakePosition(es[0].pos.Segment(), 1),                    // in the header
 		MakePosition(es[0].pos.Segment(), segment.HeaderSize-1), // in the header
+		l.End() + 1,   // a byte past the records
 		l.End() + 100, // past the records
 		MakePosition(l.End().Segment()+1, segment.HeaderSize), // past the last segment
 		MakePosition(l.End().Segment()+900, 0),                // far past it

@@ -160,3 +160,28 @@ func TestAFailedCopyToRemovesWhatItWrote(t *testing.T) {
 
 	requireEntries(t, entries, readAll(t, l))
 }
+
+// TestCopyToRefusesAnEndPastASealedSegmentsFrames: in a segment that is
+// not the last, an end one byte past its seal is no frame's start nor
+// its frames' end, though it lies before the log's end: ErrNotFound, and
+// nothing written.
+func TestCopyToRefusesAnEndPastASealedSegmentsFrames(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
+	defer l.Close()
+	appendRecords(t, l, 0, 40)
+	sealed := l.Sealed()
+	require.Contains(t, sealed, uint32(1))
+	ctx := context.Background()
+
+	past := MakePosition(1, sealed[1]+1)
+	require.Less(t, past, l.End())
+	dst := t.TempDir()
+	err := l.CopyTo(ctx, dst, past)
+	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorContains(t, err, past.String())
+	names, err := os.ReadDir(dst)
+	require.NoError(t, err)
+	require.Empty(t, names, "nothing written")
+
+	require.NoError(t, l.CopyTo(ctx, dst, MakePosition(1, sealed[1])), "the segment's own end")
+}

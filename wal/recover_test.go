@@ -508,6 +508,40 @@ func TestSalvageOfADamagedHeaderKeepsACopyAndEveryRecord(t *testing.T) {
 	requireEntries(t, acked, readAll(t, l))
 }
 
+// TestSalvageOfASegmentTooShortForAHeaderReportsEveryByteOfIt: a segment
+// file cut shorter than its header lost all it held; salvage copies those
+// bytes aside, reports them all as discarded, and keeps every record of
+// the other segments.
+func TestSalvageOfASegmentTooShortForAHeaderReportsEveryByteOfIt(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	path := segFile(dir, 2)
+	const kept = 20
+	require.NoError(t, os.Truncate(path, kept))
+	cut, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	defer l.Close()
+	var want []entry
+	for _, e := range acked {
+		if e.pos.Segment() != 2 {
+			want = append(want, e)
+		}
+	}
+	requireEntries(t, want, readAll(t, l))
+	rec := l.Recovery()
+	require.NotEmpty(t, rec.Salvaged)
+	d := rec.Salvaged[0]
+	require.Equal(t, path, d.File)
+	require.Equal(t, uint32(2), d.Segment)
+	require.Equal(t, 0, d.Offset)
+	require.Equal(t, kept, d.Length, "every byte the file held")
+	require.ErrorIs(t, d.Cause, segment.ErrBadHeader)
+	copied, err := os.ReadFile(d.CopiedTo)
+	require.NoError(t, err)
+	require.Equal(t, cut, copied, "the cut file is copied aside unchanged")
+}
+
 // What salvage repairs is durable when Open returns: after a power loss
 // right then, the log opens without Salvage, to the same records.
 func TestSalvageRepairsSurviveAPowerLoss(t *testing.T) {

@@ -137,6 +137,44 @@ func TestBadOptionsAreRefused(t *testing.T) {
 	}
 }
 
+// TestOptionsAreTakenAtTheirBoundsAndRefusedJustPast: each bound of
+// Options is inclusive, and one step past it is ErrBadOptions.
+func TestOptionsAreTakenAtTheirBoundsAndRefusedJustPast(t *testing.T) {
+	for _, o := range []Options{
+		{SegmentBytes: MinSegmentBytes},
+		{SegmentBytes: MaxSegmentBytes},
+		{Sync: SyncNever},
+		{SegmentBytes: 4096, PreambleBytes: 2048},
+	} {
+		_, err := o.withDefaults()
+		require.NoError(t, err, "%+v", o)
+	}
+	for _, o := range []Options{
+		{SegmentBytes: MinSegmentBytes - 1},
+		{SegmentBytes: MaxSegmentBytes + 1},
+		{Sync: SyncNever + 1},
+		{SegmentBytes: 4096, PreambleBytes: 2049},
+		{PreambleBytes: -1},
+	} {
+		_, err := o.withDefaults()
+		require.ErrorIs(t, err, ErrBadOptions, "%+v", o)
+	}
+}
+
+// TestAnAppendLeavesTheRoomKeptForThePreamble: one Append may encode at
+// most a segment less its header, its seal and Options.PreambleBytes.
+func TestAnAppendLeavesTheRoomKeptForThePreamble(t *testing.T) {
+	const preamble = 100
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024, PreambleBytes: preamble})
+	defer l.Close()
+	max := 1024 - segment.HeaderSize - segment.Size(0) - preamble - segment.Size(0)
+	_, err := l.Append(make([]byte, max+1))
+	require.ErrorIs(t, err, ErrTooLarge)
+	pos, err := l.Append(make([]byte, max))
+	require.NoError(t, err)
+	require.Len(t, pos, 1)
+}
+
 func TestSecondOpenIsLocked(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{})

@@ -273,6 +273,27 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 	}
 }
 
+// TestFilesNotNamedLikeASegmentAreNotPartOfTheLog: a segment's name is
+// ten digits naming a sequence above 0, then ".seg"; Open neither reads
+// nor removes a file whose name only looks like one.
+func TestFilesNotNamedLikeASegmentAreNotPartOfTheLog(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 4096})
+	want := appendRecords(t, l, 0, 5)
+	require.NoError(t, l.Close())
+	strays := []string{"1.seg", "00000000001.seg", "0000000000.seg"}
+	for _, name := range strays {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("not a segment"), 0o600))
+	}
+	l = mustOpen(t, dir, Options{SegmentBytes: 4096})
+	defer l.Close()
+	requireEntries(t, want, readAll(t, l))
+	require.Equal(t, 1, l.Recovery().Segments)
+	for _, name := range strays {
+		require.FileExists(t, filepath.Join(dir, name))
+	}
+}
+
 func TestMissingSegmentIsCorruption(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{SegmentBytes: 1024})

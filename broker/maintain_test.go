@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -67,4 +69,56 @@ func TestACheckpointIsDueAfterHalfASegmentOfLog(t *testing.T) {
 	require.NoError(t, s.maintain(false))
 	require.Equal(t, before+1, s.Stats().Checkpoints, "half a segment of log since the last checkpoint")
 	require.Less(t, grown(), half, "the checkpoint counts the log from its own position")
+}
+
+// A checkpoint that drops the table file of a range whose messages are all
+// gone no longer names it: a process killed right after that checkpoint
+// leaves a directory that opens from it, not one whose checkpoint names a
+// file that is no longer there (which an open can only rebuild from the
+// whole log).
+func TestACheckpointNamesOnlyTheTableFilesItKeeps(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Sync: SyncNone, manualMaintenance: true}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, RetryDelay: time.Second})
+	require.NoError(t, err)
+	batch := make([][]byte, 300)
+	for i := range batch {
+		batch[i] = []byte("m")
+	}
+	const n = 70_200 // more than one table file's entries
+	for range n / len(batch) {
+		_, err := q.PublishBatch(t.Context(), batch)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.checkpoint())
+	tables := func(dir string) []string {
+		names, err := filepath.Glob(filepath.Join(dir, "index", "tbl-*.idx"))
+		require.NoError(t, err)
+		for i, n := range names {
+			names[i] = filepath.Base(n)
+		}
+		return names
+	}
+	require.Len(t, tables(dir), 2)
+	for acked := 0; acked < index.ChunkEntries+100; {
+		ds, err := q.Receive(t.Context(), 1000)
+		require.NoError(t, err)
+		for _, d := range ds {
+			require.NoError(t, q.Ack(t.Context(), d.Lease.Receipt))
+		}
+		acked += len(ds)
+	}
+	require.NoError(t, s.checkpoint())
+	require.Len(t, tables(dir), 1, "the first range's table file is dropped")
+
+	clone := filepath.Join(t.TempDir(), "killed")
+	require.NoError(t, os.CopyFS(clone, os.DirFS(dir)))
+	c, err := Open(clone, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	require.False(t, c.Recovery().IndexRebuilt, "the checkpoint names a table file it dropped")
+	require.Equal(t, Dump(s), Dump(c))
 }

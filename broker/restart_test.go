@@ -626,6 +626,26 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 // beside them, and with no checkpoint to fall back on Salvage keeps every
 // message after it — and never hands out a message ID again.
 func TestSalvageOfADamagedPreambleKeepsTheDeclarations(t *testing.T) {
+	// The preamble's last record is the mark of the next message sequence
+	// (kind 12, index/doc.go).
+	salvageADamagedPreamble(t, 12, false)
+}
+
+// When the damage takes the only record left that declares a queue, the
+// checkpoint, which Salvage may no longer trust for the queues' state,
+// still knows the declaration: the queue's messages after the damage are
+// kept.
+func TestSalvageThatCutsAQueuesOnlyDeclarationTakesItFromTheCheckpoint(t *testing.T) {
+	salvageADamagedPreamble(t, 2, true) // kind 2: declare (index/doc.go)
+}
+
+// salvageADamagedPreamble fills two segments of a queue, removes the
+// first (as reclaiming does) and, unless keepCheckpoint, the index, and
+// zeroes from inside the preamble record of the given kind in the second
+// into the record after it. Opened with Salvage, the store must hand out
+// the messages after the damage, newest included, and never an ID again.
+func salvageADamagedPreamble(t *testing.T, kind byte, keepCheckpoint bool) {
+	t.Helper()
 	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
 	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 })
 	q := e.queue("jobs", pol)
@@ -638,21 +658,20 @@ func TestSalvageOfADamagedPreambleKeepsTheDeclarations(t *testing.T) {
 	}
 	e.close()
 	// What reclaiming leaves when the first segment's messages were
-	// acked, and a lost checkpoint: segment 2, the last, alone declares
-	// the queue.
+	// acked: segment 2, the last, alone declares the queue.
 	require.NoError(t, os.Remove(filepath.Join(e.dir, "0000000001.seg")))
-	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	if !keepCheckpoint {
+		require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	}
 	seg := filepath.Join(e.dir, "0000000002.seg")
 	raw, err := os.ReadFile(seg)
 	require.NoError(t, err)
-	// The preamble's last record is the mark of the next message sequence
-	// (kind 12, index/doc.go).
 	off := segment.HeaderSize
-	for raw[off+segment.Size(0)] != 12 {
+	for raw[off+segment.Size(0)] != kind {
 		off += segment.Size(int(binary.LittleEndian.Uint32(raw[off+4:])))
 	}
-	// Zero from inside it into the record after it, the first message of
-	// the segment: the span salvage skips then begins in the preamble.
+	// Zero from inside it into the record after it: the span salvage
+	// skips then begins in the preamble.
 	clear(raw[off+12 : off+12+55])
 	require.NoError(t, os.WriteFile(seg, raw, 0o600))
 

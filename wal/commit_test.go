@@ -354,6 +354,46 @@ func TestAppendsQueuedBehindAFailedFdatasyncAreNotWritten(t *testing.T) {
 	requireEntries(t, acked, got[:len(acked)])
 }
 
+// A batch that holds a durable append and, after it, a write-only one
+// runs an fdatasync: the write-only request asks for less, not the batch.
+func TestADurableAppendBatchedBeforeAWriteOnlyOneIsSynced(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	dur := watchDurability(fs)
+	h := newHoldSyncFS(fs)
+	l := mustOpen(t, dir, Options{FS: h, SegmentBytes: 1 << 20})
+	defer l.Close()
+	appendRecords(t, l, 0, 1)
+
+	h.held.Store(1)
+	first := l.Enqueue(true, record(100))
+	<-h.entered // the next two queue behind this fdatasync: one batch
+	durable := l.Enqueue(true, record(101))
+	writeOnly := l.Enqueue(false, record(102))
+	h.release <- nil
+	_, err := first.Wait()
+	require.NoError(t, err)
+	_, err = writeOnly.Wait()
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	var pos []Position
+	go func() {
+		var err error
+		pos, err = durable.Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the durable append was never released")
+	}
+	off := int64(pos[0].Offset())
+	require.True(t, dur.covered(segFile(dir, pos[0].Segment()), off, off+int64(segment.Size(len(record(101))))),
+		"the durable append was acknowledged before an fdatasync covered it")
+}
+
 // A rotation that cannot make the new segment's name durable, or cannot
 // write the old segment's seal, poisons the log like a failed fdatasync: a
 // later success of the same operation would say nothing of what this one

@@ -35,6 +35,11 @@ func resident(t *testing.T, path string) int {
 
 func TestEvictPageCacheDropsTheCleanPagesOfEveryFileBelow(t *testing.T) {
 	dir := t.TempDir()
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &st))
+	if st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC {
+		t.Skip("tmpfs and ramfs keep their files in the page cache: there is nothing to drop")
+	}
 	paths := []string{filepath.Join(dir, "a"), filepath.Join(dir, "sub", "b")}
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
 	for _, p := range paths {

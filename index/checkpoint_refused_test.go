@@ -114,23 +114,16 @@ func TestASnapshotOfAPendingMessageIsRefused(t *testing.T) {
 // refuses, so the log must not take its word either: no segment is
 // trusted as sealed, and no position as verified.
 func TestACheckpointWhoseSealedSegmentsDoNotReadGivesNoHints(t *testing.T) {
-	dir := t.TempDir()
-	x, err := Rebuild(vfs.Default, dir)
-	require.NoError(t, err)
-	defer x.Table.Close()
-	checkpointAt(t, x, dir, wal.MakePosition(2, 100))
-	sealed, pos := LogHints(vfs.Default, dir)
-	require.Equal(t, map[uint32]int{1: 4096}, sealed)
-	require.Equal(t, wal.MakePosition(2, 100), pos)
+	dir := hintingCheckpoint(t)
 
 	// One sealed segment, number 1, and then nothing.
 	rewriteCheckpoint(t, dir, func(body []byte) []byte {
 		require.Equal(t, []byte{1, 1}, body[:2])
 		return body[:2]
 	})
-	_, _, err = Load(vfs.Default, dir)
+	_, _, err := Load(vfs.Default, dir)
 	require.ErrorIs(t, err, ErrDamaged)
-	sealed, pos = LogHints(vfs.Default, dir)
+	sealed, pos := LogHints(vfs.Default, dir)
 	require.Nil(t, sealed)
 	require.Zero(t, pos)
 }

@@ -32,6 +32,22 @@ func checkpointAt(t *testing.T, x *Index, dir string, pos wal.Position) {
 	require.NoError(t, WriteCheckpoint(vfs.Default, dir, snap, x.Table.Chunks()))
 }
 
+// hintingCheckpoint returns a directory holding the checkpoint of an empty
+// index at 2:100 that names segment 1 sealed at 4096, and checks that
+// LogHints passes both on.
+func hintingCheckpoint(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer x.Table.Close()
+	checkpointAt(t, x, dir, wal.MakePosition(2, 100))
+	sealed, pos := LogHints(vfs.Default, dir)
+	require.Equal(t, map[uint32]int{1: 4096}, sealed)
+	require.Equal(t, wal.MakePosition(2, 100), pos)
+	return dir
+}
+
 // Loading a checkpoint and applying the events after it gives the state
 // that applying every event from the start gives.
 func TestCheckpointThenReplayEqualsFullReplay(t *testing.T) {

@@ -30,19 +30,12 @@ func TestOrphanEventsKeepTheirSequenceTaken(t *testing.T) {
 // verifies every segment) and stays loadable; clearing the mark gives the
 // hints back.
 func TestSuspectCheckpointGivesNoHints(t *testing.T) {
-	dir := t.TempDir()
-	x, err := Rebuild(vfs.Default, dir)
-	require.NoError(t, err)
-	defer x.Table.Close()
-	checkpointAt(t, x, dir, wal.MakePosition(2, 100))
-	sealed, pos := LogHints(vfs.Default, dir)
-	require.Equal(t, map[uint32]int{1: 4096}, sealed)
-	require.Equal(t, wal.MakePosition(2, 100), pos)
+	dir := hintingCheckpoint(t)
 
 	require.False(t, Suspect(vfs.Default, dir))
 	require.NoError(t, MarkSuspect(vfs.Default, dir))
 	require.True(t, Suspect(vfs.Default, dir))
-	sealed, pos = LogHints(vfs.Default, dir)
+	sealed, pos := LogHints(vfs.Default, dir)
 	require.Nil(t, sealed)
 	require.Zero(t, pos)
 	y, from, err := Load(vfs.Default, dir)

@@ -19,9 +19,7 @@ import (
 func TestANilContextIsRefusedByEveryCall(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	defer mem.Close()
+	mem := e.memory()
 	for _, b := range []broker.Broker{q, mem} {
 		mustPublishTo(t, b, "x")
 	}
@@ -62,7 +60,7 @@ func TestANilContextIsRefusedByEveryCall(t *testing.T) {
 	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), "the lease is still held")
 
 	dst := filepath.Join(t.TempDir(), "backup")
-	err = e.s.Backup(nilCtx, dst)
+	err := e.s.Backup(nilCtx, dst)
 	require.ErrorIs(t, err, broker.QueueMisconfigured)
 	require.ErrorContains(t, err, "nil context")
 	require.NoDirExists(t, dst)
@@ -91,9 +89,7 @@ func TestBackupRefusesTheStoreThroughALink(t *testing.T) {
 func TestAnUnknownDeadLetterIDIsClippedInTheError(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	defer mem.Close()
+	mem := e.memory()
 	id := strings.Repeat("z", 64<<10)
 	for _, b := range []interface {
 		ReplayDeadLetter(context.Context, string) error
@@ -157,9 +153,7 @@ func TestACallWhoseContextHasEndedChangesNothing(t *testing.T) {
 func TestADeadLetterIsNamedOnlyByTheIDItWasHandedOutWith(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	defer mem.Close()
+	mem := e.memory()
 	for _, b := range []interface {
 		broker.Broker
 		broker.Rejecter

@@ -345,8 +345,7 @@ func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
 		Stats() broker.QueueStats
 	}
 	e := newEnv(t)
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
+	mem := e.memory()
 	for name, q := range map[string]replayer{"store": e.queue("jobs", policy()), "memory": mem} {
 		t.Run(name, func(t *testing.T) {
 			for round := range 20 {

@@ -662,8 +662,7 @@ func TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued(t *testing.T) {
 		PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
 	}
 	e := newEnv(t)
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
+	mem := e.memory()
 	for name, q := range map[string]keyed{"store": e.queue("q", policy()), "memory": mem} {
 		for _, payload := range [][]byte{nil, {}, []byte("work")} {
 			key := fmt.Sprintf("%s-%d", name, len(payload)) + fmt.Sprint(payload == nil)

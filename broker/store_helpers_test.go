@@ -84,6 +84,16 @@ func (e *env) queue(name string, p broker.PolicyValue) *broker.Queue {
 	return q
 }
 
+// memory returns an in-memory broker with the usual policy, on e's clock,
+// to hold beside the store; it is closed when the test ends.
+func (e *env) memory() *broker.Memory {
+	e.t.Helper()
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = mem.Close() })
+	return mem
+}
+
 // policy is the tests' usual policy: a 30 s lease, three deliveries, a 1 s
 // retry delay; mods adjust it.
 func policy(mods ...func(*broker.PolicyValue)) broker.PolicyValue {

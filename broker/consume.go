@@ -440,7 +440,14 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 		signal = wake.Signal
 		wait, timed = wake.In, wake.Scheduled
 	}
-	signalled := false
+	signalled, closedAlready := false, false
+	if signal != nil {
+		select {
+		case <-signal:
+			closedAlready = true
+		default:
+		}
+	}
 	if !timed || wait > 0 {
 		var timer <-chan time.Time
 		if timed {
@@ -469,8 +476,10 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	// PollInterval) ended at once whatever it lasted: on a busy machine a
 	// timer of a microsecond fires a millisecond late, and that must not
 	// count as waiting, or a broker whose Wake always says "now" would
-	// have Consume receive in a loop at the scheduler's pace.
-	atOnce := time.Since(start) < minIdleWait || (timed && wait < minIdleWait && !signalled)
+	// have Consume receive in a loop at the scheduler's pace. A signal
+	// closed before the wait began ended it at once too, however long
+	// this goroutine then waited for a core on a loaded machine.
+	atOnce := closedAlready || time.Since(start) < minIdleWait || (timed && wait < minIdleWait && !signalled)
 	if !atOnce {
 		c.streak = 0
 		return true

@@ -165,6 +165,40 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 4, 5, 6, 7, 8, 9, 10}, got, "the damaged entry is never delivered; the caller must rebuild")
 }
 
+// A table entry lost whole (zeros, which read as no entry) is noticed
+// where the stream ends short of the count of waiting messages the
+// checkpoint gave the queue.
+func TestALostEntryMarksTheIndexDamaged(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
+	for i := 1; i <= 10; i++ {
+		require.NoError(t, x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), "")))
+	}
+	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
+	require.NoError(t, x.Table.Close())
+	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, EntrySize), 7*EntrySize)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer y.Table.Close()
+	q := y.Queue("q")
+	require.NoError(t, y.Damaged())
+	var got []uint64
+	for m := q.NextReady(); m != nil; m = q.NextReady() {
+		got = append(got, m.Seq)
+		q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 99})
+	}
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 8, 9, 10}, got)
+	require.ErrorIs(t, y.Damaged(), ErrDamaged, "the queue counted ten waiting messages and found nine")
+	require.ErrorContains(t, y.Damaged(), "queue q")
+}
+
 // A large file in the checkpoint's place is judged by its header before
 // anything is read: one that is not a checkpoint, or whose length its
 // header does not give, costs no buffer of its size (here a sparse 8 GiB

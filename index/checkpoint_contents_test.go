@@ -2,6 +2,8 @@ package index
 
 import (
 	"encoding/binary"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,14 +45,47 @@ func TestACheckpointKeepsWhatNoDumpShows(t *testing.T) {
 // makes of it, with a header that verifies.
 func rewriteCheckpoint(t *testing.T, dir string, change func(body []byte) []byte) {
 	t.Helper()
+	rewriteCheckpointFile(t, dir, func([]byte) {}, change)
+}
+
+// rewriteCheckpointFile is rewriteCheckpoint that may change the header's
+// fields (bytes 24 to 63) as well.
+func rewriteCheckpointFile(t *testing.T, dir string, header func(hdr []byte), change func(body []byte) []byte) {
+	t.Helper()
 	path := filepath.Join(dir, checkpointName)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	hdr := data[:checkpointHeader:checkpointHeader]
+	header(hdr)
 	body := change(append([]byte(nil), data[checkpointHeader:]...))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(body)))
 	binary.LittleEndian.PutUint32(hdr[12:], crc32.Update(crc32.Checksum(hdr[16:], castagnoli), castagnoli, body))
 	require.NoError(t, os.WriteFile(path, append(hdr, body...), 0o600))
+}
+
+// TestACheckpointWhoseNextSequenceIsOutOfRangeIsRefused: sequence 0 is
+// never a message's and the last one is never reached, so a header that
+// gives either as the next was not written by this code, even for a store
+// with no queue, whose body holds nothing to contradict it.
+func TestACheckpointWhoseNextSequenceIsOutOfRangeIsRefused(t *testing.T) {
+	for _, next := range []uint64{0, math.MaxUint64} {
+		dir := t.TempDir()
+		x, err := Rebuild(vfs.Default, dir)
+		require.NoError(t, err)
+		checkpointAt(t, x, dir, wal.MakePosition(1, 200))
+		require.NoError(t, x.Table.Close())
+
+		rewriteCheckpointFile(t, dir, func([]byte) {}, func(body []byte) []byte { return body })
+		y, _, err := Load(vfs.Default, dir)
+		require.NoError(t, err, "the rewrite itself")
+		require.NoError(t, y.Table.Close())
+
+		rewriteCheckpointFile(t, dir, func(hdr []byte) { binary.LittleEndian.PutUint64(hdr[32:], next) },
+			func(body []byte) []byte { return body })
+		_, _, err = Load(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "next sequence %d", next)
+		require.ErrorContains(t, err, fmt.Sprintf("next sequence %d", next))
+	}
 }
 
 // TestACheckpointWithBytesPastItsLayoutIsRefused: a body that verifies but

@@ -102,13 +102,19 @@ func stopped(ctx context.Context, herr error) error {
 // dead-letter store saying the consumer stopped). A handler that ends its goroutine
 // instead (runtime.Goexit, as t.FailNow does) settles nothing, and its
 // lease is no longer renewed: the message is delivered again once the
-// lease lapses, and Consume goes on.
+// lease lapses, and Consume goes on. The handler must not Ack, Nack or
+// Reject its delivery itself: Consume settles it by what h returned, and
+// finds the lease gone ([LeaseExpired], logged as a warning) when h did.
 //
 // When Receive finds nothing, Consume waits: on b's [Waker] when it has one
 // (Wake is called before each Receive, so nothing published in between is
 // missed), never past the [WakeValue.In] it named, or for PollInterval
 // when b is not a Waker. It never spins: when a wait that should block ends
-// at once and Receive still finds nothing, it backs off from 1ms.
+// at once and Receive still finds nothing, it backs off from 1ms. Those
+// waits run on real time, whatever clock b runs on: a test that gives b
+// a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
+// does not end them. Such a test publishes (which closes the Wake signal),
+// or gives b a clock that runs on real time plus an offset it moves.
 //
 // With opts.ExtendEvery set and b a [LeaseExtender], every running
 // handler's lease is renewed on a ticker and the final Ack or Nack uses the
@@ -711,7 +717,7 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 func (c *consumer) refused(ctx context.Context, call string, err error, attrs []any) {
 	attrs = append(attrs, "call", call, "error", err)
 	if errors.Is(err, LeaseExpired) {
-		c.log.WarnContext(ctx, "broker: Consume: lease lapsed before the handler finished; the message may be delivered again", attrs...)
+		c.log.WarnContext(ctx, "broker: Consume: the lease was no longer held when the handler finished: it lapsed, and the message may be delivered again, or the handler settled the delivery itself, which it must leave to Consume", attrs...)
 		return
 	}
 	c.log.ErrorContext(ctx, "broker: Consume: broker refused to settle a delivery", attrs...)

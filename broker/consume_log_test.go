@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,7 +65,28 @@ func TestConsumeLogsACarriedAckTheStoreRefused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 2}, deliveries, "delivered again after the lapse")
-	require.True(t, logged(t, &logs, "lease lapsed before the handler finished", m.ID), "logged: %v", logs.records(t))
+	require.True(t, logged(t, &logs, "the lease was no longer held when the handler finished", m.ID), "logged: %v", logs.records(t))
+}
+
+// A handler that acks its delivery itself, as an SQS consumer deletes its
+// message, has done what Consume was to do: the message is gone, and the
+// warning Consume logs for its own refused Ack says that the handler may
+// have settled it, not only that the lease lapsed.
+func TestConsumeLogsAHandlerThatSettledItsOwnDelivery(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Minute }))
+	m := mustPublish(t, q, "self-acked")
+	var logs lockedBuffer
+	var deliveries atomic.Int32
+	consumeLogged(t, q, &logs, func(ctx context.Context, d broker.DeliveryValue) error {
+		deliveries.Add(1)
+		return q.Ack(ctx, d.Lease.Receipt)
+	}, func() bool { return logged(t, &logs, "the lease was no longer held", m.ID) })
+	require.Equal(t, int32(1), deliveries.Load())
+	st := q.Stats()
+	require.Equal(t, int64(1), st.Acked)
+	require.Zero(t, st.Ready+st.Leased+st.Delayed, "the handler's ack removed it")
+	require.True(t, logged(t, &logs, "the handler settled the delivery itself", m.ID), "logged: %v", logs.records(t))
 }
 
 // A failure on a message's last allowed delivery dead-letters it, and

@@ -479,7 +479,7 @@ func TestConsumeWithoutRenewalsLeavesTheHandlerCtxAtLeaseLapse(t *testing.T) {
 	require.Never(t, ended.Load, 100*time.Millisecond, 5*time.Millisecond, "nothing ends the handler's ctx at the lapse")
 	close(gate)
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "call=ack") }, eventually, tick)
-	require.Contains(t, logs.String(), "lease lapsed before the handler finished")
+	require.Contains(t, logs.String(), "the lease was no longer held when the handler finished")
 	require.ErrorIs(t, r.stop(t), context.Canceled)
 	require.False(t, ended.Load())
 	require.Empty(t, f.calls(), "the lapsed lease's ack was refused")
@@ -605,7 +605,7 @@ func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	require.False(t, r.returned())
 	text := logs.String()
 	require.Contains(t, text, "transient")
-	require.Contains(t, text, "lease lapsed")
+	require.Contains(t, text, "the lease was no longer held")
 }
 
 // goroutineID is the running goroutine's number, from its stack header

@@ -187,9 +187,11 @@ var (
 	// nothing is enqueued.
 	MessageTooLarge = NewError("MESSAGE_TOO_LARGE", codeQueue|1, "message payload exceeds the queue's MaxMessageBytes", "")
 	// InvalidBatchSize is returned by Receive and DeadLetters for a max
-	// that is not positive, and by [Consume] for a negative Batch or
-	// Concurrency.
-	InvalidBatchSize = NewError("INVALID_BATCH_SIZE", codeQueue|2, "batch size must be positive", "")
+	// that is not positive, by PublishBatch for an empty batch or one too
+	// large for the log to commit at once, and by [Consume] for a negative
+	// Batch or a Concurrency out of range. The text around it names the
+	// size and the bound.
+	InvalidBatchSize = NewError("INVALID_BATCH_SIZE", codeQueue|2, "the batch size is out of range", "")
 	// LeaseExpired is returned by Ack, Nack, Reject and Extend for a
 	// receipt whose lease has lapsed; nothing moves.
 	LeaseExpired = NewError(ReasonLeaseExpired, codeQueue|3, "the lease has lapsed", "")

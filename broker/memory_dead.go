@@ -39,13 +39,18 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 // once, with its delivery count reset; it keeps its ID, payload and
 // EnqueuedAt, and closes the Wake signal. Replays of one dead letter
 // racing each other queue it once: one returns nil, the others
-// [DeadLetterNotFound]. See [DeadLetterManager].
+// [DeadLetterNotFound]. A queue at its Capacity refuses it ([QueueFull],
+// not counted as shed) and the dead letter stays as it was. See
+// [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, err := q.deadLetterLocked(ctx, id)
 	if err != nil {
 		return err
+	}
+	if c := q.policy.Capacity; c > 0 && q.st.live() >= c {
+		return fmt.Errorf("broker: memory queue holds %d of %d messages, dead letter %s does not fit: %w", q.st.live(), c, id, QueueFull)
 	}
 	q.st.detach(m)
 	m.deliveries, m.reason, m.code, m.cause, m.failedAt = 0, "", 0, "", 0

@@ -304,6 +304,10 @@ func (mc *modelCheck) replay(mq *mQueue) {
 		mc.expect("DEAD_LETTER_NOT_FOUND", err, "Replay "+id)
 		return
 	}
+	if mq.pol.Capacity > 0 && mq.live() >= mq.pol.Capacity {
+		mc.expect("QUEUE_FULL", err, fmt.Sprintf("Replay %s live=%d", id, mq.live()))
+		return
+	}
 	if mc.expect("ok", err, "Replay "+id) {
 		m.state, m.deliveries, m.at, m.failedAt, m.reason, m.code, m.cause = mReady, 0, 0, 0, "", 0, ""
 	}

@@ -372,6 +372,8 @@ type PolicyValue struct {
 	// delayed ones (dead letters do not count). A queue that holds Capacity
 	// live messages refuses the next Publish with [QueueFull]: the shed
 	// verdict goes back to the caller and is counted in the queue's stats.
+	// It refuses a dead letter's replay the same way (not counted: the
+	// message was admitted once), and the dead letter stays where it is.
 	//
 	// Zero means unbounded. Negative is refused ([QueueMisconfigured]).
 	Capacity int

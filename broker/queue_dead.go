@@ -61,7 +61,9 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 // once, with its delivery count reset; it keeps its ID, payload and
 // EnqueuedAt. It closes the Wake signal. Replays of one dead letter racing
 // each other queue it once: one returns nil, the others
-// DeadLetterNotFound. See DeadLetterManager.
+// DeadLetterNotFound. A queue at its Capacity refuses it (QueueFull, not
+// counted as shed) and the dead letter stays as it was. See
+// DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	return q.changeDeadLetter(ctx, id, index.KindReplay)
 }
@@ -96,6 +98,14 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 			return err
 		}
 		return fmt.Errorf("broker: queue %s: dead letter %.64q: %w", q.name, id, DeadLetterNotFound)
+	}
+	if c := q.policy.Capacity; kind == index.KindReplay && c > 0 && q.iq.Live() >= c {
+		// (The sweep above: leases lapsed for good stop holding capacity.)
+		live := q.iq.Live()
+		if err := q.unlockAndWait(recs); err != nil {
+			return err
+		}
+		return fmt.Errorf("broker: queue %s holds %d of %d messages, dead letter %s does not fit: %w", q.name, live, c, id, QueueFull)
 	}
 	e := index.Event{Kind: kind, Queue: q.id, Seq: seq}
 	q.iq.Apply(0, &e)

@@ -335,6 +335,28 @@ var deadCases = []testCase{
 			e.Fatalf("replayed %q %q, want %q %q: the one named, neither the oldest nor the newest", r.Message.ID, r.Message.Payload, m.ID, "b")
 		}
 	}},
+	{name: "ReplayIntoAFullQueueIsQueueFullAndMovesNothing", needs: []string{"Capacity", "Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// Capacity bounds the live messages whichever way they come in; a
+		// refused replay leaves its dead letter where it was, to be
+		// replayed once there is room.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+		m := e.publish(q, "dead")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, broker.NewError("BAD", 1, "bad", "")); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		e.publish(q, "filler")
+		e.isErr(e.manager(q).ReplayDeadLetter(e.ctx(), m.ID), broker.QueueFull, "a replay into a queue at its Capacity of 1")
+		if got := deadIDs(e.deadLetters(q)); !sameSet(got, []string{m.ID}) {
+			e.Fatalf("dead letters after the refused replay: %v, want %q still there", got, m.ID)
+		}
+		e.ack(q, e.receiveOne(q).Lease.Receipt)
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter once the filler was acked: %v", err)
+		}
+		if r := e.appearsAt(q, e.now(), true, "the replayed message"); r.Message.ID != m.ID || string(r.Message.Payload) != "dead" {
+			e.Fatalf("replayed %q %q, want %q %q", r.Message.ID, r.Message.Payload, m.ID, "dead")
+		}
+	}},
 	{name: "ReplayedMessageIsReceivedInItsEnqueueOrder", needs: []string{"OldestFirst", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
 		// A replayed message keeps its EnqueuedAt, the key a FIFO
 		// implementation sorts on: it comes before the messages published

@@ -363,6 +363,10 @@ func (s *twin) changeDead(qi int, sel byte, replay bool) {
 		s.expect("DEAD_LETTER_NOT_FOUND", err, what)
 		return
 	}
+	if replay && mq.pol.Capacity > 0 && mq.live() >= mq.pol.Capacity {
+		s.expect("QUEUE_FULL", err, what)
+		return
+	}
 	if !s.expect("ok", err, what) {
 		return
 	}

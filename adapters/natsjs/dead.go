@@ -381,8 +381,8 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // signal. See broker.DeadLetterManager. The message is published before
 // its record is deleted: a failure between the two leaves both, and a
 // second replay then queues it again — the duplicate the port permits.
-// A queue at its Capacity refuses the replay (broker.QueueFull): the
-// server's limit knows no exception.
+// A queue at its Capacity refuses the replay (broker.QueueFull), as every
+// broker of the port does.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	ctx, cancel, err := q.look(ctx)
 	if err != nil {

@@ -166,9 +166,8 @@
 //     public cause take up to about 5 KiB): a larger payload is
 //     MessageTooLarge whatever the policy says. Raise max_payload to carry
 //     1 MiB payloads.
-//   - A replay of a dead letter into a full queue is QueueFull, and a
-//     replay whose record could not be deleted afterwards leaves it: a
-//     second replay queues the message twice.
+//   - A replay whose dead-letter record could not be deleted afterwards
+//     leaves it: a second replay queues the message twice.
 //
 // A Store, its queues and every method are safe for concurrent use.
 package natsjs

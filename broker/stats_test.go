@@ -168,20 +168,52 @@ func TestStoreStatsCountSegmentsAndDiskBytes(t *testing.T) {
 	require.GreaterOrEqual(t, st.Records, int64(40))
 	require.GreaterOrEqual(t, st.Commits, int64(40), "SyncAll: each sequential publish waits for its own fdatasync")
 
-	var onDisk int64
-	segs := 0
-	entries, err := os.ReadDir(e.dir)
+	segs, onDisk := segmentFiles(t, e.dir)
+	require.Equal(t, segs, st.Segments, "Segments counts the segment files")
+	require.Equal(t, onDisk, st.DiskBytes, "DiskBytes is their total size")
+}
+
+// segmentFiles returns how many log segment files dir holds and their
+// total size.
+func segmentFiles(t *testing.T, dir string) (n int, size int64) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, de := range entries {
 		if strings.HasSuffix(de.Name(), ".seg") {
-			fi, err := os.Stat(filepath.Join(e.dir, de.Name()))
+			fi, err := os.Stat(filepath.Join(dir, de.Name()))
 			require.NoError(t, err)
-			onDisk += fi.Size()
-			segs++
+			size += fi.Size()
+			n++
 		}
 	}
-	require.Equal(t, segs, st.Segments, "Segments counts the segment files")
-	require.Equal(t, onDisk, st.DiskBytes, "DiskBytes is their total size")
+	return n, size
+}
+
+// After Close, StoreStats still describes the files the store left: an
+// operator logging them at shutdown reads the directory as it is, not
+// zeros beside a LiveBytes that the files no longer seem to hold.
+func TestStoreStatsAfterCloseDescribeTheFilesCloseLeft(t *testing.T) {
+	const seg = 64 << 10
+	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = seg })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	for range 40 {
+		mustPublish(t, q, strings.Repeat("x", 4<<10))
+	}
+	s := e.s
+	before := s.Stats()
+	e.close()
+	st := s.Stats()
+	segs, onDisk := segmentFiles(t, e.dir)
+	require.GreaterOrEqual(t, segs, 3)
+	require.Equal(t, segs, st.Segments, "Segments after Close")
+	require.Equal(t, onDisk, st.DiskBytes, "DiskBytes after Close")
+	require.Equal(t, indexFileBytes(t, e.dir), st.IndexBytes, "IndexBytes after Close: Close's checkpoint included")
+	require.Equal(t, before.LiveBytes, st.LiveBytes, "nothing was acked")
+	require.LessOrEqual(t, st.LiveBytes, st.DiskBytes)
+	require.Equal(t, before.Checkpoints+1, st.Checkpoints, "Close's checkpoint is counted")
+	require.GreaterOrEqual(t, st.Records, before.Records)
+	require.Equal(t, st, s.Stats(), "a closed store's figures do not move")
 }
 
 // What StoreStats tells an operator to plan for holds: the directory's

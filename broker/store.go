@@ -47,6 +47,9 @@ type Store struct {
 	// second waits for the first and then finds the store closed.
 	closeMu sync.Mutex
 	closed  atomic.Bool
+	// closedStats is what Stats returns once Close has let the files go:
+	// the figures as Close left them.
+	closedStats atomic.Pointer[StoreStats]
 	// failed holds the error that stopped the store: a failed append leaves
 	// the in-memory state ahead of the log, so nothing may go on until the
 	// store is reopened (fail-stop).
@@ -607,8 +610,13 @@ type StoreStats struct {
 // snapshot: while appends and a rotation run, Records and OwnRecords may be
 // read a few records apart (a preamble counted in one and not yet in the
 // other), so a rate taken from their difference is exact only to a few
-// records.
+// records. After Close it returns the figures as Close left them: the
+// files it describes are on disk as counted, their sizes included, and the
+// counters since open include Close's own checkpoint.
 func (s *Store) Stats() StoreStats {
+	if st := s.closedStats.Load(); st != nil {
+		return *st
+	}
 	w := s.log.Stats()
 	st := StoreStats{
 		Segments:            w.Segments,
@@ -668,6 +676,8 @@ func (s *Store) Close() error {
 	// log keeps, messages then held by nobody until the leases lapse.
 	// Readers hold removeMu shared from their positions to their payloads.
 	s.maint.removeMu.Lock()
+	final := s.Stats()
+	s.closedStats.Store(&final)
 	err := s.log.Close()
 	s.maint.removeMu.Unlock()
 	s.stopOnce.Do(func() {}) // Close shut every queue: no stop starts after it

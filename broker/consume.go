@@ -46,6 +46,15 @@ type ConsumeOptions struct {
 	// or above MaxDeadlineOffset (no Extend reaches so far), is refused
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
 	ExtendBy time.Duration
+	// StopGrace is how long running handlers keep their context once ctx
+	// ends. Consume receives nothing more from that moment; a handler that
+	// finishes within StopGrace is settled by its result as usual, and the
+	// contexts of those still running are cancelled when it is over. Zero
+	// cancels them with ctx, at once; negative is refused
+	// ([QueueMisconfigured]). A graceful shutdown (a deploy, a SIGTERM)
+	// sets it to what the handlers need to finish, so that stopping does
+	// not cost their messages a delivery attempt.
+	StopGrace time.Duration
 	// Logger receives what Consume cannot return: handler failures and
 	// panics (with the panic value and stack), refused Ack, Nack and
 	// Extend calls, and Receive errors, each with the message ID where
@@ -134,7 +143,8 @@ func stopped(ctx context.Context, herr error) error {
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
 // PollInterval. When ctx ends, Consume stops receiving, waits for every
-// running handler and its Ack or Nack, and returns ctx.Err(). It returns
+// running handler (whose context ends with ctx, or opts.StopGrace later)
+// and its Ack or Nack, and returns ctx.Err(). It returns
 // an error at once for a nil b or h, or an option it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
@@ -148,6 +158,9 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		return err
 	}
 	c.settleCtx = context.WithoutCancel(ctx)
+	var endGrace func()
+	c.handlerCtx, endGrace = c.graceful(ctx)
+	defer endGrace()
 	err = c.loop(ctx)
 	if c.acker != nil {
 		// No Receive will carry the acks of handlers still running: from
@@ -161,6 +174,37 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	close(c.work)
 	c.workers.Wait()
 	return err
+}
+
+// graceful returns the context handlers run under, and a func that ends
+// it and its timer, for Consume to call when it returns. Without a
+// StopGrace it is ctx itself. With one, it keeps ctx's values and is
+// cancelled StopGrace after ctx ends, with ctx's error as its cause.
+func (c *consumer) graceful(ctx context.Context) (context.Context, func()) {
+	if c.stopGrace == 0 {
+		return ctx, func() {}
+	}
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	ended := false
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			timer = time.AfterFunc(c.stopGrace, func() { cancel(context.Cause(ctx)) })
+		}
+	})
+	return hctx, func() {
+		stopWatch()
+		mu.Lock()
+		ended = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }
 
 // receiveAcker is implemented by brokers that can acknowledge leases in the
@@ -232,6 +276,9 @@ type consumer struct {
 	// settleCtx is Consume's ctx without its cancellation: Receive calls
 	// that carry acks and the settling calls run under it.
 	settleCtx context.Context
+	// handlerCtx is what handlers run under: Consume's ctx, or with a
+	// StopGrace, a context that ends StopGrace after it (see graceful).
+	handlerCtx context.Context
 
 	// ackMu guards ackBuf, the acks of finished handlers that the next
 	// Receive will carry (when b is a receiveAcker), and ackDirect, set
@@ -245,6 +292,7 @@ type consumer struct {
 	poll        time.Duration
 	extendEvery time.Duration
 	extendBy    time.Duration
+	stopGrace   time.Duration
 
 	// slots holds one token per handler running or about to run: a send
 	// takes a slot, a receive frees one.
@@ -278,6 +326,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		return nil, refuse("Concurrency %d is above the maximum, %d", InvalidBatchSize, opts.Concurrency, MaxConsumeConcurrency)
 	case opts.PollInterval < 0:
 		return nil, refuse("PollInterval %v must not be negative", QueueMisconfigured, opts.PollInterval)
+	case opts.StopGrace < 0:
+		return nil, refuse("StopGrace %v must not be negative", QueueMisconfigured, opts.StopGrace)
 	case opts.ExtendEvery < 0:
 		return nil, refuse("ExtendEvery %v must not be negative", QueueMisconfigured, opts.ExtendEvery)
 	case opts.ExtendEvery >= MaxDeadlineOffset:
@@ -293,6 +343,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		poll:        opts.PollInterval,
 		extendEvery: opts.ExtendEvery,
 		extendBy:    opts.ExtendBy,
+		stopGrace:   opts.StopGrace,
 		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
 		work:        make(chan DeliveryValue, max(opts.Concurrency, 1)),
 	}
@@ -428,7 +479,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 		}
 		c.waiting.Add(1)
 		c.workers.Add(1)
-		go c.worker(ctx, &d)
+		go c.worker(c.handlerCtx, &d)
 	}
 	for i := len(ds); i < reserved; i++ {
 		<-c.slots

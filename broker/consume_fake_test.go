@@ -384,7 +384,13 @@ type running struct {
 
 func startConsume(t *testing.T, b Broker, h Handler, opts ConsumeOptions) *running {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return startConsumeCtx(t, context.Background(), b, h, opts)
+}
+
+// startConsumeCtx is startConsume under a context derived from parent.
+func startConsumeCtx(t *testing.T, parent context.Context, b Broker, h Handler, opts ConsumeOptions) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		r.err = Consume(ctx, b, h, opts)

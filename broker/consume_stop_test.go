@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -77,3 +78,67 @@ type publicText string
 
 func (p publicText) Error() string  { return string(p) }
 func (p publicText) Public() string { return string(p) }
+
+// TestConsumeStopGraceLetsRunningHandlersFinish: with a StopGrace, the end
+// of ctx stops the receiving, not the handlers: a handler still running
+// keeps its context, finishes, and is acked as if nothing had stopped,
+// its message spared a delivery attempt. Consume returns once it is done.
+func TestConsumeStopGraceLetsRunningHandlersFinish(t *testing.T) {
+	f := newFake()
+	m, _ := f.Publish(context.Background(), []byte("x"))
+	type ctxKey struct{}
+	started := make(chan context.Context)
+	release := make(chan struct{})
+	r := startConsumeCtx(t, context.WithValue(context.Background(), ctxKey{}, "kept"), f, func(ctx context.Context, d DeliveryValue) error {
+		started <- ctx
+		<-release
+		return ctx.Err()
+	}, ConsumeOptions{StopGrace: time.Hour})
+	hctx := <-started
+	r.cancel()
+	require.NoError(t, hctx.Err(), "the handler's context outlives Consume's by StopGrace")
+	require.Equal(t, "kept", hctx.Value(ctxKey{}), "and keeps its values")
+	received := f.receives.Load()
+	require.False(t, r.returned(), "Consume waits for the running handler")
+	close(release)
+	require.ErrorIs(t, r.wait(t), context.Canceled)
+	require.Equal(t, received, f.receives.Load(), "nothing was received after ctx ended")
+	calls := f.calls()
+	require.Len(t, calls, 1)
+	require.Equal(t, "ack", calls[0].call)
+	require.Equal(t, m.ID, calls[0].id)
+	require.ErrorIs(t, hctx.Err(), context.Canceled, "ended when Consume returned")
+}
+
+// TestConsumeStopGraceEndsInTheHandlersCancellation: a handler still
+// running when the grace is over has its context cancelled, with ctx's
+// error as the cause, and is nacked as at any stop.
+func TestConsumeStopGraceEndsInTheHandlersCancellation(t *testing.T) {
+	f := newFake()
+	f.Publish(context.Background(), []byte("x"))
+	const grace = 20 * time.Millisecond
+	started := make(chan struct{})
+	var cause error
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return ctx.Err()
+	}, ConsumeOptions{StopGrace: grace})
+	<-started
+	stop := time.Now()
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.GreaterOrEqual(t, time.Since(stop), grace, "a timer never fires early")
+	require.ErrorIs(t, cause, context.Canceled)
+	calls := f.calls()
+	require.Len(t, calls, 1)
+	require.Equal(t, "nack", calls[0].call)
+	reason, _, _, _ := classify(calls[0].cause)
+	require.Equal(t, ReasonConsumerStopped, reason)
+}
+
+func TestConsumeRefusesANegativeStopGrace(t *testing.T) {
+	err := Consume(context.Background(), newFake(), ackAll, ConsumeOptions{StopGrace: -time.Second})
+	require.ErrorIs(t, err, QueueMisconfigured)
+	require.ErrorContains(t, err, "StopGrace -1s")
+}

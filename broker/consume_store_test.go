@@ -233,3 +233,42 @@ func storeQueue(t *testing.T, p PolicyValue, payloads ...string) *Queue {
 	}
 	return q
 }
+
+// A graceful stop over a *Queue: the handlers running when ctx ends
+// finish within StopGrace and their messages are acked, none nacked, none
+// left leased; what was not yet received stays ready for the next
+// consumer, its delivery count untouched.
+func TestConsumeOverStoreStopGraceAcksWhatRunningHandlersFinish(t *testing.T) {
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	for i := range 10 {
+		_, err := q.Publish(context.Background(), []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var running sync.WaitGroup
+	running.Add(4)
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, q, func(hctx context.Context, d DeliveryValue) error {
+			running.Done()
+			<-release
+			return hctx.Err()
+		}, ConsumeOptions{Batch: 4, Concurrency: 4, StopGrace: time.Hour})
+	}()
+	running.Wait()
+	cancel()
+	close(release)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not return 10 s after its handlers finished")
+	}
+	st := q.Stats()
+	require.Equal(t, int64(4), st.Acked)
+	require.Zero(t, st.Nacked, "MaxDeliveries 1: a nack would have dead-lettered")
+	require.Zero(t, st.DeadLetters+st.Leased)
+	require.Equal(t, 6, st.Ready)
+}

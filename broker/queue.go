@@ -382,7 +382,8 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 	// report success before the original does, nor if it fails (a barrier
 	// could succeed where the original's own append did not: a segment it
 	// needed could not be made).
-	var orig *wal.Pending
+	var orig, resv *wal.Pending
+	var bound uint64
 	if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
 		if orig = q.inflightWith(seq); orig == nil {
 			// Still pending but no longer queued: its append failed (a
@@ -395,6 +396,11 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 			}
 			return nil, fmt.Errorf("broker: queue %s: the publish of key %q failed", q.name, key)
 		}
+		// Nor before the mark that reserves the original's sequence is
+		// durable (SyncNone): the original waits for it before it
+		// returns the ID, and a power loss before then would let the
+		// reopened store hand the ID out again (see seqReservation).
+		resv, bound = q.s.reserveSeqs(seq)
 	}
 	if err := q.unlockAndWait(reading); err != nil {
 		return nil, err
@@ -403,6 +409,12 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 		if _, err := q.s.wait(orig); err != nil {
 			return nil, err
 		}
+	}
+	if resv != nil {
+		if _, err := q.s.wait(resv); err != nil {
+			return nil, err
+		}
+		q.s.reservedSeqs(bound)
 	}
 	q.stats.duplicates.Add(1)
 	return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil

@@ -92,8 +92,9 @@ type seqReservation struct {
 const seqReserve = 4096
 
 // reserveSeqs makes sure a mark reserves every sequence up to hi (the
-// caller holds its queue's lock and is about to queue its publish). It
-// returns the mark to wait for before the publish returns, and the bound
+// caller holds its queue's lock and is about to queue its publish, or
+// answers a duplicate of one still in flight). It returns the mark to
+// wait for before the publish (or the duplicate) returns, and the bound
 // that mark reserves, or nil when a durable one covers hi already.
 func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 	r := &s.seqs

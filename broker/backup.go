@@ -30,7 +30,8 @@ const (
 // each dedup key, each policy — and Open opens it like a store closed at
 // that instant (a new lock, its own background work from then on).
 //
-// dir must not exist (its parents are made as needed). The copy is
+// dir must not exist (its parents are made as needed; an existing dir is
+// refused with an error that wraps fs.ErrExist). The copy is
 // written, every file of it fdatasynced, in dir+".partial", which is then
 // renamed to dir. After a crash during Backup there is either no dir, and
 // the next Backup to dir removes the leftover ".partial" (it recognises
@@ -42,10 +43,15 @@ const (
 // the queues' state is copied, and the removal of old segments, and other
 // Backups, until Backup returns. The copy takes about what reading and
 // writing the log's segments takes (StoreStats.DiskBytes + IndexBytes).
-// ctx is checked between files; a Backup that fails or is canceled
+// Every record copied is verified first (Open reads only what came after
+// the last checkpoint, so this is where damage to older segments shows):
+// damage fails the Backup with [Corrupt], naming the file and offset, and
+// stops the store as a Receive that met it would (reopen it; see
+// Options.Salvage). ctx is checked between files; a Backup that fails or is canceled
 // removes what it wrote and leaves no dir. It fails with Closed after
-// Close, like every call once the store stopped for good, and after a
-// checkpoint failed (checkpoints stop until the store is reopened).
+// Close, like every call once the store stopped for good, and with the
+// failure that stopped the checkpoints once one failed (they stop until
+// the store is reopened; StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if ctx == nil {
 		return fmt.Errorf("broker: backup of %s to %q: nil context: %w", s.dir, dir, QueueMisconfigured)
@@ -73,6 +79,11 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 		return fail(err)
 	}
 	if err := s.copyInto(ctx, tmp); err != nil {
+		if errors.Is(err, wal.ErrCorrupt) {
+			// Damage to synced records, found by the copy's check: the
+			// store stops as when a read finds it (see damaged).
+			err = s.damaged(err)
+		}
 		return fail(errors.Join(err, removePartial(fs, tmp)))
 	}
 	// Every file of the copy is durable: it takes its name, marked still,
@@ -107,7 +118,7 @@ func (s *Store) checkBackupDir(dir string) error {
 		return fmt.Errorf("it lies inside the store's own directory")
 	}
 	if _, err := s.opts.fs().ReadDir(dir); err == nil {
-		return fmt.Errorf("it already exists; a backup goes into a new directory")
+		return fmt.Errorf("it already exists; a backup goes into a new directory: %w", iofs.ErrExist)
 	} else if !errors.Is(err, iofs.ErrNotExist) {
 		return fmt.Errorf("it cannot be made: %w", err)
 	}

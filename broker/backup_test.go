@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -122,6 +123,7 @@ func TestBackupRefusesADirectoryItMustNotWrite(t *testing.T) {
 	require.NoError(t, os.Mkdir(exists, 0o700))
 	err = e.s.Backup(ctx(t), exists)
 	require.ErrorContains(t, err, "already exists")
+	require.ErrorIs(t, err, iofs.ErrExist, "a caller can tell it with errors.Is")
 	requireEmptyDir(t, exists)
 
 	inside := filepath.Join(e.dir, "backups", "b1")
@@ -508,11 +510,50 @@ func TestABackupWithoutACheckpointWritesNothing(t *testing.T) {
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
 	require.ErrorIs(t, e.s.Backup(ctx(t), filepath.Join(root, "a")), syscall.EIO)
 	ffs.Clear()
-	require.ErrorContains(t, e.s.Backup(ctx(t), filepath.Join(root, "b")), "checkpoints stopped until the store is reopened")
+	err := e.s.Backup(ctx(t), filepath.Join(root, "b"))
+	require.ErrorIs(t, err, syscall.EIO, "the failure that stopped the checkpoints")
+	require.ErrorContains(t, err, "stopped until the store is reopened")
 	requireEmptyDir(t, root)
+	require.Contains(t, e.s.Stats().MaintenanceStopped, syscall.EIO.Error())
 
 	e.reopen()
+	require.Empty(t, e.s.Stats().MaintenanceStopped, "a reopen resumes them")
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(root, "c")))
+}
+
+// Damage to a segment that a checkpoint covers is not looked for at Open;
+// a Backup reads every record it copies, so it is where such damage shows:
+// the Backup fails with Corrupt naming the file, leaves nothing, and the
+// store stops as a Receive that met the damage would stop it. The next
+// Open scans the whole log and refuses it, naming the file, until
+// Options.Salvage is given.
+func TestABackupOfADamagedSegmentFailsWithCorruptAndStopsTheStore(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = 64 << 10 })
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
+	for range 40 { // 160 KiB: segment 1 is sealed
+		mustPublish(t, q, strings.Repeat("x", 4<<10))
+	}
+	require.NoError(t, e.s.Maintain()) // a checkpoint covers segment 1
+	require.Greater(t, e.s.Stats().Segments, 2)
+	seg := filepath.Join(e.dir, "0000000001.seg")
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("damage"), 30000) // inside a payload
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	root := t.TempDir()
+	err = e.s.Backup(ctx(t), filepath.Join(root, "copy"))
+	requireErrorIs(t, err, broker.Corrupt, "0000000001.seg")
+	requireEmptyDir(t, root)
+	_, err = q.Publish(ctx(t), []byte("after")) // the store stopped
+	requireErrorIs(t, err, broker.Corrupt, "reopen it")
+
+	s := e.s
+	require.NoError(t, s.Close())
+	e.s = nil
+	_, err = broker.Open(e.dir, e.opts) // it scans the whole log
+	requireErrorIs(t, err, broker.Corrupt, "0000000001.seg")
 }
 
 // A Backup that waits for the checkpoint lock while Close checkpoints

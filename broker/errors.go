@@ -218,9 +218,11 @@ var (
 	// Closed is returned by every call on a store or queue that was
 	// closed, and ends [Consume] when Receive returns it.
 	Closed = NewError("CLOSED", codeQueue|8, "the store or queue is closed", "")
-	// Corrupt is returned by Open when the log fails verification; the text
-	// names the file and byte offset.
-	Corrupt = NewError("CORRUPT", codeQueue|9, "the log is corrupt", "")
+	// Corrupt is returned by Open when the log fails verification, and by
+	// every call once the store found damage in its log or its index while
+	// running (it must be reopened); the text names the file and byte
+	// offset. Options.Salvage opens a log past its damage.
+	Corrupt = NewError("CORRUPT", codeQueue|9, "the store's files failed verification", "")
 	// Locked is returned by Open when another store, in this process or
 	// another, holds the directory.
 	Locked = NewError("LOCKED", codeQueue|10, "the store directory is in use", "")

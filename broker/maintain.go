@@ -26,6 +26,8 @@ type maintenance struct {
 	ckptMu  sync.Mutex
 	written int64 // log bytes written at the last checkpoint
 	broken  error // a checkpoint failed: no more until the store is reopened
+	// stopped is broken for readers without ckptMu (Stats), set once.
+	stopped atomic.Pointer[error]
 
 	// removeMu is held shared by readers of payloads from the moment they
 	// take a message's position (under its queue's lock) until they have
@@ -103,6 +105,7 @@ func (s *Store) maintainLoop() {
 	defer close(m.done)
 	t := time.NewTicker(maintainEvery)
 	defer t.Stop()
+	reported := false // the checkpoints' stop was logged
 	for {
 		select {
 		case <-m.stop:
@@ -111,6 +114,13 @@ func (s *Store) maintainLoop() {
 		case <-t.C:
 		}
 		if err := s.maintain(false); err != nil {
+			if p := m.stopped.Load(); p != nil && err == *p {
+				if !reported {
+					reported = true
+					s.opts.Logger.Error("broker: a checkpoint failed; the store goes on, but its directory now grows with every segment until it is reopened (free space first if the disk is full): StoreStats.MaintenanceStopped says why", "dir", s.dir, "err", err)
+				}
+				continue
+			}
 			s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
 		}
 	}
@@ -160,7 +170,8 @@ func (s *Store) checkpointLocked() error {
 		return err
 	}
 	fail := func(err error) error {
-		m.broken = fmt.Errorf("broker: checkpoints stopped until the store is reopened: %w", err)
+		m.broken = fmt.Errorf("broker: checkpoints and the reclaiming of disk space stopped until the store is reopened: %w", err)
+		m.stopped.Store(&m.broken)
 		return m.broken
 	}
 	// From the table's first rewrite until the new checkpoint is durably

@@ -102,7 +102,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
 			_ = x.Table.Close()
-			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, or the store found damage after it (or cannot tell whether it did)", index.ErrDamaged)
+			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, the store found damage after it (or cannot tell whether it did), or a checkpoint or an open's replay did not finish", index.ErrDamaged)
 		} else if end := s.log.End(); from > end && !s.opts.Salvage {
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.

@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -401,6 +402,8 @@ func openError(dir string, err error) error {
 	switch {
 	case errors.Is(err, wal.ErrLocked):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Locked, err)
+	case errors.Is(err, wal.ErrCorrupt) && !strings.Contains(err.Error(), "Salvage"):
+		return fmt.Errorf("broker: open %s: %w: %w (Options.Salvage opens the store past the damage, copying the damaged file aside)", dir, Corrupt, err)
 	case errors.Is(err, wal.ErrCorrupt), errors.Is(err, index.ErrBadEvent):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	}
@@ -605,6 +608,13 @@ type StoreStats struct {
 	OwnRecords           int64   // of Records, those the store wrote for itself: segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
+	// MaintenanceStopped is why checkpoints, and with them the removal of
+	// old segments, stopped: a checkpoint failed (a full disk, a failed
+	// fdatasync of the index), and none is retried. The store goes on,
+	// the log being the source of truth, but its directory grows with
+	// every segment; reopening it (after freeing space) rebuilds the index
+	// from the log and resumes them. "" while they run.
+	MaintenanceStopped string
 }
 
 // Stats returns the store's figures. Each is read on its own, not in one
@@ -639,6 +649,9 @@ func (s *Store) Stats() StoreStats {
 	}
 	if w.Syncs > 0 {
 		st.MeanRecordsPerCommit = float64(w.Records) / float64(w.Syncs)
+	}
+	if p := s.maint.stopped.Load(); p != nil {
+		st.MaintenanceStopped = (*p).Error()
 	}
 	return st
 }

@@ -16,7 +16,9 @@ import (
 // copied whole, and end's own up to end, zero beyond, at its full size, so
 // that the copy opens as a log that ends at end. end must be where a frame
 // of its segment starts or where its frames end. Every file is fdatasynced,
-// then dir is synced. ctx is checked before each segment. A CopyTo that
+// then dir is synced. Each segment's frames are verified before it is
+// copied (CRCs, order, seals): damage is a *CorruptionError naming the
+// file and offset. ctx is checked before each segment. A CopyTo that
 // fails or is canceled removes the files it wrote, so that dir holds what
 // it held before and the same copy can be tried again.
 //
@@ -57,6 +59,9 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 			return undo(err)
 		}
 		dst := filepath.Join(dir, segName(s.seq))
+		if err := verifyCopy(s.file.Path(), s.file.Data(), s.seq, s.seq < end.Segment(), end.Offset()); err != nil {
+			return undo(err)
+		}
 		var err error
 		if s.seq < end.Segment() {
 			err = writeWhole(fs, dst, s.file.Data())
@@ -76,6 +81,30 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 	}
 	if err := fs.SyncDir(dir); err != nil {
 		return undo(fmt.Errorf("wal: copy to %s: %w", dir, err))
+	}
+	return nil
+}
+
+// verifyCopy checks the frames CopyTo is about to copy from segment seq
+// (data, the whole file at path): a sealed segment must scan cleanly to
+// its seal, the last one cleanly to end. Their records were durable, but
+// a segment a checkpoint covers is not read at Open, so damage to it is
+// found only where a read reaches it; a copy must not carry it unseen.
+func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) error {
+	if !sealed {
+		data = data[:end]
+	}
+	r, err := segment.Scan(data, seq, false, func(segment.Frame) error { return nil })
+	if err != nil {
+		return &CorruptionError{File: path, Offset: 0, Cause: err}
+	}
+	switch {
+	case r.Tail != segment.EndClean:
+		return &CorruptionError{File: path, Offset: r.DamageAt, Cause: r.Cause}
+	case sealed && !r.Sealed:
+		return &CorruptionError{File: path, Offset: r.End, Cause: errors.New("a sealed segment ends without its seal")}
+	case !sealed && r.End != end:
+		return &CorruptionError{File: path, Offset: r.End, Cause: fmt.Errorf("its frames end at %d, before %d", r.End, end)}
 	}
 	return nil
 }

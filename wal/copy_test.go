@@ -185,3 +185,55 @@ func TestCopyToRefusesAnEndPastASealedSegmentsFrames(t *testing.T) {
 
 	require.NoError(t, l.CopyTo(ctx, dst, MakePosition(1, sealed[1])), "the segment's own end")
 }
+
+// CopyTo verifies what it copies: a byte flipped in a sealed segment (which
+// Open would not read again when a checkpoint covers it), or in the part
+// of the last segment before end, is a *CorruptionError naming that file
+// and the damaged frame, and the copy writes nothing.
+func TestCopyToRefusesADamagedSegment(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		which func(l *Log) uint32 // the segment damaged
+	}{
+		{"sealed", func(l *Log) uint32 { return l.Stats().FirstSegment + 1 }},
+		{"the last copied", func(l *Log) uint32 { return l.End().Segment() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+			defer l.Close()
+			entries := appendRecords(t, l, 0, 200)
+			require.Greater(t, l.Stats().Segments, 3)
+			seg := tc.which(l)
+			var at Position
+			for _, e := range entries {
+				if e.pos.Segment() == seg {
+					at = e.pos // a record of that segment: flip a byte of its frame
+					break
+				}
+			}
+			require.NotZero(t, at)
+			path := filepath.Join(dir, segName(seg))
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			b := make([]byte, 1)
+			_, err = f.ReadAt(b, int64(at.Offset())+20)
+			require.NoError(t, err)
+			_, err = f.WriteAt([]byte{b[0] ^ 0x40}, int64(at.Offset())+20)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+
+			dst := filepath.Join(t.TempDir(), "copy")
+			require.NoError(t, os.Mkdir(dst, 0o700))
+			err = l.CopyTo(context.Background(), dst, l.End())
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.Equal(t, path, ce.File)
+			require.Equal(t, at.Offset(), ce.Offset, "the damaged frame")
+			names, err := os.ReadDir(dst)
+			require.NoError(t, err)
+			require.Empty(t, names, "nothing is left of the copy")
+		})
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -66,11 +68,22 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	// the same file in this process conflicts exactly as another process
 	// would.
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := make([]byte, 64)
+		n, _ := f.ReadAt(holder, 0)
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
+			if h := strings.TrimSpace(string(holder[:n])); h != "" && utf8.ValidString(h) {
+				return nil, fmt.Errorf("%s (held by %s): %w", name, h, ErrLocked)
+			}
 			return nil, fmt.Errorf("%s: %w", name, ErrLocked)
 		}
 		return nil, fmt.Errorf("flock %s: %w", name, err)
+	}
+	// Who holds it, for the error of the next one to try (not synced: a
+	// lock dies with its process, and a stale line names a process gone).
+	host, _ := os.Hostname()
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s\n", os.Getpid(), host)), 0)
 	}
 	return f, nil
 }

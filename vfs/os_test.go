@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,6 +17,7 @@ func TestDefaultLockIsExclusiveWithinTheProcess(t *testing.T) {
 
 	_, err = Default.Lock(name)
 	require.ErrorIs(t, err, ErrLocked, "a second open file description conflicts")
+	require.ErrorContains(t, err, fmt.Sprintf("held by pid %d on ", os.Getpid()), "the error names the holder")
 
 	require.NoError(t, first.Close())
 	second, err := Default.Lock(name)

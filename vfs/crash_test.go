@@ -532,10 +532,13 @@ func TestCrashFSUntrackedFilesAreDurable(t *testing.T) {
 	lock, err := c.Lock(filepath.Join(dir, "LOCK"))
 	require.NoError(t, err)
 	defer lock.Close()
+	holder, err := os.ReadFile(filepath.Join(dir, "LOCK"))
+	require.NoError(t, err)
+	require.Contains(t, string(holder), "pid ", "the lock names its holder")
 	require.Equal(t, map[string]string{
 		filepath.Join("old", "a"): "before",
 		"b":                       "before too",
-		"LOCK":                    "",
+		"LOCK":                    string(holder),
 	}, cloneTree(t, c, keepNone))
 }
 

@@ -58,3 +58,30 @@ func TestAStoppedMaintenanceIsReportedOnceAndInStats(t *testing.T) {
 	require.Equal(t, 1, errors, "logged once: %v", logs.records(t))
 	require.Zero(t, warnings, "and not again at each rotation")
 }
+
+// A Close whose checkpoint fails and whose log then fails to close (a
+// full disk fails both) still logs the checkpoint's failure: the error
+// it returns is the log's, and the warning is the only word of the other.
+func TestACloseThatFailsStillLogsItsFailedCheckpoint(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	var logs lockedBuffer
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) {
+		o.FS = ffs
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	mustPublish(t, e.queue("jobs", policy()), "one")
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "CLEAN", Nth: 1})
+	s := e.s
+	e.s = nil
+	err := s.Close()
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, "CLEAN")
+	warned := false
+	for _, r := range logs.records(t) {
+		if msg, _ := r["msg"].(string); r["level"] == "WARN" && strings.Contains(msg, "checkpoint at close failed") {
+			warned = true
+		}
+	}
+	require.True(t, warned, "logged: %v", logs.records(t))
+}

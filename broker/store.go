@@ -699,11 +699,11 @@ func (s *Store) Close() error {
 		<-s.stopDone
 	}
 	err = errors.Join(err, s.idx.Table.Close())
-	if err != nil {
-		return fmt.Errorf("broker: close %s: %w", s.dir, err)
-	}
 	if cerr != nil {
 		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open rebuilds the index from the log", "dir", s.dir, "err", cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("broker: close %s: %w", s.dir, err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,30 +39,10 @@ func TestADuplicateOfAPublishPastTheDurableReservationWaitsForItsMark(t *testing
 	other, err := s.Queue("other", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
 	require.NoError(t, err)
 
-	// The log's writer is held in the write of a publish to other (step
-	// 1), so that the original, its mark and the duplicate's clock
-	// reading queue up behind it and are written together; the power
-	// fails right after that write (step 2).
-	var step atomic.Int32
-	held, release := make(chan struct{}), make(chan struct{})
-	ffs.Observe(func(e vfs.Event) {
-		if e.Op != vfs.OpWrite || !strings.Contains(filepath.Base(e.Name), "0000000001.seg") {
-			return
-		}
-		if step.CompareAndSwap(1, 2) {
-			close(held)
-			<-release
-		} else if step.CompareAndSwap(2, 0) {
-			cfs.Crash() // the fdatasync after this write fails
-		}
-	})
-	step.Store(1)
-	otherDone := make(chan error, 1)
-	go func() {
-		_, err := other.Publish(ctx, []byte("first"))
-		otherDone <- err
-	}()
-	<-held
+	// The original, its mark and the duplicate's clock reading queue up
+	// behind a held write and are written together; the power fails
+	// right after.
+	release, otherDone := holdTheWriterThenLosePower(ffs, cfs, other)
 
 	// A batch the queue refuses draws every sequence up to the
 	// reservation Open made durable.
@@ -82,22 +61,7 @@ func TestADuplicateOfAPublishPastTheDurableReservationWaitsForItsMark(t *testing
 		defer close(origDone)
 		orig, origErr = q.PublishKeyed(ctx, "k", []byte("original"))
 	}()
-	// Until the original is queued (in flight) behind the held write. A
-	// hang guard, not a timing assumption.
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			q.mu.Lock()
-			ok := cond()
-			q.mu.Unlock()
-			if ok {
-				return
-			}
-			require.True(t, time.Now().Before(deadline), "%s never happened", what)
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	waitFor("the original's queuing", func() bool { return len(q.inflight) > 0 })
+	waitUnderLock(t, q, "the original's queuing", func() bool { return len(q.inflight) > 0 })
 
 	// The duplicate reads the clock later: its reading, logged under the
 	// queue's lock, shows when it has looked the key up.
@@ -109,7 +73,7 @@ func TestADuplicateOfAPublishPastTheDurableReservationWaitsForItsMark(t *testing
 		defer close(dupDone)
 		dup, dupErr = q.PublishKeyed(ctx, "k", []byte("original"))
 	}()
-	waitFor("the duplicate's look-up", func() bool { return q.iq.LastEvicts() == later })
+	waitUnderLock(t, q, "the duplicate's look-up", func() bool { return q.iq.LastEvicts() == later })
 
 	close(release)
 	require.NoError(t, <-otherDone, "the held publish was written")
@@ -125,17 +89,5 @@ func TestADuplicateOfAPublishPastTheDurableReservationWaitsForItsMark(t *testing
 	}
 	t.Logf("original: %v %v; duplicate: %v %v", orig.ID, origErr, dup.ID, dupErr)
 
-	clone := filepath.Join(root, "clone")
-	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
-	_ = s.Close()
-	r, err := Open(clone, Options{Now: clock, Sync: SyncNone, SegmentBytes: 1 << 20})
-	require.NoError(t, err)
-	defer r.Close()
-	rq, err := r.Queue("q", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
-	require.NoError(t, err)
-	for i := 0; i < 3; i++ {
-		m, err := rq.Publish(ctx, []byte("published after the power came back"))
-		require.NoError(t, err)
-		require.Empty(t, returned[m.ID], "message ID %s was returned to %s before the power loss, and now names another message", m.ID, returned[m.ID])
-	}
+	requireNoIDHandedOutAgain(t, cfs, s, filepath.Join(root, "clone"), dir, clock, returned)
 }

@@ -107,29 +107,9 @@ func TestAPublishPastTheDurableReservationWaitsForTheMarkThatReservesIt(t *testi
 	other, err := s.Queue("other", pol)
 	require.NoError(t, err)
 
-	// The log's writer is held in the write of a publish to other (step
-	// 1), so that the batch and its mark queue up behind it and are
-	// written together; the power fails right after that write (step 2).
-	var step atomic.Int32
-	held, release := make(chan struct{}), make(chan struct{})
-	ffs.Observe(func(e vfs.Event) {
-		if e.Op != vfs.OpWrite || !strings.Contains(filepath.Base(e.Name), "0000000001.seg") {
-			return
-		}
-		if step.CompareAndSwap(1, 2) {
-			close(held)
-			<-release
-		} else if step.CompareAndSwap(2, 0) {
-			cfs.Crash() // the fdatasync after this write fails
-		}
-	})
-	step.Store(1)
-	otherDone := make(chan error, 1)
-	go func() {
-		_, err := other.Publish(ctx, []byte("first"))
-		otherDone <- err
-	}()
-	<-held
+	// The batch and its mark queue up behind a held write and are written
+	// together; the power fails right after.
+	release, otherDone := holdTheWriterThenLosePower(ffs, cfs, other)
 
 	// Open reserved the sequences below 1+seqReserve; the batch's last
 	// message takes the one past them.
@@ -144,41 +124,82 @@ func TestAPublishPastTheDurableReservationWaitsForTheMarkThatReservesIt(t *testi
 		defer close(batchDone)
 		out, batchErr = q.PublishBatch(ctx, payloads)
 	}()
-	// Until the batch is queued (in flight) behind the held write. A hang
-	// guard, not a timing assumption.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		q.mu.Lock()
-		queued := len(q.inflight) > 0
-		q.mu.Unlock()
-		if queued {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the batch was never queued")
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUnderLock(t, q, "the batch's queuing", func() bool { return len(q.inflight) > 0 })
 	close(release)
 	require.NoError(t, <-otherDone, "the held publish was written")
 	<-batchDone
 	require.True(t, cfs.Crashed(), "the power failed after the batch was written")
-	returned := map[string]bool{}
+	returned := map[string]string{}
 	if batchErr == nil {
 		for _, m := range out {
-			returned[m.ID] = true
+			returned[m.ID] = "the batch"
 		}
 	}
 	t.Logf("the batch returned %d IDs (err %v)", len(returned), batchErr)
+	requireNoIDHandedOutAgain(t, cfs, s, filepath.Join(root, "clone"), dir, clock, returned)
+}
 
-	clone := filepath.Join(root, "clone")
+// holdTheWriterThenLosePower holds the log's writer in the write of a
+// publish to other, so that what is queued meanwhile is written together
+// in the next write, and makes the power fail right after that write (its
+// fdatasync fails). It returns once the writer is held: closing release
+// lets it go, and otherDone then gets the held publish's result.
+func holdTheWriterThenLosePower(ffs *vfs.FaultFS, cfs *vfs.CrashFS, other *Queue) (release chan struct{}, otherDone <-chan error) {
+	var step atomic.Int32
+	held := make(chan struct{})
+	release = make(chan struct{})
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op != vfs.OpWrite || !strings.Contains(filepath.Base(e.Name), "0000000001.seg") {
+			return
+		}
+		if step.CompareAndSwap(1, 2) {
+			close(held)
+			<-release
+		} else if step.CompareAndSwap(2, 0) {
+			cfs.Crash() // the fdatasync after this write fails
+		}
+	})
+	step.Store(1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.Publish(context.Background(), []byte("first"))
+		done <- err
+	}()
+	<-held
+	return release, done
+}
+
+// waitUnderLock waits until cond, read under q's lock, holds. A hang
+// guard, not a timing assumption.
+func waitUnderLock(t *testing.T, q *Queue, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		q.mu.Lock()
+		ok := cond()
+		q.mu.Unlock()
+		if ok {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%s never happened", what)
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// requireNoIDHandedOutAgain opens what the disk of s kept (cloned from
+// dir into clone) and publishes: no new message may take an ID returned
+// (to whom: returned's value) before the power loss.
+func requireNoIDHandedOutAgain(t *testing.T, cfs *vfs.CrashFS, s *Store, clone, dir string, clock func() time.Time, returned map[string]string) {
+	t.Helper()
 	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
 	_ = s.Close()
 	r, err := Open(clone, Options{Now: clock, Sync: SyncNone, SegmentBytes: 1 << 20})
 	require.NoError(t, err)
 	defer r.Close()
-	rq, err := r.Queue("q", pol)
+	rq, err := r.Queue("q", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
 	require.NoError(t, err)
-	for i := 0; i < 3; i++ {
-		m, err := rq.Publish(ctx, []byte("published after the power came back"))
+	for range 3 {
+		m, err := rq.Publish(context.Background(), []byte("published after the power came back"))
 		require.NoError(t, err)
-		require.False(t, returned[m.ID], "message ID %s was returned before the power loss for another message", m.ID)
+		require.Empty(t, returned[m.ID], "message ID %s was returned to %s before the power loss, and now names another message", m.ID, returned[m.ID])
 	}
 }

@@ -134,8 +134,11 @@ func TestDamagedCheckpointIsRefused(t *testing.T) {
 	require.True(t, errors.Is(err, os.ErrNotExist))
 }
 
-// A damaged table entry is noticed where the stream reaches it.
-func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
+// checkpointOfTen writes a checkpoint of one queue holding messages 1 to
+// 10, all in the stream (table chunk 0), closes the index and returns its
+// directory.
+func checkpointOfTen(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	x, err := Rebuild(vfs.Default, dir)
 	require.NoError(t, err)
@@ -145,15 +148,17 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 	}
 	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
 	require.NoError(t, x.Table.Close())
-	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte{0xff}, 3*EntrySize+5)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	return dir
+}
 
+// loadAndLeaseAll loads dir's checkpoint, requires it to load undamaged,
+// and leases queue q's messages one by one as NextReady gives them,
+// returning their sequences in that order.
+func loadAndLeaseAll(t *testing.T, dir string) (*Index, []uint64) {
+	t.Helper()
 	y, _, err := Load(vfs.Default, dir)
 	require.NoError(t, err)
-	defer y.Table.Close()
+	t.Cleanup(func() { _ = y.Table.Close() })
 	q := y.Queue("q")
 	require.NoError(t, y.Damaged())
 	var got []uint64
@@ -161,6 +166,19 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 		got = append(got, m.Seq)
 		q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 99})
 	}
+	return y, got
+}
+
+// A damaged table entry is noticed where the stream reaches it.
+func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
+	dir := checkpointOfTen(t)
+	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0xff}, 3*EntrySize+5)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	y, got := loadAndLeaseAll(t, dir)
 	require.ErrorIs(t, y.Damaged(), ErrDamaged)
 	require.Equal(t, []uint64{1, 2, 4, 5, 6, 7, 8, 9, 10}, got, "the damaged entry is never delivered; the caller must rebuild")
 }
@@ -169,31 +187,14 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 // where the stream ends short of the count of waiting messages the
 // checkpoint gave the queue.
 func TestALostEntryMarksTheIndexDamaged(t *testing.T) {
-	dir := t.TempDir()
-	x, err := Rebuild(vfs.Default, dir)
-	require.NoError(t, err)
-	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
-	for i := 1; i <= 10; i++ {
-		require.NoError(t, x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), "")))
-	}
-	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
-	require.NoError(t, x.Table.Close())
+	dir := checkpointOfTen(t)
 	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
 	require.NoError(t, err)
 	_, err = f.WriteAt(make([]byte, EntrySize), 7*EntrySize)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
-	y, _, err := Load(vfs.Default, dir)
-	require.NoError(t, err)
-	defer y.Table.Close()
-	q := y.Queue("q")
-	require.NoError(t, y.Damaged())
-	var got []uint64
-	for m := q.NextReady(); m != nil; m = q.NextReady() {
-		got = append(got, m.Seq)
-		q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: m.Seq, Deliveries: 1, Time: 99})
-	}
+	y, got := loadAndLeaseAll(t, dir)
 	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 8, 9, 10}, got)
 	require.ErrorIs(t, y.Damaged(), ErrDamaged, "the queue counted ten waiting messages and found nine")
 	require.ErrorContains(t, y.Damaged(), "queue q")

@@ -195,7 +195,8 @@ func segmentFiles(t *testing.T, dir string) (n int, size int64) {
 // zeros beside a LiveBytes that the files no longer seem to hold.
 func TestStoreStatsAfterCloseDescribeTheFilesCloseLeft(t *testing.T) {
 	const seg = 64 << 10
-	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = seg })
+	// No background round: Close's checkpoint is the only one after before.
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.SegmentBytes = seg })
 	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 << 10 }))
 	for range 40 {
 		mustPublish(t, q, strings.Repeat("x", 4<<10))

@@ -330,6 +330,7 @@
 //	                     as many appenders and the same size (absent without one)
 //	    "drain_msgs_per_sec":   float, sweep: the drain after the window;
 //	                     mixed: messages consumed per second of the window
+//	                     (handler calls while it was open)
 //	    "drain_seconds": float, sweep: the drains, summed; omitted
 //	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
 //	    "service_p99_ns": int, mixed: p99 of the Publish calls alone

@@ -53,7 +53,9 @@ func TestMixedLatencyCountsFromTheSchedule(t *testing.T) {
 // TestMixedRowFigures feeds a mixed run's figures to its row: each goes
 // to its field. The publish latencies are those from the scheduled
 // instants, "call p99" those of the calls alone; the rates are per second
-// of the window, published and consumed apart; records per commit are
+// of the window, published and consumed apart (handler calls while it
+// was open: those after it, while the consumers catch up, are not in the
+// window's time); records per commit are
 // the store's; the backlog's maximum is its largest sample.
 func TestMixedRowFigures(t *testing.T) {
 	l := mixedLoad{producers: 2, rate: 1000, consumers: 1, batch: 1, size: 100, sync: broker.SyncAll, duration: 2 * time.Second, sample: 250 * time.Millisecond}
@@ -78,7 +80,8 @@ func TestMixedRowFigures(t *testing.T) {
 		recordLatency(m.e2e, time.Duration(v)*time.Millisecond)
 	}
 	m.published.Store(300)
-	m.consumed.Store(250)
+	m.consumed.Store(250) // by the end of the wait after the window
+	m.inWindow.Store(230) // while it was open
 	r := m.row(window{elapsed: 2 * time.Second, opened: true}, 100, 600, nil)
 
 	for _, f := range []struct {
@@ -102,7 +105,7 @@ func TestMixedRowFigures(t *testing.T) {
 		got  *float64
 		want float64
 	}{
-		{"published/s", r.MsgsPerSec, 150}, {"consumed/s", r.DrainMsgsPerSec, 125}, {"MB/s", r.MBPerSec, 0.015},
+		{"published/s", r.MsgsPerSec, 150}, {"consumed/s", r.DrainMsgsPerSec, 115}, {"MB/s", r.MBPerSec, 0.015},
 		{"commits/s", r.CommitsPerSec, 50}, {"records/commit", r.RecordsPerCommit, 6}, {"backlog max", r.BacklogMax, 40},
 	} {
 		if f.got == nil || !near(*f.got, f.want) {

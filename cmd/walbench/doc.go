@@ -381,6 +381,9 @@
 //	    "unscored":      [{"sync", "segment_bytes"}], the durable settings measured
 //	                     only in workloads Ctrl-C cut short: not scored; omitted
 //	                     when none
+//	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
+//	                     sweep was to measure that the run ended before (a
+//	                     failure or Ctrl-C): not compared; omitted when none
 //	  }
 //	}
 //

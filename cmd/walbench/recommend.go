@@ -50,6 +50,31 @@ type Recommendation struct {
 	// half a point (a sweep's window without its drain), and compared
 	// with whole ones.
 	Unscored []Setting `json:"unscored,omitempty"`
+	// NotMeasured are the durable settings a sweep was to measure that the
+	// run ended before (a failure, or Ctrl-C): the recommendation did not
+	// compare them.
+	NotMeasured []Setting `json:"not_measured,omitempty"`
+}
+
+// notMeasured returns the durable settings among syncs × segments that no
+// sweep row measured: a run that ended early never reached them.
+func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64) []Setting {
+	seen := map[Setting]bool{}
+	for _, r := range rows {
+		if r.Kind == kindSweep {
+			seen[Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes}] = true
+		}
+	}
+	var out []Setting
+	for _, m := range syncs {
+		for _, seg := range segments {
+			s := Setting{Sync: m.String(), SegmentBytes: effectiveSegmentBytes(seg)}
+			if durable(s.Sync) && !seen[s] && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // Setting is a store's durable setting, as the recommendation compares
@@ -453,6 +478,13 @@ func recommendationLines(rec *Recommendation) []string {
 			cut = append(cut, fmt.Sprintf("sync=%s, %s segments", u.Sync, formatBytes(u.SegmentBytes)))
 		}
 		lines = append(lines, fmt.Sprintf("not scored, the run having been interrupted before any of their workloads was measured whole: %s", strings.Join(cut, "; ")))
+	}
+	if len(rec.NotMeasured) > 0 {
+		var never []string
+		for _, u := range rec.NotMeasured {
+			never = append(never, fmt.Sprintf("sync=%s, %s segments", u.Sync, formatBytes(u.SegmentBytes)))
+		}
+		lines = append(lines, fmt.Sprintf("not measured, the run having ended before them, so not compared: %s; this recommendation is only among the settings above", strings.Join(never, "; ")))
 	}
 	switch rec.Sync {
 	case broker.SyncPublish.String():

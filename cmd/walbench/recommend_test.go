@@ -1,8 +1,11 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
 // sweepRow is a fabricated sweep point: publish rate pub, drain rate drain
@@ -531,5 +534,32 @@ func TestRecommendFromProfileWithNoWholeDrain(t *testing.T) {
 	}
 	if len(rec.Unscored) != 0 {
 		t.Errorf("unscored %+v; want none: the publish rows stand alone where no drain was measured whole", rec.Unscored)
+	}
+}
+
+// TestRecommendNamesTheSettingsARunNeverReached: a sweep that a failure or
+// Ctrl-C ended before some of its settings recommends among those it
+// measured, and says which it never compared; sync none is not among them
+// (it is never recommended), nor a setting measured only in part.
+func TestRecommendNamesTheSettingsARunNeverReached(t *testing.T) {
+	rows := grid("all", 4*mib, [3]float64{1000, 10000, 20000}, 50000)
+	rows = append(rows, cut(sweepRow("all", 16*mib, 1, 1024, 1000, 0, 100)))
+	syncs := []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
+	never := notMeasured(rows, syncs, []int64{4 * mib, 16 * mib, 0})
+	want := []Setting{
+		{Sync: "all", SegmentBytes: 64 * mib},
+		{Sync: "publish", SegmentBytes: 4 * mib}, {Sync: "publish", SegmentBytes: 16 * mib}, {Sync: "publish", SegmentBytes: 64 * mib},
+	}
+	if !slices.Equal(never, want) {
+		t.Fatalf("not measured %+v, want %+v", never, want)
+	}
+	rec := recommend(rows)
+	rec.NotMeasured = never
+	text := strings.Join(recommendationLines(rec), "\n")
+	if !strings.Contains(text, "not measured, the run having ended before them, so not compared: sync=all, 64 MiB segments; sync=publish, 4 MiB segments") {
+		t.Errorf("the recommendation does not say what it never measured:\n%s", text)
+	}
+	if notMeasured(append(rows, grid("all", 64*mib, [3]float64{1, 1, 1}, 1)...), []broker.SyncMode{broker.SyncAll}, []int64{4 * mib, 16 * mib, 0}) != nil {
+		t.Errorf("a sweep that reached every setting names some as not measured")
 	}
 }

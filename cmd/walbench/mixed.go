@@ -129,7 +129,7 @@ type mixedRun struct {
 	windowClosed chan struct{}
 	returned     atomic.Int64 // producers that returned
 	handled      atomic.Int64 // handler calls, warm-up and after the window included
-	inWindow     atomic.Int64 // handler calls made while the window was open
+	inWindow     atomic.Int64 // of consumed, those handled while the window was open
 
 	e2eMu     sync.Mutex
 	e2e       *hdr.Histogram   // guarded by e2eMu
@@ -146,9 +146,7 @@ func (m *mixedRun) consume(ctx context.Context) {
 	err := broker.Consume(ctx, m.q, func(_ context.Context, d broker.DeliveryValue) error {
 		now := time.Now()
 		m.handled.Add(1)
-		if m.g.load() == phaseMeasuring {
-			m.inWindow.Add(1)
-		}
+		open := m.g.load() == phaseMeasuring
 		p := d.Message.Payload
 		if len(p) < mixedHeaderBytes || p[8] != 1 {
 			return nil
@@ -158,6 +156,9 @@ func (m *mixedRun) consume(ctx context.Context) {
 		recordLatency(m.e2e, now.Sub(intended))
 		m.e2eMu.Unlock()
 		m.consumed.Add(1)
+		if open {
+			m.inWindow.Add(1)
+		}
 		return nil
 	}, broker.ConsumeOptions{Batch: m.l.batch, Concurrency: m.l.consumers})
 	if err != nil && ctx.Err() == nil {

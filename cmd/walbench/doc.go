@@ -18,7 +18,8 @@
 //	walbench full -rounds 3 -json bench.json
 //	walbench report -in bench.json [-bench BENCH.md | -md]
 //
-// walbench COMMAND -h (or walbench help COMMAND) lists a command's flags.
+// walbench COMMAND -h (or walbench help COMMAND) lists a command's flags;
+// walbench help doc prints this text, which a copied binary carries.
 // A list flag (-producers 1,64) makes one workload per value, and refuses
 // a value given twice, which would be measured twice.
 // Every measuring command takes -dir DIR (the temporary directory is made
@@ -330,7 +331,7 @@
 //	                     as many appenders and the same size (absent without one)
 //	    "drain_msgs_per_sec":   float, sweep: the drain after the window;
 //	                     mixed: messages consumed per second of the window
-//	                     (handler calls while it was open)
+//	                     (those it published, handled while it was open)
 //	    "drain_seconds": float, sweep: the drains, summed; omitted
 //	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
 //	    "service_p99_ns": int, mixed: p99 of the Publish calls alone

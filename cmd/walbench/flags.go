@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -198,7 +199,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	v := &validator{}
 	common := func(probe bool) {
 		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR`, an existing directory on the disk to measure (other files in it are left alone); the temporary one is removed at the end")
-		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: go doc ./cmd/walbench): a regular file or a new one, replaced whole when the run ends, left as it was if nothing is measured")
+		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: walbench help doc): a regular file or a new one, replaced whole when the run ends, left as it was if nothing is measured")
 		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 		if probe {
@@ -303,6 +304,9 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		case len(args) == 0 || len(args) == 1 && args[0] == "help":
 			usage(stdout)
 			return c, flag.ErrHelp
+		case len(args) == 1 && args[0] == "doc":
+			manual(stdout)
+			return c, flag.ErrHelp
 		case len(args) == 1 && isCommand(args[0]):
 			// walbench help COMMAND is walbench COMMAND -h.
 			return parseConfig([]string{args[0], "-h"}, stdout, stderr)
@@ -320,8 +324,17 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 				fmt.Fprintf(fs.Output(), "%s\n\n", cmd.summary)
 			}
 		}
+		if c.command == "profile" {
+			// walbench -h lands here: the command a bare walbench runs.
+			fmt.Fprintln(fs.Output(), "walbench with no command runs profile. Commands:")
+			for _, cmd := range commands {
+				fmt.Fprintf(fs.Output(), "  %-8s %s\n", cmd.name, cmd.summary)
+			}
+			fmt.Fprintln(fs.Output())
+		}
 		fmt.Fprintln(fs.Output(), "Flags:")
 		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nwalbench help doc prints the manual: every workload, column, ratio, the recommendation and the -json schema.")
 	}
 	if err := fs.Parse(args); err != nil {
 		out := stderr
@@ -348,9 +361,31 @@ func isCommand(name string) bool {
 
 // usage lists the commands.
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: walbench [command] [flags]\n\nMeasures what this disk can do for walbroker, and which settings to use.\nWith no command, runs profile. walbench COMMAND -h (or walbench help COMMAND)\nlists a command's flags.\n\nCommands:")
+	fmt.Fprintln(w, "usage: walbench [command] [flags]\n\nMeasures what this disk can do for walbroker, and which settings to use.\nWith no command, runs profile. walbench COMMAND -h (or walbench help COMMAND)\nlists a command's flags; walbench help doc prints the manual (every\nworkload, column, ratio, the recommendation and the -json schema).\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+// docSource is this command's package documentation, so that a copied
+// binary carries its manual (go doc needs the source).
+//
+//go:embed doc.go
+var docSource string
+
+// manual writes the package documentation as text: doc.go's comment,
+// without its comment markers.
+func manual(w io.Writer) {
+	for line := range strings.Lines(docSource) {
+		switch {
+		case strings.HasPrefix(line, "// "):
+			line = line[3:]
+		case strings.HasPrefix(line, "//"):
+			line = line[2:]
+		default:
+			continue // package clause, blank lines around it
+		}
+		fmt.Fprint(w, line)
 	}
 }
 

@@ -311,3 +311,31 @@ func TestWALLargestRecord(t *testing.T) {
 		t.Errorf("rows %+v; want one, with appends and rotations", rep.Rows)
 	}
 }
+
+// TestHelpOnACopiedBinary: a binary copied to another machine has no go
+// doc, so walbench -h names every command (it is what a bare walbench
+// runs), and walbench help doc prints the manual: the columns, the
+// recommendation's reading and the -json schema.
+func TestHelpOnACopiedBinary(t *testing.T) {
+	res := runWith(t, context.Background(), nil, "-h")
+	for _, c := range commands {
+		if !strings.Contains(res.stdout, "  "+c.name+" ") {
+			t.Errorf("walbench -h does not list %s:\n%s", c.name, res.stdout)
+		}
+	}
+	if !strings.Contains(res.stdout, "walbench help doc") {
+		t.Errorf("walbench -h does not point to the manual:\n%s", res.stdout)
+	}
+	res = runWith(t, context.Background(), nil, "help", "doc")
+	if res.code != exitOK || res.stderr != "" {
+		t.Fatalf("walbench help doc: exit %d, stderr %q", res.code, res.stderr)
+	}
+	for _, want := range []string{"Command walbench tells an operator", "# SCHEMA", `"drain_msgs_per_sec"`, "# Recommendation"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("walbench help doc lacks %q", want)
+		}
+	}
+	if strings.Contains(res.stdout, "package main") || strings.Contains(res.stdout, "\n// ") {
+		t.Errorf("walbench help doc prints source, not text:\n%s", res.stdout[:200])
+	}
+}

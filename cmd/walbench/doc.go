@@ -180,7 +180,9 @@
 // Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A second signal (any of the
 // three) removes the directory (and the -json report's temporary file),
 // says what it removed and what it could not (with why: the directory is
-// then left behind), and exits at once. The text the run prints, and
+// then left behind), and exits at once; the same signal again within
+// 200ms of the first is that one delivered twice (as timeout(1) and a
+// signal to the process group do), and is ignored. The text the run prints, and
 // walbench report's tables of its JSON, say under the machine facts that
 // it was interrupted or failed, and why.
 //

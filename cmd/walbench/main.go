@@ -114,10 +114,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			e.progress.printf("walbench: %s: stopping the current measurement (a second signal quits at once)", signalName(first.sig))
 		}
 		cancel(first)
-		select {
-		case sig = <-sigs:
-		case <-finished:
-			return
+		// The same signal again at once is the first one delivered twice
+		// (timeout(1) and kill -- -PGID signal the process and its group),
+		// not a person asking to quit: it is ignored.
+		firstAt := time.Now()
+		for {
+			select {
+			case sig = <-sigs:
+			case <-finished:
+				return
+			}
+			if sig != first.sig || time.Since(firstAt) >= repeatedSignal {
+				break
+			}
 		}
 		sayRemovals(e.progress, left.removeAll())
 		e.progress.printf("walbench: quitting")
@@ -125,6 +134,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}()
 	return runContext(ctx, args, stdout, stderr, e, left.add)
 }
+
+// repeatedSignal is how soon after the first signal the same one counts as
+// a second delivery of it rather than a second signal.
+const repeatedSignal = 200 * time.Millisecond
 
 // leftovers are the paths a forced quit (a second Ctrl-C) removes: what
 // walbench made and has not completed or removed itself. Never a file

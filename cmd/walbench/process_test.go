@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -191,4 +192,47 @@ func waitForGlob(t *testing.T, pattern string, exited <-chan error) {
 			t.Fatalf("%s did not appear in a minute", pattern)
 		}
 	}
+}
+
+// TestASignalDeliveredTwiceStopsOnce: timeout(1), and kill to a process
+// group, deliver one SIGINT to walbench twice, the second just after the
+// first was taken. That is one request to stop, not a second Ctrl-C: the
+// run stops its measurement, prints what it measured and removes its
+// directory, as for one signal.
+func TestASignalDeliveredTwiceStopsOnce(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	cmd, _ := walbenchProcess(t, publishArgs(dir, jsonFile, "1h")...)
+	cmd.Stderr = nil
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The second SIGINT goes as soon as walbench says it took the first.
+	stderr := make(chan string, 1)
+	go func() {
+		var all strings.Builder
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "stopping the current measurement") {
+				_ = cmd.Process.Signal(syscall.SIGINT)
+			}
+		}
+		stderr <- all.String()
+	}()
+	waitForGlob(t, filepath.Join(dir, "walbench-*"), nil)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	text := <-stderr
+	code := exitCode(t, cmd, cmd.Wait())
+	if code != 130 || strings.Contains(text, "quitting") || !strings.Contains(text, "walbench: interrupted by Ctrl-C") {
+		t.Errorf("exit %d (%v), stderr %q; want 130, the run stopped and not quit", code, cmd.ProcessState, text)
+	}
+	assertDirEmpty(t, dir)
 }

@@ -114,6 +114,18 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 			t.notes = append(t.notes, fmt.Sprintf("note: %s: %s", r.Workload, n))
 		}
 	}
+	if slices.ContainsFunc(cols, func(c column) bool { return c.ratio == "vs_ceiling" }) {
+		var above []string
+		for _, r := range rows {
+			if r.VsCeiling != nil && *r.VsCeiling > 1 {
+				above = append(above, r.Workload)
+			}
+		}
+		if len(above) > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("note: ÷ ceiling above 1 (%s): the ceiling is a bound, so the probe met a slower disk than these workloads did, and every ratio to it overstates them; run again, or with -rounds 3 for medians",
+				strings.Join(above, "; ")))
+		}
+	}
 	switch {
 	case multi && slices.ContainsFunc(cols, func(c column) bool { return c.ratio != "" }):
 		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; each ÷ is the median of the ratios within a round, min–max over the rounds beside it", rounds))

@@ -56,3 +56,25 @@ func TestOneRoundTablesHaveNoRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestARateAboveItsCeilingIsCalledOut: the ceiling is a bound (perfect
+// group commit on the probe's disk), so a workload above it met a faster
+// disk than the probe did, and the ratios to the probe overstate it: the
+// table says so under it, naming the workload, and says nothing when all
+// are below.
+func TestARateAboveItsCeilingIsCalledOut(t *testing.T) {
+	row := func(name string, vs float64) Row {
+		return Row{Kind: kindPublish, Workload: name, Sync: "all", Producers: 1, Size: 100, Rounds: 1,
+			MsgsPerSec: ptr(1000.0), VsFdatasync: ptr(vs), VsCeiling: ptr(vs)}
+	}
+	note := func(rows []Row) string {
+		tb := rowTable("Publish", rows, closedLoopColumns(true), 1, false)
+		return strings.Join(tb.notes, "\n")
+	}
+	if n := note([]Row{row("a", 0.9), row("b", 1.0)}); strings.Contains(n, "ceiling above 1") {
+		t.Errorf("a note with every rate within its ceiling:\n%s", n)
+	}
+	if n := note([]Row{row("a", 0.9), row("publish, 1 producer", 5.03)}); !strings.Contains(n, "÷ ceiling above 1 (publish, 1 producer)") {
+		t.Errorf("no note for a rate 5 times its ceiling:\n%s", n)
+	}
+}

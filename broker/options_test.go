@@ -81,7 +81,7 @@ func TestOptionsAtTheirBoundsAreAccepted(t *testing.T) {
 
 // A queue's MaxMessageBytes may be as large as one log segment holds, and
 // not one byte larger: Store.Queue refuses that with QueueMisconfigured,
-// naming the most a segment holds.
+// naming the most a segment holds, which Options.MaxMessageBytes gives.
 func TestAMaxMessageBytesUpToWhatASegmentHoldsIsAccepted(t *testing.T) {
 	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes })
 	_, err := e.s.Queue("huge", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = broker.MinSegmentBytes }))
@@ -91,6 +91,8 @@ func TestAMaxMessageBytesUpToWhatASegmentHoldsIsAccepted(t *testing.T) {
 	most, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
 	require.Positive(t, most)
+	require.Equal(t, most, e.opts.MaxMessageBytes(), "Options.MaxMessageBytes says it before Open")
+	require.Greater(t, broker.Options{}.MaxMessageBytes(), broker.DefaultMaxMessageBytes, "the default segments hold the default largest message")
 
 	_, err = e.s.Queue("over", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = most + 1 }))
 	require.ErrorIs(t, err, broker.QueueMisconfigured)

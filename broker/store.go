@@ -529,8 +529,16 @@ func (s *Store) declare(id uint32, name string, p index.Policy) error {
 }
 
 // maxPayload is the largest payload one publish record can carry.
-func (s *Store) maxPayload() int {
-	seg := s.opts.SegmentBytes
+func (s *Store) maxPayload() int { return s.opts.MaxMessageBytes() }
+
+// MaxMessageBytes is the largest [PolicyValue.MaxMessageBytes] a store
+// opened with o accepts: a message, its events and the frames around them
+// must fit in one log segment (SegmentBytes), so a queue declared with
+// more is refused ([QueueMisconfigured]). With the default 64 MiB
+// segments it is far above [DefaultMaxMessageBytes]; a store made small
+// with a low SegmentBytes takes smaller messages.
+func (o Options) MaxMessageBytes() int {
+	seg := o.SegmentBytes
 	if seg == 0 {
 		seg = wal.DefaultSegmentBytes
 	}
@@ -539,7 +547,7 @@ func (s *Store) maxPayload() int {
 	// at most), and room for the largest state event (a dead letter's):
 	// copying a message forward writes its publish and its state in one
 	// group, which must fit in a segment however large the message.
-	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - s.opts.preambleBytes() - 2*maxEventFields - maxKeyBytes -
+	return int(seg) - segment.HeaderSize - 2*segment.Size(0) - o.preambleBytes() - 2*maxEventFields - maxKeyBytes -
 		segment.Size(maxStateEvent)
 }
 

@@ -243,7 +243,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, "stop a drain after `D`, with messages left; its rate is then of those handled")
+		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, fmt.Sprintf("stop a drain after `D` (at least %v), with messages left; its rate is then of those handled", minWindow))
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
 		common(false)
@@ -480,11 +480,39 @@ func (c *config) validate() error {
 	}
 	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)
 	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
-	check(c.drain.limit > 0, "-limit %v: must be positive", c.drain.limit)
+	check(c.drain.limit >= minWindow, "-limit %v: must be at least %v", c.drain.limit, minWindow)
 	check(c.reopenLoad.messages >= 1, "-messages %d: must be at least 1", c.reopenLoad.messages)
 	for _, seg := range append([]int64{c.publish.segmentBytes, c.drain.segmentBytes, c.mixed.segmentBytes, c.wal.segmentBytes, c.reopenLoad.segmentBytes}, c.sweep.segments...) {
 		check(seg == 0 || (seg >= broker.MinSegmentBytes && seg <= wal.MaxSegmentBytes),
 			"-segment-bytes %d: want 0 (the default) or [%d, %d]", seg, broker.MinSegmentBytes, wal.MaxSegmentBytes)
+	}
+	// A store refuses a queue whose messages do not fit in one of its
+	// segments: say so now, not after the workloads before it ran.
+	fits := func(sizes []int, seg int64) {
+		if seg != 0 && seg < broker.MinSegmentBytes || seg > wal.MaxSegmentBytes {
+			return // refused above
+		}
+		most := broker.Options{SegmentBytes: seg}.MaxMessageBytes()
+		for _, s := range sizes {
+			check(s > maxSize || s <= most, "-size %d: a message must fit in one segment of the store: at most %d bytes with -segment-bytes %d", s, most, effectiveSegmentBytes(seg))
+		}
+	}
+	for _, w := range c.workloads {
+		switch w {
+		case kindPublish:
+			fits(c.publish.sizes, c.publish.segmentBytes)
+		case kindDrain:
+			fits([]int{c.drain.size}, c.drain.segmentBytes)
+		case kindMixed:
+			fits([]int{c.mixed.size}, c.mixed.segmentBytes)
+		case kindSweep:
+			for _, seg := range c.sweep.segments {
+				fits(c.sweep.sizes, seg)
+			}
+		}
+	}
+	if c.reopen {
+		fits([]int{c.reopenLoad.size}, c.reopenLoad.segmentBytes)
 	}
 	if c.drain.messages == 0 {
 		c.drain.messages = defaultDrainMessages

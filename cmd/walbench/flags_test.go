@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -204,8 +205,13 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"publish", "-segment-bytes", "2GiB"}, "-segment-bytes 2147483648: want 0 (the default) or [16384, 1073741824]"},
 		{[]string{"sweep", "-segment-bytes", "4MiB,2GiB"}, "-segment-bytes 2147483648: want 0 (the default) or [16384, 1073741824]"},
 		{[]string{"drain", "-messages", "-5"}, "-messages -5: must not be negative"},
-		{[]string{"drain", "-limit", "0s"}, "-limit 0s: must be positive"},
-		{[]string{"drain", "-limit", "-1s"}, "-limit -1s: must be positive"},
+		{[]string{"drain", "-limit", "0s"}, "-limit 0s: must be at least 10ms"},
+		{[]string{"drain", "-limit", "-1s"}, "-limit -1s: must be at least 10ms"},
+		{[]string{"drain", "-limit", "1ns"}, "-limit 1ns: must be at least 10ms"},
+		{[]string{"sweep", "-segment-bytes", "16KiB,64MiB", "-size", "1024,16384"}, fmt.Sprintf("-size 16384: a message must fit in one segment of the store: at most %d bytes with -segment-bytes 16384", broker.Options{SegmentBytes: 16 << 10}.MaxMessageBytes())},
+		{[]string{"publish", "-segment-bytes", "16KiB", "-size", "16384"}, "-size 16384: a message must fit in one segment of the store"},
+		{[]string{"mixed", "-segment-bytes", "16KiB", "-size", "16000"}, "-size 16000: a message must fit in one segment of the store"},
+		{[]string{"reopen", "-segment-bytes", "16KiB", "-size", "16000"}, "-size 16000: a message must fit in one segment of the store"},
 		{[]string{"reopen", "-messages", "0"}, "-messages 0: must be at least 1"},
 		{[]string{"mixed", "-sample", "0s"}, "-sample 0s: must be at least 10ms"},
 		{[]string{"mixed", "-time", "15s", "-sample", "1ns", "-rate", "1000"}, "-sample 1ns: must be at least 10ms"},

@@ -403,7 +403,7 @@ func TestCommands(t *testing.T) {
 // and a note says how far it got.
 func TestDrainLimited(t *testing.T) {
 	dir, jsonFile := benchDir(t), jsonPath(t)
-	res := runOK(t, "drain", "-dir", dir, "-json", jsonFile, "-messages", "5000", "-limit", "1ms", "-consumers", "1", "-batch", "1",
+	res := runOK(t, "drain", "-dir", dir, "-json", jsonFile, "-messages", "20000", "-limit", "10ms", "-consumers", "1", "-batch", "1",
 		"-method", "receive-ack", "-sync", "all", "-size", "10", "-segment-bytes", "64KiB")
 	assertDirEmpty(t, dir)
 	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
@@ -411,8 +411,8 @@ func TestDrainLimited(t *testing.T) {
 		t.Fatalf("%d rows, want 1", len(rep.Rows))
 	}
 	r := rep.Rows[0]
-	if !r.Limited || r.Interrupted || r.Ops >= 5000 || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "-limit 1ms ended the drain with") {
-		t.Errorf("row: limited %v, interrupted %v, %d of 5000 handled, notes %q; want it limited, with a note", r.Limited, r.Interrupted, r.Ops, r.Notes)
+	if !r.Limited || r.Interrupted || r.Ops >= 20000 || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "-limit 10ms ended the drain with") {
+		t.Errorf("row: limited %v, interrupted %v, %d of 20000 handled, notes %q; want it limited, with a note", r.Limited, r.Interrupted, r.Ops, r.Notes)
 	}
 	checkFiguresFromCounts(t, r)
 	if !strings.Contains(res.stdout, r.Workload+" (cut at -limit)") {

@@ -207,7 +207,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		}
 	}
 	warmup := func() {
-		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each closed-loop workload for `D` before measuring")
+		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each workload for `D` before measuring it")
 	}
 	switch c.command {
 	case "profile":
@@ -724,14 +724,15 @@ func joinInts(ns []int) string {
 }
 
 // parseBytes reads a size: a number of bytes, or one followed by B, KiB,
-// MiB or GiB (K, M and G too).
+// MiB, GiB or TiB (K, M, G and T too), so that a size too large is told
+// so by the flag's own bound rather than as no size at all.
 func parseBytes(text string) (int64, error) {
 	s := strings.TrimSpace(text)
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
 		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}} {
 		if strings.HasSuffix(s, u.suffix) {
 			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
 			break

@@ -146,12 +146,12 @@ func TestCeilingsWanted(t *testing.T) {
 }
 
 func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"1024": 1024, "4MiB": 4 << 20, "16KiB": 16 << 10, "64M": 64 << 20, " 2K ": 2048, "1GiB": 1 << 30} {
+	for in, want := range map[string]int64{"1024": 1024, "4MiB": 4 << 20, "16KiB": 16 << 10, "64M": 64 << 20, " 2K ": 2048, "1GiB": 1 << 30, "1TiB": 1 << 40} {
 		if got, err := parseBytes(in); err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "x", "-1", "4 TiB", "1.5MiB", "17592186044420MiB", "9223372036854775807K", "9223372036854775808"} {
+	for _, in := range []string{"", "x", "-1", "4 PiB", "1.5MiB", "17592186044420MiB", "9223372036854775807K", "9223372036854775808"} {
 		if _, err := parseBytes(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
 			t.Errorf("parseBytes(%q): error %v, want one naming the value", in, err)
 		}

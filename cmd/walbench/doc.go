@@ -33,13 +33,17 @@
 // into latency histograms of its own, about 250 KB each), -consumers at
 // most 1024, -batch at most 10,000, -size at most 1 MiB
 // (broker.DefaultMaxMessageBytes, the largest message the benchmark's
-// queue accepts; a wal record must also fit in one segment), sizes
+// queue accepts; a message, or a wal record, must also fit in one
+// segment: see broker.Options.MaxMessageBytes), sizes
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
 // 10ms (a shorter window measures the timers, not the disk), a mixed
 // -rate at which a producer would publish less than once in -time or more
 // than a million times a second, and a mixed -sample under 10ms or one
 // that would keep more than 100,000 backlog samples in -time (each is
-// kept in memory and written to the JSON).
+// kept in memory and written to the JSON). A -limit under 10ms is
+// refused too. A drain or reopen whose prefilled store would not fit in
+// the free space of -dir is refused before anything is made there (exit
+// 1): aimed at a production disk, a mistyped -messages would fill it.
 //
 // # Workloads
 //

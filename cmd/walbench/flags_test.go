@@ -345,3 +345,20 @@ func TestHelpOnACopiedBinary(t *testing.T) {
 		t.Errorf("walbench help doc prints source, not text:\n%s", res.stdout[:200])
 	}
 }
+
+// TestAPrefillLargerThanTheDiskIsRefused: a drain or reopen whose store
+// would not fit in -dir's free space is refused before anything is made
+// there: aimed at a production disk, a mistyped -messages would fill it.
+func TestAPrefillLargerThanTheDiskIsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"drain", "-messages", "99999999999"},
+		{"reopen", "-messages", "99999999999", "-size", "1000"},
+	} {
+		dir := benchDir(t)
+		res := runWith(t, context.Background(), nil, append(args, "-dir", dir)...)
+		if res.code != exitError || !strings.Contains(res.stderr, args[0]+" -messages 99999999999") || !strings.Contains(res.stderr, "GiB free: lower -messages or -size") {
+			t.Errorf("walbench %q: exit %d, stderr %q; want %d and the room it needs", args, res.code, res.stderr, exitError)
+		}
+		assertDirEmpty(t, dir)
+	}
+}

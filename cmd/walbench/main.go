@@ -237,6 +237,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		}
 		return exitOK
 	}
+	if err := checkRoom(cfg); err != nil {
+		fmt.Fprintf(stderr, "walbench: %v\n", err)
+		return exitError
+	}
 	var jsonOut *pendingFile
 	if cfg.jsonFile != "" {
 		var finish func() bool
@@ -340,4 +344,42 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		code = max(code, stopCode)
 	}
 	return code
+}
+
+// recordOverhead is about what a message costs on disk beyond its
+// payload: its record's frame and event fields, and its table entry.
+const recordOverhead = 64
+
+// checkRoom refuses a run whose prefilled stores (drain, reopen) would not
+// fit in the free space of -dir: aimed at a store's own disk, a large
+// -messages would fill it. Each such store is removed before the next is
+// made, so the largest is what must fit, with the segments a store keeps
+// beside its log. When the free space cannot be read, it lets the run go.
+func checkRoom(c config) error {
+	var need int64
+	var what string
+	take := func(name string, messages, size int, segmentBytes int64) {
+		n := int64(messages)*(int64(size)+recordOverhead) + 3*effectiveSegmentBytes(segmentBytes)
+		if n > need {
+			need, what = n, fmt.Sprintf("%s -messages %d of %d B", name, messages, size)
+		}
+	}
+	if slices.Contains(c.workloads, kindDrain) {
+		take("drain", c.drain.messages, c.drain.size, c.drain.segmentBytes)
+	}
+	if c.reopen {
+		take("reopen", c.reopenLoad.messages, c.reopenLoad.size, c.reopenLoad.segmentBytes)
+	}
+	if need == 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.parent, &st); err != nil {
+		return nil // -dir's own check reports a directory that is not there
+	}
+	if free := int64(st.Bavail) * st.Bsize; need > free {
+		gib := func(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+		return fmt.Errorf("%s needs about %s on disk, and %s has %s free: lower -messages or -size, or free space", what, gib(need), c.parent, gib(free))
+	}
+	return nil
 }

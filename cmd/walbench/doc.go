@@ -45,6 +45,9 @@
 // the free space of -dir is refused before anything is made there (exit
 // 1): aimed at a production disk, a mistyped -messages would fill it.
 //
+// Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in
+// B, KiB and MiB (2^10 and 2^20 bytes); latencies in µs and ms.
+//
 // # Workloads
 //
 // Every workload but probe and wal runs on a new store (broker.Open in a

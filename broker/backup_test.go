@@ -553,7 +553,16 @@ func TestABackupOfADamagedSegmentFailsWithCorruptAndStopsTheStore(t *testing.T) 
 	require.NoError(t, s.Close())
 	e.s = nil
 	_, err = broker.Open(e.dir, e.opts) // it scans the whole log
-	requireErrorIs(t, err, broker.Corrupt, "0000000001.seg")
+	requireErrorIs(t, err, broker.Corrupt, "0000000001.seg", "Options.Salvage may open the store past damaged records")
+
+	// With Salvage already given, a log it cannot open (a segment gone)
+	// is not told to try Salvage.
+	require.NoError(t, os.Remove(filepath.Join(e.dir, "0000000002.seg")))
+	opts := e.opts
+	opts.Salvage = true
+	_, err = broker.Open(e.dir, opts)
+	requireErrorIs(t, err, broker.Corrupt)
+	require.NotContains(t, err.Error(), "Options.Salvage may open")
 }
 
 // A Backup that waits for the checkpoint lock while Close checkpoints

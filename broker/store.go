@@ -9,7 +9,6 @@ import (
 	mrand "math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,13 +158,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	wo.Sealed, wo.Verified = index.LogHints(opts.fs(), s.indexDir())
 	l, err := wal.Open(dir, wo)
 	if err != nil {
-		return nil, openError(dir, err)
+		return nil, openError(dir, opts.Salvage, err)
 	}
 	s.log = l
 	replayed, err := s.openIndex()
 	if err != nil {
 		_ = l.Close()
-		return nil, openError(dir, err)
+		return nil, openError(dir, opts.Salvage, err)
 	}
 	if s.idx.Secret == nil {
 		secret := make([]byte, index.SecretSize)
@@ -207,7 +206,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.setPreamble()
 	if err := s.restorePreamble(); err != nil {
 		s.closeFiles()
-		return nil, openError(dir, err)
+		return nil, openError(dir, opts.Salvage, err)
 	}
 	if p, bound := s.reserveSeqs(s.idx.PeekNextSeq()); p != nil {
 		// The first reservation, before any publish: so that none
@@ -398,12 +397,12 @@ func declareRecord(id uint32, name string, p index.Policy) []byte {
 	return e.Append(nil)
 }
 
-func openError(dir string, err error) error {
+func openError(dir string, salvage bool, err error) error {
 	switch {
 	case errors.Is(err, wal.ErrLocked):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Locked, err)
-	case errors.Is(err, wal.ErrCorrupt) && !strings.Contains(err.Error(), "Salvage"):
-		return fmt.Errorf("broker: open %s: %w: %w (Options.Salvage opens the store past the damage, copying the damaged file aside)", dir, Corrupt, err)
+	case errors.Is(err, wal.ErrCorrupt) && !salvage:
+		return fmt.Errorf("broker: open %s: %w: %w (Options.Salvage may open the store past damaged records, copying the damaged file aside)", dir, Corrupt, err)
 	case errors.Is(err, wal.ErrCorrupt), errors.Is(err, index.ErrBadEvent):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	}
@@ -698,10 +697,12 @@ func (s *Store) Close() error {
 	// log keeps, messages then held by nobody until the leases lapse.
 	// Readers hold removeMu shared from their positions to their payloads.
 	s.maint.removeMu.Lock()
-	final := s.Stats()
-	s.closedStats.Store(&final)
 	err := s.log.Close()
 	s.maint.removeMu.Unlock()
+	// The log wrote the calls queued before Close, and its Stats now
+	// describe it as it is on disk; the table is still open.
+	final := s.Stats()
+	s.closedStats.Store(&final)
 	s.stopOnce.Do(func() {}) // Close shut every queue: no stop starts after it
 	if s.stopDone != nil {
 		<-s.stopDone

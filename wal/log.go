@@ -54,7 +54,10 @@ type Log struct {
 	// spares. Readers load segs without it.
 	listMu sync.Mutex
 	segs   atomic.Pointer[[]*seg]
-	spares []string // retired segment files, renamed aside, ready for reuse
+	// closedStats is what Stats returns once Close has written the last
+	// records: the log as Close left it.
+	closedStats atomic.Pointer[Stats]
+	spares      []string // retired segment files, renamed aside, ready for reuse
 
 	w          writer        // owned by the writer goroutine
 	writerDone chan struct{} // closed when the writer goroutine returns
@@ -108,8 +111,13 @@ type Stats struct {
 	LastSegment       uint32
 }
 
-// Stats returns the counters. It is safe to call at any time.
+// Stats returns the counters. It is safe to call at any time; after Close
+// it returns them as Close left the log (its last records written and
+// synced, its segments on disk as counted).
 func (l *Log) Stats() Stats {
+	if s := l.closedStats.Load(); s != nil {
+		return *s
+	}
 	segs := *l.segs.Load()
 	s := Stats{
 		Segments:          len(segs),
@@ -174,6 +182,9 @@ func (l *Log) Close() error {
 		err = writeCleanMark(l.opts.FS, l.dir, MakePosition(l.w.active.seq, l.w.writeOff))
 	}
 
+	// From now on Stats describes the log as Close leaves it on disk.
+	final := l.Stats()
+	l.closedStats.Store(&final)
 	l.listMu.Lock()
 	for _, s := range *l.segs.Load() {
 		err = errors.Join(err, s.close())

@@ -375,3 +375,26 @@ func TestStatsNameTheLargestSegment(t *testing.T) {
 	require.EqualValues(t, 8192, st.LargestSegment)
 	require.NoError(t, l.Close())
 }
+
+// After Close, Stats describes the log as Close left it: its segment
+// files as they are on disk, and every record appended, those Close
+// completed included.
+func TestStatsAfterCloseDescribeTheLogOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	appendRecords(t, l, 0, 200)
+	require.NoError(t, l.Close())
+	st := l.Stats()
+	names, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	require.NoError(t, err)
+	var size int64
+	for _, n := range names {
+		fi, err := os.Stat(n)
+		require.NoError(t, err)
+		size += fi.Size()
+	}
+	require.Greater(t, len(names), 3)
+	require.Equal(t, len(names), st.Segments)
+	require.Equal(t, size, st.DiskBytes)
+	require.EqualValues(t, 200, st.Records)
+}

@@ -207,7 +207,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		}
 	}
 	warmup := func() {
-		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each workload for `D` before measuring it")
+		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start)")
 	}
 	switch c.command {
 	case "profile":

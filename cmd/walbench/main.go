@@ -107,7 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case <-finished:
 			return
 		}
-		first := interruption{sig.(syscall.Signal)}
+		first, firstAt := interruption{sig.(syscall.Signal)}, time.Now()
 		if first.sig == syscall.SIGINT {
 			e.progress.printf("walbench: interrupted: stopping the current measurement (Ctrl-C again to quit at once)")
 		} else {
@@ -117,7 +117,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// The same signal again at once is the first one delivered twice
 		// (timeout(1) and kill -- -PGID signal the process and its group),
 		// not a person asking to quit: it is ignored.
-		firstAt := time.Now()
 		for {
 			select {
 			case sig = <-sigs:

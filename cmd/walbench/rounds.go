@@ -193,7 +193,7 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 		rep.Recommendation = recommend(rep.Rows)
 		if rep.Recommendation != nil {
 			rep.Recommendation.InMemory = inMemory(rep.Machine)
-			if slices.Contains(cfg.workloads, kindSweep) {
+			if rep.Recommendation.Basis == kindSweep {
 				rep.Recommendation.NotMeasured = notMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments)
 			}
 		}

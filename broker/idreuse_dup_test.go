@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/walbroker/walbroker/vfs"
 )
 
 // A keyed publish whose key is in flight returns the original message's ID
@@ -27,12 +25,7 @@ func TestADuplicateOfAPublishPastTheDurableReservationWaitsForItsMark(t *testing
 	var now atomic.Int64
 	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	cfs := vfs.NewCrashFS(vfs.Default)
-	ffs := vfs.NewFaultFS(cfs)
-	opts := Options{Now: clock, Sync: SyncNone, SyncInterval: time.Hour, FS: ffs, SegmentBytes: 1 << 20}
-	ManualMaintenance(&opts)
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
+	s, cfs, ffs := openHeldSyncNone(t, dir, clock)
 	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024, DedupWindow: time.Hour, Capacity: 1}
 	q, err := s.Queue("q", pol)
 	require.NoError(t, err)

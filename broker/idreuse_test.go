@@ -95,12 +95,7 @@ func TestAPublishPastTheDurableReservationWaitsForTheMarkThatReservesIt(t *testi
 	dir := filepath.Join(root, "store")
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	cfs := vfs.NewCrashFS(vfs.Default)
-	ffs := vfs.NewFaultFS(cfs)
-	opts := Options{Now: clock, Sync: SyncNone, SyncInterval: time.Hour, FS: ffs, SegmentBytes: 1 << 20}
-	ManualMaintenance(&opts)
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
+	s, cfs, ffs := openHeldSyncNone(t, dir, clock)
 	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
 	q, err := s.Queue("q", pol)
 	require.NoError(t, err)
@@ -137,6 +132,20 @@ func TestAPublishPastTheDurableReservationWaitsForTheMarkThatReservesIt(t *testi
 	}
 	t.Logf("the batch returned %d IDs (err %v)", len(returned), batchErr)
 	requireNoIDHandedOutAgain(t, cfs, s, filepath.Join(root, "clone"), dir, clock, returned)
+}
+
+// openHeldSyncNone opens a SyncNone store in dir on a simulated disk
+// (cfs) that a FaultFS (ffs) watches, so that holdTheWriterThenLosePower
+// can hold its writer and then cut its power.
+func openHeldSyncNone(t *testing.T, dir string, clock func() time.Time) (s *Store, cfs *vfs.CrashFS, ffs *vfs.FaultFS) {
+	t.Helper()
+	cfs = vfs.NewCrashFS(vfs.Default)
+	ffs = vfs.NewFaultFS(cfs)
+	opts := Options{Now: clock, Sync: SyncNone, SyncInterval: time.Hour, FS: ffs, SegmentBytes: 1 << 20}
+	ManualMaintenance(&opts)
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	return s, cfs, ffs
 }
 
 // holdTheWriterThenLosePower holds the log's writer in the write of a

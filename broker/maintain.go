@@ -22,11 +22,12 @@ type maintenance struct {
 	once sync.Once
 
 	// ckptMu serialises checkpoints (reclamation runs only on the
-	// maintenance goroutine); it guards written and broken.
+	// maintenance goroutine); it guards written.
 	ckptMu  sync.Mutex
 	written int64 // log bytes written at the last checkpoint
-	broken  error // a checkpoint failed: no more until the store is reopened
-	// stopped is broken for readers without ckptMu (Stats), set once.
+	// stopped is the failure of a checkpoint: none runs after it until
+	// the store is reopened. Set once, under ckptMu; read without it too
+	// (Stats).
 	stopped atomic.Pointer[error]
 
 	// removeMu is held shared by readers of payloads from the moment they
@@ -162,17 +163,17 @@ func (s *Store) checkpoint() error {
 // checkpointLocked is checkpoint with ckptMu held.
 func (s *Store) checkpointLocked() error {
 	m := &s.maint
-	if m.broken != nil {
-		return m.broken
+	if p := m.stopped.Load(); p != nil {
+		return *p
 	}
 	snap, drop, written, err := s.snapshot()
 	if err != nil {
 		return err
 	}
 	fail := func(err error) error {
-		m.broken = fmt.Errorf("broker: checkpoints and the reclaiming of disk space stopped until the store is reopened: %w", err)
-		m.stopped.Store(&m.broken)
-		return m.broken
+		stopped := fmt.Errorf("broker: checkpoints and the reclaiming of disk space stopped until the store is reopened: %w", err)
+		m.stopped.Store(&stopped)
+		return stopped
 	}
 	// From the table's first rewrite until the new checkpoint is durably
 	// in place, the table no longer matches the checkpoint in place: an

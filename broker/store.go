@@ -133,7 +133,10 @@ func (s *Store) reservedSeqs(bound uint64) {
 // its checks) it rebuilds the state from the whole log, which is the
 // source of truth. A second Open of the same directory, in this process or
 // another, fails with Locked. A log that fails verification fails with
-// Corrupt, naming the file and byte offset (see Options.Salvage). An empty
+// Corrupt, naming the file and byte offset (see Options.Salvage). A log a
+// later build wrote in a format version this one does not read is not
+// damage: Open refuses it with an error wrapping errors.ErrUnsupported,
+// Salvage or not, and changes no file. An empty
 // dir, or Options outside their documented bounds, fail with
 // QueueMisconfigured before anything is made.
 func Open(dir string, opts Options) (*Store, error) {

@@ -11,7 +11,9 @@
 // mistaken for a frame of this one.
 //
 // All integers are little-endian. The layout is FROZEN: changing any byte of
-// it requires a new [Version].
+// it requires a new [Version]. A build reads the versions up to its own and
+// refuses a later one with [ErrVersion], which is not damage: nothing
+// repairs it.
 //
 // Header (32 bytes):
 //

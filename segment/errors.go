@@ -1,6 +1,9 @@
 package segment
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by this package. Each is wrapped with the file name and
 // byte offset where that makes sense; check with errors.Is.
@@ -10,10 +13,17 @@ import "errors"
 // that says which argument and wraps [io/fs.ErrInvalid].
 var (
 	// ErrBadHeader is returned by Open and DecodeHeader when the file
-	// header's magic, version or checksum does not verify or it names
+	// header's magic or checksum does not verify, it names version 0 or
 	// sequence 0, which no segment has; and by Open when it names another
 	// segment than the one asked for.
 	ErrBadHeader = errors.New("segment: bad file header")
+	// ErrVersion is returned by Open and DecodeHeader when the header
+	// verifies but names a format version above [Version]: a later build
+	// wrote the file. It is not damage, and nothing may repair it (a
+	// rewritten header would hand frames of another layout to this
+	// build): the file is for a build that reads its version. It wraps
+	// [errors.ErrUnsupported], and not [ErrBadHeader].
+	ErrVersion = fmt.Errorf("segment: format version this build does not read: %w", errors.ErrUnsupported)
 	// ErrChecksum is returned when a frame's CRC-32C does not match.
 	ErrChecksum = errors.New("segment: frame checksum mismatch")
 	// ErrShortFrame is returned when a frame runs past the end of the data.

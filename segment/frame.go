@@ -209,8 +209,10 @@ func DecodeHeader(data []byte) (uint32, error) {
 	if got := binary.LittleEndian.Uint32(h[28:]); got != crc32.Update(0, castagnoli, h[:28]) {
 		return 0, fmt.Errorf("header checksum: %w", ErrBadHeader)
 	}
-	if v := binary.LittleEndian.Uint16(h[8:]); v != Version {
-		return 0, fmt.Errorf("format version %d, this build reads %d: %w", v, Version, ErrBadHeader)
+	if v := binary.LittleEndian.Uint16(h[8:]); v > Version {
+		return 0, fmt.Errorf("format version %d, written by a later build; this build reads version %d: %w", v, Version, ErrVersion)
+	} else if v != Version {
+		return 0, fmt.Errorf("format version %d, which no build writes: %w", v, ErrBadHeader)
 	}
 	seq := binary.LittleEndian.Uint32(h[12:])
 	if seq == 0 {

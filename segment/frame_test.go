@@ -330,7 +330,6 @@ func TestDecodeHeaderErrors(t *testing.T) {
 		{"zeros", make([]byte, 32)},
 		{"bad magic", modified(true, func(h []byte) { h[0] = 'X' })},
 		{"magic without its zero byte", modified(true, func(h []byte) { h[7] = ' ' })},
-		{"version 2", modified(true, func(h []byte) { binary.LittleEndian.PutUint16(h[8:], 2) })},
 		{"version 0", modified(true, func(h []byte) { binary.LittleEndian.PutUint16(h[8:], 0) })},
 		{"bad checksum", modified(false, func(h []byte) { h[28] ^= 1 })},
 		{"sequence changed", modified(false, func(h []byte) { h[12] ^= 1 })},
@@ -343,6 +342,16 @@ func TestDecodeHeaderErrors(t *testing.T) {
 			_, err := segment.DecodeHeader(tt.data)
 			require.ErrorIs(t, err, segment.ErrBadHeader)
 		})
+	}
+	// A header that verifies but names a later version is no damage: it is
+	// refused as unsupported, never as a bad header (which salvage would
+	// rewrite).
+	for _, v := range []uint16{segment.Version + 1, 0xffff} {
+		_, err := segment.DecodeHeader(modified(true, func(h []byte) { binary.LittleEndian.PutUint16(h[8:], v) }))
+		require.ErrorIs(t, err, segment.ErrVersion, "version %d", v)
+		require.ErrorIs(t, err, errors.ErrUnsupported, "version %d", v)
+		require.NotErrorIs(t, err, segment.ErrBadHeader, "version %d", v)
+		require.ErrorContains(t, err, fmt.Sprintf("format version %d", v))
 	}
 	// Every single bit flip of the header is refused.
 	for bit := 0; bit < 8*segment.HeaderSize; bit++ {

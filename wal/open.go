@@ -52,7 +52,11 @@ func (d Damage) String() string {
 //     and the log continues before it;
 //   - mid-log corruption is refused with a *CorruptionError naming the file
 //     and offset, unless Options.Salvage is set;
-//   - an empty segment left by an interrupted rotation is removed.
+//   - an empty segment left by an interrupted rotation is removed;
+//   - a segment of a later format version than this build writes
+//     (segment.ErrVersion, which wraps errors.ErrUnsupported) is refused,
+//     Salvage or not, and no file is changed: it is not damage, and only a
+//     build that reads that version may open the log.
 //
 // Open takes an exclusive lock on the directory: a second Open, in this
 // process or another, fails with ErrLocked until the first Log is closed or
@@ -201,6 +205,12 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 		if err != nil {
 			if errors.Is(err, segment.ErrBadHeader) {
 				return segs, nil, false, &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
+			}
+			if errors.Is(err, segment.ErrVersion) {
+				// Not damage: a later build's log, which only such a
+				// build may open (salvage would rewrite the header and
+				// drop its frames).
+				return segs, nil, false, fmt.Errorf("wal: open: %w; open the log with a build that reads that version (Salvage does not apply)", err)
 			}
 			return segs, nil, false, fmt.Errorf("wal: open: %w", err)
 		}

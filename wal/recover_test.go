@@ -2,7 +2,10 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -679,4 +682,67 @@ func TestATornTailsIntactFramesNeverComeBack(t *testing.T) {
 	l = mustOpen(t, second, Options{SegmentBytes: segBytes})
 	defer l.Close()
 	requireEntries(t, append(durable, entry{pos[0], again}), readAll(t, l))
+}
+
+// setHeaderVersion writes version v into the header of the segment file at
+// path, with the header's checksum to match: the file a build that writes
+// version v would have left.
+func setHeaderVersion(t *testing.T, path string, v uint16) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	binary.LittleEndian.PutUint16(data[8:], v)
+	binary.LittleEndian.PutUint32(data[28:], crc32.Checksum(data[:28], crc32.MakeTable(crc32.Castagnoli)))
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+}
+
+// dirContents returns every file of dir but its lock, with its bytes.
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		out[e.Name()] = string(data)
+	}
+	return out
+}
+
+// TestASegmentOfALaterFormatVersionIsRefusedAndLeftAsItIs: a segment whose
+// header verifies but names a later format version was written by a later
+// build (a store opened by the build before it, after a rollback, say). It
+// is not damage: Open refuses it as unsupported, not as corrupt, salvage
+// or not, and touches no file, so the later build still finds its log
+// whole. Salvage used to rewrite the header and skip every frame after it.
+func TestASegmentOfALaterFormatVersionIsRefusedAndLeftAsItIs(t *testing.T) {
+	for _, seq := range []uint32{2, 0} { // 0: the last segment
+		dir, acked, _ := buildLog(t)
+		if seq == 0 {
+			names, err := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+			require.NoError(t, err)
+			seq, _ = parseSegName(filepath.Base(names[len(names)-1]))
+		}
+		path := segFile(dir, seq)
+		setHeaderVersion(t, path, segment.Version+1)
+		before := dirContents(t, dir)
+		for _, salvage := range []bool{false, true} {
+			_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: salvage})
+			require.ErrorIs(t, err, segment.ErrVersion, "segment %d, salvage %v", seq, salvage)
+			require.ErrorIs(t, err, errors.ErrUnsupported)
+			require.NotErrorIs(t, err, ErrCorrupt, "segment %d, salvage %v", seq, salvage)
+			require.ErrorContains(t, err, path)
+			require.ErrorContains(t, err, fmt.Sprintf("format version %d", segment.Version+1))
+			require.Equal(t, before, dirContents(t, dir), "segment %d, salvage %v: Open changed the directory", seq, salvage)
+		}
+		// The build that reads it finds every record.
+		setHeaderVersion(t, path, segment.Version)
+		l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+		requireEntries(t, acked, readAll(t, l))
+		require.NoError(t, l.Close())
+	}
 }

@@ -8,8 +8,6 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Op names what one journal [Entry] records. Every Op but the intents
@@ -198,7 +196,7 @@ func (j *Journal) commit(batch []journalRequest) error {
 	if _, err := j.f.Write(buf); err != nil {
 		return fmt.Errorf("recovery: journal write: %w", err)
 	}
-	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
+	if err := syncData(j.f); err != nil {
 		return fmt.Errorf("recovery: journal fdatasync: %w", err)
 	}
 	return nil

@@ -235,7 +235,7 @@ func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
 
 // maxFileSize bounds a segment file: offsets in it are 32-bit (a frame's
 // synced field).
-const maxFileSize = 1<<32 - 1
+const maxFileSize int64 = 1<<32 - 1
 
 // mapped maps f, the file at path, which is size bytes long, as segment
 // seq. It neither closes f nor names the file in its error: the caller

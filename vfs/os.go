@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package vfs
 
 import (
@@ -88,17 +90,6 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	return f, nil
 }
 
-// Sync is fdatasync(2). It is called once and never retried, not even on
-// EINTR (the Go runtime installs its handlers with SA_RESTART): after a
-// failed fdatasync the kernel may already have dropped the dirty pages, and
-// a second call that succeeds would prove nothing.
-func (f osFile) Sync() error {
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
-	}
-	return nil
-}
-
 func (f osFile) Size() (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
@@ -122,23 +113,3 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 }
 
 func (f osFile) Name() string { return f.File.Name() }
-
-// Allocate is fallocate(2) with mode 0: see [Allocator].
-func (f osFile) Allocate(off, n int64) error {
-	if err := unix.Fallocate(int(f.Fd()), 0, off, n); err != nil {
-		return &os.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
-	}
-	return nil
-}
-
-// WriteBack is sync_file_range(2) with WAIT_BEFORE, WRITE and WAIT_AFTER:
-// the range's dirty pages go to the device and the call returns once the
-// device has taken them. See [WriteBacker].
-func (f osFile) WriteBack(off, n int64) error {
-	err := unix.SyncFileRange(int(f.Fd()), off, n,
-		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-	if err != nil {
-		return &os.PathError{Op: "sync_file_range", Path: f.File.Name(), Err: err}
-	}
-	return nil
-}

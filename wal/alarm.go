@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // alarm wakes the writer when a gather's deadline passes (see gather).
@@ -28,7 +26,8 @@ import (
 // comes first wakes the writer, once per deadline. Arming and disarming
 // are done by the writer, one system call and one timer reset each, so a
 // gather whose callers come in time costs the alarm goroutine nothing.
-// Where no timerfd can be made, the runtime timer is the alarm.
+// Where no timerfd can be made (it is Linux's), the runtime timer is the
+// alarm.
 type alarm struct {
 	timer *time.Timer // the runtime timer
 	f     *os.File    // the timerfd, read through the runtime's poller; nil without one
@@ -45,8 +44,8 @@ type alarm struct {
 
 func startAlarm(wake func()) *alarm {
 	a := startTimerAlarm(wake)
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-	if err != nil {
+	fd, ok := newTimerfd()
+	if !ok {
 		return a
 	}
 	a.fd, a.f = fd, os.NewFile(uintptr(fd), "wal-alarm")
@@ -77,8 +76,7 @@ func (a *alarm) at(t time.Time) {
 	if a.f != nil {
 		// Cannot fail with a valid descriptor and time; if it did, the
 		// runtime timer would still wake the writer, only later.
-		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-		_ = unix.TimerfdSettime(a.fd, 0, &spec, nil)
+		setTimerfd(a.fd, d)
 	}
 }
 
@@ -90,7 +88,7 @@ func (a *alarm) cancel() {
 	}
 	a.timer.Stop()
 	if a.f != nil {
-		_ = unix.TimerfdSettime(a.fd, 0, &unix.ItimerSpec{}, nil)
+		setTimerfd(a.fd, 0)
 	}
 }
 

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ func TestAlarm(t *testing.T) {
 			woke := make(chan time.Time, 4)
 			a := start(func() { woke <- time.Now() })
 			defer a.stop()
-			if kind == "timerfd" {
-				require.NotNil(t, a.f, "this machine makes timerfds: the test must cover them")
+			if kind == "timerfd" && runtime.GOOS == "linux" {
+				require.NotNil(t, a.f, "Linux makes timerfds: the test must cover them")
 			}
 			quiet := func(what string) {
 				t.Helper()

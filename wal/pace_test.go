@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -401,7 +402,10 @@ func (f allocFile) Allocate(off, n int64) error {
 	f.fs.mu.Lock()
 	f.fs.calls = append(f.fs.calls, [2]int64{off, n})
 	f.fs.mu.Unlock()
-	return f.File.(vfs.Allocator).Allocate(off, n)
+	if a, ok := f.File.(vfs.Allocator); ok { // Linux's fallocate
+		return a.Allocate(off, n)
+	}
+	return errors.ErrUnsupported // elsewhere the preparer writes zeros instead
 }
 
 func TestPreparerAllocatesTheRestWhenTheWriterWaits(t *testing.T) {

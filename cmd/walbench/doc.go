@@ -362,6 +362,8 @@
 //	  "reopen": {                                  (reopen, full)
 //	    "workload", "messages", "size", "segment_bytes", "round", "rounds",
 //	    "interrupted", "notes", "ranges", "per_round": as for a row
+//	    "warm":          true when the opens were timed with the store's files
+//	                     in the page cache (not on Linux); omitted otherwise
 //	    "fill_seconds":  float, the untimed fill, Close included; omitted
 //	    "segments", "segment_file_bytes", "index_bytes": int, the store after
 //	                     the fill; omitted

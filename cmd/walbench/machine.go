@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Machine is what the figures depend on besides the code: the facts printed
@@ -36,20 +34,6 @@ type Machine struct {
 	// DirLeft is why Dir could not be removed at the end of the run; ""
 	// when it was removed.
 	DirLeft string `json:"dir_left,omitempty"`
-}
-
-// Magic numbers of statfs(2) f_type, from linux/magic.h.
-var fsNames = map[uint32]string{
-	0xEF53:     "ext4", // ext2 and ext3 have the same magic; ext4 is the one in use
-	0x58465342: "xfs",
-	0x9123683E: "btrfs",
-	0x01021994: "tmpfs",
-	0x2FC12FC1: "zfs",
-	0xF2F52010: "f2fs",
-	0x794C7630: "overlayfs",
-	0x6969:     "nfs",
-	0x65735546: "fuse",
-	0x858458F6: "ramfs",
 }
 
 // inMemory returns the file system of m when it keeps its files in memory
@@ -87,30 +71,9 @@ func describeMachine(dir string, now time.Time) Machine {
 		GoVersion: runtime.Version(),
 		Dir:       dir,
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		m.Filesystem = fmt.Sprintf("unknown (statfs: %v)", err)
-	} else {
-		// f_type is a 32-bit magic in a field whose width varies by
-		// architecture.
-		magic := uint32(st.Type)
-		m.FSMagic = fmt.Sprintf("0x%x", magic)
-		m.Filesystem = fsNames[magic]
-		if m.Filesystem == "" {
-			m.Filesystem = "unknown"
-		}
-	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err == nil {
-		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
-	}
-	var si unix.Sysinfo_t
-	if err := unix.Sysinfo(&si); err == nil {
-		const loadScale = 1 << 16 // SI_LOAD_SHIFT
-		for i := range m.LoadAvg {
-			m.LoadAvg[i] = float64(si.Loads[i]) / loadScale
-		}
-	}
+	m.Filesystem, m.FSMagic = fileSystem(dir)
+	m.Kernel = kernel()
+	m.LoadAvg = loadAvg()
 	m.Device = mountSource(dir)
 	m.WriteCache = writeCache(m.Device)
 	return m

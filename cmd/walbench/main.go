@@ -372,11 +372,11 @@ func checkRoom(c config) error {
 	if need == 0 {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(c.parent, &st); err != nil {
+	free, err := freeBytes(c.parent)
+	if err != nil {
 		return nil // -dir's own check reports a directory that is not there
 	}
-	if free := int64(st.Bavail) * st.Bsize; need > free {
+	if need > free {
 		gib := func(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 		return fmt.Errorf("%s needs about %s on disk, and %s has %s free: lower -messages or -size, or free space", what, gib(need), c.parent, gib(free))
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The probe times what the broker's commits cost the disk without the
@@ -91,7 +91,7 @@ func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, 
 	}
 
 	name := filepath.Join(dir, "probe-overwrite")
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	f, err := vfs.Default.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return p, fmt.Errorf("probe: %w", err)
 	}
@@ -174,7 +174,7 @@ func runProbe(ctx context.Context, env *env, dir string, l probeLoad) (p Probe, 
 // appendProbe runs the append loop on a new file of dir, and removes it.
 func appendProbe(ctx context.Context, dir string, d time.Duration, p *Probe) (err error) {
 	name := filepath.Join(dir, "probe-append")
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	f, err := vfs.Default.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
@@ -199,12 +199,11 @@ func appendProbe(ctx context.Context, dir string, d time.Duration, p *Probe) (er
 // it goes back to start before passing wrap; otherwise the file grows. It
 // records the time of each fdatasync and the writes before it in h (when
 // not nil), and returns the pwrites made and the seconds they took.
-func syncLoop(ctx context.Context, f *os.File, writeBytes, syncBytes int, start, wrap int64, d time.Duration, h *hdr.Histogram) (writes int64, secs float64, err error) {
+func syncLoop(ctx context.Context, f vfs.File, writeBytes, syncBytes int, start, wrap int64, d time.Duration, h *hdr.Histogram) (writes int64, secs float64, err error) {
 	buf := make([]byte, writeBytes)
 	for i := range buf {
 		buf[i] = byte(i*7 + 1) // not zeros: nothing below may skip or dedupe it
 	}
-	fd := int(f.Fd())
 	off := start
 	began := time.Now()
 	deadline := began.Add(d)
@@ -223,8 +222,8 @@ func syncLoop(ctx context.Context, f *os.File, writeBytes, syncBytes int, start,
 				off = start
 			}
 		}
-		if err := unix.Fdatasync(fd); err != nil {
-			return writes, 0, &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+		if err := f.Sync(); err != nil {
+			return writes, 0, err
 		}
 		now := time.Now()
 		if h != nil {
@@ -240,7 +239,7 @@ func syncLoop(ctx context.Context, f *os.File, writeBytes, syncBytes int, start,
 // prefill writes f full of zeros up to size and fdatasyncs it, adding
 // what it wrote to *written; it stops early, without an error, when ctx
 // ends.
-func prefill(ctx context.Context, f *os.File, size int64, written *atomic.Int64) error {
+func prefill(ctx context.Context, f vfs.File, size int64, written *atomic.Int64) error {
 	zeros := make([]byte, prefillChunk)
 	for off := int64(0); off < size; off += prefillChunk {
 		if ctx.Err() != nil {
@@ -251,8 +250,8 @@ func prefill(ctx context.Context, f *os.File, size int64, written *atomic.Int64)
 		}
 		written.Add(prefillChunk)
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fmt.Errorf("probe: prefill: %w", &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err})
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("probe: prefill: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/walbroker/walbroker/vfs"
 	"io"
 	"os"
 	"path/filepath"
@@ -85,11 +86,16 @@ func TestProbeInterrupted(t *testing.T) {
 	assertDirEmpty(t, dir)
 }
 
+// createFile creates a new file the way the probe opens its own.
+func createFile(name string) (vfs.File, error) {
+	return vfs.Default.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+}
+
 // TestSyncLoopWraps: an overwriting loop stays inside its file, and an
 // appending one grows it by what it wrote.
 func TestSyncLoopWraps(t *testing.T) {
 	dir := benchDir(t)
-	f, err := os.Create(filepath.Join(dir, "f"))
+	f, err := createFile(filepath.Join(dir, "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +105,10 @@ func TestSyncLoopWraps(t *testing.T) {
 	if err != nil || writes < 2 {
 		t.Fatalf("syncLoop: %d writes, %v", writes, err)
 	}
-	if fi, _ := f.Stat(); fi.Size() > wrap {
-		t.Errorf("overwriting loop grew the file to %d bytes, past %d", fi.Size(), wrap)
+	if size, _ := f.Size(); size > wrap {
+		t.Errorf("overwriting loop grew the file to %d bytes, past %d", size, wrap)
 	}
-	g, err := os.Create(filepath.Join(dir, "g"))
+	g, err := createFile(filepath.Join(dir, "g"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,15 +118,15 @@ func TestSyncLoopWraps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, _ := g.Stat(); fi.Size() != writes*4096 || h.TotalCount() != writes {
-		t.Errorf("appending loop: %d bytes, %d latencies after %d writes of 4096", fi.Size(), h.TotalCount(), writes)
+	if size, _ := g.Size(); size != writes*4096 || h.TotalCount() != writes {
+		t.Errorf("appending loop: %d bytes, %d latencies after %d writes of 4096", size, h.TotalCount(), writes)
 	}
 }
 
 // TestSyncLoopOverwritesItsWholeFile: an overwriting loop writes every
 // block of its file before it goes back to the start, the last one too.
 func TestSyncLoopOverwritesItsWholeFile(t *testing.T) {
-	f, err := os.Create(filepath.Join(benchDir(t), "f"))
+	f, err := createFile(filepath.Join(benchDir(t), "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +136,8 @@ func TestSyncLoopOverwritesItsWholeFile(t *testing.T) {
 	if _, _, err := syncLoop(context.Background(), f, 4096, wrap, 0, wrap, time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
-	if fi, _ := f.Stat(); fi.Size() != wrap {
-		t.Errorf("the file has %d bytes after the first three pwrites; want %d, its last block written", fi.Size(), wrap)
+	if size, _ := f.Size(); size != wrap {
+		t.Errorf("the file has %d bytes after the first three pwrites; want %d, its last block written", size, wrap)
 	}
 }
 

@@ -178,6 +178,9 @@ type Reopen struct {
 	Round        int    `json:"round,omitempty"`
 	Rounds       int    `json:"rounds,omitempty"`
 	Interrupted  bool   `json:"interrupted" agg:"or"`
+	// Warm: the opens were timed with the store's files in the page
+	// cache, which only Linux lets walbench empty.
+	Warm bool `json:"warm,omitempty" agg:"or"`
 
 	FillSeconds      float64 `json:"fill_seconds,omitempty"`
 	Segments         int     `json:"segments,omitempty"`

@@ -3,6 +3,7 @@ package leakcheck
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -16,17 +17,20 @@ func TestCheckFindsWhatIsLeftAndOnlyThat(t *testing.T) {
 	before := Running()
 	require.NoError(t, Check(before, dir), "nothing started, nothing open")
 
-	// A descriptor of a file below dir, and one of a file elsewhere.
+	// A descriptor of a file below dir, and one of a file elsewhere
+	// (where /proc lists them).
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
 	f, err := os.Create(filepath.Join(dir, "sub", "held"))
 	require.NoError(t, err)
 	other, err := os.Create(filepath.Join(t.TempDir(), "elsewhere"))
 	require.NoError(t, err)
 	defer other.Close()
-	err = Check(before, dir)
-	require.ErrorContains(t, err, "1 descriptors")
-	require.ErrorContains(t, err, filepath.Join("sub", "held"))
-	require.NotContains(t, err.Error(), "elsewhere")
+	if runtime.GOOS == "linux" {
+		err = Check(before, dir)
+		require.ErrorContains(t, err, "1 descriptors")
+		require.ErrorContains(t, err, filepath.Join("sub", "held"))
+		require.NotContains(t, err.Error(), "elsewhere")
+	}
 	require.NoError(t, f.Close())
 	require.NoError(t, Check(before, dir))
 

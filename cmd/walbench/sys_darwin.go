@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileSystem names the file system dir is on (statfs's f_fstypename,
+// "apfs" say); f_type is not a magic here, so none is given.
+func fileSystem(dir string) (name, magic string) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Sprintf("unknown (statfs: %v)", err), ""
+	}
+	name = unix.ByteSliceToString(st.Fstypename[:])
+	if name == "" {
+		name = "unknown"
+	}
+	return name, ""
+}
+
+// kernel is the kernel's name and release.
+func kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages: zeros here, where no
+// portable call gives them.
+func loadAvg() (avg [3]float64) { return avg }
+
+// freeBytes is how many bytes an unprivileged process may still write on
+// the file system dir is on.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// termiosRequest is the ioctl that reads a terminal's settings.
+const termiosRequest = unix.TIOCGETA

@@ -142,10 +142,15 @@ func stopped(ctx context.Context, herr error) error {
 // and so does the failure of a file-backed store that stopped for good (a
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
-// PollInterval. When ctx ends, Consume stops receiving, waits for every
-// running handler (whose context ends with ctx, or opts.StopGrace later)
-// and its Ack or Nack, and returns ctx.Err(). It returns
-// an error at once for a nil b or h, or an option it refuses.
+// PollInterval. Once a Receive or a lease renewal meets such a broker, the
+// contexts of the running handlers end, with that error as their cause
+// (nothing they do can be settled any more), and Consume returns it when
+// they have returned; with every handler busy and no ExtendEvery, Consume
+// finds out at the Receive that follows the first handler's return. When
+// ctx ends, Consume stops receiving, waits for every running handler
+// (whose context ends with ctx, or opts.StopGrace later) and its Ack or
+// Nack, and returns ctx.Err(). It returns an error at once for a nil b or
+// h, or an option it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.
@@ -161,7 +166,16 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	var endGrace func()
 	c.handlerCtx, endGrace = c.graceful(ctx)
 	defer endGrace()
+	var abandon context.CancelCauseFunc
+	c.handlerCtx, abandon = context.WithCancelCause(c.handlerCtx)
+	defer abandon(nil)
 	err = c.loop(ctx)
+	if cerr := ctx.Err(); cerr == nil || !errors.Is(err, cerr) {
+		// The broker closed or stopped for good: nothing the running
+		// handlers do can be settled any more, so they are told now
+		// rather than left to run to their end while Consume waits.
+		abandon(err)
+	}
 	if c.acker != nil {
 		// No Receive will carry the acks of handlers still running: from
 		// now on each is acked on its own, and those waiting go now.
@@ -622,8 +636,8 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 	} else {
 		// The handler's own context exists only to be cancelled when its
 		// lease is lost, which only lease extension can find out.
-		hctx, cancel := context.WithCancel(ctx)
-		defer cancel()
+		hctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
 		stop := c.keepLease(c.settleCtx, cancel, d)
 		// Also when the handler ends its goroutine: renewing its lease
 		// for ever would keep the message from everyone.
@@ -691,9 +705,11 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // keepLease renews d's lease every extendEvery while the handler runs; it
 // is called only when extension was asked for and b can extend. The
 // returned stop ends the renewals, waits for one in flight, and returns the
-// newest receipt and whether the lease was lost; when it was, cancel has
-// been called and the loss logged. stop may be called more than once.
-func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
+// newest receipt and whether the lease was lost (or the broker closed or
+// stopped, which no settling call survives); when it was, cancel has been
+// called with the renewal's error and the loss logged. stop may be called
+// more than once.
+func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
 	quit, done := make(chan struct{}), make(chan struct{})
 	lost := false
@@ -720,7 +736,14 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelFunc, d D
 				lost = true
 				c.log.WarnContext(ctx, "broker: Consume: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
-				cancel()
+				cancel(err)
+				return
+			case errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
+				// No renewal, and no settling call, can succeed again.
+				lost = true
+				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)",
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
+				cancel(err)
 				return
 			default:
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",

@@ -207,9 +207,11 @@ type DeliveryValue struct {
 // Delivery is at least once, so a handler must be idempotent: the same
 // message may arrive again (see [DeliveryValue.Deliveries]). Consume runs up
 // to ConsumeOptions.Concurrency handlers at once, so a handler must be safe
-// for concurrent use. ctx is done when Consume's context ends, and, when
-// Consume renews leases (ConsumeOptions.ExtendEvery), when a renewal finds
-// the lease lost. Without renewals nothing ends ctx at the lease's
+// for concurrent use. ctx is done when Consume's context ends (or
+// ConsumeOptions.StopGrace later), when Consume finds the broker closed or
+// stopped for good (nothing the handler does can then be settled), and,
+// when Consume renews leases (ConsumeOptions.ExtendEvery), when a renewal
+// finds the lease lost. Without renewals nothing ends ctx at the lease's
 // ExpiresAt: a handler still running then is working on a message another
 // consumer may already hold, and its Ack will be refused. A handler that
 // may run as long as the queue's VisibilityTimeout should set ExtendEvery.

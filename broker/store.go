@@ -674,8 +674,10 @@ func (s *Store) Stats() StoreStats {
 // Close does not wait for [Consume]: stop it first (cancel its context and
 // wait for it to return), so that its running handlers finish and their
 // messages are acked. A Consume still running when the store closes
-// returns Closed, and the acks of its handlers that finish afterwards are
-// refused: their messages are delivered again once their leases lapse.
+// returns Closed: its next Receive or lease renewal finds the store closed
+// and ends the contexts of its running handlers (see [Consume]), and it
+// returns once they have returned. Their acks are refused: their messages
+// are delivered again once their leases lapse.
 func (s *Store) Close() error {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.

@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// closable is a broker that Consume runs over, and the call that closes it.
+type closable struct {
+	name  string
+	open  func(t *testing.T) (Broker, func() error)
+	renew bool
+}
+
+func closables() []closable {
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3}
+	store := func(t *testing.T) (Broker, func() error) {
+		s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20})
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		q, err := s.Queue("jobs", pol)
+		require.NoError(t, err)
+		return q, s.Close
+	}
+	memory := func(t *testing.T) (Broker, func() error) {
+		m, err := NewMemory(pol, MemoryOptions{})
+		require.NoError(t, err)
+		return m, m.Close
+	}
+	var cs []closable
+	for _, renew := range []bool{false, true} {
+		cs = append(cs, closable{"store", store, renew}, closable{"memory", memory, renew})
+	}
+	return cs
+}
+
+// TestConsumeEndsItsHandlersWhenTheBrokerCloses: "Consume returns ... when
+// the store is closed". A handler still running then can no longer settle
+// its delivery, so its context ends, with the close as its cause, and
+// Consume returns Closed without waiting for the handler's own end. Over a
+// broker that renews leases (ExtendEvery) the renewal that meets the close
+// ends it too, and the renewals stop instead of failing on every tick.
+func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
+	for _, c := range closables() {
+		t.Run(c.name+map[bool]string{false: "", true: "/ExtendEvery"}[c.renew], func(t *testing.T) {
+			b, closeIt := c.open(t)
+			_, err := b.Publish(context.Background(), []byte("x"))
+			require.NoError(t, err)
+			started := make(chan struct{})
+			causes := make(chan error, 1)
+			opts := ConsumeOptions{Concurrency: 2}
+			if c.renew {
+				// One slot: the loop waits for it, and only the renewal
+				// can find the close.
+				opts = ConsumeOptions{Concurrency: 1, ExtendEvery: 5 * time.Millisecond}
+			}
+			logger, logs := newTestLogger()
+			opts.Logger = logger
+			done := make(chan error, 1)
+			go func() {
+				done <- Consume(context.Background(), b, func(ctx context.Context, d DeliveryValue) error {
+					close(started)
+					select {
+					case <-ctx.Done():
+						causes <- context.Cause(ctx)
+						return ctx.Err()
+					case <-time.After(time.Minute):
+						causes <- nil
+						return nil
+					}
+				}, opts)
+			}()
+			<-started
+			require.NoError(t, closeIt())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, Closed)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Consume still waits for its handler 10 s after the broker closed")
+			}
+			cause := <-causes
+			require.ErrorIs(t, cause, Closed, "the handler's context ended, with the close as its cause")
+			require.LessOrEqual(t, strings.Count(logs.String(), "lease extension failed"), 1,
+				"renewals that cannot succeed are not retried:\n%s", logs)
+		})
+	}
+}
+
+// TestConsumeEndsItsHandlersWhenTheStoreStops: a store stopped for good (a
+// full disk here) ends Consume with its failure, as it ends a closed one,
+// and the handler still running is told at once: its result could never be
+// settled, and the program waiting for Consume must reopen the store.
+func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20, FS: ffs})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("x"))
+	require.NoError(t, err)
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(context.Background(), q, func(ctx context.Context, d DeliveryValue) error {
+			close(started)
+			select {
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			case <-time.After(time.Minute):
+				causes <- nil
+				return nil
+			}
+		}, ConsumeOptions{Concurrency: 2})
+	}()
+	<-started
+	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Err: syscall.ENOSPC})
+	_, err = q.Publish(context.Background(), []byte("y"))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, syscall.ENOSPC)
+		require.False(t, errors.Is(err, Closed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume still waits for its handler 10 s after the store stopped")
+	}
+	require.ErrorIs(t, <-causes, syscall.ENOSPC, "the handler's context ended, with the failure as its cause")
+}

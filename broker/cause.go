@@ -18,8 +18,10 @@ const (
 	// with no reason of its own.
 	ReasonNotRetryable = "NOT_RETRYABLE"
 	// ReasonLeaseExpired is recorded for a message that ran out of
-	// deliveries with no consumer ever reporting anything: every lease
-	// lapsed. It is also the reason of [LeaseExpired].
+	// deliveries because the lease of its last one lapsed, no consumer
+	// reporting on it. What earlier deliveries were nacked with is not
+	// kept, so it is recorded even when they reported causes of their
+	// own. It is also the reason of [LeaseExpired].
 	ReasonLeaseExpired = "LEASE_EXPIRED"
 	// ReasonConsumerStopped is recorded when [Consume] stopped (its
 	// context ended) while a handler ran, and the handler gave up with

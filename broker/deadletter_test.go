@@ -386,3 +386,41 @@ func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack:
+// LEASE_EXPIRED names how the last delivery ended, not a message no
+// consumer ever reported on: a message nacked with a classified cause on
+// its first delivery, whose last lease then lapses, is recorded
+// LEASE_EXPIRED with no code and no public text, the earlier cause
+// forgotten; the in-memory broker records the same.
+func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *testing.T) {
+	e := newEnv(t)
+	two := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2; p.RetryDelay = 0 })
+	mem, err := broker.NewMemory(two, broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	brokers := map[string]interface {
+		broker.Broker
+		broker.DeadLetterReader
+	}{"store": e.queue("jobs", two), "memory": mem}
+	for name, b := range brokers {
+		_, err := b.Publish(ctx(t), []byte("a"))
+		require.NoError(t, err)
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		_, err = b.Nack(ctx(t), ds[0].Lease.Receipt, broker.NewError("HTTP_5XX", 42<<24|500, "target answered 500", ""))
+		require.NoError(t, err)
+		ds, err = b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, 2, ds[0].Deliveries)
+		e.clock.Set(ds[0].Lease.ExpiresAt)
+		dead, err := b.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dead, 1, name)
+		require.Equal(t, broker.ReasonLeaseExpired, dead[0].Reason, name)
+		require.Zero(t, dead[0].Code, name)
+		require.Empty(t, dead[0].Cause, name)
+		require.Equal(t, 2, dead[0].Deliveries, name)
+	}
+}

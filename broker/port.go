@@ -150,8 +150,8 @@ type DeadLetterValue struct {
 	// Reason of the cause (an [Error], or any error in its chain with a
 	// Reason() string method), NOT_RETRYABLE for a handler's [DoNotRetry]
 	// around an error that carried none, or LEASE_EXPIRED when the message
-	// died by exhausting its deliveries without any consumer ever reporting
-	// anything. A cause with no reason records UNCLASSIFIED and a nil cause
+	// died by exhausting its deliveries without any consumer reporting on
+	// the last one (its lease lapsed; see [ReasonLeaseExpired]). A cause with no reason records UNCLASSIFIED and a nil cause
 	// UNEXPLAINED; Reason is never empty.
 	Reason string
 	// Cause is the wire-safe Public half of the last failure, or an empty

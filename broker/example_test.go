@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -60,6 +62,53 @@ func Example() {
 	// order-2 (delivery 1)
 	// order-3 (delivery 1)
 	// left: 0
+}
+
+// Stop on SIGTERM (a deploy) without costing the running handlers a
+// delivery attempt: StopGrace lets them finish and be acked, then Consume
+// returns and the store closes.
+func ExampleConsume_stopGrace() {
+	dir, err := os.MkdirTemp("", "walbroker-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := broker.Open(dir, broker.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close() // after Consume returned: Close does not wait for handlers
+	hooks, err := store.Queue("webhooks", broker.PolicyValue{VisibilityTimeout: 30 * time.Second, MaxDeliveries: 5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := hooks.Publish(context.Background(), []byte("POST /orders/17")); err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err = broker.Consume(ctx, hooks, func(hctx context.Context, d broker.DeliveryValue) error {
+		// The deploy's SIGTERM arrives while this delivery runs.
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			return err
+		}
+		// Consume receives nothing more from here, but the handler's
+		// context lives on for StopGrace.
+		<-ctx.Done()
+		fmt.Println("handler still running:", hctx.Err() == nil)
+		return nil
+	}, broker.ConsumeOptions{
+		StopGrace:   20 * time.Second, // then the handlers' contexts end, and they are nacked
+		ExtendEvery: 10 * time.Second,
+	})
+	fmt.Println("Consume:", err)
+	st := hooks.Stats()
+	fmt.Println("acked:", st.Acked, "nacked:", st.Nacked, "leased:", st.Leased)
+	// Output:
+	// handler still running: true
+	// Consume: context canceled
+	// acked: 1 nacked: 0 leased: 0
 }
 
 // Back a running store up into a new directory, and open the copy.

@@ -38,7 +38,12 @@ type ConsumeOptions struct {
 	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
 	// Consume renew the lease of every running handler this often, by
 	// ExtendBy. Zero means no extension; negative, or MaxDeadlineOffset
-	// and above, is refused ([QueueMisconfigured]).
+	// and above, is refused ([QueueMisconfigured]). The first renewal comes
+	// ExtendEvery after the handler starts, so ExtendEvery must be well
+	// below the queue's [PolicyValue.VisibilityTimeout] (which Consume
+	// cannot see): a lease that lapses before it is lost, and the message
+	// may be delivered again while the handler still runs, until that
+	// renewal finds the loss and cancels the handler.
 	ExtendEvery time.Duration
 	// ExtendBy is how far each renewal reaches, measured from the renewal.
 	// Zero means 2×ExtendEvery, at most [MaxDeadlineOffset]; negative, not

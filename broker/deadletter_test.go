@@ -424,3 +424,36 @@ func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *test
 		require.Equal(t, 2, dead[0].Deliveries, name)
 	}
 }
+
+// TestAReplayedDeadLetterIsReceivedBeforeLaterMessages: a replay keeps
+// the message's EnqueuedAt, and Receive goes oldest EnqueuedAt first, so
+// a replayed dead letter comes before the messages published after it
+// was first published, in the store and in the memory broker alike.
+func TestAReplayedDeadLetterIsReceivedBeforeLaterMessages(t *testing.T) {
+	e := newEnv(t)
+	one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+	mem, err := broker.NewMemory(one, broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	brokers := map[string]interface {
+		broker.Broker
+		broker.Rejecter
+		broker.DeadLetterManager
+	}{"store": e.queue("jobs", one), "memory": mem}
+	for name, b := range brokers {
+		old, err := b.Publish(ctx(t), []byte("old"))
+		require.NoError(t, err)
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.NoError(t, b.Reject(ctx(t), ds[0].Lease.Receipt, nil))
+		e.clock.Advance(time.Second)
+		_, err = b.Publish(ctx(t), []byte("new"))
+		require.NoError(t, err)
+		e.clock.Advance(time.Second)
+		require.NoError(t, b.ReplayDeadLetter(ctx(t), old.ID))
+		ds, err = b.Receive(ctx(t), 2)
+		require.NoError(t, err)
+		require.Len(t, ds, 2, name)
+		require.Equal(t, "old", string(ds[0].Message.Payload), name)
+		require.Equal(t, "new", string(ds[1].Message.Payload), name)
+	}
+}

@@ -37,7 +37,8 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 
 // ReplayDeadLetter moves dead letter id back into the queue, receivable at
 // once, with its delivery count reset; it keeps its ID, payload and
-// EnqueuedAt, and closes the Wake signal. Replays of one dead letter
+// EnqueuedAt (so Receive hands it out before every message published after
+// it), and closes the Wake signal. Replays of one dead letter
 // racing each other queue it once: one returns nil, the others
 // [DeadLetterNotFound]. A queue at its Capacity refuses it ([QueueFull],
 // not counted as shed) and the dead letter stays as it was. See

@@ -100,7 +100,8 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 // settled, and the program waiting for Consume must reopen the store.
 func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
-	s, err := Open(t.TempDir(), Options{SegmentBytes: 4 << 20, FS: ffs})
+	dir := t.TempDir()
+	s, err := Open(dir, Options{SegmentBytes: 4 << 20, FS: ffs})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
@@ -135,4 +136,15 @@ func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
 		t.Fatal("Consume still waits for its handler 10 s after the store stopped")
 	}
 	require.ErrorIs(t, <-causes, syscall.ENOSPC, "the handler's context ended, with the failure as its cause")
+
+	// Close reports the failure and lets the directory go: once there is
+	// room, the store opens again with the message still leased.
+	require.ErrorIs(t, s.Close(), syscall.ENOSPC)
+	ffs.Clear()
+	reopened, err := Open(dir, Options{SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer reopened.Close()
+	q, err = reopened.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	require.Equal(t, 1, q.Stats().Leased)
 }

@@ -669,7 +669,8 @@ func (s *Store) Stats() StoreStats {
 // Close writes a checkpoint (so that the next Open replays nothing), makes
 // everything durable and releases the directory. Calls queued before Close
 // complete; later ones, on the store or any of its queues, fail with
-// Closed.
+// Closed. A store that stopped for good returns its failure from Close, and
+// still releases the directory, so that it can be opened again.
 //
 // Close does not wait for [Consume]: stop it first (cancel its context and
 // wait for it to return), so that its running handlers finish and their

@@ -23,11 +23,15 @@ const (
 	// to the log file before its call returns (a process crash keeps it)
 	// and reaches the device with the next commit, or within SyncInterval
 	// (a power loss may lose the last few: at-least-once permits a
-	// redelivery, never a lost publish).
+	// redelivery, never a lost publish). A lease so lost was never taken,
+	// as far as the store knows: the message is delivered again with the
+	// same [DeliveryValue.Deliveries], and MaxDeliveries counts only the
+	// deliveries the device kept.
 	SyncPublish
 	// SyncNone: nothing waits for the device; a background commit every
-	// SyncInterval bounds what a power loss can take; a process crash loses
-	// nothing that a call returned for. The IDs of messages a power loss
+	// SyncInterval bounds what a power loss can take (delivery counts with
+	// it, as under SyncPublish); a process crash loses nothing that a call
+	// returned for. The IDs of messages a power loss
 	// took are never handed out again: they are reserved ahead by durable
 	// marks, so a publish waits for the device only in the rare case that
 	// a reservation's background commit falls 2,048 publishes behind.

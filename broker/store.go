@@ -302,7 +302,12 @@ func (s *Store) closeFiles() {
 // preambleSet is what the preamble is made of. It is replaced whole,
 // never changed, so the log's writer goroutine reads it without a lock.
 type preambleSet struct {
-	recs   [][]byte       // the secret, then every queue's declaration
+	recs [][]byte // the secret, then every queue's declaration
+	// ids[i] is the queue recs[i] declares (recs[0], the secret, none),
+	// and size the framed size of recs: a declaration finds its place,
+	// and the room the preamble takes, without decoding every record.
+	ids    []uint32
+	size   int
 	queues []*index.Queue // every declared queue, for its dedup clock
 }
 
@@ -386,11 +391,15 @@ const maxClockRecord = 1 + binary.MaxVarintLen32 + 2*binary.MaxVarintLen64
 // The caller holds s.mu, or is Open.
 func (s *Store) setPreamble() {
 	meta := index.Event{Kind: index.KindMeta, Secret: s.idx.Secret}
-	p := &preambleSet{recs: [][]byte{meta.Append(nil)}}
+	p := &preambleSet{recs: [][]byte{meta.Append(nil)}, ids: []uint32{0}}
 	for _, name := range s.idx.Queues() {
 		iq := s.idx.Queue(name)
 		p.recs = append(p.recs, declareRecord(iq.ID, name, iq.Policy))
+		p.ids = append(p.ids, iq.ID)
 		p.queues = append(p.queues, iq)
+	}
+	for _, r := range p.recs {
+		p.size += segment.Size(len(r))
 	}
 	s.pre.Store(p)
 }
@@ -454,7 +463,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 				return nil, fmt.Errorf("broker: queue %q: %w", name, err)
 			}
 			old := s.pre.Load()
-			s.pre.Store(&preambleSet{recs: old.recs, queues: append(slices.Clip(old.queues), iq)})
+			s.pre.Store(&preambleSet{recs: old.recs, ids: old.ids, size: old.size, queues: append(slices.Clip(old.queues), iq)})
 		}
 		q = newQueue(s, iq, policyValue(iq.Policy))
 		s.queues[name] = q
@@ -506,26 +515,25 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 func (s *Store) declare(id uint32, name string, p index.Policy) error {
 	rec := declareRecord(id, name, p)
 	old := s.pre.Load()
-	recs := append([][]byte(nil), old.recs...)
-	replaced := false
-	for i, r := range recs {
-		if e, err := index.Decode(r); err == nil && e.Kind == index.KindDeclare && e.Queue == id {
-			recs[i], replaced = rec, true
-		}
+	next := &preambleSet{recs: old.recs, ids: old.ids, size: old.size, queues: old.queues}
+	if i := slices.Index(old.ids[1:], id) + 1; i > 0 {
+		// A new policy: a copy, since a rotation may be reading old.
+		next.recs = slices.Clone(old.recs)
+		next.recs[i] = rec
+		next.size += segment.Size(len(rec)) - segment.Size(len(old.recs[i]))
+	} else {
+		// Appended past what old holds, which a reader of old never
+		// reads (only the caller, holding s.mu, appends).
+		next.recs, next.ids = append(old.recs, rec), append(old.ids, id)
+		next.size += segment.Size(len(rec))
 	}
-	if !replaced {
-		recs = append(recs, rec)
-	}
-	size := segment.Size(16) // the mark
-	for _, r := range recs {
-		size += segment.Size(len(r))
-	}
-	size += (len(recs) - 1) * segment.Size(maxClockRecord) // each queue's dedup clock
+	queues := len(next.recs) - 1
+	size := next.size + segment.Size(16) + queues*segment.Size(maxClockRecord) // the mark, and each queue's dedup clock
 	if size > s.opts.preambleBytes() {
 		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (raise Options.SegmentBytes): %w",
-			name, len(recs)-1, size, s.opts.preambleBytes(), QueueMisconfigured)
+			name, queues, size, s.opts.preambleBytes(), QueueMisconfigured)
 	}
-	s.pre.Store(&preambleSet{recs: recs, queues: old.queues})
+	s.pre.Store(next)
 	_, err := s.wait(s.log.Enqueue(true, rec))
 	return err
 }

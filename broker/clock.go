@@ -27,3 +27,44 @@ func unixNanos(t time.Time) (int64, error) {
 	}
 	return t.UnixNano(), nil
 }
+
+// readClock reads now, the caller's clock (named by name: Options.Now or
+// MemoryOptions.Now), in Unix nanoseconds; see unixNanos. The broker
+// reads it with a queue's lock held, and the clock is the caller's code:
+// a panic in it is recovered here and returned as an error naming the
+// clock and the panic (QueueMisconfigured, as for a reading no broker can
+// record), so that the call that read it fails and releases its locks
+// like any other failed call, and the next call works. Left to unwind,
+// the panic would leave the lock held, and every later call on the queue
+// would wait for ever, in a program that recovered it (as net/http does).
+func readClock(name string, now func() time.Time) (ns int64, err error) {
+	// recover is called only when now did not return (see consumer.call).
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if v := recover(); v != nil {
+			ns, err = 0, fmt.Errorf("%s panicked: %s: %w", name, panicText(v), QueueMisconfigured)
+		}
+	}()
+	t := now()
+	returned = true
+	if ns, err = unixNanos(t); err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// panicText renders a recovered panic value (the caller's code's) as
+// fmt.Sprint does, or by its type alone when rendering it panics too: fmt
+// recovers a String or Error method that panics, but not one whose panic
+// value panics in turn when it is printed.
+func panicText(v any) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = fmt.Sprintf("a value of type %T, which panicked when printed", v)
+		}
+	}()
+	return fmt.Sprint(v)
+}

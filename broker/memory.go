@@ -18,7 +18,11 @@ type MemoryOptions struct {
 	// test that moves its own clock makes every timing of the queue exact.
 	// A reading before 1678 or after 2262 (a zero time.Time among them)
 	// is refused by every call that reads it, with QueueMisconfigured, as
-	// the file-backed store does.
+	// the file-backed store does. As there (see Options.Now), Now is
+	// called with the queue's lock held, must return promptly and must not
+	// call the queue, and one that panics fails the call that read it with
+	// an error naming MemoryOptions.Now and the panic value, leaving the
+	// queue usable.
 	Now func() time.Time
 	// Logger receives the text of unclassified handler failures, keyed by
 	// message ID, as the file-backed store's does. Nil discards.
@@ -102,8 +106,8 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 const memoryQueueID = 1
 
 // now reads the clock in Unix nanoseconds, or fails for a reading no
-// broker can record (see unixNanos).
-func (q *Memory) now() (int64, error) { return unixNanos(q.opts.Now()) }
+// broker can record and for a clock that panics (see readClock).
+func (q *Memory) now() (int64, error) { return readClock("MemoryOptions.Now", q.opts.Now) }
 
 // beginLocked checks what every call checks first, with q.mu held: the
 // context and whether the queue was closed. It reads the clock.

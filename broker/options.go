@@ -57,6 +57,16 @@ type Options struct {
 	// Instants are recorded in Unix nanoseconds: a reading before 1678 or
 	// after 2262 (a zero time.Time among them) is refused, by Open and by
 	// every call that reads it, with QueueMisconfigured.
+	//
+	// Now is called with a queue's lock held (so that enqueue instants
+	// grow in the order publishes enter the queue): it must return
+	// promptly and must not call the store or its queues. A Now that
+	// panics fails the call that read it in the same way, with an error
+	// naming Options.Now and the panic value; the call changes nothing and
+	// the queue stays usable. Queue.Stats and Queue.Wake, which return no
+	// error, then answer as for a reading no store can record: Stats
+	// counts without applying the deadlines that came due, and Wake says
+	// to look now, so that the Receive that follows reports the failure.
 	Now func() time.Time
 	// Sync is which calls wait for the device; see SyncMode.
 	Sync SyncMode

@@ -235,8 +235,13 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	events := make([]index.Event, len(payloads))
 	recs := make([][]byte, 0, len(payloads))
 	// (The guessed time only sizes the records: the reading that counts
-	// is taken, and checked, under the lock.)
-	guess, next := q.s.opts.Now().UnixNano(), q.s.idx.PeekNextSeq()
+	// is taken, and checked, under the lock. A clock that fails here fails
+	// the call, as it would there.)
+	guess, err := q.s.now()
+	if err != nil {
+		return nil, err
+	}
+	next := q.s.idx.PeekNextSeq()
 	for i, p := range payloads {
 		events[i] = index.Event{Kind: index.KindPublish, Queue: q.id, Seq: next + uint64(i), Time: guess, Key: key, Payload: p}
 		recs = append(recs, events[i].Append(getRecordBuffer(len(p)+32+len(key))))

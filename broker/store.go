@@ -147,10 +147,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A clock no store can record is refused before anything is touched
-	// (every call reads it again, and checks it again).
-	if _, err := unixNanos(opts.Now()); err != nil {
-		return nil, fmt.Errorf("broker: open %s: Options.Now: %w", dir, err)
+	// A clock no store can record (or one that panics) is refused before
+	// anything is touched (every call reads it again, and checks it again).
+	if _, err := readClock("Options.Now", opts.Now); err != nil {
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
 	wo := opts.walOptions()
@@ -842,9 +842,11 @@ func (s *Store) nonce() uint64 {
 }
 
 // now reads the broker clock (Options.Now) in Unix nanoseconds, or fails
-// for a reading no store can record (see unixNanos).
+// for a reading no store can record and for a clock that panics (see
+// readClock). Callers hold a queue's lock: a failure leaves it to them to
+// release it, changing nothing.
 func (s *Store) now() (int64, error) {
-	now, err := unixNanos(s.opts.Now())
+	now, err := readClock("Options.Now", s.opts.Now)
 	if err != nil {
 		return 0, fmt.Errorf("broker: store %s: %w", s.dir, err)
 	}

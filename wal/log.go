@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ type Log struct {
 	w          writer        // owned by the writer goroutine
 	writerDone chan struct{} // closed when the writer goroutine returns
 	prep       *preparer
+	// logs counts the log calls handed to goroutines of their own (see
+	// logLater); Close waits for them.
+	logs sync.WaitGroup
 
 	recovery Recovery
 	stats    counters
@@ -193,7 +197,19 @@ func (l *Log) Close() error {
 	// Spares stay on disk for the next Open to reuse.
 	l.spares = nil
 	l.listMu.Unlock()
+	l.logs.Wait()
 	return errors.Join(err, l.lock.Close())
+}
+
+// logLater makes a log call on a goroutine of its own: the writer and the
+// preparer log through it. The Logger's handler is the caller's code, and
+// a caller of the log may hold a lock of its own while it waits for the
+// writer (a broker's checkpoint holds every queue's for its barrier): a
+// handler that reads something under that lock (a queue's figures, say)
+// must not keep the writer from releasing the wait, nor the preparer from
+// handing the writer its next segment.
+func (l *Log) logLater(f func(*slog.Logger)) {
+	l.logs.Go(func() { f(l.opts.Logger) })
 }
 
 func (s *seg) close() error {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/walbroker/walbroker/internal/logguard"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -64,7 +65,12 @@ type Options struct {
 	// damaged file is copied aside first, the damaged spans are replaced by
 	// padding frames, and Recovery reports what was skipped.
 	Salvage bool
-	// Logger receives what recovery found. Nil discards.
+	// Logger receives what recovery found, and the failures and repairs of
+	// the writer and the preparer. Nil discards. A record its handler
+	// panics on is dropped, and the log goes on. The writer and preparer
+	// log from goroutines of their own, so that a handler that waits for
+	// something a caller of the log holds while it waits for the log (a
+	// lock of its own) does not stall them.
 	Logger *slog.Logger
 	// Preamble, if set, is called by the writer goroutine at each rotation,
 	// and the records it returns are written first in the new segment,
@@ -120,9 +126,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SyncInterval == 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	// The handler is the caller's code, run on the writer's and the
+	// preparer's goroutines too: one that panics loses its record.
+	o.Logger = logguard.Wrap(o.Logger)
 	if o.PreambleBytes < 0 || int64(o.PreambleBytes) > o.SegmentBytes/2 {
 		return o, fmt.Errorf("%w: PreambleBytes %d outside [0, SegmentBytes/2 = %d]", ErrBadOptions, o.PreambleBytes, o.SegmentBytes/2)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -92,7 +93,9 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 				return f, true, nil
 			}
 			_ = l.opts.FS.Remove(spare)
-			l.opts.Logger.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
+			l.logLater(func(log *slog.Logger) {
+				log.Warn("wal: could not reuse a retired segment; writing a new one", "file", spare, "err", err)
+			})
 		}
 		pc := newPacer(seq, &active.end, int64(active.file.Size()), l.opts.SegmentBytes, p.quit, p.rush)
 		pc.idle = p.idle
@@ -113,7 +116,9 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 			// no other file of the log has that name. Remove it, once.
 			cleared = true
 			if rerr := l.opts.FS.Remove(tmp); rerr == nil {
-				l.opts.Logger.Warn("wal: removed a segment file an earlier rotation left", "file", tmp)
+				l.logLater(func(log *slog.Logger) {
+					log.Warn("wal: removed a segment file an earlier rotation left", "file", tmp)
+				})
 				continue
 			}
 		}

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/walbroker/walbroker/segment"
@@ -572,7 +573,9 @@ func (l *Log) fail(cause error) error {
 	err := l.err
 	l.mu.Unlock()
 	if first {
-		l.opts.Logger.Error("wal: write or fdatasync failed; the log is stopped until reopened", "err", cause)
+		l.logLater(func(log *slog.Logger) {
+			log.Error("wal: write or fdatasync failed; the log is stopped until reopened", "err", cause)
+		})
 	}
 	return err
 }

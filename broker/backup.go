@@ -66,17 +66,29 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	if dir == "" {
 		return fail(fmt.Errorf("the directory path is empty: %w", QueueMisconfigured))
 	}
+	err, markErr := s.copyBackup(ctx, dir, fail)
+	if markErr != nil {
+		// Logged once reclaimMu is released: the handler is the caller's
+		// code.
+		s.opts.Logger.Warn("broker: backup: the copy is complete; its first Open removes the mark", "dir", dir, "err", markErr)
+	}
+	return err
+}
+
+// copyBackup is Backup's work, under reclaimMu. markErr is why the
+// complete copy's mark could not be removed, for Backup to log.
+func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) error) (err, markErr error) {
 	fs := s.opts.fs()
 	// One Backup at a time (two to one dir would remove each other's
 	// partial copy), and no segment removal until it ends.
 	s.maint.reclaimMu.Lock()
 	defer s.maint.reclaimMu.Unlock()
 	if err := s.checkBackupDir(dir); err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
 	tmp := filepath.Clean(dir) + partialSuffix
 	if err := startPartial(fs, tmp); err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
 	if err := s.copyInto(ctx, tmp); err != nil {
 		if errors.Is(err, wal.ErrCorrupt) {
@@ -84,23 +96,21 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 			// store stops as when a read finds it (see damaged).
 			err = s.damaged(err)
 		}
-		return fail(errors.Join(err, removePartial(fs, tmp)))
+		return fail(errors.Join(err, removePartial(fs, tmp))), nil
 	}
 	// Every file of the copy is durable: it takes its name, marked still,
 	// so that a crash never leaves a complete copy without a name or a
 	// mark.
 	if err := fs.Rename(tmp, dir); err != nil {
-		return fail(errors.Join(err, removePartial(fs, tmp)))
+		return fail(errors.Join(err, removePartial(fs, tmp))), nil
 	}
 	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-		return fail(fmt.Errorf("the copy is complete, but its name may not be durable: %w", err))
+		return fail(fmt.Errorf("the copy is complete, but its name may not be durable: %w", err)), nil
 	}
-	if err := fs.Remove(filepath.Join(dir, partialMark)); err == nil {
+	if markErr = fs.Remove(filepath.Join(dir, partialMark)); markErr == nil {
 		_ = fs.SyncDir(dir) // else the copy's first Open removes the mark
-	} else {
-		s.opts.Logger.Warn("broker: backup: the copy is complete; its first Open removes the mark", "dir", dir, "err", err)
 	}
-	return nil
+	return nil, markErr
 }
 
 // checkBackupDir refuses a dir that exists or that lies inside the store's

@@ -153,7 +153,7 @@ func callBounded(t *testing.T, what string, f func() error) (err error, panicked
 	case <-done:
 		return err, panicked
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not return: a lock the clock's panic left held?", what)
+		t.Fatalf("%s did not return: a lock left held, or a callback waiting for one?", what)
 		return nil, nil
 	}
 }

@@ -63,7 +63,9 @@ type ConsumeOptions struct {
 	// Logger receives what Consume cannot return: handler failures and
 	// panics (with the panic value and stack), refused Ack, Nack and
 	// Extend calls, and Receive errors, each with the message ID where
-	// there is one. Nil discards them.
+	// there is one. Nil discards them. Its handler is called from
+	// Consume's goroutines, with no lock of the broker held; a record it
+	// panics on is dropped, and Consume goes on.
 	Logger *slog.Logger
 }
 
@@ -357,7 +359,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	c := &consumer{
 		b:           b,
 		h:           h,
-		log:         opts.Logger,
+		log:         guardLogger(opts.Logger),
 		batch:       max(opts.Batch, 1),
 		poll:        opts.PollInterval,
 		extendEvery: opts.ExtendEvery,
@@ -365,9 +367,6 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		stopGrace:   opts.StopGrace,
 		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
 		work:        make(chan DeliveryValue, max(opts.Concurrency, 1)),
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
 	}
 	if c.poll == 0 {
 		c.poll = defaultPollInterval

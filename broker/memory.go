@@ -25,7 +25,9 @@ type MemoryOptions struct {
 	// queue usable.
 	Now func() time.Time
 	// Logger receives the text of unclassified handler failures, keyed by
-	// message ID, as the file-backed store's does. Nil discards.
+	// message ID, as the file-backed store's does. Nil discards. As there
+	// (see Options.Logger), its handler is called without the queue's
+	// lock, may read Stats, and a record it panics on is dropped.
 	Logger *slog.Logger
 }
 
@@ -78,9 +80,7 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Logger = guardLogger(opts.Logger)
 	var secret [32]byte
 	var seed [32]byte
 	// crypto/rand.Read never returns an error (it crashes the program
@@ -328,6 +328,10 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 // MemoryOptions.Logger with the message ID and is not kept.
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
 	v := judge(cause)
+	var seq uint64 // the message nacked; 0 for none
+	// Deferred first, so run last: the logger is the caller's code, and
+	// runs once the lock is released (see logUnclassified).
+	defer func() { q.logUnclassified(seq, v) }()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, now, err := q.heldLocked(ctx, receipt)
@@ -343,13 +347,13 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 		if !ok {
 			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
 		}
-		q.logUnclassified(m.seq, v)
 		q.st.detach(m)
 		q.st.delay(m, at) // receivable at the next look, at once for a zero delay
 		out.VisibleAt = time.Unix(0, at)
 		q.wakeLocked()
 	}
 	q.counters.nacked++
+	seq = m.seq
 	return out, nil
 }
 
@@ -357,6 +361,8 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 // records it; see [Rejecter].
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
 	v := judge(cause)
+	var seq uint64                               // the message rejected; 0 for none
+	defer func() { q.logUnclassified(seq, v) }() // after the unlock, as in Nack
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, now, err := q.heldLocked(ctx, receipt)
@@ -365,22 +371,24 @@ func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) 
 	}
 	q.buryLocked(m, now, v)
 	q.counters.rejected++
+	seq = m.seq
 	return nil
 }
 
 // buryLocked dead-letters the leased m at now with the cause's verdict.
 func (q *Memory) buryLocked(m *memMessage, now int64, v verdict) {
-	q.logUnclassified(m.seq, v)
 	q.st.detach(m)
 	q.st.bury(m, now, v.reason, v.code, v.public)
 	q.counters.deadLettered++
 }
 
 // logUnclassified sends the text of a cause that carries no reason to the
-// logger, keyed by message ID: it may hold payload bytes, so it is not
-// kept with the dead letter.
+// logger, keyed by message ID (seq; 0 for none, which logs nothing): it
+// may hold payload bytes, so it is not kept with the dead letter. Called
+// without the queue's lock: the logger's handler is the caller's code,
+// and may read the queue's Stats.
 func (q *Memory) logUnclassified(seq uint64, v verdict) {
-	if v.text != "" {
+	if v.text != "" && seq != 0 {
 		q.opts.Logger.Warn("broker: unclassified handler failure", "queue", "memory", "message", messageID(seq), "err", v.text)
 	}
 }

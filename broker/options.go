@@ -93,6 +93,18 @@ type Options struct {
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery
 	// found. Nil discards.
+	//
+	// Its handler is called with none of the store's locks held, from the
+	// calling goroutine or from the store's own (the log's writer, the
+	// maintenance goroutine, the one that reports a failure that stopped
+	// the store): it may read Store.Stats, Store.Queues and Queue.Stats,
+	// and should return promptly (Close waits for the logging of its
+	// goroutines). A record its handler panics on is dropped, and the
+	// store goes on as if it had been logged: the call that logged it
+	// returns what it would have returned, and no goroutine of the store
+	// ends. Left to unwind, the panic would end the process from a
+	// goroutine of the store, or fail a call whose change was already
+	// made.
 	Logger *slog.Logger
 	// Salvage opens a log with mid-log corruption by skipping the damaged
 	// spans (the damaged files are copied aside first) and reporting what
@@ -116,9 +128,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SyncInterval < 0 {
 		return o, fmt.Errorf("broker: negative Options.SyncInterval %v: %w", o.SyncInterval, QueueMisconfigured)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.Logger = guardLogger(o.Logger)
 	if o.SegmentBytes != 0 && (o.SegmentBytes < MinSegmentBytes || o.SegmentBytes > wal.MaxSegmentBytes) {
 		return o, fmt.Errorf("broker: Options.SegmentBytes %d outside [%d, %d]: %w", o.SegmentBytes, MinSegmentBytes, wal.MaxSegmentBytes, QueueMisconfigured)
 	}

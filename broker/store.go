@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	mrand "math/rand/v2"
 	"path/filepath"
@@ -688,15 +689,25 @@ func (s *Store) Stats() StoreStats {
 // returns once they have returned. Their acks are refused: their messages
 // are delivered again once their leases lapse.
 func (s *Store) Close() error {
+	err, cerr := s.close()
+	// Logged once closeMu is released: the handler is the caller's code.
+	if cerr != nil {
+		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open rebuilds the index from the log", "dir", s.dir, "err", cerr)
+	}
+	return err
+}
+
+// close is Close but for its log: it returns Close's error and that of
+// the checkpoint it tried to write, if any.
+func (s *Store) close() (err, cerr error) {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
+		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil
 	}
 	s.stopMaintenance()
-	var cerr error
 	// closed is set before ckptMu is let go: a Backup waiting for it would
 	// otherwise write a checkpoint into the index after Close returned.
 	s.maint.ckptMu.Lock()
@@ -711,7 +722,7 @@ func (s *Store) Close() error {
 	// log keeps, messages then held by nobody until the leases lapse.
 	// Readers hold removeMu shared from their positions to their payloads.
 	s.maint.removeMu.Lock()
-	err := s.log.Close()
+	err = s.log.Close()
 	s.maint.removeMu.Unlock()
 	// The log wrote the calls queued before Close, and its Stats now
 	// describe it as it is on disk; the table is still open.
@@ -722,13 +733,10 @@ func (s *Store) Close() error {
 		<-s.stopDone
 	}
 	err = errors.Join(err, s.idx.Table.Close())
-	if cerr != nil {
-		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open rebuilds the index from the log", "dir", s.dir, "err", cerr)
-	}
 	if err != nil {
-		return fmt.Errorf("broker: close %s: %w", s.dir, err)
+		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr
 	}
-	return nil
+	return nil, cerr
 }
 
 // usable returns the error every call gets once the store is closed or has
@@ -769,16 +777,21 @@ func (s *Store) usable() error {
 func (s *Store) damaged(err error) error {
 	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
-		s.opts.Logger.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
-		s.stop()
 		// The next open verifies the whole log and rebuilds; the
 		// checkpoint stays, to be consulted (see index.MarkSuspect).
-		if rerr := index.MarkSuspect(s.opts.fs(), s.indexDir()); rerr != nil {
-			s.opts.Logger.Error("broker: could not mark the checkpoint suspect; removing it", "dir", s.dir, "err", rerr)
-			if rerr := index.RemoveCheckpoint(s.opts.fs(), s.indexDir()); rerr != nil {
-				s.opts.Logger.Error("broker: could not remove the checkpoint", "dir", s.dir, "err", rerr)
-			}
+		var markErr, removeErr error
+		if markErr = index.MarkSuspect(s.opts.fs(), s.indexDir()); markErr != nil {
+			removeErr = index.RemoveCheckpoint(s.opts.fs(), s.indexDir())
 		}
+		s.stop(func(log *slog.Logger) {
+			log.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
+			if markErr != nil {
+				log.Error("broker: could not mark the checkpoint suspect; removing it", "dir", s.dir, "err", markErr)
+			}
+			if removeErr != nil {
+				log.Error("broker: could not remove the checkpoint", "dir", s.dir, "err", removeErr)
+			}
+		})
 	}
 	return *s.failed.Load()
 }
@@ -801,25 +814,37 @@ func (s *Store) failure(err error) error {
 	}
 	failure := fmt.Errorf("broker: store %s failed and must be reopened: %w", s.dir, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
-		s.opts.Logger.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)
-		s.stop()
+		s.stop(func(log *slog.Logger) {
+			log.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)
+		})
 	}
 	return *s.failed.Load()
 }
 
-// stop closes every queue's wake signal for good, once the store has
-// failed: consumers waiting for a queue look again and learn of the
-// failure (Consume then returns it). It runs on a goroutine of its own,
-// since the call that found the failure may hold a queue's lock (a copy
-// forward does) or the store's (a declaration does).
-func (s *Store) stop() {
+// stop reports the failure that stopped the store (report logs it) and
+// closes every queue's wake signal for good: consumers waiting for a queue
+// look again and learn of the failure (Consume then returns it). Both run
+// on a goroutine of its own, since the call that found the failure may
+// hold a queue's lock (a copy forward does), the store's (a declaration
+// does) or all of them (a checkpoint does): shutting the queues takes
+// those locks, and the logger's handler, the caller's code, may read
+// Stats or Queues, which take them too.
+func (s *Store) stop(report func(*slog.Logger)) {
+	started := false
 	s.stopOnce.Do(func() {
+		started = true
 		s.stopDone = make(chan struct{})
 		go func() {
 			defer close(s.stopDone)
+			report(s.opts.Logger)
 			s.shutQueues()
 		}()
 	})
+	if !started {
+		// Close has shut the queues and waited for any stop: the
+		// failure of a call that was still under way is reported here.
+		report(s.opts.Logger)
+	}
 }
 
 // shutQueues closes every queue's wake signal for good (see

@@ -702,7 +702,7 @@ func (c *consumer) call(ctx context.Context, d DeliveryValue) (err error) {
 func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 	c.log.ErrorContext(ctx, "broker: Consume: handler panicked; nacking",
 		"message", d.Message.ID, "deliveries", d.Deliveries,
-		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		"panic", panicText(v), "stack", string(debug.Stack()))
 	return errHandlerPanicked
 }
 

@@ -31,7 +31,7 @@ func Classify(cause error) (reason string, code uint32, public string, unclassif
 func CauseText(cause error) (text string) {
 	defer func() {
 		if r := recover(); r != nil {
-			text = fmt.Sprintf("the Error method of the cause (%T) panicked: %v", cause, r)
+			text = fmt.Sprintf("the Error method of the cause (%T) panicked: %s", cause, panicText(r))
 		}
 	}()
 	return cause.Error()

@@ -1,0 +1,86 @@
+package broker_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// unprintable is a panic value whose String method panics with a value
+// whose String method panics too: fmt recovers the first panic of a
+// String method, and gives up on the second (it panics in turn).
+type unprintable struct{ depth int }
+
+func (u unprintable) String() string {
+	if u.depth > 0 {
+		panic(unprintable{u.depth - 1})
+	}
+	panic("and printing this one panics too")
+}
+
+// A handler that panics with a value that cannot be printed is recovered
+// as any other panic: Consume logs what it can of the value (its type),
+// nacks the delivery, and goes on. Printing the value with fmt alone
+// panicked again, in the deferred function that had recovered the first
+// panic, and ended the process.
+func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		make func(t *testing.T) fullBroker
+	}{
+		{"Store", func(t *testing.T) fullBroker { return newEnv(t).queue("jobs", twoDeliveries()) }},
+		{"Memory", func(t *testing.T) fullBroker {
+			m, err := broker.NewMemory(twoDeliveries(), broker.MemoryOptions{Now: newFakeClock().Now})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = m.Close() })
+			return m
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			q := b.make(t)
+			msg, err := q.Publish(ctx(t), []byte("m"))
+			require.NoError(t, err)
+			var logs lockedBuffer
+			var deliveries atomic.Int32
+			cctx, cancel := context.WithCancel(ctx(t))
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- broker.Consume(cctx, q, func(context.Context, broker.DeliveryValue) error {
+					if deliveries.Add(1) == 1 {
+						panic(unprintable{1})
+					}
+					return nil
+				}, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for q.Stats().Acked == 0 {
+				require.True(t, time.Now().Before(deadline), "the message was not delivered again and acked")
+				select {
+				case err := <-done:
+					t.Fatalf("Consume returned %v", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+			require.Equal(t, int32(2), deliveries.Load())
+			require.Equal(t, int64(1), q.Stats().Nacked)
+			var panicked map[string]any
+			for _, r := range logs.records(t) {
+				if m, _ := r["msg"].(string); strings.Contains(m, "handler panicked") && r["message"] == msg.ID {
+					panicked = r
+				}
+			}
+			require.NotNil(t, panicked, "the panic was logged with the message ID")
+			require.Contains(t, panicked["panic"], "broker_test.unprintable", "the value is named by its type")
+		})
+	}
+}

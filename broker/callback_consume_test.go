@@ -84,3 +84,64 @@ func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
 		})
 	}
 }
+
+// brokenChain is a handler's error whose Unwrap panics: errors.Is and
+// errors.As, which Consume uses to tell DoNotRetry and a handler that gave
+// up when Consume stopped, call it.
+type brokenChain struct{}
+
+func (brokenChain) Error() string { return "broken chain" }
+func (brokenChain) Unwrap() error { panic("Unwrap trouble") }
+
+// A handler's error is the handler's code, methods and all: one whose
+// Unwrap panics is nacked as an error that carries nothing (UNCLASSIFIED),
+// on the delivery's last attempt dead-lettered so, and Consume goes on.
+// Before, the panic ended the process from Consume's goroutine, at the
+// check for DoNotRetry.
+func TestConsumeNacksAHandlerErrorWhoseMethodsPanic(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		make func(t *testing.T) fullBroker
+	}{
+		{"Store", func(t *testing.T) fullBroker { return newEnv(t).queue("jobs", twoDeliveries()) }},
+		{"Memory", func(t *testing.T) fullBroker {
+			m, err := broker.NewMemory(twoDeliveries(), broker.MemoryOptions{Now: newFakeClock().Now})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = m.Close() })
+			return m
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			q := b.make(t)
+			msg, err := q.Publish(ctx(t), []byte("m"))
+			require.NoError(t, err)
+			var deliveries atomic.Int32
+			cctx, cancel := context.WithCancel(ctx(t))
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- broker.Consume(cctx, q, func(context.Context, broker.DeliveryValue) error {
+					deliveries.Add(1)
+					return brokenChain{}
+				}, broker.ConsumeOptions{})
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for q.Stats().DeadLetters == 0 {
+				require.True(t, time.Now().Before(deadline), "the message was not nacked to the dead-letter store")
+				select {
+				case err := <-done:
+					t.Fatalf("Consume returned %v", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+			require.Equal(t, int32(2), deliveries.Load())
+			dls, err := q.DeadLetters(ctx(t), 10)
+			require.NoError(t, err)
+			require.Len(t, dls, 1)
+			require.Equal(t, msg.ID, dls[0].Message.ID)
+			require.Equal(t, broker.ReasonUnclassified, dls[0].Reason)
+		})
+	}
+}

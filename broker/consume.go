@@ -94,10 +94,29 @@ var errConsumerStopped = NewError(ReasonConsumerStopped, 0, "the consumer stoppe
 // herr wrapped in errConsumerStopped, so that the dead letter it may make
 // says why; otherwise herr itself.
 func stopped(ctx context.Context, herr error) error {
-	if err := ctx.Err(); err != nil && errors.Is(herr, err) && bare(herr) {
+	if err := ctx.Err(); err != nil && inChain(func() bool { return errors.Is(herr, err) }) && bare(herr) {
 		return errConsumerStopped.Wrap(herr)
 	}
 	return herr
+}
+
+// inChain runs test, a look along a handler's error chain (errors.Is,
+// errors.As), and reports a test that panics as false. The chain's
+// methods (Unwrap, Is, As) are the handler's code, run on Consume's
+// goroutine, where a panic would end the process: an error whose method
+// panics counts as one that carries nothing, as Nack's classification
+// takes it (see classify).
+func inChain(test func() bool) (found bool) {
+	returned := false // recover only when test did not return (see call)
+	defer func() {
+		if !returned {
+			recover()
+			found = false
+		}
+	}()
+	found = test()
+	returned = true
+	return found
 }
 
 // Consume receives messages from b and runs h on each until ctx ends.
@@ -108,6 +127,8 @@ func stopped(ctx context.Context, herr error) error {
 // returns. When h returns nil the delivery
 // is acked; an error marked with [DoNotRetry] rejects it (nacks it when b
 // is not a [Rejecter]); any other error nacks it with that error as cause.
+// An error whose Unwrap, Is or As method panics (the handler's code too)
+// is nacked as one that carries nothing, UNCLASSIFIED.
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
 // opts.Logger only, with the message ID. A handler that gives up when ctx
@@ -773,7 +794,7 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 		}
 		return
 	}
-	if IsDoNotRetry(herr) && c.rejecter != nil {
+	if c.rejecter != nil && inChain(func() bool { return IsDoNotRetry(herr) }) {
 		c.log.WarnContext(ctx, "broker: Consume: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
 		if err := c.rejecter.Reject(ctx, receipt, herr); err != nil {
 			c.refused(ctx, "reject", err, attrs)

@@ -318,3 +318,53 @@ func consumeAwkwardly(t *testing.T, h *awkwardHandler, b fullBroker) {
 	require.Equal(t, int64(1), st.Acked, "the handler's own Ack")
 	require.Zero(t, st.Ready+st.Leased+st.Delayed+st.DeadLetters, "message %s is gone", msg.ID)
 }
+
+// The maintenance goroutine logs a checkpoint that failed in the
+// background, and Close one that failed at close: a handler that panics
+// there ended the process from the maintenance goroutine, and failed a
+// Close whose files were closed. Neither happens now, and a handler that
+// reads the store's figures there finds its locks free.
+func TestALoggerThatReadsBackOrPanicsWhenMaintenanceOrCloseFails(t *testing.T) {
+	for _, mode := range loggerModes {
+		t.Run("Maintenance/"+mode.name, func(t *testing.T) {
+			h := &awkwardHandler{panics: mode.panics}
+			ffs := vfs.NewFaultFS(vfs.Default)
+			e := newEnv(t, func(o *broker.Options) {
+				o.FS, o.SegmentBytes, o.Logger = ffs, broker.MinSegmentBytes, slog.New(h)
+			})
+			q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 2 << 10 }))
+			if mode.readBack {
+				h.readsBack(storeReadBack(e.s, q))
+			}
+			ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
+			payload := strings.Repeat("x", 2<<10)
+			deadline := time.Now().Add(30 * time.Second)
+			for !h.logged("its directory now grows") {
+				require.True(t, time.Now().Before(deadline), "no background checkpoint failed; logged: %v", h)
+				mustPublish(t, q, payload)
+			}
+			require.NotEmpty(t, e.s.Stats().MaintenanceStopped)
+			mustPublish(t, q, "the store goes on")
+			err, panicked := callBounded(t, "Close", e.s.Close)
+			e.s = nil
+			require.Nil(t, panicked)
+			require.NoError(t, err)
+		})
+		t.Run("Close/"+mode.name, func(t *testing.T) {
+			h := &awkwardHandler{panics: mode.panics}
+			ffs := vfs.NewFaultFS(vfs.Default)
+			e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.Logger = ffs, slog.New(h) })
+			q := e.queue("jobs", policy())
+			if mode.readBack {
+				h.readsBack(storeReadBack(e.s, q))
+			}
+			mustPublish(t, q, "one")
+			ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
+			err, panicked := callBounded(t, "Close", e.s.Close)
+			e.s = nil
+			require.Nil(t, panicked, "the logger's panic reached the caller")
+			require.NoError(t, err, "the log closed; only the checkpoint failed, and is logged")
+			require.True(t, h.logged("checkpoint at close failed"), "logged: %v", h)
+		})
+	}
+}

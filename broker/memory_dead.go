@@ -142,9 +142,13 @@ func (q *Memory) Stats() QueueStats {
 			delayed++
 		}
 	}
+	var oldest time.Time
+	if m := q.st.ready.peek(); m != nil {
+		oldest = time.Unix(0, m.enqueuedAt)
+	}
 	c := q.counters
 	return QueueStats{
-		Ready: q.st.ready.Len(), Leased: leased, Delayed: delayed, DeadLetters: len(q.st.dead),
+		Ready: q.st.ready.Len(), Leased: leased, Delayed: delayed, DeadLetters: len(q.st.dead), OldestReady: oldest,
 		Published: c.published, Duplicates: c.duplicates, Shed: c.shed, Delivered: c.delivered,
 		Acked: c.acked, Nacked: c.nacked, Rejected: c.rejected, DeadLettered: c.deadLettered, Replayed: c.replayed,
 	}

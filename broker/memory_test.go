@@ -82,7 +82,7 @@ func TestMemoryStats(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Reject(ctx(t), ds[2].Lease.Receipt, nil))
 	require.Equal(t, broker.QueueStats{
-		Ready: 1, Delayed: 1, DeadLetters: 1,
+		Ready: 1, Delayed: 1, DeadLetters: 1, OldestReady: time.Unix(0, clock.Now().UnixNano()), // all enqueued at that instant
 		Published: 4, Duplicates: 1, Shed: 2, Delivered: 3, Acked: 1, Nacked: 1, Rejected: 1, DeadLettered: 1,
 	}, m.Stats())
 

@@ -9,6 +9,11 @@ type QueueStats struct {
 	Leased      int // held by a consumer whose lease has not lapsed
 	Delayed     int // nacked, waiting for their retry delay
 	DeadLetters int
+	// OldestReady is when the oldest message receivable now was enqueued
+	// (its EnqueuedAt: the message Receive hands out next), or the zero
+	// Time when none is. Its age on the broker clock is how far consumers
+	// lag (SQS's ApproximateAgeOfOldestMessage, for the ready ones).
+	OldestReady time.Time
 
 	Published    int64 // messages enqueued (not duplicates, not shed)
 	Duplicates   int64 // keyed publishes answered with the original
@@ -30,6 +35,10 @@ func (q *Queue) Stats() QueueStats {
 		q.iq.Promote(now)
 	}
 	ready, leased, delayed, dead := q.iq.Counts()
+	var oldest time.Time
+	if m := q.iq.NextReady(); m != nil {
+		oldest = time.Unix(0, m.EnqueuedAt)
+	}
 	// A lease lapsed on its last delivery is a dead letter from the moment
 	// it lapsed, for the counter as for the gauge, though the next call that
 	// sweeps writes its event.
@@ -42,7 +51,7 @@ func (q *Queue) Stats() QueueStats {
 	dl := q.stats.deadLettered.Load() + exhausted
 	q.mu.Unlock()
 	return QueueStats{
-		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead,
+		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead, OldestReady: oldest,
 		Published:    q.stats.published.Load(),
 		Duplicates:   q.stats.duplicates.Load(),
 		Shed:         q.stats.shed.Load(),

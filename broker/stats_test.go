@@ -17,7 +17,7 @@ import (
 
 // counters returns the counters of st, gauges zeroed.
 func counters(st broker.QueueStats) broker.QueueStats {
-	st.Ready, st.Leased, st.Delayed, st.DeadLetters = 0, 0, 0, 0
+	st.Ready, st.Leased, st.Delayed, st.DeadLetters, st.OldestReady = 0, 0, 0, 0, time.Time{}
 	return st
 }
 
@@ -123,6 +123,57 @@ func TestStatsGauges(t *testing.T) {
 	e.reopen()
 	q = e.queue("jobs", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
 	require.Equal(t, [4]int{3, 0, 0, 1}, gauges(), "gauges are state, rebuilt by a restart")
+}
+
+// TestOldestReadyIsTheEnqueueTimeOfTheNextMessageReceiveHandsOut: the
+// gauge a lag alert watches follows the queue's order (oldest EnqueuedAt
+// among the messages receivable now), leaves leased and delayed messages
+// out, is zero when nothing is receivable, and is the same in the file
+// store (across a restart too) and in Memory.
+func TestOldestReadyIsTheEnqueueTimeOfTheNextMessageReceiveHandsOut(t *testing.T) {
+	e := newEnv(t)
+	pol := policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute })
+	mem, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	defer mem.Close()
+	for name, b := range map[string]interface {
+		broker.Broker
+		Stats() broker.QueueStats
+	}{"store": e.queue("jobs", pol), "memory": mem} {
+		t.Run(name, func(t *testing.T) {
+			oldest := func() time.Time { return b.Stats().OldestReady }
+			require.True(t, oldest().IsZero(), "an empty queue")
+			publish := func() broker.MessageValue {
+				m, err := b.Publish(ctx(t), []byte("m"))
+				require.NoError(t, err)
+				e.clock.Advance(time.Second)
+				return m
+			}
+			a, c := publish(), publish()
+			requireSameInstant(t, a.EnqueuedAt, oldest())
+			ds, err := b.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.Equal(t, a.ID, ds[0].Message.ID)
+			requireSameInstant(t, c.EnqueuedAt, oldest(), "a leased message is not ready")
+			_, err = b.Nack(ctx(t), ds[0].Lease.Receipt, nil)
+			require.NoError(t, err)
+			requireSameInstant(t, c.EnqueuedAt, oldest(), "nor is a delayed one")
+			e.clock.Advance(time.Minute)
+			requireSameInstant(t, a.EnqueuedAt, oldest(), "its retry delay over, the older message is next again")
+			_, err = b.Receive(ctx(t), 2)
+			require.NoError(t, err)
+			require.True(t, oldest().IsZero(), "every message leased")
+			e.clock.Advance(30 * time.Second) // the leases lapse
+			requireSameInstant(t, a.EnqueuedAt, oldest())
+		})
+	}
+	// The file store's ready messages come back from its index at a
+	// restart.
+	e.reopen()
+	q := e.queue("jobs", pol)
+	require.Equal(t, 2, q.Stats().Ready)
+	ds := mustReceive(t, q, 1)
+	requireSameInstant(t, ds[0].Message.EnqueuedAt.Add(time.Second), q.Stats().OldestReady)
 }
 
 func TestStoreStatsUnderConcurrentPublishers(t *testing.T) {

@@ -99,7 +99,8 @@ type Options struct {
 	// maintenance goroutine, the one that reports a failure that stopped
 	// the store): it may read Store.Stats, Store.Queues and Queue.Stats,
 	// and should return promptly (Close waits for the logging of its
-	// goroutines). A record its handler panics on is dropped, and the
+	// goroutines, but for the failure of a call still under way as Close
+	// ends, which is logged after). A record its handler panics on is dropped, and the
 	// store goes on as if it had been logged: the call that logged it
 	// returns what it would have returned, and no goroutine of the store
 	// ends. Left to unwind, the panic would end the process from a

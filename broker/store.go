@@ -842,8 +842,11 @@ func (s *Store) stop(report func(*slog.Logger)) {
 	})
 	if !started {
 		// Close has shut the queues and waited for any stop: the
-		// failure of a call that was still under way is reported here.
-		report(s.opts.Logger)
+		// failure of a call that was still under way (one waiting for
+		// Close's last fdatasync, say) is reported on a goroutine of
+		// its own too, since that call may hold a lock the handler
+		// takes. Close no longer waits for it.
+		go report(s.opts.Logger)
 	}
 }
 

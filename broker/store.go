@@ -739,18 +739,20 @@ func (s *Store) close() (err, cerr error) {
 	return nil, cerr
 }
 
-// usable returns the error every call gets once the store is closed or has
-// failed.
 // Err returns nil while the store works, and otherwise the error its
 // calls now return: one wrapping Closed after Close, or the failure that
 // stopped it for good (a write or fdatasync failed, the disk filled, or
 // damage was found), which says so and wraps the cause; such a store must
 // be closed and opened again. A failure no call waited for (the
 // background fdatasync of SyncPublish and SyncNone) stops the store when
-// Err, or any call, first sees it. Err never blocks and writes nothing:
-// it is meant for health checks.
+// Err, or any call, first sees it. Err takes no lock and waits for no
+// append: it is meant for health checks. The one thing it may write is
+// what any call that first sees damage writes: a mark, durably, that
+// makes the next Open rebuild the index from the log.
 func (s *Store) Err() error { return s.usable() }
 
+// usable returns the error every call gets once the store is closed or has
+// failed.
 func (s *Store) usable() error {
 	if s.closed.Load() {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)

@@ -730,3 +730,22 @@ func TestConcurrentClosesCloseOnce(t *testing.T) {
 	require.Equal(t, 43, st.Ready)
 	require.Equal(t, 7, st.Leased)
 }
+
+// TestCloseOfAStoreStoppedByDamage: Close releases a store that damage
+// stopped, as it does one a failed write stopped, and returns nil (it
+// closed every file; the damage is Err's to report, not a failure of
+// Close), and the next Open scans the log, finding the damage, rather
+// than failing with Locked.
+func TestCloseOfAStoreStoppedByDamage(t *testing.T) {
+	e, _, _, file := corruptLog(t)
+	e.open()
+	q := e.queue("jobs", policy())
+	_, err := q.Receive(ctx(t), 10)
+	requireErrorIs(t, err, broker.Corrupt, file)
+	requireErrorIs(t, e.s.Err(), broker.Corrupt, file)
+	require.NoError(t, e.s.Close())
+	e.s = nil
+	_, err = broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Corrupt, file)
+	require.NotErrorIs(t, err, broker.Locked)
+}

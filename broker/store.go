@@ -678,8 +678,13 @@ func (s *Store) Stats() StoreStats {
 // Close writes a checkpoint (so that the next Open replays nothing), makes
 // everything durable and releases the directory. Calls queued before Close
 // complete; later ones, on the store or any of its queues, fail with
-// Closed. A store that stopped for good returns its failure from Close, and
-// still releases the directory, so that it can be opened again.
+// Closed. A store that stopped for good still releases the directory, so
+// that it can be opened again. One stopped by a failed write or fdatasync
+// returns that failure from Close too (what it wrote since may not be
+// durable); one stopped by damage found returns nil once its files are
+// closed (Err, and every other call, still report the damage), and the
+// next Open scans the whole log (refusing it with Corrupt while the damage
+// is there; see Options.Salvage).
 //
 // Close does not wait for [Consume]: stop it first (cancel its context and
 // wait for it to return), so that its running handlers finish and their

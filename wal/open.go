@@ -56,7 +56,9 @@ func (d Damage) String() string {
 //   - a segment of a later format version than this build writes
 //     (segment.ErrVersion, which wraps errors.ErrUnsupported) is refused,
 //     Salvage or not, and no file is changed: it is not damage, and only a
-//     build that reads that version may open the log.
+//     build that reads that version may open the log. Only a header Open
+//     reads is checked: that of the last segment, and of every segment
+//     Options.Sealed does not vouch for (nor any with Salvage).
 //
 // Open takes an exclusive lock on the directory: a second Open, in this
 // process or another, fails with ErrLocked until the first Log is closed or

@@ -13,7 +13,11 @@
 // All integers are little-endian. The layout is FROZEN: changing any byte of
 // it requires a new [Version]. A build reads the versions up to its own and
 // refuses a later one with [ErrVersion], which is not damage: nothing
-// repairs it.
+// repairs it. A build tells a later version from damage only by a header
+// that verifies as this one does, so every later version keeps the magic,
+// the version field and the header checksum (of bytes 0..28, at 28) where
+// they are: a later header that moved them fails as [ErrBadHeader], which
+// Salvage rewrites.
 //
 // Header (32 bytes):
 //

@@ -75,10 +75,11 @@ type Options struct {
 	SyncInterval time.Duration
 	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
 	// otherwise at least 16 KiB. One publish (a whole batch) must fit in one
-	// segment, and each segment keeps 1/16 of itself (at least 1 KiB) for
-	// the queue declarations it starts with, which bounds how many queues
-	// a store declares: about 30,000 with 64 MiB segments and names of 64
-	// characters, twice as many with segments twice as large. A store may
+	// segment, and each segment keeps 1/16 of itself (at least 1 KiB, at
+	// most 256 KiB) for the queue declarations it starts with, which
+	// bounds how many queues a store declares: about 2,000 with names of
+	// 64 characters (more with shorter ones) for segments of 4 MiB or
+	// more, proportionally fewer below. A store may
 	// be reopened with another size, which new segments take; a smaller
 	// one is refused (QueueMisconfigured, naming the message) while a live
 	// message is too large to be copied into a segment of that size.
@@ -147,7 +148,15 @@ func (o Options) segmentBytes() int64 {
 }
 
 // preambleBytes is the room each segment keeps for its preamble.
-func (o Options) preambleBytes() int { return int(max(o.segmentBytes()/16, 1<<10)) }
+// maxPreambleBytes caps preambleBytes. Raising it would lower
+// MaxMessageBytes and the largest batch of every store of more than 4 MiB
+// segments, and refuse, at its next Open, a queue declared up to the old
+// bound.
+const maxPreambleBytes = 256 << 10
+
+func (o Options) preambleBytes() int {
+	return int(min(max(o.segmentBytes()/16, 1<<10), maxPreambleBytes))
+}
 
 func (o Options) fs() vfs.FS {
 	if o.FS == nil {

@@ -530,9 +530,13 @@ func (s *Store) declare(id uint32, name string, p index.Policy) error {
 	}
 	queues := len(next.recs) - 1
 	size := next.size + segment.Size(16) + queues*segment.Size(maxClockRecord) // the mark, and each queue's dedup clock
-	if size > s.opts.preambleBytes() {
-		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (raise Options.SegmentBytes): %w",
-			name, queues, size, s.opts.preambleBytes(), QueueMisconfigured)
+	if room := s.opts.preambleBytes(); size > room {
+		help := "declare fewer queues, or give them shorter names"
+		if room < maxPreambleBytes {
+			help = fmt.Sprintf("raise Options.SegmentBytes, up to %d MiB, or declare fewer queues", 16*maxPreambleBytes>>20)
+		}
+		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (%s): %w",
+			name, queues, size, room, help, QueueMisconfigured)
 	}
 	s.pre.Store(next)
 	_, err := s.wait(s.log.Enqueue(true, rec))

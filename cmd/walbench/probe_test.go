@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/walbroker/walbroker/vfs"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // TestCeiling checks the ceiling's arithmetic on round figures: 5000

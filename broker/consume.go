@@ -170,11 +170,11 @@ func inChain(test func() bool) (found bool) {
 // and so does the failure of a file-backed store that stopped for good (a
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
-// PollInterval. Once a Receive or a lease renewal meets such a broker, the
-// contexts of the running handlers end, with that error as their cause
-// (nothing they do can be settled any more), and Consume returns it when
-// they have returned; with every handler busy and no ExtendEvery, Consume
-// finds out at the Receive that follows the first handler's return. When
+// PollInterval. Once Consume learns of such an end (a Store or a Memory
+// tells it at once, even with every handler busy; another broker at the
+// next Receive or lease renewal), the contexts of the running handlers
+// end, with that error as their cause (nothing they do can be settled any
+// more), and Consume returns it when they have returned. When
 // ctx ends, Consume stops receiving, waits for every running handler
 // (whose context ends with ctx, or opts.StopGrace later) and its Ack or
 // Nack, and returns ctx.Err(). It returns an error at once for a nil b or
@@ -265,6 +265,17 @@ type failStopper interface {
 	stopped() error
 }
 
+// ender is implemented by brokers that can tell without a call that they
+// closed or stopped for good: the channel ended returns is closed then,
+// and endErr returns the error their calls now meet (nil while they
+// work). Consume waits on it while every handler slot is busy, so that a
+// close or a failure ends the handlers at once, not when the first of
+// them returns.
+type ender interface {
+	ended() <-chan struct{}
+	endErr() error
+}
+
 // pendingAck is a delivery whose handler succeeded, waiting for the next
 // Receive to carry its ack. Its inflight count is released once acked.
 type pendingAck struct {
@@ -314,7 +325,10 @@ type consumer struct {
 	extender LeaseExtender // nil when b is not one or no extension was asked for
 	acker    receiveAcker  // nil when b cannot carry acks with a Receive
 	stopper  failStopper   // nil when b never stops for good
-	log      *slog.Logger
+	ender    ender         // nil when b cannot say it ended without a call
+	// endedWith is the error acquire found b ended with (see ender).
+	endedWith error
+	log       *slog.Logger
 	// settleCtx is Consume's ctx without its cancellation: Receive calls
 	// that carry acks and the settling calls run under it.
 	settleCtx context.Context
@@ -395,6 +409,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	c.waker, _ = b.(Waker)
 	c.rejecter, _ = b.(Rejecter)
 	c.stopper, _ = b.(failStopper)
+	c.ender, _ = b.(ender)
 	if c.acker, _ = b.(receiveAcker); c.acker != nil {
 		c.ackReady = make(chan struct{}, 1)
 	}
@@ -418,6 +433,9 @@ func (c *consumer) loop(ctx context.Context) error {
 	for {
 		n, ok := c.acquire(ctx)
 		if !ok {
+			if c.endedWith != nil {
+				return c.endedWith
+			}
 			return ctx.Err()
 		}
 		var wake WakeValue
@@ -471,15 +489,27 @@ func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) 
 
 // acquire waits for a free handler slot, then takes as many more as are
 // free, up to the batch size. It returns how many it took, or false when
-// ctx ended first.
+// ctx ended first, or b ended (endedWith then says how).
 func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	if ctx.Err() != nil {
 		return 0, false
 	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0, false
+	var ended <-chan struct{} // nil, which never fires, without an ender
+	if c.ender != nil {
+		ended = c.ender.ended()
+	}
+	for waiting := true; waiting; {
+		select {
+		case c.slots <- struct{}{}:
+			waiting = false
+		case <-ctx.Done():
+			return 0, false
+		case <-ended:
+			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+				return 0, false
+			}
+			ended = nil // (cannot happen: it ended with an error)
+		}
 	}
 	n := 1
 	if n < c.batch && len(c.slots) < cap(c.slots) {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ type closable struct {
 	name  string
 	open  func(t *testing.T) (Broker, func() error)
 	renew bool
+	busy  bool // one slot, held by the handler: no Receive can find the close
 }
 
 func closables() []closable {
@@ -36,8 +38,8 @@ func closables() []closable {
 		return m, m.Close
 	}
 	var cs []closable
-	for _, renew := range []bool{false, true} {
-		cs = append(cs, closable{"store", store, renew}, closable{"memory", memory, renew})
+	for _, mode := range []struct{ renew, busy bool }{{false, false}, {true, false}, {false, true}} {
+		cs = append(cs, closable{"store", store, mode.renew, mode.busy}, closable{"memory", memory, mode.renew, mode.busy})
 	}
 	return cs
 }
@@ -50,7 +52,7 @@ func closables() []closable {
 // ends it too, and the renewals stop instead of failing on every tick.
 func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 	for _, c := range closables() {
-		t.Run(c.name+map[bool]string{false: "", true: "/ExtendEvery"}[c.renew], func(t *testing.T) {
+		t.Run(c.name+map[bool]string{false: "", true: "/ExtendEvery"}[c.renew]+map[bool]string{false: "", true: "/EverySlotBusy"}[c.busy], func(t *testing.T) {
 			b, closeIt := c.open(t)
 			_, err := b.Publish(context.Background(), []byte("x"))
 			require.NoError(t, err)
@@ -61,6 +63,11 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 				// One slot: the loop waits for it, and only the renewal
 				// can find the close.
 				opts = ConsumeOptions{Concurrency: 1, ExtendEvery: 5 * time.Millisecond}
+			}
+			if c.busy {
+				// One slot, no renewal: Consume makes no call while the
+				// handler runs, and must still learn of the close.
+				opts = ConsumeOptions{Concurrency: 1}
 			}
 			logger, logs := newTestLogger()
 			opts.Logger = logger
@@ -99,52 +106,58 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 // and the handler still running is told at once: its result could never be
 // settled, and the program waiting for Consume must reopen the store.
 func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
-	ffs := vfs.NewFaultFS(vfs.Default)
-	dir := t.TempDir()
-	s, err := Open(dir, Options{SegmentBytes: 4 << 20, FS: ffs})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
-	_, err = q.Publish(context.Background(), []byte("x"))
-	require.NoError(t, err)
-	started := make(chan struct{})
-	causes := make(chan error, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Consume(context.Background(), q, func(ctx context.Context, d DeliveryValue) error {
-			close(started)
+	// Concurrency 1: the handler holds the one slot, so no Receive can
+	// meet the failure.
+	for _, concurrency := range []int{2, 1} {
+		t.Run(fmt.Sprintf("concurrency=%d", concurrency), func(t *testing.T) {
+			ffs := vfs.NewFaultFS(vfs.Default)
+			dir := t.TempDir()
+			s, err := Open(dir, Options{SegmentBytes: 4 << 20, FS: ffs})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+			require.NoError(t, err)
+			_, err = q.Publish(context.Background(), []byte("x"))
+			require.NoError(t, err)
+			started := make(chan struct{})
+			causes := make(chan error, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- Consume(context.Background(), q, func(ctx context.Context, d DeliveryValue) error {
+					close(started)
+					select {
+					case <-ctx.Done():
+						causes <- context.Cause(ctx)
+						return ctx.Err()
+					case <-time.After(time.Minute):
+						causes <- nil
+						return nil
+					}
+				}, ConsumeOptions{Concurrency: concurrency})
+			}()
+			<-started
+			ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Err: syscall.ENOSPC})
+			_, err = q.Publish(context.Background(), []byte("y"))
+			require.ErrorIs(t, err, syscall.ENOSPC)
 			select {
-			case <-ctx.Done():
-				causes <- context.Cause(ctx)
-				return ctx.Err()
-			case <-time.After(time.Minute):
-				causes <- nil
-				return nil
+			case err := <-done:
+				require.ErrorIs(t, err, syscall.ENOSPC)
+				require.False(t, errors.Is(err, Closed))
+			case <-time.After(10 * time.Second):
+				t.Fatal("Consume still waits for its handler 10 s after the store stopped")
 			}
-		}, ConsumeOptions{Concurrency: 2})
-	}()
-	<-started
-	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Err: syscall.ENOSPC})
-	_, err = q.Publish(context.Background(), []byte("y"))
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, syscall.ENOSPC)
-		require.False(t, errors.Is(err, Closed))
-	case <-time.After(10 * time.Second):
-		t.Fatal("Consume still waits for its handler 10 s after the store stopped")
-	}
-	require.ErrorIs(t, <-causes, syscall.ENOSPC, "the handler's context ended, with the failure as its cause")
+			require.ErrorIs(t, <-causes, syscall.ENOSPC, "the handler's context ended, with the failure as its cause")
 
-	// Close reports the failure and lets the directory go: once there is
-	// room, the store opens again with the message still leased.
-	require.ErrorIs(t, s.Close(), syscall.ENOSPC)
-	ffs.Clear()
-	reopened, err := Open(dir, Options{SegmentBytes: 4 << 20})
-	require.NoError(t, err)
-	defer reopened.Close()
-	q, err = reopened.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
-	require.NoError(t, err)
-	require.Equal(t, 1, q.Stats().Leased)
+			// Close reports the failure and lets the directory go: once there is
+			// room, the store opens again with the message still leased.
+			require.ErrorIs(t, s.Close(), syscall.ENOSPC)
+			ffs.Clear()
+			reopened, err := Open(dir, Options{SegmentBytes: 4 << 20})
+			require.NoError(t, err)
+			defer reopened.Close()
+			q, err = reopened.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+			require.NoError(t, err)
+			require.Equal(t, 1, q.Stats().Leased)
+		})
+	}
 }

@@ -62,6 +62,7 @@ type Memory struct {
 	nonces   *rand.Rand
 	st       memState
 	signal   chan struct{} // closed by the next event that may make a message receivable
+	over     chan struct{} // closed by Close (see ender)
 	counters memCounters
 }
 
@@ -98,6 +99,7 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 		nonces: rand.New(rand.NewChaCha8(seed)),
 		st:     newMemState(),
 		signal: make(chan struct{}),
+		over:   make(chan struct{}),
 	}, nil
 }
 

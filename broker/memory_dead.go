@@ -169,5 +169,17 @@ func (q *Memory) Close() error {
 	q.st.msgs, q.st.ready.items, q.st.timers.items, q.st.finals.items, q.st.dead = nil, nil, nil, nil, nil
 	q.st.seen, q.st.seenOrder = nil, nil
 	close(q.signal) // not replaced: no event will ever close another
+	close(q.over)
+	return nil
+}
+
+// ended and endErr make the queue an ender (see Consume).
+func (q *Memory) ended() <-chan struct{} { return q.over }
+func (q *Memory) endErr() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("broker: memory queue: %w", Closed)
+	}
 	return nil
 }

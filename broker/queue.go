@@ -156,6 +156,10 @@ func (q *Queue) waitAll(pends []*wal.Pending) error {
 
 // stopped returns the failure that stopped the queue's store for good
 // (see Store.failure and Store.damaged), or nil. Consume ends on it.
+// ended and endErr make the queue an ender (see Consume).
+func (q *Queue) ended() <-chan struct{} { return q.s.over }
+func (q *Queue) endErr() error          { return q.s.Err() }
+
 func (q *Queue) stopped() error {
 	if p := q.s.failed.Load(); p != nil {
 		return *p

@@ -61,6 +61,11 @@ type Store struct {
 	// too (so that none starts after it) and waits for stopDone.
 	stopOnce sync.Once
 	stopDone chan struct{}
+	// over is closed, once (overOnce), when the store closes or stops for
+	// good: Consume, its every handler slot busy, learns of it without a
+	// call (see ender).
+	over     chan struct{}
+	overOnce sync.Once
 
 	// nonceMu guards nonces, the generator of lease nonces.
 	nonceMu sync.Mutex
@@ -153,7 +158,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if _, err := readClock("Options.Now", opts.Now); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}}
+	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}, over: make(chan struct{})}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
 	// What the last checkpoint covers needs no scan: sealed segments are
@@ -724,6 +729,7 @@ func (s *Store) close() (err, cerr error) {
 		cerr = s.checkpointLocked()
 	}
 	s.closed.Store(true) // only Close sets it, under closeMu
+	s.end()
 	s.maint.ckptMu.Unlock()
 	s.shutQueues() // consumers waiting for a queue look again, and learn it is closed
 	// A Receive whose leases the log took reads their payloads after its
@@ -841,6 +847,7 @@ func (s *Store) failure(err error) error {
 // those locks, and the logger's handler, the caller's code, may read
 // Stats or Queues, which take them too.
 func (s *Store) stop(report func(*slog.Logger)) {
+	s.end()
 	started := false
 	s.stopOnce.Do(func() {
 		started = true
@@ -860,6 +867,10 @@ func (s *Store) stop(report func(*slog.Logger)) {
 		go report(s.opts.Logger)
 	}
 }
+
+// end closes over: the store has closed or stopped for good (closed or
+// failed is set before).
+func (s *Store) end() { s.overOnce.Do(func() { close(s.over) }) }
 
 // shutQueues closes every queue's wake signal for good (see
 // Queue.shutLocked).

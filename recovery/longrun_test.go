@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,7 +86,22 @@ func TestLongRun(t *testing.T) {
 	t.Logf("long run: %v, reopen every %v, seed %d (WALBROKER_LONGRUN_SEED)", total, reopenEvery, seed)
 
 	r := newLongRun(t, seed)
+	// The per-message state, made at its full size now, so that its
+	// growth does not show as the process's.
+	n := int(total.Seconds()*2500) + 1<<16
+	r.state, r.queueOf = make([]uint8, 0, n), make([]uint8, 0, n)
 	r.run(total, reopenEvery)
+	if path := os.Getenv("WALBROKER_LONGRUN_HEAPPROFILE"); path != "" {
+		runtime.GC()
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 const (
@@ -136,7 +152,8 @@ type lrCounts struct {
 type lrSampleRow struct {
 	at                     time.Duration
 	goroutines, fds, maps  int
-	heapInuse, rss         int64
+	heapInuse, heapLive    int64 // HeapInuse as found, and HeapAlloc just after a GC
+	rss                    int64
 	diskBytes, diskFiles   int64
 	segments               int
 	storeDisk, storeIndex  int64
@@ -210,7 +227,7 @@ func (r *longRun) mark(id string, q int, bits uint8) uint8 {
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
 	if int(seq) >= len(r.state) {
-		n := max(int(seq)+1, 2*len(r.state), 1<<16)
+		n := max(int(seq)+1, min(2*len(r.state), cap(r.state)), 1<<16)
 		r.state = slices.Grow(r.state, n-len(r.state))[:n]
 		r.queueOf = slices.Grow(r.queueOf, n-len(r.queueOf))[:n]
 	}
@@ -460,6 +477,9 @@ func (r *longRun) sample() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	row.heapInuse = int64(ms.HeapInuse)
+	runtime.GC() // what lives, not what waits to be collected
+	runtime.ReadMemStats(&ms)
+	row.heapLive = int64(ms.HeapAlloc)
 	row.rss = rssBytes()
 	r.mu.RLock()
 	st := r.store.Stats()
@@ -888,8 +908,8 @@ func (r *longRun) report(base, end lrProcess) {
 	rows := slices.Clone(r.samples)
 	r.stateMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%6s %5s %4s %5s %4s %6s %6s %7s %5s %4s %7s %6s %5s %8s %8s %6s %8s %6s %5s %5s %5s %9s %6s %6s\n",
-		"t", "gor", "fd", "maps", "held", "heapMB", "rssMB", "diskMB", "files", "segs", "statsMB", "idxKB", "ckpts", "commits", "records", "own%", "copied", "reclMB",
+	fmt.Fprintf(&b, "\n%6s %5s %4s %5s %4s %6s %6s %6s %7s %5s %4s %7s %6s %5s %8s %8s %6s %8s %6s %5s %5s %5s %9s %6s %6s\n",
+		"t", "gor", "fd", "maps", "held", "heapMB", "liveMB", "rssMB", "diskMB", "files", "segs", "statsMB", "idxKB", "ckpts", "commits", "records", "own%", "copied", "reclMB",
 		"ready", "lease", "delay", "published", "shed", "dups")
 	for _, s := range rows {
 		own := 0.0
@@ -900,8 +920,8 @@ func (r *longRun) report(base, end lrProcess) {
 		if s.planExceeded {
 			plan = " >plan"
 		}
-		fmt.Fprintf(&b, "%6v %5d %4d %5d %4d %6.1f %6.1f %7.1f %5d %4d %7.1f %6d %5d %8d %8d %6.1f %8d %6.0f %5d %5d %5d %9d %6d %6d%s\n",
-			s.at, s.goroutines, s.fds, s.maps, s.storeFiles, mb(s.heapInuse), mb(s.rss), mb(s.diskBytes), s.diskFiles, s.segments,
+		fmt.Fprintf(&b, "%6v %5d %4d %5d %4d %6.1f %6.1f %6.1f %7.1f %5d %4d %7.1f %6d %5d %8d %8d %6.1f %8d %6.0f %5d %5d %5d %9d %6d %6d%s\n",
+			s.at, s.goroutines, s.fds, s.maps, s.storeFiles, mb(s.heapInuse), mb(s.heapLive), mb(s.rss), mb(s.diskBytes), s.diskFiles, s.segments,
 			mb(s.storeDisk), s.storeIndex>>10, s.checkpoints, s.commits, s.records, own, s.copied, mb(s.reclaimed),
 			s.ready, s.leased, s.delayed, s.published, s.shed, s.dups, plan)
 	}
@@ -953,11 +973,23 @@ func (r *longRun) checkDisk() {
 	for firstStart < third && rows[firstStart].at < time.Minute {
 		firstStart++
 	}
+	firstStart = min(firstStart, third-1) // a short run compares what it has
 	d1, f1 := peak(rows[firstStart:third])
 	d3, f3 := peak(rows[len(rows)-third:])
 	r.t.Logf("disk: peak %.1f MB in %d files in the first third, %.1f MB in %d files in the last", mb(d1), f1, mb(d3), f3)
 	if d3 > d1+2*lrSegmentBytes {
 		r.t.Errorf("the directory grew with the run: peak %.1f MB in the last third, %.1f MB in the first", mb(d3), mb(d1))
+	}
+	live := func(rs []lrSampleRow) (peak int64) {
+		for _, s := range rs {
+			peak = max(peak, s.heapLive)
+		}
+		return peak
+	}
+	h1, h3 := live(rows[firstStart:third]), live(rows[len(rows)-third:])
+	r.t.Logf("heap after GC: peak %.1f MB in the first third, %.1f MB in the last", mb(h1), mb(h3))
+	if h3 > h1+h1/2+4<<20 {
+		r.t.Errorf("the live heap grew with the run: peak %.1f MB in the last third, %.1f MB in the first", mb(h3), mb(h1))
 	}
 	if f3 > f1+2 {
 		r.t.Errorf("the directory's files grew with the run: peak %d in the last third, %d in the first", f3, f1)

@@ -86,10 +86,14 @@ func TestLongRun(t *testing.T) {
 	t.Logf("long run: %v, reopen every %v, seed %d (WALBROKER_LONGRUN_SEED)", total, reopenEvery, seed)
 
 	r := newLongRun(t, seed)
-	// The per-message state, made at its full size now, so that its
-	// growth does not show as the process's.
+	// The per-message state, made at its full size now and every page of
+	// it touched, so that its growth does not show as the process's.
 	n := int(total.Seconds()*2500) + 1<<16
-	r.state, r.queueOf = make([]uint8, 0, n), make([]uint8, 0, n)
+	r.state, r.queueOf = make([]uint8, n), make([]uint8, n)
+	for i := 0; i < n; i += 1 << 10 {
+		r.state[i], r.queueOf[i] = 1, 1
+		r.state[i], r.queueOf[i] = 0, 0
+	}
 	r.run(total, reopenEvery)
 	if path := os.Getenv("WALBROKER_LONGRUN_HEAPPROFILE"); path != "" {
 		runtime.GC()
@@ -153,7 +157,7 @@ type lrSampleRow struct {
 	at                     time.Duration
 	goroutines, fds, maps  int
 	heapInuse, heapLive    int64 // HeapInuse as found, and HeapAlloc just after a GC
-	rss                    int64
+	rss, rssFile           int64 // resident, and of that what maps files
 	diskBytes, diskFiles   int64
 	segments               int
 	storeDisk, storeIndex  int64
@@ -194,6 +198,7 @@ type longRun struct {
 	start       time.Time
 	samples     []lrSampleRow
 	opens       []time.Duration
+	replays     []int // records each Open replayed
 	backups     int
 	epochs      int
 	keyedDupSum int64
@@ -227,7 +232,7 @@ func (r *longRun) mark(id string, q int, bits uint8) uint8 {
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
 	if int(seq) >= len(r.state) {
-		n := max(int(seq)+1, min(2*len(r.state), cap(r.state)), 1<<16)
+		n := max(int(seq)+1, 2*len(r.state))
 		r.state = slices.Grow(r.state, n-len(r.state))[:n]
 		r.queueOf = slices.Grow(r.queueOf, n-len(r.queueOf))[:n]
 	}
@@ -277,6 +282,13 @@ func (r *longRun) open() time.Duration {
 	took := time.Since(began)
 	if err != nil {
 		r.t.Fatalf("open: %v", err)
+	}
+	// Every Close here was clean and wrote a checkpoint: a reopen loads it
+	// and replays what little came after.
+	rec := s.Recovery()
+	r.replays = append(r.replays, rec.Replayed)
+	if len(r.opens) > 0 && (rec.IndexRebuilt || rec.TornTail || rec.SalvagedSpans != 0) {
+		r.problem("open %d after a clean Close: %+v", len(r.opens), rec)
 	}
 	qs := map[string]*broker.Queue{}
 	for _, name := range lrQueues {
@@ -428,13 +440,13 @@ func fdsAndMaps() (fds, maps int) {
 	return fds, maps
 }
 
-func rssBytes() int64 {
+func rssBytes(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(rest)
 			if len(f) >= 1 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)
@@ -480,7 +492,7 @@ func (r *longRun) sample() {
 	runtime.GC() // what lives, not what waits to be collected
 	runtime.ReadMemStats(&ms)
 	row.heapLive = int64(ms.HeapAlloc)
-	row.rss = rssBytes()
+	row.rss, row.rssFile = rssBytes("VmRSS:"), rssBytes("RssFile:")
 	r.mu.RLock()
 	st := r.store.Stats()
 	var apparent int64
@@ -908,8 +920,8 @@ func (r *longRun) report(base, end lrProcess) {
 	rows := slices.Clone(r.samples)
 	r.stateMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%6s %5s %4s %5s %4s %6s %6s %6s %7s %5s %4s %7s %6s %5s %8s %8s %6s %8s %6s %5s %5s %5s %9s %6s %6s\n",
-		"t", "gor", "fd", "maps", "held", "heapMB", "liveMB", "rssMB", "diskMB", "files", "segs", "statsMB", "idxKB", "ckpts", "commits", "records", "own%", "copied", "reclMB",
+	fmt.Fprintf(&b, "\n%6s %5s %4s %5s %4s %6s %6s %6s %5s %7s %5s %4s %7s %6s %5s %8s %8s %6s %8s %6s %5s %5s %5s %9s %6s %6s\n",
+		"t", "gor", "fd", "maps", "held", "heapMB", "liveMB", "rssMB", "file", "diskMB", "files", "segs", "statsMB", "idxKB", "ckpts", "commits", "records", "own%", "copied", "reclMB",
 		"ready", "lease", "delay", "published", "shed", "dups")
 	for _, s := range rows {
 		own := 0.0
@@ -920,8 +932,8 @@ func (r *longRun) report(base, end lrProcess) {
 		if s.planExceeded {
 			plan = " >plan"
 		}
-		fmt.Fprintf(&b, "%6v %5d %4d %5d %4d %6.1f %6.1f %6.1f %7.1f %5d %4d %7.1f %6d %5d %8d %8d %6.1f %8d %6.0f %5d %5d %5d %9d %6d %6d%s\n",
-			s.at, s.goroutines, s.fds, s.maps, s.storeFiles, mb(s.heapInuse), mb(s.heapLive), mb(s.rss), mb(s.diskBytes), s.diskFiles, s.segments,
+		fmt.Fprintf(&b, "%6v %5d %4d %5d %4d %6.1f %6.1f %6.1f %5.1f %7.1f %5d %4d %7.1f %6d %5d %8d %8d %6.1f %8d %6.0f %5d %5d %5d %9d %6d %6d%s\n",
+			s.at, s.goroutines, s.fds, s.maps, s.storeFiles, mb(s.heapInuse), mb(s.heapLive), mb(s.rss), mb(s.rssFile), mb(s.diskBytes), s.diskFiles, s.segments,
 			mb(s.storeDisk), s.storeIndex>>10, s.checkpoints, s.commits, s.records, own, s.copied, mb(s.reclaimed),
 			s.ready, s.leased, s.delayed, s.published, s.shed, s.dups, plan)
 	}
@@ -930,7 +942,7 @@ func (r *longRun) report(base, end lrProcess) {
 	for _, d := range r.opens {
 		opens = append(opens, d.Round(time.Millisecond).String())
 	}
-	t.Logf("open times: %s", strings.Join(opens, " "))
+	t.Logf("open times: %s; records replayed: %v", strings.Join(opens, " "), r.replays)
 	t.Logf("%d epochs, %d backups; process after the last reopen: %d goroutines, %d descriptors, %d mappings, %d of the store's files held (after the first Open: %d, %d, %d, %d)",
 		r.epochs, r.backups, end.goroutines, end.fds, end.maps, end.storeFiles, base.goroutines, base.fds, base.maps, base.storeFiles)
 	var logs []string

@@ -36,8 +36,9 @@ const (
 // renamed to dir. After a crash during Backup there is either no dir, and
 // the next Backup to dir removes the leftover ".partial" (it recognises
 // its own by a mark file, or by its being empty, and refuses to touch a
-// directory of that name that holds anything else), or a complete dir,
-// whose first Open removes the mark.
+// directory of that name that holds anything else, or that is, or holds
+// as "index", a symbolic link), or a complete dir, whose first Open
+// removes the mark.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -189,8 +190,20 @@ func startPartial(fs vfs.FS, dir string) error {
 }
 
 // removePartial removes a backup in progress: its files, its index
-// directory's files, the marker last, then the directories.
+// directory's files, the marker last, then the directories. It refuses
+// when either directory is a symbolic link: Backup never makes one, and a
+// link planted in a directory others can write would have the removal
+// reach whatever it points to.
 func removePartial(fs vfs.FS, dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, "index")} {
+		link, err := vfs.IsLink(d)
+		if err != nil {
+			return err
+		}
+		if link {
+			return fmt.Errorf("%s is a symbolic link, which a backup never makes: nothing is removed through it; remove it or choose another directory", d)
+		}
+	}
 	for _, d := range []string{filepath.Join(dir, "index"), dir} {
 		names, err := fs.ReadDir(d)
 		if errors.Is(err, iofs.ErrNotExist) {

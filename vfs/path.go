@@ -62,3 +62,16 @@ func resolve(abs string, links int) (string, error) {
 		rest = append([]string{filepath.Base(p)}, rest...)
 	}
 }
+
+// IsLink reports whether path is a symbolic link, without following it. A
+// missing path is not one.
+func IsLink(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return fi.Mode()&iofs.ModeSymlink != 0, nil
+}

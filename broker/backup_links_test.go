@@ -1,0 +1,57 @@
+package broker_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// A Backup into a directory others can write (a shared /tmp, say) meets
+// whatever they left at dir+".partial". One holding the mark of a backup in
+// progress and a symbolic link named "index" to a directory of the caller's
+// is not removed through the link: the files there stay, the Backup is
+// refused with an error that names the link, and nothing else is written.
+// The same for a ".partial" that is itself a link to a marked directory.
+func TestABackupNeverRemovesThroughALinkInAPlantedPartialCopy(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", keyedJobs), "one")
+	shared, precious := t.TempDir(), t.TempDir()
+	keep := filepath.Join(precious, "0000000001.seg")
+	require.NoError(t, os.WriteFile(keep, []byte("mine"), 0o600))
+	requireKept := func() {
+		t.Helper()
+		data, err := os.ReadFile(keep)
+		require.NoError(t, err, "a file reached through a planted link was removed")
+		require.Equal(t, "mine", string(data))
+	}
+
+	planted := filepath.Join(shared, "nightly")
+	require.NoError(t, os.Mkdir(planted+".partial", 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(planted+".partial", "backup-in-progress.tmp"), nil, 0o666))
+	require.NoError(t, os.Symlink(precious, filepath.Join(planted+".partial", "index")))
+	err := e.s.Backup(ctx(t), planted)
+	require.ErrorContains(t, err, "symbolic link")
+	require.ErrorContains(t, err, filepath.Join(planted+".partial", "index"))
+	requireKept()
+	require.NoDirExists(t, planted)
+
+	// The ".partial" itself a link to a marked directory whose index is
+	// the caller's.
+	marked := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(marked, "backup-in-progress.tmp"), nil, 0o666))
+	require.NoError(t, os.Symlink(precious, filepath.Join(marked, "index")))
+	linked := filepath.Join(shared, "weekly")
+	require.NoError(t, os.Symlink(marked, linked+".partial"))
+	err = e.s.Backup(ctx(t), linked)
+	require.ErrorContains(t, err, "symbolic link")
+	requireKept()
+	require.FileExists(t, filepath.Join(marked, "backup-in-progress.tmp"), "nothing was removed through the link")
+	require.NoDirExists(t, linked)
+
+	// A Backup elsewhere goes on.
+	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(shared, "ok")))
+}

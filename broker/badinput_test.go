@@ -101,6 +101,21 @@ func TestAnUnknownDeadLetterIDIsClippedInTheError(t *testing.T) {
 	}
 }
 
+// A queue name far too long is quoted in the error clipped, as a dead
+// letter ID is: a caller's megabyte of junk, control bytes included (each
+// quoted as four characters), does not become megabytes of error text.
+func TestATooLongQueueNameIsClippedInTheError(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{strings.Repeat("q", 1<<20), strings.Repeat("\x00", 1<<20)} {
+		q, err := e.s.Queue(name, policy())
+		require.Nil(t, q)
+		require.ErrorIs(t, err, broker.QueueMisconfigured)
+		require.Contains(t, err.Error(), "has 1048576 bytes, want 1 to 64")
+		require.Less(t, len(err.Error()), 400)
+	}
+	require.Empty(t, e.s.Queues())
+}
+
 // A nil *Error is usable: Wrap gives an error that carries the cause
 // alone, and an Error with no parts still says what it is.
 func TestANilErrorWraps(t *testing.T) {

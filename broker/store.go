@@ -584,8 +584,10 @@ func (s *Store) maxGroup() int {
 }
 
 func validQueueName(name string) error {
+	// Quoted clipped to 64 characters, the longest a name may be: a
+	// caller's megabyte of junk does not become a megabyte of error text.
 	bad := func(why string) error {
-		return fmt.Errorf("broker: queue name %q %s: %w", name, why, QueueMisconfigured)
+		return fmt.Errorf("broker: queue name %.64q %s: %w", name, why, QueueMisconfigured)
 	}
 	if len(name) == 0 || len(name) > 64 {
 		return bad(fmt.Sprintf("has %d bytes, want 1 to 64", len(name)))

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -323,13 +324,30 @@ func (s *Store) reclaim() error {
 func worthCopying(uses map[uint32]index.SegmentUse, first, end uint32, segBytes int64) bool {
 	var live int64
 	for x := first; x < end; x++ {
-		live += uses[x].Bytes
+		live += uses[x].Bytes + keyCopyBytes(uses[x])
 		if live <= int64(x-first+1)*segBytes/copyForwardShare {
 			return true
 		}
 	}
 	return false
 }
+
+// keyCopyBytes bounds what copying forward the dedup keys u counts writes:
+// for each, a payload-less publish and its ack, each in a frame. Left out
+// of worthCopying, a segment pinned by keys alone looked free to copy; once
+// a window's keys took more than one segment, their copies filled segments
+// pinned by keys alone, and reclamation copied them on for good.
+func keyCopyBytes(u index.SegmentUse) int64 {
+	return u.KeyBytes + int64(u.Keys)*keyCopyOverhead
+}
+
+// keyCopyOverhead is what a key's copy takes beside the key itself: the
+// publish and the ack with every field at its longest encoding.
+var keyCopyOverhead = func() int64 {
+	publish := index.Event{Kind: index.KindPublish, Queue: math.MaxInt32, Seq: math.MaxUint64, Time: math.MinInt64}
+	ack := index.Event{Kind: index.KindAck, Queue: math.MaxInt32, Seq: math.MaxUint64}
+	return int64(segment.Size(len(publish.Append(nil))) + segment.Size(len(ack.Append(nil))))
+}()
 
 // removeBelow removes the log's segments before seg.
 func (s *Store) removeBelow(seg uint32) error {

@@ -539,6 +539,11 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	}
 	for range d.count() {
 		k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}
+		if u := x.segs[k.seg]; u != nil && k.seg != 0 {
+			if _, twice := q.seen[k.key]; !twice {
+				u.KeyBytes += int64(len(k.key)) // the checkpoint holds Keys, not their length
+			}
+		}
 		q.seen[k.key] = k
 		q.seenOrder.push(k)
 	}

@@ -63,6 +63,10 @@ type SegmentUse struct {
 	Messages int
 	Bytes    int64
 	Keys     int
+	// KeyBytes is the length of those keys together: with Keys, what
+	// copying them forward costs. A checkpoint does not hold it; Load
+	// counts it again from the keys.
+	KeyBytes int64
 	// MinSeq and MaxSeq bound the sequence numbers of the messages ever
 	// counted here (they never shrink): where to look for them.
 	MinSeq, MaxSeq uint64
@@ -130,16 +134,19 @@ func (x *Index) move(seq uint64, from, to wal.Position, fromSize, toSize uint32)
 	x.useMu.Unlock()
 }
 
-func (x *Index) pinKey(seg uint32) {
+func (x *Index) pinKey(seg uint32, key string) {
 	x.useMu.Lock()
-	x.segUse(seg).Keys++
+	u := x.segUse(seg)
+	u.Keys++
+	u.KeyBytes += int64(len(key))
 	x.useMu.Unlock()
 }
 
-func (x *Index) unpinKey(seg uint32) {
+func (x *Index) unpinKey(seg uint32, key string) {
 	x.useMu.Lock()
 	u := x.segUse(seg)
 	u.Keys--
+	u.KeyBytes -= int64(len(key))
 	x.dropIfUnused(seg, u)
 	x.useMu.Unlock()
 }

@@ -619,7 +619,7 @@ func (q *Queue) DeadLetters(max int) []*Message {
 func (q *Queue) remember(key string, seq uint64, at int64) {
 	old, ok := q.seen[key]
 	if ok && old.seg != 0 {
-		q.x.unpinKey(old.seg)
+		q.x.unpinKey(old.seg, key)
 	}
 	k := seenKey{key: key, seq: seq, enqueuedAt: at}
 	q.seen[key] = k
@@ -637,10 +637,10 @@ func (q *Queue) moveKey(key string, seq uint64, pos wal.Position) {
 		return
 	}
 	if k.seg != 0 {
-		q.x.unpinKey(k.seg)
+		q.x.unpinKey(k.seg, key)
 	}
 	k.seg = pos.Segment()
-	q.x.pinKey(k.seg)
+	q.x.pinKey(k.seg, key)
 	q.seen[key] = k
 }
 
@@ -682,7 +682,7 @@ func (q *Queue) evict(now, window int64) bool {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
 			if cur.seg != 0 {
-				q.x.unpinKey(cur.seg)
+				q.x.unpinKey(cur.seg, k.key)
 			}
 			delete(q.seen, k.key)
 			evicted = true

@@ -226,10 +226,51 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageV
 	return q.publish(ctx, "", payloads, make([]MessageValue, len(payloads)))
 }
 
+// refuseOversized refuses, before any payload is copied, a payload above
+// what every queue of the store refuses and a batch whose payloads alone
+// take more than one segment holds: the copy of a caller's oversized input
+// cost memory in proportion to it. The limits that count are checked again
+// under the lock (a payload above the queue's own MaxMessageBytes, and
+// below the store's, is refused there).
+func (q *Queue) refuseOversized(payloads [][]byte) error {
+	most, least := q.s.maxPayload(), 0
+	for _, p := range payloads {
+		if len(p) > most {
+			return q.tooLarge(payloads)
+		}
+		least += segment.Size(len(p))
+	}
+	if least > q.s.maxGroup() {
+		// A payload too large is named first, as under the lock.
+		if err := q.tooLarge(payloads); err != nil {
+			return err
+		}
+		return fmt.Errorf("broker: queue %s: batch of %d messages and at least %d bytes does not fit in one log segment: %w", q.name, len(payloads), least, InvalidBatchSize)
+	}
+	return nil
+}
+
+// tooLarge returns MessageTooLarge for the first payload above the queue's
+// MaxMessageBytes, if there is one.
+func (q *Queue) tooLarge(payloads [][]byte) error {
+	q.mu.Lock()
+	limit := q.policy.maxMessageBytes()
+	q.mu.Unlock()
+	for i, p := range payloads {
+		if len(p) > limit {
+			return fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
+		}
+	}
+	return nil
+}
+
 // publish publishes payloads and returns their messages in out, which has
 // room for one per payload.
 func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out []MessageValue) ([]MessageValue, error) {
 	if err := q.begin(ctx); err != nil {
+		return nil, err
+	}
+	if err := q.refuseOversized(payloads); err != nil {
 		return nil, err
 	}
 	// Encode before taking the lock: it copies every payload, and 64

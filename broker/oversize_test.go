@@ -1,0 +1,52 @@
+package broker_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// allocatedBy returns the bytes f allocates.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A payload larger than any queue of the store takes, or a batch larger
+// than one segment holds, is refused before its bytes are copied: a
+// caller's oversized input costs the store no memory in proportion to it.
+func TestOversizedInputIsRefusedBeforeItIsCopied(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance) // 2 MiB segments
+	q := e.queue("jobs", keyedJobs)          // MaxMessageBytes 1 KiB
+	huge := make([]byte, 64<<20)
+	n := allocatedBy(func() {
+		_, err := q.Publish(ctx(t), huge)
+		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
+		_, err = q.PublishKeyed(ctx(t), "k", huge)
+		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
+		_, err = q.PublishBatch(ctx(t), [][]byte{[]byte("fits"), huge})
+		requireErrorIs(t, err, broker.MessageTooLarge, "payload 1")
+	})
+	require.Less(t, n, uint64(1<<20), "bytes allocated refusing a 64 MiB payload three times")
+
+	batch := make([][]byte, 8192) // 8 MiB of 1 KiB payloads: four segments
+	for i := range batch {
+		batch[i] = huge[:1024]
+	}
+	n = allocatedBy(func() {
+		_, err := q.PublishBatch(ctx(t), batch)
+		requireErrorIs(t, err, broker.InvalidBatchSize, "does not fit in one log segment")
+	})
+	require.Less(t, n, uint64(2<<20), "bytes allocated refusing an 8 MiB batch")
+	// A payload above the queue's limit is named before the batch's size.
+	batch[5000] = huge[:2048]
+	_, err := q.PublishBatch(ctx(t), batch)
+	requireErrorIs(t, err, broker.MessageTooLarge, "payload 5000")
+	require.Zero(t, q.Stats().Ready)
+}

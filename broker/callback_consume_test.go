@@ -25,13 +25,13 @@ func (u unprintable) String() string {
 	panic("and printing this one panics too")
 }
 
-// A handler that panics with a value that cannot be printed is recovered
-// as any other panic: Consume logs what it can of the value (its type),
-// nacks the delivery, and goes on. Printing the value with fmt alone
-// panicked again, in the deferred function that had recovered the first
-// panic, and ended the process.
-func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
-	for _, b := range []struct {
+// bothBrokers makes, for each test, a file queue and a Memory whose
+// messages get two deliveries.
+func bothBrokers() []struct {
+	name string
+	make func(t *testing.T) fullBroker
+} {
+	return []struct {
 		name string
 		make func(t *testing.T) fullBroker
 	}{
@@ -42,7 +42,32 @@ func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
 			t.Cleanup(func() { _ = m.Close() })
 			return m
 		}},
-	} {
+	}
+}
+
+// waitWhileConsuming waits, up to 30 s, until cond holds, and fails t
+// with why (as require's msgAndArgs) if it does not, or at once if
+// Consume returns (on done) first.
+func waitWhileConsuming(t *testing.T, done <-chan error, cond func() bool, why ...any) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), why...)
+		select {
+		case err := <-done:
+			t.Fatalf("Consume returned %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// A handler that panics with a value that cannot be printed is recovered
+// as any other panic: Consume logs what it can of the value (its type),
+// nacks the delivery, and goes on. Printing the value with fmt alone
+// panicked again, in the deferred function that had recovered the first
+// panic, and ended the process.
+func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
+	for _, b := range bothBrokers() {
 		t.Run(b.name, func(t *testing.T) {
 			q := b.make(t)
 			msg, err := q.Publish(ctx(t), []byte("m"))
@@ -60,15 +85,7 @@ func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
 					return nil
 				}, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			}()
-			deadline := time.Now().Add(30 * time.Second)
-			for q.Stats().Acked == 0 {
-				require.True(t, time.Now().Before(deadline), "the message was not delivered again and acked")
-				select {
-				case err := <-done:
-					t.Fatalf("Consume returned %v", err)
-				case <-time.After(time.Millisecond):
-				}
-			}
+			waitWhileConsuming(t, done, func() bool { return q.Stats().Acked > 0 }, "the message was not delivered again and acked")
 			cancel()
 			require.ErrorIs(t, <-done, context.Canceled)
 			require.Equal(t, int32(2), deliveries.Load())
@@ -99,18 +116,7 @@ func (brokenChain) Unwrap() error { panic("Unwrap trouble") }
 // Before, the panic ended the process from Consume's goroutine, at the
 // check for DoNotRetry.
 func TestConsumeNacksAHandlerErrorWhoseMethodsPanic(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		make func(t *testing.T) fullBroker
-	}{
-		{"Store", func(t *testing.T) fullBroker { return newEnv(t).queue("jobs", twoDeliveries()) }},
-		{"Memory", func(t *testing.T) fullBroker {
-			m, err := broker.NewMemory(twoDeliveries(), broker.MemoryOptions{Now: newFakeClock().Now})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = m.Close() })
-			return m
-		}},
-	} {
+	for _, b := range bothBrokers() {
 		t.Run(b.name, func(t *testing.T) {
 			q := b.make(t)
 			msg, err := q.Publish(ctx(t), []byte("m"))
@@ -125,15 +131,7 @@ func TestConsumeNacksAHandlerErrorWhoseMethodsPanic(t *testing.T) {
 					return brokenChain{}
 				}, broker.ConsumeOptions{})
 			}()
-			deadline := time.Now().Add(30 * time.Second)
-			for q.Stats().DeadLetters == 0 {
-				require.True(t, time.Now().Before(deadline), "the message was not nacked to the dead-letter store")
-				select {
-				case err := <-done:
-					t.Fatalf("Consume returned %v", err)
-				case <-time.After(time.Millisecond):
-				}
-			}
+			waitWhileConsuming(t, done, func() bool { return q.Stats().DeadLetters > 0 }, "the message was not nacked to the dead-letter store")
 			cancel()
 			require.ErrorIs(t, <-done, context.Canceled)
 			require.Equal(t, int32(2), deliveries.Load())

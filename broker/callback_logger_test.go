@@ -300,15 +300,8 @@ func consumeAwkwardly(t *testing.T, h *awkwardHandler, b fullBroker) {
 			return b.Ack(ctx, d.Lease.Receipt)
 		}, broker.ConsumeOptions{Logger: slog.New(h)})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !h.logged("the lease was no longer held") {
-		require.True(t, time.Now().Before(deadline), "Consume did not settle the delivery; logged: %v", h)
-		select {
-		case err := <-done:
-			t.Fatalf("Consume returned %v", err)
-		case <-time.After(time.Millisecond):
-		}
-	}
+	waitWhileConsuming(t, done, func() bool { return h.logged("the lease was no longer held") },
+		"Consume did not settle the delivery; logged: %v", h)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Equal(t, int32(2), deliveries.Load())

@@ -44,6 +44,23 @@ func closables() []closable {
 	return cs
 }
 
+// untilCancelled is a handler that closes started, then runs until its
+// context ends (a minute at most) and sends the context's cause on causes
+// (nil if it ran out its minute).
+func untilCancelled(started chan struct{}, causes chan error) Handler {
+	return func(ctx context.Context, d DeliveryValue) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		case <-time.After(time.Minute):
+			causes <- nil
+			return nil
+		}
+	}
+}
+
 // TestConsumeEndsItsHandlersWhenTheBrokerCloses: "Consume returns ... when
 // the store is closed". A handler still running then can no longer settle
 // its delivery, so its context ends, with the close as its cause, and
@@ -73,17 +90,7 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 			opts.Logger = logger
 			done := make(chan error, 1)
 			go func() {
-				done <- Consume(context.Background(), b, func(ctx context.Context, d DeliveryValue) error {
-					close(started)
-					select {
-					case <-ctx.Done():
-						causes <- context.Cause(ctx)
-						return ctx.Err()
-					case <-time.After(time.Minute):
-						causes <- nil
-						return nil
-					}
-				}, opts)
+				done <- Consume(context.Background(), b, untilCancelled(started, causes), opts)
 			}()
 			<-started
 			require.NoError(t, closeIt())
@@ -123,17 +130,7 @@ func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
 			causes := make(chan error, 1)
 			done := make(chan error, 1)
 			go func() {
-				done <- Consume(context.Background(), q, func(ctx context.Context, d DeliveryValue) error {
-					close(started)
-					select {
-					case <-ctx.Done():
-						causes <- context.Cause(ctx)
-						return ctx.Err()
-					case <-time.After(time.Minute):
-						causes <- nil
-						return nil
-					}
-				}, ConsumeOptions{Concurrency: concurrency})
+				done <- Consume(context.Background(), q, untilCancelled(started, causes), ConsumeOptions{Concurrency: concurrency})
 			}()
 			<-started
 			ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Err: syscall.ENOSPC})

@@ -783,7 +783,7 @@ func (r *longRun) epoch(n int, until time.Time, last bool) {
 	for qi, name := range lrQueues {
 		st, c := qs[name].Stats(), r.counts[qi]
 		want := broker.QueueStats{
-			Ready: st.Ready, Leased: st.Leased, Delayed: st.Delayed, DeadLetters: st.DeadLetters,
+			Ready: st.Ready, Leased: st.Leased, Delayed: st.Delayed, DeadLetters: st.DeadLetters, OldestReady: st.OldestReady,
 			Published: c.published.Load(), Duplicates: c.duplicates.Load(), Shed: c.shed.Load(),
 			Delivered: c.delivered.Load(), Acked: c.acked.Load(), Nacked: c.nacked.Load(),
 			Rejected: c.rejected.Load(), DeadLettered: c.deadLettered.Load(), Replayed: c.replayed.Load(),

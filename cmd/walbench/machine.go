@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Machine is what the figures depend on besides the code: the facts printed
@@ -128,4 +130,23 @@ func writeCache(dev string) string {
 		}
 	}
 	return ""
+}
+
+// kernel is the kernel's name and release.
+func kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
+}
+
+// freeBytes is how many bytes an unprivileged process may still write on
+// the file system dir is on.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }

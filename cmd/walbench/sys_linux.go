@@ -36,15 +36,6 @@ func fileSystem(dir string) (name, magic string) {
 	return name, fmt.Sprintf("0x%x", m)
 }
 
-// kernel is the kernel's name and release.
-func kernel() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
-}
-
 // loadAvg is the 1, 5 and 15 minute load averages; zeros where unknown.
 func loadAvg() (avg [3]float64) {
 	var si unix.Sysinfo_t
@@ -55,16 +46,6 @@ func loadAvg() (avg [3]float64) {
 		}
 	}
 	return avg
-}
-
-// freeBytes is how many bytes an unprivileged process may still write on
-// the file system dir is on.
-func freeBytes(dir string) (int64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 // termiosRequest is the ioctl that reads a terminal's settings.

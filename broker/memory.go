@@ -114,19 +114,28 @@ func (q *Memory) now() (int64, error) { return readClock("MemoryOptions.Now", q.
 // beginLocked checks what every call checks first, with q.mu held: the
 // context and whether the queue was closed. It reads the clock.
 func (q *Memory) beginLocked(ctx context.Context) (now int64, err error) {
-	if ctx == nil {
-		return 0, fmt.Errorf("broker: memory queue: nil context: %w", QueueMisconfigured)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := q.usableLocked(ctx); err != nil {
 		return 0, err
-	}
-	if q.closed {
-		return 0, fmt.Errorf("broker: memory queue: %w", Closed)
 	}
 	if now, err = q.now(); err != nil {
 		return 0, fmt.Errorf("broker: memory queue: %w", err)
 	}
 	return now, nil
+}
+
+// usableLocked returns the error a call with ctx gets before it does
+// anything: a nil or ended context, or a closed queue.
+func (q *Memory) usableLocked(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("broker: memory queue: nil context: %w", QueueMisconfigured)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if q.closed {
+		return fmt.Errorf("broker: memory queue: %w", Closed)
+	}
+	return nil
 }
 
 // observeLocked applies the deadlines that have come by now. A call
@@ -185,6 +194,9 @@ func (q *Memory) PublishBatch(ctx context.Context, payloads [][]byte) ([]Message
 }
 
 func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]MessageValue, error) {
+	if err := q.refuseOversized(ctx, payloads); err != nil {
+		return nil, err
+	}
 	// Copy before taking the lock: the caller may reuse its slices once
 	// this returns, and concurrent producers need not copy one at a time.
 	copies := make([][]byte, len(payloads))
@@ -197,11 +209,9 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 	if err != nil {
 		return nil, err
 	}
-	limit := q.policy.maxMessageBytes()
-	for i, p := range copies {
-		if len(p) > limit {
-			return nil, fmt.Errorf("broker: memory queue: payload %d is %d bytes, MaxMessageBytes is %d: %w", i, len(p), limit, MessageTooLarge)
-		}
+	// The policy may have changed since refuseOversized read it.
+	if err := tooLargeFor(payloads, q.policy.maxMessageBytes()); err != nil {
+		return nil, err
 	}
 	q.observeLocked(now)
 	// Dedup comes before admission: a duplicate is admitted even when the
@@ -234,6 +244,38 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 	q.counters.published += int64(len(copies))
 	q.wakeLocked()
 	return out, nil
+}
+
+// refuseOversized refuses, before any payload is copied, a payload above
+// the queue's MaxMessageBytes and a batch larger than its Capacity, which
+// no state of the queue admits: the copy of a caller's oversized input
+// would cost memory in proportion to it. (The payloads' sizes are checked
+// again under the lock that admits them: the policy may change between.)
+func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.usableLocked(ctx); err != nil {
+		return err
+	}
+	if err := tooLargeFor(payloads, q.policy.maxMessageBytes()); err != nil {
+		return err
+	}
+	if c := q.policy.Capacity; c > 0 && len(payloads) > c {
+		q.counters.shed++
+		return fmt.Errorf("broker: memory queue holds at most %d messages, a batch of %d does not fit: %w", c, len(payloads), QueueFull)
+	}
+	return nil
+}
+
+// tooLargeFor returns MessageTooLarge for the first payload above limit,
+// if there is one.
+func tooLargeFor(payloads [][]byte, limit int) error {
+	for i, p := range payloads {
+		if len(p) > limit {
+			return fmt.Errorf("broker: memory queue: payload %d is %d bytes, MaxMessageBytes is %d: %w", i, len(p), limit, MessageTooLarge)
+		}
+	}
+	return nil
 }
 
 // Receive leases up to max messages, oldest EnqueuedAt first among those

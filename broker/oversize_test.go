@@ -50,3 +50,43 @@ func TestOversizedInputIsRefusedBeforeItIsCopied(t *testing.T) {
 	requireErrorIs(t, err, broker.MessageTooLarge, "payload 5000")
 	require.Zero(t, q.Stats().Ready)
 }
+
+// Memory refuses, before copying it, a payload above the queue's
+// MaxMessageBytes and a batch larger than its Capacity (which no state of
+// the queue admits). The batch counts as shed, as one refused under the
+// lock does.
+func TestMemoryRefusesOversizedInputBeforeItIsCopied(t *testing.T) {
+	q, err := broker.NewMemory(policy(func(p *broker.PolicyValue) {
+		p.MaxMessageBytes = 1024
+		p.Capacity = 100
+	}), broker.MemoryOptions{})
+	require.NoError(t, err)
+	huge := make([]byte, 64<<20)
+	n := allocatedBy(func() {
+		_, err := q.Publish(ctx(t), huge)
+		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
+		_, err = q.PublishKeyed(ctx(t), "k", huge)
+		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
+		_, err = q.PublishBatch(ctx(t), [][]byte{[]byte("fits"), huge})
+		requireErrorIs(t, err, broker.MessageTooLarge, "payload 1")
+	})
+	require.Less(t, n, uint64(1<<20), "bytes allocated refusing a 64 MiB payload three times")
+
+	batch := make([][]byte, 8192) // 8 MiB of 1 KiB payloads, 8,192 > Capacity
+	for i := range batch {
+		batch[i] = huge[:1024]
+	}
+	n = allocatedBy(func() {
+		_, err := q.PublishBatch(ctx(t), batch)
+		requireErrorIs(t, err, broker.QueueFull, "at most 100 messages")
+	})
+	require.Less(t, n, uint64(1<<20), "bytes allocated refusing an 8 MiB batch")
+	st := q.Stats()
+	require.Zero(t, st.Ready)
+	require.Equal(t, int64(1), st.Shed, "the batch too large for Capacity is shed")
+
+	// Closed comes first, as for every call.
+	require.NoError(t, q.Close())
+	_, err = q.Publish(ctx(t), huge)
+	require.ErrorIs(t, err, broker.Closed)
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -114,6 +115,11 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
 				index.ErrDamaged, from, st.FirstSegment, st.LastSegment, s.log.End())
 		}
+	}
+	if errors.Is(err, vfs.ErrForeign) {
+		// Not damage: a file someone else planted. Rebuilding would
+		// carry on in a directory another user writes in.
+		return nil, 0, nil, err
 	}
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {

@@ -142,7 +142,13 @@ func (s *Store) reservedSeqs(bound uint64) {
 // Corrupt, naming the file and byte offset (see Options.Salvage). A log a
 // later build wrote in a format version this one does not read is not
 // damage: Open refuses it with an error wrapping errors.ErrUnsupported,
-// Salvage or not, and changes no file. An empty
+// Salvage or not, and changes no file. A symbolic link, named pipe or
+// device where the store's own files belong, or a file of another user
+// than the process's (root's are accepted), is refused with an error
+// wrapping fs.ErrPermission (and vfs.ErrForeign) that names it: in a
+// directory others can write, it was planted, and a planted segment would
+// deliver messages, and accept receipts, that someone else made up. The
+// directory itself may be a symbolic link. An empty
 // dir, or Options outside their documented bounds, fail with
 // QueueMisconfigured before anything is made.
 func Open(dir string, opts Options) (*Store, error) {

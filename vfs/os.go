@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -17,7 +18,26 @@ import (
 )
 
 // Default is the real file system.
+//
+// It opens (and locks) only what a store's directory should hold: files
+// the process's own user made, or root. A symbolic link as the last
+// element of a name, a named pipe, socket or device, and a file another
+// user owns, are refused with an
+// error that wraps [ErrForeign] and says what to do: in a directory others
+// can write, such a file was planted, and a store that read a planted
+// segment would deliver messages, and accept receipts, someone else made
+// up. The directory named may itself be a link: that is the operator's
+// choice, not something planted inside the store.
 var Default FS = osFS{}
+
+// ErrForeign is wrapped by the errors of [Default] for a symbolic link
+// where a file is expected, or a file another user owns. It wraps
+// fs.ErrPermission.
+var ErrForeign = fmt.Errorf("vfs: refused a file this user did not make: %w", fs.ErrPermission)
+
+// effectiveUID is the user whose files Default opens (and root's); a
+// variable so that tests can see their own files as another user's.
+var effectiveUID = os.Geteuid
 
 type osFS struct{}
 
@@ -26,11 +46,66 @@ type osFile struct {
 }
 
 func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag, perm)
+	f, err := openOwn(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}
 	return osFile{f}, nil
+}
+
+// openOwn opens name as os.OpenFile does, but only a regular file (or a
+// directory) that this process's user (or root) owns, and never through a symbolic link
+// in its last element: see [Default]. The name is looked at before it is
+// opened (so that a planted named pipe is refused rather than waited on)
+// and the open file after (so that a file swapped in between is refused
+// too).
+func openOwn(name string, flag int, perm os.FileMode) (*os.File, error) {
+	if li, err := os.Lstat(name); err == nil {
+		if err := ownFile(name, li); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(name, flag|unix.O_NOFOLLOW, perm)
+	if err != nil {
+		if li, lerr := os.Lstat(name); lerr == nil {
+			if ferr := ownFile(name, li); ferr != nil {
+				return nil, ferr
+			}
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = ownFile(name, fi)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ownFile returns an error wrapping [ErrForeign] unless fi, the file
+// name, is a regular file (or a directory) of this process's user or
+// root.
+func ownFile(name string, fi fs.FileInfo) error {
+	refuse := func(format string, args ...any) error {
+		return &os.PathError{Op: "open", Path: name, Err: fmt.Errorf(format+": %w", append(args, ErrForeign)...)}
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		dest, _ := os.Readlink(name)
+		return refuse("is a symbolic link (to %s); a store opens none inside its directory: remove it if it does not belong there", dest)
+	}
+	// (A directory fails its reads and writes on its own, with EISDIR.)
+	if !fi.Mode().IsRegular() && !fi.IsDir() {
+		return refuse("is not a regular file (%s); a store's directory holds only files it made: remove it if it does not belong there", fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if own := effectiveUID(); int64(st.Uid) != int64(own) && st.Uid != 0 {
+			return refuse("is owned by uid %d, not by this process's user (uid %d) or root; another user may have planted it: check it, and chown it if it belongs to this store", st.Uid, own)
+		}
+	}
+	return nil
 }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }
@@ -62,7 +137,7 @@ func (osFS) SyncDir(dir string) error {
 }
 
 func (osFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := openOwn(name, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

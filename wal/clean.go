@@ -47,19 +47,24 @@ func writeCleanMark(fs vfs.FS, dir string, end Position) error {
 }
 
 // readCleanMark returns the position a clean mark records, if dir has a
-// valid one.
-func readCleanMark(fs vfs.FS, dir string) (Position, bool) {
+// valid one. A mark that does not read is no mark (Open then reads the
+// whole tail), but one refused as planted ([vfs.ErrForeign]) is an error:
+// a store whose directory someone else writes in must not carry on.
+func readCleanMark(fs vfs.FS, dir string) (Position, bool, error) {
 	f, err := fs.OpenFile(filepath.Join(dir, cleanName), os.O_RDONLY, 0)
+	if errors.Is(err, vfs.ErrForeign) {
+		return 0, false, err
+	}
 	if err != nil {
-		return 0, false
+		return 0, false, nil
 	}
 	defer f.Close()
 	var b [12]byte
 	if n, err := f.ReadAt(b[:], 0); n != len(b) || (err != nil && n != len(b)) {
-		return 0, false
+		return 0, false, nil
 	}
 	if binary.LittleEndian.Uint32(b[8:]) != crc32.Checksum(b[:8], castagnoli) {
-		return 0, false
+		return 0, false, nil
 	}
-	return Position(binary.LittleEndian.Uint64(b[:])), true
+	return Position(binary.LittleEndian.Uint64(b[:])), true, nil
 }

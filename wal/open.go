@@ -147,7 +147,9 @@ func (l *Log) readDir() (listing, error) {
 		return listing{}, fmt.Errorf("wal: open %s: %w", l.dir, err)
 	}
 	d := listing{names: names}
-	d.clean, d.hasClean = readCleanMark(fs, l.dir)
+	if d.clean, d.hasClean, err = readCleanMark(fs, l.dir); err != nil {
+		return listing{}, fmt.Errorf("wal: open %s: %w", l.dir, err)
+	}
 	for _, name := range names {
 		if name == cleanName {
 			continue // removed once recovery has succeeded (forgetCleanMark)

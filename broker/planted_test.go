@@ -1,0 +1,77 @@
+package broker_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// Open refuses a symbolic link inside the store's directory, where another
+// user who can write the directory could have planted it: a linked LOCK
+// was truncated, and a linked segment would be replayed. The error names
+// the file and what to do, and the file the link names is left as it was.
+func TestOpenRefusesALinkPlantedInTheStore(t *testing.T) {
+	for _, victim := range []string{"LOCK", "CLEAN", "segment", "index/checkpoint"} {
+		t.Run(victim, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := broker.Open(dir, broker.Options{})
+			require.NoError(t, err)
+			q, err := s.Queue("jobs", policy())
+			require.NoError(t, err)
+			_, err = q.Publish(ctx(t), []byte("one"))
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+
+			name := filepath.Join(dir, victim)
+			if victim == "segment" {
+				name = firstSegment(t, dir)
+			}
+			outside := filepath.Join(t.TempDir(), "elsewhere")
+			require.NoError(t, os.Rename(name, outside))
+			before, err := os.ReadFile(outside)
+			require.NoError(t, err)
+			require.NoError(t, os.Symlink(outside, name))
+
+			_, err = broker.Open(dir, broker.Options{})
+			require.ErrorIs(t, err, vfs.ErrForeign)
+			require.ErrorIs(t, err, fs.ErrPermission)
+			require.ErrorContains(t, err, name)
+			require.ErrorContains(t, err, "is a symbolic link")
+			after, err := os.ReadFile(outside)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the file the link names is left as it was")
+
+			// Once the link is gone and the file is back, the store opens
+			// with its message.
+			require.NoError(t, os.Remove(name))
+			require.NoError(t, os.Rename(outside, name))
+			s, err = broker.Open(dir, broker.Options{})
+			require.NoError(t, err)
+			defer s.Close()
+			q, err = s.Queue("jobs", policy())
+			require.NoError(t, err)
+			require.Equal(t, 1, q.Stats().Ready)
+		})
+	}
+}
+
+// firstSegment returns the path of the store's first segment file.
+func firstSegment(t *testing.T, dir string) string {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range names {
+		if strings.HasSuffix(e.Name(), ".seg") || strings.HasSuffix(e.Name(), ".wal") {
+			return filepath.Join(dir, e.Name())
+		}
+	}
+	t.Fatalf("no segment in %s", dir)
+	return ""
+}

@@ -1,0 +1,123 @@
+package vfs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// requireForeign checks that err refuses name as [Default] promises: it
+// wraps ErrForeign and fs.ErrPermission, names the file and says why.
+func requireForeign(t *testing.T, err error, name, why string) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrForeign)
+	require.ErrorIs(t, err, fs.ErrPermission)
+	require.ErrorContains(t, err, name)
+	require.ErrorContains(t, err, why)
+}
+
+// A symbolic link where a store's file should be is refused, whether the
+// store reads the file, creates it, or locks it, and the file it names is
+// left as it was: a LOCK linked to another file used to truncate it.
+func TestDefaultOpensNoSymbolicLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "precious")
+	require.NoError(t, os.WriteFile(target, []byte("keep me"), 0o600))
+	for _, tc := range []struct {
+		name string
+		open func(name string) error
+	}{
+		{"read", func(name string) error { _, err := Default.OpenFile(name, os.O_RDONLY, 0); return err }},
+		{"write", func(name string) error { _, err := Default.OpenFile(name, os.O_RDWR, 0o600); return err }},
+		{"create", func(name string) error {
+			_, err := Default.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+			return err
+		}},
+		{"lock", func(name string) error { _, err := Default.Lock(name); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link := filepath.Join(dir, "link-"+tc.name)
+			require.NoError(t, os.Symlink(target, link))
+			requireForeign(t, tc.open(link), link, "is a symbolic link (to "+target+")")
+			dangling := filepath.Join(dir, "dangling-"+tc.name)
+			require.NoError(t, os.Symlink(filepath.Join(dir, "made-"+tc.name), dangling))
+			requireForeign(t, tc.open(dangling), dangling, "is a symbolic link")
+			require.NoFileExists(t, filepath.Join(dir, "made-"+tc.name), "nothing was created through the link")
+		})
+	}
+	b, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "keep me", string(b))
+
+	// The directory named may be a link: that is the operator's choice.
+	real := filepath.Join(dir, "real")
+	require.NoError(t, os.Mkdir(real, 0o700))
+	require.NoError(t, os.Symlink(real, filepath.Join(dir, "store")))
+	f, err := Default.OpenFile(filepath.Join(dir, "store", "seg"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.FileExists(t, filepath.Join(real, "seg"))
+}
+
+// A named pipe where a store's file should be is refused at once, not
+// waited on for a writer that never comes.
+func TestDefaultRefusesANamedPipeWithoutWaiting(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "00000001.seg")
+	require.NoError(t, unix.Mkfifo(name, 0o600))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Default.OpenFile(name, os.O_RDONLY, 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		requireForeign(t, err, name, "is not a regular file")
+	case <-time.After(time.Minute):
+		// Unblock the open, so the test ends with its report.
+		w, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err == nil {
+			_ = w.Close()
+		}
+		t.Fatal("the open of a named pipe waited for a writer")
+	}
+}
+
+// A file another user owns is refused (a file of root's is not): in a
+// directory others can write, it was planted. As root the file is given
+// to another uid; otherwise the test sees the process as another user.
+func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "00000001.seg")
+	require.NoError(t, os.WriteFile(name, []byte("planted"), 0o666))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(name, 4242, 4242))
+	} else {
+		own := os.Geteuid()
+		effectiveUID = func() int { return own + 1 }
+		t.Cleanup(func() { effectiveUID = os.Geteuid })
+	}
+	_, err := Default.OpenFile(name, os.O_RDONLY, 0)
+	requireForeign(t, err, name, "is owned by uid")
+	_, err = Default.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	requireForeign(t, err, name, "chown it if it belongs to this store")
+	_, err = Default.Lock(name)
+	requireForeign(t, err, name, "another user may have planted it")
+	b, err := os.ReadFile(name)
+	require.NoError(t, err)
+	require.Equal(t, "planted", string(b), "the refused file is left as it was")
+
+	// A file of the process's own user opens.
+	mine := filepath.Join(dir, "00000002.seg")
+	require.NoError(t, os.WriteFile(mine, []byte("mine"), 0o600))
+	if os.Geteuid() != 0 {
+		effectiveUID = os.Geteuid
+	}
+	f, err := Default.OpenFile(mine, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}

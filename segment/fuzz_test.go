@@ -30,20 +30,11 @@ func FuzzScan(f *testing.F) {
 	add(sealed.file(sealed.end()+40), testSeq)
 
 	recycled := s.file(s.end() + 200)
-	old := newSeg(3, rng)
-	for len(old.data) < len(recycled) {
-		old.batch([]int{rng.IntN(40)}, []int{5, 9})
-	}
-	copy(recycled[s.end():], old.data[s.end():])
+	recycle(recycled, s.end(), rng)
 	add(recycled, testSeq)
 
-	order := newSeg(testSeq, rng)
-	order.batch([]int{10})
-	order.beginBatch()
-	order.frame(segment.KindRecord, segment.First, 3)
-	order.frame(segment.KindRecord, segment.Full, 4)
-	order.frame(segment.KindPadding, segment.Full, 6)
-	order.batch([]int{6}, []int{1, 2, 3})
+	// A group that a frame opening another breaks, in a durable batch.
+	order := handBatchSeg([]handFrame{record(segment.First, 3), record(segment.Full, 4), padding(6)}, []int{6}, []int{1, 2, 3})(rng)
 	add(order.data, testSeq)
 
 	f.Add([]byte{}, uint32(1))

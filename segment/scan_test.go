@@ -59,6 +59,56 @@ func bigSegSynced(rng *rand.Rand) *segBuf {
 	return s
 }
 
+// handFrame is one frame a test writes as it is, in any group order.
+type handFrame struct {
+	kind  segment.Kind
+	place segment.Place
+	n     int // body size
+}
+
+func record(place segment.Place, n int) handFrame {
+	return handFrame{kind: segment.KindRecord, place: place, n: n}
+}
+
+func padding(n int) handFrame { return handFrame{kind: segment.KindPadding, place: segment.Full, n: n} }
+
+// handBatchSeg builds a segment of one batch holding a 10-byte record, then
+// a batch of the frames given, written as they are, then, when later names
+// any groups, a batch of them: it proves the hand-written batch durable, so
+// that damage there is corruption rather than a torn tail.
+func handBatchSeg(frames []handFrame, later ...[]int) func(*rand.Rand) *segBuf {
+	return func(r *rand.Rand) *segBuf {
+		s := newSeg(testSeq, r)
+		s.batch([]int{10})
+		s.beginBatch()
+		for _, f := range frames {
+			s.frame(f.kind, f.place, f.n)
+		}
+		if len(later) > 0 {
+			s.batch(later...)
+		}
+		return s
+	}
+}
+
+// sealedThenMore is sealedSeg with a batch written after the seal, which a
+// scan must never reach.
+func sealedThenMore(rng *rand.Rand) *segBuf {
+	s := sealedSeg(rng)
+	s.batch([]int{9}, []int{1, 2})
+	return s
+}
+
+// recycle writes frames of an older segment over data from off on, as a
+// recycled file still holds them after the end of the new log.
+func recycle(data []byte, off int, rng *rand.Rand) {
+	old := newSeg(3, rng)
+	for len(old.data) < len(data) {
+		old.batch([]int{rng.IntN(90)}, []int{5, 50})
+	}
+	copy(data[off:], old.data[off:])
+}
+
 // Corruption functions: each takes the segment and its file and returns the
 // damaged file.
 
@@ -198,6 +248,13 @@ func brokenAt(tail segment.EndKind, gi int, at func(*segBuf) int, cause error) f
 	}
 }
 
+// endsAtSeal is a clean end at the seal (frame 19 of sealedSeg), with the
+// records before it.
+func endsAtSeal(s *segBuf) scanWant {
+	seal := s.frames[19]
+	return scanWant{tail: segment.EndClean, end: seal.end(), sealed: true, records: s.before(seal.group)}
+}
+
 // skipGroups is what salvage reports when the groups listed are broken and
 // the log otherwise ends cleanly at the end of the frames.
 func skipGroups(gis ...int) func(s *segBuf) scanWant {
@@ -234,11 +291,7 @@ func TestScanClassification(t *testing.T) {
 		{
 			name: "recycled file: stale frames of an older segment after the end", seg: baseSeg,
 			corrupt: func(s *segBuf, data []byte) []byte {
-				old := newSeg(3, s.rng)
-				for len(old.data) < len(data) {
-					old.batch([]int{old.rng.IntN(90)}, []int{5, 50})
-				}
-				copy(data[s.end():], old.data[s.end():])
+				recycle(data, s.end(), s.rng)
 				return data
 			},
 			want: clean,
@@ -377,15 +430,8 @@ func TestScanClassification(t *testing.T) {
 			},
 		},
 		{
-			name: "frame of an unknown type in an earlier batch", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.Kind(5), segment.Full, 3)
-				s.frame(segment.KindRecord, segment.Full, 4)
-				s.batch([]int{11})
-				return s
-			},
+			name:    "frame of an unknown type in an earlier batch",
+			seg:     handBatchSeg([]handFrame{{kind: segment.Kind(5), place: segment.Full, n: 3}, record(segment.Full, 4)}, []int{11}),
 			corrupt: identity, want: corruptAt(frameOff(1), segment.ErrBadType), salvaged: skipGroups(1),
 		},
 		{
@@ -414,42 +460,19 @@ func TestScanClassification(t *testing.T) {
 			want: func(s *segBuf) scanWant { w := clean(s); w.sealed = true; return w },
 		},
 		{
-			name: "frames after the seal are not read", seg: func(r *rand.Rand) *segBuf {
-				s := sealedSeg(r)
-				s.batch([]int{9}, []int{1, 2})
-				return s
-			},
-			corrupt: identity,
-			want: func(s *segBuf) scanWant {
-				seal := s.frames[19]
-				return scanWant{tail: segment.EndClean, end: seal.end(), sealed: true, records: s.before(seal.group)}
-			},
+			name: "frames after the seal are not read", seg: sealedThenMore,
+			corrupt: identity, want: endsAtSeal,
 		},
 		{
-			name: "damage after the seal is not read", seg: func(r *rand.Rand) *segBuf {
-				s := sealedSeg(r)
-				s.batch([]int{9}, []int{1, 2})
-				return s
-			},
-			corrupt: flipBit(plus(frameOff(20), 20), 0),
-			want: func(s *segBuf) scanWant {
-				seal := s.frames[19]
-				return scanWant{tail: segment.EndClean, end: seal.end(), sealed: true, records: s.before(seal.group)}
-			},
+			name: "damage after the seal is not read", seg: sealedThenMore,
+			corrupt: flipBit(plus(frameOff(20), 20), 0), want: endsAtSeal,
 		},
 		{
 			name: "torn seal", seg: sealedSeg, corrupt: truncateAt(plus(frameOff(19), 14)),
 			want: tornAt(frameOff(19), segment.ErrShortFrame),
 		},
 		{
-			name: "padding is stepped over", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindPadding, segment.Full, 30)
-				s.batch([]int{3, 4})
-				return s
-			},
+			name: "padding is stepped over", seg: handBatchSeg([]handFrame{padding(30)}, []int{3, 4}),
 			corrupt: identity, want: clean,
 		},
 		{
@@ -467,89 +490,38 @@ func TestScanClassification(t *testing.T) {
 
 		// Frames that verify but break group order.
 		{
-			name: "middle without first at the end", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.Middle, 3)
-				s.frame(segment.KindRecord, segment.Last, 3)
-				return s
-			},
+			name:    "middle without first at the end",
+			seg:     handBatchSeg([]handFrame{record(segment.Middle, 3), record(segment.Last, 3)}),
 			corrupt: identity, want: tornAt(frameOff(1), segment.ErrGroup),
 		},
 		{
-			name: "middle without first, later batch", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.Middle, 3)
-				s.frame(segment.KindRecord, segment.Last, 3)
-				s.frame(segment.KindRecord, segment.Full, 4)
-				s.batch([]int{5})
-				return s
-			},
+			name:    "middle without first, later batch",
+			seg:     handBatchSeg([]handFrame{record(segment.Middle, 3), record(segment.Last, 3), record(segment.Full, 4)}, []int{5}),
 			corrupt: identity, want: corruptAt(frameOff(1), segment.ErrGroup), salvaged: skipGroups(1),
 		},
 		{
-			name: "last without first, later batch", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.Last, 3)
-				s.frame(segment.KindRecord, segment.Full, 4)
-				s.batch([]int{5})
-				return s
-			},
+			name:    "last without first, later batch",
+			seg:     handBatchSeg([]handFrame{record(segment.Last, 3), record(segment.Full, 4)}, []int{5}),
 			corrupt: identity, want: corruptAt(frameOff(1), segment.ErrGroup), salvaged: skipGroups(1),
 		},
 		{
-			name: "first, then a frame that opens a group, later batch", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.First, 3)
-				s.frame(segment.KindRecord, segment.Full, 4)
-				s.frame(segment.KindRecord, segment.Full, 5)
-				s.batch([]int{6})
-				return s
-			},
+			name:    "first, then a frame that opens a group, later batch",
+			seg:     handBatchSeg([]handFrame{record(segment.First, 3), record(segment.Full, 4), record(segment.Full, 5)}, []int{6}),
 			corrupt: identity, want: brokenAt(segment.EndCorrupt, 1, frameOff(2), segment.ErrGroup), salvaged: skipGroups(1),
 		},
 		{
-			name: "first, then first, later batch", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.First, 3)
-				s.frame(segment.KindRecord, segment.Middle, 3)
-				s.frame(segment.KindRecord, segment.First, 4)
-				s.frame(segment.KindRecord, segment.Last, 4)
-				s.batch([]int{6})
-				return s
-			},
+			name:    "first, then first, later batch",
+			seg:     handBatchSeg([]handFrame{record(segment.First, 3), record(segment.Middle, 3), record(segment.First, 4), record(segment.Last, 4)}, []int{6}),
 			corrupt: identity, want: brokenAt(segment.EndCorrupt, 1, frameOff(3), segment.ErrGroup), salvaged: skipGroups(1),
 		},
 		{
-			name: "seal inside a group", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.First, 3)
-				s.frame(segment.KindSeal, segment.Full, 0)
-				return s
-			},
+			name:    "seal inside a group",
+			seg:     handBatchSeg([]handFrame{record(segment.First, 3), {kind: segment.KindSeal, place: segment.Full}}),
 			corrupt: identity, want: brokenAt(segment.EndTorn, 1, frameOff(2), segment.ErrGroup),
 		},
 		{
-			name: "padding inside a group", seg: func(r *rand.Rand) *segBuf {
-				s := newSeg(testSeq, r)
-				s.batch([]int{10})
-				s.beginBatch()
-				s.frame(segment.KindRecord, segment.First, 3)
-				s.frame(segment.KindPadding, segment.Full, 8)
-				s.frame(segment.KindRecord, segment.Last, 3)
-				return s
-			},
+			name:    "padding inside a group",
+			seg:     handBatchSeg([]handFrame{record(segment.First, 3), padding(8), record(segment.Last, 3)}),
 			corrupt: identity, want: brokenAt(segment.EndTorn, 1, frameOff(2), segment.ErrGroup),
 		},
 	}

@@ -147,15 +147,7 @@ func (s *twin) receive(qi, n int) []broker.ReceiptValue {
 	if !s.expect("ok", err, what) {
 		return nil
 	}
-	var got, wantIDs []string
-	for _, d := range ds {
-		got = append(got, d.Message.ID)
-	}
-	for _, m := range want {
-		wantIDs = append(wantIDs, m.id)
-	}
-	s.check(strings.Join(got, ",") == strings.Join(wantIDs, ","), "%s delivered [%s], the model says [%s] (oldest EnqueuedAt, then ID)",
-		what, strings.Join(got, " "), strings.Join(wantIDs, " "))
+	s.checkIDs(what+" delivered", "oldest EnqueuedAt, then ID", len(ds), func(i int) string { return ds[i].Message.ID }, want)
 	for i, d := range ds {
 		m := want[i]
 		m.state, m.deliveries, m.at, m.seen, m.seenBy = mLeased, m.deliveries+1, now+int64(mq.pol.VisibilityTimeout), false, ""
@@ -177,6 +169,23 @@ func (s *twin) receive(qi, n int) []broker.ReceiptValue {
 		rs = append(rs, d.Lease.Receipt)
 	}
 	return rs
+}
+
+// checkIDs checks that the broker handed over exactly the messages the
+// model lists in want, in the model's order (named by order): n IDs, the
+// i-th of them id(i). what says which call handed them over.
+func (s *twin) checkIDs(what, order string, n int, id func(i int) string, want []*mMsg) {
+	s.t.Helper()
+	got := make([]string, n)
+	for i := range got {
+		got[i] = id(i)
+	}
+	wantIDs := make([]string, len(want))
+	for i, m := range want {
+		wantIDs[i] = m.id
+	}
+	s.check(strings.Join(got, ",") == strings.Join(wantIDs, ","), "%s [%s], the model says [%s] (%s)",
+		what, strings.Join(got, " "), strings.Join(wantIDs, " "), order)
 }
 
 // churn receives and acknowledges up to n messages, publishes a batch of n
@@ -394,15 +403,7 @@ func (s *twin) deadLetters(qi, n int) {
 	if !s.expect("ok", err, what) {
 		return
 	}
-	var got, wantIDs []string
-	for _, d := range dls {
-		got = append(got, d.Message.ID)
-	}
-	for _, m := range want {
-		wantIDs = append(wantIDs, m.id)
-	}
-	s.check(strings.Join(got, ",") == strings.Join(wantIDs, ","), "%s listed [%s], the model says [%s] (oldest FailedAt, then ID)",
-		what, strings.Join(got, " "), strings.Join(wantIDs, " "))
+	s.checkIDs(what+" listed", "oldest FailedAt, then ID", len(dls), func(i int) string { return dls[i].Message.ID }, want)
 	for i, d := range dls {
 		m := want[i]
 		gotF := fmt.Sprintf("failed %s %q code %#x cause %q deliveries %d enqueued %s", rel(d.FailedAt.UnixNano()), d.Reason, d.Code, d.Cause, d.Deliveries, rel(d.Message.EnqueuedAt.UnixNano()))

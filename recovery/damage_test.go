@@ -280,7 +280,6 @@ func segmentFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// damageCounts counts the outcomes of the damage tests.
 // damagedCopy copies the store in src to dir and applies d to the copy
 // (narrowing d as apply does). It reports whether d changed a byte.
 func damagedCopy(t *testing.T, src, dir string, d *damage) bool {
@@ -295,8 +294,39 @@ func damagedCopy(t *testing.T, src, dir string, d *damage) bool {
 	return changed
 }
 
+// damageCounts counts the outcomes of the damage tests.
 type damageCounts struct {
 	iterations, unchanged, unnoticed, refusedAtOpen, foundOnRead, salvaged, lostNamed, tornTails, rebuilt int
+}
+
+// damagedCopy is damagedCopy counted: one more iteration, and one more
+// unchanged when d changed no byte.
+func (c *damageCounts) damagedCopy(t *testing.T, src, dir string, d *damage) bool {
+	t.Helper()
+	changed := damagedCopy(t, src, dir, d)
+	c.iterations++
+	if !changed {
+		c.unchanged++
+	}
+	return changed
+}
+
+// logSynced logs what the tests of damage to synced log bytes saw.
+func (c *damageCounts) logSynced(t *testing.T, start time.Time) {
+	t.Helper()
+	t.Logf("%d damaged copies in %v: %d unchanged by the damage, %d where nothing read the damage, %d refused at open, %d stopped at the first read; "+
+		"%d salvaged (%d of them naming lost messages)", c.iterations, time.Since(start).Round(time.Millisecond), c.unchanged, c.unnoticed,
+		c.refusedAtOpen, c.foundOnRead, c.salvaged, c.lostNamed)
+}
+
+// lastSynced returns the highest offset the frames record as synced: the
+// start of the segment's last batch, which no later frame vouches for.
+func lastSynced(frames []frame) int {
+	last := 0
+	for _, f := range frames {
+		last = max(last, f.synced)
+	}
+	return last
 }
 
 // TestDamageSyncedLog damages synced bytes of the log of a closed store:
@@ -323,11 +353,7 @@ func TestDamageSyncedLog(t *testing.T) {
 		if file == segs[len(segs)-1] {
 			// The last batch of the last segment reads as a torn tail
 			// whatever happens to it; stop before it.
-			last := 0
-			for _, f := range frames {
-				last = max(last, f.synced)
-			}
-			to = last
+			to = lastSynced(frames)
 		} else if rng.IntN(2) == 0 && len(frames) > 0 {
 			to = frames[len(frames)-1].end // mostly where the records are
 		}
@@ -336,21 +362,15 @@ func TestDamageSyncedLog(t *testing.T) {
 			d.kind, d.bit = "flip", byte(rng.IntN(8)) // see TestDamageCutLastSegment
 		}
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		changed := damagedCopy(t, tpl.dir, dir, &d)
-		c.iterations++
+		c.damagedCopy(t, tpl.dir, dir, &d)
 		what := fmt.Sprintf("iteration %d (seed %d, workload seed %d): %v", it, seed, tpl.j.seed, d)
-		if !changed {
-			c.unchanged++
-		}
 		if class, details := checkSyncedDamage(dir, tpl.j, d, frames, len(orig), &c); class != "" {
 			fails.add(class, what+": "+details, tpl.j)
 		}
 		_ = os.RemoveAll(dir)
 	}
 	fails.report(t)
-	t.Logf("%d damaged copies in %v: %d unchanged by the damage, %d where nothing read the damage, %d refused at open, %d stopped at the first read; "+
-		"%d salvaged (%d of them naming lost messages)", c.iterations, time.Since(start).Round(time.Millisecond), c.unchanged, c.unnoticed,
-		c.refusedAtOpen, c.foundOnRead, c.salvaged, c.lostNamed)
+	c.logSynced(t, start)
 }
 
 // continued returns j followed by the calls of an inspection (and the
@@ -625,10 +645,7 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		last, data, frames := segmentAt(t, all, -1)
-		synced := 0
-		for _, f := range frames {
-			synced = max(synced, f.synced)
-		}
+		synced := lastSynced(frames)
 		if synced <= segHeader {
 			continue // the last segment holds one batch at most: nothing to vouch for
 		}
@@ -649,11 +666,7 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 			d.kind, d.bit = "flip", byte(rng.IntN(8))
 		}
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		changed := damagedCopy(t, tpl.dir, dir, &d)
-		c.iterations++
-		if !changed {
-			c.unchanged++
-		}
+		c.damagedCopy(t, tpl.dir, dir, &d)
 		what := fmt.Sprintf("iteration %d (seed %d, workload seed %d, synced to %d): %v", it, seed, tpl.j.seed, tpl.synced, d)
 		if class, details := checkSyncedDamage(dir, tpl.j, d, tpl.frames, tpl.size, &c); class != "" {
 			fails.add(class, what+": "+details, tpl.j)
@@ -661,9 +674,7 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 		_ = os.RemoveAll(dir)
 	}
 	fails.report(t)
-	t.Logf("%d damaged copies in %v: %d unchanged by the damage, %d where nothing read the damage, %d refused at open, %d stopped at the first read; "+
-		"%d salvaged (%d of them naming lost messages)", c.iterations, time.Since(start).Round(time.Millisecond), c.unchanged, c.unnoticed,
-		c.refusedAtOpen, c.foundOnRead, c.salvaged, c.lostNamed)
+	c.logSynced(t, start)
 }
 
 // TestDamageUnsyncedTail damages the tail of the last segment that no
@@ -727,11 +738,7 @@ func TestDamageUnsyncedTail(t *testing.T) {
 			d.end = tpl.to // the rest of the tail
 		}
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		changed := damagedCopy(t, tpl.dir, dir, &d)
-		c.iterations++
-		if !changed {
-			c.unchanged++
-		}
+		changed := c.damagedCopy(t, tpl.dir, dir, &d)
 		what := fmt.Sprintf("iteration %d (seed %d, workload seed %d, unsynced tail [%d, %d)): %v", it, seed, tpl.j.seed, tpl.from, tpl.to, d)
 		obs, err := observe(dir, tpl.j.end.Add(checkDelay), tpl.j.keys, broker.Options{})
 		if err != nil {
@@ -796,11 +803,7 @@ func TestDamageIndexFiles(t *testing.T) {
 		rel, _ := filepath.Rel(tpl.dir, path)
 		d := randomDamage(rng, rel, 0, to)
 		dir := filepath.Join(root, fmt.Sprintf("damaged-%d", it))
-		changed := damagedCopy(t, tpl.dir, dir, &d)
-		c.iterations++
-		if !changed {
-			c.unchanged++
-		}
+		changed := c.damagedCopy(t, tpl.dir, dir, &d)
 		what := fmt.Sprintf("iteration %d (seed %d, workload seed %d): %v", it, seed, tpl.j.seed, d)
 		at := tpl.j.end.Add(checkDelay)
 		obs, err := observe(dir, at, tpl.j.keys, broker.Options{})

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/vfs"
@@ -90,6 +91,29 @@ func checkFailStop(s *broker.Store, queues map[string]*broker.Queue, leases []he
 	_, err = s.Queue("another", policyOf("orders"))
 	check("Store.Queue of a new queue", err)
 	return bad
+}
+
+// checkReopened reopens the store in dir with the clock at `at` and checks
+// that it lost nothing acknowledged and invented nothing: it holds every
+// message of acked (ID → payload) with its payload, and any other message
+// it holds has a payload mayHold accepts (that of a publish that failed,
+// which may or may not have reached the log). what names the case.
+func checkReopened(t *testing.T, dir string, at time.Time, acked map[string]string, mayHold func(payload string) bool, what string) {
+	t.Helper()
+	obs, err := observe(dir, at, nil, broker.Options{})
+	if err != nil {
+		t.Fatalf("%s: reopen: %v", what, err)
+	}
+	for id, p := range acked {
+		if got, ok := obs.msgs[id]; !ok || got.payload != p {
+			t.Errorf("%s: acknowledged message %s lost (found %v)", what, id, got)
+		}
+	}
+	for id, o := range obs.msgs {
+		if _, ok := acked[id]; !ok && !mayHold(o.payload) {
+			t.Errorf("%s: message %s (%v) was never published", what, id, o)
+		}
+	}
 }
 
 // syncGate wraps a file system and holds the first fdatasync of the file
@@ -250,20 +274,7 @@ func TestFaultFdatasyncEIOFailsEveryWaiter(t *testing.T) {
 		t.Errorf("the segment was fdatasynced %d more times after its fdatasync failed: never retry one", n)
 	}
 
-	obs, err := observe(dir, c.Now().Add(checkDelay), nil, broker.Options{})
-	if err != nil {
-		t.Fatalf("reopen with a healthy file system: %v", err)
-	}
-	for id, p := range acked {
-		if got, ok := obs.msgs[id]; !ok || got.payload != p {
-			t.Errorf("acknowledged message %s lost (found %v)", id, got)
-		}
-	}
-	for id, o := range obs.msgs {
-		if _, ok := acked[id]; !ok && !maybe[o.payload] {
-			t.Errorf("message %s (%v) was never published", id, o)
-		}
-	}
+	checkReopened(t, dir, c.Now().Add(checkDelay), acked, func(p string) bool { return maybe[p] }, "with a healthy file system")
 }
 
 // faultCase injects rules into a FaultFS under the workload and checks the

@@ -130,20 +130,7 @@ func kernelTmpfsFull(t *testing.T) string {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	obs, err := observe(dir, c.Now().Add(checkDelay), nil, broker.Options{})
-	if err != nil {
-		t.Fatalf("reopen after freeing space: %v", err)
-	}
-	for id, p := range acked {
-		if got, ok := obs.msgs[id]; !ok || got.payload != p {
-			t.Fatalf("acknowledged message %s lost on a full disk (found %v)", id, got)
-		}
-	}
-	for id, o := range obs.msgs {
-		if _, ok := acked[id]; !ok && o.payload != failedPayload {
-			t.Errorf("message %s (%v) was never published", id, o)
-		}
-	}
+	checkReopened(t, dir, c.Now().Add(checkDelay), acked, func(p string) bool { return p == failedPayload }, "a full disk, after freeing space")
 	// Space was freed: the store works again, through rotations.
 	s, err = broker.Open(dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes})
 	if err != nil {
@@ -202,20 +189,7 @@ func kernelStrace(t *testing.T, sys, inject string, want error) string {
 	default:
 		t.Logf("%s: %d publishes acknowledged, then %q", what, len(acked), failed)
 	}
-	obs, err := observe(dir, t0.Add(checkDelay), nil, broker.Options{})
-	if err != nil {
-		t.Fatalf("%s: reopen: %v", what, err)
-	}
-	for id, p := range acked {
-		if got, ok := obs.msgs[id]; !ok || got.payload != p {
-			t.Fatalf("%s: acknowledged message %s lost (found %v)", what, id, got)
-		}
-	}
-	for id, o := range obs.msgs {
-		if _, ok := acked[id]; !ok && o.payload != maybe {
-			t.Errorf("%s: message %s (%v) was never published", what, id, o)
-		}
-	}
+	checkReopened(t, dir, t0.Add(checkDelay), acked, func(p string) bool { return p == maybe }, what)
 	return ""
 }
 

@@ -90,8 +90,11 @@ func TestCheckpointThenReplayEqualsFullReplay(t *testing.T) {
 	}
 }
 
-// Every damaged checkpoint is refused with ErrDamaged, never loaded.
-func TestDamagedCheckpointIsRefused(t *testing.T) {
+// checkpointOfTen writes a checkpoint of one queue holding messages 1 to
+// 10, all in the stream (table chunk 0), closes the index and returns its
+// directory.
+func checkpointOfTen(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	x, err := Rebuild(vfs.Default, dir)
 	require.NoError(t, err)
@@ -101,6 +104,22 @@ func TestDamagedCheckpointIsRefused(t *testing.T) {
 	}
 	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
 	require.NoError(t, x.Table.Close())
+	return dir
+}
+
+// overwriteChunk writes b at offset off of table chunk 0 in dir.
+func overwriteChunk(t *testing.T, dir string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// Every damaged checkpoint is refused with ErrDamaged, never loaded.
+func TestDamagedCheckpointIsRefused(t *testing.T) {
+	dir := checkpointOfTen(t)
 	path := filepath.Join(dir, checkpointName)
 	good, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -134,23 +153,6 @@ func TestDamagedCheckpointIsRefused(t *testing.T) {
 	require.True(t, errors.Is(err, os.ErrNotExist))
 }
 
-// checkpointOfTen writes a checkpoint of one queue holding messages 1 to
-// 10, all in the stream (table chunk 0), closes the index and returns its
-// directory.
-func checkpointOfTen(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	x, err := Rebuild(vfs.Default, dir)
-	require.NoError(t, err)
-	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
-	for i := 1; i <= 10; i++ {
-		require.NoError(t, x.Apply(wal.MakePosition(1, 32*i), pub(uint64(i), int64(i), "")))
-	}
-	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
-	require.NoError(t, x.Table.Close())
-	return dir
-}
-
 // loadAndLeaseAll loads dir's checkpoint, requires it to load undamaged,
 // and leases queue q's messages one by one as NextReady gives them,
 // returning their sequences in that order.
@@ -172,11 +174,7 @@ func loadAndLeaseAll(t *testing.T, dir string) (*Index, []uint64) {
 // A damaged table entry is noticed where the stream reaches it.
 func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 	dir := checkpointOfTen(t)
-	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte{0xff}, 3*EntrySize+5)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	overwriteChunk(t, dir, 3*EntrySize+5, []byte{0xff})
 
 	y, got := loadAndLeaseAll(t, dir)
 	require.ErrorIs(t, y.Damaged(), ErrDamaged)
@@ -188,11 +186,7 @@ func TestDamagedEntryMarksTheIndexDamaged(t *testing.T) {
 // checkpoint gave the queue.
 func TestALostEntryMarksTheIndexDamaged(t *testing.T) {
 	dir := checkpointOfTen(t)
-	f, err := os.OpenFile(filepath.Join(dir, chunkName(0)), os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt(make([]byte, EntrySize), 7*EntrySize)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	overwriteChunk(t, dir, 7*EntrySize, make([]byte, EntrySize)) // zeros: no entry
 
 	y, got := loadAndLeaseAll(t, dir)
 	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 8, 9, 10}, got)

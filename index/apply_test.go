@@ -1,7 +1,6 @@
 package index
 
 import (
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -140,9 +139,7 @@ func TestABacklogPublishedInOrderStaysInTheStream(t *testing.T) {
 // TestLeasingAnyReadyMessageKeepsTheOthersInOrder: whichever receivable
 // messages leave the ready set, the rest are received oldest first.
 func TestLeasingAnyReadyMessageKeepsTheOthersInOrder(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := newRand(t, 3)
 	for round := 0; round < 200; round++ {
 		x := declared(t)
 		q := x.Queue("q")

@@ -3,7 +3,6 @@ package index
 import (
 	"encoding/binary"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -51,9 +50,7 @@ func hintingCheckpoint(t *testing.T) string {
 // Loading a checkpoint and applying the events after it gives the state
 // that applying every event from the start gives.
 func TestCheckpointThenReplayEqualsFullReplay(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
+	rng := newRand(t, 2)
 	for round := 0; round < 40; round++ {
 		dir := t.TempDir()
 		live, err := Rebuild(vfs.Default, dir)

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +13,21 @@ import (
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
+
+var seedFlag = flag.Uint64("seed", 0, "seed of the random tests (0: pick one at random)")
+
+// newRand returns the generator of one stream of a random test, seeded
+// from -seed or at random, and logs the seed so that a failure can be
+// replayed with -seed.
+func newRand(t testing.TB, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (replay with -seed=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}
 
 func declared(t testing.TB) *Index {
 	t.Helper()
@@ -54,9 +70,7 @@ func randomEvents(rng *rand.Rand, n int) []*Event {
 // Applying every event twice in a row gives the state applying it once
 // gives: events carry absolute values.
 func TestApplyIsIdempotent(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := newRand(t, 0)
 	for round := 0; round < 200; round++ {
 		once, twice := declared(t), declared(t)
 		for i, e := range randomEvents(rng, 60) {
@@ -243,9 +257,7 @@ func TestCommitJoinsTheStreamUnlessTheCursorPassedIt(t *testing.T) {
 // then sequence, whatever the mix of in-order, out-of-order, nacked and
 // replayed messages.
 func TestReadyOrderMergesStreamAndActive(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := newRand(t, 1)
 	for round := 0; round < 100; round++ {
 		x := declared(t)
 		q := x.Queue("q")

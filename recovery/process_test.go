@@ -93,31 +93,33 @@ func testSeed(t *testing.T) uint64 {
 	return seed
 }
 
+// envCount returns the positive number the environment variable name
+// holds, or def when it is unset.
+func envCount(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "%s=%q", name, v)
+	require.Positive(t, n, name)
+	return n
+}
+
 // crashCycles is the number of process-crash cycles to run.
 func crashCycles(t *testing.T) int {
 	t.Helper()
-	if v := os.Getenv(cyclesEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err, "%s=%q", cyclesEnv, v)
-		require.Positive(t, n, cyclesEnv)
-		return n
-	}
 	if testing.Short() || raceEnabled() {
-		return 20
+		return envCount(t, cyclesEnv, 20)
 	}
-	return 200
+	return envCount(t, cyclesEnv, 200)
 }
 
 // soakEpoch is how many cycles one store lives through.
 func soakEpoch(t *testing.T) int {
 	t.Helper()
-	if v := os.Getenv(epochEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err, "%s=%q", epochEnv, v)
-		require.Positive(t, n, epochEnv)
-		return n
-	}
-	return 500
+	return envCount(t, epochEnv, 500)
 }
 
 // fastDir returns a fresh directory on tmpfs when the machine has one (the

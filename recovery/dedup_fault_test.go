@@ -61,14 +61,7 @@ func TestADuplicateOfAFailedPublishFails(t *testing.T) {
 	dir := fastDir(t)
 	gate := &prepGate{FS: vfs.Default, name: "0000000002.seg.tmp", held: make(chan struct{}), release: make(chan struct{})}
 	c := newClock(t0)
-	s, err := broker.Open(dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes, FS: gate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := s.Queue("events", policyOf("events"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, q := openQueue(t, dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes, FS: gate}, "events")
 	payload := []byte(strings.Repeat("p", 1000))
 	// Keyed publishes, one at a time, until one blocks: it needs the next
 	// segment, which the preparer is stuck making.

@@ -189,15 +189,7 @@ func TestFaultFdatasyncEIOFailsEveryWaiter(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	gate := newSyncGate(ffs, "0000000001.seg", func() bool { return ffs.Injected(vfs.OpSync) > 0 })
 	c := newClock(t0)
-	opts := broker.Options{Now: c.Now, SegmentBytes: 256 << 10, FS: gate}
-	s, err := broker.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := s.Queue("orders", policyOf("orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, q := openQueue(t, dir, broker.Options{Now: c.Now, SegmentBytes: 256 << 10, FS: gate}, "orders")
 	acked := map[string]string{}
 	for i := range 20 {
 		p := fmt.Sprintf("before-%02d|%s", i, strings.Repeat("b", 200))

@@ -46,6 +46,22 @@ func testSeed(t testing.TB) uint64 {
 	return seed
 }
 
+// openQueue opens the store in dir with opts and its queue name, declared
+// with the workload's policy for that name. A failure ends the test.
+func openQueue(t testing.TB, dir string, opts broker.Options, name string) (*broker.Store, *broker.Queue) {
+	t.Helper()
+	s, err := broker.Open(dir, opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	q, err := s.Queue(name, policyOf(name))
+	if err != nil {
+		_ = s.Close()
+		t.Fatalf("queue %s: %v", name, err)
+	}
+	return s, q
+}
+
 // fastDir returns a fresh directory on tmpfs when the machine has one (these
 // tests fdatasync a great deal and check logic, not the disk), else under
 // t.TempDir. It is removed when the test ends.

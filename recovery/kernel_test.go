@@ -95,14 +95,7 @@ func kernelTmpfsFull(t *testing.T) string {
 	}
 	dir := filepath.Join(mnt, "store")
 	c := newClock(t0)
-	s, err := broker.Open(dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := s.Queue("orders", policyOf("orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, q := openQueue(t, dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes}, "orders")
 	acked := map[string]string{}
 	var failure error
 	var failedPayload string
@@ -132,15 +125,8 @@ func kernelTmpfsFull(t *testing.T) string {
 	}
 	checkReopened(t, dir, c.Now().Add(checkDelay), acked, func(p string) bool { return p == failedPayload }, "a full disk, after freeing space")
 	// Space was freed: the store works again, through rotations.
-	s, err = broker.Open(dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes})
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s, q = openQueue(t, dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes}, "orders")
 	defer s.Close()
-	q, err = s.Queue("orders", policyOf("orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 100 {
 		if _, err := q.Publish(bg(), []byte(fmt.Sprintf("again-%d|%s", i, strings.Repeat("y", 1000)))); err != nil {
 			t.Fatalf("publish %d after space was freed: %v", i, err)

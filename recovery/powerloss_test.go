@@ -761,15 +761,8 @@ func TestSyncNoneLosesOnlyTheLastInterval(t *testing.T) {
 	dir := filepath.Join(root, "store")
 	cfs := vfs.NewCrashFS(vfs.Default)
 	c := newClock(t0)
-	s, err := broker.Open(dir, broker.Options{Now: c.Now, Sync: broker.SyncNone, SyncInterval: interval, SegmentBytes: broker.MinSegmentBytes, FS: cfs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, q := openQueue(t, dir, broker.Options{Now: c.Now, Sync: broker.SyncNone, SyncInterval: interval, SegmentBytes: broker.MinSegmentBytes, FS: cfs}, "orders")
 	defer func() { _ = s.Close() }()
-	q, err := s.Queue("orders", policyOf("orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	published := map[string]string{}
 	for i := range 20 {
 		p := payloadOf("orders", i, 0) + strings.Repeat("n", 100)
@@ -819,14 +812,7 @@ func TestAPowerLossAfterACleanReopenKeepsWhatTheReopenedStoreAcknowledged(t *tes
 	c := newClock(t0)
 	published := map[string]string{}
 	for round := range 2 {
-		s, err := broker.Open(dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := s.Queue("orders", policyOf("orders"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, q := openQueue(t, dir, broker.Options{Now: c.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}, "orders")
 		for i := range 5 {
 			p := payloadOf("orders", 10*round+i, 0)
 			m, err := q.Publish(bg(), []byte(p))
@@ -842,7 +828,7 @@ func TestAPowerLossAfterACleanReopenKeepsWhatTheReopenedStoreAcknowledged(t *tes
 			continue
 		}
 		clone := filepath.Join(root, "clone")
-		err = cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})
+		err := cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})
 		_ = s.Close()
 		if err != nil {
 			t.Fatal(err)

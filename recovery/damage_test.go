@@ -608,6 +608,32 @@ func checkSalvaged(obs *observation, j *journal, touched map[string]bool) (class
 	return class, strings.Join(out, "\n")
 }
 
+// crashRun is a run of the workload whose process died before Close.
+type crashRun struct {
+	dir string       // where it ran
+	cfs *vfs.CrashFS // what it ran on, for more clones
+	j   *journal     // its calls, with the fdatasyncs a syncWatchFS saw
+	all string       // a clone keeping every byte written, as a process crash keeps them
+}
+
+// runToCrash runs w in root/run-i on a CrashFS that crashes before Close,
+// and fails the test unless the workload ran.
+func runToCrash(t *testing.T, root string, i int, w workload) crashRun {
+	t.Helper()
+	run := crashRun{dir: filepath.Join(root, fmt.Sprintf("run-%d", i)), cfs: vfs.NewCrashFS(vfs.Default)}
+	watch := newSyncWatchFS(run.cfs)
+	w.beforeClose = run.cfs.Crash
+	run.j = w.run(run.dir, watch, watch)
+	if run.j.failed != nil || run.j.openErr != nil {
+		t.Fatalf("the workload failed: %v", run.j)
+	}
+	run.all = run.dir + "-all"
+	if err := run.cfs.CrashClone(run.all, vfs.CrashOptions{Root: run.dir, KeepUnsyncedFraction: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
 // TestDamageSyncedTailOfACrashedStore damages synced bytes of the last
 // segment of a store that crashed: no clean mark vouches for where its log
 // ends, so the synced offsets of the frames after the damage are all that
@@ -634,16 +660,8 @@ func TestDamageSyncedTailOfACrashedStore(t *testing.T) {
 	}
 	var tpls []crashed
 	for i := 0; len(tpls) < 3 && i < 20; i++ {
-		dir := filepath.Join(root, fmt.Sprintf("run-%d", i))
-		cfs := vfs.NewCrashFS(vfs.Default)
-		j := workload{seed: seed + uint64(i), steps: 200, mode: broker.SyncAll, beforeClose: cfs.Crash}.run(dir, cfs, nil)
-		if j.failed != nil || j.openErr != nil {
-			t.Fatalf("the workload failed: %v", j)
-		}
-		all := dir + "-all"
-		if err := cfs.CrashClone(all, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1}); err != nil {
-			t.Fatal(err)
-		}
+		run := runToCrash(t, root, i, workload{seed: seed + uint64(i), steps: 200, mode: broker.SyncAll})
+		j, all := run.j, run.all
 		last, data, frames := segmentAt(t, all, -1)
 		synced := lastSynced(frames)
 		if synced <= segHeader {
@@ -695,21 +713,11 @@ func TestDamageUnsyncedTail(t *testing.T) {
 	}
 	var tpls []crashed
 	for i := 0; len(tpls) < 3 && i < 20; i++ {
-		dir := filepath.Join(root, fmt.Sprintf("run-%d", i))
-		cfs := vfs.NewCrashFS(vfs.Default)
-		watch := newSyncWatchFS(cfs)
 		// Under SyncNone, with no background fdatasync within the run,
 		// only rotations sync: the tail of the last segment is unsynced.
-		w := workload{seed: seed + uint64(i), steps: 200, mode: broker.SyncNone, syncInterval: time.Hour, beforeClose: cfs.Crash}
-		j := w.run(dir, watch, watch)
-		if j.failed != nil || j.openErr != nil {
-			t.Fatalf("the workload failed: %v", j)
-		}
-		all, synced := dir+"-all", dir+"-synced"
-		if err := cfs.CrashClone(all, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := cfs.CrashClone(synced, vfs.CrashOptions{Root: dir}); err != nil {
+		run := runToCrash(t, root, i, workload{seed: seed + uint64(i), steps: 200, mode: broker.SyncNone, syncInterval: time.Hour})
+		j, all, synced := run.j, run.all, run.dir+"-synced"
+		if err := run.cfs.CrashClone(synced, vfs.CrashOptions{Root: run.dir}); err != nil {
 			t.Fatal(err)
 		}
 		last, a, frames := segmentAt(t, all, -1)

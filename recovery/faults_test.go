@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/vfs"
@@ -91,29 +90,6 @@ func checkFailStop(s *broker.Store, queues map[string]*broker.Queue, leases []he
 	_, err = s.Queue("another", policyOf("orders"))
 	check("Store.Queue of a new queue", err)
 	return bad
-}
-
-// checkReopened reopens the store in dir with the clock at `at` and checks
-// that it lost nothing acknowledged and invented nothing: it holds every
-// message of acked (ID → payload) with its payload, and any other message
-// it holds has a payload mayHold accepts (that of a publish that failed,
-// which may or may not have reached the log). what names the case.
-func checkReopened(t *testing.T, dir string, at time.Time, acked map[string]string, mayHold func(payload string) bool, what string) {
-	t.Helper()
-	obs, err := observe(dir, at, nil, broker.Options{})
-	if err != nil {
-		t.Fatalf("%s: reopen: %v", what, err)
-	}
-	for id, p := range acked {
-		if got, ok := obs.msgs[id]; !ok || got.payload != p {
-			t.Errorf("%s: acknowledged message %s lost (found %v)", what, id, got)
-		}
-	}
-	for id, o := range obs.msgs {
-		if _, ok := acked[id]; !ok && !mayHold(o.payload) {
-			t.Errorf("%s: message %s (%v) was never published", what, id, o)
-		}
-	}
 }
 
 // syncGate wraps a file system and holds the first fdatasync of the file

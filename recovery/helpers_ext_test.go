@@ -46,6 +46,29 @@ func testSeed(t testing.TB) uint64 {
 	return seed
 }
 
+// checkReopened reopens the store in dir with the clock at `at` and checks
+// that it lost nothing acknowledged and invented nothing: it holds every
+// message of acked (ID → payload) with its payload, and any other message
+// it holds has a payload mayHold accepts (that of a publish that failed,
+// which may or may not have reached the log). what names the case.
+func checkReopened(t *testing.T, dir string, at time.Time, acked map[string]string, mayHold func(payload string) bool, what string) {
+	t.Helper()
+	obs, err := observe(dir, at, nil, broker.Options{})
+	if err != nil {
+		t.Fatalf("%s: reopen: %v", what, err)
+	}
+	for id, p := range acked {
+		if got, ok := obs.msgs[id]; !ok || got.payload != p {
+			t.Errorf("%s: acknowledged message %s lost (found %v)", what, id, got)
+		}
+	}
+	for id, o := range obs.msgs {
+		if _, ok := acked[id]; !ok && !mayHold(o.payload) {
+			t.Errorf("%s: message %s (%v) was never published", what, id, o)
+		}
+	}
+}
+
 // openQueue opens the store in dir with opts and its queue name, declared
 // with the workload's policy for that name. A failure ends the test.
 func openQueue(t testing.TB, dir string, opts broker.Options, name string) (*broker.Store, *broker.Queue) {

@@ -44,6 +44,14 @@
 // refused too. A drain or reopen whose prefilled store would not fit in
 // the free space of -dir is refused before anything is made there (exit
 // 1): aimed at a production disk, a mistyped -messages would fill it.
+// A workload whose estimated peak memory (producers × message size × the
+// copies a Publish makes, the deliveries in hand, the prefill's batches,
+// the histograms) is above 80% of what the machine has available (Linux:
+// MemAvailable, or less where the run's cgroup has a closer limit; not
+// checked on macOS) is refused the same way, naming the workload, the
+// estimate, what is available and the flags to lower: 1,024 producers of
+// 1 MiB messages take about 5 GB, and a run the kernel kills for want of
+// memory loses what it measured. -force-memory runs it anyway.
 //
 // Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in
 // B, KiB and MiB (2^10 and 2^20 bytes); latencies in µs and ms.

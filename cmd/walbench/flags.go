@@ -36,6 +36,9 @@ type config struct {
 	workloads []string // of kindWAL, kindPublish, kindDrain, kindMixed, kindSweep, in order
 	reopen    bool     // the reopen workload, after the rounds
 	recommend bool
+	// forceMemory: run every workload, however much memory it is
+	// estimated to need (see memory.go).
+	forceMemory bool
 
 	probeProducers []int // probe alone: the ceilings to compute
 	probeSizes     []int
@@ -206,6 +209,9 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else at least %v)", minWindow))
 		}
 	}
+	forceMemory := func() {
+		fs.BoolVar(&c.forceMemory, "force-memory", false, fmt.Sprintf("run each workload even when its estimated peak memory is above %.0f%% of what this machine has available (without it, such a workload is refused before anything runs, and such a point of a sweep is skipped and listed as not measured); the kernel may then kill the run for want of memory, and what it measured is lost", 100*memoryShare))
+	}
 	warmup := func() {
 		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start)")
 	}
@@ -213,6 +219,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "profile":
 		c.workloads, c.recommend = []string{kindPublish, kindDrain}, true
 		common(true)
+		forceMemory()
 		warmup()
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
@@ -227,6 +234,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "publish":
 		c.workloads = []string{kindPublish}
 		common(true)
+		forceMemory()
 		warmup()
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
@@ -236,6 +244,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "drain":
 		c.workloads, c.probeTime = []string{kindDrain}, 0
 		common(false)
+		forceMemory()
 		fs.StringVar(&c.drain.method, "method", c.drain.method, "consume (broker.Consume) or receive-ack (goroutines calling Receive, then Ack for each)")
 		v.ints(fs, &c.drain.consumers, "consumers", fmt.Sprintf("Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count` (at most %d)", maxConsumers))
 		v.ints(fs, &c.drain.batches, "batch", fmt.Sprintf("Consume's Batch, or Receive's max: one workload per `count` (at most %d)", maxBatch))
@@ -247,6 +256,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
 		common(false)
+		forceMemory()
 		warmup()
 		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, fmt.Sprintf("`N` producers, sharing the target rate (at most %d)", maxProducers))
 		v.rates(fs, &c.mixedRates, "rate", "target publish `rates` in msgs/s, all producers together, one workload per rate (each producer publishing at least once in -time, at most a million times a second)")
@@ -260,12 +270,14 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
 		common(false)
+		forceMemory()
 		fs.IntVar(&c.reopenLoad.messages, "messages", c.reopenLoad.messages, "fill the store with `N` pending messages")
 		fs.IntVar(&c.reopenLoad.size, "size", c.reopenLoad.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 	case "sweep":
 		c.workloads, c.recommend = []string{kindSweep}, true
 		common(true)
+		forceMemory()
 		warmup()
 		v.ints(fs, &c.sweep.producers, "producers", fmt.Sprintf("the grid's producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
@@ -277,6 +289,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	case "wal":
 		c.workloads = []string{kindWAL}
 		common(true)
+		forceMemory()
 		warmup()
 		v.ints(fs, &c.wal.appenders, "producers", fmt.Sprintf("concurrent appenders, one workload per `count` (at most %d)", maxProducers))
 		v.segmentSources(fs, &c.wal.segments, "segments", "where each rotation's next segment comes from, one workload per `source`: new (written full of zeros, as a growing log's are) or reused (a file the log retired, as in a log whose reader keeps up)")
@@ -295,6 +308,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		// rate shows.
 		c.mixedRates = []float64{2000, 20000}
 		common(true)
+		forceMemory()
 	case "report":
 		fs.StringVar(&c.in, "in", "", "read the results from `FILE`, written by -json")
 		fs.StringVar(&c.bench, "bench", "", "rewrite the part of `FILE` between "+beginMarker+" and "+endMarker+" from them")

@@ -240,6 +240,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		fmt.Fprintf(stderr, "walbench: %v\n", err)
 		return exitError
 	}
+	if err := checkMemory(cfg, e); err != nil {
+		fmt.Fprintf(stderr, "walbench: %v\n", err)
+		return exitError
+	}
 	var jsonOut *pendingFile
 	if cfg.jsonFile != "" {
 		var finish func() bool

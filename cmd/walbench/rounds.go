@@ -29,6 +29,9 @@ type env struct {
 	// outFS is the file system of the files written for the operator
 	// (-json, BENCH.md); nil: the real one. For tests.
 	outFS vfs.FS
+	// memAvailable, when not nil, is the memory available, in place of
+	// the system's figure (see available). For tests.
+	memAvailable func() (int64, error)
 }
 
 // outputFS is the file system of the files written for the operator.

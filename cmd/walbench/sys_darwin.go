@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -26,3 +27,11 @@ func loadAvg() (avg [3]float64) { return avg }
 
 // termiosRequest is the ioctl that reads a terminal's settings.
 const termiosRequest = unix.TIOCGETA
+
+// availableMemory is not told on macOS: it has no figure like Linux's
+// MemAvailable (its free pages leave out the file cache it would give
+// back, and would refuse settings that fit), so walbench does not check
+// a workload's memory there.
+func availableMemory() (int64, error) {
+	return 0, errors.ErrUnsupported
+}

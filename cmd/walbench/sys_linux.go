@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,3 +51,21 @@ func loadAvg() (avg [3]float64) {
 
 // termiosRequest is the ioctl that reads a terminal's settings.
 const termiosRequest = unix.TCGETS
+
+// availableMemory is the memory this machine can give walbench now:
+// /proc/meminfo's MemAvailable, or less where walbench's cgroup (a
+// container's) has a limit closer than that.
+func availableMemory() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	avail, err := memInfoAvailable(string(b))
+	if err != nil {
+		return 0, err
+	}
+	if room, ok := cgroupRoom(os.ReadFile); ok {
+		avail = min(avail, room)
+	}
+	return avail, nil
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMemoryEstimateGrows: every workload's estimate grows with what it
+// holds in memory: its producers (or consumers) and its message size.
+func TestMemoryEstimateGrows(t *testing.T) {
+	sizes := []int{1, 1024, 64 << 10, 1 << 20}
+	counts := []int{1, 16, 256, 1024}
+	for _, tc := range []struct {
+		name string
+		load func(n, size int) sizedLoad
+	}{
+		{"publish", func(n, size int) sizedLoad { return publishLoad{producers: n, size: size} }},
+		{"wal", func(n, size int) sizedLoad { return walLoad{appenders: n, recordBytes: size} }},
+		{"mixed", func(n, size int) sizedLoad { return mixedLoad{producers: n, consumers: 16, batch: 16, size: size} }},
+		{"drain consume", func(n, size int) sizedLoad {
+			return drainLoad{method: drainConsume, consumers: n, batch: 64, messages: 100_000, size: size}
+		}},
+		{"drain receive-ack", func(n, size int) sizedLoad {
+			return drainLoad{method: drainReceiveAck, consumers: n, batch: 64, messages: 100_000, size: size}
+		}},
+		{"sweep", func(n, size int) sizedLoad {
+			return sweepPointLoad{sweepLoad{consumers: 64, batch: 64}, sweepPoint{producers: n, size: size}}
+		}},
+	} {
+		for i, n := range counts {
+			for j, size := range sizes {
+				got, _ := tc.load(n, size).memory()
+				if i > 0 {
+					if fewer, _ := tc.load(counts[i-1], size).memory(); got <= fewer {
+						t.Errorf("%s: %d × %d B: estimate %d, not above %d for %d", tc.name, n, size, got, fewer, counts[i-1])
+					}
+				}
+				if j > 0 {
+					if smaller, _ := tc.load(n, sizes[j-1]).memory(); got <= smaller {
+						t.Errorf("%s: %d × %d B: estimate %d, not above %d for %d B", tc.name, n, size, got, smaller, sizes[j-1])
+					}
+				}
+			}
+		}
+	}
+	for j := 1; j < len(sizes); j++ {
+		a, _ := reopenLoad{messages: 1000, size: sizes[j-1]}.memory()
+		b, _ := reopenLoad{messages: 1000, size: sizes[j]}.memory()
+		if b <= a {
+			t.Errorf("reopen: %d B: estimate %d, not above %d for %d B", sizes[j], b, a, sizes[j-1])
+		}
+	}
+	// The figure that made the check necessary: 1,024 producers of 1 MiB
+	// took 4.44 GB at its peak.
+	if got, _ := (publishLoad{producers: 1024, size: 1 << 20}).memory(); got < 4_440_000_000 || got > 6<<30 {
+		t.Errorf("publish, 1024 × 1 MiB: estimate %s, want above the 4.44 GB measured and not far", formatMemory(got))
+	}
+}
+
+// sweepPointLoad is point p of a sweep as a sizedLoad.
+type sweepPointLoad struct {
+	l sweepLoad
+	p sweepPoint
+}
+
+func (s sweepPointLoad) String() string                     { return s.p.String() }
+func (s sweepPointLoad) memory() (need int64, lower string) { return s.l.memory(s.p) }
+
+// availableIs is an env whose available memory is n bytes.
+func availableIs(n int64) *env {
+	return &env{memAvailable: func() (int64, error) { return n, nil }}
+}
+
+// TestMemoryRefused: a workload whose estimate is above 80% of the memory
+// available is refused before anything is made, with an error naming it,
+// the estimate, what is available and what to lower; -force-memory lets
+// it run.
+func TestMemoryRefused(t *testing.T) {
+	need, _ := publishLoad{producers: 4, size: 64 << 10}.memory()
+	available := int64(float64(need) / memoryShare * 0.9) // need is above 80% of it
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		names []string // in the error
+	}{
+		{"publish", []string{"publish", "-producers", "1,4", "-size", "65536", "-time", "20ms", "-warmup", "0", "-probe-time", "0"},
+			[]string{"publish, 4 producers, 65536 B", "lower -producers or -size"}},
+		{"wal", []string{"wal", "-producers", "4", "-size", "65536", "-time", "20ms", "-warmup", "0", "-probe-time", "0", "-segments", "new"},
+			[]string{"wal append, 4 appenders, 65536 B", "lower -producers or -size"}},
+		{"drain", []string{"drain", "-consumers", "1024", "-batch", "1", "-messages", "2000", "-size", "65536", "-sync", "none"},
+			[]string{"drain via Consume, batch 1, concurrency 1024", "lower -consumers or -size"}},
+		{"mixed", []string{"mixed", "-producers", "16", "-size", "65536", "-rate", "1600", "-time", "20ms", "-warmup", "0"},
+			[]string{"mixed, 16 producers", "lower -producers, -consumers or -size"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := benchDir(t)
+			r := runWith(t, context.Background(), availableIs(available), append(tc.args, "-dir", dir)...)
+			if r.code != exitError {
+				t.Fatalf("exit %d, want %d: a workload above the memory available is refused", r.code, exitError)
+			}
+			want := append(tc.names, "needs about", formatMemory(available)+" is available", "-force-memory")
+			for _, w := range want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr %q does not say %q", r.stderr, w)
+				}
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q: nothing was to be measured", r.stdout)
+			}
+			assertDirEmpty(t, dir)
+		})
+	}
+
+	t.Run("force", func(t *testing.T) {
+		dir := benchDir(t)
+		out := jsonPath(t)
+		r := runWith(t, context.Background(), availableIs(available),
+			"publish", "-producers", "1,4", "-size", "65536", "-time", "20ms", "-warmup", "0", "-probe-time", "0", "-force-memory", "-dir", dir, "-json", out)
+		if r.code != exitOK {
+			t.Fatalf("exit %d with -force-memory, want %d", r.code, exitOK)
+		}
+		if rep := readReport(t, out); len(rep.Rows) != 2 {
+			t.Errorf("%d rows, want both workloads measured", len(rep.Rows))
+		}
+	})
+
+	t.Run("fits", func(t *testing.T) {
+		dir := benchDir(t)
+		r := runWith(t, context.Background(), availableIs(need*2),
+			"publish", "-producers", "1,4", "-size", "65536", "-time", "20ms", "-warmup", "0", "-probe-time", "0", "-dir", dir)
+		if r.code != exitOK {
+			t.Fatalf("exit %d with twice the estimate available, want %d", r.code, exitOK)
+		}
+	})
+
+	t.Run("unknown", func(t *testing.T) {
+		// Where the available memory cannot be told (macOS), the run goes.
+		dir := benchDir(t)
+		e := &env{memAvailable: func() (int64, error) { return 0, errors.ErrUnsupported }}
+		if r := runWith(t, context.Background(), e,
+			"publish", "-producers", "4", "-size", "65536", "-time", "20ms", "-warmup", "0", "-probe-time", "0", "-dir", dir); r.code != exitOK {
+			t.Fatalf("exit %d with the available memory unknown, want %d", r.code, exitOK)
+		}
+	})
+}
+
+// TestAvailableMemoryParsed: MemAvailable is read from /proc/meminfo's
+// text, and a cgroup's limit, less its usage but its inactive page cache,
+// bounds it.
+func TestAvailableMemoryParsed(t *testing.T) {
+	meminfo := "MemTotal:       24683664 kB\nMemFree:        21856248 kB\nMemAvailable:   23232316 kB\n"
+	if got, err := memInfoAvailable(meminfo); err != nil || got != 23232316<<10 {
+		t.Errorf("memInfoAvailable = %d, %v; want %d", got, err, int64(23232316)<<10)
+	}
+	if _, err := memInfoAvailable("MemTotal: 1 kB\n"); err == nil {
+		t.Error("memInfoAvailable without MemAvailable: no error")
+	}
+
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if s, ok := m[p]; ok {
+				return []byte(s), nil
+			}
+			return nil, os.ErrNotExist
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		room  int64
+		ok    bool
+	}{
+		{"v2", map[string]string{
+			"/sys/fs/cgroup/memory.max": "2147483648\n", "/sys/fs/cgroup/memory.current": "1073741824\n",
+			"/sys/fs/cgroup/memory.stat": "anon 1\ninactive_file 536870912\nactive_file 2\n",
+		}, 1610612736, true},
+		{"v2 no limit", map[string]string{"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "1\n"}, 0, false},
+		{"v1", map[string]string{
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824\n", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "805306368\n",
+			"/sys/fs/cgroup/memory/memory.stat": "cache 1\ntotal_inactive_file 268435456\n",
+		}, 536870912, true},
+		{"v1 no limit", map[string]string{
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "1\n",
+		}, 0, false},
+		{"over", map[string]string{"/sys/fs/cgroup/memory.max": "100\n", "/sys/fs/cgroup/memory.current": "200\n"}, 0, true},
+		{"none", map[string]string{}, 0, false},
+	} {
+		room, ok := cgroupRoom(files(tc.files))
+		if room != tc.room || ok != tc.ok {
+			t.Errorf("%s: cgroupRoom = %d, %v; want %d, %v", tc.name, room, ok, tc.room, tc.ok)
+		}
+	}
+}

@@ -51,7 +51,9 @@
 // checked on macOS) is refused the same way, naming the workload, the
 // estimate, what is available and the flags to lower: 1,024 producers of
 // 1 MiB messages take about 5 GB, and a run the kernel kills for want of
-// memory loses what it measured. -force-memory runs it anyway.
+// memory loses what it measured. A sweep skips such a point instead, says
+// so on stderr, and lists it under the recommendation's not_measured.
+// -force-memory runs them anyway.
 //
 // Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in
 // B, KiB and MiB (2^10 and 2^20 bytes); latencies in µs and ms.
@@ -403,7 +405,11 @@
 //	                     when none
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
-//	                     failure or Ctrl-C): not compared; omitted when none
+//	                     failure or Ctrl-C), and [{"sync", "segment_bytes",
+//	                     "producers", "size", "memory_bytes", "available_bytes"}],
+//	                     the points it skipped because their estimated memory
+//	                     was above 80% of the memory available then: not
+//	                     compared; omitted when none
 //	  }
 //	}
 //

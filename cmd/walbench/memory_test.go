@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
 // TestMemoryEstimateGrows: every workload's estimate grows with what it
@@ -145,6 +148,65 @@ func TestMemoryRefused(t *testing.T) {
 			t.Fatalf("exit %d with the available memory unknown, want %d", r.code, exitOK)
 		}
 	})
+}
+
+// TestMemorySweepSkips: a sweep skips the points whose estimate does not
+// fit, says so, and lists them as not measured; the others are measured.
+// -force-memory measures them all.
+func TestMemorySweepSkips(t *testing.T) {
+	l := sweepLoad{consumers: 4, batch: 8}
+	big, _ := l.memory(sweepPoint{producers: 4, size: 65536})
+	next, _ := l.memory(sweepPoint{producers: 1, size: 65536})
+	available := int64(float64(big+next) / 2 / memoryShare) // between the two
+	args := []string{"sweep", "-producers", "1,4", "-size", "100,65536", "-segment-bytes", "4MiB", "-sync", "all",
+		"-time", "20ms", "-warmup", "0", "-probe-time", "0", "-consumers", "4", "-batch", "8"}
+
+	dir, out := benchDir(t), jsonPath(t)
+	r := runWith(t, context.Background(), availableIs(available), append(args, "-dir", dir, "-json", out)...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want %d: a point skipped does not fail the sweep", r.code, exitOK)
+	}
+	rep := readReport(t, out)
+	if len(rep.Rows) != 3 {
+		t.Errorf("%d rows, want the 3 points that fit", len(rep.Rows))
+	}
+	for _, row := range rep.Rows {
+		if row.Producers == 4 && row.Size == 65536 {
+			t.Errorf("%s measured, above the memory available", row.Workload)
+		}
+	}
+	point := sweepPoint{producers: 4, size: 65536, segmentBytes: 4 << 20, sync: broker.SyncAll}
+	if want := fmt.Sprintf("sweep, %v: skipped, not measured", point); !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "lower -producers or -size") {
+		t.Errorf("stderr does not say %q and what to lower:\n%s", want, r.stderr)
+	}
+	rec := rep.Recommendation
+	if rec == nil {
+		t.Fatal("no recommendation from the points measured")
+	}
+	want := Setting{Sync: "all", SegmentBytes: 4 << 20, Producers: 4, Size: 65536, MemoryBytes: big, AvailableBytes: available}
+	if len(rec.NotMeasured) != 1 || rec.NotMeasured[0] != want {
+		t.Errorf("not measured: %+v, want only %+v", rec.NotMeasured, want)
+	}
+	if !strings.Contains(r.stdout, "4 producers × 65536 B, sync=all, 4 MiB segments") {
+		t.Errorf("the recommendation does not name the point skipped:\n%s", r.stdout)
+	}
+
+	// Every point skipped: nothing measured is a failure, said as such.
+	dir = benchDir(t)
+	r = runWith(t, context.Background(), availableIs(1<<20), append(args, "-dir", dir)...)
+	if r.code != exitError || !strings.Contains(r.stderr, "every point skipped") || strings.Count(r.stderr, "skipped, not measured") != 4 {
+		t.Errorf("exit %d, stderr %q; want %d, each of the 4 points skipped and the sweep failed for it", r.code, r.stderr, exitError)
+	}
+	assertDirEmpty(t, dir)
+
+	dir, out = benchDir(t), jsonPath(t)
+	r = runWith(t, context.Background(), availableIs(available), append(args, "-force-memory", "-dir", dir, "-json", out)...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d with -force-memory, want %d", r.code, exitOK)
+	}
+	if rep := readReport(t, out); len(rep.Rows) != 4 || rep.Recommendation == nil || len(rep.Recommendation.NotMeasured) != 0 {
+		t.Errorf("with -force-memory: %d rows, recommendation %+v; want the 4 points measured, none listed as not", len(rep.Rows), rep.Recommendation)
+	}
 }
 
 // TestAvailableMemoryParsed: MemAvailable is read from /proc/meminfo's

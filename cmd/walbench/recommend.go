@@ -51,19 +51,26 @@ type Recommendation struct {
 	// with whole ones.
 	Unscored []Setting `json:"unscored,omitempty"`
 	// NotMeasured are the durable settings a sweep was to measure that the
-	// run ended before (a failure, or Ctrl-C): the recommendation did not
-	// compare them.
+	// run ended before (a failure, or Ctrl-C), and the points of the sweep
+	// it skipped because their estimated memory did not fit (Producers and
+	// Size set): the recommendation did not compare them.
 	NotMeasured []Setting `json:"not_measured,omitempty"`
 }
 
 // notMeasured returns the durable settings among syncs × segments that no
-// sweep row measured: a run that ended early never reached them.
-func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64) []Setting {
+// sweep row measured, a run that ended early never having reached them,
+// then the durable points of skipped, the points the sweep skipped for
+// their memory. A setting whose points were skipped is not listed whole:
+// its points are.
+func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped []Setting) []Setting {
 	seen := map[Setting]bool{}
 	for _, r := range rows {
 		if r.Kind == kindSweep {
 			seen[Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes}] = true
 		}
+	}
+	for _, k := range skipped {
+		seen[k.setting()] = true
 	}
 	var out []Setting
 	for _, m := range syncs {
@@ -74,6 +81,11 @@ func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64) []Settin
 			}
 		}
 	}
+	for _, k := range skipped {
+		if durable(k.Sync) {
+			out = append(out, k)
+		}
+	}
 	return out
 }
 
@@ -82,6 +94,22 @@ func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64) []Settin
 type Setting struct {
 	Sync         string `json:"sync"`
 	SegmentBytes int64  `json:"segment_bytes"`
+	// Producers and Size, when set, make it one point of a sweep's grid,
+	// skipped because MemoryBytes, its estimated peak memory, did not fit
+	// in AvailableBytes, the memory then available (see memory.go).
+	Producers      int   `json:"producers,omitempty"`
+	Size           int   `json:"size,omitempty"`
+	MemoryBytes    int64 `json:"memory_bytes,omitempty"`
+	AvailableBytes int64 `json:"available_bytes,omitempty"`
+}
+
+// setting is s without its point.
+func (s Setting) setting() Setting { return Setting{Sync: s.Sync, SegmentBytes: s.SegmentBytes} }
+
+// point is s without its memory figures: which point of the grid it is.
+func (s Setting) point() Setting {
+	s.MemoryBytes, s.AvailableBytes = 0, 0
+	return s
 }
 
 // Score is how one setting did: the geometric mean, over the points it was
@@ -479,12 +507,21 @@ func recommendationLines(rec *Recommendation) []string {
 		}
 		lines = append(lines, fmt.Sprintf("not scored, the run having been interrupted before any of their workloads was measured whole: %s", strings.Join(cut, "; ")))
 	}
-	if len(rec.NotMeasured) > 0 {
-		var never []string
-		for _, u := range rec.NotMeasured {
+	var never, tooLarge []string
+	for _, u := range rec.NotMeasured {
+		if u.Producers == 0 {
 			never = append(never, fmt.Sprintf("sync=%s, %s segments", u.Sync, formatBytes(u.SegmentBytes)))
+			continue
 		}
+		tooLarge = append(tooLarge, fmt.Sprintf("%s × %d B, sync=%s, %s segments (about %s, %s available)",
+			plural(u.Producers, "producer"), u.Size, u.Sync, formatBytes(u.SegmentBytes), formatMemory(u.MemoryBytes), formatMemory(u.AvailableBytes)))
+	}
+	if len(never) > 0 {
 		lines = append(lines, fmt.Sprintf("not measured, the run having ended before them, so not compared: %s; this recommendation is only among the settings above", strings.Join(never, "; ")))
+	}
+	if len(tooLarge) > 0 {
+		lines = append(lines, fmt.Sprintf("not measured, their estimated memory being above %.0f%% of what this machine had available, so not compared (lower -producers or -size, or pass -force-memory): %s",
+			100*memoryShare, strings.Join(tooLarge, "; ")))
 	}
 	switch rec.Sync {
 	case broker.SyncPublish.String():

@@ -545,7 +545,7 @@ func TestRecommendNamesTheSettingsARunNeverReached(t *testing.T) {
 	rows := grid("all", 4*mib, [3]float64{1000, 10000, 20000}, 50000)
 	rows = append(rows, cut(sweepRow("all", 16*mib, 1, 1024, 1000, 0, 100)))
 	syncs := []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}
-	never := notMeasured(rows, syncs, []int64{4 * mib, 16 * mib, 0})
+	never := notMeasured(rows, syncs, []int64{4 * mib, 16 * mib, 0}, nil)
 	want := []Setting{
 		{Sync: "all", SegmentBytes: 64 * mib},
 		{Sync: "publish", SegmentBytes: 4 * mib}, {Sync: "publish", SegmentBytes: 16 * mib}, {Sync: "publish", SegmentBytes: 64 * mib},
@@ -559,7 +559,7 @@ func TestRecommendNamesTheSettingsARunNeverReached(t *testing.T) {
 	if !strings.Contains(text, "not measured, the run having ended before them, so not compared: sync=all, 64 MiB segments; sync=publish, 4 MiB segments") {
 		t.Errorf("the recommendation does not say what it never measured:\n%s", text)
 	}
-	if notMeasured(append(rows, grid("all", 64*mib, [3]float64{1, 1, 1}, 1)...), []broker.SyncMode{broker.SyncAll}, []int64{4 * mib, 16 * mib, 0}) != nil {
+	if notMeasured(append(rows, grid("all", 64*mib, [3]float64{1, 1, 1}, 1)...), []broker.SyncMode{broker.SyncAll}, []int64{4 * mib, 16 * mib, 0}, nil) != nil {
 		t.Errorf("a sweep that reached every setting names some as not measured")
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -32,6 +33,9 @@ type env struct {
 	// memAvailable, when not nil, is the memory available, in place of
 	// the system's figure (see available). For tests.
 	memAvailable func() (int64, error)
+	// skipped are the points of the sweep skipped because their estimated
+	// memory did not fit, each once, whatever the round.
+	skipped []Setting
 }
 
 // outputFS is the file system of the files written for the operator.
@@ -98,7 +102,7 @@ func (c *config) jobs(e *env) []job {
 			}
 		case kindSweep:
 			l := sweepLoad{warmup: c.warmup, duration: c.sweep.duration, consumers: c.sweep.consumers, batch: c.sweep.batch,
-				fs: e.fs, hangTimeout: e.hangTimeout}
+				forceMemory: c.forceMemory, fs: e.fs, hangTimeout: e.hangTimeout}
 			for _, p := range sweepGrid(c.sweep.producers, c.sweep.sizes, c.sweep.segments, c.sweep.syncs) {
 				out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) {
 					return runSweepPoint(ctx, e, dir, l, p)
@@ -184,6 +188,13 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 			break
 		}
 	}
+	if err == nil && ctx.Err() == nil && len(e.skipped) > 0 && !slices.ContainsFunc(rounds, func(rows []Row) bool {
+		return slices.ContainsFunc(rows, func(r Row) bool { return r.Kind == kindSweep })
+	}) {
+		// A sweep that measured nothing is not a success: each point it
+		// skipped said why on stderr.
+		err = fmt.Errorf("sweep: every point skipped, its estimated memory above %.0f%% of what this machine has available: lower -producers or -size, or pass -force-memory", 100*memoryShare)
+	}
 	if len(probes) > 0 {
 		s := summarize(probes, len(probes) > 1)
 		rep.Probe = &s
@@ -197,7 +208,7 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 		if rep.Recommendation != nil {
 			rep.Recommendation.InMemory = inMemory(rep.Machine)
 			if rep.Recommendation.Basis == kindSweep {
-				rep.Recommendation.NotMeasured = notMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments)
+				rep.Recommendation.NotMeasured = notMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -23,6 +24,9 @@ type sweepPoint struct {
 type sweepLoad struct {
 	warmup, duration time.Duration
 	consumers, batch int // of the drains
+	// forceMemory: measure every point, however much memory it is
+	// estimated to need; otherwise a point that would not fit is skipped.
+	forceMemory bool
 
 	fs          vfs.FS
 	hangTimeout time.Duration
@@ -51,6 +55,10 @@ func (p sweepPoint) String() string {
 // runSweepPoint measures point p of l on a new store in a new subdirectory
 // of parent, and closes and removes it, as runPublish does.
 func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p sweepPoint) (r Row, measured bool, err error) {
+	if skip := l.skipMemory(env, p); skip != nil {
+		env.progress.printf("walbench: %v", skip)
+		return r, false, nil
+	}
 	pl := publishLoad{
 		producers: p.producers, size: p.size, sync: p.sync, segmentBytes: p.segmentBytes,
 		warmup: l.warmup, duration: l.duration, fs: l.fs, hangTimeout: l.hangTimeout,
@@ -88,6 +96,36 @@ func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p 
 	r.Interrupted = r.Interrupted || res.interrupted
 	return r, true, nil
 }
+
+// skipMemory is why point p of l is skipped: its estimated memory does
+// not fit in what is available now. Nil when it fits, when l.forceMemory
+// is set, or when the available memory cannot be told. A point skipped is
+// added to env.skipped, once.
+func (l sweepLoad) skipMemory(env *env, p sweepPoint) error {
+	if l.forceMemory {
+		return nil
+	}
+	need, lower := l.memory(p)
+	available, err := env.available()
+	if err != nil {
+		return nil // not told (macOS): the point is measured
+	}
+	err = fitMemory(skippedPoint{p}, need, available, lower)
+	if err == nil {
+		return nil
+	}
+	s := Setting{Sync: p.sync.String(), SegmentBytes: effectiveSegmentBytes(p.segmentBytes), Producers: p.producers, Size: p.size,
+		MemoryBytes: need, AvailableBytes: available}
+	if !slices.ContainsFunc(env.skipped, func(k Setting) bool { return k.point() == s.point() }) {
+		env.skipped = append(env.skipped, s)
+	}
+	return err
+}
+
+// skippedPoint names a point of the sweep skipped for its memory.
+type skippedPoint struct{ p sweepPoint }
+
+func (s skippedPoint) String() string { return fmt.Sprintf("sweep, %v: skipped, not measured", s.p) }
 
 // through is the rate at which messages pass through a queue whose
 // producers publish at pub and whose consumers drain at drain, when the

@@ -50,7 +50,7 @@
 // MemAvailable, or less where the run's cgroup has a closer limit; not
 // checked on macOS) is refused the same way, naming the workload, the
 // estimate, what is available and the flags to lower: 1,024 producers of
-// 1 MiB messages take about 5 GB, and a run the kernel kills for want of
+// 1 MiB messages take about 4.4 GB, and a run the kernel kills for want of
 // memory loses what it measured. A sweep skips such a point instead, says
 // so on stderr, and lists it under the recommendation's not_measured.
 // -force-memory runs them anyway.

@@ -30,7 +30,7 @@
 //
 // Values that would exhaust the memory, overflow or measure nothing are
 // refused as bad flags: -producers at most 1024 (each producer records
-// into latency histograms of its own, about 250 KB each), -consumers at
+// into latency histograms of its own, about 270 KB each), -consumers at
 // most 1024, -batch at most 10,000, -size at most 1 MiB
 // (broker.DefaultMaxMessageBytes, the largest message the benchmark's
 // queue accepts; a message, or a wal record, must also fit in one

@@ -95,7 +95,7 @@ const (
 // that a mistyped value is refused instead of exhausting the memory.
 const (
 	// maxProducers bounds -producers: each producer (appender) records its
-	// latencies into an HdrHistogram of its own, about 250 KB (a mixed
+	// latencies into an HdrHistogram of its own, about 270 KB (a mixed
 	// producer has two), and holds a payload of -size bytes.
 	maxProducers = 1024
 	// maxConsumers bounds -consumers: Consume's Concurrency, or the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -20,24 +21,30 @@ import (
 // Default is the real file system.
 //
 // It opens (and locks) only what a store's directory should hold: files
-// the process's own user made, or root. A symbolic link as the last
-// element of a name, a named pipe, socket or device, and a file another
-// user owns, are refused with an
-// error that wraps [ErrForeign] and says what to do: in a directory others
-// can write, such a file was planted, and a store that read a planted
-// segment would deliver messages, and accept receipts, someone else made
-// up. The directory named may itself be a link: that is the operator's
-// choice, not something planted inside the store.
+// made by the process's own user, by root, or by the directory's owner. A
+// symbolic link as the last element of a name, a named pipe, socket or
+// device, and a file another user owns, are refused with an error that
+// wraps [ErrForeign] and says what to do: in a directory others can write,
+// such a file was planted, and a store that read a planted segment would
+// deliver messages, and accept receipts, someone else made up. The
+// directory named may itself be a link: that is the operator's choice,
+// not something planted inside the store.
 var Default FS = osFS{}
 
-// ErrForeign is wrapped by the errors of [Default] for a symbolic link
-// where a file is expected, or a file another user owns. It wraps
-// fs.ErrPermission.
+// ErrForeign is wrapped by the errors of [Default] for a symbolic link or
+// a special file where a file is expected, or a file another user owns.
+// It wraps fs.ErrPermission.
 var ErrForeign = fmt.Errorf("vfs: refused a file this user did not make: %w", fs.ErrPermission)
 
-// effectiveUID is the user whose files Default opens (and root's); a
-// variable so that tests can see their own files as another user's.
-var effectiveUID = os.Geteuid
+// ownerOf returns the user who owns fi, if the system says; a variable
+// so that tests can see their own files as another user's.
+var ownerOf = func(fi fs.FileInfo) (uint32, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
+}
 
 type osFS struct{}
 
@@ -54,7 +61,8 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 }
 
 // openOwn opens name as os.OpenFile does, but only a regular file (or a
-// directory) that this process's user (or root) owns, and never through a symbolic link
+// directory) that this process's user, root or the directory's owner
+// owns, and never through a symbolic link
 // in its last element: see [Default]. The name is looked at before it is
 // opened (so that a planted named pipe is refused rather than waited on)
 // and the open file after (so that a file swapped in between is refused
@@ -86,8 +94,8 @@ func openOwn(name string, flag int, perm os.FileMode) (*os.File, error) {
 }
 
 // ownFile returns an error wrapping [ErrForeign] unless fi, the file
-// name, is a regular file (or a directory) of this process's user or
-// root.
+// name, is a regular file (or a directory) of an owner [trustedOwner]
+// accepts.
 func ownFile(name string, fi fs.FileInfo) error {
 	refuse := func(format string, args ...any) error {
 		return &os.PathError{Op: "open", Path: name, Err: fmt.Errorf(format+": %w", append(args, ErrForeign)...)}
@@ -100,12 +108,28 @@ func ownFile(name string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() && !fi.IsDir() {
 		return refuse("is not a regular file (%s); a store's directory holds only files it made: remove it if it does not belong there", fi.Mode().Type())
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		if own := effectiveUID(); int64(st.Uid) != int64(own) && st.Uid != 0 {
-			return refuse("is owned by uid %d, not by this process's user (uid %d) or root; another user may have planted it: check it, and chown it if it belongs to this store", st.Uid, own)
-		}
+	uid, ok := ownerOf(fi)
+	if !ok || trustedOwner(uid, filepath.Dir(name)) {
+		return nil
 	}
-	return nil
+	return refuse("is owned by uid %d, not by this process's user (uid %d), root, or the directory's owner; another user may have planted it: check it, and chown it if it belongs to this store", uid, os.Geteuid())
+}
+
+// trustedOwner reports whether a file of uid's in dir is one the store
+// could have made: uid is this process's user, root (who can change
+// anything anyway), or the owner of dir (who can too, by owning it; and
+// on a mount that maps every file to one owner, such as NFS with
+// root_squash, the store's own files are the directory's owner's).
+func trustedOwner(uid uint32, dir string) bool {
+	if uid == 0 || int64(uid) == int64(os.Geteuid()) {
+		return true
+	}
+	di, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	d, ok := ownerOf(di)
+	return ok && d == uid
 }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }

@@ -87,22 +87,42 @@ func TestDefaultRefusesANamedPipeWithoutWaiting(t *testing.T) {
 	}
 }
 
-// A file another user owns is refused (a file of root's is not): in a
-// directory others can write, it was planted. As root the file is given
-// to another uid; otherwise the test sees the process as another user.
+// A file another user owns is refused (a file of root's, or of the
+// directory's owner, is not): in a directory others can write, it was
+// planted. As root the test gives the file to another uid; otherwise it
+// sees the file as another user's.
 func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
+	const other = 4242
+	// giveAway makes path look owned by other: for real as root, through
+	// ownerOf otherwise.
+	given, rooted := map[string]bool{}, map[string]bool{}
+	if os.Geteuid() != 0 {
+		real := ownerOf
+		ownerOf = func(fi fs.FileInfo) (uint32, bool) {
+			if given[fi.Name()] {
+				return other, true
+			}
+			if rooted[fi.Name()] {
+				return 0, true
+			}
+			return real(fi)
+		}
+		t.Cleanup(func() { ownerOf = real })
+	}
+	giveAway := func(path string) {
+		if os.Geteuid() == 0 {
+			require.NoError(t, os.Chown(path, other, other))
+		} else {
+			given[filepath.Base(path)] = true
+		}
+	}
+
 	dir := t.TempDir()
 	name := filepath.Join(dir, "00000001.seg")
 	require.NoError(t, os.WriteFile(name, []byte("planted"), 0o666))
-	if os.Geteuid() == 0 {
-		require.NoError(t, os.Chown(name, 4242, 4242))
-	} else {
-		own := os.Geteuid()
-		effectiveUID = func() int { return own + 1 }
-		t.Cleanup(func() { effectiveUID = os.Geteuid })
-	}
+	giveAway(name)
 	_, err := Default.OpenFile(name, os.O_RDONLY, 0)
-	requireForeign(t, err, name, "is owned by uid")
+	requireForeign(t, err, name, "is owned by uid 4242")
 	_, err = Default.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	requireForeign(t, err, name, "chown it if it belongs to this store")
 	_, err = Default.Lock(name)
@@ -114,10 +134,28 @@ func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
 	// A file of the process's own user opens.
 	mine := filepath.Join(dir, "00000002.seg")
 	require.NoError(t, os.WriteFile(mine, []byte("mine"), 0o600))
-	if os.Geteuid() != 0 {
-		effectiveUID = os.Geteuid
-	}
 	f, err := Default.OpenFile(mine, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	// So does one of root's (as root, every file made here is).
+	roots := filepath.Join(dir, "00000003.seg")
+	require.NoError(t, os.WriteFile(roots, []byte("root's"), 0o600))
+	rooted[filepath.Base(roots)] = true
+	f, err = Default.OpenFile(roots, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	// So does one of the directory's owner: they could change anything in
+	// it anyway, and on a mount that gives every file one owner (NFS with
+	// root_squash) the store's own files are theirs.
+	theirs := filepath.Join(t.TempDir(), "store")
+	require.NoError(t, os.Mkdir(theirs, 0o777))
+	giveAway(theirs)
+	seg := filepath.Join(theirs, "00000001.seg")
+	require.NoError(t, os.WriteFile(seg, []byte("theirs"), 0o666))
+	giveAway(seg)
+	f, err = Default.OpenFile(seg, os.O_RDONLY, 0)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }

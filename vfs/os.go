@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,7 +20,7 @@ import (
 // Default is the real file system.
 //
 // It opens (and locks) only what a store's directory should hold: files
-// made by the process's own user, by root, or by the directory's owner. A
+// made by the process's own user or by root. A
 // symbolic link as the last element of a name, a named pipe, socket or
 // device, and a file another user owns, are refused with an error that
 // wraps [ErrForeign] and says what to do: in a directory others can write,
@@ -61,8 +60,7 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 }
 
 // openOwn opens name as os.OpenFile does, but only a regular file (or a
-// directory) that this process's user, root or the directory's owner
-// owns, and never through a symbolic link
+// directory) that this process's user or root owns, and never through a symbolic link
 // in its last element: see [Default]. The name is looked at before it is
 // opened (so that a planted named pipe is refused rather than waited on)
 // and the open file after (so that a file swapped in between is refused
@@ -109,27 +107,19 @@ func ownFile(name string, fi fs.FileInfo) error {
 		return refuse("is not a regular file (%s); a store's directory holds only files it made: remove it if it does not belong there", fi.Mode().Type())
 	}
 	uid, ok := ownerOf(fi)
-	if !ok || trustedOwner(uid, filepath.Dir(name)) {
+	if !ok || trustedOwner(uid) {
 		return nil
 	}
-	return refuse("is owned by uid %d, not by this process's user (uid %d), root, or the directory's owner; another user may have planted it: check it, and chown it if it belongs to this store", uid, os.Geteuid())
+	return refuse("is owned by uid %d, not by this process's user (uid %d) or root; another user may have planted it: check it, and chown it if it belongs to this store", uid, os.Geteuid())
 }
 
-// trustedOwner reports whether a file of uid's in dir is one the store
-// could have made: uid is this process's user, root (who can change
-// anything anyway), or the owner of dir (who can too, by owning it; and
-// on a mount that maps every file to one owner, such as NFS with
-// root_squash, the store's own files are the directory's owner's).
-func trustedOwner(uid uint32, dir string) bool {
-	if uid == 0 || int64(uid) == int64(os.Geteuid()) {
-		return true
-	}
-	di, err := os.Stat(dir)
-	if err != nil {
-		return false
-	}
-	d, ok := ownerOf(di)
-	return ok && d == uid
+// trustedOwner reports whether a file of uid's could be one the store
+// made: uid is this process's user, or root (who can change anything
+// anyway). Not the owner of the file's directory: in a store directory
+// others can write, another user can replace a subdirectory (index/) with
+// one of their own.
+func trustedOwner(uid uint32) bool {
+	return uid == 0 || int64(uid) == int64(os.Geteuid())
 }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }

@@ -87,14 +87,13 @@ func TestDefaultRefusesANamedPipeWithoutWaiting(t *testing.T) {
 	}
 }
 
-// A file another user owns is refused (a file of root's, or of the
-// directory's owner, is not): in a directory others can write, it was
-// planted. As root the test gives the file to another uid; otherwise it
+// A file another user owns is refused (a file of root's is not): in a
+// directory others can write, it was planted. As root the test gives the file to another uid; otherwise it
 // sees the file as another user's.
 func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
 	const other = 4242
 	// giveAway makes path look owned by other: for real as root, through
-	// ownerOf otherwise.
+	// ownerOf otherwise. The names in rooted look owned by root.
 	given, rooted := map[string]bool{}, map[string]bool{}
 	if os.Geteuid() != 0 {
 		real := ownerOf
@@ -146,16 +145,15 @@ func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
-	// So does one of the directory's owner: they could change anything in
-	// it anyway, and on a mount that gives every file one owner (NFS with
-	// root_squash) the store's own files are theirs.
-	theirs := filepath.Join(t.TempDir(), "store")
+	// One of the directory's owner is refused too when that is another
+	// user: in a store directory others can write, a planter can replace
+	// index/ with a directory of their own, and fill it.
+	theirs := filepath.Join(t.TempDir(), "index")
 	require.NoError(t, os.Mkdir(theirs, 0o777))
 	giveAway(theirs)
-	seg := filepath.Join(theirs, "00000001.seg")
-	require.NoError(t, os.WriteFile(seg, []byte("theirs"), 0o666))
-	giveAway(seg)
-	f, err = Default.OpenFile(seg, os.O_RDONLY, 0)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	cp := filepath.Join(theirs, "checkpoint")
+	require.NoError(t, os.WriteFile(cp, []byte("theirs"), 0o666))
+	giveAway(cp)
+	_, err = Default.OpenFile(cp, os.O_RDONLY, 0)
+	requireForeign(t, err, cp, "is owned by uid 4242")
 }

@@ -141,7 +141,7 @@ var clockOps = []clockOp{
 // callBounded runs f, reporting a panic that escapes it, and fails the
 // test when f does not return: a call that finds its queue's lock left
 // held by an earlier panic waits for ever.
-func callBounded(t *testing.T, what string, f func() error) (err error, panicked any) {
+func callBounded(t *testing.T, what string, f func() error) (panicked any, err error) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -151,7 +151,7 @@ func callBounded(t *testing.T, what string, f func() error) (err error, panicked
 	}()
 	select {
 	case <-done:
-		return err, panicked
+		return panicked, err
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s did not return: a lock left held, or a callback waiting for one?", what)
 		return nil, nil
@@ -177,7 +177,7 @@ func exerciseClockPanics(t *testing.T, clock *panickyClock, clockName string, op
 	for n := 1; ; n++ {
 		require.Less(t, n, 20, "%s reads the clock more than 20 times", op.name)
 		clock.arm(n)
-		err, panicked := callBounded(t, op.name, func() error { return op.call(ctx(t), b, d, dead) })
+		panicked, err := callBounded(t, op.name, func() error { return op.call(ctx(t), b, d, dead) })
 		fired := clock.disarm()
 		require.Nil(t, panicked, "%s let the clock's panic through (reading %d)", op.name, n)
 		if !fired {
@@ -193,7 +193,7 @@ func exerciseClockPanics(t *testing.T, clock *panickyClock, clockName string, op
 		// The queue is usable at once, and the call changed nothing: it
 		// can be made again.
 		_, _ = callBounded(t, "Stats after "+op.name, func() error { b.Stats(); return nil })
-		err, _ = callBounded(t, "Publish after "+op.name, func() error {
+		_, err = callBounded(t, "Publish after "+op.name, func() error {
 			_, err := b.Publish(ctx(t), []byte("after"))
 			return err
 		})
@@ -274,7 +274,7 @@ func TestAPanickingClockFailsAPolicyChangeAndLeavesTheStoreUsable(t *testing.T) 
 	mustPublish(t, q, "x")
 
 	clock.arm(1)
-	err, panicked := callBounded(t, "Queue", func() error {
+	panicked, err := callBounded(t, "Queue", func() error {
 		_, err := s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 9 }))
 		return err
 	})
@@ -283,7 +283,7 @@ func TestAPanickingClockFailsAPolicyChangeAndLeavesTheStoreUsable(t *testing.T) 
 	requireClockPanicError(t, err, "Options.Now")
 
 	_, _ = callBounded(t, "Queues", func() error { s.Queues(); return nil })
-	err, _ = callBounded(t, "Queue again", func() error {
+	_, err = callBounded(t, "Queue again", func() error {
 		_, err := s.Queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 9 }))
 		return err
 	})
@@ -310,7 +310,7 @@ func TestAPanickingClockFailsOpenAndLeavesTheDirectoryFree(t *testing.T) {
 		require.Less(t, n, 20, "Open reads the clock more than 20 times")
 		clock.arm(n)
 		var s *broker.Store
-		err, panicked := callBounded(t, "Open", func() error {
+		panicked, err := callBounded(t, "Open", func() error {
 			var err error
 			s, err = broker.Open(dir, opts)
 			return err

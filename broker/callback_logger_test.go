@@ -140,7 +140,7 @@ func exerciseUnclassifiedLogs(t *testing.T, h *awkwardHandler, b fullBroker) {
 		return ds[0]
 	}
 	d := receive("nacked")
-	err, panicked := callBounded(t, "Nack", func() error {
+	panicked, err := callBounded(t, "Nack", func() error {
 		nv, err := b.Nack(ctx(t), d.Lease.Receipt, errors.New("private text"))
 		if err == nil && nv.DeadLettered {
 			err = errors.New("dead-lettered on its first delivery")
@@ -152,7 +152,7 @@ func exerciseUnclassifiedLogs(t *testing.T, h *awkwardHandler, b fullBroker) {
 	require.True(t, h.logged("unclassified handler failure"), "logged: %v", h)
 
 	d = receive("nacked") // handed back at once, the oldest
-	err, panicked = callBounded(t, "Nack", func() error {
+	panicked, err = callBounded(t, "Nack", func() error {
 		nv, err := b.Nack(ctx(t), d.Lease.Receipt, errors.New("private text"))
 		if err == nil && !nv.DeadLettered {
 			err = errors.New("not dead-lettered on its last delivery")
@@ -163,7 +163,7 @@ func exerciseUnclassifiedLogs(t *testing.T, h *awkwardHandler, b fullBroker) {
 	require.NoError(t, err)
 
 	d = receive("rejected")
-	err, panicked = callBounded(t, "Reject", func() error { return b.Reject(ctx(t), d.Lease.Receipt, errors.New("private text")) })
+	panicked, err = callBounded(t, "Reject", func() error { return b.Reject(ctx(t), d.Lease.Receipt, errors.New("private text")) })
 	require.Nil(t, panicked, "the logger's panic reached the caller")
 	require.NoError(t, err)
 
@@ -193,14 +193,14 @@ func TestALoggerThatReadsBackOrPanicsWhenACheckpointFails(t *testing.T) {
 			}
 			mustPublish(t, q, "written, not synced")
 			ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
-			err, panicked := callBounded(t, "Maintain", e.s.Maintain)
+			panicked, err := callBounded(t, "Maintain", e.s.Maintain)
 			require.Nil(t, panicked, "the logger's panic reached the caller")
 			require.Error(t, err, "the checkpoint's fdatasync failed")
 
 			// The store's locks are free: its figures can be read, and its
 			// calls refuse, saying to reopen it.
 			_, _ = callBounded(t, "Stats", func() error { storeReadBack(e.s, q)(); return nil })
-			err, _ = callBounded(t, "Publish", func() error { _, err := q.Publish(ctx(t), nil); return err })
+			_, err = callBounded(t, "Publish", func() error { _, err := q.Publish(ctx(t), nil); return err })
 			require.ErrorContains(t, err, "reopen")
 			// Close waits for the goroutine that reports the failure.
 			_, _ = callBounded(t, "Close", func() error { return e.s.Close() })
@@ -225,7 +225,7 @@ func TestALoggerThatPanicsWhileOpenRecovers(t *testing.T) {
 	h := &awkwardHandler{panics: true}
 	opts := broker.Options{Now: e.clock.Now, SegmentBytes: testSegmentBytes, Logger: slog.New(h)}
 	var s *broker.Store
-	err, panicked := callBounded(t, "Open", func() (err error) { s, err = broker.Open(dir, opts); return err })
+	panicked, err := callBounded(t, "Open", func() (err error) { s, err = broker.Open(dir, opts); return err })
 	require.Nil(t, panicked, "the logger's panic reached the caller")
 	require.NoError(t, err)
 	defer s.Close()
@@ -338,7 +338,7 @@ func TestALoggerThatReadsBackOrPanicsWhenMaintenanceOrCloseFails(t *testing.T) {
 			}
 			require.NotEmpty(t, e.s.Stats().MaintenanceStopped)
 			mustPublish(t, q, "the store goes on")
-			err, panicked := callBounded(t, "Close", e.s.Close)
+			panicked, err := callBounded(t, "Close", e.s.Close)
 			e.s = nil
 			require.Nil(t, panicked)
 			require.NoError(t, err)
@@ -353,7 +353,7 @@ func TestALoggerThatReadsBackOrPanicsWhenMaintenanceOrCloseFails(t *testing.T) {
 			}
 			mustPublish(t, q, "one")
 			ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
-			err, panicked := callBounded(t, "Close", e.s.Close)
+			panicked, err := callBounded(t, "Close", e.s.Close)
 			e.s = nil
 			require.Nil(t, panicked, "the logger's panic reached the caller")
 			require.NoError(t, err, "the log closed; only the checkpoint failed, and is logged")

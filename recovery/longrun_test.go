@@ -195,13 +195,12 @@ type longRun struct {
 	problems atomic.Int64 // unexpected things seen; each logged once it happens
 	logged   sync.Map     // Consume's log messages → *atomic.Int64
 
-	start       time.Time
-	samples     []lrSampleRow
-	opens       []time.Duration
-	replays     []int // records each Open replayed
-	backups     int
-	epochs      int
-	keyedDupSum int64
+	start   time.Time
+	samples []lrSampleRow
+	opens   []time.Duration
+	replays []int // records each Open replayed
+	backups int
+	epochs  int
 }
 
 func newLongRun(t *testing.T, seed int64) *longRun {

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,4 +75,32 @@ func firstSegment(t *testing.T, dir string) string {
 	}
 	t.Fatalf("no segment in %s", dir)
 	return ""
+}
+
+// Open warns, once, when the store's directory is writable by other users
+// (who could remove or rename its files), and says what to do; it opens
+// the store all the same, since a shared volume's root is a common place
+// for one. A directory of its owner's alone gets no warning.
+func TestOpenWarnsOfADirectoryOthersCanWrite(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o700, false}, {0o750, false}, {0o770, true}, {0o777, true}, {0o1777, true}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.Chmod(dir, tc.mode))
+			var logs strings.Builder
+			s, err := broker.Open(dir, broker.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+			const warning = "writable by other users"
+			if !tc.warn {
+				require.NotContains(t, logs.String(), warning)
+				return
+			}
+			require.Equal(t, 1, strings.Count(logs.String(), warning), logs.String())
+			require.Contains(t, logs.String(), "chmod 0700")
+			require.Contains(t, logs.String(), "dir="+dir)
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -251,8 +252,24 @@ func Open(dir string, opts Options) (*Store, error) {
 			opts.Logger.Warn("broker: the next open rebuilds the index again", "dir", dir, "err", err)
 		}
 	}
+	warnSharedDir(opts.Logger, dir)
 	s.startMaintenance()
 	return s, nil
+}
+
+// warnSharedDir logs a warning when dir is writable by its group or by
+// others. Open refuses the files another user could plant there (see
+// vfs.Default), but such a user can still remove or rename the store's
+// own: the directory belongs to the store's user alone. It is not refused,
+// since a shared volume's root (a Kubernetes emptyDir is 0777) is a
+// common, and otherwise safe, place to open a store.
+func warnSharedDir(log *slog.Logger, dir string) {
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm()&0o022 == 0 {
+		return
+	}
+	log.Warn("broker: the store's directory is writable by other users, who could remove or replace its files; make it writable by its owner alone (chmod 0700), or open a directory inside it",
+		"dir", dir, "mode", fi.Mode().Perm().String())
 }
 
 // checkSegmentBytes refuses a SegmentBytes below what the log was written

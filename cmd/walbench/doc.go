@@ -85,7 +85,10 @@
 //     each calling Publish in a loop (closed loop) for -warmup, then
 //     measured for -time. msgs/s, MB/s and commits/s from the deltas of
 //     Store.Stats over the window; publish latency from every Publish
-//     started in it; records per commit (the group-commit factor); and,
+//     started in it; records per commit (the group-commit factor:
+//     messages published per fdatasync, so that msgs/s is commits/s ×
+//     records per commit; the records the store writes for itself, a
+//     new segment's preamble, are no message and not counted); and,
 //     where every Publish waits for an fdatasync (sync all or publish),
 //     the ratios to the round's probe: msgs/s ÷ its fdatasyncs/s, msgs/s ÷
 //     its ceiling for P producers of that size, p99 ÷ its p99 fdatasync,
@@ -96,9 +99,10 @@
 //     Concurrency) with a handler that only counts, or by goroutines each
 //     calling Receive(batch) and Ack for each delivery (-method
 //     receive-ack), timed from the start until every call returned, at
-//     most -limit. msgs/s, and leases and acks per commit. A drain that
-//     -limit ends with messages left is marked "cut at -limit", with a
-//     note: its rate is of the messages it handled.
+//     most -limit. msgs/s, and leases and acks per commit (not the
+//     records the store writes for itself: preambles, copies forward). A
+//     drain that -limit ends with messages left is marked "cut at
+//     -limit", with a note: its rate is of the messages it handled.
 //   - mixed: -producers goroutines publish at -rate msgs/s together (a
 //     list: one workload per rate), each call at its scheduled instant
 //     (open loop), while broker.Consume takes the messages; -time measured
@@ -336,8 +340,11 @@
 //	    "mb_per_sec":    float, their payload, 10^6 bytes/s
 //	    "p50_ns", "p99_ns", "p999_ns", "max_ns": publish (append) latency;
 //	                     mixed: from the scheduled instant
-//	    "commits_per_sec", "records_per_commit": float; a drain's records are
-//	                     its leases and acks
+//	    "commits_per_sec", "records_per_commit": float; the records are
+//	                     those of the calls: publishes (wal: appends; a
+//	                     drain's: its leases and acks; mixed: all three),
+//	                     not those the store writes for itself (segment
+//	                     preambles, copies forward, sequence reservations)
 //	    "ceiling_per_sec":       float, the round's probe ceiling for this
 //	                     row's producers and size
 //	    "vs_fdatasync":          msgs_per_sec ÷ the round's probe fdatasyncs_per_sec

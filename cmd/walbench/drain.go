@@ -132,7 +132,9 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 	}
 	r.CommitsPerSec = rate(res.commits, secs)
 	if res.commits > 0 {
-		r.RecordsPerCommit = ptr(float64(res.records) / float64(res.commits))
+		// Its leases and acks: the store's own records (preambles, copies
+		// forward) are not the drain's.
+		r.RecordsPerCommit = ptr(float64(res.records-res.own) / float64(res.commits))
 	}
 	if res.limited {
 		r.Notes = append(r.Notes, fmt.Sprintf("-limit %v ended the drain with %d of %d messages handled: its rate is of those", d.limit, res.handled, d.messages))

@@ -112,7 +112,8 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	if !w.opened {
 		return r, false, nil
 	}
-	return m.row(w, after.Commits-before.Commits, after.Records-before.Records, notes), true, nil
+	records := (after.Records - after.OwnRecords) - (before.Records - before.OwnRecords)
+	return m.row(w, after.Commits-before.Commits, records, notes), true, nil
 }
 
 // mixedRun is one run of a mixedLoad: what its producers, its consumers
@@ -244,7 +245,8 @@ func (m *mixedRun) awaitConsumers(ctx context.Context) []string {
 	return nil
 }
 
-// row is the run's result, given the window's commits and records.
+// row is the run's result, given the window's commits and the records
+// its calls made in it (publishes, leases and acks: not the store's own).
 func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 	l := m.l
 	secs := w.elapsed.Seconds()

@@ -55,8 +55,9 @@ func TestMixedLatencyCountsFromTheSchedule(t *testing.T) {
 // instants, "call p99" those of the calls alone; the rates are per second
 // of the window, published and consumed apart (the window's messages
 // handled while it was open: those handled after it, while the consumers
-// catch up, are not in the window's time); records per commit are
-// the store's; the backlog's maximum is its largest sample.
+// catch up, are not in the window's time); records per commit are the
+// window's records of the calls (the store's own left out by the caller)
+// per commit; the backlog's maximum is its largest sample.
 func TestMixedRowFigures(t *testing.T) {
 	l := mixedLoad{producers: 2, rate: 1000, consumers: 1, batch: 1, size: 100, sync: broker.SyncAll, duration: 2 * time.Second, sample: 250 * time.Millisecond}
 	st, err := openStore(l, time.Minute, benchDir(t), "mixed-", storeOptions{sync: l.sync, size: l.size})

@@ -112,7 +112,10 @@ func publishOn(ctx context.Context, env *env, st *benchStore, l publishLoad) (r 
 	}
 	r.CommitsPerSec = rate(r.Commits, secs)
 	if r.Commits > 0 {
-		r.RecordsPerCommit = ptr(float64(records) / float64(r.Commits))
+		// The group-commit factor: messages per fdatasync. The store's own
+		// records (a rotation's preamble) ride in the same commits, or in
+		// commits of their own, but are no message.
+		r.RecordsPerCommit = ptr(float64(r.Ops) / float64(r.Commits))
 	}
 	lat := percentilesOf(lr.hist)
 	r.P50Ns, r.P99Ns, r.P999Ns, r.MaxNs = lat.p50, lat.p99, lat.p999, lat.max

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// The tests of this file pin what a row's figures are of, on a disk
+// whose fdatasync walbench's tests control: each takes at least a fixed
+// time more than tmpfs's. They assert exact arithmetic between the
+// figures, and bands a loaded machine keeps: a sleep lasts at least as
+// long as asked, never less, so an upper bound on a rate holds; a lower
+// one is left wide.
+
+// slowSyncFS is the real file system, with every fdatasync taking at
+// least d more.
+func slowSyncFS(d time.Duration) vfs.FS {
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op == vfs.OpSync {
+			time.Sleep(d)
+		}
+	})
+	return fs
+}
+
+// publishRow runs l with a quiet progress, failing t unless it measured.
+func publishRow(t *testing.T, l publishLoad) Row {
+	t.Helper()
+	l.hangTimeout = time.Minute
+	r, measured, err := runPublish(context.Background(), &env{progress: newProgress(io.Discard)}, benchDir(t), l)
+	if err != nil || !measured {
+		t.Fatalf("%v: measured %v, error %v", l, measured, err)
+	}
+	if r.MsgsPerSec == nil || r.RecordsPerCommit == nil || r.CommitsPerSec == nil || r.MBPerSec == nil || r.P50Ns == nil || r.Ops == 0 {
+		t.Fatalf("%v: a figure missing: %+v", l, r)
+	}
+	t.Logf("%v: %d published, %d commits in %.3fs: %.0f msgs/s, %.3f MB/s, %.0f commits/s, %.3f records/commit, p50 %v",
+		l, r.Ops, r.Commits, r.Seconds, *r.MsgsPerSec, *r.MBPerSec, *r.CommitsPerSec, *r.RecordsPerCommit, time.Duration(*r.P50Ns))
+	return r
+}
+
+// TestPublishFiguresOfOneProducer: one producer, every fdatasync taking
+// at least 1 ms. Each Publish waits for its own commit, so the rate is at
+// most 1,000/s (and the calls in flight at either edge of the window),
+// each commit carries exactly its one message, commits/s is msgs/s, MB/s
+// is msgs/s × the size in 10^6 bytes, and the median latency is at least
+// the 1 ms.
+func TestPublishFiguresOfOneProducer(t *testing.T) {
+	const size = 1024
+	r := publishRow(t, publishLoad{producers: 1, size: size, sync: broker.SyncAll,
+		warmup: 20 * time.Millisecond, duration: 300 * time.Millisecond, fs: slowSyncFS(time.Millisecond)})
+	if most := 1000 + 2/r.Seconds; *r.MsgsPerSec > most || *r.MsgsPerSec < 50 {
+		t.Errorf("%.0f msgs/s with each Publish waiting for a 1 ms fdatasync; want at most %.0f (and not under 50)", *r.MsgsPerSec, most)
+	}
+	if *r.RecordsPerCommit != 1 {
+		t.Errorf("%v records per commit with one producer; want exactly 1", *r.RecordsPerCommit)
+	}
+	if !near(*r.CommitsPerSec, *r.MsgsPerSec) {
+		t.Errorf("%v commits/s, %v msgs/s; want them equal with one message per commit", *r.CommitsPerSec, *r.MsgsPerSec)
+	}
+	if want := *r.MsgsPerSec * size / 1e6; !near(*r.MBPerSec, want) {
+		t.Errorf("%v MB/s at %v msgs/s of %d B; want %v (10^6 bytes)", *r.MBPerSec, *r.MsgsPerSec, size, want)
+	}
+	if p50 := time.Duration(*r.P50Ns); p50 < time.Millisecond {
+		t.Errorf("publish p50 %v with every fdatasync taking at least 1ms; want at least that (nanoseconds in the JSON)", p50)
+	}
+}
+
+// TestRecordsPerCommitAreTheWorkloads: records per commit is the
+// group-commit factor, the messages published per fdatasync: with N
+// producers each waiting for its commit, at most N; msgs/s is commits/s ×
+// records per commit. Small segments make the store write records of its
+// own in the window (each rotation's preamble, some in commits of their
+// own): they are not messages, and not counted.
+func TestRecordsPerCommitAreTheWorkloads(t *testing.T) {
+	for _, producers := range []int{1, 4} {
+		r := publishRow(t, publishLoad{producers: producers, size: 1024, sync: broker.SyncAll, segmentBytes: 64 << 10,
+			warmup: 20 * time.Millisecond, duration: 300 * time.Millisecond, fs: slowSyncFS(time.Millisecond)})
+		if *r.RecordsPerCommit > float64(producers) {
+			t.Errorf("%d producers: %v records per commit; want at most %d", producers, *r.RecordsPerCommit, producers)
+		}
+		if got := *r.RecordsPerCommit * float64(r.Commits); !near(got, float64(r.Ops)) {
+			t.Errorf("%d producers: %v records per commit × %d commits = %v; want the %d messages published",
+				producers, *r.RecordsPerCommit, r.Commits, got, r.Ops)
+		}
+		if !near(*r.CommitsPerSec**r.RecordsPerCommit, *r.MsgsPerSec) {
+			t.Errorf("%d producers: %v commits/s × %v records/commit; want %v msgs/s", producers, *r.CommitsPerSec, *r.RecordsPerCommit, *r.MsgsPerSec)
+		}
+	}
+}
+
+// TestDrainRecordsAreLeasesAndAcks: a drain's records per commit are its
+// leases and acks, one of each per message, per commit: not the records
+// the store writes for itself (the preambles of the segments its acks
+// fill, here 64 KiB ones).
+func TestDrainRecordsAreLeasesAndAcks(t *testing.T) {
+	const messages = 3000
+	d := drainLoad{method: drainConsume, sync: broker.SyncAll, consumers: 4, batch: 16, messages: messages, size: 1024,
+		segmentBytes: 64 << 10, hangTimeout: time.Minute}
+	r, measured, err := runDrain(context.Background(), &env{progress: newProgress(io.Discard)}, benchDir(t), d)
+	if err != nil || !measured {
+		t.Fatalf("measured %v, error %v", measured, err)
+	}
+	if r.RecordsPerCommit == nil || r.Ops != messages || len(r.Notes) > 0 {
+		t.Fatalf("%d handled, records per commit %v, notes %q; want %d, a figure, none", r.Ops, deref(r.RecordsPerCommit), r.Notes, messages)
+	}
+	if got := *r.RecordsPerCommit * float64(r.Commits); !near(got, 2*messages) {
+		t.Errorf("%v records per commit × %d commits = %v; want the %d leases and acks of %d messages", *r.RecordsPerCommit, r.Commits, got, 2*messages, messages)
+	}
+}

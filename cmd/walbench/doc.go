@@ -106,14 +106,18 @@
 //   - mixed: -producers goroutines publish at -rate msgs/s together (a
 //     list: one workload per rate), each call at its scheduled instant
 //     (open loop), while broker.Consume takes the messages; -time measured
-//     after -warmup. Publish latency is
-//     measured from the scheduled instant, not from when the call began, so
-//     that a stall counts against every call it delayed (corrected for
-//     coordinated omission; "call p99" is the uncorrected one); end-to-end
-//     latency from the scheduled instant (carried in the payload) to the
-//     start of the handler; the backlog (Ready + Leased of Queue.Stats)
-//     every -sample. After the window the consumers get as long again to
-//     take what it published.
+//     after -warmup. published/s is of the calls begun in the window.
+//     Publish latency is measured from the scheduled instant, not from
+//     when the call began, so that a stall counts against every call it
+//     delayed (corrected for coordinated omission; "call p99" is the
+//     uncorrected one): of the calls begun in the window, and of those
+//     scheduled in it that a stall held until it closed, which the
+//     producers still make after it (for as long again at most; a note
+//     says how many they had not made by then); end-to-end latency of the
+//     same calls, from the scheduled instant (carried in the payload) to
+//     the start of the handler; the backlog (Ready + Leased of
+//     Queue.Stats) every -sample. After the window the consumers get as
+//     long again to take what it published.
 //   - reopen: a store filled with -messages pending messages and closed,
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the
@@ -335,7 +339,8 @@
 //	                     reached before their zeros were done, so that the
 //	                     rest was allocated (wal.Stats.ZeroFillsRushed), summed;
 //	                     omitted
-//	    "latency_samples": int, summed
+//	    "latency_samples": int, summed (mixed: the calls begun in the
+//	                     window, ops, and those made late after it)
 //	    "msgs_per_sec":  float, published (drain: handled) per second
 //	    "mb_per_sec":    float, their payload, 10^6 bytes/s
 //	    "p50_ns", "p99_ns", "p999_ns", "max_ns": publish (append) latency;

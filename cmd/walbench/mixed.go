@@ -81,6 +81,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 			sampledWG.Go(func() { m.sampleBacklog(sampling) })
 		},
 		func() {
+			m.closedAt.Store(int64(time.Since(m.base)))
 			after = s.Stats()
 			close(sampling)
 		})
@@ -128,14 +129,21 @@ type mixedRun struct {
 	// its next instant returns at once, rather than up to an interval
 	// later, which a hang verdict would take for a stuck Publish.
 	windowClosed chan struct{}
-	returned     atomic.Int64 // producers that returned
-	handled      atomic.Int64 // handler calls, warm-up and after the window included
-	inWindow     atomic.Int64 // of consumed, those handled while the window was open
+	// closedAt is when the window closed, since base (set before
+	// windowClosed is closed; 0: it never opened). A call scheduled
+	// before it that a stall kept from starting in the window is still
+	// the window's: it is made late, for at most l.duration after.
+	closedAt atomic.Int64
+	returned atomic.Int64 // producers that returned
+	handled  atomic.Int64 // handler calls, warm-up and after the window included
+	inWindow atomic.Int64 // of consumed, those handled while the window was open
 
 	e2eMu     sync.Mutex
 	e2e       *hdr.Histogram   // guarded by e2eMu
-	consumed  atomic.Int64     // scheduled in the window, handled
-	published atomic.Int64     // scheduled in the window, returned
+	consumed  atomic.Int64     // the window's, handled
+	published atomic.Int64     // started in the window, returned
+	late      atomic.Int64     // scheduled before the window closed, started after it, returned
+	missed    atomic.Int64     // scheduled before the window closed, not made l.duration after it
 	corrected []*hdr.Histogram // per producer: from the scheduled instant
 	service   []*hdr.Histogram // per producer: from the call
 	backlog   []int            // Ready + Leased, every l.sample; the sampler's
@@ -169,7 +177,11 @@ func (m *mixedRun) consume(ctx context.Context) {
 
 // produce is producer i: it publishes at base + offset_i + k×interval,
 // whether or not its last call has returned by then, until the window
-// closes or ctx ends.
+// closes or ctx ends. The window's calls, recorded, are those it did
+// not start before the window opened, and scheduled before it closed:
+// a producer a stall holds at the window's end makes the calls it
+// missed after it (for at most l.duration), as it would have in a
+// longer window, so that the stall counts against each of them.
 func (m *mixedRun) produce(ctx context.Context, i int) {
 	defer m.returned.Add(1)
 	defer func() {
@@ -182,22 +194,55 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 	interval := time.Duration(float64(l.producers) / l.rate * float64(time.Second))
 	next := m.base.Add(interval * time.Duration(i) / time.Duration(l.producers))
 	for {
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
+		closed := false
+		select {
+		case <-m.windowClosed:
+			closed = true
+		default:
+		}
+		if closed {
+			at := m.closedAt.Load()
+			if at == 0 || next.Sub(m.base) >= time.Duration(at) {
 				return
-			case <-m.windowClosed:
+			}
+			if behind := time.Since(m.base.Add(time.Duration(at))); behind > l.duration {
+				m.missed.Add(int64((time.Duration(at) - next.Sub(m.base) + interval - 1) / interval))
 				return
 			}
 		}
-		phase := m.g.load()
-		if phase == phaseStopped || ctx.Err() != nil {
+		if d := time.Until(next); d > 0 {
+			var closing <-chan struct{}
+			if !closed {
+				closing = m.windowClosed
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-closing:
+				t.Stop()
+				continue
+			}
+		}
+		if ctx.Err() != nil {
 			return
 		}
+		phase := m.g.load()
+		if phase == phaseStopped && !closed {
+			// Closing: closedAt is set once windowClosed is closed.
+			select {
+			case <-m.windowClosed:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		inWindow := phase != phaseWarmup
 		binary.LittleEndian.PutUint64(payload, uint64(next.Sub(m.base)))
 		payload[8] = 0
-		if phase == phaseMeasuring {
+		if inWindow {
 			payload[8] = 1
 		}
 		began := time.Now()
@@ -206,10 +251,14 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 			return
 		}
 		done := time.Now()
-		if phase == phaseMeasuring {
+		if inWindow {
 			recordCorrected(m.corrected[i], next, done)
 			recordLatency(m.service[i], done.Sub(began))
-			m.published.Add(1)
+			if phase == phaseMeasuring {
+				m.published.Add(1)
+			} else {
+				m.late.Add(1)
+			}
 		}
 		next = next.Add(interval)
 	}
@@ -231,14 +280,15 @@ func (m *mixedRun) sampleBacklog(stop <-chan struct{}) {
 	}
 }
 
-// awaitConsumers lets the consumers take what the window published, for
-// as long as the window lasted at most, and returns a note if they did
-// not.
+// awaitConsumers lets the consumers take what the window published (its
+// late calls included), for as long as the window lasted at most, and
+// returns a note if they did not.
 func (m *mixedRun) awaitConsumers(ctx context.Context) []string {
-	for deadline := time.Now().Add(m.l.duration); m.consumed.Load() < m.published.Load() && ctx.Err() == nil; {
+	window := func() int64 { return m.published.Load() + m.late.Load() }
+	for deadline := time.Now().Add(m.l.duration); m.consumed.Load() < window() && ctx.Err() == nil; {
 		if time.Now().After(deadline) {
 			return []string{fmt.Sprintf("%d of the %d messages published in the window were not consumed %v after it: the end-to-end latencies leave them out",
-				m.published.Load()-m.consumed.Load(), m.published.Load(), m.l.duration)}
+				window()-m.consumed.Load(), window(), m.l.duration)}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -269,7 +319,7 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 		Interrupted:       w.interrupted,
 		Ops:               published,
 		Commits:           commits,
-		LatencySamples:    published,
+		LatencySamples:    published + m.late.Load(),
 		MsgsPerSec:        rate(published, secs),
 		DrainMsgsPerSec:   rate(m.inWindow.Load(), secs), // not consumed: some of those came after the window
 		P50Ns:             pubLat.p50,
@@ -291,6 +341,9 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 	r.CommitsPerSec = rate(r.Commits, secs)
 	if r.Commits > 0 {
 		r.RecordsPerCommit = ptr(float64(records) / float64(r.Commits))
+	}
+	if n := m.missed.Load(); n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the producers were %d calls behind their schedule when the window closed, and still had not made them %v after it: the publish latencies leave them out", n, l.duration))
 	}
 	if len(m.backlog) > 0 {
 		r.BacklogMax = ptr(float64(slices.Max(m.backlog)))

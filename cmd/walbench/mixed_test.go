@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,5 +143,84 @@ func TestMixedProducersShareTheRate(t *testing.T) {
 	if most := 2*rate*r.Seconds + 2*producers; float64(r.Ops) > most {
 		t.Errorf("%d messages published in %v s at a target of %v msgs/s for all %d producers together; want at most %v",
 			r.Ops, r.Seconds, rate, producers, most)
+	}
+}
+
+// TestMixedStallAtTheWindowsEnd: a stall that holds the producer past
+// the window's end still counts against every call it kept from starting
+// in the window. One producer at 1,000 msgs/s; every fdatasync from 300 ms
+// into the window of 400 ms is held until 600 ms: the calls scheduled in
+// the last 100 ms can start only after the window closed. They are made
+// then, and each waited at least 200 ms from its scheduled instant: a
+// quarter of the window's calls, so the p99 is above 150 ms. Left out,
+// the window would hold one slow call among 300 quick ones, and a p99 of
+// microseconds.
+func TestMixedStallAtTheWindowsEnd(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op != vfs.OpSync {
+			return
+		}
+		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 300*time.Millisecond {
+			time.Sleep(time.Until(time.Unix(0, at).Add(600 * time.Millisecond)))
+		}
+	})
+	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { opened.CompareAndSwap(0, time.Now().UnixNano()) }}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "1000",
+		"-consumers", "1", "-batch", "16", "-time", "400ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
+	if res.code != exitOK {
+		t.Fatalf("exit %d, want %d", res.code, exitOK)
+	}
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || rep.Rows[0].P99Ns == nil || rep.Rows[0].Ops == 0 {
+		t.Fatalf("rows %+v; want one mixed row with its latencies", rep.Rows)
+	}
+	r := rep.Rows[0]
+	if p99 := time.Duration(*r.P99Ns); p99 < 150*time.Millisecond {
+		t.Errorf("publish p99 %v over %d calls, the last 100 ms of the window's held until 200 ms after it; want above 150ms", p99, r.LatencySamples)
+	}
+	if r.LatencySamples <= r.Ops {
+		t.Errorf("%d latencies for %d calls made in the window; want more: those scheduled in it and made after it", r.LatencySamples, r.Ops)
+	}
+	if r.E2EP99Ns == nil || time.Duration(*r.E2EP99Ns) < 150*time.Millisecond {
+		t.Errorf("end-to-end p99 %v ns; want above 150ms, as the calls held were", r.E2EP99Ns)
+	}
+	if len(r.Notes) > 0 {
+		t.Errorf("notes %q; want none: the producer made up every call within -time of the window's end", r.Notes)
+	}
+}
+
+// TestMixedStallPastTheCatchUp: the calls a stall keeps from starting in
+// the window are made after it for as long as the window lasted at most;
+// those it holds longer are said to be left out. Every fdatasync from
+// 300 ms into a window of 400 ms is held until 1.2 s: 400 ms after the
+// window, the producer still has not made the calls of its last 100 ms.
+func TestMixedStallPastTheCatchUp(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op != vfs.OpSync {
+			return
+		}
+		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 300*time.Millisecond {
+			time.Sleep(time.Until(time.Unix(0, at).Add(1200 * time.Millisecond)))
+		}
+	})
+	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { opened.CompareAndSwap(0, time.Now().UnixNano()) }}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "1000",
+		"-consumers", "1", "-batch", "16", "-time", "400ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
+	if res.code != exitOK {
+		t.Fatalf("exit %d, want %d", res.code, exitOK)
+	}
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 {
+		t.Fatalf("rows %+v; want one mixed row", rep.Rows)
+	}
+	r := rep.Rows[0]
+	if len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "calls behind their schedule when the window closed") {
+		t.Errorf("notes %q; want one saying that the calls of the window's last 100 ms were not made", r.Notes)
 	}
 }

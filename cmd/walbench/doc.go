@@ -162,8 +162,9 @@
 // store's Options.Sync and SegmentBytes. Each durable setting measured
 // (sync all or publish × segment size) is scored by the geometric mean,
 // over the points it was measured at, of the rate at which messages went
-// through the queue (publish and drain taking turns; the publish rate
-// where no drain was measured). The best score wins; scores within 3% of
+// through the queue (publish and drain taking turns: a sweep point's
+// "through msgs/s", each round's publish with its own drain; the publish
+// rate where no drain was measured). The best score wins; scores within 3% of
 // it count as equal, and then SyncAll beats SyncPublish and the default
 // segment size beats the others. The profile measures publishes under
 // SyncAll only and pairs them with the drain of each mode: a Publish

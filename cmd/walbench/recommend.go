@@ -144,7 +144,11 @@ type recPoint struct {
 	publish      float64
 	p99          *int64
 	drain        *float64
-	measuredAs   string
+	// through is the rate of messages through the queue, publish and
+	// drain taking turns, as the row has it (a sweep's: the median of its
+	// rounds'); nil: computed from publish and drain.
+	through    *float64
+	measuredAs string
 }
 
 // recommend makes the recommendation from the summary rows of a run: from
@@ -227,7 +231,7 @@ func sweepPoints(rows []Row) (points []recPoint, unscored []Setting) {
 		scored[s] = true
 		points = append(points, recPoint{
 			sync: w.Sync, segmentBytes: w.SegmentBytes, producers: w.Producers, size: w.Size,
-			publish: *w.MsgsPerSec, p99: w.P99Ns, drain: w.DrainMsgsPerSec, measuredAs: w.Sync,
+			publish: *w.MsgsPerSec, p99: w.P99Ns, drain: w.DrainMsgsPerSec, through: w.ThroughMsgsPerSec, measuredAs: w.Sync,
 		})
 	}
 	for _, s := range cut {
@@ -375,7 +379,11 @@ func scoreSettings(points []recPoint) []Score {
 			bySetting[s] = map[key]float64{}
 			settings = append(settings, s)
 		}
-		if t := through(&p.publish, p.drain); t != nil {
+		t := p.through
+		if t == nil {
+			t = through(&p.publish, p.drain)
+		}
+		if t != nil {
 			bySetting[s][key{p.producers, p.size}] = *t
 		}
 	}

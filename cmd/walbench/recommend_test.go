@@ -563,3 +563,28 @@ func TestRecommendNamesTheSettingsARunNeverReached(t *testing.T) {
 		t.Errorf("a sweep that reached every setting names some as not measured")
 	}
 }
+
+// TestRecommendScoresTheRoundsThrough: a sweep point's score is its
+// "through msgs/s" as the table shows it, the median of the rate each
+// round's publish and drain made together, not the rate the medians of
+// its publishes and its drains would make: a round's drain goes with its
+// own publish, on the disk as it was then. Here the median publish and
+// the median drain, 500 each, come from the same round only in name:
+// through them, 250; the rounds' own are 90.9, 90.9 and 250.
+func TestRecommendScoresTheRoundsThrough(t *testing.T) {
+	var rounds [][]Row
+	for i, pd := range [][2]float64{{100, 1000}, {1000, 100}, {500, 500}} {
+		r := sweepRow("all", 64*mib, 16, 1024, pd[0], pd[1], 100)
+		r.Round = i + 1
+		r.ThroughMsgsPerSec = through(r.MsgsPerSec, r.DrainMsgsPerSec)
+		rounds = append(rounds, []Row{r})
+	}
+	rows := summarizeRows(rounds)
+	rec := recommend(rows)
+	if rec == nil || len(rec.Scores) != 1 {
+		t.Fatalf("recommendation %+v; want one score", rec)
+	}
+	if want := *rows[0].ThroughMsgsPerSec; !near(rec.Scores[0].MsgsPerSec, want) {
+		t.Errorf("score %v; want %v, the row's through msgs/s (the median of the rounds')", rec.Scores[0].MsgsPerSec, want)
+	}
+}

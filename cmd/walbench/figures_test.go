@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -112,5 +113,55 @@ func TestDrainRecordsAreLeasesAndAcks(t *testing.T) {
 	}
 	if got := *r.RecordsPerCommit * float64(r.Commits); !near(got, 2*messages) {
 		t.Errorf("%v records per commit × %d commits = %v; want the %d leases and acks of %d messages", *r.RecordsPerCommit, r.Commits, got, 2*messages, messages)
+	}
+}
+
+// slowSyncFile is a file whose every fdatasync takes at least d more.
+type slowSyncFile struct {
+	vfs.File
+	d     time.Duration
+	syncs int64
+}
+
+func (f *slowSyncFile) Sync() error {
+	time.Sleep(f.d)
+	f.syncs++
+	return f.File.Sync()
+}
+
+// TestProbeLoopFigures: the probe's fdatasync loop on a file whose every
+// fdatasync takes at least 1 ms makes at most 1,000 a second, records one
+// latency per fdatasync, each of at least 1 ms (in nanoseconds), and
+// counts one pwrite per fdatasync; the bandwidth loop, an fdatasync per 8
+// pwrites, counts its pwrites, whose bytes make its MB/s.
+func TestProbeLoopFigures(t *testing.T) {
+	f, err := createFile(filepath.Join(benchDir(t), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	slow := &slowSyncFile{File: f, d: time.Millisecond}
+	h := newLatencies()
+	n, secs, err := syncLoop(context.Background(), slow, probeWriteBytes, probeWriteBytes, 0, 1<<20, 200*time.Millisecond, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != slow.syncs || h.TotalCount() != n {
+		t.Errorf("%d pwrites counted, %d fdatasyncs made, %d latencies; want one of each per fdatasync", n, slow.syncs, h.TotalCount())
+	}
+	if r := *rate(n, secs); r > 1000 || r < 50 {
+		t.Errorf("%.0f fdatasyncs/s, each taking at least 1 ms; want at most 1,000 (and not under 50)", r)
+	}
+	if p50 := time.Duration(*percentilesOf(h).p50); p50 < time.Millisecond {
+		t.Errorf("fdatasync p50 %v, each taking at least 1 ms", p50)
+	}
+
+	slow.syncs = 0
+	n, _, err = syncLoop(context.Background(), slow, probeWriteBytes, 8*probeWriteBytes, 0, 1<<20, 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 8*slow.syncs {
+		t.Errorf("%d pwrites counted with %d fdatasyncs, one per 8 pwrites; want %d", n, slow.syncs, 8*slow.syncs)
 	}
 }

@@ -359,8 +359,9 @@
 //	    "p99_vs_large_p99":      p99_ns ÷ the round's probe large_p99_ns
 //	                     (these four: publish and sweep rows under sync all or
 //	                     publish, wal rows under always; else null)
-//	    "vs_wal":        float, publish msgs_per_sec ÷ the same round's wal row with
-//	                     as many appenders and the same size (absent without one)
+//	    "vs_wal":        float, publish (sync all) msgs_per_sec ÷ the same
+//	                     round's wal row (sync always, new segments) with as
+//	                     many appenders and the same size (absent without one)
 //	    "drain_msgs_per_sec":   float, sweep: the drain after the window;
 //	                     mixed: messages consumed per second of the window
 //	                     (those it published, handled while it was open)
@@ -396,7 +397,9 @@
 //	    "heap_before_open_bytes", "heap_inuse_bytes": int, HeapInuse after
 //	                     runtime.GC just before the open from the checkpoint and
 //	                     with the store just opened (the whole process's heap)
-//	    "heap_bytes_per_message": float
+//	    "heap_bytes_per_message": float, heap_inuse_bytes ÷ messages: the
+//	                     whole process's heap, walbench's own included, so
+//	                     an upper bound on what a pending message costs
 //	  }
 //	  "recommendation": {                          (profile, sweep, full)
 //	    "basis":         "sweep" | "profile"

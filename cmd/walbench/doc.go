@@ -126,9 +126,10 @@
 //   - sweep: at each point of the grid -sync × -segment-bytes × -size ×
 //     -producers, on a new store: a publish window as above, for -time,
 //     then a Consume drain (-batch, -consumers) of everything it left, for
-//     at most as long. "through" is the rate at which messages pass
-//     through the queue when publish and drain take turns on the disk:
-//     1 / (1/publish + 1/drain).
+//     at most as long (a drain that this cuts with messages left says so
+//     in a note: its rate is of those handled). "through" is the rate at
+//     which messages pass through the queue when publish and drain take
+//     turns on the disk: 1 / (1/publish + 1/drain).
 //   - wal: the log alone (wal.Open, -sync always by default), appenders
 //     calling Append with one record in a loop, for comparison with the
 //     broker's publish rows ("÷ log": publish msgs/s ÷ the log's appends/s
@@ -376,8 +377,9 @@
 //	                     (a summary: the element-wise median over the rounds);
 //	                     omitted when none
 //	    "notes":         [string], what looked wrong in the store's counters,
-//	                     and a drain that -limit ended; prefixed "round K: "
-//	                     in a summary of several rounds; omitted when none
+//	                     a drain that -limit ended and a sweep's drain that
+//	                     -time did; prefixed "round K: " in a summary of
+//	                     several rounds; omitted when none
 //	    "ranges":        {name: [min, max]}, a summary's ratios over the rounds
 //	                     (absent with one round)
 //	    "per_round":     [row], a summary's rounds, in order (omitted in a

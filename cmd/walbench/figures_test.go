@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +164,26 @@ func TestProbeLoopFigures(t *testing.T) {
 	}
 	if n != 8*slow.syncs {
 		t.Errorf("%d pwrites counted with %d fdatasyncs, one per 8 pwrites; want %d", n, slow.syncs, 8*slow.syncs)
+	}
+}
+
+// TestSweepDrainCutIsSaid: a sweep point's drain lasts -time at most; one
+// that ends with messages left says so, as a drain cut at -limit does:
+// its rate is of the messages it handled. With every fdatasync taking at
+// least 5 ms, a drain of one consumer taking one message at a time makes
+// at most 100 a second (a lease and an ack, each its own commit), and
+// the window of 16 producers leaves more than it can take in 100 ms.
+func TestSweepDrainCutIsSaid(t *testing.T) {
+	l := sweepLoad{warmup: 0, duration: 100 * time.Millisecond, consumers: 1, batch: 1, fs: slowSyncFS(5 * time.Millisecond), hangTimeout: time.Minute}
+	p := sweepPoint{producers: 16, size: 100, segmentBytes: 0, sync: broker.SyncAll}
+	r, measured, err := runSweepPoint(context.Background(), &env{progress: newProgress(io.Discard)}, benchDir(t), l, p)
+	if err != nil || !measured {
+		t.Fatalf("measured %v, error %v", measured, err)
+	}
+	if r.DrainMsgsPerSec == nil || r.Ops < 30 {
+		t.Skipf("%d published, drain %v msgs/s: too few to outlast the drain on this machine", r.Ops, deref(r.DrainMsgsPerSec))
+	}
+	if len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "the drain after the window was cut") {
+		t.Errorf("notes %q after %d published and a drain of %v msgs/s in %v s; want one saying the drain was cut", r.Notes, r.Ops, *r.DrainMsgsPerSec, r.DrainSeconds)
 	}
 }

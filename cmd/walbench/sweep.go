@@ -90,6 +90,9 @@ func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p 
 		return r, true, fmt.Errorf("sweep, %v: %w", p, err)
 	}
 	r.Consumers, r.Batch = l.consumers, l.batch
+	if res.limited {
+		r.Notes = append(r.Notes, fmt.Sprintf("the drain after the window was cut at -time %v with %d of the %d messages left handled: its rate is of those", l.duration, res.handled, backlog))
+	}
 	r.DrainSeconds = res.elapsed.Seconds()
 	r.DrainMsgsPerSec = rate(res.handled, r.DrainSeconds)
 	r.ThroughMsgsPerSec = through(r.MsgsPerSec, r.DrainMsgsPerSec)

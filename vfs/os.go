@@ -20,14 +20,14 @@ import (
 // Default is the real file system.
 //
 // It opens (and locks) only what a store's directory should hold: files
-// made by the process's own user or by root. A
-// symbolic link as the last element of a name, a named pipe, socket or
-// device, and a file another user owns, are refused with an error that
-// wraps [ErrForeign] and says what to do: in a directory others can write,
-// such a file was planted, and a store that read a planted segment would
-// deliver messages, and accept receipts, someone else made up. The
-// directory named may itself be a link: that is the operator's choice,
-// not something planted inside the store.
+// made by the process's own user or by root. A symbolic link as the last
+// element of a name, a named pipe, socket or device, and a file another
+// user owns, are refused with an error that wraps [ErrForeign] and says
+// what to do: in a directory others can write, such a file was planted,
+// and a store that read a planted segment would deliver messages, and
+// accept receipts, someone else made up. The directory named may itself
+// be a link: that is the operator's choice, not something planted inside
+// the store.
 var Default FS = osFS{}
 
 // ErrForeign is wrapped by the errors of [Default] for a symbolic link or
@@ -60,11 +60,11 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 }
 
 // openOwn opens name as os.OpenFile does, but only a regular file (or a
-// directory) that this process's user or root owns, and never through a symbolic link
-// in its last element: see [Default]. The name is looked at before it is
-// opened (so that a planted named pipe is refused rather than waited on)
-// and the open file after (so that a file swapped in between is refused
-// too).
+// directory) that this process's user or root owns, and never through a
+// symbolic link in its last element: see [Default]. The name is looked at
+// before it is opened (so that a planted named pipe is refused rather
+// than waited on) and the open file after (so that a file swapped in
+// between is refused too).
 func openOwn(name string, flag int, perm os.FileMode) (*os.File, error) {
 	if li, err := os.Lstat(name); err == nil {
 		if err := ownFile(name, li); err != nil {

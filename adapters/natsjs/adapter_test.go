@@ -538,6 +538,22 @@ func TestOpenRefuses(t *testing.T) {
 	}
 }
 
+// TestOpenAcceptsTheBoundsOfItsOptions: the largest values the options
+// allow are accepted, not only refused beyond them: a Prefix of 32 of
+// [A-Za-z0-9-] and Replicas 5 (Open asks the server nothing about them).
+func TestOpenAcceptsTheBoundsOfItsOptions(t *testing.T) {
+	nc := connect(t, sharedServer(t).ClientURL())
+	longest := strings.Repeat("Az9-", 8)
+	for _, o := range []natsjs.Options{{Prefix: longest}, {Replicas: 5}} {
+		st, err := natsjs.Open(nc, o)
+		if err != nil {
+			t.Errorf("Open(%+v): %v", o, err)
+			continue
+		}
+		st.Close()
+	}
+}
+
 // TestConsumeDrainsBursts runs broker.Consume while batches are published
 // and requires every message handled: a Receive that stops short (the
 // server may tell its consumer about a batch's messages a moment after it

@@ -107,6 +107,34 @@ func startCluster(t *testing.T) []*server.Server {
 	return servers
 }
 
+// clusterQueue opens a Store of Replicas 3 on nc and its queue name,
+// retrying while the cluster's meta group elects a leader after the routes
+// form; the Store is closed at cleanup.
+func clusterQueue(t *testing.T, nc *nats.Conn, name string, p broker.PolicyValue) *natsjs.Queue {
+	t.Helper()
+	var st *natsjs.Store
+	var q *natsjs.Queue
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		if st == nil {
+			st, err = natsjs.Open(nc, natsjs.Options{Replicas: 3, Timeout: 2 * time.Second})
+		}
+		if err == nil {
+			q, err = st.Queue(name, p)
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not serve JetStream within 60 s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { st.Close() })
+	return q
+}
+
 // TestClusterSurvivesLosingANode publishes and consumes on a queue of
 // Replicas 3 while one of the three servers is shut down, and requires
 // every acknowledged publish to be consumed.
@@ -119,29 +147,7 @@ func TestClusterSurvivesLosingANode(t *testing.T) {
 		urls = append(urls, s.ClientURL())
 	}
 	nc := connect(t, strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.DontRandomize())
-
-	var st *natsjs.Store
-	var q *natsjs.Queue
-	// The meta group elects a leader after the routes form: retry until
-	// the queue's streams exist.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var err error
-		if st == nil {
-			st, err = natsjs.Open(nc, natsjs.Options{Replicas: 3, Timeout: 2 * time.Second})
-		}
-		if err == nil {
-			q, err = st.Queue("orders", broker.PolicyValue{VisibilityTimeout: 3 * time.Second, MaxDeliveries: 1000})
-		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster did not serve JetStream within 60 s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Cleanup(func() { st.Close() })
+	q := clusterQueue(t, nc, "orders", broker.PolicyValue{VisibilityTimeout: 3 * time.Second, MaxDeliveries: 1000})
 
 	// Half the seeds shut down the leader of the queue's work stream (the
 	// harder case: the stream elects a new one mid-workload), half a
@@ -288,4 +294,52 @@ func TestClusterSurvivesLosingANode(t *testing.T) {
 			t.Fatalf("%d acknowledged publishes were lost (first: %v); %d more were found in the queue after the drain", len(missing()), m, left)
 		}
 	}
+}
+
+// TestRacingPublishesOfOneKeyOnAReplicatedQueueEnqueueOnce: on a stream of
+// Replicas 3 the server refuses a compare-and-set on a key's record that
+// another publish of the subject is still proposing with another code than
+// a single server (10164, not 10071). Racing publishes of one key must
+// still all answer one message, exactly one of them with its payload.
+func TestRacingPublishesOfOneKeyOnAReplicatedQueueEnqueueOnce(t *testing.T) {
+	const racers = 16
+	servers := startCluster(t)
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, s.ClientURL())
+	}
+	q := clusterQueue(t, connect(t, strings.Join(urls, ",")), "keyed", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	for round := range 3 {
+		key := "order-" + itoa(round)
+		got := make([]broker.MessageValue, racers)
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = q.PublishKeyed(context.Background(), key, []byte(itoa(i)))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		withPayload := 0
+		for i, m := range got {
+			if errs[i] != nil {
+				t.Fatalf("round %d: PublishKeyed %d: %v", round, i, errs[i])
+			}
+			if m.ID != got[0].ID || !m.EnqueuedAt.Equal(got[0].EnqueuedAt) {
+				t.Fatalf("round %d: publish %d answered %s %v, publish 0 %s %v", round, i, m.ID, m.EnqueuedAt, got[0].ID, got[0].EnqueuedAt)
+			}
+			if m.Payload != nil {
+				withPayload++
+			}
+		}
+		if withPayload != 1 {
+			t.Fatalf("round %d: %d answers carried a payload, want exactly 1 (the one that enqueued)", round, withPayload)
+		}
+	}
+	receiveN(t, q, 3)
 }

@@ -22,23 +22,24 @@ import (
 // Headers the adapter writes. A message's ID and enqueue instant travel
 // with it, so that a replayed dead letter keeps both.
 const (
-	hdrID         = "Walbroker-Id"         // message ID; absent: the stream sequence is the ID
-	hdrEnqueued   = "Walbroker-Enqueued"   // EnqueuedAt, Unix nanoseconds
-	hdrOrigin     = "Walbroker-Origin"     // the publishing Store's random id
-	hdrFailed     = "Walbroker-Failed"     // dead letter: FailedAt, Unix nanoseconds
-	hdrReason     = "Walbroker-Reason"     // dead letter: reason, Go-quoted
-	hdrCode       = "Walbroker-Code"       // dead letter: dotted-quad code
-	hdrCause      = "Walbroker-Cause"      // dead letter: public text, Go-quoted
-	hdrDeliveries = "Walbroker-Deliveries" // dead letter: deliveries
-	hdrBatchID    = "Nats-Batch-Id"        // atomic batch publish (server 2.12+)
-	hdrBatchSeq   = "Nats-Batch-Sequence"  //
-	hdrBatchEnd   = "Nats-Batch-Commit"    //
-	maxKeyBytes   = 256                    // as the file-backed store
-	headerRoom    = 8 << 10                // bytes kept for headers below the server's max_payload (see checkSize)
-	maxBatch      = 1000                   // the server's default bound on an atomic batch
-	codeTooLarge  = 10054                  // JSStreamMessageExceedsMaximumErr
-	codeStoreFail = 10077                  // JSStreamStoreFailedF: "maximum messages exceeded" and others
-	codeBatchSize = 10199                  // JSAtomicPublishTooLargeBatchErrF
+	hdrID           = "Walbroker-Id"         // message ID; absent: the stream sequence is the ID
+	hdrEnqueued     = "Walbroker-Enqueued"   // EnqueuedAt, Unix nanoseconds
+	hdrOrigin       = "Walbroker-Origin"     // the publishing Store's random id
+	hdrFailed       = "Walbroker-Failed"     // dead letter: FailedAt, Unix nanoseconds
+	hdrReason       = "Walbroker-Reason"     // dead letter: reason, Go-quoted
+	hdrCode         = "Walbroker-Code"       // dead letter: dotted-quad code
+	hdrCause        = "Walbroker-Cause"      // dead letter: public text, Go-quoted
+	hdrDeliveries   = "Walbroker-Deliveries" // dead letter: deliveries
+	hdrBatchID      = "Nats-Batch-Id"        // atomic batch publish (server 2.12+)
+	hdrBatchSeq     = "Nats-Batch-Sequence"  //
+	hdrBatchEnd     = "Nats-Batch-Commit"    //
+	maxKeyBytes     = 256                    // as the file-backed store
+	headerRoom      = 8 << 10                // bytes kept for headers below the server's max_payload (see checkSize)
+	maxBatch        = 1000                   // the server's default bound on an atomic batch
+	codeTooLarge    = 10054                  // JSStreamMessageExceedsMaximumErr
+	codeStoreFail   = 10077                  // JSStreamStoreFailedF: "maximum messages exceeded" and others
+	codeBatchSize   = 10199                  // JSAtomicPublishTooLargeBatchErrF
+	codeIDInProcess = 10158                  // JSStreamDuplicateMessageConflict: "duplicate message id is in process"
 )
 
 // Queue is one named queue of a [Store]. It implements broker.Broker,
@@ -230,8 +231,19 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 
 	var ack *jetstream.PubAck
 	err = q.full(ctx, func() (err error) {
-		ack, err = q.s.js.PublishMsg(ctx, q.message(payload, claim.enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
-		return err
+		for {
+			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, claim.enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+			if !isInProcess(err) {
+				return err
+			}
+			// A racing publish of the key is being stored on the stream's
+			// replicas: once it is, this one is its duplicate.
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(inProcessPause):
+			}
+		}
 	})
 	if err != nil {
 		return broker.MessageValue{}, q.publishError(err)
@@ -347,13 +359,26 @@ func (q *Queue) completeKey(ctx context.Context, subject string, claim uint64, m
 }
 
 // isWrongLast reports whether the server refused a publish because the
-// subject's last sequence was not the one expected (10164 instead of
-// 10071 on a replicated stream).
+// subject's last sequence was not the one expected (10071; 10164 on a
+// replicated stream while another write of the subject is being proposed).
 func isWrongLast(err error) bool {
 	var api *jetstream.APIError
 	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
+
+// isInProcess reports whether the server refused a publish because a
+// message with the same Nats-Msg-Id is still being stored: a replicated
+// stream answers so until its replicas agreed on the first (10158), where a
+// single server answers at once with the duplicate.
+func isInProcess(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == codeIDInProcess
+}
+
+// inProcessPause is how long a keyed publish refused as in process waits
+// before it asks again.
+const inProcessPause = 10 * time.Millisecond
 
 // PublishBatch publishes every payload, all or nothing, as one atomic batch
 // of the server (its stream sequences are consecutive): a batch that does

@@ -418,6 +418,11 @@ func TestPolicyChangeReachesServer(t *testing.T) {
 	if cfg := s.CachedInfo().Config; cfg.MaxMsgs != 9 || cfg.Duplicates != time.Hour {
 		t.Fatalf("stream MaxMsgs %d Duplicates %v, want 9 1h", cfg.MaxMsgs, cfg.Duplicates)
 	}
+	// A key's record outlives the server's memory of the key by a minute,
+	// so that a duplicate the server still catches finds its record.
+	if cfg := b.stream(t, "_K_p").CachedInfo().Config; cfg.MaxAge != time.Hour+time.Minute || cfg.Duplicates != time.Hour {
+		t.Fatalf("keys stream MaxAge %v Duplicates %v, want 1h1m 1h", cfg.MaxAge, cfg.Duplicates)
+	}
 }
 
 // TestServerLimits: a batch beyond the server's atomic-batch bound is

@@ -509,6 +509,53 @@ func TestClosedConnection(t *testing.T) {
 	}
 }
 
+// TestEveryCallOnAClosedConnectionIsClosed: once the connection is
+// closed, every call is Closed, also one whose arguments alone would
+// answer otherwise (the receipt of a lease already ended, an ID that is no
+// dead letter's), as after Store.Close.
+func TestEveryCallOnAClosedConnectionIsClosed(t *testing.T) {
+	ctx := context.Background()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "CLOSEDALL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "CLOSEDALL") })
+	q := mustQueue(t, st, "c", policy())
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	if err := q.Ack(ctx, d.Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	is := func(err error, what string) {
+		t.Helper()
+		if !errors.Is(err, broker.Closed) {
+			t.Errorf("%s on a closed connection: %v, want Closed", what, err)
+		}
+	}
+	_, err = q.Publish(ctx, []byte("y"))
+	is(err, "Publish")
+	_, err = q.PublishKeyed(ctx, "k", []byte("y"))
+	is(err, "PublishKeyed")
+	_, err = q.PublishBatch(ctx, [][]byte{[]byte("y")})
+	is(err, "PublishBatch")
+	_, err = q.Receive(ctx, 1)
+	is(err, "Receive")
+	is(q.Ack(ctx, d.Lease.Receipt), "Ack of an ended lease")
+	_, err = q.Nack(ctx, d.Lease.Receipt, nil)
+	is(err, "Nack of an ended lease")
+	is(q.Reject(ctx, d.Lease.Receipt, nil), "Reject of an ended lease")
+	_, err = q.Extend(ctx, d.Lease.Receipt, time.Minute)
+	is(err, "Extend of an ended lease")
+	_, err = q.DeadLetters(ctx, 1)
+	is(err, "DeadLetters")
+	is(q.ReplayDeadLetter(ctx, "no-such-id"), "ReplayDeadLetter of no dead letter")
+	is(q.DeleteDeadLetter(ctx, "no-such-id"), "DeleteDeadLetter of no dead letter")
+}
+
 // TestOpenRefuses: bad options and names are refused before the server is
 // asked.
 func TestOpenRefuses(t *testing.T) {

@@ -1320,6 +1320,27 @@ func TestANegativeRecheckNamesNoLookForAnotherStoresLease(t *testing.T) {
 	}
 }
 
+// TestAStoreOpenedWhileAnotherHoldsALeaseNamesItsRecheck: a Store that
+// opens a queue on which another Store holds a lease names a look again
+// at once, before any Receive: Recheck away, or the VisibilityTimeout when
+// shorter; nothing with Recheck negative.
+func TestAStoreOpenedWhileAnotherHoldsALeaseNamesItsRecheck(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	p := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = 5 * time.Second })
+	qb := mustQueue(t, b.Store, "opened", p)
+	if _, err := qb.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qb, 1)
+	if w := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{Recheck: -1}), "opened", p).Wake(); w.Scheduled {
+		t.Fatalf("Wake %+v of a Store opened with Recheck negative, want nothing scheduled for another Store's lease", w)
+	}
+	if w := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{Recheck: time.Minute}), "opened", p).Wake(); !w.Scheduled || w.In > p.VisibilityTimeout+time.Second {
+		t.Fatalf("Wake %+v of a Store opened with Recheck 1m, want a look again within the VisibilityTimeout %v", w, p.VisibilityTimeout)
+	}
+}
+
 // TestAGivenUpMessageThatHasADeadLetterKeepsIt: a bury that stopped after
 // it wrote the dead letter and before it removed the message (a Reject
 // whose terminate failed, then the last lease lapsed, its advisory

@@ -1056,6 +1056,39 @@ func TestADuplicateOnlyTheServerRemembersAnswersTheOriginalsEnqueuedAt(t *testin
 	}
 }
 
+// TestAKeyWhoseRecordThisClockFindsStaleWhileTheServerHoldsItAnswersTheRecord:
+// a Store whose clock runs ahead of the original publisher's finds the
+// key's record past the window while the server's duplicate window still
+// holds the key. The publish is a duplicate and answers the original as
+// the record names it, its EnqueuedAt included, not this call's instant.
+// The record's EnqueuedAt is set back by more than the window here, as
+// such a clock would see it.
+func TestAKeyWhoseRecordThisClockFindsStaleWhileTheServerHoldsItAnswersTheRecord(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	window := time.Hour
+	q := mustQueue(t, b.Store, "orders", policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+	orig, err := q.PublishKeyed(ctx, "order-1", []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("order-1"))
+	record := nats.NewMsg(b.prefix + ".k.orders." + hex.EncodeToString(sum[:]))
+	seen := orig.EnqueuedAt.Add(-window - time.Minute)
+	record.Header.Set("Walbroker-Enqueued", strconv.FormatInt(seen.UnixNano(), 10))
+	record.Header.Set("Walbroker-Id", orig.ID)
+	js, _ := jetstream.New(b.nc)
+	if _, err := js.PublishMsg(ctx, record); err != nil {
+		t.Fatalf("the key's record: %v", err)
+	}
+	dup, err := q.PublishKeyed(ctx, "order-1", []byte("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameOriginal(t, broker.MessageValue{ID: orig.ID, EnqueuedAt: seen}, dup, "a key whose record is stale here but not on the server")
+	receiveN(t, q, 1)
+}
+
 // TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize: a server
 // configured with a smaller atomic-batch bound than the default refuses a
 // batch the adapter lets through; that refusal is InvalidBatchSize (not

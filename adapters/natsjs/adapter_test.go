@@ -1089,6 +1089,28 @@ func TestAKeyWhoseRecordThisClockFindsStaleWhileTheServerHoldsItAnswersTheRecord
 	receiveN(t, q, 1)
 }
 
+// TestAKeyRecordNamingNoMessageIDIsAnError: a key's record on the server
+// is input like any other. One whose ID is not of the adapter's shape (a
+// record some other writer left) makes PublishKeyed fail with an error
+// saying so, never answer that text as the original's ID.
+func TestAKeyRecordNamingNoMessageIDIsAnError(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "orders", policy())
+	sum := sha256.Sum256([]byte("order-1"))
+	record := nats.NewMsg(b.prefix + ".k.orders." + hex.EncodeToString(sum[:]))
+	record.Header.Set("Walbroker-Enqueued", strconv.FormatInt(time.Now().UnixNano(), 10))
+	record.Header.Set("Walbroker-Id", "not-a-message-id")
+	js, _ := jetstream.New(b.nc)
+	if _, err := js.PublishMsg(ctx, record); err != nil {
+		t.Fatalf("the key's record: %v", err)
+	}
+	m, err := q.PublishKeyed(ctx, "order-1", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "not a message ID") {
+		t.Fatalf("PublishKeyed over a record naming no message ID: %+v, %v; want an error saying so", m, err)
+	}
+}
+
 // TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize: a server
 // configured with a smaller atomic-batch bound than the default refuses a
 // batch the adapter lets through; that refusal is InvalidBatchSize (not

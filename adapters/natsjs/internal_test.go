@@ -138,6 +138,22 @@ func TestReceiptTampering(t *testing.T) {
 	}
 }
 
+// TestAKeyIsHeldAtTheEndOfItsWindow: a dedup key is evicted only when
+// strictly older than the window, so at enqueued+window exactly it is
+// still held, and a nanosecond later it is not.
+func TestAKeyIsHeldAtTheEndOfItsWindow(t *testing.T) {
+	enqueued := time.Unix(1_700_000_000, 0)
+	window := time.Minute
+	for _, c := range []struct {
+		at   time.Duration
+		held bool
+	}{{0, true}, {window - 1, true}, {window, true}, {window + 1, false}} {
+		if got := withinWindow(enqueued.Add(c.at), enqueued, window); got != c.held {
+			t.Errorf("held %v after enqueue, window %v: %v, want %v", c.at, window, got, c.held)
+		}
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

@@ -312,8 +312,7 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 			expect = 0
 			continue
 		}
-		// Evicted only when STRICTLY older than the window (API.md §5.8).
-		if !time.Now().After(rec.enqueued.Add(window)) {
+		if withinWindow(time.Now(), rec.enqueued, window) {
 			if rec.id != "" {
 				return keyRecord{}, keyRecord{}, &broker.MessageValue{ID: rec.id, EnqueuedAt: rec.enqueued}, nil
 			}
@@ -322,6 +321,13 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 		stale, expect = rec, rec.seq
 	}
 	return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: the record of a dedup key changed under %d attempts to claim it", q.name, maxClaims)
+}
+
+// withinWindow reports whether a key enqueued at enqueued is still held at
+// now: it is evicted only when STRICTLY older than the window (API.md
+// §5.8), so at enqueued+window exactly it still holds.
+func withinWindow(now, enqueued time.Time, window time.Duration) bool {
+	return !now.After(enqueued.Add(window))
 }
 
 // readKey reads the key's record on subject; found is false when there is

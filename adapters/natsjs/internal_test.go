@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -151,6 +152,22 @@ func TestAKeyIsHeldAtTheEndOfItsWindow(t *testing.T) {
 		if got := withinWindow(enqueued.Add(c.at), enqueued, window); got != c.held {
 			t.Errorf("held %v after enqueue, window %v: %v, want %v", c.at, window, got, c.held)
 		}
+	}
+}
+
+// TestALeaseIsRefusedAtItsExpiresAt: a receipt is live until its lease's
+// ExpiresAt and refused, LeaseExpired, at that instant exactly, as the
+// file-backed store refuses it.
+func TestALeaseIsRefusedAtItsExpiresAt(t *testing.T) {
+	expires := time.Unix(1_700_000_000, 0)
+	q := &Queue{s: &Store{key: []byte("0123456789abcdef0123456789abcdef")}, name: "a", n: newNames("P", "a"),
+		leases: map[uint64]*lease{42: {nonce: 7, expiresAt: expires}}}
+	r := q.receipt(42, 7)
+	if _, _, err := q.liveLocked(r, expires.Add(-time.Nanosecond)); err != nil {
+		t.Fatalf("a nanosecond before ExpiresAt: %v, want the lease", err)
+	}
+	if _, _, err := q.liveLocked(r, expires); !errors.Is(err, broker.LeaseExpired) {
+		t.Fatalf("at ExpiresAt: %v, want LeaseExpired", err)
 	}
 }
 

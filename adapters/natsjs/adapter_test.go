@@ -1111,6 +1111,46 @@ func TestAKeyRecordNamingNoMessageIDIsAnError(t *testing.T) {
 	}
 }
 
+// TestAStaleKeyRecordThatExpiresWhileItIsClaimedOverIsClaimedAfresh: a
+// publish that found the key's record stale claims over it, expecting
+// that record; when the record expires in between (its MaxAge), the claim
+// is refused and the record is gone. The publish then claims as for a new
+// key and enqueues, instead of expecting the vanished record until it
+// gives up.
+func TestAStaleKeyRecordThatExpiresWhileItIsClaimedOverIsClaimedAfresh(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	window := time.Hour
+	q := mustQueue(t, b.Store, "orders", policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+	sum := sha256.Sum256([]byte("order-1"))
+	subject := b.prefix + ".k.orders." + hex.EncodeToString(sum[:])
+	record := nats.NewMsg(subject)
+	record.Header.Set("Walbroker-Enqueued", strconv.FormatInt(time.Now().Add(-2*window).UnixNano(), 10))
+	js, _ := jetstream.New(b.nc)
+	if _, err := js.PublishMsg(ctx, record); err != nil {
+		t.Fatalf("the key's stale record: %v", err)
+	}
+	keys := b.stream(t, "_K_orders")
+	expired := false
+	restore := natsjs.HoldKeyClaim(func(round int) {
+		if round == 1 { // the stale record was read: it expires now
+			if err := keys.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+				t.Errorf("purge the key's record: %v", err)
+			}
+			expired = true
+		}
+	})
+	defer restore()
+	m, err := q.PublishKeyed(ctx, "order-1", []byte("x"))
+	if err != nil {
+		t.Fatalf("PublishKeyed over a stale record that expired meanwhile: %v", err)
+	}
+	if !expired || m.Payload == nil {
+		t.Fatalf("PublishKeyed answered %+v (record expired: %v), want a new message", m, expired)
+	}
+	receiveN(t, q, 1)
+}
+
 // TestABatchBeyondTheServersConfiguredBoundIsInvalidBatchSize: a server
 // configured with a smaller atomic-batch bound than the default refuses a
 // batch the adapter lets through; that refusal is InvalidBatchSize (not

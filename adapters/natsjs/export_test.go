@@ -15,6 +15,13 @@ func HoldWakeSubscription(hold func()) (restore func()) {
 	return func() { beforeWakeFlush = func() {} }
 }
 
+// HoldKeyClaim makes hold run before each attempt of a keyed publish to
+// claim its key's record, and returns what restores the default.
+func HoldKeyClaim(hold func(round int)) (restore func()) {
+	beforeKeyClaim = hold
+	return func() { beforeKeyClaim = func(int) {} }
+}
+
 // AbandonGrace is how long a sweep leaves a message the consumer gave up
 // on without an advisory before it buries it.
 const AbandonGrace = abandonGrace

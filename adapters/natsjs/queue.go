@@ -292,7 +292,8 @@ const maxClaims = 8
 // if any, or, when a live record names a message, the duplicate's answer.
 func (q *Queue) claimKey(ctx context.Context, subject string, window time.Duration) (claim, stale keyRecord, dup *broker.MessageValue, err error) {
 	expect := uint64(0) // the record to replace: none
-	for range maxClaims {
+	for round := range maxClaims {
+		beforeKeyClaim(round)
 		now := unixTime(time.Now())
 		record := nats.NewMsg(subject)
 		record.Header.Set(hdrEnqueued, strconv.FormatInt(now.UnixNano(), 10))
@@ -329,6 +330,10 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 func withinWindow(now, enqueued time.Time, window time.Duration) bool {
 	return !now.After(enqueued.Add(window))
 }
+
+// beforeKeyClaim runs before each attempt of claimKey (round 0, 1, ...);
+// tests change the key's record there.
+var beforeKeyClaim = func(round int) {}
 
 // readKey reads the key's record on subject; found is false when there is
 // none.

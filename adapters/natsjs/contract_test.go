@@ -247,16 +247,13 @@ func TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause(t *testing.T) {
 	}
 	defer st.Close()
 	q := mustQueue(t, st, "big", policy())
-	var payload []byte
-	for size := maxPayload; ; size -= 256 { // the largest payload the adapter admits
-		payload = make([]byte, size)
-		_, err := q.Publish(ctx, payload)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, broker.MessageTooLarge) {
-			t.Fatalf("Publish of %d bytes: %v", size, err)
-		}
+	// The largest payload the adapter admits: max_payload less 8 KiB.
+	payload := make([]byte, maxPayload-8<<10)
+	if _, err := q.Publish(ctx, append(payload, 0)); !errors.Is(err, broker.MessageTooLarge) {
+		t.Fatalf("Publish of max_payload less 8 KiB, plus one byte: %v, want MessageTooLarge", err)
+	}
+	if _, err := q.Publish(ctx, payload); err != nil {
+		t.Fatalf("Publish of max_payload less 8 KiB: %v", err)
 	}
 	d := receiveN(t, q, 1)[0]
 	// The longest texts the rule keeps, in the bytes that quote longest.

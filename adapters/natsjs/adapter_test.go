@@ -358,33 +358,38 @@ func TestMessageOfAnotherClient(t *testing.T) {
 
 // TestAMessageOfAnotherClientWithAForeignIDHeaderGetsItsSequence: another
 // client's message whose Walbroker-Id header is not an ID of the adapter's
-// shape is delivered, and dead-lettered, under its stream sequence.
+// shape (16 lower-case hex digits: each foreign ID here misses it by one
+// character, just outside a range of the alphabet) is delivered, and
+// dead-lettered, under its stream sequence.
 func TestAMessageOfAnotherClientWithAForeignIDHeaderGetsItsSequence(t *testing.T) {
 	ctx := context.Background()
 	b := openBackend(t)
-	q := mustQueue(t, b.Store, "foreign-id", policy())
 	js, _ := jetstream.New(connect(t, sharedServer(t).ClientURL()))
-	msg := nats.NewMsg(b.prefix + ".q.foreign-id")
-	msg.Data = []byte("raw")
-	msg.Header.Set("Walbroker-Id", "order-42")
-	ack, err := js.PublishMsg(ctx, msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("%016x", ack.Sequence)
-	d := receiveForeign(t, q, 1)[0]
-	if d.Message.ID != want {
-		t.Fatalf("delivered as %q, want its sequence %q", d.Message.ID, want)
-	}
-	if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
-		t.Fatal(err)
-	}
-	dls, err := q.DeadLetters(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(dls) != 1 || dls[0].Message.ID != want {
-		t.Fatalf("dead letters %+v, want one of ID %s", dls, want)
+	for i, foreign := range []string{"order-42", "000000000000002a0", "0000000000002a", "000000000000000g", "000000000000000`", "000000000000000/", "000000000000000:", "000000000000000A"} {
+		name := "foreign-id-" + strconv.Itoa(i)
+		q := mustQueue(t, b.Store, name, policy())
+		msg := nats.NewMsg(b.prefix + ".q." + name)
+		msg.Data = []byte("raw")
+		msg.Header.Set("Walbroker-Id", foreign)
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%016x", ack.Sequence)
+		d := receiveForeign(t, q, 1)[0]
+		if d.Message.ID != want {
+			t.Fatalf("Walbroker-Id %q: delivered as %q, want its sequence %q", foreign, d.Message.ID, want)
+		}
+		if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
+			t.Fatal(err)
+		}
+		dls, err := q.DeadLetters(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || dls[0].Message.ID != want {
+			t.Fatalf("Walbroker-Id %q: dead letters %+v, want one of ID %s", foreign, dls, want)
+		}
 	}
 }
 

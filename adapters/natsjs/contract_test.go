@@ -267,6 +267,45 @@ func TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause(t *testing.T) {
 	}
 }
 
+// TestAReplayOfAPayloadTheServerNoLongerTakesIsMessageTooLarge: a dead
+// letter stored while the server took its payload, replayed after the
+// server restarted with a smaller max_payload, is MessageTooLarge, as a
+// publish of that payload is, and stays a dead letter.
+func TestAReplayOfAPayloadTheServerNoLongerTakesIsMessageTooLarge(t *testing.T) {
+	ctx := context.Background()
+	dir := storeDir(t)
+	srv := runServer(t, dir, func(o *server.Options) { o.MaxPayload = 64 << 10 })
+	st, err := natsjs.Open(connect(t, srv.ClientURL()), natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, st, "big", policy())
+	m, err := q.Publish(ctx, make([]byte, 48<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Reject(ctx, receiveN(t, q, 1)[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+
+	srv = runServer(t, dir, func(o *server.Options) { o.MaxPayload = 32 << 10 })
+	st, err = natsjs.Open(connect(t, srv.ClientURL()), natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q = mustQueue(t, st, "big", policy())
+	if err := q.ReplayDeadLetter(ctx, m.ID); !errors.Is(err, broker.MessageTooLarge) {
+		t.Fatalf("replay of 48 KiB into a server of max_payload 32 KiB: %v, want MessageTooLarge", err)
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 1 || dls[0].Message.ID != m.ID {
+		t.Fatalf("dead letters after the refused replay: %d, %v; want %s still there", len(dls), err, m.ID)
+	}
+}
+
 // TestANacksVisibleAtIsTheRetryDelayOfItsDelivery: Nack's VisibleAt is the
 // policy's retry delay after the failed delivery (RetryDelay doubled per
 // delivery after the first), measured from the call, and the message

@@ -430,6 +430,28 @@ func TestPolicyChangeReachesServer(t *testing.T) {
 	}
 }
 
+// TestAStoreRefusalOtherThanCapacityIsNotQueueFull: the server refuses a
+// message for its stream's MaxMsgs and for other limits with one error
+// code; only MaxMsgs is the queue's Capacity. With a byte limit set on the
+// work stream by hand (the adapter sets none), a publish beyond it is an
+// error, but not QueueFull.
+func TestAStoreRefusalOtherThanCapacityIsNotQueueFull(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "bytes", policy(func(p *broker.PolicyValue) { p.Capacity = 100 }))
+	js, _ := jetstream.New(b.nc)
+	work := b.stream(t, "_Q_bytes")
+	cfg := work.CachedInfo().Config
+	cfg.MaxBytes = 64
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("set the work stream's MaxBytes: %v", err)
+	}
+	_, err := q.Publish(ctx, make([]byte, 128))
+	if err == nil || errors.Is(err, broker.QueueFull) {
+		t.Fatalf("Publish beyond the work stream's MaxBytes: %v, want an error that is not QueueFull", err)
+	}
+}
+
 // TestServerLimits: a batch beyond the server's atomic-batch bound is
 // InvalidBatchSize, and a payload the policy allows but the server's
 // max_payload does not is MessageTooLarge; neither enqueues anything.

@@ -171,6 +171,28 @@ func TestALeaseIsRefusedAtItsExpiresAt(t *testing.T) {
 	}
 }
 
+// TestTrimmingDropsOnlyTheLongLapsedLeases: once a Queue holds many
+// leases and retry instants, Receive drops those that ended more than
+// leaseMemory ago, and keeps a lease that lapsed less long ago (it dates
+// a death the server may notice late) and the live ones.
+func TestTrimmingDropsOnlyTheLongLapsedLeases(t *testing.T) {
+	now := time.Now()
+	long, recent, live := now.Add(-leaseMemory-time.Minute), now.Add(-time.Minute), now.Add(time.Hour)
+	q := &Queue{leases: map[uint64]*lease{}, retries: map[uint64]time.Time{}, sweepAt: minSweep}
+	for seq := range uint64(minSweep) {
+		q.leases[seq+10] = &lease{expiresAt: long}
+	}
+	q.leases[1], q.leases[2] = &lease{expiresAt: recent}, &lease{expiresAt: live}
+	q.retries[3], q.retries[4], q.retries[5] = long, recent, live
+	q.trimLeases()
+	if len(q.leases) != 2 || q.leases[1] == nil || q.leases[2] == nil {
+		t.Errorf("%d leases kept, want the 2 that lapsed a minute ago or are live", len(q.leases))
+	}
+	if _, passed := q.retries[3]; len(q.retries) != 2 || passed {
+		t.Errorf("retries kept %v, want the 2 that ended a minute ago or are due", q.retries)
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

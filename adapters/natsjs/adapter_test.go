@@ -481,6 +481,66 @@ func TestServerLimits(t *testing.T) {
 	}
 }
 
+// TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed: an Extend and an Ack
+// of one receipt, started together, never both succeed: the Ack ends the
+// lease, the Extend replaces it, and whichever comes second finds it gone
+// (LeaseExpired), also when the Ack ends it while the Extend waits for
+// the server.
+func TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed(t *testing.T) {
+	const n = 128
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "race", policy())
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte("x")
+	}
+	if _, err := q.PublishBatch(ctx, payloads); err != nil {
+		t.Fatal(err)
+	}
+	var ds []broker.DeliveryValue
+	until(t, 10*time.Second, "the batch received", func() bool {
+		got, err := q.Receive(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+		return len(ds) >= n
+	})
+	both := 0
+	for i, d := range ds {
+		start := make(chan struct{})
+		var extendErr, ackErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; _, extendErr = q.Extend(ctx, d.Lease.Receipt, time.Minute) }()
+		go func() {
+			defer wg.Done()
+			<-start
+			// Started a little later each time (0 to 750 µs), so that some
+			// Acks come while the Extend waits for the server.
+			for begun := time.Now(); time.Since(begun) < time.Duration(i%16)*50*time.Microsecond; {
+			}
+			ackErr = q.Ack(ctx, d.Lease.Receipt)
+		}()
+		close(start)
+		wg.Wait()
+		for _, err := range []error{extendErr, ackErr} {
+			if err != nil && !errors.Is(err, broker.LeaseExpired) {
+				t.Fatalf("Extend or Ack racing on one receipt: %v, want success or LeaseExpired", err)
+			}
+		}
+		if extendErr == nil && ackErr == nil {
+			both++
+		}
+		if extendErr != nil && ackErr != nil {
+			t.Fatalf("both the Extend and the Ack of %s failed: %v; %v", d.Message.ID, extendErr, ackErr)
+		}
+	}
+	if both > 0 {
+		t.Fatalf("%d of %d leases were both extended and acknowledged", both, n)
+	}
+}
+
 // TestExtendByVisibilityTimeout renews with the server's "in progress",
 // the path Extend takes when by equals the policy's VisibilityTimeout: the
 // message stays hidden past its first deadline and the new receipt acks.

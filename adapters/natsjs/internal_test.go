@@ -3,9 +3,11 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,6 +192,61 @@ func TestTrimmingDropsOnlyTheLongLapsedLeases(t *testing.T) {
 	}
 	if _, passed := q.retries[3]; len(q.retries) != 2 || passed {
 		t.Errorf("retries kept %v, want the 2 that ended a minute ago or are due", q.retries)
+	}
+}
+
+// injectAdvisories stores advisories in q's deaths stream as the server
+// would, each naming a stream sequence of seqs.
+func injectAdvisories(t *testing.T, q *Queue, seqs ...uint64) {
+	t.Helper()
+	for _, seq := range seqs {
+		body := fmt.Sprintf(`{"timestamp":%q,"stream_seq":%d,"deliveries":1}`, time.Now().Format(time.RFC3339Nano), seq)
+		if _, err := q.s.js.Publish(context.Background(), q.n.deathSubject, []byte(body)); err != nil {
+			t.Fatalf("advisory: %v", err)
+		}
+	}
+}
+
+// TestTwoStoresSweepingOneDeathsStreamBothSucceed: two Stores sweeping the
+// same advisories at once both delete each of them; the second delete
+// finds it gone, which is no failure, and both sweeps succeed.
+func TestTwoStoresSweepingOneDeathsStreamBothSucceed(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "sweeps", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	nc, err := nats.Connect(q.s.nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s2, err := Open(nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	q2, err := s2.Queue("sweeps", q.currentPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Advisories of messages already gone: each sweep only deletes them.
+	seqs := make([]uint64, 200)
+	for i := range seqs {
+		seqs[i] = uint64(1_000_000 + i)
+	}
+	injectAdvisories(t, q, seqs...)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, x := range []*Queue{q, q2} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = x.SweepNow(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("sweep %d: %v", i+1, err)
+		}
+	}
+	if info, err := q.deaths.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("deaths stream after both sweeps: %v, %v; want it empty", info, err)
 	}
 }
 

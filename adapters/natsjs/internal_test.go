@@ -250,6 +250,21 @@ func TestTwoStoresSweepingOneDeathsStreamBothSucceed(t *testing.T) {
 	}
 }
 
+// TestAnAdvisoryNamingNoMessageIsDropped: an advisory that names stream
+// sequence 0 (readable JSON, but not of a message) is dropped by the
+// sweep, which succeeds: kept, it would fail every later call that looks.
+func TestAnAdvisoryNamingNoMessageIsDropped(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "zero", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	injectAdvisories(t, q, 0)
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatalf("sweep of an advisory naming sequence 0: %v", err)
+	}
+	if info, err := q.deaths.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("deaths stream after the sweep: %v, %v; want it empty", info, err)
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -388,6 +389,54 @@ func TestACallThatFailsMidwayLeavesTheLeaseToRetry(t *testing.T) {
 		if call.name == "Nack" {
 			ackAll(t, q, receiveN(t, q, 1))
 		}
+	}
+}
+
+// hookContext is an endingContext that runs hook at its second Err, the
+// first request to the server, before it says the deadline passed.
+type hookContext struct {
+	endingContext
+	hook func()
+	once sync.Once
+}
+
+func (c *hookContext) Err() error {
+	if err := c.endingContext.Err(); err != nil {
+		c.once.Do(c.hook)
+		return err
+	}
+	return nil
+}
+
+// TestAFailedAckKeepsTheLeaseOfARedeliveryMadeMeanwhile: an Ack whose
+// request fails puts its lease back for a retry, but not over a newer
+// one: when the lease lapsed meanwhile and this Store leased the message
+// again, the new receipt is the one that holds it.
+func TestAFailedAckKeepsTheLeaseOfARedeliveryMadeMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "again", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Second }))
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	first := receiveN(t, q, 1)[0]
+	var again []broker.DeliveryValue
+	hc := &hookContext{endingContext: endingContext{Context: ctx}, hook: func() {
+		until(t, 20*time.Second, "the message leased again after its lease lapsed", func() bool {
+			var err error
+			if again, err = q.Receive(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			return len(again) == 1
+		})
+	}}
+	if err := q.Ack(hc, first.Lease.Receipt); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ack whose context ended midway: %v, want DeadlineExceeded", err)
+	}
+	if len(again) != 1 || again[0].Deliveries != 2 {
+		t.Fatalf("redelivery while the Ack ran: %+v, want the second delivery", again)
+	}
+	if err := q.Ack(ctx, again[0].Lease.Receipt); err != nil {
+		t.Fatalf("Ack of the redelivery made while a failed Ack ran: %v", err)
 	}
 }
 

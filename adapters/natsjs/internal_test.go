@@ -265,6 +265,61 @@ func TestAnAdvisoryNamingNoMessageIsDropped(t *testing.T) {
 	}
 }
 
+// TestASweepSuspectsNoMessageAfterTheDeliveredOnes: a sweep looks for
+// given-up messages only up to the last the consumer delivered. A message
+// stored past it, which the stream returns as the next one because the
+// last delivered was acknowledged and is gone, was never delivered and is
+// no suspect: only the given-up message becomes a dead letter.
+func TestASweepSuspectsNoMessageAfterTheDeliveredOnes(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "gap", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
+	given, _ := publishOne(t, q)
+	acked, _ := publishOne(t, q)
+	ds, err := q.Receive(ctx, 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
+	}
+	for _, d := range ds {
+		if d.Message.ID == acked.ID {
+			if err := q.Ack(ctx, d.Lease.Receipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The other lease lapses on its last delivery; its advisory is lost.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := q.deaths.Info(ctx)
+		if err == nil && info.State.Msgs > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no advisory of the lapse of the last allowed lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := q.deaths.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := publishOne(t, q) // never delivered, after the acknowledged one's gap
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range q.suspects { // found given up long enough ago
+		q.suspects[seq] = time.Now().Add(-2 * abandonGrace)
+	}
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 1 || dls[0].Message.ID != given.ID {
+		t.Fatalf("dead letters %+v, %v; want only the given-up %s", dls, err, given.ID)
+	}
+	if ds, err := q.Receive(ctx, 10); err != nil || len(ds) != 1 || ds[0].Message.ID != fresh.ID {
+		t.Fatalf("Receive after the sweeps: %d deliveries, %v; want the undelivered %s", len(ds), err, fresh.ID)
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

@@ -543,6 +543,62 @@ func TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed(t *testing.T) {
 
 // TestExtendByVisibilityTimeout renews with the server's "in progress",
 // the path Extend takes when by equals the policy's VisibilityTimeout: the
+// TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone: a
+// ReplayDeadLetter and a DeleteDeadLetter of one dead letter, started
+// together, each succeed or find it gone (DeadLetterNotFound), also when
+// the delete removes the record while the replay publishes the message:
+// the replay's own delete then finds it gone, which is no failure.
+func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) {
+	const n = 128
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "replay-race", policy())
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte("x")
+	}
+	if _, err := q.PublishBatch(ctx, payloads); err != nil {
+		t.Fatal(err)
+	}
+	var ds []broker.DeliveryValue
+	until(t, 10*time.Second, "the batch received", func() bool {
+		got, err := q.Receive(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+		return len(ds) >= n
+	})
+	for _, d := range ds {
+		if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, d := range ds {
+		id := d.Message.ID
+		start := make(chan struct{})
+		var replayErr, deleteErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; replayErr = q.ReplayDeadLetter(ctx, id) }()
+		go func() {
+			defer wg.Done()
+			<-start
+			// Started a little later each time (0 to 750 µs), so that some
+			// deletes come while the replay publishes.
+			for begun := time.Now(); time.Since(begun) < time.Duration(i%16)*50*time.Microsecond; {
+			}
+			deleteErr = q.DeleteDeadLetter(ctx, id)
+		}()
+		close(start)
+		wg.Wait()
+		for _, err := range []error{replayErr, deleteErr} {
+			if err != nil && !errors.Is(err, broker.DeadLetterNotFound) {
+				t.Fatalf("replay and delete of %s racing: %v; want success or DeadLetterNotFound", id, err)
+			}
+		}
+	}
+}
+
 // message stays hidden past its first deadline and the new receipt acks.
 func TestExtendByVisibilityTimeout(t *testing.T) {
 	ctx := context.Background()

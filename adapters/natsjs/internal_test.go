@@ -320,6 +320,32 @@ func TestASweepSuspectsNoMessageAfterTheDeliveredOnes(t *testing.T) {
 	}
 }
 
+// TestAGivenUpMessageWhoseLeaseIsStillLiveHereDiesAtTheSweep: a server
+// restarted over its store can give a message up before the ExpiresAt
+// this Store promised (its instants are kept in whole seconds). Buried
+// as abandoned, its FailedAt is then the sweep's instant, never that
+// later ExpiresAt: a dead letter does not fail in the future.
+func TestAGivenUpMessageWhoseLeaseIsStillLiveHereDiesAtTheSweep(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "early", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	m, seq := publishOne(t, q)
+	raw, err := q.work.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	q.mu.Lock()
+	q.leases[seq] = &lease{nonce: 1, deliveries: 3, expiresAt: now.Add(time.Second), id: m.ID, enqueued: m.EnqueuedAt}
+	q.mu.Unlock()
+	if err := q.buryAbandoned(ctx, raw, 3, now); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 1 || !dls[0].FailedAt.Equal(now) {
+		t.Fatalf("dead letters %+v, %v; want %s failed at the sweep, %v", dls, err, m.ID, now)
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

@@ -1718,3 +1718,24 @@ func TestWakeNamesALeaseLapsingWithinASecond(t *testing.T) {
 		t.Fatalf("Wake %+v for a lease lapsing at %v (now %v), want its lapse", w, d.Lease.ExpiresAt, after)
 	}
 }
+
+// TestWakeNamesTheEndOfARetryDelayPlusItsSlack: the instant Wake names is
+// 50 ms after the adapter's end of a retry delay, since the server's own
+// deadline comes a request's flight later: a consumer woken at the
+// adapter's instant would find nothing and wait again.
+func TestWakeNamesTheEndOfARetryDelayPlusItsSlack(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "slack", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
+	if _, err := q.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	nv, err := q.Nack(ctx, receiveN(t, q, 1)[0].Lease.Receipt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := q.Wake()
+	left := time.Until(nv.VisibleAt) // measured after Wake: no longer than Wake saw
+	if !w.Scheduled || w.In < left+45*time.Millisecond || w.In > left+time.Second {
+		t.Fatalf("Wake %+v with %v of the retry delay left, want that plus the 50 ms slack", w, left)
+	}
+}

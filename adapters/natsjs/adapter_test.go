@@ -1739,3 +1739,28 @@ func TestWakeNamesTheEndOfARetryDelayPlusItsSlack(t *testing.T) {
 		t.Fatalf("Wake %+v with %v of the retry delay left, want that plus the 50 ms slack", w, left)
 	}
 }
+
+// TestWakeForgetsALapseOnceItsMessageIsGone: a lease of this Store that
+// lapsed, whose message another Store then received and acknowledged,
+// is named by Wake for a moment after its lapse only, not for good: an
+// idle consumer is not woken again and again for it.
+func TestWakeForgetsALapseOnceItsMessageIsGone(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	p := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Second })
+	qa, qb := mustQueue(t, a, "gone", p), mustQueue(t, b, "gone", p)
+	if _, err := qa.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, qa, 1)
+	var ds []broker.DeliveryValue
+	until(t, 20*time.Second, "the other Store receives the message once its lease lapsed", func() bool {
+		var err error
+		if ds, err = qb.Receive(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		return len(ds) == 1
+	})
+	ackAll(t, qb, ds)
+	until(t, 10*time.Second, "Wake no longer names the lapse", func() bool { return !qa.Wake().Scheduled })
+}

@@ -129,3 +129,33 @@ func TestTrimmingLeasesKeepsTheWakeSignal(t *testing.T) {
 		t.Fatal("a Publish did not close the wake signal the idle consumer holds")
 	}
 }
+
+// TestAStoreClosedWhileAWakeSubscribesLeavesNoSubscription: a Close that
+// runs while a first Wake waits for the server to confirm its subscription
+// ends no subscription of that Wake's; the Wake ends it when it sees the
+// Store closed, and the connection keeps none.
+func TestAStoreClosedWhileAWakeSubscribesLeavesNoSubscription(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	restore := natsjs.HoldWakeSubscription(func() { close(entered); <-release })
+	defer restore()
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "WAKECLOSE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteStreams(t, nc, "WAKECLOSE") })
+	q := mustQueue(t, st, "w", policy())
+	subs := nc.NumSubscriptions()
+	done := make(chan struct{})
+	go func() { q.Wake(); close(done) }()
+	<-entered
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	// Close ended the queue's own subscription (its deaths notice).
+	if n := nc.NumSubscriptions(); n != subs-1 {
+		t.Fatalf("%d subscriptions on the connection after the Wake, want %d: the Wake's outlived Close", n, subs-1)
+	}
+}

@@ -1,7 +1,11 @@
 package natsjs_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +161,33 @@ func TestAStoreClosedWhileAWakeSubscribesLeavesNoSubscription(t *testing.T) {
 	// Close ended the queue's own subscription (its deaths notice).
 	if n := nc.NumSubscriptions(); n != subs-1 {
 		t.Fatalf("%d subscriptions on the connection after the Wake, want %d: the Wake's outlived Close", n, subs-1)
+	}
+}
+
+// TestAFailedWakeSubscriptionIsTriedAgainOnlyASecondLater: while the wake
+// subscription fails (here the connection is closed), Wakes do not try it
+// again, and report its failure, each time: once per second at most.
+func TestAFailedWakeSubscriptionIsTriedAgainOnlyASecondLater(t *testing.T) {
+	nc := connect(t, sharedServer(t).ClientURL())
+	logged := lockedWriter{mu: new(sync.Mutex), w: new(bytes.Buffer)}
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "WAKEFAIL", Logger: slog.New(slog.NewTextHandler(logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "WAKEFAIL") })
+	q := mustQueue(t, st, "w", policy())
+	nc.Close()
+	begun := time.Now()
+	for range 3 {
+		q.Wake()
+	}
+	if time.Since(begun) >= time.Second {
+		t.Skip("three Wakes took a second or more; nothing to conclude")
+	}
+	logged.mu.Lock()
+	n := strings.Count(logged.w.String(), "wake subscription failed")
+	logged.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("three Wakes within a second on a closed connection tried the subscription %d times, want once", n)
 	}
 }

@@ -1235,6 +1235,32 @@ func TestAKeyWhoseRecordThisClockFindsStaleWhileTheServerHoldsItAnswersTheRecord
 // TestAKeyRecordNamingNoMessageIDIsAnError: a key's record on the server
 // is input like any other. One whose ID is not of the adapter's shape (a
 // record some other writer left) makes PublishKeyed fail with an error
+// TestAKeyWhoseRecordCannotNameItsMessageIsAnError: PublishKeyed returns
+// nil only once the key's record names the message. When the server
+// refuses that record (here a size limit set by hand on the keys stream
+// admits the claim, not the record with the ID), the call is an error
+// saying the message is enqueued.
+func TestAKeyWhoseRecordCannotNameItsMessageIsAnError(t *testing.T) {
+	ctx := context.Background()
+	// A prefix of its own, so that the records' sizes are the same in
+	// every run.
+	b := backend{storeOn(t, "KEYSIZE", natsjs.Options{}), connect(t, sharedServer(t).ClientURL()), "KEYSIZE"}
+	t.Cleanup(func() { deleteStreams(t, b.nc, b.prefix) })
+	q := mustQueue(t, b.Store, "orders", policy())
+	js, _ := jetstream.New(b.nc)
+	keys := b.stream(t, "_K_orders")
+	cfg := keys.CachedInfo().Config
+	cfg.MaxMsgSize = 148 // a claim fits (about 132 bytes), a record with the ID (32 more) does not
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("limit the keys stream's message size: %v", err)
+	}
+	m, err := q.PublishKeyed(ctx, "order-1", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "is enqueued") {
+		t.Fatalf("PublishKeyed whose record could not name its message: %+v, %v; want an error saying it is enqueued", m, err)
+	}
+	receiveN(t, q, 1)
+}
+
 // saying so, never answer that text as the original's ID.
 func TestAKeyRecordNamingNoMessageIDIsAnError(t *testing.T) {
 	ctx := context.Background()

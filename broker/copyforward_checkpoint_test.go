@@ -45,7 +45,8 @@ func TestACheckpointLostAfterACopyForwardPinsNothing(t *testing.T) {
 
 	s, err = broker.Open(dir, reclaimOptions(clock, nil))
 	require.NoError(t, err)
-	defer s.Close()
+	// s is opened again below: the deferred Close must take the last one.
+	defer func() { _ = s.Close() }()
 	r, err := broker.Open(rebuilt, reclaimOptions(clock, nil))
 	require.NoError(t, err)
 	defer r.Close()

@@ -385,8 +385,16 @@ func TestCommands(t *testing.T) {
 				t.Errorf("command %q, want %q", rep.Command, tc.args[0])
 			}
 			for _, r := range rep.Rows {
-				if len(r.Notes) > 0 {
-					t.Errorf("%s: notes %q", r.Workload, r.Notes)
+				// A sweep's drain is bounded by -time, as its window is:
+				// on tmpfs, where publish and drain run at about one
+				// speed, a 50 ms drain may not take everything a 50 ms
+				// window published, and says so. Any other note is a
+				// failure.
+				notes := slices.DeleteFunc(slices.Clone(r.Notes), func(n string) bool {
+					return r.Kind == kindSweep && strings.HasPrefix(n, "the drain after the window was cut at -time")
+				})
+				if len(notes) > 0 {
+					t.Errorf("%s: notes %q", r.Workload, notes)
 				}
 				checkFiguresFromCounts(t, r)
 			}

@@ -457,6 +457,11 @@ func TestASweepThatFailsLeavesTheDeathToTheNextCall(t *testing.T) {
 	}
 	receiveN(t, q, 1) // its only lease, which lapses
 	b.awaitDeath(t, "sweep")
+	// The server stores the death before its notice reaches the Store,
+	// which sweeps at its next call that looks after the notice (or a
+	// minute after its last sweep): wait for the notice, so that the
+	// calls below are those next calls.
+	until(t, 20*time.Second, "the Store hears of the death", q.Unburied)
 	if _, err := q.DeadLetters(endsAfterItsFirstCheck(), 10); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeadLetters whose context ended midway: %v, want DeadlineExceeded", err)
 	}

@@ -25,3 +25,7 @@ func HoldKeyClaim(hold func(round int)) (restore func()) {
 // AbandonGrace is how long a sweep leaves a message the consumer gave up
 // on without an advisory before it buries it.
 const AbandonGrace = abandonGrace
+
+// Unburied reports whether q was told of a death (or failed a sweep) and
+// has not swept for it since.
+func (q *Queue) Unburied() bool { return q.unburied.Load() }

@@ -60,11 +60,14 @@ func TestPublishFiguresOfOneProducer(t *testing.T) {
 	if most := 1000 + 2/r.Seconds; *r.MsgsPerSec > most || *r.MsgsPerSec < 50 {
 		t.Errorf("%.0f msgs/s with each Publish waiting for a 1 ms fdatasync; want at most %.0f (and not under 50)", *r.MsgsPerSec, most)
 	}
-	if *r.RecordsPerCommit != 1 {
-		t.Errorf("%v records per commit with one producer; want exactly 1", *r.RecordsPerCommit)
+	// One message per commit, but the store may commit a record of its
+	// own in the window (a reservation of message IDs, a checkpoint's
+	// barrier), which carries no message: at most 1, and not far below.
+	if rpc := *r.RecordsPerCommit; rpc > 1 || rpc < 0.9 {
+		t.Errorf("%v records per commit with one producer; want 1, or a little less when the store committed records of its own", rpc)
 	}
-	if !near(*r.CommitsPerSec, *r.MsgsPerSec) {
-		t.Errorf("%v commits/s, %v msgs/s; want them equal with one message per commit", *r.CommitsPerSec, *r.MsgsPerSec)
+	if c, m := *r.CommitsPerSec, *r.MsgsPerSec; c < m || c > m/0.9 {
+		t.Errorf("%v commits/s, %v msgs/s; want one commit per message, and a few of the store's own", c, m)
 	}
 	if want := *r.MsgsPerSec * size / 1e6; !near(*r.MBPerSec, want) {
 		t.Errorf("%v MB/s at %v msgs/s of %d B; want %v (10^6 bytes)", *r.MBPerSec, *r.MsgsPerSec, size, want)

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,36 +311,7 @@ func TestRacingPublishesOfOneKeyOnAReplicatedQueueEnqueueOnce(t *testing.T) {
 	}
 	q := clusterQueue(t, connect(t, strings.Join(urls, ",")), "keyed", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
 	for round := range 3 {
-		key := "order-" + itoa(round)
-		got := make([]broker.MessageValue, racers)
-		errs := make([]error, racers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = q.PublishKeyed(context.Background(), key, []byte(itoa(i)))
-			}()
-		}
-		close(start)
-		wg.Wait()
-		withPayload := 0
-		for i, m := range got {
-			if errs[i] != nil {
-				t.Fatalf("round %d: PublishKeyed %d: %v", round, i, errs[i])
-			}
-			if m.ID != got[0].ID || !m.EnqueuedAt.Equal(got[0].EnqueuedAt) {
-				t.Fatalf("round %d: publish %d answered %s %v, publish 0 %s %v", round, i, m.ID, m.EnqueuedAt, got[0].ID, got[0].EnqueuedAt)
-			}
-			if m.Payload != nil {
-				withPayload++
-			}
-		}
-		if withPayload != 1 {
-			t.Fatalf("round %d: %d answers carried a payload, want exactly 1 (the one that enqueued)", round, withPayload)
-		}
+		raceKeyed(t, round, "order-"+itoa(round), slices.Repeat([]*natsjs.Queue{q}, racers))
 	}
 	receiveN(t, q, 3)
 }

@@ -173,40 +173,11 @@ func TestConcurrentPublishesOfOneKeyEnqueueOnce(t *testing.T) {
 	sa, qa := r.open("orders", policy())
 	sb, qb := r.open("orders", policy())
 	for round := range 3 {
-		key := "order-" + itoa(round)
-		var wg sync.WaitGroup
-		got := make([]broker.MessageValue, 2*perStore)
-		errs := make([]error, len(got))
-		start := make(chan struct{})
-		for i := range got {
-			q := qa
-			if i%2 == 1 {
-				q = qb
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = q.PublishKeyed(context.Background(), key, []byte(itoa(i)))
-			}()
+		queues := make([]*natsjs.Queue, 2*perStore)
+		for i := range queues {
+			queues[i] = []*natsjs.Queue{qa, qb}[i%2]
 		}
-		close(start)
-		wg.Wait()
-		withPayload := 0
-		for i, m := range got {
-			if errs[i] != nil {
-				t.Fatalf("round %d: PublishKeyed %d: %v", round, i, errs[i])
-			}
-			if m.ID != got[0].ID || !m.EnqueuedAt.Equal(got[0].EnqueuedAt) {
-				t.Fatalf("round %d: publish %d answered %s %v, publish 0 %s %v", round, i, m.ID, m.EnqueuedAt, got[0].ID, got[0].EnqueuedAt)
-			}
-			if m.Payload != nil {
-				withPayload++
-			}
-		}
-		if withPayload != 1 {
-			t.Fatalf("round %d: %d answers carried a payload, want exactly 1 (the one that enqueued)", round, withPayload)
-		}
+		raceKeyed(t, round, "order-"+itoa(round), queues)
 		ackAll(t, qa, receiveN(t, qa, 1))
 	}
 	sa.Close()
@@ -270,4 +241,40 @@ func TestAKeyLeftHalfWrittenIsCompletedByItsNextPublish(t *testing.T) {
 	_, q = r.open("orders", policy())
 	sameOriginal(t, orig, publishKeyed(t, q, "order-1", "after restart"), "the completed key after a restart")
 	receiveN(t, q, 0)
+}
+
+// raceKeyed publishes key once from each of queues at the same instant
+// and fails t unless every call answered the one message, and exactly one
+// answer (the one that enqueued) carried a payload.
+func raceKeyed(t *testing.T, round int, key string, queues []*natsjs.Queue) {
+	t.Helper()
+	got := make([]broker.MessageValue, len(queues))
+	errs := make([]error, len(queues))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, q := range queues {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = q.PublishKeyed(context.Background(), key, []byte(itoa(i)))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	withPayload := 0
+	for i, m := range got {
+		if errs[i] != nil {
+			t.Fatalf("round %d: PublishKeyed %d: %v", round, i, errs[i])
+		}
+		if m.ID != got[0].ID || !m.EnqueuedAt.Equal(got[0].EnqueuedAt) {
+			t.Fatalf("round %d: publish %d answered %s %v, publish 0 %s %v", round, i, m.ID, m.EnqueuedAt, got[0].ID, got[0].EnqueuedAt)
+		}
+		if m.Payload != nil {
+			withPayload++
+		}
+	}
+	if withPayload != 1 {
+		t.Fatalf("round %d: %d answers carried a payload, want exactly 1 (the one that enqueued)", round, withPayload)
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walbroker/walbroker/index"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -179,6 +180,11 @@ func (s *Store) checkpointLocked() error {
 	// From the table's first rewrite until the new checkpoint is durably
 	// in place, the table no longer matches the checkpoint in place: an
 	// open meanwhile must rebuild (see index.BeginCheckpoint).
+	// The index directory is checked again: another user who can write
+	// the store's directory could have replaced it since Open.
+	if err := vfs.CheckDir(s.opts.fs(), s.indexDir()); err != nil {
+		return fail(err)
+	}
 	if err := index.BeginCheckpoint(s.opts.fs(), s.indexDir()); err != nil {
 		return fail(err)
 	}

@@ -104,3 +104,95 @@ func TestOpenWarnsOfADirectoryOthersCanWrite(t *testing.T) {
 		})
 	}
 }
+
+// The store's index/ directory is checked as its files are: replaced by a
+// symbolic link (or by a file), it is refused at Open, which names it and
+// says what to do, and nothing is written or removed where the link
+// points; replaced while the store is open, the next checkpoint refuses
+// it, maintenance stops and says why, and the store goes on serving.
+func TestAReplacedIndexDirectoryIsRefused(t *testing.T) {
+	setup := func(t *testing.T) (dir, idx string) {
+		dir = t.TempDir()
+		s, err := broker.Open(dir, broker.Options{})
+		require.NoError(t, err)
+		q, err := s.Queue("jobs", policy())
+		require.NoError(t, err)
+		_, err = q.Publish(ctx(t), []byte("one"))
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		return dir, filepath.Join(dir, "index")
+	}
+	listing := func(t *testing.T, dir string) map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			require.NoError(t, err)
+			got[e.Name()] = string(b)
+		}
+		return got
+	}
+
+	t.Run("link at open", func(t *testing.T) {
+		dir, idx := setup(t)
+		outside := filepath.Join(t.TempDir(), "elsewhere")
+		require.NoError(t, os.Rename(idx, outside))
+		require.NoError(t, os.WriteFile(filepath.Join(outside, "notes.txt"), []byte("keep"), 0o600))
+		before := listing(t, outside)
+		require.NoError(t, os.Symlink(outside, idx))
+
+		_, err := broker.Open(dir, broker.Options{})
+		require.ErrorIs(t, err, vfs.ErrForeign)
+		require.ErrorContains(t, err, idx)
+		require.ErrorContains(t, err, "is a symbolic link")
+		require.Equal(t, before, listing(t, outside), "nothing written or removed where the link points")
+
+		require.NoError(t, os.Remove(idx))
+		require.NoError(t, os.Rename(outside, idx))
+		s, err := broker.Open(dir, broker.Options{})
+		require.NoError(t, err)
+		defer s.Close()
+		q, err := s.Queue("jobs", policy())
+		require.NoError(t, err)
+		require.Equal(t, 1, q.Stats().Ready)
+	})
+
+	t.Run("file at open", func(t *testing.T) {
+		dir, idx := setup(t)
+		require.NoError(t, os.RemoveAll(idx))
+		require.NoError(t, os.WriteFile(idx, []byte("planted"), 0o600))
+		_, err := broker.Open(dir, broker.Options{})
+		require.ErrorIs(t, err, vfs.ErrForeign)
+		require.ErrorContains(t, err, idx)
+		require.ErrorContains(t, err, "not a directory")
+	})
+
+	t.Run("link while open", func(t *testing.T) {
+		dir, idx := setup(t)
+		var opts broker.Options
+		broker.ManualMaintenance(&opts)
+		s, err := broker.Open(dir, opts)
+		require.NoError(t, err)
+		defer s.Close()
+		q, err := s.Queue("jobs", policy())
+		require.NoError(t, err)
+
+		outside := filepath.Join(t.TempDir(), "elsewhere")
+		require.NoError(t, os.Mkdir(outside, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(outside, "notes.txt"), []byte("keep"), 0o600))
+		before := listing(t, outside)
+		require.NoError(t, os.Rename(idx, filepath.Join(dir, "index.moved")))
+		require.NoError(t, os.Symlink(outside, idx))
+
+		err = s.Maintain()
+		require.ErrorIs(t, err, vfs.ErrForeign)
+		require.ErrorContains(t, err, "checkpoints and the reclaiming of disk space stopped")
+		require.Equal(t, before, listing(t, outside), "nothing written or removed where the link points")
+		require.Contains(t, s.Stats().MaintenanceStopped, "is a symbolic link")
+		_, err = q.Publish(ctx(t), []byte("two"))
+		require.NoError(t, err, "the store goes on serving")
+		require.Equal(t, 2, q.Stats().Ready)
+	})
+}

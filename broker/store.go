@@ -18,6 +18,7 @@ import (
 
 	"github.com/walbroker/walbroker/index"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -145,7 +146,8 @@ func (s *Store) reservedSeqs(bound uint64) {
 // damage: Open refuses it with an error wrapping errors.ErrUnsupported,
 // Salvage or not, and changes no file. A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
-// than the process's (root's are accepted), is refused with an error
+// than the process's (root's are accepted), or an index subdirectory
+// that is a link, a file or another user's, is refused with an error
 // wrapping fs.ErrPermission (and vfs.ErrForeign) that names it: in a
 // directory others can write, it was planted, and a planted segment would
 // deliver messages, and accept receipts, that someone else made up. The
@@ -171,6 +173,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	// What the last checkpoint covers needs no scan: sealed segments are
 	// verified as they are read, and the last one is scanned from the
 	// checkpoint's position on.
+	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	wo.Sealed, wo.Verified = index.LogHints(opts.fs(), s.indexDir())
 	l, err := wal.Open(dir, wo)
 	if err != nil {

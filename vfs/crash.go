@@ -640,6 +640,9 @@ func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 }
 
 // ReadDir lists a directory of the inner FS as it is now.
+// CheckDir asks the inner FS (see [DirChecker]).
+func (c *CrashFS) CheckDir(dir string) error { return CheckDir(c.inner, dir) }
+
 func (c *CrashFS) ReadDir(dir string) ([]string, error) {
 	c.mu.Lock()
 	c.used[filepath.Clean(dir)] = true

@@ -384,6 +384,9 @@ func (f *FaultFS) MkdirAll(dir string, perm os.FileMode) error {
 	return nil
 }
 
+// CheckDir asks the inner FS (see [DirChecker]).
+func (f *FaultFS) CheckDir(dir string) error { return CheckDir(f.inner, dir) }
+
 // ReadDir lists a directory of the inner FS, unless a rule fails OpReadDir.
 func (f *FaultFS) ReadDir(dir string) ([]string, error) {
 	if ft := f.check(OpReadDir, dir); ft != nil {

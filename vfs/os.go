@@ -122,6 +122,25 @@ func trustedOwner(uid uint32) bool {
 	return uid == 0 || int64(uid) == int64(os.Geteuid())
 }
 
+// CheckDir refuses dir, as [Default] refuses a file, when it is a
+// symbolic link, not a directory, or another user's: a store's index/
+// replaced by a link would have the store write, and remove, files
+// wherever the link points; one of another user's would hold files that
+// user can replace.
+func (osFS) CheckDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().IsRegular() {
+		return &os.PathError{Op: "open", Path: dir, Err: fmt.Errorf("is a regular file, not a directory; a store's directory holds only what it made: remove it if it does not belong there: %w", ErrForeign)}
+	}
+	return ownFile(dir, fi)
+}
+
 func (osFS) Remove(name string) error                    { return os.Remove(name) }
 func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
 func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }

@@ -157,3 +157,45 @@ func TestDefaultRefusesAFileAnotherUserOwns(t *testing.T) {
 	_, err = Default.OpenFile(cp, os.O_RDONLY, 0)
 	requireForeign(t, err, cp, "is owned by uid 4242")
 }
+
+// CheckDir refuses a directory inside a store as Default refuses a file:
+// a symbolic link (even to a directory of the process's own user), a
+// file where a directory should be, and a directory another user owns.
+// A missing one is no error, and one of the process's own user is
+// accepted. The file systems that wrap another ask the one they wrap.
+func TestCheckDirRefusesWhatAStoreDidNotMake(t *testing.T) {
+	const other = 4242
+	given := map[string]bool{}
+	if os.Geteuid() != 0 {
+		real := ownerOf
+		ownerOf = func(fi fs.FileInfo) (uint32, bool) {
+			if given[fi.Name()] {
+				return other, true
+			}
+			return real(fi)
+		}
+		t.Cleanup(func() { ownerOf = real })
+	}
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "index")
+	require.NoError(t, os.Mkdir(mine, 0o700))
+	link := filepath.Join(dir, "linked")
+	require.NoError(t, os.Symlink(mine, link))
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	theirs := filepath.Join(dir, "theirs")
+	require.NoError(t, os.Mkdir(theirs, 0o777))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(theirs, other, other))
+	} else {
+		given["theirs"] = true
+	}
+
+	for _, fsys := range []FS{Default, NewCrashFS(Default), NewFaultFS(Default)} {
+		require.NoError(t, CheckDir(fsys, mine))
+		require.NoError(t, CheckDir(fsys, filepath.Join(dir, "missing")))
+		requireForeign(t, CheckDir(fsys, link), link, "is a symbolic link (to "+mine+")")
+		requireForeign(t, CheckDir(fsys, file), file, "not a directory")
+		requireForeign(t, CheckDir(fsys, theirs), theirs, "is owned by uid 4242")
+	}
+}

@@ -74,6 +74,25 @@ type Allocator interface {
 	Allocate(off, n int64) error
 }
 
+// DirChecker is implemented by file systems that can tell whether a
+// directory inside a store's directory (its index/) is one the store
+// could have made: see [Default] for the files themselves.
+type DirChecker interface {
+	// CheckDir returns an error wrapping [ErrForeign] when dir is a
+	// symbolic link, not a directory, or owned by a user other than
+	// this process's or root. A dir that does not exist is no error.
+	CheckDir(dir string) error
+}
+
+// CheckDir asks fs whether dir is a directory the store could have made
+// ([DirChecker]); a file system that cannot tell accepts it.
+func CheckDir(fs FS, dir string) error {
+	if c, ok := fs.(DirChecker); ok {
+		return c.CheckDir(dir)
+	}
+	return nil
+}
+
 // FS is a file system. Names are ordinary paths.
 type FS interface {
 	// OpenFile opens a file as os.OpenFile does.

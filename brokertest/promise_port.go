@@ -1,0 +1,121 @@
+package brokertest
+
+import (
+	"math"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// promiseCases: promises of the port's doc comments that the groups above
+// reach only in their common case — the retry curve where every delivery
+// was nacked, a replay on a policy without a retry delay, a key whose
+// message is still in the queue, an Extend refused for its duration.
+var promiseCases = []testCase{
+	{name: "RetryBackoffIsKeyedOnTheDeliveryThatFailedNotOnTheNacks", run: func(e *env) {
+		// "a message nacked on its n-th delivery waits RetryDelay ×
+		// 2^(n−1)": a delivery whose consumer died counts towards n though
+		// nobody nacked it, so the first nack, on the second delivery,
+		// waits twice RetryDelay.
+		base := e.short() / 4
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.VisibilityTimeout = e.short()
+			p.RetryDelay = base
+			p.MaxRetryDelay = 8 * base
+			p.MaxDeliveries = 10
+		}))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		d = e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message of a consumer that died")
+		if d.Message.ID != m.ID || d.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d.Message.ID, d.Deliveries, m.ID)
+		}
+		before := e.now()
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		after := e.now()
+		if nv.Deliveries != 2 || nv.DeadLettered {
+			e.Fatalf("Nack of the second delivery reported %+v, want Deliveries 2", nv)
+		}
+		e.checkInstant(nv.VisibleAt, before.Add(2*base), after.Add(2*base), "VisibleAt after the first nack, of the second delivery (the first lapsed)")
+		if d = e.appearsAt(q, nv.VisibleAt, true, "the message nacked on its second delivery"); d.Deliveries != 3 {
+			e.Fatalf("delivery %d, want 3", d.Deliveries)
+		}
+	}},
+	{name: "ReplayIsVisibleAtOnceWhateverTheRetryDelayAndItsBackoffStartsOver", needs: []string{"Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		// A replayed message is "visible at once, with its delivery count
+		// reset": the policy's retry delay is not charged to it, and its
+		// next failure is a first delivery's, which waits RetryDelay, not
+		// the grown delay of the delivery it died on.
+		base := e.short() / 4
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.RetryDelay = base
+			p.MaxRetryDelay = 8 * base
+			p.MaxDeliveries = 10
+		}))
+		m := e.publish(q, "a")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		d := e.appearsAt(q, nv.VisibleAt, true, "the nacked message")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		r := e.receive(q, 10) // at once: no clock moved, no wait
+		if len(r) != 1 || r[0].Message.ID != m.ID || r[0].Deliveries != 1 {
+			e.Fatalf("right after the replay, with RetryDelay %v: received %v, want %q as delivery 1", base, ids(r), m.ID)
+		}
+		before := e.now()
+		nv = e.nack(q, r[0].Lease.Receipt, nil)
+		after := e.now()
+		if nv.Deliveries != 1 || nv.DeadLettered {
+			e.Fatalf("Nack of the first delivery after the replay reported %+v, want Deliveries 1", nv)
+		}
+		e.checkInstant(nv.VisibleAt, before.Add(base), after.Add(base), "VisibleAt after the first delivery of a replayed message")
+	}},
+	{name: "DuplicateKeyReturnsOriginalAfterItsDeadLetterWasDeleted", needs: []string{"Keyed", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		// The seen-set lives as long as the queue (bounded by the window
+		// only): a key is recognised after its message was consumed,
+		// however it left — acknowledged, or dead-lettered and then
+		// deleted. The side effect ran (or was judged) once.
+		q := e.queue(e.policy())
+		orig := e.publishKeyed(q, "order-1", "first")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		e.sameMessage(orig, e.publishKeyed(q, "order-1", "again"), "a key whose message is a dead letter")
+		e.none(q, "a duplicate of a dead-lettered message enqueues nothing")
+		if err := e.manager(q).DeleteDeadLetter(e.ctx(), orig.ID); err != nil {
+			e.Fatalf("DeleteDeadLetter: %v", err)
+		}
+		e.sameMessage(orig, e.publishKeyed(q, "order-1", "once more"), "a key whose dead letter was deleted")
+		e.none(q, "a duplicate of a deleted dead letter enqueues nothing")
+	}},
+	{name: "ExtendIsBoundedByItsInstantNotItsDuration", needs: []string{"Clock", "LeaseExtender"}, run: func(e *env) {
+		// "Validate never sees this duration, so MaxDeadlineOffset cannot
+		// bound it; the instant itself is checked": on a clock an hour
+		// short of the last instant a broker can record, an Extend by two
+		// hours (far below MaxDeadlineOffset) is refused and the lease
+		// held stays valid, while one that ends exactly at that last
+		// instant is renewed.
+		end := time.Unix(0, math.MaxInt64)
+		e.set(end.Add(-time.Hour))
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Minute }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, 2*time.Hour)
+		e.isErr(err, broker.QueueMisconfigured, "Extend by 2h an hour before the last recordable instant")
+		_, err = e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour+time.Nanosecond)
+		e.isErr(err, broker.QueueMisconfigured, "Extend one nanosecond past the last recordable instant")
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
+		if err != nil {
+			e.Fatalf("Extend to exactly the last recordable instant, after refused ones: %v", err)
+		}
+		e.sameInstant(end, l.ExpiresAt, "the lease extended to the last recordable instant")
+		e.set(end.Add(-time.Nanosecond))
+		e.ack(q, l.Receipt)
+	}},
+}

@@ -118,4 +118,28 @@ var promiseCases = []testCase{
 		e.set(end.Add(-time.Nanosecond))
 		e.ack(q, l.Receipt)
 	}},
+	{name: "PayloadsKeyedAndBatchPublishesReturnBelongToThePublisher", needs: []string{"Keyed", "Batch"}, run: func(e *env) {
+		// "The slice belongs to the receiver", and a publisher receives
+		// the MessageValue its call returns: writing into its Payload must
+		// not reach the message the queue holds, whichever publish minted
+		// it (PayloadBelongsToReceiver covers Publish).
+		q := e.queue(e.policy())
+		k, err := e.keyed(q).PublishKeyed(e.ctx(), "k", []byte("keyed"))
+		if err != nil {
+			e.Fatalf("PublishKeyed: %v", err)
+		}
+		ms, err := e.batch(q).PublishBatch(e.ctx(), [][]byte{[]byte("batch-1"), []byte("batch-2")})
+		if err != nil {
+			e.Fatalf("PublishBatch: %v", err)
+		}
+		for _, m := range append(ms, k) {
+			for i := range m.Payload {
+				m.Payload[i] = 'X'
+			}
+		}
+		got := payloads(e.receive(q, 10))
+		if want := []string{"keyed", "batch-1", "batch-2"}; !sameSet(got, want) {
+			e.Fatalf("delivered %q after the publisher wrote into the returned payloads, want %q", got, want)
+		}
+	}},
 }

@@ -142,4 +142,53 @@ var promiseCases = []testCase{
 			e.Fatalf("delivered %q after the publisher wrote into the returned payloads, want %q", got, want)
 		}
 	}},
+	{name: "EveryLeaseCallIsRefusedAtExpiresAtAndHonouredANanosecondBefore", needs: []string{"Clock", "ExactExpiry"}, run: func(e *env) {
+		// "A lease lapses AT ExpiresAt" (API.md §5.8) for every call that
+		// names it, not only Ack: one nanosecond before, the receipt still
+		// acts; at the instant, Nack, Reject and Extend are LeaseExpired
+		// and move nothing.
+		type call struct {
+			name string
+			do   func(q broker.Broker, r broker.ReceiptValue) error
+		}
+		calls := []call{{"Nack", func(q broker.Broker, r broker.ReceiptValue) error {
+			_, err := q.Nack(e.ctx(), r, nil)
+			return err
+		}}}
+		if e.caps.Rejecter {
+			calls = append(calls, call{"Reject", func(q broker.Broker, r broker.ReceiptValue) error {
+				return e.rejecter(q).Reject(e.ctx(), r, nil)
+			}})
+		}
+		if e.caps.LeaseExtender {
+			calls = append(calls, call{"Extend", func(q broker.Broker, r broker.ReceiptValue) error {
+				_, err := e.extender(q).Extend(e.ctx(), r, time.Minute)
+				return err
+			}})
+		}
+		for _, c := range calls {
+			q := e.queue(e.policy())
+			e.publish(q, "early")
+			e.publish(q, "at")
+			ds := e.receive(q, 2)
+			if len(ds) != 2 {
+				e.Fatalf("%s: received %d, want 2", c.name, len(ds))
+			}
+			e.set(ds[0].Lease.ExpiresAt.Add(-time.Nanosecond))
+			if err := c.do(q, ds[0].Lease.Receipt); err != nil {
+				e.Fatalf("%s one nanosecond before ExpiresAt: %v", c.name, err)
+			}
+			e.set(ds[1].Lease.ExpiresAt)
+			e.isErr(c.do(q, ds[1].Lease.Receipt), broker.LeaseExpired, c.name+" AT ExpiresAt")
+			var got []broker.DeliveryValue
+			for _, d := range e.receive(q, 10) {
+				if d.Message.ID == ds[1].Message.ID {
+					got = append(got, d)
+				}
+			}
+			if len(got) != 1 || got[0].Deliveries != 2 {
+				e.Fatalf("%s AT ExpiresAt: the lapsed message came back as %v, want once as delivery 2: the refused call moved nothing", c.name, ids(got))
+			}
+		}
+	}},
 }

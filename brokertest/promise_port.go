@@ -191,4 +191,48 @@ var promiseCases = []testCase{
 			}
 		}
 	}},
+	{name: "AReplayedMessageThatDiesAgainRecordsOnlyItsNewDeath", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// "the dead-letter record, its cause included, is gone once the
+		// message is queued again": when the replayed message dies again,
+		// its dead letter says how it died the second time — a lapse with
+		// no report, or a Reject with no cause — and carries nothing of
+		// the first death's reason, code or public text.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 1
+			p.VisibilityTimeout = e.short()
+		}))
+		m := e.publish(q, "a")
+		first := broker.NewError("FIRST_DEATH", 0x2A000005, "the first death", secret)
+		die := func() {
+			if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, first); err != nil {
+				e.Fatalf("Reject: %v", err)
+			}
+			if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+				e.Fatalf("ReplayDeadLetter: %v", err)
+			}
+		}
+		die()
+		d := e.receiveOne(q)
+		e.lapse(q, d.Lease) // the consumer of its second life dies
+		var dls []broker.DeadLetterValue
+		e.eventually("the replayed message whose last lease lapsed is a dead letter", func() bool {
+			dls = e.deadLetters(q)
+			return len(dls) == 1
+		})
+		e.checkDeadLetter(dls[0], causeCase{name: "a lapse after a replay", reason: broker.ReasonLeaseExpired}, m, "a", 1)
+		e.checkInstant(dls[0].FailedAt, d.Lease.ExpiresAt, d.Lease.ExpiresAt, "FailedAt is the second death's")
+
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		die()
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		dls = e.deadLetters(q)
+		if len(dls) != 1 {
+			e.Fatalf("%d dead letters, want 1", len(dls))
+		}
+		e.checkDeadLetter(dls[0], causeCase{name: "a Reject without cause after a replay", reason: broker.ReasonUnexplained}, m, "a", 1)
+	}},
 }

@@ -235,4 +235,44 @@ var promiseCases = []testCase{
 		}
 		e.checkDeadLetter(dls[0], causeCase{name: "a Reject without cause after a replay", reason: broker.ReasonUnexplained}, m, "a", 1)
 	}},
+	{name: "ReceiveSortsOnEnqueuedAtEvenWhenTheClockStepsBack", needs: []string{"Clock", "OldestFirst"}, run: func(e *env) {
+		// EnqueuedAt "is the ordering key a FIFO implementation sorts on":
+		// the key, not the order the publishes came in. With the clock
+		// stepped back between two publishes, the later one is the older.
+		q := e.queue(e.policy())
+		e.set(t0.Add(time.Hour))
+		late := e.publish(q, "published first, an hour later on the clock")
+		e.set(t0)
+		early := e.publish(q, "published second, an hour earlier on the clock")
+		var got []string
+		for range 2 {
+			got = append(got, ids(e.receive(q, 1))...)
+		}
+		if want := []string{early.ID, late.ID}; !equalStrings(got, want) {
+			e.Fatalf("received %v, want %v: oldest EnqueuedAt first, not first published", got, want)
+		}
+	}},
+	{name: "DeadLettersSortOnFailedAtEvenWhenTheClockStepsBack", needs: []string{"Clock", "Rejecter", "DeadLetterReader"}, run: func(e *env) {
+		// "Oldest first" is by FailedAt (API.md §5.1): the key, not the
+		// order the messages died in.
+		q := e.queue(e.policy())
+		a, b := e.publish(q, "a"), e.publish(q, "b")
+		byID := map[string]broker.ReceiptValue{}
+		for _, d := range e.receive(q, 2) {
+			byID[d.Message.ID] = d.Lease.Receipt
+		}
+		e.set(t0.Add(2 * time.Minute))
+		if err := e.rejecter(q).Reject(e.ctx(), byID[a.ID], nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		e.set(t0.Add(time.Minute)) // the clock steps back
+		if err := e.rejecter(q).Reject(e.ctx(), byID[b.ID], nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		dls := e.deadLetters(q)
+		if got, want := deadIDs(dls), []string{b.ID, a.ID}; !equalStrings(got, want) {
+			e.Fatalf("dead letters %v, want %v: oldest FailedAt first, not first to die", got, want)
+		}
+		e.sameInstant(t0.Add(time.Minute), dls[0].FailedAt, "FailedAt of the second Reject")
+	}},
 }

@@ -1,7 +1,9 @@
 package brokertest
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -274,5 +276,23 @@ var promiseCases = []testCase{
 			e.Fatalf("dead letters %v, want %v: oldest FailedAt first, not first to die", got, want)
 		}
 		e.sameInstant(t0.Add(time.Minute), dls[0].FailedAt, "FailedAt of the second Reject")
+	}},
+	{name: "AnyKeyOfOneTo256BytesIsAcceptedAndDeduplicated", needs: []string{"Keyed"}, run: func(e *env) {
+		// "Empty key or key longer than 256 bytes is an error": nothing
+		// else is. A key is bytes, and keys that are not text (a NUL, bytes
+		// that are not UTF-8, whitespace) are keys like any other, each
+		// its own and each recognised again.
+		q := e.queue(e.policy())
+		keys := []string{"\x00", "a\x00b", "\xff\xfe", " ", "\n", "é", strings.Repeat("\x00", 256), strings.Repeat("\xff", 255) + "k"}
+		first := map[string]broker.MessageValue{}
+		for _, k := range keys {
+			first[k] = e.publishKeyed(q, k, "x")
+		}
+		for _, k := range keys {
+			e.sameMessage(first[k], e.publishKeyed(q, k, "again"), fmt.Sprintf("the key %q published again", k))
+		}
+		if n := len(e.receive(q, 2*len(keys))); n != len(keys) {
+			e.Fatalf("received %d messages, want one per key (%d)", n, len(keys))
+		}
 	}},
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"unicode/utf8"
 )
@@ -98,16 +99,24 @@ type verdict struct {
 	text string
 }
 
-// judge classifies cause (see classify) into a verdict.
-func judge(cause error) verdict {
+// judge classifies cause (see classify) into a verdict. Its text is left
+// empty when ctx says Consume has logged the cause already (causeLogged):
+// one handler failure, one log line.
+func judge(ctx context.Context, cause error) verdict {
 	var v verdict
 	var unclassified bool
 	v.reason, v.code, v.public, unclassified = classify(cause)
-	if unclassified && cause != nil {
+	if unclassified && cause != nil && (ctx == nil || ctx.Value(causeLogged{}) == nil) {
 		v.text = CauseText(cause)
 	}
 	return v
 }
+
+// causeLogged is the key of a context value Consume sets on the context of
+// the Nack or Reject that settles a failed delivery: it has logged the
+// handler's error, with the message's ID, so the broker does not log its
+// text again.
+type causeLogged struct{}
 
 // clip returns the longest prefix of s of at most n bytes that ends on a
 // rune boundary.

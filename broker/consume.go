@@ -63,9 +63,10 @@ type ConsumeOptions struct {
 	// Logger receives what Consume cannot return: handler failures and
 	// panics (with the panic value and stack), refused Ack, Nack and
 	// Extend calls, and Receive errors, each with the message ID where
-	// there is one. Nil discards them. Its handler is called from
-	// Consume's goroutines, with no lock of the broker held; a record it
-	// panics on is dropped, and Consume goes on.
+	// there is one. Nil discards them. The brokers of this package do not
+	// log again, in their own Logger, a failure Consume logged. Its
+	// handler is called from Consume's goroutines, with no lock of the
+	// broker held; a record it panics on is dropped, and Consume goes on.
 	Logger *slog.Logger
 }
 
@@ -824,15 +825,18 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 		}
 		return
 	}
+	// The error is logged here, with the message's ID: the brokers of this
+	// package then do not log its text again (see causeLogged).
+	logged := context.WithValue(ctx, causeLogged{}, true)
 	if c.rejecter != nil && inChain(func() bool { return IsDoNotRetry(herr) }) {
 		c.log.WarnContext(ctx, "broker: Consume: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
-		if err := c.rejecter.Reject(ctx, receipt, herr); err != nil {
+		if err := c.rejecter.Reject(logged, receipt, herr); err != nil {
 			c.refused(ctx, "reject", err, attrs)
 		}
 		return
 	}
 	c.log.WarnContext(ctx, "broker: Consume: handler failed; nacking", append(attrs, "error", herr)...)
-	nv, err := c.b.Nack(ctx, receipt, herr)
+	nv, err := c.b.Nack(logged, receipt, herr)
 	switch {
 	case err != nil:
 		c.refused(ctx, "nack", err, attrs)

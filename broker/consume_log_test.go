@@ -142,3 +142,66 @@ func TestConsumeLogsTheHandlersPrivateDetailWithTheMessageID(t *testing.T) {
 		})
 	}
 }
+
+// A handler's failure that carries no reason is logged once, by Consume,
+// with the message's ID: the broker Consume settles it with (the file
+// store or the in-memory broker, sharing Consume's logger here) does not
+// log its text again. Nacked and handed back, nacked on its last delivery,
+// rejected: one line each. A direct Nack still has the broker log it (see
+// TestUnclassifiedCausesAreLoggedNotStored and the callback logger tests).
+func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
+	const private = "PRIVATE-TEXT-7a1c"
+	for _, which := range []string{"store", "memory"} {
+		t.Run(which, func(t *testing.T) {
+			var logs lockedBuffer
+			logger := slog.New(slog.NewJSONHandler(&logs, nil))
+			pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries, p.RetryDelay = 2, 0 })
+			var b interface {
+				broker.Broker
+				broker.Rejecter
+				broker.DeadLetterReader
+			}
+			if which == "store" {
+				e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
+				b = e.queue("jobs", pol)
+			} else {
+				m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
+				require.NoError(t, err)
+				b = m
+			}
+			nacked, err := b.Publish(ctx(t), []byte("nacked"))
+			require.NoError(t, err)
+			rejected, err := b.Publish(ctx(t), []byte("rejected"))
+			require.NoError(t, err)
+
+			c, cancel := context.WithCancel(ctx(t))
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- broker.Consume(c, b, func(_ context.Context, d broker.DeliveryValue) error {
+					if d.Message.ID == rejected.ID {
+						return broker.DoNotRetry(errors.New(private))
+					}
+					return errors.New(private)
+				}, broker.ConsumeOptions{Logger: logger, Concurrency: 1, Batch: 1})
+			}()
+			require.Eventually(t, func() bool {
+				dls, err := b.DeadLetters(ctx(t), 10)
+				return err == nil && len(dls) == 2
+			}, 30*time.Second, time.Millisecond)
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+
+			lines := map[any]int{}
+			for _, r := range logs.records(t) {
+				for _, key := range []string{"error", "err"} { // Consume's, the brokers'
+					if text, _ := r[key].(string); strings.Contains(text, private) {
+						lines[r["message"]]++
+					}
+				}
+			}
+			require.Equal(t, map[any]int{nacked.ID: 2, rejected.ID: 1}, lines,
+				"one line per failure, naming its message; logged: %v", logs.records(t))
+		})
+	}
+}

@@ -25,7 +25,8 @@ type MemoryOptions struct {
 	// queue usable.
 	Now func() time.Time
 	// Logger receives the text of unclassified handler failures, keyed by
-	// message ID, as the file-backed store's does. Nil discards. As there
+	// message ID, as the file-backed store's does (those Consume settles
+	// are logged by Consume). Nil discards. As there
 	// (see Options.Logger), its handler is called without the queue's
 	// lock, may read Stats, and a record it panics on is dropped.
 	Logger *slog.Logger
@@ -371,7 +372,7 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 // [Error]); the Error text of an unclassified cause goes to
 // MemoryOptions.Logger with the message ID and is not kept.
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
-	v := judge(cause)
+	v := judge(ctx, cause)
 	var seq uint64 // the message nacked; 0 for none
 	// Deferred first, so run last: the logger is the caller's code, and
 	// runs once the lock is released (see logUnclassified).
@@ -404,7 +405,7 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see [Rejecter].
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
-	v := judge(cause)
+	v := judge(ctx, cause)
 	var seq uint64                               // the message rejected; 0 for none
 	defer func() { q.logUnclassified(seq, v) }() // after the unlock, as in Nack
 	q.mu.Lock()

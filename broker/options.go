@@ -93,7 +93,8 @@ type Options struct {
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery
-	// found. Nil discards.
+	// found. Nil discards. A failure that Consume settles is logged by
+	// Consume (ConsumeOptions.Logger), not again here.
 	//
 	// Its handler is called with none of the store's locks held, from the
 	// calling goroutine or from the store's own (the log's writer, the

@@ -221,7 +221,7 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	if err := q.begin(ctx); err != nil {
 		return NackValue{}, err
 	}
-	v := judge(cause)
+	v := judge(ctx, cause)
 	m, now, err := q.lockHeld(receipt)
 	if err != nil {
 		return NackValue{}, err
@@ -262,7 +262,7 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
-	v := judge(cause)
+	v := judge(ctx, cause)
 	m, now, err := q.lockHeld(receipt)
 	if err != nil {
 		return err

@@ -1,0 +1,90 @@
+package wal
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// requireAllReadable asserts that every record of es reads back as written.
+func requireAllReadable(t *testing.T, l *Log, es []entry) {
+	t.Helper()
+	for _, e := range es {
+		got, err := l.Read(e.pos)
+		require.NoError(t, err, "position %v", e.pos)
+		require.Equal(t, e.rec, got, "position %v", e.pos)
+	}
+}
+
+// TestAnAppendTooLargeStoresNothing: a group that does not fit in one
+// segment is refused whole, whichever record makes it too large, and the
+// log is as it was: the same end, the same records, and the next Append
+// works.
+func TestAnAppendTooLargeStoresNothing(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: MinSegmentBytes})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 3)
+	end, records := l.End(), l.Stats().Records
+	for name, recs := range map[string][][]byte{
+		"one huge record":        {make([]byte, MinSegmentBytes)},
+		"small then huge":        {[]byte("a"), make([]byte, MinSegmentBytes)},
+		"many small records":     make([][]byte, MinSegmentBytes),
+		"many under one segment": {make([]byte, MinSegmentBytes/2), make([]byte, MinSegmentBytes/2)},
+	} {
+		for _, appendFn := range []func(...[]byte) ([]Position, error){l.Append, l.AppendWritten} {
+			pos, err := appendFn(recs...)
+			require.ErrorIs(t, err, ErrTooLarge, name)
+			require.ErrorContains(t, err, "Options.SegmentBytes", name)
+			require.Nil(t, pos, name)
+			require.Equal(t, end, l.End(), "%s moved the end", name)
+			require.Equal(t, records, l.Stats().Records, name)
+		}
+	}
+	requireAllReadable(t, l, es)
+	more := appendRecords(t, l, 3, 1)
+	requireAllReadable(t, l, append(es, more...))
+}
+
+// TestOpenOfAFileOrBelowOneNamesItAndChangesNothing: a log directory path
+// that is a regular file, or lies below one, is refused with an error that
+// names the path, and the file is left as it was.
+func TestOpenOfAFileOrBelowOneNamesItAndChangesNothing(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, []byte("keep"), 0o600))
+	for _, dir := range []string{file, filepath.Join(file, "sub")} {
+		l, err := Open(dir, Options{})
+		require.Nil(t, l)
+		require.ErrorContains(t, err, dir)
+		require.ErrorContains(t, err, "not a directory")
+		got, rerr := os.ReadFile(file)
+		require.NoError(t, rerr)
+		require.Equal(t, "keep", string(got))
+	}
+}
+
+// TestSealedHintsThatNameNoEndAreHarmless: Options.Sealed is a hint; one
+// whose offsets no file can have (negative, inside the header, past the
+// file, huge) or that names segments the log does not hold opens the log
+// with every record readable, and appends go on.
+func TestSealedHintsThatNameNoEndAreHarmless(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: MinSegmentBytes})
+	es := appendRecords(t, l, 0, 200)
+	last := l.Stats().LastSegment
+	require.NoError(t, l.Close())
+	for _, hint := range []map[uint32]int{
+		{0: 100, 1: -5, 2: 0, 3: 1},
+		{1: math.MaxInt, 2: math.MinInt, 3: MinSegmentBytes + 1},
+		{last: -1, last + 1: 64, math.MaxUint32: 64},
+	} {
+		l := mustOpen(t, dir, Options{SegmentBytes: MinSegmentBytes, Sealed: hint})
+		requireAllReadable(t, l, es)
+		n := 0
+		require.NoError(t, l.Iterate(0, func(Position, []byte) error { n++; return nil }))
+		require.Equal(t, len(es), n, "hint %v", hint)
+		require.NoError(t, l.Close())
+	}
+}

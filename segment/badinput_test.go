@@ -330,3 +330,31 @@ func TestRecycleSaysWhereTheFileIsWhenItCannotMoveItBack(t *testing.T) {
 	require.NoFileExists(t, oldPath)
 	require.FileExists(t, newPath)
 }
+
+// TestANilFileSystemIsRefused: every function that takes a vfs.FS used to
+// panic on a nil one at its first file operation. Each refuses it with
+// fs.ErrInvalid, naming the argument and the path, before anything is
+// made, moved or opened.
+func TestANilFileSystemIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	f, path := createFile(t, dir, 1, 4096)
+	defer f.Close()
+	newPath := filepath.Join(dir, "new")
+	calls := map[string]func() (*segment.File, error){
+		"Create":      func() (*segment.File, error) { return segment.Create(nil, newPath, 2, 4096) },
+		"CreatePaced": func() (*segment.File, error) { return segment.CreatePaced(nil, newPath, 2, 4096, nil) },
+		"Open":        func() (*segment.File, error) { return segment.Open(nil, path, 1) },
+		"OpenUnread":  func() (*segment.File, error) { return segment.OpenUnread(nil, path, 1) },
+		"Recycle":     func() (*segment.File, error) { return segment.Recycle(nil, path, newPath, 2) },
+		"Rename":      func() (*segment.File, error) { return nil, f.Rename(nil, newPath) },
+	}
+	for name, call := range calls {
+		got, err := call()
+		require.ErrorIs(t, err, fs.ErrInvalid, name)
+		require.ErrorContains(t, err, "nil vfs.FS", name)
+		require.Nil(t, got, name)
+		require.NoFileExists(t, newPath, name)
+		require.FileExists(t, path, name)
+	}
+	require.Equal(t, path, f.Path(), "a refused Rename keeps the name")
+}

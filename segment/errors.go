@@ -9,8 +9,8 @@ import (
 // byte offset where that makes sense; check with errors.Is.
 //
 // Beside them, an argument a function cannot act on (an offset outside the
-// data, a nil function) is refused, before anything is done, with an error
-// that says which argument and wraps [io/fs.ErrInvalid].
+// data, a nil function, a nil vfs.FS) is refused, before anything is done,
+// with an error that says which argument and wraps [io/fs.ErrInvalid].
 var (
 	// ErrBadHeader is returned by Open and DecodeHeader when the file
 	// header's magic or checksum does not verify, it names version 0 or

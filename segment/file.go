@@ -28,6 +28,10 @@ type File struct {
 // would name it, and read as a torn frame of it.
 var errSeqZero = fmt.Errorf("sequence 0 is reserved: %w", iofs.ErrInvalid)
 
+// errNilFS refuses a nil file system, which every call would otherwise
+// dereference (a panic) at its first file operation.
+var errNilFS = fmt.Errorf("nil vfs.FS: %w", iofs.ErrInvalid)
+
 // zeroChunk is the size of the writes that zero-fill a new segment, and of
 // the ranges CreatePaced sends to the device one at a time.
 const zeroChunk = 256 << 10
@@ -65,6 +69,9 @@ var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
 // the device ahead of another file's fdatasync, instead of the whole file
 // at the final fdatasync.
 func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64) error) (*File, error) {
+	if fs == nil {
+		return nil, fmt.Errorf("segment %s: create: %w", path, errNilFS)
+	}
 	if size < HeaderSize+FrameHeaderSize || size > maxFileSize {
 		// Checked before the file is made: past 4 GiB it would be written
 		// whole before mapped refused it.
@@ -136,6 +143,9 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 // a retired file holds is never read); if that rename fails too, its error
 // says that the file is left at newPath.
 func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
+	if fs == nil {
+		return nil, fmt.Errorf("segment %s: recycle %s: %w", newPath, oldPath, errNilFS)
+	}
 	if seq == 0 {
 		return nil, fmt.Errorf("segment %s: recycle: %w", newPath, errSeqZero)
 	}
@@ -198,6 +208,9 @@ func OpenUnread(fs vfs.FS, path string, seq uint32) (*File, error) {
 }
 
 func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
+	if fs == nil {
+		return nil, fmt.Errorf("segment %s: open: %w", path, errNilFS)
+	}
 	if seq == 0 {
 		return nil, fmt.Errorf("segment %s: open: %w", path, errSeqZero)
 	}
@@ -328,6 +341,9 @@ func (s *File) closed(op string) error {
 
 // Rename renames the file to newPath. The caller syncs the directory.
 func (s *File) Rename(fs vfs.FS, newPath string) error {
+	if fs == nil {
+		return fmt.Errorf("segment %s: rename to %s: %w", s.path, newPath, errNilFS)
+	}
 	if err := fs.Rename(s.path, newPath); err != nil {
 		return fmt.Errorf("segment: %w", err)
 	}

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	iofs "io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -182,4 +183,29 @@ func TestFaultFSRefusesAMalformedRuleOrObserverAtOnce(t *testing.T) {
 	f := openRW(t, ffs, filepath.Join(dir, "f"))
 	require.NoError(t, f.Sync(), "no observer was added")
 	require.Zero(t, ffs.Injected(OpSyncDir))
+}
+
+// TestTheHelpersRefuseANilFS: CopyFile, CreateEmpty and MkdirAllDurable
+// used to panic on a nil FS at their first file operation. Each refuses it
+// with fs.ErrInvalid, naming the argument and the path, and makes nothing.
+func TestTheHelpersRefuseANilFS(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	require.NoError(t, os.WriteFile(src, []byte("keep"), 0o600))
+	made := filepath.Join(dir, "made")
+	for name, call := range map[string]func() error{
+		"CopyFile":        func() error { return CopyFile(nil, src, made) },
+		"CreateEmpty":     func() error { return CreateEmpty(nil, made) },
+		"MkdirAllDurable": func() error { return MkdirAllDurable(nil, made, 0o700) },
+	} {
+		err := call()
+		require.ErrorIs(t, err, iofs.ErrInvalid, name)
+		require.ErrorContains(t, err, "nil vfs.FS", name)
+		require.ErrorContains(t, err, made, name)
+		require.NoFileExists(t, made, name)
+		require.NoDirExists(t, made, name)
+	}
+	got, err := os.ReadFile(src)
+	require.NoError(t, err)
+	require.Equal(t, "keep", string(got))
 }

@@ -13,7 +13,11 @@ const copyChunk = 1 << 20
 // copy's data durable (fdatasync). It does not sync dst's directory: the
 // caller does, once for all the files it copies there. If the copy fails
 // once dst is made, it removes dst, so that the copy may be tried again.
+// A nil fs is refused with an error wrapping io/fs.ErrInvalid.
 func CopyFile(fs FS, src, dst string) error {
+	if fs == nil {
+		return fmt.Errorf("vfs: copy %s to %s: %w", src, dst, errNilFS)
+	}
 	in, err := fs.OpenFile(src, os.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -47,8 +51,12 @@ func CopyFile(fs FS, src, dst string) error {
 }
 
 // CreateEmpty creates the file path, empty, and fails if anything is
-// there. It syncs neither the file nor its directory.
+// there. It syncs neither the file nor its directory. A nil fs is refused
+// with an error wrapping io/fs.ErrInvalid.
 func CreateEmpty(fs FS, path string) error {
+	if fs == nil {
+		return fmt.Errorf("vfs: create %s: %w", path, errNilFS)
+	}
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
@@ -11,7 +12,11 @@ import (
 // parent of every directory it creates, from the top down, so that a power
 // loss cannot take the new directory, and everything later made durable in
 // it, away. A directory that already exists costs one ReadDir and no sync.
+// A nil fs is refused with an error wrapping io/fs.ErrInvalid.
 func MkdirAllDurable(fs FS, dir string, perm os.FileMode) error {
+	if fs == nil {
+		return fmt.Errorf("vfs: mkdir %s: %w", dir, errNilFS)
+	}
 	var missing []string // dir first, then the parents it needs
 	for d := filepath.Clean(dir); ; {
 		_, err := fs.ReadDir(d)

@@ -16,7 +16,9 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 
 	"github.com/edsrzf/mmap-go"
@@ -25,6 +27,10 @@ import (
 // ErrLocked is returned by [FS.Lock] when another holder (in this process or
 // another) has the lock. Check with errors.Is.
 var ErrLocked = errors.New("vfs: locked by another holder")
+
+// errNilFS refuses a nil FS given to a helper of this package, which would
+// otherwise panic at its first file operation.
+var errNilFS = fmt.Errorf("nil vfs.FS: %w", iofs.ErrInvalid)
 
 // File is an open file. Its methods have the meaning of the os.File methods
 // of the same name, except Sync, which is fdatasync(2).

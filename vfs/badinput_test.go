@@ -209,3 +209,13 @@ func TestTheHelpersRefuseANilFS(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "keep", string(got))
 }
+
+// TestIsLinkRefusesTheEmptyPath: the empty path names no place; IsLink
+// used to answer "not a link" for it, as for a missing path, where
+// Resolve refuses it. It is refused too.
+func TestIsLinkRefusesTheEmptyPath(t *testing.T) {
+	link, err := IsLink("")
+	require.ErrorIs(t, err, iofs.ErrInvalid)
+	require.ErrorContains(t, err, "empty path")
+	require.False(t, link)
+}

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
@@ -64,8 +65,12 @@ func resolve(abs string, links int) (string, error) {
 }
 
 // IsLink reports whether path is a symbolic link, without following it. A
-// missing path is not one.
+// missing path is not one. The empty path names no place and is refused
+// (an error wrapping io/fs.ErrInvalid), as by Resolve.
 func IsLink(path string) (bool, error) {
+	if path == "" {
+		return false, fmt.Errorf("vfs: is link: empty path: %w", iofs.ErrInvalid)
+	}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return false, nil

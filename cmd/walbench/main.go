@@ -273,7 +273,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 
 	tmp, err := os.MkdirTemp(cfg.parent, "walbench-")
 	if err != nil {
-		fmt.Fprintf(stderr, "walbench: make temporary directory: %v\n", err)
+		fmt.Fprintf(stderr, "walbench: -dir %s: cannot make the temporary directory there (want an existing directory): %v\n", cfg.parent, err)
 		return exitError
 	}
 	if abs, err := filepath.Abs(tmp); err == nil {

@@ -64,3 +64,22 @@ func TestAnUnusableDirOrOutputIsNamedAndLosesNothing(t *testing.T) {
 	}
 	assertDirEmpty(t, dir)
 }
+
+// TestACountTooLargeForAnIntIsSaidToBeTooLarge: a count past the int
+// range was refused as "not a positive count", which it is; it is said to
+// be too large.
+func TestACountTooLargeForAnIntIsSaidToBeTooLarge(t *testing.T) {
+	for _, args := range [][]string{
+		{"publish", "-producers", "99999999999999999999"},
+		{"drain", "-batch", "1,99999999999999999999"},
+	} {
+		res := runWith(t, context.Background(), nil, args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, `"99999999999999999999" is too large a count`) {
+			t.Errorf("walbench %q: exit %d, stderr %q; want %d and the count called too large", args, res.code, res.stderr, exitUsage)
+		}
+	}
+	res := runWith(t, context.Background(), nil, "publish", "-producers", "-99999999999999999999")
+	if res.code != exitUsage || !strings.Contains(res.stderr, "is not a positive count") {
+		t.Errorf("a negative count: exit %d, stderr %q", res.code, res.stderr)
+	}
+}

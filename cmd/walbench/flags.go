@@ -573,6 +573,10 @@ func (v *validator) ints(fs *flag.FlagSet, dst *[]int, name, usage string) {
 		var out []int
 		for _, it := range items {
 			n, err := strconv.Atoi(strings.TrimSpace(it))
+			if errors.Is(err, strconv.ErrRange) && n > 0 {
+				// Atoi saturates: n is MaxInt for a count too large.
+				return fmt.Errorf("%q is too large a count", it)
+			}
 			if err != nil || n < 1 {
 				return fmt.Errorf("%q is not a positive count", it)
 			}

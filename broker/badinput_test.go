@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,5 +192,117 @@ func TestADeadLetterIsNamedOnlyByTheIDItWasHandedOutWith(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, dead, 1, "%T: the dead letter stays", b)
 		require.Equal(t, id, dead[0].Message.ID)
+	}
+}
+
+// TestEveryRefusedCallLeavesTheBrokerAsItWas: each bad argument the port
+// can be given is refused with its documented sentinel and an error that
+// names it, and nothing moves: the file store's queues dump as before and
+// its log took no record; the in-memory broker's stats are as before; the
+// lease the refused calls named is still held and acks.
+func TestEveryRefusedCallLeavesTheBrokerAsItWas(t *testing.T) {
+	e := newEnv(t)
+	small := func(p *broker.PolicyValue) { p.MaxMessageBytes = 100; p.Capacity = 4; p.MaxDeliveries = 1 }
+	q := e.queue("jobs", policy(small))
+	other := e.queue("other", policy())
+	mustPublish(t, other, "o")
+	otherQueue := mustReceiveOne(t, other).Lease.Receipt
+	e2 := newEnv(t)
+	q2 := e2.queue("jobs", policy(small))
+	mustPublish(t, q2, "s")
+	otherStore := mustReceiveOne(t, q2).Lease.Receipt
+	mem, err := broker.NewMemory(policy(small), broker.MemoryOptions{Now: e.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mem.Close() })
+
+	for _, b := range []interface {
+		broker.Broker
+		broker.Rejecter
+		broker.LeaseExtender
+		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
+		ReplayDeadLetter(context.Context, string) error
+		DeleteDeadLetter(context.Context, string) error
+		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
+		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
+		Stats() broker.QueueStats
+	}{q, mem} {
+		name := fmt.Sprintf("%T", b)
+		// One dead letter, one leased message and three ready: the queue
+		// is full (dead letters do not count), and a shed publish counted.
+		mustPublishTo(t, b, "dead")
+		ds, err := b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.NoError(t, b.Reject(ctx(t), ds[0].Lease.Receipt, nil))
+		mustPublishTo(t, b, "leased")
+		ds, err = b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		held := ds[0].Lease.Receipt
+		mustPublishTo(t, b, "ready")
+		mustPublishTo(t, b, "ready")
+		mustPublishTo(t, b, "ready")
+		_, err = b.PublishKeyed(ctx(t), "seen", []byte("keyed"))
+		require.ErrorIs(t, err, broker.QueueFull, "%s: the queue is full now", name)
+		stats, dump, records := b.Stats(), broker.Dump(e.s), e.s.Stats().Records
+
+		big := make([]byte, 101)
+		forged := held[:len(held)-1]
+		refused := []struct {
+			what     string
+			call     func() error
+			sentinel error
+			mentions []string
+		}{
+			{"oversized publish", func() error { _, err := b.Publish(ctx(t), big); return err }, broker.MessageTooLarge, []string{"101", "100"}},
+			{"oversized keyed publish", func() error { _, err := b.PublishKeyed(ctx(t), "k", big); return err }, broker.MessageTooLarge, []string{"101"}},
+			{"empty key", func() error { _, err := b.PublishKeyed(ctx(t), "", nil); return err }, broker.InvalidDedupKey, []string{"0 bytes", "1 to 256"}},
+			{"long key", func() error { _, err := b.PublishKeyed(ctx(t), strings.Repeat("k", 257), nil); return err }, broker.InvalidDedupKey, []string{"257 bytes"}},
+			{"nil batch", func() error { _, err := b.PublishBatch(ctx(t), nil); return err }, broker.InvalidBatchSize, []string{"empty batch"}},
+			{"empty batch", func() error { _, err := b.PublishBatch(ctx(t), [][]byte{}); return err }, broker.InvalidBatchSize, []string{"empty batch"}},
+			{"batch with one oversized", func() error { _, err := b.PublishBatch(ctx(t), [][]byte{nil, big}); return err }, broker.MessageTooLarge, []string{"payload 1", "101"}},
+			{"Receive 0", func() error { _, err := b.Receive(ctx(t), 0); return err }, broker.InvalidBatchSize, []string{"max 0"}},
+			{"Receive -1", func() error { _, err := b.Receive(ctx(t), -1); return err }, broker.InvalidBatchSize, []string{"max -1"}},
+			{"Receive MinInt", func() error { _, err := b.Receive(ctx(t), math.MinInt); return err }, broker.InvalidBatchSize, []string{"must be positive"}},
+			{"DeadLetters 0", func() error { _, err := b.DeadLetters(ctx(t), 0); return err }, broker.InvalidBatchSize, []string{"max 0"}},
+			{"DeadLetters -1", func() error { _, err := b.DeadLetters(ctx(t), -1); return err }, broker.InvalidBatchSize, []string{"max -1"}},
+			{"Extend 0", func() error { _, err := b.Extend(ctx(t), held, 0); return err }, broker.QueueMisconfigured, []string{"by 0s", "positive"}},
+			{"Extend negative", func() error { _, err := b.Extend(ctx(t), held, -time.Second); return err }, broker.QueueMisconfigured, []string{"by -1s"}},
+			{"Extend past 2262", func() error { _, err := b.Extend(ctx(t), held, math.MaxInt64); return err }, broker.QueueMisconfigured, []string{"2262", "unchanged"}},
+			{"Ack truncated", func() error { return b.Ack(ctx(t), forged) }, broker.UnknownReceipt, []string{"receipt"}},
+			{"Nack empty", func() error { _, err := b.Nack(ctx(t), "", nil); return err }, broker.UnknownReceipt, []string{"receipt"}},
+			{"Reject other queue's", func() error { return b.Reject(ctx(t), otherQueue, nil) }, broker.UnknownReceipt, nil},
+			{"Extend other store's", func() error { _, err := b.Extend(ctx(t), otherStore, time.Second); return err }, broker.UnknownReceipt, nil},
+			{"Ack other store's", func() error { return b.Ack(ctx(t), otherStore) }, broker.UnknownReceipt, nil},
+			{"Replay unknown", func() error { return b.ReplayDeadLetter(ctx(t), "nope") }, broker.DeadLetterNotFound, []string{`"nope"`}},
+			{"Delete empty", func() error { return b.DeleteDeadLetter(ctx(t), "") }, broker.DeadLetterNotFound, []string{`""`}},
+		}
+		for _, r := range refused {
+			err := r.call()
+			requireErrorIs(t, err, r.sentinel, r.mentions...)
+			require.Equal(t, stats, b.Stats(), "%s: %s changed the stats", name, r.what)
+			require.Equal(t, dump, broker.Dump(e.s), "%s: %s changed the store", name, r.what)
+			require.Equal(t, records, e.s.Stats().Records, "%s: %s wrote to the log", name, r.what)
+		}
+		require.NoError(t, b.Ack(ctx(t), held), "%s: the lease the refused calls named is still held", name)
+		dead, err := b.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dead, 1, name)
+		require.Equal(t, "dead", string(dead[0].Message.Payload), name)
+	}
+}
+
+// TestOpenOfAFileOrBelowOneNamesItAndChangesNothing: a store directory that
+// is a regular file, or lies below one, is refused naming the path, and the
+// file is as it was.
+func TestOpenOfAFileOrBelowOneNamesItAndChangesNothing(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, []byte("keep"), 0o600))
+	for _, dir := range []string{file, filepath.Join(file, "store")} {
+		s, err := broker.Open(dir, broker.Options{})
+		require.Nil(t, s)
+		require.ErrorContains(t, err, dir)
+		require.ErrorContains(t, err, "not a directory")
+		got, rerr := os.ReadFile(file)
+		require.NoError(t, rerr)
+		require.Equal(t, "keep", string(got))
 	}
 }

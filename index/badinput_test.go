@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -615,4 +616,39 @@ func TestAnUnknownKindIsNamedByItsNumber(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadEvent)
 		require.ErrorContains(t, err, fmt.Sprintf("a kind(%d) event is not a message event", uint8(k)))
 	}
+}
+
+// TestANilFileSystemIsRefused: every function that takes a vfs.FS used to
+// panic on a nil one at its first file operation. Each that returns an
+// error refuses it with fs.ErrInvalid, naming the argument and the
+// directory; Suspect, which cannot tell, says suspect; LogHints gives no
+// hints; and nothing is made.
+func TestANilFileSystemIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "index")
+	x := New()
+	snap, err := x.Snapshot(wal.MakePosition(1, 32), nil)
+	require.NoError(t, err)
+	calls := map[string]func() error{
+		"MarkSuspect":      func() error { return MarkSuspect(nil, dir) },
+		"ClearSuspect":     func() error { return ClearSuspect(nil, dir) },
+		"BeginCheckpoint":  func() error { return BeginCheckpoint(nil, dir) },
+		"EndCheckpoint":    func() error { return EndCheckpoint(nil, dir) },
+		"WriteCheckpoint":  func() error { return WriteCheckpoint(nil, dir, snap, nil) },
+		"RemoveCheckpoint": func() error { return RemoveCheckpoint(nil, dir) },
+		"CopyCheckpoint":   func() error { return CopyCheckpoint(nil, dir, dir+"-copy") },
+		"Load":             func() error { _, _, err := Load(nil, dir); return err },
+		"Rebuild":          func() error { _, err := Rebuild(nil, dir); return err },
+		"OpenTable":        func() error { _, err := OpenTable(nil, dir, nil); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, fs.ErrInvalid, name)
+		require.ErrorContains(t, err, "nil vfs.FS", name)
+		require.ErrorContains(t, err, dir, name)
+		require.NoDirExists(t, dir, name)
+	}
+	require.True(t, Suspect(nil, dir), "a nil FS cannot tell")
+	sealed, verified := LogHints(nil, dir)
+	require.Nil(t, sealed)
+	require.Zero(t, verified)
 }

@@ -199,6 +199,9 @@ func (e *encoder) string(s string)  { e.b = appendString(e.b, s) }
 // NextSeq lowered below the snapshot's or out of range, a chunk named
 // twice, a file larger than Load reads.
 func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) error {
+	if fs == nil {
+		return fmt.Errorf("index: checkpoint %s: %w", dir, errNilFS)
+	}
 	if err := snap.check(chunks); err != nil {
 		return fmt.Errorf("index: checkpoint: %w", err)
 	}
@@ -272,6 +275,9 @@ func (s *Snapshot) check(chunks []uint64) error {
 // RemoveCheckpoint deletes the directory's checkpoint and every table file,
 // durably, so that the next open rebuilds the index from the log.
 func RemoveCheckpoint(fs vfs.FS, dir string) error {
+	if fs == nil {
+		return fmt.Errorf("index: remove checkpoint %s: %w", dir, errNilFS)
+	}
 	names, err := fs.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -293,6 +299,9 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 // must exist, each fdatasynced, then syncs dst. The caller keeps
 // checkpoints from being written in dir meanwhile.
 func CopyCheckpoint(fs vfs.FS, dir, dst string) error {
+	if fs == nil {
+		return fmt.Errorf("index: copy checkpoint %s to %s: %w", dir, dst, errNilFS)
+	}
 	names, err := fs.ReadDir(dir)
 	if err != nil {
 		return err
@@ -418,6 +427,9 @@ func (d *decoder) sealed() map[uint32]int {
 // returned as it is. Whatever the error, the caller may rebuild from the
 // log, which is the source of truth.
 func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
+	if fs == nil {
+		return nil, 0, fmt.Errorf("index: load %s: %w", dir, errNilFS)
+	}
 	logPos, nextSeq, body, err := readCheckpoint(fs, dir)
 	if err != nil {
 		return nil, 0, err

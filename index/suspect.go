@@ -3,6 +3,7 @@ package index
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 
@@ -27,8 +28,15 @@ func MarkSuspect(fs vfs.FS, dir string) error {
 	return nil
 }
 
+// errNilFS refuses a nil file system given to a function of this package,
+// which would otherwise panic at its first file operation.
+var errNilFS = fmt.Errorf("nil vfs.FS: %w", iofs.ErrInvalid)
+
 // mark creates the empty file name in dir, durably.
 func mark(fs vfs.FS, dir, name string) error {
+	if fs == nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, name), errNilFS)
+	}
 	f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -46,6 +54,9 @@ func mark(fs vfs.FS, dir, name string) error {
 // unmark removes the file name from dir, durably; a missing one is no
 // error.
 func unmark(fs vfs.FS, dir, name string) error {
+	if fs == nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, name), errNilFS)
+	}
 	if err := fs.Remove(filepath.Join(dir, name)); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -69,8 +80,12 @@ const writingName = "CHECKPOINTING"
 // or a checkpoint began writing there (BeginCheckpoint) and did not end.
 // When it cannot tell — looking for a marker fails other than by finding
 // none — it reports true: a checkpoint wrongly suspected costs a rebuild
-// from the log, one wrongly trusted costs what the damage took.
+// from the log, one wrongly trusted costs what the damage took. A nil fs,
+// through which nothing can be looked for, is such a case.
 func Suspect(fs vfs.FS, dir string) bool {
+	if fs == nil {
+		return true
+	}
 	for _, name := range []string{suspectName, writingName} {
 		f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDONLY, 0)
 		if err == nil {

@@ -56,6 +56,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // errors.Is.
 var ErrDamaged = errors.New("index: damaged index file")
 
+// A nil vfs.FS given to a function of this package is refused with an
+// error wrapping io/fs.ErrInvalid that names the directory, before anything
+// is done; Suspect, which returns no error, reports true for it (it cannot
+// tell), and LogHints gives no hints.
+
 // Entry is one message's table entry.
 type Entry struct {
 	Seq        uint64

@@ -54,6 +54,9 @@ const (
 // failure that stopped the checkpoints once one failed (they stop until
 // the store is reopened; StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
+	if s == nil {
+		return nilReceiver("Store")
+	}
 	if ctx == nil {
 		return fmt.Errorf("broker: backup of %s to %q: nil context: %w", s.dir, dir, QueueMisconfigured)
 	}

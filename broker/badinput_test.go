@@ -306,3 +306,70 @@ func TestOpenOfAFileOrBelowOneNamesItAndChangesNothing(t *testing.T) {
 		require.Equal(t, "keep", string(got))
 	}
 }
+
+// TestTheMethodsOfANilPointerRefuseInsteadOfPanicking: a nil *Store,
+// *Queue or *Memory is what a caller holds that went on past the error of
+// Open, Store.Queue or NewMemory. Every method used to panic on one; each
+// that returns an error now returns QueueMisconfigured saying the pointer
+// is nil, and the others answer as for a store that holds nothing, Wake
+// saying to look now.
+func TestTheMethodsOfANilPointerRefuseInsteadOfPanicking(t *testing.T) {
+	var s *broker.Store
+	var q *broker.Queue
+	var mem *broker.Memory
+	dst := filepath.Join(t.TempDir(), "backup")
+	calls := map[string]func() error{
+		"Store.Queue":  func() error { _, err := s.Queue("jobs", policy()); return err },
+		"Store.Backup": func() error { return s.Backup(ctx(t), dst) },
+		"Store.Close":  func() error { return s.Close() },
+		"Store.Err":    func() error { return s.Err() },
+		"Memory.Close": func() error { return mem.Close() },
+	}
+	for typ, b := range map[string]interface {
+		broker.Broker
+		broker.Rejecter
+		broker.LeaseExtender
+		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
+		ReplayDeadLetter(context.Context, string) error
+		DeleteDeadLetter(context.Context, string) error
+		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
+		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
+		Stats() broker.QueueStats
+		Wake() broker.WakeValue
+	}{"Queue": q, "Memory": mem} {
+		for name, call := range map[string]func() error{
+			"Publish":          func() error { _, err := b.Publish(ctx(t), []byte("x")); return err },
+			"PublishKeyed":     func() error { _, err := b.PublishKeyed(ctx(t), "k", []byte("x")); return err },
+			"PublishBatch":     func() error { _, err := b.PublishBatch(ctx(t), [][]byte{[]byte("x")}); return err },
+			"Receive":          func() error { _, err := b.Receive(ctx(t), 1); return err },
+			"Ack":              func() error { return b.Ack(ctx(t), "r") },
+			"Nack":             func() error { _, err := b.Nack(ctx(t), "r", nil); return err },
+			"Reject":           func() error { return b.Reject(ctx(t), "r", nil) },
+			"Extend":           func() error { _, err := b.Extend(ctx(t), "r", time.Second); return err },
+			"DeadLetters":      func() error { _, err := b.DeadLetters(ctx(t), 1); return err },
+			"ReplayDeadLetter": func() error { return b.ReplayDeadLetter(ctx(t), "1") },
+			"DeleteDeadLetter": func() error { return b.DeleteDeadLetter(ctx(t), "1") },
+		} {
+			calls[typ+"."+name] = call
+		}
+		require.Equal(t, broker.QueueStats{}, b.Stats(), typ)
+		w := b.Wake()
+		require.NotNil(t, w.Signal, typ)
+		select {
+		case <-w.Signal:
+		default:
+			t.Fatalf("%s.Wake: the signal of a nil pointer is not closed: a consumer would wait for ever", typ)
+		}
+	}
+	for name, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, broker.QueueMisconfigured, name)
+		typ, _, _ := strings.Cut(name, ".")
+		require.ErrorContains(t, err, "nil *broker."+typ, name)
+	}
+	require.Empty(t, q.Name())
+	require.Nil(t, s.Queues())
+	require.Equal(t, broker.StoreStats{}, s.Stats())
+	require.Equal(t, broker.RecoveryReport{}, s.Recovery())
+	require.NoDirExists(t, dst)
+}

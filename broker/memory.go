@@ -50,7 +50,8 @@ type MemoryOptions struct {
 // call blocks on anything but that mutex. It retains a copy of the payload
 // of every message until the message is acknowledged or its dead letter
 // deleted, and each dedup key until it leaves the window; Publish copies
-// payloads in, and every value it returns carries copies of its own.
+// payloads in, and every value it returns carries copies of its own. The
+// methods of a nil *Memory refuse with QueueMisconfigured (see Store).
 type Memory struct {
 	opts MemoryOptions
 	keys receiptKeys // this queue's secret: another queue's receipts do not verify
@@ -158,6 +159,9 @@ func (q *Memory) wakeLocked() {
 // Publish copies payload into the queue; see [Broker.Publish]. It is not
 // durable: the message lives as long as q.
 func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
+	if q == nil {
+		return MessageValue{}, nilReceiver("Memory")
+	}
 	ms, err := q.publish(ctx, "", [][]byte{payload})
 	if err != nil {
 		return MessageValue{}, err
@@ -174,6 +178,9 @@ func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, err
 // ([InvalidDedupKey]); a payload above MaxMessageBytes is
 // [MessageTooLarge], checked before the key.
 func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
+	if q == nil {
+		return MessageValue{}, nilReceiver("Memory")
+	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: memory queue: dedup key of %d bytes, want 1 to %d: %w", len(key), maxKeyBytes, InvalidDedupKey)
 	}
@@ -188,6 +195,9 @@ func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (
 // batch that does not fit the policy's Capacity is refused whole
 // ([QueueFull]); an empty one is [InvalidBatchSize].
 func (q *Memory) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Memory")
+	}
 	if len(payloads) == 0 {
 		return nil, fmt.Errorf("broker: memory queue: empty batch: %w", InvalidBatchSize)
 	}
@@ -285,6 +295,9 @@ func tooLargeFor(payloads [][]byte, limit int) error {
 // the instant it lapsed. A lease deadline past year 2262 is
 // [QueueMisconfigured], and such a Receive leases and observes nothing.
 func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Memory")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: memory queue: Receive max %d must be positive: %w", max, InvalidBatchSize)
 	}
@@ -354,6 +367,9 @@ func (q *Memory) leaseLocked(r ReceiptValue, now int64) (*memMessage, error) {
 
 // Ack removes the leased message for good; see [Broker.Ack].
 func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
+	if q == nil {
+		return nilReceiver("Memory")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, _, err := q.heldLocked(ctx, receipt)
@@ -372,6 +388,9 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 // [Error]); the Error text of an unclassified cause goes to
 // MemoryOptions.Logger with the message ID and is not kept.
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
+	if q == nil {
+		return NackValue{}, nilReceiver("Memory")
+	}
 	v := judge(ctx, cause)
 	var seq uint64 // the message nacked; 0 for none
 	// Deferred first, so run last: the logger is the caller's code, and
@@ -405,6 +424,9 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see [Rejecter].
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
+	if q == nil {
+		return nilReceiver("Memory")
+	}
 	v := judge(ctx, cause)
 	var seq uint64                               // the message rejected; 0 for none
 	defer func() { q.logUnclassified(seq, v) }() // after the unlock, as in Nack
@@ -441,6 +463,9 @@ func (q *Memory) logUnclassified(seq uint64, v verdict) {
 // Extend renews a live lease for by from now and returns the new lease,
 // whose receipt replaces the old one; see [LeaseExtender].
 func (q *Memory) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
+	if q == nil {
+		return LeaseValue{}, nilReceiver("Memory")
+	}
 	if by <= 0 {
 		return LeaseValue{}, fmt.Errorf("broker: memory queue: Extend by %v must be positive: %w", by, QueueMisconfigured)
 	}

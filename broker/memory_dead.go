@@ -10,6 +10,9 @@ import (
 // without removing them; see [DeadLetterReader]. Each carries a copy of
 // its payload.
 func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Memory")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: memory queue: DeadLetters max %d must be positive: %w", max, InvalidBatchSize)
 	}
@@ -44,6 +47,9 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 // not counted as shed) and the dead letter stays as it was. See
 // [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Memory")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, err := q.deadLetterLocked(ctx, id)
@@ -64,6 +70,9 @@ func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id for good, payload and all; see
 // [DeadLetterManager].
 func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Memory")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m, err := q.deadLetterLocked(ctx, id)
@@ -99,6 +108,9 @@ func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, 
 // then looks again at once and is told Closed. In is measured on q's
 // clock.
 func (q *Memory) Wake() WakeValue {
+	if q == nil {
+		return WakeValue{Signal: lookNow}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w := WakeValue{Signal: q.signal}
@@ -127,6 +139,9 @@ func (q *Memory) Wake() WakeValue {
 // After Close the gauges are zero (the messages are dropped) and the
 // counters stay as they were.
 func (q *Memory) Stats() QueueStats {
+	if q == nil {
+		return QueueStats{}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if now, err := q.now(); err == nil && !q.closed {
@@ -157,9 +172,12 @@ func (q *Memory) Stats() QueueStats {
 // Close ends the queue: every later call returns an error wrapping
 // [Closed], and a consumer waiting on Wake, or asking it later, is woken
 // to find that out: the signal stays closed for good. The
-// messages it held are dropped. Close is idempotent and always returns
-// nil.
+// messages it held are dropped. Close is idempotent and returns nil, but
+// on a nil *Memory, which it says is nil (as every method does).
 func (q *Memory) Close() error {
+	if q == nil {
+		return nilReceiver("Memory")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {

@@ -26,7 +26,8 @@ const maxKeyBytes = 256
 // Each method looks at its ctx once, when it begins: a ctx already ended
 // refuses the call with ctx's error, and nothing is done. A call that began
 // runs to the end (its wait for the device is not cut short), so an error
-// from ctx always means that nothing changed.
+// from ctx always means that nothing changed. The methods of a nil *Queue
+// refuse with QueueMisconfigured (see Store).
 type Queue struct {
 	s    *Store
 	name string
@@ -103,7 +104,12 @@ func (q *Queue) shutLocked() {
 }
 
 // Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
+func (q *Queue) Name() string {
+	if q == nil {
+		return ""
+	}
+	return q.name
+}
 
 // wakeLocked closes the current wake signal and makes a new one, unless
 // nobody was given the current one.
@@ -185,6 +191,9 @@ func (q *Queue) begin(ctx context.Context) error {
 // queue accepted them (unless the clock went backwards between them), and
 // Receive hands them out in that order.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
+	if q == nil {
+		return MessageValue{}, nilReceiver("Queue")
+	}
 	var one [1]MessageValue
 	ms, err := q.publish(ctx, "", [][]byte{payload}, one[:])
 	if err != nil {
@@ -204,6 +213,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, erro
 // MessageTooLarge even when its key was seen, as it would be for the
 // first publish of that key.
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
+	if q == nil {
+		return MessageValue{}, nilReceiver("Queue")
+	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return MessageValue{}, fmt.Errorf("broker: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, InvalidDedupKey)
 	}
@@ -220,6 +232,9 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (M
 // batch that does not fit the queue's Capacity is refused whole
 // (QueueFull); an empty one is InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if len(payloads) == 0 {
 		return nil, fmt.Errorf("broker: queue %s: empty batch: %w", q.name, InvalidBatchSize)
 	}

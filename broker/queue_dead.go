@@ -12,6 +12,9 @@ import (
 // DeadLetters returns up to max dead letters, oldest FailedAt first, without
 // removing them; see DeadLetterReader.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: queue %s: DeadLetters max %d must be positive: %w", q.name, max, InvalidBatchSize)
 	}
@@ -67,6 +70,9 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 // counted as shed) and the dead letter stays as it was. See
 // DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	return q.changeDeadLetter(ctx, id, index.KindReplay)
 }
 
@@ -76,6 +82,9 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 // space (once no live record needs the segment), and in every Backup taken
 // before.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	return q.changeDeadLetter(ctx, id, index.KindDelete)
 }
 

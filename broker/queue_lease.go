@@ -15,6 +15,9 @@ import (
 // needed. A message whose lease lapsed on its last allowed delivery is
 // moved to the dead-letter store (reason LEASE_EXPIRED) instead.
 func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("broker: queue %s: Receive max %d must be positive: %w", q.name, max, InvalidBatchSize)
 	}
@@ -195,6 +198,9 @@ func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
 
 // Ack removes the leased message for good; see Broker.Ack.
 func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
@@ -218,6 +224,9 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 // unclassified cause goes to Options.Logger with the message ID, never to
 // disk.
 func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
+	if q == nil {
+		return NackValue{}, nilReceiver("Queue")
+	}
 	if err := q.begin(ctx); err != nil {
 		return NackValue{}, err
 	}
@@ -259,6 +268,9 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see Rejecter.
 func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
@@ -298,6 +310,9 @@ func (q *Queue) logUnclassified(seq uint64, v verdict) {
 // Extend renews a live lease for by from now and returns the new lease,
 // whose receipt replaces the old one; see LeaseExtender.
 func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
+	if q == nil {
+		return LeaseValue{}, nilReceiver("Queue")
+	}
 	if by <= 0 {
 		return LeaseValue{}, fmt.Errorf("broker: queue %s: Extend by %v must be positive: %w", q.name, by, QueueMisconfigured)
 	}

@@ -28,6 +28,9 @@ type QueueStats struct {
 
 // Stats returns the queue's figures, as of the broker clock now.
 func (q *Queue) Stats() QueueStats {
+	if q == nil {
+		return QueueStats{}
+	}
 	q.mu.Lock()
 	if now, err := q.s.now(); err == nil {
 		// (A reading no store can record observes nothing: the calls
@@ -68,6 +71,9 @@ func (q *Queue) Stats() QueueStats {
 // closed by the next Publish, Nack that hands a message back, or replay on
 // this queue in this process. In is measured on the broker clock.
 func (q *Queue) Wake() WakeValue {
+	if q == nil {
+		return WakeValue{Signal: lookNow}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w := WakeValue{Signal: q.signal}

@@ -32,7 +32,9 @@ const maxEventFields = 64
 // queues' state as of the last checkpoint.
 //
 // A Store is safe for concurrent use. It retains its directory's lock until
-// Close.
+// Close. The methods of a nil *Store, like those of a nil *Queue or
+// *Memory, refuse with QueueMisconfigured, saying so, or answer as for a
+// store that holds nothing; none panics.
 type Store struct {
 	dir  string
 	opts Options
@@ -325,7 +327,12 @@ type RecoveryReport struct {
 }
 
 // Recovery returns what Open found and did.
-func (s *Store) Recovery() RecoveryReport { return s.recovery }
+func (s *Store) Recovery() RecoveryReport {
+	if s == nil {
+		return RecoveryReport{}
+	}
+	return s.recovery
+}
 
 // closeFiles closes the log and the table, for a failed Open.
 func (s *Store) closeFiles() {
@@ -464,6 +471,9 @@ func openError(dir string, salvage bool, err error) error {
 // anything else is refused (QueueMisconfigured), as is a policy that fails
 // Validate or whose MaxMessageBytes could not fit in one log segment.
 func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
+	if s == nil {
+		return nil, nilReceiver("Store")
+	}
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -640,6 +650,9 @@ func validQueueName(name string) error {
 
 // Queues returns the names of every queue the store holds, sorted.
 func (s *Store) Queues() []string {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := s.idx.Queues()
@@ -683,6 +696,9 @@ type StoreStats struct {
 // files it describes are on disk as counted, their sizes included, and the
 // counters since open include Close's own checkpoint.
 func (s *Store) Stats() StoreStats {
+	if s == nil {
+		return StoreStats{}
+	}
 	if st := s.closedStats.Load(); st != nil {
 		return *st
 	}
@@ -733,6 +749,9 @@ func (s *Store) Stats() StoreStats {
 // returns once they have returned. Their acks are refused: their messages
 // are delivered again once their leases lapse.
 func (s *Store) Close() error {
+	if s == nil {
+		return nilReceiver("Store")
+	}
 	err, cerr := s.close()
 	// Logged once closeMu is released: the handler is the caller's code.
 	if cerr != nil {
@@ -794,7 +813,12 @@ func (s *Store) close() (err, cerr error) {
 // append: it is meant for health checks. The one thing it may write is
 // what any call that first sees damage writes: a mark, durably, that
 // makes the next Open rebuild the index from the log.
-func (s *Store) Err() error { return s.usable() }
+func (s *Store) Err() error {
+	if s == nil {
+		return nilReceiver("Store")
+	}
+	return s.usable()
+}
 
 // usable returns the error every call gets once the store is closed or has
 // failed.

@@ -88,3 +88,22 @@ func TestSealedHintsThatNameNoEndAreHarmless(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// TestReadInsideARecordSaysNoFrameStartsThere: a position inside a record
+// is a bad argument. Read and View said only what decoding the bytes
+// there found ("frame belongs to another segment"), which reads as damage;
+// they say, as Iterate does, that no frame starts there, and the log is
+// not taken for corrupt.
+func TestReadInsideARecordSaysNoFrameStartsThere(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 4096})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 3)
+	inside := es[1].pos + 1
+	_, err := l.Read(inside)
+	require.ErrorIs(t, err, ErrNotFound)
+	require.NotErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, inside.String()+": no frame starts there")
+	err = l.View(inside, func([]byte) error { t.Fatal("called"); return nil })
+	require.ErrorContains(t, err, "no frame starts there")
+	requireAllReadable(t, l, es)
+}

@@ -45,7 +45,7 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 	}
 	f, err := segment.Decode(s.file.Data()[:s.end.Load()], pos.Offset(), s.seq)
 	if err != nil {
-		return fmt.Errorf("%w: %v (%s offset %d): %w", ErrNotFound, pos, s.file.Path(), pos.Offset(), err)
+		return fmt.Errorf("%w: %v: no frame starts there (%s offset %d): %w", ErrNotFound, pos, s.file.Path(), pos.Offset(), err)
 	}
 	if f.Kind != segment.KindRecord {
 		return fmt.Errorf("%w: %v: a %s frame, not a record", ErrNotFound, pos, f.Kind)

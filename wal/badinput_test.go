@@ -107,3 +107,24 @@ func TestReadInsideARecordSaysNoFrameStartsThere(t *testing.T) {
 	require.ErrorContains(t, err, "no frame starts there")
 	requireAllReadable(t, l, es)
 }
+
+// TestCopyToAnEndPastTheLogsEndIsErrNotFound: an end past the log's end
+// names no place a frame starts, and is refused as one inside a record
+// is, with ErrNotFound, so that a caller tells both apart from a failure
+// of the copy. It was an error that matched no sentinel. Nothing is
+// written.
+func TestCopyToAnEndPastTheLogsEndIsErrNotFound(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 4096})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 3)
+	for _, end := range []Position{l.End() + 1, MakePosition(l.End().Segment()+1, 0), Position(math.MaxUint64)} {
+		dst := t.TempDir()
+		err := l.CopyTo(t.Context(), dst, end)
+		require.ErrorIs(t, err, ErrNotFound, "end %v", end)
+		require.ErrorContains(t, err, end.String()+": past the log's end "+l.End().String())
+		names, rerr := os.ReadDir(dst)
+		require.NoError(t, rerr)
+		require.Empty(t, names, "end %v: nothing written", end)
+	}
+	requireAllReadable(t, l, es)
+}

@@ -114,7 +114,7 @@ func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) erro
 // not past the log's end.
 func (l *Log) checkCopyEnd(end Position) error {
 	if end > l.End() {
-		return fmt.Errorf("position %v is past the log's end %v", end, l.End())
+		return fmt.Errorf("%w: %v: past the log's end %v", ErrNotFound, end, l.End())
 	}
 	s := l.segment(end.Segment())
 	if s == nil {

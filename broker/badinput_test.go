@@ -373,3 +373,13 @@ func TestTheMethodsOfANilPointerRefuseInsteadOfPanicking(t *testing.T) {
 	require.Equal(t, broker.RecoveryReport{}, s.Recovery())
 	require.NoDirExists(t, dst)
 }
+
+// TestCauseTextOfNoCauseIsEmpty: a nil cause has no text. CauseText used
+// to call its Error method, recover the nil dereference and return a line
+// saying that the cause's Error method had panicked, of a cause there
+// was not.
+func TestCauseTextOfNoCauseIsEmpty(t *testing.T) {
+	require.Empty(t, broker.CauseText(nil))
+	var typedNil *broker.Error
+	require.Equal(t, "broker.Error(nil)", broker.CauseText(typedNil), "a nil *Error says what it is")
+}

@@ -27,8 +27,11 @@ func Classify(cause error) (reason string, code uint32, public string, unclassif
 // CauseText returns cause.Error(), the text a broker logs (never
 // persists) for a cause Classify reports unclassified; if that method
 // panics (a cause's methods are its caller's code), a line that says so
-// instead.
+// instead. A nil cause (which Classify reports UNEXPLAINED) has no text.
 func CauseText(cause error) (text string) {
+	if cause == nil {
+		return ""
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			text = fmt.Sprintf("the Error method of the cause (%T) panicked: %s", cause, panicText(r))

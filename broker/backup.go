@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/walbroker/walbroker/index"
 	"github.com/walbroker/walbroker/vfs"
@@ -30,8 +31,9 @@ const (
 // each dedup key, each policy — and Open opens it like a store closed at
 // that instant (a new lock, its own background work from then on).
 //
-// dir must not exist (its parents are made as needed; an existing dir is
-// refused with an error that wraps fs.ErrExist). The copy is
+// dir must not exist (its parents are made as needed; an existing dir, or
+// a file or a symbolic link to nothing in its place, is refused with an
+// error that wraps fs.ErrExist, before anything is copied). The copy is
 // written, every file of it fdatasynced, in dir+".partial", which is then
 // renamed to dir. After a crash during Backup there is either no dir, and
 // the next Backup to dir removes the leftover ".partial" (it recognises
@@ -117,8 +119,8 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	return nil, markErr
 }
 
-// checkBackupDir refuses a dir that exists or that lies inside the store's
-// own directory.
+// checkBackupDir refuses a dir that exists (a directory, a file, a
+// symbolic link to nothing) or that lies inside the store's own directory.
 func (s *Store) checkBackupDir(dir string) error {
 	abs, err := vfs.Resolve(dir)
 	if err != nil {
@@ -131,10 +133,24 @@ func (s *Store) checkBackupDir(dir string) error {
 	if rel, err := filepath.Rel(store, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return fmt.Errorf("it lies inside the store's own directory")
 	}
-	if _, err := s.opts.fs().ReadDir(dir); err == nil {
+	_, err = s.opts.fs().ReadDir(dir)
+	switch {
+	case err == nil:
 		return fmt.Errorf("it already exists; a backup goes into a new directory: %w", iofs.ErrExist)
-	} else if !errors.Is(err, iofs.ErrNotExist) {
+	case errors.Is(err, syscall.ENOTDIR):
+		// dir's parents resolved, so dir itself is the file that is
+		// not a directory.
+		return fmt.Errorf("it already exists, and is not a directory; a backup goes into a new directory: %w (%w)", iofs.ErrExist, err)
+	case !errors.Is(err, iofs.ErrNotExist):
 		return fmt.Errorf("it cannot be made: %w", err)
+	}
+	// A symbolic link to nothing: the finished copy could never take its
+	// name (a directory is not renamed over a link), so the whole copy
+	// would be made, and removed, for nothing.
+	if link, err := vfs.IsLink(dir); err != nil {
+		return fmt.Errorf("it cannot be made: %w", err)
+	} else if link {
+		return fmt.Errorf("it already exists, as a symbolic link to nothing; a backup goes into a new directory: %w", iofs.ErrExist)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -382,4 +383,39 @@ func TestCauseTextOfNoCauseIsEmpty(t *testing.T) {
 	require.Empty(t, broker.CauseText(nil))
 	var typedNil *broker.Error
 	require.Equal(t, "broker.Error(nil)", broker.CauseText(typedNil), "a nil *Error says what it is")
+}
+
+// TestBackupRefusesAFileOrADanglingLinkAsExisting: a regular file where the
+// backup directory would go was refused as "cannot be made: not a
+// directory", matching no sentinel; a symbolic link to nothing passed the
+// check, the whole store was copied, and the copy then could not take its
+// name. Both are refused up front as existing (fs.ErrExist), and are left
+// as they were, with nothing written beside them.
+func TestBackupRefusesAFileOrADanglingLinkAsExisting(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", policy()), "one")
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	require.NoError(t, os.WriteFile(file, []byte("keep"), 0o600))
+	link := filepath.Join(root, "link")
+	require.NoError(t, os.Symlink(filepath.Join(root, "nowhere"), link))
+	for _, tc := range []struct{ dst, want string }{
+		{file, "already exists, and is not a directory"},
+		{link, "already exists, as a symbolic link to nothing"},
+	} {
+		err := e.s.Backup(ctx(t), tc.dst)
+		require.ErrorIs(t, err, iofs.ErrExist, tc.dst)
+		require.ErrorContains(t, err, tc.dst)
+		require.ErrorContains(t, err, tc.want)
+		names, rerr := os.ReadDir(root)
+		require.NoError(t, rerr)
+		require.Len(t, names, 2, "nothing written beside %s", tc.dst)
+	}
+	got, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, "keep", string(got))
+	target, err := os.Readlink(link)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(root, "nowhere"), target)
+	require.NoError(t, e.s.Err(), "the store goes on")
 }

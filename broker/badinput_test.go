@@ -419,3 +419,24 @@ func TestBackupRefusesAFileOrADanglingLinkAsExisting(t *testing.T) {
 	require.Equal(t, filepath.Join(root, "nowhere"), target)
 	require.NoError(t, e.s.Err(), "the store goes on")
 }
+
+// TestARefusedPolicyChangeKeepsThePolicyInForce: Store.Queue with a policy
+// it refuses (invalid, or a MaxMessageBytes no segment holds) for a queue
+// already declared names the field, writes nothing to the log, and the
+// policy in force stays.
+func TestARefusedPolicyChangeKeepsThePolicyInForce(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 10 }))
+	records := e.s.Stats().Records
+	for field, p := range map[string]broker.PolicyValue{
+		"MaxDeliveries 0":         policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 0; p.MaxMessageBytes = 100 }),
+		"MaxMessageBytes 2097152": policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = testSegmentBytes }),
+	} {
+		got, err := e.s.Queue("jobs", p)
+		requireErrorIs(t, err, broker.QueueMisconfigured, `"jobs"`, field)
+		require.Nil(t, got, field)
+		require.Equal(t, records, e.s.Stats().Records, "%s: a refused declaration wrote to the log", field)
+		_, err = q.Publish(ctx(t), make([]byte, 11))
+		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 10")
+	}
+}

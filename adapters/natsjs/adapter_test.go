@@ -1559,6 +1559,126 @@ func TestAMessageGivenUpWithoutAdvisoryIsBuriedOnlyASecondAfterItWasFirstSeen(t 
 	}
 }
 
+// TestAGivenUpMessageCountsItsDeliveriesAtDeath: a dead letter's
+// Deliveries is how many times the message had been delivered when it died
+// (broker.DeadLetterValue), which a MaxDeliveries lowered during its last
+// lease leaves above the policy's. The file store records the count of the
+// lapsed lease; so does the adapter for a message the consumer gave up on
+// without an advisory, when this Store handed that lease out: 2, not the
+// policy's 1.
+func TestAGivenUpMessageCountsItsDeliveriesAtDeath(t *testing.T) {
+	ctx := context.Background()
+	three := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 3
+		p.VisibilityTimeout = 500 * time.Millisecond
+	})
+	one := three
+	one.MaxDeliveries = 1
+
+	// The file store: delivery 2 of 3 leased, MaxDeliveries lowered to 1,
+	// the lease lapses.
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	fs, err := broker.Open(t.TempDir(), broker.Options{Sync: broker.SyncNone, Now: func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}})
+	if err != nil {
+		t.Fatalf("broker.Open: %v", err)
+	}
+	defer fs.Close()
+	advance := func() {
+		mu.Lock()
+		now = now.Add(time.Second)
+		mu.Unlock()
+	}
+	fq, err := fs.Queue("lowered", three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fq.Publish(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for want := 1; want <= 2; want++ {
+		ds, err := fq.Receive(ctx, 1)
+		if err != nil || len(ds) != 1 || ds[0].Deliveries != want {
+			t.Fatalf("file store Receive: %+v, %v; want delivery %d", ds, err, want)
+		}
+		if want == 2 {
+			if _, err := fs.Queue("lowered", one); err != nil {
+				t.Fatal(err)
+			}
+		}
+		advance()
+	}
+	fdls, err := fq.DeadLetters(ctx, 10)
+	if err != nil || len(fdls) != 1 || fdls[0].Deliveries != 2 {
+		t.Fatalf("file store dead letters %+v, %v; want one of 2 deliveries", fdls, err)
+	}
+
+	// The adapter, the server's advisory of the death dropped.
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "lowered", three)
+	m, err := q.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, q, 1) // lapses
+	var d broker.DeliveryValue
+	until(t, 20*time.Second, "the second delivery", func() bool {
+		ds, err := q.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			d = ds[0]
+		}
+		return len(ds) == 1
+	})
+	if d.Deliveries != 2 {
+		t.Fatalf("received delivery %d, want 2", d.Deliveries)
+	}
+	mustQueue(t, b.Store, "lowered", one)
+	// The server may notice the lapse of a redelivered message's lease
+	// only at the consumer's next pull (see doc.go): pull, without a
+	// Store, which would sweep the advisory up first.
+	cons, err := b.stream(t, "_Q_lowered").Consumer(ctx, "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deaths := b.stream(t, "_A_lowered")
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		if info, err := deaths.Info(ctx); err == nil && info.State.Msgs > 0 {
+			return true
+		}
+		if time.Now().After(d.Lease.ExpiresAt) {
+			batch, err := cons.FetchNoWait(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range batch.Messages() {
+				t.Fatalf("the server delivered %s again under MaxDeliveries 1", m.Subject())
+			}
+		}
+		return false
+	})
+	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
+		t.Fatal(err)
+	}
+	var dls []broker.DeadLetterValue
+	until(t, 20*time.Second, "the given-up message is a dead letter", func() bool {
+		if dls, err = q.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 1
+	})
+	if dl := dls[0]; dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != fdls[0].Deliveries || !dl.FailedAt.Equal(d.Lease.ExpiresAt) {
+		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after %d deliveries, as the file store records, at its last lease's ExpiresAt %v",
+			dl, m.ID, fdls[0].Deliveries, d.Lease.ExpiresAt)
+	}
+}
+
 // TestANegativeRecheckNamesNoLookForAnotherStoresLease: with Recheck
 // negative, Wake does not ask to look again for another Store's leases:
 // an idle consumer waits for the next publication or its own next lease

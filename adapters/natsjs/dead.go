@@ -182,9 +182,10 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 // The server forgets an acknowledged message's lease a moment before it
 // deletes the message, so a message is buried only when a later sweep, at
 // least abandonGrace on, finds it given up still; until then every call
-// that looks sweeps again. Its FailedAt is that later sweep's instant, or
-// its lease's ExpiresAt when this Queue handed the last lease out: the
-// server's instant of the lapse was never told. A message that already
+// that looks sweeps again. Its FailedAt is that later sweep's instant and
+// its Deliveries the policy's MaxDeliveries, or, when this Queue handed
+// the last lease out, that lease's ExpiresAt and count: the server's
+// instant of the lapse and count were never told. A message that already
 // has a dead-letter record (a bury that stopped before its delete) is
 // only deleted. Called with sweepMu held.
 func (q *Queue) sweepAbandoned(ctx context.Context) error {
@@ -246,7 +247,11 @@ func (q *Queue) sweepAbandoned(ctx context.Context) error {
 const abandonGrace = time.Second
 
 // buryAbandoned dead-letters raw, a message of the work stream the
-// consumer gave up on after deliveries deliveries; see sweepAbandoned.
+// consumer gave up on; see sweepAbandoned. Its Deliveries is the count at
+// death (broker.DeadLetterValue): that of the lapsed lease this Queue
+// holds, which exceeds the policy's when MaxDeliveries was lowered during
+// the lease, as the file store records it; else deliveries, the policy's
+// MaxDeliveries, which is the server's count unless the policy changed.
 func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, deliveries int, now time.Time) error {
 	id, enqueued := identity(raw.Header, raw.Sequence, raw.Time)
 	if _, err := q.deadRecord(ctx, id); err == nil {

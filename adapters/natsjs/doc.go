@@ -122,10 +122,14 @@
 //     ExpiresAt when this Store handed the lease out).
 //   - A death whose advisory the server dropped (above) is found only
 //     when no lease of the queue is out at a sweep, or below the
-//     consumer's ack floor: the server lists no pending messages. Its
-//     FailedAt is the sweep that buried it, unless this Store handed the
-//     last lease out (then its ExpiresAt), and its Deliveries the
-//     policy's MaxDeliveries.
+//     consumer's ack floor: the server lists no pending messages. When
+//     this Store handed the last lease out, its FailedAt is that lease's
+//     ExpiresAt and its Deliveries that lease's count, the count at death
+//     as every broker of the port records it (above the policy's
+//     MaxDeliveries when that was lowered during the lease); otherwise
+//     its FailedAt is the sweep that buried it and its Deliveries the
+//     policy's MaxDeliveries (the server's count was never told; the two
+//     differ only after a change of MaxDeliveries).
 //   - Receipts live as long as the Store that issued them: any other Store
 //     refuses them (UnknownReceipt), the same program after a restart
 //     included. The lease still lapses on the server.

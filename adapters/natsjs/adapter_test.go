@@ -1679,6 +1679,80 @@ func TestAGivenUpMessageCountsItsDeliveriesAtDeath(t *testing.T) {
 	}
 }
 
+// TestAGivenUpMessageIsNotDatedByAnEarlierLeaseOfThisStore: a Store that
+// holds the lapsed lease of an earlier delivery, when another Store took
+// the last one, does not date or count the death of a message the consumer
+// gave up on without an advisory by that lease: the lease was not the
+// last, so the dead letter has the policy's MaxDeliveries and a FailedAt
+// after the last lease's lapse, not delivery 1 at the first lapse.
+func TestAGivenUpMessageIsNotDatedByAnEarlierLeaseOfThisStore(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	p := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 2
+		p.VisibilityTimeout = 500 * time.Millisecond
+	})
+	qa := mustQueue(t, b.Store, "stale", p)
+	qb := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "stale", p)
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := receiveN(t, qa, 1)[0] // lapses in a, which keeps its lease
+	var last broker.DeliveryValue
+	until(t, 20*time.Second, "the other Store receives the second delivery", func() bool {
+		ds, err := qb.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			last = ds[0]
+		}
+		return len(ds) == 1
+	})
+	if last.Deliveries != 2 {
+		t.Fatalf("the other Store received delivery %d, want 2", last.Deliveries)
+	}
+	// The server may notice the lapse of a redelivered message's lease
+	// only at the consumer's next pull (see doc.go): pull, without a
+	// Store, which would sweep the advisory up first.
+	cons, err := b.stream(t, "_Q_stale").Consumer(ctx, "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deaths := b.stream(t, "_A_stale")
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		if info, err := deaths.Info(ctx); err == nil && info.State.Msgs > 0 {
+			return true
+		}
+		if time.Now().After(last.Lease.ExpiresAt) {
+			batch, err := cons.FetchNoWait(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range batch.Messages() {
+				t.Fatalf("the server delivered %s a third time under MaxDeliveries 2", m.Subject())
+			}
+		}
+		return false
+	})
+	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
+		t.Fatal(err)
+	}
+	var dls []broker.DeadLetterValue
+	until(t, 20*time.Second, "the Store that held the first lease buries the message", func() bool {
+		if dls, err = qa.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == 1
+	})
+	dl := dls[0]
+	if dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != 2 || dl.FailedAt.Before(last.Lease.ExpiresAt) {
+		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after 2 deliveries, failed after the last lease's ExpiresAt %v (the first lapsed at %v)",
+			dl, m.ID, last.Lease.ExpiresAt, first.Lease.ExpiresAt)
+	}
+}
+
 // TestANegativeRecheckNamesNoLookForAnotherStoresLease: with Recheck
 // negative, Wake does not ask to look again for another Store's leases:
 // an idle consumer waits for the next publication or its own next lease

@@ -249,9 +249,10 @@ const abandonGrace = time.Second
 // buryAbandoned dead-letters raw, a message of the work stream the
 // consumer gave up on; see sweepAbandoned. Its Deliveries is the count at
 // death (broker.DeadLetterValue): that of the lapsed lease this Queue
-// holds, which exceeds the policy's when MaxDeliveries was lowered during
-// the lease, as the file store records it; else deliveries, the policy's
-// MaxDeliveries, which is the server's count unless the policy changed.
+// holds when it was the last delivery, which exceeds the policy's when
+// MaxDeliveries was lowered during the lease, as the file store records
+// it; else deliveries, the policy's MaxDeliveries, which is the server's
+// count unless the policy changed.
 func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, deliveries int, now time.Time) error {
 	id, enqueued := identity(raw.Header, raw.Sequence, raw.Time)
 	if _, err := q.deadRecord(ctx, id); err == nil {
@@ -264,7 +265,16 @@ func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, 
 	}
 	failedAt := now
 	q.mu.Lock()
-	if l := q.leases[raw.Sequence]; l != nil && l.expiresAt.Before(failedAt) {
+	// The lease this Queue holds may be of an earlier delivery: another
+	// Store (or a pull whose answer this one lost) took the message again
+	// after it lapsed, and this Queue keeps a lapsed lease for a while
+	// (leaseMemory). Its instant and count would then date the death at
+	// that earlier lapse, before the later delivery even began. No
+	// advisory names the count here (as the server's does for buryDeath),
+	// but the server gives a message up only after a lease on a delivery
+	// the policy allows no more of: so only such a lease, under the policy
+	// of its hand-out or the one in force, can be the last.
+	if l := q.leases[raw.Sequence]; l != nil && (l.last || l.deliveries >= deliveries) && l.expiresAt.Before(failedAt) {
 		failedAt, deliveries = l.expiresAt, l.deliveries
 	}
 	q.mu.Unlock()

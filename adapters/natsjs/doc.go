@@ -129,7 +129,12 @@
 //     MaxDeliveries when that was lowered during the lease); otherwise
 //     its FailedAt is the sweep that buried it and its Deliveries the
 //     policy's MaxDeliveries (the server's count was never told; the two
-//     differ only after a change of MaxDeliveries).
+//     differ only after a change of MaxDeliveries). A lapsed lease of this
+//     Store counts as the last only when it was on a delivery the policy
+//     allowed no more of, when handed out or now: one on an earlier
+//     delivery, which another Store followed with the last, neither dates
+//     nor counts the death. Only when MaxDeliveries changed between that
+//     earlier lease and the last can such a lease pass for the last.
 //   - Receipts live as long as the Store that issued them: any other Store
 //     refuses them (UnknownReceipt), the same program after a restart
 //     included. The lease still lapses on the server.

@@ -346,6 +346,50 @@ func TestAGivenUpMessageWhoseLeaseIsStillLiveHereDiesAtTheSweep(t *testing.T) {
 	}
 }
 
+// TestAGivenUpMessageIsDatedOnlyByALeaseThatWasItsLast: buryAbandoned
+// dates and counts a death by the lapsed lease this Queue holds only when
+// that lease was on a delivery the policy allowed no more of, when it was
+// handed out (MaxDeliveries raised since) or now (lowered since); a lease
+// on an earlier delivery, which another Store followed with the last,
+// leaves the sweep's instant and the policy's MaxDeliveries.
+func TestAGivenUpMessageIsDatedOnlyByALeaseThatWasItsLast(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "last", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 2})
+	now := time.Now()
+	lapsed := now.Add(-time.Second)
+	for _, c := range []struct {
+		name           string
+		deliveries     int
+		last           bool
+		wantDeliveries int
+		wantFailedAt   time.Time
+	}{
+		{"an earlier delivery", 1, false, 2, now},
+		{"the last, MaxDeliveries raised since", 1, true, 1, lapsed},
+		{"the last, MaxDeliveries lowered since", 3, false, 3, lapsed},
+	} {
+		m, seq := publishOne(t, q)
+		raw, err := q.work.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.mu.Lock()
+		q.leases[seq] = &lease{nonce: 1, deliveries: c.deliveries, last: c.last, expiresAt: lapsed, id: m.ID, enqueued: m.EnqueuedAt}
+		q.mu.Unlock()
+		if err := q.buryAbandoned(ctx, raw, 2, now); err != nil {
+			t.Fatal(err)
+		}
+		raw, err = q.deadRecord(ctx, m.ID)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		dl, err := decodeDead(raw)
+		if err != nil || dl.Deliveries != c.wantDeliveries || !dl.FailedAt.Equal(c.wantFailedAt) {
+			t.Errorf("%s: dead letter %+v, %v; want %d deliveries, failed at %v", c.name, dl, err, c.wantDeliveries, c.wantFailedAt)
+		}
+	}
+}
+
 // TestParseDelivery reads both forms of JetStream ack subjects.
 func TestParseDelivery(t *testing.T) {
 	ts := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()

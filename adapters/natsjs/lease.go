@@ -22,6 +22,7 @@ type lease struct {
 	nonce      uint64
 	reply      string    // the server's ack subject of this delivery
 	deliveries int       // the server's count, this delivery included
+	last       bool      // the policy allowed no later delivery at hand-out (see buryAbandoned)
 	expiresAt  time.Time // with a monotonic reading: compared with time.Now
 	id         string
 	enqueued   time.Time
@@ -159,7 +160,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 				exhausted = append(exhausted, d)
 				continue
 			}
-			out = append(out, q.deliver(d, start.Add(policy.VisibilityTimeout)))
+			out = append(out, q.deliver(d, start.Add(policy.VisibilityTimeout), d.delivered >= policy.MaxDeliveries))
 		}
 		if err != nil {
 			return q.partial(out, q.connError("receive", err))
@@ -203,10 +204,11 @@ func (q *Queue) partial(out []broker.DeliveryValue, err error) ([]broker.Deliver
 	return nil, err
 }
 
-// deliver records the lease of d and returns its delivery.
-func (q *Queue) deliver(d delivery, expiresAt time.Time) broker.DeliveryValue {
+// deliver records the lease of d, the last the policy allows when last,
+// and returns its delivery.
+func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) broker.DeliveryValue {
 	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
-	l := &lease{nonce: nonces.Add(1), reply: d.msg.Reply, deliveries: d.delivered, expiresAt: expiresAt, id: id, enqueued: enqueued}
+	l := &lease{nonce: nonces.Add(1), reply: d.msg.Reply, deliveries: d.delivered, last: last, expiresAt: expiresAt, id: id, enqueued: enqueued}
 	q.mu.Lock()
 	q.leases[d.seq] = l
 	delete(q.retries, d.seq)

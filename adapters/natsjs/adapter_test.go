@@ -481,6 +481,34 @@ func TestServerLimits(t *testing.T) {
 	}
 }
 
+// TestAPayloadOverTheServersBoundSaysSo: a payload the policy allows but
+// the server's max_payload does not is MessageTooLarge whose text names
+// that bound, its value and where it comes from, and not the policy's
+// MaxMessageBytes, which it does not exceed; the public half (what a cause
+// records) says the same. A payload over MaxMessageBytes still names it.
+func TestAPayloadOverTheServersBoundSaysSo(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "bound", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 2 * testMaxPayload }))
+	_, err := q.Publish(ctx, make([]byte, testMaxPayload-8<<10+1))
+	if !errors.Is(err, broker.MessageTooLarge) {
+		t.Fatalf("a payload one byte over the server's max_payload less 8 KiB: %v, want MessageTooLarge", err)
+	}
+	text := err.Error()
+	for _, want := range []string{"max_payload", strconv.Itoa(testMaxPayload), strconv.Itoa(testMaxPayload - 8<<10), "server"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("error %q does not name %q", text, want)
+		}
+	}
+	var be *broker.Error
+	if strings.Contains(text, "MaxMessageBytes") || !errors.As(err, &be) || !strings.Contains(be.Public(), "max_payload") {
+		t.Errorf("error %q (public %q) blames MaxMessageBytes or does not say max_payload", text, be.Public())
+	}
+	small := mustQueue(t, openBackend(t).Store, "bound", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 16 }))
+	if _, err := small.Publish(ctx, make([]byte, 17)); !errors.Is(err, broker.MessageTooLarge) || !strings.Contains(err.Error(), "MaxMessageBytes is 16") {
+		t.Errorf("a payload over MaxMessageBytes 16: %v, want MessageTooLarge naming MaxMessageBytes", err)
+	}
+}
+
 // TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed: an Extend and an Ack
 // of one receipt, started together, never both succeed: the Ack ends the
 // lease, the Extend replaces it, and whichever comes second finds it gone

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,8 +300,12 @@ func TestAReplayOfAPayloadTheServerNoLongerTakesIsMessageTooLarge(t *testing.T) 
 	}
 	defer st.Close()
 	q = mustQueue(t, st, "big", policy())
-	if err := q.ReplayDeadLetter(ctx, m.ID); !errors.Is(err, broker.MessageTooLarge) {
+	err = q.ReplayDeadLetter(ctx, m.ID)
+	if !errors.Is(err, broker.MessageTooLarge) {
 		t.Fatalf("replay of 48 KiB into a server of max_payload 32 KiB: %v, want MessageTooLarge", err)
+	}
+	if text := err.Error(); !strings.Contains(text, "max_payload") || !strings.Contains(text, strconv.Itoa(32<<10)) || strings.Contains(text, "MaxMessageBytes") {
+		t.Errorf("replay refused with %q, want the text to name the server's max_payload of %d, not MaxMessageBytes", text, 32<<10)
 	}
 	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 1 || dls[0].Message.ID != m.ID {
 		t.Fatalf("dead letters after the refused replay: %d, %v; want %s still there", len(dls), err, m.ID)

@@ -173,8 +173,10 @@
 //   - MaxMessageBytes is bounded by the server's max_payload (1 MiB by
 //     default) less 8 KiB for headers (a dead letter's quoted reason and
 //     public cause take up to about 5 KiB): a larger payload is
-//     MessageTooLarge whatever the policy says. Raise max_payload to carry
-//     1 MiB payloads.
+//     MessageTooLarge whatever the policy says, with the reason and code
+//     of the sentinel but a text (and public half) that names the
+//     server's max_payload and its value instead of MaxMessageBytes.
+//     Raise max_payload to carry 1 MiB payloads.
 //   - A replay whose dead-letter record could not be deleted afterwards
 //     leaves it: a second replay queues the message twice.
 //

@@ -525,12 +525,19 @@ func (q *Queue) checkSize(p broker.PolicyValue, i int, payload []byte) error {
 	if len(payload) > limit {
 		return fmt.Errorf("natsjs: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(payload), limit, broker.MessageTooLarge)
 	}
-	if server := int(q.s.nc.MaxPayload()) - headerRoom; len(payload) > server {
-		return fmt.Errorf("natsjs: queue %s: payload %d is %d bytes, the server takes %d (its max_payload less %d for headers): %w",
-			q.name, i, len(payload), server, headerRoom, broker.MessageTooLarge)
+	if maxPayload := int(q.s.nc.MaxPayload()); len(payload) > maxPayload-headerRoom {
+		return fmt.Errorf("natsjs: queue %s: payload %d is %d bytes, over the %d the server takes: its max_payload, %d bytes as it announced to this connection, less %d for headers: %w",
+			q.name, i, len(payload), maxPayload-headerRoom, maxPayload, headerRoom, serverTooLarge)
 	}
 	return nil
 }
+
+// serverTooLarge is broker.MessageTooLarge (the same reason and code, so
+// errors.Is matches it) for a payload refused by the server's bound
+// rather than the policy's: its text names max_payload, where the
+// sentinel's names MaxMessageBytes, which such a payload need not exceed.
+var serverTooLarge = broker.NewError(broker.MessageTooLarge.Reason(), broker.MessageTooLarge.Code(),
+	"message payload exceeds the NATS server's max_payload", "")
 
 // publishError maps what the server or the connection refused a publish
 // with onto the port's errors.
@@ -540,7 +547,8 @@ func (q *Queue) publishError(err error) error {
 	case isFull(err):
 		return fmt.Errorf("natsjs: queue %s is full (%v): %w", q.name, err, broker.QueueFull)
 	case errors.As(err, &api) && api.ErrorCode == codeTooLarge, errors.Is(err, nats.ErrMaxPayload):
-		return fmt.Errorf("natsjs: queue %s: %v: %w", q.name, err, broker.MessageTooLarge)
+		return fmt.Errorf("natsjs: queue %s: the server refused the message's size (%v): its max_payload is %d bytes, as it announced to this connection: %w",
+			q.name, err, q.s.nc.MaxPayload(), serverTooLarge)
 	case errors.As(err, &api) && api.ErrorCode == codeBatchSize:
 		return fmt.Errorf("natsjs: queue %s: %v: %w", q.name, err, broker.InvalidBatchSize)
 	}

@@ -17,7 +17,8 @@ import (
 )
 
 // plWorkload is a short deterministic workload over fs: single and grouped
-// appends across several rotations, and one removal of old segments. It
+// appends across several rotations, and one removal of old segments, whose
+// file a later rotation reuses. It
 // stops at the first error (the file system "lost power") and returns the
 // appends that were acknowledged, and the position below which segments
 // may have been removed. opened, when not nil, is called with the log
@@ -31,7 +32,7 @@ func plWorkload(dir string, fs vfs.FS, opened func(*Log)) (acked []entry, remove
 	if opened != nil {
 		opened(l)
 	}
-	for i := 0; i < 45; {
+	for i := 0; i < 75; {
 		n := 1 + i%3
 		var recs [][]byte
 		for j := 0; j < n; j++ {
@@ -46,7 +47,7 @@ func plWorkload(dir string, fs vfs.FS, opened func(*Log)) (acked []entry, remove
 		}
 		i += n
 		if i == 30 {
-			removedBelow = acked[15].pos
+			removedBelow = acked[len(acked)-1].pos
 			if _, err := l.RemoveBelow(removedBelow); err != nil {
 				return acked, removedBelow, err
 			}
@@ -99,9 +100,10 @@ func TestPowerLossAtEveryOperation(t *testing.T) {
 // wrap makes of each run's CrashFS, with the function to call on the run's
 // log once it is open.
 func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) {
+	root := shmDir(t)
 	dry := vfs.NewCrashFS(vfs.Default)
 	fs, opened := wrap(dry)
-	_, _, err := plWorkload(t.TempDir(), fs, opened)
+	_, _, err := plWorkload(freshDir(t, root), fs, opened)
 	require.NoError(t, err)
 	total := dry.Ops()
 	t.Logf("workload: %d mutating operations", total)
@@ -113,10 +115,10 @@ func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) 
 	for k := int64(0); k <= total; k += step {
 		cfs := vfs.NewCrashFS(vfs.Default)
 		cfs.CrashAfter(k)
-		dir := t.TempDir()
+		dir := freshDir(t, root)
 		fs, opened := wrap(cfs)
 		acked, removedBelow, _ := plWorkload(dir, fs, opened)
-		clone := filepath.Join(t.TempDir(), "clone")
+		clone := filepath.Join(freshDir(t, root), "clone")
 		opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(rng.Uint64(), 1))}
 		switch k % 3 {
 		case 1:
@@ -135,7 +137,7 @@ func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) 
 		if l, err := Open(clone, Options{FS: rfs, SegmentBytes: 1024}); err == nil {
 			_ = l.Close()
 		}
-		clone2 := filepath.Join(t.TempDir(), "clone2")
+		clone2 := filepath.Join(freshDir(t, root), "clone2")
 		require.NoError(t, rfs.CrashClone(clone2, vfs.CrashOptions{Root: clone, Rand: rand.New(rand.NewPCG(rng.Uint64(), 2))}))
 		checkAfterPowerLoss(t, clone2, acked, removedBelow, what+", then during recovery")
 	}
@@ -268,8 +270,9 @@ func readAllCount(t *testing.T, l *Log) int {
 // process was told is durable, must be there after the power loss: the
 // reopen makes durable what it builds on.
 func TestProcessCrashThenPowerLossAtEveryOperation(t *testing.T) {
+	root := shmDir(t)
 	dry := vfs.NewCrashFS(vfs.Default)
-	_, _, err := plWorkload(t.TempDir(), dry, nil)
+	_, _, err := plWorkload(freshDir(t, root), dry, nil)
 	require.NoError(t, err)
 	total := dry.Ops()
 	step := int64(1)
@@ -280,14 +283,14 @@ func TestProcessCrashThenPowerLossAtEveryOperation(t *testing.T) {
 		what := fmt.Sprintf("process crash after op %d of %d, reopen, append, power loss", k, total)
 		cfs := vfs.NewCrashFS(vfs.Default)
 		cfs.CrashAfter(k)
-		dir := t.TempDir()
+		dir := freshDir(t, root)
 		acked, removedBelow, _ := plWorkload(dir, cfs, nil)
 		cfs.Restart()
 		l, err := Open(dir, Options{FS: cfs, SegmentBytes: 1024})
 		require.NoError(t, err, what)
 		seen := readAll(t, l)
 		acked = append(acked, appendRecords(t, l, 1000, 4)...)
-		clone := filepath.Join(t.TempDir(), "clone")
+		clone := filepath.Join(freshDir(t, root), "clone")
 		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
 		require.NoError(t, l.Close(), what)
 		got := checkAfterPowerLoss(t, clone, acked, removedBelow, what)

@@ -74,6 +74,13 @@ func shmDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// freshDir makes a new, empty directory under root.
+func freshDir(t *testing.T, root string) string {
+	d, err := os.MkdirTemp(root, "d-")
+	require.NoError(t, err)
+	return d
+}
+
 // copyInto copies the regular files of src, but the lock, into a new
 // directory under root.
 func copyInto(t *testing.T, root, src string) string {

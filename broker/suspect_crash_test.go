@@ -1,0 +1,94 @@
+package broker_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// Damage that a read finds stops the store and marks its checkpoint
+// suspect (index/SUSPECT), durably, so that the next Open scans the whole
+// log and refuses it with Corrupt, naming the file. A power loss at every
+// file operation from the store's Open to its Close, past the read that
+// finds the damage and the mark's creation, its fdatasync and its
+// directory's sync: once the read has returned Corrupt with the power
+// still on, the next Open refuses the log; before that, it may open, and
+// a read finds the damage again. No delivery ever carries the damaged
+// message.
+func TestAPowerLossAfterDamageIsFoundStillRefusesTheLog(t *testing.T) {
+	e, a, _, file := corruptLog(t)
+	root := fastDir(t)
+	open := func(dir string, fs vfs.FS) (*broker.Store, error) {
+		o := e.opts
+		o.FS = fs
+		return broker.Open(dir, o)
+	}
+	// run opens a copy of the damaged store through a CrashFS that loses
+	// power after k operations from the open's end (none if k < 0),
+	// reads, and closes. found says the read returned Corrupt before the
+	// power loss.
+	run := func(k int64) (cfs *vfs.CrashFS, dir string, total int64, found bool) {
+		dir = filepath.Join(root, fmt.Sprintf("run-%d", k))
+		copyTree(t, e.dir, dir)
+		cfs = vfs.NewCrashFS(vfs.Default)
+		s, err := open(dir, cfs)
+		require.NoError(t, err)
+		opened := cfs.Ops()
+		if k >= 0 {
+			cfs.CrashAfter(opened + k)
+		}
+		q, err := s.Queue("jobs", policy())
+		require.NoError(t, err)
+		ds, err := q.Receive(ctx(t), 10)
+		for _, d := range ds {
+			require.NotEqual(t, e.lostB, d.Message.ID, "the damaged message was delivered")
+		}
+		found = errors.Is(err, broker.Corrupt) && !cfs.Crashed()
+		_ = s.Close()
+		return cfs, dir, cfs.Ops() - opened, found
+	}
+	_, dir, total, found := run(-1)
+	require.True(t, found, "the read finds the damage")
+	require.NoError(t, os.RemoveAll(dir))
+
+	outcomes := map[string]int{}
+	for k := int64(0); k <= total+2; k++ {
+		cfs, dir, _, found := run(k)
+		what := fmt.Sprintf("power lost after operation %d of %d", k, total)
+		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
+		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
+		s, err := open(clone, nil)
+		if err == nil {
+			require.False(t, found, "%s: the read had returned Corrupt, yet the next open does not refuse the log", what)
+			outcomes["opened; the damage found again"]++
+			q, err := s.Queue("jobs", policy())
+			require.NoError(t, err)
+			// The read before the power loss may have leased the
+			// messages durably: their leases lapse first.
+			e.clock.Advance(time.Minute)
+			ds, err := q.Receive(ctx(t), 10)
+			requireErrorIs(t, err, broker.Corrupt, file)
+			for _, d := range ds {
+				require.NotEqual(t, e.lostB, d.Message.ID, "%s: the damaged message was delivered", what)
+				require.Equal(t, a.ID, d.Message.ID, what)
+			}
+			_ = s.Close()
+		} else {
+			requireErrorIs(t, err, broker.Corrupt, file)
+			outcomes["refused"]++
+		}
+		require.NoError(t, os.RemoveAll(clone))
+		require.NoError(t, os.RemoveAll(dir))
+	}
+	t.Logf("%d operations; after a power loss: %v", total, outcomes)
+	require.Positive(t, outcomes["refused"])
+	require.Positive(t, outcomes["opened; the damage found again"])
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,17 @@ import (
 // a read finds the damage again. No delivery ever carries the damaged
 // message.
 func TestAPowerLossAfterDamageIsFoundStillRefusesTheLog(t *testing.T) {
+	requireDamageRefusedAfterPowerLoss(t, false)
+}
+
+// When the mark cannot be written, the store removes the checkpoint and
+// its table files instead (index.RemoveCheckpoint), durably, to the same
+// end: the same power losses, with the mark's creation failing.
+func TestAPowerLossAfterDamageIsFoundAndTheMarkFailsStillRefusesTheLog(t *testing.T) {
+	requireDamageRefusedAfterPowerLoss(t, true)
+}
+
+func requireDamageRefusedAfterPowerLoss(t *testing.T, markFails bool) {
 	e, a, _, file := corruptLog(t)
 	root := fastDir(t)
 	open := func(dir string, fs vfs.FS) (*broker.Store, error) {
@@ -39,8 +51,13 @@ func TestAPowerLossAfterDamageIsFoundStillRefusesTheLog(t *testing.T) {
 		dir = filepath.Join(root, fmt.Sprintf("run-%d", k))
 		copyTree(t, e.dir, dir)
 		cfs = vfs.NewCrashFS(vfs.Default)
-		s, err := open(dir, cfs)
+		ffs := vfs.NewFaultFS(cfs)
+		s, err := open(dir, ffs)
 		require.NoError(t, err)
+		if markFails {
+			// Injected once Open has looked for a mark.
+			ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "SUSPECT", Err: syscall.EIO})
+		}
 		opened := cfs.Ops()
 		if k >= 0 {
 			cfs.CrashAfter(opened + k)
@@ -57,6 +74,8 @@ func TestAPowerLossAfterDamageIsFoundStillRefusesTheLog(t *testing.T) {
 	}
 	_, dir, total, found := run(-1)
 	require.True(t, found, "the read finds the damage")
+	_, err := os.Stat(filepath.Join(dir, "index", "checkpoint"))
+	require.Equal(t, markFails, errors.Is(err, os.ErrNotExist), "the checkpoint is removed exactly when the mark fails")
 	require.NoError(t, os.RemoveAll(dir))
 
 	outcomes := map[string]int{}

@@ -63,11 +63,14 @@ func TestPublishFiguresOfOneProducer(t *testing.T) {
 	// One message per commit, but the store may commit a record of its
 	// own in the window (a reservation of message IDs, a checkpoint's
 	// barrier), which carries no message: at most 1, and not far below.
-	if rpc := *r.RecordsPerCommit; rpc > 1 || rpc < 0.9 {
-		t.Errorf("%v records per commit with one producer; want 1, or a little less when the store committed records of its own", rpc)
+	// Except at the window's end: the log counts a record when it writes
+	// it and a commit when its fdatasync returns, so the publish in flight
+	// as the window closes may count as a message without its commit.
+	if rpc, most := *r.RecordsPerCommit, float64(r.Commits+1)/float64(r.Commits); rpc > most || rpc < 0.9 {
+		t.Errorf("%v records per commit with one producer; want at most %v (1, and the call in flight at the window's end), or a little less when the store committed records of its own", rpc, most)
 	}
-	if c, m := *r.CommitsPerSec, *r.MsgsPerSec; c < m || c > m/0.9 {
-		t.Errorf("%v commits/s, %v msgs/s; want one commit per message, and a few of the store's own", c, m)
+	if c, m := *r.CommitsPerSec, *r.MsgsPerSec; c < m-1/r.Seconds || c > m/0.9 {
+		t.Errorf("%v commits/s, %v msgs/s; want one commit per message (but the call in flight at the window's end), and a few of the store's own", c, m)
 	}
 	if want := *r.MsgsPerSec * size / 1e6; !near(*r.MBPerSec, want) {
 		t.Errorf("%v MB/s at %v msgs/s of %d B; want %v (10^6 bytes)", *r.MBPerSec, *r.MsgsPerSec, size, want)
@@ -87,8 +90,10 @@ func TestRecordsPerCommitAreTheWorkloads(t *testing.T) {
 	for _, producers := range []int{1, 4} {
 		r := publishRow(t, publishLoad{producers: producers, size: 1024, sync: broker.SyncAll, segmentBytes: 64 << 10,
 			warmup: 20 * time.Millisecond, duration: 300 * time.Millisecond, fs: slowSyncFS(time.Millisecond)})
-		if *r.RecordsPerCommit > float64(producers) {
-			t.Errorf("%d producers: %v records per commit; want at most %d", producers, *r.RecordsPerCommit, producers)
+		// (The publishes in flight as the window closes may count as
+		// messages without their commit: see TestPublishFiguresOfOneProducer.)
+		if most := float64(producers) * float64(r.Commits+1) / float64(r.Commits); *r.RecordsPerCommit > most {
+			t.Errorf("%d producers: %v records per commit; want at most %d (%v with the calls in flight at the window's end)", producers, *r.RecordsPerCommit, producers, most)
 		}
 		if got := *r.RecordsPerCommit * float64(r.Commits); !near(got, float64(r.Ops)) {
 			t.Errorf("%d producers: %v records per commit × %d commits = %v; want the %d messages published",

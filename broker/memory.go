@@ -220,10 +220,8 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 	if err != nil {
 		return nil, err
 	}
-	// The policy may have changed since refuseOversized read it.
-	if err := tooLargeFor(payloads, q.policy.maxMessageBytes()); err != nil {
-		return nil, err
-	}
+	// (A Memory's policy is fixed by NewMemory: refuseOversized's check of
+	// the sizes still holds.)
 	q.observeLocked(now)
 	// Dedup comes before admission: a duplicate is admitted even when the
 	// queue is full, and a shed publish never enters the seen-set.

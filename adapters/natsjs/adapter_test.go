@@ -1668,39 +1668,8 @@ func TestAGivenUpMessageCountsItsDeliveriesAtDeath(t *testing.T) {
 		t.Fatalf("received delivery %d, want 2", d.Deliveries)
 	}
 	mustQueue(t, b.Store, "lowered", one)
-	// The server may notice the lapse of a redelivered message's lease
-	// only at the consumer's next pull (see doc.go): pull, without a
-	// Store, which would sweep the advisory up first.
-	cons, err := b.stream(t, "_Q_lowered").Consumer(ctx, "walbroker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deaths := b.stream(t, "_A_lowered")
-	until(t, 20*time.Second, "the server records the death", func() bool {
-		if info, err := deaths.Info(ctx); err == nil && info.State.Msgs > 0 {
-			return true
-		}
-		if time.Now().After(d.Lease.ExpiresAt) {
-			batch, err := cons.FetchNoWait(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for m := range batch.Messages() {
-				t.Fatalf("the server delivered %s again under MaxDeliveries 1", m.Subject())
-			}
-		}
-		return false
-	})
-	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
-		t.Fatal(err)
-	}
-	var dls []broker.DeadLetterValue
-	until(t, 20*time.Second, "the given-up message is a dead letter", func() bool {
-		if dls, err = q.DeadLetters(ctx, 10); err != nil {
-			t.Fatal(err)
-		}
-		return len(dls) == 1
-	})
+	dropTheAdvisory(t, b, "lowered", d.Lease.ExpiresAt)
+	dls := waitForDeadLetters(t, q, 1, "the given-up message is a dead letter")
 	if dl := dls[0]; dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != fdls[0].Deliveries || !dl.FailedAt.Equal(d.Lease.ExpiresAt) {
 		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after %d deliveries, as the file store records, at its last lease's ExpiresAt %v",
 			dl, m.ID, fdls[0].Deliveries, d.Lease.ExpiresAt)
@@ -1741,39 +1710,8 @@ func TestAGivenUpMessageIsNotDatedByAnEarlierLeaseOfThisStore(t *testing.T) {
 	if last.Deliveries != 2 {
 		t.Fatalf("the other Store received delivery %d, want 2", last.Deliveries)
 	}
-	// The server may notice the lapse of a redelivered message's lease
-	// only at the consumer's next pull (see doc.go): pull, without a
-	// Store, which would sweep the advisory up first.
-	cons, err := b.stream(t, "_Q_stale").Consumer(ctx, "walbroker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deaths := b.stream(t, "_A_stale")
-	until(t, 20*time.Second, "the server records the death", func() bool {
-		if info, err := deaths.Info(ctx); err == nil && info.State.Msgs > 0 {
-			return true
-		}
-		if time.Now().After(last.Lease.ExpiresAt) {
-			batch, err := cons.FetchNoWait(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for m := range batch.Messages() {
-				t.Fatalf("the server delivered %s a third time under MaxDeliveries 2", m.Subject())
-			}
-		}
-		return false
-	})
-	if err := deaths.Purge(ctx); err != nil { // as if the server had dropped the advisory
-		t.Fatal(err)
-	}
-	var dls []broker.DeadLetterValue
-	until(t, 20*time.Second, "the Store that held the first lease buries the message", func() bool {
-		if dls, err = qa.DeadLetters(ctx, 10); err != nil {
-			t.Fatal(err)
-		}
-		return len(dls) == 1
-	})
+	dropTheAdvisory(t, b, "stale", last.Lease.ExpiresAt)
+	dls := waitForDeadLetters(t, qa, 1, "the Store that held the first lease buries the message")
 	dl := dls[0]
 	if dl.Message.ID != m.ID || dl.Reason != broker.ReasonLeaseExpired || dl.Deliveries != 2 || dl.FailedAt.Before(last.Lease.ExpiresAt) {
 		t.Fatalf("dead letter %+v, want %s as LEASE_EXPIRED after 2 deliveries, failed after the last lease's ExpiresAt %v (the first lapsed at %v)",
@@ -2011,4 +1949,53 @@ func TestWakeForgetsALapseOnceItsMessageIsGone(t *testing.T) {
 	})
 	ackAll(t, qb, ds)
 	until(t, 10*time.Second, "Wake no longer names the lapse", func() bool { return !qa.Wake().Scheduled })
+}
+
+// dropTheAdvisory waits for the server to give up queue's message once its
+// last lease, ending at expires, has lapsed, and then purges the advisory,
+// as if the server had dropped it. The server may notice the lapse of a
+// redelivered message's lease only at the consumer's next pull (see
+// doc.go): it pulls without a Store, which would sweep the advisory up
+// first, and fails t if the server delivers the message again.
+func dropTheAdvisory(t *testing.T, b backend, queue string, expires time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := b.stream(t, "_Q_"+queue).Consumer(ctx, "walbroker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deaths := b.stream(t, "_A_"+queue)
+	until(t, 20*time.Second, "the server records the death", func() bool {
+		if info, err := deaths.Info(ctx); err == nil && info.State.Msgs > 0 {
+			return true
+		}
+		if time.Now().After(expires) {
+			batch, err := cons.FetchNoWait(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range batch.Messages() {
+				t.Fatalf("the server delivered %s past the policy's MaxDeliveries", m.Subject())
+			}
+		}
+		return false
+	})
+	if err := deaths.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForDeadLetters waits until q lists n dead letters, without
+// receiving, and returns them.
+func waitForDeadLetters(t *testing.T, q broker.DeadLetterReader, n int, what string) []broker.DeadLetterValue {
+	t.Helper()
+	var dls []broker.DeadLetterValue
+	until(t, 20*time.Second, what, func() bool {
+		var err error
+		if dls, err = q.DeadLetters(context.Background(), 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) == n
+	})
+	return dls
 }

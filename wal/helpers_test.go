@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -69,21 +68,11 @@ func requireEntries(t *testing.T, want, got []entry) {
 	}
 }
 
-// copyDir copies the regular files of src into a new temporary directory.
+// copyDir copies the regular files of src, but the lock, into a new
+// temporary directory.
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
-	dst := t.TempDir()
-	entries, err := os.ReadDir(src)
-	require.NoError(t, err)
-	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == lockName {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600))
-	}
-	return dst
+	return copyInto(t, t.TempDir(), src)
 }
 
 // seededRand returns a generator and logs its seed, so a failure can be

@@ -84,6 +84,7 @@ func freshDir(t *testing.T, root string) string {
 // copyInto copies the regular files of src, but the lock, into a new
 // directory under root.
 func copyInto(t *testing.T, root, src string) string {
+	t.Helper()
 	dst, err := os.MkdirTemp(root, "copy-")
 	require.NoError(t, err)
 	entries, err := os.ReadDir(src)

@@ -1506,17 +1506,7 @@ func TestADeathIsDatedByItsLastLeaseNotByAnEarlierOneOrTheSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := receiveN(t, qa, 1)[0] // lapses in a
-	var last broker.DeliveryValue
-	until(t, 20*time.Second, "the other Store receives the second delivery", func() bool {
-		ds, err := qb.Receive(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 {
-			last = ds[0]
-		}
-		return len(ds) == 1
-	})
+	last := receiveOneWithin(t, qb, "the other Store receives the second delivery")
 	if last.Deliveries != 2 {
 		t.Fatalf("the other Store received delivery %d, want 2", last.Deliveries)
 	}
@@ -1653,17 +1643,7 @@ func TestAGivenUpMessageCountsItsDeliveriesAtDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	receiveN(t, q, 1) // lapses
-	var d broker.DeliveryValue
-	until(t, 20*time.Second, "the second delivery", func() bool {
-		ds, err := q.Receive(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 {
-			d = ds[0]
-		}
-		return len(ds) == 1
-	})
+	d := receiveOneWithin(t, q, "the second delivery")
 	if d.Deliveries != 2 {
 		t.Fatalf("received delivery %d, want 2", d.Deliveries)
 	}
@@ -1696,17 +1676,7 @@ func TestAGivenUpMessageIsNotDatedByAnEarlierLeaseOfThisStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := receiveN(t, qa, 1)[0] // lapses in a, which keeps its lease
-	var last broker.DeliveryValue
-	until(t, 20*time.Second, "the other Store receives the second delivery", func() bool {
-		ds, err := qb.Receive(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 {
-			last = ds[0]
-		}
-		return len(ds) == 1
-	})
+	last := receiveOneWithin(t, qb, "the other Store receives the second delivery")
 	if last.Deliveries != 2 {
 		t.Fatalf("the other Store received delivery %d, want 2", last.Deliveries)
 	}
@@ -1998,4 +1968,22 @@ func waitForDeadLetters(t *testing.T, q broker.DeadLetterReader, n int, what str
 		return len(dls) == n
 	})
 	return dls
+}
+
+// receiveOneWithin receives from q until a delivery comes (within 20 s),
+// and returns it.
+func receiveOneWithin(t *testing.T, q broker.Broker, what string) broker.DeliveryValue {
+	t.Helper()
+	var d broker.DeliveryValue
+	until(t, 20*time.Second, what, func() bool {
+		ds, err := q.Receive(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			d = ds[0]
+		}
+		return len(ds) == 1
+	})
+	return d
 }

@@ -63,7 +63,9 @@ type ConsumeOptions struct {
 	// Logger receives what Consume cannot return: handler failures and
 	// panics (with the panic value and stack), refused Ack, Nack and
 	// Extend calls, and Receive errors, each with the message ID where
-	// there is one. Nil discards them. The brokers of this package do not
+	// there is one, and with the queue's name when b has a Name method
+	// (a [*Queue] does), so that the Consume calls of several queues can
+	// share one Logger. Nil discards them. The brokers of this package do not
 	// log again, in their own Logger, a failure Consume logged. Its
 	// handler is called from Consume's goroutines, with no lock of the
 	// broker held; a record it panics on is dropped, and Consume goes on.
@@ -250,6 +252,23 @@ func (c *consumer) graceful(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// queueName returns b's name for Consume's log records when b has a Name
+// method, as a [*Queue] does; "" when it has none, or when its Name is
+// the caller's code and panics (a log attribute is not worth failing
+// Consume for).
+func queueName(b Broker) (name string) {
+	n, ok := b.(interface{ Name() string })
+	if !ok {
+		return ""
+	}
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	return n.Name()
+}
+
 // receiveAcker is implemented by brokers that can acknowledge leases in the
 // same commit as the next Receive's leases (*Queue does): receiveAcking
 // acks receipts and leases up to max messages (max may be 0) with one lock,
@@ -403,6 +422,9 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		stopGrace:   opts.StopGrace,
 		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
 		work:        make(chan DeliveryValue, max(opts.Concurrency, 1)),
+	}
+	if name := queueName(b); name != "" {
+		c.log = c.log.With("queue", name)
 	}
 	if c.poll == 0 {
 		c.poll = defaultPollInterval

@@ -205,3 +205,49 @@ func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 		})
 	}
 }
+
+// Consume's records name the queue when the broker has a name, so that
+// the Consume calls of several queues can share one Logger and each
+// failure still says where it happened: here two queues of one store,
+// whose handlers fail, log to one buffer, and each record that names a
+// message names that message's queue.
+func TestConsumeLogsNameTheQueue(t *testing.T) {
+	e := newEnv(t)
+	one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+	queues := map[string]*broker.Queue{"jobs": e.queue("jobs", one), "mail": e.queue("mail", one)}
+	queueOf := map[string]string{}
+	for name, q := range queues {
+		queueOf[mustPublish(t, q, "work for "+name).ID] = name
+	}
+	var logs lockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, len(queues))
+	for _, q := range queues {
+		go func() {
+			done <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error {
+				return errors.New("handler failed")
+			}, broker.ConsumeOptions{Logger: logger})
+		}()
+	}
+	require.Eventually(t, func() bool {
+		return queues["jobs"].Stats().DeadLetters == 1 && queues["mail"].Stats().DeadLetters == 1
+	}, 30*time.Second, time.Millisecond)
+	cancel()
+	for range queues {
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
+
+	named := map[string]int{}
+	for _, r := range logs.records(t) {
+		id, _ := r["message"].(string)
+		if id == "" {
+			continue
+		}
+		require.Equal(t, queueOf[id], r["queue"], "the record names the queue of its message: %v", r)
+		named[r["queue"].(string)]++
+	}
+	require.Equal(t, map[string]int{"jobs": 2, "mail": 2}, named,
+		"each queue logged its failure and its dead letter; logged: %v", logs.records(t))
+}

@@ -205,3 +205,26 @@ func (b cancellingWake) Wake() WakeValue {
 	b.cancel()
 	return b.Memory.Wake()
 }
+
+// namedBroker is a broker whose Name is what the test says.
+type namedBroker struct {
+	plainBroker
+	name func() string
+}
+
+func (n namedBroker) Name() string { return n.name() }
+
+// Consume names the queue in its records only when the broker has a
+// name: a broker without a Name method, or whose Name panics, gives no
+// queue attribute, and Consume runs as it would without it.
+func TestQueueNameForConsumesLog(t *testing.T) {
+	require.Equal(t, "", queueName(plainBroker{}))
+	require.Equal(t, "orders", queueName(namedBroker{name: func() string { return "orders" }}))
+	require.Equal(t, "", queueName(namedBroker{name: func() string { panic("no name") }}))
+
+	log, buf := newTestLogger()
+	c, err := newConsumer(namedBroker{name: func() string { panic("no name") }}, ackAll, ConsumeOptions{Logger: log})
+	require.NoError(t, err)
+	c.log.Warn("probe")
+	require.NotContains(t, buf.String(), "queue=")
+}

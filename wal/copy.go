@@ -25,6 +25,9 @@ import (
 // The caller keeps the segments up to end's from being removed (RemoveBelow)
 // and the log from being closed until CopyTo returns; appends go on.
 func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
+	if l == nil {
+		return errNilLog
+	}
 	if ctx == nil {
 		return fmt.Errorf("wal: copy to %s: nil context", dir)
 	}

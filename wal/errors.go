@@ -10,7 +10,8 @@ import (
 // Errors returned by this package, each wrapped with context; check with
 // errors.Is.
 var (
-	// ErrClosed is returned by every call on a closed Log.
+	// ErrClosed is returned by every call on a closed Log, and, wrapped,
+	// by every call on a nil *Log (see errNilLog).
 	ErrClosed = errors.New("wal: log closed")
 	// ErrPoisoned is returned when a write or fdatasync of the log failed.
 	// The failure is permanent for this Log: after a failed fdatasync the
@@ -54,3 +55,10 @@ func (e *CorruptionError) Error() string {
 
 // Unwrap returns ErrCorrupt and the cause.
 func (e *CorruptionError) Unwrap() []error { return []error{ErrCorrupt, e.Cause} }
+
+// errNilLog is the error of a method called on a nil *Log: what a caller
+// holds that went on past Open's error. It wraps ErrClosed, since such a
+// log takes no call, and the methods that return no error answer as for
+// an empty log (Stats, Sealed, Dir, Recovery and End return zero values):
+// a panic would end the process from a call given nothing to act on.
+var errNilLog = fmt.Errorf("wal: a method of a nil *wal.Log was called (was Open's error ignored?): %w", ErrClosed)

@@ -119,6 +119,9 @@ type Stats struct {
 // it returns them as Close left the log (its last records written and
 // synced, its segments on disk as counted).
 func (l *Log) Stats() Stats {
+	if l == nil {
+		return Stats{}
+	}
 	if s := l.closedStats.Load(); s != nil {
 		return *s
 	}
@@ -148,6 +151,9 @@ func (l *Log) Stats() Stats {
 // Sealed returns, for every sealed segment of the log (all but the active
 // one), the offset just past its seal frame: what Options.Sealed takes.
 func (l *Log) Sealed() map[uint32]int {
+	if l == nil {
+		return map[uint32]int{}
+	}
 	segs := *l.segs.Load()
 	out := make(map[uint32]int, len(segs))
 	for _, s := range segs[:max(len(segs)-1, 0)] {
@@ -157,15 +163,28 @@ func (l *Log) Sealed() map[uint32]int {
 }
 
 // Dir returns the log's directory.
-func (l *Log) Dir() string { return l.dir }
+func (l *Log) Dir() string {
+	if l == nil {
+		return ""
+	}
+	return l.dir
+}
 
 // Recovery returns what Open found and repaired.
-func (l *Log) Recovery() Recovery { return l.recovery }
+func (l *Log) Recovery() Recovery {
+	if l == nil {
+		return Recovery{}
+	}
+	return l.recovery
+}
 
 // Close makes every written record durable, stops the writer and releases
 // the directory. Appends queued before Close are completed; later calls get
 // ErrClosed. Close returns the poison error if the log had failed.
 func (l *Log) Close() error {
+	if l == nil {
+		return errNilLog
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

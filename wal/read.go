@@ -22,6 +22,9 @@ func (l *Log) Read(pos Position) ([]byte, error) {
 // segment's read-only memory map and is valid only until fn returns. fn must
 // not modify rec, and must not call RemoveBelow or Close.
 func (l *Log) View(pos Position, fn func(rec []byte) error) error {
+	if l == nil {
+		return errNilLog
+	}
 	if fn == nil {
 		return fmt.Errorf("wal: view %v: nil function", pos)
 	}
@@ -65,6 +68,9 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 // already removed are skipped. An error from fn stops the walk and is
 // returned; a record that fails its checksum is a *CorruptionError.
 func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
+	if l == nil {
+		return errNilLog
+	}
 	if fn == nil {
 		return fmt.Errorf("wal: iterate from %v: nil function", from)
 	}
@@ -141,6 +147,9 @@ func (l *Log) segment(seq uint32) *seg {
 
 // End returns the position just past the last record readers may see now.
 func (l *Log) End() Position {
+	if l == nil {
+		return 0
+	}
 	segs := *l.segs.Load()
 	if len(segs) == 0 {
 		return 0

@@ -26,6 +26,9 @@ const sparePrefix = "spare-"
 //
 // RemoveBelow waits for readers of the removed segments to finish.
 func (l *Log) RemoveBelow(pos Position) (int, error) {
+	if l == nil {
+		return 0, errNilLog
+	}
 	l.removeMu.Lock()
 	defer l.removeMu.Unlock()
 	if l.isClosed() {

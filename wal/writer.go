@@ -105,6 +105,9 @@ type writer struct {
 // retain recs after it returns. Appending no records does nothing (on a
 // closed or failed log it returns that error).
 func (l *Log) Append(recs ...[]byte) ([]Position, error) {
+	if l == nil {
+		return nil, errNilLog
+	}
 	return l.append(recs, l.opts.Sync == SyncAlways)
 }
 
@@ -125,6 +128,9 @@ func (l *Log) Sync() error { return l.Barrier(true) }
 // (durable false) or covered by an fdatasync (durable true). It appends
 // nothing.
 func (l *Log) Barrier(durable bool) error {
+	if l == nil {
+		return errNilLog
+	}
 	_, err := l.enqueue(&queued{r: request{sync: durable}}).Wait()
 	return err
 }
@@ -151,6 +157,9 @@ type queued struct {
 // as its lock ordered its decisions. Call Wait for the outcome: durable
 // reports whether it waits for an fdatasync (true) or only for the write.
 func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
+	if l == nil {
+		return &Pending{err: errNilLog}
+	}
 	if len(recs) == 0 {
 		return &Pending{err: l.refusal()}
 	}
@@ -548,6 +557,9 @@ func (s *seg) capacity() int { return s.file.Size() - segment.Size(0) }
 // background fdatasync of records appended without waiting for one) is
 // reported here before any call meets it.
 func (l *Log) Err() error {
+	if l == nil {
+		return errNilLog
+	}
 	if !l.poisoned.Load() {
 		return nil
 	}

@@ -162,7 +162,8 @@
 // The profile, the sweep and full end with a recommendation of the
 // store's Options.Sync and SegmentBytes. Each durable setting measured
 // (sync all or publish × segment size) is scored by the geometric mean,
-// over the points it was measured at, of the rate at which messages went
+// over the points every such setting was measured at (its own points when
+// they share none), of the rate at which messages went
 // through the queue (publish and drain taking turns: a sweep point's
 // "through msgs/s", each round's publish with its own drain; the publish
 // rate where no drain was measured). The best score wins; scores within 3% of

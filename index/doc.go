@@ -38,7 +38,8 @@
 //	                    clock is also a reading of the broker clock. With
 //	                    window MaxInt64 (nothing evicted) it is only that
 //	                    reading: each segment's preamble carries one per
-//	                    queue, the latest at the rotation. A replay applies
+//	                    queue that has a reading (a publish or an
+//	                    eviction), the latest at the rotation. A replay applies
 //	                    every evict as logged, even behind a later reading.
 //	kind 12 mark        nextSeq (unsigned; no queue): every message sequence
 //	                    below it is taken. Written in each segment's

@@ -683,8 +683,11 @@ type StoreStats struct {
 	// old segments, stopped: a checkpoint failed (a full disk, a failed
 	// fdatasync of the index), and none is retried. The store goes on,
 	// the log being the source of truth, but its directory grows with
-	// every segment; reopening it (after freeing space) rebuilds the index
-	// from the log and resumes them. "" while they run.
+	// every segment; reopening it (after freeing space) recovers the index
+	// from the log (the whole log when the failed checkpoint had marked
+	// its start, index/CHECKPOINTING, else from the last checkpoint
+	// written whole)
+	// and resumes them. "" while they run.
 	MaintenanceStopped string
 }
 

@@ -322,7 +322,7 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) 
 		q.st.lease(m, expires, nonce, m.deliveries >= q.policy.MaxDeliveries)
 		out = append(out, DeliveryValue{
 			Lease:      LeaseValue{ExpiresAt: time.Unix(0, expires), Receipt: q.keys.make(memoryQueueID, m.seq, nonce)},
-			Message:    MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)},
+			Message:    m.handedOut(),
 			Deliveries: m.deliveries,
 		})
 	}

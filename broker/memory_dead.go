@@ -32,7 +32,7 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 			Cause:      m.cause,
 			Code:       m.code,
 			Deliveries: m.deliveries,
-			Message:    MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)},
+			Message:    m.handedOut(),
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"math"
 	"slices"
+	"time"
 )
 
 // The states of a message of a [Memory] queue.
@@ -32,6 +33,12 @@ type memMessage struct {
 	reason   string
 	code     uint32
 	cause    string
+}
+
+// handedOut is m as Receive and DeadLetters hand it out: with a copy of
+// its payload, never the queue's own.
+func (m *memMessage) handedOut() MessageValue {
+	return MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)}
 }
 
 // memHeap orders messages by less; it keeps each message's heapIdx. It is

@@ -569,46 +569,27 @@ func (v *validator) list(fs *flag.FlagSet, name, usage, def string, parse func(i
 }
 
 func (v *validator) ints(fs *flag.FlagSet, dst *[]int, name, usage string) {
-	v.list(fs, name, usage, joinInts(*dst), func(items []string) error {
-		var out []int
-		for _, it := range items {
-			n, err := strconv.Atoi(strings.TrimSpace(it))
-			if errors.Is(err, strconv.ErrRange) && n > 0 {
-				// Atoi saturates: n is MaxInt for a count too large.
-				return fmt.Errorf("%q is too large a count", it)
-			}
-			if err != nil || n < 1 {
-				return fmt.Errorf("%q is not a positive count", it)
-			}
-			out = append(out, n)
+	distinctList(v, fs, dst, name, usage, strconv.Itoa, func(it string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(it))
+		if errors.Is(err, strconv.ErrRange) && n > 0 {
+			// Atoi saturates: n is MaxInt for a count too large.
+			return 0, fmt.Errorf("%q is too large a count", it)
 		}
-		if err := firstRepeat(items, out); err != nil {
-			return err
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("%q is not a positive count", it)
 		}
-		*dst = out
-		return nil
+		return n, nil
 	})
 }
 
 func (v *validator) rates(fs *flag.FlagSet, dst *[]float64, name, usage string) {
-	var def []string
-	for _, r := range *dst {
-		def = append(def, strconv.FormatFloat(r, 'f', -1, 64))
-	}
-	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
-		var out []float64
-		for _, it := range items {
-			r, err := strconv.ParseFloat(strings.TrimSpace(it), 64)
-			if err != nil {
-				return fmt.Errorf("%q is not a rate in msgs/s", it)
-			}
-			out = append(out, r)
+	format := func(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+	distinctList(v, fs, dst, name, usage, format, func(it string) (float64, error) {
+		r, err := strconv.ParseFloat(strings.TrimSpace(it), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a rate in msgs/s", it)
 		}
-		if err := firstRepeat(items, out); err != nil {
-			return err
-		}
-		*dst = out
-		return nil
+		return r, nil
 	})
 }
 
@@ -624,46 +605,13 @@ func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
 }
 
 func (v *validator) byteList(fs *flag.FlagSet, dst *[]int64, name, usage string) {
-	var def []string
-	for _, n := range *dst {
-		def = append(def, formatBytesFlag(n))
-	}
-	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
-		var out []int64
-		for _, it := range items {
-			n, err := parseBytes(it)
-			if err != nil {
-				return err
-			}
-			out = append(out, n)
-		}
-		if err := firstRepeat(items, out); err != nil {
-			return err
-		}
-		*dst = out
-		return nil
-	})
+	distinctList(v, fs, dst, name, usage, formatBytesFlag, parseBytes)
 }
 
 func (v *validator) syncs(fs *flag.FlagSet, dst *[]broker.SyncMode, name, usage string) {
-	var def []string
-	for _, m := range *dst {
-		def = append(def, m.String())
-	}
-	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
-		var out []broker.SyncMode
-		for _, it := range items {
-			m, err := parseSync(strings.TrimSpace(it))
-			if err != nil {
-				return err
-			}
-			out = append(out, m)
-		}
-		if err := firstRepeat(items, out); err != nil {
-			return err
-		}
-		*dst = out
-		return nil
+	format := func(m broker.SyncMode) string { return m.String() }
+	distinctList(v, fs, dst, name, usage, format, func(it string) (broker.SyncMode, error) {
+		return parseSync(strings.TrimSpace(it))
 	})
 }
 
@@ -691,21 +639,35 @@ func (v *validator) walSync(fs *flag.FlagSet, dst *wal.SyncMode, name, usage str
 }
 
 func (v *validator) segmentSources(fs *flag.FlagSet, dst *[]segmentSource, name, usage string) {
+	format := func(src segmentSource) string { return src.String() }
+	distinctList(v, fs, dst, name, usage, format, func(it string) (segmentSource, error) {
+		switch strings.TrimSpace(it) {
+		case newSegments.String():
+			return newSegments, nil
+		case reusedSegments.String():
+			return reusedSegments, nil
+		}
+		return 0, fmt.Errorf("%q: want new or reused", it)
+	})
+}
+
+// distinctList defines a flag holding a comma-separated list of distinct
+// values, each read from its item by parse; its default is *dst, each
+// value written by format. A list with a bad item or a repeat (see
+// firstRepeat) is refused and leaves *dst as it was.
+func distinctList[T comparable](v *validator, fs *flag.FlagSet, dst *[]T, name, usage string, format func(T) string, parse func(item string) (T, error)) {
 	var def []string
-	for _, src := range *dst {
-		def = append(def, src.String())
+	for _, x := range *dst {
+		def = append(def, format(x))
 	}
 	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
-		var out []segmentSource
+		var out []T
 		for _, it := range items {
-			switch strings.TrimSpace(it) {
-			case newSegments.String():
-				out = append(out, newSegments)
-			case reusedSegments.String():
-				out = append(out, reusedSegments)
-			default:
-				return fmt.Errorf("%q: want new or reused", it)
+			x, err := parse(it)
+			if err != nil {
+				return err
 			}
+			out = append(out, x)
 		}
 		if err := firstRepeat(items, out); err != nil {
 			return err
@@ -731,14 +693,6 @@ func firstRepeat[T comparable](items []string, vals []T) error {
 		return fmt.Errorf("%q and %q are the same value, given twice", a, b)
 	}
 	return nil
-}
-
-func joinInts(ns []int) string {
-	var s []string
-	for _, n := range ns {
-		s = append(s, strconv.Itoa(n))
-	}
-	return strings.Join(s, ",")
 }
 
 // parseBytes reads a size: a number of bytes, or one followed by B, KiB,

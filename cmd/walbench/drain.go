@@ -126,16 +126,7 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 		Commits:      res.commits,
 		Notes:        notes,
 	}
-	r.MsgsPerSec = rate(res.handled, secs)
-	if bytes := rate(res.handled*int64(d.size), secs); bytes != nil {
-		r.MBPerSec = ptr(*bytes / 1e6)
-	}
-	r.CommitsPerSec = rate(res.commits, secs)
-	if res.commits > 0 {
-		// Its leases and acks: the store's own records (preambles, copies
-		// forward) are not the drain's.
-		r.RecordsPerCommit = ptr(float64(res.records-res.own) / float64(res.commits))
-	}
+	r.setRates(res.records - res.own) // its leases and acks
 	if res.limited {
 		r.Notes = append(r.Notes, fmt.Sprintf("-limit %v ended the drain with %d of %d messages handled: its rate is of those", d.limit, res.handled, d.messages))
 	}

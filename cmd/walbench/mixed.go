@@ -320,7 +320,6 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 		Ops:               published,
 		Commits:           commits,
 		LatencySamples:    published + m.late.Load(),
-		MsgsPerSec:        rate(published, secs),
 		DrainMsgsPerSec:   rate(m.inWindow.Load(), secs), // not consumed: some of those came after the window
 		P50Ns:             pubLat.p50,
 		P99Ns:             pubLat.p99,
@@ -335,13 +334,7 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 		Backlog:           m.backlog,
 		Notes:             notes,
 	}
-	if bytes := rate(published*int64(l.size), secs); bytes != nil {
-		r.MBPerSec = ptr(*bytes / 1e6)
-	}
-	r.CommitsPerSec = rate(r.Commits, secs)
-	if r.Commits > 0 {
-		r.RecordsPerCommit = ptr(float64(records) / float64(r.Commits))
-	}
+	r.setRates(records)
 	if n := m.missed.Load(); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("the producers were %d calls behind their schedule when the window closed, and still had not made them %v after it: the publish latencies leave them out", n, l.duration))
 	}

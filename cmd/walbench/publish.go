@@ -106,17 +106,7 @@ func publishOn(ctx context.Context, env *env, st *benchStore, l publishLoad) (r 
 		Commits:        lr.after.Commits - lr.before.Commits,
 		LatencySamples: lr.hist.TotalCount(),
 	}
-	r.MsgsPerSec = rate(r.Ops, secs)
-	if bytes := rate(r.Ops*int64(l.size), secs); bytes != nil {
-		r.MBPerSec = ptr(*bytes / 1e6)
-	}
-	r.CommitsPerSec = rate(r.Commits, secs)
-	if r.Commits > 0 {
-		// The group-commit factor: messages per fdatasync. The store's own
-		// records (a rotation's preamble) ride in the same commits, or in
-		// commits of their own, but are no message.
-		r.RecordsPerCommit = ptr(float64(r.Ops) / float64(r.Commits))
-	}
+	r.setRates(r.Ops)
 	lat := percentilesOf(lr.hist)
 	r.P50Ns, r.P99Ns, r.P999Ns, r.MaxNs = lat.p50, lat.p99, lat.p999, lat.max
 

@@ -324,6 +324,22 @@ func checkFigures(v reflect.Value, path string) error {
 
 func ptr[T any](v T) *T { return &v }
 
+// setRates sets r's rates from its Ops (of Size bytes each), Commits and
+// Seconds. records is how many records of those commits were the
+// workload's, for RecordsPerCommit, the group-commit factor: the store's
+// own records (a rotation's preamble, copies forward) ride in the same
+// commits, or in commits of their own, but are no one's work.
+func (r *Row) setRates(records int64) {
+	r.MsgsPerSec = rate(r.Ops, r.Seconds)
+	if bytes := rate(r.Ops*int64(r.Size), r.Seconds); bytes != nil {
+		r.MBPerSec = ptr(*bytes / 1e6)
+	}
+	r.CommitsPerSec = rate(r.Commits, r.Seconds)
+	if r.Commits > 0 {
+		r.RecordsPerCommit = ptr(float64(records) / float64(r.Commits))
+	}
+}
+
 // rate is n per second over secs; nil for an empty interval.
 func rate(n int64, secs float64) *float64 {
 	if secs <= 0 {

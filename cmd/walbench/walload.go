@@ -219,14 +219,7 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 		RushedSegments: after.ZeroFillsRushed - before.ZeroFillsRushed,
 		LatencySamples: lr.hist.TotalCount(),
 	}
-	r.MsgsPerSec = rate(r.Ops, secs)
-	if bytes := rate(r.Ops*int64(w.recordBytes), secs); bytes != nil {
-		r.MBPerSec = ptr(*bytes / 1e6)
-	}
-	r.CommitsPerSec = rate(r.Commits, secs)
-	if r.Commits > 0 {
-		r.RecordsPerCommit = ptr(float64(r.Ops) / float64(r.Commits))
-	}
+	r.setRates(r.Ops)
 	lat := percentilesOf(lr.hist)
 	r.P50Ns, r.P99Ns, r.P999Ns, r.MaxNs = lat.p50, lat.p99, lat.p999, lat.max
 

@@ -140,59 +140,69 @@ func TestRecommendExpectationsOfOneSize(t *testing.T) {
 
 // TestRecommendTies: on a noisy disk, a setting less than 3% better is no
 // better; the safer sync mode and the default segment size win a tie.
+// Each case measures two settings, each at one rate at every point.
 func TestRecommendTies(t *testing.T) {
+	type setting struct {
+		sync string
+		seg  int64
+		rate float64
+	}
 	for _, tc := range []struct {
 		name             string
-		rows             []Row
+		a, b             setting
 		wantSync         string
 		wantSegmentBytes int64
 	}{
 		{
-			name:     "publish 2% better: a tie, SyncAll",
-			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1020, 1020, 1020}, 0)...),
+			name: "publish 2% better: a tie, SyncAll",
+			a:    setting{"all", 64 * mib, 1000}, b: setting{"publish", 64 * mib, 1020},
 			wantSync: "all", wantSegmentBytes: 64 * mib,
 		},
 		{
-			name:     "publish 10% better",
-			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1100, 1100, 1100}, 0)...),
+			name: "publish 10% better",
+			a:    setting{"all", 64 * mib, 1000}, b: setting{"publish", 64 * mib, 1100},
 			wantSync: "publish", wantSegmentBytes: 64 * mib,
 		},
 		{
-			name:     "small segments 2% better: a tie, the default",
-			rows:     append(grid("all", 4*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			name: "small segments 2% better: a tie, the default",
+			a:    setting{"all", 4 * mib, 1020}, b: setting{"all", 64 * mib, 1000},
 			wantSync: "all", wantSegmentBytes: 64 * mib,
 		},
 		{
 			// The default is not the largest here: it wins for being the
 			// default.
-			name:     "large segments 2% better: a tie, the default",
-			rows:     append(grid("all", 128*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			name: "large segments 2% better: a tie, the default",
+			a:    setting{"all", 128 * mib, 1020}, b: setting{"all", 64 * mib, 1000},
 			wantSync: "all", wantSegmentBytes: 64 * mib,
 		},
 		{
-			name:     "small segments 10% better",
-			rows:     append(grid("all", 4*mib, [3]float64{1100, 1100, 1100}, 0), grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			name: "small segments 10% better",
+			a:    setting{"all", 4 * mib, 1100}, b: setting{"all", 64 * mib, 1000},
 			wantSync: "all", wantSegmentBytes: 4 * mib,
 		},
 		{
-			name:     "publish 5% better: more than a tie",
-			rows:     append(grid("all", 64*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1050, 1050, 1050}, 0)...),
+			name: "publish 5% better: more than a tie",
+			a:    setting{"all", 64 * mib, 1000}, b: setting{"publish", 64 * mib, 1050},
 			wantSync: "publish", wantSegmentBytes: 64 * mib,
 		},
 		{
 			// Neither is the default: the larger segments win.
-			name:     "small segments 2% better than other large ones: a tie, the larger",
-			rows:     append(grid("all", 4*mib, [3]float64{1020, 1020, 1020}, 0), grid("all", 16*mib, [3]float64{1000, 1000, 1000}, 0)...),
+			name: "small segments 2% better than other large ones: a tie, the larger",
+			a:    setting{"all", 4 * mib, 1020}, b: setting{"all", 16 * mib, 1000},
 			wantSync: "all", wantSegmentBytes: 16 * mib,
 		},
 		{
-			name:     "the safer mode before the default size",
-			rows:     append(grid("all", 4*mib, [3]float64{1000, 1000, 1000}, 0), grid("publish", 64*mib, [3]float64{1010, 1010, 1010}, 0)...),
+			name: "the safer mode before the default size",
+			a:    setting{"all", 4 * mib, 1000}, b: setting{"publish", 64 * mib, 1010},
 			wantSync: "all", wantSegmentBytes: 4 * mib,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := recommend(tc.rows)
+			var rows []Row
+			for _, s := range []setting{tc.a, tc.b} {
+				rows = append(rows, grid(s.sync, s.seg, [3]float64{s.rate, s.rate, s.rate}, 0)...)
+			}
+			rec := recommend(rows)
 			if rec == nil || rec.Sync != tc.wantSync || rec.SegmentBytes != tc.wantSegmentBytes {
 				t.Fatalf("recommended %+v; want sync %s, %d", rec, tc.wantSync, tc.wantSegmentBytes)
 			}

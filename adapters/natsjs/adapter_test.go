@@ -518,40 +518,14 @@ func TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed(t *testing.T) {
 	const n = 128
 	ctx := context.Background()
 	q := mustQueue(t, openBackend(t).Store, "race", policy())
-	payloads := make([][]byte, n)
-	for i := range payloads {
-		payloads[i] = []byte("x")
-	}
-	if _, err := q.PublishBatch(ctx, payloads); err != nil {
-		t.Fatal(err)
-	}
-	var ds []broker.DeliveryValue
-	until(t, 10*time.Second, "the batch received", func() bool {
-		got, err := q.Receive(ctx, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, got...)
-		return len(ds) >= n
-	})
+	ds := publishAndLease(t, q, n)
 	both := 0
 	for i, d := range ds {
-		start := make(chan struct{})
 		var extendErr, ackErr error
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); <-start; _, extendErr = q.Extend(ctx, d.Lease.Receipt, time.Minute) }()
-		go func() {
-			defer wg.Done()
-			<-start
-			// Started a little later each time (0 to 750 µs), so that some
-			// Acks come while the Extend waits for the server.
-			for begun := time.Now(); time.Since(begun) < time.Duration(i%16)*50*time.Microsecond; {
-			}
-			ackErr = q.Ack(ctx, d.Lease.Receipt)
-		}()
-		close(start)
-		wg.Wait()
+		// Some Acks come while the Extend waits for the server.
+		race(i,
+			func() { _, extendErr = q.Extend(ctx, d.Lease.Receipt, time.Minute) },
+			func() { ackErr = q.Ack(ctx, d.Lease.Receipt) })
 		for _, err := range []error{extendErr, ackErr} {
 			if err != nil && !errors.Is(err, broker.LeaseExpired) {
 				t.Fatalf("Extend or Ack racing on one receipt: %v, want success or LeaseExpired", err)
@@ -569,8 +543,6 @@ func TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed(t *testing.T) {
 	}
 }
 
-// TestExtendByVisibilityTimeout renews with the server's "in progress",
-// the path Extend takes when by equals the policy's VisibilityTimeout: the
 // TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone: a
 // ReplayDeadLetter and a DeleteDeadLetter of one dead letter, started
 // together, each succeed or find it gone (DeadLetterNotFound), also when
@@ -580,6 +552,33 @@ func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) 
 	const n = 128
 	ctx := context.Background()
 	q := mustQueue(t, openBackend(t).Store, "replay-race", policy())
+	ds := publishAndLease(t, q, n)
+	for _, d := range ds {
+		if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, d := range ds {
+		id := d.Message.ID
+		var replayErr, deleteErr error
+		// Some deletes come while the replay publishes.
+		race(i,
+			func() { replayErr = q.ReplayDeadLetter(ctx, id) },
+			func() { deleteErr = q.DeleteDeadLetter(ctx, id) })
+		for _, err := range []error{replayErr, deleteErr} {
+			if err != nil && !errors.Is(err, broker.DeadLetterNotFound) {
+				t.Fatalf("replay and delete of %s racing: %v; want success or DeadLetterNotFound", id, err)
+			}
+		}
+	}
+}
+
+// publishAndLease publishes n one-byte messages to q in one batch and
+// leases them all, over as many Receives as the server takes to offer
+// them.
+func publishAndLease(t *testing.T, q *natsjs.Queue, n int) []broker.DeliveryValue {
+	t.Helper()
+	ctx := context.Background()
 	payloads := make([][]byte, n)
 	for i := range payloads {
 		payloads[i] = []byte("x")
@@ -596,37 +595,30 @@ func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) 
 		ds = append(ds, got...)
 		return len(ds) >= n
 	})
-	for _, d := range ds {
-		if err := q.Reject(ctx, d.Lease.Receipt, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, d := range ds {
-		id := d.Message.ID
-		start := make(chan struct{})
-		var replayErr, deleteErr error
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); <-start; replayErr = q.ReplayDeadLetter(ctx, id) }()
-		go func() {
-			defer wg.Done()
-			<-start
-			// Started a little later each time (0 to 750 µs), so that some
-			// deletes come while the replay publishes.
-			for begun := time.Now(); time.Since(begun) < time.Duration(i%16)*50*time.Microsecond; {
-			}
-			deleteErr = q.DeleteDeadLetter(ctx, id)
-		}()
-		close(start)
-		wg.Wait()
-		for _, err := range []error{replayErr, deleteErr} {
-			if err != nil && !errors.Is(err, broker.DeadLetterNotFound) {
-				t.Fatalf("replay and delete of %s racing: %v; want success or DeadLetterNotFound", id, err)
-			}
-		}
-	}
+	return ds
 }
 
+// race runs first and second together and waits for both. second starts
+// a little later in each round i (0 to 750 µs, over 16 rounds), so that
+// some rounds have it land while first waits for the server.
+func race(i int, first, second func()) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); <-start; first() }()
+	go func() {
+		defer wg.Done()
+		<-start
+		for begun := time.Now(); time.Since(begun) < time.Duration(i%16)*50*time.Microsecond; {
+		}
+		second()
+	}()
+	close(start)
+	wg.Wait()
+}
+
+// TestExtendByVisibilityTimeout renews with the server's "in progress",
+// the path Extend takes when by equals the policy's VisibilityTimeout: the
 // message stays hidden past its first deadline and the new receipt acks.
 func TestExtendByVisibilityTimeout(t *testing.T) {
 	ctx := context.Background()

@@ -28,17 +28,7 @@ func TestANilContextIsRefusedByEveryCall(t *testing.T) {
 	}
 	ds := mustReceive(t, q, 1)
 	var nilCtx context.Context
-	for _, b := range []interface {
-		broker.Broker
-		broker.Rejecter
-		broker.LeaseExtender
-		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
-		ReplayDeadLetter(context.Context, string) error
-		DeleteDeadLetter(context.Context, string) error
-		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
-		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
-		Stats() broker.QueueStats
-	}{q, mem} {
+	for _, b := range []fullBroker{q, mem} {
 		before := b.Stats()
 		calls := map[string]func() error{
 			"Publish":          func() error { _, err := b.Publish(nilCtx, []byte("y")); return err },
@@ -172,13 +162,7 @@ func TestADeadLetterIsNamedOnlyByTheIDItWasHandedOutWith(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())
 	mem := e.memory()
-	for _, b := range []interface {
-		broker.Broker
-		broker.Rejecter
-		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
-		ReplayDeadLetter(context.Context, string) error
-		DeleteDeadLetter(context.Context, string) error
-	}{q, mem} {
+	for _, b := range []fullBroker{q, mem} {
 		mustPublishTo(t, b, "x")
 		ds, err := b.Receive(ctx(t), 1)
 		require.NoError(t, err)
@@ -216,17 +200,7 @@ func TestEveryRefusedCallLeavesTheBrokerAsItWas(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mem.Close() })
 
-	for _, b := range []interface {
-		broker.Broker
-		broker.Rejecter
-		broker.LeaseExtender
-		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
-		ReplayDeadLetter(context.Context, string) error
-		DeleteDeadLetter(context.Context, string) error
-		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
-		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
-		Stats() broker.QueueStats
-	}{q, mem} {
+	for _, b := range []fullBroker{q, mem} {
 		name := fmt.Sprintf("%T", b)
 		// One dead letter, one leased message and three ready: the queue
 		// is full (dead letters do not count), and a shed publish counted.
@@ -326,18 +300,7 @@ func TestTheMethodsOfANilPointerRefuseInsteadOfPanicking(t *testing.T) {
 		"Store.Err":    func() error { return s.Err() },
 		"Memory.Close": func() error { return mem.Close() },
 	}
-	for typ, b := range map[string]interface {
-		broker.Broker
-		broker.Rejecter
-		broker.LeaseExtender
-		DeadLetters(context.Context, int) ([]broker.DeadLetterValue, error)
-		ReplayDeadLetter(context.Context, string) error
-		DeleteDeadLetter(context.Context, string) error
-		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
-		PublishBatch(context.Context, [][]byte) ([]broker.MessageValue, error)
-		Stats() broker.QueueStats
-		Wake() broker.WakeValue
-	}{"Queue": q, "Memory": mem} {
+	for typ, b := range map[string]fullBroker{"Queue": q, "Memory": mem} {
 		for name, call := range map[string]func() error{
 			"Publish":          func() error { _, err := b.Publish(ctx(t), []byte("x")); return err },
 			"PublishKeyed":     func() error { _, err := b.PublishKeyed(ctx(t), "k", []byte("x")); return err },

@@ -64,20 +64,6 @@ type clockPanic struct{ what string }
 
 func (p clockPanic) String() string { return "clock trouble: " + p.what }
 
-// fullBroker is what both brokers offer, as the file-backed queue and
-// Memory do.
-type fullBroker interface {
-	broker.Broker
-	broker.LeaseExtender
-	broker.Rejecter
-	broker.DeadLetterManager
-	broker.DeadLetterReader
-	broker.Waker
-	PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
-	PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error)
-	Stats() broker.QueueStats
-}
-
 // clockOp is one call that reads the clock, given what it needs: a
 // delivery leased and the ID of a dead letter.
 type clockOp struct {

@@ -27,6 +27,20 @@ type fakeClock = brokertest.Clock
 
 func newFakeClock() *fakeClock { return brokertest.NewClock(t0) }
 
+// fullBroker is what both brokers offer, as the file-backed queue and
+// Memory do.
+type fullBroker interface {
+	broker.Broker
+	broker.LeaseExtender
+	broker.Rejecter
+	broker.DeadLetterManager
+	broker.DeadLetterReader
+	broker.Waker
+	PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
+	PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error)
+	Stats() broker.QueueStats
+}
+
 // env is one store directory with a fake clock, opened and reopened by the
 // test. The store still open when the test ends is closed.
 type env struct {

@@ -18,13 +18,12 @@ func allocatedBy(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// A payload larger than any queue of the store takes, or a batch larger
-// than one segment holds, is refused before its bytes are copied: a
-// caller's oversized input costs the store no memory in proportion to it.
-func TestOversizedInputIsRefusedBeforeItIsCopied(t *testing.T) {
-	e := newEnv(t, broker.ManualMaintenance) // 2 MiB segments
-	q := e.queue("jobs", keyedJobs)          // MaxMessageBytes 1 KiB
-	huge := make([]byte, 64<<20)
+// requireHugePayloadRefusedUncopied publishes huge to q (whose
+// MaxMessageBytes is 1024) alone, keyed, and second in a batch, and
+// requires each refused as MessageTooLarge, naming the limit or the
+// payload, with under 1 MiB allocated for all three.
+func requireHugePayloadRefusedUncopied(t *testing.T, q fullBroker, huge []byte) {
+	t.Helper()
 	n := allocatedBy(func() {
 		_, err := q.Publish(ctx(t), huge)
 		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
@@ -34,12 +33,29 @@ func TestOversizedInputIsRefusedBeforeItIsCopied(t *testing.T) {
 		requireErrorIs(t, err, broker.MessageTooLarge, "payload 1")
 	})
 	require.Less(t, n, uint64(1<<20), "bytes allocated refusing a 64 MiB payload three times")
+}
 
-	batch := make([][]byte, 8192) // 8 MiB of 1 KiB payloads: four segments
+// kibBatch is a batch of 8,192 payloads of 1 KiB, 8 MiB in all, each the
+// first KiB of huge (so that making it copies nothing).
+func kibBatch(huge []byte) [][]byte {
+	batch := make([][]byte, 8192)
 	for i := range batch {
 		batch[i] = huge[:1024]
 	}
-	n = allocatedBy(func() {
+	return batch
+}
+
+// A payload larger than any queue of the store takes, or a batch larger
+// than one segment holds, is refused before its bytes are copied: a
+// caller's oversized input costs the store no memory in proportion to it.
+func TestOversizedInputIsRefusedBeforeItIsCopied(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance) // 2 MiB segments
+	q := e.queue("jobs", keyedJobs)          // MaxMessageBytes 1 KiB
+	huge := make([]byte, 64<<20)
+	requireHugePayloadRefusedUncopied(t, q, huge)
+
+	batch := kibBatch(huge) // four segments
+	n := allocatedBy(func() {
 		_, err := q.PublishBatch(ctx(t), batch)
 		requireErrorIs(t, err, broker.InvalidBatchSize, "does not fit in one log segment")
 	})
@@ -62,21 +78,10 @@ func TestMemoryRefusesOversizedInputBeforeItIsCopied(t *testing.T) {
 	}), broker.MemoryOptions{})
 	require.NoError(t, err)
 	huge := make([]byte, 64<<20)
-	n := allocatedBy(func() {
-		_, err := q.Publish(ctx(t), huge)
-		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
-		_, err = q.PublishKeyed(ctx(t), "k", huge)
-		requireErrorIs(t, err, broker.MessageTooLarge, "MaxMessageBytes is 1024")
-		_, err = q.PublishBatch(ctx(t), [][]byte{[]byte("fits"), huge})
-		requireErrorIs(t, err, broker.MessageTooLarge, "payload 1")
-	})
-	require.Less(t, n, uint64(1<<20), "bytes allocated refusing a 64 MiB payload three times")
+	requireHugePayloadRefusedUncopied(t, q, huge)
 
-	batch := make([][]byte, 8192) // 8 MiB of 1 KiB payloads, 8,192 > Capacity
-	for i := range batch {
-		batch[i] = huge[:1024]
-	}
-	n = allocatedBy(func() {
+	batch := kibBatch(huge) // 8,192 > Capacity
+	n := allocatedBy(func() {
 		_, err := q.PublishBatch(ctx(t), batch)
 		requireErrorIs(t, err, broker.QueueFull, "at most 100 messages")
 	})

@@ -146,6 +146,31 @@ func TestMixedProducersShareTheRate(t *testing.T) {
 	}
 }
 
+// runStalledMixed runs mixed with one producer at 1,000 msgs/s over a
+// window of 400 ms, every fdatasync from 300 ms into the window held until
+// holdUntil into it, and returns its report.
+func runStalledMixed(t *testing.T, holdUntil time.Duration) *Report {
+	t.Helper()
+	fs := vfs.NewFaultFS(vfs.Default)
+	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op != vfs.OpSync {
+			return
+		}
+		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 300*time.Millisecond {
+			time.Sleep(time.Until(time.Unix(0, at).Add(holdUntil)))
+		}
+	})
+	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { opened.CompareAndSwap(0, time.Now().UnixNano()) }}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "1000",
+		"-consumers", "1", "-batch", "16", "-time", "400ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
+	if res.code != exitOK {
+		t.Fatalf("exit %d, want %d", res.code, exitOK)
+	}
+	return assertTablesFromJSON(t, res.stdout, jsonFile)
+}
+
 // TestMixedStallAtTheWindowsEnd: a stall that holds the producer past
 // the window's end still counts against every call it kept from starting
 // in the window. One producer at 1,000 msgs/s; every fdatasync from 300 ms
@@ -156,24 +181,7 @@ func TestMixedProducersShareTheRate(t *testing.T) {
 // the window would hold one slow call among 300 quick ones, and a p99 of
 // microseconds.
 func TestMixedStallAtTheWindowsEnd(t *testing.T) {
-	fs := vfs.NewFaultFS(vfs.Default)
-	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
-	fs.Observe(func(ev vfs.Event) {
-		if ev.Op != vfs.OpSync {
-			return
-		}
-		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 300*time.Millisecond {
-			time.Sleep(time.Until(time.Unix(0, at).Add(600 * time.Millisecond)))
-		}
-	})
-	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { opened.CompareAndSwap(0, time.Now().UnixNano()) }}
-	dir, jsonFile := benchDir(t), jsonPath(t)
-	res := runWith(t, context.Background(), e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "1000",
-		"-consumers", "1", "-batch", "16", "-time", "400ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
-	if res.code != exitOK {
-		t.Fatalf("exit %d, want %d", res.code, exitOK)
-	}
-	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	rep := runStalledMixed(t, 600*time.Millisecond)
 	if len(rep.Rows) != 1 || rep.Rows[0].P99Ns == nil || rep.Rows[0].Ops == 0 {
 		t.Fatalf("rows %+v; want one mixed row with its latencies", rep.Rows)
 	}
@@ -198,24 +206,7 @@ func TestMixedStallAtTheWindowsEnd(t *testing.T) {
 // 300 ms into a window of 400 ms is held until 1.2 s: 400 ms after the
 // window, the producer still has not made the calls of its last 100 ms.
 func TestMixedStallPastTheCatchUp(t *testing.T) {
-	fs := vfs.NewFaultFS(vfs.Default)
-	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
-	fs.Observe(func(ev vfs.Event) {
-		if ev.Op != vfs.OpSync {
-			return
-		}
-		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 300*time.Millisecond {
-			time.Sleep(time.Until(time.Unix(0, at).Add(1200 * time.Millisecond)))
-		}
-	})
-	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { opened.CompareAndSwap(0, time.Now().UnixNano()) }}
-	dir, jsonFile := benchDir(t), jsonPath(t)
-	res := runWith(t, context.Background(), e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "1000",
-		"-consumers", "1", "-batch", "16", "-time", "400ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
-	if res.code != exitOK {
-		t.Fatalf("exit %d, want %d", res.code, exitOK)
-	}
-	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	rep := runStalledMixed(t, 1200*time.Millisecond)
 	if len(rep.Rows) != 1 {
 		t.Fatalf("rows %+v; want one mixed row", rep.Rows)
 	}

@@ -750,10 +750,7 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 	}
 	_, dir, beforeRename, total, err := run(-1)
 	require.NoError(t, err)
-	b, err := broker.Open(filepath.Join(filepath.Dir(dir), "backup"), opts(nil))
-	require.NoError(t, err)
-	requireSameState(t, want, broker.Dump(b), "the backup")
-	require.NoError(t, b.Close())
+	requireBackupHolds(t, filepath.Join(filepath.Dir(dir), "backup"), opts(nil), want, "the backup")
 	t.Logf("a backup: %d file operations, the rename the %dth", total, beforeRename+1)
 
 	// A crash at every operation of the Backup, and one just after it
@@ -788,10 +785,7 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 			backup := filepath.Join(clone, "backup")
 			if _, err := os.Stat(backup); err == nil {
 				outcomes["the backup, whole"]++
-				b, err := broker.Open(backup, opts(nil))
-				require.NoError(t, err, "%s: the copy that took its name opens", what)
-				requireSameState(t, want, broker.Dump(b), what+": the copy that took its name")
-				require.NoError(t, b.Close())
+				requireBackupHolds(t, backup, opts(nil), want, what+": the copy that took its name")
 				_, err = os.Stat(filepath.Join(backup, "backup-in-progress.tmp"))
 				require.ErrorIs(t, err, os.ErrNotExist, "%s: its first Open removed the mark", what)
 			} else {

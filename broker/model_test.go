@@ -348,10 +348,7 @@ func (mc *modelCheck) backup() {
 	defer os.RemoveAll(filepath.Dir(dst))
 	require.NoError(mc.t, mc.e.s.Backup(ctx(mc.t), dst))
 	mc.outcomes["Backup -> ok"]++
-	b, err := broker.Open(dst, mc.e.opts)
-	require.NoError(mc.t, err)
-	requireSameState(mc.t, before, broker.Dump(b), "the backup opens to the store's state")
-	require.NoError(mc.t, b.Close())
+	requireBackupHolds(mc.t, dst, mc.e.opts, before, "the backup opens to the store's state")
 	requireSameState(mc.t, before, broker.Dump(mc.e.s), "a backup changed the store")
 }
 
@@ -415,4 +412,14 @@ func requireSameState(t testing.TB, want, got, what string) {
 		}
 	}
 	t.Fatalf("%s:\n%s", what, strings.Join(diff, "\n"))
+}
+
+// requireBackupHolds opens the backup in dir with opts and requires it to
+// hold the state want (see requireSameState).
+func requireBackupHolds(t testing.TB, dir string, opts broker.Options, want, what string) {
+	t.Helper()
+	b, err := broker.Open(dir, opts)
+	require.NoError(t, err, "%s: opening it", what)
+	requireSameState(t, want, broker.Dump(b), what)
+	require.NoError(t, b.Close())
 }

@@ -45,11 +45,16 @@ func bothBrokers() []struct {
 	}
 }
 
-// waitWhileConsuming waits, up to 30 s, until cond holds, and fails t
-// with why (as require's msgAndArgs) if it does not, or at once if
-// Consume returns (on done) first.
-func waitWhileConsuming(t *testing.T, done <-chan error, cond func() bool, why ...any) {
+// consumeUntil runs Consume on b with h and opts until cond holds, then
+// ends it and requires that it returned for that. It fails t with why (as
+// require's msgAndArgs) if cond does not hold within 30 s, and at once if
+// Consume returns first.
+func consumeUntil(t *testing.T, b broker.Broker, h broker.Handler, opts broker.ConsumeOptions, cond func() bool, why ...any) {
 	t.Helper()
+	cctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- broker.Consume(cctx, b, h, opts) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), why...)
@@ -59,6 +64,8 @@ func waitWhileConsuming(t *testing.T, done <-chan error, cond func() bool, why .
 		case <-time.After(time.Millisecond):
 		}
 	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }
 
 // A handler that panics with a value that cannot be printed is recovered
@@ -74,20 +81,13 @@ func TestConsumeRecoversAHandlerPanicThatCannotBePrinted(t *testing.T) {
 			require.NoError(t, err)
 			var logs lockedBuffer
 			var deliveries atomic.Int32
-			cctx, cancel := context.WithCancel(ctx(t))
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- broker.Consume(cctx, q, func(context.Context, broker.DeliveryValue) error {
-					if deliveries.Add(1) == 1 {
-						panic(unprintable{1})
-					}
-					return nil
-				}, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-			}()
-			waitWhileConsuming(t, done, func() bool { return q.Stats().Acked > 0 }, "the message was not delivered again and acked")
-			cancel()
-			require.ErrorIs(t, <-done, context.Canceled)
+			consumeUntil(t, q, func(context.Context, broker.DeliveryValue) error {
+				if deliveries.Add(1) == 1 {
+					panic(unprintable{1})
+				}
+				return nil
+			}, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
+				func() bool { return q.Stats().Acked > 0 }, "the message was not delivered again and acked")
 			require.Equal(t, int32(2), deliveries.Load())
 			require.Equal(t, int64(1), q.Stats().Nacked)
 			var panicked map[string]any
@@ -122,18 +122,11 @@ func TestConsumeNacksAHandlerErrorWhoseMethodsPanic(t *testing.T) {
 			msg, err := q.Publish(ctx(t), []byte("m"))
 			require.NoError(t, err)
 			var deliveries atomic.Int32
-			cctx, cancel := context.WithCancel(ctx(t))
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- broker.Consume(cctx, q, func(context.Context, broker.DeliveryValue) error {
-					deliveries.Add(1)
-					return brokenChain{}
-				}, broker.ConsumeOptions{})
-			}()
-			waitWhileConsuming(t, done, func() bool { return q.Stats().DeadLetters > 0 }, "the message was not nacked to the dead-letter store")
-			cancel()
-			require.ErrorIs(t, <-done, context.Canceled)
+			consumeUntil(t, q, func(context.Context, broker.DeliveryValue) error {
+				deliveries.Add(1)
+				return brokenChain{}
+			}, broker.ConsumeOptions{},
+				func() bool { return q.Stats().DeadLetters > 0 }, "the message was not nacked to the dead-letter store")
 			require.Equal(t, int32(2), deliveries.Load())
 			dls, err := q.DeadLetters(ctx(t), 10)
 			require.NoError(t, err)

@@ -289,21 +289,13 @@ func consumeAwkwardly(t *testing.T, h *awkwardHandler, b fullBroker) {
 	msg, err := b.Publish(ctx(t), []byte("m"))
 	require.NoError(t, err)
 	var deliveries atomic.Int32
-	cctx, cancel := context.WithCancel(ctx(t))
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- broker.Consume(cctx, b, func(ctx context.Context, d broker.DeliveryValue) error {
-			if deliveries.Add(1) == 1 {
-				return errors.New("private text")
-			}
-			return b.Ack(ctx, d.Lease.Receipt)
-		}, broker.ConsumeOptions{Logger: slog.New(h)})
-	}()
-	waitWhileConsuming(t, done, func() bool { return h.logged("the lease was no longer held") },
-		"Consume did not settle the delivery; logged: %v", h)
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	consumeUntil(t, b, func(ctx context.Context, d broker.DeliveryValue) error {
+		if deliveries.Add(1) == 1 {
+			return errors.New("private text")
+		}
+		return b.Ack(ctx, d.Lease.Receipt)
+	}, broker.ConsumeOptions{Logger: slog.New(h)},
+		func() bool { return h.logged("the lease was no longer held") }, "Consume did not settle the delivery; logged: %v", h)
 	require.Equal(t, int32(2), deliveries.Load())
 	require.True(t, h.logged("handler failed; nacking"), "logged: %v", h)
 	st := b.Stats()

@@ -19,15 +19,7 @@ import (
 // until cond holds, then ends it and requires that it returned for that.
 func consumeLogged(t *testing.T, q *broker.Queue, logs *lockedBuffer, h broker.Handler, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx(t))
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- broker.Consume(ctx, q, h, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	}()
-	require.Eventually(t, cond, 30*time.Second, time.Millisecond)
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	consumeUntil(t, q, h, broker.ConsumeOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil))}, cond)
 }
 
 // logged reports whether logs holds a record whose message contains msg
@@ -174,23 +166,15 @@ func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 			rejected, err := b.Publish(ctx(t), []byte("rejected"))
 			require.NoError(t, err)
 
-			c, cancel := context.WithCancel(ctx(t))
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- broker.Consume(c, b, func(_ context.Context, d broker.DeliveryValue) error {
-					if d.Message.ID == rejected.ID {
-						return broker.DoNotRetry(errors.New(private))
-					}
-					return errors.New(private)
-				}, broker.ConsumeOptions{Logger: logger, Concurrency: 1, Batch: 1})
-			}()
-			require.Eventually(t, func() bool {
+			consumeUntil(t, b, func(_ context.Context, d broker.DeliveryValue) error {
+				if d.Message.ID == rejected.ID {
+					return broker.DoNotRetry(errors.New(private))
+				}
+				return errors.New(private)
+			}, broker.ConsumeOptions{Logger: logger, Concurrency: 1, Batch: 1}, func() bool {
 				dls, err := b.DeadLetters(ctx(t), 10)
 				return err == nil && len(dls) == 2
-			}, 30*time.Second, time.Millisecond)
-			cancel()
-			require.ErrorIs(t, <-done, context.Canceled)
+			}, "both messages dead-lettered")
 
 			lines := map[any]int{}
 			for _, r := range logs.records(t) {

@@ -338,15 +338,8 @@ func TestAConsumerStoppedOnTheLastDeliveryLeavesADeadLetterThatSaysSo(t *testing
 // Memory tell them apart: one replay queues the message, every other one
 // is DeadLetterNotFound, and the message is receivable once.
 func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
-	type replayer interface {
-		broker.Broker
-		broker.Rejecter
-		broker.DeadLetterManager
-		Stats() broker.QueueStats
-	}
 	e := newEnv(t)
-	mem := e.memory()
-	for name, q := range map[string]replayer{"store": e.queue("jobs", policy()), "memory": mem} {
+	for name, q := range e.storeAndMemory(policy()) {
 		t.Run(name, func(t *testing.T) {
 			for round := range 20 {
 				m, err := q.Publish(ctx(t), []byte("dead"))
@@ -396,13 +389,7 @@ func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
 func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *testing.T) {
 	e := newEnv(t)
 	two := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2; p.RetryDelay = 0 })
-	mem, err := broker.NewMemory(two, broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	brokers := map[string]interface {
-		broker.Broker
-		broker.DeadLetterReader
-	}{"store": e.queue("jobs", two), "memory": mem}
-	for name, b := range brokers {
+	for name, b := range e.storeAndMemory(two) {
 		_, err := b.Publish(ctx(t), []byte("a"))
 		require.NoError(t, err)
 		ds, err := b.Receive(ctx(t), 1)
@@ -432,14 +419,7 @@ func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *test
 func TestAReplayedDeadLetterIsReceivedBeforeLaterMessages(t *testing.T) {
 	e := newEnv(t)
 	one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
-	mem, err := broker.NewMemory(one, broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	brokers := map[string]interface {
-		broker.Broker
-		broker.Rejecter
-		broker.DeadLetterManager
-	}{"store": e.queue("jobs", one), "memory": mem}
-	for name, b := range brokers {
+	for name, b := range e.storeAndMemory(one) {
 		old, err := b.Publish(ctx(t), []byte("old"))
 		require.NoError(t, err)
 		ds, err := b.Receive(ctx(t), 1)

@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -658,12 +657,8 @@ func TestDedupClockReadingSurvivesReclamationAndRebuild(t *testing.T) {
 // TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued: a duplicate's Payload
 // is nil, a new message's never is, even for an empty payload.
 func TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued(t *testing.T) {
-	type keyed interface {
-		PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error)
-	}
 	e := newEnv(t)
-	mem := e.memory()
-	for name, q := range map[string]keyed{"store": e.queue("q", policy()), "memory": mem} {
+	for name, q := range e.storeAndMemory(policy()) {
 		for _, payload := range [][]byte{nil, {}, []byte("work")} {
 			key := fmt.Sprintf("%s-%d", name, len(payload)) + fmt.Sprint(payload == nil)
 			first, err := q.PublishKeyed(ctx(t), key, payload)
@@ -684,13 +679,7 @@ func TestAKeyedPublishSaysByItsPayloadWhetherItEnqueued(t *testing.T) {
 func TestAKeyedPublishChecksItsSizeBeforeItsKey(t *testing.T) {
 	small := func(p *broker.PolicyValue) { p.MaxMessageBytes = 16 }
 	e := newEnv(t)
-	mem, err := broker.NewMemory(policy(small), broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	defer mem.Close()
-	for name, q := range map[string]interface {
-		PublishKeyed(context.Context, string, []byte) (broker.MessageValue, error)
-		Receive(context.Context, int) ([]broker.DeliveryValue, error)
-	}{"store": e.queue("jobs", policy(small)), "memory": mem} {
+	for name, q := range e.storeAndMemory(policy(small)) {
 		orig, err := q.PublishKeyed(ctx(t), "k", []byte("fits"))
 		require.NoError(t, err, name)
 		_, err = q.PublishKeyed(ctx(t), "k", make([]byte, 17))

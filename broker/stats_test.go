@@ -133,13 +133,7 @@ func TestStatsGauges(t *testing.T) {
 func TestOldestReadyIsTheEnqueueTimeOfTheNextMessageReceiveHandsOut(t *testing.T) {
 	e := newEnv(t)
 	pol := policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute })
-	mem, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	defer mem.Close()
-	for name, b := range map[string]interface {
-		broker.Broker
-		Stats() broker.QueueStats
-	}{"store": e.queue("jobs", pol), "memory": mem} {
+	for name, b := range e.storeAndMemory(pol) {
 		t.Run(name, func(t *testing.T) {
 			oldest := func() time.Time { return b.Stats().OldestReady }
 			require.True(t, oldest().IsZero(), "an empty queue")

@@ -102,10 +102,24 @@ func (e *env) queue(name string, p broker.PolicyValue) *broker.Queue {
 // to hold beside the store; it is closed when the test ends.
 func (e *env) memory() *broker.Memory {
 	e.t.Helper()
-	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now})
+	return e.memoryWith(policy())
+}
+
+// memoryWith is memory under pol.
+func (e *env) memoryWith(pol broker.PolicyValue) *broker.Memory {
+	e.t.Helper()
+	mem, err := broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = mem.Close() })
 	return mem
+}
+
+// storeAndMemory returns, under the names "store" and "memory", the
+// queue "jobs" of e's store and a Memory on e's clock, both under pol,
+// for a test that holds both brokers to one promise.
+func (e *env) storeAndMemory(pol broker.PolicyValue) map[string]fullBroker {
+	e.t.Helper()
+	return map[string]fullBroker{"store": e.queue("jobs", pol), "memory": e.memoryWith(pol)}
 }
 
 // policy is the tests' usual policy: a 30 s lease, three deliveries, a 1 s

@@ -3,7 +3,6 @@ package broker_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,16 +43,7 @@ func TestLeasesAndReceiptsSurviveRestartAsMemoryKeepsThem(t *testing.T) {
 		p.Capacity, p.DedupWindow, p.MaxMessageBytes = 10, time.Minute, 8
 	})
 	t.Logf("policy %+v", pol)
-	d := &differential{t: t, rng: rng, clock: e.clock,
-		fq: e.queue("jobs", pol), memID: map[string]string{}, seen: map[string]int{}}
-	var err error
-	d.mq, err = broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-60, 0):], "\n"))
-		}
-	})
+	d := newDifferential(t, e, rng, pol, seed, 60)
 	latest, floor := e.clock.Now(), e.clock.Now()
 	var copied int64
 	for range steps {

@@ -198,6 +198,20 @@ type differential struct {
 	seen    map[string]int // "Op SENTINEL" counts, to show what a run covered
 }
 
+// newDifferential drives e's queue "jobs" and a Memory on e's clock, both
+// under pol, choosing its operations with rng. If t fails, it logs the
+// run's seed and its last tail operations.
+func newDifferential(t *testing.T, e *env, rng *rand.Rand, pol broker.PolicyValue, seed int64, tail int) *differential {
+	d := &differential{t: t, rng: rng, clock: e.clock, fq: e.queue("jobs", pol), mq: e.memoryWith(pol),
+		memID: map[string]string{}, seen: map[string]int{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-tail, 0):], "\n"))
+		}
+	})
+	return d
+}
+
 func TestMemoryBehavesAsFileStore(t *testing.T) {
 	seed := envSeed(t, "WALBROKER_MEMORY_SEED")
 	steps := envCount(t, "WALBROKER_MEMORY_STEPS", 3000, 300)
@@ -207,16 +221,7 @@ func TestMemoryBehavesAsFileStore(t *testing.T) {
 		p.RetryDelay, p.MaxRetryDelay = 5*time.Second, 20*time.Second
 		p.Capacity, p.DedupWindow, p.MaxMessageBytes = 10, time.Minute, 8
 	})
-	d := &differential{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x3e3)), clock: e.clock,
-		fq: e.queue("jobs", pol), memID: map[string]string{}, seen: map[string]int{}}
-	var err error
-	d.mq, err = broker.NewMemory(pol, broker.MemoryOptions{Now: e.clock.Now})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-40, 0):], "\n"))
-		}
-	})
+	d := newDifferential(t, e, rand.New(rand.NewPCG(uint64(seed), 0x3e3)), pol, seed, 40)
 	for range steps {
 		d.step()
 		if t.Failed() {

@@ -37,6 +37,9 @@ type Log struct {
 	// request wakes it). One wake-up instead of one per caller keeps the
 	// writer from competing with the callers it waits for.
 	hold int
+	// kick wakes the writer (capacity 1: a wake-up already pending covers
+	// every request queued before the writer takes mu). Anyone sends on
+	// it, without blocking (wake); only the writer receives.
 	kick chan struct{}
 	// poisoned is set with err, so that Err need not take mu.
 	poisoned atomic.Bool
@@ -85,6 +88,9 @@ type seg struct {
 	closed bool // guarded by mu
 }
 
+// counters are written by the writer goroutine alone (fillsDropped and
+// fillsRushed by the preparer's), so maxPerSync's load and store need no
+// compare-and-swap; Stats reads them from any goroutine.
 type counters struct {
 	records      atomic.Int64 // records appended since open
 	writes       atomic.Int64 // batches written

@@ -18,11 +18,19 @@ import (
 // except as documented: the broker serialises access (a store-wide lock for
 // the queue table, a queue's lock for that queue's state).
 type Index struct {
-	Secret  []byte
-	Table   *Table
-	queues  map[uint32]*Queue
-	byName  map[string]*Queue
-	nextSeq atomic.Uint64 // the next message sequence to hand out
+	// Secret, queues, byName, Orphans, OnOrphan and maxQueue are the queue
+	// table: written only by Load and replay (before the index is shared)
+	// and by Declare, and read, under the caller's store-wide lock.
+	Secret []byte
+	// Table has its own lock (see Table).
+	Table  *Table
+	queues map[uint32]*Queue
+	byName map[string]*Queue
+	// nextSeq is the next message sequence to hand out. Atomic: queues
+	// draw from it under their own locks (NextSeq's compare-and-swap),
+	// and the log's writer reads it for a segment's preamble. Apply's
+	// load-then-store runs only in a replay, before the index is shared.
+	nextSeq atomic.Uint64
 	// Orphans counts message events that named no message the index held:
 	// events about messages acknowledged before their segment was removed,
 	// or whose publish salvage cut. OnOrphan, if set, is told of each.
@@ -32,11 +40,14 @@ type Index struct {
 	// an index rebuilt from the log).
 	CheckpointBytes int64
 
-	// useMu guards segs and chunks, which every queue updates.
+	// useMu guards segs and chunks, which every queue updates under its
+	// own lock. Load fills them before the index is shared.
 	useMu  sync.Mutex
 	segs   map[uint32]*SegmentUse
 	chunks map[uint64]int // live messages per table chunk
 
+	// damaged is the first damage found in the table (see Damaged): set
+	// once, by compare-and-swap, from any queue's goroutine.
 	damaged atomic.Pointer[error]
 
 	// maxQueue is the highest queue number any event applied (or the

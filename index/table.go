@@ -120,9 +120,12 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 // Close has been called. Check with errors.Is.
 var ErrClosed = errors.New("index: table closed")
 
-// Table is the entry table of one store. It is safe for concurrent use;
-// only the checkpointer (one goroutine at a time) calls Flush, and so only
-// it writes the files.
+// Table is the entry table of one store. It is safe for concurrent use,
+// with one rule: Detach (through Index.Snapshot), Flush and Remove are
+// called by one goroutine at a time, the checkpointer (the broker holds
+// its checkpoint lock around them), so only it writes the files, and
+// Flush reads the detached entries, and writes a chunk it looked up,
+// without holding mu.
 //
 // A Table that OpenTable did not make (New's, or the zero Table) has no
 // files: it holds its entries in memory, and a Flush of any entry, or a

@@ -18,9 +18,12 @@ import (
 // old segments. One goroutine does it; checkpoints from Open and Close
 // run in the caller's goroutine, serialised with it by ckptMu.
 type maintenance struct {
+	// kick, stop and done are made by startMaintenance, at the end of
+	// Open: the log's writer reads kick at each rotation (kickRotation),
+	// and every rotation before then is one Open waited for.
 	kick chan struct{} // a rotation happened, or a caller asks for a round
-	stop chan struct{}
-	done chan struct{}
+	stop chan struct{} // closed once (once) by stopMaintenance
+	done chan struct{} // closed when the maintenance goroutine returns
 	once sync.Once
 
 	// ckptMu serialises checkpoints (reclamation runs only on the

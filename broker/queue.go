@@ -33,7 +33,8 @@ type Queue struct {
 	name string
 	id   uint32
 
-	// mu guards iq, policy, signal, signalOut, shut and inflight.
+	// mu guards iq (and through it the index's state of this queue),
+	// policy, signal, signalOut, shut, inflight and diedBeforeOpen.
 	mu     sync.Mutex
 	iq     *index.Queue
 	policy PolicyValue
@@ -450,7 +451,7 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 	var orig, resv *wal.Pending
 	var bound uint64
 	if m := q.iq.Get(seq); m != nil && m.State == index.Pending {
-		if orig = q.inflightWith(seq); orig == nil {
+		if orig = q.inflightWithLocked(seq); orig == nil {
 			// Still pending but no longer queued: its append failed (a
 			// publish that succeeds commits under the lock it leaves
 			// inflight under), and the store with it. This call may have
@@ -485,10 +486,11 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 	return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
 }
 
-// inflightWith returns the append of the in-flight publish of message seq.
-// A message the index holds as Pending is always in one: the publish
-// queues its records and records them here under one hold of q.mu.
-func (q *Queue) inflightWith(seq uint64) *wal.Pending {
+// inflightWithLocked returns the append of the in-flight publish of
+// message seq. A message the index holds as Pending is always in one: the
+// publish queues its records and records them here under one hold of
+// q.mu, which the caller holds.
+func (q *Queue) inflightWithLocked(seq uint64) *wal.Pending {
 	for p, in := range q.inflight {
 		for _, e := range in.events {
 			if e.Seq == seq {

@@ -42,10 +42,14 @@ type Store struct {
 	idx  *index.Index
 	keys receiptKeys
 
-	// mu guards queues and serialises declarations.
+	// mu guards queues and the index's queue table (idx.Queue, Queues,
+	// Declare, NextQueueID), serialises declarations, and is held by
+	// whoever replaces pre.
 	mu     sync.Mutex
 	queues map[string]*Queue
-	// pre is what every new segment starts with (see preamble).
+	// pre is what every new segment starts with (see preamble): replaced
+	// whole (copy on write) under mu, loaded without a lock by the log's
+	// writer goroutine at each rotation.
 	pre atomic.Pointer[preambleSet]
 
 	// closeMu serialises Close: held for the whole of one, so that a
@@ -71,7 +75,8 @@ type Store struct {
 	over     chan struct{}
 	overOnce sync.Once
 
-	// nonceMu guards nonces, the generator of lease nonces.
+	// nonceMu guards nonces, the generator of lease nonces. A leaf: taken
+	// under a queue's lock, and nothing is taken under it.
 	nonceMu sync.Mutex
 	nonces  *mrand.ChaCha8
 
@@ -87,6 +92,8 @@ type Store struct {
 // other messages ("unique in the store, never reused"). Publishes are
 // synced under the other modes, and so are their sequences.
 type seqReservation struct {
+	// mu serialises the queueing of marks: taken under a queue's lock,
+	// before the log's (Enqueue); nothing of the broker is taken under it.
 	mu      sync.Mutex
 	pend    *wal.Pending  // the last mark queued, guarded by mu
 	queued  atomic.Uint64 // the sequence it reserves up to: written under mu, read by anyone

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -203,6 +204,17 @@ func (s *Store) checkpointLocked() error {
 	}
 	if err := index.WriteCheckpoint(s.opts.fs(), s.indexDir(), snap, chunks); err != nil {
 		return fail(err)
+	}
+	// Damage found since the snapshot, by a call on another goroutine,
+	// may have removed the checkpoint in place, its mark failing (see
+	// damaged): the checkpoint just put in place must not undo that. The
+	// damage sets failed before it touches the directory, and this looks
+	// at failed after the rename: if this finds it unset, the removal
+	// comes after the rename and takes the new checkpoint.
+	if s.foundDamage() {
+		if markErr, removeErr := s.distrustCheckpoint(); removeErr != nil {
+			return fail(errors.Join(markErr, removeErr))
+		}
 	}
 	// The checkpoint no longer names them: table files of messages all
 	// gone. A crash before this finishes leaves files Open removes.

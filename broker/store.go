@@ -858,12 +858,7 @@ func (s *Store) usable() error {
 func (s *Store) damaged(err error) error {
 	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
-		// The next open verifies the whole log and rebuilds; the
-		// checkpoint stays, to be consulted (see index.MarkSuspect).
-		var markErr, removeErr error
-		if markErr = index.MarkSuspect(s.opts.fs(), s.indexDir()); markErr != nil {
-			removeErr = index.RemoveCheckpoint(s.opts.fs(), s.indexDir())
-		}
+		markErr, removeErr := s.distrustCheckpoint()
 		s.stop(func(log *slog.Logger) {
 			log.Error("broker: damage found; close and reopen the store", "dir", s.dir, "err", err)
 			if markErr != nil {
@@ -875,6 +870,28 @@ func (s *Store) damaged(err error) error {
 		})
 	}
 	return *s.failed.Load()
+}
+
+// distrustCheckpoint makes the next Open verify the whole log and rebuild
+// the index from it: it marks the checkpoint suspect, durably (the
+// checkpoint stays, to be consulted; see index.MarkSuspect), or, when the
+// mark cannot be written, removes the checkpoint and its table files. It
+// runs on the goroutine whose call found the damage, which holds no
+// checkpoint lock (it may hold every queue's, inside a checkpoint's
+// snapshot): a checkpoint being written meanwhile calls it again once its
+// file is in place (see checkpointLocked).
+func (s *Store) distrustCheckpoint() (markErr, removeErr error) {
+	if markErr = index.MarkSuspect(s.opts.fs(), s.indexDir()); markErr != nil {
+		removeErr = index.RemoveCheckpoint(s.opts.fs(), s.indexDir())
+	}
+	return markErr, removeErr
+}
+
+// foundDamage reports whether damage stopped the store (see damaged:
+// only its failure wraps Corrupt).
+func (s *Store) foundDamage() bool {
+	p := s.failed.Load()
+	return p != nil && errors.Is(*p, Corrupt)
 }
 
 // wait waits for a queued append. Any failure stops the store: the index

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -110,4 +112,47 @@ func requireDamageRefusedAfterPowerLoss(t *testing.T, markFails bool) {
 	t.Logf("%d operations; after a power loss: %v", total, outcomes)
 	require.Positive(t, outcomes["refused"])
 	require.Positive(t, outcomes["opened; the damage found again"])
+}
+
+// Damage found while a checkpoint is being written, when the mark cannot
+// be written either: the store removes the checkpoint instead, and the
+// checkpoint being written must not put one back. The checkpoint is
+// Close's; the damage is found by a Receive made, on a goroutine of its
+// own, while that checkpoint holds no queue's lock (between its snapshot
+// and the table's flush). Both write the index directory: it is the
+// checkpointer that must look again once its checkpoint is in place.
+func TestDamageFoundDuringACheckpointStillRemovesTheCheckpointWhenTheMarkFails(t *testing.T) {
+	e, _, _, file := corruptLog(t)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	o := e.opts
+	o.FS = ffs
+	broker.ManualMaintenance(&o)
+	s, err := broker.Open(e.dir, o)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", policy())
+	require.NoError(t, err)
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "SUSPECT", Err: syscall.EIO})
+	var once sync.Once
+	var found error
+	ffs.Observe(func(ev vfs.Event) {
+		if ev.Op != vfs.OpOpen || !strings.Contains(ev.Name, "CHECKPOINTING") {
+			return
+		}
+		once.Do(func() {
+			done := make(chan error)
+			go func() {
+				_, err := q.Receive(ctx(t), 10)
+				done <- err
+			}()
+			found = <-done
+		})
+	})
+	require.NoError(t, s.Close(), "a store stopped by damage closes without error")
+	requireErrorIs(t, found, broker.Corrupt, file)
+	_, err = os.Stat(filepath.Join(e.dir, "index", "SUSPECT"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the mark failed")
+	_, err = os.Stat(filepath.Join(e.dir, "index", "checkpoint"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the checkpoint Close wrote after the damage was found came back")
+	_, err = broker.Open(e.dir, e.opts)
+	requireErrorIs(t, err, broker.Corrupt, file)
 }

@@ -63,12 +63,17 @@ type Queue struct {
 	deaths jetstream.Stream
 
 	// deathSub hears the republished MAX_DELIVERIES advisories and sets
-	// unburied (as does a sweep that leaves suspects); lastSweep is when the last sweep began; sweepMu
-	// serialises sweeps (see dead.go).
+	// unburied (as does a sweep that leaves suspects). It is made before
+	// the Queue is shared, and from then on guarded by mu: close ends it
+	// and clears it under mu. lastSweep is when the last sweep began.
 	deathSub  *nats.Subscription
 	unburied  atomic.Bool
 	lastSweep atomic.Int64 // Unix nanoseconds
-	sweepMu   sync.Mutex
+	// sweepMu serialises sweeps (see dead.go). Lock order: sweepMu
+	// before mu, and the Store's mu before mu (a re-declaration sets the
+	// policy); sweepMu and the Store's mu are never held together, and no
+	// call holds mu while it takes another lock.
+	sweepMu sync.Mutex
 	// suspects, guarded by sweepMu, are the messages the last sweep found
 	// at or below the consumer's ack floor, with when a sweep first did
 	// (see sweepAbandoned).

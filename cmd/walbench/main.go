@@ -142,8 +142,8 @@ const repeatedSignal = 200 * time.Millisecond
 // walbench made and has not completed or removed itself. Never a file
 // walbench did not make. Safe for concurrent use.
 type leftovers struct {
-	mu    sync.Mutex
-	paths map[string]bool
+	mu    sync.Mutex      // guards paths
+	paths map[string]bool // made and not yet completed or removed
 }
 
 // add records path, and returns the function that withdraws it (the run

@@ -139,7 +139,7 @@ type mixedRun struct {
 	inWindow atomic.Int64 // of consumed, those handled while the window was open
 
 	e2eMu     sync.Mutex
-	e2e       *hdr.Histogram   // guarded by e2eMu
+	e2e       *hdr.Histogram   // guarded by e2eMu while Consume runs; row reads it once Consume returned
 	consumed  atomic.Int64     // the window's, handled
 	published atomic.Int64     // started in the window, returned
 	late      atomic.Int64     // scheduled before the window closed, started after it, returned

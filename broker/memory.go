@@ -55,6 +55,9 @@ type MemoryOptions struct {
 type Memory struct {
 	opts MemoryOptions
 	keys receiptKeys // this queue's secret: another queue's receipts do not verify
+	// over is closed by Close, under mu (see ender). Never replaced, so
+	// ended reads it without mu.
+	over chan struct{}
 
 	// mu guards every field below it.
 	mu       sync.Mutex
@@ -64,7 +67,6 @@ type Memory struct {
 	nonces   *rand.Rand
 	st       memState
 	signal   chan struct{} // closed by the next event that may make a message receivable
-	over     chan struct{} // closed by Close (see ender)
 	counters memCounters
 }
 

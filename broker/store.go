@@ -506,7 +506,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			if !ok {
 				return nil, fmt.Errorf("broker: queue %q: every queue number is taken: %w", name, QueueMisconfigured)
 			}
-			if err := s.declare(id, name, rec); err != nil {
+			if err := s.declareLocked(id, name, rec); err != nil {
 				return nil, err
 			}
 			var err error
@@ -545,7 +545,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		if err := q.waitAll(q.enqueueLocked(recs)); err != nil {
 			return nil, err
 		}
-		if err := s.declare(q.iq.ID, name, rec); err != nil {
+		if err := s.declareLocked(q.iq.ID, name, rec); err != nil {
 			return nil, err
 		}
 		if _, err := s.idx.Declare(q.iq.ID, name, rec); err != nil {
@@ -559,11 +559,11 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	return q, nil
 }
 
-// declare writes a queue's declaration and waits until it is durable. The
-// preamble of later segments carries it from before it is queued, so no
-// segment can hold an event of the queue without its declaration before
-// it. The caller holds s.mu.
-func (s *Store) declare(id uint32, name string, p index.Policy) error {
+// declareLocked writes a queue's declaration and waits until it is
+// durable. The preamble of later segments carries it from before it is
+// queued, so no segment can hold an event of the queue without its
+// declaration before it. The caller holds s.mu.
+func (s *Store) declareLocked(id uint32, name string, p index.Policy) error {
 	rec := declareRecord(id, name, p)
 	old := s.pre.Load()
 	next := &preambleSet{recs: old.recs, ids: old.ids, size: old.size, queues: old.queues}

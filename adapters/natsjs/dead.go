@@ -159,15 +159,15 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 		}
 		seq = raw.Sequence + 1
 	}
-	if err := q.sweepAbandoned(ctx); err != nil {
+	if err := q.sweepAbandonedLocked(ctx); err != nil {
 		return err
 	}
 	done = true
 	return nil
 }
 
-// sweepAbandoned buries the messages the consumer gave up on without an
-// advisory any stream stored. The server drops an advisory nothing
+// sweepAbandonedLocked buries the messages the consumer gave up on
+// without an advisory any stream stored. The server drops an advisory nothing
 // listens for, and a restarted server restores its streams in parallel:
 // its consumer can notice a lapse from before the restart, and give the
 // message up, before the deaths stream listens again. Such a message
@@ -188,7 +188,7 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 // instant of the lapse and count were never told. A message that already
 // has a dead-letter record (a bury that stopped before its delete) is
 // only deleted. Called with sweepMu held.
-func (q *Queue) sweepAbandoned(ctx context.Context) error {
+func (q *Queue) sweepAbandonedLocked(ctx context.Context) error {
 	ci, err := q.cons.Info(ctx)
 	if err != nil {
 		return q.connError("read the consumer's state", err)
@@ -243,12 +243,12 @@ func (q *Queue) sweepAbandoned(ctx context.Context) error {
 }
 
 // abandonGrace is how long a message must stay given up before
-// sweepAbandoned buries it.
+// sweepAbandonedLocked buries it.
 const abandonGrace = time.Second
 
 // buryAbandoned dead-letters raw, a message of the work stream the
-// consumer gave up on; see sweepAbandoned. Its Deliveries is the count at
-// death (broker.DeadLetterValue): that of the lapsed lease this Queue
+// consumer gave up on; see sweepAbandonedLocked. Its Deliveries is the
+// count at death (broker.DeadLetterValue): that of the lapsed lease this Queue
 // holds when it was the last delivery, which exceeds the policy's when
 // MaxDeliveries was lowered during the lease, as the file store records
 // it; else deliveries, the policy's MaxDeliveries, which is the server's

@@ -76,7 +76,7 @@ type Queue struct {
 	sweepMu sync.Mutex
 	// suspects, guarded by sweepMu, are the messages the last sweep found
 	// at or below the consumer's ack floor, with when a sweep first did
-	// (see sweepAbandoned).
+	// (see sweepAbandonedLocked).
 	suspects map[uint64]time.Time
 
 	// mu guards everything below.

@@ -876,10 +876,11 @@ func (s *Store) damaged(err error) error {
 // the index from it: it marks the checkpoint suspect, durably (the
 // checkpoint stays, to be consulted; see index.MarkSuspect), or, when the
 // mark cannot be written, removes the checkpoint and its table files. It
-// runs on the goroutine whose call found the damage, which holds no
-// checkpoint lock (it may hold every queue's, inside a checkpoint's
-// snapshot): a checkpoint being written meanwhile calls it again once its
-// file is in place (see checkpointLocked).
+// runs on the goroutine whose call found the damage, which cannot take
+// ckptMu (it may hold it already, inside a checkpoint's snapshot, or hold
+// a queue's lock, which comes after ckptMu): a checkpoint being written
+// meanwhile calls it again once its file is in place (see
+// checkpointLocked).
 func (s *Store) distrustCheckpoint() (markErr, removeErr error) {
 	if markErr = index.MarkSuspect(s.opts.fs(), s.indexDir()); markErr != nil {
 		removeErr = index.RemoveCheckpoint(s.opts.fs(), s.indexDir())

@@ -498,6 +498,13 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Again, under s.mu: a store that closes or fails sets closed or
+	// failed, then shuts every queue's wake signal under s.mu
+	// (shutQueues). A queue made after that, by a call that looked
+	// before, would have a signal nothing ever closes.
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	q := s.queues[name]
 	if q == nil {
 		iq := s.idx.Queue(name)

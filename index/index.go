@@ -19,8 +19,9 @@ import (
 // the queue table, a queue's lock for that queue's state).
 type Index struct {
 	// Secret, queues, byName, Orphans, OnOrphan and maxQueue are the queue
-	// table: written only by Load and replay (before the index is shared)
-	// and by Declare, and read, under the caller's store-wide lock.
+	// table. Once the index is shared (after Load and the replay), only
+	// Declare writes them, and they are read and written under the
+	// caller's store-wide lock (the broker's Store.mu).
 	Secret []byte
 	// Table has its own lock (see Table).
 	Table  *Table

@@ -76,6 +76,9 @@ type Store struct {
 	opts   Options
 	key    []byte // receipts' MAC key: random, never leaves the process
 	origin string // random id stamped on this Store's publishes (see wake.go)
+	// closed is set once, by Close, before it takes mu to close the
+	// queues; Queue looks at it under mu, so that every queue is either
+	// refused or made before Close lists them.
 	closed atomic.Bool
 
 	// mu guards queues.

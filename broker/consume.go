@@ -230,6 +230,8 @@ func (c *consumer) graceful(ctx context.Context) (context.Context, func()) {
 		return ctx, func() {}
 	}
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	// mu guards timer and ended, which the AfterFunc's goroutine (ctx
+	// ended) and Consume's return (the func returned) both touch.
 	var mu sync.Mutex
 	var timer *time.Timer
 	ended := false

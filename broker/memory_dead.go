@@ -8,7 +8,8 @@ import (
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first,
 // without removing them; see [DeadLetterReader]. Each carries a copy of
-// its payload.
+// its payload. As with [Queue.DeadLetters], there is no cursor: a call
+// returns the oldest ones again.
 func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
 	if q == nil {
 		return nil, nilReceiver("Memory")
@@ -38,14 +39,14 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 	return out, nil
 }
 
-// ReplayDeadLetter moves dead letter id back into the queue, receivable at
-// once, with its delivery count reset; it keeps its ID, payload and
-// EnqueuedAt (so Receive hands it out before every message published after
-// it), and closes the Wake signal. Replays of one dead letter
-// racing each other queue it once: one returns nil, the others
-// [DeadLetterNotFound]. A queue at its Capacity refuses it ([QueueFull],
-// not counted as shed) and the dead letter stays as it was. See
-// [DeadLetterManager].
+// ReplayDeadLetter moves dead letter id (its Message.ID, as DeadLetters
+// returns it) back into the queue, receivable at once, with its delivery
+// count reset; it keeps its ID, payload and EnqueuedAt (so Receive hands it
+// out before every message published after it), and closes the Wake
+// signal. Replays of one dead letter racing each other queue it once: one
+// returns nil, the others [DeadLetterNotFound]. A queue at its Capacity
+// refuses it ([QueueFull], not counted as shed) and the dead letter stays
+// as it was. See [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Memory")
@@ -67,8 +68,8 @@ func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 	return nil
 }
 
-// DeleteDeadLetter removes dead letter id for good, payload and all; see
-// [DeadLetterManager].
+// DeleteDeadLetter removes dead letter id (its Message.ID) for good,
+// payload and all; see [DeadLetterManager].
 func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Memory")

@@ -10,7 +10,10 @@ import (
 )
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first, without
-// removing them; see DeadLetterReader.
+// removing them; see DeadLetterReader. There is no cursor: a call returns
+// the oldest ones again, so reading past them takes a larger max
+// (Stats().DeadLetters counts them all), or replaying or deleting those
+// read.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
 	if q == nil {
 		return nil, nilReceiver("Queue")
@@ -60,14 +63,14 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 	return out, nil
 }
 
-// ReplayDeadLetter moves dead letter id back into the queue, receivable at
-// once, with its delivery count reset; it keeps its ID, payload and
-// EnqueuedAt, so Receive hands it out before every message published after
-// it (replaying a backlog of dead letters puts it ahead of new work). It
-// closes the Wake signal. Replays of one dead letter racing
-// each other queue it once: one returns nil, the others
-// DeadLetterNotFound. A queue at its Capacity refuses it (QueueFull, not
-// counted as shed) and the dead letter stays as it was. See
+// ReplayDeadLetter moves dead letter id (its Message.ID, as DeadLetters
+// returns it) back into the queue, receivable at once, with its delivery
+// count reset; it keeps its ID, payload and EnqueuedAt, so Receive hands it
+// out before every message published after it (replaying a backlog of dead
+// letters puts it ahead of new work). It closes the Wake signal. Replays of
+// one dead letter racing each other queue it once: one returns nil, the
+// others DeadLetterNotFound. A queue at its Capacity refuses it (QueueFull,
+// not counted as shed) and the dead letter stays as it was. See
 // DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
@@ -76,11 +79,11 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	return q.changeDeadLetter(ctx, id, index.KindReplay)
 }
 
-// DeleteDeadLetter removes dead letter id for good; see DeadLetterManager.
-// No call returns it again, but deleting is not erasing: its payload's
-// bytes stay in the log's segment files until the store reclaims their
-// space (once no live record needs the segment), and in every Backup taken
-// before.
+// DeleteDeadLetter removes dead letter id (its Message.ID) for good; see
+// DeadLetterManager. No call returns it again, but deleting is not erasing:
+// its payload's bytes stay in the log's segment files until the store
+// reclaims their space (once no live record needs the segment), and in
+// every Backup taken before.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")

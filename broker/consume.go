@@ -25,10 +25,15 @@ const MaxConsumeConcurrency = 1 << 16
 type ConsumeOptions struct {
 	// Batch is the most messages one Receive asks for. Zero means 1;
 	// negative is refused ([InvalidBatchSize]). Consume never asks for more
-	// than there are free handler slots.
+	// than there are free handler slots. Zero is 1 whatever Concurrency
+	// is: with Concurrency set and Batch not, each Receive leases one
+	// message, which over a [*Queue] under [SyncAll] waits for an
+	// fdatasync of its own; Batch equal to Concurrency lets one Receive
+	// fill every free slot at once.
 	Batch int
 	// Concurrency is how many handlers run at once. Zero means 1; negative,
 	// or above [MaxConsumeConcurrency], is refused ([InvalidBatchSize]).
+	// Batch bounds how many of them one Receive fills.
 	Concurrency int
 	// PollInterval is how long Consume waits after an empty Receive when
 	// the broker is not a [Waker], and after a Receive error other than

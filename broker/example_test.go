@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -161,4 +163,90 @@ func ExampleStore_Backup() {
 	// Output:
 	// ship order 1
 	// the copy knows the key: true
+}
+
+// Fail deliveries in Consume: an error is retried until MaxDeliveries, and
+// one marked with DoNotRetry is dead-lettered at once. Then read the dead
+// letters, with the reason, code and public text each failure carried,
+// and replay one.
+func ExampleQueue_DeadLetters() {
+	dir, err := os.MkdirTemp("", "walbroker-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := broker.Open(dir, broker.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	payments, err := store.Queue("payments", broker.PolicyValue{
+		VisibilityTimeout: 30 * time.Second,
+		MaxDeliveries:     2, // the second failure dead-letters
+		// No RetryDelay: a nacked message is receivable again at once.
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, p := range []string{"pay 17", "pay 18 (gateway down)", "pay ??"} {
+		if _, err := payments.Publish(ctx, []byte(p)); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// A program's own codes take a domain other than 7 (see NewError). The
+	// private half ("dial ...") goes to ConsumeOptions.Logger, never to disk.
+	gatewayDown := broker.NewError("GATEWAY_DOWN", 0x01000001, "the payment gateway did not answer", "dial tcp 10.0.0.7:443: connection refused")
+	malformed := broker.NewError("MALFORMED", 0x01000002, "the payment cannot be parsed", "")
+
+	cctx, stop := context.WithCancel(ctx)
+	settled := 0
+	err = broker.Consume(cctx, payments, func(ctx context.Context, d broker.DeliveryValue) error {
+		var result error
+		switch string(d.Message.Payload) {
+		case "pay 18 (gateway down)":
+			result = gatewayDown // nacked, and tried again until MaxDeliveries
+		case "pay ??":
+			result = broker.DoNotRetry(malformed) // dead-lettered now
+		}
+		// Each message's last delivery is an ack, a rejection, or a failure
+		// on delivery MaxDeliveries; after the third, stop.
+		if result == nil || broker.IsDoNotRetry(result) || d.Deliveries == 2 {
+			if settled++; settled == 3 {
+				stop() // Consume returns once this delivery is settled
+			}
+		}
+		return result
+	}, broker.ConsumeOptions{})
+	if !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+
+	dead, err := payments.DeadLetters(ctx, 10) // oldest FailedAt first
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The two failures were settled concurrently: sort for a stable output.
+	slices.SortFunc(dead, func(a, b broker.DeadLetterValue) int { return bytes.Compare(a.Message.Payload, b.Message.Payload) })
+	for _, dl := range dead {
+		fmt.Printf("%s: %s %s %q, deliveries %d\n", dl.Message.Payload, dl.Reason, broker.FormatCode(dl.Code), dl.Cause, dl.Deliveries)
+	}
+
+	// The gateway is back: replay its dead letter, by its message's ID.
+	if err := payments.ReplayDeadLetter(ctx, dead[0].Message.ID); err != nil {
+		log.Fatal(err)
+	}
+	ds, err := payments.Receive(ctx, 10)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("replayed: %s, delivery %d\n", ds[0].Message.Payload, ds[0].Deliveries)
+	st := payments.Stats()
+	fmt.Println("acked:", st.Acked, "nacked:", st.Nacked, "rejected:", st.Rejected, "dead letters:", st.DeadLetters)
+	// Output:
+	// pay 18 (gateway down): GATEWAY_DOWN 1.0.0.1 "the payment gateway did not answer", deliveries 2
+	// pay ??: MALFORMED 1.0.0.2 "the payment cannot be parsed", deliveries 1
+	// replayed: pay 18 (gateway down), delivery 1
+	// acked: 1 nacked: 2 rejected: 1 dead letters: 1
 }

@@ -2,6 +2,13 @@
 // value types every broker of this module implements), the file-backed
 // store that implements it ([Open], [Store], [Queue]), its errors, the
 // classified-cause rule (see [Error]), and [Consume], the consumer loop.
+// [NewMemory] is the same port in memory, for tests.
+//
+// A program opens a store with [Open], declares its queues with
+// [Store.Queue], publishes with [Queue.Publish] (or [Queue.PublishKeyed],
+// once per key within the queue's DedupWindow) and consumes with
+// [Consume]; the examples show each, and what a handler returns to retry a
+// message or to dead-letter it.
 package broker
 
 import (

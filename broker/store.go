@@ -472,7 +472,9 @@ func openError(dir string, salvage bool, err error) error {
 // Queue returns the queue named name, declaring it with policy the first
 // time. Calling it again with a different policy applies the new policy
 // from then on (the change is written to the log). The same *Queue is
-// returned for a name every time.
+// returned for a name every time. After Open, a queue the store already
+// holds is reached the same way, with its policy again (Queues lists the
+// names): its messages, dead letters and dedup keys are as they were.
 //
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails

@@ -476,6 +476,11 @@ func openError(dir string, salvage bool, err error) error {
 // holds is reached the same way, with its policy again (Queues lists the
 // names): its messages, dead letters and dedup keys are as they were.
 //
+// A message that has had as many deliveries as a lowered MaxDeliveries,
+// or more, is not dead-lettered by the change: the delivery it is on, or
+// else its next one, is its last (so its dead letter may count more
+// deliveries than the new MaxDeliveries).
+//
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails
 // Validate or whose MaxMessageBytes could not fit in one log segment.

@@ -183,6 +183,10 @@ func (osFS) Lock(name string) (io.Closer, error) {
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			if h := strings.TrimSpace(string(holder[:n])); h != "" && utf8.ValidString(h) {
+				if h == lockHolder() {
+					// The caller's own pid reads like someone else's.
+					h = "this process, " + h + ": an earlier Open of it is still open"
+				}
 				return nil, fmt.Errorf("%s (held by %s): %w", name, h, ErrLocked)
 			}
 			return nil, fmt.Errorf("%s: %w", name, ErrLocked)
@@ -191,9 +195,8 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	}
 	// Who holds it, for the error of the next one to try (not synced: a
 	// lock dies with its process, and a stale line names a process gone).
-	host, _ := os.Hostname()
 	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s\n", os.Getpid(), host)), 0)
+		_, _ = f.WriteAt([]byte(lockHolder()+"\n"), 0)
 	}
 	return f, nil
 }
@@ -221,3 +224,10 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 }
 
 func (f osFile) Name() string { return f.File.Name() }
+
+// lockHolder is the line a lock's holder writes into the file it locked:
+// this process's pid and host.
+func lockHolder() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("pid %d on %s", os.Getpid(), host)
+}

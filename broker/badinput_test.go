@@ -227,13 +227,13 @@ func TestEveryRefusedCallLeavesTheBrokerAsItWas(t *testing.T) {
 			sentinel error
 			mentions []string
 		}{
-			{"oversized publish", func() error { _, err := b.Publish(ctx(t), big); return err }, broker.MessageTooLarge, []string{"101", "100"}},
-			{"oversized keyed publish", func() error { _, err := b.PublishKeyed(ctx(t), "k", big); return err }, broker.MessageTooLarge, []string{"101"}},
+			{"oversized publish", func() error { _, err := b.Publish(ctx(t), big); return err }, broker.MessageTooLarge, []string{"payload is 101 bytes", "100"}},
+			{"oversized keyed publish", func() error { _, err := b.PublishKeyed(ctx(t), "k", big); return err }, broker.MessageTooLarge, []string{"payload is 101 bytes"}},
 			{"empty key", func() error { _, err := b.PublishKeyed(ctx(t), "", nil); return err }, broker.InvalidDedupKey, []string{"0 bytes", "1 to 256"}},
 			{"long key", func() error { _, err := b.PublishKeyed(ctx(t), strings.Repeat("k", 257), nil); return err }, broker.InvalidDedupKey, []string{"257 bytes"}},
 			{"nil batch", func() error { _, err := b.PublishBatch(ctx(t), nil); return err }, broker.InvalidBatchSize, []string{"empty batch"}},
 			{"empty batch", func() error { _, err := b.PublishBatch(ctx(t), [][]byte{}); return err }, broker.InvalidBatchSize, []string{"empty batch"}},
-			{"batch with one oversized", func() error { _, err := b.PublishBatch(ctx(t), [][]byte{nil, big}); return err }, broker.MessageTooLarge, []string{"payload 1", "101"}},
+			{"batch with one oversized", func() error { _, err := b.PublishBatch(ctx(t), [][]byte{nil, big}); return err }, broker.MessageTooLarge, []string{"payload 1 of the batch of 2 is 101 bytes"}},
 			{"Receive 0", func() error { _, err := b.Receive(ctx(t), 0); return err }, broker.InvalidBatchSize, []string{"max 0"}},
 			{"Receive -1", func() error { _, err := b.Receive(ctx(t), -1); return err }, broker.InvalidBatchSize, []string{"max -1"}},
 			{"Receive MinInt", func() error { _, err := b.Receive(ctx(t), math.MinInt); return err }, broker.InvalidBatchSize, []string{"must be positive"}},

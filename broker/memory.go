@@ -283,7 +283,7 @@ func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
 func tooLargeFor(payloads [][]byte, limit int) error {
 	for i, p := range payloads {
 		if len(p) > limit {
-			return fmt.Errorf("broker: memory queue: payload %d is %d bytes, MaxMessageBytes is %d: %w", i, len(p), limit, MessageTooLarge)
+			return fmt.Errorf("broker: memory queue: %s is %d bytes, MaxMessageBytes is %d: %w", payloadName(i, len(payloads)), len(p), limit, MessageTooLarge)
 		}
 	}
 	return nil

@@ -274,10 +274,19 @@ func (q *Queue) tooLarge(payloads [][]byte) error {
 	q.mu.Unlock()
 	for i, p := range payloads {
 		if len(p) > limit {
-			return fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
+			return fmt.Errorf("broker: queue %s: %s is %d bytes, MaxMessageBytes is %d: %w", q.name, payloadName(i, len(payloads)), len(p), limit, MessageTooLarge)
 		}
 	}
 	return nil
+}
+
+// payloadName names payload i of n in an error: "payload" for a single
+// publish, "payload i of the batch of n" for a batch's.
+func payloadName(i, n int) string {
+	if n == 1 {
+		return "payload"
+	}
+	return fmt.Sprintf("payload %d of the batch of %d", i, n)
 }
 
 // publish publishes payloads and returns their messages in out, which has
@@ -320,7 +329,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	for i, p := range payloads {
 		if len(p) > limit {
 			q.mu.Unlock()
-			return nil, fmt.Errorf("broker: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(p), limit, MessageTooLarge)
+			return nil, fmt.Errorf("broker: queue %s: %s is %d bytes, MaxMessageBytes is %d: %w", q.name, payloadName(i, len(payloads)), len(p), limit, MessageTooLarge)
 		}
 	}
 	// The broker accepts the messages now, under the lock that orders the

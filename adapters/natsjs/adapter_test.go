@@ -494,7 +494,7 @@ func TestAPayloadOverTheServersBoundSaysSo(t *testing.T) {
 		t.Fatalf("a payload one byte over the server's max_payload less 8 KiB: %v, want MessageTooLarge", err)
 	}
 	text := err.Error()
-	for _, want := range []string{"max_payload", strconv.Itoa(testMaxPayload), strconv.Itoa(testMaxPayload - 8<<10), "server"} {
+	for _, want := range []string{"payload is", "max_payload", strconv.Itoa(testMaxPayload), strconv.Itoa(testMaxPayload - 8<<10), "server"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("error %q does not name %q", text, want)
 		}

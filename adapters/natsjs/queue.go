@@ -168,7 +168,7 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.MessageValue{}, err
 	}
-	if err := q.checkSize(q.currentPolicy(), 0, payload); err != nil {
+	if err := q.checkSize(q.currentPolicy(), 0, 1, payload); err != nil {
 		return broker.MessageValue{}, err
 	}
 	now := unixTime(time.Now())
@@ -216,7 +216,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		return broker.MessageValue{}, err
 	}
 	policy := q.currentPolicy()
-	if err := q.checkSize(policy, 0, payload); err != nil {
+	if err := q.checkSize(policy, 0, 1, payload); err != nil {
 		return broker.MessageValue{}, err
 	}
 	window := dedupWindow(policy)
@@ -410,7 +410,7 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.M
 	}
 	policy := q.currentPolicy()
 	for i, p := range payloads {
-		if err := q.checkSize(policy, i, p); err != nil {
+		if err := q.checkSize(policy, i, len(payloads), p); err != nil {
 			return nil, err
 		}
 	}
@@ -522,19 +522,29 @@ func (q *Queue) message(payload []byte, enqueued time.Time) *nats.Msg {
 // broker.MaxPublicBytes), Go-quoted, which can make each byte four
 // (about 5 KiB in all). A payload the queue takes must be one it can
 // dead-letter with any cause.
-func (q *Queue) checkSize(p broker.PolicyValue, i int, payload []byte) error {
+func (q *Queue) checkSize(p broker.PolicyValue, i, n int, payload []byte) error {
 	limit := p.MaxMessageBytes
 	if limit <= 0 {
 		limit = broker.DefaultMaxMessageBytes
 	}
 	if len(payload) > limit {
-		return fmt.Errorf("natsjs: queue %s: payload %d is %d bytes, MaxMessageBytes is %d: %w", q.name, i, len(payload), limit, broker.MessageTooLarge)
+		return fmt.Errorf("natsjs: queue %s: %s is %d bytes, MaxMessageBytes is %d: %w", q.name, payloadName(i, n), len(payload), limit, broker.MessageTooLarge)
 	}
 	if maxPayload := int(q.s.nc.MaxPayload()); len(payload) > maxPayload-headerRoom {
-		return fmt.Errorf("natsjs: queue %s: payload %d is %d bytes, over the %d the server takes: its max_payload, %d bytes as it announced to this connection, less %d for headers: %w",
-			q.name, i, len(payload), maxPayload-headerRoom, maxPayload, headerRoom, serverTooLarge)
+		return fmt.Errorf("natsjs: queue %s: %s is %d bytes, over the %d the server takes: its max_payload, %d bytes as it announced to this connection, less %d for headers: %w",
+			q.name, payloadName(i, n), len(payload), maxPayload-headerRoom, maxPayload, headerRoom, serverTooLarge)
 	}
 	return nil
+}
+
+// payloadName names payload i of n in an error: "payload" for a single
+// publish, "payload i of the batch of n" for a batch's (as the broker
+// package's errors do).
+func payloadName(i, n int) string {
+	if n == 1 {
+		return "payload"
+	}
+	return fmt.Sprintf("payload %d of the batch of %d", i, n)
 }
 
 // serverTooLarge is broker.MessageTooLarge (the same reason and code, so

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -331,6 +332,33 @@ type RecoveryReport struct {
 	IndexRebuilt bool
 	// Replayed is the number of log records replayed.
 	Replayed int
+}
+
+// String says what Open found and did in one line, for a log: the records
+// replayed, then each repair, if any ("clean" when there was none).
+func (r RecoveryReport) String() string {
+	parts := []string{fmt.Sprintf("replayed %d records", r.Replayed)}
+	if r.IndexRebuilt {
+		parts = append(parts, "index rebuilt from the whole log")
+	}
+	if r.TornTail {
+		parts = append(parts, "torn tail cut off (never acknowledged)")
+	}
+	if r.SalvagedSpans > 0 {
+		parts = append(parts, fmt.Sprintf("salvage skipped %d damaged spans, copies in %s", r.SalvagedSpans, strings.Join(r.SalvageCopies, ", ")))
+	}
+	if n := len(r.LostMessages); n > 0 {
+		const shown = 10 // the rest are in LostMessages
+		ids := strings.Join(r.LostMessages[:min(n, shown)], ", ")
+		if n > shown {
+			ids += fmt.Sprintf(" and %d more", n-shown)
+		}
+		parts = append(parts, fmt.Sprintf("%d messages lost: %s", n, ids))
+	}
+	if len(parts) == 1 {
+		parts = append(parts, "clean")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Recovery returns what Open found and did.

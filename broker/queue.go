@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -552,8 +553,13 @@ func (q *Queue) payload(pos wal.Position) ([]byte, error) {
 		return nil
 	})
 	if err != nil {
-		if q.s.closed.Load() {
-			// Close unmapped the log while this call was finishing.
+		if errors.Is(err, wal.ErrClosed) {
+			// Not expected: the caller holds removeMu shared from the
+			// position to here, and Close closes the log only once it
+			// has removeMu. Asked, rather than whether Close has set
+			// closed: it sets closed before it waits for removeMu, and a
+			// read that fails meanwhile found damage, which must stop
+			// the store and mark the checkpoint suspect all the same.
 			return nil, fmt.Errorf("broker: store %s: %w", q.s.dir, Closed)
 		}
 		// The log is damaged where the last open did not look (see

@@ -29,3 +29,11 @@ const AbandonGrace = abandonGrace
 // Unburied reports whether q was told of a death (or failed a sweep) and
 // has not swept for it since.
 func (q *Queue) Unburied() bool { return q.unburied.Load() }
+
+// HoldAfterTell makes hold run after each acknowledgement a call sends to
+// the server (Ack, Nack, Extend, ...), and returns what restores the
+// default.
+func HoldAfterTell(hold func()) (restore func()) {
+	afterTell = hold
+	return func() { afterTell = func() {} }
+}

@@ -549,3 +549,21 @@ func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 		t.Fatalf("dead letters %+v, want the one of %s", dls, m.ID)
 	}
 }
+
+// TestALeaseLookedAtAfterCloseIsClosed: a call that passed begin before
+// Close and looks at its lease after it (Ack, Nack, Reject, Extend) is
+// told Closed, not LeaseExpired: Close forgot the leases, but the lease
+// is held on the server until it lapses.
+func TestALeaseLookedAtAfterCloseIsClosed(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	q := &Queue{s: &Store{key: []byte("0123456789abcdef0123456789abcdef")}, name: "a", n: newNames("P", "a"),
+		leases: map[uint64]*lease{42: {nonce: 7, expiresAt: now.Add(time.Hour)}}, retries: map[uint64]time.Time{}}
+	r := q.receipt(42, 7)
+	if _, _, err := q.liveLocked(r, now); err != nil {
+		t.Fatalf("before Close: %v, want the lease", err)
+	}
+	q.closed, q.leases = true, map[uint64]*lease{} // as Queue.close leaves it
+	if _, _, err := q.liveLocked(r, now); !errors.Is(err, broker.Closed) || errors.Is(err, broker.LeaseExpired) {
+		t.Fatalf("after Close: %v, want Closed", err)
+	}
+}

@@ -76,13 +76,20 @@ func (q *Queue) parseReceipt(r broker.ReceiptValue) (seq, nonce uint64, err erro
 }
 
 // liveLocked returns the lease r names if it is live at now: UnknownReceipt
-// for a receipt this Queue did not issue, LeaseExpired for one whose lease
-// lapsed (at ExpiresAt exactly), was replaced by Extend, or was ended by
-// Ack, Nack or Reject. The caller holds q.mu.
+// for a receipt this Queue did not issue, Closed once the Queue is closed,
+// LeaseExpired for one whose lease lapsed (at ExpiresAt exactly), was
+// replaced by Extend, or was ended by Ack, Nack or Reject. The caller
+// holds q.mu.
 func (q *Queue) liveLocked(r broker.ReceiptValue, now time.Time) (uint64, *lease, error) {
 	seq, nonce, err := q.parseReceipt(r)
 	if err != nil {
 		return 0, nil, err
+	}
+	if q.closed {
+		// Close ran since the call's begin, and forgot the leases: the
+		// lease may well be held on the server still (until it lapses),
+		// so the call is told why it is refused, not LeaseExpired.
+		return 0, nil, q.closedError()
 	}
 	l := q.leases[seq]
 	if l == nil || l.nonce != nonce || !now.Before(l.expiresAt) {
@@ -220,6 +227,12 @@ func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) broker.Deliv
 	}
 }
 
+// closedError is what a call that began before Close, and finds the Queue
+// closed, returns.
+func (q *Queue) closedError() error {
+	return fmt.Errorf("natsjs: queue %s: the store is closed: %w", q.name, broker.Closed)
+}
+
 // Ack removes the leased message for good; see broker.Broker. It returns
 // once the server confirmed the acknowledgement.
 func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
@@ -342,6 +355,12 @@ func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time
 	next.nonce, next.expiresAt = nonces.Add(1), at
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		// Close ran during the request and forgot the leases: no receipt
+		// of this Queue is honoured any more. The server's deadline moved
+		// all the same; the message waits for it.
+		return broker.LeaseValue{}, q.closedError()
+	}
 	if q.leases[seq] != l {
 		// Ended by a concurrent Ack, Nack, Reject or Extend meanwhile.
 		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: message %s: the lease is no longer held: %w", q.name, l.id, broker.LeaseExpired)
@@ -357,8 +376,13 @@ func (q *Queue) tell(ctx context.Context, reply, body string) error {
 	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
 	_, err := q.s.nc.RequestWithContext(ctx, reply, []byte(body))
+	afterTell()
 	return err
 }
+
+// afterTell runs after each acknowledgement sent to the server; tests
+// close the Store there.
+var afterTell = func() {}
 
 const (
 	// minSweep is the fewest leases worth sweeping for.

@@ -300,7 +300,9 @@ func (s *Store) Queues() []string {
 // Close ends the Store: every later call on it or its queues returns an
 // error wrapping broker.Closed. Leases it handed out stay on the server and
 // lapse at their deadlines; the connection stays open (it is the
-// caller's). Close is idempotent.
+// caller's). Close does not wait for the calls under way: a call that
+// looks at its lease once Close ran (Ack, Nack, Reject, Extend) returns
+// Closed too. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil

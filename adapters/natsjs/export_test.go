@@ -30,6 +30,13 @@ const AbandonGrace = abandonGrace
 // has not swept for it since.
 func (q *Queue) Unburied() bool { return q.unburied.Load() }
 
+// HoldAfterPull makes hold run after each pull of a Receive, before it
+// records what the pull leased, and returns what restores the default.
+func HoldAfterPull(hold func()) (restore func()) {
+	afterPull = hold
+	return func() { afterPull = func() {} }
+}
+
 // HoldAfterTell makes hold run after each acknowledgement a call sends to
 // the server (Ack, Nack, Extend, ...), and returns what restores the
 // default.

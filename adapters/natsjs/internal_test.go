@@ -553,7 +553,8 @@ func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 // TestALeaseLookedAtAfterCloseIsClosed: a call that passed begin before
 // Close and looks at its lease after it (Ack, Nack, Reject, Extend) is
 // told Closed, not LeaseExpired: Close forgot the leases, but the lease
-// is held on the server until it lapses.
+// is held on the server until it lapses. And a pull that Close overtook
+// records no lease.
 func TestALeaseLookedAtAfterCloseIsClosed(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	q := &Queue{s: &Store{key: []byte("0123456789abcdef0123456789abcdef")}, name: "a", n: newNames("P", "a"),
@@ -565,5 +566,8 @@ func TestALeaseLookedAtAfterCloseIsClosed(t *testing.T) {
 	q.closed, q.leases = true, map[uint64]*lease{} // as Queue.close leaves it
 	if _, _, err := q.liveLocked(r, now); !errors.Is(err, broker.Closed) || errors.Is(err, broker.LeaseExpired) {
 		t.Fatalf("after Close: %v, want Closed", err)
+	}
+	if _, ok := q.deliver(delivery{msg: nats.NewMsg("x"), seq: 43, delivered: 1}, now.Add(time.Hour), false); ok || q.leases[43] != nil {
+		t.Fatal("a delivery recorded after Close")
 	}
 }

@@ -156,18 +156,27 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	if q.isReady() {
 		wait = readyWait
 	}
+	var replies []string // of out's deliveries
 	for len(out) < max {
 		start := time.Now()
 		got, err := q.pull(ctx, max-len(out), wait)
+		afterPull()
 		var exhausted []delivery
-		for _, d := range got {
+		for i, d := range got {
 			if d.delivered > policy.MaxDeliveries {
 				// Delivered under a larger MaxDeliveries that a policy
 				// change has since lowered.
 				exhausted = append(exhausted, d)
 				continue
 			}
-			out = append(out, q.deliver(d, start.Add(policy.VisibilityTimeout), d.delivered >= policy.MaxDeliveries))
+			dv, ok := q.deliver(d, start.Add(policy.VisibilityTimeout), d.delivered >= policy.MaxDeliveries)
+			if !ok {
+				for _, d := range append(exhausted, got[i:]...) {
+					replies = append(replies, d.msg.Reply)
+				}
+				return nil, q.handBack(ctx, replies)
+			}
+			out, replies = append(out, dv), append(replies, d.msg.Reply)
 		}
 		if err != nil {
 			return q.partial(out, q.connError("receive", err))
@@ -212,11 +221,16 @@ func (q *Queue) partial(out []broker.DeliveryValue, err error) ([]broker.Deliver
 }
 
 // deliver records the lease of d, the last the policy allows when last,
-// and returns its delivery.
-func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) broker.DeliveryValue {
+// and returns its delivery; ok is false, and nothing is recorded, once the
+// Queue is closed.
+func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) (dv broker.DeliveryValue, ok bool) {
 	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
 	l := &lease{nonce: nonces.Add(1), reply: d.msg.Reply, deliveries: d.delivered, last: last, expiresAt: expiresAt, id: id, enqueued: enqueued}
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return broker.DeliveryValue{}, false
+	}
 	q.leases[d.seq] = l
 	delete(q.retries, d.seq)
 	q.mu.Unlock()
@@ -224,8 +238,30 @@ func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) broker.Deliv
 		Lease:      broker.LeaseValue{ExpiresAt: expiresAt.Round(0), Receipt: q.receipt(d.seq, l.nonce)},
 		Message:    broker.MessageValue{ID: id, EnqueuedAt: enqueued, Payload: clone(d.msg.Data)},
 		Deliveries: l.deliveries,
-	}
+	}, true
 }
+
+// handBack ends at once the deliveries (by their ack subjects, replies)
+// of a Receive that found the Queue closed when it came to record them:
+// Close ran during its pull, and forgot every lease. Returned, they could
+// not be settled (every later call is Closed), and each would hold its
+// message from every other consumer until its lease lapsed; Close has
+// returned, and must not leave leases taken after it. The server counts
+// the deliveries, as it would a lapse. It returns the Receive's error.
+func (q *Queue) handBack(ctx context.Context, replies []string) error {
+	ctx = context.WithoutCancel(ctx) // bounded by Options.Timeout (tell)
+	for _, r := range replies {
+		if err := q.tell(ctx, r, "-NAK"); err != nil {
+			q.s.opts.Logger.Warn("natsjs: a delivery made as the store closed could not be handed back; it waits for its lease to lapse",
+				"queue", q.name, "err", err)
+		}
+	}
+	return fmt.Errorf("natsjs: queue %s: the store closed during the receive; what it pulled is handed back: %w", q.name, broker.Closed)
+}
+
+// afterPull runs after each pull of a Receive; tests close the Store
+// there.
+var afterPull = func() {}
 
 // closedError is what a call that began before Close, and finds the Queue
 // closed, returns.

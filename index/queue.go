@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -294,18 +295,24 @@ func (q *Queue) freshEntry(seq uint64) (Entry, bool) {
 	if _, ok := q.gone[seq]; ok {
 		return Entry{}, false
 	}
-	return q.entry(seq)
+	ent, ok, _ := q.entry(seq)
+	return ent, ok
 }
 
 // entry returns seq's entry if it is this queue's and joined the stream. A
-// damaged entry marks the index damaged.
-func (q *Queue) entry(seq uint64) (Entry, bool) {
+// damaged entry marks the index damaged. A closed table (its store closed,
+// and a reader of the queue came after: Stats and Wake take no look at the
+// store) reads as no entry, with closed set: it is not damage.
+func (q *Queue) entry(seq uint64) (ent Entry, ok, closed bool) {
 	ent, ok, err := q.x.Table.Get(seq)
+	if errors.Is(err, ErrClosed) {
+		return Entry{}, false, true
+	}
 	if err != nil {
 		q.x.setDamaged(err)
-		return Entry{}, false
+		return Entry{}, false, false
 	}
-	return ent, ok && ent.Queue == q.ID && ent.Stream
+	return ent, ok && ent.Queue == q.ID && ent.Stream, false
 }
 
 // activate takes seq out of the stream, if it is there, and returns it as
@@ -336,7 +343,12 @@ func (q *Queue) activate(seq uint64) *Message {
 func (q *Queue) streamHead() (Entry, bool) {
 	for q.fresh > 0 && q.cursor <= q.streamMax {
 		seq := q.cursor
-		ent, ok := q.entry(seq)
+		ent, ok, closed := q.entry(seq)
+		if closed {
+			// Nothing can be read, and the walk below would take the
+			// stream for one that ends early: damage that is not there.
+			return Entry{}, false
+		}
 		if !ok {
 			if q.cursor, ok = q.x.Table.NextStream(q.ID, seq+1, q.streamMax); !ok {
 				break

@@ -59,6 +59,9 @@ type Queue struct {
 	diedBeforeOpen map[uint64]uint64
 
 	stats queueCounters
+	// closedStats is what Stats returns once the store's Close has let
+	// the files go (set once, before the index closes; see Store.close).
+	closedStats atomic.Pointer[QueueStats]
 }
 
 type queueCounters struct {

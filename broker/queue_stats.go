@@ -26,11 +26,26 @@ type QueueStats struct {
 	Replayed     int64
 }
 
-// Stats returns the queue's figures, as of the broker clock now.
+// Stats returns the queue's figures, as of the broker clock now. Once
+// the store is closed, they are those Close left, and do not move.
 func (q *Queue) Stats() QueueStats {
 	if q == nil {
 		return QueueStats{}
 	}
+	if st := q.closedStats.Load(); st != nil {
+		return *st
+	}
+	st := q.statsNow()
+	// A call that raced Close may have read the index after it closed
+	// (OldestReady is read from it): Close set the figures first.
+	if closed := q.closedStats.Load(); closed != nil {
+		return *closed
+	}
+	return st
+}
+
+// statsNow is Stats, read from the queue's index now.
+func (q *Queue) statsNow() QueueStats {
 	q.mu.Lock()
 	if now, err := q.s.now(); err == nil {
 		// (A reading no store can record observes nothing: the calls

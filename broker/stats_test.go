@@ -410,3 +410,33 @@ func TestConcurrentUseKeepsEveryMessage(t *testing.T) {
 	require.Equal(t, st.Acked+st.Nacked, st.Delivered)
 	require.Equal(t, int64(want), st.Acked)
 }
+
+// After Close, a queue's figures are those of the store Close left, as
+// StoreStats are: the store observes no time once closed, so a lease that
+// lapses, or a retry delay that ends, on the clock after Close changes
+// nothing it reports (the next Open sees them), and OldestReady still
+// names the oldest message Close left receivable, though the index it was
+// read from is closed.
+func TestQueueStatsAfterCloseAreThoseCloseLeft(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	first := mustPublish(t, q, "a")
+	e.clock.Advance(time.Millisecond)
+	mustPublish(t, q, "b")
+	mustPublish(t, q, "c")
+	d := mustReceiveOne(t, q) // "a": leased for 30 s
+	require.Equal(t, first.ID, d.Message.ID)
+	_, err := q.Nack(ctx(t), d.Lease.Receipt, nil)
+	require.NoError(t, err)
+	mustReceiveOne(t, q) // "b"
+	before := q.Stats()
+	require.Equal(t, 1, before.Leased)
+	require.Equal(t, 1, before.Delayed, "a waits for its retry delay")
+	require.Equal(t, 1, before.Ready)
+	require.False(t, before.OldestReady.IsZero())
+
+	e.close()
+	require.Equal(t, before, q.Stats(), "Stats right after Close")
+	e.clock.Advance(time.Hour) // the lease and the retry delay end
+	require.Equal(t, before, q.Stats(), "a closed queue's figures do not move with the clock")
+}

@@ -754,6 +754,17 @@ func (s *Store) Stats() StoreStats {
 	if st := s.closedStats.Load(); st != nil {
 		return *st
 	}
+	st := s.statsNow()
+	// A call that raced Close may have read the table after it closed
+	// (IndexBytes is then 0): Close set the figures first.
+	if closed := s.closedStats.Load(); closed != nil {
+		return *closed
+	}
+	return st
+}
+
+// statsNow is Stats, read from the log and the index now.
+func (s *Store) statsNow() StoreStats {
 	w := s.log.Stats()
 	st := StoreStats{
 		Segments:            w.Segments,
@@ -844,6 +855,7 @@ func (s *Store) close() (err, cerr error) {
 	// describe it as it is on disk; the table is still open.
 	final := s.Stats()
 	s.closedStats.Store(&final)
+	s.freezeQueueStats()
 	s.stopOnce.Do(func() {}) // Close shut every queue: no stop starts after it
 	if s.stopDone != nil {
 		<-s.stopDone
@@ -1005,6 +1017,18 @@ func (s *Store) shutQueues() {
 		q.mu.Lock()
 		q.shutLocked()
 		q.mu.Unlock()
+	}
+}
+
+// freezeQueueStats sets the figures every queue's Stats returns from now
+// on, read while the index is still open: Close calls it, once the log is
+// closed and nothing can change.
+func (s *Store) freezeQueueStats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		st := q.statsNow()
+		q.closedStats.Store(&st)
 	}
 }
 

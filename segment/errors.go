@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 )
 
 // Errors returned by this package. Each is wrapped with the file name and
@@ -39,3 +40,12 @@ var (
 	// ErrTooLarge is returned when a body does not fit in a frame.
 	ErrTooLarge = errors.New("segment: body too large")
 )
+
+// errNilFile is the error of a method called on a nil *File: what a caller
+// holds that went on past the error of Create, CreatePaced, Open,
+// OpenUnread or Recycle. It wraps [io/fs.ErrClosed], the error of a closed
+// File, since such a file takes no call, and the methods that return no
+// error answer as for a closed File (Seq, Path, Size and Data return zero
+// values): a panic would end the process from a call given nothing to act
+// on.
+var errNilFile = fmt.Errorf("segment: a method of a nil *segment.File was called (was the error of the call that made it ignored?): %w", iofs.ErrClosed)

@@ -16,6 +16,10 @@ import (
 // File is not safe for concurrent use except in the way the log uses it:
 // one goroutine calls WriteAt and Sync while others read Data within the
 // bytes already written. The mapping stays valid until Close.
+//
+// A nil *File, what a caller holds that went on past the error of the call
+// that made it, refuses every call with an error wrapping [io/fs.ErrClosed]
+// that says so; Seq, Path, Size and Data answer as for a closed File.
 type File struct {
 	file vfs.File
 	path string
@@ -265,22 +269,45 @@ func mapped(f vfs.File, path string, seq uint32, size int64) (*File, error) {
 }
 
 // Seq returns the segment's sequence number.
-func (s *File) Seq() uint32 { return s.seq }
+func (s *File) Seq() uint32 {
+	if s == nil {
+		return 0
+	}
+	return s.seq
+}
 
 // Path returns the file's path.
-func (s *File) Path() string { return s.path }
+func (s *File) Path() string {
+	if s == nil {
+		return ""
+	}
+	return s.path
+}
 
 // Size returns the file's size, which is its capacity: segments never grow.
 // It may be called concurrently with anything, Close included.
-func (s *File) Size() int { return s.size }
+func (s *File) Size() int {
+	if s == nil {
+		return 0
+	}
+	return s.size
+}
 
 // Data returns the read-only mapping of the whole file. Writing to it
 // faults. It is valid until Close.
-func (s *File) Data() []byte { return s.data }
+func (s *File) Data() []byte {
+	if s == nil {
+		return nil
+	}
+	return s.data
+}
 
 // WriteAt writes b at off. It refuses writes past the file's size, so a
 // segment never grows (growth would make fdatasync commit metadata).
 func (s *File) WriteAt(b []byte, off int) error {
+	if s == nil {
+		return errNilFile
+	}
 	if s.data == nil {
 		return s.closed("write")
 	}
@@ -303,6 +330,9 @@ func (s *File) WriteAt(b []byte, off int) error {
 // Sync is fdatasync. A failure leaves the file's durable content unknown:
 // never retry it.
 func (s *File) Sync() error {
+	if s == nil {
+		return errNilFile
+	}
 	if s.data == nil {
 		return s.closed("fdatasync")
 	}
@@ -314,6 +344,9 @@ func (s *File) Sync() error {
 
 // Scan scans the file; see the package-level Scan.
 func (s *File) Scan(salvage bool, fn func(Frame) error) (Report, error) {
+	if s == nil {
+		return Report{}, errNilFile
+	}
 	if s.data == nil {
 		return Report{}, s.closed("scan")
 	}
@@ -324,6 +357,9 @@ func (s *File) Scan(salvage bool, fn func(Frame) error) (Report, error) {
 // closed File, or of the zero File, which was never open, fail with an
 // error wrapping [io/fs.ErrClosed].
 func (s *File) Close() error {
+	if s == nil {
+		return errNilFile
+	}
 	if s.data == nil {
 		return s.closed("close")
 	}
@@ -341,6 +377,9 @@ func (s *File) closed(op string) error {
 
 // Rename renames the file to newPath. The caller syncs the directory.
 func (s *File) Rename(fs vfs.FS, newPath string) error {
+	if s == nil {
+		return errNilFile
+	}
 	if fs == nil {
 		return fmt.Errorf("segment %s: rename to %s: %w", s.path, newPath, errNilFS)
 	}

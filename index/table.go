@@ -117,8 +117,18 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 }
 
 // ErrClosed is returned by a Table's Get, Flush, Remove and SyncDir once
-// Close has been called. Check with errors.Is.
+// Close has been called, and, wrapped, by every call on a nil *Table (see
+// errNilTable). Check with errors.Is.
 var ErrClosed = errors.New("index: table closed")
+
+// errNilTable is the error of a method called on a nil *Table: what a
+// caller holds that went on past OpenTable's error. It wraps ErrClosed,
+// since such a table takes no call, and the methods that return no error
+// answer as for an empty table that has no files (Bytes, Chunks,
+// Unflushed and NextStream return zero values; Put and Detach do
+// nothing): a panic would end the process from a call given nothing to act
+// on.
+var errNilTable = fmt.Errorf("index: a method of a nil *index.Table was called (was OpenTable's error ignored?): %w", ErrClosed)
 
 // Table is the entry table of one store. It is safe for concurrent use,
 // with one rule: Detach (through Index.Snapshot), Flush and Remove are
@@ -130,6 +140,10 @@ var ErrClosed = errors.New("index: table closed")
 // A Table that OpenTable did not make (New's, or the zero Table) has no
 // files: it holds its entries in memory, and a Flush of any entry, or a
 // SyncDir, fails saying so.
+//
+// A nil *Table, what a caller holds that went on past OpenTable's error,
+// refuses every call with an error wrapping ErrClosed that says so; the
+// methods that return no error answer as for an empty table.
 type Table struct {
 	fs  vfs.FS // nil: the table lives in memory only
 	dir string
@@ -237,6 +251,9 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 // Get returns seq's entry: ok false if there is none, an ErrDamaged error if
 // the stored one fails its checksum.
 func (t *Table) Get(seq uint64) (Entry, bool, error) {
+	if t == nil {
+		return Entry{}, false, errNilTable
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.closed {
@@ -263,6 +280,9 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 // queue whose messages are few among another queue's many steps over
 // those at the cost of a word each, not of a Get.
 func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
+	if t == nil {
+		return 0, false
+	}
 	want := queueField(queue, true)
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -320,6 +340,9 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
 
 // Put records e, in memory until the next Flush.
 func (t *Table) Put(e Entry) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	if t.overlay == nil {
 		t.overlay = newEntrySet() // the zero Table
@@ -330,6 +353,9 @@ func (t *Table) Put(e Entry) {
 
 // Unflushed is the number of entries held in memory.
 func (t *Table) Unflushed() int {
+	if t == nil {
+		return 0
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.overlay.len()
@@ -339,6 +365,9 @@ func (t *Table) Unflushed() int {
 // after it wait for the Flush after that. Until Flush returns, Get still
 // finds the detached entries.
 func (t *Table) Detach() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.overlay == nil {
@@ -359,6 +388,9 @@ func (t *Table) Detach() {
 // created. A table in memory only flushes nothing: with entries detached,
 // it fails and keeps them.
 func (t *Table) Flush(sync bool) ([]uint64, error) {
+	if t == nil {
+		return nil, errNilTable
+	}
 	t.mu.RLock()
 	pending, closed := t.flushing, t.closed
 	t.mu.RUnlock()
@@ -450,6 +482,9 @@ func compareSeq(a, b uint64) int {
 
 // Chunks returns the chunks that have files, sorted.
 func (t *Table) Chunks() []uint64 {
+	if t == nil {
+		return nil
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	out := make([]uint64, 0, len(t.chunks))
@@ -463,6 +498,9 @@ func (t *Table) Chunks() []uint64 {
 // Remove deletes chunk n's file. The removal is durable after the next
 // SyncDir of the table's directory (Flush with sync, or SyncDir).
 func (t *Table) Remove(n uint64) error {
+	if t == nil {
+		return errNilTable
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -481,6 +519,9 @@ func (t *Table) Remove(n uint64) error {
 
 // SyncDir makes removals durable.
 func (t *Table) SyncDir() error {
+	if t == nil {
+		return errNilTable
+	}
 	t.mu.RLock()
 	closed := t.closed
 	t.mu.RUnlock()
@@ -495,6 +536,9 @@ func (t *Table) SyncDir() error {
 
 // Bytes is the size of the chunk files.
 func (t *Table) Bytes() int64 {
+	if t == nil {
+		return 0
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return int64(len(t.chunks)) * chunkBytes
@@ -504,6 +548,9 @@ func (t *Table) Bytes() int64 {
 // After it, Get, Flush, Remove and SyncDir fail with ErrClosed; closing
 // again does nothing.
 func (t *Table) Close() error {
+	if t == nil {
+		return errNilTable
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true

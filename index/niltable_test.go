@@ -1,0 +1,80 @@
+package index_test
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/index"
+)
+
+// A nil *Table is what a caller holds that went on past OpenTable's error.
+// Every method of one that returns an error refuses with one wrapping
+// ErrClosed that says so, and those that return no error answer as for an
+// empty table, rather than end the process with a nil dereference. The
+// cases are checked against the method set, so a new method without a
+// case fails here.
+func TestANilTableRefusesEveryCall(t *testing.T) {
+	var tb *index.Table
+	calls := map[string]func() error{
+		"Get": func() error {
+			e, ok, err := tb.Get(1)
+			require.Equal(t, index.Entry{}, e)
+			require.False(t, ok)
+			return err
+		},
+		"Flush": func() error {
+			created, err := tb.Flush(true)
+			require.Empty(t, created)
+			return err
+		},
+		"Remove":  func() error { return tb.Remove(0) },
+		"SyncDir": tb.SyncDir,
+		"Close":   tb.Close,
+	}
+	zeros := map[string]func(){
+		"Put":       func() { tb.Put(index.Entry{Seq: 1, Pos: 1}) },
+		"Detach":    tb.Detach,
+		"Unflushed": func() { require.Equal(t, 0, tb.Unflushed()) },
+		"Chunks":    func() { require.Empty(t, tb.Chunks()) },
+		"Bytes":     func() { require.Equal(t, int64(0), tb.Bytes()) },
+		"NextStream": func() {
+			seq, ok := tb.NextStream(1, 0, 1<<20)
+			require.Equal(t, uint64(0), seq)
+			require.False(t, ok)
+		},
+	}
+	requireCasesCoverMethods(t, reflect.TypeFor[*index.Table](), calls, zeros)
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { err = call() })
+			require.ErrorIs(t, err, index.ErrClosed)
+			require.ErrorContains(t, err, "nil *index.Table")
+		})
+	}
+	for name, check := range zeros {
+		t.Run(name, func(t *testing.T) { require.NotPanics(t, check) })
+	}
+}
+
+// requireCasesCoverMethods fails unless the exported methods of typ are
+// exactly the names of calls and zeros together.
+func requireCasesCoverMethods(t *testing.T, typ reflect.Type, calls map[string]func() error, zeros map[string]func()) {
+	t.Helper()
+	var methods, cases []string
+	for i := range typ.NumMethod() {
+		methods = append(methods, typ.Method(i).Name)
+	}
+	for name := range calls {
+		cases = append(cases, name)
+	}
+	for name := range zeros {
+		cases = append(cases, name)
+	}
+	slices.Sort(methods)
+	slices.Sort(cases)
+	require.Equal(t, methods, cases, "every exported method of %v needs a nil-receiver case", typ)
+}

@@ -81,6 +81,9 @@ func (s *Snapshot) FileSize(chunks []uint64) int64 {
 // hold (an offset out of range, a secret of another length than
 // SecretSize) is refused, and nothing is detached.
 func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot, error) {
+	if x == nil {
+		return nil, errNilIndex
+	}
 	for seg, off := range sealed {
 		if off < 0 || uint64(off) > math.MaxUint32 {
 			return nil, fmt.Errorf("index: snapshot: segment %d sealed at offset %d, outside [0, 2^32)", seg, off)

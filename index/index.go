@@ -17,6 +17,10 @@ import (
 // segment and table chunk still holds. It is not safe for concurrent use
 // except as documented: the broker serialises access (a store-wide lock for
 // the queue table, a queue's lock for that queue's state).
+//
+// A nil *Index, what a caller holds that went on past the error of Load or
+// Rebuild, refuses every call with an error wrapping ErrClosed that says
+// so; the methods that return no error answer as for an empty index.
 type Index struct {
 	// Secret, queues, byName, Orphans, OnOrphan and maxQueue are the queue
 	// table. Once the index is shared (after Load and the replay), only
@@ -67,6 +71,16 @@ const lastSeq = math.MaxUint64 - 2
 // ErrNoSequence is returned by NextSeq once every message sequence is
 // taken. Check with errors.Is.
 var ErrNoSequence = errors.New("index: every message sequence is taken")
+
+// errNilIndex is the error of a method called on a nil *Index: what a
+// caller holds that went on past the error of Load or Rebuild. It wraps
+// ErrClosed, since such an index takes no call (Damaged returns it too),
+// and the methods that return no error answer as for an empty index
+// (Holds, LargestLive, LiveChunks, LiveIn, PeekNextSeq, Queue, QueueByID
+// and Queues return zero values, SegmentUses an empty map, and NextQueueID
+// says no number is left): a panic would end the process from a call
+// given nothing to act on.
+var errNilIndex = fmt.Errorf("index: a method of a nil *index.Index was called (was the error of Load or Rebuild ignored?): %w", ErrClosed)
 
 // SegmentUse is what still needs one log segment: live messages (dead
 // letters included) whose publish record is there, their bytes, and dedup
@@ -181,6 +195,9 @@ func (x *Index) dropIfUnused(seg uint32, u *SegmentUse) {
 // SegmentUses returns a copy of what each log segment still holds, for the
 // segments that hold anything. Safe for concurrent use.
 func (x *Index) SegmentUses() map[uint32]SegmentUse {
+	if x == nil {
+		return map[uint32]SegmentUse{}
+	}
 	x.useMu.Lock()
 	defer x.useMu.Unlock()
 	out := make(map[uint32]SegmentUse, len(x.segs))
@@ -193,6 +210,9 @@ func (x *Index) SegmentUses() map[uint32]SegmentUse {
 // LiveChunks returns the table chunks that hold a live message, sorted.
 // Safe for concurrent use.
 func (x *Index) LiveChunks() []uint64 {
+	if x == nil {
+		return nil
+	}
 	x.useMu.Lock()
 	defer x.useMu.Unlock()
 	return slices.Sorted(maps.Keys(x.chunks))
@@ -202,6 +222,9 @@ func (x *Index) LiveChunks() []uint64 {
 // the source of truth: a damaged index must be rebuilt from it. Safe for
 // concurrent use.
 func (x *Index) Damaged() error {
+	if x == nil {
+		return errNilIndex
+	}
 	if p := x.damaged.Load(); p != nil {
 		return *p
 	}
@@ -216,6 +239,9 @@ func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 // range, a secret not SecretSize bytes long, a queue number given a second
 // name) is refused with ErrBadEvent, and the index is left as it was.
 func (x *Index) Apply(pos wal.Position, e *Event) error {
+	if x == nil {
+		return errNilIndex
+	}
 	if e == nil {
 		return fmt.Errorf("%w: nil event at %v", ErrBadEvent, pos)
 	}
@@ -329,6 +355,9 @@ func (x *Index) declare(id uint32, name string, p Policy) (*Queue, error) {
 
 // ApplyRecord decodes and applies the record at pos.
 func (x *Index) ApplyRecord(pos wal.Position, rec []byte) error {
+	if x == nil {
+		return errNilIndex
+	}
 	e, err := Decode(rec)
 	if err != nil {
 		return fmt.Errorf("index: record at %v: %w", pos, err)
@@ -337,13 +366,26 @@ func (x *Index) ApplyRecord(pos wal.Position, rec []byte) error {
 }
 
 // Queue returns the queue named name, or nil.
-func (x *Index) Queue(name string) *Queue { return x.byName[name] }
+func (x *Index) Queue(name string) *Queue {
+	if x == nil {
+		return nil
+	}
+	return x.byName[name]
+}
 
 // QueueByID returns queue id, or nil.
-func (x *Index) QueueByID(id uint32) *Queue { return x.queues[id] }
+func (x *Index) QueueByID(id uint32) *Queue {
+	if x == nil {
+		return nil
+	}
+	return x.queues[id]
+}
 
 // Queues returns the names of every declared queue.
 func (x *Index) Queues() []string {
+	if x == nil {
+		return nil
+	}
 	names := make([]string, 0, len(x.byName))
 	for n := range x.byName {
 		names = append(names, n)
@@ -358,6 +400,9 @@ func (x *Index) Queues() []string {
 // second name of that queue. Queue numbers are below 2³¹ (see the package
 // documentation); ok is false when no number is left below it.
 func (x *Index) NextQueueID() (id uint32, ok bool) {
+	if x == nil {
+		return 0, false
+	}
 	if x.maxQueue >= maxQueueID {
 		return 0, false
 	}
@@ -366,12 +411,20 @@ func (x *Index) NextQueueID() (id uint32, ok bool) {
 
 // PeekNextSeq returns the next message sequence without reserving it. Safe
 // for concurrent use.
-func (x *Index) PeekNextSeq() uint64 { return x.nextSeq.Load() }
+func (x *Index) PeekNextSeq() uint64 {
+	if x == nil {
+		return 0
+	}
+	return x.nextSeq.Load()
+}
 
 // NextSeq reserves and returns the next message sequence number. Once
 // every sequence is taken it returns ErrNoSequence, and reserves nothing.
 // It is safe for concurrent use.
 func (x *Index) NextSeq() (uint64, error) {
+	if x == nil {
+		return 0, errNilIndex
+	}
 	for {
 		n := x.nextSeq.Load()
 		if n > lastSeq {
@@ -389,12 +442,18 @@ func (x *Index) NextSeq() (uint64, error) {
 // ErrBadEvent, and nothing changes. The caller holds whatever lock guards
 // the queue table and, for a re-declaration, the queue's own lock.
 func (x *Index) Declare(id uint32, name string, p Policy) (*Queue, error) {
+	if x == nil {
+		return nil, errNilIndex
+	}
 	return x.declare(id, name, p)
 }
 
 // Holds reports whether some queue holds message seq live (dead letters
 // included).
 func (x *Index) Holds(seq uint64) bool {
+	if x == nil {
+		return false
+	}
 	for _, q := range x.queues {
 		if q.msgs[seq] != nil {
 			return true
@@ -410,6 +469,9 @@ func (x *Index) Holds(seq uint64) bool {
 // publish record is the longest, and that length (frame included); size
 // is 0 when no message is live. It reads every live message's entry.
 func (x *Index) LargestLive() (seq uint64, size uint32) {
+	if x == nil {
+		return 0, 0
+	}
 	for _, q := range x.queues {
 		for _, m := range q.msgs {
 			if m.State != Pending && m.Size > size {
@@ -429,6 +491,9 @@ func (x *Index) LargestLive() (seq uint64, size uint32) {
 // LiveIn returns the live messages (dead letters included) whose publish
 // record lies in segment seg at an offset in [from, to).
 func (x *Index) LiveIn(seg uint32, from, to int) []uint64 {
+	if x == nil {
+		return nil
+	}
 	x.useMu.Lock()
 	u, ok := x.segs[seg]
 	var use SegmentUse

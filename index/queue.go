@@ -305,7 +305,9 @@ func (q *Queue) freshEntry(seq uint64) (Entry, bool) {
 // store) reads as no entry, with closed set: it is not damage.
 func (q *Queue) entry(seq uint64) (ent Entry, ok, closed bool) {
 	ent, ok, err := q.x.Table.Get(seq)
-	if errors.Is(err, ErrClosed) {
+	// (A nil Table also answers ErrClosed, but an index that runs over
+	// none has lost its entries: damage, not a closed store.)
+	if errors.Is(err, ErrClosed) && q.x.Table != nil {
 		return Entry{}, false, true
 	}
 	if err != nil {

@@ -2,6 +2,8 @@ package wal_test
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,4 +43,18 @@ func TestANilLogRefusesEveryCall(t *testing.T) {
 	require.Equal(t, "", l.Dir())
 	require.Equal(t, wal.Recovery{}, l.Recovery())
 	require.Equal(t, wal.Position(0), l.End())
+
+	// Every exported method is one of the above: a new one needs its case.
+	var methods, cases []string
+	typ := reflect.TypeFor[*wal.Log]()
+	for i := range typ.NumMethod() {
+		methods = append(methods, typ.Method(i).Name)
+	}
+	for name := range calls {
+		cases = append(cases, name)
+	}
+	cases = append(cases, "Stats", "Sealed", "Dir", "Recovery", "End")
+	slices.Sort(methods)
+	slices.Sort(cases)
+	require.Equal(t, methods, cases, "every exported method of *wal.Log needs a nil-receiver case")
 }

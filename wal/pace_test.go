@@ -251,7 +251,8 @@ func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
 // still, so a new file's zeros stop at the pace's lead.
 func preparerBeside(t *testing.T, dir string, size int64) (*Log, *seg, *preparer) {
 	t.Helper()
-	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size}}
+	// (Open fills in a Logger; a preparer that fails logs through it.)
+	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size, Logger: slog.New(slog.DiscardHandler)}}
 	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = af.Close() })

@@ -441,11 +441,19 @@ func TestCloseThenCallsFailWithClosed(t *testing.T) {
 	checks["DeleteDeadLetter"] = q.DeleteDeadLetter(ctx(t), m.ID)
 	_, checks["Store.Queue"] = s.Queue("jobs", policy())
 	checks["Store.Close"] = s.Close()
+	backup := filepath.Join(t.TempDir(), "backup")
+	checks["Store.Backup"] = s.Backup(ctx(t), backup)
+	checks["Store.Err"] = s.Err()
 	for call, err := range checks {
 		require.Error(t, err, call)
 		require.ErrorIs(t, err, broker.Closed, call)
 		require.Contains(t, err.Error(), "closed", call)
 	}
+
+	_, err := os.Stat(backup)
+	require.ErrorIs(t, err, fs.ErrNotExist, "a Backup after Close made its directory")
+	require.Equal(t, []string{"jobs"}, s.Queues(), "Queues names what Close left")
+	require.Equal(t, 1, q.Stats().Leased)
 
 	e.open()
 	q = e.queue("jobs", policy())

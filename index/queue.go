@@ -71,6 +71,11 @@ type Message struct {
 // delayed, dead, replayed, or published out of order — is active: a
 // Message in msgs and in the heaps below. A stream message becomes active
 // when it is leased, and never rejoins the stream.
+//
+// A nil *Queue, what a caller holds that went on past Declare's error or
+// looked up a queue the index does not have, refuses Apply and Commit with
+// an error wrapping ErrClosed that says so, changing nothing; the methods
+// that return no error answer as for an empty queue.
 type Queue struct {
 	ID     uint32
 	Name   string
@@ -104,6 +109,18 @@ type Queue struct {
 	lastEvicts atomic.Int64
 }
 
+// errNilQueue is the error of Apply or Commit on a nil *Queue: what a
+// caller holds that went on past Declare's error, or that Index.Queue or
+// Index.QueueByID gave for a queue the index does not have. It wraps
+// ErrClosed, since such a queue takes no event; an error, not a silent
+// success, because a publish applied or committed there would be lost. The
+// methods that return no error answer as for an empty queue (Promote does
+// nothing, EvictSeen forgets nothing, LastEvicts is math.MinInt64, the
+// others return zero values), except Dump, which says the queue is nil so
+// that it matches no real queue's dump: a panic would end the process from
+// a call given nothing to act on.
+var errNilQueue = fmt.Errorf("index: a method of a nil *index.Queue was called (was Declare's error ignored, or did Index.Queue or QueueByID find none?): %w", ErrClosed)
+
 func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 	q := &Queue{
 		ID: id, Name: name, Policy: p, x: x,
@@ -131,6 +148,9 @@ func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 // kind or another queue, or with a sequence out of range, is refused with
 // ErrBadEvent before anything changes.
 func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
+	if q == nil {
+		return false, errNilQueue
+	}
 	if err := q.check(e); err != nil {
 		return false, err
 	}
@@ -448,6 +468,9 @@ func byFailed(a, b *Message) int {
 // checkpoint does for every queued publish) is left as it is. Position 0,
 // where no record lives, is refused with ErrBadEvent.
 func (q *Queue) Commit(seq uint64, pos wal.Position) error {
+	if q == nil {
+		return errNilQueue
+	}
 	if pos == 0 {
 		// Position 0 is what makes a publish Pending (see Apply):
 		// committed there, the message was counted in segment 0, and its
@@ -465,7 +488,12 @@ func (q *Queue) Commit(seq uint64, pos wal.Position) error {
 
 // Get returns the active message seq (pending, leased, delayed, dead or
 // replayed), or nil: a message in the stream is not active.
-func (q *Queue) Get(seq uint64) *Message { return q.msgs[seq] }
+func (q *Queue) Get(seq uint64) *Message {
+	if q == nil {
+		return nil
+	}
+	return q.msgs[seq]
+}
 
 // final reports whether a Leased message is on its last allowed delivery:
 // when its lease lapses it dies instead of becoming receivable.
@@ -476,6 +504,9 @@ func (q *Queue) final(m *Message) bool { return int64(m.Deliveries) >= q.Policy.
 // lease on a message delivered maxDeliveries times or more is not made
 // receivable: it joins Exhausted, for the caller to dead-letter.
 func (q *Queue) Promote(now int64) {
+	if q == nil {
+		return
+	}
 	for {
 		m := q.timers.peek()
 		if m == nil || m.At > now {
@@ -531,6 +562,9 @@ func (q *Queue) setPolicy(p Policy) {
 // does not record that observation; a replay judges such a lease by the
 // policy it then holds.
 func (q *Queue) Lapsed() []*Message {
+	if q == nil {
+		return nil
+	}
 	var out []*Message
 	for _, m := range q.ready.items {
 		if m.State == Leased {
@@ -544,6 +578,9 @@ func (q *Queue) Lapsed() []*Message {
 // whose lease lapses at or before now, without observing the lapse (see
 // Promote, which does).
 func (q *Queue) FinalsDue(now int64) []*Message {
+	if q == nil {
+		return nil
+	}
 	var out []*Message
 	for _, m := range q.finals.items {
 		if m.At <= now {
@@ -555,11 +592,19 @@ func (q *Queue) FinalsDue(now int64) []*Message {
 
 // Exhausted returns the messages whose last lease lapsed (see Promote).
 // They stay Leased until the caller applies their dead-letter events.
-func (q *Queue) Exhausted() []*Message { return q.exhausted }
+func (q *Queue) Exhausted() []*Message {
+	if q == nil {
+		return nil
+	}
+	return q.exhausted
+}
 
 // NextReady returns the oldest receivable message without removing it, or
 // nil. Call Promote first. The result is valid until the next call on q.
 func (q *Queue) NextReady() *Message {
+	if q == nil {
+		return nil
+	}
 	m := q.ready.peek()
 	ent, ok := q.streamHead()
 	if !ok {
@@ -576,6 +621,9 @@ func (q *Queue) NextReady() *Message {
 // becomes receivable by itself (a retry delay ending, a lease lapsing with
 // deliveries left), and whether there is one.
 func (q *Queue) NextDue() (int64, bool) {
+	if q == nil {
+		return 0, false
+	}
 	if m := q.timers.peek(); m != nil {
 		return m.At, true
 	}
@@ -585,6 +633,9 @@ func (q *Queue) NextDue() (int64, bool) {
 // Counts returns the gauges as of the last Promote: receivable now,
 // leased, delayed (Ready later), dead (exhausted leases included).
 func (q *Queue) Counts() (ready, leased, delayed, dead int) {
+	if q == nil {
+		return 0, 0, 0, 0
+	}
 	ready = q.ready.Len()
 	for _, m := range q.timers.items {
 		if m.State == Leased {
@@ -600,11 +651,21 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 // Live is the count of messages that hold capacity: Pending, Ready and
 // Leased, less the exhausted ones (as of the last Promote), which are on
 // their way to the dead-letter store.
-func (q *Queue) Live() int { return q.live + q.fresh - len(q.exhausted) }
+func (q *Queue) Live() int {
+	if q == nil {
+		return 0
+	}
+	return q.live + q.fresh - len(q.exhausted)
+}
 
 // Active is the count of the queue's active messages: those held on the
 // heap, not in the stream.
-func (q *Queue) Active() int { return len(q.msgs) }
+func (q *Queue) Active() int {
+	if q == nil {
+		return 0
+	}
+	return len(q.msgs)
+}
 
 // LeaseLive reports whether m's lease is held at now: m is Leased, its
 // lease has not lapsed (at At exactly, it has), and no Promote saw it lapse.
@@ -616,6 +677,9 @@ func LeaseLive(m *Message, now int64) bool {
 // DeadLetters returns up to max dead letters, oldest FailedAt first: none
 // when max is not positive.
 func (q *Queue) DeadLetters(max int) []*Message {
+	if q == nil {
+		return nil
+	}
 	if max <= 0 {
 		return nil
 	}
@@ -660,6 +724,9 @@ func (q *Queue) moveKey(key string, seq uint64, pos wal.Position) {
 
 // Seen returns the message a dedup key names, if the key is remembered.
 func (q *Queue) Seen(key string) (seq uint64, enqueuedAt int64, ok bool) {
+	if q == nil {
+		return 0, 0, false
+	}
 	k, ok := q.seen[key]
 	return k.seq, k.enqueuedAt, ok
 }
@@ -670,6 +737,9 @@ func (q *Queue) Seen(key string) (seq uint64, enqueuedAt int64, ok bool) {
 // same keys. If the clock went backwards — now is behind an earlier
 // eviction's clock or a publish's enqueue instant — nothing is evicted.
 func (q *Queue) EvictSeen(now, window int64) bool {
+	if q == nil {
+		return false
+	}
 	if now < q.lastEvicts.Load() {
 		return false
 	}
@@ -719,13 +789,21 @@ func olderThan(at, now, window int64) bool {
 }
 
 // SeenCount is the number of remembered dedup keys.
-func (q *Queue) SeenCount() int { return len(q.seen) }
+func (q *Queue) SeenCount() int {
+	if q == nil {
+		return 0
+	}
+	return len(q.seen)
+}
 
 // Dump renders the queue's state as of now in a canonical form: two queues
 // that behave the same from now on dump the same, whether a message is in
 // the stream or active. Promote runs first. It is for tests and tools: it
 // walks the whole stream.
 func (q *Queue) Dump(now int64) string {
+	if q == nil {
+		return "queue <nil>\n"
+	}
 	q.Promote(now)
 	ready, leased, delayed, dead := q.Counts()
 	var b strings.Builder
@@ -787,6 +865,9 @@ type KeyRef struct {
 // and the dedup keys remembered from publishes there whose message is gone.
 // minSeq and maxSeq bound the messages' sequence numbers (SegmentUse).
 func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef) {
+	if q == nil {
+		return nil, nil
+	}
 	var msgs []*Message
 	for _, m := range q.msgs {
 		if m.State != Pending && m.Pos.Segment() == seg {
@@ -819,4 +900,9 @@ func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef
 
 // LastEvicts is the latest clock reading the queue's log holds (of an
 // eviction or a publish), or math.MinInt64. Safe for concurrent use.
-func (q *Queue) LastEvicts() int64 { return q.lastEvicts.Load() }
+func (q *Queue) LastEvicts() int64 {
+	if q == nil {
+		return math.MinInt64
+	}
+	return q.lastEvicts.Load()
+}

@@ -118,7 +118,8 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 
 // ErrClosed is returned by a Table's Get, Flush, Remove and SyncDir once
 // Close has been called, and, wrapped, by every call on a nil *Table or
-// *Index (see errNilTable and errNilIndex). Check with errors.Is.
+// *Index and by Apply and Commit on a nil *Queue (see errNilTable,
+// errNilIndex and errNilQueue). Check with errors.Is.
 var ErrClosed = errors.New("index: table closed")
 
 // errNilTable is the error of a method called on a nil *Table: what a

@@ -49,6 +49,11 @@ var checkpointMagic = [8]byte{'W', 'A', 'L', 'B', 'C', 'K', 'P', 0}
 
 // Snapshot is the state of an index at one log position, taken while
 // nothing changes it (see Index.Snapshot).
+//
+// A nil *Snapshot, what a caller holds that went on past the error of
+// Index.Snapshot, makes no checkpoint file (WriteCheckpoint refuses it):
+// Size and FileSize answer 0 rather than end the process with a nil
+// dereference.
 type Snapshot struct {
 	LogPos  wal.Position
 	NextSeq uint64 // may be raised (sequences reserved since), never lowered
@@ -61,11 +66,19 @@ type Snapshot struct {
 
 // Size is the size of the checkpoint file the snapshot makes, give or take
 // its list of chunks.
-func (s *Snapshot) Size() int { return checkpointHeader + len(s.body) }
+func (s *Snapshot) Size() int {
+	if s == nil {
+		return 0
+	}
+	return checkpointHeader + len(s.body)
+}
 
 // FileSize is the size of the checkpoint file WriteCheckpoint makes of s
 // with chunks: Size and the list of chunk files it appends.
 func (s *Snapshot) FileSize(chunks []uint64) int64 {
+	if s == nil {
+		return 0
+	}
 	n := s.Size() + uvarintLen(uint64(len(chunks)))
 	for _, c := range chunks {
 		n += uvarintLen(c)

@@ -14,7 +14,7 @@ import (
 // shortened, the rest left to LostMessages.
 func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	require.Equal(t, "replayed 0 records; clean", broker.RecoveryReport{}.String())
-	require.Equal(t, "replayed 12 records; index rebuilt from the whole log; torn tail cut off (never acknowledged)",
+	require.Equal(t, "replayed 12 records; index rebuilt from the whole log; torn tail cut off (never fdatasynced: no call that waited for the device had it)",
 		broker.RecoveryReport{Replayed: 12, IndexRebuilt: true, TornTail: true}.String())
 
 	var lost []string

@@ -314,8 +314,11 @@ func (s *Store) indexDir() string { return filepath.Join(s.dir, "index") }
 
 // RecoveryReport is what Open found and did.
 type RecoveryReport struct {
-	// TornTail: the log ended in a write a crash cut short; it was cut off
-	// (it was never acknowledged).
+	// TornTail: the log ended in a write a crash cut short, which no
+	// fdatasync had covered; it was cut off. No call that waited for the
+	// device had it (under SyncAll, no call that returned); under
+	// SyncPublish and SyncNone it may have held what SyncMode says a
+	// power loss can take.
 	TornTail bool
 	// SalvagedSpans is the number of damaged spans Options.Salvage skipped,
 	// and SalvageCopies where it copied the damaged files first.
@@ -342,7 +345,7 @@ func (r RecoveryReport) String() string {
 		parts = append(parts, "index rebuilt from the whole log")
 	}
 	if r.TornTail {
-		parts = append(parts, "torn tail cut off (never acknowledged)")
+		parts = append(parts, "torn tail cut off (never fdatasynced: no call that waited for the device had it)")
 	}
 	if r.SalvagedSpans > 0 {
 		parts = append(parts, fmt.Sprintf("salvage skipped %d damaged spans, copies in %s", r.SalvagedSpans, strings.Join(r.SalvageCopies, ", ")))

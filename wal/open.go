@@ -516,7 +516,7 @@ func (l *Log) zeroTail(s *seg, r *segment.Report) error {
 	}
 	d := Damage{File: s.file.Path(), Segment: s.seq, Offset: r.End, Length: end - r.End, Cause: r.Cause}
 	l.recovery.TornTail = &d
-	l.opts.Logger.Warn("wal: discarding torn tail (bytes past the last complete frame of the last segment, taken as never synced, so never acknowledged)", "file", d.File, "offset", d.Offset, "bytes", d.Length, "cause", d.Cause)
+	l.opts.Logger.Warn("wal: discarding torn tail (bytes past the last complete frame of the last segment, taken as never synced: no append that waited for an fdatasync had them)", "file", d.File, "offset", d.Offset, "bytes", d.Length, "cause", d.Cause)
 	if err := zeroRange(s.file, r.End, end); err != nil {
 		return fmt.Errorf("wal: open: repair torn tail: %w", err)
 	}

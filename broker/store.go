@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -969,6 +970,10 @@ func (s *Store) failure(err error) error {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}
 	failure := fmt.Errorf("broker: store %s failed and must be reopened: %w", s.dir, err)
+	if errors.Is(err, syscall.ENOSPC) {
+		// What the operator must do first, where the operator reads.
+		failure = fmt.Errorf("broker: store %s failed and must be reopened once the disk has room (free space first): %w", s.dir, err)
+	}
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.stop(func(log *slog.Logger) {
 			log.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)

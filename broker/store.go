@@ -802,11 +802,14 @@ func (s *Store) statsNow() StoreStats {
 // complete; later ones, on the store or any of its queues, fail with
 // Closed. A store that stopped for good still releases the directory, so
 // that it can be opened again. One stopped by a failed write or fdatasync
-// returns that failure from Close too (what it wrote since may not be
-// durable); one stopped by damage found returns nil once its files are
-// closed (Err, and every other call, still report the damage), and the
-// next Open scans the whole log (refusing it with Corrupt while the damage
-// is there; see Options.Salvage).
+// of its log returns that failure from Close too (what it wrote since may
+// not be durable). One whose log wrote and synced everything it was given
+// returns nil once its files are closed (Err, and every other call, still
+// report what stopped it): one stopped by damage found, whose next Open
+// scans the whole log (refusing it with Corrupt while the damage is there;
+// see Options.Salvage), and one stopped because the next segment could
+// not be made (a full disk, usually: a segment takes its whole size when
+// it is made, so the disk fills there first).
 //
 // Close does not wait for [Consume]: stop it first (cancel its context and
 // wait for it to return), so that its running handlers finish and their

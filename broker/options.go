@@ -112,6 +112,16 @@ type Options struct {
 	// Salvage opens a log with mid-log corruption by skipping the damaged
 	// spans (the damaged files are copied aside first) and reporting what
 	// was skipped, instead of refusing with Corrupt.
+	//
+	// It repairs the log in place: each damaged span is overwritten, so
+	// that later Opens, with Salvage or without, read past it. Each
+	// damaged file is first copied whole into the directory's salvage
+	// subdirectory, which the store never removes, counts in StoreStats
+	// or copies in a Backup. Store.Recovery (and the Logger) names
+	// the copies and the IDs of the messages known lost (see
+	// RecoveryReport.LostMessages). Set it for the Open that follows a
+	// Corrupt, not for good: an Open with it refuses no damage, and says
+	// what it skipped only there.
 	Salvage bool
 	// FS is the file system; nil means the real one. Tests inject faults
 	// through it.

@@ -88,11 +88,11 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 	// A store that found damage while running marked its checkpoint
 	// suspect: it is consulted, never trusted, and the state rebuilt. So
 	// is a checkpoint whose mark cannot be looked for (index.Suspect).
-	suspect := index.Suspect(fs, s.indexDir())
+	why := index.SuspectReason(fs, s.indexDir())
 	x, from, err = index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
-		if loss.salvaging() || suspect {
+		if loss.salvaging() || why != "" {
 			// The checkpoint knows which live messages had their
 			// records in the spans salvage skipped.
 			loss.fromCheckpoint(x)
@@ -103,7 +103,10 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
 			_ = x.Table.Close()
-			err = fmt.Errorf("%w: salvage changed the log the checkpoint reflects, the store found damage after it (or cannot tell whether it did), or a checkpoint or an open's replay did not finish", index.ErrDamaged)
+			if loss.salvaging() {
+				why = "salvage changed the log the checkpoint reflects"
+			}
+			err = fmt.Errorf("the last checkpoint is not trusted: %s", why)
 		} else if end := s.log.End(); from > end && !s.opts.Salvage {
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.

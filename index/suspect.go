@@ -83,20 +83,31 @@ const writingName = "CHECKPOINTING"
 // from the log, one wrongly trusted costs what the damage took. A nil fs,
 // through which nothing can be looked for, is such a case.
 func Suspect(fs vfs.FS, dir string) bool {
+	return SuspectReason(fs, dir) != ""
+}
+
+// SuspectReason is Suspect with its reason, for an operator's log: "" when
+// Suspect is false, else which marker made the checkpoint suspect, and
+// what leaves it, or why none could be looked for.
+func SuspectReason(fs vfs.FS, dir string) string {
 	if fs == nil {
-		return true
+		return "no file system to look for the index's markers in"
 	}
-	for _, name := range []string{suspectName, writingName} {
-		f, err := fs.OpenFile(filepath.Join(dir, name), os.O_RDONLY, 0)
+	for _, m := range []struct{ name, why string }{
+		{suspectName, "the store found damage in its files while running (" + suspectName + ")"},
+		{writingName, "a checkpoint, or an open's rebuild, began rewriting the index and did not finish (" +
+			writingName + "): a crash during one, or a checkpoint that failed"},
+	} {
+		f, err := fs.OpenFile(filepath.Join(dir, m.name), os.O_RDONLY, 0)
 		if err == nil {
 			_ = f.Close()
-			return true
+			return m.why
 		}
 		if !errors.Is(err, os.ErrNotExist) {
-			return true
+			return fmt.Sprintf("cannot tell whether %s is there: %v", m.name, err)
 		}
 	}
-	return false
+	return ""
 }
 
 // BeginCheckpoint records durably that a checkpoint is being written in

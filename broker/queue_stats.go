@@ -3,16 +3,19 @@ package broker
 import "time"
 
 // QueueStats are a queue's gauges (now) and counters (since the store was
-// opened).
+// opened: each Open starts them from zero, as a restarted process's
+// counters do, so alert on their rates, not on their totals).
 type QueueStats struct {
 	Ready       int // receivable now
 	Leased      int // held by a consumer whose lease has not lapsed
 	Delayed     int // nacked, waiting for their retry delay
-	DeadLetters int
+	DeadLetters int // in the dead-letter store now: they stay until deleted
 	// OldestReady is when the oldest message receivable now was enqueued
 	// (its EnqueuedAt: the message Receive hands out next), or the zero
 	// Time when none is. Its age on the broker clock is how far consumers
 	// lag (SQS's ApproximateAgeOfOldestMessage, for the ready ones).
+	// Messages waiting out a retry delay are not in it: consumers that
+	// fail every message show as Delayed and Nacked, not as lag.
 	OldestReady time.Time
 
 	Published    int64 // messages enqueued (not duplicates, not shed)

@@ -917,7 +917,7 @@ func (s *Store) usable() error {
 // index from it (refusing a damaged log with Corrupt, naming the file and
 // offset; see Options.Salvage).
 func (s *Store) damaged(err error) error {
-	failure := fmt.Errorf("broker: store %s: %w: %w (reopen it: the log is scanned and the index rebuilt)", s.dir, Corrupt, err)
+	failure := fmt.Errorf("broker: store %s: %w: %w (close and reopen it: Open scans the log and rebuilds the index, and refuses a log still damaged with Corrupt until Options.Salvage skips the damage)", s.dir, Corrupt, err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		markErr, removeErr := s.distrustCheckpoint()
 		s.stop(func(log *slog.Logger) {

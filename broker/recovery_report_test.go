@@ -25,6 +25,8 @@ func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	require.Equal(t, "replayed 5 records; salvage skipped 2 damaged spans, copies in /s/salvage/a, /s/salvage/b; "+
 		"12 messages lost: m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more", r.String())
 	require.Equal(t, r.String(), fmt.Sprint(r), "fmt prints it by String")
+	require.Equal(t, "replayed 5 records; salvage skipped 1 damaged span, copies in /s/salvage/a; 1 message lost: m0",
+		broker.RecoveryReport{Replayed: 5, SalvagedSpans: 1, SalvageCopies: []string{"/s/salvage/a"}, LostMessages: lost[:1]}.String())
 
 	e := newEnv(t)
 	mustPublish(t, e.queue("jobs", policy()), "x")

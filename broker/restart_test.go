@@ -544,7 +544,7 @@ func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 	rec := e.s.Recovery()
 	require.Equal(t, []string{b}, rec.LostMessages, "the checkpoint knew B was live: it is named lost")
 	require.NotEmpty(t, rec.SalvageCopies)
-	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 messages lost: " + b} {
+	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 message lost: " + b} {
 		require.Contains(t, rec.String(), says, "the report in one line says what salvage did")
 	}
 	copies, err := filepath.Glob(filepath.Join(e.dir, "salvage", file+"*"))

@@ -341,7 +341,7 @@ type RecoveryReport struct {
 // String says what Open found and did in one line, for a log: the records
 // replayed, then each repair, if any ("clean" when there was none).
 func (r RecoveryReport) String() string {
-	parts := []string{fmt.Sprintf("replayed %d records", r.Replayed)}
+	parts := []string{"replayed " + count(r.Replayed, "record")}
 	if r.IndexRebuilt {
 		parts = append(parts, "index rebuilt from the whole log")
 	}
@@ -349,7 +349,7 @@ func (r RecoveryReport) String() string {
 		parts = append(parts, "torn tail cut off (never fdatasynced: no call that waited for the device had it)")
 	}
 	if r.SalvagedSpans > 0 {
-		parts = append(parts, fmt.Sprintf("salvage skipped %d damaged spans, copies in %s", r.SalvagedSpans, strings.Join(r.SalvageCopies, ", ")))
+		parts = append(parts, fmt.Sprintf("salvage skipped %s, copies in %s", count(r.SalvagedSpans, "damaged span"), strings.Join(r.SalvageCopies, ", ")))
 	}
 	if n := len(r.LostMessages); n > 0 {
 		const shown = 10 // the rest are in LostMessages
@@ -357,12 +357,20 @@ func (r RecoveryReport) String() string {
 		if n > shown {
 			ids += fmt.Sprintf(" and %d more", n-shown)
 		}
-		parts = append(parts, fmt.Sprintf("%d messages lost: %s", n, ids))
+		parts = append(parts, fmt.Sprintf("%s lost: %s", count(n, "message"), ids))
 	}
 	if len(parts) == 1 {
 		parts = append(parts, "clean")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// count is n and noun, plural unless n is 1: "1 message", "2 messages".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // Recovery returns what Open found and did.

@@ -63,8 +63,8 @@
 //   - none, but X holds a frame header of this segment (its sequence
 //     field names this segment), or valid frames of this segment follow
 //     whose synced values are all <= X: [EndTorn], the bytes from X were
-//     never made durable and were never acknowledged; they may be
-//     discarded. Stale bytes that happen to hold this segment's sequence
+//     never made durable, so no append that waited for an fdatasync had
+//     them; they may be discarded. Stale bytes that happen to hold this segment's sequence
 //     at X+8 read as such a header too: the end is then reported torn
 //     rather than clean, at the same offset, and nothing is lost;
 //   - a valid frame after X whose synced value is > X: [EndCorrupt], bytes

@@ -219,6 +219,27 @@ func TestLiveInIsTheMessagesWhoseRecordStartsInTheRange(t *testing.T) {
 	require.Empty(t, x.LiveIn(3, 0, 1000))
 }
 
+// TestLiveInByQueueNamesTheQueueOfEach: the messages LiveIn returns, by
+// the queue that holds each, each queue's in order; a range with none is
+// an empty map.
+func TestLiveInByQueueNamesTheQueueOfEach(t *testing.T) {
+	x := declared(t)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 2, Name: "mail", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 2}}))
+	for i, off := range []int{100, 200, 300, 400, 500} {
+		e := pub(uint64(i+1), int64(10*(i+1)), "")
+		if i%2 == 1 {
+			e.Queue = 2
+		}
+		require.NoError(t, x.Apply(wal.MakePosition(1, off), e))
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(2, 100), &Event{Kind: KindDeadLetter, Queue: 2, Seq: 4, Deliveries: 1, Time: 60}))
+	require.Equal(t, map[uint32][]uint64{1: {3, 5}, 2: {2, 4}}, x.LiveInByQueue(1, 200, 501))
+	require.Equal(t, []uint64{2, 3, 4, 5}, x.LiveIn(1, 200, 501))
+	require.Equal(t, map[uint32][]uint64{1: {1}}, x.LiveInByQueue(1, 0, 200))
+	require.Empty(t, x.LiveInByQueue(1, 600, 1000))
+	require.Empty(t, x.LiveInByQueue(3, 0, 1000))
+}
+
 // TestLargestLiveIsTheLongestRecordInTheLog: the largest live message is
 // found in the stream or among the active ones, dead letters included; a
 // Pending message, whose record is not in the log yet, is not one.

@@ -76,10 +76,10 @@ var ErrNoSequence = errors.New("index: every message sequence is taken")
 // caller holds that went on past the error of Load or Rebuild. It wraps
 // ErrClosed, since such an index takes no call (Damaged returns it too),
 // and the methods that return no error answer as for an empty index
-// (Holds, LargestLive, LiveChunks, LiveIn, PeekNextSeq, Queue, QueueByID
-// and Queues return zero values, SegmentUses an empty map, and NextQueueID
-// says no number is left): a panic would end the process from a call
-// given nothing to act on.
+// (Holds, LargestLive, LiveChunks, LiveIn, LiveInByQueue, PeekNextSeq,
+// Queue, QueueByID and Queues return zero values, SegmentUses an empty
+// map, and NextQueueID says no number is left): a panic would end the
+// process from a call given nothing to act on.
 var errNilIndex = fmt.Errorf("index: a method of a nil *index.Index was called (was the error of Load or Rebuild ignored?): %w", ErrClosed)
 
 // SegmentUse is what still needs one log segment: live messages (dead
@@ -489,8 +489,20 @@ func (x *Index) LargestLive() (seq uint64, size uint32) {
 }
 
 // LiveIn returns the live messages (dead letters included) whose publish
-// record lies in segment seg at an offset in [from, to).
+// record lies in segment seg at an offset in [from, to), in order.
 func (x *Index) LiveIn(seg uint32, from, to int) []uint64 {
+	var out []uint64
+	for _, seqs := range x.LiveInByQueue(seg, from, to) {
+		out = append(out, seqs...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// LiveInByQueue returns the messages LiveIn does, by the number of the
+// queue that holds each (each queue's in order): what a salvage that
+// skipped the span lost, and whose producers must send again.
+func (x *Index) LiveInByQueue(seg uint32, from, to int) map[uint32][]uint64 {
 	if x == nil {
 		return nil
 	}
@@ -504,15 +516,20 @@ func (x *Index) LiveIn(seg uint32, from, to int) []uint64 {
 	if !ok {
 		return nil
 	}
-	var out []uint64
+	var out map[uint32][]uint64
 	for _, q := range x.queues {
 		msgs, _ := q.Pinning(seg, use.MinSeq, use.MaxSeq)
 		for _, m := range msgs {
 			if off := m.Pos.Offset(); off >= from && off < to {
-				out = append(out, m.Seq)
+				if out == nil {
+					out = map[uint32][]uint64{}
+				}
+				out[q.ID] = append(out[q.ID], m.Seq)
 			}
 		}
 	}
-	slices.Sort(out)
+	for _, seqs := range out {
+		slices.Sort(seqs)
+	}
 	return out
 }

@@ -45,8 +45,9 @@ func TestANilIndexRefusesEveryCall(t *testing.T) {
 			require.Equal(t, uint64(0), seq)
 			require.Equal(t, uint32(0), size)
 		},
-		"LiveChunks": func() { require.Empty(t, x.LiveChunks()) },
-		"LiveIn":     func() { require.Empty(t, x.LiveIn(1, 0, 1<<20)) },
+		"LiveChunks":    func() { require.Empty(t, x.LiveChunks()) },
+		"LiveIn":        func() { require.Empty(t, x.LiveIn(1, 0, 1<<20)) },
+		"LiveInByQueue": func() { require.Empty(t, x.LiveInByQueue(1, 0, 1<<20)) },
 		"NextQueueID": func() {
 			id, ok := x.NextQueueID()
 			require.Equal(t, uint32(0), id)

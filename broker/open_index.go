@@ -71,7 +71,7 @@ func (s *Store) openIndex() (int, error) {
 		return 0, err
 	}
 	if loss.salvaging() {
-		s.recovery.LostMessages = loss.lostMessages(x)
+		s.recovery.LostMessages, s.recovery.LostByQueue = loss.lostMessages(x)
 	}
 	s.recovery.Replayed = n
 	return n, nil
@@ -176,11 +176,12 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 
 // lossTracker names the live messages whose records salvage skipped: those
 // the checkpoint placed in a skipped span, and those an event past the
-// first skipped span names although the replay found no publish of them.
-// Without salvage it does nothing.
+// first skipped span names although the replay found no publish of them,
+// each with the number of the queue that held it. Without salvage it does
+// nothing.
 type lossTracker struct {
 	salvaged []wal.Damage
-	lost     map[uint64]bool
+	lost     map[uint64]uint32 // sequence → queue number
 	// damageAt is the first byte salvage skipped. An event past it about
 	// a message nobody published (an orphan) names a message whose
 	// publish was there — unless the message is older than every one
@@ -189,11 +190,11 @@ type lossTracker struct {
 	// before damageAt.
 	damageAt  wal.Position
 	maxBefore uint64
-	orphans   map[uint64]bool
+	orphans   map[uint64]uint32 // sequence → queue number
 }
 
 func newLossTracker(salvaged []wal.Damage) *lossTracker {
-	t := &lossTracker{salvaged: salvaged, lost: map[uint64]bool{}, orphans: map[uint64]bool{}}
+	t := &lossTracker{salvaged: salvaged, lost: map[uint64]uint32{}, orphans: map[uint64]uint32{}}
 	if len(salvaged) > 0 {
 		t.damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
 		for _, d := range salvaged[1:] {
@@ -209,8 +210,10 @@ func (t *lossTracker) salvaging() bool { return len(t.salvaged) > 0 }
 // fromCheckpoint notes the live messages x places in the skipped spans.
 func (t *lossTracker) fromCheckpoint(x *index.Index) {
 	for _, d := range t.salvaged {
-		for _, seq := range x.LiveIn(d.Segment, d.Offset, d.Offset+d.Length) {
-			t.lost[seq] = true
+		for q, seqs := range x.LiveInByQueue(d.Segment, d.Offset, d.Offset+d.Length) {
+			for _, seq := range seqs {
+				t.lost[seq] = q
+			}
 		}
 	}
 }
@@ -222,7 +225,7 @@ func (t *lossTracker) watch(x *index.Index) {
 	}
 	x.OnOrphan = func(pos wal.Position, e *index.Event) {
 		if pos >= t.damageAt && e.Seq != 0 {
-			t.orphans[e.Seq] = true
+			t.orphans[e.Seq] = e.Queue
 		}
 	}
 }
@@ -247,22 +250,45 @@ func (t *lossTracker) see(pos wal.Position, rec []byte) {
 }
 
 // lostMessages returns the IDs of the messages lost, in order: those noted
-// that x, replayed, does not hold.
-func (t *lossTracker) lostMessages(x *index.Index) []string {
+// that x, replayed, does not hold; and the same IDs by the name of the
+// queue that held each (see RecoveryReport.LostByQueue), nil when none
+// was lost.
+func (t *lossTracker) lostMessages(x *index.Index) ([]string, map[string][]string) {
 	// Without a publish or a mark before the damage there is no telling
 	// an event about a lost message from one about a message whose
 	// segment was removed: name none rather than guess.
-	for seq := range t.orphans {
-		if t.maxBefore > 0 && seq > t.maxBefore {
-			t.lost[seq] = true
+	for seq, q := range t.orphans {
+		if _, known := t.lost[seq]; !known && t.maxBefore > 0 && seq > t.maxBefore {
+			t.lost[seq] = q
 		}
 	}
 	var ids []string
-	for seq := range t.lost {
-		if !x.Holds(seq) {
-			ids = append(ids, messageID(seq))
+	var byQueue map[string][]string
+	for seq, q := range t.lost {
+		if x.Holds(seq) {
+			continue
 		}
+		id := messageID(seq)
+		ids = append(ids, id)
+		if byQueue == nil {
+			byQueue = map[string][]string{}
+		}
+		name := lostQueueName(x, q)
+		byQueue[name] = append(byQueue[name], id)
 	}
 	slices.Sort(ids)
-	return ids
+	for _, qids := range byQueue {
+		slices.Sort(qids)
+	}
+	return ids, byQueue
+}
+
+// lostQueueName is the name of queue number id after the replay, or, when
+// salvage took its declaration too, "queue #<id>": no queue can be named
+// so (a name holds no space), and the number is the one its events carry.
+func lostQueueName(x *index.Index, id uint32) string {
+	if q := x.QueueByID(id); q != nil {
+		return q.Name
+	}
+	return fmt.Sprintf("queue #%d", id)
 }

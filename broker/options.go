@@ -118,10 +118,10 @@ type Options struct {
 	// damaged file is first copied whole into the directory's salvage
 	// subdirectory, which the store never removes, counts in StoreStats
 	// or copies in a Backup. Store.Recovery (and the Logger) names
-	// the copies and the IDs of the messages known lost (see
-	// RecoveryReport.LostMessages). Set it for the Open that follows a
-	// Corrupt, not for good: an Open with it refuses no damage, and says
-	// what it skipped only there.
+	// the copies and the IDs of the messages known lost, by queue (see
+	// RecoveryReport.LostMessages and LostByQueue). Set it for the Open
+	// that follows a Corrupt, not for good: an Open with it refuses no
+	// damage, and says what it skipped only there.
 	Salvage bool
 	// FS is the file system; nil means the real one. Tests inject faults
 	// through it.

@@ -10,8 +10,9 @@ import (
 )
 
 // A RecoveryReport prints as one line that says what Open found and did,
-// not as a struct of unnamed values; a long list of lost messages is
-// shortened, the rest left to LostMessages.
+// not as a struct of unnamed values; lost messages are counted by queue
+// (by name, sorted) and a long list of them is shortened, the rest left to
+// LostMessages.
 func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	require.Equal(t, "replayed 0 records; clean", broker.RecoveryReport{}.String())
 	require.Equal(t, "replayed 12 records; index rebuilt from the whole log; torn tail cut off (never fdatasynced: no call that waited for the device had it)",
@@ -21,12 +22,16 @@ func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	for i := range 12 {
 		lost = append(lost, fmt.Sprintf("m%d", i))
 	}
-	r := broker.RecoveryReport{Replayed: 5, SalvagedSpans: 2, SalvageCopies: []string{"/s/salvage/a", "/s/salvage/b"}, LostMessages: lost}
+	r := broker.RecoveryReport{Replayed: 5, SalvagedSpans: 2, SalvageCopies: []string{"/s/salvage/a", "/s/salvage/b"}, LostMessages: lost,
+		LostByQueue: map[string][]string{"mail": {"m1", "m7"}, "jobs": {"m0", "m2", "m3", "m4", "m5", "m6", "m8", "m9", "m10", "m11"}}}
 	require.Equal(t, "replayed 5 records; salvage skipped 2 damaged spans, copies in /s/salvage/a, /s/salvage/b; "+
-		"12 messages lost: m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more", r.String())
+		"12 messages lost (jobs 10, mail 2): m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more", r.String())
 	require.Equal(t, r.String(), fmt.Sprint(r), "fmt prints it by String")
-	require.Equal(t, "replayed 5 records; salvage skipped 1 damaged span, copies in /s/salvage/a; 1 message lost: m0",
-		broker.RecoveryReport{Replayed: 5, SalvagedSpans: 1, SalvageCopies: []string{"/s/salvage/a"}, LostMessages: lost[:1]}.String())
+	require.Equal(t, "replayed 5 records; salvage skipped 1 damaged span, copies in /s/salvage/a; 1 message lost (queue #2 1): m0",
+		broker.RecoveryReport{Replayed: 5, SalvagedSpans: 1, SalvageCopies: []string{"/s/salvage/a"}, LostMessages: lost[:1],
+			LostByQueue: map[string][]string{"queue #2": {"m0"}}}.String())
+	require.Equal(t, "replayed 0 records; 2 messages lost: m0, m1",
+		broker.RecoveryReport{LostMessages: lost[:2]}.String(), "a report without LostByQueue still lists the IDs")
 
 	e := newEnv(t)
 	mustPublish(t, e.queue("jobs", policy()), "x")

@@ -543,8 +543,9 @@ func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 	require.True(t, reported, "Salvage reports what it skipped; logged: %v", logs.records(t))
 	rec := e.s.Recovery()
 	require.Equal(t, []string{b}, rec.LostMessages, "the checkpoint knew B was live: it is named lost")
+	require.Equal(t, map[string][]string{"jobs": {b}}, rec.LostByQueue, "with the queue it was in")
 	require.NotEmpty(t, rec.SalvageCopies)
-	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 message lost: " + b} {
+	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 message lost (jobs 1): " + b} {
 		require.Contains(t, rec.String(), says, "the report in one line says what salvage did")
 	}
 	copies, err := filepath.Glob(filepath.Join(e.dir, "salvage", file+"*"))
@@ -564,6 +565,108 @@ func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 	e.reopen() // the salvaged log now opens without Salvage
 	q = e.queue("jobs", policy())
 	require.Equal(t, 3, q.Stats().Leased)
+}
+
+// twoQueueLog sets up a store with queues jobs and mail: publishes of
+// A (jobs), B (jobs), M (mail), C (jobs) and N (mail), each its own commit,
+// mail declared after A. With receive, every message is then received
+// (leases, recorded after them all). It closes the store, and flips a
+// byte in each record whose bytes hold one of damage (a payload's letter
+// repeated, or "mail" for the queue's declaration). It returns the IDs by
+// letter.
+func twoQueueLog(t *testing.T, receive bool, damage ...string) (*env, map[string]string) {
+	e := newEnv(t)
+	jobs := e.queue("jobs", policy())
+	id := map[string]string{"A": mustPublish(t, jobs, strings.Repeat("A", 300)).ID}
+	mail := e.queue("mail", policy())
+	for _, p := range []struct {
+		q      *broker.Queue
+		letter string
+	}{{jobs, "B"}, {mail, "M"}, {jobs, "C"}, {mail, "N"}} {
+		id[p.letter] = mustPublish(t, p.q, strings.Repeat(p.letter, 300)).ID
+	}
+	if receive {
+		require.Len(t, mustReceive(t, jobs, 10), 3)
+		require.Len(t, mustReceive(t, mail, 10), 2)
+	}
+	e.close()
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
+	require.NoError(t, err)
+	for _, what := range damage {
+		pattern := []byte(what)
+		if len(what) == 1 {
+			pattern = bytes.Repeat(pattern, 300)
+		}
+		found := 0
+		for _, seg := range segs {
+			raw, err := os.ReadFile(seg)
+			require.NoError(t, err)
+			if i := bytes.Index(raw, pattern); i >= 0 {
+				require.Equal(t, -1, bytes.Index(raw[i+1:], pattern), "%q is in one record", what)
+				raw[i+len(pattern)/2] ^= 0x40
+				require.NoError(t, os.WriteFile(seg, raw, 0o600))
+				found++
+			}
+		}
+		require.Equal(t, 1, found, "%q is in one segment", what)
+	}
+	return e, id
+}
+
+// With several queues in a store, Salvage says which queue each lost
+// message was in, so that the right producers send again: whether the
+// checkpoint knew the message was live (nothing after its publish names
+// it), or only a later event (its lease) names it, with no checkpoint.
+// A queue whose declaration was lost as well is named by its number.
+func TestSalvageNamesTheQueueOfEachLostMessage(t *testing.T) {
+	open := func(t *testing.T, e *env) (broker.RecoveryReport, []map[string]any) {
+		var logs lockedBuffer
+		e.opts.Salvage = true
+		e.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		return e.open().Recovery(), logs.records(t)
+	}
+	loggedByQueue := func(t *testing.T, logs []map[string]any) any {
+		for _, r := range logs {
+			if r["msg"] == "broker: recovered" {
+				return r["lost_by_queue"]
+			}
+		}
+		t.Fatalf("no recovered line: %v", logs)
+		return nil
+	}
+
+	t.Run("checkpoint", func(t *testing.T) {
+		e, id := twoQueueLog(t, false, "B", "M")
+		rec, logs := open(t, e)
+		require.Equal(t, []string{id["B"], id["M"]}, rec.LostMessages)
+		require.Equal(t, map[string][]string{"jobs": {id["B"]}, "mail": {id["M"]}}, rec.LostByQueue)
+		require.Contains(t, rec.String(), fmt.Sprintf("2 messages lost (jobs 1, mail 1): %s, %s", id["B"], id["M"]))
+		require.Equal(t, map[string]any{"jobs": []any{id["B"]}, "mail": []any{id["M"]}}, loggedByQueue(t, logs), "the log line says it too")
+		ds := mustReceive(t, e.queue("mail", policy()), 10)
+		require.Equal(t, []string{id["N"]}, ids(ds), "the intact message of mail is kept")
+	})
+
+	t.Run("orphans", func(t *testing.T) {
+		e, id := twoQueueLog(t, true, "B", "M")
+		require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+		rec, logs := open(t, e)
+		require.True(t, rec.IndexRebuilt)
+		require.Equal(t, []string{id["B"], id["M"]}, rec.LostMessages)
+		require.Equal(t, map[string][]string{"jobs": {id["B"]}, "mail": {id["M"]}}, rec.LostByQueue)
+		require.Equal(t, map[string]any{"jobs": []any{id["B"]}, "mail": []any{id["M"]}}, loggedByQueue(t, logs))
+	})
+
+	t.Run("declaration lost", func(t *testing.T) {
+		// mail's only declaration is gone with M: M's lease and N's
+		// publish name a queue number nothing declares, so both are lost.
+		e, id := twoQueueLog(t, true, "mail", "B", "M")
+		require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+		rec, _ := open(t, e)
+		require.Equal(t, []string{id["B"], id["M"], id["N"]}, rec.LostMessages)
+		require.Equal(t, map[string][]string{"jobs": {id["B"]}, "queue #2": {id["M"], id["N"]}}, rec.LostByQueue)
+		require.Contains(t, rec.String(), "3 messages lost (jobs 1, queue #2 2): ")
+		require.Equal(t, []string{"jobs"}, e.s.Queues())
+	})
 }
 
 // A sealed segment that the last checkpoint vouched for is not scanned at
@@ -620,6 +723,7 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	require.Equal(t, 7, st.Leased)
 	rec := e.s.Recovery()
 	require.Equal(t, []string{sent[7].ID}, rec.LostMessages, "the lost message is named: the checkpoint knew it was live")
+	require.Equal(t, map[string][]string{"jobs": {sent[7].ID}}, rec.LostByQueue)
 	require.Equal(t, 1, rec.SalvagedSpans)
 	require.True(t, rec.IndexRebuilt)
 
@@ -630,6 +734,7 @@ func TestDamageInASealedSegmentIsFoundWhenRead(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, []string{sent[7].ID}, s.Recovery().LostMessages, "named from the log alone")
+	require.Equal(t, map[string][]string{"jobs": {sent[7].ID}}, s.Recovery().LostByQueue, "with its queue, from its lease")
 }
 
 // A damaged preamble record takes only itself: the queue declarations of

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"os"
@@ -258,7 +259,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}
 		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
-			"lost_messages", s.recovery.LostMessages)
+			"lost_messages", s.recovery.LostMessages, "lost_by_queue", s.recovery.LostByQueue)
 	}
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
@@ -331,6 +332,14 @@ type RecoveryReport struct {
 	// message published and never touched again after the last checkpoint
 	// leaves no other trace, and is not listed.
 	LostMessages []string
+	// LostByQueue is LostMessages by the name of the queue each message
+	// was in (each queue's IDs sorted; nil when none was lost): whose
+	// producers must send again. Every ID in LostMessages is under exactly
+	// one queue. A queue whose declaration salvage skipped as well is
+	// named "queue #<number>", by the number its other records carry; no
+	// queue can have such a name (it holds a space and a '#'), and a queue
+	// declared after the Open gets a new number, not that one.
+	LostByQueue map[string][]string
 	// IndexRebuilt: there was no usable checkpoint, and the queues' state
 	// was rebuilt from the whole log.
 	IndexRebuilt bool
@@ -339,7 +348,9 @@ type RecoveryReport struct {
 }
 
 // String says what Open found and did in one line, for a log: the records
-// replayed, then each repair, if any ("clean" when there was none).
+// replayed, then each repair, if any ("clean" when there was none). Lost
+// messages are counted by queue, then listed: "12 messages lost (jobs 10,
+// mail 2): m0, m1, …".
 func (r RecoveryReport) String() string {
 	parts := []string{"replayed " + count(r.Replayed, "record")}
 	if r.IndexRebuilt {
@@ -357,7 +368,15 @@ func (r RecoveryReport) String() string {
 		if n > shown {
 			ids += fmt.Sprintf(" and %d more", n-shown)
 		}
-		parts = append(parts, fmt.Sprintf("%s lost: %s", count(n, "message"), ids))
+		perQueue := ""
+		if len(r.LostByQueue) > 0 {
+			names := slices.Sorted(maps.Keys(r.LostByQueue))
+			for i, name := range names {
+				names[i] = fmt.Sprintf("%s %d", name, len(r.LostByQueue[name]))
+			}
+			perQueue = " (" + strings.Join(names, ", ") + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s lost%s: %s", count(n, "message"), perQueue, ids))
 	}
 	if len(parts) == 1 {
 		parts = append(parts, "clean")

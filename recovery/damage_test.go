@@ -549,21 +549,44 @@ func checkNamedOffset(err error, d damage, frames []frame) string {
 // was damaged (and then LostMessages may name it); every message there was
 // published with that payload, and is one the journal has present unless a
 // record of it (its ack, say) was damaged; LostMessages names only messages
-// that had a damaged record and are not there.
+// that had a damaged record and are not there, and LostByQueue names each
+// of them once, under the queue it was published to (or, its declaration
+// lost too, "queue #<number>").
 func checkSalvaged(obs *observation, j *journal, touched map[string]bool) (class, details string) {
 	var out []string
 	want := project(j, len(j.calls))
 	published := map[string]string{}
+	publishedTo := map[string]string{}
 	for i := range j.calls {
 		if j.calls[i].newPublish() {
 			for k, id := range j.calls[i].ids {
 				published[id] = j.calls[i].payloads[k]
+				publishedTo[id] = j.calls[i].queue
 			}
+		}
+	}
+	lostIn := map[string][]string{}
+	for name, ids := range obs.recovery.LostByQueue {
+		for _, id := range ids {
+			lostIn[id] = append(lostIn[id], name)
+		}
+	}
+	for _, id := range sortedKeys(lostIn) {
+		if !slices.Contains(obs.recovery.LostMessages, id) {
+			class = "LostByQueue does not match LostMessages"
+			out = append(out, fmt.Sprintf("LostByQueue names %s under %v, which LostMessages does not", id, lostIn[id]))
 		}
 	}
 	lost := map[string]bool{}
 	for _, id := range obs.recovery.LostMessages {
 		lost[id] = true
+		if in := lostIn[id]; len(in) != 1 {
+			class = "LostByQueue does not match LostMessages"
+			out = append(out, fmt.Sprintf("LostByQueue names %s under %d queues %v, want one", id, len(in), in))
+		} else if q, ok := publishedTo[id]; ok && in[0] != q && !strings.HasPrefix(in[0], "queue #") {
+			class = "LostByQueue names the wrong queue"
+			out = append(out, fmt.Sprintf("LostByQueue names %s under %q; it was published to %q", id, in[0], q))
+		}
 		if !touched[id] {
 			class = "LostMessages names messages with no damaged record"
 			out = append(out, fmt.Sprintf("LostMessages names %s, which had no record in the damaged span", id))

@@ -25,9 +25,9 @@ func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	r := broker.RecoveryReport{Replayed: 5, SalvagedSpans: 2, SalvageCopies: []string{"/s/salvage/a", "/s/salvage/b"}, LostMessages: lost,
 		LostByQueue: map[string][]string{"mail": {"m1", "m7"}, "jobs": {"m0", "m2", "m3", "m4", "m5", "m6", "m8", "m9", "m10", "m11"}}}
 	require.Equal(t, "replayed 5 records; salvage skipped 2 damaged spans, copies in /s/salvage/a, /s/salvage/b; "+
-		"12 messages lost (jobs 10, mail 2): m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more", r.String())
+		"12 messages lost (10 in jobs, 2 in mail): m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more", r.String())
 	require.Equal(t, r.String(), fmt.Sprint(r), "fmt prints it by String")
-	require.Equal(t, "replayed 5 records; salvage skipped 1 damaged span, copies in /s/salvage/a; 1 message lost (queue #2 1): m0",
+	require.Equal(t, "replayed 5 records; salvage skipped 1 damaged span, copies in /s/salvage/a; 1 message lost (1 in queue #2): m0",
 		broker.RecoveryReport{Replayed: 5, SalvagedSpans: 1, SalvageCopies: []string{"/s/salvage/a"}, LostMessages: lost[:1],
 			LostByQueue: map[string][]string{"queue #2": {"m0"}}}.String())
 	require.Equal(t, "replayed 0 records; 2 messages lost: m0, m1",

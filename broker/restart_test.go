@@ -545,7 +545,7 @@ func TestSalvageKeepsIntactRecordsBeforeAndAfter(t *testing.T) {
 	require.Equal(t, []string{b}, rec.LostMessages, "the checkpoint knew B was live: it is named lost")
 	require.Equal(t, map[string][]string{"jobs": {b}}, rec.LostByQueue, "with the queue it was in")
 	require.NotEmpty(t, rec.SalvageCopies)
-	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 message lost (jobs 1): " + b} {
+	for _, says := range []string{"salvage skipped", rec.SalvageCopies[0], "1 message lost (1 in jobs): " + b} {
 		require.Contains(t, rec.String(), says, "the report in one line says what salvage did")
 	}
 	copies, err := filepath.Glob(filepath.Join(e.dir, "salvage", file+"*"))
@@ -640,7 +640,7 @@ func TestSalvageNamesTheQueueOfEachLostMessage(t *testing.T) {
 		rec, logs := open(t, e)
 		require.Equal(t, []string{id["B"], id["M"]}, rec.LostMessages)
 		require.Equal(t, map[string][]string{"jobs": {id["B"]}, "mail": {id["M"]}}, rec.LostByQueue)
-		require.Contains(t, rec.String(), fmt.Sprintf("2 messages lost (jobs 1, mail 1): %s, %s", id["B"], id["M"]))
+		require.Contains(t, rec.String(), fmt.Sprintf("2 messages lost (1 in jobs, 1 in mail): %s, %s", id["B"], id["M"]))
 		require.Equal(t, map[string]any{"jobs": []any{id["B"]}, "mail": []any{id["M"]}}, loggedByQueue(t, logs), "the log line says it too")
 		ds := mustReceive(t, e.queue("mail", policy()), 10)
 		require.Equal(t, []string{id["N"]}, ids(ds), "the intact message of mail is kept")
@@ -664,7 +664,7 @@ func TestSalvageNamesTheQueueOfEachLostMessage(t *testing.T) {
 		rec, _ := open(t, e)
 		require.Equal(t, []string{id["B"], id["M"], id["N"]}, rec.LostMessages)
 		require.Equal(t, map[string][]string{"jobs": {id["B"]}, "queue #2": {id["M"], id["N"]}}, rec.LostByQueue)
-		require.Contains(t, rec.String(), "3 messages lost (jobs 1, queue #2 2): ")
+		require.Contains(t, rec.String(), "3 messages lost (1 in jobs, 2 in queue #2): ")
 		require.Equal(t, []string{"jobs"}, e.s.Queues())
 	})
 }

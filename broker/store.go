@@ -349,8 +349,8 @@ type RecoveryReport struct {
 
 // String says what Open found and did in one line, for a log: the records
 // replayed, then each repair, if any ("clean" when there was none). Lost
-// messages are counted by queue, then listed: "12 messages lost (jobs 10,
-// mail 2): m0, m1, …".
+// messages are counted by queue, then listed: "12 messages lost (10 in
+// jobs, 2 in mail): m0, m1, …".
 func (r RecoveryReport) String() string {
 	parts := []string{"replayed " + count(r.Replayed, "record")}
 	if r.IndexRebuilt {
@@ -372,7 +372,7 @@ func (r RecoveryReport) String() string {
 		if len(r.LostByQueue) > 0 {
 			names := slices.Sorted(maps.Keys(r.LostByQueue))
 			for i, name := range names {
-				names[i] = fmt.Sprintf("%s %d", name, len(r.LostByQueue[name]))
+				names[i] = fmt.Sprintf("%d in %s", len(r.LostByQueue[name]), name)
 			}
 			perQueue = " (" + strings.Join(names, ", ") + ")"
 		}

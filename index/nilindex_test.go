@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/internal/methodset"
 )
 
 // A nil *Index is what a caller holds that went on past the error of Load
@@ -63,7 +64,7 @@ func TestANilIndexRefusesEveryCall(t *testing.T) {
 			u[1] = index.SegmentUse{} // a copy is the caller's to change
 		},
 	}
-	requireCasesCoverMethods(t, reflect.TypeFor[*index.Index](), calls, zeros)
+	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Index](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			var err error

@@ -2,12 +2,12 @@ package index_test
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/internal/methodset"
 )
 
 // A nil *Table is what a caller holds that went on past OpenTable's error.
@@ -46,7 +46,7 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 			require.False(t, ok)
 		},
 	}
-	requireCasesCoverMethods(t, reflect.TypeFor[*index.Table](), calls, zeros)
+	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Table](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			var err error
@@ -58,23 +58,4 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 	for name, check := range zeros {
 		t.Run(name, func(t *testing.T) { require.NotPanics(t, check) })
 	}
-}
-
-// requireCasesCoverMethods fails unless the exported methods of typ are
-// exactly the names of calls and zeros together.
-func requireCasesCoverMethods(t *testing.T, typ reflect.Type, calls map[string]func() error, zeros map[string]func()) {
-	t.Helper()
-	var methods, cases []string
-	for i := range typ.NumMethod() {
-		methods = append(methods, typ.Method(i).Name)
-	}
-	for name := range calls {
-		cases = append(cases, name)
-	}
-	for name := range zeros {
-		cases = append(cases, name)
-	}
-	slices.Sort(methods)
-	slices.Sort(cases)
-	require.Equal(t, methods, cases, "every exported method of %v needs a nil-receiver case", typ)
 }

@@ -4,10 +4,10 @@ import (
 	"io/fs"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/internal/methodset"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -38,7 +38,7 @@ func TestANilFileRefusesEveryCall(t *testing.T) {
 		"Size": func() { require.Equal(t, 0, s.Size()) },
 		"Data": func() { require.Nil(t, s.Data()) },
 	}
-	requireCasesCoverMethods(t, reflect.TypeFor[*segment.File](), calls, zeros)
+	require.NoError(t, methodset.Check(reflect.TypeFor[*segment.File](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			var err error
@@ -53,23 +53,4 @@ func TestANilFileRefusesEveryCall(t *testing.T) {
 	entries, err := vfs.Default.ReadDir(dir)
 	require.NoError(t, err)
 	require.Empty(t, entries, "Rename of a nil *File made a file")
-}
-
-// requireCasesCoverMethods fails unless the exported methods of typ are
-// exactly the names of calls and zeros together.
-func requireCasesCoverMethods(t *testing.T, typ reflect.Type, calls map[string]func() error, zeros map[string]func()) {
-	t.Helper()
-	var methods, cases []string
-	for i := range typ.NumMethod() {
-		methods = append(methods, typ.Method(i).Name)
-	}
-	for name := range calls {
-		cases = append(cases, name)
-	}
-	for name := range zeros {
-		cases = append(cases, name)
-	}
-	slices.Sort(methods)
-	slices.Sort(cases)
-	require.Equal(t, methods, cases, "every exported method of %v needs a nil-receiver case", typ)
 }

@@ -217,14 +217,10 @@ func (s *Store) checkpointLocked() error {
 		}
 	}
 	// The checkpoint no longer names them: table files of messages all
-	// gone. A crash before this finishes leaves files Open removes.
+	// gone. EndCheckpoint's directory sync makes the removals durable with
+	// its own (one directory); a crash before it leaves files Open removes.
 	for _, c := range drop {
 		if err := t.Remove(c); err != nil {
-			return fail(err)
-		}
-	}
-	if len(drop) > 0 {
-		if err := t.SyncDir(); err != nil {
 			return fail(err)
 		}
 	}

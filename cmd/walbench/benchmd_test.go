@@ -322,6 +322,34 @@ func TestGoalRows(t *testing.T) {
 	}
 }
 
+// TestGoalRowsCountTheRoundsThatMetEach: beside the medians' verdict, each
+// goal says in how many rounds, each against its own probe, it was met; a
+// round without the figure did not meet it, and a run of one round says
+// "-".
+func TestGoalRowsCountTheRoundsThatMetEach(t *testing.T) {
+	one := func(vs float64) Row { return walGoal(1, "new", 5000, vs) }
+	median := one(0.86)
+	noFigure := one(0)
+	noFigure.VsFdatasync = nil
+	median.PerRound = []Row{one(0.9), one(0.8), one(0.86), noFigure}
+	pub := Row{Kind: kindPublish, Sync: "all", Size: 1024, Producers: 64, MsgsPerSec: ptr(120_000.0), CeilingPerSec: ptr(300_000.0)}
+	// The rate goal is the lower of half the round's own ceiling and
+	// 100,000: 90,000 meets it against a ceiling of 150,000, not of 300,000.
+	low, high := pub, pub
+	low.MsgsPerSec, low.CeilingPerSec = ptr(90_000.0), ptr(150_000.0)
+	high.MsgsPerSec = ptr(90_000.0)
+	pub.PerRound = []Row{low, high, pub}
+	rows := goalRows(&Report{Rows: []Row{median, pub, walGoal(64, "reused", 150_000, 25)}})
+	var got []string
+	for _, r := range rows {
+		got = append(got, r[3]+" "+r[4])
+	}
+	want := []string{"yes 2 of 4", "yes -", "yes 2 of 3"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("met and rounds met %q, want %q (%q)", got, want, rows)
+	}
+}
+
 // TestReportSaysFailure: the report command's tables of a run that failed
 // or was interrupted say so, as its markdown does, and still exit 0: the
 // report itself did not fail.

@@ -87,6 +87,21 @@ func TestEmptyAndZeroLengthRecords(t *testing.T) {
 	require.Empty(t, got[0].rec)
 }
 
+// TestAZeroPendingIsNoAppend: Enqueue of no records waits for nothing and
+// succeeds, but a Pending of the caller's own making was never queued, and
+// its Wait used to report that nothing as a success.
+func TestAZeroPendingIsNoAppend(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{})
+	defer l.Close()
+	pos, err := l.Enqueue(true).Wait()
+	require.NoError(t, err, "Enqueue of no records")
+	require.Empty(t, pos)
+	var zero Pending
+	pos, err = zero.Wait()
+	require.ErrorContains(t, err, "Enqueue did not return")
+	require.Empty(t, pos)
+}
+
 func TestAppendIsAtomicAndNeverSplitAcrossSegments(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{SegmentBytes: 1024})

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -135,12 +136,18 @@ func (l *Log) Barrier(durable bool) error {
 	return err
 }
 
-// Pending is an append queued by Enqueue and not yet waited for.
+// Pending is an append queued by Enqueue and not yet waited for. Only
+// Enqueue makes one: a Pending of the caller's own making stands for no
+// append, and its Wait says so.
 type Pending struct {
-	r   *request
-	b   *batch
-	err error // refused before it was queued
+	r     *request
+	b     *batch
+	err   error // refused before it was queued
+	empty bool  // Enqueue of no records: nothing to wait for
 }
+
+// errZeroPending is what Wait returns for a Pending Enqueue did not make.
+var errZeroPending = errors.New("wal: Wait on a Pending that Enqueue did not return: it stands for no append")
 
 // queued is what an append or a barrier allocates: the Pending, its
 // request and room for one position, in one allocation (Enqueue runs once
@@ -161,7 +168,7 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 		return &Pending{err: errNilLog}
 	}
 	if len(recs) == 0 {
-		return &Pending{err: l.refusal()}
+		return &Pending{err: l.refusal(), empty: true}
 	}
 	size := 0
 	for i, r := range recs {
@@ -183,10 +190,14 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 }
 
 // Wait returns the positions of the queued records once they are written or
-// durable, as Enqueue asked, or the error that stopped them.
+// durable, as Enqueue asked, or the error that stopped them. A Pending
+// Enqueue did not make (the zero Pending) returns an error, not success.
 func (p *Pending) Wait() ([]Position, error) {
-	if p.err != nil || p.b == nil {
+	if p.err != nil || p.empty {
 		return nil, p.err
+	}
+	if p.b == nil {
+		return nil, errZeroPending
 	}
 	if p.r.sync {
 		<-p.b.synced

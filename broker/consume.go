@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// MaxConsumeConcurrency bounds [ConsumeOptions.Concurrency]: Consume
-// reserves room for that many handlers before it starts, and a goroutine
-// each, so a mistyped count is refused rather than allowed to exhaust the
+// MaxConsumeConcurrency bounds [ConsumeOptions.Concurrency] and
+// [ConsumeOptions.Prefetch]: Consume reserves room for that many handlers
+// and held deliveries before it starts, and a goroutine for each handler,
+// so a mistyped count is refused rather than allowed to exhaust the
 // memory.
 const MaxConsumeConcurrency = 1 << 16
 
@@ -25,16 +26,38 @@ const MaxConsumeConcurrency = 1 << 16
 type ConsumeOptions struct {
 	// Batch is the most messages one Receive asks for. Zero means 1;
 	// negative is refused ([InvalidBatchSize]). Consume never asks for more
-	// than there are free handler slots. Zero is 1 whatever Concurrency
-	// is: with Concurrency set and Batch not, each Receive leases one
-	// message, which over a [*Queue] under [SyncAll] waits for an
-	// fdatasync of its own; Batch equal to Concurrency lets one Receive
-	// fill every free slot at once.
+	// than there are free handler slots, plus the room Prefetch leaves.
+	// Zero is 1 whatever Concurrency is: with Concurrency set and Batch
+	// not, each Receive leases one message, which over a [*Queue] under
+	// [SyncAll] waits for an fdatasync of its own; Batch equal to
+	// Concurrency lets one Receive fill every free slot at once.
 	Batch int
 	// Concurrency is how many handlers run at once. Zero means 1; negative,
 	// or above [MaxConsumeConcurrency], is refused ([InvalidBatchSize]).
 	// Batch bounds how many of them one Receive fills.
 	Concurrency int
+	// Prefetch is how many leased messages Consume may hold, waiting for a
+	// handler, beyond those its handlers run. Zero (the default) holds
+	// none: every message Consume leases starts at once. Negative, or
+	// above [MaxConsumeConcurrency], is refused ([InvalidBatchSize]).
+	//
+	// With few handlers and a Batch above Concurrency, holding messages is
+	// what lets one Receive lease many: Consume receives again once half
+	// of what it holds has started, so that over a [*Queue] one commit
+	// carries the leases of the next messages and the acks of the last
+	// ones, instead of one commit for each handler that finishes.
+	//
+	// The price is the held messages' leases: a lease runs from its
+	// Receive, while the message waits, and is not renewed (ExtendEvery)
+	// before its handler starts. Keep Prefetch ÷ Concurrency × the
+	// handler's time well below the queue's VisibilityTimeout, or a held
+	// message may be delivered again elsewhere before it starts here. When
+	// ctx ends, the messages still held are not started: each is nacked
+	// with the reason [ReasonConsumerStopped], so it waits out its
+	// RetryDelay and has spent a delivery (as a message received from SQS
+	// or NATS and left unprocessed has); on its last delivery it goes to
+	// the dead-letter store saying the consumer stopped.
+	Prefetch int
 	// PollInterval is how long Consume waits after an empty Receive when
 	// the broker is not a [Waker], and after a Receive error other than
 	// [Closed]. Zero means 100ms; negative is refused
@@ -83,6 +106,9 @@ const (
 	// that ends sooner, when Receive keeps finding nothing, backs off from
 	// this to PollInterval so that Consume never spins.
 	minIdleWait = time.Millisecond
+	// ackDelay is the longest a finished handler's ack waits for the next
+	// Receive to carry it while Consume holds prefetched messages.
+	ackDelay = time.Millisecond
 )
 
 // errHandlerPanicked is the cause Consume nacks a panicking handler's
@@ -132,9 +158,11 @@ func inChain(test func() bool) (found bool) {
 // Each delivery runs h on one of at most opts.Concurrency goroutines of
 // Consume's own, one delivery at a time each, with a context derived from
 // ctx. Once started, a goroutine waits for the next delivery until Consume
-// returns. When h returns nil the delivery
-// is acked; an error marked with [DoNotRetry] rejects it (nacks it when b
-// is not a [Rejecter]); any other error nacks it with that error as cause.
+// returns. With opts.Prefetch, deliveries that find every goroutine busy
+// wait, leased, for the next one free (see [ConsumeOptions.Prefetch]).
+// When h returns nil the delivery is acked; an error marked with
+// [DoNotRetry] rejects it (nacks it when b is not a [Rejecter]); any other
+// error nacks it with that error as cause.
 // An error whose Unwrap, Is or As method panics (the handler's code too)
 // is nacked as one that carries nothing, UNCLASSIFIED.
 // A panic in h is recovered and nacked with a cause that carries no reason,
@@ -183,10 +211,11 @@ func inChain(test func() bool) (found bool) {
 // next Receive or lease renewal), the contexts of the running handlers
 // end, with that error as their cause (nothing they do can be settled any
 // more), and Consume returns it when they have returned. When
-// ctx ends, Consume stops receiving, waits for every running handler
-// (whose context ends with ctx, or opts.StopGrace later) and its Ack or
-// Nack, and returns ctx.Err(). It returns an error at once for a nil b or
-// h, or an option it refuses.
+// ctx ends, Consume stops receiving, nacks the deliveries it holds
+// unstarted (Prefetch), waits for every running handler (whose context
+// ends with ctx, or opts.StopGrace later) and its Ack or Nack, and returns
+// ctx.Err(). It returns an error at once for a nil b or h, or an option
+// it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.
@@ -199,6 +228,7 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		return err
 	}
 	c.settleCtx = context.WithoutCancel(ctx)
+	c.stopCtx = ctx
 	var endGrace func()
 	c.handlerCtx, endGrace = c.graceful(ctx)
 	defer endGrace()
@@ -211,6 +241,9 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		// handlers do can be settled any more, so they are told now
 		// rather than left to run to their end while Consume waits.
 		abandon(err)
+	}
+	if c.prefetch > 0 {
+		c.releaseHeld()
 	}
 	if c.acker != nil {
 		// No Receive will carry the acks of handlers still running: from
@@ -372,21 +405,33 @@ type consumer struct {
 	ackReady  chan struct{}
 
 	batch       int
+	concurrency int
+	prefetch    int
 	poll        time.Duration
 	extendEvery time.Duration
 	extendBy    time.Duration
 	stopGrace   time.Duration
 
-	// slots holds one token per handler running or about to run: a send
-	// takes a slot, a receive frees one.
+	// slots holds one token per delivery leased and not yet settled: its
+	// handler running or about to run, or (with a Prefetch) the delivery
+	// held in work until a handler is free. A send takes a slot, a
+	// receive frees one.
 	slots    chan struct{}
 	inflight sync.WaitGroup
-	// work hands deliveries to handler goroutines that are waiting;
-	// waiting counts them, less those a dispatch already claimed. Only
-	// Consume's return closes work, and workers tracks the goroutines.
-	work    chan DeliveryValue
+	// work hands deliveries to handler goroutines; waiting counts those
+	// waiting for one, less the deliveries sent and not yet taken, so it
+	// is negative while deliveries are held. Only Consume's return closes
+	// work, and workers tracks the goroutines. started counts the
+	// goroutines dispatch started (a replacement takes an ended one's
+	// place; see worker), never more than concurrency; only the loop
+	// goroutine touches it.
+	work    chan job
 	waiting atomic.Int64
 	workers sync.WaitGroup
+	started int
+	// stopCtx is Consume's ctx: once it ends, a held delivery is released
+	// instead of started (see release).
+	stopCtx context.Context
 	// streak counts consecutive idle waits that ended at once with Receive
 	// still finding nothing. Only the loop goroutine touches it.
 	streak int
@@ -407,6 +452,10 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		return nil, refuse("Concurrency %d must not be negative", InvalidBatchSize, opts.Concurrency)
 	case opts.Concurrency > MaxConsumeConcurrency:
 		return nil, refuse("Concurrency %d is above the maximum, %d", InvalidBatchSize, opts.Concurrency, MaxConsumeConcurrency)
+	case opts.Prefetch < 0:
+		return nil, refuse("Prefetch %d must not be negative", InvalidBatchSize, opts.Prefetch)
+	case opts.Prefetch > MaxConsumeConcurrency:
+		return nil, refuse("Prefetch %d is above the maximum, %d", InvalidBatchSize, opts.Prefetch, MaxConsumeConcurrency)
 	case opts.PollInterval < 0:
 		return nil, refuse("PollInterval %v must not be negative", QueueMisconfigured, opts.PollInterval)
 	case opts.StopGrace < 0:
@@ -427,8 +476,10 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		extendEvery: opts.ExtendEvery,
 		extendBy:    opts.ExtendBy,
 		stopGrace:   opts.StopGrace,
-		slots:       make(chan struct{}, max(opts.Concurrency, 1)),
-		work:        make(chan DeliveryValue, max(opts.Concurrency, 1)),
+		concurrency: max(opts.Concurrency, 1),
+		prefetch:    opts.Prefetch,
+		slots:       make(chan struct{}, max(opts.Concurrency, 1)+opts.Prefetch),
+		work:        make(chan job, max(opts.Concurrency, 1)+opts.Prefetch),
 	}
 	if name := queueName(b); name != "" {
 		c.log = c.log.With("queue", name)
@@ -542,6 +593,12 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 		}
 	}
 	n := 1
+	if c.prefetch > 0 {
+		var ok bool
+		if n, ok = c.refill(ctx, ended); !ok {
+			return 0, false
+		}
+	}
 	if n < c.batch && len(c.slots) < cap(c.slots) {
 		// Handlers that finish together free their slots one after the
 		// other: let those already runnable finish before counting, so
@@ -559,9 +616,66 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	return n, true
 }
 
+// job is a delivery on its way to a handler goroutine. A held one found
+// every handler busy when it was dispatched (see ConsumeOptions.Prefetch).
+type job struct {
+	d    DeliveryValue
+	held bool
+}
+
+// refill holds one slot, taken by acquire, and waits for more while
+// Consume holds more than half its Prefetch: receiving then would lease a
+// few messages per commit, one for each handler that finished. It
+// returns how many slots it holds, or false, holding none, when ctx or b
+// ended first (endedWith then says how). The acks of the handlers that
+// finish meanwhile wait for the Receive that follows, or at most
+// ackDelay: a slow handler's ack must not wait for the handlers after it.
+func (c *consumer) refill(ctx context.Context, ended <-chan struct{}) (int, bool) {
+	n := 1
+	var flush <-chan time.Time // nil, which never fires, until an ack waits
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for n < c.batch && len(c.work) > c.prefetch/2 {
+		select {
+		case c.slots <- struct{}{}:
+			n++
+		case <-c.ackReady:
+			if flush == nil {
+				timer = time.NewTimer(ackDelay)
+				flush = timer.C
+			}
+		case <-flush:
+			flush = nil
+			c.flushAcks(c.settleCtx)
+		case <-ctx.Done():
+			c.giveBack(n)
+			return 0, false
+		case <-ended:
+			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+				c.giveBack(n)
+				return 0, false
+			}
+			ended = nil // (cannot happen: it ended with an error)
+		}
+	}
+	return n, true
+}
+
+// giveBack frees n slots taken for a Receive that will not be made.
+func (c *consumer) giveBack(n int) {
+	for range n {
+		<-c.slots
+	}
+}
+
 // dispatch hands each delivery to a handler goroutine, starting one when
-// none is waiting, and frees the slots reserved for deliveries that did
-// not come.
+// none is waiting and fewer than Concurrency run, holding it in work for
+// the next free handler otherwise, and frees the slots reserved for
+// deliveries that did not come.
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
@@ -573,10 +687,18 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 		}
 		c.inflight.Add(1)
 		if c.waiting.Add(-1) >= 0 {
-			c.work <- d // a goroutine is waiting for it, or about to
+			c.work <- job{d: d} // a goroutine is waiting for it, or about to
+			continue
+		}
+		if c.started == c.concurrency {
+			// Every handler is busy (only with a Prefetch: without one a
+			// delivery's slot means a handler is free). The first to
+			// finish takes it; waiting stays one lower until then.
+			c.work <- job{d: d, held: true}
 			continue
 		}
 		c.waiting.Add(1)
+		c.started++
 		c.workers.Add(1)
 		go c.worker(c.handlerCtx, &d)
 	}
@@ -690,10 +812,57 @@ func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
 	if first != nil {
 		c.handle(ctx, *first)
 	}
-	for d := range c.work {
-		c.handle(ctx, d)
+	for j := range c.work {
+		if j.held && c.release(j.d) {
+			continue
+		}
+		c.handle(ctx, j.d)
 	}
 	ended = false
+}
+
+// releaseHeld releases (see release) the deliveries held when the loop
+// ended: every handler may be busy for a while yet, running to the end of
+// StopGrace, and a held delivery must not wait for one to take it.
+// Deliveries an idle handler was about to take go back for it.
+func (c *consumer) releaseHeld() {
+	for range len(c.work) {
+		var j job
+		select {
+		case j = <-c.work:
+		default:
+			return // handlers took the rest
+		}
+		if !j.held || !c.release(j.d) {
+			c.work <- j // cannot block: it came out of work a moment ago
+		}
+	}
+}
+
+// release settles a held delivery without starting it when Consume is
+// stopping, and reports whether it did. Once Consume's ctx has ended, it
+// nacks the delivery with errConsumerStopped (see
+// ConsumeOptions.Prefetch); once the broker ended (the handlers' context
+// was cancelled with Consume's ctx still live), nothing can be settled,
+// and the message is delivered again when its lease lapses.
+func (c *consumer) release(d DeliveryValue) bool {
+	switch {
+	case c.stopCtx.Err() != nil:
+		attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
+		c.log.InfoContext(c.settleCtx, "broker: Consume: stopping; nacking a held delivery its handler never started", attrs...)
+		logged := context.WithValue(c.settleCtx, causeLogged{}, true)
+		if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
+			c.refused(c.settleCtx, "nack", err, attrs)
+		}
+	case c.handlerCtx.Err() != nil:
+		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a held delivery was not started, and will be delivered again once its lease lapses",
+			"message", d.Message.ID, "deliveries", d.Deliveries)
+	default:
+		return false
+	}
+	c.free()
+	c.inflight.Done()
+	return true
 }
 
 // free frees the slot of a handler that is done. Its goroutine counts as
@@ -739,7 +908,8 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 			// The next Receive carries the ack, in the commit of its own
 			// leases. The handler is done: its slot is free now, and
 			// freeing it is what wakes the loop to Receive. At most
-			// Concurrency acks wait, since each waited in a slot.
+			// Concurrency + Prefetch acks wait, since each waited in a
+			// slot.
 			c.ackBuf = append(c.ackBuf, pendingAck{d: d, receipt: receipt})
 			c.ackMu.Unlock()
 			handedOff = true

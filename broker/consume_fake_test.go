@@ -100,6 +100,7 @@ type fakeBroker struct {
 	ackErrs          []error // returned by the next Ack calls, in order
 	wokeSinceReceive bool
 	receiveNoWake    int // Receive calls not preceded by a Wake
+	mostLeased       int // the most live leases after any Receive
 }
 
 var (
@@ -182,6 +183,9 @@ func (f *fakeBroker) Receive(ctx context.Context, max int) ([]DeliveryValue, err
 	}
 	f.ready = rest
 	f.receiveLen = append(f.receiveLen, len(out))
+	if len(f.leases) > f.mostLeased {
+		f.mostLeased = len(f.leases)
+	}
 	return out, nil
 }
 

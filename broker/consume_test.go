@@ -229,6 +229,8 @@ func TestConsumeRefusesOptions(t *testing.T) {
 		{"negative Concurrency", ConsumeOptions{Concurrency: -1}, InvalidBatchSize},
 		{"Concurrency above the maximum", ConsumeOptions{Concurrency: MaxConsumeConcurrency + 1}, InvalidBatchSize},
 		{"Concurrency of 1<<40", ConsumeOptions{Concurrency: 1 << 40}, InvalidBatchSize},
+		{"negative Prefetch", ConsumeOptions{Prefetch: -1}, InvalidBatchSize},
+		{"Prefetch above the maximum", ConsumeOptions{Prefetch: MaxConsumeConcurrency + 1}, InvalidBatchSize},
 		{"negative PollInterval", ConsumeOptions{PollInterval: -1}, QueueMisconfigured},
 		{"negative ExtendEvery", ConsumeOptions{ExtendEvery: -1}, QueueMisconfigured},
 		{"negative ExtendBy", ConsumeOptions{ExtendEvery: time.Second, ExtendBy: -1}, QueueMisconfigured},
@@ -273,17 +275,18 @@ func TestConsumeRefusesOptions(t *testing.T) {
 }
 
 // The limits Consume names are its last accepted values, not its first
-// refused ones: Concurrency up to MaxConsumeConcurrency, ExtendBy up to
+// refused ones: Concurrency and Prefetch up to MaxConsumeConcurrency, ExtendBy up to
 // MaxDeadlineOffset.
 func TestConsumeAcceptsTheLimitsItNames(t *testing.T) {
 	f := newFake()
 	for _, opts := range []ConsumeOptions{
 		{Concurrency: MaxConsumeConcurrency},
+		{Concurrency: MaxConsumeConcurrency, Prefetch: MaxConsumeConcurrency},
 		{ExtendEvery: time.Second, ExtendBy: MaxDeadlineOffset},
 	} {
 		c, err := newConsumer(f, ackAll, opts)
 		require.NoError(t, err, "%+v", opts)
-		require.Equal(t, max(opts.Concurrency, 1), cap(c.slots))
+		require.Equal(t, max(opts.Concurrency, 1)+opts.Prefetch, cap(c.slots))
 		require.Equal(t, opts.ExtendBy, c.extendBy)
 	}
 }

@@ -166,35 +166,47 @@ func BenchmarkReceiveAck(b *testing.B) {
 }
 
 // BenchmarkConsume drains a backlog of b.N messages of 1 KiB, filled
-// untimed, through Consume with batch 64 and concurrency 64 and a handler
-// that only counts, under SyncAll and SyncPublish.
+// untimed, through Consume with batch 64 and a handler that only counts,
+// under SyncAll and SyncPublish: with 64 handlers, and with 4, holding
+// none or 252 more (as many as four consumers that each Receive 64 hold).
 func BenchmarkConsume(b *testing.B) {
+	type shape struct{ concurrency, prefetch int }
 	for _, mode := range []SyncMode{SyncAll, SyncPublish} {
-		const batch, concurrency = 64, 64
-		b.Run(fmt.Sprintf("sync=%s/batch=%d/concurrency=%d", mode, batch, concurrency), func(b *testing.B) {
-			s, q := benchQueue(b, mode)
-			defer s.Close()
-			fill(b, q, b.N)
-			before := s.Stats()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var handled atomic.Int64
-			b.ResetTimer()
-			start := time.Now()
-			err := Consume(ctx, q, func(context.Context, DeliveryValue) error {
-				if handled.Add(1) == int64(b.N) {
-					cancel()
-				}
-				return nil
-			}, ConsumeOptions{Batch: batch, Concurrency: concurrency})
-			elapsed := time.Since(start)
-			b.StopTimer()
-			if err != context.Canceled {
-				b.Fatal(err)
-			}
-			reportRates(b, s, before, elapsed)
-		})
+		for _, sh := range []shape{{64, 0}, {4, 0}, {4, 252}} {
+			benchConsume(b, mode, 64, sh.concurrency, sh.prefetch)
+		}
 	}
+}
+
+// benchConsume is one sub-benchmark of BenchmarkConsume.
+func benchConsume(b *testing.B, mode SyncMode, batch, concurrency, prefetch int) {
+	name := fmt.Sprintf("sync=%s/batch=%d/concurrency=%d", mode, batch, concurrency)
+	if prefetch > 0 {
+		name += fmt.Sprintf("/prefetch=%d", prefetch)
+	}
+	b.Run(name, func(b *testing.B) {
+		s, q := benchQueue(b, mode)
+		defer s.Close()
+		fill(b, q, b.N)
+		before := s.Stats()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var handled atomic.Int64
+		b.ResetTimer()
+		start := time.Now()
+		err := Consume(ctx, q, func(context.Context, DeliveryValue) error {
+			if handled.Add(1) == int64(b.N) {
+				cancel()
+			}
+			return nil
+		}, ConsumeOptions{Batch: batch, Concurrency: concurrency, Prefetch: prefetch})
+		elapsed := time.Since(start)
+		b.StopTimer()
+		if err != context.Canceled {
+			b.Fatal(err)
+		}
+		reportRates(b, s, before, elapsed)
+	})
 }
 
 // ProcessCPU is the CPU time the process has used so far (user + system).

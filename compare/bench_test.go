@@ -14,13 +14,14 @@ package compare_test
 //	                       Receive(64) and then Ack with the IDs received,
 //	                       until a Receive finds nothing
 //
-// Two rows add context. publish-1 also runs boltq with no batching delay
+// Three rows add context. publish-1 also runs boltq with no batching delay
 // (bolt-nodelay): with bbolt's default, a lone producer waits 10 ms in
 // db.Batch for company that never comes. drain-4 also runs walbroker with
 // 4 Consume calls of 64 handlers each (walbroker-4x64): one Consume with
-// Concurrency 4 never holds more than 4 messages, while each of 4 pebbleq
-// or boltq consumers holds the 64 of its Receive. Each row reports msgs/s
-// and the process's CPU time per message.
+// Concurrency 4 and no Prefetch never holds more than 4 messages, while each of 4 pebbleq
+// or boltq consumers holds the 64 of its Receive; and with one Consume of
+// 4 handlers holding as many (walbroker-prefetch: Prefetch 252). Each row
+// reports msgs/s and the process's CPU time per message.
 // Run from compare/:
 //
 //	go test -run '^$' -bench Queues -benchtime 3s -count 3
@@ -87,15 +88,21 @@ func (w walbrokerTarget) publishBatch(ctx context.Context, payloads [][]byte) er
 // handlers, each Receive asking for at most 64 (and never for more than
 // there are idle handlers).
 func (w walbrokerTarget) drain(ctx context.Context, n, consumers int) error {
+	return consumeN(ctx, w.q, n, broker.ConsumeOptions{Batch: 64, Concurrency: consumers})
+}
+
+// consumeN runs one broker.Consume on q with opts until its handler,
+// which only counts, has run n times.
+func consumeN(ctx context.Context, q *broker.Queue, n int, opts broker.ConsumeOptions) error {
 	var handled atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := broker.Consume(cctx, w.q, func(context.Context, broker.DeliveryValue) error {
+	err := broker.Consume(cctx, q, func(context.Context, broker.DeliveryValue) error {
 		if handled.Add(1) == int64(n) {
 			cancel()
 		}
 		return nil
-	}, broker.ConsumeOptions{Batch: 64, Concurrency: consumers})
+	}, opts)
 	if !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("Consume: %w", err)
 	}
@@ -134,6 +141,20 @@ func (w walbrokerCallsTarget) drain(ctx context.Context, n, consumers int) error
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// walbrokerPrefetchTarget drains a walbroker queue with one Consume call
+// of consumers handlers that holds up to 64 messages per handler, as
+// many as consumers pebbleq or boltq consumers hold after each Receive,
+// through ConsumeOptions.Prefetch.
+type walbrokerPrefetchTarget struct{ walbrokerTarget }
+
+func openWalbrokerPrefetch(b *testing.B) target {
+	return walbrokerPrefetchTarget{openWalbroker(b).(walbrokerTarget)}
+}
+
+func (w walbrokerPrefetchTarget) drain(ctx context.Context, n, consumers int) error {
+	return consumeN(ctx, w.q, n, broker.ConsumeOptions{Batch: 64, Concurrency: consumers, Prefetch: 63 * consumers})
 }
 
 // queueTarget is a compare.Queue: pebbleq or boltq.
@@ -251,7 +272,9 @@ func BenchmarkQueues(b *testing.B) {
 		}
 		row := impls
 		if consumers != 64 {
-			row = append(row[:len(row):len(row)], impl{"walbroker-" + strconv.Itoa(consumers) + "x64", openWalbrokerCalls})
+			row = append(row[:len(row):len(row)],
+				impl{"walbroker-" + strconv.Itoa(consumers) + "x64", openWalbrokerCalls},
+				impl{"walbroker-prefetch", openWalbrokerPrefetch})
 		}
 		for _, im := range row {
 			b.Run(name+im.name, func(b *testing.B) {

@@ -96,10 +96,10 @@
 //     the size of the commits, not the broker).
 //   - drain: a queue prefilled, untimed, with -messages messages
 //     (PublishBatch of 256), then emptied: by broker.Consume (Batch,
-//     Concurrency) with a handler that only counts, or by goroutines each
-//     calling Receive(batch) and Ack for each delivery (-method
-//     receive-ack), timed from the start until every call returned, at
-//     most -limit. msgs/s, and leases and acks per commit (not the
+//     Concurrency, and -prefetch as its Prefetch) with a handler that
+//     only counts, or by goroutines each calling Receive(batch) and Ack
+//     for each delivery (-method receive-ack), timed from the start until
+//     every call returned, at most -limit. msgs/s, and leases and acks per commit (not the
 //     records the store writes for itself: preambles, copies forward). A
 //     drain that -limit ends with messages left is marked "cut at
 //     -limit", with a note: its rate is of the messages it handled.
@@ -319,6 +319,7 @@
 //	    "consumers", "batch": int, Consume's Concurrency and Batch, or the
 //	                     Receive+Ack goroutines and Receive's max (drain, mixed,
 //	                     sweep: of its drain, omitted where none ran); omitted
+//	    "prefetch":      int, Consume's Prefetch (drain, when -prefetch set it); omitted
 //	    "method":        "consume" | "receive-ack" (drain, mixed); omitted
 //	    "size":          int, message (record) size
 //	    "segment_bytes": int, the segment size used

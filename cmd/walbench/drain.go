@@ -37,9 +37,11 @@ type drainLoad struct {
 	sync   broker.SyncMode
 	// consumers is ConsumeOptions.Concurrency (drainConsume) or the number
 	// of goroutines calling Receive and Ack (drainReceiveAck); batch is
-	// ConsumeOptions.Batch or Receive's max.
+	// ConsumeOptions.Batch or Receive's max; prefetch is
+	// ConsumeOptions.Prefetch (drainConsume only).
 	consumers    int
 	batch        int
+	prefetch     int
 	messages     int
 	size         int
 	segmentBytes int64 // 0: the default
@@ -55,6 +57,9 @@ type drainLoad struct {
 }
 
 func (d drainLoad) String() string {
+	if d.method == drainConsume && d.prefetch > 0 {
+		return fmt.Sprintf("drain via Consume, batch %d, concurrency %d, prefetch %d, sync=%v", d.batch, d.consumers, d.prefetch, d.sync)
+	}
 	if d.method == drainConsume {
 		return fmt.Sprintf("drain via Consume, batch %d, concurrency %d, sync=%v", d.batch, d.consumers, d.sync)
 	}
@@ -114,6 +119,7 @@ func runDrain(ctx context.Context, env *env, parent string, d drainLoad) (r Row,
 		Sync:         d.sync.String(),
 		Consumers:    d.consumers,
 		Batch:        d.batch,
+		Prefetch:     d.prefetch,
 		Method:       d.method,
 		Size:         d.size,
 		SegmentBytes: effectiveSegmentBytes(d.segmentBytes),
@@ -176,7 +182,7 @@ func drainOn(ctx context.Context, env *env, st *benchStore, d drainLoad, n int) 
 					cancel(nil)
 				}
 				return nil
-			}, broker.ConsumeOptions{Batch: d.batch, Concurrency: d.consumers})
+			}, broker.ConsumeOptions{Batch: d.batch, Concurrency: d.consumers, Prefetch: d.prefetch})
 			if err != nil && drainCtx.Err() == nil {
 				cancel(fmt.Errorf("broker.Consume: %w", err))
 			}

@@ -54,6 +54,7 @@ type config struct {
 		method       string
 		consumers    []int
 		batches      []int
+		prefetch     int
 		syncs        []broker.SyncMode
 		messages     int // 0: defaultDrainMessages, or quickDrainMessages with one round
 		size         int
@@ -248,6 +249,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.StringVar(&c.drain.method, "method", c.drain.method, "consume (broker.Consume) or receive-ack (goroutines calling Receive, then Ack for each)")
 		v.ints(fs, &c.drain.consumers, "consumers", fmt.Sprintf("Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count` (at most %d)", maxConsumers))
 		v.ints(fs, &c.drain.batches, "batch", fmt.Sprintf("Consume's Batch, or Receive's max: one workload per `count` (at most %d)", maxBatch))
+		fs.IntVar(&c.drain.prefetch, "prefetch", 0, fmt.Sprintf("Consume's Prefetch: `N` leased messages held beyond the running handlers (method consume; at most %d)", broker.MaxConsumeConcurrency))
 		v.syncs(fs, &c.drain.syncs, "sync", "store sync `modes`, one workload each")
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
@@ -493,6 +495,9 @@ func (c *config) validate() error {
 			c.mixed.sample, n, c.mixed.duration, maxBacklogSamples)
 	}
 	check(c.drain.method == drainConsume || c.drain.method == drainReceiveAck, "-method %q: want consume or receive-ack", c.drain.method)
+	check(c.drain.prefetch >= 0, "-prefetch %d: must not be negative", c.drain.prefetch)
+	check(c.drain.prefetch <= broker.MaxConsumeConcurrency, "-prefetch %d: must be at most %d", c.drain.prefetch, broker.MaxConsumeConcurrency)
+	check(c.drain.prefetch == 0 || c.drain.method == drainConsume, "-prefetch %d: only Consume holds messages; drop it or use -method consume", c.drain.prefetch)
 	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
 	check(c.drain.limit >= minWindow, "-limit %v: must be at least %v", c.drain.limit, minWindow)
 	check(c.reopenLoad.messages >= 1, "-messages %d: must be at least 1", c.reopenLoad.messages)

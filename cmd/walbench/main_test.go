@@ -236,6 +236,24 @@ func TestCommands(t *testing.T) {
 			},
 		},
 		{
+			name: "drain consume with prefetch",
+			args: []string{"drain", "-consumers", "2", "-batch", "16", "-prefetch", "30", "-messages", "300", "-sync", "all", "-size", "50", "-segment-bytes", "64KiB"},
+			check: func(t *testing.T, rep *Report) {
+				if len(rep.Rows) != 1 {
+					t.Fatalf("%d rows, want 1", len(rep.Rows))
+				}
+				r := rep.Rows[0]
+				if r.Ops != 300 || r.Consumers != 2 || r.Batch != 16 || r.Prefetch != 30 || r.Method != drainConsume || !strings.Contains(r.Workload, "prefetch 30") {
+					t.Errorf("%s: %d handled, %d consumers, batch %d, prefetch %d, %s", r.Workload, r.Ops, r.Consumers, r.Batch, r.Prefetch, r.Method)
+				}
+				// Two handlers with nothing held would lease and ack at
+				// most 2 + 2 messages a commit.
+				if r.RecordsPerCommit == nil || *r.RecordsPerCommit <= 4 {
+					t.Errorf("%s: records per commit %v, want more than two handlers' leases and acks", r.Workload, r.RecordsPerCommit)
+				}
+			},
+		},
+		{
 			name: "mixed",
 			args: []string{"mixed", "-producers", "4", "-rate", "400,800", "-consumers", "4", "-batch", "4", "-time", "300ms", "-sample", "50ms", "-size", "64", "-segment-bytes", "64KiB", "-warmup", "50ms"},
 			check: func(t *testing.T, rep *Report) {

@@ -214,7 +214,7 @@ func checkMemory(c config, e *env) error {
 			for _, m := range c.drain.syncs {
 				for _, b := range c.drain.batches {
 					for _, n := range c.drain.consumers {
-						loads = append(loads, drainLoad{method: c.drain.method, sync: m, consumers: n, batch: b,
+						loads = append(loads, drainLoad{method: c.drain.method, sync: m, consumers: n, batch: b, prefetch: c.drain.prefetch,
 							messages: c.drain.messages, size: c.drain.size, segmentBytes: c.drain.segmentBytes})
 					}
 				}

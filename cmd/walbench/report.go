@@ -67,6 +67,7 @@ type Row struct {
 	Producers    int     `json:"producers,omitempty"`
 	Consumers    int     `json:"consumers,omitempty"`
 	Batch        int     `json:"batch,omitempty"`
+	Prefetch     int     `json:"prefetch,omitempty"`
 	Method       string  `json:"method,omitempty"`
 	Size         int     `json:"size"`
 	SegmentBytes int64   `json:"segment_bytes"`

@@ -88,7 +88,7 @@ func (c *config) jobs(e *env) []job {
 			for _, m := range c.drain.syncs {
 				for _, b := range c.drain.batches {
 					for _, n := range c.drain.consumers {
-						l := drainLoad{method: c.drain.method, sync: m, consumers: n, batch: b, messages: c.drain.messages,
+						l := drainLoad{method: c.drain.method, sync: m, consumers: n, batch: b, prefetch: c.drain.prefetch, messages: c.drain.messages,
 							size: c.drain.size, segmentBytes: c.drain.segmentBytes, limit: c.drain.limit, fs: e.fs, hangTimeout: e.hangTimeout}
 						out = append(out, func(ctx context.Context, e *env, dir string) (Row, bool, error) { return runDrain(ctx, e, dir, l) })
 					}

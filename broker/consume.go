@@ -48,10 +48,11 @@ type ConsumeOptions struct {
 	// ones, instead of one commit for each handler that finishes.
 	//
 	// The price is the held messages' leases: a lease runs from its
-	// Receive, while the message waits, and is not renewed (ExtendEvery)
-	// before its handler starts. Keep Prefetch ÷ Concurrency × the
-	// handler's time well below the queue's VisibilityTimeout, or a held
-	// message may be delivered again elsewhere before it starts here. When
+	// Receive, while the message waits, and is not renewed before its
+	// handler starts (then at once, with ExtendEvery, if it waited longer
+	// than that). Keep Prefetch ÷ Concurrency × the handler's time well
+	// below the queue's VisibilityTimeout, or a held message may be
+	// delivered again elsewhere before it starts here. When
 	// ctx ends, the messages still held are not started: each is nacked
 	// with the reason [ReasonConsumerStopped], so it waits out its
 	// RetryDelay and has spent a delivery (as a message received from SQS
@@ -67,7 +68,9 @@ type ConsumeOptions struct {
 	// Consume renew the lease of every running handler this often, by
 	// ExtendBy. Zero means no extension; negative, or MaxDeadlineOffset
 	// and above, is refused ([QueueMisconfigured]). The first renewal comes
-	// ExtendEvery after the handler starts, so ExtendEvery must be well
+	// ExtendEvery after the handler starts, or, for a message Prefetch
+	// held, ExtendEvery after its Receive (at once when it waited longer
+	// than that to start), so ExtendEvery must be well
 	// below the queue's [PolicyValue.VisibilityTimeout] (which Consume
 	// cannot see): a lease that lapses before it is lost, and the message
 	// may be delivered again while the handler still runs, until that
@@ -617,10 +620,12 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 }
 
 // job is a delivery on its way to a handler goroutine. A held one found
-// every handler busy when it was dispatched (see ConsumeOptions.Prefetch).
+// every handler busy when it was dispatched, at (see
+// ConsumeOptions.Prefetch).
 type job struct {
 	d    DeliveryValue
 	held bool
+	at   time.Time // held only
 }
 
 // refill holds one slot, taken by acquire, and waits for more while
@@ -694,7 +699,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 			// Every handler is busy (only with a Prefetch: without one a
 			// delivery's slot means a handler is free). The first to
 			// finish takes it; waiting stays one lower until then.
-			c.work <- job{d: d, held: true}
+			c.work <- job{d: d, held: true, at: time.Now()}
 			continue
 		}
 		c.waiting.Add(1)
@@ -810,13 +815,13 @@ func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
 		c.workers.Done()
 	}()
 	if first != nil {
-		c.handle(ctx, *first)
+		c.handle(ctx, *first, time.Time{})
 	}
 	for j := range c.work {
 		if j.held && c.release(j.d) {
 			continue
 		}
-		c.handle(ctx, j.d)
+		c.handle(ctx, j.d, j.at)
 	}
 	ended = false
 }
@@ -875,7 +880,8 @@ func (c *consumer) free() {
 
 // handle runs the handler on d, keeps its lease, and settles the outcome.
 // It holds one slot, which it frees when the settling call has returned.
-func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
+// heldSince is when d began to wait for a handler (zero: it did not).
+func (c *consumer) handle(ctx context.Context, d DeliveryValue, heldSince time.Time) {
 	handedOff := false
 	defer func() {
 		if !handedOff {
@@ -892,7 +898,11 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue) {
 		// lease is lost, which only lease extension can find out.
 		hctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		stop := c.keepLease(c.settleCtx, cancel, d)
+		var held time.Duration
+		if !heldSince.IsZero() {
+			held = time.Since(heldSince)
+		}
+		stop := c.keepLease(c.settleCtx, cancel, d, held)
 		// Also when the handler ends its goroutine: renewing its lease
 		// for ever would keep the message from everyone.
 		defer stop()
@@ -957,26 +967,40 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 	return errHandlerPanicked
 }
 
-// keepLease renews d's lease every extendEvery while the handler runs; it
-// is called only when extension was asked for and b can extend. The
+// keepLease renews d's lease every extendEvery while the handler runs,
+// counted from the handler's start less held, how long d waited for a
+// handler: a delivery held for extendEvery or more is renewed at once.
+// It is called
+// only when extension was asked for and b can extend. The
 // returned stop ends the renewals, waits for one in flight, and returns the
 // newest receipt and whether the lease was lost (or the broker closed or
 // stopped, which no settling call survives); when it was, cancel has been
 // called with the renewal's error and the loss logged. stop may be called
 // more than once.
-func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc, d DeliveryValue) (stop func() (ReceiptValue, bool)) {
+func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc, d DeliveryValue, held time.Duration) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
 	quit, done := make(chan struct{}), make(chan struct{})
 	lost := false
 	go func() {
 		defer close(done)
-		ticker := time.NewTicker(c.extendEvery)
-		defer ticker.Stop()
+		first := time.NewTimer(max(c.extendEvery-held, 0))
+		defer first.Stop()
+		tick := first.C
+		var ticker *time.Ticker
+		defer func() {
+			if ticker != nil {
+				ticker.Stop()
+			}
+		}()
 		for {
 			select {
 			case <-quit:
 				return
-			case <-ticker.C:
+			case <-tick:
+			}
+			if ticker == nil {
+				ticker = time.NewTicker(c.extendEvery)
+				tick = ticker.C
 			}
 			select {
 			case <-quit: // the handler finished while the tick was pending

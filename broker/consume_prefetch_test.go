@@ -311,3 +311,57 @@ func TestConsumePrefetchKeepsItsBoundsUnderRandomStops(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// "The first renewal comes ExtendEvery after the handler starts, or, for
+// a message Prefetch held, ExtendEvery after its Receive (at once when it
+// waited longer than that to start)": a held message whose lease has run
+// for longer than ExtendEvery is renewed as its handler starts, not a
+// whole ExtendEvery later, when it may have lapsed.
+func TestConsumeRenewsAHeldMessageAsItStartsWhenItWaitedLongerThanExtendEvery(t *testing.T) {
+	f := newFake()
+	f.clock.Freeze() // no lease lapses: the test looks only at when renewals come
+	first, _ := f.Publish(context.Background(), []byte("first"))
+	f.Publish(context.Background(), []byte("held"))
+	const every = time.Second
+	release := make(chan struct{})
+	renewedAfter := make(chan time.Duration, 1)
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		if d.Message.ID == first.ID {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		start := time.Now()
+		for {
+			f.mu.Lock()
+			renewed := false
+			for _, e := range f.extends {
+				renewed = renewed || e.old == d.Lease.Receipt
+			}
+			f.mu.Unlock()
+			if renewed {
+				renewedAfter <- time.Since(start)
+				return nil
+			}
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}, ConsumeOptions{Batch: 2, Concurrency: 1, Prefetch: 1, ExtendEvery: every, ExtendBy: time.Minute})
+	require.Eventually(t, func() bool { return f.leased() == 2 }, eventually, tick)
+	time.Sleep(every + every/5) // the held message's lease has run past one ExtendEvery
+	close(release)
+	select {
+	case d := <-renewedAfter:
+		require.Less(t, d, every/2, "renewed %v after its handler started; it had waited longer than ExtendEvery", d)
+	case <-time.After(eventually):
+		t.Fatal("the held message's lease was never renewed")
+	}
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+	require.Equal(t, 2, f.count("ack"))
+}

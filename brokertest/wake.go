@@ -3,6 +3,7 @@ package brokertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -284,6 +285,44 @@ var consumeCases = []testCase{
 		e.after(e.now().Add(e.short()))
 		e.none(q, "every message was acknowledged")
 	}},
+	{name: "ConsumeWithPrefetchHandlesEachMessageOnce", run: func(e *env) {
+		// One handler, and up to 7 messages held for it: each is handled
+		// once, in a few Receives, and none is left leased.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		want := map[string]bool{}
+		for i := range 20 {
+			want[e.publish(q, fmt.Sprintf("m%d", i)).ID] = true
+		}
+		var mu sync.Mutex
+		got := map[string]int{}
+		running, most := 0, 0
+		e.consumeWith(q, func(_ context.Context, d broker.DeliveryValue) error {
+			mu.Lock()
+			got[d.Message.ID]++
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		}, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == len(want)
+		}, broker.ConsumeOptions{Batch: 8, Concurrency: 1, Prefetch: 7, PollInterval: 10 * time.Millisecond})
+		for id := range want {
+			if got[id] != 1 {
+				e.Fatalf("message %s handled %d times, want once", id, got[id])
+			}
+		}
+		if most != 1 {
+			e.Fatalf("%d handlers ran at once, want 1: Prefetch holds messages, it runs no more handlers", most)
+		}
+		e.after(e.now().Add(e.short()))
+		e.none(q, "every message was acknowledged")
+	}},
 	{name: "ConsumeNacksOnError", run: func(e *env) {
 		q := e.queue(e.policy())
 		e.publish(q, "a")
@@ -353,10 +392,16 @@ var consumeCases = []testCase{
 // and requires it to return the context's error.
 func (e *env) consume(q broker.Broker, h broker.Handler, done func() bool) {
 	e.Helper()
+	e.consumeWith(q, h, done, broker.ConsumeOptions{Batch: 4, Concurrency: 2, PollInterval: 10 * time.Millisecond})
+}
+
+// consumeWith is consume with the options given.
+func (e *env) consumeWith(q broker.Broker, h broker.Handler, done func() bool, opts broker.ConsumeOptions) {
+	e.Helper()
 	ctx, cancel := context.WithCancel(e.ctx())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- broker.Consume(ctx, q, h, broker.ConsumeOptions{Batch: 4, Concurrency: 2, PollInterval: 10 * time.Millisecond})
+		errc <- broker.Consume(ctx, q, h, opts)
 	}()
 	defer func() {
 		cancel()

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -111,6 +112,62 @@ func ExampleConsume_stopGrace() {
 	// handler still running: true
 	// Consume: context canceled
 	// acked: 1 nacked: 0 leased: 0
+}
+
+// Drain with few handlers (each holds a scarce connection, say) and still
+// lease and ack many messages per commit: Prefetch lets Consume hold
+// leased messages for the next free handler, so that one Receive leases
+// a whole Batch.
+func ExampleConsume_prefetch() {
+	dir, err := os.MkdirTemp("", "walbroker-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := broker.Open(dir, broker.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	rows, err := store.Queue("rows", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	batch := make([][]byte, 200)
+	for i := range batch {
+		batch[i] = fmt.Appendf(nil, "row %d", i)
+	}
+	if _, err := rows.PublishBatch(context.Background(), batch); err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var handled, running, most atomic.Int64
+	err = broker.Consume(ctx, rows, func(context.Context, broker.DeliveryValue) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if handled.Add(1) == int64(len(batch)) {
+			stop()
+		}
+		return nil
+	}, broker.ConsumeOptions{
+		Batch:       64,
+		Concurrency: 4,  // four handlers at most...
+		Prefetch:    60, // ...and up to 60 leased messages waiting for them
+		// A held message's lease runs while it waits: 60 ÷ 4 handlers ×
+		// a handler's time must stay well below the VisibilityTimeout.
+	})
+	if !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+	st := rows.Stats()
+	fmt.Println("handled:", handled.Load(), "never more than 4 at once:", most.Load() <= 4)
+	fmt.Println("acked:", st.Acked, "leased:", st.Leased, "ready:", st.Ready)
+	// Output:
+	// handled: 200 never more than 4 at once: true
+	// acked: 200 leased: 0 ready: 0
 }
 
 // Back a running store up into a new directory, and open the copy.

@@ -18,11 +18,12 @@ import (
 	"github.com/walbroker/walbroker/broker"
 )
 
-// TestConsumePolicyChangesAndMaintenanceTogether runs Consume over a store of
-// small segments while a driver publishes, changes the queue's policy,
-// moves the clock, replays dead letters and runs maintenance
-// (checkpoints, copies forward, removals); each session ends with a
-// cancel, then a reopen (from the checkpoint or rebuilt from the log).
+// TestConsumePolicyChangesAndMaintenanceTogether runs Consume (in half
+// the sessions with a Prefetch) over a store of small segments while a
+// driver publishes, changes the queue's policy, moves the clock, replays
+// dead letters and runs maintenance (checkpoints, copies forward,
+// removals); each session ends with a cancel, then a reopen (from the
+// checkpoint or rebuilt from the log).
 // Checked: every message published is acked once (by the counters) or
 // still held, live or dead, never both; a reopen holds the state the
 // store had. WALBROKER_STRESS_SECONDS bounds it (default 4, 2 with -short).
@@ -58,6 +59,9 @@ func TestConsumePolicyChangesAndMaintenanceTogether(t *testing.T) {
 		var handled atomic.Int64
 		done := make(chan error, 1)
 		copts := broker.ConsumeOptions{Batch: 1 + rng.IntN(8), Concurrency: 1 + rng.IntN(6), PollInterval: time.Millisecond}
+		if rng.IntN(2) == 0 {
+			copts.Batch, copts.Prefetch = 1+rng.IntN(24), 1+rng.IntN(16) // messages held at the cancel are nacked unstarted
+		}
 		cq := q
 		go func() {
 			done <- broker.Consume(ctx, cq, func(_ context.Context, d broker.DeliveryValue) error {

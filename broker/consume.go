@@ -200,8 +200,10 @@ func inChain(test func() bool) (found bool) {
 //
 // Over a [*Queue], the acks of handlers that finished are carried by the
 // next Receive, in the same commit as its leases (or, when the queue is
-// idle, sent at once): an ack is then made once, with less waiting for the
-// device. A delivery's slot is free as soon as its handler returned.
+// idle, sent at once; while Prefetch holds messages and no Receive is
+// due, within a millisecond): an ack is then made once, with less waiting
+// for the device. A delivery's slot is free as soon as its handler
+// returned.
 //
 // Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
 // in flight at shutdown is settled cleanly; their errors are logged, never

@@ -483,9 +483,10 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		stopGrace:   opts.StopGrace,
 		concurrency: max(opts.Concurrency, 1),
 		prefetch:    opts.Prefetch,
-		slots:       make(chan struct{}, max(opts.Concurrency, 1)+opts.Prefetch),
-		work:        make(chan job, max(opts.Concurrency, 1)+opts.Prefetch),
 	}
+	// One slot, and room in work, for each delivery running or held.
+	c.slots = make(chan struct{}, c.concurrency+c.prefetch)
+	c.work = make(chan job, c.concurrency+c.prefetch)
 	if name := queueName(b); name != "" {
 		c.log = c.log.With("queue", name)
 	}

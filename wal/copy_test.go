@@ -237,3 +237,56 @@ func TestCopyToRefusesADamagedSegment(t *testing.T) {
 		})
 	}
 }
+
+// A segment whose frames stop short, zeros where its last ones were (a
+// write the device lost, read back as never written), scans to a clean
+// end: CopyTo still refuses it, since a sealed segment must end in its
+// seal and the last one must reach the copy's end. The *CorruptionError
+// names the file and where its frames stop, and the copy writes nothing.
+func TestCopyToRefusesASegmentCutShort(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		which func(l *Log) uint32 // the segment cut short
+		cause string
+	}{
+		{"sealed", func(l *Log) uint32 { return l.Stats().FirstSegment + 1 }, "without its seal"},
+		{"the last copied", func(l *Log) uint32 { return l.End().Segment() }, "before"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+			defer l.Close()
+			entries := appendRecords(t, l, 0, 200)
+			require.Greater(t, l.Stats().Segments, 3)
+			seg := tc.which(l)
+			var at Position
+			for _, e := range entries {
+				if e.pos.Segment() == seg && e.pos.Offset() > at.Offset() {
+					at = e.pos // the segment's last record: zero it and what follows
+				}
+			}
+			require.NotZero(t, at)
+			path := filepath.Join(dir, segName(seg))
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			info, err := f.Stat()
+			require.NoError(t, err)
+			_, err = f.WriteAt(make([]byte, info.Size()-int64(at.Offset())), int64(at.Offset()))
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+
+			dst := filepath.Join(t.TempDir(), "copy")
+			require.NoError(t, os.Mkdir(dst, 0o700))
+			err = l.CopyTo(context.Background(), dst, l.End())
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.Equal(t, path, ce.File)
+			require.Equal(t, at.Offset(), ce.Offset, "where the frames stop")
+			require.ErrorContains(t, err, tc.cause)
+			names, err := os.ReadDir(dst)
+			require.NoError(t, err)
+			require.Empty(t, names, "nothing is left of the copy")
+		})
+	}
+}

@@ -26,31 +26,9 @@ func TestCopyForwardOfADamagedMessageStopsTheStoreAndRemovesNothing(t *testing.T
 	require.NoError(t, err)
 	stuck, err := s.Queue("stuck", stuckPolicy)
 	require.NoError(t, err)
-	intact, err := stuck.Publish(ctx(t), []byte("intact"))
-	require.NoError(t, err)
-	victim := bytes.Repeat([]byte("victim-payload."), 20)
-	damaged, err := stuck.Publish(ctx(t), victim)
-	require.NoError(t, err)
+	intact, damaged := intactAndVictim(t, stuck)
 	churnSegments(t, s, 4)
-
-	// Find the victim's payload in its segment file and damage it there.
-	segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
-	require.NoError(t, err)
-	var path string
-	for _, p := range segs {
-		b, err := os.ReadFile(p)
-		require.NoError(t, err)
-		if i := bytes.Index(b, victim); i >= 0 {
-			require.Empty(t, path, "the payload is in one segment")
-			path = p
-			f, err := os.OpenFile(p, os.O_RDWR, 0)
-			require.NoError(t, err)
-			_, err = f.WriteAt([]byte("DAMAGE"), int64(i+len(victim)/2))
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		}
-	}
-	require.NotEmpty(t, path)
+	path := damagePayload(t, dir, victimPayload)
 	before := s.Stats().Segments
 
 	err = s.Maintain()
@@ -80,4 +58,42 @@ func TestCopyForwardOfADamagedMessageStopsTheStoreAndRemovesNothing(t *testing.T
 	require.Len(t, ds, 1, "only the intact message is left")
 	require.Equal(t, intact.ID, ds[0].Message.ID)
 	require.Equal(t, []byte("intact"), ds[0].Message.Payload)
+}
+
+// victimPayload is the payload intactAndVictim publishes to be damaged.
+var victimPayload = bytes.Repeat([]byte("victim-payload."), 20)
+
+// intactAndVictim publishes to q a message to keep intact, then one whose
+// payload (victimPayload) damagePayload can find in the log.
+func intactAndVictim(t *testing.T, q *broker.Queue) (intact, victim broker.MessageValue) {
+	t.Helper()
+	intact, err := q.Publish(ctx(t), []byte("intact"))
+	require.NoError(t, err)
+	victim, err = q.Publish(ctx(t), victimPayload)
+	require.NoError(t, err)
+	return intact, victim
+}
+
+// damagePayload overwrites bytes in the middle of payload where it lies in
+// a segment file of dir (in one only), and returns that file.
+func damagePayload(t *testing.T, dir string, payload []byte) string {
+	t.Helper()
+	segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	require.NoError(t, err)
+	var path string
+	for _, p := range segs {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		if i := bytes.Index(b, payload); i >= 0 {
+			require.Empty(t, path, "the payload is in one segment")
+			path = p
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			require.NoError(t, err)
+			_, err = f.WriteAt([]byte("DAMAGE"), int64(i+len(payload)/2))
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+	}
+	require.NotEmpty(t, path, "the payload is in the log")
+	return path
 }

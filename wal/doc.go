@@ -14,6 +14,8 @@
 //	                          removes one still being filled)
 //	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
+//	salvage/unfinished.json   the spans a salvage in progress repairs (see
+//	                          unfinished.go; removed by the Open that finishes)
 //
 // Every segment file has its full size from the moment it is renamed into
 // place: it was written full of zeros (or is a retired segment reused) and
@@ -81,7 +83,12 @@
 // naming the file and offset, unless Options.Salvage is set: then the
 // damaged file is copied to salvage/, each damaged span is overwritten with
 // a padding frame (a segment whose seal was lost is sealed after its last
-// intact record), and [Log.Recovery] lists what was skipped.
+// intact record), and [Log.Recovery] lists what was skipped. The spans are
+// listed durably in salvage/unfinished.json before the first is repaired,
+// and the list removed once the Open succeeds: a salvage that fails part
+// way leaves spans that may read as repaired, and until an Open with
+// Salvage finishes it (and reports them, with any it finds itself), an
+// Open without refuses the log.
 //
 // # Concurrency
 //

@@ -71,7 +71,10 @@ type Log struct {
 	logs sync.WaitGroup
 
 	recovery Recovery
-	stats    counters
+	// unfinished: the list of a salvage in progress is on disk (Open only;
+	// see noteSalvage).
+	unfinished bool
+	stats      counters
 }
 
 // seg is one segment file of the log.

@@ -109,6 +109,16 @@ func Open(dir string, opts Options) (*Log, error) {
 // rotation may leave, repairs or refuses what the scans found, forgets the
 // clean mark, and makes durable what the log is about to build on.
 func (l *Log) recover() error {
+	prior, listed, err := l.readUnfinished()
+	if err != nil {
+		return err
+	}
+	if listed {
+		if !l.opts.Salvage {
+			return l.unfinishedError(prior)
+		}
+		l.recovery.Salvaged, l.unfinished = prior, true
+	}
 	d, err := l.readDir()
 	if err != nil {
 		return err
@@ -126,7 +136,10 @@ func (l *Log) recover() error {
 	if err := l.forgetCleanMark(d); err != nil {
 		return err
 	}
-	return l.startWriting(segs, reports, cleanLast)
+	if err := l.startWriting(segs, reports, cleanLast); err != nil {
+		return err
+	}
+	return l.finishSalvage()
 }
 
 // listing is what recover found in the directory.
@@ -568,42 +581,55 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	if err != nil {
 		return fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
+	// Every span this segment loses, listed durably before any is
+	// repaired (noteSalvage).
+	var lost []Damage
 	for _, sp := range r.Skipped {
 		n := sp.To - sp.From
-		d := Damage{File: path, Segment: s.seq, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo}
 		if n < segment.Size(0) {
 			return fmt.Errorf("wal: salvage %s: damaged span of %d bytes at offset %d is too short to pad: %w",
 				path, n, sp.From, &CorruptionError{File: path, Offset: sp.From, Cause: r.Cause})
 		}
-		pad := segment.AppendFrame(nil, s.seq, 0, segment.KindPadding, segment.Full, make([]byte, n-segment.Size(0)))
-		if err := s.file.WriteAt(pad, sp.From); err != nil {
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo})
+	}
+	// The damage took the end of a sealed segment: everything after the
+	// valid prefix is lost. It is sealed there, in a file rewritten at a
+	// size that holds the seal if it was cut too short for one.
+	sealEarly := !last && !r.Sealed
+	regrow := sealEarly && s.file.Size()-r.End < segment.Size(0)
+	if sealEarly {
+		size := s.file.Size()
+		if regrow {
+			size = int(max(l.opts.SegmentBytes, int64(r.End+segment.Size(0))))
+		}
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo})
+	}
+	if err := l.noteSalvage(lost...); err != nil {
+		return err
+	}
+	for _, d := range lost[:len(r.Skipped)] {
+		pad := segment.AppendFrame(nil, s.seq, 0, segment.KindPadding, segment.Full, make([]byte, d.Length-segment.Size(0)))
+		if err := s.file.WriteAt(pad, d.Offset); err != nil {
 			return fmt.Errorf("wal: salvage: %w", err)
 		}
-		l.recovery.Salvaged = append(l.recovery.Salvaged, d)
-		l.opts.Logger.Error("wal: salvage skipped damaged span; its records are lost", "file", path, "offset", sp.From, "bytes", n, "copy", copyTo)
+		l.opts.Logger.Error("wal: salvage skipped damaged span; its records are lost", "file", path, "offset", d.Offset, "bytes", d.Length, "copy", copyTo)
 	}
-	if !last && !r.Sealed {
-		// The damage took the end of a sealed segment: everything after
-		// the valid prefix is lost. Seal it there, rewriting the file at
-		// a size that holds the seal if it was cut too short for one.
-		if s.file.Size()-r.End < segment.Size(0) {
+	if sealEarly {
+		if regrow {
 			if err := l.regrow(s, r.End); err != nil {
 				return fmt.Errorf("wal: salvage: %w", err)
 			}
 		}
-		data := s.file.Data()
-		end := len(data)
-		d := Damage{File: path, Segment: s.seq, Offset: r.End, Length: end - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo}
 		seal := segment.AppendFrame(nil, s.seq, 0, segment.KindSeal, segment.Full, nil)
 		if err := s.file.WriteAt(seal, r.End); err != nil {
 			return fmt.Errorf("wal: salvage: %w", err)
 		}
-		l.recovery.Salvaged = append(l.recovery.Salvaged, d)
 		l.opts.Logger.Error("wal: salvage sealed a damaged segment early; records after the offset are lost", "file", path, "offset", r.End, "copy", copyTo)
 	}
 	if err := s.file.Sync(); err != nil {
 		return fmt.Errorf("wal: salvage: %w", err)
 	}
+	l.salvaged(lost...)
 	// Scan again: the repaired file must now read cleanly.
 	again, _ := s.file.Scan(false, func(segment.Frame) error { return nil })
 	if again.Tail == segment.EndCorrupt || !last && !again.Sealed {
@@ -630,6 +656,10 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
+	d := Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause, CopiedTo: copyTo}
+	if err := l.noteSalvage(d); err != nil {
+		return nil, err
+	}
 	raw, err := l.opts.FS.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
@@ -643,7 +673,7 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: rewrite header: %w", path, err)
 	}
-	l.recovery.Salvaged = append(l.recovery.Salvaged, Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause, CopiedTo: copyTo})
+	l.salvaged(d)
 	l.opts.Logger.Error("wal: salvage rewrote a damaged segment header", "file", path, "copy", copyTo)
 	return segment.Open(l.opts.FS, path, seq)
 }
@@ -674,6 +704,10 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
+	d := Damage{File: path, Segment: seq, Offset: 0, Length: int(size), Cause: cause, CopiedTo: copyTo}
+	if err := l.noteSalvage(d); err != nil {
+		return nil, err
+	}
 	f, err := segment.Create(fs, path+tmpSuffix, seq, l.opts.SegmentBytes)
 	if err == nil {
 		err = f.Rename(fs, path)
@@ -687,7 +721,7 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	l.recovery.Salvaged = append(l.recovery.Salvaged, Damage{File: path, Segment: seq, Offset: 0, Length: int(size), Cause: cause, CopiedTo: copyTo})
+	l.salvaged(d)
 	l.opts.Logger.Error("wal: salvage replaced a segment too short for a header; its records are lost", "file", path, "copy", copyTo)
 	return f, nil
 }

@@ -63,7 +63,11 @@ type Options struct {
 	SyncInterval time.Duration
 	// Salvage makes Open skip mid-log corruption instead of refusing it: the
 	// damaged file is copied aside first, the damaged spans are replaced by
-	// padding frames, and Recovery reports what was skipped.
+	// padding frames, and Recovery reports what was skipped. An Open with
+	// Salvage that fails part way leaves the list of the spans it began to
+	// repair (salvage/unfinished.json): Opens without Salvage refuse the log
+	// with a *CorruptionError until one with it finishes, and that one
+	// reports the listed spans too.
 	Salvage bool
 	// Logger receives what recovery found, and the failures and repairs of
 	// the writer and the preparer. Nil discards. A record its handler

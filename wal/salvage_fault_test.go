@@ -1,0 +1,144 @@
+package wal
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// A salvage that fails part way (the copy aside, the list of the spans it
+// repairs, the padding written over the damage, refused or cut short, or
+// the fdatasync after it) fails Open with the file system's error, and
+// hides nothing: an ordinary Open still refuses the log, whether the
+// padding reached the file or not, and a second Open with Salvage keeps
+// exactly what a salvage that had not failed keeps and reports the span.
+func TestASalvageThatFailsCanBeRunAgain(t *testing.T) {
+	dir, acked, groupEnd := buildLog(t)
+	victim := firstIn(acked, 1)
+	vi := indexOf(acked, victim.pos)
+	var want []entry
+	for i, e := range acked {
+		if groupEnd[i] != groupEnd[vi] {
+			want = append(want, e)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		rule func(path string) vfs.Rule
+	}{
+		{"copy aside", func(string) vfs.Rule {
+			return vfs.Rule{Op: vfs.OpWrite, NameContains: ".seg.", Times: 1} // salvage/<segment>.<time>
+		}},
+		{"list of spans", func(string) vfs.Rule {
+			return vfs.Rule{Op: vfs.OpSync, NameContains: "unfinished", Times: 1}
+		}},
+		{"padding refused", func(path string) vfs.Rule {
+			return vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return n == path }, Times: 1}
+		}},
+		{"padding cut short", func(path string) vfs.Rule {
+			return vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return n == path }, Times: 1, ShortFraction: 0.5, Err: io.ErrShortWrite}
+		}},
+		{"fdatasync", func(path string) vfs.Rule {
+			return vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return n == path }, Times: 1}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := copyDir(t, dir)
+			path := segFile(d, 1)
+			flipByte(t, path, victim.pos.Offset()+segment.FrameHeaderSize+1)
+
+			fs := vfs.NewFaultFS(vfs.Default)
+			fs.Inject(tc.rule(path))
+			_, err := Open(d, Options{SegmentBytes: smallSeg, Salvage: true, FS: fs})
+			require.Error(t, err)
+			require.ErrorContains(t, err, "salvage")
+			require.True(t, errors.Is(err, syscall.EIO) || errors.Is(err, io.ErrShortWrite), "the file system's error: %v", err)
+			require.Positive(t, fs.Injected(tc.rule(path).Op), "the fault was met")
+
+			_, err = Open(d, Options{SegmentBytes: smallSeg})
+			require.ErrorIs(t, err, ErrCorrupt, "an ordinary Open refuses the log: still damaged, or repaired by a salvage that did not finish")
+			require.ErrorContains(t, err, path)
+
+			l, err := Open(d, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.NoError(t, err)
+			requireEntries(t, want, readAll(t, l))
+			rec := l.Recovery()
+			require.Len(t, rec.Salvaged, 1, "the span is reported, whether the failed salvage repaired it or not")
+			require.Equal(t, path, rec.Salvaged[0].File)
+			require.Equal(t, victim.pos.Offset(), rec.Salvaged[0].Offset)
+			require.FileExists(t, rec.Salvaged[0].CopiedTo)
+			require.NoError(t, l.Close())
+			require.NoFileExists(t, filepath.Join(d, "salvage", "unfinished.json"), "the Open that finished the salvage removed its list")
+
+			l = mustOpen(t, d, Options{SegmentBytes: smallSeg})
+			requireEntries(t, want, readAll(t, l))
+			require.Empty(t, l.Recovery().Salvaged)
+			require.NoError(t, l.Close())
+		})
+	}
+}
+
+// A salvage of two damaged segments that repairs the first and fails on
+// the second leaves the first repaired for good: the Open that finishes
+// the salvage still reports both spans (from the list the failed one
+// left), so that what the first one held is not lost without a word.
+func TestASalvageFinishedLaterReportsTheSpansTheFailedOneRepaired(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	d := copyDir(t, dir)
+	var victims []entry
+	for _, seq := range []uint32{1, 3} {
+		v := firstIn(acked, seq)
+		victims = append(victims, v)
+		flipByte(t, segFile(d, seq), v.pos.Offset()+segment.FrameHeaderSize+1)
+	}
+	second := segFile(d, 3)
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return n == second }, Times: 1})
+	_, err := Open(d, Options{SegmentBytes: smallSeg, Salvage: true, FS: fs})
+	require.ErrorIs(t, err, syscall.EIO)
+
+	_, err = Open(d, Options{SegmentBytes: smallSeg})
+	require.ErrorIs(t, err, ErrCorrupt, "the first segment reads as repaired, but the salvage did not finish")
+	require.ErrorContains(t, err, "did not finish")
+
+	l, err := Open(d, Options{SegmentBytes: smallSeg, Salvage: true})
+	require.NoError(t, err)
+	defer l.Close()
+	rec := l.Recovery()
+	require.Len(t, rec.Salvaged, 2)
+	for i, v := range victims {
+		require.Equal(t, v.pos.Segment(), rec.Salvaged[i].Segment)
+		require.Equal(t, v.pos.Offset(), rec.Salvaged[i].Offset)
+		require.Equal(t, segFile(d, v.pos.Segment()), rec.Salvaged[i].File)
+		require.Positive(t, rec.Salvaged[i].Length)
+		require.NotEmpty(t, rec.Salvaged[i].Cause.Error(), "the cause, as the list kept it")
+	}
+}
+
+// A list of repaired spans that does not read (damaged, or not one)
+// stops Open, Salvage or not, with an error that names it and says how
+// to go on; nothing is changed.
+func TestAnUnreadableListOfAnUnfinishedSalvageStopsOpen(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	list := filepath.Join(dir, "salvage", "unfinished.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(list), 0o700))
+	require.NoError(t, os.WriteFile(list, []byte(`{"spans": [{"segment": "one"`), 0o600))
+	for _, salvage := range []bool{false, true} {
+		_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: salvage})
+		require.Error(t, err)
+		require.ErrorContains(t, err, list)
+		require.ErrorContains(t, err, "remove the list")
+	}
+	require.NoError(t, os.Remove(list))
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	defer l.Close()
+	requireEntries(t, acked, readAll(t, l))
+}

@@ -1,0 +1,173 @@
+package wal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// A salvage repairs segments in place, one after another, and reports what
+// it skipped only when the Open that does it succeeds. An Open that fails
+// part way (an I/O error, a crash) can leave spans already overwritten with
+// padding: they read as intact afterwards, and without a record of them a
+// later Open would report nothing of what they held. So before a salvage
+// changes a segment, it lists durably every span this Open salvages, in
+// salvage/unfinished.json; the Open that finishes removes the list. While
+// the list is there, an Open without Salvage refuses the log, and one with
+// Salvage reports the listed spans with those it finds itself.
+
+// unfinishedName is the list of a salvage in progress, in salvageDirName.
+const (
+	salvageDirName = "salvage"
+	unfinishedName = "unfinished.json"
+)
+
+// unfinishedSpan is one Damage as the list holds it.
+type unfinishedSpan struct {
+	File     string `json:"file"`
+	Segment  uint32 `json:"segment"`
+	Offset   int    `json:"offset"`
+	Length   int    `json:"length"`
+	Cause    string `json:"cause"`
+	CopiedTo string `json:"copied_to"`
+}
+
+type unfinishedList struct {
+	Spans []unfinishedSpan `json:"spans"`
+}
+
+func (l *Log) unfinishedPath() string {
+	return filepath.Join(l.dir, salvageDirName, unfinishedName)
+}
+
+// readUnfinished returns the spans an earlier salvage listed and did not
+// finish, if it left its list.
+func (l *Log) readUnfinished() ([]Damage, bool, error) {
+	path := l.unfinishedPath()
+	f, err := l.opts.FS.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("wal: open: %w", err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, false, fmt.Errorf("wal: open: %s: %w", path, err)
+	}
+	if size > 64<<20 {
+		return nil, false, fmt.Errorf("wal: open: %s: %d bytes: not a list of damaged spans", path, size)
+	}
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, fmt.Errorf("wal: open: %s: %w", path, err)
+	}
+	var list unfinishedList
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, false, fmt.Errorf("wal: open: %s, the list of the spans an unfinished salvage repaired, does not read (%w); the damaged files it copied are in %s, and each span was logged at ERROR as it was repaired; remove the list to open the log without them",
+			path, err, filepath.Dir(path))
+	}
+	ds := make([]Damage, len(list.Spans))
+	for i, sp := range list.Spans {
+		ds[i] = Damage{File: sp.File, Segment: sp.Segment, Offset: sp.Offset, Length: sp.Length, Cause: errors.New(sp.Cause), CopiedTo: sp.CopiedTo}
+	}
+	return ds, true, nil
+}
+
+// unfinishedError is Open's refusal of a log an unfinished salvage left,
+// when Salvage is not set.
+func (l *Log) unfinishedError(prior []Damage) error {
+	cause := fmt.Errorf("an Open with Salvage began repairing the log and did not finish (its list of %d damaged spans is %s): open with Salvage to finish and report them", len(prior), l.unfinishedPath())
+	if len(prior) == 0 {
+		return &CorruptionError{File: l.unfinishedPath(), Cause: cause}
+	}
+	return &CorruptionError{File: prior[0].File, Offset: prior[0].Offset, Cause: cause}
+}
+
+// noteSalvage lists durably every span this Open has salvaged and ds,
+// which it is about to: call it before a salvage changes a segment.
+func (l *Log) noteSalvage(ds ...Damage) error {
+	var list unfinishedList
+	for _, d := range mergeDamage(l.recovery.Salvaged, ds) {
+		cause := ""
+		if d.Cause != nil {
+			cause = d.Cause.Error()
+		}
+		list.Spans = append(list.Spans, unfinishedSpan{File: d.File, Segment: d.Segment, Offset: d.Offset, Length: d.Length, Cause: cause, CopiedTo: d.CopiedTo})
+	}
+	data, err := json.MarshalIndent(list, "", "\t")
+	if err != nil {
+		return fmt.Errorf("wal: salvage: %w", err)
+	}
+	fs, path := l.opts.FS, l.unfinishedPath()
+	if err := vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("wal: salvage: %w", err)
+	}
+	tmp := path + tmpSuffix
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("wal: salvage: %w", err)
+	}
+	_, err = f.WriteAt(append(data, '\n'), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close())
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("wal: salvage: list the spans it repairs in %s: %w", path, err)
+	}
+	l.unfinished = true
+	return nil
+}
+
+// salvaged adds ds to what this Open reports it salvaged.
+func (l *Log) salvaged(ds ...Damage) {
+	l.recovery.Salvaged = mergeDamage(l.recovery.Salvaged, ds)
+}
+
+// mergeDamage returns a copy of base with the spans of ds it does not
+// list (a span an unfinished salvage listed, and whose repair did not
+// reach the file, is found again).
+func mergeDamage(base, ds []Damage) []Damage {
+	out := slices.Clone(base)
+	for _, d := range ds {
+		if !slices.ContainsFunc(out, func(p Damage) bool { return p.Segment == d.Segment && p.Offset == d.Offset }) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// finishSalvage removes the list once every repair of this Open is
+// durable.
+func (l *Log) finishSalvage() error {
+	if !l.unfinished {
+		return nil
+	}
+	fs, path := l.opts.FS, l.unfinishedPath()
+	if err := fs.Remove(path + tmpSuffix); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return fmt.Errorf("wal: open: salvage done, but %s stays: %w", path+tmpSuffix, err)
+	}
+	if err := fs.Remove(path); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return fmt.Errorf("wal: open: salvage done, but its list %s stays: %w", path, err)
+	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("wal: open: salvage done, but the removal of its list %s: %w", path, err)
+	}
+	l.unfinished = false
+	return nil
+}

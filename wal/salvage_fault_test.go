@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -141,4 +142,75 @@ func TestAnUnreadableListOfAnUnfinishedSalvageStopsOpen(t *testing.T) {
 	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
 	defer l.Close()
 	requireEntries(t, acked, readAll(t, l))
+}
+
+// A power loss at any point of a salvage of two damaged segments hides
+// nothing: after it, an Open without Salvage either refuses the log (the
+// damage, or the list of an unfinished salvage, is still there) or, once
+// the salvage's Open had returned its report, opens the repaired log; and
+// an Open with Salvage then keeps exactly the intact records and reports
+// both spans.
+func TestAPowerLossDuringASalvageHidesNothing(t *testing.T) {
+	dir, acked, groupEnd := buildLog(t)
+	var victims []entry
+	skip := map[int]bool{}
+	for _, seq := range []uint32{1, 3} {
+		v := firstIn(acked, seq)
+		victims = append(victims, v)
+		flipByte(t, segFile(dir, seq), v.pos.Offset()+segment.FrameHeaderSize+1)
+		skip[groupEnd[indexOf(acked, v.pos)]] = true
+	}
+	var want []entry
+	for i, e := range acked {
+		if !skip[groupEnd[i]] {
+			want = append(want, e)
+		}
+	}
+	// How many mutating operations an Open with Salvage takes to return.
+	cfs := vfs.NewCrashFS(vfs.Default)
+	d := copyDir(t, dir)
+	l, err := Open(d, Options{FS: cfs, SegmentBytes: smallSeg, Salvage: true})
+	require.NoError(t, err)
+	total := cfs.Ops()
+	require.Len(t, l.Recovery().Salvaged, 2)
+	require.NoError(t, l.Close())
+
+	for k := int64(0); k <= total; k++ {
+		for _, keep := range []float64{0, 1} {
+			d := copyDir(t, dir)
+			cfs := vfs.NewCrashFS(vfs.Default)
+			cfs.CrashAfter(k)
+			l, err := Open(d, Options{FS: cfs, SegmentBytes: smallSeg, Salvage: true})
+			reported := err == nil
+			if l != nil {
+				_ = l.Close()
+			}
+			clone := filepath.Join(t.TempDir(), "clone")
+			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: d, KeepUnsyncedFraction: keep}))
+			what := fmt.Sprintf("power lost after %d of %d operations, unsynced kept %v", k, total, keep)
+
+			plain := filepath.Join(t.TempDir(), "plain")
+			require.NoError(t, os.CopyFS(plain, os.DirFS(clone)), "salvage/ and all")
+			l, err = Open(plain, Options{SegmentBytes: smallSeg})
+			if err == nil {
+				require.True(t, reported, "%s: an ordinary Open succeeds though no Open reported the salvage", what)
+				requireEntries(t, want, readAll(t, l))
+				require.NoError(t, l.Close())
+				continue
+			}
+			require.ErrorIs(t, err, ErrCorrupt, what)
+
+			l, err = Open(clone, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.NoError(t, err, what)
+			requireEntries(t, want, readAll(t, l))
+			rec := l.Recovery()
+			require.Len(t, rec.Salvaged, 2, "%s: %v", what, rec.Salvaged)
+			for i, v := range victims {
+				require.Equal(t, v.pos.Segment(), rec.Salvaged[i].Segment, what)
+				require.Equal(t, v.pos.Offset(), rec.Salvaged[i].Offset, what)
+			}
+			require.NoError(t, l.Close())
+		}
+	}
+	t.Logf("a power loss after each of the %d operations of a salvage of two segments", total)
 }

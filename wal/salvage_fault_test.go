@@ -110,7 +110,11 @@ func TestASalvageFinishedLaterReportsTheSpansTheFailedOneRepaired(t *testing.T) 
 	require.ErrorIs(t, err, ErrCorrupt, "the first segment reads as repaired, but the salvage did not finish")
 	require.ErrorContains(t, err, "did not finish")
 
-	l, err := Open(d, Options{SegmentBytes: smallSeg, Salvage: true})
+	// Moved before it is opened again: the report names the files where
+	// they are now.
+	moved := filepath.Join(t.TempDir(), "moved")
+	require.NoError(t, os.Rename(d, moved))
+	l, err := Open(moved, Options{SegmentBytes: smallSeg, Salvage: true})
 	require.NoError(t, err)
 	defer l.Close()
 	rec := l.Recovery()
@@ -118,9 +122,10 @@ func TestASalvageFinishedLaterReportsTheSpansTheFailedOneRepaired(t *testing.T) 
 	for i, v := range victims {
 		require.Equal(t, v.pos.Segment(), rec.Salvaged[i].Segment)
 		require.Equal(t, v.pos.Offset(), rec.Salvaged[i].Offset)
-		require.Equal(t, segFile(d, v.pos.Segment()), rec.Salvaged[i].File)
+		require.Equal(t, segFile(moved, v.pos.Segment()), rec.Salvaged[i].File)
 		require.Positive(t, rec.Salvaged[i].Length)
 		require.NotEmpty(t, rec.Salvaged[i].Cause.Error(), "the cause, as the list kept it")
+		require.FileExists(t, rec.Salvaged[i].CopiedTo)
 	}
 }
 
@@ -131,12 +136,19 @@ func TestAnUnreadableListOfAnUnfinishedSalvageStopsOpen(t *testing.T) {
 	dir, acked, _ := buildLog(t)
 	list := filepath.Join(dir, "salvage", "unfinished.json")
 	require.NoError(t, os.MkdirAll(filepath.Dir(list), 0o700))
-	require.NoError(t, os.WriteFile(list, []byte(`{"spans": [{"segment": "one"`), 0o600))
-	for _, salvage := range []bool{false, true} {
-		_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: salvage})
-		require.Error(t, err)
-		require.ErrorContains(t, err, list)
-		require.ErrorContains(t, err, "remove the list")
+	for _, bad := range []string{
+		`{"spans": [{"segment": "one"`,
+		`{"spans": [{"segment": 1, "offset": -5, "length": 40}]}`,
+		`{"spans": [{"segment": 0, "offset": 32, "length": 40}]}`,
+		`{"spans": [{"segment": 1, "offset": 1073741800, "length": 40}]}`,
+	} {
+		require.NoError(t, os.WriteFile(list, []byte(bad), 0o600))
+		for _, salvage := range []bool{false, true} {
+			_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: salvage})
+			require.Error(t, err, bad)
+			require.ErrorContains(t, err, list)
+			require.ErrorContains(t, err, "remove the list")
+		}
 	}
 	require.NoError(t, os.Remove(list))
 	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})

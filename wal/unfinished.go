@@ -71,13 +71,25 @@ func (l *Log) readUnfinished() ([]Damage, bool, error) {
 		return nil, false, fmt.Errorf("wal: open: %s: %w", path, err)
 	}
 	var list unfinishedList
-	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, false, fmt.Errorf("wal: open: %s, the list of the spans an unfinished salvage repaired, does not read (%w); the damaged files it copied are in %s, and each span was logged at ERROR as it was repaired; remove the list to open the log without them",
-			path, err, filepath.Dir(path))
-	}
+	err = json.Unmarshal(data, &list)
 	ds := make([]Damage, len(list.Spans))
 	for i, sp := range list.Spans {
-		ds[i] = Damage{File: sp.File, Segment: sp.Segment, Offset: sp.Offset, Length: sp.Length, Cause: errors.New(sp.Cause), CopiedTo: sp.CopiedTo}
+		if err != nil {
+			break
+		}
+		if sp.Segment == 0 || sp.Offset < 0 || sp.Length < 0 || sp.Offset+sp.Length > MaxSegmentBytes {
+			err = fmt.Errorf("span %d: %d bytes at offset %d of segment %d is no span of a segment", i, sp.Length, sp.Offset, sp.Segment)
+			break
+		}
+		// The names are this directory's: it may have been moved since.
+		ds[i] = Damage{File: l.segPath(sp.Segment), Segment: sp.Segment, Offset: sp.Offset, Length: sp.Length, Cause: errors.New(sp.Cause)}
+		if sp.CopiedTo != "" {
+			ds[i].CopiedTo = filepath.Join(filepath.Dir(path), filepath.Base(sp.CopiedTo))
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("wal: open: %s, the list of the spans an unfinished salvage repaired, does not read (%w); the damaged files it copied are in %s, and each span was logged at ERROR as it was repaired; remove the list to open the log without them",
+			path, err, filepath.Dir(path))
 	}
 	return ds, true, nil
 }

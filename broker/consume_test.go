@@ -731,3 +731,51 @@ func TestConsumeSurvivesAHandlerThatEndsItsGoroutine(t *testing.T) {
 		requireNoConsumerGoroutines(t, "ExtendEvery %v: goroutines left after Consume returned (a lease renewed for ever?)", extend)
 	}
 }
+
+// flakyExtender is a fakeBroker whose first failures Extend calls fail
+// with an error that says nothing of the lease (a transient one).
+type flakyExtender struct {
+	*fakeBroker
+	failures atomic.Int32
+}
+
+var errTransient = errors.New("transient: the disk is busy")
+
+func (f *flakyExtender) Extend(ctx context.Context, r ReceiptValue, by time.Duration) (LeaseValue, error) {
+	if f.failures.Add(-1) >= 0 {
+		return LeaseValue{}, errTransient
+	}
+	return f.fakeBroker.Extend(ctx, r, by)
+}
+
+// A renewal that fails for a reason that is not the lease's (neither
+// LeaseExpired nor UnknownReceipt, nor a closed or stopped broker) is
+// logged and tried again at the next tick with the same receipt, as the
+// default ExtendBy leaves room for: the handler goes on, its context is
+// not cancelled, and it is acked under the newest receipt.
+func TestConsumeRetriesARenewalThatFailedForAnotherReason(t *testing.T) {
+	f := &flakyExtender{fakeBroker: newFake()}
+	f.failures.Store(2)
+	f.Publish(context.Background(), []byte("slow"))
+	log, logs := newTestLogger()
+	var first ReceiptValue
+	cancelled := make(chan error, 1)
+	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		first = d.Lease.Receipt
+		err := f.awaitExtends(ctx, 2)
+		if ctx.Err() != nil {
+			cancelled <- context.Cause(ctx)
+		}
+		return err
+	}, ConsumeOptions{ExtendEvery: 5 * time.Millisecond, Logger: log})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+	require.Empty(t, cancelled, "the handler's context was not cancelled")
+
+	require.Equal(t, 2, strings.Count(logs.String(), "lease extension failed; will retry"), logs.String())
+	require.Contains(t, logs.String(), errTransient.Error())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.GreaterOrEqual(t, len(f.extends), 2)
+	require.Equal(t, first, f.extends[0].old, "the first renewal that succeeded used the receipt the failed ones had")
+	require.Equal(t, f.extends[len(f.extends)-1].new, f.settled[0].receipt, "acked with the newest receipt")
+}

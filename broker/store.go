@@ -323,7 +323,9 @@ type RecoveryReport struct {
 	// power loss can take.
 	TornTail bool
 	// SalvagedSpans is the number of damaged spans Options.Salvage skipped,
-	// and SalvageCopies where it copied the damaged files first.
+	// and SalvageCopies where it copied the damaged files first. They
+	// include the spans an earlier Open with Salvage repaired before it
+	// failed, which this one finished.
 	SalvagedSpans int
 	SalvageCopies []string
 	// LostMessages lists the IDs of messages whose records salvage skipped,

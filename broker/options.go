@@ -186,8 +186,12 @@ func (o Options) walOptions() wal.Options {
 		SegmentBytes: o.SegmentBytes,
 		SyncInterval: o.SyncInterval,
 		Salvage:      o.Salvage,
-		Logger:       o.Logger,
-		Sync:         wal.SyncAlways,
+		// The report of a salvage is built after the log opens (which
+		// messages were lost): the log's list of the spans it repaired
+		// stays until Open has built it (see Store.Recovery).
+		KeepSalvageList: o.Salvage,
+		Logger:          o.Logger,
+		Sync:            wal.SyncAlways,
 	}
 	if o.Sync == SyncNone {
 		w.Sync = wal.SyncInterval

@@ -261,6 +261,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
 			"lost_messages", s.recovery.LostMessages, "lost_by_queue", s.recovery.LostByQueue)
 	}
+	// The report is built: the log may forget the list of the spans a
+	// salvage repaired. Until now, a failure of this Open left it, and
+	// the next Open without Salvage refused the store.
+	if err := l.SalvageDone(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {

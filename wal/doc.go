@@ -15,7 +15,8 @@
 //	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
 //	salvage/unfinished.json   the spans a salvage in progress repairs (see
-//	                          unfinished.go; removed by the Open that finishes)
+//	                          unfinished.go; removed by the Open that finishes,
+//	                          or by Log.SalvageDone with Options.KeepSalvageList)
 //
 // Every segment file has its full size from the moment it is renamed into
 // place: it was written full of zeros (or is a retired segment reused) and

@@ -71,9 +71,10 @@ type Log struct {
 	logs sync.WaitGroup
 
 	recovery Recovery
-	// unfinished: the list of a salvage in progress is on disk (Open only;
-	// see noteSalvage).
+	// unfinished: the list of a salvage in progress is on disk (see
+	// noteSalvage). Open sets it; after Open, salvageMu guards it.
 	unfinished bool
+	salvageMu  sync.Mutex
 	stats      counters
 }
 

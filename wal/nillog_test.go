@@ -30,6 +30,7 @@ func TestANilLogRefusesEveryCall(t *testing.T) {
 		"CopyTo":        func() error { return l.CopyTo(context.Background(), t.TempDir(), 0) },
 		"Close":         l.Close,
 		"Err":           l.Err,
+		"SalvageDone":   l.SalvageDone,
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {

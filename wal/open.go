@@ -139,6 +139,9 @@ func (l *Log) recover() error {
 	if err := l.startWriting(segs, reports, cleanLast); err != nil {
 		return err
 	}
+	if l.opts.KeepSalvageList {
+		return nil // SalvageDone
+	}
 	return l.finishSalvage()
 }
 

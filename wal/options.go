@@ -69,6 +69,12 @@ type Options struct {
 	// with a *CorruptionError until one with it finishes, and that one
 	// reports the listed spans too.
 	Salvage bool
+	// KeepSalvageList keeps that list after an Open with Salvage succeeds,
+	// until Log.SalvageDone removes it: for a caller that builds its own
+	// report of the salvage after Open (which records were lost, and
+	// whose), and must not lose it to a failure of its own before it has
+	// handed that report on. Without it, Open removes the list last.
+	KeepSalvageList bool
 	// Logger receives what recovery found, and the failures and repairs of
 	// the writer and the preparer. Nil discards. A record its handler
 	// panics on is dropped, and the log goes on. The writer and preparer

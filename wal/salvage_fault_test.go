@@ -226,3 +226,37 @@ func TestAPowerLossDuringASalvageHidesNothing(t *testing.T) {
 	}
 	t.Logf("a power loss after each of the %d operations of a salvage of two segments", total)
 }
+
+// With KeepSalvageList, the list of the repaired spans outlives the Open
+// that salvaged, and its Close, until SalvageDone: meanwhile an Open
+// without Salvage refuses the log, and one with it reports the spans
+// again. SalvageDone removes the list (a second call, or one on a log
+// that salvaged nothing, does nothing).
+func TestSalvageDoneEndsWhatKeepSalvageListKept(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	victim := firstIn(acked, 2)
+	flipByte(t, segFile(dir, 2), victim.pos.Offset()+segment.FrameHeaderSize+1)
+	list := filepath.Join(dir, "salvage", "unfinished.json")
+	keep := Options{SegmentBytes: smallSeg, Salvage: true, KeepSalvageList: true}
+
+	l := mustOpen(t, dir, keep)
+	require.Len(t, l.Recovery().Salvaged, 1)
+	require.NoError(t, l.Close())
+	require.FileExists(t, list)
+	_, err := Open(dir, Options{SegmentBytes: smallSeg})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "did not finish")
+
+	l = mustOpen(t, dir, keep)
+	require.Len(t, l.Recovery().Salvaged, 1, "reported again")
+	require.Equal(t, victim.pos.Offset(), l.Recovery().Salvaged[0].Offset)
+	require.NoError(t, l.SalvageDone())
+	require.NoFileExists(t, list)
+	require.NoError(t, l.SalvageDone(), "a second call does nothing")
+	require.NoError(t, l.Close())
+
+	l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	require.Empty(t, l.Recovery().Salvaged)
+	require.NoError(t, l.SalvageDone(), "nothing to remove")
+	require.NoError(t, l.Close())
+}

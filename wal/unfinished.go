@@ -164,6 +164,20 @@ func mergeDamage(base, ds []Damage) []Damage {
 	return out
 }
 
+// SalvageDone removes the list of the spans this log's Open salvaged,
+// which Options.KeepSalvageList kept: call it once the report built from
+// Recovery is handed on. From then on an Open without Salvage opens the
+// repaired log. It does nothing when there is no list, and only one call
+// removes it.
+func (l *Log) SalvageDone() error {
+	if l == nil {
+		return errNilLog
+	}
+	l.salvageMu.Lock()
+	defer l.salvageMu.Unlock()
+	return l.finishSalvage()
+}
+
 // finishSalvage removes the list once every repair of this Open is
 // durable.
 func (l *Log) finishSalvage() error {

@@ -85,6 +85,15 @@ func (s *Store) openIndex() (int, error) {
 // ends before the checkpoint's position lost synced records (Corrupt).
 func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
 	fs := s.opts.fs()
+	if loss.salvaging() {
+		// What an earlier salvage that did not finish knew of its lost
+		// messages (see salvage_lost.go).
+		if s.log.Recovery().Unfinished {
+			loss.add(s.keptLost())
+		} else {
+			s.forgetLost()
+		}
+	}
 	// A store that found damage while running marked its checkpoint
 	// suspect: it is consulted, never trusted, and the state rebuilt. So
 	// is a checkpoint whose mark cannot be looked for (index.Suspect).
@@ -123,6 +132,14 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// Not damage: a file someone else planted. Rebuilding would
 		// carry on in a directory another user writes in.
 		return nil, 0, nil, err
+	}
+	if loss.salvaging() {
+		// Before the rebuild drops the checkpoint that named them (a
+		// salvage never uses the checkpoint: it is closed, or none was
+		// loaded).
+		if err := s.keepLost(loss.lost); err != nil {
+			return nil, 0, nil, err
+		}
 	}
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -206,6 +223,13 @@ func newLossTracker(salvaged []wal.Damage) *lossTracker {
 
 // salvaging reports whether salvage skipped anything.
 func (t *lossTracker) salvaging() bool { return len(t.salvaged) > 0 }
+
+// add notes lost (sequence → queue number) as lost.
+func (t *lossTracker) add(lost map[uint64]uint32) {
+	for seq, q := range lost {
+		t.lost[seq] = q
+	}
+}
 
 // fromCheckpoint notes the live messages x places in the skipped spans.
 func (t *lossTracker) fromCheckpoint(x *index.Index) {

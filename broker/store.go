@@ -268,6 +268,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
+	if len(l.Recovery().Salvaged) > 0 {
+		s.forgetLost()
+	}
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {

@@ -26,6 +26,11 @@ type Recovery struct {
 	// Salvaged lists the spans Options.Salvage skipped. Their records are
 	// lost; the damaged files were copied aside first (Damage.CopiedTo).
 	Salvaged []Damage
+	// Unfinished is set when some of Salvaged were listed by an earlier
+	// Open with Salvage that did not finish (see Options.Salvage): a
+	// caller that builds its own report of a salvage looks for what it
+	// kept of that Open's.
+	Unfinished bool
 	// RemovedEmpty lists empty segment files left by a rotation that a
 	// crash interrupted; they never held a record and were removed.
 	RemovedEmpty []string
@@ -117,7 +122,7 @@ func (l *Log) recover() error {
 		if !l.opts.Salvage {
 			return l.unfinishedError(prior)
 		}
-		l.recovery.Salvaged, l.unfinished = prior, true
+		l.recovery.Salvaged, l.recovery.Unfinished, l.unfinished = prior, true, true
 	}
 	d, err := l.readDir()
 	if err != nil {

@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// The messages a salvage lost are named from the last checkpoint, which
+// the salvaging Open then drops to rebuild the index. An Open that fails
+// after that (an I/O error, a power loss) leaves the log's list of the
+// spans it repaired (wal.Options.KeepSalvageList), but no checkpoint to
+// name the messages from: so before the index is rebuilt, the messages
+// the checkpoint places in the spans are written durably to
+// salvage/lost.json, and the Open that finishes an unfinished salvage
+// (wal.Recovery.Unfinished) names them too. Open removes the file once
+// the log forgot its list, and a salvage that finishes no earlier one
+// removes any it finds before it begins.
+
+const lostName = "lost.json"
+
+type lostMessage struct {
+	Seq   uint64 `json:"seq"`
+	Queue uint32 `json:"queue"`
+}
+
+func (s *Store) lostPath() string { return filepath.Join(s.dir, "salvage", lostName) }
+
+// keepLost writes lost (sequence → queue number) durably to lostPath.
+func (s *Store) keepLost(lost map[uint64]uint32) error {
+	list := make([]lostMessage, 0, len(lost))
+	for seq, q := range lost {
+		list = append(list, lostMessage{Seq: seq, Queue: q})
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	fs, path := s.opts.fs(), s.lostPath()
+	if err := vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("keep the messages the salvage lost in %s: %w", path, err)
+	}
+	return nil
+}
+
+// keptLost returns what keepLost wrote, if it did. A file that does not
+// read names nothing: the spans are still reported.
+func (s *Store) keptLost() map[uint64]uint32 {
+	path := s.lostPath()
+	f, err := s.opts.fs().OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		if !errors.Is(err, iofs.ErrNotExist) {
+			s.opts.Logger.Warn("broker: the messages an unfinished salvage lost cannot be read; only the spans are reported", "file", path, "err", err)
+		}
+		return nil
+	}
+	defer f.Close()
+	var list []lostMessage
+	size, err := f.Size()
+	if err == nil && size > 256<<20 {
+		err = fmt.Errorf("%d bytes", size)
+	}
+	if err == nil {
+		data := make([]byte, size)
+		if _, err = f.ReadAt(data, 0); errors.Is(err, io.EOF) {
+			err = nil
+		}
+		if err == nil {
+			err = json.Unmarshal(data, &list)
+		}
+	}
+	if err != nil {
+		s.opts.Logger.Warn("broker: the messages an unfinished salvage lost cannot be read; only the spans are reported", "file", path, "err", err)
+		return nil
+	}
+	lost := make(map[uint64]uint32, len(list))
+	for _, m := range list {
+		lost[m.Seq] = m.Queue
+	}
+	return lost
+}
+
+// forgetLost removes what keepLost wrote: once the log forgot its list,
+// and before a salvage that finishes no earlier one writes its own. A
+// file left behind is read only by the Open that finishes a salvage
+// begun after it (which a failure to remove it here may leave naming
+// messages an earlier salvage already reported), so a failure is only
+// logged.
+func (s *Store) forgetLost() {
+	fs, path := s.opts.fs(), s.lostPath()
+	err := fs.Remove(path)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		s.opts.Logger.Warn("broker: could not remove the list of the messages a salvage lost", "file", path, "err", err)
+	}
+}

@@ -123,9 +123,10 @@ type Options struct {
 	// that follows a Corrupt, not for good: an Open with it refuses no
 	// damage, and says what it skipped only there. An Open with it that
 	// fails (an I/O error while it repairs) may have repaired some spans
-	// already; it leaves their list in the salvage subdirectory, so that
-	// Opens without Salvage refuse the store with Corrupt until one with
-	// it finishes the repair and reports them with the rest.
+	// already; it leaves the list of those spans, and of the messages
+	// they held, in the salvage subdirectory, so that Opens without
+	// Salvage refuse the store with Corrupt until one with it finishes
+	// the repair and reports them with the rest.
 	Salvage bool
 	// FS is the file system; nil means the real one. Tests inject faults
 	// through it.

@@ -99,7 +99,9 @@ func (s *Store) keptLost() map[uint64]uint32 {
 	}
 	lost := make(map[uint64]uint32, len(list))
 	for _, m := range list {
-		lost[m.Seq] = m.Queue
+		if m.Seq != 0 { // sequences start at 1
+			lost[m.Seq] = m.Queue
+		}
 	}
 	return lost
 }

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	iofs "io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/walbroker/walbroker/vfs"
@@ -43,23 +41,9 @@ func (s *Store) keepLost(lost map[uint64]uint32) error {
 		return err
 	}
 	fs, path := s.opts.fs(), s.lostPath()
-	if err := vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(data, 0)
+	err = vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700)
 	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = fs.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
+		err = vfs.ReplaceFile(fs, path, data)
 	}
 	if err != nil {
 		return fmt.Errorf("keep the messages the salvage lost in %s: %w", path, err)
@@ -71,27 +55,13 @@ func (s *Store) keepLost(lost map[uint64]uint32) error {
 // read names nothing: the spans are still reported.
 func (s *Store) keptLost() map[uint64]uint32 {
 	path := s.lostPath()
-	f, err := s.opts.fs().OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		if !errors.Is(err, iofs.ErrNotExist) {
-			s.opts.Logger.Warn("broker: the messages an unfinished salvage lost cannot be read; only the spans are reported", "file", path, "err", err)
-		}
+	data, err := vfs.ReadFile(s.opts.fs(), path, 256<<20)
+	if errors.Is(err, iofs.ErrNotExist) {
 		return nil
 	}
-	defer f.Close()
 	var list []lostMessage
-	size, err := f.Size()
-	if err == nil && size > 256<<20 {
-		err = fmt.Errorf("%d bytes", size)
-	}
 	if err == nil {
-		data := make([]byte, size)
-		if _, err = f.ReadAt(data, 0); errors.Is(err, io.EOF) {
-			err = nil
-		}
-		if err == nil {
-			err = json.Unmarshal(data, &list)
-		}
+		err = json.Unmarshal(data, &list)
 	}
 	if err != nil {
 		s.opts.Logger.Warn("broker: the messages an unfinished salvage lost cannot be read; only the spans are reported", "file", path, "err", err)

@@ -187,7 +187,8 @@ func TestFaultFSRefusesAMalformedRuleOrObserverAtOnce(t *testing.T) {
 
 // TestTheHelpersRefuseANilFS: CopyFile, CreateEmpty and MkdirAllDurable
 // used to panic on a nil FS at their first file operation. Each refuses it
-// with fs.ErrInvalid, naming the argument and the path, and makes nothing.
+// (as ReplaceFile and ReadFile do) with fs.ErrInvalid, naming the argument
+// and the path, and makes nothing.
 func TestTheHelpersRefuseANilFS(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -197,6 +198,8 @@ func TestTheHelpersRefuseANilFS(t *testing.T) {
 		"CopyFile":        func() error { return CopyFile(nil, src, made) },
 		"CreateEmpty":     func() error { return CreateEmpty(nil, made) },
 		"MkdirAllDurable": func() error { return MkdirAllDurable(nil, made, 0o700) },
+		"ReplaceFile":     func() error { return ReplaceFile(nil, made, []byte("x")) },
+		"ReadFile":        func() error { _, err := ReadFile(nil, made, 10); return err },
 	} {
 		err := call()
 		require.ErrorIs(t, err, iofs.ErrInvalid, name)

@@ -3,7 +3,9 @@ package vfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 )
 
 // copyChunk is how much CopyFile reads and writes at a time.
@@ -62,4 +64,61 @@ func CreateEmpty(fs FS, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// ReplaceFile makes path hold data, durably: it writes data to path+".tmp"
+// (created 0600, or truncated), fdatasyncs it, renames it over path and
+// syncs path's directory. A crash before it returns leaves path as it
+// was, or holding data, whole either way (and perhaps the .tmp file,
+// which the next call truncates). A nil fs is refused with an error
+// wrapping io/fs.ErrInvalid.
+func ReplaceFile(fs FS, path string, data []byte) error {
+	if fs == nil {
+		return fmt.Errorf("vfs: replace %s: %w", path, errNilFS)
+	}
+	tmp := path + ".tmp"
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 {
+		_, err = f.WriteAt(data, 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	return err
+}
+
+// ReadFile returns the contents of the file path, which must be at most
+// limit bytes long. An error opening it is returned as it is (check a
+// missing file with errors.Is and io/fs.ErrNotExist). A nil fs is refused
+// with an error wrapping io/fs.ErrInvalid.
+func ReadFile(fs FS, path string, limit int64) ([]byte, error) {
+	if fs == nil {
+		return nil, fmt.Errorf("vfs: read %s: %w", path, errNilFS)
+	}
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size > limit {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d it may hold", path, size, limit)
+	}
+	data := make([]byte, size)
+	if n, err := f.ReadAt(data, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, nil
 }

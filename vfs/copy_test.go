@@ -3,6 +3,7 @@ package vfs
 import (
 	"bytes"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -80,4 +81,47 @@ func TestCreateEmptyRefusesAnExistingFile(t *testing.T) {
 	got, err := os.ReadFile(name)
 	require.NoError(t, err)
 	require.Equal(t, "kept", string(got))
+}
+
+// ReplaceFile is all or nothing across a power loss at any of its
+// operations: the file holds what it held, or the new data, whole; once
+// it returns, the new data. ReadFile reads it back, and refuses a file
+// above its limit and a missing one (fs.ErrNotExist).
+func TestReplaceFileIsWholeAcrossAPowerLoss(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "list")
+	old, next := []byte("the old list"), bytes.Repeat([]byte("the new list, longer. "), 300)
+	require.NoError(t, ReplaceFile(Default, path, old))
+	got, err := ReadFile(Default, path, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, old, got)
+
+	c := NewCrashFS(Default)
+	require.NoError(t, ReplaceFile(c, path, next))
+	total := c.Ops()
+	for k := int64(0); k <= total; k++ {
+		for _, keep := range []float64{0, 1} {
+			d := filepath.Join(t.TempDir(), "d")
+			require.NoError(t, os.Mkdir(d, 0o700))
+			p := filepath.Join(d, "list")
+			require.NoError(t, ReplaceFile(Default, p, old))
+			c := NewCrashFS(Default)
+			c.CrashAfter(k)
+			err := ReplaceFile(c, p, next)
+			clone := filepath.Join(t.TempDir(), "clone")
+			require.NoError(t, c.CrashClone(clone, CrashOptions{Root: d, KeepUnsyncedFraction: keep}))
+			got, rerr := ReadFile(Default, filepath.Join(clone, "list"), 1<<20)
+			require.NoError(t, rerr, "after %d operations, kept %v", k, keep)
+			if err == nil {
+				require.Equal(t, next, got, "returned after %d operations: the new data", k)
+			} else {
+				require.True(t, bytes.Equal(got, old) || bytes.Equal(got, next), "after %d operations, kept %v: %q", k, keep, got)
+			}
+		}
+	}
+
+	_, err = ReadFile(Default, path, 10)
+	require.ErrorContains(t, err, "more than the 10 it may hold")
+	_, err = ReadFile(Default, filepath.Join(dir, "missing"), 10)
+	require.ErrorIs(t, err, fs.ErrNotExist)
 }

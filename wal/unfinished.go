@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	iofs "io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -51,24 +49,12 @@ func (l *Log) unfinishedPath() string {
 // finish, if it left its list.
 func (l *Log) readUnfinished() ([]Damage, bool, error) {
 	path := l.unfinishedPath()
-	f, err := l.opts.FS.OpenFile(path, os.O_RDONLY, 0)
+	data, err := vfs.ReadFile(l.opts.FS, path, 64<<20)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("wal: open: %w", err)
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, false, fmt.Errorf("wal: open: %s: %w", path, err)
-	}
-	if size > 64<<20 {
-		return nil, false, fmt.Errorf("wal: open: %s: %d bytes: not a list of damaged spans", path, size)
-	}
-	data := make([]byte, size)
-	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, false, fmt.Errorf("wal: open: %s: %w", path, err)
 	}
 	var list unfinishedList
 	err = json.Unmarshal(data, &list)
@@ -120,24 +106,9 @@ func (l *Log) noteSalvage(ds ...Damage) error {
 		return fmt.Errorf("wal: salvage: %w", err)
 	}
 	fs, path := l.opts.FS, l.unfinishedPath()
-	if err := vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("wal: salvage: %w", err)
-	}
-	tmp := path + tmpSuffix
-	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("wal: salvage: %w", err)
-	}
-	_, err = f.WriteAt(append(data, '\n'), 0)
+	err = vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700)
 	if err == nil {
-		err = f.Sync()
-	}
-	err = errors.Join(err, f.Close())
-	if err == nil {
-		err = fs.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
+		err = vfs.ReplaceFile(fs, path, append(data, '\n'))
 	}
 	if err != nil {
 		return fmt.Errorf("wal: salvage: list the spans it repairs in %s: %w", path, err)

@@ -757,7 +757,7 @@ func writeWhole(fs vfs.FS, path string, data []byte) error {
 // new file of the salvage/ subdirectory, and returns its path.
 func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
 	fs := l.opts.FS
-	dir := filepath.Join(l.dir, "salvage")
+	dir := filepath.Join(l.dir, salvageDirName)
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return "", err
 	}

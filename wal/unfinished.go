@@ -21,7 +21,8 @@ import (
 // the list is there, an Open without Salvage refuses the log, and one with
 // Salvage reports the listed spans with those it finds itself.
 
-// unfinishedName is the list of a salvage in progress, in salvageDirName.
+// salvageDirName is the subdirectory of the copies a salvage keeps;
+// unfinishedName, in it, the list of a salvage in progress.
 const (
 	salvageDirName = "salvage"
 	unfinishedName = "unfinished.json"

@@ -51,13 +51,7 @@ func TestCopyForwardOfADamagedMessageStopsTheStoreAndRemovesNothing(t *testing.T
 	t.Logf("recovery: %v", rep)
 	require.Contains(t, rep.LostMessages, damaged.ID)
 	require.NotContains(t, rep.LostMessages, intact.ID)
-	stuck, err = s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	ds, err := stuck.Receive(ctx(t), 10)
-	require.NoError(t, err)
-	require.Len(t, ds, 1, "only the intact message is left")
-	require.Equal(t, intact.ID, ds[0].Message.ID)
-	require.Equal(t, []byte("intact"), ds[0].Message.Payload)
+	requireOnlyIntact(t, s, intact, "")
 }
 
 // victimPayload is the payload intactAndVictim publishes to be damaged.
@@ -72,6 +66,19 @@ func intactAndVictim(t *testing.T, q *broker.Queue) (intact, victim broker.Messa
 	victim, err = q.Publish(ctx(t), victimPayload)
 	require.NoError(t, err)
 	return intact, victim
+}
+
+// requireOnlyIntact requires queue "stuck" of s to hold intact (its ID
+// and payload) and nothing else that a Receive hands out.
+func requireOnlyIntact(t *testing.T, s *broker.Store, intact broker.MessageValue, what string) {
+	t.Helper()
+	q, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 10)
+	require.NoError(t, err, what)
+	require.Len(t, ds, 1, "only the intact message is left: %s", what)
+	require.Equal(t, intact.ID, ds[0].Message.ID, what)
+	require.Equal(t, []byte("intact"), ds[0].Message.Payload, what)
 }
 
 // damagePayload overwrites bytes in the middle of payload where it lies in

@@ -21,23 +21,13 @@ import (
 // (RecoveryReport.LostMessages), as the first would have, and keeps the
 // message beside it.
 func TestASalvageThatFailsIsFinishedAndReportedByTheNextOne(t *testing.T) {
-	clock := newFakeClock()
-	dir := fastDir(t)
-	opts := reclaimOptions(clock, nil)
-	s, err := broker.Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	intact, lost := intactAndVictim(t, q)
-	churnSegments(t, s, 3)
-	require.NoError(t, s.Close())
-	path := damagePayload(t, dir, victimPayload)
+	dir, opts, intact, lost, path := damagedStore(t)
 
 	fs := vfs.NewFaultFS(vfs.Default)
 	fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return n == path }, Times: 1})
 	salvage := opts
 	salvage.Salvage, salvage.FS = true, fs
-	_, err = broker.Open(dir, salvage)
+	_, err := broker.Open(dir, salvage)
 	require.ErrorIs(t, err, syscall.EIO)
 	require.Positive(t, fs.Injected(vfs.OpSync))
 
@@ -45,19 +35,14 @@ func TestASalvageThatFailsIsFinishedAndReportedByTheNextOne(t *testing.T) {
 	requireErrorIs(t, err, broker.Corrupt, filepath.Base(path), "did not finish")
 
 	salvage.FS = nil
-	s, err = broker.Open(dir, salvage)
+	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	rep := s.Recovery()
 	require.Equal(t, 1, rep.SalvagedSpans)
 	require.Equal(t, []string{lost.ID}, rep.LostMessages)
 	require.Equal(t, map[string][]string{"stuck": {lost.ID}}, rep.LostByQueue)
-	q, err = s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	ds, err := q.Receive(ctx(t), 10)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	require.Equal(t, intact.ID, ds[0].Message.ID)
+	requireOnlyIntact(t, s, intact, "")
 	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
 }
 
@@ -67,23 +52,13 @@ func TestASalvageThatFailsIsFinishedAndReportedByTheNextOne(t *testing.T) {
 // Salvage refuses the store, and the next with it reports the spans and
 // the message they held.
 func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *testing.T) {
-	clock := newFakeClock()
-	dir := fastDir(t)
-	opts := reclaimOptions(clock, nil)
-	s, err := broker.Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	intact, lost := intactAndVictim(t, q)
-	churnSegments(t, s, 3)
-	require.NoError(t, s.Close())
-	damagePayload(t, dir, victimPayload)
+	dir, opts, intact, lost, _ := damagedStore(t)
 
 	fs := vfs.NewFaultFS(vfs.Default)
 	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "checkpoint", Times: 1})
 	salvage := opts
 	salvage.Salvage, salvage.FS = true, fs
-	_, err = broker.Open(dir, salvage)
+	_, err := broker.Open(dir, salvage)
 	require.ErrorIs(t, err, syscall.EIO)
 	require.Positive(t, fs.Injected(vfs.OpRemove), "the fault was met")
 	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
@@ -92,18 +67,13 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 	requireErrorIs(t, err, broker.Corrupt, "did not finish")
 
 	salvage.FS = nil
-	s, err = broker.Open(dir, salvage)
+	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	rep := s.Recovery()
 	require.Equal(t, 1, rep.SalvagedSpans)
 	require.Equal(t, []string{lost.ID}, rep.LostMessages)
-	q, err = s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	ds, err := q.Receive(ctx(t), 10)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	require.Equal(t, intact.ID, ds[0].Message.ID)
+	requireOnlyIntact(t, s, intact, "")
 	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"), "the Open that reported removed the list")
 }
 
@@ -116,17 +86,7 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 // already dropped the checkpoint that knew it), and keeps the message
 // beside it.
 func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
-	clock := newFakeClock()
-	template := fastDir(t)
-	opts := reclaimOptions(clock, nil)
-	s, err := broker.Open(template, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	intact, lost := intactAndVictim(t, q)
-	churnSegments(t, s, 3)
-	require.NoError(t, s.Close())
-	damagePayload(t, template, victimPayload)
+	template, opts, intact, lost, _ := damagedStore(t)
 
 	copyOf := func() string {
 		d := filepath.Join(fastDir(t), "store")
@@ -137,7 +97,7 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 	cfs := vfs.NewCrashFS(vfs.Default)
 	salvage := opts
 	salvage.Salvage, salvage.FS = true, cfs
-	s, err = broker.Open(copyOf(), salvage)
+	s, err := broker.Open(copyOf(), salvage)
 	require.NoError(t, err)
 	total := cfs.Ops()
 	require.NoError(t, s.Close())
@@ -196,12 +156,7 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 			rep := s.Recovery()
 			require.Equal(t, 1, rep.SalvagedSpans, "%s: %v", what, rep)
 			require.Equal(t, []string{lost.ID}, rep.LostMessages, "%s: %v", what, rep)
-			q, err := s.Queue("stuck", stuckPolicy)
-			require.NoError(t, err)
-			ds, err := q.Receive(ctx(t), 10)
-			require.NoError(t, err)
-			require.Len(t, ds, 1, what)
-			require.Equal(t, intact.ID, ds[0].Message.ID, what)
+			requireOnlyIntact(t, s, intact, what)
 			require.NoError(t, s.Close())
 		}
 	}
@@ -212,25 +167,32 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 // finishes that salvage: a fresh salvage removes one an earlier Open left
 // behind, and names only what its own spans held.
 func TestAFreshSalvageIgnoresTheLostMessagesAnEarlierOneKept(t *testing.T) {
-	clock := newFakeClock()
-	dir := fastDir(t)
-	opts := reclaimOptions(clock, nil)
-	s, err := broker.Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("stuck", stuckPolicy)
-	require.NoError(t, err)
-	_, lost := intactAndVictim(t, q)
-	churnSegments(t, s, 3)
-	require.NoError(t, s.Close())
-	damagePayload(t, dir, victimPayload)
+	dir, opts, _, lost, _ := damagedStore(t)
 	kept := filepath.Join(dir, "salvage", "lost.json")
 	require.NoError(t, os.MkdirAll(filepath.Dir(kept), 0o700))
 	require.NoError(t, os.WriteFile(kept, []byte(`[{"seq": 999, "queue": 1}]`), 0o600))
 
 	opts.Salvage = true
-	s, err = broker.Open(dir, opts)
+	s, err := broker.Open(dir, opts)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, []string{lost.ID}, s.Recovery().LostMessages)
 	require.NoFileExists(t, kept)
+}
+
+// damagedStore makes a closed store whose queue "stuck" holds intact and
+// lost (intactAndVictim) behind three segments of churn, a checkpoint
+// covering them, and damages lost's payload in path, its segment file.
+// opts opens it again.
+func damagedStore(t *testing.T) (dir string, opts broker.Options, intact, lost broker.MessageValue, path string) {
+	t.Helper()
+	dir, opts = fastDir(t), reclaimOptions(newFakeClock(), nil)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	intact, lost = intactAndVictim(t, q)
+	churnSegments(t, s, 3)
+	require.NoError(t, s.Close())
+	return dir, opts, intact, lost, damagePayload(t, dir, victimPayload)
 }

@@ -223,17 +223,7 @@ func TestCopyToRefusesADamagedSegment(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, f.Close())
 
-			dst := filepath.Join(t.TempDir(), "copy")
-			require.NoError(t, os.Mkdir(dst, 0o700))
-			err = l.CopyTo(context.Background(), dst, l.End())
-			var ce *CorruptionError
-			require.ErrorAs(t, err, &ce)
-			require.ErrorIs(t, err, ErrCorrupt)
-			require.Equal(t, path, ce.File)
-			require.Equal(t, at.Offset(), ce.Offset, "the damaged frame")
-			names, err := os.ReadDir(dst)
-			require.NoError(t, err)
-			require.Empty(t, names, "nothing is left of the copy")
+			requireCopyRefused(t, l, path, at.Offset(), "the damaged frame")
 		})
 	}
 }
@@ -275,18 +265,27 @@ func TestCopyToRefusesASegmentCutShort(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, f.Close())
 
-			dst := filepath.Join(t.TempDir(), "copy")
-			require.NoError(t, os.Mkdir(dst, 0o700))
-			err = l.CopyTo(context.Background(), dst, l.End())
-			var ce *CorruptionError
-			require.ErrorAs(t, err, &ce)
-			require.ErrorIs(t, err, ErrCorrupt)
-			require.Equal(t, path, ce.File)
-			require.Equal(t, at.Offset(), ce.Offset, "where the frames stop")
+			err = requireCopyRefused(t, l, path, at.Offset(), "where the frames stop")
 			require.ErrorContains(t, err, tc.cause)
-			names, err := os.ReadDir(dst)
-			require.NoError(t, err)
-			require.Empty(t, names, "nothing is left of the copy")
 		})
 	}
+}
+
+// requireCopyRefused requires CopyTo of all of l to fail with a
+// *CorruptionError naming path and offset (what the offset is: what), and
+// to leave nothing of the copy. It returns the error.
+func requireCopyRefused(t *testing.T, l *Log, path string, offset int, what string) error {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "copy")
+	require.NoError(t, os.Mkdir(dst, 0o700))
+	err := l.CopyTo(context.Background(), dst, l.End())
+	var ce *CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Equal(t, path, ce.File)
+	require.Equal(t, offset, ce.Offset, what)
+	names, rerr := os.ReadDir(dst)
+	require.NoError(t, rerr)
+	require.Empty(t, names, "nothing is left of the copy")
+	return err
 }

@@ -559,12 +559,19 @@ func zeroRange(f *segment.File, from, to int) error {
 	return nil
 }
 
+// regrownSize is the size regrow gives a segment whose frames end at end:
+// a segment's, or more if that does not leave room for one more frame
+// header (a seal).
+func (l *Log) regrownSize(end int) int64 {
+	return max(l.opts.SegmentBytes, int64(end+segment.Size(0)))
+}
+
 // regrow replaces a last segment too short to take its seal (a file cut
 // short from outside the log) with a full-size copy of its intact prefix.
 func (l *Log) regrow(s *seg, end int) error {
 	path := s.file.Path()
 	l.opts.Logger.Warn("wal: last segment is shorter than a segment; rewriting it at full size", "file", path, "size", s.file.Size())
-	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, max(l.opts.SegmentBytes, int64(end+segment.Size(0))), s.file.Data()[segment.HeaderSize:end])
+	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, l.regrownSize(end), s.file.Data()[segment.HeaderSize:end])
 	if err != nil {
 		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
 	}
@@ -608,7 +615,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	if sealEarly {
 		size := s.file.Size()
 		if regrow {
-			size = int(max(l.opts.SegmentBytes, int64(r.End+segment.Size(0))))
+			size = int(l.regrownSize(r.End))
 		}
 		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo})
 	}

@@ -83,6 +83,52 @@ func TestAJumpOverADroppedTableFileLeavesNothingGoneBehindTheCursor(t *testing.T
 	require.Equal(t, dumpAll(x, 0), dumpAll(loaded, 0))
 }
 
+// TestACheckpointWithAMessageGoneBehindItsCursorLoadsWithoutIt: the walk
+// over a dropped table file once left a gone message below the cursor,
+// and every checkpoint written after holds it. Nothing reads the stream
+// there, so Load drops it rather than refuse the checkpoint (a gone
+// message past the stream's end is still refused: see
+// TestACheckpointHoldingWhatNoIndexHoldsIsRefused).
+func TestACheckpointWithAMessageGoneBehindItsCursorLoadsWithoutIt(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer x.Table.Close()
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
+	for i := 1; i <= 6; i++ {
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100*i), pub(uint64(i), int64(i), "")))
+	}
+	// 3 and 5 leased away from the cursor, 3 acknowledged; 1 and 2 leased
+	// at it.
+	for i, e := range []*Event{
+		{Kind: KindLease, Queue: 1, Seq: 3, Deliveries: 1, Time: 99, Nonce: 1},
+		{Kind: KindAck, Queue: 1, Seq: 3},
+		{Kind: KindLease, Queue: 1, Seq: 5, Deliveries: 1, Time: 99, Nonce: 2},
+		{Kind: KindLease, Queue: 1, Seq: 1, Deliveries: 1, Time: 99, Nonce: 3},
+		{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 99, Nonce: 4},
+	} {
+		require.NoError(t, x.Apply(wal.MakePosition(1, 700+100*i), e))
+	}
+	q := x.Queue("q")
+	require.Equal(t, uint64(3), q.cursor)
+	require.Equal(t, map[uint64]struct{}{3: {}, 5: {}}, q.gone)
+	// What the walk once did when 3's entry was missing: it jumped to 4
+	// and kept 3.
+	q.cursor = 4
+	checkpointAt(t, x, dir, wal.MakePosition(1, 1200))
+
+	loaded, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer loaded.Table.Close()
+	lq := loaded.Queue("q")
+	require.Equal(t, uint64(4), lq.cursor)
+	require.Equal(t, []uint64{5}, slices.Sorted(maps.Keys(lq.gone)))
+	require.Equal(t, dumpAll(x, 0), dumpAll(loaded, 0))
+	m := lq.NextReady()
+	require.NotNil(t, m)
+	require.Equal(t, uint64(4), m.Seq)
+}
+
 // TestPassGoneForgetsWhatTheCursorJumpsOver: every gone message in the
 // range the cursor jumps over is forgotten, and none past it, whether
 // passGone looks up the range (shorter than the map) or goes through the

@@ -546,9 +546,17 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	q.lastEvicts.Store(d.varint())
 	for range d.count() {
 		seq := d.uvarint()
-		if seq < q.cursor || seq > q.streamMax {
-			d.fail(fmt.Sprintf("queue %d: message %d marked gone outside its stream", id, seq))
+		if seq > q.streamMax {
+			d.fail(fmt.Sprintf("queue %d: message %d marked gone past its stream's end (%d)", id, seq, q.streamMax))
 			return q
+		}
+		if seq < q.cursor {
+			// Behind the cursor, where nothing reads the stream: a walk
+			// that jumped over a dropped table file once left it there
+			// (see Queue.passGone). Harmless, so dropped rather than taken
+			// for damage, which rebuilt the index at every open until the
+			// stream drained.
+			continue
 		}
 		q.gone[seq] = struct{}{}
 	}

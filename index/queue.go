@@ -89,8 +89,11 @@ type Queue struct {
 	streamMax uint64
 	streamEnq int64 // EnqueuedAt of streamMax
 	fresh     int
-	gone      map[uint64]struct{} // stream messages at or past cursor that became active
-	head      Message             // NextReady's answer when the stream's head is oldest
+	// gone: stream messages at or past cursor that became active away
+	// from it (a replay's leases, for one). The walk forgets each one it
+	// reaches or jumps over (passGone), so none is ever below cursor.
+	gone map[uint64]struct{}
+	head Message // NextReady's answer when the stream's head is oldest
 
 	msgs      map[uint64]*Message
 	ready     msgHeap    // Ready and receivable now, by EnqueuedAt
@@ -372,9 +375,12 @@ func (q *Queue) streamHead() (Entry, bool) {
 			return Entry{}, false
 		}
 		if !ok {
-			if q.cursor, ok = q.x.Table.NextStream(q.ID, seq+1, q.streamMax); !ok {
+			next, found := q.x.Table.NextStream(q.ID, seq+1, q.streamMax)
+			if !found {
 				break
 			}
+			q.passGone(seq, next)
+			q.cursor = next
 			continue
 		}
 		if _, ok := q.gone[seq]; ok {
@@ -393,6 +399,33 @@ func (q *Queue) streamHead() (Entry, bool) {
 	q.cursor = q.streamMax + 1
 	clear(q.gone)
 	return Entry{}, false
+}
+
+// passGone forgets the gone entries in [from, to), which the cursor jumps
+// over: nothing reads the stream behind the cursor. A jump passes one only
+// where the table no longer holds its entry (NextStream lands on every
+// entry of the stream, gone or not, and the walk forgets it there): a
+// replay marked it gone ahead of the cursor, then every message of its
+// table file was acknowledged, and the file dropped, before the cursor got
+// there. Kept, it would lie below the cursor in every later checkpoint.
+// Every gone entry is at or past from, so this costs the lesser of the
+// range and the map's size, and nothing while gone is empty, as it is
+// unless a replay took stream messages away from the cursor.
+func (q *Queue) passGone(from, to uint64) {
+	if len(q.gone) == 0 {
+		return
+	}
+	if to-from <= uint64(len(q.gone)) {
+		for seq := from; seq < to; seq++ {
+			delete(q.gone, seq)
+		}
+		return
+	}
+	for seq := range q.gone {
+		if seq < to {
+			delete(q.gone, seq)
+		}
+	}
 }
 
 // eachFresh calls f with every stream message in [from, to], in sequence

@@ -50,14 +50,14 @@ func FuzzFrameDecode(f *testing.F) {
 			require.LessOrEqual(t, fr.End(), len(data), "the frame runs past the data")
 			require.True(t, validType(fr.Kind, fr.Place), "decoded kind %v place %d", fr.Kind, fr.Place)
 			require.Equal(t, len(fr.Body), cap(fr.Body), "the body must not give access past the frame")
-			again := segment.AppendFrame(nil, seq, fr.Synced, fr.Kind, fr.Place, fr.Body)
+			again := segment.AppendFrame(nil, seq, 0, fr.Synced, fr.Kind, fr.Place, fr.Body)
 			require.Equal(t, data[off:fr.End()], again, "the decoded fields do not encode back to the bytes read")
 		}
 
 		// Fuzzed fields, encoded after a prefix of data.
 		prefix := data[:min(len(data), 40):min(len(data), 40)]
 		kind, place := segment.Kind(typ&0x0f), segment.Place(typ>>4)
-		buf := segment.AppendFrame(prefix, seq, synced, kind, place, body)
+		buf := segment.AppendFrame(prefix, seq, 0, synced, kind, place, body)
 		require.Equal(t, data[:len(prefix)], buf[:len(prefix)], "AppendFrame changed what it appended to")
 		require.Len(t, buf, len(prefix)+segment.Size(len(body)))
 		at := len(prefix)
@@ -95,10 +95,10 @@ func FuzzFrameDecode(f *testing.F) {
 
 // frameSeeds are the generated inputs of FuzzFrameDecode.
 func frameSeeds(testing.TB) []seed {
-	rec := segment.AppendFrame(nil, 5, 40, segment.KindRecord, segment.First, []byte("body"))
-	seal := segment.AppendFrame(nil, 5, 64, segment.KindSeal, segment.Full, nil)
-	pad := segment.AppendFrame(nil, 5, 0, segment.KindPadding, segment.Full, make([]byte, 9))
-	hdr := segment.EncodeHeader(5)
+	rec := segment.AppendFrame(nil, 5, 0, 40, segment.KindRecord, segment.First, []byte("body"))
+	seal := segment.AppendFrame(nil, 5, 0, 64, segment.KindSeal, segment.Full, nil)
+	pad := segment.AppendFrame(nil, 5, 0, 0, segment.KindPadding, segment.Full, make([]byte, 9))
+	hdr := segment.EncodeHeader(5, 0)
 	file := append(append(append(hdr[:], rec...), seal...), make([]byte, 30)...)
 	bad := bytes.Clone(rec)
 	bad[20] ^= 0x40
@@ -116,7 +116,7 @@ func frameSeeds(testing.TB) []seed {
 		s("bad-checksum", bad, 0, 5, 1, 0x01, []byte{0}, 70),
 		s("short", rec[:20], 0, 5, 2, 0x01, nil, 0),
 		s("zeros", make([]byte, 40), 3, 0, 0, 0x00, nil, 0),
-		s("kind-zero", segment.AppendFrame(nil, 5, 0, segment.Kind(0), segment.Full, nil), 0, 5, 0, 0x00, nil, 5),
+		s("kind-zero", segment.AppendFrame(nil, 5, 0, 0, segment.Kind(0), segment.Full, nil), 0, 5, 0, 0x00, nil, 5),
 		s("seal-in-group", seal, 0, 5, 0, 0x12, nil, 6),
 		s("bad-place", rec, 0, 5, 0, 0x41, []byte("p"), 7),
 		// Bit 4 of the type byte: a Full record flipped to a First one,

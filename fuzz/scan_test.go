@@ -43,7 +43,7 @@ type laidFrame struct {
 // frame appends one frame, and notes it if it is of the builder's segment.
 func (b *segmentBuilder) frame(seq, synced uint32, kind segment.Kind, place segment.Place, body []byte) {
 	off := len(b.data)
-	b.data = segment.AppendFrame(b.data, seq, synced, kind, place, body)
+	b.data = segment.AppendFrame(b.data, seq, 0, synced, kind, place, body)
 	if seq == b.seq {
 		b.own = append(b.own, laidFrame{off: off, end: len(b.data), synced: synced, kind: kind, place: place, raw: bytes.Clone(b.data[off:])})
 	}
@@ -88,7 +88,7 @@ func (b *segmentBuilder) layout(program []byte, synced func() int) {
 func scanInput(program, junk []byte, seq uint32, flags byte) ([]byte, []laidFrame) {
 	b := &segmentBuilder{seq: seq}
 	if flags&scanHeader != 0 {
-		h := segment.EncodeHeader(seq)
+		h := segment.EncodeHeader(seq, 0)
 		b.data = append(b.data, h[:]...)
 	}
 	before, after := program, []byte(nil)

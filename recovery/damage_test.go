@@ -94,12 +94,17 @@ func segmentAt(t *testing.T, dir string, i int) (name string, data []byte, frame
 }
 
 // parseFrames returns the frames of a segment file from its header to the
-// first frame that does not verify.
+// first frame that does not verify (its checksum seeded with the header's
+// salt, from version 2 on).
 func parseFrames(data []byte) []frame {
 	if len(data) < segHeader {
 		return nil
 	}
 	seq := binary.LittleEndian.Uint32(data[12:])
+	var salt uint32 // version 1 had none
+	if binary.LittleEndian.Uint16(data[8:]) >= 2 {
+		salt = binary.LittleEndian.Uint32(data[16:])
+	}
 	var out []frame
 	group := 0
 	for off := segHeader; off+frameHeader <= len(data); {
@@ -108,7 +113,7 @@ func parseFrames(data []byte) []frame {
 			break
 		}
 		end := off + frameHeader + n
-		if crc32.Checksum(data[off+4:end], castagnoli) != binary.LittleEndian.Uint32(data[off:]) {
+		if crc32.Update(salt, castagnoli, data[off+4:end]) != binary.LittleEndian.Uint32(data[off:]) {
 			break
 		}
 		f := frame{off: off, end: end, synced: int(binary.LittleEndian.Uint32(data[off+12:])), kind: data[off+16] & 0x0f, group: group, body: data[off+frameHeader : end]}

@@ -18,8 +18,8 @@ import (
 
 // oneRecord returns a segment of seq holding one record frame, zeros after it.
 func oneRecord(seq uint32) []byte {
-	h := segment.EncodeHeader(seq)
-	data := segment.AppendFrame(h[:], seq, 0, segment.KindRecord, segment.Full, []byte("hello"))
+	h := segment.EncodeHeader(seq, 0)
+	data := segment.AppendFrame(h[:], seq, 0, 0, segment.KindRecord, segment.Full, []byte("hello"))
 	return append(data, make([]byte, 200)...)
 }
 
@@ -70,7 +70,7 @@ func TestScanFromRefusesAnOffsetOutsideTheFrames(t *testing.T) {
 // TestScanRefusesDataShorterThanTheHeader: such data is no segment; the
 // scan used to report a clean end at HeaderSize, past the data.
 func TestScanRefusesDataShorterThanTheHeader(t *testing.T) {
-	h := segment.EncodeHeader(1)
+	h := segment.EncodeHeader(1, 0)
 	for _, data := range [][]byte{nil, {}, h[:segment.HeaderSize-1]} {
 		_, err := segment.Scan(data, 1, false, noFrames)
 		require.ErrorIs(t, err, fs.ErrInvalid, "%d bytes", len(data))
@@ -150,11 +150,11 @@ func TestWriteAtRefusesOffsetsOutsideTheFramesWithoutOverflow(t *testing.T) {
 // spill into the place bits: kind 17 decoded as a record that opens a
 // group.
 func TestAppendFrameNeverAliasesAnotherFrame(t *testing.T) {
-	h := segment.EncodeHeader(1)
+	h := segment.EncodeHeader(1, 0)
 	for k := range 256 {
 		for p := range 256 {
 			kind, place := segment.Kind(k), segment.Place(p)
-			buf := segment.AppendFrame(h[:], 1, 0, kind, place, []byte("b"))
+			buf := segment.AppendFrame(h[:], 1, 0, 0, kind, place, []byte("b"))
 			f, err := segment.Decode(buf, segment.HeaderSize, 1)
 			if err != nil {
 				require.ErrorIs(t, err, segment.ErrBadType, "kind %d, place %d", k, p)
@@ -180,7 +180,7 @@ func TestOpenRefusesSequenceZero(t *testing.T) {
 	}
 
 	zero := filepath.Join(dir, "zero")
-	h := segment.EncodeHeader(0)
+	h := segment.EncodeHeader(0, 0)
 	require.NoError(t, os.WriteFile(zero, append(h[:], make([]byte, 4096)...), 0o600))
 	_, err := segment.Open(vfs.Default, zero, 1)
 	require.ErrorIs(t, err, segment.ErrBadHeader, "a header naming segment 0")
@@ -194,7 +194,7 @@ func TestCreatePacedRefusesASizePast4GiBUpFront(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	path := filepath.Join(t.TempDir(), "seg")
 	for _, size := range []int64{1 << 32, 5 << 30, math.MaxInt64} {
-		_, err := segment.CreatePaced(ffs, path, 1, size, func(int64) error {
+		_, err := segment.CreatePaced(ffs, path, 1, 0, size, func(int64) error {
 			return errors.New("pace called: the file was made")
 		})
 		require.ErrorIs(t, err, fs.ErrInvalid, "size %d", size)
@@ -213,7 +213,7 @@ func TestCreatePacedRemovesTheFileOnEveryFailure(t *testing.T) {
 			ffs, open := countOpen()
 			ffs.Inject(vfs.Rule{Op: op})
 			path := filepath.Join(t.TempDir(), "seg")
-			f, err := segment.CreatePaced(ffs, path, 1, 1<<20, nil)
+			f, err := segment.CreatePaced(ffs, path, 1, 0, 1<<20, nil)
 			require.ErrorIs(t, err, syscall.EIO)
 			require.ErrorContains(t, err, path)
 			require.Nil(t, f)
@@ -227,7 +227,7 @@ func TestCreatePacedRemovesTheFileOnEveryFailure(t *testing.T) {
 // its bytes.
 func retired(t *testing.T, path string, seq uint32) []byte {
 	t.Helper()
-	f, err := segment.Create(vfs.Default, path, seq, 4096)
+	f, err := segment.Create(vfs.Default, path, seq, 0, 4096)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	return mustRead(t, path)
@@ -241,20 +241,20 @@ func TestRecycleRefusesBeforeChangingAnything(t *testing.T) {
 	oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
 	old := retired(t, oldPath, 1)
 
-	_, err := segment.Recycle(vfs.Default, oldPath, newPath, 0)
+	_, err := segment.Recycle(vfs.Default, oldPath, newPath, 0, 0)
 	require.ErrorIs(t, err, fs.ErrInvalid)
 	require.ErrorContains(t, err, "sequence 0")
 	require.Equal(t, old, mustRead(t, oldPath))
 	require.NoFileExists(t, newPath)
 
 	live := retired(t, newPath, 2)
-	_, err = segment.Recycle(vfs.Default, oldPath, newPath, 3)
+	_, err = segment.Recycle(vfs.Default, oldPath, newPath, 3, 0)
 	require.ErrorIs(t, err, fs.ErrExist)
 	require.ErrorContains(t, err, newPath)
 	require.Equal(t, old, mustRead(t, oldPath))
 	require.Equal(t, live, mustRead(t, newPath))
 
-	_, err = segment.Recycle(vfs.Default, oldPath, oldPath, 3)
+	_, err = segment.Recycle(vfs.Default, oldPath, oldPath, 3, 0)
 	require.ErrorIs(t, err, fs.ErrExist, "onto itself")
 	require.Equal(t, old, mustRead(t, oldPath))
 }
@@ -269,7 +269,7 @@ func TestRecycleRefusesWhenItCannotTellWhetherTheNewPathIsFree(t *testing.T) {
 	live := retired(t, newPath, 2)
 	ffs := vfs.NewFaultFS(vfs.Default)
 	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: newPath, Times: 1, Err: syscall.EACCES})
-	_, err := segment.Recycle(ffs, oldPath, newPath, 3)
+	_, err := segment.Recycle(ffs, oldPath, newPath, 3, 0)
 	require.ErrorIs(t, err, syscall.EACCES)
 	require.Equal(t, int64(0), ffs.Count(vfs.OpRename), "renamed")
 	require.Equal(t, old, mustRead(t, oldPath))
@@ -303,7 +303,7 @@ func TestRecycleMovesTheFileBackWhenItFails(t *testing.T) {
 			if tc.op != 0 {
 				ffs.Inject(vfs.Rule{Op: tc.op})
 			}
-			f, err := segment.Recycle(ffs, oldPath, newPath, 2)
+			f, err := segment.Recycle(ffs, oldPath, newPath, 2, 0)
 			require.Error(t, err)
 			require.Nil(t, f)
 			require.ErrorContains(t, err, "back at "+oldPath)
@@ -323,7 +323,7 @@ func TestRecycleSaysWhereTheFileIsWhenItCannotMoveItBack(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	ffs.Inject(vfs.Rule{Op: vfs.OpSync})
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Nth: 2, Err: syscall.EROFS})
-	_, err := segment.Recycle(ffs, oldPath, newPath, 2)
+	_, err := segment.Recycle(ffs, oldPath, newPath, 2, 0)
 	require.ErrorIs(t, err, syscall.EIO, "the failure")
 	require.ErrorIs(t, err, syscall.EROFS, "the failed rename back")
 	require.ErrorContains(t, err, "left at "+newPath)
@@ -341,11 +341,11 @@ func TestANilFileSystemIsRefused(t *testing.T) {
 	defer f.Close()
 	newPath := filepath.Join(dir, "new")
 	calls := map[string]func() (*segment.File, error){
-		"Create":      func() (*segment.File, error) { return segment.Create(nil, newPath, 2, 4096) },
-		"CreatePaced": func() (*segment.File, error) { return segment.CreatePaced(nil, newPath, 2, 4096, nil) },
+		"Create":      func() (*segment.File, error) { return segment.Create(nil, newPath, 2, 0, 4096) },
+		"CreatePaced": func() (*segment.File, error) { return segment.CreatePaced(nil, newPath, 2, 0, 4096, nil) },
 		"Open":        func() (*segment.File, error) { return segment.Open(nil, path, 1) },
 		"OpenUnread":  func() (*segment.File, error) { return segment.OpenUnread(nil, path, 1) },
-		"Recycle":     func() (*segment.File, error) { return segment.Recycle(nil, path, newPath, 2) },
+		"Recycle":     func() (*segment.File, error) { return segment.Recycle(nil, path, newPath, 2, 0) },
 		"Rename":      func() (*segment.File, error) { return nil, f.Rename(nil, newPath) },
 	}
 	for name, call := range calls {

@@ -42,7 +42,7 @@ func BenchmarkAppendFrame(b *testing.B) {
 			b.SetBytes(int64(n))
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = segment.AppendFrame(dst[:0], 1, 0, segment.KindRecord, segment.Full, body)
+				dst = segment.AppendFrame(dst[:0], 1, 0, 0, segment.KindRecord, segment.Full, body)
 			}
 			reportFrames(b)
 		})
@@ -53,7 +53,7 @@ func BenchmarkAppendFrame(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
-			data := segment.AppendFrame(nil, 1, 0, segment.KindRecord, segment.Full, benchBody(n))
+			data := segment.AppendFrame(nil, 1, 0, 0, segment.KindRecord, segment.Full, benchBody(n))
 			b.SetBytes(int64(n))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -73,11 +73,11 @@ func BenchmarkScan(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
 			const size = 4 << 20
-			h := segment.EncodeHeader(1)
+			h := segment.EncodeHeader(1, 0)
 			data := h[:]
 			body := benchBody(n)
 			for len(data)+segment.Size(n) <= size/2 {
-				data = segment.AppendFrame(data, 1, uint32(len(data)), segment.KindRecord, segment.Full, body)
+				data = segment.AppendFrame(data, 1, 0, uint32(len(data)), segment.KindRecord, segment.Full, body)
 			}
 			data = append(data, make([]byte, size-len(data))...)
 			b.SetBytes(size)

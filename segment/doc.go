@@ -7,8 +7,14 @@
 // back to back. The file is allocated to its full size before the first
 // frame is written (zero-filled, allocated with fallocate, which reads as
 // zeros, or recycled from a retired segment), so the bytes after the last
-// frame are zeros or stale frames of an older segment; neither is ever
-// mistaken for a frame of this one.
+// frame are zeros or stale bytes of an older segment; neither is ever
+// mistaken for a frame of this one. Stale bytes may hold anything a record
+// held, frames included (a log that ships another log's frames, or a
+// payload crafted to look like one), and a frame names its segment by a
+// sequence anyone can foresee; what keeps them out is the salt, a random
+// number drawn when the file becomes this segment, kept in its header and
+// seeding every frame's checksum, which no frame written before could
+// know.
 //
 // All integers are little-endian. The layout is FROZEN: changing any byte of
 // it requires a new [Version]. A build reads the versions up to its own and
@@ -23,16 +29,23 @@
 //
 //	offset size field
 //	0      8    magic     "WALBSEG\x00"
-//	8      2    version   = 1
+//	8      2    version   = 2
 //	10     2    flags     = 0 (reserved)
 //	12     4    sequence  the segment's number in its log (1, 2, 3, ...)
-//	16     12   reserved  = 0
+//	16     4    salt      random, drawn when the file became this segment
+//	20     8    reserved  = 0
 //	28     4    crc       CRC-32C (Castagnoli) of bytes 0..28
+//
+// Version 1 is version 2 with salt 0 (its bytes 16..20 were reserved, and
+// zero): this build reads it, appends to it as such, and writes version 2
+// in every file it makes.
 //
 // Frame (17-byte header, then the body):
 //
 //	offset size field
-//	0      4    crc       CRC-32C of bytes 4..17+length (header rest and body)
+//	0      4    crc       CRC-32C of bytes 4..17+length (header rest and
+//	                      body), with the segment's salt as initial value
+//	                      (crc32.Update(salt, castagnoli, bytes))
 //	4      4    length    body length in bytes
 //	8      4    sequence  the sequence of the segment the frame was written to
 //	12     4    synced    how many bytes of this segment file were durable

@@ -40,7 +40,8 @@ var errNilFS = fmt.Errorf("nil vfs.FS: %w", iofs.ErrInvalid)
 // the ranges CreatePaced sends to the device one at a time.
 const zeroChunk = 256 << 10
 
-// Create makes a new segment file at path for segment seq, size bytes long:
+// Create makes a new segment file at path for segment seq, its frames
+// salted with salt (see [NewSalt]), size bytes long:
 // the header, then zeros written (not merely allocated) to the end, then an
 // fdatasync. Writing the zeros is what lets every later fdatasync of the
 // file commit data only: blocks that were merely fallocated are "unwritten
@@ -51,8 +52,8 @@ const zeroChunk = 256 << 10
 // Nothing may be at path: Create refuses, with an error wrapping
 // [io/fs.ErrExist], rather than truncate what is there. A failed Create
 // removes the file it made.
-func Create(fs vfs.FS, path string, seq uint32, size int64) (*File, error) {
-	return CreatePaced(fs, path, seq, size, nil)
+func Create(fs vfs.FS, path string, seq, salt uint32, size int64) (*File, error) {
+	return CreatePaced(fs, path, seq, salt, size, nil)
 }
 
 // ErrAllocateRest is returned by CreatePaced's pace to ask it to allocate
@@ -72,7 +73,7 @@ var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
 // before the next is written: at most one chunk of zeros is ever queued at
 // the device ahead of another file's fdatasync, instead of the whole file
 // at the final fdatasync.
-func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(written int64) error) (*File, error) {
+func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func(written int64) error) (*File, error) {
 	if fs == nil {
 		return nil, fmt.Errorf("segment %s: create: %w", path, errNilFS)
 	}
@@ -119,7 +120,7 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 			}
 		}
 	}
-	h := EncodeHeader(seq)
+	h := EncodeHeader(seq, salt)
 	if _, err := f.WriteAt(h[:], 0); err != nil {
 		return fail(err)
 	}
@@ -134,9 +135,13 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 }
 
 // Recycle turns the retired segment file at oldPath into segment seq at
-// newPath: it renames it, rewrites the header and syncs. The old frames stay
-// in the file as stale bytes; they name another sequence, so no scan of the
-// new segment ever returns them. The caller syncs the directory.
+// newPath, its frames salted with salt: it renames it, rewrites the header
+// and syncs. The old frames stay in the file as stale bytes; they name
+// another sequence, and their checksums were seeded with another salt, so
+// no scan of the new segment ever returns them, nor any frame a record's
+// body carried (which may name any sequence, but cannot know a salt drawn
+// after it was written: pass a fresh [NewSalt]). The caller syncs the
+// directory.
 //
 // Recycle refuses, before changing anything, sequence 0 and a newPath
 // where something already is (an error wrapping [io/fs.ErrExist]): the
@@ -146,7 +151,7 @@ func CreatePaced(fs vfs.FS, path string, seq uint32, size int64, pace func(writt
 // that the names are as they were (the header may already name seq: what
 // a retired file holds is never read); if that rename fails too, its error
 // says that the file is left at newPath.
-func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
+func Recycle(fs vfs.FS, oldPath, newPath string, seq, salt uint32) (*File, error) {
 	if fs == nil {
 		return nil, fmt.Errorf("segment %s: recycle %s: %w", newPath, oldPath, errNilFS)
 	}
@@ -165,7 +170,7 @@ func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
 	f, err := fs.OpenFile(newPath, os.O_RDWR, 0o600)
 	if err == nil {
 		var s *File
-		if s, err = recycled(f, newPath, seq); err == nil {
+		if s, err = recycled(f, newPath, seq, salt); err == nil {
 			return s, nil
 		}
 		_ = f.Close()
@@ -177,9 +182,9 @@ func Recycle(fs vfs.FS, oldPath, newPath string, seq uint32) (*File, error) {
 	return nil, fmt.Errorf("%w (the file is back at %s)", err, oldPath)
 }
 
-// recycled rewrites the header of f, the file at path, for segment seq,
-// syncs it and maps it. It does not close f.
-func recycled(f vfs.File, path string, seq uint32) (*File, error) {
+// recycled rewrites the header of f, the file at path, for segment seq and
+// salt, syncs it and maps it. It does not close f.
+func recycled(f vfs.File, path string, seq, salt uint32) (*File, error) {
 	size, err := f.Size()
 	if err != nil {
 		return nil, err
@@ -187,7 +192,7 @@ func recycled(f vfs.File, path string, seq uint32) (*File, error) {
 	if size < HeaderSize+FrameHeaderSize || size > maxFileSize {
 		return nil, fmt.Errorf("size %d outside [%d, %d]", size, HeaderSize+FrameHeaderSize, maxFileSize)
 	}
-	h := EncodeHeader(seq)
+	h := EncodeHeader(seq, salt)
 	if _, err := f.WriteAt(h[:], 0); err != nil {
 		return nil, err
 	}
@@ -274,6 +279,16 @@ func (s *File) Seq() uint32 {
 		return 0
 	}
 	return s.seq
+}
+
+// Salt returns the salt of the file's header, which the checksums of its
+// frames are seeded with ([AppendFrame]); 0 for a version 1 file. It reads
+// the header from the mapping, and returns 0 for a closed File.
+func (s *File) Salt() uint32 {
+	if s == nil {
+		return 0
+	}
+	return SaltOf(s.data)
 }
 
 // Path returns the file's path.

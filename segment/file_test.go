@@ -21,7 +21,7 @@ const testFileSize = 3<<20 + 100 // more than one zeroing chunk, not a multiple 
 func createFile(t *testing.T, dir string, seq uint32, size int64) (*segment.File, string) {
 	t.Helper()
 	path := filepath.Join(dir, "seg")
-	f, err := segment.Create(vfs.Default, path, seq, size)
+	f, err := segment.Create(vfs.Default, path, seq, 0, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.Close() })
 	return f, path
@@ -59,21 +59,21 @@ func TestCreateRefusesAnExistingFileAndTinySizes(t *testing.T) {
 	path := filepath.Join(dir, "seg")
 	old := bytes.Repeat([]byte{0xff}, 5000)
 	require.NoError(t, os.WriteFile(path, old, 0o600))
-	f, err := segment.Create(vfs.Default, path, 1, 1000)
+	f, err := segment.Create(vfs.Default, path, 1, 0, 1000)
 	require.ErrorIs(t, err, fs.ErrExist)
 	require.Nil(t, f)
 	require.Equal(t, old, mustRead(t, path), "the existing file changed")
-	_, err = segment.Create(vfs.Default, dir, 1, 1000)
+	_, err = segment.Create(vfs.Default, dir, 1, 0, 1000)
 	require.ErrorIs(t, err, fs.ErrExist, "a directory")
 
 	for _, size := range []int64{0, segment.HeaderSize, segment.HeaderSize + segment.FrameHeaderSize - 1} {
 		p := filepath.Join(dir, "tiny")
-		_, err := segment.Create(vfs.Default, p, 1, size)
+		_, err := segment.Create(vfs.Default, p, 1, 0, size)
 		require.Error(t, err, "size %d", size)
 		require.NoFileExists(t, p)
 	}
 	// The smallest segment holds one empty frame.
-	f, err = segment.Create(vfs.Default, filepath.Join(dir, "min"), 1, segment.HeaderSize+segment.FrameHeaderSize)
+	f, err = segment.Create(vfs.Default, filepath.Join(dir, "min"), 1, 0, segment.HeaderSize+segment.FrameHeaderSize)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }
@@ -81,7 +81,7 @@ func TestCreateRefusesAnExistingFileAndTinySizes(t *testing.T) {
 func TestOpen(t *testing.T) {
 	dir := t.TempDir()
 	f, path := createFile(t, dir, 9, 8192)
-	frame := segment.AppendFrame(nil, 9, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("persisted"))
+	frame := segment.AppendFrame(nil, 9, 0, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("persisted"))
 	require.NoError(t, f.WriteAt(frame, segment.HeaderSize))
 	require.NoError(t, f.Sync())
 	require.NoError(t, f.Close())
@@ -190,7 +190,7 @@ func TestWriteFramesThenScan(t *testing.T) {
 func TestRecycle(t *testing.T) {
 	dir := t.TempDir()
 	oldPath := filepath.Join(dir, "old")
-	f, err := segment.Create(vfs.Default, oldPath, 1, 16<<10)
+	f, err := segment.Create(vfs.Default, oldPath, 1, 0, 16<<10)
 	require.NoError(t, err)
 	s1 := newSeg(1, newRand(t))
 	s1.batch([]int{10, 20}, []int{300})
@@ -205,7 +205,7 @@ func TestRecycle(t *testing.T) {
 	require.NoError(t, f.Close())
 
 	newPath := filepath.Join(dir, "new")
-	g, err := segment.Recycle(vfs.Default, oldPath, newPath, 2)
+	g, err := segment.Recycle(vfs.Default, oldPath, newPath, 2, 0)
 	require.NoError(t, err)
 	defer g.Close()
 	require.NoFileExists(t, oldPath)
@@ -230,7 +230,7 @@ func TestRecycle(t *testing.T) {
 
 	// Frames of the new segment written over the stale ones read back, and
 	// the stale bytes after them still end the log cleanly.
-	frame := segment.AppendFrame(nil, 2, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("new"))
+	frame := segment.AppendFrame(nil, 2, 0, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("new"))
 	require.NoError(t, g.WriteAt(frame, segment.HeaderSize))
 	r, err = g.Scan(false, func(fr segment.Frame) error {
 		require.Equal(t, "new", string(fr.Body))
@@ -246,12 +246,12 @@ func TestRecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Close())
 
-	_, err = segment.Recycle(vfs.Default, filepath.Join(dir, "missing"), filepath.Join(dir, "x"), 3)
+	_, err = segment.Recycle(vfs.Default, filepath.Join(dir, "missing"), filepath.Join(dir, "x"), 3, 0)
 	require.ErrorIs(t, err, fs.ErrNotExist)
 }
 
 func TestClose(t *testing.T) {
-	f, err := segment.Create(vfs.Default, filepath.Join(t.TempDir(), "seg"), 1, 4096)
+	f, err := segment.Create(vfs.Default, filepath.Join(t.TempDir(), "seg"), 1, 0, 4096)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	require.Nil(t, f.Data(), "the mapping is gone after Close")
@@ -317,7 +317,7 @@ func TestCreatePacedAsksBeforeEachChunkAndSendsEachToTheDevice(t *testing.T) {
 	var calls []string
 	fs := writeBackFS{FS: vfs.Default, calls: &calls}
 	path := filepath.Join(t.TempDir(), "seg")
-	f, err := segment.CreatePaced(fs, path, 5, testFileSize, func(written int64) error {
+	f, err := segment.CreatePaced(fs, path, 5, 0, testFileSize, func(written int64) error {
 		calls = append(calls, fmt.Sprintf("pace %d", written))
 		return nil
 	})
@@ -358,7 +358,7 @@ func TestCreatePacedFailsOnAFailedWriteBack(t *testing.T) {
 	var calls []string
 	fs := writeBackFS{FS: vfs.Default, calls: &calls, failAt: 2}
 	path := filepath.Join(t.TempDir(), "seg")
-	_, err := segment.CreatePaced(fs, path, 5, testFileSize, nil)
+	_, err := segment.CreatePaced(fs, path, 5, 0, testFileSize, nil)
 	require.ErrorIs(t, err, syscall.EIO)
 	require.ErrorContains(t, err, path)
 	require.NoFileExists(t, path, "a file whose zeros may not be on the device is removed")
@@ -369,7 +369,7 @@ func TestCreatePacedAbandonsTheFileWhenPaceFails(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "seg")
 	stop := errors.New("closing")
 	paced := 0
-	_, err := segment.CreatePaced(vfs.Default, path, 5, testFileSize, func(written int64) error {
+	_, err := segment.CreatePaced(vfs.Default, path, 5, 0, testFileSize, func(written int64) error {
 		if written > 0 {
 			return stop
 		}
@@ -451,7 +451,7 @@ func TestCreatePacedAllocatesTheRestWhenAsked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls []string
 			path := filepath.Join(t.TempDir(), "seg")
-			f, err := segment.CreatePaced(tc.fs(&calls), path, 5, testFileSize, func(written int64) error {
+			f, err := segment.CreatePaced(tc.fs(&calls), path, 5, 0, testFileSize, func(written int64) error {
 				calls = append(calls, fmt.Sprintf("pace %d", written))
 				if written > 0 {
 					return segment.ErrAllocateRest
@@ -486,7 +486,7 @@ func powerLoss(t *testing.T, cfs *vfs.CrashFS, dir string) string {
 func TestACreatedSegmentIsDurableOnceItsNameIs(t *testing.T) {
 	dir := t.TempDir()
 	cfs := vfs.NewCrashFS(vfs.Default)
-	f, err := segment.Create(cfs, filepath.Join(dir, "seg"), 6, 8192)
+	f, err := segment.Create(cfs, filepath.Join(dir, "seg"), 6, 0, 8192)
 	require.NoError(t, err)
 	defer f.Close()
 	require.NoError(t, cfs.SyncDir(dir))
@@ -509,7 +509,7 @@ func TestARecycledSegmentIsDurableOnceItsNameIs(t *testing.T) {
 
 	cfs := vfs.NewCrashFS(vfs.Default)
 	newPath := filepath.Join(dir, "new")
-	g, err := segment.Recycle(cfs, filepath.Join(dir, "seg"), newPath, 2)
+	g, err := segment.Recycle(cfs, filepath.Join(dir, "seg"), newPath, 2, 0)
 	require.NoError(t, err)
 	defer g.Close()
 	require.NoError(t, cfs.SyncDir(dir))
@@ -525,7 +525,7 @@ func TestARecycledSegmentIsDurableOnceItsNameIs(t *testing.T) {
 // file is made.
 func TestSequenceZeroIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "seg")
-	_, err := segment.Create(vfs.Default, path, 0, 4096)
+	_, err := segment.Create(vfs.Default, path, 0, 0, 4096)
 	require.ErrorContains(t, err, "sequence 0")
 	require.NoFileExists(t, path)
 }
@@ -536,7 +536,7 @@ func TestSequenceZeroIsRefused(t *testing.T) {
 func TestOpenUnreadDoesNotReadTheHeader(t *testing.T) {
 	dir := t.TempDir()
 	f, path := createFile(t, dir, 3, 4096)
-	frame := segment.AppendFrame(nil, 3, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("kept"))
+	frame := segment.AppendFrame(nil, 3, 0, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("kept"))
 	require.NoError(t, f.WriteAt(frame, segment.HeaderSize))
 	require.NoError(t, f.Close())
 	b := mustRead(t, path)

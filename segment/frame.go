@@ -9,8 +9,11 @@ import (
 
 // Format constants. They are FROZEN: see the package documentation.
 const (
-	// Version is the format version written in every header.
-	Version = 1
+	// Version is the format version written in every header. Version 1
+	// had no salt (bytes 16..20 of its header are zero, and its frames'
+	// checksums are unseeded, as with salt 0); this build reads it and
+	// appends to it as such, and writes version 2 in every file it makes.
+	Version = 2
 	// HeaderSize is the size of the file header.
 	HeaderSize = 32
 	// FrameHeaderSize is the size of a frame header; a frame is this plus
@@ -104,7 +107,11 @@ func Size(n int) int { return FrameHeaderSize + n }
 // bits of the type byte, which would spill into the other field and could
 // name another valid frame (kind 17 reads as a record that opens a group),
 // is written as kind 0, which no frame ever has.
-func AppendFrame(dst []byte, seq, synced uint32, kind Kind, place Place, body []byte) []byte {
+//
+// salt is the salt of the segment's header (see [NewSalt]): the frame's
+// checksum is seeded with it, so the frame verifies only in a file whose
+// header carries that salt.
+func AppendFrame(dst []byte, seq, salt, synced uint32, kind Kind, place Place, body []byte) []byte {
 	start := len(dst)
 	var h [FrameHeaderSize]byte
 	binary.LittleEndian.PutUint32(h[4:], uint32(len(body)))
@@ -116,16 +123,24 @@ func AppendFrame(dst []byte, seq, synced uint32, kind Kind, place Place, body []
 	}
 	dst = append(dst, h[:]...)
 	dst = append(dst, body...)
-	sum := crc32.Update(0, castagnoli, dst[start+4:])
+	sum := crc32.Update(salt, castagnoli, dst[start+4:])
 	binary.LittleEndian.PutUint32(dst[start:], sum)
 	return dst
 }
 
 // Decode decodes the frame that starts at off in data, which holds a whole
-// segment file (or its prefix), and checks that it belongs to segment seq.
+// segment file (or its prefix), and checks that it belongs to segment seq:
+// that it names seq and that its checksum, seeded with the salt of data's
+// header, verifies. (Data that does not start with a header of version 2
+// or later has salt 0: a version 1 file, or frames a test built alone.)
 // It returns ErrZeroFrame, ErrShortFrame, ErrForeignFrame, ErrChecksum or
 // ErrBadType (wrapped with the offset) when there is no valid frame there.
 func Decode(data []byte, off int, seq uint32) (Frame, error) {
+	return decode(data, off, seq, SaltOf(data))
+}
+
+// decode is Decode with the salt given.
+func decode(data []byte, off int, seq, salt uint32) (Frame, error) {
 	// off > len-FrameHeaderSize, not off+FrameHeaderSize > len, which
 	// overflows for offsets near MaxInt.
 	if off < 0 || off > len(data)-FrameHeaderSize {
@@ -148,7 +163,7 @@ func Decode(data []byte, off int, seq uint32) (Frame, error) {
 		return Frame{}, fmt.Errorf("offset %d: length %d: %w", off, n, ErrShortFrame)
 	}
 	want := binary.LittleEndian.Uint32(h[0:])
-	if got := crc32.Update(0, castagnoli, data[off+4:end]); got != want {
+	if got := crc32.Update(salt, castagnoli, data[off+4:end]); got != want {
 		return Frame{}, fmt.Errorf("offset %d: %w", off, ErrChecksum)
 	}
 	kind, place := Kind(h[16]&0x0f), Place(h[16]>>4)
@@ -186,18 +201,20 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// EncodeHeader returns the file header of segment seq.
-func EncodeHeader(seq uint32) [HeaderSize]byte {
+// EncodeHeader returns the file header of segment seq whose frames are
+// salted with salt.
+func EncodeHeader(seq, salt uint32) [HeaderSize]byte {
 	var h [HeaderSize]byte
 	copy(h[:8], magic[:])
 	binary.LittleEndian.PutUint16(h[8:], Version)
 	binary.LittleEndian.PutUint32(h[12:], seq)
+	binary.LittleEndian.PutUint32(h[16:], salt)
 	binary.LittleEndian.PutUint32(h[28:], crc32.Update(0, castagnoli, h[:28]))
 	return h
 }
 
 // DecodeHeader verifies a file header and returns its sequence, which is
-// never 0.
+// never 0. [SaltOf] returns the salt.
 func DecodeHeader(data []byte) (uint32, error) {
 	if len(data) < HeaderSize {
 		return 0, fmt.Errorf("%d bytes, want %d: %w", len(data), HeaderSize, ErrBadHeader)
@@ -211,7 +228,7 @@ func DecodeHeader(data []byte) (uint32, error) {
 	}
 	if v := binary.LittleEndian.Uint16(h[8:]); v > Version {
 		return 0, fmt.Errorf("format version %d, written by a later build; this build reads version %d: %w", v, Version, ErrVersion)
-	} else if v != Version {
+	} else if v == 0 {
 		return 0, fmt.Errorf("format version %d, which no build writes: %w", v, ErrBadHeader)
 	}
 	seq := binary.LittleEndian.Uint32(h[12:])

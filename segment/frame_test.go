@@ -20,68 +20,98 @@ import (
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // TestFrameLayout checks one frame byte for byte against the table in
-// doc.go.
+// doc.go: its checksum is seeded with the segment's salt (0 in a version 1
+// file, which had none).
 func TestFrameLayout(t *testing.T) {
 	body := []byte("hi!")
-	got := segment.AppendFrame(nil, 0x04030201, 0x08070605, segment.KindRecord, segment.Last, body)
+	for _, salt := range []uint32{0, 0x5a17f00d} {
+		got := segment.AppendFrame(nil, 0x04030201, salt, 0x08070605, segment.KindRecord, segment.Last, body)
 
-	want := make([]byte, 17, 20)
-	binary.LittleEndian.PutUint32(want[4:], 3)          // length
-	binary.LittleEndian.PutUint32(want[8:], 0x04030201) // sequence
-	binary.LittleEndian.PutUint32(want[12:], 0x08070605)
-	want[16] = 1 | 3<<4 // kind record, place last
-	want = append(want, body...)
-	binary.LittleEndian.PutUint32(want[0:], crc32.Checksum(want[4:], crc32c))
-	require.Equal(t, want, got)
-	require.Equal(t, segment.Size(len(body)), len(got))
+		want := make([]byte, 17, 20)
+		binary.LittleEndian.PutUint32(want[4:], 3)          // length
+		binary.LittleEndian.PutUint32(want[8:], 0x04030201) // sequence
+		binary.LittleEndian.PutUint32(want[12:], 0x08070605)
+		want[16] = 1 | 3<<4 // kind record, place last
+		want = append(want, body...)
+		binary.LittleEndian.PutUint32(want[0:], crc32.Update(salt, crc32c, want[4:]))
+		require.Equal(t, want, got, "salt %#x", salt)
+	}
+	require.Equal(t, segment.Size(len(body)), 20)
 	require.Equal(t, 17, segment.FrameHeaderSize)
 }
 
 // TestHeaderLayout checks the file header byte for byte against doc.go.
 func TestHeaderLayout(t *testing.T) {
-	h := segment.EncodeHeader(0x0a0b0c0d)
+	h := segment.EncodeHeader(0x0a0b0c0d, 0x5a17f00d)
 	want := make([]byte, 32)
 	copy(want, "WALBSEG\x00")
-	binary.LittleEndian.PutUint16(want[8:], 1)  // version
+	binary.LittleEndian.PutUint16(want[8:], 2)  // version
 	binary.LittleEndian.PutUint16(want[10:], 0) // flags
 	binary.LittleEndian.PutUint32(want[12:], 0x0a0b0c0d)
+	binary.LittleEndian.PutUint32(want[16:], 0x5a17f00d) // salt
 	binary.LittleEndian.PutUint32(want[28:], crc32.Checksum(want[:28], crc32c))
 	require.Equal(t, want, h[:])
 	require.Equal(t, 32, segment.HeaderSize)
-	require.Equal(t, 1, segment.Version)
+	require.Equal(t, 2, segment.Version)
+	require.Equal(t, uint32(0x5a17f00d), segment.SaltOf(h[:]))
 }
 
-// goldenSegment is a small segment that uses every kind and place.
-func goldenSegment() []byte {
-	h := segment.EncodeHeader(1)
+// goldenSegment is a small segment that uses every kind and place, its
+// frames salted with salt.
+func goldenSegment(salt uint32) []byte {
+	h := segment.EncodeHeader(1, salt)
 	b := h[:]
-	b = segment.AppendFrame(b, 1, 32, segment.KindRecord, segment.Full, []byte("hello"))
-	b = segment.AppendFrame(b, 1, 32, segment.KindRecord, segment.First, []byte("a"))
-	b = segment.AppendFrame(b, 1, 32, segment.KindRecord, segment.Middle, nil)
-	b = segment.AppendFrame(b, 1, 32, segment.KindRecord, segment.Last, []byte("xyz"))
+	b = segment.AppendFrame(b, 1, salt, 32, segment.KindRecord, segment.Full, []byte("hello"))
+	b = segment.AppendFrame(b, 1, salt, 32, segment.KindRecord, segment.First, []byte("a"))
+	b = segment.AppendFrame(b, 1, salt, 32, segment.KindRecord, segment.Middle, nil)
+	b = segment.AppendFrame(b, 1, salt, 32, segment.KindRecord, segment.Last, []byte("xyz"))
 	end := uint32(len(b))
-	b = segment.AppendFrame(b, 1, end, segment.KindPadding, segment.Full, make([]byte, 3))
-	b = segment.AppendFrame(b, 1, end, segment.KindSeal, segment.Full, nil)
+	b = segment.AppendFrame(b, 1, salt, end, segment.KindPadding, segment.Full, make([]byte, 3))
+	b = segment.AppendFrame(b, 1, salt, end, segment.KindSeal, segment.Full, nil)
 	return b
 }
 
-// TestGolden pins the encoding of a whole segment: the format is frozen, so
-// any change to this file is a format change and needs a new Version.
-func TestGolden(t *testing.T) {
-	data := goldenSegment()
-	path := filepath.Join("testdata", "segment.golden")
-	dump := hex.Dump(data)
-	if *updateFlag {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(dump), 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test -run TestGolden -update to create it")
-	require.Equal(t, string(want), dump)
+// version1 turns a segment of salt 0 into the version 1 file the earlier
+// build wrote: the same bytes but the version field and the header's
+// checksum.
+func version1(data []byte) []byte {
+	data = bytes.Clone(data)
+	binary.LittleEndian.PutUint16(data[8:], 1)
+	binary.LittleEndian.PutUint32(data[28:], crc32.Checksum(data[:28], crc32c))
+	return data
+}
 
-	r, got := scanAll(t, data, 1, false)
-	require.Equal(t, segment.Report{End: len(data), Records: 4, Sealed: true, Tail: segment.EndClean}, r)
-	require.Equal(t, []string{"hello", "a", "", "xyz"}, bodies(got))
+// TestGolden pins the encoding of a whole segment: the format is frozen, so
+// any change to this file is a format change and needs a new Version. The
+// version 1 file, which earlier builds wrote, still reads, and is pinned
+// too.
+func TestGolden(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		data []byte
+	}{
+		{"segment.golden", goldenSegment(0x5a17f00d)},
+		{"segment-v1.golden", version1(goldenSegment(0))},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			path := filepath.Join("testdata", c.file)
+			dump := hex.Dump(c.data)
+			if *updateFlag {
+				require.NoError(t, os.MkdirAll("testdata", 0o755))
+				require.NoError(t, os.WriteFile(path, []byte(dump), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run go test -run TestGolden -update to create it")
+			require.Equal(t, string(want), dump)
+
+			seq, err := segment.DecodeHeader(c.data)
+			require.NoError(t, err)
+			require.Equal(t, uint32(1), seq)
+			r, got := scanAll(t, c.data, 1, false)
+			require.Equal(t, segment.Report{End: len(c.data), Records: 4, Sealed: true, Tail: segment.EndClean}, r)
+			require.Equal(t, []string{"hello", "a", "", "xyz"}, bodies(got))
+		})
+	}
 }
 
 func bodies(fs []segment.Frame) []string {
@@ -116,7 +146,7 @@ func TestFrameRoundTrip(t *testing.T) {
 					}
 					seq, synced := rng.Uint32()|1, rng.Uint32()
 					dst := bytes.Repeat([]byte{0xee}, prefix)
-					data := segment.AppendFrame(dst, seq, synced, c.kind, c.place, body)
+					data := segment.AppendFrame(dst, seq, 0, synced, c.kind, c.place, body)
 					require.Len(t, data, prefix+segment.Size(n))
 					require.Equal(t, bytes.Repeat([]byte{0xee}, prefix), data[:prefix], "AppendFrame changed dst")
 
@@ -144,7 +174,7 @@ func TestFrameRoundTrip(t *testing.T) {
 func TestSize(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 127, 128, 1 << 10, 64 << 10} {
 		require.Equal(t, segment.FrameHeaderSize+n, segment.Size(n))
-		require.Len(t, segment.AppendFrame(nil, 1, 0, segment.KindRecord, segment.Full, make([]byte, n)), segment.Size(n))
+		require.Len(t, segment.AppendFrame(nil, 1, 0, 0, segment.KindRecord, segment.Full, make([]byte, n)), segment.Size(n))
 	}
 }
 
@@ -177,8 +207,8 @@ func TestPlaces(t *testing.T) {
 func TestDecodeBitFlips(t *testing.T) {
 	const seq, synced = 0x01020304, 0x2000
 	for _, place := range []segment.Place{segment.Full, segment.First, segment.Middle, segment.Last} {
-		frame := segment.AppendFrame(nil, seq, synced, segment.KindRecord, place, []byte("hello"))
-		next := segment.AppendFrame(nil, seq, synced, segment.KindRecord, segment.Full, bytes.Repeat([]byte("x"), 64))
+		frame := segment.AppendFrame(nil, seq, 0, synced, segment.KindRecord, place, []byte("hello"))
+		next := segment.AppendFrame(nil, seq, 0, synced, segment.KindRecord, segment.Full, bytes.Repeat([]byte("x"), 64))
 		contexts := map[string][]byte{
 			"alone":          frame,
 			"followed":       append(append([]byte(nil), frame...), next...),
@@ -218,7 +248,7 @@ func TestDecodeRandomDamage(t *testing.T) {
 			body[j] = byte(rng.Uint32())
 		}
 		seq := rng.Uint32()
-		orig := segment.AppendFrame(nil, seq, rng.Uint32(), segment.KindRecord, segment.PlaceOf(rng.IntN(3), 3), body)
+		orig := segment.AppendFrame(nil, seq, 0, rng.Uint32(), segment.KindRecord, segment.PlaceOf(rng.IntN(3), 3), body)
 		want, err := segment.Decode(orig, 0, seq)
 		require.NoError(t, err)
 		data := append([]byte(nil), orig...)
@@ -243,10 +273,10 @@ func isOneOf(err error, targets ...error) bool {
 
 func TestDecodeErrors(t *testing.T) {
 	const seq = 9
-	valid := segment.AppendFrame(nil, seq, 0, segment.KindRecord, segment.Full, []byte("body"))
+	valid := segment.AppendFrame(nil, seq, 0, 0, segment.KindRecord, segment.Full, []byte("body"))
 	// withType re-encodes a frame with a raw type byte and a valid checksum.
 	withType := func(typ byte, body []byte) []byte {
-		b := segment.AppendFrame(nil, seq, 0, segment.KindRecord, segment.Full, body)
+		b := segment.AppendFrame(nil, seq, 0, 0, segment.KindRecord, segment.Full, body)
 		b[16] = typ
 		binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], crc32c))
 		return b
@@ -274,8 +304,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"header cut", valid[:16], 0, segment.ErrShortFrame},
 		{"body cut", valid[:len(valid)-1], 0, segment.ErrShortFrame},
 		{"length above MaxBody", hugeLength, 0, segment.ErrShortFrame},
-		{"foreign sequence", segment.AppendFrame(nil, seq+1, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
-		{"foreign sequence zero", segment.AppendFrame(nil, 0, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
+		{"foreign sequence", segment.AppendFrame(nil, seq+1, 0, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
+		{"foreign sequence zero", segment.AppendFrame(nil, 0, 0, 0, segment.KindRecord, segment.Full, nil), 0, segment.ErrForeignFrame},
 		{"foreign sequence after a zero checksum and length", foreignAfterZeros, 0, segment.ErrForeignFrame},
 		{"bad checksum", append(append([]byte(nil), valid[:len(valid)-1]...), valid[len(valid)-1]^1), 0, segment.ErrChecksum},
 		{"kind 0", withType(0x00, nil), 0, segment.ErrBadType},
@@ -298,7 +328,7 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestHeaderRoundTrip(t *testing.T) {
 	for _, seq := range []uint32{1, 2, 0x12345678, ^uint32(0)} {
-		h := segment.EncodeHeader(seq)
+		h := segment.EncodeHeader(seq, 0)
 		got, err := segment.DecodeHeader(h[:])
 		require.NoError(t, err)
 		require.Equal(t, seq, got)
@@ -310,7 +340,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 }
 
 func TestDecodeHeaderErrors(t *testing.T) {
-	good := segment.EncodeHeader(5)
+	good := segment.EncodeHeader(5, 0)
 	// modified returns the good header changed by fn, with its checksum
 	// recomputed when fix is set.
 	modified := func(fix bool, fn func(h []byte)) []byte {

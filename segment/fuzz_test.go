@@ -42,7 +42,7 @@ func FuzzScan(f *testing.F) {
 	f.Add(make([]byte, 100), uint32(0))
 
 	f.Fuzz(func(t *testing.T, frames []byte, seq uint32) {
-		h := segment.EncodeHeader(seq)
+		h := segment.EncodeHeader(seq, 0)
 		data := append(h[:len(h):len(h)], frames...)
 
 		plain, plainRecs := fuzzScan(t, data, seq, false)
@@ -107,13 +107,13 @@ func fuzzScan(t *testing.T, data []byte, seq uint32, salvage bool) (segment.Repo
 // panic, must fail only with its documented errors, and a frame it accepts
 // must encode back to exactly the bytes it was read from.
 func FuzzDecode(f *testing.F) {
-	valid := segment.AppendFrame(nil, 5, 40, segment.KindRecord, segment.First, []byte("body"))
+	valid := segment.AppendFrame(nil, 5, 0, 40, segment.KindRecord, segment.First, []byte("body"))
 	f.Add(valid, 0, uint32(5))
 	f.Add(append([]byte{1, 2, 3}, valid...), 3, uint32(5))
 	f.Add(valid, 0, uint32(6))
 	f.Add(valid[:20], 0, uint32(5))
-	f.Add(segment.AppendFrame(nil, 5, 0, segment.KindSeal, segment.Full, nil), 0, uint32(5))
-	f.Add(segment.AppendFrame(nil, 5, 0, segment.Kind(0), segment.Full, nil), 0, uint32(5))
+	f.Add(segment.AppendFrame(nil, 5, 0, 0, segment.KindSeal, segment.Full, nil), 0, uint32(5))
+	f.Add(segment.AppendFrame(nil, 5, 0, 0, segment.Kind(0), segment.Full, nil), 0, uint32(5))
 	f.Add(make([]byte, 40), 3, uint32(0))
 	f.Add(valid, -1, uint32(5))
 	f.Add(valid, math.MaxInt, uint32(5))
@@ -140,7 +140,7 @@ func FuzzDecode(f *testing.F) {
 		if fr.Kind != segment.KindRecord {
 			require.Equal(t, segment.Full, fr.Place)
 		}
-		again := segment.AppendFrame(nil, seq, fr.Synced, fr.Kind, fr.Place, fr.Body)
+		again := segment.AppendFrame(nil, seq, 0, fr.Synced, fr.Kind, fr.Place, fr.Body)
 		require.Equal(t, data[off:fr.End()], again)
 	})
 }

@@ -78,7 +78,7 @@ type segBuf struct {
 }
 
 func newSeg(seq uint32, rng *rand.Rand) *segBuf {
-	h := segment.EncodeHeader(seq)
+	h := segment.EncodeHeader(seq, 0)
 	return &segBuf{seq: seq, rng: rng, data: append([]byte(nil), h[:]...)}
 }
 
@@ -101,7 +101,7 @@ func (s *segBuf) frame(kind segment.Kind, place segment.Place, n int) frameSpec 
 		}
 	}
 	f := frameSpec{off: len(s.data), synced: uint32(s.batches[bi].start), kind: kind, place: place, body: body, batch: bi}
-	s.data = segment.AppendFrame(s.data, s.seq, f.synced, kind, place, body)
+	s.data = segment.AppendFrame(s.data, s.seq, 0, f.synced, kind, place, body)
 	if kind != segment.KindRecord || place.Opens() || len(s.groups) == 0 || isComplete(s, s.groups[len(s.groups)-1]) {
 		s.groups = append(s.groups, groupSpec{start: f.off, batch: bi})
 	}

@@ -34,6 +34,7 @@ func TestANilFileRefusesEveryCall(t *testing.T) {
 	}
 	zeros := map[string]func(){
 		"Seq":  func() { require.Equal(t, uint32(0), s.Seq()) },
+		"Salt": func() { require.Equal(t, uint32(0), s.Salt()) },
 		"Path": func() { require.Equal(t, "", s.Path()) },
 		"Size": func() { require.Equal(t, 0, s.Size()) },
 		"Data": func() { require.Nil(t, s.Data()) },

@@ -300,7 +300,7 @@ func TestScanClassification(t *testing.T) {
 			name: "stale frame of an older segment exactly at the end", seg: baseSeg,
 			corrupt: writeAt(logEnd, func(s *segBuf) []byte {
 				// It claims more was synced than the end: that must not matter.
-				return segment.AppendFrame(nil, testSeq-1, 4000, segment.KindRecord, segment.Full, []byte("old"))
+				return segment.AppendFrame(nil, testSeq-1, 0, 4000, segment.KindRecord, segment.Full, []byte("old"))
 			}),
 			want: clean,
 		},
@@ -757,7 +757,7 @@ func TestScanFromTakesWhatLiesBeforeItAsValid(t *testing.T) {
 // names this segment, and a clean end while it does not.
 func TestAFrameHeaderCutAfterItsSequenceIsATornTail(t *testing.T) {
 	s := baseSeg(newRand(t))
-	next := segment.AppendFrame(nil, testSeq, uint32(s.end()), segment.KindRecord, segment.Full, []byte("cut"))
+	next := segment.AppendFrame(nil, testSeq, 0, uint32(s.end()), segment.KindRecord, segment.Full, []byte("cut"))
 	for _, tt := range []struct {
 		keep int // bytes of the next frame's header left
 		tail segment.EndKind

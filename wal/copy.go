@@ -71,7 +71,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		} else {
 			// segment.Create, under writePrefix, refuses a dst that exists.
 			var f *segment.File
-			if f, err = writePrefix(fs, dst, s.seq, int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
+			if f, err = writePrefix(fs, dst, s.seq, s.file.Salt(), int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
 				if err = f.Close(); err != nil {
 					err = errors.Join(err, fs.Remove(dst))
 				}
@@ -149,10 +149,12 @@ func sameDir(a, b string) (bool, error) {
 }
 
 // writePrefix creates at path a segment of size bytes whose frames are
-// body, zeros after it, and makes it durable. It returns the segment open.
-// On failure it removes the file it created.
-func writePrefix(fs vfs.FS, path string, seq uint32, size int64, body []byte) (*segment.File, error) {
-	f, err := segment.Create(fs, path, seq, size)
+// body, zeros after it, and makes it durable; its header carries salt, the
+// salt of the segment body was copied from, which the frames' checksums
+// are seeded with. It returns the segment open. On failure it removes the
+// file it created.
+func writePrefix(fs vfs.FS, path string, seq, salt uint32, size int64, body []byte) (*segment.File, error) {
+	f, err := segment.Create(fs, path, seq, salt, size)
 	if err != nil {
 		return nil, err
 	}

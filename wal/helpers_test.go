@@ -3,11 +3,14 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
 )
 
 // entry is a record the test appended (or read back) and where it went.
@@ -87,3 +90,16 @@ func seededRand(t *testing.T) *rand.Rand {
 func segFile(dir string, seq uint32) string { return filepath.Join(dir, segName(seq)) }
 
 func isLocked(err error) bool { return errors.Is(err, ErrLocked) }
+
+// saltOfFile returns the salt of the segment file at path, which a frame a
+// test writes into that file must carry to verify there.
+func saltOfFile(t *testing.T, path string) uint32 {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	h := make([]byte, segment.HeaderSize)
+	_, err = io.ReadFull(f, h)
+	require.NoError(t, err)
+	return segment.SaltOf(h)
+}

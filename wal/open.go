@@ -571,7 +571,7 @@ func (l *Log) regrownSize(end int) int64 {
 func (l *Log) regrow(s *seg, end int) error {
 	path := s.file.Path()
 	l.opts.Logger.Warn("wal: last segment is shorter than a segment; rewriting it at full size", "file", path, "size", s.file.Size())
-	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, l.regrownSize(end), s.file.Data()[segment.HeaderSize:end])
+	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, s.file.Salt(), l.regrownSize(end), s.file.Data()[segment.HeaderSize:end])
 	if err != nil {
 		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
 	}
@@ -623,7 +623,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 		return err
 	}
 	for _, d := range lost[:len(r.Skipped)] {
-		pad := segment.AppendFrame(nil, s.seq, 0, segment.KindPadding, segment.Full, make([]byte, d.Length-segment.Size(0)))
+		pad := segment.AppendFrame(nil, s.seq, s.file.Salt(), 0, segment.KindPadding, segment.Full, make([]byte, d.Length-segment.Size(0)))
 		if err := s.file.WriteAt(pad, d.Offset); err != nil {
 			return fmt.Errorf("wal: salvage: %w", err)
 		}
@@ -635,7 +635,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 				return fmt.Errorf("wal: salvage: %w", err)
 			}
 		}
-		seal := segment.AppendFrame(nil, s.seq, 0, segment.KindSeal, segment.Full, nil)
+		seal := segment.AppendFrame(nil, s.seq, s.file.Salt(), 0, segment.KindSeal, segment.Full, nil)
 		if err := s.file.WriteAt(seal, r.End); err != nil {
 			return fmt.Errorf("wal: salvage: %w", err)
 		}
@@ -656,7 +656,8 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 
 // salvageHeader copies aside a segment whose header fails its checks,
 // writes a good header for segment seq over it (its frames name their
-// segment themselves, so nothing else depends on the header) and opens it.
+// segment themselves, and give back the salt their checksums were seeded
+// with, so nothing else depends on the header) and opens it.
 func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	path := l.segPath(seq)
 	f, err := segment.OpenUnread(l.opts.FS, path, seq)
@@ -666,12 +667,22 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 		// the segments then seals it).
 		return l.salvageStub(seq, cause)
 	}
+	// The frames' checksums were seeded with the salt the damaged header
+	// held; the frames give it back (segment.RecoverSalt). When they do
+	// not (no frame, or a lone record that cannot vouch for itself), no
+	// frame of the file can be read: the header gets a fresh salt, and the
+	// damage reported is the whole file.
+	d := Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause}
+	salt, ok := segment.RecoverSalt(f.Data(), seq)
+	if !ok {
+		salt, d.Length = segment.NewSalt(), f.Size()
+	}
 	copyTo, err := l.keepAside(seq, f.Data())
 	_ = f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	d := Damage{File: path, Segment: seq, Offset: 0, Length: segment.HeaderSize, Cause: cause, CopiedTo: copyTo}
+	d.CopiedTo = copyTo
 	if err := l.noteSalvage(d); err != nil {
 		return nil, err
 	}
@@ -679,7 +690,7 @@ func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	hdr := segment.EncodeHeader(seq)
+	hdr := segment.EncodeHeader(seq, salt)
 	_, err = raw.WriteAt(hdr[:], 0)
 	if err == nil {
 		err = raw.Sync()
@@ -723,7 +734,7 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err := l.noteSalvage(d); err != nil {
 		return nil, err
 	}
-	f, err := segment.Create(fs, path+tmpSuffix, seq, l.opts.SegmentBytes)
+	f, err := segment.Create(fs, path+tmpSuffix, seq, segment.NewSalt(), l.opts.SegmentBytes)
 	if err == nil {
 		err = f.Rename(fs, path)
 		if err == nil {
@@ -782,7 +793,7 @@ func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
 // prepared under a temporary name, renamed, directory synced.
 func (l *Log) createSegment(seq uint32) (*seg, error) {
 	tmp := l.segPath(seq) + tmpSuffix
-	f, err := segment.Create(l.opts.FS, tmp, seq, l.opts.SegmentBytes)
+	f, err := segment.Create(l.opts.FS, tmp, seq, segment.NewSalt(), l.opts.SegmentBytes)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}

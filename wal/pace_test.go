@@ -253,7 +253,7 @@ func preparerBeside(t *testing.T, dir string, size int64) (*Log, *seg, *preparer
 	t.Helper()
 	// (Open fills in a Logger; a preparer that fails logs through it.)
 	l := &Log{dir: dir, opts: Options{FS: vfs.Default, SegmentBytes: size, Logger: slog.New(slog.DiscardHandler)}}
-	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, size)
+	af, err := segment.Create(vfs.Default, filepath.Join(dir, "active"), 1, 0, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = af.Close() })
 	active := &seg{file: af, seq: 1}
@@ -339,7 +339,7 @@ func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 
 	// A reader caught up: segment 0 is retired, as RemoveBelow leaves it.
 	retired := filepath.Join(dir, sparePrefix+"0000000000"+tmpSuffix)
-	rf, err := segment.Create(vfs.Default, retired, 2, size)
+	rf, err := segment.Create(vfs.Default, retired, 2, 0, size)
 	require.NoError(t, err)
 	require.NoError(t, rf.Close())
 	l.listMu.Lock()

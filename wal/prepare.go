@@ -88,7 +88,7 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	cleared := false
 	for {
 		if spare, ok := l.takeSpare(); ok {
-			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq)
+			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq, segment.NewSalt())
 			if err == nil {
 				return f, true, nil
 			}
@@ -101,7 +101,7 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 		pc.idle = p.idle
 		pc.spare = l.hasSpare
 		pc.rushed = rushed
-		f, err := segment.CreatePaced(l.opts.FS, tmp, seq, l.opts.SegmentBytes, pc.wait)
+		f, err := segment.CreatePaced(l.opts.FS, tmp, seq, segment.NewSalt(), l.opts.SegmentBytes, pc.wait)
 		if errors.Is(err, errSpareArrived) {
 			// CreatePaced removed the zeros written so far. If the spare
 			// cannot be reused, the next fill is still rushed.

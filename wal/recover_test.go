@@ -316,7 +316,7 @@ func TestDamagedHeaderIsCorruption(t *testing.T) {
 func TestInterruptedRotationIsUndone(t *testing.T) {
 	dir, acked, _ := buildLog(t)
 	last, _ := lastWritten(acked)
-	f, err := segment.Create(vfs.Default, segFile(dir, last+1), last+1, smallSeg)
+	f, err := segment.Create(vfs.Default, segFile(dir, last+1), last+1, 0, smallSeg)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 

@@ -108,7 +108,7 @@ func TestCleanMarkBoundsTheScanOfTheLastSegment(t *testing.T) {
 
 	// A frame of this segment past the end that claims a synced offset
 	// beyond it: a full scan must call that corruption.
-	stray := segment.AppendFrame(nil, end.Segment(), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray"))
+	stray := segment.AppendFrame(nil, end.Segment(), saltOfFile(t, l.segPath(end.Segment())), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray"))
 	f, err := os.OpenFile(l.segPath(end.Segment()), os.O_RDWR, 0)
 	require.NoError(t, err)
 	_, err = f.WriteAt(stray, int64(end.Offset()+4096))
@@ -128,7 +128,7 @@ func TestCleanMarkBoundsTheScanOfTheLastSegment(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
 	f, err = os.OpenFile(l.segPath(end.Segment()), os.O_RDWR, 0)
 	require.NoError(t, err)
-	_, err = f.WriteAt(segment.AppendFrame(nil, end.Segment(), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray")), int64(end.Offset()+8192))
+	_, err = f.WriteAt(segment.AppendFrame(nil, end.Segment(), saltOfFile(t, l.segPath(end.Segment())), uint32(end.Offset()+8192), segment.KindRecord, segment.Full, []byte("stray")), int64(end.Offset()+8192))
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	_, err = Open(dir, Options{SegmentBytes: 1 << 20})

@@ -412,11 +412,11 @@ func (l *Log) commit(b *batch) {
 				break
 			}
 		}
-		n := len(r.recs)
+		n, salt := len(r.recs), w.active.file.Salt()
 		for j, rec := range r.recs {
 			off := w.writeOff + len(w.buf)
 			r.pos[j] = MakePosition(w.active.seq, off)
-			w.buf = segment.AppendFrame(w.buf, w.active.seq, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, n), rec)
+			w.buf = segment.AppendFrame(w.buf, w.active.seq, salt, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, n), rec)
 		}
 		w.unsynced += int64(n)
 		l.stats.records.Add(int64(n))
@@ -530,7 +530,7 @@ func (l *Log) rotate() error {
 		_ = next.file.Close()
 		return l.fail(fmt.Errorf("rotate: sync dir: %w", err))
 	}
-	seal := segment.AppendFrame(nil, w.active.seq, uint32(w.syncedOff), segment.KindSeal, segment.Full, nil)
+	seal := segment.AppendFrame(nil, w.active.seq, w.active.file.Salt(), uint32(w.syncedOff), segment.KindSeal, segment.Full, nil)
 	if err := w.active.file.WriteAt(seal, w.writeOff); err != nil {
 		_ = next.file.Close()
 		return l.fail(err)
@@ -551,8 +551,9 @@ func (l *Log) rotate() error {
 	// Each preamble record is a group of its own: damage to one (found
 	// by salvage) must not take the others with it — a queue's
 	// declaration may be in no other segment.
+	salt := next.file.Salt()
 	for _, rec := range pre {
-		w.buf = segment.AppendFrame(w.buf, next.seq, uint32(w.syncedOff), segment.KindRecord, segment.Full, rec)
+		w.buf = segment.AppendFrame(w.buf, next.seq, salt, uint32(w.syncedOff), segment.KindRecord, segment.Full, rec)
 	}
 	w.unsynced += int64(len(pre))
 	l.stats.records.Add(int64(len(pre)))

@@ -1,0 +1,100 @@
+package segment_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+)
+
+// A frame verifies only in a file whose header carries the salt it was
+// written with: a frame of the right sequence made with another salt (a
+// stale frame of the file's previous segment, or one a record's body
+// forged) fails its checksum, and the scan does not take it for a frame
+// of this segment, so no valid frame after the end means no corruption.
+func TestAFrameVerifiesOnlyUnderItsOwnSalt(t *testing.T) {
+	const seq, salt, other = 7, 0x5a17f00d, 0x0badf00d
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("kept"))
+	end := len(data)
+	// A forged frame of this sequence claiming bytes synced past the end.
+	data = segment.AppendFrame(data, seq, other, 4000, segment.KindRecord, segment.Full, []byte("forged"))
+	data = append(data, make([]byte, 64)...)
+
+	_, err := segment.Decode(data, end, seq)
+	require.ErrorIs(t, err, segment.ErrChecksum)
+	r, frames := scanAll(t, data, seq, false)
+	require.Equal(t, []string{"kept"}, bodies(frames))
+	require.Equal(t, end, r.End)
+	require.NotEqual(t, segment.EndCorrupt, r.Tail, "a frame of another salt is not a synced frame of this segment")
+
+	// Under its own salt the same bytes verify.
+	h = segment.EncodeHeader(seq, other)
+	copy(data, h[:])
+	f, err := segment.Decode(data, end, seq)
+	require.NoError(t, err)
+	require.Equal(t, "forged", string(f.Body))
+}
+
+// RecoverSalt gives back the salt a damaged header held, from the first
+// frame that decodes under the salt its checksum implies, for bodies of
+// every length and any salt; a damaged first frame leaves it to the next.
+func TestRecoverSaltFindsTheSaltOfTheFrames(t *testing.T) {
+	rng := newRand(t)
+	for i := range 200 {
+		seq, salt := rng.Uint32()|1, rng.Uint32()
+		if i == 0 {
+			salt = 0 // a version 1 file's frames
+		}
+		h := segment.EncodeHeader(seq, salt)
+		body := make([]byte, rng.IntN(300))
+		for j := range body {
+			body[j] = byte(rng.Uint32())
+		}
+		data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.First, body)
+		data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Last, []byte("second"))
+		data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindSeal, segment.Full, nil)
+		clear(data[:segment.HeaderSize]) // the header is gone
+
+		got, ok := segment.RecoverSalt(data, seq)
+		require.True(t, ok)
+		require.Equal(t, salt, got, "body of %d bytes", len(body))
+
+		// The first frame damaged (its synced field, or its body, where
+		// it verifies under a wrong salt alone): the second and the
+		// seal after it give the salt.
+		for _, at := range []int{segment.HeaderSize + 12, segment.HeaderSize + segment.FrameHeaderSize + len(body)/2} {
+			if at >= segment.HeaderSize+segment.Size(len(body)) {
+				continue // an empty body
+			}
+			damaged := bytes.Clone(data)
+			damaged[at] ^= 0x40
+			got, ok = segment.RecoverSalt(damaged, seq)
+			require.True(t, ok)
+			require.Equal(t, salt, got, "damage at %d", at)
+		}
+
+		_, ok = segment.RecoverSalt(data, seq+1)
+		require.False(t, ok, "no frame names another segment")
+	}
+	_, ok := segment.RecoverSalt(make([]byte, 4096), 1)
+	require.False(t, ok, "zeros hold no frame")
+	lone := segment.AppendFrame(make([]byte, segment.HeaderSize), 1, 99, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("alone"))
+	_, ok = segment.RecoverSalt(append(lone, make([]byte, 100)...), 1)
+	require.False(t, ok, "a lone record confirms no salt")
+}
+
+// The header carries the salt; a version 1 header, and data without a
+// header, mean salt 0, under which version 1 frames verify.
+func TestSaltOf(t *testing.T) {
+	h := segment.EncodeHeader(3, 0xfeedbeef)
+	require.Equal(t, uint32(0xfeedbeef), segment.SaltOf(h[:]))
+	v1 := version1(h[:])
+	binary.LittleEndian.PutUint32(v1[16:], 0)
+	require.Zero(t, segment.SaltOf(v1))
+	require.Zero(t, segment.SaltOf(h[:segment.HeaderSize-1]))
+	require.Zero(t, segment.SaltOf(segment.AppendFrame(nil, 3, 0, 0, segment.KindRecord, segment.Full, make([]byte, 40))))
+	require.NotEqual(t, segment.NewSalt(), segment.NewSalt(), "drawn at random (equal once in 2^32)")
+}

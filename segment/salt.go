@@ -52,23 +52,29 @@ func NewSalt() uint32 {
 // last segment holding one record only: its record cannot be told from a
 // damaged one, and is lost with the header).
 //
+// At most [maxSaltCandidates] frames naming seq are tried, so that a
+// file whose bytes name seq at every turn (a payload crafted so) costs a
+// bounded time; the true first frame is the first candidate unless damage
+// took it.
+//
 // A checksum is linear in its initial value: Update(salt, b) is
 // Update(0, b) xor salt·x^(8·len(b)) modulo the polynomial (in the
 // reflected representation the table uses), so the salt is that
-// difference multiplied by x^(-8·len(b)), which undoing one bit of the
-// register's shift 8·len(b) times computes.
+// difference multiplied by x^(-8·len(b)).
 func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
-	for off := HeaderSize; off <= len(data)-FrameHeaderSize; off++ {
+	tried := 0
+	for off := HeaderSize; off <= len(data)-FrameHeaderSize && tried < maxSaltCandidates; off++ {
 		if binary.LittleEndian.Uint32(data[off+8:]) != seq {
 			continue
 		}
+		tried++
 		n := binary.LittleEndian.Uint32(data[off+4:])
 		end := off + FrameHeaderSize + int(n)
 		if n > MaxBody || end > len(data) || end < off {
 			continue
 		}
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
-		salt := unshift(diff, 8*(end-off-4))
+		salt := mulmod(diff, xPowMinus8(end-off-4))
 		f, err := decode(data, off, seq, salt)
 		if err != nil || int(f.Synced) > off {
 			continue
@@ -83,18 +89,47 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	return 0, false
 }
 
-// unshift undoes bits steps of the reflected CRC-32C register's shift with
-// a zero input bit: a step is r>>1, xored with the polynomial when the bit
-// shifted out was 1, and the polynomial's top bit (which r>>1 never has)
-// says which it was.
-func unshift(r uint32, bits int) uint32 {
-	const poly = crc32.Castagnoli
-	for range bits {
-		if r&(1<<31) != 0 {
-			r = (r^poly)<<1 | 1
-		} else {
-			r <<= 1
+// maxSaltCandidates bounds the frames RecoverSalt tries.
+const maxSaltCandidates = 64
+
+// In the reflected representation of the CRC's register, bit 31 is x^0 and
+// bit 0 is x^31; one shift of the register with a zero input bit, r>>1
+// xored with the polynomial when the bit shifted out was 1, multiplies by
+// x modulo the polynomial.
+const (
+	poly = crc32.Castagnoli
+	one  = 1 << 31 // x^0
+)
+
+// mulmod returns a·b modulo the polynomial.
+func mulmod(a, b uint32) uint32 {
+	var p uint32
+	for m := uint32(one); m != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
 		}
+		b = b>>1 ^ poly&-(b&1) // b·x
+	}
+	return p
+}
+
+// xInverse is x^-1 modulo the polynomial: the register that one shift
+// takes to x^0. The polynomial's top bit, which r>>1 never has, says that
+// the shift xored it in, so a 1 was shifted out.
+const xInverse = (one^poly)<<1 | 1
+
+// xPowMinus8 returns x^(-8n) modulo the polynomial, by squaring.
+func xPowMinus8(n int) uint32 {
+	base := uint32(one)
+	for range 8 {
+		base = mulmod(base, xInverse)
+	}
+	r := uint32(one)
+	for ; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			r = mulmod(r, base)
+		}
+		base = mulmod(base, base)
 	}
 	return r
 }

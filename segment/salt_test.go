@@ -79,7 +79,24 @@ func TestRecoverSaltFindsTheSaltOfTheFrames(t *testing.T) {
 		_, ok = segment.RecoverSalt(data, seq+1)
 		require.False(t, ok, "no frame names another segment")
 	}
-	_, ok := segment.RecoverSalt(make([]byte, 4096), 1)
+	// A large frame: the salt is x^(-8n) times a difference, n in the
+	// millions.
+	h := segment.EncodeHeader(9, 0xc0ffee)
+	big := segment.AppendFrame(h[:], 9, 0xc0ffee, segment.HeaderSize, segment.KindRecord, segment.Full, make([]byte, 3<<20+5))
+	big = segment.AppendFrame(big, 9, 0xc0ffee, segment.HeaderSize, segment.KindSeal, segment.Full, nil)
+	got, ok := segment.RecoverSalt(big, 9)
+	require.True(t, ok)
+	require.Equal(t, uint32(0xc0ffee), got)
+
+	// Bytes that name the segment at every turn, none a frame.
+	names := make([]byte, 1<<20)
+	for off := 8; off+4 <= len(names); off += 4 {
+		binary.LittleEndian.PutUint32(names[off:], 9)
+	}
+	_, ok = segment.RecoverSalt(names, 9)
+	require.False(t, ok)
+
+	_, ok = segment.RecoverSalt(make([]byte, 4096), 1)
 	require.False(t, ok, "zeros hold no frame")
 	lone := segment.AppendFrame(make([]byte, segment.HeaderSize), 1, 99, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("alone"))
 	_, ok = segment.RecoverSalt(append(lone, make([]byte, 100)...), 1)

@@ -22,7 +22,9 @@ type CrashOptions struct {
 	// directory named in calls to the CrashFS (the directory of a file, or
 	// a directory given to MkdirAll, ReadDir or SyncDir, or the parent of
 	// one MkdirAll made) that contains all the others so named; CrashClone
-	// fails if there is none. Root itself must exist, and is cloned as
+	// fails if there is none, or if it is the file system's root (after
+	// MkdirAllDurable of an absolute path, which syncs every directory up
+	// to it, name the Root). Root itself must exist, and is cloned as
 	// the directory now at that path: whether a crash would keep its own
 	// name is a question for a clone of its parent.
 	Root string
@@ -195,6 +197,12 @@ func (c *CrashFS) rootLocked() (string, error) {
 		all := true
 		for _, dir := range dirs {
 			all = all && within(root, dir)
+		}
+		if all && filepath.Dir(root) == root && filepath.IsAbs(root) {
+			// MkdirAllDurable of an absolute path syncs every directory
+			// up to the file system's root: a clone of that is never
+			// what a test means.
+			return "", fmt.Errorf("vfs: CrashClone: no CrashOptions.Root, and the directories named contain %s: name the Root", root)
 		}
 		if all {
 			return root, nil

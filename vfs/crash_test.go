@@ -603,6 +603,11 @@ func TestCrashCloneOptionsAndRoot(t *testing.T) {
 	require.NoError(t, c.CrashClone(t.TempDir(), CrashOptions{Root: dir1, TearLastWrite: true}), "nothing kept: nothing to tear")
 
 	require.ErrorContains(t, NewCrashFS(Default).CrashClone(t.TempDir(), keepNone), "contains the others", "nothing used, no Root")
+
+	synced := NewCrashFS(Default)
+	require.NoError(t, MkdirAllDurable(synced, filepath.Join(t.TempDir(), "d"), 0o700))
+	require.ErrorContains(t, synced.CrashClone(t.TempDir(), keepNone), "name the Root",
+		"MkdirAllDurable synced the file system's root: a clone of it all is never meant")
 }
 
 // TestCrashCloneFindsTheRootOfRelativeNames: names relative to the working

@@ -1,40 +1,44 @@
 package vfs
 
 import (
-	"errors"
 	"fmt"
-	iofs "io/fs"
 	"os"
 	"path/filepath"
 )
 
-// MkdirAllDurable is fs.MkdirAll(dir, perm) made durable: it syncs the
-// parent of every directory it creates, from the top down, so that a power
-// loss cannot take the new directory, and everything later made durable in
-// it, away. A directory that already exists costs one ReadDir and no sync.
-// A nil fs is refused with an error wrapping io/fs.ErrInvalid.
+// MkdirAllDurable is fs.MkdirAll(dir, perm) made durable: once it returns,
+// a power loss cannot take dir, or anything later made durable in it, away.
+//
+// It syncs the parent of every directory of the path, from the top down,
+// whether MkdirAll created it or found it: a directory that exists may be
+// one an earlier call created and then died (or failed) before the sync
+// that made its name durable, and nothing tells such a directory from one
+// that has been durable for years. The top of the path is taken as
+// durable: the root of an absolute path, which has no name to lose, and,
+// for a relative path, the working directory, which is the caller's. So
+// "/var/lib/store/wal" syncs "/", "/var", "/var/lib" and "/var/lib/store",
+// and "store/wal" syncs "." and "store". It costs one directory sync per
+// component of the path, each almost free where its directory holds no
+// unsynced change (on ext4 it still flushes the device cache); the store
+// calls it when it opens or makes a directory, never on a write's path. It
+// needs read permission on every directory of
+// the path, and an error names the directory that failed. A nil fs is
+// refused with an error wrapping io/fs.ErrInvalid.
 func MkdirAllDurable(fs FS, dir string, perm os.FileMode) error {
 	if fs == nil {
 		return fmt.Errorf("vfs: mkdir %s: %w", dir, errNilFS)
 	}
-	var missing []string // dir first, then the parents it needs
-	for d := filepath.Clean(dir); ; {
-		_, err := fs.ReadDir(d)
-		if err == nil || !errors.Is(err, iofs.ErrNotExist) {
-			break // there (or unreadable: MkdirAll will say why)
-		}
-		missing = append(missing, d)
-		parent := filepath.Dir(d)
-		if parent == d {
-			break
-		}
-		d = parent
-	}
 	if err := fs.MkdirAll(dir, perm); err != nil {
 		return err
 	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := fs.SyncDir(filepath.Dir(missing[i])); err != nil {
+	var named []string // dir first, then each directory above it the path names
+	for d := filepath.Clean(dir); filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if filepath.Base(d) != ".." { // names a directory above, never one made here
+			named = append(named, d)
+		}
+	}
+	for i := len(named) - 1; i >= 0; i-- {
+		if err := fs.SyncDir(filepath.Dir(named[i])); err != nil {
 			return err
 		}
 	}

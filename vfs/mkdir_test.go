@@ -3,6 +3,7 @@ package vfs_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -24,26 +25,52 @@ func (s *syncedDirs) SyncDir(dir string) error {
 	return s.FS.SyncDir(dir)
 }
 
-// TestMkdirAllDurableSyncsTheParentOfEachNewDirectory: each directory it
-// creates is made durable in its parent, from the top down; one that
-// exists costs no sync; and an error names what failed.
-func TestMkdirAllDurableSyncsTheParentOfEachNewDirectory(t *testing.T) {
+// TestMkdirAllDurableSyncsTheParentOfEachDirectoryOfThePath: every
+// directory of the path is made durable in its parent, from the top down,
+// whether the call made it or found it; and an error names what failed.
+func TestMkdirAllDurableSyncsTheParentOfEachDirectoryOfThePath(t *testing.T) {
 	root := t.TempDir()
+	t.Chdir(root)
 	fs := &syncedDirs{FS: vfs.Default}
-	dir := filepath.Join(root, "a", "b", "c")
+	dir := filepath.Join("a", "b", "c")
 	require.NoError(t, vfs.MkdirAllDurable(fs, dir, 0o700))
 	info, err := os.Stat(dir)
 	require.NoError(t, err)
 	require.True(t, info.IsDir())
-	require.Equal(t, []string{root, filepath.Join(root, "a"), filepath.Join(root, "a", "b")}, fs.dirs)
+	parents := []string{".", "a", filepath.Join("a", "b")}
+	require.Equal(t, parents, fs.dirs)
 
 	fs.dirs = nil
 	require.NoError(t, vfs.MkdirAllDurable(fs, dir, 0o700))
-	require.Empty(t, fs.dirs, "an existing directory was synced again")
+	require.Equal(t, parents, fs.dirs, "an existing directory may be one a call made and died before its syncs")
+
+	fs.dirs = nil
+	require.NoError(t, vfs.MkdirAllDurable(fs, filepath.Join(root, "a"), 0o700))
+	require.Equal(t, filepath.Dir(root), fs.dirs[len(fs.dirs)-2])
+	require.Equal(t, root, fs.dirs[len(fs.dirs)-1])
+	require.Equal(t, string(filepath.Separator), fs.dirs[0], "an absolute path is synced from the root down")
+	require.Len(t, fs.dirs, strings.Count(root, string(filepath.Separator))+1)
 
 	file := filepath.Join(root, "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	err = vfs.MkdirAllDurable(fs, filepath.Join(file, "d"), 0o700)
 	require.Error(t, err)
 	require.ErrorContains(t, err, file)
+}
+
+// TestMkdirAllDurableMakesADirectoryAnInterruptedCallMadeDurable: a call
+// that made the directories and died before syncing their parents leaves
+// directories that exist and that a power loss takes away; the next call
+// makes them durable.
+func TestMkdirAllDurableMakesADirectoryAnInterruptedCallMadeDurable(t *testing.T) {
+	root := t.TempDir()
+	c := vfs.NewCrashFS(vfs.Default)
+	dir := filepath.Join(root, "a", "b")
+	require.NoError(t, c.MkdirAll(dir, 0o700)) // the interrupted call got this far
+	require.NoError(t, vfs.MkdirAllDurable(c, dir, 0o700))
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, c.CrashClone(clone, vfs.CrashOptions{Root: root}))
+	info, err := os.Stat(filepath.Join(clone, "a", "b"))
+	require.NoError(t, err, "a power loss took away a directory MkdirAllDurable returned")
+	require.True(t, info.IsDir())
 }

@@ -15,7 +15,9 @@ import (
 // position the caller knows to be durable: each segment before end's is
 // copied whole, and end's own up to end, zero beyond, at its full size, so
 // that the copy opens as a log that ends at end. end must be where a frame
-// of its segment starts or where its frames end. Every file is fdatasynced,
+// of its segment starts, but not a record of an Append after its first
+// (the copy holds an Append's records whole or not at all), or where its
+// frames end; another end is ErrNotFound. Every file is fdatasynced,
 // then dir is synced. Each segment's frames are verified before it is
 // copied (CRCs, order, seals): damage is a *CorruptionError naming the
 // file and offset. ctx is checked before each segment. A CopyTo that
@@ -113,8 +115,8 @@ func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) erro
 }
 
 // checkCopyEnd checks that end is a position CopyTo can end a copy at: in
-// a segment of the log, where a frame starts or where its frames end, and
-// not past the log's end.
+// a segment of the log, where a group of frames starts or where its frames
+// end, and not past the log's end.
 func (l *Log) checkCopyEnd(end Position) error {
 	if end > l.End() {
 		return fmt.Errorf("%w: %v: past the log's end %v", ErrNotFound, end, l.End())
@@ -130,8 +132,14 @@ func (l *Log) checkCopyEnd(end Position) error {
 		return fmt.Errorf("%w: %v: not within the segment's frames", ErrNotFound, end)
 	}
 	if int64(off) < frames {
-		if _, err := segment.Decode(s.file.Data()[:frames], off, s.seq); err != nil {
+		f, err := segment.Decode(s.file.Data()[:frames], off, s.seq)
+		if err != nil {
 			return fmt.Errorf("%w: %v: no frame starts there: %w", ErrNotFound, end, err)
+		}
+		if !f.Place.Opens() {
+			// A copy ending there would hold part of one Append, which
+			// a log holds whole or not at all.
+			return fmt.Errorf("%w: %v: a record inside the group of one Append, not its first", ErrNotFound, end)
 		}
 	}
 	return nil

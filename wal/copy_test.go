@@ -186,6 +186,50 @@ func TestCopyToRefusesAnEndPastASealedSegmentsFrames(t *testing.T) {
 	require.NoError(t, l.CopyTo(ctx, dst, MakePosition(1, sealed[1])), "the segment's own end")
 }
 
+// TestCopyToRefusesAnEndInsideAnAppend: the position of a record of one
+// Append after its first (a position Append returned) is where a frame
+// starts, but a copy ending there would hold part of the Append, which a
+// log holds whole or not at all. CopyTo took it, found the copy's last
+// group cut short and reported the healthy log as corrupt. It is an end
+// CopyTo cannot take: ErrNotFound naming it, and nothing written. The
+// positions around the Append are taken.
+func TestCopyToRefusesAnEndInsideAnAppend(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 4096}
+	l := mustOpen(t, dir, opts)
+	defer l.Close()
+	before := appendRecords(t, l, 0, 2)
+	pos, err := l.Append(record(2), record(3), record(4))
+	require.NoError(t, err)
+	after := appendRecords(t, l, 5, 1)
+	ctx := context.Background()
+
+	for _, end := range pos[1:] {
+		dst := t.TempDir()
+		err := l.CopyTo(ctx, dst, end)
+		require.ErrorIs(t, err, ErrNotFound, "end %v", end)
+		require.NotErrorIs(t, err, ErrCorrupt, "end %v: the log is healthy", end)
+		require.ErrorContains(t, err, end.String())
+		names, err := os.ReadDir(dst)
+		require.NoError(t, err)
+		require.Empty(t, names, "end %v: nothing written", end)
+	}
+
+	for _, c := range []struct {
+		end  Position
+		want []entry
+	}{
+		{pos[0], before},
+		{after[0].pos, append(before, entry{pos[0], record(2)}, entry{pos[1], record(3)}, entry{pos[2], record(4)})},
+	} {
+		dst := t.TempDir()
+		require.NoError(t, l.CopyTo(ctx, dst, c.end), "end %v", c.end)
+		copied := mustOpen(t, dst, opts)
+		requireEntries(t, c.want, readAll(t, copied))
+		require.NoError(t, copied.Close())
+	}
+}
+
 // CopyTo verifies what it copies: a byte flipped in a sealed segment (which
 // Open would not read again when a checkpoint covers it), or in the part
 // of the last segment before end, is a *CorruptionError naming that file

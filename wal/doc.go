@@ -76,7 +76,8 @@
 // # Recovery
 //
 // Open scans every segment that nothing vouches for: not those that
-// Options.Sealed names (their frames are verified when read), and the
+// Options.Sealed names (their frames are verified when read, and a walk
+// through one checks that it ends in its seal where the hint says), and the
 // last one only from Options.Verified, or up to where a clean close said
 // the log ended when the scan ends exactly there. A torn tail of the last
 // segment is zeroed and the log continues before it; those bytes were never

@@ -34,8 +34,8 @@ var (
 	// ErrNotFound is returned by Read and View for a position that names
 	// no record of the log: removed, not yet written, or not a record
 	// start; by Iterate for a starting position where no frame starts or
-	// past the log's end; and by CopyTo for an end where no frame starts or
-	// past the log's end.
+	// past the log's end; and by CopyTo for an end where no frame starts,
+	// at a record of an Append after its first, or past the log's end.
 	ErrNotFound = errors.New("wal: no record at position")
 	// ErrBadOptions is returned by Open for an invalid Options field.
 	ErrBadOptions = errors.New("wal: invalid options")

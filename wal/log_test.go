@@ -374,6 +374,33 @@ func TestAPowerLossKeepsANewLogsDirectory(t *testing.T) {
 	require.Equal(t, record(1), got)
 }
 
+// TestAPowerLossKeepsALogsDirectoryAnInterruptedOpenMade: an Open that
+// made the log's directories and died before the syncs that make their
+// names durable leaves directories that exist but that a power loss takes
+// away. The next Open finds them; it must make them durable before it
+// acknowledges anything in them.
+func TestAPowerLossKeepsALogsDirectoryAnInterruptedOpenMade(t *testing.T) {
+	root := t.TempDir()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	dir := filepath.Join(root, "new", "log")
+	cfs.CrashAfter(1) // the MkdirAll happens, no sync after it
+	_, err := Open(dir, Options{FS: cfs, SegmentBytes: 4096})
+	require.ErrorIs(t, err, vfs.ErrCrashed)
+	cfs.Restart() // the process starts again; the machine kept running
+	l := mustOpen(t, dir, Options{FS: cfs, SegmentBytes: 4096})
+	defer l.Close()
+	pos, err := l.Append(record(1))
+	require.NoError(t, err)
+	clone := filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: root}))
+
+	c := mustOpen(t, filepath.Join(clone, "new", "log"), Options{SegmentBytes: 4096})
+	defer c.Close()
+	got, err := c.Read(pos[0])
+	require.NoError(t, err)
+	require.Equal(t, record(1), got)
+}
+
 // Stats.LargestSegment is the size of the largest segment file, which a
 // log reopened with smaller segments keeps until its old ones are removed.
 func TestStatsNameTheLargestSegment(t *testing.T) {

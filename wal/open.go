@@ -50,7 +50,9 @@ func (d Damage) String() string {
 	return fmt.Sprintf("%s: %d bytes at offset %d (%v)", d.File, d.Length, d.Offset, d.Cause)
 }
 
-// Open opens the log in dir, creating the directory (0700) if it is missing,
+// Open opens the log in dir, creating the directory (0700) if it is missing
+// and making its name durable whether it created it or found it (an Open
+// that created it may have died before it did: see vfs.MkdirAllDurable),
 // and recovers it:
 //
 //   - a torn tail of the last segment (bytes never made durable) is zeroed

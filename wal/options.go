@@ -96,10 +96,13 @@ type Options struct {
 	// Open reads nothing of such a segment (but the last), not even its
 	// header: it checks only that the file is large enough to hold the
 	// end the hint gives, and the segment's frames are verified when they
-	// are read (each frame's checksum), as Kafka trusts segments below its
+	// are read (each frame's checksum, and, by Iterate, that they end in
+	// the seal where the hint says), as Kafka trusts segments below its
 	// recovery point. A hint the file's size rules out is ignored and the
 	// segment scanned; one naming a wrong end makes reads near it fail,
-	// never succeed wrongly. Salvage ignores it.
+	// never succeed wrongly: Iterate through the segment fails with a
+	// *CorruptionError, and Read or View of a record the end cuts off
+	// with ErrNotFound. Salvage ignores it.
 	Sealed map[uint32]int
 	// Verified, if set, is a position before which an earlier open of this
 	// log verified every record (a checkpoint's position). When it is in

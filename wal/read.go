@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/walbroker/walbroker/segment"
@@ -66,7 +67,10 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 // or one just past a record, and not past the log's end (another is
 // ErrNotFound, found when the walk reaches it); records of segments
 // already removed are skipped. An error from fn stops the walk and is
-// returned; a record that fails its checksum is a *CorruptionError.
+// returned; a record that fails its checksum is a *CorruptionError, and so
+// is a sealed segment whose frames do not end in its seal where the log
+// holds that it ends (a wrong Options.Sealed: the records past that end
+// would otherwise be skipped without a word).
 func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) error {
 	if l == nil {
 		return errNilLog
@@ -83,7 +87,8 @@ func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) er
 	if end := l.End(); from.Segment() > end.Segment() {
 		return fmt.Errorf("%w: %v: past the log's end %v", ErrNotFound, from, end)
 	}
-	for _, s := range *l.segs.Load() {
+	segs := *l.segs.Load()
+	for i, s := range segs {
 		if s.seq < from.Segment() {
 			continue
 		}
@@ -91,7 +96,7 @@ func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) er
 		if s.seq == from.Segment() && from.Offset() > start {
 			start, given = from.Offset(), true
 		}
-		if err := l.iterateSeg(s, start, given, fn); err != nil {
+		if err := l.iterateSeg(s, start, given, i < len(segs)-1, fn); err != nil {
 			return err
 		}
 	}
@@ -99,8 +104,9 @@ func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) er
 }
 
 // iterateSeg walks the records of s from off; given says off is the
-// caller's, not known to start a frame.
-func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) error) error {
+// caller's, not known to start a frame; sealed that s is not the last
+// segment, so that its end is just past its seal.
+func (l *Log) iterateSeg(s *seg, off int, given, sealed bool, fn func(Position, []byte) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -114,7 +120,9 @@ func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) 
 	if given && off > end {
 		return fmt.Errorf("%w: %v: past the segment's records (%s offset %d)", ErrNotFound, MakePosition(s.seq, off), s.file.Path(), end)
 	}
+	last := end - segment.Size(0) // where the seal starts, if end is right
 	for first := true; off < end; first = false {
+		last = off
 		f, err := segment.Decode(data, off, s.seq)
 		if err != nil && first && given {
 			return fmt.Errorf("%w: %v: no frame starts there (%s offset %d): %w", ErrNotFound, MakePosition(s.seq, off), s.file.Path(), off, err)
@@ -128,6 +136,29 @@ func (l *Log) iterateSeg(s *seg, off int, given bool, fn func(Position, []byte) 
 			}
 		}
 		off = f.End()
+	}
+	if sealed {
+		return checkSeal(s, data, last)
+	}
+	return nil
+}
+
+// checkSeal checks that the frame at off, the last of sealed segment s
+// (data, its frames), is its seal. A sealed segment's end may be one
+// Options.Sealed gave and Open never read: a wrong one that falls where a
+// record ends would otherwise end the walk early, and the records past it
+// would be skipped as if they were not there.
+func checkSeal(s *seg, data []byte, off int) error {
+	err := errors.New("no room for a seal")
+	if off >= segment.HeaderSize {
+		var f segment.Frame
+		if f, err = segment.Decode(data, off, s.seq); err == nil && f.Kind != segment.KindSeal {
+			err = fmt.Errorf("a %s frame ends there", f.Kind)
+		}
+	}
+	if err != nil {
+		return &CorruptionError{File: s.file.Path(), Offset: off,
+			Cause: fmt.Errorf("a sealed segment's frames do not end in its seal at %d, where the log holds that they end (a wrong Options.Sealed, or the file changed): %w", len(data), err)}
 	}
 	return nil
 }

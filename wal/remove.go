@@ -24,6 +24,11 @@ const sparePrefix = "spare-"
 // next RemoveBelow, which removes nothing newer until they are gone, and
 // they are part of the log again at the next Open.
 //
+// On a poisoned log RemoveBelow removes nothing and returns the poison
+// (ErrPoisoned), as Append and Sync do, whatever poisoned it: a failed
+// write or fdatasync, or the failed directory sync of a rotation or of an
+// earlier RemoveBelow.
+//
 // RemoveBelow waits for readers of the removed segments to finish.
 func (l *Log) RemoveBelow(pos Position) (int, error) {
 	if l == nil {
@@ -33,6 +38,13 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	defer l.removeMu.Unlock()
 	if l.isClosed() {
 		return 0, ErrClosed
+	}
+	if err := l.poison(); err != nil {
+		// A removal ends in a directory sync, which is not tried again
+		// after one failed (see below); and a caller that copied
+		// records forward before removing their segments may have
+		// lost the copies with the failure.
+		return 0, err
 	}
 	fs := l.opts.FS
 	for len(l.unremoved) > 0 {

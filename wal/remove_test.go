@@ -247,6 +247,58 @@ func TestAFailedDirectorySyncInRemoveBelowStopsTheLog(t *testing.T) {
 	require.Equal(t, es[len(es)-1].pos, got[len(got)-1].pos)
 }
 
+// TestRemoveBelowOnAPoisonedLogFailsAndRemovesNothing: once the log is
+// poisoned, by a failed directory sync of a removal or a failed fdatasync,
+// every later RemoveBelow fails with ErrPoisoned and touches no file. It
+// went on removing segments and synced the directory again, and a
+// success of that sync, which says nothing of what the failed one lost,
+// made it return nil.
+func TestRemoveBelowOnAPoisonedLogFailsAndRemovesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		poison func(t *testing.T, fs *vfs.FaultFS, l *Log, es []entry)
+	}{
+		{"a removal's directory sync", func(t *testing.T, fs *vfs.FaultFS, l *Log, es []entry) {
+			require.Greater(t, es[60].pos.Segment(), l.Stats().FirstSegment)
+			fs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Times: 1})
+			_, err := l.RemoveBelow(es[60].pos)
+			require.ErrorIs(t, err, ErrPoisoned)
+		}},
+		{"an append's fdatasync", func(t *testing.T, fs *vfs.FaultFS, l *Log, es []entry) {
+			// The active segment's (its commit, or its seal if the
+			// append rotates), whatever name it was opened under.
+			active := segName(es[len(es)-1].pos.Segment())
+			fs.Inject(vfs.Rule{Op: vfs.OpSync, Match: func(n string) bool { return strings.Contains(n, active) }, Times: 1})
+			_, err := l.Append(record(1000))
+			require.ErrorIs(t, err, ErrPoisoned)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fs := vfs.NewFaultFS(vfs.Default)
+			l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1024})
+			es := appendRecords(t, l, 0, 100)
+			require.Greater(t, l.Stats().Segments, 4)
+			c.poison(t, fs, l, es)
+			require.ErrorIs(t, l.Err(), ErrPoisoned)
+
+			first := l.Stats().FirstSegment
+			names, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			for range 2 {
+				n, err := l.RemoveBelow(es[len(es)-1].pos)
+				require.ErrorIs(t, err, ErrPoisoned, "a later RemoveBelow")
+				require.Zero(t, n)
+			}
+			require.Equal(t, first, l.Stats().FirstSegment, "no segment left the log")
+			after, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Equal(t, names, after, "no file was removed or renamed")
+			require.Error(t, l.Close())
+		})
+	}
+}
+
 // spareFiles returns the names of the retired segment files in dir.
 func spareFiles(t *testing.T, dir string) []string {
 	t.Helper()

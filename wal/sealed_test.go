@@ -214,3 +214,56 @@ func TestSealedHintDoesNotSpareTheLastSegmentsHeader(t *testing.T) {
 	require.Equal(t, segFile(dir, last), ce.File)
 	require.ErrorIs(t, err, segment.ErrBadHeader)
 }
+
+// TestAWrongSealedHintMakesIterateFailNotSkipRecords: Options.Sealed "naming
+// a wrong end makes reads near it fail, never succeed wrongly". A hint that
+// ends a sealed segment where one of its records ends, before the seal,
+// made Iterate stop there and go on with the next segment: it succeeded
+// without the records in between. Walking such a segment must fail with a
+// *CorruptionError naming it, wherever the walk starts in it.
+func TestAWrongSealedHintMakesIterateFailNotSkipRecords(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1024}
+	l := mustOpen(t, dir, opts)
+	es := appendRecords(t, l, 0, 60)
+	sealed := l.Sealed()
+	require.NoError(t, l.Close())
+	var first []entry // segment 1's records
+	for _, e := range es {
+		if e.pos.Segment() == 1 {
+			first = append(first, e)
+		}
+	}
+	require.Greater(t, len(first), 4)
+	require.Greater(t, es[len(es)-1].pos.Segment(), uint32(1), "the test needs two segments")
+	lastEnd := sealed[1] - segment.Size(0) // where segment 1's last record ends
+
+	for _, c := range []struct {
+		name string
+		end  int      // the hint for segment 1
+		from Position // where Iterate starts
+	}{
+		{"a record boundary, from the start", first[3].pos.Offset(), 0},
+		{"a record boundary, from before it", first[3].pos.Offset(), first[1].pos},
+		{"a record boundary, from it", first[3].pos.Offset(), first[3].pos},
+		{"the end of the last record, from the start", lastEnd, 0},
+		{"the end of the last record, from it", lastEnd, MakePosition(1, lastEnd)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts.Sealed = map[uint32]int{1: c.end}
+			l := mustOpen(t, dir, opts)
+			defer l.Close()
+			n := 0
+			err := l.Iterate(c.from, func(Position, []byte) error { n++; return nil })
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce, "Iterate saw %d records and succeeded", n)
+			require.Equal(t, segFile(dir, 1), ce.File)
+			require.ErrorContains(t, err, "seal")
+		})
+	}
+
+	opts.Sealed = sealed // the right hint reads every record
+	l = mustOpen(t, dir, opts)
+	defer l.Close()
+	requireEntries(t, es, readAll(t, l))
+}

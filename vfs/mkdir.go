@@ -1,7 +1,9 @@
 package vfs
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 )
@@ -20,13 +22,27 @@ import (
 // and "store/wal" syncs "." and "store". It costs one directory sync per
 // component of the path, each almost free where its directory holds no
 // unsynced change (on ext4 it still flushes the device cache); the store
-// calls it when it opens or makes a directory, never on a write's path. It
-// needs read permission on every directory of
-// the path, and an error names the directory that failed. A nil fs is
-// refused with an error wrapping io/fs.ErrInvalid.
+// calls it when it opens or makes a directory, never on a write's path. A
+// directory it found in a parent it may not read (permission denied) is
+// taken as durable, since it cannot sync that parent; a directory it made
+// must have its parent synced, and an error names the directory that
+// failed. A nil fs is refused with an error wrapping io/fs.ErrInvalid.
 func MkdirAllDurable(fs FS, dir string, perm os.FileMode) error {
 	if fs == nil {
 		return fmt.Errorf("vfs: mkdir %s: %w", dir, errNilFS)
+	}
+	made := map[string]bool{} // the directories this call makes
+	for d := filepath.Clean(dir); ; {
+		_, err := fs.ReadDir(d)
+		if err == nil || !errors.Is(err, iofs.ErrNotExist) {
+			break // there (or unreadable: MkdirAll will say why)
+		}
+		made[d] = true
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
 	}
 	if err := fs.MkdirAll(dir, perm); err != nil {
 		return err
@@ -38,7 +54,15 @@ func MkdirAllDurable(fs FS, dir string, perm os.FileMode) error {
 		}
 	}
 	for i := len(named) - 1; i >= 0; i-- {
-		if err := fs.SyncDir(filepath.Dir(named[i])); err != nil {
+		err := fs.SyncDir(filepath.Dir(named[i]))
+		if err != nil && errors.Is(err, iofs.ErrPermission) && !made[named[i]] {
+			// A directory that was there, in a parent this process may
+			// not read (an execute-only home directory, say): no call of
+			// this process made it (it makes directories it can read),
+			// and the parent cannot be synced. Taken as durable.
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -74,3 +74,23 @@ func TestMkdirAllDurableMakesADirectoryAnInterruptedCallMadeDurable(t *testing.T
 	require.NoError(t, err, "a power loss took away a directory MkdirAllDurable returned")
 	require.True(t, info.IsDir())
 }
+
+// TestMkdirAllDurableTakesADirectoryInAnUnreadableParentAsDurable: a
+// parent that refuses its sync for want of permission (an execute-only
+// home directory) is skipped where the directory in it was already there
+// (no call of this process made it); where the call made the directory,
+// the refusal is its error.
+func TestMkdirAllDurableTakesADirectoryInAnUnreadableParentAsDurable(t *testing.T) {
+	root := t.TempDir()
+	home := filepath.Join(root, "home")
+	require.NoError(t, os.Mkdir(home, 0o700))
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Match: func(name string) bool { return name == root }, Err: os.ErrPermission})
+
+	require.NoError(t, vfs.MkdirAllDurable(ffs, filepath.Join(home, "store"), 0o700), "home was there")
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpSyncDir))
+
+	err := vfs.MkdirAllDurable(ffs, filepath.Join(root, "new", "store"), 0o700)
+	require.ErrorIs(t, err, os.ErrPermission, "new is made here: its name must be synced")
+	require.ErrorContains(t, err, root)
+}

@@ -762,7 +762,7 @@ func (q *Queue) observeClock(now int64) {
 func (q *Queue) evict(now, window int64) bool {
 	q.observeClock(now)
 	evicted := false
-	for len(q.seenOrder) > 0 && olderThan(q.seenOrder[0].enqueuedAt, now, window) {
+	for len(q.seenOrder) > 0 && OlderThan(q.seenOrder[0].enqueuedAt, now, window) {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
 			if cur.seg != 0 {
@@ -775,10 +775,12 @@ func (q *Queue) evict(now, window int64) bool {
 	return evicted
 }
 
-// olderThan reports whether now-at > window, exactly: the difference of
+// OlderThan reports whether now-at > window, exactly: the difference of
 // two instants far apart overflows an int64, and wrapped to a negative
-// one it kept the oldest key, and every key behind it, for good.
-func olderThan(at, now, window int64) bool {
+// one it kept the oldest key, and every key behind it, for good. It is
+// the dedup window's rule, exported so that the in-memory broker evicts
+// by it too.
+func OlderThan(at, now, window int64) bool {
 	if now >= at {
 		d := uint64(now) - uint64(at) // now-at, which fits in a uint64
 		return window < 0 || d > uint64(window)

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"unicode/utf8"
 )
 
@@ -44,26 +43,33 @@ const (
 
 // The small interfaces the classified-cause rule looks for with errors.As,
 // so that users' error types take part without importing this package.
+// They are aliases, not types of their own, so that an As method can fill
+// one: it is handed a *interface{ Reason() string }, a type it can name.
 type (
-	reasoner interface{ Reason() string }
-	coder    interface{ Code() uint32 }
-	publicer interface{ Public() string }
+	reasoner = interface{ Reason() string }
+	coder    = interface{ Code() uint32 }
+	publicer = interface{ Public() string }
 )
 
 // classify splits the cause given to Nack or Reject into what a dead letter
 // records: the reason, the dotted-quad code and the wire-safe public text.
-// Each part is the first one errors.As finds in cause's chain, so they may
-// come from different errors of the chain.
+// Each part is the first one in cause's tree that carries something (a
+// Reason or Public that is not "", a Code that is not 0), in the order
+// errors.As looks (see firstIn): an error that carries nothing of a part
+// (a nil *Error, an *Error made with no reason, one whose code is 0) does
+// not hide one wrapped inside it. The parts are found one by one, so they
+// may come from different errors of the tree.
 //
 //   - nil, or a nil *Error (a typed nil: it carries nothing): UNEXPLAINED,
 //     0, "".
-//   - a Reason in the chain (an empty one counts as none): that reason, with
+//   - a Reason in the tree (an empty one counts as none): that reason, with
 //     the code and public text found.
 //   - no Reason: UNCLASSIFIED, with whatever code and public text were found
 //     (only a Code gives UNCLASSIFIED with that code, only a Public
 //     UNCLASSIFIED with that text).
 //   - DoNotRetry around an error with no Reason: NOT_RETRYABLE; around a
-//     classified error: that error's reason.
+//     classified error: that error's reason. A DoNotRetry mark is not a
+//     Reason of its own: its reason is what it wraps (see reasonIn).
 //
 // The reason and public text are clipped to MaxReasonBytes and
 // MaxPublicBytes.
@@ -141,25 +147,69 @@ func classifyUnclipped(cause error) (reason string, code uint32, public string, 
 	if e, ok := cause.(*Error); cause == nil || ok && e == nil {
 		return ReasonUnexplained, 0, "", false
 	}
-	var c coder
-	if errors.As(cause, &c) {
-		code = c.Code()
+	firstIn(cause, func(c coder) bool { code = c.Code(); return code != 0 })
+	firstIn(cause, func(p publicer) bool { public = p.Public(); return public != "" })
+	if reason = reasonIn(cause); reason != "" {
+		return reason, code, public, false
 	}
-	var p publicer
-	if errors.As(cause, &p) {
-		public = p.Public()
-	}
-	var r reasoner
-	if errors.As(cause, &r) {
-		if n, ok := r.(*notRetryable); ok {
-			if own := n.ownReason(); own != "" {
-				return own, code, public, false
-			}
-			return ReasonNotRetryable, code, public, true
-		}
-		if reason = r.Reason(); reason != "" {
-			return reason, code, public, false
-		}
+	if IsDoNotRetry(cause) {
+		return ReasonNotRetryable, code, public, true
 	}
 	return ReasonUnclassified, code, public, true
+}
+
+// reasonIn returns the first Reason in err's tree that is not "" (see
+// firstIn), or "" when there is none. A DoNotRetry mark does not count:
+// its Reason is NOT_RETRYABLE only for want of one in what it wraps, which
+// the walk goes on into.
+func reasonIn(err error) (reason string) {
+	firstIn(err, func(r reasoner) bool {
+		if _, mark := r.(*notRetryable); mark {
+			return false
+		}
+		reason = r.Reason()
+		return reason != ""
+	})
+	return reason
+}
+
+// firstIn looks for a T in err's tree for which has reports true, in the
+// order errors.As looks: err, then what its Unwrap returns, depth first
+// through each error of an Unwrap() []error (errors.Join, fmt.Errorf with
+// several %w). At each error it takes what errors.As would: the error
+// itself if it is a T, or else what its As method gives. It returns the
+// first T accepted, or false when it found none. errors.As stops at the
+// first T, accepted or not; firstIn goes past one that is not, so that an
+// error carrying nothing of a part does not hide an error inside it that
+// does.
+//
+// The methods it calls (As, Unwrap, and those has calls) are the cause's:
+// a panic in one is the caller's to recover (classify does).
+func firstIn[T any](err error, has func(T) bool) (found T, ok bool) {
+	for err != nil {
+		if t, is := err.(T); is {
+			if has(t) {
+				return t, true
+			}
+		} else if x, is := err.(interface{ As(any) bool }); is {
+			var t T
+			if x.As(&t) && has(t) {
+				return t, true
+			}
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				if t, ok := firstIn(inner, has); ok {
+					return t, true
+				}
+			}
+			return found, false
+		default:
+			return found, false
+		}
+	}
+	return found, false
 }

@@ -28,6 +28,11 @@ type (
 		r   string
 		err error
 	}
+	// userAs gives as through its As method and wraps err.
+	userAs struct {
+		as  userReason
+		err error
+	}
 )
 
 func (e userReason) Error() string          { return "user reason " + e.r }
@@ -46,6 +51,16 @@ func (e *userFull) Public() string          { return e.p }
 func (e userReasonWrapping) Error() string  { return e.r + ": " + e.err.Error() }
 func (e userReasonWrapping) Reason() string { return e.r }
 func (e userReasonWrapping) Unwrap() error  { return e.err }
+func (e userAs) Error() string              { return "user as: " + e.err.Error() }
+func (e userAs) Unwrap() error              { return e.err }
+
+func (e userAs) As(target any) bool {
+	r, ok := target.(*interface{ Reason() string })
+	if ok {
+		*r = e.as
+	}
+	return ok
+}
 
 // deep wraps err n levels deep with fmt.Errorf %w.
 func deep(err error, n int) error {
@@ -87,6 +102,17 @@ func TestClassify(t *testing.T) {
 		{"errors.Join finds the classified one", errors.Join(plain, deep(userReason{"JOINED"}, 2)), "JOINED", 0, "", false},
 		// An empty Reason counts as none.
 		{"empty reason", deep(userReason{""}, 2), ReasonUnclassified, 0, "", true},
+		// An error that carries nothing of a part hides nothing of it
+		// wrapped inside (Error.Wrap: a nil e carries cause alone).
+		{"nil *Error wrapping a classified cause", (*Error)(nil).Wrap(full), "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"broker.Error with no reason wrapping a classified cause", NewError("", 0, "", "SECRET").Wrap(deep(full, 2)), "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"empty reason wrapping a reason", deep(userReasonWrapping{"", deep(userReason{"INNER"}, 2)}, 2), "INNER", 0, "", false},
+		{"code 0 and no public text wrapping both", NewError("OUTER", 0, "", "SECRET").Wrap(userCodePub{9, "inner pub"}), "OUTER", 9, "inner pub", false},
+		{"the first of each part that carries one wins", NewError("", 5, "outer pub", "SECRET").Wrap(full), "CARD_DECLINED", 5, "outer pub", false},
+		{"errors.Join past an empty reason", errors.Join(userReason{""}, deep(full, 2)), "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"several %w past a nil *Error", fmt.Errorf("%w; %w", (*Error)(nil), full), "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"As method past an empty reason", userAs{userReason{""}, deep(full, 1)}, "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"As method giving a reason", deep(userAs{userReason{"GIVEN"}, plain}, 2), "GIVEN", 0, "", false},
 		// §5.9: partly classified causes.
 		{"only Code", deep(userCode{0x01020304}, 3), ReasonUnclassified, 0x01020304, "", true},
 		{"only Public", deep(userPublic{"try later"}, 3), ReasonUnclassified, 0, "try later", true},
@@ -104,6 +130,12 @@ func TestClassify(t *testing.T) {
 		{"DoNotRetry(user type), wrapped deep", deep(DoNotRetry(deep(full, 2)), 3), "CARD_DECLINED", 0x0a000102, "card declined", false},
 		{"DoNotRetry(user reason)", DoNotRetry(deep(userReason{"SCHEMA"}, 2)), "SCHEMA", 0, "", false},
 		{"DoNotRetry(DoNotRetry(classified))", DoNotRetry(DoNotRetry(userReason{"SCHEMA"})), "SCHEMA", 0, "", false},
+		{"DoNotRetry(nil *Error wrapping a classified cause)", DoNotRetry((*Error)(nil).Wrap(full)), "CARD_DECLINED", 0x0a000102, "card declined", false},
+		{"DoNotRetry(empty reason wrapping a reason)", DoNotRetry(userReasonWrapping{"", userReason{"SCHEMA"}}), "SCHEMA", 0, "", false},
+		// A DoNotRetry mark is no reason of its own: one beside it wins,
+		// and it gives NOT_RETRYABLE wherever it is when no error has one.
+		{"a reason beside DoNotRetry(plain)", errors.Join(DoNotRetry(plain), userReason{"JOINED"}), "JOINED", 0, "", false},
+		{"DoNotRetry(plain) past an empty reason", errors.Join(userReason{""}, DoNotRetry(plain)), ReasonNotRetryable, 0, "", true},
 		// Consume's cause for a panic.
 		{"handler panic", errHandlerPanicked, ReasonUnclassified, 0, "", true},
 	} {

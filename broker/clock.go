@@ -28,6 +28,22 @@ func unixNanos(t time.Time) (int64, error) {
 	return t.UnixNano(), nil
 }
 
+// until returns how long from now until at, two instants in Unix
+// nanoseconds, clamped to the longest Duration (or the most negative) when
+// the difference does not fit in one: it does not for instants more than
+// about 292 years apart, and wrapped round it turned an instant far ahead
+// of a clock stepped back into one long past ("now", to Wake).
+func until(now, at int64) time.Duration {
+	d := at - now // wraps when the true difference does not fit
+	switch {
+	case at > now && d < 0:
+		return math.MaxInt64
+	case at < now && d > 0:
+		return math.MinInt64
+	}
+	return time.Duration(d)
+}
+
 // readClock reads now, the caller's clock (named by name: Options.Now or
 // MemoryOptions.Now), in Unix nanoseconds; see unixNanos. The broker
 // reads it with a queue's lock held, and the clock is the caller's code:

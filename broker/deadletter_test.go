@@ -90,6 +90,44 @@ func TestNackOnLastDeliveryRecordsClassifiedCause(t *testing.T) {
 	}
 }
 
+// An error that carries nothing of a part hides nothing of it wrapped
+// inside: a nil *Error's Wrap carries its cause alone (Error.Wrap), and
+// an *Error made with no reason has none ("an empty one counts as none").
+// The dead letter records the classified cause's reason, code and public
+// text (API.md "Classified causes", §5.9), in the store and Memory alike.
+func TestAClassifiedCauseWrappedInAnErrorWithNoReasonIsRecorded(t *testing.T) {
+	card := userClassified{reason: "CARD_DECLINED", public: "card declined", private: "card 4111-xxxx"}
+	for _, c := range []struct {
+		name  string
+		cause error
+	}{
+		{"nil *Error", (*broker.Error)(nil).Wrap(card)},
+		{"broker.Error with no reason", broker.NewError("", 0, "", "detail").Wrap(fmt.Errorf("charging: %w", card))},
+		{"DoNotRetry of a nil *Error", broker.DoNotRetry((*broker.Error)(nil).Wrap(card))},
+		{"errors.Join", errors.Join(broker.NewError("", 0, "", "detail"), card)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			for name, b := range e.storeAndMemory(policy()) {
+				t.Run(name, func(t *testing.T) {
+					_, err := b.Publish(ctx(t), []byte("work"))
+					require.NoError(t, err)
+					ds, err := b.Receive(ctx(t), 1)
+					require.NoError(t, err)
+					require.Len(t, ds, 1)
+					require.NoError(t, b.Reject(ctx(t), ds[0].Lease.Receipt, c.cause))
+					dls, err := b.DeadLetters(ctx(t), 10)
+					require.NoError(t, err)
+					require.Len(t, dls, 1)
+					require.Equal(t, "CARD_DECLINED", dls[0].Reason)
+					require.Equal(t, uint32(0x2A000001), dls[0].Code)
+					require.Equal(t, "card declined", dls[0].Cause)
+				})
+			}
+		})
+	}
+}
+
 func TestRejectDeadLettersWithCountBelowMax(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 5; p.RetryDelay = 0 }))

@@ -16,8 +16,10 @@ import (
 // detail: that stays in the failing process's own log, joined to the record
 // on disk by the message ID. Any error type with the methods
 // Reason() string, Code() uint32 or Public() string plays the same part
-// without importing this package; the parts are found with errors.As
-// anywhere in the error's chain.
+// without importing this package; the parts are found as errors.As finds
+// them, anywhere in the error's chain, each the first that carries
+// something: an empty Reason or Public, or a Code of 0, is none, and does
+// not hide one wrapped inside it.
 //
 // An *Error is immutable and safe for concurrent use. It retains the error
 // it wraps, if any (see [Error.Wrap]). A nil *Error is usable too, as an
@@ -236,10 +238,11 @@ const codeQueue uint32 = 7<<24 | 1<<16
 // store ([Rejecter]) instead of nacking it.
 //
 // The returned error wraps err, so errors.Is and errors.As see through it.
-// Its Reason is err's (the first Reason() string method in err's chain), or
-// NOT_RETRYABLE when err carries none; it has no Code or Public method of its
-// own, so those are found in err's chain. DoNotRetry(nil) is an error whose
-// reason is NOT_RETRYABLE. It retains err.
+// Its Reason is err's (the first Reason() string method in err's chain that
+// returns one, "" counting as none), or NOT_RETRYABLE when err carries
+// none; it has no Code or Public method of its own, so those are found in
+// err's chain. DoNotRetry(nil) is an error whose reason is NOT_RETRYABLE.
+// It retains err.
 func DoNotRetry(err error) error {
 	return &notRetryable{err: err}
 }
@@ -263,24 +266,11 @@ func (n *notRetryable) Error() string {
 
 func (n *notRetryable) Unwrap() error { return n.err }
 
-// Reason returns the wrapped error's reason, or NOT_RETRYABLE when it has
-// none.
+// Reason returns the wrapped error's reason (see reasonIn), or
+// NOT_RETRYABLE when it has none.
 func (n *notRetryable) Reason() string {
-	if r := n.ownReason(); r != "" {
+	if r := reasonIn(n.err); r != "" {
 		return r
 	}
 	return ReasonNotRetryable
-}
-
-// ownReason returns the reason the wrapped error carries, looking through
-// nested DoNotRetry marks, or "" when it carries none.
-func (n *notRetryable) ownReason() string {
-	var r reasoner
-	if n.err == nil || !errors.As(n.err, &r) {
-		return ""
-	}
-	if inner, ok := r.(*notRetryable); ok {
-		return inner.ownReason()
-	}
-	return r.Reason()
 }

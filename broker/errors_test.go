@@ -140,6 +140,8 @@ func TestDoNotRetry(t *testing.T) {
 		require.Equal(t, ReasonNotRetryable, DoNotRetry(reasoned{""}).(interface{ Reason() string }).Reason(), "an empty reason counts as none")
 		require.Equal(t, "CARD_DECLINED", DoNotRetry(fmt.Errorf("x: %w", reasoned{"CARD_DECLINED"})).(interface{ Reason() string }).Reason())
 		require.Equal(t, "LEASE_EXPIRED", DoNotRetry(DoNotRetry(LeaseExpired)).(interface{ Reason() string }).Reason())
+		require.Equal(t, "LEASE_EXPIRED", DoNotRetry((*Error)(nil).Wrap(LeaseExpired)).(interface{ Reason() string }).Reason(), "an error with no reason hides nothing inside it")
+		require.Equal(t, "CARD_DECLINED", DoNotRetry(errors.Join(reasoned{""}, reasoned{"CARD_DECLINED"})).(interface{ Reason() string }).Reason())
 	})
 	t.Run("no Code or Public of its own", func(t *testing.T) {
 		err := DoNotRetry(NewError("X", 42, "pub", "priv"))

@@ -177,6 +177,51 @@ func TestNackedMessageVisibleAtVisibleAt(t *testing.T) {
 	require.Equal(t, 2, d2.Deliveries)
 }
 
+// A nacked message is visible AT its VisibleAt (API.md §5.8), not before,
+// whatever instant that is: the Unix epoch (a nack at 1969-12-31T23:59:59Z
+// with a RetryDelay of 1 s) is one like any other. The store's index took
+// the instant 0 for "receivable at once", and delivered the message a
+// second early. The store keeps it delayed across a clean reopen (from its
+// checkpoint) and a rebuild from its log alone.
+func TestANackVisibleAtTheUnixEpochIsNotVisibleBefore(t *testing.T) {
+	e := newEnv(t)
+	e.clock.Set(time.Unix(-1, 0))
+	for name, b := range e.storeAndMemory(policy()) { // RetryDelay 1 s
+		t.Run(name, func(t *testing.T) {
+			m, err := b.Publish(ctx(t), []byte("x"))
+			require.NoError(t, err)
+			ds, err := b.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			nv, err := b.Nack(ctx(t), ds[0].Lease.Receipt, nil)
+			require.NoError(t, err)
+			require.Zero(t, nv.VisibleAt.UnixNano())
+			delayed := func(b fullBroker, when string) {
+				t.Helper()
+				again, err := b.Receive(ctx(t), 1)
+				require.NoError(t, err)
+				require.Empty(t, again, "%s: received at %v, before its VisibleAt %v", when, e.clock.Now().UTC(), nv.VisibleAt.UTC())
+				require.Equal(t, 1, b.Stats().Delayed, when)
+			}
+			delayed(b, "nacked")
+			if name == "store" {
+				e.reopen()
+				b = e.queue("jobs", policy())
+				delayed(b, "after a reopen")
+				e.s = rebuildFromLog(t, e.s, e.dir, e.opts)
+				b = e.queue("jobs", policy())
+				delayed(b, "after a rebuild from the log")
+			}
+			e.clock.Set(nv.VisibleAt)
+			again, err := b.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.Len(t, again, 1, "at its VisibleAt")
+			require.Equal(t, m.ID, again[0].Message.ID)
+			e.clock.Set(time.Unix(-1, 0))
+		})
+	}
+}
+
 func TestNackWithZeroRetryDelayIsVisibleAtOnce(t *testing.T) {
 	for name, delay := range map[string]time.Duration{"zero": 0, "negative read as zero": -time.Hour} {
 		t.Run(name, func(t *testing.T) {

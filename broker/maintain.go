@@ -523,7 +523,7 @@ func stateEvent(queue uint32, m *index.Message) (index.Event, bool) {
 	case index.Dead:
 		e.Kind, e.Time, e.Code, e.Reason, e.Cause = index.KindDeadLetter, m.FailedAt, m.Code, m.Reason, m.Cause
 	case index.Ready:
-		if m.At == 0 && m.Deliveries == 0 {
+		if m.At == index.AtOnce && m.Deliveries == 0 {
 			return e, false
 		}
 		e.Kind, e.Time = index.KindNack, m.At

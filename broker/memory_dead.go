@@ -130,7 +130,7 @@ func (q *Memory) Wake() WakeValue {
 		return w
 	}
 	if m := q.st.timers.peek(); m != nil {
-		w.Scheduled, w.In = true, time.Duration(m.at-now)
+		w.Scheduled, w.In = true, until(now, m.at)
 	}
 	return w
 }

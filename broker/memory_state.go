@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/walbroker/walbroker/index"
 )
 
 // The states of a message of a [Memory] queue.
@@ -226,7 +228,7 @@ func (s *memState) evictSeen(now, window int64) {
 		return
 	}
 	s.lastEvicts = now
-	for len(s.seenOrder) > 0 && now-s.seenOrder[0].enqueuedAt > window {
+	for len(s.seenOrder) > 0 && index.OlderThan(s.seenOrder[0].enqueuedAt, now, window) {
 		k := heap.Pop(&s.seenOrder).(memSeen)
 		if cur, ok := s.seen[k.key]; ok && cur.seq == k.seq {
 			delete(s.seen, k.key)

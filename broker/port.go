@@ -429,7 +429,9 @@ type WakeValue struct {
 	// was called, until a message the broker already holds becomes
 	// receivable with no further event: a retry delay ending, or a lease
 	// lapsing because its consumer died. It is meaningful only when
-	// Scheduled is true; zero or less means now.
+	// Scheduled is true; zero or less means now. A moment further ahead
+	// than the longest Duration (the clock stepped back centuries) gives
+	// the longest Duration.
 	//
 	// It is a duration and not an instant so that a consumer whose clock is
 	// not the broker's still waits the right length of time rather than

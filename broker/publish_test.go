@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -162,6 +163,38 @@ func TestDedupKeyEvictedOnlyWhenStrictlyOlderThanWindow(t *testing.T) {
 	require.NotEqual(t, orig.ID, fresh.ID)
 	requireSameInstant(t, t0.Add(window+time.Nanosecond), fresh.EnqueuedAt)
 	require.Len(t, mustReceive(t, q, 10), 2)
+}
+
+// A key enqueued centuries before a keyed publish is older than the
+// window, however far apart the two instants are (API.md §5.8): the
+// publish enqueues a new message. now minus the key's instant overflowed
+// an int64 in Memory, and the key was taken for a duplicate for good.
+func TestDedupKeyEvictedWhenOlderThanWindowByCenturies(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		first, second time.Time
+	}{
+		{"1700 to 2200", time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"first to last instant", time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			for name, b := range e.storeAndMemory(policy()) {
+				t.Run(name, func(t *testing.T) {
+					e.clock.Set(c.first)
+					orig, err := b.PublishKeyed(ctx(t), "k", []byte("a"))
+					require.NoError(t, err)
+					require.NotNil(t, orig.Payload)
+					e.clock.Set(c.second)
+					fresh, err := b.PublishKeyed(ctx(t), "k", []byte("b"))
+					require.NoError(t, err)
+					require.NotEqual(t, orig.ID, fresh.ID, "a key %v older than its window was taken for a duplicate", c.second.Sub(c.first))
+					require.NotNil(t, fresh.Payload, "the publish enqueued")
+					require.Zero(t, b.Stats().Duplicates)
+				})
+			}
+		})
+	}
 }
 
 func TestDefaultDedupWindowIsSixHours(t *testing.T) {

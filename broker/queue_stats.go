@@ -108,7 +108,7 @@ func (q *Queue) Wake() WakeValue {
 		return w
 	}
 	if at, ok := q.iq.NextDue(); ok {
-		w.Scheduled, w.In = true, time.Duration(at-now)
+		w.Scheduled, w.In = true, until(now, at)
 	}
 	return w
 }

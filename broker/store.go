@@ -622,7 +622,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		recs := q.sweepLocked(now, nil)
 		for _, m := range q.iq.Lapsed() {
 			if int64(m.Deliveries) >= rec.MaxDeliveries {
-				e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries}
+				e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: index.AtOnce}
 				q.iq.Apply(0, &e)
 				recs = append(recs, e.Append(nil))
 			}

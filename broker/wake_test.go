@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -143,6 +144,52 @@ func TestWakeInNamesEarliestMoment(t *testing.T) {
 	ds := mustReceive(t, q, 2) // leases lapse at 30 s
 	mustNack(t, q, ds[0].Lease.Receipt, nil)
 	require.Equal(t, 5*time.Second, q.Wake().In, "the retry delay ends before the other lease lapses")
+}
+
+// In names how long until a lease lapses or a retry delay ends; after the
+// clock stepped back centuries, that is longer than a Duration holds, and
+// In is the longest one, never the "zero or less" that means now. The
+// difference of the two instants wrapped round to a negative In, in the
+// store and Memory alike, and an idle consumer looked again at once.
+func TestWakeInStaysAheadAfterTheClockStepsBackCenturies(t *testing.T) {
+	start := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, back := range []struct {
+		name string
+		to   time.Time
+	}{
+		{"500 years, more than a Duration", time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"to the first instant", time.Unix(0, math.MinInt64)},
+		{"100 years, exactly", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		for _, nack := range []bool{false, true} {
+			what := map[bool]string{false: "lease lapse", true: "retry delay end"}[nack]
+			t.Run(back.name+"/"+what, func(t *testing.T) {
+				e := newEnv(t)
+				for name, b := range e.storeAndMemory(policy()) {
+					t.Run(name, func(t *testing.T) {
+						e.clock.Set(start)
+						_, err := b.Publish(ctx(t), []byte("x"))
+						require.NoError(t, err)
+						ds, err := b.Receive(ctx(t), 1)
+						require.NoError(t, err)
+						require.Len(t, ds, 1)
+						due := ds[0].Lease.ExpiresAt
+						if nack {
+							nv, err := b.Nack(ctx(t), ds[0].Lease.Receipt, nil)
+							require.NoError(t, err)
+							due = nv.VisibleAt
+						}
+						e.clock.Set(back.to)
+						w := b.Wake()
+						require.True(t, w.Scheduled)
+						require.Positive(t, w.In, "a %s %v ahead is due now", what, due.Sub(back.to))
+						// time.Time.Sub clamps to the longest Duration too.
+						require.Equal(t, due.Sub(back.to), w.In)
+					})
+				}
+			})
+		}
+	}
 }
 
 func TestWakeNotScheduledWhenOnlyDeadLetters(t *testing.T) {

@@ -102,7 +102,7 @@ func TestEventsSetTheAbsoluteValuesTheyCarry(t *testing.T) {
 	require.Nil(t, q.NextReady())
 
 	m = apply(Event{Kind: KindReplay})
-	require.Equal(t, values{State: Ready, EnqueuedAt: 5, Pos: pos}, of(m))
+	require.Equal(t, values{State: Ready, At: AtOnce, EnqueuedAt: 5, Pos: pos}, of(m))
 	require.Empty(t, q.DeadLetters(5))
 	require.Equal(t, uint64(1), q.NextReady().Seq)
 

@@ -309,7 +309,7 @@ func TestEvictionComparesInstantsFarApartExactly(t *testing.T) {
 		{1, 0, math.MinInt64, true},
 		{0, 0, -1, true},
 	} {
-		require.Equal(t, c.older, olderThan(c.at, c.now, c.window), "%d - %d > %d", c.now, c.at, c.window)
+		require.Equal(t, c.older, OlderThan(c.at, c.now, c.window), "%d - %d > %d", c.now, c.at, c.window)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -82,4 +83,43 @@ func TestALapseOfALastDeliveryStaysSeenWhenTheClockGoesBack(t *testing.T) {
 	require.Equal(t, []*Message{m}, q.Exhausted())
 	require.True(t, m.Lapsed)
 	require.False(t, LeaseLive(m, 49), "the clock went back: the lapse Promote saw stands")
+}
+
+// TestANackToTheUnixEpochIsAnOrdinaryInstant: a nack's visibleAt is when
+// the message becomes receivable, and 0, the Unix epoch, is an instant
+// like any other: the message is delayed at -1 and receivable from 0 on,
+// also when loaded from a checkpoint. 0 was taken for "at once", and such
+// a message was received a nanosecond early. Only AtOnce, the earliest
+// instant, is at once.
+func TestANackToTheUnixEpochIsAnOrdinaryInstant(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 3}}))
+	for seq := uint64(1); seq <= 2; seq++ {
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100*int(seq)), pub(seq, -5, "")))
+		require.NoError(t, x.Apply(wal.MakePosition(1, 100*int(seq)+50), &Event{Kind: KindLease, Queue: 1, Seq: seq, Deliveries: 1, Time: 5, Nonce: seq}))
+	}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 300), &Event{Kind: KindNack, Queue: 1, Seq: 1, Deliveries: 1, Time: 0}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 350), &Event{Kind: KindNack, Queue: 1, Seq: 2, Deliveries: 1, Time: AtOnce}))
+	checkpointAt(t, x, dir, wal.MakePosition(1, 400))
+	require.NoError(t, x.Table.Close())
+	loaded, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer loaded.Table.Close()
+
+	for name, q := range map[string]*Queue{"applied": x.Queue("q"), "loaded": loaded.Queue("q")} {
+		q.Promote(-1)
+		ready, _, delayed, _ := q.Counts()
+		require.Equal(t, 1, ready, name)
+		require.Equal(t, 1, delayed, "%s: the message nacked to the epoch is delayed before it", name)
+		require.Equal(t, uint64(2), q.NextReady().Seq, "%s: only the message handed back at once is receivable", name)
+		due, ok := q.NextDue()
+		require.True(t, ok, name)
+		require.Zero(t, due, name)
+		q.Promote(0)
+		ready, _, delayed, _ = q.Counts()
+		require.Equal(t, 2, ready, "%s: at the epoch, both are receivable", name)
+		require.Zero(t, delayed, name)
+	}
 }

@@ -28,7 +28,9 @@
 //	                    the record, no length)
 //	kind 4  lease       queue, seq, deliveries, expiresAt, nonce
 //	kind 5  ack         queue, seq
-//	kind 6  nack        queue, seq, deliveries, visibleAt
+//	kind 6  nack        queue, seq, deliveries, visibleAt (AtOnce, the
+//	                    earliest instant, for a message handed back at
+//	                    once; logs written before it recorded 0 for that)
 //	kind 7  deadletter  queue, seq, deliveries, failedAt, code, reason, cause
 //	kind 8  extend      queue, seq, deliveries, expiresAt, nonce
 //	kind 9  replay      queue, seq

@@ -22,13 +22,23 @@ const (
 	// result of replaying a log: it exists only between a publish and its
 	// commit in a running store. Counts toward capacity, is never received.
 	Pending State = iota + 1
-	// Ready: receivable from At on (At 0: at once).
+	// Ready: receivable from At on (AtOnce: at once).
 	Ready
 	// Leased: a consumer holds it until At.
 	Leased
 	// Dead: in the dead-letter store.
 	Dead
 )
+
+// AtOnce is the At of a Ready message receivable at once, and the
+// visibleAt of a nack event that hands a message back at once: the
+// earliest instant a broker records (September 1677 in Unix nanoseconds),
+// so no clock reading is before it and it is no special case for Promote.
+// Every other instant, 0 (the Unix epoch) included, is an ordinary one: a
+// message nacked to be visible at 0 is not receivable at -1. A log or
+// checkpoint written before AtOnce recorded 0 for "at once"; read now as
+// the instant 0, it is the same for every clock reading from 1970 on.
+const AtOnce int64 = math.MinInt64
 
 // Message is the projected state of one message. The index owns it: callers
 // read it under their own lock and change it only through events.
@@ -39,8 +49,8 @@ type Message struct {
 	Key        string
 	State      State
 	Deliveries uint32
-	// At is when a Ready message becomes receivable, or when a Leased one's
-	// lease lapses.
+	// At is when a Ready message becomes receivable (AtOnce for a message
+	// receivable at once), or when a Leased one's lease lapses.
 	At    int64
 	Nonce uint64 // the current lease's
 	// Lapsed records that Promote saw this Leased message's lease lapse: it
@@ -182,7 +192,7 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 		q.attach(m, Dead)
 	case KindReplay:
 		q.detach(m)
-		m.Deliveries, m.At, m.Nonce = 0, 0, 0
+		m.Deliveries, m.At, m.Nonce = 0, AtOnce, 0
 		m.FailedAt, m.Code, m.Reason, m.Cause = 0, 0, "", ""
 		q.attach(m, Ready)
 	case KindAck, KindDelete:
@@ -247,7 +257,7 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 		q.msgs[e.Seq] = m
 	}
 	m.EnqueuedAt, m.Key, m.Size = e.Time, e.Key, size
-	m.Deliveries, m.At, m.Nonce = 0, 0, 0
+	m.Deliveries, m.At, m.Nonce = 0, AtOnce, 0
 	// A message joins the stream if it keeps the stream in order: a later
 	// sequence and no earlier EnqueuedAt than the stream's last.
 	m.stream = e.Seq > q.streamMax && e.Time >= q.streamEnq
@@ -354,7 +364,7 @@ func (q *Queue) activate(seq uint64) *Message {
 	} else {
 		q.gone[seq] = struct{}{}
 	}
-	m := &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1}
+	m := &Message{Seq: seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, At: AtOnce, heapIdx: -1}
 	q.msgs[seq] = m
 	q.live++
 	return m
@@ -473,7 +483,11 @@ func (q *Queue) attach(m *Message, s State) {
 	m.State = s
 	switch s {
 	case Ready:
-		if m.At == 0 {
+		// A message receivable at once goes straight where Promote would
+		// move it at any clock reading. Any other instant waits for
+		// Promote, even 0: taken for "at once", it made a message nacked
+		// to be visible at the Unix epoch receivable before it.
+		if m.At == AtOnce {
 			q.ready.push(m)
 		} else {
 			q.timers.push(m)
@@ -643,7 +657,7 @@ func (q *Queue) NextReady() *Message {
 	if !ok {
 		return m
 	}
-	q.head = Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1}
+	q.head = Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, At: AtOnce, heapIdx: -1}
 	if m != nil && byEnqueued(m, &q.head) {
 		return m
 	}
@@ -795,7 +809,7 @@ func (q *Queue) observeClock(now int64) {
 func (q *Queue) evict(now, window int64) bool {
 	q.observeClock(now)
 	evicted := false
-	for len(q.seenOrder) > 0 && olderThan(q.seenOrder[0].enqueuedAt, now, window) {
+	for len(q.seenOrder) > 0 && OlderThan(q.seenOrder[0].enqueuedAt, now, window) {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
 			if cur.seg != 0 {
@@ -808,10 +822,12 @@ func (q *Queue) evict(now, window int64) bool {
 	return evicted
 }
 
-// olderThan reports whether now-at > window, exactly: the difference of
+// OlderThan reports whether now-at > window, exactly: the difference of
 // two instants far apart overflows an int64, and wrapped to a negative
-// one it kept the oldest key, and every key behind it, for good.
-func olderThan(at, now, window int64) bool {
+// one it kept the oldest key, and every key behind it, for good. It is
+// the dedup window's rule, exported so that the in-memory broker evicts
+// by it too.
+func OlderThan(at, now, window int64) bool {
 	if now >= at {
 		d := uint64(now) - uint64(at) // now-at, which fits in a uint64
 		return window < 0 || d > uint64(window)
@@ -847,7 +863,7 @@ func (q *Queue) Dump(now int64) string {
 		all = append(all, m)
 	}
 	q.eachFresh(q.cursor, q.streamMax, func(ent Entry) bool {
-		all = append(all, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready})
+		all = append(all, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, At: AtOnce})
 		return true
 	})
 	slices.SortFunc(all, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
@@ -909,7 +925,7 @@ func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef
 	}
 	q.eachFresh(minSeq, maxSeq, func(ent Entry) bool {
 		if ent.Pos.Segment() == seg {
-			msgs = append(msgs, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, heapIdx: -1})
+			msgs = append(msgs, &Message{Seq: ent.Seq, EnqueuedAt: ent.EnqueuedAt, Pos: ent.Pos, Size: ent.Size, State: Ready, At: AtOnce, heapIdx: -1})
 		}
 		return true
 	})

@@ -213,6 +213,19 @@ var wakeCases = []testCase{
 		d := e.appearsAt(q, nv.VisibleAt, true, "the nacked message")
 		e.checkIn(e.waker(q).Wake(), d.Lease.ExpiresAt.Sub(e.now()), "the redelivery's lease lapsing")
 	}},
+	{name: "WakeInStaysAheadAfterTheClockStepsBackCenturies", needs: []string{"Waker", "Clock"}, run: func(e *env) {
+		// A lease lapsing further ahead than a Duration holds (about 292
+		// years) is still ahead: In must not wrap to a negative "now".
+		// Both instants are within the years a broker clock may read.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = 30 * time.Second }))
+		e.set(time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC))
+		e.publish(q, "a")
+		e.receiveOne(q)
+		e.set(time.Date(1750, 1, 1, 0, 0, 0, 0, time.UTC))
+		if w := e.waker(q).Wake(); !w.Scheduled || w.In < 290*365*24*time.Hour {
+			e.Fatalf("a lease lapsing 500 years ahead: Wake %+v, want Scheduled with In the longest Duration", w)
+		}
+	}},
 	{name: "WakeInNamesEarliestMoment", needs: []string{"Waker", "Clock"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = 5 * time.Second; p.VisibilityTimeout = 30 * time.Second }))
 		e.publish(q, "a")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -569,5 +570,24 @@ func TestALeaseLookedAtAfterCloseIsClosed(t *testing.T) {
 	}
 	if _, ok := q.deliver(delivery{msg: nats.NewMsg("x"), seq: 43, delivered: 1}, now.Add(time.Hour), false); ok || q.leases[43] != nil {
 		t.Fatal("a delivery recorded after Close")
+	}
+}
+
+// Wake's In adds its slack to the time until a message is receivable,
+// counts a moment past as zero, and stays the longest Duration for a
+// moment further ahead than a Duration holds: a wrap would say "now".
+func TestWakeInNeverWrapsToNow(t *testing.T) {
+	now := time.Date(1750, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at   time.Time
+		want time.Duration
+	}{
+		{now.Add(5 * time.Second), 5*time.Second + wakeSlack},
+		{now.Add(-time.Hour), wakeSlack},
+		{now.AddDate(500, 0, 0), math.MaxInt64},
+	} {
+		if got := wakeIn(c.at, now); got != c.want {
+			t.Errorf("wakeIn(%v, %v) = %v, want %v", c.at, now, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 
@@ -79,7 +80,7 @@ func (q *Queue) Wake() broker.WakeValue {
 	}
 	if !next.IsZero() {
 		w.Scheduled = true
-		w.In = max(next.Sub(now), 0) + wakeSlack
+		w.In = wakeIn(next, now)
 	}
 	return w
 }
@@ -275,4 +276,13 @@ func (q *Queue) close() error {
 	}
 	q.wakeSub, q.deathSub = nil, nil
 	return errors.Join(errs...)
+}
+
+// wakeIn is Wake's In for a message receivable at next: the time until
+// then, never less than zero, plus wakeSlack. Sub clamps to the largest
+// Duration, and the slack must not wrap that to a negative In ("now")
+// after the clock stepped back by centuries.
+func wakeIn(next, now time.Time) time.Duration {
+	in := max(next.Sub(now), 0)
+	return in + min(wakeSlack, math.MaxInt64-in)
 }

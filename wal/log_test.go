@@ -364,12 +364,18 @@ func TestAPowerLossKeepsANewLogsDirectory(t *testing.T) {
 	defer l.Close()
 	pos, err := l.Append(record(1))
 	require.NoError(t, err)
+	requireAfterPowerLoss(t, cfs, root, pos[0])
+}
+
+// requireAfterPowerLoss checks that a power loss keeps record(1) at pos in
+// the log at root/new/log.
+func requireAfterPowerLoss(t *testing.T, cfs *vfs.CrashFS, root string, pos Position) {
+	t.Helper()
 	clone := filepath.Join(t.TempDir(), "clone")
 	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: root}))
-
 	c := mustOpen(t, filepath.Join(clone, "new", "log"), Options{SegmentBytes: 4096})
 	defer c.Close()
-	got, err := c.Read(pos[0])
+	got, err := c.Read(pos)
 	require.NoError(t, err)
 	require.Equal(t, record(1), got)
 }
@@ -391,14 +397,7 @@ func TestAPowerLossKeepsALogsDirectoryAnInterruptedOpenMade(t *testing.T) {
 	defer l.Close()
 	pos, err := l.Append(record(1))
 	require.NoError(t, err)
-	clone := filepath.Join(t.TempDir(), "clone")
-	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: root}))
-
-	c := mustOpen(t, filepath.Join(clone, "new", "log"), Options{SegmentBytes: 4096})
-	defer c.Close()
-	got, err := c.Read(pos[0])
-	require.NoError(t, err)
-	require.Equal(t, record(1), got)
+	requireAfterPowerLoss(t, cfs, root, pos[0])
 }
 
 // Stats.LargestSegment is the size of the largest segment file, which a

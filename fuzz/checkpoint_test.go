@@ -84,9 +84,10 @@ func (tp *ckptTemplate) reset(t testing.TB, file []byte) {
 // they are, or, with wrap, as the body of a well-formed file (so that the
 // CRC passes and the body decoder is what gets exercised).
 //
-// It found two faults of index.Load, since fixed (their regression tests
-// are TestCheckpointStreamPastNextSequenceIsRefused and
-// TestCheckpointNamingATableFileTwiceLeaksNothing).
+// It found three faults of index.Load, since fixed (their regression tests
+// are TestCheckpointStreamPastNextSequenceIsRefused,
+// TestCheckpointNamingATableFileTwiceLeaksNothing and the corpus entry
+// f694a875887c3aaa: a message state of 2052 read as a byte, Dead).
 func FuzzCheckpointLoad(f *testing.F) {
 	tp := newCkptTemplate(f)
 	f.Fuzz(func(t *testing.T, wrap bool, logPos, nextSeq uint64, data []byte) {

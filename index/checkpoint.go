@@ -593,7 +593,12 @@ func decodeMessage(d *decoder) (*Message, State) {
 	m.EnqueuedAt = d.varint()
 	m.Pos = wal.Position(d.uvarint())
 	m.Key = d.string()
-	st := State(d.uvarint())
+	v := d.uvarint()
+	st := State(v)
+	if uint64(st) != v {
+		// A State is a byte: 2052 would read as Dead.
+		d.fail(fmt.Sprintf("message %d in state %d", m.Seq, v))
+	}
 	m.Deliveries = d.u32()
 	m.At = d.varint()
 	m.Nonce = d.uvarint()

@@ -50,14 +50,15 @@ func FuzzFrameDecode(f *testing.F) {
 			require.LessOrEqual(t, fr.End(), len(data), "the frame runs past the data")
 			require.True(t, validType(fr.Kind, fr.Place), "decoded kind %v place %d", fr.Kind, fr.Place)
 			require.Equal(t, len(fr.Body), cap(fr.Body), "the body must not give access past the frame")
-			again := segment.AppendFrame(nil, seq, 0, fr.Synced, fr.Kind, fr.Place, fr.Body)
+			// Under the salt of data's header, as Decode read it.
+			again := segment.AppendFrame(nil, seq, segment.SaltOf(data), fr.Synced, fr.Kind, fr.Place, fr.Body)
 			require.Equal(t, data[off:fr.End()], again, "the decoded fields do not encode back to the bytes read")
 		}
 
 		// Fuzzed fields, encoded after a prefix of data.
 		prefix := data[:min(len(data), 40):min(len(data), 40)]
 		kind, place := segment.Kind(typ&0x0f), segment.Place(typ>>4)
-		buf := segment.AppendFrame(prefix, seq, 0, synced, kind, place, body)
+		buf := segment.AppendFrame(prefix, seq, segment.SaltOf(prefix), synced, kind, place, body)
 		require.Equal(t, data[:len(prefix)], buf[:len(prefix)], "AppendFrame changed what it appended to")
 		require.Len(t, buf, len(prefix)+segment.Size(len(body)))
 		at := len(prefix)
@@ -98,8 +99,12 @@ func frameSeeds(testing.TB) []seed {
 	rec := segment.AppendFrame(nil, 5, 0, 40, segment.KindRecord, segment.First, []byte("body"))
 	seal := segment.AppendFrame(nil, 5, 0, 64, segment.KindSeal, segment.Full, nil)
 	pad := segment.AppendFrame(nil, 5, 0, 0, segment.KindPadding, segment.Full, make([]byte, 9))
-	hdr := segment.EncodeHeader(5, 0)
-	file := append(append(append(hdr[:], rec...), seal...), make([]byte, 30)...)
+	// In a file, the frames are salted with its header's salt.
+	const salt = 0x5a17f00d
+	hdr := segment.EncodeHeader(5, salt)
+	file := segment.AppendFrame(hdr[:], 5, salt, 40, segment.KindRecord, segment.First, []byte("body"))
+	file = segment.AppendFrame(file, 5, salt, 64, segment.KindSeal, segment.Full, nil)
+	file = append(file, make([]byte, 30)...)
 	bad := bytes.Clone(rec)
 	bad[20] ^= 0x40
 	s := func(name string, data []byte, off int, seq, synced uint32, typ byte, body []byte, flip uint16) seed {

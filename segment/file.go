@@ -26,6 +26,11 @@ type File struct {
 	seq  uint32
 	size int // fixed: segments never grow; readable after Close
 	data mmap.MMap
+	// salt is the header's, as Create, Recycle or Open saw it (a header
+	// damaged since must not change what is appended); known is false
+	// for OpenUnread, which reads nothing.
+	salt  uint32
+	known bool
 }
 
 // errSeqZero refuses sequence 0, which no segment has: zero-filled space
@@ -131,6 +136,7 @@ func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func
 	if err != nil {
 		return fail(err)
 	}
+	s.salt, s.known = salt, true
 	return s, nil
 }
 
@@ -199,7 +205,12 @@ func recycled(f vfs.File, path string, seq, salt uint32) (*File, error) {
 	if err := f.Sync(); err != nil {
 		return nil, err
 	}
-	return mapped(f, path, seq, size)
+	s, err := mapped(f, path, seq, size)
+	if err != nil {
+		return nil, err
+	}
+	s.salt, s.known = salt, true
+	return s, nil
 }
 
 // Open opens the existing segment file at path and checks that its header
@@ -252,6 +263,7 @@ func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("segment %s: offset 0: %w", path, err)
 	}
+	s.salt, s.known = SaltOf(s.data), true
 	return s, nil
 }
 
@@ -282,11 +294,18 @@ func (s *File) Seq() uint32 {
 }
 
 // Salt returns the salt of the file's header, which the checksums of its
-// frames are seeded with ([AppendFrame]); 0 for a version 1 file. It reads
-// the header from the mapping, and returns 0 for a closed File.
+// frames are seeded with ([AppendFrame]); 0 for a version 1 file. It is
+// the salt Create or Recycle wrote, or Open read when it checked the
+// header: a header damaged since does not change it, so the frames a
+// writer salts with it keep verifying once a salvage has recovered the
+// salt. For a File from OpenUnread, which reads nothing at open, it reads
+// the header from the mapping (0 once closed).
 func (s *File) Salt() uint32 {
-	if s == nil {
+	switch {
+	case s == nil:
 		return 0
+	case s.known:
+		return s.salt
 	}
 	return SaltOf(s.data)
 }

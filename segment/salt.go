@@ -42,54 +42,61 @@ func NewSalt() uint32 {
 }
 
 // RecoverSalt finds the salt of segment seq from its frames, for a salvage
-// that must rewrite a damaged header. Any frame that names seq gives a
-// candidate: the salt under which its own checksum verifies. A damaged
-// frame gives a wrong one, which it alone would confirm, so a candidate is
-// taken only when the frame decodes under it (type, place, synced value
-// not past its offset) and either is a seal, which carries no record, or
-// is followed by a frame that decodes under the same salt. The first such
-// candidate is returned; ok is false when there is none (no frame, or a
-// last segment holding one record only: its record cannot be told from a
-// damaged one, and is lost with the header).
+// that must rewrite a damaged header (data is the whole file, header
+// included). ok is false when it finds none.
 //
-// At most [maxSaltCandidates] frames naming seq are tried, so that a
-// file whose bytes name seq at every turn (a payload crafted so) costs a
-// bounded time; the true first frame is the first candidate unless damage
-// took it.
+// First the salt the damaged header still holds (the damage may be
+// elsewhere in it), and 0 (a version 1 file): the first frame verifying
+// under one of them confirms it, its checksum being evidence from outside
+// the frame. Otherwise each frame, from the first on, gives a candidate:
+// the salt under which its own checksum verifies. A damaged frame gives a
+// wrong one, which it alone would confirm, so the candidate is taken only
+// when the frame that follows it verifies under it too. The frames are
+// walked as the log wrote them, each where the one before ends (by its
+// length field), never inside a body, which holds whatever a record held,
+// frames under a salt of the writer's choosing included. The walk ends at
+// a frame header that does not name seq or whose length runs past the
+// data, and after [maxSaltCandidates] frames. So the salt is lost where
+// the header and the first frame's length were both damaged, or where a
+// last segment held one record only, and its salt field was damaged too.
 //
 // A checksum is linear in its initial value: Update(salt, b) is
 // Update(0, b) xor salt·x^(8·len(b)) modulo the polynomial (in the
 // reflected representation the table uses), so the salt is that
 // difference multiplied by x^(-8·len(b)).
 func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
-	tried := 0
-	for off := HeaderSize; off <= len(data)-FrameHeaderSize && tried < maxSaltCandidates; off++ {
-		if binary.LittleEndian.Uint32(data[off+8:]) != seq {
-			continue
+	if len(data) < HeaderSize+FrameHeaderSize {
+		return 0, false
+	}
+	for _, s := range []uint32{binary.LittleEndian.Uint32(data[16:]), 0} {
+		if f, err := decode(data, HeaderSize, seq, s); err == nil && int(f.Synced) <= HeaderSize {
+			return s, true
 		}
-		tried++
+	}
+	off := HeaderSize
+	for range maxSaltCandidates {
+		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq {
+			return 0, false
+		}
 		n := binary.LittleEndian.Uint32(data[off+4:])
 		end := off + FrameHeaderSize + int(n)
 		if n > MaxBody || end > len(data) || end < off {
-			continue
+			return 0, false
 		}
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
 		salt := mulmod(diff, xPowMinus8(end-off-4))
-		f, err := decode(data, off, seq, salt)
-		if err != nil || int(f.Synced) > off {
-			continue
+		if f, err := decode(data, off, seq, salt); err == nil && int(f.Synced) <= off {
+			if _, err := decode(data, end, seq, salt); err == nil {
+				return salt, true
+			}
 		}
-		if f.Kind == KindSeal {
-			return salt, true
-		}
-		if _, err := decode(data, f.End(), seq, salt); err == nil {
-			return salt, true
-		}
+		off = end
 	}
 	return 0, false
 }
 
-// maxSaltCandidates bounds the frames RecoverSalt tries.
+// maxSaltCandidates bounds the frames RecoverSalt tries: a salt not
+// confirmed by the first few frames is not worth reading a whole file for.
 const maxSaltCandidates = 64
 
 // In the reflected representation of the CRC's register, bit 31 is x^0 and

@@ -115,3 +115,60 @@ func TestSaltOf(t *testing.T) {
 	require.Zero(t, segment.SaltOf(segment.AppendFrame(nil, 3, 0, 0, segment.KindRecord, segment.Full, make([]byte, 40))))
 	require.NotEqual(t, segment.NewSalt(), segment.NewSalt(), "drawn at random (equal once in 2^32)")
 }
+
+// RecoverSalt walks the frames as the log wrote them, never inside a
+// record's body, which may hold frames under a salt of the writer's
+// choosing that vouch for each other, or a seal: none gives the salt. A
+// header and first frame damaged together leave the frames after them to
+// give it; a header whose salt field survived gives it with one frame.
+func TestRecoverSaltNeverTakesASaltFromInsideARecordBody(t *testing.T) {
+	const seq, salt, forged = 3, 0x11111111, 0xdeadbeef
+	noHeader := func(frames []byte) []byte {
+		data := append(bytes.Clone(frames), make([]byte, 256)...)
+		clear(data[:segment.HeaderSize])
+		return data
+	}
+	h := segment.EncodeHeader(seq, salt)
+
+	// A lone record whose body holds two forged frames, and one whose
+	// body holds a forged seal.
+	inner := segment.AppendFrame(nil, seq, forged, 40, segment.KindRecord, segment.Full, []byte("forged1"))
+	inner = segment.AppendFrame(inner, seq, forged, 40, segment.KindRecord, segment.Full, []byte("forged2"))
+	var seal [segment.FrameHeaderSize]byte
+	binary.LittleEndian.PutUint32(seal[0:], 0x12345678)
+	binary.LittleEndian.PutUint32(seal[8:], seq)
+	seal[16] = byte(segment.KindSeal)
+	for _, body := range [][]byte{inner, seal[:]} {
+		data := noHeader(segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, body))
+		got, ok := segment.RecoverSalt(data, seq)
+		require.False(t, ok, "a salt from inside a body: %#x", got)
+	}
+
+	// The header and the first frame's checksum damaged, the first body
+	// full of the segment's sequence: the intact frames after it give
+	// the salt.
+	words := make([]byte, 400)
+	for i := 0; i < len(words); i += 4 {
+		binary.LittleEndian.PutUint32(words[i:], seq)
+	}
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, words)
+	for i := range 50 {
+		data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte{byte(i)})
+	}
+	data = noHeader(data)
+	data[segment.HeaderSize] ^= 0xff
+	got, ok := segment.RecoverSalt(data, seq)
+	require.True(t, ok)
+	require.Equal(t, uint32(salt), got)
+
+	// Only the header's checksum damaged: its salt, confirmed by a lone
+	// record.
+	data = segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("alone"))
+	data = append(data, make([]byte, 64)...)
+	data[29] ^= 1
+	_, err := segment.DecodeHeader(data)
+	require.ErrorIs(t, err, segment.ErrBadHeader)
+	got, ok = segment.RecoverSalt(data, seq)
+	require.True(t, ok)
+	require.Equal(t, uint32(salt), got)
+}

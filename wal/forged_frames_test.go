@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -120,4 +121,72 @@ func TestAForgedFrameWhereTheRecordsEndIsNotARecord(t *testing.T) {
 	defer c.Close()
 	requireEntries(t, want, readAll(t, c))
 	requireNoForged(t, c)
+}
+
+// A salvage that rewrites a damaged header takes the salt from the
+// frames the log wrote, never from frames inside a record's body: a last
+// segment of one record carrying frames under the forger's salt, its
+// header damaged, opens with that record and nothing forged.
+func TestSalvageOfADamagedHeaderTakesNoSaltFromARecordBody(t *testing.T) {
+	for _, at := range []int64{21, 17, 29} { // a reserved byte, a byte of the salt, the header's checksum
+		dir := t.TempDir()
+		opts := Options{SegmentBytes: 1 << 16}
+		l := mustOpen(t, dir, opts)
+		body := forgedFrames(40, 0xdeadbeef)
+		want := []entry{{mustAppend(t, l, body), body}}
+		require.NoError(t, l.Close())
+		damageByte(t, segFile(dir, 1), at)
+
+		opts.Salvage = true
+		c, err := Open(dir, opts)
+		require.NoError(t, err, "byte %d", at)
+		requireNoForged(t, c)
+		if at != 17 {
+			// The salt field survived: the record is kept.
+			requireEntries(t, want, readAll(t, c))
+		}
+		require.NoError(t, c.Close())
+	}
+}
+
+// A header damaged while the log is open does not change the salt its
+// appends are written with: the records acknowledged after the damage are
+// there once a salvage has rewritten the header, with those before.
+func TestAHeaderDamagedSinceOpenDoesNotChangeTheSaltOfAppends(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1 << 16}
+	l := mustOpen(t, dir, opts)
+	want := appendRecords(t, l, 0, 3)
+	damageByte(t, segFile(dir, 1), 17) // a byte of the salt
+	want = append(want, appendRecords(t, l, 3, 3)...)
+	require.NoError(t, l.Close())
+
+	opts.Salvage = true
+	c, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer c.Close()
+	require.Nil(t, c.Recovery().TornTail, "records acknowledged after the damage are not a torn tail")
+	requireEntries(t, want, readAll(t, c))
+}
+
+// mustAppend appends rec alone and returns its position.
+func mustAppend(t *testing.T, l *Log, rec []byte) Position {
+	t.Helper()
+	pos, err := l.Append(rec)
+	require.NoError(t, err)
+	return pos[0]
+}
+
+// damageByte flips the low bit of the byte at off in the file at path.
+func damageByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	b := make([]byte, 1)
+	_, err = f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 1
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
 }

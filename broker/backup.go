@@ -111,7 +111,9 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 		return fail(errors.Join(err, removePartial(fs, tmp))), nil
 	}
 	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-		return fail(fmt.Errorf("the copy is complete, but its name may not be durable: %w", err)), nil
+		// Its name may not be durable: a failed Backup leaves no dir,
+		// so that the caller's retry to the same place is not refused.
+		return fail(errors.Join(fmt.Errorf("the copy's name could not be made durable, and the copy is removed: %w", err), removePartial(fs, dir))), nil
 	}
 	if markErr = fs.Remove(filepath.Join(dir, partialMark)); markErr == nil {
 		_ = fs.SyncDir(dir) // else the copy's first Open removes the mark

@@ -823,3 +823,22 @@ func TestBackupOfAnEmptyStore(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// A Backup whose copy is complete but whose name cannot be made durable
+// (the sync of dir's parent fails after the rename) fails, and, as every
+// failed Backup, leaves no dir: a retry to the same place succeeds.
+func TestABackupWhoseNameIsNotDurableLeavesNoDir(t *testing.T) {
+	e, ffs, _ := faultyBackupEnv(t)
+	root := t.TempDir()
+	dst := filepath.Join(root, "backup")
+	// The first sync of root is the partial copy's creation, the second
+	// the one after the rename.
+	ffs.Inject(vfs.Rule{Op: vfs.OpSyncDir, Match: func(n string) bool { return filepath.Clean(n) == root }, Nth: 2})
+	err := e.s.Backup(ctx(t), dst)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, "removed")
+	_, statErr := os.Stat(dst)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "a failed Backup leaves no dir")
+	ffs.Clear()
+	require.NoError(t, e.s.Backup(ctx(t), dst), "the retry")
+}

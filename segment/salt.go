@@ -46,19 +46,29 @@ func NewSalt() uint32 {
 // included). ok is false when it finds none.
 //
 // First the salt the damaged header still holds (the damage may be
-// elsewhere in it), and 0 (a version 1 file): the first frame verifying
-// under one of them confirms it, its checksum being evidence from outside
-// the frame. Otherwise each frame, from the first on, gives a candidate:
-// the salt under which its own checksum verifies. A damaged frame gives a
-// wrong one, which it alone would confirm, so the candidate is taken only
-// when the frame that follows it verifies under it too. The frames are
-// walked as the log wrote them, each where the one before ends (by its
-// length field), never inside a body, which holds whatever a record held,
-// frames under a salt of the writer's choosing included. The walk ends at
-// a frame header that does not name seq or whose length runs past the
-// data, and after [maxSaltCandidates] frames. So the salt is lost where
-// the header and the first frame's length were both damaged, or where a
-// last segment held one record only, and its salt field was damaged too.
+// elsewhere in it), unless it reads 0: a frame of seq verifying under it
+// anywhere in the file confirms it, its checksum being evidence from
+// outside the frame (a frame written before the file became this segment,
+// or forged in a body, could not know a salt drawn after). Not 0, which
+// a zeroed header reads and anyone can write frames under; a version 1
+// file's frames give 0 as below.
+//
+// Otherwise each frame gives a candidate: the salt under which its own
+// checksum verifies. A damaged frame gives a wrong one, which it alone
+// would confirm, so the candidate is taken only when the frame that
+// follows it verifies under it too. The frames are walked as the log wrote
+// them, each where the one before ends (by its length field), so that the
+// walk never looks inside a body, which may hold frames under a salt of
+// its writer's choosing that vouch for each other; only where damage
+// broke that chain (bytes that cannot start a frame of seq) does it search
+// on byte by byte for the next bytes that can. So the salt is lost where
+// both its field and the first frames' lengths were damaged and a forged
+// chain lies in what is left, or where a last segment held one record
+// only and the salt field was damaged too.
+//
+// The work is bounded (checksums over at most [saltBudget] times the
+// file's bytes), so that a file whose bytes name seq at every turn (a
+// payload crafted so) costs little more than reading it.
 //
 // A checksum is linear in its initial value: Update(salt, b) is
 // Update(0, b) xor salt·x^(8·len(b)) modulo the polynomial (in the
@@ -68,13 +78,11 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	if len(data) < HeaderSize+FrameHeaderSize {
 		return 0, false
 	}
-	for _, s := range []uint32{binary.LittleEndian.Uint32(data[16:]), 0} {
-		if f, err := decode(data, HeaderSize, seq, s); err == nil && int(f.Synced) <= HeaderSize {
-			return s, true
-		}
-	}
-	off := HeaderSize
-	for range maxSaltCandidates {
+	budget := saltBudget * len(data)
+	// frameAt returns the end of the frame at off if its header names
+	// seq and its length fits in data, charging the budget for the
+	// checksum a decode of it costs.
+	frameAt := func(off int) (int, bool) {
 		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq {
 			return 0, false
 		}
@@ -83,10 +91,31 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		if n > MaxBody || end > len(data) || end < off {
 			return 0, false
 		}
+		budget -= end - off
+		return end, true
+	}
+	verifies := func(off int, salt uint32) bool {
+		f, err := decode(data, off, seq, salt)
+		return err == nil && int(f.Synced) <= off
+	}
+	if s := binary.LittleEndian.Uint32(data[16:]); s != 0 {
+		for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; off++ {
+			if _, ok := frameAt(off); ok && verifies(off, s) {
+				return s, true
+			}
+		}
+		budget = saltBudget * len(data)
+	}
+	for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; {
+		end, ok := frameAt(off)
+		if !ok {
+			off++ // the chain is broken here: resynchronise
+			continue
+		}
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
 		salt := mulmod(diff, xPowMinus8(end-off-4))
-		if f, err := decode(data, off, seq, salt); err == nil && int(f.Synced) <= off {
-			if _, err := decode(data, end, seq, salt); err == nil {
+		if verifies(off, salt) {
+			if _, ok := frameAt(end); ok && verifies(end, salt) {
 				return salt, true
 			}
 		}
@@ -95,9 +124,9 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	return 0, false
 }
 
-// maxSaltCandidates bounds the frames RecoverSalt tries: a salt not
-// confirmed by the first few frames is not worth reading a whole file for.
-const maxSaltCandidates = 64
+// saltBudget bounds RecoverSalt's work per search, in checksummed bytes per
+// byte of the file.
+const saltBudget = 4
 
 // In the reflected representation of the CRC's register, bit 31 is x^0 and
 // bit 0 is x^31; one shift of the register with a zero input bit, r>>1

@@ -172,3 +172,33 @@ func TestRecoverSaltNeverTakesASaltFromInsideARecordBody(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint32(salt), got)
 }
+
+// Damage that zeroes the header's end and the first frame (a sector at
+// the file's start) leaves the frames after it to give the salt: through
+// the salt field if it survived, else by searching past the zeros for the
+// next frame, confirmed by the one after it. Frames a body forged under
+// salt 0 (which a zeroed header reads) give nothing.
+func TestRecoverSaltPastAZeroedFirstFrame(t *testing.T) {
+	const seq, salt = 4, 0x0ddba11
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, bytes.Repeat([]byte("first"), 10))
+	for i := range 5 {
+		data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte{byte(i)})
+	}
+	data = append(data, make([]byte, 64)...)
+	for _, from := range []int{28, 10, 0} { // the salt field kept, then lost
+		damaged := bytes.Clone(data)
+		clear(damaged[from:81])
+		got, ok := segment.RecoverSalt(damaged, seq)
+		require.True(t, ok, "zeros from %d", from)
+		require.Equal(t, uint32(salt), got, "zeros from %d", from)
+	}
+
+	forged := segment.AppendFrame(nil, seq, 0, 40, segment.KindRecord, segment.Full, []byte("forged1"))
+	forged = segment.AppendFrame(forged, seq, 0, 40, segment.KindRecord, segment.Full, []byte("forged2"))
+	data = segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, forged)
+	data = append(data, make([]byte, 64)...)
+	clear(data[:segment.HeaderSize])
+	got, ok := segment.RecoverSalt(data, seq)
+	require.False(t, ok, "a salt from frames forged under 0: %#x", got)
+}

@@ -128,6 +128,14 @@ type Event struct {
 // short-write rule and the Close of a failed close, which always releases
 // the file, as close(2) does).
 //
+// Over a [CrashFS] (NewFaultFS(crashFS)), a failed fdatasync never reaches
+// the CrashFS, which keeps the pages dirty: a later fdatasync that
+// succeeds makes them durable, where Linux, which marks them clean after a
+// failed writeback, would lose them. That order models a process that
+// dies at the failure, or a file it then throws away; to model the device
+// failing under a process that goes on, put the CrashFS outside
+// (NewCrashFS(faultFS)), which drops the failed writes for good.
+//
 // A FaultFS and its Files are safe for concurrent use. It retains the inner
 // FS and the injected rules.
 type FaultFS struct {

@@ -59,12 +59,15 @@ func NewSalt() uint32 {
 // follows it verifies under it too. The frames are walked as the log wrote
 // them, each where the one before ends (by its length field), so that the
 // walk never looks inside a body, which may hold frames under a salt of
-// its writer's choosing that vouch for each other; only where damage
-// broke that chain (bytes that cannot start a frame of seq) does it search
-// on byte by byte for the next bytes that can. So the salt is lost where
-// both its field and the first frames' lengths were damaged and a forged
-// chain lies in what is left, or where a last segment held one record
-// only and the salt field was damaged too.
+// its writer's choosing that vouch for each other; only where damage at
+// the start left no first frame (a sector zeroed with the header) does it
+// search byte by byte for the first bytes that can start a frame of seq,
+// and it ends where the chain does, never reading on into stale bytes of
+// the file's previous segment. So the salt is lost where the salt field
+// and a frame near the start were both damaged, or where a last segment
+// held one record only and the salt field was damaged too; and a forged
+// chain could be taken only from what damage left of the first frame's
+// body.
 //
 // The work is bounded (checksums over at most [saltBudget] times the
 // file's bytes), so that a file whose bytes name seq at every turn (a
@@ -106,12 +109,20 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		}
 		budget = saltBudget * len(data)
 	}
+	walked := false
 	for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; {
 		end, ok := frameAt(off)
+		if !ok && walked {
+			// The chain ends here: what follows is zeros, stale bytes
+			// of the file's previous segment (whose bodies may hold
+			// frames naming this one), or damage.
+			return 0, false
+		}
 		if !ok {
-			off++ // the chain is broken here: resynchronise
+			off++ // damage at the start: search for the first frame
 			continue
 		}
+		walked = true
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
 		salt := mulmod(diff, xPowMinus8(end-off-4))
 		if verifies(off, salt) {

@@ -202,3 +202,18 @@ func TestRecoverSaltPastAZeroedFirstFrame(t *testing.T) {
 	got, ok := segment.RecoverSalt(data, seq)
 	require.False(t, ok, "a salt from frames forged under 0: %#x", got)
 }
+
+// The walk ends where the chain of frames does: after a lone record, the
+// stale bytes of the file's previous segment may hold frames naming this
+// one (a body's forgery), which give nothing.
+func TestRecoverSaltStopsWhereTheFramesEnd(t *testing.T) {
+	const seq, salt = 6, 0x7e57ab1e
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("alone"))
+	data = append(data, 0xee, 0xee, 0xee) // stale bytes of the old segment
+	data = segment.AppendFrame(data, seq, 0xdeadbeef, 40, segment.KindRecord, segment.Full, []byte("forged1"))
+	data = segment.AppendFrame(data, seq, 0xdeadbeef, 40, segment.KindRecord, segment.Full, []byte("forged2"))
+	clear(data[:segment.HeaderSize])
+	got, ok := segment.RecoverSalt(data, seq)
+	require.False(t, ok, "a salt from stale bytes: %#x", got)
+}

@@ -199,6 +199,7 @@ func TestTheHelpersRefuseANilFS(t *testing.T) {
 		"CreateEmpty":     func() error { return CreateEmpty(nil, made) },
 		"MkdirAllDurable": func() error { return MkdirAllDurable(nil, made, 0o700) },
 		"ReplaceFile":     func() error { return ReplaceFile(nil, made, []byte("x")) },
+		"WriteFile":       func() error { return WriteFile(nil, made, []byte("x")) },
 		"ReadFile":        func() error { _, err := ReadFile(nil, made, 10); return err },
 	} {
 		err := call()

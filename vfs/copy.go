@@ -52,6 +52,36 @@ func CopyFile(fs FS, src, dst string) error {
 	return nil
 }
 
+// WriteFile creates the file path, which must not exist (0600), holding
+// data, and makes its data durable (fdatasync). It does not sync path's
+// directory. On failure it removes the file it made. A nil fs is refused
+// with an error wrapping io/fs.ErrInvalid.
+func WriteFile(fs FS, path string, data []byte) error {
+	if fs == nil {
+		return fmt.Errorf("vfs: write %s: %w", path, errNilFS)
+	}
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := writeSynced(f, data); err != nil {
+		return errors.Join(err, fs.Remove(path))
+	}
+	return nil
+}
+
+// writeSynced writes data at the start of f, fdatasyncs it and closes it.
+func writeSynced(f File, data []byte) error {
+	var err error
+	if len(data) > 0 {
+		_, err = f.WriteAt(data, 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
 // CreateEmpty creates the file path, empty, and fails if anything is
 // there. It syncs neither the file nor its directory. A nil fs is refused
 // with an error wrapping io/fs.ErrInvalid.
@@ -81,13 +111,7 @@ func ReplaceFile(fs FS, path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(data) > 0 {
-		_, err = f.WriteAt(data, 0)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
+	if err = writeSynced(f, data); err == nil {
 		err = fs.Rename(tmp, path)
 	}
 	if err == nil {

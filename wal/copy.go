@@ -69,7 +69,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		}
 		var err error
 		if s.seq < end.Segment() {
-			err = writeWhole(fs, dst, s.file.Data())
+			err = vfs.WriteFile(fs, dst, s.file.Data())
 		} else {
 			// segment.Create, under writePrefix, refuses a dst that exists.
 			var f *segment.File

@@ -754,25 +754,6 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	return f, nil
 }
 
-// writeWhole creates the file path (which must not exist) holding data,
-// and fdatasyncs it. On failure it removes the file it created.
-func writeWhole(fs vfs.FS, path string, data []byte) error {
-	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if len(data) > 0 {
-		_, err = f.WriteAt(data, 0)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err != nil {
-		return errors.Join(err, fs.Remove(path))
-	}
-	return nil
-}
-
 // keepAside writes data, the bytes of segment seq as found, durably into a
 // new file of the salvage/ subdirectory, and returns its path.
 func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
@@ -782,7 +763,7 @@ func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
 		return "", err
 	}
 	dst := filepath.Join(dir, fmt.Sprintf("%s.%s", segName(seq), time.Now().UTC().Format("20060102T150405.000000000Z")))
-	if err := writeWhole(fs, dst, data); err != nil {
+	if err := vfs.WriteFile(fs, dst, data); err != nil {
 		return "", err
 	}
 	if err := fs.SyncDir(dir); err != nil {

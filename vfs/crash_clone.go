@@ -12,7 +12,8 @@ import (
 )
 
 // crashBlockSize is the granularity at which CrashClone keeps or drops
-// unsynced writes: a page, the unit in which the kernel writes back.
+// unsynced writes unless CrashOptions.BlockSize says otherwise: a page,
+// the unit in which the kernel writes back.
 const crashBlockSize = 4096
 
 // CrashOptions says how [CrashFS.CrashClone] treats data that was written
@@ -31,12 +32,13 @@ type CrashOptions struct {
 
 	// KeepUnsyncedFraction is the probability, between 0 (the default:
 	// drop every unsynced byte) and 1 (keep them all), with which each
-	// unsynced write survives, decided independently for each 4 KiB block
-	// (aligned in the file) that the write touches, and likewise for each
-	// unsynced Truncate. Writes are replayed in order over the durable
-	// content, so what survives may come back reordered and with holes: a
-	// dropped block keeps what the file held there before the write, which
-	// reads as zeros where the write had extended the file. A file's size
+	// unsynced write survives, decided independently for each block of
+	// BlockSize bytes (aligned in the file) that the write touches, and
+	// likewise for each unsynced Truncate. Writes are replayed in order
+	// over the durable content, so what survives may come back reordered
+	// and with holes: a dropped block keeps what the file held there
+	// before the write, which reads as zeros where the write had extended
+	// the file. A file's size
 	// is its durable size, grown by the surviving blocks and changed by
 	// the surviving truncations. Strictly between 0 and 1 it also keeps a
 	// prefix, of a length drawn uniformly, of the changes of names
@@ -49,6 +51,13 @@ type CrashOptions struct {
 	// random number of bytes (possibly none, never all) before the
 	// surviving blocks are chosen, as a write torn by the power loss.
 	TearLastWrite bool
+
+	// BlockSize is the unit, in bytes, in which unsynced writes survive
+	// or are lost: 0 (the default) is a 4 KiB page, the unit in which the
+	// kernel writes back; 512 models a device that, losing power in the
+	// middle of a page's writeback, keeps some of its sectors and not
+	// others.
+	BlockSize int
 
 	// Rand is the seeded source of those choices. It is required when
 	// KeepUnsyncedFraction is strictly between 0 and 1, or positive with
@@ -80,6 +89,9 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	f := opts.KeepUnsyncedFraction
 	if !(f >= 0 && f <= 1) { // NaN too
 		return fmt.Errorf("vfs: CrashClone: KeepUnsyncedFraction %v outside [0, 1]", f)
+	}
+	if opts.BlockSize < 0 {
+		return fmt.Errorf("vfs: CrashClone: BlockSize %d is negative", opts.BlockSize)
 	}
 	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite) {
 		return errors.New("vfs: CrashClone: these options need a Rand")
@@ -338,6 +350,10 @@ func (c *CrashFS) durableContentLocked(n *crashNode) (durable, cur []byte, name 
 // opts lets survive.
 func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOptions) ([]byte, error) {
 	img := durable
+	block := int64(crashBlockSize)
+	if opts.BlockSize > 0 {
+		block = int64(opts.BlockSize)
+	}
 	lastWrite := -1
 	for i := range n.log {
 		if !n.log[i].truncate {
@@ -357,7 +373,7 @@ func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOpt
 			data = data[:opts.Rand.IntN(len(data))]
 		}
 		for start := r.off; start < r.off+int64(len(data)); {
-			end := min((start/crashBlockSize+1)*crashBlockSize, r.off+int64(len(data)))
+			end := min((start/block+1)*block, r.off+int64(len(data)))
 			if opts.keep() {
 				if end > int64(len(img)) {
 					img = resize(img, end)

@@ -70,6 +70,35 @@ func TestCrashFSKeepUnsyncedFractionIsTheChanceABlockSurvives(t *testing.T) {
 	}
 }
 
+// TestCrashFSBlockSizeIsTheUnitThatSurvives: with BlockSize 512 an
+// unsynced page can come back with some of its sectors and not others,
+// each sector whole; a negative BlockSize is refused.
+func TestCrashFSBlockSizeIsTheUnitThatSurvives(t *testing.T) {
+	const sectors = 400
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	f := durableFile(t, c, filepath.Join(dir, "seg"), strings.Repeat("o", sectors*512))
+	writeAt(t, f, strings.Repeat("x", sectors*512), 0)
+	got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, BlockSize: 512, Rand: newRand(9)})["seg"]
+	require.Len(t, got, sectors*512)
+	mixedPages := 0
+	for p := 0; p < len(got); p += crashBlockSize {
+		page := got[p : p+crashBlockSize]
+		for s := 0; s < len(page); s += 512 {
+			sector := page[s : s+512]
+			require.True(t, sector == strings.Repeat("x", 512) || sector == strings.Repeat("o", 512),
+				"sector at %d is torn", p+s)
+		}
+		if strings.Contains(page, "x") && strings.Contains(page, "o") {
+			mixedPages++
+		}
+	}
+	require.Positive(t, mixedPages, "some page kept some of its sectors and lost others")
+	require.InDelta(t, sectors/2, strings.Count(got, "x")/512, 0.15*sectors)
+
+	require.ErrorContains(t, c.CrashClone(filepath.Join(t.TempDir(), "c"), CrashOptions{Root: dir, BlockSize: -1}), "BlockSize -1 is negative")
+}
+
 // TestCrashFSAFailedSyncDirMakesNoNameDurable: only a successful SyncDir
 // makes the names of its directory durable.
 func TestCrashFSAFailedSyncDirMakesNoNameDurable(t *testing.T) {

@@ -507,9 +507,10 @@ const powerLossSettle = 20 * time.Millisecond
 
 // losePower fails the power of the store's file system: every later change
 // is refused. Then, on a goroutine of its own, it writes the store as the
-// device holds it (the unsynced writes dropped, or half of them kept with
-// the last one torn, by the seed) to ChildConfig.PowerLoss for the parent
-// and reports it. Runs once.
+// device holds it (by the seed: the unsynced writes dropped, or half of
+// them kept with the last one torn, or half of their 512-byte sectors
+// kept) to ChildConfig.PowerLoss for the parent and reports it. Runs
+// once.
 func (c *child) losePower() {
 	c.lossOnce.Do(func() {
 		c.powerLost.Store(true)
@@ -518,8 +519,11 @@ func (c *child) losePower() {
 			time.Sleep(powerLossSettle)
 			rng := rand.New(rand.NewPCG(c.cfg.Seed, 0x706f776572))
 			opts := vfs.CrashOptions{Root: c.cfg.Dir, Rand: rng}
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(3) {
+			case 0:
 				opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
+			case 1: // pages of which only some sectors reached the device
+				opts.KeepUnsyncedFraction, opts.BlockSize = 0.5, 512
 			}
 			if err := c.cfs.CrashClone(c.cfg.PowerLoss, opts); err != nil {
 				c.out.printf("%sclone the store after the power loss: %v", LineFatal, err)

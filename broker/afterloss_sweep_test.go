@@ -184,7 +184,8 @@ func afterLossCase(t *testing.T, seed uint64, mode broker.SyncMode) string {
 		cfs.Crash()
 	}
 	clone := filepath.Join(root, "clone")
-	co := []vfs.CrashOptions{{}, {KeepUnsyncedFraction: 0.5, TearLastWrite: true}, {KeepUnsyncedFraction: 1}}[rng.IntN(3)]
+	co := []vfs.CrashOptions{{}, {KeepUnsyncedFraction: 0.5, TearLastWrite: true}, {KeepUnsyncedFraction: 1},
+		{KeepUnsyncedFraction: 0.5, BlockSize: 512}}[rng.IntN(4)]
 	co.Root, co.Rand = dir, rand.New(rand.NewPCG(seed, 8))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err.Error()

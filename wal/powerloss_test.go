@@ -120,15 +120,18 @@ func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) 
 		acked, removedBelow, _ := plWorkload(dir, fs, opened)
 		clone := filepath.Join(freshDir(t, root), "clone")
 		opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(rng.Uint64(), 1))}
-		switch k % 3 {
+		switch k % 4 {
 		case 1:
 			opts.KeepUnsyncedFraction = 0.5
 			opts.TearLastWrite = true
 		case 2:
 			opts.KeepUnsyncedFraction = 1
+		case 3: // some sectors of a page, and whole writes behind holes
+			opts.KeepUnsyncedFraction = 0.5
+			opts.BlockSize = 512
 		}
 		require.NoError(t, cfs.CrashClone(clone, opts))
-		what := fmt.Sprintf("crash after op %d of %d (keep %.1f)", k, total, opts.KeepUnsyncedFraction)
+		what := fmt.Sprintf("crash after op %d of %d (keep %.1f, block %d)", k, total, opts.KeepUnsyncedFraction, opts.BlockSize)
 		checkAfterPowerLoss(t, clone, acked, removedBelow, what)
 
 		// Crash the recovery of the clone, then recover that.

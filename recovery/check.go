@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -784,7 +785,28 @@ func (c *Checker) CheckDrain(dir string) error {
 			}
 		}
 	}
+	c.lostWithTheirQueue(s, "lost")
 	return c.Err()
+}
+
+// lostWithTheirQueue reports every message that must be in the store
+// although the store does not list its queue at all: the checks that walk
+// the store's queues would never look for it.
+func (c *Checker) lostWithTheirQueue(s *broker.Store, what string) {
+	listed := map[string]bool{}
+	for _, name := range s.Queues() {
+		listed[name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.live)) {
+		if listed[name] {
+			continue
+		}
+		for _, id := range slices.Sorted(maps.Keys(c.live[name])) {
+			if m := c.live[name][id]; !m.mayBeGone {
+				c.violate(id, "%s: %s; the store has no queue %s", what, m.describe(), name)
+			}
+		}
+	}
 }
 
 // seeOnce notes that a store showed id, which it must show only once.
@@ -881,6 +903,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			c.violate("", "in place: queue %s holds %d messages (%+v); the journal says at least %d must be there", name, held, st, must)
 		}
 	}
+	c.lostWithTheirQueue(s, "in place: lost")
 	if err := s.Close(); err != nil {
 		c.violate("", "closing the store: %v", err)
 	}

@@ -58,10 +58,18 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		q.mu.Unlock()
 		return fail(err)
 	}
+	// A lease this late cannot be recorded: the call leases nothing. The
+	// acks it carries are made all the same (their leases are live, and
+	// Ack would make them); alone, it refuses before anything moves.
+	var leaseErr error
 	expires, ok := deadline(now, q.policy.VisibilityTimeout)
-	if !ok {
-		q.mu.Unlock()
-		return fail(fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured))
+	if !ok && max > 0 {
+		leaseErr = fmt.Errorf("broker: queue %s: lease deadline now+%v passes year 2262: %w", q.name, q.policy.VisibilityTimeout, QueueMisconfigured)
+		if len(receipts) == 0 {
+			q.mu.Unlock()
+			return fail(leaseErr)
+		}
+		max = 0
 	}
 	// The records share one buffer: a slice taken from it stays valid
 	// when a later append moves the buffer. Sized for what can be leased
@@ -109,7 +117,7 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 	}
 	q.stats.acked.Add(int64(acked))
 	if len(leases) == 0 {
-		return nil, errs, nil
+		return nil, errs, leaseErr
 	}
 
 	out := make([]DeliveryValue, len(leases))

@@ -125,14 +125,25 @@ var errHandlerPanicked = errors.New("broker: handler panicked; the panic value a
 // stopped).
 var errConsumerStopped = NewError(ReasonConsumerStopped, 0, "the consumer stopped before the handler finished", "")
 
-// stopped returns herr as the cause to nack with. When Consume's ctx has
-// ended and the handler returned its error (context.Canceled, or
-// DeadlineExceeded), wrapped or not, and nothing of its own, the cause is
-// herr wrapped in errConsumerStopped, so that the dead letter it may make
-// says why; otherwise herr itself.
-func stopped(ctx context.Context, herr error) error {
-	if err := ctx.Err(); err != nil && inChain(func() bool { return errors.Is(herr, err) }) && bare(herr) {
-		return errConsumerStopped.Wrap(herr)
+// stopped returns herr as the cause to nack with. When one of ctxs (the
+// handler's context, and Consume's own, which differ under a StopGrace)
+// has ended and the handler returned its error (context.Canceled, or
+// DeadlineExceeded) or its cause, wrapped or not, and nothing of its own,
+// the cause is herr wrapped in errConsumerStopped, so that the dead letter
+// it may make says why; otherwise herr itself.
+func stopped(herr error, ctxs ...context.Context) error {
+	if herr == nil || !bare(herr) {
+		return herr
+	}
+	for _, ctx := range ctxs {
+		err := ctx.Err()
+		if err == nil {
+			continue
+		}
+		cause := context.Cause(ctx)
+		if inChain(func() bool { return errors.Is(herr, err) || errors.Is(herr, cause) }) {
+			return errConsumerStopped.Wrap(herr)
+		}
 	}
 	return herr
 }
@@ -171,8 +182,9 @@ func inChain(test func() bool) (found bool) {
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
 // opts.Logger only, with the message ID. A handler that gives up when ctx
-// ends, returning ctx's error (wrapped or not) and nothing of its own, is
-// nacked with that error wrapped in a cause whose reason is
+// ends, returning ctx's error or its [context.Cause] (wrapped or not; with
+// a StopGrace, its own context's too) and nothing of its own, is nacked
+// with that error wrapped in a cause whose reason is
 // [ReasonConsumerStopped]: the delivery counts, as any other (the message
 // waits out its RetryDelay, or, on its last delivery, goes to the
 // dead-letter store saying the consumer stopped). A handler that ends its goroutine
@@ -935,7 +947,7 @@ func (c *consumer) handle(ctx context.Context, d DeliveryValue, heldSince time.T
 		}
 		c.ackMu.Unlock()
 	}
-	c.settle(c.settleCtx, d, receipt, stopped(ctx, herr))
+	c.settle(c.settleCtx, d, receipt, stopped(herr, ctx, c.stopCtx))
 }
 
 // call runs the handler, turning a panic into errHandlerPanicked.

@@ -52,3 +52,35 @@ func TestConsumeAcksWhenNoNewLeaseCouldBeRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumeStopGraceHandlerGivingUpWithConsumesErrorIsConsumerStopped: a
+// handler that gives up when Consume's ctx ends, returning that ctx's
+// error and nothing of its own, is nacked as CONSUMER_STOPPED, also under
+// a StopGrace, while its own context is still live.
+func TestConsumeStopGraceHandlerGivingUpWithConsumesErrorIsConsumerStopped(t *testing.T) {
+	for _, name := range []string{"store", "memory"} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			b := e.storeAndMemory(policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))[name]
+			_, err := b.Publish(ctx(t), []byte("x"))
+			require.NoError(t, err)
+			cctx, cancel := context.WithCancel(ctx(t))
+			started := make(chan struct{})
+			errc := make(chan error, 1)
+			go func() {
+				errc <- broker.Consume(cctx, b, func(context.Context, broker.DeliveryValue) error {
+					close(started)
+					<-cctx.Done()
+					return cctx.Err() // Consume's ctx's error, nothing of its own
+				}, broker.ConsumeOptions{StopGrace: 5 * time.Second})
+			}()
+			<-started
+			cancel()
+			require.ErrorIs(t, <-errc, context.Canceled)
+			dls, err := b.DeadLetters(ctx(t), 10)
+			require.NoError(t, err)
+			require.Len(t, dls, 1)
+			require.Equal(t, broker.ReasonConsumerStopped, dls[0].Reason)
+		})
+	}
+}

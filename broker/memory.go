@@ -272,6 +272,14 @@ func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
 		return err
 	}
 	if c := q.policy.Capacity; c > 0 && len(payloads) > c {
+		// Refused after the clock is read and observed, as the store
+		// refuses it (there the check of the queue's state does it): a
+		// clock no broker can record fails the call, and sheds nothing.
+		now, err := q.beginLocked(ctx)
+		if err != nil {
+			return err
+		}
+		q.observeLocked(now)
 		q.counters.shed++
 		return fmt.Errorf("broker: memory queue holds at most %d messages, a batch of %d does not fit: %w", c, len(payloads), QueueFull)
 	}

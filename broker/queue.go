@@ -310,9 +310,14 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	recs := make([][]byte, 0, len(payloads))
 	// (The guessed time only sizes the records: the reading that counts
 	// is taken, and checked, under the lock. A clock that fails here fails
-	// the call, as it would there.)
+	// the call, as it would there, where the sizes are checked first: a
+	// payload above the queue's MaxMessageBytes says so rather than the
+	// clock.)
 	guess, err := q.s.now()
 	if err != nil {
+		if terr := q.tooLarge(payloads); terr != nil {
+			return nil, terr
+		}
 		return nil, err
 	}
 	next := q.s.idx.PeekNextSeq()

@@ -29,7 +29,10 @@ import (
 //	16  bodyLen  uint64
 //	24  logPos   uint64, the log position the state reflects
 //	32  nextSeq  uint64
-//	40  zero
+//	40  maxQueue uint32, the highest queue number an event named, declared
+//	             or not (0 in a checkpoint written before it was kept:
+//	             then the highest declared one)
+//	44  zero
 //
 // The body is, in uvarints (signed values zig-zag, strings and byte strings
 // length first): the sealed log segments and the offset past each one's
@@ -62,6 +65,8 @@ type Snapshot struct {
 	// message it holds is below it, so a lower NextSeq makes a checkpoint
 	// Load refuses.
 	taken uint64
+	// maxQueue is the index's maxQueue when the snapshot was taken.
+	maxQueue uint32
 }
 
 // Size is the size of the checkpoint file the snapshot makes, give or take
@@ -144,7 +149,7 @@ func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot,
 	}
 	x.Table.Detach()
 	next := x.nextSeq.Load()
-	return &Snapshot{LogPos: logPos, NextSeq: next, body: e.b, taken: next}, nil
+	return &Snapshot{LogPos: logPos, NextSeq: next, body: e.b, taken: next, maxQueue: x.maxQueue}, nil
 }
 
 // encode appends the queue to a checkpoint's body: its declaration, its
@@ -232,6 +237,7 @@ func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) err
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(body)))
 	binary.LittleEndian.PutUint64(hdr[24:], uint64(snap.LogPos))
 	binary.LittleEndian.PutUint64(hdr[32:], snap.NextSeq)
+	binary.LittleEndian.PutUint32(hdr[40:], snap.maxQueue)
 	binary.LittleEndian.PutUint32(hdr[12:], crc32.Update(crc32.Checksum(hdr[16:], castagnoli), castagnoli, body))
 
 	tmp := filepath.Join(dir, checkpointName+".tmp")
@@ -340,12 +346,19 @@ func CopyCheckpoint(fs vfs.FS, dir, dst string) error {
 // on a file's word.
 const maxCheckpointBytes = 1 << 34
 
+// checkpointHead is what a checkpoint's header holds besides its framing.
+type checkpointHead struct {
+	logPos   wal.Position
+	nextSeq  uint64
+	maxQueue uint32
+}
+
 // readCheckpoint reads and verifies dir's checkpoint file, and returns its
-// log position, next sequence and body.
-func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error) {
+// header's fields and its body.
+func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
 	f, err := fs.OpenFile(filepath.Join(dir, checkpointName), os.O_RDONLY, 0)
 	if err != nil {
-		return 0, 0, nil, err
+		return checkpointHead{}, nil, err
 	}
 	defer f.Close()
 	damaged := func(format string, args ...any) error {
@@ -358,38 +371,42 @@ func readCheckpoint(fs vfs.FS, dir string) (wal.Position, uint64, []byte, error)
 	}
 	size, err := f.Size()
 	if err != nil {
-		return 0, 0, nil, unreadable(err)
+		return checkpointHead{}, nil, unreadable(err)
 	}
 	// The header first: a file that is not a checkpoint, or whose length
 	// disagrees with its header, costs no buffer of its size.
 	var hdr [checkpointHeader]byte
 	if size < checkpointHeader {
-		return 0, 0, nil, damaged("no checkpoint header")
+		return checkpointHead{}, nil, damaged("no checkpoint header")
 	}
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return 0, 0, nil, unreadable(err)
+		return checkpointHead{}, nil, unreadable(err)
 	}
 	if [8]byte(hdr[:8]) != checkpointMagic {
-		return 0, 0, nil, damaged("no checkpoint header")
+		return checkpointHead{}, nil, damaged("no checkpoint header")
 	}
 	if v := binary.LittleEndian.Uint32(hdr[8:]); v != checkpointVersion {
-		return 0, 0, nil, damaged("version %d, want %d", v, checkpointVersion)
+		return checkpointHead{}, nil, damaged("version %d, want %d", v, checkpointVersion)
 	}
 	if size > maxCheckpointBytes {
-		return 0, 0, nil, damaged("%d bytes, more than a checkpoint may hold (%d)", size, int64(maxCheckpointBytes))
+		return checkpointHead{}, nil, damaged("%d bytes, more than a checkpoint may hold (%d)", size, int64(maxCheckpointBytes))
 	}
 	if n := binary.LittleEndian.Uint64(hdr[16:]); n != uint64(size-checkpointHeader) {
-		return 0, 0, nil, damaged("body of %d bytes, file holds %d", n, size-checkpointHeader)
+		return checkpointHead{}, nil, damaged("body of %d bytes, file holds %d", n, size-checkpointHeader)
 	}
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
-		return 0, 0, nil, unreadable(err)
+		return checkpointHead{}, nil, unreadable(err)
 	}
 	body := data[checkpointHeader:]
 	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
-		return 0, 0, nil, damaged("checksum mismatch")
+		return checkpointHead{}, nil, damaged("checksum mismatch")
 	}
-	return wal.Position(binary.LittleEndian.Uint64(data[24:])), binary.LittleEndian.Uint64(data[32:]), body, nil
+	return checkpointHead{
+		logPos:   wal.Position(binary.LittleEndian.Uint64(data[24:])),
+		nextSeq:  binary.LittleEndian.Uint64(data[32:]),
+		maxQueue: binary.LittleEndian.Uint32(data[40:]),
+	}, body, nil
 }
 
 // LogHints returns what dir's checkpoint knows of the log, for wal.Open:
@@ -402,7 +419,7 @@ func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
 	if Suspect(fs, dir) {
 		return nil, 0
 	}
-	pos, _, body, err := readCheckpoint(fs, dir)
+	head, body, err := readCheckpoint(fs, dir)
 	if err != nil {
 		return nil, 0
 	}
@@ -411,7 +428,7 @@ func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
 	if d.err != nil {
 		return nil, 0
 	}
-	return sealed, pos
+	return sealed, head.logPos
 }
 
 // count reads the number of items that follow, each at least a byte.
@@ -446,7 +463,8 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	if fs == nil {
 		return nil, 0, fmt.Errorf("index: load %s: %w", dir, errNilFS)
 	}
-	logPos, nextSeq, body, err := readCheckpoint(fs, dir)
+	head, body, err := readCheckpoint(fs, dir)
+	logPos, nextSeq := head.logPos, head.nextSeq
 	if err != nil {
 		return nil, 0, err
 	}
@@ -455,6 +473,9 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	if nextSeq == 0 || nextSeq == math.MaxUint64 {
 		return nil, 0, damaged("next sequence %d", nextSeq)
+	}
+	if head.maxQueue > maxQueueID {
+		return nil, 0, damaged("highest queue number %d, above %d", head.maxQueue, uint32(maxQueueID))
 	}
 	d := decoder{b: body}
 	d.sealed()
@@ -484,6 +505,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	x := NewWithTable(nil)
 	x.Secret, x.Orphans = secret, orphans
+	x.maxQueue = head.maxQueue
 	x.CheckpointBytes = int64(checkpointHeader + len(body))
 	if len(secret) == 0 {
 		x.Secret = nil

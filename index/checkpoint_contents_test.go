@@ -221,3 +221,47 @@ func TestACheckpointThenTheLogAfterItGiveTheStateOfAFullReplay(t *testing.T) {
 	apply(full, after)
 	same("after the log that followed")
 }
+
+// TestACheckpointKeepsTheHighestQueueNumberAnEventNamed: an event naming
+// an undeclared queue (one whose declaration salvage lost) keeps
+// NextQueueID past its number, and so does the checkpoint of that index:
+// a new queue must not take a number older events in the log still name.
+// A checkpoint from before the header kept it (zero there) loads with the
+// highest declared number; one naming a number above any queue's is
+// refused.
+func TestACheckpointKeepsTheHighestQueueNumberAnEventNamed(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 64), &Event{Kind: KindAck, Queue: 7, Seq: 3}))
+	live, ok := x.NextQueueID()
+	require.True(t, ok)
+	require.Equal(t, uint32(8), live)
+	checkpointAt(t, x, dir, wal.MakePosition(1, 128))
+	require.NoError(t, x.Table.Close())
+
+	nextAfterLoad := func() (uint32, error) {
+		y, _, err := Load(vfs.Default, dir)
+		if err != nil {
+			return 0, err
+		}
+		defer y.Table.Close()
+		id, ok := y.NextQueueID()
+		require.True(t, ok)
+		return id, nil
+	}
+	id, err := nextAfterLoad()
+	require.NoError(t, err)
+	require.Equal(t, live, id, "NextQueueID after the checkpoint loads")
+
+	rewriteCheckpointFile(t, dir, func(hdr []byte) { binary.LittleEndian.PutUint32(hdr[40:], 0) }, func(b []byte) []byte { return b })
+	id, err = nextAfterLoad()
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), id, "a checkpoint written before the header kept the number")
+
+	rewriteCheckpointFile(t, dir, func(hdr []byte) { binary.LittleEndian.PutUint32(hdr[40:], maxQueueID+1) }, func(b []byte) []byte { return b })
+	_, err = nextAfterLoad()
+	require.ErrorIs(t, err, ErrDamaged)
+	require.ErrorContains(t, err, "highest queue number")
+}

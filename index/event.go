@@ -48,8 +48,9 @@ const SecretSize = 32
 var ErrBadEvent = errors.New("index: malformed event")
 
 // Event is one state change. Which fields mean something depends on Kind
-// (see the package documentation); the others are zero. Decode's Payload,
-// Key, Name, Reason and Cause alias the decoded record.
+// (see the package documentation); the others are zero. Decode's Payload
+// and Secret alias the decoded record; its strings (Key, Name, Reason,
+// Cause) are copies.
 type Event struct {
 	Kind       Kind
 	Queue      uint32

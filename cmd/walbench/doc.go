@@ -43,7 +43,9 @@
 // kept in memory and written to the JSON). A -limit under 10ms is
 // refused too. A drain or reopen whose prefilled store would not fit in
 // the free space of -dir is refused before anything is made there (exit
-// 1): aimed at a production disk, a mistyped -messages would fill it.
+// 1): aimed at a production disk, a mistyped -messages would fill it. One
+// whose size does not even count in 64 bits fits on no disk, and is
+// refused so whatever the free space.
 // A workload whose estimated peak memory (producers × message size × the
 // copies a Publish makes, the deliveries in hand, the prefill's batches,
 // the histograms) is above 80% of what the machine has available (Linux:

@@ -21,7 +21,8 @@
 // walbench COMMAND -h (or walbench help COMMAND) lists a command's flags;
 // walbench help doc prints this text, which a copied binary carries.
 // A list flag (-producers 1,64) makes one workload per value, and refuses
-// a value given twice, which would be measured twice.
+// a value given twice, which would be measured twice, however spelled
+// (-segment-bytes 0 is the default, 64 MiB: 0,64MiB is refused).
 // Every measuring command takes -dir DIR (the temporary directory is made
 // under DIR, the current directory by default, and removed at the end,
 // also after an error or Ctrl-C; an empty DIR is refused), -json FILE

@@ -408,3 +408,31 @@ func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
 		t.Errorf("storeBytes(%d messages of 1 B) = %d, %v; want an overflow", most+1, n, ok)
 	}
 }
+
+// TestSegmentBytesRefusesTheDefaultGivenTwice: -segment-bytes 0 is the
+// default segment size, 64 MiB, so a sweep's list with both would make
+// the same grid twice and measure every point of it twice: it is refused
+// as a value given twice, naming the flag and both spellings. 0 beside
+// another size is a list of two.
+func TestSegmentBytesRefusesTheDefaultGivenTwice(t *testing.T) {
+	for _, list := range []string{"0,64MiB", "64MiB,0", "4MiB,67108864,0"} {
+		_, err := parseConfig([]string{"sweep", "-segment-bytes", list}, io.Discard, io.Discard)
+		items := strings.Split(list, ",")
+		var zero, other string
+		for _, it := range items {
+			if it == "0" {
+				zero = `"0"`
+			} else if it != "4MiB" {
+				other = strconv.Quote(it)
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), "-segment-bytes") || !strings.Contains(err.Error(), zero) || !strings.Contains(err.Error(), other) ||
+			!strings.Contains(err.Error(), "given twice") {
+			t.Errorf("sweep -segment-bytes %s: %v; want it refused, naming the flag, %s and %s", list, err, zero, other)
+		}
+	}
+	c, err := parseConfig([]string{"sweep", "-segment-bytes", "0,4MiB"}, io.Discard, io.Discard)
+	if err != nil || !slices.Equal(c.sweep.segments, []int64{0, 4 << 20}) {
+		t.Errorf("sweep -segment-bytes 0,4MiB: %v, %v; want the default and 4 MiB", c.sweep.segments, err)
+	}
+}

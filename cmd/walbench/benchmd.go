@@ -189,9 +189,10 @@ func mdText(s string) string {
 // probe's p99 fdatasync (shown beside: the p99 ÷ the probe's p99 after
 // 64 KiB pwrites, a commit's size at 64 producers). Figures are the
 // medians of the rounds; the last column says in how many of the rounds,
-// each against its own probe, the goal was met ("-" for a run of one
-// round), since this disk's mood moves some goals across their bound from
-// one round to the next. A goal whose row rep lacks is left out. Ratios
+// each against its own probe, the goal was met, since this disk's mood
+// moves some goals across their bound from one round to the next: "-"
+// for a run of one round, or a row one round measured, whose verdict
+// beside is already that round's. A goal whose row rep lacks is left out. Ratios
 // are shown to three decimals, so that one just below its bound does not
 // read as on it.
 func goalRows(rep *Report) [][]string {
@@ -217,7 +218,8 @@ func goalRows(rep *Report) [][]string {
 	add := func(r *Row, goal, value, measured string, met func(r *Row) (ok, known bool)) {
 		ok, _ := met(r)
 		rounds := "-"
-		if len(r.PerRound) > 0 {
+		// A summary row has PerRound even of one round (see summarize).
+		if len(r.PerRound) > 1 {
 			n := 0
 			for i := range r.PerRound {
 				if ok, known := met(&r.PerRound[i]); ok && known {

@@ -434,3 +434,31 @@ func TestReportTakesTheBacklogMixedKeeps(t *testing.T) {
 		}
 	}
 }
+
+// TestGoalRowsOfOneRoundSayDash: a run of one round says "-" in the
+// goals' "rounds met" column, its one round being the verdict beside it,
+// with rows made as measure makes them (summarizeRows sets PerRound even
+// for one round); with two rounds it counts them.
+func TestGoalRowsOfOneRoundSayDash(t *testing.T) {
+	round := func(n int, vs float64) Row {
+		r := walGoal(1, "new", 5000, vs)
+		r.Round = n
+		return r
+	}
+	for _, tc := range []struct {
+		rounds [][]Row
+		want   string
+	}{
+		{[][]Row{{round(1, 0.9)}}, "yes -"},
+		{[][]Row{{round(1, 0.5)}}, "no -"},
+		{[][]Row{{round(1, 0.9)}, {round(2, 0.5)}}, "no 1 of 2"},
+	} {
+		goals := goalRows(&Report{Rounds: len(tc.rounds), Rows: summarizeRows(tc.rounds)})
+		if len(goals) != 1 {
+			t.Fatalf("goals %q, want one", goals)
+		}
+		if got := goals[0][3] + " " + goals[0][4]; got != tc.want {
+			t.Errorf("%d rounds: met and rounds met %q, want %q", len(tc.rounds), got, tc.want)
+		}
+	}
+}

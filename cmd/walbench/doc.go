@@ -21,7 +21,8 @@
 // walbench COMMAND -h (or walbench help COMMAND) lists a command's flags;
 // walbench help doc prints this text, which a copied binary carries.
 // A list flag (-producers 1,64) makes one workload per value, and refuses
-// a value given twice, which would be measured twice.
+// a value given twice, which would be measured twice, however spelled
+// (-segment-bytes 0 is the default, 64 MiB: 0,64MiB is refused).
 // Every measuring command takes -dir DIR (the temporary directory is made
 // under DIR, the current directory by default, and removed at the end,
 // also after an error or Ctrl-C; an empty DIR is refused), -json FILE
@@ -43,7 +44,9 @@
 // kept in memory and written to the JSON). A -limit under 10ms is
 // refused too. A drain or reopen whose prefilled store would not fit in
 // the free space of -dir is refused before anything is made there (exit
-// 1): aimed at a production disk, a mistyped -messages would fill it.
+// 1): aimed at a production disk, a mistyped -messages would fill it. One
+// whose size does not even count in 64 bits fits on no disk, and is
+// refused so whatever the free space.
 // A workload whose estimated peak memory (producers × message size × the
 // copies a Publish makes, the deliveries in hand, the prefill's batches,
 // the histograms) is above 80% of what the machine has available (Linux:
@@ -52,7 +55,9 @@
 // estimate, what is available and the flags to lower: 1,024 producers of
 // 1 MiB messages take about 4.4 GB, and a run the kernel kills for want of
 // memory loses what it measured. A sweep skips such a point instead, says
-// so on stderr, and lists it under the recommendation's not_measured.
+// so on stderr, and lists it under the recommendation's not_measured; a
+// point skipped in some rounds only (the memory available changes) is
+// summarized over the rounds that measured it, and compared.
 // -force-memory runs them anyway.
 //
 // Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in
@@ -194,7 +199,10 @@
 // -rounds N every figure is the median over the rounds (the mean of the
 // two middle ones for an even count), every ratio the median of the
 // rounds' ratios (not a ratio of medians), with its min–max over the
-// rounds beside it. Counts (ops, commits, seconds) are summed.
+// rounds beside it. Counts (ops, commits, seconds) are summed. A workload
+// fewer rounds measured (a run cut short, a sweep point skipped for its
+// memory in some rounds) is summarized over those that did, and marked
+// "k of N rounds".
 //
 // # Progress and Ctrl-C
 //
@@ -380,8 +388,10 @@
 //	                     omitted when none
 //	    "notes":         [string], what looked wrong in the store's counters,
 //	                     a drain that -limit ended and a sweep's drain that
-//	                     -time did; prefixed "round K: " in a summary of
-//	                     several rounds; omitted when none
+//	                     -time did, prefixed "round K: " in a summary of
+//	                     several rounds; and in a summary, a sweep point
+//	                     skipped for its memory in some of the rounds
+//	                     ("skipped in 1 of 3 rounds, ..."); omitted when none
 //	    "ranges":        {name: [min, max]}, a summary's ratios over the rounds
 //	                     (absent with one round)
 //	    "per_round":     [row], a summary's rounds, in order (omitted in a
@@ -428,8 +438,8 @@
 //	                     failure or Ctrl-C), and [{"sync", "segment_bytes",
 //	                     "producers", "size", "memory_bytes", "available_bytes"}],
 //	                     the points it skipped because their estimated memory
-//	                     was above 80% of the memory available then: not
-//	                     compared; omitted when none
+//	                     was above 80% of the memory available then, in every
+//	                     round: not compared; omitted when none
 //	  }
 //	}
 //

@@ -283,7 +283,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		warmup()
 		v.ints(fs, &c.sweep.producers, "producers", fmt.Sprintf("the grid's producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
-		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...)")
+		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the default, 64 MiB)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
 		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, fmt.Sprintf("publish for `D` at each point, then drain for at most as long (at least %v)", minWindow))
 		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
@@ -609,8 +609,11 @@ func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
 	})
 }
 
+// byteList defines a flag holding a list of distinct segment sizes. Two
+// sizes are the same when a store opens with the same segment size for
+// them: 0 is the default, 64 MiB, so 0,64MiB would measure it twice.
 func (v *validator) byteList(fs *flag.FlagSet, dst *[]int64, name, usage string) {
-	distinctList(v, fs, dst, name, usage, formatBytesFlag, parseBytes)
+	distinctListBy(v, fs, dst, name, usage, formatBytesFlag, parseBytes, effectiveSegmentBytes)
 }
 
 func (v *validator) syncs(fs *flag.FlagSet, dst *[]broker.SyncMode, name, usage string) {
@@ -661,20 +664,28 @@ func (v *validator) segmentSources(fs *flag.FlagSet, dst *[]segmentSource, name,
 // value written by format. A list with a bad item or a repeat (see
 // firstRepeat) is refused and leaves *dst as it was.
 func distinctList[T comparable](v *validator, fs *flag.FlagSet, dst *[]T, name, usage string, format func(T) string, parse func(item string) (T, error)) {
+	distinctListBy(v, fs, dst, name, usage, format, parse, func(x T) T { return x })
+}
+
+// distinctListBy is distinctList whose values are the same when their
+// effective values, as effective says, are: a repeat is of what the
+// workloads would use, not of how it was spelled.
+func distinctListBy[T comparable](v *validator, fs *flag.FlagSet, dst *[]T, name, usage string, format func(T) string, parse func(item string) (T, error), effective func(T) T) {
 	var def []string
 	for _, x := range *dst {
 		def = append(def, format(x))
 	}
 	v.list(fs, name, usage, strings.Join(def, ","), func(items []string) error {
-		var out []T
+		var out, effectives []T
 		for _, it := range items {
 			x, err := parse(it)
 			if err != nil {
 				return err
 			}
 			out = append(out, x)
+			effectives = append(effectives, effective(x))
 		}
-		if err := firstRepeat(items, out); err != nil {
+		if err := firstRepeat(items, effectives); err != nil {
 			return err
 		}
 		*dst = out

@@ -368,3 +368,71 @@ func TestAPrefillLargerThanTheDiskIsRefused(t *testing.T) {
 		assertDirEmpty(t, dir)
 	}
 }
+
+// TestCheckRoomRefusesAPrefillWhoseSizeOverflows: a -messages so large
+// that the store's bytes overflow 64 bits (2^60 messages of 1 KiB wrapped
+// around to a few segments) is refused as not fitting on any disk, naming
+// -messages: it must not slip past the free-space check that refuses a
+// smaller mistyped -messages. (checkRoom is called alone: a run it let go
+// would fill the disk.)
+func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
+	for _, args := range [][]string{
+		{"drain", "-messages", "1152921504606846976"}, // 2^60
+		{"reopen", "-messages", "1152921504606846976"},
+		{"reopen", "-messages", "9223372036854775807", "-size", "1"},
+		{"full", "-rounds", "3"}, // its drains and reopen fit: the overflowing one is named, not these
+	} {
+		cfg, err := parseConfig(append(args, "-dir", t.TempDir()), io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("walbench %q: %v", args, err)
+		}
+		err = checkRoom(cfg)
+		if args[0] == "full" {
+			if err != nil && strings.Contains(err.Error(), "more than any disk has") {
+				t.Errorf("walbench %q: %v; want no overflow", args, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), args[0]+" -messages "+args[2]) || !strings.Contains(err.Error(), "more than any disk has: lower -messages or -size") {
+			t.Errorf("walbench %q: checkRoom says %v; want -messages named as too large for any disk", args, err)
+		}
+	}
+	// The largest store that counts in 64 bits is still compared with the
+	// free space, one message more is not.
+	perMessage := int64(1) + recordOverhead
+	most := (math.MaxInt64 - 3*effectiveSegmentBytes(0)) / perMessage
+	if n, ok := storeBytes(int(most), 1, 0); !ok || n <= 0 {
+		t.Errorf("storeBytes(%d messages of 1 B) = %d, %v; want its size", most, n, ok)
+	}
+	if n, ok := storeBytes(int(most)+1, 1, 0); ok {
+		t.Errorf("storeBytes(%d messages of 1 B) = %d, %v; want an overflow", most+1, n, ok)
+	}
+}
+
+// TestSegmentBytesRefusesTheDefaultGivenTwice: -segment-bytes 0 is the
+// default segment size, 64 MiB, so a sweep's list with both would make
+// the same grid twice and measure every point of it twice: it is refused
+// as a value given twice, naming the flag and both spellings. 0 beside
+// another size is a list of two.
+func TestSegmentBytesRefusesTheDefaultGivenTwice(t *testing.T) {
+	for _, list := range []string{"0,64MiB", "64MiB,0", "4MiB,67108864,0"} {
+		_, err := parseConfig([]string{"sweep", "-segment-bytes", list}, io.Discard, io.Discard)
+		items := strings.Split(list, ",")
+		var zero, other string
+		for _, it := range items {
+			if it == "0" {
+				zero = `"0"`
+			} else if it != "4MiB" {
+				other = strconv.Quote(it)
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), "-segment-bytes") || !strings.Contains(err.Error(), zero) || !strings.Contains(err.Error(), other) ||
+			!strings.Contains(err.Error(), "given twice") {
+			t.Errorf("sweep -segment-bytes %s: %v; want it refused, naming the flag, %s and %s", list, err, zero, other)
+		}
+	}
+	c, err := parseConfig([]string{"sweep", "-segment-bytes", "0,4MiB"}, io.Discard, io.Discard)
+	if err != nil || !slices.Equal(c.sweep.segments, []int64{0, 4 << 20}) {
+		t.Errorf("sweep -segment-bytes 0,4MiB: %v, %v; want the default and 4 MiB", c.sweep.segments, err)
+	}
+}

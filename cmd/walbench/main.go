@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -353,18 +354,40 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 // payload: its record's frame and event fields, and its table entry.
 const recordOverhead = 64
 
+// storeBytes is about what a store prefilled with messages of size bytes
+// takes on disk: its records, and the segments it keeps beside its log.
+// ok is false when that does not fit in an int64, more than any disk
+// holds: -messages is bounded only by the free space, so a mistyped one
+// must not wrap around to a size that fits.
+func storeBytes(messages, size int, segmentBytes int64) (n int64, ok bool) {
+	segments := 3 * effectiveSegmentBytes(segmentBytes) // at most 3 × wal.MaxSegmentBytes
+	perMessage := int64(size) + recordOverhead
+	if messages < 0 || perMessage <= 0 || int64(messages) > (math.MaxInt64-segments)/perMessage {
+		return 0, false
+	}
+	return int64(messages)*perMessage + segments, true
+}
+
 // checkRoom refuses a run whose prefilled stores (drain, reopen) would not
 // fit in the free space of -dir: aimed at a store's own disk, a large
 // -messages would fill it. Each such store is removed before the next is
 // made, so the largest is what must fit, with the segments a store keeps
-// beside its log. When the free space cannot be read, it lets the run go.
+// beside its log. A store too large to count in 64 bits fits on no disk,
+// and is refused whatever the free space. Otherwise, when the free space
+// cannot be read, it lets the run go.
 func checkRoom(c config) error {
 	var need int64
 	var what string
+	var overflows []error
 	take := func(name string, messages, size int, segmentBytes int64) {
-		n := int64(messages)*(int64(size)+recordOverhead) + 3*effectiveSegmentBytes(segmentBytes)
+		w := fmt.Sprintf("%s -messages %d of %d B", name, messages, size)
+		n, ok := storeBytes(messages, size, segmentBytes)
+		if !ok {
+			overflows = append(overflows, fmt.Errorf("%s needs more than %d bytes on disk, more than any disk has: lower -messages or -size", w, int64(math.MaxInt64)))
+			return
+		}
 		if n > need {
-			need, what = n, fmt.Sprintf("%s -messages %d of %d B", name, messages, size)
+			need, what = n, w
 		}
 	}
 	if slices.Contains(c.workloads, kindDrain) {
@@ -372,6 +395,9 @@ func checkRoom(c config) error {
 	}
 	if c.reopen {
 		take("reopen", c.reopenLoad.messages, c.reopenLoad.size, c.reopenLoad.segmentBytes)
+	}
+	if len(overflows) > 0 {
+		return errors.Join(overflows...)
 	}
 	if need == 0 {
 		return nil

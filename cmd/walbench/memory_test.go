@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/walbroker/walbroker/broker"
@@ -206,6 +208,61 @@ func TestMemorySweepSkips(t *testing.T) {
 	}
 	if rep := readReport(t, out); len(rep.Rows) != 4 || rep.Recommendation == nil || len(rep.Recommendation.NotMeasured) != 0 {
 		t.Errorf("with -force-memory: %d rows, recommendation %+v; want the 4 points measured, none listed as not", len(rep.Rows), rep.Recommendation)
+	}
+}
+
+// TestSweepPointSkippedInOneRoundIsSummarizedOverTheOthers: the memory
+// available changes between rounds, so a sweep point may be skipped in one
+// round and measured in another. Its row then summarizes the rounds that
+// measured it, says so ("1 of 2 rounds", and a note of the round skipped),
+// and the rows after it keep to their own points; the recommendation
+// compared it, and does not list it as not measured.
+func TestSweepPointSkippedInOneRoundIsSummarizedOverTheOthers(t *testing.T) {
+	var calls atomic.Int64
+	e := &env{memAvailable: func() (int64, error) {
+		if calls.Add(1) == 1 {
+			return 1, nil // the first point of round 1 does not fit
+		}
+		return 1 << 40, nil
+	}}
+	dir, out := benchDir(t), jsonPath(t)
+	r := runWith(t, context.Background(), e, "sweep", "-rounds", "2", "-producers", "1", "-size", "100,200",
+		"-segment-bytes", "4MiB", "-sync", "all", "-time", "10ms", "-warmup", "0", "-probe-time", "0",
+		"-consumers", "1", "-batch", "8", "-dir", dir, "-json", out)
+	if r.code != exitOK {
+		t.Fatalf("exit %d", r.code)
+	}
+	rep := readReport(t, out)
+	skipped, other := "sweep, 1 producer, 100 B, 4 MiB segments, sync=all", "sweep, 1 producer, 200 B, 4 MiB segments, sync=all"
+	var names []string
+	for _, row := range rep.Rows {
+		names = append(names, row.Workload)
+		var rounds []int
+		for _, pr := range row.PerRound {
+			if pr.Workload != row.Workload || pr.Size != row.Size {
+				t.Errorf("row %q summarizes round %d of another point, %q", row.Workload, pr.Round, pr.Workload)
+			}
+			rounds = append(rounds, pr.Round)
+		}
+		switch row.Workload {
+		case skipped:
+			if row.Rounds != 1 || fmt.Sprint(rounds) != "[2]" || !slices.ContainsFunc(row.Notes, func(n string) bool { return strings.HasPrefix(n, "skipped in 1 of 2 rounds") }) {
+				t.Errorf("%s: rounds %d %v, notes %q; want round 2 alone, and a note of the round skipped", row.Workload, row.Rounds, rounds, row.Notes)
+			}
+		case other:
+			if row.Rounds != 2 || fmt.Sprint(rounds) != "[1 2]" || len(row.Notes) > 0 && strings.Contains(strings.Join(row.Notes, ";"), "skipped") {
+				t.Errorf("%s: rounds %d %v, notes %q; want both rounds, none skipped", row.Workload, row.Rounds, rounds, row.Notes)
+			}
+		}
+	}
+	if !slices.Equal(names, []string{skipped, other}) {
+		t.Errorf("rows %q, want %q and %q, in the order they ran", names, skipped, other)
+	}
+	if !strings.Contains(r.stdout, skipped+" (1 of 2 rounds)") {
+		t.Errorf("the table does not say the point skipped once was measured in 1 of 2 rounds:\n%s", r.stdout)
+	}
+	if rec := rep.Recommendation; rec == nil || len(rec.NotMeasured) != 0 {
+		t.Errorf("recommendation %+v; want one, with nothing listed as not measured", rec)
 	}
 }
 

@@ -52,8 +52,8 @@ type Recommendation struct {
 	Unscored []Setting `json:"unscored,omitempty"`
 	// NotMeasured are the durable settings a sweep was to measure that the
 	// run ended before (a failure, or Ctrl-C), and the points of the sweep
-	// it skipped because their estimated memory did not fit (Producers and
-	// Size set): the recommendation did not compare them.
+	// it skipped in every round because their estimated memory did not fit
+	// (Producers and Size set): the recommendation did not compare them.
 	NotMeasured []Setting `json:"not_measured,omitempty"`
 }
 
@@ -61,12 +61,16 @@ type Recommendation struct {
 // sweep row measured, a run that ended early never having reached them,
 // then the durable points of skipped, the points the sweep skipped for
 // their memory. A setting whose points were skipped is not listed whole:
-// its points are.
+// its points are. A point skipped in some rounds and measured in others
+// has a row, and was compared: it is not listed (its row says in how many
+// rounds it was measured, and its note in how many skipped).
 func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped []Setting) []Setting {
 	seen := map[Setting]bool{}
+	measured := map[Setting]bool{}
 	for _, r := range rows {
 		if r.Kind == kindSweep {
 			seen[Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes}] = true
+			measured[rowPoint(r)] = true
 		}
 	}
 	for _, k := range skipped {
@@ -82,7 +86,7 @@ func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped 
 		}
 	}
 	for _, k := range skipped {
-		if durable(k.Sync) {
+		if durable(k.Sync) && !measured[k.point()] {
 			out = append(out, k)
 		}
 	}

@@ -34,8 +34,11 @@ type env struct {
 	// the system's figure (see available). For tests.
 	memAvailable func() (int64, error)
 	// skipped are the points of the sweep skipped because their estimated
-	// memory did not fit, each once, whatever the round.
+	// memory did not fit, each once, whatever the round, with the figures
+	// of the first round that skipped it; skips counts the rounds that
+	// skipped each, by its point().
 	skipped []Setting
+	skips   map[Setting]int
 }
 
 // outputFS is the file system of the files written for the operator.
@@ -200,6 +203,7 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 		rep.Probe = &s
 	}
 	rep.Rows = append(rep.Rows, summarizeRows(rounds)...)
+	noteSkippedRounds(rep.Rows, e, cfg.rounds)
 	if cfg.reopen && err == nil && ctx.Err() == nil {
 		rep.Reopen, err = measureReopen(ctx, e, dir, cfg.reopenLoad, cfg.rounds)
 	}

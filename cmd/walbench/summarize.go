@@ -18,23 +18,49 @@ import (
 // and of every ratio over the rounds: a median of ratios, never a ratio of
 // medians.
 
-// summarizeRows turns the rows of each round into one row per workload.
-// Every round runs the same workloads in the same order, so row i of every
-// round measured the same thing; a round cut short has fewer rows.
+// summarizeRows turns the rows of each round into one row per workload,
+// in the order the workloads ran. The rows of different rounds are
+// matched by their workload (rowKey), not by their place: every round
+// runs the same workloads in the same order, but a round cut short has
+// fewer rows, and a sweep point skipped for its memory in one round (the
+// memory available changes from one round to the next) leaves no row in
+// it, so row i of one round may be another workload's than row i of the
+// next. A workload is summarized over the rounds that measured it, its
+// Rounds saying how many.
 func summarizeRows(rounds [][]Row) []Row {
-	var out []Row
-	for i := 0; ; i++ {
-		var samples []Row
-		for _, rows := range rounds {
-			if i < len(rows) {
-				samples = append(samples, rows[i])
+	var order []rowKey
+	samples := map[rowKey][]Row{}
+	for _, rows := range rounds {
+		before := -1 // where in order the round's row before this one is
+		for _, r := range rows {
+			k := keyOf(r)
+			at := slices.Index(order, k)
+			if at < 0 {
+				// Not measured in an earlier round: it ran after the
+				// round's row before it.
+				at = before + 1
+				order = slices.Insert(order, at, k)
 			}
+			before = at
+			samples[k] = append(samples[k], r)
 		}
-		if len(samples) == 0 {
-			return out
-		}
-		out = append(out, summarize(samples, len(rounds) > 1))
 	}
+	var out []Row
+	for _, k := range order {
+		out = append(out, summarize(samples[k], len(rounds) > 1))
+	}
+	return out
+}
+
+// rowKey is which workload a row measured, the same in every round: its
+// kind and name, and its target rate, which the name rounds.
+type rowKey struct {
+	kind, workload string
+	targetPerSec   float64
+}
+
+func keyOf(r Row) rowKey {
+	return rowKey{kind: r.Kind, workload: r.Workload, targetPerSec: r.TargetPerSec}
 }
 
 // summarize makes the summary of one workload's rounds, samples, as the

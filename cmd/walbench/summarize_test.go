@@ -144,3 +144,53 @@ func TestSummarizeCeilingsOfTheRoundsThatHaveThem(t *testing.T) {
 		t.Errorf("ceilings %+v; want 2000, the median of the two rounds that have it, and none for any number of producers", p.Ceilings)
 	}
 }
+
+// TestSummarizeRowsMatchesRoundsByWorkload: a round that lacks a workload
+// (a sweep point skipped there for its memory) does not shift the others:
+// each row summarizes the rounds of its own workload, in the order the
+// workloads ran, and says in how many rounds it was measured. Two mixed
+// workloads whose names round their rates alike stay apart.
+func TestSummarizeRowsMatchesRoundsByWorkload(t *testing.T) {
+	row := func(round int, name string, msgs float64) Row {
+		return Row{Kind: kindSweep, Workload: name, Round: round, MsgsPerSec: &msgs}
+	}
+	mixed := func(round int, rate, msgs float64) Row {
+		return Row{Kind: kindMixed, Workload: "mixed at 2000 msgs/s", TargetPerSec: rate, Round: round, MsgsPerSec: &msgs}
+	}
+	rounds := [][]Row{
+		{row(1, "b", 20), row(1, "d", 40), mixed(1, 2000.2, 1), mixed(1, 2000.4, 2)},
+		{row(2, "a", 10), row(2, "b", 22), row(2, "c", 30), row(2, "d", 42), mixed(2, 2000.2, 3), mixed(2, 2000.4, 4)},
+		{row(3, "a", 12), row(3, "b", 24), row(3, "d", 44)},
+	}
+	type summary struct {
+		workload string
+		rate     float64
+		rounds   []int
+		median   float64
+	}
+	var got []summary
+	for _, r := range summarizeRows(rounds) {
+		s := summary{workload: r.Workload, rate: r.TargetPerSec, median: *r.MsgsPerSec}
+		for _, pr := range r.PerRound {
+			if pr.Workload != r.Workload || pr.TargetPerSec != r.TargetPerSec {
+				t.Errorf("row %q (%v) summarizes round %d of %q (%v)", r.Workload, r.TargetPerSec, pr.Round, pr.Workload, pr.TargetPerSec)
+			}
+			s.rounds = append(s.rounds, pr.Round)
+		}
+		if r.Rounds != len(r.PerRound) {
+			t.Errorf("row %q: rounds %d, but %d per round", r.Workload, r.Rounds, len(r.PerRound))
+		}
+		got = append(got, s)
+	}
+	want := []summary{
+		{"a", 0, []int{2, 3}, 11},
+		{"b", 0, []int{1, 2, 3}, 22},
+		{"c", 0, []int{2}, 30},
+		{"d", 0, []int{1, 2, 3}, 42},
+		{"mixed at 2000 msgs/s", 2000.2, []int{1, 2}, 2},
+		{"mixed at 2000 msgs/s", 2000.4, []int{1, 2}, 3},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("summaries\n%+v\nwant\n%+v", got, want)
+	}
+}

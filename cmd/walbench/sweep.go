@@ -122,7 +122,35 @@ func (l sweepLoad) skipMemory(env *env, p sweepPoint) error {
 	if !slices.ContainsFunc(env.skipped, func(k Setting) bool { return k.point() == s.point() }) {
 		env.skipped = append(env.skipped, s)
 	}
+	if env.skips == nil {
+		env.skips = map[Setting]int{}
+	}
+	env.skips[s.point()]++
 	return err
+}
+
+// noteSkippedRounds adds a note to each sweep row of rows (summaries of
+// rounds rounds) whose point env.skipped in some rounds and measured in
+// others: its figures are of fewer rounds, and why.
+func noteSkippedRounds(rows []Row, env *env, rounds int) {
+	for i, r := range rows {
+		if r.Kind != kindSweep {
+			continue
+		}
+		at := slices.IndexFunc(env.skipped, func(k Setting) bool { return k.point() == rowPoint(r) })
+		if at < 0 {
+			continue
+		}
+		k := env.skipped[at]
+		rows[i].Notes = append(rows[i].Notes, fmt.Sprintf("skipped in %d of %d rounds, its estimated memory, about %s, being above %.0f%% of the %s available then: its figures are of the rounds that measured it",
+			env.skips[k.point()], rounds, formatMemory(k.MemoryBytes), 100*memoryShare, formatMemory(k.AvailableBytes)))
+	}
+}
+
+// rowPoint is the point of the sweep's grid a sweep row measured, as a
+// Setting without memory figures.
+func rowPoint(r Row) Setting {
+	return Setting{Sync: r.Sync, SegmentBytes: r.SegmentBytes, Producers: r.Producers, Size: r.Size}
 }
 
 // skippedPoint names a point of the sweep skipped for its memory.

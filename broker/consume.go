@@ -552,7 +552,7 @@ func (c *consumer) loop(ctx context.Context) error {
 			return err // the broker must be reopened: retrying cannot help
 		case err != nil:
 			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
-			if !sleep(ctx, c.poll) {
+			if !c.pause(ctx, c.poll) {
 				return ctx.Err()
 			}
 		case len(ds) > 0:
@@ -786,7 +786,7 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	// and the previous Receive found nothing. Retry at once the first
 	// time; after that, back off.
 	c.streak++
-	return sleep(ctx, floor-time.Since(start))
+	return c.pause(ctx, floor-time.Since(start))
 }
 
 // backoff is the shortest an idle wait may last after c.streak waits in a
@@ -798,18 +798,24 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
-// sleep waits d, or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
+// pause waits d, or until ctx ends, and reports whether ctx is still live.
+// Meanwhile it carries the acks of handlers that finish: they must not
+// wait for the next Receive.
+func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-c.ackReady:
+			c.flushAcks(c.settleCtx)
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 

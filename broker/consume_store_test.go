@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,4 +272,55 @@ func TestConsumeOverStoreStopGraceAcksWhatRunningHandlersFinish(t *testing.T) {
 	require.Zero(t, st.Nacked, "MaxDeliveries 1: a nack would have dead-lettered")
 	require.Zero(t, st.DeadLetters+st.Leased)
 	require.Equal(t, 6, st.Ready)
+}
+
+// leasesRefusedAfterFirst is a *Queue whose Receive, after the first,
+// refuses to lease (it still makes the acks it carries), as a store does
+// whose clock reached the end of what it can record.
+type leasesRefusedAfterFirst struct {
+	*Queue
+	calls   atomic.Int32
+	refused chan struct{} // one send per refusal, if there is room
+}
+
+func (f *leasesRefusedAfterFirst) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
+	if max > 0 && f.calls.Add(1) > 1 {
+		_, errs, _ := f.Queue.receiveAcking(ctx, 0, receipts)
+		select {
+		case f.refused <- struct{}{}:
+		default:
+		}
+		return nil, errs, errors.New("no lease can be recorded (test)")
+	}
+	return f.Queue.receiveAcking(ctx, max, receipts)
+}
+
+// TestConsumeAcksWhileItWaitsToRetryAReceive: a handler that finishes
+// while Consume waits out PollInterval after a failed Receive is acked at
+// once, not when the wait ends.
+func TestConsumeAcksWhileItWaitsToRetryAReceive(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("x"))
+	require.NoError(t, err)
+	b := &leasesRefusedAfterFirst{Queue: q, refused: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, b, func(context.Context, DeliveryValue) error {
+			<-release
+			return nil
+		}, ConsumeOptions{Concurrency: 2, PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	<-b.refused // Consume now waits an hour to Receive again
+	close(release)
+	require.Eventually(t, func() bool { return q.Stats().Acked == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the ack waited for the next Receive, an hour away")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }

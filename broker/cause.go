@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -62,8 +63,9 @@ type (
 //
 //   - nil, or a nil *Error (a typed nil: it carries nothing): UNEXPLAINED,
 //     0, "".
-//   - a Reason in the tree (an empty one counts as none): that reason, with
-//     the code and public text found.
+//   - a Reason in the tree (an empty one counts as none, and so does one
+//     that is not SCREAMING_SNAKE: see reasonIn): that reason, with the
+//     code and public text found.
 //   - no Reason: UNCLASSIFIED, with whatever code and public text were found
 //     (only a Code gives UNCLASSIFIED with that code, only a Public
 //     UNCLASSIFIED with that text).
@@ -72,7 +74,7 @@ type (
 //     Reason of its own: its reason is what it wraps (see reasonIn).
 //
 // The reason and public text are clipped to MaxReasonBytes and
-// MaxPublicBytes.
+// MaxPublicBytes (a reason clipped after an underscore loses it).
 //
 // unclassified reports that the cause carried no Reason of its own (a bare
 // DoNotRetry mark does not count as one). The caller must then log the
@@ -90,7 +92,9 @@ func classify(cause error) (reason string, code uint32, public string, unclassif
 		}
 	}()
 	reason, code, public, unclassified = classifyUnclipped(cause)
-	return clip(reason, MaxReasonBytes), code, clip(public, MaxPublicBytes), unclassified
+	// (A reason is ASCII: clipped, it stays one if it does not then end
+	// in an underscore.)
+	return strings.TrimRight(clip(reason, MaxReasonBytes), "_"), code, clip(public, MaxPublicBytes), unclassified
 }
 
 // A verdict is a cause given to Nack or Reject, classified once and before
@@ -158,19 +162,43 @@ func classifyUnclipped(cause error) (reason string, code uint32, public string, 
 	return ReasonUnclassified, code, public, true
 }
 
-// reasonIn returns the first Reason in err's tree that is not "" (see
-// firstIn), or "" when there is none. A DoNotRetry mark does not count:
-// its Reason is NOT_RETRYABLE only for want of one in what it wraps, which
-// the walk goes on into.
+// reasonIn returns the first Reason in err's tree that is SCREAMING_SNAKE
+// (see firstIn), or "" when there is none. A DoNotRetry mark does not
+// count: its Reason is NOT_RETRYABLE only for want of one in what it
+// wraps, which the walk goes on into. Nor does a reason of another shape
+// ("", "card declined: 4111..."): a dead letter's Reason is an identifier,
+// written to disk, and a text in its place may hold what a cause's Error
+// text may (payload bytes, secrets), which is only ever logged.
 func reasonIn(err error) (reason string) {
 	firstIn(err, func(r reasoner) bool {
 		if _, mark := r.(*notRetryable); mark {
 			return false
 		}
-		reason = r.Reason()
-		return reason != ""
+		if got := r.Reason(); screamingSnake(got) {
+			reason = got
+			return true
+		}
+		return false
 	})
 	return reason
+}
+
+// screamingSnake reports whether s is a SCREAMING_SNAKE identifier: upper
+// case letters and digits in words joined by single underscores, the first
+// a letter.
+func screamingSnake(s string) bool {
+	if s == "" || s[0] < 'A' || s[0] > 'Z' || s[len(s)-1] == '_' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '_' && s[i-1] != '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // firstIn looks for a T in err's tree for which has reports true, in the

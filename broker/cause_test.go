@@ -166,3 +166,32 @@ func TestAReasonAndPublicTextOfExactlyTheirBoundsAreRecordedWhole(t *testing.T) 
 		require.False(t, unclassified)
 	}
 }
+
+// A dead letter's Reason is a SCREAMING_SNAKE identifier: a reason of
+// another shape counts as none (the walk goes on into what it wraps), and
+// a valid one clipped after an underscore loses the underscore.
+func TestAReasonThatIsNotScreamingSnakeCountsAsNone(t *testing.T) {
+	for _, r := range []string{"A", "CARD_DECLINED", "E2E_TIMEOUT_3", "X1"} {
+		require.True(t, screamingSnake(r), r)
+		reason, _, _, unclassified := classify(NewError(r, 0, "", ""))
+		require.Equal(t, r, reason)
+		require.False(t, unclassified)
+	}
+	for _, r := range []string{"card_declined", "Card", "_CARD", "CARD_", "CARD__DECLINED", "1CARD", "CARD DECLINED", "CARD-DECLINED",
+		"declined: card 4111-1111-1111-1111", "CARD\x00", "ÉCHEC"} {
+		require.False(t, screamingSnake(r), "%q", r)
+		reason, code, public, unclassified := classify(NewError(r, 9, "pub", "private"))
+		require.Equal(t, ReasonUnclassified, reason, "%q", r)
+		require.True(t, unclassified, "%q: its text is to be logged, not recorded", r)
+		require.EqualValues(t, 9, code)
+		require.Equal(t, "pub", public)
+	}
+	reason, _, _, unclassified := classify(NewError("not a reason", 0, "", "").Wrap(NewError("INNER", 0, "", "")))
+	require.Equal(t, "INNER", reason)
+	require.False(t, unclassified)
+
+	long := strings.Repeat("A", MaxReasonBytes-1) + "_B"
+	reason, _, _, _ = classify(NewError(long, 0, "", ""))
+	require.Equal(t, strings.Repeat("A", MaxReasonBytes-1), reason, "clipped, without the underscore it ended in")
+	require.True(t, screamingSnake(reason))
+}

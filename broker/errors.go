@@ -35,11 +35,15 @@ type Error struct {
 }
 
 // NewError returns a classified error. reason is the SCREAMING_SNAKE
-// identifier of the failure (LEASE_EXPIRED, CARD_DECLINED, ...); code is its
-// dotted-quad code (see [FormatCode]), or 0 for none; public is wire-safe
-// text that may be shown to anyone and is recorded with a dead letter, so it
-// must never contain payload bytes or secrets; private is detail for the
-// process's own log, and this broker never persists it.
+// identifier of the failure (LEASE_EXPIRED, CARD_DECLINED, ...: upper case
+// letters and digits, words joined by single underscores, the first a
+// letter); a reason of another shape is recorded as none (a dead letter
+// then says UNCLASSIFIED, and the error's text goes to the log, as for
+// any error without a reason). code is its dotted-quad code (see
+// [FormatCode]), or 0 for none; public is wire-safe text that may be shown
+// to anyone and is recorded with a dead letter, so it must never contain
+// payload bytes or secrets; private is detail for the process's own log,
+// and this broker never persists it.
 //
 // Codes of domain 7 (7.x.x.x, the first byte) are this package's own (see
 // the table above [MessageTooLarge]); a program's codes use any other

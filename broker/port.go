@@ -158,8 +158,9 @@ type DeadLetterValue struct {
 	// Reason() string method), NOT_RETRYABLE for a handler's [DoNotRetry]
 	// around an error that carried none, or LEASE_EXPIRED when the message
 	// died by exhausting its deliveries without any consumer reporting on
-	// the last one (its lease lapsed; see [ReasonLeaseExpired]). A cause with no reason records UNCLASSIFIED and a nil cause
-	// UNEXPLAINED; Reason is never empty.
+	// the last one (its lease lapsed; see [ReasonLeaseExpired]). A cause
+	// with no reason, or with one that is not SCREAMING_SNAKE, records
+	// UNCLASSIFIED and a nil cause UNEXPLAINED; Reason is never empty.
 	Reason string
 	// Cause is the wire-safe Public half of the last failure, or an empty
 	// string when the consumer reported no cause at all or one with no

@@ -55,6 +55,8 @@ func causeCases() []causeCase {
 		{"DoNotRetry nil", broker.DoNotRetry(nil), broker.ReasonNotRetryable, 0, ""},
 		{"DoNotRetry classified", broker.DoNotRetry(card), "CARD_DECLINED", 0x05020001, "the card was declined"},
 		{"empty reason", broker.NewError("", 7, "pub", secret), broker.ReasonUnclassified, 7, "pub"},
+		{"reason that is not SCREAMING_SNAKE", broker.NewError("declined: "+secret, 7, "pub", ""), broker.ReasonUnclassified, 7, "pub"},
+		{"malformed reason wrapping a classified error", broker.NewError("Card_Declined", 0, "", "").Wrap(card), "CARD_DECLINED", 0x05020001, "the card was declined"},
 	}
 }
 

@@ -73,7 +73,11 @@
 //     at MaxRetryDelay); "+TERM" after the dead letter is stored; "+WPI"
 //     when Extend's duration is the VisibilityTimeout, else a delayed
 //     "-NAK", which keeps the message pending on the same delivery and
-//     moves its redelivery deadline to now+by.
+//     moves its redelivery deadline to now+by. The server applies an
+//     acknowledgement to whichever delivery of the message is pending, so
+//     an Extend holds its lease until the server confirmed it: an Ack,
+//     Nack, Reject or Extend of the same lease meanwhile waits, then
+//     finds the receipt replaced (LeaseExpired) and sends nothing.
 //   - Nack on the MaxDeliveries-th delivery, and Reject, store the dead
 //     letter, then terminate the delivery. A lease that lapses on the last
 //     allowed delivery makes the server stop delivering the message and

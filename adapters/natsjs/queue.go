@@ -82,7 +82,7 @@ type Queue struct {
 	// mu guards everything below.
 	mu      sync.Mutex
 	policy  broker.PolicyValue
-	leases  map[uint64]*lease    // by stream sequence: the leases this Queue handed out
+	leases  map[uint64]*lease    // by stream sequence: the leases this Queue handed out (mu guards their extending too)
 	sweepAt int                  // len(leases) at which Receive drops the long-lapsed ones
 	retries map[uint64]time.Time // by stream sequence: when a message this Queue nacked becomes visible
 	signal  chan struct{}        // closed by the next event that may make a message receivable

@@ -461,6 +461,10 @@ func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time
 	next := *l
 	next.nonce, next.expiresAt = nonces.Add(1), at
 	q.leases[seq] = &next
+	if at.Before(l.expiresAt) {
+		// The lapse comes sooner than a Wake handed out may have said.
+		q.wakeLocked()
+	}
 	return broker.LeaseValue{ExpiresAt: at.Round(0), Receipt: q.receipt(seq, next.nonce)}, nil
 }
 

@@ -147,10 +147,18 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// setPolicy applies the policy of a re-declaration. A changed policy
+// closes the wake signal, as the file store's does: what Wake said may no
+// longer hold (a raised MaxDeliveries makes a lease on its formerly last
+// delivery one whose lapse hands the message back).
 func (q *Queue) setPolicy(p broker.PolicyValue) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p == q.policy {
+		return
+	}
 	q.policy = p
-	q.mu.Unlock()
+	q.wakeLocked()
 }
 
 func (q *Queue) currentPolicy() broker.PolicyValue {

@@ -31,7 +31,8 @@ const (
 //
 // Signal is closed by the next Publish, PublishKeyed or PublishBatch that
 // enqueues a message, Nack that hands one back, ReplayDeadLetter, or
-// Extend that brings a lease's lapse closer, made through this Queue; and — beyond the port's promise — by a publication
+// Extend that brings a lease's lapse closer, made through this Queue, or
+// by a Store.Queue of this Store that changes the queue's policy; and — beyond the port's promise — by a publication
 // on this queue from any other client, which the work stream republishes,
 // headers only, to a subject this Queue subscribes to from its first Wake
 // on. Signal is never closed by another queue's calls.

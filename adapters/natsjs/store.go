@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,7 +171,7 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, broker.Closed)
 	}
 	n := newNames(s.opts.Prefix, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
 	defer cancel()
 	if err := s.provision(ctx, n, policy); err != nil {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
@@ -185,6 +186,17 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	}
 	s.queues[name] = q
 	return q, nil
+}
+
+// provisionTimeout bounds the requests that declare a queue: twice the
+// Options' Timeout (there are several), held at the largest Duration, so
+// that a Timeout meant as "none" (math.MaxInt64) does not wrap to a
+// negative bound that fails every declaration.
+func provisionTimeout(timeout time.Duration) time.Duration {
+	if timeout > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * timeout
 }
 
 // provision creates or updates the four streams and the consumer of one

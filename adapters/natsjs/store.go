@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -149,7 +150,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 // duplicate window). The same name returns the same *Queue.
 //
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
-// invalid policy is refused with an error wrapping
+// invalid name or policy is refused with an error wrapping
 // broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
 // the server cannot keep.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
@@ -361,11 +362,32 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // checkName applies the queue-name rule of the file-backed store, so that a
-// name valid there is valid here and the reverse.
+// name valid there is valid here and the reverse, and refuses with the
+// same kind of error: one wrapping broker.QueueMisconfigured that says
+// what is wrong, the name quoted and clipped to 64 characters (the longest
+// a name may be), so that a caller's megabyte of junk does not become a
+// megabyte of error text.
 func checkName(name string) error {
-	if len(name) == 0 || len(name) > 64 || name[0] == '.' ||
-		strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != "" {
-		return fmt.Errorf("natsjs: queue name %q must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'", name)
+	bad := func(why string) error {
+		return fmt.Errorf("natsjs: queue name %.64q %s: %w", name, why, broker.QueueMisconfigured)
+	}
+	if len(name) == 0 || len(name) > 64 {
+		return bad(fmt.Sprintf("has %d bytes, want 1 to 64", len(name)))
+	}
+	if name[0] == '.' {
+		return bad("starts with '.'")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			// Name the character the caller wrote, not its first byte
+			// read as Latin-1.
+			what := fmt.Sprintf("byte %#02x (not UTF-8)", c)
+			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
+				what = fmt.Sprintf("%q", r)
+			}
+			return bad(fmt.Sprintf("has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", what, i))
+		}
 	}
 	return nil
 }

@@ -329,6 +329,9 @@ func (q *Queue) logUnclassified(id string, cause error) {
 // records of messages that died since. So every record is read and the
 // oldest max are returned.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: DeadLetters max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
@@ -399,6 +402,9 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // A queue at its Capacity refuses the replay (broker.QueueFull), as every
 // broker of the port does.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	ctx, cancel, err := q.look(ctx)
 	if err != nil {
 		return err
@@ -428,6 +434,9 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id for good; see
 // broker.DeadLetterManager.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	ctx, cancel, err := q.look(ctx)
 	if err != nil {
 		return err

@@ -180,6 +180,9 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // own deadline. Messages whose last allowed lease lapsed are made dead
 // letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: Receive max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
@@ -316,6 +319,9 @@ func (q *Queue) closedError() error {
 // Ack removes the leased message for good; see broker.Broker. It returns
 // once the server confirmed the acknowledgement.
 func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return err
 	}
@@ -336,6 +342,9 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 // from before the request, so the server's instant is never earlier. The
 // cause is recorded by the classified-cause rule (see dead.go).
 func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	if q == nil {
+		return broker.NackValue{}, nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.NackValue{}, err
 	}
@@ -384,6 +393,9 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 // Reject moves the leased message to the dead-letter stream now, with
 // cause recorded as Nack records it; see broker.Rejecter.
 func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return err
 	}
@@ -414,6 +426,9 @@ func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause e
 // ended the lease meanwhile would be overridden on the server by the
 // deadline of an Extend the adapter then refuses.
 func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	if q == nil {
+		return broker.LeaseValue{}, nilReceiver("Queue")
+	}
 	if by <= 0 {
 		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v must be positive: %w", q.name, by, broker.QueueMisconfigured)
 	}

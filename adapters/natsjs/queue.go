@@ -51,7 +51,7 @@ const (
 // letters and dedup keys live on the server; the Queue holds only the
 // leases it handed out (to refuse a lapsed or replaced receipt, see
 // lease.go) and what its wake signal needs, all dropped at Close. It
-// retains no payload.
+// retains no payload. A nil *Queue refuses every call (see nilreceiver.go).
 type Queue struct {
 	s      *Store
 	name   string
@@ -145,7 +145,12 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 }
 
 // Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
+func (q *Queue) Name() string {
+	if q == nil {
+		return ""
+	}
+	return q.name
+}
 
 // setPolicy applies the policy of a re-declaration. A changed policy
 // closes the wake signal, as the file store's does: what Wake said may no
@@ -173,6 +178,9 @@ func (q *Queue) currentPolicy() broker.PolicyValue {
 // the package documentation). The ID is the message's stream sequence in
 // 16 hex digits; EnqueuedAt is this process's clock.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValue, error) {
+	if q == nil {
+		return broker.MessageValue{}, nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.MessageValue{}, err
 	}
@@ -217,6 +225,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 // publisher that dies halfway leaves is in the package documentation
 // (Dedup).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error) {
+	if q == nil {
+		return broker.MessageValue{}, nilReceiver("Queue")
+	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, broker.InvalidDedupKey)
 	}
@@ -410,6 +421,9 @@ const inProcessPause = 10 * time.Millisecond
 // empty one, or one of more than 1000 payloads (the server's bound), is
 // broker.InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if len(payloads) == 0 || len(payloads) > maxBatch {
 		return nil, fmt.Errorf("natsjs: queue %s: batch of %d payloads, want 1 to %d: %w", q.name, len(payloads), maxBatch, broker.InvalidBatchSize)
 	}

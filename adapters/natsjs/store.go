@@ -71,7 +71,8 @@ const (
 // serve the same queues.
 //
 // A Store is safe for concurrent use. It retains the connection it was
-// given, which stays the caller's to close, after [Store.Close].
+// given, which stays the caller's to close, after [Store.Close]. A nil
+// *Store refuses every call (see nilreceiver.go).
 type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -154,6 +155,9 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 // broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
 // the server cannot keep.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
+	if s == nil {
+		return nil, nilReceiver("Store")
+	}
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -301,6 +305,9 @@ const keyRecordSlack = time.Minute
 
 // Queues returns the names of the queues opened through this Store.
 func (s *Store) Queues() []string {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.queues))
@@ -319,6 +326,9 @@ func (s *Store) Queues() []string {
 // back at once (the server counts those deliveries) and returns Closed, so
 // that no lease is taken after Close returned. Close is idempotent.
 func (s *Store) Close() error {
+	if s == nil {
+		return nilReceiver("Store")
+	}
 	if s.closed.Swap(true) {
 		return nil
 	}

@@ -50,6 +50,9 @@ const (
 // by default, VisibilityTimeout when shorter), so that the message of a
 // consumer that died elsewhere is picked up within that much of its lapse.
 func (q *Queue) Wake() broker.WakeValue {
+	if q == nil {
+		return broker.WakeValue{Signal: lookNow}
+	}
 	q.subscribe()
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -505,17 +505,22 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 }
 
 // full runs publish and, when the queue is full while messages whose last
-// lease lapsed may still hold places in it, buries those (they are dead
-// letters, which do not count) and runs it once more.
+// lease lapsed may still hold places in it (a death was announced, or a
+// lease this Queue handed out on a last delivery lapsed), buries those
+// (they are dead letters, which do not count) and runs it once more.
 func (q *Queue) full(ctx context.Context, publish func() error) error {
 	err := publish()
-	if err != nil && q.unburied.Load() && isFull(err) {
-		if serr := q.sweepDeaths(ctx); serr != nil {
-			return errors.Join(err, serr)
-		}
-		err = publish()
+	if err == nil || !isFull(err) {
+		return err
 	}
-	return err
+	if !q.unburied.Load() && len(q.lapsedLast(time.Now())) == 0 {
+		return err
+	}
+	q.unburied.Store(true) // sweep now, however recent the last sweep
+	if serr := q.sweepDeaths(ctx); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return publish()
 }
 
 // isFull reports whether the server refused a publish for the stream's

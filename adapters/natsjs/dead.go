@@ -118,6 +118,9 @@ func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, 
 // Stores sweeping at once both write the record of a death (one record
 // per ID survives) and both delete; nothing is lost or doubled.
 //
+// A sweep also buries the messages of this Queue's own last leases that
+// lapsed, which the server may not have noticed yet (buryLapsedLastLocked).
+//
 // A notice lost while the connection was down is made up for by a sweep at
 // least every sweepEvery, notice or not.
 func (q *Queue) sweepDeaths(ctx context.Context) error {
@@ -159,10 +162,86 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 		}
 		seq = raw.Sequence + 1
 	}
+	if err := q.buryLapsedLastLocked(ctx); err != nil {
+		return err
+	}
 	if err := q.sweepAbandonedLocked(ctx); err != nil {
 		return err
 	}
 	done = true
+	return nil
+}
+
+// lapsedLast returns the leases this Queue handed out on a delivery the
+// policy allows no more of, which lapsed before now and which no Extend
+// holds: their messages are dead since their lapse. The server may not
+// know it yet: nats-server notices the lapse of a redelivered message's
+// last lease only at the consumer's next pull (and then sends the
+// MAX_DELIVERIES advisory), and until then the message is pending, so no
+// sweep of advisories or of abandoned messages sees it, while it holds a
+// place of the queue's Capacity.
+func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out map[uint64]*lease
+	for seq, l := range q.leases {
+		if l.deliveries >= q.policy.MaxDeliveries && !now.Before(l.expiresAt) && l.extending == nil {
+			if out == nil {
+				out = map[uint64]*lease{}
+			}
+			out[seq] = l
+		}
+	}
+	return out
+}
+
+// buryLapsedLast buries the message at seq, with payload, whose last
+// lease l lapsed. A message that already has a dead-letter record (a
+// Reject or Nack that stopped after it wrote the record, and whose
+// restored lease then lapsed) keeps it, as in buryAbandoned: its delivery
+// is only terminated.
+func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, payload []byte) error {
+	if _, err := q.deadRecord(ctx, l.id); err == nil {
+		if err := q.tell(ctx, l.reply, "+TERM"); err != nil {
+			return q.connError("remove dead letter "+l.id+" from the queue", err)
+		}
+		return nil
+	} else if !errors.Is(err, broker.DeadLetterNotFound) {
+		return err
+	}
+	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: payload, deliveries: l.deliveries,
+		failedAt: l.expiresAt, reply: l.reply}, broker.ReasonLeaseExpired, 0, "")
+}
+
+// buryLapsedLastLocked buries the messages of lapsedLast as LEASE_EXPIRED
+// dead letters, FailedAt the lease's ExpiresAt and Deliveries its count
+// (see buryLapsedLast): the dead letter is stored, then the lease's
+// delivery terminated, which
+// removes the message from the work stream (and its place from the
+// Capacity), and the lease is forgotten. No receipt can act on such a
+// message any more (this Queue refuses a lapsed lease, and the server
+// delivers the message to no one else), so nothing races the burial; an
+// advisory the server sends later finds the message gone. Called with
+// sweepMu held.
+func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
+	for seq, l := range q.lapsedLast(time.Now()) {
+		rctx, cancel := q.s.bounded(ctx)
+		raw, err := q.work.GetMsg(rctx, seq)
+		cancel()
+		if err != nil && !notFound(err) {
+			return q.connError("read message "+l.id+" whose last lease lapsed", err)
+		}
+		if err == nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw.Data); err != nil {
+				return err
+			}
+		}
+		q.mu.Lock()
+		if q.leases[seq] == l {
+			delete(q.leases, seq)
+		}
+		q.mu.Unlock()
+	}
 	return nil
 }
 
@@ -329,6 +408,9 @@ func (q *Queue) logUnclassified(id string, cause error) {
 // records of messages that died since. So every record is read and the
 // oldest max are returned.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: DeadLetters max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
@@ -399,6 +481,9 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // A queue at its Capacity refuses the replay (broker.QueueFull), as every
 // broker of the port does.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	ctx, cancel, err := q.look(ctx)
 	if err != nil {
 		return err
@@ -428,6 +513,9 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id for good; see
 // broker.DeadLetterManager.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	ctx, cancel, err := q.look(ctx)
 	if err != nil {
 		return err

@@ -73,7 +73,11 @@
 //     at MaxRetryDelay); "+TERM" after the dead letter is stored; "+WPI"
 //     when Extend's duration is the VisibilityTimeout, else a delayed
 //     "-NAK", which keeps the message pending on the same delivery and
-//     moves its redelivery deadline to now+by.
+//     moves its redelivery deadline to now+by. The server applies an
+//     acknowledgement to whichever delivery of the message is pending, so
+//     an Extend holds its lease until the server confirmed it: an Ack,
+//     Nack, Reject or Extend of the same lease meanwhile waits, then
+//     finds the receipt replaced (LeaseExpired) and sends nothing.
 //   - Nack on the MaxDeliveries-th delivery, and Reject, store the dead
 //     letter, then terminate the delivery. A lease that lapses on the last
 //     allowed delivery makes the server stop delivering the message and
@@ -117,9 +121,17 @@
 //     permits, never a loss.
 //   - A lapse on the last allowed delivery is noticed by nats-server 2.15
 //     at its deadline only for a first delivery; for a redelivered message
-//     only at the consumer's next pull, so its dead letter appears after
-//     some Store's next Receive (its FailedAt is still the lease's
-//     ExpiresAt when this Store handed the lease out).
+//     only at the consumer's next pull, and until then the message holds
+//     its place of the Capacity. The Store that handed the lease out knows
+//     the message is dead from its ExpiresAt: a publish of that Store
+//     refused as full, and each of its sweeps (above), bury the messages
+//     of its own lapsed last leases at once (the dead letter, then +TERM
+//     on the lease's delivery), so the publish is admitted. Otherwise the
+//     dead letter appears after some Store's next Receive, and a publish
+//     of another Store is refused as full until then (its FailedAt is
+//     still the lease's ExpiresAt when this Store handed the lease out).
+//     "Last" is by this Store's policy: a MaxDeliveries raised through
+//     another Store, which this one has not declared, is not seen.
 //   - A death whose advisory the server dropped (above) is found only
 //     when no lease of the queue is out at a sweep, or below the
 //     consumer's ack floor: the server lists no pending messages. When

@@ -26,6 +26,13 @@ type lease struct {
 	expiresAt  time.Time // with a monotonic reading: compared with time.Now
 	id         string
 	enqueued   time.Time
+	// extending, guarded by the Queue's mu, is non-nil while an Extend of
+	// this lease waits for the server, and closed when it settles. The
+	// server does not check which delivery an acknowledgement names, so
+	// the lease is held for the Extend meanwhile (see hold): an Ack,
+	// Nack, Reject or Extend of it waits until the Extend settles, and
+	// then finds the lease replaced, or still live when the Extend failed.
+	extending chan struct{}
 }
 
 // A receipt names one lease of one queue of one Store:
@@ -99,16 +106,53 @@ func (q *Queue) liveLocked(r broker.ReceiptValue, now time.Time) (uint64, *lease
 }
 
 // take removes and returns the live lease r names, so that no other call
-// ends it too.
-func (q *Queue) take(r broker.ReceiptValue) (uint64, *lease, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	seq, l, err := q.liveLocked(r, time.Now())
-	if err != nil {
-		return 0, nil, err
+// ends it too. It waits for an Extend of the lease in flight (see hold).
+func (q *Queue) take(ctx context.Context, r broker.ReceiptValue) (uint64, *lease, error) {
+	seq, l, _, err := q.hold(ctx, r, func(seq uint64, _ *lease) { delete(q.leases, seq) })
+	return seq, l, err
+}
+
+// hold returns the live lease r names, and the instant it was found live,
+// once no Extend of it is in flight; mark runs under q.mu before q.mu is
+// released, so that it claims the lease before any other call looks (take
+// removes it, Extend marks it extending). While an Extend waits for the
+// server, hold waits for it without q.mu, up to ctx's deadline (the
+// Store's Timeout without one), and looks again: the receipt may name a
+// lease the Extend has replaced since.
+func (q *Queue) hold(ctx context.Context, r broker.ReceiptValue, mark func(uint64, *lease)) (uint64, *lease, time.Time, error) {
+	for {
+		now := time.Now()
+		q.mu.Lock()
+		seq, l, err := q.liveLocked(r, now)
+		if err != nil {
+			q.mu.Unlock()
+			return 0, nil, time.Time{}, err
+		}
+		busy := l.extending
+		if busy == nil {
+			mark(seq, l)
+			q.mu.Unlock()
+			return seq, l, now, nil
+		}
+		q.mu.Unlock()
+		if err := q.awaitExtend(ctx, busy, l.id); err != nil {
+			return 0, nil, time.Time{}, err
+		}
 	}
-	delete(q.leases, seq)
-	return seq, l, nil
+}
+
+// awaitExtend waits until busy, the signal of an Extend in flight on
+// message id's lease, is closed, or ctx (bounded by the Store's Timeout)
+// ends.
+func (q *Queue) awaitExtend(ctx context.Context, busy <-chan struct{}, id string) error {
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	select {
+	case <-busy:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("natsjs: queue %s: message %s: waiting for an Extend of the lease that the server has not confirmed: %w", q.name, id, ctx.Err())
+	}
 }
 
 // restore puts back a lease that take removed when the server could not be
@@ -136,6 +180,9 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // own deadline. Messages whose last allowed lease lapsed are made dead
 // letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if max <= 0 {
 		return nil, fmt.Errorf("natsjs: queue %s: Receive max %d must be positive: %w", q.name, max, broker.InvalidBatchSize)
 	}
@@ -272,10 +319,13 @@ func (q *Queue) closedError() error {
 // Ack removes the leased message for good; see broker.Broker. It returns
 // once the server confirmed the acknowledgement.
 func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return err
 	}
-	seq, l, err := q.take(receipt)
+	seq, l, err := q.take(ctx, receipt)
 	if err != nil {
 		return err
 	}
@@ -292,10 +342,13 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 // from before the request, so the server's instant is never earlier. The
 // cause is recorded by the classified-cause rule (see dead.go).
 func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	if q == nil {
+		return broker.NackValue{}, nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.NackValue{}, err
 	}
-	seq, l, err := q.take(receipt)
+	seq, l, err := q.take(ctx, receipt)
 	if err != nil {
 		return broker.NackValue{}, err
 	}
@@ -340,10 +393,13 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 // Reject moves the leased message to the dead-letter stream now, with
 // cause recorded as Nack records it; see broker.Rejecter.
 func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
+	if q == nil {
+		return nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return err
 	}
-	seq, l, err := q.take(receipt)
+	seq, l, err := q.take(ctx, receipt)
 	if err != nil {
 		return err
 	}
@@ -361,47 +417,69 @@ func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause e
 // which keeps the message pending on this delivery and moves its
 // redelivery deadline to now+by — the one request that sets a deadline of
 // the caller's choosing. ExpiresAt is measured from before the request.
+//
+// The server applies an acknowledgement to whatever delivery of the
+// message is pending, so the lease is held while the request is in
+// flight: an Ack, Nack, Reject or Extend of the same lease waits until
+// this Extend settles, and then finds its receipt replaced (LeaseExpired)
+// or, when the Extend failed, the lease as it was. Otherwise a call that
+// ended the lease meanwhile would be overridden on the server by the
+// deadline of an Extend the adapter then refuses.
 func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	if q == nil {
+		return broker.LeaseValue{}, nilReceiver("Queue")
+	}
 	if by <= 0 {
 		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v must be positive: %w", q.name, by, broker.QueueMisconfigured)
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.LeaseValue{}, err
 	}
-	now := time.Now()
-	q.mu.Lock()
-	seq, l, err := q.liveLocked(receipt, now)
-	policy := q.policy
-	q.mu.Unlock()
+	if _, ok := deadline(time.Now(), by); !ok {
+		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, broker.QueueMisconfigured)
+	}
+	var policy broker.PolicyValue
+	seq, l, now, err := q.hold(ctx, receipt, func(_ uint64, l *lease) {
+		l.extending = make(chan struct{})
+		policy = q.policy
+	})
 	if err != nil {
 		return broker.LeaseValue{}, err
 	}
 	at, ok := deadline(now, by)
-	if !ok {
-		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, broker.QueueMisconfigured)
-	}
 	body := fmt.Sprintf(`-NAK {"delay": %d}`, by.Nanoseconds())
 	if by == policy.VisibilityTimeout {
 		body = "+WPI"
 	}
-	if err := q.tell(ctx, l.reply, body); err != nil {
-		return broker.LeaseValue{}, q.connError("extend "+l.id, err)
+	if ok {
+		err = q.tell(ctx, l.reply, body)
 	}
-	next := *l
-	next.nonce, next.expiresAt = nonces.Add(1), at
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
+	close(l.extending) // the calls waiting for this Extend look again
+	l.extending = nil
+	switch {
+	case !ok:
+		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, broker.QueueMisconfigured)
+	case err != nil:
+		return broker.LeaseValue{}, q.connError("extend "+l.id, err)
+	case q.closed:
 		// Close ran during the request and forgot the leases: no receipt
 		// of this Queue is honoured any more. The server's deadline moved
 		// all the same; the message waits for it.
 		return broker.LeaseValue{}, q.closedError()
-	}
-	if q.leases[seq] != l {
-		// Ended by a concurrent Ack, Nack, Reject or Extend meanwhile.
+	case q.leases[seq] != l:
+		// Forgotten meanwhile: the lease lapsed long ago (pruneLocked), or
+		// a Receive took the message again after it lapsed.
 		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: message %s: the lease is no longer held: %w", q.name, l.id, broker.LeaseExpired)
 	}
+	next := *l
+	next.nonce, next.expiresAt = nonces.Add(1), at
 	q.leases[seq] = &next
+	if at.Before(l.expiresAt) {
+		// The lapse comes sooner than a Wake handed out may have said.
+		q.wakeLocked()
+	}
 	return broker.LeaseValue{ExpiresAt: at.Round(0), Receipt: q.receipt(seq, next.nonce)}, nil
 }
 

@@ -51,7 +51,7 @@ const (
 // letters and dedup keys live on the server; the Queue holds only the
 // leases it handed out (to refuse a lapsed or replaced receipt, see
 // lease.go) and what its wake signal needs, all dropped at Close. It
-// retains no payload.
+// retains no payload. A nil *Queue refuses every call (see nilreceiver.go).
 type Queue struct {
 	s      *Store
 	name   string
@@ -82,7 +82,7 @@ type Queue struct {
 	// mu guards everything below.
 	mu      sync.Mutex
 	policy  broker.PolicyValue
-	leases  map[uint64]*lease    // by stream sequence: the leases this Queue handed out
+	leases  map[uint64]*lease    // by stream sequence: the leases this Queue handed out (mu guards their extending too)
 	sweepAt int                  // len(leases) at which Receive drops the long-lapsed ones
 	retries map[uint64]time.Time // by stream sequence: when a message this Queue nacked becomes visible
 	signal  chan struct{}        // closed by the next event that may make a message receivable
@@ -145,12 +145,25 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 }
 
 // Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
+func (q *Queue) Name() string {
+	if q == nil {
+		return ""
+	}
+	return q.name
+}
 
+// setPolicy applies the policy of a re-declaration. A changed policy
+// closes the wake signal, as the file store's does: what Wake said may no
+// longer hold (a raised MaxDeliveries makes a lease on its formerly last
+// delivery one whose lapse hands the message back).
 func (q *Queue) setPolicy(p broker.PolicyValue) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p == q.policy {
+		return
+	}
 	q.policy = p
-	q.mu.Unlock()
+	q.wakeLocked()
 }
 
 func (q *Queue) currentPolicy() broker.PolicyValue {
@@ -165,6 +178,9 @@ func (q *Queue) currentPolicy() broker.PolicyValue {
 // the package documentation). The ID is the message's stream sequence in
 // 16 hex digits; EnqueuedAt is this process's clock.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValue, error) {
+	if q == nil {
+		return broker.MessageValue{}, nilReceiver("Queue")
+	}
 	if err := q.s.begin(ctx, q.name); err != nil {
 		return broker.MessageValue{}, err
 	}
@@ -209,6 +225,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 // publisher that dies halfway leaves is in the package documentation
 // (Dedup).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error) {
+	if q == nil {
+		return broker.MessageValue{}, nilReceiver("Queue")
+	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
 		return broker.MessageValue{}, fmt.Errorf("natsjs: queue %s: dedup key of %d bytes, want 1 to %d: %w", q.name, len(key), maxKeyBytes, broker.InvalidDedupKey)
 	}
@@ -402,6 +421,9 @@ const inProcessPause = 10 * time.Millisecond
 // empty one, or one of more than 1000 payloads (the server's bound), is
 // broker.InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error) {
+	if q == nil {
+		return nil, nilReceiver("Queue")
+	}
 	if len(payloads) == 0 || len(payloads) > maxBatch {
 		return nil, fmt.Errorf("natsjs: queue %s: batch of %d payloads, want 1 to %d: %w", q.name, len(payloads), maxBatch, broker.InvalidBatchSize)
 	}
@@ -483,17 +505,22 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 }
 
 // full runs publish and, when the queue is full while messages whose last
-// lease lapsed may still hold places in it, buries those (they are dead
-// letters, which do not count) and runs it once more.
+// lease lapsed may still hold places in it (a death was announced, or a
+// lease this Queue handed out on a last delivery lapsed), buries those
+// (they are dead letters, which do not count) and runs it once more.
 func (q *Queue) full(ctx context.Context, publish func() error) error {
 	err := publish()
-	if err != nil && q.unburied.Load() && isFull(err) {
-		if serr := q.sweepDeaths(ctx); serr != nil {
-			return errors.Join(err, serr)
-		}
-		err = publish()
+	if err == nil || !isFull(err) {
+		return err
 	}
-	return err
+	if !q.unburied.Load() && len(q.lapsedLast(time.Now())) == 0 {
+		return err
+	}
+	q.unburied.Store(true) // sweep now, however recent the last sweep
+	if serr := q.sweepDeaths(ctx); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return publish()
 }
 
 // isFull reports whether the server refused a publish for the stream's

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,7 +71,8 @@ const (
 // serve the same queues.
 //
 // A Store is safe for concurrent use. It retains the connection it was
-// given, which stays the caller's to close, after [Store.Close].
+// given, which stays the caller's to close, after [Store.Close]. A nil
+// *Store refuses every call (see nilreceiver.go).
 type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -148,10 +151,13 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 // duplicate window). The same name returns the same *Queue.
 //
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
-// invalid policy is refused with an error wrapping
+// invalid name or policy is refused with an error wrapping
 // broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
 // the server cannot keep.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
+	if s == nil {
+		return nil, nilReceiver("Store")
+	}
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -170,7 +176,7 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, broker.Closed)
 	}
 	n := newNames(s.opts.Prefix, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
 	defer cancel()
 	if err := s.provision(ctx, n, policy); err != nil {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
@@ -185,6 +191,17 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	}
 	s.queues[name] = q
 	return q, nil
+}
+
+// provisionTimeout bounds the requests that declare a queue: twice the
+// Options' Timeout (there are several), held at the largest Duration, so
+// that a Timeout meant as "none" (math.MaxInt64) does not wrap to a
+// negative bound that fails every declaration.
+func provisionTimeout(timeout time.Duration) time.Duration {
+	if timeout > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * timeout
 }
 
 // provision creates or updates the four streams and the consumer of one
@@ -288,6 +305,9 @@ const keyRecordSlack = time.Minute
 
 // Queues returns the names of the queues opened through this Store.
 func (s *Store) Queues() []string {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.queues))
@@ -306,6 +326,9 @@ func (s *Store) Queues() []string {
 // back at once (the server counts those deliveries) and returns Closed, so
 // that no lease is taken after Close returned. Close is idempotent.
 func (s *Store) Close() error {
+	if s == nil {
+		return nilReceiver("Store")
+	}
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -349,11 +372,32 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // checkName applies the queue-name rule of the file-backed store, so that a
-// name valid there is valid here and the reverse.
+// name valid there is valid here and the reverse, and refuses with the
+// same kind of error: one wrapping broker.QueueMisconfigured that says
+// what is wrong, the name quoted and clipped to 64 characters (the longest
+// a name may be), so that a caller's megabyte of junk does not become a
+// megabyte of error text.
 func checkName(name string) error {
-	if len(name) == 0 || len(name) > 64 || name[0] == '.' ||
-		strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != "" {
-		return fmt.Errorf("natsjs: queue name %q must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'", name)
+	bad := func(why string) error {
+		return fmt.Errorf("natsjs: queue name %.64q %s: %w", name, why, broker.QueueMisconfigured)
+	}
+	if len(name) == 0 || len(name) > 64 {
+		return bad(fmt.Sprintf("has %d bytes, want 1 to 64", len(name)))
+	}
+	if name[0] == '.' {
+		return bad("starts with '.'")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			// Name the character the caller wrote, not its first byte
+			// read as Latin-1.
+			what := fmt.Sprintf("byte %#02x (not UTF-8)", c)
+			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
+				what = fmt.Sprintf("%q", r)
+			}
+			return bad(fmt.Sprintf("has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", what, i))
+		}
 	}
 	return nil
 }

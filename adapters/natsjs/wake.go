@@ -30,8 +30,9 @@ const (
 // Wake returns what an idle consumer should wait on; see broker.Waker.
 //
 // Signal is closed by the next Publish, PublishKeyed or PublishBatch that
-// enqueues a message, Nack that hands one back, or ReplayDeadLetter, made
-// through this Queue; and — beyond the port's promise — by a publication
+// enqueues a message, Nack that hands one back, ReplayDeadLetter, or
+// Extend that brings a lease's lapse closer, made through this Queue, or
+// by a Store.Queue of this Store that changes the queue's policy; and — beyond the port's promise — by a publication
 // on this queue from any other client, which the work stream republishes,
 // headers only, to a subject this Queue subscribes to from its first Wake
 // on. Signal is never closed by another queue's calls.
@@ -49,6 +50,9 @@ const (
 // by default, VisibilityTimeout when shorter), so that the message of a
 // consumer that died elsewhere is picked up within that much of its lapse.
 func (q *Queue) Wake() broker.WakeValue {
+	if q == nil {
+		return broker.WakeValue{Signal: lookNow}
+	}
 	q.subscribe()
 	q.mu.Lock()
 	defer q.mu.Unlock()

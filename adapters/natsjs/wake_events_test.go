@@ -1,0 +1,85 @@
+package natsjs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestAnExtendThatShortensALeaseClosesTheWakeSignal: as with the memory
+// broker and the file store (broker/wake_test.go), an Extend that brings
+// a lease's lapse closer closes the wake signal: a consumer told to wait
+// for the old lapse would sleep past the new one.
+func TestAnExtendThatShortensALeaseClosesTheWakeSignal(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "shorten", policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Minute }))
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	w := q.Wake()
+	if !w.Scheduled || w.In < 30*time.Second {
+		t.Fatalf("Wake after the Receive: %+v, want the lease's lapse about a minute away", w)
+	}
+	if isClosed(w.Signal) {
+		t.Fatalf("signal closed before the Extend")
+	}
+	l, err := q.Extend(ctx, d.Lease.Receipt, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isClosed(w.Signal) {
+		t.Fatalf("an Extend that moved the lapse further away closed the wake signal")
+	}
+	if _, err := q.Extend(ctx, l.Receipt, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(w.Signal) {
+		t.Errorf("an Extend that moved the lease's lapse from ~%v to 1s away left the wake signal open (Wake now says In=%v): a consumer waiting on the old value sleeps past the lapse", w.In, q.Wake().In)
+	}
+}
+
+// TestRaisingMaxDeliveriesClosesTheWakeSignal: a queue declared again
+// with a higher MaxDeliveries makes a lease on its formerly last delivery
+// one whose lapse hands the message back; as the file store does
+// (broker/wake_test.go), the changed policy closes the wake signal, so
+// that a consumer told nothing was scheduled asks again.
+func TestRaisingMaxDeliveriesClosesTheWakeSignal(t *testing.T) {
+	ctx := context.Background()
+	st := openBackend(t).Store
+	pol := func(max int) broker.PolicyValue {
+		return policy(func(p *broker.PolicyValue) { p.MaxDeliveries = max; p.VisibilityTimeout = time.Minute })
+	}
+	q := mustQueue(t, st, "raise", pol(1))
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, q, 1)
+	w := q.Wake()
+	if w.Scheduled {
+		t.Fatalf("Wake with only a last-delivery lease out: %+v, want nothing scheduled", w)
+	}
+	mustQueue(t, st, "raise", pol(1))
+	if isClosed(w.Signal) {
+		t.Fatalf("declaring the queue again with the same policy closed the wake signal")
+	}
+	mustQueue(t, st, "raise", pol(5))
+	after := q.Wake()
+	if !after.Scheduled {
+		t.Fatalf("Wake after raising MaxDeliveries: %+v, want the lease's lapse", after)
+	}
+	if !isClosed(w.Signal) {
+		t.Errorf("raising MaxDeliveries left the wake signal handed out before it open, though Wake now schedules the lapse In=%v: a consumer that got Scheduled=false sleeps until some unrelated publish", after.In)
+	}
+}

@@ -79,10 +79,12 @@ type Options struct {
 	// most 256 KiB) for the queue declarations it starts with, which
 	// bounds how many queues a store declares: about 2,000 with names of
 	// 64 characters (more with shorter ones) for segments of 4 MiB or
-	// more, proportionally fewer below. A store may
-	// be reopened with another size, which new segments take; a smaller
-	// one is refused (QueueMisconfigured, naming the message) while a live
-	// message is too large to be copied into a segment of that size.
+	// more, proportionally fewer below. A store may be reopened with
+	// another size, which new segments take; a smaller one is refused
+	// (QueueMisconfigured) while a live message is too large to be copied
+	// into a segment of that size (the error names it), or while the
+	// store's queue declarations do not fit the room such a segment keeps
+	// for them.
 	//
 	// A queue's MaxMessageBytes (1 MiB unless its policy says otherwise)
 	// must fit in a segment too: with small segments, lower it in the

@@ -237,6 +237,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.queues[name] = q
 	}
 	s.setPreamble()
+	if queues, size := s.pre.Load().room(); size > s.opts.preambleBytes() {
+		// A smaller SegmentBytes than the log was written with keeps less
+		// room for the declarations: the first rotation would fail.
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: Options.SegmentBytes %d is too small for the store's %d queue declarations, which take up to %d bytes, more than the %d each segment of that size keeps for them: open with the %d bytes the log was written with: %w",
+			dir, s.opts.segmentBytes(), queues, size, s.opts.preambleBytes(), l.Stats().LargestSegment, QueueMisconfigured)
+	}
 	if err := s.restorePreamble(); err != nil {
 		s.closeFiles()
 		return nil, openError(dir, opts.Salvage, err)
@@ -523,6 +530,13 @@ func (s *Store) setPreamble() {
 	s.pre.Store(p)
 }
 
+// room returns how many queues p declares, and the most its preamble
+// takes: the declarations, each queue's dedup clock, and the mark.
+func (p *preambleSet) room() (queues, size int) {
+	queues = len(p.recs) - 1
+	return queues, p.size + segment.Size(16) + queues*segment.Size(maxClockRecord)
+}
+
 func declareRecord(id uint32, name string, p index.Policy) []byte {
 	e := index.Event{Kind: index.KindDeclare, Queue: id, Name: name, Policy: p}
 	return e.Append(nil)
@@ -663,8 +677,7 @@ func (s *Store) declareLocked(id uint32, name string, p index.Policy) error {
 		next.recs, next.ids = append(old.recs, rec), append(old.ids, id)
 		next.size += segment.Size(len(rec))
 	}
-	queues := len(next.recs) - 1
-	size := next.size + segment.Size(16) + queues*segment.Size(maxClockRecord) // the mark, and each queue's dedup clock
+	queues, size := next.room()
 	if room := s.opts.preambleBytes(); size > room {
 		help := "declare fewer queues, or give them shorter names"
 		if room < maxPreambleBytes {

@@ -258,8 +258,10 @@ func TestTheLargestAdmittedPayloadDeadLettersWithTheLongestCause(t *testing.T) {
 		t.Fatalf("Publish of max_payload less 8 KiB: %v", err)
 	}
 	d := receiveN(t, q, 1)[0]
-	// The longest texts the rule keeps, in the bytes that quote longest.
-	cause := broker.NewError(strings.Repeat("\xff", broker.MaxReasonBytes), 0xffffffff, strings.Repeat("\xff", broker.MaxPublicBytes), "")
+	// The longest texts the rule keeps: a reason of MaxReasonBytes (an
+	// identifier, which quotes as itself) and a public text in the bytes
+	// that quote longest.
+	cause := broker.NewError(strings.Repeat("R", broker.MaxReasonBytes), 0xffffffff, strings.Repeat("\xff", broker.MaxPublicBytes), "")
 	if err := q.Reject(ctx, d.Lease.Receipt, cause); err != nil {
 		t.Fatalf("Reject with the longest cause: %v", err)
 	}

@@ -131,6 +131,11 @@ type crashNode struct {
 	// bytes, and an fdatasync after it, makes them durable.
 	base    []byte
 	hasBase bool
+	// unknown is set when an fdatasync failed and the content it left
+	// durable could not be read to record it: what a crash would leave of
+	// the file is then unknown, and every later Sync and clone of it
+	// fails with this error rather than guess.
+	unknown error
 }
 
 // crashRecord is one unsynced mutation of a node: a write of data at off,
@@ -391,6 +396,9 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 // of its directory.
 func (c *CrashFS) Remove(name string) error {
 	path := filepath.Clean(name)
+	if !ownParent(path) {
+		return &os.PathError{Op: "remove", Path: name, Err: errNoEntry}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.useLocked(path)
@@ -443,6 +451,19 @@ func (c *CrashFS) isDirLocked(path string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("vfs: CrashFS: is %s a directory: %w", path, err)
+}
+
+// errNoEntry refuses a Remove or Rename of a path that names no entry of
+// a directory.
+var errNoEntry = errors.New("vfs: CrashFS: the path names no entry of a directory (the root, \".\" or \"..\"), which a crash model cannot follow")
+
+// ownParent reports whether the clean path names an entry of a directory
+// other than itself: not the root, ".", nor a path ending in "..". A
+// directory recorded as an entry of itself would make a clone recurse
+// without end.
+func ownParent(path string) bool {
+	base := filepath.Base(path)
+	return filepath.Dir(path) != path && base != "." && base != ".."
 }
 
 // removeDirLocked removes the directory at path (named name), which must
@@ -501,6 +522,8 @@ func (c *CrashFS) forgetLocked(d *crashDir) {
 // dirNodeLocked returns the node of the directory now at path, tracking it,
 // durable as it is, if it was not tracked yet.
 func (c *CrashFS) dirNodeLocked(path string) *crashNode {
+	// (Remove and Rename refuse a path with no parent of its own: see
+	// ownParent.)
 	parent := c.dirLocked(filepath.Dir(path))
 	base := filepath.Base(path)
 	if n := parent.cur[base]; n != nil && n.contents != nil {
@@ -563,6 +586,9 @@ func (c *CrashFS) renameDirLocked(oldname, newname, oldPath, newPath string) err
 // directory is renamed within its parent only, and not over anything.
 func (c *CrashFS) Rename(oldname, newname string) error {
 	oldPath, newPath := filepath.Clean(oldname), filepath.Clean(newname)
+	if !ownParent(oldPath) || !ownParent(newPath) {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: errNoEntry}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.useLocked(oldPath, newPath)
@@ -778,6 +804,9 @@ func (f *crashFile) Sync() error {
 	if err := f.fs.beginLocked(); err != nil {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
+	if f.node.unknown != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: f.node.unknown}
+	}
 	if err := f.inner.Sync(); err != nil {
 		// The writes are in the page cache, marked clean: lost to any
 		// power loss from now on, whatever later fdatasyncs report.
@@ -785,6 +814,8 @@ func (f *crashFile) Sync() error {
 			f.node.base, f.node.hasBase = base, true
 			f.node.syncedSize = int64(len(base))
 			f.node.log = nil
+		} else {
+			f.node.unknown = fmt.Errorf("vfs: CrashFS: an fdatasync failed (%v), and reading the file to record what it left durable failed too: %w", err, derr)
 		}
 		return err
 	}

@@ -304,6 +304,9 @@ func (c *CrashFS) durableLocked(n *crashNode) ([]byte, error) {
 // durableContentLocked returns n's durable content, its current content
 // and a name for it.
 func (c *CrashFS) durableContentLocked(n *crashNode) (durable, cur []byte, name string, err error) {
+	if n.unknown != nil {
+		return nil, nil, "", n.unknown
+	}
 	switch {
 	case n.path != "":
 		cur, err = readWhole(c.inner, n.path)
@@ -399,7 +402,7 @@ func resize(b []byte, n int64) []byte {
 
 // within reports whether path is root or below it; both are clean.
 func within(root, path string) bool {
-	if root == path || root == "." && !filepath.IsAbs(path) && !strings.HasPrefix(path, "..") {
+	if root == path || root == "." && !filepath.IsAbs(path) && path != ".." && !strings.HasPrefix(path, ".."+string(filepath.Separator)) {
 		return true
 	}
 	return strings.HasPrefix(path, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))

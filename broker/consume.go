@@ -83,7 +83,8 @@ type ConsumeOptions struct {
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
 	ExtendBy time.Duration
 	// StopGrace is how long running handlers keep their context once ctx
-	// ends. Consume receives nothing more from that moment; a handler that
+	// ends. Consume receives, and starts, nothing more from that moment
+	// (see Prefetch for the deliveries it then holds); a handler that
 	// finishes within StopGrace is settled by its result as usual, and the
 	// contexts of those still running are cancelled when it is over. Zero
 	// cancels them with ctx, at once; negative is refused
@@ -228,10 +229,11 @@ func inChain(test func() bool) (found bool) {
 // next Receive or lease renewal), the contexts of the running handlers
 // end, with that error as their cause (nothing they do can be settled any
 // more), and Consume returns it when they have returned. When
-// ctx ends, Consume stops receiving, nacks the deliveries it holds
-// unstarted (Prefetch), waits for every running handler (whose context
-// ends with ctx, or opts.StopGrace later) and its Ack or Nack, and returns
-// ctx.Err(). It returns an error at once for a nil b or h, or an option
+// ctx ends, Consume stops receiving and starts no handler more: it nacks
+// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds
+// and those of a Receive that returned after ctx ended; it waits for every
+// running handler (whose context ends with ctx, or opts.StopGrace later)
+// and its Ack or Nack, and returns ctx.Err(). It returns an error at once for a nil b or h, or an option
 // it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
@@ -695,12 +697,24 @@ func (c *consumer) giveBack(n int) {
 // dispatch hands each delivery to a handler goroutine, starting one when
 // none is waiting and fewer than Concurrency run, holding it in work for
 // the next free handler otherwise, and frees the slots reserved for
-// deliveries that did not come.
+// deliveries that did not come. Once ctx has ended, it starts none: it
+// nacks each of the rest unstarted (see nackUnstarted).
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
 	for i, d := range ds {
+		if ctx.Err() != nil {
+			// ctx ended while Receive ran (over a *Queue it runs without
+			// ctx's cancellation, for the acks it carries, so the window
+			// spans a whole commit): the delivery is not started, as a
+			// held one is not (see release), and its slot goes back.
+			c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery received as ctx ended, without starting its handler")
+			if i < reserved {
+				<-c.slots
+			}
+			continue
+		}
 		if i >= reserved {
 			// They are leased all the same: run them, within the bound.
 			c.slots <- struct{}{}
@@ -874,12 +888,7 @@ func (c *consumer) releaseHeld() {
 func (c *consumer) release(d DeliveryValue) bool {
 	switch {
 	case c.stopCtx.Err() != nil:
-		attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
-		c.log.InfoContext(c.settleCtx, "broker: Consume: stopping; nacking a held delivery its handler never started", attrs...)
-		logged := context.WithValue(c.settleCtx, causeLogged{}, true)
-		if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
-			c.refused(c.settleCtx, "nack", err, attrs)
-		}
+		c.nackUnstarted(d, "broker: Consume: stopping; nacking a held delivery its handler never started")
 	case c.handlerCtx.Err() != nil:
 		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a held delivery was not started, and will be delivered again once its lease lapses",
 			"message", d.Message.ID, "deliveries", d.Deliveries)
@@ -889,6 +898,20 @@ func (c *consumer) release(d DeliveryValue) bool {
 	c.free()
 	c.inflight.Done()
 	return true
+}
+
+// nackUnstarted nacks d, whose handler never started and never will,
+// with errConsumerStopped once Consume's ctx has ended (see
+// ConsumeOptions.Prefetch): the delivery is spent, as it would be had its
+// handler given up. msg is the log record that says which delivery it was.
+// It touches no slot and no count: that is the caller's.
+func (c *consumer) nackUnstarted(d DeliveryValue, msg string) {
+	attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
+	c.log.InfoContext(c.settleCtx, msg, attrs...)
+	logged := context.WithValue(c.settleCtx, causeLogged{}, true)
+	if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
+		c.refused(c.settleCtx, "nack", err, attrs)
+	}
 }
 
 // free frees the slot of a handler that is done. Its goroutine counts as

@@ -230,8 +230,10 @@ func inChain(test func() bool) (found bool) {
 // end, with that error as their cause (nothing they do can be settled any
 // more), and Consume returns it when they have returned. When
 // ctx ends, Consume stops receiving and starts no handler more: it nacks
-// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds
-// and those of a Receive that returned after ctx ended; it waits for every
+// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds,
+// those of a Receive that returned after ctx ended, and those a broker
+// returned beyond what Consume asked for that still wait for a free
+// handler; it waits for every
 // running handler (whose context ends with ctx, or opts.StopGrace later)
 // and its Ack or Nack, and returns ctx.Err(). It returns an error at once for a nil b or h, or an option
 // it refuses.
@@ -697,27 +699,50 @@ func (c *consumer) giveBack(n int) {
 // dispatch hands each delivery to a handler goroutine, starting one when
 // none is waiting and fewer than Concurrency run, holding it in work for
 // the next free handler otherwise, and frees the slots reserved for
-// deliveries that did not come. Once ctx has ended, it starts none: it
-// nacks each of the rest unstarted (see nackUnstarted).
+// deliveries that did not come. A delivery beyond those asked for waits
+// for a slot to free. Once ctx has ended, it starts none: it nacks each of
+// the rest unstarted (see nackUnstarted). Once b ended while one waited,
+// it starts none of the extra ones left: nothing can settle them, and
+// their leases lapse.
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
+	var ended <-chan struct{} // nil, which never fires, without an ender
+	if c.ender != nil {
+		ended = c.ender.ended()
+	}
+	over := false // b ended while an extra delivery waited for a slot
 	for i, d := range ds {
-		if ctx.Err() != nil {
-			// ctx ended while Receive ran (over a *Queue it runs without
-			// ctx's cancellation, for the acks it carries, so the window
-			// spans a whole commit): the delivery is not started, as a
-			// held one is not (see release), and its slot goes back.
-			c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery received as ctx ended, without starting its handler")
-			if i < reserved {
+		slotted := i < reserved
+		if !slotted && !over && ctx.Err() == nil {
+			// They are leased all the same: run them, within the bound,
+			// once a handler frees a slot; but that may take as long as a
+			// handler runs, and ctx or b may end meanwhile.
+			select {
+			case c.slots <- struct{}{}:
+				slotted = true
+			case <-ctx.Done():
+			case <-ended:
+				over = true
+			}
+		}
+		if stop := ctx.Err() != nil; stop || over {
+			if stop {
+				// ctx ended while Receive ran (over a *Queue it runs
+				// without ctx's cancellation, for the acks it carries, so
+				// the window spans a whole commit), or while the delivery
+				// waited for a slot: it is not started, as a held one is
+				// not (see release), and its slot goes back.
+				c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery received as ctx ended, without starting its handler")
+			} else {
+				c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a delivery beyond those asked for was not started, and will be delivered again once its lease lapses",
+					"message", d.Message.ID, "deliveries", d.Deliveries)
+			}
+			if slotted {
 				<-c.slots
 			}
 			continue
-		}
-		if i >= reserved {
-			// They are leased all the same: run them, within the bound.
-			c.slots <- struct{}{}
 		}
 		c.inflight.Add(1)
 		if c.waiting.Add(-1) >= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -157,4 +158,63 @@ func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
 			require.Equal(t, 1, q.Stats().Leased)
 		})
 	}
+}
+
+// endingFake is the fake as an ender: closeAndEnd closes it and then the
+// channel, as a Store's or a Memory's close does.
+type endingFake struct {
+	*fakeBroker
+	over chan struct{}
+}
+
+func (e *endingFake) ended() <-chan struct{} { return e.over }
+
+func (e *endingFake) endErr() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("fake: %w", Closed)
+	}
+	return nil
+}
+
+func (e *endingFake) closeAndEnd() {
+	e.Close()
+	close(e.over)
+}
+
+// TestConsumeEndsWhenTheBrokerEndsWhileExtraDeliveriesWait: the deliveries
+// a broker returns beyond those asked for wait for a free slot, which the
+// running handler holds until its context ends. A broker that says it
+// ended must end that wait: Consume returns Closed, the handler is told,
+// and the extra deliveries, which nothing can settle now, are not started.
+func TestConsumeEndsWhenTheBrokerEndsWhileExtraDeliveriesWait(t *testing.T) {
+	f := newFake()
+	f.overDeliver = 3
+	for range 4 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	b := &endingFake{fakeBroker: f, over: make(chan struct{})}
+	var started atomic.Int64
+	first := make(chan struct{})
+	causes := make(chan error, 4)
+	r := startConsume(t, b, func(ctx context.Context, d DeliveryValue) error {
+		if started.Add(1) == 1 {
+			close(first)
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}, ConsumeOptions{Concurrency: 1})
+	<-first
+	require.Eventually(t, func() bool { return f.leased() == 4 }, eventually, tick, "the three extra deliveries wait")
+	b.closeAndEnd()
+	select {
+	case <-r.done:
+		require.ErrorIs(t, r.err, Closed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Consume still waits, for a slot for the extra deliveries, 5 s after the broker ended")
+	}
+	require.EqualValues(t, 1, started.Load(), "no extra delivery started once the broker ended")
+	require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
 }

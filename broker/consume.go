@@ -407,9 +407,18 @@ type consumer struct {
 	acker    receiveAcker  // nil when b cannot carry acks with a Receive
 	stopper  failStopper   // nil when b never stops for good
 	ender    ender         // nil when b cannot say it ended without a call
-	// endedWith is the error acquire found b ended with (see ender).
+	// endedWith is the error the loop found b ended with (see ender and
+	// gone); only the loop goroutine touches it.
 	endedWith error
 	log       *slog.Logger
+	// gone is closed, once (goneOnce), when a lease renewal finds b
+	// closed or stopped for good, with goneErr the error it met, set
+	// before. Every wait of the loop selects on it, so that Consume learns
+	// of the end from a renewal as it does from a Receive or an ender,
+	// and returns it (see brokerGone).
+	goneOnce sync.Once
+	gone     chan struct{}
+	goneErr  error
 	// settleCtx is Consume's ctx without its cancellation: Receive calls
 	// that carry acks and the settling calls run under it.
 	settleCtx context.Context
@@ -491,6 +500,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	c := &consumer{
 		b:           b,
 		h:           h,
+		gone:        make(chan struct{}),
 		log:         guardLogger(opts.Logger),
 		batch:       max(opts.Batch, 1),
 		poll:        opts.PollInterval,
@@ -531,15 +541,13 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 }
 
 // loop receives and dispatches until ctx ends, Receive reports Closed or
-// the broker stopped for good.
+// the broker stopped for good, or the broker said so (ender) or a lease
+// renewal found it (brokerGone).
 func (c *consumer) loop(ctx context.Context) error {
 	for {
 		n, ok := c.acquire(ctx)
 		if !ok {
-			if c.endedWith != nil {
-				return c.endedWith
-			}
-			return ctx.Err()
+			return c.why(ctx)
 		}
 		var wake WakeValue
 		if c.waker != nil {
@@ -554,18 +562,55 @@ func (c *consumer) loop(ctx context.Context) error {
 			return ctx.Err()
 		case err != nil && c.stopper != nil && c.stopper.stopped() != nil:
 			return err // the broker must be reopened: retrying cannot help
+		case c.goneYet():
+			return c.endedWith
 		case err != nil:
 			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
 			if !c.pause(ctx, c.poll) {
-				return ctx.Err()
+				return c.why(ctx)
 			}
 		case len(ds) > 0:
 			c.streak = 0
 		default:
 			if !c.idle(ctx, wake) {
-				return ctx.Err()
+				return c.why(ctx)
 			}
 		}
+	}
+}
+
+// why returns why the loop ends after a wait ended it: the end of b that
+// the wait found (endedWith), or else ctx's error.
+func (c *consumer) why(ctx context.Context) error {
+	if c.endedWith != nil {
+		return c.endedWith
+	}
+	return ctx.Err()
+}
+
+// brokerGone records err, which a lease renewal met, as the end of b:
+// it closed or stopped for good, and neither a renewal nor a settling call
+// can succeed again. The first call wins. It closes gone, which ends the
+// loop's wait, whatever it is, even an idle one that no other event would
+// end (a broker that is not an ender, whose Wake signal its close does not
+// close): the loop returns err, and Consume cancels the other handlers'
+// contexts with it, as for a Receive that met the end.
+func (c *consumer) brokerGone(err error) {
+	c.goneOnce.Do(func() {
+		c.goneErr = err
+		close(c.gone)
+	})
+}
+
+// goneYet reports whether a renewal found b ended (see brokerGone), and
+// if so sets endedWith to what it met. Only the loop goroutine calls it.
+func (c *consumer) goneYet() bool {
+	select {
+	case <-c.gone:
+		c.endedWith = c.goneErr
+		return true
+	default:
+		return false
 	}
 }
 
@@ -594,7 +639,7 @@ func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) 
 // free, up to the batch size. It returns how many it took, or false when
 // ctx ended first, or b ended (endedWith then says how).
 func (c *consumer) acquire(ctx context.Context) (int, bool) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || c.goneYet() {
 		return 0, false
 	}
 	var ended <-chan struct{} // nil, which never fires, without an ender
@@ -606,6 +651,9 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 		case c.slots <- struct{}{}:
 			waiting = false
 		case <-ctx.Done():
+			return 0, false
+		case <-c.gone:
+			c.endedWith = c.goneErr
 			return 0, false
 		case <-ended:
 			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
@@ -678,6 +726,10 @@ func (c *consumer) refill(ctx context.Context, ended <-chan struct{}) (int, bool
 		case <-ctx.Done():
 			c.giveBack(n)
 			return 0, false
+		case <-c.gone:
+			c.endedWith = c.goneErr
+			c.giveBack(n)
+			return 0, false
 		case <-ended:
 			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
 				c.giveBack(n)
@@ -725,6 +777,8 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 			case <-ctx.Done():
 			case <-ended:
 				over = true
+			case <-c.gone:
+				over = true
 			}
 		}
 		if stop := ctx.Err() != nil; stop || over {
@@ -767,7 +821,8 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 }
 
 // idle waits after an empty Receive; wake is what Wake returned before it.
-// It returns false when ctx ended.
+// It returns false when ctx ended, or a renewal found b ended (endedWith
+// then says how).
 func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	floor := c.backoff()
 	start := time.Now()
@@ -806,6 +861,9 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 				c.flushAcks(c.settleCtx)
 			case <-ctx.Done():
 				return false
+			case <-c.gone:
+				c.endedWith = c.goneErr
+				return false
 			}
 		}
 	}
@@ -837,12 +895,13 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
-// pause waits d, or until ctx ends, and reports whether ctx is still live.
+// pause waits d, or until ctx ends or a renewal finds b ended (endedWith
+// then says how), and reports whether neither happened.
 // Meanwhile it carries the acks of handlers that finish: they must not
 // wait for the next Receive.
 func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return ctx.Err() == nil && !c.goneYet()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -853,6 +912,9 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 		case <-c.ackReady:
 			c.flushAcks(c.settleCtx)
 		case <-ctx.Done():
+			return false
+		case <-c.gone:
+			c.endedWith = c.goneErr
 			return false
 		}
 	}
@@ -1044,8 +1106,8 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // returned stop ends the renewals, waits for one in flight, and returns the
 // newest receipt and whether the lease was lost (or the broker closed or
 // stopped, which no settling call survives); when it was, cancel has been
-// called with the renewal's error and the loss logged. stop may be called
-// more than once.
+// called with the renewal's error and the loss logged, and when b closed
+// or stopped, brokerGone too. stop may be called more than once.
 func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc, d DeliveryValue, held time.Duration) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -1087,11 +1149,14 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				cancel(err)
 				return
 			case errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
-				// No renewal, and no settling call, can succeed again.
+				// No renewal, and no settling call, can succeed again:
+				// not for this handler, nor for any other, and the loop,
+				// which may be idle, must learn of it.
 				lost = true
 				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
 				cancel(err)
+				c.brokerGone(err)
 				return
 			default:
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",

@@ -218,3 +218,78 @@ func TestConsumeEndsWhenTheBrokerEndsWhileExtraDeliveriesWait(t *testing.T) {
 	require.EqualValues(t, 1, started.Load(), "no extra delivery started once the broker ended")
 	require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
 }
+
+// quietFake is the fake as a broker that cannot say it ended without a
+// call (no ender) and whose Wake signal its close does not close (the
+// Waker contract names only events that make a message receivable), as
+// another package's broker may be: Consume learns of the close only from
+// a call. Its Receive calls after the first fail with failLater, when set.
+type quietFake struct {
+	*fakeBroker
+	sig       chan struct{}
+	failLater error
+	received  atomic.Int64
+}
+
+func (b *quietFake) Wake() WakeValue {
+	b.fakeBroker.Wake()
+	return WakeValue{Signal: b.sig}
+}
+
+func (b *quietFake) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if b.received.Add(1) > 1 && b.failLater != nil {
+		return nil, b.failLater
+	}
+	return b.fakeBroker.Receive(ctx, max)
+}
+
+// closeQuietly makes every later call fail with Closed, and signals
+// nothing.
+func (b *quietFake) closeQuietly() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+}
+
+// TestConsumeReturnsWhenARenewalFindsTheBrokerClosed: "Once Consume learns
+// of such an end (... another broker at the next Receive or lease
+// renewal), the contexts of the running handlers end, with that error as
+// their cause ..., and Consume returns it when they have returned." A
+// renewal that met the close cancelled only its own handler, and the loop,
+// idle on a signal the close does not close (or waiting out PollInterval
+// after a failed Receive), went on waiting.
+func TestConsumeReturnsWhenARenewalFindsTheBrokerClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failLater error
+	}{
+		{"idle", nil},
+		{"pausing after a failed Receive", errors.New("fake: the network blinked")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.Publish(context.Background(), []byte("x"))
+			b := &quietFake{fakeBroker: f, sig: make(chan struct{}), failLater: tc.failLater}
+			running := make(chan struct{})
+			causes := make(chan error, 1)
+			r := startConsume(t, b, func(ctx context.Context, d DeliveryValue) error {
+				close(running)
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}, ConsumeOptions{Concurrency: 2, ExtendEvery: 20 * time.Millisecond, PollInterval: time.Hour})
+			<-running
+			// A free slot: the loop receives again, and waits.
+			require.Eventually(t, func() bool { return b.received.Load() >= 2 }, eventually, tick)
+			b.closeQuietly()
+			select {
+			case <-r.done:
+				require.ErrorIs(t, r.err, Closed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a renewal found the broker closed, but Consume has not returned 5 s later")
+			}
+			require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
+			require.Empty(t, f.calls(), "nothing could be settled")
+		})
+	}
+}

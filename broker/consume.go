@@ -60,7 +60,8 @@ type ConsumeOptions struct {
 	// the dead-letter store saying the consumer stopped.
 	Prefetch int
 	// PollInterval is how long Consume waits after an empty Receive when
-	// the broker is not a [Waker], and after a Receive error other than
+	// the broker is not a [Waker] (or its Wake returned a nil Signal; then
+	// never past the In it named), and after a Receive error other than
 	// [Closed]. Zero means 100ms; negative is refused
 	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
 	PollInterval time.Duration
@@ -198,8 +199,10 @@ func inChain(test func() bool) (found bool) {
 // When Receive finds nothing, Consume waits: on b's [Waker] when it has one
 // (Wake is called before each Receive, so nothing published in between is
 // missed), never past the [WakeValue.In] it named, or for PollInterval
-// when b is not a Waker. It never spins: when a wait that should block ends
-// at once and Receive still finds nothing, it backs off from 1ms. Those
+// when b is not a Waker (or is one whose Wake broke its rule and returned
+// a nil Signal: then for PollInterval, but still never past the In). It
+// never spins: when a wait that should block ends at once and Receive
+// still finds nothing, it backs off from 1ms. Those
 // waits run on real time, whatever clock b runs on: a test that gives b
 // a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
 // does not end them. Such a test publishes (which closes the Wake signal),
@@ -828,9 +831,15 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	start := time.Now()
 	var signal <-chan struct{}
 	wait, timed := c.poll, true
-	if c.waker != nil && wake.Signal != nil {
+	switch {
+	case c.waker == nil:
+	case wake.Signal != nil:
 		signal = wake.Signal
 		wait, timed = wake.In, wake.Scheduled
+	case wake.Scheduled:
+		// A Waker that breaks its "never nil" rule: with no signal to
+		// wait on, Consume polls, but never past the In it named.
+		wait = min(wake.In, c.poll)
 	}
 	signalled, closedAlready := false, false
 	if signal != nil {

@@ -60,7 +60,8 @@ type ConsumeOptions struct {
 	// the dead-letter store saying the consumer stopped.
 	Prefetch int
 	// PollInterval is how long Consume waits after an empty Receive when
-	// the broker is not a [Waker], and after a Receive error other than
+	// the broker is not a [Waker] (or its Wake returned a nil Signal; then
+	// never past the In it named), and after a Receive error other than
 	// [Closed]. Zero means 100ms; negative is refused
 	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
 	PollInterval time.Duration
@@ -83,7 +84,8 @@ type ConsumeOptions struct {
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
 	ExtendBy time.Duration
 	// StopGrace is how long running handlers keep their context once ctx
-	// ends. Consume receives nothing more from that moment; a handler that
+	// ends. Consume receives, and starts, nothing more from that moment
+	// (see Prefetch for the deliveries it then holds); a handler that
 	// finishes within StopGrace is settled by its result as usual, and the
 	// contexts of those still running are cancelled when it is over. Zero
 	// cancels them with ctx, at once; negative is refused
@@ -197,8 +199,10 @@ func inChain(test func() bool) (found bool) {
 // When Receive finds nothing, Consume waits: on b's [Waker] when it has one
 // (Wake is called before each Receive, so nothing published in between is
 // missed), never past the [WakeValue.In] it named, or for PollInterval
-// when b is not a Waker. It never spins: when a wait that should block ends
-// at once and Receive still finds nothing, it backs off from 1ms. Those
+// when b is not a Waker (or is one whose Wake broke its rule and returned
+// a nil Signal: then for PollInterval, but still never past the In). It
+// never spins: when a wait that should block ends at once and Receive
+// still finds nothing, it backs off from 1ms. Those
 // waits run on real time, whatever clock b runs on: a test that gives b
 // a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
 // does not end them. Such a test publishes (which closes the Wake signal),
@@ -228,10 +232,13 @@ func inChain(test func() bool) (found bool) {
 // next Receive or lease renewal), the contexts of the running handlers
 // end, with that error as their cause (nothing they do can be settled any
 // more), and Consume returns it when they have returned. When
-// ctx ends, Consume stops receiving, nacks the deliveries it holds
-// unstarted (Prefetch), waits for every running handler (whose context
-// ends with ctx, or opts.StopGrace later) and its Ack or Nack, and returns
-// ctx.Err(). It returns an error at once for a nil b or h, or an option
+// ctx ends, Consume stops receiving and starts no handler more: it nacks
+// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds,
+// those of a Receive that returned after ctx ended, and those a broker
+// returned beyond what Consume asked for that still wait for a free
+// handler; it waits for every
+// running handler (whose context ends with ctx, or opts.StopGrace later)
+// and its Ack or Nack, and returns ctx.Err(). It returns an error at once for a nil b or h, or an option
 // it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
@@ -403,9 +410,18 @@ type consumer struct {
 	acker    receiveAcker  // nil when b cannot carry acks with a Receive
 	stopper  failStopper   // nil when b never stops for good
 	ender    ender         // nil when b cannot say it ended without a call
-	// endedWith is the error acquire found b ended with (see ender).
+	// endedWith is the error the loop found b ended with (see ender and
+	// gone); only the loop goroutine touches it.
 	endedWith error
 	log       *slog.Logger
+	// gone is closed, once (goneOnce), when a lease renewal finds b
+	// closed or stopped for good, with goneErr the error it met, set
+	// before. Every wait of the loop selects on it, so that Consume learns
+	// of the end from a renewal as it does from a Receive or an ender,
+	// and returns it (see brokerGone).
+	goneOnce sync.Once
+	gone     chan struct{}
+	goneErr  error
 	// settleCtx is Consume's ctx without its cancellation: Receive calls
 	// that carry acks and the settling calls run under it.
 	settleCtx context.Context
@@ -487,6 +503,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	c := &consumer{
 		b:           b,
 		h:           h,
+		gone:        make(chan struct{}),
 		log:         guardLogger(opts.Logger),
 		batch:       max(opts.Batch, 1),
 		poll:        opts.PollInterval,
@@ -527,15 +544,13 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 }
 
 // loop receives and dispatches until ctx ends, Receive reports Closed or
-// the broker stopped for good.
+// the broker stopped for good, or the broker said so (ender) or a lease
+// renewal found it (brokerGone).
 func (c *consumer) loop(ctx context.Context) error {
 	for {
 		n, ok := c.acquire(ctx)
 		if !ok {
-			if c.endedWith != nil {
-				return c.endedWith
-			}
-			return ctx.Err()
+			return c.why(ctx)
 		}
 		var wake WakeValue
 		if c.waker != nil {
@@ -550,18 +565,55 @@ func (c *consumer) loop(ctx context.Context) error {
 			return ctx.Err()
 		case err != nil && c.stopper != nil && c.stopper.stopped() != nil:
 			return err // the broker must be reopened: retrying cannot help
+		case c.goneYet():
+			return c.endedWith
 		case err != nil:
 			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
 			if !c.pause(ctx, c.poll) {
-				return ctx.Err()
+				return c.why(ctx)
 			}
 		case len(ds) > 0:
 			c.streak = 0
 		default:
 			if !c.idle(ctx, wake) {
-				return ctx.Err()
+				return c.why(ctx)
 			}
 		}
+	}
+}
+
+// why returns why the loop ends after a wait ended it: the end of b that
+// the wait found (endedWith), or else ctx's error.
+func (c *consumer) why(ctx context.Context) error {
+	if c.endedWith != nil {
+		return c.endedWith
+	}
+	return ctx.Err()
+}
+
+// brokerGone records err, which a lease renewal met, as the end of b:
+// it closed or stopped for good, and neither a renewal nor a settling call
+// can succeed again. The first call wins. It closes gone, which ends the
+// loop's wait, whatever it is, even an idle one that no other event would
+// end (a broker that is not an ender, whose Wake signal its close does not
+// close): the loop returns err, and Consume cancels the other handlers'
+// contexts with it, as for a Receive that met the end.
+func (c *consumer) brokerGone(err error) {
+	c.goneOnce.Do(func() {
+		c.goneErr = err
+		close(c.gone)
+	})
+}
+
+// goneYet reports whether a renewal found b ended (see brokerGone), and
+// if so sets endedWith to what it met. Only the loop goroutine calls it.
+func (c *consumer) goneYet() bool {
+	select {
+	case <-c.gone:
+		c.endedWith = c.goneErr
+		return true
+	default:
+		return false
 	}
 }
 
@@ -590,7 +642,7 @@ func (c *consumer) receive(ctx context.Context, n int) ([]DeliveryValue, error) 
 // free, up to the batch size. It returns how many it took, or false when
 // ctx ended first, or b ended (endedWith then says how).
 func (c *consumer) acquire(ctx context.Context) (int, bool) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || c.goneYet() {
 		return 0, false
 	}
 	var ended <-chan struct{} // nil, which never fires, without an ender
@@ -602,6 +654,9 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 		case c.slots <- struct{}{}:
 			waiting = false
 		case <-ctx.Done():
+			return 0, false
+		case <-c.gone:
+			c.endedWith = c.goneErr
 			return 0, false
 		case <-ended:
 			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
@@ -674,6 +729,10 @@ func (c *consumer) refill(ctx context.Context, ended <-chan struct{}) (int, bool
 		case <-ctx.Done():
 			c.giveBack(n)
 			return 0, false
+		case <-c.gone:
+			c.endedWith = c.goneErr
+			c.giveBack(n)
+			return 0, false
 		case <-ended:
 			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
 				c.giveBack(n)
@@ -695,15 +754,52 @@ func (c *consumer) giveBack(n int) {
 // dispatch hands each delivery to a handler goroutine, starting one when
 // none is waiting and fewer than Concurrency run, holding it in work for
 // the next free handler otherwise, and frees the slots reserved for
-// deliveries that did not come.
+// deliveries that did not come. A delivery beyond those asked for waits
+// for a slot to free. Once ctx has ended, it starts none: it nacks each of
+// the rest unstarted (see nackUnstarted). Once b ended while one waited,
+// it starts none of the extra ones left: nothing can settle them, and
+// their leases lapse.
 func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved int) {
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
+	var ended <-chan struct{} // nil, which never fires, without an ender
+	if c.ender != nil {
+		ended = c.ender.ended()
+	}
+	over := false // b ended while an extra delivery waited for a slot
 	for i, d := range ds {
-		if i >= reserved {
-			// They are leased all the same: run them, within the bound.
-			c.slots <- struct{}{}
+		slotted := i < reserved
+		if !slotted && !over && ctx.Err() == nil {
+			// They are leased all the same: run them, within the bound,
+			// once a handler frees a slot; but that may take as long as a
+			// handler runs, and ctx or b may end meanwhile.
+			select {
+			case c.slots <- struct{}{}:
+				slotted = true
+			case <-ctx.Done():
+			case <-ended:
+				over = true
+			case <-c.gone:
+				over = true
+			}
+		}
+		if stop := ctx.Err() != nil; stop || over {
+			if stop {
+				// ctx ended while Receive ran (over a *Queue it runs
+				// without ctx's cancellation, for the acks it carries, so
+				// the window spans a whole commit), or while the delivery
+				// waited for a slot: it is not started, as a held one is
+				// not (see release), and its slot goes back.
+				c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery received as ctx ended, without starting its handler")
+			} else {
+				c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a delivery beyond those asked for was not started, and will be delivered again once its lease lapses",
+					"message", d.Message.ID, "deliveries", d.Deliveries)
+			}
+			if slotted {
+				<-c.slots
+			}
+			continue
 		}
 		c.inflight.Add(1)
 		if c.waiting.Add(-1) >= 0 {
@@ -728,15 +824,22 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 }
 
 // idle waits after an empty Receive; wake is what Wake returned before it.
-// It returns false when ctx ended.
+// It returns false when ctx ended, or a renewal found b ended (endedWith
+// then says how).
 func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	floor := c.backoff()
 	start := time.Now()
 	var signal <-chan struct{}
 	wait, timed := c.poll, true
-	if c.waker != nil && wake.Signal != nil {
+	switch {
+	case c.waker == nil:
+	case wake.Signal != nil:
 		signal = wake.Signal
 		wait, timed = wake.In, wake.Scheduled
+	case wake.Scheduled:
+		// A Waker that breaks its "never nil" rule: with no signal to
+		// wait on, Consume polls, but never past the In it named.
+		wait = min(wake.In, c.poll)
 	}
 	signalled, closedAlready := false, false
 	if signal != nil {
@@ -766,6 +869,9 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 				// must not wait for the next message.
 				c.flushAcks(c.settleCtx)
 			case <-ctx.Done():
+				return false
+			case <-c.gone:
+				c.endedWith = c.goneErr
 				return false
 			}
 		}
@@ -798,12 +904,13 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
-// pause waits d, or until ctx ends, and reports whether ctx is still live.
+// pause waits d, or until ctx ends or a renewal finds b ended (endedWith
+// then says how), and reports whether neither happened.
 // Meanwhile it carries the acks of handlers that finish: they must not
 // wait for the next Receive.
 func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return ctx.Err() == nil && !c.goneYet()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -814,6 +921,9 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 		case <-c.ackReady:
 			c.flushAcks(c.settleCtx)
 		case <-ctx.Done():
+			return false
+		case <-c.gone:
+			c.endedWith = c.goneErr
 			return false
 		}
 	}
@@ -874,12 +984,7 @@ func (c *consumer) releaseHeld() {
 func (c *consumer) release(d DeliveryValue) bool {
 	switch {
 	case c.stopCtx.Err() != nil:
-		attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
-		c.log.InfoContext(c.settleCtx, "broker: Consume: stopping; nacking a held delivery its handler never started", attrs...)
-		logged := context.WithValue(c.settleCtx, causeLogged{}, true)
-		if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
-			c.refused(c.settleCtx, "nack", err, attrs)
-		}
+		c.nackUnstarted(d, "broker: Consume: stopping; nacking a held delivery its handler never started")
 	case c.handlerCtx.Err() != nil:
 		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a held delivery was not started, and will be delivered again once its lease lapses",
 			"message", d.Message.ID, "deliveries", d.Deliveries)
@@ -889,6 +994,20 @@ func (c *consumer) release(d DeliveryValue) bool {
 	c.free()
 	c.inflight.Done()
 	return true
+}
+
+// nackUnstarted nacks d, whose handler never started and never will,
+// with errConsumerStopped once Consume's ctx has ended (see
+// ConsumeOptions.Prefetch): the delivery is spent, as it would be had its
+// handler given up. msg is the log record that says which delivery it was.
+// It touches no slot and no count: that is the caller's.
+func (c *consumer) nackUnstarted(d DeliveryValue, msg string) {
+	attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
+	c.log.InfoContext(c.settleCtx, msg, attrs...)
+	logged := context.WithValue(c.settleCtx, causeLogged{}, true)
+	if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
+		c.refused(c.settleCtx, "nack", err, attrs)
+	}
 }
 
 // free frees the slot of a handler that is done. Its goroutine counts as
@@ -996,8 +1115,8 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // returned stop ends the renewals, waits for one in flight, and returns the
 // newest receipt and whether the lease was lost (or the broker closed or
 // stopped, which no settling call survives); when it was, cancel has been
-// called with the renewal's error and the loss logged. stop may be called
-// more than once.
+// called with the renewal's error and the loss logged, and when b closed
+// or stopped, brokerGone too. stop may be called more than once.
 func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc, d DeliveryValue, held time.Duration) (stop func() (ReceiptValue, bool)) {
 	receipt := d.Lease.Receipt
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -1039,11 +1158,14 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				cancel(err)
 				return
 			case errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
-				// No renewal, and no settling call, can succeed again.
+				// No renewal, and no settling call, can succeed again:
+				// not for this handler, nor for any other, and the loop,
+				// which may be idle, must learn of it.
 				lost = true
 				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
 				cancel(err)
+				c.brokerGone(err)
 				return
 			default:
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -155,6 +156,140 @@ func TestConsumeEndsItsHandlersWhenTheStoreStops(t *testing.T) {
 			q, err = reopened.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
 			require.NoError(t, err)
 			require.Equal(t, 1, q.Stats().Leased)
+		})
+	}
+}
+
+// endingFake is the fake as an ender: closeAndEnd closes it and then the
+// channel, as a Store's or a Memory's close does.
+type endingFake struct {
+	*fakeBroker
+	over chan struct{}
+}
+
+func (e *endingFake) ended() <-chan struct{} { return e.over }
+
+func (e *endingFake) endErr() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("fake: %w", Closed)
+	}
+	return nil
+}
+
+func (e *endingFake) closeAndEnd() {
+	e.Close()
+	close(e.over)
+}
+
+// TestConsumeEndsWhenTheBrokerEndsWhileExtraDeliveriesWait: the deliveries
+// a broker returns beyond those asked for wait for a free slot, which the
+// running handler holds until its context ends. A broker that says it
+// ended must end that wait: Consume returns Closed, the handler is told,
+// and the extra deliveries, which nothing can settle now, are not started.
+func TestConsumeEndsWhenTheBrokerEndsWhileExtraDeliveriesWait(t *testing.T) {
+	f := newFake()
+	f.overDeliver = 3
+	for range 4 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	b := &endingFake{fakeBroker: f, over: make(chan struct{})}
+	var started atomic.Int64
+	first := make(chan struct{})
+	causes := make(chan error, 4)
+	r := startConsume(t, b, func(ctx context.Context, d DeliveryValue) error {
+		if started.Add(1) == 1 {
+			close(first)
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}, ConsumeOptions{Concurrency: 1})
+	<-first
+	require.Eventually(t, func() bool { return f.leased() == 4 }, eventually, tick, "the three extra deliveries wait")
+	b.closeAndEnd()
+	select {
+	case <-r.done:
+		require.ErrorIs(t, r.err, Closed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Consume still waits, for a slot for the extra deliveries, 5 s after the broker ended")
+	}
+	require.EqualValues(t, 1, started.Load(), "no extra delivery started once the broker ended")
+	require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
+}
+
+// quietFake is the fake as a broker that cannot say it ended without a
+// call (no ender) and whose Wake signal its close does not close (the
+// Waker contract names only events that make a message receivable), as
+// another package's broker may be: Consume learns of the close only from
+// a call. Its Receive calls after the first fail with failLater, when set.
+type quietFake struct {
+	*fakeBroker
+	sig       chan struct{}
+	failLater error
+	received  atomic.Int64
+}
+
+func (b *quietFake) Wake() WakeValue {
+	b.fakeBroker.Wake()
+	return WakeValue{Signal: b.sig}
+}
+
+func (b *quietFake) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	if b.received.Add(1) > 1 && b.failLater != nil {
+		return nil, b.failLater
+	}
+	return b.fakeBroker.Receive(ctx, max)
+}
+
+// closeQuietly makes every later call fail with Closed, and signals
+// nothing.
+func (b *quietFake) closeQuietly() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+}
+
+// TestConsumeReturnsWhenARenewalFindsTheBrokerClosed: "Once Consume learns
+// of such an end (... another broker at the next Receive or lease
+// renewal), the contexts of the running handlers end, with that error as
+// their cause ..., and Consume returns it when they have returned." A
+// renewal that met the close cancelled only its own handler, and the loop,
+// idle on a signal the close does not close (or waiting out PollInterval
+// after a failed Receive), went on waiting.
+func TestConsumeReturnsWhenARenewalFindsTheBrokerClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failLater error
+	}{
+		{"idle", nil},
+		{"pausing after a failed Receive", errors.New("fake: the network blinked")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.Publish(context.Background(), []byte("x"))
+			b := &quietFake{fakeBroker: f, sig: make(chan struct{}), failLater: tc.failLater}
+			running := make(chan struct{})
+			causes := make(chan error, 1)
+			r := startConsume(t, b, func(ctx context.Context, d DeliveryValue) error {
+				close(running)
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}, ConsumeOptions{Concurrency: 2, ExtendEvery: 20 * time.Millisecond, PollInterval: time.Hour})
+			<-running
+			// A free slot: the loop receives again, and waits.
+			require.Eventually(t, func() bool { return b.received.Load() >= 2 }, eventually, tick)
+			b.closeQuietly()
+			select {
+			case <-r.done:
+				require.ErrorIs(t, r.err, Closed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a renewal found the broker closed, but Consume has not returned 5 s later")
+			}
+			require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
+			require.Empty(t, f.calls(), "nothing could be settled")
 		})
 	}
 }

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,4 +83,97 @@ func TestConsumeKeepsTheAcksItCarriesWhenCtxEndsDuringTheReceive(t *testing.T) {
 	st := q.Stats()
 	require.EqualValues(t, 1, st.Acked, "the carried ack was committed")
 	require.Zero(t, st.Leased, "no lease is left for a message that was handled")
+}
+
+// leasingAsCtxEnds is the fake whose Receive ends Consume's ctx while it
+// runs and returns the deliveries it leased all the same, as a network
+// broker's Receive may return messages it leased just as the caller's ctx
+// ended.
+type leasingAsCtxEnds struct {
+	*fakeBroker
+	cancel context.CancelFunc
+}
+
+func (b leasingAsCtxEnds) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	ds, err := b.fakeBroker.Receive(ctx, max)
+	if len(ds) > 0 {
+		b.cancel()
+	}
+	return ds, err
+}
+
+// TestConsumeNacksUnstartedADeliveryReceivedAsCtxEnded: "When ctx ends,
+// Consume stops receiving, nacks the deliveries it holds unstarted". A
+// delivery whose Receive returned as ctx ended was handed to a handler
+// started after ctx ended, under a context already done (or, with a
+// StopGrace, soon to be): it is nacked unstarted, as CONSUMER_STOPPED,
+// as a held one is.
+func TestConsumeNacksUnstartedADeliveryReceivedAsCtxEnded(t *testing.T) {
+	for _, grace := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprintf("StopGrace=%v", grace), func(t *testing.T) {
+			f := newFake()
+			f.Publish(context.Background(), []byte("x"))
+			f.Publish(context.Background(), []byte("y"))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var started atomic.Int64
+			err := Consume(ctx, leasingAsCtxEnds{fakeBroker: f, cancel: cancel}, func(context.Context, DeliveryValue) error {
+				started.Add(1)
+				return nil
+			}, ConsumeOptions{Batch: 2, Concurrency: 2, StopGrace: grace})
+			require.ErrorIs(t, err, context.Canceled)
+			require.Zero(t, started.Load(), "no handler may start after Consume's ctx ended")
+			calls := f.calls()
+			require.Len(t, calls, 2, "each delivery is settled: %v", calls)
+			for _, c := range calls {
+				require.Equal(t, "nack", c.call)
+				var reason interface{ Reason() string }
+				require.True(t, errors.As(c.cause, &reason), "cause %v", c.cause)
+				require.Equal(t, ReasonConsumerStopped, reason.Reason())
+			}
+			require.Zero(t, f.leased())
+		})
+	}
+}
+
+// cancelInReceive is a *Queue whose Receive that leases (and carries acks)
+// ends Consume's ctx just as it starts: that call runs without ctx's
+// cancellation, so it leases all the same, and ctx ends during its commit.
+type cancelInReceive struct {
+	*Queue
+	cancel context.CancelFunc
+}
+
+func (c cancelInReceive) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
+	if max > 0 {
+		c.cancel()
+	}
+	return c.Queue.receiveAcking(ctx, max, receipts)
+}
+
+// TestConsumeOverStoreStartsNoHandlerWhenCtxEndsDuringTheReceive: over a
+// *Queue the window in which ctx can end after the loop's check and before
+// the deliveries are dispatched is a whole commit. The message leased in
+// it is nacked unstarted; with one delivery allowed, its dead letter says
+// the consumer stopped, not that a handler failed it.
+func TestConsumeOverStoreStartsNoHandlerWhenCtxEndsDuringTheReceive(t *testing.T) {
+	q := storeQueue(t, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1}, "work")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var started atomic.Int64
+	err := Consume(ctx, cancelInReceive{Queue: q, cancel: cancel}, func(hctx context.Context, d DeliveryValue) error {
+		started.Add(1)
+		return hctx.Err()
+	}, ConsumeOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, started.Load(), "no handler may start after Consume's ctx ended")
+	st := q.Stats()
+	require.EqualValues(t, 1, st.Delivered)
+	require.EqualValues(t, 1, st.Nacked)
+	require.Zero(t, st.Leased)
+	dls, err := q.DeadLetters(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, ReasonConsumerStopped, dls[0].Reason)
 }

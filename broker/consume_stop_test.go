@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +142,40 @@ func TestConsumeRefusesANegativeStopGrace(t *testing.T) {
 	err := Consume(context.Background(), newFake(), ackAll, ConsumeOptions{StopGrace: -time.Second})
 	require.ErrorIs(t, err, QueueMisconfigured)
 	require.ErrorContains(t, err, "StopGrace -1s")
+}
+
+// TestConsumeNacksUnstartedTheExtraDeliveriesWaitingWhenCtxEnds: the
+// deliveries a broker returns beyond those asked for wait for a free slot.
+// Once ctx has ended, each slot that frees must not start the next of
+// them on an ended ctx: they are nacked unstarted, as CONSUMER_STOPPED,
+// as Prefetch's held deliveries are.
+func TestConsumeNacksUnstartedTheExtraDeliveriesWaitingWhenCtxEnds(t *testing.T) {
+	f := newFake()
+	f.overDeliver = 3
+	for range 4 {
+		f.Publish(context.Background(), []byte("x"))
+	}
+	var started atomic.Int64
+	first := make(chan struct{})
+	r := startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		if started.Add(1) == 1 {
+			close(first)
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, ConsumeOptions{Concurrency: 1})
+	<-first
+	require.Eventually(t, func() bool { return f.leased() == 4 }, eventually, tick, "the three extra deliveries wait")
+	require.ErrorIs(t, r.stop(t), context.Canceled)
+
+	require.EqualValues(t, 1, started.Load(), "no extra delivery started after ctx ended")
+	calls := f.calls()
+	require.Len(t, calls, 4, "every delivery is settled: %v", calls)
+	for _, c := range calls {
+		require.Equal(t, "nack", c.call)
+		var reason interface{ Reason() string }
+		require.True(t, errors.As(c.cause, &reason), "cause %v", c.cause)
+		require.Equal(t, ReasonConsumerStopped, reason.Reason())
+	}
+	require.Zero(t, f.leased())
 }

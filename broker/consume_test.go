@@ -323,6 +323,28 @@ func TestConsumeNeverSleepsPastWakeIn(t *testing.T) {
 	require.LessOrEqual(t, f.receives.Load(), int64(4), "it waited, it did not poll")
 }
 
+// nilSignalWaker is the fake as a Waker that breaks the port's rule that
+// Signal is never nil: it names In, with no signal to wait on.
+type nilSignalWaker struct{ *fakeBroker }
+
+func (b nilSignalWaker) Wake() WakeValue {
+	w := b.fakeBroker.Wake()
+	w.Signal = nil
+	return w
+}
+
+// TestConsumeNeverSleepsPastWakeInWithANilSignal: with no signal, Consume
+// polls every PollInterval, but "never past the WakeValue.In it named":
+// the In still bounds the wait, which an hour's PollInterval overran.
+func TestConsumeNeverSleepsPastWakeInWithANilSignal(t *testing.T) {
+	f := newFake()
+	later := f.publishAt([]byte("later"), f.clock.Now().Add(50*time.Millisecond))
+	startConsume(t, nilSignalWaker{f}, ackAll, ConsumeOptions{PollInterval: time.Hour})
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+	require.Equal(t, later.ID, f.calls()[0].id)
+	require.LessOrEqual(t, f.receives.Load(), int64(4), "it waited, it did not poll")
+}
+
 func TestConsumeNeverSpins(t *testing.T) {
 	closed := make(chan struct{})
 	close(closed)

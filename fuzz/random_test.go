@@ -54,7 +54,7 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
 	for i := range inputs {
 		data := randomInput(seed+uint64(i), maxOps, false)
-		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { runInput(t, data) })
+		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { _ = runInput(t, data) })
 		if !ok {
 			t.Logf("input %d (WALBROKER_FUZZ_SEED=%d) as a corpus file:\n%s", i, seed, corpusFile(data))
 			return

@@ -95,7 +95,17 @@ func replaySeeds() [][]byte {
 		index.Event{Kind: index.KindAck, Queue: 1, Seq: 1}, index.Event{Kind: index.KindEvict, Queue: 1, Time: now + 100*sec, Window: 60 * sec},
 		pub(2, 2, now, ""), index.Event{Kind: index.KindDeadLetter, Queue: 2, Seq: 2, Time: now, Reason: "R"},
 		index.Event{Kind: index.KindDelete, Queue: 2, Seq: 2})
-	return [][]byte{joinRecords(decl...), joinRecords(every...), joinRecords(orphans...), joinRecords(settled...), nil}
+	// Messages on the last slots of a table chunk and the first of the
+	// next (index.ChunkEntries each), in two queues, so that a stream's
+	// walk across the table files meets each edge: one queue's message on
+	// the last slot between two of the other's.
+	edge := uint64(index.ChunkEntries)
+	edges := append(slices.Clone(decl),
+		pub(2, edge-2, now, ""), pub(1, edge-1, now+sec, ""), pub(2, edge, now+2*sec, ""), pub(1, edge+1, now+3*sec, ""),
+		pub(1, 2*edge-1, now+4*sec, ""), pub(2, 2*edge, now+5*sec, ""),
+		index.Event{Kind: index.KindLease, Queue: 1, Seq: edge - 1, Deliveries: 1, Time: now + 20*sec, Nonce: 3},
+		index.Event{Kind: index.KindAck, Queue: 2, Seq: edge})
+	return [][]byte{joinRecords(decl...), joinRecords(every...), joinRecords(orphans...), joinRecords(settled...), joinRecords(edges...), nil}
 }
 
 // FuzzReplayCheckpoint applies arbitrary records, as a replay of a log

@@ -129,12 +129,15 @@ func TestConsumeReturnsAtOnceWhenItsOwnReceiveStopsTheStore(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
 	require.NoError(t, err)
-	log, logs := newTestLogger()
-	r := startConsume(t, q, ackAll, ConsumeOptions{PollInterval: time.Hour, Logger: log})
-	// The publish's write passes; the next, the Receive's lease commit, fails.
-	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, After: 1, Err: syscall.ENOSPC})
 	_, err = q.Publish(context.Background(), []byte("x"))
 	require.NoError(t, err)
+	// The next write to the first segment (its file keeps the name it was
+	// made under) is Consume's first Receive's lease commit, and fails.
+	// Not counted among all writes: the store's own (a reservation mark,
+	// the next segment's zero-fill) come when they will.
+	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, NameContains: "0000000001.seg", Err: syscall.ENOSPC})
+	log, logs := newTestLogger()
+	r := startConsume(t, q, ackAll, ConsumeOptions{PollInterval: time.Hour, Logger: log})
 	err = r.wait(t)
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.False(t, errors.Is(err, Closed))

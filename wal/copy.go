@@ -125,10 +125,12 @@ func (l *Log) checkCopyEnd(end Position) error {
 	if s == nil {
 		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, end)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	if !s.enter() {
+		return fmt.Errorf("%w: %v: segment removed", ErrNotFound, end)
+	}
+	defer s.leave()
 	off, frames := end.Offset(), s.end.Load()
-	if s.closed || off < segment.HeaderSize || int64(off) > frames {
+	if off < segment.HeaderSize || int64(off) > frames {
 		return fmt.Errorf("%w: %v: not within the segment's frames", ErrNotFound, end)
 	}
 	if int64(off) < frames {

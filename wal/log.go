@@ -20,8 +20,9 @@ import (
 // gathered by one writer goroutine, which owns the active segment's writes
 // and fdatasyncs. Reads go through the segments' read-only memory maps.
 //
-// Lock order: removeMu, then listMu, then a seg's mu. mu (the request queue) is never held
-// while taking another lock or doing I/O.
+// Lock order: removeMu, then salvageMu or listMu, then a seg's cmu, then
+// its rmu. mu (the request queue) is never held while taking another lock
+// or doing I/O.
 type Log struct {
 	dir  string
 	opts Options
@@ -87,9 +88,41 @@ type seg struct {
 	// of the active one.
 	end atomic.Int64
 
-	// mu is held shared while the mapping is read, exclusively to close it.
-	mu     sync.RWMutex
-	closed bool // guarded by mu
+	// rmu guards readers, closing and drained. readers counts the calls
+	// reading the mapping (see enter); once closing, none is let in, and
+	// close waits for those in to leave (drained, closed by the last) before
+	// it unmaps the file. Not a sync.RWMutex: a reader that reads again
+	// from its callback (Iterate's fn calling Read) would wait there behind
+	// a closer that waits for it.
+	rmu     sync.Mutex
+	readers int
+	closing bool
+	drained chan struct{}
+	// cmu makes a second close wait for the first (RemoveBelow and Close
+	// may both close a segment).
+	cmu sync.Mutex
+}
+
+// enter lets a reader in, to read the mapping until it calls leave; false
+// once the segment is closing or closed.
+func (s *seg) enter() bool {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.readers++
+	return true
+}
+
+// leave ends what enter began.
+func (s *seg) leave() {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.readers--; s.readers == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
 }
 
 // counters are written by the writer goroutine alone (fillsDropped and
@@ -241,13 +274,26 @@ func (l *Log) logLater(f func(*slog.Logger)) {
 	l.logs.Go(func() { f(l.opts.Logger) })
 }
 
+// close lets no reader in any more, waits for those in to leave, and
+// closes the file. Only the first call closes it.
 func (s *seg) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	s.rmu.Lock()
+	if s.closing {
+		s.rmu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closing = true
+	var drained chan struct{}
+	if s.readers > 0 {
+		drained = make(chan struct{})
+		s.drained = drained
+	}
+	s.rmu.Unlock()
+	if drained != nil {
+		<-drained
+	}
 	return s.file.Close()
 }
 

@@ -36,14 +36,13 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 		}
 		return fmt.Errorf("%w: %v: segment not in the log", ErrNotFound, pos)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	if !s.enter() {
 		if l.isClosed() {
 			return ErrClosed
 		}
 		return fmt.Errorf("%w: %v: segment removed", ErrNotFound, pos)
 	}
+	defer s.leave()
 	if off := pos.Offset(); off < segment.HeaderSize || int64(off) >= s.end.Load() {
 		return fmt.Errorf("%w: %v: offset outside the segment's records", ErrNotFound, pos)
 	}
@@ -107,14 +106,13 @@ func (l *Log) Iterate(from Position, fn func(pos Position, rec []byte) error) er
 // caller's, not known to start a frame; sealed that s is not the last
 // segment, so that its end is just past its seal.
 func (l *Log) iterateSeg(s *seg, off int, given, sealed bool, fn func(Position, []byte) error) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	if !s.enter() {
 		if l.isClosed() {
 			return ErrClosed
 		}
 		return nil // removed
 	}
+	defer s.leave()
 	end := int(s.end.Load())
 	data := s.file.Data()[:end]
 	if given && off > end {

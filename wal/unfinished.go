@@ -140,10 +140,16 @@ func mergeDamage(base, ds []Damage) []Damage {
 // which Options.KeepSalvageList kept: call it once the report built from
 // Recovery is handed on. From then on an Open without Salvage opens the
 // repaired log. It does nothing when there is no list, and only one call
-// removes it.
+// removes it. On a closed Log it is ErrClosed and removes nothing: another
+// Log may have the directory, and its own report may need the list.
 func (l *Log) SalvageDone() error {
 	if l == nil {
 		return errNilLog
+	}
+	l.removeMu.Lock() // Close marks the log closed before it takes removeMu
+	defer l.removeMu.Unlock()
+	if l.isClosed() {
+		return ErrClosed
 	}
 	l.salvageMu.Lock()
 	defer l.salvageMu.Unlock()

@@ -430,7 +430,11 @@ func (l *Log) commit(b *batch) {
 	var err error
 	if needSync && w.writeOff > w.syncedOff {
 		start := time.Now()
-		if serr := l.syncActive(); serr != nil {
+		if l.poisoned.Load() {
+			// Poisoned while the batch was written: it fails with the
+			// rest (see rotate).
+			err = l.poison()
+		} else if serr := l.syncActive(); serr != nil {
 			err = l.fail(serr)
 		} else if w.gatherSkip > 0 {
 			w.gatherSkip--
@@ -498,6 +502,12 @@ func (l *Log) syncActive() error {
 // in place and nothing changed.
 func (l *Log) rotate() error {
 	w := &l.w
+	// The log may have been poisoned since the batch was taken (a
+	// RemoveBelow's failed directory sync): nothing goes on then, and no
+	// later fsync's success may stand for what the failed one lost.
+	if l.poisoned.Load() {
+		return l.poison()
+	}
 	var pre [][]byte
 	if l.opts.Preamble != nil {
 		pre = l.opts.Preamble()
@@ -526,6 +536,10 @@ func (l *Log) rotate() error {
 	// acknowledged; and the old segment must be sealed and durable before
 	// anything is written to the new one, which is what lets recovery
 	// remove an empty segment that follows an unsealed one.
+	if l.poisoned.Load() {
+		_ = next.file.Close()
+		return l.poison()
+	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
 		_ = next.file.Close()
 		return l.fail(fmt.Errorf("rotate: sync dir: %w", err))

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // The rules of this file are the ones every broker of this package records
@@ -48,4 +49,35 @@ func CauseText(cause error) (text string) {
 // the ceiling, never overflows.
 func (p PolicyValue) RetryDelayAfter(failedDelivery int) time.Duration {
 	return p.retryDelay(failedDelivery)
+}
+
+// CheckQueueName applies the rule a queue's name must follow: 1 to 64
+// bytes of A-Z a-z 0-9 . _ -, not starting with '.'. A name that breaks it
+// is refused with an error wrapping [QueueMisconfigured] that says what is
+// wrong, the name quoted and clipped to 64 characters.
+func CheckQueueName(name string) error {
+	// Quoted clipped to 64 characters, the longest a name may be: a
+	// caller's megabyte of junk does not become a megabyte of error text.
+	bad := func(why string) error {
+		return fmt.Errorf("queue name %.64q %s: %w", name, why, QueueMisconfigured)
+	}
+	if len(name) == 0 || len(name) > 64 {
+		return bad(fmt.Sprintf("has %d bytes, want 1 to 64", len(name)))
+	}
+	if name[0] == '.' {
+		return bad("starts with '.'")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			// Name the character the caller wrote, not its first byte
+			// read as Latin-1 ("é", not "Ã").
+			what := fmt.Sprintf("byte %#02x (not UTF-8)", c)
+			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
+				what = fmt.Sprintf("%q", r)
+			}
+			return bad(fmt.Sprintf("has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", what, i))
+		}
+	}
+	return nil
 }

@@ -51,3 +51,22 @@ func TestRetryDelayAfterDoublesUpToTheCeiling(t *testing.T) {
 		require.Equal(t, c.want, p.RetryDelayAfter(c.n), "RetryDelay %v, MaxRetryDelay %v, delivery %d", c.base, c.ceiling, c.n)
 	}
 }
+
+// CheckQueueName is the rule Store.Queue applies: the same names pass and
+// fail, with the same text but for the package prefix.
+func TestCheckQueueNameIsTheStoresRule(t *testing.T) {
+	s, err := broker.Open(t.TempDir(), broker.Options{Sync: broker.SyncNone})
+	require.NoError(t, err)
+	defer s.Close()
+	for _, name := range []string{"a", "jobs.v2", "A-Z_0-9", strings.Repeat("q", 64)} {
+		require.NoError(t, broker.CheckQueueName(name), name)
+		_, err := s.Queue(name, broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
+		require.NoError(t, err, name)
+	}
+	for _, name := range []string{"", ".x", "a b", "é", "a\xff", strings.Repeat("q", 65)} {
+		err := broker.CheckQueueName(name)
+		require.ErrorIs(t, err, broker.QueueMisconfigured, "%q", name)
+		_, serr := s.Queue(name, broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 1})
+		require.Equal(t, "broker: "+err.Error(), serr.Error())
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -371,33 +370,12 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.opts.Timeout)
 }
 
-// checkName applies the queue-name rule of the file-backed store, so that a
-// name valid there is valid here and the reverse, and refuses with the
-// same kind of error: one wrapping broker.QueueMisconfigured that says
-// what is wrong, the name quoted and clipped to 64 characters (the longest
-// a name may be), so that a caller's megabyte of junk does not become a
-// megabyte of error text.
+// checkName applies the queue-name rule of the file-backed store
+// (broker.CheckQueueName), so that a name valid there is valid here and
+// the reverse, and refuses with the same error.
 func checkName(name string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("natsjs: queue name %.64q %s: %w", name, why, broker.QueueMisconfigured)
-	}
-	if len(name) == 0 || len(name) > 64 {
-		return bad(fmt.Sprintf("has %d bytes, want 1 to 64", len(name)))
-	}
-	if name[0] == '.' {
-		return bad("starts with '.'")
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			// Name the character the caller wrote, not its first byte
-			// read as Latin-1.
-			what := fmt.Sprintf("byte %#02x (not UTF-8)", c)
-			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
-				what = fmt.Sprintf("%q", r)
-			}
-			return bad(fmt.Sprintf("has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", what, i))
-		}
+	if err := broker.CheckQueueName(name); err != nil {
+		return fmt.Errorf("natsjs: %w", err)
 	}
 	return nil
 }

@@ -54,7 +54,8 @@ func TestCopyToCopiesTheLogUpToAPosition(t *testing.T) {
 // CopyTo refuses what would harm a log or make a copy that is no log, and
 // writes nothing then: the log's own directory (under another name too),
 // a directory that already holds a segment of the copy (another log's),
-// an end that no frame starts at, or a nil context.
+// an end that no frame starts at, a nil context, or an empty directory
+// name (which would copy into the working directory).
 func TestCopyToRefusesAndHarmsNothing(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{SegmentBytes: 4096}
@@ -87,6 +88,10 @@ func TestCopyToRefusesAndHarmsNothing(t *testing.T) {
 	}
 	var nilCtx context.Context
 	require.ErrorContains(t, l.CopyTo(nilCtx, t.TempDir(), l.End()), "nil context")
+	t.Chdir(t.TempDir())
+	require.ErrorContains(t, l.CopyTo(ctx, "", l.End()), "the directory path is empty")
+	names, _ := os.ReadDir(".")
+	require.Empty(t, names, "nothing written in the working directory")
 
 	requireEntries(t, entries, readAll(t, l))
 	require.NoError(t, l.Close())

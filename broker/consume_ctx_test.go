@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -123,15 +122,7 @@ func TestConsumeNacksUnstartedADeliveryReceivedAsCtxEnded(t *testing.T) {
 			}, ConsumeOptions{Batch: 2, Concurrency: 2, StopGrace: grace})
 			require.ErrorIs(t, err, context.Canceled)
 			require.Zero(t, started.Load(), "no handler may start after Consume's ctx ended")
-			calls := f.calls()
-			require.Len(t, calls, 2, "each delivery is settled: %v", calls)
-			for _, c := range calls {
-				require.Equal(t, "nack", c.call)
-				var reason interface{ Reason() string }
-				require.True(t, errors.As(c.cause, &reason), "cause %v", c.cause)
-				require.Equal(t, ReasonConsumerStopped, reason.Reason())
-			}
-			require.Zero(t, f.leased())
+			requireNackedUnstarted(t, f, 2)
 		})
 	}
 }

@@ -169,8 +169,15 @@ func TestConsumeNacksUnstartedTheExtraDeliveriesWaitingWhenCtxEnds(t *testing.T)
 	require.ErrorIs(t, r.stop(t), context.Canceled)
 
 	require.EqualValues(t, 1, started.Load(), "no extra delivery started after ctx ended")
+	requireNackedUnstarted(t, f, 4)
+}
+
+// requireNackedUnstarted checks that the fake's n settling calls were all
+// nacks saying the consumer stopped, and that nothing is left leased.
+func requireNackedUnstarted(t *testing.T, f *fakeBroker, n int) {
+	t.Helper()
 	calls := f.calls()
-	require.Len(t, calls, 4, "every delivery is settled: %v", calls)
+	require.Len(t, calls, n, "every delivery is settled: %v", calls)
 	for _, c := range calls {
 		require.Equal(t, "nack", c.call)
 		var reason interface{ Reason() string }

@@ -59,15 +59,11 @@ func TestAReadFromIteratesCallbackReturnsWhileAnotherGoroutineCloses(t *testing.
 				return nil
 			}
 			seen = true
-			// Another goroutine closes the log; wait until Close waits
-			// for the segment's exclusive lock (a shared one is then
-			// refused).
+			// Another goroutine closes the log; wait until it has begun
+			// to close the segment (a new reader is then refused).
 			go func() { closed <- l.Close() }()
 			for {
-				s.rmu.Lock()
-				closing := s.closing
-				s.rmu.Unlock()
-				if closing {
+				if s.readers.Load()&closingBit != 0 {
 					break
 				}
 				time.Sleep(time.Millisecond)

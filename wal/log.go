@@ -20,8 +20,7 @@ import (
 // gathered by one writer goroutine, which owns the active segment's writes
 // and fdatasyncs. Reads go through the segments' read-only memory maps.
 //
-// Lock order: removeMu, then salvageMu or listMu, then a seg's cmu, then
-// its rmu. mu (the request queue) is never held while taking another lock
+// Lock order: removeMu, then salvageMu or listMu, then a seg's cmu. mu (the request queue) is never held while taking another lock
 // or doing I/O.
 type Log struct {
 	dir  string
@@ -88,40 +87,41 @@ type seg struct {
 	// of the active one.
 	end atomic.Int64
 
-	// rmu guards readers, closing and drained. readers counts the calls
-	// reading the mapping (see enter); once closing, none is let in, and
-	// close waits for those in to leave (drained, closed by the last) before
-	// it unmaps the file. Not a sync.RWMutex: a reader that reads again
-	// from its callback (Iterate's fn calling Read) would wait there behind
-	// a closer that waits for it.
-	rmu     sync.Mutex
-	readers int
-	closing bool
+	// readers counts the calls reading the mapping (see enter), below
+	// closingBit, which close sets: once set, no reader is let in, and
+	// close waits for those in to leave (drained, closed by the last one,
+	// set before the bit) before it unmaps the file. Not a sync.RWMutex: a
+	// reader that reads again from its callback (Iterate's fn calling
+	// Read) would wait there behind a closer that waits for it.
+	readers atomic.Int64
 	drained chan struct{}
 	// cmu makes a second close wait for the first (RemoveBelow and Close
 	// may both close a segment).
 	cmu sync.Mutex
 }
 
+// closingBit marks a segment's readers count once close has begun.
+const closingBit = 1 << 62
+
 // enter lets a reader in, to read the mapping until it calls leave; false
 // once the segment is closing or closed.
 func (s *seg) enter() bool {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	if s.closing {
-		return false
+	for {
+		v := s.readers.Load()
+		if v&closingBit != 0 {
+			return false
+		}
+		if s.readers.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	s.readers++
-	return true
 }
 
-// leave ends what enter began.
+// leave ends what enter began; the last reader out of a closing segment
+// lets its close go on.
 func (s *seg) leave() {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	if s.readers--; s.readers == 0 && s.drained != nil {
+	if s.readers.Add(-1) == closingBit {
 		close(s.drained)
-		s.drained = nil
 	}
 }
 
@@ -279,20 +279,12 @@ func (l *Log) logLater(f func(*slog.Logger)) {
 func (s *seg) close() error {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
-	s.rmu.Lock()
-	if s.closing {
-		s.rmu.Unlock()
+	if s.readers.Load()&closingBit != 0 {
 		return nil
 	}
-	s.closing = true
-	var drained chan struct{}
-	if s.readers > 0 {
-		drained = make(chan struct{})
-		s.drained = drained
-	}
-	s.rmu.Unlock()
-	if drained != nil {
-		<-drained
+	s.drained = make(chan struct{})
+	if s.readers.Or(closingBit) != 0 {
+		<-s.drained
 	}
 	return s.file.Close()
 }

@@ -602,7 +602,9 @@ func twoQueueLog(t *testing.T, receive bool, damage ...string) (*env, map[string
 			raw, err := os.ReadFile(seg)
 			require.NoError(t, err)
 			if i := bytes.Index(raw, pattern); i >= 0 {
-				require.Equal(t, -1, bytes.Index(raw[i+1:], pattern), "%q is in one record", what)
+				// (Past the match: a frame byte beside the payload may
+				// happen to be the letter too, the checksums being salted.)
+				require.Equal(t, -1, bytes.Index(raw[i+len(pattern):], pattern), "%q is in one record", what)
 				raw[i+len(pattern)/2] ^= 0x40
 				require.NoError(t, os.WriteFile(seg, raw, 0o600))
 				found++

@@ -307,6 +307,11 @@ func requireExpectedScan(t *testing.T, data []byte, seq uint32, own []laidFrame,
 	want, wantAt := expectScan(data, seq, own, salvage)
 	got := s.r
 	got.Cause = nil
+	got.Skipped = nil
+	for _, sp := range s.r.Skipped {
+		require.Error(t, sp.Cause, "skipped span %v names no failure", sp)
+		got.Skipped = append(got.Skipped, segment.Span{From: sp.From, To: sp.To, At: sp.At})
+	}
 	var gotAt []int
 	for _, fr := range s.frames {
 		gotAt = append(gotAt, fr.Offset)
@@ -408,11 +413,11 @@ func expectScan(data []byte, seq uint32, own []laidFrame, salvage bool) (segment
 			for _, g := range walk(off + 1) {
 				to = g.end
 			}
-			r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: to})
-			r.Tail = segment.EndClean
+			r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: to, At: off})
+			r.Tail, r.End = segment.EndClean, to
 			return r, records
 		}
-		r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: next})
+		r.Skipped = append(r.Skipped, segment.Span{From: r.End, To: next, At: off})
 		r.Tail, r.End, off, group = segment.EndClean, next, next, nil
 	}
 }

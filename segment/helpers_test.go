@@ -260,3 +260,18 @@ func offsets(fs []segment.Frame) []int {
 	}
 	return out
 }
+
+// ranges returns the byte ranges of spans a salvage skipped, after checking
+// that each names the failure found in it.
+func ranges(t *testing.T, spans []segment.Span) []segment.Span {
+	t.Helper()
+	var out []segment.Span
+	for _, sp := range spans {
+		require.Error(t, sp.Cause, "skipped span %v names no failure", sp)
+		// (A whole frame that broke the group before it by opening
+		// another fails where the span ends.)
+		require.True(t, sp.From <= sp.At && sp.At <= sp.To, "skipped span %v fails outside itself", sp)
+		out = append(out, segment.Span{From: sp.From, To: sp.To})
+	}
+	return out
+}

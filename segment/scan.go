@@ -37,9 +37,13 @@ func (k EndKind) String() string {
 // are out of order (a middle frame with no first, a seal inside a group).
 var ErrGroup = errors.New("segment: frame out of group order")
 
-// Span is a range of bytes [From, To) of a segment.
+// Span is a range of bytes [From, To) of a segment. For a span salvage
+// skipped, At is the offset of the frame that failed in it and Cause what
+// failed there.
 type Span struct {
 	From, To int
+	At       int
+	Cause    error
 }
 
 // Report is what a scan found.
@@ -59,9 +63,11 @@ type Report struct {
 	// EndClean, or when a skipped span exists.
 	DamageAt int
 	Cause    error
-	// Skipped lists the spans salvage stepped over, in order. Each starts at
-	// the first byte of a broken group and ends at the next frame that opens
-	// a group (or the seal). Empty without salvage.
+	// Skipped lists the spans salvage stepped over, in order, each with
+	// the failure found in it (DamageAt and Cause keep the last). Each
+	// starts at the first byte of a broken group and ends at the next
+	// frame that opens a group (or the seal), or, when none follows, at
+	// the end of the segment's last valid frame. Empty without salvage.
 	Skipped []Span
 }
 
@@ -118,11 +124,12 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 			if !ok {
 				// Nothing opens a group after the damage: what follows
 				// can only be pieces of the broken group.
-				r.Skipped = append(r.Skipped, Span{From: r.End, To: lastOwnEnd(data, seq, off+1)})
-				r.Tail = EndClean
+				to := lastOwnEnd(data, seq, off+1)
+				r.Skipped = append(r.Skipped, Span{From: r.End, To: to, At: off, Cause: err})
+				r.End, r.Tail = to, EndClean
 				return r, nil
 			}
-			r.Skipped = append(r.Skipped, Span{From: r.End, To: next})
+			r.Skipped = append(r.Skipped, Span{From: r.End, To: next, At: off, Cause: err})
 			group = group[:0]
 			r.End, off = next, next
 			r.Tail = EndClean

@@ -280,20 +280,24 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 			r.Tail = segment.EndCorrupt
 			r.Cause = fmt.Errorf("the log was durable to offset %d, its frames end at %d: %w", durable, r.End, cause)
 		}
-		if l.opts.Salvage && (seq != seqs[len(seqs)-1] || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
+		for l.opts.Salvage && (seq != seqs[len(seqs)-1] || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
 			// A segment a later one follows, or one known durable past
 			// this point, has no tail to tear here: what reads as a torn
 			// tail is damage. Step over it to the next group, if there is
-			// one far enough for a padding frame.
-			if next, ok := segment.Resume(f.Data(), seq, r.End+1); ok && next-r.End >= segment.Size(0) {
-				rest, _ := segment.ScanFrom(f.Data(), seq, next, true, func(segment.Frame) error { return nil })
-				rest.Skipped = append([]segment.Span{{From: r.End, To: next}}, rest.Skipped...)
-				if rest.Cause == nil {
-					rest.Cause = r.Cause
-				}
-				rest.Records += r.Records
-				r = rest
+			// one far enough for a padding frame, and on over each such
+			// damage after it.
+			next, ok := segment.Resume(f.Data(), seq, r.End+1)
+			if !ok || next-r.End < segment.Size(0) {
+				break
 			}
+			rest, _ := segment.ScanFrom(f.Data(), seq, next, true, func(segment.Frame) error { return nil })
+			span := segment.Span{From: r.End, To: next, At: r.DamageAt, Cause: r.Cause}
+			rest.Skipped = slices.Concat(r.Skipped, []segment.Span{span}, rest.Skipped)
+			if rest.Cause == nil {
+				rest.DamageAt, rest.Cause = r.DamageAt, r.Cause
+			}
+			rest.Records += r.Records
+			r = rest
 		}
 		reports = append(reports, r)
 	}
@@ -474,7 +478,12 @@ func (l *Log) cleanTail(f *segment.File, seq uint32, last bool, clean Position, 
 	// (A mark past the file's size is refused by recover: bytes a clean
 	// Close had synced are gone.)
 	from, records := segment.HeaderSize, 0
-	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > from && v.Offset() <= clean.Offset() {
+	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > clean.Offset() {
+		// The caller verified records past where the clean Close says
+		// the log ended: one of the two is wrong, and the scan that
+		// checks Verified's durability has to say which.
+		return segment.Report{}, false
+	} else if v.Segment() == seq && v.Offset() > from {
 		from, records = v.Offset(), -1
 	}
 	r, err := segment.ScanFrom(f.Data()[:clean.Offset()], seq, from, false, func(segment.Frame) error { return nil })
@@ -498,11 +507,13 @@ func (l *Log) verifiedTail(f *segment.File, seq uint32, last bool) (segment.Repo
 	if err != nil || r.Tail != segment.EndClean {
 		return segment.Report{}, false
 	}
-	if r.End == v.Offset() && f.Data()[v.Offset()-1] == 0 {
-		// Nothing follows v, and a zero precedes it: v may lie in the
-		// zero-filled space past the last frame (the writer would then
-		// go on there, after a gap), or end a frame whose body ends in
-		// zero. Only the whole scan can tell.
+	if r.End == v.Offset() {
+		// Nothing follows v: it may end the last frame, or lie past it
+		// (in zero-filled space, or in a recycled file's stale bytes),
+		// or inside it (in a body whose rest reads as zeros). The writer
+		// would go on at v, after a gap or over the frame, so only the
+		// whole scan can tell. The byte before v proves nothing: a body
+		// is almost never zero there, nor are stale bytes.
 		return segment.Report{}, false
 	}
 	r.Records = -1 // unknown: the records before v were not counted
@@ -605,9 +616,9 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 		n := sp.To - sp.From
 		if n < segment.Size(0) {
 			return fmt.Errorf("wal: salvage %s: damaged span of %d bytes at offset %d is too short to pad: %w",
-				path, n, sp.From, &CorruptionError{File: path, Offset: sp.From, Cause: r.Cause})
+				path, n, sp.From, &CorruptionError{File: path, Offset: sp.At, Cause: sp.Cause})
 		}
-		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: sp.From, Length: n, Cause: r.Cause, CopiedTo: copyTo})
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: sp.From, Length: n, Cause: sp.Cause, CopiedTo: copyTo})
 	}
 	// The damage took the end of a sealed segment: everything after the
 	// valid prefix is lost. It is sealed there, in a file rewritten at a

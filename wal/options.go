@@ -108,8 +108,8 @@ type Options struct {
 	// log verified every record (a checkpoint's position). When it is in
 	// the last segment, Open scans that segment from there, for a torn or
 	// damaged tail, instead of from its start; if the scan from there does
-	// not end cleanly, or finds nothing after it and a zero just before
-	// it (it may lie past the last frame), Open scans the whole segment.
+	// not end cleanly, or finds nothing after it (it may lie past the last
+	// frame, or inside it), Open scans the whole segment.
 	// It must also have been durable: valid frames that end before it are
 	// damage to synced records, refused with a *CorruptionError as damage
 	// before a clean Close's end is. Salvage ignores it.

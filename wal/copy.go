@@ -99,6 +99,13 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 // a segment a checkpoint covers is not read at Open, so damage to it is
 // found only where a read reaches it; a copy must not carry it unseen.
 func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) error {
+	// A segment Options.Sealed vouched for was opened without reading
+	// even its header.
+	if got, err := segment.DecodeHeader(data); err != nil {
+		return &CorruptionError{File: path, Offset: 0, Cause: err}
+	} else if got != seq {
+		return &CorruptionError{File: path, Offset: 0, Cause: fmt.Errorf("its header names segment %d", got)}
+	}
 	if !sealed {
 		data = data[:end]
 	}

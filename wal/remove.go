@@ -47,6 +47,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		return 0, err
 	}
 	fs := l.opts.FS
+	leftovers := len(l.unremoved) > 0 // removed now, durable only with the directory sync below
 	for len(l.unremoved) > 0 {
 		if err := fs.Remove(l.unremoved[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", l.unremoved[0], err)
@@ -61,6 +62,11 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	}
 	if n == 0 {
 		l.listMu.Unlock()
+		if leftovers {
+			if serr := fs.SyncDir(l.dir); serr != nil {
+				return 0, l.fail(fmt.Errorf("remove segments: sync dir: %w", serr))
+			}
+		}
 		return 0, nil
 	}
 	victims := segs[:n]

@@ -49,7 +49,8 @@ type MemoryOptions struct {
 // A Memory is safe for concurrent use: one mutex guards its state, and no
 // call blocks on anything but that mutex. It retains a copy of the payload
 // of every message until the message is acknowledged or its dead letter
-// deleted, and each dedup key until it leaves the window; Publish copies
+// deleted, and each dedup key until the first keyed publish after it
+// left the window (keys are dropped there, not by a clock); Publish copies
 // payloads in, and every value it returns carries copies of its own. The
 // methods of a nil *Memory refuse with QueueMisconfigured (see Store).
 type Memory struct {

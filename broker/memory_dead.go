@@ -105,9 +105,9 @@ func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, 
 
 // Wake returns what an idle consumer should wait on; see [Waker]. Signal
 // is closed by the next Publish, Nack that hands a message back, replay,
-// or Close of q; after Close it is closed already, so a consumer that asks
-// then looks again at once and is told Closed. In is measured on q's
-// clock.
+// Extend that brings a lease's lapse closer, or Close of q; after Close
+// it is closed already, so a consumer that asks then looks again at once
+// and is told Closed. In is measured on q's clock.
 func (q *Memory) Wake() WakeValue {
 	if q == nil {
 		return WakeValue{Signal: lookNow}

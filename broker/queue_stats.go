@@ -9,7 +9,7 @@ type QueueStats struct {
 	Ready       int // receivable now
 	Leased      int // held by a consumer whose lease has not lapsed
 	Delayed     int // nacked, waiting for their retry delay
-	DeadLetters int // in the dead-letter store now: they stay until deleted
+	DeadLetters int // in the dead-letter store now: they stay until deleted or replayed
 	// OldestReady is when the oldest message receivable now was enqueued
 	// (its EnqueuedAt: the message Receive hands out next), or the zero
 	// Time when none is. Its age on the broker clock is how far consumers
@@ -86,8 +86,9 @@ func (q *Queue) statsNow() QueueStats {
 }
 
 // Wake returns what an idle consumer should wait on; see Waker. Signal is
-// closed by the next Publish, Nack that hands a message back, or replay on
-// this queue in this process. In is measured on the broker clock.
+// closed by the next Publish, Nack that hands a message back, replay,
+// policy change, or Extend that brings a lease's lapse closer, on this
+// queue in this process. In is measured on the broker clock.
 func (q *Queue) Wake() WakeValue {
 	if q == nil {
 		return WakeValue{Signal: lookNow}

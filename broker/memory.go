@@ -416,12 +416,17 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 		q.buryLocked(m, now, v)
 		out.DeadLettered = true
 	} else {
-		at, ok := deadline(now, q.policy.retryDelay(m.deliveries))
+		delay := q.policy.retryDelay(m.deliveries)
+		at, ok := deadline(now, delay)
 		if !ok {
 			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
 		}
 		q.st.detach(m)
-		q.st.delay(m, at) // receivable at the next look, at once for a zero delay
+		if delay == 0 {
+			q.st.makeReady(m) // whatever the clock reads next, as the Store
+		} else {
+			q.st.delay(m, at)
+		}
 		out.VisibleAt = time.Unix(0, at)
 		q.wakeLocked()
 	}

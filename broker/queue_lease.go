@@ -249,12 +249,19 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 		e = q.deadLetterEvent(m, now, v)
 		out.DeadLettered = true
 	} else {
-		at, ok := deadline(now, q.policy.retryDelay(int(m.Deliveries)))
+		delay := q.policy.retryDelay(int(m.Deliveries))
+		at, ok := deadline(now, delay)
 		if !ok {
 			q.mu.Unlock()
 			return NackValue{}, fmt.Errorf("broker: queue %s: retry instant passes year 2262: %w", q.name, QueueMisconfigured)
 		}
-		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: at}
+		visible := at
+		if delay == 0 {
+			// Eligible as soon as the nack returns, whatever the clock
+			// reads next: one stepped back must not hide it.
+			visible = index.AtOnce
+		}
+		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: visible}
 		out.VisibleAt = time.Unix(0, at)
 	}
 	q.iq.Apply(0, &e)

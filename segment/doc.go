@@ -56,8 +56,11 @@
 //	17     n    body
 //
 // Kinds: 1 record (a caller's bytes), 2 seal (the segment is complete; no
-// frame follows it; empty body), 3 padding (bytes skipped by salvage; body
-// is zeros). Kind 0 is never written, so zero-filled space never parses.
+// frame follows it; written with an empty body), 3 padding (bytes skipped
+// by salvage; written with a body of zeros). Kind 0 is never written, so
+// zero-filled space never parses. [Decode] does not check what the writer
+// puts in a seal's or a padding frame's body, nor that synced is at most
+// the frame's offset: the checksum vouches for what was written.
 //
 // Places in a group: 0 full (a group of one), 1 first, 2 middle, 3 last. A
 // group is the frames of one atomic append: after a crash either all of its
@@ -67,9 +70,10 @@
 // # Telling a torn tail from corruption
 //
 // A scan walks frames from the header. When the frame at offset X fails
-// (short, bad checksum, foreign sequence, bad type), the scan searches the
-// rest of the file byte by byte for valid frames of this segment (the
-// 4-byte sequence is a cheap filter before the checksum):
+// (short, bad checksum, foreign sequence, bad type, or out of its group's
+// order), the scan searches the rest of the file for valid frames of this
+// segment, at every byte offset except inside the body of a frame it has
+// found valid (the 4-byte sequence is a cheap filter before the checksum):
 //
 //   - none, and the bytes at X are zeros or not a frame of this segment:
 //     [EndClean], the log simply ends at X;

@@ -21,7 +21,9 @@ type Recovery struct {
 	Segments int
 	Records  int
 	// TornTail is set when the last segment ended in bytes that were never
-	// made durable (a crash during a write); they were zeroed.
+	// made durable (a crash during a write); they were zeroed. Its Length
+	// runs to the file's last non-zero byte: in a reused file, that may
+	// count bytes of the segment it held before, zeroed with the tail.
 	TornTail *Damage
 	// Salvaged lists the spans Options.Salvage skipped. Their records are
 	// lost; the damaged files were copied aside first (Damage.CopiedTo).

@@ -41,6 +41,12 @@ const FileName = "queue.bolt"
 // DefaultLease is the lease a Receive grants when Options.Lease is zero.
 const DefaultLease = time.Minute
 
+// MaxLease is the longest Options.Lease Open accepts: 100 years, walbroker's
+// broker.MaxDeadlineOffset. A lease's expiry is stored as Unix nanoseconds,
+// whose int64 ends in April 2262; now + MaxLease still fits for any now
+// before 2162.
+const MaxLease = 100 * 365 * 24 * time.Hour
+
 var (
 	messagesBucket = []byte("messages")
 	leasesBucket   = []byte("leases")
@@ -51,7 +57,8 @@ type Options struct {
 	// Now is the clock lease expiries are measured on. Nil means time.Now.
 	Now func() time.Time
 	// Lease is how long a Receive hides a message from every other
-	// Receive. Zero means DefaultLease; negative is refused.
+	// Receive. Zero means DefaultLease; negative, or above MaxLease, is
+	// refused.
 	Lease time.Duration
 	// MaxBatchDelay is how long a db.Batch waits for more calls to join
 	// it before it commits (bbolt's DB.MaxBatchDelay). Zero keeps bbolt's
@@ -78,10 +85,12 @@ var _ compare.Queue = (*Queue)(nil)
 // rebuilds its ready and leased sets. It waits at most a second for
 // another process's lock on the file.
 func Open(dir string, opts Options) (*Queue, error) {
-	if opts.Lease < 0 {
-		return nil, fmt.Errorf("boltq: lease %v is negative", opts.Lease)
-	}
-	if opts.Lease == 0 {
+	switch {
+	case opts.Lease < 0:
+		return nil, fmt.Errorf("boltq: Lease %v is negative", opts.Lease)
+	case opts.Lease > MaxLease:
+		return nil, fmt.Errorf("boltq: Lease %v exceeds MaxLease %v", opts.Lease, MaxLease)
+	case opts.Lease == 0:
 		opts.Lease = DefaultLease
 	}
 	path := filepath.Join(dir, FileName)

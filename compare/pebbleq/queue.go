@@ -56,12 +56,19 @@ const (
 // DefaultLease is the lease a Receive grants when Options.Lease is zero.
 const DefaultLease = time.Minute
 
+// MaxLease is the longest Options.Lease Open accepts: 100 years, walbroker's
+// broker.MaxDeadlineOffset. A lease's expiry is stored as Unix nanoseconds,
+// whose int64 ends in April 2262; now + MaxLease still fits for any now
+// before 2162.
+const MaxLease = 100 * 365 * 24 * time.Hour
+
 // Options configures Open. The zero value is valid.
 type Options struct {
 	// Now is the clock lease expiries are measured on. Nil means time.Now.
 	Now func() time.Time
 	// Lease is how long a Receive hides a message from every other
-	// Receive. Zero means DefaultLease; negative is refused.
+	// Receive. Zero means DefaultLease; negative, or above MaxLease, is
+	// refused.
 	Lease time.Duration
 	// Logger receives Pebble's log. Nil drops its informational lines
 	// (a few per open, about the WAL it replayed) and sends its errors
@@ -103,10 +110,12 @@ var _ compare.Queue = (*Queue)(nil)
 // Open opens (creating it if needed) the queue whose Pebble database is
 // the directory dir, and rebuilds its ready and leased sets.
 func Open(dir string, opts Options) (*Queue, error) {
-	if opts.Lease < 0 {
-		return nil, fmt.Errorf("pebbleq: lease %v is negative", opts.Lease)
-	}
-	if opts.Lease == 0 {
+	switch {
+	case opts.Lease < 0:
+		return nil, fmt.Errorf("pebbleq: Lease %v is negative", opts.Lease)
+	case opts.Lease > MaxLease:
+		return nil, fmt.Errorf("pebbleq: Lease %v exceeds MaxLease %v", opts.Lease, MaxLease)
+	case opts.Lease == 0:
 		opts.Lease = DefaultLease
 	}
 	if opts.Logger == nil {

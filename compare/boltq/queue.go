@@ -17,8 +17,12 @@
 //
 // Which messages are ready and which are leased is kept in memory (package
 // claim) and rebuilt by Open from a scan of both buckets: a message whose
-// lease names an expiry that has passed is ready again. A lease whose
-// message is gone (its Ack raced a Receive after a lapse) is ignored.
+// lease names an expiry that has passed is ready again. A lease is never
+// stored without its message: Receive reads a message and writes its
+// lease in one transaction, Ack deletes both in one, and bbolt runs write
+// transactions one at a time. (pebbleq's Receive reads outside the batch
+// that writes its leases, so an Ack racing it can leave a lease behind;
+// see its package documentation.)
 package boltq
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -284,6 +285,25 @@ func TestAckRefusals(t *testing.T) {
 			if _, err := q.Receive(ctx, 1); !errors.Is(err, compare.ErrClosed) {
 				t.Errorf("Receive after Close = %v, want ErrClosed", err)
 			}
+		})
+	}
+}
+
+// TestOpenCreatesDirectory checks that Open creates a missing directory,
+// its parents with it, and that the queue stored there opens again.
+func TestOpenCreatesDirectory(t *testing.T) {
+	for _, qt := range queues {
+		t.Run(qt.name, func(t *testing.T) {
+			dir, c := filepath.Join(t.TempDir(), "a", "b"), newClock()
+			q := qt.open(t, dir, c)
+			id, err := q.Publish(context.Background(), []byte("m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, q)
+			q = qt.open(t, dir, c)
+			defer q.Close()
+			mustReceive(t, q, 10, id)
 		})
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -85,9 +86,10 @@ type Queue struct {
 
 var _ compare.Queue = (*Queue)(nil)
 
-// Open opens (creating it if needed) the queue in dir/FileName and
-// rebuilds its ready and leased sets. It waits at most a second for
-// another process's lock on the file.
+// Open opens the queue in dir/FileName, creating dir and the file if
+// needed, as pebbleq.Open creates its directory, and rebuilds its ready
+// and leased sets. It waits at most a second for another process's lock
+// on the file.
 func Open(dir string, opts Options) (*Queue, error) {
 	switch {
 	case opts.Lease < 0:
@@ -96,6 +98,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 		return nil, fmt.Errorf("boltq: Lease %v exceeds MaxLease %v", opts.Lease, MaxLease)
 	case opts.Lease == 0:
 		opts.Lease = DefaultLease
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("boltq: creating %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -283,6 +285,52 @@ func TestAckRefusals(t *testing.T) {
 			if _, err := q.Receive(ctx, 1); !errors.Is(err, compare.ErrClosed) {
 				t.Errorf("Receive after Close = %v, want ErrClosed", err)
 			}
+		})
+	}
+}
+
+// TestOpenCreatesDirectory checks that Open creates a missing directory,
+// its parents with it, and that the queue stored there opens again.
+func TestOpenCreatesDirectory(t *testing.T) {
+	for _, qt := range queues {
+		t.Run(qt.name, func(t *testing.T) {
+			dir, c := filepath.Join(t.TempDir(), "a", "b"), newClock()
+			q := qt.open(t, dir, c)
+			id, err := q.Publish(context.Background(), []byte("m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, q)
+			q = qt.open(t, dir, c)
+			defer q.Close()
+			mustReceive(t, q, 10, id)
+		})
+	}
+}
+
+// TestNilContextRefused checks that every call refuses a nil context with
+// an error naming it, rather than panicking, and stores nothing.
+func TestNilContextRefused(t *testing.T) {
+	for _, qt := range queues {
+		t.Run(qt.name, func(t *testing.T) {
+			q := qt.open(t, t.TempDir(), newClock())
+			defer q.Close()
+			var nilCtx context.Context // a variable, not a literal nil, which vet tools flag
+			calls := map[string]func() error{
+				"Publish": func() error { _, err := q.Publish(nilCtx, []byte("a")); return err },
+				"PublishBatch": func() error {
+					_, err := q.PublishBatch(nilCtx, [][]byte{[]byte("a")})
+					return err
+				},
+				"Receive": func() error { _, err := q.Receive(nilCtx, 1); return err },
+				"Ack":     func() error { return q.Ack(nilCtx, []uint64{1}) },
+			}
+			for name, call := range calls {
+				if err := call(); err == nil || !strings.Contains(err.Error(), "nil context") {
+					t.Errorf("%s(nil context) = %v; want an error naming the nil context", name, err)
+				}
+			}
+			mustReceive(t, q, 10)
 		})
 	}
 }

@@ -17,8 +17,12 @@
 //
 // Which messages are ready and which are leased is kept in memory (package
 // claim) and rebuilt by Open from a scan of both buckets: a message whose
-// lease names an expiry that has passed is ready again. A lease whose
-// message is gone (its Ack raced a Receive after a lapse) is ignored.
+// lease names an expiry that has passed is ready again. A lease is never
+// stored without its message: Receive reads a message and writes its
+// lease in one transaction, Ack deletes both in one, and bbolt runs write
+// transactions one at a time. (pebbleq's Receive reads outside the batch
+// that writes its leases, so an Ack racing it can leave a lease behind;
+// see its package documentation.)
 package boltq
 
 import (
@@ -26,6 +30,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -41,6 +46,12 @@ const FileName = "queue.bolt"
 // DefaultLease is the lease a Receive grants when Options.Lease is zero.
 const DefaultLease = time.Minute
 
+// MaxLease is the longest Options.Lease Open accepts: 100 years, walbroker's
+// broker.MaxDeadlineOffset. A lease's expiry is stored as Unix nanoseconds,
+// whose int64 ends in April 2262; now + MaxLease still fits for any now
+// before 2162.
+const MaxLease = 100 * 365 * 24 * time.Hour
+
 var (
 	messagesBucket = []byte("messages")
 	leasesBucket   = []byte("leases")
@@ -51,7 +62,8 @@ type Options struct {
 	// Now is the clock lease expiries are measured on. Nil means time.Now.
 	Now func() time.Time
 	// Lease is how long a Receive hides a message from every other
-	// Receive. Zero means DefaultLease; negative is refused.
+	// Receive. Zero means DefaultLease; negative, or above MaxLease, is
+	// refused.
 	Lease time.Duration
 	// MaxBatchDelay is how long a db.Batch waits for more calls to join
 	// it before it commits (bbolt's DB.MaxBatchDelay). Zero keeps bbolt's
@@ -74,15 +86,21 @@ type Queue struct {
 
 var _ compare.Queue = (*Queue)(nil)
 
-// Open opens (creating it if needed) the queue in dir/FileName and
-// rebuilds its ready and leased sets. It waits at most a second for
-// another process's lock on the file.
+// Open opens the queue in dir/FileName, creating dir and the file if
+// needed, as pebbleq.Open creates its directory, and rebuilds its ready
+// and leased sets. It waits at most a second for another process's lock
+// on the file.
 func Open(dir string, opts Options) (*Queue, error) {
-	if opts.Lease < 0 {
-		return nil, fmt.Errorf("boltq: lease %v is negative", opts.Lease)
-	}
-	if opts.Lease == 0 {
+	switch {
+	case opts.Lease < 0:
+		return nil, fmt.Errorf("boltq: Lease %v is negative", opts.Lease)
+	case opts.Lease > MaxLease:
+		return nil, fmt.Errorf("boltq: Lease %v exceeds MaxLease %v", opts.Lease, MaxLease)
+	case opts.Lease == 0:
 		opts.Lease = DefaultLease
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("boltq: creating %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})

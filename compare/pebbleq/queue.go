@@ -22,9 +22,18 @@
 //
 // Which messages are ready and which are leased is kept in memory (package
 // claim) and rebuilt by Open from a scan of both key ranges: a message
-// whose lease record names an expiry that has passed is ready again. A
-// lease record whose message is gone (its Ack raced a Receive after a
-// lapse) is ignored.
+// whose lease record names an expiry that has passed is ready again.
+//
+// A lease record can outlive its message. Receive reads a payload outside
+// the batch that writes its lease, and an Ack names a message, not a
+// lease: after a lapse, the first holder's Ack can end a second Receive's
+// lease and delete the message between that Receive's read and its
+// batch, which then writes a lease record for a message that is gone.
+// While the queue is open the record is inert: in memory the message is
+// gone, neither ready nor leased, and no ID is given twice. Open deletes
+// every such record before it gives out an ID, since a record left in
+// place would lease the next message to take its ID (see below) until the
+// old expiry.
 //
 // IDs count up from the highest message stored when the queue opened, so
 // the ID of a message acknowledged before a reopen may be given again
@@ -56,12 +65,19 @@ const (
 // DefaultLease is the lease a Receive grants when Options.Lease is zero.
 const DefaultLease = time.Minute
 
+// MaxLease is the longest Options.Lease Open accepts: 100 years, walbroker's
+// broker.MaxDeadlineOffset. A lease's expiry is stored as Unix nanoseconds,
+// whose int64 ends in April 2262; now + MaxLease still fits for any now
+// before 2162.
+const MaxLease = 100 * 365 * 24 * time.Hour
+
 // Options configures Open. The zero value is valid.
 type Options struct {
 	// Now is the clock lease expiries are measured on. Nil means time.Now.
 	Now func() time.Time
 	// Lease is how long a Receive hides a message from every other
-	// Receive. Zero means DefaultLease; negative is refused.
+	// Receive. Zero means DefaultLease; negative, or above MaxLease, is
+	// refused.
 	Lease time.Duration
 	// Logger receives Pebble's log. Nil drops its informational lines
 	// (a few per open, about the WAL it replayed) and sends its errors
@@ -103,10 +119,12 @@ var _ compare.Queue = (*Queue)(nil)
 // Open opens (creating it if needed) the queue whose Pebble database is
 // the directory dir, and rebuilds its ready and leased sets.
 func Open(dir string, opts Options) (*Queue, error) {
-	if opts.Lease < 0 {
-		return nil, fmt.Errorf("pebbleq: lease %v is negative", opts.Lease)
-	}
-	if opts.Lease == 0 {
+	switch {
+	case opts.Lease < 0:
+		return nil, fmt.Errorf("pebbleq: Lease %v is negative", opts.Lease)
+	case opts.Lease > MaxLease:
+		return nil, fmt.Errorf("pebbleq: Lease %v exceeds MaxLease %v", opts.Lease, MaxLease)
+	case opts.Lease == 0:
 		opts.Lease = DefaultLease
 	}
 	if opts.Logger == nil {
@@ -123,8 +141,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 	return q, nil
 }
 
-// load scans the lease records, then the message records, into q.claims
-// and sets q.lastID to the highest message ID found.
+// load scans the lease records, then the message records, into q.claims,
+// sets q.lastID to the highest message ID found, and deletes the lease
+// records whose message is gone, in one synced batch.
 func (q *Queue) load() error {
 	leases := make(map[uint64]time.Time)
 	err := q.scan(leasePrefix, func(id uint64, value []byte) error {
@@ -137,11 +156,28 @@ func (q *Queue) load() error {
 	if err != nil {
 		return err
 	}
-	return q.scan(messagePrefix, func(id uint64, _ []byte) error {
+	err = q.scan(messagePrefix, func(id uint64, _ []byte) error {
 		q.claims.Load(id, leases[id])
+		delete(leases, id)
 		q.lastID.Store(max(q.lastID.Load(), id))
 		return nil
 	})
+	if err != nil || len(leases) == 0 {
+		return err
+	}
+	// What is left in leases has no message (see the package
+	// documentation); its ID may be given again from now on.
+	b := q.db.NewBatch()
+	defer b.Close()
+	for id := range leases {
+		if err := b.Delete(key(leasePrefix, id), nil); err != nil {
+			return fmt.Errorf("batching the deletion of the lease record of gone message %d: %w", id, err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("deleting %d lease records of gone messages: %w", len(leases), err)
+	}
+	return nil
 }
 
 // scan calls fn with the ID and value of every record under prefix, in

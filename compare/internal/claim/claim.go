@@ -13,11 +13,16 @@ package claim
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/walbroker/walbroker/compare"
 )
+
+// lastExpiry is the latest expiry a Table records: the last instant whose
+// Unix nanoseconds fit in an int64.
+var lastExpiry = time.Unix(0, math.MaxInt64)
 
 // Table is the ready and leased sets of one queue. It is safe for
 // concurrent use and retains nothing its callers pass.
@@ -75,15 +80,20 @@ func (t *Table) Load(id uint64, expiry time.Time) {
 }
 
 // Claim leases up to max of the oldest ready IDs until now + lease and
-// returns them in ascending order with the expiry to record. Leases that
-// have lapsed are made ready first, so a message whose consumer vanished
-// is received again, in its turn.
+// returns them in ascending order with the expiry to record. An expiry
+// past the last instant Unix nanoseconds can name (April 2262) is that
+// instant: wrapped, it would name a time long past, a lease that hides
+// nothing. Leases that have lapsed are made ready first, so a message
+// whose consumer vanished is received again, in its turn.
 func (t *Table) Claim(max int, lease time.Duration) ([]uint64, time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	t.lapseLocked(now.UnixNano())
 	expiry := now.Add(lease)
+	if expiry.After(lastExpiry) {
+		expiry = lastExpiry
+	}
 	n := min(max, len(t.ready))
 	ids := make([]uint64, 0, n)
 	for range n {

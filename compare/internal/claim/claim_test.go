@@ -69,3 +69,22 @@ func TestTable(t *testing.T) {
 		t.Fatalf("Counts at 1's expiry = %d ready, %d leased; want 1, 4", ready, leased)
 	}
 }
+
+// TestClaimExpiryStopsAtLastUnixNano: a lease whose end lies past the last
+// instant Unix nanoseconds can name still hides what it claimed, with that
+// instant as its expiry, rather than wrapping into the past.
+func TestClaimExpiryStopsAtLastUnixNano(t *testing.T) {
+	now := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	tb := New(func() time.Time { return now })
+	tb.Ready(1)
+	ids, expiry := tb.Claim(1, 100*365*24*time.Hour)
+	if !slices.Equal(ids, []uint64{1}) || !expiry.Equal(lastExpiry) {
+		t.Fatalf("Claim(1) = %v, %v; want [1] at %v", ids, expiry, lastExpiry)
+	}
+	if ids, _ := tb.Claim(1, time.Minute); len(ids) != 0 {
+		t.Errorf("Claim within the lease = %v; want nothing", ids)
+	}
+	if ready, leased := tb.Counts(); ready != 0 || leased != 1 {
+		t.Errorf("Counts = %d ready, %d leased; want 0, 1", ready, leased)
+	}
+}

@@ -5,6 +5,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/walbroker/walbroker/compare"
@@ -17,9 +18,17 @@ type Gate struct {
 	closed bool
 }
 
-// Enter checks ctx and that the gate is open, and holds it shared. When it
+// errNilContext is what Enter returns for a nil ctx: bad input, which a
+// call refuses with an error rather than a panic, as walbroker does.
+var errNilContext = errors.New("nil context")
+
+// Enter checks ctx (nil is an error naming it, an ended one is its
+// ctx.Err()) and that the gate is open, and holds it shared. When it
 // returns nil the caller must call Leave once done with the store.
 func (g *Gate) Enter(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -435,7 +435,8 @@
 //	                     when none
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
-//	                     failure or Ctrl-C), and [{"sync", "segment_bytes",
+//	                     failure or Ctrl-C; not those the profile's workloads
+//	                     scored, where they decided), and [{"sync", "segment_bytes",
 //	                     "producers", "size", "memory_bytes", "available_bytes"}],
 //	                     the points it skipped because their estimated memory
 //	                     was above 80% of the memory available then, in every

@@ -211,8 +211,8 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 		rep.Recommendation = recommend(rep.Rows)
 		if rep.Recommendation != nil {
 			rep.Recommendation.InMemory = inMemory(rep.Machine)
-			if rep.Recommendation.Basis == kindSweep {
-				rep.Recommendation.NotMeasured = notMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
+			if slices.Contains(cfg.workloads, kindSweep) {
+				rep.Recommendation.setNotMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
 			}
 		}
 	}

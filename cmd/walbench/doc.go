@@ -317,7 +317,9 @@
 //	    "append_p999_ns", "append_max_ns":         the growing-file loop
 //	    "write_mb_per_sec":  float, sequential bandwidth, 10^6 bytes/s
 //	    "ceilings": [{"producers": int (0: any number), "size": int, "msgs_per_sec": float}]
-//	    "notes", "per_round", "round", "rounds":   as for a row
+//	    "notes", "per_round", "round", "rounds":   as for a row; "rounds" counts
+//	                     the rounds whose probe measured any loop, and "per_round"
+//	                     holds every round's probe, one stopped in its prefill too
 //	  }
 //	  "rows": [{                                   in the order they ran
 //	    "kind":          "wal" | "publish" | "drain" | "mixed" | "sweep"

@@ -125,7 +125,9 @@ type Row struct {
 // Probe is what the disk alone does: one round's figures or the summary
 // of the rounds', as for a Row.
 type Probe struct {
-	Round       int     `json:"round,omitempty"`
+	Round int `json:"round,omitempty"`
+	// Rounds counts the rounds whose probe measured any loop: PerRound
+	// also holds one Ctrl-C stopped in its prefill, which measured nothing.
 	Rounds      int     `json:"rounds,omitempty"`
 	Seconds     float64 `json:"seconds" agg:"sum"`
 	Interrupted bool    `json:"interrupted" agg:"or"`

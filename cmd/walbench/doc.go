@@ -202,7 +202,8 @@
 // rounds beside it. Counts (ops, commits, seconds) are summed. A workload
 // fewer rounds measured (a run cut short, a sweep point skipped for its
 // memory in some rounds) is summarized over those that did, and marked
-// "k of N rounds".
+// "k of N rounds"; so is each loop of the probe (and each ceiling), which
+// a round cut in an earlier loop did not run.
 //
 // # Progress and Ctrl-C
 //
@@ -308,7 +309,8 @@
 //	    "interrupted_in": string, the step Ctrl-C stopped: "prefill" (its file
 //	                     written full of zeros), "fdatasync", "large", "write"
 //	                     or "append" (the loops below, in the order they run;
-//	                     those after it did not run); absent if none
+//	                     those after it did not run); absent if none; a
+//	                     summary has the last cut round's, per_round each's
 //	    "fdatasyncs_per_sec", "fdatasync_p50_ns", "fdatasync_p99_ns",
 //	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop (4 KiB pwrites)
 //	    "large_fdatasyncs_per_sec", "large_p50_ns", "large_p99_ns",

@@ -133,7 +133,8 @@ type Probe struct {
 	Interrupted bool    `json:"interrupted" agg:"or"`
 	// InterruptedIn names the step of the probe Ctrl-C stopped (probePrefill,
 	// probeFdatasync, ...): its figures are of what it did before, and the
-	// steps after it did not run. A summary has the one of its rounds'.
+	// steps after it did not run. A summary has the last cut round's, which
+	// says nothing of the others: PerRound has each round's.
 	InterruptedIn string `json:"interrupted_in,omitempty" agg:"set"`
 
 	Fdatasyncs       int64    `json:"fdatasyncs" agg:"sum"`

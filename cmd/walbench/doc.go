@@ -104,13 +104,19 @@
 //     Concurrency, and -prefetch as its Prefetch) with a handler that
 //     only counts, or by goroutines each calling Receive(batch) and Ack
 //     for each delivery (-method receive-ack), timed from the start until
-//     every call returned, at most -limit. msgs/s, and leases and acks per commit (not the
-//     records the store writes for itself: preambles, copies forward). A
-//     drain that -limit ends with messages left is marked "cut at
-//     -limit", with a note: its rate is of the messages it handled.
+//     every call returned: -limit ends the drain, and its time then runs
+//     on until the calls in flight return. msgs/s (of the messages acked,
+//     or passed to Consume's handler), and leases and acks per commit
+//     (not the records the store writes for itself: preambles, copies
+//     forward). A drain that -limit ends with messages left is marked
+//     "cut at -limit", with a note: its rate is of the messages it
+//     handled.
 //   - mixed: -producers goroutines publish at -rate msgs/s together (a
-//     list: one workload per rate), each call at its scheduled instant
-//     (open loop), while broker.Consume takes the messages; -time measured
+//     list: one workload per rate), each call at its scheduled instant,
+//     or, when the producer's last call returns after that, at once
+//     (one call at a time per producer: a slow call makes those behind
+//     it late, and they follow back to back until it is on schedule
+//     again), while broker.Consume takes the messages; -time measured
 //     after -warmup. published/s is of the calls begun in the window.
 //     Publish latency is measured from the scheduled instant, not from
 //     when the call began, so that a stall counts against every call it
@@ -118,11 +124,11 @@
 //     uncorrected one): of the calls begun in the window, and of those
 //     scheduled in it that a stall held until it closed, which the
 //     producers still make after it (for as long again at most; a note
-//     says how many they had not made by then); end-to-end latency of the
-//     same calls, from the scheduled instant (carried in the payload) to
-//     the start of the handler; the backlog (Ready + Leased of
-//     Queue.Stats) every -sample. After the window the consumers get as
-//     long again to take what it published.
+//     says how many they had not made by then); end-to-end latency of
+//     the same calls, from the scheduled instant (carried in the
+//     payload) to the start of the handler; the backlog (Ready + Leased
+//     of Queue.Stats) every -sample. After the window the consumers get
+//     as long again to take what it published.
 //   - reopen: a store filled with -messages pending messages and closed,
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the

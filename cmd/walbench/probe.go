@@ -44,9 +44,10 @@ const (
 	publishEventBytes = 16
 )
 
-// probeLoad is the probe of one round: an fdatasync loop of duration, and
-// an append loop and a bandwidth loop of half that each. ceilings lists
-// the (producers, size) pairs to compute the durable-message ceiling for.
+// probeLoad is the probe of one round: the 4 KiB fdatasync loop for
+// duration, then the 64 KiB one, the bandwidth loop and the append loop
+// for half that each. ceilings lists the (producers, size) pairs to
+// compute the durable-message ceiling for.
 type probeLoad struct {
 	duration time.Duration
 	ceilings []Ceiling

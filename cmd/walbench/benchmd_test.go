@@ -322,6 +322,20 @@ func TestGoalRows(t *testing.T) {
 	}
 }
 
+// TestGoalOf64ProducersShowsHalfTheCeiling: the rate goal of 64 producers
+// is the lower of half the probe's ceiling and 100,000, and the figure its
+// cell gives as "half the ceiling" is half of it, not the whole ceiling.
+func TestGoalOf64ProducersShowsHalfTheCeiling(t *testing.T) {
+	msgs, ceil := 120000.0, 300000.0
+	rows := goalRows(&Report{Rows: []Row{{Kind: kindPublish, Sync: "all", Size: 1024, Producers: 64, MsgsPerSec: &msgs, CeilingPerSec: &ceil}}})
+	if len(rows) != 1 {
+		t.Fatalf("goal rows %q; want the 64 producers' rate alone", rows)
+	}
+	if value := rows[0][1]; !strings.Contains(value, "half the ceiling, 150,000") {
+		t.Errorf("goal value %q; want half the ceiling given as 150,000 (the ceiling is 300,000)", value)
+	}
+}
+
 // TestGoalRowsCountTheRoundsThatMetEach: beside the medians' verdict, each
 // goal says in how many rounds, each against its own probe, it was met; a
 // round without the figure did not meet it, and a run of one round says

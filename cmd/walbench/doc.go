@@ -104,13 +104,19 @@
 //     Concurrency, and -prefetch as its Prefetch) with a handler that
 //     only counts, or by goroutines each calling Receive(batch) and Ack
 //     for each delivery (-method receive-ack), timed from the start until
-//     every call returned, at most -limit. msgs/s, and leases and acks per commit (not the
-//     records the store writes for itself: preambles, copies forward). A
-//     drain that -limit ends with messages left is marked "cut at
-//     -limit", with a note: its rate is of the messages it handled.
+//     every call returned: -limit ends the drain, and its time then runs
+//     on until the calls in flight return. msgs/s (of the messages acked,
+//     or passed to Consume's handler), and leases and acks per commit
+//     (not the records the store writes for itself: preambles, copies
+//     forward). A drain that -limit ends with messages left is marked
+//     "cut at -limit", with a note: its rate is of the messages it
+//     handled.
 //   - mixed: -producers goroutines publish at -rate msgs/s together (a
-//     list: one workload per rate), each call at its scheduled instant
-//     (open loop), while broker.Consume takes the messages; -time measured
+//     list: one workload per rate), each call at its scheduled instant,
+//     or, when the producer's last call returns after that, at once
+//     (one call at a time per producer: a slow call makes those behind
+//     it late, and they follow back to back until it is on schedule
+//     again), while broker.Consume takes the messages; -time measured
 //     after -warmup. published/s is of the calls begun in the window.
 //     Publish latency is measured from the scheduled instant, not from
 //     when the call began, so that a stall counts against every call it
@@ -118,11 +124,11 @@
 //     uncorrected one): of the calls begun in the window, and of those
 //     scheduled in it that a stall held until it closed, which the
 //     producers still make after it (for as long again at most; a note
-//     says how many they had not made by then); end-to-end latency of the
-//     same calls, from the scheduled instant (carried in the payload) to
-//     the start of the handler; the backlog (Ready + Leased of
-//     Queue.Stats) every -sample. After the window the consumers get as
-//     long again to take what it published.
+//     says how many they had not made by then); end-to-end latency of
+//     the same calls, from the scheduled instant (carried in the
+//     payload) to the start of the handler; the backlog (Ready + Leased
+//     of Queue.Stats) every -sample. After the window the consumers get
+//     as long again to take what it published.
 //   - reopen: a store filled with -messages pending messages and closed,
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the
@@ -202,7 +208,8 @@
 // rounds beside it. Counts (ops, commits, seconds) are summed. A workload
 // fewer rounds measured (a run cut short, a sweep point skipped for its
 // memory in some rounds) is summarized over those that did, and marked
-// "k of N rounds".
+// "k of N rounds"; so is each loop of the probe (and each ceiling), which
+// a round cut in an earlier loop did not run.
 //
 // # Progress and Ctrl-C
 //
@@ -308,7 +315,8 @@
 //	    "interrupted_in": string, the step Ctrl-C stopped: "prefill" (its file
 //	                     written full of zeros), "fdatasync", "large", "write"
 //	                     or "append" (the loops below, in the order they run;
-//	                     those after it did not run); absent if none
+//	                     those after it did not run); absent if none; a
+//	                     summary has the last cut round's, per_round each's
 //	    "fdatasyncs_per_sec", "fdatasync_p50_ns", "fdatasync_p99_ns",
 //	    "fdatasync_p999_ns", "fdatasync_max_ns":   the overwrite loop (4 KiB pwrites)
 //	    "large_fdatasyncs_per_sec", "large_p50_ns", "large_p99_ns",
@@ -317,7 +325,9 @@
 //	    "append_p999_ns", "append_max_ns":         the growing-file loop
 //	    "write_mb_per_sec":  float, sequential bandwidth, 10^6 bytes/s
 //	    "ceilings": [{"producers": int (0: any number), "size": int, "msgs_per_sec": float}]
-//	    "notes", "per_round", "round", "rounds":   as for a row
+//	    "notes", "per_round", "round", "rounds":   as for a row; "rounds" counts
+//	                     the rounds whose probe measured any loop, and "per_round"
+//	                     holds every round's probe, one stopped in its prefill too
 //	  }
 //	  "rows": [{                                   in the order they ran
 //	    "kind":          "wal" | "publish" | "drain" | "mixed" | "sweep"
@@ -435,7 +445,8 @@
 //	                     when none
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
-//	                     failure or Ctrl-C), and [{"sync", "segment_bytes",
+//	                     failure or Ctrl-C; not those the profile's workloads
+//	                     scored, where they decided), and [{"sync", "segment_bytes",
 //	                     "producers", "size", "memory_bytes", "available_bytes"}],
 //	                     the points it skipped because their estimated memory
 //	                     was above 80% of the memory available then, in every

@@ -70,7 +70,7 @@ func (d drainLoad) String() string {
 // Store.Stats over it.
 type drainResult struct {
 	elapsed     time.Duration // from the drain's start until every call it made returned
-	handled     int64         // messages handled and acked
+	handled     int64         // messages acked (Receive+Ack) or passed to Consume's handler, counted before Consume acks them
 	limited     bool          // the drain reached its time limit with messages left
 	records     int64         // log records: leases and acks, and the store's own
 	own         int64         // of records, the store's own

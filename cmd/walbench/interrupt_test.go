@@ -99,6 +99,90 @@ func TestInterruptedInWindow(t *testing.T) {
 	}
 }
 
+// TestProbeStoppedInItsPrefillIsNoRoundThatMeasured: with -rounds 2, a
+// probe Ctrl-C stops in its second round's prefill measured nothing, so
+// the probe's summary counts one round that measured it, and its rows are
+// marked "1 of 2 rounds"; per_round still holds the second round, which
+// says where it stopped.
+func TestProbeStoppedInItsPrefillIsNoRoundThatMeasured(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefills := 0
+	e := &env{onWindow: func(name string) {
+		if name == "probe: "+probePrefill {
+			if prefills++; prefills == 2 {
+				cancel() // the second round's prefill writes nothing
+			}
+		}
+	}}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, e, "probe", "-dir", dir, "-json", jsonFile, "-time", "20ms", "-rounds", "2", "-producers", "1", "-size", "100")
+	if res.code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", res.code, exitInterrupted)
+	}
+	rep := readReport(t, jsonFile)
+	p := rep.Probe
+	if p == nil || len(p.PerRound) != 2 || p.PerRound[0].FdatasyncsPerSec == nil || p.PerRound[1].FdatasyncsPerSec != nil ||
+		p.PerRound[1].InterruptedIn != probePrefill {
+		t.Fatalf("probe %+v; want round 1 measured whole and round 2 cut in its prefill", p)
+	}
+	if p.Rounds != 1 {
+		t.Errorf("probe \"rounds\": %d; want 1, the rounds that measured it (round 2 measured nothing)", p.Rounds)
+	}
+	if !strings.Contains(res.stdout, "fdatasync after pwrite 4 KiB over written blocks (1 of 2 rounds)") {
+		t.Errorf("the probe's rows are not marked \"1 of 2 rounds\" though one round measured them:\n%s", res.stdout)
+	}
+	if !strings.Contains(res.stdout, "note: probe: round 2: interrupted while writing its 64 MiB file, before its loops") {
+		t.Errorf("the probe's notes do not say that round 2 was cut in its prefill:\n%s", res.stdout)
+	}
+}
+
+// TestProbeCutInALaterRoundMarksTheLoopsItDidNotRun: with -rounds 2, Ctrl-C
+// as the second probe's bandwidth loop starts leaves that loop and the
+// append loop measured by round 1 alone. Their rows are marked "1 of 2
+// rounds", and the notes say which round was cut where, not that the
+// loops whose figures the table prints did not run.
+func TestProbeCutInALaterRoundMarksTheLoopsItDidNotRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	writes := 0
+	e := &env{onWindow: func(name string) {
+		if name == "probe: "+probeWrite {
+			if writes++; writes == 2 {
+				cancel()
+			}
+		}
+	}}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, e, "probe", "-dir", dir, "-json", jsonFile, "-time", "20ms", "-rounds", "2", "-producers", "1", "-size", "100")
+	if res.code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", res.code, exitInterrupted)
+	}
+	rep := readReport(t, jsonFile)
+	p := rep.Probe
+	if p == nil || len(p.PerRound) != 2 || p.PerRound[1].AppendFdatasyncsPerSec != nil || p.AppendFdatasyncsPerSec == nil {
+		t.Fatalf("probe %+v; want the append loop measured in round 1 only", p)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(res.stdout, "\n") {
+		for _, label := range []string{"fdatasync after pwrite 4 KiB over written blocks", "fdatasync after pwrite 4 KiB at the end of a growing file"} {
+			if strings.HasPrefix(l, label) {
+				rows[label] = l
+			}
+		}
+	}
+	if row := rows["fdatasync after pwrite 4 KiB at the end of a growing file"]; !strings.Contains(row, "(1 of 2 rounds)") {
+		t.Errorf("append row %q (figures of round 1 alone) not marked \"1 of 2 rounds\"", row)
+	}
+	if row := rows["fdatasync after pwrite 4 KiB over written blocks"]; row == "" || strings.Contains(row, "rounds)") {
+		t.Errorf("fdatasync row %q: want it unmarked, both rounds measured it", row)
+	}
+	if strings.Contains(res.stdout, "the loops after the one marked did not run") ||
+		!strings.Contains(res.stdout, "note: probe: round 2: interrupted in its sequential write loop; the loops after it did not run in that round") {
+		t.Errorf("the probe's notes do not say that round 2 was cut in its bandwidth loop:\n%s", res.stdout)
+	}
+}
+
 // TestPublishFails fails the writes of the second publish workload's
 // store: walbench keeps the first row, says what failed and exits 1.
 func TestPublishFails(t *testing.T) {

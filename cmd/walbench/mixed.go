@@ -17,9 +17,13 @@ import (
 )
 
 // mixedLoad is the mixed workload: producers publishing at a target rate
-// (open loop: each call starts at its scheduled instant, whether or not
-// the last returned) while broker.Consume consumers take the messages off
-// the same queue, on a new store.
+// while broker.Consume consumers take the messages off the same queue, on
+// a new store. Each producer is one goroutine calling Publish: a call
+// starts at its scheduled instant, or, when it falls due while the one
+// before it still runs, as soon as that returns, and the calls behind it
+// follow back to back until the producer is on schedule again. Their
+// latency runs from the scheduled instant, so that the wait counts
+// against each of them (see recordCorrected).
 type mixedLoad struct {
 	producers    int
 	rate         float64 // messages per second, all producers together
@@ -176,12 +180,13 @@ func (m *mixedRun) consume(ctx context.Context) {
 }
 
 // produce is producer i: it publishes at base + offset_i + k×interval,
-// whether or not its last call has returned by then, until the window
-// closes or ctx ends. The window's calls, recorded, are those it did
-// not start before the window opened, and scheduled before it closed:
-// a producer a stall holds at the window's end makes the calls it
-// missed after it (for at most l.duration), as it would have in a
-// longer window, so that the stall counts against each of them.
+// or at once when its last call returned after that instant (late: the
+// latency counts from the instant), until the window closes or ctx ends.
+// The window's calls, recorded, are those it did not start before the
+// window opened, and scheduled before it closed: a producer a stall holds
+// at the window's end makes the calls it missed after it (for at most
+// l.duration), as it would have in a longer window, so that the stall
+// counts against each of them.
 func (m *mixedRun) produce(ctx context.Context, i int) {
 	defer m.returned.Add(1)
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -43,9 +44,10 @@ const (
 	publishEventBytes = 16
 )
 
-// probeLoad is the probe of one round: an fdatasync loop of duration, and
-// an append loop and a bandwidth loop of half that each. ceilings lists
-// the (producers, size) pairs to compute the durable-message ceiling for.
+// probeLoad is the probe of one round: the 4 KiB fdatasync loop for
+// duration, then the 64 KiB one, the bandwidth loop and the append loop
+// for half that each. ceilings lists the (producers, size) pairs to
+// compute the durable-message ceiling for.
 type probeLoad struct {
 	duration time.Duration
 	ceilings []Ceiling
@@ -60,6 +62,29 @@ const (
 	probeWrite     = "write"     // sequential bandwidth
 	probeAppend    = "append"    // pwrite 4 KiB + fdatasync at the end of a growing file
 )
+
+// probeLoops are the steps of the probe that measure, in the order they
+// run.
+var probeLoops = []string{probeFdatasync, probeLarge, probeWrite, probeAppend}
+
+// measured reports whether p has figures of the loop step: one that did
+// not run has none, nor one Ctrl-C stopped before its first fdatasync.
+func (p Probe) measured(step string) bool {
+	switch step {
+	case probeFdatasync:
+		return p.FdatasyncsPerSec != nil
+	case probeLarge:
+		return p.LargeFdatasyncsPerSec != nil
+	case probeWrite:
+		return p.WriteMBPerSec != nil
+	case probeAppend:
+		return p.AppendFdatasyncsPerSec != nil
+	}
+	return false
+}
+
+// measuredAny reports whether p has figures of any of its loops.
+func (p Probe) measuredAny() bool { return slices.ContainsFunc(probeLoops, p.measured) }
 
 // runProbe runs the probe in a new file of dir, and removes it. ctx ending
 // stops it: what was measured until then is returned, Interrupted set and

@@ -295,3 +295,36 @@ func TestProbeTableMarksTheStepCut(t *testing.T) {
 		t.Errorf("cut in the prefill: notes %q", tb.notes)
 	}
 }
+
+// TestProbeTableOfRoundsMarksEachLoopByItsRounds: of several rounds, each
+// loop's row says in how many rounds it was measured, and is marked
+// interrupted only when a round Ctrl-C cut in it measured something in it;
+// each cut round has a note of its own.
+func TestProbeTableOfRoundsMarksEachLoopByItsRounds(t *testing.T) {
+	whole := Probe{Round: 1, FdatasyncsPerSec: ptr(5000.0), LargeFdatasyncsPerSec: ptr(2000.0), WriteMBPerSec: ptr(500.0), AppendFdatasyncsPerSec: ptr(1000.0)}
+	// Round 2 cut partway through its 64 KiB loop, which measured; round 3
+	// at the start of its bandwidth loop, which did not.
+	cutInLarge := Probe{Round: 2, Interrupted: true, InterruptedIn: probeLarge, FdatasyncsPerSec: ptr(5000.0), LargeFdatasyncsPerSec: ptr(2000.0)}
+	cutInWrite := Probe{Round: 3, Interrupted: true, InterruptedIn: probeWrite, FdatasyncsPerSec: ptr(5000.0), LargeFdatasyncsPerSec: ptr(2000.0)}
+	p := summarize([]Probe{whole, cutInLarge, cutInWrite}, true)
+	tb := probeTable(&p, 3)
+	want := []string{
+		"fdatasync after pwrite 4 KiB over written blocks",
+		"fdatasync after pwrite 64 KiB over written blocks (interrupted)",
+		"sequential write, 1 MiB pwrites, fdatasync every 8 MiB (1 of 3 rounds)",
+		"fdatasync after pwrite 4 KiB at the end of a growing file (1 of 3 rounds)",
+	}
+	for i, row := range tb.rows[:4] {
+		if row[0] != want[i] {
+			t.Errorf("row %d named %q, want %q", i, row[0], want[i])
+		}
+	}
+	for _, n := range []string{
+		"note: probe: round 2: interrupted in its 64 KiB overwrite loop; the loops after it did not run in that round",
+		"note: probe: round 3: interrupted in its sequential write loop; the loops after it did not run in that round",
+	} {
+		if !slices.Contains(tb.notes, n) {
+			t.Errorf("no note %q in %q", n, tb.notes)
+		}
+	}
+}

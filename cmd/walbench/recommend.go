@@ -93,6 +93,17 @@ func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped 
 	return out
 }
 
+// setNotMeasured sets rec.NotMeasured for a run that had a sweep of syncs
+// × segments (see notMeasured), whatever rec's basis: a sweep cut short in
+// its first points leaves the profile's workloads to decide, and the
+// settings it never reached were not compared all the same. Those the
+// profile's points scored were, and are not listed.
+func (rec *Recommendation) setNotMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped []Setting) {
+	rec.NotMeasured = slices.DeleteFunc(notMeasured(rows, syncs, segments, skipped), func(s Setting) bool {
+		return s.Producers == 0 && slices.ContainsFunc(rec.Scores, func(sc Score) bool { return sc.Sync == s.Sync && sc.SegmentBytes == s.SegmentBytes })
+	})
+}
+
 // Setting is a store's durable setting, as the recommendation compares
 // them.
 type Setting struct {
@@ -163,8 +174,18 @@ func recommend(rows []Row) *Recommendation {
 	points, unscored := sweepPoints(rows)
 	basis := "sweep"
 	if len(points) == 0 {
+		// A sweep cut short in its first points leaves the profile's
+		// workloads to decide; the settings it left without a whole point
+		// stay unscored, unless the profile's points score them.
+		sweepUnscored := unscored
 		points, unscored = profilePoints(rows)
 		basis = "profile"
+		for _, s := range sweepUnscored {
+			if !slices.ContainsFunc(points, func(p recPoint) bool { return p.sync == s.Sync && p.segmentBytes == s.SegmentBytes }) &&
+				!slices.Contains(unscored, s) {
+				unscored = append(unscored, s)
+			}
+		}
 	}
 	var notDurable *float64
 	var durablePoints []recPoint

@@ -574,6 +574,32 @@ func TestRecommendNamesTheSettingsARunNeverReached(t *testing.T) {
 	}
 }
 
+// TestRecommendFromProfileNamesTheSweepSettingsLeftUnscored: a full run
+// (publish, drain, then sweep) stopped in the sweep's first point
+// recommends from the profile's workloads, and still names the sweep's
+// setting cut short as unscored, and the settings the sweep never reached
+// as not measured, but for those the profile's points scored.
+func TestRecommendFromProfileNamesTheSweepSettingsLeftUnscored(t *testing.T) {
+	rows := []Row{
+		{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 1, Size: 1024, MsgsPerSec: ptr(4000.0)},
+		{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 64, Size: 1024, MsgsPerSec: ptr(60000.0)},
+		{Kind: kindDrain, Method: drainConsume, Sync: "all", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: ptr(100000.0)},
+		{Kind: kindDrain, Method: drainConsume, Sync: "publish", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: ptr(200000.0)},
+		cut(sweepRow("all", 4*mib, 1, 1024, 5000, 0, 100)),
+	}
+	rec := recommend(rows)
+	if rec == nil || rec.Basis != "profile" {
+		t.Fatalf("recommendation %+v; want one from the whole publish and drain rows", rec)
+	}
+	if want := []Setting{{Sync: "all", SegmentBytes: 4 * mib}}; !slices.Equal(rec.Unscored, want) {
+		t.Errorf("unscored %+v; want %+v, the sweep's setting cut short", rec.Unscored, want)
+	}
+	rec.setNotMeasured(rows, []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}, []int64{4 * mib, 0}, nil)
+	if want := []Setting{{Sync: "publish", SegmentBytes: 4 * mib}}; !slices.Equal(rec.NotMeasured, want) {
+		t.Errorf("not measured %+v; want %+v: the sweep never reached it, and the profile scored the 64 MiB settings", rec.NotMeasured, want)
+	}
+}
+
 // TestRecommendScoresTheRoundsThrough: a sweep point's score is its
 // "through msgs/s" as the table shows it, the median of the rate each
 // round's publish and drain made together, not the rate the medians of

@@ -125,13 +125,16 @@ type Row struct {
 // Probe is what the disk alone does: one round's figures or the summary
 // of the rounds', as for a Row.
 type Probe struct {
-	Round       int     `json:"round,omitempty"`
+	Round int `json:"round,omitempty"`
+	// Rounds counts the rounds whose probe measured any loop: PerRound
+	// also holds one Ctrl-C stopped in its prefill, which measured nothing.
 	Rounds      int     `json:"rounds,omitempty"`
 	Seconds     float64 `json:"seconds" agg:"sum"`
 	Interrupted bool    `json:"interrupted" agg:"or"`
 	// InterruptedIn names the step of the probe Ctrl-C stopped (probePrefill,
 	// probeFdatasync, ...): its figures are of what it did before, and the
-	// steps after it did not run. A summary has the one of its rounds'.
+	// steps after it did not run. A summary has the last cut round's, which
+	// says nothing of the others: PerRound has each round's.
 	InterruptedIn string `json:"interrupted_in,omitempty" agg:"set"`
 
 	Fdatasyncs       int64    `json:"fdatasyncs" agg:"sum"`

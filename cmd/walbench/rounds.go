@@ -200,6 +200,15 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 	}
 	if len(probes) > 0 {
 		s := summarize(probes, len(probes) > 1)
+		// A probe Ctrl-C stopped in its prefill measured nothing: its round
+		// stays in PerRound, which says where each round stopped, but is
+		// not one of the rounds that measured the probe.
+		s.Rounds = 0
+		for _, p := range probes {
+			if p.measuredAny() {
+				s.Rounds++
+			}
+		}
 		rep.Probe = &s
 	}
 	rep.Rows = append(rep.Rows, summarizeRows(rounds)...)
@@ -211,8 +220,8 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 		rep.Recommendation = recommend(rep.Rows)
 		if rep.Recommendation != nil {
 			rep.Recommendation.InMemory = inMemory(rep.Machine)
-			if rep.Recommendation.Basis == kindSweep {
-				rep.Recommendation.NotMeasured = notMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
+			if slices.Contains(cfg.workloads, kindSweep) {
+				rep.Recommendation.setNotMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
 			}
 		}
 	}

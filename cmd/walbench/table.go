@@ -240,9 +240,26 @@ func probeTable(p *Probe, rounds int) table {
 		}
 		return fixed(ptr(*perSec*float64(bytes)/1e6), 1)
 	}
-	// Each row is marked when it is the step Ctrl-C cut short (a report
-	// of an older walbench says only that the probe was: see the notes).
-	name := func(s, step string) string { return rowName(s, p.InterruptedIn == step, p.Rounds, rounds) }
+	// Of one round, each row is marked when it is the step Ctrl-C cut short
+	// (a report of an older walbench says only that the probe was: see the
+	// notes). Of several, a loop's figures are the medians of the rounds
+	// that measured it, which may be fewer than the probe's: a round cut in
+	// an earlier loop did not run it. Its row is marked "k of N rounds",
+	// and "interrupted" only where a round cut in it measured something.
+	perLoop := rounds > 1 && len(p.PerRound) > 0
+	name := func(s, step string) string {
+		if !perLoop {
+			return rowName(s, p.InterruptedIn == step, p.Rounds, rounds)
+		}
+		measured, cut := 0, false
+		for _, r := range p.PerRound {
+			if r.measured(step) {
+				measured++
+				cut = cut || r.InterruptedIn == step
+			}
+		}
+		return rowName(s, cut, measured, rounds)
+	}
 	t.rows = append(t.rows,
 		[]string{name("fdatasync after pwrite 4 KiB over written blocks", probeFdatasync), count(p.FdatasyncsPerSec), mbOf(p.FdatasyncsPerSec, probeWriteBytes),
 			latency(p.FdatasyncP50Ns), latency(p.FdatasyncP99Ns), latency(p.FdatasyncP999Ns), latency(p.FdatasyncMaxNs)},
@@ -257,25 +274,65 @@ func probeTable(p *Probe, rounds int) table {
 		if c.Producers == 0 {
 			who = "any number of producers"
 		}
-		t.rows = append(t.rows, []string{fmt.Sprintf("ceiling: durable %d B messages, %s", c.Size, who),
-			count(c.MsgsPerSec), mbOf(c.MsgsPerSec, c.Size), "-", "-", "-", "-"})
+		label := fmt.Sprintf("ceiling: durable %d B messages, %s", c.Size, who)
+		if perLoop {
+			// A ceiling is of the rounds whose loops gave its figures.
+			measured := 0
+			for _, r := range p.PerRound {
+				if slices.ContainsFunc(r.Ceilings, func(rc Ceiling) bool {
+					return rc.Producers == c.Producers && rc.Size == c.Size && rc.MsgsPerSec != nil
+				}) {
+					measured++
+				}
+			}
+			label = rowName(label, false, measured, rounds)
+		}
+		t.rows = append(t.rows, []string{label, count(c.MsgsPerSec), mbOf(c.MsgsPerSec, c.Size), "-", "-", "-", "-"})
 	}
 	t.notes = append(t.notes, "ceiling: producers ÷ (1 ÷ fdatasyncs/s + producers × message bytes in the log ÷ write bandwidth): every fdatasync carrying one message of each producer")
-	switch {
-	case p.InterruptedIn == probePrefill:
-		t.notes = append(t.notes, fmt.Sprintf("note: probe: interrupted while writing its %d MiB file, before its loops", probeFileBytes>>20))
-	case p.Interrupted && p.InterruptedIn == "":
-		t.notes = append(t.notes, "note: probe: interrupted")
-	case p.Interrupted:
-		t.notes = append(t.notes, "note: probe: interrupted; the loops after the one marked did not run")
+	if perLoop {
+		// The summary's InterruptedIn is one round's: each round says
+		// where it stopped.
+		for i, r := range p.PerRound {
+			if cut := probeCut(r, true); cut != "" {
+				t.notes = append(t.notes, fmt.Sprintf("note: probe: round %d: %s", cmp.Or(r.Round, i+1), cut))
+			}
+		}
+	} else if cut := probeCut(*p, false); cut != "" {
+		t.notes = append(t.notes, "note: probe: "+cut)
 	}
 	for _, n := range p.Notes {
 		t.notes = append(t.notes, "note: probe: "+n)
 	}
-	if rounds > 1 {
-		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", p.Rounds))
+	if rounds > 1 && p.Rounds > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", rounds))
 	}
 	return t
+}
+
+// probeLoopNames name the probe's loops in its notes.
+var probeLoopNames = map[string]string{
+	probeFdatasync: "4 KiB overwrite loop",
+	probeLarge:     "64 KiB overwrite loop",
+	probeWrite:     "sequential write loop",
+	probeAppend:    "growing-file loop",
+}
+
+// probeCut says where Ctrl-C stopped the probe of one round, p, or is ""
+// if it did not. ofRound: p is one of several rounds, whose rows are not
+// marked by it alone.
+func probeCut(p Probe, ofRound bool) string {
+	switch {
+	case p.InterruptedIn == probePrefill:
+		return fmt.Sprintf("interrupted while writing its %d MiB file, before its loops", probeFileBytes>>20)
+	case p.Interrupted && p.InterruptedIn == "":
+		return "interrupted"
+	case p.Interrupted && ofRound:
+		return fmt.Sprintf("interrupted in its %s; the loops after it did not run in that round", probeLoopNames[p.InterruptedIn])
+	case p.Interrupted:
+		return "interrupted; the loops after the one marked did not run"
+	}
+	return ""
 }
 
 // reopenTable makes the reopen workload's table of one row.

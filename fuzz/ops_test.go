@@ -514,9 +514,28 @@ func (s *twin) run(o op) {
 	}
 }
 
+// walkDeadlines sets the clock to each deadline the model knows (a lease's
+// lapse, a retry delay's end) and to the instant before it, comparing the
+// gauges at each: a store that holds a lease or a delay to another instant
+// shows it there.
+func (s *twin) walkDeadlines() {
+	for range 64 {
+		at, ok := s.m.nextDeadline(s.now())
+		if !ok {
+			return
+		}
+		for _, to := range []int64{at - 1, at} {
+			s.clock.ns.Store(to)
+			s.logf("  clock -> %s", rel(to))
+			s.stats()
+		}
+	}
+}
+
 // audit drains what the store holds and compares all of it: the gauges,
 // each key's answer, every dead letter and every receivable message, then
-// again once every lease and delay has run out. It changes the store.
+// at every deadline still ahead, and again once every lease and delay has
+// run out. It changes the store.
 func (s *twin) audit() {
 	steps := []func(){s.stats}
 	for qi := range s.m.qs {
@@ -531,7 +550,7 @@ func (s *twin) audit() {
 		}
 		s.stats()
 	}
-	steps = append(steps, drain, func() {
+	steps = append(steps, drain, s.walkDeadlines, func() {
 		s.clock.ns.Add(int64(24 * time.Hour))
 		s.logf("  clock +24h -> %s", rel(s.now()))
 	}, s.stats, drain)

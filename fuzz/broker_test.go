@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,34 @@ var (
 		{VisibilityTimeout: 5 * time.Second, RetryDelay: time.Second, MaxRetryDelay: 3 * time.Second, MaxDeliveries: 4,
 			MaxMessageBytes: 32, Capacity: 8, DedupWindow: 30 * time.Second},
 	}
+	// policyChoices are the policies opPolicy declares each queue with:
+	// the queue's own first, then changes that move every field whose
+	// change has effects (lease time, the retry curve, MaxDeliveries down
+	// to 1 and up, Capacity down, up and unbounded, the size bound, the
+	// dedup window), and last one Validate refuses (invalidPolicy), which
+	// must change nothing.
+	policyChoices = [2][5]broker.PolicyValue{
+		{
+			queuePolicies[0],
+			{VisibilityTimeout: 3 * time.Second, MaxDeliveries: 1, MaxMessageBytes: 64, Capacity: 6, DedupWindow: time.Minute},
+			{VisibilityTimeout: 20 * time.Second, RetryDelay: 2 * time.Second, MaxRetryDelay: 5 * time.Second, MaxDeliveries: 4,
+				MaxMessageBytes: 48, DedupWindow: 2 * time.Minute},
+			{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Second, MaxDeliveries: 3, MaxMessageBytes: 64, Capacity: 12,
+				DedupWindow: 30 * time.Second},
+			{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Second, MaxMessageBytes: 64, Capacity: 20, DedupWindow: time.Minute},
+		},
+		{
+			queuePolicies[1],
+			{VisibilityTimeout: 2 * time.Second, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 4 * time.Second, MaxDeliveries: 1,
+				MaxMessageBytes: 32, Capacity: 4, DedupWindow: 30 * time.Second},
+			{VisibilityTimeout: 15 * time.Second, RetryDelay: 3 * time.Second, MaxDeliveries: 6, MaxMessageBytes: 40,
+				DedupWindow: time.Minute},
+			{VisibilityTimeout: 5 * time.Second, RetryDelay: time.Second, MaxRetryDelay: 3 * time.Second, MaxDeliveries: 2,
+				MaxMessageBytes: 32, Capacity: 8, DedupWindow: 10 * time.Second},
+			{VisibilityTimeout: 5 * time.Second, RetryDelay: 2 * time.Second, MaxRetryDelay: time.Second, MaxDeliveries: 4,
+				MaxMessageBytes: 32, Capacity: -1, DedupWindow: 30 * time.Second},
+		},
+	}
 	// clockStart is where every run's clock starts.
 	clockStart = time.Unix(1_700_000_000, 0)
 	// clockFloor is as far back as a run sets its clock.
@@ -38,6 +67,11 @@ var (
 const (
 	maxOps      = 200
 	maxRestarts = 6 // reopens, rebuilds, power losses and audits
+	// invalidPolicy is the index in policyChoices of the refused policy.
+	invalidPolicy = 4
+	// churnUnbounded is how many messages a churn moves at most in a
+	// queue of unbounded capacity.
+	churnUnbounded = 20
 )
 
 // fakeClock is a run's broker clock. The store's maintenance goroutine may
@@ -69,15 +103,17 @@ const (
 	opCrash
 	opAudit
 	opChurn
+	opPolicy
 )
 
 var opNames = [...]string{"publish", "publishKeyed", "publishBatch", "receive", "ack", "nack", "reject", "extend",
-	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn"}
+	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy"}
 
 func (o opKind) String() string { return opNames[o] }
 
-// opTable maps an operation's first byte to its kind; the repeats are the
-// weights.
+// opTable maps an operation's first byte to its kind in an input of the
+// first format; the repeats are the weights. It is frozen: the corpus holds
+// inputs of that format, which must keep their meaning.
 var opTable = []opKind{
 	opPublish, opPublish, opPublish, opPublish, opPublish,
 	opPublishKeyed, opPublishKeyed, opPublishKeyed, opPublishKeyed,
@@ -95,6 +131,29 @@ var opTable = []opKind{
 	opChurn, opChurn, opChurn, opChurn,
 }
 
+// opTableV2 is opTable of an input of the second format (see decodeInput):
+// the same operations and a policy change.
+var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
+
+// The second input format starts with inputV2 and a byte of settings
+// (none used yet); no input in the corpus of the first format starts with
+// that byte, so each keeps its meaning.
+const inputV2 = 0xff
+
+// decodeInput reads an input: a header of the second format and its
+// operations, or operations of the first.
+func decodeInput(data []byte) []op {
+	if len(data) < 2 || data[0] != inputV2 {
+		return decodeOps(data, opTable)
+	}
+	return decodeOps(data[2:], opTableV2)
+}
+
+// encodeInput is decodeInput's inverse for the second format, for seeds.
+func encodeInput(ops ...op) []byte {
+	return append([]byte{inputV2, 0}, encodeOpsWith(opTableV2, ops...)...)
+}
+
 // op is one decoded operation: its kind, its queue and two argument bytes.
 type op struct {
 	kind opKind
@@ -102,28 +161,30 @@ type op struct {
 	a, b byte
 }
 
-// decodeOps reads the input three bytes per operation: the first chooses
-// the kind (opTable) and the queue, the other two are its arguments.
-func decodeOps(data []byte) []op {
+// decodeOps reads operations three bytes each: the first chooses the kind
+// (in table) and the queue, the other two are its arguments.
+func decodeOps(data []byte, table []opKind) []op {
 	var ops []op
 	for i := 0; i < len(data) && len(ops) < maxOps; i += 3 {
 		var b [3]byte
 		copy(b[:], data[i:])
-		n := len(opTable)
-		ops = append(ops, op{kind: opTable[int(b[0])%n], q: (int(b[0]) / n) & 1, a: b[1], b: b[2]})
+		n := len(table)
+		ops = append(ops, op{kind: table[int(b[0])%n], q: (int(b[0]) / n) & 1, a: b[1], b: b[2]})
 	}
 	return ops
 }
 
-// encodeOps is decodeOps' inverse, for seeds.
-func encodeOps(ops ...op) []byte {
+// encodeOps is decodeOps' inverse for the first format, for seeds.
+func encodeOps(ops ...op) []byte { return encodeOpsWith(opTable, ops...) }
+
+func encodeOpsWith(table []opKind, ops ...op) []byte {
 	var out []byte
 	for _, o := range ops {
 		i := 0
-		for opTable[i] != o.kind {
+		for table[i] != o.kind {
 			i++
 		}
-		out = append(out, byte(i+len(opTable)*o.q), o.a, o.b)
+		out = append(out, byte(i+len(table)*o.q), o.a, o.b)
 	}
 	return out
 }
@@ -269,7 +330,8 @@ func newRunner(t testing.TB) *runner {
 			_ = r.store.Close()
 		}
 	})
-	r.open()
+	r.cfs = vfs.NewCrashFS(vfs.Default)
+	r.openStore(r.dir, r.cfs, false)
 	return r
 }
 
@@ -277,21 +339,36 @@ func storeOptions(clock *fakeClock, fs vfs.FS) broker.Options {
 	return broker.Options{Now: clock.Now, Sync: broker.SyncAll, SegmentBytes: broker.MinSegmentBytes, FS: fs}
 }
 
-// open opens the store in r.dir on a fresh CrashFS and gets both queues.
+// open opens the store in r.dir again on a fresh CrashFS.
 func (r *runner) open() {
 	r.t.Helper()
 	r.cfs = vfs.NewCrashFS(vfs.Default)
-	s, err := broker.Open(r.dir, storeOptions(r.clock, r.cfs))
+	r.openStore(r.dir, r.cfs, true)
+}
+
+// openStore opens the store in dir and gets both queues with the policies
+// the model holds. Opened again, the store must have kept them: the
+// declarations then write nothing, where a store that came back with
+// another policy would log the change.
+func (s *twin) openStore(dir string, fs vfs.FS, again bool) {
+	s.t.Helper()
+	st, err := broker.Open(dir, storeOptions(s.clock, fs))
 	if err != nil {
-		r.fail("open %s: %v", r.dir, err)
+		s.fail("open %s: %v", dir, err)
 	}
-	r.store = s
-	for i := range r.qs {
-		q, err := s.Queue(queueNames[i], queuePolicies[i])
+	s.store = st
+	written := func() int64 { f := st.Stats(); return f.Records - f.OwnRecords }
+	before := written()
+	for i := range s.qs {
+		mq := s.m.qs[i]
+		q, err := st.Queue(mq.name, mq.pol)
 		if err != nil {
-			r.fail("declare %s: %v", queueNames[i], err)
+			s.fail("declare %s: %v", mq.name, err)
 		}
-		r.qs[i] = q
+		s.qs[i] = q
+	}
+	if n := written() - before; again && n != 0 {
+		s.fail("opened again, the store holds other policies than the ones last set: declaring them wrote %d records", n)
 	}
 }
 
@@ -372,23 +449,14 @@ func (r *runner) auditClone() {
 	a := twin{t: r.t, m: r.m.clone(), clock: &fakeClock{}, history: r.history, serial: r.serial, where: "[audit] "}
 	a.clock.ns.Store(r.now())
 	a.m.restart(a.now())
-	s, err := broker.Open(clone, storeOptions(a.clock, nil))
-	if err != nil {
-		a.fail("open the clone: %v", err)
-	}
-	a.store = s
+	a.openStore(clone, nil, true)
 	defer func() {
 		if a.store != nil {
 			_ = a.store.Close()
 		}
 	}()
-	for i := range a.qs {
-		if a.qs[i], err = s.Queue(queueNames[i], queuePolicies[i]); err != nil {
-			a.fail("declare %s: %v", queueNames[i], err)
-		}
-	}
 	a.audit()
-	if err := s.Close(); err != nil {
+	if err := a.store.Close(); err != nil {
 		a.fail("close the clone: %v", err)
 	}
 	a.store = nil
@@ -397,8 +465,9 @@ func (r *runner) auditClone() {
 // runInput runs one input through a fresh store and its model, and
 // returns the runner, for its counts.
 func runInput(t testing.TB, data []byte) *runner {
+	ops := decodeInput(data)
 	r := newRunner(t)
-	for i, o := range decodeOps(data) {
+	for i, o := range ops {
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
 		switch o.kind {
 		case opReopen, opRebuild, opCrash, opAudit:
@@ -412,7 +481,7 @@ func runInput(t testing.TB, data []byte) *runner {
 	r.tally()
 	t.Logf("final store: %+v", r.store.Stats())
 	t.Logf("%d operations, %d restarts; the stores wrote %d checkpoints, copied %d records forward, reclaimed %d bytes",
-		len(decodeOps(data)), r.restarts, r.checkpoints, r.copied, r.reclaimed)
+		len(ops), r.restarts, r.checkpoints, r.copied, r.reclaimed)
 	return r
 }
 
@@ -542,6 +611,7 @@ func brokerSeeds(testing.TB) []seed {
 	for name, ops := range scenarios {
 		seeds = append(seeds, seed{name, []any{encodeOps(ops...)}})
 	}
+
 	// Random runs whose clock only goes forward: what a run observed then
 	// never depends on when the background reclamation ran (copy-lapse).
 	for i := range 6 {

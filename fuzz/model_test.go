@@ -348,6 +348,7 @@ func (m *model) lastPassed(now int64) (int64, bool) {
 func (m *model) dump(now int64) string {
 	var b strings.Builder
 	for _, q := range m.qs {
+		fmt.Fprintf(&b, "%s: %+v\n", q.name, q.pol)
 		fmt.Fprintf(&b, "%s: evict clock %s, keys:", q.name, rel(q.evictClock))
 		for _, k := range slices.Sorted(maps.Keys(q.seen)) {
 			fmt.Fprintf(&b, " %s=%s@%s", k, q.seen[k].id, rel(q.seen[k].enq))

@@ -1,6 +1,7 @@
 package fuzz
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -436,6 +437,42 @@ func (s *twin) stats() {
 	}
 }
 
+// setPolicy declares the queue again with one of policyChoices. A refused
+// policy changes nothing; the same policy does nothing; another one is a
+// change (docs/DESIGN.md, "A policy change keeps the dead letters the old
+// policy made"): the queue is swept under the old policy first (the last
+// leases that lapsed are dead letters), a lease seen to lapse with
+// deliveries left that the new MaxDeliveries has none left for is handed
+// back at once with its count (its next delivery is its last), and every
+// later call judges by the new policy (what is leased or delayed keeps its
+// instant; a lease now on its last delivery dies when it lapses).
+func (s *twin) setPolicy(qi int, sel byte) {
+	mq := s.m.qs[qi]
+	i := int(sel) % len(policyChoices[qi])
+	p := policyChoices[qi][i]
+	now := s.now()
+	q, err := s.store.Queue(mq.name, p)
+	want := "ok"
+	if i == invalidPolicy {
+		want = "QUEUE_MISCONFIGURED"
+	}
+	if !s.expect(want, err, fmt.Sprintf("Queue(%s, policy %d)", mq.name, i)) {
+		return
+	}
+	s.check(q == s.qs[qi], "Queue(%s) with a new policy returned another *Queue", mq.name)
+	if p == mq.pol {
+		return
+	}
+	mq.sweep(now)
+	for _, m := range mq.msgs {
+		if m.state == mLeased && m.seen && m.deliveries >= p.MaxDeliveries {
+			m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, 0, false, "", ""
+			s.logf("    %s handed back at once, %d deliveries", m.id, m.deliveries)
+		}
+	}
+	mq.pol = p
+}
+
 // moveClock sets the clock forward (back) by the chosen amount; the
 // negative entries of the tables name targets the model knows.
 func (s *twin) moveClock(sel byte, back bool) {
@@ -504,7 +541,9 @@ func (s *twin) run(o op) {
 	case opDeadLetters:
 		s.deadLetters(o.q, int(a)%8)
 	case opChurn:
-		s.churn(o.q, 1+int(a)%mq.pol.Capacity)
+		s.churn(o.q, 1+int(a)%cmp.Or(mq.pol.Capacity, churnUnbounded))
+	case opPolicy:
+		s.setPolicy(o.q, a)
 	case opForward:
 		s.moveClock(a, false)
 	case opBack:

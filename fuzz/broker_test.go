@@ -136,22 +136,39 @@ var opTable = []opKind{
 var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
 
 // The second input format starts with inputV2 and a byte of settings
-// (none used yet); no input in the corpus of the first format starts with
-// that byte, so each keeps its meaning.
-const inputV2 = 0xff
+// (inputSyncPublish, the other bits unused); no input in the corpus of the
+// first format starts with that byte, so each keeps its meaning.
+const (
+	inputV2          = 0xff
+	inputSyncPublish = 1 << 0
+)
+
+// config is what an input's header sets.
+type config struct {
+	sync  broker.SyncMode
+	table []opKind
+}
 
 // decodeInput reads an input: a header of the second format and its
-// operations, or operations of the first.
-func decodeInput(data []byte) []op {
+// operations, or operations of the first, under SyncAll.
+func decodeInput(data []byte) (config, []op) {
 	if len(data) < 2 || data[0] != inputV2 {
-		return decodeOps(data, opTable)
+		return config{sync: broker.SyncAll, table: opTable}, decodeOps(data, opTable)
 	}
-	return decodeOps(data[2:], opTableV2)
+	cfg := config{sync: broker.SyncAll, table: opTableV2}
+	if data[1]&inputSyncPublish != 0 {
+		cfg.sync = broker.SyncPublish
+	}
+	return cfg, decodeOps(data[2:], opTableV2)
 }
 
 // encodeInput is decodeInput's inverse for the second format, for seeds.
-func encodeInput(ops ...op) []byte {
-	return append([]byte{inputV2, 0}, encodeOpsWith(opTableV2, ops...)...)
+func encodeInput(sync broker.SyncMode, ops ...op) []byte {
+	header := []byte{inputV2, 0}
+	if sync == broker.SyncPublish {
+		header[1] |= inputSyncPublish
+	}
+	return append(header, encodeOpsWith(opTableV2, ops...)...)
 }
 
 // op is one decoded operation: its kind, its queue and two argument bytes.
@@ -232,6 +249,9 @@ type twin struct {
 	history *[]string
 	serial  *int   // payloads made, across the run
 	where   string // "" for the run's store, or which clone
+	// trail: under SyncPublish, the states a power loss may leave (see
+	// lost_test.go); nil under SyncAll, where it leaves the model's.
+	trail *trail
 }
 
 func (s *twin) now() int64 { return s.clock.ns.Load() }
@@ -268,6 +288,7 @@ func (s *twin) check(ok bool, format string, args ...any) {
 // whether the call succeeded.
 func (s *twin) expect(want string, err error, what string) bool {
 	s.t.Helper()
+	s.mark() // the state before the call's change: a power loss may leave it
 	got := sentinel.Of(err)
 	s.logf("  %s -> %s", what, got)
 	if got != want {
@@ -303,11 +324,15 @@ func parseID(id string) (uint64, bool) {
 // replace with their clones.
 type runner struct {
 	twin
+	sync     broker.SyncMode
 	base     string // holds every directory of the run
 	dir      string
 	gen      int
 	cfs      *vfs.CrashFS
 	restarts int
+	// over: a power loss left a state the run cannot follow exactly (see
+	// lost_test.go); the run ends with its audit there.
+	over bool
 	// What the stores of the run did, summed over their lives.
 	checkpoints, copied, reclaimed int64
 }
@@ -320,9 +345,12 @@ func (r *runner) tally() {
 	r.reclaimed += st.BytesReclaimed
 }
 
-func newRunner(t testing.TB) *runner {
-	r := &runner{base: fastDir(t)}
+func newRunner(t testing.TB, sync broker.SyncMode) *runner {
+	r := &runner{base: fastDir(t), sync: sync}
 	r.t, r.m, r.clock, r.history, r.serial = t, newModel(), &fakeClock{}, new([]string), new(int)
+	if sync == broker.SyncPublish {
+		r.trail = &trail{}
+	}
 	r.clock.ns.Store(clockStart.UnixNano())
 	r.dir = filepath.Join(r.base, "s0")
 	t.Cleanup(func() {
@@ -331,28 +359,28 @@ func newRunner(t testing.TB) *runner {
 		}
 	})
 	r.cfs = vfs.NewCrashFS(vfs.Default)
-	r.openStore(r.dir, r.cfs, false)
+	r.openStore(r.dir, r.cfs, r.sync, false)
 	return r
 }
 
-func storeOptions(clock *fakeClock, fs vfs.FS) broker.Options {
-	return broker.Options{Now: clock.Now, Sync: broker.SyncAll, SegmentBytes: broker.MinSegmentBytes, FS: fs}
+func storeOptions(clock *fakeClock, fs vfs.FS, sync broker.SyncMode) broker.Options {
+	return broker.Options{Now: clock.Now, Sync: sync, SegmentBytes: broker.MinSegmentBytes, FS: fs}
 }
 
 // open opens the store in r.dir again on a fresh CrashFS.
 func (r *runner) open() {
 	r.t.Helper()
 	r.cfs = vfs.NewCrashFS(vfs.Default)
-	r.openStore(r.dir, r.cfs, true)
+	r.openStore(r.dir, r.cfs, r.sync, true)
 }
 
 // openStore opens the store in dir and gets both queues with the policies
 // the model holds. Opened again, the store must have kept them: the
 // declarations then write nothing, where a store that came back with
 // another policy would log the change.
-func (s *twin) openStore(dir string, fs vfs.FS, again bool) {
+func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool) {
 	s.t.Helper()
-	st, err := broker.Open(dir, storeOptions(s.clock, fs))
+	st, err := broker.Open(dir, storeOptions(s.clock, fs, sync))
 	if err != nil {
 		s.fail("open %s: %v", dir, err)
 	}
@@ -399,6 +427,8 @@ func (r *runner) restart(kind opKind) {
 	r.logf("%v", kind)
 	switch kind {
 	case opReopen:
+		// A clean Close makes everything durable (Store.Close), under
+		// SyncPublish too: the state is the model's.
 		r.close()
 		r.open()
 		rec := r.store.Recovery()
@@ -424,21 +454,30 @@ func (r *runner) restart(kind opKind) {
 			r.fail("remove %s: %v", r.dir, err)
 		}
 		r.dir = clone
+		if r.trail != nil {
+			// Under SyncPublish the model cannot say which of the
+			// states since the last commit it left: find it.
+			m, sound := r.lostState(clone)
+			r.m, r.over = m, !sound
+		} else {
+			r.m.restart(r.now())
+		}
 		r.open()
 		rec := r.store.Recovery()
-		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss under SyncAll: %+v", rec)
+		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss: %+v", rec)
 		r.logf("  recovered: %+v", rec)
-		r.m.restart(r.now())
 	case opAudit:
 		r.auditClone()
 		return
 	}
+	r.durable()
 	r.stats()
 }
 
 // auditClone audits, without changing the run, what a power loss now
 // would leave: a clone opened beside the run's store, with a copy of the
-// model.
+// model (under SyncPublish, with each state the loss may leave until one
+// passes).
 func (r *runner) auditClone() {
 	r.gen++
 	clone := filepath.Join(r.base, fmt.Sprintf("audit%d", r.gen))
@@ -446,10 +485,14 @@ func (r *runner) auditClone() {
 		r.fail("CrashClone: %v", err)
 	}
 	defer func() { _ = os.RemoveAll(clone) }()
+	if r.trail != nil {
+		_, _ = r.lostState(clone)
+		return
+	}
 	a := twin{t: r.t, m: r.m.clone(), clock: &fakeClock{}, history: r.history, serial: r.serial, where: "[audit] "}
 	a.clock.ns.Store(r.now())
 	a.m.restart(a.now())
-	a.openStore(clone, nil, true)
+	a.openStore(clone, nil, r.sync, true)
 	defer func() {
 		if a.store != nil {
 			_ = a.store.Close()
@@ -465,15 +508,21 @@ func (r *runner) auditClone() {
 // runInput runs one input through a fresh store and its model, and
 // returns the runner, for its counts.
 func runInput(t testing.TB, data []byte) *runner {
-	ops := decodeInput(data)
-	r := newRunner(t)
+	cfg, ops := decodeInput(data)
+	r := newRunner(t, cfg.sync)
+	r.logf("sync %v", cfg.sync)
 	for i, o := range ops {
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
+		r.mark()
 		switch o.kind {
 		case opReopen, opRebuild, opCrash, opAudit:
 			r.restart(o.kind)
 		default:
 			r.run(o)
+		}
+		if r.over {
+			r.logf("the run ends here: the state the power loss left is not known exactly")
+			break
 		}
 	}
 	r.logf("final audit")

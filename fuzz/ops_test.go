@@ -56,6 +56,7 @@ func (s *twin) publish(qi, n int) {
 	}
 	if s.expect(want, err, fmt.Sprintf("%s.Publish(%d bytes) live=%d", mq.name, n, mq.live())) {
 		s.admit(qi, mv, p, now, "")
+		s.durable()
 	}
 }
 
@@ -88,6 +89,7 @@ func (s *twin) publishKeyed(qi int, key string, n int) {
 	}
 	if s.expect(s.admission(qi, 1, now), err, what) {
 		s.admit(qi, mv, p, now, key)
+		s.durable()
 	}
 }
 
@@ -129,6 +131,7 @@ func (s *twin) publishSizes(qi int, sizes []int) {
 		for i, mv := range ms {
 			s.admit(qi, mv, ps[i], now, "")
 		}
+		s.durable()
 	}
 }
 
@@ -445,7 +448,9 @@ func (s *twin) stats() {
 // deliveries left that the new MaxDeliveries has none left for is handed
 // back at once with its count (its next delivery is its last), and every
 // later call judges by the new policy (what is leased or delayed keeps its
-// instant; a lease now on its last delivery dies when it lapses).
+// instant; a lease now on its last delivery dies when it lapses). Queue
+// declarations are fdatasynced whatever the sync mode, and with them all
+// that came before.
 func (s *twin) setPolicy(qi int, sel byte) {
 	mq := s.m.qs[qi]
 	i := int(sel) % len(policyChoices[qi])
@@ -471,6 +476,7 @@ func (s *twin) setPolicy(qi int, sel byte) {
 		}
 	}
 	mq.pol = p
+	s.durable()
 }
 
 // moveClock sets the clock forward (back) by the chosen amount; the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
 // randomInput returns the input of n random operations drawn from seed, in
@@ -18,10 +20,11 @@ func randomInput(seed uint64, n int, forwardOnly bool) []byte {
 	return randomOps(rng, n, opTable, forwardOnly)
 }
 
-// randomInputV2 is randomInput in the second format: policy changes.
-func randomInputV2(seed uint64, n int, forwardOnly bool) []byte {
+// randomInputV2 is randomInput in the second format: policy changes, and
+// SyncPublish if sync is.
+func randomInputV2(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) []byte {
 	rng := rand.New(rand.NewPCG(seed, 0xf023))
-	return append(encodeInput(), randomOps(rng, n, opTableV2, forwardOnly)...)
+	return append(encodeInput(sync), randomOps(rng, n, opTableV2, forwardOnly)...)
 }
 
 func randomOps(rng *rand.Rand, n int, table []opKind, forwardOnly bool) []byte {
@@ -63,10 +66,16 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 	}
 	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
 	for i := range inputs {
-		// Half the inputs in each format.
-		data := randomInput(seed+uint64(i), maxOps, false)
-		if i%2 == 1 {
-			data = randomInputV2(seed+uint64(i), maxOps, false)
+		// Half the inputs in the first format, a quarter in the second
+		// under each sync mode.
+		var data []byte
+		switch i % 4 {
+		case 0, 2:
+			data = randomInput(seed+uint64(i), maxOps, false)
+		case 1:
+			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncAll)
+		case 3:
+			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncPublish)
 		}
 		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { _ = runInput(t, data) })
 		if !ok {

@@ -656,15 +656,79 @@ func brokerSeeds(testing.TB) []seed {
 			o(opBack, 0, backSeen, 0), o(opAck, 0, liveFirst, 0), o(opStats, 0, 0, 0),
 		},
 	}
+	const (
+		polOwn     = 0
+		polLower   = 1 // MaxDeliveries 1, shorter leases, no retry delay, Capacity down
+		polRaise   = 2 // MaxDeliveries up, longer leases, unbounded
+		polInvalid = invalidPolicy
+	)
+	// Inputs of the second format: policy changes, and SyncPublish.
+	scenariosV2 := map[string]struct {
+		sync broker.SyncMode
+		ops  []op
+	}{
+		// A lease seen to lapse on delivery 1 of 2; MaxDeliveries
+		// lowered to 1 hands it back at once, its next delivery is its
+		// last and dies when it lapses; the change survives a reopen, a
+		// rebuild and a power loss.
+		"policy-lower": {broker.SyncAll, []op{
+			o(opPublish, 0, 5, 0), o(opPublish, 0, 6, 0), o(opReceive, 0, 2, 0), o(opForward, 0, fwdNext, 0),
+			o(opStats, 0, 0, 0), o(opPolicy, 0, polLower, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0),
+			o(opDeadLetters, 0, 3, 0), o(opReopen, 0, 0, 0), o(opReceive, 0, 1, 0), o(opNack, 0, liveFirst, 2),
+			o(opRebuild, 0, 0, 0), o(opPublish, 0, 7, 0), o(opReceive, 0, 1, 0), o(opCrash, 0, 0, 0),
+			o(opPolicy, 0, polOwn, 0), o(opReceive, 0, 1, 0), o(opAudit, 0, 0, 0),
+		}},
+		// A lease on its last delivery; MaxDeliveries raised: it lapses
+		// back into the queue, the next lease is longer and the retry
+		// curve the new one.
+		"policy-raise": {broker.SyncAll, []op{
+			o(opPublish, 0, 5, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opPolicy, 0, polRaise, 0), o(opStats, 0, 0, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opNack, 0, liveFirst, 0), o(opCrash, 0, 0, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opPolicy, 0, polLower, 0), o(opNack, 0, liveFirst, 1), o(opDeadLetters, 0, 3, 0), o(opStats, 0, 0, 0),
+		}},
+		// Capacity lowered below what the queue holds: publishes and a
+		// replay are refused; a refused policy changes nothing; an
+		// unbounded one admits again.
+		"policy-capacity": {broker.SyncAll, append(repeat(o(opPublish, 1, 4, 0), 6),
+			o(opPolicy, 1, polLower, 0), o(opPublish, 1, 4, 0), o(opReceive, 1, 2, 0), o(opReject, 1, liveFirst, 2),
+			o(opReplay, 1, 0, 0), o(opPolicy, 1, polInvalid, 0), o(opPublish, 1, 4, 0), o(opStats, 0, 0, 0),
+			o(opPolicy, 1, polRaise, 0), o(opPublish, 1, 39, 0), o(opReplay, 1, 0, 0), o(opReopen, 0, 0, 0),
+			o(opChurn, 1, 30, 0), o(opStats, 0, 0, 0))},
+		// Leases, acks and nacks after the last publish are lost to a
+		// power loss under SyncPublish; published messages are not.
+		"syncpublish-loss": {broker.SyncPublish, []op{
+			o(opPublish, 0, 3, 0), o(opPublish, 0, 4, 0), o(opPublish, 1, 5, 0), o(opReceive, 0, 2, 0),
+			o(opAck, 0, liveFirst, 0), o(opReceive, 1, 1, 0), o(opNack, 1, liveFirst, 2), o(opAudit, 0, 0, 0),
+			o(opCrash, 0, 0, 0), o(opReceive, 0, 2, 0), o(opPublishKeyed, 0, 0, 3), o(opAck, 0, liveFirst, 0),
+			o(opForward, 0, fwd5s, 0), o(opPublishKeyed, 0, 0, 3), o(opCrash, 0, 0, 0), o(opDeadLetters, 0, 3, 0),
+			o(opReopen, 0, 0, 0), o(opReceive, 0, 3, 0),
+		}},
+		// A policy change is fdatasynced under SyncPublish, with all
+		// before it: a power loss after it keeps it and the handing back
+		// it logged.
+		"syncpublish-policy": {broker.SyncPublish, []op{
+			o(opPublish, 0, 5, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0), o(opStats, 0, 0, 0),
+			o(opPolicy, 0, polLower, 0), o(opReceive, 0, 1, 0), o(opCrash, 0, 0, 0), o(opReceive, 0, 1, 0),
+			o(opForward, 0, fwdNext, 0), o(opDeadLetters, 0, 2, 0), o(opPolicy, 1, polRaise, 0), o(opChurn, 1, 25, 0),
+			o(opCrash, 0, 0, 0), o(opStats, 0, 0, 0),
+		}},
+	}
 	var seeds []seed
 	for name, ops := range scenarios {
 		seeds = append(seeds, seed{name, []any{encodeOps(ops...)}})
 	}
-
+	for name, s := range scenariosV2 {
+		seeds = append(seeds, seed{name, []any{encodeInput(s.sync, s.ops...)}})
+	}
 	// Random runs whose clock only goes forward: what a run observed then
 	// never depends on when the background reclamation ran (copy-lapse).
 	for i := range 6 {
 		seeds = append(seeds, seed{fmt.Sprintf("random-%d", i), []any{randomInput(uint64(i), 60+28*i, true)}})
+	}
+	for i := range 4 {
+		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i%2]
+		seeds = append(seeds, seed{fmt.Sprintf("random-v2-%d", i), []any{randomInputV2(uint64(i), 80+40*i, true, sync)}})
 	}
 	return seeds
 }

@@ -78,8 +78,9 @@
 //     model's state after one of the calls since the last publish or
 //     policy change (which are fdatasynced, with all before them): the
 //     run audits a copy of the clone against each such state, oldest
-//     first, goes on from the first that passes, and fails if none does
-//     (lost_test.go). Each audit drains both queues and walks the clock
+//     first, fails if none passes, and goes on from the first that does
+//     (or ends there, with its audit, when another state differs from it
+//     only in its dedup clock, which no audit sees; see lost_test.go). Each audit drains both queues and walks the clock
 //     through every deadline the model knows; each run ends with one.
 //
 // The seed corpora under testdata/fuzz/<Target>/ hold valid and invalid

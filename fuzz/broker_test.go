@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,34 @@ var (
 		{VisibilityTimeout: 5 * time.Second, RetryDelay: time.Second, MaxRetryDelay: 3 * time.Second, MaxDeliveries: 4,
 			MaxMessageBytes: 32, Capacity: 8, DedupWindow: 30 * time.Second},
 	}
+	// policyChoices are the policies opPolicy declares each queue with:
+	// the queue's own first, then changes that move every field whose
+	// change has effects (lease time, the retry curve, MaxDeliveries down
+	// to 1 and up, Capacity down, up and unbounded, the size bound, the
+	// dedup window), and last one Validate refuses (invalidPolicy), which
+	// must change nothing.
+	policyChoices = [2][5]broker.PolicyValue{
+		{
+			queuePolicies[0],
+			{VisibilityTimeout: 3 * time.Second, MaxDeliveries: 1, MaxMessageBytes: 64, Capacity: 6, DedupWindow: time.Minute},
+			{VisibilityTimeout: 20 * time.Second, RetryDelay: 2 * time.Second, MaxRetryDelay: 5 * time.Second, MaxDeliveries: 4,
+				MaxMessageBytes: 48, DedupWindow: 2 * time.Minute},
+			{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Second, MaxDeliveries: 3, MaxMessageBytes: 64, Capacity: 12,
+				DedupWindow: 30 * time.Second},
+			{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Second, MaxMessageBytes: 64, Capacity: 20, DedupWindow: time.Minute},
+		},
+		{
+			queuePolicies[1],
+			{VisibilityTimeout: 2 * time.Second, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 4 * time.Second, MaxDeliveries: 1,
+				MaxMessageBytes: 32, Capacity: 4, DedupWindow: 30 * time.Second},
+			{VisibilityTimeout: 15 * time.Second, RetryDelay: 3 * time.Second, MaxDeliveries: 6, MaxMessageBytes: 40,
+				DedupWindow: time.Minute},
+			{VisibilityTimeout: 5 * time.Second, RetryDelay: time.Second, MaxRetryDelay: 3 * time.Second, MaxDeliveries: 2,
+				MaxMessageBytes: 32, Capacity: 8, DedupWindow: 10 * time.Second},
+			{VisibilityTimeout: 5 * time.Second, RetryDelay: 2 * time.Second, MaxRetryDelay: time.Second, MaxDeliveries: 4,
+				MaxMessageBytes: 32, Capacity: -1, DedupWindow: 30 * time.Second},
+		},
+	}
 	// clockStart is where every run's clock starts.
 	clockStart = time.Unix(1_700_000_000, 0)
 	// clockFloor is as far back as a run sets its clock.
@@ -38,6 +67,11 @@ var (
 const (
 	maxOps      = 200
 	maxRestarts = 6 // reopens, rebuilds, power losses and audits
+	// invalidPolicy is the index in policyChoices of the refused policy.
+	invalidPolicy = 4
+	// churnUnbounded is how many messages a churn moves at most in a
+	// queue of unbounded capacity.
+	churnUnbounded = 20
 )
 
 // fakeClock is a run's broker clock. The store's maintenance goroutine may
@@ -69,15 +103,17 @@ const (
 	opCrash
 	opAudit
 	opChurn
+	opPolicy
 )
 
 var opNames = [...]string{"publish", "publishKeyed", "publishBatch", "receive", "ack", "nack", "reject", "extend",
-	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn"}
+	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy"}
 
 func (o opKind) String() string { return opNames[o] }
 
-// opTable maps an operation's first byte to its kind; the repeats are the
-// weights.
+// opTable maps an operation's first byte to its kind in an input of the
+// first format; the repeats are the weights. It is frozen: the corpus holds
+// inputs of that format, which must keep their meaning.
 var opTable = []opKind{
 	opPublish, opPublish, opPublish, opPublish, opPublish,
 	opPublishKeyed, opPublishKeyed, opPublishKeyed, opPublishKeyed,
@@ -95,6 +131,46 @@ var opTable = []opKind{
 	opChurn, opChurn, opChurn, opChurn,
 }
 
+// opTableV2 is opTable of an input of the second format (see decodeInput):
+// the same operations and a policy change.
+var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
+
+// The second input format starts with inputV2 and a byte of settings
+// (inputSyncPublish, the other bits unused); no input in the corpus of the
+// first format starts with that byte, so each keeps its meaning.
+const (
+	inputV2          = 0xff
+	inputSyncPublish = 1 << 0
+)
+
+// config is what an input's header sets.
+type config struct {
+	sync  broker.SyncMode
+	table []opKind
+}
+
+// decodeInput reads an input: a header of the second format and its
+// operations, or operations of the first, under SyncAll.
+func decodeInput(data []byte) (config, []op) {
+	if len(data) < 2 || data[0] != inputV2 {
+		return config{sync: broker.SyncAll, table: opTable}, decodeOps(data, opTable)
+	}
+	cfg := config{sync: broker.SyncAll, table: opTableV2}
+	if data[1]&inputSyncPublish != 0 {
+		cfg.sync = broker.SyncPublish
+	}
+	return cfg, decodeOps(data[2:], opTableV2)
+}
+
+// encodeInput is decodeInput's inverse for the second format, for seeds.
+func encodeInput(sync broker.SyncMode, ops ...op) []byte {
+	header := []byte{inputV2, 0}
+	if sync == broker.SyncPublish {
+		header[1] |= inputSyncPublish
+	}
+	return append(header, encodeOpsWith(opTableV2, ops...)...)
+}
+
 // op is one decoded operation: its kind, its queue and two argument bytes.
 type op struct {
 	kind opKind
@@ -102,28 +178,30 @@ type op struct {
 	a, b byte
 }
 
-// decodeOps reads the input three bytes per operation: the first chooses
-// the kind (opTable) and the queue, the other two are its arguments.
-func decodeOps(data []byte) []op {
+// decodeOps reads operations three bytes each: the first chooses the kind
+// (in table) and the queue, the other two are its arguments.
+func decodeOps(data []byte, table []opKind) []op {
 	var ops []op
 	for i := 0; i < len(data) && len(ops) < maxOps; i += 3 {
 		var b [3]byte
 		copy(b[:], data[i:])
-		n := len(opTable)
-		ops = append(ops, op{kind: opTable[int(b[0])%n], q: (int(b[0]) / n) & 1, a: b[1], b: b[2]})
+		n := len(table)
+		ops = append(ops, op{kind: table[int(b[0])%n], q: (int(b[0]) / n) & 1, a: b[1], b: b[2]})
 	}
 	return ops
 }
 
-// encodeOps is decodeOps' inverse, for seeds.
-func encodeOps(ops ...op) []byte {
+// encodeOps is decodeOps' inverse for the first format, for seeds.
+func encodeOps(ops ...op) []byte { return encodeOpsWith(opTable, ops...) }
+
+func encodeOpsWith(table []opKind, ops ...op) []byte {
 	var out []byte
 	for _, o := range ops {
 		i := 0
-		for opTable[i] != o.kind {
+		for table[i] != o.kind {
 			i++
 		}
-		out = append(out, byte(i+len(opTable)*o.q), o.a, o.b)
+		out = append(out, byte(i+len(table)*o.q), o.a, o.b)
 	}
 	return out
 }
@@ -171,6 +249,9 @@ type twin struct {
 	history *[]string
 	serial  *int   // payloads made, across the run
 	where   string // "" for the run's store, or which clone
+	// trail: under SyncPublish, the states a power loss may leave (see
+	// lost_test.go); nil under SyncAll, where it leaves the model's.
+	trail *trail
 }
 
 func (s *twin) now() int64 { return s.clock.ns.Load() }
@@ -207,6 +288,7 @@ func (s *twin) check(ok bool, format string, args ...any) {
 // whether the call succeeded.
 func (s *twin) expect(want string, err error, what string) bool {
 	s.t.Helper()
+	s.mark() // the state before the call's change: a power loss may leave it
 	got := sentinel.Of(err)
 	s.logf("  %s -> %s", what, got)
 	if got != want {
@@ -242,11 +324,15 @@ func parseID(id string) (uint64, bool) {
 // replace with their clones.
 type runner struct {
 	twin
+	sync     broker.SyncMode
 	base     string // holds every directory of the run
 	dir      string
 	gen      int
 	cfs      *vfs.CrashFS
 	restarts int
+	// over: a power loss left a state the run cannot follow exactly (see
+	// lost_test.go); the run ends with its audit there.
+	over bool
 	// What the stores of the run did, summed over their lives.
 	checkpoints, copied, reclaimed int64
 }
@@ -259,9 +345,12 @@ func (r *runner) tally() {
 	r.reclaimed += st.BytesReclaimed
 }
 
-func newRunner(t testing.TB) *runner {
-	r := &runner{base: fastDir(t)}
+func newRunner(t testing.TB, sync broker.SyncMode) *runner {
+	r := &runner{base: fastDir(t), sync: sync}
 	r.t, r.m, r.clock, r.history, r.serial = t, newModel(), &fakeClock{}, new([]string), new(int)
+	if sync == broker.SyncPublish {
+		r.trail = &trail{}
+	}
 	r.clock.ns.Store(clockStart.UnixNano())
 	r.dir = filepath.Join(r.base, "s0")
 	t.Cleanup(func() {
@@ -269,29 +358,45 @@ func newRunner(t testing.TB) *runner {
 			_ = r.store.Close()
 		}
 	})
-	r.open()
+	r.cfs = vfs.NewCrashFS(vfs.Default)
+	r.openStore(r.dir, r.cfs, r.sync, false)
 	return r
 }
 
-func storeOptions(clock *fakeClock, fs vfs.FS) broker.Options {
-	return broker.Options{Now: clock.Now, Sync: broker.SyncAll, SegmentBytes: broker.MinSegmentBytes, FS: fs}
+func storeOptions(clock *fakeClock, fs vfs.FS, sync broker.SyncMode) broker.Options {
+	return broker.Options{Now: clock.Now, Sync: sync, SegmentBytes: broker.MinSegmentBytes, FS: fs}
 }
 
-// open opens the store in r.dir on a fresh CrashFS and gets both queues.
+// open opens the store in r.dir again on a fresh CrashFS.
 func (r *runner) open() {
 	r.t.Helper()
 	r.cfs = vfs.NewCrashFS(vfs.Default)
-	s, err := broker.Open(r.dir, storeOptions(r.clock, r.cfs))
+	r.openStore(r.dir, r.cfs, r.sync, true)
+}
+
+// openStore opens the store in dir and gets both queues with the policies
+// the model holds. Opened again, the store must have kept them: the
+// declarations then write nothing, where a store that came back with
+// another policy would log the change.
+func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool) {
+	s.t.Helper()
+	st, err := broker.Open(dir, storeOptions(s.clock, fs, sync))
 	if err != nil {
-		r.fail("open %s: %v", r.dir, err)
+		s.fail("open %s: %v", dir, err)
 	}
-	r.store = s
-	for i := range r.qs {
-		q, err := s.Queue(queueNames[i], queuePolicies[i])
+	s.store = st
+	written := func() int64 { f := st.Stats(); return f.Records - f.OwnRecords }
+	before := written()
+	for i := range s.qs {
+		mq := s.m.qs[i]
+		q, err := st.Queue(mq.name, mq.pol)
 		if err != nil {
-			r.fail("declare %s: %v", queueNames[i], err)
+			s.fail("declare %s: %v", mq.name, err)
 		}
-		r.qs[i] = q
+		s.qs[i] = q
+	}
+	if n := written() - before; again && n != 0 {
+		s.fail("opened again, the store holds other policies than the ones last set: declaring them wrote %d records", n)
 	}
 }
 
@@ -322,6 +427,8 @@ func (r *runner) restart(kind opKind) {
 	r.logf("%v", kind)
 	switch kind {
 	case opReopen:
+		// A clean Close makes everything durable (Store.Close), under
+		// SyncPublish too: the state is the model's.
 		r.close()
 		r.open()
 		rec := r.store.Recovery()
@@ -347,21 +454,30 @@ func (r *runner) restart(kind opKind) {
 			r.fail("remove %s: %v", r.dir, err)
 		}
 		r.dir = clone
+		if r.trail != nil {
+			// Under SyncPublish the model cannot say which of the
+			// states since the last commit it left: find it.
+			m, sound := r.lostState(clone)
+			r.m, r.over = m, !sound
+		} else {
+			r.m.restart(r.now())
+		}
 		r.open()
 		rec := r.store.Recovery()
-		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss under SyncAll: %+v", rec)
+		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss: %+v", rec)
 		r.logf("  recovered: %+v", rec)
-		r.m.restart(r.now())
 	case opAudit:
 		r.auditClone()
 		return
 	}
+	r.durable()
 	r.stats()
 }
 
 // auditClone audits, without changing the run, what a power loss now
 // would leave: a clone opened beside the run's store, with a copy of the
-// model.
+// model (under SyncPublish, with each state the loss may leave until one
+// passes).
 func (r *runner) auditClone() {
 	r.gen++
 	clone := filepath.Join(r.base, fmt.Sprintf("audit%d", r.gen))
@@ -369,26 +485,21 @@ func (r *runner) auditClone() {
 		r.fail("CrashClone: %v", err)
 	}
 	defer func() { _ = os.RemoveAll(clone) }()
+	if r.trail != nil {
+		_, _ = r.lostState(clone)
+		return
+	}
 	a := twin{t: r.t, m: r.m.clone(), clock: &fakeClock{}, history: r.history, serial: r.serial, where: "[audit] "}
 	a.clock.ns.Store(r.now())
 	a.m.restart(a.now())
-	s, err := broker.Open(clone, storeOptions(a.clock, nil))
-	if err != nil {
-		a.fail("open the clone: %v", err)
-	}
-	a.store = s
+	a.openStore(clone, nil, r.sync, true)
 	defer func() {
 		if a.store != nil {
 			_ = a.store.Close()
 		}
 	}()
-	for i := range a.qs {
-		if a.qs[i], err = s.Queue(queueNames[i], queuePolicies[i]); err != nil {
-			a.fail("declare %s: %v", queueNames[i], err)
-		}
-	}
 	a.audit()
-	if err := s.Close(); err != nil {
+	if err := a.store.Close(); err != nil {
 		a.fail("close the clone: %v", err)
 	}
 	a.store = nil
@@ -397,14 +508,21 @@ func (r *runner) auditClone() {
 // runInput runs one input through a fresh store and its model, and
 // returns the runner, for its counts.
 func runInput(t testing.TB, data []byte) *runner {
-	r := newRunner(t)
-	for i, o := range decodeOps(data) {
+	cfg, ops := decodeInput(data)
+	r := newRunner(t, cfg.sync)
+	r.logf("sync %v", cfg.sync)
+	for i, o := range ops {
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
+		r.mark()
 		switch o.kind {
 		case opReopen, opRebuild, opCrash, opAudit:
 			r.restart(o.kind)
 		default:
 			r.run(o)
+		}
+		if r.over {
+			r.logf("the run ends here: the state the power loss left is not known exactly")
+			break
 		}
 	}
 	r.logf("final audit")
@@ -412,7 +530,7 @@ func runInput(t testing.TB, data []byte) *runner {
 	r.tally()
 	t.Logf("final store: %+v", r.store.Stats())
 	t.Logf("%d operations, %d restarts; the stores wrote %d checkpoints, copied %d records forward, reclaimed %d bytes",
-		len(decodeOps(data)), r.restarts, r.checkpoints, r.copied, r.reclaimed)
+		len(ops), r.restarts, r.checkpoints, r.copied, r.reclaimed)
 	return r
 }
 
@@ -538,14 +656,79 @@ func brokerSeeds(testing.TB) []seed {
 			o(opBack, 0, backSeen, 0), o(opAck, 0, liveFirst, 0), o(opStats, 0, 0, 0),
 		},
 	}
+	const (
+		polOwn     = 0
+		polLower   = 1 // MaxDeliveries 1, shorter leases, no retry delay, Capacity down
+		polRaise   = 2 // MaxDeliveries up, longer leases, unbounded
+		polInvalid = invalidPolicy
+	)
+	// Inputs of the second format: policy changes, and SyncPublish.
+	scenariosV2 := map[string]struct {
+		sync broker.SyncMode
+		ops  []op
+	}{
+		// A lease seen to lapse on delivery 1 of 2; MaxDeliveries
+		// lowered to 1 hands it back at once, its next delivery is its
+		// last and dies when it lapses; the change survives a reopen, a
+		// rebuild and a power loss.
+		"policy-lower": {broker.SyncAll, []op{
+			o(opPublish, 0, 5, 0), o(opPublish, 0, 6, 0), o(opReceive, 0, 2, 0), o(opForward, 0, fwdNext, 0),
+			o(opStats, 0, 0, 0), o(opPolicy, 0, polLower, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0),
+			o(opDeadLetters, 0, 3, 0), o(opReopen, 0, 0, 0), o(opReceive, 0, 1, 0), o(opNack, 0, liveFirst, 2),
+			o(opRebuild, 0, 0, 0), o(opPublish, 0, 7, 0), o(opReceive, 0, 1, 0), o(opCrash, 0, 0, 0),
+			o(opPolicy, 0, polOwn, 0), o(opReceive, 0, 1, 0), o(opAudit, 0, 0, 0),
+		}},
+		// A lease on its last delivery; MaxDeliveries raised: it lapses
+		// back into the queue, the next lease is longer and the retry
+		// curve the new one.
+		"policy-raise": {broker.SyncAll, []op{
+			o(opPublish, 0, 5, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opPolicy, 0, polRaise, 0), o(opStats, 0, 0, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opNack, 0, liveFirst, 0), o(opCrash, 0, 0, 0), o(opForward, 0, fwdNext, 0), o(opReceive, 0, 1, 0),
+			o(opPolicy, 0, polLower, 0), o(opNack, 0, liveFirst, 1), o(opDeadLetters, 0, 3, 0), o(opStats, 0, 0, 0),
+		}},
+		// Capacity lowered below what the queue holds: publishes and a
+		// replay are refused; a refused policy changes nothing; an
+		// unbounded one admits again.
+		"policy-capacity": {broker.SyncAll, append(repeat(o(opPublish, 1, 4, 0), 6),
+			o(opPolicy, 1, polLower, 0), o(opPublish, 1, 4, 0), o(opReceive, 1, 2, 0), o(opReject, 1, liveFirst, 2),
+			o(opReplay, 1, 0, 0), o(opPolicy, 1, polInvalid, 0), o(opPublish, 1, 4, 0), o(opStats, 0, 0, 0),
+			o(opPolicy, 1, polRaise, 0), o(opPublish, 1, 39, 0), o(opReplay, 1, 0, 0), o(opReopen, 0, 0, 0),
+			o(opChurn, 1, 30, 0), o(opStats, 0, 0, 0))},
+		// Leases, acks and nacks after the last publish are lost to a
+		// power loss under SyncPublish; published messages are not.
+		"syncpublish-loss": {broker.SyncPublish, []op{
+			o(opPublish, 0, 3, 0), o(opPublish, 0, 4, 0), o(opPublish, 1, 5, 0), o(opReceive, 0, 2, 0),
+			o(opAck, 0, liveFirst, 0), o(opReceive, 1, 1, 0), o(opNack, 1, liveFirst, 2), o(opAudit, 0, 0, 0),
+			o(opCrash, 0, 0, 0), o(opReceive, 0, 2, 0), o(opPublishKeyed, 0, 0, 3), o(opAck, 0, liveFirst, 0),
+			o(opForward, 0, fwd5s, 0), o(opPublishKeyed, 0, 0, 3), o(opCrash, 0, 0, 0), o(opDeadLetters, 0, 3, 0),
+			o(opReopen, 0, 0, 0), o(opReceive, 0, 3, 0),
+		}},
+		// A policy change is fdatasynced under SyncPublish, with all
+		// before it: a power loss after it keeps it and the handing back
+		// it logged.
+		"syncpublish-policy": {broker.SyncPublish, []op{
+			o(opPublish, 0, 5, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0), o(opStats, 0, 0, 0),
+			o(opPolicy, 0, polLower, 0), o(opReceive, 0, 1, 0), o(opCrash, 0, 0, 0), o(opReceive, 0, 1, 0),
+			o(opForward, 0, fwdNext, 0), o(opDeadLetters, 0, 2, 0), o(opPolicy, 1, polRaise, 0), o(opChurn, 1, 25, 0),
+			o(opCrash, 0, 0, 0), o(opStats, 0, 0, 0),
+		}},
+	}
 	var seeds []seed
 	for name, ops := range scenarios {
 		seeds = append(seeds, seed{name, []any{encodeOps(ops...)}})
+	}
+	for name, s := range scenariosV2 {
+		seeds = append(seeds, seed{name, []any{encodeInput(s.sync, s.ops...)}})
 	}
 	// Random runs whose clock only goes forward: what a run observed then
 	// never depends on when the background reclamation ran (copy-lapse).
 	for i := range 6 {
 		seeds = append(seeds, seed{fmt.Sprintf("random-%d", i), []any{randomInput(uint64(i), 60+28*i, true)}})
+	}
+	for i := range 4 {
+		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i%2]
+		seeds = append(seeds, seed{fmt.Sprintf("random-v2-%d", i), []any{randomInputV2(uint64(i), 80+40*i, true, sync)}})
 	}
 	return seeds
 }

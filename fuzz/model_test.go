@@ -345,10 +345,17 @@ func (m *model) lastPassed(now int64) (int64, bool) {
 }
 
 // dump renders the model for a failure message.
-func (m *model) dump(now int64) string {
+func (m *model) dump(now int64) string { return m.dumpState(now, true) }
+
+// dumpState renders the model's state, with or without the dedup clock.
+func (m *model) dumpState(now int64, dedupClock bool) string {
 	var b strings.Builder
 	for _, q := range m.qs {
-		fmt.Fprintf(&b, "%s: evict clock %s, keys:", q.name, rel(q.evictClock))
+		fmt.Fprintf(&b, "%s: %+v\n", q.name, q.pol)
+		if dedupClock {
+			fmt.Fprintf(&b, "%s: evict clock %s\n", q.name, rel(q.evictClock))
+		}
+		fmt.Fprintf(&b, "%s: keys:", q.name)
 		for _, k := range slices.Sorted(maps.Keys(q.seen)) {
 			fmt.Fprintf(&b, " %s=%s@%s", k, q.seen[k].id, rel(q.seen[k].enq))
 		}

@@ -1,6 +1,7 @@
 package fuzz
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -55,6 +56,7 @@ func (s *twin) publish(qi, n int) {
 	}
 	if s.expect(want, err, fmt.Sprintf("%s.Publish(%d bytes) live=%d", mq.name, n, mq.live())) {
 		s.admit(qi, mv, p, now, "")
+		s.durable()
 	}
 }
 
@@ -87,6 +89,7 @@ func (s *twin) publishKeyed(qi int, key string, n int) {
 	}
 	if s.expect(s.admission(qi, 1, now), err, what) {
 		s.admit(qi, mv, p, now, key)
+		s.durable()
 	}
 }
 
@@ -128,6 +131,7 @@ func (s *twin) publishSizes(qi int, sizes []int) {
 		for i, mv := range ms {
 			s.admit(qi, mv, ps[i], now, "")
 		}
+		s.durable()
 	}
 }
 
@@ -436,6 +440,45 @@ func (s *twin) stats() {
 	}
 }
 
+// setPolicy declares the queue again with one of policyChoices. A refused
+// policy changes nothing; the same policy does nothing; another one is a
+// change (docs/DESIGN.md, "A policy change keeps the dead letters the old
+// policy made"): the queue is swept under the old policy first (the last
+// leases that lapsed are dead letters), a lease seen to lapse with
+// deliveries left that the new MaxDeliveries has none left for is handed
+// back at once with its count (its next delivery is its last), and every
+// later call judges by the new policy (what is leased or delayed keeps its
+// instant; a lease now on its last delivery dies when it lapses). Queue
+// declarations are fdatasynced whatever the sync mode, and with them all
+// that came before.
+func (s *twin) setPolicy(qi int, sel byte) {
+	mq := s.m.qs[qi]
+	i := int(sel) % len(policyChoices[qi])
+	p := policyChoices[qi][i]
+	now := s.now()
+	q, err := s.store.Queue(mq.name, p)
+	want := "ok"
+	if i == invalidPolicy {
+		want = "QUEUE_MISCONFIGURED"
+	}
+	if !s.expect(want, err, fmt.Sprintf("Queue(%s, policy %d)", mq.name, i)) {
+		return
+	}
+	s.check(q == s.qs[qi], "Queue(%s) with a new policy returned another *Queue", mq.name)
+	if p == mq.pol {
+		return
+	}
+	mq.sweep(now)
+	for _, m := range mq.msgs {
+		if m.state == mLeased && m.seen && m.deliveries >= p.MaxDeliveries {
+			m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, 0, false, "", ""
+			s.logf("    %s handed back at once, %d deliveries", m.id, m.deliveries)
+		}
+	}
+	mq.pol = p
+	s.durable()
+}
+
 // moveClock sets the clock forward (back) by the chosen amount; the
 // negative entries of the tables name targets the model knows.
 func (s *twin) moveClock(sel byte, back bool) {
@@ -504,7 +547,9 @@ func (s *twin) run(o op) {
 	case opDeadLetters:
 		s.deadLetters(o.q, int(a)%8)
 	case opChurn:
-		s.churn(o.q, 1+int(a)%mq.pol.Capacity)
+		s.churn(o.q, 1+int(a)%cmp.Or(mq.pol.Capacity, churnUnbounded))
+	case opPolicy:
+		s.setPolicy(o.q, a)
 	case opForward:
 		s.moveClock(a, false)
 	case opBack:
@@ -514,9 +559,28 @@ func (s *twin) run(o op) {
 	}
 }
 
+// walkDeadlines sets the clock to each deadline the model knows (a lease's
+// lapse, a retry delay's end) and to the instant before it, comparing the
+// gauges at each: a store that holds a lease or a delay to another instant
+// shows it there.
+func (s *twin) walkDeadlines() {
+	for range 64 {
+		at, ok := s.m.nextDeadline(s.now())
+		if !ok {
+			return
+		}
+		for _, to := range []int64{at - 1, at} {
+			s.clock.ns.Store(to)
+			s.logf("  clock -> %s", rel(to))
+			s.stats()
+		}
+	}
+}
+
 // audit drains what the store holds and compares all of it: the gauges,
 // each key's answer, every dead letter and every receivable message, then
-// again once every lease and delay has run out. It changes the store.
+// at every deadline still ahead, and again once every lease and delay has
+// run out. It changes the store.
 func (s *twin) audit() {
 	steps := []func(){s.stats}
 	for qi := range s.m.qs {
@@ -531,7 +595,7 @@ func (s *twin) audit() {
 		}
 		s.stats()
 	}
-	steps = append(steps, drain, func() {
+	steps = append(steps, drain, s.walkDeadlines, func() {
 		s.clock.ns.Add(int64(24 * time.Hour))
 		s.logf("  clock +24h -> %s", rel(s.now()))
 	}, s.stats, drain)

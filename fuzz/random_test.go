@@ -9,19 +9,32 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
-// randomInput returns the input of n random operations drawn from seed;
-// with forwardOnly, none sets the clock back.
+// randomInput returns the input of n random operations drawn from seed, in
+// the first format; with forwardOnly, none sets the clock back.
 func randomInput(seed uint64, n int, forwardOnly bool) []byte {
 	rng := rand.New(rand.NewPCG(seed, 0xf022))
+	return randomOps(rng, n, opTable, forwardOnly)
+}
+
+// randomInputV2 is randomInput in the second format: policy changes, and
+// SyncPublish if sync is.
+func randomInputV2(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) []byte {
+	rng := rand.New(rand.NewPCG(seed, 0xf023))
+	return append(encodeInput(sync), randomOps(rng, n, opTableV2, forwardOnly)...)
+}
+
+func randomOps(rng *rand.Rand, n int, table []opKind, forwardOnly bool) []byte {
 	b := make([]byte, 3*n)
 	for i := range b {
 		b[i] = byte(rng.Uint32())
 	}
 	if forwardOnly {
 		for i := 0; i < len(b); i += 3 {
-			for opTable[int(b[i])%len(opTable)] == opBack {
+			for table[int(b[i])%len(table)] == opBack {
 				b[i] = byte(rng.Uint32())
 			}
 		}
@@ -53,7 +66,17 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 	}
 	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
 	for i := range inputs {
-		data := randomInput(seed+uint64(i), maxOps, false)
+		// Half the inputs in the first format, a quarter in the second
+		// under each sync mode.
+		var data []byte
+		switch i % 4 {
+		case 0, 2:
+			data = randomInput(seed+uint64(i), maxOps, false)
+		case 1:
+			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncAll)
+		case 3:
+			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncPublish)
+		}
 		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { _ = runInput(t, data) })
 		if !ok {
 			t.Logf("input %d (WALBROKER_FUZZ_SEED=%d) as a corpus file:\n%s", i, seed, corpusFile(data))

@@ -26,7 +26,7 @@ func testStore(t *testing.T) (*broker.Store, *fakeClock, string) {
 	clock := &fakeClock{}
 	clock.ns.Store(clockStart.UnixNano())
 	dir := fastDir(t)
-	s, err := broker.Open(dir, storeOptions(clock, nil))
+	s, err := broker.Open(dir, storeOptions(clock, nil, broker.SyncAll))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s, clock, dir
@@ -130,7 +130,7 @@ func TestDedupClockReadingSurvivesARebuild(t *testing.T) {
 		if rebuild {
 			require.NoError(t, s.Close())
 			require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
-			s, err = broker.Open(dir, storeOptions(clock, nil))
+			s, err = broker.Open(dir, storeOptions(clock, nil, broker.SyncAll))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Close() })
 			q = declareBoth(t, s)[0]

@@ -1,0 +1,149 @@
+package fuzz
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// What a power loss may take under SyncPublish, and how a run of
+// FuzzBrokerDifferential finds what it took.
+//
+// Under SyncPublish a publish returns once an fdatasync covers it; every
+// other event (a lease, an ack, a nack, a reject, an extend, a replay, a
+// delete, a sweep's dead letters, a dedup clock reading) is written before
+// its call returns and reaches the device with the next commit (API.md,
+// sync modes). A queue declaration is fdatasynced whatever the mode
+// (docs/DESIGN.md, "Queue declarations"). The log is written in the order
+// the calls were decided and an fdatasync covers all that was written
+// before it, so a power loss leaves the state after some call since the
+// last publish or declaration that returned: no acknowledged publish lost,
+// no policy change lost, nothing invented, nothing reordered, but the last
+// few leases and settlements may be gone (a redelivery, which at-least-once
+// permits). Which of those states it left, the model cannot know: the
+// store's own commits (a rotation, a checkpoint, a copy forward) may have
+// covered more.
+//
+// So the run keeps a trail of the model's states since the last commit it
+// knows of, and after a power loss audits a copy of the clone once for
+// each distinct state, oldest first, until one passes: the store must hold
+// one of them exactly. The run then goes on from that state. Where another
+// state differs from it only in what an audit cannot see (the dedup
+// clock, which only a clock set back shows), going on could fail for
+// nothing: the run ends there, with its audit.
+
+// trail is the model's states since the last call known to be on the
+// device (oldest first), the current one not included.
+type trail struct{ states []*model }
+
+// mark records the model's state as one a power loss may leave.
+func (s *twin) mark() {
+	if s.trail != nil {
+		s.trail.states = append(s.trail.states, s.m.clone())
+	}
+}
+
+// durable says that everything up to now is on the device: a power loss
+// leaves this state or a later one.
+func (s *twin) durable() {
+	if s.trail != nil {
+		s.trail.states = s.trail.states[:0]
+	}
+}
+
+// lostState finds which of the states the trail allows the power-loss
+// clone in dir holds, by auditing a copy of it for each, and returns that
+// state (restarted at now) and whether the run can go on from it. It
+// fails the run if the clone holds none of them.
+func (r *runner) lostState(dir string) (*model, bool) {
+	now := r.now()
+	var states []*model
+	seen := map[string]bool{}
+	for _, st := range append(slices.Clone(r.trail.states), r.m) {
+		c := st.clone()
+		c.restart(now)
+		// Every receipt handed out stays the store's: one whose lease
+		// the loss took is refused as a lapsed lease, not as unknown.
+		c.owner, c.minted = maps.Clone(r.m.owner), slices.Clone(r.m.minted)
+		for i := range c.qs {
+			c.qs[i].receipts = slices.Clone(r.m.qs[i].receipts)
+		}
+		if k := c.dumpState(now, true); !seen[k] {
+			seen[k] = true
+			states = append(states, c)
+		}
+	}
+	var failures []string
+	for i, c := range states {
+		copyDir := filepath.Join(r.base, fmt.Sprintf("trial%d-%d", r.gen, i))
+		if err := os.CopyFS(copyDir, os.DirFS(dir)); err != nil {
+			r.fail("copy %s: %v", dir, err)
+		}
+		failure := r.trial(fmt.Sprintf("[state %d of %d] ", i+1, len(states)), c.clone(), copyDir)
+		_ = os.RemoveAll(copyDir)
+		if failure == "" {
+			r.logf("  the power loss left state %d of %d since the last commit", i+1, len(states))
+			return c, r.unambiguous(c, states, now)
+		}
+		failures = append(failures, fmt.Sprintf("state %d: %s\n%s", i+1, failure, c.dump(now)))
+	}
+	r.fail("after a power loss under SyncPublish the store holds none of the %d states the contract allows:\n\n%s",
+		len(states), strings.Join(failures, "\n"))
+	return nil, false
+}
+
+// unambiguous reports whether no other state differs from found only in
+// what an audit does not see.
+func (r *runner) unambiguous(found *model, states []*model, now int64) bool {
+	k := found.dumpState(now, false)
+	for _, c := range states {
+		if c != found && c.dumpState(now, false) == k {
+			r.logf("  another state differs from it only in its dedup clock")
+			return false
+		}
+	}
+	return true
+}
+
+// trial opens the store in dir beside the run's and audits it against m.
+// It returns the audit's failure, or "" if it passed; a failure ends the
+// trial only.
+func (r *runner) trial(where string, m *model, dir string) string {
+	var failure string
+	tb := &softTB{TB: r.t, failure: &failure}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a := twin{t: tb, m: m, clock: &fakeClock{}, history: new([]string), serial: r.serial, where: where}
+		a.clock.ns.Store(r.now())
+		a.openStore(dir, nil, r.sync, true)
+		defer func() { _ = a.store.Close() }()
+		a.audit()
+	}()
+	<-done
+	if i := strings.Index(failure, "\n\noperations"); i >= 0 {
+		failure = failure[:i]
+	}
+	return failure
+}
+
+// softTB is a testing.TB whose Fatalf ends only the goroutine that calls
+// it, keeping the message: a trial's failure is an answer, not the run's.
+type softTB struct {
+	testing.TB
+	failure *string
+}
+
+func (t *softTB) Helper() {}
+
+func (t *softTB) Logf(string, ...any) {}
+
+func (t *softTB) Fatalf(format string, args ...any) {
+	*t.failure = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}

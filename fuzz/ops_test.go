@@ -285,9 +285,14 @@ func (s *twin) nack(qi int, sel, csel byte) {
 		s.die(qi, m, now, c.reason, c.code, c.public)
 		return
 	}
-	m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, now+int64(retryDelay(mq.pol, m.deliveries)), false, "", ""
-	s.check(nv.Deliveries == m.deliveries && !nv.DeadLettered && nv.VisibleAt.UnixNano() == m.at,
-		"Nack of %s after delivery %d: got %+v, want visible at %s", m.id, m.deliveries, nv, rel(m.at))
+	delay := retryDelay(mq.pol, m.deliveries)
+	at := now + int64(delay)
+	m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, at, false, "", ""
+	if delay == 0 {
+		m.at = 0 // at once, whatever the clock reads next (docs/DESIGN.md, "Time")
+	}
+	s.check(nv.Deliveries == m.deliveries && !nv.DeadLettered && nv.VisibleAt.UnixNano() == at,
+		"Nack of %s after delivery %d: got %+v, want visible at %s", m.id, m.deliveries, nv, rel(at))
 }
 
 // die moves m to the dead letters.

@@ -335,6 +335,9 @@ type runner struct {
 	over bool
 	// What the stores of the run did, summed over their lives.
 	checkpoints, copied, reclaimed int64
+	// beforeRestart, if set, runs before each restart (see
+	// TestTheReclaimScenariosCopyForwardAndReclaim).
+	beforeRestart func(*runner)
 }
 
 // tally adds the store's figures to the run's before it goes.
@@ -425,6 +428,9 @@ func (r *runner) restart(kind opKind) {
 	}
 	r.restarts++
 	r.logf("%v", kind)
+	if r.beforeRestart != nil {
+		r.beforeRestart(r)
+	}
 	switch kind {
 	case opReopen:
 		// A clean Close makes everything durable (Store.Close), under
@@ -507,9 +513,13 @@ func (r *runner) auditClone() {
 
 // runInput runs one input through a fresh store and its model, and
 // returns the runner, for its counts.
-func runInput(t testing.TB, data []byte) *runner {
+func runInput(t testing.TB, data []byte) *runner { return runInputWith(t, data, nil) }
+
+// runInputWith is runInput with a hook run before each restart.
+func runInputWith(t testing.TB, data []byte, beforeRestart func(*runner)) *runner {
 	cfg, ops := decodeInput(data)
 	r := newRunner(t, cfg.sync)
+	r.beforeRestart = beforeRestart
 	r.logf("sync %v", cfg.sync)
 	for i, o := range ops {
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
@@ -751,7 +761,18 @@ func TestTheReclaimScenariosCopyForwardAndReclaim(t *testing.T) {
 			continue
 		}
 		t.Run(s.name, func(t *testing.T) {
-			r := runInput(t, s.vals[0].([]byte))
+			// Reclamation runs in the background: on a busy machine it
+			// may not have come round by the restart that is to find
+			// its work done. Give it time to, before a restart, until
+			// the run has seen both.
+			settle := func(r *runner) {
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+					if st := r.store.Stats(); r.reclaimed+st.BytesReclaimed > 0 && r.copied+st.CopiedForward > 0 {
+						return
+					}
+				}
+			}
+			r := runInputWith(t, s.vals[0].([]byte), settle)
 			require.Positive(t, r.copied, "records copied forward")
 			require.Positive(t, r.reclaimed, "bytes reclaimed")
 		})

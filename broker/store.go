@@ -442,7 +442,7 @@ type preambleSet struct {
 // once older segments are removed, a replay of the remaining log meets
 // these before any event that needs them.
 //
-// The reading is an eviction of nothing (an infinite window): the records
+// The reading is an eviction of nothing (index.NoEviction): the records
 // in removed segments held readings (enqueue instants, evictions) that
 // "if the clock goes backwards, nothing is evicted" measures from, and the
 // reading at the rotation is at least as late as every one of them.
@@ -454,7 +454,7 @@ func (s *Store) preamble() [][]byte {
 	out := append(make([][]byte, 0, len(p.recs)+len(p.queues)+1), p.recs...)
 	for _, iq := range p.queues {
 		if t := iq.LastEvicts(); t != math.MinInt64 {
-			e := index.Event{Kind: index.KindEvict, Queue: iq.ID, Time: t, Window: math.MaxInt64}
+			e := index.Event{Kind: index.KindEvict, Queue: iq.ID, Time: t, Window: index.NoEviction}
 			out = append(out, e.Append(nil))
 		}
 	}

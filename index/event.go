@@ -56,7 +56,7 @@ type Event struct {
 	Queue      uint32
 	Seq        uint64
 	Time       int64 // enqueuedAt, expiresAt, visibleAt, failedAt or the eviction clock, in Unix ns
-	Window     int64 // the dedup window of an evict event, in ns
+	Window     int64 // the dedup window of an evict event, in ns (NoEviction: a clock reading only)
 	Deliveries uint32
 	Nonce      uint64
 	Code       uint32

@@ -808,6 +808,9 @@ func (q *Queue) observeClock(now int64) {
 // latest reading at its rotation, ahead of records queued before it).
 func (q *Queue) evict(now, window int64) bool {
 	q.observeClock(now)
+	if window == NoEviction {
+		return false
+	}
 	evicted := false
 	for len(q.seenOrder) > 0 && OlderThan(q.seenOrder[0].enqueuedAt, now, window) {
 		k := q.seenOrder.pop()
@@ -821,6 +824,13 @@ func (q *Queue) evict(now, window int64) bool {
 	}
 	return evicted
 }
+
+// NoEviction is the window of an evict event that records a clock reading
+// and evicts nothing, whatever the reading and the keys' instants: a
+// segment's preamble logs one per queue. (As a window it would not do: the
+// broker's clock runs from 1678 to 2262, and a key and a reading can be
+// further apart than any int64 count of nanoseconds.)
+const NoEviction int64 = math.MaxInt64
 
 // OlderThan reports whether now-at > window, exactly: the difference of
 // two instants far apart overflows an int64, and wrapped to a negative

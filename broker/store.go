@@ -122,7 +122,8 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hi+seqReserve/2 >= r.queued.Load() {
+	prev, prevBound := r.pend, r.queued.Load()
+	if hi+seqReserve/2 >= prevBound {
 		bound := hi + seqReserve
 		mark := index.Event{Kind: index.KindMark, Seq: bound}
 		r.pend = s.log.Enqueue(true, mark.Append(nil))
@@ -131,6 +132,13 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 	}
 	if hi < r.durable.Load() {
 		return nil, 0 // the new mark goes on ahead; nobody needs to wait for it yet
+	}
+	if prev != nil && hi < prevBound {
+		// The mark before covers hi: it was queued seqReserve/2
+		// publishes ago, and its fdatasync has most likely completed,
+		// though nobody has waited for it to record so. Waiting for the
+		// one just queued would cost every such publish an fdatasync.
+		return prev, prevBound
 	}
 	return r.pend, r.queued.Load()
 }

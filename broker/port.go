@@ -390,7 +390,8 @@ type PolicyValue struct {
 	// DedupWindow is how long a key given to an idempotent publish is
 	// remembered, measured on the broker's clock from the enqueue of its
 	// message: a key strictly older than the window is forgotten, and its
-	// next publish enqueues a new message.
+	// next publish enqueues a new message. While the clock reads earlier
+	// than it has read before (it went backwards), nothing is forgotten.
 	//
 	// Zero means [DefaultDedupWindow]. Negative, or above
 	// [MaxDeadlineOffset], is refused ([QueueMisconfigured]).

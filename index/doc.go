@@ -4,7 +4,9 @@
 //
 // Events assign absolute values — a lease says "deliveries = 3, expires at
 // T", never "one more delivery" — so applying an event twice leaves the
-// state as applying it once did, and replaying a log is idempotent. The
+// queues' state as applying it once did, and replaying a log is idempotent
+// (only the count of orphans, events naming no message held, grows: a
+// second ack finds its message gone). The
 // index keeps the position of each message's publish record, not its
 // payload: payloads are read from the log when they are delivered.
 //

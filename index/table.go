@@ -36,9 +36,13 @@ import (
 //	                        number, then bytes 0 to 27
 //
 // An all-zero entry is absent. Entries reach the files only through Flush,
-// which the checkpointer calls: between checkpoints new entries live in
-// memory (the overlay), so the files only ever hold entries of publish
-// records that were durable when they were written.
+// which the checkpointer calls (and an open's replay, before the store
+// runs, with entries of records it read back from the log): between
+// checkpoints new entries live in memory (the overlay), so the files only
+// ever hold entries of publish records that were durable when they were
+// written. (An entry zeroed whole on disk reads as absent: the stream
+// skips it, and the damage shows only when the queue's stream runs dry
+// with messages still counted fresh, which stops the store.)
 const (
 	EntrySize    = 32
 	ChunkEntries = 1 << 16
@@ -134,7 +138,8 @@ var errNilTable = fmt.Errorf("index: a method of a nil *index.Table was called (
 // Table is the entry table of one store. It is safe for concurrent use,
 // with one rule: Detach (through Index.Snapshot), Flush and Remove are
 // called by one goroutine at a time, the checkpointer (the broker holds
-// its checkpoint lock around them), so only it writes the files, and
+// its checkpoint lock around them), or an open's replay before the index
+// is shared, so only it writes the files, and
 // Flush reads the detached entries, and writes a chunk it looked up,
 // without holding mu.
 //

@@ -76,3 +76,33 @@ func TestAStoreOfALaterFormatVersionIsRefusedAsUnsupportedAndLeftAsItIs(t *testi
 	q = e.queue("jobs", policy())
 	require.ElementsMatch(t, want, ids(mustReceive(t, q, len(want)+1)))
 }
+
+// "A log a later build wrote in a format version this one does not read
+// is not damage: Open refuses it ... and changes no file" (Open): the
+// temporary files beside the later build's log (a segment it was
+// preparing, say) are left as they were, not removed as a crash's
+// leftovers before the segments' version is known.
+func TestAnOpenRefusingALaterFormatVersionRemovesNoFile(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "one")
+	e.close()
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
+	require.NoError(t, err)
+	last := segs[len(segs)-1]
+	data, err := os.ReadFile(last)
+	require.NoError(t, err)
+	binary.LittleEndian.PutUint16(data[8:], segment.Version+1)
+	binary.LittleEndian.PutUint32(data[28:], crc32.Checksum(data[:28], crc32.MakeTable(crc32.Castagnoli)))
+	require.NoError(t, os.WriteFile(last, data, 0o600))
+	// What a later build leaves beside its log: the next segment, being
+	// prepared when it stopped.
+	preparing := filepath.Join(e.dir, "0000000002.seg.tmp")
+	require.NoError(t, os.WriteFile(preparing, []byte("a segment being prepared"), 0o600))
+	before := treeContents(t, e.dir)
+
+	_, err = broker.Open(e.dir, e.opts)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.FileExists(t, preparing, "the refused Open removed a file of the later build's store")
+	require.Equal(t, before, treeContents(t, e.dir), "Open changed the store's files")
+}

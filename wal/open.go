@@ -136,6 +136,11 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	for _, path := range d.stale {
+		if err := l.opts.FS.Remove(path); err != nil {
+			return fmt.Errorf("wal: open %s: %w", l.dir, err)
+		}
+	}
 	if segs, reports, err = l.dropInterruptedRotation(segs, reports); err != nil {
 		return err
 	}
@@ -157,14 +162,15 @@ func (l *Log) recover() error {
 // listing is what recover found in the directory.
 type listing struct {
 	names    []string
+	stale    []string // temporary files to remove once the log is accepted
 	seqs     []uint32 // the segments, in order, without gaps
 	clean    Position // where the log ended at its last Close, if hasClean
 	hasClean bool
 }
 
 // readDir lists the directory: it keeps retired segments of full size as
-// spares, removes other temporary files, and refuses a gap between
-// segments or a clean mark that names a segment that is gone.
+// spares, lists other temporary files for removal, and refuses a gap
+// between segments or a clean mark that names a segment that is gone.
 func (l *Log) readDir() (listing, error) {
 	fs := l.opts.FS
 	names, err := fs.ReadDir(l.dir)
@@ -183,15 +189,16 @@ func (l *Log) readDir() (listing, error) {
 			// Never part of the log. A retired segment of full size is
 			// kept for reuse (the directory sync in forgetCleanMark makes
 			// its name durable before it is); anything else — a segment
-			// whose preparation a crash cut short, say — is removed.
+			// whose preparation a crash cut short, say — is removed, but
+			// only once the segments are known to be in a format this
+			// build reads (see recover): an Open that refuses a later
+			// build's log changes none of its files.
 			path := filepath.Join(l.dir, name)
 			if strings.HasPrefix(name, sparePrefix) && len(l.spares) < maxSpares && l.fullSize(path) {
 				l.spares = append(l.spares, path)
 				continue
 			}
-			if err := fs.Remove(path); err != nil {
-				return listing{}, fmt.Errorf("wal: open %s: %w", l.dir, err)
-			}
+			d.stale = append(d.stale, path)
 			continue
 		}
 		if seq, ok := parseSegName(name); ok {

@@ -843,8 +843,9 @@ func (s *Store) statsNow() StoreStats {
 // that it can be opened again. One stopped by a failed write or fdatasync
 // of its log returns that failure from Close too (what it wrote since may
 // not be durable). One whose log wrote and synced everything it was given
-// returns nil once its files are closed (Err, and every other call, still
-// report what stopped it): one stopped by damage found, whose next Open
+// returns nil once its files are closed (until Close, Err and every other
+// call reported what stopped it; after it, they report Closed): one
+// stopped by damage found, whose next Open
 // scans the whole log (refusing it with Corrupt while the damage is there;
 // see Options.Salvage), and one stopped because the next segment could
 // not be made (a full disk, usually: a segment takes its whole size when

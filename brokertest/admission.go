@@ -116,11 +116,14 @@ var keyedCases = []testCase{
 		}
 	}},
 	{name: "DefaultDedupWindowIsSixHours", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
+		// 6 h written out, not broker.DefaultDedupWindow: the promise is
+		// the number, and a wrong constant must fail here.
+		const sixHours = 6 * time.Hour
 		q := e.queue(e.policy())
 		orig := e.publishKeyed(q, "k", "")
-		e.set(t0.Add(broker.DefaultDedupWindow))
+		e.set(t0.Add(sixHours))
 		e.sameMessage(orig, e.publishKeyed(q, "k", ""), "a key 6 h old")
-		e.set(t0.Add(broker.DefaultDedupWindow + time.Nanosecond))
+		e.set(t0.Add(sixHours + time.Nanosecond))
 		if e.publishKeyed(q, "k", "").ID == orig.ID {
 			e.Fatalf("a key older than 6 h was still remembered with DedupWindow zero")
 		}

@@ -167,14 +167,17 @@ var publishCases = []testCase{
 		}
 	}},
 	{name: "DefaultMaxMessageBytesIsOneMiB", run: func(e *env) {
+		// 1 MiB written out, not broker.DefaultMaxMessageBytes: the
+		// promise is the number, and a wrong constant must fail here.
+		const oneMiB = 1 << 20
 		q := e.queue(e.policy())
-		_, err := q.Publish(e.ctx(), make([]byte, broker.DefaultMaxMessageBytes+1))
-		e.isErr(err, broker.MessageTooLarge, "DefaultMaxMessageBytes+1 bytes")
-		if _, err := q.Publish(e.ctx(), make([]byte, broker.DefaultMaxMessageBytes)); err != nil {
-			e.Fatalf("a payload of exactly DefaultMaxMessageBytes: %v", err)
+		_, err := q.Publish(e.ctx(), make([]byte, oneMiB+1))
+		e.isErr(err, broker.MessageTooLarge, "1 MiB + 1 bytes")
+		if _, err := q.Publish(e.ctx(), make([]byte, oneMiB)); err != nil {
+			e.Fatalf("a payload of exactly 1 MiB: %v", err)
 		}
-		if d := e.receiveOne(q); len(d.Message.Payload) != broker.DefaultMaxMessageBytes {
-			e.Fatalf("delivered %d bytes, want %d", len(d.Message.Payload), broker.DefaultMaxMessageBytes)
+		if d := e.receiveOne(q); len(d.Message.Payload) != oneMiB {
+			e.Fatalf("delivered %d bytes, want %d", len(d.Message.Payload), oneMiB)
 		}
 	}},
 	{name: "CancelledContextIsRefused", run: func(e *env) {

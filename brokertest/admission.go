@@ -116,11 +116,14 @@ var keyedCases = []testCase{
 		}
 	}},
 	{name: "DefaultDedupWindowIsSixHours", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
+		// 6 h written out, not broker.DefaultDedupWindow: the promise is
+		// the number, and a wrong constant must fail here.
+		const sixHours = 6 * time.Hour
 		q := e.queue(e.policy())
 		orig := e.publishKeyed(q, "k", "")
-		e.set(t0.Add(broker.DefaultDedupWindow))
+		e.set(t0.Add(sixHours))
 		e.sameMessage(orig, e.publishKeyed(q, "k", ""), "a key 6 h old")
-		e.set(t0.Add(broker.DefaultDedupWindow + time.Nanosecond))
+		e.set(t0.Add(sixHours + time.Nanosecond))
 		if e.publishKeyed(q, "k", "").ID == orig.ID {
 			e.Fatalf("a key older than 6 h was still remembered with DedupWindow zero")
 		}
@@ -178,6 +181,46 @@ var keyedCases = []testCase{
 		d := e.receiveOne(q)
 		if d.Message.ID != m.ID || string(d.Message.Payload) != "retry" {
 			e.Fatalf("delivered %q %q, want the retry %q %q: a shed publish is not remembered", d.Message.ID, d.Message.Payload, m.ID, "retry")
+		}
+	}},
+	{name: "DuplicateCarriesNoPayloadAndAnEnqueuedOneDoes", needs: []string{"Keyed"}, run: func(e *env) {
+		// A duplicate carries no Payload (nil), while a message the call
+		// enqueued has a non-nil one, an empty payload included: that is
+		// how a caller tells the two apart.
+		q := e.queue(e.policy())
+		for _, p := range [][]byte{[]byte("x"), {}} {
+			key := "k" + itoa(len(p))
+			m, err := e.keyed(q).PublishKeyed(e.ctx(), key, p)
+			if err != nil {
+				e.Fatalf("PublishKeyed: %v", err)
+			}
+			if m.Payload == nil {
+				e.Fatalf("a keyed publish of %q that enqueued returned a nil Payload", p)
+			}
+			dup, err := e.keyed(q).PublishKeyed(e.ctx(), key, []byte("again"))
+			if err != nil {
+				e.Fatalf("PublishKeyed (duplicate): %v", err)
+			}
+			if dup.Payload != nil {
+				e.Fatalf("a duplicate returned Payload %q, want nil", dup.Payload)
+			}
+			e.sameMessage(m, dup, "the duplicate")
+		}
+	}},
+	{name: "DuplicateKeyDoesNotCloseTheWakeSignal", needs: []string{"Keyed", "Waker"}, run: func(e *env) {
+		// Dedup comes before side effects (API.md §4): a duplicate key
+		// enqueues nothing, so it makes nothing receivable, and must not
+		// wake an idle consumer, which would Receive for nothing.
+		q := e.queue(e.policy())
+		e.publishKeyed(q, "k", "a")
+		e.ack(q, e.receiveOne(q).Lease.Receipt)
+		w := e.waker(q).Wake()
+		e.publishKeyed(q, "k", "again")
+		if e.clock == nil {
+			time.Sleep(50 * time.Millisecond) // a signal closed by another goroutine
+		}
+		if closed(w.Signal) {
+			e.Fatalf("a duplicate key, which enqueued nothing, closed the wake signal")
 		}
 	}},
 }

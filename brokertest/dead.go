@@ -496,6 +496,60 @@ var deadCases = []testCase{
 			e.Fatalf("delivered %q #%d, want %q #2: its count was not reset", d2.Message.ID, d2.Deliveries, delayed.ID)
 		}
 	}},
+	{name: "ALapseOnTheLastDeliveryRecordsNoEarlierNacksCause", needs: []string{"DeadLetterReader"}, run: func(e *env) {
+		// Reason, Code and Cause are those of the LAST failure: a message
+		// nacked with a classified cause on an earlier delivery that then
+		// lapses on its last one died of the lapse (LEASE_EXPIRED, no code,
+		// no cause), not of the stale nack.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 2
+			p.VisibilityTimeout = e.short()
+		}))
+		m := e.publish(q, "a")
+		e.nack(q, e.receiveOne(q).Lease.Receipt, broker.NewError("EARLIER", 0x2A000009, "earlier failure", secret))
+		d := e.appearsAt(q, e.now(), true, "the nacked message")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		e.lapse(q, d.Lease)
+		var dls []broker.DeadLetterValue
+		e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
+			e.none(q, "a message whose last lease lapsed")
+			dls = e.deadLetters(q)
+			return len(dls) == 1
+		})
+		e.checkDeadLetter(dls[0], causeCase{name: "a lapse after a classified nack", reason: broker.ReasonLeaseExpired}, m, "a", 2)
+	}},
+	{name: "ConcurrentReplaysOfOneDeadLetterQueueItOnce", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// The port lets racing replays both queue a dead letter only on a
+		// broker that cannot tell them apart; every broker this suite runs
+		// can: one replay queues it, the others find it gone.
+		const racers = 8
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		errs := make(chan error, racers)
+		together(racers, func() { errs <- e.manager(q).ReplayDeadLetter(e.ctx(), m.ID) })
+		close(errs)
+		replayed := 0
+		for err := range errs {
+			if err == nil {
+				replayed++
+				continue
+			}
+			e.isErr(err, broker.DeadLetterNotFound, "a replay that lost the race for its dead letter")
+		}
+		if replayed != 1 {
+			e.Fatalf("%d of %d concurrent replays of one dead letter succeeded, want exactly one", replayed, racers)
+		}
+		d := e.appearsAt(q, e.now(), true, "the replayed message")
+		if d.Message.ID != m.ID || d.Deliveries != 1 {
+			e.Fatalf("received %q #%d, want %q #1", d.Message.ID, d.Deliveries, m.ID)
+		}
+		e.none(q, "a second copy of the replayed message")
+	}},
 }
 
 // rejectAll publishes three payloads, receives and rejects them in publish

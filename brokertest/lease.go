@@ -664,4 +664,70 @@ var extendCases = []testCase{
 		}
 		e.ack(q, d.Lease.Receipt) // refused before anything moved
 	}},
+	{name: "ExtendByLessThanIsLeftShortensTheLease", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// Extend renews the lease for a further by "measured from now":
+		// a by shorter than what is left shortens it (a broker that kept
+		// the later of the two deadlines would hold the message too long).
+		vt := 4 * e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		by := e.short()
+		before := e.now()
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, by)
+		after := e.now()
+		if err != nil {
+			e.Fatalf("Extend: %v", err)
+		}
+		e.checkInstant(l.ExpiresAt, before.Add(by), after.Add(by), "ExpiresAt of a lease extended by less than was left")
+		e.hiddenUntil(q, l.ExpiresAt, "before the shortened lease lapses")
+		d2 := e.appearsAt(q, l.ExpiresAt, e.caps.ExactExpiry, "the message whose lease was shortened")
+		if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+		}
+	}},
+	{name: "CallsAfterAnExtendActOnTheRenewedLease", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// An extended lease is a lease like any other: Ack removes its
+		// message for good, Nack hands it back after RetryDelay from the
+		// nack, Reject dead-letters it, and Extend renews it from now,
+		// none of them bound to the deadline the first Extend set.
+		vt := 4 * e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt; p.RetryDelay = vt }))
+		for _, p := range []string{"acked", "nacked", "renewed", "rejected"} {
+			e.publish(q, p)
+		}
+		ds := e.receive(q, 4)
+		if len(ds) != 4 {
+			e.Fatalf("received %d, want 4", len(ds))
+		}
+		var last time.Time
+		for _, d := range ds {
+			l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, e.short())
+			if err != nil {
+				e.Fatalf("Extend: %v", err)
+			}
+			last = l.ExpiresAt
+			switch string(d.Message.Payload) {
+			case "acked":
+				err = q.Ack(e.ctx(), l.Receipt)
+			case "nacked":
+				_, err = q.Nack(e.ctx(), l.Receipt, nil)
+			case "renewed":
+				_, err = e.extender(q).Extend(e.ctx(), l.Receipt, vt)
+			case "rejected":
+				if e.caps.Rejecter {
+					err = e.rejecter(q).Reject(e.ctx(), l.Receipt, nil)
+				} else {
+					err = q.Ack(e.ctx(), l.Receipt)
+				}
+			}
+			if err != nil {
+				e.Fatalf("%s: %v", d.Message.Payload, err)
+			}
+		}
+		e.after(last.Add(e.short() / 2))
+		if got := e.receive(q, 10); len(got) != 0 {
+			e.Fatalf("delivered %q again after its extended lease was acked, nacked with a retry delay, renewed or rejected", payloads(got))
+		}
+	}},
 }

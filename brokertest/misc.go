@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,6 +183,11 @@ var miscCases = []testCase{
 		q := e.queue(e.policy())
 		e.publish(q, "a")
 		d := e.receiveOne(q)
+		if e.caps.Keyed {
+			// A key seen before Close is Closed too, not answered from
+			// what the broker remembers of it.
+			e.publishKeyed(q, "k", "a")
+		}
 		if err := e.b.(io.Closer).Close(); err != nil {
 			e.Fatalf("Close: %v", err)
 		}
@@ -208,8 +214,72 @@ var miscCases = []testCase{
 			e.isErr(x.ReplayDeadLetter(ctx, d.Message.ID), broker.Closed, "ReplayDeadLetter after Close")
 			e.isErr(x.DeleteDeadLetter(ctx, d.Message.ID), broker.Closed, "DeleteDeadLetter after Close")
 		}
+		if x, ok := q.(KeyedPublisher); ok {
+			_, err := x.PublishKeyed(ctx, "k", []byte("a"))
+			e.isErr(err, broker.Closed, "PublishKeyed of a key seen before Close")
+			_, err = x.PublishKeyed(ctx, "new", []byte("a"))
+			e.isErr(err, broker.Closed, "PublishKeyed of a new key after Close")
+		}
+		if x, ok := q.(BatchPublisher); ok {
+			_, err := x.PublishBatch(ctx, [][]byte{[]byte("b")})
+			e.isErr(err, broker.Closed, "PublishBatch after Close")
+			if _, err := x.PublishBatch(ctx, nil); err == nil {
+				e.Fatalf("PublishBatch of nothing after Close succeeded")
+			}
+		}
 		if err := broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error { return nil }, broker.ConsumeOptions{}); !errors.Is(err, broker.Closed) {
 			e.Fatalf("Consume after Close: %v, want Closed", err)
+		}
+	}},
+	{name: "PolicyBoundsAreAccepted", run: func(e *env) {
+		// Only a duration ABOVE MaxDeadlineOffset is refused, and a
+		// MaxRetryDelay only BELOW RetryDelay: each bound itself is a
+		// policy like any other (a Validate written with >= is wrong).
+		good := map[string]func(*broker.PolicyValue){
+			"VisibilityTimeout = MaxDeadlineOffset": func(p *broker.PolicyValue) { p.VisibilityTimeout = broker.MaxDeadlineOffset },
+			"RetryDelay = MaxDeadlineOffset":        func(p *broker.PolicyValue) { p.RetryDelay = broker.MaxDeadlineOffset },
+			"MaxRetryDelay = MaxDeadlineOffset": func(p *broker.PolicyValue) {
+				p.RetryDelay = time.Second
+				p.MaxRetryDelay = broker.MaxDeadlineOffset
+			},
+			"MaxRetryDelay = RetryDelay": func(p *broker.PolicyValue) {
+				p.RetryDelay = time.Minute
+				p.MaxRetryDelay = time.Minute
+			},
+			"DedupWindow = MaxDeadlineOffset": func(p *broker.PolicyValue) { p.DedupWindow = broker.MaxDeadlineOffset },
+			"MaxDeliveries 1":                 func(p *broker.PolicyValue) { p.MaxDeliveries = 1 },
+			"Capacity 0 (unbounded)":          func(p *broker.PolicyValue) { p.Capacity = 0 },
+		}
+		for name, mod := range good {
+			q, err := e.b.Queue(e.queueName(), e.policy(mod))
+			if err != nil {
+				e.Fatalf("Queue with %s: %v, want it accepted", name, err)
+			}
+			m := e.publish(q, name)
+			d := e.receiveOne(q)
+			if d.Message.ID != m.ID {
+				e.Fatalf("%s: delivered %q, want %q", name, d.Message.ID, m.ID)
+			}
+			e.ack(q, d.Lease.Receipt)
+		}
+	}},
+	{name: "MisconfiguredPolicyErrorNamesTheField", run: func(e *env) {
+		// API.md §1: the refusal of a policy names the field at fault, so
+		// that the operator knows what to change.
+		for field, mod := range map[string]func(*broker.PolicyValue){
+			"VisibilityTimeout": func(p *broker.PolicyValue) { p.VisibilityTimeout = 0 },
+			"RetryDelay":        func(p *broker.PolicyValue) { p.RetryDelay = broker.MaxDeadlineOffset + 1 },
+			"MaxRetryDelay":     func(p *broker.PolicyValue) { p.RetryDelay = time.Minute; p.MaxRetryDelay = time.Second },
+			"MaxDeliveries":     func(p *broker.PolicyValue) { p.MaxDeliveries = 0 },
+			"MaxMessageBytes":   func(p *broker.PolicyValue) { p.MaxMessageBytes = -1 },
+			"Capacity":          func(p *broker.PolicyValue) { p.Capacity = -1 },
+			"DedupWindow":       func(p *broker.PolicyValue) { p.DedupWindow = -1 },
+		} {
+			_, err := e.b.Queue(e.queueName(), e.policy(mod))
+			e.isErr(err, broker.QueueMisconfigured, "a bad "+field)
+			if !strings.Contains(err.Error(), field) {
+				e.Fatalf("a bad %s: error %q does not name the field", field, err)
+			}
 		}
 	}},
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/walbroker/walbroker/broker"
@@ -167,14 +168,17 @@ var publishCases = []testCase{
 		}
 	}},
 	{name: "DefaultMaxMessageBytesIsOneMiB", run: func(e *env) {
+		// 1 MiB written out, not broker.DefaultMaxMessageBytes: the
+		// promise is the number, and a wrong constant must fail here.
+		const oneMiB = 1 << 20
 		q := e.queue(e.policy())
-		_, err := q.Publish(e.ctx(), make([]byte, broker.DefaultMaxMessageBytes+1))
-		e.isErr(err, broker.MessageTooLarge, "DefaultMaxMessageBytes+1 bytes")
-		if _, err := q.Publish(e.ctx(), make([]byte, broker.DefaultMaxMessageBytes)); err != nil {
-			e.Fatalf("a payload of exactly DefaultMaxMessageBytes: %v", err)
+		_, err := q.Publish(e.ctx(), make([]byte, oneMiB+1))
+		e.isErr(err, broker.MessageTooLarge, "1 MiB + 1 bytes")
+		if _, err := q.Publish(e.ctx(), make([]byte, oneMiB)); err != nil {
+			e.Fatalf("a payload of exactly 1 MiB: %v", err)
 		}
-		if d := e.receiveOne(q); len(d.Message.Payload) != broker.DefaultMaxMessageBytes {
-			e.Fatalf("delivered %d bytes, want %d", len(d.Message.Payload), broker.DefaultMaxMessageBytes)
+		if d := e.receiveOne(q); len(d.Message.Payload) != oneMiB {
+			e.Fatalf("delivered %d bytes, want %d", len(d.Message.Payload), oneMiB)
 		}
 	}},
 	{name: "CancelledContextIsRefused", run: func(e *env) {
@@ -320,6 +324,67 @@ var receiveCases = []testCase{
 		e.gone(q.Ack(e.ctx(), d.Lease.Receipt), "a second Ack of one receipt")
 		e.after(d.Lease.ExpiresAt)
 		e.none(q, "an acknowledged message, after its lease would have lapsed")
+	}},
+	{name: "AnyPositiveMaxIsValid", run: func(e *env) {
+		// Receive leases "up to max", DeadLetters returns "up to max": the
+		// largest int is a max like any other, and a broker that sized a
+		// slice or a request by it would panic or fail.
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		ds, err := q.Receive(e.ctx(), math.MaxInt)
+		if err != nil || len(ds) != 1 || ds[0].Message.ID != m.ID {
+			e.Fatalf("Receive(MaxInt) with one message: %v, %v; want it", ids(ds), err)
+		}
+		if !e.caps.Rejecter || !e.caps.DeadLetterReader {
+			return
+		}
+		if err := e.rejecter(q).Reject(e.ctx(), ds[0].Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		dls, err := e.reader(q).DeadLetters(e.ctx(), math.MaxInt)
+		if err != nil || len(dls) != 1 {
+			e.Fatalf("DeadLetters(MaxInt) with one dead letter: %d, %v", len(dls), err)
+		}
+	}},
+	{name: "LapsedRedeliveryKeepsEnqueueOrder", needs: []string{"OldestFirst", "Clock"}, run: func(e *env) {
+		// Oldest EnqueuedAt first, redeliveries included: a message whose
+		// lease lapsed (its consumer died) comes before the newer ones
+		// published while it was leased.
+		vt := time.Minute
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		a := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.clock.Advance(time.Second)
+		b := e.publish(q, "b")
+		e.clock.Advance(time.Second)
+		c := e.publish(q, "c")
+		e.set(d.Lease.ExpiresAt)
+		var got []string
+		for range 3 {
+			got = append(got, ids(e.receive(q, 1))...)
+		}
+		if want := []string{a.ID, b.ID, c.ID}; !equalStrings(got, want) {
+			e.Fatalf("received %v, want %v: a lapsed redelivery sorts by its EnqueuedAt", got, want)
+		}
+	}},
+	{name: "DelayedRedeliveryKeepsEnqueueOrder", needs: []string{"OldestFirst", "Clock"}, run: func(e *env) {
+		// As LapsedRedeliveryKeepsEnqueueOrder, for a message that waited
+		// out a retry delay.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = 10 * time.Second }))
+		a := e.publish(q, "a")
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		e.clock.Advance(time.Second)
+		b := e.publish(q, "b")
+		e.clock.Advance(time.Second)
+		c := e.publish(q, "c")
+		e.set(nv.VisibleAt)
+		var got []string
+		for range 3 {
+			got = append(got, ids(e.receive(q, 1))...)
+		}
+		if want := []string{a.ID, b.ID, c.ID}; !equalStrings(got, want) {
+			e.Fatalf("received %v, want %v: a delayed redelivery sorts by its EnqueuedAt", got, want)
+		}
 	}},
 }
 

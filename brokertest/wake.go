@@ -268,6 +268,36 @@ var wakeCases = []testCase{
 		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil) // y visible at t0+120s
 		e.checkIn(e.waker(q).Wake(), nv.VisibleAt.Sub(e.now()), "x's lapse makes nothing receivable; y's retry does")
 	}},
+	{name: "WakeFollowsExtendAndAck", needs: []string{"Waker", "LeaseExtender"}, run: func(e *env) {
+		// In is how long until a message the broker holds becomes
+		// receivable with no further event: a lease renewed by Extend
+		// lapses at its new ExpiresAt, and an acknowledged one never.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, 4*vt)
+		if err != nil {
+			e.Fatalf("Extend: %v", err)
+		}
+		e.checkIn(e.waker(q).Wake(), l.ExpiresAt.Sub(e.now()), "a lease renewed by Extend")
+		e.ack(q, l.Receipt)
+		if w := e.waker(q).Wake(); w.Scheduled {
+			e.Fatalf("Wake is Scheduled (In %v) after the only lease was acknowledged", w.In)
+		}
+	}},
+	{name: "WakeNotScheduledAfterAFullReceiveLeasedTheOnlyMessage", needs: []string{"Waker"}, run: func(e *env) {
+		// As WakeNotScheduledForLeaseOnLastDelivery, after a Receive that
+		// got all it asked for: a broker that learns that nothing is left
+		// only from a Receive that comes back short must not go on saying
+		// a message is receivable now.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+		e.publish(q, "a")
+		e.eventually("the message is received", func() bool { return len(e.receive(q, 1)) == 1 })
+		if w := e.waker(q).Wake(); w.Scheduled {
+			e.Fatalf("Wake with the only message leased on its last delivery: Scheduled, In %v; want not Scheduled", w.In)
+		}
+	}},
 }
 
 // consumeCases: broker.Consume over the implementation.
@@ -399,6 +429,85 @@ var consumeCases = []testCase{
 			return handled.Load() == 1
 		})
 	}},
+	{name: "ConsumeNacksWithTheHandlersCause", needs: []string{"DeadLetterReader"}, run: func(e *env) {
+		// API.md §3: Consume nacks with the handler's error, and a
+		// recovered panic as an UNCLASSIFIED cause; the dead letter of the
+		// last delivery shows which.
+		for _, c := range []struct {
+			name string
+			h    broker.Handler
+			want causeCase
+		}{
+			{"panic", func(context.Context, broker.DeliveryValue) error { panic("handler bug " + secret) },
+				causeCase{name: "a panic", reason: broker.ReasonUnclassified}},
+			{"classified error", func(context.Context, broker.DeliveryValue) error {
+				return broker.NewError("HANDLER_FAILED", 0x2A00000A, "the handler failed", secret)
+			}, causeCase{name: "a classified error", reason: "HANDLER_FAILED", code: 0x2A00000A, public: "the handler failed"}},
+		} {
+			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+			m := e.publish(q, "a")
+			e.consume(q, c.h, func() bool { return len(e.deadLetters(q)) == 1 })
+			e.checkDeadLetter(e.deadLetters(q)[0], c.want, m, "a", 1)
+		}
+	}},
+	{name: "ConsumeIdleIsWokenByPublishNotByPolling", needs: []string{"Waker"}, run: func(e *env) {
+		// API.md §3: an idle Consume waits on Wake and never busy-spins,
+		// and a Waker is trusted, not polled: with an hour's PollInterval
+		// only the signal brings a late message in, and an idle queue
+		// whose signal never fires sees hardly any Receive.
+		q := e.queue(e.policy())
+		var handled, receives atomic.Int32
+		var once sync.Once
+		counting := countingReceives{Broker: q, Waker: e.waker(q), n: &receives}
+		start := time.Now()
+		e.consumeWith(counting, func(context.Context, broker.DeliveryValue) error {
+			handled.Add(1)
+			return nil
+		}, func() bool {
+			if time.Since(start) > 50*time.Millisecond {
+				once.Do(func() {
+					if n := receives.Load(); n > 3 {
+						e.Errorf("Consume made %d Receives on an idle queue whose Wake never fired: it polls", n)
+					}
+					e.publish(q, "late")
+				})
+			}
+			return handled.Load() == 1
+		}, broker.ConsumeOptions{PollInterval: time.Hour})
+	}},
+	{name: "ConsumeReturnsOnlyAfterItsHandlersFinish", run: func(e *env) {
+		// API.md §3: when ctx ends, Consume returns ctx.Err() after its
+		// in-flight handlers finish, not before: the caller may then
+		// release what the handlers use.
+		q := e.queue(e.policy())
+		e.publish(q, "a")
+		started, release := make(chan struct{}), make(chan struct{})
+		var finished atomic.Bool
+		ctx, cancel := context.WithCancel(e.ctx())
+		errc := make(chan error, 1)
+		go func() {
+			errc <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error {
+				close(started)
+				<-release // ignores its context, as slow handlers do
+				finished.Store(true)
+				return nil
+			}, broker.ConsumeOptions{})
+		}()
+		<-started
+		cancel()
+		select {
+		case err := <-errc:
+			e.Fatalf("Consume returned %v while its handler was still running", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			e.Fatalf("Consume returned %v, want context.Canceled", err)
+		}
+		if !finished.Load() {
+			e.Fatalf("Consume returned before its handler finished")
+		}
+	}},
 }
 
 // consume runs broker.Consume on q with h until done holds, then stops it
@@ -423,4 +532,16 @@ func (e *env) consumeWith(q broker.Broker, h broker.Handler, done func() bool, o
 		}
 	}()
 	e.eventually("Consume's work", done)
+}
+
+// countingReceives is a Waker broker that counts its Receives.
+type countingReceives struct {
+	broker.Broker
+	broker.Waker
+	n *atomic.Int32
+}
+
+func (c countingReceives) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	c.n.Add(1)
+	return c.Broker.Receive(ctx, max)
 }

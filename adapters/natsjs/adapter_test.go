@@ -543,12 +543,14 @@ func TestAnExtendRacingAnAckOfOneLeaseNeverBothSucceed(t *testing.T) {
 	}
 }
 
-// TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone: a
+// TestAReplayRacingADeleteOfOneDeadLetterOneSucceeds: of a
 // ReplayDeadLetter and a DeleteDeadLetter of one dead letter, started
-// together, each succeed or find it gone (DeadLetterNotFound), also when
-// the delete removes the record while the replay publishes the message:
-// the replay's own delete then finds it gone, which is no failure.
-func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) {
+// together, exactly one succeeds and the other finds it gone
+// (DeadLetterNotFound), also when the delete comes while the replay
+// publishes the message; and a message is queued again exactly when its
+// replay won, never after a delete that succeeded (which removes it for
+// good).
+func TestAReplayRacingADeleteOfOneDeadLetterOneSucceeds(t *testing.T) {
 	const n = 128
 	ctx := context.Background()
 	q := mustQueue(t, openBackend(t).Store, "replay-race", policy())
@@ -558,6 +560,7 @@ func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
+	replayed := map[string]bool{}
 	for i, d := range ds {
 		id := d.Message.ID
 		var replayErr, deleteErr error
@@ -570,6 +573,41 @@ func TestAReplayRacingADeleteOfOneDeadLetterSucceedsOrFindsItGone(t *testing.T) 
 				t.Fatalf("replay and delete of %s racing: %v; want success or DeadLetterNotFound", id, err)
 			}
 		}
+		if (replayErr == nil) == (deleteErr == nil) {
+			t.Fatalf("replay and delete of %s racing: %v and %v; want exactly one to succeed", id, replayErr, deleteErr)
+		}
+		replayed[id] = replayErr == nil
+	}
+	if dls, err := q.DeadLetters(ctx, n); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the races: %d, %v; want none", len(dls), err)
+	}
+	want := 0
+	for _, ok := range replayed {
+		if ok {
+			want++
+		}
+	}
+	var got []broker.DeliveryValue
+	until(t, 10*time.Second, "the replayed messages", func() bool {
+		ds, err := q.Receive(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+		return len(got) >= want
+	})
+	time.Sleep(100 * time.Millisecond)
+	more, err := q.Receive(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range append(got, more...) {
+		if !replayed[d.Message.ID] {
+			t.Errorf("message %s queued again, though the delete of its dead letter succeeded", d.Message.ID)
+		}
+	}
+	if len(got)+len(more) != want {
+		t.Errorf("%d messages queued again, want the %d whose replay won", len(got)+len(more), want)
 	}
 }
 

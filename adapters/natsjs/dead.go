@@ -475,11 +475,18 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // ReplayDeadLetter moves dead letter id back into the queue, receivable at
 // once, its delivery count reset (it is a new message of the work stream),
 // keeping its ID, payload and EnqueuedAt; it closes this Queue's wake
-// signal. See broker.DeadLetterManager. The message is published before
-// its record is deleted: a failure between the two leaves both, and a
-// second replay then queues it again — the duplicate the port permits.
-// A queue at its Capacity refuses the replay (broker.QueueFull), as every
-// broker of the port does.
+// signal. See broker.DeadLetterManager. A queue at its Capacity refuses
+// the replay (broker.QueueFull), as every broker of the port does.
+//
+// Of replays and deletes of one dead letter racing each other, one
+// succeeds; the others find it gone (broker.DeadLetterNotFound) and queue
+// nothing. The replay first claims the record (claimDead), which a racing
+// replay or delete of the record it read makes fail; then it publishes
+// the message, with the Nats-Msg-Id its record's first claim fixed, and
+// deletes the record. A replay that stops between the two (its process
+// dies, its delete fails) leaves the record claimed until the claim ends;
+// a later replay publishes the same Nats-Msg-Id, which the work stream's
+// duplicate window (the DedupWindow) folds into the first one's message.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -497,21 +504,120 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("natsjs: queue %s: dead letter %s: %w", q.name, id, err)
 	}
+	c, err := q.claimDead(ctx, id, raw)
+	if err != nil {
+		return err
+	}
+	// No request after the claim ends: another call may take the record
+	// over then.
+	ctx, cancelClaim := context.WithDeadline(ctx, c.until)
+	defer cancelClaim()
 	m := q.message(raw.Data, enqueued)
 	m.Header.Set(hdrID, id)
-	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.work))
+	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work))
 	if err != nil {
+		q.releaseDead(ctx, id, c)
 		return q.publishError(err)
 	}
 	q.wakeReady(ack.Sequence)
-	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
+	// The claim is gone only when the message died again since, and its
+	// new record replaced the claim: the replay is done all the same.
+	if err := q.dead.DeleteMsg(ctx, c.seq); err != nil && !notFound(err) {
 		return q.connError("replayed dead letter "+id+", but could not delete its record", err)
 	}
 	return nil
 }
 
+// A deadClaim is a replay's claim on a dead-letter record.
+type deadClaim struct {
+	record   *jetstream.RawStreamMsg // the record claimed
+	seq      uint64                  // the claim's sequence in the dead-letter stream
+	replayID string                  // the replayed message's Nats-Msg-Id
+	until    time.Time               // when the claim ends
+}
+
+// maxClaim bounds how long a claim on a dead letter lasts, and so how long
+// a replay that stopped halfway keeps other calls off the record.
+const maxClaim = time.Minute
+
+// claimDead claims raw, the record of dead letter id, for a replay: it
+// writes the record again, marked with when the claim ends (the call's
+// deadline, at most Options.Timeout and maxClaim from now), expecting raw
+// to be its subject's last record. That compare-and-set is what a racing
+// replay or delete that read the same record makes fail (the delete
+// removes raw; a claim replaces it, one record per subject), and this
+// call then finds the dead letter gone. A live claim of another call is
+// left to it, as gone too: that replay is under way.
+//
+// The first claim of a record names the replay's Nats-Msg-Id after it
+// ("replay-<id>-<its sequence>"), and every later claim keeps it, so that
+// a replay after one that stopped halfway publishes the same message.
+func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStreamMsg) (deadClaim, error) {
+	now := time.Now()
+	if claimed(raw.Header, now) {
+		return deadClaim{}, fmt.Errorf("natsjs: queue %s: dead letter %q is being replayed: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	until := now.Add(min(q.s.opts.Timeout, maxClaim))
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(until) {
+		until = deadline
+	}
+	replayID := raw.Header.Get(hdrReplayID)
+	if replayID == "" {
+		replayID = "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
+	}
+	m := deadCopy(raw)
+	m.Header.Set(hdrReplayID, replayID)
+	m.Header.Set(hdrClaimUntil, strconv.FormatInt(until.UnixNano(), 10))
+	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(raw.Sequence), jetstream.WithExpectStream(q.n.dead))
+	if isWrongLast(err) {
+		return deadClaim{}, fmt.Errorf("natsjs: queue %s: dead letter %q was replayed or deleted by a racing call: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	if err != nil {
+		return deadClaim{}, q.publishError(err)
+	}
+	return deadClaim{record: raw, seq: ack.Sequence, replayID: replayID, until: until}, nil
+}
+
+// releaseDead gives up claim c of dead letter id after the replay failed,
+// so that the next replay or delete need not wait for the claim to end. It
+// keeps the replay's Nats-Msg-Id: the failed publish may have been stored
+// all the same. A failure is only logged; the claim then ends on its own.
+func (q *Queue) releaseDead(ctx context.Context, id string, c deadClaim) {
+	ctx, cancel := q.s.bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	m := deadCopy(c.record)
+	m.Header.Set(hdrReplayID, c.replayID)
+	m.Header.Del(hdrClaimUntil)
+	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(c.seq), jetstream.WithExpectStream(q.n.dead)); err != nil {
+		q.s.opts.Logger.Warn("natsjs: a failed replay could not release its claim on the dead letter; it ends on its own",
+			"queue", q.name, "message", id, "until", c.until, "err", err)
+	}
+}
+
+// claimed reports whether the dead-letter record with headers h is
+// claimed by a replay at now.
+func claimed(h nats.Header, now time.Time) bool {
+	until, err := headerTime(h, hdrClaimUntil)
+	return err == nil && now.Before(until)
+}
+
+// deadCopy returns a message that writes raw, a dead-letter record, again:
+// its subject, payload and the adapter's headers (not the server's).
+func deadCopy(raw *jetstream.RawStreamMsg) *nats.Msg {
+	m := nats.NewMsg(raw.Subject)
+	m.Data = raw.Data
+	for k, v := range raw.Header {
+		if strings.HasPrefix(k, "Walbroker-") {
+			m.Header[k] = v
+		}
+	}
+	return m
+}
+
 // DeleteDeadLetter removes dead letter id for good; see
-// broker.DeadLetterManager.
+// broker.DeadLetterManager. A record a replay claimed is left to that
+// replay (see ReplayDeadLetter), as gone; of racing deletes and replays
+// one succeeds.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -524,6 +630,9 @@ func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	raw, err := q.deadRecord(ctx, id)
 	if err != nil {
 		return err
+	}
+	if claimed(raw.Header, time.Now()) {
+		return fmt.Errorf("natsjs: queue %s: dead letter %q is being replayed: %w", q.name, id, broker.DeadLetterNotFound)
 	}
 	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil {
 		if notFound(err) {

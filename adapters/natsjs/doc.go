@@ -29,7 +29,8 @@
 //     unbounded;
 //   - the dead-letter stream P_D_NAME (subject P.d.NAME.ID, one record per
 //     message ID): the payload, with ID, EnqueuedAt, FailedAt, reason, code,
-//     public cause and deliveries in headers;
+//     public cause and deliveries in headers, and a replay's claim on it
+//     (see ReplayDeadLetter);
 //   - the keys stream P_K_NAME (subject P.k.NAME.SHA256(key), one record
 //     per key, MaxAge DedupWindow + 1 min): each dedup key's EnqueuedAt
 //     and, once its message is stored, the message's ID;
@@ -189,8 +190,23 @@
 //     of the sentinel but a text (and public half) that names the
 //     server's max_payload and its value instead of MaxMessageBytes.
 //     Raise max_payload to carry 1 MiB payloads.
-//   - A replay whose dead-letter record could not be deleted afterwards
-//     leaves it: a second replay queues the message twice.
+//   - Dead-letter replay. Of replays and deletes of one dead letter racing
+//     each other one succeeds, and the others find it gone, as with every
+//     broker of the port: a replay first claims the record (writes it
+//     again, marked with when the claim ends, expecting the record it
+//     read), then publishes the message and deletes the record. A replay
+//     or delete that comes while another replay holds its claim finds the
+//     dead letter gone (DeadLetterNotFound) even when that replay then
+//     fails: the failed replay gives its claim back, and the dead letter
+//     is there again. A replay that stops halfway (its process dies, or
+//     its delete of the record fails) leaves the record claimed until the
+//     claim ends: Options.Timeout after it was made (at most a minute, and
+//     sooner when the call's context ends sooner), on the clock of the
+//     process that made it, so clock skew moves the end for the others.
+//     A later replay queues the message again only when the queue's
+//     DedupWindow has passed since the first one published it (within it,
+//     both carry one Nats-Msg-Id, and the work stream folds them); a later
+//     delete removes the record, not the message the first replay queued.
 //
 // A Store, its queues and every method are safe for concurrent use.
 package natsjs

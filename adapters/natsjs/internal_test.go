@@ -403,11 +403,11 @@ func TestParseDelivery(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", reply, err)
 		}
-		if d.seq != 17 || d.delivered != 3 || d.stored.UnixNano() != ts {
-			t.Fatalf("%s: got seq %d delivered %d stored %v", reply, d.seq, d.delivered, d.stored)
+		if d.seq != 17 || d.delivered != 3 || d.stored.UnixNano() != ts || d.pending != 5 {
+			t.Fatalf("%s: got seq %d delivered %d stored %v pending %d", reply, d.seq, d.delivered, d.stored, d.pending)
 		}
 	}
-	for _, reply := range []string{"", "_INBOX.x", "$JS.ACK.a.b.c", "$JS.ACK.P.c.x.17.99.1.5", "$JS.ACK.P.c.0.17.99.1.5", "$JS.ACK.P.c.1.0.99.1.5"} {
+	for _, reply := range []string{"", "_INBOX.x", "$JS.ACK.a.b.c", "$JS.ACK.P.c.x.17.99.1.5", "$JS.ACK.P.c.0.17.99.1.5", "$JS.ACK.P.c.1.0.99.1.5", "$JS.ACK.P.c.1.17.99.1.x"} {
 		if _, err := parseDelivery(&nats.Msg{Reply: reply}); err == nil {
 			t.Errorf("parseDelivery(%q) accepted it", reply)
 		}

@@ -204,6 +204,8 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 		wait = readyWait
 	}
 	var replies []string // of out's deliveries
+	var last delivery    // the last one pulled
+	var highest uint64   // the highest stream sequence pulled
 	for len(out) < max {
 		start := time.Now()
 		got, err := q.pull(ctx, max-len(out), wait)
@@ -234,6 +236,12 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			}
 		}
 		if len(got) > 0 {
+			last = got[len(got)-1]
+			for _, d := range got {
+				if d.seq > highest {
+					highest = d.seq
+				}
+			}
 			// A pull may end before the stream's last message when the
 			// server has stored messages its consumer was not yet told
 			// about: ask again, briefly, until a pull finds nothing.
@@ -246,7 +254,43 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 		// Nothing came, yet a message awaits its first delivery.
 		wait = readyWait
 	}
+	if len(out) == max {
+		q.drained(events, last, highest)
+	}
 	return out, nil
+}
+
+// drained is settle for a Receive that got all it asked for, which began
+// when readyEvents was events: last is the last delivery it pulled, and
+// highest the highest stream sequence. The server tells, with each
+// delivery, how many messages its consumer has left to deliver for the
+// first time; when the last one said none, no message this Queue knows of
+// was stored after those delivered, and no nack or lease of this Queue is
+// due (a redelivery, which that count leaves out), nothing is known to be
+// receivable now, and Wake stops saying so. It costs no request, where
+// settle asks the server, which a Receive that came back full would
+// otherwise pay for every batch.
+func (q *Queue) drained(events uint64, last delivery, highest uint64) {
+	if last.pending > 0 {
+		return
+	}
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.readyEvents != events || highest < q.stored {
+		return
+	}
+	for _, at := range q.retries {
+		if !at.After(now) {
+			return
+		}
+	}
+	for _, l := range q.leases {
+		if l.deliveries < q.policy.MaxDeliveries && !l.expiresAt.After(now) {
+			return
+		}
+	}
+	q.ready = false
 }
 
 // roomToPull reports whether ctx has a deadline that leaves time for one
@@ -380,8 +424,10 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 	visible := now.Add(delay)
 	out.VisibleAt = visible.Round(0)
 	q.mu.Lock()
+	// Kept without a delay too: until the message is delivered again, it
+	// is due (see drained).
+	q.retries[seq] = visible
 	if delay > 0 {
-		q.retries[seq] = visible
 		q.wakeLocked()
 	} else {
 		q.wakeReadyLocked()

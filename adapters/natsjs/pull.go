@@ -33,6 +33,7 @@ type delivery struct {
 	seq       uint64    // in the work stream
 	delivered int       // the server's count, this delivery included
 	stored    time.Time // when the server stored the message
+	pending   uint64    // the messages the consumer had left to deliver for the first time, after this one
 }
 
 // pullRequest is the body of a JetStream pull request: up to Batch
@@ -113,8 +114,9 @@ func parseDelivery(m *nats.Msg) (delivery, error) {
 	delivered, err1 := strconv.ParseUint(tokens[2], 10, 31)
 	seq, err2 := strconv.ParseUint(tokens[3], 10, 64)
 	stored, err3 := strconv.ParseInt(tokens[5], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil || delivered == 0 || seq == 0 {
+	pending, err4 := strconv.ParseUint(tokens[6], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || delivered == 0 || seq == 0 {
 		return delivery{}, fmt.Errorf("delivery with ack subject %q: bad metadata: %v", m.Reply, err)
 	}
-	return delivery{msg: m, seq: seq, delivered: int(delivered), stored: time.Unix(0, stored)}, nil
+	return delivery{msg: m, seq: seq, delivered: int(delivered), stored: time.Unix(0, stored), pending: pending}, nil
 }

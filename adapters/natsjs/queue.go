@@ -30,6 +30,8 @@ const (
 	hdrCode         = "Walbroker-Code"       // dead letter: dotted-quad code
 	hdrCause        = "Walbroker-Cause"      // dead letter: public text, Go-quoted
 	hdrDeliveries   = "Walbroker-Deliveries" // dead letter: deliveries
+	hdrReplayID     = "Walbroker-Replay"     // dead letter: the Nats-Msg-Id of its replay, fixed by its first claim
+	hdrClaimUntil   = "Walbroker-Claimed"    // dead letter: when a replay's claim on it ends, Unix nanoseconds
 	hdrBatchID      = "Nats-Batch-Id"        // atomic batch publish (server 2.12+)
 	hdrBatchSeq     = "Nats-Batch-Sequence"  //
 	hdrBatchEnd     = "Nats-Batch-Commit"    //

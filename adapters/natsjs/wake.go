@@ -39,11 +39,13 @@ const (
 //
 // Scheduled with In zero means a message may be receivable now: one was
 // published, replayed or nacked without delay since the last Receive that
-// came back short. Otherwise In and Scheduled know this Queue's leases and
-// delayed nacks: when the earliest of them lapses or ends its retry delay
-// (plus a 50 ms slack: the server's deadline is a little later than the
-// adapter's); a lease on its last allowed delivery does not count, since
-// its lapse makes a dead letter, not a receivable message. The leases and
+// came back short, or that came back full with the last message the
+// server had to offer and nothing of this Queue's due (see drained).
+// Otherwise In and Scheduled know this Queue's leases and delayed nacks:
+// when the earliest of them lapses or ends its retry delay (plus a 50 ms
+// slack: the server's deadline is a little later than the adapter's); a
+// lease on its last allowed delivery does not count, since its lapse
+// makes a dead letter, not a receivable message. The leases and
 // nacks of ANOTHER process are invisible here: while the server reports
 // leases this Queue did not hand out (asked when a Receive comes back
 // short, and at open), Wake names a look again Options.Recheck away (1 s

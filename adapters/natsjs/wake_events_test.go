@@ -83,3 +83,42 @@ func TestRaisingMaxDeliveriesClosesTheWakeSignal(t *testing.T) {
 		t.Errorf("raising MaxDeliveries left the wake signal handed out before it open, though Wake now schedules the lapse In=%v: a consumer that got Scheduled=false sleeps until some unrelated publish", after.In)
 	}
 }
+
+// TestAFullReceiveLeavesWakeReadyOnlyWhileSomethingIsLeft: a Receive that
+// got all it asked for clears Wake's "receivable now" only when nothing is
+// left: not while new messages are (the server's count of them, with the
+// last delivery), nor while a message nacked without delay waits for its
+// redelivery, which that count leaves out, long after the nack (Wake
+// names a nack's instant for a second only).
+func TestAFullReceiveLeavesWakeReadyOnlyWhileSomethingIsLeft(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "full", policy())
+	for _, p := range []string{"a", "b"} {
+		if _, err := q.Publish(ctx, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive(1): %d, %v", len(ds), err)
+	}
+	if w := q.Wake(); !w.Scheduled || w.In != 0 {
+		t.Fatalf("Wake after a Receive(1) that left a message: %+v, want Scheduled now", w)
+	}
+	// b first: the server redelivers in the order of the nacks, and a
+	// Receive that took the queue's newest message knows of nothing
+	// stored after it.
+	ds = append(receiveN(t, q, 1), ds...)
+	for _, d := range ds {
+		if _, err := q.Nack(ctx, d.Lease.Receipt, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
+		t.Fatalf("Receive(1) with two redeliveries due: %d, %v", len(ds), err)
+	}
+	if w := q.Wake(); !w.Scheduled || w.In != 0 {
+		t.Fatalf("Wake after a Receive(1) that left a due redelivery: %+v, want Scheduled now", w)
+	}
+}

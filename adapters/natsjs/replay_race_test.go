@@ -1,0 +1,129 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// TestARacingCallFindsADeadLetterBeingReplayedGone: while a replay of a
+// dead letter through one Store is publishing its message (held there by
+// its connection), a replay or a delete of the same dead letter through
+// another Store finds it gone (DeadLetterNotFound) and changes nothing;
+// the first replay then succeeds, and the message is queued once. Before
+// replays claimed their record, both replays read it, both published, and
+// the loser's delete, finding the record gone, counted as success: two
+// copies, two nil errors; and a delete there "removed for good" a message
+// the replay queued.
+func TestARacingCallFindsADeadLetterBeingReplayedGone(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		call func(*natsjs.Queue, context.Context, string) error
+	}{
+		{"replay", (*natsjs.Queue).ReplayDeadLetter},
+		{"delete", (*natsjs.Queue).DeleteDeadLetter},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			gate := &writeGate{held: make(chan struct{}), release: make(chan struct{})}
+			a := openBackend(t)
+			storeB, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: a.prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { storeB.Close() })
+			na := connect(t, sharedServer(t).ClientURL(), nats.SetCustomDialer(gatedDialer{gate}))
+			storeA, err := natsjs.Open(na, natsjs.Options{Prefix: a.prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { storeA.Close() })
+			qa, qb, q := mustQueue(t, storeA, "race", policy()), mustQueue(t, storeB, "race", policy()), mustQueue(t, a.Store, "race", policy())
+
+			m, err := q.Publish(ctx, []byte("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Reject(ctx, receiveOneWithin(t, q, "the message").Lease.Receipt, nil); err != nil {
+				t.Fatal(err)
+			}
+			gate.arm(a.prefix + ".q.race ") // the replay's publish, after its claim
+			errA := make(chan error, 1)
+			go func() { errA <- qa.ReplayDeadLetter(ctx, m.ID) }()
+			<-gate.held
+			errB := c.call(qb, ctx, m.ID)
+			close(gate.release)
+			if !errors.Is(errB, broker.DeadLetterNotFound) {
+				t.Errorf("a %s while another Store's replay publishes: %v, want DeadLetterNotFound", c.name, errB)
+			}
+			if err := <-errA; err != nil {
+				t.Fatalf("the replay that claimed the dead letter: %v", err)
+			}
+			if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+				t.Fatalf("dead letters after the replay: %d, %v; want none", len(dls), err)
+			}
+			d := receiveOneWithin(t, q, "the replayed message")
+			if d.Message.ID != m.ID || d.Deliveries != 1 {
+				t.Fatalf("received %q #%d, want %q #1", d.Message.ID, d.Deliveries, m.ID)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if ds, err := q.Receive(ctx, 10); err != nil || len(ds) != 0 {
+				t.Fatalf("after the replayed message: %d more, %v; want none", len(ds), err)
+			}
+		})
+	}
+}
+
+// writeGate holds the first write that contains match, once armed, until
+// release is closed.
+type writeGate struct {
+	mu      sync.Mutex
+	match   string
+	fired   bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (g *writeGate) arm(match string) { g.mu.Lock(); g.match = match; g.mu.Unlock() }
+
+func (g *writeGate) check(b []byte) {
+	g.mu.Lock()
+	hit := g.match != "" && !g.fired && strings.Contains(string(b), g.match)
+	if hit {
+		g.fired = true
+	}
+	g.mu.Unlock()
+	if hit {
+		close(g.held)
+		<-g.release
+	}
+}
+
+// gatedDialer dials connections whose writes pass its gate.
+type gatedDialer struct{ g *writeGate }
+
+func (d gatedDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return gatedConn{c, d.g}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	g *writeGate
+}
+
+func (c gatedConn) Write(b []byte) (int, error) {
+	c.g.check(b)
+	return c.Conn.Write(b)
+}

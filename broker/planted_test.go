@@ -196,3 +196,31 @@ func TestAReplacedIndexDirectoryIsRefused(t *testing.T) {
 		require.Equal(t, 2, q.Stats().Ready)
 	})
 }
+
+// A link planted in place of salvage/ is refused as index/'s is (Open: a
+// symbolic link where the store's own files belong): a salvage writes
+// there the copies of damaged segments, payloads and all, and would write
+// them wherever the link points.
+func TestOpenRefusesAPlantedSalvageLink(t *testing.T) {
+	e, _, _, _ := corruptLog(t)
+	outside := t.TempDir()
+	link := filepath.Join(e.dir, "salvage")
+	require.NoError(t, os.Symlink(outside, link))
+
+	opts := e.opts
+	opts.Salvage = true
+	s, err := broker.Open(e.dir, opts)
+	if s != nil {
+		defer s.Close()
+	}
+	written, rerr := os.ReadDir(outside)
+	require.NoError(t, rerr)
+	var names []string
+	for _, w := range written {
+		names = append(names, w.Name())
+	}
+	require.Empty(t, names, "Open wrote the store's files through the planted link %s into %s", link, outside)
+	require.ErrorIs(t, err, vfs.ErrForeign)
+	require.ErrorIs(t, err, fs.ErrPermission)
+	require.ErrorContains(t, err, link)
+}

@@ -118,6 +118,12 @@ func Open(dir string, opts Options) (*Log, error) {
 // rotation may leave, repairs or refuses what the scans found, forgets the
 // clean mark, and makes durable what the log is about to build on.
 func (l *Log) recover() error {
+	if err := vfs.CheckDir(l.opts.FS, filepath.Join(l.dir, salvageDirName)); err != nil {
+		// A salvage writes its copies and its list there: a link
+		// planted in its place would have them written wherever it
+		// points, payloads included.
+		return fmt.Errorf("wal: open %s: %w", l.dir, err)
+	}
 	prior, listed, err := l.readUnfinished()
 	if err != nil {
 		return err
@@ -779,6 +785,9 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 func (l *Log) keepAside(seq uint32, data []byte) (string, error) {
 	fs := l.opts.FS
 	dir := filepath.Join(l.dir, salvageDirName)
+	if err := vfs.CheckDir(fs, dir); err != nil {
+		return "", err
+	}
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return "", err
 	}

@@ -113,7 +113,21 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
 		// Its name may not be durable: a failed Backup leaves no dir,
 		// so that the caller's retry to the same place is not refused.
-		return fail(errors.Join(fmt.Errorf("the copy's name could not be made durable, and the copy is removed: %w", err), removePartial(fs, dir))), nil
+		// It is renamed back before it is removed: a removal that
+		// fails part way then leaves a partial copy, which the next
+		// Backup recognises and removes, never a marked one under
+		// dir's name, which would open as a store missing messages.
+		rmErr := fs.Rename(dir, tmp)
+		if rmErr == nil {
+			rmErr = removePartial(fs, tmp)
+		} else {
+			rmErr = errors.Join(rmErr, removePartial(fs, dir))
+		}
+		what := "the copy is removed"
+		if rmErr != nil {
+			what = "the copy could not be removed"
+		}
+		return fail(errors.Join(fmt.Errorf("the copy's name could not be made durable, and %s: %w", what, err), rmErr)), nil
 	}
 	if markErr = fs.Remove(filepath.Join(dir, partialMark)); markErr == nil {
 		_ = fs.SyncDir(dir) // else the copy's first Open removes the mark

@@ -74,7 +74,7 @@ type Options struct {
 	// when nothing else asks for one. Zero means 100 ms.
 	SyncInterval time.Duration
 	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
-	// otherwise at least 16 KiB. One publish (a whole batch) must fit in one
+	// otherwise at least 16 KiB and at most 1 GiB. One publish (a whole batch) must fit in one
 	// segment, and each segment keeps 1/16 of itself (at least 1 KiB, at
 	// most 256 KiB) for the queue declarations it starts with, which
 	// bounds how many queues a store declares: about 2,000 with names of
@@ -147,6 +147,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.SyncInterval < 0 {
 		return o, fmt.Errorf("broker: negative Options.SyncInterval %v: %w", o.SyncInterval, QueueMisconfigured)
+	}
+	if o.FS != nil && vfs.IsNil(o.FS) {
+		return o, fmt.Errorf("broker: Options.FS is a nil %T (a nil FS means the real one; a nil pointer is none): %w", o.FS, QueueMisconfigured)
 	}
 	o.Logger = guardLogger(o.Logger)
 	if o.SegmentBytes != 0 && (o.SegmentBytes < MinSegmentBytes || o.SegmentBytes > wal.MaxSegmentBytes) {

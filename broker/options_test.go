@@ -102,3 +102,20 @@ func TestAMaxMessageBytesUpToWhatASegmentHoldsIsAccepted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, most, len(mustReceiveOne(t, q).Message.Payload))
 }
+
+// A nil pointer of an FS type in Options.FS is a bad option, refused with
+// an error naming the field: a nil FS means the real one, but a nil
+// *FaultFS in the interface is not nil, and its first call would panic.
+func TestOpenWithANilPointerAsItsFSRefuses(t *testing.T) {
+	for name, fsys := range map[string]vfs.FS{"*vfs.FaultFS": (*vfs.FaultFS)(nil), "*vfs.CrashFS": (*vfs.CrashFS)(nil)} {
+		t.Run(name, func(t *testing.T) {
+			var s *broker.Store
+			var err error
+			require.NotPanics(t, func() { s, err = broker.Open(t.TempDir(), broker.Options{FS: fsys}) }, "Open with a nil %s as Options.FS", name)
+			if s != nil {
+				_ = s.Close()
+			}
+			requireErrorIs(t, err, broker.QueueMisconfigured, "Options.FS")
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"os"
+	"reflect"
 
 	"github.com/edsrzf/mmap-go"
 )
@@ -88,6 +89,17 @@ type DirChecker interface {
 	// symbolic link, not a directory, or owned by a user other than
 	// this process's or root. A dir that does not exist is no error.
 	CheckDir(dir string) error
+}
+
+// IsNil reports whether fs is nil, or a nil pointer of a type that
+// implements FS: a nil *FaultFS in an interface is not a nil FS, and its
+// first method call would panic. Options that take an FS refuse one.
+func IsNil(fs FS) bool {
+	if fs == nil {
+		return true
+	}
+	v := reflect.ValueOf(fs)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // CheckDir asks fs whether dir is a directory the store could have made

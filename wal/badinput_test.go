@@ -1,12 +1,14 @@
 package wal
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // requireAllReadable asserts that every record of es reads back as written.
@@ -127,4 +129,17 @@ func TestCopyToAnEndPastTheLogsEndIsErrNotFound(t *testing.T) {
 		require.Empty(t, names, "end %v: nothing written", end)
 	}
 	requireAllReadable(t, l, es)
+}
+
+// A nil pointer of an FS type in Options.FS is refused, not taken for the
+// nil FS that means the real one: its first call would panic.
+func TestOpenWithANilPointerAsItsFSRefuses(t *testing.T) {
+	for _, fsys := range []vfs.FS{(*vfs.FaultFS)(nil), (*vfs.CrashFS)(nil)} {
+		var l *Log
+		var err error
+		require.NotPanics(t, func() { l, err = Open(t.TempDir(), Options{FS: fsys}) }, "%T", fsys)
+		require.Nil(t, l)
+		require.ErrorIs(t, err, ErrBadOptions)
+		require.ErrorContains(t, err, fmt.Sprintf("FS is a nil %T", fsys))
+	}
 }

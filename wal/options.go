@@ -123,6 +123,8 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.FS == nil {
 		o.FS = vfs.Default
+	} else if vfs.IsNil(o.FS) {
+		return o, fmt.Errorf("%w: FS is a nil %T (a nil FS means the real one; a nil pointer is none)", ErrBadOptions, o.FS)
 	}
 	if o.SegmentBytes == 0 {
 		o.SegmentBytes = DefaultSegmentBytes

@@ -143,7 +143,7 @@ func (l *Log) recover() error {
 		return err
 	}
 	for _, path := range d.stale {
-		if err := l.opts.FS.Remove(path); err != nil {
+		if err := l.opts.FS.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("wal: open %s: %w", l.dir, err)
 		}
 	}
@@ -761,6 +761,12 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	d := Damage{File: path, Segment: seq, Offset: 0, Length: int(size), Cause: cause, CopiedTo: copyTo}
 	if err := l.noteSalvage(d); err != nil {
 		return nil, err
+	}
+	// A salvage of this segment that failed before its rename left the
+	// file it was making: a leftover, removed before it is made again
+	// (recover removes the others only after the scan this runs in).
+	if err := fs.Remove(path + tmpSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
 	f, err := segment.Create(fs, path+tmpSuffix, seq, segment.NewSalt(), l.opts.SegmentBytes)
 	if err == nil {

@@ -260,3 +260,39 @@ func TestSalvageDoneEndsWhatKeepSalvageListKept(t *testing.T) {
 	require.NoError(t, l.SalvageDone(), "nothing to remove")
 	require.NoError(t, l.Close())
 }
+
+// "A salvage that fails part way ... can be run again" (docs/DESIGN.md,
+// Recovery), a salvage of a segment cut below its header too: it builds
+// the replacement under a temporary name, and one that failed before the
+// rename left that file, which the next salvage of the segment removes
+// before making it again (the other leftovers are removed only after the
+// scan it runs in).
+func TestASalvageOfACutSegmentThatFailedCanBeRunAgain(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	want := appendRecords(t, l, 0, 200)
+	require.GreaterOrEqual(t, l.Stats().Segments, 4)
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Truncate(segFile(dir, 2), 0))
+
+	// The first salvage fails where it renames the new segment into place.
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: segName(2) + tmpSuffix, Err: syscall.EIO, Times: 1})
+	_, err := Open(dir, Options{SegmentBytes: 2048, Salvage: true, FS: ffs})
+	require.ErrorIs(t, err, syscall.EIO)
+	require.Positive(t, ffs.Injected(vfs.OpRename), "the fault was met")
+	_, statErr := os.Stat(filepath.Join(dir, segName(2)+tmpSuffix))
+	require.NoError(t, statErr, "the failed salvage left its temporary segment (as a crash would)")
+
+	// Run again, on a healthy disk.
+	l, err = Open(dir, Options{SegmentBytes: 2048, Salvage: true})
+	require.NoError(t, err, "a salvage that failed part way cannot be run again")
+	defer l.Close()
+	var kept []entry
+	for _, e := range want {
+		if e.pos.Segment() != 2 {
+			kept = append(kept, e)
+		}
+	}
+	requireEntries(t, kept, readAll(t, l))
+}

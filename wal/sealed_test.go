@@ -167,7 +167,7 @@ func TestSalvageReplacesASegmentCutBelowItsHeader(t *testing.T) {
 // TestVerifiedPositionPastTheEndIsRefused: a verified position in the
 // zero-filled space past the last frame would have the writer go on
 // there, after a gap that the next Open reads as corruption. With nothing
-// after it and a zero before it, Open scans the whole segment instead,
+// after it, Open scans the whole segment instead,
 // finds the frames ending before the position it was told was durable,
 // and refuses the log now, naming both; without the wrong hint the log
 // opens whole.

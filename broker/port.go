@@ -391,7 +391,8 @@ type PolicyValue struct {
 	// remembered, measured on the broker's clock from the enqueue of its
 	// message: a key strictly older than the window is forgotten, and its
 	// next publish enqueues a new message. While the clock reads earlier
-	// than it has read before (it went backwards), nothing is forgotten.
+	// than the latest instant the queue recorded (an enqueue, or an
+	// eviction's reading), nothing is forgotten: it went backwards.
 	//
 	// Zero means [DefaultDedupWindow]. Negative, or above
 	// [MaxDeadlineOffset], is refused ([QueueMisconfigured]).

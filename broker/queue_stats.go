@@ -88,7 +88,8 @@ func (q *Queue) statsNow() QueueStats {
 // Wake returns what an idle consumer should wait on; see Waker. Signal is
 // closed by the next Publish, Nack that hands a message back, replay,
 // policy change, or Extend that brings a lease's lapse closer, on this
-// queue in this process. In is measured on the broker clock.
+// queue in this process, and for good when the store closes or stops. In
+// is measured on the broker clock.
 func (q *Queue) Wake() WakeValue {
 	if q == nil {
 		return WakeValue{Signal: lookNow}

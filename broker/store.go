@@ -165,8 +165,8 @@ func (s *Store) reservedSeqs(bound uint64) {
 // damage: Open refuses it with an error wrapping errors.ErrUnsupported,
 // Salvage or not, and changes no file. A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
-// than the process's (root's are accepted), or an index subdirectory
-// that is a link, a file or another user's, is refused with an error
+// than the process's (root's are accepted), or an index or salvage
+// subdirectory that is a link, a file or another user's, is refused with an error
 // wrapping fs.ErrPermission (and vfs.ErrForeign) that names it: in a
 // directory others can write, it was planted, and a planted segment would
 // deliver messages, and accept receipts, that someone else made up. The

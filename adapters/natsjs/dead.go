@@ -476,7 +476,8 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // once, its delivery count reset (it is a new message of the work stream),
 // keeping its ID, payload and EnqueuedAt; it closes this Queue's wake
 // signal. See broker.DeadLetterManager. A queue at its Capacity refuses
-// the replay (broker.QueueFull), as every broker of the port does.
+// the replay (broker.QueueFull), as every broker of the port does; a
+// message whose last lease lapsed holds no place (see Queue.full).
 //
 // Of replays and deletes of one dead letter racing each other, one
 // succeeds; the others find it gone (broker.DeadLetterNotFound) and queue
@@ -514,7 +515,13 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	defer cancelClaim()
 	m := q.message(raw.Data, enqueued)
 	m.Header.Set(hdrID, id)
-	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work))
+	// Through full, as Publish: the places of messages whose last lease
+	// lapsed are free, whether or not the server noticed yet.
+	var ack *jetstream.PubAck
+	err = q.full(ctx, func() (err error) {
+		ack, err = q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work))
+		return err
+	})
 	if err != nil {
 		q.releaseDead(ctx, id, c)
 		return q.publishError(err)

@@ -124,13 +124,14 @@
 //     at its deadline only for a first delivery; for a redelivered message
 //     only at the consumer's next pull, and until then the message holds
 //     its place of the Capacity. The Store that handed the lease out knows
-//     the message is dead from its ExpiresAt: a publish of that Store
-//     refused as full, and each of its sweeps (above), bury the messages
-//     of its own lapsed last leases at once (the dead letter, then +TERM
-//     on the lease's delivery), so the publish is admitted. Otherwise the
-//     dead letter appears after some Store's next Receive, and a publish
-//     of another Store is refused as full until then (its FailedAt is
-//     still the lease's ExpiresAt when this Store handed the lease out).
+//     the message is dead from its ExpiresAt: a publish or replay of that
+//     Store refused as full, and each of its sweeps (above), bury the
+//     messages of its own lapsed last leases at once (the dead letter,
+//     then +TERM on the lease's delivery), so the publish or replay is
+//     admitted. Otherwise the dead letter appears after some Store's next
+//     Receive, and a publish or replay of another Store is refused as
+//     full until then (its FailedAt is still the lease's ExpiresAt when
+//     this Store handed the lease out).
 //     "Last" is by this Store's policy: a MaxDeliveries raised through
 //     another Store, which this one has not declared, is not seen.
 //   - A death whose advisory the server dropped (above) is found only

@@ -195,22 +195,44 @@ func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 	return out
 }
 
-// buryLapsedLast buries the message at seq, with payload, whose last
-// lease l lapsed. A message that already has a dead-letter record (a
-// Reject or Nack that stopped after it wrote the record, and whose
-// restored lease then lapsed) keeps it, as in buryAbandoned: its delivery
-// is only terminated.
-func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, payload []byte) error {
-	if _, err := q.deadRecord(ctx, l.id); err == nil {
+// buryLapsedLast buries raw, the message at seq whose last lease l
+// lapsed. A message whose death is recorded already (a Reject or Nack
+// that stopped after it wrote the record, and whose restored lease then
+// lapsed; see deathRecorded) keeps its record, as in buryAbandoned: its
+// delivery is only terminated.
+func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *jetstream.RawStreamMsg) error {
+	if recorded, err := q.deathRecorded(ctx, l.id, raw.Header); err != nil {
+		return err
+	} else if recorded {
 		if err := q.tell(ctx, l.reply, "+TERM"); err != nil {
 			return q.connError("remove dead letter "+l.id+" from the queue", err)
 		}
 		return nil
-	} else if !errors.Is(err, broker.DeadLetterNotFound) {
-		return err
 	}
-	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: payload, deliveries: l.deliveries,
+	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
 		failedAt: l.expiresAt, reply: l.reply}, broker.ReasonLeaseExpired, 0, "")
+}
+
+// deathRecorded reports whether dead letter id has a record of the death
+// of the message with headers h, which the work stream still holds. Any
+// record of id does, but one a replay claimed when the message is a
+// replay's copy of id: that record is of an earlier death, left by a
+// replay that published the copy and stopped before it deleted the
+// record (see ReplayDeadLetter). Kept, it would hide the copy's own
+// death, and a later replay, publishing the record's Nats-Msg-Id again,
+// would be folded into the dead copy: nothing queued, the record deleted,
+// the message lost. So that death is buried as any other, with a fresh
+// record, which a later replay publishes under a fresh Nats-Msg-Id.
+func (q *Queue) deathRecorded(ctx context.Context, id string, h nats.Header) (bool, error) {
+	raw, err := q.deadRecord(ctx, id)
+	if errors.Is(err, broker.DeadLetterNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	replayCopy := strings.HasPrefix(h.Get(jetstream.MsgIDHeader), replayIDPrefix(id))
+	return raw.Header.Get(hdrReplayID) == "" || !replayCopy, nil
 }
 
 // buryLapsedLastLocked buries the messages of lapsedLast as LEASE_EXPIRED
@@ -232,7 +254,7 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 			return q.connError("read message "+l.id+" whose last lease lapsed", err)
 		}
 		if err == nil {
-			if err := q.buryLapsedLast(ctx, seq, l, raw.Data); err != nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw); err != nil {
 				return err
 			}
 		}
@@ -264,9 +286,9 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 // that looks sweeps again. Its FailedAt is that later sweep's instant and
 // its Deliveries the policy's MaxDeliveries, or, when this Queue handed
 // the last lease out, that lease's ExpiresAt and count: the server's
-// instant of the lapse and count were never told. A message that already
-// has a dead-letter record (a bury that stopped before its delete) is
-// only deleted. Called with sweepMu held.
+// instant of the lapse and count were never told. A message whose death
+// is recorded already (a bury that stopped before its delete; see
+// deathRecorded) is only deleted. Called with sweepMu held.
 func (q *Queue) sweepAbandonedLocked(ctx context.Context) error {
 	ci, err := q.cons.Info(ctx)
 	if err != nil {
@@ -334,13 +356,13 @@ const abandonGrace = time.Second
 // count unless the policy changed.
 func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, deliveries int, now time.Time) error {
 	id, enqueued := identity(raw.Header, raw.Sequence, raw.Time)
-	if _, err := q.deadRecord(ctx, id); err == nil {
+	if recorded, err := q.deathRecorded(ctx, id, raw.Header); err != nil {
+		return err
+	} else if recorded {
 		if err := q.work.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
 			return q.connError("remove dead letter "+id+" from the queue", err)
 		}
 		return nil
-	} else if !errors.Is(err, broker.DeadLetterNotFound) {
-		return err
 	}
 	failedAt := now
 	q.mu.Lock()
@@ -487,7 +509,8 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // deletes the record. A replay that stops between the two (its process
 // dies, its delete fails) leaves the record claimed until the claim ends;
 // a later replay publishes the same Nats-Msg-Id, which the work stream's
-// duplicate window (the DedupWindow) folds into the first one's message.
+// duplicate window (the DedupWindow) folds into the first one's message
+// while the work stream holds it (see publishReplay).
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -501,6 +524,12 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	return q.replay(ctx, id, raw)
+}
+
+// replay replays raw, the record of dead letter id: it claims the record,
+// publishes the message and deletes the record.
+func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamMsg) error {
 	enqueued, err := headerTime(raw.Header, hdrEnqueued)
 	if err != nil {
 		return fmt.Errorf("natsjs: queue %s: dead letter %s: %w", q.name, id, err)
@@ -513,20 +542,12 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	// over then.
 	ctx, cancelClaim := context.WithDeadline(ctx, c.until)
 	defer cancelClaim()
-	m := q.message(raw.Data, enqueued)
-	m.Header.Set(hdrID, id)
-	// Through full, as Publish: the places of messages whose last lease
-	// lapsed are free, whether or not the server noticed yet.
-	var ack *jetstream.PubAck
-	err = q.full(ctx, func() (err error) {
-		ack, err = q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work))
-		return err
-	})
+	seq, err := q.publishReplay(ctx, id, raw.Data, enqueued, c)
 	if err != nil {
 		q.releaseDead(ctx, id, c)
-		return q.publishError(err)
+		return err
 	}
-	q.wakeReady(ack.Sequence)
+	q.wakeReady(seq)
 	// The claim is gone only when the message died again since, and its
 	// new record replaced the claim: the replay is done all the same.
 	if err := q.dead.DeleteMsg(ctx, c.seq); err != nil && !notFound(err) {
@@ -534,6 +555,61 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// publishReplay publishes the message of dead letter id (its payload and
+// EnqueuedAt) for the replay that holds claim c, and returns its sequence
+// in the work stream. It publishes through full, as Publish does: the
+// places of messages whose last lease lapsed are free, whether or not the
+// server noticed yet.
+//
+// The work stream takes a publish with the claim's Nats-Msg-Id for a
+// duplicate when an earlier replay of the record published the message
+// and stopped before it deleted the record. That earlier copy stands for
+// this one only while the work stream holds it: once it is gone
+// (acknowledged, or dead since, its record replaced by a later death),
+// the message is published again under a Nats-Msg-Id of this claim's
+// own, so that the replay never reports success with nothing queued. A
+// copy that was acknowledged is then processed twice, which
+// at-least-once permits; a loss it does not.
+func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c deadClaim) (uint64, error) {
+	m := q.message(payload, enqueued)
+	m.Header.Set(hdrID, id)
+	publish := func(msgID string) (ack *jetstream.PubAck, err error) {
+		err = q.full(ctx, func() (err error) {
+			ack, err = q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(q.n.work))
+			return err
+		})
+		if err != nil {
+			return nil, q.publishError(err)
+		}
+		return ack, nil
+	}
+	ack, err := publish(c.replayID)
+	if err != nil || !ack.Duplicate {
+		return ackSequence(ack), err
+	}
+	if _, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
+		return ack.Sequence, nil
+	} else if !notFound(err) {
+		return 0, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
+	}
+	// The claim's sequence in the dead-letter stream names no first claim
+	// (those are named after a record no claim wrote): a fresh ID.
+	ack, err = publish(replayIDPrefix(id) + strconv.FormatUint(c.seq, 10))
+	return ackSequence(ack), err
+}
+
+// ackSequence is the stream sequence ack names; 0 for none.
+func ackSequence(ack *jetstream.PubAck) uint64 {
+	if ack == nil {
+		return 0
+	}
+	return ack.Sequence
+}
+
+// replayIDPrefix begins every Nats-Msg-Id a replay of dead letter id
+// publishes under.
+func replayIDPrefix(id string) string { return "replay-" + id + "-" }
 
 // A deadClaim is a replay's claim on a dead-letter record.
 type deadClaim struct {
@@ -570,7 +646,7 @@ func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStre
 	}
 	replayID := raw.Header.Get(hdrReplayID)
 	if replayID == "" {
-		replayID = "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
+		replayID = replayIDPrefix(id) + strconv.FormatUint(raw.Sequence, 10)
 	}
 	m := deadCopy(raw)
 	m.Header.Set(hdrReplayID, replayID)

@@ -204,10 +204,14 @@
 //     claim ends: Options.Timeout after it was made (at most a minute, and
 //     sooner when the call's context ends sooner), on the clock of the
 //     process that made it, so clock skew moves the end for the others.
-//     A later replay queues the message again only when the queue's
-//     DedupWindow has passed since the first one published it (within it,
-//     both carry one Nats-Msg-Id, and the work stream folds them); a later
-//     delete removes the record, not the message the first replay queued.
+//     A later replay publishes the message with the same Nats-Msg-Id,
+//     which the work stream folds into the first one's copy while it
+//     stores that copy and the DedupWindow lasts; otherwise (the copy was
+//     acknowledged, or the window passed) the message is queued again:
+//     processed twice, never lost. When the copy dies (Nack, Reject, a lapse), its death
+//     replaces the claimed record as any death does, and a replay of it
+//     publishes under a fresh Nats-Msg-Id. A later delete removes the
+//     record, not the message the first replay queued.
 //
 // A Store, its queues and every method are safe for concurrent use.
 package natsjs

@@ -510,7 +510,11 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // dies, its delete fails) leaves the record claimed until the claim ends;
 // a later replay publishes the same Nats-Msg-Id, which the work stream's
 // duplicate window (the DedupWindow) folds into the first one's message
-// while the work stream holds it (see publishReplay).
+// while the work stream holds it (see publishReplay). The claim ends with
+// the call, but a publish the server did not answer may be stored after
+// it: such a replay leaves its claim, ended, for a delete to finish the
+// replay rather than remove the record (see releaseDead and
+// DeleteDeadLetter).
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -542,9 +546,9 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 	// over then.
 	ctx, cancelClaim := context.WithDeadline(ctx, c.until)
 	defer cancelClaim()
-	seq, err := q.publishReplay(ctx, id, raw.Data, enqueued, c)
+	seq, sent, err := q.publishReplay(ctx, id, raw.Data, enqueued, c)
 	if err != nil {
-		q.releaseDead(ctx, id, c)
+		q.releaseDead(ctx, id, c, sent)
 		return err
 	}
 	q.wakeReady(seq)
@@ -562,6 +566,9 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 // places of messages whose last lease lapsed are free, whether or not the
 // server noticed yet.
 //
+// sent reports, with an error, whether a publish of it may have been
+// stored all the same (see refused).
+//
 // The work stream takes a publish with the claim's Nats-Msg-Id for a
 // duplicate when an earlier replay of the record published the message
 // and stopped before it deleted the record. That earlier copy stands for
@@ -571,32 +578,43 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 // own, so that the replay never reports success with nothing queued. A
 // copy that was acknowledged is then processed twice, which
 // at-least-once permits; a loss it does not.
-func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c deadClaim) (uint64, error) {
+func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c deadClaim) (seq uint64, sent bool, err error) {
 	m := q.message(payload, enqueued)
 	m.Header.Set(hdrID, id)
-	publish := func(msgID string) (ack *jetstream.PubAck, err error) {
-		err = q.full(ctx, func() (err error) {
+	publish := func(msgID string) (*jetstream.PubAck, bool, error) {
+		var ack *jetstream.PubAck
+		err := q.full(ctx, func() (err error) {
 			ack, err = q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(q.n.work))
 			return err
 		})
 		if err != nil {
-			return nil, q.publishError(err)
+			return nil, !refused(err), q.publishError(err)
 		}
-		return ack, nil
+		return ack, false, nil
 	}
-	ack, err := publish(c.replayID)
+	ack, sent, err := publish(c.replayID)
 	if err != nil || !ack.Duplicate {
-		return ackSequence(ack), err
+		return ackSequence(ack), sent, err
 	}
 	if _, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
-		return ack.Sequence, nil
+		return ack.Sequence, false, nil
 	} else if !notFound(err) {
-		return 0, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
+		return 0, false, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
 	}
 	// The claim's sequence in the dead-letter stream names no first claim
 	// (those are named after a record no claim wrote): a fresh ID.
-	ack, err = publish(replayIDPrefix(id) + strconv.FormatUint(c.seq, 10))
-	return ackSequence(ack), err
+	ack, sent, err = publish(replayIDPrefix(id) + strconv.FormatUint(c.seq, 10))
+	return ackSequence(ack), sent, err
+}
+
+// refused reports whether a publish failed with the server's answer (or
+// before it was sent), so that it stored nothing and never will; any
+// other failure (a timeout, a lost connection) leaves a publish that may
+// have been stored, or may yet be: the server can store it after the
+// call that sent it gave up.
+func refused(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) || errors.Is(err, nats.ErrMaxPayload)
 }
 
 // ackSequence is the stream sequence ack names; 0 for none.
@@ -663,14 +681,24 @@ func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStre
 
 // releaseDead gives up claim c of dead letter id after the replay failed,
 // so that the next replay or delete need not wait for the claim to end. It
-// keeps the replay's Nats-Msg-Id: the failed publish may have been stored
-// all the same. A failure is only logged; the claim then ends on its own.
-func (q *Queue) releaseDead(ctx context.Context, id string, c deadClaim) {
+// keeps the replay's Nats-Msg-Id, for the next replay to publish again.
+// When the failed publish may have been stored all the same, or may yet
+// be (sent; see refused), or an earlier replay's may (the record claimed
+// carried an ended claim), the record keeps a claim, ended now: the
+// dead letter is there again for a replay, and a delete finishes the
+// replay rather than remove what may be queued (see DeleteDeadLetter).
+// Otherwise the record is as it was before the claim. A failure is only
+// logged; the claim then ends on its own.
+func (q *Queue) releaseDead(ctx context.Context, id string, c deadClaim, sent bool) {
 	ctx, cancel := q.s.bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	m := deadCopy(c.record)
 	m.Header.Set(hdrReplayID, c.replayID)
-	m.Header.Del(hdrClaimUntil)
+	if sent || c.record.Header.Get(hdrClaimUntil) != "" {
+		m.Header.Set(hdrClaimUntil, strconv.FormatInt(time.Now().UnixNano(), 10))
+	} else {
+		m.Header.Del(hdrClaimUntil)
+	}
 	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(c.seq), jetstream.WithExpectStream(q.n.dead)); err != nil {
 		q.s.opts.Logger.Warn("natsjs: a failed replay could not release its claim on the dead letter; it ends on its own",
 			"queue", q.name, "message", id, "until", c.until, "err", err)
@@ -701,6 +729,16 @@ func deadCopy(raw *jetstream.RawStreamMsg) *nats.Msg {
 // broker.DeadLetterManager. A record a replay claimed is left to that
 // replay (see ReplayDeadLetter), as gone; of racing deletes and replays
 // one succeeds.
+//
+// A claim that ended without its replay learning whether its publish was
+// stored (the replay timed out, lost its connection or its process, or
+// an earlier one did; see releaseDead) leaves a record the delete cannot
+// remove for good: that publish may be stored still, at any later time,
+// by a server that got it after the call gave up. Such a record is
+// replayed instead, under the claim's Nats-Msg-Id, which the work stream
+// folds into that publish's copy, stored before or after, and the delete
+// finds the dead letter gone (broker.DeadLetterNotFound): the replay won
+// the race.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -716,6 +754,12 @@ func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	}
 	if claimed(raw.Header, time.Now()) {
 		return fmt.Errorf("natsjs: queue %s: dead letter %q is being replayed: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	if raw.Header.Get(hdrClaimUntil) != "" {
+		if err := q.replay(ctx, id, raw); err != nil {
+			return fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay may yet queue it, and finishing that replay failed: %w", q.name, id, err)
+		}
+		return fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay, which may have queued it, is finished: %w", q.name, id, broker.DeadLetterNotFound)
 	}
 	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil {
 		if notFound(err) {

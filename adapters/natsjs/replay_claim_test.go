@@ -39,8 +39,8 @@ func deadLetterOf(t *testing.T, q *Queue) (string, *jetstream.RawStreamMsg) {
 // TestALiveClaimKeepsOtherCallsOffADeadLetter: while a replay's claim on a
 // dead letter lasts, another replay or a delete of it finds it gone and
 // changes nothing, and DeadLetters still lists it (the replay has not
-// queued the message yet); once the claim is released, as a replay that
-// failed releases it, a delete removes it.
+// queued the message yet); once the claim is released, as a replay whose
+// publish the server refused releases it, a delete removes it.
 func TestALiveClaimKeepsOtherCallsOffADeadLetter(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "claim", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
@@ -61,7 +61,7 @@ func TestALiveClaimKeepsOtherCallsOffADeadLetter(t *testing.T) {
 	if _, err := q.claimDead(ctx, id, raw); !errors.Is(err, broker.DeadLetterNotFound) {
 		t.Errorf("a claim on the record the first claim replaced: %v, want DeadLetterNotFound", err)
 	}
-	q.releaseDead(ctx, id, c)
+	q.releaseDead(ctx, id, c, false)
 	if err := q.DeleteDeadLetter(ctx, id); err != nil {
 		t.Fatalf("delete once the claim was released: %v", err)
 	}

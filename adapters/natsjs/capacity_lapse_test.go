@@ -64,3 +64,42 @@ func TestCapacityFreedWhenARedeliveredLastLeaseLapses(t *testing.T) {
 		t.Fatalf("received %s, want the admitted %s", got.Message.ID, b.ID)
 	}
 }
+
+// TestAReplayIntoAPlaceHeldByALapsedLastDeliveryIsAdmitted: as
+// TestCapacityFreedWhenARedeliveredLastLeaseLapses, for a replay: the
+// queue's only live message died when its last lease (delivery 2, handed
+// out by this Store) lapsed, so the queue is below its Capacity and
+// ReplayDeadLetter is admitted, as a Publish would be.
+func TestAReplayIntoAPlaceHeldByALapsedLastDeliveryIsAdmitted(t *testing.T) {
+	ctx := context.Background()
+	q := mustQueue(t, openBackend(t).Store, "capreplay", policy(func(p *broker.PolicyValue) {
+		p.Capacity = 1
+		p.MaxDeliveries = 2
+		p.VisibilityTimeout = time.Second
+	}))
+	dead, err := q.Publish(ctx, []byte("rejected"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Reject(ctx, receiveOneWithin(t, q, "the message to reject").Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, []byte("doomed")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Nack(ctx, receiveOneWithin(t, q, "the doomed message").Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveOneWithin(t, q, "the redelivery")
+	if d.Deliveries != 2 {
+		t.Fatalf("redelivery has Deliveries %d, want 2", d.Deliveries)
+	}
+	time.Sleep(time.Until(d.Lease.ExpiresAt) + 50*time.Millisecond)
+	if err := q.ReplayDeadLetter(ctx, dead.ID); err != nil {
+		t.Fatalf("ReplayDeadLetter %v after the only live message's last lease lapsed at %v: %v",
+			time.Since(d.Lease.ExpiresAt).Round(time.Millisecond), d.Lease.ExpiresAt.Format(time.RFC3339Nano), err)
+	}
+	if got := receiveOneWithin(t, q, "the replayed message"); got.Message.ID != dead.ID {
+		t.Fatalf("received %s, want the replayed %s", got.Message.ID, dead.ID)
+	}
+}

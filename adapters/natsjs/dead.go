@@ -195,22 +195,44 @@ func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 	return out
 }
 
-// buryLapsedLast buries the message at seq, with payload, whose last
-// lease l lapsed. A message that already has a dead-letter record (a
-// Reject or Nack that stopped after it wrote the record, and whose
-// restored lease then lapsed) keeps it, as in buryAbandoned: its delivery
-// is only terminated.
-func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, payload []byte) error {
-	if _, err := q.deadRecord(ctx, l.id); err == nil {
+// buryLapsedLast buries raw, the message at seq whose last lease l
+// lapsed. A message whose death is recorded already (a Reject or Nack
+// that stopped after it wrote the record, and whose restored lease then
+// lapsed; see deathRecorded) keeps its record, as in buryAbandoned: its
+// delivery is only terminated.
+func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *jetstream.RawStreamMsg) error {
+	if recorded, err := q.deathRecorded(ctx, l.id, raw.Header); err != nil {
+		return err
+	} else if recorded {
 		if err := q.tell(ctx, l.reply, "+TERM"); err != nil {
 			return q.connError("remove dead letter "+l.id+" from the queue", err)
 		}
 		return nil
-	} else if !errors.Is(err, broker.DeadLetterNotFound) {
-		return err
 	}
-	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: payload, deliveries: l.deliveries,
+	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
 		failedAt: l.expiresAt, reply: l.reply}, broker.ReasonLeaseExpired, 0, "")
+}
+
+// deathRecorded reports whether dead letter id has a record of the death
+// of the message with headers h, which the work stream still holds. Any
+// record of id does, but one a replay claimed when the message is a
+// replay's copy of id: that record is of an earlier death, left by a
+// replay that published the copy and stopped before it deleted the
+// record (see ReplayDeadLetter). Kept, it would hide the copy's own
+// death, and a later replay, publishing the record's Nats-Msg-Id again,
+// would be folded into the dead copy: nothing queued, the record deleted,
+// the message lost. So that death is buried as any other, with a fresh
+// record, which a later replay publishes under a fresh Nats-Msg-Id.
+func (q *Queue) deathRecorded(ctx context.Context, id string, h nats.Header) (bool, error) {
+	raw, err := q.deadRecord(ctx, id)
+	if errors.Is(err, broker.DeadLetterNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	replayCopy := strings.HasPrefix(h.Get(jetstream.MsgIDHeader), replayIDPrefix(id))
+	return raw.Header.Get(hdrReplayID) == "" || !replayCopy, nil
 }
 
 // buryLapsedLastLocked buries the messages of lapsedLast as LEASE_EXPIRED
@@ -232,7 +254,7 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 			return q.connError("read message "+l.id+" whose last lease lapsed", err)
 		}
 		if err == nil {
-			if err := q.buryLapsedLast(ctx, seq, l, raw.Data); err != nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw); err != nil {
 				return err
 			}
 		}
@@ -264,9 +286,9 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 // that looks sweeps again. Its FailedAt is that later sweep's instant and
 // its Deliveries the policy's MaxDeliveries, or, when this Queue handed
 // the last lease out, that lease's ExpiresAt and count: the server's
-// instant of the lapse and count were never told. A message that already
-// has a dead-letter record (a bury that stopped before its delete) is
-// only deleted. Called with sweepMu held.
+// instant of the lapse and count were never told. A message whose death
+// is recorded already (a bury that stopped before its delete; see
+// deathRecorded) is only deleted. Called with sweepMu held.
 func (q *Queue) sweepAbandonedLocked(ctx context.Context) error {
 	ci, err := q.cons.Info(ctx)
 	if err != nil {
@@ -334,13 +356,13 @@ const abandonGrace = time.Second
 // count unless the policy changed.
 func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, deliveries int, now time.Time) error {
 	id, enqueued := identity(raw.Header, raw.Sequence, raw.Time)
-	if _, err := q.deadRecord(ctx, id); err == nil {
+	if recorded, err := q.deathRecorded(ctx, id, raw.Header); err != nil {
+		return err
+	} else if recorded {
 		if err := q.work.DeleteMsg(ctx, raw.Sequence); err != nil && !notFound(err) {
 			return q.connError("remove dead letter "+id+" from the queue", err)
 		}
 		return nil
-	} else if !errors.Is(err, broker.DeadLetterNotFound) {
-		return err
 	}
 	failedAt := now
 	q.mu.Lock()
@@ -476,7 +498,8 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // once, its delivery count reset (it is a new message of the work stream),
 // keeping its ID, payload and EnqueuedAt; it closes this Queue's wake
 // signal. See broker.DeadLetterManager. A queue at its Capacity refuses
-// the replay (broker.QueueFull), as every broker of the port does.
+// the replay (broker.QueueFull), as every broker of the port does; a
+// message whose last lease lapsed holds no place (see Queue.full).
 //
 // Of replays and deletes of one dead letter racing each other, one
 // succeeds; the others find it gone (broker.DeadLetterNotFound) and queue
@@ -486,7 +509,12 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // deletes the record. A replay that stops between the two (its process
 // dies, its delete fails) leaves the record claimed until the claim ends;
 // a later replay publishes the same Nats-Msg-Id, which the work stream's
-// duplicate window (the DedupWindow) folds into the first one's message.
+// duplicate window (the DedupWindow) folds into the first one's message
+// while the work stream holds it (see publishReplay). The claim ends with
+// the call, but a publish the server did not answer may be stored after
+// it: such a replay leaves its claim, ended, for a delete to finish the
+// replay rather than remove the record (see releaseDead and
+// DeleteDeadLetter).
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -500,6 +528,12 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	return q.replay(ctx, id, raw)
+}
+
+// replay replays raw, the record of dead letter id: it claims the record,
+// publishes the message and deletes the record.
+func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamMsg) error {
 	enqueued, err := headerTime(raw.Header, hdrEnqueued)
 	if err != nil {
 		return fmt.Errorf("natsjs: queue %s: dead letter %s: %w", q.name, id, err)
@@ -512,14 +546,12 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	// over then.
 	ctx, cancelClaim := context.WithDeadline(ctx, c.until)
 	defer cancelClaim()
-	m := q.message(raw.Data, enqueued)
-	m.Header.Set(hdrID, id)
-	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work))
+	seq, sent, err := q.publishReplay(ctx, id, raw.Data, enqueued, c)
 	if err != nil {
-		q.releaseDead(ctx, id, c)
-		return q.publishError(err)
+		q.releaseDead(ctx, id, c, sent)
+		return err
 	}
-	q.wakeReady(ack.Sequence)
+	q.wakeReady(seq)
 	// The claim is gone only when the message died again since, and its
 	// new record replaced the claim: the replay is done all the same.
 	if err := q.dead.DeleteMsg(ctx, c.seq); err != nil && !notFound(err) {
@@ -527,6 +559,75 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// publishReplay publishes the message of dead letter id (its payload and
+// EnqueuedAt) for the replay that holds claim c, and returns its sequence
+// in the work stream. It publishes through full, as Publish does: the
+// places of messages whose last lease lapsed are free, whether or not the
+// server noticed yet.
+//
+// sent reports, with an error, whether a publish of it may have been
+// stored all the same (see refused).
+//
+// The work stream takes a publish with the claim's Nats-Msg-Id for a
+// duplicate when an earlier replay of the record published the message
+// and stopped before it deleted the record. That earlier copy stands for
+// this one only while the work stream holds it: once it is gone
+// (acknowledged, or dead since, its record replaced by a later death),
+// the message is published again under a Nats-Msg-Id of this claim's
+// own, so that the replay never reports success with nothing queued. A
+// copy that was acknowledged is then processed twice, which
+// at-least-once permits; a loss it does not.
+func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c deadClaim) (seq uint64, sent bool, err error) {
+	m := q.message(payload, enqueued)
+	m.Header.Set(hdrID, id)
+	publish := func(msgID string) (*jetstream.PubAck, bool, error) {
+		var ack *jetstream.PubAck
+		err := q.full(ctx, func() (err error) {
+			ack, err = q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(q.n.work))
+			return err
+		})
+		if err != nil {
+			return nil, !refused(err), q.publishError(err)
+		}
+		return ack, false, nil
+	}
+	ack, sent, err := publish(c.replayID)
+	if err != nil || !ack.Duplicate {
+		return ackSequence(ack), sent, err
+	}
+	if _, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
+		return ack.Sequence, false, nil
+	} else if !notFound(err) {
+		return 0, false, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
+	}
+	// The claim's sequence in the dead-letter stream names no first claim
+	// (those are named after a record no claim wrote): a fresh ID.
+	ack, sent, err = publish(replayIDPrefix(id) + strconv.FormatUint(c.seq, 10))
+	return ackSequence(ack), sent, err
+}
+
+// refused reports whether a publish failed with the server's answer (or
+// before it was sent), so that it stored nothing and never will; any
+// other failure (a timeout, a lost connection) leaves a publish that may
+// have been stored, or may yet be: the server can store it after the
+// call that sent it gave up.
+func refused(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) || errors.Is(err, nats.ErrMaxPayload)
+}
+
+// ackSequence is the stream sequence ack names; 0 for none.
+func ackSequence(ack *jetstream.PubAck) uint64 {
+	if ack == nil {
+		return 0
+	}
+	return ack.Sequence
+}
+
+// replayIDPrefix begins every Nats-Msg-Id a replay of dead letter id
+// publishes under.
+func replayIDPrefix(id string) string { return "replay-" + id + "-" }
 
 // A deadClaim is a replay's claim on a dead-letter record.
 type deadClaim struct {
@@ -563,7 +664,7 @@ func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStre
 	}
 	replayID := raw.Header.Get(hdrReplayID)
 	if replayID == "" {
-		replayID = "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
+		replayID = replayIDPrefix(id) + strconv.FormatUint(raw.Sequence, 10)
 	}
 	m := deadCopy(raw)
 	m.Header.Set(hdrReplayID, replayID)
@@ -580,14 +681,24 @@ func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStre
 
 // releaseDead gives up claim c of dead letter id after the replay failed,
 // so that the next replay or delete need not wait for the claim to end. It
-// keeps the replay's Nats-Msg-Id: the failed publish may have been stored
-// all the same. A failure is only logged; the claim then ends on its own.
-func (q *Queue) releaseDead(ctx context.Context, id string, c deadClaim) {
+// keeps the replay's Nats-Msg-Id, for the next replay to publish again.
+// When the failed publish may have been stored all the same, or may yet
+// be (sent; see refused), or an earlier replay's may (the record claimed
+// carried an ended claim), the record keeps a claim, ended now: the
+// dead letter is there again for a replay, and a delete finishes the
+// replay rather than remove what may be queued (see DeleteDeadLetter).
+// Otherwise the record is as it was before the claim. A failure is only
+// logged; the claim then ends on its own.
+func (q *Queue) releaseDead(ctx context.Context, id string, c deadClaim, sent bool) {
 	ctx, cancel := q.s.bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	m := deadCopy(c.record)
 	m.Header.Set(hdrReplayID, c.replayID)
-	m.Header.Del(hdrClaimUntil)
+	if sent || c.record.Header.Get(hdrClaimUntil) != "" {
+		m.Header.Set(hdrClaimUntil, strconv.FormatInt(time.Now().UnixNano(), 10))
+	} else {
+		m.Header.Del(hdrClaimUntil)
+	}
 	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(c.seq), jetstream.WithExpectStream(q.n.dead)); err != nil {
 		q.s.opts.Logger.Warn("natsjs: a failed replay could not release its claim on the dead letter; it ends on its own",
 			"queue", q.name, "message", id, "until", c.until, "err", err)
@@ -618,6 +729,16 @@ func deadCopy(raw *jetstream.RawStreamMsg) *nats.Msg {
 // broker.DeadLetterManager. A record a replay claimed is left to that
 // replay (see ReplayDeadLetter), as gone; of racing deletes and replays
 // one succeeds.
+//
+// A claim that ended without its replay learning whether its publish was
+// stored (the replay timed out, lost its connection or its process, or
+// an earlier one did; see releaseDead) leaves a record the delete cannot
+// remove for good: that publish may be stored still, at any later time,
+// by a server that got it after the call gave up. Such a record is
+// replayed instead, under the claim's Nats-Msg-Id, which the work stream
+// folds into that publish's copy, stored before or after, and the delete
+// finds the dead letter gone (broker.DeadLetterNotFound): the replay won
+// the race.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -633,6 +754,12 @@ func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	}
 	if claimed(raw.Header, time.Now()) {
 		return fmt.Errorf("natsjs: queue %s: dead letter %q is being replayed: %w", q.name, id, broker.DeadLetterNotFound)
+	}
+	if raw.Header.Get(hdrClaimUntil) != "" {
+		if err := q.replay(ctx, id, raw); err != nil {
+			return fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay may yet queue it, and finishing that replay failed: %w", q.name, id, err)
+		}
+		return fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay, which may have queued it, is finished: %w", q.name, id, broker.DeadLetterNotFound)
 	}
 	if err := q.dead.DeleteMsg(ctx, raw.Sequence); err != nil {
 		if notFound(err) {

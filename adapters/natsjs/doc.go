@@ -124,13 +124,14 @@
 //     at its deadline only for a first delivery; for a redelivered message
 //     only at the consumer's next pull, and until then the message holds
 //     its place of the Capacity. The Store that handed the lease out knows
-//     the message is dead from its ExpiresAt: a publish of that Store
-//     refused as full, and each of its sweeps (above), bury the messages
-//     of its own lapsed last leases at once (the dead letter, then +TERM
-//     on the lease's delivery), so the publish is admitted. Otherwise the
-//     dead letter appears after some Store's next Receive, and a publish
-//     of another Store is refused as full until then (its FailedAt is
-//     still the lease's ExpiresAt when this Store handed the lease out).
+//     the message is dead from its ExpiresAt: a publish or replay of that
+//     Store refused as full, and each of its sweeps (above), bury the
+//     messages of its own lapsed last leases at once (the dead letter,
+//     then +TERM on the lease's delivery), so the publish or replay is
+//     admitted. Otherwise the dead letter appears after some Store's next
+//     Receive, and a publish or replay of another Store is refused as
+//     full until then (its FailedAt is still the lease's ExpiresAt when
+//     this Store handed the lease out).
 //     "Last" is by this Store's policy: a MaxDeliveries raised through
 //     another Store, which this one has not declared, is not seen.
 //   - A death whose advisory the server dropped (above) is found only
@@ -197,16 +198,36 @@
 //     read), then publishes the message and deletes the record. A replay
 //     or delete that comes while another replay holds its claim finds the
 //     dead letter gone (DeadLetterNotFound) even when that replay then
-//     fails: the failed replay gives its claim back, and the dead letter
-//     is there again. A replay that stops halfway (its process dies, or
-//     its delete of the record fails) leaves the record claimed until the
-//     claim ends: Options.Timeout after it was made (at most a minute, and
+//     fails. A replay that stops halfway (its process dies, or its delete
+//     of the record fails) leaves the record claimed until the claim
+//     ends: Options.Timeout after it was made (at most a minute, and
 //     sooner when the call's context ends sooner), on the clock of the
 //     process that made it, so clock skew moves the end for the others.
-//     A later replay queues the message again only when the queue's
-//     DedupWindow has passed since the first one published it (within it,
-//     both carry one Nats-Msg-Id, and the work stream folds them); a later
-//     delete removes the record, not the message the first replay queued.
+//     The claim's end bounds the replay's calls, not its publish: a
+//     publish that timed out, or whose connection was lost, may be stored
+//     by the server after the call gave up, at any later time. So a
+//     replay whose publish the server refused (QueueFull, say) gives its
+//     claim back and the record is as before, but one that failed without
+//     the server's answer leaves its claim on the record, ended at once,
+//     as one that stopped halfway leaves its own once it ends. A replay
+//     then takes the record over, and a delete does not remove it but
+//     finishes the replay (as a later replay does, below; a full queue
+//     refuses that, and the delete, with QueueFull) and finds the dead
+//     letter gone: the replay won. Such a dead letter, still listed by
+//     DeadLetters, can be removed for good only after its message dies
+//     again (a fresh record). A later replay
+//     publishes the message with the same Nats-Msg-Id, which the work
+//     stream folds into the first one's copy while it stores that copy
+//     and the DedupWindow lasts; otherwise (the copy was acknowledged, or
+//     the window passed) the message is queued again: processed twice,
+//     never lost. When the copy dies (Nack, Reject, a lapse), its death
+//     replaces the claimed record as any death does, and a replay of it
+//     publishes under a fresh Nats-Msg-Id. What remains: the server folds
+//     a publish that lands late into the copy a later replay or delete
+//     queued only within the DedupWindow of that copy's publish, and
+//     after a restart of the server only while it still stores the copy;
+//     a publish held up longer than that (a connection that buffered it
+//     through a long outage) queues the message a second time.
 //
 // A Store, its queues and every method are safe for concurrent use.
 package natsjs

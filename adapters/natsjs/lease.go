@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -193,7 +194,8 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	defer cancel()
 	q.mu.Lock()
 	policy, events := q.policy, q.readyEvents
-	if !q.recheck.IsZero() && !q.recheck.After(time.Now()) {
+	rechecking := !q.recheck.IsZero() && !q.recheck.After(time.Now())
+	if rechecking {
 		q.recheck = time.Time{} // this Receive is the look it asked for
 	}
 	q.mu.Unlock()
@@ -255,42 +257,81 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 		wait = readyWait
 	}
 	if len(out) == max {
-		q.drained(events, last, highest)
+		q.drained(ctx, events, policy, rechecking, last, highest)
 	}
 	return out, nil
 }
 
 // drained is settle for a Receive that got all it asked for, which began
-// when readyEvents was events: last is the last delivery it pulled, and
-// highest the highest stream sequence. The server tells, with each
-// delivery, how many messages its consumer has left to deliver for the
-// first time; when the last one said none, no message this Queue knows of
-// was stored after those delivered, and no nack or lease of this Queue is
-// due (a redelivery, which that count leaves out), nothing is known to be
-// receivable now, and Wake stops saying so. It costs no request, where
-// settle asks the server, which a Receive that came back full would
-// otherwise pay for every batch.
-func (q *Queue) drained(events uint64, last delivery, highest uint64) {
+// when readyEvents was events (and took over a recheck that was due when
+// rechecking): last is the last delivery it pulled, and highest the
+// highest stream sequence. The server tells, with each delivery, how many
+// messages its consumer has left to deliver for the first time; when the
+// last one said none, no message this Queue knows of was stored after
+// those delivered, and no nack or lease of this Queue is due (a
+// redelivery, which that count leaves out), nothing is known to be
+// receivable now, and Wake stops saying so. Nothing that costs a request,
+// while messages are left: a Receive that came back full would otherwise
+// pay for every batch.
+//
+// The delivery says nothing of the leases other processes hold, whose
+// lapses Wake must look again for (see recheckLocked): so the Receive
+// that takes the last message asks the server for the consumer's state,
+// as settle does, when that changes what Wake says (it said "now", or
+// this Receive was the look a recheck asked for). That is the request
+// the look after it would have made, which then needs no pull. When the
+// server does not answer, Wake goes on saying "now", and that look
+// settles it.
+func (q *Queue) drained(ctx context.Context, events uint64, policy broker.PolicyValue, rechecking bool, last delivery, highest uint64) {
 	if last.pending > 0 {
 		return
+	}
+	q.mu.Lock()
+	ask := (q.ready || rechecking) && q.nothingDueLocked(events, highest, time.Now())
+	q.mu.Unlock()
+	if !ask {
+		return
+	}
+	var info *jetstream.ConsumerInfo
+	if q.s.opts.Recheck > 0 {
+		var err error
+		if info, err = q.cons.Info(ctx); err != nil {
+			q.s.opts.Logger.Warn("natsjs: consumer state", "queue", q.name, "err", err)
+			return
+		}
 	}
 	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.readyEvents != events || highest < q.stored {
+	if !q.nothingDueLocked(events, highest, now) {
 		return
+	}
+	q.ready = false
+	if info != nil {
+		q.recheckLocked(info, now, policy)
+	}
+}
+
+// nothingDueLocked reports whether, for a Receive that began when
+// readyEvents was events and pulled up to stream sequence highest, no
+// event came since, no message this Queue knows of was stored after it,
+// and no nack or lease of this Queue is due at now (see drained). The
+// caller holds q.mu.
+func (q *Queue) nothingDueLocked(events, highest uint64, now time.Time) bool {
+	if q.readyEvents != events || highest < q.stored {
+		return false
 	}
 	for _, at := range q.retries {
 		if !at.After(now) {
-			return
+			return false
 		}
 	}
 	for _, l := range q.leases {
 		if l.deliveries < q.policy.MaxDeliveries && !l.expiresAt.After(now) {
-			return
+			return false
 		}
 	}
-	q.ready = false
+	return true
 }
 
 // roomToPull reports whether ctx has a deadline that leaves time for one

@@ -31,7 +31,7 @@ const (
 	hdrCause        = "Walbroker-Cause"      // dead letter: public text, Go-quoted
 	hdrDeliveries   = "Walbroker-Deliveries" // dead letter: deliveries
 	hdrReplayID     = "Walbroker-Replay"     // dead letter: the Nats-Msg-Id of its replay, fixed by its first claim
-	hdrClaimUntil   = "Walbroker-Claimed"    // dead letter: when a replay's claim on it ends, Unix nanoseconds
+	hdrClaimUntil   = "Walbroker-Claimed"    // dead letter: when a replay's claim on it ends, Unix nanoseconds; kept once ended while that replay's publish may be stored (see releaseDead)
 	hdrBatchID      = "Nats-Batch-Id"        // atomic batch publish (server 2.12+)
 	hdrBatchSeq     = "Nats-Batch-Sequence"  //
 	hdrBatchEnd     = "Nats-Batch-Commit"    //

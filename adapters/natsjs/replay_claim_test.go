@@ -39,8 +39,8 @@ func deadLetterOf(t *testing.T, q *Queue) (string, *jetstream.RawStreamMsg) {
 // TestALiveClaimKeepsOtherCallsOffADeadLetter: while a replay's claim on a
 // dead letter lasts, another replay or a delete of it finds it gone and
 // changes nothing, and DeadLetters still lists it (the replay has not
-// queued the message yet); once the claim is released, as a replay that
-// failed releases it, a delete removes it.
+// queued the message yet); once the claim is released, as a replay whose
+// publish the server refused releases it, a delete removes it.
 func TestALiveClaimKeepsOtherCallsOffADeadLetter(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "claim", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
@@ -61,7 +61,7 @@ func TestALiveClaimKeepsOtherCallsOffADeadLetter(t *testing.T) {
 	if _, err := q.claimDead(ctx, id, raw); !errors.Is(err, broker.DeadLetterNotFound) {
 		t.Errorf("a claim on the record the first claim replaced: %v, want DeadLetterNotFound", err)
 	}
-	q.releaseDead(ctx, id, c)
+	q.releaseDead(ctx, id, c, false)
 	if err := q.DeleteDeadLetter(ctx, id); err != nil {
 		t.Fatalf("delete once the claim was released: %v", err)
 	}
@@ -80,9 +80,122 @@ func TestAReplayAfterOneThatStoppedHalfwayQueuesTheMessageOnce(t *testing.T) {
 	ctx := context.Background()
 	q := openQueue(t, "halfway", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
 	id, raw := deadLetterOf(t, q)
+	c := replayHalfway(t, q, id, raw)
+	time.Sleep(time.Until(c.until))
+	if err := q.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay after one that stopped halfway: %v", err)
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the replay: %d, %v; want none", len(dls), err)
+	}
+	ds, err := q.Receive(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].Message.ID != id {
+		t.Fatalf("received %d, %v; want %s once", len(ds), err, id)
+	}
+}
+
+// TestADeathOfAHalfwayReplaysCopyIsRecordedAndReplayedAgain: a replay that
+// published its copy and stopped before it deleted the record (its
+// process died) leaves the record claimed. When that copy dies too (its
+// last lease lapses), the death is recorded as any other (LEASE_EXPIRED,
+// the lapsed delivery's count), not hidden behind the claimed record of
+// the earlier death; and a replay of it then queues the message, rather
+// than publishing the claim's Nats-Msg-Id again, which the work stream's
+// duplicate window would fold into the dead copy: nothing queued, the
+// record deleted, the message lost.
+func TestADeathOfAHalfwayReplaysCopyIsRecordedAndReplayedAgain(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "halfwaylapse", broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 2})
+	id, raw := deadLetterOf(t, q)
+
+	c := replayHalfway(t, q, id, raw)
+
+	// The replayed message fails again: its last lease lapses.
+	d1 := receiveOneOf(t, q, "the replayed message")
+	if d1.Message.ID != id {
+		t.Fatalf("received %s, want %s", d1.Message.ID, id)
+	}
+	if _, err := q.Nack(ctx, d1.Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	d2 := receiveOneOf(t, q, "the redelivery")
+	if d2.Deliveries != 2 {
+		t.Fatalf("redelivery #%d, want #2", d2.Deliveries)
+	}
+	time.Sleep(time.Until(d2.Lease.ExpiresAt) + 50*time.Millisecond)
+	time.Sleep(time.Until(c.until))
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != id {
+		t.Fatalf("dead letters after the replayed message's lapse: %+v; want %s", dls, id)
+	}
+	if dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 2 {
+		t.Errorf("the dead letter of the copy that died by a lapse of delivery 2 says %s with %d deliveries, FailedAt %v; want %s with 2 (the claimed record of the earlier death was kept)",
+			dls[0].Reason, dls[0].Deliveries, dls[0].FailedAt, broker.ReasonLeaseExpired)
+	}
+
+	if err := q.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay of the listed dead letter: %v", err)
+	}
+	var got []broker.DeliveryValue
+	for deadline := time.Now().Add(2 * time.Second); len(got) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got, err = q.Receive(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Message.ID != id {
+		t.Fatalf("ReplayDeadLetter(%s) returned nil, but the queue holds %d messages and %d dead letters: the message, never acknowledged, is lost (a replay under Nats-Msg-Id %q was folded into the dead copy)",
+			id, len(got), len(left), c.replayID)
+	}
+}
+
+// TestAReplayAfterAHalfwayOneWhoseCopyIsGoneQueuesTheMessage: a replay
+// that stopped halfway queued its copy, which was then received and
+// acknowledged. A later replay of the record it left publishes the same
+// Nats-Msg-Id, which the work stream still takes for a duplicate of the
+// copy; the copy is gone, so the replay publishes the message again under
+// an ID of its own: a replay that returns nil has queued the message
+// (processed twice, which at-least-once permits, never lost).
+func TestAReplayAfterAHalfwayOneWhoseCopyIsGoneQueuesTheMessage(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "halfwaygone", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	id, raw := deadLetterOf(t, q)
+	c := replayHalfway(t, q, id, raw)
+	if err := q.Ack(ctx, receiveOneOf(t, q, "the copy").Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(c.until))
+	if err := q.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay after one that stopped halfway: %v", err)
+	}
+	if d := receiveOneOf(t, q, "the message replayed again"); d.Message.ID != id || d.Deliveries != 1 {
+		t.Fatalf("received %s #%d, want %s #1", d.Message.ID, d.Deliveries, id)
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the replay: %d, %v; want none", len(dls), err)
+	}
+}
+
+// replayHalfway does what ReplayDeadLetter does for the record raw of
+// dead letter id up to its publish, and stops there, as when its process
+// dies: the claim (which ends within half a second) stays, and the copy
+// is queued.
+func replayHalfway(t *testing.T, q *Queue, id string, raw *jetstream.RawStreamMsg) deadClaim {
+	t.Helper()
+	ctx := context.Background()
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	c, err := q.claimDead(short, id, raw) // a claim that ends with its call
+	c, err := q.claimDead(short, id, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,15 +208,23 @@ func TestAReplayAfterOneThatStoppedHalfwayQueuesTheMessageOnce(t *testing.T) {
 	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithMsgID(c.replayID), jetstream.WithExpectStream(q.n.work)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(c.until))
-	if err := q.ReplayDeadLetter(ctx, id); err != nil {
-		t.Fatalf("replay after one that stopped halfway: %v", err)
-	}
-	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
-		t.Fatalf("dead letters after the replay: %d, %v; want none", len(dls), err)
-	}
-	ds, err := q.Receive(ctx, 10)
-	if err != nil || len(ds) != 1 || ds[0].Message.ID != id {
-		t.Fatalf("received %d, %v; want %s once", len(ds), err, id)
+	return c
+}
+
+// receiveOneOf polls q until it leases one message.
+func receiveOneOf(t *testing.T, q *Queue, what string) broker.DeliveryValue {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ds, err := q.Receive(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			return ds[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never delivered", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

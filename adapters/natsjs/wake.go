@@ -47,10 +47,12 @@ const (
 // lease on its last allowed delivery does not count, since its lapse
 // makes a dead letter, not a receivable message. The leases and
 // nacks of ANOTHER process are invisible here: while the server reports
-// leases this Queue did not hand out (asked when a Receive comes back
-// short, and at open), Wake names a look again Options.Recheck away (1 s
-// by default, VisibilityTimeout when shorter), so that the message of a
-// consumer that died elsewhere is picked up within that much of its lapse.
+// leases this Queue did not hand out (asked at open, and by each Receive
+// that clears "now": one that comes back short, or that takes the last
+// message), Wake names a look again Options.Recheck away (1 s by default,
+// VisibilityTimeout when shorter), so that the message of a consumer that
+// died elsewhere is picked up within that much of its lapse. Leases
+// another process takes after that are seen at the next such Receive.
 func (q *Queue) Wake() broker.WakeValue {
 	if q == nil {
 		return broker.WakeValue{Signal: lookNow}
@@ -159,6 +161,17 @@ func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyV
 	if q.readyEvents == events {
 		q.ready = false
 	}
+	q.recheckLocked(info, now, policy)
+	return false
+}
+
+// recheckLocked sets when an idle consumer should look again from info,
+// the consumer's state read at now: with more leases pending on the server
+// than this Queue handed out (and nacks it made, which the server counts
+// as pending too), another process holds some, and their lapses are
+// invisible here, so Wake names a look Recheck from now (VisibilityTimeout
+// when shorter); with none, no look is due. The caller holds q.mu.
+func (q *Queue) recheckLocked(info *jetstream.ConsumerInfo, now time.Time, policy broker.PolicyValue) {
 	if q.s.opts.Recheck <= 0 {
 		return
 	}
@@ -176,14 +189,13 @@ func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyV
 	}
 	if info.NumAckPending <= ours {
 		q.recheck = time.Time{}
-		return false
+		return
 	}
 	at := now.Add(min(q.s.opts.Recheck, policy.VisibilityTimeout))
 	if q.recheck.IsZero() || at.Before(q.recheck) {
 		q.recheck = at
 		q.wakeLocked()
 	}
-	return false
 }
 
 // undelivered reports whether the work stream holds a message the

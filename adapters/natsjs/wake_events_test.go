@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
 
@@ -120,5 +121,39 @@ func TestAFullReceiveLeavesWakeReadyOnlyWhileSomethingIsLeft(t *testing.T) {
 	}
 	if w := q.Wake(); !w.Scheduled || w.In != 0 {
 		t.Fatalf("Wake after a Receive(1) that left a due redelivery: %+v, want Scheduled now", w)
+	}
+}
+
+// TestAFullReceiveKeepsTheRecheckForAnotherStoresLease: while another
+// Store holds a lease on the queue (its consumer may have died), Wake asks
+// to be called again within Options.Recheck, also after a Receive that got
+// all it asked for and took the last message: that Receive clears "now",
+// and the held message becomes receivable when the other lease lapses,
+// which this Store cannot see (doc.go, Wake).
+func TestAFullReceiveKeepsTheRecheckForAnotherStoresLease(t *testing.T) {
+	ctx := context.Background()
+	c := openBackend(t) // Recheck 1 s
+	other, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: c.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	qc, qb := mustQueue(t, c.Store, "both", policy()), mustQueue(t, other, "both", policy())
+	if _, err := qb.Publish(ctx, []byte("held by b")); err != nil {
+		t.Fatal(err)
+	}
+	receiveOneWithin(t, qb, "b's message") // and b's consumer dies
+	if _, err := qc.Publish(ctx, []byte("c's")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := qc.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive(1): %d deliveries, %v; want the message just published", len(ds), err)
+	}
+	if err := qc.Ack(ctx, ds[0].Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if w := qc.Wake(); !w.Scheduled || w.In > 2*time.Second {
+		t.Fatalf("Wake %+v while another Store holds a lease on the queue, want a look again within the 1 s Recheck", w)
 	}
 }

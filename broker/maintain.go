@@ -49,7 +49,6 @@ type maintenance struct {
 	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint
 	checkpointBytes atomic.Int64
 	checkpoints     atomic.Int64
-	reclaimed       atomic.Int64
 	copied          atomic.Int64
 	preambleRecords atomic.Int64
 	reserveRecords  atomic.Int64 // sequence reservations (seqReservation)
@@ -378,7 +377,6 @@ func (s *Store) removeBelow(seg uint32) error {
 	if err := s.log.Barrier(true); err != nil {
 		return s.failure(err)
 	}
-	before := s.log.Stats().DiskBytes
 	m := &s.maint
 	m.removeMu.Lock()
 	_, err := s.log.RemoveBelow(wal.MakePosition(seg, 0))
@@ -386,7 +384,6 @@ func (s *Store) removeBelow(seg uint32) error {
 	if err != nil {
 		return fmt.Errorf("broker: remove segments below %d: %w", seg, err)
 	}
-	m.reclaimed.Add(before - s.log.Stats().DiskBytes)
 	return nil
 }
 

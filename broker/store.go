@@ -814,7 +814,7 @@ func (s *Store) statsNow() StoreStats {
 		DiskBytes:           w.DiskBytes,
 		IndexBytes:          s.idx.Table.Bytes() + s.maint.checkpointBytes.Load(),
 		Checkpoints:         s.maint.checkpoints.Load(),
-		BytesReclaimed:      s.maint.reclaimed.Load(),
+		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
 		OwnRecords:          s.maint.copied.Load() + s.maint.preambleRecords.Load() + s.maint.reserveRecords.Load(),
 		Commits:             w.Syncs,

@@ -52,7 +52,7 @@ type Log struct {
 	removeMu sync.Mutex
 	// unremoved, guarded by removeMu: segment files RemoveBelow took out of
 	// the log but could not remove, oldest first (see RemoveBelow).
-	unremoved []string
+	unremoved []removal
 
 	// listMu serialises changes of segs (rotation, removal) and guards
 	// spares. Readers load segs without it.
@@ -126,7 +126,8 @@ func (s *seg) leave() {
 }
 
 // counters are written by the writer goroutine alone (fillsDropped and
-// fillsRushed by the preparer's), so maxPerSync's load and store need no
+// fillsRushed by the preparer's, bytesRemoved by RemoveBelow under
+// removeMu), so maxPerSync's load and store need no
 // compare-and-swap; Stats reads them from any goroutine.
 type counters struct {
 	records      atomic.Int64 // records appended since open
@@ -138,6 +139,7 @@ type counters struct {
 	recycled     atomic.Int64
 	fillsDropped atomic.Int64
 	fillsRushed  atomic.Int64
+	bytesRemoved atomic.Int64
 }
 
 // Stats are counters of a Log since it was opened.
@@ -154,6 +156,7 @@ type Stats struct {
 	RecycledSegments  int64 // rotations to a retired file reused (the others took one written full of zeros)
 	ZeroFillsDropped  int64 // zero-fills of new files given up for a retired file that arrived meanwhile
 	ZeroFillsRushed   int64 // zero-fills the writer caught up with: the rest of the file allocated (fallocate), not written, where the file system can
+	BytesRemoved      int64 // of segment files RemoveBelow removed, or kept aside to reuse, since open
 	FirstSegment      uint32
 	LastSegment       uint32
 }
@@ -180,6 +183,7 @@ func (l *Log) Stats() Stats {
 		RecycledSegments:  l.stats.recycled.Load(),
 		ZeroFillsDropped:  l.stats.fillsDropped.Load(),
 		ZeroFillsRushed:   l.stats.fillsRushed.Load(),
+		BytesRemoved:      l.stats.bytesRemoved.Load(),
 	}
 	for _, sg := range segs {
 		s.DiskBytes += int64(sg.file.Size())

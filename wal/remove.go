@@ -49,9 +49,11 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	fs := l.opts.FS
 	leftovers := len(l.unremoved) > 0 // removed now, durable only with the directory sync below
 	for len(l.unremoved) > 0 {
-		if err := fs.Remove(l.unremoved[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", l.unremoved[0], err)
+		u := l.unremoved[0]
+		if err := fs.Remove(u.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", u.path, err)
 		}
+		l.stats.bytesRemoved.Add(u.size)
 		l.unremoved = l.unremoved[1:]
 	}
 	l.listMu.Lock()
@@ -81,13 +83,14 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		size := s.file.Size()
 		err = errors.Join(err, s.close())
 		if len(l.unremoved) > 0 { // one could not be removed: the later ones stay too
-			l.unremoved = append(l.unremoved, path)
+			l.unremoved = append(l.unremoved, removal{path, int64(size)})
 			continue
 		}
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
 			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, s.seq, tmpSuffix))
 			if rerr := fs.Rename(path, spare); rerr == nil {
 				kept = append(kept, spare)
+				l.stats.bytesRemoved.Add(int64(size))
 				continue
 			}
 		}
@@ -97,8 +100,10 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			// stay on disk, closed, out of the log until the next Open
 			// finds them and a later removal takes them.
 			err = errors.Join(err, rerr)
-			l.unremoved = append(l.unremoved, path)
+			l.unremoved = append(l.unremoved, removal{path, int64(size)})
+			continue
 		}
+		l.stats.bytesRemoved.Add(int64(size))
 	}
 	if serr := fs.SyncDir(l.dir); serr != nil {
 		// The renames may not be durable: a reused file could then come
@@ -119,6 +124,13 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		return n, fmt.Errorf("wal: remove segments: %w", err)
 	}
 	return n, nil
+}
+
+// removal is a segment file RemoveBelow took out of the log and has yet
+// to remove, with its size.
+type removal struct {
+	path string
+	size int64
 }
 
 func (l *Log) spareCount() int {

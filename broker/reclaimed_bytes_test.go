@@ -1,0 +1,78 @@
+package broker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// segmentFileSizes returns the log segment files in dir, by name, with their
+// sizes.
+func segmentFileSizes(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for _, n := range names {
+		fi, err := os.Stat(n)
+		require.NoError(t, err)
+		out[filepath.Base(n)] = fi.Size()
+	}
+	return out
+}
+
+// goneBytes is the size of the files of before no longer in after.
+func goneBytes(before, after map[string]int64) int64 {
+	var n int64
+	for name, size := range before {
+		if _, ok := after[name]; !ok {
+			n += size
+		}
+	}
+	return n
+}
+
+// StoreStats.BytesReclaimed counts "segment files removed since open",
+// each as it goes: those a removal that failed part way had removed
+// already, and the ones it left on disk when the next removal takes them.
+func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1_700_000_000, 0)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{Now: func() time.Time { return now }, SegmentBytes: MinSegmentBytes, FS: ffs}
+	opts.manualMaintenance = true
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+	churnTo(t, s, mustQueue(t, s, "churn", pol), 6)
+	before := segmentFileSizes(t, dir)
+
+	// No victim becomes a spare (each is removed), and the second
+	// removal of a segment fails.
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Match: func(n string) bool { return strings.Contains(filepath.Base(n), "spare-") }})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, Match: func(n string) bool { return strings.HasSuffix(n, ".seg") }, Nth: 2})
+	err = s.Maintain()
+	require.Error(t, err, "one segment could not be removed")
+	after := segmentFileSizes(t, dir)
+	gone := goneBytes(before, after)
+	require.Positive(t, gone, "the round removed a segment file before the failure")
+	assert.Equal(t, gone, s.Stats().BytesReclaimed, "BytesReclaimed after a removal that failed part way: %d bytes of segment files are gone", gone)
+
+	ffs.Clear()
+	churnTo(t, s, mustQueue(t, s, "churn", pol), s.log.Stats().LastSegment+2)
+	mid := segmentFileSizes(t, dir) // the leftovers, and the segments since
+	require.NoError(t, s.Maintain(), "the next removal removes the leftovers first")
+	final := segmentFileSizes(t, dir)
+	for name := range after {
+		require.NotContains(t, final, name, "a leftover of the failed removal is removed")
+	}
+	assert.Equal(t, gone+goneBytes(mid, final), s.Stats().BytesReclaimed, "BytesReclaimed once the leftovers are removed too")
+}

@@ -139,6 +139,11 @@ func (s *Store) maintain(force bool) error {
 		return nil
 	}
 	m := &s.maint
+	if p := m.stopped.Load(); p != nil {
+		// Reclamation stops with the checkpoints, as documented: it
+		// would go on only in the rounds that owe no checkpoint.
+		return *p
+	}
 	m.ckptMu.Lock()
 	grown := s.log.Stats().BytesWritten-m.written >= s.opts.segmentBytes()/2
 	m.ckptMu.Unlock()

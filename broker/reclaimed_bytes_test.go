@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,4 +76,50 @@ func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
 		require.NotContains(t, final, name, "a leftover of the failed removal is removed")
 	}
 	assert.Equal(t, gone+goneBytes(mid, final), s.Stats().BytesReclaimed, "BytesReclaimed once the leftovers are removed too")
+}
+
+// "MaintenanceStopped is why checkpoints, and with them the removal of old
+// segments, stopped": after a failed checkpoint no round removes segments
+// or copies records forward, whether or not a checkpoint is due in it.
+func TestNoReclamationAfterMaintenanceStopped(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Unix(1_700_000_000, 0)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{Now: func() time.Time { return now }, SegmentBytes: MinSegmentBytes, FS: ffs}
+	opts.manualMaintenance = true
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+	jobs := mustQueue(t, s, "jobs", pol)
+	// Segment 1 mostly live: not worth copying forward.
+	for range 12 {
+		_, err := jobs.Publish(ctx, make([]byte, 1000))
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint32(1), s.log.Stats().LastSegment)
+	churnTo(t, s, mustQueue(t, s, "churn", pol), 3)
+	require.NoError(t, s.Maintain())
+	require.Zero(t, s.Stats().BytesReclaimed, "segment 1 is live, and holds segment 2 behind it")
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint.tmp", Nth: 1})
+	require.Error(t, s.Maintain())
+	stopped := s.Stats()
+	require.NotEmpty(t, stopped.MaintenanceStopped)
+
+	// The live messages of segment 1 are acknowledged: nothing pins it now.
+	ds, err := jobs.Receive(ctx, 12)
+	require.NoError(t, err)
+	require.Len(t, ds, 12)
+	for _, d := range ds {
+		require.NoError(t, jobs.Ack(ctx, d.Lease.Receipt))
+	}
+	// Background rounds with no checkpoint due, as the ticker runs them.
+	for range 2 {
+		_ = s.maintain(false)
+	}
+	st := s.Stats()
+	require.Equal(t, stopped.Segments, st.Segments, "segments removed after MaintenanceStopped: %q", st.MaintenanceStopped)
+	require.Zero(t, st.BytesReclaimed, "disk space reclaimed after MaintenanceStopped said its reclaiming stopped")
 }

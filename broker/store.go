@@ -288,7 +288,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {
-			opts.Logger.Warn("broker: checkpoint after open failed; the next open rebuilds the index from the log", "dir", dir, "err", err)
+			opts.Logger.Warn("broker: checkpoint after open failed; the next open recovers the index from the log (replaying it from the last whole checkpoint, or all of it)", "dir", dir, "err", err)
 		} else if err := index.ClearSuspect(opts.fs(), s.indexDir()); err != nil {
 			opts.Logger.Warn("broker: the next open rebuilds the index again", "dir", dir, "err", err)
 		}
@@ -865,7 +865,7 @@ func (s *Store) Close() error {
 	err, cerr := s.close()
 	// Logged once closeMu is released: the handler is the caller's code.
 	if cerr != nil {
-		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open rebuilds the index from the log", "dir", s.dir, "err", cerr)
+		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open recovers the index from the log (replaying it from the last whole checkpoint, or all of it)", "dir", s.dir, "err", cerr)
 	}
 	return err
 }

@@ -22,7 +22,8 @@ const MaxConsumeConcurrency = 1 << 16
 
 // ConsumeOptions configures [Consume]. The zero value is valid: one
 // message at a time, one handler at a time, no lease extension, nothing
-// logged. Consume copies it; the Logger is retained until Consume returns.
+// logged by Consume (see Logger). Consume copies it; the Logger is
+// retained until Consume returns.
 type ConsumeOptions struct {
 	// Batch is the most messages one Receive asks for. Zero means 1;
 	// negative is refused ([InvalidBatchSize]). Consume never asks for more
@@ -98,7 +99,10 @@ type ConsumeOptions struct {
 	// Extend calls, and Receive errors, each with the message ID where
 	// there is one, and with the queue's name when b has a Name method
 	// (a [*Queue] does), so that the Consume calls of several queues can
-	// share one Logger. Nil discards them. The brokers of this package do not
+	// share one Logger. Nil discards them, save one thing: the text of a
+	// handler's error that carries no reason is never written to disk, so
+	// with no Logger here the broker logs it in its own, with the message
+	// ID, as it does for a direct Nack. The brokers of this package do not
 	// log again, in their own Logger, a failure Consume logged. Its
 	// handler is called from Consume's goroutines, with no lock of the
 	// broker held; a record it panics on is dropped, and Consume goes on.
@@ -414,6 +418,10 @@ type consumer struct {
 	// gone); only the loop goroutine touches it.
 	endedWith error
 	log       *slog.Logger
+	// logging is whether opts.Logger writes anywhere. Without it Consume
+	// logs nothing, so the broker's own Logger must get the text of an
+	// unclassified cause (see logged).
+	logging bool
 	// gone is closed, once (goneOnce), when a lease renewal finds b
 	// closed or stopped for good, with goneErr the error it met, set
 	// before. Every wait of the loop selects on it, so that Consume learns
@@ -505,6 +513,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		h:           h,
 		gone:        make(chan struct{}),
 		log:         guardLogger(opts.Logger),
+		logging:     opts.Logger != nil && opts.Logger.Handler() != nil,
 		batch:       max(opts.Batch, 1),
 		poll:        opts.PollInterval,
 		extendEvery: opts.ExtendEvery,
@@ -1004,8 +1013,7 @@ func (c *consumer) release(d DeliveryValue) bool {
 func (c *consumer) nackUnstarted(d DeliveryValue, msg string) {
 	attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
 	c.log.InfoContext(c.settleCtx, msg, attrs...)
-	logged := context.WithValue(c.settleCtx, causeLogged{}, true)
-	if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
+	if _, err := c.b.Nack(c.logged(c.settleCtx), d.Lease.Receipt, errConsumerStopped); err != nil {
 		c.refused(c.settleCtx, "nack", err, attrs)
 	}
 }
@@ -1191,9 +1199,10 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 		}
 		return
 	}
-	// The error is logged here, with the message's ID: the brokers of this
-	// package then do not log its text again (see causeLogged).
-	logged := context.WithValue(ctx, causeLogged{}, true)
+	// The error is logged here, with the message's ID; with a Logger to
+	// log it in, the brokers of this package do not log its text again
+	// (see logged).
+	logged := c.logged(ctx)
 	if c.rejecter != nil && inChain(func() bool { return IsDoNotRetry(herr) }) {
 		c.log.WarnContext(ctx, "broker: Consume: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
 		if err := c.rejecter.Reject(logged, receipt, herr); err != nil {
@@ -1209,6 +1218,19 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 	case nv.DeadLettered:
 		c.log.WarnContext(ctx, "broker: Consume: message dead-lettered after its last delivery", attrs...)
 	}
+}
+
+// logged returns ctx for the Nack or Reject that settles a failed
+// delivery. With a Logger, Consume has logged the cause with the message's
+// ID, and ctx is marked (causeLogged) so that the broker does not log its
+// text again: one failure, one line. Without one, ctx is returned as it
+// is: the broker logs the text as for a direct Nack, or it would reach no
+// log at all, and API.md §1 keeps it in the process's log.
+func (c *consumer) logged(ctx context.Context) context.Context {
+	if !c.logging {
+		return ctx
+	}
+	return context.WithValue(ctx, causeLogged{}, true)
 }
 
 // refused logs a settling call the broker refused. A lapsed lease is

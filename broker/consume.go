@@ -206,7 +206,9 @@ func inChain(test func() bool) (found bool) {
 // when b is not a Waker (or is one whose Wake broke its rule and returned
 // a nil Signal: then for PollInterval, but still never past the In). It
 // never spins: when a wait that should block ends at once and Receive
-// still finds nothing, it backs off from 1ms. Those
+// still finds nothing, it backs off from 1ms, never past an In of 1ms or
+// more (one below that, while Receive finds nothing, backs off in full
+// to PollInterval). Those
 // waits run on real time, whatever clock b runs on: a test that gives b
 // a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
 // does not end them. Such a test publishes (which closes the Wake signal),
@@ -899,8 +901,17 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	}
 	// The wait ended at once (a tiny wait, or a signal already closed),
 	// and the previous Receive found nothing. Retry at once the first
-	// time; after that, back off.
+	// time; after that, back off, but never past an In of minIdleWait or
+	// more: a message is receivable then (a Nack elsewhere, say, closed
+	// the signal before this wait began, and its retry ends In from now),
+	// and the backoff, which grows to PollInterval, would leave it
+	// waiting. An In shorter than that says "now" while Receive found
+	// nothing, and backs off in full, or a Wake that always says so would
+	// have Consume receive every millisecond.
 	c.streak++
+	if wake.Scheduled && wake.In >= minIdleWait {
+		floor = min(floor, wake.In)
+	}
 	return c.pause(ctx, floor-time.Since(start))
 }
 

@@ -358,9 +358,11 @@ type failStopper interface {
 // ender is implemented by brokers that can tell without a call that they
 // closed or stopped for good: the channel ended returns is closed then,
 // and endErr returns the error their calls now meet (nil while they
-// work). Consume waits on it while every handler slot is busy, so that a
-// close or a failure ends the handlers at once, not when the first of
-// them returns.
+// work). Every wait of Consume's loop selects on it: while every handler
+// slot is busy, so that a close or a failure ends the handlers at once,
+// not when the first of them returns, and while it waits to Receive again
+// (idle, or PollInterval after a failed Receive), so that Consume returns
+// at once, not when the wait is over.
 type ender interface {
 	ended() <-chan struct{}
 	endErr() error
@@ -616,6 +618,16 @@ func (c *consumer) brokerGone(err error) {
 	})
 }
 
+// endSignal returns b's end channel (see ender), or nil, which never
+// fires, when b has none. Every wait of the loop selects on it beside
+// gone, and sets endedWith from endErr when it fires.
+func (c *consumer) endSignal() <-chan struct{} {
+	if c.ender == nil {
+		return nil
+	}
+	return c.ender.ended()
+}
+
 // goneYet reports whether a renewal found b ended (see brokerGone), and
 // if so sets endedWith to what it met. Only the loop goroutine calls it.
 func (c *consumer) goneYet() bool {
@@ -656,10 +668,7 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	if ctx.Err() != nil || c.goneYet() {
 		return 0, false
 	}
-	var ended <-chan struct{} // nil, which never fires, without an ender
-	if c.ender != nil {
-		ended = c.ender.ended()
-	}
+	ended := c.endSignal()
 	for waiting := true; waiting; {
 		select {
 		case c.slots <- struct{}{}:
@@ -774,10 +783,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
-	var ended <-chan struct{} // nil, which never fires, without an ender
-	if c.ender != nil {
-		ended = c.ender.ended()
-	}
+	ended := c.endSignal()
 	over := false // b ended while an extra delivery waited for a slot
 	for i, d := range ds {
 		slotted := i < reserved
@@ -835,8 +841,8 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 }
 
 // idle waits after an empty Receive; wake is what Wake returned before it.
-// It returns false when ctx ended, or a renewal found b ended (endedWith
-// then says how).
+// It returns false when ctx ended, or b ended, as its ender or a renewal
+// found (endedWith then says how).
 func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	floor := c.backoff()
 	start := time.Now()
@@ -867,6 +873,9 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			defer t.Stop()
 			timer = t.C
 		}
+		// A broker's close need not close its Wake signal (the Waker
+		// contract names only what makes a message receivable).
+		ended := c.endSignal()
 	wait:
 		for {
 			select {
@@ -884,6 +893,11 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			case <-c.gone:
 				c.endedWith = c.goneErr
 				return false
+			case <-ended:
+				if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+					return false
+				}
+				ended = nil // (cannot happen: it ended with an error)
 			}
 		}
 	}
@@ -924,8 +938,9 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
-// pause waits d, or until ctx ends or a renewal finds b ended (endedWith
-// then says how), and reports whether neither happened.
+// pause waits d, or until ctx ends or b ends, as its ender or a renewal
+// finds (endedWith then says how), and reports whether neither happened.
+// A wait of PollInterval after a failed Receive must not outlast a close.
 // Meanwhile it carries the acks of handlers that finish: they must not
 // wait for the next Receive.
 func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
@@ -934,6 +949,7 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	ended := c.endSignal()
 	for {
 		select {
 		case <-t.C:
@@ -945,6 +961,11 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 		case <-c.gone:
 			c.endedWith = c.goneErr
 			return false
+		case <-ended:
+			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+				return false
+			}
+			ended = nil // (cannot happen: it ended with an error)
 		}
 	}
 }

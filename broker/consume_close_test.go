@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -291,5 +292,31 @@ func TestConsumeReturnsWhenARenewalFindsTheBrokerClosed(t *testing.T) {
 			require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
 			require.Empty(t, f.calls(), "nothing could be settled")
 		})
+	}
+}
+
+// A broker that closes while Consume waits PollInterval to retry a
+// Receive that failed (not with Closed) ends Consume at once: "a Store or
+// a Memory tells it at once". That wait selected on ctx and on the
+// renewals' end, not on the broker's end channel, and a Memory's close was
+// found only when the PollInterval was over. Here every Receive is
+// refused (its lease would pass 2262, an error Consume retries), the
+// PollInterval is an hour, and the Memory closes.
+func TestConsumeReturnsWhenTheBrokerClosesWhileItWaitsToRetryAReceive(t *testing.T) {
+	late := time.Unix(0, math.MaxInt64).Add(-time.Second) // now + 1 min passes 2262
+	m, err := NewMemory(PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3},
+		MemoryOptions{Now: func() time.Time { return late }})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	logger, logs := newTestLogger()
+	r := startConsume(t, m, ackAll, ConsumeOptions{PollInterval: time.Hour, Logger: logger})
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "receive failed; retrying") }, eventually, tick)
+	require.NoError(t, m.Close())
+
+	select {
+	case <-r.done:
+		require.ErrorIs(t, r.err, Closed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Memory closed while Consume waited PollInterval (an hour) to retry a Receive; Consume had not returned 5 s later")
 	}
 }

@@ -88,7 +88,9 @@ type ConsumeOptions struct {
 	// ends. Consume receives, and starts, nothing more from that moment
 	// (see Prefetch for the deliveries it then holds); a handler that
 	// finishes within StopGrace is settled by its result as usual, and the
-	// contexts of those still running are cancelled when it is over. Zero
+	// contexts of those still running are cancelled when it is over, or
+	// as soon as Consume learns that b closed or stopped for good (see
+	// Consume): nothing they do could be settled any more. Zero
 	// cancels them with ctx, at once; negative is refused
 	// ([QueueMisconfigured]). A graceful shutdown (a deploy, a SIGTERM)
 	// sets it to what the handlers need to finish, so that stopping does
@@ -234,18 +236,19 @@ func inChain(test func() bool) (found bool) {
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
 // PollInterval. Once Consume learns of such an end (a Store or a Memory
-// tells it at once, even with every handler busy; another broker at the
-// next Receive or lease renewal), the contexts of the running handlers
-// end, with that error as their cause (nothing they do can be settled any
-// more), and Consume returns it when they have returned. When
-// ctx ends, Consume stops receiving and starts no handler more: it nacks
-// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds,
-// those of a Receive that returned after ctx ended, and those a broker
-// returned beyond what Consume asked for that still wait for a free
-// handler; it waits for every
-// running handler (whose context ends with ctx, or opts.StopGrace later)
-// and its Ack or Nack, and returns ctx.Err(). It returns an error at once for a nil b or h, or an option
-// it refuses.
+// tells it at once, even with every handler busy or during a StopGrace;
+// another broker at the next Receive or lease renewal), the contexts of
+// the running handlers end, with that error as their cause (nothing they
+// do can be settled any more), and Consume returns it when they have
+// returned. When ctx ends, Consume stops receiving and starts no handler
+// more: it nacks unstarted, as [ConsumeOptions.Prefetch] says, the
+// deliveries it holds, those of a Receive that returned after ctx ended,
+// and those a broker returned beyond what Consume asked for that still
+// wait for a free handler; it waits for every running handler (whose
+// context ends with ctx, or opts.StopGrace later, or as above when b
+// ends during the StopGrace) and its Ack or Nack, and returns ctx.Err(),
+// even when b ended meanwhile. It returns an error at once for a nil b or
+// h, or an option it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.
@@ -271,6 +274,12 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		// handlers do can be settled any more, so they are told now
 		// rather than left to run to their end while Consume waits.
 		abandon(err)
+	} else if c.stopGrace > 0 {
+		// ctx ended, and the handlers keep their context for the grace;
+		// but should the broker close or stop meanwhile, they are told
+		// as above, not left to run on to the grace's end.
+		stopWatch := c.abandonOnEnd(abandon)
+		defer stopWatch()
 	}
 	if c.prefetch > 0 {
 		c.releaseHeld()
@@ -287,6 +296,37 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	close(c.work)
 	c.workers.Wait()
 	return err
+}
+
+// abandonOnEnd calls abandon with the error b ended with, should b's end
+// channel (see ender) fire or a renewal find b ended (see brokerGone),
+// while Consume waits out a StopGrace, when no wait of the loop is left
+// to notice. The returned stop ends the watch and waits for it.
+func (c *consumer) abandonOnEnd(abandon context.CancelCauseFunc) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	ended := c.endSignal()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-c.gone:
+				abandon(c.goneErr)
+				return
+			case <-ended:
+				if err := c.ender.endErr(); err != nil {
+					abandon(err)
+					return
+				}
+				ended = nil // (cannot happen: it ended with an error)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
 }
 
 // graceful returns the context handlers run under, and a func that ends

@@ -110,6 +110,55 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 	}
 }
 
+// TestConsumeEndsItsHandlersWhenTheBrokerClosesDuringTheStopGrace: ctx
+// has ended, and the running handler keeps its context for the StopGrace;
+// but a Store or a Memory that closes meanwhile tells Consume at once, and
+// the handler's context ends, with the close as its cause: nothing it does
+// can be settled any more. Once ctx ended, no wait of the loop was left
+// to hear the broker, and the handler ran on, unsettleable, to the grace's
+// end.
+func TestConsumeEndsItsHandlersWhenTheBrokerClosesDuringTheStopGrace(t *testing.T) {
+	for _, c := range closables() {
+		if c.renew {
+			continue // the renewal ends its own handler, grace or not
+		}
+		t.Run(c.name+map[bool]string{false: "", true: "/EverySlotBusy"}[c.busy], func(t *testing.T) {
+			b, closeIt := c.open(t)
+			_, err := b.Publish(context.Background(), []byte("x"))
+			require.NoError(t, err)
+			started := make(chan struct{})
+			causes := make(chan error, 1)
+			opts := ConsumeOptions{Concurrency: 2, StopGrace: time.Hour}
+			if c.busy {
+				opts.Concurrency = 1
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- Consume(ctx, b, untilCancelled(started, causes), opts) }()
+			<-started
+			cancel() // a graceful shutdown begins: the handler keeps its context
+			require.NoError(t, closeIt())
+			select {
+			case cause := <-causes:
+				require.ErrorIs(t, cause, Closed, "the handler's context ended, with the close as its cause")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the broker closed during the StopGrace, yet the handler's context was still live 10 s later")
+			}
+			select {
+			case err := <-done:
+				// ctx's error as at any stop; the close when the loop,
+				// between two waits, met it first.
+				if !errors.Is(err, Closed) {
+					require.ErrorIs(t, err, context.Canceled)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Consume did not return once its handler had")
+			}
+		})
+	}
+}
+
 // TestConsumeEndsItsHandlersWhenTheStoreStops: a store stopped for good (a
 // full disk here) ends Consume with its failure, as it ends a closed one,
 // and the handler still running is told at once: its result could never be

@@ -123,9 +123,10 @@ func judge(ctx context.Context, cause error) verdict {
 }
 
 // causeLogged is the key of a context value Consume sets on the context of
-// the Nack or Reject that settles a failed delivery: it has logged the
-// handler's error, with the message's ID, so the broker does not log its
-// text again.
+// the Nack or Reject that settles a failed delivery when it has a Logger:
+// it has logged the handler's error, with the message's ID, so the broker
+// does not log its text again. Without one it sets nothing, and the
+// broker's Logger is where the text is kept.
 type causeLogged struct{}
 
 // clip returns the longest prefix of s of at most n bytes that ends on a

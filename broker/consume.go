@@ -22,7 +22,8 @@ const MaxConsumeConcurrency = 1 << 16
 
 // ConsumeOptions configures [Consume]. The zero value is valid: one
 // message at a time, one handler at a time, no lease extension, nothing
-// logged. Consume copies it; the Logger is retained until Consume returns.
+// logged by Consume (see Logger). Consume copies it; the Logger is
+// retained until Consume returns.
 type ConsumeOptions struct {
 	// Batch is the most messages one Receive asks for. Zero means 1;
 	// negative is refused ([InvalidBatchSize]). Consume never asks for more
@@ -87,7 +88,9 @@ type ConsumeOptions struct {
 	// ends. Consume receives, and starts, nothing more from that moment
 	// (see Prefetch for the deliveries it then holds); a handler that
 	// finishes within StopGrace is settled by its result as usual, and the
-	// contexts of those still running are cancelled when it is over. Zero
+	// contexts of those still running are cancelled when it is over, or
+	// as soon as Consume learns that b closed or stopped for good (see
+	// Consume): nothing they do could be settled any more. Zero
 	// cancels them with ctx, at once; negative is refused
 	// ([QueueMisconfigured]). A graceful shutdown (a deploy, a SIGTERM)
 	// sets it to what the handlers need to finish, so that stopping does
@@ -98,7 +101,10 @@ type ConsumeOptions struct {
 	// Extend calls, and Receive errors, each with the message ID where
 	// there is one, and with the queue's name when b has a Name method
 	// (a [*Queue] does), so that the Consume calls of several queues can
-	// share one Logger. Nil discards them. The brokers of this package do not
+	// share one Logger. Nil discards them, save one thing: the text of a
+	// handler's error that carries no reason is never written to disk, so
+	// with no Logger here the broker logs it in its own, with the message
+	// ID, as it does for a direct Nack. The brokers of this package do not
 	// log again, in their own Logger, a failure Consume logged. Its
 	// handler is called from Consume's goroutines, with no lock of the
 	// broker held; a record it panics on is dropped, and Consume goes on.
@@ -202,7 +208,9 @@ func inChain(test func() bool) (found bool) {
 // when b is not a Waker (or is one whose Wake broke its rule and returned
 // a nil Signal: then for PollInterval, but still never past the In). It
 // never spins: when a wait that should block ends at once and Receive
-// still finds nothing, it backs off from 1ms. Those
+// still finds nothing, it backs off from 1ms, never past an In of 1ms or
+// more (one below that, while Receive finds nothing, backs off in full
+// to PollInterval). Those
 // waits run on real time, whatever clock b runs on: a test that gives b
 // a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
 // does not end them. Such a test publishes (which closes the Wake signal),
@@ -228,18 +236,19 @@ func inChain(test func() bool) (found bool) {
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
 // PollInterval. Once Consume learns of such an end (a Store or a Memory
-// tells it at once, even with every handler busy; another broker at the
-// next Receive or lease renewal), the contexts of the running handlers
-// end, with that error as their cause (nothing they do can be settled any
-// more), and Consume returns it when they have returned. When
-// ctx ends, Consume stops receiving and starts no handler more: it nacks
-// unstarted, as [ConsumeOptions.Prefetch] says, the deliveries it holds,
-// those of a Receive that returned after ctx ended, and those a broker
-// returned beyond what Consume asked for that still wait for a free
-// handler; it waits for every
-// running handler (whose context ends with ctx, or opts.StopGrace later)
-// and its Ack or Nack, and returns ctx.Err(). It returns an error at once for a nil b or h, or an option
-// it refuses.
+// tells it at once, even with every handler busy or during a StopGrace;
+// another broker at the next Receive or lease renewal), the contexts of
+// the running handlers end, with that error as their cause (nothing they
+// do can be settled any more), and Consume returns it when they have
+// returned. When ctx ends, Consume stops receiving and starts no handler
+// more: it nacks unstarted, as [ConsumeOptions.Prefetch] says, the
+// deliveries it holds, those of a Receive that returned after ctx ended,
+// and those a broker returned beyond what Consume asked for that still
+// wait for a free handler; it waits for every running handler (whose
+// context ends with ctx, or opts.StopGrace later, or as above when b
+// ends during the StopGrace) and its Ack or Nack, and returns ctx.Err(),
+// even when b ended meanwhile. It returns an error at once for a nil b or
+// h, or an option it refuses.
 //
 // Several Consume calls may share one broker, in one process or many; each
 // leaves no goroutine behind when it returns.
@@ -265,6 +274,12 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		// handlers do can be settled any more, so they are told now
 		// rather than left to run to their end while Consume waits.
 		abandon(err)
+	} else if c.stopGrace > 0 {
+		// ctx ended, and the handlers keep their context for the grace;
+		// but should the broker close or stop meanwhile, they are told
+		// as above, not left to run on to the grace's end.
+		stopWatch := c.abandonOnEnd(abandon)
+		defer stopWatch()
 	}
 	if c.prefetch > 0 {
 		c.releaseHeld()
@@ -281,6 +296,37 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	close(c.work)
 	c.workers.Wait()
 	return err
+}
+
+// abandonOnEnd calls abandon with the error b ended with, should b's end
+// channel (see ender) fire or a renewal find b ended (see brokerGone),
+// while Consume waits out a StopGrace, when no wait of the loop is left
+// to notice. The returned stop ends the watch and waits for it.
+func (c *consumer) abandonOnEnd(abandon context.CancelCauseFunc) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	ended := c.endSignal()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-c.gone:
+				abandon(c.goneErr)
+				return
+			case <-ended:
+				if err := c.ender.endErr(); err != nil {
+					abandon(err)
+					return
+				}
+				ended = nil // (cannot happen: it ended with an error)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
 }
 
 // graceful returns the context handlers run under, and a func that ends
@@ -352,9 +398,11 @@ type failStopper interface {
 // ender is implemented by brokers that can tell without a call that they
 // closed or stopped for good: the channel ended returns is closed then,
 // and endErr returns the error their calls now meet (nil while they
-// work). Consume waits on it while every handler slot is busy, so that a
-// close or a failure ends the handlers at once, not when the first of
-// them returns.
+// work). Every wait of Consume's loop selects on it: while every handler
+// slot is busy, so that a close or a failure ends the handlers at once,
+// not when the first of them returns, and while it waits to Receive again
+// (idle, or PollInterval after a failed Receive), so that Consume returns
+// at once, not when the wait is over.
 type ender interface {
 	ended() <-chan struct{}
 	endErr() error
@@ -414,6 +462,10 @@ type consumer struct {
 	// gone); only the loop goroutine touches it.
 	endedWith error
 	log       *slog.Logger
+	// logging is whether opts.Logger writes anywhere. Without it Consume
+	// logs nothing, so the broker's own Logger must get the text of an
+	// unclassified cause (see logged).
+	logging bool
 	// gone is closed, once (goneOnce), when a lease renewal finds b
 	// closed or stopped for good, with goneErr the error it met, set
 	// before. Every wait of the loop selects on it, so that Consume learns
@@ -505,6 +557,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 		h:           h,
 		gone:        make(chan struct{}),
 		log:         guardLogger(opts.Logger),
+		logging:     opts.Logger != nil && opts.Logger.Handler() != nil,
 		batch:       max(opts.Batch, 1),
 		poll:        opts.PollInterval,
 		extendEvery: opts.ExtendEvery,
@@ -605,6 +658,16 @@ func (c *consumer) brokerGone(err error) {
 	})
 }
 
+// endSignal returns b's end channel (see ender), or nil, which never
+// fires, when b has none. Every wait of the loop selects on it beside
+// gone, and sets endedWith from endErr when it fires.
+func (c *consumer) endSignal() <-chan struct{} {
+	if c.ender == nil {
+		return nil
+	}
+	return c.ender.ended()
+}
+
 // goneYet reports whether a renewal found b ended (see brokerGone), and
 // if so sets endedWith to what it met. Only the loop goroutine calls it.
 func (c *consumer) goneYet() bool {
@@ -645,10 +708,7 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	if ctx.Err() != nil || c.goneYet() {
 		return 0, false
 	}
-	var ended <-chan struct{} // nil, which never fires, without an ender
-	if c.ender != nil {
-		ended = c.ender.ended()
-	}
+	ended := c.endSignal()
 	for waiting := true; waiting; {
 		select {
 		case c.slots <- struct{}{}:
@@ -763,10 +823,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 	if len(ds) > reserved {
 		c.log.WarnContext(ctx, "broker: Consume: broker returned more deliveries than asked for", "asked", reserved, "got", len(ds))
 	}
-	var ended <-chan struct{} // nil, which never fires, without an ender
-	if c.ender != nil {
-		ended = c.ender.ended()
-	}
+	ended := c.endSignal()
 	over := false // b ended while an extra delivery waited for a slot
 	for i, d := range ds {
 		slotted := i < reserved
@@ -824,8 +881,8 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 }
 
 // idle waits after an empty Receive; wake is what Wake returned before it.
-// It returns false when ctx ended, or a renewal found b ended (endedWith
-// then says how).
+// It returns false when ctx ended, or b ended, as its ender or a renewal
+// found (endedWith then says how).
 func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	floor := c.backoff()
 	start := time.Now()
@@ -856,6 +913,9 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			defer t.Stop()
 			timer = t.C
 		}
+		// A broker's close need not close its Wake signal (the Waker
+		// contract names only what makes a message receivable).
+		ended := c.endSignal()
 	wait:
 		for {
 			select {
@@ -873,6 +933,11 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			case <-c.gone:
 				c.endedWith = c.goneErr
 				return false
+			case <-ended:
+				if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+					return false
+				}
+				ended = nil // (cannot happen: it ended with an error)
 			}
 		}
 	}
@@ -890,8 +955,17 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	}
 	// The wait ended at once (a tiny wait, or a signal already closed),
 	// and the previous Receive found nothing. Retry at once the first
-	// time; after that, back off.
+	// time; after that, back off, but never past an In of minIdleWait or
+	// more: a message is receivable then (a Nack elsewhere, say, closed
+	// the signal before this wait began, and its retry ends In from now),
+	// and the backoff, which grows to PollInterval, would leave it
+	// waiting. An In shorter than that says "now" while Receive found
+	// nothing, and backs off in full, or a Wake that always says so would
+	// have Consume receive every millisecond.
 	c.streak++
+	if wake.Scheduled && wake.In >= minIdleWait {
+		floor = min(floor, wake.In)
+	}
 	return c.pause(ctx, floor-time.Since(start))
 }
 
@@ -904,8 +978,9 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
-// pause waits d, or until ctx ends or a renewal finds b ended (endedWith
-// then says how), and reports whether neither happened.
+// pause waits d, or until ctx ends or b ends, as its ender or a renewal
+// finds (endedWith then says how), and reports whether neither happened.
+// A wait of PollInterval after a failed Receive must not outlast a close.
 // Meanwhile it carries the acks of handlers that finish: they must not
 // wait for the next Receive.
 func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
@@ -914,6 +989,7 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	ended := c.endSignal()
 	for {
 		select {
 		case <-t.C:
@@ -925,6 +1001,11 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 		case <-c.gone:
 			c.endedWith = c.goneErr
 			return false
+		case <-ended:
+			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
+				return false
+			}
+			ended = nil // (cannot happen: it ended with an error)
 		}
 	}
 }
@@ -1004,8 +1085,7 @@ func (c *consumer) release(d DeliveryValue) bool {
 func (c *consumer) nackUnstarted(d DeliveryValue, msg string) {
 	attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries}
 	c.log.InfoContext(c.settleCtx, msg, attrs...)
-	logged := context.WithValue(c.settleCtx, causeLogged{}, true)
-	if _, err := c.b.Nack(logged, d.Lease.Receipt, errConsumerStopped); err != nil {
+	if _, err := c.b.Nack(c.logged(c.settleCtx), d.Lease.Receipt, errConsumerStopped); err != nil {
 		c.refused(c.settleCtx, "nack", err, attrs)
 	}
 }
@@ -1191,9 +1271,10 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 		}
 		return
 	}
-	// The error is logged here, with the message's ID: the brokers of this
-	// package then do not log its text again (see causeLogged).
-	logged := context.WithValue(ctx, causeLogged{}, true)
+	// The error is logged here, with the message's ID; with a Logger to
+	// log it in, the brokers of this package do not log its text again
+	// (see logged).
+	logged := c.logged(ctx)
 	if c.rejecter != nil && inChain(func() bool { return IsDoNotRetry(herr) }) {
 		c.log.WarnContext(ctx, "broker: Consume: handler failed, not retryable; rejecting", append(attrs, "error", herr)...)
 		if err := c.rejecter.Reject(logged, receipt, herr); err != nil {
@@ -1209,6 +1290,19 @@ func (c *consumer) settle(ctx context.Context, d DeliveryValue, receipt ReceiptV
 	case nv.DeadLettered:
 		c.log.WarnContext(ctx, "broker: Consume: message dead-lettered after its last delivery", attrs...)
 	}
+}
+
+// logged returns ctx for the Nack or Reject that settles a failed
+// delivery. With a Logger, Consume has logged the cause with the message's
+// ID, and ctx is marked (causeLogged) so that the broker does not log its
+// text again: one failure, one line. Without one, ctx is returned as it
+// is: the broker logs the text as for a direct Nack, or it would reach no
+// log at all, and API.md §1 keeps it in the process's log.
+func (c *consumer) logged(ctx context.Context) context.Context {
+	if !c.logging {
+		return ctx
+	}
+	return context.WithValue(ctx, causeLogged{}, true)
 }
 
 // refused logs a settling call the broker refused. A lapsed lease is

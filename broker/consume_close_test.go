@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -105,6 +106,55 @@ func TestConsumeEndsItsHandlersWhenTheBrokerCloses(t *testing.T) {
 			require.ErrorIs(t, cause, Closed, "the handler's context ended, with the close as its cause")
 			require.LessOrEqual(t, strings.Count(logs.String(), "lease extension failed"), 1,
 				"renewals that cannot succeed are not retried:\n%s", logs)
+		})
+	}
+}
+
+// TestConsumeEndsItsHandlersWhenTheBrokerClosesDuringTheStopGrace: ctx
+// has ended, and the running handler keeps its context for the StopGrace;
+// but a Store or a Memory that closes meanwhile tells Consume at once, and
+// the handler's context ends, with the close as its cause: nothing it does
+// can be settled any more. Once ctx ended, no wait of the loop was left
+// to hear the broker, and the handler ran on, unsettleable, to the grace's
+// end.
+func TestConsumeEndsItsHandlersWhenTheBrokerClosesDuringTheStopGrace(t *testing.T) {
+	for _, c := range closables() {
+		if c.renew {
+			continue // the renewal ends its own handler, grace or not
+		}
+		t.Run(c.name+map[bool]string{false: "", true: "/EverySlotBusy"}[c.busy], func(t *testing.T) {
+			b, closeIt := c.open(t)
+			_, err := b.Publish(context.Background(), []byte("x"))
+			require.NoError(t, err)
+			started := make(chan struct{})
+			causes := make(chan error, 1)
+			opts := ConsumeOptions{Concurrency: 2, StopGrace: time.Hour}
+			if c.busy {
+				opts.Concurrency = 1
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- Consume(ctx, b, untilCancelled(started, causes), opts) }()
+			<-started
+			cancel() // a graceful shutdown begins: the handler keeps its context
+			require.NoError(t, closeIt())
+			select {
+			case cause := <-causes:
+				require.ErrorIs(t, cause, Closed, "the handler's context ended, with the close as its cause")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the broker closed during the StopGrace, yet the handler's context was still live 10 s later")
+			}
+			select {
+			case err := <-done:
+				// ctx's error as at any stop; the close when the loop,
+				// between two waits, met it first.
+				if !errors.Is(err, Closed) {
+					require.ErrorIs(t, err, context.Canceled)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Consume did not return once its handler had")
+			}
 		})
 	}
 }
@@ -291,5 +341,31 @@ func TestConsumeReturnsWhenARenewalFindsTheBrokerClosed(t *testing.T) {
 			require.ErrorIs(t, <-causes, Closed, "the handler's context ended, with the close as its cause")
 			require.Empty(t, f.calls(), "nothing could be settled")
 		})
+	}
+}
+
+// A broker that closes while Consume waits PollInterval to retry a
+// Receive that failed (not with Closed) ends Consume at once: "a Store or
+// a Memory tells it at once". That wait selected on ctx and on the
+// renewals' end, not on the broker's end channel, and a Memory's close was
+// found only when the PollInterval was over. Here every Receive is
+// refused (its lease would pass 2262, an error Consume retries), the
+// PollInterval is an hour, and the Memory closes.
+func TestConsumeReturnsWhenTheBrokerClosesWhileItWaitsToRetryAReceive(t *testing.T) {
+	late := time.Unix(0, math.MaxInt64).Add(-time.Second) // now + 1 min passes 2262
+	m, err := NewMemory(PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3},
+		MemoryOptions{Now: func() time.Time { return late }})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	logger, logs := newTestLogger()
+	r := startConsume(t, m, ackAll, ConsumeOptions{PollInterval: time.Hour, Logger: logger})
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "receive failed; retrying") }, eventually, tick)
+	require.NoError(t, m.Close())
+
+	select {
+	case <-r.done:
+		require.ErrorIs(t, r.err, Closed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Memory closed while Consume waited PollInterval (an hour) to retry a Receive; Consume had not returned 5 s later")
 	}
 }

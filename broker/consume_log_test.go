@@ -190,6 +190,57 @@ func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 	}
 }
 
+// A Consume with no Logger (the zero ConsumeOptions) leaves the text of an
+// unclassified handler failure to the broker's Logger, with the message's
+// ID, as a direct Nack does: that text is never written to disk, so a log
+// is the only place it is kept (API.md §1, "Classified causes"; the seed's
+// Nack keeps the Private half in the failing process's log). Consume used
+// to mark the cause as logged while its nil Logger discarded it, so the
+// broker logged nothing either and the text reached no log at all.
+func TestConsumeWithoutALoggerLeavesTheUnclassifiedTextToTheBrokersLogger(t *testing.T) {
+	const private = "PRIVATE-TEXT-4711"
+	for _, which := range []string{"store", "memory"} {
+		t.Run(which, func(t *testing.T) {
+			var logs lockedBuffer
+			logger := slog.New(slog.NewJSONHandler(&logs, nil))
+			pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+			var b interface {
+				broker.Broker
+				broker.DeadLetterReader
+			}
+			if which == "store" {
+				e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
+				b = e.queue("jobs", pol)
+			} else {
+				m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
+				require.NoError(t, err)
+				t.Cleanup(func() { m.Close() })
+				b = m
+			}
+			msg, err := b.Publish(ctx(t), []byte("x"))
+			require.NoError(t, err)
+
+			consumeUntil(t, b, func(context.Context, broker.DeliveryValue) error {
+				return errors.New(private)
+			}, broker.ConsumeOptions{}, func() bool {
+				dls, err := b.DeadLetters(ctx(t), 1)
+				return err == nil && len(dls) == 1
+			}, "the message dead-lettered")
+
+			lines := 0
+			for _, r := range logs.records(t) {
+				for _, v := range r {
+					if text, _ := v.(string); strings.Contains(text, private) {
+						require.Equal(t, msg.ID, r["message"], "the record with the text names the message: %v", r)
+						lines++
+					}
+				}
+			}
+			require.Equal(t, 1, lines, "the broker's Logger has the text once; logged: %v", logs.records(t))
+		})
+	}
+}
+
 // Consume's records name the queue when the broker has a name, so that
 // the Consume calls of several queues can share one Logger and each
 // failure still says where it happened: here two queues of one store,

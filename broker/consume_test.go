@@ -323,6 +323,66 @@ func TestConsumeNeverSleepsPastWakeIn(t *testing.T) {
 	require.LessOrEqual(t, f.receives.Load(), int64(4), "it waited, it did not poll")
 }
 
+// nackedElsewhere is a Waker whose every Receive finds nothing while
+// another consumer's Nack lands during it: the Nack closes the signal Wake
+// handed out (Signal: "closed by ... a Nack that hands a message back"),
+// and that message's retry ends In from the Wake.
+type nackedElsewhere struct {
+	plainBroker
+	in time.Duration
+
+	mu       sync.Mutex
+	signal   chan struct{}
+	receives []time.Time
+}
+
+func (b *nackedElsewhere) Wake() WakeValue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.signal = make(chan struct{})
+	return WakeValue{Signal: b.signal, In: b.in, Scheduled: true}
+}
+
+func (b *nackedElsewhere) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.receives = append(b.receives, time.Now())
+	if b.signal != nil {
+		close(b.signal) // the other consumer's Nack
+		b.signal = nil
+	}
+	return nil, nil
+}
+
+func (b *nackedElsewhere) times() []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]time.Time(nil), b.receives...)
+}
+
+// TestConsumeBackoffNeverSleepsPastWakeIn: Consume "never sleeps past a
+// Wake.In" (API.md §3), the backoff included. A signal already closed as
+// the wait begins ends it at once, and Consume backs off, but no longer
+// than the In Wake named: a consumer told that a message is receivable in
+// 5ms used to sleep as the backoff grew, up to PollInterval, before its
+// next Receive.
+func TestConsumeBackoffNeverSleepsPastWakeIn(t *testing.T) {
+	const in = 5 * time.Millisecond
+	b := &nackedElsewhere{plainBroker: plainBroker{newFake()}, in: in}
+	r := startConsume(t, b, ackAll, ConsumeOptions{PollInterval: 10 * time.Second})
+	require.Eventually(t, func() bool { return len(b.times()) >= 12 }, eventually, tick)
+	r.stop(t)
+
+	ts := b.times()[:12]
+	var worst time.Duration
+	for i := 1; i < len(ts); i++ {
+		worst = max(worst, ts[i].Sub(ts[i-1]))
+	}
+	// In plus a generous allowance for a loaded machine.
+	require.Less(t, worst, in+150*time.Millisecond,
+		"Consume slept %v between two Receives although each Wake said a message is receivable in %v", worst, in)
+}
+
 // nilSignalWaker is the fake as a Waker that breaks the port's rule that
 // Signal is never nil: it names In, with no signal to wait on.
 type nilSignalWaker struct{ *fakeBroker }

@@ -26,8 +26,8 @@ type MemoryOptions struct {
 	Now func() time.Time
 	// Logger receives the text of unclassified handler failures, keyed by
 	// message ID, as the file-backed store's does (those Consume settles
-	// are logged by Consume). Nil discards. As there
-	// (see Options.Logger), its handler is called without the queue's
+	// are logged by Consume, and here only when it has no Logger). Nil
+	// discards. As there (see Options.Logger), its handler is called without the queue's
 	// lock, may read Stats, and a record it panics on is dropped.
 	Logger *slog.Logger
 }

@@ -96,7 +96,8 @@ type Options struct {
 	// Logger receives what the store must not write to disk (the text of
 	// unclassified handler failures, keyed by message ID) and what recovery
 	// found. Nil discards. A failure that Consume settles is logged by
-	// Consume (ConsumeOptions.Logger), not again here.
+	// Consume (ConsumeOptions.Logger), not again here, unless that Consume
+	// has no Logger: then here.
 	//
 	// Its handler is called with none of the store's locks held, from the
 	// calling goroutine or from the store's own (the log's writer, the

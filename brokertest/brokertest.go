@@ -1,7 +1,8 @@
-// Package brokertest is the conformance suite of walbroker's port: every
-// promise the doc comments of package broker make about [broker.Broker] and
-// its optional interfaces, as tests any implementation runs with
-// [Run].
+// Package brokertest is the conformance suite of walbroker's port: the
+// promises the doc comments of package broker make about [broker.Broker]
+// and its optional interfaces that a caller can observe through them (not
+// durability across crashes and restarts, which each broker tests on its
+// own), as tests any implementation runs with [Run].
 //
 // An implementation describes itself with a [Factory]: a name, the
 // [Capabilities] it declares, and a constructor of empty backends. The

@@ -312,6 +312,20 @@ type keyRecord struct {
 // made progress.
 const maxClaims = 8
 
+// claimPause waits before claim round round+1 after a record that was
+// there could not be read: 1 ms, doubling, at most 64 ms (about a quarter
+// of a second over every round).
+func claimPause(ctx context.Context, round int) error {
+	t := time.NewTimer(time.Millisecond << min(round, 6))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // claimKey finds what the key's record says, in at most a few requests.
 // It returns the claim this publish builds on (its own, written now, or a
 // live one of another publish to adopt), the stale record it replaced,
@@ -335,8 +349,15 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 		if err != nil {
 			return keyRecord{}, keyRecord{}, nil, err
 		}
-		if !found { // expired since
+		if !found {
+			// Expired since, or, on a replicated stream, written by a
+			// publish whose proposal is not yet readable here: the
+			// next compare-and-set would only lose again at once, so
+			// it waits a little longer each round.
 			expect = 0
+			if err := claimPause(ctx, round); err != nil {
+				return keyRecord{}, keyRecord{}, nil, err
+			}
 			continue
 		}
 		if withinWindow(time.Now(), rec.enqueued, window) {

@@ -442,26 +442,9 @@ var deadCases = []testCase{
 	{name: "ConcurrentDeletesOfOneDeadLetterRemoveItOnce", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		// Of deletes racing on one dead letter, one removes it and every
 		// other finds it gone: DeadLetterNotFound, never another error.
-		const racers = 8
-		q := e.queue(e.policy())
-		m := e.publish(q, "a")
-		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
-			e.Fatalf("Reject: %v", err)
-		}
-		errs := make(chan error, racers)
-		together(racers, func() { errs <- e.manager(q).DeleteDeadLetter(e.ctx(), m.ID) })
-		close(errs)
-		deleted := 0
-		for err := range errs {
-			if err == nil {
-				deleted++
-				continue
-			}
-			e.isErr(err, broker.DeadLetterNotFound, "a delete that lost the race for its dead letter")
-		}
-		if deleted != 1 {
-			e.Fatalf("%d of %d concurrent deletes of one dead letter succeeded, want exactly one", deleted, racers)
-		}
+		q, _ := e.raceOnOneDeadLetter("delete", func(q broker.Broker, id string) error {
+			return e.manager(q).DeleteDeadLetter(e.ctx(), id)
+		})
 		if dls := e.deadLetters(q); len(dls) != 0 {
 			e.Fatalf("dead letters %v after the deletes, want none", deadIDs(dls))
 		}
@@ -524,26 +507,9 @@ var deadCases = []testCase{
 		// The port lets racing replays both queue a dead letter only on a
 		// broker that cannot tell them apart; every broker this suite runs
 		// can: one replay queues it, the others find it gone.
-		const racers = 8
-		q := e.queue(e.policy())
-		m := e.publish(q, "a")
-		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
-			e.Fatalf("Reject: %v", err)
-		}
-		errs := make(chan error, racers)
-		together(racers, func() { errs <- e.manager(q).ReplayDeadLetter(e.ctx(), m.ID) })
-		close(errs)
-		replayed := 0
-		for err := range errs {
-			if err == nil {
-				replayed++
-				continue
-			}
-			e.isErr(err, broker.DeadLetterNotFound, "a replay that lost the race for its dead letter")
-		}
-		if replayed != 1 {
-			e.Fatalf("%d of %d concurrent replays of one dead letter succeeded, want exactly one", replayed, racers)
-		}
+		q, m := e.raceOnOneDeadLetter("replay", func(q broker.Broker, id string) error {
+			return e.manager(q).ReplayDeadLetter(e.ctx(), id)
+		})
 		d := e.appearsAt(q, e.now(), true, "the replayed message")
 		if d.Message.ID != m.ID || d.Deliveries != 1 {
 			e.Fatalf("received %q #%d, want %q #1", d.Message.ID, d.Deliveries, m.ID)
@@ -584,4 +550,31 @@ func deadIDs(dls []broker.DeadLetterValue) []string {
 // sameSet reports whether a and b hold the same strings, in any order.
 func sameSet(a, b []string) bool {
 	return equalStrings(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+// raceOnOneDeadLetter makes a dead letter and runs call on it from eight
+// goroutines at once (what names the call, "delete" or "replay"): exactly
+// one must succeed, and every other find it gone (DeadLetterNotFound).
+func (e *env) raceOnOneDeadLetter(what string, call func(q broker.Broker, id string) error) (broker.Broker, broker.MessageValue) {
+	const racers = 8
+	q := e.queue(e.policy())
+	m := e.publish(q, "a")
+	if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+		e.Fatalf("Reject: %v", err)
+	}
+	errs := make(chan error, racers)
+	together(racers, func() { errs <- call(q, m.ID) })
+	close(errs)
+	won := 0
+	for err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		e.isErr(err, broker.DeadLetterNotFound, "a "+what+" that lost the race for its dead letter")
+	}
+	if won != 1 {
+		e.Fatalf("%d of %d concurrent %ss of one dead letter succeeded, want exactly one", won, racers, what)
+	}
+	return q, m
 }

@@ -40,10 +40,11 @@ func goneBytes(before, after map[string]int64) int64 {
 	return n
 }
 
-// StoreStats.BytesReclaimed counts "segment files removed since open",
-// each as it goes: those a removal that failed part way had removed
-// already, and the ones it left on disk when the next removal takes them.
-func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
+// faultyManualStore opens a store of the smallest segments in a temporary
+// directory, through a FaultFS and with no background maintenance, and
+// returns them with a policy of payloads up to 1 KiB.
+func faultyManualStore(t *testing.T) (string, *vfs.FaultFS, *Store, PolicyValue) {
+	t.Helper()
 	dir := t.TempDir()
 	now := time.Unix(1_700_000_000, 0)
 	ffs := vfs.NewFaultFS(vfs.Default)
@@ -51,8 +52,15 @@ func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
 	opts.manualMaintenance = true
 	s, err := Open(dir, opts)
 	require.NoError(t, err)
-	defer func() { _ = s.Close() }()
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+	t.Cleanup(func() { _ = s.Close() })
+	return dir, ffs, s, PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+}
+
+// StoreStats.BytesReclaimed counts "segment files removed since open",
+// each as it goes: those a removal that failed part way had removed
+// already, and the ones it left on disk when the next removal takes them.
+func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
+	dir, ffs, s, pol := faultyManualStore(t)
 	churnTo(t, s, mustQueue(t, s, "churn", pol), 6)
 	before := segmentFileSizes(t, dir)
 
@@ -60,7 +68,7 @@ func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
 	// removal of a segment fails.
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Match: func(n string) bool { return strings.Contains(filepath.Base(n), "spare-") }})
 	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, Match: func(n string) bool { return strings.HasSuffix(n, ".seg") }, Nth: 2})
-	err = s.Maintain()
+	err := s.Maintain()
 	require.Error(t, err, "one segment could not be removed")
 	after := segmentFileSizes(t, dir)
 	gone := goneBytes(before, after)
@@ -83,15 +91,7 @@ func TestBytesReclaimedCountsEverySegmentFileRemoved(t *testing.T) {
 // or copies records forward, whether or not a checkpoint is due in it.
 func TestNoReclamationAfterMaintenanceStopped(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	now := time.Unix(1_700_000_000, 0)
-	ffs := vfs.NewFaultFS(vfs.Default)
-	opts := Options{Now: func() time.Time { return now }, SegmentBytes: MinSegmentBytes, FS: ffs}
-	opts.manualMaintenance = true
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
-	defer func() { _ = s.Close() }()
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024}
+	_, ffs, s, pol := faultyManualStore(t)
 	jobs := mustQueue(t, s, "jobs", pol)
 	// Segment 1 mostly live: not worth copying forward.
 	for range 12 {

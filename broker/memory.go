@@ -177,9 +177,10 @@ func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, err
 // and EnqueuedAt with a nil error and enqueues nothing — even after that
 // message was acknowledged, and even when the queue is full. Such a
 // duplicate carries no Payload: its Payload is nil, while a message this
-// call enqueued has a non-nil one. key must be 1 to 256 bytes
-// ([InvalidDedupKey]); a payload above MaxMessageBytes is
-// [MessageTooLarge], checked before the key.
+// call enqueued has a non-nil one (empty for an empty payload). key must
+// be 1 to 256 bytes ([InvalidDedupKey]), which is checked before anything
+// else; a payload above MaxMessageBytes is [MessageTooLarge], checked
+// before the key is looked up (even when the key was seen).
 func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
 	if q == nil {
 		return MessageValue{}, nilReceiver("Memory")
@@ -261,8 +262,9 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 // refuseOversized refuses, before any payload is copied, a payload above
 // the queue's MaxMessageBytes and a batch larger than its Capacity, which
 // no state of the queue admits: the copy of a caller's oversized input
-// would cost memory in proportion to it. (The payloads' sizes are checked
-// again under the lock that admits them: the policy may change between.)
+// would cost memory in proportion to it. (A Memory's policy is fixed by
+// NewMemory, so the sizes need no second look under the lock that admits
+// them.)
 func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -40,7 +40,7 @@ type memMessage struct {
 // handedOut is m as Receive and DeadLetters hand it out: with a copy of
 // its payload, never the queue's own.
 func (m *memMessage) handedOut() MessageValue {
-	return MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: append([]byte(nil), m.payload...)}
+	return MessageValue{ID: messageID(m.seq), EnqueuedAt: time.Unix(0, m.enqueuedAt), Payload: payloadCopy(m.payload)}
 }
 
 // memHeap orders messages by less; it keeps each message's heapIdx. It is

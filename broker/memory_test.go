@@ -243,6 +243,7 @@ func (d *differential) sameMessage(what string, f, m broker.MessageValue) {
 	}
 	require.Equal(d.t, f.EnqueuedAt.UnixNano(), m.EnqueuedAt.UnixNano(), "%s: EnqueuedAt", what)
 	require.Equal(d.t, string(f.Payload), string(m.Payload), "%s: payload", what)
+	require.Equal(d.t, f.Payload == nil, m.Payload == nil, "%s: payload nil in one only (a nil Payload marks a duplicate)", what)
 }
 
 func (d *differential) sameErr(what string, fe, me error) bool {
@@ -579,4 +580,33 @@ func TestAMemoryLetsGoOfWhatItNoLongerHolds(t *testing.T) {
 	require.NoError(t, m.DeleteDeadLetter(ctx, dead.ID))
 	require.Zero(t, broker.MemoryHeld(m), "a deleted dead letter is let go of, payload and all")
 	require.ErrorIs(t, m.DeleteDeadLetter(ctx, dead.ID), broker.DeadLetterNotFound)
+}
+
+// A message published with an empty payload comes back from a Memory as it
+// does from the file-backed queue: an empty, non-nil Payload, from Receive
+// and from DeadLetters alike. Nil means something in this API (a
+// duplicate's Payload from PublishKeyed), and Memory promises the Store's
+// semantics, so a test written against a Memory must get the answer the
+// Store gives.
+func TestMemoryHandsOutAnEmptyPayloadAsTheStoreDoes(t *testing.T) {
+	e := newEnv(t)
+	qs := e.storeAndMemory(policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	got := map[string][2][]byte{}
+	for _, name := range []string{"store", "memory"} {
+		q := qs[name]
+		_, err := q.Publish(ctx(t), []byte{})
+		require.NoError(t, err, name)
+		ds, err := q.Receive(ctx(t), 1)
+		require.NoError(t, err, name)
+		require.Len(t, ds, 1, name)
+		require.NoError(t, q.Reject(ctx(t), ds[0].Lease.Receipt, nil), name)
+		dls, err := q.DeadLetters(ctx(t), 1)
+		require.NoError(t, err, name)
+		require.Len(t, dls, 1, name)
+		got[name] = [2][]byte{ds[0].Message.Payload, dls[0].Message.Payload}
+	}
+	require.NotNil(t, got["store"][0], "the store's Receive: an empty, non-nil payload")
+	require.NotNil(t, got["store"][1], "the store's DeadLetters: an empty, non-nil payload")
+	require.Equal(t, got["store"][0], got["memory"][0], "Receive: the Memory hands out %#v where the store hands out %#v", got["memory"][0], got["store"][0])
+	require.Equal(t, got["store"][1], got["memory"][1], "DeadLetters: the Memory hands out %#v where the store hands out %#v", got["memory"][1], got["store"][1])
 }

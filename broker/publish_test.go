@@ -726,3 +726,27 @@ func TestAKeyedPublishChecksItsSizeBeforeItsKey(t *testing.T) {
 		require.Equal(t, "fits", string(ds[0].Message.Payload), name)
 	}
 }
+
+// PublishKeyed checks the key's length before anything else, then the
+// payload's size before the key is looked up, in the Store and the Memory
+// alike (both docs say so): an empty key with an oversized payload is
+// InvalidDedupKey, and an oversized payload under a key seen within the
+// window is MessageTooLarge, not a duplicate.
+func TestPublishKeyedChecksTheKeyThenThePayloadThenLooksTheKeyUp(t *testing.T) {
+	e := newEnv(t)
+	qs := e.storeAndMemory(policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4 }))
+	for _, name := range []string{"store", "memory"} {
+		q := qs[name]
+		_, err := q.PublishKeyed(ctx(t), "", []byte("12345"))
+		requireErrorIs(t, err, broker.InvalidDedupKey, "0 bytes")
+		first, err := q.PublishKeyed(ctx(t), "k", []byte("1234"))
+		require.NoError(t, err, name)
+		require.NotNil(t, first.Payload, name)
+		_, err = q.PublishKeyed(ctx(t), "k", []byte("12345"))
+		requireErrorIs(t, err, broker.MessageTooLarge, "5")
+		dup, err := q.PublishKeyed(ctx(t), "k", []byte("9"))
+		require.NoError(t, err, name)
+		require.Equal(t, first.ID, dup.ID, "%s: the key was still seen", name)
+		require.Nil(t, dup.Payload, name)
+	}
+}

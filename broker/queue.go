@@ -213,8 +213,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, erro
 // and even when the queue is full. Such a duplicate carries no Payload (the
 // original's may be gone): its Payload is nil, while a message this call
 // enqueued has a non-nil one (empty for an empty payload), so the caller
-// can tell which happened. key must be 1 to 256 bytes (InvalidDedupKey).
-// The payload's size is checked first: a payload above MaxMessageBytes is
+// can tell which happened. key must be 1 to 256 bytes (InvalidDedupKey),
+// which is checked before anything else. The payload's size is checked
+// next, before the key is looked up: a payload above MaxMessageBytes is
 // MessageTooLarge even when its key was seen, as it would be for the
 // first publish of that key.
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {

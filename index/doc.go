@@ -10,8 +10,10 @@
 // index keeps the position of each message's publish record, not its
 // payload: payloads are read from the log when they are delivered.
 //
-// Time is never part of the projected state: "leased until T" is state,
+// The clock is not part of the projected state: "leased until T" is state,
 // "lapsed" is a question asked of it with the broker's clock (Promote).
+// One answer is kept: a lease Promote saw lapse stays lapsed
+// (Message.Lapsed) when the clock later reads earlier.
 //
 // # Event encoding
 //

@@ -135,8 +135,8 @@ func (e *Event) Restamp(rec []byte) []byte {
 	return e.Append(make([]byte, 0, len(head)+len(e.Payload)))
 }
 
-// Decode decodes one event from rec. The result's strings and byte slices
-// alias rec.
+// Decode decodes one event from rec. The result's byte slices (Payload,
+// Secret) alias rec; its strings are copies.
 func Decode(rec []byte) (Event, error) {
 	d := decoder{b: rec}
 	e := Event{Kind: Kind(d.byte())}

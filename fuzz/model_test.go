@@ -348,6 +348,8 @@ func (m *model) lastPassed(now int64) (int64, bool) {
 func (m *model) dump(now int64) string { return m.dumpState(now, true) }
 
 // dumpState renders the model's state, with or without the dedup clock.
+// Everything else an audit compares is in it, a dead letter's code and
+// cause among them: lostState tells states apart by it.
 func (m *model) dumpState(now int64, dedupClock bool) string {
 	var b strings.Builder
 	for _, q := range m.qs {
@@ -364,7 +366,7 @@ func (m *model) dumpState(now int64, dedupClock bool) string {
 			msg := q.msgs[id]
 			fmt.Fprintf(&b, "  %s %s del=%d at=%s seen=%v(%s) enq=%s", id, msg.state, msg.deliveries, rel(msg.at), msg.seen, msg.seenBy, rel(msg.enq))
 			if msg.state == mDead {
-				fmt.Fprintf(&b, " failed=%s %s", rel(msg.failedAt), msg.reason)
+				fmt.Fprintf(&b, " failed=%s %s code=%#x cause=%q", rel(msg.failedAt), msg.reason, msg.code, msg.cause)
 			}
 			b.WriteString("\n")
 		}

@@ -80,7 +80,8 @@
 //     run audits a copy of the clone against each such state, oldest
 //     first, fails if none passes, and goes on from the first that does
 //     (or ends there, with its audit, when another state differs from it
-//     only in its dedup clock, which no audit sees; see lost_test.go). Each audit drains both queues and walks the clock
+//     only in what no audit sees, its dedup clock or a lease's receipt;
+//     see lost_test.go). Each audit drains both queues and walks the clock
 //     through every deadline the model knows; each run ends with one.
 //
 // The seed corpora under testdata/fuzz/<Target>/ hold valid and invalid

@@ -345,6 +345,9 @@ func (r *bodyReader) str() string {
 // seedClock is the instant the generated checkpoints' events happen at.
 var seedClock = time.Unix(1_700_000_000, 0)
 
+// seedSecret is the store secret every generated checkpoint carries.
+var seedSecret = bytes.Repeat([]byte{7}, index.SecretSize)
+
 // buildCheckpoints builds an index in dir through the index's API, with
 // queues, messages in every state, dedup keys and an eviction, and returns
 // the checkpoint file written after each stage (the last one's table files
@@ -382,7 +385,7 @@ func buildCheckpoints(t testing.TB, dir string) [][]byte {
 		apply(index.Event{Kind: index.KindPublish, Queue: q, Seq: seq, Time: at, Key: key, Payload: []byte(fmt.Sprintf("payload %d", seq))})
 	}
 
-	apply(index.Event{Kind: index.KindMeta, Secret: bytes.Repeat([]byte{7}, index.SecretSize)})
+	apply(index.Event{Kind: index.KindMeta, Secret: seedSecret})
 	checkpoint() // no queue
 	apply(index.Event{Kind: index.KindDeclare, Queue: 1, Name: "jobs", Policy: jobs})
 	apply(index.Event{Kind: index.KindDeclare, Queue: 2, Name: "mail", Policy: mail})
@@ -416,7 +419,10 @@ func buildCheckpoints(t testing.TB, dir string) [][]byte {
 }
 
 // brokerCheckpoint returns the checkpoint a real store writes at Close
-// after a short life.
+// after a short life, on a fixed clock. The store draws its secret at
+// random (broker.Open) and nothing else of the file depends on it:
+// withSecret puts seedSecret in its place, so that the same file comes out
+// every time.
 func brokerCheckpoint(t testing.TB) []byte {
 	t.Helper()
 	dir := fastDir(t)
@@ -442,7 +448,28 @@ func brokerCheckpoint(t testing.TB) []byte {
 	require.NoError(t, s.Close())
 	b, err := os.ReadFile(filepath.Join(dir, "index", "checkpoint"))
 	require.NoError(t, err)
-	return b
+	return withSecret(t, b, seedSecret)
+}
+
+// withSecret returns the checkpoint file with secret in place of the one
+// it holds (of the same size), its checksum made right again.
+func withSecret(t testing.TB, file, secret []byte) []byte {
+	t.Helper()
+	_, err := parseCheckpoint(file)
+	require.NoError(t, err)
+	out := bytes.Clone(file)
+	body := out[ckptHeader:]
+	r := &bodyReader{b: body}
+	for range r.uvarint() { // sealed segments
+		r.u32()
+		r.u32()
+	}
+	if n := r.uvarint(); r.err || n != uint64(len(secret)) {
+		t.Fatalf("the checkpoint's secret is not %d bytes long", len(secret))
+	}
+	copy(r.b, secret) // parseCheckpoint checked that it lies within the body
+	binary.LittleEndian.PutUint32(out[12:], crc32.Update(crc32.Checksum(out[16:ckptHeader], castagnoli), castagnoli, body))
+	return out
 }
 
 // checkpointSeeds are the generated inputs of FuzzCheckpointLoad: real

@@ -1,6 +1,8 @@
 package fuzz
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -58,11 +60,24 @@ type seed struct {
 	vals []any
 }
 
+// generated returns the files of seeds, by name ("seed-" and the seed's).
+func generated(t *testing.T, seeds []seed) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, s := range seeds {
+		name := "seed-" + s.name
+		require.NotContains(t, files, name, "seed %s twice", s.name)
+		files[name] = corpusFile(s.vals...)
+	}
+	return files
+}
+
 // writeCorpus replaces the generated seeds of target (files named
 // "seed-*") with seeds, leaving every other file (inputs a fuzzing run
 // found) alone.
 func writeCorpus(t *testing.T, target string, seeds []seed) {
 	t.Helper()
+	files := generated(t, seeds)
 	dir := filepath.Join("testdata", "fuzz", target)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	old, err := filepath.Glob(filepath.Join(dir, "seed-*"))
@@ -70,18 +85,46 @@ func writeCorpus(t *testing.T, target string, seeds []seed) {
 	for _, f := range old {
 		require.NoError(t, os.Remove(f))
 	}
-	names := map[string]bool{}
-	for _, s := range seeds {
-		require.False(t, names[s.name], "seed %s twice", s.name)
-		names[s.name] = true
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "seed-"+s.name), corpusFile(s.vals...), 0o644))
+	for name, b := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
 	}
-	t.Logf("%s: %d seeds", target, len(seeds))
+	t.Logf("%s: %d seeds", target, len(files))
+}
+
+// checkCorpus lists how the committed seeds of target (files named
+// "seed-*") differ from seeds: each file missing, differing or not
+// generated.
+func checkCorpus(t *testing.T, target string, seeds []seed) []string {
+	t.Helper()
+	want := generated(t, seeds)
+	dir := filepath.Join("testdata", "fuzz", target)
+	have, err := filepath.Glob(filepath.Join(dir, "seed-*"))
+	require.NoError(t, err)
+	var wrong []string
+	for _, f := range have {
+		if _, ok := want[filepath.Base(f)]; !ok {
+			wrong = append(wrong, filepath.Base(f)+" is not generated")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			wrong = append(wrong, name+" is missing")
+		case err != nil:
+			t.Fatalf("%s: %v", target, err)
+		case !bytes.Equal(got, want[name]):
+			wrong = append(wrong, name+" differs")
+		}
+	}
+	return wrong
 }
 
 // TestWriteSeedCorpus regenerates the seed corpora of every target when
-// WALBROKER_FUZZ_WRITE_CORPUS=1; otherwise it checks that the committed
-// ones are there.
+// WALBROKER_FUZZ_WRITE_CORPUS=1. Otherwise it checks that the committed
+// seeds are exactly the ones the generators write, byte for byte: a change
+// to what a generator writes (or to the format it builds on) is committed
+// with the seeds it gives. Every generator is deterministic for this.
 func TestWriteSeedCorpus(t *testing.T) {
 	targets := map[string]func(testing.TB) []seed{
 		"FuzzFrameDecode":        frameSeeds,
@@ -95,8 +138,7 @@ func TestWriteSeedCorpus(t *testing.T) {
 			writeCorpus(t, target, targets[target](t))
 			continue
 		}
-		files, err := filepath.Glob(filepath.Join("testdata", "fuzz", target, "seed-*"))
-		require.NoError(t, err)
-		require.NotEmpty(t, files, "%s has no generated seeds: run with WALBROKER_FUZZ_WRITE_CORPUS=1", target)
+		wrong := checkCorpus(t, target, targets[target](t))
+		require.Empty(t, wrong, "%s: the committed seeds are not the generated ones: run with WALBROKER_FUZZ_WRITE_CORPUS=1", target)
 	}
 }

@@ -9,6 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
 )
 
 // What a power loss may take under SyncPublish, and how a run of
@@ -17,25 +21,34 @@ import (
 // Under SyncPublish a publish returns once an fdatasync covers it; every
 // other event (a lease, an ack, a nack, a reject, an extend, a replay, a
 // delete, a sweep's dead letters, a dedup clock reading) is written before
-// its call returns and reaches the device with the next commit (API.md,
-// sync modes). A queue declaration is fdatasynced whatever the mode
-// (docs/DESIGN.md, "Queue declarations"). The log is written in the order
-// the calls were decided and an fdatasync covers all that was written
-// before it, so a power loss leaves the state after some call since the
-// last publish or declaration that returned: no acknowledged publish lost,
-// no policy change lost, nothing invented, nothing reordered, but the last
-// few leases and settlements may be gone (a redelivery, which at-least-once
-// permits). Which of those states it left, the model cannot know: the
-// store's own commits (a rotation, a checkpoint, a copy forward) may have
-// covered more.
+// its call returns and reaches the device with the next commit, or within
+// SyncInterval, by the background commit that runs when nothing else asks
+// for one (API.md, sync modes; broker.Options). A queue declaration is
+// fdatasynced whatever the mode (docs/DESIGN.md, "Queue declarations").
+// The log is written in the order the calls were decided and an fdatasync
+// covers all that was written before it, so a power loss leaves the state
+// after some call since the last publish or declaration that returned: no
+// acknowledged publish lost, no policy change lost, nothing invented,
+// nothing reordered, but the last few leases and settlements may be gone
+// (a redelivery, which at-least-once permits). Which of those states it
+// left, the model cannot know: it depends on timing, on whether the
+// background commit (on the wall clock, not the run's fake one) ran since
+// the last of those calls, and on the store's own commits (a rotation, a
+// checkpoint, a copy forward), which may have covered more. The same input
+// may leave one state in one run and another in the next.
 //
-// So the run keeps a trail of the model's states since the last commit it
-// knows of, and after a power loss audits a copy of the clone once for
-// each distinct state, oldest first, until one passes: the store must hold
-// one of them exactly. The run then goes on from that state. Where another
-// state differs from it only in what an audit cannot see (the dedup
-// clock, which only a clock set back shows), going on could fail for
-// nothing: the run ends there, with its audit.
+// So the run assumes none of them. It keeps a trail of the model's states
+// since the last commit it knows of, and after a power loss audits a copy
+// of the clone once for each distinct state, oldest first, until one
+// passes: the store must hold one of them exactly, whichever the timing
+// made it. The run then goes on from that state. Where another state
+// differs from it only in what no audit sees, going on could fail for
+// nothing: the run ends there, with its audit. No audit sees the dedup
+// clock (only a clock set back shows it) nor a lease's receipt (an Extend
+// to the instant the lease already had changes nothing else). An audit
+// settles no lease; trying each receipt would not do either, since once a
+// lease has lapsed the store refuses each of its receipts alike, while a
+// clock set back later makes the current one count again.
 
 // trail is the model's states since the last call known to be on the
 // device (oldest first), the current one not included.
@@ -98,12 +111,12 @@ func (r *runner) lostState(dir string) (*model, bool) {
 }
 
 // unambiguous reports whether no other state differs from found only in
-// what an audit does not see.
+// what no audit sees: the dedup clock and the leases' receipts.
 func (r *runner) unambiguous(found *model, states []*model, now int64) bool {
 	k := found.dumpState(now, false)
 	for _, c := range states {
 		if c != found && c.dumpState(now, false) == k {
-			r.logf("  another state differs from it only in its dedup clock")
+			r.logf("  another state differs from it only in what no audit sees (the dedup clock, a lease's receipt)")
 			return false
 		}
 	}
@@ -146,4 +159,62 @@ func (t *softTB) Logf(string, ...any) {}
 func (t *softTB) Fatalf(format string, args ...any) {
 	*t.failure = fmt.Sprintf(format, args...)
 	runtime.Goexit()
+}
+
+// commitBeforeRestart is a beforeRestart hook that puts everything written
+// on the device, as SyncInterval's background commit does a moment later:
+// a queue declaration is fdatasynced whatever the sync mode, and with it
+// all that came before (docs/DESIGN.md, "Queue declarations").
+func commitBeforeRestart(t *testing.T) func(*runner) {
+	return func(r *runner) {
+		_, err := r.store.Queue("commit", queuePolicies[0])
+		require.NoError(t, err)
+	}
+}
+
+// TestPowerLossStatesDifferingOnlyInADeadLetterCodeAreBothTried: after a
+// power loss under SyncPublish the store may hold any of the model's states
+// since the last commit, the latest one too, and the run tries each of them
+// that differs from the others in anything. A dead letter's code and cause
+// are part of the state (an audit compares them): here a message is
+// rejected, replayed, received and rejected again at the same instant, for
+// the same reason with another code, and the device holds the latest state,
+// which must not be set aside as a copy of the first.
+func TestPowerLossStatesDifferingOnlyInADeadLetterCodeAreBothTried(t *testing.T) {
+	o := func(k opKind, q int, a, b byte) op { return op{kind: k, q: q, a: a, b: b} }
+	require.Equal(t, broker.ReasonUnclassified, causes[1].reason)
+	require.Equal(t, broker.ReasonUnclassified, causes[5].reason)
+	require.NotEqual(t, causes[1].code, causes[5].code)
+	data := encodeInput(broker.SyncPublish,
+		o(opPublish, 0, 5, 0),
+		o(opReceive, 0, 1, 0),
+		o(opReject, 0, 0, 1), // UNCLASSIFIED, code 0
+		o(opReplay, 0, 0, 0),
+		o(opReceive, 0, 1, 0),
+		o(opReject, 0, 0, 5), // UNCLASSIFIED, code 0x03000001, same instant
+		o(opCrash, 0, 0, 0),
+	)
+	runInputWith(t, data, commitBeforeRestart(t))
+}
+
+// TestPowerLossStatesDifferingOnlyInAReceiptEndTheRun: after a power loss
+// under SyncPublish the run goes on from the state the store holds, and
+// ends instead when another state differs from it only in what no audit
+// sees, so that going on cannot fail for nothing. A lease's receipt is
+// such a thing: an Extend to the instant the lease already had gives a
+// new receipt and nothing else. With the device holding the Extend, the
+// run must not go on with the receipt it replaced, which the store rightly
+// refuses (API.md §5, reading 7).
+func TestPowerLossStatesDifferingOnlyInAReceiptEndTheRun(t *testing.T) {
+	o := func(k opKind, q int, a, b byte) op { return op{kind: k, q: q, a: a, b: b} }
+	require.Equal(t, queuePolicies[0].VisibilityTimeout, extendBys[2], "the Extend keeps the lease's instant")
+	data := encodeInput(broker.SyncPublish,
+		o(opPublish, 0, 5, 0),
+		o(opReceive, 0, 1, 0),
+		o(opExtend, 0, 0, 2), // the live lease, by 10 s at the same instant: same ExpiresAt, new receipt
+		o(opCrash, 0, 0, 0),
+		o(opAck, 0, 0, 0), // the live lease, by the receipt the model holds
+	)
+	r := runInputWith(t, data, commitBeforeRestart(t))
+	require.True(t, r.over, "the run went on from a state whose receipt no audit checked")
 }

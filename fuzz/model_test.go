@@ -347,12 +347,19 @@ func (m *model) lastPassed(now int64) (int64, bool) {
 // dump renders the model for a failure message.
 func (m *model) dump(now int64) string { return m.dumpState(now, true) }
 
-// dumpState renders the model's state, with or without the dedup clock.
-func (m *model) dumpState(now int64, dedupClock bool) string {
+// dumpState renders the model's state. With unseen, it renders all of it
+// that a restart keeps and a call other than a publish or a declaration
+// may change (the states a power loss under SyncPublish may leave differ
+// in nothing else), what no audit sees included: the dedup clock and each
+// lease's receipt. lostState tells states apart by it. Without unseen, it
+// leaves those two out and keeps all that an audit compares (a dead
+// letter's code and cause among it): two states rendered alike are ones
+// no audit tells apart.
+func (m *model) dumpState(now int64, unseen bool) string {
 	var b strings.Builder
 	for _, q := range m.qs {
 		fmt.Fprintf(&b, "%s: %+v\n", q.name, q.pol)
-		if dedupClock {
+		if unseen {
 			fmt.Fprintf(&b, "%s: evict clock %s\n", q.name, rel(q.evictClock))
 		}
 		fmt.Fprintf(&b, "%s: keys:", q.name)
@@ -364,7 +371,10 @@ func (m *model) dumpState(now int64, dedupClock bool) string {
 			msg := q.msgs[id]
 			fmt.Fprintf(&b, "  %s %s del=%d at=%s seen=%v(%s) enq=%s", id, msg.state, msg.deliveries, rel(msg.at), msg.seen, msg.seenBy, rel(msg.enq))
 			if msg.state == mDead {
-				fmt.Fprintf(&b, " failed=%s %s", rel(msg.failedAt), msg.reason)
+				fmt.Fprintf(&b, " failed=%s %s code=%#x cause=%q", rel(msg.failedAt), msg.reason, msg.code, msg.cause)
+			}
+			if unseen && msg.receipt != "" {
+				fmt.Fprintf(&b, " receipt=%s", msg.receipt)
 			}
 			b.WriteString("\n")
 		}

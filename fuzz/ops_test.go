@@ -565,9 +565,9 @@ func (s *twin) run(o op) {
 }
 
 // walkDeadlines sets the clock to each deadline the model knows (a lease's
-// lapse, a retry delay's end) and to the instant before it, comparing the
-// gauges at each: a store that holds a lease or a delay to another instant
-// shows it there.
+// lapse, a retry delay's end), the first 64 of them, and to the instant
+// before it, comparing the gauges at each: a store that holds a lease or a
+// delay to another instant shows it there.
 func (s *twin) walkDeadlines() {
 	for range 64 {
 		at, ok := s.m.nextDeadline(s.now())

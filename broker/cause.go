@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -86,15 +87,24 @@ type (
 // caller's code: if one panics, the cause counts as carrying nothing,
 // UNCLASSIFIED, 0, "".
 func classify(cause error) (reason string, code uint32, public string, unclassified bool) {
+	reason, code, public, unclassified, _ = classifyNoting(cause)
+	return reason, code, public, unclassified
+}
+
+// classifyNoting is classify that also returns, when one of the cause's
+// methods panicked, what it panicked with ("" when none did), so that the
+// logger can be told.
+func classifyNoting(cause error) (reason string, code uint32, public string, unclassified bool, panicked string) {
 	defer func() {
-		if recover() != nil {
+		if r := recover(); r != nil {
 			reason, code, public, unclassified = ReasonUnclassified, 0, "", true
+			panicked = panicText(r)
 		}
 	}()
 	reason, code, public, unclassified = classifyUnclipped(cause)
 	// (A reason is ASCII: clipped, it stays one if it does not then end
 	// in an underscore.)
-	return strings.TrimRight(clip(reason, MaxReasonBytes), "_"), code, clip(public, MaxPublicBytes), unclassified
+	return strings.TrimRight(clip(reason, MaxReasonBytes), "_"), code, clip(public, MaxPublicBytes), unclassified, ""
 }
 
 // A verdict is a cause given to Nack or Reject, classified once and before
@@ -111,12 +121,18 @@ type verdict struct {
 
 // judge classifies cause (see classify) into a verdict. Its text is left
 // empty when ctx says Consume has logged the cause already (causeLogged):
-// one handler failure, one log line.
+// one handler failure, one log line. A cause whose method panicked is
+// logged whatever ctx says, with what it panicked with: Consume cannot
+// know that.
 func judge(ctx context.Context, cause error) verdict {
 	var v verdict
 	var unclassified bool
-	v.reason, v.code, v.public, unclassified = classify(cause)
-	if unclassified && cause != nil && (ctx == nil || ctx.Value(causeLogged{}) == nil) {
+	var panicked string
+	v.reason, v.code, v.public, unclassified, panicked = classifyNoting(cause)
+	switch {
+	case panicked != "":
+		v.text = fmt.Sprintf("a method of the cause (%T) panicked, so it is recorded as %s: %s; the cause's text: %s", cause, ReasonUnclassified, panicked, CauseText(cause))
+	case unclassified && cause != nil && (ctx == nil || ctx.Value(causeLogged{}) == nil):
 		v.text = CauseText(cause)
 	}
 	return v

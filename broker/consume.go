@@ -81,7 +81,8 @@ type ConsumeOptions struct {
 	// ExtendBy is how far each renewal reaches, measured from the renewal.
 	// Zero means 2×ExtendEvery, at most [MaxDeadlineOffset]; negative, not
 	// above ExtendEvery (the lease would lapse before the next renewal),
-	// or above MaxDeadlineOffset (no Extend reaches so far), is refused
+	// or above MaxDeadlineOffset (a renewal beyond any lease Consume
+	// would make), is refused
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
 	ExtendBy time.Duration
 	// StopGrace is how long running handlers keep their context once ctx
@@ -122,11 +123,14 @@ const (
 	ackDelay = time.Millisecond
 )
 
-// errHandlerPanicked is the cause Consume nacks a panicking handler's
-// delivery with. It carries no Reason, so it is recorded as UNCLASSIFIED,
-// and its text holds nothing of the panic: the panic value may contain
-// payload bytes, so it goes to the Logger only.
-var errHandlerPanicked = errors.New("broker: handler panicked; the panic value and stack are in the consumer's log under the message ID")
+// errHandlerPanicked is what the cause Consume nacks a panicking handler's
+// delivery with wraps. It carries no Reason, so it is recorded as
+// UNCLASSIFIED; nothing of its text is written to disk (a cause's text
+// never is). The panic value may contain payload bytes, so it goes to a
+// log only: with a Logger, Consume logs it and the stack, and the cause
+// says where they are; without one, the cause's text holds them, for the
+// broker's Logger, which keeps the text of every unclassified cause.
+var errHandlerPanicked = errors.New("broker: handler panicked")
 
 // errConsumerStopped is the classification Consume gives, by wrapping, to
 // the error of a handler that gave up because Consume stopped (see
@@ -189,7 +193,8 @@ func inChain(test func() bool) (found bool) {
 // is nacked as one that carries nothing, UNCLASSIFIED.
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
-// opts.Logger only, with the message ID. A handler that gives up when ctx
+// opts.Logger, with the message ID, or, with no Logger, into the cause's
+// text, which the broker's Logger keeps (never its files). A handler that gives up when ctx
 // ends, returning ctx's error or its [context.Cause] (wrapped or not; with
 // a StopGrace, its own context's too) and nothing of its own, is nacked
 // with that error wrapped in a cause whose reason is
@@ -548,9 +553,9 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	case opts.ExtendEvery < 0:
 		return nil, refuse("ExtendEvery %v must not be negative", QueueMisconfigured, opts.ExtendEvery)
 	case opts.ExtendEvery >= MaxDeadlineOffset:
-		return nil, refuse("ExtendEvery %v must be below MaxDeadlineOffset %v, the longest lease an Extend makes", QueueMisconfigured, opts.ExtendEvery, MaxDeadlineOffset)
+		return nil, refuse("ExtendEvery %v must be below MaxDeadlineOffset %v", QueueMisconfigured, opts.ExtendEvery, MaxDeadlineOffset)
 	case opts.ExtendEvery > 0 && opts.ExtendBy > MaxDeadlineOffset:
-		return nil, refuse("ExtendBy %v exceeds MaxDeadlineOffset %v, the longest lease an Extend makes", QueueMisconfigured, opts.ExtendBy, MaxDeadlineOffset)
+		return nil, refuse("ExtendBy %v exceeds MaxDeadlineOffset %v", QueueMisconfigured, opts.ExtendBy, MaxDeadlineOffset)
 	}
 	c := &consumer{
 		b:           b,
@@ -1181,10 +1186,13 @@ func (c *consumer) call(ctx context.Context, d DeliveryValue) (err error) {
 //
 //go:noinline
 func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
+	if !c.logging {
+		return fmt.Errorf("%w: %s\n%s", errHandlerPanicked, panicText(v), debug.Stack())
+	}
 	c.log.ErrorContext(ctx, "broker: Consume: handler panicked; nacking",
 		"message", d.Message.ID, "deliveries", d.Deliveries,
 		"panic", panicText(v), "stack", string(debug.Stack()))
-	return errHandlerPanicked
+	return fmt.Errorf("%w; the panic value and stack are in the consumer's log under the message ID", errHandlerPanicked)
 }
 
 // keepLease renews d's lease every extendEvery while the handler runs,

@@ -196,48 +196,61 @@ func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 // is the only place it is kept (API.md §1, "Classified causes"; the seed's
 // Nack keeps the Private half in the failing process's log). Consume used
 // to mark the cause as logged while its nil Logger discarded it, so the
-// broker logged nothing either and the text reached no log at all.
+// broker logged nothing either and the text reached no log at all. A
+// handler's panic is such a failure: its value and stack reach the
+// broker's Logger too (the cause used to say they were in the consumer's
+// log, which did not exist).
 func TestConsumeWithoutALoggerLeavesTheUnclassifiedTextToTheBrokersLogger(t *testing.T) {
 	const private = "PRIVATE-TEXT-4711"
 	for _, which := range []string{"store", "memory"} {
-		t.Run(which, func(t *testing.T) {
-			var logs lockedBuffer
-			logger := slog.New(slog.NewJSONHandler(&logs, nil))
-			pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
-			var b interface {
-				broker.Broker
-				broker.DeadLetterReader
-			}
-			if which == "store" {
-				e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
-				b = e.queue("jobs", pol)
-			} else {
-				m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
+		for _, how := range []string{"error", "panic"} {
+			t.Run(which+"/"+how, func(t *testing.T) {
+				var logs lockedBuffer
+				logger := slog.New(slog.NewJSONHandler(&logs, nil))
+				pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+				var b interface {
+					broker.Broker
+					broker.DeadLetterReader
+				}
+				if which == "store" {
+					e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
+					b = e.queue("jobs", pol)
+				} else {
+					m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
+					require.NoError(t, err)
+					t.Cleanup(func() { m.Close() })
+					b = m
+				}
+				msg, err := b.Publish(ctx(t), []byte("x"))
 				require.NoError(t, err)
-				t.Cleanup(func() { m.Close() })
-				b = m
-			}
-			msg, err := b.Publish(ctx(t), []byte("x"))
-			require.NoError(t, err)
 
-			consumeUntil(t, b, func(context.Context, broker.DeliveryValue) error {
-				return errors.New(private)
-			}, broker.ConsumeOptions{}, func() bool {
-				dls, err := b.DeadLetters(ctx(t), 1)
-				return err == nil && len(dls) == 1
-			}, "the message dead-lettered")
+				consumeUntil(t, b, func(context.Context, broker.DeliveryValue) error {
+					if how == "panic" {
+						panic(private)
+					}
+					return errors.New(private)
+				}, broker.ConsumeOptions{}, func() bool {
+					dls, err := b.DeadLetters(ctx(t), 1)
+					return err == nil && len(dls) == 1
+				}, "the message dead-lettered")
 
-			lines := 0
-			for _, r := range logs.records(t) {
-				for _, v := range r {
-					if text, _ := v.(string); strings.Contains(text, private) {
-						require.Equal(t, msg.ID, r["message"], "the record with the text names the message: %v", r)
-						lines++
+				lines := 0
+				for _, r := range logs.records(t) {
+					for _, v := range r {
+						if text, _ := v.(string); strings.Contains(text, private) {
+							require.Equal(t, msg.ID, r["message"], "the record with the text names the message: %v", r)
+							if how == "panic" {
+								require.Contains(t, text, "handler panicked", "the record says the handler panicked")
+								require.Contains(t, text, "goroutine", "the record holds the stack")
+								require.NotContains(t, text, "consumer's log", "the record points at no log that does not exist")
+							}
+							lines++
+						}
 					}
 				}
-			}
-			require.Equal(t, 1, lines, "the broker's Logger has the text once; logged: %v", logs.records(t))
-		})
+				require.Equal(t, 1, lines, "the broker's Logger has the text once; logged: %v", logs.records(t))
+			})
+		}
 	}
 }
 

@@ -53,9 +53,10 @@ func NewError(reason string, code uint32, public, private string) *Error {
 	return &Error{reason: reason, code: code, public: public, private: private}
 }
 
-// Wrap returns a copy of e that also wraps cause: errors.Is and errors.As
-// see cause through the copy, and its Error text ends with cause's. The
-// copy still matches e with errors.Is (see [Error.Is]). e is not modified.
+// Wrap returns a copy of e that wraps cause in place of whatever e wrapped:
+// errors.Is and errors.As see cause through the copy (and no longer what e
+// wrapped), and its Error text ends with cause's. The copy still matches e
+// with errors.Is (see [Error.Is]). e is not modified.
 // A nil e gives an *Error that carries cause alone.
 func (e *Error) Wrap(cause error) *Error {
 	if e == nil {
@@ -195,7 +196,7 @@ var (
 	// InvalidBatchSize is returned by Receive and DeadLetters for a max
 	// that is not positive, by PublishBatch for an empty batch or one too
 	// large for the log to commit at once, and by [Consume] for a negative
-	// Batch or a Concurrency out of range. The text around it names the
+	// Batch, or a Concurrency or Prefetch out of range. The text around it names the
 	// size and the bound.
 	InvalidBatchSize = NewError("INVALID_BATCH_SIZE", codeQueue|2, "the batch size is out of range", "")
 	// LeaseExpired is returned by Ack, Nack, Reject and Extend for a
@@ -214,8 +215,9 @@ var (
 	DeadLetterNotFound = NewError("DEAD_LETTER_NOT_FOUND", codeQueue|6, "no such dead letter", "")
 	// QueueFull is returned by Publish (and its variants) when the queue
 	// already holds [PolicyValue.Capacity] live messages; nothing is
-	// enqueued and the publish is counted as shed. Room comes back only as
-	// consumers ack, reject or dead-letter messages, so a caller retries
+	// enqueued and the publish is counted as shed. Room comes back as
+	// consumers ack, reject or dead-letter messages (or when the queue is
+	// declared again with a larger Capacity), so a caller retries
 	// after a delay that grows, with jitter (as for a throttled SQS or
 	// Kafka producer), or passes the refusal on to its own caller; the
 	// queue's Stats (Ready, Leased, Delayed, and Acked over time) show how
@@ -243,8 +245,8 @@ const codeQueue uint32 = 7<<24 | 1<<16
 //
 // The returned error wraps err, so errors.Is and errors.As see through it.
 // Its Reason is err's (the first Reason() string method in err's chain that
-// returns one, "" counting as none), or NOT_RETRYABLE when err carries
-// none; it has no Code or Public method of its own, so those are found in
+// returns a SCREAMING_SNAKE reason; "" and any other text count as none),
+// or NOT_RETRYABLE when err carries none; it has no Code or Public method of its own, so those are found in
 // err's chain. DoNotRetry(nil) is an error whose reason is NOT_RETRYABLE.
 // It retains err.
 func DoNotRetry(err error) error {

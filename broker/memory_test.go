@@ -507,7 +507,8 @@ func TestACauseWhoseMethodsPanicIsUnclassifiedAndTheQueueGoesOn(t *testing.T) {
 		require.Equal(t, broker.ReasonUnclassified, dls[0].Reason, name)
 		require.Empty(t, dls[0].Cause, name)
 		require.Zero(t, dls[0].Code, name)
-		require.Equal(t, 2, strings.Count(b.log.String(), "panicked"), "%s: one line for the Nack, one for the Reject:\n%s", name, b.log)
+		require.Equal(t, 2, strings.Count(b.log.String(), "unclassified handler failure"), "%s: one line for the Nack, one for the Reject:\n%s", name, b.log)
+		require.Equal(t, 2, strings.Count(b.log.String(), "a method of the cause (*broker_test.brittle) panicked"), "%s: each line says a method panicked:\n%s", name, b.log)
 
 		// The queue goes on: the nacked message comes back after its delay.
 		b.clock.Advance(time.Minute)
@@ -609,4 +610,41 @@ func TestMemoryHandsOutAnEmptyPayloadAsTheStoreDoes(t *testing.T) {
 	require.NotNil(t, got["store"][1], "the store's DeadLetters: an empty, non-nil payload")
 	require.Equal(t, got["store"][0], got["memory"][0], "Receive: the Memory hands out %#v where the store hands out %#v", got["memory"][0], got["store"][0])
 	require.Equal(t, got["store"][1], got["memory"][1], "DeadLetters: the Memory hands out %#v where the store hands out %#v", got["memory"][1], got["store"][1])
+}
+
+// panickyReason is a caller's error whose Reason method panics while its
+// Error method works.
+type panickyReason struct{}
+
+func (panickyReason) Error() string  { return "lookup failed" }
+func (panickyReason) Reason() string { panic("reason table not loaded") }
+
+// A cause whose Reason method panics (its Error method works) is recorded
+// UNCLASSIFIED, and the logger is told that the method panicked and with
+// what, beside the cause's text, by the Memory and the Store alike.
+func TestALoggerIsToldThatACauseMethodPanicked(t *testing.T) {
+	var fileLog, memLog bytes.Buffer
+	e := newEnv(t, func(o *broker.Options) { o.Logger = slog.New(slog.NewTextHandler(&fileLog, nil)) })
+	mem, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&memLog, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mem.Close() })
+	for _, tc := range []struct {
+		name string
+		b    fullBroker
+		log  *bytes.Buffer
+	}{{"memory", mem, &memLog}, {"store", e.queue("jobs", policy()), &fileLog}} {
+		name := tc.name
+		_, err := tc.b.Publish(ctx(t), []byte("x"))
+		require.NoError(t, err)
+		ds, err := tc.b.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.NoError(t, tc.b.Reject(ctx(t), ds[0].Lease.Receipt, panickyReason{}), name)
+		dls, err := tc.b.DeadLetters(ctx(t), 1)
+		require.NoError(t, err)
+		require.Equal(t, broker.ReasonUnclassified, dls[0].Reason, name)
+		for _, want := range []string{"a method of the cause (broker_test.panickyReason) panicked", "reason table not loaded", "lookup failed"} {
+			require.Contains(t, tc.log.String(), want, "%s: the log line", name)
+		}
+	}
 }

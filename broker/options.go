@@ -77,7 +77,7 @@ type Options struct {
 	// otherwise at least 16 KiB and at most 1 GiB. One publish (a whole batch) must fit in one
 	// segment, and each segment keeps 1/16 of itself (at least 1 KiB, at
 	// most 256 KiB) for the queue declarations it starts with, which
-	// bounds how many queues a store declares: about 2,000 with names of
+	// bounds how many queues a store declares: about 1,850 with names of
 	// 64 characters (more with shorter ones) for segments of 4 MiB or
 	// more, proportionally fewer below. A store may be reopened with
 	// another size, which new segments take; a smaller one is refused

@@ -2,13 +2,16 @@ package broker_test
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // TestCloseDuringReceiveLeavesNoLeaseHeldByNobody: a Receive whose leases the
@@ -107,4 +110,42 @@ func TestCloseDuringReceiveLeavesNoLeaseHeldByNobody(t *testing.T) {
 		require.NoError(t, e.s.Close())
 		e.s = nil
 	}
+}
+
+// A call that begins once Close has begun fails with Closed, whatever
+// Close is doing then: here a Publish made while Close renames its
+// checkpoint into place. It used to pass, since the store counted as
+// closed only once that checkpoint was written; it was appended after the
+// checkpoint, and the next Open replayed it, where Close promises a
+// checkpoint that leaves nothing to replay.
+func TestACallBegunDuringClosesCheckpointFailsWithClosed(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	dir := t.TempDir()
+	opts := broker.Options{FS: ffs, SegmentBytes: broker.MinSegmentBytes * 4}
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
+	require.NoError(t, err)
+	_, err = q.Publish(t.Context(), []byte("before"))
+	require.NoError(t, err)
+
+	var closing, fired atomic.Bool
+	var during error
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpRename && filepath.Base(e.NewName) == "checkpoint" && closing.Load() && fired.CompareAndSwap(false, true) {
+			// On Close's goroutine: Close has begun, its checkpoint is
+			// being put in place.
+			_, during = q.Publish(context.Background(), []byte("during"))
+		}
+	})
+	closing.Store(true)
+	require.NoError(t, s.Close())
+	require.True(t, fired.Load(), "Close renamed its checkpoint into place")
+
+	s, err = broker.Open(dir, opts)
+	require.NoError(t, err)
+	defer s.Close()
+	t.Logf("publish begun during Close: %v; next Open: %v", during, s.Recovery())
+	require.ErrorIs(t, during, broker.Closed, "a Publish that began once Close had begun succeeded")
+	require.Zero(t, s.Recovery().Replayed, "the Open after Close replayed records: Close's checkpoint did not cover the log")
 }

@@ -50,9 +50,11 @@ type maintenance struct {
 	checkpointBytes atomic.Int64
 	checkpoints     atomic.Int64
 	copied          atomic.Int64
-	preambleRecords atomic.Int64
-	reserveRecords  atomic.Int64 // sequence reservations (seqReservation)
-	rotated         atomic.Bool  // a rotation since the last round
+	// restoredPreamble counts the preamble records restorePreamble wrote
+	// (the log counts those of its rotations, as it writes them).
+	restoredPreamble atomic.Int64
+	reserveRecords   atomic.Int64 // sequence reservations (seqReservation)
+	rotated          atomic.Bool  // a rotation since the last round
 }
 
 // Maintenance tuning.
@@ -254,7 +256,7 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 	}
-	if err := s.usable(); err != nil {
+	if err := s.working(); err != nil { // Close's own checkpoint goes on
 		return nil, nil, 0, err
 	}
 	if err := s.log.Barrier(true); err != nil {

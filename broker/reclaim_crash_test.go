@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -399,4 +400,36 @@ func TestStoreStatsReportReclamation(t *testing.T) {
 	require.Equal(t, 8, live)
 	require.Positive(t, st.LiveBytes)
 	require.LessOrEqual(t, st.LiveBytes, int64(live*100))
+}
+
+// StoreStats.OwnRecords counts, of Records, those the store wrote for
+// itself, segment preambles among them: a rotation whose next segment
+// cannot be made (here a full disk) writes no preamble, and OwnRecords
+// must not count one. The log's writer asks for the preamble before it
+// takes the next file, so the records are counted where the log writes
+// them, not where the store hands them over.
+func TestOwnRecordsCountsNoPreambleOfARotationThatFailed(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	dir := t.TempDir()
+	s, err := broker.Open(dir, broker.Options{FS: ffs, SegmentBytes: broker.MinSegmentBytes, Sync: broker.SyncAll})
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
+	require.NoError(t, err)
+	// Segment 2 is prepared already; segment 3 cannot be made.
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "0000000003.seg", Err: syscall.ENOSPC})
+	payload := make([]byte, 512)
+	var before broker.StoreStats
+	for i := 0; ; i++ {
+		require.Less(t, i, 1000, "the third segment was never needed")
+		before = s.Stats()
+		if _, err := q.Publish(t.Context(), payload); err != nil {
+			break
+		}
+	}
+	require.Positive(t, ffs.Injected(vfs.OpOpen), "the failed publish is the one whose rotation could not make segment 3")
+	after := s.Stats()
+	t.Logf("records %d -> %d, own %d -> %d", before.Records, after.Records, before.OwnRecords, after.OwnRecords)
+	require.LessOrEqual(t, after.OwnRecords-before.OwnRecords, after.Records-before.Records,
+		"OwnRecords grew by more than Records: it counts the preamble of a rotation that wrote nothing")
 }

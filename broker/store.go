@@ -58,6 +58,11 @@ type Store struct {
 	// second waits for the first and then finds the store closed.
 	closeMu sync.Mutex
 	closed  atomic.Bool
+	// closing is set when Close begins: a call that begins after it fails
+	// with Closed, while Close's own checkpoint goes on (see working).
+	// Without it a call begun while Close wrote its checkpoint was
+	// appended after it, and the next Open replayed it.
+	closing atomic.Bool
 	// closedStats is what Stats returns once Close has let the files go:
 	// the figures as Close left them.
 	closedStats atomic.Pointer[StoreStats]
@@ -469,7 +474,6 @@ func (s *Store) preamble() [][]byte {
 	mark := index.Event{Kind: index.KindMark, Seq: max(s.idx.PeekNextSeq(), s.seqs.queued.Load())}
 	out = append(out, mark.Append(nil))
 	s.maint.kickRotation()
-	s.maint.preambleRecords.Add(int64(len(out)))
 	return out
 }
 
@@ -513,6 +517,7 @@ func (s *Store) restorePreamble() error {
 		if _, err := p.Wait(); err != nil {
 			return fmt.Errorf("broker: restore the preamble of segment %d: %w", end.Segment(), err)
 		}
+		s.maint.restoredPreamble.Add(1)
 	}
 	return nil
 }
@@ -816,7 +821,7 @@ func (s *Store) statsNow() StoreStats {
 		Checkpoints:         s.maint.checkpoints.Load(),
 		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
-		OwnRecords:          s.maint.copied.Load() + s.maint.preambleRecords.Load() + s.maint.reserveRecords.Load(),
+		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.reserveRecords.Load(),
 		Commits:             w.Syncs,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,
@@ -880,6 +885,7 @@ func (s *Store) close() (err, cerr error) {
 	if s.closed.Load() {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil
 	}
+	s.closing.Store(true)
 	s.stopMaintenance()
 	// closed is set before ckptMu is let go: a Backup waiting for it would
 	// otherwise write a checkpoint into the index after Close returned.
@@ -931,9 +937,18 @@ func (s *Store) Err() error {
 	return s.usable()
 }
 
-// usable returns the error every call gets once the store is closed or has
-// failed.
+// usable returns the error every call gets once Close has begun, or the
+// store has failed.
 func (s *Store) usable() error {
+	if s.closing.Load() {
+		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
+	}
+	return s.working()
+}
+
+// working is usable but for the closing flag: what Close's own checkpoint
+// asks (the snapshot it takes), which must go on once Close has begun.
+func (s *Store) working() error {
 	if s.closed.Load() {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}

@@ -131,6 +131,7 @@ func (s *seg) leave() {
 // compare-and-swap; Stats reads them from any goroutine.
 type counters struct {
 	records      atomic.Int64 // records appended since open
+	preamble     atomic.Int64 // of records, those of Options.Preamble written at rotations
 	writes       atomic.Int64 // batches written
 	syncs        atomic.Int64 // fdatasyncs of segment files
 	maxPerSync   atomic.Int64 // most records one fdatasync covered
@@ -148,6 +149,7 @@ type Stats struct {
 	DiskBytes         int64 // their total size
 	LargestSegment    int64 // the size of the largest of them
 	Records           int64 // records appended
+	PreambleRecords   int64 // of Records, those Options.Preamble gave, written at rotations
 	Writes            int64 // write batches (one pwrite each, rotation aside)
 	Syncs             int64 // fdatasyncs of segment files
 	MaxRecordsPerSync int64 // most records covered by one fdatasync
@@ -175,6 +177,7 @@ func (l *Log) Stats() Stats {
 	s := Stats{
 		Segments:          len(segs),
 		Records:           l.stats.records.Load(),
+		PreambleRecords:   l.stats.preamble.Load(),
 		Writes:            l.stats.writes.Load(),
 		Syncs:             l.stats.syncs.Load(),
 		MaxRecordsPerSync: l.stats.maxPerSync.Load(),

@@ -571,6 +571,7 @@ func (l *Log) rotate() error {
 	}
 	w.unsynced += int64(len(pre))
 	l.stats.records.Add(int64(len(pre)))
+	l.stats.preamble.Add(int64(len(pre)))
 	return nil
 }
 

@@ -39,9 +39,11 @@
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
 // 10ms (a shorter window measures the timers, not the disk), a mixed
 // -rate at which a producer would publish less than once in -time or more
-// than a million times a second, and a mixed -sample under 10ms or one
+// than a million times a second, and a mixed -sample under 10ms, one
 // that would keep more than 100,000 backlog samples in -time (each is
-// kept in memory and written to the JSON). A -limit under 10ms is
+// kept in memory and written to the JSON), or one not shorter than -time,
+// which would take none (without -sample, the default 250ms is half of a
+// -time shorter than 500ms, at least 10ms). A -limit under 10ms is
 // refused too. A drain or reopen whose prefilled store would not fit in
 // the free space of -dir is refused before anything is made there (exit
 // 1): aimed at a production disk, a mistyped -messages would fill it. One

@@ -135,7 +135,10 @@
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the
 //     checkpoint Close wrote, and with the index directory removed (a
-//     rebuild from the whole log); the heap in use with it open.
+//     rebuild from the whole log); the heap in use with it open. Each
+//     open hands its message back (Nack, ready again at once) before it
+//     closes the store, so that every open finds the backlog the fill
+//     left, however few -messages there are.
 //   - sweep: at each point of the grid -sync × -segment-bytes × -size ×
 //     -producers, on a new store: a publish window as above, for -time,
 //     then a Consume drain (-batch, -consumers) of everything it left, for

@@ -192,10 +192,10 @@
 // the fewest producers measured that reached 80% of the best durable
 // publish rate at those settings, with their msgs/s and p99, and the
 // drain rate. A publish window that published nothing is no point of the
-// recommendation, nor is a workload Ctrl-C cut short (of several rounds,
-// the rounds that ran to their end count): a sweep point cut between its
-// window and its drain would be scored on its publish rate alone against
-// the others' publish and drain. A setting left without a whole point is
+// recommendation, nor is a workload Ctrl-C cut short, nor a sweep point
+// whose drain failed (of several rounds, the rounds that ran to their end
+// count): a sweep point cut between its window and its drain would be
+// scored on its publish rate alone against the others' publish and drain. A setting left without a whole point is
 // not scored, and the recommendation names it. With no durable point
 // left, the report says that there is no recommendation, and why (the
 // run interrupted, or failed, before its publish workloads ran, or before
@@ -355,6 +355,9 @@
 //	                     start until its calls returned)
 //	    "fill_seconds":  float, the untimed prefills, summed (drain); omitted
 //	    "interrupted":   bool, Ctrl-C cut a window of it short
+//	    "drain_failed":  bool, sweep: the drain after a window of it failed (the
+//	                     run's error says how): that round has no drain figures
+//	                     and is not scored; absent otherwise
 //	    "limited":       bool, drain: -limit ended a drain of it with messages
 //	                     left, its rate is of those handled (absent otherwise)
 //	    "ops":           int, messages published (drain: handled), summed
@@ -446,8 +449,8 @@
 //	                     files in memory (the figures are then the CPU's, not a
 //	                     disk's), "" otherwise
 //	    "unscored":      [{"sync", "segment_bytes"}], the durable settings measured
-//	                     only in workloads Ctrl-C cut short: not scored; omitted
-//	                     when none
+//	                     only in workloads Ctrl-C cut short or sweep points whose
+//	                     drain failed: not scored; omitted when none
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
 //	                     failure or Ctrl-C; not those the profile's workloads

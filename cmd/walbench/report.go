@@ -82,6 +82,10 @@ type Row struct {
 	Interrupted bool    `json:"interrupted" agg:"or"`
 	// Limited: drain: -limit ended a drain of it with messages left.
 	Limited bool `json:"limited,omitempty" agg:"or"`
+	// DrainFailed: sweep: the drain after a window of it failed (the
+	// run's error says how): that round has no drain figures, and is not
+	// scored.
+	DrainFailed bool `json:"drain_failed,omitempty" agg:"or"`
 
 	Ops            int64 `json:"ops" agg:"sum"`
 	Commits        int64 `json:"commits" agg:"sum"`

@@ -97,6 +97,9 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 		if r.Limited {
 			name += " (cut at -limit)"
 		}
+		if r.DrainFailed {
+			name += " (drain failed)"
+		}
 		cells := []string{rowName(name, r.Interrupted, r.Rounds, rounds)}
 		for _, c := range cols {
 			cells = append(cells, c.cell(r))

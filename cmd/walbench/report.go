@@ -118,8 +118,11 @@ type Row struct {
 	E2EP999Ns         *int64   `json:"e2e_p999_ns,omitempty"`
 	E2EMaxNs          *int64   `json:"e2e_max_ns,omitempty"`
 	BacklogMax        *float64 `json:"backlog_max,omitempty"`
-	BacklogIntervalNs int64    `json:"backlog_interval_ns,omitempty"`
-	Backlog           []int    `json:"backlog,omitempty" agg:"series"`
+	// StartLateNs: mixed: how late, on average, the producers began the
+	// calls they were on schedule for: the load generator's own lateness.
+	StartLateNs       *int64 `json:"start_late_ns,omitempty"`
+	BacklogIntervalNs int64  `json:"backlog_interval_ns,omitempty"`
+	Backlog           []int  `json:"backlog,omitempty" agg:"series"`
 
 	Notes    []string              `json:"notes,omitempty"`
 	Ranges   map[string][2]float64 `json:"ranges,omitempty"`

@@ -153,7 +153,9 @@
 //     at most as long (a drain that this cuts with messages left says so
 //     in a note: its rate is of those handled). "through" is the rate at
 //     which messages pass through the queue when publish and drain take
-//     turns on the disk: 1 / (1/publish + 1/drain).
+//     turns on the disk: 1 / (1/publish + 1/drain), each round's (over
+//     several rounds, the median of those, not the formula on the medians
+//     of publish and drain).
 //   - wal: the log alone (wal.Open, -sync always by default), appenders
 //     calling Append with one record in a loop, for comparison with the
 //     broker's publish rows ("÷ log": publish msgs/s ÷ the log's appends/s
@@ -404,6 +406,8 @@
 //	                     (those it published, handled while it was open)
 //	    "drain_seconds": float, sweep: the drains, summed; omitted
 //	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
+//	                     of a round; in a summary row, the median of its rounds'
+//	                     values, not the formula on the summary's medians
 //	    "service_p99_ns": int, mixed: p99 of the Publish calls alone
 //	    "e2e_p50_ns", "e2e_p99_ns", "e2e_p999_ns", "e2e_max_ns": int, mixed:
 //	                     scheduled publish instant to handler start

@@ -39,9 +39,11 @@
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
 // 10ms (a shorter window measures the timers, not the disk), a mixed
 // -rate at which a producer would publish less than once in -time or more
-// than a million times a second, and a mixed -sample under 10ms or one
+// than a million times a second, and a mixed -sample under 10ms, one
 // that would keep more than 100,000 backlog samples in -time (each is
-// kept in memory and written to the JSON). A -limit under 10ms is
+// kept in memory and written to the JSON), or one not shorter than -time,
+// which would take none (without -sample, the default 250ms is half of a
+// -time shorter than 500ms, at least 10ms). A -limit under 10ms is
 // refused too. A drain or reopen whose prefilled store would not fit in
 // the free space of -dir is refused before anything is made there (exit
 // 1): aimed at a production disk, a mistyped -messages would fill it. One
@@ -117,7 +119,15 @@
 //     (one call at a time per producer: a slow call makes those behind
 //     it late, and they follow back to back until it is on schedule
 //     again), while broker.Consume takes the messages; -time measured
-//     after -warmup. published/s is of the calls begun in the window.
+//     after -warmup. A producer waits for its instant with a timer set a
+//     little before it, then yields the processor until the instant comes:
+//     a timer alone fires up to a millisecond late in an idle process, and
+//     the lateness would count as the broker's. The margin follows how
+//     late the timers fire, and all the producers together spin for at
+//     most a quarter of one CPU on average, so that at a high rate they
+//     may still begin late: "start_late_ns" says how late, on average,
+//     they began the calls they were on schedule for, and a note under
+//     the table says it when that is more than 100µs. published/s is of the calls begun in the window.
 //     Publish latency is measured from the scheduled instant, not from
 //     when the call began, so that a stall counts against every call it
 //     delayed (corrected for coordinated omission; "call p99" is the
@@ -133,14 +143,19 @@
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the
 //     checkpoint Close wrote, and with the index directory removed (a
-//     rebuild from the whole log); the heap in use with it open.
+//     rebuild from the whole log); the heap in use with it open. Each
+//     open hands its message back (Nack, ready again at once) before it
+//     closes the store, so that every open finds the backlog the fill
+//     left, however few -messages there are.
 //   - sweep: at each point of the grid -sync × -segment-bytes × -size ×
 //     -producers, on a new store: a publish window as above, for -time,
 //     then a Consume drain (-batch, -consumers) of everything it left, for
 //     at most as long (a drain that this cuts with messages left says so
 //     in a note: its rate is of those handled). "through" is the rate at
 //     which messages pass through the queue when publish and drain take
-//     turns on the disk: 1 / (1/publish + 1/drain).
+//     turns on the disk: 1 / (1/publish + 1/drain), each round's (over
+//     several rounds, the median of those, not the formula on the medians
+//     of publish and drain).
 //   - wal: the log alone (wal.Open, -sync always by default), appenders
 //     calling Append with one record in a loop, for comparison with the
 //     broker's publish rows ("÷ log": publish msgs/s ÷ the log's appends/s
@@ -187,10 +202,10 @@
 // the fewest producers measured that reached 80% of the best durable
 // publish rate at those settings, with their msgs/s and p99, and the
 // drain rate. A publish window that published nothing is no point of the
-// recommendation, nor is a workload Ctrl-C cut short (of several rounds,
-// the rounds that ran to their end count): a sweep point cut between its
-// window and its drain would be scored on its publish rate alone against
-// the others' publish and drain. A setting left without a whole point is
+// recommendation, nor is a workload Ctrl-C cut short, nor a sweep point
+// whose drain failed (of several rounds, the rounds that ran to their end
+// count): a sweep point cut between its window and its drain would be
+// scored on its publish rate alone against the others' publish and drain. A setting left without a whole point is
 // not scored, and the recommendation names it. With no durable point
 // left, the report says that there is no recommendation, and why (the
 // run interrupted, or failed, before its publish workloads ran, or before
@@ -350,6 +365,9 @@
 //	                     start until its calls returned)
 //	    "fill_seconds":  float, the untimed prefills, summed (drain); omitted
 //	    "interrupted":   bool, Ctrl-C cut a window of it short
+//	    "drain_failed":  bool, sweep: the drain after a window of it failed (the
+//	                     run's error says how): that round has no drain figures
+//	                     and is not scored; absent otherwise
 //	    "limited":       bool, drain: -limit ended a drain of it with messages
 //	                     left, its rate is of those handled (absent otherwise)
 //	    "ops":           int, messages published (drain: handled), summed
@@ -388,9 +406,16 @@
 //	                     (those it published, handled while it was open)
 //	    "drain_seconds": float, sweep: the drains, summed; omitted
 //	    "through_msgs_per_sec": float, sweep: 1 / (1/msgs_per_sec + 1/drain_msgs_per_sec)
+//	                     of a round; in a summary row, the median of its rounds'
+//	                     values, not the formula on the summary's medians
 //	    "service_p99_ns": int, mixed: p99 of the Publish calls alone
 //	    "e2e_p50_ns", "e2e_p99_ns", "e2e_p999_ns", "e2e_max_ns": int, mixed:
 //	                     scheduled publish instant to handler start
+//	    "start_late_ns": int, mixed: how late, on average, the producers began
+//	                     the calls they were on schedule for (their last call
+//	                     having returned before the instant): the load
+//	                     generator's own lateness, which every latency from the
+//	                     instant includes; omitted when none
 //	    "backlog_max":   float, mixed: the largest backlog sample
 //	    "backlog_interval_ns": int, mixed: between two samples; omitted
 //	    "backlog":       [int], mixed: Ready + Leased at each sample
@@ -441,8 +466,8 @@
 //	                     files in memory (the figures are then the CPU's, not a
 //	                     disk's), "" otherwise
 //	    "unscored":      [{"sync", "segment_bytes"}], the durable settings measured
-//	                     only in workloads Ctrl-C cut short: not scored; omitted
-//	                     when none
+//	                     only in workloads Ctrl-C cut short or sweep points whose
+//	                     drain failed: not scored; omitted when none
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
 //	                     failure or Ctrl-C; not those the profile's workloads

@@ -63,7 +63,11 @@ type config struct {
 	}
 	mixed      mixedLoad // all but its rate
 	mixedRates []float64 // one mixed workload per target rate
-	sweep      struct {
+	// sampleGiven: -sample was on the command line; otherwise the
+	// default shrinks to fit a short -time window (see validate).
+	sampleGiven bool
+
+	sweep struct {
 		producers        []int
 		sizes            []int
 		segments         []int64
@@ -268,7 +272,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (at least %v)", minWindow))
-		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, fmt.Sprintf("sample the backlog every `D` (at least %v, and at most %d samples in -time)", minSample, maxBacklogSamples))
+		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, fmt.Sprintf("sample the backlog every `D` (at least %v, shorter than -time, and at most %d samples in it; by default, half of a -time shorter than twice this)", minSample, maxBacklogSamples))
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
 		common(false)
@@ -363,6 +367,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (see walbench %s -h)", fs.Arg(0), c.command)
 	}
+	fs.Visit(func(f *flag.Flag) { c.sampleGiven = c.sampleGiven || f.Name == "sample" })
 	if c.command == "profile" {
 		// One size and segment size for the whole profile.
 		c.drain.size, c.drain.segmentBytes = c.publish.sizes[0], c.publish.segmentBytes
@@ -488,8 +493,17 @@ func (c *config) validate() error {
 			}
 		}
 	}
+	if !c.sampleGiven && c.mixed.duration >= minWindow {
+		// The default samples a window shorter than twice itself at
+		// half its length, so that the backlog is sampled in it.
+		c.mixed.sample = min(c.mixed.sample, max(minSample, c.mixed.duration/2))
+	}
 	check(c.mixed.sample >= minSample, "-sample %v: must be at least %v (oftener samples the ticker, not the queue)", c.mixed.sample, minSample)
 	if slices.Contains(c.workloads, kindMixed) && c.mixed.sample >= minSample && c.mixed.duration >= minWindow {
+		// The first sample is taken -sample after the window opens: one
+		// as long as the window, or longer, takes none in it.
+		check(!c.sampleGiven || c.mixed.sample < c.mixed.duration, "-sample %v: must be shorter than the -time %v window, or no backlog sample is taken in it",
+			c.mixed.sample, c.mixed.duration)
 		n := int64(c.mixed.duration / c.mixed.sample)
 		check(n <= maxBacklogSamples, "-sample %v: %d backlog samples in the -time %v window; at most %d (sample less often, or measure for less)",
 			c.mixed.sample, n, c.mixed.duration, maxBacklogSamples)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbroker/walbroker/broker"
 )
@@ -222,6 +223,10 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"mixed", "-sample", "0s"}, "-sample 0s: must be at least 10ms"},
 		{[]string{"mixed", "-time", "15s", "-sample", "1ns", "-rate", "1000"}, "-sample 1ns: must be at least 10ms"},
 		{[]string{"mixed", "-time", "1h", "-sample", "10ms"}, "-sample 10ms: 360000 backlog samples in the -time 1h0m0s window; at most 100000"},
+		// A backlog sampled less often than the window lasts is sampled
+		// not once in it: refused, not a run with no backlog.
+		{[]string{"mixed", "-time", "1s", "-sample", "10s"}, "-sample 10s: must be shorter than the -time 1s window"},
+		{[]string{"mixed", "-time", "1s", "-sample", "1s"}, "-sample 1s: must be shorter than the -time 1s window"},
 		{[]string{"publish", "-warmup", "-1s"}, "-warmup -1s: must not be negative"},
 		{[]string{"-dir", ""}, `-dir "": want a directory`},
 		{[]string{"drain", "-dir", ""}, `-dir "": want a directory`},
@@ -434,5 +439,26 @@ func TestSegmentBytesRefusesTheDefaultGivenTwice(t *testing.T) {
 	c, err := parseConfig([]string{"sweep", "-segment-bytes", "0,4MiB"}, io.Discard, io.Discard)
 	if err != nil || !slices.Equal(c.sweep.segments, []int64{0, 4 << 20}) {
 		t.Errorf("sweep -segment-bytes 0,4MiB: %v, %v; want the default and 4 MiB", c.sweep.segments, err)
+	}
+}
+
+// TestMixedDefaultSampleFitsTheWindow: without -sample, a mixed window
+// shorter than twice the default 250ms is sampled at half its length (at
+// least 10ms), so that its backlog is sampled in it, not refused for a
+// flag the command line did not give.
+func TestMixedDefaultSampleFitsTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		time string
+		want time.Duration
+	}{
+		{"5s", 250 * time.Millisecond},
+		{"500ms", 250 * time.Millisecond},
+		{"100ms", 50 * time.Millisecond},
+		{"10ms", 10 * time.Millisecond},
+	} {
+		c, err := parseConfig([]string{"mixed", "-time", tc.time, "-rate", "1e5"}, io.Discard, io.Discard)
+		if err != nil || c.mixed.sample != tc.want {
+			t.Errorf("mixed -time %s: -sample %v, error %v; want %v", tc.time, c.mixed.sample, err, tc.want)
+		}
 	}
 }

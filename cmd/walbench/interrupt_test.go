@@ -201,6 +201,55 @@ func TestPublishFails(t *testing.T) {
 	}
 }
 
+// TestSweepPointWhoseDrainFailedIsNotScored: a sweep point is scored on
+// the rate at which messages went through the queue, its publish and its
+// drain; one whose drain failed is reported with its window, marked
+// "drain failed", and not scored (doc.go, # Recommendation): scored on
+// its publish rate alone, it would be compared with the others' publish
+// and drain, and beat them. Here the sweep measures sync=publish, then
+// sync=all, one point each; the first fdatasync after the second
+// window's drain has begun (a segment write smaller than a message: a
+// lease or an ack) fails.
+func TestSweepPointWhoseDrainFailedIsNotScored(t *testing.T) {
+	const size = 4096
+	fs := vfs.NewFaultFS(vfs.Default)
+	var windows atomic.Int32
+	var armed atomic.Bool
+	fs.Observe(func(ev vfs.Event) {
+		if windows.Load() == 2 && ev.Op == vfs.OpWrite && strings.Contains(filepath.Base(ev.Name), ".seg") && ev.Len > 0 && ev.Len < size/2 {
+			armed.Store(true)
+		}
+	})
+	fs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Match: func(string) bool { return armed.Load() }})
+	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) { windows.Add(1) }}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, context.Background(), e, "sweep", "-dir", dir, "-json", jsonFile,
+		"-sync", "publish,all", "-segment-bytes", "64MiB", "-size", "4096", "-producers", "1",
+		"-time", "100ms", "-warmup", "0s", "-probe-time", "0", "-consumers", "1", "-batch", "1")
+	if res.code != exitError || fs.Injected(vfs.OpSync) != 1 {
+		t.Fatalf("exit %d, %d fdatasyncs failed; want the second point's drain to fail the run (exit %d)", res.code, fs.Injected(vfs.OpSync), exitError)
+	}
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 2 || rep.Rows[0].DrainFailed || rep.Rows[0].ThroughMsgsPerSec == nil {
+		t.Fatalf("rows %+v; want the sync=publish point whole, then the sync=all one", rep.Rows)
+	}
+	failed := rep.Rows[1]
+	if failed.Sync != "all" || !failed.DrainFailed || failed.MsgsPerSec == nil || failed.DrainMsgsPerSec != nil || failed.ThroughMsgsPerSec != nil {
+		t.Fatalf("row %+v; want the sync=all point's window, marked drain failed, without drain figures", failed)
+	}
+	if !strings.Contains(res.stdout, failed.Workload+" (drain failed)") {
+		t.Errorf("the table does not mark the point whose drain failed:\n%s", res.stdout)
+	}
+	rec := rep.Recommendation
+	if rec == nil || rec.Sync != "publish" || len(rec.Scores) != 1 || rec.Scores[0].Sync != "publish" {
+		t.Fatalf("recommendation %+v; want sync=publish, the only point measured whole, and sync=all not scored", rec)
+	}
+	if len(rec.Unscored) != 1 || rec.Unscored[0].Sync != "all" {
+		t.Errorf("unscored %+v; want sync=all, measured only in a point whose drain failed", rec.Unscored)
+	}
+}
+
 // blockingFS is vfs.Default, except that once armed, the writes of
 // records (not at offset 0, not all zeros: segment preparation writes
 // only the header and zeros) wait until release is closed.

@@ -66,6 +66,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 		e2e:       newLatencies(),
 		corrected: make([]*hdr.Histogram, l.producers),
 		service:   make([]*hdr.Histogram, l.producers),
+		startLate: make([]lateness, l.producers),
 	}
 
 	var consumeWG, prodWG, sampledWG sync.WaitGroup
@@ -150,7 +151,11 @@ type mixedRun struct {
 	missed    atomic.Int64     // scheduled before the window closed, not made l.duration after it
 	corrected []*hdr.Histogram // per producer: from the scheduled instant
 	service   []*hdr.Histogram // per producer: from the call
-	backlog   []int            // Ready + Leased, every l.sample; the sampler's
+	// startLate is, per producer, how late it began the window's calls it
+	// was on schedule for (its last call having returned before their
+	// instant): the load generator's own lateness.
+	startLate []lateness
+	backlog   []int // Ready + Leased, every l.sample; the sampler's
 }
 
 // consume runs broker.Consume until ctx ends: every handler call records
@@ -179,9 +184,11 @@ func (m *mixedRun) consume(ctx context.Context) {
 	}
 }
 
-// produce is producer i: it publishes at base + offset_i + k×interval,
-// or at once when its last call returned after that instant (late: the
-// latency counts from the instant), until the window closes or ctx ends.
+// produce is producer i: it publishes at base + offset_i + k×interval
+// (waiting with a pacer, which wakes on time where a timer alone would
+// not), or at once when its last call returned after that instant (late:
+// the latency counts from the instant), until the window closes or ctx
+// ends.
 // The window's calls, recorded, are those it did not start before the
 // window opened, and scheduled before it closed: a producer a stall holds
 // at the window's end makes the calls it missed after it (for at most
@@ -198,6 +205,7 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 	payload := randomPayload(l.size, uint64(i))
 	interval := time.Duration(float64(l.producers) / l.rate * float64(time.Second))
 	next := m.base.Add(interval * time.Duration(i) / time.Duration(l.producers))
+	pace := newPacer(realClock{}, l.rate)
 	for {
 		closed := false
 		select {
@@ -215,21 +223,16 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 				return
 			}
 		}
-		if d := time.Until(next); d > 0 {
-			var closing <-chan struct{}
-			if !closed {
-				closing = m.windowClosed
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-closing:
-				t.Stop()
-				continue
-			}
+		var closing <-chan struct{}
+		if !closed {
+			closing = m.windowClosed
+		}
+		onSchedule := time.Now().Before(next)
+		switch pace.wait(next, closing, ctx.Done()) {
+		case paceDone:
+			return
+		case paceStopped:
+			continue
 		}
 		if ctx.Err() != nil {
 			return
@@ -259,6 +262,9 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 		if inWindow {
 			recordCorrected(m.corrected[i], next, done)
 			recordLatency(m.service[i], done.Sub(began))
+			if onSchedule {
+				m.startLate[i].add(began.Sub(next))
+			}
 			if phase == phaseMeasuring {
 				m.published.Add(1)
 			} else {
@@ -343,6 +349,7 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 	if n := m.missed.Load(); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("the producers were %d calls behind their schedule when the window closed, and still had not made them %v after it: the publish latencies leave them out", n, l.duration))
 	}
+	r.StartLateNs = meanLateness(m.startLate)
 	if len(m.backlog) > 0 {
 		r.BacklogMax = ptr(float64(slices.Max(m.backlog)))
 	}
@@ -357,4 +364,32 @@ func wgDone(wg *sync.WaitGroup) <-chan struct{} {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	return done
+}
+
+// lateness sums how late a producer began the calls it was on schedule
+// for, after its instants. Each producer has its own; it is read once the
+// producers have returned.
+type lateness struct {
+	calls int64
+	sum   time.Duration
+}
+
+func (l *lateness) add(d time.Duration) {
+	l.calls++
+	l.sum += max(d, 0)
+}
+
+// meanLateness is how late, on average, the producers began the calls
+// they were on schedule for; nil if there were none.
+func meanLateness(ls []lateness) *int64 {
+	var calls int64
+	var sum time.Duration
+	for _, l := range ls {
+		calls += l.calls
+		sum += l.sum
+	}
+	if calls == 0 {
+		return nil
+	}
+	return ptr(int64(sum / time.Duration(calls)))
 }

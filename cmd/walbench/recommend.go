@@ -46,9 +46,9 @@ type Recommendation struct {
 	// not a disk's. "" for any other.
 	InMemory string `json:"in_memory"`
 	// Unscored are the durable settings measured only in workloads Ctrl-C
-	// cut short: not scored, so not recommended. Their figures would be of
-	// half a point (a sweep's window without its drain), and compared
-	// with whole ones.
+	// cut short, or in sweep points whose drain failed: not scored, so
+	// not recommended. Their figures would be of half a point (a sweep's
+	// window without its drain), and compared with whole ones.
 	Unscored []Setting `json:"unscored,omitempty"`
 	// NotMeasured are the durable settings a sweep was to measure that the
 	// run ended before (a failure, or Ctrl-C), and the points of the sweep
@@ -268,18 +268,18 @@ func sweepPoints(rows []Row) (points []recPoint, unscored []Setting) {
 }
 
 // wholeRounds is r as the recommendation may score it: only the rounds of
-// it that ran to their end, Ctrl-C cutting none short (a sweep point's
-// window and drain both: a window alone would be scored on its publish
-// rate and compared with others' publish and drain). It is r when all did,
-// the summary of those that did when some did, and ok is false when none
-// did.
+// it that ran to their end, neither Ctrl-C cutting them short nor a
+// failed drain (a sweep point's window and drain both: a window alone
+// would be scored on its publish rate and compared with others' publish
+// and drain). It is r when all did, the summary of those that did when
+// some did, and ok is false when none did.
 func wholeRounds(r Row) (w Row, ok bool) {
 	if len(r.PerRound) == 0 {
-		return r, !r.Interrupted
+		return r, !r.Interrupted && !r.DrainFailed
 	}
 	var whole []Row
 	for _, pr := range r.PerRound {
-		if !pr.Interrupted {
+		if !pr.Interrupted && !pr.DrainFailed {
 			whole = append(whole, pr)
 		}
 	}
@@ -321,8 +321,10 @@ func noRecommendation(rep *Report) string {
 		return "No recommendation: the run was interrupted before its publish workloads ran."
 	case !publishes && rep.Error != "":
 		return "No recommendation: the run failed before its publish workloads ran."
-	case cut:
+	case cut && rep.Interrupted:
 		return "No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."
+	case cut:
+		return "No recommendation: the run failed before a publish workload under a durable sync mode (all or publish) was measured whole."
 	}
 	return "No recommendation: no publish workload under a durable sync mode (all or publish) published a message."
 }
@@ -538,7 +540,7 @@ func recommendationLines(rec *Recommendation) []string {
 		for _, u := range rec.Unscored {
 			cut = append(cut, fmt.Sprintf("sync=%s, %s segments", u.Sync, formatBytes(u.SegmentBytes)))
 		}
-		lines = append(lines, fmt.Sprintf("not scored, the run having been interrupted before any of their workloads was measured whole: %s", strings.Join(cut, "; ")))
+		lines = append(lines, fmt.Sprintf("not scored, the run having been interrupted or having failed before any of their workloads was measured whole: %s", strings.Join(cut, "; ")))
 	}
 	var never, tooLarge []string
 	for _, u := range rec.NotMeasured {

@@ -380,6 +380,9 @@ func TestAMemoryFileSystemIsCalledOut(t *testing.T) {
 // cut marks r as cut short by Ctrl-C.
 func cut(r Row) Row { r.Interrupted = true; return r }
 
+// drainFailed marks r as a sweep point whose drain failed.
+func drainFailed(r Row) Row { r.DrainFailed = true; return r }
+
 // TestRecommendScoresWholePointsOnly: a sweep point Ctrl-C cut short (its
 // window without its drain) is not scored: here it would have won on its
 // publish rate alone against the others' publish and drain. A setting
@@ -402,7 +405,7 @@ func TestRecommendScoresWholePointsOnly(t *testing.T) {
 	if len(rec.Unscored) != 1 || rec.Unscored[0] != (Setting{Sync: "publish", SegmentBytes: 64 * mib}) {
 		t.Errorf("unscored %+v; want sync publish with 64 MiB segments, which has no whole point", rec.Unscored)
 	}
-	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "not scored, the run having been interrupted before any of their workloads was measured whole: sync=publish, 64 MiB segments") {
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "not scored, the run having been interrupted or having failed before any of their workloads was measured whole: sync=publish, 64 MiB segments") {
 		t.Errorf("the recommendation does not say what it did not score:\n%s", text)
 	}
 }
@@ -420,6 +423,15 @@ func TestWholeRounds(t *testing.T) {
 	}
 	if _, ok := wholeRounds(summarize([]Row{r2}, false)); ok {
 		t.Errorf("a row whose every round was cut short is whole")
+	}
+	// A round whose drain failed is no more whole than one cut short.
+	r3 := drainFailed(sweepRow("all", 64*mib, 1, 1024, 1e6, 0, 100))
+	r3.Round = 2
+	if w, ok := wholeRounds(summarize([]Row{r1, r3}, true)); !ok || *w.MsgsPerSec != 1000 || w.Rounds != 1 {
+		t.Errorf("whole rounds of a row whose second drain failed: %v, %+v; want round 1 alone", ok, w)
+	}
+	if _, ok := wholeRounds(summarize([]Row{r3}, false)); ok {
+		t.Errorf("a row whose every drain failed is whole")
 	}
 	if w, ok := wholeRounds(r1); !ok || *w.MsgsPerSec != 1000 {
 		t.Errorf("a whole row of one round: %v, %+v", ok, w)
@@ -462,6 +474,8 @@ func TestNoRecommendationSaysWhy(t *testing.T) {
 			"No recommendation: the run failed before its publish workloads ran."},
 		{"sweep cut at its first point", Report{Command: kindSweep, Interrupted: true, Rows: []Row{cut(sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100))}},
 			"No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."},
+		{"sweep failed in its first point's drain", Report{Command: kindSweep, Error: "drain: fdatasync: EIO", Rows: []Row{drainFailed(sweepRow("all", 64*mib, 1, 1024, 1000, 0, 100))}},
+			"No recommendation: the run failed before a publish workload under a durable sync mode (all or publish) was measured whole."},
 		{"nothing published", Report{Command: "profile", Rows: []Row{{Kind: kindPublish, Sync: "all", MsgsPerSec: ptr(0.0)}}},
 			"No recommendation: no publish workload under a durable sync mode (all or publish) published a message."},
 	} {

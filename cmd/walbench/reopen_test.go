@@ -37,3 +37,33 @@ func TestAReopenWhereThePageCacheCannotBeEmptiedIsTimedWarmAndSaysSo(t *testing.
 		t.Errorf("an eviction that failed: exit %d, stderr %q; want %d and the cause", r.code, r.stderr, exitError)
 	}
 }
+
+// TestAReopenOfFewerMessagesThanOpensIsMeasured: each open of the reopen
+// workload hands back the message it received, so that the next open
+// finds the store as the fill left it, every message ready: however few
+// messages -messages asks for (at least 1, as the flags allow), every
+// round measures both opens, and the store's counters raise no note.
+func TestAReopenOfFewerMessagesThanOpensIsMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		rounds int
+	}{
+		{[]string{"reopen", "-messages", "1", "-size", "16", "-segment-bytes", "1MiB"}, 1},
+		{[]string{"reopen", "-messages", "3", "-size", "16", "-segment-bytes", "1MiB", "-rounds", "3"}, 3},
+	} {
+		jsonFile := jsonPath(t)
+		res := runWith(t, context.Background(), nil, append(tc.args, "-dir", benchDir(t), "-json", jsonFile)...)
+		if res.code != exitOK {
+			t.Errorf("walbench %q: exit %d, stderr %q; want every round measured", tc.args, res.code, res.stderr)
+			continue
+		}
+		r := readReport(t, jsonFile).Reopen
+		if r == nil || r.Rounds != tc.rounds || r.CheckpointOpenNs == nil || r.RebuildOpenNs == nil {
+			t.Errorf("walbench %q: reopen %+v; want both opens of each of %d rounds measured", tc.args, r, tc.rounds)
+			continue
+		}
+		if len(r.Notes) != 0 {
+			t.Errorf("walbench %q: notes %q; want every open to find every message ready but the one it received", tc.args, r.Notes)
+		}
+	}
+}

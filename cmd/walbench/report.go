@@ -82,6 +82,10 @@ type Row struct {
 	Interrupted bool    `json:"interrupted" agg:"or"`
 	// Limited: drain: -limit ended a drain of it with messages left.
 	Limited bool `json:"limited,omitempty" agg:"or"`
+	// DrainFailed: sweep: the drain after a window of it failed (the
+	// run's error says how): that round has no drain figures, and is not
+	// scored.
+	DrainFailed bool `json:"drain_failed,omitempty" agg:"or"`
 
 	Ops            int64 `json:"ops" agg:"sum"`
 	Commits        int64 `json:"commits" agg:"sum"`
@@ -114,8 +118,11 @@ type Row struct {
 	E2EP999Ns         *int64   `json:"e2e_p999_ns,omitempty"`
 	E2EMaxNs          *int64   `json:"e2e_max_ns,omitempty"`
 	BacklogMax        *float64 `json:"backlog_max,omitempty"`
-	BacklogIntervalNs int64    `json:"backlog_interval_ns,omitempty"`
-	Backlog           []int    `json:"backlog,omitempty" agg:"series"`
+	// StartLateNs: mixed: how late, on average, the producers began the
+	// calls they were on schedule for: the load generator's own lateness.
+	StartLateNs       *int64 `json:"start_late_ns,omitempty"`
+	BacklogIntervalNs int64  `json:"backlog_interval_ns,omitempty"`
+	Backlog           []int  `json:"backlog,omitempty" agg:"series"`
 
 	Notes    []string              `json:"notes,omitempty"`
 	Ranges   map[string][2]float64 `json:"ranges,omitempty"`

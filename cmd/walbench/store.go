@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,15 +45,16 @@ func orHangTimeout(d time.Duration) time.Duration {
 // benchQueue is the name of the one queue of every store walbench opens.
 const benchQueue = "bench"
 
-// queuePolicy is the queue's policy: leases long enough that no message is
-// delivered twice during a measurement. A store refuses a queue whose
+// queuePolicy is the queue's policy for a store opened with o: leases
+// long enough that no message is delivered twice during a measurement,
+// and o.maxDeliveries deliveries (0: 5). A store refuses a queue whose
 // largest message would not fit in one of its segments: with segments of
 // less than twice the default bound, the bound is the workload's message
 // size.
-func queuePolicy(segmentBytes int64, size int) broker.PolicyValue {
-	p := broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5}
-	if segmentBytes < 2*broker.DefaultMaxMessageBytes {
-		p.MaxMessageBytes = max(size, 1)
+func queuePolicy(o storeOptions) broker.PolicyValue {
+	p := broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: cmp.Or(o.maxDeliveries, 5)}
+	if effectiveSegmentBytes(o.segmentBytes) < 2*broker.DefaultMaxMessageBytes {
+		p.MaxMessageBytes = max(o.size, 1)
 	}
 	return p
 }
@@ -83,6 +85,8 @@ type storeOptions struct {
 	segmentBytes int64 // 0: the default
 	size         int   // of the messages: the queue's bound may need it
 	fs           vfs.FS
+	// maxDeliveries is the queue's MaxDeliveries; 0: 5.
+	maxDeliveries int
 }
 
 // openStore opens a new store in a new subdirectory of parent, and
@@ -105,7 +109,7 @@ func openStore(what fmt.Stringer, hang time.Duration, parent, pattern string, o 
 		st.s = nil
 		return st, fmt.Errorf("broker.Open: %w", err)
 	}
-	st.q, err = st.s.Queue(benchQueue, queuePolicy(effectiveSegmentBytes(o.segmentBytes), o.size))
+	st.q, err = st.s.Queue(benchQueue, queuePolicy(o))
 	if err != nil {
 		return st, fmt.Errorf("store.Queue: %w", err)
 	}

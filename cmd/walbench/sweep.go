@@ -87,6 +87,10 @@ func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p 
 	d := drainLoad{method: drainConsume, sync: p.sync, consumers: l.consumers, batch: l.batch, size: p.size, limit: l.duration}
 	res, err := drainOn(ctx, env, st, d, backlog)
 	if err != nil {
+		// Its window is reported, but the point is not whole: scored on
+		// its publish rate alone, it would be compared with the others'
+		// publish and drain.
+		r.DrainFailed = true
 		return r, true, fmt.Errorf("sweep, %v: %w", p, err)
 	}
 	r.Consumers, r.Batch = l.consumers, l.batch

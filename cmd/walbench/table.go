@@ -97,6 +97,9 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 		if r.Limited {
 			name += " (cut at -limit)"
 		}
+		if r.DrainFailed {
+			name += " (drain failed)"
+		}
 		cells := []string{rowName(name, r.Interrupted, r.Rounds, rounds)}
 		for _, c := range cols {
 			cells = append(cells, c.cell(r))
@@ -109,6 +112,9 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 	for _, r := range rows {
 		if r.Kind == kindMixed && len(r.Backlog) > 0 {
 			t.notes = append(t.notes, backlogLine(r))
+		}
+		if line := startLateLine(r); line != "" {
+			t.notes = append(t.notes, line)
 		}
 		for _, n := range r.Notes {
 			t.notes = append(t.notes, fmt.Sprintf("note: %s: %s", r.Workload, n))
@@ -208,6 +214,22 @@ func sweepColumns() []column {
 // backlogSamplesShown is the most backlog samples a line shows; a longer
 // series shows the largest of each run of consecutive samples instead.
 const backlogSamplesShown = 20
+
+// startLateNoteAbove is the lateness of a mixed row's producers above
+// which the table says it: below, it is lost in a Publish's own.
+const startLateNoteAbove = 100 * time.Microsecond
+
+// startLateLine says how late a mixed row's producers began the calls
+// they were on schedule for, when that is more than startLateNoteAbove on
+// average; "" otherwise. The pacer keeps it low, but within a share of
+// one CPU (see pacer): at a high rate the producers may begin late.
+func startLateLine(r Row) string {
+	if r.StartLateNs == nil || time.Duration(*r.StartLateNs) <= startLateNoteAbove {
+		return ""
+	}
+	return fmt.Sprintf("note: %s: the producers began the calls they were on schedule for %v after their instant on average: the load generator's own lateness, which the publish and end-to-end latencies include",
+		r.Workload, time.Duration(*r.StartLateNs).Round(time.Microsecond))
+}
 
 // backlogLine says a mixed row's backlog over time.
 func backlogLine(r Row) string {

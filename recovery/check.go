@@ -415,17 +415,19 @@ func (c *Checker) published(e Entry) {
 
 func (c *Checker) duplicate(e Entry) {
 	c.Figures.Duplicates++
-	if m := c.msgs[e.ID]; m != nil && m.key != e.Key {
+	m := c.msgs[e.ID]
+	if m != nil && m.key != e.Key {
 		c.violate(e.ID, "PublishKeyed(%q) returned as its original message %s, published with key %q", e.Key, e.ID, m.key)
 		return
 	}
 	ks, known := c.keys[e.Key]
 	switch {
-	case known && ks.id == e.ID:
-		if ks.enq != e.Enq {
-			c.violate(e.ID, "PublishKeyed(%q) returned the original with EnqueuedAt %s; it was enqueued at %s", e.Key, ns(e.Enq), ns(ks.enq))
-		}
-	case known && (c.msgs[e.ID] != nil && c.msgs[e.ID].journaled || e.Enq <= ks.enq):
+	case m != nil && m.enq != e.Enq:
+		// The original is known (its publish returned, a store showed it,
+		// or an earlier duplicate named it): a duplicate returns it as it
+		// was enqueued.
+		c.violate(e.ID, "PublishKeyed(%q) returned the original with EnqueuedAt %s; it was enqueued at %s", e.Key, ns(e.Enq), ns(m.enq))
+	case known && ks.id != e.ID && (m != nil && m.journaled || e.Enq <= ks.enq):
 		c.violate(e.ID, "PublishKeyed(%q) returned %s (enqueued %s), not the key's latest original %s (enqueued %s)",
 			e.Key, e.ID, ns(e.Enq), ks.id, ns(ks.enq))
 	}
@@ -466,6 +468,13 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
 			c.add(id, m)
 			c.Figures.InFlight++
+			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq > ks.enq) {
+				// A keyed publish in flight at a kill that the store kept
+				// is its key's original from then on, held to the window
+				// like one whose publish returned. (One the journal knew
+				// only from a duplicate set the key state there.)
+				c.keys[r.Key] = keyState{id: id, enq: enq}
+			}
 		} else if m.key != r.Key {
 			c.violate(id, "%s: message %q carries key %q; a duplicate named it the original of key %q", where, ref, r.Key, m.key)
 		}

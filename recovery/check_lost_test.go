@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -40,6 +41,40 @@ func storeWithQueues(t *testing.T, names ...string) string {
 	}
 	require.NoError(t, s.Close())
 	return dir
+}
+
+// storeHolding makes a store in a new directory declaring the workload's
+// queues and holding, on the work queue, one message per payload
+// reference given, published keyed when the reference has a key; it
+// returns the directory and the messages.
+func storeHolding(t *testing.T, refs ...string) (string, []broker.MessageValue) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes})
+	require.NoError(t, err)
+	var out []broker.MessageValue
+	for _, name := range QueueNames {
+		p, _ := Policy(name)
+		q, err := s.Queue(name, p)
+		require.NoError(t, err)
+		if name != QueueWork {
+			continue
+		}
+		for _, ref := range refs {
+			r, err := ParseRef(ref)
+			require.NoError(t, err)
+			var m broker.MessageValue
+			if r.Key != "" {
+				m, err = q.PublishKeyed(context.Background(), r.Key, Payload(ref))
+			} else {
+				m, err = q.Publish(context.Background(), Payload(ref))
+			}
+			require.NoError(t, err)
+			out = append(out, m)
+		}
+	}
+	require.NoError(t, s.Close())
+	return dir, out
 }
 
 // TestCheckDrainSeesAMessageLostWithItsQueue: a message whose Publish

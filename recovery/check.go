@@ -431,6 +431,22 @@ func (c *Checker) duplicate(e Entry) {
 		c.violate(e.ID, "PublishKeyed(%q) returned %s (enqueued %s), not the key's latest original %s (enqueued %s)",
 			e.Key, e.ID, ns(e.Enq), ks.id, ns(ks.enq))
 	}
+	// A key strictly older than the window at the broker's now is evicted
+	// before the lookup, unless the clock reads earlier than an instant
+	// the queue recorded. The workload's store runs on the real clock
+	// (the child leaves Options.Now nil: time.Now), and T0 is a reading of
+	// that clock taken before the call, so the broker's now during the
+	// call is no earlier than T0; and every instant the queue recorded
+	// (enqueues, eviction readings, of this child or an earlier one) is an
+	// earlier reading of that clock: the drains that run an hour ahead
+	// open copies, or the store once no child follows. So an original
+	// enqueued more than the window before T0 was forgotten, and the call
+	// had to enqueue a new message. (Only a wall clock stepped back during
+	// a run could make this report a sound store.)
+	if age := e.T0 - e.Enq; age > int64(DedupWindow) {
+		c.violate(e.ID, "PublishKeyed(%q), called at %s, returned as a duplicate the original enqueued at %s, %v earlier: past the %v window, the key was forgotten and a new message due",
+			e.Key, ns(e.T0), ns(e.Enq), time.Duration(age), DedupWindow)
+	}
 	c.keys[e.Key] = keyState{id: e.ID, enq: e.Enq}
 	if c.msgs[e.ID] == nil {
 		// The original is a publish a killed child had in flight: it was

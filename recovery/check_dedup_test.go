@@ -59,3 +59,37 @@ func TestDuplicateOfInFlightOriginalKeepsItsEnqueuedAt(t *testing.T) {
 	})
 	require.ErrorContains(t, c.Err(), "returned the original with EnqueuedAt", "a duplicate must return the original's EnqueuedAt %s", orig.EnqueuedAt)
 }
+
+// TestDuplicatePastTheWindowIsALoss: a key strictly older than the window
+// (by the broker's clock) is forgotten before a keyed publish looks it up,
+// so a PublishKeyed that started more than the window after its key's
+// original was enqueued must enqueue a new message; one that returns the
+// old original as a duplicate dropped its payload.
+func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
+	base := time.Now().Add(-time.Minute).UnixNano()
+	key := "pub0-k03"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{"0000000000000001"}, Refs: []string{ref},
+			Enq: base, T0: base, T1: base},
+	})
+	require.NoError(t, c.Err())
+
+	// Within the window at the call's start: a sound duplicate.
+	t0 := base + int64(DedupWindow)
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDuplicate, Who: "pub0", Queue: QueueWork, N: 1, Key: key, ID: "0000000000000001", Enq: base, T0: t0, T1: t0 + 1000},
+	})
+	require.NoError(t, c.Err(), "an original enqueued exactly the window before the call is still remembered")
+
+	t0 = base + int64(DedupWindow) + int64(time.Second)
+	c.AddCycle(3, []Entry{
+		{Op: OpStart, Cycle: 3, Sync: "all"},
+		{Op: OpDuplicate, Who: "pub0", Queue: QueueWork, N: 1, Key: key, ID: "0000000000000001", Enq: base, T0: t0, T1: t0 + 1000},
+	})
+	require.ErrorContains(t, c.Err(), "past the 2s window",
+		"a duplicate of an original enqueued %v before the call started", time.Duration(t0-base))
+}

@@ -126,7 +126,11 @@
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's
-//     message or an older original.
+//     message or an older original, nor one enqueued more than the window
+//     before the call started (its key was forgotten: the store runs on
+//     the real clock, which the journal's instants read too). A keyed
+//     publish in flight at a kill that a store showed is its key's
+//     original from then on.
 //   - Order: a drain receives messages oldest EnqueuedAt first (then ID),
 //     and lists dead letters oldest FailedAt first.
 //   - Poison: a message whose consumer is killed on every delivery reaches

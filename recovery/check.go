@@ -89,6 +89,10 @@ type msg struct {
 	// replay is confirmed (or a delivery proves it happened): if it did
 	// not happen, the store still shows this dead letter.
 	preReplay *deadLetter
+	// replayedAt is when the last replay of it that returned nil started:
+	// every dead letter of it since failed after its replay, so one that
+	// failed before this is the one the replay took out of the store.
+	replayedAt int64
 }
 
 // deadLetter is a dead letter as a store showed it.
@@ -353,7 +357,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 		case OpReplayed:
 			if m := c.msgs[e.ID]; m != nil {
-				m.preReplay = nil
+				m.preReplay, m.replayedAt = nil, e.T0
 			}
 		case OpDeleted:
 			if m := c.msgs[e.ID]; m != nil {
@@ -646,6 +650,12 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 	}
 	if p := m.preReplay; p != nil && p.reason == reason && p.del == del && p.failedAt == failedAt {
 		return m // the replay in flight at a kill did not happen
+	}
+	if m.replayedAt != 0 && failedAt < m.replayedAt {
+		// FailedAt is the broker's clock (the real one, as the journal's)
+		// when the message died, after the replay started.
+		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before the replay of it that returned nil started (%s): the replay was lost",
+			where, reason, del, ns(failedAt), ns(m.replayedAt))
 	}
 	if del < m.maxDel {
 		c.violate(id, "%s: dead letter with %d deliveries; delivery %d was handed out", where, del, m.maxDel)

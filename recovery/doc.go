@@ -122,7 +122,9 @@
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
 //     deliveries, no earlier than its last lease's expiry; a nack's or a
-//     reject's reason with the count of the delivery meant for it).
+//     reject's reason with the count of the delivery meant for it); once a
+//     ReplayDeadLetter returned nil, every dead letter of that message
+//     failed after the replay started.
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's

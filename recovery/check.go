@@ -821,7 +821,20 @@ func (c *Checker) CheckDrain(dir string) error {
 		}
 	}
 	c.lostWithTheirQueue(s, "lost")
+	c.heldAfterAll(present)
 	return c.Err()
+}
+
+// heldAfterAll notes that a store opened after a kill holds the messages
+// in present: an ack or delete of one that was in flight at the kill did
+// not happen, and its process, gone, never makes it happen, so the message
+// must stay from now on.
+func (c *Checker) heldAfterAll(present map[string]bool) {
+	for id := range present {
+		if m := c.msgs[id]; m != nil && m.gone == "" {
+			m.mayBeGone = false
+		}
+	}
 }
 
 // lostWithTheirQueue reports every message that must be in the store
@@ -923,6 +936,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			}
 			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "in place")
 		}
+		c.heldAfterAll(present)
 		must := 0
 		for id, m := range c.live[name] {
 			if m.mayBeGone {

@@ -98,7 +98,11 @@
 //
 //   - No lost publish: a message whose Publish returned nil is in the store
 //     (receivable, leased, delayed or dead) unless an Ack or a
-//     DeleteDeadLetter of it returned nil, or one was in flight at a kill.
+//     DeleteDeadLetter of it returned nil, or one was in flight at a kill
+//     (a delivery journaled with the intent to ack it, a delete journaled
+//     as begun, and no result) and no store checked after that kill has
+//     shown the message: a store that shows it proves that call did not
+//     happen, and from then on the message must stay like any other.
 //   - Acked is gone: a message whose Ack returned nil is never delivered
 //     again, in the journals or in any drain; so for deletes.
 //   - No unknown message: every message a store shows was published, with

@@ -135,6 +135,9 @@ type CheckFigures struct {
 	// InFlight counts messages whose publish had not returned when their
 	// child was killed, found in the store later.
 	InFlight int
+	// InFlightBatches counts the PublishBatch calls among them, each
+	// checked whole.
+	InFlightBatches int
 	// Drains counts stores drained and compared with the journal, Drained
 	// the messages received, DeadLetters the dead letters read there.
 	Drains, Drained, DeadLetters int
@@ -146,9 +149,9 @@ type CheckFigures struct {
 
 func (f CheckFigures) String() string {
 	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
-		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found, %d torn log tails, %d index rebuilds, %d poison rounds completed",
+		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed",
 		f.Entries, f.Published, f.Duplicates, f.Deliveries, f.Acks, f.Nacks, f.Rejects, f.Extends, f.Replays, f.Deletes, f.SettlesRefused,
-		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
+		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.InFlightBatches, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
 }
 
 // Checker keeps the model of the store that the journals describe, and
@@ -168,6 +171,10 @@ type Checker struct {
 	keys       map[string]keyState
 	attempts   map[attemptKey]*attempt
 	poisonDone map[string]bool
+	// batches holds the PublishBatch calls in flight at a kill that a
+	// store or a journal showed messages of, by the reference of their
+	// first message, until the next drain checks them whole.
+	batches    map[string]Ref
 	violations []Violation
 
 	Figures CheckFigures
@@ -177,7 +184,7 @@ type Checker struct {
 // for the excerpts of its reports.
 func NewChecker(journalPath func(cycle int) string) *Checker {
 	return &Checker{journalPath: journalPath, msgs: map[string]*msg{}, live: map[string]map[string]*msg{}, refs: map[string]string{},
-		keys: map[string]keyState{}, attempts: map[attemptKey]*attempt{}, poisonDone: map[string]bool{}}
+		keys: map[string]keyState{}, attempts: map[attemptKey]*attempt{}, poisonDone: map[string]bool{}, batches: map[string]Ref{}}
 }
 
 func (c *Checker) violate(id, format string, args ...any) {
@@ -484,6 +491,11 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			return nil
 		}
 		c.refs[ref] = id
+		if r.Of > 0 {
+			first := r
+			first.Index = 0
+			c.batches[MakeRef(first)] = first
+		}
 		if m == nil {
 			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
 			c.add(id, m)
@@ -822,7 +834,39 @@ func (c *Checker) CheckDrain(dir string) error {
 	}
 	c.lostWithTheirQueue(s, "lost")
 	c.heldAfterAll(present)
+	c.checkBatchesWhole()
 	return c.Err()
+}
+
+// checkBatchesWhole checks, once the store after a kill has been drained,
+// that each PublishBatch in flight at the kill of which it or the journal
+// showed a message is there whole: a batch is one commit, so after a crash
+// either all its messages exist or none does. Every message of it that
+// the drain did not receive must be one the journal accounts for (a
+// consumer received it, journaling the delivery before it acked it; the
+// janitor journaled its delete before making it), and all such are known
+// by their references. A batch checked is not checked again: nothing
+// publishes its messages later.
+func (c *Checker) checkBatchesWhole() {
+	for _, first := range slices.Sorted(maps.Keys(c.batches)) {
+		r := c.batches[first]
+		delete(c.batches, first)
+		var missing []int
+		var some string
+		for i := range r.Of {
+			r.Index = i
+			if id, ok := c.refs[MakeRef(r)]; ok {
+				some = id
+			} else {
+				missing = append(missing, i)
+			}
+		}
+		c.Figures.InFlightBatches++
+		if len(missing) > 0 {
+			c.violate(some, "torn batch: %s's PublishBatch of %d messages to %s (cycle %d, attempt %d) was in flight at the kill; the store shows some of them, but not those at indices %v",
+				r.Who, r.Of, r.Queue, r.Cycle, r.N, missing)
+		}
+	}
 }
 
 // heldAfterAll notes that a store opened after a kill holds the messages

@@ -30,7 +30,7 @@
 //     child journals the delivery, tells the parent, and is killed.
 //
 // Every payload is its reference (queue, cycle, goroutine, attempt, batch
-// index, key) followed by bytes derived from it, so any payload read back
+// index and size, key) followed by bytes derived from it, so any payload read back
 // can be verified on its own, and an unjournaled message traced to the
 // call that published it.
 //
@@ -110,6 +110,10 @@
 //     must be the call its goroutine had in flight when it was killed;
 //     once seen it is held to the same rules. An ID is never handed out
 //     twice.
+//   - Batches are whole: a PublishBatch in flight at a kill has, in the
+//     store after the kill, every message or none (each reference carries
+//     its batch's size; a message missing must be one the journal saw
+//     received or deleted).
 //   - Delivery counts only grow: each delivery of a message counts more
 //     than every earlier one (a replay of a dead letter starts again at 1),
 //     and never more than MaxDeliveries; an ack, nack or extend that

@@ -89,6 +89,10 @@ type msg struct {
 	// replay is confirmed (or a delivery proves it happened): if it did
 	// not happen, the store still shows this dead letter.
 	preReplay *deadLetter
+	// replayedAt is when the last replay of it that returned nil started:
+	// every dead letter of it since failed after its replay, so one that
+	// failed before this is the one the replay took out of the store.
+	replayedAt int64
 }
 
 // deadLetter is a dead letter as a store showed it.
@@ -131,6 +135,9 @@ type CheckFigures struct {
 	// InFlight counts messages whose publish had not returned when their
 	// child was killed, found in the store later.
 	InFlight int
+	// InFlightBatches counts the PublishBatch calls among them, each
+	// checked whole.
+	InFlightBatches int
 	// Drains counts stores drained and compared with the journal, Drained
 	// the messages received, DeadLetters the dead letters read there.
 	Drains, Drained, DeadLetters int
@@ -142,9 +149,9 @@ type CheckFigures struct {
 
 func (f CheckFigures) String() string {
 	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
-		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found, %d torn log tails, %d index rebuilds, %d poison rounds completed",
+		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed",
 		f.Entries, f.Published, f.Duplicates, f.Deliveries, f.Acks, f.Nacks, f.Rejects, f.Extends, f.Replays, f.Deletes, f.SettlesRefused,
-		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
+		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.InFlightBatches, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
 }
 
 // Checker keeps the model of the store that the journals describe, and
@@ -164,6 +171,10 @@ type Checker struct {
 	keys       map[string]keyState
 	attempts   map[attemptKey]*attempt
 	poisonDone map[string]bool
+	// batches holds the PublishBatch calls in flight at a kill that a
+	// store or a journal showed messages of, by the reference of their
+	// first message, until the next drain checks them whole.
+	batches    map[string]Ref
 	violations []Violation
 
 	Figures CheckFigures
@@ -173,7 +184,7 @@ type Checker struct {
 // for the excerpts of its reports.
 func NewChecker(journalPath func(cycle int) string) *Checker {
 	return &Checker{journalPath: journalPath, msgs: map[string]*msg{}, live: map[string]map[string]*msg{}, refs: map[string]string{},
-		keys: map[string]keyState{}, attempts: map[attemptKey]*attempt{}, poisonDone: map[string]bool{}}
+		keys: map[string]keyState{}, attempts: map[attemptKey]*attempt{}, poisonDone: map[string]bool{}, batches: map[string]Ref{}}
 }
 
 func (c *Checker) violate(id, format string, args ...any) {
@@ -353,7 +364,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 		case OpReplayed:
 			if m := c.msgs[e.ID]; m != nil {
-				m.preReplay = nil
+				m.preReplay, m.replayedAt = nil, e.T0
 			}
 		case OpDeleted:
 			if m := c.msgs[e.ID]; m != nil {
@@ -415,19 +426,37 @@ func (c *Checker) published(e Entry) {
 
 func (c *Checker) duplicate(e Entry) {
 	c.Figures.Duplicates++
-	if m := c.msgs[e.ID]; m != nil && m.key != e.Key {
+	m := c.msgs[e.ID]
+	if m != nil && m.key != e.Key {
 		c.violate(e.ID, "PublishKeyed(%q) returned as its original message %s, published with key %q", e.Key, e.ID, m.key)
 		return
 	}
 	ks, known := c.keys[e.Key]
 	switch {
-	case known && ks.id == e.ID:
-		if ks.enq != e.Enq {
-			c.violate(e.ID, "PublishKeyed(%q) returned the original with EnqueuedAt %s; it was enqueued at %s", e.Key, ns(e.Enq), ns(ks.enq))
-		}
-	case known && (c.msgs[e.ID] != nil && c.msgs[e.ID].journaled || e.Enq <= ks.enq):
+	case m != nil && m.enq != e.Enq:
+		// The original is known (its publish returned, a store showed it,
+		// or an earlier duplicate named it): a duplicate returns it as it
+		// was enqueued.
+		c.violate(e.ID, "PublishKeyed(%q) returned the original with EnqueuedAt %s; it was enqueued at %s", e.Key, ns(e.Enq), ns(m.enq))
+	case known && ks.id != e.ID && (m != nil && m.journaled || e.Enq <= ks.enq):
 		c.violate(e.ID, "PublishKeyed(%q) returned %s (enqueued %s), not the key's latest original %s (enqueued %s)",
 			e.Key, e.ID, ns(e.Enq), ks.id, ns(ks.enq))
+	}
+	// A key strictly older than the window at the broker's now is evicted
+	// before the lookup, unless the clock reads earlier than an instant
+	// the queue recorded. The workload's store runs on the real clock
+	// (the child leaves Options.Now nil: time.Now), and T0 is a reading of
+	// that clock taken before the call, so the broker's now during the
+	// call is no earlier than T0; and every instant the queue recorded
+	// (enqueues, eviction readings, of this child or an earlier one) is an
+	// earlier reading of that clock: the drains that run an hour ahead
+	// open copies, or the store once no child follows. So an original
+	// enqueued more than the window before T0 was forgotten, and the call
+	// had to enqueue a new message. (Only a wall clock stepped back during
+	// a run could make this report a sound store.)
+	if age := e.T0 - e.Enq; age > int64(DedupWindow) {
+		c.violate(e.ID, "PublishKeyed(%q), called at %s, returned as a duplicate the original enqueued at %s, %v earlier: past the %v window, the key was forgotten and a new message due",
+			e.Key, ns(e.T0), ns(e.Enq), time.Duration(age), DedupWindow)
 	}
 	c.keys[e.Key] = keyState{id: e.ID, enq: e.Enq}
 	if c.msgs[e.ID] == nil {
@@ -462,10 +491,22 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			return nil
 		}
 		c.refs[ref] = id
+		if r.Of > 0 {
+			first := r
+			first.Index = 0
+			c.batches[MakeRef(first)] = first
+		}
 		if m == nil {
 			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
 			c.add(id, m)
 			c.Figures.InFlight++
+			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq > ks.enq) {
+				// A keyed publish in flight at a kill that the store kept
+				// is its key's original from then on, held to the window
+				// like one whose publish returned. (One the journal knew
+				// only from a duplicate set the key state there.)
+				c.keys[r.Key] = keyState{id: id, enq: enq}
+			}
 		} else if m.key != r.Key {
 			c.violate(id, "%s: message %q carries key %q; a duplicate named it the original of key %q", where, ref, r.Key, m.key)
 		}
@@ -621,6 +662,12 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 	}
 	if p := m.preReplay; p != nil && p.reason == reason && p.del == del && p.failedAt == failedAt {
 		return m // the replay in flight at a kill did not happen
+	}
+	if m.replayedAt != 0 && failedAt < m.replayedAt {
+		// FailedAt is the broker's clock (the real one, as the journal's)
+		// when the message died, after the replay started.
+		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before the replay of it that returned nil started (%s): the replay was lost",
+			where, reason, del, ns(failedAt), ns(m.replayedAt))
 	}
 	if del < m.maxDel {
 		c.violate(id, "%s: dead letter with %d deliveries; delivery %d was handed out", where, del, m.maxDel)
@@ -786,7 +833,52 @@ func (c *Checker) CheckDrain(dir string) error {
 		}
 	}
 	c.lostWithTheirQueue(s, "lost")
+	c.heldAfterAll(present)
+	c.checkBatchesWhole()
 	return c.Err()
+}
+
+// checkBatchesWhole checks, once the store after a kill has been drained,
+// that each PublishBatch in flight at the kill of which it or the journal
+// showed a message is there whole: a batch is one commit, so after a crash
+// either all its messages exist or none does. Every message of it that
+// the drain did not receive must be one the journal accounts for (a
+// consumer received it, journaling the delivery before it acked it; the
+// janitor journaled its delete before making it), and all such are known
+// by their references. A batch checked is not checked again: nothing
+// publishes its messages later.
+func (c *Checker) checkBatchesWhole() {
+	for _, first := range slices.Sorted(maps.Keys(c.batches)) {
+		r := c.batches[first]
+		delete(c.batches, first)
+		var missing []int
+		var some string
+		for i := range r.Of {
+			r.Index = i
+			if id, ok := c.refs[MakeRef(r)]; ok {
+				some = id
+			} else {
+				missing = append(missing, i)
+			}
+		}
+		c.Figures.InFlightBatches++
+		if len(missing) > 0 {
+			c.violate(some, "torn batch: %s's PublishBatch of %d messages to %s (cycle %d, attempt %d) was in flight at the kill; the store shows some of them, but not those at indices %v",
+				r.Who, r.Of, r.Queue, r.Cycle, r.N, missing)
+		}
+	}
+}
+
+// heldAfterAll notes that a store opened after a kill holds the messages
+// in present: an ack or delete of one that was in flight at the kill did
+// not happen, and its process, gone, never makes it happen, so the message
+// must stay from now on.
+func (c *Checker) heldAfterAll(present map[string]bool) {
+	for id := range present {
+		if m := c.msgs[id]; m != nil && m.gone == "" {
+			m.mayBeGone = false
+		}
+	}
 }
 
 // lostWithTheirQueue reports every message that must be in the store
@@ -888,6 +980,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			}
 			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "in place")
 		}
+		c.heldAfterAll(present)
 		must := 0
 		for id, m := range c.live[name] {
 			if m.mayBeGone {

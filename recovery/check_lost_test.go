@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -42,6 +43,49 @@ func storeWithQueues(t *testing.T, names ...string) string {
 	return dir
 }
 
+// storeHolding makes a store in a new directory declaring the workload's
+// queues and holding, on the work queue, one message per payload
+// reference given, published keyed when the reference has a key; it
+// returns the directory and the messages.
+func storeHolding(t *testing.T, refs ...string) (string, []broker.MessageValue) {
+	t.Helper()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	var out []broker.MessageValue
+	for _, ref := range refs {
+		r, err := ParseRef(ref)
+		require.NoError(t, err)
+		var m broker.MessageValue
+		if r.Key != "" {
+			m, err = q.PublishKeyed(context.Background(), r.Key, Payload(ref))
+		} else {
+			m, err = q.Publish(context.Background(), Payload(ref))
+		}
+		require.NoError(t, err)
+		out = append(out, m)
+	}
+	require.NoError(t, s.Close())
+	return dir, out
+}
+
+// openQueueOf opens the store in dir on the real clock and declares the
+// workload's queues; it returns the store and the queue named.
+func openQueueOf(t *testing.T, dir, name string) (*broker.Store, *broker.Queue) {
+	t.Helper()
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes})
+	require.NoError(t, err)
+	var out *broker.Queue
+	for _, n := range QueueNames {
+		p, _ := Policy(n)
+		q, err := s.Queue(n, p)
+		require.NoError(t, err)
+		if n == name {
+			out = q
+		}
+	}
+	return s, out
+}
+
 // TestCheckDrainSeesAMessageLostWithItsQueue: a message whose Publish
 // returned nil must be in the store, whether or not the store still lists
 // its queue: a store holding the queue without the message, one holding
@@ -69,4 +113,88 @@ func TestCheckInPlaceSeesAMessageLostWithItsQueue(t *testing.T) {
 	err = onePublishJournaled(t).CheckInPlace(t.TempDir())
 	require.ErrorContains(t, err, "in place: lost: ")
 	require.ErrorContains(t, err, "the store has no queue work")
+}
+
+// TestAckInFlightSeenUndoneMustStay: a message whose ack was under way at
+// a kill may be gone; but once a store opened after that kill shows it,
+// the ack did not happen (the process that would have made it is gone),
+// and the message must stay like any other: a later store without it has
+// lost it.
+func TestAckInFlightSeenUndoneMustStay(t *testing.T) {
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	dir, ms := storeHolding(t, ref)
+	m := ms[0]
+	enq := m.EnqueuedAt.UnixNano()
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
+	})
+	require.NoError(t, c.Err())
+	// Cycle 2: a consumer receives the message and journals the delivery
+	// with an ack intent; the kill comes before the Ack.
+	s, q := openQueueOf(t, dir, QueueWork)
+	t0 := time.Now().UnixNano()
+	ds, err := q.Receive(context.Background(), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	t1 := time.Now().UnixNano()
+	require.NoError(t, s.Close())
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		deliveredEntry("con0", QueueWork, ds[0], IntentAck, t0, t1),
+	})
+	// The kill of cycle 2 left the message in the store (the Ack did not
+	// happen): the drain of a copy shows it.
+	cp := t.TempDir()
+	require.NoError(t, CopyTree(dir, cp))
+	require.NoError(t, c.CheckDrain(cp))
+
+	// Cycle 3 acks nothing; its store has lost the message.
+	c.AddCycle(3, []Entry{{Op: OpStart, Cycle: 3, Sync: "all"}})
+	empty, _ := storeHolding(t)
+	require.ErrorContains(t, c.CheckDrain(empty), "lost: ",
+		"message %s was seen in the store after the kill that left its ack in flight; losing it later must be a violation", m.ID)
+}
+
+// TestDeleteInFlightSeenUndoneMustStay: as for an ack, a delete of a dead
+// letter under way at a kill that a store opened in place after the kill
+// shows undone never happens, and the dead letter must stay.
+func TestDeleteInFlightSeenUndoneMustStay(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	t0 := time.Now().UnixNano()
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	t1 := time.Now().UnixNano()
+	entries := []Entry{{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}}
+	t0 = time.Now().UnixNano()
+	ds, err := q.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	t1 = time.Now().UnixNano()
+	entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1))
+	t0 = time.Now().UnixNano()
+	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentReject)))
+	t1 = time.Now().UnixNano()
+	entries = append(entries, Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: t1})
+	t0 = time.Now().UnixNano()
+	dls, err := q.DeadLetters(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	t1 = time.Now().UnixNano()
+	require.NoError(t, s.Close())
+	dl := dls[0]
+	entries = append(entries, Entry{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: m.EnqueuedAt.UnixNano(),
+		Del: dl.Deliveries, Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1})
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, entries)
+	require.NoError(t, c.CheckInPlace(dir), "the delete in flight at the kill did not happen")
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckInPlace(storeWithQueues(t, QueueWork)), "must be there",
+		"the dead letter %s was seen after the kill that left its delete in flight; losing it later must be a violation", m.ID)
 }

@@ -30,7 +30,7 @@
 //     child journals the delivery, tells the parent, and is killed.
 //
 // Every payload is its reference (queue, cycle, goroutine, attempt, batch
-// index, key) followed by bytes derived from it, so any payload read back
+// index and size, key) followed by bytes derived from it, so any payload read back
 // can be verified on its own, and an unjournaled message traced to the
 // call that published it.
 //
@@ -98,7 +98,11 @@
 //
 //   - No lost publish: a message whose Publish returned nil is in the store
 //     (receivable, leased, delayed or dead) unless an Ack or a
-//     DeleteDeadLetter of it returned nil, or one was in flight at a kill.
+//     DeleteDeadLetter of it returned nil, or one was in flight at a kill
+//     (a delivery journaled with the intent to ack it, a delete journaled
+//     as begun, and no result) and no store checked after that kill has
+//     shown the message: a store that shows it proves that call did not
+//     happen, and from then on the message must stay like any other.
 //   - Acked is gone: a message whose Ack returned nil is never delivered
 //     again, in the journals or in any drain; so for deletes.
 //   - No unknown message: every message a store shows was published, with
@@ -106,6 +110,10 @@
 //     must be the call its goroutine had in flight when it was killed;
 //     once seen it is held to the same rules. An ID is never handed out
 //     twice.
+//   - Batches are whole: a PublishBatch in flight at a kill has, in the
+//     store after the kill, every message or none (each reference carries
+//     its batch's size; a message missing must be one the journal saw
+//     received or deleted).
 //   - Delivery counts only grow: each delivery of a message counts more
 //     than every earlier one (a replay of a dead letter starts again at 1),
 //     and never more than MaxDeliveries; an ack, nack or extend that
@@ -122,11 +130,17 @@
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
 //     deliveries, no earlier than its last lease's expiry; a nack's or a
-//     reject's reason with the count of the delivery meant for it).
+//     reject's reason with the count of the delivery meant for it); once a
+//     ReplayDeadLetter returned nil, every dead letter of that message
+//     failed after the replay started.
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's
-//     message or an older original.
+//     message or an older original, nor one enqueued more than the window
+//     before the call started (its key was forgotten: the store runs on
+//     the real clock, which the journal's instants read too). A keyed
+//     publish in flight at a kill that a store showed is its key's
+//     original from then on.
 //   - Order: a drain receives messages oldest EnqueuedAt first (then ID),
 //     and lists dead letters oldest FailedAt first.
 //   - Poison: a message whose consumer is killed on every delivery reaches

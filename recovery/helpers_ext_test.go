@@ -801,8 +801,9 @@ func project(j *journal, n int) *state {
 // lowerBound is how many leading calls of j must survive a power loss:
 // those a completed fdatasync covered, and, by the sync mode's promise,
 // every call up to the last that waited for one. keepAll says that every
-// written byte survived, as after a process crash: then every call that
-// returned must be there.
+// written byte survived (though no name change a directory sync had not
+// made durable: see vfs.CrashOptions.KeepUnsyncedFraction): then every
+// call that returned must be there.
 func lowerBound(j *journal, keepAll bool) int {
 	if keepAll {
 		return len(j.calls)

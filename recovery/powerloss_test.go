@@ -30,7 +30,8 @@ import (
 // loses power after its k-th mutating operation. The directory is then
 // cloned to what the device could hold — synced bytes only; a random half
 // of the unsynced 4 KiB blocks with the last write torn; every written
-// byte — and each clone is opened with the real file system and checked:
+// byte, in the files the durable names give; half the unsynced 512-byte
+// sectors — and each clone is opened with the real file system and checked:
 //
 //   - it opens: a power loss is never corruption;
 //   - what it holds is exactly the projection of a prefix of the calls
@@ -42,7 +43,12 @@ import (
 //     one: under SyncAll every call that returned; under SyncPublish every
 //     publish that returned (other events may go); under SyncNone what
 //     the last completed fdatasync covered. A clone that kept every
-//     written byte (a process crash) holds every call that returned.
+//     written byte holds every call that returned. That clone is not a
+//     process crash: at KeepUnsyncedFraction 1 it keeps none of the
+//     creations, renames and removals no directory sync made durable
+//     (vfs.CrashOptions), so it holds every call that returned only if the
+//     store syncs a name change before it writes anything a call returns
+//     for into the file that name gives.
 //     The fdatasync the power loss interrupts fails only after a moment
 //     (crashedSyncHold), so that a call released before its fdatasync
 //     completed has returned and is held to this;

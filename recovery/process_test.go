@@ -353,6 +353,7 @@ func TestJournalTornTail(t *testing.T) {
 func TestPayloadIsItsReference(t *testing.T) {
 	for _, r := range []Ref{
 		{Queue: QueueWork, Cycle: 3, Who: "pub1", N: 17, Index: 2, Key: "pub1-k04"},
+		{Queue: QueueFlow, Cycle: 4, Who: "pub2", N: 9, Index: 4, Of: 5},
 		{Queue: QueueFlow, Cycle: 120, Who: "pub0", N: 1},
 	} {
 		ref := MakeRef(r)
@@ -372,7 +373,8 @@ func TestPayloadIsItsReference(t *testing.T) {
 		_, err = CheckPayload(p[:len(p)-1])
 		require.Error(t, err, "a payload cut short")
 	}
-	for _, bad := range []string{"", "work/c1/pub0/n1.0", "work/cX/pub0/n1.0/", "work/c1/pub0/n1/", "work/c01/pub0/n1.0/"} {
+	for _, bad := range []string{"", "work/c1/pub0/n1.0", "work/cX/pub0/n1.0/", "work/c1/pub0/n1/", "work/c01/pub0/n1.0/",
+		"work/c1/pub0/n1.2of2/", "work/c1/pub0/n1.0of/", "work/c1/pub0/n1.0of0/", "work/c1/pub0/n1.0of03/"} {
 		_, err := ParseRef(bad)
 		require.Error(t, err, "%q", bad)
 	}

@@ -112,9 +112,11 @@ func causeFor(queue string, intent Intent) error {
 // of the reference, so that any payload can be checked on its own and the
 // publish it came from found by its reference alone.
 //
-// A reference is "queue/c<cycle>/<who>/n<attempt>.<index>/<key>": the
-// queue, the child's cycle, the publishing goroutine, its attempt number,
-// the message's index in its batch, and the dedup key (empty if none).
+// A reference is "queue/c<cycle>/<who>/n<attempt>.<index>[of<size>]/<key>":
+// the queue, the child's cycle, the publishing goroutine, its attempt
+// number, the message's index in its batch and, for a PublishBatch, the
+// batch's size (so that a batch missing its last messages can be told from
+// a whole one), and the dedup key (empty if none).
 
 // Ref is a parsed payload reference.
 type Ref struct {
@@ -123,12 +125,17 @@ type Ref struct {
 	Who   string
 	N     int64
 	Index int
+	Of    int // the size of its PublishBatch; 0 for a single publish
 	Key   string
 }
 
 // MakeRef renders a reference.
 func MakeRef(r Ref) string {
-	return fmt.Sprintf("%s/c%d/%s/n%d.%d/%s", r.Queue, r.Cycle, r.Who, r.N, r.Index, r.Key)
+	n := fmt.Sprintf("n%d.%d", r.N, r.Index)
+	if r.Of > 0 {
+		n += fmt.Sprintf("of%d", r.Of)
+	}
+	return fmt.Sprintf("%s/c%d/%s/%s/%s", r.Queue, r.Cycle, r.Who, n, r.Key)
 }
 
 // ParseRef parses a reference made by MakeRef.
@@ -158,8 +165,14 @@ func ParseRef(s string) (Ref, error) {
 	if r.N, err = strconv.ParseInt(num, 10, 64); err != nil {
 		return bad("bad attempt")
 	}
+	idx, of, batch := strings.Cut(idx, "of")
 	if r.Index, err = strconv.Atoi(idx); err != nil {
 		return bad("bad batch index")
+	}
+	if batch {
+		if r.Of, err = strconv.Atoi(of); err != nil || r.Index >= r.Of {
+			return bad("bad batch size")
+		}
 	}
 	if MakeRef(r) != s {
 		return bad("not canonical")
@@ -611,6 +624,7 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 			size := 2 + rng.IntN(5)
 			refs := make([]string, size)
 			payloads := make([][]byte, size)
+			ref.Of = size
 			for i := range refs {
 				ref.Index = i
 				refs[i] = MakeRef(ref)

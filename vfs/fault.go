@@ -83,8 +83,10 @@ type Rule struct {
 	Times int64
 	// Probability, if positive, fires each otherwise eligible call with
 	// this probability, drawn from Rand (required then). A draw is made
-	// only for calls that Nth, After and Times allow, so a fixed seed gives
-	// a fixed sequence of failures for a fixed sequence of calls.
+	// only for calls that Nth, After and Times allow and that no earlier
+	// rule (in the order of Inject) has already failed, so a fixed seed
+	// gives a fixed sequence of failures for a fixed sequence of calls and
+	// rules.
 	Probability float64
 	// Rand is the seeded source for Probability.
 	Rand *rand.Rand

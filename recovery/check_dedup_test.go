@@ -1,0 +1,95 @@
+package recovery
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestInFlightKeyedOriginalHoldsItsKey: a PublishKeyed in flight at a
+// kill whose message the store kept is its key's original from then on,
+// held to the dedup rules like one whose publish returned: a PublishKeyed
+// of the same key within the window must return it, so a new message
+// enqueued for that key is a violation.
+func TestInFlightKeyedOriginalHoldsItsKey(t *testing.T) {
+	key := "pub0-k01"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	dir, ms := storeHolding(t, ref)
+	orig := ms[0]
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	// Cycle 1: the child was killed with pub0's first PublishKeyed in flight.
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
+	require.NoError(t, c.CheckDrain(dir), "the in-flight original is a legitimate find")
+	require.Equal(t, 1, c.Figures.InFlight)
+
+	// Cycle 2: PublishKeyed of the same key, within the window, returned a
+	// new message instead of the original.
+	enq := orig.EnqueuedAt.Add(500 * time.Millisecond).UnixNano()
+	ref2 := MakeRef(Ref{Queue: QueueWork, Cycle: 2, Who: "pub0", N: 1, Key: key})
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{"00000000000fffff"}, Refs: []string{ref2},
+			Enq: enq, T0: enq, T1: enq},
+	})
+	require.ErrorContains(t, c.Err(), "enqueued a new message while the key's original "+orig.ID,
+		"a new message for %q within %v of its original %s", key, DedupWindow, orig.ID)
+}
+
+// TestDuplicateOfInFlightOriginalKeepsItsEnqueuedAt: a duplicate returns
+// its original as it was enqueued (same ID and EnqueuedAt), also when the
+// original is a publish in flight at a kill that a store showed later.
+func TestDuplicateOfInFlightOriginalKeepsItsEnqueuedAt(t *testing.T) {
+	key := "pub0-k01"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	dir, ms := storeHolding(t, ref)
+	orig := ms[0]
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
+	require.NoError(t, c.CheckDrain(dir))
+
+	at := orig.EnqueuedAt.Add(300 * time.Millisecond).UnixNano()
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDuplicate, Who: "pub0", Queue: QueueWork, N: 1, Key: key, ID: orig.ID,
+			Enq: orig.EnqueuedAt.Add(-time.Hour).UnixNano(), T0: at, T1: at},
+	})
+	require.ErrorContains(t, c.Err(), "returned the original with EnqueuedAt", "a duplicate must return the original's EnqueuedAt %s", orig.EnqueuedAt)
+}
+
+// TestDuplicatePastTheWindowIsALoss: a key strictly older than the window
+// (by the broker's clock) is forgotten before a keyed publish looks it up,
+// so a PublishKeyed that started more than the window after its key's
+// original was enqueued must enqueue a new message; one that returns the
+// old original as a duplicate dropped its payload.
+func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
+	base := time.Now().Add(-time.Minute).UnixNano()
+	key := "pub0-k03"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{"0000000000000001"}, Refs: []string{ref},
+			Enq: base, T0: base, T1: base},
+	})
+	require.NoError(t, c.Err())
+
+	// Within the window at the call's start: a sound duplicate.
+	t0 := base + int64(DedupWindow)
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDuplicate, Who: "pub0", Queue: QueueWork, N: 1, Key: key, ID: "0000000000000001", Enq: base, T0: t0, T1: t0 + 1000},
+	})
+	require.NoError(t, c.Err(), "an original enqueued exactly the window before the call is still remembered")
+
+	t0 = base + int64(DedupWindow) + int64(time.Second)
+	c.AddCycle(3, []Entry{
+		{Op: OpStart, Cycle: 3, Sync: "all"},
+		{Op: OpDuplicate, Who: "pub0", Queue: QueueWork, N: 1, Key: key, ID: "0000000000000001", Enq: base, T0: t0, T1: t0 + 1000},
+	})
+	require.ErrorContains(t, c.Err(), "past the 2s window",
+		"a duplicate of an original enqueued %v before the call started", time.Duration(t0-base))
+}

@@ -505,16 +505,19 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // succeeds; the others find it gone (broker.DeadLetterNotFound) and queue
 // nothing. The replay first claims the record (claimDead), which a racing
 // replay or delete of the record it read makes fail; then it publishes
-// the message, with the Nats-Msg-Id its record's first claim fixed, and
-// deletes the record. A replay that stops between the two (its process
-// dies, its delete fails) leaves the record claimed until the claim ends;
-// a later replay publishes the same Nats-Msg-Id, which the work stream's
-// duplicate window (the DedupWindow) folds into the first one's message
-// while the work stream holds it (see publishReplay). The claim ends with
-// the call, but a publish the server did not answer may be stored after
-// it: such a replay leaves its claim, ended, for a delete to finish the
-// replay rather than remove the record (see releaseDead and
-// DeleteDeadLetter).
+// the message, with the Nats-Msg-Id its claim names, and deletes the
+// record. A replay that stops between the two (its process dies, its
+// delete fails) leaves the record claimed, naming the Nats-Msg-Id it
+// published under, until the claim ends; a later replay publishes the
+// same Nats-Msg-Id, which the work stream's duplicate window (the
+// DedupWindow) folds into the first one's message while the work stream
+// holds it (see publishReplay). The claim ends with the call, but a
+// publish the server did not answer may be stored after it: such a
+// replay leaves its claim, ended, for a delete to finish the replay
+// rather than remove the record (see releaseDead and DeleteDeadLetter).
+// A replay whose claim a death of the message replaced before it
+// published (see renameClaim) queues nothing and returns an error that
+// says so; the new record is there to replay.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")
@@ -546,7 +549,10 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 	// over then.
 	ctx, cancelClaim := context.WithDeadline(ctx, c.until)
 	defer cancelClaim()
-	seq, sent, err := q.publishReplay(ctx, id, raw.Data, enqueued, c)
+	seq, sent, err := q.publishReplay(ctx, id, raw.Data, enqueued, &c)
+	if errors.Is(err, errClaimLost) {
+		return err // the record is no longer the claim's to release
+	}
 	if err != nil {
 		q.releaseDead(ctx, id, c, sent)
 		return err
@@ -578,7 +584,15 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 // own, so that the replay never reports success with nothing queued. A
 // copy that was acknowledged is then processed twice, which
 // at-least-once permits; a loss it does not.
-func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c deadClaim) (seq uint64, sent bool, err error) {
+//
+// Before it publishes under that fresh Nats-Msg-Id, it writes the ID into
+// its claim (c, which it updates): should this replay stop before it
+// deletes the record, the next replay or delete of it publishes the
+// fresh ID again, which the work stream folds into this replay's copy.
+// When the record changed since the claim (the message died again, and
+// its new record replaced the claim), nothing is published, and the
+// error wraps errClaimLost.
+func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, enqueued time.Time, c *deadClaim) (seq uint64, sent bool, err error) {
 	m := q.message(payload, enqueued)
 	m.Header.Set(hdrID, id)
 	publish := func(msgID string) (*jetstream.PubAck, bool, error) {
@@ -603,8 +617,35 @@ func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, en
 	}
 	// The claim's sequence in the dead-letter stream names no first claim
 	// (those are named after a record no claim wrote): a fresh ID.
-	ack, sent, err = publish(replayIDPrefix(id) + strconv.FormatUint(c.seq, 10))
+	if err := q.renameClaim(ctx, id, c, replayIDPrefix(id)+strconv.FormatUint(c.seq, 10)); err != nil {
+		return 0, false, err
+	}
+	ack, sent, err = publish(c.replayID)
 	return ackSequence(ack), sent, err
+}
+
+// errClaimLost is wrapped by a replay whose claim on the dead-letter
+// record was replaced before it published: see renameClaim.
+var errClaimLost = errors.New("the record changed during the replay, which queued nothing")
+
+// renameClaim writes claim c of dead letter id again, naming replayID as
+// the replay's Nats-Msg-Id, expecting the claim to be the record's last
+// write, and updates c. A record that changed since (a death of the
+// message replaced the claim, or, after the claim ended, another call
+// took the record over) is left as it is: the error wraps errClaimLost.
+func (q *Queue) renameClaim(ctx context.Context, id string, c *deadClaim, replayID string) error {
+	m := deadCopy(c.record)
+	m.Header.Set(hdrReplayID, replayID)
+	m.Header.Set(hdrClaimUntil, strconv.FormatInt(c.until.UnixNano(), 10))
+	ack, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(c.seq), jetstream.WithExpectStream(q.n.dead))
+	if isWrongLast(err) {
+		return fmt.Errorf("natsjs: queue %s: dead letter %q: %w (the message died again, or another call took the record over after the claim ended)", q.name, id, errClaimLost)
+	}
+	if err != nil {
+		return q.connError("name the Nats-Msg-Id of dead letter "+id+"'s replay in its claim", err)
+	}
+	c.seq, c.replayID = ack.Sequence, replayID
+	return nil
 }
 
 // refused reports whether a publish failed with the server's answer (or
@@ -652,7 +693,9 @@ const maxClaim = time.Minute
 //
 // The first claim of a record names the replay's Nats-Msg-Id after it
 // ("replay-<id>-<its sequence>"), and every later claim keeps it, so that
-// a replay after one that stopped halfway publishes the same message.
+// a replay after one that stopped halfway publishes the same message. A
+// replay that publishes under a fresh Nats-Msg-Id names that one in its
+// claim first (see publishReplay), and the later claims keep it instead.
 func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStreamMsg) (deadClaim, error) {
 	now := time.Now()
 	if claimed(raw.Header, now) {
@@ -681,7 +724,9 @@ func (q *Queue) claimDead(ctx context.Context, id string, raw *jetstream.RawStre
 
 // releaseDead gives up claim c of dead letter id after the replay failed,
 // so that the next replay or delete need not wait for the claim to end. It
-// keeps the replay's Nats-Msg-Id, for the next replay to publish again.
+// keeps the Nats-Msg-Id the replay published under last (the claim's,
+// or the fresh one publishReplay named in it), for the next replay to
+// publish again.
 // When the failed publish may have been stored all the same, or may yet
 // be (sent; see refused), or an earlier replay's may (the record claimed
 // carried an ended claim), the record keeps a claim, ended now: the

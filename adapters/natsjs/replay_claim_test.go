@@ -228,3 +228,128 @@ func receiveOneOf(t *testing.T, q *Queue, what string) broker.DeliveryValue {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAReplayAfterAHalfwayOneThatRepublishedIsFoldedIntoItsCopy: a replay
+// that stops between its publish and its delete of the record leaves a
+// record whose later replay publishes the same Nats-Msg-Id, which the
+// work stream folds into the copy it stores; a delete in that replay's
+// place finishes it the same way, and finds the dead letter gone. That
+// holds when the replay that stopped halfway had itself found an earlier
+// replay's copy gone and published under a fresh Nats-Msg-Id: its claim
+// names that ID, so the next replay or delete is folded into its copy,
+// and the message is queued once.
+func TestAReplayAfterAHalfwayOneThatRepublishedIsFoldedIntoItsCopy(t *testing.T) {
+	for _, third := range []string{"replay", "delete"} {
+		t.Run(third, func(t *testing.T) { replayAfterARepublishedHalfway(t, third) })
+	}
+}
+
+func replayAfterARepublishedHalfway(t *testing.T, third string) {
+	ctx := context.Background()
+	q := openQueue(t, "republished", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	id, raw := deadLetterOf(t, q)
+
+	// Replay 1 publishes its copy and stops; the copy is processed.
+	c1 := replayHalfway(t, q, id, raw)
+	if err := q.Ack(ctx, receiveOneOf(t, q, "replay 1's copy").Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(c1.until))
+
+	// Replay 2 does all ReplayDeadLetter does up to its delete of the
+	// record, and stops there (its process dies).
+	rec, err := q.deadRecord(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	c2, err := q.claimDead(short, id, rec)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	enqueued, err := headerTime(rec.Header, hdrEnqueued)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	seq2, _, err := q.publishReplay(short, id, rec.Data, enqueued, &c2)
+	cancel()
+	if err != nil {
+		t.Fatalf("replay 2's publish: %v", err)
+	}
+	time.Sleep(time.Until(c2.until))
+
+	// Replay 3 (or a delete), after replay 2's claim ended.
+	if third == "replay" {
+		if err := q.ReplayDeadLetter(ctx, id); err != nil {
+			t.Fatalf("replay 3: %v", err)
+		}
+	} else if err := q.DeleteDeadLetter(ctx, id); !errors.Is(err, broker.DeadLetterNotFound) {
+		t.Fatalf("delete after replay 2 stopped halfway: %v, want DeadLetterNotFound", err)
+	}
+	var got []broker.DeliveryValue
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ds, err := q.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	if len(got) != 1 {
+		t.Fatalf("after the %s the queue holds %d copies of %s, want 1: replay 2's copy (stream sequence %d) is stored and within the DedupWindow, yet the %s was not folded into it",
+			third, len(got), id, seq2, third)
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the %s: %d, %v; want none", third, len(dls), err)
+	}
+}
+
+// TestAReplayWhoseClaimADeathReplacedQueuesNothing: a replay that finds an
+// earlier replay's copy gone names a fresh Nats-Msg-Id in its claim before
+// it publishes under it. When a new death of the message has replaced the
+// claim meanwhile, that write fails: the replay queues nothing, says why,
+// and leaves the new record as it is, to be replayed.
+func TestAReplayWhoseClaimADeathReplacedQueuesNothing(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "claimlost", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	id, raw := deadLetterOf(t, q)
+	c1 := replayHalfway(t, q, id, raw)
+	if err := q.Ack(ctx, receiveOneOf(t, q, "the copy").Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(c1.until))
+
+	rec, err := q.deadRecord(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := q.claimDead(ctx, id, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A death of the message writes its record over the claim.
+	death := deadCopy(raw)
+	if _, err := q.s.js.PublishMsg(ctx, death); err != nil {
+		t.Fatal(err)
+	}
+	enqueued, err := headerTime(rec.Header, hdrEnqueued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.publishReplay(ctx, id, rec.Data, enqueued, &c2); !errors.Is(err, errClaimLost) {
+		t.Fatalf("a replay whose claim a death replaced: %v, want errClaimLost", err)
+	}
+	if ds, err := q.Receive(ctx, 10); err != nil || len(ds) != 0 {
+		t.Fatalf("after the replay whose claim was replaced: received %d, %v; want nothing", len(ds), err)
+	}
+	if after, err := q.deadRecord(ctx, id); err != nil || claimed(after.Header, time.Now()) || after.Header.Get(hdrClaimUntil) != "" {
+		t.Fatalf("the new record after the failed replay: %v, %v; want it unclaimed", after, err)
+	}
+	if err := q.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay of the new record: %v", err)
+	}
+	if d := receiveOneOf(t, q, "the replayed message"); d.Message.ID != id || d.Deliveries != 1 {
+		t.Fatalf("received %s #%d, want %s #1", d.Message.ID, d.Deliveries, id)
+	}
+}

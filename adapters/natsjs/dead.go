@@ -578,12 +578,16 @@ func (q *Queue) replay(ctx context.Context, id string, raw *jetstream.RawStreamM
 // The work stream takes a publish with the claim's Nats-Msg-Id for a
 // duplicate when an earlier replay of the record published the message
 // and stopped before it deleted the record. That earlier copy stands for
-// this one only while the work stream holds it: once it is gone
-// (acknowledged, or dead since, its record replaced by a later death),
-// the message is published again under a Nats-Msg-Id of this claim's
-// own, so that the replay never reports success with nothing queued. A
-// copy that was acknowledged is then processed twice, which
-// at-least-once permits; a loss it does not.
+// this one only while it awaits its first delivery: then it is visible,
+// and its next delivery counts 1, as the replay promises. Once it is
+// gone (acknowledged, or dead since, its record replaced by a later
+// death), or was delivered (it may have died unnoticed since; see
+// earlierCopy), the message is published again under a Nats-Msg-Id of
+// this claim's own, so that the replay never reports success with
+// nothing queued, nor with the message folded into a dead copy; and a
+// delivered copy is then deleted from the work stream. A copy that was
+// acknowledged, or that a consumer holds meanwhile, is then processed
+// twice, which at-least-once permits; a loss it does not.
 //
 // Before it publishes under that fresh Nats-Msg-Id, it writes the ID into
 // its claim (c, which it updates): should this replay stop before it
@@ -610,18 +614,55 @@ func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, en
 	if err != nil || !ack.Duplicate {
 		return ackSequence(ack), sent, err
 	}
-	if _, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
-		return ack.Sequence, false, nil
-	} else if !notFound(err) {
-		return 0, false, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
+	earlier := ack.Sequence
+	stored, delivered, err := q.earlierCopy(ctx, earlier)
+	if err != nil {
+		return 0, false, fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay queued it: %w", q.name, id, err)
+	}
+	if stored && !delivered {
+		return earlier, false, nil
 	}
 	// The claim's sequence in the dead-letter stream names no first claim
 	// (those are named after a record no claim wrote): a fresh ID.
 	if err := q.renameClaim(ctx, id, c, replayIDPrefix(id)+strconv.FormatUint(c.seq, 10)); err != nil {
 		return 0, false, err
 	}
-	ack, sent, err = publish(c.replayID)
-	return ackSequence(ack), sent, err
+	if ack, sent, err = publish(c.replayID); err != nil {
+		return 0, sent, err
+	}
+	if stored {
+		// The earlier copy, delivered, may be dead already: its death,
+		// noticed at a later pull, would record a dead letter of the
+		// message this replay has just queued. A consumer that holds it
+		// alive processes the message a second time all the same.
+		if err := q.work.DeleteMsg(ctx, earlier); err != nil && !notFound(err) {
+			q.s.opts.Logger.Warn("natsjs: a replay could not remove the copy an earlier replay queued; the message may be processed twice",
+				"queue", q.name, "message", id, "seq", earlier, "err", err)
+		}
+	}
+	return ack.Sequence, false, nil
+}
+
+// earlierCopy reports whether the work stream stores the message at seq,
+// a copy an earlier replay queued, and whether its consumer has delivered
+// it. The consumer delivers messages for the first time in stream order,
+// so a copy above the last sequence it delivered awaits its first
+// delivery: alive, and its next delivery counts 1. A delivered one may be
+// leased or waiting for a redelivery, or dead: its last lease may have
+// lapsed unseen by this Store, which nats-server notices only at its
+// consumer's next pull (see lapsedLast), and until then the copy stays
+// stored.
+func (q *Queue) earlierCopy(ctx context.Context, seq uint64) (stored, delivered bool, err error) {
+	if _, err := q.work.GetMsg(ctx, seq); notFound(err) {
+		return false, false, nil
+	} else if err != nil {
+		return false, false, q.connError("read the copy", err)
+	}
+	info, err := q.cons.Info(ctx)
+	if err != nil {
+		return false, false, q.connError("read whether the consumer delivered the copy", err)
+	}
+	return true, seq <= info.Delivered.Stream, nil
 }
 
 // errClaimLost is wrapped by a replay whose claim on the dead-letter
@@ -781,7 +822,8 @@ func deadCopy(raw *jetstream.RawStreamMsg) *nats.Msg {
 // remove for good: that publish may be stored still, at any later time,
 // by a server that got it after the call gave up. Such a record is
 // replayed instead, under the claim's Nats-Msg-Id, which the work stream
-// folds into that publish's copy, stored before or after, and the delete
+// folds into that publish's copy (one stored before that awaits its first
+// delivery, or one stored after; see publishReplay), and the delete
 // finds the dead letter gone (broker.DeadLetterNotFound): the replay won
 // the race.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {

@@ -353,3 +353,66 @@ func TestAReplayWhoseClaimADeathReplacedQueuesNothing(t *testing.T) {
 		t.Fatalf("received %s #%d, want %s #1", d.Message.ID, d.Deliveries, id)
 	}
 }
+
+// TestAReplayIsNotFoldedIntoACopyThatIsAlreadyDead: ReplayDeadLetter moves
+// the dead letter back into the queue, visible at once, with its delivery
+// count reset (broker.DeadLetterManager). A replay that stopped halfway
+// left its copy, which another Store received and whose last lease
+// lapsed: the copy is dead, though nats-server, which notices a
+// redelivered message's lapse only at its consumer's next pull, still
+// stores it. A later replay is not folded into that copy: it queues the
+// message again, which is delivered as delivery 1, and the dead copy
+// leaves no dead letter behind.
+func TestAReplayIsNotFoldedIntoACopyThatIsAlreadyDead(t *testing.T) {
+	ctx := context.Background()
+	p := broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 2}
+	srv := embeddedServer(t)
+	qa, err := openStoreOn(t, srv, Options{}).Queue("deadcopy", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := openStoreOn(t, srv, Options{}).Queue("deadcopy", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, raw := deadLetterOf(t, qa)
+	c := replayHalfway(t, qa, id, raw)
+
+	// Store b takes the copy twice; its last lease lapses.
+	d1 := receiveOneOf(t, qb, "the copy")
+	if _, err := qb.Nack(ctx, d1.Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	d2 := receiveOneOf(t, qb, "the copy's redelivery")
+	if d2.Deliveries != 2 {
+		t.Fatalf("redelivery #%d, want #2", d2.Deliveries)
+	}
+	time.Sleep(time.Until(d2.Lease.ExpiresAt) + 100*time.Millisecond)
+	time.Sleep(time.Until(c.until))
+
+	if err := qa.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	var got []broker.DeliveryValue
+	for deadline := time.Now().Add(3 * time.Second); len(got) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, err = qa.Receive(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || got[0].Message.ID != id || got[0].Deliveries != 1 {
+		dls, _ := qa.DeadLetters(ctx, 10)
+		t.Fatalf("ReplayDeadLetter(%s) returned nil, but within 3 s the queue delivered %d messages (want %s as delivery #1) and holds %d dead letters %+v: the replay was folded into the dead copy",
+			id, len(got), id, len(dls), dls)
+	}
+	// The dead copy's lapse, which that Receive's pull made the server
+	// notice, names a copy the replay removed: its advisory, when it
+	// comes, buries nothing.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := qa.SweepNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if dls, err := qa.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+			t.Fatalf("dead letters while the replayed message is leased: %+v, %v; want none", dls, err)
+		}
+	}
+}

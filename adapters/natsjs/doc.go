@@ -200,9 +200,11 @@
 //     dead letter gone (DeadLetterNotFound) even when that replay then
 //     fails. A replay that stops halfway (its process dies, or its delete
 //     of the record fails) leaves the record claimed until the claim
-//     ends: Options.Timeout after it was made (at most a minute, and
-//     sooner when the call's context ends sooner), on the clock of the
-//     process that made it, so clock skew moves the end for the others.
+//     ends: at the deadline of the call that made it (its context's,
+//     else Options.Timeout after the call began), and at the latest
+//     Options.Timeout, or a minute when that is shorter, after the claim
+//     was made; on the clock of the process that made it, so clock skew
+//     moves the end for the others.
 //     The claim's end bounds the replay's calls, not its publish: a
 //     publish that timed out, or whose connection was lost, may be stored
 //     by the server after the call gave up, at any later time. So a

@@ -510,8 +510,9 @@ func decodeDead(raw *jetstream.RawStreamMsg) (broker.DeadLetterValue, error) {
 // delete fails) leaves the record claimed, naming the Nats-Msg-Id it
 // published under, until the claim ends; a later replay publishes the
 // same Nats-Msg-Id, which the work stream's duplicate window (the
-// DedupWindow) folds into the first one's message while the work stream
-// holds it (see publishReplay). The claim ends with the call, but a
+// DedupWindow) folds into the first one's message while that message
+// awaits its first delivery; otherwise it queues the message again (see
+// publishReplay). The claim ends with the call, but a
 // publish the server did not answer may be stored after it: such a
 // replay leaves its claim, ended, for a delete to finish the replay
 // rather than remove the record (see releaseDead and DeleteDeadLetter).
@@ -615,9 +616,9 @@ func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, en
 		return ackSequence(ack), sent, err
 	}
 	earlier := ack.Sequence
-	stored, delivered, err := q.earlierCopy(ctx, earlier)
+	stored, delivered, err := q.earlierCopy(ctx, id, earlier)
 	if err != nil {
-		return 0, false, fmt.Errorf("natsjs: queue %s: dead letter %q: an earlier replay queued it: %w", q.name, id, err)
+		return 0, false, err
 	}
 	if stored && !delivered {
 		return earlier, false, nil
@@ -644,23 +645,23 @@ func (q *Queue) publishReplay(ctx context.Context, id string, payload []byte, en
 }
 
 // earlierCopy reports whether the work stream stores the message at seq,
-// a copy an earlier replay queued, and whether its consumer has delivered
-// it. The consumer delivers messages for the first time in stream order,
+// a copy of dead letter id an earlier replay queued, and whether its
+// consumer has delivered it. The consumer delivers messages for the first time in stream order,
 // so a copy above the last sequence it delivered awaits its first
 // delivery: alive, and its next delivery counts 1. A delivered one may be
 // leased or waiting for a redelivery, or dead: its last lease may have
 // lapsed unseen by this Store, which nats-server notices only at its
 // consumer's next pull (see lapsedLast), and until then the copy stays
 // stored.
-func (q *Queue) earlierCopy(ctx context.Context, seq uint64) (stored, delivered bool, err error) {
+func (q *Queue) earlierCopy(ctx context.Context, id string, seq uint64) (stored, delivered bool, err error) {
 	if _, err := q.work.GetMsg(ctx, seq); notFound(err) {
 		return false, false, nil
 	} else if err != nil {
-		return false, false, q.connError("read the copy", err)
+		return false, false, q.connError("read the message an earlier replay of dead letter "+id+" queued", err)
 	}
 	info, err := q.cons.Info(ctx)
 	if err != nil {
-		return false, false, q.connError("read whether the consumer delivered the copy", err)
+		return false, false, q.connError("read whether the consumer delivered the message an earlier replay of dead letter "+id+" queued", err)
 	}
 	return true, seq <= info.Delivered.Stream, nil
 }

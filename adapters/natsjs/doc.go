@@ -200,9 +200,11 @@
 //     dead letter gone (DeadLetterNotFound) even when that replay then
 //     fails. A replay that stops halfway (its process dies, or its delete
 //     of the record fails) leaves the record claimed until the claim
-//     ends: Options.Timeout after it was made (at most a minute, and
-//     sooner when the call's context ends sooner), on the clock of the
-//     process that made it, so clock skew moves the end for the others.
+//     ends: at the deadline of the call that made it (its context's,
+//     else Options.Timeout after the call began), and at the latest
+//     Options.Timeout, or a minute when that is shorter, after the claim
+//     was made; on the clock of the process that made it, so clock skew
+//     moves the end for the others.
 //     The claim's end bounds the replay's calls, not its publish: a
 //     publish that timed out, or whose connection was lost, may be stored
 //     by the server after the call gave up, at any later time. So a
@@ -217,12 +219,20 @@
 //     DeadLetters, can be removed for good only after its message dies
 //     again (a fresh record). A later replay
 //     publishes the message with the same Nats-Msg-Id, which the work
-//     stream folds into the first one's copy while it stores that copy
-//     and the DedupWindow lasts; otherwise (the copy was acknowledged, or
-//     the window passed) the message is queued again: processed twice,
-//     never lost. When the copy dies (Nack, Reject, a lapse), its death
-//     replaces the claimed record as any death does, and a replay of it
-//     publishes under a fresh Nats-Msg-Id. What remains: the server folds
+//     stream folds into the first one's copy while that copy awaits its
+//     first delivery and the DedupWindow lasts. Otherwise the message is
+//     queued again: once the window passed, under the same Nats-Msg-Id;
+//     while it lasts, under a fresh one, which the replay first writes
+//     into its claim, so that the replay or delete after it is folded
+//     into this copy. A first copy that was delivered is deleted then:
+//     it may be dead already, unnoticed (above: the server notices a
+//     redelivered message's last lapse only at a later pull), and the
+//     replayed message must get MaxDeliveries attempts again. A first
+//     copy that was acknowledged, or that a consumer holds meanwhile, is
+//     processed twice, never lost. When the copy dies (Nack, Reject, a
+//     lapse) before a replay, its death replaces the claimed record as
+//     any death does, and a replay of it publishes under a fresh
+//     Nats-Msg-Id. What remains: the server folds
 //     a publish that lands late into the copy a later replay or delete
 //     queued only within the DedupWindow of that copy's publish, and
 //     after a restart of the server only while it still stores the copy;

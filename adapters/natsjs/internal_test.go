@@ -418,6 +418,17 @@ func TestParseDelivery(t *testing.T) {
 // embedded server of its own; all three are closed at cleanup.
 func openQueue(t *testing.T, name string, p broker.PolicyValue) *Queue {
 	t.Helper()
+	q, err := openStoreOn(t, embeddedServer(t), Options{}).Queue(name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// embeddedServer starts a JetStream server of the test's own, shut down at
+// cleanup.
+func embeddedServer(t *testing.T) *server.Server {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -427,21 +438,24 @@ func openQueue(t *testing.T, name string, p broker.PolicyValue) *Queue {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats server did not start")
 	}
-	nc, err := nats.Connect(srv.ClientURL())
+	return srv
+}
+
+// openStoreOn opens a Store with o on srv, through a connection of its own
+// made with opts; both are closed at cleanup.
+func openStoreOn(t *testing.T, srv *server.Server, o Options, opts ...nats.Option) *Store {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	s, err := Open(nc, Options{})
+	s, err := Open(nc, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	q, err := s.Queue(name, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
+	return s
 }
 
 // publishOne publishes "x" on q and returns the message and its sequence

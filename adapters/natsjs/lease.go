@@ -194,9 +194,13 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	defer cancel()
 	q.mu.Lock()
 	policy, events := q.policy, q.readyEvents
-	rechecking := !q.recheck.IsZero() && !q.recheck.After(time.Now())
-	if rechecking {
-		q.recheck = time.Time{} // this Receive is the look it asked for
+	// A recheck that is due asked for this Receive. It stays due until
+	// the Receive has read the consumer's state (settle or drained
+	// clears it then), so that Wake goes on asking for a look when the
+	// server does not answer.
+	due := q.recheck
+	if due.After(time.Now()) {
+		due = time.Time{}
 	}
 	q.mu.Unlock()
 	q.trimLeases()
@@ -250,26 +254,26 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			wait = tailWait
 			continue
 		}
-		if !q.settle(ctx, events, policy) || len(out) > 0 || !roomToPull(ctx) {
+		if !q.settle(ctx, events, policy, due) || len(out) > 0 || !roomToPull(ctx) {
 			break
 		}
 		// Nothing came, yet a message awaits its first delivery.
 		wait = readyWait
 	}
 	if len(out) == max {
-		q.drained(ctx, events, policy, rechecking, last, highest)
+		q.drained(ctx, events, policy, due, last, highest)
 	}
 	return out, nil
 }
 
 // drained is settle for a Receive that got all it asked for, which began
-// when readyEvents was events (and took over a recheck that was due when
-// rechecking): last is the last delivery it pulled, and highest the
-// highest stream sequence. The server tells, with each delivery, how many
-// messages its consumer has left to deliver for the first time; when the
-// last one said none, no message this Queue knows of was stored after
-// those delivered, and no nack or lease of this Queue is due (a
-// redelivery, which that count leaves out), nothing is known to be
+// when readyEvents was events (and was the look the recheck due asked
+// for, unless due is zero): last is the last delivery it pulled, and
+// highest the highest stream sequence. The server tells, with each
+// delivery, how many messages its consumer has left to deliver for the
+// first time; when the last one said none, no message this Queue knows of
+// was stored after those delivered, and no nack or lease of this Queue is
+// due (a redelivery, which that count leaves out), nothing is known to be
 // receivable now, and Wake stops saying so. Nothing that costs a request,
 // while messages are left: a Receive that came back full would otherwise
 // pay for every batch.
@@ -280,14 +284,14 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 // as settle does, when that changes what Wake says (it said "now", or
 // this Receive was the look a recheck asked for). That is the request
 // the look after it would have made, which then needs no pull. When the
-// server does not answer, Wake goes on saying "now", and that look
-// settles it.
-func (q *Queue) drained(ctx context.Context, events uint64, policy broker.PolicyValue, rechecking bool, last delivery, highest uint64) {
+// server does not answer, Wake goes on saying "now" (or names the recheck
+// due, a moment away), and that look settles it.
+func (q *Queue) drained(ctx context.Context, events uint64, policy broker.PolicyValue, due time.Time, last delivery, highest uint64) {
 	if last.pending > 0 {
 		return
 	}
 	q.mu.Lock()
-	ask := (q.ready || rechecking) && q.nothingDueLocked(events, highest, time.Now())
+	ask := (q.ready || !due.IsZero()) && q.nothingDueLocked(events, highest, time.Now())
 	q.mu.Unlock()
 	if !ask {
 		return
@@ -308,6 +312,7 @@ func (q *Queue) drained(ctx context.Context, events uint64, policy broker.Policy
 	}
 	q.ready = false
 	if info != nil {
+		q.recheckedLocked(due)
 		q.recheckLocked(info, now, policy)
 	}
 }

@@ -313,8 +313,9 @@ type keyRecord struct {
 const maxClaims = 8
 
 // claimPause waits before claim round round+1 after a record that was
-// there could not be read: 1 ms, doubling, at most 64 ms (about a quarter
-// of a second over every round).
+// there could not be read: 1 ms, doubling, at most 64 ms. No pause
+// follows the last round, so the pauses of a claim add up to 127 ms at
+// most.
 func claimPause(ctx context.Context, round int) error {
 	t := time.NewTimer(time.Millisecond << min(round, 6))
 	defer t.Stop()
@@ -332,6 +333,7 @@ func claimPause(ctx context.Context, round int) error {
 // if any, or, when a live record names a message, the duplicate's answer.
 func (q *Queue) claimKey(ctx context.Context, subject string, window time.Duration) (claim, stale keyRecord, dup *broker.MessageValue, err error) {
 	expect := uint64(0) // the record to replace: none
+	unreadable := false // the last round found a record it could not read
 	for round := range maxClaims {
 		beforeKeyClaim(round)
 		now := unixTime(time.Now())
@@ -349,12 +351,15 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 		if err != nil {
 			return keyRecord{}, keyRecord{}, nil, err
 		}
-		if !found {
+		if unreadable = !found; unreadable {
 			// Expired since, or, on a replicated stream, written by a
 			// publish whose proposal is not yet readable here: the
 			// next compare-and-set would only lose again at once, so
 			// it waits a little longer each round.
 			expect = 0
+			if round == maxClaims-1 {
+				break
+			}
 			if err := claimPause(ctx, round); err != nil {
 				return keyRecord{}, keyRecord{}, nil, err
 			}
@@ -367,6 +372,9 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 			return rec, stale, nil, nil
 		}
 		stale, expect = rec, rec.seq
+	}
+	if unreadable {
+		return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: %d attempts to claim the record of a dedup key failed; the last lost to a record this server could not read (expired since, or not yet readable here)", q.name, maxClaims)
 	}
 	return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: the record of a dedup key changed under %d attempts to claim it", q.name, maxClaims)
 }

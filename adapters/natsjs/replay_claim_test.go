@@ -228,3 +228,191 @@ func receiveOneOf(t *testing.T, q *Queue, what string) broker.DeliveryValue {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAReplayAfterAHalfwayOneThatRepublishedIsFoldedIntoItsCopy: a replay
+// that stops between its publish and its delete of the record leaves a
+// record whose later replay publishes the same Nats-Msg-Id, which the
+// work stream folds into the copy it stores; a delete in that replay's
+// place finishes it the same way, and finds the dead letter gone. That
+// holds when the replay that stopped halfway had itself found an earlier
+// replay's copy gone and published under a fresh Nats-Msg-Id: its claim
+// names that ID, so the next replay or delete is folded into its copy,
+// and the message is queued once.
+func TestAReplayAfterAHalfwayOneThatRepublishedIsFoldedIntoItsCopy(t *testing.T) {
+	for _, third := range []string{"replay", "delete"} {
+		t.Run(third, func(t *testing.T) { replayAfterARepublishedHalfway(t, third) })
+	}
+}
+
+func replayAfterARepublishedHalfway(t *testing.T, third string) {
+	ctx := context.Background()
+	q := openQueue(t, "republished", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	id, raw := deadLetterOf(t, q)
+
+	// Replay 1 publishes its copy and stops; the copy is processed.
+	c1 := replayHalfway(t, q, id, raw)
+	if err := q.Ack(ctx, receiveOneOf(t, q, "replay 1's copy").Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(c1.until))
+
+	// Replay 2 does all ReplayDeadLetter does up to its delete of the
+	// record, and stops there (its process dies).
+	rec, err := q.deadRecord(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	c2, err := q.claimDead(short, id, rec)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	enqueued, err := headerTime(rec.Header, hdrEnqueued)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	seq2, _, err := q.publishReplay(short, id, rec.Data, enqueued, &c2)
+	cancel()
+	if err != nil {
+		t.Fatalf("replay 2's publish: %v", err)
+	}
+	time.Sleep(time.Until(c2.until))
+
+	// Replay 3 (or a delete), after replay 2's claim ended.
+	if third == "replay" {
+		if err := q.ReplayDeadLetter(ctx, id); err != nil {
+			t.Fatalf("replay 3: %v", err)
+		}
+	} else if err := q.DeleteDeadLetter(ctx, id); !errors.Is(err, broker.DeadLetterNotFound) {
+		t.Fatalf("delete after replay 2 stopped halfway: %v, want DeadLetterNotFound", err)
+	}
+	var got []broker.DeliveryValue
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ds, err := q.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	if len(got) != 1 {
+		t.Fatalf("after the %s the queue holds %d copies of %s, want 1: replay 2's copy (stream sequence %d) is stored and within the DedupWindow, yet the %s was not folded into it",
+			third, len(got), id, seq2, third)
+	}
+	if dls, err := q.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the %s: %d, %v; want none", third, len(dls), err)
+	}
+}
+
+// TestAReplayWhoseClaimADeathReplacedQueuesNothing: a replay that finds an
+// earlier replay's copy gone names a fresh Nats-Msg-Id in its claim before
+// it publishes under it. When a new death of the message has replaced the
+// claim meanwhile, that write fails: the replay queues nothing, says why,
+// and leaves the new record as it is, to be replayed.
+func TestAReplayWhoseClaimADeathReplacedQueuesNothing(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "claimlost", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	id, raw := deadLetterOf(t, q)
+	c1 := replayHalfway(t, q, id, raw)
+	if err := q.Ack(ctx, receiveOneOf(t, q, "the copy").Lease.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(c1.until))
+
+	rec, err := q.deadRecord(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := q.claimDead(ctx, id, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A death of the message writes its record over the claim.
+	death := deadCopy(raw)
+	if _, err := q.s.js.PublishMsg(ctx, death); err != nil {
+		t.Fatal(err)
+	}
+	enqueued, err := headerTime(rec.Header, hdrEnqueued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.publishReplay(ctx, id, rec.Data, enqueued, &c2); !errors.Is(err, errClaimLost) {
+		t.Fatalf("a replay whose claim a death replaced: %v, want errClaimLost", err)
+	}
+	if ds, err := q.Receive(ctx, 10); err != nil || len(ds) != 0 {
+		t.Fatalf("after the replay whose claim was replaced: received %d, %v; want nothing", len(ds), err)
+	}
+	if after, err := q.deadRecord(ctx, id); err != nil || claimed(after.Header, time.Now()) || after.Header.Get(hdrClaimUntil) != "" {
+		t.Fatalf("the new record after the failed replay: %v, %v; want it unclaimed", after, err)
+	}
+	if err := q.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay of the new record: %v", err)
+	}
+	if d := receiveOneOf(t, q, "the replayed message"); d.Message.ID != id || d.Deliveries != 1 {
+		t.Fatalf("received %s #%d, want %s #1", d.Message.ID, d.Deliveries, id)
+	}
+}
+
+// TestAReplayIsNotFoldedIntoACopyThatIsAlreadyDead: ReplayDeadLetter moves
+// the dead letter back into the queue, visible at once, with its delivery
+// count reset (broker.DeadLetterManager). A replay that stopped halfway
+// left its copy, which another Store received and whose last lease
+// lapsed: the copy is dead, though nats-server, which notices a
+// redelivered message's lapse only at its consumer's next pull, still
+// stores it. A later replay is not folded into that copy: it queues the
+// message again, which is delivered as delivery 1, and the dead copy
+// leaves no dead letter behind.
+func TestAReplayIsNotFoldedIntoACopyThatIsAlreadyDead(t *testing.T) {
+	ctx := context.Background()
+	p := broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 2}
+	srv := embeddedServer(t)
+	qa, err := openStoreOn(t, srv, Options{}).Queue("deadcopy", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := openStoreOn(t, srv, Options{}).Queue("deadcopy", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, raw := deadLetterOf(t, qa)
+	c := replayHalfway(t, qa, id, raw)
+
+	// Store b takes the copy twice; its last lease lapses.
+	d1 := receiveOneOf(t, qb, "the copy")
+	if _, err := qb.Nack(ctx, d1.Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	d2 := receiveOneOf(t, qb, "the copy's redelivery")
+	if d2.Deliveries != 2 {
+		t.Fatalf("redelivery #%d, want #2", d2.Deliveries)
+	}
+	time.Sleep(time.Until(d2.Lease.ExpiresAt) + 100*time.Millisecond)
+	time.Sleep(time.Until(c.until))
+
+	if err := qa.ReplayDeadLetter(ctx, id); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	var got []broker.DeliveryValue
+	for deadline := time.Now().Add(3 * time.Second); len(got) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, err = qa.Receive(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || got[0].Message.ID != id || got[0].Deliveries != 1 {
+		dls, _ := qa.DeadLetters(ctx, 10)
+		t.Fatalf("ReplayDeadLetter(%s) returned nil, but within 3 s the queue delivered %d messages (want %s as delivery #1) and holds %d dead letters %+v: the replay was folded into the dead copy",
+			id, len(got), id, len(dls), dls)
+	}
+	// The dead copy's lapse, which that Receive's pull made the server
+	// notice, names a copy the replay removed: its advisory, when it
+	// comes, buries nothing.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := qa.SweepNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if dls, err := qa.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+			t.Fatalf("dead letters while the replayed message is leased: %+v, %v; want none", dls, err)
+		}
+	}
+}

@@ -3,9 +3,6 @@ package natsjs_test
 import (
 	"context"
 	"errors"
-	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,14 +30,14 @@ func TestARacingCallFindsADeadLetterBeingReplayedGone(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			gate := &writeGate{held: make(chan struct{}), release: make(chan struct{})}
+			gate := natsjs.NewWriteGate()
 			a := openBackend(t)
 			storeB, err := natsjs.Open(connect(t, sharedServer(t).ClientURL()), natsjs.Options{Prefix: a.prefix})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { storeB.Close() })
-			na := connect(t, sharedServer(t).ClientURL(), nats.SetCustomDialer(gatedDialer{gate}))
+			na := connect(t, sharedServer(t).ClientURL(), nats.SetCustomDialer(gate.Dialer()))
 			storeA, err := natsjs.Open(na, natsjs.Options{Prefix: a.prefix})
 			if err != nil {
 				t.Fatal(err)
@@ -55,12 +52,12 @@ func TestARacingCallFindsADeadLetterBeingReplayedGone(t *testing.T) {
 			if err := q.Reject(ctx, receiveOneWithin(t, q, "the message").Lease.Receipt, nil); err != nil {
 				t.Fatal(err)
 			}
-			gate.arm(a.prefix + ".q.race ") // the replay's publish, after its claim
+			gate.Arm(a.prefix + ".q.race ") // the replay's publish, after its claim
 			errA := make(chan error, 1)
 			go func() { errA <- qa.ReplayDeadLetter(ctx, m.ID) }()
-			<-gate.held
+			<-gate.Held()
 			errB := c.call(qb, ctx, m.ID)
-			close(gate.release)
+			gate.Release()
 			if !errors.Is(errB, broker.DeadLetterNotFound) {
 				t.Errorf("a %s while another Store's replay publishes: %v, want DeadLetterNotFound", c.name, errB)
 			}
@@ -82,52 +79,6 @@ func TestARacingCallFindsADeadLetterBeingReplayedGone(t *testing.T) {
 	}
 }
 
-// writeGate holds the first write that contains match, once armed, until
-// release is closed.
-type writeGate struct {
-	mu      sync.Mutex
-	match   string
-	fired   bool
-	held    chan struct{}
-	release chan struct{}
-}
-
-func (g *writeGate) arm(match string) { g.mu.Lock(); g.match = match; g.mu.Unlock() }
-
-func (g *writeGate) check(b []byte) {
-	g.mu.Lock()
-	hit := g.match != "" && !g.fired && strings.Contains(string(b), g.match)
-	if hit {
-		g.fired = true
-	}
-	g.mu.Unlock()
-	if hit {
-		close(g.held)
-		<-g.release
-	}
-}
-
-// gatedDialer dials connections whose writes pass its gate.
-type gatedDialer struct{ g *writeGate }
-
-func (d gatedDialer) Dial(network, address string) (net.Conn, error) {
-	c, err := net.Dial(network, address)
-	if err != nil {
-		return nil, err
-	}
-	return gatedConn{c, d.g}, nil
-}
-
-type gatedConn struct {
-	net.Conn
-	g *writeGate
-}
-
-func (c gatedConn) Write(b []byte) (int, error) {
-	c.g.check(b)
-	return c.Conn.Write(b)
-}
-
 // TestADeleteAfterAReplayTimedOutDoesNotRemoveWhatItMayQueue: a replay
 // through one Store times out while its publish is still on its way to
 // the server (held on its connection past the call's deadline, and so
@@ -142,9 +93,9 @@ func (c gatedConn) Write(b []byte) (int, error) {
 // nothing.
 func TestADeleteAfterAReplayTimedOutDoesNotRemoveWhatItMayQueue(t *testing.T) {
 	ctx := context.Background()
-	gate := &writeGate{held: make(chan struct{}), release: make(chan struct{})}
+	gate := natsjs.NewWriteGate()
 	b := openBackend(t)
-	na := connect(t, sharedServer(t).ClientURL(), nats.SetCustomDialer(gatedDialer{gate}))
+	na := connect(t, sharedServer(t).ClientURL(), nats.SetCustomDialer(gate.Dialer()))
 	storeA, err := natsjs.Open(na, natsjs.Options{Prefix: b.prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -159,20 +110,20 @@ func TestADeleteAfterAReplayTimedOutDoesNotRemoveWhatItMayQueue(t *testing.T) {
 	if err := qb.Reject(ctx, receiveOneWithin(t, qb, "the message").Lease.Receipt, nil); err != nil {
 		t.Fatal(err)
 	}
-	gate.arm(b.prefix + ".q.inflight ") // the replay's publish, after its claim
+	gate.Arm(b.prefix + ".q.inflight ") // the replay's publish, after its claim
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	errA := make(chan error, 1)
 	go func() { errA <- qa.ReplayDeadLetter(actx, m.ID) }()
 	select {
-	case <-gate.held:
+	case <-gate.Held():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the replay never published")
 	}
 	time.Sleep(time.Until(start.Add(1200 * time.Millisecond))) // the claim has ended
 	errB := qb.DeleteDeadLetter(ctx, m.ID)
-	close(gate.release)
+	gate.Release()
 	replayErr := <-errA
 	if !errors.Is(errB, broker.DeadLetterNotFound) {
 		t.Fatalf("a delete after a replay timed out with its publish in flight: %v, want DeadLetterNotFound (the replay that may queue the message wins)", errB)

@@ -136,8 +136,10 @@ func (q *Queue) isReady() bool {
 // moment this Queue cannot know: Wake then names a look again Recheck from
 // now (or VisibilityTimeout, when shorter). A change that the Wake value a
 // consumer already holds did not know closes its signal, so that it asks
-// again.
-func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyValue) (pending bool) {
+// again. The recheck due, which the Receive was the look for (zero: none),
+// ends once the consumer's state is read; when the server does not
+// answer, it stays, and Wake goes on naming it.
+func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyValue, due time.Time) (pending bool) {
 	info, err := q.cons.Info(ctx)
 	if err == nil {
 		pending, err = q.undelivered(ctx, info)
@@ -152,6 +154,7 @@ func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyV
 		}
 		return false
 	}
+	q.recheckedLocked(due)
 	if pending {
 		if !q.ready {
 			q.wakeReadyLocked()
@@ -163,6 +166,15 @@ func (q *Queue) settle(ctx context.Context, events uint64, policy broker.PolicyV
 	}
 	q.recheckLocked(info, now, policy)
 	return false
+}
+
+// recheckedLocked ends the recheck due, which a Receive that read the
+// consumer's state was the look for, unless another was set since. The
+// caller holds q.mu.
+func (q *Queue) recheckedLocked(due time.Time) {
+	if !due.IsZero() && q.recheck.Equal(due) {
+		q.recheck = time.Time{}
+	}
 }
 
 // recheckLocked sets when an idle consumer should look again from info,

@@ -28,13 +28,19 @@ const (
 	// same [DeliveryValue.Deliveries], and MaxDeliveries counts only the
 	// deliveries the device kept.
 	SyncPublish
-	// SyncNone: nothing waits for the device; a background commit every
-	// SyncInterval bounds what a power loss can take (delivery counts with
-	// it, as under SyncPublish); a process crash loses nothing that a call
-	// returned for. The IDs of messages a power loss
-	// took are never handed out again: they are reserved ahead by durable
-	// marks, so a publish waits for the device only in the rare case that
-	// a reservation's background commit falls 2,048 publishes behind.
+	// SyncNone: no publish, lease or settlement waits for the device,
+	// but for the cases below; a background commit every SyncInterval
+	// bounds what a power loss can take (delivery counts with it, as under
+	// SyncPublish); a process crash loses nothing that a call returned
+	// for. The IDs of messages a power loss took are never handed out
+	// again: they are reserved ahead by durable marks, so a publish waits
+	// for the device when its IDs go past the reservation already on it,
+	// which a steady stream of single publishes meets only when a
+	// reservation's background commit falls 2,048 publishes behind (a
+	// batch of thousands right after Open meets it at once). Queue
+	// declarations and policy changes wait for the device in every mode,
+	// and so does a call that arrives while a checkpoint makes the log
+	// durable under every queue's lock.
 	SyncNone
 )
 

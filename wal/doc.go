@@ -80,8 +80,10 @@
 // through one checks that it ends in its seal where the hint says), and the
 // last one only from Options.Verified, or up to where a clean close said
 // the log ended when the scan ends exactly there. A torn tail of the last
-// segment is zeroed and the log continues before it; those bytes were never
-// acknowledged. Any other damage is refused with a [*CorruptionError]
+// segment is zeroed and the log continues before it; no append that waited
+// for an fdatasync had them (under SyncInterval and SyncNever, and for
+// Enqueue(false, ...), an append returns once written, and a power loss may
+// take what it wrote). Any other damage is refused with a [*CorruptionError]
 // naming the file and offset, unless Options.Salvage is set: then the
 // damaged file is copied to salvage/, each damaged span is overwritten with
 // a padding frame (a segment whose seal was lost is sealed after its last

@@ -22,7 +22,8 @@ const (
 	// SyncInterval bounds what a power loss can take.
 	SyncInterval
 	// SyncNever: Append returns once written; fdatasync happens only at
-	// rotation, Sync and Close.
+	// rotation, Sync and Close, and for a request that asks for one
+	// (Enqueue(true, ...), Barrier(true)).
 	SyncNever
 )
 

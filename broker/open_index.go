@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/walbroker/walbroker/index"
@@ -44,7 +43,7 @@ func (s *Store) openIndex() (int, error) {
 			// anywhere, first.
 			if err := s.log.Iterate(0, func(pos wal.Position, rec []byte) error {
 				if len(rec) > 0 && (index.Kind(rec[0]) == index.KindDeclare || index.Kind(rec[0]) == index.KindMeta) {
-					return x.ApplyRecord(pos, rec)
+					return s.badRecord(pos, x.ApplyRecord(pos, rec))
 				}
 				return nil
 			}); err != nil {
@@ -120,7 +119,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.
 			_ = x.Table.Close()
-			return nil, 0, nil, &wal.CorruptionError{File: filepath.Join(s.dir, fmt.Sprintf("%010d.seg", end.Segment())), Offset: end.Offset(),
+			return nil, 0, nil, &wal.CorruptionError{File: s.log.SegmentPath(end.Segment()), Offset: end.Offset(),
 				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
 			_ = x.Table.Close()
@@ -167,7 +166,13 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 		n++
 		loss.see(pos, rec)
 		if err := x.ApplyRecord(pos, rec); err != nil {
-			return err
+			if n == 1 && from == 0 && errors.Is(err, index.ErrBadEvent) {
+				// The log's first record is one no store writes (its
+				// secret, or a preamble's): most likely the directory
+				// holds a log of something else.
+				err = fmt.Errorf("%w (the log's first record is not one a walbroker store writes: is %s a store's directory?)", err, s.dir)
+			}
+			return s.badRecord(pos, err)
 		}
 		if x.Table.Unflushed() >= spill {
 			// A rebuild of a long log keeps the heap small: entries go
@@ -189,6 +194,19 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 		return nil
 	})
 	return n, err
+}
+
+// badRecord names the segment file and byte offset of the record at pos
+// when err says that it does not decode, or is not an event any store
+// writes (index.ErrBadEvent): the frame verified, so only the broker can
+// tell it is damage, and an error naming the position alone leaves the
+// file to be guessed. Other errors (nil included) are returned as they
+// are.
+func (s *Store) badRecord(pos wal.Position, err error) error {
+	if err == nil || !errors.Is(err, index.ErrBadEvent) {
+		return err
+	}
+	return &wal.CorruptionError{File: s.log.SegmentPath(pos.Segment()), Offset: pos.Offset(), Cause: err}
 }
 
 // lossTracker names the live messages whose records salvage skipped: those

@@ -553,9 +553,14 @@ func openError(dir string, salvage bool, err error) error {
 	switch {
 	case errors.Is(err, wal.ErrLocked):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Locked, err)
+	case errors.Is(err, index.ErrBadEvent):
+		// A record whose frame verified but that holds no event a store
+		// writes: salvage skips damaged frames, not such records, so it
+		// is not offered.
+		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	case errors.Is(err, wal.ErrCorrupt) && !salvage:
 		return fmt.Errorf("broker: open %s: %w: %w (Options.Salvage may open the store past damaged records, copying the damaged file aside)", dir, Corrupt, err)
-	case errors.Is(err, wal.ErrCorrupt), errors.Is(err, index.ErrBadEvent):
+	case errors.Is(err, wal.ErrCorrupt):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	}
 	return fmt.Errorf("broker: open %s: %w", dir, err)

@@ -43,6 +43,10 @@ type Store struct {
 	log  *wal.Log
 	idx  *index.Index
 	keys receiptKeys
+	// logSecret is the store secret the log carries, as Open read it
+	// before opening the log (see openHints); nil when it could not tell.
+	// A checkpoint holding another was taken of another log.
+	logSecret []byte
 
 	// mu guards queues and the index's queue table (idx.Queue, Queues,
 	// Declare, NextQueueID), serialises declarations, and is held by
@@ -195,7 +199,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	wo.Sealed, wo.Verified = index.LogHints(opts.fs(), s.indexDir())
+	wo.Sealed, wo.Verified = s.openHints()
 	l, err := wal.Open(dir, wo)
 	if err != nil {
 		return nil, openError(dir, opts.Salvage, err)

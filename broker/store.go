@@ -160,9 +160,9 @@ func (s *Store) reservedSeqs(bound uint64) {
 
 // Open opens the store in dir, creating the directory (0700) if it is
 // missing. It loads the queues' state from the last checkpoint and replays
-// the log after it; without a usable checkpoint (none, or one that fails
-// its checks) it rebuilds the state from the whole log, which is the
-// source of truth. A second Open of the same directory, in this process or
+// the log after it; without a usable checkpoint (none, one that fails its
+// checks, or one taken of another store's log) it rebuilds the state from
+// the whole log, which is the source of truth. A second Open of the same directory, in this process or
 // another, fails with Locked. A log that fails verification fails with
 // Corrupt, naming the file and byte offset (see Options.Salvage). A log a
 // later build wrote in a format version this one does not read is not

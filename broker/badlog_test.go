@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
 
@@ -272,4 +274,72 @@ func TestReopeningWithSegmentsTooSmallForALiveMessageIsRefused(t *testing.T) {
 		}
 	}
 	require.Less(t, s.Stats().Segments, 10, "segments on disk after 600 KiB of acknowledged messages")
+}
+
+// Open of a directory holding a log that is not a store's (records framed
+// and checksummed like any other, but no event a store writes) answers
+// Corrupt naming the segment file and byte offset, as API.md promises for
+// Corrupt, and not only a log position a reader has to map to a file.
+func TestACorruptOpenOfALogThatIsNotAStoresNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	l, err := wal.Open(dir, wal.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	_, err = l.Append([]byte("hello"), []byte("world"))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: testSegmentBytes})
+	if s != nil {
+		_ = s.Close()
+	}
+	requireErrorIs(t, err, broker.Corrupt, filepath.Join(dir, "0000000001.seg")+" at offset 32", "store's directory")
+	var ce *wal.CorruptionError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, filepath.Join(dir, "0000000001.seg"), ce.File)
+	require.Equal(t, 32, ce.Offset)
+	require.NotContains(t, err.Error(), "Options.Salvage may open", "salvage skips damaged frames, not records that verify")
+}
+
+// A message's publish record that verifies by its frame but no longer
+// decodes (found when the message is received, where the open that trusted
+// the checkpoint did not read) is Corrupt naming the segment file and byte
+// offset, both while the store runs and at the open that rebuilds after it.
+func TestACorruptRecordFoundWhileRunningNamesTheFile(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "the-payload-to-spoil")
+	e.close()
+
+	// Give the publish an unknown event kind, its frame's checksum
+	// recomputed as a writer would have.
+	path := filepath.Join(e.dir, "0000000001.seg")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	off := segment.HeaderSize
+	for {
+		f, err := segment.Decode(data, off, 1)
+		require.NoError(t, err, "the publish is in the first segment")
+		if bytes.Contains(f.Body, []byte("the-payload-to-spoil")) {
+			break
+		}
+		off = f.End()
+	}
+	f, _ := segment.Decode(data, off, 1)
+	data[off+segment.FrameHeaderSize] = 104
+	crc := crc32.Update(segment.SaltOf(data), crc32.MakeTable(crc32.Castagnoli), data[off+4:f.End()])
+	binary.LittleEndian.PutUint32(data[off:], crc)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	e.open()
+	q = e.queue("jobs", policy())
+	_, err = q.Receive(ctx(t), 1)
+	requireErrorIs(t, err, broker.Corrupt, fmt.Sprintf("%s at offset %d", path, off))
+	_ = e.s.Close()
+	e.s = nil
+
+	s, err := broker.Open(e.dir, e.opts)
+	if s != nil {
+		_ = s.Close()
+	}
+	requireErrorIs(t, err, broker.Corrupt, fmt.Sprintf("%s at offset %d", path, off))
 }

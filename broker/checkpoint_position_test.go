@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/recovery"
 	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // crashClone returns a copy of e's directory as a power loss now would
@@ -135,4 +139,181 @@ func TestACheckpointWhoseMarkerCannotBeReadIsNotTrusted(t *testing.T) {
 		got = append(got, string(d.Message.Payload))
 	}
 	require.ElementsMatch(t, []string{"one", "two"}, got)
+}
+
+// storeWith makes a store in a fresh directory holding queue name with
+// the messages payloads, closed (with a checkpoint), and returns it with
+// the IDs of its messages.
+func storeWith(t *testing.T, name string, pol broker.PolicyValue, payloads []string, mods ...func(*broker.Options)) (*env, []string) {
+	t.Helper()
+	e := newEnv(t, mods...)
+	q := e.queue(name, pol)
+	var ids []string
+	for _, p := range payloads {
+		ids = append(ids, mustPublish(t, q, p).ID)
+	}
+	e.close()
+	return e, ids
+}
+
+// swapIndex replaces the index directory of dir by a copy of from's.
+func swapIndex(t *testing.T, from, dir string) {
+	t.Helper()
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	require.NoError(t, recovery.CopyTree(filepath.Join(from, "index"), filepath.Join(dir, "index")))
+}
+
+// requireOwnState opens e's store with a logger and requires that it
+// rebuilt the index from the log, saying the checkpoint was another
+// store's, and holds exactly queue name with the messages ids.
+func requireOwnState(t *testing.T, e *env, name string, pol broker.PolicyValue, ids []string) {
+	t.Helper()
+	var buf bytes.Buffer // written only by Open, on this goroutine
+	opts := e.opts
+	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	s, err := broker.Open(e.dir, opts)
+	require.NoError(t, err, "another store's index is no damage to this store's log")
+	e.s = s
+	require.True(t, s.Recovery().IndexRebuilt, "the state comes from the log (recovery: %v)", s.Recovery())
+	require.Contains(t, buf.String(), "another store's log")
+	require.Equal(t, []string{name}, s.Queues(), "the queues are those the log declares")
+	q := e.queue(name, pol)
+	var got []string
+	for _, d := range receiveAll(t, q) {
+		got = append(got, d.Message.ID)
+	}
+	require.Equal(t, ids, got, "every acknowledged publish is there")
+
+	// The checkpoint the rebuild wrote is this log's: the next open starts
+	// from it.
+	e.close()
+	e.open()
+	require.False(t, e.s.Recovery().IndexRebuilt)
+	require.Equal(t, []string{name}, e.s.Queues())
+}
+
+// TestAnIndexFromAnotherStoreIsNotTakenForThisOnesState: Open loads the
+// queues' state from the last checkpoint only when it is usable, and the
+// log is the source of truth (API.md: queue state is a projection of the
+// log). A checkpoint taken of another store's log (its index directory
+// copied into this one's, by a restore that mixed two stores' files) is
+// not a projection of this log, whatever its position: Open rebuilds the
+// state from the log, drops the other store's table files with it, and
+// loses none of this store's acknowledged publishes. The two stores are
+// made of the same sequence of same-sized records, so that the other
+// checkpoint's position is this log's end.
+func TestAnIndexFromAnotherStoreIsNotTakenForThisOnesState(t *testing.T) {
+	a, _ := storeWith(t, "alpha", policy(), []string{"aaaa0", "aaaa1", "aaaa2", "aaaa3", "aaaa4"})
+	b, bravo := storeWith(t, "bravo", policy(), []string{"bbbb0", "bbbb1", "bbbb2", "bbbb3", "bbbb4"})
+	swapIndex(t, a.dir, b.dir)
+	requireOwnState(t, b, "bravo", policy(), bravo)
+}
+
+// The same, when the other store's checkpoint is far ahead of this log,
+// in a segment it does not have, and vouches for seals at offsets this
+// log's segments do not end at: it is not taken for records this log lost
+// (a Corrupt refusal of a log nothing happened to), nor are its hints
+// about the log's segments.
+func TestAnIndexFromALongerStoreIsNotTakenForLostRecords(t *testing.T) {
+	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 })
+	small := func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes }
+	var long []string
+	for i := range 150 {
+		long = append(long, fmt.Sprintf("%04d%s", i, bytes.Repeat([]byte("a"), 600+i)))
+	}
+	var short []string
+	for i := range 100 {
+		short = append(short, fmt.Sprintf("%04d%s", i, bytes.Repeat([]byte("b"), 500)))
+	}
+	a, _ := storeWith(t, "alpha", pol, long, small)
+	b, bravo := storeWith(t, "bravo", pol, short, small)
+	segsA, _ := filepath.Glob(filepath.Join(a.dir, "*.seg"))
+	segsB, _ := filepath.Glob(filepath.Join(b.dir, "*.seg"))
+	require.Greater(t, len(segsB), 2, "the test needs sealed segments in this log")
+	require.Greater(t, len(segsA), len(segsB)+1, "the test needs the other log to be longer by segments")
+	swapIndex(t, a.dir, b.dir)
+	requireOwnState(t, b, "bravo", pol, bravo)
+}
+
+// A checkpoint marked suspect is consulted, not trusted: the queues it
+// declares are declared again in the rebuild, in case salvage cut them
+// from the log. Another store's is not even consulted: its queue numbers
+// would name this store's queues under other names.
+func TestASuspectIndexFromAnotherStoreIsNotConsulted(t *testing.T) {
+	a, _ := storeWith(t, "alpha", policy(), []string{"aaaa0", "aaaa1"})
+	b, bravo := storeWith(t, "bravo", policy(), []string{"bbbb0", "bbbb1"})
+	swapIndex(t, a.dir, b.dir)
+	require.NoError(t, index.MarkSuspect(vfs.Default, filepath.Join(b.dir, "index")))
+	requireOwnState(t, b, "bravo", policy(), bravo)
+}
+
+// A checkpoint of an earlier state of the same store (its index directory
+// restored from an older copy) is a projection of the log as it was then:
+// Open loads it and replays the log after its position, and the state is
+// the log's as it is now, with no rebuild. (A copy older than the log's
+// first segment is rebuilt from: see
+// TestACheckpointBeforeTheLogsFirstSegmentIsNotUsed.)
+func TestAnEarlierIndexOfTheSameStoreIsReplayedForward(t *testing.T) {
+	e, ids := storeWith(t, "jobs", policy(), []string{"m0", "m1", "m2"})
+	old := t.TempDir()
+	require.NoError(t, recovery.CopyTree(filepath.Join(e.dir, "index"), filepath.Join(old, "index")))
+
+	e.open()
+	q := e.queue("jobs", policy())
+	ids = append(ids, mustPublish(t, q, "m3").ID, mustPublish(t, q, "m4").ID)
+	d := mustReceiveOne(t, q)
+	require.NoError(t, q.Ack(ctx(t), d.Lease.Receipt))
+	e.close()
+	swapIndex(t, old, e.dir)
+
+	e.open()
+	require.False(t, e.s.Recovery().IndexRebuilt, "an earlier checkpoint of this log is usable")
+	require.Positive(t, e.s.Recovery().Replayed)
+	var got []string
+	for _, d := range receiveAll(t, e.queue("jobs", policy())) {
+		got = append(got, d.Message.ID)
+	}
+	require.Equal(t, ids[1:], got)
+}
+
+// When the segment a checkpoint's position is in does not start with the
+// store's secret (a log whose first records are not the meta event, as
+// one a salvage repaired may be), Open cannot tell before it replays
+// whether the checkpoint is this log's. A meta record after the position
+// holding another secret than the checkpoint's says it is not: Open
+// rebuilds from the log instead of going on from it.
+func TestACheckpointWhoseSecretALaterMetaRecordContradictsIsRebuiltFrom(t *testing.T) {
+	dir := t.TempDir()
+	writeRawLogWithoutMeta(t, dir, rawDeclare(1, "jobs"),
+		index.Event{Kind: index.KindPublish, Queue: 1, Seq: 1, Payload: []byte("one")})
+	opts := broker.Options{SegmentBytes: testSegmentBytes}
+	s, err := broker.Open(dir, opts) // draws a secret, and checkpoints after it
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	other := bytes.Repeat([]byte{7}, index.SecretSize)
+	rewriteCheckpointSecret(t, filepath.Join(dir, "index", "checkpoint"), other)
+	writeRawLogWithoutMeta(t, dir, index.Event{Kind: index.KindMeta, Secret: bytes.Repeat([]byte{8}, index.SecretSize)})
+
+	s, err = broker.Open(dir, opts)
+	require.NoError(t, err)
+	defer s.Close()
+	require.True(t, s.Recovery().IndexRebuilt, "the checkpoint's secret is not the log's")
+	q, err := s.Queue("jobs", policy())
+	require.NoError(t, err)
+	require.Len(t, receiveAll(t, q), 1)
+}
+
+// writeRawLogWithoutMeta appends recs to the log in dir as they are, in
+// one append, with no meta event before them.
+func writeRawLogWithoutMeta(t *testing.T, dir string, recs ...index.Event) {
+	t.Helper()
+	l, err := wal.Open(dir, wal.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	var raw [][]byte
+	for i := range recs {
+		raw = append(raw, recs[i].Append(nil))
+	}
+	_, err = l.Append(raw...)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
 }

@@ -488,7 +488,12 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		}
 		e, err := index.Decode(rec)
 		if err != nil || e.Kind != index.KindPublish || e.Seq != m.Seq {
-			return q.s.damaged(fmt.Errorf("copy message %s forward: the record at %v is not its publish", messageID(m.Seq), m.Pos))
+			cause := fmt.Errorf("the record at %v is not the publish of message %s", m.Pos, messageID(m.Seq))
+			if err != nil {
+				cause = fmt.Errorf("%w: %w", cause, err)
+			}
+			return q.s.damaged(fmt.Errorf("copy message %s forward: %w", messageID(m.Seq),
+				&wal.CorruptionError{File: q.s.log.SegmentPath(m.Pos.Segment()), Offset: m.Pos.Offset(), Cause: cause}))
 		}
 		if e.Key != "" {
 			if seq, _, ok := q.iq.Seen(e.Key); !ok || seq != m.Seq {

@@ -1,19 +1,121 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
 
 // replaySpill bounds the table entries a replay holds in memory.
 const replaySpill = 1 << 16
+
+// openHints returns what the last checkpoint vouches for in the log, for
+// wal.Open (see index.LogHints), and sets s.logSecret. The hints are true
+// only of the log the checkpoint was taken of: when the secret the log
+// carries is another than the checkpoint's (an index directory copied in
+// from another store), there are none, and loadCheckpoint refuses the
+// checkpoint. A wrong Verified would have the log refused as having lost
+// synced records, a wrong Sealed every read near a seal.
+func (s *Store) openHints() (map[uint32]int, wal.Position) {
+	fs := s.opts.fs()
+	cl, ok := index.ReadCheckpointLog(fs, s.indexDir())
+	if !ok {
+		return nil, 0
+	}
+	s.logSecret = peekLogSecret(fs, s.dir, cl.Pos.Segment())
+	if s.logSecret != nil && !bytes.Equal(s.logSecret, cl.Secret) {
+		return nil, 0
+	}
+	if index.Suspect(fs, s.indexDir()) {
+		return nil, 0
+	}
+	return cl.Sealed, cl.Pos
+}
+
+// peekBytes bounds what peekLogSecret reads of a segment: its header and a
+// preamble's first record, with room to spare.
+const peekBytes = 4 << 10
+
+// peekLogSecret returns the store secret the log in dir carries, read
+// before the log is opened (nothing is locked, written or repaired): that
+// of the meta event segment seq starts with, or, when there is no such
+// segment, the last one. The first segment's first record is the meta
+// event, and every later segment's preamble starts with one; and every
+// meta event of a log holds the same secret (a store draws one only when
+// its log holds none). It returns nil when it cannot tell: the segment is
+// empty, damaged, or starts with another record (one whose meta event
+// salvage skipped).
+func peekLogSecret(fs vfs.FS, dir string, seq uint32) []byte {
+	secret, missing := peekSegmentSecret(fs, dir, seq)
+	if !missing {
+		return secret
+	}
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	last := uint32(0)
+	for _, n := range names {
+		digits, ok := strings.CutSuffix(n, ".seg")
+		if v, err := strconv.ParseUint(digits, 10, 32); ok && len(digits) == 10 && err == nil {
+			last = max(last, uint32(v))
+		}
+	}
+	if last == 0 {
+		return nil
+	}
+	secret, _ = peekSegmentSecret(fs, dir, last)
+	return secret
+}
+
+// peekSegmentSecret returns the secret of the meta event segment seq of
+// the log in dir starts with (past any padding), or nil; missing says the
+// file is not there.
+func peekSegmentSecret(fs vfs.FS, dir string, seq uint32) (secret []byte, missing bool) {
+	if seq == 0 {
+		return nil, true
+	}
+	f, err := fs.OpenFile(filepath.Join(dir, fmt.Sprintf("%010d.seg", seq)), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, errors.Is(err, os.ErrNotExist)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, false
+	}
+	data := make([]byte, min(size, peekBytes))
+	if n, err := f.ReadAt(data, 0); n != len(data) && err != nil {
+		return nil, false
+	}
+	if got, err := segment.DecodeHeader(data); err != nil || got != seq {
+		return nil, false
+	}
+	for off := segment.HeaderSize; ; {
+		fr, err := segment.Decode(data, off, seq)
+		if err != nil || fr.Kind == segment.KindSeal {
+			return nil, false
+		}
+		if fr.Kind == segment.KindRecord {
+			e, err := index.Decode(fr.Body)
+			if err != nil || e.Kind != index.KindMeta {
+				return nil, false
+			}
+			return append([]byte(nil), e.Secret...), false
+		}
+		off = fr.End()
+	}
+}
 
 // openIndex loads the last checkpoint, or rebuilds, and replays the log
 // after it. It returns how many records it replayed.
@@ -44,7 +146,7 @@ func (s *Store) openIndex() (int, error) {
 			// anywhere, first.
 			if err := s.log.Iterate(0, func(pos wal.Position, rec []byte) error {
 				if len(rec) > 0 && (index.Kind(rec[0]) == index.KindDeclare || index.Kind(rec[0]) == index.KindMeta) {
-					return x.ApplyRecord(pos, rec)
+					return s.badRecord(pos, x.ApplyRecord(pos, rec))
 				}
 				return nil
 			}); err != nil {
@@ -101,7 +203,13 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 	x, from, err = index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
-		if loss.salvaging() || why != "" {
+		if s.logSecret != nil && !bytes.Equal(x.Secret, s.logSecret) {
+			// Not a projection of this log: its queues, messages and
+			// positions are another store's (an index directory copied
+			// from one), and not even consulted.
+			_ = x.Table.Close()
+			err = errors.New("the last checkpoint was taken of another store's log: the store secret it holds is not the one the log carries")
+		} else if loss.salvaging() || why != "" {
 			// The checkpoint knows which live messages had their
 			// records in the spans salvage skipped.
 			loss.fromCheckpoint(x)
@@ -120,7 +228,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			// The checkpoint's position was durable (its barrier synced
 			// it): a log that ends before it lost synced records.
 			_ = x.Table.Close()
-			return nil, 0, nil, &wal.CorruptionError{File: filepath.Join(s.dir, fmt.Sprintf("%010d.seg", end.Segment())), Offset: end.Offset(),
+			return nil, 0, nil, &wal.CorruptionError{File: s.log.SegmentPath(end.Segment()), Offset: end.Offset(),
 				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
 			_ = x.Table.Close()
@@ -166,8 +274,23 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 	err := s.log.Iterate(from, func(pos wal.Position, rec []byte) error {
 		n++
 		loss.see(pos, rec)
+		if from != 0 && x.Secret != nil && len(rec) > 0 && index.Kind(rec[0]) == index.KindMeta {
+			// Every meta event of a log holds the secret its checkpoints
+			// hold (see peekLogSecret): another says that the checkpoint
+			// was taken of another log, which Open could not tell from
+			// the segment the checkpoint's position is in.
+			if e, err := index.Decode(rec); err == nil && !bytes.Equal(e.Secret, x.Secret) {
+				return fmt.Errorf("%w: the meta record at %v holds another store secret than the checkpoint: the checkpoint was taken of another store's log", index.ErrDamaged, pos)
+			}
+		}
 		if err := x.ApplyRecord(pos, rec); err != nil {
-			return err
+			if n == 1 && from == 0 && errors.Is(err, index.ErrBadEvent) {
+				// The log's first record is one no store writes (its
+				// secret, or a preamble's): most likely the directory
+				// holds a log of something else.
+				err = fmt.Errorf("%w (the log's first record is not one a walbroker store writes: is %s a store's directory?)", err, s.dir)
+			}
+			return s.badRecord(pos, err)
 		}
 		if x.Table.Unflushed() >= spill {
 			// A rebuild of a long log keeps the heap small: entries go
@@ -189,6 +312,19 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 		return nil
 	})
 	return n, err
+}
+
+// badRecord names the segment file and byte offset of the record at pos
+// when err says that it does not decode, or is not an event any store
+// writes (index.ErrBadEvent): the frame verified, so only the broker can
+// tell it is damage, and an error naming the position alone leaves the
+// file to be guessed. Other errors (nil included) are returned as they
+// are.
+func (s *Store) badRecord(pos wal.Position, err error) error {
+	if err == nil || !errors.Is(err, index.ErrBadEvent) {
+		return err
+	}
+	return &wal.CorruptionError{File: s.log.SegmentPath(pos.Segment()), Offset: pos.Offset(), Cause: err}
 }
 
 // lossTracker names the live messages whose records salvage skipped: those

@@ -552,11 +552,13 @@ func (q *Queue) payload(pos wal.Position) ([]byte, error) {
 	var out []byte
 	err := q.s.log.View(pos, func(rec []byte) error {
 		e, err := index.Decode(rec)
-		if err != nil {
-			return err
+		if err == nil && e.Kind != index.KindPublish {
+			err = fmt.Errorf("record at %v is a %s event, not the message's publish", pos, e.Kind)
 		}
-		if e.Kind != index.KindPublish {
-			return fmt.Errorf("record at %v is a %s event", pos, e.Kind)
+		if err != nil {
+			// The frame verified: only the event says it is damage, and
+			// the error names the file and offset as the log's own do.
+			return &wal.CorruptionError{File: q.s.log.SegmentPath(pos.Segment()), Offset: pos.Offset(), Cause: err}
 		}
 		out = append(make([]byte, 0, len(e.Payload)), e.Payload...)
 		return nil

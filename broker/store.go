@@ -43,6 +43,10 @@ type Store struct {
 	log  *wal.Log
 	idx  *index.Index
 	keys receiptKeys
+	// logSecret is the store secret the log carries, as Open read it
+	// before opening the log (see openHints); nil when it could not tell.
+	// A checkpoint holding another was taken of another log.
+	logSecret []byte
 
 	// mu guards queues and the index's queue table (idx.Queue, Queues,
 	// Declare, NextQueueID), serialises declarations, and is held by
@@ -161,9 +165,9 @@ func (s *Store) reservedSeqs(bound uint64) {
 
 // Open opens the store in dir, creating the directory (0700) if it is
 // missing. It loads the queues' state from the last checkpoint and replays
-// the log after it; without a usable checkpoint (none, or one that fails
-// its checks) it rebuilds the state from the whole log, which is the
-// source of truth. A second Open of the same directory, in this process or
+// the log after it; without a usable checkpoint (none, one that fails its
+// checks, or one taken of another store's log) it rebuilds the state from
+// the whole log, which is the source of truth. A second Open of the same directory, in this process or
 // another, fails with Locked. A log that fails verification fails with
 // Corrupt, naming the file and byte offset (see Options.Salvage). A log a
 // later build wrote in a format version this one does not read is not
@@ -200,7 +204,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	wo.Sealed, wo.Verified = index.LogHints(opts.fs(), s.indexDir())
+	wo.Sealed, wo.Verified = s.openHints()
 	l, err := wal.Open(dir, wo)
 	if err != nil {
 		return nil, openError(dir, opts.Salvage, err)
@@ -558,9 +562,14 @@ func openError(dir string, salvage bool, err error) error {
 	switch {
 	case errors.Is(err, wal.ErrLocked):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Locked, err)
+	case errors.Is(err, index.ErrBadEvent):
+		// A record whose frame verified but that holds no event a store
+		// writes: salvage skips damaged frames, not such records, so it
+		// is not offered.
+		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	case errors.Is(err, wal.ErrCorrupt) && !salvage:
 		return fmt.Errorf("broker: open %s: %w: %w (Options.Salvage may open the store past damaged records, copying the damaged file aside)", dir, Corrupt, err)
-	case errors.Is(err, wal.ErrCorrupt), errors.Is(err, index.ErrBadEvent):
+	case errors.Is(err, wal.ErrCorrupt):
 		return fmt.Errorf("broker: open %s: %w: %w", dir, Corrupt, err)
 	}
 	return fmt.Errorf("broker: open %s: %w", dir, err)

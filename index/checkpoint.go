@@ -414,21 +414,54 @@ func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
 // (wal.Options.Sealed), and the log position the checkpoint reflects,
 // before which every record was verified (wal.Options.Verified). Without a
 // usable checkpoint, or with one marked suspect or that cannot be told not
-// to be (see Suspect), it returns nothing. It only reads.
+// to be (see Suspect), it returns nothing. It only reads. The hints are
+// true only of the log the checkpoint was taken of: see CheckpointLog.
 func LogHints(fs vfs.FS, dir string) (map[uint32]int, wal.Position) {
 	if Suspect(fs, dir) {
 		return nil, 0
 	}
+	cl, ok := ReadCheckpointLog(fs, dir)
+	if !ok {
+		return nil, 0
+	}
+	return cl.Sealed, cl.Pos
+}
+
+// CheckpointLog is what a checkpoint says of the log it was taken of.
+type CheckpointLog struct {
+	// Sealed and Pos are LogHints' hints: the sealed segments with the
+	// offset past each one's seal, and the position the checkpoint
+	// reflects.
+	Sealed map[uint32]int
+	Pos    wal.Position
+	// Secret is the store secret the checkpoint holds (nil for none):
+	// the one the meta events of that log carry, which ties the
+	// checkpoint to it. Another store's checkpoint holds another.
+	Secret []byte
+}
+
+// ReadCheckpointLog returns what dir's checkpoint says of its log, marked
+// suspect or not (LogHints leaves out what a suspect one says); ok is false
+// when there is no checkpoint, or it fails the checks of its header,
+// checksum, sealed segments and secret. It only reads.
+func ReadCheckpointLog(fs vfs.FS, dir string) (cl CheckpointLog, ok bool) {
+	if fs == nil {
+		return CheckpointLog{}, false
+	}
 	head, body, err := readCheckpoint(fs, dir)
 	if err != nil {
-		return nil, 0
+		return CheckpointLog{}, false
 	}
 	d := decoder{b: body}
 	sealed := d.sealed()
-	if d.err != nil {
-		return nil, 0
+	secret := []byte(d.string())
+	if d.err != nil || len(secret) != 0 && len(secret) != SecretSize {
+		return CheckpointLog{}, false
 	}
-	return sealed, head.logPos
+	if len(secret) == 0 {
+		secret = nil
+	}
+	return CheckpointLog{Sealed: sealed, Pos: head.logPos, Secret: secret}, true
 }
 
 // count reads the number of items that follow, each at least a byte.

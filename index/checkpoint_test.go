@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -224,4 +225,37 @@ func TestALargeFileThatIsNotACheckpointIsRefusedUnread(t *testing.T) {
 			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to refuse it")
 		})
 	}
+}
+
+// ReadCheckpointLog gives what LogHints gives and the store secret the
+// checkpoint holds, which ties it to its log; for a checkpoint marked
+// suspect too, where LogHints gives nothing; and nothing for a checkpoint
+// that fails its checksum.
+func TestReadCheckpointLogGivesTheSecretWithTheHints(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	defer x.Table.Close()
+	secret := bytes.Repeat([]byte{5}, SecretSize)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindMeta, Secret: secret}))
+	checkpointAt(t, x, dir, wal.MakePosition(2, 100))
+
+	cl, ok := ReadCheckpointLog(vfs.Default, dir)
+	require.True(t, ok)
+	require.Equal(t, CheckpointLog{Sealed: map[uint32]int{1: 4096}, Pos: wal.MakePosition(2, 100), Secret: secret}, cl)
+
+	require.NoError(t, MarkSuspect(vfs.Default, dir))
+	sealed, _ := LogHints(vfs.Default, dir)
+	require.Nil(t, sealed)
+	again, ok := ReadCheckpointLog(vfs.Default, dir)
+	require.True(t, ok)
+	require.Equal(t, cl, again)
+
+	path := filepath.Join(dir, checkpointName)
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	raw[len(raw)-1] ^= 1
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	_, ok = ReadCheckpointLog(vfs.Default, dir)
+	require.False(t, ok)
 }

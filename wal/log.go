@@ -220,6 +220,17 @@ func (l *Log) Dir() string {
 	return l.dir
 }
 
+// SegmentPath returns the path of segment seq's file in the log's
+// directory (which may not exist): what a caller names when a record it
+// read there turns out to be damage only it can tell (a record that does
+// not decode as what it wrote).
+func (l *Log) SegmentPath(seq uint32) string {
+	if l == nil {
+		return ""
+	}
+	return l.segPath(seq)
+}
+
 // Recovery returns what Open found and repaired.
 func (l *Log) Recovery() Recovery {
 	if l == nil {

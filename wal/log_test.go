@@ -41,6 +41,25 @@ func TestAppendIterateRead(t *testing.T) {
 	requireEntries(t, append(want, more...), readAll(t, l))
 }
 
+// SegmentPath names the file a position's record is in: the record at
+// that offset of that file is the one Read returns.
+func TestSegmentPathNamesTheFileOfAPosition(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 2048})
+	defer l.Close()
+	want := appendRecords(t, l, 0, 100)
+	require.Greater(t, l.Stats().Segments, 2, "the test needs several segments")
+	for _, e := range []entry{want[0], want[len(want)-1]} {
+		path := l.SegmentPath(e.pos.Segment())
+		require.Equal(t, dir, filepath.Dir(path))
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f, err := segment.Decode(data, e.pos.Offset(), e.pos.Segment())
+		require.NoError(t, err)
+		require.Equal(t, e.rec, f.Body)
+	}
+}
+
 func TestPositionsOrderTheLog(t *testing.T) {
 	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 1024})
 	defer l.Close()

@@ -42,10 +42,11 @@ func TestANilLogRefusesEveryCall(t *testing.T) {
 	require.Equal(t, wal.Stats{}, l.Stats())
 	require.Empty(t, l.Sealed())
 	require.Equal(t, "", l.Dir())
+	require.Equal(t, "", l.SegmentPath(1))
 	require.Equal(t, wal.Recovery{}, l.Recovery())
 	require.Equal(t, wal.Position(0), l.End())
 
 	// Every exported method is one of the above: a new one needs its case.
-	zeros := map[string]bool{"Stats": true, "Sealed": true, "Dir": true, "Recovery": true, "End": true}
+	zeros := map[string]bool{"Stats": true, "Sealed": true, "Dir": true, "SegmentPath": true, "Recovery": true, "End": true}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*wal.Log](), calls, zeros), "every exported method needs a nil-receiver case")
 }

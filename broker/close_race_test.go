@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,4 +150,70 @@ func TestACallBegunDuringClosesCheckpointFailsWithClosed(t *testing.T) {
 	t.Logf("publish begun during Close: %v; next Open: %v", during, s.Recovery())
 	require.ErrorIs(t, during, broker.Closed, "a Publish that began once Close had begun succeeded")
 	require.Zero(t, s.Recovery().Replayed, "the Open after Close replayed records: Close's checkpoint did not cover the log")
+}
+
+// A call that passed its start before Close began, but takes its queue's
+// lock only once Close's checkpoint has taken its snapshot and let the
+// queues go, fails with Closed: what it appended would come after the
+// checkpoint, which leaves the next Open nothing to replay. Here a Publish
+// is held in its first clock reading (before the queue's lock) until
+// Close's checkpoint is in place.
+func TestACallThatTakesItsQueueAfterClosesSnapshotFailsWithClosed(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	at := time.Unix(1_700_000_000, 0)
+	var armed atomic.Bool
+	blocked, release := make(chan struct{}), make(chan struct{})
+	clock := func() time.Time {
+		// Only the Publish under test waits, at its first reading.
+		if armed.Load() && strings.Contains(string(debug.Stack()), "(*Queue).publish") && armed.CompareAndSwap(true, false) {
+			close(blocked)
+			<-release
+		}
+		return at
+	}
+	opts := broker.Options{FS: ffs, Now: clock, Sync: broker.SyncAll, SegmentBytes: 4 << 20}
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("before"))
+	require.NoError(t, err)
+
+	armed.Store(true)
+	pubErr := make(chan error, 1)
+	go func() {
+		_, err := q.Publish(context.Background(), []byte("begun before Close"))
+		pubErr <- err
+	}()
+	<-blocked // the Publish has begun: it passed the store's check
+
+	var closing atomic.Bool
+	var once sync.Once
+	var published error
+	ffs.Observe(func(e vfs.Event) {
+		if !closing.Load() || e.Op != vfs.OpRename || filepath.Base(e.NewName) != "checkpoint" {
+			return
+		}
+		once.Do(func() {
+			// Close's checkpoint is in place; its queues run again.
+			close(release)
+			published = <-pubErr
+		})
+	})
+	closing.Store(true)
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, published, broker.Closed, "a Publish that took its queue's lock after Close's snapshot")
+
+	s2, err := broker.Open(dir, broker.Options{Now: func() time.Time { return at }, SegmentBytes: 4 << 20})
+	require.NoError(t, err)
+	defer func() { _ = s2.Close() }()
+	require.Zero(t, s2.Recovery().Replayed,
+		"Close wrote a checkpoint, yet the next Open replayed records appended after it (%v)", s2.Recovery())
+	q2, err := s2.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3})
+	require.NoError(t, err)
+	ds, err := q2.Receive(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "only the message published before Close")
+	require.Equal(t, "before", string(ds[0].Message.Payload))
 }

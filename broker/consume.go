@@ -129,7 +129,8 @@ const (
 // never is). The panic value may contain payload bytes, so it goes to a
 // log only: with a Logger, Consume logs it and the stack, and the cause
 // says where they are; without one, the cause's text holds them, for the
-// broker's Logger, which keeps the text of every unclassified cause.
+// broker's Logger, which keeps the text of every unclassified cause it
+// records (a refused Nack records none).
 var errHandlerPanicked = errors.New("broker: handler panicked")
 
 // errConsumerStopped is the classification Consume gives, by wrapping, to
@@ -194,7 +195,10 @@ func inChain(test func() bool) (found bool) {
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
 // opts.Logger, with the message ID, or, with no Logger, into the cause's
-// text, which the broker's Logger keeps (never its files). A handler that gives up when ctx
+// text, which the broker's Logger keeps (never its files) when the broker
+// records the failure: a Nack the broker refuses (the lease lapsed while
+// the handler ran) records nothing and logs nothing, so that only a
+// Logger keeps every panic. A handler that gives up when ctx
 // ends, returning ctx's error or its [context.Cause] (wrapped or not; with
 // a StopGrace, its own context's too) and nothing of its own, is nacked
 // with that error wrapped in a cause whose reason is

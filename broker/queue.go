@@ -352,7 +352,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// Restamp rewrites only each record's head. Sequence numbers come from
 	// a store-wide counter; one drawn for a publish that is then refused is
 	// simply never used.
-	now, err := q.s.now()
+	now, err := q.s.nowOpen()
 	if err != nil {
 		q.mu.Unlock()
 		return nil, err

@@ -29,7 +29,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 		pos wal.Position
 	}
 	q.mu.Lock()
-	now, err := q.s.now()
+	now, err := q.s.nowOpen()
 	if err != nil {
 		q.mu.Unlock()
 		return nil, err
@@ -96,7 +96,7 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 		return err
 	}
 	q.mu.Lock()
-	now, err := q.s.now()
+	now, err := q.s.nowOpen()
 	if err != nil {
 		q.mu.Unlock()
 		return err

@@ -53,7 +53,7 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		deliveries uint32
 	}
 	q.mu.Lock()
-	now, err := q.s.now()
+	now, err := q.s.nowOpen()
 	if err != nil {
 		q.mu.Unlock()
 		return fail(err)
@@ -171,7 +171,7 @@ func (q *Queue) diedBeforeOpenLocked(m *index.Message) bool {
 // release it; on an error q.mu is released.
 func (q *Queue) lockHeld(receipt ReceiptValue) (*index.Message, int64, error) {
 	q.mu.Lock()
-	now, err := q.s.now()
+	now, err := q.s.nowOpen()
 	if err == nil {
 		var m *index.Message
 		if m, err = q.leaseLocked(receipt, now); err == nil {

@@ -1118,6 +1118,18 @@ func (s *Store) nonce() uint64 {
 // for a reading no store can record and for a clock that panics (see
 // readClock). Callers hold a queue's lock: a failure leaves it to them to
 // release it, changing nothing.
+// nowOpen is now for a call that holds a queue's lock and may change the
+// queue: Closed once Close has begun. Such a call passed its begin before
+// Close did, and took the lock only after Close's checkpoint had taken its
+// snapshot: what it appended would come after the checkpoint, which must
+// leave the next Open nothing to replay.
+func (s *Store) nowOpen() (int64, error) {
+	if s.closing.Load() {
+		return 0, fmt.Errorf("broker: store %s: %w", s.dir, Closed)
+	}
+	return s.now()
+}
+
 func (s *Store) now() (int64, error) {
 	now, err := readClock("Options.Now", s.opts.Now)
 	if err != nil {

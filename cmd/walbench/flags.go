@@ -495,7 +495,9 @@ func (c *config) validate() error {
 	}
 	if !c.sampleGiven && c.mixed.duration >= minWindow {
 		// The default samples a window shorter than twice itself at
-		// half its length, so that the backlog is sampled in it.
+		// half its length, so that the backlog is sampled in it, but
+		// never oftener than minSample: a window under twice minSample
+		// holds one sample at most, and one of minSample none.
 		c.mixed.sample = min(c.mixed.sample, max(minSample, c.mixed.duration/2))
 	}
 	check(c.mixed.sample >= minSample, "-sample %v: must be at least %v (oftener samples the ticker, not the queue)", c.mixed.sample, minSample)

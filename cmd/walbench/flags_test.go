@@ -444,8 +444,9 @@ func TestSegmentBytesRefusesTheDefaultGivenTwice(t *testing.T) {
 
 // TestMixedDefaultSampleFitsTheWindow: without -sample, a mixed window
 // shorter than twice the default 250ms is sampled at half its length (at
-// least 10ms), so that its backlog is sampled in it, not refused for a
-// flag the command line did not give.
+// least 10ms, so that a window of 10ms takes no sample), so that its
+// backlog is sampled in it, not refused for a flag the command line did
+// not give.
 func TestMixedDefaultSampleFitsTheWindow(t *testing.T) {
 	for _, tc := range []struct {
 		time string

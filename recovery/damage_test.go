@@ -1095,3 +1095,26 @@ func TestDamageCutLastSegment(t *testing.T) {
 		}
 	}
 }
+
+// TestDamageSalvageZeroedHeaderAndFirstFrame zeroes a segment's header
+// and the start of its first frame, from byte 1 to every byte across the
+// first frame's header and into its body, in the last sealed segment and
+// in the last one: Salvage keeps every message whose records are intact
+// (the frames after the damage give back the salt the header held), and
+// names only messages that had a record in the damage. Zeros that
+// stopped in the first frame's length field (bytes 1 to 37) once cost
+// every message of the segment.
+func TestDamageSalvageZeroedHeaderAndFirstFrame(t *testing.T) {
+	root := fastDir(t)
+	tpl := reclaimedTemplate(t, root)
+	segs := segmentFiles(t, tpl.dir)
+	for _, file := range segs[len(segs)-2:] {
+		for end := 2; end <= 32+17+8; end++ {
+			d := damage{file: file, kind: "zero", off: 1, end: end}
+			obs, touched := salvageDamaged(t, root, tpl, d)
+			if class, msg := checkSalvaged(obs, tpl.j, touched); msg != "" {
+				t.Errorf("workload seed %d, %v: %s:\n%s", tpl.j.seed, d, class, msg)
+			}
+		}
+	}
+}

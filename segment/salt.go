@@ -60,14 +60,18 @@ func NewSalt() uint32 {
 // them, each where the one before ends (by its length field), so that the
 // walk never looks inside a body, which may hold frames under a salt of
 // its writer's choosing that vouch for each other; only where damage at
-// the start left no first frame (a sector zeroed with the header) does it
-// search byte by byte for the first bytes that can start a frame of seq,
-// and it ends where the chain does, never reading on into stale bytes of
-// the file's previous segment. So the salt is lost where the salt field
-// and a frame near the start were both damaged, or where a last segment
-// held one record only and the salt field was damaged too; and a forged
-// chain could be taken only from what damage left of the first frame's
-// body.
+// the start left no first frame (a sector zeroed with the header, whether
+// the zeros took the whole of the first frame's header or stopped in its
+// length: a frame whose checksum field reads zero is taken for zeros, not
+// a frame) does it search byte by byte for the first bytes that can start
+// a frame of seq, and it ends where the chain does, never reading on into
+// stale bytes of the file's previous segment. So the salt is lost where
+// the salt field and a frame near the start were both damaged otherwise
+// than by such a run of zeros (a bit flipped in each, say), where they
+// were and the frame was a sealed segment's only record, or where a last
+// segment held one record only and the salt field was damaged too; and a
+// forged chain could be taken only from what damage left of the first
+// frame's body.
 //
 // The work is bounded (checksums over at most [saltBudget] times the
 // file's bytes), so that a file whose bytes name seq at every turn (a
@@ -83,10 +87,15 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	}
 	budget := saltBudget * len(data)
 	// frameAt returns the end of the frame at off if its header names
-	// seq and its length fits in data, charging the budget for the
-	// checksum a decode of it costs.
+	// seq, its checksum field is not zero and its length fits in data,
+	// charging the budget for the checksum a decode of it costs. A
+	// checksum is zero once in 2^32 frames; four zero bytes there are
+	// zeros written over the frame, far likelier, as where a run of them
+	// from the header stops before the sequence field: the length it
+	// zeroed, or zeroed in part, still fits, and would lead the walk into
+	// the frame's body and end it there.
 	frameAt := func(off int) (int, bool) {
-		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq {
+		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq || binary.LittleEndian.Uint32(data[off:]) == 0 {
 			return 0, false
 		}
 		n := binary.LittleEndian.Uint32(data[off+4:])

@@ -3,6 +3,7 @@ package segment_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -216,4 +217,72 @@ func TestRecoverSaltStopsWhereTheFramesEnd(t *testing.T) {
 	clear(data[:segment.HeaderSize])
 	got, ok := segment.RecoverSalt(data, seq)
 	require.False(t, ok, "a salt from stale bytes: %#x", got)
+}
+
+// Zeros that run from the header into the first frame's header (a sector
+// zeroed at the file's start) leave that frame's sequence field while
+// they zero its checksum and its length, or part of it: a length that
+// still fits, which leads the walk into the frame's own body. The frames
+// after it give the salt, whatever the run's end; and a salt the header
+// still holds gives it through any intact frame. Only where no two intact
+// frames follow each other, and the salt field is gone, is it lost.
+func TestRecoverSaltPastZerosFromTheHeaderIntoTheFirstFrame(t *testing.T) {
+	const seq, salt = 5, 0x5eed5a17
+	h := segment.EncodeHeader(seq, salt)
+	first := bytes.Repeat([]byte{0x5a, 0x01, 0x02, 0x7f}, 10) // 40 bytes, not a frame
+	build := func(records int, sealed bool) []byte {
+		data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, first)
+		for i := 1; i < records; i++ {
+			data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte{byte(i), 'r', 'e', 'c'})
+		}
+		if sealed {
+			data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindSeal, segment.Full, nil)
+		}
+		return append(data, make([]byte, 128)...)
+	}
+	firstEnd := segment.HeaderSize + segment.Size(len(first))
+	saltField := func(from, to int) bool { return to <= 16 || from >= 20 } // bytes 16..20 kept
+	cases := []struct {
+		name string
+		data []byte
+		// ok reports whether the salt may be recovered with bytes
+		// [from, to) zeroed, or with one bit of byte at flipped (to = at+1).
+		ok func(from, to int) bool
+	}{
+		{"sealed segment of records", build(6, true), func(int, int) bool { return true }},
+		{"last segment of records", build(6, false), func(int, int) bool { return true }},
+		{"sealed segment of one record", build(1, true), func(from, to int) bool {
+			// The record and the seal, or the salt field and the seal.
+			return to <= segment.HeaderSize || from >= firstEnd || saltField(from, to)
+		}},
+		{"last segment of one record", build(1, false), func(from, to int) bool {
+			// The salt field and the record.
+			return saltField(from, to) && (to <= segment.HeaderSize || from >= firstEnd)
+		}},
+	}
+	for _, c := range cases {
+		check := func(damaged []byte, from, to int, what string) {
+			got, ok := segment.RecoverSalt(damaged, seq)
+			if ok {
+				require.Equal(t, uint32(salt), got, "%s: %s: a wrong salt", c.name, what)
+			}
+			if want := c.ok(from, to); ok != want {
+				t.Errorf("%s: %s: recovered %v, want %v", c.name, what, ok, want)
+			}
+		}
+		for _, from := range []int{0, 1, 16} {
+			for to := from + 1; to <= segment.HeaderSize+segment.FrameHeaderSize+8; to++ {
+				damaged := bytes.Clone(c.data)
+				clear(damaged[from:to])
+				check(damaged, from, to, fmt.Sprintf("bytes %d to %d zeroed", from, to))
+			}
+		}
+		for at := range segment.HeaderSize + segment.FrameHeaderSize + 8 {
+			for bit := range 8 {
+				damaged := bytes.Clone(c.data)
+				damaged[at] ^= 1 << bit
+				check(damaged, at, at+1, fmt.Sprintf("bit %d of byte %d flipped", bit, at))
+			}
+		}
+	}
 }

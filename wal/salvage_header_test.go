@@ -1,0 +1,182 @@
+package wal
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+)
+
+// headerDamageLog writes, under root, a log whose first segment was sealed
+// after a single record, followed by groups of one to three records over
+// two segments more at least, the last of which holds four groups or more.
+// It closes the log as a crash would leave it (no clean mark) and returns
+// the directory and what was acknowledged, with each record's group (the
+// index of its group's last record), as buildLog does.
+func headerDamageLog(t *testing.T, root string) (dir string, acked []entry, groupEnd []int) {
+	t.Helper()
+	dir = freshDir(t, root)
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+	add := func(recs ...[]byte) {
+		pos, err := l.Append(recs...)
+		require.NoError(t, err)
+		for j := range recs {
+			acked = append(acked, entry{pos[j], recs[j]})
+			groupEnd = append(groupEnd, len(acked)-1+len(recs)-1-j)
+		}
+	}
+	// So large that no frame fits after it: the next append seals the
+	// segment and goes on in the next one.
+	add(fmt.Appendf(nil, "alone:%0950d", 0))
+	for i := 0; ; i++ {
+		var recs [][]byte
+		for j := range 1 + i%3 {
+			recs = append(recs, record(len(acked)+j))
+		}
+		add(recs...)
+		last := acked[len(acked)-1].pos.Segment()
+		groups := 0
+		for k, e := range acked {
+			if e.pos.Segment() == last && groupEnd[k] == k {
+				groups++
+			}
+		}
+		if last >= 3 && groups >= 4 {
+			break
+		}
+	}
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
+	var inFirst int
+	for _, e := range acked {
+		if e.pos.Segment() == 1 {
+			inFirst++
+		}
+	}
+	require.Equal(t, 1, inFirst, "the first segment holds one record")
+	return dir, acked, groupEnd
+}
+
+// Damage that takes a segment's header and the start of its first frame
+// together (zeros from the file's first bytes into the frame, or a bit
+// flipped in either) costs the records of that frame's group and nothing
+// else, and Recovery.Salvaged reports just what was damaged: the header,
+// and the span from the first frame to the next group. This holds for a
+// sealed segment, for the last one (unsealed) and for a segment sealed
+// after a single record. The salt the frames were written with is only
+// in the header; a salvage that could not get it back from the frames
+// would lose every record of the segment, and a run of zeros that stops
+// in the first frame's length field (bytes 1 to 37, say) once made it so.
+// Where the salt field and the only record of a segment are both gone,
+// no frame gives the salt and the whole file is reported lost.
+func TestSalvageOfDamageFromTheHeaderIntoTheFirstFrame(t *testing.T) {
+	root := shmDir(t)
+	dir, acked, groupEnd := headerDamageLog(t, root)
+	lastSeq, _ := lastWritten(acked)
+	type damage struct {
+		from, to int  // bytes [from, to) zeroed, or
+		flip     bool // one bit of the byte at from flipped (to is from+1)
+	}
+	var damages []damage
+	const reach = segment.HeaderSize + segment.FrameHeaderSize + 8
+	for _, from := range []int{0, 1} {
+		for to := from + 1; to <= reach; to++ {
+			damages = append(damages, damage{from: from, to: to})
+		}
+	}
+	for at := range reach {
+		damages = append(damages, damage{from: at, to: at + 1, flip: true})
+	}
+	for _, c := range []struct {
+		name string
+		seq  uint32
+	}{
+		{"a segment sealed after one record", 1},
+		{"a sealed segment", 2},
+		{"the last segment", lastSeq},
+	} {
+		path := segFile(dir, c.seq)
+		orig, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, d := range damages {
+			what := fmt.Sprintf("%s: bytes %d to %d zeroed", c.name, d.from, d.to)
+			if d.flip {
+				what = fmt.Sprintf("%s: a bit of byte %d flipped", c.name, d.from)
+			}
+			// The records kept: all but those of a group with a frame in
+			// the damage. The span lost runs from the header's end to
+			// the end of the last such group.
+			var want []entry
+			lost := map[int]bool{}
+			spanEnd := 0
+			for i, e := range acked {
+				if e.pos.Segment() == c.seq && e.pos.Offset() < d.to && e.pos.Offset()+segment.Size(len(e.rec)) > d.from {
+					lost[groupEnd[i]] = true
+				}
+			}
+			for i, e := range acked {
+				if !lost[groupEnd[i]] {
+					want = append(want, e)
+				} else {
+					spanEnd = max(spanEnd, e.pos.Offset()+segment.Size(len(e.rec)))
+				}
+			}
+			var spans [][2]int // offset, length
+			switch {
+			case d.from < segment.HeaderSize && c.seq == 1 && len(lost) > 0:
+				// The salt field and the only record: no frame gives
+				// the salt, the whole file is lost, and the segment is
+				// sealed again at the header's end.
+				spans = [][2]int{{0, len(orig)}, {segment.HeaderSize, len(orig) - segment.HeaderSize - segment.Size(0)}}
+			default:
+				if d.from < segment.HeaderSize {
+					spans = append(spans, [2]int{0, segment.HeaderSize})
+				}
+				if len(lost) > 0 {
+					spans = append(spans, [2]int{segment.HeaderSize, spanEnd - segment.HeaderSize})
+				}
+			}
+
+			cp := copyInto(t, root, dir)
+			damaged := segFile(cp, c.seq)
+			data := append([]byte(nil), orig...)
+			if d.flip {
+				data[d.from] ^= 1 << (d.from % 8)
+			} else {
+				clear(data[d.from:d.to])
+			}
+			require.NoError(t, os.WriteFile(damaged, data, 0o600))
+
+			l, err := Open(cp, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.NoError(t, err, what)
+			requireEntriesOf(t, what, want, readAll(t, l))
+			var got [][2]int
+			for _, s := range l.Recovery().Salvaged {
+				require.Equal(t, damaged, s.File, what)
+				got = append(got, [2]int{s.Offset, s.Length})
+			}
+			require.Equal(t, spans, got, "%s: the spans salvaged", what)
+			require.NoError(t, l.Close())
+
+			// Repaired for good.
+			l, err = Open(cp, Options{SegmentBytes: smallSeg})
+			require.NoError(t, err, what)
+			requireEntriesOf(t, what, want, readAll(t, l))
+			require.NoError(t, l.Close())
+			require.NoError(t, os.RemoveAll(cp))
+		}
+	}
+}
+
+// requireEntriesOf is requireEntries, saying which case failed.
+func requireEntriesOf(t *testing.T, what string, want, got []entry) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), "%s: record count", what)
+	for i := range want {
+		require.Equal(t, want[i].pos, got[i].pos, "%s: position of record %d", what, i)
+		require.Equal(t, string(want[i].rec), string(got[i].rec), "%s: record %d", what, i)
+	}
+}

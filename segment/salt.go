@@ -62,10 +62,11 @@ func NewSalt() uint32 {
 // its writer's choosing that vouch for each other; only where damage at
 // the start left no first frame (a sector zeroed with the header, whether
 // the zeros took the whole of the first frame's header or stopped in its
-// length: a frame whose checksum field reads zero is taken for zeros, not
-// a frame) does it search byte by byte for the first bytes that can start
-// a frame of seq, and it ends where the chain does, never reading on into
-// stale bytes of the file's previous segment. So the salt is lost where
+// length: a chain that begins at a frame whose checksum field reads zero,
+// and ends without giving the salt, is taken for zeros, and the search
+// goes on past where it began) does it search byte by byte for the first
+// bytes that can start a frame of seq, and it ends where the chain does,
+// never reading on into stale bytes of the file's previous segment. So the salt is lost where
 // the salt field and a frame near the start were both damaged otherwise
 // than by such a run of zeros (a bit flipped in each, say), where they
 // were and the frame was a sealed segment's only record, or where a last
@@ -87,15 +88,10 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	}
 	budget := saltBudget * len(data)
 	// frameAt returns the end of the frame at off if its header names
-	// seq, its checksum field is not zero and its length fits in data,
-	// charging the budget for the checksum a decode of it costs. A
-	// checksum is zero once in 2^32 frames; four zero bytes there are
-	// zeros written over the frame, far likelier, as where a run of them
-	// from the header stops before the sequence field: the length it
-	// zeroed, or zeroed in part, still fits, and would lead the walk into
-	// the frame's body and end it there.
+	// seq and its length fits in data, charging the budget for the
+	// checksum a decode of it costs.
 	frameAt := func(off int) (int, bool) {
-		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq || binary.LittleEndian.Uint32(data[off:]) == 0 {
+		if off > len(data)-FrameHeaderSize || binary.LittleEndian.Uint32(data[off+8:]) != seq {
 			return 0, false
 		}
 		n := binary.LittleEndian.Uint32(data[off+4:])
@@ -118,20 +114,38 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		}
 		budget = saltBudget * len(data)
 	}
-	walked := false
-	for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; {
+	// start is where the chain being walked began (-1: none yet, the
+	// search for its first frame goes on). A chain that began at a frame
+	// whose checksum field reads zero, and ends without giving the salt,
+	// is given up for the search, which goes on past where it began: four
+	// zero bytes there are far likelier zeros written over a frame (a run
+	// of them from the header that stopped before the sequence field,
+	// leaving a length, zeroed in part, that still fits and leads into the
+	// frame's body) than a checksum that is zero, once in 2^32 frames; a
+	// true one starts a chain that gives the salt.
+	start, zeroStart := -1, false
+	for off := HeaderSize; budget > 0; {
 		end, ok := frameAt(off)
-		if !ok && walked {
-			// The chain ends here: what follows is zeros, stale bytes
-			// of the file's previous segment (whose bodies may hold
-			// frames naming this one), or damage.
-			return 0, false
+		if !ok && start >= 0 {
+			if !zeroStart {
+				// The chain ends here: what follows is zeros, stale
+				// bytes of the file's previous segment (whose bodies
+				// may hold frames naming this one), or damage.
+				return 0, false
+			}
+			off, start = start+1, -1
+			continue
 		}
 		if !ok {
+			if off > len(data)-FrameHeaderSize {
+				return 0, false
+			}
 			off++ // damage at the start: search for the first frame
 			continue
 		}
-		walked = true
+		if start < 0 {
+			start, zeroStart = off, binary.LittleEndian.Uint32(data[off:]) == 0
+		}
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
 		salt := mulmod(diff, xPowMinus8(end-off-4))
 		if verifies(off, salt) {

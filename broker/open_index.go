@@ -219,6 +219,15 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				q := x.Queue(name)
 				known = append(known, index.Event{Kind: index.KindDeclare, Queue: q.ID, Name: name, Policy: q.Policy})
 			}
+			// And the store's secret, which salvage may have cut with
+			// the log's only meta event: the receipts of the leases it
+			// kept must still count. (A meta event the replay meets
+			// later holds the same secret, or the checkpoint is
+			// another store's, refused above when the log says so.)
+			if len(x.Secret) == index.SecretSize {
+				known = append(known, index.Event{Kind: index.KindMeta, Secret: x.Secret})
+				s.secretConsulted = true
+			}
 			_ = x.Table.Close()
 			if loss.salvaging() {
 				why = "salvage changed the log the checkpoint reflects"

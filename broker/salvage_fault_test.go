@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
 
@@ -195,4 +196,47 @@ func damagedStore(t *testing.T) (dir string, opts broker.Options, intact, lost b
 	churnSegments(t, s, 3)
 	require.NoError(t, s.Close())
 	return dir, opts, intact, lost, damagePayload(t, dir, victimPayload)
+}
+
+// Salvage keeps the store's secret: a store whose log lost its only meta
+// event (the one record that holds the secret, one bit flipped) opened
+// with Salvage takes the secret from the checkpoint it consults, so that
+// the receipt of a lease salvage kept still counts, and writes it to the
+// log again, so that a later rebuild from the log alone keeps it too.
+func TestSalvageKeepsTheStoreSecret(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "one")
+	mustPublish(t, q, "two")
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	e.close() // with a checkpoint holding the secret
+
+	// One bit of the meta event's body (the log's first record) flipped.
+	p := filepath.Join(e.dir, "0000000001.seg")
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	data[segment.HeaderSize+segment.FrameHeaderSize+3] ^= 0x40
+	require.NoError(t, os.WriteFile(p, data, 0o600))
+
+	e.opts.Salvage = true
+	e.open()
+	require.Equal(t, 1, e.s.Recovery().SalvagedSpans)
+	q = e.queue("jobs", policy())
+	require.Equal(t, 1, q.Stats().Leased, "salvage kept the lease")
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt),
+		"a receipt for a lease salvage kept is refused: salvage drew a new store secret although the checkpoint held the old one")
+
+	// The secret is in the log again: a rebuild from the log alone keeps
+	// it too.
+	ds, err = q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	e.close()
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+	e.opts.Salvage = false
+	e.open()
+	q = e.queue("jobs", policy())
+	require.NoError(t, q.Ack(ctx(t), ds[0].Lease.Receipt), "after a rebuild from the log alone")
 }

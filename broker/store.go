@@ -47,6 +47,10 @@ type Store struct {
 	// before opening the log (see openHints); nil when it could not tell.
 	// A checkpoint holding another was taken of another log.
 	logSecret []byte
+	// secretConsulted: Open took the secret from a checkpoint it
+	// consulted but did not trust (salvage, a suspect index), and writes
+	// it to the log again.
+	secretConsulted bool
 
 	// mu guards queues and the index's queue table (idx.Queue, Queues,
 	// Declare, NextQueueID), serialises declarations, and is held by
@@ -215,9 +219,15 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = l.Close()
 		return nil, openError(dir, opts.Salvage, err)
 	}
-	if s.idx.Secret == nil {
-		secret := make([]byte, index.SecretSize)
-		_, _ = rand.Read(secret)
+	if s.idx.Secret == nil || s.secretConsulted {
+		// A store draws a secret only when neither its log nor a
+		// checkpoint it consulted holds one; one a consulted checkpoint
+		// gave back is written again, since the log may have lost it.
+		secret := s.idx.Secret
+		if secret == nil {
+			secret = make([]byte, index.SecretSize)
+			_, _ = rand.Read(secret)
+		}
 		meta := index.Event{Kind: index.KindMeta, Secret: secret}
 		if _, err := l.Append(meta.Append(nil)); err != nil {
 			s.closeFiles()
@@ -1114,10 +1124,6 @@ func (s *Store) nonce() uint64 {
 	return s.nonces.Uint64()
 }
 
-// now reads the broker clock (Options.Now) in Unix nanoseconds, or fails
-// for a reading no store can record and for a clock that panics (see
-// readClock). Callers hold a queue's lock: a failure leaves it to them to
-// release it, changing nothing.
 // nowOpen is now for a call that holds a queue's lock and may change the
 // queue: Closed once Close has begun. Such a call passed its begin before
 // Close did, and took the lock only after Close's checkpoint had taken its
@@ -1130,6 +1136,10 @@ func (s *Store) nowOpen() (int64, error) {
 	return s.now()
 }
 
+// now reads the broker clock (Options.Now) in Unix nanoseconds, or fails
+// for a reading no store can record and for a clock that panics (see
+// readClock). Callers hold a queue's lock: a failure leaves it to them to
+// release it, changing nothing.
 func (s *Store) now() (int64, error) {
 	now, err := readClock("Options.Now", s.opts.Now)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/broker"
 )
 
 // TestInFlightKeyedOriginalHoldsItsKey: a PublishKeyed in flight at a
@@ -15,15 +16,7 @@ import (
 // enqueued for that key is a violation.
 func TestInFlightKeyedOriginalHoldsItsKey(t *testing.T) {
 	key := "pub0-k01"
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
-	dir, ms := storeHolding(t, ref)
-	orig := ms[0]
-
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	// Cycle 1: the child was killed with pub0's first PublishKeyed in flight.
-	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
-	require.NoError(t, c.CheckDrain(dir), "the in-flight original is a legitimate find")
-	require.Equal(t, 1, c.Figures.InFlight)
+	c, orig := inFlightKeyedOriginal(t, key)
 
 	// Cycle 2: PublishKeyed of the same key, within the window, returned a
 	// new message instead of the original.
@@ -43,13 +36,7 @@ func TestInFlightKeyedOriginalHoldsItsKey(t *testing.T) {
 // original is a publish in flight at a kill that a store showed later.
 func TestDuplicateOfInFlightOriginalKeepsItsEnqueuedAt(t *testing.T) {
 	key := "pub0-k01"
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
-	dir, ms := storeHolding(t, ref)
-	orig := ms[0]
-
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
-	require.NoError(t, c.CheckDrain(dir))
+	c, orig := inFlightKeyedOriginal(t, key)
 
 	at := orig.EnqueuedAt.Add(300 * time.Millisecond).UnixNano()
 	c.AddCycle(2, []Entry{
@@ -92,4 +79,18 @@ func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
 	})
 	require.ErrorContains(t, c.Err(), "past the 2s window",
 		"a duplicate of an original enqueued %v before the call started", time.Duration(t0-base))
+}
+
+// inFlightKeyedOriginal returns a checker that has checked cycle 1, whose
+// child was killed with pub0's first PublishKeyed (of key) in flight, and
+// found its message in the store; and that message.
+func inFlightKeyedOriginal(t *testing.T, key string) (*Checker, broker.MessageValue) {
+	t.Helper()
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	dir, ms := storeHolding(t, ref)
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
+	require.NoError(t, c.CheckDrain(dir), "the in-flight original is a legitimate find")
+	require.Equal(t, 1, c.Figures.InFlight)
+	return c, ms[0]
 }

@@ -56,8 +56,14 @@ func TestVerifiedPastTheFramesOfARecycledSegmentIsRefused(t *testing.T) {
 
 	data, err := os.ReadFile(segFile(dir, end.Segment()))
 	require.NoError(t, err)
+	// A position in the retired segment's stale bytes whose byte before
+	// it is not zero (frame headers hold zero bytes: which retired file
+	// the rotation reused, and so what lies where, depends on timing).
 	v := end.Offset() + 300
-	require.NotZero(t, data[v-1], "stale bytes of the retired segment")
+	for v < len(data) && data[v-1] == 0 {
+		v++
+	}
+	require.Less(t, v, len(data), "stale bytes of the retired segment past %d", end.Offset()+300)
 
 	l, err = Open(dir, Options{SegmentBytes: 1024, Verified: MakePosition(end.Segment(), v)})
 	if err == nil {

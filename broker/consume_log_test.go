@@ -146,21 +146,8 @@ func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 	for _, which := range []string{"store", "memory"} {
 		t.Run(which, func(t *testing.T) {
 			var logs lockedBuffer
-			logger := slog.New(slog.NewJSONHandler(&logs, nil))
-			pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries, p.RetryDelay = 2, 0 })
-			var b interface {
-				broker.Broker
-				broker.Rejecter
-				broker.DeadLetterReader
-			}
-			if which == "store" {
-				e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
-				b = e.queue("jobs", pol)
-			} else {
-				m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
-				require.NoError(t, err)
-				b = m
-			}
+			b := loggingBroker(t, which, policy(func(p *broker.PolicyValue) { p.MaxDeliveries, p.RetryDelay = 2, 0 }), &logs)
+			logger := slog.New(slog.NewJSONHandler(&logs, nil)) // Consume's, to the same records
 			nacked, err := b.Publish(ctx(t), []byte("nacked"))
 			require.NoError(t, err)
 			rejected, err := b.Publish(ctx(t), []byte("rejected"))
@@ -206,21 +193,7 @@ func TestConsumeWithoutALoggerLeavesTheUnclassifiedTextToTheBrokersLogger(t *tes
 		for _, how := range []string{"error", "panic"} {
 			t.Run(which+"/"+how, func(t *testing.T) {
 				var logs lockedBuffer
-				logger := slog.New(slog.NewJSONHandler(&logs, nil))
-				pol := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
-				var b interface {
-					broker.Broker
-					broker.DeadLetterReader
-				}
-				if which == "store" {
-					e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
-					b = e.queue("jobs", pol)
-				} else {
-					m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
-					require.NoError(t, err)
-					t.Cleanup(func() { m.Close() })
-					b = m
-				}
+				b := loggingBroker(t, which, policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }), &logs)
 				msg, err := b.Publish(ctx(t), []byte("x"))
 				require.NoError(t, err)
 
@@ -298,4 +271,19 @@ func TestConsumeLogsNameTheQueue(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"jobs": 2, "mail": 2}, named,
 		"each queue logged its failure and its dead letter; logged: %v", logs.records(t))
+}
+
+// loggingBroker returns the "store" (queue "jobs" of a new store) or the
+// "memory" broker, under pol, its Logger writing JSON records to logs.
+func loggingBroker(t *testing.T, which string, pol broker.PolicyValue, logs *lockedBuffer) fullBroker {
+	t.Helper()
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	if which == "store" {
+		e := newEnv(t, func(o *broker.Options) { o.Logger = logger })
+		return e.queue("jobs", pol)
+	}
+	m, err := broker.NewMemory(pol, broker.MemoryOptions{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
 }

@@ -11,7 +11,9 @@
 // fdatasync, read-only memory maps, renames, removals, directory listings
 // and syncs, and an exclusive lock; optionally fallocate ([Allocator]) and
 // sync_file_range ([WriteBacker]). Beside them, helpers built on the
-// interface: [CopyFile], [MkdirAllDurable], [Resolve].
+// interface: [CopyFile], [WriteFile], [ReplaceFile], [ReadFile],
+// [CreateEmpty] and [MkdirAllDurable]; and two that ask the real file
+// system only, whatever FS a caller injects: [Resolve] and [IsLink].
 package vfs
 
 import (

@@ -11,8 +11,9 @@ import (
 // whose handler panics, and discards for a nil l (see logguard.Wrap).
 //
 // The handler is the caller's code, and the broker logs on goroutines of
-// its own (the log's writer and preparer, maintenance, the goroutine that
-// reports a failed store, Consume's workers), where a panic would end the
+// its own (the log's goroutines that log for its writer and preparer,
+// maintenance, the goroutine that reports a failed store, Consume's
+// workers), where a panic would end the
 // process, and after changes it has already made durable, where a panic
 // would report a failure for a call that succeeded, or leave an Open
 // half done with its directory locked. See docs/DESIGN.md, "Concurrency".

@@ -106,12 +106,17 @@ type Options struct {
 	// has no Logger: then here.
 	//
 	// Its handler is called with none of the store's locks held, from the
-	// calling goroutine or from the store's own (the log's writer, the
-	// maintenance goroutine, the one that reports a failure that stopped
-	// the store): it may read Store.Stats, Store.Queues and Queue.Stats,
-	// and should return promptly (Close waits for the logging of its
-	// goroutines, but for the failure of a call still under way as Close
-	// ends, which is logged after). A record its handler panics on is dropped, and the
+	// calling goroutine or from the store's own (a goroutine the log starts
+	// for each record of its writer and preparer, so that neither waits on
+	// the handler; the maintenance goroutine; the one that reports a
+	// failure that stopped the store): it may read Store.Stats,
+	// Store.Queues and Queue.Stats, and should return promptly (Close waits
+	// for the logging of its goroutines, but for the failure of a call
+	// still under way as Close ends, which is logged after). It must not
+	// call Close: Close waits for the goroutine the handler runs on, and
+	// would never return. A program that closes the store when a record
+	// says it failed ("close and reopen it") does so from a goroutine of
+	// its own, signalled by the handler. A record its handler panics on is dropped, and the
 	// store goes on as if it had been logged: the call that logged it
 	// returns what it would have returned, and no goroutine of the store
 	// ends. Left to unwind, the panic would end the process from a

@@ -81,9 +81,12 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 
 // DeleteDeadLetter removes dead letter id (its Message.ID) for good; see
 // DeadLetterManager. No call returns it again, but deleting is not erasing:
-// its payload's bytes stay in the log's segment files until the store
-// reclaims their space (once no live record needs the segment), and in
-// every Backup taken before.
+// its payload's bytes stay in the log's segment files, and in every Backup
+// taken before. Reclaiming a segment (once no live record needs it) does
+// not erase it either: the log keeps up to two removed segment files as
+// spares, renamed, for later segments to reuse, and their old bytes stay
+// until new records overwrite them. A program that must erase payloads
+// encrypts them with a key it can destroy.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Queue")

@@ -25,14 +25,14 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	return ds, err
 }
 
-// receiveAcking acknowledges receipts and leases up to max messages (max
-// may be 0) with one lock, one append and one wait, so that Consume's acks
-// share the commit of its next leases. errs holds, for each receipt, what
-// Ack would have refused it with, or the error that stopped the commit.
 // leaseRecordGuess sizes receiveAcking's record buffer: a lease event is
 // about 30 bytes and an ack event under 16, so most calls allocate once.
 const leaseRecordGuess = 32
 
+// receiveAcking acknowledges receipts and leases up to max messages (max
+// may be 0) with one lock, one append and one wait, so that Consume's acks
+// share the commit of its next leases. errs holds, for each receipt, what
+// Ack would have refused it with, or the error that stopped the commit.
 func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) ([]DeliveryValue, []error, error) {
 	errs := make([]error, len(receipts))
 	fail := func(err error) ([]DeliveryValue, []error, error) {

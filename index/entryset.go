@@ -67,8 +67,7 @@ func (s *entrySet) get(seq uint64) (Entry, bool) {
 }
 
 // nextOf returns the smallest sequence in [from, to] whose entry the set
-// holds with queue field q (the queue's number, with the stream bit when
-// asked for), and ok false if there is none. It steps through the pages of
+// holds as a stream message of queue q, and ok false if there is none. It steps through the pages of
 // the range, or through every page when the set has fewer of them than the
 // range has: a set scattered over a long range costs its size, not the
 // range's.
@@ -110,7 +109,10 @@ func (p *entryPage) nextOf(key uint64, q uint32, from, to uint64) (uint64, bool)
 		if seq < from || seq > to || p.has&(1<<i) == 0 {
 			continue
 		}
-		if e := &p.ents[i]; queueField(e.Queue, e.Stream) == q {
+		// Compared field by field, not as the files' queue field: an
+		// entry whose queue number takes the stream bit (which Flush
+		// refuses) must not pass for another queue's stream message.
+		if e := &p.ents[i]; e.Stream && e.Queue == q {
 			return seq, true
 		}
 	}

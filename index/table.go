@@ -161,6 +161,7 @@ type Table struct {
 	overlay  *entrySet       // entries not yet flushed; nil (the zero Table) reads as empty
 	flushing *entrySet       // entries being flushed, until they are in the files; nil when none
 	dirty    map[uint64]bool // chunks written since their last fdatasync
+	dirDirty bool            // a chunk file was created or removed since the directory's last sync
 	closed   bool            // Close was called: the files are unmapped and closed
 }
 
@@ -334,7 +335,7 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
 	// An entry in memory is newer than the files' (or not in them yet): look
 	// for one before what the files gave.
 	for _, set := range []*entrySet{t.overlay, t.flushing} {
-		if seq, ok := set.nextOf(want, from, best); ok && (!found || seq < best) {
+		if seq, ok := set.nextOf(queue, from, best); ok && (!found || seq < best) {
 			best, found = seq, true
 		}
 	}
@@ -418,16 +419,35 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 	if pending != nil {
 		err = pending.runs(func(run []Entry) error {
 			n := ChunkOf(run[0].Seq)
+			for _, e := range run {
+				// A queue number takes 31 bits: above them it would be
+				// written as another queue's stream message.
+				if e.Queue > maxQueueID {
+					return fmt.Errorf("index: flush: the entry of message %d names queue %d, above the highest queue number %d: %w",
+						e.Seq, e.Queue, maxQueueID, os.ErrInvalid)
+				}
+			}
 			t.mu.RLock()
-			c := t.chunks[n]
+			c, closed := t.chunks[n], t.closed
 			t.mu.RUnlock()
+			if closed {
+				return fmt.Errorf("index: flush: %w", ErrClosed)
+			}
 			if c == nil {
 				var err error
 				if c, err = t.openChunk(n, true); err != nil {
 					return fmt.Errorf("index: create %s: %w", chunkName(n), err)
 				}
 				t.mu.Lock()
+				if t.closed {
+					// Close ran while the file was made: it closed every
+					// chunk it knew, so this one is given up here.
+					t.mu.Unlock()
+					err := errors.Join(c.m.Unmap(), c.f.Close(), t.fs.Remove(filepath.Join(t.dir, chunkName(n))))
+					return errors.Join(fmt.Errorf("index: flush: %w", ErrClosed), err)
+				}
 				t.chunks[n] = c
+				t.dirDirty = true
 				t.mu.Unlock()
 				created = append(created, n)
 			}
@@ -436,6 +456,12 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 				e.encode(buf[i*EntrySize:])
 			}
 			if _, err := c.f.WriteAt(buf, int64(run[0].Seq%ChunkEntries)*EntrySize); err != nil {
+				t.mu.RLock()
+				closed := t.closed
+				t.mu.RUnlock()
+				if closed {
+					return fmt.Errorf("index: write %s: %w", chunkName(n), ErrClosed)
+				}
 				return fmt.Errorf("index: write %s: %w", chunkName(n), err)
 			}
 			t.mu.Lock()
@@ -455,15 +481,18 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 				dirty = append(dirty, c)
 			}
 		}
+		dirDirty := t.dirDirty
 		t.mu.RUnlock()
 		for _, c := range dirty {
 			if err := c.f.Sync(); err != nil {
 				return created, fmt.Errorf("index: sync %s: %w", c.f.Name(), err)
 			}
 		}
-		if len(created) > 0 {
-			if err := t.fs.SyncDir(t.dir); err != nil {
-				return created, fmt.Errorf("index: sync %s: %w", t.dir, err)
+		// The directory too, for a chunk created or removed by an earlier
+		// call (an open's replay flushes without a sync).
+		if dirDirty {
+			if err := t.syncDir(); err != nil {
+				return created, err
 			}
 		}
 		t.mu.Lock()
@@ -515,6 +544,9 @@ func (t *Table) Remove(n uint64) error {
 	c := t.chunks[n]
 	delete(t.chunks, n)
 	delete(t.dirty, n)
+	if c != nil {
+		t.dirDirty = true
+	}
 	t.mu.Unlock()
 	if c == nil {
 		return nil
@@ -537,7 +569,23 @@ func (t *Table) SyncDir() error {
 	if t.fs == nil {
 		return errMemoryOnly("sync of the directory")
 	}
-	return t.fs.SyncDir(t.dir)
+	return t.syncDir()
+}
+
+// syncDir syncs the table's directory and, when that succeeds, marks the
+// names made or removed before it as durable. A name made or removed
+// while it ran is marked again by its maker.
+func (t *Table) syncDir() error {
+	t.mu.Lock()
+	t.dirDirty = false
+	t.mu.Unlock()
+	if err := t.fs.SyncDir(t.dir); err != nil {
+		t.mu.Lock()
+		t.dirDirty = true
+		t.mu.Unlock()
+		return fmt.Errorf("index: sync %s: %w", t.dir, err)
+	}
+	return nil
 }
 
 // Bytes is the size of the chunk files.

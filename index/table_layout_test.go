@@ -138,3 +138,25 @@ func TestARemovedTableFileStaysGone(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, chunkName(0)))
 	require.ErrorIs(t, err, os.ErrNotExist, "the removed file was written again")
 }
+
+// A queue number takes 31 bits of an entry's queue field, the top bit
+// saying the message joined its queue's stream. An entry whose number
+// takes that bit is refused by Flush, and never passes for a stream message
+// of the queue its low bits name, in memory or in the files.
+func TestAnEntryWhoseQueueNumberTakesTheStreamBitIsRefused(t *testing.T) {
+	tbl, err := OpenTable(vfs.Default, t.TempDir(), nil)
+	require.NoError(t, err)
+	defer tbl.Close()
+	e := Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 1<<31 | 5, Stream: false, Size: 99}
+	tbl.Put(e)
+	tbl.Detach()
+	_, ferr := tbl.Flush(true)
+	got, ok, gerr := tbl.Get(3)
+	require.NoError(t, gerr)
+	if ferr == nil {
+		require.True(t, ok)
+		require.Equal(t, e, got, "Flush succeeded, and the entry reads back as another queue's stream message")
+	}
+	_, inStream := tbl.NextStream(5, 1, 10)
+	require.False(t, inStream, "queue 5's stream holds a message of queue %d", e.Queue)
+}

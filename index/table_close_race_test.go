@@ -1,0 +1,52 @@
+package index
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// A Flush that passed its closed check before Close ran, and makes a chunk
+// file after it, must not keep that chunk (an open file and a 2 MiB
+// mapping nothing would ever release) nor report success: Close "unmaps
+// and closes every chunk file", and after it Flush fails with ErrClosed.
+// The FaultFS observer holds the Flush right after the chunk file opened,
+// lets Close run, then lets the Flush go on.
+func TestAFlushThatMeetsCloseWhileMakingAChunkKeepsNothingAndFails(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	tbl, err := OpenTable(ffs, t.TempDir(), nil)
+	require.NoError(t, err)
+
+	reached, resume := make(chan struct{}), make(chan struct{})
+	held := false
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpOpen && strings.Contains(e.Name, chunkPrefix) && !held {
+			held = true
+			close(reached)
+			<-resume
+		}
+	})
+	tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
+	tbl.Detach()
+	type result struct {
+		created []uint64
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		created, err := tbl.Flush(true)
+		done <- result{created, err}
+	}()
+	<-reached // the Flush is creating chunk 0's file
+	require.NoError(t, tbl.Close())
+	close(resume)
+	r := <-done
+
+	opens, closes := ffs.Count(vfs.OpOpen), ffs.Count(vfs.OpClose)
+	require.Equal(t, opens, closes, "chunk files opened %d times, closed %d times: the table closed before the Flush finished keeps %v open and mapped (Flush returned %v, %v)",
+		opens, closes, tbl.Chunks(), r.created, r.err)
+	require.ErrorIs(t, r.err, ErrClosed, "a Flush into a table closed under it reported success")
+}

@@ -16,7 +16,7 @@ var (
 		Name: "filestore",
 		Caps: brokertest.Capabilities{
 			LeaseExtender: true, Rejecter: true, DeadLetterReader: true, DeadLetterManager: true, Waker: true,
-			Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, Closer: true,
+			Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, ReplayOnce: true, Closer: true,
 		},
 		Open: openFileStore,
 	}
@@ -24,7 +24,7 @@ var (
 		Name: "memory",
 		Caps: brokertest.Capabilities{
 			LeaseExtender: true, Rejecter: true, DeadLetterReader: true, DeadLetterManager: true, Waker: true,
-			Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, Closer: true,
+			Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, ReplayOnce: true, Closer: true,
 		},
 		Open: openMemory,
 	}

@@ -115,6 +115,28 @@ var keyedCases = []testCase{
 			e.Fatalf("received %d messages, want 2", n)
 		}
 	}},
+	{name: "EachDedupKeyIsEvictedByItsOwnAge", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
+		// "each key remembers when it was enqueued; before admitting, keys
+		// older than the window are evicted" (API.md §4): those keys only.
+		// A key 10 minutes into a 1 h window is still a duplicate when
+		// another key, enqueued 50 minutes before it, has just left the
+		// window; a seen-set reset whenever its oldest key expires would
+		// hand the young key's side effect to a consumer a second time.
+		const window = time.Hour
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.DedupWindow = window }))
+		old := e.publishKeyed(q, "old", "a")
+		e.set(t0.Add(50 * time.Minute))
+		young := e.publishKeyed(q, "young", "b")
+		e.set(t0.Add(window + time.Nanosecond)) // "old" is strictly older than the window, "young" 10 min old
+		e.sameMessage(young, e.publishKeyed(q, "young", "b again"), "a key 10 minutes old, just after an older key left the window")
+		if fresh := e.publishKeyed(q, "old", "a again"); fresh.ID == old.ID {
+			e.Fatalf("a key strictly older than the window was still remembered beside a younger one")
+		}
+		e.sameMessage(young, e.publishKeyed(q, "young", "b once more"), "the young key, after the old one was published again")
+		if n := len(e.receive(q, 10)); n != 3 {
+			e.Fatalf("received %d messages, want 3: old, young, and old again after its window", n)
+		}
+	}},
 	{name: "DefaultDedupWindowIsSixHours", needs: []string{"Keyed", "Clock"}, run: func(e *env) {
 		// 6 h written out, not broker.DefaultDedupWindow: the promise is
 		// the number, and a wrong constant must fail here.
@@ -330,6 +352,22 @@ var capacityCases = []testCase{
 			e.Fatalf("Reject: %v", err)
 		}
 		e.publish(q, "b")
+	}},
+	{name: "CapacityFreedByANackThatDeadLetters", needs: []string{"Capacity"}, run: func(e *env) {
+		// The third way a message dies, a Nack on its last delivery, frees
+		// its place as a Reject and a lapse do: dead letters do not count
+		// (API.md §1), and the Nack has returned, so the message is one.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1; p.MaxDeliveries = 1 }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		_, err := q.Publish(e.ctx(), []byte("b"))
+		e.isErr(err, broker.QueueFull, "a publish while the only place is leased, with Capacity 1")
+		if nv := e.nack(q, d.Lease.Receipt, nil); !nv.DeadLettered {
+			e.Fatalf("Nack of the only allowed delivery reported %+v, want it dead-lettered", nv)
+		}
+		if _, err := q.Publish(e.ctx(), []byte("b")); err != nil {
+			e.Fatalf("Publish after a Nack dead-lettered the only message, with Capacity 1: %v: dead letters do not count toward Capacity", err)
+		}
 	}},
 	{name: "DeletingADeadLetterFreesNoCapacity", needs: []string{"Capacity", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
 		// A dead letter holds no place in the queue, so deleting it gives

@@ -7,12 +7,13 @@
 // An implementation describes itself with a [Factory]: a name, the
 // [Capabilities] it declares, and a constructor of empty backends. The
 // suite checks that the declaration is honest — an optional interface
-// declared is implemented, and one implemented is declared — and skips, by
-// name, the tests of a promise declared not kept. When the implementation
-// runs on the suite's [Clock], timing promises are checked exactly, at the
-// boundary instant and one nanosecond before it; otherwise they are checked
-// with short real durations, polling until a deadline, within
-// [Capabilities.Tolerance].
+// declared is implemented, and one implemented is declared; Capacity and,
+// on the suite's clock, ExactExpiry are probed when declared false — and
+// skips, by name, the tests of a promise declared not kept. When the
+// implementation runs on the suite's [Clock], timing promises are checked
+// exactly, at the boundary instant and one nanosecond before it; otherwise
+// they are checked with short real durations, polling until a deadline,
+// within [Capabilities.Tolerance].
 //
 // [Table] renders the declarations of several implementations as the
 // markdown table of walbroker's README, and [CheckReadme] fails a test
@@ -31,7 +32,10 @@ import (
 // Capabilities declares which promises of the port an implementation keeps.
 // The suite verifies every interface field against the queue it is given:
 // declaring one not implemented fails, and implementing one not declared
-// fails too.
+// fails too. Of the other fields, Capacity and (with Clock) ExactExpiry
+// are probed when declared false, and a probe that finds the promise kept
+// fails the declaration; Clock, OldestFirst and ReplayOnce cannot be
+// probed, and declaring one false only skips its tests.
 type Capabilities struct {
 	// LeaseExtender, Rejecter, DeadLetterReader, DeadLetterManager and
 	// Waker declare the optional interfaces of package broker that the
@@ -64,6 +68,15 @@ type Capabilities struct {
 	// OldestFirst declares that Receive returns the visible messages
 	// oldest EnqueuedAt first, redeliveries included.
 	OldestFirst bool
+	// ReplayOnce declares that of replays of one dead letter racing each
+	// other, one queues it and every other is [broker.DeadLetterNotFound].
+	// The port lets a broker that cannot tell racing replays apart queue
+	// the message once per replay — a duplicate the at-least-once
+	// guarantee permits — provided it says so: without ReplayOnce the
+	// suite requires only that each racing replay succeed or find the dead
+	// letter gone, and that the message be queued at least once and at
+	// most once per replay that succeeded.
+	ReplayOnce bool
 	// Tolerance is, without Clock, how far real timings may stray from
 	// the policy (a lease lapsing, a retry delay ending, an instant the
 	// broker reports). The suite then gives leases and retry delays four

@@ -46,7 +46,7 @@ func memoryFactory(name string, caps Capabilities, wrap func(*broker.Memory) bro
 
 var allCaps = Capabilities{
 	LeaseExtender: true, Rejecter: true, DeadLetterReader: true, DeadLetterManager: true, Waker: true,
-	Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, Closer: true,
+	Keyed: true, Batch: true, Capacity: true, Clock: true, ExactExpiry: true, OldestFirst: true, ReplayOnce: true, Closer: true,
 }
 
 // The real-time paths of the suite (the ones an implementation without
@@ -77,9 +77,10 @@ func (o brokerOnly) Nack(ctx context.Context, r broker.ReceiptValue, cause error
 }
 
 // A broker with no optional interface, declared so, passes: every test of
-// an undeclared capability is skipped, and the rest hold.
+// an undeclared capability is skipped, and the rest hold. (The Memory
+// behind it enforces Capacity, which is not an interface, and says so.)
 func TestRunMinimalBroker(t *testing.T) {
-	caps := Capabilities{Clock: true, ExactExpiry: true}
+	caps := Capabilities{Capacity: true, Clock: true, ExactExpiry: true}
 	Run(t, memoryFactory("minimal", caps, func(m *broker.Memory) broker.Broker { return brokerOnly{m} }))
 }
 
@@ -121,6 +122,53 @@ func TestDeclarationMustBeHonest(t *testing.T) {
 	}
 }
 
+// capacityBlindBackend opens Memory queues that ignore the policy's
+// Capacity.
+type capacityBlindBackend struct{ memoryBackend }
+
+func (b *capacityBlindBackend) Queue(name string, p broker.PolicyValue) (broker.Broker, error) {
+	p.Capacity = 0
+	return b.memoryBackend.Queue(name, p)
+}
+
+// A promise kept but declared false, which would leave its tests skipped,
+// fails the declaration where a probe can see it: Capacity, and on the
+// suite's clock ExactExpiry. A promise not kept and declared so does not.
+func TestUnderDeclaringWhatAProbeSeesIsFound(t *testing.T) {
+	late := func(now func() time.Time) func() time.Time { // a broker clock a second behind the suite's
+		return func() time.Time { return now().Add(-time.Second) }
+	}
+	for _, c := range []struct {
+		name string
+		caps func(*Capabilities)
+		open func(now func() time.Time) Backend
+		want string // "" for no problem
+	}{
+		{"honest", func(*Capabilities) {}, func(now func() time.Time) Backend { return &memoryBackend{now: now} }, ""},
+		{"Capacity kept, undeclared", func(c *Capabilities) { c.Capacity = false }, func(now func() time.Time) Backend { return &memoryBackend{now: now} }, "does not declare Capacity"},
+		{"Capacity not kept, undeclared", func(c *Capabilities) { c.Capacity = false }, func(now func() time.Time) Backend { return &capacityBlindBackend{memoryBackend{now: now}} }, ""},
+		{"ExactExpiry kept, undeclared", func(c *Capabilities) { c.ExactExpiry = false }, func(now func() time.Time) Backend { return &memoryBackend{now: now} }, "does not declare ExactExpiry"},
+		{"ExactExpiry not kept, undeclared", func(c *Capabilities) { c.ExactExpiry = false }, func(now func() time.Time) Backend { return &memoryBackend{now: late(now)} }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			caps := allCaps
+			c.caps(&caps)
+			f := Factory{Name: "m", Caps: caps, Open: func(t *testing.T, now func() time.Time) Backend {
+				b := c.open(now)
+				t.Cleanup(func() { _ = b.(interface{ Close() error }).Close() })
+				return b
+			}}
+			p := undeclaredProblems(newEnv(t, f))
+			switch {
+			case c.want == "" && len(p) != 0:
+				t.Errorf("problems %q, want none", p)
+			case c.want != "" && !strings.Contains(strings.Join(p, "\n"), c.want):
+				t.Errorf("problems %q, want one saying %q", p, c.want)
+			}
+		})
+	}
+}
+
 func TestCheckTable(t *testing.T) {
 	file := Factory{Name: "filestore", Caps: allCaps}
 	nats := Factory{Name: "natsjs", Caps: Capabilities{LeaseExtender: true, Tolerance: time.Second}}
@@ -151,6 +199,8 @@ func TestCheckTable(t *testing.T) {
 		"no markers":     {"# x\n", file, "no table between"},
 		"wrong timing":   {readme, Factory{Name: "natsjs", Caps: Capabilities{LeaseExtender: true, Tolerance: 2 * time.Second}}, "within 2s"},
 		"tolerance cell": {strings.Replace(readme, "within 1s", "within 3s", 1), nats, "within 1s"},
+		"lapse on a clock without ExactExpiry": {readme, Factory{Name: "filestore", Caps: func() Capabilities { c := allCaps; c.ExactExpiry = false; return c }()},
+			"the declaration \"retry exact, lapse within 2s\""},
 	} {
 		p := checkTable(c.text, c.f)
 		if !strings.Contains(strings.Join(p, "\n"), c.want) {

@@ -503,10 +503,11 @@ var deadCases = []testCase{
 		})
 		e.checkDeadLetter(dls[0], causeCase{name: "a lapse after a classified nack", reason: broker.ReasonLeaseExpired}, m, "a", 2)
 	}},
-	{name: "ConcurrentReplaysOfOneDeadLetterQueueItOnce", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
-		// The port lets racing replays both queue a dead letter only on a
-		// broker that cannot tell them apart; every broker this suite runs
-		// can: one replay queues it, the others find it gone.
+	{name: "ConcurrentReplaysOfOneDeadLetterQueueItOnce", needs: []string{"ReplayOnce", "Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// The port lets racing replays both queue a dead letter on a broker
+		// that cannot tell them apart, and "the brokers say which they
+		// are": one that declares ReplayOnce can, so one replay queues it
+		// and the others find it gone.
 		q, m := e.raceOnOneDeadLetter("replay", func(q broker.Broker, id string) error {
 			return e.manager(q).ReplayDeadLetter(e.ctx(), id)
 		})
@@ -515,6 +516,47 @@ var deadCases = []testCase{
 			e.Fatalf("received %q #%d, want %q #1", d.Message.ID, d.Deliveries, m.ID)
 		}
 		e.none(q, "a second copy of the replayed message")
+	}},
+	{name: "ConcurrentReplaysOfOneDeadLetterQueueItAtLeastOnce", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// What every broker keeps, ReplayOnce or not: of replays racing on
+		// one dead letter, each succeeds or finds it gone
+		// (DeadLetterNotFound, never another error), at least one
+		// succeeds, the message is queued at least once and at most once
+		// per replay that succeeded, each copy as a first delivery, and
+		// the dead letter is gone.
+		const racers = 8
+		q := e.queue(e.policy())
+		m := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		errs := make(chan error, racers)
+		together(racers, func() { errs <- e.manager(q).ReplayDeadLetter(e.ctx(), m.ID) })
+		close(errs)
+		won := 0
+		for err := range errs {
+			if err == nil {
+				won++
+				continue
+			}
+			e.isErr(err, broker.DeadLetterNotFound, "a replay that lost the race for its dead letter")
+		}
+		if won == 0 {
+			e.Fatalf("none of %d concurrent replays of one dead letter succeeded", racers)
+		}
+		copies := []broker.DeliveryValue{e.appearsAt(q, e.now(), true, "the replayed message")}
+		copies = append(copies, e.receive(q, racers)...)
+		if len(copies) > won {
+			e.Fatalf("%d replays succeeded and the message was queued %d times", won, len(copies))
+		}
+		for _, d := range copies {
+			if d.Message.ID != m.ID || d.Deliveries != 1 || string(d.Message.Payload) != "a" {
+				e.Fatalf("received %q #%d %q, want %q #1 %q", d.Message.ID, d.Deliveries, d.Message.Payload, m.ID, "a")
+			}
+		}
+		if dls := e.deadLetters(q); len(dls) != 0 {
+			e.Fatalf("dead letters %v after the replays, want none", deadIDs(dls))
+		}
 	}},
 }
 

@@ -482,6 +482,86 @@ var nackCases = []testCase{
 			e.checkDeadLetter(dls[0], causeCase{name: "the Reject's cause", cause: first, reason: "FIRST", code: 0x2A000003, public: "first"}, m, "a", 1)
 		}
 	}},
+	{name: "AReceiptEndedByNackRejectOrExtendCannotEndTheNextLease", run: func(e *env) {
+		// "a holder that lost its claim must not be able to end somebody
+		// else's turn": a receipt ended by a Nack, by a Reject whose dead
+		// letter was then replayed, or replaced by Extend stays ended once
+		// its message is leased again — LeaseExpired or UnknownReceipt
+		// (API.md §5.7) whichever call it is handed to, moving nothing —
+		// and the new holder's lease is untouched. The message is received
+		// again at the instant it was handed back (no retry delay, a clock
+		// that stands still), when a receipt that named the message and
+		// its deadline would name the new lease too.
+		late := broker.NewError("LATE", 0x2A000006, "late", secret)
+		type ending struct {
+			name string
+			// end ends the lease of d and returns every receipt it ended.
+			end func(q broker.Broker, d broker.DeliveryValue) []broker.ReceiptValue
+		}
+		endings := []ending{{"Nack", func(q broker.Broker, d broker.DeliveryValue) []broker.ReceiptValue {
+			e.nack(q, d.Lease.Receipt, nil)
+			return []broker.ReceiptValue{d.Lease.Receipt}
+		}}}
+		if e.caps.Rejecter && e.caps.DeadLetterManager {
+			endings = append(endings, ending{"Reject and ReplayDeadLetter", func(q broker.Broker, d broker.DeliveryValue) []broker.ReceiptValue {
+				if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil); err != nil {
+					e.Fatalf("Reject: %v", err)
+				}
+				if err := e.manager(q).ReplayDeadLetter(e.ctx(), d.Message.ID); err != nil {
+					e.Fatalf("ReplayDeadLetter: %v", err)
+				}
+				return []broker.ReceiptValue{d.Lease.Receipt}
+			}})
+		}
+		if e.caps.LeaseExtender {
+			endings = append(endings, ending{"Extend, then Nack", func(q broker.Broker, d broker.DeliveryValue) []broker.ReceiptValue {
+				l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
+				if err != nil {
+					e.Fatalf("Extend: %v", err)
+				}
+				e.nack(q, l.Receipt, nil)
+				return []broker.ReceiptValue{d.Lease.Receipt, l.Receipt}
+			}})
+		}
+		for _, end := range endings {
+			q := e.queue(e.policy()) // no retry delay: a nacked message is receivable at once
+			m := e.publish(q, "a")
+			d := e.receiveOne(q)
+			ended := end.end(q, d)
+			d2 := e.appearsAt(q, e.now(), true, "the message after "+end.name)
+			if d2.Message.ID != m.ID {
+				e.Fatalf("after %s: delivered %q, want %q", end.name, d2.Message.ID, m.ID)
+			}
+			for _, r := range ended {
+				what := func(call string) string {
+					return fmt.Sprintf("%s of a receipt ended by %s, once its message is leased again", call, end.name)
+				}
+				if r == d2.Lease.Receipt {
+					e.Fatalf("%s: the new lease has the receipt %q that %s ended", end.name, r, end.name)
+				}
+				_, err := q.Nack(e.ctx(), r, late)
+				e.gone(err, what("Nack"))
+				if e.caps.Rejecter {
+					e.gone(e.rejecter(q).Reject(e.ctx(), r, late), what("Reject"))
+				}
+				if e.caps.LeaseExtender {
+					_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
+					e.gone(err, what("Extend"))
+				}
+				e.gone(q.Ack(e.ctx(), r), what("Ack"))
+			}
+			e.none(q, "the message another consumer holds, after the refused calls")
+			if err := q.Ack(e.ctx(), d2.Lease.Receipt); err != nil {
+				e.Fatalf("after %s and refused calls with the ended receipt: the new holder's Ack: %v", end.name, err)
+			}
+			e.none(q, "the message its new holder acknowledged")
+			if e.caps.DeadLetterReader {
+				if dls := e.deadLetters(q); len(dls) != 0 {
+					e.Fatalf("after %s and refused calls: %d dead letters, want none", end.name, len(dls))
+				}
+			}
+		}
+	}},
 }
 
 // checkInstant requires got to be between lo and hi: exactly lo on the

@@ -110,6 +110,52 @@ var publishCases = []testCase{
 			e.Fatalf("delivered %q after the caller reused its slice, want %q", got, "payload")
 		}
 	}},
+	{name: "PublishReturnsTheMessageWithItsPayload", run: func(e *env) {
+		// Publish "returns the message the broker minted", whose Payload
+		// "is the caller's bytes, unmodified": the same bytes, from
+		// PublishBatch and from a PublishKeyed that enqueued too. Whether
+		// an empty payload comes back nil or empty is promised only by
+		// PublishKeyed, where nil marks a duplicate
+		// (DuplicateCarriesNoPayloadAndAnEnqueuedOneDoes): Publish and
+		// PublishBatch are held to the bytes alone.
+		var binary []byte
+		for i := range 256 {
+			binary = append(binary, byte(255-i))
+		}
+		sent := [][]byte{[]byte("work"), binary, {}, nil}
+		check := func(call string, p []byte, m broker.MessageValue) {
+			e.Helper()
+			if !bytes.Equal(m.Payload, p) {
+				e.Fatalf("%s of %d bytes returned a message whose Payload is %d bytes %q, want the bytes published", call, len(p), len(m.Payload), m.Payload)
+			}
+		}
+		q := e.queue(e.policy())
+		for _, p := range sent {
+			m, err := q.Publish(e.ctx(), p)
+			if err != nil {
+				e.Fatalf("Publish: %v", err)
+			}
+			check("Publish", p, m)
+		}
+		if e.caps.Batch {
+			ms, err := e.batch(q).PublishBatch(e.ctx(), sent)
+			if err != nil || len(ms) != len(sent) {
+				e.Fatalf("PublishBatch of %d: %d messages, %v", len(sent), len(ms), err)
+			}
+			for i, p := range sent {
+				check("PublishBatch (message "+itoa(i)+")", p, ms[i])
+			}
+		}
+		if e.caps.Keyed {
+			for i, p := range sent {
+				m, err := e.keyed(q).PublishKeyed(e.ctx(), "k"+itoa(i), p)
+				if err != nil {
+					e.Fatalf("PublishKeyed: %v", err)
+				}
+				check("a PublishKeyed that enqueued", p, m)
+			}
+		}
+	}},
 	{name: "PayloadBelongsToReceiver", run: func(e *env) {
 		q := e.queue(e.policy())
 		m := e.publish(q, "payload")

@@ -49,6 +49,8 @@ func capability(c Capabilities, name string) bool {
 		return c.ExactExpiry
 	case "OldestFirst":
 		return c.OldestFirst
+	case "ReplayOnce":
+		return c.ReplayOnce
 	case "Closer":
 		return c.Closer
 	}
@@ -89,12 +91,65 @@ func Run(t *testing.T, f Factory) {
 }
 
 // checkDeclaration fails t for every optional interface whose declaration
-// disagrees with the queue f's backend returns.
+// disagrees with the queue f's backend returns, and for every promise
+// f keeps without declaring it where a probe can tell.
 func checkDeclaration(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	for _, p := range declarationProblems(f, e.b, e.queue(e.policy())) {
 		t.Error(p)
 	}
+	for _, p := range undeclaredProblems(e) {
+		t.Error(p)
+	}
+}
+
+// undeclaredProblems returns the promises e's implementation keeps but
+// does not declare, which would leave their tests skipped, unchecked:
+// Capacity (a queue of Capacity 1 refuses a second publish with
+// QueueFull) and, on the suite's clock, ExactExpiry (a lease lapses AT
+// its ExpiresAt and not a nanosecond before). The other behaviours
+// declared are not probed: a broker that is not OldestFirst or
+// ReplayOnce may look so in any one run, and without Clock the suite
+// hands it no clock to try.
+func undeclaredProblems(e *env) []string {
+	var problems []string
+	if !e.caps.Capacity {
+		if q, err := e.b.Queue(e.queueName(), e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 })); err == nil {
+			_, err1 := q.Publish(e.ctx(), []byte("first"))
+			_, err2 := q.Publish(e.ctx(), []byte("second"))
+			if err1 == nil && errors.Is(err2, broker.QueueFull) {
+				problems = append(problems, fmt.Sprintf("%s does not declare Capacity, but a queue of Capacity 1 refused a second publish with QueueFull (%v): declare it, so that the suite checks it", e.f.Name, err2))
+			}
+		}
+	}
+	if e.clock != nil && !e.caps.ExactExpiry {
+		if q, err := e.b.Queue(e.queueName(), e.policy()); err == nil {
+			if exactLapse(e, q) {
+				problems = append(problems, fmt.Sprintf("%s does not declare ExactExpiry, but its lease lapsed exactly at ExpiresAt and not a nanosecond before: declare it, so that the suite checks it", e.f.Name))
+			}
+		}
+	}
+	return problems
+}
+
+// exactLapse reports whether the lease of a message published to q, on
+// the suite's clock, lapses exactly at its ExpiresAt: nothing is
+// receivable a nanosecond before, and the message is at the instant.
+func exactLapse(e *env, q broker.Broker) bool {
+	if _, err := q.Publish(e.ctx(), []byte("probe")); err != nil {
+		return false
+	}
+	ds, err := q.Receive(e.ctx(), 1)
+	if err != nil || len(ds) != 1 {
+		return false
+	}
+	e.clock.Set(ds[0].Lease.ExpiresAt.Add(-time.Nanosecond))
+	if early, err := q.Receive(e.ctx(), 1); err != nil || len(early) != 0 {
+		return false
+	}
+	e.clock.Set(ds[0].Lease.ExpiresAt)
+	at, err := q.Receive(e.ctx(), 1)
+	return err == nil && len(at) == 1 && at[0].Message.ID == ds[0].Message.ID
 }
 
 // declarationProblems returns what is wrong with f's declaration, given

@@ -34,6 +34,7 @@ var rows = []row{
 	{"`Rejecter`: Reject dead-letters at once", func(c Capabilities) string { return yesNo(c.Rejecter) }},
 	{"`DeadLetterReader`: dead letters can be read", func(c Capabilities) string { return yesNo(c.DeadLetterReader) }},
 	{"`DeadLetterManager`: dead letters can be replayed and deleted", func(c Capabilities) string { return yesNo(c.DeadLetterManager) }},
+	{"racing replays of one dead letter queue it once", func(c Capabilities) string { return yesNo(c.ReplayOnce) }},
 	{"`Waker`: an idle consumer waits instead of polling", func(c Capabilities) string { return yesNo(c.Waker) }},
 	{"`PublishKeyed`: dedup keys within a window", func(c Capabilities) string { return yesNo(c.Keyed) }},
 	{"`PublishBatch`: all or nothing", func(c Capabilities) string { return yesNo(c.Batch) }},
@@ -42,8 +43,13 @@ var rows = []row{
 	{"a lease lapses exactly at ExpiresAt", func(c Capabilities) string { return yesNo(c.ExactExpiry) }},
 	{"Receive is oldest EnqueuedAt first, redeliveries included", func(c Capabilities) string { return yesNo(c.OldestFirst) }},
 	{"timings (lapse, retry) as the policy says", func(c Capabilities) string {
-		if c.Clock {
+		// On the suite's clock a retry delay is checked exactly, and a
+		// lapse only with ExactExpiry: without it, within Tolerance.
+		switch {
+		case c.Clock && c.ExactExpiry:
 			return "exact"
+		case c.Clock:
+			return "retry exact, lapse within " + c.tolerance().String()
 		}
 		return "within " + c.tolerance().String()
 	}},

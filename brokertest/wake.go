@@ -234,6 +234,25 @@ var wakeCases = []testCase{
 		e.nack(q, ds[0].Lease.Receipt, nil)
 		e.checkIn(e.waker(q).Wake(), 5*time.Second, "the retry delay ends before the other lease lapses")
 	}},
+	{name: "WakeInNamesALeaseLapsingBeforeARetryDelayEnds", needs: []string{"Waker"}, run: func(e *env) {
+		// As WakeInNamesEarliestMoment, the other way round: a lease that
+		// lapses (its consumer died) before another message's retry delay
+		// ends is the earliest moment, and an idle consumer told the retry
+		// would sleep past the message that came back.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt; p.RetryDelay = 6 * vt }))
+		e.publish(q, "nacked")
+		e.publish(q, "abandoned")
+		ds := e.receive(q, 2)
+		if len(ds) != 2 {
+			e.Fatalf("received %d, want 2", len(ds))
+		}
+		nv := e.nack(q, ds[0].Lease.Receipt, nil) // back after 6 leases' time; the other lease lapses after one
+		if !nv.VisibleAt.After(ds[1].Lease.ExpiresAt) {
+			e.Fatalf("the nacked message is visible at %v, not after the other lease lapses at %v", nv.VisibleAt, ds[1].Lease.ExpiresAt)
+		}
+		e.checkIn(e.waker(q).Wake(), ds[1].Lease.ExpiresAt.Sub(e.now()), "a lease lapses before a retry delay ends")
+	}},
 	{name: "WakeNotScheduledWhenOnlyDeadLetters", needs: []string{"Waker", "Rejecter"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		e.publish(q, "a")

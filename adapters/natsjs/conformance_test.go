@@ -20,7 +20,8 @@ import (
 // caps is what the adapter declares to the conformance suite, and its
 // column of the README's capability table. Every optional interface is
 // implemented; the server's clock decides every timing (no Clock, so no
-// ExactExpiry); redeliveries come before new messages (no OldestFirst).
+// ExactExpiry); redeliveries come before new messages (no OldestFirst);
+// racing replays of one dead letter race for one claim (ReplayOnce).
 var caps = brokertest.Capabilities{
 	LeaseExtender:     true,
 	Rejecter:          true,
@@ -33,6 +34,7 @@ var caps = brokertest.Capabilities{
 	Clock:             false,
 	ExactExpiry:       false,
 	OldestFirst:       false,
+	ReplayOnce:        true,
 	Tolerance:         time.Second,
 	Closer:            true,
 }

@@ -1,0 +1,629 @@
+package brokertest
+
+// The suite tested as a test of the port (DESIGN.md "### The conformance
+// suite (`brokertest/`)": any implementation that passes keeps the port's
+// promises). Each TestTheSuiteFailsABroker* test builds a broker that
+// breaks ONE promise of the seed or API.md — broker.Memory behind a
+// wrapper that alters one behaviour — shows in-process that it does break
+// it, then runs the whole suite against it in a child process (so that
+// the suite's failures do not fail this test directly) and requires the
+// suite to fail it, in the case written for that promise. Each was a gap
+// a review found: the suite passed the mutant until its case was added.
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// mutantEnv names, in the child process, the mutant the suite runs on.
+const mutantEnv = "WALBROKER_BROKERTEST_MUTANT"
+
+// mutantWrap makes the queue the suite sees from a Memory opened with policy p
+// on the clock now.
+type mutantWrap func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker
+
+// mutants are the broken brokers, by name. "none" is the Memory itself.
+var mutants = map[string]mutantWrap{
+	"none": func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker { return m },
+	"ignoreCapacity": func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return m // opened without Capacity: see mutantBackend.Queue
+	},
+	"dedupWipesYoungKeys": func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
+		w := p.DedupWindow
+		if w == 0 {
+			w = broker.DefaultDedupWindow
+		}
+		return &dedupWipe{Memory: m, now: now, window: w, seen: map[string]broker.MessageValue{}}
+	},
+	"receiptNamesMessageAndDeadline": func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		var queue [8]byte
+		_, _ = crand.Read(queue[:]) // a name of this queue: another queue's receipts name nothing here
+		return &receiptByDeadline{Memory: m, queue: queue, table: map[broker.ReceiptValue]deadlineLease{}}
+	},
+	"nackDeathKeepsItsPlace": func(m *broker.Memory, p broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &capacityLeak{Memory: m, capacity: p.Capacity}
+	},
+	"wakeInPrefersRetryOverLapse": func(m *broker.Memory, _ broker.PolicyValue, now func() time.Time) broker.Broker {
+		return &wakeRetryFirst{Memory: m, now: now, delayed: map[string]time.Time{}, leased: map[broker.ReceiptValue]string{}}
+	},
+	"publishReturnsNoPayload": func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &noPayload{Memory: m}
+	},
+}
+
+// mutantBackend opens one Memory per queue, on the suite's clock, behind the
+// mutant's wrapper.
+type mutantBackend struct {
+	mutant string
+	now    func() time.Time
+	wrap   mutantWrap
+	queues []*broker.Memory
+}
+
+func (b *mutantBackend) Queue(_ string, p broker.PolicyValue) (broker.Broker, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	opened := p
+	if b.mutant == "ignoreCapacity" {
+		opened.Capacity = 0
+	}
+	m, err := broker.NewMemory(opened, broker.MemoryOptions{Now: b.now})
+	if err != nil {
+		return nil, err
+	}
+	b.queues = append(b.queues, m)
+	return b.wrap(m, p, b.now), nil
+}
+
+func (b *mutantBackend) Close() error {
+	for _, q := range b.queues {
+		_ = q.Close()
+	}
+	return nil
+}
+
+func mutantFactory(mutant string) Factory {
+	wrap := mutants[mutant]
+	return Factory{Name: "mutant-" + mutant, Caps: allCaps, Open: func(t *testing.T, now func() time.Time) Backend {
+		b := &mutantBackend{mutant: mutant, now: now, wrap: wrap}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}}
+}
+
+// mutantQueue opens one queue of mutant on clock c, for the in-process
+// demonstrations.
+func mutantQueue(t *testing.T, mutant string, c *Clock, p broker.PolicyValue) broker.Broker {
+	t.Helper()
+	b := &mutantBackend{mutant: mutant, now: c.Now, wrap: mutants[mutant]}
+	t.Cleanup(func() { _ = b.Close() })
+	q, err := b.Queue("q", p)
+	if err != nil {
+		t.Fatalf("Queue: %v", err)
+	}
+	return q
+}
+
+// TestSuiteAgainstAMutant is the child process of suiteAgainst: it runs
+// the whole suite against the mutant named in the environment.
+func TestSuiteAgainstAMutant(t *testing.T) {
+	name := os.Getenv(mutantEnv)
+	if name == "" {
+		t.Skip("runs only as the child process of a TestTheSuite test")
+	}
+	if _, ok := mutants[name]; !ok {
+		t.Fatalf("no mutant %q", name)
+	}
+	Run(t, mutantFactory(name))
+}
+
+// suiteAgainst runs the suite against mutant in a child process and
+// reports whether it failed, with the names of the failing cases.
+func suiteAgainst(t *testing.T, mutant string) (failed bool, fails []string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteAgainstAMutant$", "-test.count=1", "-test.v", "-test.timeout=300s")
+	cmd.Env = append(os.Environ(), mutantEnv+"="+mutant)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running the suite against %s: %v", mutant, err)
+	}
+	passed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "--- FAIL: TestSuiteAgainstAMutant/"):
+			fails = append(fails, strings.TrimPrefix(strings.Fields(line)[2], "TestSuiteAgainstAMutant/"))
+		case strings.HasPrefix(line, "--- PASS: TestSuiteAgainstAMutant/"):
+			passed++
+		}
+	}
+	if passed < 100 && err == nil {
+		t.Fatalf("the suite ran only %d cases against %s:\n%s", passed, mutant, out)
+	}
+	if err != nil && len(fails) == 0 {
+		t.Fatalf("the child process running the suite against %s failed outside any case: %v\n%s", mutant, err, out)
+	}
+	return err != nil, fails
+}
+
+// requireSuiteFails fails t unless the suite fails mutant in the case
+// named want, the one written for the promise it breaks (broken says how).
+func requireSuiteFails(t *testing.T, mutant, broken, want string) {
+	t.Helper()
+	failed, fails := suiteAgainst(t, mutant)
+	if !failed {
+		t.Fatalf("brokertest passes a broker that %s (mutant %q): the suite does not check this promise", broken, mutant)
+	}
+	if !slices.Contains(fails, want) {
+		t.Errorf("brokertest fails a broker that %s (mutant %q) in %q, but not in %s, the case for this promise", broken, mutant, fails, want)
+	}
+}
+
+// The harness itself: the suite passes the Memory as it is behind the
+// backend, and fails a Memory that ignores Capacity (a promise it has
+// long checked). It shows the other tests measure the suite, not the
+// harness.
+func TestTheSuitePassesTheMemoryAndFailsOneIgnoringCapacity(t *testing.T) {
+	if failed, fails := suiteAgainst(t, "none"); failed {
+		t.Fatalf("the suite fails the unmodified Memory: %v", fails)
+	}
+	if failed, _ := suiteAgainst(t, "ignoreCapacity"); !failed {
+		t.Fatalf("the suite passes a Memory that ignores Capacity: the harness does not run the suite")
+	}
+}
+
+// --- 1. Dedup eviction is per key -------------------------------------
+
+// dedupWipe keeps its own seen-set, and when ANY key is older than the
+// window it forgets EVERY key (a set reset once per window, instead of
+// evicting each key by its own enqueue instant). Everything else is the
+// Memory's.
+type dedupWipe struct {
+	*broker.Memory
+	now    func() time.Time
+	window time.Duration
+
+	mu     sync.Mutex
+	seen   map[string]broker.MessageValue // ID and EnqueuedAt of each key's message
+	latest time.Time                      // the latest clock reading seen by a publish
+}
+
+func (q *dedupWipe) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m, err := q.Memory.Publish(ctx, p)
+	if err == nil && m.EnqueuedAt.After(q.latest) {
+		q.latest = m.EnqueuedAt
+	}
+	return m, err
+}
+
+func (q *dedupWipe) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ms, err := q.Memory.PublishBatch(ctx, ps)
+	if err == nil && len(ms) > 0 && ms[0].EnqueuedAt.After(q.latest) {
+		q.latest = ms[0].EnqueuedAt
+	}
+	return ms, err
+}
+
+func (q *dedupWipe) PublishKeyed(ctx context.Context, key string, p []byte) (broker.MessageValue, error) {
+	if len(key) == 0 || len(key) > 256 {
+		return broker.MessageValue{}, fmt.Errorf("mutant: key of %d bytes: %w", len(key), broker.InvalidDedupKey)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// The Memory's own refusals first: a nil or ended context, Close, a
+	// clock no broker can record.
+	if _, err := q.Memory.DeadLetters(ctx, 1); err != nil {
+		return broker.MessageValue{}, err
+	}
+	now := q.now()
+	if !now.Before(q.latest) { // the clock did not go backwards: evict
+		for _, m := range q.seen {
+			if now.Sub(m.EnqueuedAt) > q.window {
+				clear(q.seen) // THE BUG: one old key takes every key with it
+				break
+			}
+		}
+		q.latest = now
+	}
+	if m, ok := q.seen[key]; ok {
+		return broker.MessageValue{ID: m.ID, EnqueuedAt: m.EnqueuedAt}, nil
+	}
+	m, err := q.Memory.Publish(ctx, p)
+	if err != nil {
+		return m, err
+	}
+	q.seen[key] = broker.MessageValue{ID: m.ID, EnqueuedAt: m.EnqueuedAt}
+	return m, nil
+}
+
+// API.md §4 (seed 000, "去重记忆按时间有界": `seen` 记下每个键的入队时刻 …
+// 驱逐早于 IDEM_WINDOW_MS 的键): "each key remembers when it was enqueued;
+// before admitting, keys older than the window are evicted" — only those.
+// A key younger than the window is still a duplicate (API.md §2
+// PublishKeyed: "A key seen within the window returns the ORIGINAL
+// message"), whatever happened to older keys. The suite's other dedup
+// cases use ONE key when the window passes, so a broker that wipes its
+// whole seen-set when the oldest key expires — handing a 10-minute-old
+// key's side effect to the consumer a second time — passed them all.
+func TestTheSuiteFailsABrokerThatForgetsEveryKeyWhenOneLeavesTheWindow(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "dedupWipesYoungKeys", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5, DedupWindow: time.Hour})
+	k := q.(KeyedPublisher)
+	ctx := context.Background()
+	if _, err := k.PublishKeyed(ctx, "old", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(t0.Add(50 * time.Minute))
+	young, err := k.PublishKeyed(ctx, "young", []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Set(t0.Add(time.Hour + time.Nanosecond)) // "old" is past the window; "young" is 10 min old
+	again, err := k.PublishKeyed(ctx, "young", []byte("b again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID == young.ID {
+		t.Fatalf("harness: the mutant kept the young key; it is not broken")
+	}
+	requireSuiteFails(t, "dedupWipesYoungKeys", "forgets a key 10 minutes into a 1 h dedup window because another key expired", "EachDedupKeyIsEvictedByItsOwnAge")
+}
+
+// --- 2. A receipt ended by Nack stays ended once its message is leased again
+
+// deadlineLease is what a receiptByDeadline receipt names.
+type deadlineLease struct {
+	receipt broker.ReceiptValue // the Memory's
+	id      string
+}
+
+// receiptByDeadline names each lease by its message and its deadline —
+// the "durable name" of the seed's LeaseExtender comment — so two leases of
+// one message with the same ExpiresAt share a receipt. Everything else is
+// the Memory's.
+type receiptByDeadline struct {
+	*broker.Memory
+	queue [8]byte
+	mu    sync.Mutex
+	table map[broker.ReceiptValue]deadlineLease
+}
+
+func (q *receiptByDeadline) name(id string, at time.Time) broker.ReceiptValue {
+	r := broker.ReceiptValue(base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%x/%s@%d", q.queue, id, at.UnixNano())))
+	return r
+}
+
+func (q *receiptByDeadline) issue(id string, l broker.LeaseValue) broker.LeaseValue {
+	r := q.name(id, l.ExpiresAt)
+	q.table[r] = deadlineLease{receipt: l.Receipt, id: id}
+	l.Receipt = r
+	return l
+}
+
+func (q *receiptByDeadline) resolve(r broker.ReceiptValue) (deadlineLease, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l, ok := q.table[r]
+	if !ok {
+		return deadlineLease{}, fmt.Errorf("mutant: receipt %q: %w", r, broker.UnknownReceipt)
+	}
+	return l, nil
+}
+
+func (q *receiptByDeadline) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range ds {
+		ds[i].Lease = q.issue(ds[i].Message.ID, ds[i].Lease)
+	}
+	return ds, err
+}
+
+func (q *receiptByDeadline) Ack(ctx context.Context, r broker.ReceiptValue) error {
+	l, err := q.resolve(r)
+	if err != nil {
+		return err
+	}
+	return q.Memory.Ack(ctx, l.receipt)
+}
+
+func (q *receiptByDeadline) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	l, err := q.resolve(r)
+	if err != nil {
+		return broker.NackValue{}, err
+	}
+	return q.Memory.Nack(ctx, l.receipt, cause)
+}
+
+func (q *receiptByDeadline) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	l, err := q.resolve(r)
+	if err != nil {
+		return err
+	}
+	return q.Memory.Reject(ctx, l.receipt, cause)
+}
+
+func (q *receiptByDeadline) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := q.resolve(r)
+	if err != nil {
+		return broker.LeaseValue{}, err
+	}
+	nl, err := q.Memory.Extend(ctx, l.receipt, by)
+	if err != nil {
+		return nl, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.issue(l.id, nl), nil
+}
+
+// Seed Broker.Ack: "A receipt whose lease has already lapsed ... removes
+// NOTHING: ... another consumer may already hold it ... a holder that lost
+// its claim must not be able to end somebody else's turn"; API.md §5.7: "A
+// receipt that no longer names a live lease (after Nack, or replaced by
+// Extend) is LeaseExpired or UnknownReceipt ... nothing moves". The suite
+// tried a receipt ended by Nack, Ack or Reject only BEFORE its message was
+// leased again (ReceiptAfterNackIsRefused, AReceiptEndedByAckNackOrReject-
+// IsRefusedByEveryCall), and only a LAPSED receipt against the next holder
+// (AckOfLapsedLeaseRemovesNothing). A broker whose receipt names (message,
+// deadline) lets a consumer that nacked end the turn of the consumer that
+// received the message after it in the same instant — the normal case on
+// the suite's standing clock — and passed.
+func TestTheSuiteFailsABrokerWhoseEndedReceiptEndsTheNextLease(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "receiptNamesMessageAndDeadline", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	d1, err := q.Receive(ctx, 1)
+	if err != nil || len(d1) != 1 {
+		t.Fatalf("Receive: %v %v", d1, err)
+	}
+	if _, err := q.Nack(ctx, d1[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := q.Receive(ctx, 1) // another consumer's turn
+	if err != nil || len(d2) != 1 {
+		t.Fatalf("Receive: %v %v", d2, err)
+	}
+	if err := q.Ack(ctx, d1[0].Lease.Receipt); err != nil {
+		t.Fatalf("harness: the mutant refused the nacked receipt (%v); it is not broken", err)
+	}
+	requireSuiteFails(t, "receiptNamesMessageAndDeadline", "lets the receipt a Nack ended acknowledge the message another consumer received after it", "AReceiptEndedByNackRejectOrExtendCannotEndTheNextLease")
+}
+
+// --- 3. A message nacked into the dead-letter store frees its place --------
+
+// capacityLeak counts a message that a Nack dead-lettered as still
+// holding its place in the queue (a live-count decremented by Ack, Reject
+// and a lapse, but not by a Nack on the last delivery).
+type capacityLeak struct {
+	*broker.Memory
+	capacity int
+	mu       sync.Mutex
+	leaked   int
+}
+
+func (q *capacityLeak) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil && v.DeadLettered {
+		q.mu.Lock()
+		q.leaked++
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *capacityLeak) full(n int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.leaked == 0 || q.capacity == 0 {
+		return nil
+	}
+	s := q.Memory.Stats()
+	if live := s.Ready + s.Leased + s.Delayed + q.leaked; live+n > q.capacity {
+		return fmt.Errorf("mutant: %d of %d places taken: %w", live, q.capacity, broker.QueueFull)
+	}
+	return nil
+}
+
+func (q *capacityLeak) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
+	if err := q.full(1); err != nil {
+		return broker.MessageValue{}, err
+	}
+	return q.Memory.Publish(ctx, p)
+}
+
+func (q *capacityLeak) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	if err := q.full(len(ps)); err != nil && len(ps) > 0 {
+		return nil, err
+	}
+	return q.Memory.PublishBatch(ctx, ps)
+}
+
+// API.md §1 Capacity: "A queue that holds Capacity live messages (ready +
+// leased + delayed; dead letters do not count) refuses the next Publish
+// with QueueFull". The suite freed a place by Reject (CapacityDoesNotCount-
+// DeadLetters) and by a lapse (CapacityFreedWhenLastLeaseLapses), never by
+// the third way a message dies, a Nack on its last delivery (seed
+// Broker.Nack: "when it has now been delivered MaxDeliveries times, it is
+// moved to the dead-letter store"). A broker that goes on counting such a
+// message — a queue of Capacity 1 refusing every publish for good after
+// one message failed — passed.
+func TestTheSuiteFailsABrokerWhoseNackedDeadLetterHoldsItsPlace(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "nackDeathKeepsItsPlace", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1, Capacity: 1})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if v, err := q.Nack(ctx, ds[0].Lease.Receipt, nil); err != nil || !v.DeadLettered {
+		t.Fatalf("Nack: %+v %v", v, err)
+	}
+	if _, err := q.Publish(ctx, []byte("b")); !errors.Is(err, broker.QueueFull) {
+		t.Fatalf("harness: the mutant admitted a publish after the nacked dead letter (%v); it is not broken", err)
+	}
+	requireSuiteFails(t, "nackDeathKeepsItsPlace", "counts a message nacked into the dead-letter store against Capacity", "CapacityFreedByANackThatDeadLetters")
+}
+
+// --- 4. Publish returns the message it minted, payload included ------------
+
+// noPayload returns from Publish and PublishBatch the message without
+// its Payload.
+type noPayload struct{ *broker.Memory }
+
+func (q *noPayload) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
+	m, err := q.Memory.Publish(ctx, p)
+	m.Payload = nil
+	return m, err
+}
+
+func (q *noPayload) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	ms, err := q.Memory.PublishBatch(ctx, ps)
+	for i := range ms {
+		ms[i].Payload = nil
+	}
+	return ms, err
+}
+
+// Seed Broker.Publish "returns the message the broker minted for it", and
+// MessageValue.Payload "is the caller's bytes, unmodified". The suite
+// never read the Payload Publish or PublishBatch returns
+// (PayloadBelongsToReceiver writes into it only "if len(m.Payload) > 0";
+// PayloadsKeyedAndBatchPublishesReturnBelongToThePublisher writes into it
+// and never compares it), so a broker that returns it nil — or any bytes
+// at all — passed.
+func TestTheSuiteFailsABrokerWhosePublishReturnsNoPayload(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "publishReturnsNoPayload", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	m, err := q.Publish(context.Background(), []byte("work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Payload) == "work" {
+		t.Fatalf("harness: the mutant returned the payload; it is not broken")
+	}
+	requireSuiteFails(t, "publishReturnsNoPayload", "returns from Publish a MessageValue without the payload published", "PublishReturnsTheMessageWithItsPayload")
+}
+
+// --- 5. Wake.In names the EARLIEST moment, a lapse before a retry too ------
+
+// wakeRetryFirst answers Wake.In from the retry delays when any message
+// waits out one, and from the leases only when none does (two timer lists,
+// read in turn, instead of one ordered by instant).
+type wakeRetryFirst struct {
+	*broker.Memory
+	now     func() time.Time
+	mu      sync.Mutex
+	delayed map[string]time.Time           // message ID → VisibleAt of a nacked message not yet received again
+	leased  map[broker.ReceiptValue]string // receipt → message ID
+}
+
+func (q *wakeRetryFirst) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		delete(q.delayed, d.Message.ID)
+		q.leased[d.Lease.Receipt] = d.Message.ID
+	}
+	return ds, err
+}
+
+func (q *wakeRetryFirst) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := q.Memory.Extend(ctx, r, by)
+	if err == nil {
+		q.mu.Lock()
+		q.leased[l.Receipt] = q.leased[r]
+		q.mu.Unlock()
+	}
+	return l, err
+}
+
+func (q *wakeRetryFirst) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil && !v.DeadLettered {
+		q.mu.Lock()
+		if id, ok := q.leased[r]; ok {
+			q.delayed[id] = v.VisibleAt
+		}
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *wakeRetryFirst) Wake() broker.WakeValue {
+	w := q.Memory.Wake()
+	if !w.Scheduled || w.In <= 0 {
+		return w
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	var first time.Time
+	for _, at := range q.delayed {
+		if at.After(now) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	if !first.IsZero() && first.Sub(now) > w.In {
+		w.In = first.Sub(now) // THE BUG: a retry delay ending outranks an earlier lapse
+	}
+	return w
+}
+
+// Seed WakeValue.In "is how long ... until a message the broker already
+// holds becomes receivable with no further event: a retry delay ending, or
+// a lease lapsing because its consumer died"; API.md §3: Consume "never
+// sleeps past a Wake.In". The suite checked In with only a lease pending
+// (WakeInNamesLeaseLapse, WakeFollowsExtendAndAck, WakeInNamesTheLeaseOf-
+// ARedeliveredRetry), only a retry pending, or a retry ending BEFORE a
+// lapse (WakeInNamesEarliestMoment, WakeInSkipsLeaseOnLastDelivery); never
+// a lapse before a retry delay. A broker that names the retry there — an
+// idle consumer sleeping 50 s past the moment a dead consumer's message
+// came back — passed.
+func TestTheSuiteFailsABrokerWhoseWakeSkipsALapseBeforeARetry(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "wakeInPrefersRetryOverLapse", c, broker.PolicyValue{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	for _, p := range []string{"a", "b"} {
+		if _, err := q.Publish(ctx, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := q.Receive(ctx, 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if _, err := q.Nack(ctx, ds[0].Lease.Receipt, nil); err != nil { // back at t0+60s; the other lapses at t0+10s
+		t.Fatal(err)
+	}
+	if w := q.(broker.Waker).Wake(); !w.Scheduled || w.In == 10*time.Second {
+		t.Fatalf("harness: the mutant's Wake %+v names the lapse; it is not broken", w)
+	}
+	requireSuiteFails(t, "wakeInPrefersRetryOverLapse", "names in Wake.In a retry delay ending after a lease that lapses sooner", "WakeInNamesALeaseLapsingBeforeARetryDelayEnds")
+}

@@ -62,8 +62,10 @@ type ConsumeOptions struct {
 	Prefetch int
 	// PollInterval is how long Consume waits after an empty Receive when
 	// the broker is not a [Waker] (or its Wake returned a nil Signal; then
-	// never past the In it named), and after a Receive error other than
-	// [Closed]. Zero means 100ms; negative is refused
+	// never past the In it named), and after a failed Receive that does
+	// not end Consume: a Receive error that is [Closed], or the failure of
+	// a file-backed store that stopped for good, ends it at once (see
+	// [Consume]). Zero means 100ms; negative is refused
 	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
 	PollInterval time.Duration
 	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
@@ -213,14 +215,14 @@ func inChain(test func() bool) (found bool) {
 //
 // When Receive finds nothing, Consume waits: on b's [Waker] when it has one
 // (Wake is called before each Receive, so nothing published in between is
-// missed), never past the [WakeValue.In] it named, or for PollInterval
-// when b is not a Waker (or is one whose Wake broke its rule and returned
-// a nil Signal: then for PollInterval, but still never past the In). It
-// never spins: when a wait that should block ends at once and Receive
-// still finds nothing, it backs off from 1ms, never past an In of 1ms or
-// more (one below that, while Receive finds nothing, backs off in full
-// to PollInterval). Those
-// waits run on real time, whatever clock b runs on: a test that gives b
+// missed), never past the [WakeValue.In] it named, counted from the Wake
+// call (what the Receive took, an fdatasync say, is spent), or for
+// PollInterval when b is not a Waker (or is one whose Wake broke its rule
+// and returned a nil Signal: then for PollInterval, but still never past
+// the In). It never spins: when a wait that should block ends at once and
+// Receive still finds nothing, it backs off from 1ms, never past an In of
+// 1ms or more (one below that, while Receive finds nothing, backs off in
+// full to PollInterval). Those waits run on real time, whatever clock b runs on: a test that gives b
 // a clock of its own (Options.Now, MemoryOptions.Now) and moves it forward
 // does not end them. Such a test publishes (which closes the Wake signal),
 // or gives b a clock that runs on real time plus an offset it moves.
@@ -249,8 +251,9 @@ func inChain(test func() bool) (found bool) {
 // another broker at the next Receive or lease renewal), the contexts of
 // the running handlers end, with that error as their cause (nothing they
 // do can be settled any more), and Consume returns it when they have
-// returned. When ctx ends, Consume stops receiving and starts no handler
-// more: it nacks unstarted, as [ConsumeOptions.Prefetch] says, the
+// returned (ctx's error once ctx has ended, as below). When ctx ends,
+// Consume stops receiving and starts no handler more: it nacks
+// unstarted, as [ConsumeOptions.Prefetch] says, the
 // deliveries it holds, those of a Receive that returned after ctx ended,
 // and those a broker returned beyond what Consume asked for that still
 // wait for a free handler; it waits for every running handler (whose
@@ -283,6 +286,12 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 		// handlers do can be settled any more, so they are told now
 		// rather than left to run to their end while Consume waits.
 		abandon(err)
+	} else if c.endedWith != nil {
+		// ctx ended, and the loop found b ended as well: Consume returns
+		// ctx's error, but the handlers, in their StopGrace, are told of
+		// the end as above. Held deliveries are still released as at a
+		// stop of ctx (see release).
+		abandon(c.endedWith)
 	} else if c.stopGrace > 0 {
 		// ctx ended, and the handlers keep their context for the grace;
 		// but should the broker close or stop meanwhile, they are told
@@ -615,18 +624,29 @@ func (c *consumer) loop(ctx context.Context) error {
 			return c.why(ctx)
 		}
 		var wake WakeValue
+		var wakeAt time.Time
 		if c.waker != nil {
 			wake = c.waker.Wake() // before Receive: see Waker
+			// wake.In counts from here, not from the Receive's return
+			// (see idle). Read as Wake returns, the moment is never
+			// before the broker's own, so the wait never ends before
+			// the message it names is receivable.
+			wakeAt = time.Now()
 		}
 		ds, err := c.receive(ctx, n)
 		c.dispatch(ctx, ds, n)
+		brokerEnded := err != nil && (errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil))
 		switch {
-		case err != nil && errors.Is(err, Closed):
-			return err
 		case ctx.Err() != nil:
+			// ctx's error, even when the Receive met b's end: ctx ended
+			// before, or while, the Receive ran (see why). The handlers
+			// still learn of b's end (see Consume).
+			if brokerEnded {
+				c.endedWith = err
+			}
 			return ctx.Err()
-		case err != nil && c.stopper != nil && c.stopper.stopped() != nil:
-			return err // the broker must be reopened: retrying cannot help
+		case brokerEnded:
+			return err // Closed, or the broker must be reopened: retrying cannot help
 		case c.goneYet():
 			return c.endedWith
 		case err != nil:
@@ -637,20 +657,22 @@ func (c *consumer) loop(ctx context.Context) error {
 		case len(ds) > 0:
 			c.streak = 0
 		default:
-			if !c.idle(ctx, wake) {
+			if !c.idle(ctx, wake, wakeAt) {
 				return c.why(ctx)
 			}
 		}
 	}
 }
 
-// why returns why the loop ends after a wait ended it: the end of b that
-// the wait found (endedWith), or else ctx's error.
+// why returns why the loop ends after a wait ended it: ctx's error once
+// ctx has ended, even when the wait found b ended too (a select picks
+// either of two channels ready together: the order they were closed in
+// is lost), or else the end of b that the wait found (endedWith).
 func (c *consumer) why(ctx context.Context) error {
-	if c.endedWith != nil {
-		return c.endedWith
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return ctx.Err()
+	return c.endedWith
 }
 
 // brokerGone records err, which a lease renewal met, as the end of b:
@@ -889,23 +911,34 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 	}
 }
 
-// idle waits after an empty Receive; wake is what Wake returned before it.
-// It returns false when ctx ended, or b ended, as its ender or a renewal
-// found (endedWith then says how).
-func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
+// idle waits after an empty Receive; wake is what Wake returned before it,
+// at wakeAt. It returns false when ctx ended, or b ended, as its ender or
+// a renewal found (endedWith then says how).
+func (c *consumer) idle(ctx context.Context, wake WakeValue, wakeAt time.Time) bool {
 	floor := c.backoff()
 	start := time.Now()
+	// What is left of wake.In: it counts from the Wake call, and the
+	// Receive after it has spent some (over a *Queue, the fdatasync of the
+	// acks it carried). Counted afresh from here, a message whose retry
+	// delay ended during that Receive waited that long again. Zero or
+	// less means now. (An In of zero or less is left as it is: it says
+	// now already, and subtracting from a very negative one could
+	// overflow.)
+	in := wake.In
+	if in > 0 {
+		in -= start.Sub(wakeAt)
+	}
 	var signal <-chan struct{}
 	wait, timed := c.poll, true
 	switch {
 	case c.waker == nil:
 	case wake.Signal != nil:
 		signal = wake.Signal
-		wait, timed = wake.In, wake.Scheduled
+		wait, timed = in, wake.Scheduled
 	case wake.Scheduled:
 		// A Waker that breaks its "never nil" rule: with no signal to
 		// wait on, Consume polls, but never past the In it named.
-		wait = min(wake.In, c.poll)
+		wait = min(in, c.poll)
 	}
 	signalled, closedAlready := false, false
 	if signal != nil {
@@ -950,13 +983,14 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 			}
 		}
 	}
-	// A wait set shorter than minIdleWait (In <= 0, a tiny In or
-	// PollInterval) ended at once whatever it lasted: on a busy machine a
-	// timer of a microsecond fires a millisecond late, and that must not
-	// count as waiting, or a broker whose Wake always says "now" would
-	// have Consume receive in a loop at the scheduler's pace. A signal
-	// closed before the wait began ended it at once too, however long
-	// this goroutine then waited for a core on a loaded machine.
+	// A wait set shorter than minIdleWait (In <= 0, a tiny In, what a
+	// slow Receive left of one, or a tiny PollInterval) ended at once
+	// whatever it lasted: on a busy machine a timer of a microsecond fires
+	// a millisecond late, and that must not count as waiting, or a broker
+	// whose Wake always says "now" would have Consume receive in a loop at
+	// the scheduler's pace. A signal closed before the wait began ended it
+	// at once too, however long this goroutine then waited for a core on a
+	// loaded machine.
 	atOnce := closedAlready || time.Since(start) < minIdleWait || (timed && wait < minIdleWait && !signalled)
 	if !atOnce {
 		c.streak = 0
@@ -966,14 +1000,14 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue) bool {
 	// and the previous Receive found nothing. Retry at once the first
 	// time; after that, back off, but never past an In of minIdleWait or
 	// more: a message is receivable then (a Nack elsewhere, say, closed
-	// the signal before this wait began, and its retry ends In from now),
-	// and the backoff, which grows to PollInterval, would leave it
+	// the signal before this wait began, and its retry ends In after the
+	// Wake), and the backoff, which grows to PollInterval, would leave it
 	// waiting. An In shorter than that says "now" while Receive found
 	// nothing, and backs off in full, or a Wake that always says so would
 	// have Consume receive every millisecond.
 	c.streak++
 	if wake.Scheduled && wake.In >= minIdleWait {
-		floor = min(floor, wake.In)
+		floor = min(floor, in) // what is left of In, as for the wait
 	}
 	return c.pause(ctx, floor-time.Since(start))
 }

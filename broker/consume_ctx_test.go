@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -167,4 +169,110 @@ func TestConsumeOverStoreStartsNoHandlerWhenCtxEndsDuringTheReceive(t *testing.T
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, ReasonConsumerStopped, dls[0].Reason)
+}
+
+// cancelThenCloseWaker is the fake whose Wake, once armed, first cancels
+// Consume's ctx and then closes the broker: ctx ends, and b ends after
+// it, both between the loop's look at ctx and its Receive. Its Receive,
+// as a broker's may, looks at its own state before ctx and reports Closed.
+// It is not an ender: that Receive is how Consume learns of the close.
+type cancelThenCloseWaker struct {
+	*fakeBroker
+	cancel context.CancelFunc
+	armed  atomic.Bool
+	once   sync.Once
+}
+
+func (b *cancelThenCloseWaker) Wake() WakeValue {
+	w := b.fakeBroker.Wake()
+	if b.armed.Load() {
+		b.once.Do(func() {
+			b.cancel()
+			b.fakeBroker.Close()
+		})
+	}
+	return w
+}
+
+// TestConsumeReturnsCtxErrWhenTheBrokerClosesAfterCtxEnded: "When ctx
+// ends, Consume ... returns ctx.Err(), even when b ended meanwhile". Here
+// ctx ends first and the broker closes after it, both before the Receive,
+// which reports Closed; Consume used to look at that error before ctx and
+// return it. The running handler (under a StopGrace) still learns of the
+// close at once, as "Once Consume learns of such an end" promises: nothing
+// it does can be settled any more.
+func TestConsumeReturnsCtxErrWhenTheBrokerClosesAfterCtxEnded(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b := &cancelThenCloseWaker{fakeBroker: newFake(), cancel: cancel}
+		b.armed.Store(true)
+		err := Consume(ctx, b, ackAll, ConsumeOptions{})
+		require.ErrorIs(t, err, context.Canceled, "ctx ended before the broker closed")
+		require.False(t, errors.Is(err, Closed))
+	})
+	t.Run("a handler running in its StopGrace", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b := &cancelThenCloseWaker{fakeBroker: newFake(), cancel: cancel}
+		b.Publish(context.Background(), []byte("x"))
+		causes := make(chan error, 1)
+		h := func(hctx context.Context, d DeliveryValue) error {
+			// The next Wake ends ctx, then b; this publication wakes the
+			// loop for it.
+			b.armed.Store(true)
+			b.Publish(context.Background(), []byte("y"))
+			select {
+			case <-hctx.Done():
+				causes <- context.Cause(hctx)
+				return hctx.Err()
+			case <-time.After(time.Minute):
+				causes <- nil
+				return nil
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- Consume(ctx, b, h, ConsumeOptions{Concurrency: 2, StopGrace: time.Hour})
+		}()
+		select {
+		case cause := <-causes:
+			require.ErrorIs(t, cause, Closed, "the handler's context ended, with the close as its cause")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Receive found the broker closed, yet the handler's context was still live 10 s later")
+		}
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled, "ctx ended before the broker closed")
+			require.False(t, errors.Is(err, Closed))
+		case <-time.After(10 * time.Second):
+			t.Fatal("Consume did not return once its handler had")
+		}
+	})
+}
+
+// TestConsumeReturnsCtxErrWhenAWaitFindsCtxAndTheBrokerEnded: a wait of
+// the loop that finds both ctx ended and b ended (an ender's channel
+// closed) cannot tell which came first (a select picks either of two
+// ready cases), and Consume promises ctx.Err() "even when b ended
+// meanwhile". The loop used to return b's end whenever the select picked
+// its channel: half the time. One round could pass by chance; a hundred
+// cannot.
+func TestConsumeReturnsCtxErrWhenAWaitFindsCtxAndTheBrokerEnded(t *testing.T) {
+	m, err := NewMemory(PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3}, MemoryOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, m.Close())
+	for range 100 {
+		c, err := newConsumer(m, ackAll, ConsumeOptions{PollInterval: time.Hour})
+		require.NoError(t, err)
+		require.NotNil(t, c.ender, "the test needs a broker that says it ended")
+		// An idle wait on a signal nothing closes.
+		require.False(t, c.idle(ctx, WakeValue{Signal: make(chan struct{})}, time.Now()))
+		require.ErrorIs(t, c.why(ctx), context.Canceled)
+		// A wait of PollInterval after a failed Receive.
+		require.False(t, c.pause(ctx, time.Hour))
+		require.ErrorIs(t, c.why(ctx), context.Canceled)
+	}
 }

@@ -68,7 +68,7 @@ func TestConsumeAWaitThatLastedEndsTheBackoff(t *testing.T) {
 	c.streak = 8 // eight waits in a row ended at once: the next floor is 256ms
 	signal := make(chan struct{})
 	time.AfterFunc(5*time.Millisecond, func() { close(signal) })
-	require.True(t, c.idle(context.Background(), WakeValue{Signal: signal}))
+	require.True(t, c.idle(context.Background(), WakeValue{Signal: signal}, time.Now()))
 	require.Zero(t, c.streak, "a wait that lasted is not one that ended at once")
 	require.Zero(t, c.backoff())
 }

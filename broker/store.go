@@ -878,9 +878,10 @@ func (s *Store) statsNow() StoreStats {
 // Close does not wait for [Consume]: stop it first (cancel its context and
 // wait for it to return), so that its running handlers finish and their
 // messages are acked. A Consume still running when the store closes
-// returns Closed: its next Receive or lease renewal finds the store closed
-// and ends the contexts of its running handlers (see [Consume]), and it
-// returns once they have returned. Their acks are refused: their messages
+// returns Closed: it learns of the close at once, even with every handler
+// slot busy or idle on an empty queue (the store's end is a channel it
+// waits on), and it ends the contexts of its running handlers (see
+// [Consume]) and returns once they have returned. Their acks are refused: their messages
 // are delivered again once their leases lapse.
 func (s *Store) Close() error {
 	if s == nil {

@@ -215,13 +215,15 @@ var (
 	DeadLetterNotFound = NewError("DEAD_LETTER_NOT_FOUND", codeQueue|6, "no such dead letter", "")
 	// QueueFull is returned by Publish (and its variants) when the queue
 	// already holds [PolicyValue.Capacity] live messages; nothing is
-	// enqueued and the publish is counted as shed. Room comes back as
-	// consumers ack, reject or dead-letter messages (or when the queue is
-	// declared again with a larger Capacity), so a caller retries
-	// after a delay that grows, with jitter (as for a throttled SQS or
-	// Kafka producer), or passes the refusal on to its own caller; the
-	// queue's Stats (Ready, Leased, Delayed, and Acked over time) show how
-	// fast room is made.
+	// enqueued and the publish is counted as shed. ReplayDeadLetter
+	// returns it too when the queue is at its Capacity: the dead letter
+	// stays as it was, and the refusal is not counted as shed (the
+	// message was admitted once). Room comes back as consumers ack,
+	// reject or dead-letter messages (or when the queue is declared again
+	// with a larger Capacity), so a caller retries after a delay that
+	// grows, with jitter (as for a throttled SQS or Kafka producer), or
+	// passes the refusal on to its own caller; the queue's Stats (Ready,
+	// Leased, Delayed, and Acked over time) show how fast room is made.
 	QueueFull = NewError("QUEUE_FULL", codeQueue|7, "the queue is full", "")
 	// Closed is returned by every call on a store or queue that was
 	// closed, and ends [Consume] when Receive returns it.

@@ -337,22 +337,35 @@ func (s *Store) reclaim() error {
 
 // worthCopying reports whether copying the live records of segment first
 // forward pays: whether some run of segments from first up to (not
-// including) end — sealed segments a checkpoint covers — holds at most
-// 1/copyForwardShare of its size in live records. Copying that run frees
-// all of it for a quarter of its size in writes at most. Judging the
-// oldest segment alone would let one large record that outlives the rest
-// (a dead letter kept for weeks, a message scheduled far ahead) pin every
-// segment behind it; judging runs still leaves a real backlog, which
-// copying would only move, where it is.
+// including) end — sealed segments a checkpoint covers — needs at most
+// 1/copyForwardShare of its size in copies (copyBytes). Copying that run
+// frees all of it for a quarter of its size in writes at most, and a
+// segment of copies alone counts as wholly live, so copies never make
+// copying pay again: a pass ends. Judging the oldest segment alone would
+// let one large record that outlives the rest (a dead letter kept for
+// weeks, a message scheduled far ahead) pin every segment behind it;
+// judging runs still leaves a real backlog, which copying would only
+// move, where it is.
 func worthCopying(uses map[uint32]index.SegmentUse, first, end uint32, segBytes int64) bool {
 	var live int64
 	for x := first; x < end; x++ {
-		live += uses[x].Bytes + keyCopyBytes(uses[x])
+		live += copyBytes(uses[x])
 		if live <= int64(x-first+1)*segBytes/copyForwardShare {
 			return true
 		}
 	}
 	return false
+}
+
+// copyBytes is what copying forward what u counts writes: each live
+// message's publish record and the event that restates its state (a
+// lease, a nack, a dead letter with its reason and public cause), exactly,
+// and at most keyCopyBytes for the dedup keys. Counting the publish
+// records alone, a segment of copied dead letters with small payloads
+// and long causes looked a few percent live: it was copied again, into a
+// segment that looked the same, and one maintenance pass never ended.
+func copyBytes(u index.SegmentUse) int64 {
+	return u.Bytes + u.StateBytes + keyCopyBytes(u)
 }
 
 // keyCopyBytes bounds what copying forward the dedup keys u counts writes:
@@ -503,7 +516,7 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 			}
 		}
 		group := []index.Event{e}
-		if st, ok := stateEvent(q.id, m); ok {
+		if st, ok := index.StateEvent(q.id, m); ok {
 			group = append(group, st)
 		}
 		if err := add(true, group...); err != nil {
@@ -520,24 +533,4 @@ func (q *Queue) copyForward(seg uint32, u index.SegmentUse) error {
 		}
 	}
 	return flush()
-}
-
-// stateEvent is the event that gives a message whose publish was just
-// replayed its present state, if it is not the state a publish gives.
-func stateEvent(queue uint32, m *index.Message) (index.Event, bool) {
-	e := index.Event{Queue: queue, Seq: m.Seq, Deliveries: m.Deliveries}
-	switch m.State {
-	case index.Leased:
-		e.Kind, e.Time, e.Nonce = index.KindLease, m.At, m.Nonce
-	case index.Dead:
-		e.Kind, e.Time, e.Code, e.Reason, e.Cause = index.KindDeadLetter, m.FailedAt, m.Code, m.Reason, m.Cause
-	case index.Ready:
-		if m.At == index.AtOnce && m.Deliveries == 0 {
-			return e, false
-		}
-		e.Kind, e.Time = index.KindNack, m.At
-	default:
-		return e, false
-	}
-	return e, true
 }

@@ -781,10 +781,16 @@ func (s *Store) Queues() []string {
 // segment, prepared ahead of need, and up to two retired segments kept
 // for reuse, each of Options.SegmentBytes when complete. Plan for
 // DiskBytes + IndexBytes + 3 × SegmentBytes.
+//
+// LiveBytes counts, for each live message, its publish record and the
+// event that gives it its state when a publish alone would not (a lease
+// with its nonce, a nack, a dead letter with its reason, code and public
+// cause), frames included, at the length a copy forward writes them: a
+// dead letter's event may be a thousand times its publish.
 type StoreStats struct {
 	Segments             int     // log segment files
 	DiskBytes            int64   // their total size
-	LiveBytes            int64   // of records live messages (dead letters included) still need
+	LiveBytes            int64   // of records live messages (dead letters included) still need (see above)
 	IndexBytes           int64   // table and checkpoint files
 	LastCheckpoint       string  // the log position ("segment:offset") the last checkpoint reflects; "" if none
 	Checkpoints          int64   // written since open
@@ -846,7 +852,7 @@ func (s *Store) statsNow() StoreStats {
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,
 	}
 	for _, u := range s.idx.SegmentUses() {
-		st.LiveBytes += u.Bytes
+		st.LiveBytes += u.Bytes + u.StateBytes
 	}
 	if p := s.maint.lastCheckpoint.Load(); p != 0 {
 		st.LastCheckpoint = wal.Position(p).String()

@@ -36,12 +36,13 @@ import (
 //
 // The body is, in uvarints (signed values zig-zag, strings and byte strings
 // length first): the sealed log segments and the offset past each one's
-// seal; the secret; the dead-event orphan count; per log segment
-// its SegmentUse; per table chunk its live count; per queue its
-// declaration, stream state, active messages and dedup keys; then the chunk
-// files the table needs. The file is written under a temporary name, the
-// header last, fdatasynced, renamed into place and the directory synced:
-// a checkpoint is either wholly there or not at all.
+// seal; the secret; the dead-event orphan count; per log segment its
+// SegmentUse (less KeyBytes and StateBytes, which Load counts again from
+// the keys and the messages); per table chunk its live count; per queue
+// its declaration, stream state, active messages and dedup keys; then the
+// chunk files the table needs. The file is written under a temporary name,
+// the header last, fdatasynced, renamed into place and the directory
+// synced: a checkpoint is either wholly there or not at all.
 const (
 	checkpointName    = "checkpoint"
 	checkpointHeader  = 64
@@ -627,6 +628,13 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 		}
 		q.msgs[m.Seq] = m
 		q.attach(m, st)
+		// The checkpoint holds the bytes of the messages' publish
+		// records (SegmentUse.Bytes), not those of the events that
+		// restate their state: counted again from the state.
+		m.restate = restateSize(q.ID, m)
+		if u := x.segs[m.Pos.Segment()]; u != nil && m.Pos != 0 {
+			u.StateBytes += int64(m.restate)
+		}
 	}
 	for range d.count() {
 		k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}

@@ -83,12 +83,22 @@ var ErrNoSequence = errors.New("index: every message sequence is taken")
 var errNilIndex = fmt.Errorf("index: a method of a nil *index.Index was called (was the error of Load or Rebuild ignored?): %w", ErrClosed)
 
 // SegmentUse is what still needs one log segment: live messages (dead
-// letters included) whose publish record is there, their bytes, and dedup
-// keys remembered from publishes there.
+// letters included) whose publish record is there, their bytes, the bytes
+// of the events that restate their state, and dedup keys remembered from
+// publishes there.
 type SegmentUse struct {
 	Messages int
-	Bytes    int64
-	Keys     int
+	Bytes    int64 // of those messages' publish records, frames included
+	// StateBytes is the length, frames included, of the events that
+	// restate those messages' state (StateEvent): a lease with its
+	// nonce, a nack with its retry instant, a dead letter with its
+	// reason, code and public cause. A copy forward writes each beside
+	// its publish, so with Bytes it is what copying the messages costs,
+	// and what they still need of the log. A dead letter's may be longer
+	// than its publish by a thousand times. A checkpoint does not hold
+	// it; Load counts it again from the messages.
+	StateBytes int64
+	Keys       int
 	// KeyBytes is the length of those keys together: with Keys, what
 	// copying them forward costs. A checkpoint does not hold it; Load
 	// counts it again from the keys.
@@ -132,12 +142,14 @@ func (x *Index) hold(seq uint64, pos wal.Position, size uint32) {
 	x.useMu.Unlock()
 }
 
-// release uncounts a message that is gone for good.
-func (x *Index) release(seq uint64, pos wal.Position, size uint32) {
+// release uncounts a message that is gone for good: its publish record of
+// size bytes, and the restate bytes of the event that restated its state.
+func (x *Index) release(seq uint64, pos wal.Position, size, restate uint32) {
 	x.useMu.Lock()
 	u := x.segUse(pos.Segment())
 	u.Messages--
 	u.Bytes -= int64(size)
+	u.StateBytes -= int64(restate)
 	x.dropIfUnused(pos.Segment(), u)
 	if x.chunks[ChunkOf(seq)]--; x.chunks[ChunkOf(seq)] <= 0 {
 		delete(x.chunks, ChunkOf(seq))
@@ -146,17 +158,28 @@ func (x *Index) release(seq uint64, pos wal.Position, size uint32) {
 }
 
 // move counts a message whose record was copied from one position to
-// another.
-func (x *Index) move(seq uint64, from, to wal.Position, fromSize, toSize uint32) {
+// another, with the restate bytes of the event that restates its state
+// (which a copy writes beside the publish).
+func (x *Index) move(seq uint64, from, to wal.Position, fromSize, toSize, restate uint32) {
 	x.useMu.Lock()
 	u := x.segUse(from.Segment())
 	u.Messages--
 	u.Bytes -= int64(fromSize)
+	u.StateBytes -= int64(restate)
 	x.dropIfUnused(from.Segment(), u)
 	v := x.segUse(to.Segment())
 	v.Messages++
 	v.Bytes += int64(toSize)
+	v.StateBytes += int64(restate)
 	v.cover(seq)
+	x.useMu.Unlock()
+}
+
+// restate counts, for a message whose publish record is at pos, the event
+// restating its new state (to bytes) in place of its old one (from).
+func (x *Index) restate(pos wal.Position, from, to uint32) {
+	x.useMu.Lock()
+	x.segUse(pos.Segment()).StateBytes += int64(to) - int64(from)
 	x.useMu.Unlock()
 }
 

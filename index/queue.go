@@ -65,10 +65,15 @@ type Message struct {
 	// Size is the length of the publish record's frame, for the count of
 	// live bytes.
 	Size uint32
+	// restate is the length of the frame of the event that restates the
+	// message's state (StateEvent; 0 for none), as its publish's segment
+	// counts it (SegmentUse.StateBytes) while Pos is not 0: an ack
+	// uncounts, and a copy moves, what was counted.
+	restate uint32
 
-	stream  bool // the publish joined the stream (decided when applied)
+	heapIdx int // (before heap and stream, which fit in its padding)
 	heap    heapID
-	heapIdx int
+	stream  bool // the publish joined the stream (decided when applied)
 }
 
 // Queue is the projected state of one queue. It is not safe for concurrent
@@ -181,28 +186,93 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = e.Deliveries, e.Time, e.Nonce
 		q.attach(m, Leased)
+		q.restated(m)
 	case KindNack:
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = e.Deliveries, e.Time, 0
 		q.attach(m, Ready)
+		q.restated(m)
 	case KindDeadLetter:
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = e.Deliveries, 0, 0
 		m.FailedAt, m.Code, m.Reason, m.Cause = e.Time, e.Code, e.Reason, e.Cause
 		q.attach(m, Dead)
+		q.restated(m)
 	case KindReplay:
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = 0, AtOnce, 0
 		m.FailedAt, m.Code, m.Reason, m.Cause = 0, 0, "", ""
 		q.attach(m, Ready)
+		q.restated(m)
 	case KindAck, KindDelete:
 		q.detach(m)
 		delete(q.msgs, m.Seq)
 		if m.Pos != 0 {
-			q.x.release(m.Seq, m.Pos, m.Size)
+			q.x.release(m.Seq, m.Pos, m.Size, m.restate)
 		}
 	}
 	return true, nil
+}
+
+// restated counts again, after m's state changed, the event that restates
+// it in a copy forward: its publish's segment counts it (StateBytes) once
+// the publish is in the log.
+func (q *Queue) restated(m *Message) {
+	n := restateSize(q.ID, m)
+	if m.Pos != 0 && n != m.restate {
+		q.x.restate(m.Pos, m.restate, n)
+	}
+	m.restate = n
+}
+
+// StateEvent returns the event that gives message m of queue queue its
+// present state once a replay has applied its publish record alone, and
+// false when the publish gives that state (Ready at once, never
+// delivered) or m is Pending or nil: a lease with its deliveries, expiry
+// and nonce (so that its receipt stays valid), a nack with its deliveries
+// and retry instant, a dead letter with its deliveries, instant, code,
+// reason and public cause. A copy forward writes it after the publish, in
+// one group; its length is what the message's segment counts beside the
+// publish (SegmentUse.StateBytes).
+func StateEvent(queue uint32, m *Message) (Event, bool) {
+	if m == nil {
+		return Event{}, false
+	}
+	e := Event{Queue: queue, Seq: m.Seq, Deliveries: m.Deliveries}
+	switch m.State {
+	case Leased:
+		e.Kind, e.Time, e.Nonce = KindLease, m.At, m.Nonce
+	case Dead:
+		e.Kind, e.Time, e.Code, e.Reason, e.Cause = KindDeadLetter, m.FailedAt, m.Code, m.Reason, m.Cause
+	case Ready:
+		if m.At == AtOnce && m.Deliveries == 0 {
+			return Event{}, false
+		}
+		e.Kind, e.Time = KindNack, m.At
+	default:
+		return Event{}, false
+	}
+	return e, true
+}
+
+// restateSize is the length of the record of m's StateEvent, frame
+// included, or 0 when it has none. It is computed, not encoded: Apply
+// calls it at every lease and nack.
+func restateSize(queue uint32, m *Message) uint32 {
+	e, ok := StateEvent(queue, m)
+	if !ok {
+		return 0
+	}
+	n := 1 + uvarintLen(uint64(e.Queue)) + uvarintLen(e.Seq) + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time)
+	switch e.Kind {
+	case KindLease:
+		n += 8 // the nonce
+	case KindDeadLetter:
+		n += uvarintLen(uint64(e.Code)) +
+			uvarintLen(uint64(len(e.Reason))) + len(e.Reason) +
+			uvarintLen(uint64(len(e.Cause))) + len(e.Cause)
+	}
+	return uint32(segment.Size(n))
 }
 
 // check refuses an event Apply does not handle. Every kind check passes is
@@ -236,13 +306,13 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 	q.observeClock(e.Time)
 	if pos != 0 {
 		if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
-			q.x.move(m.Seq, m.Pos, pos, m.Size, size)
+			q.x.move(m.Seq, m.Pos, pos, m.Size, size, m.restate)
 			m.Pos, m.Size = pos, size
 			q.moveKey(e.Key, e.Seq, pos)
 			return true
 		}
 		if ent, ok := q.freshEntry(e.Seq); ok {
-			q.x.move(ent.Seq, ent.Pos, pos, ent.Size, size)
+			q.x.move(ent.Seq, ent.Pos, pos, ent.Size, size, 0) // restated by nothing
 			ent.Pos, ent.Size = pos, size
 			q.x.Table.Put(ent)
 			q.moveKey(e.Key, e.Seq, pos)
@@ -258,6 +328,15 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 	}
 	m.EnqueuedAt, m.Key, m.Size = e.Time, e.Key, size
 	m.Deliveries, m.At, m.Nonce = 0, AtOnce, 0
+	if m.restate != 0 {
+		// A live message's publish applied again at position 0,
+		// which makes it Pending: no event restates that state, and
+		// commit counts none.
+		if m.Pos != 0 {
+			q.x.restate(m.Pos, m.restate, 0)
+		}
+		m.restate = 0
+	}
 	// A message joins the stream if it keeps the stream in order: a later
 	// sequence and no earlier EnqueuedAt than the stream's last.
 	m.stream = e.Seq > q.streamMax && e.Time >= q.streamEnq
@@ -304,6 +383,7 @@ func varintLen(v int64) int {
 // publish joined it and the cursor has not passed it, active otherwise.
 func (q *Queue) commit(m *Message, pos wal.Position) {
 	m.Pos = pos
+	// Its state is a publish's (m.restate is 0): only its record counts.
 	q.x.hold(m.Seq, pos, m.Size)
 	if m.Key != "" {
 		q.moveKey(m.Key, m.Seq, pos)

@@ -389,7 +389,8 @@ func TestAPendingMessageThatGoesAwayWasNeverCounted(t *testing.T) {
 
 // TestACopiedRecordIsCountedAtItsOwnLength: a message copied forward may
 // get a shorter record (its key dropped once forgotten): its new segment
-// counts the copy's length, and its ack uncounts exactly that, whether the
+// counts the copy's length (and, for the active one, the lease a copy
+// restates it with), and its ack uncounts exactly that, whether the
 // message waited in the stream or was active. (The keys, which this test
 // does not evict, still pin the first segment.)
 func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
@@ -402,7 +403,8 @@ func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
 	}
 	require.NoError(t, x.Apply(wal.MakePosition(1, 64), keyed(1, 10)))
 	require.NoError(t, x.Apply(wal.MakePosition(1, 256), keyed(2, 20)))
-	require.NoError(t, x.Apply(wal.MakePosition(1, 512), &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 90}))
+	lease := &Event{Kind: KindLease, Queue: 1, Seq: 2, Deliveries: 1, Time: 90}
+	require.NoError(t, x.Apply(wal.MakePosition(1, 512), lease))
 	require.Nil(t, q.Get(1), "1 waits in the stream")
 	require.NotNil(t, q.Get(2), "2 is active")
 	var want int64
@@ -412,7 +414,7 @@ func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
 		require.NoError(t, x.Apply(wal.MakePosition(2, 64+256*i), copied))
 		want += int64(publishSize(copied))
 	}
-	require.Equal(t, SegmentUse{Messages: 2, Bytes: want, MinSeq: 1, MaxSeq: 2}, x.SegmentUses()[2])
+	require.Equal(t, SegmentUse{Messages: 2, Bytes: want, StateBytes: int64(segment.Size(len(lease.Append(nil)))), MinSeq: 1, MaxSeq: 2}, x.SegmentUses()[2])
 	_, size := x.LargestLive()
 	require.Equal(t, publishSize(&Event{Kind: KindPublish, Queue: 1, Seq: 2, Time: 20, Payload: []byte("payload")}), size)
 	require.NoError(t, x.Apply(wal.MakePosition(2, 700), &Event{Kind: KindAck, Queue: 1, Seq: 2}))
@@ -421,6 +423,7 @@ func TestACopiedRecordIsCountedAtItsOwnLength(t *testing.T) {
 	for seg, u := range x.SegmentUses() {
 		require.Zero(t, u.Messages, "segment %d", seg)
 		require.Zero(t, u.Bytes, "segment %d: the acks uncounted other lengths than were counted", seg)
+		require.Zero(t, u.StateBytes, "segment %d", seg)
 	}
 }
 

@@ -53,6 +53,7 @@ type maintenance struct {
 	// restoredPreamble counts the preamble records restorePreamble wrote
 	// (the log counts those of its rotations, as it writes them).
 	restoredPreamble atomic.Int64
+	secretRecords    atomic.Int64 // the store's secret, written by Open (see Open)
 	reserveRecords   atomic.Int64 // sequence reservations (seqReservation)
 	rotated          atomic.Bool  // a rotation since the last round
 }
@@ -378,11 +379,14 @@ func keyCopyBytes(u index.SegmentUse) int64 {
 }
 
 // keyCopyOverhead is what a key's copy takes beside the key itself: the
-// publish and the ack with every field at its longest encoding.
+// publish and the ack with every field at its longest encoding, the key's
+// length prefix included (measured with the longest key, whose prefix
+// takes two bytes).
 var keyCopyOverhead = func() int64 {
-	publish := index.Event{Kind: index.KindPublish, Queue: math.MaxInt32, Seq: math.MaxUint64, Time: math.MinInt64}
+	key := string(make([]byte, maxKeyBytes))
+	publish := index.Event{Kind: index.KindPublish, Queue: math.MaxInt32, Seq: math.MaxUint64, Time: math.MinInt64, Key: key}
 	ack := index.Event{Kind: index.KindAck, Queue: math.MaxInt32, Seq: math.MaxUint64}
-	return int64(segment.Size(len(publish.Append(nil))) + segment.Size(len(ack.Append(nil))))
+	return int64(segment.Size(len(publish.Append(nil))) + segment.Size(len(ack.Append(nil))) - maxKeyBytes)
 }()
 
 // removeBelow removes the log's segments before seg.

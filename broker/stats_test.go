@@ -482,3 +482,18 @@ func TestStoreStatsRacingCloseNeverReadTheClosedTable(t *testing.T) {
 		}
 	}
 }
+
+// Records less OwnRecords is what the callers' calls appended (walbench
+// reads it so): the secret a new store's Open writes is the store's own
+// record, and a store no caller has touched reports none of the callers'.
+func TestANewStoreCountsItsSecretAsItsOwnRecord(t *testing.T) {
+	for _, mode := range []broker.SyncMode{broker.SyncAll, broker.SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.Sync = mode })
+			st := e.s.Stats()
+			require.Positive(t, st.Records, "Open of a new directory appended the store's secret")
+			require.Equal(t, st.Records, st.OwnRecords,
+				"no call was made: every record of the new store is one it wrote for itself (%+v)", st)
+		})
+	}
+}

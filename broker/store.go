@@ -233,6 +233,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.closeFiles()
 			return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 		}
+		s.maint.secretRecords.Add(1)
 		s.idx.Secret = secret
 	}
 	if s.keys, err = newReceiptKeys(s.idx.Secret); err != nil {
@@ -780,7 +781,10 @@ func (s *Store) Queues() []string {
 // outside the log that Segments and DiskBytes do not count: the next
 // segment, prepared ahead of need, and up to two retired segments kept
 // for reuse, each of Options.SegmentBytes when complete. Plan for
-// DiskBytes + IndexBytes + 3 × SegmentBytes.
+// DiskBytes + IndexBytes + 3 × SegmentBytes. Two kinds of file, made
+// only on failure paths, can take more: segments whose removal failed
+// (they stay, out of the log, until a later removal takes them) and the
+// copies of damaged files a salvage keeps aside.
 //
 // LiveBytes counts, for each live message, its publish record and the
 // event that gives it its state when a publish alone would not (a lease
@@ -795,10 +799,10 @@ type StoreStats struct {
 	LastCheckpoint       string  // the log position ("segment:offset") the last checkpoint reflects; "" if none
 	Checkpoints          int64   // written since open
 	BytesReclaimed       int64   // of segment files removed since open
-	CopiedForward        int64   // live records copied to the head since open, so old segments could go
-	Commits              int64   // fdatasyncs since open
+	CopiedForward        int64   // records a copy forward appended since open, so old segments could go: each message's publish and the event restating its state, and each dedup key's publish and ack
+	Commits              int64   // fdatasyncs of the log's segment files since open (not the index's, nor directory syncs)
 	Records              int64   // events appended since open, OwnRecords included
-	OwnRecords           int64   // of Records, those the store wrote for itself: segment preambles, copies forward and (SyncNone) sequence reservations
+	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 	// MaintenanceStopped is why checkpoints, and with them the removal of
@@ -846,7 +850,7 @@ func (s *Store) statsNow() StoreStats {
 		Checkpoints:         s.maint.checkpoints.Load(),
 		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
-		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.reserveRecords.Load(),
+		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load(),
 		Commits:             w.Syncs,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,

@@ -48,8 +48,9 @@ type MemoryOptions struct {
 //
 // A Memory is safe for concurrent use: one mutex guards its state, and no
 // call blocks on anything but that mutex and the caller's own code it runs
-// (the clock, MemoryOptions.Now, under the mutex; the Logger's handler,
-// for a Nack or Reject of an unclassified cause, after it). It retains a copy of the payload
+// (the clock, MemoryOptions.Now, under the mutex; the methods of a cause
+// given to Nack or Reject, before it; the Logger's handler, for an
+// unclassified cause, after it). It retains a copy of the payload
 // of every message until the message is acknowledged or its dead letter
 // deleted, and each dedup key until the first keyed publish after it
 // left the window (keys are dropped there, not by a clock); Publish copies

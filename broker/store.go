@@ -790,7 +790,8 @@ func (s *Store) Queues() []string {
 // event that gives it its state when a publish alone would not (a lease
 // with its nonce, a nack, a dead letter with its reason, code and public
 // cause), frames included, at the length a copy forward writes them: a
-// dead letter's event may be a thousand times its publish.
+// dead letter's event may be over a thousand bytes longer than its
+// publish.
 type StoreStats struct {
 	Segments             int     // log segment files
 	DiskBytes            int64   // their total size
@@ -800,7 +801,7 @@ type StoreStats struct {
 	Checkpoints          int64   // written since open
 	BytesReclaimed       int64   // of segment files removed since open
 	CopiedForward        int64   // records a copy forward appended since open, so old segments could go: each message's publish and the event restating its state, and each dedup key's publish and ack
-	Commits              int64   // fdatasyncs of the log's segment files since open (not the index's, nor directory syncs)
+	Commits              int64   // commits since open: fdatasyncs of the active segment that made appended records durable (not those of segments prepared ahead, the index's, or directory syncs)
 	Records              int64   // events appended since open, OwnRecords included
 	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits

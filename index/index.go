@@ -94,8 +94,9 @@ type SegmentUse struct {
 	// nonce, a nack with its retry instant, a dead letter with its
 	// reason, code and public cause. A copy forward writes each beside
 	// its publish, so with Bytes it is what copying the messages costs,
-	// and what they still need of the log. A dead letter's may be longer
-	// than its publish by a thousand times. A checkpoint does not hold
+	// and what they still need of the log. A dead letter's may be over a
+	// thousand bytes longer than its publish (its reason and public cause
+	// are bounded by the broker). A checkpoint does not hold
 	// it; Load counts it again from the messages.
 	StateBytes int64
 	Keys       int

@@ -481,10 +481,20 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 				dirty = append(dirty, c)
 			}
 		}
-		dirDirty := t.dirDirty
+		dirDirty, closed := t.dirDirty, t.closed
 		t.mu.RUnlock()
+		if closed {
+			// Close took the chunks written above: none can be synced.
+			return created, fmt.Errorf("index: flush: %w", ErrClosed)
+		}
 		for _, c := range dirty {
 			if err := c.f.Sync(); err != nil {
+				t.mu.RLock()
+				closed := t.closed
+				t.mu.RUnlock()
+				if closed {
+					err = ErrClosed // Close closed the file under the sync
+				}
 				return created, fmt.Errorf("index: sync %s: %w", c.f.Name(), err)
 			}
 		}

@@ -50,3 +50,43 @@ func TestAFlushThatMeetsCloseWhileMakingAChunkKeepsNothingAndFails(t *testing.T)
 		opens, closes, tbl.Chunks(), r.created, r.err)
 	require.ErrorIs(t, r.err, ErrClosed, "a Flush into a table closed under it reported success")
 }
+
+// And a Flush with sync that meets Close after its write, before its
+// fdatasync, fails with ErrClosed: Close took the chunk it wrote, and the
+// entries were never made durable. The FaultFS observer holds the Flush
+// right after its write, lets Close run, then lets the Flush go on.
+func TestAFlushWithSyncThatMeetsCloseAfterItsWriteFails(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	tbl, err := OpenTable(ffs, t.TempDir(), nil)
+	require.NoError(t, err)
+
+	reached, resume := make(chan struct{}), make(chan struct{})
+	held := false
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpWrite && strings.Contains(e.Name, chunkPrefix) && !held {
+			held = true
+			close(reached)
+			<-resume
+		}
+	})
+	tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
+	tbl.Detach()
+	type result struct {
+		created []uint64
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		created, err := tbl.Flush(true)
+		done <- result{created, err}
+	}()
+	<-reached // the Flush wrote chunk 0, and has not synced it
+	require.NoError(t, tbl.Close())
+	close(resume)
+	r := <-done
+
+	syncs := ffs.Count(vfs.OpSync)
+	require.ErrorIs(t, r.err, ErrClosed,
+		"Flush(true) returned %v (created %v) after Close, having fdatasynced %d chunk files: success reported for entries never made durable",
+		r.err, r.created, syncs)
+}

@@ -74,7 +74,8 @@ type WriteBacker interface {
 
 // Allocator is implemented by files that can reserve space without
 // writing it: fallocate(2). Allocate makes the file at least off+n bytes
-// long, with [off, off+n) allocated and reading as zeros. On ext4 and xfs
+// long, with [off, off+n) allocated: bytes already written there are
+// kept, and the space it adds reads as zeros. On ext4 and xfs
 // those blocks are "unwritten extents": the first write to each makes the
 // next fdatasync commit the extent's conversion (a journal commit), which
 // writing zeros ahead avoids. It promises no durability until the next

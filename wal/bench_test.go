@@ -13,8 +13,8 @@ import (
 // appenders (appenders=N) of 1 KiB records (size=N), on a log that only
 // grows (segments=new: every rotation takes a segment written full of
 // zeros in the background) and on one whose old segments are retired as
-// it goes (segments=reused: a goroutine removes all but the last two
-// segments every 2 ms, as a reader that keeps up would, and the log is
+// it goes (segments=reused: a goroutine removes every segment but the
+// active one every 2 ms, as a reader that keeps up would, and the log is
 // filled untimed until its rotations reuse the retired files). b.N is the
 // total number of appends, shared by the appenders. Beside ns/op it
 // reports records/s and records/commit (records per fdatasync, the

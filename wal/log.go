@@ -155,7 +155,7 @@ type Stats struct {
 	MaxRecordsPerSync int64 // most records covered by one fdatasync
 	BytesWritten      int64
 	Rotations         int64
-	RecycledSegments  int64 // rotations to a retired file reused (the others took one written full of zeros)
+	RecycledSegments  int64 // rotations to a retired file reused (the others took a new one: written full of zeros, or its rest allocated when rushed)
 	ZeroFillsDropped  int64 // zero-fills of new files given up for a retired file that arrived meanwhile
 	ZeroFillsRushed   int64 // zero-fills the writer caught up with: the rest of the file allocated (fallocate), not written, where the file system can
 	BytesRemoved      int64 // of segment files RemoveBelow removed, or kept aside to reuse, since open

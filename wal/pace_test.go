@@ -224,7 +224,7 @@ func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
 	// Ready: no rush is left behind.
 	p.asked = 4
 	p.ready <- prepared{seq: 4}
-	require.Equal(t, uint32(4), p.take().seq)
+	require.Equal(t, uint32(4), p.take(nil).seq)
 	require.Empty(t, p.rush)
 
 	// Not ready: the preparer hears which segment the writer waits for.
@@ -236,7 +236,7 @@ func TestTakeRushesOnlyAFileNotReady(t *testing.T) {
 		p.rush <- 4
 		p.asked = 5
 		got := make(chan uint32, 1)
-		go func() { got <- p.take().seq }()
+		go func() { got <- p.take(nil).seq }()
 		synctest.Wait()
 		require.Len(t, p.rush, 1)
 		require.Equal(t, uint32(5), <-p.rush)
@@ -422,7 +422,7 @@ func TestPreparerAllocatesTheRestWhenTheWriterWaits(t *testing.T) {
 
 	// The active segment did not grow, so the zeros are held at the lead;
 	// the writer reached its end all the same (a large record, say).
-	got := p.take()
+	got := p.take(active)
 	require.NoError(t, got.err)
 	defer got.file.Close()
 	require.Equal(t, uint32(2), got.file.Seq())

@@ -13,8 +13,8 @@ import (
 
 // preparer makes the next segment file ready while the writer fills the
 // current one, so that rotation costs a rename and a directory sync, and so
-// that no fdatasync of a segment ever has to commit a change of its size or
-// extents. It reuses a retired segment file when the log has one (no bytes
+// that no fdatasync of a segment has to commit a change of its size or
+// extents (but in a rushed file's allocated rest; below). It reuses a retired segment file when the log has one (no bytes
 // to write at all), and otherwise writes a new file full of zeros.
 //
 // The preparer goroutine owns the files it makes until the writer receives
@@ -36,6 +36,12 @@ type preparer struct {
 
 	asked uint32        // the segment last requested; the writer's alone
 	idle  time.Duration // the pacers' idle window (paceIdle); set before the first request
+	// failed is set by the writer when the segment it took could not be
+	// put in place: nothing is asked for then, and the next rotation asks
+	// again and waits for that attempt. Asked at once, the preparer met
+	// the same failure (a disk still full) and the rotation after space
+	// was freed took that stale result. The writer's alone.
+	failed bool
 }
 
 type prepRequest struct {
@@ -135,8 +141,13 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 // take returns the prepared file, waiting for it if it is not ready: then
 // the writer is waiting, and the preparer stops pacing. Only the writer
 // sends on rush, so after taking out a rush the preparer never read (it
-// finished first), the send cannot block.
-func (p *preparer) take() prepared {
+// finished first), the send cannot block. After a failure (failed), it
+// asks for the segment again first, and waits for that attempt.
+func (p *preparer) take(active *seg) prepared {
+	if p.failed {
+		p.failed = false
+		p.request(p.asked, active)
+	}
 	select {
 	case r := <-p.ready:
 		return r

@@ -519,9 +519,9 @@ func (l *Log) rotate() error {
 			return fmt.Errorf("wal: rotate: %w: the preamble encodes to %d bytes, Options.PreambleBytes is %d", ErrTooLarge, size, l.opts.PreambleBytes)
 		}
 	}
-	p := l.prep.take()
+	p := l.prep.take(w.active)
 	if p.err != nil {
-		l.prep.request(p.seq, w.active) // try again at the next rotation
+		l.prep.failed = true // try again at the next rotation
 		return p.err
 	}
 	next := &seg{file: p.file, seq: p.seq}
@@ -529,7 +529,7 @@ func (l *Log) rotate() error {
 	if err := next.file.Rename(l.opts.FS, l.segPath(next.seq)); err != nil {
 		_ = next.file.Close()
 		_ = l.opts.FS.Remove(next.file.Path())
-		l.prep.request(p.seq, w.active)
+		l.prep.failed = true
 		return fmt.Errorf("wal: rotate: %w", err)
 	}
 	// The directory must be durable before a record in the new segment is

@@ -29,7 +29,11 @@ const (
 // holds the state of every queue as of one instant during the call — each
 // message with its delivery count, lease and receipt, each dead letter,
 // each dedup key, each policy — and Open opens it like a store closed at
-// that instant (a new lock, its own background work from then on).
+// that instant (a new lock, its own background work from then on). The
+// copy keeps the store's secret, so receipts issued by the original, before
+// or after the backup, verify on it (a receipt naming no lease the copy
+// holds is LeaseExpired), which lets consumers of a restored store settle
+// the leases it still holds.
 //
 // dir must not exist (its parents are made as needed; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an
@@ -92,7 +96,15 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	if err := s.checkBackupDir(dir); err != nil {
 		return fail(err), nil
 	}
-	tmp := filepath.Clean(dir) + partialSuffix
+	// From here on, the place dir names, as the kernel resolves it: the
+	// partial copy, the rename, the sync of its parent and the mark must
+	// all be where the check looked (a ".." after a link in dir climbs out
+	// of the link's target, which cleaning dir's text would not).
+	dir, err = vfs.Resolve(dir)
+	if err != nil {
+		return fail(err), nil
+	}
+	tmp := dir + partialSuffix
 	if err := startPartial(fs, tmp); err != nil {
 		return fail(err), nil
 	}

@@ -55,3 +55,26 @@ func TestABackupNeverRemovesThroughALinkInAPlantedPartialCopy(t *testing.T) {
 	// A Backup elsewhere goes on.
 	require.NoError(t, e.s.Backup(ctx(t), filepath.Join(shared, "ok")))
 }
+
+// A dir whose path goes through a symbolic link and then ".." names, for
+// the kernel, a place beside the link's target: here inside the store.
+// Backup refuses it as inside the store, and does every step (the partial
+// copy, the rename, the sync of the parent, the mark) at the place the
+// kernel names. Before, its check looked at the path's cleaned text, the
+// rename went through the link, and Backup wrote into the store and
+// reported success.
+func TestBackupThroughALinkAndDotDotIntoTheStoreIsRefused(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", policy()), "one")
+	root := t.TempDir()
+	// link -> <store>/index, so link/.. is the store's directory.
+	link := filepath.Join(root, "link")
+	require.NoError(t, os.Symlink(filepath.Join(e.dir, "index"), link))
+	dir := link + string(filepath.Separator) + ".." + string(filepath.Separator) + "bk"
+
+	err := e.s.Backup(ctx(t), dir)
+	_, statErr := os.Stat(filepath.Join(e.dir, "bk"))
+	require.ErrorIs(t, statErr, os.ErrNotExist,
+		"Backup (err %v) wrote its copy inside the store's own directory %s, which it promises to refuse", err, e.dir)
+	require.Error(t, err, "a dir inside the store is refused")
+}

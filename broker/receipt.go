@@ -19,7 +19,10 @@ import (
 // nonce, sealed with a MAC keyed by the store's secret (kept in the log). A
 // receipt that does not verify — garbled, forged, or from another store —
 // is UnknownReceipt; one that verifies but names a lease that is no longer
-// live is LeaseExpired.
+// live is LeaseExpired. A store opened from a Backup (or a copy of a
+// stopped store's directory) has the original's secret, so the two take
+// each other's receipts as their own: one naming a lease the copy holds
+// acts on it, and any other is LeaseExpired, not UnknownReceipt.
 //
 //	byte 0      version (2; 1 is still accepted)
 //	bytes 1-4   queue number, little-endian

@@ -31,3 +31,28 @@ func TestDefaultLockIsExclusiveWithinTheProcess(t *testing.T) {
 	require.NoError(t, err, "closing releases the lock")
 	require.NoError(t, second.Close())
 }
+
+// A ".." after a link climbs out of the link's target, as the kernel takes
+// it, not out of the directory that holds the link: two names of one place
+// resolve alike.
+func TestResolveFollowsALinkBeforeDotDot(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "elsewhere", "sub"), 0o700))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "a"), 0o700))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "elsewhere", "x"), 0o700))
+	link := filepath.Join(root, "a", "link")
+	require.NoError(t, os.Symlink(filepath.Join(root, "elsewhere", "sub"), link))
+	viaLink := link + string(filepath.Separator) + ".." + string(filepath.Separator) + "x"
+
+	fi1, err := os.Stat(viaLink)
+	require.NoError(t, err)
+	fi2, err := os.Stat(filepath.Join(root, "elsewhere", "x"))
+	require.NoError(t, err)
+	require.True(t, os.SameFile(fi1, fi2), "the kernel takes both names to one place")
+
+	got, err := Resolve(viaLink)
+	require.NoError(t, err)
+	want, err := Resolve(filepath.Join(root, "elsewhere", "x"))
+	require.NoError(t, err)
+	require.Equal(t, want, got, "two names of one place resolve alike")
+}

@@ -6,6 +6,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -14,54 +15,80 @@ import (
 // where the place does not exist yet: the names past the longest existing
 // prefix are kept as they are, and a symbolic link to a place that does not
 // exist resolves as that place (where a file created through the link
-// would be). The empty path names no place and is refused.
+// would be). Names are taken in order, as the kernel takes them: a ".."
+// after a link climbs out of the link's target, not out of the directory
+// that holds the link. The empty path names no place and is refused.
 func Resolve(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("vfs: resolve: empty path")
 	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	return resolve(abs, 0)
-}
-
-// maxDanglingLinks bounds the chain of symbolic links to missing places one
-// Resolve follows (a cycle of existing ones is EvalSymlinks's to refuse).
-const maxDanglingLinks = 255
-
-// resolve is Resolve of the absolute path abs, links dangling links in.
-func resolve(abs string, links int) (string, error) {
-	var rest []string
-	for p := abs; ; p = filepath.Dir(p) {
-		r, err := filepath.EvalSymlinks(p)
-		if err == nil {
-			return filepath.Join(append([]string{r}, rest...)...), nil
-		}
-		if !errors.Is(err, iofs.ErrNotExist) || filepath.Dir(p) == p {
+	if !filepath.IsAbs(path) {
+		// Joined as text, not cleaned: a ".." must meet what the names
+		// before it resolve to.
+		wd, err := os.Getwd()
+		if err != nil {
 			return "", err
 		}
-		// p is missing, or it is a symbolic link to something missing,
-		// whose place it names.
-		if target, lerr := os.Readlink(p); lerr == nil {
-			if links >= maxDanglingLinks {
-				return "", &os.PathError{Op: "resolve", Path: abs, Err: syscall.ELOOP}
-			}
-			if !filepath.IsAbs(target) {
-				dir, err := filepath.EvalSymlinks(filepath.Dir(p))
-				if err != nil {
-					return "", err
-				}
-				target = filepath.Join(dir, target)
-			}
-			r, err := resolve(target, links+1)
-			if err != nil {
-				return "", err
-			}
-			return filepath.Join(append([]string{r}, rest...)...), nil
-		}
-		rest = append([]string{filepath.Base(p)}, rest...)
+		path = wd + string(filepath.Separator) + path
 	}
+	return resolve(path)
+}
+
+// maxLinks bounds the symbolic links one Resolve follows, as the kernel
+// bounds them (a cycle is ELOOP).
+const maxLinks = 255
+
+// resolve is Resolve of the absolute path abs.
+func resolve(abs string) (string, error) {
+	sep := string(filepath.Separator)
+	names := strings.Split(abs, sep)
+	cur := sep   // what the names taken so far resolve to; it exists unless missing > 0
+	missing := 0 // names at the end of cur that do not exist
+	links := 0
+	for len(names) > 0 {
+		name := names[0]
+		names = names[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			// cur holds no link, so its parent is the place's parent;
+			// past a missing name, there is nothing to follow either.
+			cur = filepath.Dir(cur)
+			if missing > 0 {
+				missing--
+			}
+			continue
+		}
+		next := filepath.Join(cur, name)
+		if missing > 0 {
+			cur, missing = next, missing+1
+			continue
+		}
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, iofs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			cur, missing = next, 1
+			continue
+		case err != nil:
+			return "", err
+		case fi.Mode()&iofs.ModeSymlink == 0:
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", &os.PathError{Op: "resolve", Path: abs, Err: syscall.ELOOP}
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			cur = sep
+		}
+		names = append(strings.Split(target, sep), names...)
+	}
+	return cur, nil
 }
 
 // IsLink reports whether path is a symbolic link, without following it. A

@@ -576,3 +576,31 @@ func TestTheRotationAfterSpaceIsFreedTriesAgain(t *testing.T) {
 	acked = append(acked, entry{pos[0], rec})
 	requireEntries(t, acked, readAll(t, l))
 }
+
+// Stats.Records counts records appended: a write that fails appends
+// nothing (the log is poisoned, the call gets ErrPoisoned, Writes and
+// BytesWritten do not move), and Records does not move either. The
+// writer counts a batch's records, and a preamble's, once flush has
+// written them.
+func TestStatsRecordsDoNotCountAFailedWrite(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1 << 20})
+	appendRecords(t, l, 0, 3)
+	before := l.Stats()
+	require.Equal(t, int64(3), before.Records)
+
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: firstSegment, Times: 1})
+	_, err := l.Append(record(3), record(4))
+	require.ErrorIs(t, err, ErrPoisoned)
+	after := l.Stats()
+	require.Equal(t, before.Writes, after.Writes, "the failed write is not counted as a write")
+	require.Equal(t, before.BytesWritten, after.BytesWritten)
+	require.ErrorIs(t, l.Close(), ErrPoisoned)
+
+	l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+	defer l.Close()
+	require.Len(t, readAll(t, l), 3, "the log holds the three records appended")
+	require.Equal(t, before.Records, after.Records,
+		"Stats().Records counts the %d records of a write that failed and appended nothing", after.Records-before.Records)
+}

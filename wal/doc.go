@@ -65,7 +65,8 @@
 //
 // # Rotation
 //
-// When a batch does not fit in the active segment, the writer renames the
+// When a call does not fit in the rest of the active segment (the calls
+// of a batch before it stay there), the writer renames the
 // prepared next segment into place and fsyncs the directory, then writes a
 // seal frame to the active segment and fdatasyncs it, and only then writes
 // to the new one. So every segment but the last is sealed and durable, a

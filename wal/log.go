@@ -83,8 +83,8 @@ type seg struct {
 	file *segment.File
 	seq  uint32
 	// end is the offset just past the last record readers may see: the
-	// valid end of a sealed segment, or the end of the last released batch
-	// of the active one.
+	// valid end of a sealed segment, or the end of the last batch written
+	// to the active one (before its fdatasync: see Iterate).
 	end atomic.Int64
 
 	// readers counts the calls reading the mapping (see enter), below

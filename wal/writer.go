@@ -76,8 +76,12 @@ type writer struct {
 	syncedOff int // bytes of active covered by a completed fdatasync
 	unsynced  int64
 	buf       []byte
-	spare     []*request // the slice of the last batch, for the next one
-	closeErr  error
+	// The records encoded in buf, and of them the preamble's: counted in
+	// Stats once flush has written them, not before (a write that fails
+	// appends nothing).
+	bufRecords, bufPreamble int64
+	spare                   []*request // the slice of the last batch, for the next one
+	closeErr                error
 
 	// After an fdatasync: how many appends it released, how many requests
 	// were queued then, when, and how long to wait for them (see gather).
@@ -96,7 +100,9 @@ type writer struct {
 // Concurrent calls are committed together: the writer takes every call
 // waiting while the previous fdatasync ran, writes them with one write and
 // syncs them with one fdatasync (group commit), and gives each the same
-// result. Before it takes the next batch, it gives the callers the last
+// result (but for a rotation that fails part way: the calls before it
+// succeed, in the old segment; and calls that asked only for the write are
+// released once it is done, before the fdatasync). Before it takes the next batch, it gives the callers the last
 // fdatasync released a short time (as long as that fdatasync took, at
 // most) to come back, so that callers appending in a loop share one fdatasync
 // rather than two; it stops doing so for a while when they do not come.
@@ -392,6 +398,7 @@ func (l *Log) commit(b *batch) {
 	}
 	w := &l.w
 	w.buf = w.buf[:0]
+	w.bufRecords, w.bufPreamble = 0, 0
 	needSync := false
 	for i, r := range b.reqs {
 		if len(r.recs) > 0 && w.writeOff+len(w.buf)+r.size > w.active.capacity() {
@@ -418,8 +425,7 @@ func (l *Log) commit(b *batch) {
 			r.pos[j] = MakePosition(w.active.seq, off)
 			w.buf = segment.AppendFrame(w.buf, w.active.seq, salt, uint32(w.syncedOff), segment.KindRecord, segment.PlaceOf(j, n), rec)
 		}
-		w.unsynced += int64(n)
-		l.stats.records.Add(int64(n))
+		w.bufRecords += int64(n)
 		needSync = needSync || r.sync
 	}
 	if err := l.flush(); err != nil {
@@ -476,6 +482,10 @@ func (l *Log) flush() error {
 	w.writeOff += len(w.buf)
 	l.stats.writes.Add(1)
 	l.stats.bytesWritten.Add(int64(len(w.buf)))
+	l.stats.records.Add(w.bufRecords)
+	l.stats.preamble.Add(w.bufPreamble)
+	w.unsynced += w.bufRecords
+	w.bufRecords, w.bufPreamble = 0, 0
 	w.buf = w.buf[:0]
 	w.active.end.Store(int64(w.writeOff))
 	return nil
@@ -569,9 +579,8 @@ func (l *Log) rotate() error {
 	for _, rec := range pre {
 		w.buf = segment.AppendFrame(w.buf, next.seq, salt, uint32(w.syncedOff), segment.KindRecord, segment.Full, rec)
 	}
-	w.unsynced += int64(len(pre))
-	l.stats.records.Add(int64(len(pre)))
-	l.stats.preamble.Add(int64(len(pre)))
+	w.bufRecords += int64(len(pre))
+	w.bufPreamble += int64(len(pre))
 	return nil
 }
 

@@ -339,8 +339,10 @@ func (s *Store) badRecord(pos wal.Position, err error) error {
 // lossTracker names the live messages whose records salvage skipped: those
 // the checkpoint placed in a skipped span, and those an event past the
 // first skipped span names although the replay found no publish of them,
-// each with the number of the queue that held it. Without salvage it does
-// nothing.
+// each with the number of the queue that held it; but none that an
+// acknowledgement or a deletion the log kept ended: that message was
+// processed (or given up), and its producer has nothing to send again.
+// Without salvage it does nothing.
 type lossTracker struct {
 	salvaged []wal.Damage
 	lost     map[uint64]uint32 // sequence → queue number
@@ -349,14 +351,21 @@ type lossTracker struct {
 	// publish was there — unless the message is older than every one
 	// published before the damage (one whose segment was removed after
 	// it was acknowledged): maxBefore is the highest sequence known taken
-	// before damageAt.
+	// before damageAt, and bounded says that a record before damageAt
+	// told (without one, there is no telling: see lostMessages).
 	damageAt  wal.Position
 	maxBefore uint64
+	bounded   bool
 	orphans   map[uint64]uint32 // sequence → queue number
+	// ended holds the messages whose last event the replay met is an
+	// acknowledgement or a deletion: no event follows one in a log this
+	// code writes, so the message is not live, whatever salvage took of
+	// its publish.
+	ended map[uint64]struct{}
 }
 
 func newLossTracker(salvaged []wal.Damage) *lossTracker {
-	t := &lossTracker{salvaged: salvaged, lost: map[uint64]uint32{}, orphans: map[uint64]uint32{}}
+	t := &lossTracker{salvaged: salvaged, lost: map[uint64]uint32{}, orphans: map[uint64]uint32{}, ended: map[uint64]struct{}{}}
 	if len(salvaged) > 0 {
 		t.damageAt = wal.MakePosition(salvaged[0].Segment, salvaged[0].Offset)
 		for _, d := range salvaged[1:] {
@@ -393,27 +402,58 @@ func (t *lossTracker) watch(x *index.Index) {
 		return
 	}
 	x.OnOrphan = func(pos wal.Position, e *index.Event) {
-		if pos >= t.damageAt && e.Seq != 0 {
+		if e.Seq == 0 {
+			return
+		}
+		if e.Kind == index.KindAck || e.Kind == index.KindDelete {
+			return // see noted that it ended it
+		}
+		// An event after an end would make the message live again;
+		// none follows one in a log this code writes, but the last
+		// event is the one that tells.
+		delete(t.ended, e.Seq)
+		if pos >= t.damageAt {
 			t.orphans[e.Seq] = e.Queue
 		}
 	}
 }
 
-// see notes the sequences a record before the damage shows taken: every
-// sequence below a preamble's mark was taken before that segment began,
-// so an event about one is no sign of loss.
+// see notes, of each record the replay meets, the messages an
+// acknowledgement or a deletion ends, and, of a record before the damage,
+// the sequences it shows taken.
+//
+// A publish shows its own sequence taken. A mark shows less than its
+// number says: under SyncNone a mark reserves sequences ahead of those
+// handed out (reserveSeqs: the mark for a publish of sequence hi is
+// hi+seqReserve; the one Open makes, the next sequence plus seqReserve;
+// a preamble's carries the last of those), so only the sequences below
+// its number less seqReserve are known taken. Under the other modes a
+// mark (a preamble's only) is the next sequence exactly, and that bound
+// is lower than it could be: an event about a message of the sequences
+// between, removed with its segment, is no sign of loss, but it names one
+// only if the acknowledgement or deletion that ended that message was
+// lost too (see ended). Taking the mark's own number, every message lost
+// within the reservation after it went unnamed.
 func (t *lossTracker) see(pos wal.Position, rec []byte) {
-	if !t.salvaging() || pos >= t.damageAt || len(rec) == 0 {
+	if !t.salvaging() || len(rec) == 0 {
 		return
 	}
-	switch index.Kind(rec[0]) {
-	case index.KindPublish:
-		if e, err := index.Decode(rec); err == nil {
-			t.maxBefore = max(t.maxBefore, e.Seq)
+	switch k := index.Kind(rec[0]); {
+	case k == index.KindAck || k == index.KindDelete:
+		if e, err := index.Decode(rec); err == nil && e.Seq != 0 {
+			t.ended[e.Seq] = struct{}{}
 		}
-	case index.KindMark:
-		if e, err := index.Decode(rec); err == nil && e.Seq > 0 {
-			t.maxBefore = max(t.maxBefore, e.Seq-1)
+	case pos >= t.damageAt:
+	case k == index.KindPublish:
+		if e, err := index.Decode(rec); err == nil {
+			t.maxBefore, t.bounded = max(t.maxBefore, e.Seq), true
+		}
+	case k == index.KindMark:
+		if e, err := index.Decode(rec); err == nil {
+			if e.Seq > seqReserve {
+				t.maxBefore = max(t.maxBefore, e.Seq-seqReserve-1)
+			}
+			t.bounded = true
 		}
 	}
 }
@@ -427,14 +467,17 @@ func (t *lossTracker) lostMessages(x *index.Index) ([]string, map[string][]strin
 	// an event about a lost message from one about a message whose
 	// segment was removed: name none rather than guess.
 	for seq, q := range t.orphans {
-		if _, known := t.lost[seq]; !known && t.maxBefore > 0 && seq > t.maxBefore {
+		if _, known := t.lost[seq]; !known && t.bounded && seq > t.maxBefore {
 			t.lost[seq] = q
 		}
 	}
 	var ids []string
 	var byQueue map[string][]string
 	for seq, q := range t.lost {
-		if x.Holds(seq) {
+		if _, ended := t.ended[seq]; ended || x.Holds(seq) {
+			// Held: its publish (or a copy of it) survived. Ended: an
+			// acknowledgement or a deletion the log kept came after
+			// whatever the checkpoint or a later event knew of it.
 			continue
 		}
 		id := messageID(seq)

@@ -360,11 +360,17 @@ func (s *Store) indexDir() string { return filepath.Join(s.dir, "index") }
 
 // RecoveryReport is what Open found and did.
 type RecoveryReport struct {
-	// TornTail: the log ended in a write a crash cut short, which no
-	// fdatasync had covered; it was cut off. No call that waited for the
-	// device had it (under SyncAll, no call that returned); under
+	// TornTail: the log ended, past every point Open knew durable (the
+	// last checkpoint's position, and where a clean Close left the log),
+	// in bytes that do not read as records: a write a crash cut short,
+	// which no fdatasync had covered; it was cut off. No call that waited
+	// for the device had it (under SyncAll, no call that returned); under
 	// SyncPublish and SyncNone it may have held what SyncMode says a
-	// power loss can take.
+	// power loss can take. Damage before that point is never taken for a
+	// torn tail: Open refuses it (Corrupt), and Options.Salvage reports
+	// it in SalvagedSpans and LostMessages. (Damage on the device to the
+	// last records synced after that point reads as a torn tail too: no
+	// format can tell the two apart.)
 	TornTail bool
 	// SalvagedSpans is the number of damaged spans Options.Salvage skipped,
 	// and SalvageCopies where it copied the damaged files first. They
@@ -376,7 +382,9 @@ type RecoveryReport struct {
 	// as far as the checkpoint and the rest of the log tell: those still
 	// live by the last checkpoint, and those that later events name. A
 	// message published and never touched again after the last checkpoint
-	// leaves no other trace, and is not listed.
+	// leaves no other trace, and is not listed. Nor is one whose
+	// acknowledgement (or deletion as a dead letter) the log kept: it was
+	// processed, or given up, and is not to be sent again.
 	LostMessages []string
 	// LostByQueue is LostMessages by the name of the queue each message
 	// was in (each queue's IDs sorted; nil when none was lost): whose

@@ -20,13 +20,22 @@ type Recovery struct {
 	// the records in those it scanned (not those Options.Sealed vouched for).
 	Segments int
 	Records  int
-	// TornTail is set when the last segment ended in bytes that were never
-	// made durable (a crash during a write); they were zeroed. Its Length
-	// runs to the file's last non-zero byte: in a reused file, that may
-	// count bytes of the segment it held before, zeroed with the tail.
+	// TornTail is set when the last segment ended, past every point Open
+	// knew durable (a clean Close's end, Options.Verified), in bytes that
+	// do not read as frames: taken as a write a crash cut short, which no
+	// fdatasync had covered, they were zeroed. Bytes before such a point
+	// are never taken for a torn tail: Open refuses their damage, and
+	// Salvage reports it in Salvaged. (Damage on the device to records
+	// synced after the last such point reads as a torn tail too: no
+	// format tells them apart; see the segment package.) Its Length runs
+	// to the file's last non-zero byte: in a reused file, that may count
+	// bytes of the segment it held before, zeroed with the tail.
 	TornTail *Damage
 	// Salvaged lists the spans Options.Salvage skipped. Their records are
 	// lost; the damaged files were copied aside first (Damage.CopiedTo).
+	// They include, in the last segment, the bytes from the end of its
+	// valid frames to where the log was known durable, when damage or a
+	// cut file took records there.
 	Salvaged []Damage
 	// Unfinished is set when some of Salvaged were listed by an earlier
 	// Open with Salvage that did not finish (see Options.Salvage): a
@@ -57,8 +66,9 @@ func (d Damage) String() string {
 // that created it may have died before it did: see vfs.MkdirAllDurable),
 // and recovers it:
 //
-//   - a torn tail of the last segment (bytes never made durable) is zeroed
-//     and the log continues before it;
+//   - a torn tail of the last segment (bytes past where the log was known
+//     durable that do not read as frames, taken as never made durable)
+//     is zeroed and the log continues before it;
 //   - mid-log corruption is refused with a *CorruptionError naming the file
 //     and offset, unless Options.Salvage is set;
 //   - an empty segment left by an interrupted rotation is removed;
@@ -314,9 +324,48 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 			rest.Records += r.Records
 			r = rest
 		}
+		if l.opts.Salvage && seq == seqs[len(seqs)-1] && durable > r.End && r.Tail != segment.EndCorrupt && !r.Sealed {
+			// No frame follows the damage before the durable end (or
+			// the file ends before it): the bytes up to it held synced
+			// records, lost. They are a salvaged span, never a torn
+			// tail; what lies past the durable end is the segment's
+			// tail as ever.
+			r = salvageToDurable(f, seq, r, durable)
+		}
 		reports = append(reports, r)
 	}
 	return segs, reports, cleanLast, nil
+}
+
+// salvageToDurable reports, as a span salvage skips, the bytes of the last
+// segment from r.End, where its valid frames end, to durable, where the log
+// was known durable (a clean Close's end, or Options.Verified): they held
+// synced records, which are lost. The scan goes on from durable when the
+// file reaches it; a file cut before it (its size less than durable) is
+// rewritten at full size by the salvage, so that the padding over the span
+// fits, and appends go on after it.
+func salvageToDurable(f *segment.File, seq uint32, r segment.Report, durable int) segment.Report {
+	at, cause := r.DamageAt, r.Cause
+	if r.Tail == segment.EndClean || cause == nil {
+		at, cause = r.End, errors.New("no frame")
+	}
+	if durable > f.Size() {
+		at, cause = f.Size(), fmt.Errorf("the file has %d bytes", f.Size())
+	}
+	span := segment.Span{From: r.End, To: durable, At: at,
+		Cause: fmt.Errorf("the log was durable to offset %d, its frames end at %d: synced records are gone: %w", durable, r.End, cause)}
+	if durable > f.Size() {
+		r.Skipped = append(slices.Clone(r.Skipped), span)
+		r.End, r.Tail, r.DamageAt, r.Cause = durable, segment.EndClean, span.At, span.Cause
+		return r
+	}
+	rest, _ := segment.ScanFrom(f.Data(), seq, durable, true, func(segment.Frame) error { return nil })
+	rest.Skipped = slices.Concat(r.Skipped, []segment.Span{span}, rest.Skipped)
+	if rest.Cause == nil {
+		rest.DamageAt, rest.Cause = span.At, span.Cause
+	}
+	rest.Records += r.Records
+	return rest
 }
 
 // dropInterruptedRotation removes the new, empty segments a rotation that
@@ -328,7 +377,7 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 // corrupt (repair), not removed.
 func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
 	fs := l.opts.FS
-	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail == segment.EndClean && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
+	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail == segment.EndClean && len(reports[n-1].Skipped) == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
 		if err := s.close(); err != nil {
 			return nil, nil, err
@@ -597,9 +646,15 @@ func (l *Log) regrownSize(end int) int64 {
 // regrow replaces a last segment too short to take its seal (a file cut
 // short from outside the log) with a full-size copy of its intact prefix.
 func (l *Log) regrow(s *seg, end int) error {
+	return l.regrowTo(s, end, l.regrownSize(end))
+}
+
+// regrowTo replaces segment s by a file of size bytes that holds its first
+// end bytes.
+func (l *Log) regrowTo(s *seg, end int, size int64) error {
 	path := s.file.Path()
 	l.opts.Logger.Warn("wal: last segment is shorter than a segment; rewriting it at full size", "file", path, "size", s.file.Size())
-	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, s.file.Salt(), l.regrownSize(end), s.file.Data()[segment.HeaderSize:end])
+	f, err := writePrefix(l.opts.FS, path+tmpSuffix, s.seq, s.file.Salt(), size, s.file.Data()[segment.HeaderSize:end])
 	if err != nil {
 		return fmt.Errorf("wal: open: regrow %s: %w", path, err)
 	}
@@ -649,6 +704,14 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	if err := l.noteSalvage(lost...); err != nil {
 		return err
+	}
+	if last && len(r.Skipped) > 0 && r.Skipped[len(r.Skipped)-1].To+segment.Size(0) > s.file.Size() {
+		// The file was cut before the log's durable end
+		// (salvageToDurable): rewritten at a size that holds the padding
+		// over what was cut, and a seal after it.
+		if err := l.regrowTo(s, s.file.Size(), l.regrownSize(r.Skipped[len(r.Skipped)-1].To)); err != nil {
+			return fmt.Errorf("wal: salvage: %w", err)
+		}
 	}
 	for _, d := range lost[:len(r.Skipped)] {
 		pad := segment.AppendFrame(nil, s.seq, s.file.Salt(), 0, segment.KindPadding, segment.Full, make([]byte, d.Length-segment.Size(0)))

@@ -103,7 +103,7 @@ type Options struct {
 	// segment scanned; one naming a wrong end makes reads near it fail,
 	// never succeed wrongly: Iterate through the segment fails with a
 	// *CorruptionError, and Read or View of a record the end cuts off
-	// with ErrNotFound. Salvage ignores it.
+	// with ErrNotFound. Salvage ignores it: every segment is read.
 	Sealed map[uint32]int
 	// Verified, if set, is a position before which an earlier open of this
 	// log verified every record (a checkpoint's position). When it is in
@@ -113,7 +113,11 @@ type Options struct {
 	// frame, or inside it), Open scans the whole segment.
 	// It must also have been durable: valid frames that end before it are
 	// damage to synced records, refused with a *CorruptionError as damage
-	// before a clean Close's end is. Salvage ignores it.
+	// before a clean Close's end is. Salvage scans every segment whole,
+	// but still takes Verified (like a clean Close's end) as durable: the
+	// bytes from the end of the valid frames up to it are reported as a
+	// salvaged span (the file copied aside first, and rewritten at full
+	// size when it was cut before it), never zeroed as a torn tail.
 	Verified Position
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation

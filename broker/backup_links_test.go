@@ -1,6 +1,8 @@
 package broker_test
 
 import (
+	"errors"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,4 +79,29 @@ func TestBackupThroughALinkAndDotDotIntoTheStoreIsRefused(t *testing.T) {
 	require.ErrorIs(t, statErr, os.ErrNotExist,
 		"Backup (err %v) wrote its copy inside the store's own directory %s, which it promises to refuse", err, e.dir)
 	require.Error(t, err, "a dir inside the store is refused")
+}
+
+// A dir whose parent is a regular file does not exist, and cannot: the
+// kernel refuses the path (ENOTDIR). Backup says so, not that dir "already
+// exists", which would point the caller at the wrong name.
+func TestABackupUnderAFileIsRefusedAsUnresolvableNotExisting(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", policy()), "one")
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	sep := string(filepath.Separator)
+	for _, dir := range []string{
+		file + sep + "bk",
+		file + sep + ".." + sep + "bk",
+	} {
+		t.Run(dir[len(root):], func(t *testing.T) {
+			_, statErr := os.Lstat(dir)
+			require.False(t, errors.Is(statErr, iofs.ErrNotExist) || statErr == nil, "the kernel refuses the path: %v", statErr)
+			err := e.s.Backup(ctx(t), dir)
+			require.Error(t, err)
+			require.NotErrorIs(t, err, iofs.ErrExist,
+				"dir %s does not exist (a parent is a regular file), yet Backup says: %v", dir, err)
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,4 +56,23 @@ func TestResolveFollowsALinkBeforeDotDot(t *testing.T) {
 	want, err := Resolve(filepath.Join(root, "elsewhere", "x"))
 	require.NoError(t, err)
 	require.Equal(t, want, got, "two names of one place resolve alike")
+}
+
+// No name goes below a file that is not a directory, ".." included: the
+// kernel refuses such a path with ENOTDIR, and so does Resolve, where the
+// name past it would otherwise be taken for one that does not exist yet.
+func TestResolveRefusesANameBelowAFile(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	require.NoError(t, os.Symlink(file, filepath.Join(root, "link")))
+	for _, p := range []string{"file/x", "file/../x", "file/.", "link/x", "file/x/y"} {
+		_, err := Resolve(filepath.Join(root, "") + string(filepath.Separator) + p)
+		require.ErrorIs(t, err, syscall.ENOTDIR, "%s", p)
+	}
+	got, err := Resolve(file)
+	require.NoError(t, err, "the file itself resolves")
+	dir, err := Resolve(root)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "file"), got)
 }

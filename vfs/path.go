@@ -17,7 +17,9 @@ import (
 // exist resolves as that place (where a file created through the link
 // would be). Names are taken in order, as the kernel takes them: a ".."
 // after a link climbs out of the link's target, not out of the directory
-// that holds the link. The empty path names no place and is refused.
+// that holds the link; and a name below a file that is not a directory
+// ("file/x", "file/..") is refused with ENOTDIR. The empty path names no
+// place and is refused.
 func Resolve(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("vfs: resolve: empty path")
@@ -42,12 +44,18 @@ const maxLinks = 255
 func resolve(abs string) (string, error) {
 	sep := string(filepath.Separator)
 	names := strings.Split(abs, sep)
-	cur := sep   // what the names taken so far resolve to; it exists unless missing > 0
-	missing := 0 // names at the end of cur that do not exist
+	cur := sep    // what the names taken so far resolve to; it exists unless missing > 0
+	missing := 0  // names at the end of cur that do not exist
+	file := false // cur exists and is not a directory
 	links := 0
 	for len(names) > 0 {
 		name := names[0]
 		names = names[1:]
+		if file {
+			// No name goes below a file, ".." and "." included: the
+			// kernel refuses the path, and so does Resolve.
+			return "", &os.PathError{Op: "resolve", Path: abs, Err: syscall.ENOTDIR}
+		}
 		switch name {
 		case "", ".":
 			continue
@@ -67,13 +75,13 @@ func resolve(abs string) (string, error) {
 		}
 		fi, err := os.Lstat(next)
 		switch {
-		case errors.Is(err, iofs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		case errors.Is(err, iofs.ErrNotExist):
 			cur, missing = next, 1
 			continue
 		case err != nil:
 			return "", err
 		case fi.Mode()&iofs.ModeSymlink == 0:
-			cur = next
+			cur, file = next, !fi.IsDir()
 			continue
 		}
 		if links++; links > maxLinks {

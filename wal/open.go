@@ -157,8 +157,18 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: open %s: %w", l.dir, err)
 		}
 	}
+	scanned := len(segs)
 	if segs, reports, err = l.dropInterruptedRotation(segs, reports); err != nil {
 		return err
+	}
+	if n := len(segs); l.opts.Salvage && n > 0 && n < scanned {
+		// The segment a dropped rotation left last was scanned as one a
+		// later segment followed: what it lost before its durable end is
+		// reported as for the last one (scanSegments).
+		s, r := segs[n-1], reports[n-1]
+		if durable := l.durableIn(d, s.seq); durable > r.End && r.Tail != segment.EndCorrupt && !r.Sealed {
+			reports[n-1] = salvageToDurable(s.file, s.seq, r, durable)
+		}
 	}
 	if err := l.repair(segs, reports); err != nil {
 		return err
@@ -285,13 +295,7 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 			continue
 		}
 		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
-		durable := 0 // how far this segment was known durable
-		if hasClean && clean.Segment() == seq {
-			durable = clean.Offset()
-		}
-		if v := l.opts.Verified; v.Segment() == seq {
-			durable = max(durable, v.Offset())
-		}
+		durable := l.durableIn(d, seq)
 		if !l.opts.Salvage && durable > r.End && r.Tail != segment.EndCorrupt {
 			// The valid frames end before bytes known durable (a clean
 			// Close, or the caller's verified position, vouched for
@@ -335,6 +339,20 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 		reports = append(reports, r)
 	}
 	return segs, reports, cleanLast, nil
+}
+
+// durableIn is how far segment seq of d was known durable: to the clean
+// mark, or to Options.Verified, whichever is further; 0 when neither names
+// it.
+func (l *Log) durableIn(d listing, seq uint32) int {
+	durable := 0
+	if d.hasClean && d.clean.Segment() == seq {
+		durable = d.clean.Offset()
+	}
+	if v := l.opts.Verified; v.Segment() == seq {
+		durable = max(durable, v.Offset())
+	}
+	return durable
 }
 
 // salvageToDurable reports, as a span salvage skips, the bytes of the last

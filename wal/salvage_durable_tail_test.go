@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // Damage to the last record before a clean Close's end is refused as
@@ -120,5 +121,52 @@ func TestSalvageReportsTheRecordsLostBeforeTheDurableEnd(t *testing.T) {
 				require.Empty(t, l.Recovery().Salvaged)
 			})
 		}
+	}
+}
+
+// An empty segment a crash left after an interrupted rotation is removed,
+// and the segment before it becomes the last: what it lost before its
+// durable end (Options.Verified, here) is reported as salvaged, as for a
+// segment that was last from the start, never zeroed as a torn tail.
+func TestSalvageReportsLossBeforeVerifiedBehindAnInterruptedRotation(t *testing.T) {
+	for _, damage := range []string{"zeroed", "cut"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			es := appendRecords(t, l, 0, 5)
+			end := l.End()
+			require.NoError(t, l.Close())
+			require.NoError(t, os.Remove(filepath.Join(dir, cleanName)))
+			victim := es[len(es)-1].pos
+			require.Equal(t, end.Segment(), victim.Segment())
+			path := segFile(dir, victim.Segment())
+			switch damage {
+			case "zeroed":
+				data, err := os.ReadFile(path)
+				require.NoError(t, err)
+				clear(data[victim.Offset():end.Offset()])
+				require.NoError(t, os.WriteFile(path, data, 0o600))
+			case "cut":
+				require.NoError(t, os.Truncate(path, int64(victim.Offset())))
+			}
+			// The crash also left the next segment in place, empty (a
+			// rotation renamed it in before sealing this one).
+			next := end.Segment() + 1
+			f, err := segment.Create(vfs.Default, segFile(dir, next), next, 0, smallSeg)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+
+			// (Open without Salvage refuses this log, but removes the
+			// empty segment first: it is not tried here.)
+			opts := Options{SegmentBytes: smallSeg, Verified: end, Salvage: true}
+			l, err = Open(dir, opts)
+			require.NoError(t, err)
+			defer l.Close()
+			rec := l.Recovery()
+			require.Nil(t, rec.TornTail)
+			require.NotEmpty(t, rec.Salvaged,
+				"Salvage opened %d of %d records, with the record at %v (before the verified end %v) gone and nothing reported (removed %v)",
+				len(readAll(t, l)), len(es), victim, end, rec.RemovedEmpty)
+		})
 	}
 }

@@ -16,34 +16,7 @@ import (
 // The FaultFS observer holds the Flush right after the chunk file opened,
 // lets Close run, then lets the Flush go on.
 func TestAFlushThatMeetsCloseWhileMakingAChunkKeepsNothingAndFails(t *testing.T) {
-	ffs := vfs.NewFaultFS(vfs.Default)
-	tbl, err := OpenTable(ffs, t.TempDir(), nil)
-	require.NoError(t, err)
-
-	reached, resume := make(chan struct{}), make(chan struct{})
-	held := false
-	ffs.Observe(func(e vfs.Event) {
-		if e.Op == vfs.OpOpen && strings.Contains(e.Name, chunkPrefix) && !held {
-			held = true
-			close(reached)
-			<-resume
-		}
-	})
-	tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
-	tbl.Detach()
-	type result struct {
-		created []uint64
-		err     error
-	}
-	done := make(chan result, 1)
-	go func() {
-		created, err := tbl.Flush(true)
-		done <- result{created, err}
-	}()
-	<-reached // the Flush is creating chunk 0's file
-	require.NoError(t, tbl.Close())
-	close(resume)
-	r := <-done
+	ffs, tbl, r := flushMeetingClose(t, vfs.OpOpen) // the Flush is creating chunk 0's file
 
 	opens, closes := ffs.Count(vfs.OpOpen), ffs.Count(vfs.OpClose)
 	require.Equal(t, opens, closes, "chunk files opened %d times, closed %d times: the table closed before the Flush finished keeps %v open and mapped (Flush returned %v, %v)",
@@ -56,6 +29,25 @@ func TestAFlushThatMeetsCloseWhileMakingAChunkKeepsNothingAndFails(t *testing.T)
 // entries were never made durable. The FaultFS observer holds the Flush
 // right after its write, lets Close run, then lets the Flush go on.
 func TestAFlushWithSyncThatMeetsCloseAfterItsWriteFails(t *testing.T) {
+	ffs, _, r := flushMeetingClose(t, vfs.OpWrite) // the Flush wrote chunk 0, and has not synced it
+
+	syncs := ffs.Count(vfs.OpSync)
+	require.ErrorIs(t, r.err, ErrClosed,
+		"Flush(true) returned %v (created %v) after Close, having fdatasynced %d chunk files: success reported for entries never made durable",
+		r.err, r.created, syncs)
+}
+
+// flushResult is what a Flush returned.
+type flushResult struct {
+	created []uint64
+	err     error
+}
+
+// flushMeetingClose runs a Flush(true) of one entry on a new table, holds
+// it at its first op on a chunk file, closes the table, and lets the Flush
+// go on: it returns what the Flush returned.
+func flushMeetingClose(t *testing.T, op vfs.Op) (*vfs.FaultFS, *Table, flushResult) {
+	t.Helper()
 	ffs := vfs.NewFaultFS(vfs.Default)
 	tbl, err := OpenTable(ffs, t.TempDir(), nil)
 	require.NoError(t, err)
@@ -63,7 +55,7 @@ func TestAFlushWithSyncThatMeetsCloseAfterItsWriteFails(t *testing.T) {
 	reached, resume := make(chan struct{}), make(chan struct{})
 	held := false
 	ffs.Observe(func(e vfs.Event) {
-		if e.Op == vfs.OpWrite && strings.Contains(e.Name, chunkPrefix) && !held {
+		if e.Op == op && strings.Contains(e.Name, chunkPrefix) && !held {
 			held = true
 			close(reached)
 			<-resume
@@ -71,22 +63,13 @@ func TestAFlushWithSyncThatMeetsCloseAfterItsWriteFails(t *testing.T) {
 	})
 	tbl.Put(Entry{Seq: 3, Pos: wal.MakePosition(2, 4096), EnqueuedAt: 1, Queue: 7, Stream: true, Size: 99})
 	tbl.Detach()
-	type result struct {
-		created []uint64
-		err     error
-	}
-	done := make(chan result, 1)
+	done := make(chan flushResult, 1)
 	go func() {
 		created, err := tbl.Flush(true)
-		done <- result{created, err}
+		done <- flushResult{created, err}
 	}()
-	<-reached // the Flush wrote chunk 0, and has not synced it
+	<-reached
 	require.NoError(t, tbl.Close())
 	close(resume)
-	r := <-done
-
-	syncs := ffs.Count(vfs.OpSync)
-	require.ErrorIs(t, r.err, ErrClosed,
-		"Flush(true) returned %v (created %v) after Close, having fdatasynced %d chunk files: success reported for entries never made durable",
-		r.err, r.created, syncs)
+	return ffs, tbl, <-done
 }

@@ -207,21 +207,9 @@ func TestNoSpaceForTheNextSegmentIsNotFatal(t *testing.T) {
 	// Every write to a file being prepared fails, from the start.
 	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC})
 	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
-	var acked []entry
-	var err error
-	var rec []byte
-	for i := 0; err == nil; i++ {
-		var pos []Position
-		rec = record(i)
-		pos, err = l.Append(rec)
-		if err == nil {
-			acked = append(acked, entry{pos[0], rec})
-		}
-	}
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.NotErrorIs(t, err, ErrPoisoned)
+	acked, rec := appendUntilNoSpace(t, l)
 	require.Greater(t, len(acked), 10)
-	_, err = l.Append(rec)
+	_, err := l.Append(rec)
 	require.ErrorIs(t, err, syscall.ENOSPC, "the record that did not fit still does not")
 
 	fs.Clear()
@@ -547,19 +535,7 @@ func TestTheRotationAfterSpaceIsFreedTriesAgain(t *testing.T) {
 	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC})
 	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
 	defer l.Close()
-	var acked []entry
-	var err error
-	var rec []byte
-	for i := 0; err == nil; i++ {
-		var pos []Position
-		rec = record(i)
-		pos, err = l.Append(rec)
-		if err == nil {
-			acked = append(acked, entry{pos[0], rec})
-		}
-	}
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.NotErrorIs(t, err, ErrPoisoned)
+	acked, rec := appendUntilNoSpace(t, l)
 
 	// A preparer that tried again at once, while the disk was still full,
 	// would meet the full disk again: give it the time to (it did, within
@@ -603,4 +579,23 @@ func TestStatsRecordsDoNotCountAFailedWrite(t *testing.T) {
 	require.Len(t, readAll(t, l), 3, "the log holds the three records appended")
 	require.Equal(t, before.Records, after.Records,
 		"Stats().Records counts the %d records of a write that failed and appended nothing", after.Records-before.Records)
+}
+
+// appendUntilNoSpace appends records until one fails for want of space
+// (FaultFS returning ENOSPC where the next segment is prepared), and
+// checks that the failure did not poison the log. It returns the records
+// acknowledged and the one that failed.
+func appendUntilNoSpace(t *testing.T, l *Log) ([]entry, []byte) {
+	t.Helper()
+	var acked []entry
+	for i := 0; ; i++ {
+		rec := record(i)
+		pos, err := l.Append(rec)
+		if err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			require.NotErrorIs(t, err, ErrPoisoned)
+			return acked, rec
+		}
+		acked = append(acked, entry{pos[0], rec})
+	}
 }

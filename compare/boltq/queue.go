@@ -87,7 +87,8 @@ type Queue struct {
 var _ compare.Queue = (*Queue)(nil)
 
 // Open opens the queue in dir/FileName, creating dir and the file if
-// needed, as pebbleq.Open creates its directory, and rebuilds its ready
+// needed, as pebbleq.Open creates its directory (each name it creates made
+// durable, the file's and the directories'), and rebuilds its ready
 // and leased sets. It waits at most a second for another process's lock
 // on the file.
 func Open(dir string, opts Options) (*Queue, error) {
@@ -99,6 +100,16 @@ func Open(dir string, opts Options) (*Queue, error) {
 	case opts.Lease == 0:
 		opts.Lease = DefaultLease
 	}
+	// The directories Open makes, deepest first: each one's name is made
+	// durable in its parent, as Pebble does for its own (bbolt syncs only
+	// the file).
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		made = append(made, d)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("boltq: creating %s: %w", dir, err)
 	}
@@ -106,6 +117,13 @@ func Open(dir string, opts Options) (*Queue, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("boltq: opening %s: %w", path, err)
+	}
+	// The file's name, then the name of each directory made.
+	for _, d := range append([]string{dir}, parents(made)...) {
+		if err := syncDir(d); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("boltq: syncing %s: %w", d, err)
+		}
 	}
 	switch {
 	case opts.MaxBatchDelay < 0:
@@ -305,4 +323,22 @@ func key(id uint64) []byte {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint64(k, id)
 	return k
+}
+
+// parents returns the parent of each directory in made.
+func parents(made []string) []string {
+	out := make([]string, len(made))
+	for i, d := range made {
+		out[i] = filepath.Dir(d)
+	}
+	return out
+}
+
+// syncDir fsyncs directory dir, making the names in it durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }

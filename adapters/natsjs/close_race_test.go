@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,5 +60,43 @@ func TestAnExtendDuringWhichTheStoreClosesIsClosed(t *testing.T) {
 	restore()
 	if !errors.Is(err, broker.Closed) || errors.Is(err, broker.LeaseExpired) {
 		t.Fatalf("Extend during which the Store closed: %v, want Closed", err)
+	}
+}
+
+// Once the connection a Store was given closes, every call of the Store is
+// Closed, as after Store.Close; an idle Consume must hear of it too, as it
+// does of Close (which closes the queues' wake signals), not wait for good
+// on a signal nothing closes. The Store watches the connection's CLOSED
+// status and closes its queues then.
+func TestAnIdleConsumeEndsWhenItsConnectionCloses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc := connect(t, sharedServer(t).ClientURL())
+	prefix := fmt.Sprintf("ZZC%d", prefixes.Add(1))
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		deleteStreams(t, connect(t, sharedServer(t).ClientURL()), prefix)
+	})
+	q := mustQueue(t, st, "idle", policy())
+	done := make(chan error, 1)
+	go func() {
+		done <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error { return nil }, broker.ConsumeOptions{})
+	}()
+	time.Sleep(300 * time.Millisecond) // idle by now (either way, nothing wakes it)
+	nc.Close()
+	if _, err := q.Receive(ctx, 1); !errors.Is(err, broker.Closed) {
+		t.Fatalf("Receive on the closed connection: %v, want Closed", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, broker.Closed) {
+			t.Fatalf("Consume after its connection closed: %v, want Closed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Consume still running 5 s after its connection closed, while every call of the Store is Closed: nothing closes the wake signal")
 	}
 }

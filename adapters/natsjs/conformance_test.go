@@ -19,8 +19,8 @@ import (
 
 // caps is what the adapter declares to the conformance suite, and its
 // column of the README's capability table. Every optional interface is
-// implemented; the server's clock decides every timing (no Clock, so no
-// ExactExpiry); redeliveries come before new messages (no OldestFirst);
+// implemented; timings run on real time, the server's timers for lapses
+// and retry delays (no Clock, so no ExactExpiry); redeliveries come before new messages (no OldestFirst);
 // racing replays of one dead letter race for one claim (ReplayOnce).
 var caps = brokertest.Capabilities{
 	LeaseExtender:     true,

@@ -44,3 +44,10 @@ func HoldAfterTell(hold func()) (restore func()) {
 	afterTell = hold
 	return func() { afterTell = func() {} }
 }
+
+// FailWakeSubscription makes every wake subscription fail with err, and
+// returns what restores the default.
+func FailWakeSubscription(err error) (restore func()) {
+	wakeSubscribeFault = func() error { return err }
+	return func() { wakeSubscribeFault = func() error { return nil } }
+}

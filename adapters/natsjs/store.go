@@ -83,9 +83,15 @@ type Store struct {
 	// refused or made before Close lists them.
 	closed atomic.Bool
 
-	// mu guards queues.
+	// mu guards queues and connGone.
 	mu     sync.Mutex
 	queues map[string]*Queue
+	// connGone is set when the connection closed (watchConn): the queues
+	// are closed then, as by Close, and one made after is closed at once.
+	connGone bool
+	// connClosed hears the connection's CLOSED status (watchConn); Close
+	// removes it.
+	connClosed chan nats.Status
 }
 
 var _ io.Closer = (*Store)(nil)
@@ -139,7 +145,32 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("natsjs: Open: origin id: %w", err)
 	}
 	s.origin = hex.EncodeToString(id[:])
+	s.connClosed = nc.StatusChanged(nats.CLOSED)
+	go s.watchConn(s.connClosed)
 	return s, nil
+}
+
+// watchConn closes every queue when the connection closes: each call then
+// returns Closed (begin), and a consumer waiting on a queue's wake signal
+// must hear of it too, as after Close, or it waits for good. The
+// connection is the caller's, so its handlers are left alone: a status
+// listener is enough. It returns when the connection closed, or when
+// Close removed the listener.
+func (s *Store) watchConn(ch chan nats.Status) {
+	if _, ok := <-ch; !ok {
+		return
+	}
+	s.mu.Lock()
+	s.connGone = true
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
+		_ = q.close() // the connection is gone: nothing to unsubscribe from
+	}
+	s.nc.RemoveStatusListener(ch)
 }
 
 // Queue returns the queue name with policy, creating its streams and
@@ -189,6 +220,11 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
 	}
 	s.queues[name] = q
+	if s.connGone {
+		// The connection closed while the queue was made: watchConn
+		// closed the others already.
+		_ = q.close()
+	}
 	return q, nil
 }
 
@@ -330,6 +366,9 @@ func (s *Store) Close() error {
 	}
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.connClosed != nil {
+		s.nc.RemoveStatusListener(s.connClosed) // ends watchConn
 	}
 	s.mu.Lock()
 	qs := make([]*Queue, 0, len(s.queues))

@@ -249,13 +249,17 @@ func (q *Queue) subscribe() {
 	q.subscribing = true
 	q.mu.Unlock()
 
-	sub, err := q.s.nc.Subscribe(q.n.wakeSubject, func(m *nats.Msg) {
-		if m.Header.Get(hdrOrigin) == q.s.origin {
-			return // this Store's own publish, which closed the signal already
-		}
-		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		q.wakeReady(seq)
-	})
+	var sub *nats.Subscription
+	err := wakeSubscribeFault()
+	if err == nil {
+		sub, err = q.s.nc.Subscribe(q.n.wakeSubject, func(m *nats.Msg) {
+			if m.Header.Get(hdrOrigin) == q.s.origin {
+				return // this Store's own publish, which closed the signal already
+			}
+			seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			q.wakeReady(seq)
+		})
+	}
 	if err == nil {
 		beforeWakeFlush()
 		if err = q.s.nc.FlushTimeout(q.s.opts.Timeout); err != nil {
@@ -281,11 +285,16 @@ func (q *Queue) subscribe() {
 // tests hold a subscription there.
 var beforeWakeFlush = func() {}
 
+// wakeSubscribeFault is the error a wake subscription fails with before it
+// is tried; tests make it fail there.
+var wakeSubscribeFault = func() error { return nil }
+
 // close ends the Queue's subscription, forgets its leases and closes its
 // wake signal for good, so that a consumer waiting on it (broker.Consume)
 // calls Receive again and learns that the store is closed, as with the
 // file-backed store. The caller is Store.Close, which has marked the Store
-// closed.
+// closed, or watchConn, once the connection closed (every call then
+// refuses with Closed).
 func (q *Queue) close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -109,6 +109,42 @@ func (e *Event) Append(dst []byte) []byte {
 	return dst
 }
 
+// encodedLen is len(e.Append(nil)), computed without encoding for the
+// kinds the index counts at every call (a publish, and the events that
+// restate a message's state); the others are encoded.
+func (e *Event) encodedLen() int {
+	n := 1 + uvarintLen(uint64(e.Queue)) + uvarintLen(e.Seq)
+	switch e.Kind {
+	case KindPublish:
+		return n + varintLen(e.Time) + uvarintLen(uint64(len(e.Key))) + len(e.Key) + len(e.Payload)
+	case KindLease, KindExtend:
+		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + 8
+	case KindNack:
+		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time)
+	case KindDeadLetter:
+		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + uvarintLen(uint64(e.Code)) +
+			uvarintLen(uint64(len(e.Reason))) + len(e.Reason) + uvarintLen(uint64(len(e.Cause))) + len(e.Cause)
+	}
+	return len(e.Append(nil))
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(v int64) int {
+	u := uint64(v) << 1
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintLen(u)
+}
+
 // appendPublishHead appends what comes before the payload in the encoding
 // of publish event e.
 func (e *Event) appendPublishHead(dst []byte) []byte {

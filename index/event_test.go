@@ -154,3 +154,15 @@ func TestDecodeRefusesAFieldInALongerForm(t *testing.T) {
 		require.ErrorContains(t, err, "field", tc.name)
 	}
 }
+
+// encodedLen is what Append writes, for the kinds it computes and the
+// kinds it encodes, across varint boundaries.
+func TestEncodedLenIsTheLengthAppendWrites(t *testing.T) {
+	for _, kind := range []Kind{KindPublish, KindLease, KindExtend, KindNack, KindDeadLetter, KindAck, KindDelete, KindReplay, KindMark} {
+		for _, big := range []uint64{0, 127, 128, 1 << 40} {
+			e := Event{Kind: kind, Queue: uint32(big % (1 << 31)), Seq: big, Deliveries: uint32(big % (1 << 32)), Time: -int64(big),
+				Nonce: big, Code: uint32(big % (1 << 32)), Reason: "R", Cause: string(make([]byte, big%300)), Key: "k", Payload: make([]byte, big%200)}
+			require.Equal(t, len(e.Append(nil)), e.encodedLen(), "%s with values near %d", kind, big)
+		}
+	}
+}

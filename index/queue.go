@@ -263,16 +263,7 @@ func restateSize(queue uint32, m *Message) uint32 {
 	if !ok {
 		return 0
 	}
-	n := 1 + uvarintLen(uint64(e.Queue)) + uvarintLen(e.Seq) + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time)
-	switch e.Kind {
-	case KindLease:
-		n += 8 // the nonce
-	case KindDeadLetter:
-		n += uvarintLen(uint64(e.Code)) +
-			uvarintLen(uint64(len(e.Reason))) + len(e.Reason) +
-			uvarintLen(uint64(len(e.Cause))) + len(e.Cause)
-	}
-	return uint32(segment.Size(n))
+	return uint32(segment.Size(e.encodedLen()))
 }
 
 // check refuses an event Apply does not handle. Every kind check passes is
@@ -357,26 +348,7 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 
 // publishSize is the length of e's record in the log, frame included.
 func publishSize(e *Event) uint32 {
-	n := 1 + uvarintLen(uint64(e.Queue)) + uvarintLen(e.Seq) + varintLen(e.Time) +
-		uvarintLen(uint64(len(e.Key))) + len(e.Key) + len(e.Payload)
-	return uint32(segment.Size(n))
-}
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
-
-func varintLen(v int64) int {
-	u := uint64(v) << 1
-	if v < 0 {
-		u = ^u
-	}
-	return uvarintLen(u)
+	return uint32(segment.Size(e.encodedLen()))
 }
 
 // commit makes m, not in any structure, Ready at pos: in the stream if its

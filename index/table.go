@@ -456,13 +456,7 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 				e.encode(buf[i*EntrySize:])
 			}
 			if _, err := c.f.WriteAt(buf, int64(run[0].Seq%ChunkEntries)*EntrySize); err != nil {
-				t.mu.RLock()
-				closed := t.closed
-				t.mu.RUnlock()
-				if closed {
-					return fmt.Errorf("index: write %s: %w", chunkName(n), ErrClosed)
-				}
-				return fmt.Errorf("index: write %s: %w", chunkName(n), err)
+				return fmt.Errorf("index: write %s: %w", chunkName(n), t.closedOr(err))
 			}
 			t.mu.Lock()
 			t.dirty[n] = true
@@ -489,13 +483,7 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 		}
 		for _, c := range dirty {
 			if err := c.f.Sync(); err != nil {
-				t.mu.RLock()
-				closed := t.closed
-				t.mu.RUnlock()
-				if closed {
-					err = ErrClosed // Close closed the file under the sync
-				}
-				return created, fmt.Errorf("index: sync %s: %w", c.f.Name(), err)
+				return created, fmt.Errorf("index: sync %s: %w", c.f.Name(), t.closedOr(err))
 			}
 		}
 		// The directory too, for a chunk created or removed by an earlier
@@ -513,6 +501,17 @@ func (t *Table) Flush(sync bool) ([]uint64, error) {
 	t.flushing = nil
 	t.mu.Unlock()
 	return created, nil
+}
+
+// closedOr is ErrClosed once Close has run (it closed the files under a
+// write or a sync that then failed), and err otherwise.
+func (t *Table) closedOr(err error) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return ErrClosed
+	}
+	return err
 }
 
 func compareSeq(a, b uint64) int {
@@ -570,10 +569,7 @@ func (t *Table) SyncDir() error {
 	if t == nil {
 		return errNilTable
 	}
-	t.mu.RLock()
-	closed := t.closed
-	t.mu.RUnlock()
-	if closed {
+	if t.closedOr(nil) != nil {
 		return fmt.Errorf("index: sync %s: %w", t.dir, ErrClosed)
 	}
 	if t.fs == nil {

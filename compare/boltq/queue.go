@@ -118,8 +118,12 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltq: opening %s: %w", path, err)
 	}
-	// The file's name, then the name of each directory made.
-	for _, d := range append([]string{dir}, parents(made)...) {
+	// The file's name, then the name of each directory made, in its parent.
+	synced := []string{dir}
+	for _, d := range made {
+		synced = append(synced, filepath.Dir(d))
+	}
+	for _, d := range synced {
 		if err := syncDir(d); err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("boltq: syncing %s: %w", d, err)
@@ -323,15 +327,6 @@ func key(id uint64) []byte {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint64(k, id)
 	return k
-}
-
-// parents returns the parent of each directory in made.
-func parents(made []string) []string {
-	out := make([]string, len(made))
-	for i, d := range made {
-		out[i] = filepath.Dir(d)
-	}
-	return out
 }
 
 // syncDir fsyncs directory dir, making the names in it durable.

@@ -524,23 +524,9 @@ var deadCases = []testCase{
 		// succeeds, the message is queued at least once and at most once
 		// per replay that succeeded, each copy as a first delivery, and
 		// the dead letter is gone.
-		const racers = 8
-		q := e.queue(e.policy())
-		m := e.publish(q, "a")
-		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
-			e.Fatalf("Reject: %v", err)
-		}
-		errs := make(chan error, racers)
-		together(racers, func() { errs <- e.manager(q).ReplayDeadLetter(e.ctx(), m.ID) })
-		close(errs)
-		won := 0
-		for err := range errs {
-			if err == nil {
-				won++
-				continue
-			}
-			e.isErr(err, broker.DeadLetterNotFound, "a replay that lost the race for its dead letter")
-		}
+		q, m, won := e.raceDeadLetter("replay", func(q broker.Broker, id string) error {
+			return e.manager(q).ReplayDeadLetter(e.ctx(), id)
+		})
 		if won == 0 {
 			e.Fatalf("none of %d concurrent replays of one dead letter succeeded", racers)
 		}
@@ -594,11 +580,24 @@ func sameSet(a, b []string) bool {
 	return equalStrings(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
-// raceOnOneDeadLetter makes a dead letter and runs call on it from eight
+// raceOnOneDeadLetter makes a dead letter and runs call on it from racers
 // goroutines at once (what names the call, "delete" or "replay"): exactly
 // one must succeed, and every other find it gone (DeadLetterNotFound).
 func (e *env) raceOnOneDeadLetter(what string, call func(q broker.Broker, id string) error) (broker.Broker, broker.MessageValue) {
-	const racers = 8
+	q, m, won := e.raceDeadLetter(what, call)
+	if won != 1 {
+		e.Fatalf("%d of %d concurrent %ss of one dead letter succeeded, want exactly one", won, racers, what)
+	}
+	return q, m
+}
+
+// racers is how many goroutines race on one dead letter.
+const racers = 8
+
+// raceDeadLetter makes a dead letter and runs call on it from racers
+// goroutines at once: every call that fails must find it gone
+// (DeadLetterNotFound). It returns how many succeeded.
+func (e *env) raceDeadLetter(what string, call func(q broker.Broker, id string) error) (broker.Broker, broker.MessageValue, int) {
 	q := e.queue(e.policy())
 	m := e.publish(q, "a")
 	if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
@@ -615,8 +614,5 @@ func (e *env) raceOnOneDeadLetter(what string, call func(q broker.Broker, id str
 		}
 		e.isErr(err, broker.DeadLetterNotFound, "a "+what+" that lost the race for its dead letter")
 	}
-	if won != 1 {
-		e.Fatalf("%d of %d concurrent %ss of one dead letter succeeded, want exactly one", won, racers, what)
-	}
-	return q, m
+	return q, m, won
 }

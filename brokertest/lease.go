@@ -444,17 +444,7 @@ var nackCases = []testCase{
 			m := e.publish(q, "a")
 			d := e.receiveOne(q)
 			end.end(q, d.Lease.Receipt)
-			r, what := d.Lease.Receipt, func(call string) string { return call + " after " + end.name }
-			e.gone(q.Ack(e.ctx(), r), what("Ack"))
-			_, err := q.Nack(e.ctx(), r, late)
-			e.gone(err, what("Nack"))
-			if e.caps.Rejecter {
-				e.gone(e.rejecter(q).Reject(e.ctx(), r, late), what("Reject"))
-			}
-			if e.caps.LeaseExtender {
-				_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
-				e.gone(err, what("Extend"))
-			}
+			e.settlesNothing(q, d.Lease.Receipt, late, func(call string) string { return call + " after " + end.name })
 			switch end.name {
 			case "Ack":
 				e.none(q, "an acknowledged message, after the refused calls")
@@ -539,16 +529,7 @@ var nackCases = []testCase{
 				if r == d2.Lease.Receipt {
 					e.Fatalf("%s: the new lease has the receipt %q that %s ended", end.name, r, end.name)
 				}
-				_, err := q.Nack(e.ctx(), r, late)
-				e.gone(err, what("Nack"))
-				if e.caps.Rejecter {
-					e.gone(e.rejecter(q).Reject(e.ctx(), r, late), what("Reject"))
-				}
-				if e.caps.LeaseExtender {
-					_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
-					e.gone(err, what("Extend"))
-				}
-				e.gone(q.Ack(e.ctx(), r), what("Ack"))
+				e.settlesNothing(q, r, late, what)
 			}
 			e.none(q, "the message another consumer holds, after the refused calls")
 			if err := q.Ack(e.ctx(), d2.Lease.Receipt); err != nil {
@@ -810,4 +791,21 @@ var extendCases = []testCase{
 			e.Fatalf("delivered %q again after its extended lease was acked, nacked with a retry delay, renewed or rejected", payloads(got))
 		}
 	}},
+}
+
+// settlesNothing hands receipt r, whose lease ended, to every settling
+// call the broker has (Nack, Reject, Extend, then Ack), and requires each
+// to refuse it as gone (see gone); what names the call in a failure.
+func (e *env) settlesNothing(q broker.Broker, r broker.ReceiptValue, cause error, what func(call string) string) {
+	e.Helper()
+	_, err := q.Nack(e.ctx(), r, cause)
+	e.gone(err, what("Nack"))
+	if e.caps.Rejecter {
+		e.gone(e.rejecter(q).Reject(e.ctx(), r, cause), what("Reject"))
+	}
+	if e.caps.LeaseExtender {
+		_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
+		e.gone(err, what("Extend"))
+	}
+	e.gone(q.Ack(e.ctx(), r), what("Ack"))
 }

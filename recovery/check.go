@@ -471,7 +471,9 @@ func (c *Checker) duplicate(e Entry) {
 // EnqueuedAt enq, as a store showed it), checking that it is the one
 // published. A message the journal does not know must be a publish a
 // killed child had in flight: the next attempt of its goroutine in its
-// cycle, or one that failed.
+// cycle, or one that failed, and of the cycle last killed: the store
+// after each kill is drained before the next child opens it, so a publish
+// in flight at an earlier kill that no drain showed never happened.
 func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 	m := c.msgs[id]
 	if m == nil || m.ref == "" {
@@ -481,7 +483,7 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			return nil
 		}
 		a := c.attempts[attemptKey{r.Cycle, r.Who}]
-		inFlight := r.Cycle <= c.cycle && (a == nil && r.N == 1 || a != nil && (r.N == a.last+1 || a.failed[r.N]))
+		inFlight := r.Cycle == c.cycle && (a == nil && r.N == 1 || a != nil && (r.N == a.last+1 || a.failed[r.N]))
 		if !inFlight {
 			c.violate(id, "%s: unknown message %q: no publish of it returned, and it is not the publish its goroutine had in flight when killed", where, ref)
 			return nil
@@ -834,6 +836,7 @@ func (c *Checker) CheckDrain(dir string) error {
 	}
 	c.lostWithTheirQueue(s, "lost")
 	c.heldAfterAll(present)
+	c.goneAfterAll(present)
 	c.checkBatchesWhole()
 	return c.Err()
 }
@@ -877,6 +880,23 @@ func (c *Checker) heldAfterAll(present map[string]bool) {
 	for id := range present {
 		if m := c.msgs[id]; m != nil && m.gone == "" {
 			m.mayBeGone = false
+		}
+	}
+}
+
+// goneAfterAll notes that a store opened after a kill and drained whole
+// does not hold the messages missing from present: an ack or delete of
+// one that was in flight at the kill happened (nothing else removes a
+// message), and, its process gone, nothing brings it back, so a later
+// store that shows it has resurrected it. A drain sees every message a
+// store holds (its clock is past every lease and retry delay); the next
+// child opens the very bytes drained (CheckCopy drains a copy of them).
+func (c *Checker) goneAfterAll(present map[string]bool) {
+	for _, name := range slices.Sorted(maps.Keys(c.live)) {
+		for _, id := range slices.Sorted(maps.Keys(c.live[name])) {
+			if m := c.live[name][id]; m.mayBeGone && !present[id] {
+				c.setGone(id, m, "acked or deleted (in flight at a kill; the store after it no longer held it)")
+			}
 		}
 	}
 }

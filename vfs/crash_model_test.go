@@ -1,116 +1,182 @@
 package vfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
-// TestCrashFSCrashAfterANegativeCountCrashesAtOnce: a negative k counts as
-// 0, so the very next mutating operation is refused.
-func TestCrashFSCrashAfterANegativeCountCrashesAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	c := NewCrashFS(Default)
-	c.CrashAfter(-1)
-	require.True(t, c.Crashed())
-	_, err := c.OpenFile(filepath.Join(dir, "seg"), os.O_CREATE|os.O_RDWR, 0o600)
-	require.ErrorIs(t, err, ErrCrashed)
-	require.Zero(t, c.Ops())
-	require.NoFileExists(t, filepath.Join(dir, "seg"))
-}
+// refFile is the reference model's inode.
+type refFile struct{ cur, dur []byte }
 
-// TestCrashFSAFileCreatedAndRemovedUnsyncedMayComeBack: neither the
-// creation nor the removal was made durable by a SyncDir, so a crash that
-// keeps the creation alone leaves the file, with its synced data, even
-// though no name of it is durable.
-func TestCrashFSAFileCreatedAndRemovedUnsyncedMayComeBack(t *testing.T) {
-	dir := t.TempDir()
-	c := NewCrashFS(Default)
-	name := filepath.Join(dir, "seg")
-	f := openRW(t, c, name)
-	writeAt(t, f, "data", 0)
-	require.NoError(t, f.Sync())
-	require.NoError(t, f.Close())
-	require.NoError(t, c.Remove(name))
-
-	seen := make(map[string]bool)
-	for seed := range uint64(32) {
-		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})
-		content, ok := got["seg"]
-		if !ok {
-			content = "(none)"
-		}
-		seen[content] = true
+func refResize(b []byte, n int) []byte {
+	if n <= len(b) {
+		return append([]byte(nil), b[:n]...)
 	}
-	require.Len(t, seen, 2, "only the whole file or no file: %v", seen)
-	require.True(t, seen["data"], "no crash kept the creation without the removal: %v", seen)
-	require.True(t, seen["(none)"], "no crash dropped the file: %v", seen)
-	require.Empty(t, cloneTree(t, c, keepAll), "at 1 no unsynced name is kept")
+	return append(append([]byte(nil), b...), make([]byte, n-len(b))...)
 }
 
-// TestCrashFSKeepUnsyncedFractionIsTheChanceABlockSurvives: each block of
-// an unsynced write survives with the probability asked for, not with
-// some fixed one.
-func TestCrashFSKeepUnsyncedFractionIsTheChanceABlockSurvives(t *testing.T) {
-	const blocks = 200
-	dir := t.TempDir()
-	c := NewCrashFS(Default)
-	f := durableFile(t, c, filepath.Join(dir, "seg"), strings.Repeat("o", blocks*crashBlockSize))
-	writeAt(t, f, strings.Repeat("x", blocks*crashBlockSize), 0)
-	for _, fraction := range []float64{0.1, 0.9} {
-		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: fraction, Rand: newRand(7)})["seg"]
-		require.Len(t, got, blocks*crashBlockSize)
-		kept := strings.Count(got, strings.Repeat("x", crashBlockSize))
-		require.Equal(t, kept*crashBlockSize, strings.Count(got, "x"), "blocks survive whole")
-		require.InDelta(t, fraction*blocks, kept, 0.1*blocks, "fraction %v", fraction)
-	}
-}
-
-// TestCrashFSBlockSizeIsTheUnitThatSurvives: with BlockSize 512 an
-// unsynced page can come back with some of its sectors and not others,
-// each sector whole; a negative BlockSize is refused.
-func TestCrashFSBlockSizeIsTheUnitThatSurvives(t *testing.T) {
-	const sectors = 400
-	dir := t.TempDir()
-	c := NewCrashFS(Default)
-	f := durableFile(t, c, filepath.Join(dir, "seg"), strings.Repeat("o", sectors*512))
-	writeAt(t, f, strings.Repeat("x", sectors*512), 0)
-	got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, BlockSize: 512, Rand: newRand(9)})["seg"]
-	require.Len(t, got, sectors*512)
-	mixedPages := 0
-	for p := 0; p < len(got); p += crashBlockSize {
-		page := got[p : p+crashBlockSize]
-		for s := 0; s < len(page); s += 512 {
-			sector := page[s : s+512]
-			require.True(t, sector == strings.Repeat("x", 512) || sector == strings.Repeat("o", 512),
-				"sector at %d is torn", p+s)
+// TestCrashFSMatchesAReferenceModel runs random operations (several files
+// and handles, renames, removals, truncation, directory syncs) through
+// a CrashFS and a simple reference model (an inode's content is durable
+// as of its last fdatasync, a name as of the last sync of its directory)
+// and compares the clone that keeps nothing unsynced with the model.
+func TestCrashFSMatchesAReferenceModel(t *testing.T) {
+	for seed := range uint64(80) {
+		rng := newRand(seed)
+		dir := t.TempDir()
+		c := NewCrashFS(Default)
+		names := []string{"a", "b", "c", "d"}
+		var inodes []*refFile
+		handles := map[int][]File{} // inode -> open handles
+		cur := map[string]int{}
+		dur := map[string]int{}
+		var log []string
+		for step := 0; step < 60; step++ {
+			switch op := rng.IntN(9); op {
+			case 0: // create
+				n := names[rng.IntN(len(names))]
+				if _, ok := cur[n]; ok {
+					continue
+				}
+				f, err := c.OpenFile(filepath.Join(dir, n), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inodes = append(inodes, &refFile{})
+				cur[n] = len(inodes) - 1
+				handles[len(inodes)-1] = append(handles[len(inodes)-1], f)
+				log = append(log, "create "+n)
+			case 1, 2: // write
+				if len(inodes) == 0 {
+					continue
+				}
+				i := rng.IntN(len(inodes))
+				if len(handles[i]) == 0 {
+					continue
+				}
+				f := handles[i][rng.IntN(len(handles[i]))]
+				off := rng.IntN(3 * crashBlockSize)
+				data := make([]byte, 1+rng.IntN(2*crashBlockSize))
+				for k := range data {
+					data[k] = byte('A' + rng.IntN(26))
+				}
+				if _, err := f.WriteAt(data, int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				r := inodes[i]
+				if off+len(data) > len(r.cur) {
+					r.cur = refResize(r.cur, off+len(data))
+				}
+				copy(r.cur[off:], data)
+				log = append(log, fmt.Sprintf("write ino %d [%d,%d)", i, off, off+len(data)))
+			case 3: // truncate
+				if len(inodes) == 0 {
+					continue
+				}
+				i := rng.IntN(len(inodes))
+				if len(handles[i]) == 0 {
+					continue
+				}
+				size := rng.IntN(4 * crashBlockSize)
+				if err := handles[i][0].Truncate(int64(size)); err != nil {
+					t.Fatal(err)
+				}
+				inodes[i].cur = refResize(inodes[i].cur, size)
+				log = append(log, fmt.Sprintf("truncate ino %d %d", i, size))
+			case 4: // sync
+				if len(inodes) == 0 {
+					continue
+				}
+				i := rng.IntN(len(inodes))
+				if len(handles[i]) == 0 {
+					continue
+				}
+				if err := handles[i][len(handles[i])-1].Sync(); err != nil {
+					t.Fatal(err)
+				}
+				inodes[i].dur = append([]byte(nil), inodes[i].cur...)
+				log = append(log, fmt.Sprintf("sync ino %d", i))
+			case 5: // rename
+				a, b := names[rng.IntN(len(names))], names[rng.IntN(len(names))]
+				i, ok := cur[a]
+				if !ok || a == b {
+					continue
+				}
+				if err := c.Rename(filepath.Join(dir, a), filepath.Join(dir, b)); err != nil {
+					t.Fatal(err)
+				}
+				delete(cur, a)
+				cur[b] = i
+				log = append(log, "rename "+a+" "+b)
+			case 6: // remove
+				a := names[rng.IntN(len(names))]
+				if _, ok := cur[a]; !ok {
+					continue
+				}
+				if err := c.Remove(filepath.Join(dir, a)); err != nil {
+					t.Fatal(err)
+				}
+				delete(cur, a)
+				log = append(log, "remove "+a)
+			case 7: // syncdir
+				if err := c.SyncDir(dir); err != nil {
+					t.Fatal(err)
+				}
+				dur = map[string]int{}
+				for k, v := range cur {
+					dur[k] = v
+				}
+				log = append(log, "syncdir")
+			case 8: // reopen by name, maybe O_TRUNC
+				a := names[rng.IntN(len(names))]
+				i, ok := cur[a]
+				if !ok {
+					continue
+				}
+				flag := os.O_RDWR
+				if rng.IntN(3) == 0 {
+					flag |= os.O_TRUNC
+					inodes[i].cur = nil
+				}
+				f, err := c.OpenFile(filepath.Join(dir, a), flag, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				handles[i] = append(handles[i], f)
+				log = append(log, fmt.Sprintf("open %s flag %d", a, flag))
+			}
 		}
-		if strings.Contains(page, "x") && strings.Contains(page, "o") {
-			mixedPages++
+		got := cloneTree(t, c, keepNone)
+		want := map[string]string{}
+		for n, i := range dur {
+			want[n] = string(inodes[i].dur)
+		}
+		for n := range want {
+			if got[n] != want[n] {
+				t.Fatalf("seed %d: %s: clone holds %d bytes, the model %d\n%v", seed, n, len(got[n]), len(want[n]), log)
+			}
+		}
+		for n := range got {
+			if _, ok := want[n]; !ok {
+				t.Fatalf("seed %d: clone holds %s, the model has no durable name for it\n%v", seed, n, log)
+			}
+		}
+		gotAll := cloneTree(t, c, keepAll)
+		for n := range gotAll {
+			var wantAll string
+			if i, ok := dur[n]; ok {
+				wantAll = string(inodes[i].cur)
+			}
+			if gotAll[n] != wantAll {
+				t.Fatalf("seed %d: keepAll: %s differs\n%v", seed, n, log)
+			}
+		}
+		for _, hs := range handles {
+			for _, f := range hs {
+				_ = f.Close()
+			}
 		}
 	}
-	require.Positive(t, mixedPages, "some page kept some of its sectors and lost others")
-	require.InDelta(t, sectors/2, strings.Count(got, "x")/512, 0.15*sectors)
-
-	require.ErrorContains(t, c.CrashClone(filepath.Join(t.TempDir(), "c"), CrashOptions{Root: dir, BlockSize: -1}), "BlockSize -1 is negative")
-}
-
-// TestCrashFSAFailedSyncDirMakesNoNameDurable: only a successful SyncDir
-// makes the names of its directory durable.
-func TestCrashFSAFailedSyncDirMakesNoNameDurable(t *testing.T) {
-	dir := t.TempDir()
-	ffs := NewFaultFS(Default)
-	c := NewCrashFS(ffs)
-	f := openRW(t, c, filepath.Join(dir, "seg"))
-	writeAt(t, f, "data", 0)
-	require.NoError(t, f.Sync())
-	ffs.Inject(Rule{Op: OpSyncDir, Times: 1})
-	require.ErrorIs(t, c.SyncDir(dir), syscall.EIO)
-	require.Empty(t, cloneTree(t, c, keepNone), "the failed SyncDir made the creation durable")
-	require.NoError(t, c.SyncDir(dir))
-	require.Equal(t, map[string]string{"seg": "data"}, cloneTree(t, c, keepNone))
 }

@@ -483,7 +483,9 @@ func (c *config) validate() error {
 		highest := float64(c.mixed.producers) * maxRatePerProducer
 		for _, r := range c.mixedRates {
 			switch {
-			case !(r > 0) || math.IsInf(r, 0):
+			case math.IsNaN(r) || math.IsInf(r, 0):
+				check(false, "-rate %v: must be a finite number of msgs/s", r)
+			case r <= 0:
 				check(false, "-rate %v: must be positive", r)
 			case r < lowest:
 				check(false, "-rate %v: must be at least %v msgs/s, so that each of the %d producers publishes at least once in the -time %v window",

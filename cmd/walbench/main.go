@@ -314,7 +314,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	if err := removeTmp(); err != nil {
 		rep.Machine.DirLeft = err.Error()
 	}
-	measured := rep.Probe != nil || len(rep.Rows) > 0 || rep.Reopen != nil
+	measured := probeMeasured(rep.Probe) || len(rep.Rows) > 0 || rep.Reopen != nil
 	if measured {
 		// The report first: it does not depend on stdout, which may be
 		// closed (walbench ... | head).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,8 +47,8 @@ type mixedLoad struct {
 const mixedHeaderBytes = 9
 
 func (l mixedLoad) String() string {
-	return fmt.Sprintf("mixed, %s at %.0f msgs/s, Consume batch %d × %d, %d B, sync=%v",
-		plural(l.producers, "producer"), l.rate, l.batch, l.consumers, l.size, l.sync)
+	return fmt.Sprintf("mixed, %s at %s msgs/s, Consume batch %d × %d, %d B, sync=%v",
+		plural(l.producers, "producer"), strconv.FormatFloat(l.rate, 'f', -1, 64), l.batch, l.consumers, l.size, l.sync)
 }
 
 // runMixed opens a new store in a new subdirectory of parent, runs l on it,

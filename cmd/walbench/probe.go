@@ -86,6 +86,11 @@ func (p Probe) measured(step string) bool {
 // measuredAny reports whether p has figures of any of its loops.
 func (p Probe) measuredAny() bool { return slices.ContainsFunc(probeLoops, p.measured) }
 
+// probeMeasured reports whether a report's probe measured anything: one
+// Ctrl-C stopped in its first prefill is there, every figure nil, to say
+// where it stopped, but is not a measurement.
+func probeMeasured(p *Probe) bool { return p != nil && p.measuredAny() }
+
 // runProbe runs the probe in a new file of dir, and removes it. ctx ending
 // stops it: what was measured until then is returned, Interrupted set and
 // InterruptedIn naming the step it stopped.

@@ -273,8 +273,8 @@ func checkReport(rep *Report) error {
 		return fmt.Errorf("command %q is not one of walbench's measuring commands", rep.Command)
 	case rep.Rounds < 1:
 		return fmt.Errorf("rounds %d: want at least 1", rep.Rounds)
-	case rep.Probe == nil && len(rep.Rows) == 0 && rep.Reopen == nil:
-		return errors.New("it holds no measurement (no probe, no rows, no reopen)")
+	case !probeMeasured(rep.Probe) && len(rep.Rows) == 0 && rep.Reopen == nil:
+		return errors.New("it holds no measurement (no probe that measured a round, no rows, no reopen)")
 	}
 	kinds := []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
 	for i, r := range rep.Rows {

@@ -111,7 +111,7 @@ func markdown(rep *Report) string {
 		p(" It was interrupted%s: the figures are those measured before.", byWhom(rep.InterruptedBy))
 	}
 	if rep.Error != "" {
-		p(" It failed: %s.", rep.Error)
+		p(" It failed: %s.", mdText(oneLine(rep.Error)))
 	}
 	p("\n\n| machine | |\n|---|---|\n")
 	for _, kv := range machineLines(rep.Machine) {

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,28 +92,51 @@ func mountSource(dir string) string {
 		return ""
 	}
 	defer f.Close()
+	return mountSourceIn(f, dir)
+}
+
+// mountSourceIn is mountSource over a mountinfo table read from r. Of the
+// mounts whose point holds dir, the one with the longest point counts,
+// and of several at that point the last listed: a mount over another
+// hides it.
+func mountSourceIn(r io.Reader, dir string) string {
 	best, source := -1, ""
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// ID parent major:minor root mountpoint options... - fstype source superoptions
 		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
+		sep := slices.Index(fields, "-")
 		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		point := fields[4]
-		if (dir == point || strings.HasPrefix(dir, strings.TrimSuffix(point, "/")+"/")) && len(point) > best {
-			best, source = len(point), fields[sep+2]
+		point := unescapeMount(fields[4])
+		if (dir == point || strings.HasPrefix(dir, strings.TrimSuffix(point, "/")+"/")) && len(point) >= best {
+			best, source = len(point), unescapeMount(fields[sep+2])
 		}
 	}
 	return source
 }
+
+// unescapeMount undoes the kernel's escapes in a mountinfo field: a
+// space, tab, newline or backslash is written as a backslash and three
+// octal digits.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // writeCache is what /sys says of the write cache of the block device
 // dev ("/dev/vda", or a partition of it); "" if it does not say.

@@ -326,8 +326,8 @@ func probeTable(p *Probe, rounds int) table {
 	for _, n := range p.Notes {
 		t.notes = append(t.notes, "note: probe: "+n)
 	}
-	if rounds > 1 && p.Rounds > 0 {
-		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", rounds))
+	if rounds > 1 && p.Rounds > 1 {
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", p.Rounds))
 	}
 	return t
 }
@@ -386,7 +386,7 @@ func reopenTable(r *Reopen, rounds int) table {
 	for _, n := range r.Notes {
 		t.notes = append(t.notes, "note: reopen: "+n)
 	}
-	if rounds > 1 {
+	if rounds > 1 && r.Rounds > 1 {
 		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; the ÷ is the median of the ratios within a round, min–max over the rounds beside it", r.Rounds))
 	}
 	return t
@@ -447,6 +447,17 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// oneLine is the first line of a failure's text, for a table or a
+// sentence: a panic's carries its stack, which the -json report's "error"
+// keeps whole.
+func oneLine(s string) string {
+	first, _, more := strings.Cut(s, "\n")
+	if more {
+		return first + " (the rest is in the -json report's \"error\")"
+	}
+	return first
+}
+
 // printTo is printReport's body; out keeps the first error.
 func printTo(out io.Writer, rep *Report) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -457,7 +468,7 @@ func printTo(out io.Writer, rep *Report) {
 		fmt.Fprintf(tw, "interrupted\t%s: the figures are those measured before\n", strings.TrimSpace(cmp.Or(byWhom(rep.InterruptedBy), "before its end")))
 	}
 	if rep.Error != "" {
-		fmt.Fprintf(tw, "failed\t%s: the figures are those measured before\n", rep.Error)
+		fmt.Fprintf(tw, "failed\t%s: the figures are those measured before\n", oneLine(rep.Error))
 	}
 	tw.Flush()
 	if warning := memoryOnly(rep.Machine); warning != "" {

@@ -104,10 +104,11 @@ const (
 	opAudit
 	opChurn
 	opPolicy
+	opConsume
 )
 
 var opNames = [...]string{"publish", "publishKeyed", "publishBatch", "receive", "ack", "nack", "reject", "extend",
-	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy"}
+	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy", "consume"}
 
 func (o opKind) String() string { return opNames[o] }
 
@@ -135,12 +136,18 @@ var opTable = []opKind{
 // the same operations and a policy change.
 var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
 
+// opTableConsume is opTableV2 with a Consume, for an input of the second
+// format whose settings set inputConsume.
+var opTableConsume = append(slices.Clip(opTableV2), opConsume, opConsume, opConsume)
+
 // The second input format starts with inputV2 and a byte of settings
-// (inputSyncPublish, the other bits unused); no input in the corpus of the
-// first format starts with that byte, so each keeps its meaning.
+// (inputSyncPublish, inputConsume, the other bits unused); no input in the
+// corpus of the first format starts with that byte, and none of the second
+// sets inputConsume, so each keeps its meaning.
 const (
 	inputV2          = 0xff
 	inputSyncPublish = 1 << 0
+	inputConsume     = 1 << 1
 )
 
 // config is what an input's header sets.
@@ -159,16 +166,34 @@ func decodeInput(data []byte) (config, []op) {
 	if data[1]&inputSyncPublish != 0 {
 		cfg.sync = broker.SyncPublish
 	}
-	return cfg, decodeOps(data[2:], opTableV2)
+	if data[1]&inputConsume != 0 {
+		cfg.table = opTableConsume
+	}
+	return cfg, decodeOps(data[2:], cfg.table)
 }
 
-// encodeInput is decodeInput's inverse for the second format, for seeds.
+// encodeInput is decodeInput's inverse for the second format, for seeds:
+// it sets inputConsume when one of ops is a Consume.
 func encodeInput(sync broker.SyncMode, ops ...op) []byte {
+	consume := slices.ContainsFunc(ops, func(o op) bool { return o.kind == opConsume })
+	header := encodeHeader(sync, consume)
+	table := opTableV2
+	if consume {
+		table = opTableConsume
+	}
+	return append(header, encodeOpsWith(table, ops...)...)
+}
+
+// encodeHeader returns the header of an input of the second format.
+func encodeHeader(sync broker.SyncMode, consume bool) []byte {
 	header := []byte{inputV2, 0}
 	if sync == broker.SyncPublish {
 		header[1] |= inputSyncPublish
 	}
-	return append(header, encodeOpsWith(opTableV2, ops...)...)
+	if consume {
+		header[1] |= inputConsume
+	}
+	return header
 }
 
 // op is one decoded operation: its kind, its queue and two argument bytes.
@@ -671,6 +696,10 @@ func brokerSeeds(testing.TB) []seed {
 		polLower   = 1 // MaxDeliveries 1, shorter leases, no retry delay, Capacity down
 		polRaise   = 2 // MaxDeliveries up, longer leases, unbounded
 		polInvalid = invalidPolicy
+		// Consume's first argument: Prefetch, and the handler's last
+		// call the third of three receivable messages.
+		consumePrefetch = 4
+		consumeAll3     = 2 << 3
 	)
 	// Inputs of the second format: policy changes, and SyncPublish.
 	scenariosV2 := map[string]struct {
@@ -723,6 +752,37 @@ func brokerSeeds(testing.TB) []seed {
 			o(opForward, 0, fwdNext, 0), o(opDeadLetters, 0, 2, 0), o(opPolicy, 1, polRaise, 0), o(opChurn, 1, 25, 0),
 			o(opCrash, 0, 0, 0), o(opStats, 0, 0, 0),
 		}},
+		// Consume, one message at a time: an ack, a Nack with a classified
+		// cause, a Reject; the nacked one comes back on its last
+		// delivery and the handler panics: a dead letter.
+		"consume": {broker.SyncAll, []op{
+			o(opPublish, 0, 3, 0), o(opPublish, 0, 4, 0), o(opPublish, 0, 5, 0), o(opConsume, 0, consumeAll3|2, 2<<3),
+			o(opStats, 0, 0, 0), o(opDeadLetters, 0, 3, 0), o(opForward, 0, fwdNext, 0), o(opConsume, 0, 0, answerPanic),
+			o(opDeadLetters, 0, 3, 0), o(opStats, 0, 0, 0),
+		}},
+		// Consume holding deliveries: the handler acks one and gives up on
+		// the next as ctx ends; the two held are nacked unstarted, and
+		// under MaxDeliveries 1 they die saying the consumer stopped.
+		"consume-prefetch": {broker.SyncAll, []op{
+			o(opPublish, 1, 3, 0), o(opPublish, 1, 4, 0), o(opPublish, 1, 5, 0), o(opPublish, 1, 6, 0),
+			o(opConsume, 1, consumePrefetch|3|1<<3, answerCanceled<<3), o(opStats, 0, 0, 0), o(opForward, 1, fwdNext, 0),
+			o(opPolicy, 1, polLower, 0), o(opConsume, 1, consumePrefetch|3|2<<3, 1|1<<3), o(opDeadLetters, 1, 7, 0),
+			o(opStats, 0, 0, 0), o(opReopen, 0, 0, 0), o(opDeadLetters, 1, 7, 0),
+		}},
+		// More receivable than one Receive of Consume leases: the handler
+		// stops it on the first call, and only what the Receive leased is
+		// nacked unstarted.
+		"consume-prefetch-full": {broker.SyncAll, []op{
+			o(opPublishBatch, 0, 5, 3), o(opConsume, 0, consumePrefetch|1, 4), o(opStats, 0, 0, 0),
+			o(opReceive, 0, 5, 0), o(opForward, 0, fwdNext, 0), o(opConsume, 0, consumePrefetch, 0), o(opStats, 0, 0, 0),
+			o(opRebuild, 0, 0, 0), o(opDeadLetters, 0, 5, 0),
+		}},
+		// Under SyncPublish a power loss may take the leases and
+		// settlements of a Consume, each in the order it made them.
+		"consume-syncpublish": {broker.SyncPublish, []op{
+			o(opPublish, 1, 3, 0), o(opPublish, 1, 4, 0), o(opPublish, 1, 5, 0), o(opConsume, 1, consumeAll3, 3<<3),
+			o(opCrash, 0, 0, 0), o(opConsume, 1, consumeAll3|consumePrefetch, 1<<3), o(opAudit, 0, 0, 0),
+		}},
 	}
 	var seeds []seed
 	for name, ops := range scenarios {
@@ -739,6 +799,10 @@ func brokerSeeds(testing.TB) []seed {
 	for i := range 4 {
 		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i%2]
 		seeds = append(seeds, seed{fmt.Sprintf("random-v2-%d", i), []any{randomInputV2(uint64(i), 80+40*i, true, sync)}})
+	}
+	for i := range 4 {
+		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i%2]
+		seeds = append(seeds, seed{fmt.Sprintf("random-consume-%d", i), []any{randomInputConsume(uint64(i), 80+40*i, true, sync)}})
 	}
 	return seeds
 }

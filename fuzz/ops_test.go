@@ -580,6 +580,8 @@ func (s *twin) run(o op) {
 		s.churn(o.q, 1+int(a)%cmp.Or(mq.pol.Capacity, churnUnbounded))
 	case opPolicy:
 		s.setPolicy(o.q, a)
+	case opConsume:
+		s.consume(o.q, a, b)
 	case opForward:
 		s.moveClock(a, false)
 	case opBack:

@@ -64,13 +64,25 @@
 //     SyncAll) and one more operation, a policy change: Queue again with
 //     one of a few valid policies (lease time, retry curve, MaxDeliveries
 //     down and up, Capacity down, up and unbounded, size bound, dedup
-//     window) or one Validate refuses. Any other input runs under SyncAll
-//     without policy changes, as every input did before: the corpus keeps
-//     its meaning. A reference model written from the contract (API.md,
+//     window) or one Validate refuses. Bit 1 of the settings adds one more,
+//     a Consume: broker.Consume over one queue with one handler, Batch 1
+//     to 4 and no Prefetch, or Prefetch 1 to 4 and a Batch that fills it
+//     (not under SyncPublish), run only when a message is receivable; the
+//     handler answers each delivery as the input says (nil, an error with
+//     a classified cause or none, DoNotRetry, context.Canceled, a panic)
+//     and cancels Consume's ctx itself, on a call the model says comes, and
+//     Consume must return context.Canceled (see consume_test.go). Any other
+//     input runs under SyncAll without policy changes or Consume, as every
+//     input did before: the corpus keeps its meaning. A reference model written from the contract (API.md,
 //     docs/DESIGN.md) predicts every answer: error classes, IDs,
 //     payloads, EnqueuedAt, deliveries, lease and retry instants, dead
-//     letters with their causes, gauges and counters, and what a policy
-//     change does to what is pending, leased and delayed. Every reopen
+//     letters with their causes, gauges and counters, what a policy
+//     change does to what is pending, leased and delayed, and what a
+//     Consume does: which messages its handler sees, in what order, with
+//     what receipts and deliveries, and how each is settled (acked, nacked
+//     to its retry delay, rejected or nacked into the dead letters with
+//     its reason, code and cause, a held one its handler never started
+//     nacked as the consumer stopped). Every reopen
 //     declares the queues with the policies last set, and must write
 //     nothing: the store kept them. After a clean reopen, a rebuild, or
 //     under SyncAll a power loss, the state must equal the model's

@@ -153,26 +153,38 @@ func (s *twin) receive(qi, n int) []broker.ReceiptValue {
 	}
 	s.checkIDs(what+" delivered", "oldest EnqueuedAt, then ID", len(ds), func(i int) string { return ds[i].Message.ID }, want)
 	for i, d := range ds {
-		m := want[i]
-		m.state, m.deliveries, m.at, m.seen, m.seenBy = mLeased, m.deliveries+1, now+int64(mq.pol.VisibilityTimeout), false, ""
-		s.check(d.Deliveries == m.deliveries, "%s: delivery %d, the model says %d", m.id, d.Deliveries, m.deliveries)
-		s.check(d.Lease.ExpiresAt.UnixNano() == m.at, "%s: lease expires at %s, the model says %s", m.id, rel(d.Lease.ExpiresAt.UnixNano()), rel(m.at))
-		s.check(d.Message.EnqueuedAt.UnixNano() == m.enq, "%s: EnqueuedAt %s, published at %s", m.id, rel(d.Message.EnqueuedAt.UnixNano()), rel(m.enq))
-		s.check(string(d.Message.Payload) == string(m.payload), "%s: the payload delivered is not the one published", m.id)
-		r := d.Lease.Receipt
-		_, reused := s.m.owner[r]
-		s.check(r != "" && !reused, "%s: receipt %q is empty or was issued before", m.id, r)
-		m.receipt = r
-		s.m.owner[r] = qi
-		mq.receipts = append(mq.receipts, r)
-		s.logf("    leased %s #%d until %s", m.id, m.deliveries, rel(m.at))
+		s.lease(qi, want[i], now, &d)
 	}
-	mq.c.delivered += int64(len(ds))
 	var rs []broker.ReceiptValue
 	for _, d := range ds {
 		rs = append(rs, d.Lease.Receipt)
 	}
 	return rs
+}
+
+// lease leases m at now, as a Receive that delivered d: it checks the
+// delivery against the model. A nil d is a lease the model knows of but
+// no one saw (see consume), whose receipt is not known.
+func (s *twin) lease(qi int, m *mMsg, now int64, d *broker.DeliveryValue) {
+	s.t.Helper()
+	mq := s.m.qs[qi]
+	m.state, m.deliveries, m.at, m.seen, m.seenBy, m.receipt = mLeased, m.deliveries+1, now+int64(mq.pol.VisibilityTimeout), false, "", ""
+	mq.c.delivered++
+	if d == nil {
+		s.logf("    leased %s #%d until %s, unseen", m.id, m.deliveries, rel(m.at))
+		return
+	}
+	s.check(d.Deliveries == m.deliveries, "%s: delivery %d, the model says %d", m.id, d.Deliveries, m.deliveries)
+	s.check(d.Lease.ExpiresAt.UnixNano() == m.at, "%s: lease expires at %s, the model says %s", m.id, rel(d.Lease.ExpiresAt.UnixNano()), rel(m.at))
+	s.check(d.Message.EnqueuedAt.UnixNano() == m.enq, "%s: EnqueuedAt %s, published at %s", m.id, rel(d.Message.EnqueuedAt.UnixNano()), rel(m.enq))
+	s.check(string(d.Message.Payload) == string(m.payload), "%s: the payload delivered is not the one published", m.id)
+	r := d.Lease.Receipt
+	_, reused := s.m.owner[r]
+	s.check(r != "" && !reused, "%s: receipt %q is empty or was issued before", m.id, r)
+	m.receipt = r
+	s.m.owner[r] = qi
+	mq.receipts = append(mq.receipts, r)
+	s.logf("    leased %s #%d until %s", m.id, m.deliveries, rel(m.at))
 }
 
 // checkIDs checks that the broker handed over exactly the messages the
@@ -278,12 +290,26 @@ func (s *twin) nack(qi int, sel, csel byte) {
 	if !s.expect(want, err, fmt.Sprintf("%s.Nack(%.12s, %v)", mq.name, r, c.err)) {
 		return
 	}
-	mq.c.nacked++
-	if m.deliveries >= mq.pol.MaxDeliveries {
+	dead, at := s.retry(qi, m, now, c.reason, c.code, c.public)
+	if dead {
 		s.check(nv.Deliveries == m.deliveries && nv.DeadLettered && nv.VisibleAt.IsZero(),
 			"Nack of %s on its last delivery %d: got %+v, want a dead letter", m.id, m.deliveries, nv)
-		s.die(qi, m, now, c.reason, c.code, c.public)
 		return
+	}
+	s.check(nv.Deliveries == m.deliveries && !nv.DeadLettered && nv.VisibleAt.UnixNano() == at,
+		"Nack of %s after delivery %d: got %+v, want visible at %s", m.id, m.deliveries, nv, rel(at))
+}
+
+// retry is what a Nack of m's live lease at now does, for a cause the dead
+// letter would record as reason, code and public: on its last delivery m
+// goes to the dead letters; otherwise it waits out the retry delay. It
+// reports whether m died, and if not when it is visible again.
+func (s *twin) retry(qi int, m *mMsg, now int64, reason string, code uint32, public string) (dead bool, visible int64) {
+	mq := s.m.qs[qi]
+	mq.c.nacked++
+	if m.deliveries >= mq.pol.MaxDeliveries {
+		s.die(qi, m, now, reason, code, public)
+		return true, 0
 	}
 	delay := retryDelay(mq.pol, m.deliveries)
 	at := now + int64(delay)
@@ -291,8 +317,7 @@ func (s *twin) nack(qi int, sel, csel byte) {
 	if delay == 0 {
 		m.at = 0 // at once, whatever the clock reads next (docs/DESIGN.md, "Time")
 	}
-	s.check(nv.Deliveries == m.deliveries && !nv.DeadLettered && nv.VisibleAt.UnixNano() == at,
-		"Nack of %s after delivery %d: got %+v, want visible at %s", m.id, m.deliveries, nv, rel(at))
+	return false, at
 }
 
 // die moves m to the dead letters.
@@ -555,6 +580,8 @@ func (s *twin) run(o op) {
 		s.churn(o.q, 1+int(a)%cmp.Or(mq.pol.Capacity, churnUnbounded))
 	case opPolicy:
 		s.setPolicy(o.q, a)
+	case opConsume:
+		s.consume(o.q, a, b)
 	case opForward:
 		s.moveClock(a, false)
 	case opBack:

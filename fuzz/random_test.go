@@ -27,6 +27,12 @@ func randomInputV2(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) [
 	return append(encodeInput(sync), randomOps(rng, n, opTableV2, forwardOnly)...)
 }
 
+// randomInputConsume is randomInputV2 with the Consume operation.
+func randomInputConsume(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) []byte {
+	rng := rand.New(rand.NewPCG(seed, 0xf024))
+	return append(encodeHeader(sync, true), randomOps(rng, n, opTableConsume, forwardOnly)...)
+}
+
 func randomOps(rng *rand.Rand, n int, table []opKind, forwardOnly bool) []byte {
 	b := make([]byte, 3*n)
 	for i := range b {
@@ -66,16 +72,16 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 	}
 	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
 	for i := range inputs {
-		// Half the inputs in the first format, a quarter in the second
-		// under each sync mode.
+		// Half the inputs in the first format; of the second, under each
+		// sync mode, as many with the Consume operation as without.
 		var data []byte
-		switch i % 4 {
+		switch sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i/4%2]; i % 4 {
 		case 0, 2:
 			data = randomInput(seed+uint64(i), maxOps, false)
 		case 1:
-			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncAll)
+			data = randomInputV2(seed+uint64(i), maxOps, false, sync)
 		case 3:
-			data = randomInputV2(seed+uint64(i), maxOps, false, broker.SyncPublish)
+			data = randomInputConsume(seed+uint64(i), maxOps, false, sync)
 		}
 		ok := t.Run(fmt.Sprint(i), func(t *testing.T) { _ = runInput(t, data) })
 		if !ok {

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/walbroker/walbroker/segment"
 )
 
 // MemoryOptions configures a [Memory] queue. The zero value is a safe
@@ -37,7 +39,9 @@ type MemoryOptions struct {
 // [Waker]) plus PublishKeyed, PublishBatch, [PolicyValue.Capacity] and the
 // dedup window, with the file-backed [Queue]'s semantics — the same
 // errors, the same receive order, the same classified-cause recording and
-// the same unguessable receipts — and no disk. It is for tests of code that
+// the same unguessable receipts — and no disk. Its bound on a batch is a
+// store's with the default SegmentBytes: a PublishBatch whose payloads take
+// more than one segment holds is InvalidBatchSize. It is for tests of code that
 // takes a [Broker], and for work that may be lost with the process.
 //
 // It is not durable: a message lives as long as the Memory (a crash, or
@@ -262,12 +266,19 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 	return out, nil
 }
 
+// memoryMaxGroup bounds the bytes of a batch a Memory takes, as a store
+// with the default SegmentBytes bounds it: a program tested against a
+// Memory meets the store's refusal of a batch larger than one segment.
+var memoryMaxGroup = Options{}.maxGroup()
+
 // refuseOversized refuses, before any payload is copied, a payload above
-// the queue's MaxMessageBytes and a batch larger than its Capacity, which
-// no state of the queue admits: the copy of a caller's oversized input
-// would cost memory in proportion to it. (A Memory's policy is fixed by
-// NewMemory, so the sizes need no second look under the lock that admits
-// them.)
+// the queue's MaxMessageBytes, a batch larger than one segment of a store
+// with the default SegmentBytes holds (counting its payloads' frames, as
+// the store's first check does), and a batch larger than its Capacity,
+// which no state of the queue admits: the copy of a caller's oversized
+// input would cost memory in proportion to it. (A Memory's policy is fixed
+// by NewMemory, so the sizes need no second look under the lock that
+// admits them.)
 func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -276,6 +287,13 @@ func (q *Memory) refuseOversized(ctx context.Context, payloads [][]byte) error {
 	}
 	if err := tooLargeFor(payloads, q.policy.maxMessageBytes()); err != nil {
 		return err
+	}
+	least := 0
+	for _, p := range payloads {
+		least += segment.Size(len(p))
+	}
+	if least > memoryMaxGroup {
+		return fmt.Errorf("broker: memory queue: batch of %d messages and at least %d bytes does not fit in one log segment of a store with the default SegmentBytes: %w", len(payloads), least, InvalidBatchSize)
 	}
 	if c := q.policy.Capacity; c > 0 && len(payloads) > c {
 		// Refused after the clock is read and observed, as the store

@@ -236,7 +236,8 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (M
 // PublishBatch publishes every payload, all or nothing, in one commit:
 // after a crash either every message of the batch exists or none does. A
 // batch that does not fit the queue's Capacity is refused whole
-// (QueueFull); an empty one is InvalidBatchSize.
+// (QueueFull); an empty one, and one larger than a log segment holds (see
+// Options.SegmentBytes), is InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
 	if q == nil {
 		return nil, nilReceiver("Queue")

@@ -762,8 +762,13 @@ const maxStateEvent = maxEventFields + MaxReasonBytes + MaxPublicBytes
 // maxGroup is the most one publish may encode, frames included: a segment
 // less its header, the seal, the preamble, and room for the dedup eviction
 // record a publish may carry.
-func (s *Store) maxGroup() int {
-	return int(s.opts.segmentBytes()) - segment.HeaderSize - segment.Size(0) - s.opts.preambleBytes() - maxEventFields
+func (s *Store) maxGroup() int { return s.opts.maxGroup() }
+
+// maxGroup is the most bytes of frames one append may take in a segment of
+// a store opened with o: what a segment holds past its header, its seal
+// and the preamble a rotation writes.
+func (o Options) maxGroup() int {
+	return int(o.segmentBytes()) - segment.HeaderSize - segment.Size(0) - o.preambleBytes() - maxEventFields
 }
 
 func validQueueName(name string) error {
@@ -860,7 +865,7 @@ func (s *Store) statsNow() StoreStats {
 		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
 		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load(),
-		Commits:             w.Syncs,
+		Commits:             w.Commits,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,
 	}
@@ -870,8 +875,8 @@ func (s *Store) statsNow() StoreStats {
 	if p := s.maint.lastCheckpoint.Load(); p != 0 {
 		st.LastCheckpoint = wal.Position(p).String()
 	}
-	if w.Syncs > 0 {
-		st.MeanRecordsPerCommit = float64(w.Records) / float64(w.Syncs)
+	if w.Commits > 0 {
+		st.MeanRecordsPerCommit = float64(w.Records) / float64(w.Commits)
 	}
 	if p := s.maint.stopped.Load(); p != nil {
 		st.MaintenanceStopped = (*p).Error()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // Log is an ordered sequence of segment files in one directory.
@@ -134,6 +135,7 @@ type counters struct {
 	preamble     atomic.Int64 // of records, those of Options.Preamble written at rotations
 	writes       atomic.Int64 // batches written
 	syncs        atomic.Int64 // fdatasyncs of segment files
+	commits      atomic.Int64 // of syncs, those that covered appended records
 	maxPerSync   atomic.Int64 // most records one fdatasync covered
 	bytesWritten atomic.Int64
 	rotations    atomic.Int64
@@ -152,6 +154,7 @@ type Stats struct {
 	PreambleRecords   int64 // of Records, those Options.Preamble gave, written at rotations
 	Writes            int64 // write batches (one pwrite each, rotation aside)
 	Syncs             int64 // fdatasyncs of segment files
+	Commits           int64 // of Syncs, those that made appended records durable (not a rotation's sync of its seal alone)
 	MaxRecordsPerSync int64 // most records covered by one fdatasync
 	BytesWritten      int64
 	Rotations         int64
@@ -180,6 +183,7 @@ func (l *Log) Stats() Stats {
 		PreambleRecords:   l.stats.preamble.Load(),
 		Writes:            l.stats.writes.Load(),
 		Syncs:             l.stats.syncs.Load(),
+		Commits:           l.stats.commits.Load(),
 		MaxRecordsPerSync: l.stats.maxPerSync.Load(),
 		BytesWritten:      l.stats.bytesWritten.Load(),
 		Rotations:         l.stats.rotations.Load(),
@@ -242,6 +246,12 @@ func (l *Log) Recovery() Recovery {
 // Close makes every written record durable, stops the writer and releases
 // the directory. Appends queued before Close are completed; later calls get
 // ErrClosed. Close returns the poison error if the log had failed.
+//
+// Once every record is durable, Close writes the clean mark, which spares
+// the next Open a read of the last segment to its end. A mark it cannot
+// write (a full disk) is logged as a warning and not returned: nothing
+// depends on it, the log being whole and synced without it, and a mark
+// written in part does not read as one.
 func (l *Log) Close() error {
 	if l == nil {
 		return errNilLog
@@ -263,7 +273,15 @@ func (l *Log) Close() error {
 		// Everything is synced: say where the log ends, so that the next
 		// Open need not read the rest of the last segment to prove that
 		// nothing valid lies beyond.
-		err = writeCleanMark(l.opts.FS, l.dir, MakePosition(l.w.active.seq, l.w.writeOff))
+		end := MakePosition(l.w.active.seq, l.w.writeOff)
+		if merr := writeCleanMark(l.opts.FS, l.dir, end); errors.Is(merr, vfs.ErrForeign) {
+			err = merr // someone else writes in the directory: say so
+		} else if merr != nil {
+			l.logLater(func(log *slog.Logger) {
+				log.Warn("wal: close: every record is durable, but the clean mark could not be written; the next open reads the last segment to its end",
+					"dir", l.dir, "end", end.String(), "err", merr)
+			})
+		}
 	}
 
 	// From now on Stats describes the log as Close leaves it on disk.

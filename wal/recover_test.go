@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -746,3 +750,56 @@ func TestASegmentOfALaterFormatVersionIsRefusedAndLeftAsItIs(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// TestACleanMarkThatCannotBeWrittenIsLoggedNotReturned: Close of a log
+// whose every record is durable succeeds although its clean mark cannot be
+// written (a full disk): the mark only spares the next Open a read, which
+// then reads the last segment to its end and finds every record.
+func TestACleanMarkThatCannotBeWrittenIsLoggedNotReturned(t *testing.T) {
+	for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpWrite, vfs.OpSync, vfs.OpSyncDir} {
+		t.Run(op.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			fs := vfs.NewFaultFS(vfs.Default)
+			var logs strings.Builder
+			var mu sync.Mutex
+			logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return logs.Write(p)
+			}), nil))
+			l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: MinSegmentBytes, Logger: logger})
+			var want []Position
+			for i := range 30 {
+				pos, err := l.Append([]byte(fmt.Sprintf("record %d", i)))
+				require.NoError(t, err)
+				want = append(want, pos[0])
+			}
+			rule := vfs.Rule{Op: op, NameContains: cleanName, Err: syscall.ENOSPC}
+			if op == vfs.OpSyncDir {
+				rule = vfs.Rule{Op: op, Nth: 1, Err: syscall.ENOSPC} // only the mark's syncs the directory at Close
+			}
+			fs.Inject(rule)
+			require.NoError(t, l.Close(), "every record was durable: the missing mark loses nothing")
+			mu.Lock()
+			require.Contains(t, logs.String(), "clean mark could not be written")
+			mu.Unlock()
+			_, ok, err := readCleanMark(vfs.Default, dir)
+			require.NoError(t, err)
+			if op != vfs.OpSync && op != vfs.OpSyncDir {
+				require.False(t, ok, "a mark that was not written does not read as one")
+			}
+
+			l = mustOpen(t, dir, Options{SegmentBytes: MinSegmentBytes})
+			defer l.Close()
+			for i, p := range want {
+				rec, err := l.Read(p)
+				require.NoError(t, err)
+				require.Equal(t, fmt.Sprintf("record %d", i), string(rec))
+			}
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -236,3 +236,24 @@ func TestThePoisonIsTheFirstFailure(t *testing.T) {
 		require.NotErrorIs(t, err, syscall.ENOSPC)
 	}
 }
+
+// TestARotationsSealAloneIsNoCommit: Stats.Syncs counts every fdatasync of
+// a segment, the one a rotation runs on its seal included; Commits only
+// those that made appended records durable. Appends one at a time, each
+// synced before the next: one commit each, whatever the rotations.
+func TestARotationsSealAloneIsNoCommit(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: MinSegmentBytes})
+	defer l.Close()
+	before := l.Stats()
+	const n = 40
+	rec := make([]byte, 900)
+	for range n {
+		_, err := l.Append(rec)
+		require.NoError(t, err)
+	}
+	after := l.Stats()
+	rotations := after.Rotations - before.Rotations
+	require.Positive(t, rotations, "test setup: no rotation")
+	require.Equal(t, int64(n), after.Commits-before.Commits, "one commit per append; %d rotations", rotations)
+	require.Equal(t, int64(n)+rotations, after.Syncs-before.Syncs, "and one fdatasync more per rotation, of its seal")
+}

@@ -499,6 +499,9 @@ func (l *Log) syncActive() error {
 	}
 	w.syncedOff = w.writeOff
 	l.stats.syncs.Add(1)
+	if w.unsynced > 0 {
+		l.stats.commits.Add(1)
+	}
 	if w.unsynced > l.stats.maxPerSync.Load() {
 		l.stats.maxPerSync.Store(w.unsynced)
 	}

@@ -183,7 +183,10 @@ func (s *Store) reservedSeqs(bound uint64) {
 // wrapping fs.ErrPermission (and vfs.ErrForeign) that names it: in a
 // directory others can write, it was planted, and a planted segment would
 // deliver messages, and accept receipts, that someone else made up. The
-// directory itself may be a symbolic link. An empty
+// directory itself may be a symbolic link, and dir may pass through links
+// and "..": it is resolved once, names in order as the kernel takes them
+// (a ".." after a link climbs out of the link's target), and the store is
+// the directory that names, whichever way it is named. An empty
 // dir, or Options outside their documented bounds, fail with
 // QueueMisconfigured before anything is made.
 func Open(dir string, opts Options) (*Store, error) {
@@ -199,7 +202,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	if _, err := readClock("Options.Now", opts.Now); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, opts: opts, queues: map[string]*Queue{}, over: make(chan struct{})}
+	// The path is resolved once, names in order as the kernel takes them
+	// ("link/.." climbs out of the link's target), and every file is
+	// found from there: the directory made, its lock, its segments and
+	// index/ are in one place, whatever links and ".." the path holds.
+	where, err := vfs.Resolve(dir)
+	if err != nil {
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
+	s := &Store{dir: where, opts: opts, queues: map[string]*Queue{}, over: make(chan struct{})}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
 	// What the last checkpoint covers needs no scan: sealed segments are
@@ -209,7 +220,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	wo.Sealed, wo.Verified = s.openHints()
-	l, err := wal.Open(dir, wo)
+	l, err := wal.Open(where, wo)
 	if err != nil {
 		return nil, openError(dir, opts.Salvage, err)
 	}

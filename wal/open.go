@@ -92,6 +92,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Resolved once, as the kernel takes the names ("link/.." climbs out
+	// of the link's target): the directory made and synced, its lock and
+	// its segments are then one place, whatever links and ".." dir holds.
+	given := dir
+	if dir, err = vfs.Resolve(dir); err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", given, err)
+	}
 	fs := opts.FS
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)

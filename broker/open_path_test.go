@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +106,18 @@ func TestASecondOpenThroughALinkAndDotDotIsLocked(t *testing.T) {
 	}
 	if !errors.Is(err, broker.Locked) {
 		t.Fatalf("second Open(%s) of base/a/store, which a store holds: got %v, want an error wrapping Locked", dir, err)
+	}
+}
+
+// TestOpenOfAPathWithANulByteSaysSo: no file name holds a NUL byte; Open
+// says so, with QueueMisconfigured, and makes nothing.
+func TestOpenOfAPathWithANulByteSaysSo(t *testing.T) {
+	base := t.TempDir()
+	_, err := broker.Open(filepath.Join(base, "a\x00b"), broker.Options{})
+	if !errors.Is(err, broker.QueueMisconfigured) || !strings.Contains(err.Error(), "NUL byte") {
+		t.Fatalf("Open of a path with a NUL byte: %v, want QueueMisconfigured naming the NUL byte", err)
+	}
+	if names, _ := os.ReadDir(base); len(names) != 0 {
+		t.Errorf("Open made %v", names)
 	}
 }

@@ -187,11 +187,15 @@ func (s *Store) reservedSeqs(bound uint64) {
 // and "..": it is resolved once, names in order as the kernel takes them
 // (a ".." after a link climbs out of the link's target), and the store is
 // the directory that names, whichever way it is named. An empty
-// dir, or Options outside their documented bounds, fail with
-// QueueMisconfigured before anything is made.
+// dir, one holding a NUL byte (which no file name can), or Options
+// outside their documented bounds, fail with QueueMisconfigured before
+// anything is made.
 func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("broker: open: the directory path is empty: %w", QueueMisconfigured)
+	}
+	if i := strings.IndexByte(dir, 0); i >= 0 {
+		return nil, fmt.Errorf("broker: open %q: the directory path holds a NUL byte at %d, which no file name can: %w", dir, i, QueueMisconfigured)
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {

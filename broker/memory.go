@@ -18,9 +18,10 @@ type MemoryOptions struct {
 	// Now is the broker's clock: enqueue instants, lease deadlines, retry
 	// delays and dedup windows are measured on it. Nil means time.Now. A
 	// test that moves its own clock makes every timing of the queue exact.
-	// A reading before 1678 or after 2262 (a zero time.Time among them)
-	// is refused by every call that reads it, with QueueMisconfigured, as
-	// the file-backed store does. As there (see Options.Now), Now is
+	// A reading outside the Unix-nanosecond range (1677-09-21 to
+	// 2262-04-11, exactly as Options.Now gives it; a zero time.Time among
+	// them) is refused by every call that reads it, with
+	// QueueMisconfigured, as the file-backed store does. As there (see Options.Now), Now is
 	// called with the queue's lock held, must return promptly and must not
 	// call the queue, and one that panics fails the call that read it with
 	// an error naming MemoryOptions.Now and the panic value, leaving the

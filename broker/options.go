@@ -60,9 +60,11 @@ func (m SyncMode) String() string {
 type Options struct {
 	// Now is the broker's clock: enqueue instants, lease deadlines, retry
 	// delays and dedup windows are measured on it. Nil means time.Now.
-	// Instants are recorded in Unix nanoseconds: a reading before 1678 or
-	// after 2262 (a zero time.Time among them) is refused, by Open and by
-	// every call that reads it, with QueueMisconfigured.
+	// Instants are recorded in Unix nanoseconds: a reading outside what an
+	// int64 of them holds, 1677-09-21T00:12:43.145224192Z to
+	// 2262-04-11T23:47:16.854775807Z (a zero time.Time among them), is
+	// refused, by Open and by every call that reads it, with
+	// QueueMisconfigured.
 	//
 	// Now is called with a queue's lock held (so that enqueue instants
 	// grow in the order publishes enter the queue): it must return

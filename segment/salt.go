@@ -51,7 +51,9 @@ func NewSalt() uint32 {
 // outside the frame (a frame written before the file became this segment,
 // or forged in a body, could not know a salt drawn after). Not 0, which
 // a zeroed header reads and anyone can write frames under; a version 1
-// file's frames give 0 as below.
+// file's frames give 0 as below. The frames where the log wrote them are
+// tried before any other offset, so that a body crafted to name seq at
+// every turn spends none of the budget below before they are.
 //
 // Otherwise each frame gives a candidate: the salt under which its own
 // checksum verifies. A damaged frame gives a wrong one, which it alone
@@ -122,6 +124,23 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		return err == nil && int(f.Synced) <= off
 	}
 	if s := binary.LittleEndian.Uint32(data[16:]); s != 0 {
+		// The frames where the log wrote them first, each where the one
+		// before ends, through frames that fail (a damaged body keeps
+		// its length): at most one checksum per byte, so that a body
+		// crafted to name seq at every turn, in a damaged first frame,
+		// cannot spend the budget before the frames after it are
+		// reached. Then anywhere, byte by byte.
+		for off := HeaderSize; ; {
+			end, ok := frameAt(off)
+			if !ok {
+				break
+			}
+			if verifies(off, s) {
+				return s, true
+			}
+			off = end
+		}
+		budget = saltBudget * len(data)
 		for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; off++ {
 			if _, ok := frameAt(off); ok && verifies(off, s) {
 				return s, true

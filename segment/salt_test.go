@@ -359,3 +359,27 @@ func TestStaleFramesOfAReusedFileNeverReadAsRecordsAfterSaltRecovery(t *testing.
 	r, frames := scanAll(t, data, 5, true)
 	require.Empty(t, bodies(frames), "stale frames read as records of the reused segment (report %+v)", r)
 }
+
+// A salt the damaged header still holds is confirmed by the frames where
+// the log wrote them before any search byte by byte: a first frame whose
+// checksum was damaged, and whose body names the segment at every turn
+// with lengths that fit (a payload crafted so), does not spend the work
+// RecoverSalt allows before the intact record after it is reached.
+func TestRecoverSaltReachesTheFrameAfterACraftedDamagedBody(t *testing.T) {
+	const seq, salt = 8, 0x5a175a17
+	const size = 128 << 10
+	body := make([]byte, 64<<10)
+	for i := 0; i+8 <= len(body); i += 8 {
+		binary.LittleEndian.PutUint32(body[i:], size/2)
+		binary.LittleEndian.PutUint32(body[i+4:], seq)
+	}
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, body)
+	data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("second"))
+	data = append(data, make([]byte, size-len(data))...)
+	data[0] ^= 0xff                  // the magic
+	data[segment.HeaderSize] ^= 0x01 // the first frame's checksum
+	got, ok := segment.RecoverSalt(data, seq)
+	require.True(t, ok)
+	require.Equal(t, uint32(salt), got)
+}

@@ -125,7 +125,8 @@ func (sc *scanned) scan(data []byte, seq uint32, salvage bool, fn func(Frame) er
 	var group []Frame
 	off := r.End
 	for {
-		f, err := w.decode(data, off, seq)
+		f, err := Decode(data, off, seq)
+		w.count(data, off, seq, f, err)
 		if err == nil {
 			err = checkOrder(f, len(group) > 0)
 		}
@@ -329,7 +330,8 @@ func walkValid(data []byte, seq uint32, from int, w *work, visit func(Frame) boo
 			if w.failed >= w.allowance {
 				return off, true
 			}
-			f, err := w.decode(data, off, seq)
+			f, err := Decode(data, off, seq)
+			w.count(data, off, seq, f, err)
 			if err == nil {
 				if !visit(f) {
 					return 0, false
@@ -369,10 +371,14 @@ type work struct {
 
 func newWork(data []byte) work { return work{allowance: resyncAllowance * len(data)} }
 
-// decode is Decode, counting the bytes it checksums.
-func (w *work) decode(data []byte, off int, seq uint32) (Frame, error) {
-	w.summed += checksummed(data, off, seq)
-	return Decode(data, off, seq)
+// count counts the bytes Decode checksummed for the frame at off, which
+// gave f and err.
+func (w *work) count(data []byte, off int, seq uint32, f Frame, err error) {
+	if err == nil {
+		w.summed += f.End() - off - 4
+	} else {
+		w.summed += checksummed(data, off, seq)
+	}
 }
 
 // checksummed returns how many bytes Decode checksums for the frame at

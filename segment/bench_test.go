@@ -91,3 +91,27 @@ func BenchmarkScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScanStaleBytes scans a 4 MiB segment of one record whose stale
+// bytes after it are random, name the segment every 8 bytes with long
+// lengths (named), or pass every check of a frame header but the
+// checksum every 16 bytes (would-be): what a scan after a crash meets in a
+// reused file. The last two cost the resynchronisation its allowance.
+func BenchmarkScanStaleBytes(b *testing.B) {
+	const size, seq, salt = 4 << 20, 5, 0x5555
+	named, random, _ := staleFile(size, seq, salt, lengthSeq(size/2, seq))
+	wouldBe, _, _ := staleFile(size, seq, salt, wouldBeFrames(size/2, seq, func(int) uint32 { return segment.HeaderSize }))
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"random", random}, {"named", named}, {"would-be", wouldBe}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				if _, err := segment.Scan(c.data, seq, false, nop); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -88,6 +88,23 @@
 //     that a completed fdatasync had covered no longer verify. They must not
 //     be silently dropped.
 //
+// The search checksums only bytes whose header could start a frame of this
+// segment (it names the segment, its length fits in the file, its type is
+// one a frame has), each over the length its header gives. Stale bytes
+// crafted to pass those checks at every turn with long lengths would make
+// that quadratic in the file's size, so a scan checksums would-be frames
+// that fail over at most four times the file's size; past that it no
+// longer verifies them, and errs towards corruption:
+//
+//   - classifying the end at X, it reads the headers of the would-be
+//     frames left: [EndCorrupt] if any claims a synced value > X (and no
+//     more than its own offset, as every frame written has), else
+//     [EndTorn] (never [EndClean]: one of them may be a frame);
+//   - salvaging, it does not step over the damage at X: the scan ends
+//     there with [EndCorrupt].
+//
+// Either way the Report's Cause wraps [ErrTooManyCandidates].
+//
 // The one case no format can tell apart is damage to the last durable batch
 // of the last segment when nothing was written after it: it reads as a torn
 // tail. A sealed segment does not have that blind spot, since its seal frame

@@ -39,6 +39,14 @@ var (
 	ErrBadType = errors.New("segment: unknown frame type")
 	// ErrTooLarge is returned when a body does not fit in a frame.
 	ErrTooLarge = errors.New("segment: body too large")
+	// ErrTooManyCandidates is wrapped, beside what failed there, in the
+	// Cause of a scan's Report whose frame at DamageAt failed and whose
+	// bytes after it hold more would-be frames of the segment (headers
+	// that name it, with lengths that fit) that fail their checksums than
+	// a scan verifies: the end was then classified by the headers of
+	// those left, erring towards corruption, or the damage was reported
+	// rather than stepped over. See the package documentation.
+	ErrTooManyCandidates = errors.New("segment: too many would-be frames after the damage to verify")
 )
 
 // errNilFile is the error of a method called on a nil *File: what a caller

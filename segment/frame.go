@@ -166,10 +166,10 @@ func decode(data []byte, off int, seq, salt uint32) (Frame, error) {
 	if got := crc32.Update(salt, castagnoli, data[off+4:end]); got != want {
 		return Frame{}, fmt.Errorf("offset %d: %w", off, ErrChecksum)
 	}
-	kind, place := Kind(h[16]&0x0f), Place(h[16]>>4)
-	if kind < KindRecord || kind > KindPadding || place > Last || (kind != KindRecord && place != Full) {
+	if !validType(h[16]) {
 		return Frame{}, fmt.Errorf("offset %d: type %#x: %w", off, h[16], ErrBadType)
 	}
+	kind, place := Kind(h[16]&0x0f), Place(h[16]>>4)
 	return Frame{
 		Offset: off,
 		Seq:    seq,
@@ -178,6 +178,14 @@ func decode(data []byte, off int, seq, salt uint32) (Frame, error) {
 		Place:  place,
 		Body:   data[off+FrameHeaderSize : end : end],
 	}, nil
+}
+
+// validType reports whether t is the type byte of a frame: a kind this
+// package defines, a place in a group, and no place but full for a seal or
+// a padding.
+func validType(t byte) bool {
+	kind, place := Kind(t&0x0f), Place(t>>4)
+	return kind >= KindRecord && kind <= KindPadding && place <= Last && (kind == KindRecord || place == Full)
 }
 
 // ownHeader reports whether the bytes at off start a frame header naming

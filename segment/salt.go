@@ -51,7 +51,9 @@ func NewSalt() uint32 {
 // outside the frame (a frame written before the file became this segment,
 // or forged in a body, could not know a salt drawn after). Not 0, which
 // a zeroed header reads and anyone can write frames under; a version 1
-// file's frames give 0 as below.
+// file's frames give 0 as below. The frames where the log wrote them are
+// tried before any other offset, so that a body crafted to name seq at
+// every turn spends none of the budget below before they are.
 //
 // Otherwise each frame gives a candidate: the salt under which its own
 // checksum verifies. A damaged frame gives a wrong one, which it alone
@@ -59,20 +61,35 @@ func NewSalt() uint32 {
 // follows it verifies under it too. The frames are walked as the log wrote
 // them, each where the one before ends (by its length field), so that the
 // walk never looks inside a body, which may hold frames under a salt of
-// its writer's choosing that vouch for each other; only where damage at
-// the start left no first frame (a sector zeroed with the header, whether
-// the zeros took the whole of the first frame's header or stopped in its
-// length: a chain that begins at a frame whose checksum field reads zero,
-// and ends without giving the salt, is taken for zeros, and the search
-// goes on past where it began) does it search byte by byte for the first
-// bytes that can start a frame of seq, and it ends where the chain does,
-// never reading on into stale bytes of the file's previous segment. So the salt is lost where
-// the salt field and a frame near the start were both damaged otherwise
-// than by such a run of zeros (a bit flipped in each, say), where they
-// were and the frame was a sealed segment's only record, or where a last
-// segment held one record only and the salt field was damaged too; and a
-// forged chain could be taken only from what damage left of the first
-// frame's body.
+// its writer's choosing that vouch for each other.
+//
+// Only where a run of zeros from the header took the first frame's
+// checksum field and left no first frame (the zeros took the whole of the
+// first frame's header, or stopped in its length: a chain that begins at
+// a frame whose checksum field reads zero, and ends without giving the
+// salt, is taken for zeros, and the search goes on past where it began)
+// does it search byte by byte for the first bytes that can start a frame
+// of seq; and it takes a chain found so only if its frames claim a sync
+// the log could have made before them, of the first batch (at most the
+// header) or ending at or after where the chain begins, never one that
+// ended inside the bytes skipped as the first frame's body. It ends where
+// the chain does. Bytes at the first frame's place that are neither zeros
+// nor a frame of seq are the stale bytes of the file's previous segment
+// (a file reused, whose own frames were never written or were lost): it
+// does not search them, since their bodies may hold frames of seq
+// (another log's, shipped as records) that vouch for each other.
+//
+// So the salt is lost where the salt field and a frame near the start
+// were both damaged otherwise than by such a run of zeros (a bit flipped
+// in each, say), where they were and the frame was a sealed segment's only
+// record, where a last segment held one record only and the salt field was
+// damaged too, and where the zeros took frames of several batches, so
+// that the first intact frames claim a sync inside them. A forged chain
+// could be taken only from bytes the walk or the search took for the
+// segment's own: what damage left of the first frame's body, stale bytes
+// forged to claim the first batch's sync where the zeros took every frame
+// of a reused file, or stale bytes where a lone record ends, with the salt
+// field damaged too.
 //
 // The work is bounded (checksums over at most [saltBudget] times the
 // file's bytes), so that a file whose bytes name seq at every turn (a
@@ -107,12 +124,51 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		return err == nil && int(f.Synced) <= off
 	}
 	if s := binary.LittleEndian.Uint32(data[16:]); s != 0 {
+		// The frames where the log wrote them first, each where the one
+		// before ends, through frames that fail (a damaged body keeps
+		// its length): at most one checksum per byte, so that a body
+		// crafted to name seq at every turn, in a damaged first frame,
+		// cannot spend the budget before the frames after it are
+		// reached. Then anywhere, byte by byte.
+		for off := HeaderSize; ; {
+			end, ok := frameAt(off)
+			if !ok {
+				break
+			}
+			if verifies(off, s) {
+				return s, true
+			}
+			off = end
+		}
+		budget = saltBudget * len(data)
 		for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; off++ {
 			if _, ok := frameAt(off); ok && verifies(off, s) {
 				return s, true
 			}
 		}
 		budget = saltBudget * len(data)
+	}
+	// The search byte by byte skips only what a run of zeros from the
+	// header into the first frame leaves: such a run zeroes the first
+	// frame's checksum field, as a search needs (the first frame's
+	// header no longer naming seq, or a chain from it that began at a
+	// checksum reading zero). Where the bytes at the first frame's place
+	// are not zeros, they are a frame of seq (the chain from it gives the
+	// salt or nothing) or not a frame of this segment at all: the stale
+	// bytes of the file's previous segment, a file reused before any
+	// frame of its own was written, which must give nothing.
+	searchable := allZero(data[HeaderSize : HeaderSize+4])
+	// A chain the search found at start follows a first frame that spans
+	// [HeaderSize, start), or frames the zeros took: its frames claim
+	// synced offsets the log wrote, those of the first batch (at most
+	// the header) or ends of frames of the chain (at least start). A
+	// frame that claims an offset between the two claims a sync that
+	// ended inside bytes the search skipped as one frame's body: stale
+	// bytes of the previous segment, whose bodies may hold frames of seq
+	// claiming any offset, are given up.
+	fits := func(off, start int) bool {
+		synced := int(binary.LittleEndian.Uint32(data[off+12:]))
+		return synced <= HeaderSize || synced >= start
 	}
 	// start is where the chain being walked began (-1: none yet, the
 	// search for its first frame goes on). A chain that began at a frame
@@ -137,7 +193,7 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 			continue
 		}
 		if !ok {
-			if off > len(data)-FrameHeaderSize {
+			if off > len(data)-FrameHeaderSize || !searchable {
 				return 0, false
 			}
 			off++ // damage at the start: search for the first frame
@@ -148,8 +204,8 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 		}
 		diff := binary.LittleEndian.Uint32(data[off:]) ^ crc32.Update(0, castagnoli, data[off+4:end])
 		salt := mulmod(diff, xPowMinus8(end-off-4))
-		if verifies(off, salt) {
-			if _, ok := frameAt(end); ok && verifies(end, salt) {
+		if verifies(off, salt) && fits(off, start) {
+			if _, ok := frameAt(end); ok && verifies(end, salt) && fits(end, start) {
 				return salt, true
 			}
 		}

@@ -286,3 +286,100 @@ func TestRecoverSaltPastZerosFromTheHeaderIntoTheFirstFrame(t *testing.T) {
 		}
 	}
 }
+
+// shippedFrames is what a record body holds when a log ships another log's
+// frames: two consecutive records of segment seq of that other log, salted
+// with that log's salt, claiming synced bytes.
+func shippedFrames(seq, salt, synced uint32) []byte {
+	b := segment.AppendFrame(nil, seq, salt, synced, segment.KindRecord, segment.Full, []byte("shipped-1"))
+	return segment.AppendFrame(b, seq, salt, synced, segment.KindRecord, segment.Full, []byte("shipped-2"))
+}
+
+// reusedWithDamagedHeader is a 4 KiB file that was segment 2 (salt
+// 0x1111), whose second record carried another log's frames of segment 5,
+// and has just been reused as segment 5 (salt 0x5555): it holds no frame
+// of segment 5 yet, only the stale bytes of segment 2. Its header's magic
+// is then damaged (the salt field is intact). The shipped frames claim
+// synced bytes.
+func reusedWithDamagedHeader(synced uint32) []byte {
+	const oldSeq, oldSalt, newSeq, newSalt = 2, 0x1111, 5, 0x5555
+	data := make([]byte, 4096)
+	old := segment.EncodeHeader(oldSeq, oldSalt)
+	copy(data, old[:])
+	frames := segment.AppendFrame(nil, oldSeq, oldSalt, 32, segment.KindRecord, segment.Full, []byte("old record"))
+	frames = segment.AppendFrame(frames, oldSeq, oldSalt, 32, segment.KindRecord, segment.Full, shippedFrames(newSeq, 0x0badc0de, synced))
+	frames = segment.AppendFrame(frames, oldSeq, oldSalt, 32, segment.KindSeal, segment.Full, nil)
+	copy(data[segment.HeaderSize:], frames)
+	// Reuse: the header alone is rewritten.
+	h := segment.EncodeHeader(newSeq, newSalt)
+	copy(data, h[:])
+	data[0] ^= 0xff // damage
+	return data
+}
+
+// A reused segment that holds no frame of its own yet, or whose frames
+// the damage took, has no salt to give: the frames its stale bytes carry
+// in a record body, which name the segment and vouch for each other
+// under the salt of the log that wrote them, give nothing, whether the
+// bytes at the first frame's place are the previous segment's frames or
+// zeros that took the header and the segment's one record.
+func TestRecoverSaltTakesNothingFromTheStaleBytesOfAReusedFile(t *testing.T) {
+	// Whatever sync the stale frames claim (the first batch's, 32, or
+	// one past it).
+	for _, synced := range []uint32{segment.HeaderSize, 48} {
+		data := reusedWithDamagedHeader(synced)
+		_, err := segment.DecodeHeader(data)
+		require.ErrorIs(t, err, segment.ErrBadHeader)
+		salt, ok := segment.RecoverSalt(data, 5)
+		require.False(t, ok, "stale frames claiming %d synced: a salt from the stale bytes of the file's previous segment: %#x (the segment's own, 0x5555, cannot be recovered)", synced, salt)
+	}
+
+	// One record of segment 5 written, then a run of zeros from the
+	// header over it and into the stale bytes after it: the stale frames
+	// of segment 5 found after the zeros claim a sync (48) that would
+	// have ended inside what the search skipped.
+	data := reusedWithDamagedHeader(48)
+	copy(data[segment.HeaderSize:], segment.AppendFrame(nil, 5, 0x5555, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("new")))
+	clear(data[:64])
+	salt, ok := segment.RecoverSalt(data, 5)
+	require.False(t, ok, "a salt from the stale bytes after the zeros: %#x", salt)
+}
+
+// What a salvage does with a salt RecoverSalt gives (a header carrying
+// it): the frames a stale record body carries must never read as records
+// of the reused segment.
+func TestStaleFramesOfAReusedFileNeverReadAsRecordsAfterSaltRecovery(t *testing.T) {
+	data := reusedWithDamagedHeader(48)
+	salt, ok := segment.RecoverSalt(data, 5)
+	if !ok {
+		return // nothing recovered: the salvage reads nothing
+	}
+	h := segment.EncodeHeader(5, salt) // what wal's salvage writes
+	copy(data, h[:])
+	r, frames := scanAll(t, data, 5, true)
+	require.Empty(t, bodies(frames), "stale frames read as records of the reused segment (report %+v)", r)
+}
+
+// A salt the damaged header still holds is confirmed by the frames where
+// the log wrote them before any search byte by byte: a first frame whose
+// checksum was damaged, and whose body names the segment at every turn
+// with lengths that fit (a payload crafted so), does not spend the work
+// RecoverSalt allows before the intact record after it is reached.
+func TestRecoverSaltReachesTheFrameAfterACraftedDamagedBody(t *testing.T) {
+	const seq, salt = 8, 0x5a175a17
+	const size = 128 << 10
+	body := make([]byte, 64<<10)
+	for i := 0; i+8 <= len(body); i += 8 {
+		binary.LittleEndian.PutUint32(body[i:], size/2)
+		binary.LittleEndian.PutUint32(body[i+4:], seq)
+	}
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, body)
+	data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("second"))
+	data = append(data, make([]byte, size-len(data))...)
+	data[0] ^= 0xff                  // the magic
+	data[segment.HeaderSize] ^= 0x01 // the first frame's checksum
+	got, ok := segment.RecoverSalt(data, seq)
+	require.True(t, ok)
+	require.Equal(t, uint32(salt), got)
+}

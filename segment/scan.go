@@ -80,6 +80,12 @@ type Report struct {
 // end (see the package documentation). With salvage, a corrupt span is
 // skipped and the scan goes on with the next frame that opens a group; a
 // torn tail still ends the scan. fn's error stops the scan and is returned.
+//
+// Each walk of a scan checksums each byte of the frames that verify once
+// at most, and a scan checksums would-be frames that fail over four times
+// the file's size at most in all: past that it classifies what is left by
+// the frame headers alone, or stops a salvage there, and says so in the
+// Cause with [ErrTooManyCandidates] (see the package documentation).
 func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, error) {
 	return ScanFrom(data, seq, HeaderSize, salvage, fn)
 }
@@ -92,26 +98,50 @@ func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, 
 // without calling fn, data shorter than the header, a from before the
 // header's end or past the data, and a nil fn.
 func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) error) (Report, error) {
+	sc := scanFrom(data, seq, from, salvage, fn)
+	return sc.Report, sc.err
+}
+
+// scanned is what a scan found, with the work it did.
+type scanned struct {
+	Report
+	err  error
+	work work
+}
+
+// scanFrom is ScanFrom, also returning the work the scan did.
+func scanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) error) scanned {
 	if err := checkScan(data, from, fn); err != nil {
-		return Report{}, err
+		return scanned{err: err}
 	}
-	r := Report{End: from}
+	sc := scanned{Report: Report{End: from}, work: newWork(data)}
+	sc.err = sc.scan(data, seq, salvage, fn)
+	return sc
+}
+
+// scan walks the frames from sc.End; see ScanFrom.
+func (sc *scanned) scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) error {
+	r, w := &sc.Report, &sc.work
 	var group []Frame
-	off := from
+	off := r.End
 	for {
 		f, err := Decode(data, off, seq)
+		w.count(data, off, seq, f, err)
 		if err == nil {
 			err = checkOrder(f, len(group) > 0)
 		}
 		if err != nil {
-			kind := classify(data, seq, off, len(group) > 0 || ownHeader(data, off, seq) && !errors.Is(err, ErrZeroFrame))
+			kind, unverified := classify(data, seq, off, len(group) > 0 || ownHeader(data, off, seq) && !errors.Is(err, ErrZeroFrame), w)
+			if unverified {
+				err = notAllVerified(err)
+			}
 			if kind == EndClean {
 				r.Tail = EndClean
-				return r, nil
+				return nil
 			}
 			r.Tail, r.DamageAt, r.Cause = kind, off, err
 			if kind == EndTorn || !salvage {
-				return r, nil
+				return nil
 			}
 			// A frame that verified but opens a group inside an unfinished
 			// one is intact: only the unfinished group before it is broken,
@@ -120,14 +150,26 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 			if len(group) > 0 && errors.Is(err, ErrGroup) {
 				from = off
 			}
-			next, ok := resume(data, seq, from)
-			if !ok {
+			next, ok, lost := resume(data, seq, from, w)
+			if !ok && !lost {
 				// Nothing opens a group after the damage: what follows
 				// can only be pieces of the broken group.
-				to := lastOwnEnd(data, seq, off+1)
-				r.Skipped = append(r.Skipped, Span{From: r.End, To: to, At: off, Cause: err})
-				r.End, r.Tail = to, EndClean
-				return r, nil
+				var to int
+				to, lost = lastOwnEnd(data, seq, off+1, w)
+				if !lost {
+					r.Skipped = append(r.Skipped, Span{From: r.End, To: to, At: off, Cause: err})
+					r.End, r.Tail = to, EndClean
+					return nil
+				}
+			}
+			if lost {
+				// Where the scan would step over the damage is past
+				// what it verifies: the damage is reported, not
+				// stepped over.
+				if !unverified {
+					r.Cause = notAllVerified(err)
+				}
+				return nil
 			}
 			r.Skipped = append(r.Skipped, Span{From: r.End, To: next, At: off, Cause: err})
 			group = group[:0]
@@ -138,7 +180,7 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 		switch f.Kind {
 		case KindSeal:
 			r.End, r.Sealed = f.End(), true
-			return r, nil
+			return nil
 		case KindPadding:
 			r.End = f.End()
 		case KindRecord:
@@ -146,7 +188,7 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 			if f.Place.Closes() {
 				for _, g := range group {
 					if err := fn(g); err != nil {
-						return r, err
+						return err
 					}
 				}
 				r.Records += len(group)
@@ -158,16 +200,26 @@ func ScanFrom(data []byte, seq uint32, from int, salvage bool, fn func(Frame) er
 	}
 }
 
+// notAllVerified returns the cause of a failure at an offset after which
+// the scan did not verify every would-be frame.
+func notAllVerified(err error) error {
+	return fmt.Errorf("%w; after it, %w", err, ErrTooManyCandidates)
+}
+
 // Resume returns the offset of the first valid frame of segment seq at or
 // after from that may start the log again (one that opens a group, a
 // padding or a seal), for salvage to step over what lies before it. No
 // frame starts in the header: a from before its end is taken as the
-// header's end. Past the data there is none.
+// header's end. Past the data there is none, and none is found where the
+// bytes after from hold more would-be frames that fail their checksums
+// than a scan verifies before one (see [ErrTooManyCandidates]).
 func Resume(data []byte, seq uint32, from int) (int, bool) {
 	if from > len(data) {
 		return 0, false
 	}
-	return resume(data, seq, max(from, HeaderSize))
+	w := newWork(data)
+	at, ok, _ := resume(data, seq, max(from, HeaderSize), &w)
+	return at, ok
 }
 
 // checkScan refuses the arguments of a scan that has nothing to scan:
@@ -196,11 +248,15 @@ func checkOrder(f Frame, inGroup bool) error {
 
 // classify decides how the valid prefix ending at x ends. ownAtX reports
 // evidence that a frame of this segment started at x (its header names the
-// segment, or an unfinished group precedes it).
-func classify(data []byte, seq uint32, x int, ownAtX bool) EndKind {
+// segment, or an unfinished group precedes it). unverified reports that
+// the work ran out before the frames after x were all verified: the kind
+// is then decided by the headers of the would-be frames left, EndCorrupt
+// if any of them claims bytes synced past x (and no more than its own
+// offset, as every frame the log writes), else EndTorn.
+func classify(data []byte, seq uint32, x int, ownAtX bool, w *work) (kind EndKind, unverified bool) {
 	later := false
 	corrupt := false
-	walkValid(data, seq, x+1, func(f Frame) bool {
+	at, unverified := walkValid(data, seq, x+1, w, func(f Frame) bool {
 		later = true
 		if int64(f.Synced) > int64(x) {
 			corrupt = true
@@ -210,57 +266,141 @@ func classify(data []byte, seq uint32, x int, ownAtX bool) EndKind {
 	})
 	switch {
 	case corrupt:
-		return EndCorrupt
-	case later || ownAtX:
-		return EndTorn
+		return EndCorrupt, false
+	case unverified && claimsSyncedPast(data, seq, at, x):
+		return EndCorrupt, true
+	case unverified || later || ownAtX:
+		return EndTorn, unverified
 	}
-	return EndClean
+	return EndClean, false
+}
+
+// claimsSyncedPast reports whether bytes at or after from could be the
+// header of a frame of segment seq, unverified, that claims more than x
+// bytes synced: a header that names seq, a length that fits, a type a
+// frame has, and a synced field past x and at most its own offset.
+func claimsSyncedPast(data []byte, seq uint32, from, x int) bool {
+	for off, ok := nextCandidate(data, seq, from); ok; off, ok = nextCandidate(data, seq, off+1) {
+		if !wouldBeFrame(data, seq, off) {
+			continue
+		}
+		if synced := int64(binary.LittleEndian.Uint32(data[off+12:])); synced > int64(x) && synced <= int64(off) {
+			return true
+		}
+	}
+	return false
 }
 
 // resume returns the offset of the first valid frame at or after from that
 // may start the log again: one that opens a group, a padding or a seal.
-func resume(data []byte, seq uint32, from int) (int, bool) {
-	at, ok := 0, false
-	walkValid(data, seq, from, func(f Frame) bool {
+// unverified reports that the work ran out before one was found.
+func resume(data []byte, seq uint32, from int, w *work) (at int, ok, unverified bool) {
+	_, unverified = walkValid(data, seq, from, w, func(f Frame) bool {
 		if f.Kind != KindRecord || f.Place.Opens() {
 			at, ok = f.Offset, true
 			return false
 		}
 		return true
 	})
-	return at, ok
+	return at, ok, unverified && !ok
 }
 
 // lastOwnEnd returns the end of the last valid frame of seq at or after
-// from, or from itself when there is none.
-func lastOwnEnd(data []byte, seq uint32, from int) int {
-	end := from
-	walkValid(data, seq, from, func(f Frame) bool {
+// from, or from itself when there is none. unverified reports that the
+// work ran out before the data did.
+func lastOwnEnd(data []byte, seq uint32, from int, w *work) (end int, unverified bool) {
+	end = from
+	_, unverified = walkValid(data, seq, from, w, func(f Frame) bool {
 		end = f.End()
 		return true
 	})
-	return end
+	return end, unverified
 }
 
 // walkValid calls visit with every valid frame of segment seq that starts at
 // or after from, resynchronising byte by byte over anything that does not
-// verify, until visit returns false or the data ends.
-func walkValid(data []byte, seq uint32, from int, visit func(Frame) bool) {
+// verify, until visit returns false or the data ends. Only bytes whose
+// header could start a frame (see wouldBeFrame) are checksummed; when the
+// checksums of those that fail have used up w's allowance, it stops and
+// reports unverified, with the offset of the first would-be frame it did
+// not verify.
+func walkValid(data []byte, seq uint32, from int, w *work, visit func(Frame) bool) (at int, unverified bool) {
 	for off := from; off+FrameHeaderSize <= len(data); {
-		f, err := Decode(data, off, seq)
-		if err != nil {
-			next, ok := nextCandidate(data, seq, off+1)
-			if !ok {
-				return
+		if wouldBeFrame(data, seq, off) {
+			if w.failed >= w.allowance {
+				return off, true
 			}
-			off = next
-			continue
+			f, err := Decode(data, off, seq)
+			w.count(data, off, seq, f, err)
+			if err == nil {
+				if !visit(f) {
+					return 0, false
+				}
+				off = f.End()
+				continue
+			}
+			w.failed += checksummed(data, off, seq)
 		}
-		if !visit(f) {
-			return
+		next, ok := nextCandidate(data, seq, off+1)
+		if !ok {
+			break
 		}
-		off = f.End()
+		off = next
 	}
+	return 0, false
+}
+
+// resyncAllowance bounds the checksums a scan computes over would-be frames
+// that fail (headers that name the segment, with a length that fits and a
+// type a frame has, over bytes that are not its frames), in bytes per byte
+// of the file. A resynchronisation checksums each would-be frame over the
+// length its header gives, so stale bytes that name the segment at every
+// turn with long lengths (a payload anyone may append, in a file later
+// reused) would otherwise cost the square of the file's size. Frames that
+// verify are not counted: the walks skip their bodies, so each walk
+// checksums each byte of them once at most.
+const resyncAllowance = 4
+
+// work is what a scan checksums: the bytes over which its checksums
+// failed, and its allowance for them.
+type work struct {
+	allowance int // bytes over which the checksums may fail
+	failed    int // bytes over which they failed
+	summed    int // bytes checksummed in all, as tests count them
+}
+
+func newWork(data []byte) work { return work{allowance: resyncAllowance * len(data)} }
+
+// count counts the bytes Decode checksummed for the frame at off, which
+// gave f and err.
+func (w *work) count(data []byte, off int, seq uint32, f Frame, err error) {
+	if err == nil {
+		w.summed += f.End() - off - 4
+	} else {
+		w.summed += checksummed(data, off, seq)
+	}
+}
+
+// checksummed returns how many bytes Decode checksums for the frame at
+// off: those of the frame after its checksum field, when its header names
+// seq and its length fits in data, else none.
+func checksummed(data []byte, off int, seq uint32) int {
+	if off < 0 || off > len(data)-FrameHeaderSize || !ownHeader(data, off, seq) {
+		return 0
+	}
+	n := binary.LittleEndian.Uint32(data[off+4:])
+	end := off + FrameHeaderSize + int(n)
+	if n > MaxBody || end > len(data) || end < off {
+		return 0
+	}
+	return end - off - 4
+}
+
+// wouldBeFrame reports whether the header at off could start a frame of
+// segment seq, as far as it tells without the checksum: it names seq, its
+// length fits in data, and its type is one a frame has.
+func wouldBeFrame(data []byte, seq uint32, off int) bool {
+	return checksummed(data, off, seq) > 0 && validType(data[off+16])
 }
 
 // nextCandidate returns the first offset at or after from whose frame

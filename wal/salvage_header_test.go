@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -178,5 +179,64 @@ func requireEntriesOf(t *testing.T, what string, want, got []entry) {
 	for i := range want {
 		require.Equal(t, want[i].pos, got[i].pos, "%s: position of record %d", what, i)
 		require.Equal(t, string(want[i].rec), string(got[i].rec), "%s: record %d", what, i)
+	}
+}
+
+// shippedBody is a record body as a log that ships another log's frames
+// carries them: filler, then, for each segment 2..40 of that other log,
+// two consecutive records of it salted with that log's salt, each
+// claiming the first 100 bytes of its segment durable.
+func shippedBody() []byte {
+	b := bytes.Repeat([]byte("z"), 700)
+	for seq := uint32(2); seq <= 40; seq++ {
+		b = segment.AppendFrame(b, seq, 0x0badc0de, 100, segment.KindRecord, segment.Full, []byte("shipped"))
+		b = segment.AppendFrame(b, seq, 0x0badc0de, 100, segment.KindRecord, segment.Full, []byte("shipped"))
+	}
+	return b
+}
+
+// A reused segment file keeps the stale bytes of the segment it was, and
+// the salt drawn when it is reused is what keeps frames written before
+// (frames another log wrote, carried in a record's body) from verifying
+// in it. When the first sector of the reused file is lost (the header
+// and the segment's one record, zeroed), Salvage rewrites the header with
+// the salt segment.RecoverSalt finds, which stays within the segment's
+// own frames: the other log's frames of the same segment number in the
+// stale record body must not give their salt, or the salvaged log would
+// deliver them as records nobody appended.
+func TestSalvagedHeaderOfAReusedFileNeverDeliversStaleFrames(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 4096}
+	l := mustOpen(t, dir, opts)
+	body := shippedBody()
+	for l.End().Segment() < 4 {
+		mustAppend(t, l, body)
+	}
+	_, err := l.RemoveBelow(l.End())
+	require.NoError(t, err)
+	for i := 0; l.Stats().RecycledSegments == 0; i++ {
+		require.Less(t, i, 2000, "no segment file was reused")
+		mustAppend(t, l, []byte("x"))
+	}
+	last := l.End().Segment()
+	require.LessOrEqual(t, last, uint32(40))
+	require.NoError(t, l.Close())
+
+	// The first sector of the last segment (a reused file) is lost: its
+	// header and its one record.
+	f, err := os.OpenFile(segFile(dir, last), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	opts.Salvage = true
+	c, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer c.Close()
+	for _, e := range readAll(t, c) {
+		if string(e.rec) == "shipped" {
+			t.Fatalf("after salvage, segment %d (a reused file whose first sector was lost) delivers at %v a record nobody appended to this log: a frame another log wrote, stale bytes of the file's previous segment, taken for a frame of this one (Recovery: %+v)", last, e.pos, c.Recovery())
+		}
 	}
 }

@@ -40,9 +40,12 @@ type MemoryOptions struct {
 // [Waker]) plus PublishKeyed, PublishBatch, [PolicyValue.Capacity] and the
 // dedup window, with the file-backed [Queue]'s semantics — the same
 // errors, the same receive order, the same classified-cause recording and
-// the same unguessable receipts — and no disk. Its bound on a batch is a
-// store's with the default SegmentBytes: a PublishBatch whose payloads take
-// more than one segment holds is InvalidBatchSize. It is for tests of code that
+// the same unguessable receipts — and no disk. Its bound on a batch is
+// the first a store with the default SegmentBytes applies: a PublishBatch
+// whose payloads' frames take more than one segment holds is
+// InvalidBatchSize. (The store's second look counts each message's event
+// fields too, some 20 bytes a message: a batch within that of the bound
+// may be taken by a Memory and refused by the store.) It is for tests of code that
 // takes a [Broker], and for work that may be lost with the process.
 //
 // It is not durable: a message lives as long as the Memory (a crash, or

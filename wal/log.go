@@ -251,7 +251,8 @@ func (l *Log) Recovery() Recovery {
 // the next Open a read of the last segment to its end. A mark it cannot
 // write (a full disk) is logged as a warning and not returned: nothing
 // depends on it, the log being whole and synced without it, and a mark
-// written in part does not read as one.
+// written in part does not read as one. (One refused as planted, a link
+// where the mark belongs, is returned: see vfs.ErrForeign.)
 func (l *Log) Close() error {
 	if l == nil {
 		return errNilLog

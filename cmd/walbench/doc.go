@@ -371,7 +371,10 @@
 //	    "limited":       bool, drain: -limit ended a drain of it with messages
 //	                     left, its rate is of those handled (absent otherwise)
 //	    "ops":           int, messages published (drain: handled), summed
-//	    "commits":       int, fdatasyncs of the store (log) in the windows, summed
+//	    "commits":       int, commits in the windows, summed: the store's
+//	                     (StoreStats.Commits: fdatasyncs that made records
+//	                     durable); wal: every fdatasync of the log's
+//	                     segments, a rotation's of its seal included
 //	    "rotations", "new_segments": int, wal: the log's rotations in the
 //	                     windows, and of them those to a segment written full
 //	                     of zeros (not reused), summed; omitted

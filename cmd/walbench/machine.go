@@ -78,7 +78,13 @@ func describeMachine(dir string, now time.Time) Machine {
 	m.Filesystem, m.FSMagic = fileSystem(dir)
 	m.Kernel = kernel()
 	m.LoadAvg = loadAvg()
-	m.Device = mountSource(dir)
+	// mountinfo names the places mounted on without links: dir is looked
+	// up as the kernel resolves it.
+	where := dir
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		where = r
+	}
+	m.Device = mountSource(where)
 	m.WriteCache = writeCache(m.Device)
 	return m
 }
@@ -95,12 +101,14 @@ func mountSource(dir string) string {
 	return mountSourceIn(f, dir)
 }
 
-// mountSourceIn is mountSource over a mountinfo table read from r. Of the
-// mounts whose point holds dir, the one with the longest point counts,
-// and of several at that point the last listed: a mount over another
-// hides it.
+// mountSourceIn is mountSource over a mountinfo table read from r. A
+// mount made over a place hides what was mounted there or below before
+// it (the table lists mounts in the order they were made, and keeps the
+// hidden ones); of the mounts left whose point holds dir, the one with
+// the longest point counts.
 func mountSourceIn(r io.Reader, dir string) string {
-	best, source := -1, ""
+	type mount struct{ point, source string }
+	var mounts []mount
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// ID parent major:minor root mountpoint options... - fstype source superoptions
@@ -109,9 +117,16 @@ func mountSourceIn(r io.Reader, dir string) string {
 		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		point := unescapeMount(fields[4])
-		if (dir == point || strings.HasPrefix(dir, strings.TrimSuffix(point, "/")+"/")) && len(point) >= best {
-			best, source = len(point), unescapeMount(fields[sep+2])
+		mounts = append(mounts, mount{unescapeMount(fields[4]), unescapeMount(fields[sep+2])})
+	}
+	within := func(path, point string) bool {
+		return path == point || strings.HasPrefix(path, strings.TrimSuffix(point, "/")+"/")
+	}
+	best, source := -1, ""
+	for i, m := range mounts {
+		hidden := slices.ContainsFunc(mounts[i+1:], func(later mount) bool { return within(m.point, later.point) })
+		if !hidden && within(dir, m.point) && len(m.point) > best {
+			best, source = len(m.point), m.source
 		}
 	}
 	return source

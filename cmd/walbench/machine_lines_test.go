@@ -45,3 +45,19 @@ func TestAFailureOfManyLinesKeepsTheTableWhole(t *testing.T) {
 		t.Errorf("the table holds the stack:\n%s", b.String())
 	}
 }
+
+// TestMountSourceAMountOverAParentHidesTheChild: a mount at /a/b made
+// before a mount over /a is hidden by it (the later /a mount's tree has no
+// /a/b mount; the old one stays in mountinfo); the device named is the
+// visible one.
+func TestMountSourceAMountOverAParentHidesTheChild(t *testing.T) {
+	table := strings.Join([]string{
+		`22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw`,
+		`30 22 8:16 / /a rw,relatime shared:2 - ext4 /dev/vdb rw`,
+		`31 30 8:32 / /a/b rw,relatime shared:3 - xfs /dev/vdc rw`,
+		`40 30 0:50 / /a rw,relatime shared:4 - tmpfs tmpfs rw`, // mounted over /a after /a/b: hides it
+	}, "\n")
+	if got := mountSourceIn(strings.NewReader(table), "/a/b/store"); got != "tmpfs" {
+		t.Errorf("mountSourceIn(/a/b/store) with /a/b hidden by a later mount over /a = %q, want %q (the mount visible at /a/b/store)", got, "tmpfs")
+	}
+}

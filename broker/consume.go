@@ -406,6 +406,18 @@ type receiveAcker interface {
 	receiveAcking(ctx context.Context, max int, receipts []ReceiptValue) (ds []DeliveryValue, errs []error, err error)
 }
 
+// ownType reports whether b's type is this package's. A caller's type that
+// embeds *Queue has receiveAcking promoted to it, but Consume must call
+// the caller's own Receive and Ack (which may count, trace or refuse), not
+// the embedded queue's behind them.
+func ownType(b Broker) bool {
+	t := reflect.TypeOf(b)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath() == reflect.TypeFor[Queue]().PkgPath()
+}
+
 // failStopper is implemented by brokers that stop for good on a failure
 // (the file-backed store: fail-stop): stopped returns that failure, or
 // nil while the broker works.
@@ -597,7 +609,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	c.rejecter, _ = b.(Rejecter)
 	c.stopper, _ = b.(failStopper)
 	c.ender, _ = b.(ender)
-	if c.acker, _ = b.(receiveAcker); c.acker != nil {
+	if a, ok := b.(receiveAcker); ok && ownType(b) {
+		c.acker = a
 		c.ackReady = make(chan struct{}, 1)
 	}
 	if c.extendEvery > 0 {
@@ -782,11 +795,10 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 
 // job is a delivery on its way to a handler goroutine. A held one found
 // every handler busy when it was dispatched, at (see
-// ConsumeOptions.Prefetch).
+// ConsumeOptions.Prefetch); at is zero for one that did not.
 type job struct {
-	d    DeliveryValue
-	held bool
-	at   time.Time // held only
+	d  DeliveryValue
+	at time.Time
 }
 
 // refill holds one slot, taken by acquire, and waits for more while
@@ -898,7 +910,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 			// Every handler is busy (only with a Prefetch: without one a
 			// delivery's slot means a handler is free). The first to
 			// finish takes it; waiting stays one lower until then.
-			c.work <- job{d: d, held: true, at: time.Now()}
+			c.work <- job{d: d, at: time.Now()}
 			continue
 		}
 		c.waiting.Add(1)
@@ -1069,11 +1081,13 @@ func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
 		}
 		c.workers.Done()
 	}()
-	if first != nil {
+	// A delivery dispatched while ctx was live may reach its goroutine
+	// after ctx ended: it is released then, as a held one is, not started.
+	if first != nil && !c.release(*first) {
 		c.handle(ctx, *first, time.Time{})
 	}
 	for j := range c.work {
-		if j.held && c.release(j.d) {
+		if c.release(j.d) {
 			continue
 		}
 		c.handle(ctx, j.d, j.at)
@@ -1083,8 +1097,9 @@ func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
 
 // releaseHeld releases (see release) the deliveries held when the loop
 // ended: every handler may be busy for a while yet, running to the end of
-// StopGrace, and a held delivery must not wait for one to take it.
-// Deliveries an idle handler was about to take go back for it.
+// StopGrace, and a held delivery must not wait for one to take it. So are
+// those an idle handler was about to take; while ctx and b are live
+// (nothing to release), they go back for it.
 func (c *consumer) releaseHeld() {
 	for range len(c.work) {
 		var j job
@@ -1093,14 +1108,16 @@ func (c *consumer) releaseHeld() {
 		default:
 			return // handlers took the rest
 		}
-		if !j.held || !c.release(j.d) {
+		if !c.release(j.d) {
 			c.work <- j // cannot block: it came out of work a moment ago
 		}
 	}
 }
 
-// release settles a held delivery without starting it when Consume is
-// stopping, and reports whether it did. Once Consume's ctx has ended, it
+// release settles a delivery on its way to a handler (held, or handed to
+// an idle one) without starting it when Consume is stopping, and reports
+// whether it did: a delivery dispatched while ctx was live may reach its
+// goroutine after ctx ended, and no handler starts then. Once Consume's ctx has ended, it
 // nacks the delivery with errConsumerStopped (see
 // ConsumeOptions.Prefetch); once the broker ended (the handlers' context
 // was cancelled with Consume's ctx still live), nothing can be settled,
@@ -1108,9 +1125,9 @@ func (c *consumer) releaseHeld() {
 func (c *consumer) release(d DeliveryValue) bool {
 	switch {
 	case c.stopCtx.Err() != nil:
-		c.nackUnstarted(d, "broker: Consume: stopping; nacking a held delivery its handler never started")
+		c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery its handler never started")
 	case c.handlerCtx.Err() != nil:
-		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a held delivery was not started, and will be delivered again once its lease lapses",
+		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a delivery was not started, and will be delivered again once its lease lapses",
 			"message", d.Message.ID, "deliveries", d.Deliveries)
 	default:
 		return false

@@ -155,7 +155,7 @@ func TestConsumeADeliveryEndsTheBackoff(t *testing.T) {
 	b := &cancellingReceive{fakeBroker: f, after: 1, cancel: cancel}
 	c, err := newConsumer(b, ackAll, ConsumeOptions{PollInterval: time.Hour})
 	require.NoError(t, err)
-	c.settleCtx, c.handlerCtx = context.Background(), ctx
+	c.settleCtx, c.handlerCtx, c.stopCtx = context.Background(), ctx, ctx
 	c.streak = 8 // eight idle waits in a row ended at once before the message came
 	require.ErrorIs(t, c.loop(ctx), context.Canceled)
 	c.inflight.Wait()

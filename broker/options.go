@@ -142,7 +142,10 @@ type Options struct {
 	// already; it leaves the list of those spans, and of the messages
 	// they held, in the salvage subdirectory, so that Opens without
 	// Salvage refuse the store with Corrupt until one with it finishes
-	// the repair and reports them with the rest.
+	// the repair and reports them with the rest. The Open that succeeds
+	// keeps those lists until it has returned its report: the store
+	// removes them in its first maintenance round, or at Close, so that a
+	// crash before the report reached its caller leaves them too.
 	Salvage bool
 	// FS is the file system; nil means the real one. Tests inject faults
 	// through it.

@@ -2,9 +2,9 @@ package broker_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 
@@ -38,13 +38,14 @@ func TestASalvageThatFailsIsFinishedAndReportedByTheNextOne(t *testing.T) {
 	salvage.FS = nil
 	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
 	rep := s.Recovery()
 	require.Equal(t, 1, rep.SalvagedSpans)
 	require.Equal(t, []string{lost.ID}, rep.LostMessages)
 	require.Equal(t, map[string][]string{"stuck": {lost.ID}}, rep.LostByQueue)
 	requireOnlyIntact(t, s, intact, "")
-	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
+	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"), "the list stays until Open has returned its report")
+	require.NoError(t, s.Close())
+	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"), "Close removed it")
 }
 
 // An Open with Salvage whose log salvage succeeded but which then fails
@@ -70,22 +71,24 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 	salvage.FS = nil
 	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
 	rep := s.Recovery()
 	require.Equal(t, 1, rep.SalvagedSpans)
 	require.Equal(t, []string{lost.ID}, rep.LostMessages)
 	requireOnlyIntact(t, s, intact, "")
-	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"), "the Open that reported removed the list")
+	require.NoError(t, s.Maintain())
+	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"), "the first maintenance round after the Open that reported removed the list")
+	require.NoError(t, s.Close())
 }
 
-// A power loss at any point of an Open with Salvage hides nothing: after
-// it, an Open without Salvage either refuses the store, or opens it with
-// the damage still in place (a checkpoint vouches for the segment, which
-// Open does not read: a Receive meets it), or the salvaging Open had
-// returned its report; and an Open with Salvage reports the span and the
-// message it held (kept in salvage/lost.json when the crashed Open had
-// already dropped the checkpoint that knew it), and keeps the message
-// beside it.
+// A power loss at any point of an Open with Salvage, before it returns,
+// hides nothing (the lists of what it repaired and lost stay until its
+// report has been returned): after it, whatever of the unsynced changes
+// survive, an Open without Salvage either refuses the store, or opens it
+// with the damage still in place (a checkpoint vouches for the segment,
+// which Open does not read: a Receive meets it); and an Open with Salvage
+// reports the span and the message it held (kept in salvage/lost.json
+// when the crashed Open had already dropped the checkpoint that knew it),
+// and keeps the message beside it.
 func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 	template, opts, intact, lost, _ := damagedStore(t)
 
@@ -103,46 +106,43 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 	total := cfs.Ops()
 	require.NoError(t, s.Close())
 
-	step, first, again := int64(1), 0, 0
+	step, again := int64(1), 0
 	if testing.Short() {
 		step = 7
 	}
 	for k := int64(0); k <= total; k += step {
-		for _, keep := range []float64{0, 1} {
+		for _, keep := range []float64{0, 0.5, 1} {
 			what := fmt.Sprintf("power lost after %d of %d operations, unsynced kept %v", k, total, keep)
 			dir := copyOf()
 			cfs := vfs.NewCrashFS(vfs.Default)
 			cfs.CrashAfter(k)
 			salvage.FS = cfs
-			s, err := broker.Open(dir, salvage)
-			reported := err == nil && slices.Equal(s.Recovery().LostMessages, []string{lost.ID})
-			if err == nil {
+			// Whether or not this Open returns (past the power loss its
+			// files fail), its caller never sees the report: the machine
+			// went down before it could. Nor does Close run.
+			if s, err := broker.Open(dir, salvage); err == nil {
 				_ = s.Close()
 			}
 			clone := filepath.Join(fastDir(t), "clone")
-			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: keep}), what)
+			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: keep, Rand: rand.New(rand.NewPCG(uint64(k), 3))}), what)
 
 			plain := filepath.Join(fastDir(t), "plain")
 			copyTree(t, clone, plain)
 			if s, err := broker.Open(plain, opts); err == nil {
-				// Open reads no segment a checkpoint covers: unless a
-				// salvage was reported, the damage must still be there,
-				// and the message with it.
-				if reported {
-					first++
-				} else {
-					q, err := s.Queue("stuck", stuckPolicy)
-					require.NoError(t, err)
-					ds, err := q.Receive(ctx(t), 10)
-					if err == nil {
-						ids := []string{}
-						for _, d := range ds {
-							ids = append(ids, d.Message.ID)
-						}
-						require.Contains(t, ids, lost.ID, "%s: the message is gone, and no Open reported it", what)
-					} else {
-						requireErrorIs(t, err, broker.Corrupt)
+				// Open reads no segment a checkpoint covers: no salvage
+				// was reported, so the damage must still be there, and
+				// the message with it.
+				q, err := s.Queue("stuck", stuckPolicy)
+				require.NoError(t, err)
+				ds, err := q.Receive(ctx(t), 10)
+				if err == nil {
+					ids := []string{}
+					for _, d := range ds {
+						ids = append(ids, d.Message.ID)
 					}
+					require.Contains(t, ids, lost.ID, "%s: the message is gone, and no Open reported it", what)
+				} else {
+					requireErrorIs(t, err, broker.Corrupt)
 				}
 				_ = s.Close()
 				continue
@@ -161,7 +161,7 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 			require.NoError(t, s.Close())
 		}
 	}
-	t.Logf("a power loss after each of the %d operations of a salvaging Open (every %d under -short): %d reported by the salvaging Open, %d by a second one", total, step, first, again)
+	t.Logf("a power loss after each of the %d operations of a salvaging Open (every %d under -short): %d reported by a second one", total, step, again)
 }
 
 // The list of lost messages a salvage keeps is read only by the Open that
@@ -176,8 +176,8 @@ func TestAFreshSalvageIgnoresTheLostMessagesAnEarlierOneKept(t *testing.T) {
 	opts.Salvage = true
 	s, err := broker.Open(dir, opts)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, []string{lost.ID}, s.Recovery().LostMessages)
+	require.NoError(t, s.Close())
 	require.NoFileExists(t, kept)
 }
 

@@ -95,3 +95,29 @@ func (s *Store) forgetLost() {
 		s.opts.Logger.Warn("broker: could not remove the list of the messages a salvage lost", "file", path, "err", err)
 	}
 }
+
+// finishSalvage removes, once Open has returned the report of a salvage,
+// the lists it leaves until then: the log's of the spans it repaired, and
+// the store's of the messages they held (forgetLost). It runs once, in the
+// first maintenance round or at Close, whichever comes first; a failure
+// is returned for the caller to log (see salvageListStays), not to stop
+// anything: the report was given, and a list that stays only makes the
+// next Open without Salvage refuse the store until one with it gives the
+// report again.
+func (s *Store) finishSalvage() error {
+	if !s.salvagePending.Swap(false) {
+		return nil
+	}
+	if err := s.log.SalvageDone(); err != nil {
+		return err
+	}
+	if len(s.log.Recovery().Salvaged) > 0 {
+		s.forgetLost()
+	}
+	return nil
+}
+
+// salvageListStays logs the failure of finishSalvage.
+func (s *Store) salvageListStays(err error) {
+	s.opts.Logger.Warn("broker: the list of what a salvage repaired could not be removed; the next open without Salvage refuses the store until one with it reports the repair again", "dir", s.dir, "err", err)
+}

@@ -51,6 +51,10 @@ type Store struct {
 	// consulted but did not trust (salvage, a suspect index), and writes
 	// it to the log again.
 	secretConsulted bool
+	// salvagePending: Open salvaged (or could have), and the lists of what
+	// it repaired and lost stay until its report has been returned: the
+	// first maintenance round or Close removes them (finishSalvage).
+	salvagePending atomic.Bool
 
 	// mu guards queues and the index's queue table (idx.Queue, Queues,
 	// Declare, NextQueueID), serialises declarations, and is held by
@@ -310,16 +314,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
 			"lost_messages", s.recovery.LostMessages, "lost_by_queue", s.recovery.LostByQueue)
 	}
-	// The report is built: the log may forget the list of the spans a
-	// salvage repaired. Until now, a failure of this Open left it, and
-	// the next Open without Salvage refused the store.
-	if err := l.SalvageDone(); err != nil {
-		s.closeFiles()
-		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
-	}
-	if len(l.Recovery().Salvaged) > 0 {
-		s.forgetLost()
-	}
+	// The report is built, but not yet in the caller's hands: the lists of
+	// what a salvage repaired and lost stay until Open has returned (the
+	// first maintenance round, or Close, removes them: finishSalvage). A
+	// crash or a failure before then leaves them, and the next Open without
+	// Salvage refuses the store until one with it reports them again.
+	s.salvagePending.Store(opts.Salvage)
 	if replayed > 0 {
 		// So that the next open does not replay the same records again.
 		if err := s.checkpoint(); err != nil {
@@ -926,26 +926,31 @@ func (s *Store) Close() error {
 	if s == nil {
 		return nilReceiver("Store")
 	}
-	err, cerr := s.close()
+	err, cerr, serr := s.close()
 	// Logged once closeMu is released: the handler is the caller's code.
 	if cerr != nil {
 		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open recovers the index from the log (replaying it from the last whole checkpoint, or all of it)", "dir", s.dir, "err", cerr)
 	}
+	if serr != nil {
+		s.salvageListStays(serr)
+	}
 	return err
 }
 
-// close is Close but for its log: it returns Close's error and that of
-// the checkpoint it tried to write, if any.
-func (s *Store) close() (err, cerr error) {
+// close is Close but for its log: it returns Close's error, that of the
+// checkpoint it tried to write, if any, and that of the removal of a
+// salvage's lists (see finishSalvage).
+func (s *Store) close() (err, cerr, serr error) {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil
+		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil, nil
 	}
 	s.closing.Store(true)
 	s.stopMaintenance()
+	serr = s.finishSalvage()
 	// closed is set before ckptMu is let go: a Backup waiting for it would
 	// otherwise write a checkpoint into the index after Close returned.
 	s.maint.ckptMu.Lock()
@@ -974,9 +979,9 @@ func (s *Store) close() (err, cerr error) {
 	}
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {
-		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr
+		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr, serr
 	}
-	return nil, cerr
+	return nil, cerr, serr
 }
 
 // Err returns nil while the store works, and otherwise the error its

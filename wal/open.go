@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -189,7 +190,16 @@ func (l *Log) recover() error {
 	if l.opts.KeepSalvageList {
 		return nil // SalvageDone
 	}
-	return l.finishSalvage()
+	if err := l.finishSalvage(); err != nil {
+		// The log is open and its report is built: a list that stays (or
+		// comes back, its removal not durable) only makes the next Open
+		// without Salvage refuse the log until one with it reports the
+		// spans again.
+		l.logLater(func(log *slog.Logger) {
+			log.Warn("wal: open: the salvage is reported, but the list of the spans it repaired could not be removed", "dir", l.dir, "err", err)
+		})
+	}
+	return nil
 }
 
 // listing is what recover found in the directory.

@@ -74,7 +74,11 @@ type Options struct {
 	// until Log.SalvageDone removes it: for a caller that builds its own
 	// report of the salvage after Open (which records were lost, and
 	// whose), and must not lose it to a failure of its own before it has
-	// handed that report on. Without it, Open removes the list last.
+	// handed that report on. Without it, Open removes the list last (a
+	// removal that fails is logged: Open still returns the report, and the
+	// list that stays makes the next Open without Salvage refuse the log
+	// until one with it reports the spans again); a power loss in that
+	// last step, before Open returns, can take the report with the list.
 	KeepSalvageList bool
 	// Logger receives what recovery found, and the failures and repairs of
 	// the writer and the preparer. Nil discards. A record its handler

@@ -724,6 +724,22 @@ func (c *consumer) goneYet() bool {
 	}
 }
 
+// brokerEnded reports, without waiting, whether b has said it ended (its
+// end channel, or a renewal that met the end): a delivery not started
+// then is not started, since nothing its handler does can be settled. The
+// handlers' context ends only once the loop has seen the end, which may be
+// busy in a Wake or a Receive meanwhile.
+func (c *consumer) brokerEnded() bool {
+	select {
+	case <-c.endSignal(): // nil, never ready, when b has no end channel
+		return true
+	case <-c.gone:
+		return true
+	default:
+		return false
+	}
+}
+
 // receive leases up to n messages. With a receiveAcker it also carries the
 // acks of the handlers that finished since the last call, so that both
 // share one commit. The call is made without ctx's cancellation once the
@@ -1120,13 +1136,14 @@ func (c *consumer) releaseHeld() {
 // goroutine after ctx ended, and no handler starts then. Once Consume's ctx has ended, it
 // nacks the delivery with errConsumerStopped (see
 // ConsumeOptions.Prefetch); once the broker ended (the handlers' context
-// was cancelled with Consume's ctx still live), nothing can be settled,
-// and the message is delivered again when its lease lapses.
+// was cancelled with Consume's ctx still live, or b said so before the
+// loop saw it), nothing can be settled, and the message is delivered
+// again when its lease lapses.
 func (c *consumer) release(d DeliveryValue) bool {
 	switch {
 	case c.stopCtx.Err() != nil:
 		c.nackUnstarted(d, "broker: Consume: stopping; nacking a delivery its handler never started")
-	case c.handlerCtx.Err() != nil:
+	case c.handlerCtx.Err() != nil || c.brokerEnded():
 		c.log.WarnContext(c.settleCtx, "broker: Consume: the broker ended; a delivery was not started, and will be delivered again once its lease lapses",
 			"message", d.Message.ID, "deliveries", d.Deliveries)
 	default:

@@ -116,3 +116,33 @@ func TestAMemoryWhoseClockReadsNoInstantSaysToLookNow(t *testing.T) {
 	_, err := m.Receive(ctx(t), 1)
 	requireErrorIs(t, err, broker.QueueMisconfigured, "0001-01-01")
 }
+
+// TestTheClocksRangeIsTheOneDocumented: Options.Now and MemoryOptions.Now
+// give the range of readings a broker records, to the nanosecond: the
+// first and last instants of it are taken, one nanosecond outside is
+// refused with QueueMisconfigured, by Open and by a Memory's Publish.
+func TestTheClocksRangeIsTheOneDocumented(t *testing.T) {
+	first := time.Date(1677, time.September, 21, 0, 12, 43, 145224192, time.UTC)
+	last := time.Date(2262, time.April, 11, 23, 47, 16, 854775807, time.UTC)
+	for _, c := range []struct {
+		at time.Time
+		ok bool
+	}{{first, true}, {last, true}, {first.Add(-1), false}, {last.Add(1), false}} {
+		at := c.at
+		m, err := broker.NewMemory(policy(), broker.MemoryOptions{Now: func() time.Time { return at }})
+		require.NoError(t, err)
+		_, err = m.Publish(ctx(t), []byte("x"))
+		require.NoError(t, m.Close())
+		s, oerr := broker.Open(t.TempDir(), broker.Options{Now: func() time.Time { return at }})
+		if oerr == nil {
+			require.NoError(t, s.Close())
+		}
+		if c.ok {
+			require.NoError(t, err, "Memory at %s", at.Format(time.RFC3339Nano))
+			require.NoError(t, oerr, "Open at %s", at.Format(time.RFC3339Nano))
+		} else {
+			require.ErrorIs(t, err, broker.QueueMisconfigured, "Memory at %s", at.Format(time.RFC3339Nano))
+			require.ErrorIs(t, oerr, broker.QueueMisconfigured, "Open at %s", at.Format(time.RFC3339Nano))
+		}
+	}
+}

@@ -44,68 +44,29 @@ func TestLeasesAndReceiptsSurviveRestartAsMemoryKeepsThem(t *testing.T) {
 	})
 	t.Logf("policy %+v", pol)
 	d := newDifferential(t, e, rng, pol, seed, 60)
-	latest, floor := e.clock.Now(), e.clock.Now()
+	floor := e.clock.Now()
 	var copied int64
 	for range steps {
-		if e.clock.Now().After(latest) {
-			latest = e.clock.Now()
-		}
 		if e.clock.Now().Before(floor) {
 			// No reading behind one a reopen forgot was observed.
 			e.clock.Advance(floor.Sub(e.clock.Now()))
 		}
 		switch r := d.rng.IntN(40); {
-		case r == 0 && !e.clock.Now().Before(latest):
-			d.history = append(d.history, fmt.Sprintf("t+%v reopen", e.clock.Now().Sub(t0)))
-			e.reopen()
-			floor = latest
-			d.fq = e.queue("jobs", pol)
+		case r == 0 && !e.clock.Now().Before(d.latest):
+			d.reopen()
+			floor = d.latest
 		case r == 1:
 			d.history = append(d.history, fmt.Sprintf("t+%v maintain", e.clock.Now().Sub(t0)))
 			require.NoError(t, e.s.Maintain())
 			copied += e.s.Stats().CopiedForward
 		case r == 2:
-			// Bulk, so that segments fill and copy forward.
-			p := d.payload()
-			f, fe := d.fq.Publish(ctx(t), p)
-			m, me := d.mq.Publish(ctx(t), p)
-			if d.sameErr("Publish", fe, me) {
-				d.sameMessage("Publish", f, m)
-			}
+			d.publish() // bulk, so that segments fill and copy forward
 		default:
-			d.restartStep()
+			d.step()
 		}
 		if t.Failed() {
 			return
 		}
 	}
 	t.Logf("records copied forward %d; outcomes: %v", copied, d.seen)
-}
-
-// restartStep is differential.step without the counters, which a reopen
-// restarts in the file store ("since open") and not in a Memory.
-func (d *differential) restartStep() {
-	t := d.t
-	op := d.rng.IntN(17)
-	d.history = append(d.history, fmt.Sprintf("t+%v op %d leases %d", d.clock.Now().Sub(t0), op, len(d.leases)))
-	switch op {
-	case 16:
-		f, m := d.fq.Stats(), d.mq.Stats()
-		require.Equal(t, [4]int{f.Ready, f.Leased, f.Delayed, f.DeadLetters}, [4]int{m.Ready, m.Leased, m.Delayed, m.DeadLetters}, "gauges")
-	case 15:
-		// Wake, with the clock stepping back now and then.
-		if d.rng.IntN(4) == 0 {
-			d.clock.Advance(-time.Duration(d.rng.IntN(20_000)) * time.Millisecond)
-		}
-		fw, mw := d.fq.Wake(), d.mq.Wake()
-		require.Equal(t, mw.Scheduled, fw.Scheduled, "Wake.Scheduled")
-		if fw.Scheduled {
-			require.Equal(t, max(mw.In, 0), max(fw.In, 0), "Wake.In")
-		}
-	default:
-		d.stepOp(op)
-	}
-	if len(d.leases) > 50 {
-		d.leases = d.leases[len(d.leases)-50:]
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -16,20 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
-	"github.com/walbroker/walbroker/internal/sentinel"
 )
 
 // The memory broker's own tests. Its promises of the port are the
 // conformance suite's (conformance_test.go); here are what the suite does
-// not cover: its stats, its logger, Close, and a differential run against
-// the file-backed store.
-//
-// The differential run drives a Memory and a file-backed Queue with one
-// seeded random sequence of operations on one clock and requires the same
-// answer from both, every field of every value compared. Environment:
-//
-//	WALBROKER_MEMORY_SEED   replay a seed (printed by every run)
-//	WALBROKER_MEMORY_STEPS  number of steps (default 3000, 300 with -short)
+// not cover: its stats, its logger, Close. The differential runs against
+// the file-backed store are in memory_differential_test.go.
 
 func newMemory(t *testing.T, clock *fakeClock, mods ...func(*broker.PolicyValue)) *broker.Memory {
 	t.Helper()
@@ -179,221 +170,6 @@ func TestMemoryConcurrentConsumers(t *testing.T) {
 		require.Equal(t, 1, c, "message %s", k)
 	}
 	require.Equal(t, int64(n), m.Stats().Acked)
-}
-
-// pair is one lease as both brokers issued it.
-type pair struct{ file, mem broker.ReceiptValue }
-
-// differential drives a file-backed queue and a Memory side by side.
-type differential struct {
-	t       *testing.T
-	rng     *rand.Rand
-	clock   *fakeClock
-	fq      *broker.Queue
-	mq      *broker.Memory
-	leases  []pair
-	memID   map[string]string // file store ID → memory ID (their sequences differ)
-	fileIDs []string
-	history []string
-	seen    map[string]int // "Op SENTINEL" counts, to show what a run covered
-}
-
-// newDifferential drives e's queue "jobs" and a Memory on e's clock, both
-// under pol, choosing its operations with rng. If t fails, it logs the
-// run's seed and its last tail operations.
-func newDifferential(t *testing.T, e *env, rng *rand.Rand, pol broker.PolicyValue, seed int64, tail int) *differential {
-	d := &differential{t: t, rng: rng, clock: e.clock, fq: e.queue("jobs", pol), mq: e.memoryWith(pol),
-		memID: map[string]string{}, seen: map[string]int{}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("seed %d; the last operations:\n%s", seed, strings.Join(d.history[max(len(d.history)-tail, 0):], "\n"))
-		}
-	})
-	return d
-}
-
-func TestMemoryBehavesAsFileStore(t *testing.T) {
-	seed := envSeed(t, "WALBROKER_MEMORY_SEED")
-	steps := envCount(t, "WALBROKER_MEMORY_STEPS", 3000, 300)
-	t.Logf("differential run: seed %d, %d steps; replay with WALBROKER_MEMORY_SEED=%d", seed, steps, seed)
-	e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone })
-	pol := policy(func(p *broker.PolicyValue) {
-		p.RetryDelay, p.MaxRetryDelay = 5*time.Second, 20*time.Second
-		p.Capacity, p.DedupWindow, p.MaxMessageBytes = 10, time.Minute, 8
-	})
-	d := newDifferential(t, e, rand.New(rand.NewPCG(uint64(seed), 0x3e3)), pol, seed, 40)
-	for range steps {
-		d.step()
-		if t.Failed() {
-			return
-		}
-	}
-	t.Logf("outcomes: %v", d.seen)
-}
-
-// sameMessage requires two MessageValues to be the same message; the
-// first time a file store ID is seen it is paired with the memory one.
-func (d *differential) sameMessage(what string, f, m broker.MessageValue) {
-	d.t.Helper()
-	if want, ok := d.memID[f.ID]; ok {
-		require.Equal(d.t, want, m.ID, "%s: IDs do not correspond", what)
-	} else if f.ID != "" {
-		d.memID[f.ID] = m.ID
-		d.fileIDs = append(d.fileIDs, f.ID)
-	}
-	require.Equal(d.t, f.EnqueuedAt.UnixNano(), m.EnqueuedAt.UnixNano(), "%s: EnqueuedAt", what)
-	require.Equal(d.t, string(f.Payload), string(m.Payload), "%s: payload", what)
-	require.Equal(d.t, f.Payload == nil, m.Payload == nil, "%s: payload nil in one only (a nil Payload marks a duplicate)", what)
-}
-
-func (d *differential) sameErr(what string, fe, me error) bool {
-	d.t.Helper()
-	require.Equal(d.t, sentinel.Of(fe), sentinel.Of(me), "%s: errors differ: file %v, memory %v", what, fe, me)
-	d.seen[what+" "+sentinel.Of(fe)]++
-	return fe == nil
-}
-
-func (d *differential) payload() []byte {
-	return bytes.Repeat([]byte{byte('a' + d.rng.IntN(26))}, d.rng.IntN(10)) // 9 bytes is too large
-}
-
-func (d *differential) lease() (pair, int) {
-	if len(d.leases) == 0 || d.rng.IntN(20) == 0 {
-		return pair{"garbage", "garbage"}, -1
-	}
-	i := d.rng.IntN(len(d.leases)) // often a stale one
-	if d.rng.IntN(4) != 0 {
-		i = max(len(d.leases)-1-d.rng.IntN(4), 0) // mostly a recent one
-	}
-	return d.leases[i], i
-}
-
-func (d *differential) id() (string, string) {
-	if len(d.fileIDs) == 0 || d.rng.IntN(10) == 0 {
-		return "7fffffffffffffff", "7fffffffffffffff" // a sequence neither reaches
-	}
-	f := d.fileIDs[d.rng.IntN(len(d.fileIDs))]
-	return f, d.memID[f]
-}
-
-func (d *differential) cause() error {
-	return []error{nil, errors.New("plain"), broker.NewError("BAD", 0x01020304, "public", "private"), broker.DoNotRetry(nil)}[d.rng.IntN(4)]
-}
-
-func (d *differential) step() {
-	op := d.rng.IntN(17)
-	d.history = append(d.history, fmt.Sprintf("t+%v op %d leases %d", d.clock.Now().Sub(t0), op, len(d.leases)))
-	d.stepOp(op)
-}
-
-// stepOp runs operation op on both brokers and compares their answers.
-func (d *differential) stepOp(op int) {
-	t, c := d.t, ctx(d.t)
-	switch op {
-	case 0, 1:
-		p := d.payload()
-		f, fe := d.fq.Publish(c, p)
-		m, me := d.mq.Publish(c, p)
-		if d.sameErr("Publish", fe, me) {
-			d.sameMessage("Publish", f, m)
-		}
-	case 2:
-		key, p := fmt.Sprint("k", d.rng.IntN(4)), d.payload()
-		f, fe := d.fq.PublishKeyed(c, key, p)
-		m, me := d.mq.PublishKeyed(c, key, p)
-		if d.sameErr("PublishKeyed", fe, me) {
-			d.sameMessage("PublishKeyed", f, m)
-		}
-	case 3:
-		ps := make([][]byte, d.rng.IntN(4))
-		for i := range ps {
-			ps[i] = d.payload()
-		}
-		fs, fe := d.fq.PublishBatch(c, ps)
-		ms, me := d.mq.PublishBatch(c, ps)
-		if d.sameErr("PublishBatch", fe, me) {
-			require.Equal(t, len(fs), len(ms))
-			for i := range fs {
-				d.sameMessage("PublishBatch", fs[i], ms[i])
-			}
-		}
-	case 4, 5:
-		max := d.rng.IntN(4) // 0 is refused
-		fs, fe := d.fq.Receive(c, max)
-		ms, me := d.mq.Receive(c, max)
-		if d.sameErr("Receive", fe, me) {
-			require.Equal(t, len(fs), len(ms), "Receive(%d)", max)
-			for i := range fs {
-				d.sameMessage("Receive", fs[i].Message, ms[i].Message)
-				require.Equal(t, fs[i].Deliveries, ms[i].Deliveries)
-				require.Equal(t, fs[i].Lease.ExpiresAt.UnixNano(), ms[i].Lease.ExpiresAt.UnixNano())
-				d.leases = append(d.leases, pair{fs[i].Lease.Receipt, ms[i].Lease.Receipt})
-			}
-		}
-	case 6:
-		l, _ := d.lease()
-		d.sameErr("Ack", d.fq.Ack(c, l.file), d.mq.Ack(c, l.mem))
-	case 7, 8:
-		l, _ := d.lease()
-		cause := d.cause()
-		fv, fe := d.fq.Nack(c, l.file, cause)
-		mv, me := d.mq.Nack(c, l.mem, cause)
-		if d.sameErr("Nack", fe, me) {
-			require.Equal(t, fv.Deliveries, mv.Deliveries)
-			require.Equal(t, fv.DeadLettered, mv.DeadLettered)
-			require.Equal(t, fv.VisibleAt.UnixNano(), mv.VisibleAt.UnixNano())
-		}
-	case 9:
-		l, _ := d.lease()
-		cause := d.cause()
-		d.sameErr("Reject", d.fq.Reject(c, l.file, cause), d.mq.Reject(c, l.mem, cause))
-	case 10:
-		l, i := d.lease()
-		by := []time.Duration{0, time.Second, 45 * time.Second}[d.rng.IntN(3)]
-		fl, fe := d.fq.Extend(c, l.file, by)
-		ml, me := d.mq.Extend(c, l.mem, by)
-		if d.sameErr("Extend", fe, me) {
-			require.Equal(t, fl.ExpiresAt.UnixNano(), ml.ExpiresAt.UnixNano())
-			d.leases[i] = pair{fl.Receipt, ml.Receipt}
-		}
-	case 11:
-		max := d.rng.IntN(5)
-		fs, fe := d.fq.DeadLetters(c, max)
-		ms, me := d.mq.DeadLetters(c, max)
-		if d.sameErr("DeadLetters", fe, me) {
-			require.Equal(t, len(fs), len(ms))
-			for i := range fs {
-				d.sameMessage("DeadLetters", fs[i].Message, ms[i].Message)
-				fs[i].Message, ms[i].Message = broker.MessageValue{}, broker.MessageValue{}
-				require.Equal(t, fs[i].FailedAt.UnixNano(), ms[i].FailedAt.UnixNano())
-				fs[i].FailedAt, ms[i].FailedAt = time.Time{}, time.Time{}
-				require.Equal(t, fs[i], ms[i])
-			}
-		}
-	case 12:
-		f, m := d.id()
-		if d.rng.IntN(2) == 0 {
-			d.sameErr("ReplayDeadLetter", d.fq.ReplayDeadLetter(c, f), d.mq.ReplayDeadLetter(c, m))
-		} else {
-			d.sameErr("DeleteDeadLetter", d.fq.DeleteDeadLetter(c, f), d.mq.DeleteDeadLetter(c, m))
-		}
-	case 13, 14:
-		d.clock.Advance(time.Duration(d.rng.IntN(40_000)) * time.Millisecond)
-	case 15:
-		if d.rng.IntN(4) == 0 {
-			d.clock.Advance(-time.Duration(d.rng.IntN(20_000)) * time.Millisecond) // the clock steps back
-		}
-		fw, mw := d.fq.Wake(), d.mq.Wake()
-		require.Equal(t, fw.Scheduled, mw.Scheduled, "Wake.Scheduled")
-		if fw.Scheduled {
-			require.Equal(t, max(fw.In, 0), max(mw.In, 0), "Wake.In")
-		}
-	case 16:
-		require.Equal(t, d.fq.Stats(), d.mq.Stats(), "Stats")
-	}
-	if len(d.leases) > 50 {
-		d.leases = d.leases[len(d.leases)-50:]
-	}
 }
 
 // A consumer that asks Wake after the queue was closed must not be handed a

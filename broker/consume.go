@@ -238,7 +238,8 @@ func inChain(test func() bool) (found bool) {
 // idle, sent at once; while Prefetch holds messages and no Receive is
 // due, within a millisecond): an ack is then made once, with less waiting
 // for the device. A delivery's slot is free as soon as its handler
-// returned.
+// returned. A Broker of the caller's own that embeds a *Queue is not a
+// *Queue: Consume calls its Receive and Ack, one at a time.
 //
 // Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
 // in flight at shutdown is settled cleanly; their errors are logged, never

@@ -56,3 +56,6 @@ func MemoryHeld(q *Memory) int {
 	defer q.mu.Unlock()
 	return len(q.st.msgs)
 }
+
+// StateDiff lists the lines that differ between two Dumps (see stateDiff).
+var StateDiff = stateDiff

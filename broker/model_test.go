@@ -394,24 +394,7 @@ func requireSameState(t testing.TB, want, got, what string) {
 	if want == got {
 		return
 	}
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var diff []string
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			diff = append(diff, "- "+a, "+ "+b)
-		}
-		if len(diff) > 20 {
-			break
-		}
-	}
-	t.Fatalf("%s:\n%s", what, strings.Join(diff, "\n"))
+	t.Fatalf("%s:\n%s", what, broker.StateDiff(want, got))
 }
 
 // requireBackupHolds opens the backup in dir with opts and requires it to

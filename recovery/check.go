@@ -528,26 +528,9 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 
 func (c *Checker) delivered(e Entry) {
 	c.Figures.Deliveries++
-	if e.Err != "" {
-		c.violate(e.ID, "delivered with a payload that is not what was published: %s", e.Err)
-	}
-	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	m := c.handedOut(e, "delivered")
 	if m == nil {
 		return
-	}
-	c.checkDelivery(e.ID, m, e.Del, "delivered")
-	p, _ := Policy(e.Queue)
-	if e.T0 != 0 && e.Exp < e.T0+int64(p.VisibilityTimeout) || e.Exp > e.T1+int64(p.VisibilityTimeout) {
-		c.violate(e.ID, "lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v", ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
-	}
-	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
-		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before the previous lease expired (%s)", e.Del, ns(e.T1), ns(exp))
-	}
-	if m.visibleAt != 0 && e.T1 < m.visibleAt {
-		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before its retry delay ended (%s)", e.Del, ns(e.T1), ns(m.visibleAt))
-	}
-	if e.Queue == QueuePoison && m.lastDelCycle == c.cycle {
-		c.violate(e.ID, "a poison message delivered twice to one process")
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
 	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
@@ -555,6 +538,38 @@ func (c *Checker) delivered(e Entry) {
 		m.extendFloor = e.T1 + e.By
 	}
 	m.expect(e.Intent, e.Del)
+}
+
+// handedOut checks what a Receive returned, whether or not the delivery
+// survives the child: the payload, that the message was neither acked,
+// deleted nor dead, that its count is above every earlier certain one,
+// that the lease's ExpiresAt is the clock plus the visibility timeout, and
+// that it came after the previous lease and retry delay ended. It returns
+// the message, or nil if it is unknown.
+func (c *Checker) handedOut(e Entry, where string) *msg {
+	if e.Err != "" {
+		c.violate(e.ID, "%s with a payload that is not what was published: %s", where, e.Err)
+	}
+	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, where)
+	if m == nil {
+		return nil
+	}
+	c.checkDelivery(e.ID, m, e.Del, where)
+	p, _ := Policy(e.Queue)
+	if e.T0 != 0 && e.Exp < e.T0+int64(p.VisibilityTimeout) || e.Exp > e.T1+int64(p.VisibilityTimeout) {
+		c.violate(e.ID, "%s: lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v",
+			where, ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
+	}
+	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
+		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+	}
+	if m.visibleAt != 0 && e.T1 < m.visibleAt {
+		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
+	}
+	if e.Queue == QueuePoison && m.lastDelCycle == c.cycle {
+		c.violate(e.ID, "a poison message delivered twice to one process")
+	}
+	return m
 }
 
 // expect notes what the consumer of delivery del will do with it, which a
@@ -571,12 +586,20 @@ func (m *msg) expect(intent Intent, del int) {
 	}
 }
 
-// maybeDelivered notes a delivery a power loss may have taken: its
-// consumer's intent may have been carried out (the message may be gone, or
-// dead, or back in the queue with this count), but it raises no count and
-// sets no lease. It is checked like any delivery if OpDelivered follows.
+// maybeDelivered checks a delivery a power loss may take (OpMaybe): what
+// Receive returned is checked like any delivery (see handedOut), since it
+// was handed out in a live process whether or not its lease record
+// survives, and its consumer's intent is noted: it may have been carried
+// out (the message may be gone, or dead, or back in the queue with this
+// count). It sets no lease and raises no count, since the power loss may
+// take the lease record with its count: the store after it then holds the
+// message as the last certain delivery left it, and the next child hands
+// it out again counting as this delivery did, which is sound. (Only later
+// deliveries in the same process must count more; the floor this checks
+// is the certain deliveries'.) It is checked again, and then holds
+// everything later, if OpDelivered follows.
 func (c *Checker) maybeDelivered(e Entry) {
-	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	m := c.handedOut(e, "delivered (maybe)")
 	if m == nil {
 		return
 	}

@@ -117,7 +117,13 @@
 //   - Delivery counts only grow: each delivery of a message counts more
 //     than every earlier one (a replay of a dead letter starts again at 1),
 //     and never more than MaxDeliveries; an ack, nack or extend that
-//     returned nil settled the latest delivery.
+//     returned nil settled the latest delivery. A delivery journaled only
+//     as a maybe was handed out all the same: its payload is checked, it
+//     must not follow an ack, delete or dead-lettering that returned nil,
+//     nor come before the previous lease or retry delay ended, and it
+//     counts more than every earlier certain delivery; but the deliveries
+//     after it need not count more, since a power loss may take its lease
+//     record, and the next child hand it out with its count again.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

@@ -503,6 +503,19 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			c.add(id, m)
 			c.Figures.InFlight++
 			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq > ks.enq) {
+				// A keyed publish enqueues a new message only once the
+				// key's original is forgotten: a keyed publish evicted it
+				// at a clock reading more than the window after the
+				// original's EnqueuedAt. That reading is no later than
+				// the one this publish evicted and enqueued at, its
+				// message's EnqueuedAt (all that is known of a call that
+				// did not return): the store runs on the real clock (see
+				// duplicate; only a wall clock stepped back during a run
+				// could make this report a sound store).
+				if ok && enq-ks.enq <= int64(DedupWindow) {
+					c.violate(id, "%s: PublishKeyed(%q), in flight at a kill, enqueued a new message at %s while the key's original %s (enqueued %s) was within the %v window",
+						where, r.Key, ns(enq), ks.id, ns(ks.enq), DedupWindow)
+				}
 				// A keyed publish in flight at a kill that the store kept
 				// is its key's original from then on, held to the window
 				// like one whose publish returned. (One the journal knew

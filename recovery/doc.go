@@ -146,7 +146,9 @@
 //     before the call started (its key was forgotten: the store runs on
 //     the real clock, which the journal's instants read too). A keyed
 //     publish in flight at a kill that a store showed is its key's
-//     original from then on.
+//     original from then on, and must have been enqueued more than the
+//     window after the key's previous original (else it had to return
+//     that one and enqueue nothing).
 //   - Order: a drain receives messages oldest EnqueuedAt first (then ID),
 //     and lists dead letters oldest FailedAt first.
 //   - Poison: a message whose consumer is killed on every delivery reaches

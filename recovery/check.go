@@ -86,10 +86,15 @@ type msg struct {
 	nackDel      int // the delivery count of the last delivery a nack was meant for
 	rejectDel    int
 	// preReplay is the dead letter a replay was attempted on, until the
-	// replay is confirmed (or a delivery proves it happened): if it did
-	// not happen, the store still shows this dead letter.
-	preReplay *deadLetter
-	// replayedAt is when the last replay of it that returned nil started:
+	// replay is confirmed (or a delivery, or a store opened after a kill,
+	// proves it happened): if it did not happen, the store still shows
+	// this dead letter. preReplayRead is when the janitor read it; the
+	// replay started after.
+	preReplay     *deadLetter
+	preReplayRead int64
+	// replayedAt is when the last replay of it known to have happened
+	// started (one that returned nil; for one in flight at a kill that a
+	// store after the kill showed done, when its dead letter was read):
 	// every dead letter of it since failed after its replay, so one that
 	// failed before this is the one the replay took out of the store.
 	replayedAt int64
@@ -353,7 +358,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 			if e.Op == OpReplaying {
 				c.Figures.Replays++
-				m.preReplay = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}
+				m.preReplay, m.preReplayRead = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}, e.T1
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
@@ -704,7 +709,7 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 	if m.replayedAt != 0 && failedAt < m.replayedAt {
 		// FailedAt is the broker's clock (the real one, as the journal's)
 		// when the message died, after the replay started.
-		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before the replay of it that returned nil started (%s): the replay was lost",
+		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before a replay of it known to have happened started (%s): the replay was lost",
 			where, reason, del, ns(failedAt), ns(m.replayedAt))
 	}
 	if del < m.maxDel {
@@ -792,6 +797,7 @@ func (c *Checker) CheckDrain(dir string) error {
 	c.Figures.Drains++
 	c.checkRecovery(s)
 	present := map[string]bool{}
+	dead := map[string]deadLetter{} // the dead letters shown, by ID
 	for _, name := range s.Queues() {
 		policy, ok := Policy(name)
 		if !ok {
@@ -857,6 +863,7 @@ func (c *Checker) CheckDrain(dir string) error {
 		deadIDs := map[string]bool{}
 		for _, dl := range dls {
 			deadIDs[dl.Message.ID] = true
+			dead[dl.Message.ID] = deadLetter{reason: dl.Reason, del: dl.Deliveries, failedAt: dl.FailedAt.UnixNano()}
 		}
 		for id, m := range c.live[name] {
 			if m.mayBeGone {
@@ -873,6 +880,7 @@ func (c *Checker) CheckDrain(dir string) error {
 	c.lostWithTheirQueue(s, "lost")
 	c.heldAfterAll(present)
 	c.goneAfterAll(present)
+	c.deadAfterAll(dead)
 	c.checkBatchesWhole()
 	return c.Err()
 }
@@ -932,6 +940,35 @@ func (c *Checker) goneAfterAll(present map[string]bool) {
 		for _, id := range slices.Sorted(maps.Keys(c.live[name])) {
 			if m := c.live[name][id]; m.mayBeGone && !present[id] {
 				c.setGone(id, m, "acked or deleted (in flight at a kill; the store after it no longer held it)")
+			}
+		}
+	}
+}
+
+// deadAfterAll settles, once a store opened after a kill has been drained
+// whole, the calls in flight at the kill that move a message into or out
+// of the dead-letter store, by the dead letters the store holds (dead, by
+// ID). Their processes are gone, so a call that did not happen never will;
+// and the next child opens the very bytes drained (see goneAfterAll).
+//
+// A replay whose dead letter the store still shows as the janitor read it
+// did not happen: the message is dead, as it was, until a replay or a
+// delete (it keeps preReplay, so that this dead letter is still taken for
+// the one read). A replay whose dead letter the store no longer shows
+// happened (or, after a power loss, the death it undid was lost with it):
+// no store shows that dead letter again, and every dead letter of the
+// message from now on failed after it was read.
+func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
+	for _, name := range slices.Sorted(maps.Keys(c.live)) {
+		for _, id := range slices.Sorted(maps.Keys(c.live[name])) {
+			m := c.live[name][id]
+			dl, shown := dead[id]
+			if p := m.preReplay; p != nil {
+				if shown && dl == *p {
+					m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, p.reason, p.del, p.failedAt, p.failedAt
+					continue
+				}
+				m.preReplay, m.replayedAt = nil, max(m.replayedAt, m.preReplayRead)
 			}
 		}
 	}

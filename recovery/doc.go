@@ -138,7 +138,11 @@
 //     deliveries, no earlier than its last lease's expiry; a nack's or a
 //     reject's reason with the count of the delivery meant for it); once a
 //     ReplayDeadLetter returned nil, every dead letter of that message
-//     failed after the replay started.
+//     failed after the replay started. A replay in flight at a kill is
+//     settled by the store after the kill: if it still shows the dead
+//     letter, the replay did not happen, and the message stays dead until
+//     a replay or a delete; if not, the replay happened, as if it had
+//     returned nil.
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's

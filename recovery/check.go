@@ -951,27 +951,52 @@ func (c *Checker) goneAfterAll(present map[string]bool) {
 // ID). Their processes are gone, so a call that did not happen never will;
 // and the next child opens the very bytes drained (see goneAfterAll).
 //
-// A replay whose dead letter the store still shows as the janitor read it
-// did not happen: the message is dead, as it was, until a replay or a
-// delete (it keeps preReplay, so that this dead letter is still taken for
-// the one read). A replay whose dead letter the store no longer shows
-// happened (or, after a power loss, the death it undid was lost with it):
-// no store shows that dead letter again, and every dead letter of the
-// message from now on failed after it was read.
+//   - A replay whose dead letter the store still shows as the janitor read
+//     it did not happen: the message is dead, as it was, until a replay or
+//     a delete (it keeps preReplay, so that this dead letter is still
+//     taken for the one read). A replay whose dead letter the store no
+//     longer shows happened (or, after a power loss, the death it undid
+//     was lost with it): no store shows that dead letter again, and every
+//     dead letter of the message from now on failed after it was read.
+//   - A reject or a nack whose dead letter (its reason, with the count of
+//     the delivery it was meant for) the store shows happened: the message
+//     is dead, as if the call had returned. One whose dead letter the
+//     store does not show did not happen, and no later dead letter is
+//     explained by it.
+//
+// A LEASE_EXPIRED dead letter settles nothing: the drain, an hour ahead,
+// may have made it itself, and the next child makes it at its own lapse.
 func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
-	for _, name := range slices.Sorted(maps.Keys(c.live)) {
-		for _, id := range slices.Sorted(maps.Keys(c.live[name])) {
-			m := c.live[name][id]
-			dl, shown := dead[id]
+	for name, live := range c.live {
+		for id, m := range live {
+			dl, shown := dead[id] // the zero deadLetter if none
 			if p := m.preReplay; p != nil {
 				if shown && dl == *p {
 					m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, p.reason, p.del, p.failedAt, p.failedAt
+					m.rejectDel, m.nackDel = 0, 0
 					continue
 				}
 				m.preReplay, m.replayedAt = nil, max(m.replayedAt, m.preReplayRead)
 			}
+			m.rejectDel = m.deadIfShown(m.rejectDel, Reason(name, IntentReject), dl)
+			m.nackDel = m.deadIfShown(m.nackDel, Reason(name, IntentNack), dl)
 		}
 	}
+}
+
+// deadIfShown settles a reject or a nack meant for delivery del, which
+// dead-letters with reason why, by the dead letter dl a store opened after
+// a kill shows (the zero deadLetter if none): if dl is its dead letter, the
+// message is dead, and del stays the delivery it explains; if not, it
+// returns 0: no dead letter is explained by it any more.
+func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
+	if del == 0 || dl.reason != why || dl.del != del {
+		return 0
+	}
+	if !m.dead {
+		m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, dl.reason, dl.del, dl.failedAt, dl.failedAt
+	}
+	return del
 }
 
 // lostWithTheirQueue reports every message that must be in the store

@@ -142,7 +142,10 @@
 //     settled by the store after the kill: if it still shows the dead
 //     letter, the replay did not happen, and the message stays dead until
 //     a replay or a delete; if not, the replay happened, as if it had
-//     returned nil.
+//     returned nil. So for a reject or a nack in flight: if the store
+//     after the kill shows its dead letter, it happened, and the message
+//     stays dead; if not, it never happens, and no later dead letter is
+//     explained by it.
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's

@@ -42,7 +42,9 @@
 // nacked, rejected, extended, replaying/replayed, deleting/deleted —
 // fdatasynced before the goroutine goes on. Entries are length-prefixed
 // and CRC-32C'd; a torn last write (the kill landed in it) is detected
-// and ignored: nothing in it had been acknowledged to its goroutine.
+// and ignored: nothing in it had been acknowledged to its goroutine. A bad
+// frame followed by one that verifies is no torn write but damage, and
+// fails the run.
 //
 // # Cycles and hooks (harness.go)
 //

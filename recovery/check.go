@@ -86,10 +86,15 @@ type msg struct {
 	nackDel      int // the delivery count of the last delivery a nack was meant for
 	rejectDel    int
 	// preReplay is the dead letter a replay was attempted on, until the
-	// replay is confirmed (or a delivery proves it happened): if it did
-	// not happen, the store still shows this dead letter.
-	preReplay *deadLetter
-	// replayedAt is when the last replay of it that returned nil started:
+	// replay is confirmed (or a delivery, or a store opened after a kill,
+	// proves it happened): if it did not happen, the store still shows
+	// this dead letter. preReplayRead is when the janitor read it; the
+	// replay started after.
+	preReplay     *deadLetter
+	preReplayRead int64
+	// replayedAt is when the last replay of it known to have happened
+	// started (one that returned nil; for one in flight at a kill that a
+	// store after the kill showed done, when its dead letter was read):
 	// every dead letter of it since failed after its replay, so one that
 	// failed before this is the one the replay took out of the store.
 	replayedAt int64
@@ -353,7 +358,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 			if e.Op == OpReplaying {
 				c.Figures.Replays++
-				m.preReplay = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}
+				m.preReplay, m.preReplayRead = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}, e.T1
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
@@ -503,6 +508,19 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			c.add(id, m)
 			c.Figures.InFlight++
 			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq > ks.enq) {
+				// A keyed publish enqueues a new message only once the
+				// key's original is forgotten: a keyed publish evicted it
+				// at a clock reading more than the window after the
+				// original's EnqueuedAt. That reading is no later than
+				// the one this publish evicted and enqueued at, its
+				// message's EnqueuedAt (all that is known of a call that
+				// did not return): the store runs on the real clock (see
+				// duplicate; only a wall clock stepped back during a run
+				// could make this report a sound store).
+				if ok && enq-ks.enq <= int64(DedupWindow) {
+					c.violate(id, "%s: PublishKeyed(%q), in flight at a kill, enqueued a new message at %s while the key's original %s (enqueued %s) was within the %v window",
+						where, r.Key, ns(enq), ks.id, ns(ks.enq), DedupWindow)
+				}
 				// A keyed publish in flight at a kill that the store kept
 				// is its key's original from then on, held to the window
 				// like one whose publish returned. (One the journal knew
@@ -528,26 +546,9 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 
 func (c *Checker) delivered(e Entry) {
 	c.Figures.Deliveries++
-	if e.Err != "" {
-		c.violate(e.ID, "delivered with a payload that is not what was published: %s", e.Err)
-	}
-	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	m := c.handedOut(e, "delivered")
 	if m == nil {
 		return
-	}
-	c.checkDelivery(e.ID, m, e.Del, "delivered")
-	p, _ := Policy(e.Queue)
-	if e.T0 != 0 && e.Exp < e.T0+int64(p.VisibilityTimeout) || e.Exp > e.T1+int64(p.VisibilityTimeout) {
-		c.violate(e.ID, "lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v", ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
-	}
-	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
-		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before the previous lease expired (%s)", e.Del, ns(e.T1), ns(exp))
-	}
-	if m.visibleAt != 0 && e.T1 < m.visibleAt {
-		c.violate(e.ID, "delivered again (delivery %d, Receive ended %s) before its retry delay ended (%s)", e.Del, ns(e.T1), ns(m.visibleAt))
-	}
-	if e.Queue == QueuePoison && m.lastDelCycle == c.cycle {
-		c.violate(e.ID, "a poison message delivered twice to one process")
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
 	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
@@ -555,6 +556,38 @@ func (c *Checker) delivered(e Entry) {
 		m.extendFloor = e.T1 + e.By
 	}
 	m.expect(e.Intent, e.Del)
+}
+
+// handedOut checks what a Receive returned, whether or not the delivery
+// survives the child: the payload, that the message was neither acked,
+// deleted nor dead, that its count is above every earlier certain one,
+// that the lease's ExpiresAt is the clock plus the visibility timeout, and
+// that it came after the previous lease and retry delay ended. It returns
+// the message, or nil if it is unknown.
+func (c *Checker) handedOut(e Entry, where string) *msg {
+	if e.Err != "" {
+		c.violate(e.ID, "%s with a payload that is not what was published: %s", where, e.Err)
+	}
+	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, where)
+	if m == nil {
+		return nil
+	}
+	c.checkDelivery(e.ID, m, e.Del, where)
+	p, _ := Policy(e.Queue)
+	if e.T0 != 0 && e.Exp < e.T0+int64(p.VisibilityTimeout) || e.Exp > e.T1+int64(p.VisibilityTimeout) {
+		c.violate(e.ID, "%s: lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v",
+			where, ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
+	}
+	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
+		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+	}
+	if m.visibleAt != 0 && e.T1 < m.visibleAt {
+		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
+	}
+	if e.Queue == QueuePoison && m.lastDelCycle == c.cycle {
+		c.violate(e.ID, "a poison message delivered twice to one process")
+	}
+	return m
 }
 
 // expect notes what the consumer of delivery del will do with it, which a
@@ -571,12 +604,20 @@ func (m *msg) expect(intent Intent, del int) {
 	}
 }
 
-// maybeDelivered notes a delivery a power loss may have taken: its
-// consumer's intent may have been carried out (the message may be gone, or
-// dead, or back in the queue with this count), but it raises no count and
-// sets no lease. It is checked like any delivery if OpDelivered follows.
+// maybeDelivered checks a delivery a power loss may take (OpMaybe): what
+// Receive returned is checked like any delivery (see handedOut), since it
+// was handed out in a live process whether or not its lease record
+// survives, and its consumer's intent is noted: it may have been carried
+// out (the message may be gone, or dead, or back in the queue with this
+// count). It sets no lease and raises no count, since the power loss may
+// take the lease record with its count: the store after it then holds the
+// message as the last certain delivery left it, and the next child hands
+// it out again counting as this delivery did, which is sound. (Only later
+// deliveries in the same process must count more; the floor this checks
+// is the certain deliveries'.) It is checked again, and then holds
+// everything later, if OpDelivered follows.
 func (c *Checker) maybeDelivered(e Entry) {
-	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, "delivered")
+	m := c.handedOut(e, "delivered (maybe)")
 	if m == nil {
 		return
 	}
@@ -668,7 +709,7 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 	if m.replayedAt != 0 && failedAt < m.replayedAt {
 		// FailedAt is the broker's clock (the real one, as the journal's)
 		// when the message died, after the replay started.
-		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before the replay of it that returned nil started (%s): the replay was lost",
+		c.violate(id, "%s: dead letter %s with %d deliveries, failed at %s, before a replay of it known to have happened started (%s): the replay was lost",
 			where, reason, del, ns(failedAt), ns(m.replayedAt))
 	}
 	if del < m.maxDel {
@@ -756,6 +797,7 @@ func (c *Checker) CheckDrain(dir string) error {
 	c.Figures.Drains++
 	c.checkRecovery(s)
 	present := map[string]bool{}
+	dead := map[string]deadLetter{} // the dead letters shown, by ID
 	for _, name := range s.Queues() {
 		policy, ok := Policy(name)
 		if !ok {
@@ -821,6 +863,7 @@ func (c *Checker) CheckDrain(dir string) error {
 		deadIDs := map[string]bool{}
 		for _, dl := range dls {
 			deadIDs[dl.Message.ID] = true
+			dead[dl.Message.ID] = deadLetter{reason: dl.Reason, del: dl.Deliveries, failedAt: dl.FailedAt.UnixNano()}
 		}
 		for id, m := range c.live[name] {
 			if m.mayBeGone {
@@ -837,6 +880,7 @@ func (c *Checker) CheckDrain(dir string) error {
 	c.lostWithTheirQueue(s, "lost")
 	c.heldAfterAll(present)
 	c.goneAfterAll(present)
+	c.deadAfterAll(dead)
 	c.checkBatchesWhole()
 	return c.Err()
 }
@@ -899,6 +943,60 @@ func (c *Checker) goneAfterAll(present map[string]bool) {
 			}
 		}
 	}
+}
+
+// deadAfterAll settles, once a store opened after a kill has been drained
+// whole, the calls in flight at the kill that move a message into or out
+// of the dead-letter store, by the dead letters the store holds (dead, by
+// ID). Their processes are gone, so a call that did not happen never will;
+// and the next child opens the very bytes drained (see goneAfterAll).
+//
+//   - A replay whose dead letter the store still shows as the janitor read
+//     it did not happen: the message is dead, as it was, until a replay or
+//     a delete (it keeps preReplay, so that this dead letter is still
+//     taken for the one read). A replay whose dead letter the store no
+//     longer shows happened (or, after a power loss, the death it undid
+//     was lost with it): no store shows that dead letter again, and every
+//     dead letter of the message from now on failed after it was read.
+//   - A reject or a nack whose dead letter (its reason, with the count of
+//     the delivery it was meant for) the store shows happened: the message
+//     is dead, as if the call had returned. One whose dead letter the
+//     store does not show did not happen, and no later dead letter is
+//     explained by it.
+//
+// A LEASE_EXPIRED dead letter settles nothing: the drain, an hour ahead,
+// may have made it itself, and the next child makes it at its own lapse.
+func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
+	for name, live := range c.live {
+		for id, m := range live {
+			dl, shown := dead[id] // the zero deadLetter if none
+			if p := m.preReplay; p != nil {
+				if shown && dl == *p {
+					m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, p.reason, p.del, p.failedAt, p.failedAt
+					m.rejectDel, m.nackDel = 0, 0
+					continue
+				}
+				m.preReplay, m.replayedAt = nil, max(m.replayedAt, m.preReplayRead)
+			}
+			m.rejectDel = m.deadIfShown(m.rejectDel, Reason(name, IntentReject), dl)
+			m.nackDel = m.deadIfShown(m.nackDel, Reason(name, IntentNack), dl)
+		}
+	}
+}
+
+// deadIfShown settles a reject or a nack meant for delivery del, which
+// dead-letters with reason why, by the dead letter dl a store opened after
+// a kill shows (the zero deadLetter if none): if dl is its dead letter, the
+// message is dead, and del stays the delivery it explains; if not, it
+// returns 0: no dead letter is explained by it any more.
+func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
+	if del == 0 || dl.reason != why || dl.del != del {
+		return 0
+	}
+	if !m.dead {
+		m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, dl.reason, dl.del, dl.failedAt, dl.failedAt
+	}
+	return del
 }
 
 // lostWithTheirQueue reports every message that must be in the store

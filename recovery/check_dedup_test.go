@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -79,6 +80,43 @@ func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
 	})
 	require.ErrorContains(t, c.Err(), "past the 2s window",
 		"a duplicate of an original enqueued %v before the call started", time.Duration(t0-base))
+}
+
+// TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing: a
+// PublishKeyed in flight at a kill is held to the window like one that
+// returned. Here pub0's PublishKeyed(K) returned message X, and its next
+// PublishKeyed(K), a few milliseconds later, was in flight at the kill;
+// the store after the kill holds X and a new message for K. A key seen
+// within the window returns the original and enqueues nothing, so the
+// store forgot the key early.
+func TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing(t *testing.T) {
+	ctx := context.Background()
+	key := "pub0-k07"
+	refX := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
+	refZ := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 2, Key: key})
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	t0 := time.Now().UnixNano()
+	x, err := q.PublishKeyed(ctx, key, Payload(refX))
+	require.NoError(t, err)
+	t1 := time.Now().UnixNano()
+	// What a store that forgot the key holds after the second call: a new
+	// message carrying the key, enqueued within the window of X.
+	z, err := q.Publish(ctx, Payload(refZ))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.Less(t, z.EnqueuedAt.Sub(x.EnqueuedAt), DedupWindow/2)
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{x.ID}, Refs: []string{refX},
+			Enq: x.EnqueuedAt.UnixNano(), T0: t0, T1: t1},
+	})
+	require.NoError(t, c.Err())
+	require.ErrorContains(t, c.CheckDrain(dir), "while the key's original "+x.ID,
+		"key %q: original %s, and a second message %s for it enqueued %v later, within the %v window",
+		key, x.ID, z.ID, z.EnqueuedAt.Sub(x.EnqueuedAt), DedupWindow)
 }
 
 // inFlightKeyedOriginal returns a checker that has checked cycle 1, whose

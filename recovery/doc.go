@@ -42,7 +42,9 @@
 // nacked, rejected, extended, replaying/replayed, deleting/deleted —
 // fdatasynced before the goroutine goes on. Entries are length-prefixed
 // and CRC-32C'd; a torn last write (the kill landed in it) is detected
-// and ignored: nothing in it had been acknowledged to its goroutine.
+// and ignored: nothing in it had been acknowledged to its goroutine. A bad
+// frame followed by one that verifies is no torn write but damage, and
+// fails the run.
 //
 // # Cycles and hooks (harness.go)
 //
@@ -117,7 +119,13 @@
 //   - Delivery counts only grow: each delivery of a message counts more
 //     than every earlier one (a replay of a dead letter starts again at 1),
 //     and never more than MaxDeliveries; an ack, nack or extend that
-//     returned nil settled the latest delivery.
+//     returned nil settled the latest delivery. A delivery journaled only
+//     as a maybe was handed out all the same: its payload is checked, it
+//     must not follow an ack, delete or dead-lettering that returned nil,
+//     nor come before the previous lease or retry delay ended, and it
+//     counts more than every earlier certain delivery; but the deliveries
+//     after it need not count more, since a power loss may take its lease
+//     record, and the next child hand it out with its count again.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
@@ -132,7 +140,14 @@
 //     deliveries, no earlier than its last lease's expiry; a nack's or a
 //     reject's reason with the count of the delivery meant for it); once a
 //     ReplayDeadLetter returned nil, every dead letter of that message
-//     failed after the replay started.
+//     failed after the replay started. A replay in flight at a kill is
+//     settled by the store after the kill: if it still shows the dead
+//     letter, the replay did not happen, and the message stays dead until
+//     a replay or a delete; if not, the replay happened, as if it had
+//     returned nil. So for a reject or a nack in flight: if the store
+//     after the kill shows its dead letter, it happened, and the message
+//     stays dead; if not, it never happens, and no later dead letter is
+//     explained by it.
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's
@@ -140,7 +155,9 @@
 //     before the call started (its key was forgotten: the store runs on
 //     the real clock, which the journal's instants read too). A keyed
 //     publish in flight at a kill that a store showed is its key's
-//     original from then on.
+//     original from then on, and must have been enqueued more than the
+//     window after the key's previous original (else it had to return
+//     that one and enqueue nothing).
 //   - Order: a drain receives messages oldest EnqueuedAt first (then ID),
 //     and lists dead letters oldest FailedAt first.
 //   - Poison: a message whose consumer is killed on every delivery reaches

@@ -239,32 +239,46 @@ type JournalTail struct {
 // DecodeJournal decodes the frames of a journal. It stops at the first
 // frame that is short or fails its checksum: only the last write can be
 // incomplete (each commit is one write, and a killed process writes
-// nothing after it), so everything from there on is reported as torn. A
-// frame that verifies but does not decode is an error.
+// nothing after it), so everything from there on is reported as torn. For
+// the same reason a frame that verifies after it means the journal was
+// damaged in the middle, which no kill does: that is an error, and so is
+// a frame that verifies but does not decode.
 func DecodeJournal(data []byte) ([]Entry, JournalTail, error) {
 	var out []Entry
 	off := 0
 	for off < len(data) {
-		rest := data[off:]
-		if len(rest) < journalFrameHeader {
-			return out, JournalTail{TornBytes: len(rest)}, nil
-		}
-		n := int(binary.LittleEndian.Uint32(rest[0:]))
-		if n > maxJournalEntry || n > len(rest)-journalFrameHeader {
-			return out, JournalTail{TornBytes: len(rest)}, nil
-		}
-		body := rest[journalFrameHeader : journalFrameHeader+n]
-		if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(rest[4:]) {
-			return out, JournalTail{TornBytes: len(rest)}, nil
+		n, ok := journalFrameAt(data, off)
+		if !ok {
+			for at := off + 1; at < len(data); at++ {
+				if _, ok := journalFrameAt(data, at); ok {
+					return out, JournalTail{}, fmt.Errorf("recovery: journal damaged: the frame at byte %d is short or fails its checksum, and a frame that verifies follows at byte %d", off, at)
+				}
+			}
+			return out, JournalTail{TornBytes: len(data) - off}, nil
 		}
 		var e Entry
-		if err := json.Unmarshal(body, &e); err != nil {
+		if err := json.Unmarshal(data[off+journalFrameHeader:off+journalFrameHeader+n], &e); err != nil {
 			return out, JournalTail{}, fmt.Errorf("recovery: journal entry at byte %d: %w", off, err)
 		}
 		out = append(out, e)
 		off += journalFrameHeader + n
 	}
 	return out, JournalTail{}, nil
+}
+
+// journalFrameAt reports whether a whole frame that verifies starts at
+// byte off of data, and the length of its body.
+func journalFrameAt(data []byte, off int) (int, bool) {
+	rest := data[off:]
+	if len(rest) < journalFrameHeader {
+		return 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(rest[0:]))
+	if n > maxJournalEntry || n > len(rest)-journalFrameHeader {
+		return 0, false
+	}
+	body := rest[journalFrameHeader : journalFrameHeader+n]
+	return n, crc32.Checksum(body, castagnoli) == binary.LittleEndian.Uint32(rest[4:])
 }
 
 // ReadJournal reads and decodes the journal at path (see DecodeJournal).

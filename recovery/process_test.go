@@ -348,6 +348,16 @@ func TestJournalTornTail(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 4, "a damaged last frame is a torn write")
 	require.Equal(t, len(buf)-ends[3], tail.TornBytes)
+
+	// A kill damages only the last write: a frame that verifies after a
+	// bad one means the journal was damaged in the middle, and its later
+	// entries are not dropped as a torn tail.
+	for what, at := range map[string]int{"body": ends[1] - 3, "length": ends[1], "checksum": ends[1] + 5} {
+		damaged := append([]byte(nil), buf...)
+		damaged[at] ^= 0x20
+		_, _, err := DecodeJournal(damaged)
+		require.ErrorContains(t, err, "a frame that verifies follows", "damaged %s of a middle frame", what)
+	}
 }
 
 func TestPayloadIsItsReference(t *testing.T) {

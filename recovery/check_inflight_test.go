@@ -1,0 +1,212 @@
+package recovery
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// rejectedStores publishes one work message, receives it and rejects it,
+// then replays the dead letter. It returns copies of the store with the
+// message leased (before the reject), dead (after it) and replayed (back
+// in the queue), and the journal entries of the publish and of the
+// delivery (with a reject intent), and the dead letter as the janitor
+// read it.
+func rejectedStores(t *testing.T) (leased, dead, replayed string, pub, del Entry, dl broker.DeadLetterValue) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	t0 := time.Now().UnixNano()
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	t1 := time.Now().UnixNano()
+	pub = Entry{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref},
+		Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}
+	t0 = time.Now().UnixNano()
+	ds, err := q.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	t1 = time.Now().UnixNano()
+	del = deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1)
+	copyOf := func() string {
+		cp := t.TempDir()
+		require.NoError(t, CopyTree(dir, cp))
+		return cp
+	}
+	leased = copyOf()
+	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentReject)))
+	dead = copyOf()
+	dls, err := q.DeadLetters(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	dl = dls[0]
+	require.NoError(t, q.ReplayDeadLetter(ctx, m.ID))
+	replayed = copyOf()
+	require.NoError(t, s.Close())
+	return leased, dead, replayed, pub, del, dl
+}
+
+// replayingEntry is the janitor's entry before it replays dead letter dl
+// of the message pub published, read at the instant at.
+func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
+	return Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: pub.IDs[0], Ref: pub.Refs[0], Enq: pub.Enq, Del: dl.Deliveries,
+		Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
+}
+
+// TestAReplayInFlightSeenUndoneMustStayDead: a replay in flight at a kill
+// (OpReplaying, no OpReplayed) may or may not have happened; once the
+// store after that kill shows the dead letter as it was, it did not, and
+// its process is gone. A dead letter leaves the dead-letter store only by
+// a replay or a delete, so a later store that has the message back in the
+// queue, with no replay journaled since, broke that.
+func TestAReplayInFlightSeenUndoneMustStayDead(t *testing.T) {
+	_, dead, replayed, pub, del, dl := rejectedStores(t)
+	id := pub.IDs[0]
+	now := time.Now().UnixNano()
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		pub, del,
+		{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: id, Del: 1, T0: del.T1, T1: now},
+		replayingEntry(pub, dl, now),
+	})
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(dead), "a replay in flight at the kill may not have happened")
+
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckDrain(replayed), "after it was dead-lettered",
+		"dead letter %s was still there after the kill that left its replay in flight, and a later store, with no replay journaled, delivers it", id)
+}
+
+// TestAReplayInFlightSeenDoneMustNotBringTheDeadLetterBack: the converse.
+// A replay in flight at a kill whose dead letter the store after the kill
+// no longer shows happened; a later store that shows that dead letter
+// again brought back what the replay took out.
+func TestAReplayInFlightSeenDoneMustNotBringTheDeadLetterBack(t *testing.T) {
+	_, dead, replayed, pub, del, dl := rejectedStores(t)
+	id := pub.IDs[0]
+	now := time.Now().UnixNano()
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		pub, del,
+		{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: id, Del: 1, T0: del.T1, T1: now},
+		replayingEntry(pub, dl, now),
+	})
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(replayed), "a replay in flight at the kill may have happened")
+
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckDrain(dead), "the replay was lost",
+		"dead letter %s was gone after the kill that left its replay in flight, and a later store shows it again", id)
+}
+
+// TestARejectInFlightSeenUndoneMustNotDeadLetterLater: a reject in flight
+// at a kill (a delivery journaled with the reject intent, no result) that
+// the store after the kill shows undone (the message in the queue) never
+// happens; a later store that holds the message as a rejected dead letter
+// of that delivery, with nothing journaled since, has a dead letter the
+// journal does not explain.
+func TestARejectInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
+	leased, dead, _, pub, del, _ := rejectedStores(t)
+	id := pub.IDs[0]
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del})
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(leased), "the reject in flight at the kill may not have happened")
+
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckDrain(dead), "the journal has a reject meant for delivery 0",
+		"message %s was in the queue after the kill that left its reject in flight, and a later store, with nothing journaled, holds it as a rejected dead letter", id)
+}
+
+// TestARejectInFlightSeenDoneMustStayDead: the converse. A reject in
+// flight at a kill whose dead letter the store after the kill shows
+// happened, as if it had returned nil: a later store that has the message
+// back in the queue, with no replay journaled, broke the dead letter.
+func TestARejectInFlightSeenDoneMustStayDead(t *testing.T) {
+	leased, dead, _, pub, del, _ := rejectedStores(t)
+	id := pub.IDs[0]
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del})
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(dead), "the reject in flight at the kill may have happened")
+
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckDrain(leased), "after it was dead-lettered",
+		"message %s was a rejected dead letter after the kill that left its reject in flight, and a later store delivers it", id)
+}
+
+// TestANackInFlightSeenUndoneMustNotDeadLetterLater: as for a reject, a
+// nack of the last delivery allowed, in flight at a kill, that the store
+// after the kill shows undone (not a dead letter of the nack) never
+// happens; a later store that holds the message as the nack's dead letter
+// of that delivery, with nothing journaled since, has a dead letter the
+// journal does not explain. (The drain of the first store, an hour ahead,
+// finds the last lease lapsed: a LEASE_EXPIRED dead letter, which the
+// next child would make too.)
+func TestANackInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := &stepClock{now: time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)}
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes, Now: clk.Now})
+	require.NoError(t, err)
+	var q *broker.Queue
+	for _, name := range QueueNames {
+		p, _ := Policy(name)
+		qn, err := s.Queue(name, p)
+		require.NoError(t, err)
+		if name == QueueWork {
+			q = qn
+		}
+	}
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	enq := m.EnqueuedAt.UnixNano()
+	entries := []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
+	}
+	max := maxDeliveries(QueueWork)
+	var last broker.DeliveryValue
+	for i := 1; i <= max; i++ {
+		clk.Set(clk.Now().Add(time.Second))
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, i, ds[0].Deliveries)
+		at := clk.Now().UnixNano()
+		entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentNack, at, at))
+		last = ds[0]
+		if i == max {
+			break
+		}
+		nv, err := q.Nack(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentNack))
+		require.NoError(t, err)
+		entries = append(entries, Entry{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: m.ID, Del: nv.Deliveries,
+			Exp: nv.VisibleAt.UnixNano(), Dead: nv.DeadLettered, T0: at, T1: at})
+	}
+	leased := t.TempDir()
+	require.NoError(t, CopyTree(dir, leased))
+	nv, err := q.Nack(ctx, last.Lease.Receipt, causeFor(QueueWork, IntentNack))
+	require.NoError(t, err)
+	require.True(t, nv.DeadLettered)
+	require.NoError(t, s.Close())
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, entries)
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(leased), "the nack in flight at the kill may not have happened")
+
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+	require.ErrorContains(t, c.CheckDrain(dir), "the journal has a nack meant for delivery 0",
+		"message %s was not the nack's dead letter after the kill that left the nack of delivery %d in flight, and a later store, with nothing journaled, holds it as one", m.ID, max)
+}

@@ -196,7 +196,7 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 	if err == nil {
 		idx := filepath.Join(dir, "index")
 		if err = s.opts.fs().MkdirAll(idx, 0o700); err == nil {
-			err = index.CopyCheckpoint(s.opts.fs(), s.indexDir(), idx)
+			err = index.CopyCheckpoint(ctx, s.opts.fs(), s.indexDir(), idx)
 		}
 	}
 	at := wal.Position(m.lastCheckpoint.Load())

@@ -37,9 +37,14 @@ const (
 //
 // dir must not exist (its parents are made as needed; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an
-// error that wraps fs.ErrExist, before anything is copied). The copy is
-// written, every file of it fdatasynced, in dir+".partial", which is then
-// renamed to dir. After a crash during Backup there is either no dir, and
+// error that wraps fs.ErrExist, before anything is copied). dir is
+// resolved once, as Open resolves a store's directory (a ".." after a
+// link climbs out of the link's target, one after a name that does not
+// exist undoes that name), and the place checked is the place written; a
+// symbolic link as dir's last name is refused, a trailing "/" or not.
+// The copy is written, every file of it fdatasynced, in dir+".partial",
+// which is then renamed to dir. After a crash during Backup there is
+// either no dir, and
 // the next Backup to dir removes the leftover ".partial" (it recognises
 // its own by a mark file, or by its being empty, and refuses to touch a
 // directory of that name that holds anything else, or that is, or holds
@@ -93,14 +98,11 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	// partial copy), and no segment removal until it ends.
 	s.maint.reclaimMu.Lock()
 	defer s.maint.reclaimMu.Unlock()
-	if err := s.checkBackupDir(dir); err != nil {
-		return fail(err), nil
-	}
-	// From here on, the place dir names, as the kernel resolves it: the
-	// partial copy, the rename, the sync of its parent and the mark must
-	// all be where the check looked (a ".." after a link in dir climbs out
-	// of the link's target, which cleaning dir's text would not).
-	dir, err = vfs.Resolve(dir)
+	// From here on, the place dir names, resolved once: the check, the
+	// partial copy, the rename, the sync of its parent and the mark are
+	// all there (a ".." after a link in dir climbs out of the link's
+	// target, which cleaning dir's text would not).
+	dir, err = s.checkBackupDir(dir)
 	if err != nil {
 		return fail(err), nil
 	}
@@ -147,40 +149,75 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	return nil, markErr
 }
 
-// checkBackupDir refuses a dir that exists (a directory, a file, a
-// symbolic link to nothing) or that lies inside the store's own directory.
-func (s *Store) checkBackupDir(dir string) error {
-	abs, err := vfs.Resolve(dir)
+// checkBackupDir returns the place dir names, resolved as [vfs.Resolve]
+// resolves it (as Open resolves a store's directory), after refusing one
+// that exists (a directory, a file, a symbolic link, to nothing or not) or
+// that lies inside the store's own directory. What it checks is what
+// Backup writes: the text of dir is not looked at again.
+func (s *Store) checkBackupDir(dir string) (string, error) {
+	place, err := backupPlace(dir)
 	if err != nil {
-		return fmt.Errorf("it cannot be resolved: %w", err)
+		return "", fmt.Errorf("it cannot be resolved: %w", err)
 	}
 	store, err := vfs.Resolve(s.dir)
 	if err != nil {
-		return fmt.Errorf("the store's directory cannot be resolved: %w", err)
+		return "", fmt.Errorf("the store's directory cannot be resolved: %w", err)
 	}
-	if rel, err := filepath.Rel(store, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fmt.Errorf("it lies inside the store's own directory")
+	if rel, err := filepath.Rel(store, place); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
 	}
-	_, err = s.opts.fs().ReadDir(dir)
+	// A symbolic link, to nothing or not: the finished copy could never
+	// take its name (a directory is not renamed over a link), so the
+	// whole copy would be made, and removed, for nothing; and written
+	// where the link points, it would not be where the caller looks.
+	if link, err := vfs.IsLink(place); err != nil {
+		return "", fmt.Errorf("%s cannot be made: %w", place, err)
+	} else if link {
+		to := "to a file or a directory"
+		if _, err := s.opts.fs().ReadDir(place); errors.Is(err, iofs.ErrNotExist) {
+			to = "to nothing"
+		}
+		return "", fmt.Errorf("%s already exists, as a symbolic link %s; a backup goes into a new directory: %w", place, to, iofs.ErrExist)
+	}
+	_, err = s.opts.fs().ReadDir(place)
 	switch {
 	case err == nil:
-		return fmt.Errorf("it already exists; a backup goes into a new directory: %w", iofs.ErrExist)
+		return "", fmt.Errorf("%s already exists; a backup goes into a new directory: %w", place, iofs.ErrExist)
 	case errors.Is(err, syscall.ENOTDIR):
-		// dir's parents resolved, so dir itself is the file that is
-		// not a directory.
-		return fmt.Errorf("it already exists, and is not a directory; a backup goes into a new directory: %w (%w)", iofs.ErrExist, err)
+		// place's parents resolved, so place itself is the file that
+		// is not a directory.
+		return "", fmt.Errorf("%s already exists, and is not a directory; a backup goes into a new directory: %w (%w)", place, iofs.ErrExist, err)
 	case !errors.Is(err, iofs.ErrNotExist):
-		return fmt.Errorf("it cannot be made: %w", err)
+		return "", fmt.Errorf("%s cannot be made: %w", place, err)
 	}
-	// A symbolic link to nothing: the finished copy could never take its
-	// name (a directory is not renamed over a link), so the whole copy
-	// would be made, and removed, for nothing.
-	if link, err := vfs.IsLink(dir); err != nil {
-		return fmt.Errorf("it cannot be made: %w", err)
-	} else if link {
-		return fmt.Errorf("it already exists, as a symbolic link to nothing; a backup goes into a new directory: %w", iofs.ErrExist)
+	return place, nil
+}
+
+// backupPlace resolves dir as [vfs.Resolve] does, except that a symbolic
+// link as its last name (followed with a trailing "/" or "/.") is not
+// followed: the place is the link itself, which a Backup refuses, rather
+// than where it points.
+func backupPlace(dir string) (string, error) {
+	sep := string(filepath.Separator)
+	last := dir
+	for len(last) > 1 && (strings.HasSuffix(last, sep) || strings.HasSuffix(last, sep+".")) {
+		last = last[:len(last)-1] // a trailing "/", or the "." of "/."
 	}
-	return nil
+	i := strings.LastIndex(last, sep)
+	parent, base := ".", last
+	if i >= 0 {
+		parent, base = last[:i+1], last[i+1:]
+	}
+	if base == "" || base == "." || base == ".." {
+		// The root, the working directory, or a parent: no link is
+		// the last name.
+		return vfs.Resolve(dir)
+	}
+	p, err := vfs.Resolve(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(p, base), nil
 }
 
 // copyInto copies the store into dir: a checkpoint made now, then the log up

@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"context"
+	iofs "io/fs"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -41,4 +43,67 @@ func TestABackupCanceledWhileItCopiesTheIndexCopiesNoMoreFiles(t *testing.T) {
 	err := e.s.Backup(c, dst)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, after, "index files copied after ctx was canceled")
+}
+
+// Backup's doc: "an existing dir, or a file or a symbolic link to nothing
+// in its place, is refused with an error that wraps fs.ErrExist, before
+// anything is copied". The check and the copy must look at one place: the
+// check used to read dir's text as the kernel takes it (ReadDir, Lstat)
+// while the copy went where vfs.Resolve puts it, and the two disagreed. A
+// trailing "/" (or "/.") made Lstat follow a final link to nothing, so
+// "dangling/" was not refused and its copy landed at the link's target; a
+// ".." after a name that does not exist is ENOENT for the kernel while
+// Resolve climbs back to an existing place, so "missing/../exists" was
+// refused only by the final rename, after a checkpoint and a whole copy,
+// and "<store>/../x/.." wrote "<the store's parent>.partial". Each is
+// refused now, with no checkpoint made and nothing written.
+func TestABackupRefusesAnExistingDirHoweverItIsNamed(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", keyedJobs), "one")
+	root := t.TempDir()
+	sep := string(filepath.Separator)
+	via := func(name string) string { return root + sep + "missing" + sep + ".." + sep + name }
+	requireNothingMade := func(t *testing.T, err error, before int64) {
+		t.Helper()
+		require.ErrorIs(t, err, iofs.ErrExist)
+		require.Equal(t, before, e.s.Stats().Checkpoints, "refused only after a checkpoint and a copy: %v", err)
+	}
+
+	dangling := filepath.Join(root, "dangling")
+	for _, name := range []string{dangling + sep, dangling + sep + ".", via("dangling")} {
+		t.Run("a link to nothing as "+name[len(root):], func(t *testing.T) {
+			nowhere := filepath.Join(t.TempDir(), "nowhere")
+			_ = os.Remove(dangling)
+			require.NoError(t, os.Symlink(nowhere, dangling))
+			before := e.s.Stats().Checkpoints
+			err := e.s.Backup(ctx(t), name)
+			requireNothingMade(t, err, before)
+			require.ErrorContains(t, err, "as a symbolic link to nothing")
+			_, statErr := os.Lstat(nowhere)
+			require.ErrorIs(t, statErr, os.ErrNotExist, "a copy was written at the link's target")
+			_, statErr = os.Lstat(nowhere + ".partial")
+			require.ErrorIs(t, statErr, os.ErrNotExist, "a partial copy was written beside the link's target")
+		})
+	}
+
+	t.Run("an existing directory as /missing/../exists", func(t *testing.T) {
+		require.NoError(t, os.Mkdir(filepath.Join(root, "exists"), 0o700))
+		before := e.s.Stats().Checkpoints
+		requireNothingMade(t, e.s.Backup(ctx(t), via("exists")), before)
+		require.NoDirExists(t, filepath.Join(root, "exists.partial"))
+	})
+
+	t.Run("the store's parent as <store>/../x/..", func(t *testing.T) {
+		parent := filepath.Dir(e.dir)
+		before := e.s.Stats().Checkpoints
+		requireNothingMade(t, e.s.Backup(ctx(t), e.dir+sep+".."+sep+"x"+sep+".."), before)
+		require.NoDirExists(t, parent+".partial")
+		require.NoDirExists(t, filepath.Join(parent, "x"))
+	})
+
+	t.Run("a new directory as /missing/../new/ is made there", func(t *testing.T) {
+		require.NoError(t, e.s.Backup(ctx(t), via("new")+sep))
+		require.DirExists(t, filepath.Join(root, "new"))
+		require.NoDirExists(t, filepath.Join(root, "missing"))
+	})
 }

@@ -2,9 +2,11 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -106,4 +108,73 @@ func TestABackupRefusesAnExistingDirHoweverItIsNamed(t *testing.T) {
 		require.DirExists(t, filepath.Join(root, "new"))
 		require.NoDirExists(t, filepath.Join(root, "missing"))
 	})
+}
+
+// Two stores backed up to one dir at once (two nightly jobs given the same
+// path): the second Backup, started once the first has written its index
+// and first segment into dir+".partial", finds the mark there locked and
+// is refused (Locked, fs.ErrExist), leaving the first's copy alone; the
+// first's copy is whole. Backup's doc: a Backup that returned nil leaves
+// "a complete dir" that "Open opens like a store closed at that instant".
+// The second used to take the first's ".partial", mark and all, for a
+// crashed Backup's leftover and remove it; the first went on writing into
+// the ".partial" the second made, renamed it to dir and returned nil, and
+// dir opened as a store silently missing 48 of its 100 messages.
+func TestABackupToADirAnotherBackupIsWritingIsRefused(t *testing.T) {
+	ffsA := vfs.NewFaultFS(vfs.Default)
+	a := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS, o.SegmentBytes = ffsA, broker.MinSegmentBytes })
+	jobs := a.queue("jobs", keyedJobs)
+	for i := range 100 {
+		mustPublish(t, jobs, fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 300)))
+	}
+	require.Greater(t, a.s.Stats().Segments, 2)
+	ffsB := vfs.NewFaultFS(vfs.Default)
+	b := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.FS = ffsB })
+	mustPublish(t, b.queue("other", keyedJobs), "b's")
+
+	dst := filepath.Join(t.TempDir(), "nightly")
+	aDone := make(chan struct{})
+	bStarted := make(chan struct{})
+	bErr := make(chan error, 1)
+	var fired atomic.Bool
+	ffsB.Observe(func(ev vfs.Event) {
+		if ev.Op == vfs.OpMkdirAll && ev.Name == filepath.Join(dst+".partial", "index") {
+			close(bStarted) // B has made its own .partial, mark and all
+			<-aDone
+		}
+	})
+	ffsA.Observe(func(ev vfs.Event) {
+		if ev.Op == vfs.OpWrite && strings.HasPrefix(ev.Name, dst+".partial"+string(filepath.Separator)) &&
+			strings.HasSuffix(ev.Name, ".seg") && fired.CompareAndSwap(false, true) {
+			go func() { bErr <- b.s.Backup(context.Background(), dst) }()
+			select {
+			case <-bStarted:
+			case err := <-bErr:
+				bErr <- err
+			}
+		}
+	})
+	errA := a.s.Backup(ctx(t), dst)
+	close(aDone)
+	errB := <-bErr
+	require.True(t, fired.Load(), "B's Backup was started while A's copied its segments")
+	require.NoError(t, errA)
+	names, _ := os.ReadDir(dst)
+	var listed []string
+	for _, n := range names {
+		listed = append(listed, n.Name())
+	}
+	opts := a.opts
+	opts.FS = nil
+	s, err := broker.Open(dst, opts)
+	require.NoError(t, err, "A's Backup returned nil, yet %s (holding %v) does not open", dst, listed)
+	defer s.Close()
+	q, err := s.Queue("jobs", keyedJobs)
+	require.NoError(t, err)
+	require.Equal(t, 100, q.Stats().Ready,
+		"A's Backup returned nil, yet %s (holding %v) opens as a store missing messages", dst, listed)
+	require.ErrorIs(t, errB, broker.Locked, "B's Backup, to the dir A's was writing")
+	require.ErrorIs(t, errB, iofs.ErrExist)
+	require.ErrorContains(t, errB, "another Backup's copy in progress")
+	require.NoDirExists(t, dst+".partial", "B left nothing behind")
 }

@@ -186,7 +186,7 @@ func (osFS) Lock(name string) (io.Closer, error) {
 			if h := strings.TrimSpace(string(holder[:n])); h != "" && utf8.ValidString(h) {
 				if h == lockHolder() {
 					// The caller's own pid reads like someone else's.
-					h = "this process, " + h + ": an earlier Open of it is still open"
+					h = "this process, " + h + ": an earlier Lock of it here is still held (a store still open, or a Backup still running)"
 				}
 				return nil, fmt.Errorf("%s (held by %s): %w", name, h, ErrLocked)
 			}

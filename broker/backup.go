@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"path/filepath"
 	"slices"
@@ -37,28 +38,40 @@ const (
 //
 // dir must not exist (its parents are made as needed; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an
-// error that wraps fs.ErrExist, before anything is copied). The copy is
-// written, every file of it fdatasynced, in dir+".partial", which is then
-// renamed to dir. After a crash during Backup there is either no dir, and
-// the next Backup to dir removes the leftover ".partial" (it recognises
-// its own by a mark file, or by its being empty, and refuses to touch a
-// directory of that name that holds anything else, or that is, or holds
-// as "index", a symbolic link), or a complete dir, whose first Open
-// removes the mark.
+// error that wraps fs.ErrExist, before anything is copied). dir is
+// resolved once, as Open resolves a store's directory (a ".." after a
+// link climbs out of the link's target, one after a name that does not
+// exist undoes that name), and the place checked is the place written; a
+// symbolic link as dir's last name is refused, a trailing "/" or not.
+// The copy is written, every file of it fdatasynced, in dir+".partial",
+// which is then renamed to dir. The ".partial" holds a mark file, which
+// the Backup writing it holds locked (an exclusive flock) until the copy
+// has its name or is removed: a Backup to the same dir meanwhile, of
+// another store or in another process, finds the mark locked and is
+// refused, leaving the copy alone, with an error that wraps [Locked] and
+// fs.ErrExist (wait for the other to end, or choose another dir). After a
+// crash during Backup the lock is gone with the process, and there is
+// either no dir, and the next Backup to dir removes the leftover
+// ".partial" (it recognises its own by a mark no one holds locked, or by
+// its being empty, and refuses to touch a directory of that name that
+// holds anything else, or that is, or holds as "index", a symbolic link),
+// or a complete dir, whose first Open removes the mark.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
-// Backups, until Backup returns. The copy takes about what reading and
-// writing the log's segments takes (StoreStats.DiskBytes + IndexBytes).
+// Backups of this store, until Backup returns. The copy takes about what
+// reading and writing the log's segments takes (StoreStats.DiskBytes +
+// IndexBytes).
 // Every record copied is verified first (Open reads only what came after
 // the last checkpoint, so this is where damage to older segments shows):
 // damage fails the Backup with [Corrupt], naming the file and offset, and
 // stops the store as a Receive that met it would (reopen it; see
-// Options.Salvage). ctx is checked between files; a Backup that fails or is canceled
-// removes what it wrote and leaves no dir. It fails with Closed after
-// Close, like every call once the store stopped for good, and with the
-// failure that stopped the checkpoints once one failed (they stop until
-// the store is reopened; StoreStats.MaintenanceStopped).
+// Options.Salvage). ctx is checked between files, the index's and the
+// log's; a Backup that fails or is canceled removes what it wrote and
+// leaves no dir. It fails with Closed after Close, like every call once
+// the store stopped for good, and with the failure that stopped the
+// checkpoints once one failed (they stop until the store is reopened;
+// StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s == nil {
 		return nilReceiver("Store")
@@ -89,25 +102,31 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 // complete copy's mark could not be removed, for Backup to log.
 func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) error) (err, markErr error) {
 	fs := s.opts.fs()
-	// One Backup at a time (two to one dir would remove each other's
-	// partial copy), and no segment removal until it ends.
+	// One Backup of this store at a time, and no segment removal until it
+	// ends. Backups of other stores, or in other processes, are kept out
+	// of this one's partial copy by the lock on its mark (startPartial).
 	s.maint.reclaimMu.Lock()
 	defer s.maint.reclaimMu.Unlock()
-	if err := s.checkBackupDir(dir); err != nil {
-		return fail(err), nil
-	}
-	// From here on, the place dir names, as the kernel resolves it: the
-	// partial copy, the rename, the sync of its parent and the mark must
-	// all be where the check looked (a ".." after a link in dir climbs out
-	// of the link's target, which cleaning dir's text would not).
-	dir, err = vfs.Resolve(dir)
+	// From here on, the place dir names, resolved once: the check, the
+	// partial copy, the rename, the sync of its parent and the mark are
+	// all there (a ".." after a link in dir climbs out of the link's
+	// target, which cleaning dir's text would not).
+	dir, err = s.checkBackupDir(dir)
 	if err != nil {
 		return fail(err), nil
 	}
 	tmp := dir + partialSuffix
-	if err := startPartial(fs, tmp); err != nil {
+	lock, err := startPartial(fs, tmp)
+	if err != nil {
 		return fail(err), nil
 	}
+	// Held until the copy has its name and its mark is gone, or it is
+	// removed: until then, another Backup to dir that finds the partial
+	// copy leaves it alone. Once the copy is named dir (where a failed
+	// sync may rename it back from, still locked), another Backup to dir
+	// is refused as existing, or fails to rename its own copy over it.
+	// Closing the lock's file releases it, whatever Close returns.
+	defer func() { _ = lock.Close() }()
 	if err := s.copyInto(ctx, tmp); err != nil {
 		if errors.Is(err, wal.ErrCorrupt) {
 			// Damage to synced records, found by the copy's check: the
@@ -147,40 +166,75 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	return nil, markErr
 }
 
-// checkBackupDir refuses a dir that exists (a directory, a file, a
-// symbolic link to nothing) or that lies inside the store's own directory.
-func (s *Store) checkBackupDir(dir string) error {
-	abs, err := vfs.Resolve(dir)
+// checkBackupDir returns the place dir names, resolved as [vfs.Resolve]
+// resolves it (as Open resolves a store's directory), after refusing one
+// that exists (a directory, a file, a symbolic link, to nothing or not) or
+// that lies inside the store's own directory. What it checks is what
+// Backup writes: the text of dir is not looked at again.
+func (s *Store) checkBackupDir(dir string) (string, error) {
+	place, err := backupPlace(dir)
 	if err != nil {
-		return fmt.Errorf("it cannot be resolved: %w", err)
+		return "", fmt.Errorf("it cannot be resolved: %w", err)
 	}
 	store, err := vfs.Resolve(s.dir)
 	if err != nil {
-		return fmt.Errorf("the store's directory cannot be resolved: %w", err)
+		return "", fmt.Errorf("the store's directory cannot be resolved: %w", err)
 	}
-	if rel, err := filepath.Rel(store, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fmt.Errorf("it lies inside the store's own directory")
+	if rel, err := filepath.Rel(store, place); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
 	}
-	_, err = s.opts.fs().ReadDir(dir)
+	// A symbolic link, to nothing or not: the finished copy could never
+	// take its name (a directory is not renamed over a link), so the
+	// whole copy would be made, and removed, for nothing; and written
+	// where the link points, it would not be where the caller looks.
+	if link, err := vfs.IsLink(place); err != nil {
+		return "", fmt.Errorf("%s cannot be made: %w", place, err)
+	} else if link {
+		to := "to a file or a directory"
+		if _, err := s.opts.fs().ReadDir(place); errors.Is(err, iofs.ErrNotExist) {
+			to = "to nothing"
+		}
+		return "", fmt.Errorf("%s already exists, as a symbolic link %s; a backup goes into a new directory: %w", place, to, iofs.ErrExist)
+	}
+	_, err = s.opts.fs().ReadDir(place)
 	switch {
 	case err == nil:
-		return fmt.Errorf("it already exists; a backup goes into a new directory: %w", iofs.ErrExist)
+		return "", fmt.Errorf("%s already exists; a backup goes into a new directory: %w", place, iofs.ErrExist)
 	case errors.Is(err, syscall.ENOTDIR):
-		// dir's parents resolved, so dir itself is the file that is
-		// not a directory.
-		return fmt.Errorf("it already exists, and is not a directory; a backup goes into a new directory: %w (%w)", iofs.ErrExist, err)
+		// place's parents resolved, so place itself is the file that
+		// is not a directory.
+		return "", fmt.Errorf("%s already exists, and is not a directory; a backup goes into a new directory: %w (%w)", place, iofs.ErrExist, err)
 	case !errors.Is(err, iofs.ErrNotExist):
-		return fmt.Errorf("it cannot be made: %w", err)
+		return "", fmt.Errorf("%s cannot be made: %w", place, err)
 	}
-	// A symbolic link to nothing: the finished copy could never take its
-	// name (a directory is not renamed over a link), so the whole copy
-	// would be made, and removed, for nothing.
-	if link, err := vfs.IsLink(dir); err != nil {
-		return fmt.Errorf("it cannot be made: %w", err)
-	} else if link {
-		return fmt.Errorf("it already exists, as a symbolic link to nothing; a backup goes into a new directory: %w", iofs.ErrExist)
+	return place, nil
+}
+
+// backupPlace resolves dir as [vfs.Resolve] does, except that a symbolic
+// link as its last name (followed with a trailing "/" or "/.") is not
+// followed: the place is the link itself, which a Backup refuses, rather
+// than where it points.
+func backupPlace(dir string) (string, error) {
+	sep := string(filepath.Separator)
+	last := dir
+	for len(last) > 1 && (strings.HasSuffix(last, sep) || strings.HasSuffix(last, sep+".")) {
+		last = last[:len(last)-1] // a trailing "/", or the "." of "/."
 	}
-	return nil
+	i := strings.LastIndex(last, sep)
+	parent, base := ".", last
+	if i >= 0 {
+		parent, base = last[:i+1], last[i+1:]
+	}
+	if base == "" || base == "." || base == ".." {
+		// The root, the working directory, or a parent: no link is
+		// the last name.
+		return vfs.Resolve(dir)
+	}
+	p, err := vfs.Resolve(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(p, base), nil
 }
 
 // copyInto copies the store into dir: a checkpoint made now, then the log up
@@ -196,7 +250,7 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 	if err == nil {
 		idx := filepath.Join(dir, "index")
 		if err = s.opts.fs().MkdirAll(idx, 0o700); err == nil {
-			err = index.CopyCheckpoint(s.opts.fs(), s.indexDir(), idx)
+			err = index.CopyCheckpoint(ctx, s.opts.fs(), s.indexDir(), idx)
 		}
 	}
 	at := wal.Position(m.lastCheckpoint.Load())
@@ -212,36 +266,88 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 	return s.log.CopyTo(ctx, dir, at)
 }
 
-// startPartial makes dir, durably, with the marker that says it is a
-// backup in progress, after removing a leftover one of an earlier Backup
-// (marked, or empty). The marker is durable before any other file is
-// made there.
-func startPartial(fs vfs.FS, dir string) error {
+// startPartial makes dir, durably, with the mark that says it is a backup
+// in progress, and returns the lock on the mark, which the caller holds
+// until its copy has its name or is removed. It first removes a leftover
+// of an earlier Backup: marked, with its mark unlocked (the lock dies with
+// the process that held it), or empty (a crash before its mark was made).
+// A marked one whose mark is locked is another Backup's, running: it is
+// refused, wrapping Locked and fs.ErrExist, and left alone. The mark is
+// durable before any other file is made there.
+func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
+	mark := filepath.Join(dir, partialMark)
 	if names, err := fs.ReadDir(dir); err == nil {
-		// Empty, it may be ours from before its marker was durable; and
-		// removing it loses nothing.
 		if len(names) > 0 && !slices.Contains(names, partialMark) {
-			return fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
+			return nil, fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}
-		if err := removePartial(fs, dir); err != nil {
-			return fmt.Errorf("remove the unfinished backup %s: %w", dir, err)
+		// Before the mark is locked: a lock writes its holder into
+		// the file, which must not be one reached through a link.
+		if err := refuseLinks(dir); err != nil {
+			return nil, err
+		}
+		if len(names) == 0 {
+			// A crashed Backup's, from before its mark was made, or a
+			// running one's that is about to make it: a removal of a
+			// directory removes only an empty one, so that the
+			// running one then finds its directory gone, or this
+			// one's, whose mark only one of them locks.
+			if err := fs.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				return nil, fmt.Errorf("remove the empty unfinished backup %s (another Backup may have begun writing it): %w", dir, err)
+			}
+		} else {
+			l, err := fs.Lock(mark)
+			if err != nil {
+				return nil, inUse(dir, err)
+			}
+			err = removePartial(fs, dir)
+			if cerr := l.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("remove the unfinished backup %s: %w", dir, err)
+			}
 		}
 	}
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
-	if err := vfs.CreateEmpty(fs, filepath.Join(dir, partialMark)); err != nil {
-		return err
+	if err := vfs.CreateEmpty(fs, mark); err != nil {
+		// Another Backup made its mark since dir was looked at (it
+		// exists), or took dir for an empty leftover and removed it.
+		return nil, inUse(dir, err)
 	}
-	return fs.SyncDir(dir)
+	// Between the mark's creation and its lock, another Backup may take
+	// it for a leftover and remove it, and perhaps make its own: this
+	// Lock then fails (a lock is held only on the file its name names),
+	// and nothing of the other's is touched.
+	l, err := fs.Lock(mark)
+	if err != nil {
+		return nil, inUse(dir, err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
 }
 
-// removePartial removes a backup in progress: its files, its index
-// directory's files, the marker last, then the directories. It refuses
-// when either directory is a symbolic link: Backup never makes one, and a
-// link planted in a directory others can write would have the removal
-// reach whatever it points to.
-func removePartial(fs vfs.FS, dir string) error {
+// inUse is startPartial's error when making or locking dir's mark failed
+// with err. The mark locked, or made or removed by someone else
+// meanwhile, says another Backup to the same directory is at work: the
+// error wraps Locked and fs.ErrExist.
+func inUse(dir string, err error) error {
+	switch {
+	case errors.Is(err, vfs.ErrLocked):
+		return fmt.Errorf("%s is another Backup's copy in progress, to the same directory (its mark %s is locked): wait for it to end, or choose another directory: %w: %w (%w)", dir, partialMark, Locked, iofs.ErrExist, err)
+	case errors.Is(err, iofs.ErrExist), errors.Is(err, iofs.ErrNotExist):
+		return fmt.Errorf("%s is being made, or removed, by another Backup to the same directory (its mark %s was made or removed meanwhile): wait for it to end, or choose another directory: %w: %w (%w)", dir, partialMark, Locked, iofs.ErrExist, err)
+	}
+	return fmt.Errorf("make and lock the mark %s of %s: %w", partialMark, dir, err)
+}
+
+// refuseLinks refuses a partial copy dir that is, or holds as "index", a
+// symbolic link: Backup never makes one, and a link planted in a directory
+// others can write would have the removal reach whatever it points to.
+func refuseLinks(dir string) error {
 	for _, d := range []string{dir, filepath.Join(dir, "index")} {
 		link, err := vfs.IsLink(d)
 		if err != nil {
@@ -250,6 +356,17 @@ func removePartial(fs vfs.FS, dir string) error {
 		if link {
 			return fmt.Errorf("%s is a symbolic link, which a backup never makes: nothing is removed through it; remove it or choose another directory", d)
 		}
+	}
+	return nil
+}
+
+// removePartial removes a backup in progress: its files, its index
+// directory's files, the marker last, then the directories. It refuses
+// when either directory is a symbolic link (see refuseLinks). The caller
+// holds the lock on the mark.
+func removePartial(fs vfs.FS, dir string) error {
+	if err := refuseLinks(dir); err != nil {
+		return err
 	}
 	for _, d := range []string{filepath.Join(dir, "index"), dir} {
 		names, err := fs.ReadDir(d)

@@ -234,7 +234,9 @@ var (
 	// offset. Options.Salvage opens a log past its damage.
 	Corrupt = NewError("CORRUPT", codeQueue|9, "the store's files failed verification", "")
 	// Locked is returned by Open when another store, in this process or
-	// another, holds the directory.
+	// another, holds the directory, and by Backup when another Backup, of
+	// another store or in another process, is writing to the same
+	// directory (its partial copy's mark is locked).
 	Locked = NewError("LOCKED", codeQueue|10, "the store directory is in use", "")
 )
 

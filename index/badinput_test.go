@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io/fs"
@@ -635,7 +636,7 @@ func TestANilFileSystemIsRefused(t *testing.T) {
 		"EndCheckpoint":    func() error { return EndCheckpoint(nil, dir) },
 		"WriteCheckpoint":  func() error { return WriteCheckpoint(nil, dir, snap, nil) },
 		"RemoveCheckpoint": func() error { return RemoveCheckpoint(nil, dir) },
-		"CopyCheckpoint":   func() error { return CopyCheckpoint(nil, dir, dir+"-copy") },
+		"CopyCheckpoint":   func() error { return CopyCheckpoint(context.Background(), nil, dir, dir+"-copy") },
 		"Load":             func() error { _, _, err := Load(nil, dir); return err },
 		"Rebuild":          func() error { _, err := Rebuild(nil, dir); return err },
 		"OpenTable":        func() error { _, err := OpenTable(nil, dir, nil); return err },

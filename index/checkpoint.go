@@ -1,6 +1,7 @@
 package index
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -319,11 +320,16 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 }
 
 // CopyCheckpoint copies dir's checkpoint and table files into dst, which
-// must exist, each fdatasynced, then syncs dst. The caller keeps
-// checkpoints from being written in dir meanwhile.
-func CopyCheckpoint(fs vfs.FS, dir, dst string) error {
+// must exist, each fdatasynced, then syncs dst. ctx is checked before each
+// file: a canceled copy returns ctx's error and leaves the files it copied
+// (the caller removes dst). The caller keeps checkpoints from being
+// written in dir meanwhile.
+func CopyCheckpoint(ctx context.Context, fs vfs.FS, dir, dst string) error {
 	if fs == nil {
 		return fmt.Errorf("index: copy checkpoint %s to %s: %w", dir, dst, errNilFS)
+	}
+	if ctx == nil {
+		return fmt.Errorf("index: copy checkpoint %s to %s: nil context: %w", dir, dst, os.ErrInvalid)
 	}
 	names, err := fs.ReadDir(dir)
 	if err != nil {
@@ -334,6 +340,9 @@ func CopyCheckpoint(fs vfs.FS, dir, dst string) error {
 	}
 	for _, n := range names {
 		if _, ok := parseChunkName(n); ok || n == checkpointName {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if err := vfs.CopyFile(fs, filepath.Join(dir, n), filepath.Join(dst, n)); err != nil {
 				return fmt.Errorf("index: copy: %w", err)
 			}

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +57,8 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 // Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
 // Truncate, Remove, Rename, SyncDir, MkdirAll) are counted by
 // [CrashFS.Ops]; after a crash each of them fails with [ErrCrashed] and does
-// nothing. Lock is passed through, uncounted. WriteAt, Sync, Truncate and
+// nothing. Lock is passed through, uncounted (what it writes into a
+// tracked file is recorded as an unsynced write). WriteAt, Sync, Truncate and
 // Allocate of a closed File fail with [os.ErrClosed], uncounted, and change
 // nothing: a Sync through a closed handle is no writeback failure.
 //
@@ -704,12 +706,56 @@ func (c *CrashFS) SyncDir(dir string) error {
 	return nil
 }
 
-// Lock takes a lock of the inner FS. It is not a mutating operation.
+// Lock takes a lock of the inner FS. It is not a mutating operation, but
+// the inner Lock may write into the file (Default writes its holder's pid
+// there): of a file the CrashFS tracks, that change is recorded as a
+// truncation and a write, unsynced, as if made through a File, so that a
+// crash leaves the content of its last Sync and a clone finds the size it
+// recorded. A file Lock creates, or one not tracked yet, is left
+// untracked: its disk state is its durable state.
 func (c *CrashFS) Lock(name string) (io.Closer, error) {
+	path := filepath.Clean(name)
 	c.mu.Lock()
-	c.useLocked(filepath.Clean(name))
-	c.mu.Unlock()
-	return c.inner.Lock(name)
+	defer c.mu.Unlock()
+	c.useLocked(path)
+	var n *crashNode
+	if d := c.dirs[filepath.Dir(path)]; d != nil {
+		n = d.cur[filepath.Base(path)]
+	}
+	if n == nil || n.contents != nil {
+		return c.inner.Lock(name)
+	}
+	r, err := c.inner.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	read := func() (int64, []byte, error) {
+		size, err := r.Size()
+		if err != nil {
+			return 0, nil, err
+		}
+		data, err := readRange(r, 0, size)
+		return size, data, err
+	}
+	prevSize, prev, err := read()
+	if err != nil {
+		return nil, err
+	}
+	l, err := c.inner.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	size, data, err := read()
+	if err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	if size != prevSize || !bytes.Equal(data, prev) {
+		n.log = append(n.log,
+			crashRecord{truncate: true, off: 0, prev: prev, prevSize: prevSize},
+			crashRecord{off: 0, data: data, prevSize: 0})
+	}
+	return l, nil
 }
 
 // crashFile is a File of a CrashFS. Its fields but closed are set once at

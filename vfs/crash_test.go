@@ -542,6 +542,32 @@ func TestCrashFSUntrackedFilesAreDurable(t *testing.T) {
 	}, cloneTree(t, c, keepNone))
 }
 
+// A Lock of a file the CrashFS tracks writes the holder into it (Default
+// does) as an unsynced change: a crash leaves the content of the file's
+// last Sync, or the holder when the unsynced writes survive, and the clone
+// is made (it used to fail, finding a size other than the one recorded).
+// A Backup locks the mark of its partial copy, a file it made through the
+// CrashFS.
+func TestCrashFSLockOfATrackedFileIsAnUnsyncedWrite(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	name := filepath.Join(dir, "mark.tmp")
+	f, err := c.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	require.NoError(t, err)
+	writeAt(t, f, "synced", 0)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, c.SyncDir(dir))
+	lock, err := c.Lock(name)
+	require.NoError(t, err)
+	defer lock.Close()
+	holder, err := os.ReadFile(name)
+	require.NoError(t, err)
+	require.Contains(t, string(holder), "pid ", "the lock names its holder")
+	require.Equal(t, map[string]string{"mark.tmp": "synced"}, cloneTree(t, c, keepNone))
+	require.Equal(t, map[string]string{"mark.tmp": string(holder)}, cloneTree(t, c, keepAll))
+}
+
 func TestCrashFSConcurrentUse(t *testing.T) {
 	dir := t.TempDir()
 	c := NewCrashFS(Default)

@@ -177,6 +177,7 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	// flock locks belong to the open file description, so a second open of
 	// the same file in this process conflicts exactly as another process
 	// would.
+	beforeFlock(name)
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := make([]byte, 64)
 		n, _ := f.ReadAt(holder, 0)
@@ -185,13 +186,21 @@ func (osFS) Lock(name string) (io.Closer, error) {
 			if h := strings.TrimSpace(string(holder[:n])); h != "" && utf8.ValidString(h) {
 				if h == lockHolder() {
 					// The caller's own pid reads like someone else's.
-					h = "this process, " + h + ": an earlier Open of it is still open"
+					h = "this process, " + h + ": an earlier Lock of it here is still held (a store still open, or a Backup still running)"
 				}
 				return nil, fmt.Errorf("%s (held by %s): %w", name, h, ErrLocked)
 			}
 			return nil, fmt.Errorf("%s: %w", name, ErrLocked)
 		}
 		return nil, fmt.Errorf("flock %s: %w", name, err)
+	}
+	// The lock is on the file opened, which another holder may have
+	// removed, or replaced at name, between the open and the flock (and
+	// then released): such a lock guards nothing at name, and a second
+	// Lock of name would take the new file's lock as well.
+	if err := holdsName(f, name); err != nil {
+		_ = f.Close()
+		return nil, err
 	}
 	// Who holds it, for the error of the next one to try (not synced: a
 	// lock dies with its process, and a stale line names a process gone).
@@ -224,6 +233,27 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 }
 
 func (f osFile) Name() string { return f.File.Name() }
+
+// beforeFlock is called by Lock between the open and the flock; a
+// variable so that tests can change the name in that window.
+var beforeFlock = func(name string) {}
+
+// holdsName returns nil when name still names the open file f, and an
+// error wrapping [ErrLocked] that says so when it was removed or replaced.
+func holdsName(f *os.File, name string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", name, err)
+	}
+	li, err := os.Lstat(name)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("lock %s: %w", name, err)
+	}
+	if err != nil || !os.SameFile(fi, li) {
+		return fmt.Errorf("%s was removed or replaced by another holder while it was being locked: %w", name, ErrLocked)
+	}
+	return nil
+}
 
 // lockHolder is the line a lock's holder writes into the file it locked:
 // this process's pid and host.

@@ -133,8 +133,10 @@ type FS interface {
 	SyncDir(dir string) error
 	// Lock takes an exclusive, non-blocking lock on the file name (created
 	// 0600 if missing). It fails with an error wrapping [ErrLocked] when
-	// another open file description holds it, in this process or another.
-	// Closing the returned Closer releases the lock; so does the death of
-	// the process.
+	// another open file description holds it, in this process or another,
+	// and also when name no longer names the file it locked (another
+	// holder removed or replaced it meanwhile): a lock that returns is on
+	// the file name names at that instant. Closing the returned Closer
+	// releases the lock; so does the death of the process.
 	Lock(name string) (io.Closer, error)
 }

@@ -102,7 +102,11 @@ type Queue struct {
 	// in msgs and not in gone. fresh counts them.
 	cursor    uint64
 	streamMax uint64
-	streamEnq int64 // EnqueuedAt of streamMax
+	// streamEnq is the EnqueuedAt of streamMax, or math.MinInt64 while no
+	// message joined the stream (streamMax 0): a publish joins with any
+	// EnqueuedAt then, before 1970 too. (It started at 0 once, which left
+	// a backlog published in order before the Unix epoch on the heap.)
+	streamEnq int64
 	fresh     int
 	// gone: stream messages at or past cursor that became active away
 	// from it (a replay's leases, for one). The walk forgets each one it
@@ -142,13 +146,14 @@ var errNilQueue = fmt.Errorf("index: a method of a nil *index.Queue was called (
 func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 	q := &Queue{
 		ID: id, Name: name, Policy: p, x: x,
-		cursor: 1,
-		gone:   map[uint64]struct{}{},
-		msgs:   map[uint64]*Message{},
-		ready:  msgHeap{less: byEnqueued, id: inReady},
-		timers: msgHeap{less: byDue, id: inTimers},
-		finals: msgHeap{less: byDue, id: inFinals},
-		seen:   map[string]seenKey{},
+		cursor:    1,
+		streamEnq: math.MinInt64,
+		gone:      map[uint64]struct{}{},
+		msgs:      map[uint64]*Message{},
+		ready:     msgHeap{less: byEnqueued, id: inReady},
+		timers:    msgHeap{less: byDue, id: inTimers},
+		finals:    msgHeap{less: byDue, id: inFinals},
+		seen:      map[string]seenKey{},
 	}
 	q.lastEvicts.Store(math.MinInt64)
 	return q

@@ -117,7 +117,8 @@ func fill(b *testing.B, q *Queue, n int) {
 
 // BenchmarkReceiveAck drains a backlog of b.N messages of 1 KiB, filled
 // untimed, with 1 and 4 consumers that each Receive up to 64 messages and
-// Ack them one by one, under SyncAll and SyncPublish.
+// Ack them one by one, under SyncAll and SyncPublish. Like
+// BenchmarkPublish it reports the CPU time the process spent per message.
 func BenchmarkReceiveAck(b *testing.B) {
 	for _, mode := range []SyncMode{SyncAll, SyncPublish} {
 		for _, consumers := range []int{1, 4} {
@@ -129,6 +130,7 @@ func BenchmarkReceiveAck(b *testing.B) {
 				before := s.Stats()
 				ctx := context.Background()
 				var received atomic.Int64
+				cpu := ProcessCPU(b)
 				b.ResetTimer()
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -155,11 +157,13 @@ func BenchmarkReceiveAck(b *testing.B) {
 				}
 				wg.Wait()
 				elapsed := time.Since(start)
+				cpu = ProcessCPU(b) - cpu
 				b.StopTimer()
 				if got := received.Load(); got != int64(b.N) {
 					b.Fatalf("received %d of %d messages", got, b.N)
 				}
 				reportRates(b, s, before, elapsed)
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
 			})
 		}
 	}

@@ -13,7 +13,10 @@ import (
 // receivable now; see Broker.Receive. Lease lapses and retry delays take
 // effect by the broker clock when Receive runs: no background goroutine is
 // needed. A message whose lease lapsed on its last allowed delivery is
-// moved to the dead-letter store (reason LEASE_EXPIRED) instead.
+// moved to the dead-letter store (reason LEASE_EXPIRED) instead. A
+// Receive that meets damage in the index (a table entry that fails its
+// checksum) hands out nothing, not even the messages it took before the
+// damage: it fails with Corrupt, and the store stops (see Store.Err).
 func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	if q == nil {
 		return nil, nilReceiver("Queue")
@@ -106,6 +109,16 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		q.iq.Apply(0, &e)
 		record(&e)
 		leases = append(leases, l)
+	}
+	if err := q.s.idx.Damaged(); err != nil {
+		// Damage met on the way (a table entry that fails its checksum
+		// ends the stream's walk there): the call hands out nothing, not
+		// even what it leased before, and makes no ack, since a lease
+		// or an ack logged now would be of a state the store no longer
+		// vouches for. The store stops, and the next Open rebuilds the
+		// index from the log.
+		q.mu.Unlock()
+		return fail(q.s.damaged(err))
 	}
 	if len(leases) > 0 {
 		// The positions just taken stay readable until the payloads are.

@@ -603,6 +603,14 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	q.cursor = d.uvarint()
 	q.streamMax = d.uvarint()
 	q.streamEnq = d.varint()
+	if q.streamMax == 0 {
+		// No message joined the stream: its lower bound is the earliest
+		// instant. A checkpoint written while streams started at 0 holds
+		// 0 here, which would keep a backlog published before 1970 off
+		// the stream; no other value means anything else, so the format
+		// is unchanged.
+		q.streamEnq = math.MinInt64
+	}
 	if q.cursor == 0 || q.streamMax >= nextSeq || q.cursor > q.streamMax+1 {
 		d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
 		return q

@@ -157,10 +157,12 @@ func TestNextStreamFindsTheLastEntryOfAChunkFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, tbl.Unflushed())
 
-	seq, ok := tbl.NextStream(1, 1, 3*ChunkEntries)
+	seq, ok, err := tbl.NextStream(1, 1, 3*ChunkEntries)
+	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, last, seq, "the last entry of chunk 0 was skipped")
-	seq, ok = tbl.NextStream(1, last, last)
+	seq, ok, err = tbl.NextStream(1, last, last)
+	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, last, seq)
 }

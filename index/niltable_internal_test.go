@@ -14,8 +14,9 @@ func TestAnIndexOverANilTableIsDamagedNotClosed(t *testing.T) {
 	x := NewWithTable(nil)
 	q, err := x.Declare(1, "q", Policy{MaxDeliveries: 3})
 	require.NoError(t, err)
-	_, ok, closed := q.entry(1)
+	_, ok, closed, damaged := q.entry(1)
 	require.False(t, ok)
 	require.False(t, closed, "a nil table read as a closed one")
+	require.True(t, damaged)
 	require.ErrorContains(t, x.Damaged(), "nil *index.Table")
 }

@@ -41,9 +41,10 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 		"Chunks":    func() { require.Empty(t, tb.Chunks()) },
 		"Bytes":     func() { require.Equal(t, int64(0), tb.Bytes()) },
 		"NextStream": func() {
-			seq, ok := tb.NextStream(1, 0, 1<<20)
+			seq, ok, err := tb.NextStream(1, 0, 1<<20)
 			require.Equal(t, uint64(0), seq)
 			require.False(t, ok)
+			require.NoError(t, err)
 		},
 	}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Table](), calls, zeros), "every exported method needs a nil-receiver case")

@@ -102,7 +102,11 @@ type Queue struct {
 	// in msgs and not in gone. fresh counts them.
 	cursor    uint64
 	streamMax uint64
-	streamEnq int64 // EnqueuedAt of streamMax
+	// streamEnq is the EnqueuedAt of streamMax, or math.MinInt64 while no
+	// message joined the stream (streamMax 0): a publish joins with any
+	// EnqueuedAt then, before 1970 too. (It started at 0 once, which left
+	// a backlog published in order before the Unix epoch on the heap.)
+	streamEnq int64
 	fresh     int
 	// gone: stream messages at or past cursor that became active away
 	// from it (a replay's leases, for one). The walk forgets each one it
@@ -142,13 +146,14 @@ var errNilQueue = fmt.Errorf("index: a method of a nil *index.Queue was called (
 func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 	q := &Queue{
 		ID: id, Name: name, Policy: p, x: x,
-		cursor: 1,
-		gone:   map[uint64]struct{}{},
-		msgs:   map[uint64]*Message{},
-		ready:  msgHeap{less: byEnqueued, id: inReady},
-		timers: msgHeap{less: byDue, id: inTimers},
-		finals: msgHeap{less: byDue, id: inFinals},
-		seen:   map[string]seenKey{},
+		cursor:    1,
+		streamEnq: math.MinInt64,
+		gone:      map[uint64]struct{}{},
+		msgs:      map[uint64]*Message{},
+		ready:     msgHeap{less: byEnqueued, id: inReady},
+		timers:    msgHeap{less: byDue, id: inTimers},
+		finals:    msgHeap{less: byDue, id: inFinals},
+		seen:      map[string]seenKey{},
 	}
 	q.lastEvicts.Store(math.MinInt64)
 	return q
@@ -380,26 +385,27 @@ func (q *Queue) freshEntry(seq uint64) (Entry, bool) {
 	if _, ok := q.gone[seq]; ok {
 		return Entry{}, false
 	}
-	ent, ok, _ := q.entry(seq)
+	ent, ok, _, _ := q.entry(seq)
 	return ent, ok
 }
 
-// entry returns seq's entry if it is this queue's and joined the stream. A
-// damaged entry marks the index damaged. A closed table (its store closed,
-// and a reader of the queue came after: Stats and Wake take no look at the
-// store) reads as no entry, with closed set: it is not damage.
-func (q *Queue) entry(seq uint64) (ent Entry, ok, closed bool) {
+// entry returns seq's entry if it is this queue's and joined the stream.
+// A damaged entry sets damaged, and marks the index damaged. A closed
+// table (its store closed, and a reader of the queue came after: Stats
+// and Wake take no look at the store) reads as no entry, with closed set:
+// it is not damage.
+func (q *Queue) entry(seq uint64) (ent Entry, ok, closed, damaged bool) {
 	ent, ok, err := q.x.Table.Get(seq)
 	// (A nil Table also answers ErrClosed, but an index that runs over
 	// none has lost its entries: damage, not a closed store.)
 	if errors.Is(err, ErrClosed) && q.x.Table != nil {
-		return Entry{}, false, true
+		return Entry{}, false, true, false
 	}
 	if err != nil {
 		q.x.setDamaged(err)
-		return Entry{}, false, false
+		return Entry{}, false, false, true
 	}
-	return ent, ok && ent.Queue == q.ID && ent.Stream, false
+	return ent, ok && ent.Queue == q.ID && ent.Stream, false, false
 }
 
 // activate takes seq out of the stream, if it is there, and returns it as
@@ -426,18 +432,29 @@ func (q *Queue) activate(seq uint64) *Message {
 // every sequence number that is not in the stream. From a sequence that is
 // not the queue's it jumps to the queue's next stream entry
 // (Table.NextStream), so the messages of other queues between two of its
-// own cost a word each.
+// own cost a word and a checksum each.
+//
+// Damage stops the walk where it is found, whether at the cursor (Get) or
+// in a jump (NextStream), and marks the index damaged: the stream then
+// has no head, and gives none on later calls, so that nothing published
+// after a damaged entry is taken for the oldest message while the store
+// stops.
 func (q *Queue) streamHead() (Entry, bool) {
 	for q.fresh > 0 && q.cursor <= q.streamMax {
 		seq := q.cursor
-		ent, ok, closed := q.entry(seq)
-		if closed {
-			// Nothing can be read, and the walk below would take the
-			// stream for one that ends early: damage that is not there.
+		ent, ok, closed, damaged := q.entry(seq)
+		if closed || damaged {
+			// A closed table: nothing can be read, and the walk below
+			// would take the stream for one that ends early (damage
+			// that is not there). A damaged entry: see above.
 			return Entry{}, false
 		}
 		if !ok {
-			next, found := q.x.Table.NextStream(q.ID, seq+1, q.streamMax)
+			next, found, err := q.x.Table.NextStream(q.ID, seq+1, q.streamMax)
+			if err != nil {
+				q.x.setDamaged(fmt.Errorf("queue %s: %w", q.Name, err))
+				return Entry{}, false
+			}
 			if !found {
 				break
 			}
@@ -491,11 +508,16 @@ func (q *Queue) passGone(from, to uint64) {
 }
 
 // eachFresh calls f with every stream message in [from, to], in sequence
-// order, until f returns false. It does not move the cursor.
+// order, until f returns false. It does not move the cursor. Damage ends
+// it, and marks the index damaged.
 func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
 	from, to = max(from, q.cursor), min(to, q.streamMax)
 	for from <= to {
-		seq, ok := q.x.Table.NextStream(q.ID, from, to)
+		seq, ok, err := q.x.Table.NextStream(q.ID, from, to)
+		if err != nil {
+			q.x.setDamaged(fmt.Errorf("queue %s: %w", q.Name, err))
+			return
+		}
 		if !ok {
 			return
 		}

@@ -99,15 +99,46 @@ func entryCRC(seq uint64, b []byte) uint32 {
 	return crc32.Update(crc32.Update(0, castagnoli, s[:]), castagnoli, b[:28])
 }
 
+// absent reports whether b, an entry of the chunk files, is all zeros: the
+// entry of a sequence never written there.
+func absent(b []byte) bool {
+	return binary.LittleEndian.Uint64(b[0:]) == 0 && binary.LittleEndian.Uint64(b[8:]) == 0 &&
+		binary.LittleEndian.Uint64(b[16:]) == 0 && binary.LittleEndian.Uint64(b[24:]) == 0
+}
+
+// crcBuf is a buffer for entrySum.
+type crcBuf [8 + 28]byte
+
+// entrySum is entryCRC computed in buf, the caller's: any slice given to
+// crc32.Update escapes to the heap, and entryCRC's own buffer costs an
+// allocation per entry, which a scan of many entries does not pay.
+func entrySum(buf *crcBuf, seq uint64, b []byte) uint32 {
+	binary.LittleEndian.PutUint64(buf[:8], seq)
+	copy(buf[8:], b[:28])
+	return crc32.Update(0, castagnoli, buf[:])
+}
+
+// intact reports whether b, the entry of seq in the chunk files, is absent
+// or passes its checksum, which it computes in buf.
+func intact(buf *crcBuf, seq uint64, b []byte) bool {
+	return absent(b) || binary.LittleEndian.Uint32(b[28:]) == entrySum(buf, seq, b)
+}
+
+// entryDamage is the error of seq's entry in chunk file path failing its
+// checksum.
+func entryDamage(path string, seq uint64) error {
+	return fmt.Errorf("%w: %s: the entry of message %d, at offset %d, fails its checksum",
+		ErrDamaged, path, seq, (seq%ChunkEntries)*EntrySize)
+}
+
 // decodeEntry decodes the entry of seq from b: ok false for an absent
-// (all-zero) entry, an error for one that fails its checksum.
-func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
-	if binary.LittleEndian.Uint64(b[0:]) == 0 && binary.LittleEndian.Uint64(b[8:]) == 0 &&
-		binary.LittleEndian.Uint64(b[16:]) == 0 && binary.LittleEndian.Uint64(b[24:]) == 0 {
-		return Entry{}, false, nil
+// (all-zero) entry, damaged set for one that fails its checksum.
+func decodeEntry(seq uint64, b []byte) (e Entry, ok, damaged bool) {
+	if absent(b) {
+		return Entry{}, false, false
 	}
 	if binary.LittleEndian.Uint32(b[28:]) != entryCRC(seq, b) {
-		return Entry{}, false, fmt.Errorf("%w: entry of message %d fails its checksum", ErrDamaged, seq)
+		return Entry{}, false, true
 	}
 	q := binary.LittleEndian.Uint32(b[16:])
 	return Entry{
@@ -117,7 +148,7 @@ func decodeEntry(seq uint64, b []byte) (Entry, bool, error) {
 		Queue:      q &^ streamBit,
 		Stream:     q&streamBit != 0,
 		Size:       binary.LittleEndian.Uint32(b[20:]),
-	}, true, nil
+	}, true, false
 }
 
 // ErrClosed is returned by a Table's Get, Flush, Remove and SyncDir once
@@ -177,6 +208,9 @@ type chunk struct {
 }
 
 func chunkName(n uint64) string { return fmt.Sprintf("%s%012d%s", chunkPrefix, n, chunkSuffix) }
+
+// chunkPath is the path of chunk n's file.
+func (t *Table) chunkPath(n uint64) string { return filepath.Join(t.dir, chunkName(n)) }
 
 func parseChunkName(name string) (uint64, bool) {
 	if !strings.HasPrefix(name, chunkPrefix) || !strings.HasSuffix(name, chunkSuffix) {
@@ -278,23 +312,38 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 		return Entry{}, false, nil
 	}
 	off := int(seq%ChunkEntries) * EntrySize
-	return decodeEntry(seq, c.m[off:off+EntrySize])
+	e, ok, damaged := decodeEntry(seq, c.m[off:off+EntrySize])
+	if damaged {
+		return Entry{}, false, entryDamage(t.chunkPath(ChunkOf(seq)), seq)
+	}
+	return e, ok, nil
 }
 
 // NextStream returns the smallest sequence in [from, to] whose entry says
-// it is a stream message of queue, and ok false if there is none. It reads
-// only the queue field of the entries (Get checks the whole entry), so a
-// queue whose messages are few among another queue's many steps over
-// those at the cost of a word each, not of a Get.
-func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
+// it is a stream message of queue, and ok false if there is none. It
+// reads the queue field of each entry on the way (Get reads and checks
+// the entry it lands on), so a queue whose messages are few among another
+// queue's many steps over those without decoding them. It checks the
+// checksum of every entry of the chunk files it steps over, though: a
+// damaged queue field makes an entry of this queue read as another
+// queue's, or as no stream message, and passed over unseen it left the
+// messages after it to be handed out first. The first entry that fails
+// its checksum before the answer ends the search with an ErrDamaged error
+// naming its file and offset. (An entry in memory, newer than the files'
+// or not in them yet, takes the place of the files' one, which a Flush may
+// be writing: that one is not judged.)
+func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) {
 	if t == nil {
-		return 0, false
+		return 0, false, nil
 	}
 	want := queueField(queue, true)
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	best, found := to, false
-	// scan looks for the first entry in chunk n, up to best.
+	damaged, bad := uint64(0), false
+	buf := new(crcBuf)
+	// scan looks for the first entry in chunk n, up to best, checking
+	// each one it steps over.
 	scan := func(n uint64) bool {
 		c := t.chunks[n]
 		if c == nil {
@@ -303,8 +352,13 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
 		base := n * ChunkEntries
 		lo, hi := max(from, base)-base, min(best, base+ChunkEntries-1)-base
 		for i := lo; i <= hi; i++ {
-			if binary.LittleEndian.Uint32(c.m[i*EntrySize+16:]) == want {
+			e := c.m[i*EntrySize : i*EntrySize+EntrySize]
+			if binary.LittleEndian.Uint32(e[16:]) == want {
 				best, found = base+i, true
+				return true
+			}
+			if !intact(buf, base+i, e) && !t.inMemory(base+i) {
+				best, damaged, bad = base+i, base+i, true
 				return true
 			}
 		}
@@ -333,16 +387,31 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool) {
 		}
 	}
 	// An entry in memory is newer than the files' (or not in them yet): look
-	// for one before what the files gave.
+	// for one before what the files gave. One before the damage comes
+	// first; the damage is met by the next search, from past it.
 	for _, set := range []*entrySet{t.overlay, t.flushing} {
-		if seq, ok := set.nextOf(queue, from, best); ok && (!found || seq < best) {
-			best, found = seq, true
+		if seq, ok := set.nextOf(queue, from, best); ok && (!(found || bad) || seq < best) {
+			best, found, bad = seq, true, false
 		}
 	}
-	if !found {
-		return 0, false
+	if bad {
+		return 0, false, entryDamage(t.chunkPath(ChunkOf(damaged)), damaged)
 	}
-	return best, true
+	if !found {
+		return 0, false, nil
+	}
+	return best, true, nil
+}
+
+// inMemory reports whether the table holds seq's entry in memory (the
+// overlay, or a flush under way), which takes the place of the files'.
+// The caller holds mu.
+func (t *Table) inMemory(seq uint64) bool {
+	if _, ok := t.overlay.get(seq); ok {
+		return true
+	}
+	_, ok := t.flushing.get(seq)
+	return ok
 }
 
 // Put records e, in memory until the next Flush.

@@ -125,7 +125,8 @@ func TestARemovedTableFileStaysGone(t *testing.T) {
 	_, ok, err := tbl.Get(3)
 	require.NoError(t, err)
 	require.False(t, ok, "the entry of a removed file")
-	_, ok = tbl.NextStream(7, 1, 10)
+	_, ok, err = tbl.NextStream(7, 1, 10)
+	require.NoError(t, err)
 	require.False(t, ok, "the entry of a removed file")
 
 	// A later checkpoint's flush, of an entry in another chunk.
@@ -157,6 +158,7 @@ func TestAnEntryWhoseQueueNumberTakesTheStreamBitIsRefused(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, e, got, "Flush succeeded, and the entry reads back as another queue's stream message")
 	}
-	_, inStream := tbl.NextStream(5, 1, 10)
+	_, inStream, err := tbl.NextStream(5, 1, 10)
+	require.NoError(t, err)
 	require.False(t, inStream, "queue 5's stream holds a message of queue %d", e.Queue)
 }

@@ -271,6 +271,15 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 			return nil, nil, 0, err
 		}
 	}
+	// The index may hold changes the log did not take (it applies them
+	// before their records are in the log): a failure met meanwhile, by
+	// another call or by the log, leaves no checkpoint. The log stops
+	// before it releases a batch it failed (a failed rotation too:
+	// wal.Options.StopOnRotationFailure), so this sees any failure of a
+	// batch up to the barrier's.
+	if err := s.working(); err != nil {
+		return nil, nil, 0, err
+	}
 	pos := s.log.End()
 	written := s.log.Stats().BytesWritten
 	live := s.idx.LiveChunks()

@@ -215,6 +215,13 @@ func (o Options) walOptions() wal.Options {
 		KeepSalvageList: o.Salvage,
 		Logger:          o.Logger,
 		Sync:            wal.SyncAlways,
+		// The index applies a change before its record is in the log:
+		// a rotation that fails must stop the log before the writer
+		// releases the batch that needed it, so that every call and
+		// checkpoint that looks at the log after that sees the failure
+		// (see Store.working), not only the call that met it, once it
+		// gets to Store.failure.
+		StopOnRotationFailure: true,
 	}
 	if o.Sync == SyncNone {
 		w.Sync = wal.SyncInterval

@@ -61,7 +61,23 @@
 // failure the kernel may have dropped the dirty pages and marked them
 // clean, so a retry that succeeds would report durable data that is not on
 // the device. Close and Open again; Open recovers everything that was
-// acknowledged.
+// acknowledged. The poison is set before the writer releases the batch
+// that met the failure: once any caller of the batch is released, every
+// call, Barrier and [Log.Err] sees it.
+//
+// A rotation that fails having written nothing (the next segment could
+// not be made or renamed into place, a full disk say, or the preamble
+// does not fit) is not a failure of the log by default: the calls of its
+// batch from the first that needed the new segment on fail with the
+// cause, the calls before it succeed, and the log goes on (the next
+// rotation tries again, so a log whose disk filled works again once space
+// is freed). With [Options.StopOnRotationFailure] it stops the log as a
+// failed write does, before the batch is released (the whole batch and
+// every later call fail with ErrPoisoned wrapping the cause), but loses
+// nothing: Close fdatasyncs what was written and returns nil. A caller
+// that changes state of its own before the log takes its records sets
+// it, so that nobody goes on between the release and that caller's
+// reaction to the failure (the broker does).
 //
 // # Rotation
 //

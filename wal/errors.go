@@ -13,12 +13,14 @@ var (
 	// ErrClosed is returned by every call on a closed Log, and, wrapped,
 	// by every call on a nil *Log (see errNilLog).
 	ErrClosed = errors.New("wal: log closed")
-	// ErrPoisoned is returned when a write or fdatasync of the log failed.
-	// The failure is permanent for this Log: after a failed fdatasync the
-	// kernel may have dropped the dirty pages, so retrying could report as
-	// durable data that is not on the device (fail-stop). Close the Log and
-	// Open it again; Open recovers everything acknowledged before the
-	// failure. The error also wraps the cause (for example syscall.EIO).
+	// ErrPoisoned is returned when a write or fdatasync of the log failed,
+	// or a rotation under Options.StopOnRotationFailure. The failure is
+	// permanent for this Log: after a failed fdatasync the kernel may have
+	// dropped the dirty pages, so retrying could report as durable data
+	// that is not on the device (fail-stop). Close the Log and Open it
+	// again; Open recovers everything acknowledged before the failure. The
+	// error also wraps the cause (for example syscall.EIO, or the ENOSPC
+	// of a segment that could not be made).
 	ErrPoisoned = errors.New("wal: log failed and must be reopened")
 	// ErrLocked is returned by Open when another Log, in this process or
 	// another, has the directory open.

@@ -28,11 +28,17 @@ type Log struct {
 	opts Options
 	lock io.Closer
 
-	// mu guards open (the batch requests join), closed, err and hold.
+	// mu guards open (the batch requests join), closed, err, lost and
+	// hold.
 	mu     sync.Mutex
 	open   *batch
 	closed bool
-	err    error // the poison: set once by the writer, returned forever after
+	err    error // the poison: set once (fail, stop), returned forever after
+	// lost is the poison of a failed write or fdatasync (fail): what
+	// Close returns. A log stopped by a failed rotation (stop, under
+	// Options.StopOnRotationFailure) lost nothing it wrote, and Close
+	// still syncs it; a failure of that sync sets lost (err stays).
+	lost error
 	// hold, while the writer gathers released callers, is how many
 	// requests open must hold before a new one wakes the writer (0: every
 	// request wakes it). One wake-up instead of one per caller keeps the
@@ -245,7 +251,10 @@ func (l *Log) Recovery() Recovery {
 
 // Close makes every written record durable, stops the writer and releases
 // the directory. Appends queued before Close are completed; later calls get
-// ErrClosed. Close returns the poison error if the log had failed.
+// ErrClosed. Close returns the poison error if a write or fdatasync had
+// failed. A log stopped by a failed rotation (Options.StopOnRotationFailure)
+// lost nothing it wrote: Close fdatasyncs it and returns nil, unless that
+// fdatasync fails.
 //
 // Once every record is durable, Close writes the clean mark, which spares
 // the next Open a read of the last segment to its end. A mark it cannot

@@ -127,6 +127,26 @@ type Options struct {
 	// Append may encode at most a segment less this much, and a rotation
 	// whose preamble encodes to more fails (ErrTooLarge) without rotating.
 	PreambleBytes int
+	// StopOnRotationFailure makes a failed rotation stop the log, as a
+	// failed write does, instead of failing only the calls that needed the
+	// new segment. By default a rotation that fails without writing
+	// anything (the next segment could not be made or renamed into place,
+	// a full disk say, or the preamble does not fit) fails the calls of
+	// its batch from the first that needed the new segment on, and the
+	// log goes on: the next rotation tries again, so a log whose disk
+	// filled works again once space is freed, without a reopen. With
+	// StopOnRotationFailure the writer stops the log before it releases
+	// that batch: every call of the batch, and every later call, fails
+	// with ErrPoisoned wrapping the cause, and Err returns it before any
+	// waiter of the batch is released. A caller that changes its own
+	// state before its records are in the log (and so must stop at the
+	// first call the log does not take, before anyone else goes on) needs
+	// it: otherwise, between the release and the moment the failed call
+	// stops the caller, other calls and a Barrier succeed as if nothing
+	// failed. Nothing written is lost by the stop: Close still fdatasyncs
+	// what the log wrote, writes the clean mark and returns nil (unless
+	// that fdatasync fails); Open the log again to go on.
+	StopOnRotationFailure bool
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -101,14 +101,16 @@ type writer struct {
 // waiting while the previous fdatasync ran, writes them with one write and
 // syncs them with one fdatasync (group commit), and gives each the same
 // result (but for a rotation that fails part way: the calls before it
-// succeed, in the old segment; and calls that asked only for the write are
+// succeed, in the old segment, unless Options.StopOnRotationFailure fails
+// them all; and calls that asked only for the write are
 // released once it is done, before the fdatasync). Before it takes the next batch, it gives the callers the last
 // fdatasync released a short time (as long as that fdatasync took, at
 // most) to come back, so that callers appending in a loop share one fdatasync
 // rather than two; it stops doing so for a while when they do not come.
 //
 // An error means the call may or may not be in the log. After a failed
-// write or fdatasync every call fails with ErrPoisoned. Append does not
+// write or fdatasync every call fails with ErrPoisoned, and so after a
+// failed rotation under Options.StopOnRotationFailure. Append does not
 // retain recs after it returns. Appending no records does nothing (on a
 // closed or failed log it returns that error).
 func (l *Log) Append(recs ...[]byte) ([]Position, error) {
@@ -315,12 +317,14 @@ func (l *Log) writeLoop() {
 		if closing {
 			// Close set closed under mu before waking us, so every
 			// request admitted before it was in the batch just taken.
-			if l.poison() == nil && w.writeOff > w.syncedOff {
+			// A log stopped by a failed rotation lost nothing: what it
+			// wrote is synced too.
+			if l.lostErr() == nil && w.writeOff > w.syncedOff {
 				if err := l.syncActive(); err != nil {
 					l.fail(err)
 				}
 			}
-			w.closeErr = l.poison()
+			w.closeErr = l.lostErr()
 			timer.Stop()
 			return
 		}
@@ -409,6 +413,13 @@ func (l *Log) commit(b *batch) {
 			if err := l.rotate(); err != nil {
 				if perr := l.poison(); perr != nil {
 					b.release(perr)
+					return
+				}
+				if l.opts.StopOnRotationFailure {
+					// The log stops before anyone waiting on it is
+					// released, so that the caller's first look at
+					// Err after this batch already sees it.
+					b.release(l.stop(err))
 					return
 				}
 				// The next segment could not be made (a full disk, say):
@@ -592,9 +603,11 @@ func (l *Log) rotate() error {
 func (s *seg) capacity() int { return s.file.Size() - segment.Size(0) }
 
 // Err returns the error that poisoned the log (ErrPoisoned, wrapping the
-// failed write or fdatasync), or nil. A failure no call waited for (the
+// failed write or fdatasync, or the failed rotation that stopped it under
+// Options.StopOnRotationFailure), or nil. A failure no call waited for (the
 // background fdatasync of records appended without waiting for one) is
-// reported here before any call meets it.
+// reported here before any call meets it; a failure a call meets is
+// reported here before that call, or any other, is released with it.
 func (l *Log) Err() error {
 	if l == nil {
 		return errNilLog
@@ -612,20 +625,52 @@ func (l *Log) poison() error {
 	return l.err
 }
 
+// lostErr returns the poison of a failed write or fdatasync, or nil: nil
+// also for a log a failed rotation stopped (see stop).
+func (l *Log) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
 // fail poisons the log with cause (the first cause wins) and returns the
 // poison error.
 func (l *Log) fail(cause error) error {
 	l.mu.Lock()
+	first := l.lost == nil
+	if first {
+		l.lost = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
+		if l.err == nil {
+			l.err = l.lost
+		}
+		l.poisoned.Store(true)
+	}
+	err := l.lost
+	l.mu.Unlock()
+	if first {
+		l.logLater(func(log *slog.Logger) {
+			log.Error("wal: write or fdatasync failed; the log is stopped until reopened", "err", cause)
+		})
+	}
+	return err
+}
+
+// stop poisons the log for a rotation that failed without writing
+// anything (Options.StopOnRotationFailure) and returns the poison error;
+// a poison already there wins. Nothing written is lost: Close still
+// fdatasyncs what the log wrote (see writeLoop), and returns nil.
+func (l *Log) stop(cause error) error {
+	l.mu.Lock()
 	first := l.err == nil
 	if first {
+		l.err = fmt.Errorf("%w (a rotation failed, and Options.StopOnRotationFailure stops the log at one; close and reopen): %w", ErrPoisoned, cause)
 		l.poisoned.Store(true)
-		l.err = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
 	}
 	err := l.err
 	l.mu.Unlock()
 	if first {
 		l.logLater(func(log *slog.Logger) {
-			log.Error("wal: write or fdatasync failed; the log is stopped until reopened", "err", cause)
+			log.Error("wal: rotation failed; the log is stopped until reopened (Options.StopOnRotationFailure)", "err", cause)
 		})
 	}
 	return err

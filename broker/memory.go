@@ -89,10 +89,19 @@ type memCounters struct {
 }
 
 // NewMemory returns an empty queue with policy. A policy that
-// [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured].
+// [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured],
+// and so is one whose MaxMessageBytes is above what a store with the
+// default options takes ([Options.MaxMessageBytes]), as [Store.Queue]
+// refuses it: a Memory that took it would then refuse a single payload
+// within MaxMessageBytes as a batch too large for one log segment, where
+// the seed promises MessageTooLarge only above MaxMessageBytes.
 func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	if err := policy.validate("broker: memory queue: policy: "); err != nil {
 		return nil, err
+	}
+	if limit := memoryMaxPayload; policy.maxMessageBytes() > limit {
+		return nil, fmt.Errorf("broker: memory queue: MaxMessageBytes %d exceeds what one log segment of a store with the default SegmentBytes holds (%d): %w",
+			policy.maxMessageBytes(), limit, QueueMisconfigured)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -274,6 +283,10 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 // with the default SegmentBytes bounds it: a program tested against a
 // Memory meets the store's refusal of a batch larger than one segment.
 var memoryMaxGroup = Options{}.maxGroup()
+
+// memoryMaxPayload is the largest MaxMessageBytes NewMemory takes: what a
+// store with the default SegmentBytes takes (Options.MaxMessageBytes).
+var memoryMaxPayload = Options{}.MaxMessageBytes()
 
 // refuseOversized refuses, before any payload is copied, a payload above
 // the queue's MaxMessageBytes, a batch larger than one segment of a store

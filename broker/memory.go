@@ -462,6 +462,7 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
 		}
 		q.st.detach(m)
+		m.reason, m.code, m.cause = v.reason, v.code, v.public // its last failure (see promote)
 		if delay == 0 {
 			q.st.makeReady(m) // whatever the clock reads next, as the Store
 		} else {

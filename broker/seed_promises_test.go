@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -48,3 +49,119 @@ func TestMemoryTakesTheLargestMaxMessageBytesAStoreTakes(t *testing.T) {
 	_, err = broker.NewMemory(policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = limit + 1 }), broker.MemoryOptions{})
 	require.ErrorIs(t, err, broker.QueueMisconfigured)
 }
+
+// TestALapseAfterANackRecordsTheNacksCauseNotLeaseExpired holds both
+// brokers to the seed's DeadLetterValue.Reason: "... or LEASE_EXPIRED
+// when the message died by exhausting its deliveries without any
+// consumer ever reporting anything", with Code and Cause "of the last
+// failure". Delivery 1 of 2 is nacked with a classified cause; delivery
+// 2's lease lapses. A consumer did report, so the dead letter records
+// that report (reason, code, public text; not the private detail), where
+// both brokers used to record LEASE_EXPIRED with no code and no cause.
+func TestALapseAfterANackRecordsTheNacksCauseNotLeaseExpired(t *testing.T) {
+	e := newEnv(t)
+	pol := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 2
+		p.RetryDelay = 0
+		p.VisibilityTimeout = 10 * time.Second
+	})
+	for name, q := range e.storeAndMemory(pol) {
+		t.Run(name, func(t *testing.T) {
+			m, err := q.Publish(ctx(t), []byte("a"))
+			require.NoError(t, err)
+			ds, err := q.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			cause := broker.NewError("DOWNSTREAM_DOWN", 0x2A000042, "the downstream is down", "private detail")
+			nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, cause)
+			require.NoError(t, err)
+			require.False(t, nv.DeadLettered)
+
+			ds, err = q.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			require.Equal(t, 2, ds[0].Deliveries, "the last delivery")
+			e.clock.Advance(10 * time.Second) // its consumer died: the lease lapses
+
+			dls, err := q.DeadLetters(ctx(t), 10)
+			require.NoError(t, err)
+			require.Len(t, dls, 1)
+			dl := dls[0]
+			require.Equal(t, m.ID, dl.Message.ID)
+			require.Equal(t, "DOWNSTREAM_DOWN", dl.Reason)
+			require.Equal(t, uint32(0x2A000042), dl.Code)
+			require.Equal(t, "the downstream is down", dl.Cause)
+			require.Equal(t, 2, dl.Deliveries)
+			require.Equal(t, ds[0].Lease.ExpiresAt.UnixNano(), dl.FailedAt.UnixNano(), "failed at the lapse")
+		})
+	}
+}
+
+// TestANacksCauseSurvivesAReopenUntilTheLapse shows the store keeps the
+// report in its log (the nack event carries the classified cause), not
+// only in memory: nacked, closed and reopened, the message lapsing on its
+// last delivery still records the nack's reason, code and public cause.
+// A nil cause is a report too (UNEXPLAINED).
+func TestANacksCauseSurvivesAReopenUntilTheLapse(t *testing.T) {
+	for _, c := range []struct {
+		cause          error
+		reason, public string
+		code           uint32
+	}{
+		{broker.NewError("DOWNSTREAM_DOWN", 0x2A000042, "the downstream is down", "private detail"), "DOWNSTREAM_DOWN", "the downstream is down", 0x2A000042},
+		{nil, broker.ReasonUnexplained, "", 0},
+	} {
+		e := newEnv(t)
+		pol := policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 2
+			p.RetryDelay = 0
+			p.VisibilityTimeout = 10 * time.Second
+		})
+		q := e.queue("jobs", pol)
+		reopen := func() *broker.Queue { e.reopen(); return e.queue("jobs", pol) }
+		mustPublish(t, q, "a")
+		mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, c.cause)
+		q = reopen()
+		d := mustReceiveOne(t, q)
+		require.Equal(t, 2, d.Deliveries)
+		q = reopen()
+		e.clock.Advance(10 * time.Second)
+		dls, err := q.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.Equal(t, [3]any{c.reason, c.code, c.public}, [3]any{dls[0].Reason, dls[0].Code, dls[0].Cause})
+		q = reopen() // and the dead letter as logged
+		dls, err = q.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Equal(t, c.reason, dls[0].Reason)
+	}
+}
+
+// TestALapseWithNoReportIsLeaseExpired: the other half of the promise. A
+// message every lease of which lapsed, no consumer reporting anything,
+// dies LEASE_EXPIRED with no code and no cause, in both brokers.
+func TestALapseWithNoReportIsLeaseExpired(t *testing.T) {
+	e := newEnv(t)
+	pol := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 2
+		p.RetryDelay = 0
+		p.VisibilityTimeout = 10 * time.Second
+	})
+	for name, q := range e.storeAndMemory(pol) {
+		t.Run(name, func(t *testing.T) {
+			_, err := q.Publish(ctx(t), []byte("a"))
+			require.NoError(t, err)
+			for range 2 {
+				ds, err := q.Receive(ctx(t), 1)
+				require.NoError(t, err)
+				require.Len(t, ds, 1)
+				e.clock.Advance(10 * time.Second)
+			}
+			dls, err := q.DeadLetters(ctx(t), 10)
+			require.NoError(t, err)
+			require.Len(t, dls, 1)
+			require.Equal(t, [3]any{broker.ReasonLeaseExpired, uint32(0), ""}, [3]any{dls[0].Reason, dls[0].Code, dls[0].Cause})
+		})
+	}
+}
+

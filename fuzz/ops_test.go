@@ -314,6 +314,9 @@ func (s *twin) retry(qi int, m *mMsg, now int64, reason string, code uint32, pub
 	delay := retryDelay(mq.pol, m.deliveries)
 	at := now + int64(delay)
 	m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, at, false, "", ""
+	// Its last failure: should its last lease lapse, the dead letter
+	// records it (DeadLetterValue.Reason).
+	m.reason, m.code, m.cause = reason, code, public
 	if delay == 0 {
 		m.at = 0 // at once, whatever the clock reads next (docs/DESIGN.md, "Time")
 	}

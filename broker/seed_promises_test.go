@@ -165,3 +165,70 @@ func TestALapseWithNoReportIsLeaseExpired(t *testing.T) {
 	}
 }
 
+// TestALoweredMaxDeliveriesEndsTheMessagesThatHaveNoDeliveryLeft holds
+// the store to PolicyValue.MaxDeliveries ("how many times one message may
+// be handed to a consumer before the broker gives up and dead-letters
+// it") and DeliveryValue.Deliveries ("a delivery whose count already
+// equals the maximum is the last one this message gets") across a policy
+// change. A message delivered and nacked twice under MaxDeliveries 3 has
+// no delivery left once MaxDeliveries is 1: the store used to hand it a
+// third delivery. Now the declaration dead-letters it (its last nack's
+// cause, its count of 2, failed at the declaration), so Receive hands out
+// nothing; a reopen agrees.
+func TestALoweredMaxDeliveriesEndsTheMessagesThatHaveNoDeliveryLeft(t *testing.T) {
+	e := newEnv(t)
+	three := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3; p.RetryDelay = 0 })
+	one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.RetryDelay = 0 })
+	q := e.queue("jobs", three)
+	m := mustPublish(t, q, "a")
+	for i := 1; i <= 2; i++ {
+		d := mustReceiveOne(t, q)
+		require.Equal(t, i, d.Deliveries)
+		mustNack(t, q, d.Lease.Receipt, nil)
+	}
+	e.clock.Advance(time.Second)
+	declared := e.clock.Now()
+	q = e.queue("jobs", one) // from then on: one attempt, and two were made
+	for _, d := range mustReceive(t, q, 1) {
+		require.LessOrEqualf(t, d.Deliveries, one.MaxDeliveries,
+			"delivery %d handed out under MaxDeliveries %d: the broker did not give up", d.Deliveries, one.MaxDeliveries)
+	}
+	check := func() {
+		dls, err := q.DeadLetters(ctx(t), 10)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.Equal(t, m.ID, dls[0].Message.ID)
+		require.Equal(t, broker.ReasonUnexplained, dls[0].Reason, "its last nack's (nil) cause")
+		require.Equal(t, 2, dls[0].Deliveries, "the count it had")
+		require.Equal(t, declared.UnixNano(), dls[0].FailedAt.UnixNano(), "failed at the declaration")
+	}
+	check()
+	e.reopen()
+	q = e.queue("jobs", one)
+	require.Empty(t, mustReceive(t, q, 1))
+	check()
+}
+
+// TestALoweredMaxDeliveriesLetsALeasedMessageKeepItsLease: the message
+// leased at the change is not cut off; the delivery it is on is its last,
+// and its nack dead-letters it ("when it has now been delivered
+// MaxDeliveries times", read as at least).
+func TestALoweredMaxDeliveriesLetsALeasedMessageKeepItsLease(t *testing.T) {
+	e := newEnv(t)
+	three := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 3; p.RetryDelay = 0 })
+	one := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.RetryDelay = 0 })
+	q := e.queue("jobs", three)
+	mustPublish(t, q, "a")
+	mustNack(t, q, mustReceiveOne(t, q).Lease.Receipt, nil)
+	d := mustReceiveOne(t, q)
+	require.Equal(t, 2, d.Deliveries)
+	q = e.queue("jobs", one)
+	require.Zero(t, q.Stats().DeadLetters, "the leased message keeps its lease")
+	nv := mustNack(t, q, d.Lease.Receipt, broker.NewError("LAST_TRY", 7, "gave up", ""))
+	require.True(t, nv.DeadLettered)
+	dls, err := q.DeadLetters(ctx(t), 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "LAST_TRY", dls[0].Reason)
+	require.Equal(t, 2, dls[0].Deliveries)
+}

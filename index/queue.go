@@ -690,6 +690,24 @@ func (q *Queue) Lapsed() []*Message {
 	return out
 }
 
+// Spent returns, by sequence number, the messages not leased — Ready,
+// now or after a retry delay, or Leased with a lease Promote saw lapse —
+// that were delivered max times or more: under a MaxDeliveries lowered to
+// max they have no delivery left. Stream messages were never delivered.
+func (q *Queue) Spent(max int64) []*Message {
+	if q == nil {
+		return nil
+	}
+	var out []*Message
+	for _, m := range q.msgs {
+		if (m.State == Ready || m.State == Leased && m.Lapsed) && int64(m.Deliveries) >= max {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
+	return out
+}
+
 // FinalsDue returns the messages leased on their last allowed delivery
 // whose lease lapses at or before now, without observing the lapse (see
 // Promote, which does).

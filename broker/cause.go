@@ -20,10 +20,12 @@ const (
 	// with no reason of its own.
 	ReasonNotRetryable = "NOT_RETRYABLE"
 	// ReasonLeaseExpired is recorded for a message that ran out of
-	// deliveries because the lease of its last one lapsed, no consumer
-	// reporting on it. What earlier deliveries were nacked with is not
-	// kept, so it is recorded even when they reported causes of their
-	// own. It is also the reason of [LeaseExpired].
+	// deliveries without any consumer ever reporting anything in its
+	// current life (since its publish or its last replay): every lease it
+	// had lapsed, none was nacked. When an earlier delivery was nacked
+	// (with any cause, nil included), the dead letter records that last
+	// nack's reason, code and public cause instead. It is also the reason
+	// of [LeaseExpired].
 	ReasonLeaseExpired = "LEASE_EXPIRED"
 	// ReasonConsumerStopped is recorded when [Consume] stopped (its
 	// context ended) while a handler ran, and the handler gave up with

@@ -98,10 +98,14 @@ func TestCopyForwardKeepsALapseAlreadySeen(t *testing.T) {
 	require.Equal(t, 2, again[0].Deliveries)
 }
 
-// A message handed back with its deliveries (here by lowering MaxDeliveries
-// below the count of a lapsed lease) keeps its delivery count when copying
-// it forward lets its segment go: the log alone, which an index rebuild
-// reads, still holds that count. A delivery count never goes backwards.
+// A message handed back with its deliveries (here by a nack with a
+// classified cause) keeps its delivery count, and its last failure, when
+// copying it forward lets its segment go: the log alone, which an index
+// rebuild reads, still holds both (the restating nack event carries the
+// failure). A delivery count never goes backwards, and a lapse on its last
+// delivery still records the nack's cause, not LEASE_EXPIRED. (It was
+// handed back by lowering MaxDeliveries below a lapsed lease's count until
+// such a declaration dead-lettered the message instead.)
 func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	clock := newFakeClock()
 	dir := fastDir(t)
@@ -110,10 +114,12 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	require.NoError(t, err)
 	q, err := s.Queue("stuck", stuckPolicy)
 	require.NoError(t, err)
-	m, _ := leaseThenLapse(t, q, clock) // the lease lapses with a delivery left
-	lowered := stuckPolicy
-	lowered.MaxDeliveries = 1
-	_, err = s.Queue("stuck", lowered) // the lapsed message is handed back, its one delivery counted
+	m, err := q.Publish(ctx(t), []byte("a"))
+	require.NoError(t, err)
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	_, err = q.Nack(ctx(t), ds[0].Lease.Receipt, broker.NewError("HTTP_5XX", 42<<24|500, "target answered 500", "private"))
 	require.NoError(t, err)
 
 	churnSegments(t, s, 4)
@@ -123,13 +129,22 @@ func TestCopyForwardKeepsTheDeliveriesOfAHandedBackMessage(t *testing.T) {
 	require.Positive(t, s.Stats().BytesReclaimed, "the message's first segment is gone")
 
 	s = rebuildFromLog(t, s, dir, opts)
-	q, err = s.Queue("stuck", lowered)
+	q, err = s.Queue("stuck", stuckPolicy)
 	require.NoError(t, err)
-	again, err := q.Receive(ctx(t), 1)
+	clock.Advance(time.Minute) // past the retry delay
+	for want := 2; want <= stuckPolicy.MaxDeliveries; want++ {
+		again, err := q.Receive(ctx(t), 1)
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		require.Equal(t, m.ID, again[0].Message.ID)
+		require.Equal(t, want, again[0].Deliveries, "the delivery before the copy still counts")
+		clock.Set(again[0].Lease.ExpiresAt) // its lease lapses
+	}
+	dls, err := q.DeadLetters(ctx(t), 1)
 	require.NoError(t, err)
-	require.Len(t, again, 1)
-	require.Equal(t, m.ID, again[0].Message.ID)
-	require.Equal(t, 2, again[0].Deliveries, "the delivery before the copy still counts")
+	require.Len(t, dls, 1)
+	require.Equal(t, [3]any{"HTTP_5XX", uint32(42<<24 | 500), "target answered 500"}, [3]any{dls[0].Reason, dls[0].Code, dls[0].Cause},
+		"the nack's cause survived the copy forward")
 }
 
 // rebuildFromLog closes s, removes its index and opens dir again: the

@@ -418,13 +418,12 @@ func TestRacingReplaysOfOneDeadLetterQueueItOnce(t *testing.T) {
 	}
 }
 
-// TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack:
-// LEASE_EXPIRED names how the last delivery ended, not a message no
-// consumer ever reported on: a message nacked with a classified cause on
-// its first delivery, whose last lease then lapses, is recorded
-// LEASE_EXPIRED with no code and no public text, the earlier cause
-// forgotten; the in-memory broker records the same.
-func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *testing.T) {
+// TestALeaseLapsedOnTheLastDeliveryRecordsTheEarlierNacksCause: LEASE_EXPIRED
+// is for a message no consumer ever reported on (the seed's
+// DeadLetterValue.Reason): a message nacked with a classified cause on
+// its first delivery, whose last lease then lapses, records that nack's
+// reason, code and public text; the in-memory broker records the same.
+func TestALeaseLapsedOnTheLastDeliveryRecordsTheEarlierNacksCause(t *testing.T) {
 	e := newEnv(t)
 	two := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 2; p.RetryDelay = 0 })
 	for name, b := range e.storeAndMemory(two) {
@@ -443,9 +442,9 @@ func TestALeaseLapsedOnTheLastDeliveryIsRecordedAsSuchAfterAnEarlierNack(t *test
 		dead, err := b.DeadLetters(ctx(t), 10)
 		require.NoError(t, err)
 		require.Len(t, dead, 1, name)
-		require.Equal(t, broker.ReasonLeaseExpired, dead[0].Reason, name)
-		require.Zero(t, dead[0].Code, name)
-		require.Empty(t, dead[0].Cause, name)
+		require.Equal(t, "HTTP_5XX", dead[0].Reason, name)
+		require.Equal(t, uint32(42<<24|500), dead[0].Code, name)
+		require.Equal(t, "target answered 500", dead[0].Cause, name)
 		require.Equal(t, 2, dead[0].Deliveries, name)
 	}
 }

@@ -89,10 +89,19 @@ type memCounters struct {
 }
 
 // NewMemory returns an empty queue with policy. A policy that
-// [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured].
+// [PolicyValue.Validate] refuses is an error wrapping [QueueMisconfigured],
+// and so is one whose MaxMessageBytes is above what a store with the
+// default options takes ([Options.MaxMessageBytes]), as [Store.Queue]
+// refuses it: a Memory that took it would then refuse a single payload
+// within MaxMessageBytes as a batch too large for one log segment, where
+// the seed promises MessageTooLarge only above MaxMessageBytes.
 func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	if err := policy.validate("broker: memory queue: policy: "); err != nil {
 		return nil, err
+	}
+	if limit := memoryMaxPayload; policy.maxMessageBytes() > limit {
+		return nil, fmt.Errorf("broker: memory queue: MaxMessageBytes %d exceeds what one log segment of a store with the default SegmentBytes holds (%d): %w",
+			policy.maxMessageBytes(), limit, QueueMisconfigured)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -275,6 +284,10 @@ func (q *Memory) publish(ctx context.Context, key string, payloads [][]byte) ([]
 // Memory meets the store's refusal of a batch larger than one segment.
 var memoryMaxGroup = Options{}.maxGroup()
 
+// memoryMaxPayload is the largest MaxMessageBytes NewMemory takes: what a
+// store with the default SegmentBytes takes (Options.MaxMessageBytes).
+var memoryMaxPayload = Options{}.MaxMessageBytes()
+
 // refuseOversized refuses, before any payload is copied, a payload above
 // the queue's MaxMessageBytes, a batch larger than one segment of a store
 // with the default SegmentBytes holds (counting its payloads' frames, as
@@ -449,6 +462,7 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 			return NackValue{}, fmt.Errorf("broker: memory queue: retry instant passes year 2262: %w", QueueMisconfigured)
 		}
 		q.st.detach(m)
+		m.reason, m.code, m.cause = v.reason, v.code, v.public // its last failure (see promote)
 		if delay == 0 {
 			q.st.makeReady(m) // whatever the clock reads next, as the Store
 		} else {

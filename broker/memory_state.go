@@ -30,7 +30,10 @@ type memMessage struct {
 	nonce      uint64 // memLeased: names the live lease
 	heapIdx    int    // index in the heap that holds it, -1 in none
 
-	// The dead-letter record, when state is memDead.
+	// The dead-letter record, when state is memDead. While the message
+	// is live, reason, code and cause are the last failure a consumer
+	// reported in its current life (a nack's classified cause; reason ""
+	// for none), as the store's index keeps them from its nack events.
 	failedAt int64
 	reason   string
 	code     uint32
@@ -199,8 +202,9 @@ func (s *memState) bury(m *memMessage, failedAt int64, reason string, code uint3
 
 // promote applies every deadline that has come by now (at <= now): a
 // delayed message becomes receivable, a lapsed lease makes its message
-// receivable again, or a dead letter (reason LEASE_EXPIRED, failed at the
-// lapse) when it was the last delivery. It returns how many died so.
+// receivable again, or a dead letter (failed at the lapse) when it was the
+// last delivery: with the last failure a consumer reported, or
+// LEASE_EXPIRED when none did. It returns how many died so.
 //
 // Deadlines are applied once: a lapse seen stays seen when the clock then
 // goes backwards.
@@ -211,7 +215,11 @@ func (s *memState) promote(now int64) (died int) {
 	}
 	for m := s.finals.peek(); m != nil && m.at <= now; m = s.finals.peek() {
 		heap.Pop(&s.finals)
-		s.bury(m, m.at, ReasonLeaseExpired, 0, "")
+		if m.reason == "" {
+			s.bury(m, m.at, ReasonLeaseExpired, 0, "")
+		} else {
+			s.bury(m, m.at, m.reason, m.code, m.cause)
+		}
 		died++
 	}
 	return died

@@ -227,6 +227,7 @@ func (mc *modelCheck) nack(mq *mQueue) {
 		mc.die(m, reason, code, public)
 	} else {
 		m.state, m.receipt, m.at = mReady, "", mc.now()+int64(retryDelay(mq.pol, m.deliveries))
+		m.reason, m.code, m.cause = reason, code, public // its last failure, should its last lease lapse
 		wantNV.VisibleAt = time.Unix(0, m.at)
 	}
 	require.Equal(mc.t, wantNV.Deliveries, nv.Deliveries)

@@ -178,13 +178,17 @@ func (mc *modelCheck) step(i int) {
 
 // settle applies the one change time makes on its own that the model must
 // record: a lease that lapses on the last allowed delivery dead-letters the
-// message, failing at its ExpiresAt, with reason LEASE_EXPIRED.
+// message, failing at its ExpiresAt, with its last nack's reason, code and
+// cause, or LEASE_EXPIRED when it was never nacked in its current life.
 func (mc *modelCheck) settle() {
 	now := mc.now()
 	for _, mq := range mc.qs {
 		for _, m := range mq.msgs {
 			if m.state == mLeased && m.at <= now && m.deliveries >= mq.pol.MaxDeliveries {
-				m.state, m.failedAt, m.reason, m.code, m.cause, m.receipt = mDead, m.at, broker.ReasonLeaseExpired, 0, "", ""
+				if m.reason == "" {
+					m.reason, m.code, m.cause = broker.ReasonLeaseExpired, 0, ""
+				}
+				m.state, m.failedAt, m.receipt = mDead, m.at, ""
 				m.byLapse = true
 			}
 		}

@@ -13,11 +13,15 @@ import (
 
 // TestALoweredMaxDeliveriesAgreesAcrossAReopen: a lease that lapsed on
 // a delivery that was not its last under the old policy is back in the
-// queue when MaxDeliveries is lowered below its count. The live store
-// delivers it again; a reopen (from the checkpoint or rebuilt from the
-// log) must hold the same state, not a dead letter. It is handed back at
-// once, and so receivable at once after the reopen, whatever the clock
-// reads: before the Unix epoch too (the log's instant 0 is not "at once").
+// queue; MaxDeliveries lowered to its count leaves it no delivery
+// (PolicyValue.MaxDeliveries: "how many times one message may be handed
+// to a consumer before the broker gives up"), so the declaration moves it
+// to the dead-letter store: LEASE_EXPIRED (no consumer reported anything),
+// its count of deliveries, failed at the declaration's clock reading. A
+// reopen (from the checkpoint or rebuilt from the log) must hold the same
+// state, before the Unix epoch too. (Until the seed was followed here, the
+// declaration handed it back and the next delivery, beyond the maximum,
+// was its last.)
 func TestALoweredMaxDeliveriesAgreesAcrossAReopen(t *testing.T) {
 	for _, start := range []time.Time{t0, time.Unix(-3600, 0)} {
 		for _, rebuild := range []bool{false, true} {
@@ -35,9 +39,11 @@ func TestALoweredMaxDeliveriesAgreesAcrossAReopen(t *testing.T) {
 				require.Equal(t, 1, st.Ready, "a lapsed lease with deliveries left is ready")
 				require.Equal(t, 0, st.DeadLetters)
 
+				declared := e.clock.Now()
 				q = e.queue("jobs", one) // lowered: 1 delivery was already the last
 				live := broker.Dump(e.s)
 				liveStats := q.Stats()
+				require.Equal(t, [2]int{0, 1}, [2]int{liveStats.Ready, liveStats.DeadLetters}, "dead-lettered by the declaration")
 
 				e.close()
 				if rebuild {
@@ -49,8 +55,14 @@ func TestALoweredMaxDeliveriesAgreesAcrossAReopen(t *testing.T) {
 				got := q.Stats()
 				require.Equal(t, [2]int{liveStats.Ready, liveStats.DeadLetters}, [2]int{got.Ready, got.DeadLetters},
 					"ready and dead letters: live store vs reopen")
-				again := mustReceiveOne(t, q)
-				require.Equal(t, m.ID, again.Message.ID, "handed back at once")
+				require.Empty(t, mustReceive(t, q, 1), "no delivery beyond the maximum")
+				dls, err := q.DeadLetters(ctx(t), 10)
+				require.NoError(t, err)
+				require.Len(t, dls, 1)
+				require.Equal(t, m.ID, dls[0].Message.ID)
+				require.Equal(t, broker.ReasonLeaseExpired, dls[0].Reason)
+				require.Equal(t, 1, dls[0].Deliveries)
+				require.Equal(t, declared.UnixNano(), dls[0].FailedAt.UnixNano(), "failed at the declaration")
 			})
 		}
 	}

@@ -157,10 +157,15 @@ type DeadLetterValue struct {
 	// Reason of the cause (an [Error], or any error in its chain with a
 	// Reason() string method), NOT_RETRYABLE for a handler's [DoNotRetry]
 	// around an error that carried none, or LEASE_EXPIRED when the message
-	// died by exhausting its deliveries without any consumer reporting on
-	// the last one (its lease lapsed; see [ReasonLeaseExpired]). A cause
-	// with no reason, or with one that is not SCREAMING_SNAKE, records
-	// UNCLASSIFIED and a nil cause UNEXPLAINED; Reason is never empty.
+	// died by exhausting its deliveries without any consumer ever
+	// reporting anything. A cause with no reason, or with one that is not
+	// SCREAMING_SNAKE, records UNCLASSIFIED and a nil cause UNEXPLAINED;
+	// Reason is never empty. A Nack is a report, whatever its cause (nil
+	// included): a message whose last lease lapses after a Nack in its
+	// current life (since its publish or its last replay) records that
+	// last Nack's reason, code and cause; LEASE_EXPIRED, with no code and
+	// no cause, is for one no consumer reported on in that life (see
+	// [ReasonLeaseExpired]).
 	Reason string
 	// Cause is the wire-safe Public half of the last failure, or an empty
 	// string when the consumer reported no cause at all or one with no

@@ -157,8 +157,7 @@ func (q *Queue) sweepLocked(now int64, recs [][]byte) [][]byte {
 	exhausted := append([]*index.Message(nil), q.iq.Exhausted()...)
 	moved := 0
 	for _, m := range exhausted {
-		e := index.Event{Kind: index.KindDeadLetter, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
-			Time: m.At, Reason: ReasonLeaseExpired}
+		e := lapseDeadLetter(q.id, m, m.At)
 		if q.diedBeforeOpenLocked(m) {
 			delete(q.diedBeforeOpen, m.Seq)
 		} else {
@@ -169,6 +168,21 @@ func (q *Queue) sweepLocked(now int64, recs [][]byte) [][]byte {
 	}
 	q.stats.deadLettered.Add(int64(moved))
 	return recs
+}
+
+// lapseDeadLetter is the dead-letter event, failed at failedAt, of a
+// message that ran out of deliveries without a nack or reject on its last
+// one: the last failure a consumer reported in its current life (its
+// reason, code and public cause, kept by the index from the nack events),
+// or LEASE_EXPIRED with no code and no cause when no consumer ever
+// reported one (DeadLetterValue.Reason).
+func lapseDeadLetter(queue uint32, m *index.Message, failedAt int64) index.Event {
+	e := index.Event{Kind: index.KindDeadLetter, Queue: queue, Seq: m.Seq, Deliveries: m.Deliveries,
+		Time: failedAt, Code: m.Code, Reason: m.Reason, Cause: m.Cause}
+	if e.Reason == "" {
+		e.Code, e.Reason, e.Cause = 0, ReasonLeaseExpired, ""
+	}
+	return e
 }
 
 // diedBeforeOpenLocked reports whether m's last lease had lapsed when the
@@ -274,7 +288,12 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 			// reads next: one stepped back must not hide it.
 			visible = index.AtOnce
 		}
-		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: visible}
+		// The nack records its classified cause (never an unclassified
+		// error's text): should the message then run out of deliveries
+		// by a lapse, its dead letter names this failure, not
+		// LEASE_EXPIRED.
+		e = index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: visible,
+			Code: v.code, Reason: v.reason, Cause: v.public}
 		out.VisibleAt = time.Unix(0, at)
 	}
 	q.iq.Apply(0, &e)

@@ -616,10 +616,14 @@ func openError(dir string, salvage bool, err error) error {
 // holds is reached the same way, with its policy again (Queues lists the
 // names): its messages, dead letters and dedup keys are as they were.
 //
-// A message that has had as many deliveries as a lowered MaxDeliveries,
-// or more, is not dead-lettered by the change: the delivery it is on, or
-// else its next one, is its last (so its dead letter may count more
-// deliveries than the new MaxDeliveries).
+// A MaxDeliveries lowered to or below the count of a message not leased
+// (ready, or waiting out a retry delay) leaves it no delivery: the
+// declaration moves it to the dead-letter store, failed at the
+// declaration's reading of the clock, with its last failure's reason,
+// code and cause, or LEASE_EXPIRED when no consumer ever reported one. A
+// leased message keeps its lease; the delivery it is on is its last, and
+// it dies at its lapse or nack. Either dead letter counts the deliveries
+// the message had, which may be more than the new MaxDeliveries.
 //
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails
@@ -680,21 +684,26 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// the instant it lapsed, whatever the policy says later: record
 		// those the queue holds before the new policy changes what a last
 		// delivery is (a replay of the log would not know which it was).
-		// And the converse: a lease that lapsed with deliveries left is
-		// back in the queue, but a replay would judge it under the new
-		// MaxDeliveries and, lowered to its count, find it dead. Those
-		// are logged as handed back (a nack visible at once).
+		// And a MaxDeliveries lowered to or below the count of a message
+		// not leased (ready, waiting out a retry delay, or back from a
+		// lease that lapsed) leaves it no delivery: the broker gives up
+		// on it now, as part of the declaration, rather than hand it a
+		// delivery beyond the maximum (PolicyValue.MaxDeliveries,
+		// DeliveryValue.Deliveries). It dies failed at this reading of
+		// the clock, counting the deliveries it had, with its last
+		// failure (LEASE_EXPIRED when no consumer ever reported one:
+		// every attempt it had lapsed). A leased one keeps its lease and
+		// dies at its lapse or nack.
 		now, err := s.now()
 		if err != nil {
 			return nil, err
 		}
 		recs := q.sweepLocked(now, nil)
-		for _, m := range q.iq.Lapsed() {
-			if int64(m.Deliveries) >= rec.MaxDeliveries {
-				e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries, Time: index.AtOnce}
-				q.iq.Apply(0, &e)
-				recs = append(recs, e.Append(nil))
-			}
+		for _, m := range q.iq.Spent(rec.MaxDeliveries) {
+			e := lapseDeadLetter(q.id, m, now)
+			q.iq.Apply(0, &e)
+			recs = append(recs, e.Append(nil))
+			q.stats.deadLettered.Add(1)
 		}
 		if err := q.waitAll(q.enqueueLocked(recs)); err != nil {
 			return nil, err

@@ -479,29 +479,64 @@ var deadCases = []testCase{
 			e.Fatalf("delivered %q #%d, want %q #2: its count was not reset", d2.Message.ID, d2.Deliveries, delayed.ID)
 		}
 	}},
-	{name: "ALapseOnTheLastDeliveryRecordsNoEarlierNacksCause", needs: []string{"DeadLetterReader"}, run: func(e *env) {
-		// Reason, Code and Cause are those of the LAST failure: a message
-		// nacked with a classified cause on an earlier delivery that then
-		// lapses on its last one died of the lapse (LEASE_EXPIRED, no code,
-		// no cause), not of the stale nack.
+	{name: "ALapseOnTheLastDeliveryRecordsTheLastNacksCause", needs: []string{"DeadLetterReader"}, run: func(e *env) {
+		// DeadLetterValue.Reason is LEASE_EXPIRED only "when the message
+		// died by exhausting its deliveries without any consumer ever
+		// reporting anything", and Code and Cause are those of the last
+		// failure: a message nacked with a classified cause on an earlier
+		// delivery that then lapses on its last one records that nack's
+		// reason, code and public cause (never its private detail). A nack
+		// with a nil cause is a report too: it records UNEXPLAINED.
+		for _, c := range []causeCase{
+			{"a classified nack", broker.NewError("EARLIER", 0x2A000009, "earlier failure", secret), "EARLIER", 0x2A000009, "earlier failure"},
+			{"a nil-cause nack", nil, broker.ReasonUnexplained, 0, ""},
+			{"an unclassified nack", errors.New("boom " + secret), broker.ReasonUnclassified, 0, ""},
+		} {
+			q := e.queue(e.policy(func(p *broker.PolicyValue) {
+				p.MaxDeliveries = 2
+				p.VisibilityTimeout = e.short()
+			}))
+			m := e.publish(q, "a")
+			e.nack(q, e.receiveOne(q).Lease.Receipt, c.cause)
+			d := e.appearsAt(q, e.now(), true, "the nacked message")
+			if d.Deliveries != 2 {
+				e.Fatalf("%s: delivery %d, want 2", c.name, d.Deliveries)
+			}
+			e.lapse(q, d.Lease)
+			var dls []broker.DeadLetterValue
+			e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
+				e.none(q, "a message whose last lease lapsed")
+				dls = e.deadLetters(q)
+				return len(dls) == 1
+			})
+			e.checkDeadLetter(dls[0], causeCase{name: "a lapse after " + c.name, cause: c.cause, reason: c.reason, code: c.code, public: c.public}, m, "a", 2)
+		}
+	}},
+	{name: "ALapseAfterAReplayRecordsNoNackOfTheEarlierLife", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
+		// A replay starts a new life, with no failure reported: a message
+		// nacked and rejected, replayed, then lapsing on every delivery of
+		// its new life died "without any consumer ever reporting
+		// anything" in it: LEASE_EXPIRED, no code, no cause.
 		q := e.queue(e.policy(func(p *broker.PolicyValue) {
-			p.MaxDeliveries = 2
+			p.MaxDeliveries = 1
 			p.VisibilityTimeout = e.short()
 		}))
 		m := e.publish(q, "a")
-		e.nack(q, e.receiveOne(q).Lease.Receipt, broker.NewError("EARLIER", 0x2A000009, "earlier failure", secret))
-		d := e.appearsAt(q, e.now(), true, "the nacked message")
-		if d.Deliveries != 2 {
-			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, broker.NewError("EARLIER", 0x2A000009, "earlier failure", secret)); err != nil {
+			e.Fatalf("Reject: %v", err)
 		}
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		d := e.appearsAt(q, e.now(), true, "the replayed message")
 		e.lapse(q, d.Lease)
 		var dls []broker.DeadLetterValue
-		e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
+		e.eventually("the replayed message whose last lease lapsed is a dead letter", func() bool {
 			e.none(q, "a message whose last lease lapsed")
 			dls = e.deadLetters(q)
 			return len(dls) == 1
 		})
-		e.checkDeadLetter(dls[0], causeCase{name: "a lapse after a classified nack", reason: broker.ReasonLeaseExpired}, m, "a", 2)
+		e.checkDeadLetter(dls[0], causeCase{name: "a lapse in a new life", reason: broker.ReasonLeaseExpired}, m, "a", 1)
 	}},
 	{name: "ConcurrentReplaysOfOneDeadLetterQueueItOnce", needs: []string{"ReplayOnce", "Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		// The port lets racing replays both queue a dead letter on a broker

@@ -169,7 +169,10 @@ func (q *mQueue) sweep(now int64) {
 	q.observe(now)
 	for _, m := range q.msgs {
 		if q.exhausted(m) {
-			m.state, m.failedAt, m.reason, m.code, m.cause = mDead, m.at, broker.ReasonLeaseExpired, 0, ""
+			if m.reason == "" { // no consumer reported anything in its life
+				m.reason, m.code, m.cause = broker.ReasonLeaseExpired, 0, ""
+			}
+			m.state, m.failedAt = mDead, m.at
 			if !m.diedBeforeOpen() {
 				q.c.deadLettered++
 			}

@@ -314,6 +314,9 @@ func (s *twin) retry(qi int, m *mMsg, now int64, reason string, code uint32, pub
 	delay := retryDelay(mq.pol, m.deliveries)
 	at := now + int64(delay)
 	m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, at, false, "", ""
+	// Its last failure: should its last lease lapse, the dead letter
+	// records it (DeadLetterValue.Reason).
+	m.reason, m.code, m.cause = reason, code, public
 	if delay == 0 {
 		m.at = 0 // at once, whatever the clock reads next (docs/DESIGN.md, "Time")
 	}
@@ -474,9 +477,10 @@ func (s *twin) stats() {
 // policy changes nothing; the same policy does nothing; another one is a
 // change (docs/DESIGN.md, "A policy change keeps the dead letters the old
 // policy made"): the queue is swept under the old policy first (the last
-// leases that lapsed are dead letters), a lease seen to lapse with
-// deliveries left that the new MaxDeliveries has none left for is handed
-// back at once with its count (its next delivery is its last), and every
+// leases that lapsed are dead letters), a message not leased (ready,
+// delayed, or seen to lapse with deliveries left) that the new
+// MaxDeliveries has no delivery left for is dead-lettered at the
+// declaration (its last failure, else LEASE_EXPIRED; its count), and every
 // later call judges by the new policy (what is leased or delayed keeps its
 // instant; a lease now on its last delivery dies when it lapses). Queue
 // declarations are fdatasynced whatever the sync mode, and with them all
@@ -500,9 +504,15 @@ func (s *twin) setPolicy(qi int, sel byte) {
 	}
 	mq.sweep(now)
 	for _, m := range mq.msgs {
-		if m.state == mLeased && m.seen && m.deliveries >= p.MaxDeliveries {
-			m.state, m.at, m.seen, m.seenBy, m.receipt = mReady, 0, false, "", ""
-			s.logf("    %s handed back at once, %d deliveries", m.id, m.deliveries)
+		// Not leased (ready, delayed, or back from a lapsed lease) and
+		// out of deliveries under the new MaxDeliveries: dead now.
+		if (m.state == mReady || m.state == mLeased && m.seen) && m.deliveries >= p.MaxDeliveries {
+			reason, code, public := m.reason, m.code, m.cause
+			if reason == "" {
+				reason, code, public = broker.ReasonLeaseExpired, 0, ""
+			}
+			s.die(qi, m, now, reason, code, public)
+			s.logf("    %s dead-lettered by the policy change, %d deliveries", m.id, m.deliveries)
 		}
 	}
 	mq.pol = p

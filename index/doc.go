@@ -21,7 +21,9 @@
 // rest is the kind's fields in the order listed, unsigned integers as
 // uvarints, signed ones (instants, in Unix nanoseconds) as zig-zag varints,
 // strings and byte strings as a uvarint length then the bytes, nonces as 8
-// little-endian bytes. The encoding is FROZEN: a change needs a new kind.
+// little-endian bytes. The encoding is FROZEN: a change needs a new kind,
+// or (once, for the failure trailer below) fields appended after the last
+// so that every record written before them decodes exactly as it did.
 //
 //	kind 1  meta        secret [32 bytes]
 //	kind 2  declare     queue, name, visibilityTimeout, retryDelay,
@@ -31,10 +33,12 @@
 //	kind 3  publish     queue, seq, enqueuedAt, key, payload (the rest of
 //	                    the record, no length)
 //	kind 4  lease       queue, seq, deliveries, expiresAt, nonce
+//	                    [, failure]
 //	kind 5  ack         queue, seq
 //	kind 6  nack        queue, seq, deliveries, visibleAt (AtOnce, the
 //	                    earliest instant, for a message handed back at
 //	                    once; logs written before it recorded 0 for that)
+//	                    [, failure]
 //	kind 7  deadletter  queue, seq, deliveries, failedAt, code, reason, cause
 //	kind 8  extend      queue, seq, deliveries, expiresAt, nonce
 //	kind 9  replay      queue, seq
@@ -51,6 +55,17 @@
 //	                    below it is taken. Written in each segment's
 //	                    preamble, so that a log whose older segments were
 //	                    removed never hands out a sequence twice.
+//
+// failure, optional, is code, reason, cause: the classified cause (never
+// an unclassified error's text, never payload bytes) of the last failure a
+// consumer reported for the message in its current life. A nack carries
+// its own; a lease carries one only when it restates a message's state in
+// a copy forward (StateEvent). It is present only with a non-empty reason;
+// a record that ends before it (every one written before it existed, and
+// every ordinary lease) carries none, and applied keeps the failure the
+// message had. A publish and a replay start a life with no failure. A
+// message whose last lease lapses dies with its failure's reason, code and
+// cause, or LEASE_EXPIRED with none when no consumer reported one.
 //
 // seq is the message's sequence number, unique in the store and never
 // reused; queue is the number its declare event gave the queue, below 2³¹

@@ -51,6 +51,13 @@ var ErrBadEvent = errors.New("index: malformed event")
 // (see the package documentation); the others are zero. Decode's Payload
 // and Secret alias the decoded record; its strings (Key, Name, Reason,
 // Cause) are copies.
+//
+// A nack event, and a lease event, may carry Code, Reason and Cause: the
+// classified cause of the last failure a consumer reported for the
+// message (a nack's own; in a lease that restates a message's state, the
+// last one before it), with a non-empty Reason. One without (Reason
+// empty, as in every record written before these fields existed) reports
+// no failure.
 type Event struct {
 	Kind       Kind
 	Queue      uint32
@@ -96,9 +103,13 @@ func (e *Event) Append(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		dst = binary.AppendVarint(dst, e.Time)
 		dst = binary.LittleEndian.AppendUint64(dst, e.Nonce)
+		if e.Kind == KindLease {
+			dst = e.appendFailure(dst)
+		}
 	case KindNack:
 		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		dst = binary.AppendVarint(dst, e.Time)
+		dst = e.appendFailure(dst)
 	case KindDeadLetter:
 		dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		dst = binary.AppendVarint(dst, e.Time)
@@ -109,6 +120,28 @@ func (e *Event) Append(dst []byte) []byte {
 	return dst
 }
 
+// appendFailure appends the optional failure trailer of a nack or lease
+// event: its Code, Reason and Cause, or nothing when Reason is empty. A
+// record written before the trailer existed ends where the trailer would
+// begin, and decodes as one without a failure; one with the trailer has a
+// Reason, so each event still has exactly one encoding.
+func (e *Event) appendFailure(dst []byte) []byte {
+	if e.Reason == "" {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(e.Code))
+	dst = appendString(dst, e.Reason)
+	return appendString(dst, e.Cause)
+}
+
+// failureLen is the length of e's failure trailer (see appendFailure).
+func (e *Event) failureLen() int {
+	if e.Reason == "" {
+		return 0
+	}
+	return uvarintLen(uint64(e.Code)) + uvarintLen(uint64(len(e.Reason))) + len(e.Reason) + uvarintLen(uint64(len(e.Cause))) + len(e.Cause)
+}
+
 // encodedLen is len(e.Append(nil)), computed without encoding for the
 // kinds the index counts at every call (a publish, and the events that
 // restate a message's state); the others are encoded.
@@ -117,10 +150,12 @@ func (e *Event) encodedLen() int {
 	switch e.Kind {
 	case KindPublish:
 		return n + varintLen(e.Time) + uvarintLen(uint64(len(e.Key))) + len(e.Key) + len(e.Payload)
-	case KindLease, KindExtend:
+	case KindLease:
+		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + 8 + e.failureLen()
+	case KindExtend:
 		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + 8
 	case KindNack:
-		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time)
+		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + e.failureLen()
 	case KindDeadLetter:
 		return n + uvarintLen(uint64(e.Deliveries)) + varintLen(e.Time) + uvarintLen(uint64(e.Code)) +
 			uvarintLen(uint64(len(e.Reason))) + len(e.Reason) + uvarintLen(uint64(len(e.Cause))) + len(e.Cause)
@@ -211,9 +246,13 @@ func Decode(rec []byte) (Event, error) {
 		e.Deliveries = d.u32()
 		e.Time = d.varint()
 		e.Nonce = binary.LittleEndian.Uint64(d.bytes(8))
+		if e.Kind == KindLease {
+			d.failure(&e)
+		}
 	case KindNack:
 		e.Deliveries = d.u32()
 		e.Time = d.varint()
+		d.failure(&e)
 	case KindDeadLetter:
 		e.Deliveries = d.u32()
 		e.Time = d.varint()
@@ -222,6 +261,21 @@ func Decode(rec []byte) (Event, error) {
 		e.Cause = d.string()
 	}
 	return e, d.finish(e.Kind)
+}
+
+// failure reads the optional failure trailer of a nack or lease event
+// (see Event.appendFailure): none when the record ends, as every such
+// record written before the trailer existed does.
+func (d *decoder) failure(e *Event) {
+	if d.err != nil || len(d.b) == 0 {
+		return
+	}
+	e.Code = d.u32()
+	e.Reason = d.string()
+	e.Cause = d.string()
+	if d.err == nil && e.Reason == "" {
+		d.fail("failure trailer without a reason")
+	}
 }
 
 func appendString(dst []byte, s string) []byte {

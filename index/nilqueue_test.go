@@ -65,6 +65,7 @@ func TestANilQueueRefusesEveryCall(t *testing.T) {
 			require.False(t, ok)
 		},
 		"SeenCount": func() { require.Equal(t, 0, q.SeenCount()) },
+		"Spent":     func() { require.Empty(t, q.Spent(1)) },
 	}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Queue](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {

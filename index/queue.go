@@ -57,7 +57,10 @@ type Message struct {
 	// stays lapsed even if the clock then goes backwards. It is a view of
 	// time, not state of the log: a replay recomputes it.
 	Lapsed bool
-	// The dead letter, when State is Dead.
+	// The dead letter, when State is Dead. While the message is live,
+	// Code, Reason and Cause are the last failure a consumer reported in
+	// its current life (a nack's classified cause), Reason empty for none;
+	// FailedAt is 0.
 	FailedAt int64
 	Code     uint32
 	Reason   string
@@ -190,11 +193,13 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 	case KindLease, KindExtend:
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = e.Deliveries, e.Time, e.Nonce
+		m.noteFailure(e)
 		q.attach(m, Leased)
 		q.restated(m)
 	case KindNack:
 		q.detach(m)
 		m.Deliveries, m.At, m.Nonce = e.Deliveries, e.Time, 0
+		m.noteFailure(e)
 		q.attach(m, Ready)
 		q.restated(m)
 	case KindDeadLetter:
@@ -219,6 +224,15 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 	return true, nil
 }
 
+// noteFailure keeps the failure a nack or lease event carries (see Event)
+// as m's last one. An event without one keeps the one m has: a lease, a
+// lapse or a hand-back at a policy change reports nothing.
+func (m *Message) noteFailure(e *Event) {
+	if e.Reason != "" {
+		m.Code, m.Reason, m.Cause = e.Code, e.Reason, e.Cause
+	}
+}
+
 // restated counts again, after m's state changed, the event that restates
 // it in a copy forward: its publish's segment counts it (StateBytes) once
 // the publish is in the log.
@@ -235,7 +249,8 @@ func (q *Queue) restated(m *Message) {
 // false when the publish gives that state (Ready at once, never
 // delivered) or m is Pending or nil: a lease with its deliveries, expiry
 // and nonce (so that its receipt stays valid), a nack with its deliveries
-// and retry instant, a dead letter with its deliveries, instant, code,
+// and retry instant (each with the message's last failure, if it has one),
+// a dead letter with its deliveries, instant, code,
 // reason and public cause. A copy forward writes it after the publish, in
 // one group; its length is what the message's segment counts beside the
 // publish (SegmentUse.StateBytes).
@@ -247,13 +262,15 @@ func StateEvent(queue uint32, m *Message) (Event, bool) {
 	switch m.State {
 	case Leased:
 		e.Kind, e.Time, e.Nonce = KindLease, m.At, m.Nonce
+		e.Code, e.Reason, e.Cause = m.Code, m.Reason, m.Cause
 	case Dead:
 		e.Kind, e.Time, e.Code, e.Reason, e.Cause = KindDeadLetter, m.FailedAt, m.Code, m.Reason, m.Cause
 	case Ready:
-		if m.At == AtOnce && m.Deliveries == 0 {
+		if m.At == AtOnce && m.Deliveries == 0 && m.Reason == "" {
 			return Event{}, false
 		}
 		e.Kind, e.Time = KindNack, m.At
+		e.Code, e.Reason, e.Cause = m.Code, m.Reason, m.Cause
 	default:
 		return Event{}, false
 	}
@@ -692,6 +709,24 @@ func (q *Queue) Lapsed() []*Message {
 			out = append(out, m)
 		}
 	}
+	return out
+}
+
+// Spent returns, by sequence number, the messages not leased — Ready,
+// now or after a retry delay, or Leased with a lease Promote saw lapse —
+// that were delivered max times or more: under a MaxDeliveries lowered to
+// max they have no delivery left. Stream messages were never delivered.
+func (q *Queue) Spent(max int64) []*Message {
+	if q == nil {
+		return nil
+	}
+	var out []*Message
+	for _, m := range q.msgs {
+		if (m.State == Ready || m.State == Leased && m.Lapsed) && int64(m.Deliveries) >= max {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Message) int { return compareSeq(a.Seq, b.Seq) })
 	return out
 }
 

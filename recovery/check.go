@@ -84,7 +84,14 @@ type msg struct {
 	mayHaveEnded bool  // the last lease may have been ended early by a nack or reject in flight
 	lastDelCycle int
 	nackDel      int // the delivery count of the last delivery a nack was meant for
-	rejectDel    int
+	// nacked: a nack was meant for some delivery of the current epoch (it
+	// may have happened). A lease that then lapses on the last delivery
+	// dead-letters with that nack's reason (DeadLetterValue.Reason keeps
+	// LEASE_EXPIRED for a message no consumer ever reported on), so a
+	// nack-reasoned dead letter need not come from a nack of the last
+	// delivery.
+	nacked    bool
+	rejectDel int
 	// preReplay is the dead letter a replay was attempted on, until the
 	// replay is confirmed (or a delivery, or a store opened after a kill,
 	// proves it happened): if it did not happen, the store still shows
@@ -114,6 +121,14 @@ func (m *msg) leaseFloor() int64 {
 		return min(m.lastExp, m.extendFloor)
 	}
 	return m.lastExp
+}
+
+// failedBeforeExpiry reports whether a dead letter failed at failedAt cannot be
+// the lapse of m's last lease: it failed before the lease's expiry (as far
+// as the journal knows it).
+func (m *msg) failedBeforeExpiry(failedAt int64) bool {
+	exp := m.leaseFloor()
+	return exp != 0 && failedAt < exp
 }
 
 type keyState struct {
@@ -362,7 +377,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
-				m.nackDel, m.rejectDel = 0, 0
+				m.nackDel, m.rejectDel, m.nacked = 0, 0, false
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -598,7 +613,7 @@ func (m *msg) expect(intent Intent, del int) {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel = true, del
+		m.mayHaveEnded, m.nackDel, m.nacked = true, del, true
 	case IntentReject:
 		m.mayHaveEnded, m.rejectDel = true, del
 	}
@@ -725,7 +740,14 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
 		}
 	case Reason(queue, IntentNack):
-		if del != max || m.nackDel != del {
+		// A nack of the last delivery, or a lapse of the last delivery
+		// after a nack of an earlier one in this epoch: the dead letter
+		// records the last failure a consumer reported.
+		// The nack of the last delivery, or the lapse of the last
+		// delivery's lease after a nack of an earlier one in this epoch
+		// (then it failed at the lease's expiry, no earlier).
+		lapse := m.nacked && !m.failedBeforeExpiry(failedAt)
+		if del != max || (m.nackDel != del && !lapse) {
 			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
 		}
 	case Reason(queue, IntentReject):
@@ -991,6 +1013,12 @@ func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
 // returns 0: no dead letter is explained by it any more.
 func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
 	if del == 0 || dl.reason != why || dl.del != del {
+		return 0
+	}
+	if exp := m.leaseFloor(); exp != 0 && dl.failedAt >= exp {
+		// Failed at or after the lease's expiry: no reject or nack (they
+		// need a live lease) but the lapse of a last delivery, which
+		// records the reason of the last nack (DeadLetterValue.Reason).
 		return 0
 	}
 	if !m.dead {

@@ -458,6 +458,17 @@ type cmMsg struct {
 	serial   int       // counts leases, so that a receipt of an older one is stale
 	reason   string
 	failedAt time.Time
+	// failure is the reason of its last nack ("" for none): a lapse on
+	// its last delivery records it, LEASE_EXPIRED only when none.
+	failure string
+}
+
+// lapseReason is the reason of msg's dead letter when its last lease lapses.
+func (msg *cmMsg) lapseReason() string {
+	if msg.failure != "" {
+		return msg.failure
+	}
+	return broker.ReasonLeaseExpired
 }
 
 type cmHeld struct {
@@ -754,7 +765,7 @@ func (m *clockModel) sweep(op int) {
 		}
 		switch m.lapsed(msg) {
 		case yes:
-			msg.state, msg.reason, msg.failedAt = cmDead, broker.ReasonLeaseExpired, msg.at
+			msg.state, msg.reason, msg.failedAt = cmDead, msg.lapseReason(), msg.at
 		case maybe:
 			msg.state = cmMaybeDead
 		}
@@ -839,6 +850,7 @@ func (m *clockModel) settle(op int) error {
 			return fmt.Errorf("nack of %s: %+v, want VisibleAt %s", h.id, nv, now.Add(clockPolicy.RetryDelay))
 		}
 		msg.state, msg.at, msg.since = cmDelayed, nv.VisibleAt, op
+		msg.failure = "CLOCK_RETRY"
 	case "reject":
 		msg.state, msg.reason, msg.failedAt = cmDead, "CLOCK_REJECT", now
 	case "extend":
@@ -872,7 +884,7 @@ func (m *clockModel) deadLetters(op int) error {
 		if msg.state == cmMaybeDead {
 			msg.state = cmLeased
 			if isDead {
-				msg.state, msg.reason, msg.failedAt = cmDead, broker.ReasonLeaseExpired, msg.at
+				msg.state, msg.reason, msg.failedAt = cmDead, msg.lapseReason(), msg.at
 			}
 		}
 		switch {

@@ -2,7 +2,9 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -91,14 +93,27 @@ func TestSalvageOfDamageFromTheHeaderIntoTheFirstFrame(t *testing.T) {
 	for at := range reach {
 		damages = append(damages, damage{from: at, to: at + 1, flip: true})
 	}
+	// The salt is random, and so is every checksum: one segment in 256
+	// has a first frame whose checksum starts with a zero byte, which
+	// zeros over the header that stop just past it leave as it was. The
+	// same log, its first and last segments salted so, has such first
+	// frames every run.
+	zeroFirst := copyInto(t, root, dir)
+	for _, seq := range []uint32{1, lastSeq} {
+		resalt(t, segFile(zeroFirst, seq), seq, func(sum uint32) bool { return sum&0xff == 0 })
+	}
 	for _, c := range []struct {
 		name string
+		dir  string
 		seq  uint32
 	}{
-		{"a segment sealed after one record", 1},
-		{"a sealed segment", 2},
-		{"the last segment", lastSeq},
+		{"a segment sealed after one record", dir, 1},
+		{"a sealed segment", dir, 2},
+		{"the last segment", dir, lastSeq},
+		{"a segment sealed after one record, its first checksum starting with a zero byte", zeroFirst, 1},
+		{"the last segment, its first checksum starting with a zero byte", zeroFirst, lastSeq},
 	} {
+		dir := c.dir
 		path := segFile(dir, c.seq)
 		orig, err := os.ReadFile(path)
 		require.NoError(t, err)
@@ -107,14 +122,23 @@ func TestSalvageOfDamageFromTheHeaderIntoTheFirstFrame(t *testing.T) {
 			if d.flip {
 				what = fmt.Sprintf("%s: a bit of byte %d flipped", c.name, d.from)
 			}
-			// The records kept: all but those of a group with a frame in
-			// the damage. The span lost runs from the header's end to
-			// the end of the last such group.
+			data := append([]byte(nil), orig...)
+			if d.flip {
+				data[d.from] ^= 1 << (d.from % 8)
+			} else {
+				clear(data[d.from:d.to])
+			}
+			// The records kept: all but those of a group with a frame the
+			// damage changed (zeros over a byte that was zero change
+			// nothing: a checksum starts with one in 256 segments, its
+			// salt being random). The span lost runs from the header's
+			// end to the end of the last such group.
 			var want []entry
 			lost := map[int]bool{}
 			spanEnd := 0
 			for i, e := range acked {
-				if e.pos.Segment() == c.seq && e.pos.Offset() < d.to && e.pos.Offset()+segment.Size(len(e.rec)) > d.from {
+				from, to := max(d.from, e.pos.Offset()), min(d.to, e.pos.Offset()+segment.Size(len(e.rec)))
+				if e.pos.Segment() == c.seq && from < to && !bytes.Equal(data[from:to], orig[from:to]) {
 					lost[groupEnd[i]] = true
 				}
 			}
@@ -143,12 +167,6 @@ func TestSalvageOfDamageFromTheHeaderIntoTheFirstFrame(t *testing.T) {
 
 			cp := copyInto(t, root, dir)
 			damaged := segFile(cp, c.seq)
-			data := append([]byte(nil), orig...)
-			if d.flip {
-				data[d.from] ^= 1 << (d.from % 8)
-			} else {
-				clear(data[d.from:d.to])
-			}
 			require.NoError(t, os.WriteFile(damaged, data, 0o600))
 
 			l, err := Open(cp, Options{SegmentBytes: smallSeg, Salvage: true})
@@ -170,6 +188,41 @@ func TestSalvageOfDamageFromTheHeaderIntoTheFirstFrame(t *testing.T) {
 			require.NoError(t, os.RemoveAll(cp))
 		}
 	}
+}
+
+// resalt rewrites the segment file at path, of segment seq, with the first
+// salt from 1 up under which the checksum of its first frame satisfies
+// want: the header, and the checksum of each of its frames (those the scan
+// walks from the header, to the first that fails), seeded with that salt.
+func resalt(t *testing.T, path string, seq uint32, want func(sum uint32) bool) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	table := crc32.MakeTable(crc32.Castagnoli)
+	first, err := segment.Decode(data, segment.HeaderSize, seq)
+	require.NoError(t, err)
+	salt := uint32(1)
+	for !want(crc32.Update(salt, table, data[first.Offset+4:first.End()])) {
+		salt++
+	}
+	hdr := segment.EncodeHeader(seq, salt)
+	var frames []segment.Frame
+	for off := segment.HeaderSize; ; {
+		f, err := segment.Decode(data, off, seq)
+		if err != nil {
+			break
+		}
+		frames = append(frames, f)
+		off = f.End()
+	}
+	copy(data, hdr[:])
+	for _, f := range frames {
+		binary.LittleEndian.PutUint32(data[f.Offset:], crc32.Update(salt, table, data[f.Offset+4:f.End()]))
+	}
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	f, err := segment.Decode(data, segment.HeaderSize, seq)
+	require.NoError(t, err)
+	require.True(t, want(binary.LittleEndian.Uint32(data[f.Offset:])))
 }
 
 // requireEntriesOf is requireEntries, saying which case failed.

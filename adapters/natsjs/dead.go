@@ -58,7 +58,79 @@ func (q *Queue) bury(ctx context.Context, c corpse, reason string, code uint32, 
 	if err != nil {
 		return q.connError("remove dead letter "+c.id+" from the queue", err)
 	}
+	q.forgetFailure(ctx, c.seq, c.id)
 	return nil
+}
+
+// recordFailure stores, as the last failure of the message at seq (id) of
+// the work stream, cause classified as a dead letter records it: reason
+// (UNEXPLAINED for nil, UNCLASSIFIED for a cause with no reason), code and
+// public text, never an unclassified cause's text, which may hold payload
+// bytes and goes to the logger only. One record per work-stream sequence,
+// replacing the one before: a lapse of the message's last delivery
+// records it (lapseCause). A replay publishes the message again at a new
+// sequence, so its new life starts with none.
+func (q *Queue) recordFailure(ctx context.Context, seq uint64, id string, cause error) error {
+	reason, code, public, unclassified := broker.Classify(cause)
+	if unclassified {
+		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", id, "err", broker.CauseText(cause))
+	}
+	ctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	m := nats.NewMsg(q.failureSubject(seq))
+	m.Header.Set(hdrID, id)
+	m.Header.Set(hdrReason, strconv.Quote(reason))
+	m.Header.Set(hdrCode, broker.FormatCode(code))
+	m.Header.Set(hdrCause, strconv.Quote(public))
+	if _, err := q.s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.n.failures)); err != nil {
+		return q.connError("record the failure of "+id, err)
+	}
+	return nil
+}
+
+// lapseCause returns what the dead letter of the message at seq records
+// when its last lease lapsed: the last failure a Nack reported in its life
+// (recordFailure), or LEASE_EXPIRED with no code and no cause when no
+// consumer reported one (broker.DeadLetterValue.Reason).
+func (q *Queue) lapseCause(ctx context.Context, seq uint64, id string) (reason string, code uint32, public string, err error) {
+	rctx, cancel := q.s.bounded(ctx)
+	defer cancel()
+	raw, err := q.failures.GetLastMsgForSubject(rctx, q.failureSubject(seq))
+	if notFound(err) {
+		return broker.ReasonLeaseExpired, 0, "", nil
+	}
+	if err != nil {
+		return "", 0, "", q.connError("read the last failure of "+id, err)
+	}
+	h := raw.Header
+	if reason, err = strconv.Unquote(h.Get(hdrReason)); err == nil && reason != "" {
+		if public, err = strconv.Unquote(h.Get(hdrCause)); err == nil {
+			if code, err = broker.ParseCode(h.Get(hdrCode)); err == nil {
+				return reason, code, public, nil
+			}
+		}
+	}
+	q.s.opts.Logger.Warn("natsjs: unreadable failure record ignored", "queue", q.name, "message", id, "err", err)
+	return broker.ReasonLeaseExpired, 0, "", nil
+}
+
+// forgetFailure deletes the failure record of the message at seq, once
+// the message left the work stream (acknowledged or buried). Sequences are
+// never reused, so a record left behind (the request failed) only takes
+// room; it is logged, not returned: the message is settled already.
+func (q *Queue) forgetFailure(ctx context.Context, seq uint64, id string) {
+	ctx, cancel := q.s.bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	err := q.failures.Purge(ctx, jetstream.WithPurgeSubject(q.failureSubject(seq)))
+	if err != nil && !notFound(err) {
+		q.s.opts.Logger.Warn("natsjs: the failure record of a settled message is left behind", "queue", q.name, "message", id, "err", err)
+	}
+}
+
+// failureSubject is the subject of the failure record of the message at
+// seq of the work stream.
+func (q *Queue) failureSubject(seq uint64) string {
+	return q.n.failureSubject + "." + strconv.FormatUint(seq, 10)
 }
 
 // buryLeased dead-letters the message of a lease this Queue holds, with
@@ -79,13 +151,18 @@ func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause erro
 		failedAt: time.Now(), reply: l.reply}, reason, code, public)
 }
 
-// buryLapsed dead-letters, as LEASE_EXPIRED with MaxDeliveries deliveries,
+// buryLapsed dead-letters, with MaxDeliveries deliveries and the last
+// failure reported (else LEASE_EXPIRED; see lapseCause),
 // a message the server delivered more often than the policy allows (a
 // policy change lowered MaxDeliveries after its last lease was taken).
 func (q *Queue) buryLapsed(ctx context.Context, d delivery, policy broker.PolicyValue) error {
 	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
+	reason, code, public, err := q.lapseCause(ctx, d.seq, id)
+	if err != nil {
+		return err
+	}
 	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: policy.MaxDeliveries,
-		failedAt: time.Now(), reply: d.msg.Reply}, broker.ReasonLeaseExpired, 0, "")
+		failedAt: time.Now(), reply: d.msg.Reply}, reason, code, public)
 }
 
 // look begins a call that looks at the queue: it checks the store and the
@@ -113,7 +190,8 @@ func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, 
 // headers only, to the Stores of the queue. Each of them then sweeps at
 // its next call that looks (Receive, DeadLetters, replay, delete, a
 // publish refused as full): every stored advisory becomes a dead letter
-// (reason LEASE_EXPIRED, FailedAt the server's instant of the lapse), its
+// (with the last failure a Nack reported, else LEASE_EXPIRED: see
+// lapseCause; FailedAt the server's instant of the lapse), its
 // message is deleted from the work stream, and the advisory too. Two
 // Stores sweeping at once both write the record of a death (one record
 // per ID survives) and both delete; nothing is lost or doubled.
@@ -209,8 +287,12 @@ func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *j
 		}
 		return nil
 	}
+	reason, code, public, err := q.lapseCause(ctx, seq, l.id)
+	if err != nil {
+		return err
+	}
 	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
-		failedAt: l.expiresAt, reply: l.reply}, broker.ReasonLeaseExpired, 0, "")
+		failedAt: l.expiresAt, reply: l.reply}, reason, code, public)
 }
 
 // deathRecorded reports whether dead letter id has a record of the death
@@ -235,8 +317,9 @@ func (q *Queue) deathRecorded(ctx context.Context, id string, h nats.Header) (bo
 	return raw.Header.Get(hdrReplayID) == "" || !replayCopy, nil
 }
 
-// buryLapsedLastLocked buries the messages of lapsedLast as LEASE_EXPIRED
-// dead letters, FailedAt the lease's ExpiresAt and Deliveries its count
+// buryLapsedLastLocked buries the messages of lapsedLast as dead letters
+// (the last failure a Nack reported, else LEASE_EXPIRED; see lapseCause),
+// FailedAt the lease's ExpiresAt and Deliveries its count
 // (see buryLapsedLast): the dead letter is stored, then the lease's
 // delivery terminated, which
 // removes the message from the work stream (and its place from the
@@ -379,8 +462,12 @@ func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, 
 		failedAt, deliveries = l.expiresAt, l.deliveries
 	}
 	q.mu.Unlock()
+	reason, code, public, err := q.lapseCause(ctx, raw.Sequence, id)
+	if err != nil {
+		return err
+	}
 	return q.bury(ctx, corpse{seq: raw.Sequence, id: id, enqueued: enqueued, payload: raw.Data, deliveries: deliveries, failedAt: failedAt},
-		broker.ReasonLeaseExpired, 0, "")
+		reason, code, public)
 }
 
 // sweepEvery bounds how long a death whose notice was lost (the connection
@@ -407,17 +494,12 @@ func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, faile
 		return q.connError("read a message whose last lease lapsed", err)
 	}
 	id, enqueued := identity(m.Header, seq, m.Time)
-	return q.bury(ctx, corpse{seq: seq, id: id, enqueued: enqueued, payload: m.Data, deliveries: deliveries, failedAt: failedAt},
-		broker.ReasonLeaseExpired, 0, "")
-}
-
-// logUnclassified sends the text of a cause with no reason to the logger,
-// keyed by message ID: it may hold payload bytes, so it never reaches the
-// server.
-func (q *Queue) logUnclassified(id string, cause error) {
-	if _, _, _, unclassified := broker.Classify(cause); unclassified {
-		q.s.opts.Logger.Warn("natsjs: unclassified handler failure", "queue", q.name, "message", id, "err", broker.CauseText(cause))
+	reason, code, public, err := q.lapseCause(ctx, seq, id)
+	if err != nil {
+		return err
 	}
+	return q.bury(ctx, corpse{seq: seq, id: id, enqueued: enqueued, payload: m.Data, deliveries: deliveries, failedAt: failedAt},
+		reason, code, public)
 }
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first,

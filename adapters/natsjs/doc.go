@@ -36,7 +36,15 @@
 //     and, once its message is stored, the message's ID;
 //   - the deaths stream P_A_NAME, which stores the server's MAX_DELIVERIES
 //     advisories of the consumer (a message whose last allowed lease
-//     lapsed) until a Store has made them dead letters.
+//     lapsed) until a Store has made them dead letters;
+//   - the failures stream P_F_NAME (subject P.f.NAME.SEQ, one record per
+//     work-stream sequence): the last failure a Nack that was not the
+//     last delivery reported for the message (its classified reason, code
+//     and public cause, as a dead letter records them: never the text of
+//     an unclassified cause, never payload bytes). A lapse of the last
+//     delivery records it (below). A replay publishes the message again
+//     at a new sequence, so its new life starts with none; the record is
+//     deleted when the message is acknowledged or buried.
 //
 // In NAME, '_' is written "__" and '.' "_d", which keeps the mapping one to
 // one (stream names allow no '.', subject tokens no '.').
@@ -85,8 +93,16 @@
 //     publish a MAX_DELIVERIES advisory, which the deaths stream keeps; the
 //     next call of any Store that looks (Receive, DeadLetters, replay,
 //     delete, a publish refused as full; and at least once a minute)
-//     moves each such message to the dead-letter stream with reason
-//     LEASE_EXPIRED and deletes it from the work stream. The advisory is
+//     moves each such message to the dead-letter stream and deletes it
+//     from the work stream. The dead letter records the last failure a
+//     Nack reported in the message's life (from the failures stream), or
+//     LEASE_EXPIRED, with no code and no cause, when no consumer reported
+//     one. A non-final Nack stores its cause there before it sends its
+//     "-NAK" (one more request); a failure to store it fails the Nack,
+//     which leaves the lease as it was (a Nack whose "-NAK" then fails
+//     leaves the record: the consumer did report that failure). An Ack
+//     of a redelivered message costs one more request too: it deletes
+//     the record. The advisory is
 //     stored by the server, so a death is never lost because no process
 //     was listening. The server drops an advisory no stream hears, as
 //     when a restarted server's consumer notices a lapse from before the

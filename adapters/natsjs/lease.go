@@ -423,6 +423,10 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 		q.restore(seq, l)
 		return q.connError("ack "+l.id, err)
 	}
+	if l.deliveries > 1 {
+		// A redelivered message may have a failure recorded by a Nack.
+		q.forgetFailure(ctx, seq, l.id)
+	}
 	return nil
 }
 
@@ -430,7 +434,9 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 // server's delayed NAK), or moves it to the dead-letter stream when it has
 // had MaxDeliveries deliveries; see broker.Broker. VisibleAt is measured
 // from before the request, so the server's instant is never earlier. The
-// cause is recorded by the classified-cause rule (see dead.go).
+// cause is recorded by the classified-cause rule (see dead.go): in the dead
+// letter on the last delivery, else in the failures stream (recordFailure),
+// for a lapse of a later delivery to record.
 func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
 	if q == nil {
 		return broker.NackValue{}, nilReceiver("Queue")
@@ -458,6 +464,12 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 		q.restore(seq, l)
 		return broker.NackValue{}, fmt.Errorf("natsjs: queue %s: retry instant passes year 2262: %w", q.name, broker.QueueMisconfigured)
 	}
+	// The classified cause is stored before the server may redeliver the
+	// message, so that a lapse of its last delivery records it.
+	if err := q.recordFailure(ctx, seq, l.id, cause); err != nil {
+		q.restore(seq, l)
+		return broker.NackValue{}, err
+	}
 	body := "-NAK"
 	if delay > 0 {
 		body = fmt.Sprintf(`-NAK {"delay": %d}`, delay.Nanoseconds())
@@ -466,7 +478,6 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 		q.restore(seq, l)
 		return broker.NackValue{}, q.connError("nack "+l.id, err)
 	}
-	q.logUnclassified(l.id, cause)
 	visible := now.Add(delay)
 	out.VisibleAt = visible.Round(0)
 	q.mu.Lock()

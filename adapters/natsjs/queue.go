@@ -63,6 +63,9 @@ type Queue struct {
 	dead   jetstream.Stream
 	keys   jetstream.Stream
 	deaths jetstream.Stream
+	// failures keeps the last Nack's classified cause of each message
+	// (see recordFailure).
+	failures jetstream.Stream
 
 	// deathSub hears the republished MAX_DELIVERIES advisories and sets
 	// unburied (as does a sweep that leaves suspects). It is made before
@@ -123,6 +126,9 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 		return nil, err
 	}
 	if q.deaths, err = s.js.Stream(ctx, n.deaths); err != nil {
+		return nil, err
+	}
+	if q.failures, err = s.js.Stream(ctx, n.failures); err != nil {
 		return nil, err
 	}
 	if q.cons, err = q.work.Consumer(ctx, consumerName); err != nil {

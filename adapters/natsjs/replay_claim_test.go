@@ -97,9 +97,9 @@ func TestAReplayAfterOneThatStoppedHalfwayQueuesTheMessageOnce(t *testing.T) {
 // TestADeathOfAHalfwayReplaysCopyIsRecordedAndReplayedAgain: a replay that
 // published its copy and stopped before it deleted the record (its
 // process died) leaves the record claimed. When that copy dies too (its
-// last lease lapses), the death is recorded as any other (LEASE_EXPIRED,
-// the lapsed delivery's count), not hidden behind the claimed record of
-// the earlier death; and a replay of it then queues the message, rather
+// last lease lapses after a nack), the death is recorded as any other
+// (the nack's cause, the lapsed delivery's count), not hidden behind the
+// claimed record of the earlier death; and a replay of it then queues the message, rather
 // than publishing the claim's Nats-Msg-Id again, which the work stream's
 // duplicate window would fold into the dead copy: nothing queued, the
 // record deleted, the message lost.
@@ -115,7 +115,7 @@ func TestADeathOfAHalfwayReplaysCopyIsRecordedAndReplayedAgain(t *testing.T) {
 	if d1.Message.ID != id {
 		t.Fatalf("received %s, want %s", d1.Message.ID, id)
 	}
-	if _, err := q.Nack(ctx, d1.Lease.Receipt, nil); err != nil {
+	if _, err := q.Nack(ctx, d1.Lease.Receipt, broker.NewError("COPY_FAILED", 0x2A00000C, "the copy failed", "detail")); err != nil {
 		t.Fatal(err)
 	}
 	d2 := receiveOneOf(t, q, "the redelivery")
@@ -135,9 +135,9 @@ func TestADeathOfAHalfwayReplaysCopyIsRecordedAndReplayedAgain(t *testing.T) {
 	if len(dls) != 1 || dls[0].Message.ID != id {
 		t.Fatalf("dead letters after the replayed message's lapse: %+v; want %s", dls, id)
 	}
-	if dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 2 {
-		t.Errorf("the dead letter of the copy that died by a lapse of delivery 2 says %s with %d deliveries, FailedAt %v; want %s with 2 (the claimed record of the earlier death was kept)",
-			dls[0].Reason, dls[0].Deliveries, dls[0].FailedAt, broker.ReasonLeaseExpired)
+	if dls[0].Reason != "COPY_FAILED" || dls[0].Cause != "the copy failed" || dls[0].Deliveries != 2 {
+		t.Errorf("the dead letter of the copy that died by a lapse of delivery 2 after a nack says %s %q with %d deliveries, FailedAt %v; want COPY_FAILED, its last nack's, with 2 (the claimed record of the earlier death was kept)",
+			dls[0].Reason, dls[0].Cause, dls[0].Deliveries, dls[0].FailedAt)
 	}
 
 	if err := q.ReplayDeadLetter(ctx, id); err != nil {

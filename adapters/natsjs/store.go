@@ -24,9 +24,10 @@ import (
 // recheck of other processes' leases, and nothing logged.
 type Options struct {
 	// Prefix names this store's streams (PREFIX_Q_queue, PREFIX_D_queue,
-	// PREFIX_K_queue, PREFIX_A_queue) and subjects (PREFIX.q.queue, ...),
-	// so that several applications share one server without seeing each
-	// other's queues. 1 to 32 of [A-Za-z0-9-]; empty means "WALBROKER".
+	// PREFIX_K_queue, PREFIX_A_queue, PREFIX_F_queue) and subjects
+	// (PREFIX.q.queue, ...), so that several applications share one
+	// server without seeing each other's queues. 1 to 32 of
+	// [A-Za-z0-9-]; empty means "WALBROKER".
 	Prefix string
 	// Replicas is how many servers of a cluster hold each stream and the
 	// consumer's state: 1 (0 means 1) to 5. A publish returns once the
@@ -239,7 +240,7 @@ func provisionTimeout(timeout time.Duration) time.Duration {
 	return 2 * timeout
 }
 
-// provision creates or updates the four streams and the consumer of one
+// provision creates or updates the five streams and the consumer of one
 // queue to match policy.
 func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValue) error {
 	storage := jetstream.FileStorage
@@ -302,7 +303,20 @@ func (s *Store) provision(ctx context.Context, n names, policy broker.PolicyValu
 		// Headers only: tells the queue's Stores that there is work.
 		RePublish: &jetstream.RePublish{Source: n.deathSubject, Destination: n.deathNotice, HeadersOnly: true},
 	}
-	for _, cfg := range []jetstream.StreamConfig{work, dead, keys, deaths} {
+	// One record per message of the work stream, by its sequence: the
+	// last failure a Nack reported in the message's life (a replay
+	// publishes it again, at a new sequence, with none), which a lapse on
+	// its last delivery records (see recordFailure).
+	failures := jetstream.StreamConfig{
+		Name:              n.failures,
+		Description:       "walbroker queue " + n.queue + ": the last failure a nack reported for each message",
+		Subjects:          []string{n.failureSubject + ".*"},
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: 1,
+		Storage:           storage,
+		Replicas:          s.opts.Replicas,
+	}
+	for _, cfg := range []jetstream.StreamConfig{work, dead, keys, deaths, failures} {
 		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
@@ -423,6 +437,8 @@ func checkName(name string) error {
 type names struct {
 	queue                     string
 	work, dead, keys, deaths  string // stream names
+	failures                  string // stream name
+	failureSubject            string // followed by .<work-stream sequence>
 	workSubject, wakeSubject  string
 	deadSubject, keySubject   string // followed by .<token>
 	deathSubject, deathNotice string // the server's MAX_DELIVERIES advisory, and its republication
@@ -448,17 +464,19 @@ func newNames(prefix, queue string) names {
 	enc := b.String()
 	work := prefix + "_Q_" + enc
 	return names{
-		queue:        queue,
-		work:         work,
-		dead:         prefix + "_D_" + enc,
-		keys:         prefix + "_K_" + enc,
-		deaths:       prefix + "_A_" + enc,
-		workSubject:  prefix + ".q." + enc,
-		wakeSubject:  prefix + ".w." + enc,
-		deadSubject:  prefix + ".d." + enc,
-		keySubject:   prefix + ".k." + enc,
-		deathSubject: "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + work + "." + consumerName,
-		deathNotice:  prefix + ".a." + enc,
+		queue:          queue,
+		work:           work,
+		dead:           prefix + "_D_" + enc,
+		keys:           prefix + "_K_" + enc,
+		deaths:         prefix + "_A_" + enc,
+		failures:       prefix + "_F_" + enc,
+		workSubject:    prefix + ".q." + enc,
+		wakeSubject:    prefix + ".w." + enc,
+		deadSubject:    prefix + ".d." + enc,
+		keySubject:     prefix + ".k." + enc,
+		failureSubject: prefix + ".f." + enc,
+		deathSubject:   "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + work + "." + consumerName,
+		deathNotice:    prefix + ".a." + enc,
 	}
 }
 

@@ -252,3 +252,190 @@ func TestOpenUnderAFaultAfterAProcessCrashFailsNamingItOrOpensTheStoreAsItWas(t 
 	template, clock := ofTemplate(t)
 	ofSweep(t, template, clock)
 }
+
+// quiet is a logger that writes nowhere.
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// isFile returns a Match for the file at path.
+func isFile(path string) func(string) bool { return func(n string) bool { return n == path } }
+
+// requireSalvageNames opens dir with Salvage, fault-free, and requires its
+// report to name the one damaged span and lost, the message it held.
+func requireSalvageNames(t *testing.T, dir string, opts broker.Options, lost broker.MessageValue, what string) {
+	t.Helper()
+	opts.Salvage, opts.FS = true, nil
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err, what)
+	rep := s.Recovery()
+	require.NoError(t, s.Close())
+	require.Equal(t, 1, rep.SalvagedSpans, "%s: %v", what, rep)
+	require.Equal(t, []string{lost.ID}, rep.LostMessages, "%s: Salvage no longer names the message the damage took: %v", what, rep)
+}
+
+// A salvaging Open names the messages the skipped span held from the last
+// checkpoint (RecoveryReport.LostMessages). One transient EIO opening that
+// checkpoint in index.Load made Open take it for unusable: it dropped the
+// checkpoint (index.Rebuild removes it), rebuilt, and returned success
+// with a report naming no lost message; the Close that followed removed
+// the salvage's lists, so no later Open could name the message again. Now
+// such an Open either fails naming the EIO, and the Salvage after it
+// names the message, or reports it itself.
+func TestSalvageWithACheckpointReadErrorFailsOrNamesTheLostMessage(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	ckpt := filepath.Join(dir, "index", "checkpoint")
+
+	ffs := vfs.NewFaultFS(vfs.Default)
+	// The first open of the checkpoint gives wal.Open its hints; the
+	// second is index.Load's.
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, Match: isFile(ckpt), Nth: 2})
+	salvage := opts
+	salvage.Salvage, salvage.FS, salvage.Logger = true, ffs, quiet()
+	s, err := broker.Open(dir, salvage)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpOpen), "the fault was met")
+	if err != nil {
+		require.ErrorIs(t, err, syscall.EIO, "an Open that fails names the cause")
+		require.ErrorContains(t, err, ckpt, "and the file")
+		require.FileExists(t, ckpt, "a checkpoint that did not read was dropped")
+		requireSalvageNames(t, dir, salvage, lost, "after a salvaging Open that failed")
+		return
+	}
+	rep := s.Recovery()
+	require.NoError(t, s.Close())
+	require.Equal(t, 1, rep.SalvagedSpans)
+	require.Equal(t, []string{lost.ID}, rep.LostMessages,
+		"Open returned success, but its report names none of the messages the skipped span held (the checkpoint that knew them was dropped on a transient read error): %v", rep)
+}
+
+// The same transient EIO reading the checkpoint, at a plain Open of a
+// store whose log is damaged where the checkpoint vouches for it: the Open
+// used to drop the checkpoint on its way (index.Rebuild) and then fail
+// with Corrupt (the rebuild met the damage), whose text never named the
+// EIO; the Open with Salvage that the error asks for then reported the
+// span but no lost message. Now the Open fails naming the EIO and the
+// checkpoint, which it leaves, and the Salvage names the message.
+func TestACheckpointReadErrorInAPlainOpenKeepsTheCheckpointForALaterSalvage(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	opts.Logger = quiet()
+	requireSalvageNames(t, ofCopy(t, dir), opts, lost, "fault-free")
+
+	for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize} {
+		d := ofCopy(t, dir)
+		ckpt := filepath.Join(d, "index", "checkpoint")
+		ffs := vfs.NewFaultFS(vfs.Default)
+		// Each of these is met once by the hints' read of the
+		// checkpoint, then by index.Load's: the second fails.
+		ffs.Inject(vfs.Rule{Op: op, Match: isFile(ckpt), Nth: 2})
+		plain := opts
+		plain.FS = ffs
+		s, err := broker.Open(d, plain)
+		require.Equal(t, int64(1), ffs.Injected(op), "%v: the fault was met", op)
+		if err == nil {
+			require.NoError(t, s.Close())
+		} else {
+			require.ErrorIs(t, err, syscall.EIO, "%v: an Open that fails names the cause: %v", op, err)
+			require.NotErrorIs(t, err, broker.Corrupt, "%v: an I/O error is not damage", op)
+			require.ErrorContains(t, err, ckpt, "%v: and the file", op)
+		}
+		requireSalvageNames(t, d, opts, lost, fmt.Sprintf("after one EIO (%v) reading the checkpoint in a plain Open", op))
+	}
+}
+
+// The same for the markers Open looks for beside the checkpoint: an error
+// looking for SUSPECT (other than its absence) made the store take the
+// checkpoint for suspect, rebuild, and so drop it; the plain Open then
+// failed with Corrupt, and the Salvage it asks for named nothing. Now it
+// fails naming the marker and the EIO, and removes nothing.
+func TestAnErrorLookingForTheSuspectMarkKeepsTheCheckpointForALaterSalvage(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	opts.Logger = quiet()
+	for nth := int64(1); nth <= 2; nth++ { // the hints' look, then loadCheckpoint's
+		d := ofCopy(t, dir)
+		ffs := vfs.NewFaultFS(vfs.Default)
+		ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: "SUSPECT", Nth: nth})
+		plain := opts
+		plain.FS = ffs
+		s, err := broker.Open(d, plain)
+		require.Equal(t, int64(1), ffs.Injected(vfs.OpOpen), "look #%d: the fault was met", nth)
+		if err == nil {
+			require.NoError(t, s.Close())
+		} else {
+			require.ErrorIs(t, err, syscall.EIO, "look #%d: %v", nth, err)
+			require.ErrorContains(t, err, "SUSPECT")
+		}
+		require.FileExists(t, filepath.Join(d, "index", "checkpoint"), "look #%d", nth)
+		requireSalvageNames(t, d, opts, lost, fmt.Sprintf("after one EIO looking for SUSPECT (#%d)", nth))
+	}
+}
+
+// The checkpoint's hints tell wal.Open where the log was known durable
+// (Options.Verified): damage before that point, after a crash (no clean
+// mark), is damage to synced records, which Open refuses. One transient
+// EIO reading the checkpoint for its hints made Open go on without them:
+// the damaged last record read as a torn tail and was zeroed (no copy
+// kept) before the checkpoint was even loaded. Now Open fails naming the
+// checkpoint and the EIO, and the log is as it was.
+func TestAnErrorReadingTheCheckpointsHintsZeroesNoSyncedRecord(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance, func(o *broker.Options) { o.Logger = quiet() })
+	q := e.queue("jobs", policy())
+	for i := range 3 {
+		mustPublish(t, q, fmt.Sprintf("message-%d", i))
+	}
+	mustPublish(t, q, string(victimPayload))
+	e.close() // a checkpoint at the log's end
+	// As a crash leaves it: no clean mark.
+	require.NoError(t, os.Remove(filepath.Join(e.dir, "CLEAN")))
+	seg := damagePayload(t, e.dir, victimPayload)
+	before, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	{
+		_, err := broker.Open(ofCopy(t, e.dir), e.opts)
+		require.ErrorIs(t, err, broker.Corrupt, "fault-free, the damage to a synced record is refused")
+	}
+
+	ckpt := filepath.Join(e.dir, "index", "checkpoint")
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRead, Match: isFile(ckpt), Nth: 1})
+	o := e.opts
+	o.FS = ffs
+	s, err := broker.Open(e.dir, o)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpRead), "the fault was met")
+	if err == nil {
+		require.NoError(t, s.Close())
+	}
+	now, rerr := os.ReadFile(seg)
+	require.NoError(t, rerr)
+	require.Equal(t, before, now, "an Open that could not read the checkpoint's hints changed the segment (zeroed a synced record as a torn tail): %v", err)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, ckpt)
+	_, err = broker.Open(e.dir, e.opts)
+	require.ErrorIs(t, err, broker.Corrupt, "the damage is still refused")
+}
+
+// Open reads the store secret from the log before it opens it, to tell
+// its own checkpoint from another store's (an index directory copied in
+// from one). One transient EIO reading the segment made it take the
+// secret as unknown: it trusted the other store's checkpoint, and opened
+// with the other store's queues and messages in place of its own. Now
+// Open fails naming the segment and the EIO; the Open after it rebuilds
+// its own state from its log.
+func TestAnErrorPeekingTheLogsSecretDoesNotTakeAnotherStoresIndex(t *testing.T) {
+	a, _ := storeWith(t, "alpha", policy(), []string{"aaaa0", "aaaa1", "aaaa2", "aaaa3", "aaaa4"})
+	b, bravo := storeWith(t, "bravo", policy(), []string{"bbbb0", "bbbb1", "bbbb2", "bbbb3", "bbbb4"})
+	swapIndex(t, a.dir, b.dir)
+	seg := filepath.Join(b.dir, "0000000001.seg")
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRead, Match: isFile(seg), Nth: 1})
+	o := b.opts
+	o.FS, o.Logger = ffs, quiet()
+	s, err := broker.Open(b.dir, o)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpRead), "the fault was met")
+	if err == nil {
+		queues := s.Queues()
+		require.NoError(t, s.Close())
+		require.Equal(t, []string{"bravo"}, queues, "Open took another store's index for this one's state after one EIO reading the log's secret")
+	} else {
+		require.ErrorIs(t, err, syscall.EIO)
+		require.ErrorContains(t, err, seg)
+	}
+	requireOwnState(t, b, "bravo", policy(), bravo)
+}

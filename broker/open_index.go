@@ -216,8 +216,9 @@ func (s *Store) openIndex() (int, error) {
 // loadCheckpoint loads the last checkpoint and returns it with the log
 // position it reflects, or, when there is none or it cannot be used, a new
 // index to rebuild from the whole log (position 0) with the declarations
-// the refused checkpoint knew. An error reading it or the markers (an
-// I/O error) is returned before anything is removed: see ioError. A checkpoint is consulted, not used, after
+// the refused checkpoint knew. An error reading it, or the markers, or
+// the list a salvage kept (an I/O error) is returned before anything is
+// removed: see ioError. A checkpoint is consulted, not used, after
 // salvage changed the log or when the store marked it suspect; a log that
 // ends before the checkpoint's position lost synced records (Corrupt).
 func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
@@ -246,7 +247,14 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// What an earlier salvage that did not finish knew of its lost
 		// messages (see salvage_lost.go).
 		if s.log.Recovery().Unfinished {
-			loss.add(s.keptLost())
+			kept, kerr := s.keptLost()
+			if kerr != nil {
+				if err == nil {
+					_ = x.Table.Close()
+				}
+				return nil, 0, nil, kerr
+			}
+			loss.add(kept)
 		} else {
 			s.forgetLost()
 		}

@@ -367,6 +367,96 @@ func TestAnErrorLookingForTheSuspectMarkKeepsTheCheckpointForALaterSalvage(t *te
 	}
 }
 
+// An Open with Salvage that finishes an unfinished one names the messages
+// the earlier one kept in salvage/lost.json (its checkpoint is gone). One
+// transient EIO reading that file made Open log, name nothing, and then
+// overwrite lost.json with an empty list (keepLost, before the rebuild):
+// the only record was destroyed before any report was handed on, and a
+// crash before this Open's Close left a store whose next salvaging Open
+// named nothing either. Now the EIO fails Open, naming the file, which it
+// leaves as it was.
+func TestAReadErrorOnTheKeptLostListFailsOpenAndKeepsTheList(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	salvage := opts
+	salvage.Salvage, salvage.Logger = true, quiet()
+	kept := filepath.Join(dir, "salvage", "lost.json")
+
+	// 1. A salvaging Open that fails after it kept lost.json and removed
+	// the checkpoint (the removal of a table file fails).
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "tbl-", Nth: 1})
+	salvage.FS = ffs
+	_, err := broker.Open(dir, salvage)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.NoFileExists(t, filepath.Join(dir, "index", "checkpoint"))
+	require.FileExists(t, kept)
+	// The kept list names the message: a fault-free salvaging Open of a
+	// copy reports it.
+	requireSalvageNames(t, ofCopy(t, dir), salvage, lost, "the kept list")
+	list, err := os.ReadFile(kept)
+	require.NoError(t, err)
+
+	// 2. The Open that finishes it meets one EIO reading lost.json.
+	for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpRead} {
+		ffs = vfs.NewFaultFS(vfs.Default)
+		ffs.Inject(vfs.Rule{Op: op, Match: isFile(kept), Nth: 1})
+		salvage.FS = ffs
+		s, err := broker.Open(dir, salvage)
+		require.Equal(t, int64(1), ffs.Injected(op), "%v: the fault was met", op)
+		if err == nil {
+			rep := s.Recovery()
+			// The machine goes down before the report is handed on: the
+			// directory as this Open left it.
+			crashed := filepath.Join(fastDir(t), "crashed")
+			ofCopyLive(t, dir, crashed)
+			require.NoError(t, s.Close())
+			require.Equal(t, []string{lost.ID}, rep.LostMessages,
+				"%v: Open returned success with a report naming no lost message after one failed read of salvage/lost.json", op)
+			requireSalvageNames(t, crashed, salvage, lost, "after that Open, whose report was never handed on")
+			return
+		}
+		require.ErrorIs(t, err, syscall.EIO, "%v: an Open that fails names the cause", op)
+		require.ErrorContains(t, err, kept, "%v: and the file", op)
+		now, err := os.ReadFile(kept)
+		require.NoError(t, err)
+		require.Equal(t, string(list), string(now), "%v: the list that did not read was replaced", op)
+	}
+	requireSalvageNames(t, dir, salvage, lost, "once the list reads")
+}
+
+// A kept list that does not parse (it is replaced whole or not at all, so
+// this is damage) is not replaced either: the Open that met it fails,
+// naming it and what removing it costs, rather than go on naming nothing
+// and write an empty list over it.
+func TestADamagedKeptLostListFailsOpenAndIsNotReplaced(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	salvage := opts
+	salvage.Salvage, salvage.Logger = true, quiet()
+	kept := filepath.Join(dir, "salvage", "lost.json")
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "tbl-", Nth: 1})
+	salvage.FS = ffs
+	_, err := broker.Open(dir, salvage)
+	require.ErrorIs(t, err, syscall.EIO)
+	list, err := os.ReadFile(kept)
+	require.NoError(t, err)
+	damaged := list[:len(list)/2]
+	require.NoError(t, os.WriteFile(kept, damaged, 0o600))
+
+	salvage.FS = nil
+	_, err = broker.Open(dir, salvage)
+	require.Error(t, err)
+	require.ErrorContains(t, err, kept)
+	require.ErrorContains(t, err, "remove it")
+	now, err := os.ReadFile(kept)
+	require.NoError(t, err)
+	require.Equal(t, string(damaged), string(now), "the list was replaced")
+
+	// Put back whole, it is read.
+	require.NoError(t, os.WriteFile(kept, list, 0o600))
+	requireSalvageNames(t, dir, salvage, lost, "the list put back")
+}
+
 // The checkpoint's hints tell wal.Open where the log was known durable
 // (Options.Verified): damage before that point, after a crash (no clean
 // mark), is damage to synced records, which Open refuses. One transient

@@ -457,6 +457,74 @@ func TestADamagedKeptLostListFailsOpenAndIsNotReplaced(t *testing.T) {
 	requireSalvageNames(t, dir, salvage, lost, "the list put back")
 }
 
+// Salvage of a segment whose header is damaged rewrites the header and
+// keeps every record ("Salvage keeps every intact record before AND after
+// a damaged span", API.md §5.12). When the salvage's own reopen of that
+// file met one transient EIO, wal.salvageHeader took the file for one
+// "too short for a header" and replaced it by an empty segment
+// (salvageStub): every intact record in it was dropped for good, and the
+// Open succeeded, reporting them lost. Now the Open fails naming the EIO,
+// and the Salvage after it keeps every record.
+func TestSalvageOfADamagedHeaderKeepsTheSegmentOnATransientError(t *testing.T) {
+	dir, opts := fastDir(t), reclaimOptions(newFakeClock(), nil)
+	opts.Logger = quiet()
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("stuck", stuckPolicy)
+	require.NoError(t, err)
+	intact, victim := intactAndVictim(t, q) // both in segment 1
+	churnSegments(t, s, 3)
+	require.NoError(t, s.Close())
+	seg1 := filepath.Join(dir, "0000000001.seg")
+	b, err := os.ReadFile(seg1)
+	require.NoError(t, err)
+	b[5] ^= 0xff // the header fails its checks; every frame is intact
+	require.NoError(t, os.WriteFile(seg1, b, 0o600))
+
+	salvage := opts
+	salvage.Salvage = true
+	stuckIDs := func(s *broker.Store) []string {
+		q, err := s.Queue("stuck", stuckPolicy)
+		require.NoError(t, err)
+		return ids(mustReceive(t, q, 10))
+	}
+	{
+		// Without a fault: the header is rewritten, nothing is lost.
+		s, err := broker.Open(ofCopy(t, dir), salvage)
+		require.NoError(t, err)
+		require.Empty(t, s.Recovery().LostMessages)
+		require.ElementsMatch(t, []string{intact.ID, victim.ID}, stuckIDs(s))
+		require.NoError(t, s.Close())
+	}
+
+	ffs := vfs.NewFaultFS(vfs.Default)
+	// Segment 1 is opened by the scan (bad header), then again by the
+	// salvage of its header: that second open fails, once.
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, Match: isFile(seg1), Nth: 2})
+	salvage.FS = ffs
+	s, err = broker.Open(dir, salvage)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpOpen), "the fault was met")
+	if err == nil {
+		rep := s.Recovery()
+		got := stuckIDs(s)
+		require.NoError(t, s.Close())
+		require.ElementsMatch(t, []string{intact.ID, victim.ID}, got,
+			"one transient EIO made the salvage drop the intact records of the segment whose header it repairs: %v", rep)
+		return
+	}
+	require.ErrorIs(t, err, syscall.EIO, "an Open that fails names the cause")
+	require.ErrorContains(t, err, seg1, "and the file")
+	now, err := os.ReadFile(seg1)
+	require.NoError(t, err)
+	require.Equal(t, b, now, "the segment was replaced")
+	salvage.FS = nil
+	s, err = broker.Open(dir, salvage)
+	require.NoError(t, err)
+	require.Empty(t, s.Recovery().LostMessages)
+	require.ElementsMatch(t, []string{intact.ID, victim.ID}, stuckIDs(s))
+	require.NoError(t, s.Close())
+}
+
 // The checkpoint's hints tell wal.Open where the log was known durable
 // (Options.Verified): damage before that point, after a crash (no clean
 // mark), is damage to synced records, which Open refuses. One transient

@@ -787,11 +787,18 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	path := l.segPath(seq)
 	f, err := segment.OpenUnread(l.opts.FS, path, seq)
-	if err != nil {
-		// Too short for a header: every record is gone. Keep what there
-		// is aside and put an empty segment in its place (the salvage of
-		// the segments then seals it).
+	if errors.Is(err, segment.ErrBadHeader) {
+		// Too short for a header (the one ErrBadHeader of a file opened
+		// unread): every record is gone. Keep what there is aside and
+		// put an empty segment in its place (the salvage of the segments
+		// then seals it).
 		return l.salvageStub(seq, cause)
+	}
+	if err != nil {
+		// Anything else (an I/O error opening, sizing or mapping it) says
+		// nothing of the file: taken for one too short, it was replaced
+		// by an empty segment and every intact record in it dropped.
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
 	// The frames' checksums were seeded with the salt the damaged header
 	// held; the frames give it back (segment.RecoverSalt). When they do

@@ -78,7 +78,11 @@ func (d Damage) String() string {
 //     Salvage or not, and no file is changed: it is not damage, and only a
 //     build that reads that version may open the log. Only a header Open
 //     reads is checked: that of the last segment, and of every segment
-//     Options.Sealed does not vouch for (nor any with Salvage).
+//     Options.Sealed does not vouch for (nor any with Salvage);
+//   - an I/O error reading a file (the clean mark, a salvage's list, a
+//     segment) fails Open, naming the file and the cause: only a file
+//     that is not there, or that fails its checks, is taken for missing
+//     or damaged and repaired or dropped.
 //
 // Open takes an exclusive lock on the directory: a second Open, in this
 // process or another, fails with ErrLocked until the first Log is closed or

@@ -26,20 +26,46 @@ const replaySpill = 1 << 16
 // from another store), there are none, and loadCheckpoint refuses the
 // checkpoint. A wrong Verified would have the log refused as having lost
 // synced records, a wrong Sealed every read near a seal.
-func (s *Store) openHints() (map[uint32]int, wal.Position) {
+//
+// A checkpoint that is not there or fails its checks gives no hints (and
+// loadCheckpoint rebuilds), but an error reading the checkpoint, a
+// segment's first record or a marker (an I/O error) is returned: it says
+// nothing of what they hold, and Open without the hints would zero, as a
+// torn tail, damage to records the checkpoint knew synced.
+func (s *Store) openHints() (map[uint32]int, wal.Position, error) {
 	fs := s.opts.fs()
-	cl, ok := index.ReadCheckpointLog(fs, s.indexDir())
-	if !ok {
-		return nil, 0
+	cl, err := index.LoadCheckpointLog(fs, s.indexDir())
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, index.ErrDamaged) {
+		return nil, 0, nil
 	}
-	s.logSecret = peekLogSecret(fs, s.dir, cl.Pos.Segment())
+	if err != nil {
+		return nil, 0, ioError(err)
+	}
+	if s.logSecret, err = peekLogSecret(fs, s.dir, cl.Pos.Segment()); err != nil {
+		return nil, 0, ioError(err)
+	}
 	if s.logSecret != nil && !bytes.Equal(s.logSecret, cl.Secret) {
-		return nil, 0
+		return nil, 0, nil
 	}
-	if index.Suspect(fs, s.indexDir()) {
-		return nil, 0
+	if why, err := index.SuspectCheck(fs, s.indexDir()); err != nil {
+		return nil, 0, ioError(err)
+	} else if why != "" {
+		return nil, 0, nil
 	}
-	return cl.Sealed, cl.Pos
+	return cl.Sealed, cl.Pos, nil
+}
+
+// ioError is Open's error for err, met reading a file whose content
+// decides what Open does (err names it). It says nothing of what the file
+// holds: Open fails, having removed nothing, rather than take the file
+// for missing or damaged and drop what it knows. A file someone else
+// planted (vfs.ErrForeign) is returned as it is: not damage either, and
+// rebuilding would carry on in a directory another user writes in.
+func ioError(err error) error {
+	if errors.Is(err, vfs.ErrForeign) {
+		return err
+	}
+	return fmt.Errorf("%w (an error reading the store's files, not damage found in them: Open fails and removes nothing; open again once they read)", err)
 }
 
 // peekBytes bounds what peekLogSecret reads of a segment: its header and a
@@ -54,15 +80,19 @@ const peekBytes = 4 << 10
 // meta event of a log holds the same secret (a store draws one only when
 // its log holds none). It returns nil when it cannot tell: the segment is
 // empty, damaged, or starts with another record (one whose meta event
-// salvage skipped).
-func peekLogSecret(fs vfs.FS, dir string, seq uint32) []byte {
-	secret, missing := peekSegmentSecret(fs, dir, seq)
-	if !missing {
-		return secret
+// salvage skipped). An error opening, reading or listing (other than a
+// file or directory not there) is returned, naming the file.
+func peekLogSecret(fs vfs.FS, dir string, seq uint32) ([]byte, error) {
+	secret, missing, err := peekSegmentSecret(fs, dir, seq)
+	if err != nil || !missing {
+		return secret, err
 	}
 	names, err := fs.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	last := uint32(0)
 	for _, n := range names {
@@ -72,46 +102,50 @@ func peekLogSecret(fs vfs.FS, dir string, seq uint32) []byte {
 		}
 	}
 	if last == 0 {
-		return nil
+		return nil, nil
 	}
-	secret, _ = peekSegmentSecret(fs, dir, last)
-	return secret
+	secret, _, err = peekSegmentSecret(fs, dir, last)
+	return secret, err
 }
 
 // peekSegmentSecret returns the secret of the meta event segment seq of
 // the log in dir starts with (past any padding), or nil; missing says the
 // file is not there.
-func peekSegmentSecret(fs vfs.FS, dir string, seq uint32) (secret []byte, missing bool) {
+func peekSegmentSecret(fs vfs.FS, dir string, seq uint32) (secret []byte, missing bool, err error) {
 	if seq == 0 {
-		return nil, true
+		return nil, true, nil
 	}
-	f, err := fs.OpenFile(filepath.Join(dir, fmt.Sprintf("%010d.seg", seq)), os.O_RDONLY, 0)
+	path := filepath.Join(dir, fmt.Sprintf("%010d.seg", seq))
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, true, nil
+	}
 	if err != nil {
-		return nil, errors.Is(err, os.ErrNotExist)
+		return nil, false, err
 	}
 	defer f.Close()
 	size, err := f.Size()
 	if err != nil {
-		return nil, false
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	data := make([]byte, min(size, peekBytes))
 	if n, err := f.ReadAt(data, 0); n != len(data) && err != nil {
-		return nil, false
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	if got, err := segment.DecodeHeader(data); err != nil || got != seq {
-		return nil, false
+		return nil, false, nil
 	}
 	for off := segment.HeaderSize; ; {
 		fr, err := segment.Decode(data, off, seq)
 		if err != nil || fr.Kind == segment.KindSeal {
-			return nil, false
+			return nil, false, nil
 		}
 		if fr.Kind == segment.KindRecord {
 			e, err := index.Decode(fr.Body)
 			if err != nil || e.Kind != index.KindMeta {
-				return nil, false
+				return nil, false, nil
 			}
-			return append([]byte(nil), e.Secret...), false
+			return append([]byte(nil), e.Secret...), false, nil
 		}
 		off = fr.End()
 	}
@@ -182,25 +216,49 @@ func (s *Store) openIndex() (int, error) {
 // loadCheckpoint loads the last checkpoint and returns it with the log
 // position it reflects, or, when there is none or it cannot be used, a new
 // index to rebuild from the whole log (position 0) with the declarations
-// the refused checkpoint knew. A checkpoint is consulted, not used, after
+// the refused checkpoint knew. An error reading it, or the markers, or
+// the list a salvage kept (an I/O error) is returned before anything is
+// removed: see ioError. A checkpoint is consulted, not used, after
 // salvage changed the log or when the store marked it suspect; a log that
 // ends before the checkpoint's position lost synced records (Corrupt).
 func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
 	fs := s.opts.fs()
+	// A store that found damage while running marked its checkpoint
+	// suspect: it is consulted, never trusted, and the state rebuilt. A
+	// mark that cannot be looked for (an I/O error) fails Open: taken for
+	// one, the rebuild would drop a checkpoint that may be sound.
+	why, err := index.SuspectCheck(fs, s.indexDir())
+	if err != nil {
+		return nil, 0, nil, ioError(err)
+	}
+	// Only a checkpoint that is not there, or that fails its checks, is
+	// rebuilt from the log (which removes it and its table files). Any
+	// other error loading it (an I/O error reading, mapping or listing its
+	// files) fails Open with nothing removed: the checkpoint may be whole,
+	// and it alone may know which messages the damage a later Salvage
+	// skips held, so an Open that dropped it, then met that damage (its
+	// rebuild replaying the whole log), would leave the Salvage its
+	// Corrupt error asks for nothing to name them from.
+	x, from, err = index.Load(fs, s.indexDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, index.ErrDamaged) {
+		return nil, 0, nil, ioError(err)
+	}
 	if loss.salvaging() {
 		// What an earlier salvage that did not finish knew of its lost
 		// messages (see salvage_lost.go).
 		if s.log.Recovery().Unfinished {
-			loss.add(s.keptLost())
+			kept, kerr := s.keptLost()
+			if kerr != nil {
+				if err == nil {
+					_ = x.Table.Close()
+				}
+				return nil, 0, nil, kerr
+			}
+			loss.add(kept)
 		} else {
 			s.forgetLost()
 		}
 	}
-	// A store that found damage while running marked its checkpoint
-	// suspect: it is consulted, never trusted, and the state rebuilt. So
-	// is a checkpoint whose mark cannot be looked for (index.Suspect).
-	why := index.SuspectReason(fs, s.indexDir())
-	x, from, err = index.Load(fs, s.indexDir())
 	if err == nil {
 		st := s.log.Stats()
 		if s.logSecret != nil && !bytes.Equal(x.Secret, s.logSecret) {
@@ -244,11 +302,6 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",
 				index.ErrDamaged, from, st.FirstSegment, st.LastSegment, s.log.End())
 		}
-	}
-	if errors.Is(err, vfs.ErrForeign) {
-		// Not damage: a file someone else planted. Rebuilding would
-		// carry on in a directory another user writes in.
-		return nil, 0, nil, err
 	}
 	if loss.salvaging() {
 		// Before the rebuild drops the checkpoint that named them (a

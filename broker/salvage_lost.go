@@ -17,9 +17,10 @@ import (
 // name the messages from: so before the index is rebuilt, the messages
 // the checkpoint places in the spans are written durably to
 // salvage/lost.json, and the Open that finishes an unfinished salvage
-// (wal.Recovery.Unfinished) names them too. Open removes the file once
-// the log forgot its list, and a salvage that finishes no earlier one
-// removes any it finds before it begins.
+// (wal.Recovery.Unfinished) names them too; one that cannot read the
+// file fails, and leaves it as it is (keptLost). Open removes the file
+// once the log forgot its list, and a salvage that finishes no earlier
+// one removes any it finds before it begins.
 
 const lostName = "lost.json"
 
@@ -51,21 +52,25 @@ func (s *Store) keepLost(lost map[uint64]uint32) error {
 	return nil
 }
 
-// keptLost returns what keepLost wrote, if it did. A file that does not
-// read names nothing: the spans are still reported.
-func (s *Store) keptLost() map[uint64]uint32 {
+// keptLost returns what keepLost wrote, if it did (nil, nil when it did
+// not). A list that cannot be read is an error, and Open fails: it may be
+// the only record of the messages (the checkpoint that named them is
+// gone), and the Open that went on without it would replace it
+// (keepLost) with a list naming none of them. An I/O error leaves it for
+// the next Open; one that does not parse (damage: it is replaced whole
+// or not at all) is named, and the error says what removing it costs.
+func (s *Store) keptLost() (map[uint64]uint32, error) {
 	path := s.lostPath()
 	data, err := vfs.ReadFile(s.opts.fs(), path, 256<<20)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil
-	}
-	var list []lostMessage
-	if err == nil {
-		err = json.Unmarshal(data, &list)
+		return nil, nil
 	}
 	if err != nil {
-		s.opts.Logger.Warn("broker: the messages an unfinished salvage lost cannot be read; only the spans are reported", "file", path, "err", err)
-		return nil
+		return nil, ioError(fmt.Errorf("read %s, the list of the messages an unfinished salvage lost: %w", path, err))
+	}
+	var list []lostMessage
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, does not read (%w): remove it to open the store naming none of them lost (the spans are still reported, and each was logged at ERROR as it was skipped)", path, err)
 	}
 	lost := make(map[uint64]uint32, len(list))
 	for _, m := range list {
@@ -73,7 +78,7 @@ func (s *Store) keptLost() map[uint64]uint32 {
 			lost[m.Seq] = m.Queue
 		}
 	}
-	return lost
+	return lost, nil
 }
 
 // forgetLost removes what keepLost wrote: once the log forgot its list,

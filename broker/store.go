@@ -175,7 +175,11 @@ func (s *Store) reservedSeqs(bound uint64) {
 // missing. It loads the queues' state from the last checkpoint and replays
 // the log after it; without a usable checkpoint (none, one that fails its
 // checks, or one taken of another store's log) it rebuilds the state from
-// the whole log, which is the source of truth. A second Open of the same directory, in this process or
+// the whole log, which is the source of truth. An error reading the
+// store's files (an I/O error: the checkpoint, its markers, the log's
+// clean mark, a salvage's lists) is not taken for their absence or for
+// damage: Open fails, naming the file and the cause, and removes nothing
+// a later Open needs. A second Open of the same directory, in this process or
 // another, fails with Locked. A log that fails verification fails with
 // Corrupt, naming the file and byte offset (see Options.Salvage). A log a
 // later build wrote in a format version this one does not read is not
@@ -227,7 +231,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	wo.Sealed, wo.Verified = s.openHints()
+	if wo.Sealed, wo.Verified, err = s.openHints(); err != nil {
+		return nil, openError(dir, opts.Salvage, err)
+	}
 	l, err := wal.Open(where, wo)
 	if err != nil {
 		return nil, openError(dir, opts.Salvage, err)

@@ -567,31 +567,81 @@ func TestAMarkerThatCannotBeReadMakesTheCheckpointSuspect(t *testing.T) {
 	require.False(t, Suspect(vfs.Default, filepath.Join(t.TempDir(), "gone")))
 }
 
-// TestACheckpointThatDoesNotReadIsDamaged: a directory named checkpoint
-// opened, failed to read, and Load returned the bare read error, neither
-// of the two its doc promised. A checkpoint that opens but does not read
-// is ErrDamaged, wrapping the cause.
-func TestACheckpointThatDoesNotReadIsDamaged(t *testing.T) {
+// TestACheckpointThatIsNoFileIsDamagedButOneThatFailsToReadIsNot: a
+// directory named checkpoint opened, failed to read, and Load returned the
+// bare read error, neither of the two its doc promised: it is ErrDamaged,
+// wrapping the cause. An I/O error reading a checkpoint file (EIO), which
+// Load used to call ErrDamaged too, says nothing of what the file holds:
+// it is returned naming the file, and not ErrDamaged, so that no caller
+// drops (rebuilds over) a checkpoint that may be whole. LoadCheckpointLog
+// tells the same cases apart.
+func TestACheckpointThatIsNoFileIsDamagedButOneThatFailsToReadIsNot(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, checkpointName), 0o700))
 	_, _, err := Load(vfs.Default, dir)
 	// (ext4 gives a directory a size and fails its read with EISDIR;
-	// tmpfs gives it one too small for a header. Either is damage; the
-	// wrapped cause is checked with EIO below.)
+	// tmpfs gives it one too small for a header. Either is damage.)
 	require.ErrorIs(t, err, ErrDamaged)
 	require.ErrorContains(t, err, checkpointName)
+	_, err = LoadCheckpointLog(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
 
 	dir = t.TempDir()
 	goodCheckpoint(t, dir)
+	for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize} {
+		ffs := vfs.NewFaultFS(vfs.Default)
+		ffs.Inject(vfs.Rule{Op: op, NameContains: checkpointName, Err: syscall.EIO})
+		_, _, err = Load(ffs, dir)
+		require.ErrorIs(t, err, syscall.EIO, "%v", op)
+		require.NotErrorIs(t, err, ErrDamaged, "%v", op)
+		require.ErrorContains(t, err, filepath.Join(dir, checkpointName), "%v", op)
+		_, err = LoadCheckpointLog(ffs, dir)
+		require.ErrorIs(t, err, syscall.EIO, "%v", op)
+		require.NotErrorIs(t, err, ErrDamaged, "%v", op)
+		_, ok := ReadCheckpointLog(ffs, dir)
+		require.False(t, ok, "%v", op)
+	}
+	// Nor is an I/O error mapping a table file it names.
 	ffs := vfs.NewFaultFS(vfs.Default)
-	ffs.Inject(vfs.Rule{Op: vfs.OpRead, NameContains: checkpointName, Err: syscall.EIO})
+	ffs.Inject(vfs.Rule{Op: vfs.OpMap, NameContains: chunkPrefix, Err: syscall.EIO})
 	_, _, err = Load(ffs, dir)
-	require.ErrorIs(t, err, ErrDamaged)
+	require.Equal(t, int64(1), ffs.Injected(vfs.OpMap))
 	require.ErrorIs(t, err, syscall.EIO)
+	require.NotErrorIs(t, err, ErrDamaged)
+	require.ErrorContains(t, err, chunkPrefix)
+	x, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err, "the checkpoint is as it was")
+	require.NoError(t, x.Table.Close())
 
 	_, _, err = Load(vfs.Default, t.TempDir())
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.NotErrorIs(t, err, ErrDamaged)
+	_, err = LoadCheckpointLog(vfs.Default, t.TempDir())
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestSuspectCheckReturnsAnErrorWhereSuspectReasonSuspects: a marker that
+// cannot be looked for is suspicion for SuspectReason (LogHints, which
+// only reads, gives no hints then), but an error for SuspectCheck, whose
+// caller would otherwise drop the checkpoint.
+func TestSuspectCheckReturnsAnErrorWhereSuspectReasonSuspects(t *testing.T) {
+	dir := t.TempDir()
+	goodCheckpoint(t, dir)
+	why, err := SuspectCheck(vfs.Default, dir)
+	require.NoError(t, err)
+	require.Empty(t, why)
+	ffs := vfs.NewFaultFS(vfs.Default)
+	ffs.Inject(vfs.Rule{Op: vfs.OpOpen, NameContains: suspectName, Err: syscall.EIO})
+	require.NotEmpty(t, SuspectReason(ffs, dir))
+	_, err = SuspectCheck(ffs, dir)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ErrorContains(t, err, filepath.Join(dir, suspectName))
+	require.NoError(t, MarkSuspect(vfs.Default, dir))
+	why, err = SuspectCheck(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, why)
+	_, err = SuspectCheck(nil, dir)
+	require.ErrorIs(t, err, fs.ErrInvalid)
 }
 
 // TestNoMessageHoldsNoLease: LeaseLive of a nil message (a Get that found

@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/klauspost/crc32"
 
@@ -366,18 +368,27 @@ type checkpointHead struct {
 // readCheckpoint reads and verifies dir's checkpoint file, and returns its
 // header's fields and its body.
 func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
-	f, err := fs.OpenFile(filepath.Join(dir, checkpointName), os.O_RDONLY, 0)
+	path := filepath.Join(dir, checkpointName)
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return checkpointHead{}, nil, err
 	}
 	defer f.Close()
 	damaged := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Join(dir, checkpointName), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", ErrDamaged, path, fmt.Sprintf(format, args...))
 	}
-	// A checkpoint that opens but does not read (a directory in its place,
-	// an I/O error) is no more usable than one that fails its checks.
+	// A checkpoint that opens but is no file to read (a directory in its
+	// place: EISDIR), or holds fewer bytes than its size (EOF), is no more
+	// usable than one that fails its checks. Any other error reading it
+	// (EIO) says nothing of what it holds: it is not ErrDamaged, and a
+	// caller that took it for damage would drop a checkpoint that may be
+	// whole, and with it what only the checkpoint knows (the messages a
+	// later salvage names lost).
 	unreadable := func(err error) error {
-		return fmt.Errorf("%w: %s: %w", ErrDamaged, filepath.Join(dir, checkpointName), err)
+		if errors.Is(err, syscall.EISDIR) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
+		}
+		return fmt.Errorf("index: read checkpoint %s: %w", path, err)
 	}
 	size, err := f.Size()
 	if err != nil {
@@ -452,26 +463,40 @@ type CheckpointLog struct {
 
 // ReadCheckpointLog returns what dir's checkpoint says of its log, marked
 // suspect or not (LogHints leaves out what a suspect one says); ok is false
-// when there is no checkpoint, or it fails the checks of its header,
-// checksum, sealed segments and secret. It only reads.
+// when there is no checkpoint, it fails the checks of its header,
+// checksum, sealed segments and secret, or it cannot be read (see
+// LoadCheckpointLog, which tells these apart). It only reads.
 func ReadCheckpointLog(fs vfs.FS, dir string) (cl CheckpointLog, ok bool) {
+	cl, err := LoadCheckpointLog(fs, dir)
+	return cl, err == nil
+}
+
+// LoadCheckpointLog is ReadCheckpointLog with the reason it gives
+// nothing: os.ErrNotExist when there is no checkpoint, ErrDamaged when it
+// fails its checks, and any other error (an I/O error reading it, a file
+// planted in its place: vfs.ErrForeign) as it is, naming the file. Only
+// the first two say that the checkpoint is unusable. It only reads.
+func LoadCheckpointLog(fs vfs.FS, dir string) (CheckpointLog, error) {
 	if fs == nil {
-		return CheckpointLog{}, false
+		return CheckpointLog{}, fmt.Errorf("index: read checkpoint %s: %w", dir, errNilFS)
 	}
 	head, body, err := readCheckpoint(fs, dir)
 	if err != nil {
-		return CheckpointLog{}, false
+		return CheckpointLog{}, err
 	}
 	d := decoder{b: body}
 	sealed := d.sealed()
 	secret := []byte(d.string())
-	if d.err != nil || len(secret) != 0 && len(secret) != SecretSize {
-		return CheckpointLog{}, false
+	if d.err == nil && len(secret) != 0 && len(secret) != SecretSize {
+		d.fail(fmt.Sprintf("secret of %d bytes, want %d", len(secret), SecretSize))
+	}
+	if d.err != nil {
+		return CheckpointLog{}, fmt.Errorf("%w: %s: %v", ErrDamaged, filepath.Join(dir, checkpointName), d.err)
 	}
 	if len(secret) == 0 {
 		secret = nil
 	}
-	return CheckpointLog{Sealed: sealed, Pos: head.logPos, Secret: secret}, true
+	return CheckpointLog{Sealed: sealed, Pos: head.logPos, Secret: secret}, nil
 }
 
 // count reads the number of items that follow, each at least a byte.
@@ -496,12 +521,15 @@ func (d *decoder) sealed() map[uint32]int {
 
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
-// that opens but cannot be read (a directory in its place, an I/O error,
-// which the error also wraps) or fails any check (checksum, bounds, a
-// chunk file missing or of the wrong size) is ErrDamaged. Any other error
-// (the checkpoint, the directory or a chunk file does not open) is
-// returned as it is. Whatever the error, the caller may rebuild from the
-// log, which is the source of truth.
+// that is no file to read (a directory in its place) or fails any check
+// (checksum, bounds, a chunk file missing or of the wrong size) is
+// ErrDamaged: the caller may rebuild from the log, which is the source of
+// truth. Any other error (an I/O error opening, reading or mapping the
+// checkpoint or a chunk file, or listing or syncing the directory) is
+// returned as it is, naming the file: it says nothing of what the
+// checkpoint holds, and a caller that rebuilt (removing the checkpoint)
+// would lose what only the checkpoint knows. Such a caller fails instead,
+// and the next attempt finds the checkpoint as it was.
 func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	if fs == nil {
 		return nil, 0, fmt.Errorf("index: load %s: %w", dir, errNilFS)

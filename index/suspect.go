@@ -90,24 +90,40 @@ func Suspect(fs vfs.FS, dir string) bool {
 // Suspect is false, else which marker made the checkpoint suspect, and
 // what leaves it, or why none could be looked for.
 func SuspectReason(fs vfs.FS, dir string) string {
+	why, err := SuspectCheck(fs, dir)
+	if err != nil {
+		return fmt.Sprintf("cannot tell whether the checkpoint is suspect: %v", err)
+	}
+	return why
+}
+
+// SuspectCheck is SuspectReason for a caller about to act on the answer
+// by dropping the checkpoint (a rebuild removes it): a marker that cannot
+// be looked for (its open fails other than by finding none: an I/O error)
+// is returned as an error naming it, not taken for suspicion. Dropping a
+// checkpoint that was not suspect loses what only it knows (the messages
+// a later salvage names lost); the caller fails instead, and changes
+// nothing.
+func SuspectCheck(fs vfs.FS, dir string) (string, error) {
 	if fs == nil {
-		return "no file system to look for the index's markers in"
+		return "", fmt.Errorf("index: look for the markers in %s: %w", dir, errNilFS)
 	}
 	for _, m := range []struct{ name, why string }{
 		{suspectName, "the store found damage in its files while running (" + suspectName + ")"},
 		{writingName, "a checkpoint, or an open's rebuild, began rewriting the index and did not finish (" +
 			writingName + "): a crash during one, or a checkpoint that failed"},
 	} {
-		f, err := fs.OpenFile(filepath.Join(dir, m.name), os.O_RDONLY, 0)
+		path := filepath.Join(dir, m.name)
+		f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 		if err == nil {
 			_ = f.Close()
-			return m.why
+			return m.why, nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Sprintf("cannot tell whether %s is there: %v", m.name, err)
+			return "", fmt.Errorf("index: cannot tell whether %s is there: %w", path, err)
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // BeginCheckpoint records durably that a checkpoint is being written in

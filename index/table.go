@@ -284,7 +284,7 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 	m, err := f.Map(chunkBytes)
 	if err != nil {
 		_ = f.Close()
-		return nil, err
+		return nil, fmt.Errorf("index: map %s: %w", path, err)
 	}
 	return &chunk{f: f, m: m}, nil
 }

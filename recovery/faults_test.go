@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -471,10 +472,14 @@ func TestFaultIndexFiles(t *testing.T) {
 	})
 }
 
-// TestFaultUnreadableCheckpointIsRebuilt: a checkpoint that cannot be
-// read at open (EIO) is not fatal: the store rebuilds its index from the
-// log, and holds everything.
-func TestFaultUnreadableCheckpointIsRebuilt(t *testing.T) {
+// TestFaultUnreadableCheckpointFailsOpenAndIsKept: a checkpoint that
+// cannot be read at open (EIO) is not taken for damage. The store used to
+// rebuild its index from the log, which removed the checkpoint, and with
+// it what only the checkpoint knows (the messages a later Salvage names
+// lost, when the log turns out damaged where the checkpoint vouched for
+// it). Open fails naming the checkpoint and the cause, leaves the
+// checkpoint as it was, and once it reads, opens from it with everything.
+func TestFaultUnreadableCheckpointFailsOpenAndIsKept(t *testing.T) {
 	seed := testSeed(t)
 	for r := range faultRuns() {
 		dir := fastDir(t)
@@ -483,25 +488,35 @@ func TestFaultUnreadableCheckpointIsRebuilt(t *testing.T) {
 		if j.failed != nil || j.openErr != nil || j.closeErr != nil {
 			t.Fatalf("the workload failed without a fault: %v", j)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "index", "checkpoint")); err != nil {
+		ckpt := filepath.Join(dir, "index", "checkpoint")
+		before, err := os.ReadFile(ckpt)
+		if err != nil {
 			t.Fatalf("Close wrote no checkpoint: %v", err)
 		}
 		ffs := vfs.NewFaultFS(vfs.Default)
-		for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpMap} {
+		for _, op := range []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize} {
 			ffs.Inject(vfs.Rule{Op: op, Match: func(name string) bool { return filepath.Base(name) == "checkpoint" }, Err: syscall.EIO})
 		}
-		obs, err := observe(dir, j.end.Add(checkDelay), j.keys, broker.Options{FS: ffs})
-		if err != nil {
-			t.Fatalf("run %d (seed %d, %v): a checkpoint that cannot be read stops Open: %v", r, seed, mode, err)
+		if _, err := observe(dir, j.end.Add(checkDelay), j.keys, broker.Options{FS: ffs}); err == nil {
+			t.Fatalf("run %d (seed %d, %v): a checkpoint that cannot be read was taken for damage: Open succeeded", r, seed, mode)
+		} else if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), ckpt) {
+			t.Fatalf("run %d (seed %d, %v): the error does not name the checkpoint and the cause: %v", r, seed, mode, err)
 		}
 		if totalInjected(ffs) == 0 {
 			t.Fatalf("run %d: the checkpoint was never read", r)
 		}
-		if !obs.recovery.IndexRebuilt {
-			t.Errorf("run %d: Recovery().IndexRebuilt is false, yet the checkpoint could not be read", r)
+		if after, err := os.ReadFile(ckpt); err != nil || !bytes.Equal(before, after) {
+			t.Fatalf("run %d (seed %d, %v): the failed Open removed or changed the checkpoint: %v", r, seed, mode, err)
+		}
+		obs, err := observe(dir, j.end.Add(checkDelay), j.keys, broker.Options{})
+		if err != nil {
+			t.Fatalf("run %d (seed %d, %v): once the checkpoint reads, Open fails: %v", r, seed, mode, err)
+		}
+		if obs.recovery.IndexRebuilt {
+			t.Errorf("run %d: Recovery().IndexRebuilt: the checkpoint was not kept", r)
 		}
 		if n, d := match(j, obs, len(j.calls)); n < 0 {
-			t.Fatalf("run %d (seed %d, %v): rebuilt, the store does not hold every call:\n%s", r, seed, mode, d)
+			t.Fatalf("run %d (seed %d, %v): the store does not hold every call:\n%s", r, seed, mode, d)
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/klauspost/crc32"
 
@@ -47,21 +49,29 @@ func writeCleanMark(fs vfs.FS, dir string, end Position) error {
 }
 
 // readCleanMark returns the position a clean mark records, if dir has a
-// valid one. A mark that does not read is no mark (Open then reads the
-// whole tail), but one refused as planted ([vfs.ErrForeign]) is an error:
-// a store whose directory someone else writes in must not carry on.
+// valid one. A mark that is not there, or is damaged (short, or failing
+// its checksum), is no mark (Open then reads the whole tail). An error
+// opening or reading it (an I/O error; or a mark refused as planted,
+// [vfs.ErrForeign]: a store whose directory someone else writes in must
+// not carry on) is returned: a mark that may be whole says where synced
+// records end, and Open without it would zero damage to them as a torn
+// tail, then remove the mark.
 func readCleanMark(fs vfs.FS, dir string) (Position, bool, error) {
-	f, err := fs.OpenFile(filepath.Join(dir, cleanName), os.O_RDONLY, 0)
-	if errors.Is(err, vfs.ErrForeign) {
-		return 0, false, err
+	path := filepath.Join(dir, cleanName)
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, nil
+		return 0, false, err
 	}
 	defer f.Close()
 	var b [12]byte
-	if n, err := f.ReadAt(b[:], 0); n != len(b) || (err != nil && n != len(b)) {
-		return 0, false, nil
+	if n, err := f.ReadAt(b[:], 0); n != len(b) {
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EISDIR) {
+			return 0, false, fmt.Errorf("read %s: %w", path, err)
+		}
+		return 0, false, nil // cut short, or no file: damaged
 	}
 	if binary.LittleEndian.Uint32(b[8:]) != crc32.Checksum(b[:8], castagnoli) {
 		return 0, false, nil

@@ -78,7 +78,11 @@ func (d Damage) String() string {
 //     Salvage or not, and no file is changed: it is not damage, and only a
 //     build that reads that version may open the log. Only a header Open
 //     reads is checked: that of the last segment, and of every segment
-//     Options.Sealed does not vouch for (nor any with Salvage).
+//     Options.Sealed does not vouch for (nor any with Salvage);
+//   - an I/O error reading a file (the clean mark, a salvage's list, a
+//     segment) fails Open, naming the file and the cause: only a file
+//     that is not there, or that fails its checks, is taken for missing
+//     or damaged and repaired or dropped.
 //
 // Open takes an exclusive lock on the directory: a second Open, in this
 // process or another, fails with ErrLocked until the first Log is closed or
@@ -787,11 +791,18 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 func (l *Log) salvageHeader(seq uint32, cause error) (*segment.File, error) {
 	path := l.segPath(seq)
 	f, err := segment.OpenUnread(l.opts.FS, path, seq)
-	if err != nil {
-		// Too short for a header: every record is gone. Keep what there
-		// is aside and put an empty segment in its place (the salvage of
-		// the segments then seals it).
+	if errors.Is(err, segment.ErrBadHeader) {
+		// Too short for a header (the one ErrBadHeader of a file opened
+		// unread): every record is gone. Keep what there is aside and
+		// put an empty segment in its place (the salvage of the segments
+		// then seals it).
 		return l.salvageStub(seq, cause)
+	}
+	if err != nil {
+		// Anything else (an I/O error opening, sizing or mapping it) says
+		// nothing of the file: taken for one too short, it was replaced
+		// by an empty segment and every intact record in it dropped.
+		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
 	// The frames' checksums were seeded with the salt the damaged header
 	// held; the frames give it back (segment.RecoverSalt). When they do

@@ -93,10 +93,12 @@ func (e *Entry) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[28:], entryCRC(e.Seq, b))
 }
 
+// entryCRC is the checksum of seq's entry b: CRC-32C over the sequence
+// and the entry's first 28 bytes (see entrySum, which a scan calls with a
+// buffer of its own).
 func entryCRC(seq uint64, b []byte) uint32 {
-	var s [8]byte
-	binary.LittleEndian.PutUint64(s[:], seq)
-	return crc32.Update(crc32.Update(0, castagnoli, s[:]), castagnoli, b[:28])
+	var buf crcBuf
+	return entrySum(&buf, seq, b)
 }
 
 // absent reports whether b, an entry of the chunk files, is all zeros: the

@@ -119,6 +119,10 @@ func TestAZeroPendingIsNoAppend(t *testing.T) {
 	pos, err = zero.Wait()
 	require.ErrorContains(t, err, "Enqueue did not return")
 	require.Empty(t, pos)
+	var none *Pending // a slot of a []*Pending never filled
+	pos, err = none.Wait()
+	require.ErrorContains(t, err, "Enqueue did not return", "a nil Pending is refused, not a panic")
+	require.Empty(t, pos)
 }
 
 func TestAppendIsAtomicAndNeverSplitAcrossSegments(t *testing.T) {

@@ -143,9 +143,11 @@ type Options struct {
 	// first call the log does not take, before anyone else goes on) needs
 	// it: otherwise, between the release and the moment the failed call
 	// stops the caller, other calls and a Barrier succeed as if nothing
-	// failed. Nothing written is lost by the stop: Close still fdatasyncs
-	// what the log wrote, writes the clean mark and returns nil (unless
-	// that fdatasync fails); Open the log again to go on.
+	// failed. Nothing written is lost by the stop: under SyncInterval the
+	// background fdatasync still covers what the log acknowledged as
+	// written, and Close still fdatasyncs what the log wrote, writes the
+	// clean mark and returns nil (unless that fdatasync fails); Open the
+	// log again to go on.
 	StopOnRotationFailure bool
 }
 

@@ -199,8 +199,12 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 
 // Wait returns the positions of the queued records once they are written or
 // durable, as Enqueue asked, or the error that stopped them. A Pending
-// Enqueue did not make (the zero Pending) returns an error, not success.
+// Enqueue did not make (the zero Pending, or nil) returns an error, not
+// success.
 func (p *Pending) Wait() ([]Position, error) {
+	if p == nil {
+		return nil, errZeroPending
+	}
 	if p.err != nil || p.empty {
 		return nil, p.err
 	}
@@ -285,7 +289,10 @@ func (l *Log) writeLoop() {
 		case <-l.kick:
 		case <-timer.C:
 			timerArmed = false
-			if l.poison() == nil && w.writeOff > w.syncedOff {
+			// A log a failed rotation stopped lost nothing: what it
+			// acknowledged as written still gets its fdatasync within
+			// the interval (only a failed write or fdatasync ends that).
+			if l.lostErr() == nil && w.writeOff > w.syncedOff {
 				if err := l.syncActive(); err != nil {
 					l.fail(err)
 				}
@@ -328,7 +335,7 @@ func (l *Log) writeLoop() {
 			timer.Stop()
 			return
 		}
-		if !timerArmed && l.opts.Sync != SyncNever && w.writeOff > w.syncedOff && l.poison() == nil {
+		if !timerArmed && l.opts.Sync != SyncNever && w.writeOff > w.syncedOff && l.lostErr() == nil {
 			timer.Reset(l.opts.SyncInterval)
 			timerArmed = true
 		}

@@ -165,7 +165,7 @@ func (osFS) SyncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
+	err = syncDir(d)
 	return errors.Join(err, d.Close())
 }
 

@@ -26,3 +26,6 @@ func (f osFile) Sync() error {
 	}
 	return nil
 }
+
+// syncDir syncs an open directory as Sync does a file, once.
+func syncDir(d *os.File) error { return osFile{d}.Sync() }

@@ -19,6 +19,16 @@ func (f osFile) Sync() error {
 	return nil
 }
 
+// syncDir is fsync(2) of an open directory, called once like Sync: the
+// standard library's File.Sync retries it on EINTR, and a failed directory
+// sync poisons the log for the same reason a failed fdatasync does.
+func syncDir(d *os.File) error {
+	if err := unix.Fsync(int(d.Fd())); err != nil {
+		return &os.PathError{Op: "fsync", Path: d.Name(), Err: err}
+	}
+	return nil
+}
+
 // Allocate is fallocate(2) with mode 0: see [Allocator].
 func (f osFile) Allocate(off, n int64) error {
 	if err := unix.Fallocate(int(f.Fd()), 0, off, n); err != nil {

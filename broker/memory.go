@@ -339,9 +339,10 @@ func tooLargeFor(payloads [][]byte, limit int) error {
 }
 
 // Receive leases up to max messages, oldest EnqueuedAt first among those
-// receivable now; see [Broker.Receive]. A message whose lease lapsed on
-// its last allowed delivery is a dead letter (reason LEASE_EXPIRED) from
-// the instant it lapsed. A lease deadline past year 2262 is
+// receivable now; see [Broker.Receive]. A message whose lease lapsed on its
+// last allowed delivery is a dead letter from the instant it lapsed, with the
+// reason, code and cause of the last nack of its life, or LEASE_EXPIRED when
+// no consumer reported anything in it. A lease deadline past year 2262 is
 // [QueueMisconfigured], and such a Receive leases and observes nothing.
 func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	if q == nil {

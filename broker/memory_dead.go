@@ -40,13 +40,13 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 }
 
 // ReplayDeadLetter moves dead letter id (its Message.ID, as DeadLetters
-// returns it) back into the queue, receivable at once, with its delivery
-// count reset; it keeps its ID, payload and EnqueuedAt (so Receive hands it
-// out before every message published after it), and closes the Wake
+// returns it) back into the queue, receivable at once, with its delivery count
+// reset; it keeps its ID, payload and EnqueuedAt (so Receive hands it out
+// before every message enqueued after it, by EnqueuedAt), and closes the Wake
 // signal. Replays of one dead letter racing each other queue it once: one
 // returns nil, the others [DeadLetterNotFound]. A queue at its Capacity
-// refuses it ([QueueFull], not counted as shed) and the dead letter stays
-// as it was. See [DeadLetterManager].
+// refuses it ([QueueFull], not counted as shed) and the dead letter stays as
+// it was. See [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {
 		return nilReceiver("Memory")

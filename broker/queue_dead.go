@@ -64,13 +64,13 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 }
 
 // ReplayDeadLetter moves dead letter id (its Message.ID, as DeadLetters
-// returns it) back into the queue, receivable at once, with its delivery
-// count reset; it keeps its ID, payload and EnqueuedAt, so Receive hands it
-// out before every message published after it (replaying a backlog of dead
-// letters puts it ahead of new work). It closes the Wake signal. Replays of
-// one dead letter racing each other queue it once: one returns nil, the
-// others DeadLetterNotFound. A queue at its Capacity refuses it (QueueFull,
-// not counted as shed) and the dead letter stays as it was. See
+// returns it) back into the queue, receivable at once, with its delivery count
+// reset; it keeps its ID, payload and EnqueuedAt, so Receive hands it out
+// before every message enqueued after it, by EnqueuedAt (replaying a backlog
+// of dead letters puts it ahead of new work). It closes the Wake signal.
+// Replays of one dead letter racing each other queue it once: one returns nil,
+// the others DeadLetterNotFound. A queue at its Capacity refuses it
+// (QueueFull, not counted as shed) and the dead letter stays as it was. See
 // DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q == nil {

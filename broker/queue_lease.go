@@ -12,10 +12,11 @@ import (
 // Receive leases up to max messages, oldest EnqueuedAt first among those
 // receivable now; see Broker.Receive. Lease lapses and retry delays take
 // effect by the broker clock when Receive runs: no background goroutine is
-// needed. A message whose lease lapsed on its last allowed delivery is
-// moved to the dead-letter store (reason LEASE_EXPIRED) instead. A
-// Receive that meets damage in the index (a table entry that fails its
-// checksum) hands out nothing, not even the messages it took before the
+// needed. A message whose lease lapsed on its last allowed delivery is moved
+// to the dead-letter store instead, with the reason, code and cause of the
+// last nack of its life, or LEASE_EXPIRED when no consumer reported anything
+// in it. A Receive that meets damage in the index (a table entry that fails
+// its checksum) hands out nothing, not even the messages it took before the
 // damage: it fails with Corrupt, and the store stops (see Store.Err).
 func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
 	if q == nil {

@@ -88,8 +88,11 @@ func (q *Queue) statsNow() QueueStats {
 // Wake returns what an idle consumer should wait on; see Waker. Signal is
 // closed by the next Publish, Nack that hands a message back, replay,
 // policy change, or Extend that brings a lease's lapse closer, on this
-// queue in this process, and for good when the store closes or stops. In
-// is measured on the broker clock.
+// queue in this process, and for good when the store closes or stops:
+// then it is closed already, nothing is Scheduled, and Wake leaves the
+// queue's state alone, so a consumer that asks looks again at once and is
+// told why (Closed, or the store's error). In is measured on the broker
+// clock.
 func (q *Queue) Wake() WakeValue {
 	if q == nil {
 		return WakeValue{Signal: lookNow}
@@ -97,6 +100,9 @@ func (q *Queue) Wake() WakeValue {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w := WakeValue{Signal: q.signal}
+	if q.shut {
+		return w
+	}
 	q.signalOut = true
 	now, err := q.s.now()
 	if err != nil {

@@ -319,3 +319,24 @@ func TestWakeClosedByAnExtendThatShortensALease(t *testing.T) {
 		require.Equal(t, time.Second, b.Wake().In, "%T", b)
 	}
 }
+
+// After the store closes, Wake's Signal is closed for good and nothing is
+// Scheduled, as a Memory says after its Close: the lease that would lapse
+// in a second is no moment to wait for, since no Receive will hand it out.
+// Asked for a Wake, the closed store does not move the queue's state
+// either: Stats reports the lease still leased, not lapsed.
+func TestWakeAfterCloseIsClosedAndSchedulesNothing(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "a")
+	mustPublish(t, q, "b")
+	mustReceiveOne(t, q)
+	e.close()
+	e.clock.Advance(time.Hour) // past the lease's lapse
+	w := q.Wake()
+	require.True(t, closed(w.Signal), "the store closed: look again at once, and be told Closed")
+	require.False(t, w.Scheduled, "a closed store schedules nothing")
+	require.Zero(t, w.In)
+	st := q.Stats()
+	require.Equal(t, 1, st.Leased, "Wake of a closed store moved the queue's state: %+v", st)
+}

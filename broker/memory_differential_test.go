@@ -31,6 +31,7 @@ import (
 //	WALBROKER_MEMORY_STEPS  its number of steps (default 3000, 300 with -short)
 //	WALBROKER_MEMDIFF_SEED  replay TestMemoryAndStoreAgree* (seed printed by every run)
 //	WALBROKER_MEMDIFF_RUNS  their number of random policies (default 8, 3 with -short)
+//	WALBROKER_POLICYDIFF_SEED replay TestTwoStoresAgreeThroughPolicyChangesAndReopens
 
 // TestMemoryBehavesAsFileStore: one policy with every bound set (capacity,
 // dedup window, message size, backoff), over a long run, with the clock

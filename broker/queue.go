@@ -53,9 +53,11 @@ type Queue struct {
 	inflight map[*wal.Pending]inflightPublish
 	// diedBeforeOpen: messages whose last lease had lapsed when the store
 	// was opened. They died before this process, which logs their move to
-	// the dead-letter store but does not count it in DeadLettered (the
-	// process that saw them lapse did; counters are since open). Each is
-	// known by its sequence and lease nonce: a later lease is another life.
+	// the dead-letter store but does not count it in DeadLettered:
+	// counters are since open, and the death came before (a process that
+	// saw the lease lapse counted it; one that closed before it lapsed did
+	// not, and then no process does). Each is known by its sequence and
+	// lease nonce: a later lease is another life.
 	diedBeforeOpen map[uint64]uint64
 
 	stats queueCounters

@@ -757,6 +757,27 @@ func TestEveryCallOnAClosedConnectionIsClosed(t *testing.T) {
 	is(q.DeleteDeadLetter(ctx, "no-such-id"), "DeleteDeadLetter of no dead letter")
 }
 
+// TestADeclarationOnAClosedConnectionIsClosed: once the connection is
+// closed, Store.Queue is Closed too, as every queue call is (and as the
+// file store's Queue is once the store is closed): for a queue the Store
+// serves already and for a new one alike, not the client's "connection
+// closed" passed on without broker.Closed.
+func TestADeclarationOnAClosedConnectionIsClosed(t *testing.T) {
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "DECLCLOSED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "DECLCLOSED") })
+	mustQueue(t, st, "c", policy())
+	nc.Close()
+	for _, name := range []string{"c", "d"} {
+		if _, err := st.Queue(name, policy()); !errors.Is(err, broker.Closed) {
+			t.Errorf("Store.Queue(%q) on a closed connection: %v, want an error wrapping broker.Closed", name, err)
+		}
+	}
+}
+
 // TestOpenRefuses: bad options and names are refused before the server is
 // asked.
 func TestOpenRefuses(t *testing.T) {

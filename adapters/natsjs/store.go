@@ -184,7 +184,8 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
 // invalid name or policy is refused with an error wrapping
 // broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
-// the server cannot keep.
+// the server cannot keep. Once the Store or its connection is closed,
+// Queue returns an error wrapping broker.Closed.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	if s == nil {
 		return nil, nilReceiver("Store")
@@ -210,7 +211,7 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
 	defer cancel()
 	if err := s.provision(ctx, n, policy); err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+		return nil, declareError(name, err)
 	}
 	if q := s.queues[name]; q != nil {
 		q.setPolicy(policy)
@@ -218,7 +219,7 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	}
 	q, err := newQueue(ctx, s, name, n, policy)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+		return nil, declareError(name, err)
 	}
 	s.queues[name] = q
 	if s.connGone {
@@ -227,6 +228,17 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		_ = q.close()
 	}
 	return q, nil
+}
+
+// declareError wraps the failure of a declaration's requests, as
+// broker.Closed when the connection is gone: once it closed, every call
+// returns Closed (see watchConn), a declaration included, as the file
+// store's Queue does once the store is closed.
+func declareError(name string, err error) error {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("natsjs: queue %s: %v: %w", name, err, broker.Closed)
+	}
+	return fmt.Errorf("natsjs: queue %s: %w", name, err)
 }
 
 // provisionTimeout bounds the requests that declare a queue: twice the

@@ -151,17 +151,23 @@ func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause erro
 		failedAt: time.Now(), reply: l.reply}, reason, code, public)
 }
 
-// buryLapsed dead-letters, with MaxDeliveries deliveries and the last
-// failure reported (else LEASE_EXPIRED; see lapseCause),
-// a message the server delivered more often than the policy allows (a
-// policy change lowered MaxDeliveries after its last lease was taken).
-func (q *Queue) buryLapsed(ctx context.Context, d delivery, policy broker.PolicyValue) error {
+// buryLapsed dead-letters, with the last failure reported (else
+// LEASE_EXPIRED; see lapseCause), d, a delivery beyond the policy's
+// MaxDeliveries: the message had its earlier deliveries under a larger
+// MaxDeliveries (another Store's, or this one's before a declaration
+// lowered it). Its Deliveries is the count at death, the deliveries it
+// had before this one, which no consumer gets (d.delivered-1): "how many
+// times the message was delivered before it was abandoned"
+// (broker.DeadLetterValue), above the policy's MaxDeliveries when it ran
+// past it, as the file store counts a message that a lowered
+// MaxDeliveries cut off.
+func (q *Queue) buryLapsed(ctx context.Context, d delivery) error {
 	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
 	reason, code, public, err := q.lapseCause(ctx, d.seq, id)
 	if err != nil {
 		return err
 	}
-	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: policy.MaxDeliveries,
+	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: d.delivered - 1,
 		failedAt: time.Now(), reply: d.msg.Reply}, reason, code, public)
 }
 

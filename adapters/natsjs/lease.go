@@ -237,7 +237,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			return q.partial(out, q.connError("receive", err))
 		}
 		for _, d := range exhausted {
-			if err := q.buryLapsed(ctx, d, policy); err != nil {
+			if err := q.buryLapsed(ctx, d); err != nil {
 				return q.partial(out, err)
 			}
 		}

@@ -559,7 +559,13 @@ const sweepEvery = time.Minute
 // ExpiresAt of that lease when this Queue handed it out, else the
 // advisory's instant. (nats-server 2.15 notices the lapse of a lease
 // that was not the first delivery only at the consumer's next pull, so
-// the advisory may come late.)
+// the advisory may come late.) A message whose death is recorded already
+// keeps its record and is only deleted (see deathRecorded): a Nack or
+// Reject on the last delivery stores its dead letter, then terminates
+// the delivery, and when its acknowledgement reaches the server after
+// the lease's deadline (see Lease expiry in the package documentation),
+// the advisory of that lapse can be swept between the two; written again
+// here, the record would lose the cause the consumer reported.
 func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, failedAt time.Time) error {
 	q.mu.Lock()
 	if l := q.leases[seq]; l != nil && l.deliveries == deliveries && l.expiresAt.Before(failedAt) {
@@ -574,6 +580,14 @@ func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, faile
 		return q.connError("read a message whose last lease lapsed", err)
 	}
 	id, enqueued := identity(m.Header, seq, m.Time)
+	if recorded, err := q.deathRecorded(ctx, id, m.Header); err != nil {
+		return err
+	} else if recorded {
+		if err := q.work.DeleteMsg(ctx, seq); err != nil && !notFound(err) {
+			return q.connError("remove dead letter "+id+" from the queue", err)
+		}
+		return nil
+	}
 	reason, code, public, err := q.lapseCause(ctx, seq, id)
 	if err != nil {
 		return err

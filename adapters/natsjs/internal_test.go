@@ -565,6 +565,45 @@ func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 	}
 }
 
+// TestAnAdvisoryKeepsTheDeathARejectRecorded: a Reject (or a Nack on the
+// last delivery) stores its dead letter, then terminates the delivery;
+// when its acknowledgement reaches the server after the lease's
+// deadline, the server's MAX_DELIVERIES advisory of that lapse can be
+// swept between the two. The sweep keeps the record, with the cause the
+// consumer reported, and only removes the message from the work stream.
+func TestAnAdvisoryKeepsTheDeathARejectRecorded(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "late", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	m, seq := publishOne(t, q)
+	// The record the Reject stored before its +TERM.
+	rec := nats.NewMsg(q.n.deadSubject + "." + m.ID)
+	rec.Data = []byte("x")
+	rec.Header.Set(hdrID, m.ID)
+	rec.Header.Set(hdrEnqueued, strconv.FormatInt(m.EnqueuedAt.UnixNano(), 10))
+	rec.Header.Set(hdrFailed, strconv.FormatInt(time.Now().UnixNano(), 10))
+	rec.Header.Set(hdrReason, strconv.Quote("PARSE_FAILED"))
+	rec.Header.Set(hdrCode, broker.FormatCode(0x2A00000B))
+	rec.Header.Set(hdrCause, strconv.Quote("unparsable order"))
+	rec.Header.Set(hdrDeliveries, "1")
+	if _, err := q.s.js.PublishMsg(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	injectAdvisories(t, q, seq)
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != "PARSE_FAILED" || dls[0].Cause != "unparsable order" {
+		t.Fatalf("dead letters %+v, want %s with the Reject's PARSE_FAILED", dls, m.ID)
+	}
+	if _, err := q.work.GetMsg(ctx, seq); !notFound(err) {
+		t.Fatalf("the work stream still holds %s after the sweep: %v", m.ID, err)
+	}
+}
+
 // TestALeaseLookedAtAfterCloseIsClosed: a call that passed begin before
 // Close and looks at its lease after it (Ack, Nack, Reject, Extend) is
 // told Closed, not LeaseExpired: Close forgot the leases, but the lease

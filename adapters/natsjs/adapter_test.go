@@ -757,6 +757,27 @@ func TestEveryCallOnAClosedConnectionIsClosed(t *testing.T) {
 	is(q.DeleteDeadLetter(ctx, "no-such-id"), "DeleteDeadLetter of no dead letter")
 }
 
+// TestADeclarationOnAClosedConnectionIsClosed: once the connection is
+// closed, Store.Queue is Closed too, as every queue call is (and as the
+// file store's Queue is once the store is closed): for a queue the Store
+// serves already and for a new one alike, not the client's "connection
+// closed" passed on without broker.Closed.
+func TestADeclarationOnAClosedConnectionIsClosed(t *testing.T) {
+	nc := connect(t, sharedServer(t).ClientURL())
+	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "DECLCLOSED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); deleteStreams(t, connect(t, sharedServer(t).ClientURL()), "DECLCLOSED") })
+	mustQueue(t, st, "c", policy())
+	nc.Close()
+	for _, name := range []string{"c", "d"} {
+		if _, err := st.Queue(name, policy()); !errors.Is(err, broker.Closed) {
+			t.Errorf("Store.Queue(%q) on a closed connection: %v, want an error wrapping broker.Closed", name, err)
+		}
+	}
+}
+
 // TestOpenRefuses: bad options and names are refused before the server is
 // asked.
 func TestOpenRefuses(t *testing.T) {
@@ -1046,14 +1067,13 @@ func TestAPublishIntoAPlaceHeldByALapsedLastDeliveryIsAdmitted(t *testing.T) {
 	}
 }
 
-// TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetterOfMaxDeliveries:
-// a Store whose policy allows one delivery receives a message that
-// another Store, declaring three, delivered once already. The message has
-// run out of attempts under this policy: it is not handed out but becomes
-// a LEASE_EXPIRED dead letter, whose Deliveries is the policy's
-// MaxDeliveries, as for every message that ran out of attempts
+// TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetter: a Store whose
+// policy allows one delivery receives a message that another Store,
+// declaring three, delivered once already. The message has run out of
+// attempts under this policy: it is not handed out but becomes a dead
+// letter, whose Deliveries is the one delivery it had
 // (broker.DeadLetterValue).
-func TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetterOfMaxDeliveries(t *testing.T) {
+func TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetter(t *testing.T) {
 	ctx := context.Background()
 	a, b, _ := twoStores(t)
 	qa := mustQueue(t, a, "lowered", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
@@ -1083,6 +1103,50 @@ func TestADeliveryBeyondThePolicysMaxDeliveriesIsADeadLetterOfMaxDeliveries(t *t
 	// the dead letter records it, UNEXPLAINED, not LEASE_EXPIRED.
 	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonUnexplained || dls[0].Deliveries != 1 {
 		t.Fatalf("dead letters %+v, want %s UNEXPLAINED (its last nack's nil cause) after 1 delivery", dls, m.ID)
+	}
+}
+
+// TestADeliveryBeyondAStoresMaxDeliveriesCountsTheDeliveriesItHad: a
+// message delivered (and nacked) three times through a Store whose policy
+// allows five, then pulled by a Store whose policy allows one, is a dead
+// letter of that Store's. DeadLetterValue.Deliveries is "how many times
+// the message was delivered before it was abandoned": three, not the
+// policy's MaxDeliveries, as the file store counts a message that a
+// lowered MaxDeliveries cut off.
+func TestADeliveryBeyondAStoresMaxDeliveriesCountsTheDeliveriesItHad(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	qa := mustQueue(t, a, "beyond", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+	qb := mustQueue(t, b, "beyond", policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 5 }))
+	m, err := qb.Publish(ctx, []byte("thrice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := 1; want <= 3; want++ {
+		d := receiveOneWithin(t, qb, "a delivery through the Store of MaxDeliveries 5")
+		if d.Deliveries != want {
+			t.Fatalf("delivery %d, want %d", d.Deliveries, want)
+		}
+		if _, err := qb.Nack(ctx, d.Lease.Receipt, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dls []broker.DeadLetterValue
+	until(t, 10*time.Second, "the message is a dead letter", func() bool {
+		ds, err := qa.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) > 0 {
+			t.Fatalf("delivered %s as delivery %d under MaxDeliveries 1", ds[0].Message.ID, ds[0].Deliveries)
+		}
+		if dls, err = qa.DeadLetters(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(dls) > 0
+	})
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Deliveries != 3 {
+		t.Fatalf("dead letters %s; want %s with Deliveries 3 (it was delivered three times before it was abandoned)", dlText(dls), m.ID)
 	}
 }
 
@@ -2022,4 +2086,16 @@ func receiveOneWithin(t *testing.T, q broker.Broker, what string) broker.Deliver
 		return len(ds) == 1
 	})
 	return d
+}
+
+// dlText lists dead letters by ID, reason and count, for a failure's text.
+func dlText(dls []broker.DeadLetterValue) string {
+	s := "["
+	for i, dl := range dls {
+		if i > 0 {
+			s += " "
+		}
+		s += dl.Message.ID + " " + dl.Reason + " deliveries=" + itoa(dl.Deliveries)
+	}
+	return s + "]"
 }

@@ -151,17 +151,23 @@ func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause erro
 		failedAt: time.Now(), reply: l.reply}, reason, code, public)
 }
 
-// buryLapsed dead-letters, with MaxDeliveries deliveries and the last
-// failure reported (else LEASE_EXPIRED; see lapseCause),
-// a message the server delivered more often than the policy allows (a
-// policy change lowered MaxDeliveries after its last lease was taken).
-func (q *Queue) buryLapsed(ctx context.Context, d delivery, policy broker.PolicyValue) error {
+// buryLapsed dead-letters, with the last failure reported (else
+// LEASE_EXPIRED; see lapseCause), d, a delivery beyond the policy's
+// MaxDeliveries: the message had its earlier deliveries under a larger
+// MaxDeliveries (another Store's, or this one's before a declaration
+// lowered it). Its Deliveries is the count at death, the deliveries it
+// had before this one, which no consumer gets (d.delivered-1): "how many
+// times the message was delivered before it was abandoned"
+// (broker.DeadLetterValue), above the policy's MaxDeliveries when it ran
+// past it, as the file store counts a message that a lowered
+// MaxDeliveries cut off.
+func (q *Queue) buryLapsed(ctx context.Context, d delivery) error {
 	id, enqueued := identity(d.msg.Header, d.seq, d.stored)
 	reason, code, public, err := q.lapseCause(ctx, d.seq, id)
 	if err != nil {
 		return err
 	}
-	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: policy.MaxDeliveries,
+	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: d.delivered - 1,
 		failedAt: time.Now(), reply: d.msg.Reply}, reason, code, public)
 }
 
@@ -197,7 +203,9 @@ func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, 
 // per ID survives) and both delete; nothing is lost or doubled.
 //
 // A sweep also buries the messages of this Queue's own last leases that
-// lapsed, which the server may not have noticed yet (buryLapsedLastLocked).
+// lapsed, which the server may not have noticed yet (buryLapsedLastLocked),
+// and those this Queue nacked that a lowered MaxDeliveries left no
+// delivery (buryExhaustedLocked).
 //
 // A notice lost while the connection was down is made up for by a sweep at
 // least every sweepEvery, notice or not.
@@ -243,6 +251,9 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 	if err := q.buryLapsedLastLocked(ctx); err != nil {
 		return err
 	}
+	if err := q.buryExhaustedLocked(ctx); err != nil {
+		return err
+	}
 	if err := q.sweepAbandonedLocked(ctx); err != nil {
 		return err
 	}
@@ -274,11 +285,12 @@ func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 }
 
 // buryLapsedLast buries raw, the message at seq whose last lease l
-// lapsed. A message whose death is recorded already (a Reject or Nack
-// that stopped after it wrote the record, and whose restored lease then
-// lapsed; see deathRecorded) keeps its record, as in buryAbandoned: its
-// delivery is only terminated.
-func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *jetstream.RawStreamMsg) error {
+// lapsed (or was nacked, when a lowered MaxDeliveries made it the last),
+// as failed at failedAt. A message whose death is recorded already (a
+// Reject or Nack that stopped after it wrote the record, and whose
+// restored lease then lapsed; see deathRecorded) keeps its record, as in
+// buryAbandoned: its delivery is only terminated.
+func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *jetstream.RawStreamMsg, failedAt time.Time) error {
 	if recorded, err := q.deathRecorded(ctx, l.id, raw.Header); err != nil {
 		return err
 	} else if recorded {
@@ -292,7 +304,7 @@ func (q *Queue) buryLapsedLast(ctx context.Context, seq uint64, l *lease, raw *j
 		return err
 	}
 	return q.bury(ctx, corpse{seq: seq, id: l.id, enqueued: l.enqueued, payload: raw.Data, deliveries: l.deliveries,
-		failedAt: l.expiresAt, reply: l.reply}, reason, code, public)
+		failedAt: failedAt, reply: l.reply}, reason, code, public)
 }
 
 // deathRecorded reports whether dead letter id has a record of the death
@@ -326,9 +338,15 @@ func (q *Queue) deathRecorded(ctx context.Context, id string, h nats.Header) (bo
 // Capacity), and the lease is forgotten. No receipt can act on such a
 // message any more (this Queue refuses a lapsed lease, and the server
 // delivers the message to no one else), so nothing races the burial; an
-// advisory the server sends later finds the message gone. Called with
-// sweepMu held.
+// advisory the server sends later finds the message gone. A lease that
+// lapsed with deliveries left, before a declaration lowered MaxDeliveries
+// to or below its count, died at that declaration, not at its lapse: its
+// FailedAt is the declaration's, as the file store's. Called with sweepMu
+// held.
 func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
+	q.mu.Lock()
+	lowered := q.lowered
+	q.mu.Unlock()
 	for seq, l := range q.lapsedLast(time.Now()) {
 		rctx, cancel := q.s.bounded(ctx)
 		raw, err := q.work.GetMsg(rctx, seq)
@@ -336,14 +354,76 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 		if err != nil && !notFound(err) {
 			return q.connError("read message "+l.id+" whose last lease lapsed", err)
 		}
+		failedAt := l.expiresAt
+		if !l.last && lowered.After(failedAt) {
+			failedAt = lowered
+		}
 		if err == nil {
-			if err := q.buryLapsedLast(ctx, seq, l, raw); err != nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw, failedAt); err != nil {
 				return err
 			}
 		}
 		q.mu.Lock()
 		if q.leases[seq] == l {
 			delete(q.leases, seq)
+		}
+		q.mu.Unlock()
+	}
+	return nil
+}
+
+// exhausted returns the messages this Queue nacked whose retry delay has
+// not ended and whose count is at or above the policy's MaxDeliveries: a
+// declaration lowered it since the Nack, and they have no delivery left.
+func (q *Queue) exhausted(now time.Time) map[uint64]*lease {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out map[uint64]*lease
+	for seq, r := range q.retries {
+		if r.l.deliveries >= q.policy.MaxDeliveries && r.at.After(now) {
+			if out == nil {
+				out = map[uint64]*lease{}
+			}
+			out[seq] = r.l
+		}
+	}
+	return out
+}
+
+// buryExhaustedLocked buries the messages of exhausted as dead letters, as
+// the file store does at a declaration that lowers MaxDeliveries to or
+// below a waiting message's count: FailedAt now (the declaration, which
+// sweeps at once), Deliveries the count the message had, and the last
+// failure a Nack reported (the Nack that began the delay recorded it; see
+// lapseCause). The dead letter is stored, then the delivery the Nack
+// ended is terminated: the server applies that to the message whatever
+// delivery it names, and removes it from the work stream, so it no longer
+// holds a place of the Capacity. Nothing races the burial: the message
+// waits out its retry delay (the server's instant is later than this
+// Queue's), so no consumer holds it, and the server delivers it to no one
+// any more, since the declaration set the consumer's MaxDeliver before
+// this Queue took up the new policy. A message whose retry delay has
+// ended is left alone: another Store may have taken it since, on a
+// delivery the declaration did not cut off. The server delivers it no
+// more either; a later sweep buries it (its advisory, or as given up).
+// Called with sweepMu held.
+func (q *Queue) buryExhaustedLocked(ctx context.Context) error {
+	now := time.Now()
+	for seq, l := range q.exhausted(now) {
+		rctx, cancel := q.s.bounded(ctx)
+		raw, err := q.work.GetMsg(rctx, seq)
+		cancel()
+		if err != nil && !notFound(err) {
+			return q.connError("read message "+l.id+" that has no delivery left", err)
+		}
+		if err == nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw, now); err != nil {
+				return err
+			}
+		}
+		q.mu.Lock()
+		if r, ok := q.retries[seq]; ok && r.l == l {
+			delete(q.retries, seq)
 		}
 		q.mu.Unlock()
 	}
@@ -479,7 +559,13 @@ const sweepEvery = time.Minute
 // ExpiresAt of that lease when this Queue handed it out, else the
 // advisory's instant. (nats-server 2.15 notices the lapse of a lease
 // that was not the first delivery only at the consumer's next pull, so
-// the advisory may come late.)
+// the advisory may come late.) A message whose death is recorded already
+// keeps its record and is only deleted (see deathRecorded): a Nack or
+// Reject on the last delivery stores its dead letter, then terminates
+// the delivery, and when its acknowledgement reaches the server after
+// the lease's deadline (see Lease expiry in the package documentation),
+// the advisory of that lapse can be swept between the two; written again
+// here, the record would lose the cause the consumer reported.
 func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, failedAt time.Time) error {
 	q.mu.Lock()
 	if l := q.leases[seq]; l != nil && l.deliveries == deliveries && l.expiresAt.Before(failedAt) {
@@ -494,6 +580,14 @@ func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, faile
 		return q.connError("read a message whose last lease lapsed", err)
 	}
 	id, enqueued := identity(m.Header, seq, m.Time)
+	if recorded, err := q.deathRecorded(ctx, id, m.Header); err != nil {
+		return err
+	} else if recorded {
+		if err := q.work.DeleteMsg(ctx, seq); err != nil && !notFound(err) {
+			return q.connError("remove dead letter "+id+" from the queue", err)
+		}
+		return nil
+	}
 	reason, code, public, err := q.lapseCause(ctx, seq, id)
 	if err != nil {
 		return err

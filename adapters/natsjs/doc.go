@@ -130,6 +130,22 @@
 //     different VisibilityTimeout moves the end of every lease and retry
 //     delay already handed out by the difference, instead of applying the
 //     new policy from then on only.
+//     A declaration that lowers MaxDeliveries gives up on the messages it
+//     leaves no delivery, as the file store's does, but only on those the
+//     declaring Store knows of: the messages it nacked that still wait
+//     out their retry delay, and those whose lease it handed out lapsed,
+//     with a count at or above the new maximum, are dead letters when
+//     Queue returns (Deliveries their count; the last failure a Nack
+//     reported, else LEASE_EXPIRED; FailedAt the declaration, or the
+//     lapse when that came after the lease became the last). The server
+//     delivers no such message again, but it does not look at its pending
+//     messages when MaxDeliver changes: a message another Store (or this
+//     one before a restart) nacked or leased, or whose retry delay has
+//     ended (another Store may have taken it since, on a delivery the
+//     declaration did not cut off), holds its place of the Capacity, and
+//     is no dead letter, until the server gives it up after its retry
+//     delay or lease ends (at some Store's next Receive at the latest);
+//     a sweep then buries it, dated then.
 //   - Lease expiry. The adapter refuses a receipt AT its ExpiresAt, but the
 //     message reappears when the server's deadline passes, a request's
 //     flight later. An Ack sent just before ExpiresAt that reaches the

@@ -181,12 +181,12 @@ func TestALeaseIsRefusedAtItsExpiresAt(t *testing.T) {
 func TestTrimmingDropsOnlyTheLongLapsedLeases(t *testing.T) {
 	now := time.Now()
 	long, recent, live := now.Add(-leaseMemory-time.Minute), now.Add(-time.Minute), now.Add(time.Hour)
-	q := &Queue{leases: map[uint64]*lease{}, retries: map[uint64]time.Time{}, sweepAt: minSweep}
+	q := &Queue{leases: map[uint64]*lease{}, retries: map[uint64]retry{}, sweepAt: minSweep}
 	for seq := range uint64(minSweep) {
 		q.leases[seq+10] = &lease{expiresAt: long}
 	}
 	q.leases[1], q.leases[2] = &lease{expiresAt: recent}, &lease{expiresAt: live}
-	q.retries[3], q.retries[4], q.retries[5] = long, recent, live
+	q.retries[3], q.retries[4], q.retries[5] = retry{at: long}, retry{at: recent}, retry{at: live}
 	q.trimLeases()
 	if len(q.leases) != 2 || q.leases[1] == nil || q.leases[2] == nil {
 		t.Errorf("%d leases kept, want the 2 that lapsed a minute ago or are live", len(q.leases))
@@ -565,6 +565,45 @@ func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 	}
 }
 
+// TestAnAdvisoryKeepsTheDeathARejectRecorded: a Reject (or a Nack on the
+// last delivery) stores its dead letter, then terminates the delivery;
+// when its acknowledgement reaches the server after the lease's
+// deadline, the server's MAX_DELIVERIES advisory of that lapse can be
+// swept between the two. The sweep keeps the record, with the cause the
+// consumer reported, and only removes the message from the work stream.
+func TestAnAdvisoryKeepsTheDeathARejectRecorded(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, "late", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 1})
+	m, seq := publishOne(t, q)
+	// The record the Reject stored before its +TERM.
+	rec := nats.NewMsg(q.n.deadSubject + "." + m.ID)
+	rec.Data = []byte("x")
+	rec.Header.Set(hdrID, m.ID)
+	rec.Header.Set(hdrEnqueued, strconv.FormatInt(m.EnqueuedAt.UnixNano(), 10))
+	rec.Header.Set(hdrFailed, strconv.FormatInt(time.Now().UnixNano(), 10))
+	rec.Header.Set(hdrReason, strconv.Quote("PARSE_FAILED"))
+	rec.Header.Set(hdrCode, broker.FormatCode(0x2A00000B))
+	rec.Header.Set(hdrCause, strconv.Quote("unparsable order"))
+	rec.Header.Set(hdrDeliveries, "1")
+	if _, err := q.s.js.PublishMsg(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	injectAdvisories(t, q, seq)
+	if err := q.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != "PARSE_FAILED" || dls[0].Cause != "unparsable order" {
+		t.Fatalf("dead letters %+v, want %s with the Reject's PARSE_FAILED", dls, m.ID)
+	}
+	if _, err := q.work.GetMsg(ctx, seq); !notFound(err) {
+		t.Fatalf("the work stream still holds %s after the sweep: %v", m.ID, err)
+	}
+}
+
 // TestALeaseLookedAtAfterCloseIsClosed: a call that passed begin before
 // Close and looks at its lease after it (Ack, Nack, Reject, Extend) is
 // told Closed, not LeaseExpired: Close forgot the leases, but the lease
@@ -573,7 +612,7 @@ func TestTwoStoresBuryingOneDeathBothSucceed(t *testing.T) {
 func TestALeaseLookedAtAfterCloseIsClosed(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	q := &Queue{s: &Store{key: []byte("0123456789abcdef0123456789abcdef")}, name: "a", n: newNames("P", "a"),
-		leases: map[uint64]*lease{42: {nonce: 7, expiresAt: now.Add(time.Hour)}}, retries: map[uint64]time.Time{}}
+		leases: map[uint64]*lease{42: {nonce: 7, expiresAt: now.Add(time.Hour)}}, retries: map[uint64]retry{}}
 	r := q.receipt(42, 7)
 	if _, _, err := q.liveLocked(r, now); err != nil {
 		t.Fatalf("before Close: %v, want the lease", err)
@@ -603,5 +642,28 @@ func TestWakeInNeverWrapsToNow(t *testing.T) {
 		if got := wakeIn(c.at, now); got != c.want {
 			t.Errorf("wakeIn(%v, %v) = %v, want %v", c.at, now, got, c.want)
 		}
+	}
+}
+
+// TestWakeNamesNoRetryOfAMessageWithNoDeliveryLeft: a message this Queue
+// nacked whose count a declaration has since made the last the policy
+// allows is not delivered again (the server's MaxDeliver stops it, and a
+// sweep buries it): Wake names the end of its retry delay no more, only
+// that of a message with deliveries left.
+func TestWakeNamesNoRetryOfAMessageWithNoDeliveryLeft(t *testing.T) {
+	now := time.Now()
+	q := &Queue{policy: broker.PolicyValue{MaxDeliveries: 2}, leases: map[uint64]*lease{}, signal: make(chan struct{}),
+		subscribeAfter: now.Add(time.Hour), // no wake subscription: this Queue has no Store
+		retries: map[uint64]retry{
+			1: {at: now.Add(30 * time.Second), l: &lease{deliveries: 2}},
+			2: {at: now.Add(time.Hour), l: &lease{deliveries: 1}},
+		}}
+	w := q.Wake()
+	if !w.Scheduled || w.In < 50*time.Minute {
+		t.Fatalf("Wake %+v, want In an hour: the retry of the message with a delivery left, not the one at 30 s of the message with none", w)
+	}
+	delete(q.retries, 2)
+	if w := q.Wake(); w.Scheduled {
+		t.Fatalf("Wake %+v with only the retry of a message with no delivery left, want nothing scheduled", w)
 	}
 }

@@ -36,6 +36,15 @@ type lease struct {
 	extending chan struct{}
 }
 
+// A retry is a message this Queue nacked, until it is delivered again: when
+// it becomes visible, and the lease the Nack ended, whose count, ack
+// subject and identity a burial needs when a declaration lowers
+// MaxDeliveries to or below that count (see buryExhaustedLocked).
+type retry struct {
+	at time.Time
+	l  *lease
+}
+
 // A receipt names one lease of one queue of one Store:
 //
 //	byte 0      version (1)
@@ -237,7 +246,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			return q.partial(out, q.connError("receive", err))
 		}
 		for _, d := range exhausted {
-			if err := q.buryLapsed(ctx, d, policy); err != nil {
+			if err := q.buryLapsed(ctx, d); err != nil {
 				return q.partial(out, err)
 			}
 		}
@@ -326,8 +335,8 @@ func (q *Queue) nothingDueLocked(events, highest uint64, now time.Time) bool {
 	if q.readyEvents != events || highest < q.stored {
 		return false
 	}
-	for _, at := range q.retries {
-		if !at.After(now) {
+	for _, r := range q.retries {
+		if !r.at.After(now) {
 			return false
 		}
 	}
@@ -483,7 +492,7 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 	q.mu.Lock()
 	// Kept without a delay too: until the message is delivered again, it
 	// is due (see drained).
-	q.retries[seq] = visible
+	q.retries[seq] = retry{at: visible, l: l}
 	if delay > 0 {
 		q.wakeLocked()
 	} else {
@@ -631,8 +640,8 @@ func (q *Queue) pruneLocked(cut time.Time) {
 			delete(q.leases, seq)
 		}
 	}
-	for seq, at := range q.retries {
-		if at.Before(cut) {
+	for seq, r := range q.retries {
+		if r.at.Before(cut) {
 			delete(q.retries, seq)
 		}
 	}

@@ -87,11 +87,15 @@ type Queue struct {
 	// mu guards everything below.
 	mu      sync.Mutex
 	policy  broker.PolicyValue
-	leases  map[uint64]*lease    // by stream sequence: the leases this Queue handed out (mu guards their extending too)
-	sweepAt int                  // len(leases) at which Receive drops the long-lapsed ones
-	retries map[uint64]time.Time // by stream sequence: when a message this Queue nacked becomes visible
-	signal  chan struct{}        // closed by the next event that may make a message receivable
-	wakeSub *nats.Subscription   // the publications of other clients; nil until Wake is first called
+	leases  map[uint64]*lease // by stream sequence: the leases this Queue handed out (mu guards their extending too)
+	sweepAt int               // len(leases) at which Receive drops the long-lapsed ones
+	retries map[uint64]retry  // by stream sequence: the messages this Queue nacked, until delivered again
+	// lowered is when a declaration last lowered MaxDeliveries (zero:
+	// never): a lease that lapsed before it with deliveries left died
+	// then (see buryLapsedLastLocked).
+	lowered time.Time
+	signal  chan struct{}      // closed by the next event that may make a message receivable
+	wakeSub *nats.Subscription // the publications of other clients; nil until Wake is first called
 	// subscribing: a Wake is making wakeSub, without mu (see subscribe);
 	// subscribeAfter: a failed attempt is not tried again before it.
 	subscribing    bool
@@ -114,7 +118,7 @@ type Queue struct {
 
 func newQueue(ctx context.Context, s *Store, name string, n names, policy broker.PolicyValue) (*Queue, error) {
 	q := &Queue{s: s, name: name, n: n, policy: policy, leases: map[uint64]*lease{}, sweepAt: minSweep,
-		retries: map[uint64]time.Time{}, signal: make(chan struct{})}
+		retries: map[uint64]retry{}, signal: make(chan struct{})}
 	var err error
 	if q.work, err = s.js.Stream(ctx, n.work); err != nil {
 		return nil, err
@@ -163,15 +167,24 @@ func (q *Queue) Name() string {
 // setPolicy applies the policy of a re-declaration. A changed policy
 // closes the wake signal, as the file store's does: what Wake said may no
 // longer hold (a raised MaxDeliveries makes a lease on its formerly last
-// delivery one whose lapse hands the message back).
-func (q *Queue) setPolicy(p broker.PolicyValue) {
+// delivery one whose lapse hands the message back). It reports whether
+// MaxDeliveries went down: the messages this Queue knows to wait for a
+// delivery the new policy no longer allows are then dead, and it marks
+// them for the next sweep (see buryExhaustedLocked), which the
+// declaration runs at once.
+func (q *Queue) setPolicy(p broker.PolicyValue) (lowered bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if p == q.policy {
-		return
+		return false
+	}
+	if lowered = p.MaxDeliveries < q.policy.MaxDeliveries; lowered {
+		q.lowered = time.Now()
+		q.unburied.Store(true)
 	}
 	q.policy = p
 	q.wakeLocked()
+	return lowered
 }
 
 func (q *Queue) currentPolicy() broker.PolicyValue {

@@ -181,10 +181,18 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // AckWait, its Capacity the stream's MaxMsgs, its DedupWindow the stream's
 // duplicate window). The same name returns the same *Queue.
 //
+// A policy that lowers MaxDeliveries gives up on what has no delivery
+// left, as the file store's declaration does: the messages this Store
+// nacked whose count is at or above the new maximum, and those whose
+// lease it handed out lapsed with such a count, are dead letters when
+// Queue returns (see the package documentation, Policy changes, for the
+// messages of other Stores).
+//
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
 // invalid name or policy is refused with an error wrapping
 // broker.QueueMisconfigured, and so is a DedupWindow below 100 ms, which
-// the server cannot keep.
+// the server cannot keep. Once the Store or its connection is closed,
+// Queue returns an error wrapping broker.Closed.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	if s == nil {
 		return nil, nilReceiver("Store")
@@ -201,24 +209,43 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		return nil, fmt.Errorf("natsjs: queue %s: DedupWindow %v is below %v, the shortest duplicate window a NATS server keeps: %w",
 			name, policy.DedupWindow, minDedupWindow, broker.QueueMisconfigured)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
+	defer cancel()
+	q, lowered, err := s.declare(ctx, name, policy)
+	if err != nil || !lowered {
+		return q, err
+	}
+	// The burial runs without s.mu, which a sweep must not hold (see the
+	// lock order at Queue.sweepMu). A failed one leaves the messages to
+	// the next sweep (unburied stays set) and fails the declaration.
+	if err := s.begin(ctx, name); err != nil {
+		return nil, err
+	}
+	if err := q.sweepDeaths(ctx); err != nil {
+		return nil, fmt.Errorf("natsjs: queue %s: MaxDeliveries lowered to %d: %w", name, policy.MaxDeliveries, err)
+	}
+	return q, nil
+}
+
+// declare makes or updates the queue's streams and consumer and returns
+// its Queue, with the policy applied; lowered reports that the policy
+// lowered MaxDeliveries (see Queue.setPolicy).
+func (s *Store) declare(ctx context.Context, name string, policy broker.PolicyValue) (q *Queue, lowered bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() { // under s.mu: Close closes every queue made before it
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, broker.Closed)
+		return nil, false, fmt.Errorf("natsjs: queue %s: %w", name, broker.Closed)
 	}
 	n := newNames(s.opts.Prefix, name)
-	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
-	defer cancel()
 	if err := s.provision(ctx, n, policy); err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+		return nil, false, declareError(name, err)
 	}
 	if q := s.queues[name]; q != nil {
-		q.setPolicy(policy)
-		return q, nil
+		return q, q.setPolicy(policy), nil
 	}
-	q, err := newQueue(ctx, s, name, n, policy)
+	q, err = newQueue(ctx, s, name, n, policy)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: %w", name, err)
+		return nil, false, declareError(name, err)
 	}
 	s.queues[name] = q
 	if s.connGone {
@@ -226,7 +253,18 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 		// closed the others already.
 		_ = q.close()
 	}
-	return q, nil
+	return q, false, nil
+}
+
+// declareError wraps the failure of a declaration's requests, as
+// broker.Closed when the connection is gone: once it closed, every call
+// returns Closed (see watchConn), a declaration included, as the file
+// store's Queue does once the store is closed.
+func declareError(name string, err error) error {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("natsjs: queue %s: %v: %w", name, err, broker.Closed)
+	}
+	return fmt.Errorf("natsjs: queue %s: %w", name, err)
 }
 
 // provisionTimeout bounds the requests that declare a queue: twice the

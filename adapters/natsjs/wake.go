@@ -45,7 +45,9 @@ const (
 // when the earliest of them lapses or ends its retry delay (plus a 50 ms
 // slack: the server's deadline is a little later than the adapter's); a
 // lease on its last allowed delivery does not count, since its lapse
-// makes a dead letter, not a receivable message. The leases and
+// makes a dead letter, not a receivable message, nor does the retry of a
+// message nacked on a delivery that a lowered MaxDeliveries has since
+// made its last (the server delivers it no more). The leases and
 // nacks of ANOTHER process are invisible here: while the server reports
 // leases this Queue did not hand out (asked at open, and by each Receive
 // that clears "now": one that comes back short, or that takes the last
@@ -78,8 +80,13 @@ func (q *Queue) Wake() broker.WakeValue {
 			note(l.expiresAt)
 		}
 	}
-	for _, at := range q.retries {
-		note(at)
+	for _, r := range q.retries {
+		// A message nacked on a delivery that a declaration has since
+		// made its last is not delivered again: the server's MaxDeliver
+		// stops it, and a sweep buries it.
+		if r.l.deliveries < q.policy.MaxDeliveries {
+			note(r.at)
+		}
 	}
 	if !q.recheck.IsZero() && (next.IsZero() || q.recheck.Before(next)) {
 		// Kept after it passed, until a Receive looks (and settles
@@ -194,8 +201,8 @@ func (q *Queue) recheckLocked(info *jetstream.ConsumerInfo, now time.Time, polic
 			ours++
 		}
 	}
-	for _, at := range q.retries {
-		if at.After(cut) {
+	for _, r := range q.retries {
+		if r.at.After(cut) {
 			ours++
 		}
 	}
@@ -303,7 +310,7 @@ func (q *Queue) close() error {
 	}
 	close(q.signal)
 	q.closed = true
-	q.leases, q.retries = map[uint64]*lease{}, map[uint64]time.Time{}
+	q.leases, q.retries = map[uint64]*lease{}, map[uint64]retry{}
 	var errs []error
 	for _, sub := range []*nats.Subscription{q.wakeSub, q.deathSub} {
 		if sub == nil {

@@ -1,0 +1,140 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// A declaration that lowers MaxDeliveries to or below the count of a
+// message that is not leased leaves it no delivery. The file store moves
+// such a message to the dead-letter store at the declaration
+// (broker.Store.Queue; DESIGN, "A lowered MaxDeliveries gives up on what
+// has no delivery left"), and so does the adapter for the messages its
+// Store knows of: those it nacked, and those whose lease it handed out
+// lapsed.
+
+// TestALoweredMaxDeliveriesEndsAWaitingMessage: a message nacked on its
+// first delivery waits out a retry delay of 30 s when its queue is
+// declared again with MaxDeliveries 1. It is a dead letter at once, with
+// the nack's cause and its one delivery, as the file store records it:
+// it no longer holds its place of the Capacity (a Publish into the queue
+// of Capacity 1 is admitted), and Wake names no moment for it to become
+// receivable.
+func TestALoweredMaxDeliveriesEndsAWaitingMessage(t *testing.T) {
+	ctx := context.Background()
+	three := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 3
+		p.Capacity = 1
+		p.RetryDelay = 30 * time.Second
+	})
+	one := three
+	one.MaxDeliveries = 1
+	cause := broker.NewError("PARSE_FAILED", 0x2A00000B, "unparsable order", "secret")
+
+	// The file store, for reference.
+	fs, err := broker.Open(t.TempDir(), broker.Options{Sync: broker.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	fq, err := fs.Queue("lowered", three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fq.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := fq.Receive(ctx, 1)
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("file store Receive: %v, %v", fds, err)
+	}
+	if _, err := fq.Nack(ctx, fds[0].Lease.Receipt, cause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Queue("lowered", one); err != nil {
+		t.Fatal(err)
+	}
+	if w := fq.Wake(); w.Scheduled {
+		t.Fatalf("file store: Wake after MaxDeliveries was lowered under the only message's count: %+v, want nothing scheduled", w)
+	}
+	if _, err := fq.Publish(ctx, []byte("b")); err != nil {
+		t.Fatalf("file store: Publish after MaxDeliveries was lowered under the only message's count: %v", err)
+	}
+	if fdls, err := fq.DeadLetters(ctx, 10); err != nil || len(fdls) != 1 {
+		t.Fatalf("file store: dead letters %+v, %v; want 1", fdls, err)
+	}
+
+	// The adapter.
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "lowered", three)
+	m, err := q.Publish(ctx, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Nack(ctx, receiveN(t, q, 1)[0].Lease.Receipt, cause); err != nil {
+		t.Fatal(err)
+	}
+	mustQueue(t, b.Store, "lowered", one)
+	// The burial is the declaration's: another Store of the queue, which
+	// knows nothing of the nack, finds the place free.
+	other := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "lowered", one)
+	if _, err := other.Publish(ctx, []byte("b")); err != nil {
+		t.Errorf("Publish into a queue of Capacity 1 whose only message has no delivery left under the new MaxDeliveries: %v (QueueFull: %v); the file store admits it",
+			err, errors.Is(err, broker.QueueFull))
+	}
+	if w := q.Wake(); w.Scheduled {
+		t.Errorf("Wake after the declaration: Scheduled, In %v (the nacked message's retry), yet the message has no delivery left; want nothing scheduled, as the file store", w.In)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != "PARSE_FAILED" || dls[0].Deliveries != 1 {
+		t.Errorf("dead letters after the declaration: %s; want %s PARSE_FAILED after 1 delivery, as the file store records at the declaration", dlText(dls), m.ID)
+	}
+}
+
+// TestALoweredMaxDeliveriesEndsAMessageWhoseLeaseLapsed: a message whose
+// first lease lapsed with deliveries left (MaxDeliveries 3) waits for its
+// next delivery when its queue is declared again with MaxDeliveries 1. It
+// is a dead letter when the declaration returns, not only at this Store's
+// next sweep; it died at the declaration, not at its lapse (when
+// it still had deliveries left), so that is its FailedAt, as the file
+// store's; and no consumer reported a failure, so it is LEASE_EXPIRED.
+func TestALoweredMaxDeliveriesEndsAMessageWhoseLeaseLapsed(t *testing.T) {
+	ctx := context.Background()
+	three := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 3
+		p.VisibilityTimeout = 200 * time.Millisecond
+	})
+	one := three
+	one.MaxDeliveries = 1
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "lapsed", three)
+	m, err := q.Publish(ctx, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, q, 1)[0]
+	time.Sleep(time.Until(d.Lease.ExpiresAt) + 100*time.Millisecond)
+	before := time.Now()
+	mustQueue(t, b.Store, "lapsed", one)
+	after := time.Now()
+	// Read through another Store, which knows nothing of the lease: the
+	// burial is the declaration's.
+	dls, err := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "lapsed", one).DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 1 {
+		t.Fatalf("dead letters after the declaration: %s; want %s LEASE_EXPIRED after 1 delivery", dlText(dls), m.ID)
+	}
+	if at := dls[0].FailedAt; at.Before(before.Round(0)) || at.After(after.Round(0)) {
+		t.Errorf("FailedAt %v, want the declaration's, between %v and %v (the lease lapsed at %v with deliveries left)", at, before, after, d.Lease.ExpiresAt)
+	}
+}

@@ -59,3 +59,16 @@ func MemoryHeld(q *Memory) int {
 
 // StateDiff lists the lines that differ between two Dumps (see stateDiff).
 var StateDiff = stateDiff
+
+// DeclaredMaxDeliveries is the MaxDeliveries the index holds for queue
+// name, read without making a handle on it (which would act on it; see
+// Store.Queue).
+func DeclaredMaxDeliveries(s *Store, name string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	iq := s.idx.Queue(name)
+	if iq == nil {
+		return 0, false
+	}
+	return iq.Policy.MaxDeliveries, true
+}

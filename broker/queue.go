@@ -59,6 +59,9 @@ type Queue struct {
 	// not, and then no process does). Each is known by its sequence and
 	// lease nonce: a later lease is another life.
 	diedBeforeOpen map[uint64]uint64
+	// handed: Store.Queue returned q in this process (see
+	// giveUpSpentLocked). Guarded by the store's mu, not by q.mu.
+	handed bool
 
 	stats queueCounters
 	// closedStats is what Stats returns once the store's Close has let

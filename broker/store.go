@@ -629,7 +629,10 @@ func openError(dir string, salvage bool, err error) error {
 // code and cause, or LEASE_EXPIRED when no consumer ever reported one. A
 // leased message keeps its lease; the delivery it is on is its last, and
 // it dies at its lapse or nack. Either dead letter counts the deliveries
-// the message had, which may be more than the new MaxDeliveries.
+// the message had, which may be more than the new MaxDeliveries. A
+// declaration that is refused changes nothing; one a crash cuts short
+// either did not happen or is finished by the next process's first call
+// of Queue for that name.
 //
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails
@@ -683,9 +686,18 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		q = newQueue(s, iq, policyValue(iq.Policy))
 		s.queues[name] = q
 	}
+	fresh := !q.handed // this process's first handle on the queue
+	q.handed = true
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.iq.Policy != rec {
+		// A re-declaration that cannot be made (its record does not fit
+		// the room each segment keeps for declarations) is refused before
+		// anything changes.
+		next, drec, err := s.preambleWith(q.iq.ID, name, rec)
+		if err != nil {
+			return nil, err
+		}
 		// A lease that lapsed on its last delivery is a dead letter from
 		// the instant it lapsed, whatever the policy says later: record
 		// those the queue holds before the new policy changes what a last
@@ -704,19 +716,20 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		if err != nil {
 			return nil, err
 		}
-		recs := q.sweepLocked(now, nil)
-		for _, m := range q.iq.Spent(rec.MaxDeliveries) {
-			e := lapseDeadLetter(q.id, m, now)
-			q.iq.Apply(0, &e)
-			recs = append(recs, e.Append(nil))
-			q.stats.deadLettered.Add(1)
-		}
-		if err := q.waitAll(q.enqueueLocked(recs)); err != nil {
+		pends := q.enqueueLocked(q.sweepLocked(now, nil))
+		// The declaration is the change's commit point: its dead letters
+		// follow it in the log, so that no power loss leaves one without
+		// it. One that leaves the declaration without (some of) them is
+		// finished by the next process's first handle on the queue (see
+		// giveUpSpentLocked).
+		s.pre.Store(next)
+		pends = append(pends, s.log.Enqueue(true, drec))
+		spent := q.giveUpLocked(q.iq.Spent(rec.MaxDeliveries), now)
+		pends = append(pends, q.enqueueLocked(spent)...)
+		if err := q.waitAll(pends); err != nil {
 			return nil, err
 		}
-		if err := s.declareLocked(q.iq.ID, name, rec); err != nil {
-			return nil, err
-		}
+		q.stats.deadLettered.Add(int64(len(spent)))
 		if _, err := s.idx.Declare(q.iq.ID, name, rec); err != nil {
 			return nil, fmt.Errorf("broker: queue %q: %w", name, err)
 		}
@@ -724,8 +737,55 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// A lease on its last delivery may now lapse back into the
 		// queue (MaxDeliveries raised): a waiting consumer looks again.
 		q.wakeLocked()
+	} else if fresh {
+		if err := q.giveUpSpentLocked(); err != nil {
+			return nil, err
+		}
 	}
 	return q, nil
+}
+
+// giveUpLocked moves msgs, delivered as many times as the queue's
+// MaxDeliveries allows or more, to the dead-letter store, failed at now,
+// and returns their events for the log (see Store.Queue: a lowered
+// MaxDeliveries). The caller holds q.mu and queues them.
+func (q *Queue) giveUpLocked(msgs []*index.Message, now int64) [][]byte {
+	recs := make([][]byte, 0, len(msgs))
+	for _, m := range msgs {
+		e := lapseDeadLetter(q.id, m, now)
+		q.iq.Apply(0, &e)
+		recs = append(recs, e.Append(nil))
+	}
+	return recs
+}
+
+// giveUpSpentLocked finishes, for the first handle of this process on a
+// queue, a lowering of its MaxDeliveries that a crash cut short: the log
+// held the declaration and not every dead letter that follows it. Such a
+// message is ready with no delivery left, which nothing else leaves: a
+// Receive would hand it a delivery beyond the maximum. (A lease that
+// lapsed on its last delivery is the sweep's, as always.) The caller
+// holds q.mu.
+func (q *Queue) giveUpSpentLocked() error {
+	var ready []*index.Message
+	for _, m := range q.iq.Spent(q.iq.Policy.MaxDeliveries) {
+		if m.State == index.Ready {
+			ready = append(ready, m)
+		}
+	}
+	if len(ready) == 0 {
+		return nil
+	}
+	now, err := q.s.now()
+	if err != nil {
+		return err
+	}
+	spent := q.giveUpLocked(ready, now)
+	if err := q.waitAll(q.enqueueLocked(spent)); err != nil {
+		return err
+	}
+	q.stats.deadLettered.Add(int64(len(spent)))
+	return nil
 }
 
 // declareLocked writes a queue's declaration and waits until it is
@@ -733,6 +793,21 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 // queued, so no segment can hold an event of the queue without its
 // declaration before it. The caller holds s.mu.
 func (s *Store) declareLocked(id uint32, name string, p index.Policy) error {
+	next, rec, err := s.preambleWith(id, name, p)
+	if err != nil {
+		return err
+	}
+	s.pre.Store(next)
+	_, err = s.wait(s.log.Enqueue(true, rec))
+	return err
+}
+
+// preambleWith returns the preamble with queue id declared with policy p,
+// and the declaration's record, or why it cannot be made: the store's
+// declarations would not fit in the room each segment keeps for them. It
+// changes nothing; the caller holds s.mu, stores the set before it queues
+// the record, and queues it.
+func (s *Store) preambleWith(id uint32, name string, p index.Policy) (*preambleSet, []byte, error) {
 	rec := declareRecord(id, name, p)
 	old := s.pre.Load()
 	next := &preambleSet{recs: old.recs, ids: old.ids, size: old.size, queues: old.queues}
@@ -753,12 +828,10 @@ func (s *Store) declareLocked(id uint32, name string, p index.Policy) error {
 		if room < maxPreambleBytes {
 			help = fmt.Sprintf("raise Options.SegmentBytes, up to %d MiB, or declare fewer queues", 16*maxPreambleBytes>>20)
 		}
-		return fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (%s): %w",
+		return nil, nil, fmt.Errorf("broker: queue %q: the store's %d queue declarations would take %d bytes, more than the %d each segment keeps for them (%s): %w",
 			name, queues, size, room, help, QueueMisconfigured)
 	}
-	s.pre.Store(next)
-	_, err := s.wait(s.log.Enqueue(true, rec))
-	return err
+	return next, rec, nil
 }
 
 // maxPayload is the largest payload one publish record can carry.

@@ -200,3 +200,44 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A walk over a queue's stream (eachFresh, under Pinning and Dump) ends at
+// a damaged entry, as its doc says, and marks the index damaged: an entry
+// whose queue field still names the queue, damaged elsewhere, is one the
+// table hands back unjudged (Get judges it), and the walk used to step
+// over it and list the messages behind it as if nothing were wrong.
+func TestAStreamWalkEndsAtADamagedEntry(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
+	for i := int64(1); i <= 6; i++ {
+		require.NoError(t, x.Apply(wal.MakePosition(1, int(100*i)), pub(uint64(i), i, "")))
+	}
+	checkpointAt(t, x, dir, wal.MakePosition(1, 700))
+	require.NoError(t, x.Table.Close())
+
+	const damaged = 3
+	path := filepath.Join(dir, chunkName(0))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	var one [1]byte
+	off := int64(damaged*EntrySize + 8) // in the entry's fields, not its queue's
+	_, err = f.ReadAt(one[:], off)
+	require.NoError(t, err)
+	one[0] ^= 1
+	_, err = f.WriteAt(one[:], off)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	y, _, err := Load(vfs.Default, dir)
+	require.NoError(t, err)
+	defer y.Table.Close()
+	msgs, _ := y.Queue("q").Pinning(1, 1, 6)
+	var seqs []uint64
+	for _, m := range msgs {
+		seqs = append(seqs, m.Seq)
+	}
+	require.Equal(t, []uint64{1, 2}, seqs, "the walk ends at the damaged entry %d", damaged)
+	require.ErrorIs(t, y.Damaged(), ErrDamaged)
+}

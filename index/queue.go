@@ -393,17 +393,24 @@ func (q *Queue) commit(m *Message, pos wal.Position) {
 
 // freshEntry returns seq's table entry if seq is in the stream.
 func (q *Queue) freshEntry(seq uint64) (Entry, bool) {
+	ent, ok, _ := q.streamEntry(seq)
+	return ent, ok
+}
+
+// streamEntry is freshEntry, and says whether seq's entry was damaged (which
+// marks the index damaged; see entry).
+func (q *Queue) streamEntry(seq uint64) (ent Entry, ok, damaged bool) {
 	if seq < q.cursor || seq > q.streamMax {
-		return Entry{}, false
+		return Entry{}, false, false
 	}
 	if _, ok := q.msgs[seq]; ok {
-		return Entry{}, false
+		return Entry{}, false, false
 	}
 	if _, ok := q.gone[seq]; ok {
-		return Entry{}, false
+		return Entry{}, false, false
 	}
-	ent, ok, _, _ := q.entry(seq)
-	return ent, ok
+	ent, ok, _, damaged = q.entry(seq)
+	return ent, ok, damaged
 }
 
 // entry returns seq's entry if it is this queue's and joined the stream.
@@ -538,7 +545,8 @@ func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
 		if !ok {
 			return
 		}
-		if ent, ok := q.freshEntry(seq); ok && !f(ent) {
+		ent, ok, damaged := q.streamEntry(seq)
+		if damaged || ok && !f(ent) {
 			return
 		}
 		from = seq + 1

@@ -837,6 +837,7 @@ func (f *flakyExtender) Extend(ctx context.Context, r ReceiptValue, by time.Dura
 // not cancelled, and it is acked under the newest receipt.
 func TestConsumeRetriesARenewalThatFailedForAnotherReason(t *testing.T) {
 	f := &flakyExtender{fakeBroker: newFake()}
+	f.clock.Freeze() // leases of 10 ms must not lapse behind a late renewal
 	f.failures.Store(2)
 	f.Publish(context.Background(), []byte("slow"))
 	log, logs := newTestLogger()

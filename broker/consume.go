@@ -78,7 +78,8 @@ type ConsumeOptions struct {
 	// below the queue's [PolicyValue.VisibilityTimeout] (which Consume
 	// cannot see): a lease that lapses before it is lost, and the message
 	// may be delivered again while the handler still runs, until that
-	// renewal finds the loss and cancels the handler.
+	// renewal finds the loss and cancels the handler. A renewal that
+	// fails is retried sooner than the next tick (see ExtendBy).
 	ExtendEvery time.Duration
 	// ExtendBy is how far each renewal reaches, measured from the renewal.
 	// Zero means 2×ExtendEvery, at most [MaxDeadlineOffset]; negative, not
@@ -86,6 +87,18 @@ type ConsumeOptions struct {
 	// or above MaxDeadlineOffset (a renewal beyond any lease Consume
 	// would make), is refused
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
+	//
+	// A renewal that fails for a reason that is not the lease's (neither
+	// [LeaseExpired] nor [UnknownReceipt], nor a closed or stopped broker:
+	// a busy disk, say) is logged and tried again before the next tick:
+	// after ExtendEvery/4, or half of what is left of the lease the last
+	// good renewal made (ExtendBy from it), whichever is sooner, but not
+	// within 1ms, and so again while it fails; then at each tick. What
+	// ExtendBy reaches past ExtendEvery is the room those retries have:
+	// the default leaves a whole ExtendEvery, room for three at least,
+	// while an ExtendBy barely above ExtendEvery leaves none, and one
+	// failed renewal then costs the lease (the next renewal finds it
+	// lapsed and cancels the handler).
 	ExtendBy time.Duration
 	// StopGrace is how long running handlers keep their context once ctx
 	// ends. Consume receives, and starts, nothing more from that moment
@@ -1271,6 +1284,8 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // keepLease renews d's lease every extendEvery while the handler runs,
 // counted from the handler's start less held, how long d waited for a
 // handler: a delivery held for extendEvery or more is renewed at once.
+// A renewal that failed for a transient reason is tried again before the
+// next tick (see renewalRetry).
 // It is called
 // only when extension was asked for and b can extend. The
 // returned stop ends the renewals, waits for one in flight, and returns the
@@ -1288,16 +1303,33 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 		defer first.Stop()
 		tick := first.C
 		var ticker *time.Ticker
+		// retry fires when a renewal that failed for a transient reason
+		// is due again before the next tick (nil, never, while none is).
+		var retry <-chan time.Time
+		var retryTimer *time.Timer
 		defer func() {
 			if ticker != nil {
 				ticker.Stop()
 			}
+			if retryTimer != nil {
+				retryTimer.Stop()
+			}
 		}()
+		// renewed is when the last renewal that succeeded was asked for
+		// (zero: none yet): its lease lasts ExtendBy from then.
+		var renewed time.Time
 		for {
 			select {
 			case <-quit:
 				return
 			case <-tick:
+			case <-retry:
+			}
+			// Whichever fired, this is the renewal a pending retry waited
+			// for.
+			retry = nil
+			if retryTimer != nil {
+				retryTimer.Stop()
 			}
 			if ticker == nil {
 				ticker = time.NewTicker(c.extendEvery)
@@ -1308,10 +1340,12 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				return
 			default:
 			}
+			asked := time.Now()
 			lease, err := c.extender.Extend(ctx, receipt, c.extendBy)
 			switch {
 			case err == nil:
 				receipt = lease.Receipt
+				renewed = asked
 			case errors.Is(err, LeaseExpired) || errors.Is(err, UnknownReceipt):
 				lost = true
 				c.log.WarnContext(ctx, "broker: Consume: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
@@ -1329,8 +1363,20 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				c.brokerGone(err)
 				return
 			default:
+				// Waiting for the next tick would be too late: with the
+				// default ExtendBy the lease of the last good renewal
+				// lapses at that very tick.
+				in := c.renewalRetry(renewed)
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",
-					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err, "retry_in", in)
+				if in > 0 {
+					if retryTimer == nil {
+						retryTimer = time.NewTimer(in)
+					} else {
+						retryTimer.Reset(in)
+					}
+					retry = retryTimer.C
+				}
 			}
 		}
 	}()
@@ -1340,6 +1386,27 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 		<-done
 		return receipt, lost
 	}
+}
+
+// renewalRetry is how soon a renewal that failed for a transient reason
+// is tried again, renewed being when the last one that succeeded was
+// asked for (zero: none did yet): a quarter of ExtendEvery, or half of
+// what is left of that renewal's lease, whichever is sooner, and never
+// sooner than minIdleWait, so that a broker that keeps failing is not
+// asked in a loop. Nothing left of it (by Consume's reckoning, which
+// cannot see b's clock) means the next tick only: 0. Before any renewal
+// the lease is the Receive's, of a VisibilityTimeout Consume cannot see,
+// which ExtendEvery must be well below: a quarter of it then.
+func (c *consumer) renewalRetry(renewed time.Time) time.Duration {
+	in := c.extendEvery / 4
+	if !renewed.IsZero() {
+		left := c.extendBy - time.Since(renewed)
+		if left <= 0 {
+			return 0
+		}
+		in = min(in, left/2)
+	}
+	return max(in, minIdleWait)
 }
 
 // settle acks, rejects or nacks d under receipt according to the handler's

@@ -65,8 +65,13 @@ type ConsumeOptions struct {
 	// never past the In it named), and after a failed Receive that does
 	// not end Consume: a Receive error that is [Closed], or the failure of
 	// a file-backed store that stopped for good, ends it at once (see
-	// [Consume]). Zero means 100ms; negative is refused
-	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
+	// [Consume]). After a failed Receive the wait is at least 1ms, and
+	// doubles with each Receive in a row that fails, up to PollInterval or
+	// 1s, whichever is longer: a broker that is down for a while is not
+	// asked, nor its failure logged, in a loop. A Receive that succeeds
+	// (empty or not) starts it again at PollInterval. Zero means 100ms;
+	// negative is refused ([QueueMisconfigured]). A Waker is trusted: its
+	// broker is not polled.
 	PollInterval time.Duration
 	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
 	// Consume renew the lease of every running handler this often, by
@@ -133,6 +138,10 @@ const (
 	// that ends sooner, when Receive keeps finding nothing, backs off from
 	// this to PollInterval so that Consume never spins.
 	minIdleWait = time.Millisecond
+	// maxFailWait is how long the wait after a failed Receive may grow to
+	// as Receive keeps failing, when PollInterval is shorter (see
+	// failWait).
+	maxFailWait = time.Second
 	// ackDelay is the longest a finished handler's ack waits for the next
 	// Receive to carry it while Consume holds prefetched messages.
 	ackDelay = time.Millisecond
@@ -260,8 +269,10 @@ func inChain(test func() bool) (found bool) {
 // and so does the failure of a file-backed store that stopped for good (a
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
-// PollInterval. Once Consume learns of such an end (a Store or a Memory
-// tells it at once, even with every handler busy or during a StopGrace;
+// PollInterval, backing off while Receive keeps failing (see
+// [ConsumeOptions.PollInterval]). Once Consume learns of such an end (a
+// Store or a Memory tells it at once, even with every handler busy or
+// during a StopGrace;
 // another broker at the next Receive or lease renewal), the contexts of
 // the running handlers end, with that error as their cause (nothing they
 // do can be settled any more), and Consume returns it when they have
@@ -564,6 +575,9 @@ type consumer struct {
 	// streak counts consecutive idle waits that ended at once with Receive
 	// still finding nothing. Only the loop goroutine touches it.
 	streak int
+	// failures counts the Receives in a row that failed without ending
+	// Consume (see failWait). Only the loop goroutine touches it.
+	failures int
 }
 
 func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
@@ -677,13 +691,16 @@ func (c *consumer) loop(ctx context.Context) error {
 		case c.goneYet():
 			return c.endedWith
 		case err != nil:
-			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
-			if !c.pause(ctx, c.poll) {
+			wait := c.failWait()
+			c.failures++
+			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", wait)
+			if !c.pause(ctx, wait) {
 				return c.why(ctx)
 			}
 		case len(ds) > 0:
-			c.streak = 0
+			c.streak, c.failures = 0, 0
 		default:
+			c.failures = 0
 			if !c.idle(ctx, wake, wakeAt) {
 				return c.why(ctx)
 			}
@@ -1061,6 +1078,25 @@ func (c *consumer) backoff() time.Duration {
 		return 0
 	}
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
+}
+
+// failWait is how long the loop waits after a failed Receive that does
+// not end it, c.failures Receives having failed in a row before it:
+// PollInterval, but at least minIdleWait, or a broker that fails at once
+// would be asked, and the failure logged, in a loop; doubled with each
+// failure in a row, up to PollInterval or maxFailWait, whichever is
+// longer, so that a broker that is down for a while is asked, and its
+// failure logged, once a second (or PollInterval) at most.
+func (c *consumer) failWait() time.Duration {
+	ceiling := max(c.poll, maxFailWait)
+	wait := max(c.poll, minIdleWait)
+	for range c.failures {
+		if wait >= ceiling/2 {
+			return ceiling
+		}
+		wait *= 2
+	}
+	return wait
 }
 
 // pause waits d, or until ctx ends or b ends, as its ender or a renewal

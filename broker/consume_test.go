@@ -674,6 +674,41 @@ func TestConsumeWaitsPollIntervalAfterAReceiveError(t *testing.T) {
 	require.Zero(t, f.count("ack"))
 }
 
+// failingReceive is a fakeBroker whose Receive always fails with an error
+// that neither ends Consume (it is not Closed) nor says the broker stopped:
+// a broker that is down for a while.
+type failingReceive struct {
+	*fakeBroker
+	receives atomic.Int64
+}
+
+func (b *failingReceive) Receive(context.Context, int) ([]DeliveryValue, error) {
+	b.receives.Add(1)
+	return nil, errTransient
+}
+
+// Consume never busy-spins (API.md §3), not even on a Receive that keeps
+// failing with a PollInterval set tiny (a caller after low latency from a
+// broker that is not a Waker): the wait after a failure is at least a
+// millisecond and doubles with each failure in a row, as an idle wait's
+// backoff does. It used to be PollInterval, with no floor: Consume
+// called Receive, and logged an error, thousands of times in 100ms.
+func TestConsumeBacksOffAReceiveThatKeepsFailing(t *testing.T) {
+	b := &failingReceive{fakeBroker: newFake()}
+	log, logs := newTestLogger()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := Consume(ctx, b, func(context.Context, DeliveryValue) error { return nil },
+		ConsumeOptions{PollInterval: time.Microsecond, Logger: log})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// 1ms doubling makes seven calls in 100ms; 50 leaves room for any
+	// machine, and is far from the thousands a spin makes.
+	n := b.receives.Load()
+	require.LessOrEqual(t, n, int64(50), "Receive calls in 100ms")
+	require.GreaterOrEqual(t, n, int64(2), "a failed Receive is retried")
+	require.LessOrEqual(t, strings.Count(logs.String(), "receive failed"), int(n), "one log line per failure at most")
+}
+
 func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	f := newFake()
 	f.ackErrs = []error{errors.New("transient"), LeaseExpired}

@@ -65,8 +65,13 @@ type ConsumeOptions struct {
 	// never past the In it named), and after a failed Receive that does
 	// not end Consume: a Receive error that is [Closed], or the failure of
 	// a file-backed store that stopped for good, ends it at once (see
-	// [Consume]). Zero means 100ms; negative is refused
-	// ([QueueMisconfigured]). A Waker is trusted: its broker is not polled.
+	// [Consume]). After a failed Receive the wait is at least 1ms, and
+	// doubles with each Receive in a row that fails, up to PollInterval or
+	// 1s, whichever is longer: a broker that is down for a while is not
+	// asked, nor its failure logged, in a loop. A Receive that succeeds
+	// (empty or not) starts it again at PollInterval. Zero means 100ms;
+	// negative is refused ([QueueMisconfigured]). A Waker is trusted: its
+	// broker is not polled.
 	PollInterval time.Duration
 	// ExtendEvery, when positive and the broker is a [LeaseExtender], makes
 	// Consume renew the lease of every running handler this often, by
@@ -78,7 +83,8 @@ type ConsumeOptions struct {
 	// below the queue's [PolicyValue.VisibilityTimeout] (which Consume
 	// cannot see): a lease that lapses before it is lost, and the message
 	// may be delivered again while the handler still runs, until that
-	// renewal finds the loss and cancels the handler.
+	// renewal finds the loss and cancels the handler. A renewal that
+	// fails is retried sooner than the next tick (see ExtendBy).
 	ExtendEvery time.Duration
 	// ExtendBy is how far each renewal reaches, measured from the renewal.
 	// Zero means 2×ExtendEvery, at most [MaxDeadlineOffset]; negative, not
@@ -86,6 +92,18 @@ type ConsumeOptions struct {
 	// or above MaxDeadlineOffset (a renewal beyond any lease Consume
 	// would make), is refused
 	// ([QueueMisconfigured]) when ExtendEvery is positive.
+	//
+	// A renewal that fails for a reason that is not the lease's (neither
+	// [LeaseExpired] nor [UnknownReceipt], nor a closed or stopped broker:
+	// a busy disk, say) is logged and tried again before the next tick:
+	// after ExtendEvery/4, or half of what is left of the lease the last
+	// good renewal made (ExtendBy from it), whichever is sooner, but not
+	// within 1ms, and so again while it fails; then at each tick. What
+	// ExtendBy reaches past ExtendEvery is the room those retries have:
+	// the default leaves a whole ExtendEvery, room for three at least,
+	// while an ExtendBy barely above ExtendEvery leaves none, and one
+	// failed renewal then costs the lease (the next renewal finds it
+	// lapsed and cancels the handler).
 	ExtendBy time.Duration
 	// StopGrace is how long running handlers keep their context once ctx
 	// ends. Consume receives, and starts, nothing more from that moment
@@ -120,6 +138,10 @@ const (
 	// that ends sooner, when Receive keeps finding nothing, backs off from
 	// this to PollInterval so that Consume never spins.
 	minIdleWait = time.Millisecond
+	// maxFailWait is how long the wait after a failed Receive may grow to
+	// as Receive keeps failing, when PollInterval is shorter (see
+	// failWait).
+	maxFailWait = time.Second
 	// ackDelay is the longest a finished handler's ack waits for the next
 	// Receive to carry it while Consume holds prefetched messages.
 	ackDelay = time.Millisecond
@@ -247,8 +269,10 @@ func inChain(test func() bool) (found bool) {
 // and so does the failure of a file-backed store that stopped for good (a
 // write or fdatasync failed, or damage was found: it must be reopened, and
 // no retry can succeed before that); any other is logged and retried after
-// PollInterval. Once Consume learns of such an end (a Store or a Memory
-// tells it at once, even with every handler busy or during a StopGrace;
+// PollInterval, backing off while Receive keeps failing (see
+// [ConsumeOptions.PollInterval]). Once Consume learns of such an end (a
+// Store or a Memory tells it at once, even with every handler busy or
+// during a StopGrace;
 // another broker at the next Receive or lease renewal), the contexts of
 // the running handlers end, with that error as their cause (nothing they
 // do can be settled any more), and Consume returns it when they have
@@ -551,6 +575,9 @@ type consumer struct {
 	// streak counts consecutive idle waits that ended at once with Receive
 	// still finding nothing. Only the loop goroutine touches it.
 	streak int
+	// failures counts the Receives in a row that failed without ending
+	// Consume (see failWait). Only the loop goroutine touches it.
+	failures int
 }
 
 func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
@@ -664,13 +691,16 @@ func (c *consumer) loop(ctx context.Context) error {
 		case c.goneYet():
 			return c.endedWith
 		case err != nil:
-			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", c.poll)
-			if !c.pause(ctx, c.poll) {
+			wait := c.failWait()
+			c.failures++
+			c.log.ErrorContext(ctx, "broker: Consume: receive failed; retrying", "error", err, "retry_in", wait)
+			if !c.pause(ctx, wait) {
 				return c.why(ctx)
 			}
 		case len(ds) > 0:
-			c.streak = 0
+			c.streak, c.failures = 0, 0
 		default:
+			c.failures = 0
 			if !c.idle(ctx, wake, wakeAt) {
 				return c.why(ctx)
 			}
@@ -1050,6 +1080,25 @@ func (c *consumer) backoff() time.Duration {
 	return min(minIdleWait<<min(c.streak-1, 20), max(c.poll, minIdleWait))
 }
 
+// failWait is how long the loop waits after a failed Receive that does
+// not end it, c.failures Receives having failed in a row before it:
+// PollInterval, but at least minIdleWait, or a broker that fails at once
+// would be asked, and the failure logged, in a loop; doubled with each
+// failure in a row, up to PollInterval or maxFailWait, whichever is
+// longer, so that a broker that is down for a while is asked, and its
+// failure logged, once a second (or PollInterval) at most.
+func (c *consumer) failWait() time.Duration {
+	ceiling := max(c.poll, maxFailWait)
+	wait := max(c.poll, minIdleWait)
+	for range c.failures {
+		if wait >= ceiling/2 {
+			return ceiling
+		}
+		wait *= 2
+	}
+	return wait
+}
+
 // pause waits d, or until ctx ends or b ends, as its ender or a renewal
 // finds (endedWith then says how), and reports whether neither happened.
 // A wait of PollInterval after a failed Receive must not outlast a close.
@@ -1271,6 +1320,8 @@ func (c *consumer) panicked(ctx context.Context, d DeliveryValue, v any) error {
 // keepLease renews d's lease every extendEvery while the handler runs,
 // counted from the handler's start less held, how long d waited for a
 // handler: a delivery held for extendEvery or more is renewed at once.
+// A renewal that failed for a transient reason is tried again before the
+// next tick (see renewalRetry).
 // It is called
 // only when extension was asked for and b can extend. The
 // returned stop ends the renewals, waits for one in flight, and returns the
@@ -1288,16 +1339,33 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 		defer first.Stop()
 		tick := first.C
 		var ticker *time.Ticker
+		// retry fires when a renewal that failed for a transient reason
+		// is due again before the next tick (nil, never, while none is).
+		var retry <-chan time.Time
+		var retryTimer *time.Timer
 		defer func() {
 			if ticker != nil {
 				ticker.Stop()
 			}
+			if retryTimer != nil {
+				retryTimer.Stop()
+			}
 		}()
+		// renewed is when the last renewal that succeeded was asked for
+		// (zero: none yet): its lease lasts ExtendBy from then.
+		var renewed time.Time
 		for {
 			select {
 			case <-quit:
 				return
 			case <-tick:
+			case <-retry:
+			}
+			// Whichever fired, this is the renewal a pending retry waited
+			// for.
+			retry = nil
+			if retryTimer != nil {
+				retryTimer.Stop()
 			}
 			if ticker == nil {
 				ticker = time.NewTicker(c.extendEvery)
@@ -1308,10 +1376,12 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				return
 			default:
 			}
+			asked := time.Now()
 			lease, err := c.extender.Extend(ctx, receipt, c.extendBy)
 			switch {
 			case err == nil:
 				receipt = lease.Receipt
+				renewed = asked
 			case errors.Is(err, LeaseExpired) || errors.Is(err, UnknownReceipt):
 				lost = true
 				c.log.WarnContext(ctx, "broker: Consume: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
@@ -1329,8 +1399,20 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				c.brokerGone(err)
 				return
 			default:
+				// Waiting for the next tick would be too late: with the
+				// default ExtendBy the lease of the last good renewal
+				// lapses at that very tick.
+				in := c.renewalRetry(renewed)
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",
-					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err, "retry_in", in)
+				if in > 0 {
+					if retryTimer == nil {
+						retryTimer = time.NewTimer(in)
+					} else {
+						retryTimer.Reset(in)
+					}
+					retry = retryTimer.C
+				}
 			}
 		}
 	}()
@@ -1340,6 +1422,27 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 		<-done
 		return receipt, lost
 	}
+}
+
+// renewalRetry is how soon a renewal that failed for a transient reason
+// is tried again, renewed being when the last one that succeeded was
+// asked for (zero: none did yet): a quarter of ExtendEvery, or half of
+// what is left of that renewal's lease, whichever is sooner, and never
+// sooner than minIdleWait, so that a broker that keeps failing is not
+// asked in a loop. Nothing left of it (by Consume's reckoning, which
+// cannot see b's clock) means the next tick only: 0. Before any renewal
+// the lease is the Receive's, of a VisibilityTimeout Consume cannot see,
+// which ExtendEvery must be well below: a quarter of it then.
+func (c *consumer) renewalRetry(renewed time.Time) time.Duration {
+	in := c.extendEvery / 4
+	if !renewed.IsZero() {
+		left := c.extendBy - time.Since(renewed)
+		if left <= 0 {
+			return 0
+		}
+		in = min(in, left/2)
+	}
+	return max(in, minIdleWait)
 }
 
 // settle acks, rejects or nacks d under receipt according to the handler's

@@ -674,6 +674,41 @@ func TestConsumeWaitsPollIntervalAfterAReceiveError(t *testing.T) {
 	require.Zero(t, f.count("ack"))
 }
 
+// failingReceive is a fakeBroker whose Receive always fails with an error
+// that neither ends Consume (it is not Closed) nor says the broker stopped:
+// a broker that is down for a while.
+type failingReceive struct {
+	*fakeBroker
+	receives atomic.Int64
+}
+
+func (b *failingReceive) Receive(context.Context, int) ([]DeliveryValue, error) {
+	b.receives.Add(1)
+	return nil, errTransient
+}
+
+// Consume never busy-spins (API.md §3), not even on a Receive that keeps
+// failing with a PollInterval set tiny (a caller after low latency from a
+// broker that is not a Waker): the wait after a failure is at least a
+// millisecond and doubles with each failure in a row, as an idle wait's
+// backoff does. It used to be PollInterval, with no floor: Consume
+// called Receive, and logged an error, thousands of times in 100ms.
+func TestConsumeBacksOffAReceiveThatKeepsFailing(t *testing.T) {
+	b := &failingReceive{fakeBroker: newFake()}
+	log, logs := newTestLogger()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := Consume(ctx, b, func(context.Context, DeliveryValue) error { return nil },
+		ConsumeOptions{PollInterval: time.Microsecond, Logger: log})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// 1ms doubling makes seven calls in 100ms; 50 leaves room for any
+	// machine, and is far from the thousands a spin makes.
+	n := b.receives.Load()
+	require.LessOrEqual(t, n, int64(50), "Receive calls in 100ms")
+	require.GreaterOrEqual(t, n, int64(2), "a failed Receive is retried")
+	require.LessOrEqual(t, strings.Count(logs.String(), "receive failed"), int(n), "one log line per failure at most")
+}
+
 func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	f := newFake()
 	f.ackErrs = []error{errors.New("transient"), LeaseExpired}
@@ -691,6 +726,74 @@ func TestConsumeSettleErrorsAreNotFatal(t *testing.T) {
 	text := logs.String()
 	require.Contains(t, text, "transient")
 	require.Contains(t, text, "the lease was no longer held")
+}
+
+// tickExtender is a fakeBroker on a frozen clock that each Extend call
+// moves on by the real time since the call before it (the first, by
+// every), rounded to the nearest quarter of every: a renewal on a tick
+// moves it by a whole every, however late the scheduler ran either
+// tick, and one that comes a quarter of every after the call before, by
+// that quarter. The Extend calls numbered in fail fail with a transient
+// error that says nothing of the lease, as a busy disk's would.
+type tickExtender struct {
+	*fakeBroker
+	every time.Duration
+	calls atomic.Int32
+	fail  map[int32]bool
+
+	mu   sync.Mutex
+	last time.Time // when the call before was made
+}
+
+func (f *tickExtender) Extend(ctx context.Context, r ReceiptValue, by time.Duration) (LeaseValue, error) {
+	n := f.calls.Add(1)
+	f.mu.Lock()
+	step := f.every
+	if !f.last.IsZero() {
+		quarter := f.every / 4
+		step = (time.Since(f.last) + quarter/2) / quarter * quarter
+	}
+	f.last = time.Now()
+	f.mu.Unlock()
+	f.clock.Advance(step)
+	if f.fail[n] {
+		return LeaseValue{}, errTransient
+	}
+	return f.fakeBroker.Extend(ctx, r, by)
+}
+
+// With the default ExtendBy (2×ExtendEvery), one renewal that fails for a
+// transient reason, after one that succeeded, must not cost the lease:
+// the next tick is the very instant the lease of the good renewal lapses
+// (a lease lapses at its ExpiresAt), so the failed renewal is retried
+// well before it, and the handler goes on under the lease the retry
+// made. Retried only at the next tick, the renewal was refused
+// LeaseExpired and the handler cancelled, although the failure was
+// logged as one that "will retry".
+func TestConsumeRetriesAFailedRenewalBeforeTheLeaseLapses(t *testing.T) {
+	const every = 40 * time.Millisecond
+	f := &tickExtender{fakeBroker: newFake(), every: every, fail: map[int32]bool{2: true}}
+	f.clock.Freeze()
+	f.Publish(context.Background(), []byte("slow"))
+	log, logs := newTestLogger()
+	result := make(chan error, 1)
+	startConsume(t, f, func(ctx context.Context, d DeliveryValue) error {
+		// Four renewals: the good one, the failed one, its retry and
+		// the next tick's.
+		for ctx.Err() == nil && f.calls.Load() < 4 {
+			time.Sleep(time.Millisecond)
+		}
+		result <- context.Cause(ctx)
+		return ctx.Err()
+	}, ConsumeOptions{ExtendEvery: every, Logger: log})
+	select {
+	case cause := <-result:
+		require.NoError(t, cause, "the handler was cancelled after %d Extend calls\nlog:\n%s", f.calls.Load(), logs.String())
+	case <-time.After(eventually):
+		t.Fatal("the handler did not finish")
+	}
+	require.Eventually(t, func() bool { return f.count("ack") == 1 }, eventually, tick)
+	require.Equal(t, 1, strings.Count(logs.String(), "lease extension failed; will retry"), logs.String())
 }
 
 // goroutineID is the running goroutine's number, from its stack header
@@ -832,11 +935,13 @@ func (f *flakyExtender) Extend(ctx context.Context, r ReceiptValue, by time.Dura
 
 // A renewal that fails for a reason that is not the lease's (neither
 // LeaseExpired nor UnknownReceipt, nor a closed or stopped broker) is
-// logged and tried again at the next tick with the same receipt, as the
-// default ExtendBy leaves room for: the handler goes on, its context is
-// not cancelled, and it is acked under the newest receipt.
+// logged and tried again with the same receipt: the handler goes on, its
+// context is not cancelled, and it is acked under the newest receipt.
+// (When the retry comes, before the lease lapses, is
+// TestConsumeRetriesAFailedRenewalBeforeTheLeaseLapses's.)
 func TestConsumeRetriesARenewalThatFailedForAnotherReason(t *testing.T) {
 	f := &flakyExtender{fakeBroker: newFake()}
+	f.clock.Freeze() // leases of 10 ms must not lapse behind a late renewal
 	f.failures.Store(2)
 	f.Publish(context.Background(), []byte("slow"))
 	log, logs := newTestLogger()

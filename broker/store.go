@@ -88,6 +88,9 @@ type Store struct {
 	// too (so that none starts after it) and waits for stopDone.
 	stopOnce sync.Once
 	stopDone chan struct{}
+	// watchDone is closed when the goroutine that watches the log for a
+	// failure no call waited for ends (see watchLog).
+	watchDone chan struct{}
 	// over is closed, once (overOnce), when the store closes or stops for
 	// good: Consume, its every handler slot busy, learns of it without a
 	// call (see ender).
@@ -336,7 +339,27 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	warnSharedDir(opts.Logger, dir)
 	s.startMaintenance()
+	s.watchLog()
 	return s, nil
+}
+
+// watchLog stops the store as soon as its log is poisoned by a failure no
+// call waited for (the background fdatasync of SyncPublish and SyncNone),
+// not when a call or Err first sees it: until then nothing closes over,
+// and a Consume idle on an empty queue waits on a store that can take
+// nothing more. The goroutine ends once the store closes or stops (over
+// is closed), and Close waits for it.
+func (s *Store) watchLog() {
+	s.watchDone = make(chan struct{})
+	poisoned := s.log.Poisoned()
+	go func() {
+		defer close(s.watchDone)
+		select {
+		case <-poisoned:
+			_ = s.usable() // stops the store (see working); nothing once Close began
+		case <-s.over:
+		}
+	}()
 }
 
 // warnSharedDir logs a warning when dir is writable by its group or by
@@ -1048,6 +1071,9 @@ func (s *Store) close() (err, cerr, serr error) {
 	s.closed.Store(true) // only Close sets it, under closeMu
 	s.end()
 	s.maint.ckptMu.Unlock()
+	if s.watchDone != nil {
+		<-s.watchDone // over is closed: it ends, or stops the store first
+	}
 	s.shutQueues() // consumers waiting for a queue look again, and learn it is closed
 	// A Receive whose leases the log took reads their payloads after its
 	// wait: closing the log under it would report Closed for leases the
@@ -1077,8 +1103,9 @@ func (s *Store) close() (err, cerr, serr error) {
 // stopped it for good (a write or fdatasync failed, the disk filled, or
 // damage was found), which says so and wraps the cause; such a store must
 // be closed and opened again. A failure no call waited for (the
-// background fdatasync of SyncPublish and SyncNone) stops the store when
-// Err, or any call, first sees it. Err takes no lock and waits for no
+// background fdatasync of SyncPublish and SyncNone) stops the store as
+// soon as the log reports it, with no call: its consumers learn of it at
+// once (see Consume). Err takes no lock and waits for no
 // append: it is meant for health checks. The one thing it may write is
 // what any call that first sees damage writes: a mark, durably, that
 // makes the next Open rebuild the index from the log.

@@ -113,3 +113,55 @@ func TestConsumeEndsWhenTheStoreFails(t *testing.T) {
 	}
 	require.Empty(t, handled, "nothing was handled after the failure")
 }
+
+// A background fdatasync that fails (acks and leases under SyncPublish,
+// everything under SyncNone: no call waits for it) stops the store at
+// once, not at the next call: a Consume idle on an empty queue of it
+// returns the failure, as it does when a call's own fdatasync fails.
+// Before, nothing told it, and it waited on a store that could take
+// nothing more until some other call touched the store.
+func TestConsumeEndsWhenABackgroundFdatasyncFailsWhileItIsIdle(t *testing.T) {
+	for _, mode := range []SyncMode{SyncNone, SyncPublish} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			ffs := vfs.NewFaultFS(vfs.Default)
+			opts := Options{Now: func() time.Time { return time.Unix(1_700_000_000, 0) }, Sync: mode, SyncInterval: 20 * time.Millisecond, FS: ffs}
+			ManualMaintenance(&opts) // no maintenance round finds the failure
+			s, err := Open(t.TempDir(), opts)
+			require.NoError(t, err)
+			defer s.Close()
+			pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3}
+			idle, err := s.Queue("idle", pol)
+			require.NoError(t, err)
+			other, err := s.Queue("other", pol)
+			require.NoError(t, err)
+			_, err = other.Publish(ctx, []byte("m"))
+			require.NoError(t, err)
+			require.NoError(t, s.log.Sync())
+
+			done := make(chan error, 1)
+			go func() {
+				done <- Consume(ctx, idle, func(context.Context, DeliveryValue) error { return nil }, ConsumeOptions{})
+			}()
+			// Consume's first Receive finds the queue empty, and it waits
+			// for a publish (a Receive after the failure would meet it,
+			// and the test would not tell).
+			time.Sleep(50 * time.Millisecond)
+
+			// Every fdatasync of a segment fails from now on. The lease is
+			// written, and synced in the background: no call meets the
+			// failure.
+			ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
+			ds, err := other.Receive(ctx, 1)
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, wal.ErrPoisoned, "Consume returns the failure")
+				require.ErrorContains(t, err, "must be reopened")
+			case <-time.After(eventually):
+				t.Fatal("Consume went on waiting on a store whose background fdatasync failed")
+			}
+		})
+	}
+}

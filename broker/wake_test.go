@@ -1,7 +1,10 @@
 package broker_test
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -339,4 +342,122 @@ func TestWakeAfterCloseIsClosedAndSchedulesNothing(t *testing.T) {
 	require.Zero(t, w.In)
 	st := q.Stats()
 	require.Equal(t, 1, st.Leased, "Wake of a closed store moved the queue's state: %+v", st)
+}
+
+// A Memory and a Store queue, driven through the same random Publish,
+// Receive, Nack, Ack, Extend, Reject, replay and clock steps on one clock,
+// agree after every step on Wake's Scheduled and In, and on whether the
+// step closed the Signal handed out before it: a consumer waits on that
+// signal, and a broker that failed to close it would leave a message
+// waiting (memory_differential_test compares In and Scheduled, not which
+// calls close the signal).
+func TestMemoryAndStoreAgreeOnWhichStepsCloseTheWakeSignal(t *testing.T) {
+	seeds := 25
+	if testing.Short() {
+		seeds = 8 // each opens and closes a store, with its fdatasyncs
+	}
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(uint64(seed), 3))
+		pol := broker.PolicyValue{VisibilityTimeout: 10 * time.Second, RetryDelay: time.Duration(r.IntN(3)) * time.Second, MaxRetryDelay: 0, MaxDeliveries: 1 + r.IntN(3)}
+		clk := newFakeClock()
+		m, err := broker.NewMemory(pol, broker.MemoryOptions{Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := broker.Open(t.TempDir(), broker.Options{Now: clk.Now, Sync: broker.SyncNone, SegmentBytes: testSegmentBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := s.Queue("q", pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := []fullBroker{m, q}
+		receipts := [2][]broker.ReceiptValue{}
+		var trace []string
+		for step := range 60 {
+			var sigs [2]<-chan struct{}
+			var wakes [2]broker.WakeValue
+			for i, b := range bs {
+				wakes[i] = b.Wake()
+				sigs[i] = wakes[i].Signal
+			}
+			if wakes[0].Scheduled != wakes[1].Scheduled || (wakes[0].Scheduled && wakes[0].In != wakes[1].In) {
+				t.Fatalf("seed %d step %d: Memory Wake %+v, Store Wake %+v\n%v", seed, step, wakes[0], wakes[1], trace)
+			}
+			op := r.IntN(8)
+			var outs [2]string
+			var idx int
+			by := time.Duration(1+r.IntN(3)) * time.Second
+			adv := time.Duration(r.IntN(4000)) * time.Millisecond
+			if op >= 2 && op <= 5 {
+				if len(receipts[0]) != len(receipts[1]) {
+					t.Fatalf("receipt count differs")
+				}
+				if len(receipts[0]) == 0 {
+					op = 1
+				} else {
+					idx = r.IntN(len(receipts[0]))
+				}
+			}
+			for i, b := range bs {
+				switch op {
+				case 0:
+					_, err := b.Publish(context.Background(), []byte("x"))
+					outs[i] = fmt.Sprint("publish ", err)
+				case 1:
+					ds, err := b.Receive(context.Background(), 1)
+					for _, d := range ds {
+						receipts[i] = append(receipts[i], d.Lease.Receipt)
+					}
+					outs[i] = fmt.Sprint("receive ", len(ds), err)
+				case 2:
+					nv, err := b.Nack(context.Background(), receipts[i][idx], nil)
+					outs[i] = fmt.Sprint("nack ", nv.DeadLettered, nv.Deliveries, err != nil)
+				case 3:
+					err := b.Ack(context.Background(), receipts[i][idx])
+					outs[i] = fmt.Sprint("ack ", err != nil)
+				case 4:
+					l, err := b.Extend(context.Background(), receipts[i][idx], by)
+					if err == nil {
+						receipts[i][idx] = l.Receipt
+					}
+					outs[i] = fmt.Sprint("extend ", err != nil)
+				case 5:
+					err := b.Reject(context.Background(), receipts[i][idx], nil)
+					outs[i] = fmt.Sprint("reject ", err != nil)
+				case 6:
+					dls, _ := b.DeadLetters(context.Background(), 1)
+					if len(dls) > 0 {
+						err := b.ReplayDeadLetter(context.Background(), dls[0].Message.ID)
+						outs[i] = fmt.Sprint("replay ", err)
+					} else {
+						outs[i] = "replay none"
+					}
+				case 7:
+					if i == 0 {
+						clk.Advance(adv)
+					}
+					outs[i] = "advance"
+				}
+			}
+			trace = append(trace, outs[0])
+			if outs[0] != outs[1] {
+				t.Fatalf("seed %d step %d: Memory %q, Store %q\n%v", seed, step, outs[0], outs[1], trace)
+			}
+			var closed [2]bool
+			for i := range bs {
+				select {
+				case <-sigs[i]:
+					closed[i] = true
+				default:
+				}
+			}
+			if closed[0] != closed[1] {
+				t.Errorf("seed %d step %d (%s): Memory signal closed %v, Store signal closed %v\n%v", seed, step, outs[0], closed[0], closed[1], trace)
+			}
+		}
+		m.Close()
+		s.Close()
+	}
 }

@@ -28,8 +28,8 @@ type Log struct {
 	opts Options
 	lock io.Closer
 
-	// mu guards open (the batch requests join), closed, err, lost and
-	// hold.
+	// mu guards open (the batch requests join), closed, err, lost, hold
+	// and poisonedCh.
 	mu     sync.Mutex
 	open   *batch
 	closed bool
@@ -50,6 +50,9 @@ type Log struct {
 	kick chan struct{}
 	// poisoned is set with err, so that Err need not take mu.
 	poisoned atomic.Bool
+	// poisonedCh, guarded by mu, is what Poisoned returns: made by its
+	// first call, closed when err is set.
+	poisonedCh chan struct{}
 
 	// removeMu is held by RemoveBelow for its whole run and by Close from
 	// the moment it marks the log closed: no file of the log is renamed or

@@ -45,8 +45,13 @@ func TestANilLogRefusesEveryCall(t *testing.T) {
 	require.Equal(t, "", l.SegmentPath(1))
 	require.Equal(t, wal.Recovery{}, l.Recovery())
 	require.Equal(t, wal.Position(0), l.End())
+	select {
+	case <-l.Poisoned():
+	default:
+		t.Fatal("a nil log's Poisoned channel is open")
+	}
 
 	// Every exported method is one of the above: a new one needs its case.
-	zeros := map[string]bool{"Stats": true, "Sealed": true, "Dir": true, "SegmentPath": true, "Recovery": true, "End": true}
+	zeros := map[string]bool{"Stats": true, "Sealed": true, "Dir": true, "SegmentPath": true, "Recovery": true, "End": true, "Poisoned": true}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*wal.Log](), calls, zeros), "every exported method needs a nil-receiver case")
 }

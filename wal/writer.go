@@ -625,6 +625,38 @@ func (l *Log) Err() error {
 	return l.poison()
 }
 
+// Poisoned returns a channel that is closed once the log is poisoned,
+// when Err returns the poison: a failure no call waited for (the
+// background fdatasync of records appended without waiting for one) is
+// so learned of at once, without a call. A nil log's is closed: it
+// refuses every call.
+func (l *Log) Poisoned() <-chan struct{} {
+	if l == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.poisonedCh == nil {
+		// Made on demand: most logs are never asked.
+		l.poisonedCh = make(chan struct{})
+		if l.err != nil {
+			close(l.poisonedCh)
+		}
+	}
+	return l.poisonedCh
+}
+
+// closePoisoned closes the channel Poisoned returns, if it was asked for;
+// mu is held, and err and poisoned have just been set, so that a caller
+// the channel wakes finds the poison in Err.
+func (l *Log) closePoisoned() {
+	if l.poisonedCh != nil {
+		close(l.poisonedCh)
+	}
+}
+
 // poison returns the error that poisoned the log, or nil.
 func (l *Log) poison() error {
 	l.mu.Lock()
@@ -647,10 +679,14 @@ func (l *Log) fail(cause error) error {
 	first := l.lost == nil
 	if first {
 		l.lost = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
-		if l.err == nil {
+		already := l.err != nil // stopped by a rotation: see stop
+		if !already {
 			l.err = l.lost
 		}
 		l.poisoned.Store(true)
+		if !already {
+			l.closePoisoned()
+		}
 	}
 	err := l.lost
 	l.mu.Unlock()
@@ -672,6 +708,7 @@ func (l *Log) stop(cause error) error {
 	if first {
 		l.err = fmt.Errorf("%w (a rotation failed, and Options.StopOnRotationFailure stops the log at one; close and reopen): %w", ErrPoisoned, cause)
 		l.poisoned.Store(true)
+		l.closePoisoned()
 	}
 	err := l.err
 	l.mu.Unlock()

@@ -54,8 +54,9 @@ const (
 // either no dir, and the next Backup to dir removes the leftover
 // ".partial" (it recognises its own by a mark no one holds locked, or by
 // its being empty, and refuses to touch a directory of that name that
-// holds anything else, or that is, or holds as "index", a symbolic link),
-// or a complete dir, whose first Open removes the mark.
+// holds anything else, or that is, or holds as "index", a symbolic link,
+// or that cannot be listed: the Backup then fails, making nothing), or a
+// complete dir, whose first Open removes the mark.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -272,11 +273,24 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 // of an earlier Backup: marked, with its mark unlocked (the lock dies with
 // the process that held it), or empty (a crash before its mark was made).
 // A marked one whose mark is locked is another Backup's, running: it is
-// refused, wrapping Locked and fs.ErrExist, and left alone. The mark is
-// durable before any other file is made there.
+// refused, wrapping Locked and fs.ErrExist, and left alone. A dir that
+// cannot be listed (an error other than its absence) is refused before
+// anything is made or removed. The mark is durable before any other file
+// is made there.
 func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	mark := filepath.Join(dir, partialMark)
-	if names, err := fs.ReadDir(dir); err == nil {
+	names, err := fs.ReadDir(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
+	case err != nil && !errors.Is(err, iofs.ErrNotExist):
+		// Only a directory that is not there is taken as not there: one
+		// that could not be listed may hold anything (someone else's
+		// files, a store), which a Backup that went on would write its
+		// copy into, rename as its own, or remove with its own when it
+		// failed. Nothing is made or removed until it can be listed.
+		return nil, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+	case err == nil:
 		if len(names) > 0 && !slices.Contains(names, partialMark) {
 			return nil, fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}

@@ -43,6 +43,8 @@ const (
 // link climbs out of the link's target, one after a name that does not
 // exist undoes that name), and the place checked is the place written; a
 // symbolic link as dir's last name is refused, a trailing "/" or not.
+// dir must not lie inside the store's directory, nor dir+".partial" be or
+// hold it: such a dir is refused before anything is made.
 // The copy is written, every file of it fdatasynced, in dir+".partial",
 // which is then renamed to dir. The ".partial" holds a mark file, which
 // the Backup writing it holds locked (an exclusive flock) until the copy
@@ -170,8 +172,9 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 // checkBackupDir returns the place dir names, resolved as [vfs.Resolve]
 // resolves it (as Open resolves a store's directory), after refusing one
 // that exists (a directory, a file, a symbolic link, to nothing or not) or
-// that lies inside the store's own directory. What it checks is what
-// Backup writes: the text of dir is not looked at again.
+// that lies inside the store's own directory, or whose partial copy
+// (dir+".partial") would be, hold or lie inside it. What it checks is
+// what Backup writes: the text of dir is not looked at again.
 func (s *Store) checkBackupDir(dir string) (string, error) {
 	place, err := backupPlace(dir)
 	if err != nil {
@@ -181,8 +184,22 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the store's directory cannot be resolved: %w", err)
 	}
-	if rel, err := filepath.Rel(store, place); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if within(place, store) {
 		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
+	}
+	// The partial copy is written, and removed when the Backup fails, in
+	// place+".partial": one that is the store's directory, or holds it,
+	// would have the store's files taken for the copy's (a failure there
+	// removed the live store's segments).
+	if tmp := place + partialSuffix; within(store, tmp) || within(tmp, store) {
+		how := "be"
+		switch {
+		case store != tmp && within(store, tmp):
+			how = "hold"
+		case store != tmp:
+			how = "lie inside"
+		}
+		return "", fmt.Errorf("its partial copy %s would %s the store's own directory %s: choose another directory", tmp, how, store)
 	}
 	// A symbolic link, to nothing or not: the finished copy could never
 	// take its name (a directory is not renamed over a link), so the
@@ -209,6 +226,13 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 		return "", fmt.Errorf("%s cannot be made: %w", place, err)
 	}
 	return place, nil
+}
+
+// within reports whether the path a is b or lies inside it (both clean
+// and absolute).
+func within(a, b string) bool {
+	rel, err := filepath.Rel(b, a)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // backupPlace resolves dir as [vfs.Resolve] does, except that a symbolic

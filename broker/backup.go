@@ -300,7 +300,8 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 // refused, wrapping Locked and fs.ErrExist, and left alone. A dir that
 // cannot be listed (an error other than its absence) is refused before
 // anything is made or removed. The mark is durable before any other file
-// is made there.
+// is made there. A failure once dir is made removes what this call made
+// (see abandonPartial), unless it says another Backup is at work there.
 func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	mark := filepath.Join(dir, partialMark)
 	names, err := fs.ReadDir(dir)
@@ -346,13 +347,22 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 			}
 		}
 	}
+	// From here on dir is this call's to make: it was not there, or it was
+	// a leftover this call removed. A failure that is not another Backup's
+	// doing removes what this call made (abandonPartial), so that a failed
+	// Backup leaves no partial copy; one that is (the mark made, removed
+	// or locked by another Backup meanwhile) touches nothing, since the
+	// directory is then the other's.
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
-		return nil, err
+		return nil, abandonPartial(fs, dir, nil, err)
 	}
 	if err := vfs.CreateEmpty(fs, mark); err != nil {
 		// Another Backup made its mark since dir was looked at (it
 		// exists), or took dir for an empty leftover and removed it.
-		return nil, inUse(dir, err)
+		if anotherBackups(err) {
+			return nil, inUse(dir, err)
+		}
+		return nil, abandonPartial(fs, dir, nil, inUse(dir, err))
 	}
 	// Between the mark's creation and its lock, another Backup may take
 	// it for a leftover and remove it, and perhaps make its own: this
@@ -360,12 +370,68 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	// and nothing of the other's is touched.
 	l, err := fs.Lock(mark)
 	if err != nil {
-		return nil, inUse(dir, err)
+		if anotherBackups(err) {
+			return nil, inUse(dir, err)
+		}
+		return nil, abandonPartial(fs, dir, nil, inUse(dir, err))
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		return nil, errors.Join(err, l.Close())
+		return nil, abandonPartial(fs, dir, l, err)
 	}
 	return l, nil
+}
+
+// abandonPartial removes the partial copy dir that startPartial made, and
+// returns cause (why it is abandoned) with the removal's failure, if any.
+// l is the lock on dir's mark, or nil when this call holds none (the mark
+// not made, or made and not locked); it is closed.
+//
+// Held, the lock says no other Backup is at work in dir: dir is removed
+// as a failed copy is. Not held, dir is removed only as a leftover would
+// be, so that nothing another Backup holds is touched: empty, by a
+// removal that removes only an empty directory; or holding just a mark,
+// which is first locked (a mark another Backup holds locked is left to
+// it, as is a directory holding anything else). Either way, another
+// Backup meanwhile met nothing it would not meet racing a Backup that
+// reclaims a leftover. What cannot be removed stays, a leftover the next
+// Backup to the same place removes.
+func abandonPartial(fs vfs.FS, dir string, l io.Closer, cause error) error {
+	if l == nil {
+		rmErr := fs.Remove(dir)
+		if rmErr == nil || errors.Is(rmErr, iofs.ErrNotExist) {
+			return cause
+		}
+		names, err := fs.ReadDir(dir)
+		switch {
+		case err == nil && len(names) == 0:
+			return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, rmErr))
+		case err != nil || !slices.Equal(names, []string{partialMark}):
+			// Not this call's (another Backup's copy has files), or
+			// not known to be: left alone.
+			return cause
+		}
+		if l, err = fs.Lock(filepath.Join(dir, partialMark)); err != nil {
+			if anotherBackups(err) {
+				return cause
+			}
+			return errors.Join(cause, fmt.Errorf("the unfinished backup %s is left (its mark could not be locked): %w", dir, err))
+		}
+	}
+	err := removePartial(fs, dir)
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
+	}
+	return cause
+}
+
+// anotherBackups reports whether err, from making or locking a mark, says
+// another Backup to the same directory is at work: the mark locked, or
+// made or removed by someone else meanwhile.
+func anotherBackups(err error) bool {
+	return errors.Is(err, vfs.ErrLocked) || errors.Is(err, iofs.ErrExist) || errors.Is(err, iofs.ErrNotExist)
 }
 
 // inUse is startPartial's error when making or locking dir's mark failed

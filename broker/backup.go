@@ -43,6 +43,8 @@ const (
 // link climbs out of the link's target, one after a name that does not
 // exist undoes that name), and the place checked is the place written; a
 // symbolic link as dir's last name is refused, a trailing "/" or not.
+// dir must not lie inside the store's directory, nor dir+".partial" be or
+// hold it: such a dir is refused before anything is made.
 // The copy is written, every file of it fdatasynced, in dir+".partial",
 // which is then renamed to dir. The ".partial" holds a mark file, which
 // the Backup writing it holds locked (an exclusive flock) until the copy
@@ -54,8 +56,9 @@ const (
 // either no dir, and the next Backup to dir removes the leftover
 // ".partial" (it recognises its own by a mark no one holds locked, or by
 // its being empty, and refuses to touch a directory of that name that
-// holds anything else, or that is, or holds as "index", a symbolic link),
-// or a complete dir, whose first Open removes the mark.
+// holds anything else, or that is, or holds as "index", a symbolic link,
+// or that cannot be listed: the Backup then fails, making nothing), or a
+// complete dir, whose first Open removes the mark.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -169,8 +172,9 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 // checkBackupDir returns the place dir names, resolved as [vfs.Resolve]
 // resolves it (as Open resolves a store's directory), after refusing one
 // that exists (a directory, a file, a symbolic link, to nothing or not) or
-// that lies inside the store's own directory. What it checks is what
-// Backup writes: the text of dir is not looked at again.
+// that lies inside the store's own directory, or whose partial copy
+// (dir+".partial") would be, hold or lie inside it. What it checks is
+// what Backup writes: the text of dir is not looked at again.
 func (s *Store) checkBackupDir(dir string) (string, error) {
 	place, err := backupPlace(dir)
 	if err != nil {
@@ -180,8 +184,22 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the store's directory cannot be resolved: %w", err)
 	}
-	if rel, err := filepath.Rel(store, place); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if within(place, store) {
 		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
+	}
+	// The partial copy is written, and removed when the Backup fails, in
+	// place+".partial": one that is the store's directory, or holds it,
+	// would have the store's files taken for the copy's (a failure there
+	// removed the live store's segments).
+	if tmp := place + partialSuffix; within(store, tmp) || within(tmp, store) {
+		how := "be"
+		switch {
+		case store != tmp && within(store, tmp):
+			how = "hold"
+		case store != tmp:
+			how = "lie inside"
+		}
+		return "", fmt.Errorf("its partial copy %s would %s the store's own directory %s: choose another directory", tmp, how, store)
 	}
 	// A symbolic link, to nothing or not: the finished copy could never
 	// take its name (a directory is not renamed over a link), so the
@@ -208,6 +226,13 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 		return "", fmt.Errorf("%s cannot be made: %w", place, err)
 	}
 	return place, nil
+}
+
+// within reports whether the path a is b or lies inside it (both clean
+// and absolute).
+func within(a, b string) bool {
+	rel, err := filepath.Rel(b, a)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // backupPlace resolves dir as [vfs.Resolve] does, except that a symbolic
@@ -272,11 +297,25 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 // of an earlier Backup: marked, with its mark unlocked (the lock dies with
 // the process that held it), or empty (a crash before its mark was made).
 // A marked one whose mark is locked is another Backup's, running: it is
-// refused, wrapping Locked and fs.ErrExist, and left alone. The mark is
-// durable before any other file is made there.
+// refused, wrapping Locked and fs.ErrExist, and left alone. A dir that
+// cannot be listed (an error other than its absence) is refused before
+// anything is made or removed. The mark is durable before any other file
+// is made there. A failure once dir is made removes what this call made
+// (see abandonPartial), unless it says another Backup is at work there.
 func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	mark := filepath.Join(dir, partialMark)
-	if names, err := fs.ReadDir(dir); err == nil {
+	names, err := fs.ReadDir(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
+	case err != nil && !errors.Is(err, iofs.ErrNotExist):
+		// Only a directory that is not there is taken as not there: one
+		// that could not be listed may hold anything (someone else's
+		// files, a store), which a Backup that went on would write its
+		// copy into, rename as its own, or remove with its own when it
+		// failed. Nothing is made or removed until it can be listed.
+		return nil, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+	case err == nil:
 		if len(names) > 0 && !slices.Contains(names, partialMark) {
 			return nil, fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}
@@ -308,13 +347,22 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 			}
 		}
 	}
+	// From here on dir is this call's to make: it was not there, or it was
+	// a leftover this call removed. A failure that is not another Backup's
+	// doing removes what this call made (abandonPartial), so that a failed
+	// Backup leaves no partial copy; one that is (the mark made, removed
+	// or locked by another Backup meanwhile) touches nothing, since the
+	// directory is then the other's.
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
-		return nil, err
+		return nil, abandonPartial(fs, dir, nil, err)
 	}
 	if err := vfs.CreateEmpty(fs, mark); err != nil {
 		// Another Backup made its mark since dir was looked at (it
 		// exists), or took dir for an empty leftover and removed it.
-		return nil, inUse(dir, err)
+		if anotherBackups(err) {
+			return nil, inUse(dir, err)
+		}
+		return nil, abandonPartial(fs, dir, nil, inUse(dir, err))
 	}
 	// Between the mark's creation and its lock, another Backup may take
 	// it for a leftover and remove it, and perhaps make its own: this
@@ -322,12 +370,68 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	// and nothing of the other's is touched.
 	l, err := fs.Lock(mark)
 	if err != nil {
-		return nil, inUse(dir, err)
+		if anotherBackups(err) {
+			return nil, inUse(dir, err)
+		}
+		return nil, abandonPartial(fs, dir, nil, inUse(dir, err))
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		return nil, errors.Join(err, l.Close())
+		return nil, abandonPartial(fs, dir, l, err)
 	}
 	return l, nil
+}
+
+// abandonPartial removes the partial copy dir that startPartial made, and
+// returns cause (why it is abandoned) with the removal's failure, if any.
+// l is the lock on dir's mark, or nil when this call holds none (the mark
+// not made, or made and not locked); it is closed.
+//
+// Held, the lock says no other Backup is at work in dir: dir is removed
+// as a failed copy is. Not held, dir is removed only as a leftover would
+// be, so that nothing another Backup holds is touched: empty, by a
+// removal that removes only an empty directory; or holding just a mark,
+// which is first locked (a mark another Backup holds locked is left to
+// it, as is a directory holding anything else). Either way, another
+// Backup meanwhile met nothing it would not meet racing a Backup that
+// reclaims a leftover. What cannot be removed stays, a leftover the next
+// Backup to the same place removes.
+func abandonPartial(fs vfs.FS, dir string, l io.Closer, cause error) error {
+	if l == nil {
+		rmErr := fs.Remove(dir)
+		if rmErr == nil || errors.Is(rmErr, iofs.ErrNotExist) {
+			return cause
+		}
+		names, err := fs.ReadDir(dir)
+		switch {
+		case err == nil && len(names) == 0:
+			return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, rmErr))
+		case err != nil || !slices.Equal(names, []string{partialMark}):
+			// Not this call's (another Backup's copy has files), or
+			// not known to be: left alone.
+			return cause
+		}
+		if l, err = fs.Lock(filepath.Join(dir, partialMark)); err != nil {
+			if anotherBackups(err) {
+				return cause
+			}
+			return errors.Join(cause, fmt.Errorf("the unfinished backup %s is left (its mark could not be locked): %w", dir, err))
+		}
+	}
+	err := removePartial(fs, dir)
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
+	}
+	return cause
+}
+
+// anotherBackups reports whether err, from making or locking a mark, says
+// another Backup to the same directory is at work: the mark locked, or
+// made or removed by someone else meanwhile.
+func anotherBackups(err error) bool {
+	return errors.Is(err, vfs.ErrLocked) || errors.Is(err, iofs.ErrExist) || errors.Is(err, iofs.ErrNotExist)
 }
 
 // inUse is startPartial's error when making or locking dir's mark failed

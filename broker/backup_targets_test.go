@@ -178,3 +178,48 @@ func TestABackupToADirAnotherBackupIsWritingIsRefused(t *testing.T) {
 	require.ErrorContains(t, errB, "another Backup's copy in progress")
 	require.NoDirExists(t, dst+".partial", "B left nothing behind")
 }
+
+// A Backup writes its copy in dir+".partial" and removes it there when it
+// fails, so that place must not be, or hold, the store's own directory,
+// as dir must not lie inside it: a store opened in "b.partial" and backed
+// up to "b" had, after one error listing "b.partial", the Backup make its
+// mark among the store's files, fail to copy the checkpoint onto itself,
+// and remove the live store's segments as its failed copy. Such a dir is
+// refused, saying why, before anything is made, with a fault listing the
+// store's directory or not.
+func TestABackupWhosePartialCopyWouldBeOrHoldTheStoreIsRefused(t *testing.T) {
+	for _, r := range []struct {
+		store, dst, how string
+	}{
+		{"b.partial", "b", "would be the store's own directory"},
+		{"b.partial", "x/../b", "would be the store's own directory"},
+		{"c.partial/store", "c", "would hold the store's own directory"},
+	} {
+		for _, fault := range []bool{false, true} {
+			root := t.TempDir()
+			ffs := vfs.NewFaultFS(vfs.Default)
+			o := broker.Options{SegmentBytes: broker.MinSegmentBytes, FS: ffs, Logger: quiet()}
+			broker.ManualMaintenance(&o)
+			storeDir := filepath.Join(root, r.store)
+			s, err := broker.Open(storeDir, o)
+			require.NoError(t, err)
+			q, err := s.Queue("jobs", keyedJobs)
+			require.NoError(t, err)
+			for i := range 20 {
+				mustPublish(t, q, fmt.Sprintf("m-%d", i))
+			}
+			before := dirNames(t, storeDir)
+			what := fmt.Sprintf("a store in %s backed up to %s (fault %v)", r.store, r.dst, fault)
+			if fault {
+				ffs.Inject(vfs.Rule{Op: vfs.OpReadDir, Match: func(n string) bool { return filepath.Clean(n) == storeDir }})
+			}
+			err = s.Backup(ctx(t), filepath.Join(root, r.dst))
+			ffs.Clear()
+			require.ErrorContains(t, err, r.how, what)
+			require.Equal(t, before, dirNames(t, storeDir), "%s: the store's directory changed", what)
+			require.NoDirExists(t, filepath.Join(root, filepath.Base(r.dst)), what)
+			require.Equal(t, 20, mustStats(t, s, "jobs").Ready, what)
+			require.NoError(t, s.Close())
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,4 +150,76 @@ func TestALoweredMaxDeliveriesIsAtomicWithItsDeadLettersAcrossAPowerLoss(t *test
 	t.Logf("clones by the policy found in force: %v", outcomes)
 	require.NotZero(t, outcomes[5], "no crash point came before the change was durable")
 	require.NotZero(t, outcomes[1], "no crash point kept the change")
+}
+
+// A lowering of MaxDeliveries that a power loss cut short (its
+// declaration durable, a dead letter behind it not) is finished by the
+// next process's first successful call of Queue for that name. A first
+// call that fails (here the clock panics once) must leave it to the next
+// one: otherwise Receive hands the message a delivery beyond
+// MaxDeliveries.
+func TestAFirstQueueCallThatFailsLeavesACutShortLoweringToTheNext(t *testing.T) {
+	root := fastDir(t)
+	base := broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 5, MaxMessageBytes: 512}
+	lowered := base
+	lowered.MaxDeliveries = 1
+	found := false
+	for k := int64(0); !found; k++ {
+		require.Less(t, k, int64(200), "no crash point left the declaration without its dead letters")
+		clock := newFakeClock()
+		cfs := vfs.NewCrashFS(vfs.Default)
+		dir := filepath.Join(root, fmt.Sprintf("run-%d", k))
+		opts := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}
+		broker.ManualMaintenance(&opts)
+		s, err := broker.Open(dir, opts)
+		require.NoError(t, err)
+		q, err := s.Queue("t", base)
+		require.NoError(t, err)
+		mustPublish(t, q, "m")
+		d := mustReceiveOne(t, q)
+		mustNack(t, q, d.Lease.Receipt, nil) // ready again, 1 delivery
+		cfs.CrashAfter(cfs.Ops() + k)
+		_, qerr := s.Queue("t", lowered)
+		_ = s.Close()
+		if qerr == nil {
+			break
+		}
+		for seed := 1; seed < 40 && !found; seed++ {
+			co := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1, TearLastWrite: true, Rand: rand.New(rand.NewPCG(uint64(k), uint64(seed)))}
+			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, seed))
+			require.NoError(t, cfs.CrashClone(clone, co))
+			var panicky atomic.Bool
+			now := func() time.Time {
+				if panicky.Load() {
+					panic("clock unavailable")
+				}
+				return clock.Now()
+			}
+			s2, err := broker.Open(clone, broker.Options{Now: now, SegmentBytes: broker.MinSegmentBytes})
+			require.NoError(t, err)
+			maxd, _ := broker.DeclaredMaxDeliveries(s2, "t")
+			if maxd != 1 {
+				require.NoError(t, s2.Close())
+				continue
+			}
+			panicky.Store(true)
+			_, err = s2.Queue("t", lowered)
+			panicky.Store(false)
+			if err == nil {
+				require.NoError(t, s2.Close()) // the dead letter was logged: nothing to finish
+				continue
+			}
+			found = true
+			q2, err := s2.Queue("t", lowered)
+			require.NoError(t, err, "the clock works again")
+			ds, err := q2.Receive(ctx(t), 1)
+			require.NoError(t, err)
+			require.NoError(t, s2.Close())
+			for _, d := range ds {
+				t.Errorf("power loss after %d ops: the lowering to MaxDeliveries 1 was durable, the first Queue call failed (%v), the second succeeded, and Receive then handed message %s delivery %d, beyond MaxDeliveries 1",
+					k, "clock panicked", d.Message.ID, d.Deliveries)
+			}
+		}
+	}
+	require.True(t, found, "no crash point left the declaration without its dead letters")
 }

@@ -654,8 +654,9 @@ func openError(dir string, salvage bool, err error) error {
 // it dies at its lapse or nack. Either dead letter counts the deliveries
 // the message had, which may be more than the new MaxDeliveries. A
 // declaration that is refused changes nothing; one a crash cuts short
-// either did not happen or is finished by the next process's first call
-// of Queue for that name.
+// either did not happen or is finished by the next process's first
+// successful call of Queue for that name (its dead letters then failed at
+// that call's reading of the clock).
 //
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails
@@ -709,8 +710,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		q = newQueue(s, iq, policyValue(iq.Policy))
 		s.queues[name] = q
 	}
-	fresh := !q.handed // this process's first handle on the queue
-	q.handed = true
+	fresh := !q.handed // no call of this process has handed q out yet
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.iq.Policy != rec {
@@ -765,6 +765,9 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			return nil, err
 		}
 	}
+	// Only now: a first call that failed before its end left a lowering a
+	// crash cut short to the next call to finish.
+	q.handed = true
 	return q, nil
 }
 

@@ -263,18 +263,33 @@ func (q *Queue) sweepDeaths(ctx context.Context) error {
 
 // lapsedLast returns the leases this Queue handed out on a delivery the
 // policy allows no more of, which lapsed before now and which no Extend
-// holds: their messages are dead since their lapse. The server may not
-// know it yet: nats-server notices the lapse of a redelivered message's
-// last lease only at the consumer's next pull (and then sends the
+// holds, and whose delivery was the last when it lapsed: handed out as the
+// last the policy allowed (lease.last), or lapsed after a declaration of
+// this Queue lowered MaxDeliveries to or below its count, which set the
+// consumer's MaxDeliver first. Their messages are dead since their lapse,
+// and the server delivers them to no one else. The server may not know
+// it yet: nats-server notices the lapse of a redelivered message's last
+// lease only at the consumer's next pull (and then sends the
 // MAX_DELIVERIES advisory), and until then the message is pending, so no
 // sweep of advisories or of abandoned messages sees it, while it holds a
 // place of the queue's Capacity.
+//
+// A lease that lapsed with deliveries left, before the declaration that
+// lowered MaxDeliveries to or below its count, is not among them: the
+// server handed the message back at that lapse, and may have delivered it
+// again, to another Store, whose lease the declaration does not cut off.
+// Buried from this Queue's stale lease, that message would be a dead
+// letter while the other Store handles it, and its Ack would still
+// succeed. Such a message is the server's to give up: the consumer's
+// lowered MaxDeliver stops its redelivery, and the server sends the
+// advisory at the next pull, which a sweep buries (buryDeath, dated by
+// lapseDeathLocked).
 func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out map[uint64]*lease
 	for seq, l := range q.leases {
-		if l.deliveries >= q.policy.MaxDeliveries && !now.Before(l.expiresAt) && l.extending == nil {
+		if l.deliveries >= q.policy.MaxDeliveries && (l.last || q.lowered.Before(l.expiresAt)) && !now.Before(l.expiresAt) && l.extending == nil {
 			if out == nil {
 				out = map[uint64]*lease{}
 			}
@@ -338,15 +353,9 @@ func (q *Queue) deathRecorded(ctx context.Context, id string, h nats.Header) (bo
 // Capacity), and the lease is forgotten. No receipt can act on such a
 // message any more (this Queue refuses a lapsed lease, and the server
 // delivers the message to no one else), so nothing races the burial; an
-// advisory the server sends later finds the message gone. A lease that
-// lapsed with deliveries left, before a declaration lowered MaxDeliveries
-// to or below its count, died at that declaration, not at its lapse: its
-// FailedAt is the declaration's, as the file store's. Called with sweepMu
-// held.
+// advisory the server sends later finds the message gone. Called with
+// sweepMu held.
 func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
-	q.mu.Lock()
-	lowered := q.lowered
-	q.mu.Unlock()
 	for seq, l := range q.lapsedLast(time.Now()) {
 		rctx, cancel := q.s.bounded(ctx)
 		raw, err := q.work.GetMsg(rctx, seq)
@@ -354,12 +363,8 @@ func (q *Queue) buryLapsedLastLocked(ctx context.Context) error {
 		if err != nil && !notFound(err) {
 			return q.connError("read message "+l.id+" whose last lease lapsed", err)
 		}
-		failedAt := l.expiresAt
-		if !l.last && lowered.After(failedAt) {
-			failedAt = lowered
-		}
 		if err == nil {
-			if err := q.buryLapsedLast(ctx, seq, l, raw, failedAt); err != nil {
+			if err := q.buryLapsedLast(ctx, seq, l, raw, l.expiresAt); err != nil {
 				return err
 			}
 		}
@@ -539,7 +544,7 @@ func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, 
 	// the policy allows no more of: so only such a lease, under the policy
 	// of its hand-out or the one in force, can be the last.
 	if l := q.leases[raw.Sequence]; l != nil && (l.last || l.deliveries >= deliveries) && l.expiresAt.Before(failedAt) {
-		failedAt, deliveries = l.expiresAt, l.deliveries
+		failedAt, deliveries = q.lapseDeathLocked(l, failedAt), l.deliveries
 	}
 	q.mu.Unlock()
 	reason, code, public, err := q.lapseCause(ctx, raw.Sequence, id)
@@ -553,6 +558,20 @@ func (q *Queue) buryAbandoned(ctx context.Context, raw *jetstream.RawStreamMsg, 
 // sweepEvery bounds how long a death whose notice was lost (the connection
 // was down) waits for a sweep.
 const sweepEvery = time.Minute
+
+// lapseDeathLocked returns when the message of l, a lapsed lease of this
+// Queue on the message's last delivery, died, given that its death was
+// noticed at noticed: at the lapse, unless l lapsed with deliveries left
+// at hand-out (not lease.last) and a declaration of this Queue lowered
+// MaxDeliveries to or below its count after the lapse and before the
+// notice. The message then died at that declaration, which left it no
+// delivery, as the file store dates it. Called with q.mu held.
+func (q *Queue) lapseDeathLocked(l *lease, noticed time.Time) time.Time {
+	if !l.last && q.lowered.After(l.expiresAt) && q.lowered.Before(noticed) {
+		return q.lowered
+	}
+	return l.expiresAt
+}
 
 // buryDeath dead-letters the message at seq of the work stream, whose last
 // lease lapsed, unless it is gone already. FailedAt is the lapse: the
@@ -569,7 +588,7 @@ const sweepEvery = time.Minute
 func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, failedAt time.Time) error {
 	q.mu.Lock()
 	if l := q.leases[seq]; l != nil && l.deliveries == deliveries && l.expiresAt.Before(failedAt) {
-		failedAt = l.expiresAt
+		failedAt = q.lapseDeathLocked(l, failedAt)
 	}
 	q.mu.Unlock()
 	m, err := q.work.GetMsg(ctx, seq)

@@ -130,22 +130,32 @@
 //     different VisibilityTimeout moves the end of every lease and retry
 //     delay already handed out by the difference, instead of applying the
 //     new policy from then on only.
-//     A declaration that lowers MaxDeliveries gives up on the messages it
-//     leaves no delivery, as the file store's does, but only on those the
-//     declaring Store knows of: the messages it nacked that still wait
-//     out their retry delay, and those whose lease it handed out lapsed,
-//     with a count at or above the new maximum, are dead letters when
-//     Queue returns (Deliveries their count; the last failure a Nack
-//     reported, else LEASE_EXPIRED; FailedAt the declaration, or the
-//     lapse when that came after the lease became the last). The server
-//     delivers no such message again, but it does not look at its pending
-//     messages when MaxDeliver changes: a message another Store (or this
-//     one before a restart) nacked or leased, or whose retry delay has
-//     ended (another Store may have taken it since, on a delivery the
-//     declaration did not cut off), holds its place of the Capacity, and
-//     is no dead letter, until the server gives it up after its retry
-//     delay or lease ends (at some Store's next Receive at the latest);
-//     a sweep then buries it, dated then.
+//     A declaration that lowers MaxDeliveries gives up at once, as the
+//     file store's does, only on the messages the declaring Store nacked
+//     that still wait out their retry delay with a count at or above the
+//     new maximum: they are dead letters when Queue returns (Deliveries
+//     their count; the last failure a Nack reported; FailedAt the
+//     declaration). No consumer holds such a message, and the server
+//     delivers it no more. Every other message the lowering leaves no
+//     delivery is left to the server: one whose lease this Store handed
+//     out with deliveries left lapsed (the server handed it back at the
+//     lapse, and may have delivered it again since, to another Store,
+//     whose live lease the declaration does not cut off), one whose retry
+//     delay has ended (another Store may have taken it since), and one
+//     another Store (or this one before a restart) nacked or leased. The
+//     server does not look at its pending messages when MaxDeliver
+//     changes: such a message holds its place of the Capacity, and is no
+//     dead letter, until the server gives it up after its retry delay or
+//     lease ends (at some Store's next Receive at the latest; a lease
+//     still live runs its course, and its Ack, Nack or Reject settles the
+//     message as usual); a sweep then buries it (Deliveries the
+//     server's count; LEASE_EXPIRED unless a Nack reported a failure;
+//     FailedAt the declaration when this Store made it after the lapse
+//     of its own lease on that count, else the lapse when this Store
+//     handed the lease out, else the sweep). A lease of this Store that
+//     lapses after the declaration, or was handed out as the last the
+//     policy allowed, is buried at its lapse (below): the server delivers
+//     its message no more.
 //   - Lease expiry. The adapter refuses a receipt AT its ExpiresAt, but the
 //     message reappears when the server's deadline passes, a request's
 //     flight later. An Ack sent just before ExpiresAt that reaches the
@@ -158,11 +168,13 @@
 //     its place of the Capacity. The Store that handed the lease out knows
 //     the message is dead from its ExpiresAt: a publish or replay of that
 //     Store refused as full, and each of its sweeps (above), bury the
-//     messages of its own lapsed last leases at once (the dead letter,
-//     then +TERM on the lease's delivery), so the publish or replay is
-//     admitted. Otherwise the dead letter appears after some Store's next
-//     Receive, and a publish or replay of another Store is refused as
-//     full until then (its FailedAt is still the lease's ExpiresAt when
+//     messages of its own lapsed last leases (handed out as the last the
+//     policy allowed, or lapsed after this Store lowered MaxDeliveries to
+//     their count; not one that lapsed with deliveries left, above) at
+//     once (the dead letter, then +TERM on the lease's delivery), so the
+//     publish or replay is admitted. Otherwise the dead letter appears
+//     after some Store's next Receive, and a publish or replay of another
+//     Store is refused as full until then (its FailedAt is still the lease's ExpiresAt when
 //     this Store handed the lease out).
 //     "Last" is by this Store's policy: a MaxDeliveries raised through
 //     another Store, which this one has not declared, is not seen.
@@ -170,9 +182,10 @@
 //     when no lease of the queue is out at a sweep, or below the
 //     consumer's ack floor: the server lists no pending messages. When
 //     this Store handed the last lease out, its FailedAt is that lease's
-//     ExpiresAt and its Deliveries that lease's count, the count at death
-//     as every broker of the port records it (above the policy's
-//     MaxDeliveries when that was lowered during the lease); otherwise
+//     ExpiresAt (or this Store's lowering declaration, as above) and its
+//     Deliveries that lease's count, the count at death as every broker
+//     of the port records it (above the policy's MaxDeliveries when that
+//     was lowered during the lease); otherwise
 //     its FailedAt is the sweep that buried it and its Deliveries the
 //     policy's MaxDeliveries (the server's count was never told; the two
 //     differ only after a change of MaxDeliveries). A lapsed lease of this

@@ -15,8 +15,13 @@ import (
 // such a message to the dead-letter store at the declaration
 // (broker.Store.Queue; DESIGN, "A lowered MaxDeliveries gives up on what
 // has no delivery left"), and so does the adapter for the messages its
-// Store knows of: those it nacked, and those whose lease it handed out
-// lapsed.
+// Store nacked that still wait out their retry delay: no consumer holds
+// them, and the server delivers them no more. A message whose lease
+// lapsed with deliveries left is not buried at the declaration: the
+// server handed it back at the lapse, and may have delivered it again,
+// to another Store, since. It is left to the server, which delivers it
+// no more under the lowered MaxDeliveries and gives it up at the next
+// pull; a sweep then buries it.
 
 // TestALoweredMaxDeliveriesEndsAWaitingMessage: a message nacked on its
 // first delivery waits out a retry delay of 30 s when its queue is
@@ -101,11 +106,14 @@ func TestALoweredMaxDeliveriesEndsAWaitingMessage(t *testing.T) {
 
 // TestALoweredMaxDeliveriesEndsAMessageWhoseLeaseLapsed: a message whose
 // first lease lapsed with deliveries left (MaxDeliveries 3) waits for its
-// next delivery when its queue is declared again with MaxDeliveries 1. It
-// is a dead letter when the declaration returns, not only at this Store's
-// next sweep; it died at the declaration, not at its lapse (when
-// it still had deliveries left), so that is its FailedAt, as the file
-// store's; and no consumer reported a failure, so it is LEASE_EXPIRED.
+// next delivery when its queue is declared again with MaxDeliveries 1.
+// The declaration does not bury it (the server may have delivered it
+// again since; see TestALoweringLeavesAMessageAnotherStoreHoldsAlone),
+// but the server delivers it no more: the next Receive gets nothing, and
+// the server gives the message up, so that it becomes a dead letter with
+// its one delivery, LEASE_EXPIRED (no consumer reported a failure), and
+// FailedAt the declaration, which left it no delivery, as the file store
+// dates it (the lease lapsed when it still had deliveries left).
 func TestALoweredMaxDeliveriesEndsAMessageWhoseLeaseLapsed(t *testing.T) {
 	ctx := context.Background()
 	three := policy(func(p *broker.PolicyValue) {
@@ -125,16 +133,60 @@ func TestALoweredMaxDeliveriesEndsAMessageWhoseLeaseLapsed(t *testing.T) {
 	before := time.Now()
 	mustQueue(t, b.Store, "lapsed", one)
 	after := time.Now()
-	// Read through another Store, which knows nothing of the lease: the
-	// burial is the declaration's.
-	dls, err := mustQueue(t, storeOn(t, b.prefix, natsjs.Options{}), "lapsed", one).DeadLetters(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("Receive after MaxDeliveries was lowered to the count of the only message: %d deliveries, %v; want none (the message has no delivery left)", len(ds), err)
 	}
-	if len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 1 {
-		t.Fatalf("dead letters after the declaration: %s; want %s LEASE_EXPIRED after 1 delivery", dlText(dls), m.ID)
+	dls := waitForDeadLetters(t, q, 1, "the server gives up the message whose lease lapsed before MaxDeliveries was lowered to its count")
+	if dls[0].Message.ID != m.ID || dls[0].Reason != broker.ReasonLeaseExpired || dls[0].Deliveries != 1 {
+		t.Fatalf("dead letters after the next Receive: %s; want %s LEASE_EXPIRED after 1 delivery", dlText(dls), m.ID)
 	}
 	if at := dls[0].FailedAt; at.Before(before.Round(0)) || at.After(after.Round(0)) {
 		t.Errorf("FailedAt %v, want the declaration's, between %v and %v (the lease lapsed at %v with deliveries left)", at, before, after, d.Lease.ExpiresAt)
+	}
+}
+
+// TestALoweringLeavesAMessageAnotherStoreHoldsAlone: Store A's lease on
+// delivery 1 lapses with deliveries left; Store B then receives the
+// message (delivery 2) and is handling it when A declares the queue again
+// with MaxDeliveries 1. The file store keeps a leased message's lease
+// (the delivery it is on is its last, and it dies at its lapse or nack),
+// so A's declaration must not bury the message from its own lapsed lease:
+// nothing is a dead letter, and B's Ack settles it.
+func TestALoweringLeavesAMessageAnotherStoreHoldsAlone(t *testing.T) {
+	ctx := context.Background()
+	three := policy(func(p *broker.PolicyValue) {
+		p.MaxDeliveries = 3
+		p.VisibilityTimeout = 200 * time.Millisecond
+	})
+	one := three
+	one.MaxDeliveries = 1
+	a, b, _ := twoStores(t)
+	qa := mustQueue(t, a, "handled", three)
+	qb := mustQueue(t, b, "handled", three)
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := receiveN(t, qa, 1)[0]
+	time.Sleep(time.Until(d1.Lease.ExpiresAt) + 300*time.Millisecond)
+	db := receiveN(t, qb, 1)[0] // B now handles it, delivery 2
+	if db.Message.ID != m.ID || db.Deliveries != 2 {
+		t.Fatalf("B got %s delivery %d", db.Message.ID, db.Deliveries)
+	}
+	mustQueue(t, a, "handled", one) // A lowers; B's lease is live
+	if time.Now().After(db.Lease.ExpiresAt) {
+		t.Skip("B's lease lapsed before the check (slow machine)")
+	}
+	dls, err := qb.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ackErr := qb.Ack(ctx, db.Lease.Receipt)
+	if len(dls) != 0 || ackErr != nil {
+		t.Fatalf("while Store B held a live lease on delivery 2, Store A's lowering declaration buried the message from its lapsed lease of delivery 1: dead letters %s; B's Ack: %v (the file store keeps a leased message's lease: no dead letter, and the Ack settles it)",
+			dlText(dls), ackErr)
+	}
+	if dls, err := qa.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after B's Ack: %s, %v; want none", dlText(dls), err)
 	}
 }

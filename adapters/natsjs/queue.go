@@ -91,8 +91,9 @@ type Queue struct {
 	sweepAt int               // len(leases) at which Receive drops the long-lapsed ones
 	retries map[uint64]retry  // by stream sequence: the messages this Queue nacked, until delivered again
 	// lowered is when a declaration last lowered MaxDeliveries (zero:
-	// never): a lease that lapsed before it with deliveries left died
-	// then (see buryLapsedLastLocked).
+	// never): a lease that lapsed before it with deliveries left is not
+	// this Queue's to bury (see lapsedLast); its message, which the
+	// server gives up later, died then (see lapseDeathLocked).
 	lowered time.Time
 	signal  chan struct{}      // closed by the next event that may make a message receivable
 	wakeSub *nats.Subscription // the publications of other clients; nil until Wake is first called

@@ -182,11 +182,14 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // duplicate window). The same name returns the same *Queue.
 //
 // A policy that lowers MaxDeliveries gives up on what has no delivery
-// left, as the file store's declaration does: the messages this Store
-// nacked whose count is at or above the new maximum, and those whose
-// lease it handed out lapsed with such a count, are dead letters when
-// Queue returns (see the package documentation, Policy changes, for the
-// messages of other Stores).
+// left, as the file store's declaration does, for the messages this Store
+// nacked that still wait out their retry delay with a count at or above
+// the new maximum: they are dead letters when Queue returns. Every other
+// message the lowering leaves no delivery (one whose lease lapsed with
+// deliveries left, which the server may have delivered again since, or
+// one of another Store) is left to the server, which delivers it no more
+// and gives it up at a later pull (see the package documentation, Policy
+// changes).
 //
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
 // invalid name or policy is refused with an error wrapping

@@ -90,8 +90,14 @@ type msg struct {
 	// LEASE_EXPIRED for a message no consumer ever reported on), so a
 	// nack-reasoned dead letter need not come from a nack of the last
 	// delivery.
-	nacked    bool
-	rejectDel int
+	nacked bool
+	// nackConfirmed: a nack of some delivery of the current epoch returned
+	// nil. A consumer reported on this life for certain, so a lapse of its
+	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
+	// or held until a power loss could no longer take it) sets only
+	// nacked: it may not have happened, and then LEASE_EXPIRED is due.
+	nackConfirmed bool
+	rejectDel     int
 	// preReplay is the dead letter a replay was attempted on, until the
 	// replay is confirmed (or a delivery, or a store opened after a kill,
 	// proves it happened): if it did not happen, the store still shows
@@ -377,7 +383,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
-				m.nackDel, m.rejectDel, m.nacked = 0, 0, false
+				m.nackDel, m.rejectDel, m.nacked, m.nackConfirmed = 0, 0, false, false
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -682,7 +688,7 @@ func (c *Checker) nacked(e Entry) {
 	if e.Dead != (e.Del >= max) {
 		c.violate(e.ID, "Nack of delivery %d of %d reported DeadLettered %v", e.Del, max, e.Dead)
 	}
-	m.lastExp, m.mayBeGone = 0, false
+	m.lastExp, m.mayBeGone, m.nackConfirmed = 0, false, true
 	if e.Dead {
 		m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentNack), e.T0, e.T1
 		return
@@ -738,6 +744,13 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		}
 		if exp := m.leaseFloor(); m.maxDel == max && exp != 0 && failedAt < exp {
 			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
+		}
+		if m.nackConfirmed {
+			// The dead letter of a lapse records the last nack of the
+			// message's life; LEASE_EXPIRED says nobody reported on it,
+			// yet a nack of this life returned nil (and no replay since
+			// may have started another life): the nack's record was lost.
+			c.violate(id, "%s: dead letter %s, though a nack of it returned nil in this life (its last lease's lapse records that nack's reason)", where, reason)
 		}
 	case Reason(queue, IntentNack):
 		// A nack of the last delivery, or a lapse of the last delivery

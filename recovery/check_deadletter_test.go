@@ -1,0 +1,90 @@
+package recovery
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// checkerWithoutStores returns a checker for tests that feed it journals
+// only: it never reads a journal file back.
+func checkerWithoutStores(t *testing.T) *Checker {
+	t.Helper()
+	return NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+}
+
+// holdToLastDelivery journals a work message published at base,
+// delivered once with intent first (its settle given by settle1), then
+// delivered up to MaxDeliveries with intent hold, each after the previous
+// lease lapsed. It returns the entries and the expiry of the last lease.
+func holdToLastDelivery(id, ref string, base int64, first Intent, settle1 func(del1Exp int64) []Entry) ([]Entry, int64) {
+	p, _ := Policy(QueueWork)
+	vt := int64(p.VisibilityTimeout)
+	entries := []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+	}
+	at := base + int64(time.Millisecond)
+	entries = append(entries, Entry{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Exp: at + vt,
+		Intent: first, T0: at, T1: at})
+	entries = append(entries, settle1(at+vt)...)
+	exp := at + vt
+	for d := 2; d <= p.MaxDeliveries; d++ {
+		at = exp + int64(10*time.Millisecond)
+		exp = at + vt
+		entries = append(entries, Entry{Op: OpDelivered, Who: "con1", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: d, Exp: exp,
+			Intent: IntentHold, T0: at, T1: at})
+	}
+	return entries, exp
+}
+
+// TestALapseAfterAConfirmedNackMustNotSayLeaseExpired: a Nack of delivery
+// 1 returned nil, deliveries 2 to MaxDeliveries were held and lapsed, and
+// the dead letter says LEASE_EXPIRED. DeadLetterValue.Reason keeps that
+// for a message nobody reported on in its life, so the nack's record was
+// lost: the checker must say so.
+func TestALapseAfterAConfirmedNackMustNotSayLeaseExpired(t *testing.T) {
+	id := "00000000000000b1"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	entries, exp := holdToLastDelivery(id, ref, base, IntentNack, func(del1Exp int64) []Entry {
+		t0 := del1Exp - int64(900*time.Millisecond)
+		return []Entry{{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: id, Del: 1, Exp: t0 + int64(retryDelay(QueueWork, 1)), T0: t0, T1: t0}}
+	})
+	c := checkerWithoutStores(t)
+	c.AddCycle(1, entries)
+	require.NoError(t, c.Err(), "the journal up to the lapse is sound")
+	read := exp + int64(time.Second)
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 4, Reason: broker.ReasonLeaseExpired,
+			Failed: exp, T0: read, T1: read},
+	})
+	require.Error(t, c.Err(),
+		"a Nack of delivery 1 returned nil in the message's only life; its last lease lapsed, so its dead letter must carry %s, yet the checker accepted a %s dead letter",
+		Reason(QueueWork, IntentNack), broker.ReasonLeaseExpired)
+}
+
+// TestALapseAfterANackInFlightMaySayLeaseExpired: a Nack of delivery 1
+// was in flight at a kill, and the message lapsed on its last delivery
+// later. The nack may not have happened, and then nobody reported on this
+// life: LEASE_EXPIRED is sound.
+func TestALapseAfterANackInFlightMaySayLeaseExpired(t *testing.T) {
+	id := "00000000000000b6"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	entries, exp := holdToLastDelivery(id, ref, base, IntentNack, func(int64) []Entry { return nil })
+	c := checkerWithoutStores(t)
+	c.AddCycle(1, entries)
+	read := exp + int64(time.Second)
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 4, Reason: broker.ReasonLeaseExpired,
+			Failed: exp, T0: read, T1: read},
+	})
+	require.NoError(t, c.Err(), "a nack in flight may not have happened: LEASE_EXPIRED is sound")
+}

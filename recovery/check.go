@@ -91,6 +91,12 @@ type msg struct {
 	// nack-reasoned dead letter need not come from a nack of the last
 	// delivery.
 	nacked bool
+	// intentDel and intentExp name the delivery whose consumer's intent
+	// was noted last (its count and its lease's expiry as Receive
+	// returned it): a refused settle undoes what that intent noted only
+	// if it is this delivery's (see settleFailed).
+	intentDel int
+	intentExp int64
 	// nackConfirmed: a nack of some delivery of the current epoch returned
 	// nil. A consumer reported on this life for certain, so a lapse of its
 	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
@@ -384,6 +390,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
 				m.nackDel, m.rejectDel, m.nacked, m.nackConfirmed = 0, 0, false, false
+				m.intentDel, m.intentExp = 0, 0
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -576,7 +583,7 @@ func (c *Checker) delivered(e Entry) {
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
-	m.expect(e.Intent, e.Del)
+	m.expect(e.Intent, e.Del, e.Exp)
 }
 
 // handedOut checks what a Receive returned, whether or not the delivery
@@ -614,7 +621,8 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 // expect notes what the consumer of delivery del will do with it, which a
 // kill or a power loss may leave done or not: an ack may have removed the
 // message, a nack or a reject ended its lease.
-func (m *msg) expect(intent Intent, del int) {
+func (m *msg) expect(intent Intent, del int, exp int64) {
+	m.intentDel, m.intentExp = del, exp
 	switch intent {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
@@ -642,7 +650,7 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
-	m.expect(e.Intent, e.Del)
+	m.expect(e.Intent, e.Del, e.Exp)
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message
@@ -709,10 +717,14 @@ func (c *Checker) settleFailed(e Entry) {
 	} else if e.T1 < e.Exp {
 		c.violate(e.ID, "%s: refused as lapsed, but the call ended (%s) before the lease's ExpiresAt (%s)", e.Err, ns(e.T1), ns(e.Exp))
 	}
-	if m != nil {
-		// Nothing moved: the message is where the lapsed lease left it.
-		m.mayBeGone, m.mayHaveEnded = false, false
+	if m == nil || e.Del != m.intentDel || e.Exp != m.intentExp && e.Exp != m.lastExp {
+		// A refusal of an earlier delivery (its consumer too slow, the
+		// message handed out again since) says nothing of the latest
+		// delivery, whose ack, nack or reject may still be in flight.
+		return
 	}
+	// Nothing moved: the message is where the lapsed lease left it.
+	m.mayBeGone, m.mayHaveEnded = false, false
 }
 
 // deadLetterSeen checks a dead letter a store showed.

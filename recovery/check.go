@@ -84,13 +84,14 @@ type msg struct {
 	mayHaveEnded bool  // the last lease may have been ended early by a nack or reject in flight
 	lastDelCycle int
 	nackDel      int // the delivery count of the last delivery a nack was meant for
-	// nacked: a nack was meant for some delivery of the current epoch (it
-	// may have happened). A lease that then lapses on the last delivery
-	// dead-letters with that nack's reason (DeadLetterValue.Reason keeps
-	// LEASE_EXPIRED for a message no consumer ever reported on), so a
-	// nack-reasoned dead letter need not come from a nack of the last
-	// delivery.
-	nacked bool
+	// nackMeant has bit d set if a nack was meant for delivery d of the
+	// current epoch (it may have happened). A lease that then lapses on
+	// the last delivery dead-letters with that nack's reason
+	// (DeadLetterValue.Reason keeps LEASE_EXPIRED for a message no
+	// consumer ever reported on), so a nack-reasoned dead letter need not
+	// come from a nack of the last delivery. A nack refused as
+	// LeaseExpired reported nothing, so its bit is cleared again.
+	nackMeant uint64
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
 	// returned it): a refused settle undoes what that intent noted only
@@ -389,7 +390,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
-				m.nackDel, m.rejectDel, m.nacked, m.nackConfirmed = 0, 0, false, false
+				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
 				m.intentDel, m.intentExp = 0, 0
 			} else {
 				c.Figures.Deletes++
@@ -627,7 +628,7 @@ func (m *msg) expect(intent Intent, del int, exp int64) {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel, m.nacked = true, del, true
+		m.mayHaveEnded, m.nackDel, m.nackMeant = true, del, m.nackMeant|1<<uint(del)
 	case IntentReject:
 		m.mayHaveEnded, m.rejectDel = true, del
 	}
@@ -723,8 +724,21 @@ func (c *Checker) settleFailed(e Entry) {
 		// delivery, whose ack, nack or reject may still be in flight.
 		return
 	}
-	// Nothing moved: the message is where the lapsed lease left it.
+	// Nothing moved: the message is where the lapsed lease left it. The
+	// consumer gives the delivery up after a refusal (a refused Extend
+	// is followed by nothing), so whatever its intent meant to do never
+	// happens: no ack removes the message, no nack or reject ends its
+	// lease, and none reports a failure a dead letter could record. Only
+	// what this intent noted is undone: a nack meant for an earlier
+	// delivery of the epoch may still have happened.
 	m.mayBeGone, m.mayHaveEnded = false, false
+	m.nackMeant &^= 1 << uint(e.Del)
+	if m.nackDel == e.Del {
+		m.nackDel = 0
+	}
+	if m.rejectDel == e.Del {
+		m.rejectDel = 0
+	}
 }
 
 // deadLetterSeen checks a dead letter a store showed.
@@ -771,7 +785,7 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		// The nack of the last delivery, or the lapse of the last
 		// delivery's lease after a nack of an earlier one in this epoch
 		// (then it failed at the lease's expiry, no earlier).
-		lapse := m.nacked && !m.failedBeforeExpiry(failedAt)
+		lapse := m.nackMeant != 0 && !m.failedBeforeExpiry(failedAt)
 		if del != max || (m.nackDel != del && !lapse) {
 			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
 		}

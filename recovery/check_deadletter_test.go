@@ -88,3 +88,45 @@ func TestALapseAfterANackInFlightMaySayLeaseExpired(t *testing.T) {
 	})
 	require.NoError(t, c.Err(), "a nack in flight may not have happened: LEASE_EXPIRED is sound")
 }
+
+// TestARefusedNackReportsNothing: the only Nack meant for the message's
+// life was refused as LeaseExpired, which changes nothing (API.md §5), so
+// when its last lease lapses the dead letter must say LEASE_EXPIRED; one
+// with the nack's reason records a report nobody gave. So for a refused
+// Reject: no dead letter with its reason may follow.
+func TestARefusedNackReportsNothing(t *testing.T) {
+	id := "00000000000000b2"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	entries, exp := holdToLastDelivery(id, ref, base, IntentNack, func(del1Exp int64) []Entry {
+		t0 := del1Exp + int64(time.Millisecond) // the consumer was slow: the lease had lapsed
+		return []Entry{{Op: OpSettleFailed, Who: "con0", Queue: QueueWork, ID: id, Del: 1, Exp: del1Exp, T0: t0, T1: t0,
+			Err: "Nack: broker: lease expired", Expired: true}}
+	})
+	c := checkerWithoutStores(t)
+	c.AddCycle(1, entries)
+	require.NoError(t, c.Err(), "the journal up to the lapse is sound")
+	read := exp + int64(time.Second)
+	c.AddCycle(2, []Entry{
+		{Op: OpStart, Cycle: 2, Sync: "all"},
+		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 4, Reason: Reason(QueueWork, IntentNack),
+			Failed: exp, T0: read, T1: read},
+	})
+	require.Error(t, c.Err(),
+		"the only Nack of this life was refused (LeaseExpired: nothing recorded), so the lapse must record %s; the checker accepted a %s dead letter",
+		broker.ReasonLeaseExpired, Reason(QueueWork, IntentNack))
+
+	vt := int64(time.Second)
+	d1 := base + int64(time.Millisecond)
+	c = checkerWithoutStores(t)
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+		{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Exp: d1 + vt, Intent: IntentReject, T0: d1, T1: d1},
+		{Op: OpSettleFailed, Who: "con0", Queue: QueueWork, ID: id, Del: 1, Exp: d1 + vt, T0: d1 + vt, T1: d1 + vt,
+			Err: "Reject: broker: lease expired", Expired: true},
+		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Reason: Reason(QueueWork, IntentReject),
+			Failed: d1 + vt/2, T0: d1 + 2*vt, T1: d1 + 2*vt},
+	})
+	require.Error(t, c.Err(), "the only Reject was refused, yet the checker accepted a %s dead letter", Reason(QueueWork, IntentReject))
+}

@@ -79,9 +79,16 @@ type msg struct {
 	// extendFloor: an Extend meant for the last delivery has not been
 	// confirmed; if it happened, the lease expires no earlier than this
 	// (it measures from the call, after the delivery, so it may shorten it).
-	extendFloor  int64
-	visibleAt    int64 // after a nack that returned nil
-	mayHaveEnded bool  // the last lease may have been ended early by a nack or reject in flight
+	extendFloor int64
+	visibleAt   int64 // after a nack that returned nil
+	// nackFloor: a nack meant for the last delivery, with deliveries
+	// left, has not been confirmed; if it happened, it ended the lease
+	// early, and the message is visible again no earlier than this: the
+	// clock Receive read (the lease's ExpiresAt less the visibility
+	// timeout; the nack read its clock later) plus the retry delay. A
+	// reject, or a nack of the last delivery, in flight leaves the
+	// message dead or leased, so the lease stays the floor then.
+	nackFloor    int64
 	lastDelCycle int
 	nackDel      int // the delivery count of the last delivery a nack was meant for
 	// nackMeant has bit d set if a nack was meant for delivery d of the
@@ -389,7 +396,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				m.preReplay, m.preReplayRead = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}, e.T1
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
-				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
+				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
 				m.intentDel, m.intentExp = 0, 0
 			} else {
@@ -580,7 +587,7 @@ func (c *Checker) delivered(e Entry) {
 		return
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
-	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
+	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplay = 0, false, 0, nil
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
@@ -607,8 +614,14 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 		c.violate(e.ID, "%s: lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v",
 			where, ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
 	}
-	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
-		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+	if exp := m.leaseFloor(); exp != 0 {
+		switch {
+		case m.nackFloor == 0 && e.T1 < exp:
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+		case m.nackFloor != 0 && e.T1 < min(exp, m.nackFloor):
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s) or a nack in flight could have made it visible (%s)",
+				where, e.Del, ns(e.T1), ns(exp), ns(m.nackFloor))
+		}
 	}
 	if m.visibleAt != 0 && e.T1 < m.visibleAt {
 		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
@@ -619,18 +632,23 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 	return m
 }
 
-// expect notes what the consumer of delivery del will do with it, which a
-// kill or a power loss may leave done or not: an ack may have removed the
-// message, a nack or a reject ended its lease.
+// expect notes what the consumer of delivery del (leased until exp) will
+// do with it, which a kill or a power loss may leave done or not: an ack
+// may have removed the message, a nack ended its lease (no earlier than
+// nackFloor allows it back), a reject dead-lettered it.
 func (m *msg) expect(intent Intent, del int, exp int64) {
 	m.intentDel, m.intentExp = del, exp
 	switch intent {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel, m.nackMeant = true, del, m.nackMeant|1<<uint(del)
+		m.nackDel, m.nackMeant = del, m.nackMeant|1<<uint(del)
+		if del < maxDeliveries(m.queue) {
+			p, _ := Policy(m.queue)
+			m.nackFloor = exp - int64(p.VisibilityTimeout) + int64(retryDelay(m.queue, del))
+		}
 	case IntentReject:
-		m.mayHaveEnded, m.rejectDel = true, del
+		m.rejectDel = del
 	}
 }
 
@@ -683,7 +701,7 @@ func (c *Checker) settled(e Entry, call string) *msg {
 		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
 	}
 	if call != "extend" {
-		m.mayHaveEnded = false // the settle meant for the delivery is done
+		m.nackFloor = 0 // the settle meant for the delivery is done
 	}
 	return m
 }
@@ -731,7 +749,7 @@ func (c *Checker) settleFailed(e Entry) {
 	// lease, and none reports a failure a dead letter could record. Only
 	// what this intent noted is undone: a nack meant for an earlier
 	// delivery of the epoch may still have happened.
-	m.mayBeGone, m.mayHaveEnded = false, false
+	m.mayBeGone, m.nackFloor = false, 0
 	m.nackMeant &^= 1 << uint(e.Del)
 	if m.nackDel == e.Del {
 		m.nackDel = 0

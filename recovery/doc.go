@@ -130,6 +130,9 @@
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
 //     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt.
+//     A nack in flight at a kill may have ended the lease early, but not
+//     before the lease's start plus the retry delay; a reject in flight
+//     leaves the message dead or leased, so its lease still holds.
 //   - Clock readings are the broker's: EnqueuedAt, ExpiresAt, VisibleAt and
 //     FailedAt lie between the instants before and after their call (plus
 //     the visibility timeout, the retry delay or the Extend).

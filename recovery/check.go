@@ -383,7 +383,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		case OpSettleFailed:
 			c.settleFailed(e)
 		case OpReplaying, OpDeleting:
-			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Failed, "DeadLetters")
+			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Code, e.Cause, e.Failed, "DeadLetters")
 			if e.Err != "" {
 				c.violate(e.ID, "a dead letter's payload is not what it was published with: %s", e.Err)
 			}
@@ -760,10 +760,14 @@ func (c *Checker) settleFailed(e Entry) {
 }
 
 // deadLetterSeen checks a dead letter a store showed.
-func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reason string, failedAt int64, where string) *msg {
+func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reason string, code uint32, cause string, failedAt int64, where string) *msg {
 	m := c.lookup(id, queue, ref, enq, where)
 	if m == nil {
 		return nil
+	}
+	if wantCode, wantCause, ok := recordedCause(queue, reason); ok && (code != wantCode || cause != wantCause) {
+		c.violate(id, "%s: dead letter %s with Code %#x and Cause %q; the failure it records gives Code %#x and Cause %q",
+			where, reason, code, cause, wantCode, wantCause)
 	}
 	if m.gone != "" {
 		c.violate(id, "%s: a dead letter after it was %s", where, m.gone)
@@ -823,6 +827,39 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		}
 	}
 	return m
+}
+
+// recordedCause returns the Code and Cause a dead letter of queue with
+// reason must carry, and false for a reason nothing in the workload gives.
+// A nack's or a reject's reason is the workload's cause (causeFor), whose
+// code and public text the dead letter records, never its private detail;
+// a lapse records LEASE_EXPIRED only when nobody reported anything, so no
+// code and no cause. They are found as the broker finds them, by the
+// small interfaces along the cause's chain.
+func recordedCause(queue, reason string) (uint32, string, bool) {
+	var intent Intent
+	switch reason {
+	case broker.ReasonLeaseExpired:
+		return 0, "", true
+	case Reason(queue, IntentNack):
+		intent = IntentNack
+	case Reason(queue, IntentReject):
+		intent = IntentReject
+	default:
+		return 0, "", false
+	}
+	err := causeFor(queue, intent)
+	var code uint32
+	var public string
+	var c interface{ Code() uint32 }
+	if errors.As(err, &c) {
+		code = c.Code()
+	}
+	var p interface{ Public() string }
+	if errors.As(err, &p) {
+		public = p.Public()
+	}
+	return code, public, true
 }
 
 // PoisonOutstanding reports whether a poison message is still on its way
@@ -933,7 +970,7 @@ func (c *Checker) CheckDrain(dir string) error {
 			if perr != nil {
 				c.violate(dl.Message.ID, "drain: dead letter payload: %v", perr)
 			}
-			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "drain")
+			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "drain")
 			if m != nil && name == QueuePoison && dl.Reason == broker.ReasonLeaseExpired && m.maxDel == PoisonDeliveries && !c.poisonDone[dl.Message.ID] {
 				c.poisonDone[dl.Message.ID] = true
 				c.Figures.PoisonRounds++
@@ -1181,7 +1218,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			if perr != nil {
 				c.violate(dl.Message.ID, "in place: dead letter payload: %v", perr)
 			}
-			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "in place")
+			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "in place")
 		}
 		c.heldAfterAll(present)
 		must := 0

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -8,6 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+)
+
+// workloadCode and workloadCause are what a dead letter of the workload's
+// nack or reject records (see causeFor).
+const (
+	workloadCode  = 0x07630001
+	workloadCause = "the workload said so"
 )
 
 // checkerWithoutStores returns a checker for tests that feed it journals
@@ -110,6 +118,7 @@ func TestARefusedNackReportsNothing(t *testing.T) {
 	c.AddCycle(2, []Entry{
 		{Op: OpStart, Cycle: 2, Sync: "all"},
 		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 4, Reason: Reason(QueueWork, IntentNack),
+			Code: workloadCode, Cause: workloadCause,
 			Failed: exp, T0: read, T1: read},
 	})
 	require.Error(t, c.Err(),
@@ -126,7 +135,58 @@ func TestARefusedNackReportsNothing(t *testing.T) {
 		{Op: OpSettleFailed, Who: "con0", Queue: QueueWork, ID: id, Del: 1, Exp: d1 + vt, T0: d1 + vt, T1: d1 + vt,
 			Err: "Reject: broker: lease expired", Expired: true},
 		{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Reason: Reason(QueueWork, IntentReject),
+			Code: workloadCode, Cause: workloadCause,
 			Failed: d1 + vt/2, T0: d1 + 2*vt, T1: d1 + 2*vt},
 	})
 	require.Error(t, c.Err(), "the only Reject was refused, yet the checker accepted a %s dead letter", Reason(QueueWork, IntentReject))
+}
+
+// TestADeadLetterMustCarryTheCodeAndPublicCauseOfItsFailure: the workload
+// rejects with a cause of code 0x07630001 and public text "the workload
+// said so"; the dead letter must record exactly those
+// (DeadLetterValue.Code, .Cause), and never the private detail. A store
+// whose dead letter carries another code and the private text as its
+// Cause is reported, by a drain and from the janitor's journal.
+func TestADeadLetterMustCarryTheCodeAndPublicCauseOfItsFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	t0 := time.Now().UnixNano()
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	t1 := time.Now().UnixNano()
+	entries := []Entry{{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}}
+	t0 = time.Now().UnixNano()
+	ds, err := q.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	t1 = time.Now().UnixNano()
+	entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1))
+	// The store records another code, and the private detail as public.
+	wrong := broker.DoNotRetry(broker.NewError(Reason(QueueWork, IntentReject), 0xdeadbeef, "private detail of work", "x"))
+	t0 = time.Now().UnixNano()
+	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, wrong))
+	t1 = time.Now().UnixNano()
+	entries = append(entries, Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: t1})
+	dls, err := q.DeadLetters(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.NoError(t, s.Close())
+
+	c := checkerWithoutStores(t)
+	c.AddCycle(1, entries)
+	require.NoError(t, c.Err())
+	require.Error(t, c.CheckDrain(dir),
+		"the journal's Reject gave code 0x07630001 and public text %q; the store's dead letter has code %#x and Cause %q (the private detail), and the checker accepted it",
+		"the workload said so", dls[0].Code, dls[0].Cause)
+
+	// So for the dead letter as the janitor read it and journaled it.
+	dl := dls[0]
+	read := time.Now().UnixNano()
+	c = checkerWithoutStores(t)
+	c.AddCycle(1, append(entries, Entry{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: m.EnqueuedAt.UnixNano(),
+		Del: dl.Deliveries, Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: read, T1: read}))
+	require.Error(t, c.Err(), "the janitor read a dead letter with code %#x and Cause %q, and the checker accepted it", dl.Code, dl.Cause)
 }

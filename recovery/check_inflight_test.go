@@ -58,7 +58,7 @@ func rejectedStores(t *testing.T) (leased, dead, replayed string, pub, del Entry
 // of the message pub published, read at the instant at.
 func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
 	return Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: pub.IDs[0], Ref: pub.Refs[0], Enq: pub.Enq, Del: dl.Deliveries,
-		Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
+		Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
 }
 
 // TestAReplayInFlightSeenUndoneMustStayDead: a replay in flight at a kill

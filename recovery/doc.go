@@ -141,7 +141,10 @@
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
 //     deliveries, no earlier than its last lease's expiry; a nack's or a
-//     reject's reason with the count of the delivery meant for it); once a
+//     reject's reason with the count of the delivery meant for it), and
+//     carries that failure's Code and public Cause (those of the workload's
+//     cause for a nack or a reject, never its private detail; none for
+//     LEASE_EXPIRED); once a
 //     ReplayDeadLetter returned nil, every dead letter of that message
 //     failed after the replay started. A replay in flight at a kill is
 //     settled by the store after the kill: if it still shows the dead

@@ -140,8 +140,11 @@
 //     or whose last-delivery Nack, returned nil is a dead letter with that
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
-//     deliveries, no earlier than its last lease's expiry; a nack's or a
-//     reject's reason with the count of the delivery meant for it), and
+//     deliveries, no earlier than its last lease's expiry, and never once
+//     a nack of the message's life, since its last replay, returned nil; a
+//     nack's or a reject's reason with the count of the delivery meant for
+//     it, by a nack or reject not refused: a settle refused as
+//     LeaseExpired changes nothing and reports nothing), and
 //     carries that failure's Code and public Cause (those of the workload's
 //     cause for a nack or a reject, never its private detail; none for
 //     LEASE_EXPIRED); once a

@@ -109,7 +109,7 @@ type msg struct {
 	// nil. A consumer reported on this life for certain, so a lapse of its
 	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
 	// or held until a power loss could no longer take it) sets only
-	// nacked: it may not have happened, and then LEASE_EXPIRED is due.
+	// nackMeant: it may not have happened, and then LEASE_EXPIRED is due.
 	nackConfirmed bool
 	rejectDel     int
 	// preReplay is the dead letter a replay was attempted on, until the

@@ -79,19 +79,39 @@ type msg struct {
 	// extendFloor: an Extend meant for the last delivery has not been
 	// confirmed; if it happened, the lease expires no earlier than this
 	// (it measures from the call, after the delivery, so it may shorten it).
-	extendFloor  int64
-	visibleAt    int64 // after a nack that returned nil
-	mayHaveEnded bool  // the last lease may have been ended early by a nack or reject in flight
+	extendFloor int64
+	visibleAt   int64 // after a nack that returned nil
+	// nackFloor: a nack meant for the last delivery, with deliveries
+	// left, has not been confirmed; if it happened, it ended the lease
+	// early, and the message is visible again no earlier than this: the
+	// clock Receive read (the lease's ExpiresAt less the visibility
+	// timeout; the nack read its clock later) plus the retry delay. A
+	// reject, or a nack of the last delivery, in flight leaves the
+	// message dead or leased, so the lease stays the floor then.
+	nackFloor    int64
 	lastDelCycle int
 	nackDel      int // the delivery count of the last delivery a nack was meant for
-	// nacked: a nack was meant for some delivery of the current epoch (it
-	// may have happened). A lease that then lapses on the last delivery
-	// dead-letters with that nack's reason (DeadLetterValue.Reason keeps
-	// LEASE_EXPIRED for a message no consumer ever reported on), so a
-	// nack-reasoned dead letter need not come from a nack of the last
-	// delivery.
-	nacked    bool
-	rejectDel int
+	// nackMeant has bit d set if a nack was meant for delivery d of the
+	// current epoch (it may have happened). A lease that then lapses on
+	// the last delivery dead-letters with that nack's reason
+	// (DeadLetterValue.Reason keeps LEASE_EXPIRED for a message no
+	// consumer ever reported on), so a nack-reasoned dead letter need not
+	// come from a nack of the last delivery. A nack refused as
+	// LeaseExpired reported nothing, so its bit is cleared again.
+	nackMeant uint64
+	// intentDel and intentExp name the delivery whose consumer's intent
+	// was noted last (its count and its lease's expiry as Receive
+	// returned it): a refused settle undoes what that intent noted only
+	// if it is this delivery's (see settleFailed).
+	intentDel int
+	intentExp int64
+	// nackConfirmed: a nack of some delivery of the current epoch returned
+	// nil. A consumer reported on this life for certain, so a lapse of its
+	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
+	// or held until a power loss could no longer take it) sets only
+	// nackMeant: it may not have happened, and then LEASE_EXPIRED is due.
+	nackConfirmed bool
+	rejectDel     int
 	// preReplay is the dead letter a replay was attempted on, until the
 	// replay is confirmed (or a delivery, or a store opened after a kill,
 	// proves it happened): if it did not happen, the store still shows
@@ -363,7 +383,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		case OpSettleFailed:
 			c.settleFailed(e)
 		case OpReplaying, OpDeleting:
-			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Failed, "DeadLetters")
+			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Code, e.Cause, e.Failed, "DeadLetters")
 			if e.Err != "" {
 				c.violate(e.ID, "a dead letter's payload is not what it was published with: %s", e.Err)
 			}
@@ -376,8 +396,9 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				m.preReplay, m.preReplayRead = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}, e.T1
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
-				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.mayHaveEnded, m.extendFloor = false, 0, 0, 0, false, 0
-				m.nackDel, m.rejectDel, m.nacked = 0, 0, false
+				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
+				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
+				m.intentDel, m.intentExp = 0, 0
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -566,11 +587,11 @@ func (c *Checker) delivered(e Entry) {
 		return
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
-	m.mayHaveEnded, m.mayBeGone, m.extendFloor, m.preReplay = false, false, 0, nil
+	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplay = 0, false, 0, nil
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
-	m.expect(e.Intent, e.Del)
+	m.expect(e.Intent, e.Del, e.Exp)
 }
 
 // handedOut checks what a Receive returned, whether or not the delivery
@@ -593,8 +614,17 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 		c.violate(e.ID, "%s: lease ExpiresAt %s is not the clock during Receive (%s to %s) plus the visibility timeout %v",
 			where, ns(e.Exp), ns(e.T0), ns(e.T1), p.VisibilityTimeout)
 	}
-	if exp := m.leaseFloor(); exp != 0 && !m.mayHaveEnded && e.T1 < exp {
-		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+	// A delivery journaled as a maybe and then as certain was checked as
+	// the maybe, whose intent set the floors that follow it.
+	confirmsMaybe := e.Op == OpDelivered && e.Del == m.intentDel && e.Exp == m.intentExp
+	if exp := m.leaseFloor(); exp != 0 && !confirmsMaybe {
+		switch {
+		case m.nackFloor == 0 && e.T1 < exp:
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s)", where, e.Del, ns(e.T1), ns(exp))
+		case m.nackFloor != 0 && e.T1 < min(exp, m.nackFloor):
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before the previous lease expired (%s) or a nack in flight could have made it visible (%s)",
+				where, e.Del, ns(e.T1), ns(exp), ns(m.nackFloor))
+		}
 	}
 	if m.visibleAt != 0 && e.T1 < m.visibleAt {
 		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
@@ -605,17 +635,23 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 	return m
 }
 
-// expect notes what the consumer of delivery del will do with it, which a
-// kill or a power loss may leave done or not: an ack may have removed the
-// message, a nack or a reject ended its lease.
-func (m *msg) expect(intent Intent, del int) {
+// expect notes what the consumer of delivery del (leased until exp) will
+// do with it, which a kill or a power loss may leave done or not: an ack
+// may have removed the message, a nack ended its lease (no earlier than
+// nackFloor allows it back), a reject dead-lettered it.
+func (m *msg) expect(intent Intent, del int, exp int64) {
+	m.intentDel, m.intentExp = del, exp
 	switch intent {
 	case IntentAck, IntentExtendAck:
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
-		m.mayHaveEnded, m.nackDel, m.nacked = true, del, true
+		m.nackDel, m.nackMeant = del, m.nackMeant|1<<uint(del)
+		if del < maxDeliveries(m.queue) {
+			p, _ := Policy(m.queue)
+			m.nackFloor = exp - int64(p.VisibilityTimeout) + int64(retryDelay(m.queue, del))
+		}
 	case IntentReject:
-		m.mayHaveEnded, m.rejectDel = true, del
+		m.rejectDel = del
 	}
 }
 
@@ -636,7 +672,7 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
-	m.expect(e.Intent, e.Del)
+	m.expect(e.Intent, e.Del, e.Exp)
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message
@@ -668,7 +704,7 @@ func (c *Checker) settled(e Entry, call string) *msg {
 		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
 	}
 	if call != "extend" {
-		m.mayHaveEnded = false // the settle meant for the delivery is done
+		m.nackFloor = 0 // the settle meant for the delivery is done
 	}
 	return m
 }
@@ -682,7 +718,7 @@ func (c *Checker) nacked(e Entry) {
 	if e.Dead != (e.Del >= max) {
 		c.violate(e.ID, "Nack of delivery %d of %d reported DeadLettered %v", e.Del, max, e.Dead)
 	}
-	m.lastExp, m.mayBeGone = 0, false
+	m.lastExp, m.mayBeGone, m.nackConfirmed = 0, false, true
 	if e.Dead {
 		m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentNack), e.T0, e.T1
 		return
@@ -703,17 +739,38 @@ func (c *Checker) settleFailed(e Entry) {
 	} else if e.T1 < e.Exp {
 		c.violate(e.ID, "%s: refused as lapsed, but the call ended (%s) before the lease's ExpiresAt (%s)", e.Err, ns(e.T1), ns(e.Exp))
 	}
-	if m != nil {
-		// Nothing moved: the message is where the lapsed lease left it.
-		m.mayBeGone, m.mayHaveEnded = false, false
+	if m == nil || e.Del != m.intentDel || e.Exp != m.intentExp && e.Exp != m.lastExp {
+		// A refusal of an earlier delivery (its consumer too slow, the
+		// message handed out again since) says nothing of the latest
+		// delivery, whose ack, nack or reject may still be in flight.
+		return
+	}
+	// Nothing moved: the message is where the lapsed lease left it. The
+	// consumer gives the delivery up after a refusal (a refused Extend
+	// is followed by nothing), so whatever its intent meant to do never
+	// happens: no ack removes the message, no nack or reject ends its
+	// lease, and none reports a failure a dead letter could record. Only
+	// what this intent noted is undone: a nack meant for an earlier
+	// delivery of the epoch may still have happened.
+	m.mayBeGone, m.nackFloor = false, 0
+	m.nackMeant &^= 1 << uint(e.Del)
+	if m.nackDel == e.Del {
+		m.nackDel = 0
+	}
+	if m.rejectDel == e.Del {
+		m.rejectDel = 0
 	}
 }
 
 // deadLetterSeen checks a dead letter a store showed.
-func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reason string, failedAt int64, where string) *msg {
+func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reason string, code uint32, cause string, failedAt int64, where string) *msg {
 	m := c.lookup(id, queue, ref, enq, where)
 	if m == nil {
 		return nil
+	}
+	if wantCode, wantCause, ok := recordedCause(queue, reason); ok && (code != wantCode || cause != wantCause) {
+		c.violate(id, "%s: dead letter %s with Code %#x and Cause %q; the failure it records gives Code %#x and Cause %q",
+			where, reason, code, cause, wantCode, wantCause)
 	}
 	if m.gone != "" {
 		c.violate(id, "%s: a dead letter after it was %s", where, m.gone)
@@ -739,6 +796,13 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		if exp := m.leaseFloor(); m.maxDel == max && exp != 0 && failedAt < exp {
 			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
 		}
+		if m.nackConfirmed {
+			// The dead letter of a lapse records the last nack of the
+			// message's life; LEASE_EXPIRED says nobody reported on it,
+			// yet a nack of this life returned nil (and no replay since
+			// may have started another life): the nack's record was lost.
+			c.violate(id, "%s: dead letter %s, though a nack of it returned nil in this life (its last lease's lapse records that nack's reason)", where, reason)
+		}
 	case Reason(queue, IntentNack):
 		// A nack of the last delivery, or a lapse of the last delivery
 		// after a nack of an earlier one in this epoch: the dead letter
@@ -746,7 +810,7 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		// The nack of the last delivery, or the lapse of the last
 		// delivery's lease after a nack of an earlier one in this epoch
 		// (then it failed at the lease's expiry, no earlier).
-		lapse := m.nacked && !m.failedBeforeExpiry(failedAt)
+		lapse := m.nackMeant != 0 && !m.failedBeforeExpiry(failedAt)
 		if del != max || (m.nackDel != del && !lapse) {
 			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
 		}
@@ -766,6 +830,39 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		}
 	}
 	return m
+}
+
+// recordedCause returns the Code and Cause a dead letter of queue with
+// reason must carry, and false for a reason nothing in the workload gives.
+// A nack's or a reject's reason is the workload's cause (causeFor), whose
+// code and public text the dead letter records, never its private detail;
+// a lapse records LEASE_EXPIRED only when nobody reported anything, so no
+// code and no cause. They are found as the broker finds them, by the
+// small interfaces along the cause's chain.
+func recordedCause(queue, reason string) (uint32, string, bool) {
+	var intent Intent
+	switch reason {
+	case broker.ReasonLeaseExpired:
+		return 0, "", true
+	case Reason(queue, IntentNack):
+		intent = IntentNack
+	case Reason(queue, IntentReject):
+		intent = IntentReject
+	default:
+		return 0, "", false
+	}
+	err := causeFor(queue, intent)
+	var code uint32
+	var public string
+	var c interface{ Code() uint32 }
+	if errors.As(err, &c) {
+		code = c.Code()
+	}
+	var p interface{ Public() string }
+	if errors.As(err, &p) {
+		public = p.Public()
+	}
+	return code, public, true
 }
 
 // PoisonOutstanding reports whether a poison message is still on its way
@@ -876,7 +973,7 @@ func (c *Checker) CheckDrain(dir string) error {
 			if perr != nil {
 				c.violate(dl.Message.ID, "drain: dead letter payload: %v", perr)
 			}
-			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "drain")
+			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "drain")
 			if m != nil && name == QueuePoison && dl.Reason == broker.ReasonLeaseExpired && m.maxDel == PoisonDeliveries && !c.poisonDone[dl.Message.ID] {
 				c.poisonDone[dl.Message.ID] = true
 				c.Figures.PoisonRounds++
@@ -1124,7 +1221,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			if perr != nil {
 				c.violate(dl.Message.ID, "in place: dead letter payload: %v", perr)
 			}
-			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.FailedAt.UnixNano(), "in place")
+			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "in place")
 		}
 		c.heldAfterAll(present)
 		must := 0

@@ -79,3 +79,30 @@ func TestAPublishInFlightAbsentAfterItsKillMustNotAppearLater(t *testing.T) {
 			"and appears after cycle 3: want a violation (a message from nowhere), got none", ms[0].ID, ref)
 	}
 }
+
+// TestARefusedSettleOfAnEarlierDeliveryKeepsTheLatestAckInFlight: con0's
+// Ack of delivery 1 is refused as LeaseExpired after con1 received
+// delivery 2 (intent ack). con1's Ack was in flight at the kill and
+// happened: the store after the kill no longer holds the message, a legal
+// history. The refusal of the stale delivery says nothing of it.
+func TestARefusedSettleOfAnEarlierDeliveryKeepsTheLatestAckInFlight(t *testing.T) {
+	id := "00000000000000b3"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	vt := int64(time.Second)
+	ms := int64(time.Millisecond)
+	d1 := base + ms
+	d2 := d1 + vt + 100*ms
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+		{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Exp: d1 + vt, Intent: IntentAck, T0: d1, T1: d1},
+		{Op: OpDelivered, Who: "con1", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 2, Exp: d2 + vt, Intent: IntentAck, T0: d2, T1: d2},
+		{Op: OpSettleFailed, Who: "con0", Queue: QueueWork, ID: id, Del: 1, Exp: d1 + vt, T0: d2 + 100*ms, T1: d2 + 100*ms,
+			Err: "Ack: broker: lease expired", Expired: true},
+	})
+	require.NoError(t, c.Err(), "the journal is sound")
+	require.NoError(t, c.CheckDrain(storeWithQueues(t, QueueNames...)),
+		"con1's Ack of delivery 2 was in flight at the kill and may have happened; con0's refused Ack of the stale delivery 1 says nothing about it")
+}

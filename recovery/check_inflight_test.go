@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
@@ -57,7 +58,7 @@ func rejectedStores(t *testing.T) (leased, dead, replayed string, pub, del Entry
 // of the message pub published, read at the instant at.
 func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
 	return Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: pub.IDs[0], Ref: pub.Refs[0], Enq: pub.Enq, Del: dl.Deliveries,
-		Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
+		Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
 }
 
 // TestAReplayInFlightSeenUndoneMustStayDead: a replay in flight at a kill
@@ -209,4 +210,45 @@ func TestANackInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
 	require.ErrorContains(t, c.CheckDrain(dir), "the journal has a nack meant for delivery 0",
 		"message %s was not the nack's dead letter after the kill that left the nack of delivery %d in flight, and a later store, with nothing journaled, holds it as one", m.ID, max)
+}
+
+// TestARedeliveryMustNotComeBeforeASettleInFlightCouldEndTheLease:
+// delivery 1 was journaled with intent nack (or reject), and its call had
+// not returned at the kill. Whether or not it happened, the message may
+// not be handed out again before min(its lease's expiry, the earliest
+// VisibleAt a Nack could give: the lease's start plus the retry delay);
+// after a Reject, never, or (if the Reject did not happen) only after its
+// lease expired. A redelivery once the nack's retry delay could have
+// ended is sound.
+func TestARedeliveryMustNotComeBeforeASettleInFlightCouldEndTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		intent Intent
+		after  time.Duration
+		sound  bool
+	}{
+		{IntentNack, time.Millisecond, false},
+		{IntentReject, 500 * time.Millisecond, false},
+		{IntentNack, retryDelay(QueueWork, 1), true},
+	} {
+		id := "00000000000000b5"
+		ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+		base := time.Now().Add(-time.Minute).UnixNano()
+		vt := int64(time.Second)
+		d1 := base + int64(time.Millisecond)
+		d2 := d1 + int64(tc.after)
+		c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+		c.AddCycle(1, []Entry{
+			{Op: OpStart, Cycle: 1, Sync: "all"},
+			{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+			{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 1, Exp: d1 + vt, Intent: tc.intent, T0: d1, T1: d1},
+			{Op: OpDelivered, Who: "con1", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 2, Exp: d2 + vt, Intent: IntentAck, T0: d2, T1: d2},
+		})
+		if tc.sound {
+			assert.NoError(t, c.Err(), "intent %s in flight: delivery 2 came %v after delivery 1, once a nack could have made it visible", tc.intent, tc.after)
+			continue
+		}
+		assert.Error(t, c.Err(),
+			"intent %s in flight: delivery 2 came %v after delivery 1, before its lease (%v) expired (and before any retry delay a Nack could set, %v, for a nack); the checker accepted it",
+			tc.intent, tc.after, time.Duration(vt), retryDelay(QueueWork, 1))
+	}
 }

@@ -189,7 +189,7 @@ func TestDeleteInFlightSeenUndoneMustStay(t *testing.T) {
 	require.NoError(t, s.Close())
 	dl := dls[0]
 	entries = append(entries, Entry{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: m.EnqueuedAt.UnixNano(),
-		Del: dl.Deliveries, Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1})
+		Del: dl.Deliveries, Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1})
 
 	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
 	c.AddCycle(1, entries)

@@ -132,3 +132,27 @@ func TestAMaybeDeliveryLostWithThePowerMayCountAgain(t *testing.T) {
 	})
 	require.ErrorContains(t, c.Err(), "an earlier delivery already counted 2", "a certain delivery 2 holds: the next may not count 2 again")
 }
+
+// TestAMaybeDeliveryConfirmedIsNotHeldToItsOwnIntent: a delivery
+// journaled as a maybe and then as certain is one delivery. Its nack
+// intent, noted with the maybe, sets a floor for the deliveries after
+// it, not for its own confirmation.
+func TestAMaybeDeliveryConfirmedIsNotHeldToItsOwnIntent(t *testing.T) {
+	id := "00000000000000b8"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	vt := int64(time.Second)
+	d1 := base + int64(time.Millisecond)
+	d2 := d1 + int64(retryDelay(QueueWork, 1)) + int64(time.Millisecond)
+	del := func(op Op, d int, at int64) Entry {
+		return Entry{Op: op, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: d, Exp: at + vt, Intent: IntentNack, T0: at, T1: at}
+	}
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "publish"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+		del(OpMaybe, 1, d1), del(OpDelivered, 1, d1),
+		del(OpMaybe, 2, d2), del(OpDelivered, 2, d2),
+	})
+	require.NoError(t, c.Err(), "delivery 2 came once delivery 1's nack could have made it visible; its confirmation is no later delivery")
+}

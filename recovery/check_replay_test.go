@@ -64,7 +64,7 @@ func TestConfirmedReplayOfALapsedDeadLetterMustHold(t *testing.T) {
 
 	at := clk.Now().Add(time.Second).UnixNano()
 	replaying := Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: enq, Del: dl.Deliveries,
-		Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
+		Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
 
 	// Without its result the replay was in flight at the kill: the dead
 	// letter as it was is a sound store.

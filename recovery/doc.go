@@ -130,6 +130,9 @@
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
 //     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt.
+//     A nack in flight at a kill may have ended the lease early, but not
+//     before the lease's start plus the retry delay; a reject in flight
+//     leaves the message dead or leased, so its lease still holds.
 //   - Clock readings are the broker's: EnqueuedAt, ExpiresAt, VisibleAt and
 //     FailedAt lie between the instants before and after their call (plus
 //     the visibility timeout, the retry delay or the Extend).
@@ -137,8 +140,14 @@
 //     or whose last-delivery Nack, returned nil is a dead letter with that
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
-//     deliveries, no earlier than its last lease's expiry; a nack's or a
-//     reject's reason with the count of the delivery meant for it); once a
+//     deliveries, no earlier than its last lease's expiry, and never once
+//     a nack of the message's life, since its last replay, returned nil; a
+//     nack's or a reject's reason with the count of the delivery meant for
+//     it, by a nack or reject not refused: a settle refused as
+//     LeaseExpired changes nothing and reports nothing), and
+//     carries that failure's Code and public Cause (those of the workload's
+//     cause for a nack or a reject, never its private detail; none for
+//     LEASE_EXPIRED); once a
 //     ReplayDeadLetter returned nil, every dead letter of that message
 //     failed after the replay started. A replay in flight at a kill is
 //     settled by the store after the kill: if it still shows the dead

@@ -42,8 +42,8 @@ const (
 	OpSettleFailed Op = "settle-failed"
 	// OpReplaying and OpDeleting are written before ReplayDeadLetter and
 	// DeleteDeadLetter: their effect may happen without the confirmation
-	// that follows (OpReplayed, OpDeleted). Del, Reason and FailedAt
-	// describe the dead letter as DeadLetters returned it.
+	// that follows (OpReplayed, OpDeleted). Del, Reason, Code, Cause and
+	// FailedAt describe the dead letter as DeadLetters returned it.
 	OpReplaying Op = "replaying"
 	OpReplayed  Op = "replayed"
 	OpDeleting  Op = "deleting"
@@ -80,6 +80,8 @@ type Entry struct {
 	By     int64    `json:"by,omitempty"` // the Extend an extend intent will ask for, in ns
 	Dead   bool     `json:"dead,omitempty"`
 	Reason string   `json:"reason,omitempty"`
+	Code   uint32   `json:"code,omitempty"`   // a dead letter's Code
+	Cause  string   `json:"cause,omitempty"`  // a dead letter's Cause
 	Failed int64    `json:"failed,omitempty"` // a dead letter's FailedAt
 	T0     int64    `json:"t0,omitempty"`
 	T1     int64    `json:"t1,omitempty"`

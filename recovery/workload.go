@@ -787,7 +787,7 @@ func (c *child) janitor(ctx context.Context, seed uint64) {
 					continue
 				}
 				e := Entry{Op: intent, Who: "janitor", Queue: name, ID: dl.Message.ID, Enq: dl.Message.EnqueuedAt.UnixNano(),
-					Del: dl.Deliveries, Reason: dl.Reason, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1}
+					Del: dl.Deliveries, Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1}
 				ref, perr := CheckPayload(dl.Message.Payload)
 				e.Ref = ref
 				if perr != nil {

@@ -23,7 +23,7 @@ import (
 // must hold it too. Skipped under -short.
 func TestEachFaultDuringABackupFailsNamingTheFileAndLeavesNothing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a sweep of every call")
+		t.Skip("-short: a sweep of every call takes minutes under -race; go test without -short runs it")
 	}
 	for _, op := range everyCallOps {
 		// A fault-free Backup counts the calls of this kind.

@@ -27,7 +27,7 @@ var everyCallOps = []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize, vfs.OpMap, vfs.O
 // other shapes a store is opened in. Skipped under -short.
 func sweepEveryOpenCall(t *testing.T, template string, opts broker.Options) {
 	if testing.Short() {
-		t.Skip("a sweep of every call")
+		t.Skip("-short: a sweep of every call takes minutes under -race; go test without -short runs it")
 	}
 	dry := vfs.NewFaultFS(vfs.Default)
 	o := opts

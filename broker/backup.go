@@ -338,11 +338,7 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 			if err != nil {
 				return nil, inUse(dir, err)
 			}
-			err = removePartial(fs, dir)
-			if cerr := l.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			if err := removeHeld(fs, dir, l); err != nil {
 				return nil, fmt.Errorf("remove the unfinished backup %s: %w", dir, err)
 			}
 		}
@@ -417,14 +413,20 @@ func abandonPartial(fs vfs.FS, dir string, l io.Closer, cause error) error {
 			return errors.Join(cause, fmt.Errorf("the unfinished backup %s is left (its mark could not be locked): %w", dir, err))
 		}
 	}
+	if err := removeHeld(fs, dir, l); err != nil {
+		return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
+	}
+	return cause
+}
+
+// removeHeld removes the partial copy dir while this call holds l, the
+// lock on its mark, and then lets the lock go.
+func removeHeld(fs vfs.FS, dir string, l io.Closer) error {
 	err := removePartial(fs, dir)
 	if cerr := l.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
-	}
-	return cause
+	return err
 }
 
 // anotherBackups reports whether err, from making or locking a mark, says

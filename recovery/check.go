@@ -1112,7 +1112,15 @@ func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
 	if del == 0 || dl.reason != why || dl.del != del {
 		return 0
 	}
-	if exp := m.leaseFloor(); exp != 0 && dl.failedAt >= exp {
+	exp := m.leaseFloor()
+	if del == m.intentDel && m.intentExp > exp {
+		// The delivery the call was meant for was a maybe (see
+		// maybeDelivered), whose lease, not the last certain one's,
+		// is the one the call had: a reject or nack within it fails
+		// after the earlier lease lapsed.
+		exp = m.intentExp
+	}
+	if exp != 0 && dl.failedAt >= exp {
 		// Failed at or after the lease's expiry: no reject or nack (they
 		// need a live lease) but the lapse of a last delivery, which
 		// records the reason of the last nack (DeadLetterValue.Reason).

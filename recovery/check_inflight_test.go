@@ -252,3 +252,52 @@ func TestARedeliveryMustNotComeBeforeASettleInFlightCouldEndTheLease(t *testing.
 			tc.intent, tc.after, time.Duration(vt), retryDelay(QueueWork, 1))
 	}
 }
+
+// TestARejectOfAMaybeDeliveryAfterTheLastCertainLeaseLapsed: under
+// SyncPublish a delivery the power may take is journaled as a maybe, with
+// its own lease; the last certain lease (delivery 1, held until it
+// lapsed) ended before it. A reject meant for the maybe delivery fails
+// within the maybe's lease, after delivery 1's lapsed: the store after
+// the kill that shows that dead letter shows the reject done, and so does
+// every later look at the same store. Settled by the first store's drain,
+// the reject was once taken for a lapse (it failed after the last certain
+// lease) and dropped, and the next look reported the dead letter as
+// unexplained.
+func TestARejectOfAMaybeDeliveryAfterTheLastCertainLeaseLapsed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	t0 := time.Now().UnixNano()
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	pub := Entry{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref},
+		Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: time.Now().UnixNano()}
+	receive := func() (broker.DeliveryValue, int64, int64) {
+		t0 := time.Now().UnixNano()
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		return ds[0], t0, time.Now().UnixNano()
+	}
+	d1, a0, a1 := receive()
+	time.Sleep(time.Until(d1.Lease.ExpiresAt) + 20*time.Millisecond) // held until it lapsed
+	d2, b0, b1 := receive()
+	require.Equal(t, 2, d2.Deliveries)
+	require.NoError(t, q.Reject(ctx, d2.Lease.Receipt, causeFor(QueueWork, IntentReject)))
+	require.NoError(t, s.Close())
+	copyOf := func() string {
+		cp := t.TempDir()
+		require.NoError(t, CopyTree(dir, cp))
+		return cp
+	}
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	first := deliveredEntry("con0", QueueWork, d1, IntentHold, a0, a1)
+	maybe := deliveredEntry("con0", QueueWork, d2, IntentReject, b0, b1)
+	maybe.Op = OpMaybe
+	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "publish"}, pub, first, maybe})
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(copyOf()), "the reject of the maybe delivery happened")
+	require.NoError(t, c.CheckInPlace(copyOf()), "and the same store, looked at again, shows it still")
+}

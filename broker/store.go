@@ -710,17 +710,31 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		q = newQueue(s, iq, policyValue(iq.Policy))
 		s.queues[name] = q
 	}
-	fresh := !q.handed // no call of this process has handed q out yet
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var (
+		next *preambleSet
+		drec []byte
+	)
 	if q.iq.Policy != rec {
 		// A re-declaration that cannot be made (its record does not fit
 		// the room each segment keeps for declarations) is refused before
 		// anything changes.
-		next, drec, err := s.preambleWith(q.iq.ID, name, rec)
-		if err != nil {
+		var err error
+		if next, drec, err = s.preambleWith(q.iq.ID, name, rec); err != nil {
 			return nil, err
 		}
+	}
+	if !q.handed {
+		// The first handle of this process finishes a lowering a crash
+		// cut short, under the policy that lowering declared, before any
+		// new declaration: one that raised MaxDeliveries would otherwise
+		// leave its messages with no delivery left a delivery more.
+		if err := q.giveUpSpentLocked(); err != nil {
+			return nil, err
+		}
+	}
+	if q.iq.Policy != rec {
 		// A lease that lapsed on its last delivery is a dead letter from
 		// the instant it lapsed, whatever the policy says later: record
 		// those the queue holds before the new policy changes what a last
@@ -760,10 +774,6 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// A lease on its last delivery may now lapse back into the
 		// queue (MaxDeliveries raised): a waiting consumer looks again.
 		q.wakeLocked()
-	} else if fresh {
-		if err := q.giveUpSpentLocked(); err != nil {
-			return nil, err
-		}
 	}
 	// Only now: a first call that failed before its end left a lowering a
 	// crash cut short to the next call to finish.

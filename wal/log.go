@@ -33,11 +33,12 @@ type Log struct {
 	mu     sync.Mutex
 	open   *batch
 	closed bool
-	err    error // the poison: set once (fail, stop), returned forever after
+	err    error // the poison (fail, stop), returned forever after
 	// lost is the poison of a failed write or fdatasync (fail): what
 	// Close returns. A log stopped by a failed rotation (stop, under
-	// Options.StopOnRotationFailure) lost nothing it wrote, and Close
-	// still syncs it; a failure of that sync sets lost (err stays).
+	// Options.StopOnRotationFailure) lost nothing it wrote, and its
+	// background fdatasync and Close still sync it; a failure of that
+	// sync sets lost, and err then names both.
 	lost error
 	// hold, while the writer gathers released callers, is how many
 	// requests open must hold before a new one wakes the writer (0: every

@@ -611,7 +611,8 @@ func (s *seg) capacity() int { return s.file.Size() - segment.Size(0) }
 
 // Err returns the error that poisoned the log (ErrPoisoned, wrapping the
 // failed write or fdatasync, or the failed rotation that stopped it under
-// Options.StopOnRotationFailure), or nil. A failure no call waited for (the
+// Options.StopOnRotationFailure, or both when the background fdatasync of
+// a stopped log failed after the stop), or nil. A failure no call waited for (the
 // background fdatasync of records appended without waiting for one) is
 // reported here before any call meets it; a failure a call meets is
 // reported here before that call, or any other, is released with it.
@@ -679,13 +680,15 @@ func (l *Log) fail(cause error) error {
 	first := l.lost == nil
 	if first {
 		l.lost = fmt.Errorf("%w (data written since the last good fdatasync may be lost; close and reopen): %w", ErrPoisoned, cause)
-		already := l.err != nil // stopped by a rotation: see stop
-		if !already {
+		stopped := l.err // a failed rotation stopped it before: see stop
+		if stopped == nil {
 			l.err = l.lost
-		}
-		l.poisoned.Store(true)
-		if !already {
+			l.poisoned.Store(true)
 			l.closePoisoned()
+		} else {
+			// A stopped log still syncs what it wrote (see writeLoop); that
+			// failing loses data, which Err must say, not only the stop.
+			l.err = fmt.Errorf("%w; before that, %w", l.lost, stopped)
 		}
 	}
 	err := l.lost
@@ -700,8 +703,9 @@ func (l *Log) fail(cause error) error {
 
 // stop poisons the log for a rotation that failed without writing
 // anything (Options.StopOnRotationFailure) and returns the poison error;
-// a poison already there wins. Nothing written is lost: Close still
-// fdatasyncs what the log wrote (see writeLoop), and returns nil.
+// a poison already there wins. Nothing written is lost by the stop: the
+// background fdatasync and Close still sync what the log wrote (see
+// writeLoop), and Close returns nil unless one of those fails (see fail).
 func (l *Log) stop(cause error) error {
 	l.mu.Lock()
 	first := l.err == nil

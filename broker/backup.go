@@ -76,7 +76,7 @@ const (
 // checkpoints once one failed (they stop until the store is reopened;
 // StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
-	if s == nil {
+	if s.unmade() {
 		return nilReceiver("Store")
 	}
 	if ctx == nil {

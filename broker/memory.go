@@ -182,7 +182,7 @@ func (q *Memory) wakeLocked() {
 // Publish copies payload into the queue; see [Broker.Publish]. It is not
 // durable: the message lives as long as q.
 func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return MessageValue{}, nilReceiver("Memory")
 	}
 	ms, err := q.publish(ctx, "", [][]byte{payload})
@@ -202,7 +202,7 @@ func (q *Memory) Publish(ctx context.Context, payload []byte) (MessageValue, err
 // else; a payload above MaxMessageBytes is [MessageTooLarge], checked
 // before the key is looked up (even when the key was seen).
 func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return MessageValue{}, nilReceiver("Memory")
 	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
@@ -219,7 +219,7 @@ func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (
 // batch that does not fit the policy's Capacity is refused whole
 // ([QueueFull]); an empty one is [InvalidBatchSize].
 func (q *Memory) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Memory")
 	}
 	if len(payloads) == 0 {
@@ -345,7 +345,7 @@ func tooLargeFor(payloads [][]byte, limit int) error {
 // no consumer reported anything in it. A lease deadline past year 2262 is
 // [QueueMisconfigured], and such a Receive leases and observes nothing.
 func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Memory")
 	}
 	if max <= 0 {
@@ -417,7 +417,7 @@ func (q *Memory) leaseLocked(r ReceiptValue, now int64) (*memMessage, error) {
 
 // Ack removes the leased message for good; see [Broker.Ack].
 func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Memory")
 	}
 	q.mu.Lock()
@@ -438,7 +438,7 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 // [Error]); the Error text of an unclassified cause goes to
 // MemoryOptions.Logger with the message ID and is not kept.
 func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return NackValue{}, nilReceiver("Memory")
 	}
 	v := judge(ctx, cause)
@@ -480,7 +480,7 @@ func (q *Memory) Nack(ctx context.Context, receipt ReceiptValue, cause error) (N
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see [Rejecter].
 func (q *Memory) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Memory")
 	}
 	v := judge(ctx, cause)
@@ -519,7 +519,7 @@ func (q *Memory) logUnclassified(seq uint64, v verdict) {
 // Extend renews a live lease for by from now and returns the new lease,
 // whose receipt replaces the old one; see [LeaseExtender].
 func (q *Memory) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return LeaseValue{}, nilReceiver("Memory")
 	}
 	if by <= 0 {

@@ -11,7 +11,7 @@ import (
 // its payload. As with [Queue.DeadLetters], there is no cursor: a call
 // returns the oldest ones again.
 func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Memory")
 	}
 	if max <= 0 {
@@ -48,7 +48,7 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 // refuses it ([QueueFull], not counted as shed) and the dead letter stays as
 // it was. See [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Memory")
 	}
 	q.mu.Lock()
@@ -71,7 +71,7 @@ func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id (its Message.ID) for good,
 // payload and all; see [DeadLetterManager].
 func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Memory")
 	}
 	q.mu.Lock()
@@ -109,7 +109,7 @@ func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, 
 // it is closed already, so a consumer that asks then looks again at once
 // and is told Closed. In is measured on q's clock.
 func (q *Memory) Wake() WakeValue {
-	if q == nil {
+	if q.unmade() {
 		return WakeValue{Signal: lookNow}
 	}
 	q.mu.Lock()
@@ -140,7 +140,7 @@ func (q *Memory) Wake() WakeValue {
 // After Close the gauges are zero (the messages are dropped) and the
 // counters stay as they were.
 func (q *Memory) Stats() QueueStats {
-	if q == nil {
+	if q.unmade() {
 		return QueueStats{}
 	}
 	q.mu.Lock()
@@ -176,7 +176,7 @@ func (q *Memory) Stats() QueueStats {
 // messages it held are dropped. Close is idempotent and returns nil, but
 // on a nil *Memory, which it says is nil (as every method does).
 func (q *Memory) Close() error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Memory")
 	}
 	q.mu.Lock()

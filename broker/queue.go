@@ -115,7 +115,7 @@ func (q *Queue) shutLocked() {
 
 // Name returns the queue's name.
 func (q *Queue) Name() string {
-	if q == nil {
+	if q.unmade() {
 		return ""
 	}
 	return q.name
@@ -201,7 +201,7 @@ func (q *Queue) begin(ctx context.Context) error {
 // queue accepted them (unless the clock went backwards between them), and
 // Receive hands them out in that order.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return MessageValue{}, nilReceiver("Queue")
 	}
 	var one [1]MessageValue
@@ -224,7 +224,7 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (MessageValue, erro
 // MessageTooLarge even when its key was seen, as it would be for the
 // first publish of that key.
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return MessageValue{}, nilReceiver("Queue")
 	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
@@ -244,7 +244,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (M
 // (QueueFull); an empty one, and one larger than a log segment holds (see
 // Options.SegmentBytes), is InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if len(payloads) == 0 {

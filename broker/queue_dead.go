@@ -15,7 +15,7 @@ import (
 // (Stats().DeadLetters counts them all), or replaying or deleting those
 // read.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if max <= 0 {
@@ -73,7 +73,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 // (QueueFull, not counted as shed) and the dead letter stays as it was. See
 // DeadLetterManager.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	return q.changeDeadLetter(ctx, id, index.KindReplay)
@@ -88,7 +88,7 @@ func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
 // until new records overwrite them. A program that must erase payloads
 // encrypts them with a key it can destroy.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	return q.changeDeadLetter(ctx, id, index.KindDelete)

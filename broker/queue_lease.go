@@ -19,7 +19,7 @@ import (
 // its checksum) hands out nothing, not even the messages it took before the
 // damage: it fails with Corrupt, and the store stops (see Store.Err).
 func (q *Queue) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if max <= 0 {
@@ -234,7 +234,7 @@ func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
 
 // Ack removes the leased message for good; see Broker.Ack.
 func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	if err := q.begin(ctx); err != nil {
@@ -260,7 +260,7 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 // unclassified cause goes to Options.Logger with the message ID, never to
 // disk.
 func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (NackValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return NackValue{}, nilReceiver("Queue")
 	}
 	if err := q.begin(ctx); err != nil {
@@ -316,7 +316,7 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 // Reject dead-letters the leased message now, with cause recorded as Nack
 // records it; see Rejecter.
 func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	if err := q.begin(ctx); err != nil {
@@ -358,7 +358,7 @@ func (q *Queue) logUnclassified(seq uint64, v verdict) {
 // Extend renews a live lease for by from now and returns the new lease,
 // whose receipt replaces the old one; see LeaseExtender.
 func (q *Queue) Extend(ctx context.Context, receipt ReceiptValue, by time.Duration) (LeaseValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return LeaseValue{}, nilReceiver("Queue")
 	}
 	if by <= 0 {

@@ -32,7 +32,7 @@ type QueueStats struct {
 // Stats returns the queue's figures, as of the broker clock now. Once
 // the store is closed, they are those Close left, and do not move.
 func (q *Queue) Stats() QueueStats {
-	if q == nil {
+	if q.unmade() {
 		return QueueStats{}
 	}
 	if st := q.closedStats.Load(); st != nil {
@@ -94,7 +94,7 @@ func (q *Queue) statsNow() QueueStats {
 // told why (Closed, or the store's error). In is measured on the broker
 // clock.
 func (q *Queue) Wake() WakeValue {
-	if q == nil {
+	if q.unmade() {
 		return WakeValue{Signal: lookNow}
 	}
 	q.mu.Lock()

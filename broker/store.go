@@ -492,7 +492,7 @@ func count(n int, noun string) string {
 
 // Recovery returns what Open found and did.
 func (s *Store) Recovery() RecoveryReport {
-	if s == nil {
+	if s.unmade() {
 		return RecoveryReport{}
 	}
 	return s.recovery
@@ -662,7 +662,7 @@ func openError(dir string, salvage bool, err error) error {
 // anything else is refused (QueueMisconfigured), as is a policy that fails
 // Validate or whose MaxMessageBytes could not fit in one log segment.
 func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
-	if s == nil {
+	if s.unmade() {
 		return nil, nilReceiver("Store")
 	}
 	if err := s.usable(); err != nil {
@@ -919,7 +919,7 @@ func validQueueName(name string) error {
 
 // Queues returns the names of every queue the store holds, sorted.
 func (s *Store) Queues() []string {
-	if s == nil {
+	if s.unmade() {
 		return nil
 	}
 	s.mu.Lock()
@@ -978,7 +978,7 @@ type StoreStats struct {
 // files it describes are on disk as counted, their sizes included, and the
 // counters since open include Close's own checkpoint.
 func (s *Store) Stats() StoreStats {
-	if s == nil {
+	if s.unmade() {
 		return StoreStats{}
 	}
 	if st := s.closedStats.Load(); st != nil {
@@ -1047,7 +1047,7 @@ func (s *Store) statsNow() StoreStats {
 // [Consume]) and returns once they have returned. Their acks are refused: their messages
 // are delivered again once their leases lapse.
 func (s *Store) Close() error {
-	if s == nil {
+	if s.unmade() {
 		return nilReceiver("Store")
 	}
 	err, cerr, serr := s.close()
@@ -1123,7 +1123,7 @@ func (s *Store) close() (err, cerr, serr error) {
 // what any call that first sees damage writes: a mark, durably, that
 // makes the next Open rebuild the index from the log.
 func (s *Store) Err() error {
-	if s == nil {
+	if s.unmade() {
 		return nilReceiver("Store")
 	}
 	return s.usable()

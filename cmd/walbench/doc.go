@@ -268,7 +268,9 @@
 // that was there as it was, says so on stderr, and removes its temporary
 // file. walbench removes no file it did not make. -cpuprofile FILE is
 // written the same way, at the end of a run that did not fail (an
-// interrupted one included).
+// interrupted one included). -json and -cpuprofile naming one file,
+// however spelled (through a symbolic link to its directory too), are
+// refused: the profile would replace the report.
 //
 // # BENCH.md
 //

@@ -267,10 +267,11 @@
 // nothing, or could not write its report (a full disk), leaves the file
 // that was there as it was, says so on stderr, and removes its temporary
 // file. walbench removes no file it did not make. -cpuprofile FILE is
-// written the same way, at the end of a run that did not fail (an
-// interrupted one included). -json and -cpuprofile naming one file,
-// however spelled (through a symbolic link to its directory too), are
-// refused: the profile would replace the report.
+// written the same way, at the end of a run whose measuring did not fail
+// (an interrupted one included, and one that could not write its report
+// or print its tables). -json and -cpuprofile naming one file, however
+// spelled (through a symbolic link to its directory too), are refused:
+// the profile would replace the report.
 //
 // # BENCH.md
 //

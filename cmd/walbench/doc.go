@@ -209,7 +209,8 @@
 // not scored, and the recommendation names it. With no durable point
 // left, the report says that there is no recommendation, and why (the
 // run interrupted, or failed, before its publish workloads ran, or before
-// one was measured whole; or none published). On tmpfs or ramfs, where an fdatasync
+// one was measured whole; no durable sync mode asked for; or none
+// published). On tmpfs or ramfs, where an fdatasync
 // reaches no device, the report warns beside the machine facts, and the
 // recommendation's last line says so again.
 //

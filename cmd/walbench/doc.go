@@ -304,7 +304,8 @@
 // nothing measured, a row of another kind than those below, more backlog
 // samples than -sample allows, or a number out of range (every figure is
 // at least 0, at most 10^15, and seconds at most 10^9), which the tables
-// would print overflowed.
+// would print overflowed. It refuses a device for -in or -bench (one such
+// as /dev/zero never ends); a named pipe is read.
 //
 //	{
 //	  "schema":      "walbench/2"

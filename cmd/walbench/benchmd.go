@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -31,7 +30,7 @@ func runReport(cfg config, fsys vfs.FS, stdout io.Writer) error {
 	}
 	switch {
 	case cfg.bench != "":
-		doc, err := os.ReadFile(cfg.bench)
+		doc, err := readInput(cfg.bench)
 		if err != nil {
 			return err
 		}

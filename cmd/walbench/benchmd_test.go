@@ -164,6 +164,21 @@ func TestReportRefuses(t *testing.T) {
 	}
 }
 
+// TestReportRefusesADevice: a device for -in or -bench is refused, named,
+// before it is read: one such as /dev/zero would be read until memory ran
+// out. /dev/null stands for it here, read as empty without the check.
+func TestReportRefusesADevice(t *testing.T) {
+	for _, args := range [][]string{
+		{"report", "-in", os.DevNull},
+		{"report", "-in", benchJSON, "-bench", os.DevNull},
+	} {
+		res := runWith(t, context.Background(), nil, args...)
+		if res.code != exitError || !strings.Contains(res.stderr, os.DevNull+": is a character device") {
+			t.Errorf("%q: exit %d, stderr %q; want %d and the device named", args, res.code, res.stderr, exitError)
+		}
+	}
+}
+
 // TestReportBenchDiskFull: a BENCH.md that cannot be written whole (a
 // full disk, a write cut short) is left as it was, with nothing beside
 // it, and the report command says why and exits 1.

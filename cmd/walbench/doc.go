@@ -209,7 +209,8 @@
 // not scored, and the recommendation names it. With no durable point
 // left, the report says that there is no recommendation, and why (the
 // run interrupted, or failed, before its publish workloads ran, or before
-// one was measured whole; or none published). On tmpfs or ramfs, where an fdatasync
+// one was measured whole; no durable sync mode asked for; or none
+// published). On tmpfs or ramfs, where an fdatasync
 // reaches no device, the report warns beside the machine facts, and the
 // recommendation's last line says so again.
 //
@@ -267,8 +268,11 @@
 // nothing, or could not write its report (a full disk), leaves the file
 // that was there as it was, says so on stderr, and removes its temporary
 // file. walbench removes no file it did not make. -cpuprofile FILE is
-// written the same way, at the end of a run that did not fail (an
-// interrupted one included).
+// written the same way, at the end of a run whose measuring did not fail
+// (an interrupted one included, and one that could not write its report
+// or print its tables). -json and -cpuprofile naming one file, however
+// spelled (through a symbolic link to its directory too), are refused:
+// the profile would replace the report.
 //
 // # BENCH.md
 //
@@ -300,7 +304,8 @@
 // nothing measured, a row of another kind than those below, more backlog
 // samples than -sample allows, or a number out of range (every figure is
 // at least 0, at most 10^15, and seconds at most 10^9), which the tables
-// would print overflowed.
+// would print overflowed. It refuses a device for -in or -bench (one such
+// as /dev/zero never ends); a named pipe is read.
 //
 //	{
 //	  "schema":      "walbench/2"

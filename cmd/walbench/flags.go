@@ -561,13 +561,25 @@ func (c *config) validate() error {
 }
 
 // samePath reports whether the paths a and b name the same file: the same
-// absolute path, or the same file where both exist.
+// absolute path, the same file where both exist, or, for a file not made
+// yet, the same name in the same directory however each path reaches it
+// (a symbolic link to the directory, or a bind mount of it). A new file
+// is made under the name given, in the directory that name resolves to,
+// so two spellings of one new file would be renamed over each other.
 func samePath(a, b string) bool {
 	absA, errA := filepath.Abs(a)
 	absB, errB := filepath.Abs(b)
 	if errA == nil && errB == nil && absA == absB {
 		return true
 	}
+	if sameFile(a, b) {
+		return true
+	}
+	return filepath.Base(a) == filepath.Base(b) && sameFile(filepath.Dir(a), filepath.Dir(b))
+}
+
+// sameFile reports whether a and b both exist and are the same file.
+func sameFile(a, b string) bool {
 	fa, errA := os.Stat(a)
 	fb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(fa, fb)

@@ -272,6 +272,31 @@ func TestCPUProfileIsNotTheJSON(t *testing.T) {
 	assertDirEmpty(t, dir)
 }
 
+// TestCPUProfileIsNotTheJSONThroughADirLink: -json and -cpuprofile naming
+// one new file, one through a symbolic link to its directory, are refused
+// before anything is made: else the profile, renamed into place after the
+// report, would replace it.
+func TestCPUProfileIsNotTheJSONThroughADirLink(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	jsonFile, profile := filepath.Join(real, "out"), filepath.Join(link, "out")
+	dir := benchDir(t)
+	res := runWith(t, context.Background(), nil, "probe", "-time", "10ms", "-dir", dir, "-json", jsonFile, "-cpuprofile", profile)
+	if res.code != exitUsage || !strings.Contains(res.stderr, "the same file") {
+		t.Errorf("-json %s and -cpuprofile %s name one new file: exit %d, stderr %q; want %d and the clash named",
+			jsonFile, profile, res.code, res.stderr, exitUsage)
+	}
+	assertDirEmpty(t, real)
+	assertDirEmpty(t, dir)
+}
+
 // TestFlagErrorsAreRoots: a bad value is reported once, not again as
 // the errors of the checks made from it.
 func TestFlagErrorsAreRoots(t *testing.T) {

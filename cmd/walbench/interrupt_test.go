@@ -99,6 +99,33 @@ func TestInterruptedInWindow(t *testing.T) {
 	}
 }
 
+// TestInterruptedInFirstRoundNoMedians: Ctrl-C in the first of three
+// rounds leaves rows measured in one round, marked "(1 of 3 rounds)": the
+// note under their table counts the rounds that measured them, as the
+// probe's and reopen's do, and so says nothing of medians.
+func TestInterruptedInFirstRoundNoMedians(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := &env{afterStep: func(name string) {
+		if strings.HasPrefix(name, "publish") {
+			cancel()
+		}
+	}}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, e, "publish", "-dir", dir, "-json", jsonFile, "-producers", "1", "-time", "20ms", "-warmup", "0s",
+		"-probe-time", "0", "-rounds", "3")
+	if res.code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", res.code, exitInterrupted)
+	}
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || rep.Rows[0].Rounds != 1 {
+		t.Fatalf("want one row measured in 1 round, got %d rows", len(rep.Rows))
+	}
+	if !strings.Contains(res.stdout, "(1 of 3 rounds)") || strings.Contains(res.stdout, "medians of") {
+		t.Errorf("the only row was measured in 1 of 3 rounds: want it marked so, and no note of medians under its table:\n%s", res.stdout)
+	}
+}
+
 // TestProbeStoppedInItsPrefillIsNoRoundThatMeasured: with -rounds 2, a
 // probe Ctrl-C stops in its second round's prefill measured nothing, so
 // the probe's summary counts one round that measured it, and its rows are

@@ -259,6 +259,9 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			}
 		}()
 	}
+	// The profile is of the measuring: it is kept unless that failed,
+	// whatever became of the report, the tables or the directory.
+	measuringFailed := false
 	if cfg.cpuProfile != "" {
 		stop, err := startCPUProfile(e.outputFS(), cfg.cpuProfile, stderr, made)
 		if err != nil {
@@ -266,7 +269,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			return exitError
 		}
 		defer func() {
-			if !stop(code == exitError) {
+			if !stop(measuringFailed) {
 				code = max(code, exitError)
 			}
 		}()
@@ -274,6 +277,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 
 	tmp, err := os.MkdirTemp(cfg.parent, "walbench-")
 	if err != nil {
+		measuringFailed = true
 		fmt.Fprintf(stderr, "walbench: -dir %s: cannot make the temporary directory there (want an existing directory): %v\n", cfg.parent, err)
 		return exitError
 	}
@@ -308,6 +312,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	}
 	if measureErr != nil {
 		rep.Error = measureErr.Error()
+		measuringFailed = true
 	}
 	// Removed before anything is printed or written, so that both say what
 	// became of it.

@@ -354,8 +354,12 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 	if len(m.backlog) > 0 {
 		r.BacklogMax = ptr(float64(slices.Max(m.backlog)))
 	}
-	if qs := m.q.Stats(); qs.DeadLetters != 0 || qs.Nacked != 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("queue Stats: %d nacked, %d dead letters; the handler never fails", qs.Nacked, qs.DeadLetters))
+	// Nacks are no alarm: once stopped, Consume hands back (Nack) the
+	// deliveries it held unstarted, as it does whenever the consumers
+	// were behind. A dead letter takes MaxDeliveries deliveries of one
+	// message, which a handler that never fails does not make.
+	if qs := m.q.Stats(); qs.DeadLetters != 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("queue Stats: %d dead letters (%d nacked); the handler never fails", qs.DeadLetters, qs.Nacked))
 	}
 	return r
 }

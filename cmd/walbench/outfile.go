@@ -213,11 +213,13 @@ func prepareJSON(fsys vfs.FS, name string, stderr io.Writer, made func(path stri
 
 // startCPUProfile starts -cpuprofile's profile of the run, kept in memory
 // (a few hundred KiB): like the report, it replaces the file named only
-// once whole, and only after a run that did not fail (an interrupted one
-// included). stop, which the caller defers, ends the profile and writes
-// it, or, after a failed run, says on stderr that the file was left as it
-// was; it reports false when the profile could not be written.
-func startCPUProfile(fsys vfs.FS, name string, stderr io.Writer, made func(path string) (keep func())) (stop func(runFailed bool) bool, err error) {
+// once whole, and only after a run whose measuring did not fail (an
+// interrupted one included: a failure to write the report or print the
+// tables leaves the profile of the measuring as good). stop, which the
+// caller defers, ends the profile and writes it, or, when the measuring
+// failed, says on stderr that the file was left as it was; it reports
+// false when the profile could not be written.
+func startCPUProfile(fsys vfs.FS, name string, stderr io.Writer, made func(path string) (keep func())) (stop func(measuringFailed bool) bool, err error) {
 	out, err := newPendingFile(fsys, name)
 	if err != nil {
 		return nil, err
@@ -229,10 +231,10 @@ func startCPUProfile(fsys vfs.FS, name string, stderr io.Writer, made func(path 
 		keep()
 		return nil, err
 	}
-	return func(runFailed bool) bool {
+	return func(measuringFailed bool) bool {
 		defer keep()
 		pprof.StopCPUProfile()
-		if runFailed {
+		if measuringFailed {
 			if err := out.discard(); err != nil {
 				fmt.Fprintf(stderr, "walbench: -cpuprofile %s: remove the temporary file %s: %v\n", name, out.tmp, err)
 			}

@@ -95,6 +95,25 @@ func TestStdoutFails(t *testing.T) {
 	assertDirEmpty(t, dir)
 }
 
+// TestStdoutFailsProfileWritten: a stdout whose writes fail fails only the
+// tables: the measuring did not fail, so -cpuprofile is written, as the
+// report is.
+func TestStdoutFailsProfileWritten(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	var stderr bytes.Buffer
+	code := runContext(context.Background(), []string{"probe", "-time", "10ms", "-dir", dir, "-json", jsonFile, "-cpuprofile", prof},
+		failingWriter{syscall.EPIPE}, &stderr, &env{progress: newProgress(&stderr)}, nil)
+	if code != exitError {
+		t.Errorf("exit %d, want %d for the tables not printed; stderr:\n%s", code, exitError, &stderr)
+	}
+	readReport(t, jsonFile)
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("-cpuprofile %s: %d bytes, %v; want the profile written, only the tables failed; stderr:\n%s", prof, len(b), err, &stderr)
+	}
+	assertDirEmpty(t, dir)
+}
+
 // failingWriter fails every write with its error.
 type failingWriter struct{ err error }
 

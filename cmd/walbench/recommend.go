@@ -306,24 +306,33 @@ func noRecommendation(rep *Report) string {
 	case rep.Command != "profile" && rep.Command != kindSweep && rep.Command != "full":
 		return ""
 	}
-	publishes, cut := false, false
+	publishes, durables, cut := false, false, false
 	for _, r := range rep.Rows {
 		if r.Kind != kindPublish && r.Kind != kindSweep {
 			continue
 		}
 		publishes = true
-		if _, whole := wholeRounds(r); !whole && durable(r.Sync) {
+		if !durable(r.Sync) {
+			continue
+		}
+		durables = true
+		if _, whole := wholeRounds(r); !whole {
 			cut = true
 		}
 	}
+	// A run cut short before its first durable workload may have had one
+	// to come: only a run that ended whole shows that none was asked for.
+	ended := !rep.Interrupted && rep.Error == ""
 	switch {
 	case !publishes && rep.Interrupted:
 		return "No recommendation: the run was interrupted before its publish workloads ran."
 	case !publishes && rep.Error != "":
 		return "No recommendation: the run failed before its publish workloads ran."
-	case cut && rep.Interrupted:
+	case !durables && ended:
+		return "No recommendation: no durable sync mode was measured (add -sync all or publish)."
+	case (cut || !durables) && rep.Interrupted:
 		return "No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."
-	case cut:
+	case cut || !durables:
 		return "No recommendation: the run failed before a publish workload under a durable sync mode (all or publish) was measured whole."
 	}
 	return "No recommendation: no publish workload under a durable sync mode (all or publish) published a message."

@@ -456,7 +456,7 @@ func TestRecommendFromProfileCutDrain(t *testing.T) {
 // TestNoRecommendationSaysWhy: a run that ends without a recommendation
 // says why: interrupted (or failed) before its publish workloads ran (in
 // its probe, with no row at all, too), or before one was measured whole,
-// or none published.
+// or no durable sync mode was measured, or none published.
 func TestNoRecommendationSaysWhy(t *testing.T) {
 	wal := Row{Kind: kindWAL, Sync: "always", Size: 1024, Producers: 1, MsgsPerSec: ptr(5000.0)}
 	for _, tc := range []struct {
@@ -478,6 +478,10 @@ func TestNoRecommendationSaysWhy(t *testing.T) {
 			"No recommendation: the run failed before a publish workload under a durable sync mode (all or publish) was measured whole."},
 		{"nothing published", Report{Command: "profile", Rows: []Row{{Kind: kindPublish, Sync: "all", MsgsPerSec: ptr(0.0)}}},
 			"No recommendation: no publish workload under a durable sync mode (all or publish) published a message."},
+		{"sweep of sync none alone", Report{Command: kindSweep, Rows: []Row{sweepRow("none", 64*mib, 1, 1024, 9000, 0, 100)}},
+			"No recommendation: no durable sync mode was measured (add -sync all or publish)."},
+		{"sweep interrupted after its sync none points", Report{Command: kindSweep, Interrupted: true, Rows: []Row{sweepRow("none", 64*mib, 1, 1024, 9000, 0, 100)}},
+			"No recommendation: the run was interrupted before a publish workload under a durable sync mode (all or publish) was measured whole."},
 	} {
 		tc.rep.Rounds = 1
 		if rec := recommend(tc.rep.Rows); rec != nil {
@@ -486,6 +490,24 @@ func TestNoRecommendationSaysWhy(t *testing.T) {
 		if got := noRecommendation(&tc.rep); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSweepOfSyncNoneSaysNoDurableModeMeasured: a sweep of sync=none
+// alone, whose point published, has no recommendation because it measured
+// no durable sync mode, and says so, not that durable workloads published
+// nothing.
+func TestSweepOfSyncNoneSaysNoDurableModeMeasured(t *testing.T) {
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runOK(t, "sweep", "-dir", dir, "-json", jsonFile, "-sync", "none", "-producers", "1", "-size", "1024",
+		"-segment-bytes", "64MiB", "-time", "20ms", "-warmup", "0s", "-probe-time", "0")
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 || !publishedAny(rep.Rows[0]) {
+		t.Fatalf("want one sweep row that published; got %d rows", len(rep.Rows))
+	}
+	const want = "No recommendation: no durable sync mode was measured (add -sync all or publish)."
+	if !strings.Contains(res.stdout, want) {
+		t.Errorf("sweep -sync none: the tables do not say %q (the reason is %q)", want, noRecommendation(rep))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"reflect"
 	"slices"
@@ -234,7 +235,7 @@ func writeJSON(name string, rep *Report) error {
 // readJSON reads a report written by -json, refusing another schema, and
 // one that is not a report walbench could have written (see checkReport).
 func readJSON(name string) (*Report, error) {
-	b, err := os.ReadFile(name)
+	b, err := readInput(name)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +250,20 @@ func readJSON(name string) (*Report, error) {
 		return nil, fmt.Errorf("%s: not a report walbench wrote: %w", name, err)
 	}
 	return &rep, nil
+}
+
+// readInput reads the file name whole. It refuses a device, which holds
+// no report nor BENCH.md, and one such as /dev/zero never ends; a named
+// pipe is read (report -in <(...)).
+func readInput(name string) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&fs.ModeDevice != 0 {
+		return nil, fmt.Errorf("%s: is %s, not a file walbench wrote or reads", name, fileKind(fi.Mode()))
+	}
+	return os.ReadFile(name)
 }
 
 // Bounds of the figures a report may hold: far beyond what a run

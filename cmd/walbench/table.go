@@ -132,11 +132,19 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 				strings.Join(above, "; ")))
 		}
 	}
+	// The note counts the rounds that measured the rows, as the probe's
+	// and reopen's do: a run cut short in its first round has one-round
+	// rows, marked so, and no medians to speak of.
+	measured := 0
+	for _, r := range rows {
+		measured = max(measured, r.Rounds)
+	}
 	switch {
-	case multi && slices.ContainsFunc(cols, func(c column) bool { return c.ratio != "" }):
-		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; each ÷ is the median of the ratios within a round, min–max over the rounds beside it", rounds))
-	case multi:
-		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", rounds))
+	case !multi || measured <= 1:
+	case slices.ContainsFunc(cols, func(c column) bool { return c.ratio != "" }):
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds; each ÷ is the median of the ratios within a round, min–max over the rounds beside it", measured))
+	default:
+		t.notes = append(t.notes, fmt.Sprintf("medians of %d rounds", measured))
 	}
 	return t
 }

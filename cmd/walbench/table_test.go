@@ -57,6 +57,21 @@ func TestOneRoundTablesHaveNoRanges(t *testing.T) {
 	}
 }
 
+// TestRowTableNoteCountsRoundsMeasured: of a run of three rounds cut
+// short, a table whose rows two rounds measured says "medians of 2
+// rounds", not of the 3 asked for.
+func TestRowTableNoteCountsRoundsMeasured(t *testing.T) {
+	row := func(name string, rounds int) Row {
+		return Row{Kind: kindPublish, Workload: name, Sync: "all", Producers: 1, Size: 100, Rounds: rounds,
+			MsgsPerSec: ptr(1000.0), VsFdatasync: ptr(0.5)}
+	}
+	tb := rowTable("Publish", []Row{row("a", 2), row("b", 1)}, closedLoopColumns(true), 3, true)
+	notes := strings.Join(tb.notes, "\n")
+	if !strings.Contains(notes, "medians of 2 rounds;") || strings.Contains(notes, "medians of 3") {
+		t.Errorf("rows measured in at most 2 of 3 rounds; want the note to say medians of 2 rounds:\n%s", notes)
+	}
+}
+
 // TestARateAboveItsCeilingIsCalledOut: the ceiling is a bound (perfect
 // group commit on the probe's disk), so a workload above it met a faster
 // disk than the probe did, and the ratios to the probe overstate it: the

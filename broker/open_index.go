@@ -173,11 +173,14 @@ func (s *Store) openIndex() (int, error) {
 	}
 	s.idx = x
 	s.maint.lastCheckpoint.Store(uint64(from))
+	// The checkpoint Open loaded stays on disk until the next one
+	// replaces it: StoreStats.IndexBytes counts it. A rebuild removed it
+	// (one an earlier pass of this open loaded, then met damage in, too).
+	checkpointBytes := int64(0)
 	if from != 0 {
-		// The checkpoint Open loaded stays on disk until the next one
-		// replaces it: StoreStats.IndexBytes counts it.
-		s.maint.checkpointBytes.Store(x.CheckpointBytes)
+		checkpointBytes = x.CheckpointBytes
 	}
+	s.maint.checkpointBytes.Store(checkpointBytes)
 	s.recovery.IndexRebuilt = from == 0
 	loss.watch(x)
 	if from == 0 {

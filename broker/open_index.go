@@ -19,40 +19,51 @@ import (
 // replaySpill bounds the table entries a replay holds in memory.
 const replaySpill = 1 << 16
 
-// openHints returns what the last checkpoint vouches for in the log, for
-// wal.Open (see index.LogHints), and sets s.logSecret. The hints are true
-// only of the log the checkpoint was taken of: when the secret the log
-// carries is another than the checkpoint's (an index directory copied in
-// from another store), there are none, and loadCheckpoint refuses the
+// openHints sets in wo what the last checkpoint vouches for in the log
+// (see index.LogHints), and sets s.logSecret. The hints are true only of
+// the log the checkpoint was taken of: when the secret the log carries is
+// another than the checkpoint's (an index directory copied in from
+// another store), there are none, and loadCheckpoint refuses the
 // checkpoint. A wrong Verified would have the log refused as having lost
 // synced records, a wrong Sealed every read near a seal.
+//
+// A checkpoint marked suspect vouches for nothing the log holds: the log
+// is verified whole (no Sealed, no Verified to scan from). But its
+// position was durable all the same (its barrier synced it before the
+// checkpoint was written, and a checkpoint whose file fails its checks
+// gives none), so it is given as Durable: damage before it is refused,
+// never zeroed as a torn tail.
 //
 // A checkpoint that is not there or fails its checks gives no hints (and
 // loadCheckpoint rebuilds), but an error reading the checkpoint, a
 // segment's first record or a marker (an I/O error) is returned: it says
 // nothing of what they hold, and Open without the hints would zero, as a
 // torn tail, damage to records the checkpoint knew synced.
-func (s *Store) openHints() (map[uint32]int, wal.Position, error) {
+func (s *Store) openHints(wo *wal.Options) error {
 	fs := s.opts.fs()
 	cl, err := index.LoadCheckpointLog(fs, s.indexDir())
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, index.ErrDamaged) {
-		return nil, 0, nil
+		return nil
 	}
 	if err != nil {
-		return nil, 0, ioError(err)
+		return ioError(err)
 	}
 	if s.logSecret, err = peekLogSecret(fs, s.dir, cl.Pos.Segment()); err != nil {
-		return nil, 0, ioError(err)
+		return ioError(err)
 	}
 	if s.logSecret != nil && !bytes.Equal(s.logSecret, cl.Secret) {
-		return nil, 0, nil
+		return nil
 	}
-	if why, err := index.SuspectCheck(fs, s.indexDir()); err != nil {
-		return nil, 0, ioError(err)
-	} else if why != "" {
-		return nil, 0, nil
+	why, err := index.SuspectCheck(fs, s.indexDir())
+	if err != nil {
+		return ioError(err)
 	}
-	return cl.Sealed, cl.Pos, nil
+	if why != "" {
+		wo.Durable = cl.Pos
+		return nil
+	}
+	wo.Sealed, wo.Verified = cl.Sealed, cl.Pos
+	return nil
 }
 
 // ioError is Open's error for err, met reading a file whose content
@@ -162,11 +173,14 @@ func (s *Store) openIndex() (int, error) {
 	}
 	s.idx = x
 	s.maint.lastCheckpoint.Store(uint64(from))
+	// The checkpoint Open loaded stays on disk until the next one
+	// replaces it: StoreStats.IndexBytes counts it. A rebuild removed it
+	// (one an earlier pass of this open loaded, then met damage in, too).
+	checkpointBytes := int64(0)
 	if from != 0 {
-		// The checkpoint Open loaded stays on disk until the next one
-		// replaces it: StoreStats.IndexBytes counts it.
-		s.maint.checkpointBytes.Store(x.CheckpointBytes)
+		checkpointBytes = x.CheckpointBytes
 	}
+	s.maint.checkpointBytes.Store(checkpointBytes)
 	s.recovery.IndexRebuilt = from == 0
 	loss.watch(x)
 	if from == 0 {
@@ -218,9 +232,10 @@ func (s *Store) openIndex() (int, error) {
 // index to rebuild from the whole log (position 0) with the declarations
 // the refused checkpoint knew. An error reading it, or the markers, or
 // the list a salvage kept (an I/O error) is returned before anything is
-// removed: see ioError. A checkpoint is consulted, not used, after
-// salvage changed the log or when the store marked it suspect; a log that
-// ends before the checkpoint's position lost synced records (Corrupt).
+// removed: see ioError. A log that ends before the checkpoint's position
+// lost synced records (Corrupt), whether or not the checkpoint is marked
+// suspect; otherwise a checkpoint is consulted, not used, after salvage
+// changed the log or when the store marked it suspect.
 func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Position, known []index.Event, err error) {
 	fs := s.opts.fs()
 	// A store that found damage while running marked its checkpoint
@@ -267,6 +282,13 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			// from one), and not even consulted.
 			_ = x.Table.Close()
 			err = errors.New("the last checkpoint was taken of another store's log: the store secret it holds is not the one the log carries")
+		} else if end := s.log.End(); from > end && !s.opts.Salvage {
+			// The checkpoint's position was durable (its barrier synced
+			// it), suspect or not: a log that ends before it lost synced
+			// records.
+			_ = x.Table.Close()
+			return nil, 0, nil, &wal.CorruptionError{File: s.log.SegmentPath(end.Segment()), Offset: end.Offset(),
+				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if loss.salvaging() || why != "" {
 			// The checkpoint knows which live messages had their
 			// records in the spans salvage skipped.
@@ -291,12 +313,6 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				why = "salvage changed the log the checkpoint reflects"
 			}
 			err = fmt.Errorf("the last checkpoint is not trusted: %s", why)
-		} else if end := s.log.End(); from > end && !s.opts.Salvage {
-			// The checkpoint's position was durable (its barrier synced
-			// it): a log that ends before it lost synced records.
-			_ = x.Table.Close()
-			return nil, 0, nil, &wal.CorruptionError{File: s.log.SegmentPath(end.Segment()), Offset: end.Offset(),
-				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if from.Segment() < st.FirstSegment || from > s.log.End() {
 			_ = x.Table.Close()
 			err = fmt.Errorf("%w: checkpoint at %v, the log holds segments %d to %d and ends at %v",

@@ -234,7 +234,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
-	if wo.Sealed, wo.Verified, err = s.openHints(); err != nil {
+	if err := s.openHints(&wo); err != nil {
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	l, err := wal.Open(where, wo)

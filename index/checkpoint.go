@@ -522,9 +522,9 @@ func (d *decoder) sealed() map[uint32]int {
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
 // that is no file to read (a directory in its place) or fails any check
-// (checksum, bounds, a chunk file missing or of the wrong size) is
-// ErrDamaged: the caller may rebuild from the log, which is the source of
-// truth. Any other error (an I/O error opening, reading or mapping the
+// (checksum, bounds, a chunk file missing, of the wrong size or a
+// directory) is ErrDamaged: the caller may rebuild from the log, which is
+// the source of truth. Any other error (an I/O error opening, reading or mapping the
 // checkpoint or a chunk file, or listing or syncing the directory) is
 // returned as it is, naming the file: it says nothing of what the
 // checkpoint holds, and a caller that rebuilt (removing the checkpoint)

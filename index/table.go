@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/edsrzf/mmap-go"
 	"github.com/klauspost/crc32"
@@ -227,7 +228,8 @@ func ChunkOf(seq uint64) uint64 { return seq / ChunkEntries }
 
 // OpenTable opens the table in dir, which it creates if missing, mapping
 // the chunk files named in want; files of other chunks are removed. A
-// wanted chunk that is missing or of the wrong size is ErrDamaged.
+// wanted chunk that is missing, of the wrong size or no file (a directory
+// in its place) is ErrDamaged.
 func OpenTable(fs vfs.FS, dir string, want []uint64) (*Table, error) {
 	if err := vfs.MkdirAllDurable(fs, dir, 0o700); err != nil {
 		return nil, err
@@ -268,6 +270,11 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 	if err != nil {
 		if !create && errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s is missing", ErrDamaged, path)
+		}
+		if !create && errors.Is(err, syscall.EISDIR) {
+			// No file to map, as for one missing: damage a rebuild
+			// repairs, not an I/O error that a retry may get past.
+			return nil, fmt.Errorf("%w: %s is a directory, not a table file: %w", ErrDamaged, path, err)
 		}
 		return nil, err
 	}

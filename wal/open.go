@@ -22,15 +22,16 @@ type Recovery struct {
 	Segments int
 	Records  int
 	// TornTail is set when the last segment ended, past every point Open
-	// knew durable (a clean Close's end, Options.Verified), in bytes that
-	// do not read as frames: taken as a write a crash cut short, which no
-	// fdatasync had covered, they were zeroed. Bytes before such a point
-	// are never taken for a torn tail: Open refuses their damage, and
-	// Salvage reports it in Salvaged. (Damage on the device to records
-	// synced after the last such point reads as a torn tail too: no
-	// format tells them apart; see the segment package.) Its Length runs
-	// to the file's last non-zero byte: in a reused file, that may count
-	// bytes of the segment it held before, zeroed with the tail.
+	// knew durable (a clean Close's end, Options.Verified and
+	// Options.Durable), in bytes that do not read as frames: taken as a
+	// write a crash cut short, which no fdatasync had covered, they were
+	// zeroed. Bytes before such a point are never taken for a torn tail:
+	// Open refuses their damage, and Salvage reports it in Salvaged.
+	// (Damage on the device to records synced after the last such point
+	// reads as a torn tail too: no format tells them apart; see the
+	// segment package.) Its Length runs to the file's last non-zero
+	// byte: in a reused file, that may count bytes of the segment it
+	// held before, zeroed with the tail.
 	TornTail *Damage
 	// Salvaged lists the spans Options.Salvage skipped. Their records are
 	// lost; the damaged files were copied aside first (Damage.CopiedTo).
@@ -363,26 +364,36 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 }
 
 // durableIn is how far segment seq of d was known durable: to the clean
-// mark, or to Options.Verified, whichever is further; 0 when neither names
-// it.
+// mark, Options.Verified or Options.Durable, whichever is further; 0 when
+// none names it.
 func (l *Log) durableIn(d listing, seq uint32) int {
 	durable := 0
 	if d.hasClean && d.clean.Segment() == seq {
 		durable = d.clean.Offset()
 	}
-	if v := l.opts.Verified; v.Segment() == seq {
-		durable = max(durable, v.Offset())
+	return max(durable, l.knownDurableIn(seq))
+}
+
+// knownDurableIn is how far the caller knew segment seq durable
+// (Options.Verified, Options.Durable, whichever is further); 0 when
+// neither names it.
+func (l *Log) knownDurableIn(seq uint32) int {
+	durable := 0
+	for _, p := range []Position{l.opts.Verified, l.opts.Durable} {
+		if p.Segment() == seq {
+			durable = max(durable, p.Offset())
+		}
 	}
 	return durable
 }
 
 // salvageToDurable reports, as a span salvage skips, the bytes of the last
 // segment from r.End, where its valid frames end, to durable, where the log
-// was known durable (a clean Close's end, or Options.Verified): they held
-// synced records, which are lost. The scan goes on from durable when the
-// file reaches it; a file cut before it (its size less than durable) is
-// rewritten at full size by the salvage, so that the padding over the span
-// fits, and appends go on after it.
+// was known durable (a clean Close's end, Options.Verified or
+// Options.Durable): they held synced records, which are lost. The scan goes
+// on from durable when the file reaches it; a file cut before it (its size
+// less than durable) is rewritten at full size by the salvage, so that the
+// padding over the span fits, and appends go on after it.
 func salvageToDurable(f *segment.File, seq uint32, r segment.Report, durable int) segment.Report {
 	at, cause := r.DamageAt, r.Cause
 	if r.Tail == segment.EndClean || cause == nil {
@@ -581,12 +592,13 @@ func (l *Log) cleanTail(f *segment.File, seq uint32, last bool, clean Position, 
 	// (A mark past the file's size is refused by recover: bytes a clean
 	// Close had synced are gone.)
 	from, records := segment.HeaderSize, 0
-	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > clean.Offset() {
-		// The caller verified records past where the clean Close says
-		// the log ended: one of the two is wrong, and the scan that
-		// checks Verified's durability has to say which.
+	if l.knownDurableIn(seq) > clean.Offset() {
+		// The caller knew records durable past where the clean Close
+		// says the log ended: one of the two is wrong, and the scan
+		// that checks that durability has to say which.
 		return segment.Report{}, false
-	} else if v.Segment() == seq && v.Offset() > from {
+	}
+	if v := l.opts.Verified; v.Segment() == seq && v.Offset() > from {
 		from, records = v.Offset(), -1
 	}
 	r, err := segment.ScanFrom(f.Data()[:clean.Offset()], seq, from, false, func(segment.Frame) error { return nil })

@@ -123,6 +123,14 @@ type Options struct {
 	// salvaged span (the file copied aside first, and rewritten at full
 	// size when it was cut before it), never zeroed as a torn tail.
 	Verified Position
+	// Durable, if set, is a position the log was known durable to, by a
+	// caller that does not vouch for the records before it (a checkpoint
+	// it no longer trusts): Open scans as without it (from the start of
+	// the last segment), and takes it as durable as it takes Verified:
+	// valid frames that end before it are damage to synced records,
+	// refused with a *CorruptionError, or, with Salvage, a salvaged span,
+	// never a torn tail.
+	Durable Position
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation
 	// whose preamble encodes to more fails (ErrTooLarge) without rotating.

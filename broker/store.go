@@ -414,7 +414,10 @@ type RecoveryReport struct {
 	// torn tail: Open refuses it (Corrupt), and Options.Salvage reports
 	// it in SalvagedSpans and LostMessages. (Damage on the device to the
 	// last records synced after that point reads as a torn tail too: no
-	// format can tell the two apart.)
+	// format can tell the two apart.) The cut is logged (Options.Logger,
+	// at WARN) as Open makes it: an Open that fails after it has still
+	// cut the tail, and the next Open, which finds the log ending there
+	// cleanly, does not report it again.
 	TornTail bool
 	// SalvagedSpans is the number of damaged spans Options.Salvage skipped,
 	// and SalvageCopies where it copied the damaged files first. They

@@ -130,6 +130,12 @@ func (s *Store) maintainLoop() {
 				}
 				continue
 			}
+			if errors.Is(err, Closed) {
+				// Close began during the pass (between two queues' copies,
+				// say): the pass stops there, and Close writes the
+				// checkpoint. Nothing failed.
+				continue
+			}
 			s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
 		}
 	}

@@ -130,6 +130,12 @@ func (s *Store) maintainLoop() {
 				}
 				continue
 			}
+			if errors.Is(err, Closed) {
+				// Close began during the pass (between two queues' copies,
+				// say): the pass stops there, and Close writes the
+				// checkpoint. Nothing failed.
+				continue
+			}
 			s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
 		}
 	}
@@ -333,7 +339,7 @@ func (s *Store) reclaim() error {
 		}
 		u, used := uses[first]
 		if !used || first >= ck.Segment() || st.LastSegment-first <= keepSealed ||
-			!worthCopying(uses, first, min(ck.Segment(), st.LastSegment), s.opts.segmentBytes()) {
+			!worthCopying(uses, s.log.Sealed(), first, min(ck.Segment(), st.LastSegment)) {
 			return nil
 		}
 		if err := s.copyForward(first, u); err != nil {
@@ -351,19 +357,24 @@ func (s *Store) reclaim() error {
 // worthCopying reports whether copying the live records of segment first
 // forward pays: whether some run of segments from first up to (not
 // including) end — sealed segments a checkpoint covers — needs at most
-// 1/copyForwardShare of its size in copies (copyBytes). Copying that run
-// frees all of it for a quarter of its size in writes at most, and a
-// segment of copies alone counts as wholly live, so copies never make
-// copying pay again: a pass ends. Judging the oldest segment alone would
-// let one large record that outlives the rest (a dead letter kept for
-// weeks, a message scheduled far ahead) pin every segment behind it;
-// judging runs still leaves a real backlog, which copying would only
-// move, where it is.
-func worthCopying(uses map[uint32]index.SegmentUse, first, end uint32, segBytes int64) bool {
-	var live int64
+// 1/copyForwardShare of its size in copies (copyBytes). A segment's size
+// is what it holds, up to its seal (sealed, from wal.Log.Sealed), not
+// Options.SegmentBytes: segments written before a reopen with another
+// size keep theirs, and measured at the new size a wholly live run of
+// smaller ones looked free to copy, and a mostly dead run of larger ones
+// too live to. Copying that run frees all of it for a quarter of its size
+// in writes at most, and a segment of copies alone counts as wholly live,
+// so copies never make copying pay again: a pass ends. Judging the oldest
+// segment alone would let one large record that outlives the rest (a dead
+// letter kept for weeks, a message scheduled far ahead) pin every segment
+// behind it; judging runs still leaves a real backlog, which copying
+// would only move, where it is.
+func worthCopying(uses map[uint32]index.SegmentUse, sealed map[uint32]int, first, end uint32) bool {
+	var live, size int64
 	for x := first; x < end; x++ {
 		live += copyBytes(uses[x])
-		if live <= int64(x-first+1)*segBytes/copyForwardShare {
+		size += int64(sealed[x])
+		if live <= size/copyForwardShare {
 			return true
 		}
 	}

@@ -23,19 +23,31 @@ func TestWorthCopying(t *testing.T) {
 		return m
 	}
 	for _, c := range []struct {
-		name string
-		live []int64
-		want bool
+		name  string
+		live  []int64
+		sizes []int // each segment's size up to its seal; seg if nil
+		want  bool
 	}{
-		{"a quarter live", []int64{250}, true},
-		{"more than a quarter, alone", []int64{251}, false},
-		{"one large record before empty segments", []int64{900, 0, 0, 0}, true},
-		{"one large record before too few empty segments", []int64{900, 0, 0}, false},
-		{"a real backlog", []int64{900, 900, 900, 900, 900, 900}, false},
-		{"a backlog behind which much is free", []int64{900, 900, 0, 0, 0, 0, 0, 0}, true},
-		{"nothing sealed to judge", nil, false},
+		{"a quarter live", []int64{250}, nil, true},
+		{"more than a quarter, alone", []int64{251}, nil, false},
+		{"one large record before empty segments", []int64{900, 0, 0, 0}, nil, true},
+		{"one large record before too few empty segments", []int64{900, 0, 0}, nil, false},
+		{"a real backlog", []int64{900, 900, 900, 900, 900, 900}, nil, false},
+		{"a backlog behind which much is free", []int64{900, 900, 0, 0, 0, 0, 0, 0}, nil, true},
+		{"nothing sealed to judge", nil, nil, false},
+		// Segments written before a reopen with another size keep theirs.
+		{"wholly live segments smaller than the store's", []int64{250, 250, 250, 250}, []int{250, 250, 250, 250}, false},
+		{"a fifth live in segments larger than the store's", []int64{800, 800}, []int{4000, 4000}, true},
+		{"a small live segment before a large dead one", []int64{250, 0}, []int{250, 4000}, true},
 	} {
-		got := worthCopying(uses(c.live...), 10, uint32(10+len(c.live)), seg)
+		sealed := map[uint32]int{}
+		for i := range c.live {
+			sealed[uint32(10+i)] = seg
+			if c.sizes != nil {
+				sealed[uint32(10+i)] = c.sizes[i]
+			}
+		}
+		got := worthCopying(uses(c.live...), sealed, 10, uint32(10+len(c.live)))
 		if got != c.want {
 			t.Errorf("%s: worthCopying(%v) = %v, want %v", c.name, c.live, got, c.want)
 		}

@@ -14,8 +14,11 @@ const maxSpares = 2
 const sparePrefix = "spare-"
 
 // RemoveBelow removes every whole segment whose records all lie before pos,
-// except the active one, and returns how many it removed. Records there are
-// gone for good: Read and Iterate skip them. Up to two removed files are
+// except the active one, and returns how many segments it took out of the
+// log, those whose files it could not remove (below) included; files an
+// earlier RemoveBelow left behind, out of the log already, are not counted
+// again when it removes them. Records there are gone for good: Read and
+// Iterate skip them. Up to two removed files are
 // kept (renamed aside) for the next rotations to reuse, which spares the
 // disk the zero-filling of a new file; the rest are deleted. The removal is
 // durable when RemoveBelow returns. A file that cannot be removed stays on

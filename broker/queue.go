@@ -99,6 +99,9 @@ func (q *Queue) commitInflightLocked() error {
 				return q.s.failure(err)
 			}
 		}
+		// Its publish, back from its wait, finds it gone and counts
+		// nothing (see publish).
+		q.stats.published.Add(int64(len(in.events)))
 		delete(q.inflight, p)
 	}
 	return nil
@@ -431,6 +434,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 		out[i] = MessageValue{ID: messageID(e.Seq), EnqueuedAt: time.Unix(0, now), Payload: payloadCopy(payloads[i])}
 	}
 	q.mu.Lock()
+	_, mine := q.inflight[pend] // else a checkpoint committed and counted it
 	delete(q.inflight, pend)
 	for i, e := range events {
 		if err := q.iq.Commit(e.Seq, pos[i]); err != nil {
@@ -438,9 +442,13 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 			return nil, q.s.failure(err)
 		}
 	}
+	if mine {
+		// Counted under the lock that commits: Close's frozen Stats,
+		// read under it, count every publish its checkpoint holds.
+		q.stats.published.Add(int64(len(payloads)))
+	}
 	q.wakeLocked()
 	q.mu.Unlock()
-	q.stats.published.Add(int64(len(payloads)))
 	return out, nil
 }
 

@@ -99,6 +99,12 @@ func (q *Queue) Wake() WakeValue {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !q.shut && q.s.ending() {
+		// The store closes or stopped, and has not shut its queues yet
+		// (Close's checkpoint, or the handler a stop logs to, runs
+		// first): nothing would close the signal.
+		q.shutLocked()
+	}
 	w := WakeValue{Signal: q.signal}
 	if q.shut {
 		return w

@@ -1251,8 +1251,8 @@ func (s *Store) stop(report func(*slog.Logger)) {
 		s.stopDone = make(chan struct{})
 		go func() {
 			defer close(s.stopDone)
+			s.shutQueues() // first: the handler may take its time
 			report(s.opts.Logger)
-			s.shutQueues()
 		}()
 	})
 	if !started {
@@ -1268,6 +1268,19 @@ func (s *Store) stop(report func(*slog.Logger)) {
 // end closes over: the store has closed or stopped for good (closed or
 // failed is set before).
 func (s *Store) end() { s.overOnce.Do(func() { close(s.over) }) }
+
+// ending reports whether Close has begun or the store has stopped.
+func (s *Store) ending() bool {
+	if s.closing.Load() {
+		return true
+	}
+	select {
+	case <-s.over:
+		return true
+	default:
+		return false
+	}
+}
 
 // shutQueues closes every queue's wake signal for good (see
 // Queue.shutLocked).

@@ -1,0 +1,164 @@
+package broker_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
+)
+
+// blockingHandler is a slog.Handler that blocks the goroutine logging
+// a record whose message contains match until release is closed, as a
+// handler writing to a slow or stalled sink does. Options.Logger's handler
+// is the caller's code: the store must not depend on it returning quickly
+// to keep its own promises.
+type blockingHandler struct {
+	match   string
+	entered chan struct{}
+	once    *sync.Once
+	release chan struct{}
+}
+
+func (h blockingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h blockingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h blockingHandler) WithGroup(string) slog.Handler            { return h }
+func (h blockingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		h.once.Do(func() { close(h.entered) })
+		<-h.release
+	}
+	return nil
+}
+
+// TestWakeOfAStoppedStoreIsClosedAndSchedulesNothingBeforeItsQueuesAreShut: Waker's doc
+// (Queue.Wake) says the signal is closed "for good when the store closes
+// or stops: then it is closed already, nothing is Scheduled, and Wake
+// leaves the queue's state alone". Once a failed fdatasync has stopped the
+// store (the Publish that met it returned the failure, and Err reports
+// it), Wake still hands out an open signal and Scheduled=true for the
+// message that is ready: the stop goroutine logs the failure first and
+// shuts the queues only after the logger returns (Store.stop), and Wake
+// looks only at q.shut, not at the store. A consumer using the Waker
+// contract (not Consume, which also watches the store's end channel)
+// then waits on a signal nothing closes for as long as the handler takes.
+func TestWakeOfAStoppedStoreIsClosedAndSchedulesNothingBeforeItsQueuesAreShut(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	h := blockingHandler{match: "store failed", entered: make(chan struct{}), once: new(sync.Once), release: make(chan struct{})}
+	s, err := broker.Open(t.TempDir(), broker.Options{FS: ffs, Logger: slog.New(h), SegmentBytes: broker.MinSegmentBytes * 4})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(h.release) }) }
+	defer release()
+
+	q, err := s.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 1024})
+	require.NoError(t, err)
+	_, err = q.Publish(context.Background(), []byte("ready"))
+	require.NoError(t, err)
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync, NameContains: ".seg"})
+	_, err = q.Publish(context.Background(), []byte("fails"))
+	require.Error(t, err, "the fdatasync of the publish failed")
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store's failure was never logged")
+	}
+	require.Error(t, s.Err(), "the store stopped for good")
+
+	w := q.Wake()
+	signalClosed := false
+	select {
+	case <-w.Signal:
+		signalClosed = true
+	default:
+	}
+	require.True(t, signalClosed && !w.Scheduled,
+		"Wake of a store that stopped (Err: %v) must hand out a closed signal and schedule nothing; got signal closed=%v, Scheduled=%v, In=%v",
+		s.Err(), signalClosed, w.Scheduled, w.In)
+}
+
+// TestStatsAfterCloseCountAPublishCloseCommitted: Close's checkpoint
+// commits a publish that was in flight when it began (the message is in
+// the checkpoint, and the Publish returns nil), and Close then freezes the
+// queue's figures (freezeQueueStats) for good. The Publish increments
+// QueueStats.Published only at its very end, after its own wait, copy of
+// the payload and commit: when Close gets there first, the frozen figures
+// count the message in Ready but not in Published, for ever ("Once the
+// store is closed, they are those Close left, and do not move"), though
+// the Publish succeeded. Here the publish carries one large payload (its
+// copy for the returned MessageValue takes milliseconds) and the store
+// lives on tmpfs (Close's own fdatasyncs take microseconds); a vfs hook
+// holds the log's writer after it wrote the publish until Close has begun.
+func TestStatsAfterCloseCountAPublishCloseCommitted(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("needs /dev/shm (tmpfs) for fast fdatasyncs")
+	}
+	const big = 12 << 20
+	failed := -1
+	const rounds = 5
+	for round := 0; round < rounds; round++ {
+		dir, err := os.MkdirTemp("/dev/shm", "stopwindow")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		require.NoError(t, os.Chmod(dir, 0o700))
+		ffs := vfs.NewFaultFS(vfs.Default)
+		s, err := broker.Open(dir, broker.Options{FS: ffs, Sync: broker.SyncAll, SegmentBytes: 16 << 20})
+		require.NoError(t, err)
+		q, err := s.Queue("jobs", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: big})
+		require.NoError(t, err)
+		_, err = q.Publish(context.Background(), []byte("before"))
+		require.NoError(t, err)
+
+		var armed atomic.Bool
+		armed.Store(true)
+		written, release := make(chan struct{}), make(chan struct{})
+		ffs.Observe(func(e vfs.Event) {
+			if e.Op == vfs.OpWrite && e.Len >= big && strings.Contains(filepath.Base(e.Name), ".seg") && armed.CompareAndSwap(true, false) {
+				close(written)
+				<-release // the writer holds the publish until Close has begun
+			}
+		})
+		pubErr := make(chan error, 1)
+		go func() {
+			_, err := q.Publish(context.Background(), make([]byte, big))
+			pubErr <- err
+		}()
+		select {
+		case <-written:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the log never wrote the large publish")
+		}
+		closeErr := make(chan error, 1)
+		go func() { closeErr <- s.Close() }()
+		for s.Err() == nil {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(5 * time.Millisecond) // Close's checkpoint takes the queue and queues its barrier
+		close(release)
+		require.NoError(t, <-closeErr)
+		require.NoError(t, <-pubErr, "the publish in flight when Close began")
+		st := q.Stats()
+		if st.Ready != 2 {
+			t.Fatalf("round %d: expected both messages ready in the closed store's figures, got %+v", round, st)
+		}
+		if st.Published != 2 {
+			failed = round
+			t.Logf("round %d: Close's frozen Stats: Ready %d but Published %d", round, st.Ready, st.Published)
+			break
+		}
+	}
+	if failed >= 0 {
+		t.Fatalf("in round %d of at most %d a Publish that returned nil, and whose message Close's checkpoint committed (Ready counts it), is missing from the closed queue's Published for good: expected Published 2, as Ready", failed, rounds)
+	}
+}

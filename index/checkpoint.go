@@ -486,7 +486,7 @@ func LoadCheckpointLog(fs vfs.FS, dir string) (CheckpointLog, error) {
 	}
 	d := decoder{b: body}
 	sealed := d.sealed()
-	secret := []byte(d.string())
+	secret := []byte(d.string("secret"))
 	if d.err == nil && len(secret) != 0 && len(secret) != SecretSize {
 		d.fail(fmt.Sprintf("secret of %d bytes, want %d", len(secret), SecretSize))
 	}
@@ -500,21 +500,21 @@ func LoadCheckpointLog(fs vfs.FS, dir string) (CheckpointLog, error) {
 }
 
 // count reads the number of items that follow, each at least a byte.
-func (d *decoder) count() int {
-	v := d.uvarint()
+func (d *decoder) count(field string) int {
+	v := d.uvarint(field)
 	if v > uint64(len(d.b)) {
-		d.fail("count exceeds the body")
+		d.failField(field, fmt.Sprintf("%d exceeds the %d bytes left", v, len(d.b)))
 		return 0
 	}
 	return int(v)
 }
 
 func (d *decoder) sealed() map[uint32]int {
-	n := d.count()
+	n := d.count("sealed segment count")
 	out := make(map[uint32]int, n)
 	for range n {
-		seq := d.u32()
-		out[seq] = int(d.u32())
+		seq := d.u32("sealed segment")
+		out[seq] = int(d.u32("sealed segment's seal offset"))
 	}
 	return out
 }
@@ -550,29 +550,29 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	d := decoder{b: body}
 	d.sealed()
-	secret := []byte(d.string())
+	secret := []byte(d.string("secret"))
 	if d.err == nil && len(secret) != 0 && len(secret) != SecretSize {
 		// The store writes its secret into every segment's preamble as a
 		// meta event, which holds exactly SecretSize bytes: a secret of
 		// another length would make the log unreadable.
 		d.fail(fmt.Sprintf("secret of %d bytes, want %d", len(secret), SecretSize))
 	}
-	orphans := int(d.uvarint())
+	orphans := int(d.uvarint("orphans"))
 	type segUse struct {
 		seg uint32
 		u   SegmentUse
 	}
 	var segs []segUse
-	for range d.count() {
-		s := segUse{seg: d.u32()}
-		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint()), int64(d.uvarint()), int(d.uvarint())
-		s.u.MinSeq, s.u.MaxSeq = d.uvarint(), d.uvarint()
+	for range d.count("segment use count") {
+		s := segUse{seg: d.u32("segment")}
+		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint("segment messages")), int64(d.uvarint("segment bytes")), int(d.uvarint("segment keys"))
+		s.u.MinSeq, s.u.MaxSeq = d.uvarint("segment min seq"), d.uvarint("segment max seq")
 		segs = append(segs, s)
 	}
 	liveChunks := map[uint64]int{}
-	for range d.count() {
-		c := d.uvarint()
-		liveChunks[c] = int(d.uvarint())
+	for range d.count("live chunk count") {
+		c := d.uvarint("live chunk")
+		liveChunks[c] = int(d.uvarint("live chunk's messages"))
 	}
 	x := NewWithTable(nil)
 	x.Secret, x.Orphans = secret, orphans
@@ -587,7 +587,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		x.segs[s.seg] = &u
 	}
 	x.chunks = liveChunks
-	for range d.count() {
+	for range d.count("queue count") {
 		q := x.decodeQueue(&d, nextSeq)
 		if d.err != nil {
 			break
@@ -600,8 +600,8 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		x.maxQueue = max(x.maxQueue, q.ID)
 	}
 	var want []uint64
-	for range d.count() {
-		c := d.uvarint()
+	for range d.count("table file count") {
+		c := d.uvarint("table file")
 		if slices.Contains(want, c) {
 			d.fail(fmt.Sprintf("table file %d named twice", c))
 			break
@@ -626,11 +626,11 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 // the sequences the checkpoint says were taken (below nextSeq).
 func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	id := d.queue()
-	name := d.string()
+	name := d.string("queue name")
 	q := newQueue(x, id, name, d.policy())
-	q.cursor = d.uvarint()
-	q.streamMax = d.uvarint()
-	q.streamEnq = d.varint()
+	q.cursor = d.uvarint("stream cursor")
+	q.streamMax = d.uvarint("stream max")
+	q.streamEnq = d.varint("stream enqueuedAt")
 	if q.streamMax == 0 {
 		// No message joined the stream: its lower bound is the earliest
 		// instant. A checkpoint written while streams started at 0 holds
@@ -643,10 +643,10 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 		d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
 		return q
 	}
-	q.fresh = int(d.uvarint())
-	q.lastEvicts.Store(d.varint())
-	for range d.count() {
-		seq := d.uvarint()
+	q.fresh = int(d.uvarint("stream count"))
+	q.lastEvicts.Store(d.varint("last eviction clock"))
+	for range d.count("gone message count") {
+		seq := d.uvarint("gone message")
 		if seq > q.streamMax {
 			d.fail(fmt.Sprintf("queue %d: message %d marked gone past its stream's end (%d)", id, seq, q.streamMax))
 			return q
@@ -661,7 +661,7 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 		}
 		q.gone[seq] = struct{}{}
 	}
-	for range d.count() {
+	for range d.count("message count") {
 		m, st := decodeMessage(d)
 		if st != Ready && st != Leased && st != Dead {
 			d.fail(fmt.Sprintf("message %d in state %d", m.Seq, st))
@@ -681,8 +681,8 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 			u.StateBytes += int64(m.restate)
 		}
 	}
-	for range d.count() {
-		k := seenKey{key: d.string(), seq: d.uvarint(), enqueuedAt: d.varint(), seg: d.u32()}
+	for range d.count("seen key count") {
+		k := seenKey{key: d.string("seen key"), seq: d.uvarint("seen key's seq"), enqueuedAt: d.varint("seen key's enqueuedAt"), seg: d.u32("seen key's segment")}
 		if u := x.segs[k.seg]; u != nil && k.seg != 0 {
 			if _, twice := q.seen[k.key]; !twice {
 				u.KeyBytes += int64(len(k.key)) // the checkpoint holds Keys, not their length
@@ -697,24 +697,24 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 // decodeMessage reads an active message that Message.encode wrote, and
 // the state to attach it in.
 func decodeMessage(d *decoder) (*Message, State) {
-	m := &Message{Seq: d.uvarint(), heapIdx: -1}
-	m.EnqueuedAt = d.varint()
-	m.Pos = wal.Position(d.uvarint())
-	m.Key = d.string()
-	v := d.uvarint()
+	m := &Message{Seq: d.uvarint("message seq"), heapIdx: -1}
+	m.EnqueuedAt = d.varint("message enqueuedAt")
+	m.Pos = wal.Position(d.uvarint("message position"))
+	m.Key = d.string("message key")
+	v := d.uvarint("message state")
 	st := State(v)
 	if uint64(st) != v {
 		// A State is a byte: 2052 would read as Dead.
 		d.fail(fmt.Sprintf("message %d in state %d", m.Seq, v))
 	}
-	m.Deliveries = d.u32()
-	m.At = d.varint()
-	m.Nonce = d.uvarint()
-	m.FailedAt = d.varint()
-	m.Code = d.u32()
-	m.Reason = d.string()
-	m.Cause = d.string()
-	m.Size = d.u32()
+	m.Deliveries = d.u32("message deliveries")
+	m.At = d.varint("message at")
+	m.Nonce = d.uvarint("message nonce")
+	m.FailedAt = d.varint("message failedAt")
+	m.Code = d.u32("message code")
+	m.Reason = d.string("message reason")
+	m.Cause = d.string("message cause")
+	m.Size = d.u32("message size")
 	return m, st
 }
 

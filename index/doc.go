@@ -63,7 +63,8 @@
 // a copy forward (StateEvent). It is present only with a non-empty reason;
 // a record that ends before it (every one written before it existed, and
 // every ordinary lease) carries none, and applied keeps the failure the
-// message had. A publish and a replay start a life with no failure. A
+// message had. A publish of a new message and a replay start a life with
+// no failure (a copy of a publish keeps the life it copies). A
 // message whose last lease lapses dies with its failure's reason, code and
 // cause, or LEASE_EXPIRED with none when no consumer reported one.
 //

@@ -207,7 +207,9 @@ func (e *Event) Restamp(rec []byte) []byte {
 }
 
 // Decode decodes one event from rec. The result's byte slices (Payload,
-// Secret) alias rec; its strings are copies.
+// Secret) alias rec; its strings are copies. A record that is not a
+// well-formed event is refused with ErrBadEvent, in an error that names
+// its kind and the first field found wrong.
 func Decode(rec []byte) (Event, error) {
 	d := decoder{b: rec}
 	e := Event{Kind: Kind(d.byte())}
@@ -216,49 +218,49 @@ func Decode(rec []byte) (Event, error) {
 	}
 	switch e.Kind {
 	case KindMeta:
-		e.Secret = d.bytes(SecretSize)
+		e.Secret = d.bytes(SecretSize, "secret")
 		return e, d.finish(e.Kind)
 	case KindMark:
-		e.Seq = d.uvarint()
+		e.Seq = d.uvarint("next sequence")
 		return e, d.finish(e.Kind)
 	case KindDeclare:
 		e.Queue = d.queue()
-		e.Name = d.string()
+		e.Name = d.string("name")
 		e.Policy = d.policy()
 		return e, d.finish(e.Kind)
 	case KindEvict:
 		e.Queue = d.queue()
-		e.Time = d.varint()
-		e.Window = d.varint()
+		e.Time = d.varint("clock")
+		e.Window = d.varint("window")
 		return e, d.finish(e.Kind)
 	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete:
 	default:
 		return e, fmt.Errorf("%w: unknown kind %d", ErrBadEvent, e.Kind)
 	}
 	e.Queue = d.queue()
-	e.Seq = d.uvarint()
+	e.Seq = d.uvarint("seq")
 	switch e.Kind {
 	case KindPublish:
-		e.Time = d.varint()
-		e.Key = d.string()
+		e.Time = d.varint("enqueuedAt")
+		e.Key = d.string("key")
 		e.Payload = d.rest()
 	case KindLease, KindExtend:
-		e.Deliveries = d.u32()
-		e.Time = d.varint()
-		e.Nonce = binary.LittleEndian.Uint64(d.bytes(8))
+		e.Deliveries = d.u32("deliveries")
+		e.Time = d.varint("expiresAt")
+		e.Nonce = binary.LittleEndian.Uint64(d.bytes(8, "nonce"))
 		if e.Kind == KindLease {
 			d.failure(&e)
 		}
 	case KindNack:
-		e.Deliveries = d.u32()
-		e.Time = d.varint()
+		e.Deliveries = d.u32("deliveries")
+		e.Time = d.varint("visibleAt")
 		d.failure(&e)
 	case KindDeadLetter:
-		e.Deliveries = d.u32()
-		e.Time = d.varint()
-		e.Code = d.u32()
-		e.Reason = d.string()
-		e.Cause = d.string()
+		e.Deliveries = d.u32("deliveries")
+		e.Time = d.varint("failedAt")
+		e.Code = d.u32("code")
+		e.Reason = d.string("reason")
+		e.Cause = d.string("cause")
 	}
 	return e, d.finish(e.Kind)
 }
@@ -270,9 +272,9 @@ func (d *decoder) failure(e *Event) {
 	if d.err != nil || len(d.b) == 0 {
 		return
 	}
-	e.Code = d.u32()
-	e.Reason = d.string()
-	e.Cause = d.string()
+	e.Code = d.u32("failure code")
+	e.Reason = d.string("failure reason")
+	e.Cause = d.string("failure cause")
 	if d.err == nil && e.Reason == "" {
 		d.fail("failure trailer without a reason")
 	}
@@ -284,6 +286,8 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // decoder reads fields from a record, remembering the first failure.
+// Each read is given the name of the field it reads, which a failure
+// names: a constant, so the success path costs nothing more.
 type decoder struct {
 	b   []byte
 	err error
@@ -292,6 +296,13 @@ type decoder struct {
 func (d *decoder) fail(what string) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s", ErrBadEvent, what)
+	}
+}
+
+// failField fails with what is wrong with field.
+func (d *decoder) failField(field, what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s: %s", ErrBadEvent, field, what)
 	}
 }
 
@@ -310,20 +321,20 @@ func (d *decoder) byte() byte {
 // event has exactly one encoding.
 func canonical(b []byte, n int) bool { return n == 1 || b[n-1] != 0 }
 
-func (d *decoder) uvarint() uint64 {
+func (d *decoder) uvarint(field string) uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 || !canonical(d.b, n) {
-		d.fail("bad unsigned field")
+		d.failField(field, "bad unsigned field")
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
 
-func (d *decoder) u32() uint32 {
-	v := d.uvarint()
+func (d *decoder) u32(field string) uint32 {
+	v := d.uvarint(field)
 	if v > 1<<32-1 {
-		d.fail("field exceeds 32 bits")
+		d.failField(field, fmt.Sprintf("%d exceeds 32 bits", v))
 		return 0
 	}
 	return uint32(v)
@@ -331,7 +342,7 @@ func (d *decoder) u32() uint32 {
 
 // queue reads a queue number, which is below 2³¹.
 func (d *decoder) queue() uint32 {
-	v := d.u32()
+	v := d.u32("queue")
 	if v > maxQueueID {
 		d.fail(fmt.Sprintf("queue number %d is not below 2^31", v))
 		return 0
@@ -339,19 +350,19 @@ func (d *decoder) queue() uint32 {
 	return v
 }
 
-func (d *decoder) varint() int64 {
+func (d *decoder) varint(field string) int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 || !canonical(d.b, n) {
-		d.fail("bad signed field")
+		d.failField(field, "bad signed field")
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
 
-func (d *decoder) bytes(n int) []byte {
+func (d *decoder) bytes(n int, field string) []byte {
 	if n < 0 || len(d.b) < n {
-		d.fail("field runs past the record")
+		d.failField(field, fmt.Sprintf("%d bytes run past the record (%d left)", n, len(d.b)))
 		return make([]byte, max(n, 0))
 	}
 	b := d.b[:n:n]
@@ -359,13 +370,13 @@ func (d *decoder) bytes(n int) []byte {
 	return b
 }
 
-func (d *decoder) string() string {
-	n := d.uvarint()
+func (d *decoder) string(field string) string {
+	n := d.uvarint(field)
 	if n > uint64(len(d.b)) {
-		d.fail("string runs past the record")
+		d.failField(field, fmt.Sprintf("%d bytes run past the record (%d left)", n, len(d.b)))
 		return ""
 	}
-	return string(d.bytes(int(n)))
+	return string(d.bytes(int(n), field))
 }
 
 func (d *decoder) rest() []byte {

@@ -133,25 +133,25 @@ func TestRestampOfARecordItsPayloadAliases(t *testing.T) {
 // TestDecodeRefusesAFieldInALongerForm: the encoder writes every varint in
 // its shortest form, so each event has exactly one encoding. A field, signed
 // or unsigned, written in a longer form (a last byte of zero) is refused,
-// while the same event in its shortest form decodes.
+// naming the field, while the same event in its shortest form decodes.
 func TestDecodeRefusesAFieldInALongerForm(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
+		name, field string
 		short, long []byte
 	}{
-		{"unsigned sequence", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 0x87, 0x00, 2, 0x54}},
-		{"unsigned delivery count", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 7, 0x82, 0x00, 0x54}},
-		{"signed visibleAt", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 7, 2, 0xd4, 0x00}},
-		{"signed eviction clock", []byte{byte(KindEvict), 3, 0x54, 0x54}, []byte{byte(KindEvict), 3, 0xd4, 0x80, 0x00, 0x54}},
-		{"signed eviction window", []byte{byte(KindEvict), 3, 0x54, 0x54}, []byte{byte(KindEvict), 3, 0x54, 0xd4, 0x00}},
-		{"signed policy field", []byte{byte(KindDeclare), 3, 0, 0x14, 0, 0, 2, 0, 0, 0}, []byte{byte(KindDeclare), 3, 0, 0x94, 0x00, 0, 0, 2, 0, 0, 0}},
+		{"unsigned sequence", "seq", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 0x87, 0x00, 2, 0x54}},
+		{"unsigned delivery count", "deliveries", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 7, 0x82, 0x00, 0x54}},
+		{"signed visibleAt", "visibleAt", []byte{byte(KindNack), 3, 7, 2, 0x54}, []byte{byte(KindNack), 3, 7, 2, 0xd4, 0x00}},
+		{"signed eviction clock", "clock", []byte{byte(KindEvict), 3, 0x54, 0x54}, []byte{byte(KindEvict), 3, 0xd4, 0x80, 0x00, 0x54}},
+		{"signed eviction window", "window", []byte{byte(KindEvict), 3, 0x54, 0x54}, []byte{byte(KindEvict), 3, 0x54, 0xd4, 0x00}},
+		{"signed policy field", "visibilityTimeout", []byte{byte(KindDeclare), 3, 0, 0x14, 0, 0, 2, 0, 0, 0}, []byte{byte(KindDeclare), 3, 0, 0x94, 0x00, 0, 0, 2, 0, 0, 0}},
 	} {
 		short, err := Decode(tc.short)
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.short, short.Append(nil), tc.name)
 		_, err = Decode(tc.long)
 		require.ErrorIs(t, err, ErrBadEvent, tc.name)
-		require.ErrorContains(t, err, "field", tc.name)
+		require.ErrorContains(t, err, tc.field+": bad", "%s: the error names the field", tc.name)
 	}
 }
 

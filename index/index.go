@@ -261,7 +261,8 @@ func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 // does not know are counted as orphans, not refused. An event no log this
 // code writes holds (an unknown kind, a sequence or queue number out of
 // range, a secret not SecretSize bytes long, a queue number given a second
-// name) is refused with ErrBadEvent, and the index is left as it was.
+// name, a pending publish at pos 0 of a message its queue holds) is
+// refused with ErrBadEvent, and the index is left as it was.
 func (x *Index) Apply(pos wal.Position, e *Event) error {
 	if x == nil {
 		return errNilIndex

@@ -23,12 +23,12 @@ func (p Policy) append(dst []byte) []byte {
 
 func (d *decoder) policy() Policy {
 	return Policy{
-		VisibilityTimeout: d.varint(),
-		RetryDelay:        d.varint(),
-		MaxRetryDelay:     d.varint(),
-		MaxDeliveries:     d.varint(),
-		MaxMessageBytes:   d.varint(),
-		Capacity:          d.varint(),
-		DedupWindow:       d.varint(),
+		VisibilityTimeout: d.varint("visibilityTimeout"),
+		RetryDelay:        d.varint("retryDelay"),
+		MaxRetryDelay:     d.varint("maxRetryDelay"),
+		MaxDeliveries:     d.varint("maxDeliveries"),
+		MaxMessageBytes:   d.varint("maxMessageBytes"),
+		Capacity:          d.varint("capacity"),
+		DedupWindow:       d.varint("dedupWindow"),
 	}
 }

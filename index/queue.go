@@ -165,14 +165,17 @@ func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 // Apply changes the queue by one message event: a publish, lease, extend,
 // nack, deadletter, replay, ack or delete of this queue (an evict goes
 // through Index.Apply or EvictSeen). pos is the event's record position; a
-// publish applied with pos 0 is Pending until Commit. A publish of a
-// message the queue holds live is a copy of its record (see the
-// reclamation of the broker): it moves the message's position and changes
-// nothing else. Any other event about a message the queue does not hold
-// changes nothing and is reported not held: a replayed log holds such
-// events after segments were removed or salvaged. An event of another
-// kind or another queue, or with a sequence out of range, is refused with
-// ErrBadEvent before anything changes.
+// publish applied with pos 0 is of a new message, Pending until Commit. A
+// publish applied at a position, of a message the queue holds and has
+// committed (live or dead), is a copy of its record (see the reclamation
+// of the broker): it moves the message's position and changes nothing
+// else; of a Pending message, it is the message's commit there. Any other
+// event about a message the queue does not hold changes nothing and is
+// reported not held: a replayed log holds such events after segments were
+// removed or salvaged. An event of another kind or another queue, with a
+// sequence out of range, or a publish at pos 0 of a message the queue
+// holds (a sequence is never reused), is refused with ErrBadEvent before
+// anything changes.
 func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 	if q == nil {
 		return false, errNilQueue
@@ -181,7 +184,7 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 		return false, err
 	}
 	if e.Kind == KindPublish {
-		return q.publish(pos, e), nil
+		return q.publish(pos, e)
 	}
 	m := q.msgs[e.Seq]
 	if m == nil {
@@ -312,44 +315,28 @@ func (q *Queue) check(e *Event) error {
 	return nil
 }
 
-func (q *Queue) publish(pos wal.Position, e *Event) bool {
+// publish applies a publish event (see Apply for what it does to a
+// message the queue holds).
+func (q *Queue) publish(pos wal.Position, e *Event) (bool, error) {
+	if pos == 0 {
+		if err := q.checkNew(e.Seq); err != nil {
+			return false, err
+		}
+	}
 	size := publishSize(e)
 	// An enqueue instant is a reading of the broker clock: eviction never
 	// runs on a clock behind it, and this survives a replay.
 	q.observeClock(e.Time)
-	if pos != 0 {
-		if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
-			q.x.move(m.Seq, m.Pos, pos, m.Size, size, m.restate)
-			m.Pos, m.Size = pos, size
-			q.moveKey(e.Key, e.Seq, pos)
-			return true
-		}
-		if ent, ok := q.freshEntry(e.Seq); ok {
-			q.x.move(ent.Seq, ent.Pos, pos, ent.Size, size, 0) // restated by nothing
-			ent.Pos, ent.Size = pos, size
-			q.x.Table.Put(ent)
-			q.moveKey(e.Key, e.Seq, pos)
-			return true
-		}
+	if pos != 0 && q.copied(pos, e, size) {
+		return true, nil
 	}
-	m := q.msgs[e.Seq]
-	if m != nil {
-		q.detach(m)
-	} else {
-		m = &Message{Seq: e.Seq, heapIdx: -1}
-		q.msgs[e.Seq] = m
+	if old := q.msgs[e.Seq]; old != nil {
+		// Pending (every other message held was copied above): its
+		// record is in the log now, and its life starts there afresh.
+		q.detach(old)
 	}
-	m.EnqueuedAt, m.Key, m.Size = e.Time, e.Key, size
-	m.Deliveries, m.At, m.Nonce = 0, AtOnce, 0
-	if m.restate != 0 {
-		// A live message's publish applied again at position 0,
-		// which makes it Pending: no event restates that state, and
-		// commit counts none.
-		if m.Pos != 0 {
-			q.x.restate(m.Pos, m.restate, 0)
-		}
-		m.restate = 0
-	}
+	m := &Message{Seq: e.Seq, EnqueuedAt: e.Time, Key: e.Key, Size: size, At: AtOnce, heapIdx: -1}
+	q.msgs[e.Seq] = m
 	// A message joins the stream if it keeps the stream in order: a later
 	// sequence and no earlier EnqueuedAt than the stream's last.
 	m.stream = e.Seq > q.streamMax && e.Time >= q.streamEnq
@@ -362,10 +349,43 @@ func (q *Queue) publish(pos wal.Position, e *Event) bool {
 	if pos == 0 {
 		m.State = Pending
 		q.live++
-		return true
+		return true, nil
 	}
 	q.commit(m, pos)
-	return true
+	return true, nil
+}
+
+// checkNew refuses a pending publish (at position 0) of seq if the queue
+// holds seq: a pending publish is of a new message, and made a held one
+// Pending again, still counted where its record was (or, from the stream,
+// counted twice), with its dead letter's failure kept.
+func (q *Queue) checkNew(seq uint64) error {
+	if q.msgs[seq] == nil {
+		if _, inStream := q.freshEntry(seq); !inStream {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: queue %s: publish of message %d at position 0 (pending), which the queue holds already: a sequence is never reused", ErrBadEvent, q.Name, seq)
+}
+
+// copied moves seq's record to pos, a copy of it, if the queue holds the
+// message committed (in msgs and not Pending, or in the stream), and
+// reports whether it did: a copy changes nothing else.
+func (q *Queue) copied(pos wal.Position, e *Event, size uint32) bool {
+	if m := q.msgs[e.Seq]; m != nil && m.State != Pending {
+		q.x.move(m.Seq, m.Pos, pos, m.Size, size, m.restate)
+		m.Pos, m.Size = pos, size
+		q.moveKey(e.Key, e.Seq, pos)
+		return true
+	}
+	if ent, ok := q.freshEntry(e.Seq); ok {
+		q.x.move(ent.Seq, ent.Pos, pos, ent.Size, size, 0) // restated by nothing
+		ent.Pos, ent.Size = pos, size
+		q.x.Table.Put(ent)
+		q.moveKey(e.Key, e.Seq, pos)
+		return true
+	}
+	return false
 }
 
 // publishSize is the length of e's record in the log, frame included.

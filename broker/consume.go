@@ -587,6 +587,8 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	switch {
 	case b == nil || isNilPointer(b):
 		return nil, refuse("nil broker", QueueMisconfigured)
+	case unmadeBroker(b):
+		return nil, refuse("a %T its constructor did not make (a zero value)", QueueMisconfigured, b)
 	case h == nil:
 		return nil, refuse("nil handler", QueueMisconfigured)
 	case opts.Batch < 0:
@@ -1503,6 +1505,19 @@ func (c *consumer) refused(ctx context.Context, call string, err error, attrs []
 // isNilPointer reports whether b is a nil pointer in a non-nil interface
 // (a *Queue or *Memory variable never set), which no method can be called
 // on.
+// unmadeBroker reports whether b is a *Queue or *Memory of this package
+// that Store.Queue or NewMemory did not make (see nilreceiver.go): its
+// methods refuse, but Consume's own look at a queue's store would not.
+func unmadeBroker(b Broker) bool {
+	switch b := b.(type) {
+	case *Queue:
+		return b.unmade()
+	case *Memory:
+		return b.unmade()
+	}
+	return false
+}
+
 func isNilPointer(b Broker) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()

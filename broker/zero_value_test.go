@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -105,5 +106,18 @@ func mustLookNow(t *testing.T, typ string, w broker.WakeValue) {
 	case <-w.Signal:
 	default:
 		t.Errorf("%s.Wake on a zero value: Signal %s; want a closed one (look now: the Receive that follows reports the error)", typ, fmt.Sprint(w.Signal))
+	}
+}
+
+// Consume over a zero *Queue or *Memory is refused as over a nil one:
+// Consume's own look at a queue's store must not dereference a store
+// the queue never had.
+func TestConsumeOverAZeroBrokerIsRefused(t *testing.T) {
+	for _, b := range []broker.Broker{new(broker.Queue), new(broker.Memory)} {
+		refusedUnmade(t, fmt.Sprintf("Consume over a %T", b), func() error {
+			c, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+			defer cancel()
+			return broker.Consume(c, b, func(context.Context, broker.DeliveryValue) error { return nil }, broker.ConsumeOptions{})
+		})
 	}
 }

@@ -53,7 +53,8 @@ const (
 // letters and dedup keys live on the server; the Queue holds only the
 // leases it handed out (to refuse a lapsed or replaced receipt, see
 // lease.go) and what its wake signal needs, all dropped at Close. It
-// retains no payload. A nil *Queue refuses every call (see nilreceiver.go).
+// retains no payload. A nil or zero *Queue refuses every call (see
+// nilreceiver.go).
 type Queue struct {
 	s      *Store
 	name   string
@@ -159,7 +160,7 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 
 // Name returns the queue's name.
 func (q *Queue) Name() string {
-	if q == nil {
+	if q.unmade() {
 		return ""
 	}
 	return q.name
@@ -200,7 +201,7 @@ func (q *Queue) currentPolicy() broker.PolicyValue {
 // the package documentation). The ID is the message's stream sequence in
 // 16 hex digits; EnqueuedAt is this process's clock.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.MessageValue{}, nilReceiver("Queue")
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
@@ -247,7 +248,7 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 // publisher that dies halfway leaves is in the package documentation
 // (Dedup).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.MessageValue{}, nilReceiver("Queue")
 	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
@@ -472,7 +473,7 @@ const inProcessPause = 10 * time.Millisecond
 // empty one, or one of more than 1000 payloads (the server's bound), is
 // broker.InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if len(payloads) == 0 || len(payloads) > maxBatch {

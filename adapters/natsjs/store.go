@@ -72,7 +72,7 @@ const (
 //
 // A Store is safe for concurrent use. It retains the connection it was
 // given, which stays the caller's to close, after [Store.Close]. A nil
-// *Store refuses every call (see nilreceiver.go).
+// or zero *Store refuses every call (see nilreceiver.go).
 type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -197,7 +197,7 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // the server cannot keep. Once the Store or its connection is closed,
 // Queue returns an error wrapping broker.Closed.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
-	if s == nil {
+	if s.unmade() {
 		return nil, nilReceiver("Store")
 	}
 	if err := checkName(name); err != nil {
@@ -395,7 +395,7 @@ const keyRecordSlack = time.Minute
 
 // Queues returns the names of the queues opened through this Store.
 func (s *Store) Queues() []string {
-	if s == nil {
+	if s.unmade() {
 		return nil
 	}
 	s.mu.Lock()
@@ -416,7 +416,7 @@ func (s *Store) Queues() []string {
 // back at once (the server counts those deliveries) and returns Closed, so
 // that no lease is taken after Close returned. Close is idempotent.
 func (s *Store) Close() error {
-	if s == nil {
+	if s.unmade() {
 		return nilReceiver("Store")
 	}
 	if s.closed.Swap(true) {

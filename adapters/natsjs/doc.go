@@ -136,7 +136,11 @@
 //     new maximum: they are dead letters when Queue returns (Deliveries
 //     their count; the last failure a Nack reported; FailedAt the
 //     declaration). No consumer holds such a message, and the server
-//     delivers it no more. Every other message the lowering leaves no
+//     delivers it no more. The policy is in force before the burial: a
+//     declaration whose burial failed returns an error that says so, and
+//     the next declaration of the queue, even with the same policy,
+//     buries those messages (FailedAt then that declaration) before it
+//     returns. Every other message the lowering leaves no
 //     delivery is left to the server: one whose lease this Store handed
 //     out with deliveries left lapsed (the server handed it back at the
 //     lapse, and may have delivered it again since, to another Store,

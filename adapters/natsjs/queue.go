@@ -239,9 +239,11 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 // that finds a record naming an ID, with an EnqueuedAt within the window
 // (on this process's clock), is a duplicate of it. One that finds a claim
 // (a publish in flight, or one that failed after its claim: a crash,
-// QueueFull) publishes the message with that claim's EnqueuedAt and
-// Nats-Msg-Id = the key's hash, so the server's duplicate window folds the
-// racing publishes into one message, and completes the record. A nil
+// QueueFull) publishes the message with Nats-Msg-Id = the key's hash, so
+// the server's duplicate window folds the racing publishes into one
+// message, and completes the record. The message takes the claim's
+// EnqueuedAt when the claim is at most 10 ms old, else the instant of its
+// own publish, from which the server's duplicate window runs. A nil
 // error means the record names the message: the key then survives the
 // message's acknowledgement and a restart of the server, which rebuilds
 // its Nats-Msg-Id memory only from messages it still stores. What a
@@ -276,10 +278,14 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		return *dup, nil
 	}
 
+	enqueued := claim.enqueued
+	if !claim.fresh && !recentClaim(time.Now(), claim.enqueued) {
+		enqueued = unixTime(time.Now()) // see recentClaim
+	}
 	var ack *jetstream.PubAck
 	err = q.full(ctx, func() (err error) {
 		for {
-			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, claim.enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
 			if !isInProcess(err) {
 				return err
 			}
@@ -295,7 +301,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 	if err != nil {
 		return broker.MessageValue{}, q.publishError(err)
 	}
-	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: claim.enqueued}
+	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: enqueued}
 	if ack.Duplicate {
 		// The server's window still holds the key: a publish racing on
 		// the same claim got there first, or the claim replaced a record
@@ -303,7 +309,11 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		switch {
 		case stale.id == out.ID:
 			out.EnqueuedAt = stale.enqueued
-		case claim.fresh:
+		case claim.fresh || enqueued != claim.enqueued:
+			// The message may be another publish's: should its header
+			// be gone (acknowledged), the claim's instant stands, that
+			// of a claimant that died after storing it.
+			out.EnqueuedAt = claim.enqueued
 			if raw, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
 				if at, err := headerTime(raw.Header, hdrEnqueued); err == nil {
 					out.EnqueuedAt = at
@@ -399,6 +409,25 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 	}
 	return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: the record of a dedup key changed under %d attempts to claim it", q.name, maxClaims)
 }
+
+// recentClaim reports whether a claim of another publish, made at
+// enqueued, is recent enough at now that the message takes its instant as
+// its EnqueuedAt. The server's duplicate window runs from the instant it
+// stores the message: enqueued under an older claim (one that a publish
+// refused as full, or a crashed one, left), a message stamped with the
+// claim's instant would hold its key on the server for up to a window
+// past its EnqueuedAt, and a publish after that window would be answered
+// as its duplicate. Such a message takes the instant of its own publish
+// instead, and racers on the claim read the EnqueuedAt of the one the
+// server stored. A claim stamped ahead of now by another process's clock
+// is recent.
+func recentClaim(now, enqueued time.Time) bool {
+	return now.Sub(enqueued) <= recentClaimFor
+}
+
+// recentClaimFor bounds how long after a claim a message still takes its
+// instant (see recentClaim): a few requests' time.
+const recentClaimFor = 10 * time.Millisecond
 
 // withinWindow reports whether a key enqueued at enqueued is still held at
 // now: it is evicted only when STRICTLY older than the window (API.md

@@ -2099,3 +2099,53 @@ func dlText(dls []broker.DeadLetterValue) string {
 	}
 	return s + "]"
 }
+
+// TestAKeyRetriedAfterQueueFullIsHeldOnlyForItsWindow: the window is
+// measured from the message's EnqueuedAt (API.md §5.8 evicts a key
+// strictly older than it), and the server's own duplicate window, from
+// the instant it stores the message, may hold a key only a few
+// milliseconds longer. A keyed publish refused as full leaves its claim;
+// its retry, most of a window later, enqueues the message. Had it taken
+// the claim's EnqueuedAt, the server, whose window runs from the retry,
+// would answer a publish of the key after EnqueuedAt+window as a
+// duplicate of the old message, holding the key for almost two windows.
+func TestAKeyRetriedAfterQueueFullIsHeldOnlyForItsWindow(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t)
+	const window = 2 * time.Second
+	q := mustQueue(t, b.Store, "dedupshed", policy(func(p *broker.PolicyValue) {
+		p.Capacity = 1
+		p.DedupWindow = window
+	}))
+	if _, err := q.Publish(ctx, []byte("filler")); err != nil {
+		t.Fatalf("Publish filler: %v", err)
+	}
+	t0 := time.Now()
+	if _, err := q.PublishKeyed(ctx, "k", []byte("first")); !errors.Is(err, broker.QueueFull) {
+		t.Fatalf("PublishKeyed into a full queue: %v, want QueueFull", err)
+	}
+	ds := receiveN(t, q, 1)
+	if err := q.Ack(ctx, ds[0].Lease.Receipt); err != nil {
+		t.Fatalf("Ack filler: %v", err)
+	}
+	time.Sleep(time.Until(t0.Add(window * 6 / 10)))
+	orig, err := q.PublishKeyed(ctx, "k", []byte("retry"))
+	if err != nil || orig.Payload == nil {
+		t.Fatalf("retry of the shed keyed publish: %+v, %v; want it enqueued", orig, err)
+	}
+	ds = receiveN(t, q, 1)
+	if err := q.Ack(ctx, ds[0].Lease.Receipt); err != nil {
+		t.Fatalf("Ack retry: %v", err)
+	}
+	// Strictly older than the window by its EnqueuedAt, with a margin.
+	time.Sleep(time.Until(orig.EnqueuedAt.Add(window + window/5)))
+	age := time.Since(orig.EnqueuedAt)
+	again, err := q.PublishKeyed(ctx, "k", []byte("later"))
+	if err != nil {
+		t.Fatalf("PublishKeyed after the window: %v", err)
+	}
+	if again.ID == orig.ID || again.Payload == nil {
+		t.Fatalf("PublishKeyed of a key whose message (EnqueuedAt %v) is %v old, past the %v DedupWindow: got the original %s back as a duplicate (nothing enqueued); want a new message",
+			orig.EnqueuedAt.Format(time.RFC3339Nano), age.Round(time.Millisecond), window, again.ID)
+	}
+}

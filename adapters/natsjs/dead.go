@@ -625,7 +625,7 @@ func (q *Queue) buryDeath(ctx context.Context, seq uint64, deliveries int, faile
 // records of messages that died since. So every record is read and the
 // oldest max are returned.
 func (q *Queue) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if max <= 0 {

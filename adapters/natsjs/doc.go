@@ -60,8 +60,9 @@
 //     that finds a record naming an ID within the window is a duplicate
 //     (two requests, nothing published); one that finds a claim (a
 //     publish in flight or one that failed halfway) publishes with that
-//     claim's EnqueuedAt, and the work stream's duplicate window folds
-//     the racers into one message. The record outlives the message: the
+//     claim's EnqueuedAt (with its own when the claim is over 10 ms old,
+//     see Dedup), and the work stream's duplicate window folds the racers
+//     into one message. The record outlives the message: the
 //     server rebuilds its Nats-Msg-Id memory at a restart only from
 //     messages it still stores, and an acknowledged one is gone. A new
 //     key costs three requests, Publish one.
@@ -136,7 +137,11 @@
 //     new maximum: they are dead letters when Queue returns (Deliveries
 //     their count; the last failure a Nack reported; FailedAt the
 //     declaration). No consumer holds such a message, and the server
-//     delivers it no more. Every other message the lowering leaves no
+//     delivers it no more. The policy is in force before the burial: a
+//     declaration whose burial failed returns an error that says so, and
+//     the next declaration of the queue, even with the same policy,
+//     buries those messages (FailedAt then that declaration) before it
+//     returns. Every other message the lowering leaves no
 //     delivery is left to the server: one whose lease this Store handed
 //     out with deliveries left lapsed (the server handed it back at the
 //     lapse, and may have delivered it again since, to another Store,
@@ -212,8 +217,10 @@
 //     milliseconds longer (the answer is then still the original). It is
 //     at least 100 ms: a shorter DedupWindow is QueueMisconfigured. A
 //     keyed publish refused as full (or that failed after its claim) leaves
-//     the claim: the retry that enqueues the message gives it the first
-//     attempt's EnqueuedAt. A process that dies after its message was
+//     the claim: a retry more than 10 ms later enqueues the message with
+//     the EnqueuedAt of its own publish, from which the server's window
+//     also runs (the first attempt's would let the server hold the key up
+//     to a window longer). A process that dies after its message was
 //     stored but before the record names it leaves a claim, which the key's
 //     next publish completes while the server still knows the message (in
 //     memory, or from its files while the message is stored); if the

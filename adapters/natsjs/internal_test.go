@@ -652,8 +652,8 @@ func TestWakeInNeverWrapsToNow(t *testing.T) {
 // that of a message with deliveries left.
 func TestWakeNamesNoRetryOfAMessageWithNoDeliveryLeft(t *testing.T) {
 	now := time.Now()
-	q := &Queue{policy: broker.PolicyValue{MaxDeliveries: 2}, leases: map[uint64]*lease{}, signal: make(chan struct{}),
-		subscribeAfter: now.Add(time.Hour), // no wake subscription: this Queue has no Store
+	q := &Queue{s: &Store{}, policy: broker.PolicyValue{MaxDeliveries: 2}, leases: map[uint64]*lease{}, signal: make(chan struct{}),
+		subscribeAfter: now.Add(time.Hour), // no wake subscription: this Queue has no connection
 		retries: map[uint64]retry{
 			1: {at: now.Add(30 * time.Second), l: &lease{deliveries: 2}},
 			2: {at: now.Add(time.Hour), l: &lease{deliveries: 1}},

@@ -190,7 +190,7 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // own deadline. Messages whose last allowed lease lapsed are made dead
 // letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if max <= 0 {
@@ -418,7 +418,7 @@ func (q *Queue) closedError() error {
 // Ack removes the leased message for good; see broker.Broker. It returns
 // once the server confirmed the acknowledgement.
 func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
@@ -447,7 +447,7 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 // letter on the last delivery, else in the failures stream (recordFailure),
 // for a lapse of a later delivery to record.
 func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.NackValue{}, nilReceiver("Queue")
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
@@ -505,7 +505,7 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 // Reject moves the leased message to the dead-letter stream now, with
 // cause recorded as Nack records it; see broker.Rejecter.
 func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
@@ -538,7 +538,7 @@ func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause e
 // ended the lease meanwhile would be overridden on the server by the
 // deadline of an Extend the adapter then refuses.
 func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.LeaseValue{}, nilReceiver("Queue")
 	}
 	if by <= 0 {

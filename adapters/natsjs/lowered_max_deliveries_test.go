@@ -3,9 +3,13 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
@@ -191,5 +195,79 @@ func TestALoweringLeavesAMessageAnotherStoreHoldsAlone(t *testing.T) {
 	}
 	if dls, err := qa.DeadLetters(ctx, 10); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters after B's Ack: %s, %v; want none", dlText(dls), err)
+	}
+}
+
+// TestARepeatedLoweringFinishesTheBurialThatFailed: the server's consumer
+// takes a lowered MaxDeliver before the Store buries what the lowering
+// left no delivery, and cannot take it back. When that burial fails (here:
+// the connection may not publish dead-letter records), the declaration
+// says the policy is in force and the burial failed, and the next
+// declaration of the queue, with the same policy, changing nothing, still
+// does not report success until the nacked message is a dead letter.
+func TestARepeatedLoweringFinishesTheBurialThatFailed(t *testing.T) {
+	ctx := context.Background()
+	const prefix = "LOWFAIL"
+	users := func(deny ...string) []*server.User {
+		return []*server.User{
+			{Username: "app", Password: "pw", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+			}},
+			{Username: "admin", Password: "pw"},
+		}
+	}
+	var opts *server.Options
+	srv := runServer(t, storeDir(t), func(o *server.Options) {
+		o.Users = users(prefix + ".d.>")
+		opts = o
+	})
+	nc := connect(t, srv.ClientURL(), nats.UserInfo("app", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	admin := connect(t, srv.ClientURL(), nats.UserInfo("admin", "pw"))
+	s, err := natsjs.Open(nc, natsjs.Options{Prefix: prefix, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	q := mustQueue(t, s, "low", policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute }))
+	if _, err := q.Publish(ctx, []byte("m")); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	ds := receiveN(t, q, 1)
+	if _, err := q.Nack(ctx, ds[0].Lease.Receipt, errors.New("boom")); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	lowered := policy(func(p *broker.PolicyValue) { p.RetryDelay = time.Minute; p.MaxDeliveries = 1 })
+	if _, err := s.Queue("low", lowered); err == nil || !strings.Contains(err.Error(), "is in force") {
+		t.Fatalf("lowering MaxDeliveries while dead-letter records may not be published: %v; want an error saying the policy is in force but the burial failed", err)
+	}
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	deadLetters := func() uint64 {
+		t.Helper()
+		dead, err := js.Stream(ctx, prefix+"_D_low")
+		if err != nil {
+			t.Fatalf("dead-letter stream: %v", err)
+		}
+		info, err := dead.Info(ctx)
+		if err != nil {
+			t.Fatalf("dead-letter stream info: %v", err)
+		}
+		return info.State.Msgs
+	}
+	if _, err := s.Queue("low", lowered); err == nil {
+		t.Fatalf("the same declaration again, the burial still refused: returned the Queue and no error, with %d dead-letter records; want the burial's error", deadLetters())
+	}
+	allowed := opts.Clone()
+	allowed.Users = users()
+	if err := srv.ReloadOptions(allowed); err != nil {
+		t.Fatalf("reload the server without the deny: %v", err)
+	}
+	if _, err := s.Queue("low", lowered); err != nil {
+		t.Fatalf("the same declaration once dead-letter records may be published: %v", err)
+	}
+	if n := deadLetters(); n != 1 {
+		t.Fatalf("after the declaration that finished the burial, the dead-letter stream holds %d records, want the nacked message's 1", n)
 	}
 }

@@ -13,15 +13,16 @@ import (
 	"github.com/walbroker/walbroker/internal/methodset"
 )
 
-// TestANilQueueOrStoreRefusesEveryCall: as the file store's (see
-// broker/nilreceiver.go), a nil *Queue or *Store answers every method
+// TestANilOrZeroQueueOrStoreRefusesEveryCall: as the file store's (see
+// broker/nilreceiver.go), a nil *Queue or *Store, and a zero one that
+// Open or Store.Queue did not make (new(Queue)), answers every method
 // that returns an error with one wrapping QueueMisconfigured that names
-// the nil type, and the others as for a store that holds nothing (Wake
-// with a closed signal, so that the Receive that follows meets the
-// error), rather than end the process with a nil dereference. The cases
-// are checked against the method sets, so a new method without a case
-// fails here.
-func TestANilQueueOrStoreRefusesEveryCall(t *testing.T) {
+// the type, and the others as for a store that holds nothing (Wake with
+// a closed signal, so that the Receive that follows meets the error),
+// rather than end the process with a nil dereference or, for Close,
+// report success for a store that never existed. The cases are checked
+// against the method sets, so a new method without a case fails here.
+func TestANilOrZeroQueueOrStoreRefusesEveryCall(t *testing.T) {
 	ctx := context.Background()
 	var q *natsjs.Queue
 	var s *natsjs.Store
@@ -72,7 +73,7 @@ func TestANilQueueOrStoreRefusesEveryCall(t *testing.T) {
 	if err := methodset.Check(reflect.TypeFor[*natsjs.Store](), storeCalls, storeZeros); err != nil {
 		t.Fatalf("every exported method needs a nil-receiver case: %v", err)
 	}
-	run := func(typ string, calls map[string]func() error, zeros map[string]func(*testing.T)) {
+	run := func(t *testing.T, typ string, calls map[string]func() error, zeros map[string]func(*testing.T)) {
 		for name, call := range calls {
 			t.Run(typ+"."+name, func(t *testing.T) {
 				defer func() {
@@ -97,6 +98,19 @@ func TestANilQueueOrStoreRefusesEveryCall(t *testing.T) {
 			})
 		}
 	}
-	run("Queue", queueCalls, queueZeros)
-	run("Store", storeCalls, storeZeros)
+	receivers := []struct {
+		name string
+		q    *natsjs.Queue
+		s    *natsjs.Store
+	}{
+		{"nil", nil, nil},
+		{"zero", new(natsjs.Queue), new(natsjs.Store)},
+	}
+	for _, r := range receivers {
+		t.Run(r.name, func(t *testing.T) {
+			q, s = r.q, r.s // the calls above act on these
+			run(t, "Queue", queueCalls, queueZeros)
+			run(t, "Store", storeCalls, storeZeros)
+		})
+	}
 }

@@ -53,7 +53,8 @@ const (
 // letters and dedup keys live on the server; the Queue holds only the
 // leases it handed out (to refuse a lapsed or replaced receipt, see
 // lease.go) and what its wake signal needs, all dropped at Close. It
-// retains no payload. A nil *Queue refuses every call (see nilreceiver.go).
+// retains no payload. A nil or zero *Queue refuses every call (see
+// nilreceiver.go).
 type Queue struct {
 	s      *Store
 	name   string
@@ -159,7 +160,7 @@ func newQueue(ctx context.Context, s *Store, name string, n names, policy broker
 
 // Name returns the queue's name.
 func (q *Queue) Name() string {
-	if q == nil {
+	if q.unmade() {
 		return ""
 	}
 	return q.name
@@ -200,7 +201,7 @@ func (q *Queue) currentPolicy() broker.PolicyValue {
 // the package documentation). The ID is the message's stream sequence in
 // 16 hex digits; EnqueuedAt is this process's clock.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.MessageValue{}, nilReceiver("Queue")
 	}
 	if err := q.s.begin(ctx, q.name); err != nil {
@@ -238,16 +239,18 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 // that finds a record naming an ID, with an EnqueuedAt within the window
 // (on this process's clock), is a duplicate of it. One that finds a claim
 // (a publish in flight, or one that failed after its claim: a crash,
-// QueueFull) publishes the message with that claim's EnqueuedAt and
-// Nats-Msg-Id = the key's hash, so the server's duplicate window folds the
-// racing publishes into one message, and completes the record. A nil
+// QueueFull) publishes the message with Nats-Msg-Id = the key's hash, so
+// the server's duplicate window folds the racing publishes into one
+// message, and completes the record. The message takes the claim's
+// EnqueuedAt when the claim is at most 10 ms old, else the instant of its
+// own publish, from which the server's duplicate window runs. A nil
 // error means the record names the message: the key then survives the
 // message's acknowledgement and a restart of the server, which rebuilds
 // its Nats-Msg-Id memory only from messages it still stores. What a
 // publisher that dies halfway leaves is in the package documentation
 // (Dedup).
 func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return broker.MessageValue{}, nilReceiver("Queue")
 	}
 	if len(key) == 0 || len(key) > maxKeyBytes {
@@ -275,10 +278,14 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		return *dup, nil
 	}
 
+	enqueued := claim.enqueued
+	if !claim.fresh && !recentClaim(time.Now(), claim.enqueued) {
+		enqueued = unixTime(time.Now()) // see recentClaim
+	}
 	var ack *jetstream.PubAck
 	err = q.full(ctx, func() (err error) {
 		for {
-			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, claim.enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
 			if !isInProcess(err) {
 				return err
 			}
@@ -294,7 +301,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 	if err != nil {
 		return broker.MessageValue{}, q.publishError(err)
 	}
-	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: claim.enqueued}
+	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: enqueued}
 	if ack.Duplicate {
 		// The server's window still holds the key: a publish racing on
 		// the same claim got there first, or the claim replaced a record
@@ -302,7 +309,11 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		switch {
 		case stale.id == out.ID:
 			out.EnqueuedAt = stale.enqueued
-		case claim.fresh:
+		case claim.fresh || enqueued != claim.enqueued:
+			// The message may be another publish's: should its header
+			// be gone (acknowledged), the claim's instant stands, that
+			// of a claimant that died after storing it.
+			out.EnqueuedAt = claim.enqueued
 			if raw, err := q.work.GetMsg(ctx, ack.Sequence); err == nil {
 				if at, err := headerTime(raw.Header, hdrEnqueued); err == nil {
 					out.EnqueuedAt = at
@@ -399,6 +410,25 @@ func (q *Queue) claimKey(ctx context.Context, subject string, window time.Durati
 	return keyRecord{}, keyRecord{}, nil, fmt.Errorf("natsjs: queue %s: the record of a dedup key changed under %d attempts to claim it", q.name, maxClaims)
 }
 
+// recentClaim reports whether a claim of another publish, made at
+// enqueued, is recent enough at now that the message takes its instant as
+// its EnqueuedAt. The server's duplicate window runs from the instant it
+// stores the message: enqueued under an older claim (one that a publish
+// refused as full, or a crashed one, left), a message stamped with the
+// claim's instant would hold its key on the server for up to a window
+// past its EnqueuedAt, and a publish after that window would be answered
+// as its duplicate. Such a message takes the instant of its own publish
+// instead, and racers on the claim read the EnqueuedAt of the one the
+// server stored. A claim stamped ahead of now by another process's clock
+// is recent.
+func recentClaim(now, enqueued time.Time) bool {
+	return now.Sub(enqueued) <= recentClaimFor
+}
+
+// recentClaimFor bounds how long after a claim a message still takes its
+// instant (see recentClaim): a few requests' time.
+const recentClaimFor = 10 * time.Millisecond
+
 // withinWindow reports whether a key enqueued at enqueued is still held at
 // now: it is evicted only when STRICTLY older than the window (API.md
 // §5.8), so at enqueued+window exactly it still holds.
@@ -472,7 +502,7 @@ const inProcessPause = 10 * time.Millisecond
 // empty one, or one of more than 1000 payloads (the server's bound), is
 // broker.InvalidBatchSize.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.MessageValue, error) {
-	if q == nil {
+	if q.unmade() {
 		return nil, nilReceiver("Queue")
 	}
 	if len(payloads) == 0 || len(payloads) > maxBatch {

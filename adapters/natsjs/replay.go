@@ -39,7 +39,7 @@ import (
 // published (see renameClaim) queues nothing and returns an error that
 // says so; the new record is there to replay.
 func (q *Queue) ReplayDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	ctx, cancel, err := q.look(ctx)
@@ -347,7 +347,7 @@ func deadCopy(raw *jetstream.RawStreamMsg) *nats.Msg {
 // finds the dead letter gone (broker.DeadLetterNotFound): the replay won
 // the race.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, id string) error {
-	if q == nil {
+	if q.unmade() {
 		return nilReceiver("Queue")
 	}
 	ctx, cancel, err := q.look(ctx)

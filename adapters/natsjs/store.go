@@ -72,7 +72,7 @@ const (
 //
 // A Store is safe for concurrent use. It retains the connection it was
 // given, which stays the caller's to close, after [Store.Close]. A nil
-// *Store refuses every call (see nilreceiver.go).
+// or zero *Store refuses every call (see nilreceiver.go).
 type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -184,12 +184,16 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // A policy that lowers MaxDeliveries gives up on what has no delivery
 // left, as the file store's declaration does, for the messages this Store
 // nacked that still wait out their retry delay with a count at or above
-// the new maximum: they are dead letters when Queue returns. Every other
-// message the lowering leaves no delivery (one whose lease lapsed with
-// deliveries left, which the server may have delivered again since, or
-// one of another Store) is left to the server, which delivers it no more
-// and gives it up at a later pull (see the package documentation, Policy
-// changes).
+// the new maximum: they are dead letters when Queue returns without an
+// error. The new policy is in force once the server's streams and
+// consumer took it, before the burial: a burial that fails leaves the
+// policy in force and those messages undelivered, Queue returns an error
+// that says so, and the next declaration of the queue, even with the same
+// policy, buries them before it returns. Every other message the lowering
+// leaves no delivery (one whose lease lapsed with deliveries left, which
+// the server may have delivered again since, or one of another Store) is
+// left to the server, which delivers it no more and gives it up at a
+// later pull (see the package documentation, Policy changes).
 //
 // name must be 1 to 64 of [A-Za-z0-9._-], not starting with '.'; an
 // invalid name or policy is refused with an error wrapping
@@ -197,7 +201,7 @@ func (s *Store) watchConn(ch chan nats.Status) {
 // the server cannot keep. Once the Store or its connection is closed,
 // Queue returns an error wrapping broker.Closed.
 func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
-	if s == nil {
+	if s.unmade() {
 		return nil, nilReceiver("Store")
 	}
 	if err := checkName(name); err != nil {
@@ -215,8 +219,14 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout(s.opts.Timeout))
 	defer cancel()
 	q, lowered, err := s.declare(ctx, name, policy)
-	if err != nil || !lowered {
-		return q, err
+	if err != nil {
+		return nil, err
+	}
+	// Not only a lowering declaration buries: the policy is in force once
+	// declare returns, so a repeat of one whose burial failed sees no
+	// change, and must still finish that burial before it reports success.
+	if !lowered && len(q.exhausted(time.Now())) == 0 {
+		return q, nil
 	}
 	// The burial runs without s.mu, which a sweep must not hold (see the
 	// lock order at Queue.sweepMu). A failed one leaves the messages to
@@ -224,8 +234,10 @@ func (s *Store) Queue(name string, policy broker.PolicyValue) (*Queue, error) {
 	if err := s.begin(ctx, name); err != nil {
 		return nil, err
 	}
+	q.unburied.Store(true) // sweep now, however recent the last sweep
 	if err := q.sweepDeaths(ctx); err != nil {
-		return nil, fmt.Errorf("natsjs: queue %s: MaxDeliveries lowered to %d: %w", name, policy.MaxDeliveries, err)
+		return nil, fmt.Errorf("natsjs: queue %s: MaxDeliveries %d is in force, but burying the messages it left no delivery failed (declaring the queue again retries it): %w",
+			name, policy.MaxDeliveries, err)
 	}
 	return q, nil
 }
@@ -395,7 +407,7 @@ const keyRecordSlack = time.Minute
 
 // Queues returns the names of the queues opened through this Store.
 func (s *Store) Queues() []string {
-	if s == nil {
+	if s.unmade() {
 		return nil
 	}
 	s.mu.Lock()
@@ -416,7 +428,7 @@ func (s *Store) Queues() []string {
 // back at once (the server counts those deliveries) and returns Closed, so
 // that no lease is taken after Close returned. Close is idempotent.
 func (s *Store) Close() error {
-	if s == nil {
+	if s.unmade() {
 		return nilReceiver("Store")
 	}
 	if s.closed.Swap(true) {

@@ -56,7 +56,7 @@ const (
 // died elsewhere is picked up within that much of its lapse. Leases
 // another process takes after that are seen at the next such Receive.
 func (q *Queue) Wake() broker.WakeValue {
-	if q == nil {
+	if q.unmade() {
 		return broker.WakeValue{Signal: lookNow}
 	}
 	q.subscribe()

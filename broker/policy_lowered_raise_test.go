@@ -18,8 +18,9 @@ import (
 // declaration durable, dead letters behind it lost) "is finished by the
 // next process's first successful call of Queue for that name". A first
 // call that declares yet another policy (here MaxDeliveries raised back)
-// must finish it too; it does not: the messages the durable lowering left
-// with no delivery stay ready, and are delivered again.
+// finishes it too, under the durable policy, before its own declaration:
+// the messages the durable lowering left with no delivery are dead
+// letters, never ready to be delivered again.
 func TestACutShortLoweringIsFinishedByAFirstCallThatRaisesTheMaximum(t *testing.T) {
 	root := fastDir(t)
 	base := broker.PolicyValue{VisibilityTimeout: time.Second, MaxDeliveries: 5, MaxMessageBytes: 512}

@@ -40,17 +40,16 @@ func (h blockingHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// TestWakeOfAStoppedStoreIsClosedAndSchedulesNothingBeforeItsQueuesAreShut: Waker's doc
-// (Queue.Wake) says the signal is closed "for good when the store closes
-// or stops: then it is closed already, nothing is Scheduled, and Wake
-// leaves the queue's state alone". Once a failed fdatasync has stopped the
-// store (the Publish that met it returned the failure, and Err reports
-// it), Wake still hands out an open signal and Scheduled=true for the
-// message that is ready: the stop goroutine logs the failure first and
-// shuts the queues only after the logger returns (Store.stop), and Wake
-// looks only at q.shut, not at the store. A consumer using the Waker
-// contract (not Consume, which also watches the store's end channel)
-// then waits on a signal nothing closes for as long as the handler takes.
+// Queue.Wake's signal is closed "for good when the store closes or stops:
+// then it is closed already, nothing is Scheduled, and Wake leaves the
+// queue's state alone". So from the instant a failed fdatasync has
+// stopped the store (the Publish that met it returned the failure, and
+// Err reports it), even while the logger's handler, the caller's code,
+// still holds the failure's record: a consumer using the Waker contract
+// (not Consume, which also watches the store's end) would otherwise wait
+// on a signal nothing closes for as long as the handler takes. (Wake used
+// to look at the queue's shut flag alone, which the stop set only after
+// the handler returned.)
 func TestWakeOfAStoppedStoreIsClosedAndSchedulesNothingBeforeItsQueuesAreShut(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	h := blockingHandler{match: "store failed", entered: make(chan struct{}), once: new(sync.Once), release: make(chan struct{})}
@@ -88,15 +87,13 @@ func TestWakeOfAStoppedStoreIsClosedAndSchedulesNothingBeforeItsQueuesAreShut(t 
 		s.Err(), signalClosed, w.Scheduled, w.In)
 }
 
-// TestStatsAfterCloseCountAPublishCloseCommitted: Close's checkpoint
-// commits a publish that was in flight when it began (the message is in
-// the checkpoint, and the Publish returns nil), and Close then freezes the
-// queue's figures (freezeQueueStats) for good. The Publish increments
-// QueueStats.Published only at its very end, after its own wait, copy of
-// the payload and commit: when Close gets there first, the frozen figures
-// count the message in Ready but not in Published, for ever ("Once the
-// store is closed, they are those Close left, and do not move"), though
-// the Publish succeeded. Here the publish carries one large payload (its
+// Close's checkpoint commits a publish that was in flight when it began
+// (the message is in the checkpoint, and the Publish returns nil), and
+// Close then freezes the queue's figures (freezeQueueStats) for good
+// ("Once the store is closed, they are those Close left, and do not
+// move"): they count the message in Published as well as in Ready, even
+// when Close freezes them before the Publish is back from its wait (it
+// used to count itself only then, after its last unlock). Here the publish carries one large payload (its
 // copy for the returned MessageValue takes milliseconds) and the store
 // lives on tmpfs (Close's own fdatasyncs take microseconds); a vfs hook
 // holds the log's writer after it wrote the publish until Close has begun.

@@ -12,10 +12,9 @@ import (
 // Load's doc: a checkpoint that is "no file to read (a directory in its
 // place)" or names a chunk file missing or of the wrong size is
 // ErrDamaged, which the caller may rebuild from. A directory in the place
-// of a chunk file is no file either: Load returned the bare EISDIR of its
-// open, which broker.Open must take for an I/O error, so the store
-// refused to open for good ("open again once they read"), while a
-// directory in the checkpoint's own place was rebuilt from.
+// of a chunk file is no file either, and damaged as well, not the bare
+// EISDIR of its open, which broker.Open must take for an I/O error (the
+// store would refuse to open for good, "open again once they read").
 func TestATableFileThatIsADirectoryIsDamaged(t *testing.T) {
 	dir := t.TempDir()
 	x := goodCheckpoint(t, dir)

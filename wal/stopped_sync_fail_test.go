@@ -13,10 +13,10 @@ import (
 
 // Err's doc: "A failure no call waited for (the background fdatasync of
 // records appended without waiting for one) is reported here before any
-// call meets it". Since a log stopped by a failed rotation keeps running
-// its interval fdatasync, that fdatasync can fail after the stop; Err then
-// still returns only the rotation's stop, whose text says nothing was
-// lost, and never the fdatasync failure (which sets lost only).
+// call meets it". A log stopped by a failed rotation keeps running its
+// interval fdatasync, which can fail after the stop: Err then names that
+// failure (data may be lost), not only the rotation's stop, whose text
+// says nothing was lost.
 func TestAStoppedLogsErrReportsALaterFailedBackgroundFdatasync(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	ffs := vfs.NewFaultFS(vfs.Default)

@@ -87,27 +87,8 @@ func TestALoweredMaxDeliveriesIsAtomicWithItsDeadLettersAcrossAPowerLoss(t *test
 	outcomes := map[int64]int{}
 	for k := int64(0); ; k++ {
 		require.Less(t, k, int64(200), "the policy change never completed")
-		clock := newFakeClock()
-		cfs := vfs.NewCrashFS(vfs.Default)
 		dir := filepath.Join(root, fmt.Sprintf("run-%d", k))
-		opts := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}
-		broker.ManualMaintenance(&opts)
-		s, err := broker.Open(dir, opts)
-		require.NoError(t, err)
-		q, err := s.Queue("t", base)
-		require.NoError(t, err)
-		for i := range n {
-			mustPublish(t, q, fmt.Sprint("m", i))
-		}
-		ds, err := q.Receive(ctx(t), n)
-		require.NoError(t, err)
-		require.Len(t, ds, n)
-		for _, d := range ds {
-			mustNack(t, q, d.Lease.Receipt, nil)
-		}
-		cfs.CrashAfter(cfs.Ops() + k)
-		_, qerr := s.Queue("t", lowered)
-		_ = s.Close()
+		cfs, clock, qerr := lowerUnderPowerLoss(t, dir, k, base, lowered, n)
 		if qerr == nil {
 			break // every crash point inside the call has been tried
 		}
@@ -166,21 +147,8 @@ func TestAFirstQueueCallThatFailsLeavesACutShortLoweringToTheNext(t *testing.T) 
 	found := false
 	for k := int64(0); !found; k++ {
 		require.Less(t, k, int64(200), "no crash point left the declaration without its dead letters")
-		clock := newFakeClock()
-		cfs := vfs.NewCrashFS(vfs.Default)
 		dir := filepath.Join(root, fmt.Sprintf("run-%d", k))
-		opts := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}
-		broker.ManualMaintenance(&opts)
-		s, err := broker.Open(dir, opts)
-		require.NoError(t, err)
-		q, err := s.Queue("t", base)
-		require.NoError(t, err)
-		mustPublish(t, q, "m")
-		d := mustReceiveOne(t, q)
-		mustNack(t, q, d.Lease.Receipt, nil) // ready again, 1 delivery
-		cfs.CrashAfter(cfs.Ops() + k)
-		_, qerr := s.Queue("t", lowered)
-		_ = s.Close()
+		cfs, clock, qerr := lowerUnderPowerLoss(t, dir, k, base, lowered, 1)
 		if qerr == nil {
 			break
 		}
@@ -222,4 +190,35 @@ func TestAFirstQueueCallThatFailsLeavesACutShortLoweringToTheNext(t *testing.T) 
 		}
 	}
 	require.True(t, found, "no crash point left the declaration without its dead letters")
+}
+
+// lowerUnderPowerLoss opens a store in dir on a CrashFS, declares queue
+// "t" with base, publishes n messages and nacks each once (ready again,
+// one delivery spent), then loses power k file operations into the
+// declaration of lowered. It returns the CrashFS to clone, the store's
+// clock, and what the declaration returned (nil: it completed before the
+// power failed).
+func lowerUnderPowerLoss(t *testing.T, dir string, k int64, base, lowered broker.PolicyValue, n int) (*vfs.CrashFS, *fakeClock, error) {
+	t.Helper()
+	clock := newFakeClock()
+	cfs := vfs.NewCrashFS(vfs.Default)
+	opts := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}
+	broker.ManualMaintenance(&opts)
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("t", base)
+	require.NoError(t, err)
+	for i := range n {
+		mustPublish(t, q, fmt.Sprint("m", i))
+	}
+	ds, err := q.Receive(ctx(t), n)
+	require.NoError(t, err)
+	require.Len(t, ds, n)
+	for _, d := range ds {
+		mustNack(t, q, d.Lease.Receipt, nil)
+	}
+	cfs.CrashAfter(cfs.Ops() + k)
+	_, qerr := s.Queue("t", lowered)
+	_ = s.Close()
+	return cfs, clock, qerr
 }

@@ -31,27 +31,8 @@ func TestACutShortLoweringIsFinishedByAFirstCallThatRaisesTheMaximum(t *testing.
 	const n = 3
 	for k := int64(0); ; k++ {
 		require.Less(t, k, int64(200), "the policy change never completed")
-		clock := newFakeClock()
-		cfs := vfs.NewCrashFS(vfs.Default)
 		dir := filepath.Join(root, fmt.Sprintf("run-%d", k))
-		opts := broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs}
-		broker.ManualMaintenance(&opts)
-		s, err := broker.Open(dir, opts)
-		require.NoError(t, err)
-		q, err := s.Queue("t", base)
-		require.NoError(t, err)
-		for i := range n {
-			mustPublish(t, q, fmt.Sprint("m", i))
-		}
-		ds, err := q.Receive(ctx(t), n)
-		require.NoError(t, err)
-		require.Len(t, ds, n)
-		for _, d := range ds {
-			mustNack(t, q, d.Lease.Receipt, nil) // ready again, 1 delivery
-		}
-		cfs.CrashAfter(cfs.Ops() + k)
-		_, qerr := s.Queue("t", lowered)
-		_ = s.Close()
+		cfs, clock, qerr := lowerUnderPowerLoss(t, dir, k, base, lowered, n)
 		if qerr == nil {
 			break
 		}

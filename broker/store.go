@@ -715,11 +715,12 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	redeclared := q.iq.Policy != rec
 	var (
 		next *preambleSet
 		drec []byte
 	)
-	if q.iq.Policy != rec {
+	if redeclared {
 		// A re-declaration that cannot be made (its record does not fit
 		// the room each segment keeps for declarations) is refused before
 		// anything changes.
@@ -737,7 +738,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			return nil, err
 		}
 	}
-	if q.iq.Policy != rec {
+	if redeclared {
 		// A lease that lapsed on its last delivery is a dead letter from
 		// the instant it lapsed, whatever the policy says later: record
 		// those the queue holds before the new policy changes what a last

@@ -285,10 +285,16 @@ func segmentFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// damagedCopy copies the store in src to dir and applies d to the copy
-// (narrowing d as apply does). It reports whether d changed a byte.
+// damagedCopy copies the store in src to dir, replacing whatever dir held,
+// and applies d to the copy (narrowing d as apply does). It reports
+// whether d changed a byte. Replacing matters: CopyTree only adds files,
+// and a segment that an earlier copy's salvaged store rotated into would
+// otherwise follow this copy's log, a history it never had.
 func damagedCopy(t *testing.T, src, dir string, d *damage) bool {
 	t.Helper()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := recovery.CopyTree(src, dir); err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,7 @@ func sharedServer(t testing.TB) *server.Server {
 			sharedErr = err
 			return
 		}
+		s.SetLogger(stderrWarnings{}, false, false)
 		go s.Start()
 		if !s.ReadyForConnections(10 * time.Second) {
 			sharedErr = fmt.Errorf("the shared nats server did not start")
@@ -127,6 +128,25 @@ func sharedServer(t testing.TB) *server.Server {
 		t.Fatalf("shared nats server: %v", sharedErr)
 	}
 	return shared
+}
+
+// stderrWarnings logs the shared server's warnings and errors to stderr,
+// which go test shows only for a package that failed: the server answers
+// some failures (a stream's store it could not create, say) with a fixed
+// text and logs the cause.
+type stderrWarnings struct{}
+
+func (stderrWarnings) Noticef(string, ...any) {}
+func (stderrWarnings) Debugf(string, ...any)  {}
+func (stderrWarnings) Tracef(string, ...any)  {}
+func (stderrWarnings) Warnf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "nats-server (shared) warning: "+format+"\n", v...)
+}
+func (stderrWarnings) Errorf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "nats-server (shared) error: "+format+"\n", v...)
+}
+func (stderrWarnings) Fatalf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "nats-server (shared) fatal: "+format+"\n", v...)
 }
 
 // tmpRoot is /dev/shm when there is one, else the default temporary

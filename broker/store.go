@@ -1122,7 +1122,10 @@ func (s *Store) close() (err, cerr, serr error) {
 // be closed and opened again. A failure no call waited for (the
 // background fdatasync of SyncPublish and SyncNone) stops the store as
 // soon as the log reports it, with no call: its consumers learn of it at
-// once (see Consume). Err takes no lock and waits for no
+// once (see Consume). A store a failed rotation stopped (nothing lost)
+// whose log then fails the background fdatasync of what it wrote before
+// the stop returns that failure from then on: events may be lost. Err
+// takes no lock and waits for no
 // append: it is meant for health checks. The one thing it may write is
 // what any call that first sees damage writes: a mark, durably, that
 // makes the next Open rebuild the index from the log.
@@ -1149,7 +1152,7 @@ func (s *Store) working() error {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}
 	if p := s.failed.Load(); p != nil {
-		return *p
+		return s.laterLoss(p)
 	}
 	if err := s.log.Err(); err != nil {
 		// A write or fdatasync no call waited for failed (the background
@@ -1223,15 +1226,41 @@ func (s *Store) failure(err error) error {
 	if errors.Is(err, wal.ErrClosed) {
 		return fmt.Errorf("broker: store %s: %w", s.dir, Closed)
 	}
-	failure := fmt.Errorf("broker: store %s failed and must be reopened: %w", s.dir, err)
-	if errors.Is(err, syscall.ENOSPC) {
-		// What the operator must do first, where the operator reads.
-		failure = fmt.Errorf("broker: store %s failed and must be reopened once the disk has room (free space first): %w", s.dir, err)
-	}
+	failure := s.failedWith(err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.stop(func(log *slog.Logger) {
 			log.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)
 		})
+	}
+	return *s.failed.Load()
+}
+
+// failedWith is the error of a store the log's error err stopped.
+func (s *Store) failedWith(err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		// What the operator must do first, where the operator reads.
+		return fmt.Errorf("broker: store %s failed and must be reopened once the disk has room (free space first): %w", s.dir, err)
+	}
+	return fmt.Errorf("broker: store %s failed and must be reopened: %w", s.dir, err)
+}
+
+// laterLoss returns the failure that stopped the store (*p) or, when the
+// log stopped it and has failed since, the log's error now. A log a
+// failed rotation stopped lost nothing, and its error says so; but it
+// still syncs in the background what it wrote before the stop, and when
+// that fdatasync fails, events written may be lost: the log's error then
+// says both (wal.Log.Err), and so must the store's, once and for good.
+func (s *Store) laterLoss(p *error) error {
+	if !errors.Is(*p, wal.ErrPoisoned) {
+		return *p // not the log's failure (damage, say)
+	}
+	now := s.log.Err()
+	if now == nil || errors.Is(*p, now) {
+		return *p
+	}
+	failure := s.failedWith(now)
+	if s.failed.CompareAndSwap(p, &failure) {
+		go s.opts.Logger.Error("broker: the stopped store's log failed since; events written before the stop may be lost", "dir", s.dir, "err", now)
 	}
 	return *s.failed.Load()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,7 +372,8 @@ func TestPreparerDropsItsZerosForARetiredSegmentThatArrives(t *testing.T) {
 
 // allocFS is the OS file system with its files' Allocate calls recorded,
 // and each write of zeros alone (a zero-fill's: the log's frames are never
-// all zeros) slowed by zeroDelay nanoseconds.
+// all zeros) slowed by zeroDelay nanoseconds, except in segment 1 (which
+// Open makes before it returns, unpaced).
 type allocFS struct {
 	vfs.FS
 	zeroDelay atomic.Int64
@@ -381,7 +383,8 @@ type allocFS struct {
 
 type allocFile struct {
 	vfs.File
-	fs *allocFS
+	fs    *allocFS
+	first bool // segment 1's file
 }
 
 func (fs *allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
@@ -389,11 +392,11 @@ func (fs *allocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, 
 	if err != nil {
 		return nil, err
 	}
-	return allocFile{f, fs}, nil
+	return allocFile{f, fs, strings.HasPrefix(filepath.Base(name), segName(1))}, nil
 }
 
 func (f allocFile) WriteAt(p []byte, off int64) (int, error) {
-	if d := f.fs.zeroDelay.Load(); d > 0 && !slices.ContainsFunc(p, func(b byte) bool { return b != 0 }) {
+	if d := f.fs.zeroDelay.Load(); d > 0 && !f.first && !slices.ContainsFunc(p, func(b byte) bool { return b != 0 }) {
 		time.Sleep(time.Duration(d))
 	}
 	return f.File.WriteAt(p, off)
@@ -460,9 +463,17 @@ func TestRotationAllocatesTheRestOfASegmentStillBeingZeroed(t *testing.T) {
 	const size = 4 << 20
 	fs := &allocFS{FS: vfs.Default}
 	opts := Options{FS: fs, SegmentBytes: size}
+	// Each rotation must find its segment's zeros unfinished however long
+	// the appends' fdatasyncs take on a loaded machine: 16 chunks of zeros,
+	// 8 s at this delay, against the 64 appends (each waiting for its
+	// fdatasync) that fill a segment. At 100 ms a chunk, set after Open,
+	// fdatasyncs of 20 ms would outrun the zeros. Each rotation waits for
+	// the chunk being written: about 3 × 500 ms in all. The delay is set
+	// before Open: segment 2's zeros, which Open starts, are slow from the
+	// first chunk on, even if the test stalls after Open.
+	fs.zeroDelay.Store(int64(500 * time.Millisecond))
 	l, err := Open(dir, opts)
 	require.NoError(t, err)
-	fs.zeroDelay.Store(int64(100 * time.Millisecond))
 	rec := make([]byte, 64<<10)
 	var want [][]byte
 	for i := 0; l.Stats().Rotations < 3; i++ {
@@ -474,7 +485,7 @@ func TestRotationAllocatesTheRestOfASegmentStillBeingZeroed(t *testing.T) {
 	}
 	st := l.Stats()
 	require.Equal(t, int64(3), st.Rotations)
-	require.Equal(t, st.Rotations, st.ZeroFillsRushed, "a rotation found its segment's zeros done at 100 ms a chunk")
+	require.Equal(t, st.Rotations, st.ZeroFillsRushed, "a rotation found its segment's zeros done at 500 ms a chunk")
 	fs.mu.Lock()
 	allocated := len(fs.calls)
 	fs.mu.Unlock()

@@ -95,13 +95,28 @@ func TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing(t *testing.T) {
 	refX := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
 	refZ := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 2, Key: key})
 	dir := t.TempDir()
-	s, q := openQueueOf(t, dir, QueueWork)
-	t0 := time.Now().UnixNano()
+	// The store's clock stands still: on the real clock, X's fdatasync on
+	// a loaded machine could take DedupWindow/2 and more, and Z would then
+	// not be the within-the-window publish this test is about.
+	clk := &stepClock{now: time.Now().Truncate(time.Millisecond)}
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes, Now: clk.Now})
+	require.NoError(t, err)
+	var q *broker.Queue
+	for _, name := range QueueNames {
+		p, _ := Policy(name)
+		qn, err := s.Queue(name, p)
+		require.NoError(t, err)
+		if name == QueueWork {
+			q = qn
+		}
+	}
+	t0 := clk.Now().UnixNano()
 	x, err := q.PublishKeyed(ctx, key, Payload(refX))
 	require.NoError(t, err)
-	t1 := time.Now().UnixNano()
+	t1 := clk.Now().UnixNano()
 	// What a store that forgot the key holds after the second call: a new
 	// message carrying the key, enqueued within the window of X.
+	clk.Set(clk.Now().Add(100 * time.Millisecond))
 	z, err := q.Publish(ctx, Payload(refZ))
 	require.NoError(t, err)
 	require.NoError(t, s.Close())

@@ -321,6 +321,12 @@ type Harness struct {
 	// NoPoison: no child publishes a poison message (for tests of the
 	// harness that need a cycle to end its own way).
 	NoPoison bool
+	// HookWaitFor, if not zero, replaces HookWait for this harness's
+	// cycles: for tests that require every cycle to reach its hook or its
+	// power loss, which a loaded machine (-race, other test binaries) can
+	// delay past HookWait. A cycle that ends by its own report does not
+	// wait it out.
+	HookWaitFor time.Duration
 
 	Checker *Checker
 	Figures HarnessFigures
@@ -452,6 +458,10 @@ func (h *Harness) RunCycle(plan CyclePlan) (CycleResult, error) {
 	if plan.Kind == Early {
 		timer = time.After(plan.RunFor)
 	}
+	hookWait := HookWait
+	if h.HookWaitFor != 0 {
+		hookWait = h.HookWaitFor
+	}
 	startup := time.After(time.Minute)
 	var fatal string
 wait:
@@ -467,10 +477,10 @@ wait:
 				startup = nil
 				switch {
 				case plan.Kind == Hooked:
-					timer = time.After(HookWait)
+					timer = time.After(hookWait)
 				case plan.PowerLoss:
 					// The child fails its power after RunFor itself.
-					timer = time.After(plan.RunFor + HookWait)
+					timer = time.After(plan.RunFor + hookWait)
 				case plan.Kind == Timed:
 					timer = time.After(plan.RunFor)
 				}

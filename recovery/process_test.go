@@ -246,6 +246,11 @@ func TestAPowerLossCycleLeavesWhatTheDeviceHeld(t *testing.T) {
 	h, err := NewHarness(os.Args[0], childArgs, filepath.Join(work, "store"), work)
 	require.NoError(t, err)
 	h.NoPoison = true // a poison delivery would end a cycle before its power loss
+	// Every cycle below must end in its power loss: the rotation of the
+	// hooked one, or the clone of a timed one, can take longer than
+	// HookWait on a loaded machine under -race (seen: "no hook", "timer").
+	// A cycle that loses its power reports it and does not wait this out.
+	h.HookWaitFor = time.Minute
 	plans := []CyclePlan{
 		{Kind: Timed, RunFor: 100 * time.Millisecond, Sync: broker.SyncAll},
 		{Kind: Hooked, Hook: HookRotateSealWrite, Sync: broker.SyncAll},

@@ -66,9 +66,24 @@ func TestConsumeAWaitThatLastedEndsTheBackoff(t *testing.T) {
 	c, err := newConsumer(&emptyBroker{}, ackAll, ConsumeOptions{PollInterval: time.Hour})
 	require.NoError(t, err)
 	c.streak = 8 // eight waits in a row ended at once: the next floor is 256ms
-	signal := make(chan struct{})
-	time.AfterFunc(5*time.Millisecond, func() { close(signal) })
+	signal, done := make(chan struct{}), make(chan struct{})
+	// Closed 5ms after idle began waiting on it, not 5ms after this line:
+	// on a loaded machine a timer started here can fire before idle first
+	// looks at the signal, which it then finds closed already (a wait that
+	// ended at once).
+	go func() {
+		for !blockedIn("broker.(*consumer).idle(", "[select") {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		close(signal)
+	}()
 	require.True(t, c.idle(context.Background(), WakeValue{Signal: signal}, time.Now()))
+	close(done)
 	require.Zero(t, c.streak, "a wait that lasted is not one that ended at once")
 	require.Zero(t, c.backoff())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -224,17 +225,29 @@ func TestARotationFailureStopsTheStoreBeforeAnyOtherCallOrCheckpointGoesOn(t *te
 		ckpt := make(chan error, 1)
 		go func() { ckpt <- s.Maintain() }()
 		// Once it holds the store's lock (it does until its barrier
-		// returns), a Queues call waits for it.
-		for {
+		// returns), a Queues call waits for it. A probe that has not
+		// returned after 100 ms is not proof of that on a loaded machine
+		// (it may not have run yet): released before the checkpoint took
+		// the lock, the Ack fails first and the checkpoint, begun on a
+		// failed store, returns nil. So the probe must also be seen parked
+		// on a mutex inside Store.Queues.
+		for parked := false; !parked; {
 			probe := make(chan struct{})
 			go func() { s.Queues(); close(probe) }()
-			select {
-			case <-probe:
-				time.Sleep(time.Millisecond)
-				continue
-			case <-time.After(100 * time.Millisecond):
+			wait := time.After(100 * time.Millisecond)
+		poll:
+			for {
+				select {
+				case <-probe:
+					time.Sleep(time.Millisecond)
+					break poll
+				case <-wait:
+					wait = time.After(time.Millisecond)
+					if parked = queuesWaitsForALock(); parked {
+						break poll
+					}
+				}
 			}
-			break
 		}
 		close(fs.release)
 		require.ErrorIs(t, <-done, syscall.EIO, "the Ack that needed the next segment")
@@ -245,4 +258,17 @@ func TestARotationFailureStopsTheStoreBeforeAnyOtherCallOrCheckpointGoesOn(t *te
 		}
 		requireCheckpointIsTheLogs(t, s, dir, clock)
 	})
+}
+
+// queuesWaitsForALock reports whether a goroutine is parked on a mutex
+// inside Store.Queues: its lock is held by someone else.
+func queuesWaitsForALock() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "broker.(*Store).Queues(") {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -274,28 +275,38 @@ func TestTheDirectoryFitsTheStatsPlan(t *testing.T) {
 	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = seg; broker.ManualMaintenance(o) })
 	q := e.queue("jobs", policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 2 << 10 }))
 	payload := strings.Repeat("x", 2<<10)
+	// The store's preparer renames files in the background (a spare
+	// recycled into the next segment's temporary file) while the walk
+	// runs: a file listed and gone before its size is read makes the walk
+	// start again, so that every total is of one listing.
 	used := func() (log, index int64) {
 		t.Helper()
-		err := filepath.WalkDir(e.dir, func(path string, de fs.DirEntry, err error) error {
-			if err != nil || de.IsDir() {
-				return err
+		for try := 0; ; try++ {
+			log, index = 0, 0
+			err := filepath.WalkDir(e.dir, func(path string, de fs.DirEntry, err error) error {
+				if err != nil || de.IsDir() {
+					return err
+				}
+				fi, err := de.Info()
+				if err != nil {
+					return err
+				}
+				switch {
+				case filepath.Base(filepath.Dir(path)) == "index":
+					index += fi.Size()
+				case de.Name() == "LOCK":
+					// A line naming the holder; not the log's.
+				default:
+					log += fi.Size()
+				}
+				return nil
+			})
+			if errors.Is(err, fs.ErrNotExist) && try < 100 {
+				continue
 			}
-			fi, err := de.Info()
-			if err != nil {
-				return err
-			}
-			switch {
-			case filepath.Base(filepath.Dir(path)) == "index":
-				index += fi.Size()
-			case de.Name() == "LOCK":
-				// A line naming the holder; not the log's.
-			default:
-				log += fi.Size()
-			}
-			return nil
-		})
-		require.NoError(t, err)
-		return log, index
+			require.NoError(t, err)
+			return log, index
+		}
 	}
 	check := func(what string, st broker.StoreStats) {
 		t.Helper()

@@ -543,7 +543,7 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
 			c.add(id, m)
 			c.Figures.InFlight++
-			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq > ks.enq) {
+			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq >= ks.enq) {
 				// A keyed publish enqueues a new message only once the
 				// key's original is forgotten: a keyed publish evicted it
 				// at a clock reading more than the window after the

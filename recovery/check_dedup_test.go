@@ -89,7 +89,17 @@ func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
 // the store after the kill holds X and a new message for K. A key seen
 // within the window returns the original and enqueues nothing, so the
 // store forgot the key early.
+//
+// The second message comes 100 ms after X, and at X's very instant (a
+// clock that did not move between them: the checker once let a message
+// of the key's original's EnqueuedAt through).
 func TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing(t *testing.T) {
+	for _, step := range []time.Duration{100 * time.Millisecond, 0} {
+		t.Run(step.String(), func(t *testing.T) { inFlightKeyedPublishAfter(t, step) })
+	}
+}
+
+func inFlightKeyedPublishAfter(t *testing.T, step time.Duration) {
 	ctx := context.Background()
 	key := "pub0-k07"
 	refX := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
@@ -116,7 +126,7 @@ func TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing(t *testing.T) {
 	t1 := clk.Now().UnixNano()
 	// What a store that forgot the key holds after the second call: a new
 	// message carrying the key, enqueued within the window of X.
-	clk.Set(clk.Now().Add(100 * time.Millisecond))
+	clk.Set(clk.Now().Add(step))
 	z, err := q.Publish(ctx, Payload(refZ))
 	require.NoError(t, err)
 	require.NoError(t, s.Close())

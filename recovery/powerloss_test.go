@@ -560,6 +560,10 @@ func TestPowerLoss(t *testing.T) {
 				if onlyK >= 0 && k != onlyK {
 					continue
 				}
+				if n >= 20 && recovery.NearDeadline(t) {
+					t.Logf("%s: cut short near the test binary's deadline: crash points up to %d of %d", mode, k-stride, total)
+					break
+				}
 				c := &plCase{mode: mode, wseed: wseed, k: k, rng: rand.New(rand.NewPCG(seed^uint64(k), uint64(mi))),
 					kinds: []int{0, []int{1, 3}[n%2], 2}, crashRecovery: -1, rebuild: -1, secondLife: -1, total: total}
 				if n%4 == 0 {

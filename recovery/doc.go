@@ -189,6 +189,14 @@
 //	WALBROKER_SOAK_CYCLES=5000 go test ./recovery -run TestProcessCrash -timeout 3h -v
 //	WALBROKER_CRASH_SEED=N go test ./recovery -run TestProcessCrash -v
 //
+// The longest sweeps (the process-crash cycles, the power-loss crash
+// points, the damaged copies of a synced log) start no more iterations
+// once the test binary's deadline (-timeout, 10 minutes by default) is
+// less than 5 minutes away, and log how far they got: a machine slow
+// enough for that checks fewer cases rather than failing the package for
+// time. An idle 2-core machine runs the package in about 3 minutes and
+// cuts nothing; a soak sets a -timeout of its own.
+//
 // A run logs its seed; WALBROKER_CRASH_SEED replays its plan (the kind,
 // timing, hook and sync mode of every cycle, and the workload's choices),
 // though not the exact interleaving of the processes.

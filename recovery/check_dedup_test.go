@@ -109,17 +109,7 @@ func inFlightKeyedPublishAfter(t *testing.T, step time.Duration) {
 	// a loaded machine could take DedupWindow/2 and more, and Z would then
 	// not be the within-the-window publish this test is about.
 	clk := &stepClock{now: time.Now().Truncate(time.Millisecond)}
-	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes, Now: clk.Now})
-	require.NoError(t, err)
-	var q *broker.Queue
-	for _, name := range QueueNames {
-		p, _ := Policy(name)
-		qn, err := s.Queue(name, p)
-		require.NoError(t, err)
-		if name == QueueWork {
-			q = qn
-		}
-	}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
 	t0 := clk.Now().UnixNano()
 	x, err := q.PublishKeyed(ctx, key, Payload(refX))
 	require.NoError(t, err)

@@ -157,17 +157,7 @@ func TestANackInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clk := &stepClock{now: time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)}
-	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes, Now: clk.Now})
-	require.NoError(t, err)
-	var q *broker.Queue
-	for _, name := range QueueNames {
-		p, _ := Policy(name)
-		qn, err := s.Queue(name, p)
-		require.NoError(t, err)
-		if name == QueueWork {
-			q = qn
-		}
-	}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
 	m, err := q.Publish(ctx, Payload(ref))
 	require.NoError(t, err)

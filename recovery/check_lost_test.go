@@ -72,7 +72,14 @@ func storeHolding(t *testing.T, refs ...string) (string, []broker.MessageValue) 
 // workload's queues; it returns the store and the queue named.
 func openQueueOf(t *testing.T, dir, name string) (*broker.Store, *broker.Queue) {
 	t.Helper()
-	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes})
+	return openQueueAt(t, dir, name, nil)
+}
+
+// openQueueAt is openQueueOf with the store's clock now (nil: the real
+// one).
+func openQueueAt(t *testing.T, dir, name string, now func() time.Time) (*broker.Store, *broker.Queue) {
+	t.Helper()
+	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes, Now: now})
 	require.NoError(t, err)
 	var out *broker.Queue
 	for _, n := range QueueNames {

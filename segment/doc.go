@@ -56,8 +56,9 @@
 //	17     n    body
 //
 // Kinds: 1 record (a caller's bytes), 2 seal (the segment is complete; no
-// frame follows it; written with an empty body), 3 padding (bytes skipped
-// by salvage; written with a body of zeros). Kind 0 is never written, so
+// frame follows it; written with an empty body; see below for its synced
+// value), 3 padding (bytes skipped by salvage; written with a body of
+// zeros). Kind 0 is never written, so
 // zero-filled space never parses. [Decode] does not check what the writer
 // puts in a seal's or a padding frame's body, nor that synced is at most
 // the frame's offset: the checksum vouches for what was written.
@@ -107,6 +108,14 @@
 //
 // The one case no format can tell apart is damage to the last durable batch
 // of the last segment when nothing was written after it: it reads as a torn
-// tail. A sealed segment does not have that blind spot, since its seal frame
-// vouches for every byte before it.
+// tail. A segment the log sealed at a rotation does not have that blind
+// spot: the log makes every byte before the seal durable before it writes
+// the seal, and the seal says so (its synced value is its own offset), so
+// damage anywhere before a seal that verifies is [EndCorrupt] by the rule
+// above. A scan gives the seal no weight beyond its synced value: a seal
+// that claims less vouches for no more, and damage to the batch right
+// before it reads as a torn tail. Such are the seals of earlier builds of
+// the log (the synced value of the batch before them, which that batch's
+// fdatasync came after) and those salvage writes (0: it seals what is
+// left of a damaged segment, vouching for nothing).
 package segment

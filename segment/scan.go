@@ -51,7 +51,9 @@ type Report struct {
 	// End is the offset just past the last complete group (or seal) of the
 	// valid prefix: where the next frame goes.
 	End int
-	// Records counts the record frames handed to the callback.
+	// Records counts the record frames the callback took (returned nil
+	// for): when it fails, those of the group it failed in that it took
+	// before count, the one it failed on does not.
 	Records int
 	// Sealed reports that the valid prefix ends with a seal frame.
 	Sealed bool
@@ -190,8 +192,8 @@ func (sc *scanned) scan(data []byte, seq uint32, salvage bool, fn func(Frame) er
 					if err := fn(g); err != nil {
 						return err
 					}
+					r.Records++ // per frame: fn may fail inside a group
 				}
-				r.Records += len(group)
 				group = group[:0]
 				r.End = f.End()
 			}

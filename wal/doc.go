@@ -83,12 +83,15 @@
 //
 // When a call does not fit in the rest of the active segment (the calls
 // of a batch before it stay there), the writer renames the
-// prepared next segment into place and fsyncs the directory, then writes a
-// seal frame to the active segment and fdatasyncs it, and only then writes
-// to the new one. So every segment but the last is sealed and durable, a
-// segment without its seal followed by another is corruption, and an empty
-// segment after an unsealed one is a rotation a crash interrupted (Open
-// removes it). One Append never spans two segments.
+// prepared next segment into place and fsyncs the directory, fdatasyncs
+// the active segment if it holds records no fdatasync covered yet, then
+// writes a seal frame to it, claiming every byte before it durable, and
+// fdatasyncs it, and only then writes to the new one. So every segment but
+// the last is sealed and durable, damage before a seal is corruption,
+// never a torn tail, a segment without its seal followed by another is
+// corruption, and an empty segment after an unsealed one is a rotation a
+// crash interrupted (Open removes it). One Append never spans two
+// segments.
 //
 // # Recovery
 //

@@ -511,8 +511,9 @@ func (l *Log) forgetCleanMark(d listing) error {
 func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool) error {
 	if n := len(segs); n > 0 && !cleanLast {
 		// A crash between a rotation's seal and its fdatasync leaves the
-		// seal (and, unless every append was synced, records before it)
-		// only in the page cache, with the next segment, durable and
+		// seal only in the page cache (a rotation of an earlier build,
+		// which did not sync the records before the seal first, may have
+		// left them there too), with the next segment, durable and
 		// empty, after it: the segment before the one appended to must
 		// be made durable before anything is, or a power loss would
 		// leave records behind a segment that reads as unsealed.

@@ -212,8 +212,9 @@ func TestPowerLossWhileRotationsAreRushed(t *testing.T) {
 // an empty next segment whose name is durable. The Open after it must make
 // the sealed segment durable before it appends after it: otherwise a power
 // loss later leaves acknowledged records behind a segment that reads as
-// unsealed, and every Open refuses the log. Under SyncNever the records
-// before the seal are in the page cache too.
+// unsealed, and every Open refuses the log. Under SyncNever the rotation
+// first makes the records before the seal durable, with an fdatasync of
+// its own; the crash falls in the next one, the seal's.
 func TestOpenMakesAnUnsyncedSealDurable(t *testing.T) {
 	for _, mode := range []SyncMode{SyncAlways, SyncNever} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -229,7 +230,11 @@ func TestOpenMakesAnUnsyncedSealDurable(t *testing.T) {
 				if l.End().Segment() == 1 && l.End().Offset()+2*segment.Size(0)+len(rec) > 1024 {
 					// This append rotates; the process dies in the seal's
 					// fdatasync (it fails, and the log is abandoned).
-					ffs.Inject(vfs.Rule{Op: vfs.OpSync, Match: firstSegment, Times: 1})
+					sealSync := int64(1)
+					if mode == SyncNever {
+						sealSync = 2 // after the one of the records before it
+					}
+					ffs.Inject(vfs.Rule{Op: vfs.OpSync, Match: firstSegment, Nth: sealSync, Times: 1})
 					_, err := l.Append(rec)
 					require.ErrorIs(t, err, ErrPoisoned)
 					break
@@ -240,6 +245,11 @@ func TestOpenMakesAnUnsyncedSealDurable(t *testing.T) {
 			}
 			_ = l.Close()
 			ffs.Clear()
+			b, err := os.ReadFile(segFile(dir, 1))
+			require.NoError(t, err)
+			r, err := segment.Scan(b, 1, false, func(segment.Frame) error { return nil })
+			require.NoError(t, err)
+			require.True(t, r.Sealed, "the crash came after the seal was written (%v at %d)", r.Tail, r.DamageAt)
 
 			// The restart finds the page cache as the crash left it.
 			opts.Sync = SyncAlways

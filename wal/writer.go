@@ -527,8 +527,9 @@ func (l *Log) syncActive() error {
 	return nil
 }
 
-// rotate seals the active segment and makes the prepared next one active,
-// with the preamble encoded in the write buffer as its first group. An
+// rotate seals the active segment, once what it holds is durable, and
+// makes the prepared next one active, with the preamble encoded in the
+// write buffer as its first group. An
 // error with the log not poisoned means the next segment could not be put
 // in place and nothing changed.
 func (l *Log) rotate() error {
@@ -575,7 +576,20 @@ func (l *Log) rotate() error {
 		_ = next.file.Close()
 		return l.fail(fmt.Errorf("rotate: sync dir: %w", err))
 	}
-	seal := segment.AppendFrame(nil, w.active.seq, w.active.file.Salt(), uint32(w.syncedOff), segment.KindSeal, segment.Full, nil)
+	// The seal vouches for every byte before it (its synced field is its
+	// own offset), so that damage there reads as corruption, not as a torn
+	// tail recovery may drop. That claim must be true when the seal is
+	// written, or a power loss that kept the seal but not the records
+	// before it would leave a log refused as corrupt for losing bytes no
+	// append waited for: the records flushed since the last fdatasync are
+	// made durable first.
+	if w.writeOff > w.syncedOff {
+		if err := l.syncActive(); err != nil {
+			_ = next.file.Close()
+			return l.fail(err)
+		}
+	}
+	seal := segment.AppendFrame(nil, w.active.seq, w.active.file.Salt(), uint32(w.writeOff), segment.KindSeal, segment.Full, nil)
 	if err := w.active.file.WriteAt(seal, w.writeOff); err != nil {
 		_ = next.file.Close()
 		return l.fail(err)

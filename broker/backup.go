@@ -56,9 +56,12 @@ const (
 // either no dir, and the next Backup to dir removes the leftover
 // ".partial" (it recognises its own by a mark no one holds locked, or by
 // its being empty, and refuses to touch a directory of that name that
-// holds anything else, or that is, or holds as "index", a symbolic link,
-// or that cannot be listed: the Backup then fails, making nothing), or a
-// complete dir, whose first Open removes the mark.
+// holds anything else, or that is, or holds as "index", a symbolic link
+// (to nothing too), or that cannot be listed, or a file of that name: the
+// Backup then fails, making nothing), or a complete dir, whose first Open
+// removes the mark. A Backup that fails never removes what it did not
+// make: what stands at dir+".partial" when its own making of it fails (a
+// file, a symbolic link, another Backup's copy) is left.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -302,20 +305,15 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 // anything is made or removed. The mark is durable before any other file
 // is made there. A failure once dir is made removes what this call made
 // (see abandonPartial), unless it says another Backup is at work there.
+// Anything at dir that is not a directory (a file, a symbolic link, to
+// nothing too) is refused and left alone (listPartial).
 func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	mark := filepath.Join(dir, partialMark)
-	names, err := fs.ReadDir(dir)
-	switch {
-	case errors.Is(err, syscall.ENOTDIR):
-		return nil, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
-	case err != nil && !errors.Is(err, iofs.ErrNotExist):
-		// Only a directory that is not there is taken as not there: one
-		// that could not be listed may hold anything (someone else's
-		// files, a store), which a Backup that went on would write its
-		// copy into, rename as its own, or remove with its own when it
-		// failed. Nothing is made or removed until it can be listed.
-		return nil, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
-	case err == nil:
+	names, there, err := listPartial(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	if there {
 		if len(names) > 0 && !slices.Contains(names, partialMark) {
 			return nil, fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}
@@ -329,7 +327,8 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 			// running one's that is about to make it: a removal of a
 			// directory removes only an empty one, so that the
 			// running one then finds its directory gone, or this
-			// one's, whose mark only one of them locks.
+			// one's, whose mark only one of them locks. (A directory
+			// and no link, as just listed: see abandonPartial.)
 			if err := fs.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 				return nil, fmt.Errorf("remove the empty unfinished backup %s (another Backup may have begun writing it): %w", dir, err)
 			}
@@ -377,6 +376,34 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	return l, nil
 }
 
+// listPartial lists dir, the name of a partial copy, and reports whether
+// it is there. What Backup never makes there is refused, untouched, with
+// an error that says what it is: a symbolic link, to a directory, a file
+// or nothing (ReadDir follows a link, and one to nothing reads as absent:
+// the Backup went on, failed to make the name and removed the link as an
+// empty directory of its own); a file; and a directory that cannot be
+// listed, which may hold anything (someone else's files, a store) that a
+// Backup that went on would write its copy into, rename as its own, or
+// remove with its own when it failed. Only a name that is not there is
+// taken as not there.
+func listPartial(fs vfs.FS, dir string) (names []string, there bool, err error) {
+	if link, err := vfs.IsLink(dir); err != nil {
+		return nil, false, fmt.Errorf("%s cannot be looked at, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+	} else if link {
+		return nil, false, fmt.Errorf("%s is a symbolic link, which a backup never makes: nothing is made or removed through it; remove it or choose another directory", dir)
+	}
+	names, err = fs.ReadDir(dir)
+	switch {
+	case err == nil:
+		return names, true, nil
+	case errors.Is(err, iofs.ErrNotExist):
+		return nil, false, nil
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, false, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
+	}
+	return nil, false, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+}
+
 // abandonPartial removes the partial copy dir that startPartial made, and
 // returns cause (why it is abandoned) with the removal's failure, if any.
 // l is the lock on dir's mark, or nil when this call holds none (the mark
@@ -391,19 +418,30 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 // Backup meanwhile met nothing it would not meet racing a Backup that
 // reclaims a leftover. What cannot be removed stays, a leftover the next
 // Backup to the same place removes.
+//
+// Not held, what stands at dir's name is first listed (listPartial): a
+// file or a symbolic link put there since startPartial looked is someone
+// else's, left alone and named in the error (FS.Remove is os.Remove,
+// which unlinks either as readily as it removes an empty directory). The
+// look and the removal are two steps: someone who can rename entries of
+// dir's parent can swap a file or a link in between, as they can race
+// refuseLinks, so a backup belongs under a directory only its owner can
+// write.
 func abandonPartial(fs vfs.FS, dir string, l io.Closer, cause error) error {
 	if l == nil {
-		rmErr := fs.Remove(dir)
-		if rmErr == nil || errors.Is(rmErr, iofs.ErrNotExist) {
-			return cause
-		}
-		names, err := fs.ReadDir(dir)
+		names, there, err := listPartial(fs, dir)
 		switch {
-		case err == nil && len(names) == 0:
-			return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, rmErr))
-		case err != nil || !slices.Equal(names, []string{partialMark}):
-			// Not this call's (another Backup's copy has files), or
-			// not known to be: left alone.
+		case err != nil:
+			return errors.Join(cause, err)
+		case !there:
+			return cause
+		case len(names) == 0:
+			if err := fs.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
+			}
+			return cause
+		case !slices.Equal(names, []string{partialMark}):
+			// Not this call's: another Backup's copy has files.
 			return cause
 		}
 		if l, err = fs.Lock(filepath.Join(dir, partialMark)); err != nil {

@@ -61,7 +61,12 @@ const (
 // Backup then fails, making nothing), or a complete dir, whose first Open
 // removes the mark. A Backup that fails never removes what it did not
 // make: what stands at dir+".partial" when its own making of it fails (a
-// file, a symbolic link, another Backup's copy) is left.
+// file, a symbolic link, another Backup's copy) is left. And it leaves
+// no dir, but in one case: when the copy, complete, has taken dir's name,
+// the sync that makes the name durable fails, and the copy cannot be
+// renamed back to be removed, it is left whole, marked, as dir (removed
+// there, a removal failing part way would leave a short copy that opens
+// as a store missing messages), and the error says so.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -74,10 +79,10 @@ const (
 // stops the store as a Receive that met it would (reopen it; see
 // Options.Salvage). ctx is checked between files, the index's and the
 // log's; a Backup that fails or is canceled removes what it wrote and
-// leaves no dir. It fails with Closed after Close, like every call once
-// the store stopped for good, and with the failure that stopped the
-// checkpoints once one failed (they stop until the store is reopened;
-// StoreStats.MaintenanceStopped).
+// leaves no dir, but in the one case above. It fails with Closed after
+// Close, like every call once the store stopped for good, and with the
+// failure that stopped the checkpoints once one failed (they stop until
+// the store is reopened; StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.unmade() {
 		return nilReceiver("Store")
@@ -154,12 +159,15 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 		// fails part way then leaves a partial copy, which the next
 		// Backup recognises and removes, never a marked one under
 		// dir's name, which would open as a store missing messages.
-		rmErr := fs.Rename(dir, tmp)
-		if rmErr == nil {
-			rmErr = removePartial(fs, tmp)
-		} else {
-			rmErr = errors.Join(rmErr, removePartial(fs, dir))
+		if rerr := fs.Rename(dir, tmp); rerr != nil {
+			// Removed under dir's name, file by file, it could be
+			// left short there: the whole copy stays instead, marked
+			// (so that a power loss that undoes the rename leaves a
+			// leftover the next Backup removes; its first Open
+			// removes the mark), and the error says where it is.
+			return fail(fmt.Errorf("the copy's name could not be made durable (%w), nor could the copy be renamed back to be removed (%w): the copy is complete, and left as %s, but its name may not survive a power loss; a Backup to the same directory is refused while it is there (keep it, or remove it and back up again)", err, rerr, dir)), nil
 		}
+		rmErr := removePartial(fs, tmp)
 		what := "the copy is removed"
 		if rmErr != nil {
 			what = "the copy could not be removed"

@@ -44,7 +44,10 @@ const (
 // exist undoes that name), and the place checked is the place written; a
 // symbolic link as dir's last name is refused, a trailing "/" or not.
 // dir must not lie inside the store's directory, nor dir+".partial" be or
-// hold it: such a dir is refused before anything is made.
+// hold it, nor dir's last name end in ".partial" (in any case): such a dir
+// is refused before anything is made (a complete copy can keep its mark,
+// below, and named "x.partial" it would look like an unfinished copy of a
+// Backup to "x", which removes it).
 // The copy is written, every file of it fdatasynced, in dir+".partial",
 // which is then renamed to dir. The ".partial" holds a mark file, which
 // the Backup writing it holds locked (an exclusive flock) until the copy
@@ -197,6 +200,15 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 	}
 	if within(place, store) {
 		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
+	}
+	// A complete copy can keep its mark (its removal failed, or the power
+	// went first): under a name ending in ".partial" it would look like a
+	// crashed Backup's partial copy, which a Backup to the name without
+	// the suffix, of any store, removes. Any case: "x.PARTIAL" is
+	// "x.partial" on a file system that folds case. (".partial" alone is
+	// no other place's partial copy.)
+	if n := len(place) - len(partialSuffix); n > 0 && strings.EqualFold(place[n:], partialSuffix) && place[n-1] != filepath.Separator {
+		return "", fmt.Errorf("its name ends in %q, as a backup's unfinished copy is named: a Backup to %s would take this backup for an unfinished one and remove it; choose another name", place[n:], place[:n])
 	}
 	// The partial copy is written, and removed when the Backup fails, in
 	// place+".partial": one that is the store's directory, or holds it,

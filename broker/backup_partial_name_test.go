@@ -83,3 +83,37 @@ func TestAFailedBackupLeavesAFileSomeoneMadeAtItsPartialName(t *testing.T) {
 		t.Errorf("Backup's error does not say that %s is not a directory: %v", dst+".partial", err)
 	}
 }
+
+// A backup named "x.partial" would look like an unfinished copy of a
+// Backup to "x" whenever it keeps its mark (its removal failed, which
+// Backup reports only in a log, or the power went just after the rename):
+// a later Backup to "x", of any store, took it for its own leftover and
+// removed it. Such a name is refused, in any case, before anything is
+// made, with an error that names the suffix; the name ".partial" alone,
+// the partial copy of no other name, is not.
+func TestABackupToANameEndingInPartialIsRefused(t *testing.T) {
+	e, _, _ := faultyBackupEnv(t)
+	root := t.TempDir()
+	for _, name := range []string{"x.partial", "x.PARTIAL", "x.partial/"} {
+		dst := root + string(filepath.Separator) + name // Join drops a trailing "/"
+		err := e.s.Backup(ctx(t), dst)
+		if err == nil {
+			t.Fatalf("a Backup to %s succeeded: a Backup to %s would take it for an unfinished copy and remove it", dst, filepath.Join(root, "x"))
+		}
+		if !strings.Contains(strings.ToLower(err.Error()), `ends in ".partial"`) {
+			t.Errorf("the refusal of a Backup to %s does not say why: %v", dst, err)
+		}
+		if _, serr := os.Lstat(filepath.Join(root, strings.TrimSuffix(name, "/"))); serr == nil {
+			t.Errorf("the refused Backup to %s made it", dst)
+		}
+	}
+	for _, name := range []string{"x", ".partial", "x.partial.d"} {
+		dst := filepath.Join(root, name)
+		if err := e.s.Backup(ctx(t), dst); err != nil {
+			t.Errorf("a Backup to %s: %v", dst, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "x", "index", "checkpoint")); err != nil {
+		t.Errorf("the Backup to %s left no copy: %v", filepath.Join(root, "x"), err)
+	}
+}

@@ -44,7 +44,10 @@ const (
 // exist undoes that name), and the place checked is the place written; a
 // symbolic link as dir's last name is refused, a trailing "/" or not.
 // dir must not lie inside the store's directory, nor dir+".partial" be or
-// hold it: such a dir is refused before anything is made.
+// hold it, nor dir's last name end in ".partial" (in any case): such a dir
+// is refused before anything is made (a complete copy can keep its mark,
+// below, and named "x.partial" it would look like an unfinished copy of a
+// Backup to "x", which removes it).
 // The copy is written, every file of it fdatasynced, in dir+".partial",
 // which is then renamed to dir. The ".partial" holds a mark file, which
 // the Backup writing it holds locked (an exclusive flock) until the copy
@@ -56,9 +59,17 @@ const (
 // either no dir, and the next Backup to dir removes the leftover
 // ".partial" (it recognises its own by a mark no one holds locked, or by
 // its being empty, and refuses to touch a directory of that name that
-// holds anything else, or that is, or holds as "index", a symbolic link,
-// or that cannot be listed: the Backup then fails, making nothing), or a
-// complete dir, whose first Open removes the mark.
+// holds anything else, or that is, or holds as "index", a symbolic link
+// (to nothing too), or that cannot be listed, or a file of that name: the
+// Backup then fails, making nothing), or a complete dir, whose first Open
+// removes the mark. A Backup that fails never removes what it did not
+// make: what stands at dir+".partial" when its own making of it fails (a
+// file, a symbolic link, another Backup's copy) is left. And it leaves
+// no dir, but in one case: when the copy, complete, has taken dir's name,
+// the sync that makes the name durable fails, and the copy cannot be
+// renamed back to be removed, it is left whole, marked, as dir (removed
+// there, a removal failing part way would leave a short copy that opens
+// as a store missing messages), and the error says so.
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
@@ -71,10 +82,10 @@ const (
 // stops the store as a Receive that met it would (reopen it; see
 // Options.Salvage). ctx is checked between files, the index's and the
 // log's; a Backup that fails or is canceled removes what it wrote and
-// leaves no dir. It fails with Closed after Close, like every call once
-// the store stopped for good, and with the failure that stopped the
-// checkpoints once one failed (they stop until the store is reopened;
-// StoreStats.MaintenanceStopped).
+// leaves no dir, but in the one case above. It fails with Closed after
+// Close, like every call once the store stopped for good, and with the
+// failure that stopped the checkpoints once one failed (they stop until
+// the store is reopened; StoreStats.MaintenanceStopped).
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.unmade() {
 		return nilReceiver("Store")
@@ -151,12 +162,15 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 		// fails part way then leaves a partial copy, which the next
 		// Backup recognises and removes, never a marked one under
 		// dir's name, which would open as a store missing messages.
-		rmErr := fs.Rename(dir, tmp)
-		if rmErr == nil {
-			rmErr = removePartial(fs, tmp)
-		} else {
-			rmErr = errors.Join(rmErr, removePartial(fs, dir))
+		if rerr := fs.Rename(dir, tmp); rerr != nil {
+			// Removed under dir's name, file by file, it could be
+			// left short there: the whole copy stays instead, marked
+			// (so that a power loss that undoes the rename leaves a
+			// leftover the next Backup removes; its first Open
+			// removes the mark), and the error says where it is.
+			return fail(fmt.Errorf("the copy's name could not be made durable (%w), nor could the copy be renamed back to be removed (%w): the copy is complete, and left as %s, but its name may not survive a power loss; a Backup to the same directory is refused while it is there (keep it, or remove it and back up again)", err, rerr, dir)), nil
 		}
+		rmErr := removePartial(fs, tmp)
 		what := "the copy is removed"
 		if rmErr != nil {
 			what = "the copy could not be removed"
@@ -186,6 +200,15 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 	}
 	if within(place, store) {
 		return "", fmt.Errorf("it lies inside the store's own directory %s", store)
+	}
+	// A complete copy can keep its mark (its removal failed, or the power
+	// went first): under a name ending in ".partial" it would look like a
+	// crashed Backup's partial copy, which a Backup to the name without
+	// the suffix, of any store, removes. Any case: "x.PARTIAL" is
+	// "x.partial" on a file system that folds case. (".partial" alone is
+	// no other place's partial copy.)
+	if n := len(place) - len(partialSuffix); n > 0 && strings.EqualFold(place[n:], partialSuffix) && place[n-1] != filepath.Separator {
+		return "", fmt.Errorf("its name ends in %q, as a backup's unfinished copy is named: a Backup to %s would take this backup for an unfinished one and remove it; choose another name", place[n:], place[:n])
 	}
 	// The partial copy is written, and removed when the Backup fails, in
 	// place+".partial": one that is the store's directory, or holds it,
@@ -302,20 +325,15 @@ func (s *Store) copyInto(ctx context.Context, dir string) error {
 // anything is made or removed. The mark is durable before any other file
 // is made there. A failure once dir is made removes what this call made
 // (see abandonPartial), unless it says another Backup is at work there.
+// Anything at dir that is not a directory (a file, a symbolic link, to
+// nothing too) is refused and left alone (listPartial).
 func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	mark := filepath.Join(dir, partialMark)
-	names, err := fs.ReadDir(dir)
-	switch {
-	case errors.Is(err, syscall.ENOTDIR):
-		return nil, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
-	case err != nil && !errors.Is(err, iofs.ErrNotExist):
-		// Only a directory that is not there is taken as not there: one
-		// that could not be listed may hold anything (someone else's
-		// files, a store), which a Backup that went on would write its
-		// copy into, rename as its own, or remove with its own when it
-		// failed. Nothing is made or removed until it can be listed.
-		return nil, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
-	case err == nil:
+	names, there, err := listPartial(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	if there {
 		if len(names) > 0 && !slices.Contains(names, partialMark) {
 			return nil, fmt.Errorf("%s exists and is not a backup in progress (it has no %s): remove it or choose another directory", dir, partialMark)
 		}
@@ -329,7 +347,8 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 			// running one's that is about to make it: a removal of a
 			// directory removes only an empty one, so that the
 			// running one then finds its directory gone, or this
-			// one's, whose mark only one of them locks.
+			// one's, whose mark only one of them locks. (A directory
+			// and no link, as just listed: see abandonPartial.)
 			if err := fs.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 				return nil, fmt.Errorf("remove the empty unfinished backup %s (another Backup may have begun writing it): %w", dir, err)
 			}
@@ -377,6 +396,34 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 	return l, nil
 }
 
+// listPartial lists dir, the name of a partial copy, and reports whether
+// it is there. What Backup never makes there is refused, untouched, with
+// an error that says what it is: a symbolic link, to a directory, a file
+// or nothing (ReadDir follows a link, and one to nothing reads as absent:
+// the Backup went on, failed to make the name and removed the link as an
+// empty directory of its own); a file; and a directory that cannot be
+// listed, which may hold anything (someone else's files, a store) that a
+// Backup that went on would write its copy into, rename as its own, or
+// remove with its own when it failed. Only a name that is not there is
+// taken as not there.
+func listPartial(fs vfs.FS, dir string) (names []string, there bool, err error) {
+	if link, err := vfs.IsLink(dir); err != nil {
+		return nil, false, fmt.Errorf("%s cannot be looked at, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+	} else if link {
+		return nil, false, fmt.Errorf("%s is a symbolic link, which a backup never makes: nothing is made or removed through it; remove it or choose another directory", dir)
+	}
+	names, err = fs.ReadDir(dir)
+	switch {
+	case err == nil:
+		return names, true, nil
+	case errors.Is(err, iofs.ErrNotExist):
+		return nil, false, nil
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, false, fmt.Errorf("%s exists and is not a directory, so it is not a backup in progress: remove it or choose another directory (%w)", dir, err)
+	}
+	return nil, false, fmt.Errorf("%s cannot be listed, so whether it is an unfinished backup is not known; nothing is made or removed: %w", dir, err)
+}
+
 // abandonPartial removes the partial copy dir that startPartial made, and
 // returns cause (why it is abandoned) with the removal's failure, if any.
 // l is the lock on dir's mark, or nil when this call holds none (the mark
@@ -391,19 +438,30 @@ func startPartial(fs vfs.FS, dir string) (io.Closer, error) {
 // Backup meanwhile met nothing it would not meet racing a Backup that
 // reclaims a leftover. What cannot be removed stays, a leftover the next
 // Backup to the same place removes.
+//
+// Not held, what stands at dir's name is first listed (listPartial): a
+// file or a symbolic link put there since startPartial looked is someone
+// else's, left alone and named in the error (FS.Remove is os.Remove,
+// which unlinks either as readily as it removes an empty directory). The
+// look and the removal are two steps: someone who can rename entries of
+// dir's parent can swap a file or a link in between, as they can race
+// refuseLinks, so a backup belongs under a directory only its owner can
+// write.
 func abandonPartial(fs vfs.FS, dir string, l io.Closer, cause error) error {
 	if l == nil {
-		rmErr := fs.Remove(dir)
-		if rmErr == nil || errors.Is(rmErr, iofs.ErrNotExist) {
-			return cause
-		}
-		names, err := fs.ReadDir(dir)
+		names, there, err := listPartial(fs, dir)
 		switch {
-		case err == nil && len(names) == 0:
-			return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, rmErr))
-		case err != nil || !slices.Equal(names, []string{partialMark}):
-			// Not this call's (another Backup's copy has files), or
-			// not known to be: left alone.
+		case err != nil:
+			return errors.Join(cause, err)
+		case !there:
+			return cause
+		case len(names) == 0:
+			if err := fs.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				return errors.Join(cause, fmt.Errorf("the unfinished backup %s could not be removed: %w", dir, err))
+			}
+			return cause
+		case !slices.Equal(names, []string{partialMark}):
+			// Not this call's: another Backup's copy has files.
 			return cause
 		}
 		if l, err = fs.Lock(filepath.Join(dir, partialMark)); err != nil {

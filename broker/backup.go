@@ -62,7 +62,8 @@ const (
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
-// Backups of this store, until Backup returns. The copy takes about what
+// Backups of this store, until Backup returns; Close waits until the
+// segments are copied. The copy takes about what
 // reading and writing the log's segments takes (StoreStats.DiskBytes +
 // IndexBytes).
 // Every record copied is verified first (Open reads only what came after
@@ -106,8 +107,10 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) error) (err, markErr error) {
 	fs := s.opts.fs()
 	// One Backup of this store at a time, and no segment removal until it
-	// ends. Backups of other stores, or in other processes, are kept out
-	// of this one's partial copy by the lock on its mark (startPartial).
+	// ends (reclamation skips its rounds meanwhile, rather than hold the
+	// maintenance goroutine, and with it the checkpoints: see reclaim).
+	// Backups of other stores, or in other processes, are kept out of
+	// this one's partial copy by the lock on its mark (startPartial).
 	s.maint.reclaimMu.Lock()
 	defer s.maint.reclaimMu.Unlock()
 	// From here on, the place dir names, resolved once: the check, the

@@ -32,9 +32,15 @@ const (
 // each dedup key, each policy — and Open opens it like a store closed at
 // that instant (a new lock, its own background work from then on). The
 // copy keeps the store's secret, so receipts issued by the original, before
-// or after the backup, verify on it (a receipt naming no lease the copy
-// holds is LeaseExpired), which lets consumers of a restored store settle
-// the leases it still holds.
+// or after the backup, verify on it, which lets consumers of a restored
+// store settle the leases it still holds: one naming no lease the copy
+// holds is LeaseExpired. But a receipt names its queue by number, and
+// queues are numbered in the order they are first declared, by the
+// original and the copy each on its own after the backup: a receipt for a
+// queue the original declared after the backup is UnknownReceipt on the
+// copy, as another queue's receipt is, unless the copy gave that queue the
+// same number (it does when it declares the queues the backup lacks in the
+// order the original did).
 //
 // dir must not exist (its parents are made as needed; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an

@@ -883,3 +883,43 @@ func TestACopyTakesTheOriginalsReceiptsAsItsOwn(t *testing.T) {
 	require.Len(t, ds, 1, "the refused receipt moved nothing: the copy still hands its message out")
 	require.Equal(t, later.Message.ID, ds[0].Message.ID)
 }
+
+// A receipt names its queue by number, and each store numbers its queues
+// in the order they are first declared (Backup's doc, broker/receipt.go).
+// A receipt the original issued for a queue it declared after the backup
+// is LeaseExpired on a copy that gave that queue the same number (it
+// declared the new queues in the original's order), and UnknownReceipt on
+// one that gave the number to another queue, as another queue's receipt
+// is. Either way nothing moves.
+func TestACopyKnowsAReceiptForAQueueMadeAfterTheBackupByItsNumber(t *testing.T) {
+	e := newEnv(t, broker.ManualMaintenance)
+	mustPublish(t, e.queue("jobs", policy()), "one")
+	sameOrder, otherOrder := filepath.Join(t.TempDir(), "same"), filepath.Join(t.TempDir(), "other")
+	require.NoError(t, e.s.Backup(ctx(t), sameOrder))
+	require.NoError(t, e.s.Backup(ctx(t), otherOrder))
+	mail := e.queue("mail", policy()) // the original's second queue
+	e.queue("audit", policy())
+	mustPublish(t, mail, "m")
+	later := mustReceiveOne(t, mail) // issued by the original after the backups
+
+	for _, c := range []struct {
+		dir    string
+		order  []string
+		answer error
+	}{
+		{sameOrder, []string{"mail", "audit"}, broker.LeaseExpired},
+		{otherOrder, []string{"audit", "mail"}, broker.UnknownReceipt},
+	} {
+		b, err := broker.Open(c.dir, e.opts)
+		require.NoError(t, err)
+		qs := map[string]*broker.Queue{}
+		for _, name := range c.order {
+			qs[name], err = b.Queue(name, policy())
+			require.NoError(t, err)
+		}
+		mustPublish(t, qs["mail"], "the copy's own")
+		requireErrorIs(t, qs["mail"].Ack(ctx(t), later.Lease.Receipt), c.answer)
+		require.Equal(t, 1, qs["mail"].Stats().Ready, "a copy declaring %v moved a message for a receipt it refused", c.order)
+		require.NoError(t, b.Close())
+	}
+}

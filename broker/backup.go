@@ -32,9 +32,15 @@ const (
 // each dedup key, each policy — and Open opens it like a store closed at
 // that instant (a new lock, its own background work from then on). The
 // copy keeps the store's secret, so receipts issued by the original, before
-// or after the backup, verify on it (a receipt naming no lease the copy
-// holds is LeaseExpired), which lets consumers of a restored store settle
-// the leases it still holds.
+// or after the backup, verify on it, which lets consumers of a restored
+// store settle the leases it still holds: one naming no lease the copy
+// holds is LeaseExpired. But a receipt names its queue by number, and
+// queues are numbered in the order they are first declared, by the
+// original and the copy each on its own after the backup: a receipt for a
+// queue the original declared after the backup is UnknownReceipt on the
+// copy, as another queue's receipt is, unless the copy gave that queue the
+// same number (it does when it declares the queues the backup lacks in the
+// order the original did).
 //
 // dir must not exist (its parents are made as needed; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an
@@ -73,7 +79,8 @@ const (
 //
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
-// Backups of this store, until Backup returns. The copy takes about what
+// Backups of this store, until Backup returns; Close waits until the
+// segments are copied. The copy takes about what
 // reading and writing the log's segments takes (StoreStats.DiskBytes +
 // IndexBytes).
 // Every record copied is verified first (Open reads only what came after
@@ -117,8 +124,10 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) error) (err, markErr error) {
 	fs := s.opts.fs()
 	// One Backup of this store at a time, and no segment removal until it
-	// ends. Backups of other stores, or in other processes, are kept out
-	// of this one's partial copy by the lock on its mark (startPartial).
+	// ends (reclamation skips its rounds meanwhile, rather than hold the
+	// maintenance goroutine, and with it the checkpoints: see reclaim).
+	// Backups of other stores, or in other processes, are kept out of
+	// this one's partial copy by the lock on its mark (startPartial).
 	s.maint.reclaimMu.Lock()
 	defer s.maint.reclaimMu.Unlock()
 	// From here on, the place dir names, resolved once: the check, the

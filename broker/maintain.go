@@ -42,8 +42,9 @@ type maintenance struct {
 	// remove segments, and by Close to close the log.
 	removeMu sync.RWMutex
 	// reclaimMu serialises reclamation and Backups: a Backup must find
-	// the segments below its checkpoint where they were. Taken before
-	// ckptMu.
+	// the segments below its checkpoint where they were. A Backup holds
+	// it for all of its copy; reclamation only tries it, and skips its
+	// round while a Backup holds it (see reclaim). Taken before ckptMu.
 	reclaimMu sync.Mutex
 
 	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint
@@ -308,10 +309,16 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 
 // reclaim removes the oldest segments while nothing live needs them and a
 // checkpoint covers them, copying forward the few live records that pin
-// an old segment when that lets it go.
+// an old segment when that lets it go. While a Backup runs it does
+// nothing: the Backup needs the segments where they are, and a round
+// that waited for it here would hold the maintenance goroutine, so every
+// checkpoint and Close's stop of maintenance, until the Backup returned,
+// however far the log grew meanwhile. The first round after it reclaims.
 func (s *Store) reclaim() error {
 	m := &s.maint
-	m.reclaimMu.Lock()
+	if !m.reclaimMu.TryLock() { // reclamation runs on one goroutine: a Backup holds it
+		return nil
+	}
 	defer m.reclaimMu.Unlock()
 	for {
 		if s.usable() != nil {

@@ -211,7 +211,8 @@ func (q *Queue) lockHeld(receipt ReceiptValue) (*index.Message, int64, error) {
 }
 
 // leaseLocked returns the message a receipt names if its lease is live now:
-// UnknownReceipt for a receipt this store did not issue for this queue,
+// UnknownReceipt for a receipt this store (or one sharing its secret: see
+// receipt.go) did not issue for this queue's number,
 // LeaseExpired for one whose lease lapsed (at ExpiresAt exactly), was
 // replaced by Extend, or ended by Ack, Nack or Reject.
 func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {

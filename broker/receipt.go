@@ -22,7 +22,12 @@ import (
 // live is LeaseExpired. A store opened from a Backup (or a copy of a
 // stopped store's directory) has the original's secret, so the two take
 // each other's receipts as their own: one naming a lease the copy holds
-// acts on it, and any other is LeaseExpired, not UnknownReceipt.
+// acts on it, and any other is LeaseExpired, not UnknownReceipt. Except
+// that a receipt names its queue by number, which each store gives in the
+// order its queues are first declared: once the two declare new queues in
+// different orders, a receipt for a queue declared after the copy was made
+// may name a number the other store gave another queue, and is then
+// UnknownReceipt there, as another queue's receipt is.
 //
 //	byte 0      version (2; 1 is still accepted)
 //	bytes 1-4   queue number, little-endian

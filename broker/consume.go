@@ -1502,9 +1502,6 @@ func (c *consumer) refused(ctx context.Context, call string, err error, attrs []
 	c.log.ErrorContext(ctx, "broker: Consume: broker refused to settle a delivery", attrs...)
 }
 
-// isNilPointer reports whether b is a nil pointer in a non-nil interface
-// (a *Queue or *Memory variable never set), which no method can be called
-// on.
 // unmadeBroker reports whether b is a *Queue or *Memory of this package
 // that Store.Queue or NewMemory did not make (see nilreceiver.go): its
 // methods refuse, but Consume's own look at a queue's store would not.
@@ -1518,6 +1515,9 @@ func unmadeBroker(b Broker) bool {
 	return false
 }
 
+// isNilPointer reports whether b is a nil pointer in a non-nil interface
+// (a *Queue or *Memory variable never set), which no method can be called
+// on.
 func isNilPointer(b Broker) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()

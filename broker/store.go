@@ -1125,10 +1125,10 @@ func (s *Store) close() (err, cerr, serr error) {
 // once (see Consume). A store a failed rotation stopped (nothing lost)
 // whose log then fails the background fdatasync of what it wrote before
 // the stop returns that failure from then on: events may be lost. Err
-// takes no lock and waits for no
-// append: it is meant for health checks. The one thing it may write is
-// what any call that first sees damage writes: a mark, durably, that
-// makes the next Open rebuild the index from the log.
+// takes no lock and waits for no append: it is meant for health checks.
+// The one thing it may write is what any call that first sees damage
+// writes: a mark, durably, that makes the next Open rebuild the index
+// from the log.
 func (s *Store) Err() error {
 	if s.unmade() {
 		return nilReceiver("Store")

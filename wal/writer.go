@@ -529,9 +529,8 @@ func (l *Log) syncActive() error {
 
 // rotate seals the active segment, once what it holds is durable, and
 // makes the prepared next one active, with the preamble encoded in the
-// write buffer as its first group. An
-// error with the log not poisoned means the next segment could not be put
-// in place and nothing changed.
+// write buffer as its first group. An error with the log not poisoned
+// means the next segment could not be put in place and nothing changed.
 func (l *Log) rotate() error {
 	w := &l.w
 	// The log may have been poisoned since the batch was taken (a

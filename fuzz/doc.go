@@ -27,6 +27,8 @@
 //     the segment lies and what each claims durable, each scan's report
 //     (End, records, seal, clean end, torn tail or corruption and where,
 //     skipped spans) is the one the package documentation's rules give.
+//     The header's salt is 0 or not; with one, the stale frames a recycled
+//     file holds name the segment under another salt, and none is taken.
 //   - FuzzCheckpointLoad: arbitrary bytes as index/checkpoint, either raw or
 //     behind a header computed around them (right magic, version, length
 //     and CRC-32C, so that the body decoder is what gets exercised), beside

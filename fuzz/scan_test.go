@@ -20,6 +20,7 @@ const (
 	scanSeal                    // a seal frame at the end
 	scanSyncedAfter             // groups after the junk claim the junk was durable
 	scanTearLast                // the last group written loses its last byte
+	scanSalted                  // with a header: a salt other than 0, and stale frames under another
 )
 
 // segmentBuilder lays out frames as the log writes them, and notes where
@@ -27,6 +28,8 @@ const (
 type segmentBuilder struct {
 	data []byte
 	seq  uint32
+	salt uint32      // the salt of the segment's frames: its header's
+	old  uint32      // the salt of the stale frames a recycled file holds
 	n    int         // frames written, to vary the bodies
 	own  []laidFrame // the frames of segment seq, in order
 }
@@ -41,10 +44,10 @@ type laidFrame struct {
 }
 
 // frame appends one frame, and notes it if it is of the builder's segment.
-func (b *segmentBuilder) frame(seq, synced uint32, kind segment.Kind, place segment.Place, body []byte) {
+func (b *segmentBuilder) frame(seq, salt, synced uint32, kind segment.Kind, place segment.Place, body []byte) {
 	off := len(b.data)
-	b.data = segment.AppendFrame(b.data, seq, 0, synced, kind, place, body)
-	if seq == b.seq {
+	b.data = segment.AppendFrame(b.data, seq, salt, synced, kind, place, body)
+	if seq == b.seq && salt == b.salt {
 		b.own = append(b.own, laidFrame{off: off, end: len(b.data), synced: synced, kind: kind, place: place, raw: bytes.Clone(b.data[off:])})
 	}
 }
@@ -52,14 +55,14 @@ func (b *segmentBuilder) frame(seq, synced uint32, kind segment.Kind, place segm
 // group appends a group of frames (one frame: Full) of segment seq with
 // bodies of bodyLen bytes, each claiming synced bytes durable (never more
 // than its own offset), of which only the first written are.
-func (b *segmentBuilder) group(seq uint32, frames, written, bodyLen, synced int) {
+func (b *segmentBuilder) group(seq, salt uint32, frames, written, bodyLen, synced int) {
 	for i := range written {
 		body := make([]byte, bodyLen)
 		for j := range body {
 			body[j] = byte(b.n*7 + j + 1)
 		}
 		b.n++
-		b.frame(seq, uint32(min(synced, len(b.data))), segment.KindRecord, segment.PlaceOf(i, frames), body)
+		b.frame(seq, salt, uint32(min(synced, len(b.data))), segment.KindRecord, segment.PlaceOf(i, frames), body)
 	}
 }
 
@@ -67,18 +70,25 @@ func (b *segmentBuilder) group(seq uint32, frames, written, bodyLen, synced int)
 // record frames of this segment (top bits 00), a group of 2-5 whose last
 // frame was never written while the log went on after it (01), a padding
 // frame (10), or a group of another segment's frames, as a recycled file
-// holds (11).
+// holds (11): salted like the segment's own frames when the segment's salt
+// is 0, else naming this segment but under the recycled file's old salt.
 func (b *segmentBuilder) layout(program []byte, synced func() int) {
 	for _, op := range program {
 		switch op >> 6 {
 		case 0:
-			b.group(b.seq, int(op&3)+1, int(op&3)+1, int(op>>2)&15, synced())
+			b.group(b.seq, b.salt, int(op&3)+1, int(op&3)+1, int(op>>2)&15, synced())
 		case 1:
-			b.group(b.seq, int(op&3)+2, int(op&3)+1, int(op>>2)&15, synced())
+			b.group(b.seq, b.salt, int(op&3)+2, int(op&3)+1, int(op>>2)&15, synced())
 		case 2:
-			b.frame(b.seq, uint32(min(synced(), len(b.data))), segment.KindPadding, segment.Full, make([]byte, op&63))
+			b.frame(b.seq, b.salt, uint32(min(synced(), len(b.data))), segment.KindPadding, segment.Full, make([]byte, op&63))
 		case 3:
-			b.group(b.seq+1, int(op&3)+1, int(op&3)+1, int(op>>2)&15, 0)
+			if b.salt == 0 {
+				b.group(b.seq+1, 0, int(op&3)+1, int(op&3)+1, int(op>>2)&15, 0)
+			} else {
+				// Claiming bytes durable far past them: taken, such
+				// a frame would make the scan call the file corrupt.
+				b.group(b.seq, b.old, int(op&3)+1, int(op&3)+1, int(op>>2)&15, 1<<30)
+			}
 		}
 	}
 }
@@ -88,7 +98,11 @@ func (b *segmentBuilder) layout(program []byte, synced func() int) {
 func scanInput(program, junk []byte, seq uint32, flags byte) ([]byte, []laidFrame) {
 	b := &segmentBuilder{seq: seq}
 	if flags&scanHeader != 0 {
-		h := segment.EncodeHeader(seq, 0)
+		if flags&scanSalted != 0 {
+			b.salt = 0x5a17f00d ^ seq*0x9e3779b1
+			b.old = b.salt ^ 0x00c0ffee
+		}
+		h := segment.EncodeHeader(seq, b.salt)
 		b.data = append(b.data, h[:]...)
 	}
 	before, after := program, []byte(nil)
@@ -107,7 +121,7 @@ func scanInput(program, junk []byte, seq uint32, flags byte) ([]byte, []laidFram
 		b.data = b.data[:len(b.data)-1]
 	}
 	if flags&scanSeal != 0 {
-		b.frame(seq, uint32(len(b.data)), segment.KindSeal, segment.Full, nil)
+		b.frame(seq, b.salt, uint32(len(b.data)), segment.KindSeal, segment.Full, nil)
 	}
 	// A frame is whole while its bytes are those written: the torn one is
 	// not, unless the seal's first byte happens to be the byte it lost.
@@ -466,6 +480,10 @@ func scanSeeds(testing.TB) []seed {
 		s("corrupt-sealed", groups, []byte{1, 2, 3, 4, 5}, 9, scanHeader|scanSplit|scanSyncedAfter|scanSeal, 7),
 		s("corrupt-zeros", groups, make([]byte, 40), 9, scanHeader|scanSplit|scanSyncedAfter, 0),
 		s("recycled", stale, nil, 6, scanHeader, 4),
+		s("salted", groups, nil, 8, scanHeader|scanSalted, 3),
+		s("salted-recycled", stale, nil, 6, scanHeader|scanSalted, 4),
+		s("salted-recycled-after", []byte{0x04, 0x08, 0xc4, 0xc8, 0x09}, nil, 6, scanHeader|scanSalted|scanSplit, 4),
+		s("salted-corrupt-sealed", groups, []byte{1, 2, 3, 4, 5}, 9, scanHeader|scanSalted|scanSplit|scanSyncedAfter|scanSeal, 7),
 		s("recycled-after", []byte{0x04, 0x08, 0xc4, 0xc8}, nil, 6, scanHeader|scanSplit, 4),
 		s("padding", []byte{0x80, 0x04, 0xbf, 0x0c}, nil, 5, scanHeader, 1),
 		s("padding-last", []byte{0x04, 0x85}, nil, 5, scanHeader, 1),

@@ -338,6 +338,11 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	c.inflight.Wait()
 	close(c.work)
 	c.workers.Wait()
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		// b ended first, and ctx while the handlers finished: ctx's
+		// error, as when ctx ends first.
+		return cerr
+	}
 	return err
 }
 

@@ -193,8 +193,18 @@ func (q *Memory) Close() error {
 }
 
 // ended and endErr make the queue an ender (see Consume).
-func (q *Memory) ended() <-chan struct{} { return q.over }
+// ended and endErr answer for an unmade q too (see Queue.ended).
+func (q *Memory) ended() <-chan struct{} {
+	if q.unmade() {
+		return lookNow
+	}
+	return q.over
+}
+
 func (q *Memory) endErr() error {
+	if q.unmade() {
+		return nilReceiver("Memory")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {

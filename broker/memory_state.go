@@ -119,6 +119,7 @@ func (h *memSeenHeap) Push(x any)        { *h = append(*h, x.(memSeen)) }
 func (h *memSeenHeap) Pop() any {
 	old := *h
 	k := old[len(old)-1]
+	old[len(old)-1] = memSeen{} // the key, gone from the map, is not kept alive here
 	*h = old[:len(old)-1]
 	return k
 }

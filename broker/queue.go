@@ -176,10 +176,27 @@ func (q *Queue) waitAll(pends []*wal.Pending) error {
 // stopped returns the failure that stopped the queue's store for good
 // (see Store.failure and Store.damaged), or nil. Consume ends on it.
 // ended and endErr make the queue an ender (see Consume).
-func (q *Queue) ended() <-chan struct{} { return q.s.over }
-func (q *Queue) endErr() error          { return q.s.Err() }
+// ended, endErr and stopped answer for an unmade q too: a caller's type
+// that embeds a nil or zero *Queue gets them, and Consume then returns
+// their error at once.
+func (q *Queue) ended() <-chan struct{} {
+	if q.unmade() {
+		return lookNow
+	}
+	return q.s.over
+}
+
+func (q *Queue) endErr() error {
+	if q.unmade() {
+		return nilReceiver("Queue")
+	}
+	return q.s.Err()
+}
 
 func (q *Queue) stopped() error {
+	if q.unmade() {
+		return nilReceiver("Queue")
+	}
 	if p := q.s.failed.Load(); p != nil {
 		return *p
 	}
@@ -188,6 +205,9 @@ func (q *Queue) stopped() error {
 
 // begin checks what every call checks first: the context and the store.
 func (q *Queue) begin(ctx context.Context) error {
+	if q.unmade() {
+		return nilReceiver("Queue")
+	}
 	if ctx == nil {
 		return fmt.Errorf("broker: queue %s: nil context: %w", q.name, QueueMisconfigured)
 	}

@@ -580,14 +580,23 @@ func putRecordBuffer(b []byte) {
 	}
 }
 
-// payload reads a message's payload from its publish record: a copy that
-// belongs to the caller.
-func (q *Queue) payload(pos wal.Position) ([]byte, error) {
+// payload reads the payload of message seq from its publish record at
+// pos: a copy that belongs to the caller. A record there that is not that
+// message's publish is damage (an index that names the wrong record: a
+// table file of another store, say, whose entries verify on their own).
+func (q *Queue) payload(pos wal.Position, seq uint64) ([]byte, error) {
 	var out []byte
+	var misplaced error
 	err := q.s.log.View(pos, func(rec []byte) error {
 		e, err := index.Decode(rec)
 		if err == nil && e.Kind != index.KindPublish {
 			err = fmt.Errorf("record at %v is a %s event, not the message's publish", pos, e.Kind)
+		}
+		if err == nil && (e.Seq != seq || e.Queue != q.id) {
+			// A sound record, but not the one the index meant.
+			misplaced = fmt.Errorf("the index names the record at %v for message %s of queue %d, and it holds the publish of message %s of queue %d: the index is damaged",
+				pos, messageID(seq), q.id, messageID(e.Seq), e.Queue)
+			return misplaced
 		}
 		if err != nil {
 			// The frame verified: only the event says it is damage, and
@@ -597,6 +606,9 @@ func (q *Queue) payload(pos wal.Position) ([]byte, error) {
 		out = append(make([]byte, 0, len(e.Payload)), e.Payload...)
 		return nil
 	})
+	if misplaced != nil {
+		return nil, q.s.damaged(fmt.Errorf("queue %s: %w", q.name, misplaced))
+	}
 	if err != nil {
 		if errors.Is(err, wal.ErrClosed) {
 			// Not expected: the caller holds removeMu shared from the

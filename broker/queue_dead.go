@@ -27,6 +27,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 	type dead struct {
 		dl  DeadLetterValue
 		pos wal.Position
+		seq uint64
 	}
 	q.mu.Lock()
 	now, err := q.s.nowOpen()
@@ -37,7 +38,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 	recs := q.sweepLocked(now, nil)
 	var list []dead
 	for _, m := range q.iq.DeadLetters(max) {
-		list = append(list, dead{pos: m.Pos, dl: DeadLetterValue{
+		list = append(list, dead{pos: m.Pos, seq: m.Seq, dl: DeadLetterValue{
 			FailedAt:   time.Unix(0, m.FailedAt),
 			Reason:     m.Reason,
 			Cause:      m.Cause,
@@ -53,7 +54,7 @@ func (q *Queue) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, er
 	}
 	out := make([]DeadLetterValue, len(list))
 	for i, d := range list {
-		p, err := q.payload(d.pos)
+		p, err := q.payload(d.pos, d.seq)
 		if err != nil {
 			return nil, err
 		}

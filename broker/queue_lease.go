@@ -136,7 +136,7 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 
 	out := make([]DeliveryValue, len(leases))
 	for i, l := range leases {
-		payload, err := q.payload(l.pos)
+		payload, err := q.payload(l.pos, l.seq)
 		if err != nil {
 			return nil, errs, err
 		}

@@ -219,10 +219,12 @@ func (e *encoder) string(s string)  { e.b = appendString(e.b, s) }
 
 // WriteCheckpoint makes snap, with the chunk files it needs, the directory's
 // checkpoint. The table must have been flushed (with sync) first. A
-// checkpoint Load would refuse is not written, and the one in place is
-// kept: a snapshot Index.Snapshot did not make (a zero Snapshot), a
-// NextSeq lowered below the snapshot's or out of range, a chunk named
-// twice, a file larger than Load reads.
+// checkpoint whose own content Load would refuse is not written, and the
+// one in place is kept: a snapshot Index.Snapshot did not make (a zero
+// Snapshot), a NextSeq lowered below the snapshot's or out of range, a
+// chunk named twice, a file larger than Load reads. The chunk files are
+// not looked at: chunks must name those of the table just flushed
+// (Table.Chunks), or Load refuses the checkpoint for a missing one.
 func WriteCheckpoint(fs vfs.FS, dir string, snap *Snapshot, chunks []uint64) error {
 	if fs == nil {
 		return fmt.Errorf("index: checkpoint %s: %w", dir, errNilFS)

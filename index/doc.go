@@ -3,11 +3,15 @@
 // the state of every queue is what applying the events in log order gives.
 //
 // Events assign absolute values — a lease says "deliveries = 3, expires at
-// T", never "one more delivery" — so applying an event twice leaves the
-// queues' state as applying it once did, and replaying a log is idempotent
-// (only the count of orphans, events naming no message held, grows: a
-// second ack finds its message gone). The
-// index keeps the position of each message's publish record, not its
+// T", never "one more delivery" — so applying an event twice in a row
+// leaves the queues' state as applying it once did (only the count of
+// orphans, events naming no message held, grows: a second ack finds its
+// message gone). Replaying a whole log a second time over the state it
+// made is not idempotent: the publish of a message acknowledged since
+// makes it again until its ack comes, and a dedup key it names is then
+// remembered, forgotten by an eviction, and no longer taken by the later
+// message that took it the first time. No open does that: it replays only
+// what follows its checkpoint's position. The index keeps the position of each message's publish record, not its
 // payload: payloads are read from the log when they are delivered.
 //
 // The clock is not part of the projected state: "leased until T" is state,

@@ -970,9 +970,11 @@ func (s *Store) Queues() []string {
 // LiveBytes counts, for each live message, its publish record and the
 // event that gives it its state when a publish alone would not (a lease
 // with its nonce, a nack, a dead letter with its reason, code and public
-// cause), frames included, at the length a copy forward writes them: a
-// dead letter's event may be over a thousand bytes longer than its
-// publish.
+// cause), frames included, at the length they were written: a dead
+// letter's event may be over a thousand bytes longer than its publish. A
+// copy forward writes them at that length, or shorter by a dedup key the
+// queue has forgotten since (a key is up to 256 bytes): LiveBytes may
+// then fall at the copy with nothing consumed.
 type StoreStats struct {
 	Segments             int     // log segment files
 	DiskBytes            int64   // their total size

@@ -71,7 +71,8 @@ const (
 	copyForwardShare = 4
 	// keepSealed is how many sealed segments may stay pinned before the
 	// oldest is copied forward. None: a store whose messages come and go
-	// then holds the active segment, the next one prepared and one spare.
+	// then holds the active segment, the next one prepared and up to two
+	// spares (wal.RemoveBelow keeps two of the segments it retires).
 	// The price is copying, at each rotation, the messages in flight at
 	// the end of the segment just sealed (a thousand 1 KiB messages per
 	// 64 MiB segment: 1.5% more writes).
@@ -388,10 +389,11 @@ func worthCopying(uses map[uint32]index.SegmentUse, sealed map[uint32]int, first
 	return false
 }
 
-// copyBytes is what copying forward what u counts writes: each live
-// message's publish record and the event that restates its state (a
-// lease, a nack, a dead letter with its reason and public cause), exactly,
-// and at most keyCopyBytes for the dedup keys. Counting the publish
+// copyBytes is at most what copying forward what u counts writes: each
+// live message's publish record and the event that restates its state (a
+// lease, a nack, a dead letter with its reason and public cause), exactly
+// but for the dedup keys of those whose key the queue forgot since (the
+// copy leaves it out), and at most keyCopyBytes for the dedup keys. Counting the publish
 // records alone, a segment of copied dead letters with small payloads
 // and long causes looked a few percent live: it was copied again, into a
 // segment that looked the same, and one maintenance pass never ended.

@@ -758,6 +758,13 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			return nil, err
 		}
 		pends := q.enqueueLocked(q.sweepLocked(now, nil))
+		// A lease that lapsed with deliveries left is still a lease in
+		// the log (a lapse is read off the clock, not written): replayed
+		// under the lowered policy alone, it would pass for a last
+		// delivery that lapsed, dead at its expiry, before the lowering.
+		// Those the new policy gives up on are first restated as ready
+		// again since their lapse, which is what they are.
+		pends = append(pends, q.enqueueLocked(q.restateLapsedLocked(q.iq.Spent(rec.MaxDeliveries)))...)
 		// The declaration is the change's commit point: its dead letters
 		// follow it in the log, so that no power loss leaves one without
 		// it. One that leaves the declaration without (some of) them is
@@ -793,6 +800,24 @@ func (q *Queue) giveUpLocked(msgs []*index.Message, now int64) [][]byte {
 	recs := make([][]byte, 0, len(msgs))
 	for _, m := range msgs {
 		e := lapseDeadLetter(q.id, m, now)
+		q.iq.Apply(0, &e)
+		recs = append(recs, e.Append(nil))
+	}
+	return recs
+}
+
+// restateLapsedLocked applies, for each of msgs whose lease lapsed, the
+// event that makes it ready again since the lapse (a nack at its expiry,
+// its deliveries and last failure kept), and returns those events for the
+// log. The caller holds q.mu and queues them.
+func (q *Queue) restateLapsedLocked(msgs []*index.Message) [][]byte {
+	var recs [][]byte
+	for _, m := range msgs {
+		if m.State != index.Leased {
+			continue
+		}
+		e := index.Event{Kind: index.KindNack, Queue: q.id, Seq: m.Seq, Deliveries: m.Deliveries,
+			Time: m.At, Code: m.Code, Reason: m.Reason, Cause: m.Cause}
 		q.iq.Apply(0, &e)
 		recs = append(recs, e.Append(nil))
 	}
@@ -945,9 +970,11 @@ func (s *Store) Queues() []string {
 // LiveBytes counts, for each live message, its publish record and the
 // event that gives it its state when a publish alone would not (a lease
 // with its nonce, a nack, a dead letter with its reason, code and public
-// cause), frames included, at the length a copy forward writes them: a
-// dead letter's event may be over a thousand bytes longer than its
-// publish.
+// cause), frames included, at the length they were written: a dead
+// letter's event may be over a thousand bytes longer than its publish. A
+// copy forward writes them at that length, or shorter by a dedup key the
+// queue has forgotten since (a key is up to 256 bytes): LiveBytes may
+// then fall at the copy with nothing consumed.
 type StoreStats struct {
 	Segments             int     // log segment files
 	DiskBytes            int64   // their total size

@@ -77,9 +77,10 @@ type ConsumeOptions struct {
 	// Consume renew the lease of every running handler this often, by
 	// ExtendBy. Zero means no extension; negative, or MaxDeadlineOffset
 	// and above, is refused ([QueueMisconfigured]). The first renewal comes
-	// ExtendEvery after the handler starts, or, for a message Prefetch
-	// held, ExtendEvery after its Receive (at once when it waited longer
-	// than that to start), so ExtendEvery must be well
+	// ExtendEvery after the handler starts, or, for a message that waited
+	// for a handler (one Prefetch held, or one a broker returned beyond
+	// those asked for), ExtendEvery after its Receive (at once when it
+	// waited longer than that to start), so ExtendEvery must be well
 	// below the queue's [PolicyValue.VisibilityTimeout] (which Consume
 	// cannot see): a lease that lapses before it is lost, and the message
 	// may be delivered again while the handler still runs, until that
@@ -847,9 +848,11 @@ func (c *consumer) acquire(ctx context.Context) (int, bool) {
 	return n, true
 }
 
-// job is a delivery on its way to a handler goroutine. A held one found
-// every handler busy when it was dispatched, at (see
-// ConsumeOptions.Prefetch); at is zero for one that did not.
+// job is a delivery on its way to a handler goroutine. at is when it
+// began to wait for one, its lease running: a held one found every handler
+// busy when it was dispatched (see ConsumeOptions.Prefetch), and one a
+// broker returned beyond those asked for waited for a slot from its
+// Receive. at is zero for one that did not wait.
 type job struct {
 	d  DeliveryValue
 	at time.Time
@@ -922,6 +925,7 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 	}
 	ended := c.endSignal()
 	over := false // b ended while an extra delivery waited for a slot
+	received := time.Now()
 	for i, d := range ds {
 		slotted := i < reserved
 		if !slotted && !over && ctx.Err() == nil {
@@ -956,21 +960,28 @@ func (c *consumer) dispatch(ctx context.Context, ds []DeliveryValue, reserved in
 			continue
 		}
 		c.inflight.Add(1)
+		j := job{d: d}
+		if i >= reserved {
+			j.at = received // it waited for a slot from its Receive
+		}
 		if c.waiting.Add(-1) >= 0 {
-			c.work <- job{d: d} // a goroutine is waiting for it, or about to
+			c.work <- j // a goroutine is waiting for it, or about to
 			continue
 		}
 		if c.started == c.concurrency {
 			// Every handler is busy (only with a Prefetch: without one a
 			// delivery's slot means a handler is free). The first to
 			// finish takes it; waiting stays one lower until then.
-			c.work <- job{d: d, at: time.Now()}
+			if j.at.IsZero() {
+				j.at = time.Now()
+			}
+			c.work <- j
 			continue
 		}
 		c.waiting.Add(1)
 		c.started++
 		c.workers.Add(1)
-		go c.worker(c.handlerCtx, &d)
+		go c.worker(c.handlerCtx, &j)
 	}
 	for i := len(ds); i < reserved; i++ {
 		<-c.slots
@@ -1145,7 +1156,7 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 // does): handle has then freed its slot and counted the goroutine as
 // waiting, so a new goroutine takes its place, or a delivery dispatched to
 // it would wait for nobody.
-func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
+func (c *consumer) worker(ctx context.Context, first *job) {
 	ended := true
 	defer func() {
 		if ended {
@@ -1156,8 +1167,8 @@ func (c *consumer) worker(ctx context.Context, first *DeliveryValue) {
 	}()
 	// A delivery dispatched while ctx was live may reach its goroutine
 	// after ctx ended: it is released then, as a held one is, not started.
-	if first != nil && !c.release(*first) {
-		c.handle(ctx, *first, time.Time{})
+	if first != nil && !c.release(first.d) {
+		c.handle(ctx, first.d, first.at)
 	}
 	for j := range c.work {
 		if c.release(j.d) {

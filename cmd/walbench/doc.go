@@ -59,7 +59,9 @@
 // memory loses what it measured. A sweep skips such a point instead, says
 // so on stderr, and lists it under the recommendation's not_measured; a
 // point skipped in some rounds only (the memory available changes) is
-// summarized over the rounds that measured it, and compared.
+// summarized over the rounds that measured it, and compared. A sweep that
+// skipped every point, or every point under a durable sync mode and so
+// has no recommendation, fails (status 1) with an error naming them.
 // -force-memory runs them anyway.
 //
 // Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in

@@ -93,6 +93,29 @@ func notMeasured(rows []Row, syncs []broker.SyncMode, segments []int64, skipped 
 	return out
 }
 
+// durablesSkipped is the error of a run that ended whole with no
+// recommendation while its sweep skipped durable points for their memory:
+// none is made because of them, not because no durable sync mode was asked
+// for. nil when no durable point was skipped.
+func durablesSkipped(skipped []Setting) error {
+	var names []string
+	for _, k := range skipped {
+		if durable(k.Sync) {
+			names = append(names, fmt.Sprintf("%s × %d B, sync=%s, %s segments (about %s, %s available)",
+				plural(k.Producers, "producer"), k.Size, k.Sync, formatBytes(k.SegmentBytes), formatMemory(k.MemoryBytes), formatMemory(k.AvailableBytes)))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sweep: no recommendation: %s, its estimated memory above %.0f%% of what this machine had available (lower -producers or -size, or pass -force-memory): %s",
+		durablesSkippedText, 100*memoryShare, strings.Join(names, "; "))
+}
+
+// durablesSkippedText is in the error durablesSkipped returns, which the
+// report keeps as text: noRecommendation looks for it there.
+const durablesSkippedText = "every point under a durable sync mode was skipped"
+
 // setNotMeasured sets rec.NotMeasured for a run that had a sweep of syncs
 // × segments (see notMeasured), whatever rec's basis: a sweep cut short in
 // its first points leaves the profile's workloads to decide, and the
@@ -324,6 +347,8 @@ func noRecommendation(rep *Report) string {
 	// to come: only a run that ended whole shows that none was asked for.
 	ended := !rep.Interrupted && rep.Error == ""
 	switch {
+	case !durables && strings.Contains(rep.Error, durablesSkippedText):
+		return "No recommendation: " + durablesSkippedText + " for its estimated memory (see the error)."
 	case !publishes && rep.Interrupted:
 		return "No recommendation: the run was interrupted before its publish workloads ran."
 	case !publishes && rep.Error != "":

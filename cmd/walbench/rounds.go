@@ -218,6 +218,9 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 	}
 	if cfg.recommend {
 		rep.Recommendation = recommend(rep.Rows)
+		if rep.Recommendation == nil && err == nil && ctx.Err() == nil {
+			err = durablesSkipped(e.skipped)
+		}
 		if rep.Recommendation != nil {
 			rep.Recommendation.InMemory = inMemory(rep.Machine)
 			if slices.Contains(cfg.workloads, kindSweep) {

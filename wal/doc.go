@@ -62,8 +62,12 @@
 // clean, so a retry that succeeds would report durable data that is not on
 // the device. Close and Open again; Open recovers everything that was
 // acknowledged. The poison is set before the writer releases the batch
-// that met the failure: once any caller of the batch is released, every
-// call, Barrier and [Log.Err] sees it.
+// that met the failure: once any caller of the batch that waits for its
+// fdatasync is released, every call, Barrier and [Log.Err] sees it. A
+// caller that waits only for the write (Enqueue with durable false, and
+// every call under SyncInterval and SyncNever) is released once the batch
+// is written, before its fdatasync: it may go on before a failure of that
+// fdatasync is known.
 //
 // A rotation that fails having written nothing (the next segment could
 // not be made or renamed into place, a full disk say, or the preamble

@@ -85,7 +85,10 @@ type Options struct {
 	// panics on is dropped, and the log goes on. The writer and preparer
 	// log from goroutines of their own, so that a handler that waits for
 	// something a caller of the log holds while it waits for the log (a
-	// lock of its own) does not stall them.
+	// lock of its own) does not stall them. Close waits for those
+	// goroutines, so the handler must not call Close: it would wait for
+	// itself. A program that closes the log when a record says it failed
+	// does so from a goroutine of its own, signalled by the handler.
 	Logger *slog.Logger
 	// Preamble, if set, is called by the writer goroutine at each rotation,
 	// and the records it returns are written first in the new segment,

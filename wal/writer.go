@@ -186,7 +186,8 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 		size += segment.Size(len(r))
 	}
 	if limit := l.opts.maxGroupBytes(); size > limit {
-		return &Pending{err: fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes)", ErrTooLarge, len(recs), size, limit)}
+		return &Pending{err: fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes %d less its header, seal and Options.PreambleBytes %d)",
+			ErrTooLarge, len(recs), size, limit, l.opts.SegmentBytes, l.opts.PreambleBytes)}
 	}
 	q := &queued{r: request{recs: recs, size: size, sync: durable}}
 	if len(recs) <= len(q.pos) {

@@ -137,6 +137,7 @@ func (h *keyHeap) pop() seenKey {
 	top := s[0]
 	last := len(s) - 1
 	s[0] = s[last]
+	s[last] = seenKey{} // its key, gone from seen, is not kept alive here
 	s = s[:last]
 	for i := 0; ; {
 		l := 2*i + 1

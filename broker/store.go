@@ -498,7 +498,23 @@ func (s *Store) Recovery() RecoveryReport {
 	if s.unmade() {
 		return RecoveryReport{}
 	}
-	return s.recovery
+	return s.recovery.clone()
+}
+
+// clone is r with slices and a map of its own: a caller that changes the
+// report Recovery returned (crossing off the queues whose producers sent
+// again, say) changes no later one.
+func (r RecoveryReport) clone() RecoveryReport {
+	r.SalvageCopies = slices.Clone(r.SalvageCopies)
+	r.LostMessages = slices.Clone(r.LostMessages)
+	if r.LostByQueue != nil {
+		byQueue := make(map[string][]string, len(r.LostByQueue))
+		for q, ids := range r.LostByQueue {
+			byQueue[q] = slices.Clone(ids)
+		}
+		r.LostByQueue = byQueue
+	}
+	return r
 }
 
 // closeFiles closes the log and the table, for a failed Open.

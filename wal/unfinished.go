@@ -64,7 +64,7 @@ func (l *Log) readUnfinished() ([]Damage, bool, error) {
 		if err != nil {
 			break
 		}
-		if sp.Segment == 0 || sp.Offset < 0 || sp.Length < 0 || sp.Offset+sp.Length > MaxSegmentBytes {
+		if sp.Segment == 0 || sp.Offset < 0 || sp.Length < 0 || sp.Offset > MaxSegmentBytes || sp.Length > MaxSegmentBytes-sp.Offset {
 			err = fmt.Errorf("span %d: %d bytes at offset %d of segment %d is no span of a segment", i, sp.Length, sp.Offset, sp.Segment)
 			break
 		}

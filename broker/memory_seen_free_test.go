@@ -1,13 +1,10 @@
 package broker_test
 
 import (
-	"bytes"
-	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/walbroker/walbroker/broker"
 )
@@ -29,9 +26,7 @@ func TestMemoryFreesTheDedupKeysItDrops(t *testing.T) {
 	var freed atomic.Int64
 	func() {
 		for i := range n {
-			// 256 bytes of its own allocation, watched by a finalizer.
-			key := string(append(bytes.Repeat([]byte{'k'}, 240), fmt.Sprintf("%016d", i)...))
-			runtime.SetFinalizer(unsafe.StringData(key), func(*byte) { freed.Add(1) })
+			key := watchedKey(i, &freed)
 			if _, err := q.PublishKeyed(t.Context(), key, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -52,15 +47,6 @@ func TestMemoryFreesTheDedupKeysItDrops(t *testing.T) {
 	if _, err := q.PublishKeyed(t.Context(), "fresh", nil); err != nil {
 		t.Fatal(err)
 	}
-	for range 20 {
-		runtime.GC()
-		if freed.Load() >= n-1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := freed.Load(); got < n-1 {
-		t.Fatalf("after the keyed publish that evicted all %d keys (their messages acked), %d of them were freed; want at least %d: the evicted keys are still held", n, got, n-1)
-	}
+	requireKeysFreed(t, &freed, n)
 	runtime.KeepAlive(q)
 }

@@ -246,11 +246,11 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			out, replies = append(out, dv), append(replies, d.msg.Reply)
 		}
 		if err != nil {
-			return q.partial(out, q.connError("receive", err))
+			return q.handOut(ctx, out, replies, q.connError("receive", err))
 		}
 		for _, d := range exhausted {
 			if err := q.buryLapsed(ctx, d); err != nil {
-				return q.partial(out, err)
+				return q.handOut(ctx, out, replies, err)
 			}
 		}
 		if len(got) > 0 {
@@ -275,7 +275,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	if len(out) == max {
 		q.drained(ctx, events, policy, due, last, highest)
 	}
-	return out, nil
+	return q.handOut(ctx, out, replies, nil)
 }
 
 // drained is settle for a Receive that got all it asked for, which began
@@ -359,6 +359,22 @@ func roomToPull(ctx context.Context) bool {
 	return ok && time.Until(deadline) > readyWait+time.Second
 }
 
+// handOut ends a Receive that leased out (replies their ack subjects) and
+// met err, if any. Close may have run after out's leases were recorded,
+// between two pulls or after the last: it forgot them, so that out could
+// not be settled, and Close has returned; then out is handed back as
+// deliver's refusal hands back a pull's (handBack), and the Receive
+// returns Closed. Else it returns what partial does.
+func (q *Queue) handOut(ctx context.Context, out []broker.DeliveryValue, replies []string, err error) ([]broker.DeliveryValue, error) {
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed && len(out) > 0 {
+		return nil, q.handBack(ctx, replies)
+	}
+	return q.partial(out, err)
+}
+
 // partial returns the deliveries already leased, if any, rather than err:
 // their leases are taken, and dropping them would only delay them.
 func (q *Queue) partial(out []broker.DeliveryValue, err error) ([]broker.DeliveryValue, error) {
@@ -391,8 +407,9 @@ func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) (dv broker.D
 }
 
 // handBack ends at once the deliveries (by their ack subjects, replies)
-// of a Receive that found the Queue closed when it came to record them:
-// Close ran during its pull, and forgot every lease. Returned, they could
+// of a Receive that found the Queue closed when it came to record them or
+// to return them: Close ran during the Receive, and forgot every lease
+// (see handOut). Returned, they could
 // not be settled (every later call is Closed), and each would hold its
 // message from every other consumer until its lease lapsed; Close has
 // returned, and must not leave leases taken after it. The server counts

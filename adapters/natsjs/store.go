@@ -424,9 +424,10 @@ func (s *Store) Queues() []string {
 // lapse at their deadlines; the connection stays open (it is the
 // caller's). Close does not wait for the calls under way: a call that
 // looks at its lease once Close ran (Ack, Nack, Reject, Extend) returns
-// Closed too, and a Receive whose pull Close overtook hands what it pulled
-// back at once (the server counts those deliveries) and returns Closed, so
-// that no lease is taken after Close returned. Close is idempotent.
+// Closed too, and a Receive that Close overtook (during one of its pulls or
+// after, before it returned) hands everything it pulled back at once (the
+// server counts those deliveries) and returns Closed, so that no lease is
+// handed out after Close returned. Close is idempotent.
 func (s *Store) Close() error {
 	if s.unmade() {
 		return nilReceiver("Store")

@@ -187,11 +187,13 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // the message comes or less than a second of the call's deadline (the
 // context's, else Options.Timeout) is left. The lease's ExpiresAt is
 // measured from before the request, so it never falls after the server's
-// own deadline. A deadline that passes during a pull cuts its wait, not
-// its answer: the messages the server sent are leased and counted by it,
-// so they are returned without an error (see pull); the Receive returns
-// the context's error only when the server sent none. Messages whose last
-// allowed lease lapsed are made dead letters first (see sweepDeaths).
+// own deadline (unless another Store lowered the VisibilityTimeout, which
+// this one has not declared: see Store.Queue). A deadline that passes
+// during a pull cuts its wait, not its answer: the messages the server
+// sent are leased and counted by it, so they are returned without an error
+// (see pull); the Receive returns the context's error only when the server
+// sent none. Messages whose last allowed lease lapsed are made dead
+// letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
 	if q.unmade() {
 		return nil, nilReceiver("Queue")

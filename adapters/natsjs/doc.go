@@ -122,7 +122,8 @@
 //     dedup window; Options has no Now. The instants the adapter returns
 //     (ExpiresAt, VisibleAt) are measured on this process's clock from
 //     before its request, so the server's own instant is never earlier
-//     while it runs. A server restarted over its store keeps its pending
+//     while it runs and no other Store changed the VisibilityTimeout
+//     (below, Policy changes). A server restarted over its store keeps its pending
 //     instants in whole seconds (truncated): after a restart a lease or a
 //     retry delay can end early, by up to two seconds in our runs.
 //   - Policy changes. The server keeps each pending message's instant as
@@ -161,6 +162,28 @@
 //     lapses after the declaration, or was handed out as the last the
 //     policy allowed, is buried at its lapse (below): the server delivers
 //     its message no more.
+//     A declaration changes the server's consumer and streams for every
+//     Store that serves the queue, but the policy of the declaring Store
+//     only: each Store keeps the policy it declared last for what it
+//     decides itself, until it declares the queue again. Declared through
+//     another Store, a raised MaxDeliveries is not seen by this one: its
+//     Nack dead-letters a message on what it holds to be the last delivery,
+//     its Receive makes dead letters (LEASE_EXPIRED unless a Nack reported
+//     a failure) of deliveries counted above its maximum instead of
+//     returning them, and its lease on what it holds to be the last
+//     delivery is buried at its lapse; a lowered one is not seen either: its Nack hands back a
+//     message the server delivers no more, which is given up later as
+//     above. A VisibilityTimeout lowered through another Store moves the
+//     server's deadline of this Store's leases earlier than their
+//     ExpiresAt, measured by this Store's longer timeout: the message can
+//     be handed to another consumer while the lease still looks live, and
+//     its Ack then acknowledges a message another consumer holds (a
+//     duplicate processing); a raised one makes ExpiresAt come before the
+//     server's deadline. This Store's publishes are checked against its
+//     own MaxMessageBytes, its keyed publishes against its own
+//     DedupWindow (the server's duplicate window is the last declared),
+//     and its Nacks use its own RetryDelay. Declare every change through
+//     every Store that serves the queue.
 //   - Lease expiry. The adapter refuses a receipt AT its ExpiresAt, but the
 //     message reappears when the server's deadline passes, a request's
 //     flight later. An Ack sent just before ExpiresAt that reaches the

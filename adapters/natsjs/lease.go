@@ -187,7 +187,12 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // the message comes or less than a second of the call's deadline (the
 // context's, else Options.Timeout) is left. The lease's ExpiresAt is
 // measured from before the request, so it never falls after the server's
-// own deadline. Messages whose last allowed lease lapsed are made dead
+// own deadline (unless another Store lowered the VisibilityTimeout, which
+// this one has not declared: see Store.Queue). A deadline that passes
+// during a pull cuts its wait, not its answer: the messages the server
+// sent are leased and counted by it, so they are returned without an error
+// (see pull); the Receive returns the context's error only when the server
+// sent none. Messages whose last allowed lease lapsed are made dead
 // letters first (see sweepDeaths).
 func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
 	if q.unmade() {
@@ -243,11 +248,11 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			out, replies = append(out, dv), append(replies, d.msg.Reply)
 		}
 		if err != nil {
-			return q.partial(out, q.connError("receive", err))
+			return q.handOut(ctx, out, replies, q.connError("receive", err))
 		}
 		for _, d := range exhausted {
 			if err := q.buryLapsed(ctx, d); err != nil {
-				return q.partial(out, err)
+				return q.handOut(ctx, out, replies, err)
 			}
 		}
 		if len(got) > 0 {
@@ -272,7 +277,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	if len(out) == max {
 		q.drained(ctx, events, policy, due, last, highest)
 	}
-	return out, nil
+	return q.handOut(ctx, out, replies, nil)
 }
 
 // drained is settle for a Receive that got all it asked for, which began
@@ -356,6 +361,22 @@ func roomToPull(ctx context.Context) bool {
 	return ok && time.Until(deadline) > readyWait+time.Second
 }
 
+// handOut ends a Receive that leased out (replies their ack subjects) and
+// met err, if any. Close may have run after out's leases were recorded,
+// between two pulls or after the last: it forgot them, so that out could
+// not be settled, and Close has returned; then out is handed back as
+// deliver's refusal hands back a pull's (handBack), and the Receive
+// returns Closed. Else it returns what partial does.
+func (q *Queue) handOut(ctx context.Context, out []broker.DeliveryValue, replies []string, err error) ([]broker.DeliveryValue, error) {
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed && len(out) > 0 {
+		return nil, q.handBack(ctx, replies)
+	}
+	return q.partial(out, err)
+}
+
 // partial returns the deliveries already leased, if any, rather than err:
 // their leases are taken, and dropping them would only delay them.
 func (q *Queue) partial(out []broker.DeliveryValue, err error) ([]broker.DeliveryValue, error) {
@@ -388,8 +409,9 @@ func (q *Queue) deliver(d delivery, expiresAt time.Time, last bool) (dv broker.D
 }
 
 // handBack ends at once the deliveries (by their ack subjects, replies)
-// of a Receive that found the Queue closed when it came to record them:
-// Close ran during its pull, and forgot every lease. Returned, they could
+// of a Receive that found the Queue closed when it came to record them or
+// to return them: Close ran during the Receive, and forgot every lease
+// (see handOut). Returned, they could
 // not be settled (every later call is Closed), and each would hold its
 // message from every other consumer until its lease lapsed; Close has
 // returned, and must not leave leases taken after it. The server counts

@@ -46,10 +46,21 @@ type pullRequest struct {
 }
 
 // pull asks the work stream's consumer for up to batch messages, waiting up
-// to wait for the first. It is JetStream's pull protocol done by hand,
-// because the client library's fetches either never wait (and so miss a
-// message published a moment ago) or wait for the whole batch.
+// to wait for the first (no longer than ctx's deadline leaves). It is
+// JetStream's pull protocol done by hand, because the client library's
+// fetches either never wait (and so miss a message published a moment ago)
+// or wait for the whole batch.
+//
+// Every message the server sent in answer is delivered and counted by it:
+// one that pull dropped would be leased to nobody until its lease lapsed,
+// and spend one of its deliveries. So when ctx ends during the batch, pull
+// still reads what the server sent (see readRest) and returns it with a
+// nil error; it returns ctx's error only when nothing came, and sends no
+// request once ctx ended.
 func (q *Queue) pull(ctx context.Context, batch int, wait time.Duration) ([]delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // a request now would be answered to nobody
+	}
 	nc := q.s.nc
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -57,7 +68,7 @@ func (q *Queue) pull(ctx context.Context, batch int, wait time.Duration) ([]deli
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	body, err := json.Marshal(pullRequest{Batch: batch, Expires: wait, NoWait: true})
+	body, err := json.Marshal(pullRequest{Batch: batch, Expires: waitWithin(ctx, wait), NoWait: true})
 	if err != nil {
 		return nil, err
 	}
@@ -68,30 +79,80 @@ func (q *Queue) pull(ctx context.Context, batch int, wait time.Duration) ([]deli
 	for len(out) < batch {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			if len(out) > 0 && !errors.Is(err, nats.ErrConnectionClosed) {
-				// The end of the batch did not come in time; what came
-				// is leased.
-				return out, nil
+			if ctx.Err() == nil || errors.Is(err, nats.ErrConnectionClosed) {
+				return out, err
 			}
+			// The batch did not end in time. The client checks ctx
+			// before the messages it holds, so read those too: what
+			// came is leased.
+			rest, rerr := readRest(sub, out, batch)
+			if len(rest) > 0 {
+				return rest, rerr
+			}
+			return rest, err
+		}
+		d, end, err := readDelivery(m)
+		if err != nil || end {
 			return out, err
 		}
-		if status := m.Header.Get("Status"); status != "" {
-			switch status {
-			case "100": // idle heartbeat
-				continue
-			case "404", "408": // no (more) messages; requests pending
-				return out, nil
-			default:
-				return out, fmt.Errorf("pull: the server answered %s %s", status, m.Header.Get("Description"))
-			}
+		if d.msg != nil {
+			out = append(out, d)
 		}
-		d, err := parseDelivery(m)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, d)
 	}
 	return out, nil
+}
+
+// waitWithin is wait, cut to what ctx's deadline leaves: the server keeps
+// a pull open no longer than the caller waits for its answer.
+func waitWithin(ctx context.Context, wait time.Duration) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return wait
+	}
+	return max(0, min(wait, time.Until(deadline)))
+}
+
+// readRest reads, after the pull's context ended, the rest of the server's
+// answer to a pull of batch messages that has out so far: the messages
+// already received, and those still arriving, each within tailWait of the
+// one before, until the batch is full or the server says it has no more.
+// The server waits no longer than the deadline for a first message
+// (waitWithin) and sends the batch at once, so this outlasts the deadline
+// by a few milliseconds at most; a message that takes longer to arrive is
+// dropped and its lease lapses.
+func readRest(sub *nats.Subscription, out []delivery, batch int) ([]delivery, error) {
+	for len(out) < batch {
+		m, err := sub.NextMsg(tailWait)
+		if err != nil {
+			return out, nil // no more in time
+		}
+		d, end, err := readDelivery(m)
+		if err != nil || end {
+			return out, err
+		}
+		if d.msg != nil {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// readDelivery reads one message of the server's answer to a pull: a
+// delivery, or (d.msg nil) a heartbeat to skip, or end when the server says
+// it has no more messages for the pull.
+func readDelivery(m *nats.Msg) (d delivery, end bool, err error) {
+	if status := m.Header.Get("Status"); status != "" {
+		switch status {
+		case "100": // idle heartbeat
+			return delivery{}, false, nil
+		case "404", "408": // no (more) messages; requests pending
+			return delivery{}, true, nil
+		default:
+			return delivery{}, false, fmt.Errorf("pull: the server answered %s %s", status, m.Header.Get("Description"))
+		}
+	}
+	d, err = parseDelivery(m)
+	return d, false, err
 }
 
 // parseDelivery reads the metadata of a delivery from its ack subject:

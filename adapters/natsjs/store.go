@@ -175,11 +175,19 @@ func (s *Store) watchConn(ch chan nats.Status) {
 }
 
 // Queue returns the queue name with policy, creating its streams and
-// consumer when they do not exist and updating them when they do: a policy
-// different from last time applies from then on, to every Store that
-// serves the queue (the policy's VisibilityTimeout is the consumer's
-// AckWait, its Capacity the stream's MaxMsgs, its DedupWindow the stream's
-// duplicate window). The same name returns the same *Queue.
+// consumer when they do not exist and updating them when they do. A policy
+// different from last time applies from then on to this Store's calls,
+// and to what the server keeps for every Store that serves the queue: the
+// policy's VisibilityTimeout is the consumer's AckWait, its MaxDeliveries
+// the consumer's MaxDeliver, its Capacity the stream's MaxMsgs, its
+// DedupWindow the stream's duplicate window. What a Store decides itself
+// it decides by the policy it declared last, which another Store's
+// declaration does not change: the ExpiresAt of its leases, which of its
+// deliveries is the last, whether its Nack dead-letters and how long the
+// retry delay is, and the MaxMessageBytes and dedup window its publishes
+// are checked against. So a change must be declared through every Store
+// that serves the queue (see the package documentation, Policy changes).
+// The same name returns the same *Queue.
 //
 // A policy that lowers MaxDeliveries gives up on what has no delivery
 // left, as the file store's declaration does, for the messages this Store
@@ -424,9 +432,10 @@ func (s *Store) Queues() []string {
 // lapse at their deadlines; the connection stays open (it is the
 // caller's). Close does not wait for the calls under way: a call that
 // looks at its lease once Close ran (Ack, Nack, Reject, Extend) returns
-// Closed too, and a Receive whose pull Close overtook hands what it pulled
-// back at once (the server counts those deliveries) and returns Closed, so
-// that no lease is taken after Close returned. Close is idempotent.
+// Closed too, and a Receive that Close overtook (during one of its pulls or
+// after, before it returned) hands everything it pulled back at once (the
+// server counts those deliveries) and returns Closed, so that no lease is
+// handed out after Close returned. Close is idempotent.
 func (s *Store) Close() error {
 	if s.unmade() {
 		return nilReceiver("Store")

@@ -53,6 +53,7 @@ func TestASalvagedTailHandsOutNoIDAgain(t *testing.T) {
 	}{
 		{"cut short", func(segs []string) error { return os.Truncate(segs[len(segs)-1], 5000) }},
 		{"zeroed", func(segs []string) error { return zeroFrom(segs[len(segs)-1], 5000) }},
+		{"deleted", func(segs []string) error { return os.Remove(segs[len(segs)-1]) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, pol, taken := publishLostTail(t, c.cut)

@@ -223,6 +223,15 @@ func (s *Store) openIndex() (int, error) {
 	if loss.salvaging() {
 		s.recovery.LostMessages, s.recovery.LostByQueue = loss.lostMessages(x)
 	}
+	if next := loss.nextSeq(); next > x.PeekNextSeq() {
+		// The publishes of the last sequences handed out are gone with
+		// the damage: their IDs are never handed out again.
+		if err := x.Apply(0, &index.Event{Kind: index.KindMark, Seq: next}); err != nil {
+			_ = x.Table.Close()
+			return 0, err
+		}
+		s.seqRaised = true
+	}
 	s.recovery.Replayed = n
 	return n, nil
 }
@@ -291,7 +300,8 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				Cause: fmt.Errorf("the log ends at %v, before %v, which the last checkpoint recorded as durable: synced records are gone (Options.Salvage opens what is left)", end, from)}
 		} else if loss.salvaging() || why != "" {
 			// The checkpoint knows which live messages had their
-			// records in the spans salvage skipped.
+			// records in the spans salvage skipped, and the next
+			// sequence: the publishes of those before it may be gone.
 			loss.fromCheckpoint(x)
 			// And every queue's declaration, which salvage may have cut
 			// from the only preamble that still held it.
@@ -411,7 +421,8 @@ func (s *Store) badRecord(pos wal.Position, err error) error {
 // each with the number of the queue that held it; but none that an
 // acknowledgement or a deletion the log kept ended: that message was
 // processed (or given up), and its producer has nothing to send again.
-// Without salvage it does nothing.
+// Without salvage it does nothing but keep the next sequence of a
+// checkpoint consulted (a suspect one).
 type lossTracker struct {
 	salvaged []wal.Damage
 	lost     map[uint64]uint32 // sequence → queue number
@@ -431,6 +442,21 @@ type lossTracker struct {
 	// code writes, so the message is not live, whatever salvage took of
 	// its publish.
 	ended map[uint64]struct{}
+	// checkpointNext is the next sequence of the checkpoint consulted (0
+	// when none was): every sequence below it was handed out.
+	checkpointNext uint64
+}
+
+// nextSeq is the lowest next sequence the index may hand out once
+// replayed: above every sequence the consulted checkpoint had handed out,
+// and above every message noted lost (an earlier salvage's list
+// included), whose publishes the replay may not have met.
+func (t *lossTracker) nextSeq() uint64 {
+	next := t.checkpointNext
+	for seq := range t.lost {
+		next = max(next, seq+1)
+	}
+	return next
 }
 
 func newLossTracker(salvaged []wal.Damage) *lossTracker {
@@ -454,8 +480,10 @@ func (t *lossTracker) add(lost map[uint64]uint32) {
 	}
 }
 
-// fromCheckpoint notes the live messages x places in the skipped spans.
+// fromCheckpoint notes the live messages x places in the skipped spans,
+// and the next sequence x holds.
 func (t *lossTracker) fromCheckpoint(x *index.Index) {
+	t.checkpointNext = max(t.checkpointNext, x.PeekNextSeq())
 	for _, d := range t.salvaged {
 		for q, seqs := range x.LiveInByQueue(d.Segment, d.Offset, d.Offset+d.Length) {
 			for _, seq := range seqs {

@@ -127,7 +127,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Salvage opens a log with mid-log corruption by skipping the damaged
 	// spans (the damaged files are copied aside first) and reporting what
-	// was skipped, instead of refusing with Corrupt.
+	// was skipped, instead of refusing with Corrupt. A segment file that
+	// is gone (one between two that are there, or the last ones, up to
+	// where the log was known durable) is replaced by an empty segment
+	// and reported as a skipped span, with the messages the checkpoint
+	// placed in it among the lost.
 	//
 	// It repairs the log in place: each damaged span is overwritten, so
 	// that later Opens, with Salvage or without, read past it. Each

@@ -51,6 +51,9 @@ type Store struct {
 	// consulted but did not trust (salvage, a suspect index), and writes
 	// it to the log again.
 	secretConsulted bool
+	// seqRaised: Open raised the next message sequence above what the
+	// log holds (see markRaisedSeq).
+	seqRaised bool
 	// salvagePending: Open salvaged (or could have), and the lists of what
 	// it repaired and lost stay until its report has been returned: the
 	// first maintenance round or Close removes them (finishSalvage).
@@ -163,6 +166,24 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 	return r.pend, r.queued.Load()
 }
 
+// markRaisedSeq makes durable, as a mark in the log, the next message
+// sequence Open raised above what the log holds (openIndex: a salvage
+// took the publishes of the last sequences handed out, which a checkpoint
+// or the list of lost messages knew). Without it, an Open after a crash
+// would draw the next sequence from the log again and hand out the IDs
+// the salvage reported lost. It is written under every sync mode: the
+// first reservation Open makes (reserveSeqs) is made under SyncNone only.
+func (s *Store) markRaisedSeq() error {
+	if !s.seqRaised {
+		return nil
+	}
+	mark := index.Event{Kind: index.KindMark, Seq: s.idx.PeekNextSeq()}
+	if _, err := s.log.Enqueue(true, mark.Append(nil)).Wait(); err != nil {
+		return fmt.Errorf("record the next message sequence %d: %w", mark.Seq, err)
+	}
+	return nil
+}
+
 // reservedSeqs records that a mark reserving every sequence below bound
 // is durable.
 func (s *Store) reservedSeqs(bound uint64) {
@@ -246,6 +267,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		_ = l.Close()
 		return nil, openError(dir, opts.Salvage, err)
+	}
+	if err := s.markRaisedSeq(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	if s.idx.Secret == nil || s.secretConsulted {
 		// A store draws a secret only when neither its log nor a
@@ -431,7 +456,10 @@ type RecoveryReport struct {
 	// message published and never touched again after the last checkpoint
 	// leaves no other trace, and is not listed. Nor is one whose
 	// acknowledgement (or deletion as a dead letter) the log kept: it was
-	// processed, or given up, and is not to be sent again.
+	// processed, or given up, and is not to be sent again. No ID a
+	// message had before the salvage, listed or not, is given to a
+	// message published after it (the next sequence the checkpoint knew,
+	// and every one listed here, is written to the log by Open).
 	LostMessages []string
 	// LostByQueue is LostMessages by the name of the queue each message
 	// was in (each queue's IDs sorted; nil when none was lost): whose

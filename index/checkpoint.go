@@ -301,7 +301,10 @@ func (s *Snapshot) check(chunks []uint64) error {
 }
 
 // RemoveCheckpoint deletes the directory's checkpoint and every table file,
-// durably, so that the next open rebuilds the index from the log.
+// durably, so that the next open rebuilds the index from the log. An
+// empty directory in the place of one is removed with them; one with
+// files in it is refused with an error naming it and wrapping
+// vfs.ErrForeign.
 func RemoveCheckpoint(fs vfs.FS, dir string) error {
 	if fs == nil {
 		return fmt.Errorf("index: remove checkpoint %s: %w", dir, errNilFS)
@@ -316,11 +319,22 @@ func RemoveCheckpoint(fs vfs.FS, dir string) error {
 	for _, n := range names {
 		if _, ok := parseChunkName(n); ok || n == checkpointName || n == checkpointName+".tmp" {
 			if err := fs.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
+				return foreignDir(filepath.Join(dir, n), err)
 			}
 		}
 	}
 	return fs.SyncDir(dir)
+}
+
+// foreignDir is RemoveCheckpoint's error for err, met removing path: a
+// directory with files in it (which the removal leaves) is none the store
+// made, and is refused as a planted file is (vfs.ErrForeign), naming it;
+// an empty one, removed, is taken for a file that is not there.
+func foreignDir(path string, err error) error {
+	if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		return err
+	}
+	return &os.PathError{Op: "remove", Path: path, Err: fmt.Errorf("is a directory with files in it, where the index keeps a file; a store's directory holds only what it made: remove it if it does not belong there: %w", vfs.ErrForeign)}
 }
 
 // CopyCheckpoint copies dir's checkpoint and table files into dst, which

@@ -111,7 +111,9 @@
 // naming the file and offset, unless Options.Salvage is set: then the
 // damaged file is copied to salvage/, each damaged span is overwritten with
 // a padding frame (a segment whose seal was lost is sealed after its last
-// intact record), and [Log.Recovery] lists what was skipped. The spans are
+// intact record), a segment file that is gone (between two that are there,
+// or after the last up to where the log was known durable) is replaced by
+// an empty segment, and [Log.Recovery] lists what was skipped. The spans are
 // listed durably in salvage/unfinished.json before the first is repaired,
 // and the list removed once the Open succeeds: a salvage that fails part
 // way leaves spans that may read as repaired, and until an Open with

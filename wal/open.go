@@ -37,7 +37,8 @@ type Recovery struct {
 	// lost; the damaged files were copied aside first (Damage.CopiedTo).
 	// They include, in the last segment, the bytes from the end of its
 	// valid frames to where the log was known durable, when damage or a
-	// cut file took records there.
+	// cut file took records there; and a span for each segment file that
+	// was gone (Options.Salvage), with no copy (CopiedTo is empty).
 	Salvaged []Damage
 	// Unfinished is set when some of Salvaged were listed by an earlier
 	// Open with Salvage that did not finish (see Options.Salvage): a
@@ -54,7 +55,7 @@ type Damage struct {
 	File     string
 	Segment  uint32 // the segment's sequence
 	Offset   int    // first byte discarded
-	Length   int    // bytes discarded
+	Length   int    // bytes discarded (MaxSegmentBytes for a segment file that is gone)
 	Cause    error
 	CopiedTo string // where salvage copied the damaged file, if it did
 }
@@ -72,7 +73,9 @@ func (d Damage) String() string {
 //     durable that do not read as frames, taken as never made durable)
 //     is zeroed and the log continues before it;
 //   - mid-log corruption is refused with a *CorruptionError naming the file
-//     and offset, unless Options.Salvage is set;
+//     and offset, unless Options.Salvage is set; so is a missing segment
+//     file (between two that are there, or after the last up to where the
+//     log was known durable), which Salvage replaces by an empty segment;
 //   - an empty segment left by an interrupted rotation is removed;
 //   - a segment of a later format version than this build writes
 //     (segment.ErrVersion, which wraps errors.ErrUnsupported) is refused,
@@ -209,16 +212,22 @@ func (l *Log) recover() error {
 
 // listing is what recover found in the directory.
 type listing struct {
-	names    []string
-	stale    []string // temporary files to remove once the log is accepted
-	seqs     []uint32 // the segments, in order, without gaps
+	names []string
+	stale []string // temporary files to remove once the log is accepted
+	seqs  []uint32 // the segments, in order, without gaps
+	// missing lists the segments of seqs whose files are gone: those
+	// between two that are there, and those after the last up to where
+	// the log was known durable. Only Salvage lists any (readDir refuses
+	// them otherwise); it puts an empty segment in their place.
+	missing  map[uint32]bool
 	clean    Position // where the log ended at its last Close, if hasClean
 	hasClean bool
 }
 
 // readDir lists the directory: it keeps retired segments of full size as
 // spares, lists other temporary files for removal, and refuses a gap
-// between segments or a clean mark that names a segment that is gone.
+// between segments or a clean mark that names a segment that is gone;
+// with Salvage, it lists those segments as missing instead (listMissing).
 func (l *Log) readDir() (listing, error) {
 	fs := l.opts.FS
 	names, err := fs.ReadDir(l.dir)
@@ -253,6 +262,9 @@ func (l *Log) readDir() (listing, error) {
 			d.seqs = append(d.seqs, seq) // ReadDir sorts, and the names are fixed-width
 		}
 	}
+	if l.opts.Salvage {
+		l.listMissing(&d)
+	}
 	seqs, clean := d.seqs, d.clean
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
@@ -264,6 +276,38 @@ func (l *Log) readDir() (listing, error) {
 			Cause: fmt.Errorf("the log ended at %v when it was last closed, and that segment is gone", clean)}
 	}
 	return d, nil
+}
+
+// listMissing adds to d the segments whose files are gone (d.missing):
+// those between two segments that are there, and those after the last up
+// to where the log was known durable (the clean mark, Options.Verified or
+// Options.Durable), when that is past the segment's header: they held
+// synced records. Segments before the first are not missing: the log
+// removes its oldest segments as it goes.
+func (l *Log) listMissing(d *listing) {
+	if len(d.seqs) == 0 {
+		return
+	}
+	durable := max(l.opts.Verified, l.opts.Durable)
+	if d.hasClean {
+		durable = max(durable, d.clean)
+	}
+	last := d.seqs[len(d.seqs)-1]
+	if durable.Segment() > last && durable.Offset() > segment.HeaderSize {
+		last = durable.Segment()
+	}
+	d.missing = map[uint32]bool{}
+	var seqs []uint32
+	for seq := d.seqs[0]; ; seq++ {
+		if _, there := slices.BinarySearch(d.seqs, seq); !there {
+			d.missing[seq] = true
+		}
+		seqs = append(seqs, seq)
+		if seq == last {
+			break
+		}
+	}
+	d.seqs = seqs
 }
 
 // scanSegments opens each segment of d and reports how its frames end,
@@ -282,7 +326,13 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 			// large log would otherwise read a page or two per segment).
 			open = segment.OpenUnread
 		}
-		f, err := open(fs, l.segPath(seq), seq)
+		var f *segment.File
+		var err error
+		if d.missing[seq] {
+			f, err = l.salvageMissing(seq, seq == seqs[len(seqs)-1])
+		} else {
+			f, err = open(fs, l.segPath(seq), seq)
+		}
 		if err != nil && errors.Is(err, segment.ErrBadHeader) && l.opts.Salvage {
 			f, err = l.salvageHeader(seq, err)
 		}
@@ -884,13 +934,53 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err := l.noteSalvage(d); err != nil {
 		return nil, err
 	}
+	f, err := l.emptySegment(seq, l.opts.SegmentBytes)
+	if err != nil {
+		return nil, err
+	}
+	l.salvaged(d)
+	l.opts.Logger.Error("wal: salvage replaced a segment too short for a header; its records are lost", "file", path, "copy", copyTo)
+	return f, nil
+}
+
+// salvageMissing puts an empty segment in the place of segment seq, whose
+// file is gone (listMissing), and reports that: a span of every byte a
+// segment can hold (MaxSegmentBytes from offset 0). The scan then finds it
+// empty: sealed by the salvage of the segments when a later one follows
+// (at the smallest size that holds a seal: its records are gone whatever
+// its size), and, as the last, reported lost up to where the log was
+// known durable (salvageToDurable), its appends going on after that.
+func (l *Log) salvageMissing(seq uint32, last bool) (*segment.File, error) {
+	// Every byte a segment can hold is lost: its size is not known.
+	d := Damage{File: l.segPath(seq), Segment: seq, Length: MaxSegmentBytes, Cause: errors.New("segment file missing")}
+	if err := l.noteSalvage(d); err != nil {
+		return nil, err
+	}
+	size := int64(segment.HeaderSize + segment.Size(0))
+	if last {
+		size = l.opts.SegmentBytes
+	}
+	f, err := l.emptySegment(seq, size)
+	if err != nil {
+		return nil, err
+	}
+	l.salvaged(d)
+	l.opts.Logger.Error("wal: salvage put an empty segment in the place of a missing one; its records are lost", "file", d.File)
+	return f, nil
+}
+
+// emptySegment makes an empty segment seq of size bytes in its place,
+// durably (a salvage's repair of a segment without records).
+func (l *Log) emptySegment(seq uint32, size int64) (*segment.File, error) {
+	fs := l.opts.FS
+	path := l.segPath(seq)
 	// A salvage of this segment that failed before its rename left the
 	// file it was making: a leftover, removed before it is made again
 	// (recover removes the others only after the scan this runs in).
 	if err := fs.Remove(path + tmpSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	f, err := segment.Create(fs, path+tmpSuffix, seq, segment.NewSalt(), l.opts.SegmentBytes)
+	f, err := segment.Create(fs, path+tmpSuffix, seq, segment.NewSalt(), size)
 	if err == nil {
 		err = f.Rename(fs, path)
 		if err == nil {
@@ -903,8 +993,6 @@ func (l *Log) salvageStub(seq uint32, cause error) (*segment.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: salvage %s: %w", path, err)
 	}
-	l.salvaged(d)
-	l.opts.Logger.Error("wal: salvage replaced a segment too short for a header; its records are lost", "file", path, "copy", copyTo)
 	return f, nil
 }
 

@@ -68,7 +68,10 @@ type Options struct {
 	// Salvage that fails part way leaves the list of the spans it began to
 	// repair (salvage/unfinished.json): Opens without Salvage refuse the log
 	// with a *CorruptionError until one with it finishes, and that one
-	// reports the listed spans too.
+	// reports the listed spans too. A segment file that is gone (one
+	// between two that are there, or one after the last up to where the
+	// log was known durable) is replaced by an empty segment and reported
+	// as a span of MaxSegmentBytes from its offset 0.
 	Salvage bool
 	// KeepSalvageList keeps that list after an Open with Salvage succeeds,
 	// until Log.SalvageDone removes it: for a caller that builds its own

@@ -456,10 +456,11 @@ type RecoveryReport struct {
 	// message published and never touched again after the last checkpoint
 	// leaves no other trace, and is not listed. Nor is one whose
 	// acknowledgement (or deletion as a dead letter) the log kept: it was
-	// processed, or given up, and is not to be sent again. No ID a
-	// message had before the salvage, listed or not, is given to a
-	// message published after it (the next sequence the checkpoint knew,
-	// and every one listed here, is written to the log by Open).
+	// processed, or given up, and is not to be sent again. No ID listed
+	// here, nor any the consulted checkpoint had handed out, is given to a
+	// message published after the salvage (Open writes the next sequence
+	// past them to the log). The ID of a message left out of the list for
+	// want of a trace may be.
 	LostMessages []string
 	// LostByQueue is LostMessages by the name of the queue each message
 	// was in (each queue's IDs sorted; nil when none was lost): whose

@@ -69,13 +69,10 @@ func TestABatchThatRotatesIsAllOrNothingAcrossPowerLoss(t *testing.T) {
 		o.SegmentBytes = broker.MinSegmentBytes
 	})
 	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 4096 })
-	_ = 0
 	q := e.queue("jobs", pol)
-	// fill the first segment most of the way
-	var pre []string
+	// Fill the first segment.
 	for e.s.Stats().Segments < 2 {
-		m := mustPublish(t, q, string(bytes.Repeat([]byte("p"), 3000)))
-		pre = append(pre, m.ID)
+		mustPublish(t, q, string(bytes.Repeat([]byte("p"), 3000)))
 	}
 	batch := make([][]byte, 6)
 	for i := range batch {

@@ -263,7 +263,9 @@ func (l *Log) readDir() (listing, error) {
 		}
 	}
 	if l.opts.Salvage {
-		l.listMissing(&d)
+		if err := l.listMissing(&d); err != nil {
+			return listing{}, err
+		}
 	}
 	seqs, clean := d.seqs, d.clean
 	for i := 1; i < len(seqs); i++ {
@@ -283,10 +285,13 @@ func (l *Log) readDir() (listing, error) {
 // to where the log was known durable (the clean mark, Options.Verified or
 // Options.Durable), when that is past the segment's header: they held
 // synced records. Segments before the first are not missing: the log
-// removes its oldest segments as it goes.
-func (l *Log) listMissing(d *listing) {
+// removes its oldest segments as it goes. More than maxMissing of them is
+// no lost file or two but a stray name (a file of another log, or a
+// sequence far past the last): refused, as without Salvage, rather than
+// a file made for each.
+func (l *Log) listMissing(d *listing) error {
 	if len(d.seqs) == 0 {
-		return
+		return nil
 	}
 	durable := max(l.opts.Verified, l.opts.Durable)
 	if d.hasClean {
@@ -295,6 +300,10 @@ func (l *Log) listMissing(d *listing) {
 	last := d.seqs[len(d.seqs)-1]
 	if durable.Segment() > last && durable.Offset() > segment.HeaderSize {
 		last = durable.Segment()
+	}
+	if n := uint64(last) - uint64(d.seqs[0]) + 1 - uint64(len(d.seqs)); n > maxMissing {
+		return &CorruptionError{File: l.segPath(last), Cause: fmt.Errorf("%d segment files missing between segments %d and %d: more than Salvage replaces (%d); is a file of another log in the directory?",
+			n, d.seqs[0], last, maxMissing)}
 	}
 	d.missing = map[uint32]bool{}
 	var seqs []uint32
@@ -308,7 +317,12 @@ func (l *Log) listMissing(d *listing) {
 		}
 	}
 	d.seqs = seqs
+	return nil
 }
+
+// maxMissing is the most segment files Salvage replaces by empty ones
+// (see listMissing).
+const maxMissing = 64
 
 // scanSegments opens each segment of d and reports how its frames end,
 // reading as little as what vouches for it allows (a trusted seal, the

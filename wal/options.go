@@ -71,7 +71,9 @@ type Options struct {
 	// reports the listed spans too. A segment file that is gone (one
 	// between two that are there, or one after the last up to where the
 	// log was known durable) is replaced by an empty segment and reported
-	// as a span of MaxSegmentBytes from its offset 0.
+	// as a span of MaxSegmentBytes from its offset 0; more than 64 of them
+	// (a stray name far past the last segment, say) are refused as
+	// without Salvage.
 	Salvage bool
 	// KeepSalvageList keeps that list after an Open with Salvage succeeds,
 	// until Log.SalvageDone removes it: for a caller that builds its own

@@ -808,8 +808,10 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// under the lowered policy alone, it would pass for a last
 		// delivery that lapsed, dead at its expiry, before the lowering.
 		// Those the new policy gives up on are first restated as ready
-		// again since their lapse, which is what they are.
-		pends = append(pends, q.enqueueLocked(q.restateLapsedLocked(q.iq.Spent(rec.MaxDeliveries)))...)
+		// again since their lapse, which is what they are (and still
+		// spent: the restatement keeps their deliveries).
+		spent := q.iq.Spent(rec.MaxDeliveries)
+		pends = append(pends, q.enqueueLocked(q.restateLapsedLocked(spent))...)
 		// The declaration is the change's commit point: its dead letters
 		// follow it in the log, so that no power loss leaves one without
 		// it. One that leaves the declaration without (some of) them is
@@ -817,8 +819,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		// giveUpSpentLocked).
 		s.pre.Store(next)
 		pends = append(pends, s.log.Enqueue(true, drec))
-		spent := q.giveUpLocked(q.iq.Spent(rec.MaxDeliveries), now)
-		pends = append(pends, q.enqueueLocked(spent)...)
+		pends = append(pends, q.enqueueLocked(q.giveUpLocked(spent, now))...)
 		if err := q.waitAll(pends); err != nil {
 			return nil, err
 		}

@@ -54,7 +54,7 @@ type pullRequest struct {
 // Every message the server sent in answer is delivered and counted by it:
 // one that pull dropped would be leased to nobody until its lease lapsed,
 // and spend one of its deliveries. So when ctx ends during the batch, pull
-// still reads what the server sent (see readRest) and returns it with a
+// still reads what the server sent (see nextMsg) and returns it with a
 // nil error; it returns ctx's error only when nothing came, and sends no
 // request once ctx ended.
 func (q *Queue) pull(ctx context.Context, batch int, wait time.Duration) ([]delivery, error) {
@@ -76,23 +76,29 @@ func (q *Queue) pull(ctx context.Context, batch int, wait time.Duration) ([]deli
 		return nil, err
 	}
 	var out []delivery
+	var late error // ctx's end, met during the batch: what came is leased
 	for len(out) < batch {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := nextMsg(ctx, sub, late != nil)
 		if err != nil {
-			if ctx.Err() == nil || errors.Is(err, nats.ErrConnectionClosed) {
+			switch {
+			case late != nil && len(out) == 0:
+				return nil, late
+			case late != nil:
+				return out, nil // no more in time
+			case ctx.Err() == nil || errors.Is(err, nats.ErrConnectionClosed):
 				return out, err
 			}
 			// The batch did not end in time. The client checks ctx
-			// before the messages it holds, so read those too: what
-			// came is leased.
-			rest, rerr := readRest(sub, out, batch)
-			if len(rest) > 0 {
-				return rest, rerr
-			}
-			return rest, err
+			// before the messages it holds: read those, and those still
+			// arriving, through nextMsg's tail.
+			late = err
+			continue
 		}
 		d, end, err := readDelivery(m)
 		if err != nil || end {
+			if late != nil && len(out) == 0 {
+				return nil, late
+			}
 			return out, err
 		}
 		if d.msg != nil {
@@ -112,29 +118,17 @@ func waitWithin(ctx context.Context, wait time.Duration) time.Duration {
 	return max(0, min(wait, time.Until(deadline)))
 }
 
-// readRest reads, after the pull's context ended, the rest of the server's
-// answer to a pull of batch messages that has out so far: the messages
-// already received, and those still arriving, each within tailWait of the
-// one before, until the batch is full or the server says it has no more.
-// The server waits no longer than the deadline for a first message
-// (waitWithin) and sends the batch at once, so this outlasts the deadline
-// by a few milliseconds at most; a message that takes longer to arrive is
-// dropped and its lease lapses.
-func readRest(sub *nats.Subscription, out []delivery, batch int) ([]delivery, error) {
-	for len(out) < batch {
-		m, err := sub.NextMsg(tailWait)
-		if err != nil {
-			return out, nil // no more in time
-		}
-		d, end, err := readDelivery(m)
-		if err != nil || end {
-			return out, err
-		}
-		if d.msg != nil {
-			out = append(out, d)
-		}
+// nextMsg returns the next message of a pull's answer: within ctx, or,
+// once ctx ended (late), within tailWait of the one before, so that what
+// the server already sent is read. The server waits no longer than the
+// deadline for a first message (waitWithin) and sends the batch at once,
+// so a pull outlasts its deadline by a few milliseconds at most; a message
+// that takes longer to arrive is dropped and its lease lapses.
+func nextMsg(ctx context.Context, sub *nats.Subscription, late bool) (*nats.Msg, error) {
+	if late {
+		return sub.NextMsg(tailWait)
 	}
-	return out, nil
+	return sub.NextMsgWithContext(ctx)
 }
 
 // readDelivery reads one message of the server's answer to a pull: a

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -82,7 +83,9 @@ func freshDir(t *testing.T, root string) string {
 }
 
 // copyInto copies the regular files of src, but the lock, into a new
-// directory under root.
+// directory under root. src may be a live log's: a temporary file (a spare
+// or a segment being prepared) that the preparer renamed between the
+// listing and the read is no part of the log, and is left out.
 func copyInto(t *testing.T, root, src string) string {
 	t.Helper()
 	dst, err := os.MkdirTemp(root, "copy-")
@@ -94,6 +97,9 @@ func copyInto(t *testing.T, root, src string) string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(e.Name(), tmpSuffix) {
+			continue
+		}
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600))
 	}

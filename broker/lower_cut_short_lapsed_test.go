@@ -32,9 +32,10 @@ func TestACutShortLoweringDatesALapsedLeasesDeadLetterAtTheCallThatFinishesIt(t 
 	lowered := base
 	lowered.MaxDeliveries = 1
 	found := false
+	sweeps := 0
 	for k := int64(0); !found; k++ {
 		require.Less(t, k, int64(200), "no crash point left the declaration without its dead letter")
-		dir := filepath.Join(root, fmt.Sprintf("run-%d", k))
+		dir := filepath.Join(root, fmt.Sprintf("run-%d-%d", sweeps, k))
 
 		clock := newFakeClock()
 		cfs := vfs.NewCrashFS(vfs.Default)
@@ -62,11 +63,17 @@ func TestACutShortLoweringDatesALapsedLeasesDeadLetterAtTheCallThatFinishesIt(t 
 			require.NoError(t, s2.Close())
 			require.Len(t, dls, 1)
 			requireSameInstant(t, declaredAt, dls[0].FailedAt, "uncut lowering")
-			break
+			// How the group commit gathers the call's records into
+			// writes varies from run to run, and with it what a crash
+			// k operations in cuts: sweep the crash points again.
+			sweeps++
+			require.Less(t, sweeps, 20, "no crash point left the declaration without its dead letter")
+			k = -1
+			continue
 		}
 		for seed := 1; seed < 40 && !found; seed++ {
 			co := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1, TearLastWrite: true, Rand: rand.New(rand.NewPCG(uint64(k), uint64(seed)))}
-			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, seed))
+			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d-%d", sweeps, k, seed))
 			require.NoError(t, cfs.CrashClone(clone, co))
 			c2 := newFakeClock()
 			c2.Set(declaredAt.Add(time.Hour))
@@ -92,5 +99,4 @@ func TestACutShortLoweringDatesALapsedLeasesDeadLetterAtTheCallThatFinishesIt(t 
 				k, finishedAt.UTC(), dls[0].FailedAt.UTC(), expiry.UTC(), declaredAt.UTC())
 		}
 	}
-	require.True(t, found, "no crash point left the declaration without its dead letter")
 }

@@ -402,8 +402,11 @@ func (r *runner) open() {
 
 // openStore opens the store in dir and gets both queues with the policies
 // the model holds. Opened again, the store must have kept them: the
-// declarations then write nothing, where a store that came back with
-// another policy would log the change.
+// declarations then write no declaration, where a store that came back
+// with another policy would log the change. (The first handle on a queue
+// may write dead letters: those of a lowering of MaxDeliveries whose
+// declaration a power loss kept and whose dead letters it did not, which
+// that handle finishes. The queue counts each; a declaration it does not.)
 func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool) {
 	s.t.Helper()
 	st, err := broker.Open(dir, storeOptions(s.clock, fs, sync))
@@ -421,8 +424,17 @@ func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool
 		}
 		s.qs[i] = q
 	}
-	if n := written() - before; again && n != 0 {
-		s.fail("opened again, the store holds other policies than the ones last set: declaring them wrote %d records", n)
+	if !again {
+		return
+	}
+	var finished int64
+	for i, q := range s.qs {
+		n := q.Stats().DeadLettered
+		finished += n
+		s.m.qs[i].c.deadLettered += n // this process moved them
+	}
+	if n := written() - before; n != finished {
+		s.fail("opened again, the store holds other policies than the ones last set: declaring them wrote %d records, %d of them dead letters of a lowering a power loss cut short", n, finished)
 	}
 }
 

@@ -55,12 +55,16 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //   - Names are compared after filepath.Clean; use one spelling per file.
 //
 // Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
-// Truncate, Remove, Rename, SyncDir, MkdirAll) are counted by
-// [CrashFS.Ops]; after a crash each of them fails with [ErrCrashed] and does
-// nothing. Lock is passed through, uncounted (what it writes into a
-// tracked file is recorded as an unsynced write). WriteAt, Sync, Truncate and
-// Allocate of a closed File fail with [os.ErrClosed], uncounted, and change
-// nothing: a Sync through a closed handle is no writeback failure.
+// Truncate, each write of Allocate, Remove, Rename, SyncDir, MkdirAll) are
+// counted by [CrashFS.Ops]; after a crash each of them fails with
+// [ErrCrashed] and does nothing. Lock is not counted, but it writes (the
+// inner Lock may create its file, and Default writes the holder's pid into
+// it), so it is recorded as those writes would be: a file it creates is a
+// new name, durable after SyncDir of its directory, and what it writes is
+// an unsynced write; after a crash it fails with [ErrCrashed] too, and
+// takes no lock. WriteAt, Sync, Truncate and Allocate of a closed File
+// fail with [os.ErrClosed], uncounted, and change nothing: a Sync through a
+// closed handle is no writeback failure.
 //
 // A CrashFS and its Files are safe for concurrent use; mutating operations
 // are serialized by one mutex. It retains, until the file's next Sync, a
@@ -394,6 +398,36 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	return cf, nil
 }
 
+// adoptLocked records the file now at path, a name the records say is
+// free (the file was made by other means, or by the inner Lock), as a
+// creation no SyncDir has made durable, with its content an unsynced
+// write. It returns nil if there is no file at path; the caller has made
+// sure that no directory is there.
+func (c *CrashFS) adoptLocked(path string) (*crashNode, error) {
+	r, err := c.inner.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	size, err := r.Size()
+	var data []byte
+	if err == nil {
+		data, err = readRange(r, 0, size)
+	}
+	if err = errors.Join(err, r.Close()); err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	n := &crashNode{}
+	c.group++
+	c.bindLocked(path, n)
+	if len(data) > 0 {
+		n.log = append(n.log, crashRecord{off: 0, data: data, prevSize: 0})
+	}
+	return n, nil
+}
+
 // Remove removes a file of the inner FS; a crash undoes it until SyncDir
 // of its directory.
 func (c *CrashFS) Remove(name string) error {
@@ -707,23 +741,41 @@ func (c *CrashFS) SyncDir(dir string) error {
 }
 
 // Lock takes a lock of the inner FS. It is not a mutating operation, but
-// the inner Lock may write into the file (Default writes its holder's pid
-// there): of a file the CrashFS tracks, that change is recorded as a
-// truncation and a write, unsynced, as if made through a File, so that a
-// crash leaves the content of its last Sync and a clone finds the size it
-// recorded. A file Lock creates, or one not tracked yet, is left
-// untracked: its disk state is its durable state.
+// the inner Lock may create the file and may write into it (Default writes
+// its holder's pid there), and those changes are recorded as if made
+// through OpenFile and a File: a file it creates is a new name, durable
+// after SyncDir of its directory, with what the lock wrote in it unsynced;
+// in a file that was there, the rewrite is a truncation and a write,
+// unsynced, so that a crash leaves the content of its last Sync and a
+// clone finds the size it recorded. After a crash it fails with
+// [ErrCrashed], taking no lock and writing nothing.
 func (c *CrashFS) Lock(name string) (io.Closer, error) {
 	path := filepath.Clean(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.useLocked(path)
-	var n *crashNode
-	if d := c.dirs[filepath.Dir(path)]; d != nil {
-		n = d.cur[filepath.Base(path)]
+	if c.crashedLocked() {
+		return nil, &os.PathError{Op: "lock", Path: name, Err: ErrCrashed}
 	}
-	if n == nil || n.contents != nil {
-		return c.inner.Lock(name)
+	if isDir, err := c.isDirLocked(path); err != nil {
+		return nil, err
+	} else if isDir {
+		return c.inner.Lock(name) // let the inner FS refuse it
+	}
+	n, err := c.lookupLocked(path)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		// The inner Lock creates the file, even when it then fails.
+		l, err := c.inner.Lock(name)
+		if _, aerr := c.adoptLocked(path); aerr != nil {
+			if l != nil {
+				aerr = errors.Join(aerr, l.Close())
+			}
+			return nil, errors.Join(err, aerr)
+		}
+		return l, err
 	}
 	r, err := c.inner.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {

@@ -62,9 +62,12 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 // it), so it is recorded as those writes would be: a file it creates is a
 // new name, durable after SyncDir of its directory, and what it writes is
 // an unsynced write; after a crash it fails with [ErrCrashed] too, and
-// takes no lock. WriteAt, Sync, Truncate and Allocate of a closed File
-// fail with [os.ErrClosed], uncounted, and change nothing: a Sync through a
-// closed handle is no writeback failure.
+// takes no lock. A file that OpenFile or Lock finds at a name the CrashFS
+// saw go (one made again by other means) is recorded as such a creation
+// too, so that every File of a tracked name is one of the CrashFS. WriteAt,
+// Sync, Truncate and Allocate of a closed File fail with [os.ErrClosed],
+// uncounted, and change nothing: a Sync through a closed handle is no
+// writeback failure.
 //
 // A CrashFS and its Files are safe for concurrent use; mutating operations
 // are serialized by one mutex. It retains, until the file's next Sync, a
@@ -352,7 +355,9 @@ const accessModes = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 // OpenFile opens a file of the inner FS. Creating a file, and truncating an
 // existing one with O_TRUNC, are mutating operations; a created file's name
-// is durable after SyncDir of its directory.
+// is durable after SyncDir of its directory. A file found at a name the
+// CrashFS saw go is recorded as a creation, not durable either (see
+// [CrashFS]).
 func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	path := filepath.Clean(name)
 	c.mu.Lock()
@@ -362,13 +367,45 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	creating := n == nil && flag&os.O_CREATE != 0
+	if n != nil && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
+		// The records say a file is there: the inner FS would say so
+		// too, unless it was removed by other means, and then it would
+		// create one, unrecorded.
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EEXIST}
+	}
+	if n == nil && flag&os.O_CREATE == 0 {
+		// Let the inner FS report ENOENT, or open a directory (without
+		// O_TRUNC first: a file found here must not be truncated
+		// unrecorded).
+		f, err := c.inner.OpenFile(name, flag&^os.O_TRUNC, perm)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.inner.ReadDir(path); err == nil {
+			if flag&os.O_TRUNC == 0 {
+				return f, nil
+			}
+			if err := f.Close(); err != nil {
+				return nil, err
+			}
+			return c.inner.OpenFile(name, flag, perm)
+		}
+		// A file at a name the records say is free: made again by other
+		// means. Its File must be one of the CrashFS, so that its writes
+		// are recorded and, after a crash, refused.
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		if n, err = c.adoptLocked(path); err != nil {
+			return nil, err
+		}
+		if n == nil { // gone again
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENOENT}
+		}
+	}
+	creating := n == nil
 	access := flag & accessModes
 	truncating := n != nil && flag&os.O_TRUNC != 0 && access != os.O_RDONLY
-	if n == nil && !creating || n != nil && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
-		// Let the inner FS report ENOENT, EEXIST or a directory.
-		return c.inner.OpenFile(name, flag, perm)
-	}
 	if creating || truncating {
 		if err := c.beginLocked(); err != nil {
 			return nil, &os.PathError{Op: "open", Path: name, Err: err}

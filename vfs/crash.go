@@ -840,9 +840,10 @@ func (c *CrashFS) Lock(name string) (io.Closer, error) {
 		return nil, errors.Join(err, l.Close())
 	}
 	if size != prevSize || !bytes.Equal(data, prev) {
-		n.log = append(n.log,
-			crashRecord{truncate: true, off: 0, prev: prev, prevSize: prevSize},
-			crashRecord{off: 0, data: data, prevSize: 0})
+		n.log = append(n.log, crashRecord{truncate: true, off: 0, prev: prev, prevSize: prevSize})
+		if len(data) > 0 { // the holder's write may have failed after the truncation
+			n.log = append(n.log, crashRecord{off: 0, data: data, prevSize: 0})
+		}
 	}
 	return l, nil
 }

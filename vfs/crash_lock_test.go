@@ -1,6 +1,8 @@
 package vfs
 
 import (
+	"errors"
+	"io"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
@@ -71,4 +73,39 @@ func TestAFileALockMakesAgainAfterARemovalIsAFileOfTheCrashFS(t *testing.T) {
 	require.ErrorIs(t, err, ErrCrashed, "a write after the crash through a %T", f)
 	require.Equal(t, map[string]string{"LOCK": ""}, cloneTree(t, c, keepNone),
 		"the removal and the Lock's creation were never made durable")
+}
+
+// emptyingLockFS is an FS whose Lock leaves the file empty, as Default's
+// does when its write of the holder fails after its Truncate(0) (ENOSPC).
+type emptyingLockFS struct{ FS }
+
+func (e emptyingLockFS) Lock(name string) (io.Closer, error) {
+	l, err := e.FS.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Truncate(name, 0); err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
+}
+
+// TestTearingALockFileTheLockEmptiedKeepsItOrEmptiesIt: TearLastWrite
+// "cuts the last unsynced write of each file after a random number of
+// bytes (possibly none, never all)"; a Lock that left its file empty wrote
+// nothing to cut, and the clone keeps the file's synced content or, the
+// truncation surviving, an empty file (CrashClone used to draw a random
+// number below 0, and panic).
+func TestTearingALockFileTheLockEmptiedKeepsItOrEmptiesIt(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(emptyingLockFS{Default})
+	name := filepath.Join(dir, "mark")
+	durableFile(t, c, name, "holder").Close()
+	l, err := c.Lock(name)
+	require.NoError(t, err)
+	defer l.Close()
+	for seed := range uint64(8) {
+		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, TearLastWrite: true, Rand: newRand(seed)})
+		require.Contains(t, []string{"holder", ""}, got["mark"], "seed %d", seed)
+	}
 }

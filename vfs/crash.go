@@ -909,24 +909,65 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.fs.beginLocked(); err != nil {
 		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: err}
 	}
+	return f.writeLocked(p, off)
+}
+
+// writeLocked is WriteAt after the operation has been counted.
+//
+// After a failed fdatasync (the node has a base), the record is widened
+// to the whole pages the write touches, with the rest of each page as the
+// page cache holds it, bytes of the failed writes included: the write
+// dirties those pages, and writeback sends each of them whole. It is not
+// widened past the size a crash would leave (see imageSizeLocked), which
+// an extension the failed fdatasync lost does not reach.
+func (f *crashFile) writeLocked(p []byte, off int64) (int, error) {
 	prevSize, err := f.inner.Size()
 	if err != nil {
 		return 0, err
 	}
-	prev, err := readRange(f.inner, off, min(off+int64(len(p)), prevSize))
+	from, to := off, off+int64(len(p))
+	if f.node.hasBase {
+		from = off / crashBlockSize * crashBlockSize
+		to = min((to+crashBlockSize-1)/crashBlockSize*crashBlockSize, max(f.node.imageSizeLocked(), to))
+	}
+	prev, err := readRange(f.inner, from, min(to, prevSize))
 	if err != nil {
 		return 0, err
 	}
 	n, err := f.inner.WriteAt(p, off)
-	if n > 0 {
-		if int64(len(prev)) > int64(n) {
-			prev = prev[:n]
-		}
-		f.node.log = append(f.node.log, crashRecord{
-			off: off, data: append([]byte(nil), p[:n]...), prev: prev, prevSize: prevSize,
-		})
+	if n <= 0 {
+		return n, err
 	}
+	if !f.node.hasBase {
+		to = off + int64(n)
+	}
+	// What the range [from, to) holds now: its old bytes, zeros in a
+	// hole the write left past the old end, and the bytes written, up to
+	// the file's new end.
+	end := min(to, max(prevSize, off+int64(n)))
+	data := make([]byte, end-from)
+	copy(data, prev)
+	copy(data[off-from:], p[:n])
+	if int64(len(prev)) > end-from {
+		prev = prev[:end-from]
+	}
+	f.node.log = append(f.node.log, crashRecord{off: from, data: data, prev: prev, prevSize: prevSize})
 	return n, err
+}
+
+// imageSizeLocked is the size of n, which has a base, that a crash
+// keeping every unsynced change would leave: the base's, changed by the
+// log.
+func (n *crashNode) imageSizeLocked() int64 {
+	size := int64(len(n.base))
+	for i := range n.log {
+		if r := &n.log[i]; r.truncate {
+			size = r.off
+		} else {
+			size = max(size, r.off+int64(len(r.data)))
+		}
+	}
+	return size
 }
 
 // Sync fdatasyncs the inner file and, if that succeeds, makes the node's
@@ -956,9 +997,9 @@ func (f *crashFile) Sync() error {
 		return err
 	}
 	if f.node.hasBase {
-		// Writeback is by page: a page written again since the failure
-		// is dirty again, and goes to the device whole, with whatever
-		// bytes of the failed writes it holds.
+		// The pages written again since the failure go to the device
+		// whole, as their widened records hold them (see writeLocked);
+		// the others keep their durable content.
 		durable, cur, name, err := f.fs.durableContentLocked(f.node)
 		if err != nil {
 			return err
@@ -966,17 +1007,6 @@ func (f *crashFile) Sync() error {
 		img, err := replayLocked(f.node, durable, cur, name, &CrashOptions{KeepUnsyncedFraction: 1})
 		if err != nil {
 			return err
-		}
-		for _, r := range f.node.log {
-			if r.truncate {
-				continue
-			}
-			for p := r.off / crashBlockSize * crashBlockSize; p < r.off+int64(len(r.data)); p += crashBlockSize {
-				end := min(p+crashBlockSize, int64(len(img)), int64(len(cur)))
-				if p < end {
-					copy(img[p:end], cur[p:end])
-				}
-			}
 		}
 		f.node.base, f.node.syncedSize, f.node.log = img, int64(len(img)), nil
 		return nil

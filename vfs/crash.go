@@ -1037,18 +1037,18 @@ func (f *crashFile) Allocate(off, n int64) error {
 	case off > math.MaxInt64-n:
 		return refuse(syscall.EFBIG)
 	}
+	// The size is read and the zeros written under one hold of the
+	// mutex, so that no write through another handle falls in between
+	// and is overwritten.
 	f.fs.mu.Lock()
-	err := f.closedLocked("fallocate")
+	defer f.fs.mu.Unlock()
 	switch {
-	case err != nil:
+	case f.closed:
+		return f.closedLocked("fallocate")
 	case !f.writable:
-		err = refuse(syscall.EBADF)
+		return refuse(syscall.EBADF)
 	case f.fs.crashedLocked():
-		err = refuse(ErrCrashed)
-	}
-	f.fs.mu.Unlock()
-	if err != nil {
-		return err
+		return refuse(ErrCrashed)
 	}
 	size, err := f.inner.Size()
 	if err != nil {
@@ -1057,8 +1057,11 @@ func (f *crashFile) Allocate(off, n int64) error {
 	from, end := max(off, size), off+n
 	zeros := make([]byte, min(max(end-from, 0), 1<<20))
 	for from < end {
+		if err := f.fs.beginLocked(); err != nil {
+			return &os.PathError{Op: "write", Path: f.Name(), Err: err}
+		}
 		k := min(int64(len(zeros)), end-from)
-		if _, err := f.WriteAt(zeros[:k], from); err != nil {
+		if _, err := f.writeLocked(zeros[:k], from); err != nil {
 			return err
 		}
 		from += k

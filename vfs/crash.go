@@ -354,10 +354,10 @@ func (n *crashNode) releaseLocked() {
 const accessModes = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 // OpenFile opens a file of the inner FS. Creating a file, and truncating an
-// existing one with O_TRUNC, are mutating operations; a created file's name
-// is durable after SyncDir of its directory. A file found at a name the
-// CrashFS saw go is recorded as a creation, not durable either (see
-// [CrashFS]).
+// existing one with O_TRUNC (read-only too, as Linux does), are mutating
+// operations; a created file's name is durable after SyncDir of its
+// directory. A file found at a name the CrashFS saw go is recorded as a
+// creation, not durable either (see [CrashFS]).
 func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	path := filepath.Clean(name)
 	c.mu.Lock()
@@ -405,7 +405,8 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	}
 	creating := n == nil
 	access := flag & accessModes
-	truncating := n != nil && flag&os.O_TRUNC != 0 && access != os.O_RDONLY
+	// Linux truncates on O_TRUNC whatever the access mode, read-only too.
+	truncating := n != nil && flag&os.O_TRUNC != 0
 	if creating || truncating {
 		if err := c.beginLocked(); err != nil {
 			return nil, &os.PathError{Op: "open", Path: name, Err: err}
@@ -428,11 +429,27 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	}
 	cf := &crashFile{fs: c, node: n, inner: f, readable: access != os.O_WRONLY, writable: access != os.O_RDONLY}
 	if truncating {
-		if err := cf.truncateLocked(0); err != nil {
+		if err := c.truncateOpenLocked(cf, name, innerFlag); err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
 	}
 	return cf, nil
+}
+
+// truncateOpenLocked does the O_TRUNC of an open of cf, counted already,
+// as a recorded Truncate to 0. A read-only cf cannot truncate: a handle
+// opened read-write for it does, needing the write permission that
+// O_TRUNC needs.
+func (c *CrashFS) truncateOpenLocked(cf *crashFile, name string, innerFlag int) error {
+	if cf.writable {
+		return cf.truncateLocked(0)
+	}
+	w, err := c.inner.OpenFile(name, innerFlag&^(accessModes|os.O_CREATE|os.O_EXCL)|os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = (&crashFile{fs: c, node: cf.node, inner: w, readable: true, writable: true}).truncateLocked(0)
+	return errors.Join(err, w.Close())
 }
 
 // adoptLocked records the file now at path, a name the records say is

@@ -55,12 +55,19 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //   - Names are compared after filepath.Clean; use one spelling per file.
 //
 // Mutating operations (OpenFile that creates or truncates, WriteAt, Sync,
-// Truncate, Remove, Rename, SyncDir, MkdirAll) are counted by
-// [CrashFS.Ops]; after a crash each of them fails with [ErrCrashed] and does
-// nothing. Lock is passed through, uncounted (what it writes into a
-// tracked file is recorded as an unsynced write). WriteAt, Sync, Truncate and
-// Allocate of a closed File fail with [os.ErrClosed], uncounted, and change
-// nothing: a Sync through a closed handle is no writeback failure.
+// Truncate, each write of Allocate, Remove, Rename, SyncDir, MkdirAll) are
+// counted by [CrashFS.Ops]; after a crash each of them fails with
+// [ErrCrashed] and does nothing. Lock is not counted, but it writes (the
+// inner Lock may create its file, and Default writes the holder's pid into
+// it), so it is recorded as those writes would be: a file it creates is a
+// new name, durable after SyncDir of its directory, and what it writes is
+// an unsynced write; after a crash it fails with [ErrCrashed] too, and
+// takes no lock. A file that OpenFile or Lock finds at a name the CrashFS
+// saw go (one made again by other means) is recorded as such a creation
+// too, so that every File of a tracked name is one of the CrashFS. WriteAt,
+// Sync, Truncate and Allocate of a closed File fail with [os.ErrClosed],
+// uncounted, and change nothing: a Sync through a closed handle is no
+// writeback failure.
 //
 // A CrashFS and its Files are safe for concurrent use; mutating operations
 // are serialized by one mutex. It retains, until the file's next Sync, a
@@ -347,8 +354,10 @@ func (n *crashNode) releaseLocked() {
 const accessModes = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 // OpenFile opens a file of the inner FS. Creating a file, and truncating an
-// existing one with O_TRUNC, are mutating operations; a created file's name
-// is durable after SyncDir of its directory.
+// existing one with O_TRUNC (read-only too, as Linux does), are mutating
+// operations; a created file's name is durable after SyncDir of its
+// directory. A file found at a name the CrashFS saw go is recorded as a
+// creation, not durable either (see [CrashFS]).
 func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	path := filepath.Clean(name)
 	c.mu.Lock()
@@ -358,13 +367,46 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	creating := n == nil && flag&os.O_CREATE != 0
-	access := flag & accessModes
-	truncating := n != nil && flag&os.O_TRUNC != 0 && access != os.O_RDONLY
-	if n == nil && !creating || n != nil && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
-		// Let the inner FS report ENOENT, EEXIST or a directory.
-		return c.inner.OpenFile(name, flag, perm)
+	if n != nil && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
+		// The records say a file is there: the inner FS would say so
+		// too, unless it was removed by other means, and then it would
+		// create one, unrecorded.
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EEXIST}
 	}
+	if n == nil && flag&os.O_CREATE == 0 {
+		// Let the inner FS report ENOENT, or open a directory (without
+		// O_TRUNC first: a file found here must not be truncated
+		// unrecorded).
+		f, err := c.inner.OpenFile(name, flag&^os.O_TRUNC, perm)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.inner.ReadDir(path); err == nil {
+			if flag&os.O_TRUNC == 0 {
+				return f, nil
+			}
+			if err := f.Close(); err != nil {
+				return nil, err
+			}
+			return c.inner.OpenFile(name, flag, perm)
+		}
+		// A file at a name the records say is free: made again by other
+		// means. Its File must be one of the CrashFS, so that its writes
+		// are recorded and, after a crash, refused.
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		if n, err = c.adoptLocked(path); err != nil {
+			return nil, err
+		}
+		if n == nil { // gone again
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENOENT}
+		}
+	}
+	creating := n == nil
+	access := flag & accessModes
+	// Linux truncates on O_TRUNC whatever the access mode, read-only too.
+	truncating := n != nil && flag&os.O_TRUNC != 0
 	if creating || truncating {
 		if err := c.beginLocked(); err != nil {
 			return nil, &os.PathError{Op: "open", Path: name, Err: err}
@@ -387,11 +429,57 @@ func (c *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	}
 	cf := &crashFile{fs: c, node: n, inner: f, readable: access != os.O_WRONLY, writable: access != os.O_RDONLY}
 	if truncating {
-		if err := cf.truncateLocked(0); err != nil {
+		if err := c.truncateOpenLocked(cf, name, innerFlag); err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
 	}
 	return cf, nil
+}
+
+// truncateOpenLocked does the O_TRUNC of an open of cf, counted already,
+// as a recorded Truncate to 0. A read-only cf cannot truncate: a handle
+// opened read-write for it does, needing the write permission that
+// O_TRUNC needs.
+func (c *CrashFS) truncateOpenLocked(cf *crashFile, name string, innerFlag int) error {
+	if cf.writable {
+		return cf.truncateLocked(0)
+	}
+	w, err := c.inner.OpenFile(name, innerFlag&^(accessModes|os.O_CREATE|os.O_EXCL)|os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = (&crashFile{fs: c, node: cf.node, inner: w, readable: true, writable: true}).truncateLocked(0)
+	return errors.Join(err, w.Close())
+}
+
+// adoptLocked records the file now at path, a name the records say is
+// free (the file was made by other means, or by the inner Lock), as a
+// creation no SyncDir has made durable, with its content an unsynced
+// write. It returns nil if there is no file at path; the caller has made
+// sure that no directory is there.
+func (c *CrashFS) adoptLocked(path string) (*crashNode, error) {
+	r, err := c.inner.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	size, err := r.Size()
+	var data []byte
+	if err == nil {
+		data, err = readRange(r, 0, size)
+	}
+	if err = errors.Join(err, r.Close()); err != nil {
+		return nil, fmt.Errorf("vfs: CrashFS tracking %s: %w", path, err)
+	}
+	n := &crashNode{}
+	c.group++
+	c.bindLocked(path, n)
+	if len(data) > 0 {
+		n.log = append(n.log, crashRecord{off: 0, data: data, prevSize: 0})
+	}
+	return n, nil
 }
 
 // Remove removes a file of the inner FS; a crash undoes it until SyncDir
@@ -707,23 +795,41 @@ func (c *CrashFS) SyncDir(dir string) error {
 }
 
 // Lock takes a lock of the inner FS. It is not a mutating operation, but
-// the inner Lock may write into the file (Default writes its holder's pid
-// there): of a file the CrashFS tracks, that change is recorded as a
-// truncation and a write, unsynced, as if made through a File, so that a
-// crash leaves the content of its last Sync and a clone finds the size it
-// recorded. A file Lock creates, or one not tracked yet, is left
-// untracked: its disk state is its durable state.
+// the inner Lock may create the file and may write into it (Default writes
+// its holder's pid there), and those changes are recorded as if made
+// through OpenFile and a File: a file it creates is a new name, durable
+// after SyncDir of its directory, with what the lock wrote in it unsynced;
+// in a file that was there, the rewrite is a truncation and a write,
+// unsynced, so that a crash leaves the content of its last Sync and a
+// clone finds the size it recorded. After a crash it fails with
+// [ErrCrashed], taking no lock and writing nothing.
 func (c *CrashFS) Lock(name string) (io.Closer, error) {
 	path := filepath.Clean(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.useLocked(path)
-	var n *crashNode
-	if d := c.dirs[filepath.Dir(path)]; d != nil {
-		n = d.cur[filepath.Base(path)]
+	if c.crashedLocked() {
+		return nil, &os.PathError{Op: "lock", Path: name, Err: ErrCrashed}
 	}
-	if n == nil || n.contents != nil {
-		return c.inner.Lock(name)
+	if isDir, err := c.isDirLocked(path); err != nil {
+		return nil, err
+	} else if isDir {
+		return c.inner.Lock(name) // let the inner FS refuse it
+	}
+	n, err := c.lookupLocked(path)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		// The inner Lock creates the file, even when it then fails.
+		l, err := c.inner.Lock(name)
+		if _, aerr := c.adoptLocked(path); aerr != nil {
+			if l != nil {
+				aerr = errors.Join(aerr, l.Close())
+			}
+			return nil, errors.Join(err, aerr)
+		}
+		return l, err
 	}
 	r, err := c.inner.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
@@ -751,9 +857,10 @@ func (c *CrashFS) Lock(name string) (io.Closer, error) {
 		return nil, errors.Join(err, l.Close())
 	}
 	if size != prevSize || !bytes.Equal(data, prev) {
-		n.log = append(n.log,
-			crashRecord{truncate: true, off: 0, prev: prev, prevSize: prevSize},
-			crashRecord{off: 0, data: data, prevSize: 0})
+		n.log = append(n.log, crashRecord{truncate: true, off: 0, prev: prev, prevSize: prevSize})
+		if len(data) > 0 { // the holder's write may have failed after the truncation
+			n.log = append(n.log, crashRecord{off: 0, data: data, prevSize: 0})
+		}
 	}
 	return l, nil
 }
@@ -819,24 +926,65 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.fs.beginLocked(); err != nil {
 		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: err}
 	}
+	return f.writeLocked(p, off)
+}
+
+// writeLocked is WriteAt after the operation has been counted.
+//
+// After a failed fdatasync (the node has a base), the record is widened
+// to the whole pages the write touches, with the rest of each page as the
+// page cache holds it, bytes of the failed writes included: the write
+// dirties those pages, and writeback sends each of them whole. It is not
+// widened past the size a crash would leave (see imageSizeLocked), which
+// an extension the failed fdatasync lost does not reach.
+func (f *crashFile) writeLocked(p []byte, off int64) (int, error) {
 	prevSize, err := f.inner.Size()
 	if err != nil {
 		return 0, err
 	}
-	prev, err := readRange(f.inner, off, min(off+int64(len(p)), prevSize))
+	from, to := off, off+int64(len(p))
+	if f.node.hasBase {
+		from = off / crashBlockSize * crashBlockSize
+		to = min((to+crashBlockSize-1)/crashBlockSize*crashBlockSize, max(f.node.imageSizeLocked(), to))
+	}
+	prev, err := readRange(f.inner, from, min(to, prevSize))
 	if err != nil {
 		return 0, err
 	}
 	n, err := f.inner.WriteAt(p, off)
-	if n > 0 {
-		if int64(len(prev)) > int64(n) {
-			prev = prev[:n]
-		}
-		f.node.log = append(f.node.log, crashRecord{
-			off: off, data: append([]byte(nil), p[:n]...), prev: prev, prevSize: prevSize,
-		})
+	if n <= 0 {
+		return n, err
 	}
+	if !f.node.hasBase {
+		to = off + int64(n)
+	}
+	// What the range [from, to) holds now: its old bytes, zeros in a
+	// hole the write left past the old end, and the bytes written, up to
+	// the file's new end.
+	end := min(to, max(prevSize, off+int64(n)))
+	data := make([]byte, end-from)
+	copy(data, prev)
+	copy(data[off-from:], p[:n])
+	if int64(len(prev)) > end-from {
+		prev = prev[:end-from]
+	}
+	f.node.log = append(f.node.log, crashRecord{off: from, data: data, prev: prev, prevSize: prevSize})
 	return n, err
+}
+
+// imageSizeLocked is the size of n, which has a base, that a crash
+// keeping every unsynced change would leave: the base's, changed by the
+// log.
+func (n *crashNode) imageSizeLocked() int64 {
+	size := int64(len(n.base))
+	for i := range n.log {
+		if r := &n.log[i]; r.truncate {
+			size = r.off
+		} else {
+			size = max(size, r.off+int64(len(r.data)))
+		}
+	}
+	return size
 }
 
 // Sync fdatasyncs the inner file and, if that succeeds, makes the node's
@@ -866,9 +1014,9 @@ func (f *crashFile) Sync() error {
 		return err
 	}
 	if f.node.hasBase {
-		// Writeback is by page: a page written again since the failure
-		// is dirty again, and goes to the device whole, with whatever
-		// bytes of the failed writes it holds.
+		// The pages written again since the failure go to the device
+		// whole, as their widened records hold them (see writeLocked);
+		// the others keep their durable content.
 		durable, cur, name, err := f.fs.durableContentLocked(f.node)
 		if err != nil {
 			return err
@@ -876,17 +1024,6 @@ func (f *crashFile) Sync() error {
 		img, err := replayLocked(f.node, durable, cur, name, &CrashOptions{KeepUnsyncedFraction: 1})
 		if err != nil {
 			return err
-		}
-		for _, r := range f.node.log {
-			if r.truncate {
-				continue
-			}
-			for p := r.off / crashBlockSize * crashBlockSize; p < r.off+int64(len(r.data)); p += crashBlockSize {
-				end := min(p+crashBlockSize, int64(len(img)), int64(len(cur)))
-				if p < end {
-					copy(img[p:end], cur[p:end])
-				}
-			}
 		}
 		f.node.base, f.node.syncedSize, f.node.log = img, int64(len(img)), nil
 		return nil
@@ -917,18 +1054,18 @@ func (f *crashFile) Allocate(off, n int64) error {
 	case off > math.MaxInt64-n:
 		return refuse(syscall.EFBIG)
 	}
+	// The size is read and the zeros written under one hold of the
+	// mutex, so that no write through another handle falls in between
+	// and is overwritten.
 	f.fs.mu.Lock()
-	err := f.closedLocked("fallocate")
+	defer f.fs.mu.Unlock()
 	switch {
-	case err != nil:
+	case f.closed:
+		return f.closedLocked("fallocate")
 	case !f.writable:
-		err = refuse(syscall.EBADF)
+		return refuse(syscall.EBADF)
 	case f.fs.crashedLocked():
-		err = refuse(ErrCrashed)
-	}
-	f.fs.mu.Unlock()
-	if err != nil {
-		return err
+		return refuse(ErrCrashed)
 	}
 	size, err := f.inner.Size()
 	if err != nil {
@@ -937,8 +1074,11 @@ func (f *crashFile) Allocate(off, n int64) error {
 	from, end := max(off, size), off+n
 	zeros := make([]byte, min(max(end-from, 0), 1<<20))
 	for from < end {
+		if err := f.fs.beginLocked(); err != nil {
+			return &os.PathError{Op: "write", Path: f.Name(), Err: err}
+		}
 		k := min(int64(len(zeros)), end-from)
-		if _, err := f.WriteAt(zeros[:k], from); err != nil {
+		if _, err := f.writeLocked(zeros[:k], from); err != nil {
 			return err
 		}
 		from += k

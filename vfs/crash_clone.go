@@ -372,7 +372,7 @@ func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOpt
 			continue
 		}
 		data := r.data
-		if opts.TearLastWrite && i == lastWrite && opts.KeepUnsyncedFraction > 0 {
+		if opts.TearLastWrite && i == lastWrite && opts.KeepUnsyncedFraction > 0 && len(data) > 0 {
 			data = data[:opts.Rand.IntN(len(data))]
 		}
 		for start := r.off; start < r.off+int64(len(data)); {

@@ -1,6 +1,8 @@
 package vfs
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -54,4 +56,36 @@ func TestCrashCloneFindsARelativeDirectoryWhoseNameStartsWithTwoDots(t *testing.
 	dst := filepath.Join(t.TempDir(), "clone")
 	require.NoError(t, c.CrashClone(dst, CrashOptions{}))
 	require.Equal(t, map[string]string{"..data/f": "data"}, readTree(t, dst))
+}
+
+// TestAReadOnlyOpenWithOTruncTruncatesAsDefaultDoes: OpenFile "opens a file
+// as os.OpenFile does", and on Linux O_TRUNC truncates whatever the
+// access mode. The CrashFS truncates too, as a counted and recorded
+// Truncate, and the handle stays read-only.
+func TestAReadOnlyOpenWithOTruncTruncatesAsDefaultDoes(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	require.NoError(t, os.WriteFile(plain, []byte("data"), 0o600))
+	d, err := Default.OpenFile(plain, os.O_RDONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	size, err := d.Size()
+	require.NoError(t, errors.Join(err, d.Close()))
+	require.Zero(t, size, "Default left the file as it was")
+	require.NoError(t, os.Remove(plain))
+
+	c := NewCrashFS(Default)
+	name := filepath.Join(dir, "seg")
+	durableFile(t, c, name, "synced").Close()
+	ops := c.Ops()
+	f, err := c.OpenFile(name, os.O_RDONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	size, err = f.Size()
+	require.NoError(t, err)
+	require.Zero(t, size, "O_TRUNC left the file as it was")
+	require.Equal(t, ops+1, c.Ops(), "the truncation is a mutating operation")
+	_, err = f.WriteAt([]byte("x"), 0)
+	require.Error(t, err, "a read-only handle writes")
+	require.Equal(t, map[string]string{"seg": "synced"}, cloneTree(t, c, keepNone))
+	require.Equal(t, map[string]string{"seg": ""}, cloneTree(t, c, keepAll))
 }

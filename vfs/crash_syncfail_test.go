@@ -57,3 +57,31 @@ func TestCrashFSAFailedFdatasyncLosesOnlyThePagesNotWrittenAgain(t *testing.T) {
 	want := strings.Repeat("o", 2*crashBlockSize) + strings.Repeat("x", 10) + "y" + strings.Repeat("x", crashBlockSize-11)
 	require.Equal(t, map[string]string{"seg": want}, cloneTree(t, c, keepNone))
 }
+
+// TestAPageWrittenAgainAfterAFailedFdatasyncSurvivesWhole: "Only the pages
+// written again after the failure can become durable (whole: writeback is
+// by page)". A page written again is dirty, whole, with the bytes of the
+// failed write it holds: a power loss leaves it as it was durable, or
+// whole as the page cache holds it, never the new byte beside the old
+// durable bytes of the same page, which no device ever held.
+func TestAPageWrittenAgainAfterAFailedFdatasyncSurvivesWhole(t *testing.T) {
+	dir := t.TempDir()
+	ffs := NewFaultFS(Default)
+	c := NewCrashFS(ffs)
+	name := filepath.Join(dir, "seg")
+	f := durableFile(t, c, name, strings.Repeat("o", 3*crashBlockSize))
+	defer f.Close()
+	writeAt(t, f, strings.Repeat("x", 3*crashBlockSize), 0)
+	ffs.Inject(Rule{Op: OpSync, Times: 1})
+	require.Error(t, f.Sync())
+	writeAt(t, f, "y", 2*crashBlockSize+10) // the third page is dirty again
+	durable := strings.Repeat("o", 3*crashBlockSize)
+	rewritten := strings.Repeat("o", 2*crashBlockSize) + strings.Repeat("x", 10) + "y" + strings.Repeat("x", crashBlockSize-11)
+	require.Equal(t, durable, cloneTree(t, c, keepNone)["seg"])
+	require.Equal(t, rewritten, cloneTree(t, c, keepAll)["seg"],
+		"the third page, with every unsynced write kept, is not the page the page cache would write back")
+	for seed := range uint64(8) {
+		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})["seg"]
+		require.Contains(t, []string{durable, rewritten}, got, "seed %d", seed)
+	}
+}

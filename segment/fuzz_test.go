@@ -2,6 +2,7 @@ package segment_test
 
 import (
 	"errors"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -113,8 +114,9 @@ func fuzzScan(t *testing.T, data []byte, seq uint32, salvage bool) (segment.Repo
 }
 
 // FuzzDecode decodes arbitrary bytes at an arbitrary offset: Decode must not
-// panic, must fail only with its documented errors, and a frame it accepts
-// must encode back to exactly the bytes it was read from.
+// panic, must fail only with its documented errors (an offset outside the
+// data, and only such an offset, with one wrapping fs.ErrInvalid), and a
+// frame it accepts must encode back to exactly the bytes it was read from.
 func FuzzDecode(f *testing.F) {
 	valid := segment.AppendFrame(nil, 5, 0, 40, segment.KindRecord, segment.First, []byte("body"))
 	f.Add(valid, 0, uint32(5))
@@ -132,6 +134,12 @@ func FuzzDecode(f *testing.F) {
 	sentinels := []error{segment.ErrZeroFrame, segment.ErrShortFrame, segment.ErrForeignFrame, segment.ErrChecksum, segment.ErrBadType}
 	f.Fuzz(func(t *testing.T, data []byte, off int, seq uint32) {
 		fr, err := segment.Decode(data, off, seq)
+		outside := off < 0 || off > len(data)
+		require.Equal(t, outside, errors.Is(err, fs.ErrInvalid), "Decode at offset %d of %d bytes: %v", off, len(data), err)
+		if outside {
+			require.Equal(t, segment.Frame{}, fr)
+			return
+		}
 		if err != nil {
 			require.Equal(t, segment.Frame{}, fr)
 			for _, s := range sentinels {

@@ -3,6 +3,7 @@ package fuzz
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"math"
 	"testing"
 
@@ -30,7 +31,8 @@ func validType(k segment.Kind, p segment.Place) bool {
 }
 
 // FuzzFrameDecode checks both directions of the frame encoding: arbitrary
-// bytes decoded at an arbitrary offset, and a frame encoded from fuzzed
+// bytes decoded at an arbitrary offset (one outside the data refused as an
+// invalid argument, and only such a one), and a frame encoded from fuzzed
 // fields (type is the raw type byte: kind in its low 4 bits, place in the
 // next 2, and garbage above) placed after a prefix of data. flip chooses a
 // bit to flip and a cut.
@@ -40,7 +42,11 @@ func FuzzFrameDecode(f *testing.F) {
 		orig := bytes.Clone(data)
 		fr, err := segment.Decode(data, off, seq)
 		require.Equal(t, orig, data, "Decode changed its input")
-		if err != nil {
+		outside := off < 0 || off > len(data)
+		require.Equal(t, outside, errors.Is(err, fs.ErrInvalid), "Decode at offset %d of %d bytes: %v", off, len(data), err)
+		if outside {
+			require.Equal(t, segment.Frame{}, fr, "a refused Decode returns a frame")
+		} else if err != nil {
 			require.True(t, isFrameError(err), "Decode failed with an undocumented error: %v", err)
 			require.Equal(t, segment.Frame{}, fr, "a failed Decode returns a frame")
 		} else {

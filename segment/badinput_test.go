@@ -90,6 +90,26 @@ func TestScanRefusesANilFunction(t *testing.T) {
 	}
 }
 
+// errors.go: "an argument a function cannot act on (an offset outside the
+// data, ...) is refused, before anything is done, with an error that says
+// which argument and wraps io/fs.ErrInvalid". Decode at an offset before
+// the data's start or past its end used to say that a frame "runs past end
+// of file" (ErrShortFrame), as if one started there and was cut: damage,
+// not the argument. The offset just past the data is where the next frame
+// would go: a frame there runs past the end.
+func TestDecodeRefusesAnOffsetOutsideTheData(t *testing.T) {
+	h := segment.EncodeHeader(5, 0x5555)
+	data := segment.AppendFrame(h[:], 5, 0x5555, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("real"))
+	for _, off := range []int{-1, math.MinInt, len(data) + 1, math.MaxInt} {
+		_, err := segment.Decode(data, off, 5)
+		require.ErrorIs(t, err, fs.ErrInvalid, "Decode at offset %d of %d bytes: %v", off, len(data), err)
+		require.ErrorContains(t, err, fmt.Sprintf("offset %d", off))
+	}
+	_, err := segment.Decode(data, len(data), 5)
+	require.ErrorIs(t, err, segment.ErrShortFrame)
+	require.NotErrorIs(t, err, fs.ErrInvalid)
+}
+
 // TestResumeOutsideTheFrames: no frame starts in the header, so an offset
 // before its end finds the first frame after it; past the data there is
 // none. Negative offsets and those near MaxInt used to panic.

@@ -94,15 +94,19 @@
 // one a frame has), each over the length its header gives. Stale bytes
 // crafted to pass those checks at every turn with long lengths would make
 // that quadratic in the file's size, so a scan checksums would-be frames
-// that fail over at most four times the file's size; past that it no
-// longer verifies them, and errs towards corruption:
+// that fail over at most four times the file's size, the frame at X
+// included. Whether a checksum fails is known only once it is computed, so
+// a scan computes none that, should it fail, would go past that; past that
+// it no longer verifies them, and errs towards corruption:
 //
 //   - classifying the end at X, it reads the headers of the would-be
 //     frames left: [EndCorrupt] if any claims a synced value > X (and no
 //     more than its own offset, as every frame written has), else
 //     [EndTorn] (never [EndClean]: one of them may be a frame);
 //   - salvaging, it does not step over the damage at X: the scan ends
-//     there with [EndCorrupt].
+//     there with [EndCorrupt]; and where it stepped over damage before,
+//     it ends with [EndCorrupt] at the first frame after it that it can
+//     no longer verify.
 //
 // Either way the Report's Cause wraps [ErrTooManyCandidates].
 //

@@ -45,7 +45,9 @@ var (
 	// that name it, with lengths that fit) that fail their checksums than
 	// a scan verifies: the end was then classified by the headers of
 	// those left, erring towards corruption, or the damage was reported
-	// rather than stepped over. See the package documentation.
+	// rather than stepped over. Alone, it is the Cause of a salvage that
+	// stepped over damage and then had too little of that work left to
+	// verify the frame at DamageAt. See the package documentation.
 	ErrTooManyCandidates = errors.New("segment: too many would-be frames after the damage to verify")
 )
 

@@ -3,6 +3,7 @@ package segment
 import (
 	"encoding/binary"
 	"fmt"
+	iofs "io/fs"
 
 	"github.com/klauspost/crc32"
 )
@@ -135,16 +136,24 @@ func AppendFrame(dst []byte, seq, salt, synced uint32, kind Kind, place Place, b
 // or later has salt 0: a version 1 file, or frames a test built alone.)
 // It returns ErrZeroFrame, ErrShortFrame, ErrForeignFrame, ErrChecksum or
 // ErrBadType (wrapped with the offset) when there is no valid frame there.
+//
+// An offset outside the data (before its start or past its end), where no
+// byte could be read as a frame, is refused with an error wrapping
+// [io/fs.ErrInvalid]. The offset just past the data is inside: it is where
+// the next frame would go, and none is there yet (ErrShortFrame).
 func Decode(data []byte, off int, seq uint32) (Frame, error) {
 	return decode(data, off, seq, SaltOf(data))
 }
 
 // decode is Decode with the salt given.
 func decode(data []byte, off int, seq, salt uint32) (Frame, error) {
+	if off < 0 || off > len(data) {
+		return Frame{}, fmt.Errorf("segment: decode at offset %d: outside the data [0, %d]: %w", off, len(data), iofs.ErrInvalid)
+	}
 	// off > len-FrameHeaderSize, not off+FrameHeaderSize > len, which
 	// overflows for offsets near MaxInt.
-	if off < 0 || off > len(data)-FrameHeaderSize {
-		if off >= 0 && off < len(data) && allZero(data[off:]) {
+	if off > len(data)-FrameHeaderSize {
+		if off < len(data) && allZero(data[off:]) {
 			return Frame{}, fmt.Errorf("offset %d: %w", off, ErrZeroFrame)
 		}
 		return Frame{}, fmt.Errorf("offset %d: %w", off, ErrShortFrame)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -299,8 +300,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"zero header then bytes", append(make([]byte, 17), 1, 2, 3), 0, segment.ErrZeroFrame},
 		{"empty data", nil, 0, segment.ErrShortFrame},
 		{"offset at the end", valid, len(valid), segment.ErrShortFrame},
-		{"offset past the end", valid, len(valid) + 10, segment.ErrShortFrame},
-		{"negative offset", valid, -1, segment.ErrShortFrame},
+		{"offset past the end", valid, len(valid) + 10, fs.ErrInvalid},
+		{"negative offset", valid, -1, fs.ErrInvalid},
 		{"header cut", valid[:16], 0, segment.ErrShortFrame},
 		{"body cut", valid[:len(valid)-1], 0, segment.ErrShortFrame},
 		{"length above MaxBody", hugeLength, 0, segment.ErrShortFrame},

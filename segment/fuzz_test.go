@@ -1,7 +1,12 @@
 package segment_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -113,8 +118,9 @@ func fuzzScan(t *testing.T, data []byte, seq uint32, salvage bool) (segment.Repo
 }
 
 // FuzzDecode decodes arbitrary bytes at an arbitrary offset: Decode must not
-// panic, must fail only with its documented errors, and a frame it accepts
-// must encode back to exactly the bytes it was read from.
+// panic, must fail only with its documented errors (an offset outside the
+// data, and only such an offset, with one wrapping fs.ErrInvalid), and a
+// frame it accepts must encode back to exactly the bytes it was read from.
 func FuzzDecode(f *testing.F) {
 	valid := segment.AppendFrame(nil, 5, 0, 40, segment.KindRecord, segment.First, []byte("body"))
 	f.Add(valid, 0, uint32(5))
@@ -132,6 +138,12 @@ func FuzzDecode(f *testing.F) {
 	sentinels := []error{segment.ErrZeroFrame, segment.ErrShortFrame, segment.ErrForeignFrame, segment.ErrChecksum, segment.ErrBadType}
 	f.Fuzz(func(t *testing.T, data []byte, off int, seq uint32) {
 		fr, err := segment.Decode(data, off, seq)
+		outside := off < 0 || off > len(data)
+		require.Equal(t, outside, errors.Is(err, fs.ErrInvalid), "Decode at offset %d of %d bytes: %v", off, len(data), err)
+		if outside {
+			require.Equal(t, segment.Frame{}, fr)
+			return
+		}
 		if err != nil {
 			require.Equal(t, segment.Frame{}, fr)
 			for _, s := range sentinels {
@@ -152,5 +164,160 @@ func FuzzDecode(f *testing.F) {
 		// Under the salt of data's header, as Decode read it.
 		again := segment.AppendFrame(nil, seq, segment.SaltOf(data), fr.Synced, fr.Kind, fr.Place, fr.Body)
 		require.Equal(t, data[off:fr.End()], again)
+	})
+}
+
+// FuzzRecoverSalt builds a segment from the fuzz input (up to 8 frames of
+// up to 63 bytes of body, in batches, sealed or not), damages its header
+// (a mask xored into 4 of its bytes, the salt field's among them or not)
+// or zeroes a run of bytes from the header on (into the first frame, or
+// past it), and checks RecoverSalt against what its documentation says it
+// finds:
+//
+//   - with the salt field intact (and not 0), the salt, as long as one
+//     frame is intact;
+//   - otherwise the salt where two intact frames follow each other along
+//     the chain it walks: the frames after the first one a run of zeros
+//     left intact, walked from that one, or from the damaged frame before
+//     it while that one still names the segment and its length, whose
+//     claimed syncs are the first batch's or not before where that walk
+//     began;
+//   - nothing else.
+//
+// That holds where the segment's sequence appears in the file only in the
+// frames' sequence fields. Elsewhere (a body that names it, as one that
+// ships another log's frames does) only this is checked: no panic, and a
+// salt recovered is the true one unless the zeros stopped inside a frame,
+// whose rest may hold frames that vouch for each other under any salt.
+//
+// The salt is drawn from a hash of the input, so that no body the fuzzer
+// writes can hold frames under it, or under its damaged value.
+func FuzzRecoverSalt(f *testing.F) {
+	const xorHeader, zeroRun = 0, 1
+	one, batchEnd := byte(4), byte(4|1<<6) // a 4-byte body; 1<<6: it ends its batch
+	f.Add(uint32(5), []byte{one, one, one}, []byte("abcdefghijkl"), false, uint8(xorHeader), uint16(16), uint16(0), uint32(0xff))
+	f.Add(uint32(5), []byte{one}, []byte("abcd"), false, uint8(xorHeader), uint16(16), uint16(0), uint32(0x1000))
+	f.Add(uint32(5), []byte{one}, []byte("abcd"), true, uint8(xorHeader), uint16(14), uint16(0), uint32(0x01010101))
+	f.Add(uint32(5), []byte{one}, []byte("abcd"), false, uint8(xorHeader), uint16(0), uint16(0), uint32(0xffffffff))
+	f.Add(uint32(5), []byte{}, []byte{}, true, uint8(xorHeader), uint16(16), uint16(0), uint32(1))
+	f.Add(uint32(7), []byte{one, one, one}, []byte("abcdefghijkl"), false, uint8(zeroRun), uint16(0), uint16(40), uint32(0))
+	f.Add(uint32(7), []byte{one, one}, []byte("abcdefgh"), false, uint8(zeroRun), uint16(16), uint16(30), uint32(0))
+	f.Add(uint32(7), []byte{one, one}, []byte("abcdefgh"), true, uint8(zeroRun), uint16(20), uint16(40), uint32(0))
+	f.Add(uint32(7), []byte{one, one, one, one}, []byte("abcdefghijklmnop"), false, uint8(zeroRun), uint16(0), uint16(36), uint32(0))
+	// Zeros over frames of two batches: the first intact frames claim a
+	// sync inside them.
+	f.Add(uint32(7), []byte{batchEnd, one, one, one}, []byte("abcdefghijklmnop"), false, uint8(zeroRun), uint16(0), uint16(66), uint32(0))
+	// A first record whose body ships another log's frames of the
+	// segment, and zeros that take its header.
+	shipped := shippedFrames(7, 0x0badc0de, segment.HeaderSize)
+	f.Add(uint32(7), []byte{byte(len(shipped)), one}, append(shipped, "abcd"...), false, uint8(zeroRun), uint16(0), uint16(44), uint32(0))
+
+	f.Fuzz(func(t *testing.T, seq uint32, layout, bodies []byte, sealed bool, mode uint8, from, to uint16, mask uint32) {
+		seq = max(seq, 1) // zeros name segment 0, which no segment is
+		sum := sha256.Sum256(fmt.Appendf(nil, "%d %x %x %t %d %d %d %d", seq, layout, bodies, sealed, mode, from, to, mask))
+		salt := binary.LittleEndian.Uint32(sum[:])
+		if salt == 0 {
+			salt = 1 // 0 is a version 1 file's, which the header never confirms
+		}
+
+		// The segment: frames in batches, each claiming the sync that
+		// ended the batch before it, the seal its own offset.
+		type frame struct{ off, end, synced int }
+		h := segment.EncodeHeader(seq, salt)
+		data := h[:]
+		var frames []frame
+		synced := segment.HeaderSize
+		for _, l := range layout[:min(len(layout), 8)] {
+			n := min(int(l&0x3f), len(bodies))
+			body := bodies[:n]
+			bodies = bodies[n:]
+			off := len(data)
+			data = segment.AppendFrame(data, seq, salt, uint32(synced), segment.KindRecord, segment.Full, body)
+			frames = append(frames, frame{off, len(data), synced})
+			if l&(1<<6) != 0 {
+				synced = len(data)
+			}
+		}
+		if sealed {
+			off := len(data)
+			data = segment.AppendFrame(data, seq, salt, uint32(off), segment.KindSeal, segment.Full, nil)
+			frames = append(frames, frame{off, len(data), off})
+		}
+		data = append(data, make([]byte, 64)...)
+		orig := bytes.Clone(data)
+
+		zerosEnd := -1 // where the run of zeros ends, if any
+		if mode%2 == xorHeader {
+			at := int(from) % (segment.HeaderSize - 3)
+			var m [4]byte
+			binary.LittleEndian.PutUint32(m[:], mask)
+			for i := range m {
+				data[at+i] ^= m[i]
+			}
+		} else {
+			start := int(from) % (segment.HeaderSize + 1)
+			zerosEnd = start + 1 + int(to)%(len(data)-start)
+			clear(data[start:zerosEnd])
+		}
+
+		got, ok := segment.RecoverSalt(data, seq)
+
+		var seqBytes [4]byte
+		binary.LittleEndian.PutUint32(seqBytes[:], seq)
+		named := 0 // offsets past the header whose bytes name seq where a frame's sequence field would be
+		for i := segment.HeaderSize + 8; i+4 <= len(data); i++ {
+			if [4]byte(data[i:i+4]) == seqBytes {
+				named++
+			}
+		}
+		for _, fr := range frames {
+			if [4]byte(data[fr.off+8:fr.off+12]) == seqBytes {
+				named--
+			}
+		}
+		if named > 0 {
+			if ok && got != salt {
+				inside := false
+				for _, fr := range frames {
+					inside = inside || fr.off < zerosEnd && zerosEnd < fr.end
+				}
+				require.True(t, inside, "a wrong salt %#x (the salt is %#x) where the zeros stopped inside no frame", got, salt)
+			}
+			return
+		}
+		if ok {
+			require.Equal(t, salt, got, "a wrong salt")
+		}
+
+		intact := func(i int) bool {
+			return bytes.Equal(data[frames[i].off:frames[i].end], orig[frames[i].off:frames[i].end])
+		}
+		// k is the first intact frame; every frame after it is intact.
+		k := 0
+		for k < len(frames) && !intact(k) {
+			k++
+		}
+		for i := k; i < len(frames); i++ {
+			require.True(t, intact(i), "frame %d damaged after intact frame %d", i, k)
+		}
+		var want bool
+		if saltKept := bytes.Equal(data[16:20], orig[16:20]); saltKept {
+			want = k < len(frames)
+		} else if k < len(frames) {
+			// Where the chain that reaches frame k begins.
+			begin := segment.HeaderSize
+			if k > 0 {
+				begin = frames[k].off
+				before := frames[k-1].off
+				if bytes.Equal(data[before+4:before+12], orig[before+4:before+12]) {
+					begin = before // it names seq, and its length leads to frame k
+				}
+			}
+			fits := func(fr frame) bool { return fr.synced <= segment.HeaderSize || fr.synced >= begin }
+			for i := k; i+1 < len(frames); i++ {
+				want = want || fits(frames[i]) && fits(frames[i+1])
+			}
+		}
+		require.Equal(t, want, ok, "salt recovered; frames %+v, first intact %d, zeros to %d", frames, k, zerosEnd)
 	})
 }

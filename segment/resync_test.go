@@ -9,10 +9,23 @@ import (
 	"github.com/walbroker/walbroker/segment"
 )
 
-// maxWork is the most a scan of a file of n bytes may checksum: its frames
-// about once per walk (a few walks), and would-be frames that fail over
-// four times its size.
-func maxWork(n int) int { return 8 * n }
+// maxWork is the most a scan of a file of n bytes may checksum, where
+// valid is what the checksums of the frames that verify cover: would-be
+// frames that fail over four times its size, and the frames that verify
+// once per walk that meets them (the walk of the frames, and, in the files
+// of these tests, at most three after damage: to classify the end, to
+// find where a salvage goes on, and to find where the last frame ends).
+func maxWork(n, valid int) int { return 4*n + 4*valid }
+
+// checksummed returns what the checksums of frames of bodies of the given
+// lengths cover: each frame but its checksum field.
+func checksummed(bodies ...int) int {
+	sum := 0
+	for _, b := range bodies {
+		sum += segment.Size(b) - 4
+	}
+	return sum
+}
 
 // staleFile returns a segment file of n bytes for segment seq: one record,
 // then, where the records end, stale bytes (a record body of the segment
@@ -75,7 +88,7 @@ func TestScanOfStaleBytesNamingTheSegmentIsLinear(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rb, rc)
 	require.Equal(t, segment.Report{End: end, Records: 1, Tail: segment.EndClean}, rc)
-	require.LessOrEqual(t, work, maxWork(n), "bytes checksummed scanning %d bytes", n)
+	require.LessOrEqual(t, work, maxWork(n, checksummed(len("real"))), "bytes checksummed scanning %d bytes", n)
 }
 
 // Stale bytes whose every 16 bytes pass all the checks of a frame header
@@ -98,7 +111,7 @@ func TestScanPastWhatItVerifiesErrsTowardsCorruption(t *testing.T) {
 		crafted, _, end := staleFile(n, seq, salt, wouldBeFrames((n-64)/2, seq, c.synced))
 		r, work, err := segment.ScanWork(crafted, seq, segment.HeaderSize, false, nop)
 		require.NoError(t, err, c.name)
-		require.LessOrEqual(t, work, maxWork(n), "%s: bytes checksummed scanning %d bytes", c.name, n)
+		require.LessOrEqual(t, work, maxWork(n, checksummed(len("real"))), "%s: bytes checksummed scanning %d bytes", c.name, n)
 		require.Equal(t, c.want, r.Tail, c.name)
 		require.Equal(t, end, r.End, c.name)
 		require.Equal(t, end, r.DamageAt, c.name)
@@ -146,7 +159,7 @@ func TestSalvagePastWhatItVerifiesStopsAtTheDamage(t *testing.T) {
 
 	r, work, err := segment.ScanWork(data, seq, segment.HeaderSize, true, nop)
 	require.NoError(t, err)
-	require.LessOrEqual(t, work, maxWork(n))
+	require.LessOrEqual(t, work, maxWork(n, checksummed(len("first"), 2, 2, 2, 2)))
 	require.Equal(t, segment.EndCorrupt, r.Tail)
 	require.Equal(t, damagedAt, r.DamageAt)
 	require.Equal(t, damagedAt, r.End)
@@ -154,4 +167,80 @@ func TestSalvagePastWhatItVerifiesStopsAtTheDamage(t *testing.T) {
 	require.Empty(t, r.Skipped)
 	require.ErrorIs(t, r.Cause, segment.ErrChecksum)
 	require.ErrorIs(t, r.Cause, segment.ErrTooManyCandidates)
+}
+
+// Scan's doc: "a scan checksums would-be frames that fail over four times
+// the file's size at most in all (it computes no checksum that, should it
+// fail, would go past that)". Whether a checksum fails is known only once
+// it is computed: a scan that checked what it had spent before each
+// checksum, rather than counting that checksum too, computed one more over
+// nearly the whole file once all but a byte was spent; and the frame at
+// which the walk of the frames stops was not counted at all.
+func TestAScanChecksumsFailingFramesOverAtMostFourTimesTheFile(t *testing.T) {
+	const n, seq, salt = 1 << 19, 5, 0x5555
+	// 7 would-be frames of (4n-1)/7 checksummed bytes each use all but
+	// one byte of the allowance, so an 8th would go past it.
+	per := (4*n - 1) / 7 // bytes checksummed per would-be frame: its length + 13
+	length := uint32(per - 13)
+	crafted, _, end := staleFile(n, seq, salt, wouldBeFrames(length, seq, func(int) uint32 { return segment.HeaderSize }))
+	valid := checksummed(len("real")) // the one record, checksummed once
+	r, work, err := segment.ScanWork(crafted, seq, segment.HeaderSize, false, nop)
+	require.NoError(t, err)
+	require.Equal(t, end, r.End)
+	require.Equal(t, segment.EndTorn, r.Tail)
+	require.ErrorIs(t, r.Cause, segment.ErrTooManyCandidates)
+	failing := work - valid
+	require.LessOrEqual(t, failing, 4*n,
+		"bytes checksummed over would-be frames that failed, in a file of %d bytes (%.2f times its size)", n, float64(failing)/n)
+}
+
+// The same bound holds for a salvage: past damage it stepped over, with
+// nearly all its allowance spent finding where to go on, it does not
+// checksum a long frame that may fail. It stops there, erring towards
+// corruption, rather than go past the allowance to find out.
+func TestASalvageChecksumsFailingFramesOverAtMostFourTimesTheFile(t *testing.T) {
+	const n, seq, salt = 1 << 18, 9, 0x9999
+	h := segment.EncodeHeader(seq, salt)
+	data := segment.AppendFrame(h[:], seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, []byte("first"))
+	damagedAt := len(data)
+	// A record whose body is 8 would-be frames of length bytes (the 9th
+	// header of the pattern has the zero after it as its type, which no
+	// frame has), which the classification of the damage and the search
+	// for where the salvage goes on each checksum; then a record written
+	// after a sync that covered it; then a long record, damaged too.
+	const lastLength = n / 4
+	bodyLen := 9*16 + 1
+	// The allowance less the damaged record, less half the long record.
+	per := (4*n - checksummed(bodyLen) - checksummed(lastLength)/2) / 16 // per would-be frame
+	length := uint32(per - 13)
+	var body []byte
+	for range 9 {
+		body = append(body, wouldBeFrames(length, seq, func(int) uint32 { return segment.HeaderSize })(0)...)
+	}
+	body = append(body, 0)
+	require.Len(t, body, bodyLen)
+	data = segment.AppendFrame(data, seq, salt, segment.HeaderSize, segment.KindRecord, segment.Full, body)
+	resumeAt := len(data)
+	data = segment.AppendFrame(data, seq, salt, uint32(resumeAt), segment.KindRecord, segment.Full, []byte{'r'})
+	lastAt := len(data)
+	data = segment.AppendFrame(data, seq, salt, uint32(lastAt), segment.KindRecord, segment.Full, make([]byte, lastLength))
+	data = append(data, make([]byte, n-len(data))...)
+	data[damagedAt] ^= 1                      // the checksum of the record of would-be frames
+	data[lastAt+segment.FrameHeaderSize] ^= 1 // the body of the long record
+
+	r, work, err := segment.ScanWork(data, seq, segment.HeaderSize, true, nop)
+	require.NoError(t, err)
+	require.Len(t, r.Skipped, 1, "the salvage steps over the damaged record")
+	require.Equal(t, [2]int{damagedAt, resumeAt}, [2]int{r.Skipped[0].From, r.Skipped[0].To})
+	require.Equal(t, 2, r.Records)
+	// The two records that verify: by the walk of the frames, and the
+	// second by the classification and the search too.
+	failing := work - checksummed(len("first")) - 3*checksummed(1)
+	require.LessOrEqual(t, failing, 4*n,
+		"bytes checksummed over would-be frames that failed, in a file of %d bytes (%.2f times its size)", n, float64(failing)/n)
+	require.Equal(t, lastAt, r.End)
+	require.Equal(t, segment.EndCorrupt, r.Tail)
+	require.Equal(t, lastAt, r.DamageAt)
+	require.ErrorIs(t, r.Cause, segment.ErrTooManyCandidates)
+	require.LessOrEqual(t, work, maxWork(n, checksummed(len("first"), 1)))
 }

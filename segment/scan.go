@@ -62,7 +62,10 @@ type Report struct {
 	Tail EndKind
 	// DamageAt is the offset of the frame that failed, and Cause what
 	// failed there. When that frame broke a group, End is the group's start. Meaningful when Tail is not
-	// EndClean, or when a skipped span exists.
+	// EndClean, or when a skipped span exists. (A salvage that stepped
+	// over damage and then has too little of its allowance left to
+	// verify a frame stops at it: DamageAt is that frame, and Cause
+	// wraps only [ErrTooManyCandidates].)
 	DamageAt int
 	Cause    error
 	// Skipped lists the spans salvage stepped over, in order, each with
@@ -85,9 +88,10 @@ type Report struct {
 //
 // Each walk of a scan checksums each byte of the frames that verify once
 // at most, and a scan checksums would-be frames that fail over four times
-// the file's size at most in all: past that it classifies what is left by
-// the frame headers alone, or stops a salvage there, and says so in the
-// Cause with [ErrTooManyCandidates] (see the package documentation).
+// the file's size at most in all (it computes no checksum that, should it
+// fail, would go past that): past that it classifies what is left by the
+// frame headers alone, or stops a salvage there, and says so in the Cause
+// with [ErrTooManyCandidates] (see the package documentation).
 func Scan(data []byte, seq uint32, salvage bool, fn func(Frame) error) (Report, error) {
 	return ScanFrom(data, seq, HeaderSize, salvage, fn)
 }
@@ -126,7 +130,18 @@ func (sc *scanned) scan(data []byte, seq uint32, salvage bool, fn func(Frame) er
 	r, w := &sc.Report, &sc.work
 	var group []Frame
 	off := r.End
+	resumed := -1 // where a salvage went on, at a frame a walk verified
 	for {
+		if off != resumed && !w.affords(data, off, seq) {
+			// Only after a salvage stepped over damage (before, nothing
+			// failed and one frame fits in the allowance): what it spent
+			// leaves too little to find out whether this frame fails, so
+			// the scan stops here, as a walk that runs out does, and errs
+			// towards corruption.
+			r.Tail, r.DamageAt = EndCorrupt, off
+			r.Cause = fmt.Errorf("offset %d: frame not verified: %w", off, ErrTooManyCandidates)
+			return nil
+		}
 		f, err := Decode(data, off, seq)
 		w.count(data, off, seq, f, err)
 		if err == nil {
@@ -175,7 +190,7 @@ func (sc *scanned) scan(data []byte, seq uint32, salvage bool, fn func(Frame) er
 			}
 			r.Skipped = append(r.Skipped, Span{From: r.End, To: next, At: off, Cause: err})
 			group = group[:0]
-			r.End, off = next, next
+			r.End, off, resumed = next, next, next
 			r.Tail = EndClean
 			continue
 		}
@@ -325,11 +340,12 @@ func lastOwnEnd(data []byte, seq uint32, from int, w *work) (end int, unverified
 // header could start a frame (see wouldBeFrame) are checksummed; when the
 // checksums of those that fail have used up w's allowance, it stops and
 // reports unverified, with the offset of the first would-be frame it did
-// not verify.
+// not verify: the first whose checksum, should it fail, would take w past
+// its allowance.
 func walkValid(data []byte, seq uint32, from int, w *work, visit func(Frame) bool) (at int, unverified bool) {
 	for off := from; off+FrameHeaderSize <= len(data); {
 		if wouldBeFrame(data, seq, off) {
-			if w.failed >= w.allowance {
+			if !w.affords(data, off, seq) {
 				return off, true
 			}
 			f, err := Decode(data, off, seq)
@@ -341,7 +357,6 @@ func walkValid(data []byte, seq uint32, from int, w *work, visit func(Frame) boo
 				off = f.End()
 				continue
 			}
-			w.failed += checksummed(data, off, seq)
 		}
 		next, ok := nextCandidate(data, seq, off+1)
 		if !ok {
@@ -373,14 +388,26 @@ type work struct {
 
 func newWork(data []byte) work { return work{allowance: resyncAllowance * len(data)} }
 
+// affords reports whether the checksum Decode computes for the frame at
+// off keeps the bytes over which checksums failed within the allowance
+// should it fail. Whether it fails is known only once it is computed, so
+// every checksum a scan computes is asked for first: a scan that spent
+// nearly all its allowance could otherwise compute one more over nearly
+// the whole file.
+func (w *work) affords(data []byte, off int, seq uint32) bool {
+	return w.failed+checksummed(data, off, seq) <= w.allowance
+}
+
 // count counts the bytes Decode checksummed for the frame at off, which
-// gave f and err.
+// gave f and err, charging those of a frame that failed to the allowance.
 func (w *work) count(data []byte, off int, seq uint32, f Frame, err error) {
 	if err == nil {
 		w.summed += f.End() - off - 4
-	} else {
-		w.summed += checksummed(data, off, seq)
+		return
 	}
+	n := checksummed(data, off, seq)
+	w.summed += n
+	w.failed += n
 }
 
 // checksummed returns how many bytes Decode checksums for the frame at

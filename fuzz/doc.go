@@ -86,7 +86,9 @@
 //     its reason, code and cause, a held one its handler never started
 //     nacked as the consumer stopped). Every reopen
 //     declares the queues with the policies last set, and must write
-//     nothing: the store kept them. After a clean reopen, a rebuild, or
+//     no declaration: the store kept them (the only records it may
+//     write are the dead letters of a lowering of MaxDeliveries a power
+//     loss cut short, which the first handle finishes and counts). After a clean reopen, a rebuild, or
 //     under SyncAll a power loss, the state must equal the model's
 //     exactly. After a power loss under SyncPublish it must equal the
 //     model's state after one of the calls since the last publish or

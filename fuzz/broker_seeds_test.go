@@ -184,6 +184,15 @@ func brokerSeeds(testing.TB) []seed {
 			o(opForward, 0, fwdNext, 0), o(opDeadLetters, 0, 2, 0), o(opPolicy, 1, polRaise, 0), o(opChurn, 1, 25, 0),
 			o(opCrash, 0, 0, 0), o(opStats, 0, 0, 0),
 		}},
+		// A lowering whose dead letter a power loss may take while
+		// keeping its declaration (they follow it in the log, not
+		// fdatasynced under SyncPublish): the reopen, a minute later,
+		// gives the message up at its own reading of the clock.
+		"syncpublish-policy-cut": {broker.SyncPublish, []op{
+			o(opPublish, 0, 5, 0), o(opReceive, 0, 1, 0), o(opForward, 0, fwdNext, 0),
+			o(opPolicy, 0, polLower, 0), o(opForward, 0, fwd61s, 0), o(opCrash, 0, 0, 0),
+			o(opDeadLetters, 0, 2, 0), o(opStats, 0, 0, 0),
+		}},
 		// Consume, one message at a time: an ack, a Nack with a classified
 		// cause, a Reject; the nacked one comes back on its last
 		// delivery and the handler panics: a dead letter.

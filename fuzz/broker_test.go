@@ -428,10 +428,8 @@ func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool
 		return
 	}
 	var finished int64
-	for i, q := range s.qs {
-		n := q.Stats().DeadLettered
-		finished += n
-		s.m.qs[i].c.deadLettered += n // this process moved them
+	for _, q := range s.qs {
+		finished += q.Stats().DeadLettered
 	}
 	if n := written() - before; n != finished {
 		s.fail("opened again, the store holds other policies than the ones last set: declaring them wrote %d records, %d of them dead letters of a lowering a power loss cut short", n, finished)

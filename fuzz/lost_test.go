@@ -86,7 +86,11 @@ func (r *runner) lostState(dir string) (*model, bool) {
 		for i := range c.qs {
 			c.qs[i].receipts = slices.Clone(r.m.qs[i].receipts)
 		}
-		if k := c.dumpState(now, true); !seen[k] {
+		// (The counters too: a lowering a power loss cut short gives
+		// up on its messages at the reopen, counted, and at this same
+		// reading of the clock leaves a state that otherwise looks the
+		// same as the whole lowering's.)
+		if k := c.dumpState(now, true) + fmt.Sprint(c.qs[0].c, c.qs[1].c); !seen[k] {
 			seen[k] = true
 			states = append(states, c)
 		}

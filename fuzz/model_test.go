@@ -295,12 +295,24 @@ func (q *mQueue) evict(now int64) {
 // (under SyncAll every call that returned is in the log).
 func (m *model) restart(now int64) {
 	for _, q := range m.qs {
+		q.c = mCounters{}
 		for _, msg := range q.msgs {
 			msg.seen, msg.seenBy = false, ""
 			msg.preOpen = msg.state == mLeased && q.final(msg) && msg.at <= now
 			msg.preOpenAt = msg.at
+			// A message not leased with no delivery left: a lowering of
+			// MaxDeliveries a power loss cut short (see
+			// twin.setPolicy). The first handle on the queue, right
+			// after the open, gives up on it at its reading of the
+			// clock (Store.Queue).
+			if msg.state == mReady && msg.deliveries >= q.pol.MaxDeliveries {
+				if msg.reason == "" {
+					msg.reason, msg.code, msg.cause = broker.ReasonLeaseExpired, 0, ""
+				}
+				msg.state, msg.failedAt, msg.at = mDead, now, 0
+				q.c.deadLettered++
+			}
 		}
-		q.c = mCounters{}
 	}
 }
 

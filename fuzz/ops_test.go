@@ -503,10 +503,18 @@ func (s *twin) setPolicy(qi int, sel byte) {
 		return
 	}
 	mq.sweep(now)
+	// The declaration is the change's commit point, and is fdatasynced;
+	// under SyncPublish the dead letters that follow it in the log are
+	// not, and a power loss may keep it without them: then the messages
+	// they give up on are ready again, spent (see model.restart).
+	var cut []mMsg
 	for _, m := range mq.msgs {
 		// Not leased (ready, delayed, or back from a lapsed lease) and
 		// out of deliveries under the new MaxDeliveries: dead now.
 		if (m.state == mReady || m.state == mLeased && m.seen) && m.deliveries >= p.MaxDeliveries {
+			before := *m
+			before.state, before.seen, before.seenBy, before.receipt = mReady, false, "", ""
+			cut = append(cut, before)
 			reason, code, public := m.reason, m.code, m.cause
 			if reason == "" {
 				reason, code, public = broker.ReasonLeaseExpired, 0, ""
@@ -517,6 +525,13 @@ func (s *twin) setPolicy(qi int, sel byte) {
 	}
 	mq.pol = p
 	s.durable()
+	if s.trail != nil && len(cut) > 0 {
+		c := s.m.clone()
+		for _, m := range cut {
+			*c.qs[qi].msgs[m.id] = m
+		}
+		s.trail.states = append(s.trail.states, c)
+	}
 }
 
 // moveClock sets the clock forward (back) by the chosen amount; the

@@ -3,9 +3,20 @@
 //
 // The database is opened with bbolt's defaults, fsync on (NoSync false):
 // every write transaction returns once its pages and then its meta page
-// are on the device. Publish goes through db.Batch, bbolt's own coalescing
-// of concurrent updates into one transaction, which is this queue's only
-// group commit; Receive and Ack are one db.Update each.
+// are on the device. Publish, Receive and Ack go through db.Batch, bbolt's
+// own coalescing of concurrent updates into one transaction, which is this
+// queue's only group commit: concurrent calls of all three share one
+// transaction and its two fdatasyncs. PublishBatch, a transaction of its
+// own already, is one db.Update.
+//
+// db.Batch may run a call's function more than once: when another
+// function of the batch fails, the transaction is rolled back and the
+// rest run again in a new one, and the failed one alone after them. Each
+// function here is safe to rerun: it only reads and writes the
+// transaction, rebuilding its result on every run, and the in-memory
+// state is changed by the caller, before db.Batch and after it returns
+// (undone when it returns an error, which every call of a batch whose
+// commit fails gets).
 //
 // # Buckets
 //
@@ -19,8 +30,9 @@
 // claim) and rebuilt by Open from a scan of both buckets: a message whose
 // lease names an expiry that has passed is ready again. A lease is never
 // stored without its message: Receive reads a message and writes its
-// lease in one transaction, Ack deletes both in one, and bbolt runs write
-// transactions one at a time. (pebbleq's Receive reads outside the batch
+// lease in one run of its function, Ack deletes both in one, and the
+// functions of a batch run one after another in its transaction, as bbolt
+// runs write transactions one at a time. (pebbleq's Receive reads outside the batch
 // that writes its leases, so an Ack racing it can leave a lease behind;
 // see its package documentation.)
 package boltq
@@ -67,9 +79,9 @@ type Options struct {
 	Lease time.Duration
 	// MaxBatchDelay is how long a db.Batch waits for more calls to join
 	// it before it commits (bbolt's DB.MaxBatchDelay). Zero keeps bbolt's
-	// default, 10 ms, which every Publish of a lone producer waits out;
-	// negative means no wait: a batch commits as soon as it can, carrying
-	// only the calls that arrived before it started.
+	// default, 10 ms, which every call of a lone producer or consumer
+	// waits out; negative means no wait: a batch commits as soon as it
+	// can, carrying only the calls that arrived before it started.
 	MaxBatchDelay time.Duration
 }
 
@@ -180,8 +192,8 @@ func (q *Queue) load() error {
 }
 
 // Publish stores payload under the bucket's next sequence number in a
-// db.Batch, which commits it together with the concurrent Publish calls
-// that joined the same batch.
+// db.Batch, which commits it together with the concurrent Publish,
+// Receive and Ack calls that joined the same batch.
 func (q *Queue) Publish(ctx context.Context, payload []byte) (uint64, error) {
 	if err := q.gate.Enter(ctx); err != nil {
 		return 0, err
@@ -239,8 +251,8 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]uint64, 
 	return ids, nil
 }
 
-// Receive claims up to max of the oldest ready messages and, in one
-// db.Update, reads them and writes their leases.
+// Receive claims up to max of the oldest ready messages and, in a
+// db.Batch, reads them and writes their leases.
 func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("boltq: receive max %d: %w", max, compare.ErrInvalidMax)
@@ -256,7 +268,10 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 	value := make([]byte, 8)
 	binary.BigEndian.PutUint64(value, uint64(expiry.UnixNano()))
 	var msgs []compare.Message
-	err := q.db.Update(func(tx *bolt.Tx) error {
+	// db.Batch may run the function more than once, each time in a new
+	// transaction after the last one was rolled back: msgs is rebuilt on
+	// every run, and the run that committed is the one returned.
+	err := q.db.Batch(func(tx *bolt.Tx) error {
 		msgs = make([]compare.Message, 0, len(ids))
 		messages, leases := tx.Bucket(messagesBucket), tx.Bucket(leasesBucket)
 		for _, id := range ids {
@@ -282,7 +297,8 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]compare.Message, error)
 	return msgs, nil
 }
 
-// Ack deletes the messages and leases of ids in one db.Update.
+// Ack deletes the messages and leases of ids in a db.Batch. The deletions
+// are the same on every run of its function.
 func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
 	if err := q.gate.Enter(ctx); err != nil {
 		return err
@@ -295,7 +311,7 @@ func (q *Queue) Ack(ctx context.Context, ids []uint64) error {
 	if err != nil {
 		return fmt.Errorf("boltq: ack: %w", err)
 	}
-	err = q.db.Update(func(tx *bolt.Tx) error {
+	err = q.db.Batch(func(tx *bolt.Tx) error {
 		messages, leases := tx.Bucket(messagesBucket), tx.Bucket(leasesBucket)
 		for _, id := range ids {
 			k := key(id)

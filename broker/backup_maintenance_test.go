@@ -154,3 +154,38 @@ func TestCloseWaitsForABackupOnlyUntilItsSegmentsAreCopied(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, bq.Stats().Ready, "the copy holds the message published before the Backup")
 }
+
+// Backup's doc: "Close waits until the segments are copied." A Close that
+// begins while the Backup is part way through copying the segments must
+// not close the log under it: it returns only once the copy is released
+// and done, and the Backup then completes with a copy that opens.
+//
+// The 300 ms is a "does not return within" check: on a slow machine a
+// Close that should have waited may simply not have got there yet, so the
+// test can only pass falsely, never fail falsely.
+func TestCloseWaitsWhileABackupCopiesTheSegments(t *testing.T) {
+	ffs := vfs.NewFaultFS(vfs.Default)
+	s, err := broker.Open(t.TempDir(), broker.Options{FS: ffs, SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	jobs, err := s.Queue("jobs", keyedJobs)
+	require.NoError(t, err)
+	mustPublish(t, jobs, "before")
+	dst, release, done := holdBackup(t, s, ffs, copyingSegments)
+	closeDone := make(chan error, 1)
+	go func() { closeDone <- s.Close() }()
+	select {
+	case err := <-closeDone:
+		release()
+		t.Fatalf("Close returned (%v) while the Backup was copying the segments (Backup: %v)", err, <-done)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	require.NoError(t, <-done, "the Backup Close waited for")
+	require.NoError(t, <-closeDone)
+	b, err := broker.Open(dst, broker.Options{SegmentBytes: broker.MinSegmentBytes})
+	require.NoError(t, err)
+	defer b.Close()
+	bq, err := b.Queue("jobs", keyedJobs)
+	require.NoError(t, err)
+	require.Equal(t, 1, bq.Stats().Ready, "the copy holds the message published before the Backup")
+}

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // A dead letter whose message is as large as a segment allows, with a long
@@ -276,4 +278,65 @@ func TestCopyForwardLeavesAKeyWithTheMessageThatTookItLast(t *testing.T) {
 	dup, err := q.PublishKeyed(ctx(t), "order-7", []byte("third"))
 	require.NoError(t, err)
 	require.Equal(t, later.ID, dup.ID, "within the second message's window, the key names it")
+}
+
+// A kill between a copy forward and the checkpoint after it leaves Open
+// the checkpoint from before the copy, and the copied records to replay:
+// the nack event that restates a delayed message (index.StateEvent: "a
+// nack with its deliveries and retry instant") gives it back its retry
+// delay. Retry delays survive a kill (recovery's invariants): the message
+// is not delivered again before its VisibleAt.
+func TestARetryDelayCopiedForwardSurvivesAKill(t *testing.T) {
+	clock := newFakeClock()
+	dir := fastDir(t)
+	cfs := vfs.NewCrashFS(vfs.Default)
+	ffs := vfs.NewFaultFS(cfs)
+	s, err := broker.Open(dir, reclaimOptions(clock, ffs))
+	require.NoError(t, err)
+	delayed := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024; p.RetryDelay = time.Hour })
+	q, err := s.Queue("delayed", delayed)
+	require.NoError(t, err)
+	m := mustPublish(t, q, "nacked")
+	ds, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	nv, err := q.Nack(ctx(t), ds[0].Lease.Receipt, nil)
+	require.NoError(t, err)
+	churnSegments(t, s, 4)
+
+	// The round's checkpoint takes its name; the kill lands right after
+	// the copy forward's first write to the log, before the checkpoint
+	// that would hold the copy. (The next segment's preparation writes at
+	// its offset 0, any time: an append to the active segment does not.)
+	var checkpointed, killed atomic.Bool
+	index := filepath.Join(dir, "index")
+	ffs.Observe(func(ev vfs.Event) {
+		switch {
+		case ev.Op == vfs.OpRename && strings.HasPrefix(ev.Name, index):
+			checkpointed.Store(true)
+		case checkpointed.Load() && ev.Op == vfs.OpWrite && ev.Off > 0 && strings.Contains(filepath.Base(ev.Name), ".seg") && !killed.Swap(true):
+			cfs.Crash()
+		}
+	})
+	_ = s.Maintain() // fails: the copy forward's fdatasync is refused
+	require.True(t, killed.Load(), "the copy forward wrote to the log")
+	_ = s.Close()
+	cfs.Restart() // a process crash: what was written stays
+
+	s, err = broker.Open(dir, reclaimOptions(clock, nil))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	require.False(t, s.Recovery().IndexRebuilt, "Open loaded the checkpoint from before the copy")
+	q, err = s.Queue("delayed", delayed)
+	require.NoError(t, err)
+	clock.Set(nv.VisibleAt.Add(-time.Nanosecond))
+	none, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Empty(t, none, "one nanosecond before the nack's VisibleAt, after a kill that followed its copy forward")
+	clock.Set(nv.VisibleAt)
+	again, err := q.Receive(ctx(t), 1)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "at VisibleAt")
+	require.Equal(t, m.ID, again[0].Message.ID)
+	require.Equal(t, 2, again[0].Deliveries)
 }

@@ -356,6 +356,24 @@ var nackCases = []testCase{
 			}
 		}
 	}},
+	// The seed (PolicyValue.RetryDelay): "Zero is a working value and
+	// means 'eligible as soon as the nack returns'. Negative is read as
+	// zero." As soon as the nack returns, not when the clock next reads the
+	// nack's instant: a clock stepped back after the nack must not hide the
+	// message from a consumer told it is eligible.
+	{name: "NackWithZeroRetryDelayIsVisibleWhateverTheClockReadsNext", needs: []string{"Clock"}, run: func(e *env) {
+		for _, delay := range []time.Duration{0, -time.Minute} {
+			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))
+			e.set(t0.Add(time.Hour))
+			m := e.publish(q, "a")
+			e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+			e.set(t0) // the clock steps back an hour after the nack returned
+			ds := e.receive(q, 1)
+			if len(ds) != 1 || ds[0].Message.ID != m.ID || ds[0].Deliveries != 2 {
+				e.Fatalf("RetryDelay %v: Receive after the nack, with the clock stepped back an hour: %d deliveries, want %s's second: eligible as soon as the nack returns", delay, len(ds), m.ID)
+			}
+		}
+	}},
 	{name: "RetryDelayConstantWithoutMax", run: func(e *env) {
 		delay := e.short() / 2
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = delay }))

@@ -181,7 +181,12 @@
 // operations and across reopens and kills, leases and retry delays end
 // exactly at their instant and not before, a lapse any call observed stays
 // observed in its process, dedup keys are not forgotten early, and Receive
-// order follows EnqueuedAt).
+// order follows EnqueuedAt; clock_kill_test.go: a retry delay, an Extend
+// and a dedup key's eviction survive a kill, after which Open has only
+// the log's records of them), and the sync interval
+// (powerloss_test.go, syncpublish_interval_test.go: under SyncNone every
+// event, and under SyncPublish every event other than a publish, reaches
+// the device within SyncInterval when no later commit carries it there).
 //
 // # Running it
 //

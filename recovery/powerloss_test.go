@@ -791,31 +791,45 @@ func TestSyncNoneLosesOnlyTheLastInterval(t *testing.T) {
 		}
 		published[m.ID] = p
 	}
-	// Ten intervals, then the power fails; the machine may be slow to run
-	// the background fdatasync, so look again a few times before failing.
-	var missing []string
+	missing := afterIntervals(t, cfs, root, dir, interval, c.Now().Add(checkDelay), func(obs *observation) (missing []string) {
+		for _, id := range sortedKeys(published) {
+			if o, ok := obs.msgs[id]; !ok || o.payload != published[id] {
+				missing = append(missing, id)
+			}
+		}
+		return missing
+	})
+	if len(missing) == 0 {
+		return
+	}
+	t.Errorf("%d of %d publishes that returned %v and more before the power failed are not on the device (SyncInterval %v): %v",
+		len(missing), len(published), 50*10*interval, interval, missing)
+}
+
+// afterIntervals lets ten sync intervals pass, then clones what the device
+// holds (the power fails) and observes the clone's store at at, and
+// returns what wrong finds in it. The background fdatasync runs on the
+// real clock and a machine may be slow to run it, so while wrong finds
+// something it looks again, 50 times in all, and returns what it found
+// the last time.
+func afterIntervals(t *testing.T, cfs *vfs.CrashFS, root, dir string, interval time.Duration, at time.Time, wrong func(*observation) []string) []string {
+	t.Helper()
+	var found []string
 	for try := range 50 {
 		time.Sleep(10 * interval)
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", try))
 		if err := cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}); err != nil {
 			t.Fatal(err)
 		}
-		obs, err := observe(clone, c.Now().Add(checkDelay), nil, broker.Options{})
+		obs, err := observe(clone, at, nil, broker.Options{})
 		if err != nil {
 			t.Fatalf("the clone does not open: %v", err)
 		}
-		missing = missing[:0]
-		for _, id := range sortedKeys(published) {
-			if o, ok := obs.msgs[id]; !ok || o.payload != published[id] {
-				missing = append(missing, id)
-			}
-		}
-		if len(missing) == 0 {
-			return
+		if found = wrong(obs); len(found) == 0 {
+			return nil
 		}
 	}
-	t.Errorf("%d of %d publishes that returned %v and more before the power failed are not on the device (SyncInterval %v): %v",
-		len(missing), len(published), 50*10*interval, interval, missing)
+	return found
 }
 
 // TestAPowerLossAfterACleanReopenKeepsWhatTheReopenedStoreAcknowledged:

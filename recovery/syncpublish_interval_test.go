@@ -1,7 +1,6 @@
 package recovery_test
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,28 +46,16 @@ func TestSyncPublishSettlesReachTheDeviceWithinTheInterval(t *testing.T) {
 		}
 		acked[d.Message.ID] = true
 	}
-	// Ten intervals, then the power fails; look again a few times before
-	// failing.
-	var back []string
-	for try := range 50 {
-		time.Sleep(10 * interval)
-		clone := filepath.Join(root, fmt.Sprintf("clone-%d", try))
-		if err := cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}); err != nil {
-			t.Fatal(err)
-		}
-		obs, err := observe(clone, c.Now().Add(checkDelay), nil, broker.Options{})
-		if err != nil {
-			t.Fatalf("the clone does not open: %v", err)
-		}
-		back = back[:0]
+	back := afterIntervals(t, cfs, root, dir, interval, c.Now().Add(checkDelay), func(obs *observation) (back []string) {
 		for _, id := range sortedKeys(obs.msgs) {
 			if acked[id] {
 				back = append(back, id)
 			}
 		}
-		if len(back) == 0 {
-			return
-		}
+		return back
+	})
+	if len(back) == 0 {
+		return
 	}
 	t.Errorf("%d of %d messages acked %v and more before the power failed are back after it (SyncPublish, SyncInterval %v): their acks never reached the device: %v",
 		len(back), len(acked), 50*10*interval, interval, back)

@@ -525,6 +525,17 @@ func (d *decoder) count(field string) int {
 	return int(v)
 }
 
+// int reads a count kept as an int: one above math.MaxInt would be taken
+// for a negative count.
+func (d *decoder) int(field string) int {
+	v := d.uvarint(field)
+	if v > math.MaxInt {
+		d.failField(field, fmt.Sprintf("%d exceeds an int", v))
+		return 0
+	}
+	return int(v)
+}
+
 func (d *decoder) sealed() map[uint32]int {
 	n := d.count("sealed segment count")
 	out := make(map[uint32]int, n)
@@ -573,7 +584,7 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		// another length would make the log unreadable.
 		d.fail(fmt.Sprintf("secret of %d bytes, want %d", len(secret), SecretSize))
 	}
-	orphans := int(d.uvarint("orphans"))
+	orphans := d.int("orphans")
 	type segUse struct {
 		seg uint32
 		u   SegmentUse
@@ -581,14 +592,14 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	var segs []segUse
 	for range d.count("segment use count") {
 		s := segUse{seg: d.u32("segment")}
-		s.u.Messages, s.u.Bytes, s.u.Keys = int(d.uvarint("segment messages")), int64(d.uvarint("segment bytes")), int(d.uvarint("segment keys"))
+		s.u.Messages, s.u.Bytes, s.u.Keys = d.int("segment messages"), int64(d.uvarint("segment bytes")), d.int("segment keys")
 		s.u.MinSeq, s.u.MaxSeq = d.uvarint("segment min seq"), d.uvarint("segment max seq")
 		segs = append(segs, s)
 	}
 	liveChunks := map[uint64]int{}
 	for range d.count("live chunk count") {
 		c := d.uvarint("live chunk")
-		liveChunks[c] = int(d.uvarint("live chunk's messages"))
+		liveChunks[c] = d.int("live chunk's messages")
 	}
 	x := NewWithTable(nil)
 	x.Secret, x.Orphans = secret, orphans
@@ -659,7 +670,17 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 		d.fail(fmt.Sprintf("queue %d: stream [%d, %d] outside the sequences taken (below %d)", id, q.cursor, q.streamMax, nextSeq))
 		return q
 	}
-	q.fresh = int(d.uvarint("stream count"))
+	// The stream holds at most one message per sequence in [cursor,
+	// streamMax] (fewer: the others are another queue's, active or gone).
+	// A count above that would stand for messages that do not exist, in
+	// Live and the ready count, until a walk of the stream found them
+	// missing and stopped the store.
+	fresh, span := d.int("stream count"), q.streamMax+1-q.cursor
+	if d.err == nil && uint64(fresh) > span {
+		d.failField("stream count", fmt.Sprintf("queue %d: %d messages in its stream [%d, %d] of %d sequences", id, fresh, q.cursor, q.streamMax, span))
+		return q
+	}
+	q.fresh = fresh
 	q.lastEvicts.Store(d.varint("last eviction clock"))
 	for range d.count("gone message count") {
 		seq := d.uvarint("gone message")

@@ -920,6 +920,8 @@ func (q *Queue) Seen(key string) (seq uint64, enqueuedAt int64, ok bool) {
 // evict event with the same clock and window, so that a replay forgets the
 // same keys. If the clock went backwards — now is behind an earlier
 // eviction's clock or a publish's enqueue instant — nothing is evicted.
+// A later now becomes the queue's reading (LastEvicts) whether or not a
+// key is forgotten; that reading is the caller's to log (see LastEvicts).
 func (q *Queue) EvictSeen(now, window int64) bool {
 	if q == nil {
 		return false
@@ -1094,8 +1096,14 @@ func (q *Queue) Pinning(seg uint32, minSeq, maxSeq uint64) ([]*Message, []KeyRef
 	return msgs, keys
 }
 
-// LastEvicts is the latest clock reading the queue's log holds (of an
-// eviction or a publish), or math.MinInt64. Safe for concurrent use.
+// LastEvicts is the latest clock reading the queue has seen, or
+// math.MinInt64: of an eviction applied or asked for (EvictSeen records
+// its reading even when it forgets nothing, and logs nothing), or of a
+// publish's enqueue instant. The log holds it only if the caller keeps
+// the log in step: a caller whose EvictSeen moved the reading forward and
+// that writes no record carrying it logs an evict event of nothing at
+// that instant (the broker does), so that a replay ends with the same
+// reading. Safe for concurrent use.
 func (q *Queue) LastEvicts() int64 {
 	if q == nil {
 		return math.MinInt64

@@ -280,8 +280,7 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 	}
 	if create {
 		if err := f.Truncate(chunkBytes); err != nil {
-			_ = f.Close()
-			return nil, err
+			return nil, t.abandonChunk(f, path, create, err)
 		}
 	} else if size, err := f.Size(); err != nil || size != chunkBytes {
 		_ = f.Close()
@@ -292,10 +291,25 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 	}
 	m, err := f.Map(chunkBytes)
 	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("index: map %s: %w", path, err)
+		return nil, t.abandonChunk(f, path, create, fmt.Errorf("index: map %s: %w", path, err))
 	}
 	return &chunk{f: f, m: m}, nil
+}
+
+// abandonChunk closes the chunk file that openChunk could not make usable
+// and returns err. A file it created is removed too: nothing records it,
+// and left behind it would fail every later Flush of its chunk (the
+// O_EXCL create meets it), where a retry should write what this one did
+// not. A removal that fails is joined to err.
+func (t *Table) abandonChunk(f vfs.File, path string, created bool, err error) error {
+	_ = f.Close()
+	if !created {
+		return err
+	}
+	if rerr := t.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return errors.Join(err, fmt.Errorf("index: remove %s, created but not made usable: %w", path, rerr))
+	}
+	return err
 }
 
 // Get returns seq's entry: ok false if there is none, an ErrDamaged error if

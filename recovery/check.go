@@ -1113,11 +1113,13 @@ func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
 		return 0
 	}
 	exp := m.leaseFloor()
-	if del == m.intentDel && m.intentExp > exp {
+	if del == m.intentDel && del > m.maxDel && m.intentExp > exp {
 		// The delivery the call was meant for was a maybe (see
 		// maybeDelivered), whose lease, not the last certain one's,
 		// is the one the call had: a reject or nack within it fails
-		// after the earlier lease lapsed.
+		// after the earlier lease lapsed. (A certain delivery's lease
+		// is the floor's: an Extend may have shortened it since
+		// Receive, and its lapse then comes before intentExp.)
 		exp = m.intentExp
 	}
 	if exp != 0 && dl.failedAt >= exp {

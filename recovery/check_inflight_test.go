@@ -291,3 +291,68 @@ func TestARejectOfAMaybeDeliveryAfterTheLastCertainLeaseLapsed(t *testing.T) {
 	require.NoError(t, c.CheckDrain(copyOf()), "the reject of the maybe delivery happened")
 	require.NoError(t, c.CheckInPlace(copyOf()), "and the same store, looked at again, shows it still")
 }
+
+// TestANackInFlightAfterAnExtendThatShortenedTheLastLease: the last
+// delivery's consumer extended its lease by less than was left (Extend
+// measures from the call, so it may shorten a lease) and was killed with
+// its nack in flight. The drain, an hour ahead, finds the last lease
+// lapsed at the extended expiry: a dead letter with the reason of the
+// last nack that returned (DeadLetterValue.Reason), failed at that
+// expiry. Its FailedAt before the lease's expiry as Receive gave it does
+// not make it the nack's: the extended expiry is the lease's. Taken for
+// the nack's once, the message was dead for the checker, and the next
+// look at the store, on a clock before that lapse, reported it as a dead
+// letter the store did not hold.
+func TestANackInFlightAfterAnExtendThatShortenedTheLastLease(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	// Ahead of the real clock, which the look in place reads: the
+	// extended lease still holds there.
+	clk := &stepClock{now: time.Now().Add(10 * time.Minute).Truncate(time.Millisecond)}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	m, err := q.Publish(ctx, Payload(ref))
+	require.NoError(t, err)
+	enq := m.EnqueuedAt.UnixNano()
+	entries := []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
+	}
+	max := maxDeliveries(QueueWork)
+	for i := 1; ; i++ {
+		clk.Set(clk.Now().Add(time.Second))
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, i, ds[0].Deliveries)
+		at := clk.Now().UnixNano()
+		if i == max {
+			const by = 300 * time.Millisecond // of the second left
+			e := deliveredEntry("con0", QueueWork, ds[0], IntentExtendNack, at, at)
+			e.By = int64(by)
+			lv, err := q.Extend(ctx, ds[0].Lease.Receipt, by)
+			require.NoError(t, err)
+			require.True(t, lv.ExpiresAt.Before(ds[0].Lease.ExpiresAt), "the Extend shortened the lease")
+			entries = append(entries, e, Entry{Op: OpExtended, Who: "con0", Queue: QueueWork, ID: m.ID, Del: i,
+				Exp: lv.ExpiresAt.UnixNano(), By: int64(by), T0: at, T1: at})
+			break // killed with the nack in flight
+		}
+		entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentNack, at, at))
+		nv, err := q.Nack(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentNack))
+		require.NoError(t, err)
+		entries = append(entries, Entry{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: m.ID, Del: nv.Deliveries,
+			Exp: nv.VisibleAt.UnixNano(), Dead: nv.DeadLettered, T0: at, T1: at})
+	}
+	require.NoError(t, s.Close())
+	copyOf := func() string {
+		cp := t.TempDir()
+		require.NoError(t, CopyTree(dir, cp))
+		return cp
+	}
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, entries)
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(copyOf()), "the drain finds the shortened last lease lapsed")
+	require.NoError(t, c.CheckInPlace(copyOf()), "the nack in flight did not happen: the message is leased, not a dead letter")
+}

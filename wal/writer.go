@@ -81,7 +81,6 @@ type writer struct {
 	// appends nothing).
 	bufRecords, bufPreamble int64
 	spare                   []*request // the slice of the last batch, for the next one
-	closeErr                error
 
 	// After an fdatasync: how many appends it released, how many requests
 	// were queued then, when, and how long to wait for them (see gather).
@@ -332,7 +331,6 @@ func (l *Log) writeLoop() {
 					l.fail(err)
 				}
 			}
-			w.closeErr = l.lostErr()
 			timer.Stop()
 			return
 		}

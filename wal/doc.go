@@ -10,8 +10,9 @@
 //	0000000001.seg            segment 1: header + frames (see package segment)
 //	0000000002.seg            ...; sequences are contiguous, the last is active
 //	0000000003.seg.tmp        the next segment, being prepared (removed by Open;
-//	                          Close keeps a ready, unused one as a spare and
-//	                          removes one still being filled)
+//	                          Close keeps a ready, unused, full-size one as a
+//	                          spare if fewer than two are kept, and removes it
+//	                          otherwise or while it is still being filled)
 //	spare-0000000001.tmp      a retired segment kept for reuse (kept by Open when full-size)
 //	salvage/                  copies of damaged files, made by Options.Salvage
 //	salvage/unfinished.json   the spans a salvage in progress repairs (see

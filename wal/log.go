@@ -256,9 +256,10 @@ func (l *Log) Recovery() Recovery {
 // Close makes every written record durable, stops the writer and releases
 // the directory. Appends queued before Close are completed; later calls get
 // ErrClosed. Close returns the poison error if a write or fdatasync had
-// failed. A log stopped by a failed rotation (Options.StopOnRotationFailure)
-// lost nothing it wrote: Close fdatasyncs it and returns nil, unless that
-// fdatasync fails.
+// failed, or the directory sync of a RemoveBelow (one Close waited for
+// included), and writes no clean mark then. A log stopped by a failed
+// rotation (Options.StopOnRotationFailure) lost nothing it wrote: Close
+// fdatasyncs it and returns nil, unless that fdatasync fails.
 //
 // Once every record is durable, Close writes the clean mark, which spares
 // the next Open a read of the last segment to its end. A mark it cannot
@@ -281,7 +282,10 @@ func (l *Log) Close() error {
 	defer l.removeMu.Unlock()
 	l.wake()
 	<-l.writerDone
-	err := l.w.closeErr
+	// The poison as it stands now, not as the writer saw it when it
+	// stopped: a removal Close waited for may have failed its directory
+	// sync after that, and removeMu, held, lets no other start.
+	err := l.lostErr()
 	err = errors.Join(err, l.prep.stop())
 	if err == nil {
 		// Everything is synced: say where the log ends, so that the next

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
@@ -260,7 +261,43 @@ func TestClosedLogRefusesCalls(t *testing.T) {
 	require.ErrorIs(t, l.Close(), ErrClosed)
 }
 
+// Close: "Appends queued before Close are completed". Appends queued
+// behind an fdatasync in flight when Close is called are written and
+// synced, each Wait returning its positions, not ErrClosed.
 func TestCloseCompletesQueuedAppends(t *testing.T) {
+	t.Run("behind an fdatasync", func(t *testing.T) {
+		dir := t.TempDir()
+		h := newHoldSyncFS(vfs.Default)
+		l := mustOpen(t, dir, Options{FS: h, SegmentBytes: 1 << 20})
+		h.held.Store(1)
+		first := l.Enqueue(true, record(0))
+		<-h.entered // the writer is in the fdatasync
+		var queued []*Pending
+		for i := 1; i <= 6; i++ {
+			queued = append(queued, l.Enqueue(i%2 == 0, record(i)))
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close() }()
+		require.Eventually(t, l.isClosed, 10*time.Second, time.Millisecond, "Close marks the log closed")
+		h.release <- nil
+		acked := []entry{}
+		pos, err := first.Wait()
+		require.NoError(t, err)
+		acked = append(acked, entry{pos[0], record(0)})
+		for i, p := range queued {
+			pos, err := p.Wait()
+			require.NoError(t, err, "append %d, queued before Close", i+1)
+			acked = append(acked, entry{pos[0], record(i + 1)})
+		}
+		require.NoError(t, <-closed)
+		l = mustOpen(t, dir, Options{SegmentBytes: 1 << 20})
+		defer l.Close()
+		require.Equal(t, acked, readAll(t, l))
+	})
+	t.Run("appending goroutines", testCloseCompletesAppendsOfGoroutines)
+}
+
+func testCloseCompletesAppendsOfGoroutines(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{SegmentBytes: 8192})
 	var wg sync.WaitGroup

@@ -13,14 +13,16 @@ const maxSpares = 2
 // sparePrefix starts the name of a retired segment file kept for reuse.
 const sparePrefix = "spare-"
 
-// RemoveBelow removes every whole segment whose records all lie before pos,
-// except the active one, and returns how many segments it took out of the
-// log, those whose files it could not remove (below) included; files an
-// earlier RemoveBelow left behind, out of the log already, are not counted
-// again when it removes them. Records there are gone for good: Read and
-// Iterate skip them. Up to two removed files are
-// kept (renamed aside) for the next rotations to reuse, which spares the
-// disk the zero-filling of a new file; the rest are deleted. The removal is
+// RemoveBelow removes every segment before pos's segment, except the active
+// one, and returns how many segments it took out of the log, those whose
+// files it could not remove (below) included; files an earlier RemoveBelow
+// left behind, out of the log already, are not counted again when it
+// removes them. pos's own segment stays whole, even for a position past its
+// last record: pass MakePosition(seq, 0) to remove the segments before seq.
+// Records removed are gone for good: Read and Iterate skip them. Up to two
+// removed files are kept (renamed aside) for the next rotations to reuse,
+// which spares the disk the zero-filling of a new file; the rest are
+// deleted. The removal is
 // durable when RemoveBelow returns. A file that cannot be removed stays on
 // disk with every later one (the error names it), so that the files left
 // are still a gapless log: out of this Log, they are removed first by the

@@ -81,7 +81,6 @@ type writer struct {
 	// appends nothing).
 	bufRecords, bufPreamble int64
 	spare                   []*request // the slice of the last batch, for the next one
-	closeErr                error
 
 	// After an fdatasync: how many appends it released, how many requests
 	// were queued then, when, and how long to wait for them (see gather).
@@ -181,13 +180,13 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	size := 0
 	for i, r := range recs {
 		if len(r) > segment.MaxBody {
-			return &Pending{err: fmt.Errorf("%w: record %d is %d bytes", ErrTooLarge, i, len(r))}
+			return l.tooLarge(fmt.Errorf("%w: record %d is %d bytes", ErrTooLarge, i, len(r)))
 		}
 		size += segment.Size(len(r))
 	}
 	if limit := l.opts.maxGroupBytes(); size > limit {
-		return &Pending{err: fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes %d less its header, seal and Options.PreambleBytes %d)",
-			ErrTooLarge, len(recs), size, limit, l.opts.SegmentBytes, l.opts.PreambleBytes)}
+		return l.tooLarge(fmt.Errorf("%w: %d records encode to %d bytes, a segment holds %d (Options.SegmentBytes %d less its header, seal and Options.PreambleBytes %d)",
+			ErrTooLarge, len(recs), size, limit, l.opts.SegmentBytes, l.opts.PreambleBytes))
 	}
 	q := &queued{r: request{recs: recs, size: size, sync: durable}}
 	if len(recs) <= len(q.pos) {
@@ -196,6 +195,17 @@ func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 		q.r.pos = make([]Position, len(recs))
 	}
 	return l.enqueue(q)
+}
+
+// tooLarge returns the Pending of a call whose records cannot be queued:
+// its error is err, unless the log refuses every call now (closed or
+// poisoned), which a caller must be told first. The state is looked at
+// only here, so that a call that fits takes mu once, in enqueue.
+func (l *Log) tooLarge(err error) *Pending {
+	if rerr := l.refusal(); rerr != nil {
+		return &Pending{err: rerr}
+	}
+	return &Pending{err: err}
 }
 
 // Wait returns the positions of the queued records once they are written or
@@ -332,7 +342,6 @@ func (l *Log) writeLoop() {
 					l.fail(err)
 				}
 			}
-			w.closeErr = l.lostErr()
 			timer.Stop()
 			return
 		}

@@ -85,8 +85,9 @@ func TestConcurrentReceivesAndAcksShareBboltsGroupCommit(t *testing.T) {
 // batch fails (package documentation): Receive and Ack must be safe to
 // rerun. Each round puts 4 Receives, then 4 Acks, into a batch (MaxBatchSize
 // 5) with a function that fails once when it runs after a Receive's or an
-// Ack's, which then runs twice; where the function lands in the batch is
-// up to the scheduler, so the rounds go on until both kinds were rerun.
+// Ack's, which then runs twice; it joins the batch a moment after them, but
+// where it lands is up to the scheduler, so the rounds go on until both
+// kinds were rerun.
 // Every message must still come back once, to one Receive, with its
 // payload, and the Acks must leave nothing behind, before and after a
 // reopen.
@@ -113,6 +114,11 @@ func TestReceiveAndAckAreSafeToRerunInABatch(t *testing.T) {
 				}
 			})
 		}
+		// Give the calls time to join the batch first: the failing
+		// function reruns the others only when it runs after them, and
+		// the batch runs them in the order they joined. (Late calls only
+		// make a round that reruns nothing; the rounds go on.)
+		time.Sleep(5 * time.Millisecond)
 		failed := false
 		wg.Go(func() {
 			err := q.db.Batch(func(tx *bolt.Tx) error {

@@ -54,6 +54,21 @@ func rejectedStores(t *testing.T) (leased, dead, replayed string, pub, del Entry
 	return leased, dead, replayed, pub, del, dl
 }
 
+// publishJournaled publishes one work message on q, a SyncAll store, and
+// returns it with the journal of cycle 1 so far: its start and the
+// publish, journaled at the message's EnqueuedAt.
+func publishJournaled(t *testing.T, q *broker.Queue) (broker.MessageValue, []Entry) {
+	t.Helper()
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	m, err := q.Publish(context.Background(), Payload(ref))
+	require.NoError(t, err)
+	enq := m.EnqueuedAt.UnixNano()
+	return m, []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
+	}
+}
+
 // replayingEntry is the janitor's entry before it replays dead letter dl
 // of the message pub published, read at the instant at.
 func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
@@ -158,14 +173,7 @@ func TestANackInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 	dir := t.TempDir()
 	clk := &stepClock{now: time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)}
 	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	enq := m.EnqueuedAt.UnixNano()
-	entries := []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
-	}
+	m, entries := publishJournaled(t, q)
 	max := maxDeliveries(QueueWork)
 	var last broker.DeliveryValue
 	for i := 1; i <= max; i++ {
@@ -310,14 +318,7 @@ func TestANackInFlightAfterAnExtendThatShortenedTheLastLease(t *testing.T) {
 	// extended lease still holds there.
 	clk := &stepClock{now: time.Now().Add(10 * time.Minute).Truncate(time.Millisecond)}
 	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	enq := m.EnqueuedAt.UnixNano()
-	entries := []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
-	}
+	m, entries := publishJournaled(t, q)
 	max := maxDeliveries(QueueWork)
 	for i := 1; ; i++ {
 		clk.Set(clk.Now().Add(time.Second))

@@ -33,14 +33,7 @@ func TestConfirmedReplayOfALapsedDeadLetterMustHold(t *testing.T) {
 		require.NoError(t, err)
 	}
 	q := queues[QueueWork]
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	enq := m.EnqueuedAt.UnixNano()
-	entries := []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
-	}
+	m, entries := publishJournaled(t, q)
 	p, _ := Policy(QueueWork)
 	for i := 1; i <= p.MaxDeliveries; i++ {
 		clk.Set(clk.Now().Add(2 * p.VisibilityTimeout))
@@ -63,8 +56,7 @@ func TestConfirmedReplayOfALapsedDeadLetterMustHold(t *testing.T) {
 	require.NoError(t, s.Close())
 
 	at := clk.Now().Add(time.Second).UnixNano()
-	replaying := Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: enq, Del: dl.Deliveries,
-		Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
+	replaying := replayingEntry(entries[1], dl, at)
 
 	// Without its result the replay was in flight at the kill: the dead
 	// letter as it was is a sound store.

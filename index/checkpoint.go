@@ -577,8 +577,9 @@ func (d *decoder) sealed() map[uint32]int {
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
 // that is no file to read (a directory in its place) or fails any check
-// (checksum, bounds, a chunk file missing, of the wrong size or a
-// directory) is ErrDamaged: the caller may rebuild from the log, which is
+// (checksum, bounds, counts that disagree with the messages and keys it
+// holds, a chunk file missing, of the wrong size or a directory) is
+// ErrDamaged: the caller may rebuild from the log, which is
 // the source of truth. Any other error (an I/O error opening, reading or mapping the
 // checkpoint or a chunk file, or listing or syncing the directory) is
 // returned as it is, naming the file: it says nothing of what the
@@ -670,6 +671,18 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	if d.err != nil {
 		return nil, 0, damaged("%v", d.err)
+	}
+	// The counts it keeps must agree with the messages and keys it holds
+	// (as far as they can without the table's entries, which are read
+	// only when a walk of a stream reaches them): a log segment counted
+	// as holding fewer messages than it does may be removed under them,
+	// and one counting more, or keys it does not hold, is never removed.
+	h, err := x.countHeld()
+	if err == nil {
+		err = x.checkHeld(h)
+	}
+	if err != nil {
+		return nil, 0, damaged("%v", err)
 	}
 	t, err := OpenTable(fs, dir, want)
 	if err != nil {

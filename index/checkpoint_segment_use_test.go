@@ -11,8 +11,10 @@ import (
 )
 
 // segmentUseCheckpoint writes in dir a checkpoint whose log segment 1 is
-// counted to hold the given messages, bytes and keys, all of them the
-// stream messages of queue q, whose stream [1, messages] counts them.
+// counted to hold the given messages, bytes and keys, the messages all
+// the stream messages of queue q, whose stream [1, messages] counts them
+// (and so do the table chunks). It holds no dedup key: a count of keys
+// other than 0 loads only if refused for its bound or not at all.
 func segmentUseCheckpoint(t *testing.T, dir string, messages, bytes, keys uint64) {
 	t.Helper()
 	var e encoder
@@ -26,10 +28,21 @@ func segmentUseCheckpoint(t *testing.T, dir string, messages, bytes, keys uint64
 	e.uvarint(keys)
 	e.uvarint(1)        // min seq
 	e.uvarint(messages) // max seq
-	e.uvarint(0)        // live chunks
-	e.uvarint(1)        // queues
-	e.uvarint(1)        // id
-	e.string("q")       // name
+	// The stream's messages, 1 to messages, in table chunks of
+	// ChunkEntries sequences each.
+	var chunks [][2]uint64
+	for c := uint64(0); messages > 0 && messages < math.MaxUint64 && c <= ChunkOf(messages); c++ {
+		n := min(messages+1, (c+1)*ChunkEntries) - max(1, c*ChunkEntries)
+		chunks = append(chunks, [2]uint64{c, n})
+	}
+	e.uvarint(uint64(len(chunks)))
+	for _, c := range chunks {
+		e.uvarint(c[0])
+		e.uvarint(c[1])
+	}
+	e.uvarint(1)  // queues
+	e.uvarint(1)  // id
+	e.string("q") // name
 	e.b = Policy{}.append(e.b)
 	e.uvarint(1)        // cursor
 	e.uvarint(messages) // stream max

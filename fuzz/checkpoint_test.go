@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -82,7 +83,9 @@ func (tp *ckptTemplate) reset(t testing.TB, file []byte) {
 
 // FuzzCheckpointLoad loads arbitrary bytes as the index's checkpoint: as
 // they are, or, with wrap, as the body of a well-formed file (so that the
-// CRC passes and the body decoder is what gets exercised).
+// CRC passes and the body decoder is what gets exercised). What Load
+// accepts must agree with itself (requireConsistent): its counts with the
+// messages and keys it holds.
 //
 // It found three faults of index.Load, since fixed (their regression tests
 // are TestCheckpointStreamPastNextSequenceIsRefused,
@@ -117,6 +120,7 @@ func FuzzCheckpointLoad(f *testing.F) {
 		require.Equal(t, hintPos, from, "LogHints and Load read another log position")
 		require.NotNil(t, sealed, "LogHints refused a checkpoint Load accepted")
 		require.Equal(t, parsed.nextSeq, x.PeekNextSeq())
+		requireConsistent(t, x, "as loaded")
 
 		// Every queue dumps. A stream reaching at or past the next sequence
 		// has no end a walk could reach (Dump, Receive's NextReady).
@@ -141,10 +145,27 @@ func FuzzCheckpointLoad(f *testing.F) {
 			_, _ = q.NextDue()
 			_ = q.DeadLetters(10)
 		}
-		_ = x.Damaged()
+		requireConsistent(t, x, "after every queue was walked")
 		_ = x.SegmentUses()
 		_ = x.LiveChunks()
 	})
+}
+
+// requireConsistent checks that what x holds agrees with itself
+// (index.Index.Verify): each count it keeps (a queue's live, dead and
+// stream counts, a log segment's use, a table chunk's live count) is what
+// its messages and dedup keys count again, every one of them below the
+// next sequence. Load reads no table entry, so a checkpoint beside table
+// files that hold other streams than it counts (the template's files
+// under another checkpoint: the broker's, say) loads, and that
+// disagreement is damage to the index files, found by a walk (an error
+// wrapping ErrDamaged); any other is a checkpoint Load should have
+// refused.
+func requireConsistent(t *testing.T, x *index.Index, when string) {
+	t.Helper()
+	if err := x.Verify(); err != nil && !errors.Is(err, index.ErrDamaged) {
+		t.Fatalf("%s: Load accepted a checkpoint whose counts disagree with what it holds: %v", when, err)
+	}
 }
 
 // openUnder lists the files under dir that this process has open or
@@ -519,22 +540,57 @@ func checkpointSeeds(t testing.TB) []seed {
 		// next sequence, a message listed twice.
 		seed{"stream-at-next-seq", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 10)}},
 		seed{"message-twice", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 0, 3, 3)}},
+		// A ready message, counted where it is; and a log segment counting
+		// one message more than it and its queue's stream hold.
+		seed{"one-message", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 0, 3)}},
+		seed{"segment-counting-one-more", []any{true, uint64(1<<32 | 32), uint64(10), countingBody(1, 1, 0, 3)}},
 	)
 	return seeds
 }
 
 // checkpointBody returns the body of a checkpoint of one queue, jobs, and
 // no table file: the queue's stream runs from cursor to streamMax, and it
-// holds the ready messages msgs, listed in that order.
+// holds the ready messages msgs, listed in that order, which log segment 1
+// and their table chunks count.
 func checkpointBody(cursor, streamMax uint64, msgs ...uint64) []byte {
+	return countingBody(0, cursor, streamMax, msgs...)
+}
+
+// countingBody is checkpointBody whose log segment 1 and first table chunk
+// count extra messages besides msgs (the queue's stream counts none).
+func countingBody(extra int, cursor, streamMax uint64, msgs ...uint64) []byte {
 	var b []byte
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	v := func(v int64) { b = binary.AppendVarint(b, v) }
 	u(0) // sealed segments
 	u(0) // secret
 	u(0) // orphans
-	u(0) // segment uses
-	u(0) // chunk counts
+	chunks := map[uint64]uint64{}
+	for _, seq := range msgs {
+		chunks[index.ChunkOf(seq)]++
+	}
+	if n := uint64(len(msgs) + extra); n == 0 {
+		u(0) // segment uses
+	} else {
+		u(1) // segment uses
+		u(1) // segment
+		u(n)
+		u(40 * n) // bytes
+		u(0)      // keys
+		if len(msgs) == 0 {
+			u(1)
+			u(1)
+		} else {
+			u(slices.Min(msgs))
+			u(slices.Max(msgs))
+		}
+		chunks[0] += uint64(extra)
+	}
+	u(uint64(len(chunks)))
+	for _, c := range slices.Sorted(maps.Keys(chunks)) {
+		u(c)
+		u(chunks[c])
+	}
 	u(1) // queues
 	u(1) // id
 	u(4) // name
@@ -586,6 +642,7 @@ func TestGeneratedCheckpointsLoad(t *testing.T) {
 			}
 		}
 		require.NoError(t, x.Damaged(), "checkpoint %d", i)
+		require.NoError(t, x.Verify(), "checkpoint %d: its counts, beside its own table files", i)
 		require.NoError(t, x.Table.Close())
 		requireNoneLeft(t, tp.root, before)
 		switch i {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/crc32"
 
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
@@ -536,6 +537,33 @@ func (d *decoder) int(field string) int {
 	return int(v)
 }
 
+// upTo reads a count that cannot exceed limit, the most there can be of
+// what it counts (the what of the error that refuses more).
+func (d *decoder) upTo(field string, limit uint64, what string) uint64 {
+	v := d.uvarint(field)
+	if v > limit {
+		d.failField(field, fmt.Sprintf("%d exceeds the %d %s", v, limit, what))
+		return 0
+	}
+	return v
+}
+
+// What one log segment's use (SegmentUse) can count. A record's offset in
+// its segment is 32 bits (wal.Position), and the segment package opens no
+// file longer than 2^32-1 bytes: the records of a segment lie in what
+// follows its header within those bytes. (wal.MaxSegmentBytes, the size
+// of the segments the log makes, is lower, but the log opens any segment
+// the segment package does, one regrown at open may pass it by a frame,
+// and a checkpoint holding a count the log allows must load.) Each
+// message counted there has its publish record there, and each dedup key
+// the record of its message's publish or copy, one record each, of a
+// frame of at least one byte of body. Counts above these are damage: so
+// is one that would wrap negative as an int or int64.
+const (
+	maxSegmentRecordBytes = 1<<32 - 1 - segment.HeaderSize
+	maxSegmentRecords     = maxSegmentRecordBytes / (segment.FrameHeaderSize + 1)
+)
+
 func (d *decoder) sealed() map[uint32]int {
 	n := d.count("sealed segment count")
 	out := make(map[uint32]int, n)
@@ -549,8 +577,9 @@ func (d *decoder) sealed() map[uint32]int {
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
 // that is no file to read (a directory in its place) or fails any check
-// (checksum, bounds, a chunk file missing, of the wrong size or a
-// directory) is ErrDamaged: the caller may rebuild from the log, which is
+// (checksum, bounds, counts that disagree with the messages and keys it
+// holds, a chunk file missing, of the wrong size or a directory) is
+// ErrDamaged: the caller may rebuild from the log, which is
 // the source of truth. Any other error (an I/O error opening, reading or mapping the
 // checkpoint or a chunk file, or listing or syncing the directory) is
 // returned as it is, naming the file: it says nothing of what the
@@ -592,7 +621,9 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	var segs []segUse
 	for range d.count("segment use count") {
 		s := segUse{seg: d.u32("segment")}
-		s.u.Messages, s.u.Bytes, s.u.Keys = d.int("segment messages"), int64(d.uvarint("segment bytes")), d.int("segment keys")
+		s.u.Messages = int(d.upTo("segment messages", maxSegmentRecords, "records a segment holds"))
+		s.u.Bytes = int64(d.upTo("segment bytes", maxSegmentRecordBytes, "bytes a segment's records fill"))
+		s.u.Keys = int(d.upTo("segment keys", maxSegmentRecords, "records a segment holds"))
 		s.u.MinSeq, s.u.MaxSeq = d.uvarint("segment min seq"), d.uvarint("segment max seq")
 		segs = append(segs, s)
 	}
@@ -640,6 +671,18 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	if d.err != nil {
 		return nil, 0, damaged("%v", d.err)
+	}
+	// The counts it keeps must agree with the messages and keys it holds
+	// (as far as they can without the table's entries, which are read
+	// only when a walk of a stream reaches them): a log segment counted
+	// as holding fewer messages than it does may be removed under them,
+	// and one counting more, or keys it does not hold, is never removed.
+	h, err := x.countHeld()
+	if err == nil {
+		err = x.checkHeld(h)
+	}
+	if err != nil {
+		return nil, 0, damaged("%v", err)
 	}
 	t, err := OpenTable(fs, dir, want)
 	if err != nil {

@@ -215,6 +215,8 @@ func TestACheckpointThenTheLogAfterItGiveTheStateOfAFullReplay(t *testing.T) {
 		fullID, _ := full.NextQueueID()
 		loadedID, _ := loaded.NextQueueID()
 		require.Equal(t, fullID, loadedID, when)
+		require.NoError(t, full.Verify(), when)
+		require.NoError(t, loaded.Verify(), when)
 	}
 	same("loaded")
 	apply(loaded, after)

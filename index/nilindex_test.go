@@ -38,6 +38,7 @@ func TestANilIndexRefusesEveryCall(t *testing.T) {
 			return err
 		},
 		"Damaged": x.Damaged,
+		"Verify":  x.Verify,
 	}
 	zeros := map[string]func(){
 		"Holds": func() { require.False(t, x.Holds(1)) },

@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -147,9 +148,28 @@ type removal struct {
 // keepSpare renames the retired segment file at path, of segment seq, to
 // a spare's name, for a later rotation to reuse, and returns that name.
 // RemoveBelow and Close call it under removeMu.
+//
+// A name already taken is refused (fs.ErrExist), for a rename would
+// replace its file. Spare names derive from segment sequences, which a
+// log numbers anew from 1 when its directory holds spares but no segment
+// (its segments deleted by hand): a spare of the retired segment's name
+// may then still be listed (it would be listed twice, and reused once),
+// or be one the preparer has taken from the list and not yet renamed (it
+// would take this file instead, before the directory sync that makes its
+// retirement durable). Only RemoveBelow and Close, under removeMu, give a
+// file a spare's name, so one found free stays free until the rename (the
+// preparer gives a spare it failed to reuse its name back, and removes
+// it).
 func (l *Log) keepSpare(path string, seq uint32) (string, error) {
+	fs := l.opts.FS
 	spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, seq, tmpSuffix))
-	if err := l.opts.FS.Rename(path, spare); err != nil {
+	if f, err := fs.OpenFile(spare, os.O_RDONLY, 0); err == nil {
+		_ = f.Close()
+		return "", fmt.Errorf("%s: %w", spare, iofs.ErrExist)
+	} else if !errors.Is(err, iofs.ErrNotExist) {
+		return "", err
+	}
+	if err := fs.Rename(path, spare); err != nil {
 		return "", err
 	}
 	return spare, nil

@@ -1,11 +1,13 @@
 package wal
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -121,4 +123,84 @@ func TestASpareNeitherKeptNorRemovedIsReportedWithBothCauses(t *testing.T) {
 		require.ErrorIs(t, err, syscall.EIO, "the file is left on disk")
 		require.ErrorIs(t, err, syscall.EROFS, "why it was not kept as a spare")
 	})
+}
+
+// gateRecycleFS holds the preparer, once armed, inside its reuse of a
+// spare for the segment file named gated: after it has taken the spare
+// from the list, before it renames it (Recycle first looks whether its
+// new name is free).
+type gateRecycleFS struct {
+	vfs.FS
+	gated   string
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateRecycleFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if filepath.Base(name) == g.gated && flag == os.O_RDONLY && g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+	return g.FS.OpenFile(name, flag, perm)
+}
+
+// Spare names derive from segment sequences, and a rename replaces a file
+// of the new name. A log numbers its segments anew from 1 when its
+// directory holds spares but no segment (the segments deleted by hand):
+// a segment RemoveBelow retires can then have the name of a spare the
+// preparer is taking. Replaced, that spare was lost, and the preparer
+// took the retired segment in its place before the directory sync made
+// the retirement durable; the spare is kept, and the retired segment
+// removed (with a warning), instead.
+func TestARetiredSegmentDoesNotReplaceASpareOfItsName(t *testing.T) {
+	dir := t.TempDir()
+	const size = 1024
+	spare := func(seq int) string {
+		return filepath.Join(dir, fmt.Sprintf("%s%010d%s", sparePrefix, seq, tmpSuffix))
+	}
+	for _, seq := range []int{1, 3} {
+		require.NoError(t, os.WriteFile(spare(seq), make([]byte, size), 0o600))
+	}
+	before, err := os.Stat(spare(1))
+	require.NoError(t, err)
+
+	g := &gateRecycleFS{FS: vfs.Default, gated: segName(3) + tmpSuffix, entered: make(chan struct{}), release: make(chan struct{})}
+	var logs logBuffer
+	l := mustOpen(t, dir, Options{FS: g, SegmentBytes: size, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.EqualValues(t, 1, l.Stats().FirstSegment, "a log numbered anew")
+	waitPrepared(t, l) // segment 2, from spare 3
+
+	// The rotation into segment 2 asks for segment 3: the preparer takes
+	// spare 1 and waits at the gate.
+	g.armed.Store(true)
+	var es []entry
+	for i := 0; l.Stats().LastSegment < 2; i++ {
+		es = append(es, appendRecords(t, l, i, 1)...)
+	}
+	<-g.entered
+	n, err := l.RemoveBelow(MakePosition(2, 0))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	after, err := os.Stat(spare(1))
+	require.NoError(t, err, "the spare the preparer is taking is gone")
+	require.True(t, os.SameFile(before, after), "segment 1, retired, replaced the spare of its name that the preparer is taking")
+
+	close(g.release)
+	waitPrepared(t, l) // segment 3, from spare 1
+	es = append(es, appendRecords(t, l, len(es), 40)...)
+	require.Greater(t, l.Stats().LastSegment, uint32(3))
+	require.NoError(t, l.Close())
+	require.Contains(t, logs.String(), "could not keep a retired segment file for reuse")
+	require.NotContains(t, logs.String(), "could not reuse a retired segment")
+
+	l = mustOpen(t, dir, Options{SegmentBytes: size})
+	defer l.Close()
+	var kept []entry
+	for _, e := range es {
+		if e.pos.Segment() >= 2 {
+			kept = append(kept, e)
+		}
+	}
+	requireEntries(t, kept, readAll(t, l))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/walbroker/walbroker/segment"
@@ -174,13 +173,21 @@ func (p *preparer) stop() error {
 			l := p.l
 			path := r.file.Path()
 			err := r.file.Close()
-			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, r.seq, tmpSuffix))
+			var keepErr error
 			if l.spareCount() < maxSpares && int64(r.file.Size()) == l.opts.SegmentBytes {
-				if rerr := l.opts.FS.Rename(path, spare); rerr == nil {
+				if _, keepErr = l.keepSpare(path, r.seq); keepErr == nil {
 					return err
 				}
 			}
-			return errors.Join(err, l.opts.FS.Remove(path))
+			if rerr := l.opts.FS.Remove(path); rerr != nil {
+				// Left under its temporary name, which the next Open
+				// removes; Close says why it is there.
+				return errors.Join(err, keepErr, rerr)
+			}
+			if keepErr != nil {
+				l.spareNotKept(path, keepErr)
+			}
+			return err
 		}
 	default:
 	}

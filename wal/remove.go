@@ -3,6 +3,8 @@ package wal
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 )
@@ -91,22 +93,27 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			l.unremoved = append(l.unremoved, removal{path, int64(size)})
 			continue
 		}
+		var keepErr error
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
-			spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, s.seq, tmpSuffix))
-			if rerr := fs.Rename(path, spare); rerr == nil {
+			spare, kerr := l.keepSpare(path, s.seq)
+			if kerr == nil {
 				kept = append(kept, spare)
 				l.stats.bytesRemoved.Add(int64(size))
 				continue
 			}
+			keepErr = kerr
 		}
 		if rerr := fs.Remove(path); rerr != nil {
 			// Removing the later segments would leave a gap in the
 			// sequence, which Open refuses as a missing segment: they
 			// stay on disk, closed, out of the log until the next Open
 			// finds them and a later removal takes them.
-			err = errors.Join(err, rerr)
+			err = errors.Join(err, keepErr, rerr)
 			l.unremoved = append(l.unremoved, removal{path, int64(size)})
 			continue
+		}
+		if keepErr != nil {
+			l.spareNotKept(path, keepErr)
 		}
 		l.stats.bytesRemoved.Add(int64(size))
 	}
@@ -136,6 +143,49 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 type removal struct {
 	path string
 	size int64
+}
+
+// keepSpare renames the retired segment file at path, of segment seq, to
+// a spare's name, for a later rotation to reuse, and returns that name.
+// RemoveBelow and Close call it under removeMu.
+//
+// A name already taken is refused (fs.ErrExist), for a rename would
+// replace its file. Spare names derive from segment sequences, which a
+// log numbers anew from 1 when its directory holds spares but no segment
+// (its segments deleted by hand): a spare of the retired segment's name
+// may then still be listed (it would be listed twice, and reused once),
+// or be one the preparer has taken from the list and not yet renamed (it
+// would take this file instead, before the directory sync that makes its
+// retirement durable). Only RemoveBelow and Close, under removeMu, give a
+// file a spare's name, so one found free stays free until the rename (the
+// preparer gives a spare it failed to reuse its name back, and removes
+// it).
+func (l *Log) keepSpare(path string, seq uint32) (string, error) {
+	fs := l.opts.FS
+	spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, seq, tmpSuffix))
+	if f, err := fs.OpenFile(spare, os.O_RDONLY, 0); err == nil {
+		_ = f.Close()
+		return "", fmt.Errorf("%s: %w", spare, iofs.ErrExist)
+	} else if !errors.Is(err, iofs.ErrNotExist) {
+		return "", err
+	}
+	if err := fs.Rename(path, spare); err != nil {
+		return "", err
+	}
+	return spare, nil
+}
+
+// spareNotKept logs that the file at path, which was to be kept as a
+// spare, was removed instead, for cause. A spare not kept costs a later
+// rotation the zero-fill of a new file and loses no record, so it is a
+// warning, not an error of the call that retired the file: as a retired
+// file that cannot be reused is (see preparer.make), and a clean mark
+// that cannot be written (see Close). A file that cannot be removed
+// either is an error, with cause joined to it: it stays on disk.
+func (l *Log) spareNotKept(path string, cause error) {
+	l.logLater(func(log *slog.Logger) {
+		log.Warn("wal: could not keep a retired segment file for reuse; removed it instead", "file", path, "err", cause)
+	})
 }
 
 func (l *Log) spareCount() int {

@@ -465,8 +465,10 @@ func (l *Log) commit(b *batch) {
 	if needSync && w.writeOff > w.syncedOff {
 		start := time.Now()
 		if l.poisoned.Load() {
-			// Poisoned while the batch was written: it fails with the
-			// rest (see rotate).
+			// Poisoned while the batch was written (a RemoveBelow's
+			// failed directory sync): no fdatasync runs on a poisoned
+			// log, and the batch fails with the rest rather than being
+			// told success (see rotate).
 			err = l.poison()
 		} else if serr := l.syncActive(); serr != nil {
 			err = l.fail(serr)

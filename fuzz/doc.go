@@ -39,18 +39,26 @@
 //     table, once closed, leaves no file open and no mapping behind.
 //   - FuzzReplayCheckpoint: arbitrary event records, each as a replay of
 //     a verified log would take it (so the checksum is no defence),
-//     applied to a fresh index, which is then checkpointed and loaded
-//     back. Apply never panics and refuses only with index.ErrBadEvent
-//     (Open then refuses the log as Corrupt); when no sequence is
-//     published in two queues (the log's writer never does that), what
-//     the index counts per segment and per table chunk is what its
-//     messages and keys add up to, and the order checks below hold; an
-//     index that took every record survives its own checkpoint
-//     unchanged, and equals one that took every record twice in a row
-//     (an event sets the state it names): queues, dumps at several
-//     instants, latest clock readings, next sequence, orphans (for the
-//     checkpoint), segment uses, live table chunks, and the order in
-//     which each then hands out its messages and one published later.
+//     applied to an index as a running store applies them: a plan, one
+//     byte per record, spreads them over log segments (positions
+//     increasing), moves the clock on and promotes every queue between
+//     them, and takes checkpoints between them (the table flushed, the
+//     table files no message needs removed). Apply never panics and
+//     refuses only with index.ErrBadEvent (Open then refuses the log as
+//     Corrupt); when no sequence is published in two queues (the log's
+//     writer never does that), what the index counts per segment (its
+//     messages, their records' bytes, their state events' bytes) and per
+//     table chunk is what its messages and keys add up to, and the order
+//     checks below hold. Each checkpoint, loaded and given the records
+//     after it, and the last one, loaded, hold what a replay of every
+//     record into a fresh index holds, whatever the clock did before it
+//     was taken; so does an index that took every record twice in a row
+//     (an event sets the state it names), and the running index from its
+//     clock's last reading on: queues, dumps at several instants, latest
+//     clock readings, next sequence and queue number, orphans (but for
+//     the one that took them twice), segment uses, live table chunks, and
+//     the order in which each then hands out its messages and one
+//     published later.
 //   - FuzzBrokerDifferential: the input is decoded, three bytes per
 //     operation, into up to 200 operations on one store (two queues with
 //     small policies, 16 KiB segments so that rotations, checkpoints,

@@ -81,8 +81,17 @@ func FuzzDecode(f *testing.F) {
 			require.ErrorIs(t, err, ErrBadEvent)
 			return
 		}
-		// What decodes re-encodes to the same bytes.
-		require.Equal(t, rec, e.Append(nil))
+		// What decodes re-encodes to the same bytes, which decode to the
+		// same event.
+		enc := e.Append(nil)
+		require.Equal(t, rec, enc)
+		again, err := Decode(enc)
+		require.NoError(t, err, "the re-encoding of a %s event does not decode", e.Kind)
+		require.Equal(t, e, again, "a %s event re-encoded decodes otherwise", e.Kind)
+		// The length the index counts for an event without encoding it
+		// (a publish's record, a state event's beside it in a copy
+		// forward) is the length Append writes.
+		require.Equal(t, len(enc), e.encodedLen(), "encodedLen of a %s event", e.Kind)
 	})
 }
 

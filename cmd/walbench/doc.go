@@ -192,9 +192,9 @@
 // (sync all or publish × segment size) is scored by the geometric mean,
 // over the points every such setting was measured at (its own points when
 // they share none), of the rate at which messages went
-// through the queue (publish and drain taking turns: a sweep point's
-// "through msgs/s", each round's publish with its own drain; the publish
-// rate where no drain was measured). The best score wins; scores within 3% of
+// through the queue (publish and drain taking turns, each round's publish
+// with its own drain, the median over the rounds: a sweep point's
+// "through msgs/s"; the publish rate where no drain was measured). The best score wins; scores within 3% of
 // it count as equal, and then SyncAll beats SyncPublish and the default
 // segment size beats the others. The profile measures publishes under
 // SyncAll only and pairs them with the drain of each mode: a Publish

@@ -183,8 +183,9 @@ type recPoint struct {
 	p99          *int64
 	drain        *float64
 	// through is the rate of messages through the queue, publish and
-	// drain taking turns, as the row has it (a sweep's: the median of its
-	// rounds'); nil: computed from publish and drain.
+	// drain taking turns, the median of the rounds' (a sweep's as its row
+	// has it, the profile's from each round's publish and drain); nil:
+	// computed from publish and drain.
 	through    *float64
 	measuredAs string
 }
@@ -370,8 +371,9 @@ func noRecommendation(rep *Report) string {
 // stand for both; the drain tells them apart. Where no drain was measured
 // whole, the publish rows stand alone; where some were, a durable mode
 // whose drain was cut short is not scored, and is returned in unscored.
+// A point's through rate is the median of its rounds' (see roundsThrough).
 func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
-	drains := map[string]*float64{} // the first whole Consume drain of each sync mode
+	drains := map[string]Row{} // the first whole Consume drain of each sync mode, its whole rounds
 	var order []string
 	var cut []Setting
 	for _, r := range rows {
@@ -386,7 +388,7 @@ func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
 			continue
 		}
 		if _, ok := drains[r.Sync]; !ok {
-			drains[r.Sync] = w.MsgsPerSec
+			drains[r.Sync] = w
 			order = append(order, r.Sync)
 		}
 	}
@@ -406,19 +408,50 @@ func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
 		for _, s := range order {
 			if durable(s) {
 				q := p
-				q.sync, q.drain = s, drains[s]
+				q.sync, q.drain, q.through = s, drains[s].MsgsPerSec, roundsThrough(w, drains[s])
 				points = append(points, q)
 			}
 		}
 	}
 	if len(drains) > 0 && len(points) > 0 {
 		for _, s := range cut {
-			if drains[s.Sync] == nil {
+			if _, ok := drains[s.Sync]; !ok {
 				unscored = append(unscored, s)
 			}
 		}
 	}
 	return points, unscored
+}
+
+// roundsThrough is the rate at which messages went through the queue with
+// the publishes of pub and the drains of drain, both their whole rounds:
+// each round's publish with that round's drain, as a sweep point's
+// through is, and the median over the rounds that measured both; not the
+// formula on the medians, which pairs a publish with a drain of another
+// round. Nil when no round measured both (then the medians are paired).
+func roundsThrough(pub, drain Row) *float64 {
+	roundsOf := func(r Row) []Row {
+		if len(r.PerRound) == 0 {
+			return []Row{r}
+		}
+		return r.PerRound
+	}
+	var xs []float64
+	for _, p := range roundsOf(pub) {
+		for _, d := range roundsOf(drain) {
+			if d.Round != p.Round {
+				continue
+			}
+			if t := through(p.MsgsPerSec, d.MsgsPerSec); t != nil && d.MsgsPerSec != nil {
+				xs = append(xs, *t)
+			}
+		}
+	}
+	m, ok := median(xs)
+	if !ok {
+		return nil
+	}
+	return &m
 }
 
 // scoreSettings scores each setting (sync mode, segment size) of points,

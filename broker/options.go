@@ -157,6 +157,9 @@ type Options struct {
 
 	manualMaintenance bool // tests: no background checkpoints or reclamation
 	replaySpill       int  // tests: table entries a replay holds before it writes them out; 0 means replaySpill
+	// answerWaited, for tests, runs in a duplicate or shed publish once
+	// its waits for the log are over, before it is counted.
+	answerWaited func()
 }
 
 func (o Options) withDefaults() (Options, error) {

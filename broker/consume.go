@@ -129,7 +129,8 @@ type ConsumeOptions struct {
 	// ID, as it does for a direct Nack. The brokers of this package do not
 	// log again, in their own Logger, a failure Consume logged. Its
 	// handler is called from Consume's goroutines, with no lock of the
-	// broker held; a record it panics on is dropped, and Consume goes on.
+	// broker held; a record it panics on is dropped (and reported to the
+	// standard log package as Options.Logger says), and Consume goes on.
 	Logger *slog.Logger
 }
 

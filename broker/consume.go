@@ -129,7 +129,8 @@ type ConsumeOptions struct {
 	// ID, as it does for a direct Nack. The brokers of this package do not
 	// log again, in their own Logger, a failure Consume logged. Its
 	// handler is called from Consume's goroutines, with no lock of the
-	// broker held; a record it panics on is dropped, and Consume goes on.
+	// broker held; a record it panics on is dropped (and reported to the
+	// standard log package as Options.Logger says), and Consume goes on.
 	Logger *slog.Logger
 }
 
@@ -382,31 +383,32 @@ func (c *consumer) abandonOnEnd(abandon context.CancelCauseFunc) (stop func()) {
 // it and its timer, for Consume to call when it returns. Without a
 // StopGrace it is ctx itself. With one, it keeps ctx's values and is
 // cancelled StopGrace after ctx ends, with ctx's error as its cause.
+// The func returns only once the goroutines that ctx's end and the timer
+// started have returned (the one the timer starts reads ctx's cause,
+// the caller's code): Consume leaves none behind.
 func (c *consumer) graceful(ctx context.Context) (context.Context, func()) {
 	if c.stopGrace == 0 {
 		return ctx, func() {}
 	}
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	// mu guards timer and ended, which the AfterFunc's goroutine (ctx
-	// ended) and Consume's return (the func returned) both touch.
-	var mu sync.Mutex
+	// timer is set by the AfterFunc's func (ctx ended), and read by the
+	// func returned once that has run, or once it never will.
 	var timer *time.Timer
-	ended := false
+	watched, graced := make(chan struct{}), make(chan struct{})
 	stopWatch := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			timer = time.AfterFunc(c.stopGrace, func() { cancel(context.Cause(ctx)) })
-		}
+		defer close(watched)
+		timer = time.AfterFunc(c.stopGrace, func() {
+			defer close(graced)
+			cancel(context.Cause(ctx))
+		})
 	})
 	return hctx, func() {
-		stopWatch()
-		mu.Lock()
-		ended = true
-		if timer != nil {
-			timer.Stop()
+		if !stopWatch() {
+			<-watched // ctx ended: its func has started, and may not have set timer yet
 		}
-		mu.Unlock()
+		if timer != nil && !timer.Stop() {
+			<-graced // the grace is over: its func has started
+		}
 		cancel(context.Canceled)
 	}
 }

@@ -72,3 +72,7 @@ func DeclaredMaxDeliveries(s *Store, name string) (int64, bool) {
 	}
 	return iq.Policy.MaxDeliveries, true
 }
+
+// AnswerWaited makes every duplicate or shed publish call f once its waits
+// for the log are over, before it is counted.
+func AnswerWaited(f func()) func(*Options) { return func(o *Options) { o.answerWaited = f } }

@@ -31,7 +31,8 @@ type MemoryOptions struct {
 	// message ID, as the file-backed store's does (those Consume settles
 	// are logged by Consume, and here only when it has no Logger). Nil
 	// discards. As there (see Options.Logger), its handler is called without the queue's
-	// lock, may read Stats, and a record it panics on is dropped.
+	// lock, may read Stats, and a record it panics on is dropped (and
+	// reported to the standard log package as there).
 	Logger *slog.Logger
 }
 

@@ -118,8 +118,10 @@ type Options struct {
 	// call Close: Close waits for the goroutine the handler runs on, and
 	// would never return. A program that closes the store when a record
 	// says it failed ("close and reopen it") does so from a goroutine of
-	// its own, signalled by the handler. A record its handler panics on is dropped, and the
-	// store goes on as if it had been logged: the call that logged it
+	// its own, signalled by the handler. A record its handler panics on is
+	// dropped (its level and message, with the panic value, go to the
+	// standard log package; its attributes, which may hold a cause's text,
+	// do not), and the store goes on as if it had been logged: the call that logged it
 	// returns what it would have returned, and no goroutine of the store
 	// ends. Left to unwind, the panic would end the process from a
 	// goroutine of the store, or fail a call whose change was already
@@ -157,6 +159,9 @@ type Options struct {
 
 	manualMaintenance bool // tests: no background checkpoints or reclamation
 	replaySpill       int  // tests: table entries a replay holds before it writes them out; 0 means replaySpill
+	// answerWaited, for tests, runs in a duplicate or shed publish once
+	// its waits for the log are over, before it is counted.
+	answerWaited func()
 }
 
 func (o Options) withDefaults() (Options, error) {

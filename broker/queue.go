@@ -35,7 +35,8 @@ type Queue struct {
 	id   uint32
 
 	// mu guards iq (and through it the index's state of this queue),
-	// policy, signal, signalOut, shut, inflight and diedBeforeOpen.
+	// policy, signal, signalOut, shut, inflight, answering and
+	// diedBeforeOpen.
 	mu     sync.Mutex
 	iq     *index.Queue
 	policy PolicyValue
@@ -51,6 +52,9 @@ type Queue struct {
 	// inflight holds the publishes queued to the log and not yet
 	// committed to the index, so that a checkpoint can commit them.
 	inflight map[*wal.Pending]inflightPublish
+	// answering holds the duplicate and shed publishes answered and not
+	// yet counted, so that a checkpoint can count them (see answer).
+	answering map[*answer]struct{}
 	// diedBeforeOpen: messages whose last lease had lapsed when the store
 	// was opened. They died before this process, which logs their move to
 	// the dead-letter store but does not count it in DeadLettered:
@@ -83,11 +87,12 @@ type inflightPublish struct {
 
 func newQueue(s *Store, iq *index.Queue, p PolicyValue) *Queue {
 	return &Queue{s: s, name: iq.Name, id: iq.ID, iq: iq, policy: p, signal: make(chan struct{}),
-		inflight: map[*wal.Pending]inflightPublish{}}
+		inflight: map[*wal.Pending]inflightPublish{}, answering: map[*answer]struct{}{}}
 }
 
-// commitInflightLocked commits every queued publish, whose appends must be
-// complete (a checkpoint's barrier waited for them). The caller holds q.mu.
+// commitInflightLocked commits every queued publish, and counts every
+// answer (see answer), whose appends must be complete (a checkpoint's
+// barrier waited for them). The caller holds q.mu.
 func (q *Queue) commitInflightLocked() error {
 	for p, in := range q.inflight {
 		pos, err := p.Wait()
@@ -104,7 +109,7 @@ func (q *Queue) commitInflightLocked() error {
 		q.stats.published.Add(int64(len(in.events)))
 		delete(q.inflight, p)
 	}
-	return nil
+	return q.commitAnswersLocked()
 }
 
 // shutLocked closes the wake signal for good: the store is closed, or
@@ -417,10 +422,13 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// (Promote above: leases lapsed for good stop holding capacity.)
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
 		live := q.iq.Live()
-		if err := q.unlockAndWait(reading); err != nil {
+		a := q.answerLocked(&q.stats.shed, reading)
+		q.mu.Unlock()
+		err := q.waitAll(a.pends)
+		q.settle(a, err)
+		if err != nil {
 			return nil, err
 		}
-		q.stats.shed.Add(1)
 		return nil, fmt.Errorf("broker: queue %s holds %d of %d messages, %d more do not fit: %w", q.name, live, c, len(payloads), QueueFull)
 	}
 	for i := range events {
@@ -521,21 +529,22 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 		// reopened store hand the ID out again (see seqReservation).
 		resv, bound = q.s.reserveSeqs(seq)
 	}
-	if err := q.unlockAndWait(reading); err != nil {
-		return nil, err
-	}
-	if orig != nil {
-		if _, err := q.s.wait(orig); err != nil {
-			return nil, err
+	var waits []*wal.Pending
+	for _, p := range []*wal.Pending{orig, resv} {
+		if p != nil {
+			waits = append(waits, p)
 		}
 	}
-	if resv != nil {
-		if _, err := q.s.wait(resv); err != nil {
-			return nil, err
-		}
+	a := q.answerLocked(&q.stats.duplicates, reading, waits...)
+	q.mu.Unlock()
+	err := q.waitAll(a.pends)
+	if err == nil && resv != nil {
 		q.s.reservedSeqs(bound)
 	}
-	q.stats.duplicates.Add(1)
+	q.settle(a, err)
+	if err != nil {
+		return nil, err
+	}
 	return []MessageValue{{ID: messageID(seq), EnqueuedAt: time.Unix(0, at)}}, nil
 }
 

@@ -101,6 +101,29 @@ var auditCases = []testCase{
 			}
 		}
 	}},
+	{name: "RejectAfterANackRecordsItsOwnCause", needs: []string{"Rejecter", "DeadLetterReader"}, run: func(e *env) {
+		// Reject records its cause "as Nack records the cause of a message
+		// that ran out of attempts": the cause of the failure that ended
+		// it, whatever an earlier Nack reported — a nil cause included,
+		// which is UNEXPLAINED and not the earlier failure's reason.
+		// (NackOnLastDeliveryRecordsClassifiedCause checks the same of a
+		// last Nack; RejectRecordsClassifiedCause rejects first deliveries
+		// only.)
+		for _, c := range causeCases() {
+			q := e.queue(e.policy())
+			m := e.publish(q, secret)
+			e.nack(q, e.receiveOne(q).Lease.Receipt, broker.NewError("FIRST_FAILURE", 9, "first", secret))
+			d := e.appearsAt(q, e.now(), true, "the nacked message")
+			if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, c.cause); err != nil {
+				e.Fatalf("cause %s: Reject: %v", c.name, err)
+			}
+			dls := e.deadLetters(q)
+			if len(dls) != 1 {
+				e.Fatalf("cause %s: %d dead letters, want 1", c.name, len(dls))
+			}
+			e.checkDeadLetter(dls[0], c, m, secret, 2)
+		}
+	}},
 	{name: "WakeHandsOutAnOpenSignalAfterTheLastOneFired", needs: []string{"Waker"}, run: func(e *env) {
 		// The Signal "is closed by the NEXT event that may make a message
 		// receivable": once one has fired, the signal Wake hands out after

@@ -22,6 +22,9 @@ func init() {
 	mutants["wakeSignalStaysClosed"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
 		return &firedSignal{Memory: m}
 	}
+	mutants["rejectFallsBackOnANacksCause"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &nackCauseFallback{Memory: m, ids: map[broker.ReceiptValue]string{}, causes: map[string]error{}}
+	}
 	mutants["retryDelayWrapsPast63"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
 		return &wrappingRetry{Memory: m, policy: p, now: now}
 	}
@@ -227,4 +230,81 @@ func TestTheSuiteFailsABrokerWhoseRetryDelayWrapsPastTheSixtyThirdDelivery(t *te
 		t.Fatalf("harness: the mutant's 64th nack waits MaxRetryDelay; it is not broken")
 	}
 	requireSuiteFails(t, "retryDelayWrapsPast63", "reports a retry delay that wraps past the 63rd delivery", "RetryDelayStaysAtMaxRetryDelayPastSixtyFourDeliveries")
+}
+
+// --- Reject records its own cause ------------------------------------------
+
+// nackCauseFallback rejects a message with no cause of its own with the
+// cause its last Nack reported.
+type nackCauseFallback struct {
+	*broker.Memory
+	mu     sync.Mutex
+	ids    map[broker.ReceiptValue]string // receipt → message ID
+	causes map[string]error               // message ID → its last Nack's cause
+}
+
+func (q *nackCauseFallback) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		q.ids[d.Lease.Receipt] = d.Message.ID
+	}
+	return ds, err
+}
+
+func (q *nackCauseFallback) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil && cause != nil {
+		q.mu.Lock()
+		q.causes[q.ids[r]] = cause
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *nackCauseFallback) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	if cause == nil {
+		q.mu.Lock()
+		cause = q.causes[q.ids[r]] // THE BUG: an earlier failure stands in for this one
+		q.mu.Unlock()
+	}
+	return q.Memory.Reject(ctx, r, cause)
+}
+
+// Seed Rejecter.Reject moves the message "with cause, recorded as
+// Broker.Nack records the cause of a message that ran out of attempts",
+// and a nil cause is "recorded as an unexplained failure". Every case
+// that rejected with a nil cause rejected a message no Nack had reported
+// on in its life: a broker that recorded an earlier Nack's cause in its
+// place passed.
+func TestTheSuiteFailsABrokerWhoseRejectRecordsAnEarlierNacksCause(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "rejectFallsBackOnANacksCause", c, broker.PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, reject := range []bool{false, true} {
+		ds, err := q.Receive(ctx, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Receive: %v %v", ds, err)
+		}
+		if reject {
+			err = q.(broker.Rejecter).Reject(ctx, ds[0].Lease.Receipt, nil)
+		} else {
+			_, err = q.Nack(ctx, ds[0].Lease.Receipt, broker.NewError("EARLIER", 1, "earlier", ""))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	dls, err := q.(broker.DeadLetterReader).DeadLetters(ctx, 1)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("DeadLetters: %v %v", dls, err)
+	}
+	if dls[0].Reason == broker.ReasonUnexplained {
+		t.Fatalf("harness: the mutant recorded a nil Reject as UNEXPLAINED; it is not broken")
+	}
+	requireSuiteFails(t, "rejectFallsBackOnANacksCause", "records for a Reject with no cause the cause of an earlier Nack", "RejectAfterANackRecordsItsOwnCause")
 }

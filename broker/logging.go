@@ -9,8 +9,8 @@ import (
 // guardLogger returns the logger the broker writes to for l (Options.Logger,
 // MemoryOptions.Logger, ConsumeOptions.Logger): one that recovers a panic
 // of its handler and reports the record it lost to the standard log
-// package, by its level and message with the panic value, its attributes
-// (a cause's text among them) withheld; and that discards for a nil l
+// package, by its level and message with the type of the panic's value,
+// its attributes (a cause's text among them) and the value withheld; and that discards for a nil l
 // (see logguard.Wrap).
 //
 // The handler is the caller's code, and the broker logs on goroutines of

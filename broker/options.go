@@ -119,9 +119,9 @@ type Options struct {
 	// would never return. A program that closes the store when a record
 	// says it failed ("close and reopen it") does so from a goroutine of
 	// its own, signalled by the handler. A record its handler panics on is
-	// dropped (its level and message, with the panic value, go to the
-	// standard log package; its attributes, which may hold a cause's text,
-	// do not), and the store goes on as if it had been logged: the call that logged it
+	// dropped (its level and message, with the type of the panic's value,
+	// go to the standard log package; its attributes, which may hold a
+	// cause's text, and the panic's value, which may quote them, do not), and the store goes on as if it had been logged: the call that logged it
 	// returns what it would have returned, and no goroutine of the store
 	// ends. Left to unwind, the panic would end the process from a
 	// goroutine of the store, or fail a call whose change was already

@@ -88,8 +88,8 @@ type Options struct {
 	// Logger receives what recovery found, and the failures and repairs of
 	// the writer and the preparer. Nil discards. A record its handler
 	// panics on is dropped, and the log goes on (its level and message,
-	// with the panic value, go to the standard log package; its
-	// attributes do not). The writer and preparer
+	// with the type of the panic's value, go to the standard log package;
+	// its attributes and the panic's value do not). The writer and preparer
 	// log from goroutines of their own, so that a handler that waits for
 	// something a caller of the log holds while it waits for the log (a
 	// lock of its own) does not stall them. Close waits for those

@@ -156,10 +156,13 @@ type removal struct {
 // may then still be listed (it would be listed twice, and reused once),
 // or be one the preparer has taken from the list and not yet renamed (it
 // would take this file instead, before the directory sync that makes its
-// retirement durable). Only RemoveBelow and Close, under removeMu, give a
-// file a spare's name, so one found free stays free until the rename (the
-// preparer gives a spare it failed to reuse its name back, and removes
-// it).
+// retirement durable). RemoveBelow and Close give a file a spare's name
+// under removeMu, so that between them a name found free stays free until
+// the rename. The preparer gives a spare it failed to reuse its name back
+// (segment.Recycle renames it back), outside that lock, and then removes
+// it: in a log numbered anew, that rename may still replace a file kept
+// here in between, which then costs a warning and a new file's zeros at
+// the next rotation, never a record.
 func (l *Log) keepSpare(path string, seq uint32) (string, error) {
 	fs := l.opts.FS
 	spare := filepath.Join(l.dir, fmt.Sprintf("%s%010d%s", sparePrefix, seq, tmpSuffix))

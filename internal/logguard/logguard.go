@@ -9,12 +9,13 @@
 // library does.
 //
 // A record the handler could not take is not lost without a word: its
-// level and message, with the panic value, go to the standard library's
-// log package (log.Default, as net/http reports a handler's panic), and
-// its attributes are withheld. A library's messages are its own text,
-// while its attributes may carry what only the caller's logger may be
-// trusted with: the text of a caller's error, which may hold message
-// payloads.
+// level and message, with the type of the panic's value, go to the
+// standard library's log package (log.Default, as net/http reports a
+// handler's panic), and its attributes are withheld. A library's messages
+// are its own text, while its attributes may carry what only the caller's
+// logger may be trusted with: the text of a caller's error, which may hold
+// message payloads. The panic's value is withheld too: a handler that
+// cannot encode a value often panics with a text that quotes it.
 package logguard
 
 import (
@@ -59,20 +60,8 @@ func dropped(report func(string), in string, v any, r slog.Record) {
 	// The log package may itself write to a slog handler (slog.SetDefault
 	// makes it), this one perhaps: a panic there drops the report.
 	defer func() { _ = recover() }()
-	report(fmt.Sprintf("walbroker: the slog.Handler panicked in %s (%s) and lost this record: level=%s msg=%s (%d attributes withheld: they may hold a caller's error text)",
-		in, panicText(v), r.Level, strconv.Quote(r.Message), r.NumAttrs()))
-}
-
-// panicText prints a panic's value, or its type if printing it panics
-// (fmt recovers a String method's panic, but not a second one while
-// printing the first).
-func panicText(v any) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = fmt.Sprintf("a panic of type %T", v)
-		}
-	}()
-	return fmt.Sprint(v)
+	report(fmt.Sprintf("walbroker: the slog.Handler panicked in %s (a panic of type %T, its value withheld) and lost this record: level=%s msg=%s (%d attributes withheld: they may hold a caller's error text)",
+		in, v, r.Level, strconv.Quote(r.Message), r.NumAttrs()))
 }
 
 // Enabled reports a handler that panics as disabled for the level.

@@ -45,7 +45,8 @@ func (p panicky) WithGroup(name string) slog.Handler {
 
 // Whichever method of the handler panics, the logger's caller goes on; a
 // record the handler could not take goes to the fallback, by its level and
-// message with the panic value, its attributes withheld, and the others
+// message with the type of the panic's value, its attributes and the
+// value withheld, and the others
 // are written whole.
 func TestAHandlerThatPanicsLosesOnlyWhatItCouldNotTake(t *testing.T) {
 	for _, in := range []string{"", "Enabled", "Handle", "WithAttrs", "WithGroup"} {
@@ -73,7 +74,7 @@ func TestAHandlerThatPanicsLosesOnlyWhatItCouldNotTake(t *testing.T) {
 				require.Empty(t, out)
 				require.Len(t, reports, 3)
 				for i, msg := range []string{"plain", "with", "group"} {
-					require.Contains(t, reports[i], "panicked in Handle (Handle)")
+					require.Contains(t, reports[i], "panicked in Handle (a panic of type string, its value withheld)")
 					require.Contains(t, reports[i], `level=INFO msg="`+msg+`"`)
 				}
 				require.Contains(t, reports[2], "(1 attributes withheld")
@@ -82,13 +83,13 @@ func TestAHandlerThatPanicsLosesOnlyWhatItCouldNotTake(t *testing.T) {
 				require.NotContains(t, out, "msg=with", "a record without its attributes")
 				require.Contains(t, out, "msg=group g.k=secret")
 				require.Len(t, reports, 1)
-				require.Contains(t, reports[0], `panicked in WithAttrs (WithAttrs) and lost this record: level=INFO msg="with"`)
+				require.Contains(t, reports[0], `panicked in WithAttrs (a panic of type string, its value withheld) and lost this record: level=INFO msg="with"`)
 			case "WithGroup":
 				require.Contains(t, out, "msg=plain")
 				require.Contains(t, out, "msg=with k=secret")
 				require.NotContains(t, out, "msg=group", "a record outside its group")
 				require.Len(t, reports, 1)
-				require.Contains(t, reports[0], `panicked in WithGroup (WithGroup) and lost this record: level=INFO msg="group"`)
+				require.Contains(t, reports[0], `panicked in WithGroup (a panic of type string, its value withheld) and lost this record: level=INFO msg="group"`)
 			}
 			for _, r := range reports {
 				require.NotContains(t, r, "secret", "an attribute")
@@ -112,7 +113,8 @@ func TestALostHandlerKeepsReportingAtItsLevels(t *testing.T) {
 
 // A fallback that panics as well (the log package writing to a handler
 // that panics, through slog.SetDefault) loses the report, and nothing
-// else; a panic value that panics when printed is named by its type.
+// else; a panic value that panics when printed is named by its type, as
+// every panic value is, and never printed.
 func TestAFallbackThatPanicsIsDropped(t *testing.T) {
 	l := wrap(slog.New(panicky{slog.NewTextHandler(&bytes.Buffer{}, nil), "Handle"}), func(string) { panic("fallback") })
 	require.NotPanics(t, func() { l.Info("x") })
@@ -121,7 +123,7 @@ func TestAFallbackThatPanicsIsDropped(t *testing.T) {
 	l = wrap(slog.New(badPanic{slog.NewTextHandler(&bytes.Buffer{}, nil)}), func(s string) { reports = append(reports, s) })
 	require.NotPanics(t, func() { l.Info("x") })
 	require.Len(t, reports, 1)
-	require.Contains(t, reports[0], "(a panic of type logguard.unprintable)")
+	require.Contains(t, reports[0], "(a panic of type logguard.unprintable, its value withheld)")
 }
 
 // unprintable panics when printed, and again while fmt reports that.

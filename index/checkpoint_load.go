@@ -212,23 +212,34 @@ func (d *decoder) sealed() map[uint32]int {
 	out := make(map[uint32]int, n)
 	for range n {
 		seq := d.u32("sealed segment")
+		if _, twice := out[seq]; twice {
+			d.twice("sealed segment", fmt.Sprint(seq))
+			return nil
+		}
 		out[seq] = int(d.u32("sealed segment's seal offset"))
 	}
 	return out
 }
 
+// twice fails for entry, listed twice in field's list. The lists of a
+// checkpoint come from maps (and sets), so the store never repeats an
+// entry: a repeat is damage, whichever of the two a reader would keep.
+func (d *decoder) twice(field, entry string) {
+	d.failField(field, entry+" listed twice")
+}
+
 // Load opens the index in dir from its checkpoint and returns it with the
 // log position to replay from. A missing checkpoint is os.ErrNotExist; one
 // that is no file to read (a directory in its place) or fails any check
-// (checksum, bounds, counts that disagree with the messages and keys it
-// holds, a chunk file missing, of the wrong size or a directory) is
-// ErrDamaged: the caller may rebuild from the log, which is
-// the source of truth. Any other error (an I/O error opening, reading or mapping the
-// checkpoint or a chunk file, or listing or syncing the directory) is
-// returned as it is, naming the file: it says nothing of what the
-// checkpoint holds, and a caller that rebuilt (removing the checkpoint)
-// would lose what only the checkpoint knows. Such a caller fails instead,
-// and the next attempt finds the checkpoint as it was.
+// (checksum, bounds, an entry listed twice, counts that disagree with the
+// messages and keys it holds, a chunk file missing, of the wrong size or
+// a directory) is ErrDamaged: the caller may rebuild from the log, which
+// is the source of truth. Any other error (an I/O error opening, reading
+// or mapping the checkpoint or a chunk file, or listing or syncing the
+// directory) is returned as it is, naming the file: it says nothing of
+// what the checkpoint holds, and a caller that rebuilt (removing the
+// checkpoint) would lose what only the checkpoint knows. Such a caller
+// fails instead, and the next attempt finds the checkpoint as it was.
 func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	if fs == nil {
 		return nil, 0, fmt.Errorf("index: load %s: %w", dir, errNilFS)
@@ -262,8 +273,14 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		u   SegmentUse
 	}
 	var segs []segUse
+	used := map[uint32]bool{}
 	for range d.count("segment use count") {
 		s := segUse{seg: d.u32("segment")}
+		if used[s.seg] {
+			d.twice("segment", fmt.Sprint(s.seg))
+			break
+		}
+		used[s.seg] = true
 		s.u.Messages = int(d.upTo("segment messages", maxSegmentRecords, "records a segment holds"))
 		s.u.Bytes = int64(d.upTo("segment bytes", maxSegmentRecordBytes, "bytes a segment's records fill"))
 		s.u.Keys = int(d.upTo("segment keys", maxSegmentRecords, "records a segment holds"))
@@ -273,6 +290,10 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	liveChunks := map[uint64]int{}
 	for range d.count("live chunk count") {
 		c := d.uvarint("live chunk")
+		if _, twice := liveChunks[c]; twice {
+			d.twice("live chunk", fmt.Sprint(c))
+			break
+		}
 		liveChunks[c] = d.int("live chunk's messages")
 	}
 	x := NewWithTable(nil)
@@ -368,8 +389,13 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	}
 	q.fresh = fresh
 	q.lastEvicts.Store(d.varint("last eviction clock"))
+	var behind map[uint64]bool // the gone marks dropped, behind the cursor
 	for range d.count("gone message count") {
 		seq := d.uvarint("gone message")
+		if _, twice := q.gone[seq]; twice || behind[seq] {
+			d.twice("gone message", fmt.Sprintf("queue %d: message %d", id, seq))
+			return q
+		}
 		if seq > q.streamMax {
 			d.fail(fmt.Sprintf("queue %d: message %d marked gone past its stream's end (%d)", id, seq, q.streamMax))
 			return q
@@ -380,6 +406,10 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 			// (see Queue.passGone). Harmless, so dropped rather than taken
 			// for damage, which rebuilt the index at every open until the
 			// stream drained.
+			if behind == nil {
+				behind = map[uint64]bool{}
+			}
+			behind[seq] = true
 			continue
 		}
 		q.gone[seq] = struct{}{}
@@ -406,10 +436,14 @@ func (x *Index) decodeQueue(d *decoder, nextSeq uint64) *Queue {
 	}
 	for range d.count("seen key count") {
 		k := seenKey{key: d.string("seen key"), seq: d.uvarint("seen key's seq"), enqueuedAt: d.varint("seen key's enqueuedAt"), seg: d.u32("seen key's segment")}
+		if _, twice := q.seen[k.key]; twice {
+			// Read twice, a key would stand twice in seenOrder, beside
+			// the one entry seen keeps of the two.
+			d.twice("seen key", fmt.Sprintf("queue %d: %q", id, k.key))
+			return q
+		}
 		if u := x.segs[k.seg]; u != nil && k.seg != 0 {
-			if _, twice := q.seen[k.key]; !twice {
-				u.KeyBytes += int64(len(k.key)) // the checkpoint holds Keys, not their length
-			}
+			u.KeyBytes += int64(len(k.key)) // the checkpoint holds Keys, not their length
 		}
 		q.seen[k.key] = k
 		q.seenOrder.push(k)

@@ -221,9 +221,9 @@ type parsedQueue struct {
 // parseCheckpoint decodes a checkpoint file by the grammar index.Snapshot
 // writes (see index/checkpoint.go), independently of the index's decoder:
 // the body's uvarints in their shortest form, 32-bit fields within 32 bits,
-// counts and lengths within the body, nothing left over, and each queue's
-// messages at sequences handed out (from 1, below the next sequence), none
-// listed twice.
+// counts and lengths within the body, nothing left over, each queue's
+// messages at sequences handed out (from 1, below the next sequence), and
+// no list naming an entry twice (Snapshot writes each from a map).
 func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 	var p parsedCheckpoint
 	if len(file) < ckptHeader || string(file[:8]) != "WALBCKP\x00" || binary.LittleEndian.Uint32(file[8:]) != 1 ||
@@ -244,28 +244,40 @@ func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 		}
 		return n
 	}
+	// once fails r if v is in listed, and adds it.
+	once := func(listed map[any]bool, v any) {
+		if listed[v] {
+			r.fail()
+		}
+		listed[v] = true
+	}
+	sealed := map[any]bool{}
 	for range count() { // sealed segments
-		r.u32()
+		once(sealed, r.u32())
 		r.u32()
 	}
 	r.str() // secret
 	r.uvarint()
+	uses := map[any]bool{}
 	for range count() { // segment uses
-		r.u32()
+		once(uses, r.u32())
 		for range 5 {
 			r.uvarint()
 		}
 	}
+	chunks := map[any]bool{}
 	for range count() { // chunk counts
-		r.uvarint()
+		once(chunks, r.uvarint())
 		r.uvarint()
 	}
+	ids, names := map[any]bool{}, map[any]bool{}
 	for range count() {
 		if r.err {
 			break
 		}
-		r.u32()
+		once(ids, r.u32())
 		q := parsedQueue{name: r.str()}
+		once(names, q.name)
 		for range 7 {
 			r.varint()
 		}
@@ -273,8 +285,9 @@ func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 		r.varint()
 		r.uvarint()
 		r.varint()
+		gone := map[any]bool{}
 		for range count() {
-			r.uvarint()
+			once(gone, r.uvarint())
 		}
 		held := map[uint64]bool{}
 		for range count() {
@@ -299,16 +312,20 @@ func parseCheckpoint(file []byte) (parsedCheckpoint, error) {
 				r.fail()
 			}
 		}
+		keys := map[any]bool{}
 		for range count() {
-			r.str()
+			once(keys, r.str())
 			r.uvarint()
 			r.varint()
 			r.u32()
 		}
 		p.queues = append(p.queues, q)
 	}
+	files := map[any]bool{}
 	for range count() {
-		p.want = append(p.want, r.uvarint())
+		c := r.uvarint()
+		once(files, c)
+		p.want = append(p.want, c)
 	}
 	if r.err || len(r.b) > 0 {
 		return p, errors.New("body")
@@ -544,6 +561,9 @@ func checkpointSeeds(t testing.TB) []seed {
 		// one message more than it and its queue's stream hold.
 		seed{"one-message", []any{true, uint64(1<<32 | 32), uint64(10), checkpointBody(1, 0, 3)}},
 		seed{"segment-counting-one-more", []any{true, uint64(1<<32 | 32), uint64(10), countingBody(1, 1, 0, 3)}},
+		// That message's checkpoint naming log segment 1 sealed twice,
+		// at the same offset: whichever a reader kept, a repeat is damage.
+		seed{"sealed-twice", []any{true, uint64(1<<32 | 32), uint64(10), append([]byte{2, 1, 100, 1, 100}, checkpointBody(1, 0, 3)[1:]...)}},
 	)
 	return seeds
 }

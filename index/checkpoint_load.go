@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 
 	"github.com/klauspost/crc32"
@@ -322,12 +321,14 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 		x.maxQueue = max(x.maxQueue, q.ID)
 	}
 	var want []uint64
+	named := map[uint64]bool{} // a set, so that a long damaged list costs linear time
 	for range d.count("table file count") {
 		c := d.uvarint("table file")
-		if slices.Contains(want, c) {
+		if named[c] {
 			d.fail(fmt.Sprintf("table file %d named twice", c))
 			break
 		}
+		named[c] = true
 		want = append(want, c)
 	}
 	if d.err == nil && len(d.b) > 0 {

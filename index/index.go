@@ -201,11 +201,14 @@ func (x *Index) unpinKey(seg uint32, key string) {
 	x.useMu.Unlock()
 }
 
-func (x *Index) segUse(seg uint32) *SegmentUse {
-	u := x.segs[seg]
+func (x *Index) segUse(seg uint32) *SegmentUse { return useOf(x.segs, seg) }
+
+// useOf returns seg's use in uses, adding an empty one if there is none.
+func useOf(uses map[uint32]*SegmentUse, seg uint32) *SegmentUse {
+	u := uses[seg]
 	if u == nil {
 		u = &SegmentUse{}
-		x.segs[seg] = u
+		uses[seg] = u
 	}
 	return u
 }

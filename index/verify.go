@@ -18,14 +18,7 @@ type heldCounts struct {
 	fresh  uint64
 }
 
-func (h *heldCounts) seg(s uint32) *SegmentUse {
-	u := h.segs[s]
-	if u == nil {
-		u = &SegmentUse{}
-		h.segs[s] = u
-	}
-	return u
-}
+func (h *heldCounts) seg(s uint32) *SegmentUse { return useOf(h.segs, s) }
 
 // hold counts a committed message of seq whose publish record of size
 // bytes is in log segment s, restated by an event of restate bytes.

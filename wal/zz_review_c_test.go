@@ -1,0 +1,165 @@
+package wal
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/walbroker/walbroker/segment"
+)
+
+// A last segment that Options.Durable or Options.Verified names, with
+// records synced in it, is deleted. Open without Salvage must refuse the
+// log: docs/DESIGN.md, "Recovery": "a missing one is corruption, and so is
+// a missing last segment that the clean mark, or a position the caller
+// knows durable, names" (and Open's doc: "so is a missing segment file
+// (between two that are there, or after the last up to where the log was
+// known durable)"). readDir (wal/open.go:276) checks only the clean mark:
+// Open succeeds, reports nothing, and makes a new, empty segment under the
+// deleted one's number.
+func TestReviewCAMissingLastSegmentTheCallerKnowsDurableIsRefused(t *testing.T) {
+	for _, name := range []string{"Durable", "Verified"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			es := appendRecords(t, l, 0, 40)
+			end := l.End()
+			require.NoError(t, l.Close())
+			require.NoError(t, os.Remove(filepath.Join(dir, cleanName))) // as after a crash
+			last := es[len(es)-1].pos.Segment()
+			require.Greater(t, last, uint32(1))
+			require.Greater(t, end.Offset(), segment.HeaderSize)
+			require.NoError(t, os.Remove(segFile(dir, last)))
+
+			opts := Options{SegmentBytes: smallSeg}
+			if name == "Durable" {
+				opts.Durable = end
+			} else {
+				opts.Verified = end
+			}
+			l, err := Open(dir, opts)
+			if err == nil {
+				got := readAll(t, l)
+				rec := l.Recovery()
+				require.NoError(t, l.Close())
+				t.Fatalf("segment %d, durable to %v, is gone, yet Open succeeded with %d of %d records and recovery %+v",
+					last, end, len(got), len(es), rec)
+			}
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorContains(t, err, segFile(dir, last))
+		})
+	}
+}
+
+// The seal of the segment before the last is damaged, and the sequence
+// field of the last segment's only frame (a synced, acknowledged record)
+// is damaged. The last segment's scan ends "clean" with no record (the
+// bytes at its first frame name another segment), so
+// dropInterruptedRotation (wal/open.go:494) takes it for the empty
+// segment of an interrupted rotation and deletes the file, with or
+// without Salvage, without a copy and without a report. docs/DESIGN.md,
+// "Preparing segments": "a segment whose first frame is damaged reads as
+// holding no record too, and when the seal before it was damaged as well
+// it used to be removed as such, with every record in it. Since nothing is
+// written to the new segment before the old one's seal is durable, a crash
+// never leaves a frame there, torn or whole"; and "Recovery": Salvage
+// "copies the damaged file to salvage/ first". The frame is there, whole
+// but for one byte: this is the case that sentence says is no longer
+// removed (TestDamageToASealAndToTheNextSegmentIsRefused damages the
+// body, which reads torn; a damaged sequence field reads clean).
+func TestReviewCALastSegmentWhoseOnlyFrameNamesAnotherSegmentIsNotRemoved(t *testing.T) {
+	for _, salvage := range []bool{false, true} {
+		dir, acked, _ := buildLog(t)
+		last, _ := lastWritten(acked)
+		victim := firstIn(acked, last)
+		var sealAt int
+		for i, e := range acked {
+			if e.pos == victim.pos {
+				prev := acked[i-1]
+				sealAt = prev.pos.Offset() + segment.Size(len(prev.rec))
+				break
+			}
+		}
+		flipByte(t, segFile(dir, last-1), sealAt+segment.FrameHeaderSize-1) // the seal's type byte
+		path := segFile(dir, last)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		clear(b[victim.pos.Offset()+segment.Size(len(victim.rec)):]) // the victim is the segment's only frame
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		flipByte(t, path, victim.pos.Offset()+8) // its sequence field
+
+		l, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: salvage})
+		if err != nil {
+			_, serr := os.Stat(path)
+			require.NoError(t, serr, "salvage %v: the damaged segment is still there", salvage)
+			continue
+		}
+		got := readAll(t, l)
+		rec := l.Recovery()
+		require.NoError(t, l.Close())
+		_, serr := os.Stat(path)
+		t.Errorf("salvage %v: opened with %d of %d records, the record at %v is gone; removed as empty %v, salvaged %v; the file: %v",
+			salvage, len(got), len(acked), victim.pos, rec.RemovedEmpty, rec.Salvaged, serr)
+	}
+}
+
+// A log written by a later build (every header names version 3) whose
+// first segment's header is damaged. Open with Salvage must refuse it as
+// unsupported without changing any file: docs/DESIGN.md, "Recovery": "A
+// segment whose header verifies but names a later format version than
+// this build writes is refused as unsupported ..., Salvage or not, before
+// any file is changed". scanSegments (wal/open.go:351) salvages each
+// segment's header as it meets it: it copies segment 1 aside, lists it in
+// salvage/unfinished.json and rewrites its header as version 2 before it
+// reads segment 2's header and refuses the log.
+func TestReviewCALaterBuildsLogIsLeftAsItIsEvenWhenAHeaderIsDamaged(t *testing.T) {
+	dir, _, _ := buildLog(t)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if seq, ok := parseSegName(e.Name()); ok {
+			setHeaderVersion(t, segFile(dir, seq), segment.Version+1)
+		}
+	}
+	flipByte(t, segFile(dir, 1), 22) // a reserved byte: the header checksum fails
+	before := dirContents(t, dir)
+
+	_, err = Open(dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	require.ErrorIs(t, err, segment.ErrVersion)
+	for name, data := range before {
+		now, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.True(t, data == string(now), "Open changed %s", name)
+	}
+	_, serr := os.Stat(filepath.Join(dir, salvageDirName))
+	require.ErrorIs(t, serr, os.ErrNotExist, "Open made salvage/")
+}
+
+// A sealed segment cut short (its frames end cleanly, its seal gone) is
+// salvaged: the span it loses is reported with a nil Cause, so
+// Recovery().Salvaged (and the unfinished.json a failed salvage leaves,
+// and the CorruptionError a later Open builds from it) says nothing of
+// what was wrong. wal/open.go:819 copies r.Cause, which a scan that ended
+// cleanly never sets; without Salvage the same segment is refused with
+// "segment is not sealed but a later segment exists". The common rule:
+// "every bad input gets a clear error naming what was wrong"; Damage's
+// Cause is what the salvage found.
+func TestReviewCAEverySalvagedSpanSaysWhatWasWrong(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	var lastIn2 entry
+	for _, e := range acked {
+		if e.pos.Segment() == 2 {
+			lastIn2 = e
+		}
+	}
+	require.NoError(t, os.Truncate(segFile(dir, 2), int64(lastIn2.pos.Offset()+3)))
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+	rec := l.Recovery()
+	require.NoError(t, l.Close())
+	require.NotEmpty(t, rec.Salvaged)
+	for _, d := range rec.Salvaged {
+		require.NotNil(t, d.Cause, "span %d bytes at offset %d of %s has no cause", d.Length, d.Offset, d.File)
+	}
+}

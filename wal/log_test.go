@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -434,6 +435,23 @@ func TestAMissingLastSegmentADurablePositionNamesIsRefused(t *testing.T) {
 			require.Equal(t, end.Offset(), ce.Offset)
 			_, err = os.Stat(segFile(dir, last))
 			require.ErrorIs(t, err, os.ErrNotExist, "Open made no segment in the place of the missing one")
+
+			// Salvage puts an empty segment in its place, reports the
+			// loss, and appends after where the log was known durable.
+			opts.Salvage = true
+			l = mustOpen(t, dir, opts)
+			defer l.Close()
+			var kept []entry
+			for _, e := range es {
+				if e.pos.Segment() < from {
+					kept = append(kept, e)
+				}
+			}
+			requireEntries(t, kept, readAll(t, l))
+			rec := l.Recovery()
+			require.True(t, slices.ContainsFunc(rec.Salvaged, func(d Damage) bool { return d.File == segFile(dir, last) }),
+				"the missing segment is reported: %v", rec.Salvaged)
+			require.GreaterOrEqual(t, l.End(), end, "appends go on after where the log was known durable")
 		})
 	}
 }

@@ -295,17 +295,22 @@ func (l *Log) readDir() (listing, error) {
 // to where the log was known durable (the clean mark, Options.Verified or
 // Options.Durable), when that is past the segment's header: they held
 // synced records. Segments before the first are not missing: the log
-// removes its oldest segments as it goes. More than maxMissing of them is
-// no lost file or two but a stray name (a file of another log, or a
-// sequence far past the last): refused, as without Salvage, rather than
-// a file made for each.
+// removes its oldest segments as it goes. When none is there, the segment
+// where the log was known durable is the one missing (those before it
+// may have been removed). More than maxMissing of them is no lost file
+// or two but a stray name (a file of another log, or a sequence far past
+// the last): refused, as without Salvage, rather than a file made for
+// each.
 func (l *Log) listMissing(d *listing) error {
-	if len(d.seqs) == 0 {
-		return nil
-	}
 	durable := max(l.opts.Verified, l.opts.Durable)
 	if d.hasClean {
 		durable = max(durable, d.clean)
+	}
+	if len(d.seqs) == 0 {
+		if durable.Offset() > segment.HeaderSize {
+			d.seqs, d.missing = []uint32{durable.Segment()}, map[uint32]bool{durable.Segment(): true}
+		}
+		return nil
 	}
 	last := d.seqs[len(d.seqs)-1]
 	if durable.Segment() > last && durable.Offset() > segment.HeaderSize {

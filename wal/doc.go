@@ -95,8 +95,9 @@
 // the last is sealed and durable, damage before a seal is corruption,
 // never a torn tail, a segment without its seal followed by another is
 // corruption, and an empty segment after an unsealed one is a rotation a
-// crash interrupted (Open removes it). One Append never spans two
-// segments.
+// crash interrupted (Open removes it, once its bytes past the header show
+// that nothing was written to it: zeros, or a reused file's former
+// frames). One Append never spans two segments.
 //
 // # Recovery
 //

@@ -2,8 +2,10 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -381,6 +383,77 @@ func TestMissingSegmentIsCorruption(t *testing.T) {
 	var ce *CorruptionError
 	require.True(t, errors.As(err, &ce))
 	require.Equal(t, segFile(dir, 2), ce.File)
+}
+
+// A position the caller knows durable (Options.Durable, or Options.Verified:
+// the broker's checkpoint) vouches for the segments up to its own as a
+// clean mark does: when the segment it names is gone, after a crash that
+// left no clean mark, its synced records are lost, and Open refuses the
+// log naming the file, rather than make a new, empty segment under its
+// number. So it does when every segment is gone.
+func TestAMissingLastSegmentADurablePositionNamesIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		hint string
+		all  bool // every segment removed, not just the last
+	}{{"Durable", false}, {"Verified", false}, {"Durable", true}, {"Verified", true}} {
+		t.Run(fmt.Sprintf("%s/every segment gone %v", c.hint, c.all), func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			es := appendRecords(t, l, 0, 40)
+			end := l.End()
+			require.NoError(t, l.Close())
+			require.NoError(t, os.Remove(filepath.Join(dir, cleanName))) // as after a crash
+			last := es[len(es)-1].pos.Segment()
+			require.Greater(t, last, uint32(1))
+			require.Greater(t, end.Offset(), segment.HeaderSize)
+			from := last
+			if c.all {
+				from = 1
+			}
+			for seq := from; seq <= last; seq++ {
+				require.NoError(t, os.Remove(segFile(dir, seq)))
+			}
+
+			opts := Options{SegmentBytes: smallSeg}
+			if c.hint == "Durable" {
+				opts.Durable = end
+			} else {
+				opts.Verified = end
+			}
+			l, err := Open(dir, opts)
+			if err == nil {
+				got := readAll(t, l)
+				rec := l.Recovery()
+				require.NoError(t, l.Close())
+				t.Fatalf("segment %d, durable to %v, is gone, yet Open succeeded with %d of %d records and recovery %+v",
+					last, end, len(got), len(es), rec)
+			}
+			require.ErrorIs(t, err, ErrCorrupt)
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, segFile(dir, last), ce.File)
+			require.Equal(t, end.Offset(), ce.Offset)
+			_, err = os.Stat(segFile(dir, last))
+			require.ErrorIs(t, err, os.ErrNotExist, "Open made no segment in the place of the missing one")
+
+			// Salvage puts an empty segment in its place, reports the
+			// loss, and appends after where the log was known durable.
+			opts.Salvage = true
+			l = mustOpen(t, dir, opts)
+			defer l.Close()
+			var kept []entry
+			for _, e := range es {
+				if e.pos.Segment() < from {
+					kept = append(kept, e)
+				}
+			}
+			requireEntries(t, kept, readAll(t, l))
+			rec := l.Recovery()
+			require.True(t, slices.ContainsFunc(rec.Salvaged, func(d Damage) bool { return d.File == segFile(dir, last) }),
+				"the missing segment is reported: %v", rec.Salvaged)
+			require.GreaterOrEqual(t, l.End(), end, "appends go on after where the log was known durable")
+		})
+	}
 }
 
 // dirSyncFS records the directories SyncDir was called for.

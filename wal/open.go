@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -226,7 +227,8 @@ type listing struct {
 
 // readDir lists the directory: it keeps retired segments of full size as
 // spares, lists other temporary files for removal, and refuses a gap
-// between segments or a clean mark that names a segment that is gone;
+// between segments, or a clean mark or a position the caller knows durable
+// (Options.Verified, Options.Durable) that names a segment that is gone;
 // with Salvage, it lists those segments as missing instead (listMissing).
 func (l *Log) readDir() (listing, error) {
 	fs := l.opts.FS
@@ -277,6 +279,14 @@ func (l *Log) readDir() (listing, error) {
 		return listing{}, &CorruptionError{File: l.segPath(clean.Segment()), Offset: clean.Offset(),
 			Cause: fmt.Errorf("the log ended at %v when it was last closed, and that segment is gone", clean)}
 	}
+	// A position the caller knows durable vouches as the clean mark does
+	// for the segments up to its own: one past the last segment there,
+	// and past that segment's header, held synced records. (One before
+	// the first is not: the log removes its oldest segments as it goes.)
+	if known := max(l.opts.Verified, l.opts.Durable); !l.opts.Salvage && known.Offset() > segment.HeaderSize && (len(seqs) == 0 || known.Segment() > seqs[len(seqs)-1]) {
+		return listing{}, &CorruptionError{File: l.segPath(known.Segment()), Offset: known.Offset(),
+			Cause: fmt.Errorf("segment file missing: the log was known durable to %v (Options.Verified or Options.Durable): synced records are gone", known)}
+	}
 	return d, nil
 }
 
@@ -285,17 +295,22 @@ func (l *Log) readDir() (listing, error) {
 // to where the log was known durable (the clean mark, Options.Verified or
 // Options.Durable), when that is past the segment's header: they held
 // synced records. Segments before the first are not missing: the log
-// removes its oldest segments as it goes. More than maxMissing of them is
-// no lost file or two but a stray name (a file of another log, or a
-// sequence far past the last): refused, as without Salvage, rather than
-// a file made for each.
+// removes its oldest segments as it goes. When none is there, the segment
+// where the log was known durable is the one missing (those before it
+// may have been removed). More than maxMissing of them is no lost file
+// or two but a stray name (a file of another log, or a sequence far past
+// the last): refused, as without Salvage, rather than a file made for
+// each.
 func (l *Log) listMissing(d *listing) error {
-	if len(d.seqs) == 0 {
-		return nil
-	}
 	durable := max(l.opts.Verified, l.opts.Durable)
 	if d.hasClean {
 		durable = max(durable, d.clean)
+	}
+	if len(d.seqs) == 0 {
+		if durable.Offset() > segment.HeaderSize {
+			d.seqs, d.missing = []uint32{durable.Segment()}, map[uint32]bool{durable.Segment(): true}
+		}
+		return nil
 	}
 	last := d.seqs[len(d.seqs)-1]
 	if durable.Segment() > last && durable.Offset() > segment.HeaderSize {
@@ -333,6 +348,11 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 	fs := l.opts.FS
 	seqs, clean, hasClean := d.seqs, d.clean, d.hasClean
 	defer func() { l.segs.Store(&segs) }()
+	if l.opts.Salvage {
+		if err := l.checkVersions(d); err != nil {
+			return nil, nil, false, err
+		}
+	}
 	for _, seq := range seqs {
 		open := segment.Open
 		if _, ok := l.opts.Sealed[seq]; ok && !l.opts.Salvage && seq != seqs[len(seqs)-1] {
@@ -355,10 +375,7 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 				return segs, nil, false, &CorruptionError{File: l.segPath(seq), Offset: 0, Cause: err}
 			}
 			if errors.Is(err, segment.ErrVersion) {
-				// Not damage: a later build's log, which only such a
-				// build may open (salvage would rewrite the header and
-				// drop its frames).
-				return segs, nil, false, fmt.Errorf("wal: open: %w; open the log with a build that reads that version (Salvage does not apply)", err)
+				return segs, nil, false, versionError(err)
 			}
 			return segs, nil, false, fmt.Errorf("wal: open: %w", err)
 		}
@@ -427,6 +444,39 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 	return segs, reports, cleanLast, nil
 }
 
+// checkVersions refuses a log any segment of which names a later format
+// version than this build writes, before a salvage changes any file:
+// scanSegments repairs each segment as it meets it (a damaged header
+// rewritten as this build's version, a missing file replaced by an empty
+// segment), and would otherwise have changed the segments before the one
+// it refuses. A header that fails its checks is left to the salvage: it
+// says no version.
+func (l *Log) checkVersions(d listing) error {
+	for _, seq := range d.seqs {
+		if d.missing[seq] {
+			continue
+		}
+		f, err := segment.Open(l.opts.FS, l.segPath(seq), seq)
+		switch {
+		case err == nil:
+			_ = f.Close()
+		case errors.Is(err, segment.ErrVersion):
+			return versionError(err)
+		case !errors.Is(err, segment.ErrBadHeader):
+			return fmt.Errorf("wal: open: %w", err)
+		}
+	}
+	return nil
+}
+
+// versionError is Open's refusal of a segment of a later format version
+// (err wraps segment.ErrVersion). Not damage: a later build's log, which
+// only such a build may open (salvage would rewrite the header and drop
+// its frames).
+func versionError(err error) error {
+	return fmt.Errorf("wal: open: %w; open the log with a build that reads that version (Salvage does not apply)", err)
+}
+
 // durableIn is how far segment seq of d was known durable: to the clean
 // mark, Options.Verified or Options.Durable, whichever is further; 0 when
 // none names it.
@@ -485,14 +535,29 @@ func salvageToDurable(f *segment.File, seq uint32, r segment.Report, durable int
 // dropInterruptedRotation removes the new, empty segments a rotation that
 // a crash interrupted can leave after an unsealed one: the writer seals the
 // old segment before it writes anything to the new one, so such a segment
-// holds no frame at all: its scan finds no record and ends clean. One
-// whose scan ends torn or corrupt holds a frame that failed to verify,
-// which is damage, however few records the scan got to: it is refused as
-// corrupt (repair), not removed.
+// holds no frame at all: its scan finds no record and ends clean, and its
+// bytes past the header are what the preparer left there, zeros or the
+// frames of the segment a reused file was (segment.Unwritten). One whose
+// scan ends torn or corrupt holds a frame that failed to verify, which is
+// damage, however few records the scan got to: it is refused as corrupt
+// (repair), not removed. So is one whose scan ends clean with no record
+// but whose bytes are of neither kind: its first frame was written and
+// damaged so that it reads as no frame of the segment (its sequence
+// field, say), and removing it would drop every record in it. Salvage
+// copies it aside and reports that frame lost instead (writtenFirstFrame).
 func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]*seg, []segment.Report, error) {
 	fs := l.opts.FS
 	for n := len(segs); n > 1 && reports[n-1].Records == 0 && reports[n-1].Tail == segment.EndClean && len(reports[n-1].Skipped) == 0 && !reports[n-1].Sealed && !reports[n-2].Sealed; n-- {
 		s := segs[n-1]
+		if !segment.Unwritten(s.file.Data(), s.seq) {
+			cause := fmt.Errorf("no frame of the segment verifies, but it is not one a rotation that a crash interrupted left empty (segment %d before it is not sealed): its bytes past the header are neither zeros nor the frames of the segment a reused file held, so a frame written to it was damaged",
+				segs[n-2].seq)
+			if !l.opts.Salvage {
+				return nil, nil, &CorruptionError{File: s.file.Path(), Offset: segment.HeaderSize, Cause: cause}
+			}
+			reports[n-1] = writtenFirstFrame(s.file, reports[n-1], cause)
+			break
+		}
 		if err := s.close(); err != nil {
 			return nil, nil, err
 		}
@@ -504,6 +569,33 @@ func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]
 		l.segs.Store(&segs)
 	}
 	return segs, reports, nil
+}
+
+// writtenFirstFrame reports, as a span salvage skips, the damaged first
+// frame of a last segment whose scan r found no frame of its own
+// (dropInterruptedRotation): from the header to where the frame's length
+// field says it ends, when it gives a length that fits in the file, or
+// else (a zeroed one, say) to the file's last byte that is not zero,
+// which in a reused file may count bytes of the segment it held before.
+// The salvage pads over it (in a file rewritten larger when the span
+// leaves no room for the padding), and appends go on after it.
+func writtenFirstFrame(f *segment.File, r segment.Report, cause error) segment.Report {
+	data := f.Data()
+	to := 0
+	if at := segment.HeaderSize; at <= len(data)-segment.FrameHeaderSize {
+		n := binary.LittleEndian.Uint32(data[at+4:])
+		if end := int64(at) + int64(segment.Size(0)) + int64(n); n > 0 && end <= int64(len(data)) {
+			to = int(end)
+		}
+	}
+	if to == 0 {
+		for to = len(data); to > segment.HeaderSize && data[to-1] == 0; to-- {
+		}
+	}
+	to = max(to, segment.HeaderSize+segment.Size(0))
+	r.Skipped = []segment.Span{{From: segment.HeaderSize, To: to, At: segment.HeaderSize, Cause: cause}}
+	r.End, r.Tail, r.DamageAt, r.Cause = to, segment.EndClean, segment.HeaderSize, cause
+	return r
 }
 
 // repair acts on what the scans found: salvage (when asked) what is
@@ -523,11 +615,7 @@ func (l *Log) repair(segs []*seg, reports []segment.Report) error {
 		case r.Tail == segment.EndCorrupt:
 			return &CorruptionError{File: s.file.Path(), Offset: r.DamageAt, Cause: r.Cause}
 		case !last && (r.Tail != segment.EndClean || !r.Sealed):
-			cause := r.Cause
-			if cause == nil {
-				cause = errors.New("segment is not sealed but a later segment exists")
-			}
-			return &CorruptionError{File: s.file.Path(), Offset: r.End, Cause: cause}
+			return &CorruptionError{File: s.file.Path(), Offset: r.End, Cause: unsealedCause(r)}
 		case last && r.Tail == segment.EndTorn:
 			if err := l.zeroTail(s, r); err != nil {
 				return err
@@ -544,6 +632,17 @@ func (l *Log) repair(segs []*seg, reports []segment.Report) error {
 		}
 	}
 	return nil
+}
+
+// unsealedCause is what is wrong with a segment that a later one follows
+// and whose scan r did not end in its seal: what the scan met where the
+// frames end, or, when they end cleanly (the file cut short, or its seal
+// zeroed), that the seal is missing.
+func unsealedCause(r *segment.Report) error {
+	if r.Cause != nil {
+		return r.Cause
+	}
+	return errors.New("segment is not sealed but a later segment exists")
 }
 
 // forgetCleanMark removes the clean mark, if there is one, and syncs the
@@ -816,7 +915,7 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 		if regrow {
 			size = int(l.regrownSize(r.End))
 		}
-		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: r.Cause, CopiedTo: copyTo})
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: unsealedCause(r), CopiedTo: copyTo})
 	}
 	if err := l.noteSalvage(lost...); err != nil {
 		return err
@@ -854,8 +953,11 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	l.salvaged(lost...)
 	// Scan again: the repaired file must now read cleanly.
 	again, _ := s.file.Scan(false, func(segment.Frame) error { return nil })
-	if again.Tail == segment.EndCorrupt || !last && !again.Sealed {
+	if again.Tail == segment.EndCorrupt {
 		return &CorruptionError{File: path, Offset: again.DamageAt, Cause: fmt.Errorf("still damaged after salvage: %w", again.Cause)}
+	}
+	if !last && !again.Sealed {
+		return &CorruptionError{File: path, Offset: again.End, Cause: fmt.Errorf("still damaged after salvage: %w", unsealedCause(&again))}
 	}
 	*r = again
 	return nil

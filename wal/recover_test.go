@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -224,6 +225,107 @@ func TestDamageToASealAndToTheNextSegmentIsRefused(t *testing.T) {
 	requireRefused("the damaged frame alone")
 }
 
+// Damage to a segment's seal, and to the only frame of the segment after
+// it so that the frame names another segment (its sequence field) or none
+// (its header zeroed): the later segment's scan then ends clean with no
+// record, as that of the empty segment a crash inside a rotation leaves
+// after an unsealed one. But nothing is written to that new segment
+// before the old one's seal is durable, so its bytes past the header are
+// what the preparer left: zeros, or, in a reused file, the frames of the
+// segment it was. These are neither. Open refuses the log naming the
+// segment and its first frame, and Salvage copies the file aside and
+// reports that frame lost, keeping every other record. The segment used
+// to be removed as empty, with or without Salvage, without a copy or a
+// word.
+func TestALastSegmentWhoseOnlyFrameWasDamagedIsRefusedNotRemoved(t *testing.T) {
+	for _, c := range []struct {
+		file   string // what the last segment's file was before: "new" (zeros) or "reused"
+		damage string
+	}{
+		{"new", "sequence field"}, {"new", "frame header zeroed"},
+		{"reused", "sequence field"}, {"reused", "frame header zeroed"},
+	} {
+		t.Run(c.file+"/"+c.damage, func(t *testing.T) {
+			dir, acked, _ := buildLog(t)
+			last, _ := lastWritten(acked)
+			victim := firstIn(acked, last)
+			i := indexOf(acked, victim.pos)
+			prev := acked[i-1]
+			require.Equal(t, last-1, prev.pos.Segment())
+			sealAt := prev.pos.Offset() + segment.Size(len(prev.rec))
+			flipByte(t, segFile(dir, last-1), sealAt+segment.FrameHeaderSize-1) // the seal's type byte
+
+			path := segFile(dir, last)
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			frameEnd := victim.pos.Offset() + segment.Size(len(victim.rec))
+			if c.file == "reused" {
+				// Written over the frames of segment 1, whose file the
+				// segment reused.
+				former, err := os.ReadFile(segFile(dir, 1))
+				require.NoError(t, err)
+				require.Len(t, former, len(b))
+				copy(b[frameEnd:], former[frameEnd:])
+				require.True(t, segment.Unwritten(append(b[:segment.HeaderSize:segment.HeaderSize], former[segment.HeaderSize:]...), last),
+					"the file as the preparer left it reads as nothing written")
+			} else {
+				clear(b[frameEnd:]) // the victim is the segment's only frame
+			}
+			at := victim.pos.Offset()
+			if c.damage == "sequence field" {
+				b[at+8] ^= 0x10
+			} else {
+				clear(b[at : at+segment.FrameHeaderSize])
+			}
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+			r, err := segment.Scan(b, last, false, func(segment.Frame) error { return nil })
+			require.NoError(t, err)
+			require.Equal(t, segment.EndClean, r.Tail, "the scan finds no frame: the case a removal took")
+			require.Zero(t, r.Records)
+
+			l, err := Open(dir, Options{SegmentBytes: smallSeg})
+			if err == nil {
+				got := readAll(t, l)
+				rec := l.Recovery()
+				require.NoError(t, l.Close())
+				t.Fatalf("opened with %d of %d records, the record at %v is gone; removed as empty %v", len(got), len(acked), victim.pos, rec.RemovedEmpty)
+			}
+			require.ErrorIs(t, err, ErrCorrupt)
+			var ce *CorruptionError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, path, ce.File)
+			require.Equal(t, segment.HeaderSize, ce.Offset)
+			now, err := os.ReadFile(path)
+			require.NoError(t, err, "the damaged segment is still there")
+			require.Equal(t, b, now)
+
+			l = mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true})
+			rec := l.Recovery()
+			requireEntries(t, acked[:i], readAll(t, l))
+			more := appendRecords(t, l, 900, 3)
+			require.NoError(t, l.Close())
+			require.Empty(t, rec.RemovedEmpty)
+			var lost *Damage
+			for _, d := range rec.Salvaged {
+				if d.File == path {
+					lost = &d
+				}
+			}
+			require.NotNil(t, lost, "the lost frame is reported: %v", rec.Salvaged)
+			require.Equal(t, segment.HeaderSize, lost.Offset)
+			require.GreaterOrEqual(t, lost.Length, segment.Size(len(victim.rec)))
+			require.NotNil(t, lost.Cause)
+			copied, err := os.ReadFile(lost.CopiedTo)
+			require.NoError(t, err)
+			require.Equal(t, b, copied, "the damaged file is copied aside as it was")
+
+			l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			defer l.Close()
+			requireEntries(t, append(slices.Clone(acked[:i]), more...), readAll(t, l))
+		})
+	}
+}
+
 // firstIn returns the first acknowledged record of segment seq.
 func firstIn(acked []entry, seq uint32) entry {
 	for _, e := range acked {
@@ -316,24 +418,40 @@ func TestDamagedHeaderIsCorruption(t *testing.T) {
 }
 
 // A crash between putting the next segment in place and sealing the active
-// one leaves an empty segment after an unsealed one.
+// one leaves an empty segment after an unsealed one: a new file (zeros
+// past its header) or a reused one (the frames of the segment it was).
 func TestInterruptedRotationIsUndone(t *testing.T) {
-	dir, acked, _ := buildLog(t)
-	last, _ := lastWritten(acked)
-	f, err := segment.Create(vfs.Default, segFile(dir, last+1), last+1, 0, smallSeg)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	for _, file := range []string{"new", "reused"} {
+		t.Run(file, func(t *testing.T) {
+			dir, acked, _ := buildLog(t)
+			last, _ := lastWritten(acked)
+			next := segFile(dir, last+1)
+			if file == "new" {
+				f, err := segment.Create(vfs.Default, next, last+1, segment.NewSalt(), smallSeg)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+			} else {
+				// Segment 1's file, retired and reused: its header alone
+				// is rewritten.
+				b, err := os.ReadFile(segFile(dir, 1))
+				require.NoError(t, err)
+				h := segment.EncodeHeader(last+1, segment.NewSalt())
+				copy(b, h[:])
+				require.NoError(t, os.WriteFile(next, b, 0o600))
+			}
 
-	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
-	require.Equal(t, []string{segFile(dir, last+1)}, l.Recovery().RemovedEmpty)
-	_, err = os.Stat(segFile(dir, last+1))
-	require.ErrorIs(t, err, os.ErrNotExist, "the empty segment is removed from the directory")
-	requireEntries(t, acked, readAll(t, l))
-	more := appendRecords(t, l, 500, 40)
-	require.NoError(t, l.Close())
-	l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
-	defer l.Close()
-	requireEntries(t, append(acked, more...), readAll(t, l))
+			l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			require.Equal(t, []string{next}, l.Recovery().RemovedEmpty)
+			_, err := os.Stat(next)
+			require.ErrorIs(t, err, os.ErrNotExist, "the empty segment is removed from the directory")
+			requireEntries(t, acked, readAll(t, l))
+			more := appendRecords(t, l, 500, 40)
+			require.NoError(t, l.Close())
+			l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
+			defer l.Close()
+			requireEntries(t, append(acked, more...), readAll(t, l))
+		})
+	}
 }
 
 // A crash after sealing but before the next segment's name was durable
@@ -748,6 +866,53 @@ func TestASegmentOfALaterFormatVersionIsRefusedAndLeftAsItIs(t *testing.T) {
 		l := mustOpen(t, dir, Options{SegmentBytes: smallSeg})
 		requireEntries(t, acked, readAll(t, l))
 		require.NoError(t, l.Close())
+	}
+}
+
+// A later build's log that a salvage would also repair is left as it is
+// by Open with Salvage, which checks every segment's version before it
+// changes any file. It used to repair each segment as it met it: a
+// damaged header of segment 1 was copied aside, listed in
+// salvage/unfinished.json and rewritten as this build's version, and a
+// missing segment 2 replaced by an empty one, before a later segment's
+// header refused the log. (A later build may write its version in every
+// header, or only in the segments it made.)
+func TestALaterBuildsLogIsLeftAsItIsWhenSalvageWouldRepairPartOfIt(t *testing.T) {
+	for _, c := range []struct {
+		later  string // the segments whose headers name a later version
+		damage string
+	}{
+		{"every segment", "segment 1's header"},
+		{"the last segment", "segment 1's header"},
+		{"the last segment", "segment 2 gone"},
+	} {
+		t.Run(c.later+"/"+c.damage, func(t *testing.T) {
+			dir, acked, _ := buildLog(t)
+			last, _ := lastWritten(acked)
+			require.Greater(t, last, uint32(2))
+			for seq := uint32(1); seq <= last; seq++ {
+				if c.later == "every segment" || seq == last {
+					setHeaderVersion(t, segFile(dir, seq), segment.Version+1)
+				}
+			}
+			if c.damage == "segment 2 gone" {
+				require.NoError(t, os.Remove(segFile(dir, 2)))
+			} else {
+				flipByte(t, segFile(dir, 1), 22) // a reserved byte: the header checksum fails
+			}
+			before := dirContents(t, dir)
+
+			_, err := Open(dir, Options{SegmentBytes: smallSeg, Salvage: true})
+			require.ErrorIs(t, err, segment.ErrVersion)
+			require.NotErrorIs(t, err, ErrCorrupt)
+			refused := last // the first segment whose header verifies and names a later version
+			if c.later == "every segment" {
+				refused = 2
+			}
+			require.ErrorContains(t, err, segFile(dir, refused))
+			require.Equal(t, before, dirContents(t, dir), "Open changed the directory")
+			require.NoDirExists(t, filepath.Join(dir, salvageDirName), "Open made salvage/")
+		})
 	}
 }
 

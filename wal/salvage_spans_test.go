@@ -1,7 +1,10 @@
 package wal
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,4 +71,42 @@ func TestEachSalvagedSpanHasItsOwnCause(t *testing.T) {
 		require.ErrorIs(t, got[i].Cause, segment.ErrChecksum)
 		require.Contains(t, got[i].Cause.Error(), fmt.Sprintf("offset %d:", e.pos.Offset()), "span %d", i)
 	}
+}
+
+// A sealed segment cut short (its frames end cleanly, its seal gone) is
+// sealed early by salvage, and the span it loses says what was wrong, as
+// Open without Salvage does: the seal is missing while a later segment
+// exists. The span used to carry the scan's cause, which a scan that ends
+// cleanly never sets: Recovery().Salvaged said "(<nil>)", and the list an
+// unfinished salvage leaves (salvage/unfinished.json) an empty cause.
+func TestASegmentSalvageSealsEarlySaysItWasNotSealed(t *testing.T) {
+	dir, acked, _ := buildLog(t)
+	var lastIn2 entry
+	for _, e := range acked {
+		if e.pos.Segment() == 2 {
+			lastIn2 = e
+		}
+	}
+	path := segFile(dir, 2)
+	require.NoError(t, os.Truncate(path, int64(lastIn2.pos.Offset()+3)))
+	_, err := Open(dir, Options{SegmentBytes: smallSeg})
+	require.ErrorContains(t, err, "segment is not sealed but a later segment exists")
+
+	l := mustOpen(t, dir, Options{SegmentBytes: smallSeg, Salvage: true, KeepSalvageList: true})
+	rec := l.Recovery()
+	require.NoError(t, l.Close())
+	require.Len(t, rec.Salvaged, 1)
+	d := rec.Salvaged[0]
+	require.Equal(t, path, d.File)
+	require.Equal(t, lastIn2.pos.Offset(), d.Offset)
+	require.NotNil(t, d.Cause, "span %d bytes at offset %d of %s has no cause", d.Length, d.Offset, d.File)
+	require.ErrorContains(t, d.Cause, "segment is not sealed but a later segment exists")
+
+	// The list kept for the caller (KeepSalvageList) says so too.
+	data, err := os.ReadFile(filepath.Join(dir, salvageDirName, unfinishedName))
+	require.NoError(t, err)
+	var list unfinishedList
+	require.NoError(t, json.Unmarshal(data, &list))
+	require.Len(t, list.Spans, 1)
+	require.Contains(t, list.Spans[0].Cause, "segment is not sealed but a later segment exists")
 }

@@ -218,7 +218,7 @@ func (q *Queue) lockHeld(receipt ReceiptValue) (*index.Message, int64, error) {
 func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
 	queue, seq, nonce, err := q.s.keys.parse(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("broker: queue %s: %w", q.name, err)
 	}
 	if queue != q.id {
 		return nil, fmt.Errorf("broker: queue %s: the receipt belongs to another queue: %w", q.name, UnknownReceipt)

@@ -110,6 +110,9 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	if dir == "" {
 		return fail(fmt.Errorf("the directory path is empty: %w", QueueMisconfigured))
 	}
+	if i := strings.IndexByte(dir, 0); i >= 0 {
+		return fail(fmt.Errorf("the directory path holds a NUL byte at %d, which no file name can: %w", i, QueueMisconfigured))
+	}
 	err, markErr := s.copyBackup(ctx, dir, fail)
 	if markErr != nil {
 		// Logged once reclaimMu is released: the handler is the caller's

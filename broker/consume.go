@@ -577,6 +577,12 @@ type consumer struct {
 	waiting atomic.Int64
 	workers sync.WaitGroup
 	started int
+	// took wakes refill when a handler takes a delivery from work: what
+	// Consume holds then falls with no slot freed (a handler frees its
+	// slot, then takes the next held delivery), and refill, which counts
+	// what it holds, must look again. Capacity 1: a send never blocks,
+	// and one token stands for any number of takes.
+	took chan struct{}
 	// stopCtx is Consume's ctx: once it ends, a held delivery is released
 	// instead of started (see release).
 	stopCtx context.Context
@@ -637,6 +643,7 @@ func newConsumer(b Broker, h Handler, opts ConsumeOptions) (*consumer, error) {
 	// One slot, and room in work, for each delivery running or held.
 	c.slots = make(chan struct{}, c.concurrency+c.prefetch)
 	c.work = make(chan job, c.concurrency+c.prefetch)
+	c.took = make(chan struct{}, 1)
 	if name := queueName(b); name != "" {
 		c.log = c.log.With("queue", name)
 	}
@@ -880,6 +887,8 @@ func (c *consumer) refill(ctx context.Context, ended <-chan struct{}) (int, bool
 		select {
 		case c.slots <- struct{}{}:
 			n++
+		case <-c.took:
+			// A held delivery started: look at what is held again.
 		case <-c.ackReady:
 			if flush == nil {
 				timer = time.NewTimer(ackDelay)
@@ -1173,6 +1182,10 @@ func (c *consumer) worker(ctx context.Context, first *job) {
 		c.handle(ctx, first.d, first.at)
 	}
 	for j := range c.work {
+		select {
+		case c.took <- struct{}{}:
+		default:
+		}
 		if c.release(j.d) {
 			continue
 		}

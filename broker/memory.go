@@ -403,7 +403,7 @@ func (q *Memory) heldLocked(ctx context.Context, receipt ReceiptValue) (*memMess
 func (q *Memory) leaseLocked(r ReceiptValue, now int64) (*memMessage, error) {
 	queue, seq, nonce, err := q.keys.parse(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("broker: memory queue: %w", err)
 	}
 	if queue != memoryQueueID {
 		return nil, fmt.Errorf("broker: memory queue: the receipt names another queue: %w", UnknownReceipt)

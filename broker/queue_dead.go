@@ -131,11 +131,9 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 	if kind == index.KindReplay {
 		q.wakeLocked()
 	}
-	if err := q.unlockAndWait(recs); err != nil {
-		return err
-	}
+	var counts []tally
 	if kind == index.KindReplay {
-		q.stats.replayed.Add(1)
+		counts = append(counts, tally{&q.stats.replayed, 1})
 	}
-	return nil
+	return q.unlockWaitAndCount(recs, counts...)
 }

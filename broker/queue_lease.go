@@ -121,18 +121,24 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		q.mu.Unlock()
 		return fail(q.s.damaged(err))
 	}
-	if len(leases) > 0 {
-		// The positions just taken stay readable until the payloads are.
-		q.s.maint.removeMu.RLock()
-		defer q.s.maint.removeMu.RUnlock()
+	if len(leases) == 0 {
+		if err := q.unlockWaitAndCount(recs, tally{&q.stats.acked, int64(acked)}); err != nil {
+			return fail(err)
+		}
+		return nil, errs, leaseErr
 	}
+	// The positions just taken stay readable until the payloads are. The
+	// acks are counted, as Delivered is, under this read lock, which
+	// Close takes for writing before it freezes the figures; counting
+	// them as an answer would take q.mu under it, against the lock order
+	// (q.mu before removeMu: another Receive holding q.mu would wait for
+	// removeMu behind a waiting removal, which waits for this one).
+	q.s.maint.removeMu.RLock()
+	defer q.s.maint.removeMu.RUnlock()
 	if err := q.unlockAndWait(recs); err != nil {
 		return fail(err)
 	}
 	q.stats.acked.Add(int64(acked))
-	if len(leases) == 0 {
-		return nil, errs, leaseErr
-	}
 
 	out := make([]DeliveryValue, len(leases))
 	for i, l := range leases {
@@ -218,7 +224,7 @@ func (q *Queue) lockHeld(receipt ReceiptValue) (*index.Message, int64, error) {
 func (q *Queue) leaseLocked(r ReceiptValue, now int64) (*index.Message, error) {
 	queue, seq, nonce, err := q.s.keys.parse(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("broker: queue %s: %w", q.name, err)
 	}
 	if queue != q.id {
 		return nil, fmt.Errorf("broker: queue %s: the receipt belongs to another queue: %w", q.name, UnknownReceipt)
@@ -247,11 +253,7 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 	}
 	e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
 	q.iq.Apply(0, &e)
-	if err := q.unlockAndWait([][]byte{e.Append(nil)}); err != nil {
-		return err
-	}
-	q.stats.acked.Add(1)
-	return nil
+	return q.unlockWaitAndCount([][]byte{e.Append(nil)}, tally{&q.stats.acked, 1})
 }
 
 // Nack hands the leased message back after the policy's retry delay, or
@@ -302,14 +304,14 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	if !out.DeadLettered {
 		q.wakeLocked()
 	}
-	err = q.unlockAndWait([][]byte{e.Append(nil)})
+	counts := []tally{{&q.stats.nacked, 1}}
+	if out.DeadLettered {
+		counts = append(counts, tally{&q.stats.deadLettered, 1})
+	}
+	err = q.unlockWaitAndCount([][]byte{e.Append(nil)}, counts...)
 	q.logUnclassified(e.Seq, v)
 	if err != nil {
 		return NackValue{}, err
-	}
-	q.stats.nacked.Add(1)
-	if out.DeadLettered {
-		q.stats.deadLettered.Add(1)
 	}
 	return out, nil
 }
@@ -330,14 +332,9 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	}
 	e := q.deadLetterEvent(m, now, v)
 	q.iq.Apply(0, &e)
-	err = q.unlockAndWait([][]byte{e.Append(nil)})
+	err = q.unlockWaitAndCount([][]byte{e.Append(nil)}, tally{&q.stats.rejected, 1}, tally{&q.stats.deadLettered, 1})
 	q.logUnclassified(e.Seq, v)
-	if err != nil {
-		return err
-	}
-	q.stats.rejected.Add(1)
-	q.stats.deadLettered.Add(1)
-	return nil
+	return err
 }
 
 // deadLetterEvent builds the event that moves m to the dead-letter store

@@ -69,9 +69,9 @@ func (q *Queue) statsNow() QueueStats {
 			exhausted++
 		}
 	}
-	dl := q.stats.deadLettered.Load() + exhausted
-	q.mu.Unlock()
-	return QueueStats{
+	// The counters are read under the lock too: every one but Delivered
+	// moves under it (see answer), so that they agree with the gauges.
+	st := QueueStats{
 		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead, OldestReady: oldest,
 		Published:    q.stats.published.Load(),
 		Duplicates:   q.stats.duplicates.Load(),
@@ -80,9 +80,11 @@ func (q *Queue) statsNow() QueueStats {
 		Acked:        q.stats.acked.Load(),
 		Nacked:       q.stats.nacked.Load(),
 		Rejected:     q.stats.rejected.Load(),
-		DeadLettered: dl,
+		DeadLettered: q.stats.deadLettered.Load() + exhausted,
 		Replayed:     q.stats.replayed.Load(),
 	}
+	q.mu.Unlock()
+	return st
 }
 
 // Wake returns what an idle consumer should wait on; see Waker. Signal is

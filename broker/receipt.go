@@ -144,7 +144,7 @@ func (k receiptKeys) parse(r ReceiptValue) (queue uint32, seq, nonce uint64, err
 		}
 	}
 	if !ok {
-		return 0, 0, 0, fmt.Errorf("broker: receipt %.12q...: not issued by this broker: %w", string(r), UnknownReceipt)
+		return 0, 0, 0, fmt.Errorf("receipt %.12q...: not issued by this broker: %w", string(r), UnknownReceipt)
 	}
 	return binary.LittleEndian.Uint32(raw[1:]), binary.LittleEndian.Uint64(raw[5:]), binary.LittleEndian.Uint64(raw[13:]), nil
 }

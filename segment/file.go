@@ -79,6 +79,9 @@ var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
 // the device ahead of another file's fdatasync, instead of the whole file
 // at the final fdatasync.
 func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func(written int64) error) (*File, error) {
+	if err := vfs.CheckPath(path); err != nil {
+		return nil, fmt.Errorf("segment: create: %w", err)
+	}
 	if fs == nil {
 		return nil, fmt.Errorf("segment %s: create: %w", path, errNilFS)
 	}
@@ -228,6 +231,9 @@ func OpenUnread(fs vfs.FS, path string, seq uint32) (*File, error) {
 }
 
 func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
+	if err := vfs.CheckPath(path); err != nil {
+		return nil, fmt.Errorf("segment: open: %w", err)
+	}
 	if fs == nil {
 		return nil, fmt.Errorf("segment %s: open: %w", path, errNilFS)
 	}

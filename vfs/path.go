@@ -19,10 +19,13 @@ import (
 // after a link climbs out of the link's target, not out of the directory
 // that holds the link; and a name below a file that is not a directory
 // ("file/x", "file/..") is refused with ENOTDIR. The empty path names no
-// place and is refused.
+// place and is refused, and so is one holding a NUL byte (see CheckPath).
 func Resolve(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("vfs: resolve: empty path")
+	}
+	if err := CheckPath(path); err != nil {
+		return "", err
 	}
 	if !filepath.IsAbs(path) {
 		// Joined as text, not cleaned: a ".." must meet what the names
@@ -34,6 +37,18 @@ func Resolve(path string) (string, error) {
 		path = wd + string(filepath.Separator) + path
 	}
 	return resolve(path)
+}
+
+// CheckPath refuses a path holding a NUL byte, which no file name can:
+// the kernel would refuse it with a bare EINVAL, and the byte would cut
+// short any log line written through a C string. The error quotes the
+// path (the NUL as \x00) and wraps fs.ErrInvalid. Other paths pass, even
+// empty ones.
+func CheckPath(path string) error {
+	if i := strings.IndexByte(path, 0); i >= 0 {
+		return fmt.Errorf("path %q holds a NUL byte at %d, which no file name can: %w", path, i, iofs.ErrInvalid)
+	}
+	return nil
 }
 
 // maxLinks bounds the symbolic links one Resolve follows, as the kernel

@@ -553,6 +553,38 @@ func TestTheRotationAfterSpaceIsFreedTriesAgain(t *testing.T) {
 	requireEntries(t, acked, readAll(t, l))
 }
 
+// A preparation that failed in the background, long before the rotation
+// that needs its file (a disk full for a moment while the next segment was
+// being filled), is tried again by that rotation: the disk may have room
+// by then, and a preparation writes no record, so trying it again risks
+// nothing. It used to be handed to the rotation as its own failure, which
+// stops a log opened with StopOnRotationFailure (the broker's) on a disk
+// with room.
+func TestAPreparationThatFailedBeforeItsRotationIsTriedAgain(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC, Times: 1})
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096, StopOnRotationFailure: true})
+	defer l.Close()
+	// The preparer of segment 2 met the full disk and its failure waits
+	// for the rotation (the writer takes it only when it rotates).
+	deadline := time.Now().Add(time.Minute)
+	for len(l.prep.ready) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, int64(1), fs.Injected(vfs.OpWrite), "the preparation met the full disk")
+	require.Len(t, l.prep.ready, 1, "the failed preparation is waiting for the rotation")
+
+	var acked []entry
+	for i := 0; l.Stats().Segments < 2; i++ {
+		rec := record(i)
+		pos, err := l.Append(rec)
+		require.NoError(t, err, "append %d, through the rotation, on a disk with room", i)
+		acked = append(acked, entry{pos[0], rec})
+	}
+	requireEntries(t, acked, readAll(t, l))
+}
+
 // Stats.Records counts records appended: a write that fails appends
 // nothing (the log is poisoned, the call gets ErrPoisoned, Writes and
 // BytesWritten do not move), and Records does not move either. The

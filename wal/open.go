@@ -105,6 +105,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	// Resolved once, as the kernel takes the names ("link/.." climbs out
 	// of the link's target): the directory made and synced, its lock and
 	// its segments are then one place, whatever links and ".." dir holds.
+	if err := vfs.CheckPath(dir); err != nil {
+		return nil, fmt.Errorf("wal: open: %w", err) // quoted there: the path holds a NUL
+	}
 	given := dir
 	if dir, err = vfs.Resolve(dir); err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", given, err)

@@ -141,7 +141,12 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 // the writer is waiting, and the preparer stops pacing. Only the writer
 // sends on rush, so after taking out a rush the preparer never read (it
 // finished first), the send cannot block. After a failure (failed), it
-// asks for the segment again first, and waits for that attempt.
+// asks for the segment again first, and waits for that attempt. So it
+// does when the preparer failed before the writer needed the file: that
+// failure may be old (a disk full for a moment while the file was being
+// filled, with room again since), and a preparation writes no record, so
+// trying it again risks nothing; the rotation fails only if that attempt,
+// made now, fails too.
 func (p *preparer) take(active *seg) prepared {
 	if p.failed {
 		p.failed = false
@@ -149,7 +154,13 @@ func (p *preparer) take(active *seg) prepared {
 	}
 	select {
 	case r := <-p.ready:
-		return r
+		if r.err == nil {
+			return r
+		}
+		p.l.logLater(func(log *slog.Logger) {
+			log.Warn("wal: preparing the next segment failed before it was needed; trying again", "segment", r.seq, "err", r.err)
+		})
+		p.request(p.asked, active)
 	default:
 	}
 	select {

@@ -14,33 +14,47 @@ import (
 	"github.com/walbroker/walbroker/broker"
 )
 
+// parked holds the calls that count themselves once their records are in
+// the log (answers and settlements) on their way back, once armed, until
+// let: each reports on parked as it stops there.
+type parked struct {
+	opts   broker.Options
+	armed  atomic.Bool
+	parked chan struct{}
+	let    func()
+}
+
+// parkAnswers returns Options (manual maintenance) that park up to n such
+// calls; a failure of the test leaves none parked.
+func parkAnswers(t *testing.T, n int) *parked {
+	release := make(chan struct{})
+	p := &parked{parked: make(chan struct{}, n), let: sync.OnceFunc(func() { close(release) })}
+	t.Cleanup(p.let)
+	broker.ManualMaintenance(&p.opts)
+	broker.AnswerWaited(func() {
+		if p.armed.Load() {
+			p.parked <- struct{}{}
+			<-release
+		}
+	})(&p.opts)
+	return p
+}
+
 // Close's frozen Stats count every duplicate and shed publish the queue
 // answered before Close, as they count every publish its checkpoint
 // holds: however late such a call gets back from its wait to count
 // itself, and even when it returns after Close. Nor does its return
 // after Close move the frozen figures.
 func TestClosedStatsCountAnswersInFlight(t *testing.T) {
-	var armed atomic.Bool
-	parked := make(chan struct{}, 3)
-	release := make(chan struct{})
-	let := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(let) // a failure below leaves no call parked
-	opts := broker.Options{}
-	broker.ManualMaintenance(&opts)
-	broker.AnswerWaited(func() {
-		if armed.Load() {
-			parked <- struct{}{}
-			<-release
-		}
-	})(&opts)
-	s, err := broker.Open(t.TempDir(), opts)
+	p := parkAnswers(t, 3)
+	s, err := broker.Open(t.TempDir(), p.opts)
 	require.NoError(t, err)
 	q, err := s.Queue("a", broker.PolicyValue{MaxDeliveries: 3, VisibilityTimeout: time.Minute, Capacity: 1})
 	require.NoError(t, err)
 	_, err = q.PublishKeyed(t.Context(), "k", []byte("original"))
 	require.NoError(t, err)
 
-	armed.Store(true)
+	p.armed.Store(true)
 	calls := []func() error{
 		func() error { _, err := q.PublishKeyed(t.Context(), "k", []byte("again")); return err },
 		func() error { _, err := q.Publish(t.Context(), []byte("no room")); return err },
@@ -52,14 +66,14 @@ func TestClosedStatsCountAnswersInFlight(t *testing.T) {
 		wg.Go(func() { errs[i] = call() })
 	}
 	for range calls {
-		<-parked
+		<-p.parked
 	}
 	// Every call has its answer and is on its way back to count it.
 	require.NoError(t, s.Close())
 	want := broker.QueueStats{Published: 1, Duplicates: 1, Shed: 2}
 	require.Equal(t, want, counters(q.Stats()), "Close's frozen Stats miss answers given before Close")
 
-	let()
+	p.let()
 	wg.Wait()
 	require.NoError(t, errs[0], "the duplicate")
 	for i, err := range errs[1:] {
@@ -74,20 +88,8 @@ func TestClosedStatsCountAnswersInFlight(t *testing.T) {
 // message), and the counters must not contradict them, however late the
 // calls get back from their waits to count themselves.
 func TestClosedStatsCountSettlementsInFlight(t *testing.T) {
-	var armed atomic.Bool
-	parked := make(chan struct{}, 5)
-	release := make(chan struct{})
-	let := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(let) // a failure below leaves no call parked
-	opts := broker.Options{}
-	broker.ManualMaintenance(&opts)
-	broker.AnswerWaited(func() {
-		if armed.Load() {
-			parked <- struct{}{}
-			<-release
-		}
-	})(&opts)
-	s, err := broker.Open(t.TempDir(), opts)
+	p := parkAnswers(t, 5)
+	s, err := broker.Open(t.TempDir(), p.opts)
 	require.NoError(t, err)
 	q, err := s.Queue("a", broker.PolicyValue{MaxDeliveries: 1, VisibilityTimeout: time.Minute})
 	require.NoError(t, err)
@@ -104,7 +106,7 @@ func TestClosedStatsCountSettlementsInFlight(t *testing.T) {
 	require.Len(t, d4, 1)
 	require.NoError(t, q.Reject(t.Context(), d4[0].Lease.Receipt, broker.DoNotRetry(errors.New("bad"))))
 
-	armed.Store(true)
+	p.armed.Store(true)
 	calls := []func() error{
 		func() error { return q.Ack(t.Context(), ds[0].Lease.Receipt) },
 		func() error { _, err := q.Nack(t.Context(), ds[1].Lease.Receipt, errors.New("failed")); return err },
@@ -118,7 +120,7 @@ func TestClosedStatsCountSettlementsInFlight(t *testing.T) {
 	}
 	for range calls {
 		select {
-		case <-parked:
+		case <-p.parked:
 		case <-time.After(time.Minute):
 			t.Fatal("a settling call never got back from its wait to count itself")
 		}
@@ -132,7 +134,7 @@ func TestClosedStatsCountSettlementsInFlight(t *testing.T) {
 	want := broker.QueueStats{Published: 4, Delivered: 4, Acked: 1, Nacked: 1, Rejected: 2, DeadLettered: 3, Replayed: 1}
 	require.Equal(t, want, counters(st), "Close's frozen Stats miss settlements its checkpoint holds")
 
-	let()
+	p.let()
 	wg.Wait()
 	for i, err := range errs {
 		require.NoErrorf(t, err, "call %d", i)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -76,3 +77,31 @@ func DeclaredMaxDeliveries(s *Store, name string) (int64, bool) {
 // AnswerWaited makes every duplicate or shed publish call f once its waits
 // for the log are over, before it is counted.
 func AnswerWaited(f func()) func(*Options) { return func(o *Options) { o.answerWaited = f } }
+
+// VerifyIndex checks the store's index against itself (index.Index.Verify:
+// every count against what it counts) and that no segment below the log's
+// first is still counted as used, with every queue stopped, as a
+// checkpoint stops them (their locks in number order).
+func VerifyIndex(s *Store) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	qs := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, func(a, b *Queue) int { return int(a.id) - int(b.id) })
+	for _, q := range qs {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+	}
+	if err := s.idx.Verify(); err != nil {
+		return err
+	}
+	first := s.log.Stats().FirstSegment
+	for seg := range s.idx.SegmentUses() {
+		if seg < first {
+			return fmt.Errorf("segment %d is counted as used, and the log begins at segment %d", seg, first)
+		}
+	}
+	return nil
+}

@@ -422,7 +422,7 @@ func (q *Queue) publish(ctx context.Context, key string, payloads [][]byte, out 
 	// (Promote above: leases lapsed for good stop holding capacity.)
 	if c := q.policy.Capacity; c > 0 && q.iq.Live()+len(payloads) > c {
 		live := q.iq.Live()
-		a := q.answerLocked([]tally{{&q.stats.shed, 1}}, reading)
+		a := q.answerLocked(&q.stats.shed, reading)
 		q.mu.Unlock()
 		err := q.waitAll(a.pends)
 		q.settle(a, err)
@@ -535,7 +535,7 @@ func (q *Queue) duplicateLocked(key string, seq uint64, at int64, reading [][]by
 			waits = append(waits, p)
 		}
 	}
-	a := q.answerLocked([]tally{{&q.stats.duplicates, 1}}, reading, waits...)
+	a := q.answerLocked(&q.stats.duplicates, reading, waits...)
 	q.mu.Unlock()
 	err := q.waitAll(a.pends)
 	if err == nil && resv != nil {

@@ -131,9 +131,8 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 	if kind == index.KindReplay {
 		q.wakeLocked()
 	}
-	var counts []tally
 	if kind == index.KindReplay {
-		counts = append(counts, tally{&q.stats.replayed, 1})
+		q.stats.replayed.Add(1) // counted as applied: see settledLocked
 	}
-	return q.unlockWaitAndCount(recs, counts...)
+	return q.unlockAndWait(recs)
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/walbroker/walbroker/index"
@@ -121,24 +122,18 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 		q.mu.Unlock()
 		return fail(q.s.damaged(err))
 	}
-	if len(leases) == 0 {
-		if err := q.unlockWaitAndCount(recs, tally{&q.stats.acked, int64(acked)}); err != nil {
-			return fail(err)
-		}
-		return nil, errs, leaseErr
+	q.settledLocked(&q.stats.acked, int64(acked))
+	if len(leases) > 0 {
+		// The positions just taken stay readable until the payloads are.
+		q.s.maint.removeMu.RLock()
+		defer q.s.maint.removeMu.RUnlock()
 	}
-	// The positions just taken stay readable until the payloads are. The
-	// acks are counted, as Delivered is, under this read lock, which
-	// Close takes for writing before it freezes the figures; counting
-	// them as an answer would take q.mu under it, against the lock order
-	// (q.mu before removeMu: another Receive holding q.mu would wait for
-	// removeMu behind a waiting removal, which waits for this one).
-	q.s.maint.removeMu.RLock()
-	defer q.s.maint.removeMu.RUnlock()
 	if err := q.unlockAndWait(recs); err != nil {
 		return fail(err)
 	}
-	q.stats.acked.Add(int64(acked))
+	if len(leases) == 0 {
+		return nil, errs, leaseErr
+	}
 
 	out := make([]DeliveryValue, len(leases))
 	for i, l := range leases {
@@ -154,6 +149,19 @@ func (q *Queue) receiveAcking(ctx context.Context, max int, receipts []ReceiptVa
 	}
 	q.stats.delivered.Add(int64(len(out)))
 	return out, errs, nil
+}
+
+// settledLocked counts n settlements (acks, nacks, rejects, dead letters,
+// replays) as the index applies them, under q.mu, which the caller holds:
+// the gauges show a settlement from then on, and the counters agree with
+// them. So Close's frozen Stats, read under the lock after its checkpoint,
+// count every settlement the checkpoint holds, however late its call gets
+// back from its wait (counted after it, they missed a call held on its way
+// back while Close ran). A settlement whose record the log then fails to
+// take stays counted, as the gauges keep it: the store stops, and the
+// next Open counts from its log.
+func (q *Queue) settledLocked(counter *atomic.Int64, n int64) {
+	counter.Add(n)
 }
 
 // sweepLocked moves every message whose last lease lapsed to the dead-letter
@@ -253,7 +261,8 @@ func (q *Queue) Ack(ctx context.Context, receipt ReceiptValue) error {
 	}
 	e := index.Event{Kind: index.KindAck, Queue: q.id, Seq: m.Seq}
 	q.iq.Apply(0, &e)
-	return q.unlockWaitAndCount([][]byte{e.Append(nil)}, tally{&q.stats.acked, 1})
+	q.settledLocked(&q.stats.acked, 1)
+	return q.unlockAndWait([][]byte{e.Append(nil)})
 }
 
 // Nack hands the leased message back after the policy's retry delay, or
@@ -304,11 +313,11 @@ func (q *Queue) Nack(ctx context.Context, receipt ReceiptValue, cause error) (Na
 	if !out.DeadLettered {
 		q.wakeLocked()
 	}
-	counts := []tally{{&q.stats.nacked, 1}}
+	q.settledLocked(&q.stats.nacked, 1)
 	if out.DeadLettered {
-		counts = append(counts, tally{&q.stats.deadLettered, 1})
+		q.settledLocked(&q.stats.deadLettered, 1)
 	}
-	err = q.unlockWaitAndCount([][]byte{e.Append(nil)}, counts...)
+	err = q.unlockAndWait([][]byte{e.Append(nil)})
 	q.logUnclassified(e.Seq, v)
 	if err != nil {
 		return NackValue{}, err
@@ -332,7 +341,9 @@ func (q *Queue) Reject(ctx context.Context, receipt ReceiptValue, cause error) e
 	}
 	e := q.deadLetterEvent(m, now, v)
 	q.iq.Apply(0, &e)
-	err = q.unlockWaitAndCount([][]byte{e.Append(nil)}, tally{&q.stats.rejected, 1}, tally{&q.stats.deadLettered, 1})
+	q.settledLocked(&q.stats.rejected, 1)
+	q.settledLocked(&q.stats.deadLettered, 1)
+	err = q.unlockAndWait([][]byte{e.Append(nil)})
 	q.logUnclassified(e.Seq, v)
 	return err
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/klauspost/crc32"
@@ -346,6 +348,9 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	if err == nil {
 		err = x.checkHeld(h)
 	}
+	if err == nil {
+		err = streamChunksNamed(x.chunks, h.chunks, named)
+	}
 	if err != nil {
 		return nil, 0, damaged("%v", err)
 	}
@@ -355,6 +360,20 @@ func Load(fs vfs.FS, dir string) (*Index, wal.Position, error) {
 	}
 	x.Table = t
 	return x, logPos, nil
+}
+
+// streamChunksNamed returns an error naming the first table chunk that
+// counts more messages (live) than the active ones it holds (active), and
+// so holds stream messages, which only its table file has, when the
+// checkpoint names no file for it (named): OpenTable would remove the
+// file, and the stream's walk pass over those messages without a word.
+func streamChunksNamed(live, active map[uint64]int, named map[uint64]bool) error {
+	for _, c := range slices.Sorted(maps.Keys(live)) {
+		if n := live[c] - active[c]; n > 0 && !named[c] {
+			return fmt.Errorf("table chunk %d counts %d messages of the stream, and no table file is named for it", c, n)
+		}
+	}
+	return nil
 }
 
 // decodeQueue reads a queue that Queue.encode wrote, checking it against

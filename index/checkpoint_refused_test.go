@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -174,4 +175,32 @@ func TestARebuildLeavesNoCheckpointToLoad(t *testing.T) {
 	require.Empty(t, y.Queues())
 	_, _, err = Load(vfs.Default, dir)
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A checkpoint whose list of table files leaves out a chunk that holds
+// stream messages (it counts more than the active messages it holds) is
+// refused as damage: loaded, OpenTable removed the chunk's file as
+// unwanted, and the stream's walk jumped over its messages without a
+// word, handing out message ChunkEntries+5 before message 5.
+func TestACheckpointNamingNoFileForAChunkOfStreamMessagesIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x, err := Rebuild(vfs.Default, dir)
+	require.NoError(t, err)
+	require.NoError(t, x.Apply(0, &Event{Kind: KindMeta, Secret: make([]byte, SecretSize)}))
+	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{VisibilityTimeout: 10, MaxDeliveries: 5}}))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(5, 100, "")))
+	require.NoError(t, x.Apply(wal.MakePosition(1, 200), pub(ChunkEntries+5, 100, "")))
+	snap, err := x.Snapshot(wal.MakePosition(1, 300), map[uint32]int{})
+	require.NoError(t, err)
+	_, err = x.Table.Flush(true)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{0, 1}, x.Table.Chunks())
+	require.Equal(t, []uint64{0, 1}, x.LiveChunks())
+	require.NoError(t, x.Table.Close())
+	require.NoError(t, WriteCheckpoint(vfs.Default, dir, snap, []uint64{1}))
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.ErrorContains(t, err, "table chunk 0 counts 1 messages of the stream, and no table file is named for it")
+	_, err = os.Stat(filepath.Join(dir, chunkName(0)))
+	require.NoError(t, err, "the refused checkpoint's table file is left for the rebuild to find")
 }

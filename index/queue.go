@@ -174,7 +174,8 @@ func newQueue(x *Index, id uint32, name string, p Policy) *Queue {
 // reported not held: a replayed log holds such events after segments were
 // removed or salvaged. An event of another kind or another queue, with a
 // sequence out of range, or a publish at pos 0 of a message the queue
-// holds (a sequence is never reused), is refused with ErrBadEvent before
+// holds (a sequence is never reused), or a change of state of a Pending
+// message but its ack or delete, is refused with ErrBadEvent before
 // anything changes.
 func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 	if q == nil {
@@ -191,6 +192,12 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 		if m = q.activate(e.Seq); m == nil {
 			return false, nil
 		}
+	}
+	if m.State == Pending && e.Kind != KindAck && e.Kind != KindDelete {
+		// Nothing hands out a message before its publish is in the log:
+		// taken, the event would leave it at position 0, where its commit
+		// (which acts only on a Pending message) would never count it.
+		return false, fmt.Errorf("%w: queue %s: %s event of message %d, whose publish is not yet in the log", ErrBadEvent, q.Name, e.Kind, e.Seq)
 	}
 	switch e.Kind {
 	case KindLease, KindExtend:

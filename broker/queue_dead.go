@@ -130,9 +130,7 @@ func (q *Queue) changeDeadLetter(ctx context.Context, id string, kind index.Kind
 	recs = append(recs, e.Append(nil))
 	if kind == index.KindReplay {
 		q.wakeLocked()
-	}
-	if kind == index.KindReplay {
-		q.stats.replayed.Add(1) // counted as applied: see settledLocked
+		q.settledLocked(&q.stats.replayed, 1)
 	}
 	return q.unlockAndWait(recs)
 }

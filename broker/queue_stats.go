@@ -70,7 +70,8 @@ func (q *Queue) statsNow() QueueStats {
 		}
 	}
 	// The counters are read under the lock too: every one but Delivered
-	// moves under it (see answer), so that they agree with the gauges.
+	// moves under it (see settledLocked and answer), so that they agree
+	// with the gauges.
 	st := QueueStats{
 		Ready: ready, Leased: leased, Delayed: delayed, DeadLetters: dead, OldestReady: oldest,
 		Published:    q.stats.published.Load(),

@@ -85,15 +85,8 @@ func AnswerWaited(f func()) func(*Options) { return func(o *Options) { o.answerW
 func VerifyIndex(s *Store) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	qs := make([]*Queue, 0, len(s.queues))
-	for _, q := range s.queues {
-		qs = append(qs, q)
-	}
-	slices.SortFunc(qs, func(a, b *Queue) int { return int(a.id) - int(b.id) })
-	for _, q := range qs {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-	}
+	_, unlock := s.stopQueuesLocked()
+	defer unlock()
 	if err := s.idx.Verify(); err != nil {
 		return err
 	}

@@ -252,13 +252,10 @@ func (s *Store) checkpointLocked() error {
 	return nil
 }
 
-// snapshot stops every queue, makes everything queued durable, commits the
-// publishes whose records that made durable, and snapshots the index at
-// the log's end. It returns the snapshot, the table chunks no live message
-// needs, and the log's bytes written.
-func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// stopQueuesLocked locks every queue, in number order (the order in which
+// any code holding two takes them), and returns them with the func that
+// unlocks them. The caller holds s.mu.
+func (s *Store) stopQueuesLocked() ([]*Queue, func()) {
 	qs := make([]*Queue, 0, len(s.queues))
 	for _, q := range s.queues {
 		qs = append(qs, q)
@@ -266,8 +263,23 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 	slices.SortFunc(qs, func(a, b *Queue) int { return int(a.id) - int(b.id) })
 	for _, q := range qs {
 		q.mu.Lock()
-		defer q.mu.Unlock()
 	}
+	return qs, func() {
+		for _, q := range qs {
+			q.mu.Unlock()
+		}
+	}
+}
+
+// snapshot stops every queue, makes everything queued durable, commits the
+// publishes whose records that made durable, and snapshots the index at
+// the log's end. It returns the snapshot, the table chunks no live message
+// needs, and the log's bytes written.
+func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	qs, unlock := s.stopQueuesLocked()
+	defer unlock()
 	if err := s.working(); err != nil { // Close's own checkpoint goes on
 		return nil, nil, 0, err
 	}

@@ -68,7 +68,11 @@
 //     key costs three requests, Publish one.
 //   - PublishBatch is one atomic batch of the server (Nats-Batch-Id, server
 //     2.12 or later): all of it is stored or none, checked against MaxMsgs
-//     as a whole; at most 1000 messages (the server's default bound).
+//     as a whole; at most 1000 messages (the server's default bound). The
+//     server keeps at most 50 batches open per stream and refuses the one
+//     past that, which then stores nothing: a Queue has at most 16 of its
+//     own open at once, and sends a batch refused for want of room (other
+//     clients' batches filled it) again, under a new id, up to 8 times.
 //   - Receive is a pull request that does not wait for more messages once
 //     one came; it waits up to 200 ms for the first only when a message is
 //     known to have been published, because the server acknowledges a

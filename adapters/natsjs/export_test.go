@@ -51,3 +51,11 @@ func FailWakeSubscription(err error) (restore func()) {
 	wakeSubscribeFault = func() error { return err }
 	return func() { wakeSubscribeFault = func() error { return nil } }
 }
+
+// LiftBatchBound lets each Queue made from now on have n atomic batches
+// open at once, and returns what restores the default.
+func LiftBatchBound(n int) (restore func()) {
+	old := batchesInFlight
+	batchesInFlight = n
+	return func() { batchesInFlight = old }
+}

@@ -42,6 +42,11 @@ const (
 	codeStoreFail   = 10077                  // JSStreamStoreFailedF: "maximum messages exceeded" and others
 	codeBatchSize   = 10199                  // JSAtomicPublishTooLargeBatchErrF
 	codeIDInProcess = 10158                  // JSStreamDuplicateMessageConflict: "duplicate message id is in process"
+	codeIncomplete  = 10176                  // JSAtomicPublishIncompleteBatchErr
+	codeInflight    = 10210                  // JSAtomicPublishTooManyInflight
+	// batchTries bounds the sends of one batch the server refused for
+	// want of room for another open batch (see PublishBatch).
+	batchTries = 8
 )
 
 // Queue is one named queue of a [Store]. It implements broker.Broker,
@@ -80,6 +85,9 @@ type Queue struct {
 	// policy); sweepMu and the Store's mu are never held together, and no
 	// call holds mu while it takes another lock.
 	sweepMu sync.Mutex
+	// batches holds a token for each atomic batch this Queue has open on
+	// the server (see PublishBatch).
+	batches chan struct{}
 	// suspects, guarded by sweepMu, are the messages the last sweep found
 	// at or below the consumer's ack floor, with when a sweep first did
 	// (see sweepAbandonedLocked).
@@ -120,7 +128,7 @@ type Queue struct {
 
 func newQueue(ctx context.Context, s *Store, name string, n names, policy broker.PolicyValue) (*Queue, error) {
 	q := &Queue{s: s, name: name, n: n, policy: policy, leases: map[uint64]*lease{}, sweepAt: minSweep,
-		retries: map[uint64]retry{}, signal: make(chan struct{})}
+		retries: map[uint64]retry{}, signal: make(chan struct{}), batches: make(chan struct{}, batchesInFlight)}
 	var err error
 	if q.work, err = s.js.Stream(ctx, n.work); err != nil {
 		return nil, err
@@ -528,9 +536,22 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.M
 	var resp batchReply
 	attempt := 0
 	err := q.full(ctx, func() error {
-		attempt++
 		var err error
-		resp, err = q.publishBatch(ctx, batch+"-"+strconv.Itoa(attempt), payloads, now)
+		for range batchTries {
+			attempt++
+			resp, err = q.publishBatch(ctx, batch+"-"+strconv.Itoa(attempt), payloads, now)
+			if !isNoRoom(err) {
+				break
+			}
+			// Other Stores' batches filled the server's room for open
+			// batches. A refused batch stored nothing, so it is sent
+			// again, under a new id, once one of theirs may have ended.
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(attempt) * time.Millisecond):
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -555,9 +576,32 @@ type batchReply struct {
 	Count    int                 `json:"count"`
 }
 
+// batchesInFlight bounds the atomic batches one Queue has open on its
+// work stream at once: the server holds at most 50 per stream (and 1000 in
+// all), and refuses the one past that. Below it, a Store leaves room for
+// other Stores publishing to the same queue. (A variable only so that
+// tests can lift it.)
+var batchesInFlight = 16
+
+// isNoRoom reports whether the server refused an atomic batch for want of
+// room for one more open batch: at once (the commit was its first
+// message), or at its commit, having dropped its first message, which
+// asks for no reply.
+func isNoRoom(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == codeIncomplete || api.ErrorCode == codeInflight)
+}
+
 // publishBatch sends payloads as the atomic batch id: every message but
 // the last without a reply, the last, marked as the commit, as a request.
+// It holds one of the Queue's batch tokens while the batch is open.
 func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, now time.Time) (batchReply, error) {
+	select {
+	case q.batches <- struct{}{}:
+	case <-ctx.Done():
+		return batchReply{}, ctx.Err()
+	}
+	defer func() { <-q.batches }()
 	var reply *nats.Msg
 	for i, p := range payloads {
 		m := q.message(p, now)

@@ -1,0 +1,95 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/walbroker/walbroker/adapters/natsjs"
+	"github.com/walbroker/walbroker/broker"
+)
+
+// The server keeps at most 50 atomic batches open per stream. A batch past
+// that has its first message refused, unheard (it asks for no reply), and
+// its commit fails as incomplete; PublishBatch must not hand that to its
+// caller as a failure of a batch that fits the queue (API.md §2: every
+// method is safe for concurrent use, and the file store admits any number
+// of batches at once).
+
+// TestConcurrentPublishBatchesAreEachAdmitted: many batches at once from one
+// Store are each stored whole.
+func TestConcurrentPublishBatchesAreEachAdmitted(t *testing.T) {
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "batches", policy())
+	publishBatchesAtOnce(t, b, []*natsjs.Queue{q}, 200)
+}
+
+// TestPublishBatchesPastTheServersRoomAreEachAdmitted: with more batches
+// open than the server keeps (as Stores sharing a queue may have), a batch
+// the server refused for want of room stored nothing, and is sent again.
+func TestPublishBatchesPastTheServersRoomAreEachAdmitted(t *testing.T) {
+	t.Cleanup(natsjs.LiftBatchBound(1000))
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "batches", policy())
+	publishBatchesAtOnce(t, b, []*natsjs.Queue{q}, 200)
+}
+
+// publishBatchesAtOnce publishes, from perQueue goroutines on each of qs at
+// once, one batch of 50 payloads each, and checks every batch was stored
+// whole and nothing else was.
+func publishBatchesAtOnce(t *testing.T, b backend, qs []*natsjs.Queue, perQueue int) {
+	t.Helper()
+	ctx := context.Background()
+	const size = 50
+	payloads := make([][]byte, size)
+	for i := range payloads {
+		payloads[i] = []byte(fmt.Sprintf("payload %d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, perQueue*len(qs))
+	start := make(chan struct{})
+	for _, q := range qs {
+		for range perQueue {
+			wg.Go(func() {
+				<-start
+				ms, err := q.PublishBatch(ctx, payloads)
+				if err == nil && len(ms) != size {
+					err = fmt.Errorf("%d messages for a batch of %d", len(ms), size)
+				}
+				errs <- err
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	failed := 0
+	var first error
+	for err := range errs {
+		if err != nil {
+			first = cmpOr(first, err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d concurrent PublishBatch calls into an unbounded queue failed, the first with %v (QueueFull: %v)",
+			failed, perQueue*len(qs), first, errors.Is(first, broker.QueueFull))
+	}
+	// Whatever failed stored nothing: atomicity holds either way.
+	info, err := b.stream(t, "_Q_batches").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64((perQueue*len(qs) - failed) * size); info.State.Msgs != want {
+		t.Errorf("the work stream holds %d messages after %d admitted batches of %d, want %d", info.State.Msgs, perQueue*len(qs)-failed, size, want)
+	}
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

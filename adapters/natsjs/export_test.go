@@ -59,3 +59,11 @@ func LiftBatchBound(n int) (restore func()) {
 	batchesInFlight = n
 	return func() { batchesInFlight = old }
 }
+
+// HoldOpen makes hold run in Open after its request to the server, before
+// it listens for the connection's closing, and returns what restores the
+// default.
+func HoldOpen(hold func()) (restore func()) {
+	afterAccountInfo = hold
+	return func() { afterAccountInfo = func() {} }
+}

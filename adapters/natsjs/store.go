@@ -99,7 +99,8 @@ var _ io.Closer = (*Store)(nil)
 
 // Open returns a Store that keeps its queues on the JetStream server nc is
 // connected to. It checks the options and that the server has JetStream;
-// it creates nothing until [Store.Queue].
+// it creates nothing until [Store.Queue]. A connection closed before Open
+// returns is refused with broker.Closed.
 func Open(nc *nats.Conn, opts Options) (*Store, error) {
 	if nc == nil {
 		return nil, errors.New("natsjs: Open: nil connection")
@@ -135,8 +136,12 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, fmt.Errorf("natsjs: Open: %v: %w", err, broker.Closed)
+		}
 		return nil, fmt.Errorf("natsjs: Open: the server does not offer JetStream to this account: %w", err)
 	}
+	afterAccountInfo()
 	s := &Store{nc: nc, js: js, opts: opts, key: make([]byte, 32), queues: map[string]*Queue{}}
 	var id [8]byte
 	if _, err := rand.Read(s.key); err != nil {
@@ -147,9 +152,19 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 	}
 	s.origin = hex.EncodeToString(id[:])
 	s.connClosed = nc.StatusChanged(nats.CLOSED)
+	if nc.IsClosed() {
+		// Closed before the listener was there to hear it: no queue of
+		// this Store would ever hear of it (watchConn).
+		nc.RemoveStatusListener(s.connClosed)
+		return nil, fmt.Errorf("natsjs: Open: %v: %w", nats.ErrConnectionClosed, broker.Closed)
+	}
 	go s.watchConn(s.connClosed)
 	return s, nil
 }
+
+// afterAccountInfo runs in Open between its request to the server and the
+// status listener's registration (tests close the connection there).
+var afterAccountInfo = func() {}
 
 // watchConn closes every queue when the connection closes: each call then
 // returns Closed (begin), and a consumer waiting on a queue's wake signal

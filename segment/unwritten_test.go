@@ -80,3 +80,27 @@ func TestUnwrittenTellsAFileNothingWasWrittenToFromADamagedFirstFrame(t *testing
 	frames = segment.AppendFrame(frames, 2, 0x1111, 4000, segment.KindSeal, segment.Full, nil)
 	require.False(t, segment.Unwritten(fileOf(seq, salt, 4096, frames), seq))
 }
+
+// A reused file that was a segment salvage emptied holds, at HeaderSize,
+// the seal salvage wrote there (another segment's, with a synced value of
+// 0) and zeros after it: unwritten. The same seal with any byte after it
+// that is not zero, one naming the segment itself, or a seal as the log
+// writes one (its synced value its own offset) is not.
+func TestUnwrittenKnowsTheSealOfASegmentSalvageEmptied(t *testing.T) {
+	const seq, salt = 5, 0x5a17f00d
+	seal := func(of, synced uint32) []byte {
+		return segment.AppendFrame(nil, of, 0x1111, synced, segment.KindSeal, segment.Full, nil)
+	}
+	require.True(t, segment.Unwritten(fileOf(seq, salt, 4096, seal(2, 0)), seq), "a salvage's seal, then zeros")
+	require.True(t, segment.Unwritten(fileOf(seq, salt, segment.HeaderSize+segment.Size(0), seal(2, 0)), seq), "nothing after the seal")
+
+	data := fileOf(seq, salt, 4096, seal(2, 0))
+	data[4095] = 1
+	require.False(t, segment.Unwritten(data, seq), "a byte after the seal that is not zero")
+	require.False(t, segment.Unwritten(fileOf(seq, salt, 4096, seal(seq, 0)), seq), "a seal of the segment itself")
+	require.False(t, segment.Unwritten(fileOf(seq, salt, 4096, seal(2, segment.HeaderSize)), seq), "a seal the log wrote, vouching for its offset")
+	padding := segment.AppendFrame(nil, 2, 0x1111, 0, segment.KindPadding, segment.Full, nil)
+	require.False(t, segment.Unwritten(fileOf(seq, salt, 4096, padding), seq), "a lone padding frame")
+	record := segment.AppendFrame(nil, 2, 0x1111, 0, segment.KindRecord, segment.Full, nil)
+	require.False(t, segment.Unwritten(fileOf(seq, salt, 4096, record), seq), "a lone empty record")
+}

@@ -183,12 +183,13 @@ func (l *Log) recover() error {
 	}
 	if n := len(segs); l.opts.Salvage && n > 0 && n < scanned {
 		// The segment a dropped rotation left last was scanned as one a
-		// later segment followed: what it lost before its durable end is
-		// reported as for the last one (scanSegments).
-		s, r := segs[n-1], reports[n-1]
-		if durable := l.durableIn(d, s.seq); durable > r.End && r.Tail != segment.EndCorrupt && !r.Sealed {
-			reports[n-1] = salvageToDurable(s.file, s.seq, r, durable)
-		}
+		// later segment followed, where a torn tail is damage that
+		// Salvage steps over and reports lost. It is the last: scanned
+		// again as such, its torn tail (a batch the rotation had not yet
+		// synced when a crash cut it) is zeroed as without Salvage, and
+		// only what it lost before its durable end is reported.
+		s := segs[n-1]
+		reports[n-1] = l.scanSegment(s.file, s.seq, true, l.durableIn(d, s.seq))
 	}
 	if err := l.repair(segs, reports); err != nil {
 		return err
@@ -400,51 +401,59 @@ func (l *Log) scanSegments(d listing) (segs []*seg, reports []segment.Report, cl
 			reports = append(reports, r)
 			continue
 		}
-		r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
-		durable := l.durableIn(d, seq)
-		if !l.opts.Salvage && durable > r.End && r.Tail != segment.EndCorrupt {
-			// The valid frames end before bytes known durable (a clean
-			// Close, or the caller's verified position, vouched for
-			// them): what follows is damage to synced records, not a
-			// batch a crash cut short, and zeroing it as a torn tail
-			// would drop them.
-			cause := r.Cause
-			if r.Tail == segment.EndClean {
-				r.DamageAt, cause = r.End, errors.New("no frame")
-			}
-			r.Tail = segment.EndCorrupt
-			r.Cause = fmt.Errorf("the log was durable to offset %d, its frames end at %d: %w", durable, r.End, cause)
-		}
-		for l.opts.Salvage && (seq != seqs[len(seqs)-1] || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
-			// A segment a later one follows, or one known durable past
-			// this point, has no tail to tear here: what reads as a torn
-			// tail is damage. Step over it to the next group, if there is
-			// one far enough for a padding frame, and on over each such
-			// damage after it.
-			next, ok := segment.Resume(f.Data(), seq, r.End+1)
-			if !ok || next-r.End < segment.Size(0) {
-				break
-			}
-			rest, _ := segment.ScanFrom(f.Data(), seq, next, true, func(segment.Frame) error { return nil })
-			span := segment.Span{From: r.End, To: next, At: r.DamageAt, Cause: r.Cause}
-			rest.Skipped = slices.Concat(r.Skipped, []segment.Span{span}, rest.Skipped)
-			if rest.Cause == nil {
-				rest.DamageAt, rest.Cause = r.DamageAt, r.Cause
-			}
-			rest.Records += r.Records
-			r = rest
-		}
-		if l.opts.Salvage && seq == seqs[len(seqs)-1] && durable > r.End && r.Tail != segment.EndCorrupt && !r.Sealed {
-			// No frame follows the damage before the durable end (or
-			// the file ends before it): the bytes up to it held synced
-			// records, lost. They are a salvaged span, never a torn
-			// tail; what lies past the durable end is the segment's
-			// tail as ever.
-			r = salvageToDurable(f, seq, r, durable)
-		}
-		reports = append(reports, r)
+		reports = append(reports, l.scanSegment(f, seq, seq == seqs[len(seqs)-1], l.durableIn(d, seq)))
 	}
 	return segs, reports, cleanLast, nil
+}
+
+// scanSegment scans segment seq, its file f, whole, and reports how its
+// frames end: as the last segment (last) or as one a later segment
+// follows, where a torn tail is damage, which Salvage steps over; and
+// against durable, how far it was known durable (durableIn), before
+// which the frames' end is damage, never a torn tail.
+func (l *Log) scanSegment(f *segment.File, seq uint32, last bool, durable int) segment.Report {
+	r, _ := f.Scan(l.opts.Salvage, func(segment.Frame) error { return nil })
+	if !l.opts.Salvage && durable > r.End && r.Tail != segment.EndCorrupt {
+		// The valid frames end before bytes known durable (a clean
+		// Close, or the caller's verified position, vouched for
+		// them): what follows is damage to synced records, not a
+		// batch a crash cut short, and zeroing it as a torn tail
+		// would drop them.
+		cause := r.Cause
+		if r.Tail == segment.EndClean {
+			r.DamageAt, cause = r.End, errors.New("no frame")
+		}
+		r.Tail = segment.EndCorrupt
+		r.Cause = fmt.Errorf("the log was durable to offset %d, its frames end at %d: %w", durable, r.End, cause)
+	}
+	for l.opts.Salvage && (!last || durable > r.End) && r.Tail == segment.EndTorn && !r.Sealed {
+		// A segment a later one follows, or one known durable past
+		// this point, has no tail to tear here: what reads as a torn
+		// tail is damage. Step over it to the next group, if there is
+		// one far enough for a padding frame, and on over each such
+		// damage after it.
+		next, ok := segment.Resume(f.Data(), seq, r.End+1)
+		if !ok || next-r.End < segment.Size(0) {
+			break
+		}
+		rest, _ := segment.ScanFrom(f.Data(), seq, next, true, func(segment.Frame) error { return nil })
+		span := segment.Span{From: r.End, To: next, At: r.DamageAt, Cause: r.Cause}
+		rest.Skipped = slices.Concat(r.Skipped, []segment.Span{span}, rest.Skipped)
+		if rest.Cause == nil {
+			rest.DamageAt, rest.Cause = r.DamageAt, r.Cause
+		}
+		rest.Records += r.Records
+		r = rest
+	}
+	if l.opts.Salvage && last && durable > r.End && r.Tail != segment.EndCorrupt && !r.Sealed {
+		// No frame follows the damage before the durable end (or
+		// the file ends before it): the bytes up to it held synced
+		// records, lost. They are a salvaged span, never a torn
+		// tail; what lies past the durable end is the segment's
+		// tail as ever.
+		r = salvageToDurable(f, seq, r, durable)
+	}
+	return r
 }
 
 // checkVersions refuses a log any segment of which names a later format

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/walbroker/walbroker/segment"
@@ -94,6 +95,16 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	for {
 		if spare, ok := l.takeSpare(); ok {
 			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq, segment.NewSalt())
+			if err == nil && !reusable(f, seq) {
+				// Not an error of the spare's: the next Open would not
+				// know it for a file nothing was written to.
+				_ = f.Close()
+				_ = l.opts.FS.Remove(tmp)
+				l.logLater(func(log *slog.Logger) {
+					log.Warn("wal: not reusing a retired segment whose first frame is neither a record nor the seal of an empty segment; writing a new one", "file", spare)
+				})
+				continue
+			}
 			if err == nil {
 				return f, true, nil
 			}
@@ -245,4 +256,21 @@ func (l *Log) addSegment(s *seg) {
 	copy(segs, old)
 	segs = append(segs, s)
 	l.segs.Store(&segs)
+}
+
+// reusable reports whether f, a retired file recycled as segment seq,
+// holds past its header what segment.Unwritten recognises as the content
+// of the segment it was. A crash after the rotation that renames it into
+// place, before the segment before it is sealed, leaves it empty after an
+// unsealed segment: Open removes it only if it reads so, and refuses the
+// log otherwise. A retired segment's first frames fail that when they
+// were damaged, or when salvage sealed the segment at its header over
+// frames it could not read, whose bytes then follow the seal. A file
+// whose first frame header is zeros is taken for one prepared for a
+// segment and never used (Close keeps those), zeros to its end: telling
+// it apart would read the whole file.
+func reusable(f *segment.File, seq uint32) bool {
+	data := f.Data()
+	first := data[segment.HeaderSize:min(len(data), segment.HeaderSize+segment.FrameHeaderSize)]
+	return !slices.ContainsFunc(first, func(b byte) bool { return b != 0 }) || segment.Unwritten(data, seq)
 }

@@ -124,8 +124,12 @@
 //     must not follow an ack, delete or dead-lettering that returned nil,
 //     nor come before the previous lease or retry delay ended, and it
 //     counts more than every earlier certain delivery; but the deliveries
-//     after it need not count more, since a power loss may take its lease
-//     record, and the next child hand it out with its count again.
+//     after it in later processes need not count more, since a power loss
+//     may take its lease record, and the next child hand it out with its
+//     count again. In its own process its lease and count were live until
+//     the power failed, after which no delivery returns: the deliveries
+//     after it there count more and respect its lease, as after a certain
+//     delivery.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

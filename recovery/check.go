@@ -863,6 +863,16 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		if exp := m.leaseFloor(); m.maxDel == max && exp != 0 && failedAt < exp {
 			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
 		}
+		if mb := m.maybe; mb.del == max && failedAt < mb.leaseFloor {
+			// The last delivery the queue allows was a maybe. If its lease
+			// record survived, the lease lapsed no earlier than its floor;
+			// if a power loss took it, the message was handed out again
+			// as delivery max by a later process, whose lease lapsed later
+			// still. (Every intent but an Extend leaves the lease as
+			// Receive returned it, or ends the life with another reason.)
+			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s (delivery %d, journaled as a maybe; had a power loss taken it, a later delivery %d would lapse later still)",
+				where, ns(failedAt), ns(mb.leaseFloor), max, max)
+		}
 		if m.nackConfirmed {
 			// The dead letter of a lapse records the last nack of the
 			// message's life; LEASE_EXPIRED says nobody reported on it,

@@ -108,3 +108,96 @@ func TestAMaybeDeliveryHoldsItsLeaseAndCountInItsOwnProcess(t *testing.T) {
 		require.NoError(t, c.Err(), "the power loss took delivery 1's lease record: the next child hands it out as delivery 1 again")
 	})
 }
+
+// TestALeaseExpiredDeadLetterLapsesNoEarlierThanAMaybeLastLease: the last
+// delivery a queue allows (4 for the work queue) was journaled only as a
+// maybe. Whatever the power loss took, no lease of delivery 4 can lapse
+// before that maybe's ExpiresAt: either its lease survived and lapses at
+// ExpiresAt, or the lease record was lost and a later delivery 4 (which
+// starts later) lapses later still. A LEASE_EXPIRED dead letter that
+// failed 500 ms before it is a lease cut short, as it is after a certain
+// delivery 4 (the control). One that failed at the maybe's ExpiresAt is
+// its lapse; and an intent to extend may shorten the lease, down to the
+// clock after Receive plus the Extend.
+func TestALeaseExpiredDeadLetterLapsesNoEarlierThanAMaybeLastLease(t *testing.T) {
+	id := "00000000000000c2"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	p, _ := Policy(QueueWork)
+	vt := int64(p.VisibilityTimeout)
+	max := p.MaxDeliveries
+
+	// Deliveries 1 to max-1 certain and held, each after the previous
+	// lapse; delivery max journaled as a maybe (or, for the control, as
+	// certain) with intent last. It returns the entries and the last
+	// delivery's Receive instant.
+	journal := func(lastOp Op, last Intent, by time.Duration) ([]Entry, int64) {
+		entries := []Entry{
+			{Op: OpStart, Cycle: 1, Sync: broker.SyncPublish.String()},
+			{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+		}
+		at := base + int64(time.Millisecond)
+		for d := 1; d <= max; d++ {
+			if d < max {
+				e := maybeAt("con0", id, ref, base, d, at, IntentHold)
+				entries = append(entries, e) // a certain delivery is journaled as a maybe first
+				e.Op = OpDelivered
+				entries = append(entries, e)
+				at += vt + int64(10*time.Millisecond)
+				continue
+			}
+			e := maybeAt("con0", id, ref, base, d, at, last)
+			e.By = int64(by)
+			entries = append(entries, e)
+			if lastOp == OpDelivered {
+				e.Op = OpDelivered
+				entries = append(entries, e)
+			}
+		}
+		return entries, at
+	}
+	// lapsed is the next child's janitor reading the dead letter of a
+	// lapse of delivery max that failed at failed.
+	lapsed := func(failed int64) []Entry {
+		at := failed + int64(2*time.Second)
+		return []Entry{
+			{Op: OpStart, Cycle: 2, Sync: broker.SyncAll.String()},
+			{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: max, Reason: broker.ReasonLeaseExpired,
+				Failed: failed, T0: at, T1: at},
+		}
+	}
+	const early = "before its last lease's ExpiresAt"
+
+	for _, tc := range []struct {
+		name   string
+		lastOp Op
+		last   Intent
+		by     time.Duration // the Extend the last delivery's intent asks for
+		failed int64         // after the last Receive
+		want   string        // the violation reported; none if ""
+	}{
+		{"control: 500 ms before a certain last lease lapsed", OpDelivered, IntentHold, 0, vt / 2, early},
+		{"500 ms before a maybe last lease lapsed", OpMaybe, IntentHold, 0, vt / 2, early},
+		{"500 ms before a maybe last lease lapsed, its intent an ack", OpMaybe, IntentAck, 0, vt / 2, early},
+		{"control: when a maybe last lease lapsed", OpMaybe, IntentHold, 0, vt, ""},
+		{"control: when an Extend the maybe's intent asked for shortened it", OpMaybe, IntentExtendAck, 300 * time.Millisecond,
+			int64(300 * time.Millisecond), ""},
+		{"before an Extend the maybe's intent asked for could end it", OpMaybe, IntentExtendAck, 300 * time.Millisecond,
+			int64(200 * time.Millisecond), early},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			entries, at := journal(tc.lastOp, tc.last, tc.by)
+			c := checkerWithoutStores(t)
+			c.AddCycle(1, entries)
+			require.NoError(t, c.Err())
+			c.AddCycle(2, lapsed(at+tc.failed))
+			if tc.want == "" {
+				require.NoError(t, c.Err(), "a LEASE_EXPIRED dead letter of delivery %d that failed %v after its Receive", max, time.Duration(tc.failed))
+				return
+			}
+			require.ErrorContains(t, c.Err(), tc.want,
+				"a LEASE_EXPIRED dead letter of delivery %d that failed %v after the Receive of delivery %d (%s, intent %s, leased for %v)",
+				max, time.Duration(tc.failed), max, tc.lastOp, tc.last, time.Duration(vt))
+		})
+	}
+}

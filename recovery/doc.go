@@ -144,8 +144,11 @@
 //     or whose last-delivery Nack, returned nil is a dead letter with that
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
-//     deliveries, no earlier than its last lease's expiry, and never once
-//     a nack of the message's life, since its last replay, returned nil; a
+//     deliveries, no earlier than its last lease's expiry, even when that
+//     delivery was journaled only as a maybe: had a power loss taken its
+//     lease, a later process handed it out again, and that lease lapsed
+//     later still; and never once a nack of the message's life, since its
+//     last replay, returned nil; a
 //     nack's or a reject's reason with the count of the delivery meant for
 //     it, by a nack or reject not refused: a settle refused as
 //     LeaseExpired changes nothing and reports nothing), and

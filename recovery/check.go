@@ -99,6 +99,10 @@ type msg struct {
 	// come from a nack of the last delivery. A nack refused as
 	// LeaseExpired reported nothing, so its bit is cleared again.
 	nackMeant uint64
+	// maybe is the latest delivery of the current epoch journaled only as
+	// a maybe (see maybeDelivered) counting above every certain one; the
+	// zero maybeLease once a certain delivery follows.
+	maybe maybeLease
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
 	// returned it): a refused settle undoes what that intent noted only
@@ -125,6 +129,25 @@ type msg struct {
 	// every dead letter of it since failed after its replay, so one that
 	// failed before this is the one the replay took out of the store.
 	replayedAt int64
+}
+
+// maybeLease is a delivery journaled only as a maybe, as the process
+// that handed it out held it. A power loss may take its lease record, but
+// no delivery returns after the power failed, so in that process every
+// later delivery of the message came while the lease and count were live
+// in memory, and must respect them as those of a certain delivery.
+type maybeLease struct {
+	cycle int   // the cycle whose process handed it out
+	del   int   // its delivery count
+	exp   int64 // its lease's ExpiresAt, as Receive returned it
+	// leaseFloor is the earliest its lease may lapse: exp, or the clock
+	// after Receive plus the Extend its intent asks for (which may
+	// shorten the lease), if earlier.
+	leaseFloor int64
+	// nackFloor, if its intent nacks with deliveries left, is the
+	// earliest the nack may make the message visible again (see
+	// nackFloorOf); 0 otherwise.
+	nackFloor int64
 }
 
 // deadLetter is a dead letter as a store showed it.
@@ -398,7 +421,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
-				m.intentDel, m.intentExp = 0, 0
+				m.intentDel, m.intentExp, m.maybe = 0, 0, maybeLease{}
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -588,6 +611,7 @@ func (c *Checker) delivered(e Entry) {
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
 	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplay = 0, false, 0, nil
+	m.maybe = maybeLease{} // the floors of this delivery hold from now on
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
@@ -626,6 +650,22 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 				where, e.Del, ns(e.T1), ns(exp), ns(m.nackFloor))
 		}
 	}
+	if mb := m.maybe; mb.cycle == c.cycle && !(e.Op == OpDelivered && e.Del == mb.del && e.Exp == mb.exp) {
+		// The process that handed out the maybe held its lease and count
+		// in memory: only a power loss takes them, and after it no
+		// delivery returns. (Its confirmation is the same delivery.)
+		if e.Del <= mb.del {
+			c.violate(e.ID, "%s with delivery count %d in the process that had handed it out as delivery %d (journaled as a maybe)", where, e.Del, mb.del)
+		}
+		switch {
+		case mb.nackFloor == 0 && e.T1 < mb.leaseFloor:
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) in the process that had leased it as delivery %d (journaled as a maybe), before that lease expired (%s)",
+				where, e.Del, ns(e.T1), mb.del, ns(mb.leaseFloor))
+		case mb.nackFloor != 0 && e.T1 < min(mb.leaseFloor, mb.nackFloor):
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) in the process that had leased it as delivery %d (journaled as a maybe), before that lease expired (%s) or the nack meant for it could have made it visible (%s)",
+				where, e.Del, ns(e.T1), mb.del, ns(mb.leaseFloor), ns(mb.nackFloor))
+		}
+	}
 	if m.visibleAt != 0 && e.T1 < m.visibleAt {
 		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
 	}
@@ -646,13 +686,26 @@ func (m *msg) expect(intent Intent, del int, exp int64) {
 		m.mayBeGone = true
 	case IntentNack, IntentExtendNack:
 		m.nackDel, m.nackMeant = del, m.nackMeant|1<<uint(del)
-		if del < maxDeliveries(m.queue) {
-			p, _ := Policy(m.queue)
-			m.nackFloor = exp - int64(p.VisibilityTimeout) + int64(retryDelay(m.queue, del))
+		if f := nackFloorOf(m.queue, intent, del, exp); f != 0 {
+			m.nackFloor = f
 		}
 	case IntentReject:
 		m.rejectDel = del
 	}
+}
+
+// nackFloorOf returns the earliest instant a nack meant for delivery del
+// of queue (leased until exp), if intent is one, may make the message
+// visible again: the clock Receive read (exp less the visibility timeout;
+// the nack read its clock later) plus the retry delay. It returns 0 if
+// intent nacks nothing, or nacks the last delivery the queue allows (that
+// nack dead-letters the message).
+func nackFloorOf(queue string, intent Intent, del int, exp int64) int64 {
+	if intent != IntentNack && intent != IntentExtendNack || del >= maxDeliveries(queue) {
+		return 0
+	}
+	p, _ := Policy(queue)
+	return exp - int64(p.VisibilityTimeout) + int64(retryDelay(queue, del))
 }
 
 // maybeDelivered checks a delivery a power loss may take (OpMaybe): what
@@ -660,19 +713,30 @@ func (m *msg) expect(intent Intent, del int, exp int64) {
 // was handed out in a live process whether or not its lease record
 // survives, and its consumer's intent is noted: it may have been carried
 // out (the message may be gone, or dead, or back in the queue with this
-// count). It sets no lease and raises no count, since the power loss may
-// take the lease record with its count: the store after it then holds the
-// message as the last certain delivery left it, and the next child hands
-// it out again counting as this delivery did, which is sound. (Only later
-// deliveries in the same process must count more; the floor this checks
-// is the certain deliveries'.) It is checked again, and then holds
-// everything later, if OpDelivered follows.
+// count). It raises neither the count nor the lease the certain
+// deliveries set, since the power loss may take its lease record with
+// its count: the store after it then holds the message as the last
+// certain delivery left it, and the next child hands it out again
+// counting as this delivery did, which is sound. In its own process,
+// though, its lease and count were live in memory until the power failed,
+// and no delivery returns after that: the later deliveries there must
+// count more and come after its lease (or the retry delay of the nack its
+// intent meant) ended, as after a certain delivery whose settle is in
+// flight (see maybeLease). It is checked again, and then holds everything
+// later, if OpDelivered follows.
 func (c *Checker) maybeDelivered(e Entry) {
 	m := c.handedOut(e, "delivered (maybe)")
 	if m == nil {
 		return
 	}
 	m.expect(e.Intent, e.Del, e.Exp)
+	if e.Del <= m.maxDel {
+		return // reported: it holds nothing above the certain floors
+	}
+	m.maybe = maybeLease{cycle: c.cycle, del: e.Del, exp: e.Exp, leaseFloor: e.Exp, nackFloor: nackFloorOf(e.Queue, e.Intent, e.Del, e.Exp)}
+	if e.By != 0 {
+		m.maybe.leaseFloor = min(e.Exp, e.T1+e.By)
+	}
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message
@@ -753,6 +817,9 @@ func (c *Checker) settleFailed(e Entry) {
 	// what this intent noted is undone: a nack meant for an earlier
 	// delivery of the epoch may still have happened.
 	m.mayBeGone, m.nackFloor = false, 0
+	if m.maybe.del == e.Del && m.maybe.exp == e.Exp {
+		m.maybe.nackFloor = 0
+	}
 	m.nackMeant &^= 1 << uint(e.Del)
 	if m.nackDel == e.Del {
 		m.nackDel = 0
@@ -795,6 +862,16 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		}
 		if exp := m.leaseFloor(); m.maxDel == max && exp != 0 && failedAt < exp {
 			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s", where, ns(failedAt), ns(exp))
+		}
+		if mb := m.maybe; mb.del == max && failedAt < mb.leaseFloor {
+			// The last delivery the queue allows was a maybe. If its lease
+			// record survived, the lease lapsed no earlier than its floor;
+			// if a power loss took it, the message was handed out again
+			// as delivery max by a later process, whose lease lapsed later
+			// still. (Every intent but an Extend leaves the lease as
+			// Receive returned it, or ends the life with another reason.)
+			c.violate(id, "%s: lapsed at %s, before its last lease's ExpiresAt %s (delivery %d, journaled as a maybe; had a power loss taken it, a later delivery %d would lapse later still)",
+				where, ns(failedAt), ns(mb.leaseFloor), max, max)
 		}
 		if m.nackConfirmed {
 			// The dead letter of a lapse records the last nack of the

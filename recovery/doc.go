@@ -124,8 +124,12 @@
 //     must not follow an ack, delete or dead-lettering that returned nil,
 //     nor come before the previous lease or retry delay ended, and it
 //     counts more than every earlier certain delivery; but the deliveries
-//     after it need not count more, since a power loss may take its lease
-//     record, and the next child hand it out with its count again.
+//     after it in later processes need not count more, since a power loss
+//     may take its lease record, and the next child hand it out with its
+//     count again. In its own process its lease and count were live until
+//     the power failed, after which no delivery returns: the deliveries
+//     after it there count more and respect its lease, as after a certain
+//     delivery.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
@@ -140,8 +144,11 @@
 //     or whose last-delivery Nack, returned nil is a dead letter with that
 //     reason and count and is never receivable again; every dead letter's
 //     reason is one the journal explains (LEASE_EXPIRED with MaxDeliveries
-//     deliveries, no earlier than its last lease's expiry, and never once
-//     a nack of the message's life, since its last replay, returned nil; a
+//     deliveries, no earlier than its last lease's expiry, even when that
+//     delivery was journaled only as a maybe: had a power loss taken its
+//     lease, a later process handed it out again, and that lease lapsed
+//     later still; and never once a nack of the message's life, since its
+//     last replay, returned nil; a
 //     nack's or a reject's reason with the count of the delivery meant for
 //     it, by a nack or reject not refused: a settle refused as
 //     LeaseExpired changes nothing and reports nothing), and

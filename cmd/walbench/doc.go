@@ -243,7 +243,11 @@
 // was measured (a row cut short marked "interrupted", a row fewer rounds
 // measured "k of N rounds"), says which signal stopped it, and exits with
 // 128 + the signal's number, as a shell reports a death by it (130 for
-// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A second signal (any of the
+// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A signal that comes once
+// everything was measured (while the directory is removed, -json written
+// or the tables printed) cuts nothing short: the report and the tables
+// say the run was not interrupted, stderr says when the signal came, and
+// walbench exits 0, as for any whole run. A second signal (any of the
 // three) removes the directory (and the -json report's temporary file),
 // says what it removed and what it could not (with why: the directory is
 // then left behind), and exits at once; the same signal again within

@@ -4,7 +4,10 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // TestAProfileCutBeforeItsDrainsSaysSyncPublishWasNotCompared: the
@@ -87,4 +90,37 @@ func TestAProfileCutBetweenItsDrainsSaysSyncPublishWasNotCompared(t *testing.T) 
 	if !strings.Contains(res.stdout, "not measured, the run having ended before them, so not compared: sync=publish, 64 KiB segments") {
 		t.Errorf("the recommendation does not name sync=publish as not compared:\n%s", res.stdout)
 	}
+}
+
+// TestACtrlCAfterTheMeasuringExitsAsAWholeRun: a Ctrl-C that comes once
+// every workload has run whole (while the report is being put in place)
+// stops no measurement. The report and the tables say the run was not
+// interrupted; the exit code and stderr must not say otherwise ("the
+// tables have what was measured until then", 130), which would tell a
+// script that a whole run was cut short. stderr says when the signal
+// came.
+func TestACtrlCAfterTheMeasuringExitsAsAWholeRun(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	jsonFile := jsonPath(t)
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op == vfs.OpRename && ev.NewName == jsonFile {
+			cancel(interruption{syscall.SIGINT}) // Ctrl-C as the whole report is renamed into place
+		}
+	})
+	dir := benchDir(t)
+	res := runWith(t, ctx, &env{outFS: fs}, probeArgs(dir, jsonFile)...)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if rep.Interrupted || rep.Probe == nil || rep.Probe.Interrupted {
+		t.Fatalf("report: interrupted %v; the test wants a run whose measuring ended whole", rep.Interrupted)
+	}
+	if res.code != exitOK || strings.Contains(res.stderr, "the tables have what was measured until then") {
+		t.Errorf("exit %d, stderr %q; the report says the run was not interrupted, so want exit %d and no word of an interruption that cut it",
+			res.code, res.stderr, exitOK)
+	}
+	if want := "interrupted by Ctrl-C after everything was measured"; !strings.Contains(res.stderr, want) {
+		t.Errorf("stderr %q; want %q", res.stderr, want)
+	}
+	assertDirEmpty(t, dir)
 }

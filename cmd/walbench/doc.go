@@ -198,7 +198,12 @@
 // it count as equal, and then SyncAll beats SyncPublish and the default
 // segment size beats the others. The profile measures publishes under
 // SyncAll only and pairs them with the drain of each mode: a Publish
-// waits for the same fdatasync under both. SyncNone is never recommended
+// waits for the same fdatasync under both. A profile stopped (Ctrl-C, a
+// failure) before a drain was measured whole scores its publishes alone,
+// under SyncAll: its recommendation says it was made from the publish
+// workloads alone, and names the sync modes its drains did not reach as
+// not compared (SyncPublish), as a sweep stopped early names the settings
+// it did not reach. SyncNone is never recommended
 // (a power loss loses what its last SyncInterval acknowledged); its best
 // publish rate is shown beside. With the settings come what to expect:
 // the fewest producers measured that reached 80% of the best durable
@@ -238,7 +243,11 @@
 // was measured (a row cut short marked "interrupted", a row fewer rounds
 // measured "k of N rounds"), says which signal stopped it, and exits with
 // 128 + the signal's number, as a shell reports a death by it (130 for
-// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A second signal (any of the
+// Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A signal that comes once
+// everything was measured (while the directory is removed, -json written
+// or the tables printed) cuts nothing short: the report and the tables
+// say the run was not interrupted, stderr says when the signal came, and
+// walbench exits 0, as for any whole run. A second signal (any of the
 // three) removes the directory (and the -json report's temporary file),
 // says what it removed and what it could not (with why: the directory is
 // then left behind), and exits at once; the same signal again within
@@ -462,6 +471,10 @@
 //	  }
 //	  "recommendation": {                          (profile, sweep, full)
 //	    "basis":         "sweep" | "profile"
+//	    "publish_only":  true when the profile measured no drain whole (the run
+//	                     stopped first): the scores are publish rates, and the
+//	                     sync modes its drains tell apart were not compared
+//	                     (see "unscored", "not_measured"); omitted otherwise
 //	    "sync":          "all" | "publish", Options.Sync to use
 //	    "segment_bytes": int, Options.SegmentBytes to use
 //	    "size":          int, the message size the expectations are for
@@ -481,7 +494,9 @@
 //	    "not_measured":  [{"sync", "segment_bytes"}], the durable settings the
 //	                     sweep was to measure that the run ended before (a
 //	                     failure or Ctrl-C; not those the profile's workloads
-//	                     scored, where they decided), and [{"sync", "segment_bytes",
+//	                     scored, where they decided), those the profile's
+//	                     drains were to compare that the run ended before
+//	                     (basis "profile"), and [{"sync", "segment_bytes",
 //	                     "producers", "size", "memory_bytes", "available_bytes"}],
 //	                     the points it skipped because their estimated memory
 //	                     was above 80% of the memory available then, in every

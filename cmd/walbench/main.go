@@ -341,16 +341,24 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 			code = exitError
 		}
 	}
+	// The exit code and the message follow rep.Interrupted, what the report
+	// and the tables say: a signal that came once the measuring had ended
+	// (while the directory was removed, the report written or the tables
+	// printed) cut nothing short, and a script must not take a whole run
+	// for one that was.
 	switch {
 	case measureErr != nil:
 		fmt.Fprintf(stderr, "walbench: %v\n", measureErr)
 		code = exitError
-	case ctx.Err() != nil && !measured:
+	case rep.Interrupted && !measured:
 		fmt.Fprintf(stderr, "walbench: interrupted%s before anything was measured\n", byWhom(stopSignal))
 		code = max(code, stopCode)
-	case ctx.Err() != nil:
+	case rep.Interrupted:
 		fmt.Fprintf(stderr, "walbench: interrupted%s; the tables have what was measured until then\n", byWhom(stopSignal))
 		code = max(code, stopCode)
+	case ctx.Err() != nil:
+		late, _ := stoppedBy(ctx)
+		fmt.Fprintf(stderr, "walbench: interrupted%s after everything was measured: the run is whole, as its tables say\n", byWhom(late))
 	}
 	return code
 }

@@ -18,7 +18,13 @@ import (
 type Recommendation struct {
 	// Basis is where it comes from: "sweep" (the sweep's grid) or
 	// "profile" (the publish and drain workloads).
-	Basis        string `json:"basis"`
+	Basis string `json:"basis"`
+	// PublishOnly: the profile measured no drain whole (Ctrl-C or a
+	// failure stopped it first), so the scores are publish rates alone,
+	// and the sync modes, which only the drains tell apart, were not
+	// compared: those the drains were to measure are in Unscored or
+	// NotMeasured.
+	PublishOnly  bool   `json:"publish_only,omitempty"`
 	Sync         string `json:"sync"`
 	SegmentBytes int64  `json:"segment_bytes"`
 	// Size is the message size the expectations are for.
@@ -50,9 +56,10 @@ type Recommendation struct {
 	// not recommended. Their figures would be of half a point (a sweep's
 	// window without its drain), and compared with whole ones.
 	Unscored []Setting `json:"unscored,omitempty"`
-	// NotMeasured are the durable settings a sweep was to measure that the
-	// run ended before (a failure, or Ctrl-C), and the points of the sweep
-	// it skipped in every round because their estimated memory did not fit
+	// NotMeasured are the durable settings a sweep, or the drains of a
+	// profile the recommendation comes from, was to measure that the run
+	// ended before (a failure, or Ctrl-C), and the points of the sweep it
+	// skipped in every round because their estimated memory did not fit
 	// (Producers and Size set): the recommendation did not compare them.
 	NotMeasured []Setting `json:"not_measured,omitempty"`
 }
@@ -125,6 +132,24 @@ func (rec *Recommendation) setNotMeasured(rows []Row, syncs []broker.SyncMode, s
 	rec.NotMeasured = slices.DeleteFunc(notMeasured(rows, syncs, segments, skipped), func(s Setting) bool {
 		return s.Producers == 0 && slices.ContainsFunc(rec.Scores, func(sc Score) bool { return sc.Sync == s.Sync && sc.SegmentBytes == s.SegmentBytes })
 	})
+}
+
+// setDrainsNotMeasured adds to rec.NotMeasured, for a recommendation from
+// the profile, the durable settings its Consume drains under syncs (with
+// segments of segmentBytes) were to tell apart that the run ended before
+// draining under: the profile's publishes are measured under one sync
+// mode, and stand for the others only with their drains. Those its points
+// scored, and those a drain cut short left in rec.Unscored, are not
+// listed.
+func (rec *Recommendation) setDrainsNotMeasured(rows []Row, syncs []broker.SyncMode, segmentBytes int64) {
+	for _, m := range syncs {
+		s := Setting{Sync: m.String(), SegmentBytes: effectiveSegmentBytes(segmentBytes)}
+		reached := slices.ContainsFunc(rows, func(r Row) bool { return r.Kind == kindDrain && r.Method == drainConsume && r.Sync == s.Sync })
+		scored := slices.ContainsFunc(rec.Scores, func(sc Score) bool { return sc.Sync == s.Sync })
+		if durable(s.Sync) && !reached && !scored && !slices.Contains(rec.Unscored, s) && !slices.Contains(rec.NotMeasured, s) {
+			rec.NotMeasured = append(rec.NotMeasured, s)
+		}
+	}
 }
 
 // Setting is a store's durable setting, as the recommendation compares
@@ -230,6 +255,7 @@ func recommend(rows []Row) *Recommendation {
 	rec := &Recommendation{
 		Basis: basis, Sync: best.Sync, SegmentBytes: best.SegmentBytes,
 		Scores: scores, NotDurable: notDurable, Unscored: unscored,
+		PublishOnly: basis == "profile" && !slices.ContainsFunc(durablePoints, func(p recPoint) bool { return p.drain != nil }),
 	}
 	var chosen []recPoint
 	for _, p := range durablePoints {
@@ -369,8 +395,9 @@ func noRecommendation(rep *Report) string {
 // whole rounds (see wholeRounds). Under SyncAll and SyncPublish a Publish
 // waits for the same fdatasync, so publish rows measured under either
 // stand for both; the drain tells them apart. Where no drain was measured
-// whole, the publish rows stand alone; where some were, a durable mode
-// whose drain was cut short is not scored, and is returned in unscored.
+// whole, the publish rows stand alone, scored under the sync mode they
+// were measured under. A durable mode whose drain was cut short, and that
+// no point scores, is returned in unscored.
 // A point's through rate is the median of its rounds' (see roundsThrough).
 func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
 	drains := map[string]Row{} // the first whole Consume drain of each sync mode, its whole rounds
@@ -413,9 +440,9 @@ func profilePoints(rows []Row) (points []recPoint, unscored []Setting) {
 			}
 		}
 	}
-	if len(drains) > 0 && len(points) > 0 {
+	if len(points) > 0 {
 		for _, s := range cut {
-			if _, ok := drains[s.Sync]; !ok {
+			if !slices.ContainsFunc(points, func(p recPoint) bool { return p.sync == s.Sync }) {
 				unscored = append(unscored, s)
 			}
 		}
@@ -574,9 +601,13 @@ func recommendationLines(rec *Recommendation) []string {
 	if rec.SegmentBytes == wal.DefaultSegmentBytes {
 		seg = "SegmentBytes: 0 (the default, 64 MiB)"
 	}
-	from := "the publish and drain workloads"
-	if rec.Basis == kindSweep {
+	from, scored := "the publish and drain workloads", "msgs/s through the queue, publish and drain taking turns"
+	switch {
+	case rec.Basis == kindSweep:
 		from = "the sweep"
+	case rec.PublishOnly:
+		from = "the publish workloads alone, the run having ended before a drain was measured whole"
+		scored = "msgs/s published, no drain having been measured to tell the sync modes apart"
 	}
 	lines := []string{
 		fmt.Sprintf("Recommendation for this disk, from %s:", from),
@@ -600,8 +631,8 @@ func recommendationLines(rec *Recommendation) []string {
 	for _, s := range rec.Scores {
 		scores = append(scores, fmt.Sprintf("sync=%s, %s segments: %s", s.Sync, formatBytes(s.SegmentBytes), count(&s.MsgsPerSec)))
 	}
-	lines = append(lines, fmt.Sprintf("scores (msgs/s through the queue, publish and drain taking turns; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
-		100*tieMargin, strings.Join(scores, "; ")))
+	lines = append(lines, fmt.Sprintf("scores (%s; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
+		scored, 100*tieMargin, strings.Join(scores, "; ")))
 	if len(rec.Unscored) > 0 {
 		var cut []string
 		for _, u := range rec.Unscored {

@@ -226,6 +226,9 @@ func measure(ctx context.Context, e *env, dir string, cfg config) (*Report, erro
 			if slices.Contains(cfg.workloads, kindSweep) {
 				rep.Recommendation.setNotMeasured(rep.Rows, cfg.sweep.syncs, cfg.sweep.segments, e.skipped)
 			}
+			if rep.Recommendation.Basis == "profile" && slices.Contains(cfg.workloads, kindDrain) {
+				rep.Recommendation.setDrainsNotMeasured(rep.Rows, cfg.drain.syncs, cfg.drain.segmentBytes)
+			}
 		}
 	}
 	return rep, err

@@ -98,5 +98,3 @@ func TestIndexBytesCountsNoCheckpointARebuildRemoved(t *testing.T) {
 		t.Errorf("StoreStats.IndexBytes = %d after the rebuild, but the index directory holds %d bytes (%v): it still counts the checkpoint the rebuild removed", got, onDisk, listed)
 	}
 }
-
-// reviewOISuspectTail makes a store (SyncAll) with five acknowledged

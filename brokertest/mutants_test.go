@@ -7,8 +7,8 @@ package brokertest
 // wrapper that alters one behaviour — shows in-process that it does break
 // it, then runs the whole suite against it in a child process (so that
 // the suite's failures do not fail this test directly) and requires the
-// suite to fail it, in the case written for that promise. Each was a gap
-// a review found: the suite passed the mutant until its case was added.
+// suite to fail it, in the case written for that promise. Each was a gap:
+// the suite passed the mutant until its case was added.
 
 import (
 	"context"

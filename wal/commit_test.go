@@ -631,3 +631,39 @@ func appendUntilNoSpace(t *testing.T, l *Log) ([]entry, []byte) {
 		acked = append(acked, entry{pos[0], rec})
 	}
 }
+
+// A rotation that takes a preparation it asked for again, after the last
+// rotation could not put its file in place, takes that attempt's result,
+// even one that failed at once: it is made now, and is the rotation's
+// answer. It used to take such a failure for an old one and ask a third
+// time, warning that a preparation had failed before it was needed.
+func TestARotationAfterAFailedOneTakesTheAttemptItAskedFor(t *testing.T) {
+	dir := t.TempDir()
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC})
+	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
+	defer l.Close()
+	deadline := time.Now().Add(time.Minute)
+	for len(l.prep.ready) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.Len(t, l.prep.ready, 1, "the failed preparation is waiting for the rotation")
+
+	// The rotation tries the old failure once more, and fails.
+	acked, rec := appendUntilNoSpace(t, l)
+	require.Equal(t, int64(2), fs.Injected(vfs.OpWrite), "the background attempt and the rotation's")
+
+	// The next rotation asks again; its attempt fails at once, before
+	// the rotation looks for it.
+	afterRetryRequest = func() {
+		for len(l.prep.ready) == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { afterRetryRequest = func() {} }()
+	_, err := l.Append(rec)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.NotErrorIs(t, err, ErrPoisoned)
+	require.Equal(t, int64(3), fs.Injected(vfs.OpWrite), "the rotation asked for more attempts than the one it made")
+	requireEntries(t, acked, readAll(t, l))
+}

@@ -160,19 +160,23 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 // made now, fails too.
 func (p *preparer) take(active *seg) prepared {
 	if p.failed {
+		// Asked again now: what comes back, even at once, is this
+		// attempt's, and the rotation's answer.
 		p.failed = false
 		p.request(p.asked, active)
-	}
-	select {
-	case r := <-p.ready:
-		if r.err == nil {
-			return r
+		afterRetryRequest()
+	} else {
+		select {
+		case r := <-p.ready:
+			if r.err == nil {
+				return r
+			}
+			p.l.logLater(func(log *slog.Logger) {
+				log.Warn("wal: preparing the next segment failed before it was needed; trying again", "segment", r.seq, "err", r.err)
+			})
+			p.request(p.asked, active)
+		default:
 		}
-		p.l.logLater(func(log *slog.Logger) {
-			log.Warn("wal: preparing the next segment failed before it was needed; trying again", "segment", r.seq, "err", r.err)
-		})
-		p.request(p.asked, active)
-	default:
 	}
 	select {
 	case <-p.rush:
@@ -181,6 +185,10 @@ func (p *preparer) take(active *seg) prepared {
 	p.rush <- p.asked
 	return <-p.ready
 }
+
+// afterRetryRequest runs in take once it asked again for a segment a
+// rotation could not put in place (tests wait there for the attempt).
+var afterRetryRequest = func() {}
 
 // stop ends the goroutine. A file prepared but never used is kept as a
 // spare for the next Open, if there is room, and removed otherwise; one

@@ -207,15 +207,20 @@ func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, 
 // and those this Queue nacked that a lowered MaxDeliveries left no
 // delivery (buryExhaustedLocked).
 //
-// A notice lost while the connection was down is made up for by a sweep at
-// least every sweepEvery, notice or not.
+// A sweep runs when a notice came, when a last lease of this Queue lapsed
+// (the server sends no notice of it before the consumer's next pull), and,
+// to make up for a notice lost while the connection was down, at a call
+// sweepEvery or more after the last sweep.
 func (q *Queue) sweepDeaths(ctx context.Context) error {
-	if !q.unburied.Load() && time.Since(time.Unix(0, q.lastSweep.Load())) < sweepEvery {
+	due := func() bool {
+		return time.Since(time.Unix(0, q.lastSweep.Load())) >= sweepEvery || q.anyLapsedLast(time.Now())
+	}
+	if !q.unburied.Load() && !due() {
 		return nil
 	}
 	q.sweepMu.Lock()
 	defer q.sweepMu.Unlock()
-	if !q.unburied.Swap(false) && time.Since(time.Unix(0, q.lastSweep.Load())) < sweepEvery {
+	if !q.unburied.Swap(false) && !due() {
 		return nil // swept by another call meanwhile
 	}
 	q.lastSweep.Store(time.Now().UnixNano())
@@ -289,7 +294,7 @@ func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 	defer q.mu.Unlock()
 	var out map[uint64]*lease
 	for seq, l := range q.leases {
-		if l.deliveries >= q.policy.MaxDeliveries && (l.last || q.lowered.Before(l.expiresAt)) && !now.Before(l.expiresAt) && l.extending == nil {
+		if q.lapsedLastLocked(l, now) {
 			if out == nil {
 				out = map[uint64]*lease{}
 			}
@@ -297,6 +302,23 @@ func (q *Queue) lapsedLast(now time.Time) map[uint64]*lease {
 		}
 	}
 	return out
+}
+
+// anyLapsedLast reports whether lapsedLast would return a lease.
+func (q *Queue) anyLapsedLast(now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, l := range q.leases {
+		if q.lapsedLastLocked(l, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// lapsedLastLocked reports whether l is one of lapsedLast's.
+func (q *Queue) lapsedLastLocked(l *lease, now time.Time) bool {
+	return l.deliveries >= q.policy.MaxDeliveries && (l.last || q.lowered.Before(l.expiresAt)) && !now.Before(l.expiresAt) && l.extending == nil
 }
 
 // buryLapsedLast buries raw, the message at seq whose last lease l

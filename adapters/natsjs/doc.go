@@ -97,7 +97,8 @@
 //     allowed delivery makes the server stop delivering the message and
 //     publish a MAX_DELIVERIES advisory, which the deaths stream keeps; the
 //     next call of any Store that looks (Receive, DeadLetters, replay,
-//     delete, a publish refused as full; and at least once a minute)
+//     delete, a publish refused as full; at least once a minute, at a
+//     call a minute or more after the last sweep)
 //     moves each such message to the dead-letter stream and deletes it
 //     from the work stream. The dead letter records the last failure a
 //     Nack reported in the message's life (from the failures stream), or
@@ -199,7 +200,8 @@
 //     only at the consumer's next pull, and until then the message holds
 //     its place of the Capacity. The Store that handed the lease out knows
 //     the message is dead from its ExpiresAt: a publish or replay of that
-//     Store refused as full, and each of its sweeps (above), bury the
+//     Store refused as full, and its next call that looks (above), which
+//     sweeps once such a lease lapsed, bury the
 //     messages of its own lapsed last leases (handed out as the last the
 //     policy allowed, or lapsed after this Store lowered MaxDeliveries to
 //     their count; not one that lapsed with deliveries left, above) at

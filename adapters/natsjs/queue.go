@@ -638,7 +638,7 @@ func (q *Queue) full(ctx context.Context, publish func() error) error {
 	if err == nil || !isFull(err) {
 		return err
 	}
-	if !q.unburied.Load() && len(q.lapsedLast(time.Now())) == 0 {
+	if !q.unburied.Load() && !q.anyLapsedLast(time.Now()) {
 		return err
 	}
 	q.unburied.Store(true) // sweep now, however recent the last sweep

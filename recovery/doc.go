@@ -23,7 +23,10 @@
 //     and let it lapse) journaled with the delivery before it is carried
 //     out;
 //   - broker.Consume on "flow" (acks, nacks with a retry cause, rejects with
-//     DoNotRetry, lease extensions for slow handlers);
+//     DoNotRetry, lease extensions for slow handlers), through a wrapper of
+//     the queue whose Receive picks and journals each delivery's intent
+//     before Consume hands it to a handler, and whose Ack, Nack, Reject and
+//     Extend journal their results as the work consumers journal theirs;
 //   - a janitor that replays and deletes dead letters;
 //   - a poison consumer: a message on the "poison" queue (visibility
 //     timeout 200 ms, MaxDeliveries 3) "crashes" whoever receives it: the

@@ -717,14 +717,7 @@ func deliveredEntry(who, queue string, d broker.DeliveryValue, intent Intent, t0
 func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broker.DeliveryValue, intent Intent, by time.Duration) bool {
 	id, del, receipt, exp := d.Message.ID, d.Deliveries, d.Lease.Receipt, d.Lease.ExpiresAt.UnixNano()
 	refused := func(call string, t0 int64, err error) bool {
-		if c.powerLost.Load() && !errors.Is(err, broker.LeaseExpired) {
-			return true // in flight at the power loss (see failed)
-		}
-		c.result(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
-			Err: call + ": " + err.Error(), Expired: errors.Is(err, broker.LeaseExpired)})
-		// A lapsed lease is the workload's own slowness; anything else
-		// means the store stopped.
-		return !errors.Is(err, broker.LeaseExpired)
+		return c.refused(who, q.Name(), id, del, exp, call, t0, err)
 	}
 	switch intent {
 	case IntentHold:
@@ -759,6 +752,22 @@ func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broke
 		c.result(Entry{Op: OpRejected, Who: who, Queue: q.Name(), ID: id, Del: del, T0: t0, T1: now()})
 	}
 	return false
+}
+
+// refused journals a settling call (call, started at t0) refused with err
+// for delivery del of message id, whose lease expires at exp as the
+// consumer knows it. It reports whether the consumer should stop: a lapsed
+// lease is the workload's own slowness; anything else means the store
+// stopped. After a power loss a call that failed for any other reason is
+// left unjournaled, in flight (see failed).
+func (c *child) refused(who, queue, id string, del int, exp int64, call string, t0 int64, err error) bool {
+	expired := errors.Is(err, broker.LeaseExpired)
+	if c.powerLost.Load() && !expired {
+		return true
+	}
+	c.result(Entry{Op: OpSettleFailed, Who: who, Queue: queue, ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
+		Err: call + ": " + err.Error(), Expired: expired})
+	return !expired
 }
 
 // janitor replays and deletes dead letters now and then, journaling its
@@ -847,19 +856,83 @@ func (c *child) poisonConsumer(ctx context.Context) {
 	}
 }
 
-// flow consumes the flow queue with broker.Consume. Its acks, nacks and
-// rejects are Consume's: their outcome is not known, only the intent.
+// flow consumes the flow queue with broker.Consume, through a flowQueue
+// that journals what Consume does: each delivery with the handler's
+// intent as Receive returns it, and each Ack, Nack, Reject and lease
+// extension Consume makes, as the work consumers journal theirs.
 func (c *child) flow(ctx context.Context, seed uint64) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(seed, 2))
+	fq := &flowQueue{Queue: c.queues[QueueFlow], c: c, rng: rand.New(rand.NewPCG(seed, 2)),
+		leases: map[broker.ReceiptValue]flowLease{}, plans: map[broker.ReceiptValue]flowPlan{}}
 	handler := func(_ context.Context, d broker.DeliveryValue) error {
-		t1 := now() // Receive returned before the handler ran
-		mu.Lock()
-		r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
-		if rng.IntN(100) == 0 {
-			pause = 500 * time.Millisecond // long enough for a lease extension
+		p, ok := fq.plan(d.Lease.Receipt)
+		if !ok {
+			return errors.New("recovery: flow: a delivery its Receive did not note")
 		}
-		mu.Unlock()
+		time.Sleep(p.pause)
+		if p.intent == IntentAck {
+			return nil
+		}
+		return causeFor(QueueFlow, p.intent)
+	}
+	err := broker.Consume(ctx, fq, handler, broker.ConsumeOptions{
+		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
+	})
+	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+// flowQueue is the flow queue as broker.Consume sees it: the queue, whose
+// Receive picks and journals each delivery's intent before Consume hands
+// it to a handler, and whose Ack, Nack, Reject and Extend journal their
+// results (held, as every result, while a power loss may take them). It
+// embeds the queue for the rest (Wake, Name, and what Consume learns of
+// the store's end). Being of no type of the broker package, it has
+// Consume make each Ack through its Ack, never carried on a Receive.
+//
+// A flowQueue is safe for concurrent use.
+type flowQueue struct {
+	*broker.Queue
+	c *child
+
+	// mu guards rng, leases and plans.
+	mu  sync.Mutex
+	rng *rand.Rand
+	// leases holds, by receipt, each lease Consume holds and the delivery
+	// it came with.
+	leases map[broker.ReceiptValue]flowLease
+	// plans holds, by the receipt Receive returned, what the handler of
+	// each delivery not yet started will do.
+	plans map[broker.ReceiptValue]flowPlan
+}
+
+// flowLease is a lease of the flow queue that Consume holds.
+type flowLease struct {
+	id  string
+	del int
+	exp int64 // the lease's ExpiresAt, as Receive or the last Extend returned it
+}
+
+// flowPlan is what the handler of a flow delivery does.
+type flowPlan struct {
+	intent Intent
+	pause  time.Duration // how long it works
+}
+
+// Receive receives, then picks each delivery's intent and journals the
+// deliveries before Consume sees them.
+func (f *flowQueue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	t0 := now()
+	ds, err := f.Queue.Receive(ctx, max)
+	t1 := now()
+	if err != nil || len(ds) == 0 {
+		return ds, err
+	}
+	entries := make([]Entry, len(ds))
+	f.mu.Lock()
+	for i, d := range ds {
+		r, pause := f.rng.IntN(100), time.Duration(f.rng.IntN(2000))*time.Microsecond
+		if f.rng.IntN(100) < 3 {
+			pause = 250 * time.Millisecond // long enough for lease extensions
+		}
 		intent := IntentAck
 		switch {
 		case r < 10:
@@ -867,17 +940,105 @@ func (c *child) flow(ctx context.Context, seed uint64) {
 		case r < 14:
 			intent = IntentReject
 		}
-		c.delivered(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
-		time.Sleep(pause)
-		if intent == IntentAck {
-			return nil
-		}
-		return causeFor(QueueFlow, intent)
+		entries[i] = deliveredEntry("flow", QueueFlow, d, intent, t0, t1)
+		f.leases[d.Lease.Receipt] = flowLease{id: d.Message.ID, del: d.Deliveries, exp: d.Lease.ExpiresAt.UnixNano()}
+		f.plans[d.Lease.Receipt] = flowPlan{intent: intent, pause: pause}
 	}
-	err := broker.Consume(ctx, c.queues[QueueFlow], handler, broker.ConsumeOptions{
-		Batch: 8, Concurrency: 6, ExtendEvery: 300 * time.Millisecond, ExtendBy: time.Second,
-	})
-	c.failed("flow", QueueFlow, "Consume", 0, err)
+	f.mu.Unlock()
+	f.c.delivered(entries...)
+	return ds, nil
+}
+
+// plan returns, once, what the handler of the delivery Receive returned
+// with receipt does, and false if Receive noted no such delivery.
+func (f *flowQueue) plan(receipt broker.ReceiptValue) (flowPlan, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.plans[receipt]
+	delete(f.plans, receipt)
+	return p, ok
+}
+
+// take returns the lease of receipt and forgets it: the call about to be
+// made ends it, or replaces its receipt.
+func (f *flowQueue) take(receipt broker.ReceiptValue) (flowLease, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.leases[receipt]
+	delete(f.leases, receipt)
+	return l, ok
+}
+
+// Ack acks and journals the result.
+func (f *flowQueue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
+	l, ok := f.take(receipt)
+	t0 := now()
+	err := f.Queue.Ack(ctx, receipt)
+	switch {
+	case !ok: // no lease of Consume's: nothing to journal it by
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Ack", t0, err)
+	default:
+		f.c.result(Entry{Op: OpAcked, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, T0: t0, T1: now()})
+	}
+	return err
+}
+
+// Nack nacks and journals the result.
+func (f *flowQueue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	l, ok := f.take(receipt)
+	t0 := now()
+	nv, err := f.Queue.Nack(ctx, receipt, cause)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Nack", t0, err)
+	default:
+		f.c.result(Entry{Op: OpNacked, Who: "flow", Queue: QueueFlow, ID: l.id, Del: nv.Deliveries, Exp: nv.VisibleAt.UnixNano(),
+			Dead: nv.DeadLettered, T0: t0, T1: now()})
+	}
+	return nv, err
+}
+
+// Reject rejects and journals the result.
+func (f *flowQueue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
+	l, ok := f.take(receipt)
+	t0 := now()
+	err := f.Queue.Reject(ctx, receipt, cause)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Reject", t0, err)
+	default:
+		f.c.result(Entry{Op: OpRejected, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, T0: t0, T1: now()})
+	}
+	return err
+}
+
+// Extend extends and journals the result; the new receipt names the lease
+// from then on.
+func (f *flowQueue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, ok := f.take(receipt)
+	t0 := now()
+	lv, err := f.Queue.Extend(ctx, receipt, by)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Extend", t0, err)
+		if !errors.Is(err, broker.LeaseExpired) {
+			// Consume tries again with the same receipt.
+			f.mu.Lock()
+			f.leases[receipt] = l
+			f.mu.Unlock()
+		}
+	default:
+		l.exp = lv.ExpiresAt.UnixNano()
+		f.c.result(Entry{Op: OpExtended, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, Exp: l.exp, By: int64(by), T0: t0, T1: now()})
+		f.mu.Lock()
+		f.leases[lv.Receipt] = l
+		f.mu.Unlock()
+	}
+	return lv, err
 }
 
 func hashString(s string) uint64 {

@@ -16,8 +16,8 @@
 // hundred messages, under a sync mode chosen per cycle. Its goroutines:
 //
 //   - publishers: Publish, PublishKeyed (keys from a small set per
-//     publisher, dedup window 2 s) and PublishBatch, to the "work" and
-//     "flow" queues;
+//     publisher, dedup window 2 s) and PublishBatch, to the "work", "flow"
+//     and "lapse" queues;
 //   - consumers of "work" with Receive, each delivery getting an intent
 //     (ack, nack, reject, extend then ack or nack, or hold: keep the lease
 //     and let it lapse) journaled with the delivery before it is carried
@@ -27,7 +27,13 @@
 //     the queue whose Receive picks and journals each delivery's intent
 //     before Consume hands it to a handler, and whose Ack, Nack, Reject and
 //     Extend journal their results as the work consumers journal theirs;
-//   - a janitor that replays and deletes dead letters;
+//   - a consumer of "lapse" (lease 150 ms, MaxDeliveries 2, a retry delay
+//     of 1.5 s, longer than a kill and the next child's start) that acks,
+//     nacks and rejects at once, lets leases lapse (two in a row make a
+//     LEASE_EXPIRED dead letter), and acks, nacks or rejects some
+//     deliveries only once their lease has lapsed, to be refused;
+//   - a janitor that replays and deletes dead letters of "work", "flow"
+//     and "lapse";
 //   - a poison consumer: a message on the "poison" queue (visibility
 //     timeout 200 ms, MaxDeliveries 3) "crashes" whoever receives it: the
 //     child journals the delivery, tells the parent, and is killed.

@@ -33,10 +33,16 @@ const (
 	// QueuePoison holds poison messages: the consumer that receives one is
 	// killed before it can settle it, on every delivery.
 	QueuePoison = "poison"
+	// QueueLapse has a short lease, few deliveries and a retry delay
+	// longer than a child's restart, and a consumer that lets leases lapse
+	// and settles late: its nacks' retry delays outlive the kill, its
+	// late settles are refused as LeaseExpired, and its leases lapse into
+	// LEASE_EXPIRED dead letters.
+	QueueLapse = "lapse"
 )
 
 // QueueNames lists the workload's queues.
-var QueueNames = []string{QueueWork, QueueFlow, QueuePoison}
+var QueueNames = []string{QueueWork, QueueFlow, QueuePoison, QueueLapse}
 
 // SegmentBytes is the segment size of the workload's store: small, so that
 // rotation, checkpoints, copy forward and segment removal happen every few
@@ -55,6 +61,8 @@ func Policy(queue string) (broker.PolicyValue, bool) {
 			MaxDeliveries: 3, MaxMessageBytes: 2048}, true
 	case QueuePoison:
 		return broker.PolicyValue{VisibilityTimeout: 200 * time.Millisecond, MaxDeliveries: PoisonDeliveries, MaxMessageBytes: 2048}, true
+	case QueueLapse:
+		return broker.PolicyValue{VisibilityTimeout: LapseLease, RetryDelay: LapseRetryDelay, MaxDeliveries: 2, MaxMessageBytes: 2048}, true
 	}
 	return broker.PolicyValue{}, false
 }
@@ -65,6 +73,15 @@ const DedupWindow = 2 * time.Second
 
 // PoisonDeliveries is the poison queue's MaxDeliveries.
 const PoisonDeliveries = 3
+
+// LapseLease is the lapse queue's visibility timeout: short, so that a
+// consumer that waits it out costs little.
+const LapseLease = 150 * time.Millisecond
+
+// LapseRetryDelay is the lapse queue's retry delay (constant): longer than
+// a kill, the checks after it and the next child's start take together, so
+// that the next child receives while a nack's delay is still pending.
+const LapseRetryDelay = 1500 * time.Millisecond
 
 // Intent is what a consumer does with a delivery; it is journaled with the
 // delivery, before the consumer acts, so that the checker knows which
@@ -438,6 +455,7 @@ func (c *child) run() error {
 		go c.poisonConsumer(ctx)
 	}
 	go c.flow(ctx, c.cfg.Seed^0x27d4eb2f)
+	go c.lapseConsumer(ctx, c.cfg.Seed^0x165667b1)
 	c.out.printf("%s", LineRunning)
 	if c.cfs != nil && c.cfg.Hook == "" {
 		time.Sleep(c.cfg.PowerLossAfter)
@@ -573,7 +591,7 @@ const keysPerPublisher = 12
 
 func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, hashString(who)))
-	work, flow := c.queues[QueueWork], c.queues[QueueFlow]
+	work, flow, lapse := c.queues[QueueWork], c.queues[QueueFlow], c.queues[QueueLapse]
 	var n int64
 	for {
 		if backlog(work) > maxBacklog || backlog(flow) > maxBacklog {
@@ -582,8 +600,11 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 		}
 		n++
 		q := work
-		if rng.IntN(4) == 0 {
+		switch r := rng.IntN(20); {
+		case r < 5:
 			q = flow
+		case r < 7 && backlog(lapse) < lapseBacklog:
+			q = lapse
 		}
 		ref := Ref{Queue: q.Name(), Cycle: c.cfg.Cycle, Who: who, N: n}
 		switch op := rng.IntN(10); {
@@ -770,13 +791,84 @@ func (c *child) refused(who, queue, id string, del int, exp int64, call string, 
 	return !expired
 }
 
+// pickLapseIntent draws the lapse consumer's intent for a delivery, and
+// whether it carries it out only once the lease has lapsed (it is then
+// refused as LeaseExpired).
+func pickLapseIntent(rng *rand.Rand) (Intent, bool) {
+	switch r := rng.IntN(100); {
+	case r < 25:
+		return IntentAck, false
+	case r < 50:
+		return IntentNack, false
+	case r < 55:
+		return IntentReject, false
+	case r < 75:
+		return IntentHold, false
+	case r < 85:
+		return IntentAck, true
+	case r < 95:
+		return IntentNack, true
+	}
+	return IntentReject, true
+}
+
+// lapseBacklog bounds the messages publishers leave waiting in the lapse
+// queue, whose consumer is slow on purpose.
+const lapseBacklog = 48
+
+// lapseConsumer consumes the lapse queue: it acks, nacks (each nack of a
+// first delivery waits out LapseRetryDelay, beyond the next kill) and
+// rejects at once, lets leases lapse (two lapses make a LEASE_EXPIRED dead
+// letter), and carries out some acks, nacks and rejects only after the
+// lease lapsed, so that the store refuses them.
+func (c *child) lapseConsumer(ctx context.Context, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, hashString("lapse")))
+	q := c.queues[QueueLapse]
+	for {
+		t0 := now()
+		ds, err := q.Receive(ctx, 1+rng.IntN(4))
+		t1 := now()
+		if err != nil {
+			c.failed("lapse", QueueLapse, "Receive", 0, err)
+			return
+		}
+		if len(ds) == 0 {
+			time.Sleep(time.Duration(1000+rng.IntN(3000)) * time.Microsecond)
+			continue
+		}
+		entries := make([]Entry, len(ds))
+		intents := make([]Intent, len(ds))
+		late := make([]bool, len(ds))
+		for i, d := range ds {
+			intents[i], late[i] = pickLapseIntent(rng)
+			entries[i] = deliveredEntry("lapse", QueueLapse, d, intents[i], t0, t1)
+		}
+		c.delivered(entries...)
+		for i, d := range ds {
+			if !late[i] {
+				if c.settle(ctx, "lapse", q, d, intents[i], 0) {
+					return
+				}
+				continue
+			}
+			go func() {
+				// The broker's clock is the wall clock: once it reads
+				// ExpiresAt, the lease has lapsed. (A failure that stops
+				// the store stops the loop at its next call.)
+				time.Sleep(time.Until(d.Lease.ExpiresAt) + time.Millisecond)
+				c.settle(ctx, "lapse", q, d, intents[i], 0)
+			}()
+		}
+	}
+}
+
 // janitor replays and deletes dead letters now and then, journaling its
 // intent before each call and the result after it.
 func (c *child) janitor(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for {
 		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-		for _, name := range []string{QueueWork, QueueFlow} {
+		for _, name := range []string{QueueWork, QueueFlow, QueueLapse} {
 			q := c.queues[name]
 			t0 := now()
 			dls, err := q.DeadLetters(ctx, 16)

@@ -206,6 +206,13 @@
 //
 // # Running it
 //
+// A run's summary ends with the rules that only some of the workload's
+// doings meet, and how often each was met: retry delays still pending when
+// a later child received, settles refused as lapsed, LEASE_EXPIRED dead
+// letters the janitor read, and the results of Consume's calls journaled.
+// A run of 20 cycles or more fails if any of them is zero, so that the
+// workload cannot stop meeting a rule unnoticed.
+//
 //	go test ./recovery                         # 200 cycles (20 with -short or -race)
 //	WALBROKER_SOAK_CYCLES=5000 go test ./recovery -run TestProcessCrash -timeout 3h -v
 //	WALBROKER_CRASH_SEED=N go test ./recovery -run TestProcessCrash -v

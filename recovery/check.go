@@ -828,7 +828,10 @@ func (c *Checker) checkDelivery(id string, m *msg, del int, where string) {
 }
 
 // settled returns the message of an ack, nack, reject or extend that
-// returned nil, checking that it settled the latest delivery.
+// returned nil, checking that it settled the latest delivery, and did so
+// while its lease held: a call that started at or after the lease's
+// ExpiresAt (the broker's clock read no earlier) must be refused as
+// LeaseExpired.
 func (c *Checker) settled(e Entry, call string) *msg {
 	m := c.msgs[e.ID]
 	if m == nil {
@@ -837,6 +840,9 @@ func (c *Checker) settled(e Entry, call string) *msg {
 	}
 	if e.Del != m.maxDel {
 		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
+	} else if m.lastExp != 0 && e.T0 >= m.lastExp {
+		c.violate(e.ID, "%s of delivery %d returned nil, though the call started (%s) at or after the lease's ExpiresAt (%s): a lapsed lease is refused",
+			call, e.Del, ns(e.T0), ns(m.lastExp))
 	}
 	if call != "extend" {
 		m.nackFloor = 0 // the settle meant for the delivery is done

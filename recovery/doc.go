@@ -142,7 +142,8 @@
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
-//     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt.
+//     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt,
+//     and a settle or Extend that returned nil started before it.
 //     A nack in flight at a kill may have ended the lease early, but not
 //     before the lease's start plus the retry delay; a reject in flight
 //     leaves the message dead or leased, so its lease still holds.

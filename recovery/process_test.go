@@ -477,6 +477,9 @@ func TestCheckerFlagsBrokenInvariants(t *testing.T) {
 			{pub(a, 1, "k", base)},
 			{pub(b, 2, "k", base+sec)},
 		}, "within the 2s window"},
+		{"settled after the lease lapsed", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentAck), ack(a, 1, base+sec)},
+		}, "at or after the lease's ExpiresAt"},
 		{"dead letter delivered", [][]Entry{
 			{pub(a, 1, "", base), del(a, 1, 1, base, IntentReject), {Op: OpRejected, Queue: QueueWork, ID: a, Del: 1, T0: base + 1, T1: base + 1}},
 			{del(a, 1, 2, base+2*sec, IntentAck)},

@@ -26,7 +26,10 @@
 //     DoNotRetry, lease extensions for slow handlers), through a wrapper of
 //     the queue whose Receive picks and journals each delivery's intent
 //     before Consume hands it to a handler, and whose Ack, Nack, Reject and
-//     Extend journal their results as the work consumers journal theirs;
+//     Extend journal their results as the work consumers journal theirs
+//     (in one child in three, on the queue itself, so that the acks
+//     Consume carries on its next Receive meet the kills too: only the
+//     intents are journaled then);
 //   - a consumer of "lapse" (lease 150 ms, MaxDeliveries 2, a retry delay
 //     of 1.5 s, longer than a kill and the next child's start) that acks,
 //     nacks and rejects at once, lets leases lapse (two in a row make a

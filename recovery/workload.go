@@ -952,7 +952,15 @@ func (c *child) poisonConsumer(ctx context.Context) {
 // that journals what Consume does: each delivery with the handler's
 // intent as Receive returns it, and each Ack, Nack, Reject and lease
 // extension Consume makes, as the work consumers journal theirs.
+//
+// One child in three instead hands Consume the queue itself (see
+// flowCarried), so that the acks Consume carries on its next Receive,
+// which it makes only on the broker's own queue, meet the kills too.
 func (c *child) flow(ctx context.Context, seed uint64) {
+	if seed%3 == 0 {
+		c.flowCarried(ctx, seed)
+		return
+	}
 	fq := &flowQueue{Queue: c.queues[QueueFlow], c: c, rng: rand.New(rand.NewPCG(seed, 2)),
 		leases: map[broker.ReceiptValue]flowLease{}, plans: map[broker.ReceiptValue]flowPlan{}}
 	handler := func(_ context.Context, d broker.DeliveryValue) error {
@@ -967,6 +975,42 @@ func (c *child) flow(ctx context.Context, seed uint64) {
 		return causeFor(QueueFlow, p.intent)
 	}
 	err := broker.Consume(ctx, fq, handler, broker.ConsumeOptions{
+		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
+	})
+	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+// flowCarried consumes the flow queue with broker.Consume on the queue
+// itself, which carries the acks of finished handlers on its next Receive.
+// Its acks, nacks and rejects are Consume's, and return nothing to anyone:
+// their outcome is not known, only the intent each delivery is journaled
+// with.
+func (c *child) flowCarried(ctx context.Context, seed uint64) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 2))
+	handler := func(_ context.Context, d broker.DeliveryValue) error {
+		t1 := now() // Receive returned before the handler ran
+		mu.Lock()
+		r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
+		if rng.IntN(100) < 3 {
+			pause = 250 * time.Millisecond // long enough for a lease extension
+		}
+		mu.Unlock()
+		intent := IntentAck
+		switch {
+		case r < 10:
+			intent = IntentNack
+		case r < 14:
+			intent = IntentReject
+		}
+		c.delivered(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
+		time.Sleep(pause)
+		if intent == IntentAck {
+			return nil
+		}
+		return causeFor(QueueFlow, intent)
+	}
+	err := broker.Consume(ctx, c.queues[QueueFlow], handler, broker.ConsumeOptions{
 		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
 	})
 	c.failed("flow", QueueFlow, "Consume", 0, err)
@@ -1022,7 +1066,7 @@ func (f *flowQueue) Receive(ctx context.Context, max int) ([]broker.DeliveryValu
 	f.mu.Lock()
 	for i, d := range ds {
 		r, pause := f.rng.IntN(100), time.Duration(f.rng.IntN(2000))*time.Microsecond
-		if f.rng.IntN(100) < 3 {
+		if f.rng.IntN(100) < 6 {
 			pause = 250 * time.Millisecond // long enough for lease extensions
 		}
 		intent := IntentAck

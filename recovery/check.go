@@ -81,6 +81,9 @@ type msg struct {
 	// (it measures from the call, after the delivery, so it may shorten it).
 	extendFloor int64
 	visibleAt   int64 // after a nack that returned nil
+	// delayMet is the visibleAt that a later process received on the
+	// queue before (see delaysAcrossKill), counted once.
+	delayMet int64
 	// nackFloor: a nack meant for the last delivery, with deliveries
 	// left, has not been confirmed; if it happened, it ended the lease
 	// early, and the message is visible again no earlier than this: the
@@ -208,13 +211,31 @@ type CheckFigures struct {
 	// or rebuilt the index from the log.
 	TornTails, IndexRebuilt int
 	PoisonRounds            int // poison messages that reached the dead-letter store
+
+	// What the rules that only some runs of the workload meet were
+	// checked on (a soak must meet each of them):
+	//
+	// DelaysAcrossKill counts the retry delays of nacks that a later
+	// process received on their queue while they were still pending
+	// (each delivery of the message is checked against them);
+	// SettlesLapsed the settles refused as LeaseExpired (checked to come
+	// at or after the lease's ExpiresAt); LapsesRead the LEASE_EXPIRED
+	// dead letters the janitor read (checked against the last lease and
+	// the nacks of the message's life). FlowAcks, FlowNacks, FlowRejects
+	// and FlowExtends count the results of Consume's calls on the flow
+	// queue journaled.
+	DelaysAcrossKill, SettlesLapsed, LapsesRead   int
+	FlowAcks, FlowNacks, FlowRejects, FlowExtends int
 }
 
 func (f CheckFigures) String() string {
 	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
-		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed",
+		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed\n"+
+		"rules met: %d retry delays pending at a later process's Receive, %d settles refused as lapsed, %d LEASE_EXPIRED dead letters read by the janitor; "+
+		"Consume on flow: %d acks, %d nacks, %d rejects, %d extends journaled",
 		f.Entries, f.Published, f.Duplicates, f.Deliveries, f.Acks, f.Nacks, f.Rejects, f.Extends, f.Replays, f.Deletes, f.SettlesRefused,
-		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.InFlightBatches, f.TornTails, f.IndexRebuilt, f.PoisonRounds)
+		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.InFlightBatches, f.TornTails, f.IndexRebuilt, f.PoisonRounds,
+		f.DelaysAcrossKill, f.SettlesLapsed, f.LapsesRead, f.FlowAcks, f.FlowNacks, f.FlowRejects, f.FlowExtends)
 }
 
 // Checker keeps the model of the store that the journals describe, and
@@ -371,6 +392,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			c.duplicate(e)
 		}
 	}
+	c.delaysAcrossKill(entries)
 	ordered := slices.Clone(entries)
 	slices.SortStableFunc(ordered, func(a, b Entry) int { return cmp.Compare(orderKey(&a), orderKey(&b)) })
 	for _, e := range ordered {
@@ -382,20 +404,24 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			c.maybeDelivered(e)
 		case OpAcked:
 			c.Figures.Acks++
+			c.flowSettled(e)
 			if m := c.settled(e, "ack"); m != nil {
 				c.setGone(e.ID, m, "acked")
 			}
 		case OpNacked:
 			c.Figures.Nacks++
+			c.flowSettled(e)
 			c.nacked(e)
 		case OpRejected:
 			c.Figures.Rejects++
+			c.flowSettled(e)
 			if m := c.settled(e, "reject"); m != nil {
 				m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentReject), e.T0, e.T1
 				m.mayBeGone, m.lastExp = false, 0
 			}
 		case OpExtended:
 			c.Figures.Extends++
+			c.flowSettled(e)
 			if m := c.settled(e, "extend"); m != nil {
 				if e.Exp < e.T0+e.By || e.Exp > e.T1+e.By {
 					c.violate(e.ID, "Extend by %v returned a lease expiring at %s, not the clock during the call (%s to %s) plus %v",
@@ -409,6 +435,9 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Code, e.Cause, e.Failed, "DeadLetters")
 			if e.Err != "" {
 				c.violate(e.ID, "a dead letter's payload is not what it was published with: %s", e.Err)
+			}
+			if e.Reason == broker.ReasonLeaseExpired {
+				c.Figures.LapsesRead++
 			}
 			m := c.msgs[e.ID]
 			if m == nil {
@@ -439,6 +468,48 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		default:
 			c.violate("", "unknown journal entry %s", e)
 		}
+	}
+}
+
+// delaysAcrossKill counts the retry delays, set by nacks of earlier
+// processes, that were still pending when this cycle's process first
+// received on their queue (as its journal shows: the earliest start of a
+// Receive that returned a delivery). Every delivery of the message from
+// then on is checked to come no earlier than the delay's end, so a delay
+// that a kill and Open lost would show.
+func (c *Checker) delaysAcrossKill(entries []Entry) {
+	first := map[string]int64{}
+	for _, e := range entries {
+		if (e.Op == OpDelivered || e.Op == OpMaybe) && e.T0 != 0 {
+			if at, ok := first[e.Queue]; !ok || e.T0 < at {
+				first[e.Queue] = e.T0
+			}
+		}
+	}
+	for queue, at := range first {
+		for _, m := range c.live[queue] {
+			if !m.dead && m.visibleAt > at && m.delayMet != m.visibleAt {
+				m.delayMet = m.visibleAt
+				c.Figures.DelaysAcrossKill++
+			}
+		}
+	}
+}
+
+// flowSettled counts a result of Consume's on the flow queue.
+func (c *Checker) flowSettled(e Entry) {
+	if e.Queue != QueueFlow {
+		return
+	}
+	switch e.Op {
+	case OpAcked:
+		c.Figures.FlowAcks++
+	case OpNacked:
+		c.Figures.FlowNacks++
+	case OpRejected:
+		c.Figures.FlowRejects++
+	case OpExtended:
+		c.Figures.FlowExtends++
 	}
 }
 
@@ -757,7 +828,10 @@ func (c *Checker) checkDelivery(id string, m *msg, del int, where string) {
 }
 
 // settled returns the message of an ack, nack, reject or extend that
-// returned nil, checking that it settled the latest delivery.
+// returned nil, checking that it settled the latest delivery, and did so
+// while its lease held: a call that started at or after the lease's
+// ExpiresAt (the broker's clock read no earlier) must be refused as
+// LeaseExpired.
 func (c *Checker) settled(e Entry, call string) *msg {
 	m := c.msgs[e.ID]
 	if m == nil {
@@ -766,6 +840,9 @@ func (c *Checker) settled(e Entry, call string) *msg {
 	}
 	if e.Del != m.maxDel {
 		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
+	} else if m.lastExp != 0 && e.T0 >= m.lastExp {
+		c.violate(e.ID, "%s of delivery %d returned nil, though the call started (%s) at or after the lease's ExpiresAt (%s): a lapsed lease is refused",
+			call, e.Del, ns(e.T0), ns(m.lastExp))
 	}
 	if call != "extend" {
 		m.nackFloor = 0 // the settle meant for the delivery is done
@@ -797,6 +874,9 @@ func (c *Checker) nacked(e Entry) {
 
 func (c *Checker) settleFailed(e Entry) {
 	c.Figures.SettlesRefused++
+	if e.Expired {
+		c.Figures.SettlesLapsed++
+	}
 	m := c.msgs[e.ID]
 	if !e.Expired {
 		c.violate(e.ID, "%s", e.Err)

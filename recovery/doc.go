@@ -16,15 +16,27 @@
 // hundred messages, under a sync mode chosen per cycle. Its goroutines:
 //
 //   - publishers: Publish, PublishKeyed (keys from a small set per
-//     publisher, dedup window 2 s) and PublishBatch, to the "work" and
-//     "flow" queues;
+//     publisher, dedup window 2 s) and PublishBatch, to the "work", "flow"
+//     and "lapse" queues;
 //   - consumers of "work" with Receive, each delivery getting an intent
 //     (ack, nack, reject, extend then ack or nack, or hold: keep the lease
 //     and let it lapse) journaled with the delivery before it is carried
 //     out;
 //   - broker.Consume on "flow" (acks, nacks with a retry cause, rejects with
-//     DoNotRetry, lease extensions for slow handlers);
-//   - a janitor that replays and deletes dead letters;
+//     DoNotRetry, lease extensions for slow handlers), through a wrapper of
+//     the queue whose Receive picks and journals each delivery's intent
+//     before Consume hands it to a handler, and whose Ack, Nack, Reject and
+//     Extend journal their results as the work consumers journal theirs
+//     (in one child in three, on the queue itself, so that the acks
+//     Consume carries on its next Receive meet the kills too: only the
+//     intents are journaled then);
+//   - a consumer of "lapse" (lease 150 ms, MaxDeliveries 2, a retry delay
+//     of 1.5 s, longer than a kill and the next child's start) that acks,
+//     nacks and rejects at once, lets leases lapse (two in a row make a
+//     LEASE_EXPIRED dead letter), and acks, nacks or rejects some
+//     deliveries only once their lease has lapsed, to be refused;
+//   - a janitor that replays and deletes dead letters of "work", "flow"
+//     and "lapse";
 //   - a poison consumer: a message on the "poison" queue (visibility
 //     timeout 200 ms, MaxDeliveries 3) "crashes" whoever receives it: the
 //     child journals the delivery, tells the parent, and is killed.
@@ -133,7 +145,8 @@
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the
-//     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt.
+//     broker's; a refusal as LeaseExpired comes only at or after ExpiresAt,
+//     and a settle or Extend that returned nil started before it.
 //     A nack in flight at a kill may have ended the lease early, but not
 //     before the lease's start plus the retry delay; a reject in flight
 //     leaves the message dead or leased, so its lease still holds.
@@ -196,6 +209,13 @@
 // the device within SyncInterval when no later commit carries it there).
 //
 // # Running it
+//
+// A run's summary ends with the rules that only some of the workload's
+// doings meet, and how often each was met: retry delays still pending when
+// a later child received, settles refused as lapsed, LEASE_EXPIRED dead
+// letters the janitor read, and the results of Consume's calls journaled.
+// A run of 20 cycles or more fails if any of them is zero, so that the
+// workload cannot stop meeting a rule unnoticed.
 //
 //	go test ./recovery                         # 200 cycles (20 with -short or -race)
 //	WALBROKER_SOAK_CYCLES=5000 go test ./recovery -run TestProcessCrash -timeout 3h -v

@@ -240,11 +240,32 @@ func crashEpoch(t *testing.T, seed uint64, first, n int) (HarnessFigures, int) {
 			hits += k
 		}
 		require.Positive(t, hits, "some child paused at its hook")
+		requireRulesMet(t, cf)
 	}
 	if n >= 100 {
 		require.Positive(t, f.PowerLosses, "some child lost power")
 	}
 	return f, n
+}
+
+// requireRulesMet fails the test unless the cycles met each checker rule
+// that only some of the workload's doings trigger: a soak that stopped
+// meeting one would prove nothing about it, and say nothing.
+func requireRulesMet(t *testing.T, cf CheckFigures) {
+	t.Helper()
+	for _, r := range []struct {
+		n    int
+		what string
+	}{
+		{cf.DelaysAcrossKill, "a nack's retry delay was pending when a later process received on its queue"},
+		{cf.SettlesLapsed, "a settle was refused as LeaseExpired"},
+		{cf.LapsesRead, "the janitor read a LEASE_EXPIRED dead letter"},
+		{cf.FlowAcks, "an Ack of Consume's was journaled"},
+		{cf.FlowNacks + cf.FlowRejects, "a Nack or Reject of Consume's was journaled"},
+		{cf.FlowExtends, "a lease extension of Consume's was journaled"},
+	} {
+		require.Positive(t, r.n, "the workload met the rule that %s:\n%s", r.what, cf)
+	}
 }
 
 // TestAPowerLossCycleLeavesWhatTheDeviceHeld: a cycle planned to lose
@@ -456,6 +477,9 @@ func TestCheckerFlagsBrokenInvariants(t *testing.T) {
 			{pub(a, 1, "k", base)},
 			{pub(b, 2, "k", base+sec)},
 		}, "within the 2s window"},
+		{"settled after the lease lapsed", [][]Entry{
+			{pub(a, 1, "", base), del(a, 1, 1, base, IntentAck), ack(a, 1, base+sec)},
+		}, "at or after the lease's ExpiresAt"},
 		{"dead letter delivered", [][]Entry{
 			{pub(a, 1, "", base), del(a, 1, 1, base, IntentReject), {Op: OpRejected, Queue: QueueWork, ID: a, Del: 1, T0: base + 1, T1: base + 1}},
 			{del(a, 1, 2, base+2*sec, IntentAck)},

@@ -33,10 +33,16 @@ const (
 	// QueuePoison holds poison messages: the consumer that receives one is
 	// killed before it can settle it, on every delivery.
 	QueuePoison = "poison"
+	// QueueLapse has a short lease, few deliveries and a retry delay
+	// longer than a child's restart, and a consumer that lets leases lapse
+	// and settles late: its nacks' retry delays outlive the kill, its
+	// late settles are refused as LeaseExpired, and its leases lapse into
+	// LEASE_EXPIRED dead letters.
+	QueueLapse = "lapse"
 )
 
 // QueueNames lists the workload's queues.
-var QueueNames = []string{QueueWork, QueueFlow, QueuePoison}
+var QueueNames = []string{QueueWork, QueueFlow, QueuePoison, QueueLapse}
 
 // SegmentBytes is the segment size of the workload's store: small, so that
 // rotation, checkpoints, copy forward and segment removal happen every few
@@ -55,6 +61,8 @@ func Policy(queue string) (broker.PolicyValue, bool) {
 			MaxDeliveries: 3, MaxMessageBytes: 2048}, true
 	case QueuePoison:
 		return broker.PolicyValue{VisibilityTimeout: 200 * time.Millisecond, MaxDeliveries: PoisonDeliveries, MaxMessageBytes: 2048}, true
+	case QueueLapse:
+		return broker.PolicyValue{VisibilityTimeout: LapseLease, RetryDelay: LapseRetryDelay, MaxDeliveries: 2, MaxMessageBytes: 2048}, true
 	}
 	return broker.PolicyValue{}, false
 }
@@ -65,6 +73,15 @@ const DedupWindow = 2 * time.Second
 
 // PoisonDeliveries is the poison queue's MaxDeliveries.
 const PoisonDeliveries = 3
+
+// LapseLease is the lapse queue's visibility timeout: short, so that a
+// consumer that waits it out costs little.
+const LapseLease = 150 * time.Millisecond
+
+// LapseRetryDelay is the lapse queue's retry delay (constant): longer than
+// a kill, the checks after it and the next child's start take together, so
+// that the next child receives while a nack's delay is still pending.
+const LapseRetryDelay = 1500 * time.Millisecond
 
 // Intent is what a consumer does with a delivery; it is journaled with the
 // delivery, before the consumer acts, so that the checker knows which
@@ -438,6 +455,7 @@ func (c *child) run() error {
 		go c.poisonConsumer(ctx)
 	}
 	go c.flow(ctx, c.cfg.Seed^0x27d4eb2f)
+	go c.lapseConsumer(ctx, c.cfg.Seed^0x165667b1)
 	c.out.printf("%s", LineRunning)
 	if c.cfs != nil && c.cfg.Hook == "" {
 		time.Sleep(c.cfg.PowerLossAfter)
@@ -573,7 +591,7 @@ const keysPerPublisher = 12
 
 func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, hashString(who)))
-	work, flow := c.queues[QueueWork], c.queues[QueueFlow]
+	work, flow, lapse := c.queues[QueueWork], c.queues[QueueFlow], c.queues[QueueLapse]
 	var n int64
 	for {
 		if backlog(work) > maxBacklog || backlog(flow) > maxBacklog {
@@ -582,8 +600,11 @@ func (c *child) publisher(ctx context.Context, who string, seed uint64) {
 		}
 		n++
 		q := work
-		if rng.IntN(4) == 0 {
+		switch r := rng.IntN(20); {
+		case r < 5:
 			q = flow
+		case r < 7 && backlog(lapse) < lapseBacklog:
+			q = lapse
 		}
 		ref := Ref{Queue: q.Name(), Cycle: c.cfg.Cycle, Who: who, N: n}
 		switch op := rng.IntN(10); {
@@ -717,14 +738,7 @@ func deliveredEntry(who, queue string, d broker.DeliveryValue, intent Intent, t0
 func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broker.DeliveryValue, intent Intent, by time.Duration) bool {
 	id, del, receipt, exp := d.Message.ID, d.Deliveries, d.Lease.Receipt, d.Lease.ExpiresAt.UnixNano()
 	refused := func(call string, t0 int64, err error) bool {
-		if c.powerLost.Load() && !errors.Is(err, broker.LeaseExpired) {
-			return true // in flight at the power loss (see failed)
-		}
-		c.result(Entry{Op: OpSettleFailed, Who: who, Queue: q.Name(), ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
-			Err: call + ": " + err.Error(), Expired: errors.Is(err, broker.LeaseExpired)})
-		// A lapsed lease is the workload's own slowness; anything else
-		// means the store stopped.
-		return !errors.Is(err, broker.LeaseExpired)
+		return c.refused(who, q.Name(), id, del, exp, call, t0, err)
 	}
 	switch intent {
 	case IntentHold:
@@ -761,13 +775,100 @@ func (c *child) settle(ctx context.Context, who string, q *broker.Queue, d broke
 	return false
 }
 
+// refused journals a settling call (call, started at t0) refused with err
+// for delivery del of message id, whose lease expires at exp as the
+// consumer knows it. It reports whether the consumer should stop: a lapsed
+// lease is the workload's own slowness; anything else means the store
+// stopped. After a power loss a call that failed for any other reason is
+// left unjournaled, in flight (see failed).
+func (c *child) refused(who, queue, id string, del int, exp int64, call string, t0 int64, err error) bool {
+	expired := errors.Is(err, broker.LeaseExpired)
+	if c.powerLost.Load() && !expired {
+		return true
+	}
+	c.result(Entry{Op: OpSettleFailed, Who: who, Queue: queue, ID: id, Del: del, Exp: exp, T0: t0, T1: now(),
+		Err: call + ": " + err.Error(), Expired: expired})
+	return !expired
+}
+
+// pickLapseIntent draws the lapse consumer's intent for a delivery, and
+// whether it carries it out only once the lease has lapsed (it is then
+// refused as LeaseExpired).
+func pickLapseIntent(rng *rand.Rand) (Intent, bool) {
+	switch r := rng.IntN(100); {
+	case r < 25:
+		return IntentAck, false
+	case r < 50:
+		return IntentNack, false
+	case r < 55:
+		return IntentReject, false
+	case r < 75:
+		return IntentHold, false
+	case r < 85:
+		return IntentAck, true
+	case r < 95:
+		return IntentNack, true
+	}
+	return IntentReject, true
+}
+
+// lapseBacklog bounds the messages publishers leave waiting in the lapse
+// queue, whose consumer is slow on purpose.
+const lapseBacklog = 48
+
+// lapseConsumer consumes the lapse queue: it acks, nacks (each nack of a
+// first delivery waits out LapseRetryDelay, beyond the next kill) and
+// rejects at once, lets leases lapse (two lapses make a LEASE_EXPIRED dead
+// letter), and carries out some acks, nacks and rejects only after the
+// lease lapsed, so that the store refuses them.
+func (c *child) lapseConsumer(ctx context.Context, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, hashString("lapse")))
+	q := c.queues[QueueLapse]
+	for {
+		t0 := now()
+		ds, err := q.Receive(ctx, 1+rng.IntN(4))
+		t1 := now()
+		if err != nil {
+			c.failed("lapse", QueueLapse, "Receive", 0, err)
+			return
+		}
+		if len(ds) == 0 {
+			time.Sleep(time.Duration(1000+rng.IntN(3000)) * time.Microsecond)
+			continue
+		}
+		entries := make([]Entry, len(ds))
+		intents := make([]Intent, len(ds))
+		late := make([]bool, len(ds))
+		for i, d := range ds {
+			intents[i], late[i] = pickLapseIntent(rng)
+			entries[i] = deliveredEntry("lapse", QueueLapse, d, intents[i], t0, t1)
+		}
+		c.delivered(entries...)
+		for i, d := range ds {
+			if !late[i] {
+				if c.settle(ctx, "lapse", q, d, intents[i], 0) {
+					return
+				}
+				continue
+			}
+			go func() {
+				// The broker's clock is the wall clock: once it reads
+				// ExpiresAt, the lease has lapsed. (A failure that stops
+				// the store stops the loop at its next call.)
+				time.Sleep(time.Until(d.Lease.ExpiresAt) + time.Millisecond)
+				c.settle(ctx, "lapse", q, d, intents[i], 0)
+			}()
+		}
+	}
+}
+
 // janitor replays and deletes dead letters now and then, journaling its
 // intent before each call and the result after it.
 func (c *child) janitor(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for {
 		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-		for _, name := range []string{QueueWork, QueueFlow} {
+		for _, name := range []string{QueueWork, QueueFlow, QueueLapse} {
 			q := c.queues[name]
 			t0 := now()
 			dls, err := q.DeadLetters(ctx, 16)
@@ -847,17 +948,52 @@ func (c *child) poisonConsumer(ctx context.Context) {
 	}
 }
 
-// flow consumes the flow queue with broker.Consume. Its acks, nacks and
-// rejects are Consume's: their outcome is not known, only the intent.
+// flow consumes the flow queue with broker.Consume, through a flowQueue
+// that journals what Consume does: each delivery with the handler's
+// intent as Receive returns it, and each Ack, Nack, Reject and lease
+// extension Consume makes, as the work consumers journal theirs.
+//
+// One child in three instead hands Consume the queue itself (see
+// flowCarried), so that the acks Consume carries on its next Receive,
+// which it makes only on the broker's own queue, meet the kills too.
 func (c *child) flow(ctx context.Context, seed uint64) {
+	if seed%3 == 0 {
+		c.flowCarried(ctx, seed)
+		return
+	}
+	fq := &flowQueue{Queue: c.queues[QueueFlow], c: c, rng: rand.New(rand.NewPCG(seed, 2)),
+		leases: map[broker.ReceiptValue]flowLease{}, plans: map[broker.ReceiptValue]flowPlan{}}
+	handler := func(_ context.Context, d broker.DeliveryValue) error {
+		p, ok := fq.plan(d.Lease.Receipt)
+		if !ok {
+			return errors.New("recovery: flow: a delivery its Receive did not note")
+		}
+		time.Sleep(p.pause)
+		if p.intent == IntentAck {
+			return nil
+		}
+		return causeFor(QueueFlow, p.intent)
+	}
+	err := broker.Consume(ctx, fq, handler, broker.ConsumeOptions{
+		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
+	})
+	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+// flowCarried consumes the flow queue with broker.Consume on the queue
+// itself, which carries the acks of finished handlers on its next Receive.
+// Its acks, nacks and rejects are Consume's, and return nothing to anyone:
+// their outcome is not known, only the intent each delivery is journaled
+// with.
+func (c *child) flowCarried(ctx context.Context, seed uint64) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 2))
 	handler := func(_ context.Context, d broker.DeliveryValue) error {
 		t1 := now() // Receive returned before the handler ran
 		mu.Lock()
 		r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
-		if rng.IntN(100) == 0 {
-			pause = 500 * time.Millisecond // long enough for a lease extension
+		if rng.IntN(100) < 3 {
+			pause = 250 * time.Millisecond // long enough for a lease extension
 		}
 		mu.Unlock()
 		intent := IntentAck
@@ -875,9 +1011,170 @@ func (c *child) flow(ctx context.Context, seed uint64) {
 		return causeFor(QueueFlow, intent)
 	}
 	err := broker.Consume(ctx, c.queues[QueueFlow], handler, broker.ConsumeOptions{
-		Batch: 8, Concurrency: 6, ExtendEvery: 300 * time.Millisecond, ExtendBy: time.Second,
+		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
 	})
 	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+// flowQueue is the flow queue as broker.Consume sees it: the queue, whose
+// Receive picks and journals each delivery's intent before Consume hands
+// it to a handler, and whose Ack, Nack, Reject and Extend journal their
+// results (held, as every result, while a power loss may take them). It
+// embeds the queue for the rest (Wake, Name, and what Consume learns of
+// the store's end). Being of no type of the broker package, it has
+// Consume make each Ack through its Ack, never carried on a Receive.
+//
+// A flowQueue is safe for concurrent use.
+type flowQueue struct {
+	*broker.Queue
+	c *child
+
+	// mu guards rng, leases and plans.
+	mu  sync.Mutex
+	rng *rand.Rand
+	// leases holds, by receipt, each lease Consume holds and the delivery
+	// it came with.
+	leases map[broker.ReceiptValue]flowLease
+	// plans holds, by the receipt Receive returned, what the handler of
+	// each delivery not yet started will do.
+	plans map[broker.ReceiptValue]flowPlan
+}
+
+// flowLease is a lease of the flow queue that Consume holds.
+type flowLease struct {
+	id  string
+	del int
+	exp int64 // the lease's ExpiresAt, as Receive or the last Extend returned it
+}
+
+// flowPlan is what the handler of a flow delivery does.
+type flowPlan struct {
+	intent Intent
+	pause  time.Duration // how long it works
+}
+
+// Receive receives, then picks each delivery's intent and journals the
+// deliveries before Consume sees them.
+func (f *flowQueue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	t0 := now()
+	ds, err := f.Queue.Receive(ctx, max)
+	t1 := now()
+	if err != nil || len(ds) == 0 {
+		return ds, err
+	}
+	entries := make([]Entry, len(ds))
+	f.mu.Lock()
+	for i, d := range ds {
+		r, pause := f.rng.IntN(100), time.Duration(f.rng.IntN(2000))*time.Microsecond
+		if f.rng.IntN(100) < 6 {
+			pause = 250 * time.Millisecond // long enough for lease extensions
+		}
+		intent := IntentAck
+		switch {
+		case r < 10:
+			intent = IntentNack
+		case r < 14:
+			intent = IntentReject
+		}
+		entries[i] = deliveredEntry("flow", QueueFlow, d, intent, t0, t1)
+		f.leases[d.Lease.Receipt] = flowLease{id: d.Message.ID, del: d.Deliveries, exp: d.Lease.ExpiresAt.UnixNano()}
+		f.plans[d.Lease.Receipt] = flowPlan{intent: intent, pause: pause}
+	}
+	f.mu.Unlock()
+	f.c.delivered(entries...)
+	return ds, nil
+}
+
+// plan returns, once, what the handler of the delivery Receive returned
+// with receipt does, and false if Receive noted no such delivery.
+func (f *flowQueue) plan(receipt broker.ReceiptValue) (flowPlan, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.plans[receipt]
+	delete(f.plans, receipt)
+	return p, ok
+}
+
+// take returns the lease of receipt and forgets it: the call about to be
+// made ends it, or replaces its receipt.
+func (f *flowQueue) take(receipt broker.ReceiptValue) (flowLease, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.leases[receipt]
+	delete(f.leases, receipt)
+	return l, ok
+}
+
+// Ack acks and journals the result.
+func (f *flowQueue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
+	l, ok := f.take(receipt)
+	t0 := now()
+	err := f.Queue.Ack(ctx, receipt)
+	switch {
+	case !ok: // no lease of Consume's: nothing to journal it by
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Ack", t0, err)
+	default:
+		f.c.result(Entry{Op: OpAcked, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, T0: t0, T1: now()})
+	}
+	return err
+}
+
+// Nack nacks and journals the result.
+func (f *flowQueue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	l, ok := f.take(receipt)
+	t0 := now()
+	nv, err := f.Queue.Nack(ctx, receipt, cause)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Nack", t0, err)
+	default:
+		f.c.result(Entry{Op: OpNacked, Who: "flow", Queue: QueueFlow, ID: l.id, Del: nv.Deliveries, Exp: nv.VisibleAt.UnixNano(),
+			Dead: nv.DeadLettered, T0: t0, T1: now()})
+	}
+	return nv, err
+}
+
+// Reject rejects and journals the result.
+func (f *flowQueue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause error) error {
+	l, ok := f.take(receipt)
+	t0 := now()
+	err := f.Queue.Reject(ctx, receipt, cause)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Reject", t0, err)
+	default:
+		f.c.result(Entry{Op: OpRejected, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, T0: t0, T1: now()})
+	}
+	return err
+}
+
+// Extend extends and journals the result; the new receipt names the lease
+// from then on.
+func (f *flowQueue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, ok := f.take(receipt)
+	t0 := now()
+	lv, err := f.Queue.Extend(ctx, receipt, by)
+	switch {
+	case !ok:
+	case err != nil:
+		f.c.refused("flow", QueueFlow, l.id, l.del, l.exp, "Extend", t0, err)
+		if !errors.Is(err, broker.LeaseExpired) {
+			// Consume tries again with the same receipt.
+			f.mu.Lock()
+			f.leases[receipt] = l
+			f.mu.Unlock()
+		}
+	default:
+		l.exp = lv.ExpiresAt.UnixNano()
+		f.c.result(Entry{Op: OpExtended, Who: "flow", Queue: QueueFlow, ID: l.id, Del: l.del, Exp: l.exp, By: int64(by), T0: t0, T1: now()})
+		f.mu.Lock()
+		f.leases[lv.Receipt] = l
+		f.mu.Unlock()
+	}
+	return lv, err
 }
 
 func hashString(s string) uint64 {

@@ -298,20 +298,26 @@ func TestAPowerLossCycleLeavesWhatTheDeviceHeld(t *testing.T) {
 		require.Positive(t, res.Entries, "cycle %d: the child journaled its calls", plan.Cycle)
 		_, err = os.Stat(filepath.Join(work, "powerloss"))
 		require.ErrorIs(t, err, os.ErrNotExist, "cycle %d: the clone became the store", plan.Cycle)
-		// Under SyncPublish a delivery is journaled as a maybe first;
-		// under SyncAll every result returned is certain.
+		// Under SyncPublish a delivery is journaled as a maybe first, and
+		// a settle as returned; under SyncAll every result returned is
+		// certain.
 		entries, _, err := ReadJournal(h.JournalPath(plan.Cycle))
 		require.NoError(t, err)
-		maybes := 0
+		maybes, returned := 0, 0
 		for _, e := range entries {
-			if e.Op == OpMaybe {
+			switch e.Op {
+			case OpMaybe:
 				maybes++
+			case OpReturned:
+				returned++
 			}
 		}
 		if plan.Sync == broker.SyncPublish {
 			require.Positive(t, maybes, "cycle %d: deliveries journaled as maybes", plan.Cycle)
+			require.Positive(t, returned, "cycle %d: settles journaled as they returned", plan.Cycle)
 		} else {
 			require.Zero(t, maybes, "cycle %d", plan.Cycle)
+			require.Zero(t, returned, "cycle %d", plan.Cycle)
 		}
 	}
 	require.Equal(t, len(plans), h.Figures.PowerLosses)

@@ -106,6 +106,9 @@ type msg struct {
 	// a maybe (see maybeDelivered) counting above every certain one; the
 	// zero maybeLease once a certain delivery follows.
 	maybe maybeLease
+	// returned is the latest settle of the current epoch journaled as
+	// returned, maybe not durable (see returnedSettled).
+	returned returnedSettle
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
 	// returned it): a refused settle undoes what that intent noted only
@@ -150,6 +153,29 @@ type maybeLease struct {
 	// nackFloor, if its intent nacks with deliveries left, is the
 	// earliest the nack may make the message visible again (see
 	// nackFloorOf); 0 otherwise.
+	nackFloor int64
+}
+
+// returnedSettle is an Ack, Nack, Reject or Extend that returned nil
+// where a power loss may take its record (OpReturned), as the process
+// that made it held it: the index applied it in memory, and only a power
+// loss undoes it, after which no call returns in that process. So there
+// the message is never handed out again after an ack, a reject or a nack
+// that dead-lettered it (until a replay), nor before a nack's VisibleAt
+// or an Extend's ExpiresAt. The next process may see none of it.
+type returnedSettle struct {
+	cycle int    // the cycle whose process made the call; 0 if none
+	call  string // "ack", "nack", "reject" or "extend"
+	del   int    // the delivery it settled
+	// gone: the message left the queue's receivable messages in that
+	// process (acked, or dead).
+	gone bool
+	// until: it is not handed out before this in that process (a nack's
+	// VisibleAt, an Extend's ExpiresAt).
+	until int64
+	// nackFloor, for an Extend of a delivery whose consumer meant to nack
+	// it, is the earliest that nack, in flight, may have made the message
+	// visible again (see nackFloorOf); 0 otherwise.
 	nackFloor int64
 }
 
@@ -226,16 +252,24 @@ type CheckFigures struct {
 	// queue journaled.
 	DelaysAcrossKill, SettlesLapsed, LapsesRead   int
 	FlowAcks, FlowNacks, FlowRejects, FlowExtends int
+	// SettlesReturned counts the acks, nacks, rejects and extends that
+	// returned nil where a power loss could take them, journaled as they
+	// returned (OpReturned), whose promises were checked in the process
+	// that made them (only cycles that lose power under SyncPublish have
+	// them).
+	SettlesReturned int
 }
 
 func (f CheckFigures) String() string {
 	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
 		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed\n"+
 		"rules met: %d retry delays pending at a later process's Receive, %d settles refused as lapsed, %d LEASE_EXPIRED dead letters read by the janitor; "+
-		"Consume on flow: %d acks, %d nacks, %d rejects, %d extends journaled",
+		"Consume on flow: %d acks, %d nacks, %d rejects, %d extends journaled; "+
+		"%d settles returned, maybe not durable, held to their promises in their process",
 		f.Entries, f.Published, f.Duplicates, f.Deliveries, f.Acks, f.Nacks, f.Rejects, f.Extends, f.Replays, f.Deletes, f.SettlesRefused,
 		f.Drains, f.Drained, f.DeadLetters, f.InFlight, f.InFlightBatches, f.TornTails, f.IndexRebuilt, f.PoisonRounds,
-		f.DelaysAcrossKill, f.SettlesLapsed, f.LapsesRead, f.FlowAcks, f.FlowNacks, f.FlowRejects, f.FlowExtends)
+		f.DelaysAcrossKill, f.SettlesLapsed, f.LapsesRead, f.FlowAcks, f.FlowNacks, f.FlowRejects, f.FlowExtends,
+		f.SettlesReturned)
 }
 
 // Checker keeps the model of the store that the journals describe, and
@@ -402,6 +436,8 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			c.delivered(e)
 		case OpMaybe:
 			c.maybeDelivered(e)
+		case OpReturned:
+			c.returnedSettled(e)
 		case OpAcked:
 			c.Figures.Acks++
 			c.flowSettled(e)
@@ -450,7 +486,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
-				m.intentDel, m.intentExp, m.maybe = 0, 0, maybeLease{}
+				m.intentDel, m.intentExp, m.maybe, m.returned = 0, 0, maybeLease{}, returnedSettle{}
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -737,6 +773,21 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 				where, e.Del, ns(e.T1), mb.del, ns(mb.leaseFloor), ns(mb.nackFloor))
 		}
 	}
+	if r := m.returned; r.cycle == c.cycle {
+		// The process that made the settle held its effect in memory:
+		// only a power loss undoes it, and after it no delivery returns.
+		switch {
+		case r.gone:
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) in the process where the %s of delivery %d returned nil (journaled as returned, maybe not durable)",
+				where, e.Del, ns(e.T1), r.call, r.del)
+		case r.nackFloor == 0 && e.T1 < r.until:
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) in the process where the %s of delivery %d returned nil (journaled as returned, maybe not durable), before the instant it returned (%s)",
+				where, e.Del, ns(e.T1), r.call, r.del, ns(r.until))
+		case r.nackFloor != 0 && e.T1 < min(r.until, r.nackFloor):
+			c.violate(e.ID, "%s again (delivery %d, Receive ended %s) in the process where the %s of delivery %d returned nil (journaled as returned, maybe not durable), before the instant it returned (%s) or the nack meant for it could have made it visible (%s)",
+				where, e.Del, ns(e.T1), r.call, r.del, ns(r.until), ns(r.nackFloor))
+		}
+	}
 	if m.visibleAt != 0 && e.T1 < m.visibleAt {
 		c.violate(e.ID, "%s again (delivery %d, Receive ended %s) before its retry delay ended (%s)", where, e.Del, ns(e.T1), ns(m.visibleAt))
 	}
@@ -808,6 +859,47 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if e.By != 0 {
 		m.maybe.leaseFloor = min(e.Exp, e.T1+e.By)
 	}
+}
+
+// returnedSettled notes an Ack, Nack, Reject or Extend that returned nil
+// where a power loss may take its record (OpReturned): in its own process
+// its effect holds (see returnedSettle), and every later delivery there
+// is checked against it (see handedOut). Across the power loss it
+// promises nothing: the next process may hand the message out again as
+// the certain entries left it, and the intent its delivery was journaled
+// with already allows for the call having happened or not. If it turns
+// out certain, the entry of e.Settle follows and is checked as any
+// result.
+func (c *Checker) returnedSettled(e Entry) {
+	m := c.msgs[e.ID]
+	if m == nil {
+		c.violate(e.ID, "%s of a message never delivered (journaled as returned, maybe not durable)", e.Settle)
+		return
+	}
+	c.Figures.SettlesReturned++
+	r := returnedSettle{cycle: c.cycle, del: e.Del}
+	switch e.Settle {
+	case OpAcked:
+		r.call, r.gone = "ack", true
+	case OpRejected:
+		r.call, r.gone = "reject", true
+	case OpNacked:
+		r.call, r.gone, r.until = "nack", e.Dead, e.Exp
+		if e.Dead {
+			r.until = 0
+		}
+	case OpExtended:
+		r.call, r.until = "extend", e.Exp
+		if m.intentDel == e.Del && m.nackMeant&(1<<uint(e.Del)) != 0 {
+			// A nack meant for the delivery may follow the Extend and be
+			// in flight at the power loss; it ends the lease early.
+			r.nackFloor = nackFloorOf(e.Queue, IntentNack, e.Del, m.intentExp)
+		}
+	default:
+		c.violate(e.ID, "a returned entry of an unknown call %q: %s", e.Settle, e)
+		return
+	}
+	m.returned = r
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message

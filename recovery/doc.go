@@ -51,7 +51,9 @@
 // Each child appends to its own journal file, outside the store, one entry
 // per returned call — published (IDs, references, EnqueuedAt), duplicate
 // (key and original ID), delivered (count, lease expiry, intent), acked,
-// nacked, rejected, extended, replaying/replayed, deleting/deleted —
+// nacked, rejected, extended, replaying/replayed, deleting/deleted, and,
+// where a power loss may take them, maybe (a delivery) and returned (an
+// ack, nack, reject or extend) —
 // fdatasynced before the goroutine goes on. Entries are length-prefixed
 // and CRC-32C'd; a torn last write (the kill landed in it) is detected
 // and ignored: nothing in it had been acknowledged to its goroutine. A bad
@@ -90,9 +92,11 @@
 // the other results only once they are certain: when a publish that
 // started after the call returned has returned (its fdatasync covered what
 // the call wrote). Until then a delivery is journaled as a maybe (its
-// intent may have been carried out; its count and lease are not certain)
-// and the other results are held; a power loss or a kill leaves those
-// held in flight. This is the power-loss test with many goroutines, the
+// intent may have been carried out; its count and lease are not certain),
+// an Ack, Nack, Reject or Extend that returned nil as returned (its effect
+// holds in its own process, and may be lost to the next), and the other
+// results are held; a power loss or a kill leaves those held in flight.
+// This is the power-loss test with many goroutines, the
 // real clock and background maintenance racing the kill, where
 // powerloss_test.go runs one goroutine on a fake clock.
 //
@@ -118,7 +122,13 @@
 //     shown the message: a store that shows it proves that call did not
 //     happen, and from then on the message must stay like any other.
 //   - Acked is gone: a message whose Ack returned nil is never delivered
-//     again, in the journals or in any drain; so for deletes.
+//     again, in the journals or in any drain; so for deletes. An Ack
+//     journaled only as returned (under SyncPublish, before a publish made
+//     it certain) holds in its own process: the index applied it, and only
+//     a power loss undoes it, after which no call returns there; so no
+//     later delivery in that process, though the next may see the message
+//     again. So for a Reject, or a Nack that dead-lettered the message,
+//     until a replay of its dead letter.
 //   - No unknown message: every message a store shows was published, with
 //     the same ID, payload and EnqueuedAt. One whose publish did not return
 //     must be the call its goroutine had in flight when it was killed;
@@ -149,7 +159,11 @@
 //     and a settle or Extend that returned nil started before it.
 //     A nack in flight at a kill may have ended the lease early, but not
 //     before the lease's start plus the retry delay; a reject in flight
-//     leaves the message dead or leased, so its lease still holds.
+//     leaves the message dead or leased, so its lease still holds. A Nack's
+//     VisibleAt and an Extend's ExpiresAt journaled only as returned bind
+//     the deliveries later in their own process (an Extend's only down to
+//     the retry delay of a nack meant for the delivery, which may follow
+//     it, in flight), and no later process.
 //   - Clock readings are the broker's: EnqueuedAt, ExpiresAt, VisibleAt and
 //     FailedAt lie between the instants before and after their call (plus
 //     the visibility timeout, the retry delay or the Extend).
@@ -213,9 +227,12 @@
 // A run's summary ends with the rules that only some of the workload's
 // doings meet, and how often each was met: retry delays still pending when
 // a later child received, settles refused as lapsed, LEASE_EXPIRED dead
-// letters the janitor read, and the results of Consume's calls journaled.
-// A run of 20 cycles or more fails if any of them is zero, so that the
-// workload cannot stop meeting a rule unnoticed.
+// letters the janitor read, the results of Consume's calls journaled, and
+// the settles journaled as returned, held to their promises in their
+// process. A run of 20 cycles or more fails if any of them is zero (the
+// last only if the run had a timed cycle that lost power under
+// SyncPublish after 100 ms or more), so that the workload cannot stop
+// meeting a rule unnoticed.
 //
 //	go test ./recovery                         # 200 cycles (20 with -short or -race)
 //	WALBROKER_SOAK_CYCLES=5000 go test ./recovery -run TestProcessCrash -timeout 3h -v

@@ -54,6 +54,15 @@ const (
 	// neither the count nor the lease is certain. If it turns out
 	// certain, OpDelivered follows.
 	OpMaybe Op = "maybe"
+	// OpReturned: an Ack, Nack, Reject or Extend returned nil (Settle
+	// names which, as the Op its certain entry carries; the other fields
+	// are that entry's) where a power loss may take its record (under
+	// SyncPublish only a publish waits for an fdatasync). It is journaled
+	// as the call returns: in the process that made it, its effect holds
+	// in memory until the power fails, after which no call returns there;
+	// the next process may not see it. If it turns out certain, the entry
+	// of Settle follows.
+	OpReturned Op = "returned"
 	// OpFailed: a call the workload never expects to fail returned Err.
 	// For a publish, N is the attempt, which may or may not have happened.
 	OpFailed Op = "failed"
@@ -88,6 +97,9 @@ type Entry struct {
 	Err    string   `json:"err,omitempty"`
 	// Expired: the failed settle was refused with LeaseExpired.
 	Expired bool `json:"expired,omitempty"`
+	// Settle: the call an OpReturned entry records (OpAcked, OpNacked,
+	// OpRejected or OpExtended).
+	Settle Op `json:"settle,omitempty"`
 	// Start fields.
 	Cycle int    `json:"cycle,omitempty"`
 	Sync  string `json:"sync,omitempty"`

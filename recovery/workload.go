@@ -267,7 +267,8 @@ type ChildConfig struct {
 	// PowerLoss names (which must not exist), reports LinePowerLost, and
 	// waits for its kill. The calls that fail after the power loss are not
 	// journaled: they were in flight. Under SyncPublish the results a
-	// power loss may take are journaled only once certain (see result).
+	// power loss may take are journaled only once certain, but for a
+	// delivery's maybe and a settle's returned entry (see result).
 	PowerLoss      string
 	PowerLossAfter time.Duration
 }
@@ -350,7 +351,8 @@ type child struct {
 	// only a publish waits for an fdatasync). Results other than publishes
 	// are then held in pending until a publish that started after their
 	// call returned has returned (its fdatasync covered them), and a
-	// delivery is journaled at once only as OpMaybe. pendMu guards pending.
+	// delivery is journaled at once only as OpMaybe, a settle only as
+	// OpReturned. pendMu guards pending.
 	uncertain bool
 	pendMu    sync.Mutex
 	pending   []Entry
@@ -505,11 +507,26 @@ func (c *child) published(t0 int64, e Entry) {
 // result journals the result of a call other than a publish, or, when
 // results are uncertain, holds it until a publish makes it certain. One
 // not yet certain at a power loss or a kill is never journaled: the call
-// counts as in flight.
+// counts as in flight across it. An Ack, Nack, Reject or Extend that
+// returned nil is then also journaled at once as OpReturned, since its
+// effect holds in its own process (see OpReturned).
 func (c *child) result(entries ...Entry) {
 	if !c.uncertain {
 		c.journal(entries...)
 		return
+	}
+	var returned []Entry
+	for _, e := range entries {
+		switch e.Op {
+		case OpAcked, OpNacked, OpRejected, OpExtended:
+			e.Op, e.Settle = OpReturned, e.Op
+			returned = append(returned, e)
+		}
+	}
+	if len(returned) > 0 {
+		// Before the result is held: the certain entry, if it comes,
+		// follows this one in the journal.
+		c.journal(returned...)
 	}
 	c.pendMu.Lock()
 	c.pending = append(c.pending, entries...)

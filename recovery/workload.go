@@ -1008,18 +1008,9 @@ func (c *child) flowCarried(ctx context.Context, seed uint64) {
 	handler := func(_ context.Context, d broker.DeliveryValue) error {
 		t1 := now() // Receive returned before the handler ran
 		mu.Lock()
-		r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
-		if rng.IntN(100) < 3 {
-			pause = 250 * time.Millisecond // long enough for a lease extension
-		}
+		p := pickFlowPlan(rng)
 		mu.Unlock()
-		intent := IntentAck
-		switch {
-		case r < 10:
-			intent = IntentNack
-		case r < 14:
-			intent = IntentReject
-		}
+		intent, pause := p.intent, p.pause
 		c.delivered(deliveredEntry("flow", QueueFlow, d, intent, 0, t1))
 		time.Sleep(pause)
 		if intent == IntentAck {
@@ -1031,6 +1022,24 @@ func (c *child) flowCarried(ctx context.Context, seed uint64) {
 		Batch: 8, Concurrency: 6, ExtendEvery: 100 * time.Millisecond, ExtendBy: time.Second,
 	})
 	c.failed("flow", QueueFlow, "Consume", 0, err)
+}
+
+// pickFlowPlan draws what a flow handler does with a delivery: ack (86%),
+// nack with a retry cause (10%) or reject (4%), after a pause of up to 2
+// ms, or of 250 ms (6%), long enough for Consume to extend the lease.
+func pickFlowPlan(rng *rand.Rand) flowPlan {
+	r, pause := rng.IntN(100), time.Duration(rng.IntN(2000))*time.Microsecond
+	if rng.IntN(100) < 6 {
+		pause = 250 * time.Millisecond
+	}
+	intent := IntentAck
+	switch {
+	case r < 10:
+		intent = IntentNack
+	case r < 14:
+		intent = IntentReject
+	}
+	return flowPlan{intent: intent, pause: pause}
 }
 
 // flowQueue is the flow queue as broker.Consume sees it: the queue, whose
@@ -1082,20 +1091,10 @@ func (f *flowQueue) Receive(ctx context.Context, max int) ([]broker.DeliveryValu
 	entries := make([]Entry, len(ds))
 	f.mu.Lock()
 	for i, d := range ds {
-		r, pause := f.rng.IntN(100), time.Duration(f.rng.IntN(2000))*time.Microsecond
-		if f.rng.IntN(100) < 6 {
-			pause = 250 * time.Millisecond // long enough for lease extensions
-		}
-		intent := IntentAck
-		switch {
-		case r < 10:
-			intent = IntentNack
-		case r < 14:
-			intent = IntentReject
-		}
-		entries[i] = deliveredEntry("flow", QueueFlow, d, intent, t0, t1)
+		p := pickFlowPlan(f.rng)
+		entries[i] = deliveredEntry("flow", QueueFlow, d, p.intent, t0, t1)
 		f.leases[d.Lease.Receipt] = flowLease{id: d.Message.ID, del: d.Deliveries, exp: d.Lease.ExpiresAt.UnixNano()}
-		f.plans[d.Lease.Receipt] = flowPlan{intent: intent, pause: pause}
+		f.plans[d.Lease.Receipt] = p
 	}
 	f.mu.Unlock()
 	f.c.delivered(entries...)

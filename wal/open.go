@@ -705,6 +705,9 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 			if err := rewriteAndSync(prev.file, end); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
+			if err := unchanged(prev, reports[slices.Index(segs, prev)]); err != nil {
+				return err
+			}
 		}
 	}
 	if len(segs) == 0 || reports[len(reports)-1].Sealed {
@@ -724,8 +727,12 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 		// cache (a process crash keeps it there): make it durable before
 		// frames claim it is. After a clean Close it already is.
 		if !cleanLast {
+			beforeRewrite(s.file)
 			if err := rewriteAndSync(s.file, reports[len(reports)-1].End); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
+			}
+			if err := unchanged(s, reports[len(reports)-1]); err != nil {
+				return err
 			}
 		}
 		l.w.active, l.w.writeOff = s, reports[len(reports)-1].End
@@ -830,6 +837,29 @@ func rewriteAndSync(f *segment.File, end int) error {
 	}
 	return f.Sync()
 }
+
+// unchanged checks that segment s, made durable again by rewriteAndSync,
+// still holds the frames its scan found (r): that its frames end where they
+// did, and it is sealed if it was. The rewrite writes what the page cache
+// holds, and a page that a failed writeback left clean in it may have been
+// dropped since the scan, so that a read shows the device's bytes instead;
+// those are durable now, and the scan no longer tells what the segment
+// holds. Open then fails, and the next Open scans what is there.
+func unchanged(s *seg, r segment.Report) error {
+	again, err := s.file.Scan(false, func(segment.Frame) error { return nil })
+	if err != nil {
+		return fmt.Errorf("wal: open: %w", err)
+	}
+	if again.End != r.End || again.Sealed != r.Sealed {
+		return fmt.Errorf("wal: open: %s changed while it was made durable again: its frames end at offset %d (sealed: %t), where the scan found them ending at %d (sealed: %t); the page cache dropped bytes a failed writeback had left in it, and the device's show instead: open the log again",
+			s.file.Path(), again.End, again.Sealed, r.End, r.Sealed)
+	}
+	return nil
+}
+
+// beforeRewrite runs in Open before the last segment is made durable
+// again (tests change the page cache there).
+var beforeRewrite = func(*segment.File) {}
 
 // zeroTail overwrites the torn tail of the last segment with zeros, so that
 // stray frames of the torn batch can never be read as part of a later one.

@@ -241,7 +241,7 @@ func crashOptionsFor(k int64, root string, rng *rand.Rand) vfs.CrashOptions {
 	case 1:
 		opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
 	case 2:
-		opts.KeepUnsyncedFraction = 1 // a process crash: every write stays
+		opts.KeepUnsyncedFraction = 1 // every unsynced write stays (names not made durable still go)
 	}
 	return opts
 }

@@ -705,8 +705,11 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 			if err := rewriteAndSync(prev.file, end); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
-			if err := unchanged(prev, reports[slices.Index(segs, prev)]); err != nil {
-				return err
+			i := slices.Index(segs, prev)
+			if from, ok := l.scannedFrom(reports[i], i == n-1); ok {
+				if err := unchanged(prev, reports[i], from); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -731,8 +734,11 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 			if err := rewriteAndSync(s.file, reports[len(reports)-1].End); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
-			if err := unchanged(s, reports[len(reports)-1]); err != nil {
-				return err
+			r := reports[len(reports)-1]
+			if from, ok := l.scannedFrom(r, true); ok {
+				if err := unchanged(s, r, from); err != nil {
+					return err
+				}
 			}
 		}
 		l.w.active, l.w.writeOff = s, reports[len(reports)-1].End
@@ -845,8 +851,14 @@ func rewriteAndSync(f *segment.File, end int) error {
 // dropped since the scan, so that a read shows the device's bytes instead;
 // those are durable now, and the scan no longer tells what the segment
 // holds. Open then fails, and the next Open scans what is there.
-func unchanged(s *seg, r segment.Report) error {
-	again, err := s.file.Scan(false, func(segment.Frame) error { return nil })
+//
+// It scans again what the scan read, from offset from: the bytes before
+// the position Options.Verified gives, where the scan of the last segment
+// began, were durable, and the device holds what the page cache does
+// there. (A segment Options.Sealed vouched for, unread, is durable too, and
+// is not scanned.)
+func unchanged(s *seg, r segment.Report, from int) error {
+	again, err := segment.ScanFrom(s.file.Data(), s.seq, from, false, func(segment.Frame) error { return nil })
 	if err != nil {
 		return fmt.Errorf("wal: open: %w", err)
 	}
@@ -855,6 +867,20 @@ func unchanged(s *seg, r segment.Report) error {
 			s.file.Path(), again.End, again.Sealed, r.End, r.Sealed)
 	}
 	return nil
+}
+
+// scannedFrom returns where the scan that reported r began: the header's
+// end, or, for the last segment (last) scanned from Options.Verified
+// (verifiedTail), that position; false for a segment Options.Sealed
+// vouched for unread (trustedSeal).
+func (l *Log) scannedFrom(r segment.Report, last bool) (int, bool) {
+	switch {
+	case r.Records >= 0:
+		return segment.HeaderSize, true
+	case last:
+		return l.opts.Verified.Offset(), true
+	}
+	return 0, false
 }
 
 // beforeRewrite runs in Open before the last segment is made durable

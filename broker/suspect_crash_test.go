@@ -43,6 +43,9 @@ func requireDamageRefusedAfterPowerLoss(t *testing.T, markFails bool) {
 	open := func(dir string, fs vfs.FS) (*broker.Store, error) {
 		o := e.opts
 		o.FS = fs
+		// No background round: the damage is found by the read below,
+		// never by a round that ran before it.
+		broker.ManualMaintenance(&o)
 		return broker.Open(dir, o)
 	}
 	// run opens a copy of the damaged store through a CrashFS that loses

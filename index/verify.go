@@ -1,6 +1,7 @@
 package index
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -192,11 +193,21 @@ func (x *Index) checkHeld(h heldCounts) error {
 //
 // It is for tests and tools: it walks every stream, costing a read of each
 // entry of the table, and changes nothing but what a walk of a stream
-// does (damage found is recorded: see Damaged). Not safe for concurrent
+// does (damage found is recorded: see Damaged; damage a walk recorded
+// before is returned at once). Not safe for concurrent
 // use: the caller keeps every queue still.
 func (x *Index) Verify() error {
 	if x == nil {
 		return errNilIndex
+	}
+	if err := x.Damaged(); err != nil {
+		// A walk of a stream met damage already, and left the counts it
+		// could not trust behind (a stream ending early stops counting
+		// what it lost): that damage is the answer, not the counts.
+		if !errors.Is(err, ErrDamaged) {
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
+		return fmt.Errorf("index: verify: %w", err)
 	}
 	h, err := x.countHeld()
 	if err == nil {

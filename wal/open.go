@@ -694,20 +694,16 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 		// leave records behind a segment that reads as unsealed.
 		// Rotation syncs the old segment before it writes to the new
 		// one, so no segment before that one can be in this state.
-		prev, end := segs[n-1], reports[n-1].End // the last, if sealed, precedes a new one
-		if !reports[n-1].Sealed {
-			prev = nil
-			if n > 1 {
-				prev, end = segs[n-2], reports[n-2].End
-			}
+		i := n - 1 // the last, if sealed, precedes a new one
+		if !reports[i].Sealed {
+			i--
 		}
-		if prev != nil {
-			if err := rewriteAndSync(prev.file, end); err != nil {
+		if i >= 0 {
+			if err := rewriteAndSync(segs[i].file, reports[i].End); err != nil {
 				return fmt.Errorf("wal: open: %w", err)
 			}
-			i := slices.Index(segs, prev)
 			if from, ok := l.scannedFrom(reports[i], i == n-1); ok {
-				if err := unchanged(prev, reports[i], from); err != nil {
+				if err := unchanged(segs[i], reports[i], from); err != nil {
 					return err
 				}
 			}

@@ -31,7 +31,11 @@ import (
 // cloned to what the device could hold — synced bytes only; a random half
 // of the unsynced 4 KiB blocks with the last write torn; every written
 // byte, in the files the durable names give; half the unsynced 512-byte
-// sectors — and each clone is opened with the real file system and checked:
+// sectors; and, as file systems that commit names and sizes apart from
+// the data may leave it, every unsynced name or a prefix of them, with
+// every unsynced size change or a prefix of each file's, and none, half
+// or all of the unsynced data (cloneKinds) — and each clone is opened with
+// the real file system and checked:
 //
 //   - it opens: a power loss is never corruption;
 //   - what it holds is exactly the projection of a prefix of the calls
@@ -109,25 +113,53 @@ func plWorkload(seed uint64, mode broker.SyncMode) workload {
 	return w
 }
 
-// cloneKinds are the ways a clone treats unsynced data. The last keeps
-// whole writes with holes before them, and pages of which only some
-// sectors reached the device.
-var cloneKinds = []struct {
-	name    string
-	keep    float64
-	tear    bool
-	keepAll bool
-	block   int // vfs.CrashOptions.BlockSize
-}{
-	{"synced only", 0, false, false, 0},
-	{"half the unsynced blocks, last write torn", 0.5, true, false, 0},
-	{"every written byte", 1, false, true, 0},
-	{"half the unsynced 512-byte sectors, none torn", 0.5, false, false, 512},
+// cloneKind is one way a clone treats unsynced data, names and sizes.
+type cloneKind struct {
+	name string
+	keep float64
+	tear bool
+	// keepAll says that the clone holds every call that returned: it
+	// keeps every written byte, and every size change with it.
+	keepAll      bool
+	block        int              // vfs.CrashOptions.BlockSize
+	names, sizes vfs.KeepUnsynced // vfs.CrashOptions.KeepUnsyncedNames, KeepUnsyncedSizes
 }
+
+// options returns the options of a clone of root of this kind.
+func (k *cloneKind) options(root string, rng *rand.Rand) vfs.CrashOptions {
+	return vfs.CrashOptions{Root: root, KeepUnsyncedFraction: k.keep, TearLastWrite: k.tear, BlockSize: k.block,
+		KeepUnsyncedNames: k.names, KeepUnsyncedSizes: k.sizes, Rand: rng}
+}
+
+// cloneKinds are the ways a clone treats unsynced data. The fourth keeps
+// whole writes with holes before them, and pages of which only some
+// sectors reached the device. From the fifth on (metadataKinds) they keep
+// the unsynced changes of names and of sizes apart from the data, as file
+// systems that commit metadata on their own may: every name and every
+// size with no unsynced block (a file that grew comes back longer, the
+// rest zeros), every name with every byte (as the page cache holds the
+// tree: every call that returned), and prefixes of them, with some or all
+// of the data (a size change lost takes the blocks past it).
+var cloneKinds = []cloneKind{
+	{name: "synced only"},
+	{name: "half the unsynced blocks, last write torn", keep: 0.5, tear: true},
+	{name: "every written byte", keep: 1, keepAll: true},
+	{name: "half the unsynced 512-byte sectors, none torn", keep: 0.5, block: 512},
+	{name: "every unsynced name and size, no unsynced block", names: vfs.KeepAll, sizes: vfs.KeepAll},
+	{name: "every unsynced name and every written byte", keep: 1, keepAll: true, names: vfs.KeepAll},
+	{name: "a prefix of the unsynced names and of each file's sizes, half the unsynced blocks, last write torn", keep: 0.5, tear: true, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
+	{name: "a prefix of the unsynced names, every written byte", keep: 1, keepAll: true, names: vfs.KeepPrefix},
+	{name: "a prefix of the unsynced names and of each file's sizes, every written byte", keep: 1, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
+}
+
+// metadataKinds is where the kinds that keep names and sizes apart from
+// the data begin in cloneKinds.
+const metadataKinds = 4
 
 // sweepClones is how many clones each case of the sweep checks: the
 // first three kinds, with the fourth in place of the second in every
-// other case.
+// other case; every other case checks a fourth clone, of one of the
+// metadataKinds in turn.
 const sweepClones = 3
 
 // plCase is one run of the workload that loses power after operation k,
@@ -169,6 +201,7 @@ type plCounts struct {
 	indexRebuilt    int
 	noCrash         int
 	prefixShort     int // clones that lost calls no promise covered
+	metadata        int // clones, of every stage, of the metadataKinds
 }
 
 func (c *plCounts) add(o *plCounts) {
@@ -182,14 +215,16 @@ func (c *plCounts) add(o *plCounts) {
 	c.indexRebuilt += o.indexRebuilt
 	c.noCrash += o.noCrash
 	c.prefixShort += o.prefixShort
+	c.metadata += o.metadata
 }
 
 func (c *plCounts) String() string {
 	return fmt.Sprintf("%d workload runs, %d power-loss clones checked (%d of them lost calls that no promise covered), "+
 		"%d recoveries crashed and checked again, %d rebuilt from the log alone and compared, "+
 		"%d restarted on the page cache and then lost power, %d booted again for a second life that lost power too; "+
-		"%d opens repaired a torn tail, %d rebuilt the index; %d runs ended before the crash",
-		c.runs, c.clones, c.prefixShort, c.recoveryCrashes, c.rebuilds, c.restarts, c.secondLives, c.tornTails, c.indexRebuilt, c.noCrash)
+		"%d opens repaired a torn tail, %d rebuilt the index; %d runs ended before the crash; "+
+		"%d clones (of every stage) kept unsynced names and sizes apart from the data",
+		c.runs, c.clones, c.prefixShort, c.recoveryCrashes, c.rebuilds, c.restarts, c.secondLives, c.tornTails, c.indexRebuilt, c.noCrash, c.metadata)
 }
 
 // run runs the case in a fresh directory under root and returns what
@@ -218,7 +253,7 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 		ck := cloneKinds[kind]
 		what := fmt.Sprintf("%v, clone of %s", c, ck.name)
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", i))
-		opts := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: ck.keep, TearLastWrite: ck.tear, BlockSize: ck.block, Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 1))}
+		opts := ck.options(dir, rand.New(rand.NewPCG(c.rng.Uint64(), 1)))
 		if err := cfs.CrashClone(clone, opts); err != nil {
 			fail("%s: CrashClone: %v", what, err)
 			continue
@@ -246,6 +281,9 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 			}
 		}
 		counts.clones++
+		if kind >= metadataKinds {
+			counts.metadata++
+		}
 		lo := lowerBound(j, ck.keepAll)
 		ckpt := finishedCheckpoint(clone)
 		obs := checkClone(clone, at, j, lo, what, fail)
@@ -278,11 +316,14 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 			if s, err := broker.Open(again, broker.Options{Now: newClock(j.end).Now, SegmentBytes: broker.MinSegmentBytes, FS: rfs}); err == nil {
 				_ = s.Close()
 			}
-			rck := cloneKinds[c.rng.IntN(len(cloneKinds))]
+			rkind := c.rng.IntN(len(cloneKinds))
+			if rkind >= metadataKinds {
+				counts.metadata++
+			}
+			rck := cloneKinds[rkind]
 			what2 := fmt.Sprintf("%s, then power lost after operation %d of its recovery, clone of %s", what, rk, rck.name)
 			clone2 := again + "-clone"
-			if err := rfs.CrashClone(clone2, vfs.CrashOptions{Root: again, KeepUnsyncedFraction: rck.keep, TearLastWrite: rck.tear, BlockSize: rck.block,
-				Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 2))}); err != nil {
+			if err := rfs.CrashClone(clone2, rck.options(again, rand.New(rand.NewPCG(c.rng.Uint64(), 2)))); err != nil {
 				fail("%s: CrashClone: %v", what2, err)
 			} else if obs2 := checkClone(clone2, at, j, lo, what2, fail); obs2 != nil {
 				if d := sameObservation(obs, obs2); d != "" {
@@ -374,11 +415,14 @@ func (c *plCase) liveAgain(life2 string, j *journal, obs *observation, at time.T
 			return
 		}
 	}
-	ck := cloneKinds[c.rng.IntN(len(cloneKinds))]
+	kind := c.rng.IntN(len(cloneKinds))
+	if kind >= metadataKinds {
+		counts.metadata++
+	}
+	ck := cloneKinds[kind]
 	what = fmt.Sprintf("%s, clone of %s", what, ck.name)
 	clone := life2 + "-clone"
-	if err := cfs.CrashClone(clone, vfs.CrashOptions{Root: life2, KeepUnsyncedFraction: ck.keep, TearLastWrite: ck.tear, BlockSize: ck.block,
-		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), 4))}); err != nil {
+	if err := cfs.CrashClone(clone, ck.options(life2, rand.New(rand.NewPCG(c.rng.Uint64(), 4)))); err != nil {
 		fail("%s: CrashClone: %v", what, err)
 		return
 	}
@@ -566,6 +610,9 @@ func TestPowerLoss(t *testing.T) {
 				}
 				c := &plCase{mode: mode, wseed: wseed, k: k, rng: rand.New(rand.NewPCG(seed^uint64(k), uint64(mi))),
 					kinds: []int{0, []int{1, 3}[n%2], 2}, crashRecovery: -1, rebuild: -1, secondLife: -1, total: total}
+				if n%2 == 1 {
+					c.kinds = append(c.kinds, metadataKinds+n/2%(len(cloneKinds)-metadataKinds))
+				}
 				if n%4 == 0 {
 					c.secondLife = n / 4 % 3
 				}
@@ -599,7 +646,10 @@ func TestPowerLoss(t *testing.T) {
 
 // powerLossSoak runs n random cases: a random mode, workload seed and k,
 // and one clone of a random kind each; a third of them also crash the
-// recovery of the clone, and a fifth compare it with a rebuild.
+// recovery of the clone, and a fifth compare it with a rebuild. (The kind
+// is drawn from all of cloneKinds: a seed of a soak run before the
+// metadataKinds were added draws the same modes, workload seeds and
+// operations, save for a rare redraw, but other kinds.)
 func powerLossSoak(t *testing.T, seed uint64, n int) {
 	root := fastDir(t)
 	rng := rand.New(rand.NewPCG(seed, 0x50a6))

@@ -27,13 +27,23 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //   - A file's content and size are durable as of its last successful Sync
 //     (through any handle). Each later WriteAt and Truncate is recorded with
 //     the bytes and size it replaced, which are read from the file first.
+//     A crash may keep any of those blocks, in any order; a file's size
+//     grows with the blocks kept, or, as on file systems that commit
+//     metadata apart from data (ext4 with data=writeback, xfs), its size
+//     changes are kept in order apart from the blocks: a file that grew
+//     may come back longer than its surviving data, the rest reading as
+//     zeros, or shorter, its surviving blocks past the end lost (see
+//     [CrashOptions.KeepUnsyncedSizes]).
 //   - A name (a creation, a Rename, a Remove) is durable only after a
 //     successful SyncDir of its directory; until then a crash may restore
 //     the directory's previous entries, or keep any prefix of the unsynced
 //     changes of names, in the order they were made and each Rename whole,
-//     as a journalling file system that commits them in order may. Files are followed by identity across
-//     renames, and a removed or replaced file that a crash could bring back
-//     is kept open until its removal is durable.
+//     as a journalling file system that commits them in order may,
+//     whatever it keeps of the data (all of them with every block kept:
+//     the tree as the page cache holds it; see
+//     [CrashOptions.KeepUnsyncedNames]). Files are followed by identity
+//     across renames, and a removed or replaced file that a crash could
+//     bring back is kept open until its removal is durable.
 //   - A Sync the inner FS fails (a writeback error) loses the writes it
 //     was to make durable for good, as on Linux, where the failed pages are
 //     left clean in the page cache: reads still see them, no later Sync

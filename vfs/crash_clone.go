@@ -34,18 +34,48 @@ type CrashOptions struct {
 	// drop every unsynced byte) and 1 (keep them all), with which each
 	// unsynced write survives, decided independently for each block of
 	// BlockSize bytes (aligned in the file) that the write touches, and
-	// likewise for each unsynced Truncate. Writes are replayed in order
-	// over the durable content, so what survives may come back reordered
-	// and with holes: a dropped block keeps what the file held there
-	// before the write, which reads as zeros where the write had extended
-	// the file. A file's size
-	// is its durable size, grown by the surviving blocks and changed by
-	// the surviving truncations. Strictly between 0 and 1 it also keeps a
-	// prefix, of a length drawn uniformly, of the changes of names
-	// (creations, renames, removals) no SyncDir has made durable, in the
-	// order they were made, each rename whole; at 0 and at 1 it keeps
-	// none of them.
+	// likewise for each unsynced Truncate (unless KeepUnsyncedSizes
+	// decides those). Writes are replayed in order over the durable
+	// content, so what survives may come back reordered and with holes: a
+	// dropped block keeps what the file held there before the write,
+	// which reads as zeros where the write had extended the file. Unless
+	// KeepUnsyncedSizes says otherwise, a file's size is its durable size,
+	// grown by the surviving blocks and changed by the surviving
+	// truncations. Unless KeepUnsyncedNames says otherwise, strictly
+	// between 0 and 1 it also keeps a prefix, of a length drawn uniformly,
+	// of the changes of names (creations, renames, removals) no SyncDir
+	// has made durable, in the order they were made, each rename whole;
+	// at 0 and at 1 it keeps none of them.
 	KeepUnsyncedFraction float64
+
+	// KeepUnsyncedNames says which of the changes of names no SyncDir has
+	// made durable survive, whatever KeepUnsyncedFraction keeps of the
+	// data: [KeepNone], [KeepPrefix] (of a length drawn uniformly, in the
+	// order they were made, each rename whole, as a journalling file
+	// system that commits them in order may leave them) or [KeepAll]. The
+	// default, "", is KeepPrefix strictly between 0 and 1 and KeepNone at
+	// 0 and at 1. KeepAll with KeepUnsyncedFraction 1 is a power loss
+	// after every dirty page and every journalled change of names reached
+	// the device, before any directory sync: the tree as the page cache
+	// holds it, as a process crash leaves it.
+	KeepUnsyncedNames KeepUnsynced
+
+	// KeepUnsyncedSizes says which unsynced changes of each file's size
+	// survive apart from the data that made them. With [KeepNone] (the
+	// default, "") none does: a file's size follows the surviving blocks
+	// and truncations (see KeepUnsyncedFraction). Otherwise a file's
+	// unsynced size changes (the writes that extended it and the
+	// truncations, in the order they were made) are metadata, committed
+	// in order apart from the data, as on ext4 with data=writeback, xfs
+	// and others: [KeepPrefix] keeps a prefix of them, of a length drawn
+	// uniformly for each file, and [KeepAll] keeps them all. The file
+	// then ends where the last size change kept left it, whatever blocks
+	// survive: a range that the kept sizes cover and no surviving block
+	// does reads as it did before the writes (zeros where they had
+	// extended the file), and surviving blocks past the end are lost. A
+	// truncation survives exactly when it is in the kept prefix (its
+	// survival is not drawn with KeepUnsyncedFraction).
+	KeepUnsyncedSizes KeepUnsynced
 
 	// TearLastWrite cuts the last unsynced write of each file after a
 	// random number of bytes (possibly none, never all) before the
@@ -61,9 +91,33 @@ type CrashOptions struct {
 
 	// Rand is the seeded source of those choices. It is required when
 	// KeepUnsyncedFraction is strictly between 0 and 1, or positive with
-	// TearLastWrite; files are visited in name order, so a fixed seed over
-	// a fixed workload gives a fixed clone.
+	// TearLastWrite, or when KeepUnsyncedNames or KeepUnsyncedSizes is
+	// KeepPrefix; files are visited in name order, so a fixed seed over a
+	// fixed workload gives a fixed clone. KeepUnsyncedNames and
+	// KeepUnsyncedSizes left at "" draw nothing from it, so that a seed
+	// gives the clone it gave before they existed.
 	Rand *rand.Rand
+}
+
+// KeepUnsynced says which of a kind of unsynced change a crash keeps (see
+// [CrashOptions.KeepUnsyncedNames] and [CrashOptions.KeepUnsyncedSizes]).
+type KeepUnsynced string
+
+// The values of KeepUnsynced; "" is each field's default.
+const (
+	KeepNone   KeepUnsynced = "none"   // none of them
+	KeepPrefix KeepUnsynced = "prefix" // the first of them, as many as drawn from Rand
+	KeepAll    KeepUnsynced = "all"    // all of them
+)
+
+// check returns an error if k is not one of the values of KeepUnsynced,
+// or "".
+func (k KeepUnsynced) check(field string) error {
+	switch k {
+	case "", KeepNone, KeepPrefix, KeepAll:
+		return nil
+	}
+	return fmt.Errorf("vfs: CrashClone: %s %q is none of %q, %q, %q", field, string(k), KeepNone, KeepPrefix, KeepAll)
 }
 
 // keep decides whether one unsynced block or truncation survives.
@@ -93,7 +147,14 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	if opts.BlockSize < 0 {
 		return fmt.Errorf("vfs: CrashClone: BlockSize %d is negative", opts.BlockSize)
 	}
-	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite) {
+	if err := opts.KeepUnsyncedNames.check("KeepUnsyncedNames"); err != nil {
+		return err
+	}
+	if err := opts.KeepUnsyncedSizes.check("KeepUnsyncedSizes"); err != nil {
+		return err
+	}
+	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite ||
+		opts.KeepUnsyncedNames == KeepPrefix || opts.KeepUnsyncedSizes == KeepPrefix) {
 		return errors.New("vfs: CrashClone: these options need a Rand")
 	}
 	c.mu.Lock()
@@ -138,8 +199,18 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 			groups++
 		}
 	}
+	keepNames := opts.KeepUnsyncedNames
+	if keepNames == "" {
+		keepNames = KeepNone
+		if f > 0 && f < 1 {
+			keepNames = KeepPrefix
+		}
+	}
 	keepGroups := 0
-	if f > 0 && f < 1 && groups > 0 {
+	switch {
+	case keepNames == KeepAll:
+		keepGroups = groups
+	case keepNames == KeepPrefix && groups > 0:
 		keepGroups = opts.Rand.IntN(groups + 1)
 	}
 	kept := make(map[*crashDir]map[string]*crashNode)
@@ -350,7 +421,7 @@ func (c *CrashFS) durableContentLocked(n *crashNode) (durable, cur []byte, name 
 }
 
 // replayLocked replays over n's durable content the unsynced writes that
-// opts lets survive.
+// opts lets survive, and gives the result the size opts lets survive.
 func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOptions) ([]byte, error) {
 	img := durable
 	block := int64(crashBlockSize)
@@ -363,10 +434,18 @@ func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOpt
 			lastWrite = i
 		}
 	}
+	// With sizes kept apart from the data, the records before cut are
+	// those whose size changes survive, and size is the size they leave.
+	sized := opts.KeepUnsyncedSizes == KeepPrefix || opts.KeepUnsyncedSizes == KeepAll
+	var cut int
+	var size int64
+	if sized {
+		cut, size = sizeCut(n.log, int64(len(durable)), opts)
+	}
 	for i := range n.log {
 		r := &n.log[i]
 		if r.truncate {
-			if opts.keep() {
+			if sized && i < cut || !sized && opts.keep() {
 				img = resize(img, r.off)
 			}
 			continue
@@ -386,10 +465,49 @@ func replayLocked(n *crashNode, durable, cur []byte, name string, opts *CrashOpt
 			start = end
 		}
 	}
-	if opts.KeepUnsyncedFraction >= 1 && !opts.TearLastWrite && !n.hasBase && !bytes.Equal(img, cur) {
+	if sized {
+		img = resize(img, size)
+	}
+	if opts.KeepUnsyncedFraction >= 1 && !opts.TearLastWrite && opts.KeepUnsyncedSizes != KeepPrefix && !n.hasBase && !bytes.Equal(img, cur) {
 		return nil, fmt.Errorf("vfs: CrashClone: replaying every unsynced write of %s does not give its content (a bookkeeping bug)", name)
 	}
 	return img, nil
+}
+
+// sizeCut returns where the unsynced size changes of log that opts keeps
+// end, apart from the data: the records before the index cut are those
+// before the first size change lost (all of them if none is), and size is
+// the size they leave a file whose durable size is durableSize. A record
+// changes the size if it leaves it other than it found it: a truncation to
+// another size, a write past the end.
+func sizeCut(log []crashRecord, durableSize int64, opts *CrashOptions) (cut int, size int64) {
+	after := func(size int64, r *crashRecord) int64 {
+		if r.truncate {
+			return r.off
+		}
+		return max(size, r.off+int64(len(r.data)))
+	}
+	var changes []int // the records that change the size
+	size = durableSize
+	for i := range log {
+		next := after(size, &log[i])
+		if next != size {
+			changes = append(changes, i)
+		}
+		size = next
+	}
+	kept := len(changes)
+	if opts.KeepUnsyncedSizes == KeepPrefix && kept > 0 {
+		kept = opts.Rand.IntN(kept + 1)
+	}
+	if kept == len(changes) {
+		return len(log), size
+	}
+	cut, size = changes[kept], durableSize
+	for i := range cut {
+		size = after(size, &log[i])
+	}
+	return cut, size
 }
 
 // resize returns b with length n, zero-filled where it grows.

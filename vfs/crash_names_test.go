@@ -80,3 +80,93 @@ func requireEveryPrefix(t *testing.T, prefixes []map[string]string, seeds uint64
 		require.True(t, ok, "no clone kept exactly the first %d changes: %v", i, prefixes[i])
 	}
 }
+
+// TestCrashCloneMayKeepEveryUnsyncedNameWithEveryWrite: a power loss may
+// come after every dirty page and every journalled change of names reached
+// the device, but before the directory sync: all the names with all the
+// data, the tree as the page cache holds it. KeepUnsyncedNames reaches that
+// state, and each prefix of the names with all the data, or with none of
+// it; left at "", it keeps what it kept before it existed, drawing the
+// same prefix from the same seed.
+func TestCrashCloneMayKeepEveryUnsyncedNameWithEveryWrite(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	cur := durableFile(t, c, filepath.Join(dir, "CURRENT"), "v1")
+	defer cur.Close()
+	f := openRW(t, c, filepath.Join(dir, "new")) // 1: a creation
+	defer f.Close()
+	writeAt(t, f, "data", 0)
+	require.NoError(t, f.Sync())
+	tmp := openRW(t, c, filepath.Join(dir, "CURRENT.tmp")) // 2
+	defer tmp.Close()
+	writeAt(t, tmp, "v2", 0)
+	require.NoError(t, tmp.Sync())
+	require.NoError(t, c.Rename(filepath.Join(dir, "CURRENT.tmp"), filepath.Join(dir, "CURRENT"))) // 3
+	// Unsynced data in a file whose name is not durable.
+	writeAt(t, f, "+more", 4)
+
+	live := readTree(t, dir)
+	require.Equal(t, map[string]string{"CURRENT": "v2", "new": "data+more"}, live)
+	require.Equal(t, live, cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 1, KeepUnsyncedNames: KeepAll}))
+	require.Equal(t, map[string]string{"CURRENT": "v1"}, cloneTree(t, c, keepAll), "by default, every write and no name")
+	require.Equal(t, map[string]string{"CURRENT": "v2", "new": "data"}, cloneTree(t, c, CrashOptions{KeepUnsyncedNames: KeepAll}),
+		"every name and no unsynced write")
+	require.Equal(t, map[string]string{"CURRENT": "v1"}, cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, KeepUnsyncedNames: KeepNone, Rand: newRand(1)}))
+
+	prefixes := func(newData string) []map[string]string {
+		return []map[string]string{
+			{"CURRENT": "v1"},
+			{"CURRENT": "v1", "new": newData},
+			{"CURRENT": "v1", "new": newData, "CURRENT.tmp": "v2"},
+			{"CURRENT": "v2", "new": newData},
+		}
+	}
+	for _, keep := range []float64{0, 1} {
+		newData := map[float64]string{0: "data", 1: "data+more"}[keep]
+		requireEveryPrefix(t, prefixes(newData), 100, func(o CrashOptions) map[string]string {
+			o.KeepUnsyncedFraction, o.KeepUnsyncedNames = keep, KeepPrefix
+			return cloneTree(t, c, o)
+		})
+	}
+	for seed := range uint64(20) {
+		require.Equal(t, cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)}),
+			cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, KeepUnsyncedNames: KeepPrefix, Rand: newRand(seed)}),
+			"seed %d: strictly between 0 and 1 the default is the drawn prefix, drawn as before", seed)
+	}
+}
+
+// TestCrashCloneWithEveryNameAndWriteIsThePageCache: over a random
+// workload, the clone that keeps every unsynced name and write is the tree
+// as it is now, with or without the sizes kept apart from the data.
+func TestCrashCloneWithEveryNameAndWriteIsThePageCache(t *testing.T) {
+	for wseed := range uint64(8) {
+		dir := t.TempDir()
+		c := NewCrashFS(Default)
+		open := seedWorkload(t, c, dir, wseed)
+		live := readTree(t, dir)
+		for _, sizes := range []KeepUnsynced{"", KeepNone, KeepAll} {
+			require.Equal(t, live, cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 1, KeepUnsyncedNames: KeepAll, KeepUnsyncedSizes: sizes}),
+				"workload seed %d, sizes %q", wseed, sizes)
+		}
+		for _, f := range open {
+			require.NoError(t, f.Close())
+		}
+	}
+}
+
+// TestCrashCloneRefusesAnUnknownKeep: a KeepUnsynced that is none of its
+// values is refused with an error naming the field and the value, and a
+// drawn prefix without a Rand is refused too.
+func TestCrashCloneRefusesAnUnknownKeep(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	durableFile(t, c, filepath.Join(dir, "f"), "x").Close()
+	err := c.CrashClone(filepath.Join(t.TempDir(), "a"), CrashOptions{Root: dir, KeepUnsyncedNames: "some"})
+	require.ErrorContains(t, err, `KeepUnsyncedNames "some"`)
+	err = c.CrashClone(filepath.Join(t.TempDir(), "b"), CrashOptions{Root: dir, KeepUnsyncedSizes: "All"})
+	require.ErrorContains(t, err, `KeepUnsyncedSizes "All"`)
+	for _, opts := range []CrashOptions{{KeepUnsyncedNames: KeepPrefix}, {KeepUnsyncedSizes: KeepPrefix}, {KeepUnsyncedFraction: 1, KeepUnsyncedSizes: KeepPrefix}} {
+		opts.Root = dir
+		require.ErrorContains(t, c.CrashClone(filepath.Join(t.TempDir(), "c"), opts), "need a Rand", "%+v", opts)
+	}
+}

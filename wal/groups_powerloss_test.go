@@ -51,7 +51,8 @@ func atomWorkload(dir string, fs vfs.FS, mode SyncMode) (durable map[int]bool, e
 // TestGroupsStayWholeAcrossPowerLossInEveryMode: a power loss after every mutating operation of a
 // workload of 1-4-record calls, durable and write-only, across rotations,
 // under SyncAlways and SyncNever, with torn and partly kept unsynced
-// writes. Every call found is whole, in order, and every call an
+// writes, and unsynced names and sizes kept apart from the data
+// (metadataStates). Every call found is whole, in order, and every call an
 // fdatasync covered is found.
 func TestGroupsStayWholeAcrossPowerLossInEveryMode(t *testing.T) {
 	root := shmDir(t)
@@ -69,8 +70,9 @@ func TestGroupsStayWholeAcrossPowerLossInEveryMode(t *testing.T) {
 			cfs.CrashAfter(k)
 			dir := freshDir(t, root)
 			durable, _ := atomWorkload(dir, cfs, mode)
-			for v := 0; v < 4; v++ {
+			for v := 0; v < 5; v++ {
 				opts := vfs.CrashOptions{Root: dir, Rand: rand.New(rand.NewPCG(uint64(k), uint64(v)))}
+				kind := ""
 				switch v {
 				case 1:
 					opts.KeepUnsyncedFraction, opts.TearLastWrite = 0.5, true
@@ -78,10 +80,15 @@ func TestGroupsStayWholeAcrossPowerLossInEveryMode(t *testing.T) {
 					opts.KeepUnsyncedFraction = 1
 				case 3:
 					opts.KeepUnsyncedFraction, opts.BlockSize = 0.5, 512
+				case 4: // names and sizes kept apart from the data
+					ms := metadataStates[k%int64(len(metadataStates))]
+					opts.KeepUnsyncedFraction, opts.TearLastWrite = ms.keep, ms.tear
+					opts.KeepUnsyncedNames, opts.KeepUnsyncedSizes = ms.names, ms.sizes
+					kind = " (" + ms.name + ")"
 				}
 				clone := filepath.Join(freshDir(t, root), "clone")
 				require.NoError(t, cfs.CrashClone(clone, opts))
-				what := fmt.Sprintf("mode %v crash after op %d of %d, variant %d", mode, k, total, v)
+				what := fmt.Sprintf("mode %v crash after op %d of %d, variant %d%s", mode, k, total, v, kind)
 				l, err := Open(clone, Options{SegmentBytes: 1024})
 				require.NoError(t, err, what)
 				got := readAll(t, l)

@@ -35,6 +35,10 @@ var miscCases = []testCase{
 				p.RetryDelay = time.Minute
 				p.MaxRetryDelay = time.Second
 			},
+			"MaxRetryDelay a nanosecond below RetryDelay": func(p *broker.PolicyValue) {
+				p.RetryDelay = time.Minute
+				p.MaxRetryDelay = time.Minute - 1 // the ceiling equal to it is a bound (PolicyBoundsAreAccepted)
+			},
 			"zero MaxDeliveries":       func(p *broker.PolicyValue) { p.MaxDeliveries = 0 },
 			"negative MaxDeliveries":   func(p *broker.PolicyValue) { p.MaxDeliveries = -1 },
 			"negative MaxMessageBytes": func(p *broker.PolicyValue) { p.MaxMessageBytes = -1 },

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -262,6 +263,17 @@ func BenchmarkQueues(b *testing.B) {
 	impls := []impl{{"walbroker", openWalbroker}, {"pebble", openPebble}, {"bolt", openBolt}}
 	// Workload first, then implementation: the runs of one workload are
 	// neighbours in time, so the disk's mood changes little between them.
+	// COMPARE_ROUND rotates each workload's row, so that over rounds
+	// 0, 1, 2 ... each implementation also runs first, right after the
+	// previous workload's, and last.
+	round, err := compareRound()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rotate := func(row []impl) []impl {
+		k := round % len(row)
+		return append(append([]impl(nil), row[k:]...), row[:k]...)
+	}
 	for _, producers := range []int{1, 64} {
 		row := impls
 		switch producers {
@@ -270,7 +282,7 @@ func BenchmarkQueues(b *testing.B) {
 		case 64:
 			row = append(row[:len(row):len(row)], impl{"bolt-1ms", openBolt1ms})
 		}
-		for _, im := range row {
+		for _, im := range rotate(row) {
 			b.Run("publish-"+strconv.Itoa(producers)+"/"+im.name, func(b *testing.B) {
 				benchPublish(b, im.open(b), producers, payload)
 			})
@@ -287,12 +299,25 @@ func BenchmarkQueues(b *testing.B) {
 				impl{"walbroker-" + strconv.Itoa(consumers) + "x64", openWalbrokerCalls},
 				impl{"walbroker-prefetch", openWalbrokerPrefetch})
 		}
-		for _, im := range row {
+		for _, im := range rotate(row) {
 			b.Run(name+im.name, func(b *testing.B) {
 				benchDrain(b, im.open(b), consumers, payload)
 			})
 		}
 	}
+}
+
+// compareRound reads COMPARE_ROUND: a round number, 0 when unset.
+func compareRound() (int, error) {
+	v := os.Getenv("COMPARE_ROUND")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("COMPARE_ROUND %q is not a round number (0, 1, 2, ...)", v)
+	}
+	return n, nil
 }
 
 // benchPublish publishes b.N messages from producers goroutines.

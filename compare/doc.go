@@ -28,7 +28,14 @@
 // run it several times:
 //
 //	go test -c -o /tmp/compare.test
-//	for i in 1 2 3; do /tmp/compare.test -test.run '^$' -test.bench Queues -test.benchtime 3s; done
+//	for i in 0 1 2; do COMPARE_ROUND=$i /tmp/compare.test -test.run '^$' -test.bench Queues -test.benchtime 3s; done
+//
+// COMPARE_ROUND (0 when unset) rotates the order in which each workload
+// runs its implementations: round r starts with the r-th (counting from 0,
+// modulo the workload's three to five), so that over as many rounds as a
+// workload has implementations each runs first once. An implementation
+// that always ran first would always meet the disk as the previous
+// workload left it.
 //
 // BENCH.md at the repository root records a run and reads it.
 package compare

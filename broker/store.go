@@ -253,6 +253,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	// verified as they are read, and the last one is scanned from the
 	// checkpoint's position on.
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			// index/ cannot be looked up because the store's own path
+			// does not lead to a directory (it names a file): say so of
+			// the path the caller gave, not of index/ under it.
+			err = &os.PathError{Op: "open", Path: where, Err: syscall.ENOTDIR}
+		}
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	if err := s.openHints(&wo); err != nil {

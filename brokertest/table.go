@@ -53,7 +53,7 @@ var rows = []row{
 		}
 		return "within " + c.tolerance().String()
 	}},
-	{"`Close`: later calls are Closed", func(c Capabilities) string { return yesNo(c.Closer) }},
+	{"`Close`: later calls on its queues are Closed", func(c Capabilities) string { return yesNo(c.Closer) }},
 }
 
 // Table renders the capability table of fs as markdown: one row per

@@ -770,7 +770,9 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 
 	// A crash at every operation of the Backup, and one just after it
 	// returned. Each is cloned as the synced state alone, and four times
-	// (once with -short) with half the rest kept, the last write torn.
+	// (once with -short) with half the rest kept, the last write torn;
+	// every other one also with unsynced names and sizes kept apart from
+	// the data (metadataStates).
 	// The preparer's operations, counted with the Backup's, may push the
 	// Backup's last ones past total in some runs: the crashes go on until
 	// one comes after the Backup returned.
@@ -784,15 +786,25 @@ func TestACrashDuringABackupHarmsNothing(t *testing.T) {
 		require.Less(t, k, 2*total, "no Backup returned within twice the operations of the first")
 		var cfs *vfs.CrashFS
 		cfs, dir, _, _, backupErr = run(k)
-		for c := range clones {
+		n := clones
+		if k%2 == 1 {
+			n++ // a clone with unsynced names and sizes kept apart from the data
+		}
+		for c := range n {
 			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
 			keep := 0.5
 			if c == 0 {
 				keep = 0
 			}
-			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: filepath.Dir(dir), KeepUnsyncedFraction: keep, TearLastWrite: keep > 0,
-				Rand: rand.New(rand.NewPCG(uint64(k), uint64(c)))}))
+			co := vfs.CrashOptions{Root: filepath.Dir(dir), KeepUnsyncedFraction: keep, TearLastWrite: keep > 0,
+				Rand: rand.New(rand.NewPCG(uint64(k), uint64(c)))}
 			what := fmt.Sprintf("crash after operation %d of %d of a backup, clone %d", k, total, c)
+			if c == clones {
+				var state string
+				co, state = metadataCrashOptions(k/2, filepath.Dir(dir), uint64(k))
+				what += " (" + state + ")"
+			}
+			require.NoError(t, cfs.CrashClone(clone, co))
 			s, err := broker.Open(filepath.Join(clone, "store"), opts(nil))
 			require.NoError(t, err, what)
 			requireSameState(t, want, broker.Dump(s), what)

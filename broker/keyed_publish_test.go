@@ -91,14 +91,7 @@ func TestABatchThatRotatesIsAllOrNothingAcrossPowerLoss(t *testing.T) {
 		want[m.ID] = true
 	}
 	found := map[int]int{}
-	for seed := range uint64(30) {
-		opts := []vfs.CrashOptions{
-			{KeepUnsyncedFraction: 0.5, TearLastWrite: true},
-			{KeepUnsyncedFraction: 0.8},
-			{KeepUnsyncedFraction: 1},
-		}[seed%3]
-		opts.Rand = rand.New(rand.NewPCG(seed, 7))
-		c := powerLoss(t, e, cfs, opts)
+	check := func(c *env, what string) {
 		cq := c.queue("jobs", pol)
 		n := 0
 		for {
@@ -112,9 +105,24 @@ func TestABatchThatRotatesIsAllOrNothingAcrossPowerLoss(t *testing.T) {
 				}
 			}
 		}
-		require.True(t, n == 0 || n == len(batch), "seed %d: %d of the batch's %d messages survived", seed, n, len(batch))
+		require.True(t, n == 0 || n == len(batch), "%s: %d of the batch's %d messages survived", what, n, len(batch))
 		found[n]++
 		c.close()
+	}
+	for seed := range uint64(30) {
+		opts := []vfs.CrashOptions{
+			{KeepUnsyncedFraction: 0.5, TearLastWrite: true},
+			{KeepUnsyncedFraction: 0.8},
+			{KeepUnsyncedFraction: 1},
+		}[seed%3]
+		opts.Rand = rand.New(rand.NewPCG(seed, 7))
+		check(powerLoss(t, e, cfs, opts), fmt.Sprintf("seed %d", seed))
+		if seed%5 == 0 {
+			// Every fifth, the same power loss with unsynced names and
+			// sizes kept apart from the data.
+			mopts, state := metadataCrashOptions(int64(seed/5), "", opts.Rand.Uint64())
+			check(powerLoss(t, e, cfs, mopts), fmt.Sprintf("seed %d, %s", seed, state))
+		}
 	}
 	require.Positive(t, found[len(batch)], "some clones kept the batch: %v", found)
 	require.Positive(t, found[0], "some lost it: %v", found)

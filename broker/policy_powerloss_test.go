@@ -150,48 +150,64 @@ func TestAPolicyChangeSurvivesAPowerLossAtEveryStep(t *testing.T) {
 		cfs.CrashAfter(k)
 		live, acked, changed := policyWorkload(t, dir, clock, cfs)
 		// One clone per crash point: the synced data alone, or half the
-		// rest kept with the last write torn.
+		// rest kept with the last write torn; at every sixth, a second
+		// one with unsynced names and sizes kept apart from the data.
 		keep := float64(k%2) / 2
+		opts := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: keep, TearLastWrite: keep > 0, Rand: rand.New(rand.NewPCG(rng.Uint64(), 3))}
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
-		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: keep, TearLastWrite: keep > 0,
-			Rand: rand.New(rand.NewPCG(rng.Uint64(), 3))}))
+		require.NoError(t, cfs.CrashClone(clone, opts))
 		what := fmt.Sprintf("power loss after operation %d of %d (keep %.1f)", k, total, keep)
-		rebuilds := []bool{false}
-		if k%3 == 0 {
-			copyTree(t, clone, clone+"-rebuilt")
-			require.NoError(t, os.RemoveAll(filepath.Join(clone+"-rebuilt", "index")))
-			rebuilds = append(rebuilds, true)
-		}
-		var dumps []string
-		for _, rebuild := range rebuilds {
-			d := clone
-			if rebuild {
-				d = clone + "-rebuilt"
-			}
-			w := what + map[bool]string{false: "", true: ", index rebuilt"}[rebuild]
-			s, err := broker.Open(d, policyLossOpts(clock, nil))
-			require.NoError(t, err, w)
-			dump := broker.Dump(s)
-			dumps = append(dumps, dump)
-			if changed {
-				require.Contains(t, dump, "MaxDeliveries:2", "%s: the policy change returned nil, so it is in force:\n%s", w, dump)
-			}
-			for id := range live {
-				seq, ok := broker.MessageSeq(id)
-				require.True(t, ok)
-				require.Contains(t, dump, fmt.Sprintf("\n  %d: ", seq), "%s: published message %s lost", w, id)
-			}
-			for id := range acked {
-				seq, ok := broker.MessageSeq(id)
-				require.True(t, ok)
-				require.NotContains(t, dump, fmt.Sprintf("\n  %d: ", seq), "%s: acked message %s came back", w, id)
-			}
-			require.NoError(t, s.Close())
-			require.NoError(t, os.RemoveAll(d))
-		}
-		if len(dumps) == 2 {
-			requireSameState(t, dumps[1], dumps[0], what+": from the checkpoint vs rebuilt from the log")
+		checkPolicyClone(t, clone, clock, k%3 == 0, live, acked, changed, what)
+		if k%6 == 2 {
+			mopts, state := metadataCrashOptions(k/6, dir, opts.Rand.Uint64())
+			mclone := filepath.Join(root, fmt.Sprintf("metadata-clone-%d", k))
+			require.NoError(t, cfs.CrashClone(mclone, mopts))
+			checkPolicyClone(t, mclone, clock, false, live, acked, changed, fmt.Sprintf("power loss after operation %d of %d (%s)", k, total, state))
 		}
 		require.NoError(t, os.RemoveAll(dir))
+	}
+}
+
+// checkPolicyClone opens clone, the store a power loss left, and checks
+// that every publish in live is there, that none in acked is, and that
+// the policy change is in force if it returned (changed); with rebuild,
+// it also rebuilds the index from the log and compares. It removes clone.
+func checkPolicyClone(t *testing.T, clone string, clock *fakeClock, rebuild bool, live, acked map[string]bool, changed bool, what string) {
+	t.Helper()
+	rebuilds := []bool{false}
+	if rebuild {
+		copyTree(t, clone, clone+"-rebuilt")
+		require.NoError(t, os.RemoveAll(filepath.Join(clone+"-rebuilt", "index")))
+		rebuilds = append(rebuilds, true)
+	}
+	var dumps []string
+	for _, rebuild := range rebuilds {
+		d := clone
+		if rebuild {
+			d = clone + "-rebuilt"
+		}
+		w := what + map[bool]string{false: "", true: ", index rebuilt"}[rebuild]
+		s, err := broker.Open(d, policyLossOpts(clock, nil))
+		require.NoError(t, err, w)
+		dump := broker.Dump(s)
+		dumps = append(dumps, dump)
+		if changed {
+			require.Contains(t, dump, "MaxDeliveries:2", "%s: the policy change returned nil, so it is in force:\n%s", w, dump)
+		}
+		for id := range live {
+			seq, ok := broker.MessageSeq(id)
+			require.True(t, ok)
+			require.Contains(t, dump, fmt.Sprintf("\n  %d: ", seq), "%s: published message %s lost", w, id)
+		}
+		for id := range acked {
+			seq, ok := broker.MessageSeq(id)
+			require.True(t, ok)
+			require.NotContains(t, dump, fmt.Sprintf("\n  %d: ", seq), "%s: acked message %s came back", w, id)
+		}
+		require.NoError(t, s.Close())
+		require.NoError(t, os.RemoveAll(d))
+	}
+	if len(dumps) == 2 {
+		requireSameState(t, dumps[1], dumps[0], what+": from the checkpoint vs rebuilt from the log")
 	}
 }

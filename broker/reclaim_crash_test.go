@@ -246,12 +246,46 @@ func crashOptionsFor(k int64, root string, rng *rand.Rand) vfs.CrashOptions {
 	return opts
 }
 
+// metadataStates are the ways a power loss may treat the unsynced changes
+// of names and of sizes apart from the data (vfs.CrashOptions), as file
+// systems that commit metadata on their own may: a file that grew may
+// come back longer than its surviving data, the rest zeros, or shorter,
+// its blocks past the end lost; and every journalled name may survive,
+// with every written page (the tree as the page cache holds it) or with
+// none. The crash tests check them beside the clones that keep a share of
+// the data only.
+var metadataStates = []struct {
+	name         string
+	keep         float64
+	tear         bool
+	names, sizes vfs.KeepUnsynced
+}{
+	{"every name and size, no unsynced block", 0, false, vfs.KeepAll, vfs.KeepAll},
+	{"every name and every written byte", 1, false, vfs.KeepAll, vfs.KeepNone},
+	{"a prefix of the names and of each file's sizes, half the blocks, last write torn", 0.5, true, vfs.KeepPrefix, vfs.KeepPrefix},
+	{"a prefix of the names and of each file's sizes, every block", 1, false, vfs.KeepPrefix, vfs.KeepPrefix},
+	{"every size, no name, no unsynced block", 0, false, vfs.KeepNone, vfs.KeepAll},
+	{"every name, a prefix of each file's sizes, half the blocks", 0.5, false, vfs.KeepAll, vfs.KeepPrefix},
+}
+
+// metadataCrashOptions returns the options of a clone of root in the i-th
+// of the metadataStates (in turn, i taken modulo their number), its Rand
+// seeded from seed, and a description of the state. A test draws seed from
+// the Rand of a clone it already takes, so that the seeds of its other
+// clones keep their meaning.
+func metadataCrashOptions(i int64, root string, seed uint64) (vfs.CrashOptions, string) {
+	ms := metadataStates[i%int64(len(metadataStates))]
+	return vfs.CrashOptions{Root: root, KeepUnsyncedFraction: ms.keep, TearLastWrite: ms.tear,
+		KeepUnsyncedNames: ms.names, KeepUnsyncedSizes: ms.sizes, Rand: rand.New(rand.NewPCG(seed, 0x6d657461))}, ms.name
+}
+
 // TestReclaimSurvivesACrashAtEveryStep crashes the reclaiming of old
 // segments — checkpoint, copy forward, removal, each file operation of
 // them — at every mutating file-system operation in turn, clones the
 // directory to what the device held (synced data only; all written data, as
-// a process crash leaves it; or a random share with the last write torn),
-// and checks the clone.
+// a process crash leaves it; or a random share with the last write torn;
+// at every eighth crash, also with unsynced names and sizes kept apart from
+// the data), and checks the clone.
 func TestReclaimSurvivesACrashAtEveryStep(t *testing.T) {
 	root := fastDir(t)
 	clock := newFakeClock()
@@ -306,6 +340,18 @@ func TestReclaimSurvivesACrashAtEveryStep(t *testing.T) {
 			}
 		}
 		checkReclaimed(t, clone, clock, kw, what)
+		if n := k / step; n%8 == 3 {
+			// The same power loss with unsynced names and sizes kept
+			// apart from the data; its Rand is drawn from the first
+			// clone's, so that the seeds keep their meaning.
+			mopts, state := metadataCrashOptions(n/8, dir, opts.Rand.Uint64())
+			mclone := filepath.Join(root, fmt.Sprintf("metadata-clone-%d", k))
+			require.NoError(t, cfs.CrashClone(mclone, mopts))
+			checkReclaimed(t, mclone, clock, kw, fmt.Sprintf("crash after op %d of %d (%s)", k, total, state))
+			for _, d := range []string{mclone, mclone + "-rebuilt"} {
+				require.NoError(t, os.RemoveAll(d))
+			}
+		}
 		for _, d := range []string{dir, clone, clone + "-rebuilt"} {
 			require.NoError(t, os.RemoveAll(d))
 		}

@@ -131,6 +131,17 @@ func TestReclaimOfEveryStateSurvivesACrashAtEveryStep(t *testing.T) {
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
 		require.NoError(t, cfs.CrashClone(clone, opts))
 		check(clone, fmt.Sprintf("crash after op %d of %d (keep %.1f)", k, total, opts.KeepUnsyncedFraction))
+		if k%16 == 4 {
+			// The same power loss with unsynced names and sizes kept
+			// apart from the data.
+			mopts, state := metadataCrashOptions(k/16, dir, opts.Rand.Uint64())
+			mclone := filepath.Join(root, fmt.Sprintf("metadata-clone-%d", k))
+			require.NoError(t, cfs.CrashClone(mclone, mopts))
+			check(mclone, fmt.Sprintf("crash after op %d of %d (%s)", k, total, state))
+			for _, d := range []string{mclone, mclone + "-rebuilt"} {
+				require.NoError(t, os.RemoveAll(d))
+			}
+		}
 		for _, d := range []string{dir, clone, clone + "-rebuilt"} {
 			require.NoError(t, os.RemoveAll(d))
 		}

@@ -134,6 +134,15 @@ func TestASpillingReplaySurvivesACrashAtEveryStep(t *testing.T) {
 		clone := filepath.Join(root, fmt.Sprintf("clone-%d", k))
 		require.NoError(t, cfs.CrashClone(clone, opts))
 		checkSpillClone(t, clone, clock, want, fmt.Sprintf("crash after op %d of %d of a spilling open (keep %.1f)", k, total, opts.KeepUnsyncedFraction))
+		if k%4 == 3 {
+			// The same power loss with unsynced names and sizes kept
+			// apart from the data.
+			mopts, state := metadataCrashOptions(k/4, dir, opts.Rand.Uint64())
+			mclone := filepath.Join(root, fmt.Sprintf("metadata-clone-%d", k))
+			require.NoError(t, cfs.CrashClone(mclone, mopts))
+			checkSpillClone(t, mclone, clock, want, fmt.Sprintf("crash after op %d of %d of a spilling open (%s)", k, total, state))
+			require.NoError(t, os.RemoveAll(mclone))
+		}
 		for _, d := range []string{dir, clone} {
 			require.NoError(t, os.RemoveAll(d))
 		}

@@ -110,6 +110,43 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 	if testing.Short() {
 		step = 7
 	}
+	// check checks clone, the store a power loss during a salvaging Open
+	// left.
+	check := func(clone, what string) {
+		plain := filepath.Join(fastDir(t), "plain")
+		copyTree(t, clone, plain)
+		if s, err := broker.Open(plain, opts); err == nil {
+			// Open reads no segment a checkpoint covers: no salvage
+			// was reported, so the damage must still be there, and
+			// the message with it.
+			q, err := s.Queue("stuck", stuckPolicy)
+			require.NoError(t, err)
+			ds, err := q.Receive(ctx(t), 10)
+			if err == nil {
+				ids := []string{}
+				for _, d := range ds {
+					ids = append(ids, d.Message.ID)
+				}
+				require.Contains(t, ids, lost.ID, "%s: the message is gone, and no Open reported it", what)
+			} else {
+				requireErrorIs(t, err, broker.Corrupt)
+			}
+			_ = s.Close()
+			return
+		} else {
+			requireErrorIs(t, err, broker.Corrupt)
+		}
+
+		salvage.FS = nil
+		s, err := broker.Open(clone, salvage)
+		require.NoError(t, err, what)
+		again++
+		rep := s.Recovery()
+		require.Equal(t, 1, rep.SalvagedSpans, "%s: %v", what, rep)
+		require.Equal(t, []string{lost.ID}, rep.LostMessages, "%s: %v", what, rep)
+		requireOnlyIntact(t, s, intact, what)
+		require.NoError(t, s.Close())
+	}
 	for k := int64(0); k <= total; k += step {
 		for _, keep := range []float64{0, 0.5, 1} {
 			what := fmt.Sprintf("power lost after %d of %d operations, unsynced kept %v", k, total, keep)
@@ -131,40 +168,15 @@ func TestAPowerLossDuringASalvagingOpenHidesNothing(t *testing.T) {
 			}
 			clone := filepath.Join(fastDir(t), "clone")
 			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: keep, Rand: rand.New(rand.NewPCG(uint64(k), 3))}), what)
-
-			plain := filepath.Join(fastDir(t), "plain")
-			copyTree(t, clone, plain)
-			if s, err := broker.Open(plain, opts); err == nil {
-				// Open reads no segment a checkpoint covers: no salvage
-				// was reported, so the damage must still be there, and
-				// the message with it.
-				q, err := s.Queue("stuck", stuckPolicy)
-				require.NoError(t, err)
-				ds, err := q.Receive(ctx(t), 10)
-				if err == nil {
-					ids := []string{}
-					for _, d := range ds {
-						ids = append(ids, d.Message.ID)
-					}
-					require.Contains(t, ids, lost.ID, "%s: the message is gone, and no Open reported it", what)
-				} else {
-					requireErrorIs(t, err, broker.Corrupt)
-				}
-				_ = s.Close()
-				continue
-			} else {
-				requireErrorIs(t, err, broker.Corrupt)
+			check(clone, what)
+			if keep == 1 && k/step%2 == 1 {
+				// The same power loss with unsynced names and sizes kept
+				// apart from the data.
+				mopts, state := metadataCrashOptions(k/step/2, dir, uint64(k))
+				mclone := clone + "-metadata"
+				require.NoError(t, cfs.CrashClone(mclone, mopts), what)
+				check(mclone, fmt.Sprintf("power lost after %d of %d operations, %s", k, total, state))
 			}
-
-			salvage.FS = nil
-			s, err = broker.Open(clone, salvage)
-			require.NoError(t, err, what)
-			again++
-			rep := s.Recovery()
-			require.Equal(t, 1, rep.SalvagedSpans, "%s: %v", what, rep)
-			require.Equal(t, []string{lost.ID}, rep.LostMessages, "%s: %v", what, rep)
-			requireOnlyIntact(t, s, intact, what)
-			require.NoError(t, s.Close())
 		}
 	}
 	t.Logf("a power loss after each of the %d operations of a salvaging Open (every %d under -short): %d reported by a second one", total, step, again)

@@ -143,8 +143,19 @@ func TestAPowerLossWhileACheckpointDropsATableFileLosesNothing(t *testing.T) {
 		if testing.Short() {
 			kinds = kinds[k%2 : k%2+1]
 		}
+		state := ""
+		if k%4 == 3 {
+			// Unsynced names and sizes kept apart from the data.
+			var opts vfs.CrashOptions
+			opts, state = metadataCrashOptions(k/4, dir, seed^uint64(k))
+			kinds = append(kinds, opts)
+			state = " (" + state + ")"
+		}
 		for c, opts := range kinds {
 			what := fmt.Sprintf("power lost after operation %d of the checkpoint that drops the table file, clone %d", k+1, c)
+			if c == len(kinds)-1 {
+				what += state
+			}
 			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
 			require.NoError(t, cfs.CrashClone(clone, opts))
 			names := dirNames(t, filepath.Join(clone, "index"))

@@ -84,7 +84,9 @@
 // yet fdatasynced) the power fails: every later change is refused, the
 // calls that fail are left unjournaled (in flight), and the store as the
 // device holds it (the unsynced writes dropped, or half of them kept and
-// the last one torn, or half of their 512-byte sectors kept, none torn)
+// the last one torn, or half of their 512-byte sectors kept, none torn;
+// in half the power losses, unsynced names and sizes kept apart from the
+// data, as file systems that commit metadata on their own may leave them)
 // replaces the store for the checks and the next child.
 // Under SyncAll every call that returned was fdatasynced, so the
 // invariants below hold after a power loss as after a kill. Under

@@ -304,6 +304,9 @@ type CycleResult struct {
 	Entries  int    // journal entries
 	Torn     int    // bytes of a torn last journal write
 	Duration time.Duration
+	// PowerLossState is the state a power loss left the store in, as the
+	// child named it (see ChildConfig.PowerLoss).
+	PowerLossState string
 }
 
 // Harness runs process-crash cycles: a child process runs the workload on
@@ -345,6 +348,9 @@ type HarnessFigures struct {
 	// PowerLosses counts the cycles whose power failed (and whose store
 	// was replaced by what the device held).
 	PowerLosses int
+	// MetadataPowerLosses counts those whose store kept unsynced names
+	// and sizes apart from the data.
+	MetadataPowerLosses int
 	// ChildTime is the time from each start to its kill; CheckTime the
 	// time spent checking after the kills.
 	ChildTime, CheckTime time.Duration
@@ -487,8 +493,8 @@ wait:
 			case strings.HasPrefix(line, LinePaused):
 				res.Ended = "paused"
 				break wait
-			case line == LinePowerLost:
-				res.Ended = "power lost"
+			case strings.HasPrefix(line, LinePowerLost):
+				res.Ended, res.PowerLossState = "power lost", strings.TrimPrefix(line, LinePowerLost)
 				break wait
 			case strings.HasPrefix(line, LinePoison):
 				res.Ended, res.Poison = "poison", true
@@ -560,6 +566,9 @@ func (h *Harness) count(res *CycleResult) {
 	}
 	if res.Ended == "power lost" {
 		h.Figures.PowerLosses++
+		if isMetadataPowerLossState(res.PowerLossState) {
+			h.Figures.MetadataPowerLosses++
+		}
 	}
 	if p.Kind == Hooked {
 		if res.Ended == "paused" || res.Ended == "power lost" {
@@ -625,8 +634,8 @@ func CopyTree(src, dst string) error {
 func (h *Harness) Summary() string {
 	var b strings.Builder
 	f := h.Figures
-	fmt.Fprintf(&b, "cycles %d: %s; ended: %s; poison kills %d; power losses %d; torn journal tails %d; in-place checks %d; %v in children, %v checking\n",
-		f.Cycles, formatCounts(f.ByKind), formatCounts(f.Ended), f.PoisonHit, f.PowerLosses, f.TornTails, f.InPlace,
+	fmt.Fprintf(&b, "cycles %d: %s; ended: %s; poison kills %d; power losses %d (%d kept unsynced names and sizes apart from the data); torn journal tails %d; in-place checks %d; %v in children, %v checking\n",
+		f.Cycles, formatCounts(f.ByKind), formatCounts(f.Ended), f.PoisonHit, f.PowerLosses, f.MetadataPowerLosses, f.TornTails, f.InPlace,
 		f.ChildTime.Round(time.Millisecond), f.CheckTime.Round(time.Millisecond))
 	b.WriteString("hooks (hit/missed):")
 	for _, name := range Hooks {

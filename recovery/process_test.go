@@ -249,6 +249,9 @@ func crashEpoch(t *testing.T, seed uint64, first, n int) (HarnessFigures, int) {
 	if n >= 100 {
 		require.Positive(t, f.PowerLosses, "some child lost power")
 	}
+	if f.PowerLosses >= 20 {
+		require.Positive(t, f.MetadataPowerLosses, "some child's power loss kept unsynced names and sizes apart from the data")
+	}
 	return f, n
 }
 
@@ -317,6 +320,7 @@ func TestAPowerLossCycleLeavesWhatTheDeviceHeld(t *testing.T) {
 		res, err := h.RunCycle(plan)
 		require.NoError(t, err, "cycle %d", plan.Cycle)
 		require.Equal(t, "power lost", res.Ended, "cycle %d", plan.Cycle)
+		require.NotEmpty(t, res.PowerLossState, "cycle %d: the child names the state it left the store in", plan.Cycle)
 		require.Positive(t, res.Entries, "cycle %d: the child journaled its calls", plan.Cycle)
 		_, err = os.Stat(filepath.Join(work, "powerloss"))
 		require.ErrorIs(t, err, os.ErrNotExist, "cycle %d: the clone became the store", plan.Cycle)

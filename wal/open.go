@@ -699,13 +699,8 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 			i--
 		}
 		if i >= 0 {
-			if err := rewriteAndSync(segs[i].file, reports[i].End); err != nil {
-				return fmt.Errorf("wal: open: %w", err)
-			}
-			if from, ok := l.scannedFrom(reports[i], i == n-1); ok {
-				if err := unchanged(segs[i], reports[i], from); err != nil {
-					return err
-				}
+			if err := l.makeDurableAgain(segs[i], reports[i], i == n-1); err != nil {
+				return err
 			}
 		}
 	}
@@ -727,14 +722,8 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 		// frames claim it is. After a clean Close it already is.
 		if !cleanLast {
 			beforeRewrite(s.file)
-			if err := rewriteAndSync(s.file, reports[len(reports)-1].End); err != nil {
-				return fmt.Errorf("wal: open: %w", err)
-			}
-			r := reports[len(reports)-1]
-			if from, ok := l.scannedFrom(r, true); ok {
-				if err := unchanged(s, r, from); err != nil {
-					return err
-				}
+			if err := l.makeDurableAgain(s, reports[len(reports)-1], true); err != nil {
+				return err
 			}
 		}
 		l.w.active, l.w.writeOff = s, reports[len(reports)-1].End
@@ -838,6 +827,20 @@ func rewriteAndSync(f *segment.File, end int) error {
 		}
 	}
 	return f.Sync()
+}
+
+// makeDurableAgain writes segment s again up to the end of its frames (r,
+// its scan's report), as the page cache holds it, fdatasyncs it, and
+// checks that it is unchanged; last says whether s is the log's last
+// segment.
+func (l *Log) makeDurableAgain(s *seg, r segment.Report, last bool) error {
+	if err := rewriteAndSync(s.file, r.End); err != nil {
+		return fmt.Errorf("wal: open: %w", err)
+	}
+	if from, ok := l.scannedFrom(r, last); ok {
+		return unchanged(s, r, from)
+	}
+	return nil
 }
 
 // unchanged checks that segment s, made durable again by rewriteAndSync,

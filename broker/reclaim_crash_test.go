@@ -247,26 +247,10 @@ func crashOptionsFor(k int64, root string, rng *rand.Rand) vfs.CrashOptions {
 }
 
 // metadataStates are the ways a power loss may treat the unsynced changes
-// of names and of sizes apart from the data (vfs.CrashOptions), as file
-// systems that commit metadata on their own may: a file that grew may
-// come back longer than its surviving data, the rest zeros, or shorter,
-// its blocks past the end lost; and every journalled name may survive,
-// with every written page (the tree as the page cache holds it) or with
-// none. The crash tests check them beside the clones that keep a share of
-// the data only.
-var metadataStates = []struct {
-	name         string
-	keep         float64
-	tear         bool
-	names, sizes vfs.KeepUnsynced
-}{
-	{"every name and size, no unsynced block", 0, false, vfs.KeepAll, vfs.KeepAll},
-	{"every name and every written byte", 1, false, vfs.KeepAll, vfs.KeepNone},
-	{"a prefix of the names and of each file's sizes, half the blocks, last write torn", 0.5, true, vfs.KeepPrefix, vfs.KeepPrefix},
-	{"a prefix of the names and of each file's sizes, every block", 1, false, vfs.KeepPrefix, vfs.KeepPrefix},
-	{"every size, no name, no unsynced block", 0, false, vfs.KeepNone, vfs.KeepAll},
-	{"every name, a prefix of each file's sizes, half the blocks", 0.5, false, vfs.KeepAll, vfs.KeepPrefix},
-}
+// of names and of sizes apart from the data (vfs.MetadataCrashStates). The
+// crash tests check them beside the clones that keep a share of the data
+// only.
+var metadataStates = vfs.MetadataCrashStates()
 
 // metadataCrashOptions returns the options of a clone of root in the i-th
 // of the metadataStates (in turn, i taken modulo their number), its Rand
@@ -275,8 +259,7 @@ var metadataStates = []struct {
 // clones keep their meaning.
 func metadataCrashOptions(i int64, root string, seed uint64) (vfs.CrashOptions, string) {
 	ms := metadataStates[i%int64(len(metadataStates))]
-	return vfs.CrashOptions{Root: root, KeepUnsyncedFraction: ms.keep, TearLastWrite: ms.tear,
-		KeepUnsyncedNames: ms.names, KeepUnsyncedSizes: ms.sizes, Rand: rand.New(rand.NewPCG(seed, 0x6d657461))}, ms.name
+	return ms.Options(root, rand.New(rand.NewPCG(seed, 0x6d657461))), ms.Name
 }
 
 // TestReclaimSurvivesACrashAtEveryStep crashes the reclaiming of old

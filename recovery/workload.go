@@ -554,51 +554,24 @@ func (c *child) delivered(entries ...Entry) {
 // nothing the device holds can change.
 const powerLossSettle = 20 * time.Millisecond
 
-// powerLossState is a state a child's power loss may leave the store in:
-// the vfs.CrashOptions of its clone.
-type powerLossState struct {
-	name         string
-	keep         float64
-	tear         bool
-	block        int
-	names, sizes vfs.KeepUnsynced
-}
-
-// options returns the options of a clone of root in this state.
-func (s *powerLossState) options(root string, rng *rand.Rand) vfs.CrashOptions {
-	return vfs.CrashOptions{Root: root, KeepUnsyncedFraction: s.keep, TearLastWrite: s.tear, BlockSize: s.block,
-		KeepUnsyncedNames: s.names, KeepUnsyncedSizes: s.sizes, Rand: rng}
-}
-
 // powerLossStates are the states that keep a share of the unsynced data
 // only, in the order a seed draws them: half the unsynced writes kept
 // with the last one torn, half of their 512-byte sectors kept, or none.
-var powerLossStates = []powerLossState{
-	{name: "half the unsynced blocks, last write torn", keep: 0.5, tear: true},
-	{name: "half the unsynced 512-byte sectors", keep: 0.5, block: 512},
-	{name: "synced only"},
+var powerLossStates = []vfs.CrashState{
+	{Name: "half the unsynced blocks, last write torn", KeepUnsyncedFraction: 0.5, TearLastWrite: true},
+	{Name: "half the unsynced 512-byte sectors", KeepUnsyncedFraction: 0.5, BlockSize: 512},
+	{Name: "synced only"},
 }
 
 // metadataPowerLossStates are the states in which unsynced names and
-// sizes survive apart from the data, as file systems that commit metadata
-// on their own may leave them: a file that grew may come back longer than
-// its surviving data, the rest zeros, or shorter, its blocks past the end
-// lost; and every journalled name may survive, with every written page
-// (the tree as the page cache holds it, as after a kill) or with none.
-var metadataPowerLossStates = []powerLossState{
-	{name: "every unsynced name and size, no unsynced block", names: vfs.KeepAll, sizes: vfs.KeepAll},
-	{name: "every unsynced name and every written byte", keep: 1, names: vfs.KeepAll},
-	{name: "a prefix of the unsynced names and of each file's sizes, half the unsynced blocks, last write torn", keep: 0.5, tear: true, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
-	{name: "a prefix of the unsynced names and of each file's sizes, every written byte", keep: 1, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
-	{name: "every unsynced size, no unsynced name or block", sizes: vfs.KeepAll},
-	{name: "every unsynced name, a prefix of each file's sizes, half the unsynced blocks", keep: 0.5, names: vfs.KeepAll, sizes: vfs.KeepPrefix},
-}
+// sizes survive apart from the data (see vfs.MetadataCrashStates).
+var metadataPowerLossStates = vfs.MetadataCrashStates()
 
 // isMetadataPowerLossState reports whether the state a child reported
 // with LinePowerLost keeps unsynced names and sizes apart from the data.
 func isMetadataPowerLossState(name string) bool {
 	for _, s := range metadataPowerLossStates {
-		if s.name == name {
+		if s.Name == name {
 			return true
 		}
 	}
@@ -623,11 +596,11 @@ func (c *child) losePower() {
 			if meta := rand.New(rand.NewPCG(c.cfg.Seed, 0x6d657461)); meta.IntN(2) == 0 {
 				state = metadataPowerLossStates[meta.IntN(len(metadataPowerLossStates))]
 			}
-			if err := c.cfs.CrashClone(c.cfg.PowerLoss, state.options(c.cfg.Dir, rng)); err != nil {
-				c.out.printf("%sclone the store after the power loss (%s): %v", LineFatal, state.name, err)
+			if err := c.cfs.CrashClone(c.cfg.PowerLoss, state.Options(c.cfg.Dir, rng)); err != nil {
+				c.out.printf("%sclone the store after the power loss (%s): %v", LineFatal, state.Name, err)
 				return
 			}
-			c.out.printf("%s%s", LinePowerLost, state.name)
+			c.out.printf("%s%s", LinePowerLost, state.Name)
 		}()
 	})
 }

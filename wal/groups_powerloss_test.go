@@ -82,9 +82,8 @@ func TestGroupsStayWholeAcrossPowerLossInEveryMode(t *testing.T) {
 					opts.KeepUnsyncedFraction, opts.BlockSize = 0.5, 512
 				case 4: // names and sizes kept apart from the data
 					ms := metadataStates[k%int64(len(metadataStates))]
-					opts.KeepUnsyncedFraction, opts.TearLastWrite = ms.keep, ms.tear
-					opts.KeepUnsyncedNames, opts.KeepUnsyncedSizes = ms.names, ms.sizes
-					kind = " (" + ms.name + ")"
+					opts = ms.Options(dir, opts.Rand)
+					kind = " (" + ms.Name + ")"
 				}
 				clone := filepath.Join(freshDir(t, root), "clone")
 				require.NoError(t, cfs.CrashClone(clone, opts))

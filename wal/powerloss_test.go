@@ -87,22 +87,10 @@ func checkAfterPowerLoss(t *testing.T, dir string, acked []entry, removedBelow P
 }
 
 // metadataStates are the ways a power loss may treat the unsynced changes
-// of names and of sizes apart from the data (vfs.CrashOptions), checked at
-// every operation of the power-loss sweeps beside the clones that keep a
-// share of the data only.
-var metadataStates = []struct {
-	name         string
-	keep         float64
-	tear         bool
-	names, sizes vfs.KeepUnsynced
-}{
-	{"every name and size, no unsynced block", 0, false, vfs.KeepAll, vfs.KeepAll},
-	{"every name and every written byte", 1, false, vfs.KeepAll, vfs.KeepNone},
-	{"a prefix of the names and of each file's sizes, half the blocks, last write torn", 0.5, true, vfs.KeepPrefix, vfs.KeepPrefix},
-	{"a prefix of the names and of each file's sizes, every block", 1, false, vfs.KeepPrefix, vfs.KeepPrefix},
-	{"every size, no name, no unsynced block", 0, false, vfs.KeepNone, vfs.KeepAll},
-	{"every name, a prefix of each file's sizes, half the blocks", 0.5, false, vfs.KeepAll, vfs.KeepPrefix},
-}
+// of names and of sizes apart from the data, checked at every operation of
+// the power-loss sweeps beside the clones that keep a share of the data
+// only.
+var metadataStates = vfs.MetadataCrashStates()
 
 // TestPowerLossAtEveryOperation runs the workload through a CrashFS that
 // loses power after its k-th mutating operation, for every k, clones the
@@ -157,11 +145,10 @@ func powerLossSweep(t *testing.T, wrap func(*vfs.CrashFS) (vfs.FS, func(*Log))) 
 		// the first clone's seed, so that the seeds of the others keep
 		// their meaning.
 		ms := metadataStates[k%int64(len(metadataStates))]
-		mopts := vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: ms.keep, TearLastWrite: ms.tear,
-			KeepUnsyncedNames: ms.names, KeepUnsyncedSizes: ms.sizes, Rand: rand.New(rand.NewPCG(opts.Rand.Uint64(), 3))}
+		mopts := ms.Options(dir, rand.New(rand.NewPCG(opts.Rand.Uint64(), 3)))
 		mclone := filepath.Join(freshDir(t, root), "clone")
 		require.NoError(t, cfs.CrashClone(mclone, mopts))
-		checkAfterPowerLoss(t, mclone, acked, removedBelow, fmt.Sprintf("crash after op %d of %d (%s)", k, total, ms.name))
+		checkAfterPowerLoss(t, mclone, acked, removedBelow, fmt.Sprintf("crash after op %d of %d (%s)", k, total, ms.Name))
 
 		// Crash the recovery of the clone, then recover that.
 		rfs := vfs.NewCrashFS(vfs.Default)

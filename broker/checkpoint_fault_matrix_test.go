@@ -82,7 +82,7 @@ func ckptFaultState(t *testing.T, e *env, checkpoint func()) (a, b *broker.Queue
 // (from the checkpoint the first one wrote) the same again. The failing
 // checkpoint is the store's first (it creates the table file), a later
 // one, or Close's.
-func TestReviewCACheckpointFailingAtEachStepKeepsTheAcknowledgedState(t *testing.T) {
+func TestCheckpointFailingAtEachStepKeepsTheAcknowledgedState(t *testing.T) {
 	ops := []vfs.Op{vfs.OpOpen, vfs.OpWrite, vfs.OpSync, vfs.OpTruncate, vfs.OpMap, vfs.OpClose,
 		vfs.OpRename, vfs.OpSyncDir, vfs.OpRemove, vfs.OpSize, vfs.OpReadDir}
 	errnos := []error{syscall.EIO, syscall.ENOSPC}

@@ -40,7 +40,7 @@ func (m *liveModel) live() map[string]bool {
 // racing Close. Nothing fails but with Closed once Close began, the race
 // detector finds nothing, and the reopened store holds exactly the
 // messages published and not acknowledged, with every dedup key.
-func TestReviewCCallsRacingCheckpointsAndCloseKeepTheAcknowledgedState(t *testing.T) {
+func TestCallsRacingCheckpointsAndCloseKeepTheAcknowledgedState(t *testing.T) {
 	seed := envSeed(t, "WALBROKER_SEED")
 	t.Logf("seed %d (WALBROKER_SEED replays it)", seed)
 	// Small segments: the rounds also remove segments and copy messages

@@ -21,7 +21,7 @@ import (
 // (a flipped bit in a stream message's entry) is found when the stream
 // reaches it: the Receive fails with Corrupt and hands out nothing, and
 // the reopen rebuilds the same state.
-func TestReviewCATableFileChangedBetweenRunsIsRebuiltFromTheLog(t *testing.T) {
+func TestTableFileChangedBetweenRunsIsRebuiltFromTheLog(t *testing.T) {
 	const chunkBytes = index.EntrySize * index.ChunkEntries
 	page := int64(os.Getpagesize())
 	for _, c := range []struct {

@@ -19,7 +19,7 @@ import (
 // files, with its fields, and never one failing its checksum: the
 // mappings they read are never unmapped or written under them. Run it
 // with -race.
-func TestReviewCReadersSeeEveryEntryWhileTheTableGrows(t *testing.T) {
+func TestReadersSeeEveryEntryWhileTheTableGrows(t *testing.T) {
 	tbl, err := OpenTable(vfs.Default, t.TempDir(), nil)
 	require.NoError(t, err)
 	defer tbl.Close()

@@ -362,7 +362,8 @@ func (s *File) WriteAt(b []byte, off int) error {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(b))
 	}
 	if err != nil {
-		return fmt.Errorf("segment %s: write at offset %d: %w", s.path, off, err)
+		_, cause := unpath(err)
+		return fmt.Errorf("segment %s: write at offset %d: %w", s.path, off, cause)
 	}
 	return nil
 }
@@ -377,9 +378,24 @@ func (s *File) Sync() error {
 		return s.closed("fdatasync")
 	}
 	if err := s.file.Sync(); err != nil {
-		return fmt.Errorf("segment %s: %w", s.path, err)
+		op, cause := unpath(err)
+		if op == "" {
+			op = "sync"
+		}
+		return fmt.Errorf("segment %s: %s: %w", s.path, op, cause)
 	}
 	return nil
+}
+
+// unpath returns the operation and cause of an *os.PathError, which names
+// the file as it was opened: a prepared segment has been renamed since
+// (from its ".tmp" name), and its errors name it by the path it has now.
+// Any other error is its own cause, with no operation.
+func unpath(err error) (op string, cause error) {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Op, pe.Err
+	}
+	return "", err
 }
 
 // Scan scans the file; see the package-level Scan.

@@ -214,10 +214,53 @@ func TestABackupOnAFullDiskFailsAndLeavesNothing(t *testing.T) {
 	require.NoError(t, s.Err(), "a failed Backup stops nothing")
 }
 
+// Backup writes a checkpoint in the store's own directory before it
+// copies (README): with only the store's disk full, a Backup to another
+// disk with room fails too, wrapping ENOSPC, and leaves nothing there.
+// The failed checkpoint stops checkpoints until the store is reopened
+// (Backup's doc), so space freed is not enough: the reopened store's
+// Backup succeeds.
+func TestABackupOfAStoreWhoseDiskIsFullFailsEvenToADiskWithRoom(t *testing.T) {
+	ctx := context.Background()
+	clock := brokertest.NewClock(t0)
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	s, err := broker.Open(dir, diskFullOptions(ffs, clock))
+	require.NoError(t, err)
+	defer s.Close()
+	q, err := s.Queue("jobs", diskFullPolicy)
+	require.NoError(t, err)
+	diskFullSetup(t, q)
+
+	storeDisk := func(name string) bool { return strings.HasPrefix(name, dir+string(filepath.Separator)) }
+	for _, op := range []vfs.Op{vfs.OpWrite, vfs.OpAllocate, vfs.OpTruncate} {
+		ffs.Inject(vfs.Rule{Op: op, Match: storeDisk, Err: syscall.ENOSPC})
+	}
+	target := filepath.Join(t.TempDir(), "copy")
+	err = s.Backup(ctx, target)
+	require.ErrorIs(t, err, syscall.ENOSPC, "the checkpoint in the store's directory comes first")
+	require.Contains(t, err.Error(), dir)
+	require.NoDirExists(t, target)
+	require.NoDirExists(t, target+".partial")
+	require.NoError(t, s.Err(), "a failed Backup stops nothing")
+	require.NotEmpty(t, s.Stats().MaintenanceStopped)
+
+	ffs.Clear()
+	require.ErrorIs(t, s.Backup(ctx, target), syscall.ENOSPC, "checkpoints stay stopped until the store is reopened")
+	require.NoDirExists(t, target)
+	require.NoError(t, s.Close())
+	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Backup(ctx, target))
+	require.DirExists(t, target)
+}
+
 // Close on a full disk of a store that is still working (nothing was
 // written since the disk filled): its checkpoint and clean mark cannot be
-// written. What Close returns is recorded; once space is back the store
-// reopens with every message it held, rebuilt from the log.
+// written. Close skips the checkpoint and returns nil (the log holds
+// everything), StoreStats.MaintenanceStopped says why; once space is back
+// the store reopens with every message it held, read from the log.
 func TestCloseOnAFullDiskOfAWorkingStore(t *testing.T) {
 	for _, disk := range []string{"hard", "real"} {
 		t.Run(disk, func(t *testing.T) {
@@ -237,18 +280,16 @@ func TestCloseOnAFullDiskOfAWorkingStore(t *testing.T) {
 				rfs.full.Store(true)
 			}
 			require.NoError(t, s.Err())
-			err = s.Close()
-			t.Logf("Close: %v", err)
-			if err != nil {
-				require.ErrorIs(t, err, syscall.ENOSPC)
-			}
-			t.Logf("stats after Close: %+v (before %+v)", s.Stats(), before)
+			require.NoError(t, s.Close(), "the log wrote and synced everything")
+			after := s.Stats()
+			require.Contains(t, after.MaintenanceStopped, "no space left on device", "after Close, the checkpoint's failure is still told")
+			require.Empty(t, before.MaintenanceStopped)
 			ffs.Clear()
 			rfs.full.Store(false)
 			s, err = broker.Open(dir, diskFullOptions(rfs, clock))
 			require.NoError(t, err)
 			defer s.Close()
-			t.Logf("recovery: %v", s.Recovery())
+			require.Equal(t, int(before.Records), s.Recovery().Replayed, "the next Open reads the log: %v", s.Recovery())
 			q, err = s.Queue("jobs", diskFullPolicy)
 			require.NoError(t, err)
 			require.Len(t, diskFullContents(t, clock, q), 7)
@@ -300,4 +341,52 @@ func TestCallsThatWriteNothingAnswerOnAFullDisk(t *testing.T) {
 	t.Logf("keyed duplicate, clock moved: %v", err)
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.EqualValues(t, 1, q.Stats().Duplicates)
+}
+
+// A call that fails may still have taken effect (README): a publish whose
+// record was written but whose fdatasync failed is in the log the
+// reopened store reads. Retried after the reopen, a Publish enqueues the
+// message a second time, under a new ID; a PublishKeyed with the same key
+// is answered with the original and enqueues nothing.
+func TestARetryAfterAFailedPublishMayDuplicateAndAKeyedOneDoesNot(t *testing.T) {
+	ctx := context.Background()
+	clock := brokertest.NewClock(t0)
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	s, err := broker.Open(dir, diskFullOptions(ffs, clock))
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", diskFullPolicy)
+	require.NoError(t, err)
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Err: syscall.EIO})
+	_, err = q.Publish(ctx, []byte("plain"))
+	require.ErrorIs(t, err, syscall.EIO)
+	_ = s.Close()
+	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
+	require.NoError(t, err)
+	q, err = s.Queue("jobs", diskFullPolicy)
+	require.NoError(t, err)
+	require.Equal(t, 1, q.Stats().Ready, "the failed publish's record was written, and the log holds it")
+	_, err = q.Publish(ctx, []byte("plain"))
+	require.NoError(t, err)
+	require.Equal(t, 2, q.Stats().Ready, "a retried Publish enqueues the message again")
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Err: syscall.EIO})
+	_, err = q.PublishKeyed(ctx, "order-7", []byte("keyed"))
+	require.ErrorIs(t, err, syscall.EIO)
+	_ = s.Close()
+	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
+	require.NoError(t, err)
+	defer s.Close()
+	q, err = s.Queue("jobs", diskFullPolicy)
+	require.NoError(t, err)
+	require.Equal(t, 3, q.Stats().Ready)
+	m, err := q.PublishKeyed(ctx, "order-7", []byte("keyed"))
+	require.NoError(t, err)
+	require.Nil(t, m.Payload, "the retry is answered with the original")
+	require.Equal(t, 3, q.Stats().Ready, "a retried PublishKeyed enqueues nothing")
+	got := diskFullContents(t, clock, q)
+	require.Len(t, got, 3)
+	_, there := got[m.ID]
+	require.True(t, there, "the original the retry named is the message the log holds")
 }

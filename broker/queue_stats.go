@@ -30,7 +30,11 @@ type QueueStats struct {
 }
 
 // Stats returns the queue's figures, as of the broker clock now. Once
-// the store is closed, they are those Close left, and do not move.
+// the store is closed, they are those Close left, and do not move. Once
+// it has stopped on a failed write or fdatasync (Store.Err), they may
+// count the changes of the calls that failed with it: each of those
+// returned an error, and its change may or may not be in the log, which
+// is what the reopened store's figures count.
 func (q *Queue) Stats() QueueStats {
 	if q.unmade() {
 		return QueueStats{}

@@ -1107,7 +1107,11 @@ func (s *Store) statsNow() StoreStats {
 }
 
 // Close writes a checkpoint (so that the next Open replays nothing), makes
-// everything durable and releases the directory. Calls queued before Close
+// everything durable and releases the directory. A checkpoint it cannot
+// write (on a full disk, say) is skipped and logged at WARN, and Close of
+// a working store still returns nil: the log holds everything, and the
+// next Open reads it instead (StoreStats.MaintenanceStopped says why,
+// after Close too). Calls queued before Close
 // complete; later ones, on the store or any of its queues, fail with
 // Closed. A store that stopped for good still releases the directory, so
 // that it can be opened again. One stopped by a failed write or fdatasync

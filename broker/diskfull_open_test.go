@@ -65,6 +65,7 @@ func TestAnOpenOnAFullDiskFailsWithENOSPCAndTheRetryOpensTheSameState(t *testing
 				if err != nil {
 					t.Logf("Open: %v", err)
 					require.ErrorIs(t, err, syscall.ENOSPC)
+					require.Contains(t, err.Error(), "the disk is full: free space, then open the store again")
 				} else {
 					t.Logf("Open succeeded on the full disk")
 					got := ofViewOf(t, s)

@@ -221,8 +221,20 @@ func (s *Store) reservedSeqs(bound uint64) {
 // the directory that names, whichever way it is named. An empty
 // dir, one holding a NUL byte (which no file name can), or Options
 // outside their documented bounds, fail with QueueMisconfigured before
-// anything is made.
+// anything is made. An Open that fails on a full disk says so (its error
+// wraps syscall.ENOSPC): free space, then open the store again.
 func Open(dir string, opts Options) (*Store, error) {
+	s, err := openStore(dir, opts)
+	if err != nil && errors.Is(err, syscall.ENOSPC) {
+		// The log's own words ("close and reopen") speak to a caller
+		// holding a store; this one holds none.
+		return nil, fmt.Errorf("%w (the disk is full: free space, then open the store again)", err)
+	}
+	return s, err
+}
+
+// openStore is Open.
+func openStore(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("broker: open: the directory path is empty: %w", QueueMisconfigured)
 	}

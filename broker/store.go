@@ -184,6 +184,29 @@ func (s *Store) markRaisedSeq() error {
 	return nil
 }
 
+// markSalvaged makes durable, when the log's Open salvaged it (this Open's
+// repairs, or an unfinished earlier salvage's), a salvaged event: the
+// log's own word that it changed under every checkpoint taken before
+// (see replay). A checkpoint carries the store's secret and a position
+// inside the log, so an older copy of the index put back after the
+// repair passes every other check, and the replay forward from it kept
+// the messages whose records the salvage padded over: counted ready, and
+// failing the store with Corrupt when read. It is written before Open's
+// checkpoint (which is then past it) and before the log forgets its list
+// of the repaired spans (finishSalvage): a crash before it is durable
+// leaves that list, the next Open salvages again, refuses every
+// checkpoint (as every salvaging Open does) and writes it then.
+func (s *Store) markSalvaged() error {
+	if len(s.log.Recovery().Salvaged) == 0 {
+		return nil
+	}
+	marker := index.Event{Kind: index.KindSalvaged}
+	if _, err := s.log.Enqueue(true, marker.Append(nil)).Wait(); err != nil {
+		return fmt.Errorf("record that a salvage repaired the log: %w", err)
+	}
+	return nil
+}
+
 // reservedSeqs records that a mark reserving every sequence below bound
 // is durable.
 func (s *Store) reservedSeqs(bound uint64) {
@@ -198,16 +221,17 @@ func (s *Store) reservedSeqs(bound uint64) {
 // Open opens the store in dir, creating the directory (0700) if it is
 // missing. It loads the queues' state from the last checkpoint and replays
 // the log after it; without a usable checkpoint (none, one that fails its
-// checks, or one taken of another store's log) it rebuilds the state from
-// the whole log, which is the source of truth. An error reading the
-// store's files (an I/O error: the checkpoint, its markers, the log's
-// clean mark, a salvage's lists) is not taken for their absence or for
-// damage: Open fails, naming the file and the cause, and removes nothing
-// a later Open needs. A second Open of the same directory, in this process or
-// another, fails with Locked. A log that fails verification fails with
-// Corrupt, naming the file and byte offset (see Options.Salvage). A log a
-// later build wrote in a format version this one does not read is not
-// damage: Open refuses it with an error wrapping errors.ErrUnsupported,
+// checks, one taken of another store's log, or one taken before a salvage
+// repaired the log) it rebuilds the state from the whole log, which is the
+// source of truth. An error reading the store's files (an I/O error: the
+// checkpoint, its markers, the log's clean mark, a salvage's lists) is
+// not taken for their absence or for damage: Open fails, naming the file
+// and the cause, and removes nothing a later Open needs. A second Open of
+// the same directory, in this process or another, fails with Locked. A
+// log that fails verification fails with Corrupt, naming the file and
+// byte offset (see Options.Salvage). A log a later build wrote in a
+// format version this one does not read is not damage: Open refuses it
+// with an error wrapping errors.ErrUnsupported,
 // Salvage or not, and changes no file. A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
 // than the process's (root's are accepted), or an index or salvage
@@ -275,6 +299,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	if err := s.markRaisedSeq(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
+	if err := s.markSalvaged(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}

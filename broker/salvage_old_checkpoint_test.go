@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,36 @@ func TestAnIndexFromBeforeASalvageIsRebuiltFromAndOneFromAfterIsUsed(t *testing.
 	s = e.open()
 	require.True(t, s.Recovery().IndexRebuilt)
 	requireAAndC(s, "rebuilt from the whole log")
+}
+
+// Records less OwnRecords is what the callers' calls appended: what a
+// salvaging Open records for itself (that it salvaged; the next sequence
+// it raised past the publishes the salvage took) counts as the store's
+// own, so a store no caller has touched since reports none of the
+// callers'.
+func TestASalvagingOpenCountsWhatItRecordsAsItsOwnRecords(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		t.Run(fmt.Sprintf("last=%v", last), func(t *testing.T) {
+			e := newEnv(t, broker.ManualMaintenance)
+			q := e.queue("jobs", policy())
+			mustPublish(t, q, "A")
+			victim := []byte(strings.Repeat("B", 300))
+			lost := mustPublish(t, q, string(victim))
+			if !last {
+				mustPublish(t, q, "C")
+			}
+			e.close()
+			damagePayload(t, e.dir, victim)
+
+			e.opts.Salvage = true
+			s := e.open()
+			require.Equal(t, []string{lost.ID}, s.Recovery().LostMessages)
+			st := s.Stats()
+			require.Equal(t, st.Records, st.OwnRecords, "no call was made since Open (%+v)", st)
+			next := mustPublish(t, e.queue("jobs", policy()), "D")
+			require.NotEqual(t, lost.ID, next.ID, "the ID of the message lost is never handed out again")
+		})
+	}
 }
 
 // A power loss at any point of a salvaging Open, or of the Close that

@@ -181,6 +181,7 @@ func (s *Store) markRaisedSeq() error {
 	if _, err := s.log.Enqueue(true, mark.Append(nil)).Wait(); err != nil {
 		return fmt.Errorf("record the next message sequence %d: %w", mark.Seq, err)
 	}
+	s.maint.repairRecords.Add(1)
 	return nil
 }
 
@@ -204,6 +205,7 @@ func (s *Store) markSalvaged() error {
 	if _, err := s.log.Enqueue(true, marker.Append(nil)).Wait(); err != nil {
 		return fmt.Errorf("record that a salvage repaired the log: %w", err)
 	}
+	s.maint.repairRecords.Add(1)
 	return nil
 }
 
@@ -1066,7 +1068,7 @@ type StoreStats struct {
 	CopiedForward        int64   // records a copy forward appended since open, so old segments could go: each message's publish and the event restating its state, and each dedup key's publish and ack
 	Commits              int64   // commits since open: fdatasyncs of the active segment that made appended records durable (not those of segments prepared ahead, the index's, or directory syncs)
 	Records              int64   // events appended since open, OwnRecords included
-	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), segment preambles, copies forward and (SyncNone) sequence reservations
+	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), what an Open that met damage records (a salvaged event, a raised sequence mark), segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 	// MaintenanceStopped is why checkpoints, and with them the removal of
@@ -1114,7 +1116,7 @@ func (s *Store) statsNow() StoreStats {
 		Checkpoints:         s.maint.checkpoints.Load(),
 		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
-		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load(),
+		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load() + s.maint.repairRecords.Load(),
 		Commits:             w.Commits,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,

@@ -204,6 +204,12 @@ func (s *Store) openIndex() (int, error) {
 		}
 	}
 	n, err := s.replay(x, from, loss)
+	if from != 0 && errors.Is(err, wal.ErrNotFound) && s.salvagedAfter(from) {
+		// The checkpoint's position is inside a span a salvage padded
+		// over since: the replay cannot start there, nor reach the
+		// salvaged event after it.
+		err = fmt.Errorf("%w (no record starts at its position %v: the salvage padded over it)", errSalvagedSince, from)
+	}
 	if err == nil {
 		err = x.Damaged()
 	}
@@ -354,6 +360,22 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 // salvage repaired the log (see markSalvaged); openIndex then rebuilds
 // from the whole log.
 var errSalvagedSince = errors.New("a salvage repaired the log after the last checkpoint was taken")
+
+// errFoundSalvaged stops salvagedAfter's walk.
+var errFoundSalvaged = errors.New("salvaged event found")
+
+// salvagedAfter reports whether the log holds a salvaged event at or
+// after from: walked from the start of from's segment, for a from where
+// no record starts. It is false when the walk fails.
+func (s *Store) salvagedAfter(from wal.Position) bool {
+	err := s.log.Iterate(wal.MakePosition(from.Segment(), 0), func(pos wal.Position, rec []byte) error {
+		if pos >= from && len(rec) > 0 && index.Kind(rec[0]) == index.KindSalvaged {
+			return errFoundSalvaged
+		}
+		return nil
+	})
+	return errors.Is(err, errFoundSalvaged)
+}
 
 // replay applies every record of the log from from to x, and returns how
 // many it applied. A long replay writes table entries out as it goes. A

@@ -186,3 +186,52 @@ func TestAPowerLossDuringASalvageNeverLeavesAnOlderIndexUsable(t *testing.T) {
 	}
 	t.Logf("a power loss after each of the %d operations of a salvaging Open and its Close (every %d under -short)", total, step)
 }
+
+// An index from before a salvage whose position falls inside the span the
+// salvage padded over (the damage took the records on both sides of it)
+// gives the replay nowhere to start: Open failed with "no frame starts
+// there", Salvage or not, until the index was removed by hand. The
+// salvaged event after it says why, and Open rebuilds from the log.
+func TestAnIndexWhosePositionASalvagePaddedOverIsRebuiltFrom(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	a := mustPublish(t, q, strings.Repeat("A", 300))
+	b := []byte(strings.Repeat("B", 300))
+	mustPublish(t, q, string(b))
+	e.close() // the checkpoint's position is just past B's record
+	old := t.TempDir()
+	require.NoError(t, recovery.CopyTree(filepath.Join(e.dir, "index"), filepath.Join(old, "index")))
+	c := []byte(strings.Repeat("C", 300))
+	e.open()
+	mustPublish(t, e.queue("jobs", policy()), string(c)) // its record starts there
+	e.close()
+	damagePayload(t, e.dir, b)
+	damagePayload(t, e.dir, c)
+
+	e.opts.Salvage = true
+	rep := e.open().Recovery()
+	require.Equal(t, 1, rep.SalvagedSpans, "one span, from B's record to past C's: %v", rep)
+	require.Len(t, rep.LostMessages, 2)
+	e.close()
+	e.opts.Salvage = false
+
+	swapIndex(t, old, e.dir)
+	var logs lockedBuffer
+	e.opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	s := e.open()
+	require.True(t, s.Recovery().IndexRebuilt, "%v", s.Recovery())
+	var why []string
+	for _, r := range logs.records(t) {
+		if r["msg"] == "broker: rebuilding the index from the log" {
+			why = append(why, fmt.Sprint(r["reason"]))
+		}
+	}
+	require.Len(t, why, 1)
+	require.Contains(t, why[0], "a salvage repaired the log after the last checkpoint was taken")
+	require.Contains(t, why[0], "padded over")
+	q = e.queue("jobs", policy())
+	require.Equal(t, 1, q.Stats().Ready)
+	ds, err := q.Receive(ctx(t), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{a.ID}, ids(ds))
+}

@@ -56,7 +56,10 @@ type maintenance struct {
 	restoredPreamble atomic.Int64
 	secretRecords    atomic.Int64 // the store's secret, written by Open (see Open)
 	reserveRecords   atomic.Int64 // sequence reservations (seqReservation)
-	rotated          atomic.Bool  // a rotation since the last round
+	// repairRecords counts the records an Open that met damage wrote:
+	// a salvaged event (markSalvaged) and a raised mark (markRaisedSeq).
+	repairRecords atomic.Int64
+	rotated       atomic.Bool // a rotation since the last round
 }
 
 // Maintenance tuning.

@@ -204,14 +204,21 @@ func (s *Store) openIndex() (int, error) {
 		}
 	}
 	n, err := s.replay(x, from, loss)
+	if from != 0 && errors.Is(err, wal.ErrNotFound) && s.salvagedAfter(from) {
+		// The checkpoint's position is inside a span a salvage padded
+		// over since: the replay cannot start there, nor reach the
+		// salvaged event after it.
+		err = fmt.Errorf("%w (no record starts at its position %v: the salvage padded over it)", errSalvagedSince, from)
+	}
 	if err == nil {
 		err = x.Damaged()
 	}
 	x.OnOrphan = nil
 	if err != nil {
 		_ = x.Table.Close()
-		if errors.Is(err, index.ErrDamaged) && from != 0 {
-			// The checkpoint's table is damaged: start again from the log.
+		if (errors.Is(err, index.ErrDamaged) || errors.Is(err, errSalvagedSince)) && from != 0 {
+			// The checkpoint's table is damaged, or the checkpoint is
+			// older than a salvage: start again from the log.
 			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
 			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
 				return 0, err
@@ -349,8 +356,31 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 	return x, from, known, nil
 }
 
+// errSalvagedSince is replay's refusal of a checkpoint taken before a
+// salvage repaired the log (see markSalvaged); openIndex then rebuilds
+// from the whole log.
+var errSalvagedSince = errors.New("a salvage repaired the log after the last checkpoint was taken")
+
+// errFoundSalvaged stops salvagedAfter's walk.
+var errFoundSalvaged = errors.New("salvaged event found")
+
+// salvagedAfter reports whether the log holds a salvaged event at or
+// after from: walked from the start of from's segment, for a from where
+// no record starts. It is false when the walk fails.
+func (s *Store) salvagedAfter(from wal.Position) bool {
+	err := s.log.Iterate(wal.MakePosition(from.Segment(), 0), func(pos wal.Position, rec []byte) error {
+		if pos >= from && len(rec) > 0 && index.Kind(rec[0]) == index.KindSalvaged {
+			return errFoundSalvaged
+		}
+		return nil
+	})
+	return errors.Is(err, errFoundSalvaged)
+}
+
 // replay applies every record of the log from from to x, and returns how
-// many it applied. A long replay writes table entries out as it goes.
+// many it applied. A long replay writes table entries out as it goes. A
+// replay from a checkpoint (from not 0) that meets a salvaged event fails
+// with errSalvagedSince.
 func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (int, error) {
 	fs := s.opts.fs()
 	n := 0
@@ -379,6 +409,14 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 				err = fmt.Errorf("%w (the log's first record is not one a walbroker store writes: is %s a store's directory?)", err, s.dir)
 			}
 			return s.badRecord(pos, err)
+		}
+		if from != 0 && index.Kind(rec[0]) == index.KindSalvaged {
+			// A salvage repaired the log after the checkpoint was taken
+			// (see markSalvaged): the checkpoint may hold messages whose
+			// records it padded over. A rebuild from the whole log
+			// applies the event as the nothing it is, and a checkpoint
+			// taken since is past it.
+			return fmt.Errorf("%w (its salvaged record is at %v): the checkpoint may hold messages whose records the salvage skipped", errSalvagedSince, pos)
 		}
 		if x.Table.Unflushed() >= spill {
 			// A rebuild of a long log keeps the heap small: entries go

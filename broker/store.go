@@ -181,6 +181,31 @@ func (s *Store) markRaisedSeq() error {
 	if _, err := s.log.Enqueue(true, mark.Append(nil)).Wait(); err != nil {
 		return fmt.Errorf("record the next message sequence %d: %w", mark.Seq, err)
 	}
+	s.maint.repairRecords.Add(1)
+	return nil
+}
+
+// markSalvaged makes durable, when the log's Open salvaged it (this Open's
+// repairs, or an unfinished earlier salvage's), a salvaged event: the
+// log's own word that it changed under every checkpoint taken before
+// (see replay). A checkpoint carries the store's secret and a position
+// inside the log, so an older copy of the index put back after the
+// repair passes every other check, and the replay forward from it kept
+// the messages whose records the salvage padded over: counted ready, and
+// failing the store with Corrupt when read. It is written before Open's
+// checkpoint (which is then past it) and before the log forgets its list
+// of the repaired spans (finishSalvage): a crash before it is durable
+// leaves that list, the next Open salvages again, refuses every
+// checkpoint (as every salvaging Open does) and writes it then.
+func (s *Store) markSalvaged() error {
+	if len(s.log.Recovery().Salvaged) == 0 {
+		return nil
+	}
+	marker := index.Event{Kind: index.KindSalvaged}
+	if _, err := s.log.Enqueue(true, marker.Append(nil)).Wait(); err != nil {
+		return fmt.Errorf("record that a salvage repaired the log: %w", err)
+	}
+	s.maint.repairRecords.Add(1)
 	return nil
 }
 
@@ -198,16 +223,17 @@ func (s *Store) reservedSeqs(bound uint64) {
 // Open opens the store in dir, creating the directory (0700) if it is
 // missing. It loads the queues' state from the last checkpoint and replays
 // the log after it; without a usable checkpoint (none, one that fails its
-// checks, or one taken of another store's log) it rebuilds the state from
-// the whole log, which is the source of truth. An error reading the
-// store's files (an I/O error: the checkpoint, its markers, the log's
-// clean mark, a salvage's lists) is not taken for their absence or for
-// damage: Open fails, naming the file and the cause, and removes nothing
-// a later Open needs. A second Open of the same directory, in this process or
-// another, fails with Locked. A log that fails verification fails with
-// Corrupt, naming the file and byte offset (see Options.Salvage). A log a
-// later build wrote in a format version this one does not read is not
-// damage: Open refuses it with an error wrapping errors.ErrUnsupported,
+// checks, one taken of another store's log, or one taken before a salvage
+// repaired the log) it rebuilds the state from the whole log, which is the
+// source of truth. An error reading the store's files (an I/O error: the
+// checkpoint, its markers, the log's clean mark, a salvage's lists) is
+// not taken for their absence or for damage: Open fails, naming the file
+// and the cause, and removes nothing a later Open needs. A second Open of
+// the same directory, in this process or another, fails with Locked. A
+// log that fails verification fails with Corrupt, naming the file and
+// byte offset (see Options.Salvage). A log a later build wrote in a
+// format version this one does not read is not damage: Open refuses it
+// with an error wrapping errors.ErrUnsupported,
 // Salvage or not, and changes no file. A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
 // than the process's (root's are accepted), or an index or salvage
@@ -287,6 +313,10 @@ func openStore(dir string, opts Options) (*Store, error) {
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	if err := s.markRaisedSeq(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
+	if err := s.markSalvaged(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
@@ -1050,7 +1080,7 @@ type StoreStats struct {
 	CopiedForward        int64   // records a copy forward appended since open, so old segments could go: each message's publish and the event restating its state, and each dedup key's publish and ack
 	Commits              int64   // commits since open: fdatasyncs of the active segment that made appended records durable (not those of segments prepared ahead, the index's, or directory syncs)
 	Records              int64   // events appended since open, OwnRecords included
-	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), segment preambles, copies forward and (SyncNone) sequence reservations
+	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), what an Open that met damage records (a salvaged event, a raised sequence mark), segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 	// MaintenanceStopped is why checkpoints, and with them the removal of
@@ -1098,7 +1128,7 @@ func (s *Store) statsNow() StoreStats {
 		Checkpoints:         s.maint.checkpoints.Load(),
 		BytesReclaimed:      w.BytesRemoved, // each file as it goes, a round that failed part way included
 		CopiedForward:       s.maint.copied.Load(),
-		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load(),
+		OwnRecords:          s.maint.copied.Load() + w.PreambleRecords + s.maint.restoredPreamble.Load() + s.maint.secretRecords.Load() + s.maint.reserveRecords.Load() + s.maint.repairRecords.Load(),
 		Commits:             w.Commits,
 		Records:             w.Records,
 		MaxRecordsPerCommit: w.MaxRecordsPerSync,

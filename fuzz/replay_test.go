@@ -162,7 +162,7 @@ func replaySeeds() []replaySeed {
 		index.Event{Kind: index.KindExtend, Queue: 1, Seq: 1, Deliveries: 1, Time: now + 60*sec, Nonce: 14},
 		index.Event{Kind: index.KindDelete, Queue: 1, Seq: 6},
 		index.Event{Kind: index.KindEvict, Queue: 2, Time: now + 100*sec, Window: 30 * sec},
-		index.Event{Kind: index.KindMark, Seq: 20},
+		index.Event{Kind: index.KindMark, Seq: 20}, index.Event{Kind: index.KindSalvaged},
 		pub(1, 21, now+30*sec, ""), pub(1, 21, now+30*sec, ""), // a copy forward moves it
 	)
 	orphans := append(slices.Clone(decl[:2]),

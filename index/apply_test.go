@@ -23,6 +23,25 @@ func TestAMarkTakesEverySequenceBelowIt(t *testing.T) {
 	require.Equal(t, uint64(501), x.PeekNextSeq())
 }
 
+// TestASalvagedEventChangesNoState: a salvaged event is for the open that
+// replays the log (a checkpoint before it is not used); applied, it leaves
+// the queues, the orphans and the next sequence as they were, and its
+// record decodes to nothing but its kind.
+func TestASalvagedEventChangesNoState(t *testing.T) {
+	x := declared(t)
+	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "k")))
+	before, next := x.Queue("q").Dump(0), x.PeekNextSeq()
+	rec := (&Event{Kind: KindSalvaged, Queue: 1, Seq: 99}).Append(nil)
+	require.Equal(t, []byte{byte(KindSalvaged)}, rec, "a salvaged event carries no fields")
+	require.NoError(t, x.ApplyRecord(wal.MakePosition(1, 200), rec))
+	require.Equal(t, before, x.Queue("q").Dump(0))
+	require.Equal(t, next, x.PeekNextSeq())
+	require.Zero(t, x.Orphans)
+	_, err := Decode([]byte{byte(KindSalvaged), 0})
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.ErrorContains(t, err, "salvaged event: index: malformed event: 1 trailing bytes")
+}
+
 // TestADeclareGivingANameASecondNumberIsRefused: a queue name finds one
 // queue number; a declaration giving it another is a malformed log, not a
 // second queue.

@@ -39,7 +39,7 @@ func TestAnEventOfUnknownKindIsRefusedAndChangesNothing(t *testing.T) {
 	q := x.Queue("q")
 	require.NoError(t, x.Apply(wal.MakePosition(1, 100), pub(1, 10, "")))
 	before := q.Dump(0)
-	for _, k := range []Kind{0, 13, 99, 255} {
+	for _, k := range []Kind{0, KindSalvaged + 1, 99, 255} {
 		err := x.Apply(wal.MakePosition(1, 200), &Event{Kind: k, Queue: 1, Seq: 1})
 		require.ErrorIs(t, err, ErrBadEvent, "kind %d", k)
 		require.ErrorContains(t, err, "unknown kind")
@@ -65,6 +65,7 @@ func TestQueueApplyRefusesWhatItDoesNotHandle(t *testing.T) {
 		{Kind: KindMeta, Queue: 1, Seq: 1},
 		{Kind: KindDeclare, Queue: 1, Seq: 1},
 		{Kind: KindMark, Queue: 1, Seq: 1},
+		{Kind: KindSalvaged, Queue: 1, Seq: 1},
 		{Kind: 99, Queue: 1, Seq: 1},
 		{Kind: KindLease, Queue: 2, Seq: 1, Deliveries: 1, Time: 50},
 		{Kind: KindPublish, Queue: 1, Seq: 0},
@@ -662,7 +663,8 @@ func TestNoMessageHoldsNoLease(t *testing.T) {
 func TestAnUnknownKindIsNamedByItsNumber(t *testing.T) {
 	require.Equal(t, "meta", KindMeta.String())
 	require.Equal(t, "mark", KindMark.String())
-	for _, k := range []Kind{0, KindMark + 1, 99, 255} {
+	require.Equal(t, "salvaged", KindSalvaged.String())
+	for _, k := range []Kind{0, KindSalvaged + 1, 99, 255} {
 		require.Equal(t, fmt.Sprintf("kind(%d)", uint8(k)), k.String())
 		_, err := declared(t).Queue("q").Apply(wal.MakePosition(1, 64), &Event{Kind: k, Queue: 1, Seq: 1})
 		require.ErrorIs(t, err, ErrBadEvent)

@@ -59,6 +59,16 @@
 //	                    below it is taken. Written in each segment's
 //	                    preamble, so that a log whose older segments were
 //	                    removed never hands out a sequence twice.
+//	kind 13 salvaged    (no fields): a salvage repaired the log before
+//	                    this record, padding over damaged records, or
+//	                    sealing a segment early. Written durably by the
+//	                    open that salvaged, before any checkpoint of the
+//	                    repaired log. It changes no state; a checkpoint
+//	                    whose position is before it was taken of the log
+//	                    as it was before the repair (an older index put
+//	                    back), and may hold messages whose records are
+//	                    gone: an open whose replay from a checkpoint meets
+//	                    one rebuilds the state from the whole log instead.
 //
 // failure, optional, is code, reason, cause: the classified cause (never
 // an unclassified error's text, never payload bytes) of the last failure a

@@ -23,12 +23,14 @@ const (
 	KindDelete     Kind = 10
 	KindEvict      Kind = 11
 	KindMark       Kind = 12
+	KindSalvaged   Kind = 13
 )
 
 var kindNames = [...]string{
 	KindMeta: "meta", KindDeclare: "declare", KindPublish: "publish", KindLease: "lease",
 	KindAck: "ack", KindNack: "nack", KindDeadLetter: "deadletter", KindExtend: "extend",
 	KindReplay: "replay", KindDelete: "delete", KindEvict: "evict", KindMark: "mark",
+	KindSalvaged: "salvaged",
 }
 
 func (k Kind) String() string {
@@ -87,6 +89,8 @@ func (e *Event) Append(dst []byte) []byte {
 		return append(dst, e.Secret...)
 	case KindMark:
 		return binary.AppendUvarint(dst, e.Seq)
+	case KindSalvaged:
+		return dst
 	}
 	dst = binary.AppendUvarint(dst, uint64(e.Queue))
 	switch e.Kind {
@@ -222,6 +226,8 @@ func Decode(rec []byte) (Event, error) {
 		return e, d.finish(e.Kind)
 	case KindMark:
 		e.Seq = d.uvarint("next sequence")
+		return e, d.finish(e.Kind)
+	case KindSalvaged:
 		return e, d.finish(e.Kind)
 	case KindDeclare:
 		e.Queue = d.queue()

@@ -26,6 +26,7 @@ func sampleEvents() []Event {
 		{Kind: KindReplay, Queue: 3, Seq: 7},
 		{Kind: KindDelete, Queue: 3, Seq: 7},
 		{Kind: KindEvict, Queue: 3, Time: 1_700_000_000_000_000_000, Window: 6 * 3600e9},
+		{Kind: KindSalvaged},
 	}
 }
 
@@ -167,7 +168,7 @@ func TestDecodeRefusesAFieldInALongerForm(t *testing.T) {
 // encodedLen is what Append writes, for the kinds it computes and the
 // kinds it encodes, across varint boundaries.
 func TestEncodedLenIsTheLengthAppendWrites(t *testing.T) {
-	for _, kind := range []Kind{KindPublish, KindLease, KindExtend, KindNack, KindDeadLetter, KindAck, KindDelete, KindReplay, KindMark} {
+	for _, kind := range []Kind{KindPublish, KindLease, KindExtend, KindNack, KindDeadLetter, KindAck, KindDelete, KindReplay, KindMark, KindSalvaged} {
 		for _, big := range []uint64{0, 127, 128, 1 << 40} {
 			e := Event{Kind: kind, Queue: uint32(big % (1 << 31)), Seq: big, Deliveries: uint32(big % (1 << 32)), Time: -int64(big),
 				Nonce: big, Code: uint32(big % (1 << 32)), Reason: "R", Cause: string(make([]byte, big%300)), Key: "k", Payload: make([]byte, big%200)}

@@ -261,7 +261,9 @@ func (x *Index) Damaged() error {
 func (x *Index) setDamaged(err error) { x.damaged.CompareAndSwap(nil, &err) }
 
 // Apply applies one event found at pos. Message events for a queue the index
-// does not know are counted as orphans, not refused. An event no log this
+// does not know are counted as orphans, not refused; a salvaged event
+// changes nothing (what it says is for the open that replays the log: see
+// the package documentation). An event no log this
 // code writes holds (an unknown kind, a sequence or queue number out of
 // range, a secret not SecretSize bytes long, a queue number given a second
 // name, a pending publish at pos 0 of a message its queue holds) is
@@ -296,6 +298,11 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		if e.Seq > x.nextSeq.Load() {
 			x.nextSeq.Store(e.Seq)
 		}
+		return nil
+	case KindSalvaged:
+		// It changes no state: it tells an open that a checkpoint taken
+		// before it is not a projection of the log as it now is (the
+		// broker refuses such a checkpoint when its replay meets it).
 		return nil
 	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete, KindEvict:
 	default:

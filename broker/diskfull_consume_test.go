@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,24 +17,6 @@ import (
 	"github.com/walbroker/walbroker/vfs"
 )
 
-// diskFullLog is a Logger whose records a test reads.
-type diskFullLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *diskFullLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *diskFullLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // Consume on a disk that fills while its handlers run: the first ack the
 // disk refuses stops the store, Consume ends its handlers' contexts and
 // returns the store's error (wrapping ENOSPC) instead of retrying, and
@@ -46,7 +27,7 @@ func TestConsumeOnADiskThatFillsReturnsTheStoresErrorAndLosesNothing(t *testing.
 	clock := brokertest.NewClock(t0)
 	dir := t.TempDir()
 	ffs := vfs.NewFaultFS(vfs.Default)
-	logs := &diskFullLog{}
+	logs := &lockedBuffer{}
 	opts := diskFullOptions(ffs, clock)
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	s, err := broker.Open(dir, opts)
@@ -65,7 +46,7 @@ func TestConsumeOnADiskThatFillsReturnsTheStoresErrorAndLosesNothing(t *testing.
 	handled := map[string]int{}
 	var calls atomic.Int64
 	var afterStop atomic.Int64
-	consumeLog := &diskFullLog{}
+	consumeLog := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- broker.Consume(ctx, q, func(hctx context.Context, d broker.DeliveryValue) error {

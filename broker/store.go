@@ -173,6 +173,12 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 // would draw the next sequence from the log again and hand out the IDs
 // the salvage reported lost. It is written under every sync mode: the
 // first reservation Open makes (reserveSeqs) is made under SyncNone only.
+// Open writes it after restorePreamble, never before: restorePreamble
+// takes any mark in the active segment for its preamble's last record, so
+// this one, written into a segment a crash left without its preamble,
+// would keep the preamble from being restored (and the log alone, once
+// the segments before it were reclaimed, from declaring the queues). A
+// preamble restored first carries the raised sequence in its own mark.
 func (s *Store) markRaisedSeq() error {
 	if !s.seqRaised {
 		return nil
@@ -312,10 +318,6 @@ func openStore(dir string, opts Options) (*Store, error) {
 		_ = l.Close()
 		return nil, openError(dir, opts.Salvage, err)
 	}
-	if err := s.markRaisedSeq(); err != nil {
-		s.closeFiles()
-		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
-	}
 	if err := s.markSalvaged(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
@@ -375,6 +377,12 @@ func openStore(dir string, opts Options) (*Store, error) {
 	if err := s.restorePreamble(); err != nil {
 		s.closeFiles()
 		return nil, openError(dir, opts.Salvage, err)
+	}
+	// After restorePreamble, which takes a mark in the active segment
+	// for its preamble's last record.
+	if err := s.markRaisedSeq(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	if p, bound := s.reserveSeqs(s.idx.PeekNextSeq()); p != nil {
 		// The first reservation, before any publish: so that none
@@ -653,7 +661,10 @@ var errPreambleFound = errors.New("preamble found")
 // reopened store appends to it. Without this, once the earlier segments
 // were reclaimed, the log alone would no longer declare the queues nor
 // carry the secret and the next sequence. The mark is the preamble's last
-// record, so a segment holding it holds all of it.
+// record, so a segment holding it holds all of it: this relies on no mark
+// but a preamble's reaching the active segment before this runs (the
+// reservations, and the mark of a sequence a salvage raised, are written
+// after it; see markRaisedSeq).
 func (s *Store) restorePreamble() error {
 	end := s.log.End()
 	if end.Segment() <= 1 {

@@ -61,7 +61,7 @@ func capability(c Capabilities, name string) bool {
 func cases() []testCase {
 	var all []testCase
 	for _, group := range [][]testCase{publishCases, receiveCases, leaseCases, nackCases, extendCases,
-		deadCases, wakeCases, keyedCases, batchCases, capacityCases, consumeCases, miscCases, promiseCases, auditCases} {
+		deadCases, wakeCases, keyedCases, batchCases, capacityCases, consumeCases, miscCases, promiseCases, auditCases, orderCases} {
 		all = append(all, group...)
 	}
 	return all

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,6 +102,21 @@ func sharedServer(t testing.TB) *server.Server {
 			return
 		}
 		sharedDir = dir
+		// nats-server removes an account's streams directory, when it is
+		// empty, in a goroutine of its own after it deletes a stream: a
+		// stream created meanwhile (the next case's) fails with "error
+		// creating store for stream" (err_code 10049), its MkdirAll having
+		// met the removal. A file in the directory keeps it from ever
+		// being empty; nothing reads it while the server runs.
+		streams := filepath.Join(dir, server.JetStreamStoreDir, server.DEFAULT_GLOBAL_ACCOUNT, "streams")
+		if err := os.MkdirAll(streams, 0o750); err != nil {
+			sharedErr = err
+			return
+		}
+		if err := os.WriteFile(filepath.Join(streams, ".not-empty"), nil, 0o600); err != nil {
+			sharedErr = err
+			return
+		}
 		opts := &server.Options{
 			ServerName: "natsjs-shared",
 			Host:       "127.0.0.1",

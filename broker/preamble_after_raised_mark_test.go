@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,17 +32,7 @@ func TestASalvageThatRaisesTheSequenceStillRestoresTheActiveSegmentsPreamble(t *
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
 	ffs := vfs.NewFaultFS(vfs.Default)
-	// Once segment 2 is renamed into place, its first write (the batch
-	// with its preamble) fails, which leaves the files as a kill would.
-	var installed atomic.Bool
-	ffs.Observe(func(e vfs.Event) {
-		if e.Op == vfs.OpRename && strings.HasSuffix(e.NewName, "0000000002.seg") {
-			installed.Store(true)
-		}
-	})
-	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(name string) bool {
-		return installed.Load() && strings.Contains(name, "0000000002.seg")
-	}, Nth: 1})
+	failSegment2sFirstWrite(ffs) // leaves the files as a kill would
 	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, FS: ffs}
 	ManualMaintenance(&opts)
 	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}

@@ -80,17 +80,7 @@ func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *test
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
 	ffs := vfs.NewFaultFS(vfs.Default)
-	// Once segment 2 is renamed into place, its first write (the batch
-	// with its preamble) fails.
-	var installed atomic.Bool
-	ffs.Observe(func(e vfs.Event) {
-		if e.Op == vfs.OpRename && strings.HasSuffix(e.NewName, "0000000002.seg") {
-			installed.Store(true)
-		}
-	})
-	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(name string) bool {
-		return installed.Load() && strings.Contains(name, "0000000002.seg")
-	}, Nth: 1})
+	failSegment2sFirstWrite(ffs)
 	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, FS: ffs}
 	ManualMaintenance(&opts)
 	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
@@ -156,4 +146,20 @@ func replaysAloneAfterReclaiming(t *testing.T, dir string, clock func() time.Tim
 	require.Len(t, ds, 1, "the message published after the restart survives a replay of the log alone")
 	require.Equal(t, m.ID, ds[0].Message.ID)
 	return first
+}
+
+// failSegment2sFirstWrite makes the first write to segment 2 once it is
+// renamed into place (the batch with its preamble) fail: the files are
+// then as a kill between the old segment's sealing fdatasync and that
+// batch's write leaves them.
+func failSegment2sFirstWrite(ffs *vfs.FaultFS) {
+	var installed atomic.Bool
+	ffs.Observe(func(e vfs.Event) {
+		if e.Op == vfs.OpRename && strings.HasSuffix(e.NewName, "0000000002.seg") {
+			installed.Store(true)
+		}
+	})
+	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(name string) bool {
+		return installed.Load() && strings.Contains(name, "0000000002.seg")
+	}, Nth: 1})
 }

@@ -127,6 +127,7 @@ type Queue struct {
 
 	seen      map[string]seenKey
 	seenOrder keyHeap
+	seenPeak  int // the most keys seen held since it was last rebuilt
 	// lastEvicts is the latest clock reading: of an eviction, or a
 	// publish. Written under the owner's lock (or by a replay); atomic so
 	// that the log's writer goroutine may read it for a segment's
@@ -958,6 +959,7 @@ func (q *Queue) evict(now, window int64) bool {
 		return false
 	}
 	evicted := false
+	q.seenPeak = max(q.seenPeak, len(q.seen)) // keys join only between evictions
 	for len(q.seenOrder) > 0 && OlderThan(q.seenOrder[0].enqueuedAt, now, window) {
 		k := q.seenOrder.pop()
 		if cur, ok := q.seen[k.key]; ok && cur.seq == k.seq {
@@ -968,7 +970,31 @@ func (q *Queue) evict(now, window int64) bool {
 			evicted = true
 		}
 	}
+	if q.seenPeak >= shrinkFrom && len(q.seen) <= q.seenPeak/4 {
+		q.shrinkSeen()
+	}
 	return evicted
+}
+
+// shrinkFrom is the fewest keys a queue's seen-set must have held before
+// it is rebuilt smaller (see shrinkSeen).
+const shrinkFrom = 1024
+
+// shrinkSeen gives back the memory of evicted keys. A Go map keeps the
+// room of the most entries it ever held, and the eviction heap its
+// array, so a burst of keys in one window stayed on the heap at that size
+// (about 130 bytes a key) after the window passed and every key of it was
+// evicted. Rebuilt once the set has shrunk to a quarter of its size at
+// the last rebuild, each rebuild copies at most a third of the keys
+// evicted since, so its cost per evicted key is constant.
+func (q *Queue) shrinkSeen() {
+	seen := make(map[string]seenKey, len(q.seen))
+	for k, v := range q.seen {
+		seen[k] = v
+	}
+	q.seen = seen
+	q.seenOrder = slices.Clone(q.seenOrder)
+	q.seenPeak = len(q.seen)
 }
 
 // NoEviction is the window of an evict event that records a clock reading

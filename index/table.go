@@ -31,7 +31,8 @@ import (
 //	 0  pos         uint64  the publish record's log position
 //	 8  enqueuedAt  int64   Unix ns
 //	16  queue       uint32  bit 31 set: the message joined the stream
-//	20  size        uint32  the publish record's length
+//	20  size        uint32  the publish record's frame length (record
+//	                        and frame header: Message.Size)
 //	24  reserved    uint32  zero
 //	28  crc         uint32  CRC-32C of the 8-byte little-endian sequence
 //	                        number, then bytes 0 to 27
@@ -60,6 +61,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // the source of truth: a damaged index is rebuilt from it. Check with
 // errors.Is.
 var ErrDamaged = errors.New("index: damaged index file")
+
+// ErrLaterVersion is returned by Load for a checkpoint whose header names
+// a version above the one this build writes: a later build wrote it. It is
+// not damage, and is not rebuilt over: the index is left for a build that
+// reads it. It wraps [errors.ErrUnsupported], and not [ErrDamaged].
+var ErrLaterVersion = fmt.Errorf("index: checkpoint version this build does not read: %w", errors.ErrUnsupported)
 
 // A nil vfs.FS given to a function of this package is refused with an
 // error wrapping io/fs.ErrInvalid that names the directory, before anything

@@ -71,9 +71,11 @@ func (s *Store) openHints(wo *wal.Options) error {
 // holds: Open fails, having removed nothing, rather than take the file
 // for missing or damaged and drop what it knows. A file someone else
 // planted (vfs.ErrForeign) is returned as it is: not damage either, and
-// rebuilding would carry on in a directory another user writes in.
+// rebuilding would carry on in a directory another user writes in. So is
+// a checkpoint a later build wrote (index.ErrLaterVersion), which is for
+// a build that reads it, not to be rebuilt over.
 func ioError(err error) error {
-	if errors.Is(err, vfs.ErrForeign) {
+	if errors.Is(err, vfs.ErrForeign) || errors.Is(err, index.ErrLaterVersion) {
 		return err
 	}
 	return fmt.Errorf("%w (an error reading the store's files, not damage found in them: Open fails and removes nothing; open again once they read)", err)
@@ -446,8 +448,15 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 // tell it is damage, and an error naming the position alone leaves the
 // file to be guessed. Other errors (nil included) are returned as they
 // are.
+//
+// A record of a kind a later build added (index.ErrLaterKind) is named the
+// same way, but not as damage: like a segment of a later format version,
+// it is refused, Salvage or not, and left as it is.
 func (s *Store) badRecord(pos wal.Position, err error) error {
-	if err == nil || !errors.Is(err, index.ErrBadEvent) {
+	switch {
+	case errors.Is(err, index.ErrLaterKind):
+		return fmt.Errorf("%s at offset %d: %w", s.log.SegmentPath(pos.Segment()), pos.Offset(), err)
+	case err == nil || !errors.Is(err, index.ErrBadEvent):
 		return err
 	}
 	return &wal.CorruptionError{File: s.log.SegmentPath(pos.Segment()), Offset: pos.Offset(), Cause: err}

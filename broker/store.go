@@ -237,10 +237,11 @@ func (s *Store) reservedSeqs(bound uint64) {
 // and the cause, and removes nothing a later Open needs. A second Open of
 // the same directory, in this process or another, fails with Locked. A
 // log that fails verification fails with Corrupt, naming the file and
-// byte offset (see Options.Salvage). A log a later build wrote in a
-// format version this one does not read is not damage: Open refuses it
-// with an error wrapping errors.ErrUnsupported,
-// Salvage or not, and changes no file. A symbolic link, named pipe or
+// byte offset (see Options.Salvage). A store a later build wrote in a
+// format this one does not read (a segment format version, an event kind,
+// a checkpoint version) is not damage: Open refuses it with an error
+// wrapping errors.ErrUnsupported that names the file, Salvage or not, and
+// changes no file. A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
 // than the process's (root's are accepted), or an index or salvage
 // subdirectory that is a link, a file or another user's, is refused with an error

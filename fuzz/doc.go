@@ -45,7 +45,8 @@
 //     them, and takes checkpoints between them (the table flushed, the
 //     table files no message needs removed). Apply never panics and
 //     refuses only with index.ErrBadEvent (Open then refuses the log as
-//     Corrupt); when no sequence is published in two queues (the log's
+//     Corrupt), and Decode a kind above the last one only with
+//     index.ErrLaterKind (a later build's); when no sequence is published in two queues (the log's
 //     writer never does that), what the index counts per segment (its
 //     messages, their records' bytes, their state events' bytes) and per
 //     table chunk is what its messages and keys add up to, and the order

@@ -26,7 +26,9 @@ import (
 // Layout: a 64-byte header, then the body.
 //
 //	 0  magic    "WALBCKP\x00"
-//	 8  version  uint32, 1
+//	 8  version  uint32, 1 (a later one is a later build's checkpoint,
+//	             refused with ErrLaterVersion; every version keeps the
+//	             magic and this field where they are)
 //	12  crc      uint32, CRC-32C of header bytes 16 to 63, then the body
 //	16  bodyLen  uint64
 //	24  logPos   uint64, the log position the state reflects

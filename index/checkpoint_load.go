@@ -67,7 +67,14 @@ func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
 	if [8]byte(hdr[:8]) != checkpointMagic {
 		return checkpointHead{}, nil, damaged("no checkpoint header")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v != checkpointVersion {
+	switch v := binary.LittleEndian.Uint32(hdr[8:]); {
+	case v > checkpointVersion:
+		// The version is outside the checksum, which a later version may
+		// compute otherwise: a version damaged upwards reads so too, and
+		// the error says what to do then.
+		return checkpointHead{}, nil, fmt.Errorf("%w: %s: version %d, written by a later build; this build reads version %d (if no later build wrote it, remove the directory %s: Open then rebuilds the index from the log)",
+			ErrLaterVersion, path, v, checkpointVersion, filepath.Dir(path))
+	case v != checkpointVersion:
 		return checkpointHead{}, nil, damaged("version %d, want %d", v, checkpointVersion)
 	}
 	if size > maxCheckpointBytes {

@@ -130,8 +130,21 @@ func TestDamagedCheckpointIsRefused(t *testing.T) {
 		bad[i] ^= 0x10
 		require.NoError(t, os.WriteFile(path, bad, 0o600))
 		_, _, err := Load(vfs.Default, dir)
+		if i >= 8 && i < 12 {
+			// The version, outside the checksum, now names a later one:
+			// a later build's checkpoint, refused, not rebuilt over.
+			require.ErrorIs(t, err, ErrLaterVersion, "flipped byte %d", i)
+			require.NotErrorIs(t, err, ErrDamaged, "flipped byte %d", i)
+			continue
+		}
 		require.ErrorIs(t, err, ErrDamaged, "flipped byte %d", i)
 	}
+	// A version below this build's is damage (no earlier one was written).
+	bad := append([]byte(nil), good...)
+	bad[8] = 0
+	require.NoError(t, os.WriteFile(path, bad, 0o600))
+	_, _, err = Load(vfs.Default, dir)
+	require.ErrorIs(t, err, ErrDamaged)
 	for _, n := range []int{0, 10, checkpointHeader, len(good) - 1} {
 		require.NoError(t, os.WriteFile(path, good[:n], 0o600))
 		_, _, err := Load(vfs.Default, dir)

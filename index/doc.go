@@ -27,7 +27,9 @@
 // strings and byte strings as a uvarint length then the bytes, nonces as 8
 // little-endian bytes. The encoding is FROZEN: a change needs a new kind,
 // or (once, for the failure trailer below) fields appended after the last
-// so that every record written before them decodes exactly as it did.
+// so that every record written before them decodes exactly as it did. A
+// kind above the last one this build knows is a later build's record:
+// Decode refuses it with ErrLaterKind, not as damage.
 //
 //	kind 1  meta        secret [32 bytes]
 //	kind 2  declare     queue, name, visibilityTimeout, retryDelay,

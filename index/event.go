@@ -49,6 +49,17 @@ const SecretSize = 32
 // those change nothing. Check with errors.Is.
 var ErrBadEvent = errors.New("index: malformed event")
 
+// ErrLaterKind is returned by Decode for a record whose kind is above the
+// last one this build knows (LastKind): a later build added it, since the
+// event encoding changes only by new kinds (see the package
+// documentation), and the record's frame verified. It is not damage, and
+// nothing may repair it: the record is for a build that reads its kind.
+// It wraps [errors.ErrUnsupported], and not [ErrBadEvent].
+var ErrLaterKind = fmt.Errorf("index: event kind this build does not read: %w", errors.ErrUnsupported)
+
+// LastKind is the highest kind this build knows.
+const LastKind = KindSalvaged
+
 // Event is one state change. Which fields mean something depends on Kind
 // (see the package documentation); the others are zero. Decode's Payload
 // and Secret alias the decoded record; its strings (Key, Name, Reason,
@@ -241,6 +252,9 @@ func Decode(rec []byte) (Event, error) {
 		return e, d.finish(e.Kind)
 	case KindPublish, KindLease, KindAck, KindNack, KindDeadLetter, KindExtend, KindReplay, KindDelete:
 	default:
+		if e.Kind > LastKind {
+			return e, fmt.Errorf("%w: kind %d, written by a later build; this build reads kinds 1 to %d", ErrLaterKind, e.Kind, LastKind)
+		}
 		return e, fmt.Errorf("%w: unknown kind %d", ErrBadEvent, e.Kind)
 	}
 	e.Queue = d.queue()

@@ -3,6 +3,7 @@ package index
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,9 +57,17 @@ func TestDecodeRefusesMalformedEvents(t *testing.T) {
 			require.ErrorIs(t, err, ErrBadEvent, "%s with a trailing byte", e.Kind)
 		}
 	}
-	for _, rec := range [][]byte{nil, {0}, {11}, {200, 1, 2}} {
+	for _, rec := range [][]byte{nil, {0}, {11}} {
 		_, err := Decode(rec)
 		require.True(t, errors.Is(err, ErrBadEvent), "%v", rec)
+	}
+	// A kind above the last one is a later build's, not damage.
+	for _, rec := range [][]byte{{byte(LastKind) + 1}, {200, 1, 2}} {
+		_, err := Decode(rec)
+		require.ErrorIs(t, err, ErrLaterKind, "%v", rec)
+		require.ErrorIs(t, err, errors.ErrUnsupported, "%v", rec)
+		require.NotErrorIs(t, err, ErrBadEvent, "%v", rec)
+		require.ErrorContains(t, err, fmt.Sprintf("kind %d, written by a later build; this build reads kinds 1 to 13", rec[0]))
 	}
 	// A queue number beyond 32 bits is refused, not truncated.
 	_, err := Decode([]byte{byte(KindAck), 0x80, 0x80, 0x80, 0x80, 0x10, 1})

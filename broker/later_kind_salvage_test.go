@@ -1,0 +1,86 @@
+package broker_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/wal"
+)
+
+// laterKind is an event kind this build does not know: the next one a
+// later build would add (index/doc.go: "a change needs a new kind").
+const laterKind = byte(index.KindSalvaged) + 1
+
+// laterBuildsRecords appends to the closed store in dir what a later
+// build that added laterKind would: a record of that kind (its frame
+// checksummed like any other), then a publish, in a segment of this
+// build's format version. It returns the later record's bytes.
+func laterBuildsRecords(t *testing.T, dir string) []byte {
+	t.Helper()
+	later := []byte{laterKind, 1, 7, 'f', 'u', 't', 'u', 'r', 'e'}
+	pub := index.Event{Kind: index.KindPublish, Queue: 1, Seq: 2, Time: t0.UnixNano(), Payload: []byte("published after it")}
+	l, err := wal.Open(dir, wal.Options{SegmentBytes: testSegmentBytes})
+	require.NoError(t, err)
+	_, err = l.Append(later, pub.Append(nil))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	return later
+}
+
+// storeFiles is treeContents, each file's bytes given by their SHA-256,
+// without the spares: a spare holds no record, and the log an Open opens
+// may prepare it (rewrite its header) before the store refuses the log.
+func storeFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := treeContents(t, dir)
+	for name, data := range files {
+		if strings.HasPrefix(filepath.Base(name), "spare-") {
+			delete(files, name)
+			continue
+		}
+		files[name] = fmt.Sprintf("%x", sha256.Sum256([]byte(data)))
+	}
+	return files
+}
+
+// Salvage leaves a log holding a record of a kind it does not know (and
+// every record after it) as it was: it refuses the store and changes no
+// file, rather than pad over records it cannot read. So does an Open
+// without it. The refusal names the file, the offset and the kind.
+func TestSalvageLeavesARecordOfAnUnknownKindAndWhatFollowsItAsTheyWere(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, "one")
+	e.close()
+	later := laterBuildsRecords(t, e.dir)
+	before := storeFiles(t, e.dir)
+
+	for _, salvage := range []bool{false, true} {
+		opts := e.opts
+		opts.Salvage = salvage
+		s, err := broker.Open(e.dir, opts)
+		if s != nil {
+			_ = s.Close()
+		}
+		require.Error(t, err, "salvage %v", salvage)
+		require.ErrorContains(t, err, filepath.Join(e.dir, "0000000001.seg")+" at offset", "salvage %v", salvage)
+		require.ErrorContains(t, err, "kind 14, written by a later build", "salvage %v", salvage)
+		require.NotContains(t, err.Error(), "Options.Salvage may open", "salvage %v: salvage does not apply", salvage)
+		require.Equal(t, before, storeFiles(t, e.dir), "salvage %v: the refused Open changed the store's files", salvage)
+	}
+	seg, err := os.ReadFile(filepath.Join(e.dir, "0000000001.seg"))
+	require.NoError(t, err)
+	require.True(t, bytes.Contains(seg, later), "the later build's record is still in the log")
+	require.True(t, bytes.Contains(seg, []byte("published after it")), "and the record after it")
+	_, err = os.Stat(filepath.Join(e.dir, "salvage"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing was copied aside: nothing was repaired")
+}

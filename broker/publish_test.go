@@ -43,6 +43,41 @@ func TestPublishDoesNotRetainPayload(t *testing.T) {
 	require.Equal(t, "original", string(mustReceiveOne(t, q).Message.Payload))
 }
 
+// The message a publish returns is the caller's to keep: changing its
+// payload, or appending to it, changes neither what the queue delivers
+// nor another message of the same batch, in every sync mode (under
+// SyncNone too, where the call returns before the device has the record).
+func TestAReturnedPayloadIsTheCallersToChange(t *testing.T) {
+	for _, mode := range []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, func(o *broker.Options) { o.Sync = mode })
+			q := e.queue("jobs", policy())
+			ms, err := q.PublishBatch(ctx(t), [][]byte{[]byte("first"), []byte("second"), []byte("third")})
+			require.NoError(t, err)
+			k, err := q.PublishKeyed(ctx(t), "k", []byte("keyed"))
+			require.NoError(t, err)
+			for i, want := range []string{"first", "second", "third"} {
+				require.Equal(t, want, string(ms[i].Payload), "a later publish leaves an earlier message's payload alone")
+			}
+			for _, m := range append(ms, k) {
+				for i := range m.Payload {
+					m.Payload[i] = 'X'
+				}
+				grown := append(m.Payload, "-more"...)
+				require.Equal(t, strings.Repeat("X", len(m.Payload))+"-more", string(grown))
+			}
+			for _, m := range ms[:2] {
+				require.Equal(t, strings.Repeat("X", len(m.Payload)), string(m.Payload), "appending to one message's payload reaches no other")
+			}
+			var got []string
+			for _, d := range mustReceive(t, q, 10) {
+				got = append(got, string(d.Message.Payload))
+			}
+			require.Equal(t, []string{"first", "second", "third", "keyed"}, got)
+		})
+	}
+}
+
 func TestEmptyPayloadIsLegitimate(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())

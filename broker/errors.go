@@ -231,7 +231,9 @@ var (
 	// Corrupt is returned by Open when the log fails verification, and by
 	// every call once the store found damage in its log or its index while
 	// running (it must be reopened); the text names the file and byte
-	// offset. Options.Salvage opens a log past its damage.
+	// offset. Options.Salvage opens a log past damaged frames; a record
+	// whose frame verifies but that holds no event a store writes (its
+	// fields malformed) is refused with or without it: it is not skipped.
 	Corrupt = NewError("CORRUPT", codeQueue|9, "the store's files failed verification", "")
 	// Locked is returned by Open when another store, in this process or
 	// another, holds the directory, and by Backup when another Backup, of

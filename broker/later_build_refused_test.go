@@ -27,20 +27,14 @@ func TestARecordOfAKindALaterBuildAddedIsRefusedAsUnsupportedNotAsDamage(t *test
 	e.close()
 	laterBuildsRecords(t, e.dir)
 
-	for _, salvage := range []bool{false, true} {
-		opts := e.opts
-		opts.Salvage = salvage
-		s, err := broker.Open(e.dir, opts)
-		if s != nil {
-			_ = s.Close()
-		}
+	openEach(t, e, func(salvage bool, err error) {
 		require.Error(t, err, "salvage %v", salvage)
 		require.ErrorContains(t, err, filepath.Join(e.dir, "0000000001.seg"), "salvage %v", salvage)
 		require.ErrorContains(t, err, "kind 14", "salvage %v", salvage)
 		require.NotErrorIs(t, err, broker.Corrupt, "salvage %v: a record whose frame verifies is not damage", salvage)
 		require.ErrorIs(t, err, errors.ErrUnsupported, "salvage %v", salvage)
 		require.ErrorContains(t, err, "later build", "salvage %v", salvage)
-	}
+	})
 }
 
 // A later build that added an event kind may also have written its
@@ -92,20 +86,14 @@ func TestACheckpointOfALaterVersionIsRefusedAndLeftAsItIs(t *testing.T) {
 	require.NoError(t, os.WriteFile(cp, data, 0o600))
 	before := storeFiles(t, e.dir)
 
-	for _, salvage := range []bool{false, true} {
-		opts := e.opts
-		opts.Salvage = salvage
-		s, err := broker.Open(e.dir, opts)
-		if s != nil {
-			_ = s.Close()
-		}
+	openEach(t, e, func(salvage bool, err error) {
 		require.ErrorIs(t, err, errors.ErrUnsupported, "salvage %v", salvage)
 		require.NotErrorIs(t, err, broker.Corrupt, "salvage %v", salvage)
 		require.ErrorContains(t, err, cp+": version 2, written by a later build; this build reads version 1", "salvage %v", salvage)
 		require.ErrorContains(t, err, "remove the directory "+filepath.Join(e.dir, "index"), "salvage %v", salvage)
 		require.NotContains(t, err.Error(), "an error reading the store's files", "salvage %v: it was read", salvage)
 		require.Equal(t, before, storeFiles(t, e.dir), "salvage %v", salvage)
-	}
+	})
 
 	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
 	e.open()

@@ -52,6 +52,21 @@ func storeFiles(t *testing.T, dir string) map[string]string {
 	return files
 }
 
+// openEach opens e's store once without Salvage and once with it, closes
+// any store an Open returned, and calls check with each Open's error.
+func openEach(t *testing.T, e *env, check func(salvage bool, err error)) {
+	t.Helper()
+	for _, salvage := range []bool{false, true} {
+		opts := e.opts
+		opts.Salvage = salvage
+		s, err := broker.Open(e.dir, opts)
+		if s != nil {
+			_ = s.Close()
+		}
+		check(salvage, err)
+	}
+}
+
 // Salvage leaves a log holding a record of a kind it does not know (and
 // every record after it) as it was: it refuses the store and changes no
 // file, rather than pad over records it cannot read. So does an Open
@@ -64,19 +79,13 @@ func TestSalvageLeavesARecordOfAnUnknownKindAndWhatFollowsItAsTheyWere(t *testin
 	later := laterBuildsRecords(t, e.dir)
 	before := storeFiles(t, e.dir)
 
-	for _, salvage := range []bool{false, true} {
-		opts := e.opts
-		opts.Salvage = salvage
-		s, err := broker.Open(e.dir, opts)
-		if s != nil {
-			_ = s.Close()
-		}
+	openEach(t, e, func(salvage bool, err error) {
 		require.Error(t, err, "salvage %v", salvage)
 		require.ErrorContains(t, err, filepath.Join(e.dir, "0000000001.seg")+" at offset", "salvage %v", salvage)
 		require.ErrorContains(t, err, "kind 14, written by a later build", "salvage %v", salvage)
 		require.NotContains(t, err.Error(), "Options.Salvage may open", "salvage %v: salvage does not apply", salvage)
 		require.Equal(t, before, storeFiles(t, e.dir), "salvage %v: the refused Open changed the store's files", salvage)
-	}
+	})
 	seg, err := os.ReadFile(filepath.Join(e.dir, "0000000001.seg"))
 	require.NoError(t, err)
 	require.True(t, bytes.Contains(seg, later), "the later build's record is still in the log")

@@ -42,20 +42,14 @@ func TestAMalformedRecordOfAKnownKindIsRefusedNamingItsFieldAndLosesNothing(t *t
 			require.NoError(t, l.Close())
 			before := storeFiles(t, e.dir)
 
-			for _, salvage := range []bool{false, true} {
-				opts := e.opts
-				opts.Salvage = salvage
-				s, err := broker.Open(e.dir, opts)
-				if s != nil {
-					_ = s.Close()
-				}
+			openEach(t, e, func(salvage bool, err error) {
 				requireErrorIs(t, err, broker.Corrupt, filepath.Join(e.dir, "0000000001.seg"), c.mentions)
 				var ce *wal.CorruptionError
 				require.ErrorAs(t, err, &ce)
 				require.Equal(t, pos[0].Offset(), ce.Offset, "salvage %v: the offset of the malformed record", salvage)
 				require.NotContains(t, err.Error(), "Options.Salvage may open", "salvage %v", salvage)
 				require.Equal(t, before, storeFiles(t, e.dir), "salvage %v: the refused Open changed the store's files", salvage)
-			}
+			})
 			_, err = os.Stat(filepath.Join(e.dir, "salvage"))
 			require.ErrorIs(t, err, os.ErrNotExist, "nothing was copied aside")
 		})

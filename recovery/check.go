@@ -122,13 +122,17 @@ type msg struct {
 	// nackMeant: it may not have happened, and then LEASE_EXPIRED is due.
 	nackConfirmed bool
 	rejectDel     int
-	// preReplay is the dead letter a replay was attempted on, until the
-	// replay is confirmed (or a delivery, or a store opened after a kill,
-	// proves it happened): if it did not happen, the store still shows
-	// this dead letter. preReplayRead is when the janitor read it; the
-	// replay started after.
-	preReplay     *deadLetter
-	preReplayRead int64
+	// preReplays are the dead letters replays were attempted on since the
+	// last replay known to have happened (confirmed, or proved by a
+	// certain delivery or by a store opened after a kill), oldest first:
+	// if the replay of one did not happen, the store still shows that dead
+	// letter (and none of the later ones). There are more than one only
+	// where a power loss may take what returned (SyncPublish): the janitor
+	// read the later dead letter once the earlier replay had returned,
+	// which a process crash keeps, but until a commit covers that replay a
+	// power loss takes it with everything written after it, and its
+	// confirmation is held until then.
+	preReplays []pendingReplay
 	// replayedAt is when the last replay of it known to have happened
 	// started (one that returned nil; for one in flight at a kill that a
 	// store after the kill showed done, when its dead letter was read):
@@ -184,6 +188,19 @@ type deadLetter struct {
 	reason   string
 	del      int
 	failedAt int64
+}
+
+// pendingReplay is a replay attempted on a dead letter, not yet known to
+// have happened.
+type pendingReplay struct {
+	dl   deadLetter
+	read int64 // when the janitor read the dead letter; the replay started after
+}
+
+// pendingReplayOf returns the index in m.preReplays of the replay of dl,
+// or -1.
+func (m *msg) pendingReplayOf(dl deadLetter) int {
+	return slices.IndexFunc(m.preReplays, func(p pendingReplay) bool { return p.dl == dl })
 }
 
 // leaseFloor is the earliest instant the last delivery's lease may lapse,
@@ -481,7 +498,14 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 			if e.Op == OpReplaying {
 				c.Figures.Replays++
-				m.preReplay, m.preReplayRead = &deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}, e.T1
+				dl := deadLetter{reason: e.Reason, del: e.Del, failedAt: e.Failed}
+				if i := m.pendingReplayOf(dl); i >= 0 {
+					// Read again: the earlier attempt did not happen (a
+					// store after a kill still showed its dead letter).
+					m.preReplays[i].read = e.T1
+				} else {
+					m.preReplays = append(m.preReplays, pendingReplay{dl: dl, read: e.T1})
+				}
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
@@ -493,7 +517,11 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			}
 		case OpReplayed:
 			if m := c.msgs[e.ID]; m != nil {
-				m.preReplay, m.replayedAt = nil, e.T0
+				// It happened, and so did every replay whose dead letter
+				// was read before it started; one read since is a later
+				// replay, still in doubt.
+				m.preReplays = slices.DeleteFunc(m.preReplays, func(p pendingReplay) bool { return p.read <= e.T0 })
+				m.replayedAt = e.T0
 			}
 		case OpDeleted:
 			if m := c.msgs[e.ID]; m != nil {
@@ -717,7 +745,7 @@ func (c *Checker) delivered(e Entry) {
 		return
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
-	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplay = 0, false, 0, nil
+	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplays = 0, false, 0, nil
 	m.maybe = maybeLease{} // the floors of this delivery hold from now on
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
@@ -1014,8 +1042,13 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 	if m.gone != "" {
 		c.violate(id, "%s: a dead letter after it was %s", where, m.gone)
 	}
-	if p := m.preReplay; p != nil && p.reason == reason && p.del == del && p.failedAt == failedAt {
-		return m // the replay in flight at a kill did not happen
+	if i := m.pendingReplayOf(deadLetter{reason: reason, del: del, failedAt: failedAt}); i >= 0 && (i == len(m.preReplays)-1 || where != "DeadLetters") {
+		// The replay in flight at a kill did not happen; nor, when a
+		// store after a power loss shows the dead letter of an earlier
+		// replay, did that one and every later one. (The process that
+		// read a later dead letter saw the earlier replays done: in it,
+		// only the last can still show its dead letter.)
+		return m
 	}
 	if m.replayedAt != 0 && failedAt < m.replayedAt {
 		// FailedAt is the broker's clock (the real one, as the journal's)
@@ -1320,9 +1353,11 @@ func (c *Checker) goneAfterAll(present map[string]bool) {
 // and the next child opens the very bytes drained (see goneAfterAll).
 //
 //   - A replay whose dead letter the store still shows as the janitor read
-//     it did not happen: the message is dead, as it was, until a replay or
-//     a delete (it keeps preReplay, so that this dead letter is still
-//     taken for the one read). A replay whose dead letter the store no
+//     it did not happen, nor did anything of the message after it: the
+//     message is dead, as it was, until a replay or a delete (that replay
+//     stays pending, so that this dead letter is still taken for the one
+//     read). The replays before it, whose dead letters the store no
+//     longer shows, happened. A replay whose dead letter the store no
 //     longer shows happened (or, after a power loss, the death it undid
 //     was lost with it): no store shows that dead letter again, and every
 //     dead letter of the message from now on failed after it was read.
@@ -1338,13 +1373,19 @@ func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
 	for name, live := range c.live {
 		for id, m := range live {
 			dl, shown := dead[id] // the zero deadLetter if none
-			if p := m.preReplay; p != nil {
-				if shown && dl == *p {
-					m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, p.reason, p.del, p.failedAt, p.failedAt
+			if n := len(m.preReplays); n > 0 {
+				if i := m.pendingReplayOf(dl); shown && i >= 0 {
+					if i > 0 {
+						m.replayedAt = max(m.replayedAt, m.preReplays[i-1].read)
+					}
+					p := m.preReplays[i]
+					m.preReplays = []pendingReplay{p}
+					m.dead, m.deadWhy, m.deadDel, m.deadT0, m.deadT1 = true, p.dl.reason, p.dl.del, p.dl.failedAt, p.dl.failedAt
 					m.rejectDel, m.nackDel = 0, 0
 					continue
 				}
-				m.preReplay, m.replayedAt = nil, max(m.replayedAt, m.preReplayRead)
+				m.replayedAt = max(m.replayedAt, m.preReplays[n-1].read)
+				m.preReplays = nil
 			}
 			m.rejectDel = m.deadIfShown(m.rejectDel, Reason(name, IntentReject), dl)
 			m.nackDel = m.deadIfShown(m.nackDel, Reason(name, IntentNack), dl)

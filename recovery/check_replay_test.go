@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,4 +71,177 @@ func TestConfirmedReplayOfALapsedDeadLetterMustHold(t *testing.T) {
 	// The store never saw the replay: the dead letter is as it was.
 	require.ErrorContains(t, c.CheckDrain(dir), "the replay was lost",
 		"ReplayDeadLetter(%s) returned nil, yet after the kill the same dead letter (LEASE_EXPIRED, %d deliveries, FailedAt %s) is still there", m.ID, dl.Deliveries, dl.FailedAt)
+}
+
+// replayedTwice is a work message rejected in cycle 1 and, in cycle 2, a
+// child under SyncPublish that loses power, replayed, rejected, replayed
+// again and delivered again, as the journals have it, with copies of the
+// store in each state a power loss in cycle 2 may leave.
+type replayedTwice struct {
+	id     string
+	cycle1 []Entry // the publish, delivery 1 and its reject, all certain
+	cycle2 []Entry // two replays, each followed by a delivery journaled as a maybe
+	// states holds the store after cycle 1 (dead1: its reject's dead
+	// letter), after the first replay (ready1), after the delivery that
+	// follows it (leased1), after that delivery's reject (dead2), after
+	// the second replay (ready2), and after the last delivery (leased2).
+	states map[string]string
+}
+
+// storeStates lists replayedTwice's states in the order cycle 2 made them.
+var storeStates = []string{"dead1", "ready1", "leased1", "dead2", "ready2", "leased2"}
+
+func newReplayedTwice(t *testing.T) *replayedTwice {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, q := openQueueOf(t, dir, QueueWork)
+	rt := &replayedTwice{states: map[string]string{}}
+	snapshot := func(name string) {
+		cp := t.TempDir()
+		require.NoError(t, CopyTree(dir, cp))
+		rt.states[name] = cp
+	}
+	m, pubs := publishJournaled(t, q)
+	rt.id = m.ID
+	pub := pubs[1]
+	receive := func(who string, intent Intent) (broker.DeliveryValue, Entry) {
+		t0 := time.Now().UnixNano()
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, 1, ds[0].Deliveries)
+		return ds[0], deliveredEntry(who, QueueWork, ds[0], intent, t0, time.Now().UnixNano())
+	}
+	reject := func(d broker.DeliveryValue) (int64, int64) {
+		t0 := time.Now().UnixNano()
+		require.NoError(t, q.Reject(ctx, d.Lease.Receipt, causeFor(QueueWork, IntentReject)))
+		return t0, time.Now().UnixNano()
+	}
+	replay := func() Entry {
+		dls, err := q.DeadLetters(ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		e := replayingEntry(pub, dls[0], time.Now().UnixNano())
+		require.NoError(t, q.ReplayDeadLetter(ctx, m.ID))
+		return e
+	}
+	maybe := func(e Entry) Entry {
+		e.Op = OpMaybe
+		return e
+	}
+
+	d, del := receive("con0", IntentReject)
+	t0, t1 := reject(d)
+	rt.cycle1 = append(pubs, del, Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: t1})
+	snapshot("dead1")
+
+	rt.cycle2 = []Entry{{Op: OpStart, Cycle: 2, Sync: broker.SyncPublish.String()}, replay()}
+	snapshot("ready1")
+	d, del = receive("con1", IntentReject)
+	snapshot("leased1")
+	t0, t1 = reject(d)
+	rt.cycle2 = append(rt.cycle2, maybe(del), returnedEntry("con1", QueueWork, m.ID, OpRejected, 1, t0, t1, 0))
+	snapshot("dead2")
+	rt.cycle2 = append(rt.cycle2, replay())
+	snapshot("ready2")
+	_, del = receive("con1", IntentHold)
+	rt.cycle2 = append(rt.cycle2, maybe(del))
+	snapshot("leased2")
+	require.NoError(t, s.Close())
+	return rt
+}
+
+// store returns a fresh copy of the store in state name (a drain takes
+// leases in what it opens).
+func (rt *replayedTwice) store(t *testing.T, name string) string {
+	t.Helper()
+	cp := t.TempDir()
+	require.NoError(t, CopyTree(rt.states[name], cp))
+	return cp
+}
+
+// checkedThrough returns a checker that has checked both cycles, the store
+// after cycle 1, and the store in state after cycle 2's power loss.
+func (rt *replayedTwice) checkedThrough(t *testing.T, state string) (*Checker, error) {
+	t.Helper()
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, rt.cycle1)
+	require.NoError(t, c.CheckDrain(rt.store(t, "dead1")), "the reject of cycle 1 returned nil")
+	c.AddCycle(2, rt.cycle2)
+	require.NoError(t, c.Err(), "the journal of cycle 2 alone is sound")
+	return c, c.CheckDrain(rt.store(t, state))
+}
+
+// TestTwoReplaysNoCommitCoveredMayBothBeLost: under SyncPublish a replay,
+// a lease and a reject are written before their calls return and reach
+// the device with the next commit; a power loss before it may take the
+// last few. Here the janitor replayed a rejected message, a consumer
+// received it and rejected it again (delivery 1, journaled as a maybe and
+// a returned reject), the janitor replayed the new dead letter and a
+// consumer received it once more, all in one cycle that lost power before
+// a publish made any of it certain. The store after the power loss may
+// show any prefix of that: the first dead letter (everything lost), the
+// message ready or leased after the first replay, the second dead letter,
+// or the message ready or leased after the second replay. The checker
+// took only the last replay as in doubt: a store that lost both replays,
+// showing the first dead letter, was reported as a reject dead letter the
+// journal did not explain ("a reject meant for delivery 0").
+//
+// Whatever the store showed settles the calls for good, its process
+// being gone: a later store that brings back a dead letter a replay took
+// out, or shows a dead letter the store after the power loss had not, is
+// still reported.
+func TestTwoReplaysNoCommitCoveredMayBothBeLost(t *testing.T) {
+	rt := newReplayedTwice(t)
+	for _, tc := range []struct {
+		state string
+		// later are stores that may not follow this one with nothing
+		// journaled, and what the checker says of each.
+		later map[string]string
+	}{
+		{"dead1", map[string]string{"ready2": "after it was dead-lettered", "dead2": "the journal has a reject meant for delivery 0"}},
+		{"ready1", map[string]string{"dead1": "the replay was lost", "dead2": "the replay was lost"}},
+		{"leased1", map[string]string{"dead1": "the replay was lost", "dead2": "the replay was lost"}},
+		{"dead2", map[string]string{"ready2": "after it was dead-lettered", "dead1": "the replay was lost"}},
+		{"ready2", map[string]string{"dead1": "the replay was lost", "dead2": "the replay was lost"}},
+		{"leased2", map[string]string{"dead1": "the replay was lost", "dead2": "the replay was lost"}},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			_, err := rt.checkedThrough(t, tc.state)
+			require.NoError(t, err, "message %s: the power loss in cycle 2 may leave the store %s", rt.id, tc.state)
+			for _, later := range storeStates {
+				want, bad := tc.later[later]
+				if !bad {
+					continue
+				}
+				c, err := rt.checkedThrough(t, tc.state)
+				require.NoError(t, err)
+				c.AddCycle(3, []Entry{{Op: OpStart, Cycle: 3, Sync: broker.SyncPublish.String()}})
+				require.ErrorContains(t, c.CheckDrain(rt.store(t, later)), want,
+					"message %s: the store after cycle 2 was %s, and the next, with nothing journaled, is %s", rt.id, tc.state, later)
+			}
+		})
+	}
+
+	t.Run("the first dead letter, read again in the process that replayed it", func(t *testing.T) {
+		c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+		c.AddCycle(1, rt.cycle1)
+		again := rt.cycle2[1]
+		again.T0, again.T1 = time.Now().UnixNano(), time.Now().UnixNano()
+		c.AddCycle(2, append(slices.Clone(rt.cycle2), again))
+		require.ErrorContains(t, c.Err(), "the journal has a reject meant for delivery 0",
+			"message %s: the janitor read the first dead letter again after its replay and a later one returned in the same process", rt.id)
+	})
+
+	t.Run("the first dead letter, replayed in the next cycle", func(t *testing.T) {
+		c, err := rt.checkedThrough(t, "dead1")
+		require.NoError(t, err)
+		replaying := rt.cycle2[1]
+		replaying.T0, replaying.T1 = time.Now().UnixNano(), time.Now().UnixNano()
+		c.AddCycle(3, []Entry{{Op: OpStart, Cycle: 3, Sync: broker.SyncAll.String()}, replaying,
+			{Op: OpReplayed, Who: "janitor", Queue: QueueWork, ID: rt.id, T0: replaying.T1 + 1, T1: replaying.T1 + 2}})
+		require.NoError(t, c.Err(), "message %s: the store after the power loss shows the first dead letter, which the next child replays", rt.id)
+		require.NoError(t, c.CheckDrain(rt.store(t, "ready1")))
+	})
 }

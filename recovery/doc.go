@@ -189,7 +189,11 @@
 //     settled by the store after the kill: if it still shows the dead
 //     letter, the replay did not happen, and the message stays dead until
 //     a replay or a delete; if not, the replay happened, as if it had
-//     returned nil. So for a reject or a nack in flight: if the store
+//     returned nil. A power loss under SyncPublish may take several
+//     replays of a message that returned, none yet made certain, with
+//     what came between them: the store after it may show the dead letter
+//     of any of them, and then that replay and every later one did not
+//     happen. So for a reject or a nack in flight: if the store
 //     after the kill shows its dead letter, it happened, and the message
 //     stays dead; if not, it never happens, and no later dead letter is
 //     explained by it.

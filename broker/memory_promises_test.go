@@ -102,3 +102,36 @@ func TestMemoryAndStoreRefuseANackWhoseRetryInstantPasses2262(t *testing.T) {
 		})
 	}
 }
+
+// TestADuplicatesClockReadingHoldsOffEvictionAfterTheClockStepsBack: a
+// keyed publish that finds a duplicate still reads the clock for its
+// eviction, and "if the clock goes backwards, nothing is evicted" (API.md
+// §4) counts from that reading, not only from the last enqueue. So a key
+// published after the clock stepped back far behind the duplicate, whose
+// window has passed by a later reading still behind the duplicate's, is
+// still a duplicate: the clock has not come back past its latest reading.
+func TestADuplicatesClockReadingHoldsOffEvictionAfterTheClockStepsBack(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone })
+	pol := policy(func(p *broker.PolicyValue) { p.DedupWindow = time.Minute })
+	base := e.clock.Now()
+	for name, q := range e.storeAndMemory(pol) {
+		t.Run(name, func(t *testing.T) {
+			at := func(d time.Duration) { e.clock.Set(base.Add(d)) }
+			at(0)
+			first, err := q.PublishKeyed(ctx(t), "a", []byte("a"))
+			require.NoError(t, err)
+			at(50 * time.Second)
+			dup, err := q.PublishKeyed(ctx(t), "a", []byte("a"))
+			require.NoError(t, err)
+			require.Equal(t, first.ID, dup.ID, "within the window")
+			at(-100 * time.Second) // the clock steps back, far
+			k, err := q.PublishKeyed(ctx(t), "k", []byte("k"))
+			require.NoError(t, err)
+			at(20 * time.Second) // k's window has passed; the clock is still behind 50 s
+			again, err := q.PublishKeyed(ctx(t), "k", []byte("k"))
+			require.NoError(t, err)
+			require.Equal(t, k.ID, again.ID, "evicted by a clock behind the duplicate's reading")
+			require.Equal(t, int64(2), q.Stats().Duplicates)
+		})
+	}
+}

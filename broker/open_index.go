@@ -404,10 +404,14 @@ func (s *Store) replay(x *index.Index, from wal.Position, loss *lossTracker) (in
 			}
 		}
 		if err := x.ApplyRecord(pos, rec); err != nil {
-			if n == 1 && from == 0 && errors.Is(err, index.ErrBadEvent) {
+			if n == 1 && from == 0 && (errors.Is(err, index.ErrBadEvent) || errors.Is(err, index.ErrLaterKind)) {
 				// The log's first record is one no store writes (its
-				// secret, or a preamble's): most likely the directory
-				// holds a log of something else.
+				// secret, or a preamble's, which every build's log
+				// begins with, a later build's too): most likely the
+				// directory holds a log of something else.
+				if errors.Is(err, index.ErrLaterKind) {
+					err = fmt.Errorf("index: record at %v: %w: kind %d", pos, index.ErrBadEvent, rec[0])
+				}
 				err = fmt.Errorf("%w (the log's first record is not one a walbroker store writes: is %s a store's directory?)", err, s.dir)
 			}
 			return s.badRecord(pos, err)

@@ -29,7 +29,10 @@
 // or (once, for the failure trailer below) fields appended after the last
 // so that every record written before them decodes exactly as it did. A
 // kind above the last one this build knows is a later build's record:
-// Decode refuses it with ErrLaterKind, not as damage.
+// Decode refuses it with ErrLaterKind, not as damage. A build that adds a
+// kind also raises the checkpoint's version, so that an earlier build
+// refuses its store at Open (ErrLaterVersion) rather than load a
+// checkpoint past records it cannot read and meet them only at a rebuild.
 //
 //	kind 1  meta        secret [32 bytes]
 //	kind 2  declare     queue, name, visibilityTimeout, retryDelay,

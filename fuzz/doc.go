@@ -33,7 +33,9 @@
 //     behind a header computed around them (right magic, version, length
 //     and CRC-32C, so that the body decoder is what gets exercised), beside
 //     real table files, through index.Load and index.LogHints. Load either
-//     refuses with an error wrapping index.ErrDamaged, or returns an index
+//     refuses with an error wrapping index.ErrDamaged (or
+//     index.ErrLaterVersion, for a header naming a later version), or
+//     returns an index
 //     whose every queue dumps (damage may be reported by Damaged, nothing
 //     may panic), whose streams stay below its next sequence, and whose
 //     table, once closed, leaves no file open and no mapping behind.

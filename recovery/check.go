@@ -102,6 +102,13 @@ type msg struct {
 	// come from a nack of the last delivery. A nack refused as
 	// LeaseExpired reported nothing, so its bit is cleared again.
 	nackMeant uint64
+	// nackMeantBefore holds nackMeant as it stood at each replay since the
+	// last one proved to have happened (its confirmation, or a certain
+	// first delivery after it). A power loss under SyncPublish may take a
+	// replay with the death it undid and the lease before that, so that
+	// the store goes on with the earlier epoch: its next lapse on the last
+	// delivery then records the failure a nack of that epoch reported.
+	nackMeantBefore uint64
 	// maybe is the latest delivery of the current epoch journaled only as
 	// a maybe (see maybeDelivered) counting above every certain one; the
 	// zero maybeLease once a certain delivery follows.
@@ -509,6 +516,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// Whether or not the replay happens, the message stays
 				// (dead or ready); its next delivery may count from 1.
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
+				m.nackMeantBefore |= m.nackMeant
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
 				m.intentDel, m.intentExp, m.maybe, m.returned = 0, 0, maybeLease{}, returnedSettle{}
 			} else {
@@ -522,6 +530,9 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				// replay, still in doubt.
 				m.preReplays = slices.DeleteFunc(m.preReplays, func(p pendingReplay) bool { return p.read <= e.T0 })
 				m.replayedAt = e.T0
+				if len(m.preReplays) == 0 {
+					m.nackMeantBefore = 0
+				}
 			}
 		case OpDeleted:
 			if m := c.msgs[e.ID]; m != nil {
@@ -746,6 +757,9 @@ func (c *Checker) delivered(e Entry) {
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
 	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplays = 0, false, 0, nil
+	if e.Del == 1 {
+		m.nackMeantBefore = 0 // a new epoch began: the replays before it happened
+	}
 	m.maybe = maybeLease{} // the floors of this delivery hold from now on
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
@@ -1092,7 +1106,7 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 		// The nack of the last delivery, or the lapse of the last
 		// delivery's lease after a nack of an earlier one in this epoch
 		// (then it failed at the lease's expiry, no earlier).
-		lapse := m.nackMeant != 0 && !m.failedBeforeExpiry(failedAt)
+		lapse := m.nackMeant|m.nackMeantBefore != 0 && !m.failedBeforeExpiry(failedAt)
 		if del != max || (m.nackDel != del && !lapse) {
 			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
 		}

@@ -245,3 +245,84 @@ func TestTwoReplaysNoCommitCoveredMayBothBeLost(t *testing.T) {
 		require.NoError(t, c.CheckDrain(rt.store(t, "ready1")))
 	})
 }
+
+// TestALostReplayWithTheDeathItUndidLeavesTheEarlierNacksToTheLapse: under
+// SyncPublish a power loss may take a replay together with the death it
+// undid and the lease before that. Here cycle 1 nacked every delivery but
+// the last (all certain); cycle 2 delivered the last, whose nack
+// dead-lettered the message, replayed it and delivered and acked it once
+// more, and lost all of it. The store then goes on with the first life:
+// cycle 3 hands out the last delivery again (certain), and when its lease
+// lapses the dead letter records the failure the earlier nacks reported.
+// The checker had taken the lost replay for the start of a new life and
+// reported that dead letter as one no nack explains ("a nack meant for
+// delivery 0"), as a 300-cycle soak of TestProcessCrash met.
+func TestALostReplayWithTheDeathItUndidLeavesTheEarlierNacksToTheLapse(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := &stepClock{now: time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
+	m, cycle1 := publishJournaled(t, q)
+	max := maxDeliveries(QueueWork)
+	receive := func(q *broker.Queue, want int) (broker.DeliveryValue, int64) {
+		clk.Set(clk.Now().Add(time.Second))
+		ds, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, want, ds[0].Deliveries)
+		return ds[0], clk.Now().UnixNano()
+	}
+	copyOf := func(src string) string {
+		cp := t.TempDir()
+		require.NoError(t, CopyTree(src, cp))
+		return cp
+	}
+	for i := 1; i < max; i++ {
+		d, at := receive(q, i)
+		cycle1 = append(cycle1, deliveredEntry("con0", QueueWork, d, IntentNack, at, at))
+		nv, err := q.Nack(ctx, d.Lease.Receipt, causeFor(QueueWork, IntentNack))
+		require.NoError(t, err)
+		cycle1 = append(cycle1, Entry{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: m.ID, Del: nv.Deliveries,
+			Exp: nv.VisibleAt.UnixNano(), Dead: nv.DeadLettered, T0: at, T1: at})
+	}
+	after1 := copyOf(dir)
+
+	cycle2 := []Entry{{Op: OpStart, Cycle: 2, Sync: broker.SyncPublish.String()}}
+	d, at := receive(q, max)
+	del := deliveredEntry("con0", QueueWork, d, IntentNack, at, at)
+	del.Op = OpMaybe
+	nv, err := q.Nack(ctx, d.Lease.Receipt, causeFor(QueueWork, IntentNack))
+	require.NoError(t, err)
+	require.True(t, nv.DeadLettered)
+	nacked := returnedEntry("con0", QueueWork, m.ID, OpNacked, max, at, at, nv.VisibleAt.UnixNano())
+	nacked.Dead = true
+	dls, err := q.DeadLetters(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	cycle2 = append(cycle2, del, nacked, replayingEntry(cycle1[1], dls[0], clk.Now().UnixNano()))
+	require.NoError(t, q.ReplayDeadLetter(ctx, m.ID))
+	d, at = receive(q, 1)
+	again := deliveredEntry("con1", QueueWork, d, IntentAck, at, at)
+	again.Op = OpMaybe
+	require.NoError(t, q.Ack(ctx, d.Lease.Receipt))
+	cycle2 = append(cycle2, again, returnedEntry("con1", QueueWork, m.ID, OpAcked, 1, at, at, 0))
+	require.NoError(t, s.Close())
+
+	// The power loss took all of cycle 2: the next child opens the store
+	// cycle 1 left and hands out the last delivery again.
+	dir3 := copyOf(after1)
+	s, q = openQueueAt(t, dir3, QueueWork, clk.Now)
+	d, at = receive(q, max)
+	cycle3 := []Entry{{Op: OpStart, Cycle: 3, Sync: broker.SyncPublish.String()}, deliveredEntry("con0", QueueWork, d, IntentHold, at, at)}
+	require.NoError(t, s.Close())
+
+	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c.AddCycle(1, cycle1)
+	require.NoError(t, c.CheckDrain(copyOf(after1)))
+	c.AddCycle(2, cycle2)
+	require.NoError(t, c.Err(), "the journal of cycle 2 alone is sound")
+	require.NoError(t, c.CheckDrain(copyOf(after1)), "the power loss may take all of cycle 2")
+	c.AddCycle(3, cycle3)
+	require.NoError(t, c.Err())
+	require.NoError(t, c.CheckDrain(dir3), "message %s: its last delivery's lease lapsed in the first life, after nacks of it", m.ID)
+}

@@ -29,7 +29,7 @@ func heapInUse() int64 {
 // key was evicted: the seen map and the eviction heap kept their size).
 func TestEvictedDedupKeysGiveBackTheHeapTheyTook(t *testing.T) {
 	if testing.Short() {
-		t.Skip("publishes 50,000 keyed messages")
+		t.Skip("-short: publishes 50,000 keyed messages, seconds under -race; go test without -short runs it")
 	}
 	e := newEnv(t, func(o *broker.Options) { o.Sync = broker.SyncNone; o.SegmentBytes = 8 << 20 })
 	pol := policy(func(p *broker.PolicyValue) { p.DedupWindow = time.Minute })

@@ -762,10 +762,10 @@ func (c *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 	return err
 }
 
-// ReadDir lists a directory of the inner FS as it is now.
 // CheckDir asks the inner FS (see [DirChecker]).
 func (c *CrashFS) CheckDir(dir string) error { return CheckDir(c.inner, dir) }
 
+// ReadDir lists a directory of the inner FS as it is now.
 func (c *CrashFS) ReadDir(dir string) ([]string, error) {
 	c.mu.Lock()
 	c.used[filepath.Clean(dir)] = true

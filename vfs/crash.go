@@ -133,7 +133,9 @@ type crashNode struct {
 	durRefs  int      // number of crashDir.dur entries naming this node
 	logRefs  int      // number of CrashFS.names entries naming this node
 	// held is a read-only handle kept while the node is unlinked but a
-	// crash could bring it back (durRefs > 0); nil otherwise.
+	// crash could bring it back: a durable entry names it (durRefs > 0),
+	// or an unsynced change of names a crash may keep does (logRefs > 0);
+	// nil otherwise.
 	held File
 	// syncedSize is the size as of the last successful Sync, and log the
 	// mutations since then, oldest first.

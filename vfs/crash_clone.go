@@ -94,8 +94,9 @@ type CrashOptions struct {
 	// TearLastWrite, or when KeepUnsyncedNames or KeepUnsyncedSizes is
 	// KeepPrefix; files are visited in name order, so a fixed seed over a
 	// fixed workload gives a fixed clone. KeepUnsyncedNames and
-	// KeepUnsyncedSizes left at "" draw nothing from it, so that a seed
-	// gives the clone it gave before they existed.
+	// KeepUnsyncedSizes left at "" draw from it only what was drawn before
+	// they existed (the length of the prefix of names kept strictly
+	// between 0 and 1), so that a seed gives the clone it gave then.
 	Rand *rand.Rand
 }
 

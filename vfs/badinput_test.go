@@ -92,9 +92,12 @@ func TestMapRefusesALengthOutsideTheFile(t *testing.T) {
 }
 
 // TestResolveRefusesTheEmptyPath: it used to resolve to the working
-// directory, a place the caller never named.
+// directory, a place the caller never named. The refusal wraps
+// io/fs.ErrInvalid, as that of a path holding a NUL byte does, and as
+// IsLink's of the empty path does.
 func TestResolveRefusesTheEmptyPath(t *testing.T) {
 	r, err := Resolve("")
+	require.ErrorIs(t, err, iofs.ErrInvalid)
 	require.ErrorContains(t, err, "empty path")
 	require.Empty(t, r)
 }

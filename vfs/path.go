@@ -19,10 +19,11 @@ import (
 // after a link climbs out of the link's target, not out of the directory
 // that holds the link; and a name below a file that is not a directory
 // ("file/x", "file/..") is refused with ENOTDIR. The empty path names no
-// place and is refused, and so is one holding a NUL byte (see CheckPath).
+// place and is refused, and so is one holding a NUL byte (see CheckPath),
+// each with an error wrapping io/fs.ErrInvalid.
 func Resolve(path string) (string, error) {
 	if path == "" {
-		return "", errors.New("vfs: resolve: empty path")
+		return "", fmt.Errorf("vfs: resolve: empty path: %w", iofs.ErrInvalid)
 	}
 	if err := CheckPath(path); err != nil {
 		return "", err

@@ -55,11 +55,11 @@ type Log struct {
 	// first call, closed when err is set.
 	poisonedCh chan struct{}
 
-	// removeMu is held by RemoveBelow for its whole run and by Close from
-	// the moment it marks the log closed: no file of the log is renamed or
-	// removed once Close has let the directory go (another Log may have
-	// it), and two removals do not keep more than maxSpares between them.
-	// Taken before listMu and mu.
+	// removeMu is held by RemoveBelow for its whole run, by SalvageDone,
+	// and by Close from the moment it marks the log closed: no file of the
+	// log is renamed or removed once Close has let the directory go
+	// (another Log may have it), and two removals do not keep more than
+	// maxSpares between them. Taken before salvageMu, listMu and mu.
 	removeMu sync.Mutex
 	// unremoved, guarded by removeMu: segment files RemoveBelow took out of
 	// the log but could not remove, oldest first (see RemoveBelow).

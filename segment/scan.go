@@ -71,8 +71,9 @@ type Report struct {
 	// Skipped lists the spans salvage stepped over, in order, each with
 	// the failure found in it (DamageAt and Cause keep the last). Each
 	// starts at the first byte of a broken group and ends at the next
-	// frame that opens a group (or the seal), or, when none follows, at
-	// the end of the segment's last valid frame. Empty without salvage.
+	// frame that opens a group (or a padding or the seal: see Resume),
+	// or, when none follows, at the end of the segment's last valid
+	// frame. Empty without salvage.
 	Skipped []Span
 }
 

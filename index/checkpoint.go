@@ -43,8 +43,9 @@ import (
 // seal; the secret; the dead-event orphan count; per log segment its
 // SegmentUse (less KeyBytes and StateBytes, which Load counts again from
 // the keys and the messages); per table chunk its live count; per queue
-// its declaration, stream state, active messages and dedup keys; then the
-// chunk files the table needs. The file is written under a temporary name,
+// its declaration, stream state, latest clock reading (LastEvicts), gone
+// marks, active messages and dedup keys; then the chunk files the table
+// needs. The file is written under a temporary name,
 // the header last, fdatasynced, renamed into place and the directory
 // synced: a checkpoint is either wholly there or not at all.
 const (
@@ -158,7 +159,8 @@ func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot,
 }
 
 // encode appends the queue to a checkpoint's body: its declaration, its
-// stream's bounds, its active messages and its dedup keys.
+// stream's bounds and count, its latest clock reading, its gone marks, its
+// active messages and its dedup keys.
 func (q *Queue) encode(e *encoder) error {
 	e.uvarint(uint64(q.ID))
 	e.string(q.Name)

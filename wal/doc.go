@@ -127,8 +127,8 @@
 // Every method of Log is safe for concurrent use. Lock order: Log.removeMu,
 // then Log.salvageMu or Log.listMu, then a segment's locks; Log.mu guards
 // the request queue, the closed flag and the poison, and is never held
-// across I/O or another lock. A segment's readers never wait for one another nor for
-// its close: a read that finds it closing is refused, and the close waits
-// for those already reading, so a callback of Iterate or View may read
-// again while another goroutine closes the log.
+// across I/O or another lock. A segment's readers never wait for one
+// another nor for its close: a read that finds it closing is refused, and
+// the close waits for those already reading, so a callback of Iterate or
+// View may read again while another goroutine closes the log.
 package wal

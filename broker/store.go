@@ -294,9 +294,6 @@ func openStore(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: where, opts: opts, queues: map[string]*Queue{}, over: make(chan struct{})}
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
-	// What the last checkpoint covers needs no scan: sealed segments are
-	// verified as they are read, and the last one is scanned from the
-	// checkpoint's position on.
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			// index/ cannot be looked up because the store's own path
@@ -306,6 +303,10 @@ func openStore(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
+	// What the last checkpoint covers needs no scan: sealed segments are
+	// verified as they are read, and the last one is scanned from the
+	// checkpoint's position on (unless the checkpoint is suspect: see
+	// openHints).
 	if err := s.openHints(&wo); err != nil {
 		return nil, openError(dir, opts.Salvage, err)
 	}

@@ -220,7 +220,9 @@ func (o Options) walOptions() wal.Options {
 		Salvage:      o.Salvage,
 		// The report of a salvage is built after the log opens (which
 		// messages were lost): the log's list of the spans it repaired
-		// stays until Open has built it (see Store.Recovery).
+		// stays until Open has returned the report (the first
+		// maintenance round or Close then removes the list: see
+		// Store.finishSalvage).
 		KeepSalvageList: o.Salvage,
 		Logger:          o.Logger,
 		Sync:            wal.SyncAlways,

@@ -18,9 +18,10 @@ import (
 // the checkpoint places in the spans are written durably to
 // salvage/lost.json, and the Open that finishes an unfinished salvage
 // (wal.Recovery.Unfinished) names them too; one that cannot read the
-// file fails, and leaves it as it is (keptLost). Open removes the file
-// once the log forgot its list, and a salvage that finishes no earlier
-// one removes any it finds before it begins.
+// file fails, and leaves it as it is (keptLost). The store removes the
+// file once the log forgot its list (finishSalvage: the first maintenance
+// round or Close, once Open has returned its report), and a salvage that
+// finishes no earlier one removes any it finds before it begins.
 
 const lostName = "lost.json"
 

@@ -576,8 +576,9 @@ func (t *lossTracker) watch(x *index.Index) {
 // hi+seqReserve; the one Open makes, the next sequence plus seqReserve;
 // a preamble's carries the last of those), so only the sequences below
 // its number less seqReserve are known taken. Under the other modes a
-// mark (a preamble's only) is the next sequence exactly, and that bound
-// is lower than it could be: an event about a message of the sequences
+// mark (a preamble's, or the one Open writes when a salvage raised the
+// next sequence: markRaisedSeq) is the next sequence exactly, and that
+// bound is lower than it could be: an event about a message of the sequences
 // between, removed with its segment, is no sign of loss, but it names one
 // only if the acknowledgement or deletion that ended that message was
 // lost too (see ended). Taking the mark's own number, every message lost

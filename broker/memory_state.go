@@ -172,7 +172,7 @@ func (s *memState) detach(m *memMessage) {
 	m.state = 0
 }
 
-// ready makes m receivable now.
+// makeReady makes m receivable now.
 func (s *memState) makeReady(m *memMessage) {
 	m.state = memReady
 	heap.Push(&s.ready, m)

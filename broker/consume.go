@@ -1259,7 +1259,9 @@ func (c *consumer) free() {
 }
 
 // handle runs the handler on d, keeps its lease, and settles the outcome.
-// It holds one slot, which it frees when the settling call has returned.
+// It holds one slot, which it frees when the settling call has returned,
+// or, for an ack the next Receive carries, as soon as it has left the ack
+// for it (or when the lease was lost, and nothing is settled).
 // heldSince is when d began to wait for a handler (zero: it did not).
 func (c *consumer) handle(ctx context.Context, d DeliveryValue, heldSince time.Time) {
 	handedOff := false

@@ -16,8 +16,8 @@ import (
 )
 
 // maintenance is the store's background work: checkpoints and reclaiming
-// old segments. One goroutine does it; checkpoints from Open and Close
-// run in the caller's goroutine, serialised with it by ckptMu.
+// old segments. One goroutine does it; checkpoints from Open, Close and
+// Backup run in the caller's goroutine, serialised with it by ckptMu.
 type maintenance struct {
 	// kick, stop and done are made by startMaintenance, at the end of
 	// Open: the log's writer reads kick at each rotation (kickRotation),

@@ -208,7 +208,12 @@ var (
 	// QueueMisconfigured is returned by [PolicyValue.Validate] (and so when
 	// a queue is opened) for a policy field it refuses, by Extend for a
 	// non-positive or unrecordable duration, and by [Consume] for an
-	// option it refuses. The text names the field and its value.
+	// option it refuses. The text names the field and its value. It is
+	// returned too for Options outside their bounds (Open), a queue name
+	// or a MaxMessageBytes that [Store.Queue] refuses, a nil context, a
+	// method of a nil *Store, *Queue or *Memory, a clock reading no broker
+	// can record (or a clock that panics), and a lease or retry instant
+	// past year 2262; the text says which.
 	QueueMisconfigured = NewError("QUEUE_MISCONFIGURED", codeQueue|5, "the queue's configuration is invalid", "")
 	// DeadLetterNotFound is returned by ReplayDeadLetter and
 	// DeleteDeadLetter for an id the dead-letter store does not hold.

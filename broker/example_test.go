@@ -253,7 +253,8 @@ func ExampleQueue_DeadLetters() {
 	}
 
 	// A program's own codes take a domain other than 7 (see NewError). The
-	// private half ("dial ...") goes to ConsumeOptions.Logger, never to disk.
+	// private half ("dial ...") goes to ConsumeOptions.Logger when one is
+	// set (none is here), never to disk.
 	gatewayDown := broker.NewError("GATEWAY_DOWN", 0x01000001, "the payment gateway did not answer", "dial tcp 10.0.0.7:443: connection refused")
 	malformed := broker.NewError("MALFORMED", 0x01000002, "the payment cannot be parsed", "")
 

@@ -152,9 +152,7 @@ func (s *Store) maintain(force bool) error {
 	if s.usable() != nil {
 		return nil
 	}
-	if err := s.finishSalvage(); err != nil {
-		s.salvageListStays(err)
-	}
+	s.salvageListStays(s.finishSalvage())
 	m := &s.maint
 	if p := m.stopped.Load(); p != nil {
 		// Reclamation stops with the checkpoints, as documented: it

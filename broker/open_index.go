@@ -288,8 +288,8 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				return nil, 0, nil, kerr
 			}
 			loss.add(kept)
-		} else {
-			s.forgetLost()
+		} else if ferr := s.forgetLost(); ferr != nil {
+			s.lostListStays(ferr)
 		}
 	}
 	if err == nil {

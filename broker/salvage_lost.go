@@ -87,43 +87,57 @@ func (s *Store) keptLost() (map[uint64]uint32, error) {
 // file left behind is read only by the Open that finishes a salvage
 // begun after it (which a failure to remove it here may leave naming
 // messages an earlier salvage already reported), so a failure is only
-// logged.
-func (s *Store) forgetLost() {
+// logged (lostListStays), by the caller, once it holds no lock.
+func (s *Store) forgetLost() error {
 	fs, path := s.opts.fs(), s.lostPath()
 	err := fs.Remove(path)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return
+		return nil
 	}
 	if err == nil {
 		err = fs.SyncDir(filepath.Dir(path))
 	}
-	if err != nil {
-		s.opts.Logger.Warn("broker: could not remove the list of the messages a salvage lost", "file", path, "err", err)
-	}
+	return err
 }
+
+// lostListStays logs the failure of forgetLost.
+func (s *Store) lostListStays(err error) {
+	s.opts.Logger.Warn("broker: could not remove the list of the messages a salvage lost", "file", s.lostPath(), "err", err)
+}
+
+// salvageLeft is what finishSalvage could not remove: the log's list of
+// the spans a salvage repaired (spans), and the store's of the messages
+// they held (lost).
+type salvageLeft struct{ spans, lost error }
 
 // finishSalvage removes, once Open has returned the report of a salvage,
 // the lists it leaves until then: the log's of the spans it repaired, and
 // the store's of the messages they held (forgetLost). It runs once, in the
 // first maintenance round or at Close, whichever comes first; a failure
-// is returned for the caller to log (see salvageListStays), not to stop
-// anything: the report was given, and a list that stays only makes the
-// next Open without Salvage refuse the store until one with it gives the
-// report again.
-func (s *Store) finishSalvage() error {
+// is returned for the caller to log once it holds no lock (see
+// salvageListStays: Close holds closeMu here), not to stop anything: the
+// report was given, and a list that stays only makes the next Open
+// without Salvage refuse the store until one with it gives the report
+// again.
+func (s *Store) finishSalvage() salvageLeft {
 	if !s.salvagePending.Swap(false) {
-		return nil
+		return salvageLeft{}
 	}
 	if err := s.log.SalvageDone(); err != nil {
-		return err
+		return salvageLeft{spans: err}
 	}
 	if len(s.log.Recovery().Salvaged) > 0 {
-		s.forgetLost()
+		return salvageLeft{lost: s.forgetLost()}
 	}
-	return nil
+	return salvageLeft{}
 }
 
-// salvageListStays logs the failure of finishSalvage.
-func (s *Store) salvageListStays(err error) {
-	s.opts.Logger.Warn("broker: the list of what a salvage repaired could not be removed; the next open without Salvage refuses the store until one with it reports the repair again", "dir", s.dir, "err", err)
+// salvageListStays logs what finishSalvage could not remove.
+func (s *Store) salvageListStays(left salvageLeft) {
+	if left.spans != nil {
+		s.opts.Logger.Warn("broker: the list of what a salvage repaired could not be removed; the next open without Salvage refuses the store until one with it reports the repair again", "dir", s.dir, "err", left.spans)
+	}
+	if left.lost != nil {
+		s.lostListStays(left.lost)
+	}
 }

@@ -1192,31 +1192,29 @@ func (s *Store) Close() error {
 	if s.unmade() {
 		return nilReceiver("Store")
 	}
-	err, cerr, serr := s.close()
+	err, cerr, left := s.close()
 	// Logged once closeMu is released: the handler is the caller's code.
 	if cerr != nil {
 		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open recovers the index from the log (replaying it from the last whole checkpoint, or all of it)", "dir", s.dir, "err", cerr)
 	}
-	if serr != nil {
-		s.salvageListStays(serr)
-	}
+	s.salvageListStays(left)
 	return err
 }
 
 // close is Close but for its log: it returns Close's error, that of the
-// checkpoint it tried to write, if any, and that of the removal of a
-// salvage's lists (see finishSalvage).
-func (s *Store) close() (err, cerr, serr error) {
+// checkpoint it tried to write, if any, and what of a salvage's lists it
+// could not remove (see finishSalvage).
+func (s *Store) close() (err, cerr error, left salvageLeft) {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil, nil
+		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil, salvageLeft{}
 	}
 	s.closing.Store(true)
 	s.stopMaintenance()
-	serr = s.finishSalvage()
+	left = s.finishSalvage()
 	// closed is set before ckptMu is let go: a Backup waiting for it would
 	// otherwise write a checkpoint into the index after Close returned.
 	s.maint.ckptMu.Lock()
@@ -1248,9 +1246,9 @@ func (s *Store) close() (err, cerr, serr error) {
 	}
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {
-		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr, serr
+		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr, left
 	}
-	return nil, cerr, serr
+	return nil, cerr, left
 }
 
 // Err returns nil while the store works, and otherwise the error its

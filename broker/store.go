@@ -1192,7 +1192,7 @@ func (s *Store) Close() error {
 	if s.unmade() {
 		return nilReceiver("Store")
 	}
-	err, cerr, left := s.close()
+	left, err, cerr := s.close()
 	// Logged once closeMu is released: the handler is the caller's code.
 	if cerr != nil {
 		s.opts.Logger.Warn("broker: checkpoint at close failed; the next open recovers the index from the log (replaying it from the last whole checkpoint, or all of it)", "dir", s.dir, "err", cerr)
@@ -1201,16 +1201,16 @@ func (s *Store) Close() error {
 	return err
 }
 
-// close is Close but for its log: it returns Close's error, that of the
-// checkpoint it tried to write, if any, and what of a salvage's lists it
-// could not remove (see finishSalvage).
-func (s *Store) close() (err, cerr error, left salvageLeft) {
+// close is Close but for its log: it returns what of a salvage's lists it
+// could not remove (see finishSalvage), Close's error, and that of the
+// checkpoint it tried to write, if any.
+func (s *Store) close() (left salvageLeft, err, cerr error) {
 	// One Close at a time: a second one's checkpoint must not write the
 	// index while the first closes its files and lets the directory go.
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil, salvageLeft{}
+		return salvageLeft{}, fmt.Errorf("broker: store %s: %w", s.dir, Closed), nil
 	}
 	s.closing.Store(true)
 	s.stopMaintenance()
@@ -1246,9 +1246,9 @@ func (s *Store) close() (err, cerr error, left salvageLeft) {
 	}
 	err = errors.Join(err, s.idx.Table.Close())
 	if err != nil {
-		return fmt.Errorf("broker: close %s: %w", s.dir, err), cerr, left
+		return left, fmt.Errorf("broker: close %s: %w", s.dir, err), cerr
 	}
-	return nil, cerr, left
+	return left, nil, cerr
 }
 
 // Err returns nil while the store works, and otherwise the error its

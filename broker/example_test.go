@@ -102,7 +102,7 @@ func ExampleConsume_stopGrace() {
 		fmt.Println("handler still running:", hctx.Err() == nil)
 		return nil
 	}, broker.ConsumeOptions{
-		StopGrace:   20 * time.Second, // then the handlers' contexts end, and they are nacked
+		StopGrace:   20 * time.Second, // then the handlers' contexts end; one that gives up with their error is nacked
 		ExtendEvery: 10 * time.Second,
 	})
 	fmt.Println("Consume:", err)

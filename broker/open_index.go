@@ -554,7 +554,7 @@ func (t *lossTracker) watch(x *index.Index) {
 			return
 		}
 		if e.Kind == index.KindAck || e.Kind == index.KindDelete {
-			return // see noted that it ended it
+			return // see has put it in t.ended
 		}
 		// An event after an end would make the message live again;
 		// none follows one in a log this code writes, but the last

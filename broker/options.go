@@ -194,13 +194,14 @@ func (o Options) segmentBytes() int64 {
 	return o.SegmentBytes
 }
 
-// preambleBytes is the room each segment keeps for its preamble.
 // maxPreambleBytes caps preambleBytes. Raising it would lower
 // MaxMessageBytes and the largest batch of every store of more than 4 MiB
 // segments, and refuse, at its next Open, a queue declared up to the old
 // bound.
 const maxPreambleBytes = 256 << 10
 
+// preambleBytes is the room each segment keeps for its preamble: a
+// sixteenth of the segment, at least 1 KiB and at most maxPreambleBytes.
 func (o Options) preambleBytes() int {
 	return int(min(max(o.segmentBytes()/16, 1<<10), maxPreambleBytes))
 }

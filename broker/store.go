@@ -1041,7 +1041,8 @@ func (s *Store) maxGroup() int { return s.opts.maxGroup() }
 
 // maxGroup is the most bytes of frames one append may take in a segment of
 // a store opened with o: what a segment holds past its header, its seal
-// and the preamble a rotation writes.
+// and the preamble a rotation writes, less maxEventFields for the dedup
+// eviction record a publish may carry.
 func (o Options) maxGroup() int {
 	return int(o.segmentBytes()) - segment.HeaderSize - segment.Size(0) - o.preambleBytes() - maxEventFields
 }

@@ -763,8 +763,8 @@ func (l *Log) cleanTail(f *segment.File, seq uint32, last bool, clean Position, 
 	if !ok || !last || l.opts.Salvage || clean.Segment() != seq || clean.Offset() < segment.HeaderSize || clean.Offset() > f.Size() {
 		return segment.Report{}, false
 	}
-	// (A mark past the file's size is refused by recover: bytes a clean
-	// Close had synced are gone.)
+	// (A mark past the file's size is refused by scanSegments, which
+	// recover calls: bytes a clean Close had synced are gone.)
 	from, records := segment.HeaderSize, 0
 	if l.knownDurableIn(seq) > clean.Offset() {
 		// The caller knew records durable past where the clean Close

@@ -513,7 +513,7 @@ func (q *noPayload) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.Mes
 // Seed Broker.Publish "returns the message the broker minted for it", and
 // MessageValue.Payload "is the caller's bytes, unmodified". The suite
 // never read the Payload Publish or PublishBatch returns
-// (PayloadBelongsToReceiver writes into it only "if len(m.Payload) > 0";
+// (PayloadBelongsToReceiver wrote into it only "if len(m.Payload) > 0";
 // PayloadsKeyedAndBatchPublishesReturnBelongToThePublisher writes into it
 // and never compares it), so a broker that returns it nil — or any bytes
 // at all — passed.

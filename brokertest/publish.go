@@ -158,13 +158,20 @@ var publishCases = []testCase{
 	}},
 	{name: "PayloadBelongsToReceiver", run: func(e *env) {
 		q := e.queue(e.policy())
-		m := e.publish(q, "payload")
-		if len(m.Payload) > 0 {
-			copy(m.Payload, "PPPPPPP") // the publisher's value is its own
+		// The publisher reuses its buffer once Publish has returned.
+		buf := []byte("payload")
+		m, err := q.Publish(e.ctx(), buf)
+		if err != nil {
+			e.Fatalf("Publish: %v", err)
 		}
+		copy(buf, "REUSED!")
+		if got := string(m.Payload); got != "payload" {
+			e.Fatalf("Publish returned a message whose payload became %q when the publisher reused its buffer, want %q", got, "payload")
+		}
+		copy(m.Payload, "PPPPPPP") // the publisher's value is its own
 		d := e.receiveOne(q)
 		if got := string(d.Message.Payload); got != "payload" {
-			e.Fatalf("delivered %q, want %q", got, "payload")
+			e.Fatalf("delivered %q after the publisher reused its buffer and changed the message Publish returned, want %q", got, "payload")
 		}
 		copy(d.Message.Payload, "MUTATED")
 		d.Message.Payload = append(d.Message.Payload, "grown"...)

@@ -116,7 +116,12 @@ type ConsumeOptions struct {
 	// cancels them with ctx, at once; negative is refused
 	// ([QueueMisconfigured]). A graceful shutdown (a deploy, a SIGTERM)
 	// sets it to what the handlers need to finish, so that stopping does
-	// not cost their messages a delivery attempt.
+	// not cost their messages a delivery attempt. It does not spare the
+	// messages Consume leased and had not started: those Prefetch holds
+	// and those of a Receive under way as ctx ended (over a [*Queue] it
+	// takes a commit) are nacked unstarted all the same, each spending a
+	// delivery, and one on its last delivery goes to the dead-letter
+	// store as [ReasonConsumerStopped].
 	StopGrace time.Duration
 	// Logger receives what Consume cannot return: handler failures and
 	// panics (with the panic value and stack), refused Ack, Nack and

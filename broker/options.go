@@ -135,6 +135,15 @@ type Options struct {
 	// and reported as a skipped span, with the messages the checkpoint
 	// placed in it among the lost.
 	//
+	// A skipped span loses every record in it, not only publishes: what
+	// settled a message there (its ack, a nack, a lease, a dead letter's
+	// deletion or replay) is gone too, and the message is as the records
+	// left say. An acknowledged message whose ack was skipped is then live
+	// again and delivered again, once the lease the log kept lapses (at
+	// least once allows that duplicate), and a deleted dead letter whose
+	// deletion was skipped is back among the dead letters. LostMessages
+	// names neither: nothing of them was lost.
+	//
 	// It repairs the log in place: each damaged span is overwritten, so
 	// that later Opens, with Salvage or without, read past it. Each
 	// damaged file is first copied whole into the directory's salvage

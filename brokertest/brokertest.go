@@ -122,8 +122,9 @@ type Backend interface {
 
 // Factory makes backends for the suite.
 type Factory struct {
-	// Name identifies the implementation in test names and is its column
-	// header in the README table.
+	// Name identifies the implementation in the suite's messages (a skip
+	// names it, as does every failure of its declaration) and is its
+	// column header in the README table.
 	Name string
 	// Caps is what the implementation declares it keeps.
 	Caps Capabilities

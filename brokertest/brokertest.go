@@ -56,8 +56,9 @@ type Capabilities struct {
 	// a publish beyond it is [broker.QueueFull] and enqueues nothing.
 	Capacity bool
 	// Clock declares that it runs on the suite's clock (the now func given
-	// to [Factory.Open]): enqueue instants, lease lapses, retry delays and
-	// dedup windows follow it exactly.
+	// to [Factory.Open]): enqueue instants, retry delays and dedup windows
+	// follow it exactly, and lease lapses too when ExactExpiry is declared
+	// (without it, within Tolerance of it).
 	Clock bool
 	// ExactExpiry declares that a lease lapses exactly AT
 	// [broker.LeaseValue.ExpiresAt] and not a nanosecond before; false

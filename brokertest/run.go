@@ -436,7 +436,8 @@ func (e *env) set(at time.Time) {
 // and not before, and returns it. On the suite's clock it checks the
 // boundary exactly (nothing at at−1ns, the delivery at at) when exact,
 // else within Tolerance; without it, it polls Receive until a delivery
-// comes, failing if it came before at−Tolerance or not by at+3·Tolerance.
+// comes, failing if it came before at−Tolerance or not by at+3·Tolerance
+// plus a second.
 func (e *env) appearsAt(q broker.Broker, at time.Time, exact bool, what string) broker.DeliveryValue {
 	e.Helper()
 	if e.clock != nil {

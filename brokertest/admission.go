@@ -394,7 +394,7 @@ var capacityCases = []testCase{
 		d := e.receiveOne(q)
 		_, err := q.Publish(e.ctx(), []byte("b"))
 		e.isErr(err, broker.QueueFull, "a publish while the lease of the last delivery is held, with Capacity 1")
-		e.lapse(q, d.Lease) // the message is dead from this instant, whether or not anyone looked
+		e.lapse(d.Lease) // the message is dead from this instant, whether or not anyone looked
 		e.eventually("a publish after the last lease lapsed", func() bool {
 			_, err := q.Publish(e.ctx(), []byte("b"))
 			if err != nil && e.clock != nil {

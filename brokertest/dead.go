@@ -141,7 +141,7 @@ var deadCases = []testCase{
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 		e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		e.isErr(e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, nil), broker.LeaseExpired, "Reject of a lapsed lease")
 		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message after a refused Reject")
 		if err := e.rejecter(q).Reject(e.ctx(), d2.Lease.Receipt, nil); err != nil {
@@ -164,7 +164,7 @@ var deadCases = []testCase{
 		if d.Deliveries != 2 {
 			e.Fatalf("delivery %d, want 2", d.Deliveries)
 		}
-		e.lapse(q, d.Lease) // the last consumer dies too
+		e.lapse(d.Lease) // the last consumer dies too
 		var dls []broker.DeadLetterValue
 		e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
 			e.none(q, "a message whose last lease lapsed")
@@ -185,7 +185,7 @@ var deadCases = []testCase{
 		}))
 		m := e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		r, late := d.Lease.Receipt, broker.NewError("TOO_LATE", 0x2A000002, "too late", secret)
 		e.isErr(q.Ack(e.ctx(), r), broker.LeaseExpired, "Ack of the last delivery's lapsed lease")
 		_, err := q.Nack(e.ctx(), r, late)
@@ -392,7 +392,7 @@ var deadCases = []testCase{
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.VisibilityTimeout = e.short() }))
 		m := e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		e.eventually("the replay of a message whose last lease lapsed", func() bool {
 			err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID)
 			if err != nil && !errors.Is(err, broker.DeadLetterNotFound) {
@@ -502,7 +502,7 @@ var deadCases = []testCase{
 			if d.Deliveries != 2 {
 				e.Fatalf("%s: delivery %d, want 2", c.name, d.Deliveries)
 			}
-			e.lapse(q, d.Lease)
+			e.lapse(d.Lease)
 			var dls []broker.DeadLetterValue
 			e.eventually("the message whose last lease lapsed is a dead letter", func() bool {
 				e.none(q, "a message whose last lease lapsed")
@@ -529,7 +529,7 @@ var deadCases = []testCase{
 			e.Fatalf("ReplayDeadLetter: %v", err)
 		}
 		d := e.appearsAt(q, e.now(), true, "the replayed message")
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		var dls []broker.DeadLetterValue
 		e.eventually("the replayed message whose last lease lapsed is a dead letter", func() bool {
 			e.none(q, "a message whose last lease lapsed")

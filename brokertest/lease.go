@@ -80,7 +80,7 @@ var leaseCases = []testCase{
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 		m := e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		e.isErr(q.Ack(e.ctx(), d.Lease.Receipt), broker.LeaseExpired, "Ack of a lapsed lease")
 		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message the refused Ack did not remove")
 		if d2.Message.ID != m.ID {
@@ -93,7 +93,7 @@ var leaseCases = []testCase{
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 		e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		_, err := q.Nack(e.ctx(), d.Lease.Receipt, errors.New("late"))
 		e.isErr(err, broker.LeaseExpired, "Nack of a lapsed lease")
 		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message after a refused Nack")
@@ -290,9 +290,11 @@ func everyChange(r broker.ReceiptValue) []broker.ReceiptValue {
 	return out
 }
 
-// lapse moves the broker's clock past the lease l, exactly to ExpiresAt
-// (ExactExpiry) or to ExpiresAt plus the tolerance, so that l has lapsed.
-func (e *env) lapse(q broker.Broker, l broker.LeaseValue) {
+// lapse lets the broker's clock pass the lease l, so that l has lapsed:
+// it sets the suite's clock exactly to ExpiresAt (ExactExpiry) or to
+// ExpiresAt plus the tolerance, or waits in real time until ExpiresAt
+// plus the tolerance.
+func (e *env) lapse(l broker.LeaseValue) {
 	e.Helper()
 	if e.clock != nil {
 		at := l.ExpiresAt
@@ -652,7 +654,7 @@ var extendCases = []testCase{
 		if err != nil {
 			e.Fatalf("Extend past the old deadline, within the extended one: %v: the last delivery's lease was not renewed", err)
 		}
-		e.lapse(q, l)
+		e.lapse(l)
 		e.none(q, "the message whose extended last lease lapsed")
 		e.after(e.now().Add(e.short()))
 		e.none(q, "the message whose extended last lease lapsed, later")
@@ -716,7 +718,7 @@ var extendCases = []testCase{
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 		e.publish(q, "a")
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease)
+		e.lapse(d.Lease)
 		_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, time.Hour)
 		e.isErr(err, broker.LeaseExpired, "Extend of a lapsed lease nobody else took")
 		if d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose lease lapsed"); d2.Deliveries != 2 {

@@ -81,7 +81,7 @@ var auditCases = []testCase{
 		if err != nil {
 			e.Fatalf("Extend: %v", err)
 		}
-		e.lapse(q, lapsed.Lease)
+		e.lapse(lapsed.Lease)
 		e.after(lapsed.Lease.ExpiresAt.Add(e.tol())) // past the lapse, whatever the tolerance
 		if err := e.rejecter(q).Reject(e.ctx(), l.Receipt, nil); err != nil {
 			e.Fatalf("Reject: %v", err)

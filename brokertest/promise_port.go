@@ -215,7 +215,7 @@ var promiseCases = []testCase{
 		}
 		die()
 		d := e.receiveOne(q)
-		e.lapse(q, d.Lease) // the consumer of its second life dies
+		e.lapse(d.Lease) // the consumer of its second life dies
 		var dls []broker.DeadLetterValue
 		e.eventually("the replayed message whose last lease lapsed is a dead letter", func() bool {
 			dls = e.deadLetters(q)

@@ -325,7 +325,7 @@ var deadCases = []testCase{
 	}},
 	{name: "ReplayMovesOnlyTheNamedDeadLetter", needs: []string{"Rejecter", "DeadLetterReader", "DeadLetterManager"}, run: func(e *env) {
 		q := e.queue(e.policy())
-		first, m, last := e.rejectAll(q, "a", "b", "c")
+		first, m, last := e.rejectAll(q)
 		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
 			e.Fatalf("ReplayDeadLetter: %v", err)
 		}
@@ -428,7 +428,7 @@ var deadCases = []testCase{
 		q := e.queue(e.policy())
 		// The one deleted is the one named, neither the oldest nor the
 		// newest dead letter.
-		first, m, last := e.rejectAll(q, "a", "b", "c")
+		first, m, last := e.rejectAll(q)
 		if err := e.manager(q).DeleteDeadLetter(e.ctx(), m.ID); err != nil {
 			e.Fatalf("DeleteDeadLetter: %v", err)
 		}
@@ -581,11 +581,12 @@ var deadCases = []testCase{
 	}},
 }
 
-// rejectAll publishes three payloads, receives and rejects them in publish
-// order, and returns their messages: three dead letters, oldest first.
-func (e *env) rejectAll(q broker.Broker, a, b, c string) (broker.MessageValue, broker.MessageValue, broker.MessageValue) {
+// rejectAll publishes the payloads "a", "b" and "c", receives and rejects
+// them in publish order, and returns their messages: three dead letters,
+// oldest first.
+func (e *env) rejectAll(q broker.Broker) (broker.MessageValue, broker.MessageValue, broker.MessageValue) {
 	e.Helper()
-	ms := []broker.MessageValue{e.publish(q, a), e.publish(q, b), e.publish(q, c)}
+	ms := []broker.MessageValue{e.publish(q, "a"), e.publish(q, "b"), e.publish(q, "c")}
 	byID := map[string]broker.DeliveryValue{}
 	for _, d := range e.receive(q, 3) {
 		byID[d.Message.ID] = d

@@ -64,7 +64,7 @@ const (
 )
 
 // Store is a set of named queues on a NATS JetStream server or cluster,
-// reached through one connection. Each queue is four streams and one
+// reached through one connection. Each queue is five streams and one
 // durable consumer (see the package documentation); nothing about a queue
 // lives in the Store but its receipts' key and the leases handed out
 // through it, so any number of Stores, in any number of processes, may

@@ -97,7 +97,7 @@ type Queue struct {
 	mu      sync.Mutex
 	policy  broker.PolicyValue
 	leases  map[uint64]*lease // by stream sequence: the leases this Queue handed out (mu guards their extending too)
-	sweepAt int               // len(leases) at which Receive drops the long-lapsed ones
+	sweepAt int               // len(leases)+len(retries) at which Receive drops the long-lapsed ones (see trimLeases)
 	retries map[uint64]retry  // by stream sequence: the messages this Queue nacked, until delivered again
 	// lowered is when a declaration last lowered MaxDeliveries (zero:
 	// never): a lease that lapsed before it with deliveries left is not

@@ -123,8 +123,9 @@
 //
 // # Promises kept differently
 //
-//   - Clock. The server's clock decides lease lapses, retry delays and the
-//     dedup window; Options has no Now. The instants the adapter returns
+//   - Clock. The server's clock decides lease lapses and retry delays; the
+//     dedup window is measured on the clocks of the processes that publish
+//     (see Dedup); Options has no Now. The instants the adapter returns
 //     (ExpiresAt, VisibleAt) are measured on this process's clock from
 //     before its request, so the server's own instant is never earlier
 //     while it runs and no other Store changed the VisibilityTimeout

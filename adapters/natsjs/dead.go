@@ -197,7 +197,8 @@ func (q *Queue) look(ctx context.Context) (context.Context, context.CancelFunc, 
 // its next call that looks (Receive, DeadLetters, replay, delete, a
 // publish refused as full): every stored advisory becomes a dead letter
 // (with the last failure a Nack reported, else LEASE_EXPIRED: see
-// lapseCause; FailedAt the server's instant of the lapse), its
+// lapseCause; FailedAt the lapse: the ExpiresAt of the lease when this
+// Queue handed it out, else the advisory's instant; see buryDeath), its
 // message is deleted from the work stream, and the advisory too. Two
 // Stores sweeping at once both write the record of a death (one record
 // per ID survives) and both delete; nothing is lost or doubled.

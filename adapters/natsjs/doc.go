@@ -79,8 +79,9 @@
 //     publish a moment before its consumer hears of the message. A loaded
 //     server can take longer: a Receive that found nothing while the work
 //     stream holds a message its consumer has not delivered yet asks
-//     again, until the message comes or less than a second of the call's
-//     deadline (Options.Timeout without one) is left.
+//     again, until the message comes or the call's deadline
+//     (Options.Timeout without one) leaves no room for one more 200 ms
+//     wait and a second for the answer.
 //   - Ack, Nack, Reject and Extend are requests on the delivery's ack
 //     subject, each waiting for the server's confirmation: "+ACK"; "-NAK"
 //     with the policy's retry delay (RetryDelay doubled per delivery, held

@@ -184,8 +184,9 @@ func (q *Queue) restore(seq uint64, l *lease) {
 // consumer has not delivered yet (a publish that returned, which the
 // server's consumer has not offered yet: a moment that a loaded server
 // can stretch past that wait) asks again, each time waiting as long, until
-// the message comes or less than a second of the call's deadline (the
-// context's, else Options.Timeout) is left. The lease's ExpiresAt is
+// the message comes or the call's deadline (the context's, else
+// Options.Timeout) leaves no room for one more such wait and a second for
+// the answer (see roomToPull). The lease's ExpiresAt is
 // measured from before the request, so it never falls after the server's
 // own deadline (unless another Store lowered the VisibilityTimeout, which
 // this one has not declared: see Store.Queue). A deadline that passes

@@ -1,7 +1,7 @@
 // Package methodset compares a type's exported methods with the cases a
 // test wrote for them, so that a method added later without its case fails
 // the test meant to cover every method (the nil-receiver tests of segment,
-// wal and index).
+// wal, index and the NATS adapter).
 package methodset
 
 import (

@@ -101,9 +101,11 @@ const (
 	IntentCrash Intent = "crash"
 )
 
-// Reason returns the dead-letter reason that settling a delivery of queue
-// with intent records, or "" if it records none (an ack, a nack with
-// deliveries left, ...).
+// Reason returns the reason of the cause a consumer of queue gives for
+// intent, which a dead letter records when the settle dead-letters the
+// message (a reject, or a nack of the last delivery), or "" for an intent
+// that gives no cause (an ack, a hold, ...). It does not know the
+// delivery: a nack with deliveries left has its reason too.
 func Reason(queue string, intent Intent) string {
 	prefix := strings.ToUpper(queue)
 	switch intent {

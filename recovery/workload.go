@@ -618,7 +618,8 @@ func (c *child) failed(who, queue, call string, n int64, err error) {
 	c.journal(Entry{Op: OpFailed, Who: who, Queue: queue, N: n, Err: call + ": " + err.Error()})
 }
 
-// backlog reports the live messages of q, to keep the store small.
+// backlog reports the messages of q waiting to be received (ready or
+// delayed; not those leased), to keep the store small.
 func backlog(q *broker.Queue) int {
 	st := q.Stats()
 	return st.Ready + st.Delayed

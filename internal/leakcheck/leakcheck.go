@@ -174,7 +174,7 @@ func FailedOpens(counted *vfs.FaultFS, open func(fs vfs.FS) (dir string, opened 
 					refused++
 				}
 				if err := Check(before, dir); err != nil {
-					return refused, fmt.Errorf("%v #%d failed (and the %d after it), the open returning %v: %w", op, nth, rule.After, oerr, err)
+					return refused, fmt.Errorf("%s, the open returning %v: %w", failed(rule), oerr, err)
 				}
 				if err := os.RemoveAll(dir); err != nil {
 					return refused, fmt.Errorf("leakcheck: %w", err)
@@ -183,4 +183,12 @@ func FailedOpens(counted *vfs.FaultFS, open func(fs vfs.FS) (dir string, opened 
 		}
 	}
 	return refused, nil
+}
+
+// failed says which calls rule, one of FailedOpens', failed.
+func failed(rule vfs.Rule) string {
+	if rule.Nth != 0 {
+		return fmt.Sprintf("%v #%d failed", rule.Op, rule.Nth)
+	}
+	return fmt.Sprintf("%v #%d and every one after it failed", rule.Op, rule.After+1)
 }

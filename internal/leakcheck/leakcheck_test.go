@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 func TestCheckFindsWhatIsLeftAndOnlyThat(t *testing.T) {
@@ -61,4 +63,12 @@ func TestCheckFindsWhatIsLeftAndOnlyThat(t *testing.T) {
 	defer close(running)
 	go func() { <-running }()
 	require.NoError(t, Check(Running(), dir))
+}
+
+// TestFailedNamesTheCallsTheRuleFailed: a report of the rule that fails
+// every call from the nth on said "#n failed (and the n-1 after it)".
+func TestFailedNamesTheCallsTheRuleFailed(t *testing.T) {
+	require.Equal(t, "write #3 failed", failed(vfs.Rule{Op: vfs.OpWrite, Nth: 3}))
+	require.Equal(t, "write #3 and every one after it failed", failed(vfs.Rule{Op: vfs.OpWrite, After: 2}))
+	require.Equal(t, "write #1 and every one after it failed", failed(vfs.Rule{Op: vfs.OpWrite}))
 }

@@ -17,6 +17,9 @@ func TestARecoveryReportSaysWhatOpenDid(t *testing.T) {
 	require.Equal(t, "replayed 0 records; clean", broker.RecoveryReport{}.String())
 	require.Equal(t, "replayed 12 records; index rebuilt from the whole log; torn tail cut off (never fdatasynced: no call that waited for the device had it)",
 		broker.RecoveryReport{Replayed: 12, IndexRebuilt: true, TornTail: true}.String())
+	require.Equal(t, "new store", broker.RecoveryReport{Created: true, IndexRebuilt: true}.String())
+	require.Equal(t, "new store; torn tail cut off (never fdatasynced: no call that waited for the device had it)",
+		broker.RecoveryReport{Created: true, IndexRebuilt: true, TornTail: true}.String())
 
 	var lost []string
 	for i := range 12 {

@@ -227,7 +227,8 @@ func (s *Store) reservedSeqs(bound uint64) {
 }
 
 // Open opens the store in dir, creating the directory (0700) if it is
-// missing. It loads the queues' state from the last checkpoint and replays
+// missing, and a new store where it holds none (RecoveryReport.Created
+// tells a program that expected its data there). It loads the queues' state from the last checkpoint and replays
 // the log after it; without a usable checkpoint (none, one that fails its
 // checks, one taken of another store's log, or one taken before a salvage
 // repaired the log) it rebuilds the state from the whole log, which is the
@@ -406,6 +407,10 @@ func openStore(dir string, opts Options) (*Store, error) {
 		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
 			"lost_messages", s.recovery.LostMessages, "lost_by_queue", s.recovery.LostByQueue)
 	}
+	// Every store's log holds a record from its first Open on (the meta
+	// event that carries its secret, repeated by every segment's
+	// preamble), and a salvage that skipped them all says so.
+	s.recovery.Created = s.recovery.IndexRebuilt && s.recovery.Replayed == 0 && s.recovery.SalvagedSpans == 0
 	// The report is built, but not yet in the caller's hands: the lists of
 	// what a salvage repaired and lost stay until Open has returned (the
 	// first maintenance round, or Close, removes them: finishSalvage). A
@@ -531,15 +536,29 @@ type RecoveryReport struct {
 	// IndexRebuilt: there was no usable checkpoint, and the queues' state
 	// was rebuilt from the whole log.
 	IndexRebuilt bool
+	// Created: the directory held no store (or the empty log of one whose
+	// first Open died before writing a record), and Open made a new one.
+	// A program that expects its data there, as after a restart, may
+	// refuse to go on when it is set: a mistyped path or a volume that was
+	// not mounted gives a new, empty store, not an error.
+	Created bool
 	// Replayed is the number of log records replayed.
 	Replayed int
 }
 
-// String says what Open found and did in one line, for a log: the records
-// replayed, then each repair, if any ("clean" when there was none). Lost
+// String says what Open found and did in one line, for a log: "new store"
+// when it made one; otherwise the records replayed, then each repair, if
+// any ("clean" when there was none). Lost
 // messages are counted by queue, then listed: "12 messages lost (10 in
 // jobs, 2 in mail): m0, m1, …".
 func (r RecoveryReport) String() string {
+	if r.Created {
+		if r.TornTail {
+			// The first Open's record was cut short.
+			return "new store; torn tail cut off (never fdatasynced: no call that waited for the device had it)"
+		}
+		return "new store"
+	}
 	parts := []string{"replayed " + count(r.Replayed, "record")}
 	if r.IndexRebuilt {
 		parts = append(parts, "index rebuilt from the whole log")

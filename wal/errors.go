@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -52,7 +53,11 @@ type CorruptionError struct {
 }
 
 func (e *CorruptionError) Error() string {
-	return fmt.Sprintf("wal: log is corrupt: %s at offset %d: %v", e.File, e.Offset, e.Cause)
+	cause := fmt.Sprint(e.Cause)
+	// The segment package's errors begin with the offset they are about,
+	// which is this one's more often than not: said once, not twice.
+	cause = strings.TrimPrefix(cause, fmt.Sprintf("offset %d: ", e.Offset))
+	return fmt.Sprintf("wal: log is corrupt: %s at offset %d: %s", e.File, e.Offset, cause)
 }
 
 // Unwrap returns ErrCorrupt and the cause.

@@ -175,6 +175,9 @@ func TestCorruptionIsRefusedWithFileAndOffset(t *testing.T) {
 			require.Equal(t, tc.victim.pos.Offset(), ce.Offset)
 			require.Contains(t, err.Error(), path)
 			require.ErrorIs(t, err, segment.ErrChecksum)
+			// The offset is said once: the segment's error began with it
+			// too ("at offset 93: offset 93: checksum mismatch").
+			require.Equal(t, 1, strings.Count(err.Error(), fmt.Sprintf("offset %d", ce.Offset)), "%v", err)
 		})
 	}
 }

@@ -128,8 +128,13 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 			}
 		}
 		if len(above) > 0 {
-			t.notes = append(t.notes, fmt.Sprintf("note: ÷ ceiling above 1 (%s): the ceiling is a bound, so the probe met a slower disk than these workloads did, and every ratio to it overstates them; run again, or with -rounds 3 for medians",
-				strings.Join(above, "; ")))
+			// A run of several rounds has its medians already.
+			again := "run again, or with -rounds 3 for medians"
+			if multi {
+				again = "run again"
+			}
+			t.notes = append(t.notes, fmt.Sprintf("note: ÷ ceiling above 1 (%s): the ceiling is a bound, so the probe met a slower disk than these workloads did, and every ratio to it overstates them; %s",
+				strings.Join(above, "; "), again))
 		}
 	}
 	// The note counts the rounds that measured the rows, as the probe's

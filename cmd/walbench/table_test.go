@@ -93,3 +93,22 @@ func TestARateAboveItsCeilingIsCalledOut(t *testing.T) {
 		t.Errorf("no note for a rate 5 times its ceiling:\n%s", n)
 	}
 }
+
+// TestCeilingNoteAdvisesRoundsOnlyToOneRound: the note under a rate above
+// its ceiling suggests -rounds 3 for medians to a run of one round; a run
+// of several has its medians already, and is told only to run again.
+func TestCeilingNoteAdvisesRoundsOnlyToOneRound(t *testing.T) {
+	row := Row{Kind: kindPublish, Workload: "publish, 1 producer", Sync: "all", Producers: 1, Size: 100,
+		MsgsPerSec: ptr(1000.0), VsFdatasync: ptr(1.05), VsCeiling: ptr(1.05)}
+	for _, rounds := range []int{1, 3} {
+		row.Rounds = rounds
+		tb := rowTable("Publish", []Row{row}, closedLoopColumns(true), rounds, rounds > 1)
+		notes := strings.Join(tb.notes, "\n")
+		if !strings.Contains(notes, "÷ ceiling above 1 (publish, 1 producer)") || !strings.Contains(notes, "run again") {
+			t.Errorf("%d rounds: no note that the rate is above its ceiling, or no advice to run again:\n%s", rounds, notes)
+		}
+		if advised := strings.Contains(notes, "-rounds 3"); advised != (rounds == 1) {
+			t.Errorf("%d rounds: the note advises -rounds 3: %v; want it only of a run of one round:\n%s", rounds, advised, notes)
+		}
+	}
+}

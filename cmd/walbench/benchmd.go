@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -284,18 +283,4 @@ func goalRows(rep *Report) [][]string {
 			})
 	}
 	return rows
-}
-
-// errNoSection is returned by sectionOf for a document without markers.
-var errNoSection = errors.New("no generated section")
-
-// sectionOf returns what lies between doc's markers.
-func sectionOf(doc []byte) (string, error) {
-	s := string(doc)
-	i := strings.Index(s, beginMarker+"\n")
-	j := strings.Index(s, endMarker)
-	if i < 0 || j < i {
-		return "", errNoSection
-	}
-	return s[i+len(beginMarker)+1 : j], nil
 }

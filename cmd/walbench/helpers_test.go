@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The tests of walbench check what it computes and prints, not how fast
@@ -116,3 +121,27 @@ func assertTablesFromJSON(t *testing.T, stdout, jsonFile string) *Report {
 
 // jsonPath is a file name for -json in a new temporary directory.
 func jsonPath(t *testing.T) string { return filepath.Join(t.TempDir(), "bench.json") }
+
+// writeJSON replaces the file name with rep, whole or not at all, as a
+// run's -json does.
+func writeJSON(name string, rep *Report) error {
+	b, err := marshalReport(rep)
+	if err != nil {
+		return fmt.Errorf("-json %s: %w", name, err)
+	}
+	if err := replaceFile(vfs.Default, name, b); err != nil {
+		return fmt.Errorf("-json %s: %w", name, err)
+	}
+	return nil
+}
+
+// sectionOf returns what lies between doc's markers.
+func sectionOf(doc []byte) (string, error) {
+	s := string(doc)
+	i := strings.Index(s, beginMarker+"\n")
+	j := strings.Index(s, endMarker)
+	if i < 0 || j < i {
+		return "", errors.New("no generated section")
+	}
+	return s[i+len(beginMarker)+1 : j], nil
+}

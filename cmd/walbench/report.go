@@ -9,8 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-
-	"github.com/walbroker/walbroker/vfs"
 )
 
 // schemaVersion names the JSON form documented in doc.go. A change that
@@ -218,18 +216,6 @@ func marshalReport(rep *Report) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
-}
-
-// writeJSON replaces the file name with rep, whole or not at all.
-func writeJSON(name string, rep *Report) error {
-	b, err := marshalReport(rep)
-	if err != nil {
-		return fmt.Errorf("-json %s: %w", name, err)
-	}
-	if err := replaceFile(vfs.Default, name, b); err != nil {
-		return fmt.Errorf("-json %s: %w", name, err)
-	}
-	return nil
 }
 
 // readJSON reads a report written by -json, refusing another schema, and

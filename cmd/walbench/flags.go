@@ -108,7 +108,8 @@ const (
 	// the buffers of a Receive of -batch.
 	maxConsumers = 1024
 	// maxBatch bounds -batch: a Receive of max deliveries, or Consume's
-	// batch, sized beyond any backlog walbench makes.
+	// batch. A drain's backlog (-messages, 100,000 by default) may be
+	// larger; a batch larger still is taken for a mistyped value.
 	maxBatch = 10_000
 	// maxSize bounds -size: the largest payload the queue of a walbench
 	// store accepts (its policy leaves MaxMessageBytes at the default

@@ -110,7 +110,7 @@ func (p *progress) track(label string, total int64, count func() int64, format f
 	}
 }
 
-// trackWindow is track for a measurement of length d that started at start.
+// trackWindow is track for a measurement of length d that starts now.
 func (p *progress) trackWindow(label string, d time.Duration) (stop func()) {
 	start := time.Now()
 	return p.track(label, d.Milliseconds(),

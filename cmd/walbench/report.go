@@ -56,9 +56,10 @@ const (
 //
 // The agg tags tell summarize how the rounds combine: "sum" adds them up,
 // "or" is true if any round's is, "set" is the last round's that is not
-// the zero value (Probe); a pointer figure is the median over
-// the rounds that have it, and "ratio" adds its min–max to Ranges. Every
-// other field is the same in every round.
+// the zero value (Probe), "series" is the element-wise median (Backlog),
+// "ceilings" the median of each ceiling (Probe); a pointer figure is the
+// median over the rounds that have it, and "ratio" adds its min–max to
+// Ranges. Every other field is the same in every round.
 type Row struct {
 	Kind         string  `json:"kind"`
 	Workload     string  `json:"workload"`

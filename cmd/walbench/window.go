@@ -143,7 +143,7 @@ func pollProgress(progress func() int64, every time.Duration) (moves func() int6
 	return n.Load, func() { close(done) }
 }
 
-// inFlight is what awaitCalls waits for: calls still running after their
+// inFlight is what await waits for: calls still running after their
 // measurement ended.
 type inFlight struct {
 	done <-chan struct{} // closed once every call returned

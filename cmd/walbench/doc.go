@@ -65,20 +65,22 @@
 // -force-memory runs them anyway.
 //
 // Units: MB/s is 10^6 bytes a second (as disks are rated); sizes are in
-// B, KiB and MiB (2^10 and 2^20 bytes); latencies in µs and ms.
+// B, KiB and MiB (2^10 and 2^20 bytes); latencies in ns, µs, ms and s,
+// with three significant digits.
 //
 // # Workloads
 //
 // Every workload but probe and wal runs on a new store (broker.Open in a
 // new subdirectory) with one queue (VisibilityTimeout 1 min, MaxDeliveries
-// 5; with segments under 2 MiB, MaxMessageBytes is the message size), with
-// random payloads.
+// 5, reopen's more than any run makes; with segments under 2 MiB,
+// MaxMessageBytes is the message size), with random payloads.
 //
 //   - probe: the disk alone, on a file of the directory: pwrite 4 KiB +
 //     fdatasync in a loop over a 64 MiB file written full of zeros and
 //     synced beforehand (what a commit of the log costs: the log writes
-//     into pre-written segments), for -probe-time; the same with 64 KiB
-//     pwrites (about a commit of 64 publishes of 1 KiB), for half that;
+//     into pre-written segments), for -probe-time (the probe command's
+//     -time); the same with 64 KiB pwrites (about a commit of 64
+//     publishes of 1 KiB), for half that;
 //     sequential bandwidth, 1 MiB pwrites with an fdatasync every 8 MiB
 //     over the same file, for half that; pwrite 4 KiB + fdatasync at the
 //     end of a growing file, for half that (what pre-writing saves). From the fdatasync rate and the

@@ -633,6 +633,11 @@ func recommendationLines(rec *Recommendation) []string {
 	}
 	lines = append(lines, fmt.Sprintf("scores (%s; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
 		scored, 100*tieMargin, strings.Join(scores, "; ")))
+	if rec.Basis == "profile" {
+		// Its workloads share one segment size: SegmentBytes is that size,
+		// not one chosen among others.
+		lines = append(lines, fmt.Sprintf("segment size: the profile measured %s segments alone (-segment-bytes); walbench sweep compares segment sizes", formatBytes(rec.SegmentBytes)))
+	}
 	if len(rec.Unscored) > 0 {
 		var cut []string
 		for _, u := range rec.Unscored {

@@ -660,3 +660,27 @@ func TestRecommendScoresTheRoundsThrough(t *testing.T) {
 		t.Errorf("score %v; want %v, the row's through msgs/s (the median of the rounds')", rec.Scores[0].MsgsPerSec, want)
 	}
 }
+
+// TestProfileRecommendationSaysItComparedNoSegmentSizes: the profile
+// measures one segment size, so its recommendation's SegmentBytes is that
+// size, not one chosen among others: its text says so and names the
+// command that compares them; a sweep's, which compares them, does not.
+func TestProfileRecommendationSaysItComparedNoSegmentSizes(t *testing.T) {
+	pub := Row{Kind: kindPublish, Sync: "all", SegmentBytes: 64 * mib, Producers: 1, Size: 1024, MsgsPerSec: ptr(4000.0), P99Ns: ptr(int64(1000))}
+	drain := Row{Kind: kindDrain, Method: drainConsume, Sync: "all", SegmentBytes: 64 * mib, Size: 1024, MsgsPerSec: ptr(50000.0)}
+	const said = "walbench sweep compares segment sizes"
+	rec := recommend([]Row{pub, drain})
+	if rec == nil || rec.Basis != "profile" {
+		t.Fatalf("recommendation %+v; want one from the profile", rec)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, said) {
+		t.Errorf("the profile's recommendation does not say that it compared no segment sizes:\n%s", text)
+	}
+	rec = recommend(slices.Concat(grid("all", 4*mib, [3]float64{4000, 30000, 60000}, 50000), grid("all", 64*mib, [3]float64{4000, 30000, 60000}, 50000)))
+	if rec == nil || rec.Basis != "sweep" {
+		t.Fatalf("recommendation %+v; want one from the sweep", rec)
+	}
+	if text := strings.Join(recommendationLines(rec), "\n"); strings.Contains(text, said) {
+		t.Errorf("the sweep's recommendation, which compared segment sizes, says it compared none:\n%s", text)
+	}
+}

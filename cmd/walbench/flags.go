@@ -188,8 +188,8 @@ var commands = []struct {
 	{"mixed", "producers at a target rate with Consume consumers: end-to-end latency, backlog over time"},
 	{"reopen", "a store with a backlog reopened cold: from its checkpoint, rebuilt, heap"},
 	{"sweep", "a grid of producers × size × segment size × sync mode, then the recommendation"},
-	{"wal", "the log alone (package wal): appenders × record size"},
-	{"full", "every workload above with its defaults (what BENCH.md is made from)"},
+	{"wal", "the log alone (package wal): appenders × new or reused segments"},
+	{"full", "every workload above with its defaults, the mixed one at 2,000 and 20,000 msgs/s (what BENCH.md is made from)"},
 	{"report", "read a -json file: print its tables, or rewrite BENCH.md's generated section"},
 }
 

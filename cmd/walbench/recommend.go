@@ -175,10 +175,11 @@ func (s Setting) point() Setting {
 	return s
 }
 
-// Score is how one setting did: the geometric mean, over the points it was
-// measured at (producers × size), of the rate at which messages passed
-// through the queue (through: publish and drain taking turns on the disk,
-// or the publish rate where no drain was measured).
+// Score is how one setting did: the geometric mean, over the Points
+// (producers × size) every setting scored was measured at (all of its own
+// when they share none), of the rate at which messages passed through the
+// queue (through: publish and drain taking turns on the disk, or the
+// publish rate where no drain was measured).
 type Score struct {
 	Sync         string  `json:"sync"`
 	SegmentBytes int64   `json:"segment_bytes"`
@@ -631,7 +632,7 @@ func recommendationLines(rec *Recommendation) []string {
 	for _, s := range rec.Scores {
 		scores = append(scores, fmt.Sprintf("sync=%s, %s segments: %s", s.Sync, formatBytes(s.SegmentBytes), count(&s.MsgsPerSec)))
 	}
-	lines = append(lines, fmt.Sprintf("scores (%s; geometric mean over the points measured; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
+	lines = append(lines, fmt.Sprintf("scores (%s; geometric mean over the points they share, each its own where they share none; within %.0f%% of the best is a tie, which SyncAll, then the default segment size, wins): %s",
 		scored, 100*tieMargin, strings.Join(scores, "; ")))
 	if rec.Basis == "profile" {
 		// Its workloads share one segment size: SegmentBytes is that size,

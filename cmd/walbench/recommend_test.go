@@ -221,6 +221,10 @@ func TestRecommendComparesCommonPoints(t *testing.T) {
 	if rec.Sync != "publish" || rec.Scores[0].Points != 2 {
 		t.Fatalf("recommended sync %s, scores %+v; want publish, compared on the 2 common points", rec.Sync, rec.Scores)
 	}
+	// The text says over which points, not the points each measured.
+	if text := strings.Join(recommendationLines(rec), "\n"); !strings.Contains(text, "geometric mean over the points they share") {
+		t.Errorf("the recommendation does not say that the scores are over the points the settings share:\n%s", text)
+	}
 }
 
 // TestRecommendFromProfile: without a sweep, the publish rows (under

@@ -176,7 +176,7 @@ func mdText(s string) string {
 	return strings.NewReplacer("*", `\*`, "_", `\_`, "<", "&lt;").Replace(s)
 }
 
-// goalRows are the project's goals on the machine it is developed on,
+// goalRows are the project's goals on the machine BENCH.md describes,
 // each with what rep measured. For the log alone (package wal): one
 // appender at 85% of the probe's fdatasync rate; 64 appenders of 1 KiB at
 // 150,000 appends/s, shown for new and for reused segments. For the

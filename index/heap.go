@@ -1,5 +1,7 @@
 package index
 
+import "slices"
+
 // msgHeap is a binary min-heap of messages that records each message's
 // place in it (Message.heapIdx), so a message can be removed or re-placed
 // in O(log n) when an event changes it. A message is in at most one heap.
@@ -53,6 +55,13 @@ func (h *msgHeap) remove(m *Message) {
 		}
 	}
 	m.heap, m.heapIdx = inNone, -1
+	if cap(h.items) >= shrinkFrom && len(h.items) <= cap(h.items)/4 {
+		// The array of a burst stays on the heap otherwise (see
+		// Queue.forget). A copy moves no more messages than were
+		// removed since the array last grew or shrank: constant cost
+		// per removal.
+		h.items = slices.Clone(h.items)
+	}
 }
 
 func (h *msgHeap) swap(i, j int) {

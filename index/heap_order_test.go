@@ -52,3 +52,35 @@ func TestTakingAnyMessageOutOfTheReadySetKeepsTheRestInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestAHeapThatShrankGivesBackItsArrayAndKeepsItsOrder: once a burst has
+// left a heap, its array is given back (see msgHeap.remove), and the
+// messages left keep their places (heapIdx) and their order.
+func TestAHeapThatShrankGivesBackItsArrayAndKeepsItsOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20261207, 0))
+	h := msgHeap{less: byDue, id: inTimers}
+	const n = 20_000
+	var all []*Message
+	for i := range n {
+		m := &Message{Seq: uint64(i + 1), At: int64(rng.IntN(1_000_000)), heapIdx: -1}
+		all = append(all, m)
+		h.push(m)
+	}
+	peak := cap(h.items)
+	// Remove most of them from anywhere in the heap.
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for _, m := range all[:n-100] {
+		h.remove(m)
+	}
+	require.Less(t, cap(h.items), peak/4, "a heap of %d left holds an array of %d (its peak: %d)", h.Len(), cap(h.items), peak)
+	for i, m := range h.items {
+		require.Equal(t, i, m.heapIdx)
+		require.Equal(t, inTimers, m.heap)
+	}
+	var last int64 = -1
+	for h.Len() > 0 {
+		m := h.pop()
+		require.GreaterOrEqual(t, m.At, last)
+		last = m.At
+	}
+}

@@ -118,6 +118,7 @@ type Queue struct {
 	head Message // NextReady's answer when the stream's head is oldest
 
 	msgs      map[uint64]*Message
+	msgsPeak  int        // the most messages msgs held since it was last rebuilt
 	ready     msgHeap    // Ready and receivable now, by EnqueuedAt
 	timers    msgHeap    // Ready later, or Leased with deliveries left, by At
 	finals    msgHeap    // Leased on their last allowed delivery, by At
@@ -227,7 +228,7 @@ func (q *Queue) Apply(pos wal.Position, e *Event) (held bool, err error) {
 		q.restated(m)
 	case KindAck, KindDelete:
 		q.detach(m)
-		delete(q.msgs, m.Seq)
+		q.forget(m.Seq)
 		if m.Pos != 0 {
 			q.x.release(m.Seq, m.Pos, m.Size, m.restate)
 		}
@@ -411,7 +412,7 @@ func (q *Queue) commit(m *Message, pos wal.Position) {
 		q.moveKey(m.Key, m.Seq, pos)
 	}
 	if m.stream && m.Seq >= q.cursor {
-		delete(q.msgs, m.Seq)
+		q.forget(m.Seq)
 		q.x.Table.Put(Entry{Seq: m.Seq, Pos: pos, EnqueuedAt: m.EnqueuedAt, Queue: q.ID, Stream: true, Size: m.Size})
 		q.fresh++
 		return
@@ -1014,6 +1015,25 @@ func (q *Queue) shrinkSeen() {
 	q.seen = seen
 	q.seenOrder = slices.Clone(q.seenOrder)
 	q.seenPeak = len(q.seen)
+}
+
+// forget removes message seq from msgs, and rebuilds msgs once it has
+// shrunk to a quarter of its size at the last rebuild, for the reason
+// shrinkSeen rebuilds the seen-set: a burst of leases (a consumer that
+// took 400,000 messages and acked them) left the map's room on the heap,
+// about 32 bytes a message with the heaps' arrays, until the store was
+// reopened.
+func (q *Queue) forget(seq uint64) {
+	q.msgsPeak = max(q.msgsPeak, len(q.msgs)) // messages join only between removals
+	delete(q.msgs, seq)
+	if q.msgsPeak >= shrinkFrom && len(q.msgs) <= q.msgsPeak/4 {
+		msgs := make(map[uint64]*Message, len(q.msgs))
+		for s, m := range q.msgs {
+			msgs[s] = m
+		}
+		q.msgs = msgs
+		q.msgsPeak = len(msgs)
+	}
 }
 
 // NoEviction is the window of an evict event that records a clock reading

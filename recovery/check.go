@@ -712,7 +712,7 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			m = &msg{queue: r.Queue, key: r.Key, enq: enq, cycle: r.Cycle}
 			c.add(id, m)
 			c.Figures.InFlight++
-			if ks, ok := c.keys[r.Key]; r.Key != "" && (!ok || enq >= ks.enq) {
+			if ks, ok := c.keys[r.Key]; r.Key != "" {
 				// A keyed publish enqueues a new message only once the
 				// key's original is forgotten: a keyed publish evicted it
 				// at a clock reading more than the window after the
@@ -722,7 +722,19 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 				// did not return): the store runs on the real clock (see
 				// duplicate; only a wall clock stepped back during a run
 				// could make this report a sound store).
-				if ok && enq-ks.enq <= int64(DedupWindow) {
+				//
+				// The key's original known here came from an earlier
+				// call: a key is its publisher's alone, and the call in
+				// flight is its publisher's last, started after every
+				// earlier one returned. So a message enqueued before that
+				// original is no older original the journal missed: its
+				// EnqueuedAt is a reading its call could not have made,
+				// and it is a new message within the window all the same.
+				switch {
+				case ok && enq < ks.enq:
+					c.violate(id, "%s: PublishKeyed(%q), in flight at a kill, enqueued a new message at %s, before the key's original %s (enqueued %s), which an earlier call published",
+						where, r.Key, ns(enq), ks.id, ns(ks.enq))
+				case ok && enq-ks.enq <= int64(DedupWindow):
 					c.violate(id, "%s: PublishKeyed(%q), in flight at a kill, enqueued a new message at %s while the key's original %s (enqueued %s) was within the %v window",
 						where, r.Key, ns(enq), ks.id, ns(ks.enq), DedupWindow)
 				}

@@ -90,11 +90,14 @@ func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
 // within the window returns the original and enqueues nothing, so the
 // store forgot the key early.
 //
-// The second message comes 100 ms after X, and at X's very instant (a
-// clock that did not move between them: the checker once let a message
-// of the key's original's EnqueuedAt through).
+// The second message comes 100 ms after X, at X's very instant (a clock
+// that did not move between them: the checker once let a message of the
+// key's original's EnqueuedAt through), and 100 ms before X (the checker
+// let that through too: the call in flight started after X's returned,
+// so a message enqueued before X is as much a new message within the
+// window, and a clock reading besides that no call could have made).
 func TestAnInFlightKeyedPublishWithinTheWindowEnqueuesNothing(t *testing.T) {
-	for _, step := range []time.Duration{100 * time.Millisecond, 0} {
+	for _, step := range []time.Duration{100 * time.Millisecond, 0, -100 * time.Millisecond} {
 		t.Run(step.String(), func(t *testing.T) { inFlightKeyedPublishAfter(t, step) })
 	}
 }
@@ -110,17 +113,27 @@ func inFlightKeyedPublishAfter(t *testing.T, step time.Duration) {
 	// not be the within-the-window publish this test is about.
 	clk := &stepClock{now: time.Now().Truncate(time.Millisecond)}
 	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
+	// What a store that forgot the key holds after the second call: a new
+	// message carrying the key, enqueued within the window of X (before
+	// X, for a negative step: written first, at the earlier instant).
+	var z broker.MessageValue
+	var err error
+	if step < 0 {
+		z, err = q.Publish(ctx, Payload(refZ))
+		require.NoError(t, err)
+		clk.Set(clk.Now().Add(-step))
+	}
 	t0 := clk.Now().UnixNano()
 	x, err := q.PublishKeyed(ctx, key, Payload(refX))
 	require.NoError(t, err)
 	t1 := clk.Now().UnixNano()
-	// What a store that forgot the key holds after the second call: a new
-	// message carrying the key, enqueued within the window of X.
-	clk.Set(clk.Now().Add(step))
-	z, err := q.Publish(ctx, Payload(refZ))
-	require.NoError(t, err)
+	if step >= 0 {
+		clk.Set(clk.Now().Add(step))
+		z, err = q.Publish(ctx, Payload(refZ))
+		require.NoError(t, err)
+	}
 	require.NoError(t, s.Close())
-	require.Less(t, z.EnqueuedAt.Sub(x.EnqueuedAt), DedupWindow/2)
+	require.Equal(t, step, z.EnqueuedAt.Sub(x.EnqueuedAt), "the second message's EnqueuedAt less the original's")
 
 	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
 	c.AddCycle(1, []Entry{
@@ -129,8 +142,8 @@ func inFlightKeyedPublishAfter(t *testing.T, step time.Duration) {
 			Enq: x.EnqueuedAt.UnixNano(), T0: t0, T1: t1},
 	})
 	require.NoError(t, c.Err())
-	require.ErrorContains(t, c.CheckDrain(dir), "while the key's original "+x.ID,
-		"key %q: original %s, and a second message %s for it enqueued %v later, within the %v window",
+	require.ErrorContains(t, c.CheckDrain(dir), "the key's original "+x.ID,
+		"key %q: original %s, and a second message %s for it enqueued %v after it, within the %v window",
 		key, x.ID, z.ID, z.EnqueuedAt.Sub(x.EnqueuedAt), DedupWindow)
 }
 

@@ -249,7 +249,8 @@ type CheckFigures struct {
 	Entries, Published, Duplicates, Deliveries, Acks, Nacks, Rejects, Extends int
 	Replays, Deletes, SettlesRefused                                          int
 	// InFlight counts messages whose publish had not returned when their
-	// child was killed, found in the store later.
+	// child was killed, found later: in a store, or named as the original
+	// by a duplicate.
 	InFlight int
 	// InFlightBatches counts the PublishBatch calls among them, each
 	// checked whole.
@@ -285,7 +286,7 @@ type CheckFigures struct {
 }
 
 func (f CheckFigures) String() string {
-	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused (lease lapsed)\n"+
+	return fmt.Sprintf("journal: %d entries, %d published, %d duplicates, %d deliveries, %d acks, %d nacks, %d rejects, %d extends, %d replays, %d deletes, %d settles refused\n"+
 		"stores: %d drained (%d messages received, %d dead letters read), %d in-flight publishes found (%d batches, checked whole), %d torn log tails, %d index rebuilds, %d poison rounds completed\n"+
 		"rules met: %d retry delays pending at a later process's Receive, %d settles refused as lapsed, %d LEASE_EXPIRED dead letters read by the janitor; "+
 		"Consume on flow: %d acks, %d nacks, %d rejects, %d extends journaled; "+

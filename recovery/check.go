@@ -65,13 +65,19 @@ type msg struct {
 	cycle     int
 
 	// Its fate.
-	gone      string // "acked" or "deleted" once such a call returned nil
-	mayBeGone bool   // an ack or delete was attempted with no known outcome
-	dead      bool   // a reject or dead-lettering nack returned nil (and no replay since)
-	deadDel   int
-	deadWhy   string
-	deadT0    int64
-	deadT1    int64
+	// gone: "acked" or "deleted" once such a call returned nil, or once
+	// a store drained after a kill no longer held the message while an
+	// ack or delete of it was in flight (see goneAfterAll).
+	gone      string
+	mayBeGone bool // an ack or delete was attempted with no known outcome
+	// dead: a reject or dead-lettering nack returned nil, or a store
+	// after a kill showed the dead letter of one in flight, or of a replay
+	// in flight that did not happen (see deadAfterAll); and no replay since.
+	dead    bool
+	deadDel int
+	deadWhy string
+	deadT0  int64
+	deadT1  int64
 
 	// The current epoch of deliveries (a replay starts a new one).
 	maxDel  int
@@ -301,7 +307,10 @@ func (f CheckFigures) String() string {
 // checks each cycle's journal, and each store opened after a kill, against
 // it. The invariants are those of a process crash: the page cache
 // survives, so everything a call returned for must be there, whatever the
-// sync mode.
+// sync mode. A power loss under SyncAll is held to the same; under
+// SyncPublish the child journals what a power loss may take as OpMaybe and
+// OpReturned, which bind only the process that made them, and holds the
+// rest until a publish made it certain.
 //
 // A Checker is not safe for concurrent use.
 type Checker struct {
@@ -348,8 +357,8 @@ func (c *Checker) Err() error {
 	return &ViolationError{Violations: c.violations, Excerpt: c.Excerpt(ids, 60)}
 }
 
-// Excerpt returns the journal lines that name any of ids, the last max of
-// them.
+// Excerpt returns the journal lines that name any of the first 8 of ids,
+// the last max of them.
 func (c *Checker) Excerpt(ids []string, max int) []string {
 	if len(ids) > 8 {
 		ids = ids[:8]
@@ -550,9 +559,11 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 // delaysAcrossKill counts the retry delays, set by nacks of earlier
 // processes, that were still pending when this cycle's process first
 // received on their queue (as its journal shows: the earliest start of a
-// Receive that returned a delivery). Every delivery of the message from
-// then on is checked to come no earlier than the delay's end, so a delay
-// that a kill and Open lost would show.
+// Receive that returned a delivery; a delivery with T0 0, whose Receive
+// Consume made on the queue itself, says nothing of when it started).
+// Every delivery of the message from then on is checked to come no
+// earlier than the delay's end, so a delay that a kill and Open lost
+// would show.
 func (c *Checker) delaysAcrossKill(entries []Entry) {
 	first := map[string]int64{}
 	for _, e := range entries {
@@ -782,10 +793,13 @@ func (c *Checker) delivered(e Entry) {
 
 // handedOut checks what a Receive returned, whether or not the delivery
 // survives the child: the payload, that the message was neither acked,
-// deleted nor dead, that its count is above every earlier certain one,
-// that the lease's ExpiresAt is the clock plus the visibility timeout, and
-// that it came after the previous lease and retry delay ended. It returns
-// the message, or nil if it is unknown.
+// deleted nor dead, that its count is above every earlier certain one and
+// within MaxDeliveries, that the lease's ExpiresAt is the clock plus the
+// visibility timeout (no later than Receive's end plus it; no earlier than
+// its start plus it, when the start is known: T0 is 0 for a delivery
+// Consume received on the queue itself), that it came after the previous
+// lease and retry delay ended, and that a poison message goes to one
+// delivery per process. It returns the message, or nil if it is unknown.
 func (c *Checker) handedOut(e Entry, where string) *msg {
 	if e.Err != "" {
 		c.violate(e.ID, "%s with a payload that is not what was published: %s", where, e.Err)
@@ -958,7 +972,8 @@ func (c *Checker) returnedSettled(e Entry) {
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message
-// acked, deleted or dead, and always with a count above every earlier one.
+// acked, deleted or dead, and always with a count above every earlier one
+// and no more than the queue's MaxDeliveries.
 func (c *Checker) checkDelivery(id string, m *msg, del int, where string) {
 	switch {
 	case m.gone != "":
@@ -1113,12 +1128,12 @@ func (c *Checker) deadLetterSeen(queue, id, ref string, enq int64, del int, reas
 			c.violate(id, "%s: dead letter %s, though a nack of it returned nil in this life (its last lease's lapse records that nack's reason)", where, reason)
 		}
 	case Reason(queue, IntentNack):
-		// A nack of the last delivery, or a lapse of the last delivery
-		// after a nack of an earlier one in this epoch: the dead letter
-		// records the last failure a consumer reported.
 		// The nack of the last delivery, or the lapse of the last
 		// delivery's lease after a nack of an earlier one in this epoch
-		// (then it failed at the lease's expiry, no earlier).
+		// (or in an earlier epoch a power loss may have brought back, see
+		// nackMeantBefore): the dead letter records the last failure a
+		// consumer reported. A lapse fails at the lease's expiry, no
+		// earlier.
 		lapse := m.nackMeant|m.nackMeantBefore != 0 && !m.failedBeforeExpiry(failedAt)
 		if del != max || (m.nackDel != del && !lapse) {
 			c.violate(id, "%s: dead letter %s with %d deliveries (queue allows %d); the journal has a nack meant for delivery %d", where, reason, del, max, m.nackDel)
@@ -1208,8 +1223,8 @@ func drainClock() func() time.Time {
 // CheckDrain opens the store in dir (a copy, or the store at the end of a
 // run) with a clock an hour ahead, receives every message of every queue
 // and reads every dead letter, and checks them against the journals: every
-// message whose publish returned is there or was acked (or an ack or
-// delete of it was in flight), none that was acked or deleted is, each is
+// message whose publish returned is there or was acked or deleted (or an
+// ack or delete of it was in flight), none that was acked or deleted is, each is
 // the message published (ID, payload, EnqueuedAt), delivery counts only
 // grow, dead letters are where the journal put them, and Receive hands
 // messages out oldest EnqueuedAt first. It returns the violations with
@@ -1516,8 +1531,9 @@ func (c *Checker) checkRecovery(s *broker.Store) {
 
 // CheckInPlace opens the store in dir with the real clock, as the next
 // child will, and checks what it can without consuming anything: the open
-// itself, every dead letter, and that each queue holds at least the
-// messages the journal says must be there. It closes the store cleanly.
+// itself, every dead letter, that every message the journal has dead is
+// one, and that each queue holds at least the messages the journal says
+// must be there. It closes the store cleanly.
 func (c *Checker) CheckInPlace(dir string) error {
 	ctx := context.Background()
 	s, err := broker.Open(dir, broker.Options{SegmentBytes: SegmentBytes})

@@ -71,7 +71,9 @@ const (
 // Entry is one record of the workload's journal. Times are Unix
 // nanoseconds of the wall clock, which is also the broker's clock in a
 // child; T0 and T1 bracket the call, so the broker read its clock between
-// them.
+// them. A delivery that Consume received on the queue itself has T0 0:
+// the handler sees it only after Receive returned, and when that Receive
+// began is not known.
 type Entry struct {
 	Op     Op       `json:"op"`
 	Who    string   `json:"who,omitempty"` // the goroutine: pub0, con1, flow, janitor, poison

@@ -101,14 +101,22 @@ func FuzzCheckpointLoad(f *testing.F) {
 		tp.reset(t, file)
 		parsed, perr := parseCheckpoint(file)
 
+		// A header naming a later version (a later build's checkpoint, not
+		// damage) is refused with ErrLaterVersion, and only such a one.
+		later := len(file) >= ckptHeader && bytes.HasPrefix(file, []byte("WALBCKP\x00")) && binary.LittleEndian.Uint32(file[8:]) > 1
+
 		before := openUnder(tp.root)
 		sealed, hintPos := index.LogHints(vfs.Default, tp.index)
 		x, from, err := index.Load(vfs.Default, tp.index)
+		if later {
+			require.ErrorIs(t, err, index.ErrLaterVersion, "a checkpoint of version %d", binary.LittleEndian.Uint32(file[8:]))
+		}
 		if err != nil {
 			require.Nil(t, x)
-			// ErrLaterVersion: a header naming a later version (a later
-			// build's checkpoint, not damage).
-			require.True(t, errors.Is(err, index.ErrDamaged) || errors.Is(err, index.ErrLaterVersion), "Load failed without ErrDamaged or ErrLaterVersion: %v", err)
+			if !later {
+				require.ErrorIs(t, err, index.ErrDamaged, "Load failed without ErrDamaged")
+				require.NotErrorIs(t, err, index.ErrLaterVersion, "a checkpoint of no later version refused as a later build's")
+			}
 			requireNoneLeft(t, tp.root, before)
 			return
 		}

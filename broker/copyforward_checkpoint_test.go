@@ -88,18 +88,20 @@ func TestACopyForwardLosingPowerAgreesWithItsLog(t *testing.T) {
 	template := filepath.Join(root, "template")
 	pinnedBehindChurn(t, template, clock)
 
-	work := func(dir string, fs vfs.FS) {
+	work := func(dir string, fs vfs.FS) (copied int64) {
 		s, err := broker.Open(dir, reclaimOptions(clock, fs))
 		if err != nil {
-			return
+			return 0
 		}
 		_ = s.Maintain()
+		copied = s.Stats().CopiedForward
 		_ = s.Close()
+		return copied
 	}
 	dry := vfs.NewCrashFS(vfs.Default)
 	dryDir := filepath.Join(root, "dry")
 	copyTree(t, template, dryDir)
-	work(dryDir, dry)
+	require.Positive(t, work(dryDir, dry), "the workload copies forward")
 	total := dry.Ops()
 	bad, clones := 0, 0
 	check := func(clone, what string) {

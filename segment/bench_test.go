@@ -1,6 +1,7 @@
 package segment_test
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -45,6 +46,10 @@ func BenchmarkAppendFrame(b *testing.B) {
 				dst = segment.AppendFrame(dst[:0], 1, 0, 0, segment.KindRecord, segment.Full, body)
 			}
 			reportFrames(b)
+			f, err := segment.Decode(dst, 0, 1)
+			if err != nil || f.Kind != segment.KindRecord || f.Place != segment.Full || !bytes.Equal(f.Body, body) {
+				b.Fatalf("the frame encoded last does not decode to its record (error %v)", err)
+			}
 		})
 	}
 }

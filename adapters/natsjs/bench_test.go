@@ -147,13 +147,27 @@ func benchKeyed(b *testing.B, q benchQueue, dup bool, payload []byte) {
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	start := time.Now()
+	var first broker.MessageValue
 	for i := range b.N {
 		key := "key"
 		if !dup {
 			key = "key-" + itoa(i)
 		}
-		if _, err := q.PublishKeyed(ctx, key, payload); err != nil {
+		m, err := q.PublishKeyed(ctx, key, payload)
+		if err != nil {
 			b.Fatalf("PublishKeyed: %v", err)
+		}
+		// A new key enqueues (the answer carries the payload); a repeat
+		// answers the first message, with a nil Payload, and enqueues
+		// nothing.
+		switch {
+		case i == 0 || !dup:
+			if m.Payload == nil {
+				b.Fatalf("PublishKeyed %d of key %q, never published before, answered %s as a duplicate", i, key, m.ID)
+			}
+			first = m
+		case m.ID != first.ID || m.Payload != nil:
+			b.Fatalf("PublishKeyed %d of key %q answered %s (payload %v), want the duplicate of %s", i, key, m.ID, m.Payload != nil, first.ID)
 		}
 	}
 	elapsed := time.Since(start)

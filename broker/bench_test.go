@@ -209,6 +209,11 @@ func benchConsume(b *testing.B, mode SyncMode, batch, concurrency, prefetch int)
 		if err != context.Canceled {
 			b.Fatal(err)
 		}
+		// Each message is acked once: a message handled twice would make
+		// up for one never handled.
+		if acked := q.Stats().Acked; acked != int64(b.N) {
+			b.Fatalf("%d of the %d messages handled were acked", acked, b.N)
+		}
 		reportRates(b, s, before, elapsed)
 	})
 }

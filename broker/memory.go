@@ -428,7 +428,7 @@ func (q *Memory) Ack(ctx context.Context, receipt ReceiptValue) error {
 		return err
 	}
 	q.st.detach(m)
-	delete(q.st.msgs, m.seq)
+	q.st.forget(m.seq)
 	q.counters.acked++
 	return nil
 }

@@ -81,7 +81,7 @@ func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
 		return err
 	}
 	q.st.detach(m)
-	delete(q.st.msgs, m.seq)
+	q.st.forget(m.seq)
 	return nil
 }
 

@@ -70,7 +70,26 @@ func (h *memHeap) Pop() any {
 	h.items[n] = nil
 	h.items = h.items[:n]
 	m.heapIdx = -1
+	h.items = shrunk(h.items)
 	return m
+}
+
+// memShrinkFrom is the fewest entries a Memory's map or heap must have
+// held before it is rebuilt smaller: a Go map keeps the room of the most
+// entries it held and a slice its array, so a burst (a backlog drained,
+// a window of keys evicted) would stay on the heap at its size for the
+// Memory's life. Each is rebuilt once it is down to a quarter of that
+// size, which copies no more entries than left since: constant cost per
+// removal. (The store's index does the same: index.Queue.)
+const memShrinkFrom = 1024
+
+// shrunk is s, or a copy of it in an array of its size once s holds a
+// quarter of its capacity or less (see memShrinkFrom).
+func shrunk[T any](s []T) []T {
+	if cap(s) >= memShrinkFrom && len(s) <= cap(s)/4 {
+		return slices.Clone(s)
+	}
+	return s
 }
 
 func (h *memHeap) peek() *memMessage {
@@ -120,7 +139,7 @@ func (h *memSeenHeap) Pop() any {
 	old := *h
 	k := old[len(old)-1]
 	old[len(old)-1] = memSeen{} // the key, gone from the map, is not kept alive here
-	*h = old[:len(old)-1]
+	*h = shrunk(old[:len(old)-1])
 	return k
 }
 
@@ -138,6 +157,9 @@ type memState struct {
 	seen       map[string]memSeen
 	seenOrder  memSeenHeap
 	lastEvicts int64 // the latest clock reading of an eviction or an enqueue; MinInt64 before any
+	// msgsPeak and seenPeak are the most entries msgs and seen held since
+	// each was last rebuilt (see memShrinkFrom).
+	msgsPeak, seenPeak int
 }
 
 func newMemState() memState {
@@ -237,12 +259,37 @@ func (s *memState) evictSeen(now, window int64) {
 		return
 	}
 	s.lastEvicts = now
+	s.seenPeak = max(s.seenPeak, len(s.seen)) // keys join only between evictions
 	for len(s.seenOrder) > 0 && index.OlderThan(s.seenOrder[0].enqueuedAt, now, window) {
 		k := heap.Pop(&s.seenOrder).(memSeen)
 		if cur, ok := s.seen[k.key]; ok && cur.seq == k.seq {
 			delete(s.seen, k.key)
 		}
 	}
+	if s.seenPeak >= memShrinkFrom && len(s.seen) <= s.seenPeak/4 {
+		s.seen = rebuilt(s.seen)
+		s.seenPeak = len(s.seen)
+	}
+}
+
+// forget removes message seq, acknowledged or deleted, from msgs.
+func (s *memState) forget(seq uint64) {
+	s.msgsPeak = max(s.msgsPeak, len(s.msgs)) // messages join only between removals
+	delete(s.msgs, seq)
+	if s.msgsPeak >= memShrinkFrom && len(s.msgs) <= s.msgsPeak/4 {
+		s.msgs = rebuilt(s.msgs)
+		s.msgsPeak = len(s.msgs)
+	}
+}
+
+// rebuilt is a copy of m in a map of its size (maps.Clone would keep the
+// room of m: see memShrinkFrom).
+func rebuilt[K comparable, V any](m map[K]V) map[K]V {
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // remember records key as published with seq at enqueuedAt.

@@ -128,6 +128,13 @@ type msg struct {
 	// if it is this delivery's (see settleFailed).
 	intentDel int
 	intentExp int64
+	// intentCycle is the cycle whose process handed that delivery out;
+	// intentRenewed says Consume handed it out on the queue itself (its
+	// entry's T0 is 0), which renews the lease while the handler runs and
+	// journals no renewal: the lease may have held, and the reject or
+	// nack the intent meant come, any time until the kill.
+	intentCycle   int
+	intentRenewed bool
 	// nackConfirmed: a nack of some delivery of the current epoch returned
 	// nil. A consumer reported on this life for certain, so a lapse of its
 	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
@@ -528,7 +535,8 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				m.dead, m.maxDel, m.lastExp, m.visibleAt, m.nackFloor, m.extendFloor = false, 0, 0, 0, 0, 0
 				m.nackMeantBefore |= m.nackMeant
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
-				m.intentDel, m.intentExp, m.maybe, m.returned = 0, 0, maybeLease{}, returnedSettle{}
+				m.intentDel, m.intentExp, m.intentCycle, m.intentRenewed = 0, 0, 0, false
+				m.maybe, m.returned = maybeLease{}, returnedSettle{}
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -789,6 +797,7 @@ func (c *Checker) delivered(e Entry) {
 		m.extendFloor = e.T1 + e.By
 	}
 	m.expect(e.Intent, e.Del, e.Exp)
+	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 }
 
 // handedOut checks what a Receive returned, whether or not the delivery
@@ -921,6 +930,7 @@ func (c *Checker) maybeDelivered(e Entry) {
 		return
 	}
 	m.expect(e.Intent, e.Del, e.Exp)
+	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 	if e.Del <= m.maxDel {
 		return // reported: it holds nothing above the certain floors
 	}
@@ -1440,6 +1450,17 @@ func (c *Checker) deadAfterAll(dead map[string]deadLetter) {
 // a kill shows (the zero deadLetter if none): if dl is its dead letter, the
 // message is dead, and del stays the delivery it explains; if not, it
 // returns 0: no dead letter is explained by it any more.
+//
+// A dead letter of the nack's reason that failed at or after the earliest
+// instant the lease may have lapsed may be that lapse (see below), made by
+// the drain itself, an hour ahead, and so is not taken for the nack: the
+// lapse of the last delivery explains it all the same (see
+// deadLetterSeen). A lapse never records a reject's reason, so for a
+// reject the lease only checks that the reject came while it held, and
+// must then be the latest the lease may have reached: an Extend journaled
+// only as returned (under SyncPublish) may have reached further than the
+// certain entries say, a reject that returned nil had its lease, and
+// Consume on the queue itself renews leases unjournaled until the kill.
 func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
 	if del == 0 || dl.reason != why || dl.del != del {
 		return 0
@@ -1453,6 +1474,15 @@ func (m *msg) deadIfShown(del int, why string, dl deadLetter) int {
 		// is the floor's: an Extend may have shortened it since
 		// Receive, and its lapse then comes before intentExp.)
 		exp = m.intentExp
+	}
+	if r := m.returned; del == m.intentDel && why == Reason(m.queue, IntentReject) {
+		ofIt := r.cycle == m.intentCycle && r.del == del
+		switch {
+		case m.intentRenewed, ofIt && r.call == "reject":
+			exp = 0
+		case ofIt && r.call == "extend":
+			exp = max(exp, r.until)
+		}
 	}
 	if exp != 0 && dl.failedAt >= exp {
 		// Failed at or after the lease's expiry: no reject or nack (they

@@ -196,7 +196,12 @@
 //     happen. So for a reject or a nack in flight: if the store
 //     after the kill shows its dead letter, it happened, and the message
 //     stays dead; if not, it never happens, and no later dead letter is
-//     explained by it.
+//     explained by it. (A reject's dead letter must have failed within
+//     the latest lease it may have had: an Extend journaled only as
+//     returned counts, and Consume on the queue itself renews leases
+//     without a journal entry, so there no bound is known. A nack's
+//     failed after the earliest the lease may have lapsed may be that
+//     lapse, and is not taken for it.)
 //   - Dedup: a PublishKeyed whose key's original was enqueued no more than
 //     the window before the call ended returns that original (same ID and
 //     EnqueuedAt), across kills; a duplicate never names another key's

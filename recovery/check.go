@@ -500,10 +500,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 			c.Figures.Extends++
 			c.flowSettled(e)
 			if m := c.settled(e, "extend"); m != nil {
-				if e.Exp < e.T0+e.By || e.Exp > e.T1+e.By {
-					c.violate(e.ID, "Extend by %v returned a lease expiring at %s, not the clock during the call (%s to %s) plus %v",
-						time.Duration(e.By), ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(e.By))
-				}
+				c.checkExtendResult(e, "")
 				m.lastExp, m.extendFloor = e.Exp, 0
 			}
 		case OpSettleFailed:
@@ -949,6 +946,15 @@ func (c *Checker) maybeDelivered(e Entry) {
 // with already allows for the call having happened or not. If it turns
 // out certain, the entry of e.Settle follows and is checked as any
 // result.
+//
+// What it returned, and that it returned nil at all, are checked at once,
+// as for a certain result: a power loss may take the call's record, not
+// the answer the index gave in memory. A Nack's DeadLettered and
+// VisibleAt and an Extend's ExpiresAt are its answer (see
+// checkNackResult, checkExtendResult); and the call succeeded only on the
+// message's current lease in its process, so it settled the latest
+// delivery handed out there before it started, and started before that
+// lease's ExpiresAt (see settledInItsProcess).
 func (c *Checker) returnedSettled(e Entry) {
 	m := c.msgs[e.ID]
 	if m == nil {
@@ -956,6 +962,7 @@ func (c *Checker) returnedSettled(e Entry) {
 		return
 	}
 	c.Figures.SettlesReturned++
+	const note = " (journaled as returned, maybe not durable)"
 	r := returnedSettle{cycle: c.cycle, del: e.Del}
 	switch e.Settle {
 	case OpAcked:
@@ -963,11 +970,13 @@ func (c *Checker) returnedSettled(e Entry) {
 	case OpRejected:
 		r.call, r.gone = "reject", true
 	case OpNacked:
+		c.checkNackResult(e, note)
 		r.call, r.gone, r.until = "nack", e.Dead, e.Exp
 		if e.Dead {
 			r.until = 0
 		}
 	case OpExtended:
+		c.checkExtendResult(e, note)
 		r.call, r.until = "extend", e.Exp
 		if m.intentDel == e.Del && m.nackMeant&(1<<uint(e.Del)) != 0 {
 			// A nack meant for the delivery may follow the Extend and be
@@ -978,7 +987,39 @@ func (c *Checker) returnedSettled(e Entry) {
 		c.violate(e.ID, "a returned entry of an unknown call %q: %s", e.Settle, e)
 		return
 	}
+	c.settledInItsProcess(e, m, r.call)
 	m.returned = r
+}
+
+// settledInItsProcess checks that a settle journaled as returned (e, of
+// the call named call) settled the latest delivery of m handed out in
+// its process before it started, and started before that delivery's
+// lease expired there. A settle succeeds only on the message's current
+// lease in the index, and that process's index held every delivery and
+// Extend it returned, the maybes too, until the power failed, after
+// which no call returns: the latest delivery there is its maybe, if one
+// counts above the certain ones (see maybeDelivered), else the last
+// certain one; its lease is the one Receive returned, or the last Extend
+// of it that returned nil (journaled as returned at once, before the
+// consumer's next call). Deliveries of other processes do not count: the
+// earlier ones the certain entries hold, and the later ones come after
+// a power loss that may have taken this call.
+func (c *Checker) settledInItsProcess(e Entry, m *msg, call string) {
+	latest, exp := m.maxDel, m.lastExp
+	if mb := m.maybe; mb.cycle == c.cycle {
+		latest, exp = mb.del, mb.exp
+	}
+	if r := m.returned; r.cycle == c.cycle && r.call == "extend" && r.del == latest {
+		exp = r.until
+	}
+	switch {
+	case e.Del != latest:
+		c.violate(e.ID, "%s of delivery %d returned nil (journaled as returned, maybe not durable), but delivery %d had been handed out in its process",
+			call, e.Del, latest)
+	case exp != 0 && e.T0 >= exp:
+		c.violate(e.ID, "%s of delivery %d returned nil (journaled as returned, maybe not durable), though the call started (%s) at or after the lease's ExpiresAt (%s): a lapsed lease is refused",
+			call, e.Del, ns(e.T0), ns(exp))
+	}
 }
 
 // checkDelivery checks a delivery the store handed out: never of a message
@@ -1027,21 +1068,44 @@ func (c *Checker) nacked(e Entry) {
 	if m == nil {
 		return
 	}
-	max := maxDeliveries(e.Queue)
-	if e.Dead != (e.Del >= max) {
-		c.violate(e.ID, "Nack of delivery %d of %d reported DeadLettered %v", e.Del, max, e.Dead)
-	}
+	c.checkNackResult(e, "")
 	m.lastExp, m.mayBeGone, m.nackConfirmed = 0, false, true
 	if e.Dead {
 		m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentNack), e.T0, e.T1
 		return
 	}
+	m.visibleAt = e.Exp
+}
+
+// checkNackResult checks what a Nack returned (e, its result's entry, of
+// either kind): DeadLettered on the last delivery the queue allows and
+// only there, and otherwise a VisibleAt that is the clock during the call
+// plus the retry delay. These are the call's own answer, read from the
+// index in memory: a power loss that later takes the nack's record does
+// not change them. note ends a report.
+func (c *Checker) checkNackResult(e Entry, note string) {
+	max := maxDeliveries(e.Queue)
+	if e.Dead != (e.Del >= max) {
+		c.violate(e.ID, "Nack of delivery %d of %d reported DeadLettered %v%s", e.Del, max, e.Dead, note)
+	}
+	if e.Dead {
+		return
+	}
 	d := int64(retryDelay(e.Queue, e.Del))
 	if e.Exp < e.T0+d || e.Exp > e.T1+d {
-		c.violate(e.ID, "Nack of delivery %d: VisibleAt %s is not the clock during the call (%s to %s) plus the retry delay %v",
-			e.Del, ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(d))
+		c.violate(e.ID, "Nack of delivery %d: VisibleAt %s is not the clock during the call (%s to %s) plus the retry delay %v%s",
+			e.Del, ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(d), note)
 	}
-	m.visibleAt = e.Exp
+}
+
+// checkExtendResult checks the ExpiresAt an Extend returned (e, its
+// result's entry, of either kind): the clock during the call plus the
+// Extend asked for. note ends a report.
+func (c *Checker) checkExtendResult(e Entry, note string) {
+	if e.Exp < e.T0+e.By || e.Exp > e.T1+e.By {
+		c.violate(e.ID, "Extend by %v returned a lease expiring at %s, not the clock during the call (%s to %s) plus %v%s",
+			time.Duration(e.By), ns(e.Exp), ns(e.T0), ns(e.T1), time.Duration(e.By), note)
+	}
 }
 
 func (c *Checker) settleFailed(e Entry) {

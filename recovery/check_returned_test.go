@@ -159,7 +159,10 @@ func TestAnExtendThatReturnedHoldsItsExpiresAtInItsOwnProcess(t *testing.T) {
 			"in the process where the extend of delivery 1 returned nil (journaled as returned, maybe not durable), before the instant it returned"},
 		{"control: at ExpiresAt in the same process", IntentExtendAck, 1, base + 500*ms + by, ""},
 		{"control: before ExpiresAt in the next process after the power loss", IntentExtendAck, 2, between, ""},
-		{"control: before ExpiresAt, a nack meant for it in flight", IntentExtendNack, 1, base + ms + int64(retryDelay(QueueWork, 1)) + ms, ""},
+		// After the Extend returned (had delivery 2 come before, the
+		// Extend of delivery 1 would have had no lease to extend), before
+		// its ExpiresAt: the nack that follows it may have ended the lease.
+		{"control: before ExpiresAt, a nack meant for it in flight", IntentExtendNack, 1, base + 600*ms, ""},
 		{"before the nack in flight could have made it visible", IntentExtendNack, 1, base + ms + int64(retryDelay(QueueWork, 1)) - ms,
 			"or the nack meant for it could have made it visible"},
 	} {
@@ -227,4 +230,116 @@ func TestARejectThatReturnedHoldsInItsOwnProcess(t *testing.T) {
 		c.AddCycle(2, nextProcess(2, maybeAt("con0", id, ref, base, 1, lapsed, IntentHold)))
 		require.NoError(t, c.Err(), "the power loss took the reject's record: the next child hands the message out again")
 	})
+}
+
+// TestASettleThatReturnedIsHeldToItsAnswer: a settle journaled only as
+// returned (under SyncPublish, not made certain before the power failed)
+// is checked as it returned, as a certain one is: a power loss may take
+// its record, not the answer the index gave in memory. A Nack's VisibleAt
+// is the clock during the call plus the retry delay, and DeadLettered is
+// true on the last delivery the queue allows and only there; an Extend's
+// ExpiresAt is the clock during the call plus the Extend asked for. And a
+// settle succeeds only on the message's current lease in its process: it
+// settles the latest delivery handed out there before it started (a maybe
+// one too), before that lease's ExpiresAt (the last Extend's, if one
+// returned nil). The controls are the same calls as the store answers
+// them.
+func TestASettleThatReturnedIsHeldToItsAnswer(t *testing.T) {
+	id := "00000000000000d5"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	ms := int64(time.Millisecond)
+	by := int64(1500 * time.Millisecond)
+	p, _ := Policy(QueueWork)
+	vt, max := int64(p.VisibilityTimeout), p.MaxDeliveries
+	delay := func(del int) int64 { return int64(retryDelay(QueueWork, del)) }
+	d1 := maybeAt("con0", id, ref, base, 1, base+ms, IntentNack)
+	lapsed := base + ms + vt + 10*ms // delivery 1's lease lapsed
+	d2 := maybeAt("con1", id, ref, base, 2, lapsed, IntentAck)
+	// The last delivery the queue allows, each before it held and lapsed.
+	var toLast []Entry
+	at := base + ms
+	for d := 1; d <= max; d++ {
+		toLast = append(toLast, maybeAt("con0", id, ref, base, d, at, IntentNack))
+		at += vt + 10*ms
+	}
+	lastAt := toLast[max-1].T1
+	nack := func(del int, t0 int64, visibleAt int64, dead bool) Entry {
+		e := returnedEntry("con0", QueueWork, id, OpNacked, del, t0, t0+ms, visibleAt)
+		e.Dead = dead
+		return e
+	}
+	extend := func(t0, exp int64) Entry {
+		e := returnedEntry("con0", QueueWork, id, OpExtended, 1, t0, t0+ms, exp)
+		e.By = by
+		return e
+	}
+	extended := d1
+	extended.Intent, extended.By = IntentExtendAck, by
+
+	for _, tc := range []struct {
+		name    string
+		entries []Entry
+		want    string // the violation reported; none if ""
+	}{
+		{"a nack's VisibleAt before the retry delay ended", []Entry{d1, nack(1, base+2*ms, base+2*ms+delay(1)-ms, false)},
+			"VisibleAt"},
+		{"a nack's VisibleAt after the call's end plus the retry delay", []Entry{d1, nack(1, base+2*ms, base+3*ms+delay(1)+ms, false)},
+			"VisibleAt"},
+		{"control: a nack's VisibleAt within the call plus the retry delay", []Entry{d1, nack(1, base+2*ms, base+2*ms+delay(1), false)},
+			""},
+		{"a nack dead-lettering a delivery with deliveries left", []Entry{d1, nack(1, base+2*ms, 0, true)},
+			"reported DeadLettered true"},
+		{"a nack of the last delivery not dead-lettering it", append(toLast, nack(max, lastAt+ms, lastAt+ms+delay(max), false)),
+			"reported DeadLettered false"},
+		{"control: a nack of the last delivery dead-lettering it", append(toLast, nack(max, lastAt+ms, 0, true)),
+			""},
+		{"an Extend's ExpiresAt not the clock plus the Extend", []Entry{extended, extend(base+2*ms, base+2*ms+by/2)},
+			"Extend by 1.5s returned a lease expiring at"},
+		{"control: an Extend's ExpiresAt the clock plus the Extend", []Entry{extended, extend(base+2*ms, base+2*ms+by)},
+			""},
+		{"a settle of a delivery superseded in its process", []Entry{d1, d2, returnedEntry("con0", QueueWork, id, OpAcked, 1, lapsed+ms, lapsed+2*ms, 0)},
+			"ack of delivery 1 returned nil (journaled as returned, maybe not durable), but delivery 2 had been handed out in its process"},
+		{"control: a settle of the latest delivery in its process", []Entry{d1, d2, returnedEntry("con1", QueueWork, id, OpAcked, 2, lapsed+ms, lapsed+2*ms, 0)},
+			""},
+		{"a settle that started once the lease had lapsed", []Entry{d1, returnedEntry("con0", QueueWork, id, OpAcked, 1, d1.Exp, d1.Exp+ms, 0)},
+			"at or after the lease's ExpiresAt"},
+		{"control: a settle within the lease an Extend that returned gave", []Entry{extended, extend(base+2*ms, base+2*ms+by),
+			returnedEntry("con0", QueueWork, id, OpAcked, 1, d1.Exp, d1.Exp+ms, 0)},
+			""},
+		{"a settle once the lease an Extend gave had lapsed", []Entry{extended, extend(base+2*ms, base+2*ms+by),
+			returnedEntry("con0", QueueWork, id, OpAcked, 1, base+2*ms+by, base+3*ms+by, 0)},
+			"at or after the lease's ExpiresAt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := checkerWithoutStores(t)
+			c.AddCycle(1, maybeJournal(id, ref, base, tc.entries...))
+			if tc.want == "" {
+				require.NoError(t, c.Err())
+				return
+			}
+			require.ErrorContains(t, c.Err(), tc.want)
+		})
+	}
+}
+
+// TestASettleThatReturnedIsHeldToItsOwnProcessOnly: the latest delivery
+// a settle journaled as returned is checked against is its own
+// process's. A power loss may take the lease records of an earlier
+// process's maybe deliveries, so the next child counts from the last
+// certain one again, and settles that delivery.
+func TestASettleThatReturnedIsHeldToItsOwnProcessOnly(t *testing.T) {
+	id := "00000000000000d6"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	ms := int64(time.Millisecond)
+	p, _ := Policy(QueueWork)
+	later := base + ms + int64(p.VisibilityTimeout) + 10*ms
+	c := checkerWithoutStores(t)
+	c.AddCycle(1, maybeJournal(id, ref, base, maybeAt("con0", id, ref, base, 1, base+ms, IntentHold),
+		maybeAt("con0", id, ref, base, 2, later, IntentHold)))
+	require.NoError(t, c.Err())
+	c.AddCycle(2, nextProcess(2, maybeAt("con0", id, ref, base, 1, later+time.Second.Nanoseconds(), IntentAck),
+		returnedEntry("con0", QueueWork, id, OpAcked, 1, later+time.Second.Nanoseconds()+ms, later+time.Second.Nanoseconds()+2*ms, 0)))
+	require.NoError(t, c.Err(), "the power loss took both maybe deliveries: the next child hands the message out as delivery 1 and acks it")
 }

@@ -165,7 +165,11 @@
 //     VisibleAt and an Extend's ExpiresAt journaled only as returned bind
 //     the deliveries later in their own process (an Extend's only down to
 //     the retry delay of a nack meant for the delivery, which may follow
-//     it, in flight), and no later process.
+//     it, in flight), and no later process. What such a settle returned
+//     is checked at once, as a certain one's is (a power loss takes its
+//     record, not the answer the index gave in memory): its VisibleAt,
+//     DeadLettered or ExpiresAt, and that it settled the latest delivery
+//     of its process (a maybe one too) before that lease's ExpiresAt.
 //   - Clock readings are the broker's: EnqueuedAt, ExpiresAt, VisibleAt and
 //     FailedAt lie between the instants before and after their call (plus
 //     the visibility timeout, the retry delay or the Extend).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/internal/shrink"
 )
 
 // The states of a message of a [Memory] queue.
@@ -70,26 +71,8 @@ func (h *memHeap) Pop() any {
 	h.items[n] = nil
 	h.items = h.items[:n]
 	m.heapIdx = -1
-	h.items = shrunk(h.items)
+	h.items = shrink.Slice(h.items) // a burst's array is given back
 	return m
-}
-
-// memShrinkFrom is the fewest entries a Memory's map or heap must have
-// held before it is rebuilt smaller: a Go map keeps the room of the most
-// entries it held and a slice its array, so a burst (a backlog drained,
-// a window of keys evicted) would stay on the heap at its size for the
-// Memory's life. Each is rebuilt once it is down to a quarter of that
-// size, which copies no more entries than left since: constant cost per
-// removal. (The store's index does the same: index.Queue.)
-const memShrinkFrom = 1024
-
-// shrunk is s, or a copy of it in an array of its size once s holds a
-// quarter of its capacity or less (see memShrinkFrom).
-func shrunk[T any](s []T) []T {
-	if cap(s) >= memShrinkFrom && len(s) <= cap(s)/4 {
-		return slices.Clone(s)
-	}
-	return s
 }
 
 func (h *memHeap) peek() *memMessage {
@@ -139,7 +122,7 @@ func (h *memSeenHeap) Pop() any {
 	old := *h
 	k := old[len(old)-1]
 	old[len(old)-1] = memSeen{} // the key, gone from the map, is not kept alive here
-	*h = shrunk(old[:len(old)-1])
+	*h = shrink.Slice(old[:len(old)-1])
 	return k
 }
 
@@ -158,7 +141,7 @@ type memState struct {
 	seenOrder  memSeenHeap
 	lastEvicts int64 // the latest clock reading of an eviction or an enqueue; MinInt64 before any
 	// msgsPeak and seenPeak are the most entries msgs and seen held since
-	// each was last rebuilt (see memShrinkFrom).
+	// each was last rebuilt (see package shrink).
 	msgsPeak, seenPeak int
 }
 
@@ -266,8 +249,8 @@ func (s *memState) evictSeen(now, window int64) {
 			delete(s.seen, k.key)
 		}
 	}
-	if s.seenPeak >= memShrinkFrom && len(s.seen) <= s.seenPeak/4 {
-		s.seen = rebuilt(s.seen)
+	if shrink.Due(len(s.seen), s.seenPeak) {
+		s.seen = shrink.Map(s.seen)
 		s.seenPeak = len(s.seen)
 	}
 }
@@ -276,20 +259,10 @@ func (s *memState) evictSeen(now, window int64) {
 func (s *memState) forget(seq uint64) {
 	s.msgsPeak = max(s.msgsPeak, len(s.msgs)) // messages join only between removals
 	delete(s.msgs, seq)
-	if s.msgsPeak >= memShrinkFrom && len(s.msgs) <= s.msgsPeak/4 {
-		s.msgs = rebuilt(s.msgs)
+	if shrink.Due(len(s.msgs), s.msgsPeak) {
+		s.msgs = shrink.Map(s.msgs)
 		s.msgsPeak = len(s.msgs)
 	}
-}
-
-// rebuilt is a copy of m in a map of its size (maps.Clone would keep the
-// room of m: see memShrinkFrom).
-func rebuilt[K comparable, V any](m map[K]V) map[K]V {
-	c := make(map[K]V, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // remember records key as published with seq at enqueuedAt.

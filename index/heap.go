@@ -1,6 +1,6 @@
 package index
 
-import "slices"
+import "github.com/walbroker/walbroker/internal/shrink"
 
 // msgHeap is a binary min-heap of messages that records each message's
 // place in it (Message.heapIdx), so a message can be removed or re-placed
@@ -55,13 +55,7 @@ func (h *msgHeap) remove(m *Message) {
 		}
 	}
 	m.heap, m.heapIdx = inNone, -1
-	if cap(h.items) >= shrinkFrom && len(h.items) <= cap(h.items)/4 {
-		// The array of a burst stays on the heap otherwise (see
-		// Queue.forget). A copy moves no more messages than were
-		// removed since the array last grew or shrank: constant cost
-		// per removal.
-		h.items = slices.Clone(h.items)
-	}
+	h.items = shrink.Slice(h.items) // a burst's array is given back
 }
 
 func (h *msgHeap) swap(i, j int) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/walbroker/walbroker/internal/shrink"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
 )
@@ -990,49 +991,32 @@ func (q *Queue) evict(now, window int64) bool {
 			evicted = true
 		}
 	}
-	if q.seenPeak >= shrinkFrom && len(q.seen) <= q.seenPeak/4 {
+	if shrink.Due(len(q.seen), q.seenPeak) {
 		q.shrinkSeen()
 	}
 	return evicted
 }
 
-// shrinkFrom is the fewest keys a queue's seen-set must have held before
-// it is rebuilt smaller (see shrinkSeen).
-const shrinkFrom = 1024
-
-// shrinkSeen gives back the memory of evicted keys. A Go map keeps the
-// room of the most entries it ever held, and the eviction heap its
-// array, so a burst of keys in one window stayed on the heap at that size
-// (about 130 bytes a key) after the window passed and every key of it was
-// evicted. Rebuilt once the set has shrunk to a quarter of its size at
-// the last rebuild, each rebuild copies at most a third of the keys
-// evicted since, so its cost per evicted key is constant.
+// shrinkSeen gives back the memory of evicted keys (see package shrink):
+// a burst of keys in one window (about 130 bytes a key) stayed on the
+// heap at its size after the window passed and every key of it was
+// evicted.
 func (q *Queue) shrinkSeen() {
-	seen := make(map[string]seenKey, len(q.seen))
-	for k, v := range q.seen {
-		seen[k] = v
-	}
-	q.seen = seen
+	q.seen = shrink.Map(q.seen)
 	q.seenOrder = slices.Clone(q.seenOrder)
 	q.seenPeak = len(q.seen)
 }
 
-// forget removes message seq from msgs, and rebuilds msgs once it has
-// shrunk to a quarter of its size at the last rebuild, for the reason
-// shrinkSeen rebuilds the seen-set: a burst of leases (a consumer that
-// took 400,000 messages and acked them) left the map's room on the heap,
-// about 32 bytes a message with the heaps' arrays, until the store was
-// reopened.
+// forget removes message seq from msgs, and rebuilds msgs by the rule of
+// package shrink: a burst of leases (a consumer that took 400,000
+// messages and acked them) left the map's room on the heap, about 32
+// bytes a message with the heaps' arrays, until the store was reopened.
 func (q *Queue) forget(seq uint64) {
 	q.msgsPeak = max(q.msgsPeak, len(q.msgs)) // messages join only between removals
 	delete(q.msgs, seq)
-	if q.msgsPeak >= shrinkFrom && len(q.msgs) <= q.msgsPeak/4 {
-		msgs := make(map[uint64]*Message, len(q.msgs))
-		for s, m := range q.msgs {
-			msgs[s] = m
-		}
-		q.msgs = msgs
-		q.msgsPeak = len(msgs)
+	if shrink.Due(len(q.msgs), q.msgsPeak) {
+		q.msgs = shrink.Map(q.msgs)
+		q.msgsPeak = len(q.msgs)
 	}
 }
 

@@ -552,15 +552,11 @@ type RecoveryReport struct {
 // messages are counted by queue, then listed: "12 messages lost (10 in
 // jobs, 2 in mail): m0, m1, …".
 func (r RecoveryReport) String() string {
-	if r.Created {
-		if r.TornTail {
-			// The first Open's record was cut short.
-			return "new store; torn tail cut off (never fdatasynced: no call that waited for the device had it)"
-		}
-		return "new store"
-	}
 	parts := []string{"replayed " + count(r.Replayed, "record")}
-	if r.IndexRebuilt {
+	switch {
+	case r.Created:
+		parts[0] = "new store" // (its first Open's record may have been torn)
+	case r.IndexRebuilt:
 		parts = append(parts, "index rebuilt from the whole log")
 	}
 	if r.TornTail {
@@ -585,7 +581,7 @@ func (r RecoveryReport) String() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s lost%s: %s", count(n, "message"), perQueue, ids))
 	}
-	if len(parts) == 1 {
+	if len(parts) == 1 && !r.Created {
 		parts = append(parts, "clean")
 	}
 	return strings.Join(parts, "; ")

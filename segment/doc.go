@@ -23,7 +23,12 @@
 // that verifies as this one does, so every later version keeps the magic,
 // the version field and the header checksum (of bytes 0..28, at 28) where
 // they are: a later header that moved them fails as [ErrBadHeader], which
-// Salvage rewrites.
+// Salvage rewrites. The flags and the reserved bytes are 0 in every header
+// of the versions this build reads (bytes 16..20 too in version 1); a
+// header that verifies with any of them set was written by a later build
+// that gave them a meaning, and is refused with [ErrVersion] too, never
+// read as if they were 0. A later build may so use a flag without a new
+// version only for what no earlier build may read past.
 //
 // Header (32 bytes):
 //

@@ -19,8 +19,9 @@ var (
 	// segment than the one asked for.
 	ErrBadHeader = errors.New("segment: bad file header")
 	// ErrVersion is returned by Open and DecodeHeader when the header
-	// verifies but names a format version above [Version]: a later build
-	// wrote the file. It is not damage, and nothing may repair it (a
+	// verifies but names a format version above [Version], or sets a
+	// flag or a reserved byte (see the package documentation): a later
+	// build wrote the file. It is not damage, and nothing may repair it (a
 	// rewritten header would hand frames of another layout to this
 	// build): the file is for a build that reads its version. It wraps
 	// [errors.ErrUnsupported], and not [ErrBadHeader].

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	iofs "io/fs"
+	"slices"
 
 	"github.com/klauspost/crc32"
 )
@@ -231,7 +232,9 @@ func EncodeHeader(seq, salt uint32) [HeaderSize]byte {
 }
 
 // DecodeHeader verifies a file header and returns its sequence, which is
-// never 0. [SaltOf] returns the salt.
+// never 0. [SaltOf] returns the salt. A header that verifies but names a
+// later version, or sets a flag or a reserved byte (0 in every header of
+// the versions this build reads), is refused with [ErrVersion].
 func DecodeHeader(data []byte) (uint32, error) {
 	if len(data) < HeaderSize {
 		return 0, fmt.Errorf("%d bytes, want %d: %w", len(data), HeaderSize, ErrBadHeader)
@@ -243,10 +246,25 @@ func DecodeHeader(data []byte) (uint32, error) {
 	if got := binary.LittleEndian.Uint32(h[28:]); got != crc32.Update(0, castagnoli, h[:28]) {
 		return 0, fmt.Errorf("header checksum: %w", ErrBadHeader)
 	}
-	if v := binary.LittleEndian.Uint16(h[8:]); v > Version {
+	v := binary.LittleEndian.Uint16(h[8:])
+	if v > Version {
 		return 0, fmt.Errorf("format version %d, written by a later build; this build reads version %d: %w", v, Version, ErrVersion)
 	} else if v == 0 {
 		return 0, fmt.Errorf("format version %d, which no build writes: %w", v, ErrBadHeader)
+	}
+	// The header verifies, so these were written on purpose: by a later
+	// build that gave them a meaning, which reading them as 0 would
+	// ignore.
+	if flags := binary.LittleEndian.Uint16(h[10:]); flags != 0 {
+		return 0, fmt.Errorf("flags %#04x, which this build does not know: written by a later build; this build reads flags 0: %w", flags, ErrVersion)
+	}
+	reserved := h[20:28]
+	if v == 1 {
+		reserved = h[16:28] // the salt came with version 2
+	}
+	if i := slices.IndexFunc(reserved, func(b byte) bool { return b != 0 }); i >= 0 {
+		return 0, fmt.Errorf("reserved byte %d is %#02x, which this build does not know: written by a later build; this build reads it as 0: %w",
+			HeaderSize-4-len(reserved)+i, reserved[i], ErrVersion)
 	}
 	seq := binary.LittleEndian.Uint32(h[12:])
 	if seq == 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,17 +35,11 @@ func laterBuildsRecords(t *testing.T, dir string) []byte {
 	return later
 }
 
-// storeFiles is treeContents, each file's bytes given by their SHA-256,
-// without the spares: a spare holds no record, and the log an Open opens
-// may prepare it (rewrite its header) before the store refuses the log.
+// storeFiles is treeContents, each file's bytes given by their SHA-256.
 func storeFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	files := treeContents(t, dir)
 	for name, data := range files {
-		if strings.HasPrefix(filepath.Base(name), "spare-") {
-			delete(files, name)
-			continue
-		}
 		files[name] = fmt.Sprintf("%x", sha256.Sum256([]byte(data)))
 	}
 	return files

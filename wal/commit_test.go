@@ -566,6 +566,7 @@ func TestAPreparationThatFailedBeforeItsRotationIsTriedAgain(t *testing.T) {
 	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC, Times: 1})
 	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096, StopOnRotationFailure: true})
 	defer l.Close()
+	acked := appendRecords(t, l, 1000, 1) // the first write asks for segment 2
 	// The preparer of segment 2 met the full disk and its failure waits
 	// for the rotation (the writer takes it only when it rotates).
 	deadline := time.Now().Add(time.Minute)
@@ -575,7 +576,6 @@ func TestAPreparationThatFailedBeforeItsRotationIsTriedAgain(t *testing.T) {
 	require.Equal(t, int64(1), fs.Injected(vfs.OpWrite), "the preparation met the full disk")
 	require.Len(t, l.prep.ready, 1, "the failed preparation is waiting for the rotation")
 
-	var acked []entry
 	for i := 0; l.Stats().Segments < 2; i++ {
 		rec := record(i)
 		pos, err := l.Append(rec)
@@ -643,6 +643,7 @@ func TestARotationAfterAFailedOneTakesTheAttemptItAskedFor(t *testing.T) {
 	fs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(n string) bool { return strings.HasSuffix(n, tmpSuffix) && !firstSegment(n) }, Err: syscall.ENOSPC})
 	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 4096})
 	defer l.Close()
+	first := appendRecords(t, l, 1000, 1) // the first write asks for segment 2
 	deadline := time.Now().Add(time.Minute)
 	for len(l.prep.ready) == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -651,6 +652,7 @@ func TestARotationAfterAFailedOneTakesTheAttemptItAskedFor(t *testing.T) {
 
 	// The rotation tries the old failure once more, and fails.
 	acked, rec := appendUntilNoSpace(t, l)
+	acked = append(first, acked...)
 	require.Equal(t, int64(2), fs.Injected(vfs.OpWrite), "the background attempt and the rotation's")
 
 	// The next rotation asks again; its attempt fails at once, before

@@ -136,8 +136,12 @@ func Open(dir string, opts Options) (*Log, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	// The next segment is asked for at the first write (commit), not
+	// here: a caller that refuses what the log holds (a record of a later
+	// build's) closes it having written nothing, and the preparer would
+	// have reused a spare (its name and header rewritten) or made a new
+	// file, changing the directory of a store that was refused.
 	l.prep = newPreparer(l)
-	l.prep.request(l.w.active.seq+1, l.w.active)
 	go l.writeLoop()
 	return l, nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // preparer makes the next segment file ready while the writer fills the
-// current one, so that rotation costs a rename and a directory sync, and so
+// current one (from the log's first write on: see Open), so that rotation costs a rename and a directory sync, and so
 // that no fdatasync of a segment has to commit a change of its size or
 // extents (but in a rushed file's allocated rest; below). It reuses a retired segment file when the log has one (no bytes
 // to write at all), and otherwise writes a new file full of zeros.
@@ -35,6 +35,7 @@ type preparer struct {
 	done  chan struct{}    // closed when the goroutine returns
 
 	asked uint32        // the segment last requested; the writer's alone
+	begun bool          // the first segment was requested (at the log's first write); the writer's alone
 	idle  time.Duration // the pacers' idle window (paceIdle); set before the first request
 	// failed is set by the writer when the segment it took could not be
 	// put in place: nothing is asked for then, and the next rotation asks
@@ -74,7 +75,7 @@ func newPreparer(l *Log) *preparer {
 // active. The writer calls it once per rotation, after it has taken the
 // previous result, so req never holds two.
 func (p *preparer) request(seq uint32, active *seg) {
-	p.asked = seq
+	p.asked, p.begun = seq, true
 	p.req <- prepRequest{seq, active}
 }
 

@@ -439,7 +439,8 @@ func TestARetiredSegmentIsNotReusedBeforeItsRemovalIsDurable(t *testing.T) {
 	fs := &spareRaceFS{CrashFS: cfs}
 	l := mustOpen(t, dir, Options{FS: fs, SegmentBytes: 1024})
 	defer l.Close()
-	waitPrepared(t, l) // segment 2
+	acked := appendRecords(t, l, 1000, 1) // the first write asks for segment 2
+	waitPrepared(t, l)
 
 	// The creation of segment 3, asked for at the rotation into segment
 	// 2, waits at the gate.
@@ -447,7 +448,6 @@ func TestARetiredSegmentIsNotReusedBeforeItsRemovalIsDurable(t *testing.T) {
 	fs.mu.Lock()
 	fs.gate, fs.entered = gate, entered
 	fs.mu.Unlock()
-	var acked []entry
 	for i := 0; l.Stats().LastSegment < 2; i++ {
 		acked = append(acked, appendRecords(t, l, i, 1)...)
 	}

@@ -46,6 +46,7 @@ func TestASpareThatCannotBeKeptIsLogged(t *testing.T) {
 		retire func(t *testing.T, l *Log) string
 	}{
 		{"Close keeps the prepared segment", func(t *testing.T, l *Log) string {
+			appendRecords(t, l, 0, 1) // the first write asks for segment 2
 			waitPrepared(t, l)
 			require.NoError(t, l.Close(), "a spare not kept loses nothing")
 			return segName(2) + tmpSuffix
@@ -103,6 +104,7 @@ func TestASpareNeitherKeptNorRemovedIsReportedWithBothCauses(t *testing.T) {
 	t.Run("Close", func(t *testing.T) {
 		ffs := vfs.NewFaultFS(vfs.Default)
 		l := mustOpen(t, t.TempDir(), Options{FS: ffs, SegmentBytes: 1024})
+		appendRecords(t, l, 0, 1) // the first write asks for segment 2
 		waitPrepared(t, l)
 		ffs.Inject(spareRename)
 		ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: segName(2) + tmpSuffix, Err: syscall.EIO})
@@ -169,12 +171,12 @@ func TestARetiredSegmentDoesNotReplaceASpareOfItsName(t *testing.T) {
 	var logs logBuffer
 	l := mustOpen(t, dir, Options{FS: g, SegmentBytes: size, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.EqualValues(t, 1, l.Stats().FirstSegment, "a log numbered anew")
-	waitPrepared(t, l) // segment 2, from spare 3
+	es := appendRecords(t, l, 1000, 1) // the first write asks for segment 2
+	waitPrepared(t, l)                 // segment 2, from spare 3
 
 	// The rotation into segment 2 asks for segment 3: the preparer takes
 	// spare 1 and waits at the gate.
 	g.armed.Store(true)
-	var es []entry
 	for i := 0; l.Stats().LastSegment < 2; i++ {
 		es = append(es, appendRecords(t, l, i, 1)...)
 	}

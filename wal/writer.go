@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/walbroker/walbroker/segment"
@@ -418,6 +419,11 @@ func (l *Log) commit(b *batch) {
 		return
 	}
 	w := &l.w
+	if !l.prep.begun && slices.ContainsFunc(b.reqs, func(r *request) bool { return len(r.recs) > 0 }) {
+		// The first write: from now on the next segment is always being
+		// prepared (see Open).
+		l.prep.request(w.active.seq+1, w.active)
+	}
 	w.buf = w.buf[:0]
 	w.bufRecords, w.bufPreamble = 0, 0
 	needSync := false

@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/walbroker/walbroker/vfs"
@@ -42,7 +43,24 @@ var (
 	ErrNotFound = errors.New("wal: no record at position")
 	// ErrBadOptions is returned by Open for an invalid Options field.
 	ErrBadOptions = errors.New("wal: invalid options")
+	// ErrNoNextSegment is returned, as the cause of a failed rotation, by
+	// the calls that need a segment after the one numbered
+	// math.MaxUint32, the highest a segment can have; and by Open when
+	// that segment is sealed, so that the log would start the next. A
+	// segment number never wraps: the log's order is theirs. The log keeps
+	// its records; read them into a new log, numbered from 1, to go on
+	// (CopyTo keeps the numbers).
+	ErrNoNextSegment = fmt.Errorf("wal: no segment can follow segment %d, the highest number a segment can have", uint32(math.MaxUint32))
 )
+
+// nextSeq returns the number of the segment after seq, or an error
+// wrapping ErrNoNextSegment that names seq's file.
+func (l *Log) nextSeq(seq uint32) (uint32, error) {
+	if seq == math.MaxUint32 {
+		return 0, fmt.Errorf("%s: %w", l.segPath(seq), ErrNoNextSegment)
+	}
+	return seq + 1, nil
+}
 
 // CorruptionError reports damage found in a segment file. It matches
 // ErrCorrupt and its Cause with errors.Is.

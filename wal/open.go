@@ -711,7 +711,10 @@ func (l *Log) startWriting(segs []*seg, reports []segment.Report, cleanLast bool
 	if len(segs) == 0 || reports[len(reports)-1].Sealed {
 		next := uint32(1)
 		if len(segs) > 0 {
-			next = segs[len(segs)-1].seq + 1
+			var err error
+			if next, err = l.nextSeq(segs[len(segs)-1].seq); err != nil {
+				return fmt.Errorf("wal: open: %w", err)
+			}
 		}
 		s, err := l.createSegment(next)
 		if err != nil {

@@ -421,8 +421,10 @@ func (l *Log) commit(b *batch) {
 	w := &l.w
 	if !l.prep.begun && slices.ContainsFunc(b.reqs, func(r *request) bool { return len(r.recs) > 0 }) {
 		// The first write: from now on the next segment is always being
-		// prepared (see Open).
-		l.prep.request(w.active.seq+1, w.active)
+		// prepared (see Open), if there can be one.
+		if next, err := l.nextSeq(w.active.seq); err == nil {
+			l.prep.request(next, w.active)
+		}
 	}
 	w.buf = w.buf[:0]
 	w.bufRecords, w.bufPreamble = 0, 0
@@ -568,6 +570,9 @@ func (l *Log) rotate() error {
 			return fmt.Errorf("wal: rotate: %w: the preamble encodes to %d bytes, Options.PreambleBytes is %d", ErrTooLarge, size, l.opts.PreambleBytes)
 		}
 	}
+	if _, err := l.nextSeq(w.active.seq); err != nil {
+		return fmt.Errorf("wal: rotate: %w", err) // nothing was asked for
+	}
 	p := l.prep.take(w.active)
 	if p.err != nil {
 		l.prep.failed = true // try again at the next rotation
@@ -623,7 +628,9 @@ func (l *Log) rotate() error {
 	if p.recycled {
 		l.stats.recycled.Add(1)
 	}
-	l.prep.request(next.seq+1, next)
+	if after, err := l.nextSeq(next.seq); err == nil {
+		l.prep.request(after, next)
+	}
 	// Each preamble record is a group of its own: damage to one (found
 	// by salvage) must not take the others with it — a queue's
 	// declaration may be in no other segment.

@@ -509,12 +509,33 @@ const (
 
 // flush writes the encoded buffer at the write offset of the active segment
 // and makes it visible to readers.
+//
+// The same write puts zeros where the next frame's header goes (as much
+// of it as the file holds), so that the fdatasync that makes the batch
+// durable makes them durable too. What the page cache shows there may not
+// be what the device holds: an Open whose fdatasync of a zeroed torn tail
+// failed leaves the zeros in the page cache, marked clean, over the torn
+// batch the device keeps, and an Open tried again in the same boot reads
+// zeros, zeroes nothing, and appends over the torn batch in the page cache
+// only. A torn frame that begins exactly where the appends end, on a page
+// they do not write, would then be read after a power loss as the frame
+// that follows them (it names the segment and verifies under its salt).
+// The zeros write its header's page; torn frames further on are found by
+// the scan as ever, claiming no sync past the appends before them: a
+// torn tail. Nothing is ever written past the zeros before the next batch
+// writes over them, so they hide no frame.
 func (l *Log) flush() error {
 	w := &l.w
 	if len(w.buf) == 0 {
 		return nil
 	}
-	if err := w.active.file.WriteAt(w.buf, w.writeOff); err != nil {
+	n := len(w.buf)
+	if room := w.active.file.Size() - w.writeOff - n; room > 0 {
+		w.buf = append(w.buf, nextHeader[:min(room, len(nextHeader))]...)
+	}
+	err := w.active.file.WriteAt(w.buf, w.writeOff)
+	w.buf = w.buf[:n]
+	if err != nil {
 		return err
 	}
 	w.writeOff += len(w.buf)
@@ -528,6 +549,9 @@ func (l *Log) flush() error {
 	w.active.end.Store(int64(w.writeOff))
 	return nil
 }
+
+// nextHeader is what flush writes where the next frame's header goes.
+var nextHeader [segment.FrameHeaderSize]byte
 
 // syncActive fdatasyncs the active segment.
 func (l *Log) syncActive() error {

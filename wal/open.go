@@ -56,7 +56,7 @@ type Damage struct {
 	File     string
 	Segment  uint32 // the segment's sequence
 	Offset   int    // first byte discarded
-	Length   int    // bytes discarded (MaxSegmentBytes for a segment file that is gone)
+	Length   int    // bytes discarded (up to MaxSegmentBytes for a segment file that is gone, or cut short: its size is not known)
 	Cause    error
 	CopiedTo string // where salvage copied the damaged file, if it did
 }
@@ -981,15 +981,19 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	// The damage took the end of a sealed segment: everything after the
 	// valid prefix is lost. It is sealed there, in a file rewritten at a
-	// size that holds the seal if it was cut too short for one.
+	// size that holds the seal if it was cut too short for one. The span
+	// lost runs to where the segment's records could reach: its size less
+	// the room every segment keeps for its seal, or, in a file cut short,
+	// every byte a segment can hold (its size is not known, and a caller
+	// looks for the records it lost in the span).
 	sealEarly := !last && !r.Sealed
 	regrow := sealEarly && s.file.Size()-r.End < segment.Size(0)
 	if sealEarly {
-		size := s.file.Size()
-		if regrow {
-			size = int(l.regrownSize(r.End))
+		length := s.file.Size() - segment.Size(0) - r.End
+		if regrow || cutInFrame(s.file.Data(), r) {
+			length = MaxSegmentBytes - r.End
 		}
-		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: size - r.End - segment.Size(0), Cause: unsealedCause(r), CopiedTo: copyTo})
+		lost = append(lost, Damage{File: path, Segment: s.seq, Offset: r.End, Length: length, Cause: unsealedCause(r), CopiedTo: copyTo})
 	}
 	if err := l.noteSalvage(lost...); err != nil {
 		return err
@@ -1035,6 +1039,24 @@ func (l *Log) salvage(s *seg, r *segment.Report, last bool) error {
 	}
 	*r = again
 	return nil
+}
+
+// cutInFrame reports whether the scan r of a segment (data, its file)
+// stopped at a frame the file ends inside: its header, or the body its
+// length field gives, runs past the last byte. The file was cut short
+// there, and its size says nothing of where its records ended. (A length
+// field that damage raised reads so too: the span salvage reports then
+// runs further than the file, over no record that was not lost.)
+func cutInFrame(data []byte, r *segment.Report) bool {
+	if r.Tail == segment.EndClean {
+		return false // no frame failed: the frames end before the file does
+	}
+	at := r.DamageAt
+	if at > len(data)-segment.FrameHeaderSize {
+		return true
+	}
+	n := int64(binary.LittleEndian.Uint32(data[at+4:]))
+	return int64(at)+int64(segment.Size(0))+n > int64(len(data))
 }
 
 // salvageHeader copies aside a segment whose header fails its checks,

@@ -124,16 +124,26 @@ func (l *Log) salvaged(ds ...Damage) {
 }
 
 // mergeDamage returns a copy of base with the spans of ds it does not
-// list (a span an unfinished salvage listed, and whose repair did not
-// reach the file, is found again).
+// list: a span an unfinished salvage listed, and whose repair did not
+// reach the file, is found again (at the same offset); and one inside a
+// span already listed adds no byte to the loss. The early seal of a
+// segment salvage put in the place of a missing file, or whose header it
+// could not read (a span of the whole file), is such a span: listed, it
+// counted one loss twice, the first time as zero bytes.
 func mergeDamage(base, ds []Damage) []Damage {
 	out := slices.Clone(base)
 	for _, d := range ds {
-		if !slices.ContainsFunc(out, func(p Damage) bool { return p.Segment == d.Segment && p.Offset == d.Offset }) {
+		if !slices.ContainsFunc(out, func(p Damage) bool { return p.Segment == d.Segment && (p.Offset == d.Offset || within(d, p)) }) {
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// within reports whether the bytes of span d are all bytes of span p (of
+// the same segment).
+func within(d, p Damage) bool {
+	return p.Offset <= d.Offset && int64(d.Offset)+int64(d.Length) <= int64(p.Offset)+int64(p.Length)
 }
 
 // SalvageDone removes the list of the spans this log's Open salvaged,

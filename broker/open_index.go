@@ -63,6 +63,37 @@ func (s *Store) openHints(wo *wal.Options) error {
 		return nil
 	}
 	wo.Sealed, wo.Verified = cl.Sealed, cl.Pos
+	s.hinted = !wo.Salvage // (Salvage reads every segment whole: it takes no hint)
+	return nil
+}
+
+// errStaleHints is openIndex's refusal of a checkpoint taken before a
+// salvage repaired the log (errSalvagedSince) when the log was opened
+// with that checkpoint's hints: Open opens the log again without them
+// (reopenLog), then rebuilds.
+var errStaleHints = errors.New("the log was opened with the hints of a checkpoint taken before a salvage repaired it")
+
+// reopenLog closes the log, which Open opened with the hints of a
+// checkpoint it then refused as older than a salvage (errStaleHints), and
+// opens it again without them. They are true of the log the checkpoint
+// was taken of, not of the one the salvage repaired: a segment it sealed
+// early ends before the end Options.Sealed gives, and a walk of it to
+// there read on past its seal into the damage the salvage left behind,
+// so that the rebuild failed with Corrupt, and an index put back from
+// before the salvage kept the store from opening without Salvage. On an
+// error s.log is nil.
+func (s *Store) reopenLog(dir string, wo wal.Options) error {
+	err := s.log.Close()
+	s.log = nil
+	if err != nil {
+		return err
+	}
+	wo.Sealed, wo.Verified = nil, 0
+	l, err := wal.Open(dir, wo)
+	if err != nil {
+		return err
+	}
+	s.log, s.hinted = l, false
 	return nil
 }
 
@@ -224,6 +255,9 @@ func (s *Store) openIndex() (int, error) {
 			s.opts.Logger.Warn("broker: rebuilding the index from the log", "dir", s.dir, "reason", err)
 			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
 				return 0, err
+			}
+			if s.hinted && errors.Is(err, errSalvagedSince) {
+				return 0, fmt.Errorf("%w: %w", errStaleHints, err)
 			}
 			return s.openIndex()
 		}

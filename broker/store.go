@@ -54,6 +54,10 @@ type Store struct {
 	// seqRaised: Open raised the next message sequence above what the
 	// log holds (see markRaisedSeq).
 	seqRaised bool
+	// hinted: Open opened the log with the last checkpoint's hints
+	// (Options.Sealed and Verified: see openHints), which are true only of
+	// the log that checkpoint was taken of.
+	hinted bool
 	// salvagePending: Open salvaged (or could have), and the lists of what
 	// it repaired and lost stay until its report has been returned: the
 	// first maintenance round or Close removes them (finishSalvage).
@@ -316,11 +320,20 @@ func openStore(dir string, opts Options) (*Store, error) {
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	s.log = l
+	torn := l.Recovery().TornTail // cut by this Open, if it opens the log again
 	replayed, err := s.openIndex()
+	if errors.Is(err, errStaleHints) {
+		if err = s.reopenLog(where, wo); err == nil {
+			replayed, err = s.openIndex()
+		}
+	}
 	if err != nil {
-		_ = l.Close()
+		if s.log != nil {
+			_ = s.log.Close()
+		}
 		return nil, openError(dir, opts.Salvage, err)
 	}
+	l = s.log
 	if err := s.markSalvaged(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
@@ -396,15 +409,15 @@ func openStore(dir string, opts Options) (*Store, error) {
 		}
 		s.reservedSeqs(bound)
 	}
-	if rec := l.Recovery(); rec.TornTail != nil || len(rec.Salvaged) > 0 {
-		s.recovery.TornTail = rec.TornTail != nil
+	if rec := l.Recovery(); torn != nil || len(rec.Salvaged) > 0 {
+		s.recovery.TornTail = torn != nil
 		s.recovery.SalvagedSpans = len(rec.Salvaged)
 		for _, d := range rec.Salvaged {
 			if d.CopiedTo != "" && !slices.Contains(s.recovery.SalvageCopies, d.CopiedTo) {
 				s.recovery.SalvageCopies = append(s.recovery.SalvageCopies, d.CopiedTo)
 			}
 		}
-		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", rec.TornTail != nil, "salvaged_spans", len(rec.Salvaged),
+		opts.Logger.Warn("broker: recovered", "dir", dir, "torn_tail", torn != nil, "salvaged_spans", len(rec.Salvaged),
 			"lost_messages", s.recovery.LostMessages, "lost_by_queue", s.recovery.LostByQueue)
 	}
 	// Every store's log holds a record from its first Open on (the meta

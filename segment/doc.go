@@ -29,6 +29,13 @@
 // that gave them a meaning, and is refused with [ErrVersion] too, never
 // read as if they were 0. A later build may so use a flag without a new
 // version only for what no earlier build may read past.
+// A new frame kind is a change of the format: a build that adds one
+// writes it only in segments whose header this build refuses (a new
+// version, or a flag set), never in a segment of an earlier version it
+// appends to. So a frame of a kind this build does not know, in a segment
+// it reads, is no build's record: [Decode] refuses
+// it with [ErrBadType] as it refuses any frame that fails its checks, and
+// a scan, and Salvage, take it for damage.
 //
 // Header (32 bytes):
 //

@@ -11,7 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone: a rotation
@@ -162,4 +165,60 @@ func failSegment2sFirstWrite(ffs *vfs.FaultFS) {
 	ffs.Inject(vfs.Rule{Op: vfs.OpWrite, Match: func(name string) bool {
 		return installed.Load() && strings.Contains(name, "0000000002.seg")
 	}, Nth: 1})
+}
+
+// TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain:
+// damage to the declaration in the active segment's preamble is padded
+// over by Salvage, which leaves the preamble's mark: the look for a
+// preamble took the segment for one that holds it whole, and the
+// declaration was written nowhere after the earlier segments. Once they
+// were reclaimed, a replay of the log alone found no queue, and dropped
+// the messages published since as orphans. A salvaging Open that skipped
+// a span of the active segment now writes its preamble again.
+func TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
+	ManualMaintenance(&opts)
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", pol)
+	require.NoError(t, err)
+	for s.log.Stats().Segments < 2 {
+		_, err := q.Publish(ctx, make([]byte, 100))
+		require.NoError(t, err)
+	}
+	var declared wal.Position
+	require.NoError(t, s.log.Iterate(wal.MakePosition(2, 0), func(pos wal.Position, rec []byte) error {
+		if declared == 0 && index.Kind(rec[0]) == index.KindDeclare {
+			declared = pos
+		}
+		return nil
+	}))
+	require.NotZero(t, declared, "segment 2's preamble declares the queue")
+	// Fewer than the 100 replaysAloneAfterReclaiming consumes are left.
+	ds, err := q.Receive(ctx, 50)
+	require.NoError(t, err)
+	for _, d := range ds {
+		require.NoError(t, q.Ack(ctx, d.Lease.Receipt))
+	}
+	require.NoError(t, s.Close())
+	path := filepath.Join(dir, "0000000002.seg")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	data[declared.Offset()+segment.FrameHeaderSize+1] ^= 0x01 // the declaration fails its checksum
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	salvage := opts
+	salvage.Salvage = true
+	s, err = Open(dir, salvage)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Recovery().SalvagedSpans)
+	require.NoError(t, s.Close())
+
+	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
+	require.Equal(t, uint32(2), first, "segment 1 was reclaimed: the log alone is the segment whose declaration salvage skipped")
 }

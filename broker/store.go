@@ -695,22 +695,29 @@ var errPreambleFound = errors.New("preamble found")
 // but a preamble's reaching the active segment before this runs (the
 // reservations, and the mark of a sequence a salvage raised, are written
 // after it; see markRaisedSeq).
+//
+// A salvage that skipped a span of the active segment may have padded over
+// any record of its preamble (a declaration, the secret) and left the mark:
+// the preamble is then written again whatever the segment holds. Written
+// twice, its records change nothing: each says again what the log says.
 func (s *Store) restorePreamble() error {
 	end := s.log.End()
-	if end.Segment() <= 1 {
-		return nil
-	}
-	err := s.log.Iterate(wal.MakePosition(end.Segment(), 0), func(_ wal.Position, rec []byte) error {
-		if len(rec) > 0 && index.Kind(rec[0]) == index.KindMark {
-			return errPreambleFound
+	if !s.salvagedIn(end.Segment()) {
+		if end.Segment() <= 1 {
+			return nil
 		}
-		return nil
-	})
-	if errors.Is(err, errPreambleFound) {
-		return nil
-	}
-	if err != nil {
-		return err
+		err := s.log.Iterate(wal.MakePosition(end.Segment(), 0), func(_ wal.Position, rec []byte) error {
+			if len(rec) > 0 && index.Kind(rec[0]) == index.KindMark {
+				return errPreambleFound
+			}
+			return nil
+		})
+		if errors.Is(err, errPreambleFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 	// Each a group of its own, as a rotation writes them.
 	var pends []*wal.Pending
@@ -724,6 +731,12 @@ func (s *Store) restorePreamble() error {
 		s.maint.restoredPreamble.Add(1)
 	}
 	return nil
+}
+
+// salvagedIn reports whether the log's Open (or an unfinished salvage it
+// finished) skipped a span of segment seq.
+func (s *Store) salvagedIn(seq uint32) bool {
+	return slices.ContainsFunc(s.log.Recovery().Salvaged, func(d wal.Damage) bool { return d.Segment == seq })
 }
 
 // maxClockRecord bounds the encoding of a preamble's dedup clock reading.

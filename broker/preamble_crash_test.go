@@ -222,3 +222,58 @@ func TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain(t *tes
 	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
 	require.Equal(t, uint32(2), first, "segment 1 was reclaimed: the log alone is the segment whose declaration salvage skipped")
 }
+
+// TestARotationOpenCausesBeforeItKnowsThePreambleLeavesNoSegmentWithoutOne:
+// Open may append before it has set the preamble (the secret a consulted
+// checkpoint gave back, a salvaged event), and when the active segment is
+// too full for that record, the log rotates and asks for a preamble that
+// is not set yet: the new segment starts with the record, without one.
+// Open's look for the active segment's preamble, made once it is set,
+// finds no mark there and writes it: the segment still declares the queue.
+func TestARotationOpenCausesBeforeItKnowsThePreambleLeavesNoSegmentWithoutOne(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
+	ManualMaintenance(&opts)
+	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", pol)
+	require.NoError(t, err)
+	// Fill segment 2 until a meta record (its frame: 50 bytes) no longer
+	// fits before the room kept for the seal.
+	capacity := int(MinSegmentBytes) - segment.Size(0)
+	meta := segment.Size(len((&index.Event{Kind: index.KindMeta, Secret: make([]byte, index.SecretSize)}).Append(nil)))
+	for {
+		end := s.log.End()
+		room := capacity - end.Offset()
+		if end.Segment() == 2 && room < meta {
+			break
+		}
+		n := 100
+		if end.Segment() == 2 {
+			n = min(max(room-meta/2-segment.Size(40), 0), 1000)
+		}
+		_, err := q.Publish(ctx, make([]byte, n))
+		require.NoError(t, err)
+		require.LessOrEqual(t, s.log.End().Segment(), uint32(2), "setup: segment 2 filled without a rotation")
+	}
+	require.NoError(t, s.Close())
+	// A suspect checkpoint is consulted, and its secret written again.
+	require.NoError(t, index.MarkSuspect(opts.fs(), filepath.Join(dir, "index")))
+
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, uint32(3), s.log.End().Segment(), "setup: Open's own record rotated")
+	var kinds []index.Kind
+	require.NoError(t, s.log.Iterate(wal.MakePosition(3, 0), func(_ wal.Position, rec []byte) error {
+		kinds = append(kinds, index.Kind(rec[0]))
+		return nil
+	}))
+	require.Equal(t, index.KindMeta, kinds[0], "setup: the rotation came before the preamble was set")
+	require.Contains(t, kinds, index.KindDeclare, "segment 3 declares the queue: %v", kinds)
+	require.Contains(t, kinds, index.KindMark, "and ends its preamble: %v", kinds)
+}

@@ -696,6 +696,11 @@ var errPreambleFound = errors.New("preamble found")
 // reservations, and the mark of a sequence a salvage raised, are written
 // after it; see markRaisedSeq).
 //
+// A rotation Open causes before it sets the preamble (the records it
+// appends first: a salvaged event, the secret a consulted checkpoint gave
+// back) starts a segment with no preamble, the broker having none to give
+// yet: this look finds no mark there, and writes it.
+//
 // A salvage that skipped a span of the active segment may have padded over
 // any record of its preamble (a declaration, the secret) and left the mark:
 // the preamble is then written again whatever the segment holds. Written

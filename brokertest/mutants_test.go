@@ -627,3 +627,49 @@ func TestTheSuiteFailsABrokerWhoseWakeSkipsALapseBeforeARetry(t *testing.T) {
 	}
 	requireSuiteFails(t, "wakeInPrefersRetryOverLapse", "names in Wake.In a retry delay ending after a lease that lapses sooner", "WakeInNamesALeaseLapsingBeforeARetryDelayEnds")
 }
+
+// --- 6. A Consume that never delivers fails its case, not the binary -------
+
+// shortByOne returns from Receive(max) at most max−1 deliveries, so
+// Receive(1) returns nothing; the leases of the ones it holds back lapse
+// unseen.
+type shortByOne struct{ *broker.Memory }
+
+func (q *shortByOne) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	if max == 1 {
+		// The Memory's refusals still: a nil or ended context, Close.
+		_, err := q.Memory.DeadLetters(ctx, 1)
+		return nil, err
+	}
+	return q.Memory.Receive(ctx, max-1)
+}
+
+func init() {
+	mutants["receiveShortByOne"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &shortByOne{Memory: m}
+	}
+}
+
+// A broker over which Consume never hands a message to its handler (here
+// a Receive that returns one delivery fewer than it may, nothing to
+// Consume's Receive(1)) hung the suite: ConsumeReturnsOnlyAfterItsHandlers-
+// Finish waited for its handler to start with no bound, until the test
+// binary's -timeout killed it, naming no promise and running none of the
+// cases after it. Every wait of the suite on Consume and on a Wake signal
+// is now bounded (env.patience). The run takes about a minute (four cases
+// wait out the bound), so -short leaves it out.
+func TestTheSuiteFailsABrokerOverWhichConsumeNeverDelivers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the suite's bound on Consume four times, about a minute")
+	}
+	c := NewClock(t0)
+	q := mutantQueue(t, "receiveShortByOne", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("harness: the mutant's Receive(1) returned %v, %v; it is not broken", ds, err)
+	}
+	requireSuiteFails(t, "receiveShortByOne", "returns nothing from Receive(1), so that Consume never delivers", "ConsumeReturnsOnlyAfterItsHandlersFinish")
+}

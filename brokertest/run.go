@@ -488,16 +488,41 @@ func (e *env) hiddenUntil(q broker.Broker, at time.Time, what string) {
 	}
 }
 
+// patience is how long the suite waits in real time for concurrent work
+// (Consume handing out a message, returning after its context ended)
+// before it fails the promise it checks: ten seconds plus three
+// Tolerances, whatever the clock.
+func (e *env) patience() time.Duration { return 10*time.Second + 3*e.caps.tolerance() }
+
 // eventually polls cond until it holds or a real-time deadline passes. It
 // is for concurrent work (Consume), not for the broker's timings.
 func (e *env) eventually(what string, cond func() bool) {
 	e.Helper()
-	deadline := time.Now().Add(10*time.Second + 3*e.caps.tolerance())
+	deadline := time.Now().Add(e.patience())
 	for !cond() {
 		if time.Now().After(deadline) {
 			e.Fatalf("%s: did not happen by %v", what, deadline)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// within waits for a value from ch for at most e.patience(), and reports
+// whether one came. The suite waits with it, or with eventually, for
+// whatever Consume or a Wake signal must do: a broken broker, or a
+// Consume over it that never delivers or never returns, fails the promise
+// being checked instead of hanging the test binary until its -timeout. (A
+// call of the implementation that never returns is left to that -timeout,
+// which names the case it hung in.)
+func within[T any](e *env, ch <-chan T) (T, bool) {
+	t := time.NewTimer(e.patience())
+	defer t.Stop()
+	select {
+	case v := <-ch:
+		return v, true
+	case <-t.C:
+		var zero T
+		return zero, false
 	}
 }
 

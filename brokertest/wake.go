@@ -136,10 +136,8 @@ var wakeCases = []testCase{
 		w := e.waker(q).Wake()
 		e.none(q, "an empty queue")
 		e.publish(q, "a") // lands between the empty Receive and the wait
-		select {
-		case <-w.Signal:
-		case <-time.After(10*time.Second + 3*e.caps.tolerance()):
-			e.Fatalf("the publish between Wake and the wait did not close the signal")
+		if _, ok := within(e, w.Signal); !ok {
+			e.Fatalf("the publish between Wake and the wait did not close the signal within %v", e.patience())
 		}
 		e.receiveOne(q)
 	}},
@@ -502,17 +500,27 @@ var consumeCases = []testCase{
 		e.publish(q, "a")
 		started, release := make(chan struct{}), make(chan struct{})
 		var finished atomic.Bool
+		var once sync.Once
 		ctx, cancel := context.WithCancel(e.ctx())
+		defer cancel()
 		errc := make(chan error, 1)
 		go func() {
 			errc <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error {
-				close(started)
+				once.Do(func() { close(started) })
 				<-release // ignores its context, as slow handlers do
 				finished.Store(true)
 				return nil
 			}, broker.ConsumeOptions{})
 		}()
-		<-started
+		released := false
+		defer func() {
+			if !released {
+				close(release) // a failure below leaves no handler waiting
+			}
+		}()
+		if _, ok := within(e, started); !ok {
+			e.Fatalf("Consume (Batch 1, Concurrency 1) did not hand the published message to its handler within %v", e.patience())
+		}
 		cancel()
 		select {
 		case err := <-errc:
@@ -520,7 +528,10 @@ var consumeCases = []testCase{
 		case <-time.After(50 * time.Millisecond):
 		}
 		close(release)
-		if err := <-errc; !errors.Is(err, context.Canceled) {
+		released = true
+		if err, ok := within(e, errc); !ok {
+			e.Fatalf("Consume did not return within %v of its context ending and its handler finishing", e.patience())
+		} else if !errors.Is(err, context.Canceled) {
 			e.Fatalf("Consume returned %v, want context.Canceled", err)
 		}
 		if !finished.Load() {
@@ -546,7 +557,9 @@ func (e *env) consumeWith(q broker.Broker, h broker.Handler, done func() bool, o
 	}()
 	defer func() {
 		cancel()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
+		if err, ok := within(e, errc); !ok {
+			e.Errorf("Consume did not return within %v of its context ending", e.patience())
+		} else if !errors.Is(err, context.Canceled) {
 			e.Errorf("Consume returned %v, want context.Canceled", err)
 		}
 	}()

@@ -125,6 +125,7 @@ var miscCases = []testCase{
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer catch(func(gp *goPanic) { errs <- gp })
 				for i := range each {
 					if _, err := q.Publish(e.ctx(), fmt.Appendf(nil, "%d-%d", p, i)); err != nil {
 						errs <- err
@@ -140,6 +141,7 @@ var miscCases = []testCase{
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer catch(func(gp *goPanic) { errs <- gp })
 				for {
 					select {
 					case <-done:

@@ -134,6 +134,14 @@ func TestSuiteAgainstAMutant(t *testing.T) {
 // reports whether it failed, with the names of the failing cases.
 func suiteAgainst(t *testing.T, mutant string) (failed bool, fails []string) {
 	t.Helper()
+	failed, fails, _, _ = suiteRun(t, mutant)
+	return failed, fails
+}
+
+// suiteRun is suiteAgainst that also returns how many cases passed and
+// the child's output.
+func suiteRun(t *testing.T, mutant string) (failed bool, fails []string, passed int, out []byte) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteAgainstAMutant$", "-test.count=1", "-test.v", "-test.timeout=300s")
 	cmd.Env = append(os.Environ(), mutantEnv+"="+mutant)
 	out, err := cmd.CombinedOutput()
@@ -141,7 +149,6 @@ func suiteAgainst(t *testing.T, mutant string) (failed bool, fails []string) {
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatalf("running the suite against %s: %v", mutant, err)
 	}
-	passed := 0
 	for _, line := range strings.Split(string(out), "\n") {
 		line = strings.TrimSpace(line)
 		switch {
@@ -157,7 +164,7 @@ func suiteAgainst(t *testing.T, mutant string) (failed bool, fails []string) {
 	if err != nil && len(fails) == 0 {
 		t.Fatalf("the child process running the suite against %s failed outside any case: %v\n%s", mutant, err, out)
 	}
-	return err != nil, fails
+	return err != nil, fails, passed, out
 }
 
 // requireSuiteFails fails t unless the suite fails mutant in the case
@@ -672,4 +679,61 @@ func TestTheSuiteFailsABrokerOverWhichConsumeNeverDelivers(t *testing.T) {
 		t.Fatalf("harness: the mutant's Receive(1) returned %v, %v; it is not broken", ds, err)
 	}
 	requireSuiteFails(t, "receiveShortByOne", "returns nothing from Receive(1), so that Consume never delivers", "ConsumeReturnsOnlyAfterItsHandlersFinish")
+}
+
+// --- 7. A call that panics fails its promise, and the suite goes on -------
+
+// deletePanics panics in DeleteDeadLetter when it holds no dead letter
+// of that ID, instead of returning DeadLetterNotFound.
+type deletePanics struct{ *broker.Memory }
+
+func (q *deletePanics) DeleteDeadLetter(ctx context.Context, id string) error {
+	err := q.Memory.DeleteDeadLetter(ctx, id)
+	if errors.Is(err, broker.DeadLetterNotFound) {
+		panic("mutant: no dead letter " + id) // THE BUG
+	}
+	return err
+}
+
+func init() {
+	mutants["deleteOfUnknownPanics"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &deletePanics{Memory: m}
+	}
+}
+
+// An implementation under test that panics in a call ended the test
+// binary: Go's testing names the case running, but every case after it
+// went unchecked, and a panic in a goroutine the suite started (the
+// racing calls of together) named none. The suite now recovers a panic in
+// a case, and carries one from its own goroutines to the case's, and
+// fails that case with the panic and its stack; the cases after it run.
+// Here the panic comes once on the test's goroutine
+// (ReplayOrDeleteOfUnknownIsDeadLetterNotFound) and once in the losers of
+// a race (ConcurrentDeletesOfOneDeadLetterRemoveItOnce).
+func TestTheSuiteFailsABrokerThatPanicsAndChecksTheRest(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "deleteOfUnknownPanics", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("harness: the mutant's DeleteDeadLetter of an unknown ID did not panic; it is not broken")
+			}
+		}()
+		_ = q.(broker.DeadLetterManager).DeleteDeadLetter(context.Background(), "nothing")
+	}()
+	failed, fails, passed, out := suiteRun(t, "deleteOfUnknownPanics")
+	if !failed {
+		t.Fatalf("brokertest passes a broker whose DeleteDeadLetter panics")
+	}
+	for _, want := range []string{"ReplayOrDeleteOfUnknownIsDeadLetterNotFound", "ConcurrentDeletesOfOneDeadLetterRemoveItOnce"} {
+		if !slices.Contains(fails, want) {
+			t.Errorf("the suite does not fail %s against a broker whose DeleteDeadLetter panics; it fails %q", want, fails)
+		}
+	}
+	if passed < 100 {
+		t.Errorf("after a call panicked, the suite passed only %d cases: it stopped instead of checking the rest\n%s", passed, out)
+	}
+	if !strings.Contains(string(out), "mutant-deleteOfUnknownPanics: a call panicked: mutant: no dead letter") {
+		t.Errorf("the suite's failure does not say that a call panicked, with the panic:\n%s", out)
+	}
 }

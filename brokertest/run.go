@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -85,10 +86,53 @@ func Run(t *testing.T, f Factory) {
 					t.Skipf("%s does not declare capability %s", f.Name, n)
 				}
 			}
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("%s: a call panicked: %v\n%s", f.Name, panicValue(r), panicStack(r))
+				}
+			}()
 			c.run(newEnv(t, f))
 		})
 	}
 }
+
+// goPanic is a panic raised in a goroutine the suite started, carried to
+// the test's goroutine with the stack it was raised on: a panic that ends
+// a goroutine of its own ends the test binary, with every promise after
+// the one being checked left unchecked; carried, it fails that promise,
+// and the suite goes on.
+type goPanic struct {
+	value any
+	stack []byte
+}
+
+// catch recovers a panic of the goroutine that defers it, as a *goPanic
+// handed to keep; it is deferred directly (recover works only there).
+func catch(keep func(*goPanic)) {
+	if r := recover(); r != nil {
+		keep(&goPanic{value: r, stack: debug.Stack()})
+	}
+}
+
+// panicValue and panicStack read a recovered panic, a *goPanic carried
+// from another goroutine or one raised on the test's own.
+func panicValue(r any) any {
+	if p, ok := r.(*goPanic); ok {
+		return p.value
+	}
+	return r
+}
+
+func panicStack(r any) []byte {
+	if p, ok := r.(*goPanic); ok {
+		return p.stack
+	}
+	return debug.Stack()
+}
+
+// Error makes a carried panic an error: where the suite's goroutine
+// reports by error, it sends it.
+func (p *goPanic) Error() string { return fmt.Sprintf("panicked: %v\n%s", p.value, p.stack) }
 
 // checkDeclaration fails t for every optional interface whose declaration
 // disagrees with the queue f's backend returns, and for every promise
@@ -209,20 +253,35 @@ func newEnv(t *testing.T, f Factory) *env {
 }
 
 // together makes n calls of call at once, released together, and returns
-// when every one has returned: a race between callers of one queue.
+// when every one has returned: a race between callers of one queue. A
+// call that panics is raised again here, on the caller's goroutine, once
+// every call has returned.
 func together(n int, call func()) {
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first *goPanic
+	keep := func(p *goPanic) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = p
+		}
+	}
 	start := make(chan struct{})
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer catch(keep)
 			<-start
 			call()
 		}()
 	}
 	close(start)
 	wg.Wait()
+	if first != nil {
+		panic(first)
+	}
 }
 
 // ctx is the context of every call: the test's.

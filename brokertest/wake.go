@@ -505,6 +505,7 @@ var consumeCases = []testCase{
 		defer cancel()
 		errc := make(chan error, 1)
 		go func() {
+			defer catch(func(p *goPanic) { errc <- p })
 			errc <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error {
 				once.Do(func() { close(started) })
 				<-release // ignores its context, as slow handlers do
@@ -553,17 +554,23 @@ func (e *env) consumeWith(q broker.Broker, h broker.Handler, done func() bool, o
 	ctx, cancel := context.WithCancel(e.ctx())
 	errc := make(chan error, 1)
 	go func() {
+		defer catch(func(p *goPanic) { errc <- p })
 		errc <- broker.Consume(ctx, q, h, opts)
 	}()
 	defer func() {
 		cancel()
+		var gp *goPanic
 		if err, ok := within(e, errc); !ok {
 			e.Errorf("Consume did not return within %v of its context ending", e.patience())
+		} else if errors.As(err, &gp) {
+			e.Errorf("Consume over %s: a call panicked: %v\n%s", e.f.Name, gp.value, gp.stack)
 		} else if !errors.Is(err, context.Canceled) {
 			e.Errorf("Consume returned %v, want context.Canceled", err)
 		}
 	}()
-	e.eventually("Consume's work", done)
+	// A Consume that returned early (an error, a call that panicked) does
+	// no more work: the deferred check reports what it returned.
+	e.eventually("Consume's work", func() bool { return len(errc) > 0 || done() })
 }
 
 // countingReceives is a Waker broker that counts its Receives.

@@ -317,7 +317,9 @@ func (q *Queue) anyLapsedLast(now time.Time) bool {
 	return false
 }
 
-// lapsedLastLocked reports whether l is one of lapsedLast's.
+// lapsedLastLocked reports whether l is one of lapsedLast's. The caller
+// holds q.mu, which guards what it reads: the policy, lowered and l's
+// extending.
 func (q *Queue) lapsedLastLocked(l *lease, now time.Time) bool {
 	return l.deliveries >= q.policy.MaxDeliveries && (l.last || q.lowered.Before(l.expiresAt)) && !now.Before(l.expiresAt) && l.extending == nil
 }

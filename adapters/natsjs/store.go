@@ -46,11 +46,19 @@ type Options struct {
 	// look. Zero means 1 s; negative disables it (then such a message waits
 	// for the next publication or for this Store's own next lease event).
 	Recheck time.Duration
-	// Logger receives what a call cannot return: the Error text of a
-	// cause with no reason, keyed by message ID (it may hold payload
-	// bytes, so it is never sent to the server), a failed wake
-	// subscription, and Receive errors after some messages were leased.
-	// Nil discards them.
+	// Logger receives, as warnings keyed by queue, what a call cannot
+	// return: the Error text of a cause with no reason, keyed by message
+	// ID (it may hold payload bytes, so it is never sent to the server);
+	// a Receive error after some messages were leased; a request for the
+	// consumer's state that failed (Receive and Wake go on without it); a
+	// failure record that could not be read (the lapse is recorded as
+	// LEASE_EXPIRED) or removed once its message was settled; an
+	// unreadable MAX_DELIVERIES advisory, dropped; a delivery made as the
+	// Store closed that could not be handed back (it waits for its lease
+	// to lapse); a replay that could not remove the copy an earlier
+	// replay queued (the message may be processed twice) or release its
+	// claim on the dead letter after it failed (the claim ends on its
+	// own); and a failed wake subscription. Nil discards them.
 	Logger *slog.Logger
 }
 

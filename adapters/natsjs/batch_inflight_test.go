@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
@@ -92,4 +95,73 @@ func cmpOr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// TestABatchWaitingForItsSlotWhenTheStoreClosesSendsNothing: a
+// PublishBatch that waits for one of its Queue's open-batch tokens when
+// Close runs has sent nothing; once it gets the token it returns Closed,
+// and stores nothing after Close returned (Close: "every later call ...
+// returns ... Closed"; this one had not reached the server).
+func TestABatchWaitingForItsSlotWhenTheStoreClosesSendsNothing(t *testing.T) {
+	t.Cleanup(natsjs.LiftBatchBound(1))
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "slot", policy())
+	release := natsjs.TakeBatchSlot(q)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := q.PublishBatch(context.Background(), [][]byte{[]byte("a"), []byte("b")})
+		errc <- err
+	}()
+	until(t, 10*time.Second, "PublishBatch waits for its slot", func() bool { return waitingIn("natsjs.(*Queue).publishBatch(") })
+	if err := b.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, broker.Closed) {
+			t.Fatalf("PublishBatch that waited for its slot across Close: %v, want Closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("PublishBatch did not return after its slot was freed")
+	}
+	info, err := b.stream(t, "_Q_slot").Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Fatalf("the work stream holds %d messages: the batch was stored after Close returned", info.State.Msgs)
+	}
+}
+
+// TestABatchThatNeverGetsItsSlotSaysNothingWasSent: a PublishBatch whose
+// context ends while it waits for an open-batch token returns the
+// context's error, saying that nothing was sent (so the caller knows the
+// batch is not stored, as it cannot after a timeout at the server).
+func TestABatchThatNeverGetsItsSlotSaysNothingWasSent(t *testing.T) {
+	t.Cleanup(natsjs.LiftBatchBound(1))
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "slot", policy())
+	defer natsjs.TakeBatchSlot(q)()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := q.PublishBatch(ctx, [][]byte{[]byte("a")})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PublishBatch that never got its slot: %v, want DeadlineExceeded", err)
+	}
+	if !strings.Contains(err.Error(), "nothing was sent") {
+		t.Fatalf("PublishBatch that never got its slot: %q does not say that nothing was sent", err)
+	}
+}
+
+// waitingIn reports whether a goroutine is blocked in a select or a
+// channel send in the function fn names.
+func waitingIn(fn string) bool {
+	buf := make([]byte, 4<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if (strings.Contains(g, "[select") || strings.Contains(g, "[chan send")) && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }

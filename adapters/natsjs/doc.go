@@ -72,7 +72,10 @@
 //     server keeps at most 50 batches open per stream and refuses the one
 //     past that, which then stores nothing: a Queue has at most 16 of its
 //     own open at once, and sends a batch refused for want of room (other
-//     clients' batches filled it) again, under a new id, up to 8 times.
+//     clients' batches filled it) again, under a new id, up to 8 times. A
+//     batch waiting for one of the 16 has sent nothing: a context that ends
+//     meanwhile is returned saying so, and a Close meanwhile makes it
+//     Closed.
 //   - Receive is a pull request that does not wait for more messages once
 //     one came; it waits up to 200 ms for the first only when a message is
 //     known to have been published, because the server acknowledges a

@@ -67,3 +67,10 @@ func HoldOpen(hold func()) (restore func()) {
 	afterAccountInfo = hold
 	return func() { afterAccountInfo = func() {} }
 }
+
+// TakeBatchSlot takes one of q's open-batch tokens, as a batch in flight
+// would, and returns what gives it back.
+func TakeBatchSlot(q *Queue) (release func()) {
+	q.batches <- struct{}{}
+	return func() { <-q.batches }
+}

@@ -594,14 +594,20 @@ func isNoRoom(err error) bool {
 
 // publishBatch sends payloads as the atomic batch id: every message but
 // the last without a reply, the last, marked as the commit, as a request.
-// It holds one of the Queue's batch tokens while the batch is open.
+// It holds one of the Queue's batch tokens while the batch is open. Until
+// it has one it has sent nothing: a context that ends meanwhile, or a
+// Close that ran meanwhile, is refused as such, so that the caller knows
+// the batch is not stored and no batch is stored after Close returned.
 func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, now time.Time) (batchReply, error) {
 	select {
 	case q.batches <- struct{}{}:
 	case <-ctx.Done():
-		return batchReply{}, ctx.Err()
+		return batchReply{}, fmt.Errorf("waiting for one of the queue's %d open batches to end (nothing was sent): %w", cap(q.batches), ctx.Err())
 	}
 	defer func() { <-q.batches }()
+	if q.s.closed.Load() {
+		return batchReply{}, fmt.Errorf("the store closed while the batch waited for one of the queue's %d open batches to end (nothing was sent): %w", cap(q.batches), broker.Closed)
+	}
 	var reply *nats.Msg
 	for i, p := range payloads {
 		m := q.message(p, now)

@@ -23,22 +23,24 @@ const (
 // replacing the file whole on fsys (see pendingFile), so that a failure
 // leaves it as it was.
 func runReport(cfg config, fsys vfs.FS, stdout io.Writer) error {
+	// Each file is named with its flag: the path alone does not say
+	// which of the two it is.
 	rep, err := readJSON(cfg.in)
 	if err != nil {
-		return err
+		return fmt.Errorf("-in %s: %w", cfg.in, err)
 	}
 	switch {
 	case cfg.bench != "":
 		doc, err := readInput(cfg.bench)
 		if err != nil {
-			return err
+			return fmt.Errorf("-bench %s: %w", cfg.bench, err)
 		}
 		out, err := replaceSection(doc, markdown(rep))
 		if err != nil {
-			return fmt.Errorf("%s: %w", cfg.bench, err)
+			return fmt.Errorf("-bench %s: %w", cfg.bench, err)
 		}
 		if err := replaceFile(fsys, cfg.bench, out); err != nil {
-			return fmt.Errorf("%s: %w", cfg.bench, err)
+			return fmt.Errorf("-bench %s: %w", cfg.bench, err)
 		}
 		return nil
 	case cfg.markdown:

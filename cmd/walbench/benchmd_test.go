@@ -491,3 +491,29 @@ func TestGoalRowsOfOneRoundSayDash(t *testing.T) {
 		}
 	}
 }
+
+// TestReportNamesTheFlagOfAFileItCannotUse: a file report cannot read or
+// use is named with its flag (-in or -bench), as the measuring commands
+// name -dir, -json and -cpuprofile: two files are given, and the path
+// alone does not say which role it had.
+func TestReportNamesTheFlagOfAFileItCannotUse(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	noMarkers := filepath.Join(dir, "BENCH.md")
+	if err := os.WriteFile(noMarkers, []byte("# no section\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"report", "-in", missing}, "-in " + missing + ": "},
+		{[]string{"report", "-in", benchJSON, "-bench", missing}, "-bench " + missing + ": "},
+		{[]string{"report", "-in", benchJSON, "-bench", noMarkers}, "-bench " + noMarkers + ": want a line"},
+	} {
+		res := runWith(t, context.Background(), nil, tc.args...)
+		if res.code != exitError || !strings.Contains(res.stderr, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tc.args, res.code, res.stderr, exitError, tc.want)
+		}
+	}
+}

@@ -221,6 +221,7 @@ func marshalReport(rep *Report) ([]byte, error) {
 
 // readJSON reads a report written by -json, refusing another schema, and
 // one that is not a report walbench could have written (see checkReport).
+// Its errors do not repeat name (see readInput).
 func readJSON(name string) (*Report, error) {
 	b, err := readInput(name)
 	if err != nil {
@@ -228,27 +229,28 @@ func readJSON(name string) (*Report, error) {
 	}
 	var rep Report
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	if rep.Schema != schemaVersion {
-		return nil, fmt.Errorf("%s: schema %q, want %q (written by another version of walbench)", name, rep.Schema, schemaVersion)
+		return nil, fmt.Errorf("schema %q, want %q (written by another version of walbench)", rep.Schema, schemaVersion)
 	}
 	if err := checkReport(&rep); err != nil {
-		return nil, fmt.Errorf("%s: not a report walbench wrote: %w", name, err)
+		return nil, fmt.Errorf("not a report walbench wrote: %w", err)
 	}
 	return &rep, nil
 }
 
 // readInput reads the file name whole. It refuses a device, which holds
 // no report nor BENCH.md, and one such as /dev/zero never ends; a named
-// pipe is read (report -in <(...)).
+// pipe is read (report -in <(...)). Its errors do not name the file
+// beyond what the file system's say: the caller names it with its flag.
 func readInput(name string) ([]byte, error) {
 	fi, err := os.Stat(name)
 	if err != nil {
 		return nil, err
 	}
 	if fi.Mode()&fs.ModeDevice != 0 {
-		return nil, fmt.Errorf("%s: is %s, not a file walbench wrote or reads", name, fileKind(fi.Mode()))
+		return nil, fmt.Errorf("is %s, not a file walbench wrote or reads", fileKind(fi.Mode()))
 	}
 	return os.ReadFile(name)
 }

@@ -31,13 +31,15 @@
 //
 // Values that would exhaust the memory, overflow or measure nothing are
 // refused as bad flags: -producers at most 1024 (each producer records
-// into latency histograms of its own, about 270 KB each), -consumers at
+// into latency histograms of its own, 254,020 bytes each), -consumers at
 // most 1024, -batch at most 10,000, -size at most 1 MiB
 // (broker.DefaultMaxMessageBytes, the largest message the benchmark's
 // queue accepts; a message, or a wal record, must also fit in one
 // segment: see broker.Options.MaxMessageBytes), sizes
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
-// 10ms (a shorter window measures the timers, not the disk), a mixed
+// 10ms (a shorter window measures the timers, not the disk), a -time,
+// -probe-time or -warmup over an hour and -rounds over 100 (a mistyped
+// value would run for ever; a longer run is several runs), a mixed
 // -rate at which a producer would publish less than once in -time or more
 // than a million times a second, and a mixed -sample under 10ms, one
 // that would keep more than 100,000 backlog samples in -time (each is

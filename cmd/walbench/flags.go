@@ -100,8 +100,9 @@ const (
 // that a mistyped value is refused instead of exhausting the memory.
 const (
 	// maxProducers bounds -producers: each producer (appender) records its
-	// latencies into an HdrHistogram of its own, about 270 KB (a mixed
-	// producer has two), and holds a payload of -size bytes.
+	// latencies into an HdrHistogram of its own, 254,020 bytes (a mixed
+	// producer has two; see histogramBytes), and holds a payload of -size
+	// bytes.
 	maxProducers = 1024
 	// maxConsumers bounds -consumers: Consume's Concurrency, or the
 	// Receive+Ack goroutines, each of which may wait in a commit holding
@@ -118,6 +119,12 @@ const (
 	// minWindow bounds -time and -probe-time from below: a shorter window
 	// measures the timers, not the disk.
 	minWindow = 10 * time.Millisecond
+	// maxWindow bounds -time, -probe-time and -warmup from above, and
+	// maxRounds bounds -rounds: a run repeats each window for every
+	// workload and round, so a mistyped value (-rounds 1000000, -time
+	// 3000h) would run for ever; a longer run is several runs.
+	maxWindow = time.Hour
+	maxRounds = 100
 	// minSample bounds -sample from below: the backlog sampled oftener
 	// measures the ticker, and its samples only fill the memory and the
 	// JSON.
@@ -209,17 +216,17 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	common := func(probe bool) {
 		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR`, an existing directory on the disk to measure (other files in it are left alone); the temporary one is removed at the end")
 		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: walbench help doc): a regular file or a new one, replaced whole when the run ends, left as it was if nothing is measured")
-		fs.IntVar(&c.rounds, "rounds", c.rounds, "run every workload `N` times, back to back, and report medians")
+		fs.IntVar(&c.rounds, "rounds", c.rounds, fmt.Sprintf("run every workload `N` times, back to back, and report medians (at most %d)", maxRounds))
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 		if probe {
-			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else at least %v)", minWindow))
+			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else %v to %v)", minWindow, maxWindow))
 		}
 	}
 	forceMemory := func() {
 		fs.BoolVar(&c.forceMemory, "force-memory", false, fmt.Sprintf("run each workload even when its estimated peak memory is above %.0f%% of what this machine has available (without it, such a workload is refused before anything runs, and such a point of a sweep is skipped and listed as not measured); the kernel may then kill the run for want of memory, and what it measured is lost", 100*memoryShare))
 	}
 	warmup := func() {
-		fs.DurationVar(&c.warmup, "warmup", c.warmup, "run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start)")
+		fs.DurationVar(&c.warmup, "warmup", c.warmup, fmt.Sprintf("run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start; at most %v)", maxWindow))
 	}
 	switch c.command {
 	case "profile":
@@ -230,11 +237,11 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each publish workload for `D` (at least %v)", minWindow))
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each publish workload for `D` (%v to %v)", minWindow, maxWindow))
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
 		common(false)
-		fs.DurationVar(&c.probeTime, "time", c.probeTime, fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (at least %v)", minWindow))
+		fs.DurationVar(&c.probeTime, "time", c.probeTime, fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (%v to %v)", minWindow, maxWindow))
 		v.ints(fs, &c.probeProducers, "producers", fmt.Sprintf("compute the durable-message ceiling for these producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.probeSizes, "size", fmt.Sprintf("... and these message sizes in `bytes` (at most %d)", maxSize))
 	case "publish":
@@ -246,7 +253,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
 		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each workload for `D` (at least %v)", minWindow))
+		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "drain":
 		c.workloads, c.probeTime = []string{kindDrain}, 0
 		common(false)
@@ -272,7 +279,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (at least %v)", minWindow))
+		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (%v to %v)", minWindow, maxWindow))
 		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, fmt.Sprintf("sample the backlog every `D` (at least %v, shorter than -time, and at most %d samples in it; by default, half of a -time shorter than twice this)", minSample, maxBacklogSamples))
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
@@ -290,7 +297,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
 		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the default, 64 MiB)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
-		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, fmt.Sprintf("publish for `D` at each point, then drain for at most as long (at least %v)", minWindow))
+		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, fmt.Sprintf("publish for `D` at each point, then drain for at most as long (%v to %v)", minWindow, maxWindow))
 		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
 		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, fmt.Sprintf("the drains' Consume Batch (at most %d)", maxBatch))
 	case "wal":
@@ -303,7 +310,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.wal.size, "size", c.wal.size, fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, fmt.Sprintf("measure each workload for `D` (at least %v)", minWindow))
+		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "full":
 		c.workloads = []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
 		c.reopen, c.recommend = true, true
@@ -438,16 +445,21 @@ func (c *config) validate() error {
 	check(c.cpuProfile == "" || c.jsonFile == "" || !samePath(c.cpuProfile, c.jsonFile),
 		"-cpuprofile %s and -json %s: the same file; the profile would replace the report", c.cpuProfile, c.jsonFile)
 	check(c.rounds >= 1, "-rounds %d: must be at least 1", c.rounds)
+	check(c.rounds <= maxRounds, "-rounds %d: must be at most %d (run again for more)", c.rounds, maxRounds)
 	check(c.warmup >= 0, "-warmup %v: must not be negative", c.warmup)
+	check(c.warmup <= maxWindow, "-warmup %v: must be at most %v", c.warmup, maxWindow)
 	for _, d := range []time.Duration{c.publish.duration, c.wal.duration, c.mixed.duration, c.sweep.duration} {
 		check(d >= minWindow, "-time %v: must be at least %v", d, minWindow)
+		check(d <= maxWindow, "-time %v: must be at most %v", d, maxWindow)
 	}
 	if c.command == "probe" {
 		check(c.probeTime >= minWindow, "-time %v: must be at least %v", c.probeTime, minWindow)
+		check(c.probeTime <= maxWindow, "-time %v: must be at most %v", c.probeTime, maxWindow)
 	} else {
 		check(c.probeTime == 0 || c.probeTime >= minWindow, "-probe-time %v: must be 0 (no probe) or at least %v", c.probeTime, minWindow)
+		check(c.probeTime <= maxWindow, "-probe-time %v: must be at most %v", c.probeTime, maxWindow)
 	}
-	check(c.mixed.size >= mixedHeaderBytes, "-size %d: the mixed workload needs at least %d bytes", c.mixed.size, mixedHeaderBytes)
+	check(c.mixed.size >= mixedHeaderBytes, "-size %d: must be at least %d (a mixed payload starts with the instant it was scheduled for)", c.mixed.size, mixedHeaderBytes)
 	for _, s := range slices.Concat(c.publish.sizes, c.sweep.sizes, c.probeSizes, []int{c.drain.size, c.wal.size, c.reopenLoad.size}) {
 		check(s >= 1, "-size %d: must be at least 1", s)
 	}
@@ -611,9 +623,12 @@ func (v *validator) ints(fs *flag.FlagSet, dst *[]int, name, usage string) {
 			// Atoi saturates: n is MaxInt for a count too large.
 			return 0, fmt.Errorf("%q is too large a count", it)
 		}
-		if err != nil || n < 1 {
+		if err != nil {
 			return 0, fmt.Errorf("%q is not a positive count", it)
 		}
+		// A count below 1 is validate's to refuse, in the words every
+		// command uses for it whether the flag takes a list or one value
+		// ("-size 0: must be at least 1").
 		return n, nil
 	})
 }

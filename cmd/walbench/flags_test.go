@@ -25,14 +25,14 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{[]string{"bogus"}, `unknown command "bogus"`},
 		{[]string{"publish", "-producers", "1,x"}, `"x" is not a positive count`},
-		{[]string{"publish", "-producers", "0"}, `"0" is not a positive count`},
+		{[]string{"publish", "-producers", "0"}, "-producers 0: must be at least 1"},
 		{[]string{"publish", "-sync", "all,sometimes"}, `sync mode "sometimes"`},
 		{[]string{"publish", "-segment-bytes", "1KiB"}, "-segment-bytes 1024"},
 		{[]string{"sweep", "-segment-bytes", "4MiB,lots"}, `"lots" is not a size`},
 		{[]string{"-rounds", "0"}, "-rounds 0"},
 		{[]string{"-time", "0s"}, "-time"},
 		{[]string{"-size", "0"}, "-size 0"},
-		{[]string{"mixed", "-size", "8"}, "at least 9 bytes"},
+		{[]string{"mixed", "-size", "8"}, "-size 8: must be at least 9"},
 		{[]string{"mixed", "-rate", "0"}, "-rate 0"},
 		{[]string{"mixed", "-rate", "2000,-5"}, "-rate -5"},
 		{[]string{"mixed", "-rate", "2000,fast"}, `"fast" is not a rate`},
@@ -228,6 +228,17 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"mixed", "-time", "1s", "-sample", "10s"}, "-sample 10s: must be shorter than the -time 1s window"},
 		{[]string{"mixed", "-time", "1s", "-sample", "1s"}, "-sample 1s: must be shorter than the -time 1s window"},
 		{[]string{"publish", "-warmup", "-1s"}, "-warmup -1s: must not be negative"},
+		// A mistyped long run is refused, not run for ever.
+		{[]string{"-rounds", "1000000"}, "-rounds 1000000: must be at most 100"},
+		{[]string{"sweep", "-rounds", "101"}, "-rounds 101: must be at most 100"},
+		{[]string{"-time", "3000h"}, "-time 3000h0m0s: must be at most 1h0m0s"},
+		{[]string{"wal", "-time", "1h0m0.001s"}, "-time 1h0m0.001s: must be at most 1h0m0s"},
+		{[]string{"mixed", "-time", "2h"}, "-time 2h0m0s: must be at most 1h0m0s"},
+		{[]string{"sweep", "-time", "2h"}, "-time 2h0m0s: must be at most 1h0m0s"},
+		{[]string{"probe", "-time", "2h"}, "-time 2h0m0s: must be at most 1h0m0s"},
+		{[]string{"publish", "-probe-time", "2h"}, "-probe-time 2h0m0s: must be at most 1h0m0s"},
+		{[]string{"publish", "-warmup", "100h"}, "-warmup 100h0m0s: must be at most 1h0m0s"},
+		{[]string{"mixed", "-warmup", "2h"}, "-warmup 2h0m0s: must be at most 1h0m0s"},
 		{[]string{"-dir", ""}, `-dir "": want a directory`},
 		{[]string{"drain", "-dir", ""}, `-dir "": want a directory`},
 		{[]string{"help", "extra"}, `unknown command "extra"`},
@@ -328,6 +339,8 @@ func TestFlagBoundsAccepted(t *testing.T) {
 		{"sweep", "-time", "10ms"},
 		{"probe", "-time", "10ms"},
 		{"mixed", "-time", "1000s", "-sample", "10ms"},
+		{"publish", "-rounds", "100", "-time", "1h", "-warmup", "1h", "-probe-time", "1h"},
+		{"probe", "-time", "1h"},
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
 		{"help", "publish"},
 	} {
@@ -486,5 +499,32 @@ func TestMixedDefaultSampleFitsTheWindow(t *testing.T) {
 		if err != nil || c.mixed.sample != tc.want {
 			t.Errorf("mixed -time %s: -sample %v, error %v; want %v", tc.time, c.mixed.sample, err, tc.want)
 		}
+	}
+}
+
+// TestSizeZeroIsRefusedInOneWording: -size 0 is refused in the same words
+// by every command, whether its -size takes a list or one value (a list
+// refused it as "not a positive count", in the flag package's words,
+// followed by the usage; mixed said what it "needs").
+func TestSizeZeroIsRefusedInOneWording(t *testing.T) {
+	for _, cmd := range []string{"profile", "publish", "drain", "reopen", "sweep", "wal", "probe"} {
+		res := runWith(t, context.Background(), nil, cmd, "-size", "0")
+		if want := "walbench: -size 0: must be at least 1\n"; res.code != exitUsage || res.stderr != want {
+			t.Errorf("walbench %s -size 0: exit %d, stderr %q; want %d and %q", cmd, res.code, res.stderr, exitUsage, want)
+		}
+	}
+	res := runWith(t, context.Background(), nil, "mixed", "-size", "0")
+	if want := fmt.Sprintf("walbench: -size 0: must be at least %d (", mixedHeaderBytes); res.code != exitUsage || !strings.HasPrefix(res.stderr, want) {
+		t.Errorf("walbench mixed -size 0: exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitUsage, want)
+	}
+}
+
+// TestTheManualStatesAHistogramsSize: the manual gives the memory of a
+// producer's latency histogram, which bounds -producers, as it is.
+func TestTheManualStatesAHistogramsSize(t *testing.T) {
+	n := newLatencies().ByteSize()
+	want := fmt.Sprintf("%d,%03d bytes", n/1000, n%1000)
+	if !strings.Contains(docSource, want) {
+		t.Errorf("the manual does not give a latency histogram's size as %s", want)
 	}
 }

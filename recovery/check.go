@@ -333,8 +333,13 @@ type Checker struct {
 	// batches holds the PublishBatch calls in flight at a kill that a
 	// store or a journal showed messages of, by the reference of their
 	// first message, until the next drain checks them whole.
-	batches    map[string]Ref
-	violations []Violation
+	batches map[string]Ref
+	// returnedCalls holds the settles of the current cycle journaled as
+	// returned (OpReturned) and already checked, until their certain
+	// entry, which repeats every field, comes: that is the same call, and
+	// its checks were made (see confirmsReturned).
+	returnedCalls map[returnedCall]bool
+	violations    []Violation
 
 	Figures CheckFigures
 }
@@ -448,6 +453,7 @@ func orderKey(e *Entry) int64 {
 // in the order of orderKey.
 func (c *Checker) AddCycle(cycle int, entries []Entry) {
 	c.cycle = cycle
+	c.returnedCalls = map[returnedCall]bool{} // a certain entry follows in its own cycle's journal
 	c.Figures.Entries += len(entries)
 	for _, e := range entries {
 		if e.Op != OpPublished && e.Op != OpDuplicate && e.Op != OpFailed || e.N == 0 {
@@ -482,25 +488,28 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		case OpAcked:
 			c.Figures.Acks++
 			c.flowSettled(e)
-			if m := c.settled(e, "ack"); m != nil {
+			if m := c.settled(e, "ack", c.confirmsReturned(e)); m != nil {
 				c.setGone(e.ID, m, "acked")
 			}
 		case OpNacked:
 			c.Figures.Nacks++
 			c.flowSettled(e)
-			c.nacked(e)
+			c.nacked(e, c.confirmsReturned(e))
 		case OpRejected:
 			c.Figures.Rejects++
 			c.flowSettled(e)
-			if m := c.settled(e, "reject"); m != nil {
+			if m := c.settled(e, "reject", c.confirmsReturned(e)); m != nil {
 				m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentReject), e.T0, e.T1
 				m.mayBeGone, m.lastExp = false, 0
 			}
 		case OpExtended:
 			c.Figures.Extends++
 			c.flowSettled(e)
-			if m := c.settled(e, "extend"); m != nil {
-				c.checkExtendResult(e, "")
+			checked := c.confirmsReturned(e)
+			if m := c.settled(e, "extend", checked); m != nil {
+				if !checked {
+					c.checkExtendResult(e, "")
+				}
 				m.lastExp, m.extendFloor = e.Exp, 0
 			}
 		case OpSettleFailed:
@@ -989,6 +998,37 @@ func (c *Checker) returnedSettled(e Entry) {
 	}
 	c.settledInItsProcess(e, m, r.call)
 	m.returned = r
+	c.returnedCalls[returnedCallOf(e.Settle, e)] = true
+}
+
+// returnedCall names a settle by what its entries record: the certain
+// entry of a settle journaled as returned repeats every field.
+type returnedCall struct {
+	settle  Op
+	id, who string
+	del     int
+	t0, t1  int64
+	exp, by int64
+	dead    bool
+}
+
+func returnedCallOf(settle Op, e Entry) returnedCall {
+	return returnedCall{settle: settle, id: e.ID, who: e.Who, del: e.Del, t0: e.T0, t1: e.T1, exp: e.Exp, by: e.By, dead: e.Dead}
+}
+
+// confirmsReturned reports whether e, the certain entry of an Ack, Nack,
+// Reject or Extend, is that of a settle this cycle journaled as returned:
+// the same call, whose answer and lease were checked then (see
+// returnedSettled), in the process's own terms, which hold at least what
+// the certain entries do. Its checks are not made again, so that one
+// fault is reported once; what it makes certain is still applied.
+func (c *Checker) confirmsReturned(e Entry) bool {
+	k := returnedCallOf(e.Op, e)
+	if !c.returnedCalls[k] {
+		return false
+	}
+	delete(c.returnedCalls, k)
+	return true
 }
 
 // settledInItsProcess checks that a settle journaled as returned (e, of
@@ -1044,16 +1084,20 @@ func (c *Checker) checkDelivery(id string, m *msg, del int, where string) {
 // returned nil, checking that it settled the latest delivery, and did so
 // while its lease held: a call that started at or after the lease's
 // ExpiresAt (the broker's clock read no earlier) must be refused as
-// LeaseExpired.
-func (c *Checker) settled(e Entry, call string) *msg {
+// LeaseExpired. checked: the call was checked as returned already (see
+// confirmsReturned).
+func (c *Checker) settled(e Entry, call string, checked bool) *msg {
 	m := c.msgs[e.ID]
 	if m == nil {
 		c.violate(e.ID, "%s of a message never delivered", call)
 		return nil
 	}
-	if e.Del != m.maxDel {
+	switch {
+	case checked:
+		// Checked in its process's terms when it returned.
+	case e.Del != m.maxDel:
 		c.violate(e.ID, "%s of delivery %d returned nil, but delivery %d had been handed out", call, e.Del, m.maxDel)
-	} else if m.lastExp != 0 && e.T0 >= m.lastExp {
+	case m.lastExp != 0 && e.T0 >= m.lastExp:
 		c.violate(e.ID, "%s of delivery %d returned nil, though the call started (%s) at or after the lease's ExpiresAt (%s): a lapsed lease is refused",
 			call, e.Del, ns(e.T0), ns(m.lastExp))
 	}
@@ -1063,12 +1107,14 @@ func (c *Checker) settled(e Entry, call string) *msg {
 	return m
 }
 
-func (c *Checker) nacked(e Entry) {
-	m := c.settled(e, "nack")
+func (c *Checker) nacked(e Entry, checked bool) {
+	m := c.settled(e, "nack", checked)
 	if m == nil {
 		return
 	}
-	c.checkNackResult(e, "")
+	if !checked {
+		c.checkNackResult(e, "")
+	}
 	m.lastExp, m.mayBeGone, m.nackConfirmed = 0, false, true
 	if e.Dead {
 		m.dead, m.deadDel, m.deadWhy, m.deadT0, m.deadT1 = true, e.Del, Reason(e.Queue, IntentNack), e.T0, e.T1

@@ -98,6 +98,9 @@
 // an Ack, Nack, Reject or Extend that returned nil as returned (its effect
 // holds in its own process, and may be lost to the next), and the other
 // results are held; a power loss or a kill leaves those held in flight.
+// A settle is checked when it is journaled as returned; its certain
+// entry, if one follows, repeats it, and only what it makes certain is
+// applied, so that a fault in the call is reported once.
 // This is the power-loss test with many goroutines, the
 // real clock and background maintenance racing the kill, where
 // powerloss_test.go runs one goroutine on a fake clock.

@@ -707,7 +707,8 @@ func (c *Checker) duplicate(e Entry) {
 // EnqueuedAt enq, as a store showed it), checking that it is the one
 // published. A message the journal does not know must be a publish a
 // killed child had in flight: the next attempt of its goroutine in its
-// cycle, or one that failed, and of the cycle last killed: the store
+// cycle, or one that failed (a publisher stops at its first failed call,
+// so no attempt follows one), and of the cycle last killed: the store
 // after each kill is drained before the next child opens it, so a publish
 // in flight at an earlier kill that no drain showed never happened.
 func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
@@ -719,7 +720,7 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 			return nil
 		}
 		a := c.attempts[attemptKey{r.Cycle, r.Who}]
-		inFlight := r.Cycle == c.cycle && (a == nil && r.N == 1 || a != nil && (r.N == a.last+1 || a.failed[r.N]))
+		inFlight := r.Cycle == c.cycle && (a == nil && r.N == 1 || a != nil && (r.N == a.last+1 && !a.failed[a.last] || a.failed[r.N]))
 		if !inFlight {
 			c.violate(id, "%s: unknown message %q: no publish of it returned, and it is not the publish its goroutine had in flight when killed", where, ref)
 			return nil

@@ -67,12 +67,7 @@ func (q *Queue) statsNow() QueueStats {
 	// A lease lapsed on its last delivery is a dead letter from the moment
 	// it lapsed, for the counter as for the gauge, though the next call that
 	// sweeps writes its event.
-	var exhausted int64
-	for _, m := range q.iq.Exhausted() {
-		if !q.diedBeforeOpenLocked(m) {
-			exhausted++
-		}
-	}
+	exhausted := q.exhaustedSinceOpenLocked()
 	// The counters are read under the lock too: every one but Delivered
 	// moves under it (see settledLocked and answer), so that they agree
 	// with the gauges.
@@ -132,4 +127,36 @@ func (q *Queue) Wake() WakeValue {
 		w.Scheduled, w.In = true, until(now, at)
 	}
 	return w
+}
+
+// exhaustedSinceOpenLocked counts the leases that lapsed on their last
+// delivery, not yet swept, less those that had lapsed when the store was
+// opened (diedBeforeOpen): the deaths DeadLettered counts before their
+// sweep. It walks the smaller of the two sets, not every exhausted lease:
+// Stats runs under q.mu, which every publish waits for, and a consumer
+// that died holding 100,000 last deliveries left them all exhausted until
+// the next call that sweeps (a Receive), so that each Stats walked them.
+// The set of those dead before the open is empty but after an open that
+// found such leases, until the first sweep. The caller holds q.mu.
+func (q *Queue) exhaustedSinceOpenLocked() int64 {
+	all := q.iq.Exhausted()
+	n := int64(len(all))
+	if len(q.diedBeforeOpen) == 0 {
+		return n
+	}
+	if len(all) <= len(q.diedBeforeOpen) {
+		n = 0
+		for _, m := range all {
+			if !q.diedBeforeOpenLocked(m) {
+				n++
+			}
+		}
+		return n
+	}
+	for seq, nonce := range q.diedBeforeOpen {
+		if m := q.iq.Get(seq); m != nil && m.Nonce == nonce && q.iq.IsExhausted(m) {
+			n--
+		}
+	}
+	return n
 }

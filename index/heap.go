@@ -4,11 +4,18 @@ import "github.com/walbroker/walbroker/internal/shrink"
 
 // msgHeap is a binary min-heap of messages that records each message's
 // place in it (Message.heapIdx), so a message can be removed or re-placed
-// in O(log n) when an event changes it. A message is in at most one heap.
+// in O(log n) when an event changes it. A message is in at most one heap,
+// and its State does not change while it is there (attach sets it before
+// the push, detach clears it after the removal).
 type msgHeap struct {
 	items []*Message
 	less  func(a, b *Message) bool
 	id    heapID
+	// leased counts the Leased messages among items, so that the gauges
+	// (Queue.Counts, which Stats reads under the queue's lock) need not
+	// walk the heap: a walk cost about 5 ms for 300,000 leases, at every
+	// Stats call, while every publish to the queue waited.
+	leased int
 }
 
 type heapID uint8
@@ -30,6 +37,9 @@ func (h *msgHeap) peek() *Message {
 }
 
 func (h *msgHeap) push(m *Message) {
+	if m.State == Leased {
+		h.leased++
+	}
 	m.heap, m.heapIdx = h.id, len(h.items)
 	h.items = append(h.items, m)
 	h.up(m.heapIdx)
@@ -42,6 +52,9 @@ func (h *msgHeap) pop() *Message {
 }
 
 func (h *msgHeap) remove(m *Message) {
+	if m.State == Leased {
+		h.leased--
+	}
 	i := m.heapIdx
 	last := len(h.items) - 1
 	if i != last {

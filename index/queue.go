@@ -585,6 +585,7 @@ func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
 
 // detach takes m out of every structure that reflects its state.
 func (q *Queue) detach(m *Message) {
+	exhausted := q.IsExhausted(m) // (before the heaps below forget where it was)
 	switch m.heap {
 	case inReady:
 		q.ready.remove(m)
@@ -593,7 +594,9 @@ func (q *Queue) detach(m *Message) {
 	case inFinals:
 		q.finals.remove(m)
 	}
-	if m.Lapsed && len(q.exhausted) > 0 { // only a lapsed lease is exhausted
+	if exhausted {
+		// Not a lapsed lease with deliveries left, back in the ready
+		// heap, whose lease would look through the whole list.
 		if i := slices.Index(q.exhausted, m); i >= 0 {
 			q.exhausted = deleteAt(q.exhausted, i)
 		}
@@ -812,6 +815,15 @@ func (q *Queue) Exhausted() []*Message {
 	return q.exhausted
 }
 
+// IsExhausted reports whether m is one of Exhausted's: a lease that
+// Promote saw lapse on its last allowed delivery, not yet dead-lettered.
+// It costs the same whatever the queue holds.
+func (q *Queue) IsExhausted(m *Message) bool {
+	// A lapsed lease with deliveries left is in the ready heap; one on its
+	// last is in no heap, only in exhausted.
+	return q != nil && m != nil && m.State == Leased && m.Lapsed && m.heap == inNone
+}
+
 // NextReady returns the oldest receivable message without removing it, or
 // nil. Call Promote first. The result is valid until the next call on q.
 func (q *Queue) NextReady() *Message {
@@ -844,21 +856,17 @@ func (q *Queue) NextDue() (int64, bool) {
 }
 
 // Counts returns the gauges as of the last Promote: receivable now,
-// leased, delayed (Ready later), dead (exhausted leases included).
+// leased, delayed (Ready later), dead (exhausted leases included). It
+// costs the same whatever the queue holds.
 func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 	if q == nil {
 		return 0, 0, 0, 0
 	}
-	ready = q.ready.Len()
-	for _, m := range q.timers.items {
-		if m.State == Leased {
-			leased++
-		} else {
-			delayed++
-		}
-	}
-	leased += q.finals.Len()
-	return ready + q.fresh, leased, delayed, len(q.dead) + len(q.exhausted)
+	// Counted, not walked: the timers heap holds every lease with
+	// deliveries left and every message waiting out a retry delay.
+	leased = q.timers.leased + q.finals.Len()
+	delayed = q.timers.Len() - q.timers.leased
+	return q.ready.Len() + q.fresh, leased, delayed, len(q.dead) + len(q.exhausted)
 }
 
 // Live is the count of messages that hold capacity: Pending, Ready and

@@ -94,6 +94,17 @@ func (x *Index) countHeld() (heldCounts, error) {
 		if n := q.ready.Len() + q.timers.Len() + q.finals.Len() + len(q.exhausted); n != waiting {
 			return h, fmt.Errorf("queue %d: %d ready or leased messages, %d in its heaps", id, waiting, n)
 		}
+		for _, hp := range []*msgHeap{&q.ready, &q.timers, &q.finals} {
+			leased := 0
+			for _, m := range hp.items {
+				if m.State == Leased {
+					leased++
+				}
+			}
+			if leased != hp.leased {
+				return h, fmt.Errorf("queue %d: %d leased messages in a heap that counts %d", id, leased, hp.leased)
+			}
+		}
 		for key, k := range q.seen {
 			if k.key != key || k.seq == 0 || k.seq >= next {
 				return h, fmt.Errorf("queue %d: dedup key %q (kept as %q) names message %d, outside the sequences taken (below %d)", id, key, k.key, k.seq, next)

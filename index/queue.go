@@ -124,7 +124,7 @@ type Queue struct {
 	timers    msgHeap    // Ready later, or Leased with deliveries left, by At
 	finals    msgHeap    // Leased on their last allowed delivery, by At
 	exhausted []*Message // leases that lapsed on their last delivery
-	dead      []*Message // by FailedAt, then Seq
+	dead      deadList   // by FailedAt, then Seq
 	live      int        // Pending, Ready or Leased
 
 	seen      map[string]seenKey
@@ -605,9 +605,7 @@ func (q *Queue) detach(m *Message) {
 	case Pending, Ready, Leased:
 		q.live--
 	case Dead:
-		if i, ok := slices.BinarySearchFunc(q.dead, m, byFailed); ok {
-			q.dead = deleteAt(q.dead, i)
-		}
+		q.dead.remove(m)
 	}
 	m.State, m.Lapsed = 0, false
 }
@@ -618,11 +616,12 @@ func (q *Queue) detach(m *Message) {
 // so that removing from the front by shifting the rest made each of those
 // quadratic (200,000 lapsed last deliveries took seconds, under the
 // queue's lock).
-func deleteAt(s []*Message, i int) []*Message {
+func deleteAt[E any](s []E, i int) []E {
 	if i > 0 {
 		return slices.Delete(s, i, i+1)
 	}
-	s[0] = nil // the array outlives the slice until the next append moves it
+	var none E
+	s[0] = none // the array outlives the slice until the next append moves it
 	if len(s) == 1 {
 		return nil
 	}
@@ -652,8 +651,7 @@ func (q *Queue) attach(m *Message, s State) {
 		}
 		q.live++
 	case Dead:
-		i, _ := slices.BinarySearchFunc(q.dead, m, byFailed)
-		q.dead = slices.Insert(q.dead, i, m)
+		q.dead.insert(m)
 	}
 }
 
@@ -866,7 +864,7 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 	// deliveries left and every message waiting out a retry delay.
 	leased = q.timers.leased + q.finals.Len()
 	delayed = q.timers.Len() - q.timers.leased
-	return q.ready.Len() + q.fresh, leased, delayed, len(q.dead) + len(q.exhausted)
+	return q.ready.Len() + q.fresh, leased, delayed, q.dead.Len() + len(q.exhausted)
 }
 
 // Live is the count of messages that hold capacity: Pending, Ready and
@@ -895,8 +893,8 @@ func LeaseLive(m *Message, now int64) bool {
 	return m != nil && m.State == Leased && !m.Lapsed && now < m.At
 }
 
-// DeadLetters returns up to max dead letters, oldest FailedAt first: none
-// when max is not positive.
+// DeadLetters returns up to max dead letters, oldest FailedAt first, in a
+// slice of the caller's: none when max is not positive.
 func (q *Queue) DeadLetters(max int) []*Message {
 	if q == nil {
 		return nil
@@ -904,7 +902,7 @@ func (q *Queue) DeadLetters(max int) []*Message {
 	if max <= 0 {
 		return nil
 	}
-	return q.dead[:min(max, len(q.dead))]
+	return q.dead.first(max)
 }
 
 // remember records a dedup key. Until its publish is in the log it pins
@@ -1099,7 +1097,7 @@ func (q *Queue) Dump(now int64) string {
 		fmt.Fprintf(&b, " %d", m.Seq)
 	}
 	b.WriteString("\n  dead order")
-	for _, m := range q.DeadLetters(len(q.dead)) {
+	for _, m := range q.DeadLetters(q.dead.Len()) {
 		fmt.Fprintf(&b, " %d", m.Seq)
 	}
 	b.WriteString("\n  exhausted")

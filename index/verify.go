@@ -88,8 +88,8 @@ func (x *Index) countHeld() (heldCounts, error) {
 		if live != q.live {
 			return h, fmt.Errorf("queue %d: %d active messages pending, ready or leased, counted %d", id, live, q.live)
 		}
-		if dead != len(q.dead) {
-			return h, fmt.Errorf("queue %d: %d dead messages, %d in its dead letters", id, dead, len(q.dead))
+		if dead != q.dead.Len() {
+			return h, fmt.Errorf("queue %d: %d dead messages, %d in its dead letters", id, dead, q.dead.Len())
 		}
 		if n := q.ready.Len() + q.timers.Len() + q.finals.Len() + len(q.exhausted); n != waiting {
 			return h, fmt.Errorf("queue %d: %d ready or leased messages, %d in its heaps", id, waiting, n)

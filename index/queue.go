@@ -505,6 +505,13 @@ func (q *Queue) streamHead() (Entry, bool) {
 		}
 		if !ok {
 			next, found, err := q.x.Table.NextStream(q.ID, seq+1, q.streamMax)
+			if errors.Is(err, ErrClosed) {
+				// Closed since the look above (Close runs on another
+				// goroutine): as above, and no head. Taken for a stream
+				// that ends here, it counted the messages after as
+				// damage.
+				return Entry{}, false
+			}
 			if err != nil {
 				q.x.setDamaged(fmt.Errorf("queue %s: %w", q.Name, err))
 				return Entry{}, false
@@ -568,6 +575,9 @@ func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
 	from, to = max(from, q.cursor), min(to, q.streamMax)
 	for from <= to {
 		seq, ok, err := q.x.Table.NextStream(q.ID, from, to)
+		if errors.Is(err, ErrClosed) {
+			return // a closed table is not a damaged one (see entry)
+		}
 		if err != nil {
 			q.x.setDamaged(fmt.Errorf("queue %s: %w", q.Name, err))
 			return

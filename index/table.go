@@ -161,8 +161,8 @@ func decodeEntry(seq uint64, b []byte) (e Entry, ok, damaged bool) {
 	}, true, false
 }
 
-// ErrClosed is returned by a Table's Get, Flush, Remove and SyncDir once
-// Close has been called, and, wrapped, by every call on a nil *Table or
+// ErrClosed is returned by a Table's Get, NextStream, Flush, Remove and
+// SyncDir once Close has been called, and, wrapped, by every call on a nil *Table or
 // *Index and by Apply and Commit on a nil *Queue (see errNilTable,
 // errNilIndex and errNilQueue). Check with errors.Is.
 var ErrClosed = errors.New("index: table closed")
@@ -361,7 +361,10 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 // its checksum before the answer ends the search with an ErrDamaged error
 // naming its file and offset. (An entry in memory, newer than the files'
 // or not in them yet, takes the place of the files' one, which a Flush may
-// be writing: that one is not judged.)
+// be writing: that one is not judged.) Once Close has been called it
+// fails with ErrClosed, as Get does: its files are gone, and an answer
+// from the entries in memory alone, or none, would be taken for the
+// stream's.
 func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) {
 	if t == nil {
 		return 0, false, nil
@@ -369,6 +372,9 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) 
 	want := queueField(queue, true)
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if t.closed {
+		return 0, false, fmt.Errorf("index: next stream entry of queue %d from message %d: %w", queue, from, ErrClosed)
+	}
 	best, found := to, false
 	damaged, bad := uint64(0), false
 	buf := new(crcBuf)
@@ -704,8 +710,8 @@ func (t *Table) Bytes() int64 {
 }
 
 // Close unmaps and closes every chunk file. Entries not flushed are lost.
-// After it, Get, Flush, Remove and SyncDir fail with ErrClosed; closing
-// again does nothing.
+// After it, Get, NextStream, Flush, Remove and SyncDir fail with
+// ErrClosed; closing again does nothing.
 func (t *Table) Close() error {
 	if t == nil {
 		return errNilTable

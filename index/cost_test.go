@@ -2,26 +2,12 @@ package index
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/wal"
 )
-
-// fastest returns the shortest of runs timings of f: the run the machine's
-// other work disturbed least.
-func fastest(runs int, f func()) time.Duration {
-	best := time.Duration(math.MaxInt64)
-	for range runs {
-		start := time.Now()
-		f()
-		best = min(best, time.Since(start))
-	}
-	return best
-}
 
 // leasedQueue returns queue q of an index holding n messages leased with
 // deliveries left (MaxDeliveries 2), none lapsed.
@@ -36,29 +22,6 @@ func leasedQueue(t testing.TB, n int) *Queue {
 		require.NoError(t, err)
 	}
 	return q
-}
-
-// TestCountsCostTheSameWhateverTheQueueHolds: Queue.Stats reads the
-// gauges (Counts) under the queue's lock, which every publish waits for.
-// Counts walked the heap of leases and delays to tell them apart: 1,000
-// calls took 116 ms with 100,000 leases, against 0.5 ms with 1,000. It
-// counts them as they come and go now. (The timings are the fastest of
-// several, and the bound is loose: the walk was well over it.)
-func TestCountsCostTheSameWhateverTheQueueHolds(t *testing.T) {
-	const calls = 1000
-	cost := func(n int) time.Duration {
-		q := leasedQueue(t, n)
-		_, leased, _, _ := q.Counts()
-		require.Equal(t, n, leased)
-		return fastest(5, func() {
-			for range calls {
-				q.Counts()
-			}
-		})
-	}
-	small, large := cost(1_000), cost(100_000)
-	t.Logf("%d calls of Counts: %v with 1,000 leases, %v with 100,000", calls, small, large)
-	require.Less(t, large, 10*small+time.Millisecond, "Counts with 100,000 leases against 1,000")
 }
 
 // TestCountsAgreeWithWhatTheHeapsHold: the gauges Counts keeps agree,
@@ -112,43 +75,6 @@ func deadQueue(t testing.TB, n int) *Queue {
 	return q
 }
 
-// TestRemovingDeadLettersFromTheMiddleCostsTheSameWhateverTheListHolds: a
-// dead letter deleted or replayed from the middle of the list shifted
-// every one after it: 1,000 from the middle of 400,000 took 68 ms against
-// 0.24 ms from 4,000 (deleting the middle half of 400,000, one by one,
-// moved 40 billion pointers under the queue's lock). Each removal now
-// moves no more than a block's. (The fastest of several timings, and a
-// loose bound: the shifts were well over an order of magnitude above it.)
-func TestRemovingDeadLettersFromTheMiddleCostsTheSameWhateverTheListHolds(t *testing.T) {
-	const removed = 1000
-	if testing.Short() {
-		t.Skip("builds 400,000 dead letters")
-	}
-	small, large := removalCost(t, 4_000, removed, 3), removalCost(t, 400_000, removed, 2)
-	t.Logf("%d removals from the middle: %v from 4,000 dead letters, %v from 400,000", removed, small, large)
-	require.Less(t, large, 10*small+time.Millisecond, "removals from 400,000 dead letters against 4,000")
-}
-
-// removalCost returns the fastest of runs timings of deleting removed dead
-// letters from the middle of a list of n, one by one.
-func removalCost(t *testing.T, n, removed, runs int) time.Duration {
-	best := time.Duration(math.MaxInt64)
-	for range runs {
-		q := deadQueue(t, n)
-		middle := uint64(n / 2)
-		start := time.Now()
-		for seq := middle; seq < middle+uint64(removed); seq++ {
-			if _, err := q.Apply(0, &Event{Kind: KindDelete, Queue: 1, Seq: seq}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		best = min(best, time.Since(start))
-		_, _, _, dead := q.Counts()
-		require.Equal(t, n-removed, dead)
-	}
-	return best
-}
-
 // TestDeadListKeepsItsOrderThroughEveryChange: insertions and removals
 // anywhere, across blocks cut in two and blocks emptied, leave the list
 // in byFailed order, holding what a sorted slice holds.
@@ -189,7 +115,11 @@ func TestDeadListKeepsItsOrderThroughEveryChange(t *testing.T) {
 
 // BenchmarkDeadLetterRemoval replays a dead letter from the middle of a
 // list of n and dead-letters it again, at its old place: a removal and an
-// insertion there. The cost should not grow with n.
+// insertion there. The cost should not grow with n. When the list was one
+// sorted slice, each removal shifted every dead letter after it under the
+// queue's lock: 1,000 deletions from the middle of 400,000 took 68 ms
+// against 0.24 ms from 4,000, and this benchmark 1.8 µs at n=10,000 and
+// 16.5 µs at n=100,000; in blocks (deadList), 0.3 and 0.8 µs.
 func BenchmarkDeadLetterRemoval(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
@@ -209,7 +139,11 @@ func BenchmarkDeadLetterRemoval(b *testing.B) {
 	}
 }
 
-// BenchmarkCounts reads the gauges of a queue holding n leases.
+// BenchmarkCounts reads the gauges of a queue holding n leases. Queue.Stats
+// reads them under the queue's lock, which every publish waits for. When
+// Counts walked the heap of leases and delays to tell them apart, it took
+// 273 µs a call at n=100,000; counted as they come and go, about 2 ns
+// whatever n is.
 func BenchmarkCounts(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("leased=%d", n), func(b *testing.B) {

@@ -339,7 +339,13 @@ type Checker struct {
 	// entry, which repeats every field, comes: that is the same call, and
 	// its checks were made (see confirmsReturned).
 	returnedCalls map[returnedCall]bool
-	violations    []Violation
+	// maybeReports holds, for each delivery of the current cycle
+	// journaled as a maybe (OpMaybe), what checking it reported, until its
+	// certain entry, which repeats every field, comes: that is the same
+	// delivery, and it reports only what the maybe did not (see
+	// confirmedMaybe).
+	maybeReports map[deliveryCall][]string
+	violations   []Violation
 
 	Figures CheckFigures
 }
@@ -454,6 +460,7 @@ func orderKey(e *Entry) int64 {
 func (c *Checker) AddCycle(cycle int, entries []Entry) {
 	c.cycle = cycle
 	c.returnedCalls = map[returnedCall]bool{} // a certain entry follows in its own cycle's journal
+	c.maybeReports = map[deliveryCall][]string{}
 	c.Figures.Entries += len(entries)
 	for _, e := range entries {
 		if e.Op != OpPublished && e.Op != OpDuplicate && e.Op != OpFailed || e.N == 0 {
@@ -790,7 +797,9 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 
 func (c *Checker) delivered(e Entry) {
 	c.Figures.Deliveries++
-	m := c.handedOut(e, "delivered")
+	before := len(c.violations)
+	m := c.handedOut(e, deliveredWhere)
+	c.confirmedMaybe(e, before)
 	if m == nil {
 		return
 	}
@@ -930,9 +939,16 @@ func nackFloorOf(queue string, intent Intent, del int, exp int64) int64 {
 // count more and come after its lease (or the retry delay of the nack its
 // intent meant) ended, as after a certain delivery whose settle is in
 // flight (see maybeLease). It is checked again, and then holds everything
-// later, if OpDelivered follows.
+// later, if OpDelivered follows; that check reports only what this one
+// did not (see confirmedMaybe).
 func (c *Checker) maybeDelivered(e Entry) {
-	m := c.handedOut(e, "delivered (maybe)")
+	before := len(c.violations)
+	m := c.handedOut(e, maybeWhere)
+	var reports []string
+	for _, v := range c.violations[before:] {
+		reports = append(reports, strings.TrimPrefix(v.What, maybeWhere))
+	}
+	c.maybeReports[deliveryCallOf(e)] = reports
 	if m == nil {
 		return
 	}
@@ -945,6 +961,55 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if e.By != 0 {
 		m.maybe.leaseFloor = min(e.Exp, e.T1+e.By)
 	}
+}
+
+// deliveredWhere and maybeWhere name a certain delivery and one
+// journaled as a maybe in what checking it reports; every report of
+// handedOut that names the delivery begins with one of them.
+const (
+	deliveredWhere = "delivered"
+	maybeWhere     = "delivered (maybe)"
+)
+
+// deliveryCall names a delivery by what its entries record: the certain
+// entry of a delivery journaled as a maybe repeats every field.
+type deliveryCall struct {
+	who, queue, id, ref string
+	enq, exp, by        int64
+	t0, t1              int64
+	del                 int
+	intent              Intent
+	err                 string
+}
+
+func deliveryCallOf(e Entry) deliveryCall {
+	return deliveryCall{who: e.Who, queue: e.Queue, id: e.ID, ref: e.Ref, enq: e.Enq, exp: e.Exp, by: e.By,
+		t0: e.T0, t1: e.T1, del: e.Del, intent: e.Intent, err: e.Err}
+}
+
+// confirmedMaybe drops, from the violations checking the certain
+// delivery e reported (those from index before on), each one its maybe
+// reported already, so that one fault in what Receive returned (its
+// payload, its lease's ExpiresAt, its count) is reported once. Checking
+// the maybe saw the model as it stood then; what only the certain entry
+// sees (an ack placed between the two, say) reads differently and is
+// kept. A certain delivery no maybe announced keeps all it reported.
+func (c *Checker) confirmedMaybe(e Entry, before int) {
+	k := deliveryCallOf(e)
+	reports, ok := c.maybeReports[k]
+	if !ok {
+		return
+	}
+	delete(c.maybeReports, k)
+	kept := c.violations[:before]
+	for _, v := range c.violations[before:] {
+		if i := slices.Index(reports, strings.TrimPrefix(v.What, deliveredWhere)); i >= 0 {
+			reports = slices.Delete(reports, i, i+1)
+			continue
+		}
+		kept = append(kept, v)
+	}
+	c.violations = kept
 }
 
 // returnedSettled notes an Ack, Nack, Reject or Extend that returned nil

@@ -100,7 +100,8 @@
 // results are held; a power loss or a kill leaves those held in flight.
 // A settle is checked when it is journaled as returned; its certain
 // entry, if one follows, repeats it, and only what it makes certain is
-// applied, so that a fault in the call is reported once.
+// applied, so that a fault in the call is reported once. Likewise a
+// delivery's certain entry reports only what its maybe did not.
 // This is the power-loss test with many goroutines, the
 // real clock and background maintenance racing the kill, where
 // powerloss_test.go runs one goroutine on a fake clock.

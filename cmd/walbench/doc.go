@@ -38,10 +38,10 @@
 // segment: see broker.Options.MaxMessageBytes), sizes
 // (-segment-bytes) that overflow 64 bits, a -time or -probe-time under
 // 10ms (a shorter window measures the timers, not the disk), a -time,
-// -probe-time or -warmup over an hour and -rounds over 100 (a mistyped
-// value would run for ever; a longer run is several runs), a mixed
-// -rate at which a producer would publish less than once in -time or more
-// than a million times a second, and a mixed -sample under 10ms, one
+// -probe-time, -warmup or drain -limit over an hour and -rounds over 100
+// (a mistyped value would run for ever; a longer run is several runs), a
+// mixed -rate at which a producer would publish less than once in -time
+// or more than a million times a second, and a mixed -sample under 10ms, one
 // that would keep more than 100,000 backlog samples in -time (each is
 // kept in memory and written to the JSON), or one not shorter than -time,
 // which would take none (without -sample, the default 250ms is half of a

@@ -119,10 +119,11 @@ const (
 	// minWindow bounds -time and -probe-time from below: a shorter window
 	// measures the timers, not the disk.
 	minWindow = 10 * time.Millisecond
-	// maxWindow bounds -time, -probe-time and -warmup from above, and
-	// maxRounds bounds -rounds: a run repeats each window for every
-	// workload and round, so a mistyped value (-rounds 1000000, -time
-	// 3000h) would run for ever; a longer run is several runs.
+	// maxWindow bounds -time, -probe-time, -warmup and a drain's -limit
+	// from above, and maxRounds bounds -rounds: a run repeats each window
+	// for every workload and round, so a mistyped value (-rounds 1000000,
+	// -time 3000h, -limit 3000h) would run for ever; a longer run is
+	// several runs.
 	maxWindow = time.Hour
 	maxRounds = 100
 	// minSample bounds -sample from below: the backlog sampled oftener
@@ -266,7 +267,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, fmt.Sprintf("stop a drain after `D` (at least %v), with messages left; its rate is then of those handled", minWindow))
+		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, fmt.Sprintf("stop a drain after `D` (%v to %v), with messages left; its rate is then of those handled", minWindow, maxWindow))
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
 		common(false)
@@ -531,6 +532,7 @@ func (c *config) validate() error {
 	check(c.drain.prefetch == 0 || c.drain.method == drainConsume, "-prefetch %d: only Consume holds messages; drop it or use -method consume", c.drain.prefetch)
 	check(c.drain.messages >= 0, "-messages %d: must not be negative", c.drain.messages)
 	check(c.drain.limit >= minWindow, "-limit %v: must be at least %v", c.drain.limit, minWindow)
+	check(c.drain.limit <= maxWindow, "-limit %v: must be at most %v", c.drain.limit, maxWindow)
 	check(c.reopenLoad.messages >= 1, "-messages %d: must be at least 1", c.reopenLoad.messages)
 	for _, seg := range append([]int64{c.publish.segmentBytes, c.drain.segmentBytes, c.mixed.segmentBytes, c.wal.segmentBytes, c.reopenLoad.segmentBytes}, c.sweep.segments...) {
 		check(seg == 0 || (seg >= broker.MinSegmentBytes && seg <= wal.MaxSegmentBytes),

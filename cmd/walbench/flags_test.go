@@ -215,6 +215,8 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"drain", "-limit", "0s"}, "-limit 0s: must be at least 10ms"},
 		{[]string{"drain", "-limit", "-1s"}, "-limit -1s: must be at least 10ms"},
 		{[]string{"drain", "-limit", "1ns"}, "-limit 1ns: must be at least 10ms"},
+		{[]string{"drain", "-limit", "3000h"}, "-limit 3000h0m0s: must be at most 1h0m0s"},
+		{[]string{"drain", "-limit", "1h0m0.001s"}, "-limit 1h0m0.001s: must be at most 1h0m0s"},
 		{[]string{"sweep", "-segment-bytes", "16KiB,64MiB", "-size", "1024,16384"}, fmt.Sprintf("-size 16384: a message must fit in one segment of the store: at most %d bytes with -segment-bytes 16384", broker.Options{SegmentBytes: 16 << 10}.MaxMessageBytes())},
 		{[]string{"publish", "-segment-bytes", "16KiB", "-size", "16384"}, "-size 16384: a message must fit in one segment of the store"},
 		{[]string{"mixed", "-segment-bytes", "16KiB", "-size", "16000"}, "-size 16000: a message must fit in one segment of the store"},
@@ -341,6 +343,8 @@ func TestFlagBoundsAccepted(t *testing.T) {
 		{"mixed", "-time", "1000s", "-sample", "10ms"},
 		{"publish", "-rounds", "100", "-time", "1h", "-warmup", "1h", "-probe-time", "1h"},
 		{"probe", "-time", "1h"},
+		{"drain", "-limit", "1h"},
+		{"drain", "-limit", "10ms"},
 		{"wal", "-size", "16318", "-segment-bytes", "16KiB"},
 		{"help", "publish"},
 	} {

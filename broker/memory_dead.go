@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/walbroker/walbroker/internal/blocklist"
 )
 
 // DeadLetters returns up to max dead letters, oldest FailedAt first,
@@ -24,7 +26,7 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 		return nil, err
 	}
 	q.observeLocked(now)
-	dead := q.st.dead[:min(max, len(q.st.dead))]
+	dead := q.st.dead.First(max)
 	out := make([]DeadLetterValue, len(dead))
 	for i, m := range dead {
 		out[i] = DeadLetterValue{
@@ -150,21 +152,15 @@ func (q *Memory) Stats() QueueStats {
 		// that change state report it.)
 		q.observeLocked(now)
 	}
-	leased, delayed := q.st.finals.Len(), 0
-	for _, m := range q.st.timers.items {
-		if m.state == memLeased {
-			leased++
-		} else {
-			delayed++
-		}
-	}
+	delayed := q.st.delayed
+	leased := q.st.finals.Len() + q.st.timers.Len() - delayed
 	var oldest time.Time
 	if m := q.st.ready.peek(); m != nil {
 		oldest = time.Unix(0, m.enqueuedAt)
 	}
 	c := q.counters
 	return QueueStats{
-		Ready: q.st.ready.Len(), Leased: leased, Delayed: delayed, DeadLetters: len(q.st.dead), OldestReady: oldest,
+		Ready: q.st.ready.Len(), Leased: leased, Delayed: delayed, DeadLetters: q.st.dead.Len(), OldestReady: oldest,
 		Published: c.published, Duplicates: c.duplicates, Shed: c.shed, Delivered: c.delivered,
 		Acked: c.acked, Nacked: c.nacked, Rejected: c.rejected, DeadLettered: c.deadLettered, Replayed: c.replayed,
 	}
@@ -185,7 +181,8 @@ func (q *Memory) Close() error {
 		return nil
 	}
 	q.closed = true
-	q.st.msgs, q.st.ready.items, q.st.timers.items, q.st.finals.items, q.st.dead = nil, nil, nil, nil, nil
+	q.st.msgs, q.st.ready.items, q.st.timers.items, q.st.finals.items = nil, nil, nil, nil
+	q.st.delayed, q.st.dead = 0, blocklist.List[*memMessage]{}
 	q.st.seen, q.st.seenOrder = nil, nil
 	close(q.signal) // not replaced: no event will ever close another
 	close(q.over)

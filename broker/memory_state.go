@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"container/heap"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/walbroker/walbroker/index"
+	"github.com/walbroker/walbroker/internal/blocklist"
 	"github.com/walbroker/walbroker/internal/shrink"
 )
 
@@ -133,7 +133,14 @@ type memState struct {
 	ready  memHeap                // memReady, by enqueue
 	timers memHeap                // memDelayed, and memLeased not on their last delivery, by at
 	finals memHeap                // memLeased on their last delivery, by at
-	dead   []*memMessage          // memDead, by failedAt
+	// delayed counts the memDelayed messages in timers; the others there
+	// are leased. Stats reads it instead of walking timers, as the
+	// store's index counts its gauges.
+	delayed int
+	// dead holds the memDead messages by memByFailed, in blocks, so that
+	// replaying or deleting one from the middle moves a bounded number
+	// of the others.
+	dead blocklist.List[*memMessage]
 	// seen maps a dedup key to the message it was published with;
 	// seenOrder holds the same keys for eviction (an entry whose key was
 	// re-published since is skipped).
@@ -163,6 +170,7 @@ func (s *memState) detach(m *memMessage) {
 		heap.Remove(&s.ready, m.heapIdx)
 	case memDelayed:
 		heap.Remove(&s.timers, m.heapIdx)
+		s.delayed--
 	case memLeased:
 		if s.finals.Len() > m.heapIdx && s.finals.items[m.heapIdx] == m {
 			heap.Remove(&s.finals, m.heapIdx)
@@ -170,9 +178,7 @@ func (s *memState) detach(m *memMessage) {
 			heap.Remove(&s.timers, m.heapIdx)
 		}
 	case memDead:
-		if i, ok := slices.BinarySearchFunc(s.dead, m, memByFailed); ok {
-			s.dead = slices.Delete(s.dead, i, i+1)
-		}
+		s.dead.Remove(m, memByFailed)
 	}
 	m.state = 0
 }
@@ -197,13 +203,13 @@ func (s *memState) lease(m *memMessage, at int64, nonce uint64, final bool) {
 func (s *memState) delay(m *memMessage, at int64) {
 	m.state, m.at = memDelayed, at
 	heap.Push(&s.timers, m)
+	s.delayed++
 }
 
 // bury makes m a dead letter.
 func (s *memState) bury(m *memMessage, failedAt int64, reason string, code uint32, cause string) {
 	m.state, m.failedAt, m.reason, m.code, m.cause = memDead, failedAt, reason, code, cause
-	i, _ := slices.BinarySearchFunc(s.dead, m, memByFailed)
-	s.dead = slices.Insert(s.dead, i, m)
+	s.dead.Insert(m, memByFailed)
 }
 
 // promote applies every deadline that has come by now (at <= now): a
@@ -217,6 +223,9 @@ func (s *memState) bury(m *memMessage, failedAt int64, reason string, code uint3
 func (s *memState) promote(now int64) (died int) {
 	for m := s.timers.peek(); m != nil && m.at <= now; m = s.timers.peek() {
 		heap.Pop(&s.timers)
+		if m.state == memDelayed {
+			s.delayed--
+		}
 		s.makeReady(m)
 	}
 	for m := s.finals.peek(); m != nil && m.at <= now; m = s.finals.peek() {

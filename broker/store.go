@@ -1412,6 +1412,10 @@ func (s *Store) failure(err error) error {
 	failure := s.failedWith(err)
 	if s.failed.CompareAndSwap(nil, &failure) {
 		s.stop(func(log *slog.Logger) {
+			if errors.Is(err, wal.ErrNoNextSegment) {
+				log.Error("broker: store failed; its log has no segment number left: move its messages to a new store", "dir", s.dir, "err", err)
+				return
+			}
 			log.Error("broker: store failed; close and reopen it", "dir", s.dir, "err", err)
 		})
 	}
@@ -1420,6 +1424,11 @@ func (s *Store) failure(err error) error {
 
 // failedWith is the error of a store the log's error err stopped.
 func (s *Store) failedWith(err error) error {
+	if errors.Is(err, wal.ErrNoNextSegment) {
+		// A reopened store stops at the same rotation: its log holds
+		// the highest segment number there is.
+		return fmt.Errorf("broker: store %s failed: its log has no segment number left, and a reopened store stops at the same point (move its messages to a new store to go on): %w", s.dir, err)
+	}
 	if errors.Is(err, syscall.ENOSPC) {
 		// What the operator must do first, where the operator reads.
 		return fmt.Errorf("broker: store %s failed and must be reopened once the disk has room (free space first): %w", s.dir, err)

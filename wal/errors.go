@@ -22,7 +22,9 @@ var (
 	// that is not on the device (fail-stop). Close the Log and Open it
 	// again; Open recovers everything acknowledged before the failure. The
 	// error also wraps the cause (for example syscall.EIO, or the ENOSPC
-	// of a segment that could not be made).
+	// of a segment that could not be made). A rotation that found no
+	// segment number left (ErrNoNextSegment) is the exception: a reopened
+	// log stops at the same rotation, and the error says so instead.
 	ErrPoisoned = errors.New("wal: log failed and must be reopened")
 	// ErrLocked is returned by Open when another Log, in this process or
 	// another, has the directory open.
@@ -61,6 +63,20 @@ func (l *Log) nextSeq(seq uint32) (uint32, error) {
 	}
 	return seq + 1, nil
 }
+
+// stoppedError is the error of a log stopped by a failed rotation whose
+// remedy is not a reopen (ErrNoNextSegment): it matches ErrPoisoned and
+// its cause with errors.Is, but its text, unlike ErrPoisoned's, does not
+// say to reopen.
+type stoppedError struct {
+	text  string
+	cause error
+}
+
+func (e *stoppedError) Error() string { return e.text }
+
+// Unwrap returns ErrPoisoned and the cause.
+func (e *stoppedError) Unwrap() []error { return []error{ErrPoisoned, e.cause} }
 
 // CorruptionError reports damage found in a segment file. It matches
 // ErrCorrupt and its Cause with errors.Is.

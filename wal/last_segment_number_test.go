@@ -19,7 +19,8 @@ import (
 // which says so, and keeps every record; so does Open of a log whose last
 // segment, so numbered, is sealed. They used to fail with "prepare segment
 // 0: sequence 0 is reserved", which names neither the cause nor the
-// remedy.
+// remedy; and a log Options.StopOnRotationFailure stopped there said to
+// close and reopen it, which stops it again at the same rotation.
 func TestALogAtTheLastSegmentNumberSaysSo(t *testing.T) {
 	const top = math.MaxUint32
 	dir := t.TempDir()
@@ -37,7 +38,14 @@ func TestALogAtTheLastSegmentNumberSaysSo(t *testing.T) {
 				require.ErrorIs(t, err, ErrNoNextSegment, "stop %v", stop)
 				require.ErrorContains(t, err, segName(top), "stop %v", stop)
 				if stop {
+					// A reopened log stops at the same rotation: the
+					// error says what helps instead.
 					require.ErrorIs(t, err, ErrPoisoned)
+					for _, err := range []error{err, l.Err()} {
+						require.NotContains(t, err.Error(), "must be reopened")
+						require.NotContains(t, err.Error(), "close and reopen")
+						require.ErrorContains(t, err, "read its records into a new log")
+					}
 				}
 				break
 			}

@@ -771,8 +771,17 @@ func (l *Log) fail(cause error) error {
 func (l *Log) stop(cause error) error {
 	l.mu.Lock()
 	first := l.err == nil
+	// A reopen helps a rotation that failed for want of room or of a
+	// working file system, not one that found no segment number left: the
+	// reopened log stops at the same rotation (see ErrNoNextSegment), so
+	// that error does not say to reopen.
+	exhausted := errors.Is(cause, ErrNoNextSegment)
 	if first {
-		l.err = fmt.Errorf("%w (a rotation failed, and Options.StopOnRotationFailure stops the log at one; close and reopen): %w", ErrPoisoned, cause)
+		if exhausted {
+			l.err = &stoppedError{cause: cause, text: "wal: log stopped at the last segment number (a rotation failed, and Options.StopOnRotationFailure stops the log at one; a reopened log stops at the same rotation, so read its records into a new log, numbered from 1, to go on): " + cause.Error()}
+		} else {
+			l.err = fmt.Errorf("%w (a rotation failed, and Options.StopOnRotationFailure stops the log at one; close and reopen): %w", ErrPoisoned, cause)
+		}
 		l.poisoned.Store(true)
 		l.closePoisoned()
 	}
@@ -780,6 +789,10 @@ func (l *Log) stop(cause error) error {
 	l.mu.Unlock()
 	if first {
 		l.logLater(func(log *slog.Logger) {
+			if exhausted {
+				log.Error("wal: rotation failed; the log is stopped, and a reopened log stops at the same rotation: read its records into a new log to go on (Options.StopOnRotationFailure)", "err", cause)
+				return
+			}
 			log.Error("wal: rotation failed; the log is stopped until reopened (Options.StopOnRotationFailure)", "err", cause)
 		})
 	}

@@ -20,7 +20,8 @@ import (
 // frames end; another end is ErrNotFound. Every file is fdatasynced,
 // then dir is synced. Each segment's frames are verified before it is
 // copied (CRCs, order, seals): damage is a *CorruptionError naming the
-// file and offset. ctx is checked before each segment. A CopyTo that
+// file and offset, and a header a later build wrote (a later version, a
+// flag or a reserved byte set) wraps segment.ErrVersion, as at Open. ctx is checked before each segment. A CopyTo that
 // fails or is canceled removes the files it wrote, so that dir holds what
 // it held before and the same copy can be tried again.
 //
@@ -102,6 +103,10 @@ func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) erro
 	// A segment Options.Sealed vouched for was opened without reading
 	// even its header.
 	if got, err := segment.DecodeHeader(data); err != nil {
+		if errors.Is(err, segment.ErrVersion) {
+			// A later build's header, as Open refuses it: not damage.
+			return fmt.Errorf("wal: copy: %s: %w; copy the log with a build that reads that version", path, err)
+		}
 		return &CorruptionError{File: path, Offset: 0, Cause: err}
 	} else if got != seq {
 		return &CorruptionError{File: path, Offset: 0, Cause: fmt.Errorf("its header names segment %d", got)}

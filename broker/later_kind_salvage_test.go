@@ -98,7 +98,8 @@ func TestSalvageLeavesARecordOfAnUnknownKindAndWhatFollowsItAsTheyWere(t *testin
 // so does the list: an Open without Salvage refuses the store (the loss is
 // not yet reported), and only an Open with Salvage of a build that reads
 // the kind finishes the salvage and reports it (docs/DESIGN.md,
-// Recovery).
+// Recovery). The refusal says so: it used to offer Salvage alone, which
+// this build's then refused.
 func TestASalvageOfADamagedStoreWithALaterKindRepairsTheDamageKeepsItsListAndRefuses(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("jobs", policy())
@@ -135,4 +136,47 @@ func TestASalvageOfADamagedStoreWithALaterKindRepairsTheDamageKeepsItsListAndRef
 	_, err = broker.Open(e.dir, e.opts)
 	require.ErrorIs(t, err, broker.Corrupt)
 	require.ErrorContains(t, err, "an Open with Salvage began repairing the log and did not finish")
+	// This build's Salvage refuses the store, so the error says that a
+	// later build's record is why, and where, and does not offer it alone.
+	require.ErrorContains(t, err, "the store also holds a record a later build wrote, which this build's Salvage refuses")
+	require.ErrorContains(t, err, "kind 14, written by a later build")
+	require.ErrorContains(t, err, "open it with Salvage in a build that reads that record")
+	require.NotContains(t, err.Error(), "Options.Salvage may open the store")
+}
+
+// The note that a salvage met a later build's record (see the test above)
+// belongs to the salvage it could not finish: a salvage that finishes no
+// earlier one removes it before it begins, as it removes an earlier list
+// of lost messages, so that an Open without Salvage does not blame a
+// later build for damage found since.
+func TestASalvageThatFinishesNoEarlierOneForgetsALaterBuildsNote(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	mustPublish(t, q, strings.Repeat("A", 300))
+	b := strings.Repeat("B", 300)
+	mustPublish(t, q, b)
+	e.close()
+	note := filepath.Join(e.dir, "salvage", "later-build.txt")
+	require.NoError(t, os.MkdirAll(filepath.Dir(note), 0o700))
+	require.NoError(t, os.WriteFile(note, []byte("an earlier refusal"), 0o600))
+	path := filepath.Join(e.dir, "0000000001.seg")
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	i := bytes.Index(raw, []byte(b))
+	require.Positive(t, i)
+	raw[i+150] ^= 0x40
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	// No checkpoint: every record is read.
+	require.NoError(t, os.RemoveAll(filepath.Join(e.dir, "index")))
+
+	_, err = broker.Open(e.dir, e.opts)
+	require.ErrorIs(t, err, broker.Corrupt)
+	require.ErrorContains(t, err, "an earlier refusal", "the note, while it is there, is read")
+	opts := e.opts
+	opts.Salvage = true
+	s, err := broker.Open(e.dir, opts)
+	require.NoError(t, err)
+	_, err = os.Stat(note)
+	require.ErrorIs(t, err, os.ErrNotExist, "removed before the salvage began")
+	require.NoError(t, s.Close())
 }

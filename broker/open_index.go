@@ -322,7 +322,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				return nil, 0, nil, kerr
 			}
 			loss.add(kept)
-		} else if ferr := s.forgetLost(); ferr != nil {
+		} else if ferr := errors.Join(s.forgetLost(), s.forgetLaterBuild()); ferr != nil {
 			s.lostListStays(ferr)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // The messages a salvage lost are named from the last checkpoint, which
@@ -127,7 +128,7 @@ func (s *Store) finishSalvage() salvageLeft {
 		return salvageLeft{spans: err}
 	}
 	if len(s.log.Recovery().Salvaged) > 0 {
-		return salvageLeft{lost: s.forgetLost()}
+		return salvageLeft{lost: errors.Join(s.forgetLost(), s.forgetLaterBuild())}
 	}
 	return salvageLeft{}
 }
@@ -140,4 +141,65 @@ func (s *Store) salvageListStays(left salvageLeft) {
 	if left.lost != nil {
 		s.lostListStays(left.lost)
 	}
+}
+
+// A salvage that repaired damage in the log, then met a record a later
+// build wrote (index.ErrLaterKind), leaves the log's list of the spans it
+// repaired, and an Open without Salvage refuses the store until an Open
+// with it finishes: which this build's cannot, since its replay meets the
+// same record. So the refusing Open writes its error to
+// salvage/later-build.txt, and an Open without Salvage that finds the log
+// refused as damaged says what the note says, and that a build that
+// reads the record must open it, instead of offering Salvage. The note is
+// removed with the list of lost messages (finishSalvage), and, like it, by
+// a salvage that finishes no earlier one, before it begins.
+
+const laterBuildName = "later-build.txt"
+
+func (s *Store) laterBuildPath() string { return filepath.Join(s.dir, "salvage", laterBuildName) }
+
+// noteLaterBuild writes refusal, the error of a salvaging Open that met
+// a later build's record after the log's salvage repaired damage, to
+// laterBuildPath. A failure only loses the advice, so it is returned for
+// the caller to join to the refusal.
+func (s *Store) noteLaterBuild(refusal error) error {
+	fs, path := s.opts.fs(), s.laterBuildPath()
+	err := vfs.MkdirAllDurable(fs, filepath.Dir(path), 0o700)
+	if err == nil {
+		err = vfs.ReplaceFile(fs, path, []byte(refusal.Error()))
+	}
+	if err != nil {
+		return fmt.Errorf("note in %s that the store holds a later build's record: %w", path, err)
+	}
+	return nil
+}
+
+// laterBuildNoted returns, for err, the log's refusal of the store at
+// where (dir as the caller named it), the error of an Open without
+// Salvage when noteLaterBuild wrote there and err refuses the log as
+// damaged: Corrupt, saying that the store also holds a later build's
+// record, which this build's Salvage refuses, so that a build that reads
+// it must open it. It returns nil otherwise (openError's error applies).
+func laterBuildNoted(opts Options, where, dir string, err error) error {
+	if opts.Salvage || !errors.Is(err, wal.ErrCorrupt) {
+		return nil
+	}
+	note, rerr := vfs.ReadFile(opts.fs(), filepath.Join(where, "salvage", laterBuildName), 64<<10)
+	if rerr != nil || len(note) == 0 {
+		return nil
+	}
+	return fmt.Errorf("broker: open %s: %w: %w; the store also holds a record a later build wrote, which this build's Salvage refuses (%s): open it with Salvage in a build that reads that record", dir, Corrupt, err, note)
+}
+
+// forgetLaterBuild removes what noteLaterBuild wrote (see forgetLost).
+func (s *Store) forgetLaterBuild() error {
+	fs, path := s.opts.fs(), s.laterBuildPath()
+	err := fs.Remove(path)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	return err
 }

@@ -317,6 +317,9 @@ func openStore(dir string, opts Options) (*Store, error) {
 	}
 	l, err := wal.Open(where, wo)
 	if err != nil {
+		if later := laterBuildNoted(opts, where, dir, err); later != nil {
+			return nil, later
+		}
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	s.log = l
@@ -329,6 +332,12 @@ func openStore(dir string, opts Options) (*Store, error) {
 	}
 	if err != nil {
 		if s.log != nil {
+			if opts.Salvage && errors.Is(err, index.ErrLaterKind) && len(s.log.Recovery().Salvaged) > 0 {
+				// The log keeps its list of what it repaired, and an Open
+				// without Salvage refuses the store until an Open with it
+				// finishes, which this build's cannot (notedLaterBuild).
+				err = errors.Join(err, s.noteLaterBuild(openError(dir, true, err)))
+			}
 			_ = s.log.Close()
 		}
 		return nil, openError(dir, opts.Salvage, err)

@@ -89,8 +89,10 @@ func (s *Store) keptLost() (map[uint64]uint32, error) {
 // begun after it (which a failure to remove it here may leave naming
 // messages an earlier salvage already reported), so a failure is only
 // logged (lostListStays), by the caller, once it holds no lock.
-func (s *Store) forgetLost() error {
-	fs, path := s.opts.fs(), s.lostPath()
+func (s *Store) forgetLost() error { return removeDurable(s.opts.fs(), s.lostPath()) }
+
+// removeDurable removes path, if it is there, and syncs its directory.
+func removeDurable(fs vfs.FS, path string) error {
 	err := fs.Remove(path)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return nil
@@ -192,14 +194,4 @@ func laterBuildNoted(opts Options, where, dir string, err error) error {
 }
 
 // forgetLaterBuild removes what noteLaterBuild wrote (see forgetLost).
-func (s *Store) forgetLaterBuild() error {
-	fs, path := s.opts.fs(), s.laterBuildPath()
-	err := fs.Remove(path)
-	if errors.Is(err, iofs.ErrNotExist) {
-		return nil
-	}
-	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
-	}
-	return err
-}
+func (s *Store) forgetLaterBuild() error { return removeDurable(s.opts.fs(), s.laterBuildPath()) }

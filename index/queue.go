@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/walbroker/walbroker/internal/blocklist"
 	"github.com/walbroker/walbroker/internal/shrink"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
@@ -608,7 +609,10 @@ func (q *Queue) detach(m *Message) {
 		// Not a lapsed lease with deliveries left, back in the ready
 		// heap, whose lease would look through the whole list.
 		if i := slices.Index(q.exhausted, m); i >= 0 {
-			q.exhausted = deleteAt(q.exhausted, i)
+			// (The sweep takes them in their order: the first goes
+			// without moving the others, or 200,000 lapsed last
+			// deliveries took seconds under the queue's lock.)
+			q.exhausted = blocklist.DeleteAt(q.exhausted, i)
 		}
 	}
 	switch m.State {
@@ -618,24 +622,6 @@ func (q *Queue) detach(m *Message) {
 		q.dead.remove(m)
 	}
 	m.State, m.Lapsed = 0, false
-}
-
-// deleteAt removes s[i]. The first element goes without moving the
-// others: the dead-letter sweep takes the exhausted leases in their order,
-// and a user empties the dead letters oldest first, in DeadLetters' order,
-// so that removing from the front by shifting the rest made each of those
-// quadratic (200,000 lapsed last deliveries took seconds, under the
-// queue's lock).
-func deleteAt[E any](s []E, i int) []E {
-	if i > 0 {
-		return slices.Delete(s, i, i+1)
-	}
-	var none E
-	s[0] = none // the array outlives the slice until the next append moves it
-	if len(s) == 1 {
-		return nil
-	}
-	return s[1:]
 }
 
 // attach puts m, whose fields are set, into the structures of state s.

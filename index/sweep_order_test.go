@@ -86,23 +86,6 @@ func TestDeadLettersLeaveInAnyOrderAndKeepTheRestsOrder(t *testing.T) {
 	require.Equal(t, []uint64{3, 2}, seqsOf(q.DeadLetters(10)))
 }
 
-// TestRemovingTheFirstMovesNoOther: the sweep and a user emptying the dead
-// letters in DeadLetters' order both remove the first of a list, again and
-// again; shifting the rest each time made emptying a list of n quadratic
-// in n (seconds for 200,000 under the queue's lock). Removing the first
-// leaves the others where they are.
-func TestRemovingTheFirstMovesNoOther(t *testing.T) {
-	ms := []*Message{{Seq: 1}, {Seq: 2}, {Seq: 3}}
-	arr := ms
-	ms = deleteAt(ms, 0)
-	require.Equal(t, []uint64{2, 3}, seqsOf(ms))
-	require.Same(t, &arr[1], &ms[0], "removing the first moved the others")
-	require.Nil(t, arr[0], "the removed message is still referenced by the array")
-	ms = deleteAt(ms, 1)
-	require.Equal(t, []uint64{2}, seqsOf(ms))
-	require.Nil(t, deleteAt(ms, 0), "an emptied list lets its array go")
-}
-
 // BenchmarkDeadLetterSweep dead-letters n exhausted leases in the sweep's
 // order, then deletes the dead letters oldest first; the cost per message
 // should not grow with n.

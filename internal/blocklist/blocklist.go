@@ -71,11 +71,11 @@ func (l *List[T]) Remove(x T, cmp func(a, b T) int) bool {
 		return false
 	}
 	l.n--
-	if blk = deleteAt(blk, i); len(blk) > 0 {
+	if blk = DeleteAt(blk, i); len(blk) > 0 {
 		l.blocks[b] = blk
 		return true
 	}
-	l.blocks = deleteAt(l.blocks, b)
+	l.blocks = DeleteAt(l.blocks, b)
 	return true
 }
 
@@ -92,9 +92,10 @@ func (l *List[T]) First(max int) []T {
 	return out
 }
 
-// deleteAt removes s[i]. The first element goes without moving the
-// others, so that emptying a block from its front is not quadratic.
-func deleteAt[E any](s []E, i int) []E {
+// DeleteAt removes s[i]. The first element goes without moving the
+// others, so that emptying a slice from its front, one by one, is not
+// quadratic.
+func DeleteAt[E any](s []E, i int) []E {
 	if i > 0 {
 		return slices.Delete(s, i, i+1)
 	}

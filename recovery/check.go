@@ -522,7 +522,7 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 		case OpSettleFailed:
 			c.settleFailed(e)
 		case OpReplaying, OpDeleting:
-			c.deadLetterSeen(e.Queue, e.ID, e.Ref, e.Enq, e.Del, e.Reason, e.Code, e.Cause, e.Failed, "DeadLetters")
+			c.deadLetterSeen(e.Queue, e.ID, payloadRef(e), e.Enq, e.Del, e.Reason, e.Code, e.Cause, e.Failed, "DeadLetters")
 			if e.Err != "" {
 				c.violate(e.ID, "a dead letter's payload is not what it was published with: %s", e.Err)
 			}
@@ -718,9 +718,20 @@ func (c *Checker) duplicate(e Entry) {
 // so no attempt follows one), and of the cycle last killed: the store
 // after each kill is drained before the next child opens it, so a publish
 // in flight at an earlier kill that no drain showed never happened.
+//
+// ref is "" for a payload that is not what its reference makes (see
+// payloadRef): the caller reported that, and the reference such a payload
+// carries, if any, is not evidence of which message it is. The message is
+// then the one its ID names, checked for its queue and EnqueuedAt only; if
+// the journal does not know it, lookup returns nil and reports nothing
+// more, since a corrupt payload cannot tell a publish in flight at a kill
+// from a message that never was.
 func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 	m := c.msgs[id]
-	if m == nil || m.ref == "" {
+	if ref == "" && m == nil {
+		return nil
+	}
+	if ref != "" && (m == nil || m.ref == "") {
 		r, err := ParseRef(ref)
 		if err != nil {
 			c.violate(id, "%s: unknown message: %v", where, err)
@@ -786,13 +797,23 @@ func (c *Checker) lookup(id, queue, ref string, enq int64, where string) *msg {
 	if m.queue != queue {
 		c.violate(id, "%s: in queue %s; it was published to %s", where, queue, m.queue)
 	}
-	if m.ref != ref {
+	if ref != "" && m.ref != ref {
 		c.violate(id, "%s: payload %q; it was published with %q", where, ref, m.ref)
 	}
 	if m.enq != enq {
 		c.violate(id, "%s: EnqueuedAt %s; it was enqueued at %s", where, ns(enq), ns(m.enq))
 	}
 	return m
+}
+
+// payloadRef returns the reference of the payload entry e read, or "" if
+// the payload is not what its reference makes (e.Err says why; see
+// lookup).
+func payloadRef(e Entry) string {
+	if e.Err != "" {
+		return ""
+	}
+	return e.Ref
 }
 
 func (c *Checker) delivered(e Entry) {
@@ -829,7 +850,7 @@ func (c *Checker) handedOut(e Entry, where string) *msg {
 	if e.Err != "" {
 		c.violate(e.ID, "%s with a payload that is not what was published: %s", where, e.Err)
 	}
-	m := c.lookup(e.ID, e.Queue, e.Ref, e.Enq, where)
+	m := c.lookup(e.ID, e.Queue, payloadRef(e), e.Enq, where)
 	if m == nil {
 		return nil
 	}
@@ -1468,6 +1489,7 @@ func (c *Checker) CheckDrain(dir string) error {
 			ref, perr := CheckPayload(d.Message.Payload)
 			if perr != nil {
 				c.violate(d.Message.ID, "drain: payload: %v", perr)
+				ref = "" // see lookup
 			}
 			m := c.lookup(d.Message.ID, name, ref, d.Message.EnqueuedAt.UnixNano(), "drain")
 			if m != nil {
@@ -1482,6 +1504,7 @@ func (c *Checker) CheckDrain(dir string) error {
 			ref, perr := CheckPayload(dl.Message.Payload)
 			if perr != nil {
 				c.violate(dl.Message.ID, "drain: dead letter payload: %v", perr)
+				ref = "" // see lookup
 			}
 			m := c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "drain")
 			if m != nil && name == QueuePoison && dl.Reason == broker.ReasonLeaseExpired && m.maxDel == PoisonDeliveries && !c.poisonDone[dl.Message.ID] {
@@ -1769,6 +1792,7 @@ func (c *Checker) CheckInPlace(dir string) error {
 			ref, perr := CheckPayload(dl.Message.Payload)
 			if perr != nil {
 				c.violate(dl.Message.ID, "in place: dead letter payload: %v", perr)
+				ref = "" // see lookup
 			}
 			c.deadLetterSeen(name, dl.Message.ID, ref, dl.Message.EnqueuedAt.UnixNano(), dl.Deliveries, dl.Reason, dl.Code, dl.Cause, dl.FailedAt.UnixNano(), "in place")
 		}

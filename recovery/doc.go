@@ -139,7 +139,10 @@
 //     the same ID, payload and EnqueuedAt. One whose publish did not return
 //     must be the call its goroutine had in flight when it was killed;
 //     once seen it is held to the same rules. An ID is never handed out
-//     twice.
+//     twice. A payload that is not what its reference makes is one fault,
+//     reported once as such: the reference it carries is no evidence of
+//     which message it is, so the message is the one its ID names (and
+//     one the journal does not know is not reported again as unknown).
 //   - Batches are whole: a PublishBatch in flight at a kill has, in the
 //     store after the kill, every message or none (each reference carries
 //     its batch's size; a message missing must be one the journal saw

@@ -160,7 +160,18 @@
 //     count again. In its own process its lease and count were live until
 //     the power failed, after which no delivery returns: the deliveries
 //     after it there count more and respect its lease, as after a certain
-//     delivery.
+//     delivery. That lease is the ExpiresAt Receive returned, or the
+//     clock after Receive plus the Extend its intent asks for, if
+//     earlier; a nack its intent meant, with deliveries left, may end it
+//     from the lease's start plus the retry delay, unless that nack was
+//     refused as LeaseExpired. A maybe that does not count more than
+//     every earlier certain delivery is reported and binds nothing beyond
+//     what they bind (its intent is still noted). In later processes a
+//     maybe binds only the LEASE_EXPIRED dead letter of the last delivery
+//     the queue allows (see below). What it binds ends once any certain
+//     delivery of the message is journaled (whose floors hold from then
+//     on) or a replay of its dead letter begins. Its certain entry (the
+//     same count and ExpiresAt) is not held to the maybe's own lease.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

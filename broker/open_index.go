@@ -67,21 +67,30 @@ func (s *Store) openHints(wo *wal.Options) error {
 	return nil
 }
 
-// errStaleHints is openIndex's refusal of a checkpoint taken before a
-// salvage repaired the log (errSalvagedSince) when the log was opened
-// with that checkpoint's hints: Open opens the log again without them
-// (reopenLog), then rebuilds.
-var errStaleHints = errors.New("the log was opened with the hints of a checkpoint taken before a salvage repaired it")
+// errStaleHints is openIndex's refusal of the checkpoint whose hints
+// (Options.Sealed and Verified: see openHints) the log was opened with,
+// when nothing has shown them still true of the log: Open opens the log
+// again without them (reopenLog), then rebuilds. The checkpoint file that
+// gave them passed its checks, but a salvage since may have changed the
+// log it was taken of, and only a replay from the checkpoint's position
+// tells: it meets the salvaged event the salvage wrote (errSalvagedSince).
+// A checkpoint loadCheckpoint refuses (its table files damaged, its
+// position outside the log) is replayed from nowhere, and its hints are
+// dropped with it. One refused after a replay through to the end of the
+// log that met no salvaged event (its table found damaged on the way:
+// Index.Damaged) keeps them: that replay showed them true.
+var errStaleHints = errors.New("the log was opened with the hints of a checkpoint it then refused")
 
 // reopenLog closes the log, which Open opened with the hints of a
-// checkpoint it then refused as older than a salvage (errStaleHints), and
-// opens it again without them. They are true of the log the checkpoint
-// was taken of, not of the one the salvage repaired: a segment it sealed
-// early ends before the end Options.Sealed gives, and a walk of it to
-// there read on past its seal into the damage the salvage left behind,
-// so that the rebuild failed with Corrupt, and an index put back from
-// before the salvage kept the store from opening without Salvage. On an
-// error s.log is nil.
+// checkpoint it then refused (errStaleHints), and opens it again without
+// them. They are true of the log the checkpoint was taken of, which may
+// not be the one a salvage repaired since: a segment it sealed early
+// ends before the end Options.Sealed gives, and a walk of it to there
+// read on past its seal into the damage the salvage left behind, so that
+// the rebuild failed with Corrupt, and an index put back from before the
+// salvage kept the store from opening without Salvage. A rebuild reads
+// every segment anyway: the scan the hints spared Open is the cost, paid
+// only when the checkpoint is refused. On an error s.log is nil.
 func (s *Store) reopenLog(dir string, wo wal.Options) error {
 	err := s.log.Close()
 	s.log = nil
@@ -204,6 +213,15 @@ func (s *Store) openIndex() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if from == 0 && s.hinted {
+		// The checkpoint whose hints opened the log was refused before
+		// any replay (its table files damaged, its position outside the
+		// log): nothing has shown its hints true of the log since (see
+		// errStaleHints). loadCheckpoint removed it: the pass after
+		// reopenLog rebuilds.
+		_ = x.Table.Close()
+		return 0, fmt.Errorf("%w: the last checkpoint was refused", errStaleHints)
+	}
 	s.idx = x
 	s.maint.lastCheckpoint.Store(uint64(from))
 	// The checkpoint Open loaded stays on disk until the next one
@@ -256,6 +274,12 @@ func (s *Store) openIndex() (int, error) {
 			if err := index.RemoveCheckpoint(fs, s.indexDir()); err != nil {
 				return 0, err
 			}
+			// A replay stopped by a salvaged event (or by a position a
+			// salvage padded over) found the hints untrue; one that met
+			// table damage went to the end of the log without meeting
+			// one, and they hold (see errStaleHints). (A meta event of
+			// another secret stops it too, but only when openHints
+			// could not read the log's secret: see peekLogSecret.)
 			if s.hinted && errors.Is(err, errSalvagedSince) {
 				return 0, fmt.Errorf("%w: %w", errStaleHints, err)
 			}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
+	"github.com/walbroker/walbroker/wal"
 )
 
 // A store refused for a later build's record is refused only once the
@@ -26,10 +28,16 @@ import (
 // past the last record no fdatasync covered, which every build zeroes)
 // and the temporary files of segments being prepared (which every build
 // removes), with or without Salvage. Every other byte, the clean mark's
-// absence included, stays as it was.
+// absence included, stays as it was. A crash in the middle of a rotation
+// (the last segment sealed, the next one renamed into place with nothing
+// written to it yet) leaves both segments as they were: the empty one is
+// the log's last segment, neither removed nor replaced, and the clean
+// mark the log's Close writes says the log ends at its header, which is
+// true.
 func TestARefusalOfALaterBuildsRecordChangesOnlyWhatEveryBuildWould(t *testing.T) {
 	const torn = 40
-	for _, crashed := range []bool{false, true} {
+	for _, crash := range []string{"", "torn tail", "mid-rotation"} {
+		crashed := crash == "torn tail"
 		for _, salvage := range []bool{false, true} {
 			e := newEnv(t)
 			q := e.queue("jobs", policy())
@@ -61,6 +69,25 @@ func TestARefusalOfALaterBuildsRecordChangesOnlyWhatEveryBuildWould(t *testing.T
 				require.NoError(t, os.Remove(clean))
 				require.NoError(t, os.WriteFile(filepath.Join(e.dir, "0000000002.seg.tmp"), []byte("cut short"), 0o600))
 			}
+			next := filepath.Join(e.dir, "0000000002.seg")
+			if crash == "mid-rotation" {
+				// The rotation sealed the segment, then renamed the next
+				// one, empty, into place; the crash came before its
+				// preamble.
+				data, err := os.ReadFile(seg)
+				require.NoError(t, err)
+				end = int(uint32(binary.LittleEndian.Uint64(mustReadFile(t, clean))))
+				seal := segment.AppendFrame(nil, 1, segment.SaltOf(data), uint32(end), segment.KindSeal, segment.Full, nil)
+				f, err := os.OpenFile(seg, os.O_RDWR, 0)
+				require.NoError(t, err)
+				_, err = f.WriteAt(seal, int64(end))
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				require.NoError(t, os.Remove(clean))
+				nf, err := segment.Create(vfs.Default, next, 2, segment.NewSalt(), int64(len(data)))
+				require.NoError(t, err)
+				require.NoError(t, nf.Close())
+			}
 			before := treeContents(t, e.dir)
 
 			opts := e.opts
@@ -69,8 +96,8 @@ func TestARefusalOfALaterBuildsRecordChangesOnlyWhatEveryBuildWould(t *testing.T
 			if s != nil {
 				_ = s.Close()
 			}
-			require.ErrorIs(t, err, errors.ErrUnsupported, "crashed %v, salvage %v", crashed, salvage)
-			require.ErrorContains(t, err, "kind 14, written by a later build", "crashed %v, salvage %v", crashed, salvage)
+			require.ErrorIs(t, err, errors.ErrUnsupported, "crash %q, salvage %v", crash, salvage)
+			require.ErrorContains(t, err, "kind 14, written by a later build", "crash %q, salvage %v", crash, salvage)
 
 			after := treeContents(t, e.dir)
 			want := before
@@ -88,8 +115,18 @@ func TestARefusalOfALaterBuildsRecordChangesOnlyWhatEveryBuildWould(t *testing.T
 				// true, and what the clean Close before the crash wrote.
 				want[clean] = string(mark)
 			}
-			require.Empty(t, treeDiff(want, after), "crashed %v, salvage %v: the refused Open changed more than every build would", crashed, salvage)
-			require.Contains(t, after[seg], string(later), "crashed %v, salvage %v", crashed, salvage)
+			if crash == "mid-rotation" {
+				// The log's Close marks it closed cleanly at the end of
+				// the empty segment's header: the sealed segment and the
+				// empty one are the log as it was.
+				require.Equal(t, before[next], after[next], "salvage %v: the empty segment is kept as it was", salvage)
+				require.Contains(t, after, clean, "salvage %v", salvage)
+				require.Equal(t, uint64(wal.MakePosition(2, segment.HeaderSize)), binary.LittleEndian.Uint64([]byte(after[clean])),
+					"salvage %v: the clean mark says the log ends where the empty segment's header does", salvage)
+				want[clean] = after[clean]
+			}
+			require.Empty(t, treeDiff(want, after), "crash %q, salvage %v: the refused Open changed more than every build would", crash, salvage)
+			require.Contains(t, after[seg], string(later), "crash %q, salvage %v", crash, salvage)
 		}
 	}
 }
@@ -126,4 +163,12 @@ func treeDiff(want, got map[string]string) []string {
 	}
 	slices.Sort(diffs)
 	return diffs
+}
+
+// mustReadFile returns the bytes of the file at path.
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return data
 }

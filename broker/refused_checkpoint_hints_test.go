@@ -3,13 +3,11 @@ package broker_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
-	"github.com/walbroker/walbroker/recovery"
 )
 
 // The hints a checkpoint gives the log (which segments are sealed, and
@@ -28,15 +26,11 @@ func TestARebuildAfterACheckpointIsRefusedDoesNotTrustItsHints(t *testing.T) {
 		damage func(t *testing.T, index string)
 	}{
 		{"a table file missing", func(t *testing.T, index string) {
-			chunks, err := filepath.Glob(filepath.Join(index, "tbl-*.idx"))
-			require.NoError(t, err)
-			require.NotEmpty(t, chunks, "setup: the checkpoint has table files")
+			chunks := tableFiles(t, index)
 			require.NoError(t, os.Remove(chunks[0]))
 		}},
 		{"a table file cut short", func(t *testing.T, index string) {
-			chunks, err := filepath.Glob(filepath.Join(index, "tbl-*.idx"))
-			require.NoError(t, err)
-			require.NotEmpty(t, chunks, "setup: the checkpoint has table files")
+			chunks := tableFiles(t, index)
 			fi, err := os.Stat(chunks[0])
 			require.NoError(t, err)
 			require.NoError(t, os.Truncate(chunks[0], fi.Size()/2))
@@ -46,33 +40,12 @@ func TestARebuildAfterACheckpointIsRefusedDoesNotTrustItsHints(t *testing.T) {
 		{"table entries that fail their checksums", flipTableFiles},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = 16384; broker.ManualMaintenance(o) })
-			pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 500 })
-			q := e.queue("jobs", pol)
 			const published = 130
-			for range published {
-				_, err := q.Publish(ctx(t), []byte(strings.Repeat("x", 300)))
-				require.NoError(t, err)
-			}
-			e.close() // a checkpoint holding every segment but the last as sealed
-			old := t.TempDir()
-			require.NoError(t, recovery.CopyTree(filepath.Join(e.dir, "index"), filepath.Join(old, "index")))
+			e, pol, old := storeWithOldIndex(t, published)
 			// Records past the checkpoint that read its table entries: a
 			// replay from it meets them before the salvaged event.
-			e.open()
-			ds, err := e.queue("jobs", pol).Receive(ctx(t), 5)
-			require.NoError(t, err)
-			for _, d := range ds {
-				require.NoError(t, e.queue("jobs", pol).Ack(ctx(t), d.Lease.Receipt))
-			}
-			e.close()
-			segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, len(segs), 3, "setup: three segments")
-			data, err := os.ReadFile(segs[1])
-			require.NoError(t, err)
-			clear(data[len(data)/2:]) // its seal too
-			require.NoError(t, os.WriteFile(segs[1], data, 0o600))
+			ackFirst(t, e, pol, 5)
+			sealSecondSegmentEarly(t, e.dir)
 
 			e.opts.Salvage = true
 			e.open()
@@ -88,7 +61,7 @@ func TestARebuildAfterACheckpointIsRefusedDoesNotTrustItsHints(t *testing.T) {
 			e.s = s
 			require.True(t, s.Recovery().IndexRebuilt, "the damaged checkpoint is not used")
 			require.Equal(t, left, e.queue("jobs", pol).Stats().Ready, "the messages the salvage left")
-			ds, err = e.queue("jobs", pol).Receive(ctx(t), published)
+			ds, err := e.queue("jobs", pol).Receive(ctx(t), published)
 			require.NoError(t, err, "every message the store holds reads")
 			require.Len(t, ds, left)
 			e.close()
@@ -101,10 +74,7 @@ func TestARebuildAfterACheckpointIsRefusedDoesNotTrustItsHints(t *testing.T) {
 // finds the damage in the entries it reads.
 func flipTableFiles(t *testing.T, index string) {
 	t.Helper()
-	chunks, err := filepath.Glob(filepath.Join(index, "tbl-*.idx"))
-	require.NoError(t, err)
-	require.NotEmpty(t, chunks, "setup: the checkpoint has table files")
-	for _, c := range chunks {
+	for _, c := range tableFiles(t, index) {
 		data, err := os.ReadFile(c)
 		require.NoError(t, err)
 		for i := range data {
@@ -121,34 +91,26 @@ func flipTableFiles(t *testing.T, index string) {
 // sealed segment to the seal the checkpoint records, and holds every
 // message.
 func TestARebuildAfterATableAReplayFoundDamagedKeepsTheHints(t *testing.T) {
-	e := newEnv(t, func(o *broker.Options) { o.SegmentBytes = 16384; broker.ManualMaintenance(o) })
-	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 500 })
-	q := e.queue("jobs", pol)
 	const published, acked = 130, 5
-	for range published {
-		_, err := q.Publish(ctx(t), []byte(strings.Repeat("x", 300)))
-		require.NoError(t, err)
-	}
-	e.close() // a checkpoint holding every segment but the last as sealed
-	old := t.TempDir()
-	require.NoError(t, recovery.CopyTree(filepath.Join(e.dir, "index"), filepath.Join(old, "index")))
-	e.open()
-	ds, err := e.queue("jobs", pol).Receive(ctx(t), acked)
-	require.NoError(t, err)
-	for _, d := range ds {
-		require.NoError(t, e.queue("jobs", pol).Ack(ctx(t), d.Lease.Receipt))
-	}
-	e.close()
-	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(segs), 3, "setup: three segments")
+	e, pol, old := storeWithOldIndex(t, published)
+	ackFirst(t, e, pol, acked)
 
 	swapIndex(t, old, e.dir)
 	flipTableFiles(t, filepath.Join(e.dir, "index"))
 	s := e.open()
 	require.True(t, s.Recovery().IndexRebuilt, "the damaged checkpoint is not used")
 	require.Equal(t, published-acked, e.queue("jobs", pol).Stats().Ready, "every message not acknowledged")
-	ds, err = e.queue("jobs", pol).Receive(ctx(t), published)
+	ds, err := e.queue("jobs", pol).Receive(ctx(t), published)
 	require.NoError(t, err, "every message the store holds reads")
 	require.Len(t, ds, published-acked)
+}
+
+// tableFiles returns the table files of the index directory index, one at
+// least.
+func tableFiles(t *testing.T, index string) []string {
+	t.Helper()
+	chunks, err := filepath.Glob(filepath.Join(index, "tbl-*.idx"))
+	require.NoError(t, err)
+	require.NotEmpty(t, chunks, "setup: the checkpoint has table files")
+	return chunks
 }

@@ -1048,32 +1048,9 @@ func (c *consumer) idle(ctx context.Context, wake WakeValue, wakeAt time.Time) b
 			defer t.Stop()
 			timer = t.C
 		}
-		// A broker's close need not close its Wake signal (the Waker
-		// contract names only what makes a message receivable).
-		ended := c.endSignal()
-	wait:
-		for {
-			select {
-			case <-signal:
-				signalled = true
-				break wait
-			case <-timer:
-				break wait
-			case <-c.ackReady:
-				// A handler finished while the queue is idle: its ack
-				// must not wait for the next message.
-				c.flushAcks(c.settleCtx)
-			case <-ctx.Done():
-				return false
-			case <-c.gone:
-				c.endedWith = c.goneErr
-				return false
-			case <-ended:
-				if c.endedWith = c.ender.endErr(); c.endedWith != nil {
-					return false
-				}
-				ended = nil // (cannot happen: it ended with an error)
-			}
+		var ok bool
+		if signalled, ok = c.sleep(ctx, signal, timer); !ok {
+			return false
 		}
 	}
 	// A wait set shorter than minIdleWait (In <= 0, a tiny In, what a
@@ -1144,21 +1121,35 @@ func (c *consumer) pause(ctx context.Context, d time.Duration) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	_, ok := c.sleep(ctx, nil, t.C)
+	return ok
+}
+
+// sleep waits until signal is closed or timer fires (a nil one never
+// does), and reports which: signalled, or neither with ok false when ctx
+// ended or b ended first, as its ender or a renewal found (endedWith then
+// says how). A broker's close need not close its Wake signal (the Waker
+// contract names only what makes a message receivable): the end is
+// watched apart from it. Meanwhile it carries the acks of handlers that
+// finish: with the queue idle, they must not wait for the next message.
+func (c *consumer) sleep(ctx context.Context, signal <-chan struct{}, timer <-chan time.Time) (signalled, ok bool) {
 	ended := c.endSignal()
 	for {
 		select {
-		case <-t.C:
-			return true
+		case <-signal:
+			return true, true
+		case <-timer:
+			return false, true
 		case <-c.ackReady:
 			c.flushAcks(c.settleCtx)
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-c.gone:
 			c.endedWith = c.goneErr
-			return false
+			return false, false
 		case <-ended:
 			if c.endedWith = c.ender.endErr(); c.endedWith != nil {
-				return false
+				return false, false
 			}
 			ended = nil // (cannot happen: it ended with an error)
 		}

@@ -117,7 +117,9 @@ type msg struct {
 	nackMeantBefore uint64
 	// maybe is the latest delivery of the current epoch journaled only as
 	// a maybe (see maybeDelivered) counting above every certain one; the
-	// zero maybeLease once a certain delivery follows.
+	// zero maybeLease once a certain delivery follows that counts as much
+	// or comes from a later process. The highest count of its process
+	// holds, whichever of its deliveries the checker placed last.
 	maybe maybeLease
 	// returned is the latest settle of the current epoch journaled as
 	// returned, maybe not durable (see returnedSettled).
@@ -829,7 +831,14 @@ func (c *Checker) delivered(e Entry) {
 	if e.Del == 1 {
 		m.nackMeantBefore = 0 // a new epoch began: the replays before it happened
 	}
-	m.maybe = maybeLease{} // the floors of this delivery hold from now on
+	if mb := m.maybe; mb.cycle != c.cycle || e.Del >= mb.del {
+		// The floors of this delivery hold from now on. A delivery of
+		// the maybe's process counting less came before the maybe (it
+		// is reported, see handedOut): the checker placed it after,
+		// since its consumer read the clock late, and the maybe's
+		// floors still hold.
+		m.maybe = maybeLease{}
+	}
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
@@ -977,6 +986,12 @@ func (c *Checker) maybeDelivered(e Entry) {
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 	if e.Del <= m.maxDel {
 		return // reported: it holds nothing above the certain floors
+	}
+	if mb := m.maybe; mb.cycle == c.cycle && e.Del < mb.del {
+		// Placed after a later delivery of its process (reported, see
+		// handedOut; its consumer read the clock late): the later one's
+		// floors hold.
+		return
 	}
 	m.maybe = maybeLease{cycle: c.cycle, del: e.Del, exp: e.Exp, leaseFloor: e.Exp, nackFloor: nackFloorOf(e.Queue, e.Intent, e.Del, e.Exp)}
 	if e.By != 0 {

@@ -168,10 +168,16 @@
 //     every earlier certain delivery is reported and binds nothing beyond
 //     what they bind (its intent is still noted). In later processes a
 //     maybe binds only the LEASE_EXPIRED dead letter of the last delivery
-//     the queue allows (see below). What it binds ends once any certain
-//     delivery of the message is journaled (whose floors hold from then
-//     on) or a replay of its dead letter begins. Its certain entry (the
-//     same count and ExpiresAt) is not held to the maybe's own lease.
+//     the queue allows (see below). What it binds ends once a certain
+//     delivery of the message is journaled that counts as much or more,
+//     or comes from a later process (whose floors hold from then on), or
+//     a replay of its dead letter begins. An earlier delivery of its
+//     process that the checker places after it (deliveries are placed by
+//     the clock read after Receive returned, which a consumer stalled
+//     past the lease reads late) is reported as a count that did not
+//     grow, and ends nothing: the highest count of a process binds. Its
+//     certain entry (the same count and ExpiresAt) is not held to the
+//     maybe's own lease.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -75,5 +76,89 @@ func TestACorruptPayloadIsReportedOnce(t *testing.T) {
 			c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: broker.SyncAll.String()}, deleting})
 			oneReport(t, c)
 		})
+	}
+}
+
+// TestACorruptPayloadInAStoreIsReportedOnce: as TestACorruptPayloadIsReportedOnce,
+// for the payloads the checker reads from a store rather than from a
+// journal: a message a drain receives, a dead letter a drain reads, and a
+// dead letter the in-place check reads. Each is one fault, reported once
+// by what is wrong with its bytes; the reference it carries is no
+// evidence, so it is neither compared with the published one nor, for a
+// message the journal does not know, taken for a publish that never
+// returned.
+func TestACorruptPayloadInAStoreIsReportedOnce(t *testing.T) {
+	ctx := context.Background()
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	other := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub1", N: 7})
+	flipped := func(ref string) []byte {
+		p := Payload(ref)
+		p[len(p)-1] ^= 1
+		return p
+	}
+	// store returns a store holding one message with payload on the work
+	// queue, rejected on its first delivery if dead, and the journal of a
+	// child that published it with ref (and, if dead, rejected it); a
+	// child that journaled nothing of it if unknown. The payload is the
+	// corrupt one in the store only: the journal saw it whole.
+	store := func(t *testing.T, payload []byte, dead, unknown bool) (string, []Entry) {
+		t.Helper()
+		dir := t.TempDir()
+		s, q := openQueueOf(t, dir, QueueWork)
+		t0 := time.Now().UnixNano()
+		m, err := q.Publish(ctx, payload)
+		require.NoError(t, err)
+		entries := []Entry{{Op: OpStart, Cycle: 1, Sync: broker.SyncAll.String()},
+			{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref},
+				Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: time.Now().UnixNano()}}
+		if dead {
+			t0 := time.Now().UnixNano()
+			ds, err := q.Receive(ctx, 1)
+			require.NoError(t, err)
+			require.Len(t, ds, 1)
+			t1 := time.Now().UnixNano()
+			delivered := deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1)
+			delivered.Ref, delivered.Err = ref, ""
+			t0 = time.Now().UnixNano()
+			require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentReject)))
+			entries = append(entries, delivered,
+				Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: time.Now().UnixNano()})
+		}
+		require.NoError(t, s.Close())
+		if unknown {
+			entries = entries[:1]
+		}
+		return dir, entries
+	}
+
+	for _, payload := range []struct {
+		name    string
+		bytes   []byte
+		unknown bool // the journal does not know the message
+		want    string
+	}{
+		{"no reference", []byte("garbage"), false, "has no reference"},
+		{"another message's reference, its bytes changed", flipped(other), false, "is not the one its reference makes"},
+		{"control: its own reference, its bytes changed", flipped(ref), false, "is not the one its reference makes"},
+		{"a message the journal does not know, another's reference", flipped(other), true, "is not the one its reference makes"},
+	} {
+		for _, path := range []struct {
+			name  string
+			dead  bool
+			check func(c *Checker, dir string) error
+		}{
+			{"a message a drain received", false, (*Checker).CheckDrain},
+			{"a dead letter a drain read", true, (*Checker).CheckDrain},
+			{"a dead letter the in-place check read", true, (*Checker).CheckInPlace},
+		} {
+			t.Run(payload.name+"/"+path.name, func(t *testing.T) {
+				dir, entries := store(t, payload.bytes, path.dead, payload.unknown)
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, entries)
+				require.NoError(t, c.Err(), "the journal is sound")
+				require.ErrorContains(t, path.check(c, dir), payload.want)
+				require.Len(t, c.violations, 1, "one corrupt payload: %v", c.violations)
+			})
+		}
 	}
 }

@@ -120,6 +120,29 @@ var promiseCases = []testCase{
 		e.set(end.Add(-time.Nanosecond))
 		e.ack(q, l.Receipt)
 	}},
+	{name: "ARefusedExtendLeavesTheLeaseToLapseAtItsOwnExpiresAt", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// A non-positive by, or one whose deadline passes 2262, "is
+		// refused before anything moves, and the lease the caller holds
+		// stays valid". ExtendNonPositiveIsMisconfigured and
+		// ExtendPast2262IsMisconfiguredAndKeepsLease show the receipt
+		// still acks; here the lease keeps its deadline too: the message
+		// stays hidden until the ExpiresAt Receive gave it and comes back
+		// then, not at once (zero read as "lapse now") and not later (a
+		// deadline moved, or held, by a call that reported failure).
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		for _, by := range []time.Duration{0, -time.Nanosecond, -time.Hour, math.MinInt64, math.MaxInt64} {
+			_, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, by)
+			e.isErr(err, broker.QueueMisconfigured, "Extend by "+by.String())
+		}
+		e.hiddenUntil(q, d.Lease.ExpiresAt, "a lease after refused Extends, before its own ExpiresAt")
+		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose lease refused Extends left alone")
+		if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+		}
+		e.ack(q, d2.Lease.Receipt)
+	}},
 	{name: "PayloadsKeyedAndBatchPublishesReturnBelongToThePublisher", needs: []string{"Keyed", "Batch"}, run: func(e *env) {
 		// "The slice belongs to the receiver", and a publisher receives
 		// the MessageValue its call returns: writing into its Payload must

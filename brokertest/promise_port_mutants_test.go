@@ -1,0 +1,111 @@
+package brokertest
+
+// Mutants for the cases of promise_port.go, in the manner of
+// mutants_test.go: each breaks one promise, is shown in-process to break
+// it, and the suite must fail it in the case written for that promise.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+func init() {
+	mutants["refusedExtendHoldsTheLease"] = func(m *broker.Memory, _ broker.PolicyValue, now func() time.Time) broker.Broker {
+		return &clampedExtend{Memory: m, now: now, alias: map[broker.ReceiptValue]broker.ReceiptValue{}}
+	}
+}
+
+// --- A refused Extend moves nothing ------------------------------------------
+
+// clampedExtend, asked for an Extend whose deadline passes the last
+// instant a broker can record, refuses it with QueueMisconfigured as the
+// port says, but first renews the lease to that last instant. The
+// receipt the caller holds keeps working (it is mapped to the renewed
+// lease's), so every call on it succeeds as before; only the deadline has
+// moved.
+type clampedExtend struct {
+	*broker.Memory
+	now func() time.Time
+
+	mu    sync.Mutex
+	alias map[broker.ReceiptValue]broker.ReceiptValue // a receipt handed out → the lease's real one
+}
+
+// real returns the receipt of the Memory's lease that r names.
+func (q *clampedExtend) real(r broker.ReceiptValue) broker.ReceiptValue {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if a, ok := q.alias[r]; ok {
+		return a
+	}
+	return r
+}
+
+func (q *clampedExtend) Ack(ctx context.Context, r broker.ReceiptValue) error {
+	return q.Memory.Ack(ctx, q.real(r))
+}
+
+func (q *clampedExtend) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	return q.Memory.Nack(ctx, q.real(r), cause)
+}
+
+func (q *clampedExtend) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	return q.Memory.Reject(ctx, q.real(r), cause)
+}
+
+func (q *clampedExtend) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	last := time.Unix(0, math.MaxInt64)
+	if left := last.Sub(q.now()); by > 0 && by > left {
+		l, err := q.Memory.Extend(ctx, q.real(r), left) // THE BUG: the refused call renews the lease
+		if err != nil {
+			return l, err
+		}
+		q.mu.Lock()
+		q.alias[r] = l.Receipt
+		q.mu.Unlock()
+		return broker.LeaseValue{}, fmt.Errorf("mutant: Extend by %v passes year 2262: %w", by, broker.QueueMisconfigured)
+	}
+	return q.Memory.Extend(ctx, q.real(r), by)
+}
+
+// Seed LeaseExtender.Extend: a by whose deadline passes 2262 "is refused
+// before anything moves, and the lease the caller holds stays valid".
+// ExtendPast2262IsMisconfiguredAndKeepsLease checked the error and that
+// the receipt still acks, which a broker that renewed the lease to the
+// last recordable instant and then reported the refusal passed: the
+// message stayed hidden long after the deadline its consumer was given.
+func TestTheSuiteFailsABrokerWhoseRefusedExtendRenewsTheLease(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "refusedExtendHoldsTheLease", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if _, err := q.(broker.LeaseExtender).Extend(ctx, ds[0].Lease.Receipt, math.MaxInt64); !errors.Is(err, broker.QueueMisconfigured) {
+		t.Fatalf("harness: the mutant's Extend past 2262: %v, want QueueMisconfigured", err)
+	}
+	c.Set(ds[0].Lease.ExpiresAt)
+	if again, err := q.Receive(ctx, 1); err != nil || len(again) != 0 {
+		t.Fatalf("harness: the mutant redelivers at the lease's own ExpiresAt (%v, %v); it is not broken", again, err)
+	}
+	broken := "renews the lease to the last recordable instant on an Extend it refuses"
+	failed, fails := suiteAgainst(t, "refusedExtendHoldsTheLease")
+	if !failed {
+		t.Fatalf("brokertest passes a broker that %s: the suite does not check this promise", broken)
+	}
+	if want := "ARefusedExtendLeavesTheLeaseToLapseAtItsOwnExpiresAt"; !slices.Contains(fails, want) {
+		t.Errorf("brokertest fails a broker that %s in %q, but not in %s, the case for this promise", broken, fails, want)
+	}
+}

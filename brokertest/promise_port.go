@@ -143,6 +143,58 @@ var promiseCases = []testCase{
 		}
 		e.ack(q, d2.Lease.Receipt)
 	}},
+	{name: "ALapsedReceiptCannotSettleTheLeaseThatFollowsIt", run: func(e *env) {
+		// "A receipt whose lease has already lapsed is LeaseExpired and
+		// removes NOTHING: ... another consumer may already hold it", and
+		// Nack, Reject and Extend refuse it "exactly as Ack refuses it".
+		// AckOfLapsedLeaseRemovesNothing hands a lapsed receipt to Ack once
+		// the message is held again, the other cases hand it to the other
+		// calls only before it is: here each call gets it while another
+		// consumer holds the message, and must neither hand the message
+		// back, nor dead-letter it, nor renew or replace the new holder's
+		// lease.
+		late := broker.NewError("LATE", 0x2A000007, "late", secret)
+		type call struct {
+			name string
+			do   func(q broker.Broker, r broker.ReceiptValue) error
+		}
+		calls := []call{
+			{"Ack", func(q broker.Broker, r broker.ReceiptValue) error { return q.Ack(e.ctx(), r) }},
+			{"Nack", func(q broker.Broker, r broker.ReceiptValue) error { _, err := q.Nack(e.ctx(), r, late); return err }},
+		}
+		if e.caps.Rejecter {
+			calls = append(calls, call{"Reject", func(q broker.Broker, r broker.ReceiptValue) error {
+				return e.rejecter(q).Reject(e.ctx(), r, late)
+			}})
+		}
+		if e.caps.LeaseExtender {
+			calls = append(calls, call{"Extend", func(q broker.Broker, r broker.ReceiptValue) error {
+				_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
+				return err
+			}})
+		}
+		for _, c := range calls {
+			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+			m := e.publish(q, "a")
+			d := e.receiveOne(q)
+			e.lapse(d.Lease)
+			d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, c.name+": the message whose lease lapsed")
+			if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+				e.Fatalf("%s: redelivered %q #%d, want %q #2", c.name, d2.Message.ID, d2.Deliveries, m.ID)
+			}
+			e.isErr(c.do(q, d.Lease.Receipt), broker.LeaseExpired, c.name+" of a lapsed receipt whose message another consumer holds")
+			e.none(q, c.name+" of a lapsed receipt: the message another consumer holds")
+			if e.caps.DeadLetterReader {
+				if dls := e.deadLetters(q); len(dls) != 0 {
+					e.Fatalf("%s of a lapsed receipt dead-lettered the message another consumer holds: %d dead letters", c.name, len(dls))
+				}
+			}
+			if err := q.Ack(e.ctx(), d2.Lease.Receipt); err != nil {
+				e.Fatalf("%s of a lapsed receipt ended the new holder's lease: its Ack: %v", c.name, err)
+			}
+			e.none(q, c.name+": the message its new holder acknowledged")
+		}
+	}},
 	{name: "PayloadsKeyedAndBatchPublishesReturnBelongToThePublisher", needs: []string{"Keyed", "Batch"}, run: func(e *env) {
 		// "The slice belongs to the receiver", and a publisher receives
 		// the MessageValue its call returns: writing into its Payload must

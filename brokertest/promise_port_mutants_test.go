@@ -21,6 +21,9 @@ func init() {
 	mutants["refusedExtendHoldsTheLease"] = func(m *broker.Memory, _ broker.PolicyValue, now func() time.Time) broker.Broker {
 		return &clampedExtend{Memory: m, now: now, alias: map[broker.ReceiptValue]broker.ReceiptValue{}}
 	}
+	mutants["lapsedReceiptFollowsItsMessage"] = func(m *broker.Memory, _ broker.PolicyValue, now func() time.Time) broker.Broker {
+		return &followingReceipt{Memory: m, now: now, leases: map[broker.ReceiptValue]heldLease{}, holder: map[string]broker.ReceiptValue{}}
+	}
 }
 
 // --- A refused Extend moves nothing ------------------------------------------
@@ -106,6 +109,136 @@ func TestTheSuiteFailsABrokerWhoseRefusedExtendRenewsTheLease(t *testing.T) {
 		t.Fatalf("brokertest passes a broker that %s: the suite does not check this promise", broken)
 	}
 	if want := "ARefusedExtendLeavesTheLeaseToLapseAtItsOwnExpiresAt"; !slices.Contains(fails, want) {
+		t.Errorf("brokertest fails a broker that %s in %q, but not in %s, the case for this promise", broken, fails, want)
+	}
+}
+
+// --- A lapsed receipt cannot settle the lease that follows it ----------------
+
+// followingReceipt refuses a lapsed receipt as the Memory does while its
+// message waits, but once another consumer holds the message, a Nack,
+// Reject or Extend of the lapsed receipt acts on the new holder's lease
+// (a receipt read as naming the message, checked only for having been
+// issued and not ended by a call). Ack is the Memory's.
+type followingReceipt struct {
+	*broker.Memory
+	now func() time.Time
+
+	mu     sync.Mutex
+	leases map[broker.ReceiptValue]heldLease // every receipt handed out
+	holder map[string]broker.ReceiptValue    // message ID → its latest receipt
+}
+
+// heldLease is what followingReceipt remembers of a receipt.
+type heldLease struct {
+	id        string
+	expiresAt time.Time
+	ended     bool // by a call that succeeded
+}
+
+func (q *followingReceipt) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		q.leases[d.Lease.Receipt] = heldLease{id: d.Message.ID, expiresAt: d.Lease.ExpiresAt}
+		q.holder[d.Message.ID] = d.Lease.Receipt
+	}
+	return ds, err
+}
+
+// target returns the receipt a call naming r acts on, and after marks r
+// ended when the call succeeded.
+func (q *followingReceipt) target(r broker.ReceiptValue) broker.ReceiptValue {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l, ok := q.leases[r]
+	if !ok || l.ended || q.now().Before(l.expiresAt) {
+		return r
+	}
+	if h := q.holder[l.id]; h != r && q.now().Before(q.leases[h].expiresAt) {
+		return h // THE BUG: the lapsed receipt follows its message to the next lease
+	}
+	return r
+}
+
+func (q *followingReceipt) ended(r broker.ReceiptValue, err error) {
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l, ok := q.leases[r]; ok {
+		l.ended = true
+		q.leases[r] = l
+	}
+}
+
+func (q *followingReceipt) Ack(ctx context.Context, r broker.ReceiptValue) error {
+	err := q.Memory.Ack(ctx, r)
+	q.ended(r, err)
+	return err
+}
+
+func (q *followingReceipt) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	t := q.target(r)
+	nv, err := q.Memory.Nack(ctx, t, cause)
+	q.ended(t, err)
+	return nv, err
+}
+
+func (q *followingReceipt) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	t := q.target(r)
+	err := q.Memory.Reject(ctx, t, cause)
+	q.ended(t, err)
+	return err
+}
+
+func (q *followingReceipt) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	t := q.target(r)
+	l, err := q.Memory.Extend(ctx, t, by)
+	q.ended(t, err)
+	if err == nil {
+		q.mu.Lock()
+		id := q.leases[t].id
+		q.leases[l.Receipt] = heldLease{id: id, expiresAt: l.ExpiresAt}
+		q.holder[id] = l.Receipt
+		q.mu.Unlock()
+	}
+	return l, err
+}
+
+// Seed Broker.Ack: a lapsed receipt "removes NOTHING: the message is back
+// in the queue, ... and another consumer may already hold it", and Nack,
+// Reject and Extend refuse it "exactly as Ack refuses it". The suite
+// handed a lapsed receipt to Ack once another consumer held its message,
+// and to the other calls only while the message waited: a broker whose
+// lapsed receipt, handed to Nack, Reject or Extend, settled the new
+// holder's lease passed.
+func TestTheSuiteFailsABrokerWhoseLapsedReceiptSettlesTheNextLease(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "lapsedReceiptFollowsItsMessage", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := q.Receive(ctx, 1)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("Receive: %v %v", first, err)
+	}
+	c.Set(first[0].Lease.ExpiresAt)
+	if again, err := q.Receive(ctx, 1); err != nil || len(again) != 1 {
+		t.Fatalf("Receive after the lapse: %v %v", again, err)
+	}
+	if _, err := q.Nack(ctx, first[0].Lease.Receipt, nil); err != nil {
+		t.Fatalf("harness: the mutant refuses a Nack of the lapsed receipt (%v); it is not broken", err)
+	}
+	broken := "lets a lapsed receipt's Nack, Reject or Extend settle the lease of the consumer that holds the message next"
+	failed, fails := suiteAgainst(t, "lapsedReceiptFollowsItsMessage")
+	if !failed {
+		t.Fatalf("brokertest passes a broker that %s: the suite does not check this promise", broken)
+	}
+	if want := "ALapsedReceiptCannotSettleTheLeaseThatFollowsIt"; !slices.Contains(fails, want) {
 		t.Errorf("brokertest fails a broker that %s in %q, but not in %s, the case for this promise", broken, fails, want)
 	}
 }

@@ -245,8 +245,12 @@ func (s *Store) reservedSeqs(bound uint64) {
 // byte offset (see Options.Salvage). A store a later build wrote in a
 // format this one does not read (a segment format version, an event kind,
 // a checkpoint version) is not damage: Open refuses it with an error
-// wrapping errors.ErrUnsupported that names the file, Salvage or not, and
-// changes no file. A symbolic link, named pipe or
+// wrapping errors.ErrUnsupported that names the file, Salvage or not. A
+// segment or checkpoint version is refused before any file is changed; an
+// event kind is met only in the replay, once the log's Open has done what
+// every build's does first (a torn tail zeroed, the clean mark written
+// again at Close) and, with Salvage, repaired any damage it found (see
+// docs/DESIGN.md, "Recovery"). A symbolic link, named pipe or
 // device where the store's own files belong, or a file of another user
 // than the process's (root's are accepted), or an index or salvage
 // subdirectory that is a link, a file or another user's, is refused with an error

@@ -77,9 +77,12 @@ func (d Damage) String() string {
 //     and offset, unless Options.Salvage is set; so is a missing segment
 //     file (between two that are there, or after the last up to where the
 //     log was known durable), which Salvage replaces by an empty segment;
-//   - an empty segment left by an interrupted rotation is removed;
-//   - a segment of a later format version than this build writes
-//     (segment.ErrVersion, which wraps errors.ErrUnsupported) is refused,
+//   - an empty segment that a rotation a crash interrupted left after an
+//     unsealed one is removed (one after a sealed segment is the log's
+//     last, where the rotation had got to, and is kept);
+//   - a segment of a later format version than this build writes, or
+//     whose header sets a flag or reserved byte a later build gave a
+//     meaning (segment.ErrVersion, which wraps errors.ErrUnsupported), is refused,
 //     Salvage or not, and no file is changed: it is not damage, and only a
 //     build that reads that version may open the log. Only a header Open
 //     reads is checked: that of the last segment, and of every segment

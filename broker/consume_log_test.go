@@ -140,7 +140,7 @@ func TestConsumeLogsTheHandlersPrivateDetailWithTheMessageID(t *testing.T) {
 // store or the in-memory broker, sharing Consume's logger here) does not
 // log its text again. Nacked and handed back, nacked on its last delivery,
 // rejected: one line each. A direct Nack still has the broker log it (see
-// TestUnclassifiedCausesAreLoggedNotStored and the callback logger tests).
+// TestMemoryLogsUnclassifiedCauseNotKeepsIt and the callback logger tests).
 func TestConsumeLogsEachUnclassifiedFailureOnce(t *testing.T) {
 	const private = "PRIVATE-TEXT-7a1c"
 	for _, which := range []string{"store", "memory"} {

@@ -72,7 +72,13 @@ func cases() []testCase {
 // "Declaration", which fails unless f.Caps matches what f's queues
 // implement, then one subtest per promise. A promise whose capability f
 // declares false is skipped with t.Skip naming the capability. The subtests
-// run one after another, each on a backend of its own from f.Open.
+// run one after another, each on a backend of its own from f.Open. A call
+// of the implementation that panics, on a promise's goroutine or on one
+// the suite started, fails that promise with the panic and its stack, and
+// the suite goes on; a wait on concurrent work (Consume handing over a
+// message or returning, a Wake signal) fails it after ten seconds plus
+// three Tolerances. A call that never returns is bounded only by go
+// test's -timeout.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
 	if f.Open == nil || f.Name == "" {

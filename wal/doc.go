@@ -39,7 +39,9 @@
 //
 // Append queues its records and waits. The writer goroutine takes every
 // request queued while it was busy, encodes them into one buffer, writes it
-// with one pwrite and, if any request asked for durability, runs one
+// with one pwrite (which also puts zeros where the next frame's header
+// goes, so that the batch's fdatasync makes them durable: see Log.flush)
+// and, if any request asked for durability, runs one
 // fdatasync; then it releases every request of the batch with the batch's
 // result. A request that asked only for the write is released right after
 // the write. A new batch forms while the previous fdatasync is in flight.

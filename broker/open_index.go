@@ -34,6 +34,16 @@ const replaySpill = 1 << 16
 // gives none), so it is given as Durable: damage before it is refused,
 // never zeroed as a torn tail.
 //
+// So is the position of a checkpoint when no segment tells the log's
+// secret (see peekLogSecret): Open cannot tell this store's checkpoint
+// from another's. Sealed and Verified describe the log the checkpoint was
+// taken of, and are not given; the position is, as the one thing that
+// keeps damage before it from being zeroed if the checkpoint is this
+// store's. If it is another's, the log is refused as having lost synced
+// records, as it would be if it were this store's and had: a log whose
+// every segment has lost its first record is damaged anyway (each starts
+// with the meta event), and Salvage opens it.
+//
 // A checkpoint that is not there or fails its checks gives no hints (and
 // loadCheckpoint rebuilds), but an error reading the checkpoint, a
 // segment's first record or a marker (an I/O error) is returned: it says
@@ -58,7 +68,7 @@ func (s *Store) openHints(wo *wal.Options) error {
 	if err != nil {
 		return ioError(err)
 	}
-	if why != "" {
+	if why != "" || s.logSecret == nil {
 		wo.Durable = cl.Pos
 		return nil
 	}
@@ -127,17 +137,20 @@ const peekBytes = 4 << 10
 
 // peekLogSecret returns the store secret the log in dir carries, read
 // before the log is opened (nothing is locked, written or repaired): that
-// of the meta event segment seq starts with, or, when there is no such
-// segment, the last one. The first segment's first record is the meta
-// event, and every later segment's preamble starts with one; and every
-// meta event of a log holds the same secret (a store draws one only when
-// its log holds none). It returns nil when it cannot tell: the segment is
-// empty, damaged, or starts with another record (one whose meta event
-// salvage skipped). An error opening, reading or listing (other than a
-// file or directory not there) is returned, naming the file.
+// of the meta event segment seq starts with, or, when that segment is not
+// there or does not tell, that of the first other segment, from the last
+// down, that does. The first segment's first record is the meta event,
+// and every later segment's preamble starts with one; and every meta
+// event of a log holds the same secret (a store draws one only when its
+// log holds none), so any segment tells. Segment seq is read first since
+// it alone is read at most opens. It returns nil when no segment tells:
+// each is empty, damaged, or starts with another record (one whose meta
+// event salvage skipped, or a rotation's whose preamble a power loss tore
+// before it was synced). An error opening, reading or listing (other than
+// a file or directory not there) is returned, naming the file.
 func peekLogSecret(fs vfs.FS, dir string, seq uint32) ([]byte, error) {
-	secret, missing, err := peekSegmentSecret(fs, dir, seq)
-	if err != nil || !missing {
+	secret, _, err := peekSegmentSecret(fs, dir, seq)
+	if err != nil || secret != nil {
 		return secret, err
 	}
 	names, err := fs.ReadDir(dir)
@@ -147,18 +160,20 @@ func peekLogSecret(fs vfs.FS, dir string, seq uint32) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	last := uint32(0)
+	var seqs []uint32
 	for _, n := range names {
 		digits, ok := strings.CutSuffix(n, ".seg")
-		if v, err := strconv.ParseUint(digits, 10, 32); ok && len(digits) == 10 && err == nil {
-			last = max(last, uint32(v))
+		if v, err := strconv.ParseUint(digits, 10, 32); ok && len(digits) == 10 && err == nil && uint32(v) != seq {
+			seqs = append(seqs, uint32(v))
 		}
 	}
-	if last == 0 {
-		return nil, nil
+	slices.Sort(seqs)
+	for _, other := range slices.Backward(seqs) {
+		if secret, _, err := peekSegmentSecret(fs, dir, other); err != nil || secret != nil {
+			return secret, err
+		}
 	}
-	secret, _, err = peekSegmentSecret(fs, dir, last)
-	return secret, err
+	return nil, nil
 }
 
 // peekSegmentSecret returns the secret of the meta event segment seq of

@@ -72,8 +72,12 @@ func (s *Store) openHints(wo *wal.Options) error {
 		wo.Durable = cl.Pos
 		return nil
 	}
+	// Salvage reads every segment whole and ignores Sealed; it takes
+	// Verified as durable only, which a checkpoint's position stays
+	// even after a salvage it predates (see "The index on disk" in
+	// DESIGN.md).
 	wo.Sealed, wo.Verified = cl.Sealed, cl.Pos
-	s.hinted = !wo.Salvage // (Salvage reads every segment whole: it takes no hint)
+	s.hinted = !wo.Salvage
 	return nil
 }
 

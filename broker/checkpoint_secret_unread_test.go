@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/recovery"
 	"github.com/walbroker/walbroker/segment"
 )
 
@@ -48,7 +49,8 @@ func tearFirstFrame(t *testing.T, path string) {
 // segment's first record: every one holds the same. The other store's
 // checkpoint, far ahead of this log, once gave the log its position as
 // verified, and this store, which lost nothing it had made durable, was
-// refused as having lost synced records.
+// refused as having lost synced records, or, with Salvage, given empty
+// segments up to that position, each reported as a span of lost records.
 func TestAnIndexFromAnotherStoreIsToldWhenTheLogsLastSegmentLostItsPreamble(t *testing.T) {
 	pol := policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = 1024 })
 	small := func(o *broker.Options) { o.SegmentBytes = broker.MinSegmentBytes }
@@ -69,21 +71,31 @@ func TestAnIndexFromAnotherStoreIsToldWhenTheLogsLastSegmentLostItsPreamble(t *t
 	swapIndex(t, a.dir, b.dir)
 	tearFirstFrame(t, lastSegment(t, b.dir))
 
-	var buf bytes.Buffer // written only by Open, on this goroutine
-	opts := b.opts
-	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-	s, err := broker.Open(b.dir, opts)
-	require.NoError(t, err, "another store's index is no damage to this store's log")
-	b.s = s
-	require.True(t, s.Recovery().IndexRebuilt)
-	require.Contains(t, buf.String(), "another store's log")
-	require.Equal(t, []string{"bravo"}, s.Queues())
-	var got []string
-	for _, d := range receiveAll(t, b.queue("bravo", pol)) {
-		got = append(got, d.Message.ID)
+	for _, salvage := range []bool{false, true} {
+		t.Run(fmt.Sprintf("salvage=%v", salvage), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			require.NoError(t, recovery.CopyTree(b.dir, dir))
+			var buf bytes.Buffer // written only by Open, on this goroutine
+			opts := b.opts
+			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+			opts.Salvage = salvage
+			s, err := broker.Open(dir, opts)
+			require.NoError(t, err, "another store's index is no damage to this store's log")
+			defer s.Close()
+			require.Zero(t, s.Recovery().SalvagedSpans, "nothing this store made durable is damaged")
+			require.True(t, s.Recovery().IndexRebuilt)
+			require.Contains(t, buf.String(), "another store's log")
+			require.Equal(t, []string{"bravo"}, s.Queues())
+			q, err := s.Queue("bravo", pol)
+			require.NoError(t, err)
+			var got []string
+			for _, d := range receiveAll(t, q) {
+				got = append(got, d.Message.ID)
+			}
+			require.Less(t, len(got), len(bravo), "setup: the power loss took the last segment's publishes")
+			require.Equal(t, bravo[:len(got)], got, "the sealed segments' publishes are all there")
+		})
 	}
-	require.Less(t, len(got), len(bravo), "setup: the power loss took the last segment's publishes")
-	require.Equal(t, bravo[:len(got)], got, "the sealed segments' publishes are all there")
 }
 
 // ownStoreWithCheckpointIn returns a closed store of 1 KiB segments with

@@ -38,11 +38,12 @@ func TestANilQueueRefusesEveryCall(t *testing.T) {
 		"DeadLetters": func() { require.Empty(t, q.DeadLetters(10)) },
 		// A nil queue dumps as no real queue does: it takes no event, so
 		// it does not behave as an empty one.
-		"Dump":      func() { require.Equal(t, "queue <nil>\n", q.Dump(0)) },
-		"EvictSeen": func() { require.False(t, q.EvictSeen(math.MaxInt64, 0)) },
-		"Exhausted": func() { require.Empty(t, q.Exhausted()) },
-		"FinalsDue": func() { require.Empty(t, q.FinalsDue(math.MaxInt64)) },
-		"Get":       func() { require.Nil(t, q.Get(1)) },
+		"Dump":         func() { require.Equal(t, "queue <nil>\n", q.Dump(0)) },
+		"EvictSeen":    func() { require.False(t, q.EvictSeen(math.MaxInt64, 0)) },
+		"Exhausted":    func() { require.Empty(t, q.Exhausted()) },
+		"ExhaustedLen": func() { require.Zero(t, q.ExhaustedLen()) },
+		"FinalsDue":    func() { require.Empty(t, q.FinalsDue(math.MaxInt64)) },
+		"Get":          func() { require.Nil(t, q.Get(1)) },
 		"IsExhausted": func() {
 			require.False(t, q.IsExhausted(&index.Message{State: index.Leased, Lapsed: true}))
 		},

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/walbroker/walbroker/internal/blocklist"
 	"github.com/walbroker/walbroker/internal/shrink"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/wal"
@@ -120,13 +119,13 @@ type Queue struct {
 	head Message // NextReady's answer when the stream's head is oldest
 
 	msgs      map[uint64]*Message
-	msgsPeak  int        // the most messages msgs held since it was last rebuilt
-	ready     msgHeap    // Ready and receivable now, by EnqueuedAt
-	timers    msgHeap    // Ready later, or Leased with deliveries left, by At
-	finals    msgHeap    // Leased on their last allowed delivery, by At
-	exhausted []*Message // leases that lapsed on their last delivery
-	dead      deadList   // by FailedAt, then Seq
-	live      int        // Pending, Ready or Leased
+	msgsPeak  int           // the most messages msgs held since it was last rebuilt
+	ready     msgHeap       // Ready and receivable now, by EnqueuedAt
+	timers    msgHeap       // Ready later, or Leased with deliveries left, by At
+	finals    msgHeap       // Leased on their last allowed delivery, by At
+	exhausted exhaustedList // leases that lapsed on their last delivery
+	dead      deadList      // by FailedAt, then Seq
+	live      int           // Pending, Ready or Leased
 
 	seen      map[string]seenKey
 	seenOrder keyHeap
@@ -606,14 +605,10 @@ func (q *Queue) detach(m *Message) {
 		q.finals.remove(m)
 	}
 	if exhausted {
-		// Not a lapsed lease with deliveries left, back in the ready
-		// heap, whose lease would look through the whole list.
-		if i := slices.Index(q.exhausted, m); i >= 0 {
-			// (The sweep takes them in their order: the first goes
-			// without moving the others, or 200,000 lapsed last
-			// deliveries took seconds under the queue's lock.)
-			q.exhausted = blocklist.DeleteAt(q.exhausted, i)
-		}
+		// (Not a lapsed lease with deliveries left, which is in the
+		// ready heap.) Leaving costs the same wherever m stands in the
+		// list: see exhaustedList.
+		q.exhausted.remove(m)
 	}
 	switch m.State {
 	case Pending, Ready, Leased:
@@ -717,7 +712,7 @@ func (q *Queue) Promote(now int64) {
 		}
 		q.finals.pop()
 		m.Lapsed = true
-		q.exhausted = append(q.exhausted, m)
+		q.exhausted.push(m)
 	}
 }
 
@@ -806,7 +801,16 @@ func (q *Queue) Exhausted() []*Message {
 	if q == nil {
 		return nil
 	}
-	return q.exhausted
+	return q.exhausted.all()
+}
+
+// ExhaustedLen is the number of messages Exhausted returns. It costs the
+// same whatever the queue holds.
+func (q *Queue) ExhaustedLen() int {
+	if q == nil {
+		return 0
+	}
+	return q.exhausted.len()
 }
 
 // IsExhausted reports whether m is one of Exhausted's: a lease that
@@ -860,7 +864,7 @@ func (q *Queue) Counts() (ready, leased, delayed, dead int) {
 	// deliveries left and every message waiting out a retry delay.
 	leased = q.timers.leased + q.finals.Len()
 	delayed = q.timers.Len() - q.timers.leased
-	return q.ready.Len() + q.fresh, leased, delayed, q.dead.Len() + len(q.exhausted)
+	return q.ready.Len() + q.fresh, leased, delayed, q.dead.Len() + q.exhausted.len()
 }
 
 // Live is the count of messages that hold capacity: Pending, Ready and
@@ -870,7 +874,7 @@ func (q *Queue) Live() int {
 	if q == nil {
 		return 0
 	}
-	return q.live + q.fresh - len(q.exhausted)
+	return q.live + q.fresh - q.exhausted.len()
 }
 
 // Active is the count of the queue's active messages: those held on the
@@ -1097,8 +1101,10 @@ func (q *Queue) Dump(now int64) string {
 		fmt.Fprintf(&b, " %d", m.Seq)
 	}
 	b.WriteString("\n  exhausted")
-	for _, m := range q.exhausted {
-		fmt.Fprintf(&b, " %d", m.Seq)
+	for _, m := range q.exhausted.items {
+		if m != nil {
+			fmt.Fprintf(&b, " %d", m.Seq)
+		}
 	}
 	keys := slices.Sorted(maps.Keys(q.seen))
 	b.WriteString("\n  seen")

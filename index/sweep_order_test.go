@@ -2,6 +2,8 @@ package index
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,4 +110,76 @@ func BenchmarkDeadLetterSweep(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
 		})
 	}
+}
+
+// BenchmarkExhaustedLeaveFromTheMiddle takes exhausted leases out of the
+// middle of the list, in no order the sweep would take them (acks, say,
+// applied from a log): the cost of each should not grow with how many
+// exhausted leases the queue holds.
+func BenchmarkExhaustedLeaveFromTheMiddle(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			const k = 500 // leaves per queue built
+			var q *Queue
+			next := uint64(0)
+			left := 0
+			for b.Loop() {
+				if left == 0 {
+					b.StopTimer()
+					q = exhaustedQueue(b, n)
+					next, left = uint64(n/4), k
+					b.StartTimer()
+				}
+				// Every other one from a quarter in: each leaves the
+				// middle of what is left.
+				if _, err := q.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: next}); err != nil {
+					b.Fatal(err)
+				}
+				next += 2
+				left--
+			}
+		})
+	}
+}
+
+// TestExhaustedLeasesLeaveInRandomOrder takes exhausted leases out in a
+// random order, with more lapsing between, and checks after each that
+// the rest keep their order and their count, and that the list's places
+// agree (Verify).
+func TestExhaustedLeasesLeaveInRandomOrder(t *testing.T) {
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 0))
+	t.Logf("seed %d", seed)
+	const n = 300
+	q := exhaustedQueue(t, n)
+	want := seqsOf(q.Exhausted())
+	next := uint64(n + 1)
+	for len(want) > 0 {
+		i := rng.IntN(len(want))
+		if rng.IntN(2) == 0 {
+			deadLetter(t, q, want[i], 100)
+		} else {
+			_, err := q.Apply(0, &Event{Kind: KindAck, Queue: 1, Seq: want[i]})
+			require.NoError(t, err)
+		}
+		want = slices.Delete(want, i, i+1)
+		if rng.IntN(10) == 0 && next < 2*n {
+			// One more lapses on its last delivery: it joins the end.
+			require.NoError(t, q.x.Apply(wal.MakePosition(1, 100+int(next)), pub(next, 0, "")))
+			_, err := q.Apply(0, &Event{Kind: KindLease, Queue: 1, Seq: next, Deliveries: 2, Time: 100})
+			require.NoError(t, err)
+			q.Promote(100)
+			want = append(want, next)
+			next++
+		}
+		require.Equal(t, len(want), q.ExhaustedLen(), "seed %d", seed)
+		_, _, _, dead := q.Counts()
+		require.Equal(t, q.dead.Len()+len(want), dead, "seed %d", seed)
+		require.NoError(t, q.x.Verify(), "seed %d", seed)
+		if rng.IntN(20) == 0 {
+			require.Equal(t, want, seqsOf(q.Exhausted()), "seed %d", seed)
+		}
+	}
+	require.Empty(t, q.Exhausted())
+	require.Zero(t, q.ExhaustedLen())
 }

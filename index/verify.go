@@ -91,7 +91,10 @@ func (x *Index) countHeld() (heldCounts, error) {
 		if dead != q.dead.Len() {
 			return h, fmt.Errorf("queue %d: %d dead messages, %d in its dead letters", id, dead, q.dead.Len())
 		}
-		if n := q.ready.Len() + q.timers.Len() + q.finals.Len() + len(q.exhausted); n != waiting {
+		if err := q.exhausted.verify(); err != nil {
+			return h, fmt.Errorf("queue %d: %w", id, err)
+		}
+		if n := q.ready.Len() + q.timers.Len() + q.finals.Len() + q.exhausted.len(); n != waiting {
 			return h, fmt.Errorf("queue %d: %d ready or leased messages, %d in its heaps", id, waiting, n)
 		}
 		for _, hp := range []*msgHeap{&q.ready, &q.timers, &q.finals} {

@@ -132,31 +132,14 @@ func (q *Queue) Wake() WakeValue {
 // exhaustedSinceOpenLocked counts the leases that lapsed on their last
 // delivery, not yet swept, less those that had lapsed when the store was
 // opened (diedBeforeOpen): the deaths DeadLettered counts before their
-// sweep. It walks the smaller of the two sets, not every exhausted lease:
-// Stats runs under q.mu, which every publish waits for, and a consumer
-// that died holding 100,000 last deliveries left them all exhausted until
-// the next call that sweeps (a Receive), so that each Stats walked them.
-// The set of those dead before the open is empty but after an open that
-// found such leases, until the first sweep. The caller holds q.mu.
+// sweep. Stats runs under q.mu, which every publish waits for, and a
+// consumer that died holding 100,000 last deliveries left them all
+// exhausted until the next call that sweeps (a Receive), so the count
+// walks neither list: Open saw each of diedBeforeOpen lapse, so each is
+// exhausted from then on (a lapse once seen stays seen), and only the
+// sweep takes an exhausted lease out, forgetting it in diedBeforeOpen as
+// it does (an ack, nack or extend of a lapsed lease is refused). The
+// caller holds q.mu.
 func (q *Queue) exhaustedSinceOpenLocked() int64 {
-	all := q.iq.Exhausted()
-	n := int64(len(all))
-	if len(q.diedBeforeOpen) == 0 {
-		return n
-	}
-	if len(all) <= len(q.diedBeforeOpen) {
-		n = 0
-		for _, m := range all {
-			if !q.diedBeforeOpenLocked(m) {
-				n++
-			}
-		}
-		return n
-	}
-	for seq, nonce := range q.diedBeforeOpen {
-		if m := q.iq.Get(seq); m != nil && m.Nonce == nonce && q.iq.IsExhausted(m) {
-			n--
-		}
-	}
-	return n
+	return int64(q.iq.ExhaustedLen() - len(q.diedBeforeOpen))
 }

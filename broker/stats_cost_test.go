@@ -97,3 +97,78 @@ func TestDeadLetteredCountsOnlyTheLapsesSinceOpen(t *testing.T) {
 	st = q.Stats()
 	require.Equal(t, [3]int{4, 0, 3}, [3]int{st.DeadLetters, st.Leased, int(st.DeadLettered)}, "after the sweep")
 }
+
+// BenchmarkQueueStatsAfterOpen reads the Stats of a queue whose n leases
+// had lapsed on their last delivery when the store was opened, before any
+// call sweeps them (a queue no one Receives from): DeadLettered leaves
+// those deaths out (see TestDeadLetteredCountsOnlyTheLapsesSinceOpen).
+// Its cost should not grow with n.
+func BenchmarkQueueStatsAfterOpen(b *testing.B) {
+	p := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 })
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			e := newEnv(b, func(o *broker.Options) { o.Sync = broker.SyncNone; o.SegmentBytes = 16 << 20 })
+			leaseEvery(b, e.queue("q", p), n)
+			e.close()
+			e.clock.Advance(time.Minute) // every lease lapsed while the store was closed
+			e.open()
+			q := e.queue("q", p)
+			if st := q.Stats(); st.DeadLetters != n || st.DeadLettered != 0 {
+				b.Fatalf("%d dead letters, %d dead-lettered; want %d and 0", st.DeadLetters, st.DeadLettered, n)
+			}
+			for b.Loop() {
+				q.Stats()
+			}
+		})
+	}
+}
+
+// TestDeadLetteredAfterOpenCountsThroughSweepsAndAcks: the lapses Open
+// found stay dead letters that DeadLettered leaves out, even if the clock
+// then goes back before them (an ack of one is refused), while the leases
+// lapsing since, the sweep, and acks of others move the figures as they
+// should.
+func TestDeadLetteredAfterOpenCountsThroughSweepsAndAcks(t *testing.T) {
+	e := newEnv(t)
+	p := policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1; p.VisibilityTimeout = 30 * time.Second })
+	q := e.queue("jobs", p)
+	for range 8 {
+		mustPublish(t, q, "m")
+	}
+	early := mustReceive(t, q, 3) // lapse at t0+30s
+	e.clock.Advance(10 * time.Second)
+	late := mustReceive(t, q, 3) // lapse at t0+40s
+	require.Len(t, early, 3)
+	require.Len(t, late, 3)
+	e.close()
+
+	type figures struct{ ready, leased, dead, deadLettered, acked int }
+	stats := func() figures {
+		st := q.Stats()
+		return figures{st.Ready, st.Leased, st.DeadLetters, int(st.DeadLettered), int(st.Acked)}
+	}
+	e.clock.Set(t0.Add(35 * time.Second)) // the early three lapsed while the store was closed
+	e.open()
+	q = e.queue("jobs", p)
+	e.clock.Set(t0.Add(20 * time.Second)) // back before either lapse
+	require.Equal(t, figures{ready: 2, leased: 3, dead: 3}, stats(), "Open saw the early three lapse")
+	require.ErrorIs(t, q.Ack(ctx(t), early[0].Lease.Receipt), broker.LeaseExpired)
+	require.NoError(t, q.Ack(ctx(t), late[0].Lease.Receipt))
+	require.Equal(t, figures{ready: 2, leased: 2, dead: 3, acked: 1}, stats(), "after an ack of a live lease")
+
+	e.clock.Set(t0.Add(45 * time.Second)) // the late two lapse in this process, and no call sweeps
+	require.Equal(t, figures{ready: 2, dead: 5, deadLettered: 2, acked: 1}, stats(), "two lapsed since the open")
+
+	got := mustReceive(t, q, 10) // sweeps
+	require.Len(t, got, 2)
+	require.Equal(t, figures{leased: 2, dead: 5, deadLettered: 2, acked: 1}, stats(), "after the sweep")
+	require.NoError(t, q.Ack(ctx(t), got[0].Lease.Receipt))
+	require.Equal(t, figures{leased: 1, dead: 5, deadLettered: 2, acked: 2}, stats(), "after an ack after the sweep")
+
+	e.clock.Advance(time.Minute) // the last lapses while the store is closed
+	e.reopen()
+	q = e.queue("jobs", p)
+	require.Equal(t, figures{dead: 6}, stats(), "after a reopen: every death came before it")
+	require.Len(t, mustDeadLetters(t, q), 6) // sweeps
+	require.Equal(t, figures{dead: 6}, stats(), "after that sweep")
+}

@@ -392,6 +392,11 @@ func openStore(dir string, opts Options) (*Store, error) {
 			for _, m := range due {
 				q.diedBeforeOpen[m.Seq] = m.Nonce
 			}
+			// Seen lapsed now, they are exhausted from the open on, even
+			// if the clock then goes back, and leave that list only by
+			// the sweep: so Stats counts the deaths since open without
+			// walking them (see exhaustedSinceOpenLocked).
+			iq.Promote(now)
 		}
 		s.queues[name] = q
 	}

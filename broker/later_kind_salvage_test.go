@@ -135,12 +135,17 @@ func TestASalvageOfADamagedStoreWithALaterKindRepairsTheDamageKeepsItsListAndRef
 	}
 	_, err = broker.Open(e.dir, e.opts)
 	require.ErrorIs(t, err, broker.Corrupt)
-	require.ErrorContains(t, err, "an Open with Salvage began repairing the log and did not finish")
-	// This build's Salvage refuses the store, so the error says that a
-	// later build's record is why, and where, and does not offer it alone.
-	require.ErrorContains(t, err, "the store also holds a record a later build wrote, which this build's Salvage refuses")
+	require.ErrorIs(t, err, wal.ErrUnfinishedSalvage)
+	var ce *wal.CorruptionError
+	require.ErrorAs(t, err, &ce)
+	// This build's Salvage refuses the store, so the error says first what
+	// to do, then that a later build's record is why, and where, and does
+	// not offer Salvage alone, not even as the log's advice.
+	require.True(t, strings.HasPrefix(err.Error(), "broker: open "+e.dir+": open it with Salvage in a build that reads the record a later build wrote, which this build's Salvage refuses ("), err.Error())
 	require.ErrorContains(t, err, "kind 14, written by a later build")
-	require.ErrorContains(t, err, "open it with Salvage in a build that reads that record")
+	require.ErrorContains(t, err, "a salvage began repairing the log, from "+path+" at offset ")
+	require.ErrorContains(t, err, "and stopped at that record; the spans it repaired are listed in "+filepath.Join(e.dir, "salvage"))
+	require.NotContains(t, err.Error(), "open with Salvage to finish")
 	require.NotContains(t, err.Error(), "Options.Salvage may open the store")
 }
 

@@ -179,9 +179,12 @@ func (s *Store) noteLaterBuild(refusal error) error {
 // laterBuildNoted returns, for err, the log's refusal of the store at
 // where (dir as the caller named it), the error of an Open without
 // Salvage when noteLaterBuild wrote there and err refuses the log as
-// damaged: Corrupt, saying that the store also holds a later build's
-// record, which this build's Salvage refuses, so that a build that reads
-// it must open it. It returns nil otherwise (openError's error applies).
+// damaged: Corrupt, and err, to errors.Is and As, in a laterBuildRefusal
+// whose text says first what to do, open it with Salvage in a build that
+// reads the later build's record, and then why, without the log's own
+// advice to open it with Salvage when the refusal is of the salvage left
+// unfinished (wal.ErrUnfinishedSalvage): this build's Salvage refuses it.
+// It returns nil otherwise (openError's error applies).
 func laterBuildNoted(opts Options, where, dir string, err error) error {
 	if opts.Salvage || !errors.Is(err, wal.ErrCorrupt) {
 		return nil
@@ -190,8 +193,30 @@ func laterBuildNoted(opts Options, where, dir string, err error) error {
 	if rerr != nil || len(note) == 0 {
 		return nil
 	}
-	return fmt.Errorf("broker: open %s: %w: %w; the store also holds a record a later build wrote, which this build's Salvage refuses (%s): open it with Salvage in a build that reads that record", dir, Corrupt, err, note)
+	why := err.Error()
+	var ce *wal.CorruptionError
+	if errors.Is(err, wal.ErrUnfinishedSalvage) && errors.As(err, &ce) {
+		why = fmt.Sprintf("a salvage began repairing the log, from %s at offset %d, and stopped at that record; the spans it repaired are listed in %s",
+			ce.File, ce.Offset, filepath.Join(dir, "salvage"))
+	}
+	return &laterBuildRefusal{
+		text: fmt.Sprintf("broker: open %s: open it with Salvage in a build that reads the record a later build wrote, which this build's Salvage refuses (%s); until then an Open without Salvage refuses the store: %v: %s",
+			dir, note, Corrupt, why),
+		err: err,
+	}
 }
+
+// laterBuildRefusal is laterBuildNoted's error: its text, and Corrupt and
+// the log's refusal to errors.Is and As.
+type laterBuildRefusal struct {
+	text string
+	err  error
+}
+
+func (e *laterBuildRefusal) Error() string { return e.text }
+
+// Unwrap returns Corrupt and the log's refusal.
+func (e *laterBuildRefusal) Unwrap() []error { return []error{Corrupt, e.err} }
 
 // forgetLaterBuild removes what noteLaterBuild wrote (see forgetLost).
 func (s *Store) forgetLaterBuild() error { return removeDurable(s.opts.fs(), s.laterBuildPath()) }

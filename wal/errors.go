@@ -34,6 +34,14 @@ var (
 	// error is a *CorruptionError naming the file and byte offset. Open with
 	// Options.Salvage to skip the damage.
 	ErrCorrupt = errors.New("wal: log is corrupt")
+	// ErrUnfinishedSalvage is returned by Open without Options.Salvage, in
+	// a *CorruptionError, for a log that an Open with Salvage began
+	// repairing and did not finish (see unfinished.go): an Open with
+	// Salvage finishes the repair and reports every span it made. Its
+	// text is not in the error's: a caller that cannot follow that advice
+	// (its Salvage refuses the log for another reason) can tell this
+	// refusal from another and say what it can do instead.
+	ErrUnfinishedSalvage = errors.New("wal: a salvage of the log did not finish")
 	// ErrTooLarge is returned by Append when the records of one call cannot
 	// fit in one segment.
 	ErrTooLarge = errors.New("wal: records too large for one segment")

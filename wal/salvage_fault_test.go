@@ -108,7 +108,9 @@ func TestASalvageFinishedLaterReportsTheSpansTheFailedOneRepaired(t *testing.T) 
 
 	_, err = Open(d, Options{SegmentBytes: smallSeg})
 	require.ErrorIs(t, err, ErrCorrupt, "the first segment reads as repaired, but the salvage did not finish")
+	require.ErrorIs(t, err, ErrUnfinishedSalvage, "a caller can tell this refusal from damage found now")
 	require.ErrorContains(t, err, "did not finish")
+	require.ErrorContains(t, err, "open with Salvage to finish and report them")
 
 	// Moved before it is opened again: the report names the files where
 	// they are now.

@@ -82,14 +82,23 @@ func (l *Log) readUnfinished() ([]Damage, bool, error) {
 }
 
 // unfinishedError is Open's refusal of a log an unfinished salvage left,
-// when Salvage is not set.
+// when Salvage is not set. Its cause matches ErrUnfinishedSalvage.
 func (l *Log) unfinishedError(prior []Damage) error {
-	cause := fmt.Errorf("an Open with Salvage began repairing the log and did not finish (its list of %d damaged spans is %s): open with Salvage to finish and report them", len(prior), l.unfinishedPath())
+	cause := &unfinishedCause{text: fmt.Sprintf("an Open with Salvage began repairing the log and did not finish (its list of %d damaged spans is %s): open with Salvage to finish and report them", len(prior), l.unfinishedPath())}
 	if len(prior) == 0 {
 		return &CorruptionError{File: l.unfinishedPath(), Cause: cause}
 	}
 	return &CorruptionError{File: prior[0].File, Offset: prior[0].Offset, Cause: cause}
 }
+
+// unfinishedCause is the cause of unfinishedError: its text, which says
+// what to do, and ErrUnfinishedSalvage to errors.Is.
+type unfinishedCause struct{ text string }
+
+func (e *unfinishedCause) Error() string { return e.text }
+
+// Is reports whether target is ErrUnfinishedSalvage.
+func (e *unfinishedCause) Is(target error) bool { return target == ErrUnfinishedSalvage }
 
 // noteSalvage lists durably every span this Open has salvaged and ds,
 // which it is about to: call it before a salvage changes a segment.

@@ -40,8 +40,13 @@ func TestAStoreAtTheLastSegmentNumberDoesNotSayToReopen(t *testing.T) {
 			break
 		}
 	}
-	require.ErrorIs(t, err, wal.ErrNoNextSegment)
-	require.NotContains(t, err.Error(), "must be reopened")
-	require.NotContains(t, err.Error(), "close and reopen")
-	require.ErrorContains(t, err, "move its messages to a new store")
+	// The failed call, a later one, and Err, which a health check reads.
+	_, later := q.Publish(context.Background(), payload)
+	for _, err := range []error{err, later, s.Err()} {
+		require.ErrorIs(t, err, wal.ErrNoNextSegment)
+		require.ErrorIs(t, err, wal.ErrPoisoned)
+		require.NotContains(t, err.Error(), "must be reopened")
+		require.NotContains(t, err.Error(), "close and reopen")
+		require.ErrorContains(t, err, "move its messages to a new store")
+	}
 }

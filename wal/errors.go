@@ -15,16 +15,27 @@ var (
 	// ErrClosed is returned by every call on a closed Log, and, wrapped,
 	// by every call on a nil *Log (see errNilLog).
 	ErrClosed = errors.New("wal: log closed")
-	// ErrPoisoned is returned when a write or fdatasync of the log failed,
-	// or a rotation under Options.StopOnRotationFailure. The failure is
-	// permanent for this Log: after a failed fdatasync the kernel may have
-	// dropped the dirty pages, so retrying could report as durable data
-	// that is not on the device (fail-stop). Close the Log and Open it
-	// again; Open recovers everything acknowledged before the failure. The
-	// error also wraps the cause (for example syscall.EIO, or the ENOSPC
-	// of a segment that could not be made). A rotation that found no
+	// ErrPoisoned is returned, by every call from then on, once the log
+	// was poisoned by one of these:
+	//   - a failed write of the active segment (a record, or a seal);
+	//   - a failed fdatasync of the active segment (a batch's, the
+	//     background one, Close's, or the one before a seal);
+	//   - a failed fsync of the directory, after a rotation made the next
+	//     segment, or after RemoveBelow removed segments;
+	//   - a rotation that failed without writing anything, when
+	//     Options.StopOnRotationFailure is set (the ENOSPC of a segment
+	//     that could not be made, say), ErrNoNextSegment included.
+	// The failure is permanent for this Log: after a failed fdatasync the
+	// kernel may have dropped the dirty pages, so retrying could report as
+	// durable data that is not on the device (fail-stop). Close the Log and
+	// Open it again; Open recovers everything acknowledged before the
+	// failure. The error also wraps the cause, and its text says which of
+	// these it was and what to do. A rotation that found no
 	// segment number left (ErrNoNextSegment) is the exception: a reopened
-	// log stops at the same rotation, and the error says so instead.
+	// log stops at the same rotation, and the error says so instead, with
+	// neither "must be reopened" nor "close and reopen" (unless a failed
+	// fdatasync after the stop lost data, which a reopen recovers: then it
+	// says both).
 	ErrPoisoned = errors.New("wal: log failed and must be reopened")
 	// ErrLocked is returned by Open when another Log, in this process or
 	// another, has the directory open.

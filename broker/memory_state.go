@@ -163,14 +163,13 @@ func newMemState() memState {
 	}
 }
 
-// detach removes m from the structure of its state.
+// detach removes m, ready, leased or dead, from the structure of its
+// state. A delayed message is never detached: no call takes one out of
+// timers but promote, when its delay ends, which keeps delayed in step.
 func (s *memState) detach(m *memMessage) {
 	switch m.state {
 	case memReady:
 		heap.Remove(&s.ready, m.heapIdx)
-	case memDelayed:
-		heap.Remove(&s.timers, m.heapIdx)
-		s.delayed--
 	case memLeased:
 		if s.finals.Len() > m.heapIdx && s.finals.items[m.heapIdx] == m {
 			heap.Remove(&s.finals, m.heapIdx)

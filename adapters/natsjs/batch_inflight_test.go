@@ -165,3 +165,29 @@ func waitingIn(fn string) bool {
 	}
 	return false
 }
+
+// TestABatchWhoseCommitGotNoAnswerSaysItMayBeStored: a PublishBatch whose
+// commit request gets no answer (here its context ends as the commit is
+// sent) cannot know whether the server stored the batch, or will: its
+// error says so, and that a retry may store it twice, and wraps the
+// context's error. It used to read "publish: context canceled", which
+// a caller could take for a batch not stored.
+func TestABatchWhoseCommitGotNoAnswerSaysItMayBeStored(t *testing.T) {
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "commit", policy())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer natsjs.HoldBatchCommit(cancel)()
+	_, err := q.PublishBatch(ctx, [][]byte{[]byte("a"), []byte("b")})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("PublishBatch whose commit got no answer: %v, want Canceled", err)
+	}
+	for _, want := range []string{"may or may not have stored the whole batch", "a retry may store it twice"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("PublishBatch whose commit got no answer: %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "nothing was sent") || errors.Is(err, broker.Closed) {
+		t.Fatalf("PublishBatch whose commit got no answer: %q says it stored nothing", err)
+	}
+}

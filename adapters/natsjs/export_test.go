@@ -74,3 +74,10 @@ func TakeBatchSlot(q *Queue) (release func()) {
 	q.batches <- struct{}{}
 	return func() { <-q.batches }
 }
+
+// HoldBatchCommit makes hold run before each batch sends its commit, and
+// returns what restores the default.
+func HoldBatchCommit(hold func()) (restore func()) {
+	beforeBatchCommit = hold
+	return func() { beforeBatchCommit = func() {} }
+}

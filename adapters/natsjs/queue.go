@@ -620,9 +620,16 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 			continue
 		}
 		m.Header.Set(hdrBatchEnd, "1")
+		beforeBatchCommit()
 		var err error
 		if reply, err = q.s.nc.RequestMsgWithContext(ctx, m); err != nil {
-			return batchReply{}, err
+			if errors.Is(err, nats.ErrNoResponders) {
+				return batchReply{}, err // no server took the commit
+			}
+			// A timeout, an ended context or a lost connection: the
+			// server may have taken the commit, and may store the batch
+			// after this call gave up, as for any publish that times out.
+			return batchReply{}, fmt.Errorf("the batch's commit got no answer: the server may or may not have stored the whole batch, and may yet (a retry may store it twice: a batch carries no dedup key): %w", err)
 		}
 	}
 	var resp batchReply
@@ -634,6 +641,10 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 	}
 	return resp, nil
 }
+
+// beforeBatchCommit runs before a batch sends its commit; tests end the
+// call's context there.
+var beforeBatchCommit = func() {}
 
 // full runs publish and, when the queue is full while messages whose last
 // lease lapsed may still hold places in it (a death was announced, or a

@@ -61,7 +61,7 @@ type Queue struct {
 	// counters are since open, and the death came before (a process that
 	// saw the lease lapse counted it; one that closed before it lapsed did
 	// not, and then no process does). Each is known by its sequence and
-	// lease nonce: a later lease is another life. Open marks each lapsed
+	// lease nonce: a later lease is another life. Open looks at the queue
 	// (index.Queue.Promote), so each is in the index's exhausted list
 	// until the sweep, which forgets it here as it takes it out.
 	diedBeforeOpen map[uint64]uint64

@@ -392,12 +392,13 @@ func openStore(dir string, opts Options) (*Store, error) {
 			for _, m := range due {
 				q.diedBeforeOpen[m.Seq] = m.Nonce
 			}
-			// Seen lapsed now, they are exhausted from the open on, even
-			// if the clock then goes back, and leave that list only by
-			// the sweep: so Stats counts the deaths since open without
-			// walking them (see exhaustedSinceOpenLocked).
-			iq.Promote(now)
 		}
+		// The open looks at the queue at now, as any call does: the leases
+		// lapsed on their last delivery are exhausted from then on, even
+		// if the clock then goes back, and leave that list only by the
+		// sweep, so Stats counts the deaths since open without walking
+		// them (see exhaustedSinceOpenLocked).
+		iq.Promote(now)
 		s.queues[name] = q
 	}
 	s.setPreamble()

@@ -290,7 +290,8 @@ func (q *mQueue) evict(now int64) {
 }
 
 // restart is what a reopen at now does to the model: observations and
-// counters are gone, and a last lease lapsed by now died before the open.
+// counters are gone, a last lease lapsed by now died before the open,
+// and the open observes the queues at now.
 // Every kind of restart keeps the messages, the keys and the dedup clock
 // (under SyncAll every call that returned is in the log).
 func (m *model) restart(now int64) {
@@ -313,6 +314,10 @@ func (m *model) restart(now int64) {
 				q.c.deadLettered++
 			}
 		}
+		// The open looks at every queue at now (index.Queue.Promote): a
+		// lapse or the end of a delay it sees stays seen if the clock
+		// then goes back.
+		q.observe(now)
 	}
 }
 

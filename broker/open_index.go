@@ -90,9 +90,13 @@ func (s *Store) openHints(wo *wal.Options) error {
 // tells: it meets the salvaged event the salvage wrote (errSalvagedSince).
 // A checkpoint loadCheckpoint refuses (its table files damaged, its
 // position outside the log) is replayed from nowhere, and its hints are
-// dropped with it. One refused after a replay through to the end of the
-// log that met no salvaged event (its table found damaged on the way:
-// Index.Damaged) keeps them: that replay showed them true.
+// dropped with it. So are they after a checkpoint a replay from it
+// refused for damage (its table found damaged on the way: Index.Damaged),
+// salvaged event or not: the rebuild that follows finds no checkpoint,
+// and the refusal does not say whether the replay went to the end of the
+// log (a meta record of another store's secret stops it early, having
+// shown nothing of the hints). The cost is one more scan of the log, on
+// a path that damage alone takes.
 var errStaleHints = errors.New("the log was opened with the hints of a checkpoint it then refused")
 
 // reopenLog closes the log, which Open opened with the hints of a
@@ -294,11 +298,9 @@ func (s *Store) openIndex() (int, error) {
 				return 0, err
 			}
 			// A replay stopped by a salvaged event (or by a position a
-			// salvage padded over) found the hints untrue; one that met
-			// table damage went to the end of the log without meeting
-			// one, and they hold (see errStaleHints). (A meta event of
-			// another secret stops it too, but only when openHints
-			// could not read the log's secret: see peekLogSecret.)
+			// salvage padded over) found the hints untrue. After one
+			// that met table damage the rebuild below finds no
+			// checkpoint and drops them too (see errStaleHints).
 			if s.hinted && errors.Is(err, errSalvagedSince) {
 				return 0, fmt.Errorf("%w: %w", errStaleHints, err)
 			}

@@ -1,13 +1,16 @@
 package broker_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The hints a checkpoint gives the log (which segments are sealed, and
@@ -85,25 +88,52 @@ func flipTableFiles(t *testing.T, index string) {
 }
 
 // A checkpoint whose table a replay from it to the end of the log found
-// damaged, having met no salvaged event, is refused, and the index
-// rebuilt from the log opened with that checkpoint's hints: the replay
-// showed the log to be the one it was taken of. The rebuild walks every
-// sealed segment to the seal the checkpoint records, and holds every
-// message.
-func TestARebuildAfterATableAReplayFoundDamagedKeepsTheHints(t *testing.T) {
+// damaged, having met no salvaged event, is refused, and the index is
+// rebuilt from the log opened again without that checkpoint's hints, as
+// after every refusal of the checkpoint whose hints opened it: the
+// rebuild after it finds no checkpoint, and cannot tell how far the
+// replay went (one that stopped early, at a meta record of another
+// store's secret, showed nothing of the hints). The rebuild holds every
+// message, and the log is opened twice.
+func TestARebuildAfterATableAReplayFoundDamagedOpensTheLogAgain(t *testing.T) {
 	const published, acked = 130, 5
 	e, pol, old := storeWithOldIndex(t, published)
 	ackFirst(t, e, pol, acked)
 
 	swapIndex(t, old, e.dir)
 	flipTableFiles(t, filepath.Join(e.dir, "index"))
+	fs := &walLockCountFS{FS: vfs.Default}
+	e.opts.FS = fs
 	s := e.open()
 	require.True(t, s.Recovery().IndexRebuilt, "the damaged checkpoint is not used")
+	require.Equal(t, int64(2), fs.walLocks.Load(), "the log is opened again without the refused checkpoint's hints")
 	require.Equal(t, published-acked, e.queue("jobs", pol).Stats().Ready, "every message not acknowledged")
 	ds, err := e.queue("jobs", pol).Receive(ctx(t), published)
 	require.NoError(t, err, "every message the store holds reads")
 	require.Len(t, ds, published-acked)
+
+	// A store whose checkpoint is taken opens its log once.
+	e.close()
+	fs.walLocks.Store(0)
+	e.open()
+	require.Equal(t, int64(1), fs.walLocks.Load(), "setup: an Open that takes its checkpoint opens the log once")
 }
+
+// walLockCountFS counts the locks taken on a log's directory: one each
+// time the log is opened.
+type walLockCountFS struct {
+	vfs.FS
+	walLocks atomic.Int64
+}
+
+func (f *walLockCountFS) Lock(name string) (io.Closer, error) {
+	if filepath.Base(name) == "LOCK" {
+		f.walLocks.Add(1)
+	}
+	return f.FS.Lock(name)
+}
+
+func (f *walLockCountFS) CheckDir(dir string) error { return vfs.CheckDir(f.FS, dir) }
 
 // tableFiles returns the table files of the index directory index, one at
 // least.

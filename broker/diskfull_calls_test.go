@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -358,7 +359,7 @@ func TestARetryAfterAFailedPublishMayDuplicateAndAKeyedOneDoesNot(t *testing.T) 
 	q, err := s.Queue("jobs", diskFullPolicy)
 	require.NoError(t, err)
 
-	ffs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Err: syscall.EIO})
+	failNextCommit(t, ffs, dir)
 	_, err = q.Publish(ctx, []byte("plain"))
 	require.ErrorIs(t, err, syscall.EIO)
 	_ = s.Close()
@@ -371,7 +372,7 @@ func TestARetryAfterAFailedPublishMayDuplicateAndAKeyedOneDoesNot(t *testing.T) 
 	require.NoError(t, err)
 	require.Equal(t, 2, q.Stats().Ready, "a retried Publish enqueues the message again")
 
-	ffs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Err: syscall.EIO})
+	failNextCommit(t, ffs, dir)
 	_, err = q.PublishKeyed(ctx, "order-7", []byte("keyed"))
 	require.ErrorIs(t, err, syscall.EIO)
 	_ = s.Close()
@@ -389,4 +390,23 @@ func TestARetryAfterAFailedPublishMayDuplicateAndAKeyedOneDoesNot(t *testing.T) 
 	require.Len(t, got, 3)
 	_, there := got[m.ID]
 	require.True(t, there, "the original the retry named is the message the log holds")
+}
+
+// failNextCommit fails the next fdatasync of the log's active segment,
+// the highest-numbered .seg file in dir, with EIO: the next commit's. Any
+// next fdatasync would not do: the log prepares its next segment in the
+// background from its first write on, and the preparation's fdatasync
+// may come first (it is retried, unreported, and the commit succeeds).
+func failNextCommit(t *testing.T, ffs *vfs.FaultFS, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	active := ""
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".seg") {
+			active = max(active, e.Name())
+		}
+	}
+	require.NotEmpty(t, active, "no segment in %s", dir)
+	ffs.Inject(vfs.Rule{Op: vfs.OpSync, Times: 1, Err: syscall.EIO, NameContains: active})
 }

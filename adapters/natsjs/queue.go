@@ -597,7 +597,10 @@ func isNoRoom(err error) bool {
 // It holds one of the Queue's batch tokens while the batch is open. Until
 // it has one it has sent nothing: a context that ends meanwhile, or a
 // Close that ran meanwhile, is refused as such, so that the caller knows
-// the batch is not stored and no batch is stored after Close returned.
+// the batch is not stored, and a batch that had sent nothing when Close
+// returned sends nothing after. (Close does not wait for the calls under
+// way: a batch already sending when it ran may still be stored after it
+// returned, as may any publish under way then.)
 func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, now time.Time) (batchReply, error) {
 	select {
 	case q.batches <- struct{}{}:

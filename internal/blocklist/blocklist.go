@@ -80,8 +80,11 @@ func (l *List[T]) Remove(x T, cmp func(a, b T) int) bool {
 }
 
 // First returns up to max elements, the first ones, in a slice of their
-// own.
+// own: none when max is not positive.
 func (l *List[T]) First(max int) []T {
+	if max <= 0 {
+		return nil
+	}
 	out := make([]T, 0, min(max, l.n))
 	for _, blk := range l.blocks {
 		if len(out)+len(blk) >= max {

@@ -78,3 +78,17 @@ func TestRemovingTheFirstMovesNoOther(t *testing.T) {
 	require.Equal(t, []uint64{2}, seqsOf(items))
 	require.Nil(t, DeleteAt(items, 0), "an emptied slice lets its array go")
 }
+
+// TestFirstOfNoneOrFewerIsEmpty: First with a max of zero or less
+// returns nothing (its callers refuse such a max first; the list does
+// not rely on that).
+func TestFirstOfNoneOrFewerIsEmpty(t *testing.T) {
+	var l List[*item]
+	for i := range 3 {
+		l.Insert(&item{key: i, seq: uint64(i)}, byKey)
+	}
+	for _, max := range []int{0, -1, -1 << 40} {
+		require.Empty(t, l.First(max), "First(%d)", max)
+	}
+	require.Equal(t, []uint64{0, 1}, seqsOf(l.First(2)))
+}

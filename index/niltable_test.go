@@ -30,6 +30,12 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 			require.Empty(t, created)
 			return err
 		},
+		"NextStream": func() error {
+			seq, ok, err := tb.NextStream(1, 0, 1<<20)
+			require.Equal(t, uint64(0), seq)
+			require.False(t, ok)
+			return err
+		},
 		"Remove":  func() error { return tb.Remove(0) },
 		"SyncDir": tb.SyncDir,
 		"Close":   tb.Close,
@@ -40,12 +46,6 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 		"Unflushed": func() { require.Equal(t, 0, tb.Unflushed()) },
 		"Chunks":    func() { require.Empty(t, tb.Chunks()) },
 		"Bytes":     func() { require.Equal(t, int64(0), tb.Bytes()) },
-		"NextStream": func() {
-			seq, ok, err := tb.NextStream(1, 0, 1<<20)
-			require.Equal(t, uint64(0), seq)
-			require.False(t, ok)
-			require.NoError(t, err)
-		},
 	}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Table](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {

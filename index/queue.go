@@ -505,7 +505,7 @@ func (q *Queue) streamHead() (Entry, bool) {
 		}
 		if !ok {
 			next, found, err := q.x.Table.NextStream(q.ID, seq+1, q.streamMax)
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrClosed) && q.x.Table != nil {
 				// Closed since the look above (Close runs on another
 				// goroutine): as above, and no head. Taken for a stream
 				// that ends here, it counted the messages after as
@@ -575,7 +575,7 @@ func (q *Queue) eachFresh(from, to uint64, f func(Entry) bool) {
 	from, to = max(from, q.cursor), min(to, q.streamMax)
 	for from <= to {
 		seq, ok, err := q.x.Table.NextStream(q.ID, from, to)
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, ErrClosed) && q.x.Table != nil {
 			return // a closed table is not a damaged one (see entry)
 		}
 		if err != nil {

@@ -364,10 +364,11 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 // be writing: that one is not judged.) Once Close has been called it
 // fails with ErrClosed, as Get does: its files are gone, and an answer
 // from the entries in memory alone, or none, would be taken for the
-// stream's.
+// stream's. So does it on a nil *Table (errNilTable), which has no
+// stream to answer for either.
 func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) {
 	if t == nil {
-		return 0, false, nil
+		return 0, false, errNilTable
 	}
 	want := queueField(queue, true)
 	t.mu.RLock()

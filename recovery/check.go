@@ -80,6 +80,9 @@ type msg struct {
 	deadT1  int64
 
 	// The current epoch of deliveries (a replay starts a new one).
+	// maxDel is the highest count of its certain deliveries; lastExp and
+	// the floors below are the highest one's, whichever delivery of a
+	// process the checker placed last (see placedLate).
 	maxDel  int
 	lastExp int64 // the last delivery's lease expiry (extended), if its lease may still hold
 	// extendFloor: an Extend meant for the last delivery has not been
@@ -126,8 +129,9 @@ type msg struct {
 	returned returnedSettle
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
-	// returned it): a refused settle undoes what that intent noted only
-	// if it is this delivery's (see settleFailed).
+	// returned it), the highest of its process, whichever the checker
+	// placed last (see placedLate): a refused settle undoes what that
+	// intent noted only if it is this delivery's (see settleFailed).
 	intentDel int
 	intentExp int64
 	// intentCycle is the cycle whose process handed that delivery out;
@@ -826,24 +830,49 @@ func (c *Checker) delivered(e Entry) {
 	if m == nil {
 		return
 	}
-	m.maxDel, m.lastExp, m.visibleAt, m.lastDelCycle = e.Del, e.Exp, 0, c.cycle
-	m.nackFloor, m.mayBeGone, m.extendFloor, m.preReplays = 0, false, 0, nil
+	m.lastDelCycle, m.preReplays = c.cycle, nil
 	if e.Del == 1 {
 		m.nackMeantBefore = 0 // a new epoch began: the replays before it happened
 	}
-	if mb := m.maybe; mb.cycle != c.cycle || e.Del >= mb.del {
-		// The floors of this delivery hold from now on. A delivery of
-		// the maybe's process counting less came before the maybe (it
-		// is reported, see handedOut): the checker placed it after,
-		// since its consumer read the clock late, and the maybe's
-		// floors still hold.
-		m.maybe = maybeLease{}
+	late := m.placedLate(c.cycle, e.Del)
+	if late && e.Del <= m.maxDel {
+		// A later certain delivery of its process was placed before it:
+		// that one's count, lease and intent hold.
+		return
 	}
+	m.maxDel, m.lastExp, m.visibleAt, m.extendFloor = e.Del, e.Exp, 0, 0
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
+	if late {
+		// It is the last certain delivery, and its count and lease are
+		// the floors a later process holds; but a maybe of its process
+		// counting more was placed before it, whose floors and intent
+		// hold in the process.
+		return
+	}
+	// The floors of this delivery hold from now on; a maybe of its
+	// process counted no more (see placedLate).
+	m.nackFloor, m.mayBeGone, m.maybe = 0, false, maybeLease{}
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
+}
+
+// placedLate reports whether a delivery of m counting del, handed out by
+// the process of cycle, counts less than one that process handed out
+// before it in the current epoch, as the checker placed them (the
+// delivery whose intent was noted last; see expect). The checker places
+// deliveries by the clock their consumer read after Receive returned,
+// which a consumer stalled past the lease reads late: an earlier delivery
+// may be placed after a later one. It is reported (a count that did not
+// grow, see handedOut), but its count, lease and intent never bind what
+// follows: its lease lapsed before the later delivery was handed out, so
+// a settle its consumer makes is refused. The later delivery's hold, as
+// if the checker had placed them in the order they happened. (Counts in
+// a later process need not grow past a maybe, so this holds only within
+// a process.)
+func (m *msg) placedLate(cycle, del int) bool {
+	return m.intentCycle == cycle && del < m.intentDel
 }
 
 // handedOut checks what a Receive returned, whether or not the delivery
@@ -970,7 +999,9 @@ func nackFloorOf(queue string, intent Intent, del int, exp int64) int64 {
 // intent meant) ended, as after a certain delivery whose settle is in
 // flight (see maybeLease). It is checked again, and then holds everything
 // later, if OpDelivered follows; that check reports only what this one
-// did not (see confirmedMaybe).
+// did not (see confirmedMaybe). One counting less than a delivery its
+// process handed out before it binds nothing, its intent included (see
+// placedLate).
 func (c *Checker) maybeDelivered(e Entry) {
 	before := len(c.violations)
 	m := c.handedOut(e, maybeWhere)
@@ -982,16 +1013,13 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
+	if m.placedLate(c.cycle, e.Del) {
+		return // the later delivery's floors and intent hold
+	}
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 	if e.Del <= m.maxDel {
 		return // reported: it holds nothing above the certain floors
-	}
-	if mb := m.maybe; mb.cycle == c.cycle && e.Del < mb.del {
-		// Placed after a later delivery of its process (reported, see
-		// handedOut; its consumer read the clock late): the later one's
-		// floors hold.
-		return
 	}
 	m.maybe = maybeLease{cycle: c.cycle, del: e.Del, exp: e.Exp, leaseFloor: e.Exp, nackFloor: nackFloorOf(e.Queue, e.Intent, e.Del, e.Exp)}
 	if e.By != 0 {

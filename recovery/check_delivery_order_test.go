@@ -1,0 +1,207 @@
+package recovery
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/walbroker/walbroker/broker"
+)
+
+// certainAt is a certain delivery of id on its del-th delivery by
+// consumer who, Receive running from at to at, leased for the work
+// queue's visibility timeout.
+func certainAt(who, id, ref string, base int64, del int, at int64, intent Intent) Entry {
+	e := maybeAt(who, id, ref, base, del, at, intent)
+	e.Op = OpDelivered
+	return e
+}
+
+// certainJournal is the journal of a child under SyncAll: message id
+// published, then the entries given.
+func certainJournal(id, ref string, base int64, entries ...Entry) []Entry {
+	return append([]Entry{
+		{Op: OpStart, Cycle: 1, Sync: broker.SyncAll.String()},
+		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
+	}, entries...)
+}
+
+// misplacedReport reports whether v is what checking delivery 1, placed
+// after delivery 2, reports of it: a count that did not grow, or a
+// delivery inside delivery 2's lease. The checker places deliveries by
+// the clock read after Receive returned, and cannot tell a late reading
+// from a count gone back.
+func misplacedReport(v Violation) bool {
+	return strings.Contains(v.What, "delivery count 1;") || strings.Contains(v.What, "delivery count 1 in the process") ||
+		strings.Contains(v.What, "(delivery 1,")
+}
+
+// TestALaterDeliveryKeepsItsLeaseAndCountWhenAnEarlierOneIsPlacedAfterIt:
+// one process hands a message out as delivery 1 (to con0) and, once that
+// lease lapsed, as delivery 2 (to con1), both certain. Had con0 read its
+// clock late after Receive (stalled past the lease), the checker places
+// delivery 1 after delivery 2. Delivery 2's count and lease bind what
+// follows all the same: a delivery 3 inside its lease, or a later
+// delivery counting 2 again, is a fault, whichever of deliveries 1 and 2
+// is placed last; a delivery 3 after its lease is sound.
+func TestALaterDeliveryKeepsItsLeaseAndCountWhenAnEarlierOneIsPlacedAfterIt(t *testing.T) {
+	id := "00000000000000c4"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	ms := int64(time.Millisecond)
+	p, _ := Policy(QueueWork)
+	vt := int64(p.VisibilityTimeout)
+	at1 := base + ms
+	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
+
+	for _, order := range []struct {
+		name string
+		late int64 // how long after delivery 1's Receive con0 read the clock
+	}{
+		{"delivery 1 placed first", 0},
+		{"delivery 1 placed after delivery 2", vt + 200*ms},
+	} {
+		for _, next := range []struct {
+			name string
+			del  int
+			at   int64
+			want string // what it must be reported for; "" if sound
+		}{
+			{"delivery 3 inside delivery 2's lease", 3, at2 + vt/2, "before the previous lease expired"},
+			{"delivery 2 again after its lease lapsed", 2, at2 + vt + 10*ms, "delivery count 2; an earlier delivery already counted 2"},
+			{"control: delivery 3 after delivery 2's lease lapsed", 3, at2 + vt + 10*ms, ""},
+		} {
+			t.Run(order.name+"/"+next.name, func(t *testing.T) {
+				first := certainAt("con0", id, ref, base, 1, at1, IntentHold)
+				first.T1 += order.late
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, certainJournal(id, ref, base,
+					first,
+					certainAt("con1", id, ref, base, 2, at2, IntentHold),
+					certainAt("con1", id, ref, base, next.del, next.at, IntentHold)))
+
+				var found bool
+				for _, v := range c.violations {
+					switch {
+					case next.want != "" && strings.Contains(v.What, next.want) && !misplacedReport(v):
+						found = true
+					case order.late != 0 && misplacedReport(v):
+					default:
+						t.Errorf("unexpected report: %s", v)
+					}
+				}
+				if next.want != "" {
+					require.True(t, found, "want a report %q (delivery 1 read its clock %v late); reports: %v",
+						next.want, time.Duration(order.late), c.violations)
+				}
+				if order.late == 0 && next.want == "" {
+					require.NoError(t, c.Err())
+				}
+			})
+		}
+	}
+}
+
+// TestTheLatestDeliveryKeepsItsIntentWhenAnEarlierOneIsPlacedAfterIt: as
+// above, with the kill coming before either consumer settled its
+// delivery. Only con1's intent can still be carried out: con0's lease
+// lapsed before delivery 2, so its Ack would be refused. A store after
+// the kill that no longer holds the message is right if con1 meant to ack
+// delivery 2, and has lost it if only con0 meant to ack delivery 1,
+// whichever delivery is placed last, and whether delivery 1 was journaled
+// as certain or only as a maybe (its certain entry not yet written).
+// Nor does the intent of the misplaced delivery lift delivery 2's lease
+// for the nack con1 meant: a delivery 3 after that nack's retry delay is
+// sound, and one before it a fault.
+func TestTheLatestDeliveryKeepsItsIntentWhenAnEarlierOneIsPlacedAfterIt(t *testing.T) {
+	id := "00000000000000c5"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	ms := int64(time.Millisecond)
+	p, _ := Policy(QueueWork)
+	vt := int64(p.VisibilityTimeout)
+	at1 := base + ms
+	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
+
+	orders := []struct {
+		name  string
+		late  int64 // how long after delivery 1's Receive con0 read the clock
+		maybe bool  // delivery 1 is journaled only as a maybe
+	}{
+		{"delivery 1 placed first", 0, false},
+		{"delivery 1 placed after delivery 2", vt + 200*ms, false},
+		{"delivery 1, a maybe, placed after delivery 2", vt + 200*ms, true},
+	}
+	journal := func(late int64, maybe bool, intent1, intent2 Intent, more ...Entry) []Entry {
+		first := certainAt("con0", id, ref, base, 1, at1, intent1)
+		first.T1 += late
+		if maybe {
+			first.Op = OpMaybe
+		}
+		return certainJournal(id, ref, base, append([]Entry{first, certainAt("con1", id, ref, base, 2, at2, intent2)}, more...)...)
+	}
+	onlyMisplaced := func(t *testing.T, c *Checker, late int64) {
+		t.Helper()
+		for _, v := range c.violations {
+			if late == 0 || !misplacedReport(v) {
+				t.Errorf("unexpected report: %s", v)
+			}
+		}
+	}
+
+	for _, order := range orders {
+		for _, tc := range []struct {
+			name             string
+			intent1, intent2 Intent
+			lost             bool // the store without the message lost it
+		}{
+			{"con1 meant to ack delivery 2", IntentHold, IntentAck, false},
+			{"only con0 meant to ack delivery 1", IntentAck, IntentHold, true},
+		} {
+			t.Run(order.name+"/"+tc.name, func(t *testing.T) {
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, journal(order.late, order.maybe, tc.intent1, tc.intent2))
+				onlyMisplaced(t, c, order.late)
+				before := len(c.violations)
+				_ = c.CheckDrain(storeWithQueues(t, QueueNames...))
+				after := c.violations[before:]
+				if tc.lost {
+					require.Len(t, after, 1, "the store after the kill lost the message: %v", after)
+					require.Contains(t, after[0].What, "lost: ")
+				} else {
+					require.Empty(t, after, "con1's Ack of delivery 2 was in flight at the kill and may have happened")
+				}
+			})
+		}
+
+		nackFloor := at2 + int64(retryDelay(QueueWork, 2))
+		for _, next := range []struct {
+			name string
+			at   int64
+			want bool // delivery 3 is a fault
+		}{
+			{"delivery 3 before the retry delay of the nack meant for delivery 2", nackFloor - 5*ms, true},
+			{"control: delivery 3 after the retry delay of the nack meant for delivery 2", nackFloor + 5*ms, false},
+		} {
+			t.Run(order.name+"/"+next.name, func(t *testing.T) {
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, journal(order.late, order.maybe, IntentHold, IntentNack,
+					certainAt("con1", id, ref, base, 3, next.at, IntentHold)))
+				var found bool
+				for _, v := range c.violations {
+					switch {
+					case strings.Contains(v.What, "(delivery 3,") && strings.Contains(v.What, "before the previous lease expired"):
+						found = true
+					case order.late != 0 && misplacedReport(v):
+					default:
+						t.Errorf("unexpected report: %s", v)
+					}
+				}
+				require.Equal(t, next.want, found, "delivery 3 came %v after delivery 2, whose consumer meant to nack it; reports: %v",
+					time.Duration(next.at-at2), c.violations)
+			})
+		}
+	}
+}

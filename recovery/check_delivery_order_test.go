@@ -1,6 +1,8 @@
 package recovery
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +203,84 @@ func TestTheLatestDeliveryKeepsItsIntentWhenAnEarlierOneIsPlacedAfterIt(t *testi
 				}
 				require.Equal(t, next.want, found, "delivery 3 came %v after delivery 2, whose consumer meant to nack it; reports: %v",
 					time.Duration(next.at-at2), c.violations)
+			})
+		}
+	}
+}
+
+// TestARejectInFlightOfTheLatestDeliveryHoldsWhenAnEarlierOneIsPlacedAfterIt:
+// con1's Reject of delivery 2 was in flight at the kill, and the store
+// after it shows the dead letter: the reject happened (it failed within
+// delivery 2's lease, so it is no lapse), and the message stays dead. A
+// later store that has it back in the queue broke that, and one that
+// still shows the dead letter is right, whichever of deliveries 1 and 2
+// is placed last.
+func TestARejectInFlightOfTheLatestDeliveryHoldsWhenAnEarlierOneIsPlacedAfterIt(t *testing.T) {
+	ctx := context.Background()
+	p, _ := Policy(QueueWork)
+	vt := p.VisibilityTimeout
+	dir := t.TempDir()
+	clk := &stepClock{now: time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
+	m, entries := publishJournaled(t, q)
+	var ds [2]broker.DeliveryValue
+	for i := range ds {
+		clk.Set(clk.Now().Add(vt + 10*time.Millisecond))
+		got, err := q.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Equal(t, i+1, got[0].Deliveries)
+		ds[i] = got[0]
+	}
+	at1, at2 := ds[0].Lease.ExpiresAt.Add(-vt).UnixNano(), ds[1].Lease.ExpiresAt.Add(-vt).UnixNano()
+	leased := t.TempDir()
+	require.NoError(t, CopyTree(dir, leased))
+	clk.Set(clk.Now().Add(100 * time.Millisecond))
+	require.NoError(t, q.Reject(ctx, ds[1].Lease.Receipt, causeFor(QueueWork, IntentReject)))
+	require.NoError(t, s.Close())
+
+	for _, order := range []struct {
+		name string
+		late int64 // how long after delivery 1's Receive con0 read the clock
+	}{
+		{"delivery 1 placed first", 0},
+		{"delivery 1 placed after delivery 2", int64(vt + 200*time.Millisecond)},
+	} {
+		for _, later := range []struct {
+			name  string
+			store string
+			want  string // what it must be reported for; "" if right
+		}{
+			{"a later store has it back in the queue", leased, "after it was dead-lettered"},
+			{"control: a later store still shows the dead letter", dir, ""},
+		} {
+			t.Run(order.name+"/"+later.name, func(t *testing.T) {
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, append(slices.Clone(entries),
+					deliveredEntry("con0", QueueWork, ds[0], IntentHold, at1, at1+order.late),
+					deliveredEntry("con1", QueueWork, ds[1], IntentReject, at2, at2)))
+				// Drain a copy: a drain takes what it receives.
+				dead := t.TempDir()
+				require.NoError(t, CopyTree(dir, dead))
+				_ = c.CheckDrain(dead) // the reject in flight at the kill happened
+				for _, v := range c.violations {
+					if !misplacedReport(v) {
+						t.Errorf("unexpected report: %s", v)
+					}
+				}
+				before := len(c.violations)
+
+				c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
+				cp := t.TempDir()
+				require.NoError(t, CopyTree(later.store, cp))
+				_ = c.CheckDrain(cp)
+				after := c.violations[before:]
+				if later.want == "" {
+					require.Empty(t, after, "message %s is still the rejected dead letter of delivery 2", m.ID)
+					return
+				}
+				require.NotEmpty(t, after, "message %s was the rejected dead letter of delivery 2 after the kill that left the reject in flight, and a later store delivers it", m.ID)
+				require.Contains(t, after[0].What, later.want)
 			})
 		}
 	}

@@ -80,9 +80,9 @@ type msg struct {
 	deadT1  int64
 
 	// The current epoch of deliveries (a replay starts a new one).
-	// maxDel is the highest count of its certain deliveries; lastExp and
-	// the floors below are the highest one's, whichever delivery of a
-	// process the checker placed last (see placedLate).
+	// maxDel, lastExp and the floors below are those of its latest
+	// certain delivery, whichever delivery of a process the checker
+	// placed last (see placedLate).
 	maxDel  int
 	lastExp int64 // the last delivery's lease expiry (extended), if its lease may still hold
 	// extendFloor: an Extend meant for the last delivery has not been
@@ -129,7 +129,7 @@ type msg struct {
 	returned returnedSettle
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
-	// returned it), the highest of its process, whichever the checker
+	// returned it), the latest of its process, whichever the checker
 	// placed last (see placedLate): a refused settle undoes what that
 	// intent noted only if it is this delivery's (see settleFailed).
 	intentDel int
@@ -141,6 +141,17 @@ type msg struct {
 	// nack the intent meant come, any time until the kill.
 	intentCycle   int
 	intentRenewed bool
+	// handedCycle is the cycle whose process handed out the latest
+	// delivery of it the checker placed, or made the latest replay of it;
+	// handedAt is when, by the clock that process read: the instant
+	// Receive read (see receivedAt), or for a replay the instant the
+	// janitor had read its dead letter, before the replay started.
+	// certainAt is the same of the latest certain delivery there, or of
+	// that replay if later: the instant the floors a later process holds
+	// were set. A replay does not reset them: they place the lives of a
+	// message against each other (see placedLate).
+	handedCycle         int
+	handedAt, certainAt int64
 	// nackConfirmed: a nack of some delivery of the current epoch returned
 	// nil. A consumer reported on this life for certain, so a lapse of its
 	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
@@ -556,6 +567,10 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
 				m.intentDel, m.intentExp, m.intentCycle, m.intentRenewed = 0, 0, 0, false
 				m.maybe, m.returned = maybeLease{}, returnedSettle{}
+				// A delivery the process handed out before the janitor
+				// read the dead letter is of the life before.
+				m.hand(c.cycle, e.T1)
+				m.certainAt = max(m.certainAt, e.T1)
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -830,15 +845,18 @@ func (c *Checker) delivered(e Entry) {
 	if m == nil {
 		return
 	}
-	m.lastDelCycle, m.preReplays = c.cycle, nil
+	m.lastDelCycle = c.cycle
+	at := receivedAt(e)
+	late := m.placedLate(c.cycle, at)
+	if late && at < m.certainAt {
+		// A later certain delivery of its process, or the replay that
+		// began a later life, was placed before it: what that left
+		// holds.
+		return
+	}
+	m.preReplays = nil
 	if e.Del == 1 {
 		m.nackMeantBefore = 0 // a new epoch began: the replays before it happened
-	}
-	late := m.placedLate(c.cycle, e.Del)
-	if late && e.Del <= m.maxDel {
-		// A later certain delivery of its process was placed before it:
-		// that one's count, lease and intent hold.
-		return
 	}
 	m.maxDel, m.lastExp, m.visibleAt, m.extendFloor = e.Del, e.Exp, 0, 0
 	if e.By != 0 {
@@ -846,33 +864,56 @@ func (c *Checker) delivered(e Entry) {
 	}
 	if late {
 		// It is the last certain delivery, and its count and lease are
-		// the floors a later process holds; but a maybe of its process
-		// counting more was placed before it, whose floors and intent
-		// hold in the process.
+		// the floors a later process holds; but a later maybe of its
+		// process was placed before it, whose floors and intent hold in
+		// the process.
+		m.certainAt = at
 		return
 	}
+	m.hand(c.cycle, at)
+	m.certainAt = at
 	// The floors of this delivery hold from now on; a maybe of its
-	// process counted no more (see placedLate).
+	// process came before it (see placedLate).
 	m.nackFloor, m.mayBeGone, m.maybe = 0, false, maybeLease{}
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 }
 
-// placedLate reports whether a delivery of m counting del, handed out by
-// the process of cycle, counts less than one that process handed out
-// before it in the current epoch, as the checker placed them (the
-// delivery whose intent was noted last; see expect). The checker places
-// deliveries by the clock their consumer read after Receive returned,
-// which a consumer stalled past the lease reads late: an earlier delivery
-// may be placed after a later one. It is reported (a count that did not
-// grow, see handedOut), but its count, lease and intent never bind what
-// follows: its lease lapsed before the later delivery was handed out, so
-// a settle its consumer makes is refused. The later delivery's hold, as
-// if the checker had placed them in the order they happened. (Counts in
-// a later process need not grow past a maybe, so this holds only within
-// a process.)
-func (m *msg) placedLate(cycle, del int) bool {
-	return m.intentCycle == cycle && del < m.intentDel
+// placedLate reports whether a delivery of m that the process of cycle
+// handed out at the instant at (see receivedAt) came before a delivery or
+// a replay of m that the checker placed before it (see handedAt). The
+// checker places deliveries by the clock their consumer read after
+// Receive returned, which a consumer stalled past the lease reads late:
+// an earlier delivery may be placed after a later one, or after the
+// replay that began the message's next life. The instant Receive read
+// tells them apart: in one process the broker hands a message out again
+// only once the previous lease lapsed or was settled, on the clock the
+// journal reads too. Such a delivery is checked as placed, and may be
+// reported (a count that did not grow in its life), but its count, lease
+// and intent never bind what follows: its lease lapsed before the later
+// delivery was handed out, so a settle its consumer makes is refused.
+// What the later delivery or replay left holds, as if the checker had
+// placed them in the order they happened. (Deliveries of different
+// processes are placed by cycle.)
+func (m *msg) placedLate(cycle int, at int64) bool {
+	return m.handedCycle == cycle && at < m.handedAt
+}
+
+// hand notes that the process of cycle handed m out, or replayed it, at
+// the instant at (see handedAt).
+func (m *msg) hand(cycle int, at int64) {
+	if m.handedCycle != cycle {
+		m.handedCycle, m.handedAt, m.certainAt = cycle, at, 0
+	}
+	m.handedAt = max(m.handedAt, at)
+}
+
+// receivedAt returns the instant the broker handed out the delivery e
+// journals: the clock Receive read, its lease's ExpiresAt less the
+// visibility timeout (checked to lie within the call, see handedOut).
+func receivedAt(e Entry) int64 {
+	p, _ := Policy(e.Queue)
+	return e.Exp - int64(p.VisibilityTimeout)
 }
 
 // handedOut checks what a Receive returned, whether or not the delivery
@@ -999,9 +1040,9 @@ func nackFloorOf(queue string, intent Intent, del int, exp int64) int64 {
 // intent meant) ended, as after a certain delivery whose settle is in
 // flight (see maybeLease). It is checked again, and then holds everything
 // later, if OpDelivered follows; that check reports only what this one
-// did not (see confirmedMaybe). One counting less than a delivery its
-// process handed out before it binds nothing, its intent included (see
-// placedLate).
+// did not (see confirmedMaybe). One its process handed out before a
+// delivery or replay the checker placed before it binds nothing, its
+// intent included (see placedLate).
 func (c *Checker) maybeDelivered(e Entry) {
 	before := len(c.violations)
 	m := c.handedOut(e, maybeWhere)
@@ -1013,9 +1054,11 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
-	if m.placedLate(c.cycle, e.Del) {
-		return // the later delivery's floors and intent hold
+	at := receivedAt(e)
+	if m.placedLate(c.cycle, at) {
+		return // what the later delivery or replay left holds
 	}
+	m.hand(c.cycle, at)
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 	if e.Del <= m.maxDel {

@@ -285,3 +285,76 @@ func TestARejectInFlightOfTheLatestDeliveryHoldsWhenAnEarlierOneIsPlacedAfterIt(
 		}
 	}
 }
+
+// TestADeliveryPlacedAfterAReplayBindsNothingOfTheNextLife: con0 received
+// delivery 1 and stalled past its lease; con1 received delivery 2 and
+// rejected it, the janitor replayed the dead letter, and con1 received
+// the message again as delivery 1 of its next life, then as delivery 2.
+// Had con0 read its clock after the replay, the checker places its
+// delivery after the replay (and perhaps after the next life's first
+// delivery); it belongs to the life before, and binds nothing of the
+// next: a delivery 2 inside the next life's first lease is a fault, and
+// one after it is sound, wherever con0's delivery is placed.
+func TestADeliveryPlacedAfterAReplayBindsNothingOfTheNextLife(t *testing.T) {
+	id := "00000000000000c6"
+	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base := time.Now().Add(-time.Minute).UnixNano()
+	ms := int64(time.Millisecond)
+	p, _ := Policy(QueueWork)
+	vt := int64(p.VisibilityTimeout)
+	at1 := base + ms
+	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
+	read := at2 + 5*ms      // the janitor read the dead letter
+	at3 := at2 + 10*ms      // the next life's first delivery
+	reason := Reason(QueueWork, IntentReject)
+	code, cause, _ := recordedCause(QueueWork, reason)
+
+	for _, order := range []struct {
+		name string
+		t1   int64 // when con0 read the clock after Receive returned
+	}{
+		{"delivery 1 placed first", at1},
+		{"delivery 1 placed after the replay", read + ms},
+		{"delivery 1 placed after the next life's first delivery", at3 + 5*ms},
+	} {
+		for _, next := range []struct {
+			name string
+			at   int64
+			want bool // the next life's delivery 2 is a fault
+		}{
+			{"the next life's delivery 2 inside its first lease", at3 + vt/2, true},
+			{"control: the next life's delivery 2 after its first lease lapsed", at3 + vt + 10*ms, false},
+		} {
+			t.Run(order.name+"/"+next.name, func(t *testing.T) {
+				first := certainAt("con0", id, ref, base, 1, at1, IntentHold)
+				first.T1 = order.t1
+				c := checkerWithoutStores(t)
+				c.AddCycle(1, certainJournal(id, ref, base,
+					first,
+					certainAt("con1", id, ref, base, 2, at2, IntentReject),
+					Entry{Op: OpRejected, Who: "con1", Queue: QueueWork, ID: id, Del: 2, T0: at2 + ms, T1: at2 + 2*ms},
+					Entry{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 2,
+						Reason: reason, Code: code, Cause: cause, Failed: at2 + ms, T0: read, T1: read},
+					Entry{Op: OpReplayed, Who: "janitor", Queue: QueueWork, ID: id, T0: read, T1: read + ms},
+					certainAt("con1", id, ref, base, 1, at3, IntentHold),
+					certainAt("con1", id, ref, base, 2, next.at, IntentHold)))
+
+				var found bool
+				for _, v := range c.violations {
+					switch {
+					case strings.Contains(v.What, "(delivery 2,") && strings.Contains(v.What, "before the previous lease expired"):
+						found = true
+					case order.t1 > at3 && misplacedReport(v):
+						// Placed after the next life's first delivery, it
+						// counts no more: the checker cannot tell a late
+						// clock reading from a count gone back.
+					default:
+						t.Errorf("unexpected report: %s", v)
+					}
+				}
+				require.Equal(t, next.want, found, "the next life's delivery 2 came %v into its first lease of %v; reports: %v",
+					time.Duration(next.at-at3), time.Duration(vt), c.violations)
+			})
+		}
+	}
+}

@@ -177,12 +177,15 @@
 //     past the lease reads late) is reported as a count that did not
 //     grow, and ends nothing: the highest count of a process binds. Its
 //     certain entry (the same count and ExpiresAt) is not held to the
-//     maybe's own lease. So for every delivery: one the checker places
-//     after a delivery of its process that counts more is reported, and
-//     its count, lease and intent bind nothing (its lease lapsed before
-//     the later delivery, so a settle its consumer makes is refused); the
-//     later delivery's count, lease and intent hold, whichever is placed
-//     last.
+//     maybe's own lease. So for every delivery: one that its process
+//     handed out before a delivery or a replay the checker places before
+//     it (the instant Receive read, its ExpiresAt less the visibility
+//     timeout, tells them apart) binds nothing, neither its count, nor
+//     its lease, nor its intent: its lease lapsed before the later
+//     delivery, so a settle its consumer makes is refused. What the later
+//     delivery or replay left holds, whichever is placed last. (It is
+//     still reported where it counts no more than a delivery of its life
+//     placed before it.)
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

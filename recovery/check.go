@@ -880,10 +880,11 @@ func (c *Checker) delivered(e Entry) {
 }
 
 // placedLate reports whether a delivery of m that the process of cycle
-// handed out at the instant at (see receivedAt) came before a delivery or
-// a replay of m that the checker placed before it (see handedAt). The
-// checker places deliveries by the clock their consumer read after
-// Receive returned, which a consumer stalled past the lease reads late:
+// handed out at the instant at (see receivedAt) came before a delivery
+// or a replay of m that the checker placed before it (see
+// msg.handedCycle). The checker places deliveries by the clock their
+// consumer read after Receive returned, which a consumer stalled past
+// the lease reads late:
 // an earlier delivery may be placed after a later one, or after the
 // replay that began the message's next life. The instant Receive read
 // tells them apart: in one process the broker hands a message out again
@@ -900,7 +901,7 @@ func (m *msg) placedLate(cycle int, at int64) bool {
 }
 
 // hand notes that the process of cycle handed m out, or replayed it, at
-// the instant at (see handedAt).
+// the instant at (see msg.handedCycle).
 func (m *msg) hand(cycle int, at int64) {
 	if m.handedCycle != cycle {
 		m.handedCycle, m.handedAt, m.certainAt = cycle, at, 0

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/walbroker/walbroker/internal/shrink"
 	"github.com/walbroker/walbroker/segment"
 )
 
@@ -546,9 +547,23 @@ func (l *Log) flush() error {
 	w.unsynced += w.bufRecords
 	w.bufRecords, w.bufPreamble = 0, 0
 	w.buf = w.buf[:0]
+	if cap(w.buf) > bufKeep && shrink.Due(n, cap(w.buf)) {
+		// The buffer grew to the largest batch the log ever wrote (a
+		// copy forward writes up to a segment's worth in one): give that
+		// room back once a batch of a quarter of it or less is written,
+		// as every collection of a burst is (package shrink), rather
+		// than hold it until Close. A log whose batches stay large keeps
+		// its buffer.
+		w.buf = nil
+	}
 	w.active.end.Store(int64(w.writeOff))
 	return nil
 }
+
+// bufKeep is the capacity of the writer's buffer kept whatever the size of
+// the batches: a batch of some hundred small records fits, and smaller
+// batches do not make the writer allocate anew.
+const bufKeep = 64 << 10
 
 // nextHeader is what flush writes where the next frame's header goes.
 var nextHeader [segment.FrameHeaderSize]byte

@@ -14,13 +14,13 @@ import (
 // segment's worth in one batch: a store kept that much on the heap after
 // it).
 func TestTheWritersBufferGivesBackTheRoomOfALargeBatch(t *testing.T) {
-	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 64 << 20, Sync: SyncNever})
+	l := mustOpen(t, t.TempDir(), Options{SegmentBytes: 16 << 20, Sync: SyncNever})
 	defer l.Close()
 	_, err := l.Append([]byte("small"))
 	require.NoError(t, err)
 	base := heapAlloc()
 
-	const size = 16 << 20
+	const size = 8 << 20
 	func() {
 		recs := make([][]byte, size/(64<<10))
 		for i := range recs {

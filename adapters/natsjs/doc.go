@@ -53,6 +53,10 @@
 //     the message (see Durability). The ID is the stream sequence in 16 hex
 //     digits; EnqueuedAt is the publishing process's clock. Both travel in
 //     headers when a dead letter is replayed, so the message keeps them.
+//     A publish that got no answer (a timeout, a context that ended, a
+//     lost connection) may or may not be stored, and the server may store
+//     it after the call gave up: the error says so and wraps the cause,
+//     and a retry may store the message twice.
 //   - PublishKeyed claims the key's record in the keys stream (a publish
 //     that expects no record on the key's subject, or the stale one it
 //     read), publishes the message with Nats-Msg-Id = SHA-256(key), then
@@ -65,7 +69,11 @@
 //     into one message. The record outlives the message: the
 //     server rebuilds its Nats-Msg-Id memory at a restart only from
 //     messages it still stores, and an acknowledged one is gone. A new
-//     key costs three requests, Publish one.
+//     key costs three requests, Publish one. A keyed publish whose
+//     message got no answer may or may not be stored, as a Publish: the
+//     error says so and wraps the cause, and a retry with the same key
+//     within the DedupWindow is answered with the original if it was
+//     stored (see Dedup), and stores it once if not.
 //   - PublishBatch is one atomic batch of the server (Nats-Batch-Id, server
 //     2.12 or later): all of it is stored or none, checked against MaxMsgs
 //     as a whole; at most 1000 messages (the server's default bound). The

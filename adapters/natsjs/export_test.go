@@ -81,3 +81,10 @@ func HoldBatchCommit(hold func()) (restore func()) {
 	beforeBatchCommit = hold
 	return func() { beforeBatchCommit = func() {} }
 }
+
+// HoldPublish makes hold run before each Publish and PublishKeyed sends
+// its message, and returns what restores the default.
+func HoldPublish(hold func()) (restore func()) {
+	beforePublish = hold
+	return func() { beforePublish = func() {} }
+}

@@ -223,10 +223,14 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	defer cancel()
 	var ack *jetstream.PubAck
 	err := q.full(ctx, func() (err error) {
+		beforePublish()
 		ack, err = q.s.js.PublishMsg(ctx, q.message(payload, now), jetstream.WithExpectStream(q.n.work))
 		return err
 	})
 	if err != nil {
+		if unanswered(err) {
+			err = fmt.Errorf("the message's publish got no answer: the server may or may not have stored it, and may yet (a retry may store it twice: PublishKeyed is the publish a retry cannot repeat): %w", err)
+		}
 		return broker.MessageValue{}, q.publishError(err)
 	}
 	q.wakeReady(ack.Sequence)
@@ -293,6 +297,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 	var ack *jetstream.PubAck
 	err = q.full(ctx, func() (err error) {
 		for {
+			beforePublish()
 			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
 			if !isInProcess(err) {
 				return err
@@ -307,6 +312,9 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		}
 	})
 	if err != nil {
+		if unanswered(err) {
+			err = fmt.Errorf("the keyed message's publish got no answer: the server may or may not have stored it, and may yet (a retry with the same key within the DedupWindow is answered with the original if it was stored, and stores it once if not): %w", err)
+		}
 		return broker.MessageValue{}, q.publishError(err)
 	}
 	out := broker.MessageValue{ID: messageID(ack.Sequence), EnqueuedAt: enqueued}
@@ -648,6 +656,21 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 // beforeBatchCommit runs before a batch sends its commit; tests end the
 // call's context there.
 var beforeBatchCommit = func() {}
+
+// beforePublish runs before Publish and PublishKeyed send their message;
+// tests end the call's context there.
+var beforePublish = func() {}
+
+// unanswered reports whether a publish's err means the server did not
+// answer it: the call's context ended, the request timed out or the
+// connection was lost while it waited. The server may have taken the
+// message, and may store it after the call gave up. (A refusal of the
+// server, or no server to take the message, is an answer: nothing was
+// stored.)
+func unanswered(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected)
+}
 
 // full runs publish and, when the queue is full while messages whose last
 // lease lapsed may still hold places in it (a death was announced, or a

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -734,6 +735,47 @@ func TestTheSuiteFailsABrokerThatPanicsAndChecksTheRest(t *testing.T) {
 		t.Errorf("after a call panicked, the suite passed only %d cases: it stopped instead of checking the rest\n%s", passed, out)
 	}
 	if !strings.Contains(string(out), "mutant-deleteOfUnknownPanics: a call panicked: mutant: no dead letter") {
+		t.Errorf("the suite's failure does not say that a call panicked, with the panic:\n%s", out)
+	}
+}
+
+// firstQueuePanics is a broker whose first queue of the process panics as
+// it is opened: the one the suite's Declaration subtest opens first.
+var firstQueueOpened atomic.Bool
+
+func init() {
+	mutants["firstQueuePanics"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		if !firstQueueOpened.Swap(true) {
+			panic("mutant: the first queue") // THE BUG
+		}
+		return m
+	}
+}
+
+// The suite recovered a panic in each promise's case, but not in its
+// Declaration subtest, which runs first: a broker that panicked there
+// ended the test binary, every promise unchecked. A panic there now
+// fails Declaration, saying so, and the cases after it run.
+func TestTheSuiteFailsABrokerThatPanicsInItsDeclarationAndChecksTheRest(t *testing.T) {
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("harness: the mutant's first queue did not panic; it is not broken")
+			}
+		}()
+		mutantQueue(t, "firstQueuePanics", NewClock(t0), broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	}()
+	failed, fails, passed, out := suiteRun(t, "firstQueuePanics")
+	if !failed || !slices.Contains(fails, "Declaration") {
+		t.Fatalf("brokertest does not fail Declaration against a broker that panics there; it fails %q", fails)
+	}
+	if len(fails) != 1 {
+		t.Errorf("a panic in Declaration failed other cases too: %q", fails)
+	}
+	if passed < 100 {
+		t.Errorf("after Declaration panicked, the suite passed only %d cases: it stopped instead of checking the rest\n%s", passed, out)
+	}
+	if !strings.Contains(string(out), "mutant-firstQueuePanics: a call panicked: mutant: the first queue") {
 		t.Errorf("the suite's failure does not say that a call panicked, with the panic:\n%s", out)
 	}
 }

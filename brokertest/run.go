@@ -74,8 +74,8 @@ func cases() []testCase {
 // declares false is skipped with t.Skip naming the capability. The subtests
 // run one after another, each on a backend of its own from f.Open. A call
 // of the implementation that panics, on a promise's goroutine or on one
-// the suite started, fails that promise with the panic and its stack, and
-// the suite goes on; a wait on concurrent work (Consume handing over a
+// the suite started, fails that promise (or Declaration) with the panic
+// and its stack, and the suite goes on; a wait on concurrent work (Consume handing over a
 // message or returning, a Wake signal) fails it after ten seconds plus
 // three Tolerances. A call that never returns is bounded only by go
 // test's -timeout.
@@ -84,7 +84,10 @@ func Run(t *testing.T, f Factory) {
 	if f.Open == nil || f.Name == "" {
 		t.Fatalf("brokertest: Factory %q needs a Name and an Open func", f.Name)
 	}
-	t.Run("Declaration", func(t *testing.T) { checkDeclaration(t, f) })
+	t.Run("Declaration", func(t *testing.T) {
+		defer failPanicked(t, f)
+		checkDeclaration(t, f)
+	})
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
 			for _, n := range c.needs {
@@ -92,13 +95,18 @@ func Run(t *testing.T, f Factory) {
 					t.Skipf("%s does not declare capability %s", f.Name, n)
 				}
 			}
-			defer func() {
-				if r := recover(); r != nil {
-					t.Fatalf("%s: a call panicked: %v\n%s", f.Name, panicValue(r), panicStack(r))
-				}
-			}()
+			defer failPanicked(t, f)
 			c.run(newEnv(t, f))
 		})
+	}
+}
+
+// failPanicked fails t with a panic of its goroutine, and the panic's
+// stack, so that the subtests after it run; it is deferred directly
+// (recover works only there).
+func failPanicked(t *testing.T, f Factory) {
+	if r := recover(); r != nil {
+		t.Fatalf("%s: a call panicked: %v\n%s", f.Name, panicValue(r), panicStack(r))
 	}
 }
 

@@ -80,6 +80,37 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 	require.NoError(t, s.Close())
 }
 
+// The note that a salvage met a later build's record goes with the list
+// of lost messages once a salvage is finished (finishSalvage), not only
+// before a salvage that finishes no earlier one begins: here a note is
+// planted by hand in a store whose salvage failed after the log's repair,
+// which this build finishes. The Open that finishes it keeps the note
+// until its report has been returned; the first maintenance round
+// removes it.
+func TestAFinishedSalvageForgetsALaterBuildsNote(t *testing.T) {
+	dir, opts, _, lost, _ := damagedStore(t)
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "checkpoint", Times: 1})
+	salvage := opts
+	salvage.Salvage, salvage.FS = true, fs
+	_, err := broker.Open(dir, salvage)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.Positive(t, fs.Injected(vfs.OpRemove), "the fault was met")
+	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
+	note := filepath.Join(dir, "salvage", "later-build.txt")
+	require.NoError(t, os.WriteFile(note, []byte("an earlier refusal"), 0o600))
+
+	salvage.FS = nil
+	s, err := broker.Open(dir, salvage)
+	require.NoError(t, err)
+	require.Equal(t, []string{lost.ID}, s.Recovery().LostMessages)
+	require.FileExists(t, note, "kept by the Open that finishes the salvage, until its report has been returned")
+	require.NoError(t, s.Maintain())
+	require.NoFileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
+	require.NoFileExists(t, note, "the salvage is finished: the first maintenance round after the Open that reported removed the note")
+	require.NoError(t, s.Close())
+}
+
 // A power loss at any point of an Open with Salvage, before it returns,
 // hides nothing (the lists of what it repaired and lost stay until its
 // report has been returned): after it, whatever of the unsynced changes

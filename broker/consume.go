@@ -705,7 +705,7 @@ func (c *consumer) loop(ctx context.Context) error {
 			// before, or while, the Receive ran (see why). The handlers
 			// still learn of b's end (see Consume).
 			if brokerEnded {
-				c.endedWith = err
+				c.endedWith = c.endOf(ctx, err)
 			}
 			return ctx.Err()
 		case brokerEnded:
@@ -728,6 +728,22 @@ func (c *consumer) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// endOf returns what b ended with, err being the error of the Receive
+// that found it ended after ctx ended: err itself, unless it is only
+// ctx's (a Receive given an ended ctx returns that, over a *Queue without
+// looking at the store) while the store stopped for good meanwhile; then
+// the failure it stopped on, which the handlers' contexts must end with
+// (see Consume), not ctx's error.
+func (c *consumer) endOf(ctx context.Context, err error) error {
+	if c.stopper == nil || errors.Is(err, Closed) || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if failure := c.stopper.stopped(); failure != nil {
+		return failure
+	}
+	return err
 }
 
 // why returns why the loop ends after a wait ended it: ctx's error once

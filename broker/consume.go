@@ -1401,6 +1401,9 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 		// renewed is when the last renewal that succeeded was asked for
 		// (zero: none yet): its lease lasts ExtendBy from then.
 		var renewed time.Time
+		// ticking is when the ticker started: its ticks come every
+		// ExtendEvery from then.
+		var ticking time.Time
 		for {
 			select {
 			case <-quit:
@@ -1417,6 +1420,7 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 			if ticker == nil {
 				ticker = time.NewTicker(c.extendEvery)
 				tick = ticker.C
+				ticking = time.Now()
 			}
 			select {
 			case <-quit: // the handler finished while the tick was pending
@@ -1450,8 +1454,14 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				// default ExtendBy the lease of the last good renewal
 				// lapses at that very tick.
 				in := c.renewalRetry(renewed)
+				retryIn := in
+				if in == 0 {
+					// The retry is the next tick's renewal: the record
+					// says how far off that is, not "at once".
+					retryIn = c.extendEvery - time.Since(ticking)%c.extendEvery
+				}
 				c.log.ErrorContext(ctx, "broker: Consume: lease extension failed; will retry",
-					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err, "retry_in", in)
+					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err, "retry_in", retryIn)
 				if in > 0 {
 					if retryTimer == nil {
 						retryTimer = time.NewTimer(in)

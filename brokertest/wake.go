@@ -539,6 +539,66 @@ var consumeCases = []testCase{
 			e.Fatalf("Consume returned before its handler finished")
 		}
 	}},
+	{name: "ConsumeExtendsTheLeaseOfALongRunningHandler", needs: []string{"LeaseExtender"}, run: func(e *env) {
+		// API.md §3: Consume extends the leases of long-running handlers
+		// when b is a LeaseExtender and the option asks for it. A handler
+		// that runs past its Receive's lease keeps the message from every
+		// other Receive, and is acked under the newest receipt: once that
+		// lease lapses too, nothing comes back.
+		short := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = short }))
+		e.publish(q, "slow")
+		// Renewals run on real time; the suite's clock moves only when
+		// the case moves it, and a round minute is a long wait.
+		every := 10 * time.Millisecond
+		if e.clock == nil {
+			every = short / 4
+		}
+		extendBy := short + short/2
+		var extends atomic.Int32
+		counting := countingExtends{Broker: q, LeaseExtender: e.extender(q), n: &extends}
+		leased, release := make(chan broker.LeaseValue, 1), make(chan struct{})
+		ctx, cancel := context.WithCancel(e.ctx())
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			defer catch(func(p *goPanic) { errc <- p })
+			errc <- broker.Consume(ctx, counting, func(_ context.Context, d broker.DeliveryValue) error {
+				select {
+				case leased <- d.Lease:
+				default:
+					e.Errorf("message %s handed to a handler again while the first still ran", d.Message.ID)
+				}
+				<-release
+				return nil
+			}, broker.ConsumeOptions{ExtendEvery: every, ExtendBy: extendBy, PollInterval: 10 * time.Millisecond})
+		}()
+		released := false
+		defer func() {
+			if !released {
+				close(release)
+			}
+		}()
+		first, ok := within(e, leased)
+		if !ok {
+			e.Fatalf("Consume did not hand the published message to its handler within %v", e.patience())
+		}
+		e.eventually("a renewal of the running handler's lease", func() bool { return extends.Load() > 0 })
+		e.lapse(first)
+		if ds := e.receive(q, 10); len(ds) > 0 {
+			e.Fatalf("Receive after the first lease lapsed returned %v while its handler still ran: Consume did not keep the lease", ids(ds))
+		}
+		close(release)
+		released = true
+		cancel()
+		if err, ok := within(e, errc); !ok {
+			e.Fatalf("Consume did not return within %v of its context ending and its handler finishing", e.patience())
+		} else if !errors.Is(err, context.Canceled) {
+			e.Fatalf("Consume returned %v, want context.Canceled", err)
+		}
+		e.after(e.now().Add(extendBy + e.caps.tolerance()))
+		e.none(q, "the handler returned nil: Consume acked the message under its newest receipt")
+	}},
 }
 
 // consume runs broker.Consume on q with h until done holds, then stops it
@@ -571,6 +631,22 @@ func (e *env) consumeWith(q broker.Broker, h broker.Handler, done func() bool, o
 	// A Consume that returned early (an error, a call that panicked) does
 	// no more work: the deferred check reports what it returned.
 	e.eventually("Consume's work", func() bool { return len(errc) > 0 || done() })
+}
+
+// countingExtends is a LeaseExtender broker that counts the Extend calls
+// that renewed a lease.
+type countingExtends struct {
+	broker.Broker
+	broker.LeaseExtender
+	n *atomic.Int32
+}
+
+func (c countingExtends) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := c.LeaseExtender.Extend(ctx, r, by)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return l, err
 }
 
 // countingReceives is a Waker broker that counts its Receives.

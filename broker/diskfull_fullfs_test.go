@@ -3,6 +3,8 @@ package broker_test
 import (
 	"errors"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -19,6 +21,19 @@ type fullDiskFS struct {
 	full atomic.Bool
 	// refused counts the operations the full disk refused.
 	refused atomic.Int64
+	// synced holds the name of every file an fdatasync succeeded on.
+	synced sync.Map
+}
+
+// hasSynced reports whether an fdatasync succeeded on a file whose name
+// (as it was opened) contains part.
+func (f *fullDiskFS) hasSynced(part string) bool {
+	found := false
+	f.synced.Range(func(name, _ any) bool {
+		found = strings.Contains(name.(string), part)
+		return !found
+	})
+	return found
 }
 
 func (f *fullDiskFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
@@ -54,6 +69,14 @@ func (f *fullDiskFile) WriteAt(p []byte, off int64) (int, error) {
 		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
 	}
 	return f.File.WriteAt(p, off)
+}
+
+func (f *fullDiskFile) Sync() error {
+	err := f.File.Sync()
+	if err == nil {
+		f.fs.synced.Store(f.Name(), true)
+	}
+	return err
 }
 
 func (f *fullDiskFile) Truncate(size int64) error {

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,8 +135,13 @@ func TestADiskFullBetweenRotationsDoesNotStopTheStore(t *testing.T) {
 		}
 	}
 	// Fill the disk just after a rotation: the preparation of the next
-	// segment, which starts then, and the rotation's checkpoint fail.
+	// segment, which starts then, and the rotation's checkpoint fail. The
+	// segment the rotation takes must be ready before the disk fills: the
+	// log prepares it in the background from its first write on (the
+	// queue's declaration), and its last step is an fdatasync.
 	segs := s.Stats().Segments
+	require.Eventually(t, func() bool { return ffs.hasSynced(fmt.Sprintf("%010d.seg", segs+1)) }, 20*time.Second, time.Millisecond,
+		"the log prepares its next segment")
 	ffs.full.Store(true)
 	for s.Stats().Segments == segs {
 		publish(1)

@@ -777,7 +777,11 @@ func (f *tickExtender) Extend(ctx context.Context, r ReceiptValue, by time.Durat
 // LeaseExpired and the handler cancelled, although the failure was
 // logged as one that "will retry".
 func TestConsumeRetriesAFailedRenewalBeforeTheLeaseLapses(t *testing.T) {
-	const every = 40 * time.Millisecond
+	// The fake clock follows real time between renewals (tickExtender):
+	// with every at 100 ms, a retry the scheduler of a loaded machine
+	// runs up to 75 ms late still comes before the lease lapses (at 40
+	// ms, 30 ms late was enough to fail the test now and then).
+	const every = 100 * time.Millisecond
 	f := &tickExtender{fakeBroker: newFake(), every: every, fail: map[int32]bool{2: true}}
 	f.clock.Freeze()
 	f.Publish(context.Background(), []byte("slow"))

@@ -1323,8 +1323,8 @@ func (s *Store) close() (left salvageLeft, err, cerr error) {
 // damage was found), which says so and wraps the cause; such a store must
 // be closed and opened again, but for one whose log has no segment number
 // left (wal.ErrNoNextSegment): a reopened store stops at the same point,
-// and the error says to move its messages to a new store. A failure no call waited for (the
-// background fdatasync of SyncPublish and SyncNone) stops the store as
+// and the error says to move its messages to a new store. A failure no
+// call waited for (the background fdatasync of SyncPublish and SyncNone) stops the store as
 // soon as the log reports it, with no call: its consumers learn of it at
 // once (see Consume). A store a failed rotation stopped (nothing lost)
 // whose log then fails the background fdatasync of what it wrote before

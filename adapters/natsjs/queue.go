@@ -229,7 +229,7 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	})
 	if err != nil {
 		if unanswered(err) {
-			err = fmt.Errorf("the message's publish got no answer: the server may or may not have stored it, and may yet (a retry may store it twice: PublishKeyed is the publish a retry cannot repeat): %w", err)
+			err = noAnswer("the message's publish", "it", "a retry may store it twice: PublishKeyed is the publish a retry cannot repeat", err)
 		}
 		return broker.MessageValue{}, q.publishError(err)
 	}
@@ -313,7 +313,7 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 	})
 	if err != nil {
 		if unanswered(err) {
-			err = fmt.Errorf("the keyed message's publish got no answer: the server may or may not have stored it, and may yet (a retry with the same key within the DedupWindow is answered with the original if it was stored, and stores it once if not): %w", err)
+			err = noAnswer("the keyed message's publish", "it", "a retry with the same key within the DedupWindow is answered with the original if it was stored, and stores it once if not", err)
 		}
 		return broker.MessageValue{}, q.publishError(err)
 	}
@@ -640,7 +640,7 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 			// A timeout, an ended context or a lost connection: the
 			// server may have taken the commit, and may store the batch
 			// after this call gave up, as for any publish that times out.
-			return batchReply{}, fmt.Errorf("the batch's commit got no answer: the server may or may not have stored the whole batch, and may yet (a retry may store it twice: a batch carries no dedup key): %w", err)
+			return batchReply{}, noAnswer("the batch's commit", "the whole batch", "a retry may store it twice: a batch carries no dedup key", err)
 		}
 	}
 	var resp batchReply
@@ -670,6 +670,14 @@ var beforePublish = func() {}
 func unanswered(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected)
+}
+
+// noAnswer is the error of a publish the server did not answer, err
+// saying why (see unanswered): what got no answer, that the server may
+// or may not have stored what was sent (stored), and may yet, and what a
+// retry does then.
+func noAnswer(what, stored, retry string, err error) error {
+	return fmt.Errorf("%s got no answer: the server may or may not have stored %s, and may yet (%s): %w", what, stored, retry, err)
 }
 
 // full runs publish and, when the queue is full while messages whose last

@@ -40,6 +40,21 @@ func misplacedReport(v Violation) bool {
 		strings.Contains(v.What, "(delivery 1,")
 }
 
+// twoLeases is the timeline the tests below share: message id of the
+// work queue, published with ref, handed out as delivery 1 at at1 and, once
+// that lease (vt) lapsed, as delivery 2 at at2, base being a minute ago and
+// ms a millisecond, all in nanoseconds.
+func twoLeases(id string) (_, ref string, base, ms, vt, at1, at2 int64) {
+	ref = MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	base = time.Now().Add(-time.Minute).UnixNano()
+	ms = int64(time.Millisecond)
+	p, _ := Policy(QueueWork)
+	vt = int64(p.VisibilityTimeout)
+	at1 = base + ms
+	at2 = at1 + vt + 10*ms // after delivery 1's lease lapsed
+	return id, ref, base, ms, vt, at1, at2
+}
+
 // TestALaterDeliveryKeepsItsLeaseAndCountWhenAnEarlierOneIsPlacedAfterIt:
 // one process hands a message out as delivery 1 (to con0) and, once that
 // lease lapsed, as delivery 2 (to con1), both certain. Had con0 read its
@@ -49,14 +64,7 @@ func misplacedReport(v Violation) bool {
 // delivery counting 2 again, is a fault, whichever of deliveries 1 and 2
 // is placed last; a delivery 3 after its lease is sound.
 func TestALaterDeliveryKeepsItsLeaseAndCountWhenAnEarlierOneIsPlacedAfterIt(t *testing.T) {
-	id := "00000000000000c4"
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	base := time.Now().Add(-time.Minute).UnixNano()
-	ms := int64(time.Millisecond)
-	p, _ := Policy(QueueWork)
-	vt := int64(p.VisibilityTimeout)
-	at1 := base + ms
-	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
+	id, ref, base, ms, vt, at1, at2 := twoLeases("00000000000000c4")
 
 	for _, order := range []struct {
 		name string
@@ -118,14 +126,7 @@ func TestALaterDeliveryKeepsItsLeaseAndCountWhenAnEarlierOneIsPlacedAfterIt(t *t
 // for the nack con1 meant: a delivery 3 after that nack's retry delay is
 // sound, and one before it a fault.
 func TestTheLatestDeliveryKeepsItsIntentWhenAnEarlierOneIsPlacedAfterIt(t *testing.T) {
-	id := "00000000000000c5"
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	base := time.Now().Add(-time.Minute).UnixNano()
-	ms := int64(time.Millisecond)
-	p, _ := Policy(QueueWork)
-	vt := int64(p.VisibilityTimeout)
-	at1 := base + ms
-	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
+	id, ref, base, ms, vt, at1, at2 := twoLeases("00000000000000c5")
 
 	orders := []struct {
 		name  string
@@ -296,16 +297,9 @@ func TestARejectInFlightOfTheLatestDeliveryHoldsWhenAnEarlierOneIsPlacedAfterIt(
 // next: a delivery 2 inside the next life's first lease is a fault, and
 // one after it is sound, wherever con0's delivery is placed.
 func TestADeliveryPlacedAfterAReplayBindsNothingOfTheNextLife(t *testing.T) {
-	id := "00000000000000c6"
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	base := time.Now().Add(-time.Minute).UnixNano()
-	ms := int64(time.Millisecond)
-	p, _ := Policy(QueueWork)
-	vt := int64(p.VisibilityTimeout)
-	at1 := base + ms
-	at2 := at1 + vt + 10*ms // after delivery 1's lease lapsed
-	read := at2 + 5*ms      // the janitor read the dead letter
-	at3 := at2 + 10*ms      // the next life's first delivery
+	id, ref, base, ms, vt, at1, at2 := twoLeases("00000000000000c6")
+	read := at2 + 5*ms // the janitor read the dead letter
+	at3 := at2 + 10*ms // the next life's first delivery
 	reason := Reason(QueueWork, IntentReject)
 	code, cause, _ := recordedCause(QueueWork, reason)
 

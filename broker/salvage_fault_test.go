@@ -55,20 +55,11 @@ func TestASalvageThatFailsIsFinishedAndReportedByTheNextOne(t *testing.T) {
 // the message they held.
 func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *testing.T) {
 	dir, opts, intact, lost, _ := damagedStore(t)
+	salvage := failAfterTheLogsSalvage(t, dir, opts)
 
-	fs := vfs.NewFaultFS(vfs.Default)
-	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "checkpoint", Times: 1})
-	salvage := opts
-	salvage.Salvage, salvage.FS = true, fs
-	_, err := broker.Open(dir, salvage)
-	require.ErrorIs(t, err, syscall.EIO)
-	require.Positive(t, fs.Injected(vfs.OpRemove), "the fault was met")
-	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
-
-	_, err = broker.Open(dir, opts)
+	_, err := broker.Open(dir, opts)
 	requireErrorIs(t, err, broker.Corrupt, "did not finish")
 
-	salvage.FS = nil
 	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
 	rep := s.Recovery()
@@ -80,6 +71,24 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 	require.NoError(t, s.Close())
 }
 
+// failAfterTheLogsSalvage opens the store in dir with Salvage and fails
+// that Open after its log was salvaged (the index's rebuild cannot remove
+// the old checkpoint), leaving the log's list of the spans it repaired.
+// It returns opts with Salvage, for the Open that finishes it.
+func failAfterTheLogsSalvage(t *testing.T, dir string, opts broker.Options) broker.Options {
+	t.Helper()
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "checkpoint", Times: 1})
+	salvage := opts
+	salvage.Salvage, salvage.FS = true, fs
+	_, err := broker.Open(dir, salvage)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.Positive(t, fs.Injected(vfs.OpRemove), "the fault was met")
+	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
+	salvage.FS = nil
+	return salvage
+}
+
 // The note that a salvage met a later build's record goes with the list
 // of lost messages once a salvage is finished (finishSalvage), not only
 // before a salvage that finishes no earlier one begins: here a note is
@@ -89,18 +98,10 @@ func TestAStoreOpenThatFailsAfterItsLogWasSalvagedLeavesTheReportToTheNext(t *te
 // removes it.
 func TestAFinishedSalvageForgetsALaterBuildsNote(t *testing.T) {
 	dir, opts, _, lost, _ := damagedStore(t)
-	fs := vfs.NewFaultFS(vfs.Default)
-	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "checkpoint", Times: 1})
-	salvage := opts
-	salvage.Salvage, salvage.FS = true, fs
-	_, err := broker.Open(dir, salvage)
-	require.ErrorIs(t, err, syscall.EIO)
-	require.Positive(t, fs.Injected(vfs.OpRemove), "the fault was met")
-	require.FileExists(t, filepath.Join(dir, "salvage", "unfinished.json"))
+	salvage := failAfterTheLogsSalvage(t, dir, opts)
 	note := filepath.Join(dir, "salvage", "later-build.txt")
 	require.NoError(t, os.WriteFile(note, []byte("an earlier refusal"), 0o600))
 
-	salvage.FS = nil
 	s, err := broker.Open(dir, salvage)
 	require.NoError(t, err)
 	require.Equal(t, []string{lost.ID}, s.Recovery().LostMessages)

@@ -154,25 +154,8 @@ var promiseCases = []testCase{
 		// back, nor dead-letter it, nor renew or replace the new holder's
 		// lease.
 		late := broker.NewError("LATE", 0x2A000007, "late", secret)
-		type call struct {
-			name string
-			do   func(q broker.Broker, r broker.ReceiptValue) error
-		}
-		calls := []call{
-			{"Ack", func(q broker.Broker, r broker.ReceiptValue) error { return q.Ack(e.ctx(), r) }},
-			{"Nack", func(q broker.Broker, r broker.ReceiptValue) error { _, err := q.Nack(e.ctx(), r, late); return err }},
-		}
-		if e.caps.Rejecter {
-			calls = append(calls, call{"Reject", func(q broker.Broker, r broker.ReceiptValue) error {
-				return e.rejecter(q).Reject(e.ctx(), r, late)
-			}})
-		}
-		if e.caps.LeaseExtender {
-			calls = append(calls, call{"Extend", func(q broker.Broker, r broker.ReceiptValue) error {
-				_, err := e.extender(q).Extend(e.ctx(), r, time.Hour)
-				return err
-			}})
-		}
+		ack := leaseCall{"Ack", func(q broker.Broker, r broker.ReceiptValue) error { return q.Ack(e.ctx(), r) }}
+		calls := append([]leaseCall{ack}, e.settleCalls(late, time.Hour)...)
 		for _, c := range calls {
 			q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 			m := e.publish(q, "a")
@@ -224,25 +207,7 @@ var promiseCases = []testCase{
 		// names it, not only Ack: one nanosecond before, the receipt still
 		// acts; at the instant, Nack, Reject and Extend are LeaseExpired
 		// and move nothing.
-		type call struct {
-			name string
-			do   func(q broker.Broker, r broker.ReceiptValue) error
-		}
-		calls := []call{{"Nack", func(q broker.Broker, r broker.ReceiptValue) error {
-			_, err := q.Nack(e.ctx(), r, nil)
-			return err
-		}}}
-		if e.caps.Rejecter {
-			calls = append(calls, call{"Reject", func(q broker.Broker, r broker.ReceiptValue) error {
-				return e.rejecter(q).Reject(e.ctx(), r, nil)
-			}})
-		}
-		if e.caps.LeaseExtender {
-			calls = append(calls, call{"Extend", func(q broker.Broker, r broker.ReceiptValue) error {
-				_, err := e.extender(q).Extend(e.ctx(), r, time.Minute)
-				return err
-			}})
-		}
+		calls := e.settleCalls(nil, time.Minute)
 		for _, c := range calls {
 			q := e.queue(e.policy())
 			e.publish(q, "early")
@@ -370,4 +335,32 @@ var promiseCases = []testCase{
 			e.Fatalf("received %d messages, want one per key (%d)", n, len(keys))
 		}
 	}},
+}
+
+// leaseCall is a call that names a lease by its receipt, for a case that
+// hands one receipt to each.
+type leaseCall struct {
+	name string
+	do   func(q broker.Broker, r broker.ReceiptValue) error
+}
+
+// settleCalls returns the calls besides Ack that take a receipt and the
+// broker has: Nack and Reject with cause, Extend by by.
+func (e *env) settleCalls(cause error, by time.Duration) []leaseCall {
+	calls := []leaseCall{{"Nack", func(q broker.Broker, r broker.ReceiptValue) error {
+		_, err := q.Nack(e.ctx(), r, cause)
+		return err
+	}}}
+	if e.caps.Rejecter {
+		calls = append(calls, leaseCall{"Reject", func(q broker.Broker, r broker.ReceiptValue) error {
+			return e.rejecter(q).Reject(e.ctx(), r, cause)
+		}})
+	}
+	if e.caps.LeaseExtender {
+		calls = append(calls, leaseCall{"Extend", func(q broker.Broker, r broker.ReceiptValue) error {
+			_, err := e.extender(q).Extend(e.ctx(), r, by)
+			return err
+		}})
+	}
+	return calls
 }

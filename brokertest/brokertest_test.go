@@ -55,7 +55,7 @@ var allCaps = Capabilities{
 // seconds of wall time, so -short leaves it out.
 func TestRunWithoutClock(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real-time run of the suite; -short leaves it out")
+		t.Skip("-short: a real-time run of the suite, seconds of wall time; go test without -short runs it")
 	}
 	caps := allCaps
 	caps.Clock, caps.ExactExpiry, caps.Tolerance = false, false, 50*time.Millisecond

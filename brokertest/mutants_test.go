@@ -668,7 +668,7 @@ func init() {
 // wait out the bound), so -short leaves it out.
 func TestTheSuiteFailsABrokerOverWhichConsumeNeverDelivers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out the suite's bound on Consume four times, about a minute")
+		t.Skip("-short: waits out the suite's bound on Consume four times, about a minute; go test without -short runs it")
 	}
 	c := NewClock(t0)
 	q := mutantQueue(t, "receiveShortByOne", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})

@@ -7,9 +7,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
@@ -26,7 +28,7 @@ import (
 func TestConcurrentPublishBatchesAreEachAdmitted(t *testing.T) {
 	b := openBackend(t)
 	q := mustQueue(t, b.Store, "batches", policy())
-	publishBatchesAtOnce(t, b, []*natsjs.Queue{q}, 200)
+	publishBatchesAtOnce(t, context.Background(), b, q, 200)
 }
 
 // TestPublishBatchesPastTheServersRoomAreEachAdmitted: with more batches
@@ -36,58 +38,190 @@ func TestPublishBatchesPastTheServersRoomAreEachAdmitted(t *testing.T) {
 	t.Cleanup(natsjs.LiftBatchBound(1000))
 	b := openBackend(t)
 	q := mustQueue(t, b.Store, "batches", policy())
-	publishBatchesAtOnce(t, b, []*natsjs.Queue{q}, 200)
+	publishBatchesAtOnce(t, context.Background(), b, q, 200)
 }
 
-// publishBatchesAtOnce publishes, from perQueue goroutines on each of qs at
-// once, one batch of 50 payloads each, and checks every batch was stored
-// whole and nothing else was.
-func publishBatchesAtOnce(t *testing.T, b backend, qs []*natsjs.Queue, perQueue int) {
-	t.Helper()
-	ctx := context.Background()
-	const size = 50
-	payloads := make([][]byte, size)
-	for i := range payloads {
-		payloads[i] = []byte(fmt.Sprintf("payload %d", i))
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, perQueue*len(qs))
-	start := make(chan struct{})
-	for _, q := range qs {
-		for range perQueue {
-			wg.Go(func() {
-				<-start
-				ms, err := q.PublishBatch(ctx, payloads)
-				if err == nil && len(ms) != size {
-					err = fmt.Errorf("%d messages for a batch of %d", len(ms), size)
-				}
-				errs <- err
-			})
+// TestConcurrentPublishBatchesThatGotNoAnswerAreStoredWholeOrNotAtAll: of
+// batches published at once, one in ten gets no answer to its commit (as
+// when the Store's Timeout passes first on a loaded machine): half of
+// those because the commit is lost, so that the server never stores the
+// batch, half because the answer is lost after the server stored it. Each
+// of them is stored whole or not at all, the others as they were
+// answered. (The check used to count every batch that failed as stored
+// nothing, and a batch that got no answer as a failure.)
+func TestConcurrentPublishBatchesThatGotNoAnswerAreStoredWholeOrNotAtAll(t *testing.T) {
+	var commits atomic.Int64
+	defer natsjs.SendBatchCommitThrough(func(send func() (*nats.Msg, error)) (*nats.Msg, error) {
+		switch commits.Add(1) % 20 {
+		case 0: // The commit is lost: the server abandons the batch.
+			return nil, context.DeadlineExceeded
+		case 10: // The answer is lost.
+			if _, err := send(); err != nil {
+				return nil, err
+			}
+			return nil, context.DeadlineExceeded
 		}
+		return send()
+	})()
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "batches", policy())
+	// A deadline far off, so that only the lost ones go unanswered.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	unanswered, stored := publishBatchesAtOnce(t, ctx, b, q, 200)
+	if unanswered != 20 || stored != 10 {
+		t.Errorf("%d batches got no answer, %d of them stored; want 20, 10 (the ones whose answer was lost)", unanswered, stored)
+	}
+}
+
+// publishBatchesAtOnce publishes n batches of 50 payloads on q at once,
+// each its own payloads, and checks what each was answered against what
+// the work stream then holds. Each batch must be admitted: stored whole,
+// its messages consecutive, at the IDs it was answered with. A batch
+// whose commit got no answer (on a loaded machine the Store's Timeout may
+// pass first) cannot be called a failure: it may be stored, whole or not
+// at all. No batch is stored in part or twice, and nothing else is
+// stored. It reports how many batches got no answer, and how many of
+// those were stored.
+func publishBatchesAtOnce(t *testing.T, ctx context.Context, b backend, q *natsjs.Queue, n int) (unanswered, unansweredStored int) {
+	t.Helper()
+	const size = 50
+	type answer struct {
+		ms  []broker.MessageValue
+		err error
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range answers {
+		payloads := make([][]byte, size)
+		for j := range payloads {
+			payloads[j] = []byte(fmt.Sprintf("batch %d payload %d", i, j))
+		}
+		wg.Go(func() {
+			<-start
+			ms, err := q.PublishBatch(ctx, payloads)
+			answers[i] = answer{ms, err}
+		})
 	}
 	close(start)
 	wg.Wait()
-	close(errs)
+
+	// The server takes what one connection sends in order: once a publish
+	// sent after every commit is answered, each commit that was sent has
+	// been stored or refused, and a batch not stored by now never will be.
+	settle, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	last, err := q.Publish(settle, []byte("last"))
+	if err != nil {
+		t.Fatalf("Publish after the batches: %v", err)
+	}
+	stored := storedBatches(t, b, "_Q_batches", last.ID)
+
 	failed := 0
 	var first error
-	for err := range errs {
-		if err != nil {
-			first = cmpOr(first, err)
+	for i, a := range answers {
+		seqs := stored[i]
+		whole := len(seqs) == size
+		for j := 1; whole && j < size; j++ {
+			whole = seqs[j] == seqs[0]+uint64(j)
+		}
+		if len(seqs) != 0 && !whole {
+			t.Errorf("batch %d is stored in part or out of order: %d of its %d messages, at %v", i, len(seqs), size, seqs)
+			continue
+		}
+		switch {
+		case a.err == nil:
+			if len(a.ms) != size {
+				t.Errorf("batch %d: %d messages for a batch of %d", i, len(a.ms), size)
+				continue
+			}
+			if len(seqs) == 0 {
+				t.Errorf("batch %d was answered as stored at %s to %s, and is not stored", i, a.ms[0].ID, a.ms[size-1].ID)
+				continue
+			}
+			for j, m := range a.ms {
+				if want := fmt.Sprintf("%016x", seqs[j]); m.ID != want {
+					t.Errorf("batch %d: message %d was answered as %s, and is stored at %s", i, j, m.ID, want)
+					break
+				}
+			}
+		case strings.Contains(a.err.Error(), "may or may not have stored the whole batch"):
+			unanswered++
+			if whole {
+				unansweredStored++
+			}
+		default:
+			// An answer, and a refusal: it stored nothing, and an
+			// unbounded queue should not have refused it.
+			first = cmpOr(first, a.err)
 			failed++
+			if len(seqs) != 0 {
+				t.Errorf("batch %d was refused (%v), and is stored whole", i, a.err)
+			}
 		}
 	}
 	if failed > 0 {
-		t.Errorf("%d of %d concurrent PublishBatch calls into an unbounded queue failed, the first with %v (QueueFull: %v)",
-			failed, perQueue*len(qs), first, errors.Is(first, broker.QueueFull))
+		t.Errorf("%d of %d concurrent PublishBatch calls into an unbounded queue were refused, the first with %v (QueueFull: %v)",
+			failed, n, first, errors.Is(first, broker.QueueFull))
 	}
-	// Whatever failed stored nothing: atomicity holds either way.
-	info, err := b.stream(t, "_Q_batches").Info(ctx)
+	if unanswered > 0 {
+		t.Logf("%d of %d batches got no answer to their commit; %d of those are stored", unanswered, n, unansweredStored)
+	}
+	return unanswered, unansweredStored
+}
+
+// storedBatches reads the whole stream named the backend's prefix, then
+// suffix, which holds the batches of publishBatchesAtOnce and then the
+// message last, and returns the sequences at which each batch's payloads
+// are stored, in payload order, by batch. It fails the test for a
+// message it cannot place, a payload stored twice, and a stream that
+// does not end at last.
+func storedBatches(t *testing.T, b backend, suffix, last string) map[int][]uint64 {
+	t.Helper()
+	ctx := context.Background()
+	stream := b.stream(t, suffix)
+	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64((perQueue*len(qs) - failed) * size); info.State.Msgs != want {
-		t.Errorf("the work stream holds %d messages after %d admitted batches of %d, want %d", info.State.Msgs, perQueue*len(qs)-failed, size, want)
+	if got := fmt.Sprintf("%016x", info.State.LastSeq); got != last {
+		t.Fatalf("the stream ends at %s, want %s (the publish after the batches)", got, last)
 	}
+	bySeq := make(map[int]map[int]uint64)
+	for seq := info.State.FirstSeq; seq < info.State.LastSeq; seq++ {
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		var batch, payload int
+		if _, err := fmt.Sscanf(string(raw.Data), "batch %d payload %d", &batch, &payload); err != nil {
+			t.Fatalf("message %d holds %q, which no batch published", seq, raw.Data)
+		}
+		if bySeq[batch] == nil {
+			bySeq[batch] = make(map[int]uint64)
+		}
+		if at, ok := bySeq[batch][payload]; ok {
+			t.Fatalf("batch %d payload %d is stored twice, at %d and %d", batch, payload, at, seq)
+		}
+		bySeq[batch][payload] = seq
+	}
+	stored := make(map[int][]uint64, len(bySeq))
+	for batch, payloads := range bySeq {
+		seqs := make([]uint64, 0, len(payloads))
+		for j := 0; ; j++ {
+			seq, ok := payloads[j]
+			if !ok {
+				break
+			}
+			seqs = append(seqs, seq)
+		}
+		if len(seqs) != len(payloads) {
+			t.Errorf("batch %d is stored with a gap: payloads %v", batch, payloads)
+		}
+		stored[batch] = seqs
+	}
+	return stored
 }
 
 func cmpOr(a, b error) error {

@@ -1,6 +1,10 @@
 package natsjs
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+)
 
 // SweepNow makes q sweep for deaths at once, as a notice of one would.
 func (q *Queue) SweepNow(ctx context.Context) error {
@@ -78,8 +82,20 @@ func TakeBatchSlot(q *Queue) (release func()) {
 // HoldBatchCommit makes hold run before each batch sends its commit, and
 // returns what restores the default.
 func HoldBatchCommit(hold func()) (restore func()) {
-	beforeBatchCommit = hold
-	return func() { beforeBatchCommit = func() {} }
+	return SendBatchCommitThrough(func(send func() (*nats.Msg, error)) (*nats.Msg, error) {
+		hold()
+		return send()
+	})
+}
+
+// SendBatchCommitThrough makes each batch hand through the sending of its
+// commit (send, which returns the server's answer), and returns what
+// restores the default: through may send it or not, and return the
+// answer or an error in its place.
+func SendBatchCommitThrough(through func(send func() (*nats.Msg, error)) (*nats.Msg, error)) (restore func()) {
+	old := sendBatchCommit
+	sendBatchCommit = through
+	return func() { sendBatchCommit = old }
 }
 
 // HoldPublish makes hold run before each Publish and PublishKeyed sends

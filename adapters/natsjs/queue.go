@@ -631,9 +631,8 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 			continue
 		}
 		m.Header.Set(hdrBatchEnd, "1")
-		beforeBatchCommit()
 		var err error
-		if reply, err = q.s.nc.RequestMsgWithContext(ctx, m); err != nil {
+		if reply, err = sendBatchCommit(func() (*nats.Msg, error) { return q.s.nc.RequestMsgWithContext(ctx, m) }); err != nil {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return batchReply{}, err // no server took the commit
 			}
@@ -653,9 +652,10 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 	return resp, nil
 }
 
-// beforeBatchCommit runs before a batch sends its commit; tests end the
-// call's context there.
-var beforeBatchCommit = func() {}
+// sendBatchCommit sends a batch's commit with send and returns the
+// server's answer; tests end the call's context before the commit is
+// sent, or lose the commit or its answer there.
+var sendBatchCommit = func(send func() (*nats.Msg, error)) (*nats.Msg, error) { return send() }
 
 // beforePublish runs before Publish and PublishKeyed send their message;
 // tests end the call's context there.

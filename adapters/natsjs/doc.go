@@ -73,7 +73,12 @@
 //     message got no answer may or may not be stored, as a Publish: the
 //     error says so and wraps the cause, and a retry with the same key
 //     within the DedupWindow is answered with the original if it was
-//     stored (see Dedup), and stores it once if not.
+//     stored (see Dedup), and stores it once if not. On a replicated
+//     stream the server answers a publish whose key another publish is
+//     still storing as "in process": the publish waits for that one and
+//     asks again; one whose context ends meanwhile says that the key's
+//     message may or may not be stored, by the other publish, and what a
+//     retry does, and wraps the context's error.
 //   - PublishBatch is one atomic batch of the server (Nats-Batch-Id, server
 //     2.12 or later): all of it is stored or none, checked against MaxMsgs
 //     as a whole; at most 1000 messages (the server's default bound). The

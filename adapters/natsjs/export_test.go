@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // SweepNow makes q sweep for deaths at once, as a notice of one would.
@@ -101,6 +102,18 @@ func SendBatchCommitThrough(through func(send func() (*nats.Msg, error)) (*nats.
 // HoldPublish makes hold run before each Publish and PublishKeyed sends
 // its message, and returns what restores the default.
 func HoldPublish(hold func()) (restore func()) {
-	beforePublish = hold
-	return func() { beforePublish = func() {} }
+	return SendPublishThrough(func(send func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error) {
+		hold()
+		return send()
+	})
+}
+
+// SendPublishThrough makes each Publish and PublishKeyed hand through the
+// sending of its message (send, which returns the server's answer), and
+// returns what restores the default: through may send it or not, and
+// return the answer or another in its place.
+func SendPublishThrough(through func(send func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error)) (restore func()) {
+	old := sendPublish
+	sendPublish = through
+	return func() { sendPublish = old }
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
 )
@@ -50,5 +51,42 @@ func TestAPublishThatGotNoAnswerSaysItMayBeStored(t *testing.T) {
 				t.Fatalf("%s that got no answer: %q says the server refused it", c.name, err)
 			}
 		})
+	}
+}
+
+// TestAKeyedPublishWhoseWaitForARacingPublishEndsSaysItMayBeStored: a
+// PublishKeyed the server answers "in process" (another publish of the
+// key is being stored, as a replicated stream answers until its replicas
+// agreed; here the answer is made up) waits for that one and asks again.
+// When its context ends while it waits, its error says so, that the
+// server may or may not have stored the key's message by that publish,
+// and what a retry does, and wraps the context's error. It used to be the
+// server's bare answer, "duplicate message id is in process", which says
+// neither.
+func TestAKeyedPublishWhoseWaitForARacingPublishEndsSaysItMayBeStored(t *testing.T) {
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "racing", policy())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer natsjs.SendPublishThrough(func(func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error) {
+		cancel()
+		return nil, &jetstream.APIError{Code: 400, ErrorCode: 10158, Description: "duplicate message id is in process"}
+	})()
+	_, err := q.PublishKeyed(ctx, "k", []byte("a"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("PublishKeyed whose wait for a racing publish ended: %v, want Canceled", err)
+	}
+	for _, want := range []string{
+		"another publish of the key",
+		"in process",
+		"may or may not have stored the key's message",
+		"a retry with the same key within the DedupWindow is answered with the original",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("PublishKeyed whose wait for a racing publish ended: %q does not say %q", err, want)
+		}
+	}
+	if errors.Is(err, broker.Closed) || errors.Is(err, broker.QueueFull) {
+		t.Fatalf("PublishKeyed whose wait for a racing publish ended: %q says the server refused it", err)
 	}
 }

@@ -223,8 +223,9 @@ func (q *Queue) Publish(ctx context.Context, payload []byte) (broker.MessageValu
 	defer cancel()
 	var ack *jetstream.PubAck
 	err := q.full(ctx, func() (err error) {
-		beforePublish()
-		ack, err = q.s.js.PublishMsg(ctx, q.message(payload, now), jetstream.WithExpectStream(q.n.work))
+		ack, err = sendPublish(func() (*jetstream.PubAck, error) {
+			return q.s.js.PublishMsg(ctx, q.message(payload, now), jetstream.WithExpectStream(q.n.work))
+		})
 		return err
 	})
 	if err != nil {
@@ -295,10 +296,12 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 		enqueued = unixTime(time.Now()) // see recentClaim
 	}
 	var ack *jetstream.PubAck
+	var racing error // the server's "in process", when the call ended while it waited for the racing publish
 	err = q.full(ctx, func() (err error) {
 		for {
-			beforePublish()
-			ack, err = q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+			ack, err = sendPublish(func() (*jetstream.PubAck, error) {
+				return q.s.js.PublishMsg(ctx, q.message(payload, enqueued), jetstream.WithMsgID(hash), jetstream.WithExpectStream(q.n.work))
+			})
 			if !isInProcess(err) {
 				return err
 			}
@@ -306,14 +309,22 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 			// replicas: once it is, this one is its duplicate.
 			select {
 			case <-ctx.Done():
-				return err
+				racing = err
+				return ctx.Err()
 			case <-time.After(inProcessPause):
 			}
 		}
 	})
 	if err != nil {
-		if unanswered(err) {
-			err = noAnswer("the keyed message's publish", "it", "a retry with the same key within the DedupWindow is answered with the original if it was stored, and stores it once if not", err)
+		const retry = "a retry with the same key within the DedupWindow is answered with the original if it was stored, and stores it once if not"
+		switch {
+		case racing != nil:
+			// The server took nothing of this call's: whether the key's
+			// message is stored is up to the racing publish, which may
+			// yet store it.
+			err = fmt.Errorf("the keyed message's publish was answered that another publish of the key is being stored (%v), and the call's context ended while it waited for that one: the server may or may not have stored the key's message by that publish, and may yet (%s): %w", racing, retry, err)
+		case unanswered(err):
+			err = noAnswer("the keyed message's publish", "it", retry, err)
 		}
 		return broker.MessageValue{}, q.publishError(err)
 	}
@@ -657,9 +668,10 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 // sent, or lose the commit or its answer there.
 var sendBatchCommit = func(send func() (*nats.Msg, error)) (*nats.Msg, error) { return send() }
 
-// beforePublish runs before Publish and PublishKeyed send their message;
-// tests end the call's context there.
-var beforePublish = func() {}
+// sendPublish sends the message of a Publish or PublishKeyed with send and
+// returns the server's answer; tests end the call's context before the
+// message is sent, or answer in the server's place there.
+var sendPublish = func(send func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error) { return send() }
 
 // unanswered reports whether a publish's err means the server did not
 // answer it: the call's context ended, the request timed out or the

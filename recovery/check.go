@@ -81,8 +81,8 @@ type msg struct {
 
 	// The current epoch of deliveries (a replay starts a new one).
 	// maxDel, lastExp and the floors below are those of its latest
-	// certain delivery, whichever delivery of a process the checker
-	// placed last (see placedLate).
+	// certain delivery (deliveries are placed in the order their process
+	// handed them out, see orderKey).
 	maxDel  int
 	lastExp int64 // the last delivery's lease expiry (extended), if its lease may still hold
 	// extendFloor: an Extend meant for the last delivery has not been
@@ -121,17 +121,16 @@ type msg struct {
 	// maybe is the latest delivery of the current epoch journaled only as
 	// a maybe (see maybeDelivered) counting above every certain one; the
 	// zero maybeLease once a certain delivery follows that counts as much
-	// or comes from a later process. The highest count of its process
-	// holds, whichever of its deliveries the checker placed last.
+	// or comes from a later process.
 	maybe maybeLease
 	// returned is the latest settle of the current epoch journaled as
 	// returned, maybe not durable (see returnedSettled).
 	returned returnedSettle
 	// intentDel and intentExp name the delivery whose consumer's intent
 	// was noted last (its count and its lease's expiry as Receive
-	// returned it), the latest of its process, whichever the checker
-	// placed last (see placedLate): a refused settle undoes what that
-	// intent noted only if it is this delivery's (see settleFailed).
+	// returned it), the latest its process handed out: a refused settle
+	// undoes what that intent noted only if it is this delivery's (see
+	// settleFailed).
 	intentDel int
 	intentExp int64
 	// intentCycle is the cycle whose process handed that delivery out;
@@ -141,17 +140,6 @@ type msg struct {
 	// nack the intent meant come, any time until the kill.
 	intentCycle   int
 	intentRenewed bool
-	// handedCycle is the cycle whose process handed out the latest
-	// delivery of it the checker placed, or made the latest replay of it;
-	// handedAt is when, by the clock that process read: the instant
-	// Receive read (see receivedAt), or for a replay the instant the
-	// janitor had read its dead letter, before the replay started.
-	// certainAt is the same of the latest certain delivery there, or of
-	// that replay if later: the instant the floors a later process holds
-	// were set. A replay does not reset them: they place the lives of a
-	// message against each other (see placedLate).
-	handedCycle         int
-	handedAt, certainAt int64
 	// nackConfirmed: a nack of some delivery of the current epoch returned
 	// nil. A consumer reported on this life for certain, so a lapse of its
 	// last lease cannot record LEASE_EXPIRED. A nack in flight (at a kill,
@@ -458,13 +446,35 @@ func ns(t int64) string { return time.Unix(0, t).UTC().Format("15:04:05.000000")
 // message, a dead letter just rejected) before the goroutine that caused
 // it journals the result. An effect happens after its call started and an
 // observation before its call returned, so a result is placed at the start
-// of its call and an observation (a delivery, a dead letter read) at the
-// end of its: an effect seen is then always placed before the sight.
-// Entries of one goroutine keep their order: each call starts after the
-// previous one returned.
+// of its call and an observation (a dead letter read) at the end of its:
+// an effect seen is then always placed before the sight. Entries of one
+// goroutine keep their order: each call starts after the previous one
+// returned.
+//
+// A delivery is placed at the instant it was handed out (see receivedAt),
+// not at the clock its consumer read after Receive returned, which one
+// stalled past the lease reads late, after the message was handed out
+// again, settled, or dead-lettered and replayed. The broker reads that
+// instant under the queue's lock, by the clock the journal reads too, so
+// every effect that let it hand the message out came at an earlier
+// reading: a lapse or an Extend's ExpiresAt passed, a nack's VisibleAt
+// (the clock during the nack plus a retry delay, never 0 on a queue that
+// is nacked), a replay (which starts after the janitor's clock reading
+// its entry is placed at). And what its consumer does with it comes after
+// Receive returned. So a process's deliveries of a message are placed in
+// the order it handed them out, each after what allowed it and before
+// what followed from it, and are checked against each other in that
+// order: a count that did not grow, or a lease not respected, is one the
+// store handed out. An instant outside the call (a fault handedOut
+// reports) places the delivery at the end of its call.
 func orderKey(e *Entry) int64 {
 	switch e.Op {
-	case OpDelivered, OpMaybe, OpReplaying, OpDeleting:
+	case OpDelivered, OpMaybe:
+		if at := receivedAt(*e); at <= e.T1 && at >= e.T0 {
+			return at
+		}
+		return e.T1
+	case OpReplaying, OpDeleting:
 		return e.T1
 	}
 	return e.T0
@@ -567,10 +577,6 @@ func (c *Checker) AddCycle(cycle int, entries []Entry) {
 				m.nackDel, m.rejectDel, m.nackMeant, m.nackConfirmed = 0, 0, 0, false
 				m.intentDel, m.intentExp, m.intentCycle, m.intentRenewed = 0, 0, 0, false
 				m.maybe, m.returned = maybeLease{}, returnedSettle{}
-				// A delivery the process handed out before the janitor
-				// read the dead letter is of the life before.
-				m.hand(c.cycle, e.T1)
-				m.certainAt = max(m.certainAt, e.T1)
 			} else {
 				c.Figures.Deletes++
 				m.mayBeGone = true
@@ -845,16 +851,7 @@ func (c *Checker) delivered(e Entry) {
 	if m == nil {
 		return
 	}
-	m.lastDelCycle = c.cycle
-	at := receivedAt(e)
-	late := m.placedLate(c.cycle, at)
-	if late && at < m.certainAt {
-		// A later certain delivery of its process, or the replay that
-		// began a later life, was placed before it: what that left
-		// holds.
-		return
-	}
-	m.preReplays = nil
+	m.lastDelCycle, m.preReplays = c.cycle, nil
 	if e.Del == 1 {
 		m.nackMeantBefore = 0 // a new epoch began: the replays before it happened
 	}
@@ -862,51 +859,11 @@ func (c *Checker) delivered(e Entry) {
 	if e.By != 0 {
 		m.extendFloor = e.T1 + e.By
 	}
-	if late {
-		// It is the last certain delivery, and its count and lease are
-		// the floors a later process holds; but a later maybe of its
-		// process was placed before it, whose floors and intent hold in
-		// the process.
-		m.certainAt = at
-		return
-	}
-	m.hand(c.cycle, at)
-	m.certainAt = at
 	// The floors of this delivery hold from now on; a maybe of its
-	// process came before it (see placedLate).
+	// process came before it (see orderKey).
 	m.nackFloor, m.mayBeGone, m.maybe = 0, false, maybeLease{}
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
-}
-
-// placedLate reports whether a delivery of m that the process of cycle
-// handed out at the instant at (see receivedAt) came before a delivery
-// or a replay of m that the checker placed before it (see
-// msg.handedCycle). The checker places deliveries by the clock their
-// consumer read after Receive returned, which a consumer stalled past
-// the lease reads late:
-// an earlier delivery may be placed after a later one, or after the
-// replay that began the message's next life. The instant Receive read
-// tells them apart: in one process the broker hands a message out again
-// only once the previous lease lapsed or was settled, on the clock the
-// journal reads too. Such a delivery is checked as placed, and may be
-// reported (a count that did not grow in its life), but its count, lease
-// and intent never bind what follows: its lease lapsed before the later
-// delivery was handed out, so a settle its consumer makes is refused.
-// What the later delivery or replay left holds, as if the checker had
-// placed them in the order they happened. (Deliveries of different
-// processes are placed by cycle.)
-func (m *msg) placedLate(cycle int, at int64) bool {
-	return m.handedCycle == cycle && at < m.handedAt
-}
-
-// hand notes that the process of cycle handed m out, or replayed it, at
-// the instant at (see msg.handedCycle).
-func (m *msg) hand(cycle int, at int64) {
-	if m.handedCycle != cycle {
-		m.handedCycle, m.handedAt, m.certainAt = cycle, at, 0
-	}
-	m.handedAt = max(m.handedAt, at)
 }
 
 // receivedAt returns the instant the broker handed out the delivery e
@@ -1041,9 +998,7 @@ func nackFloorOf(queue string, intent Intent, del int, exp int64) int64 {
 // intent meant) ended, as after a certain delivery whose settle is in
 // flight (see maybeLease). It is checked again, and then holds everything
 // later, if OpDelivered follows; that check reports only what this one
-// did not (see confirmedMaybe). One its process handed out before a
-// delivery or replay the checker placed before it binds nothing, its
-// intent included (see placedLate).
+// did not (see confirmedMaybe).
 func (c *Checker) maybeDelivered(e Entry) {
 	before := len(c.violations)
 	m := c.handedOut(e, maybeWhere)
@@ -1055,11 +1010,6 @@ func (c *Checker) maybeDelivered(e Entry) {
 	if m == nil {
 		return
 	}
-	at := receivedAt(e)
-	if m.placedLate(c.cycle, at) {
-		return // what the later delivery or replay left holds
-	}
-	m.hand(c.cycle, at)
 	m.expect(e.Intent, e.Del, e.Exp)
 	m.intentCycle, m.intentRenewed = c.cycle, e.T0 == 0
 	if e.Del <= m.maxDel {

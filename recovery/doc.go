@@ -171,21 +171,18 @@
 //     the queue allows (see below). What it binds ends once a certain
 //     delivery of the message is journaled that counts as much or more,
 //     or comes from a later process (whose floors hold from then on), or
-//     a replay of its dead letter begins. An earlier delivery of its
-//     process that the checker places after it (deliveries are placed by
-//     the clock read after Receive returned, which a consumer stalled
-//     past the lease reads late) is reported as a count that did not
-//     grow, and ends nothing: the highest count of a process binds. Its
-//     certain entry (the same count and ExpiresAt) is not held to the
-//     maybe's own lease. So for every delivery: one that its process
-//     handed out before a delivery or a replay the checker places before
-//     it (the instant Receive read, its ExpiresAt less the visibility
-//     timeout, tells them apart) binds nothing, neither its count, nor
-//     its lease, nor its intent: its lease lapsed before the later
-//     delivery, so a settle its consumer makes is refused. What the later
-//     delivery or replay left holds, whichever is placed last. (It is
-//     still reported where it counts no more than a delivery of its life
-//     placed before it.)
+//     a replay of its dead letter begins. Its certain entry (the same
+//     count and ExpiresAt) is not held to the maybe's own lease. A
+//     process's deliveries of a message are checked against each other
+//     in the order it handed them out: by the instant Receive read the
+//     clock (its lease's ExpiresAt less the visibility timeout; the
+//     broker reads it under the queue's lock, after whatever let it hand
+//     the message out), not by the clock the consumer read after Receive
+//     returned, which one stalled past the lease reads late, after the
+//     message was handed out again, settled, or dead-lettered and
+//     replayed. A count that did not grow, or a lease not respected, in
+//     that order is the store's, however late a consumer read its clock,
+//     and the count, lease and intent of the latest one handed out hold.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

@@ -467,6 +467,17 @@ func ns(t int64) string { return time.Unix(0, t).UTC().Format("15:04:05.000000")
 // order: a count that did not grow, or a lease not respected, is one the
 // store handed out. An instant outside the call (a fault handedOut
 // reports) places the delivery at the end of its call.
+//
+// A dead letter read is placed at the clock the janitor read after
+// DeadLetters returned, which one stalled there reads late. That moves
+// nothing: the message is dead from before the read until the janitor's
+// replay or delete, which starts after that reading, and meanwhile no
+// settle of it succeeds (a refused one, wherever it is placed, only
+// undoes an intent that never happened). Every delivery of the life the
+// dead letter ended was handed out before the read, and is placed before
+// it; every one of the next life after the replay started, and is placed
+// after it; and one handed out between is placed in the dead life and
+// reported.
 func orderKey(e *Entry) int64 {
 	switch e.Op {
 	case OpDelivered, OpMaybe:

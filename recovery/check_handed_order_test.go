@@ -138,3 +138,60 @@ func TestACountGoneBackIsCaughtWhenTheHigherOneIsReadLate(t *testing.T) {
 		}
 	}
 }
+
+// TestADeadLetterReadLateHidesNoDeliveryOfTheDeadMessage: con1 rejected
+// delivery 2, and the janitor read the dead letter and stalled before it
+// read the clock; it then replayed the message. A store that handed the
+// dead message out before the replay (in the janitor's stall) broke the
+// reject, even if its consumer read the clock after the janitor did. The
+// controls: the next life's first delivery, after the replay, and
+// delivery 1, handed out before the reject but read after the janitor's
+// clock, are sound.
+func TestADeadLetterReadLateHidesNoDeliveryOfTheDeadMessage(t *testing.T) {
+	id, ref, base, ms, _, at1, at2 := twoLeases("00000000000000c9")
+	reason := Reason(QueueWork, IntentReject)
+	code, cause, _ := recordedCause(QueueWork, reason)
+	read := at2 + 5*ms        // DeadLetters returned
+	stalled := read + 300*ms  // the janitor read its clock
+	replay := stalled + 2*ms  // the replay started
+	readAfter := stalled + ms // a consumer reads its clock after the janitor did
+
+	for _, tc := range []struct {
+		name  string
+		d1T1  int64   // when con0 read its clock after delivery 1
+		extra []Entry // after the replay's entries
+		want  string  // what it must be reported for; "" if sound
+	}{
+		{"a delivery of the dead message in the janitor's stall", at1,
+			[]Entry{func() Entry {
+				e := certainAt("con2", id, ref, base, 3, stalled-ms, IntentHold)
+				e.T1 = readAfter
+				return e
+			}()}, "delivered (delivery 3) after it was dead-lettered"},
+		{"control: the next life's first delivery", at1,
+			[]Entry{certainAt("con2", id, ref, base, 1, replay+5*ms, IntentHold)}, ""},
+		{"control: delivery 1 read after the janitor's clock", readAfter, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d1 := certainAt("con0", id, ref, base, 1, at1, IntentHold)
+			d1.T1 = tc.d1T1
+			c := checkerWithoutStores(t)
+			c.AddCycle(1, certainJournal(id, ref, base, append([]Entry{
+				d1,
+				certainAt("con1", id, ref, base, 2, at2, IntentReject),
+				{Op: OpRejected, Who: "con1", Queue: QueueWork, ID: id, Del: 2, T0: at2 + ms, T1: at2 + 2*ms},
+				{Op: OpReplaying, Who: "janitor", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: 2,
+					Reason: reason, Code: code, Cause: cause, Failed: at2 + ms, T0: read - ms, T1: stalled},
+				{Op: OpReplayed, Who: "janitor", Queue: QueueWork, ID: id, T0: replay, T1: replay + ms},
+			}, tc.extra...)...))
+			if tc.want == "" {
+				require.NoError(t, c.Err())
+				return
+			}
+			// The delivery of the dead message may be reported for what it
+			// makes of the dead letter too.
+			require.ErrorContains(t, c.Err(), tc.want, "the message was dead-lettered at %s and handed out at %s, before its replay started (%s)",
+				ns(at2+ms), ns(stalled-ms), ns(replay))
+		})
+	}
+}

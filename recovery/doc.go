@@ -183,6 +183,12 @@
 //     replayed. A count that did not grow, or a lease not respected, in
 //     that order is the store's, however late a consumer read its clock,
 //     and the count, lease and intent of the latest one handed out hold.
+//     A dead letter read is placed at the clock the janitor read after
+//     DeadLetters returned, which one stalled there reads late, at no
+//     cost: the message stays dead from before the read until the
+//     replay, which starts after that reading, so every delivery of the
+//     life it ended was handed out before it, every one of the next life
+//     after it, and one handed out between is of the dead message.
 //   - Leases and retry delays survive a kill: a message is not delivered
 //     again before its lease's ExpiresAt (or an Extend's, which may shorten
 //     it) nor before a nack's VisibleAt, by the wall clock, which is the

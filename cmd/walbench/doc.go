@@ -274,10 +274,13 @@
 // ... | head) fails only the tables, which stderr says, with exit code 1.
 //
 // -json FILE names a regular file or a new one; a directory, a device, a
-// named pipe or a link to nothing is refused. Before anything is measured
-// walbench makes a temporary file beside it (so a directory that cannot
-// be written ends the run at once, exit code 1, as a -dir or -cpuprofile
-// that cannot be used) and says on stderr if FILE exists. At the end, also
+// named pipe or a link to nothing is refused, and so is an empty name
+// (-json "$OUT" with OUT unset), as a bad flag, for -cpuprofile and
+// report's -bench too: it names no file, and the run would keep nothing.
+// Before anything is measured walbench makes a temporary file beside FILE
+// (so a directory that cannot be written ends the run at once, exit code
+// 1, as a -dir or -cpuprofile that cannot be used) and says on stderr if
+// FILE exists. At the end, also
 // after Ctrl-C or an error, when something was measured, the report is
 // written to the temporary file, synced, and renamed over FILE (through a
 // symbolic link: over the file it points to), and stderr says when that

@@ -376,12 +376,30 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (see walbench %s -h)", fs.Arg(0), c.command)
 	}
-	fs.Visit(func(f *flag.Flag) { c.sampleGiven = c.sampleGiven || f.Name == "sample" })
+	// An empty name given to a flag that names a file to write is no
+	// file, not the flag left out: taken so, a run of minutes would end
+	// with no report, no profile, or BENCH.md as it was (-json "$OUT",
+	// with OUT unset).
+	var empty []error
+	fs.Visit(func(f *flag.Flag) {
+		c.sampleGiven = c.sampleGiven || f.Name == "sample"
+		if want, ok := fileFlags[f.Name]; ok && f.Value.String() == "" {
+			empty = append(empty, fmt.Errorf(`-%s "": %s`, f.Name, want))
+		}
+	})
 	if c.command == "profile" {
 		// One size and segment size for the whole profile.
 		c.drain.size, c.drain.segmentBytes = c.publish.sizes[0], c.publish.segmentBytes
 	}
-	return c, c.validate()
+	return c, errors.Join(errors.Join(empty...), c.validate())
+}
+
+// fileFlags are the flags that name a file walbench writes, each with
+// what an empty name given to it is told.
+var fileFlags = map[string]string{
+	"json":       "want a file name (leave -json out to write no JSON)",
+	"cpuprofile": "want a file name (leave -cpuprofile out to write no profile)",
+	"bench":      "want the markdown file to rewrite (leave -bench out to print the tables)",
 }
 
 // isCommand reports whether name is one of walbench's commands.

@@ -532,3 +532,29 @@ func TestTheManualStatesAHistogramsSize(t *testing.T) {
 		t.Errorf("the manual does not give a latency histogram's size as %s", want)
 	}
 }
+
+// TestAnEmptyFileNameIsRefused: -json "", -cpuprofile "" and report's
+// -bench "" name no file. Taken for the flag left out, they would let a
+// run of minutes end with no report, no profile, or BENCH.md as it was
+// (as -json "$OUT" does with OUT unset): each is refused, naming the
+// flag, before anything is measured.
+func TestAnEmptyFileNameIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"probe", "-time", "10ms", "-json", ""}, `-json "": want a file name`},
+		{[]string{"probe", "-time", "10ms", "-cpuprofile", ""}, `-cpuprofile "": want a file name`},
+		{[]string{"report", "-in", "testdata/bench.json", "-bench", ""}, `-bench "": want the markdown file`},
+	} {
+		dir, args := benchDir(t), tc.args
+		if args[0] != "report" {
+			args = append(slices.Clone(args), "-dir", dir)
+		}
+		res := runWith(t, context.Background(), nil, args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, tc.want) || res.stdout != "" {
+			t.Errorf("walbench %q: exit %d, stdout %q, stderr %q; want %d, nothing on stdout, and %q", tc.args, res.code, res.stdout, res.stderr, exitUsage, tc.want)
+		}
+		assertDirEmpty(t, dir)
+	}
+}

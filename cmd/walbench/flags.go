@@ -220,14 +220,14 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.rounds, "rounds", c.rounds, fmt.Sprintf("run every workload `N` times, back to back, and report medians (at most %d)", maxRounds))
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 		if probe {
-			fs.DurationVar(&c.probeTime, "probe-time", c.probeTime, fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else %v to %v)", minWindow, maxWindow))
+			v.duration(fs, &c.probeTime, "probe-time", fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else %v to %v)", minWindow, maxWindow))
 		}
 	}
 	forceMemory := func() {
 		fs.BoolVar(&c.forceMemory, "force-memory", false, fmt.Sprintf("run each workload even when its estimated peak memory is above %.0f%% of what this machine has available (without it, such a workload is refused before anything runs, and such a point of a sweep is skipped and listed as not measured); the kernel may then kill the run for want of memory, and what it measured is lost", 100*memoryShare))
 	}
 	warmup := func() {
-		fs.DurationVar(&c.warmup, "warmup", c.warmup, fmt.Sprintf("run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start; at most %v)", maxWindow))
+		v.duration(fs, &c.warmup, "warmup", fmt.Sprintf("run each publish, wal, mixed and sweep workload for `D` before measuring it (a drain measures its prefilled queue from the start; at most %v)", maxWindow))
 	}
 	switch c.command {
 	case "profile":
@@ -238,11 +238,11 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each publish workload for `D` (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.publish.duration, "time", fmt.Sprintf("measure each publish workload for `D` (%v to %v)", minWindow, maxWindow))
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
 		common(false)
-		fs.DurationVar(&c.probeTime, "time", c.probeTime, fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.probeTime, "time", fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (%v to %v)", minWindow, maxWindow))
 		v.ints(fs, &c.probeProducers, "producers", fmt.Sprintf("compute the durable-message ceiling for these producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.probeSizes, "size", fmt.Sprintf("... and these message sizes in `bytes` (at most %d)", maxSize))
 	case "publish":
@@ -254,7 +254,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
 		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.publish.duration, "time", c.publish.duration, fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.publish.duration, "time", fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "drain":
 		c.workloads, c.probeTime = []string{kindDrain}, 0
 		common(false)
@@ -267,7 +267,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.drain.limit, "limit", c.drain.limit, fmt.Sprintf("stop a drain after `D` (%v to %v), with messages left; its rate is then of those handled", minWindow, maxWindow))
+		v.duration(fs, &c.drain.limit, "limit", fmt.Sprintf("stop a drain after `D` (%v to %v), with messages left; its rate is then of those handled", minWindow, maxWindow))
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
 		common(false)
@@ -280,8 +280,8 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.mixed.duration, "time", c.mixed.duration, fmt.Sprintf("measure for `D` (%v to %v)", minWindow, maxWindow))
-		fs.DurationVar(&c.mixed.sample, "sample", c.mixed.sample, fmt.Sprintf("sample the backlog every `D` (at least %v, shorter than -time, and at most %d samples in it; by default, half of a -time shorter than twice this)", minSample, maxBacklogSamples))
+		v.duration(fs, &c.mixed.duration, "time", fmt.Sprintf("measure for `D` (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.mixed.sample, "sample", fmt.Sprintf("sample the backlog every `D` (at least %v, shorter than -time, and at most %d samples in it; by default, half of a -time shorter than twice this)", minSample, maxBacklogSamples))
 	case "reopen":
 		c.reopen, c.probeTime = true, 0
 		common(false)
@@ -298,7 +298,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
 		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the default, 64 MiB)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
-		fs.DurationVar(&c.sweep.duration, "time", c.sweep.duration, fmt.Sprintf("publish for `D` at each point, then drain for at most as long (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.sweep.duration, "time", fmt.Sprintf("publish for `D` at each point, then drain for at most as long (%v to %v)", minWindow, maxWindow))
 		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
 		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, fmt.Sprintf("the drains' Consume Batch (at most %d)", maxBatch))
 	case "wal":
@@ -311,7 +311,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.IntVar(&c.wal.size, "size", c.wal.size, fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
-		fs.DurationVar(&c.wal.duration, "time", c.wal.duration, fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
+		v.duration(fs, &c.wal.duration, "time", fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "full":
 		c.workloads = []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
 		c.reopen, c.recommend = true, true
@@ -673,6 +673,37 @@ func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
 		*dst = n
 		return err
 	})
+}
+
+// duration defines a flag holding a duration, its default *dst. Unlike
+// flag.Duration, whose error is "parse error" whatever the value, it says
+// what is wrong: a number given without its unit (-time 3, seconds to
+// many tools) or no duration at all.
+func (v *validator) duration(fs *flag.FlagSet, dst *time.Duration, name, usage string) {
+	fs.Var(durationFlag{dst}, name, usage)
+}
+
+// durationFlag is the flag.Value of validator.duration.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return time.Duration(0).String() // the zero Value flag.PrintDefaults makes
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	text := strings.TrimSpace(s)
+	d, err := time.ParseDuration(text)
+	if _, nerr := strconv.ParseFloat(text, 64); err != nil && nerr == nil {
+		return fmt.Errorf("%q has no unit: give one (%[1]ss, %[1]sms, ...)", text)
+	}
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (3s, 500ms, 1m30s, ...)", text)
+	}
+	*f.d = d
+	return nil
 }
 
 // byteList defines a flag holding a list of distinct segment sizes. Two

@@ -558,3 +558,30 @@ func TestAnEmptyFileNameIsRefused(t *testing.T) {
 		assertDirEmpty(t, dir)
 	}
 }
+
+// TestADurationFlagSaysWhatIsWrongWithItsValue: a duration given without
+// its unit (-time 3, read as seconds by many tools) or not a duration at
+// all is refused in words that say so, naming the flag and the value,
+// not with "parse error" alone.
+func TestADurationFlagSaysWhatIsWrongWithItsValue(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-time", "3"}, `invalid value "3" for flag -time: "3" has no unit`},
+		{[]string{"probe", "-time", "1.5"}, `invalid value "1.5" for flag -time: "1.5" has no unit`},
+		{[]string{"publish", "-probe-time", "2"}, `invalid value "2" for flag -probe-time: "2" has no unit`},
+		{[]string{"mixed", "-sample", "250"}, `invalid value "250" for flag -sample: "250" has no unit`},
+		{[]string{"drain", "-limit", "ten"}, `invalid value "ten" for flag -limit: "ten" is not a duration`},
+		{[]string{"sweep", "-warmup", "1x"}, `invalid value "1x" for flag -warmup: "1x" is not a duration`},
+	} {
+		res := runWith(t, context.Background(), nil, tc.args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, tc.want) {
+			t.Errorf("walbench %q: exit %d, stderr %q; want %d and %q", tc.args, res.code, res.stderr, exitUsage, tc.want)
+		}
+	}
+	// 0 needs no unit: -probe-time 0 is no probe.
+	if c, err := parseConfig([]string{"publish", "-probe-time", "0"}, io.Discard, io.Discard); err != nil || c.probeTime != 0 {
+		t.Errorf("publish -probe-time 0: %v, %v; want no probe", c.probeTime, err)
+	}
+}

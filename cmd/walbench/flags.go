@@ -373,6 +373,12 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		_, _ = flagOut.WriteTo(out)
 		return c, err
 	}
+	if at := len(c.args) - fs.NArg(); fs.NArg() > 0 && at > 0 && isCommand(fs.Arg(0)) && strings.HasPrefix(c.args[0], "-") {
+		// walbench -dir /data probe: the flags were read as the profile's,
+		// and the command the operator meant comes after them.
+		fixed := slices.Concat([]string{"walbench", fs.Arg(0)}, c.args[:at], c.args[at+1:])
+		return c, fmt.Errorf("%q is a command: give it first (%s)", fs.Arg(0), strings.Join(fixed, " "))
+	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (see walbench %s -h)", fs.Arg(0), c.command)
 	}

@@ -585,3 +585,19 @@ func TestADurationFlagSaysWhatIsWrongWithItsValue(t *testing.T) {
 		t.Errorf("publish -probe-time 0: %v, %v; want no probe", c.probeTime, err)
 	}
 }
+
+// TestACommandAfterTheFlagsIsSaidToGoFirst: walbench -dir /data probe
+// reads -dir as the profile's and probe as an argument; the error says
+// that the command goes first, not to read the profile's flags.
+func TestACommandAfterTheFlagsIsSaidToGoFirst(t *testing.T) {
+	res := runWith(t, context.Background(), nil, "-rounds", "3", "probe", "-time", "10ms")
+	want := `"probe" is a command: give it first (walbench probe -rounds 3 -time 10ms)`
+	if res.code != exitUsage || !strings.Contains(res.stderr, want) || strings.Contains(res.stderr, "walbench profile -h") {
+		t.Errorf("exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitUsage, want)
+	}
+	// An argument that is no command is only unexpected.
+	res = runWith(t, context.Background(), nil, "publish", "-rounds", "3", "extra")
+	if want := `unexpected argument "extra" (see walbench publish -h)`; res.code != exitUsage || !strings.Contains(res.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitUsage, want)
+	}
+}

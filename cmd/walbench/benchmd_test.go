@@ -517,3 +517,20 @@ func TestReportNamesTheFlagOfAFileItCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// TestReportOfAnotherSchemaSaysSoWhateverItsFields: a report of another
+// version of walbench is refused for its schema, as readJSON says, even
+// when a field it shares with this one holds another type there: the
+// schema is read first, so that the operator is told which walbench wrote
+// it rather than that one of its fields does not decode.
+func TestReportOfAnotherSchemaSaysSoWhateverItsFields(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "newer.json")
+	if err := os.WriteFile(name, []byte(`{"schema":"walbench/3","command":"full","rounds":"three","rows":{"publish":[]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runWith(t, context.Background(), nil, "report", "-in", name)
+	want := `schema "walbench/3", want "walbench/2" (written by another version of walbench)`
+	if res.code != exitError || res.stdout != "" || !strings.Contains(res.stderr, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q; want %d, nothing printed, and %q", res.code, res.stdout, res.stderr, exitError, want)
+	}
+}

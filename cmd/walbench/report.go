@@ -227,12 +227,21 @@ func readJSON(name string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The schema first: another version's report may hold a field of
+	// this one's with another type, and the operator is to be told which
+	// walbench wrote it, not that the field does not decode.
+	var head struct {
+		Schema string `json:"schema"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, err
+	}
+	if head.Schema != schemaVersion {
+		return nil, fmt.Errorf("schema %q, want %q (written by another version of walbench)", head.Schema, schemaVersion)
+	}
 	var rep Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, err
-	}
-	if rep.Schema != schemaVersion {
-		return nil, fmt.Errorf("schema %q, want %q (written by another version of walbench)", rep.Schema, schemaVersion)
 	}
 	if err := checkReport(&rep); err != nil {
 		return nil, fmt.Errorf("not a report walbench wrote: %w", err)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -532,5 +534,43 @@ func TestReportOfAnotherSchemaSaysSoWhateverItsFields(t *testing.T) {
 	want := `schema "walbench/3", want "walbench/2" (written by another version of walbench)`
 	if res.code != exitError || res.stdout != "" || !strings.Contains(res.stderr, want) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want %d, nothing printed, and %q", res.code, res.stdout, res.stderr, exitError, want)
+	}
+}
+
+// TestReportOfADamagedFileSaysWhereAndWhat: a report cut short, with a
+// byte damaged, or with a figure of the wrong type is refused in the
+// report's terms, where the damage is: not in the decoder's Go names.
+func TestReportOfADamagedFileSaysWhereAndWhat(t *testing.T) {
+	whole, err := os.ReadFile(benchJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := bytes.Index(whole, []byte(`"machine"`)) // past the schema, which is read first
+	damaged := bytes.Clone(whole)
+	damaged[head] = '#'
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		text []byte
+		want string
+	}{
+		{"empty.json", nil, "it is empty"},
+		{"trailing.json", append(bytes.Clone(whole), 'x'), fmt.Sprintf("not JSON as walbench writes it: at byte %d: invalid character 'x' after top-level value", len(whole)+1)},
+		{"cut.json", whole[:1000], "not whole JSON: it ends after 1000 bytes, in the middle of a value"},
+		{"damaged.json", damaged, fmt.Sprintf("not JSON as walbench writes it: at byte %d: invalid character '#'", head+1)},
+		{"type.json", bytes.Replace(whole, []byte(`"rounds": 3,`), []byte(`"rounds": "3",`), 1),
+			`not a report walbench wrote: rounds (at byte`},
+		{"row-type.json", bytes.Replace(whole, []byte(`"ops": 52113,`), []byte(`"ops": 52113.5,`), 1),
+			`not a report walbench wrote: rows.ops (at byte`},
+	} {
+		name := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(name, tc.text, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runWith(t, context.Background(), nil, "report", "-in", name)
+		if res.code != exitError || res.stdout != "" || !strings.Contains(res.stderr, name+": "+tc.want) ||
+			strings.Contains(res.stderr, "Go struct") || strings.Contains(res.stderr, "main.") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d, nothing printed, and %q, in the report's terms", tc.name, res.code, res.stdout, res.stderr, exitError, tc.want)
+		}
 	}
 }

@@ -319,13 +319,16 @@
 // do not apply to: read a missing one as 0. The figures of a row from
 // "vs_wal" on are left out, not null, where they do not apply.
 //
-// walbench report refuses, naming what is wrong, a JSON walbench could
-// not have written: another schema, a command it does not run, no rounds,
-// nothing measured, a row of another kind than those below, more backlog
-// samples than -sample allows, or a number out of range (every figure is
-// at least 0, at most 10^15, and seconds at most 10^9), which the tables
-// would print overflowed. It refuses a device for -in or -bench (one such
-// as /dev/zero never ends); a named pipe is read.
+// walbench report refuses, naming what is wrong, a file cut short or
+// damaged (saying at which byte), and a JSON walbench could not have
+// written: another schema (read before the rest, whose fields another
+// version may type otherwise), a field of another type than below, a
+// command it does not run, no rounds, nothing measured, a row of another
+// kind than those below, more backlog samples than -sample allows, or a
+// number out of range (every figure is at least 0, at most 10^15, and
+// seconds at most 10^9), which the tables would print overflowed. It
+// refuses a device for -in or -bench (one such as /dev/zero never ends);
+// a named pipe is read.
 //
 //	{
 //	  "schema":      "walbench/2"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -234,19 +235,62 @@ func readJSON(name string) (*Report, error) {
 		Schema string `json:"schema"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, err
+		return nil, decodeError(b, err)
 	}
 	if head.Schema != schemaVersion {
 		return nil, fmt.Errorf("schema %q, want %q (written by another version of walbench)", head.Schema, schemaVersion)
 	}
 	var rep Report
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, err
+		return nil, decodeError(b, err)
 	}
 	if err := checkReport(&rep); err != nil {
 		return nil, fmt.Errorf("not a report walbench wrote: %w", err)
 	}
 	return &rep, nil
+}
+
+// decodeError says what json.Unmarshal found wrong with b, a report, in
+// the report's terms and where: a file cut short (a copy or a write that
+// did not finish), a damaged byte, or a figure of another type than
+// walbench writes (the decoder's own words name Go types).
+func decodeError(b []byte, err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case len(bytes.TrimSpace(b)) == 0:
+		return errors.New("it is empty, not a report")
+	case errors.As(err, &syntax) && syntax.Error() == "unexpected end of JSON input":
+		return fmt.Errorf("not whole JSON: it ends after %d bytes, in the middle of a value (cut short?)", len(b))
+	case errors.As(err, &syntax):
+		return fmt.Errorf("not JSON as walbench writes it: at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "the file"
+		}
+		return fmt.Errorf("not a report walbench wrote: %s (at byte %d) is a JSON %s, where walbench writes %s", field, typ.Offset, typ.Value, jsonKind(typ.Type))
+	}
+	return err
+}
+
+// jsonKind is what JSON walbench writes for a Go value of type t.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		return "a whole number"
+	case reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonKind(t.Elem()) + " or null"
+	}
+	return "an object"
 }
 
 // readInput reads the file name whole. It refuses a device, which holds

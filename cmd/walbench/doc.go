@@ -204,7 +204,8 @@
 // SyncAll only and pairs them with the drain of each mode: a Publish
 // waits for the same fdatasync under both. It measures one segment size
 // (-segment-bytes), which its recommendation names, and says that the
-// sweep compares them. A profile stopped (Ctrl-C, a
+// sweep compares them; a sweep given one segment size, or one durable
+// sync mode, says that it compared none. A profile stopped (Ctrl-C, a
 // failure) before a drain was measured whole scores its publishes alone,
 // under SyncAll: its recommendation says it was made from the publish
 // workloads alone, and names the sync modes its drains did not reach as

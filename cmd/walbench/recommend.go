@@ -639,6 +639,24 @@ func recommendationLines(rec *Recommendation) []string {
 		// not one chosen among others.
 		lines = append(lines, fmt.Sprintf("segment size: the profile measured %s segments alone (-segment-bytes); walbench sweep compares segment sizes", formatBytes(rec.SegmentBytes)))
 	}
+	if rec.Basis == kindSweep {
+		// A sweep given one segment size, or one durable sync mode, chose
+		// it for want of another. Those it was to measure and did not are
+		// in Unscored and NotMeasured, and said below.
+		segments, syncs := map[int64]bool{}, map[string]bool{}
+		for _, s := range slices.Concat(rec.Unscored, rec.NotMeasured) {
+			segments[s.SegmentBytes], syncs[s.Sync] = true, true
+		}
+		for _, s := range rec.Scores {
+			segments[s.SegmentBytes], syncs[s.Sync] = true, true
+		}
+		if len(segments) == 1 {
+			lines = append(lines, fmt.Sprintf("segment size: the sweep measured %s segments alone (-segment-bytes), so it compared none; give -segment-bytes several sizes to compare them", formatBytes(rec.SegmentBytes)))
+		}
+		if len(syncs) == 1 {
+			lines = append(lines, fmt.Sprintf("sync mode: the sweep measured sync=%s alone of the durable modes (-sync), so it compared none; give -sync all,publish to compare them", rec.Sync))
+		}
+	}
 	if len(rec.Unscored) > 0 {
 		var cut []string
 		for _, u := range rec.Unscored {

@@ -688,3 +688,47 @@ func TestProfileRecommendationSaysItComparedNoSegmentSizes(t *testing.T) {
 		t.Errorf("the sweep's recommendation, which compared segment sizes, says it compared none:\n%s", text)
 	}
 }
+
+// TestSweepRecommendationSaysWhatItDidNotCompare: a sweep given one
+// segment size (-segment-bytes 4MiB), or one durable sync mode (-sync
+// publish), recommends it for want of another, not because it did better
+// than the others: the recommendation says that it compared none, as the
+// profile's says of its one segment size. A sweep that measured several,
+// or was to and ended before them (named as not measured), says nothing
+// of the kind.
+func TestSweepRecommendationSaysWhatItDidNotCompare(t *testing.T) {
+	const (
+		sizes = "the sweep measured 4 MiB segments alone"
+		syncs = "the sweep measured sync=publish alone"
+	)
+	pub := [3]float64{4000, 30000, 60000}
+	for _, tc := range []struct {
+		name     string
+		rows     []Row
+		notMeas  []Setting
+		say, not []string
+	}{
+		{"one segment size", slices.Concat(grid("all", 4*mib, pub, 50000), grid("publish", 4*mib, pub, 90000)), nil, []string{sizes}, []string{"sync mode:"}},
+		{"one sync mode", slices.Concat(grid("publish", 4*mib, pub, 90000), grid("publish", 64*mib, pub, 90000)), nil, []string{syncs}, []string{"segment size:"}},
+		{"one setting", grid("publish", 4*mib, pub, 90000), nil, []string{sizes, syncs}, nil},
+		{"both compared", slices.Concat(grid("all", 4*mib, pub, 50000), grid("publish", 64*mib, pub, 90000)), nil, nil, []string{"segment size:", "sync mode:"}},
+		{"the others not reached", grid("publish", 4*mib, pub, 90000), []Setting{{Sync: "all", SegmentBytes: 64 * mib}}, nil, []string{"segment size:", "sync mode:"}},
+	} {
+		rec := recommend(slices.Concat(tc.rows, grid("none", 64*mib, pub, 90000)))
+		if rec == nil || rec.Basis != "sweep" {
+			t.Fatalf("%s: recommendation %+v; want one from the sweep", tc.name, rec)
+		}
+		rec.NotMeasured = tc.notMeas
+		text := strings.Join(recommendationLines(rec), "\n")
+		for _, s := range tc.say {
+			if !strings.Contains(text, s) {
+				t.Errorf("%s: the recommendation does not say %q:\n%s", tc.name, s, text)
+			}
+		}
+		for _, s := range tc.not {
+			if strings.Contains(text, s) {
+				t.Errorf("%s: the recommendation says %q, which it compared:\n%s", tc.name, s, text)
+			}
+		}
+	}
+}

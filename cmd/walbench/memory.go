@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -264,48 +265,85 @@ func memInfoAvailable(meminfo string) (int64, error) {
 	return 0, errors.New("/proc/meminfo: no MemAvailable in kB")
 }
 
-// cgroupFiles are the files of a cgroup's memory controller, under v2
-// and under v1, as a process in a container sees its own at
-// /sys/fs/cgroup: its limit, its usage, and the statistic that counts the
+// cgroupFiles are where a cgroup's memory controller is mounted, under
+// v2 and under v1 (controller names the v1 hierarchy in
+// /proc/self/cgroup; "" is v2's unified one), and the files of each of
+// its cgroups: its limit, its usage, and the statistic that counts the
 // page cache its usage includes and the kernel would reclaim before
 // killing anything.
-var cgroupFiles = []struct{ limit, usage, stat, inactive string }{
-	{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file"},
-	{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes", "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"},
+var cgroupFiles = []struct{ mount, controller, limit, usage, stat, inactive string }{
+	{"/sys/fs/cgroup", "", "memory.max", "memory.current", "memory.stat", "inactive_file"},
+	{"/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat", "total_inactive_file"},
 }
 
 // cgroupRoom is how much more memory the cgroup walbench runs in lets it
-// take before the kernel kills it: its limit less its usage, the inactive
-// page cache not counted. ok is false where there is no limit (the
-// host's memory is then the bound) or it cannot be read. read is
-// os.ReadFile, or a test's.
+// take before the kernel kills it: of the run's own cgroup (as
+// /proc/self/cgroup names it: a systemd unit's, a nested one's) and each
+// above it up to the top of the mount (a container's mount is its own
+// cgroup), the least room, a limit less its usage, the inactive page
+// cache not counted. ok is false where there is no limit (the host's
+// memory is then the bound) or it cannot be read. read is os.ReadFile,
+// or a test's.
 func cgroupRoom(read func(string) ([]byte, error)) (room int64, ok bool) {
-	number := func(path string) (int64, bool) {
-		b, err := read(path)
+	number := func(name string) (int64, bool) {
+		b, err := read(name)
 		if err != nil {
 			return 0, false
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return n, err == nil && n >= 0
 	}
+	own, _ := read("/proc/self/cgroup") // unreadable: the top of the mount alone
 	for _, f := range cgroupFiles {
-		limit, ok := number(f.limit) // "max", under v2, is no limit
-		if !ok || limit >= 1<<62 {   // v1's no limit: a page-rounded MaxInt64
-			continue
-		}
-		usage, ok := number(f.usage)
-		if !ok {
-			continue
-		}
-		if b, err := read(f.stat); err == nil {
-			for line := range strings.Lines(string(b)) {
-				k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
-				if n, err := strconv.ParseInt(v, 10, 64); k == f.inactive && err == nil && n >= 0 {
-					usage -= min(n, usage)
+		// The room at one cgroup, dir, of the mount.
+		at := func(dir string) (int64, bool) {
+			limit, ok := number(path.Join(f.mount, dir, f.limit)) // "max", under v2, is no limit
+			if !ok || limit >= 1<<62 {                            // v1's no limit: a page-rounded MaxInt64
+				return 0, false
+			}
+			usage, ok := number(path.Join(f.mount, dir, f.usage))
+			if !ok {
+				return 0, false
+			}
+			if b, err := read(path.Join(f.mount, dir, f.stat)); err == nil {
+				for line := range strings.Lines(string(b)) {
+					k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+					if n, err := strconv.ParseInt(v, 10, 64); k == f.inactive && err == nil && n >= 0 {
+						usage -= min(n, usage)
+					}
 				}
 			}
+			return max(limit-usage, 0), true
 		}
-		return max(limit-usage, 0), true
+		for dir := cgroupOf(string(own), f.controller); ; dir = path.Dir(dir) {
+			if r, limited := at(dir); limited && (!ok || r < room) {
+				room, ok = r, true
+			}
+			if dir == "/" {
+				break
+			}
+		}
+		if ok {
+			return room, true
+		}
 	}
 	return 0, false
+}
+
+// cgroupOf is the cgroup of this process in the hierarchy of controller
+// ("": v2's unified one), read from /proc/self/cgroup's text, as a clean
+// absolute path; "/" when it is not there.
+func cgroupOf(procSelfCgroup, controller string) string {
+	for line := range strings.Lines(procSelfCgroup) {
+		// hierarchy-ID:controller,...:path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		v2 := controller == "" && parts[0] == "0" && parts[1] == ""
+		if v2 || controller != "" && slices.Contains(strings.Split(parts[1], ","), controller) {
+			return path.Clean("/" + parts[2])
+		}
+	}
+	return "/"
 }

@@ -313,3 +313,73 @@ func TestAvailableMemoryParsed(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupRoomOfTheRunsOwnCgroup: the limit that bounds the run is that
+// of its own cgroup, as /proc/self/cgroup names it, or of one above it,
+// not only the one at the top of /sys/fs/cgroup: a run in a systemd unit
+// with MemoryMax, or in a nested v1 memory cgroup, is killed at that
+// unit's limit. The closest room of the cgroup and its ancestors counts;
+// where the cgroup is not found under the mount (a container's mount is
+// its own cgroup), the mount's top is the run's.
+func TestCgroupRoomOfTheRunsOwnCgroup(t *testing.T) {
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if s, ok := m[p]; ok {
+				return []byte(s), nil
+			}
+			return nil, os.ErrNotExist
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		room  int64
+		ok    bool
+	}{
+		{"v2 unit", map[string]string{
+			"/proc/self/cgroup": "0::/system.slice/walbench.service\n",
+			"/sys/fs/cgroup/system.slice/walbench.service/memory.max":     "1000\n",
+			"/sys/fs/cgroup/system.slice/walbench.service/memory.current": "400\n",
+			"/sys/fs/cgroup/system.slice/memory.max":                      "max\n",
+			"/sys/fs/cgroup/system.slice/memory.current":                  "5000\n",
+		}, 600, true},
+		{"v2 slice above", map[string]string{
+			"/proc/self/cgroup": "0::/user.slice/session-1.scope\n",
+			"/sys/fs/cgroup/user.slice/session-1.scope/memory.max":     "max\n",
+			"/sys/fs/cgroup/user.slice/session-1.scope/memory.current": "400\n",
+			"/sys/fs/cgroup/user.slice/memory.max":                     "2000\n",
+			"/sys/fs/cgroup/user.slice/memory.current":                 "1500\n",
+			"/sys/fs/cgroup/user.slice/session-1.scope/memory.stat":    "inactive_file 100\n",
+		}, 500, true},
+		{"v2 the closest of two limits", map[string]string{
+			"/proc/self/cgroup":                 "0::/a/b\n",
+			"/sys/fs/cgroup/a/b/memory.max":     "10000\n",
+			"/sys/fs/cgroup/a/b/memory.current": "1000\n",
+			"/sys/fs/cgroup/a/memory.max":       "3000\n",
+			"/sys/fs/cgroup/a/memory.current":   "2500\n",
+		}, 500, true},
+		{"v1 nested", map[string]string{
+			"/proc/self/cgroup": "12:pids:/\n4:memory:/process_api/84a6\n0::/\n",
+			"/sys/fs/cgroup/memory/process_api/84a6/memory.limit_in_bytes": "1073741824\n",
+			"/sys/fs/cgroup/memory/process_api/84a6/memory.usage_in_bytes": "805306368\n",
+			"/sys/fs/cgroup/memory/process_api/84a6/memory.stat":           "cache 1\ntotal_inactive_file 268435456\n",
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes":                  "9223372036854771712\n",
+			"/sys/fs/cgroup/memory/memory.usage_in_bytes":                  "9999999999\n",
+		}, 536870912, true},
+		{"container, its cgroup the mount's top", map[string]string{
+			"/proc/self/cgroup":             "0::/docker/0123abcd\n",
+			"/sys/fs/cgroup/memory.max":     "2000\n",
+			"/sys/fs/cgroup/memory.current": "500\n",
+		}, 1500, true},
+		{"no limit on the way up", map[string]string{
+			"/proc/self/cgroup":               "0::/a\n",
+			"/sys/fs/cgroup/a/memory.max":     "max\n",
+			"/sys/fs/cgroup/a/memory.current": "1\n",
+		}, 0, false},
+	} {
+		room, ok := cgroupRoom(files(tc.files))
+		if room != tc.room || ok != tc.ok {
+			t.Errorf("%s: cgroupRoom = %d, %v; want %d, %v", tc.name, room, ok, tc.room, tc.ok)
+		}
+	}
+}

@@ -52,10 +52,11 @@
 // whose size does not even count in 64 bits fits on no disk, and is
 // refused so whatever the free space.
 // A workload whose estimated peak memory (producers × message size × the
-// copies a Publish makes, the deliveries in hand, the prefill's batches,
-// the histograms) is above 80% of what the machine has available (Linux:
-// MemAvailable, or less where the run's cgroup has a closer limit; not
-// checked on macOS) is refused the same way, naming the workload, the
+// copies a Publish makes, the deliveries in hand, a drain's -prefetch
+// held ones among them, the prefill's batches, the histograms) is above
+// 80% of what the machine has available (Linux: MemAvailable, or less
+// where the run's cgroup has a closer limit; not checked on macOS) is
+// refused the same way, naming the workload, the
 // estimate, what is available and the flags to lower: 1,024 producers of
 // 1 MiB messages take about 4.4 GB, and a run the kernel kills for want of
 // memory loses what it measured. A sweep skips such a point instead, says

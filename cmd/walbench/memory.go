@@ -112,10 +112,14 @@ func (w walLoad) memory() (int64, string) {
 
 // memory is the estimated peak memory of d: its prefill, whose garbage
 // may still be in the heap when the drain starts, and the deliveries in
-// hand: one per Consume handler, or a Receive of d.batch per Receive+Ack
-// goroutine, at most every message.
+// hand: one per Consume handler and those its Prefetch holds leased
+// beside them, or a Receive of d.batch per Receive+Ack goroutine, at most
+// every message.
 func (d drainLoad) memory() (int64, string) {
-	inHand, lower := d.consumers, "-consumers or -size"
+	inHand, lower := d.consumers+d.prefetch, "-consumers or -size"
+	if d.prefetch > 0 {
+		lower = "-consumers, -prefetch or -size"
+	}
 	if d.method == drainReceiveAck {
 		inHand, lower = d.consumers*d.batch, "-consumers, -batch or -size"
 	}

@@ -383,3 +383,26 @@ func TestCgroupRoomOfTheRunsOwnCgroup(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryOfADrainCountsWhatPrefetchHolds: Consume holds Concurrency +
+// Prefetch leased deliveries, each with its payload, so a drain's estimate
+// counts the prefetched ones too: -prefetch 65536 of 1 MiB messages holds
+// 64 GiB, which the check must refuse before the kernel kills the run.
+func TestMemoryOfADrainCountsWhatPrefetchHolds(t *testing.T) {
+	l := drainLoad{method: drainConsume, consumers: 1, batch: 256, prefetch: 256, messages: 300, size: 64 << 10}
+	need, lower := l.memory()
+	alone, _ := drainLoad{method: drainConsume, consumers: 1, batch: 256, messages: 300, size: 64 << 10}.memory()
+	held := deliveredMessages(256, 64<<10, drainConsume)
+	if need < alone+held || !strings.Contains(lower, "-prefetch") {
+		t.Errorf("estimate %d with -prefetch 256, %d without; want the 256 held deliveries, %d, counted, and -prefetch among the flags to lower (%q)", need, alone, held, lower)
+	}
+	// What the drain holds is above 80% of what is available, what its
+	// consumer alone holds is not.
+	dir := benchDir(t)
+	r := runWith(t, context.Background(), availableIs(int64(float64(alone+held)/memoryShare*0.9)),
+		"drain", "-consumers", "1", "-batch", "256", "-prefetch", "256", "-messages", "300", "-size", "65536", "-sync", "none", "-dir", dir)
+	if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, "drain via Consume, batch 256, concurrency 1, prefetch 256") || !strings.Contains(r.stderr, "-prefetch") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want %d, nothing measured, and the drain and -prefetch named", r.code, r.stdout, r.stderr, exitError)
+	}
+	assertDirEmpty(t, dir)
+}

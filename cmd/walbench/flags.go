@@ -703,7 +703,7 @@ func (f durationFlag) Set(s string) error {
 	text := strings.TrimSpace(s)
 	d, err := time.ParseDuration(text)
 	if _, nerr := strconv.ParseFloat(text, 64); err != nil && nerr == nil {
-		return fmt.Errorf("%q has no unit: give one (%[1]ss, %[1]sms, ...)", text)
+		return fmt.Errorf("%q has no unit: give one, as in 3s, 500ms or 2m", text)
 	}
 	if err != nil {
 		return fmt.Errorf("%q is not a duration (3s, 500ms, 1m30s, ...)", text)

@@ -119,8 +119,7 @@ func runMixed(ctx context.Context, env *env, parent string, l mixedLoad) (r Row,
 	if !w.opened {
 		return r, false, nil
 	}
-	records := (after.Records - after.OwnRecords) - (before.Records - before.OwnRecords)
-	return m.row(w, after.Commits-before.Commits, records, notes), true, nil
+	return m.row(w, after.Commits-before.Commits, callerRecords(before, after), notes), true, nil
 }
 
 // mixedRun is one run of a mixedLoad: what its producers, its consumers

@@ -92,7 +92,6 @@ func publishOn(ctx context.Context, env *env, st *benchStore, l publishLoad) (r 
 
 	secs := lr.window.elapsed.Seconds()
 	records := lr.after.Records - lr.before.Records
-	own := lr.after.OwnRecords - lr.before.OwnRecords
 	r = Row{
 		Kind:           kindPublish,
 		Workload:       l.String(),
@@ -102,7 +101,7 @@ func publishOn(ctx context.Context, env *env, st *benchStore, l publishLoad) (r 
 		SegmentBytes:   effectiveSegmentBytes(l.segmentBytes),
 		Seconds:        secs,
 		Interrupted:    lr.window.interrupted,
-		Ops:            records - own, // one record per Publish
+		Ops:            callerRecords(lr.before, lr.after), // one record per Publish
 		Commits:        lr.after.Commits - lr.before.Commits,
 		LatencySamples: lr.hist.TotalCount(),
 	}

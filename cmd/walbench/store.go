@@ -194,3 +194,13 @@ func parseSync(s string) (broker.SyncMode, error) {
 func durable(s string) bool {
 	return s == broker.SyncAll.String() || s == broker.SyncPublish.String()
 }
+
+// callerRecords is the number of records the store's callers appended
+// between two readings of its Stats: Records less OwnRecords. Stats reads
+// the two apart, so a window in which little or nothing was written can
+// count an own record (a sequence reservation, under SyncNone) in one and
+// not yet in the other; such a window appended none, not a negative
+// number, which report would refuse.
+func callerRecords(before, after broker.StoreStats) int64 {
+	return max(0, (after.Records-after.OwnRecords)-(before.Records-before.OwnRecords))
+}

@@ -273,9 +273,11 @@ func inChain(test func() bool) (found bool) {
 // Ack, Nack, Reject and Extend run with context.WithoutCancel(ctx), so work
 // in flight at shutdown is settled cleanly; their errors are logged, never
 // fatal. A Receive error that is [Closed] ends Consume and is returned,
-// and so does the failure of a file-backed store that stopped for good (a
+// and a Receive that fails once a file-backed store stopped for good (a
 // write or fdatasync failed, or damage was found: it must be reopened, and
-// no retry can succeed before that); any other is logged and retried after
+// no retry can succeed before that) ends it with the failure the store
+// stopped on, whatever error the Receive returned (a decorator's own, say,
+// which is then logged); any other is logged and retried after
 // PollInterval, backing off while Receive keeps failing (see
 // [ConsumeOptions.PollInterval]). Once Consume learns of such an end (a
 // Store or a Memory tells it at once, even with every handler busy or
@@ -705,11 +707,17 @@ func (c *consumer) loop(ctx context.Context) error {
 			// before, or while, the Receive ran (see why). The handlers
 			// still learn of b's end (see Consume).
 			if brokerEnded {
-				c.endedWith = c.endOf(ctx, err)
+				c.endedWith, _ = c.endOf(err)
 			}
 			return ctx.Err()
 		case brokerEnded:
-			return err // Closed, or the broker must be reopened: retrying cannot help
+			// Closed, or the broker must be reopened: retrying cannot
+			// help.
+			end, instead := c.endOf(err)
+			if instead {
+				c.log.ErrorContext(ctx, "broker: Consume: receive failed as the broker stopped; ending with the failure it stopped on", "error", err)
+			}
+			return end
 		case c.goneYet():
 			return c.endedWith
 		case err != nil:
@@ -730,20 +738,28 @@ func (c *consumer) loop(ctx context.Context) error {
 	}
 }
 
-// endOf returns what b ended with, err being the error of the Receive
-// that found it ended after ctx ended: err itself, unless it is only
-// ctx's (a Receive given an ended ctx returns that, over a *Queue without
-// looking at the store) while the store stopped for good meanwhile; then
-// the failure it stopped on, which the handlers' contexts must end with
-// (see Consume), not ctx's error.
-func (c *consumer) endOf(ctx context.Context, err error) error {
-	if c.stopper == nil || errors.Is(err, Closed) || !errors.Is(err, ctx.Err()) {
-		return err
+// endOf returns what b ended with, err being the error of a call (a
+// Receive, a lease renewal) that found b closed or stopped for good: err
+// itself when it is Closed or carries the failure the store stopped on;
+// otherwise that failure. The call may have failed for a reason of its
+// own as the store stopped: ctx's error (a Receive given an ended ctx
+// returns that, over a *Queue without looking at the store), or any
+// other (a decorator's own error, which kept the failure's text but not
+// the failure itself, or a failure the call met before the store's).
+// What Consume returns, and ends the handlers' contexts with, is then the
+// store's failure: it is the cause a caller can act on (close the store
+// and open it again), and the one errors.Is finds. instead reports that
+// it is returned in err's place (err is then the caller's to log). Not
+// end != err: an error type that is not comparable would panic there.
+func (c *consumer) endOf(err error) (end error, instead bool) {
+	if c.stopper == nil || errors.Is(err, Closed) {
+		return err, false
 	}
-	if failure := c.stopper.stopped(); failure != nil {
-		return failure
+	failure := c.stopper.stopped()
+	if failure == nil || errors.Is(err, failure) {
+		return err, false
 	}
-	return err
+	return failure, true
 }
 
 // why returns why the loop ends after a wait ended it: ctx's error once
@@ -1442,12 +1458,15 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 			case errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
 				// No renewal, and no settling call, can succeed again:
 				// not for this handler, nor for any other, and the loop,
-				// which may be idle, must learn of it.
+				// which may be idle, must learn of it: of the failure
+				// the store stopped on, whatever the renewal met (see
+				// endOf).
 				lost = true
 				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
-				cancel(err)
-				c.brokerGone(err)
+				end, _ := c.endOf(err)
+				cancel(end)
+				c.brokerGone(end)
 				return
 			default:
 				// Waiting for the next tick would be too late: with the

@@ -70,3 +70,46 @@ func TestConsumeEndsTheGraceWithTheFailureTheBrokerStoppedOn(t *testing.T) {
 	}
 	require.ErrorIs(t, r.wait(t), context.Canceled, "Consume returns ctx's error once ctx ended")
 }
+
+// stopsAtExtend is a broker that stops for good (failStopper) as a lease
+// renewal runs, and whose Extend then fails with an error of its own that
+// does not carry the failure (as a decorator's that keeps only its text
+// does).
+type stopsAtExtend struct {
+	*fakeBroker
+	failure error
+	down    atomic.Bool
+}
+
+var errExtendUnavailable = errors.New("jobs service: extend: unavailable")
+
+func (s *stopsAtExtend) Extend(ctx context.Context, r ReceiptValue, by time.Duration) (LeaseValue, error) {
+	s.down.Store(true)
+	return LeaseValue{}, errExtendUnavailable
+}
+
+func (s *stopsAtExtend) stopped() error {
+	if s.down.Load() {
+		return s.failure
+	}
+	return nil
+}
+
+// A renewal that fails, with ctx live, as the store stops for good ends
+// the handlers' contexts and Consume with the failure the store stopped
+// on, as a Receive that meets the stop does, not with the renewal's own
+// error: the failure is what a caller can act on, and what errors.Is
+// finds.
+func TestConsumeEndsWithTheFailureTheBrokerStoppedOnWhateverTheRenewalSaid(t *testing.T) {
+	s := &stopsAtExtend{fakeBroker: newFake(), failure: errors.New("broker: fdatasync failed: disk gone")}
+	s.Publish(context.Background(), []byte("slow"))
+	cause := make(chan error, 1)
+	r := startConsume(t, s, func(ctx context.Context, d DeliveryValue) error {
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}, ConsumeOptions{ExtendEvery: time.Millisecond})
+	err := r.wait(t)
+	require.ErrorIs(t, err, s.failure, "Consume returned %v, want the failure the broker stopped on", err)
+	require.ErrorIs(t, <-cause, s.failure, "the handler's context ends with the failure the broker stopped on")
+}

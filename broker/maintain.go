@@ -147,7 +147,8 @@ func (s *Store) maintainLoop() {
 }
 
 // maintain writes a checkpoint if the log grew by half a segment since the
-// last one (or force is set), then reclaims what it can.
+// last one or rotated since the last round (or force is set), then
+// reclaims what it can.
 func (s *Store) maintain(force bool) error {
 	if s.usable() != nil {
 		return nil
@@ -162,7 +163,11 @@ func (s *Store) maintain(force bool) error {
 	m.ckptMu.Lock()
 	grown := s.log.Stats().BytesWritten-m.written >= s.opts.segmentBytes()/2
 	m.ckptMu.Unlock()
-	if grown || force || m.rotated.Swap(false) {
+	// The rotation is answered by this round's checkpoint whatever else
+	// asks for it: left set behind a growth that asked first, it had the
+	// next round write a second checkpoint of nothing new.
+	rotated := m.rotated.Swap(false)
+	if grown || force || rotated {
 		if err := s.checkpoint(); err != nil {
 			return err
 		}

@@ -134,3 +134,26 @@ func TestACheckpointNamesOnlyTheTableFilesItKeeps(t *testing.T) {
 	require.False(t, c.Recovery().IndexRebuilt, "the checkpoint names a table file it dropped")
 	require.Equal(t, Dump(s), Dump(c))
 }
+
+// A rotation asks for one checkpoint: a round that checkpoints because the
+// log grew by half a segment also answers the rotation that came with
+// that growth, and the next round, with nothing written since, writes
+// none.
+func TestARotationThatCameWithTheGrowthAsksForNoSecondCheckpoint(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{SegmentBytes: MinSegmentBytes, manualMaintenance: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	q, err := s.Queue("jobs", PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, RetryDelay: time.Second, MaxMessageBytes: 2048})
+	require.NoError(t, err)
+	payload := make([]byte, 1024)
+	for !s.maint.rotated.Load() {
+		_, err := q.Publish(t.Context(), payload)
+		require.NoError(t, err)
+	}
+	require.GreaterOrEqual(t, s.log.Stats().BytesWritten-s.maint.written, s.opts.segmentBytes()/2, "the log grew by half a segment too")
+	before := s.Stats().Checkpoints
+	require.NoError(t, s.maintain(false))
+	require.Equal(t, before+1, s.Stats().Checkpoints, "a rotation and half a segment of log: one checkpoint")
+	require.NoError(t, s.maintain(false))
+	require.Equal(t, before+1, s.Stats().Checkpoints, "nothing written since the last round's checkpoint")
+}

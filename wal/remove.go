@@ -21,10 +21,12 @@ const sparePrefix = "spare-"
 // left behind, out of the log already, are not counted again when it
 // removes them. pos's own segment stays whole, even for a position past its
 // last record: pass MakePosition(seq, 0) to remove the segments before seq.
-// Records removed are gone for good: Read and Iterate skip them. Up to two
-// removed files are kept (renamed aside) for the next rotations to reuse,
-// which spares the disk the zero-filling of a new file; the rest are
-// deleted. The removal is
+// Records removed are gone for good: Read and Iterate skip them. Removed
+// files of the size a new segment takes (Options.SegmentBytes) are kept
+// (renamed aside) for the next rotations to reuse, up to two spares in
+// all, which spares the disk the zero-filling of a new file; the rest,
+// files of another size (written before a reopen with another
+// SegmentBytes) included, are deleted. The removal is
 // durable when RemoveBelow returns. A file that cannot be removed stays on
 // disk with every later one (the error names it), so that the files left
 // are still a gapless log: out of this Log, they are removed first by the

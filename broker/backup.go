@@ -87,8 +87,9 @@ const (
 // the last checkpoint, so this is where damage to older segments shows):
 // damage fails the Backup with [Corrupt], naming the file and offset, and
 // stops the store as a Receive that met it would (reopen it; see
-// Options.Salvage). ctx is checked between files, the index's and the
-// log's; a Backup that fails or is canceled removes what it wrote and
+// Options.Salvage). ctx ends the wait for another Backup of the store
+// (which then makes nothing), and is checked between files, the index's
+// and the log's; a Backup that fails or is canceled removes what it wrote and
 // leaves no dir, but in the one case above. It fails with Closed after
 // Close, like every call once the store stopped for good, and with the
 // failure that stopped the checkpoints once one failed (they stop until
@@ -131,7 +132,10 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 	// maintenance goroutine, and with it the checkpoints: see reclaim).
 	// Backups of other stores, or in other processes, are kept out of
 	// this one's partial copy by the lock on its mark (startPartial).
-	s.maint.reclaimMu.Lock()
+	// The wait ends with ctx: another Backup's copy may take minutes.
+	if err := s.maint.reclaimMu.Lock(ctx); err != nil {
+		return fail(err), nil
+	}
 	defer s.maint.reclaimMu.Unlock()
 	// From here on, the place dir names, resolved once: the check, the
 	// partial copy, the rename, the sync of its parent and the mark are

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -43,9 +44,11 @@ type maintenance struct {
 	removeMu sync.RWMutex
 	// reclaimMu serialises reclamation and Backups: a Backup must find
 	// the segments below its checkpoint where they were. A Backup holds
-	// it for all of its copy; reclamation only tries it, and skips its
-	// round while a Backup holds it (see reclaim). Taken before ckptMu.
-	reclaimMu sync.Mutex
+	// it for all of its copy, and waits for it only as long as its
+	// context lets it (another Backup's copy may take minutes);
+	// reclamation only tries it, and skips its round while a Backup
+	// holds it (see reclaim). Taken before ckptMu. Made by Open.
+	reclaimMu ctxMutex
 
 	lastCheckpoint  atomic.Uint64 // wal.Position of the last checkpoint
 	checkpointBytes atomic.Int64
@@ -81,6 +84,41 @@ const (
 	// 64 MiB segment: 1.5% more writes).
 	keepSealed = 0
 )
+
+// ctxMutex is a mutex whose Lock gives up when a context ends: a token in
+// a channel of one, which its holder took. Make it with newCtxMutex.
+type ctxMutex chan struct{}
+
+func newCtxMutex() ctxMutex { return make(ctxMutex, 1) }
+
+// Lock waits until it holds the mutex, or ctx ends: it then returns ctx's
+// error, not holding it.
+func (m ctxMutex) Lock(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TryLock takes the mutex if no one holds it, and reports whether it did.
+func (m ctxMutex) TryLock() bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Unlock lets the mutex go; the caller holds it.
+func (m ctxMutex) Unlock() { <-m }
 
 func (s *Store) startMaintenance() {
 	m := &s.maint

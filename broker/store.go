@@ -301,6 +301,7 @@ func openStore(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}
 	s := &Store{dir: where, opts: opts, queues: map[string]*Queue{}, over: make(chan struct{})}
+	s.maint.reclaimMu = newCtxMutex()
 	wo := opts.walOptions()
 	wo.Preamble, wo.PreambleBytes = s.preamble, opts.preambleBytes()
 	if err := vfs.CheckDir(opts.fs(), s.indexDir()); err != nil {

@@ -42,7 +42,8 @@ const (
 // same number (it does when it declares the queues the backup lacks in the
 // order the original did).
 //
-// dir must not exist (its parents are made as needed; an existing dir, or
+// dir must not exist (its parents are made as needed, and stay if the
+// Backup fails once it has begun its copy; an existing dir, or
 // a file or a symbolic link to nothing in its place, is refused with an
 // error that wraps fs.ErrExist, before anything is copied). dir is
 // resolved once, as Open resolves a store's directory (a ".." after a
@@ -93,7 +94,8 @@ const (
 // leaves no dir, but in the one case above. It fails with Closed after
 // Close, like every call once the store stopped for good, and with the
 // failure that stopped the checkpoints once one failed (they stop until
-// the store is reopened; StoreStats.MaintenanceStopped).
+// the store is reopened; StoreStats.MaintenanceStopped), either of them
+// found at the start making nothing where the copy would go.
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.unmade() {
 		return nilReceiver("Store")
@@ -113,6 +115,12 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	}
 	if i := strings.IndexByte(dir, 0); i >= 0 {
 		return fail(fmt.Errorf("the directory path holds a NUL byte at %d, which no file name can: %w", i, QueueMisconfigured))
+	}
+	if p := s.maint.stopped.Load(); p != nil {
+		// The copy is its checkpoint's, which cannot be written: refused
+		// before anything is made where the copy would go, its parents
+		// included, as after Close.
+		return fail(*p)
 	}
 	err, markErr := s.copyBackup(ctx, dir, fail)
 	if markErr != nil {

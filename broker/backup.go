@@ -30,7 +30,9 @@ const (
 // holds the state of every queue as of one instant during the call — each
 // message with its delivery count, lease and receipt, each dead letter,
 // each dedup key, each policy — and Open opens it like a store closed at
-// that instant (a new lock, its own background work from then on). The
+// that instant (a new lock, its own background work from then on),
+// numbering its messages on from there: the IDs the original handed out
+// after that instant are handed out again, to other messages. The
 // copy keeps the store's secret, so receipts issued by the original, before
 // or after the backup, verify on it, which lets consumers of a restored
 // store settle the leases it still holds: one naming no lease the copy

@@ -97,7 +97,8 @@ const (
 // Close, like every call once the store stopped for good, and with the
 // failure that stopped the checkpoints once one failed (they stop until
 // the store is reopened; StoreStats.MaintenanceStopped), either of them
-// found at the start making nothing where the copy would go.
+// found at the start, or once its wait for another Backup ends, making
+// nothing where the copy would go.
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.unmade() {
 		return nilReceiver("Store")
@@ -118,11 +119,8 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	if i := strings.IndexByte(dir, 0); i >= 0 {
 		return fail(fmt.Errorf("the directory path holds a NUL byte at %d, which no file name can: %w", i, QueueMisconfigured))
 	}
-	if p := s.maint.stopped.Load(); p != nil {
-		// The copy is its checkpoint's, which cannot be written: refused
-		// before anything is made where the copy would go, its parents
-		// included, as after Close.
-		return fail(*p)
+	if err := s.checkpointsStopped(); err != nil {
+		return fail(err)
 	}
 	err, markErr := s.copyBackup(ctx, dir, fail)
 	if markErr != nil {
@@ -131,6 +129,17 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 		s.opts.Logger.Warn("broker: backup: the copy is complete; its first Open removes the mark", "dir", dir, "err", markErr)
 	}
 	return err
+}
+
+// checkpointsStopped returns the failure that stopped the checkpoints,
+// if one did: a Backup's copy is its checkpoint's, which cannot then be
+// written, so a Backup is refused before it makes anything, its parents
+// included, as after Close.
+func (s *Store) checkpointsStopped() error {
+	if p := s.maint.stopped.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // copyBackup is Backup's work, under reclaimMu. markErr is why the
@@ -147,6 +156,14 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 		return fail(err), nil
 	}
 	defer s.maint.reclaimMu.Unlock()
+	// The store may have closed, or its checkpoints stopped, while this
+	// Backup waited for another: it is refused as at the start, before
+	// anything is made where the copy would go.
+	for _, err := range []error{ctx.Err(), s.usable(), s.checkpointsStopped()} {
+		if err != nil {
+			return fail(err), nil
+		}
+	}
 	// From here on, the place dir names, resolved once: the check, the
 	// partial copy, the rename, the sync of its parent and the mark are
 	// all there (a ".." after a link in dir climbs out of the link's

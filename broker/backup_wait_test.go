@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,4 +62,49 @@ func TestABackupWaitingForAnotherEndsWithItsContext(t *testing.T) {
 	b, err := broker.Open(first, e.opts)
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
+}
+
+// askedOnce is a context that says on a channel when a call first asks it
+// for its error: the call has begun.
+type askedOnce struct {
+	context.Context
+	once  atomic.Bool
+	asked chan struct{}
+}
+
+func (c *askedOnce) Err() error {
+	if c.once.CompareAndSwap(false, true) {
+		close(c.asked)
+	}
+	return c.Context.Err()
+}
+
+// A Backup that waited for another Backup of the store, and finds the
+// store closed when its turn comes, makes nothing where its copy would
+// go, not even the parents of its directory, as one that found it closed
+// at the start (TestABackupRefusedAtTheStartWritesNothing). It used to
+// look only at the start: it made the parents, the partial copy and its
+// mark, found the store closed at its checkpoint, and left the parents.
+//
+// The second Backup may, on a slow machine, not have passed its own
+// start before Close began, and then is refused there: the test can only
+// pass falsely, never fail falsely.
+func TestABackupThatWaitedForAnotherMakesNothingOnceTheStoreClosed(t *testing.T) {
+	e, ffs, _ := faultyBackupEnv(t)
+	_, release, done := holdBackup(t, e.s, ffs, copyingSegments)
+	root := t.TempDir()
+	begun := &askedOnce{Context: context.Background(), asked: make(chan struct{})}
+	result := make(chan error, 1)
+	go func() { result <- e.s.Backup(begun, filepath.Join(root, "nightly", "second")) }()
+	<-begun.asked
+	closed := make(chan error, 1)
+	go func() { closed <- e.s.Close() }()
+	for e.s.Err() == nil { // Close has begun: every call from now on is refused
+		runtime.Gosched()
+	}
+	release()
+	require.NoError(t, <-done, "the Backup that was copying, which Close waited for")
+	require.NoError(t, <-closed)
+	requireErrorIs(t, <-result, broker.Closed)
+	requireEmptyDir(t, root)
 }

@@ -92,13 +92,13 @@ const (
 // stops the store as a Receive that met it would (reopen it; see
 // Options.Salvage). ctx ends the wait for another Backup of the store
 // (which then makes nothing), and is checked between files, the index's
-// and the log's; a Backup that fails or is canceled removes what it wrote and
-// leaves no dir, but in the one case above. It fails with Closed after
-// Close, like every call once the store stopped for good, and with the
-// failure that stopped the checkpoints once one failed (they stop until
-// the store is reopened; StoreStats.MaintenanceStopped), either of them
-// found at the start, or once its wait for another Backup ends, making
-// nothing where the copy would go.
+// and the log's; a Backup that fails or is canceled removes what it
+// wrote and leaves no dir, but in the one case above. It fails with
+// Closed after Close, like every call once the store stopped for good,
+// and with the failure that stopped the checkpoints once one failed (they
+// stop until the store is reopened; StoreStats.MaintenanceStopped),
+// either of them found at the start, or once its wait for another Backup
+// ends, making nothing where the copy would go.
 func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.unmade() {
 		return nilReceiver("Store")

@@ -30,9 +30,18 @@ const (
 // holds the state of every queue as of one instant during the call — each
 // message with its delivery count, lease and receipt, each dead letter,
 // each dedup key, each policy — and Open opens it like a store closed at
-// that instant (a new lock, its own background work from then on),
-// numbering its messages on from there: the IDs the original handed out
-// after that instant are handed out again, to other messages. The
+// that instant (a new lock, its own background work from then on). Its
+// message IDs go on from there, but far past it: the copy cannot know how
+// far the original went, so it holds a mark file (BACKUP-COPY) that has
+// its first Open move the next message sequence on by 2^48 (by half of
+// the sequences left, when fewer than twice that are), far beyond what
+// any store publishes between a backup and its restore, record it in the
+// log, and only then remove the mark: the copy's new messages take no ID
+// the original handed out after the backup. An Open that fails, or a
+// crash, before the mark is removed leaves it, and the next Open jumps
+// again, which skips IDs and harms nothing. Two stores opened from the
+// same copy (one of them from a copy of its files) jump alike, and may
+// give the same IDs to their new messages. The
 // copy keeps the store's secret, so receipts issued by the original, before
 // or after the backup, verify on it, which lets consumers of a restored
 // store settle the leases it still holds: one naming no lease the copy
@@ -57,7 +66,8 @@ const (
 // is refused before anything is made (a complete copy can keep its mark,
 // below, and named "x.partial" it would look like an unfinished copy of a
 // Backup to "x", which removes it).
-// The copy is written, every file of it fdatasynced, in dir+".partial",
+// The copy is written, every file of it fdatasynced, in dir+".partial"
+// (BACKUP-COPY last, before the directory's sync),
 // which is then renamed to dir. The ".partial" holds a mark file, which
 // the Backup writing it holds locked (an exclusive flock) until the copy
 // has its name or is removed: a Backup to the same dir meanwhile, of
@@ -190,6 +200,11 @@ func (s *Store) copyBackup(ctx context.Context, dir string, fail func(error) err
 			// store stops as when a read finds it (see damaged).
 			err = s.damaged(err)
 		}
+		return fail(errors.Join(err, removePartial(fs, tmp))), nil
+	}
+	// Before the copy has its name, so that a finished copy always says it
+	// is one: its first Open moves the message IDs on (raiseCopySeq).
+	if err := markCopy(fs, tmp); err != nil {
 		return fail(errors.Join(err, removePartial(fs, tmp))), nil
 	}
 	// Every file of the copy is durable: it takes its name, marked still,

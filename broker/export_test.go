@@ -98,3 +98,9 @@ func VerifyIndex(s *Store) error {
 	}
 	return nil
 }
+
+// CopyMark names the file that marks a backup's copy not yet opened.
+const CopyMark = copyMark
+
+// CopyJump is how far a copy's first Open moves the next message sequence.
+const CopyJump = copyJump

@@ -59,8 +59,9 @@ type maintenance struct {
 	restoredPreamble atomic.Int64
 	secretRecords    atomic.Int64 // the store's secret, written by Open (see Open)
 	reserveRecords   atomic.Int64 // sequence reservations (seqReservation)
-	// repairRecords counts the records an Open that met damage wrote:
-	// a salvaged event (markSalvaged) and a raised mark (markRaisedSeq).
+	// repairRecords counts the records an Open that met damage, or that
+	// opened a backup's copy, wrote: a salvaged event (markSalvaged) and
+	// a raised mark (markRaisedSeq).
 	repairRecords atomic.Int64
 	rotated       atomic.Bool // a rotation since the last round
 }

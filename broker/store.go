@@ -52,7 +52,8 @@ type Store struct {
 	// it to the log again.
 	secretConsulted bool
 	// seqRaised: Open raised the next message sequence above what the
-	// log holds (see markRaisedSeq).
+	// log holds, after a salvage or in a backup's copy (see
+	// markRaisedSeq).
 	seqRaised bool
 	// hinted: Open opened the log with the last checkpoint's hints
 	// (Options.Sealed and Verified: see openHints), which are true only of
@@ -173,9 +174,11 @@ func (s *Store) reserveSeqs(hi uint64) (*wal.Pending, uint64) {
 // markRaisedSeq makes durable, as a mark in the log, the next message
 // sequence Open raised above what the log holds (openIndex: a salvage
 // took the publishes of the last sequences handed out, which a checkpoint
-// or the list of lost messages knew). Without it, an Open after a crash
-// would draw the next sequence from the log again and hand out the IDs
-// the salvage reported lost. It is written under every sync mode: the
+// or the list of lost messages knew; raiseCopySeq: the store is a
+// backup's copy, opened for the first time). Without it, an Open after a
+// crash would draw the next sequence from the log again and hand out the
+// IDs the salvage reported lost, or those the original of the copy handed
+// out after the backup. It is written under every sync mode: the
 // first reservation Open makes (reserveSeqs) is made under SyncNone only.
 // Open writes it after restorePreamble, never before: restorePreamble
 // takes any mark in the active segment for its preamble's last record, so
@@ -348,6 +351,11 @@ func openStore(dir string, opts Options) (*Store, error) {
 		return nil, openError(dir, opts.Salvage, err)
 	}
 	l = s.log
+	copied, err := s.raiseCopySeq()
+	if err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
 	if err := s.markSalvaged(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
@@ -419,6 +427,14 @@ func openStore(dir string, opts Options) (*Store, error) {
 	if err := s.markRaisedSeq(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+	}
+	// Only once the raised sequence is durable: a crash before leaves the
+	// mark, and the next Open jumps again (see raiseCopySeq).
+	if copied {
+		if err := s.forgetCopyMark(); err != nil {
+			s.closeFiles()
+			return nil, fmt.Errorf("broker: open %s: %w", dir, err)
+		}
 	}
 	if p, bound := s.reserveSeqs(s.idx.PeekNextSeq()); p != nil {
 		// The first reservation, before any publish: so that none
@@ -1160,7 +1176,7 @@ type StoreStats struct {
 	CopiedForward        int64   // records a copy forward appended since open, so old segments could go: each message's publish and the event restating its state, and each dedup key's publish and ack
 	Commits              int64   // commits since open: fdatasyncs of the active segment that made appended records durable (not those of segments prepared ahead, the index's, or directory syncs)
 	Records              int64   // events appended since open, OwnRecords included
-	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), what an Open that met damage records (a salvaged event, a raised sequence mark), segment preambles, copies forward and (SyncNone) sequence reservations
+	OwnRecords           int64   // of Records, those the store wrote for itself: its secret (Open), what an Open that met damage records (a salvaged event, a raised sequence mark, which the first Open of a backup's copy records too), segment preambles, copies forward and (SyncNone) sequence reservations
 	MeanRecordsPerCommit float64 // Records / Commits
 	MaxRecordsPerCommit  int64
 	// MaintenanceStopped is why checkpoints, and with them the removal of

@@ -656,7 +656,8 @@ func (t *lossTracker) watch(x *index.Index) {
 // a preamble's carries the last of those), so only the sequences below
 // its number less seqReserve are known taken. Under the other modes a
 // mark (a preamble's, or the one Open writes when a salvage raised the
-// next sequence: markRaisedSeq) is the next sequence exactly, and that
+// next sequence or a backup's copy jumped it over sequences no message
+// ever had: markRaisedSeq) is the next sequence exactly, and that
 // bound is lower than it could be: an event about a message of the sequences
 // between, removed with its segment, is no sign of loss, but it names one
 // only if the acknowledgement or deletion that ended that message was

@@ -71,9 +71,9 @@ func markCopy(fs vfs.FS, dir string) error {
 // mark, and the next Open jumps again: harmless, the sequences skipped
 // are never handed out. The mark is looked for once the index is loaded,
 // whether or not the Open salvages, and before Open writes records of
-// its own (a preamble restored carries the raised sequence). An error looking for it, other than its absence, is returned:
-// taken for its absence, the copy would hand out the original's IDs
-// again.
+// its own (a preamble restored carries the raised sequence). An error
+// looking for it, other than its absence, is returned: taken for its
+// absence, the copy would hand out the original's IDs again.
 func (s *Store) raiseCopySeq() (bool, error) {
 	path := filepath.Join(s.dir, copyMark)
 	f, err := s.opts.fs().OpenFile(path, os.O_RDONLY, 0)

@@ -278,14 +278,6 @@ func TestAvailableMemoryParsed(t *testing.T) {
 		t.Error("memInfoAvailable without MemAvailable: no error")
 	}
 
-	files := func(m map[string]string) func(string) ([]byte, error) {
-		return func(p string) ([]byte, error) {
-			if s, ok := m[p]; ok {
-				return []byte(s), nil
-			}
-			return nil, os.ErrNotExist
-		}
-	}
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
@@ -307,7 +299,7 @@ func TestAvailableMemoryParsed(t *testing.T) {
 		{"over", map[string]string{"/sys/fs/cgroup/memory.max": "100\n", "/sys/fs/cgroup/memory.current": "200\n"}, 0, true},
 		{"none", map[string]string{}, 0, false},
 	} {
-		room, ok := cgroupRoom(files(tc.files))
+		room, ok := cgroupRoom(fakeFiles(tc.files))
 		if room != tc.room || ok != tc.ok {
 			t.Errorf("%s: cgroupRoom = %d, %v; want %d, %v", tc.name, room, ok, tc.room, tc.ok)
 		}
@@ -322,14 +314,6 @@ func TestAvailableMemoryParsed(t *testing.T) {
 // where the cgroup is not found under the mount (a container's mount is
 // its own cgroup), the mount's top is the run's.
 func TestCgroupRoomOfTheRunsOwnCgroup(t *testing.T) {
-	files := func(m map[string]string) func(string) ([]byte, error) {
-		return func(p string) ([]byte, error) {
-			if s, ok := m[p]; ok {
-				return []byte(s), nil
-			}
-			return nil, os.ErrNotExist
-		}
-	}
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
@@ -377,7 +361,7 @@ func TestCgroupRoomOfTheRunsOwnCgroup(t *testing.T) {
 			"/sys/fs/cgroup/a/memory.current": "1\n",
 		}, 0, false},
 	} {
-		room, ok := cgroupRoom(files(tc.files))
+		room, ok := cgroupRoom(fakeFiles(tc.files))
 		if room != tc.room || ok != tc.ok {
 			t.Errorf("%s: cgroupRoom = %d, %v; want %d, %v", tc.name, room, ok, tc.room, tc.ok)
 		}
@@ -405,4 +389,14 @@ func TestMemoryOfADrainCountsWhatPrefetchHolds(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want %d, nothing measured, and the drain and -prefetch named", r.code, r.stdout, r.stderr, exitError)
 	}
 	assertDirEmpty(t, dir)
+}
+
+// fakeFiles reads the files of m, by path, and no other.
+func fakeFiles(m map[string]string) func(string) ([]byte, error) {
+	return func(p string) ([]byte, error) {
+		if s, ok := m[p]; ok {
+			return []byte(s), nil
+		}
+		return nil, os.ErrNotExist
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -34,20 +33,16 @@ const copyMarkText = "This directory is a copy written by Store.Backup and not o
 // what they hold, never by its length (see docs/DESIGN.md, "Message IDs").
 const copyJump = 1 << 48
 
-// lastSeq is the highest message sequence the index hands out
-// (index.lastSeq): a mark past it leaves none to hand out.
-const lastSeq = math.MaxUint64 - 2
-
 // jumpedSeq returns next moved on by copyJump or, when fewer than twice
 // copyJump sequences remain above next, by half of those that remain: a
 // copy of a copy of ... near the end of the sequences keeps some to hand
 // out rather than jumping past the last one (a jump there, past the IDs
 // the original gave, is only as far as there is room for).
 func jumpedSeq(next uint64) uint64 {
-	if next >= lastSeq {
+	if next >= index.LastSeq {
 		return next
 	}
-	return next + min(copyJump, (lastSeq-next)/2)
+	return next + min(copyJump, (index.LastSeq-next)/2)
 }
 
 // markCopy writes, durably, the mark of the partial copy dir: the file

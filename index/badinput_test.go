@@ -348,7 +348,7 @@ func TestNextSeqStopsAtTheLastSequence(t *testing.T) {
 
 // TestAMessageAtTheLastSequencesIsRefused: a publish of MaxUint64-1 was
 // applied, and made the next sequence MaxUint64: the checkpoint written
-// next said so, and Load refused it. The sequences past lastSeq are
+// next said so, and Load refused it. The sequences past LastSeq are
 // refused, as MaxUint64 was; a checkpoint at the last one loads.
 func TestAMessageAtTheLastSequencesIsRefused(t *testing.T) {
 	dir := t.TempDir()

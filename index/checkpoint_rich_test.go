@@ -189,7 +189,7 @@ func TestTheLastSequencesRoundTripThroughTheTableFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 1, Name: "q", Policy: Policy{MaxDeliveries: 2}}))
 	require.NoError(t, x.Apply(0, &Event{Kind: KindDeclare, Queue: 2, Name: "r", Policy: Policy{MaxDeliveries: 2}}))
-	seqs := []uint64{lastSeq - 3*ChunkEntries - 1, lastSeq - 2, lastSeq - 1, lastSeq}
+	seqs := []uint64{LastSeq - 3*ChunkEntries - 1, LastSeq - 2, LastSeq - 1, LastSeq}
 	for i, s := range seqs {
 		require.NoError(t, x.Apply(wal.MakePosition(math32(i), 100), &Event{Kind: KindPublish, Queue: uint32(1 + i%2), Seq: s, Time: int64(i), Payload: []byte("p")}))
 	}

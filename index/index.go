@@ -62,11 +62,11 @@ type Index struct {
 	maxQueue uint32
 }
 
-// lastSeq is the highest message sequence. The next sequence past it,
+// LastSeq is the highest message sequence. The next sequence past it,
 // MaxUint64-1, is the highest a mark or a checkpoint may hold: Apply and
 // Load refuse MaxUint64, past which the count would wrap to 0 and hand
 // every sequence out again.
-const lastSeq = math.MaxUint64 - 2
+const LastSeq = math.MaxUint64 - 2
 
 // ErrNoSequence is returned by NextSeq once every message sequence is
 // taken. Check with errors.Is.
@@ -322,10 +322,10 @@ func (x *Index) Apply(pos wal.Position, e *Event) error {
 		// can use.
 		return fmt.Errorf("%w: %s event at %v: message sequence 0", ErrBadEvent, e.Kind, pos)
 	}
-	if e.Seq > lastSeq {
+	if e.Seq > LastSeq {
 		// The next sequence would be one Load refuses, or wrap to 0 and
 		// every ID be handed out again: no log this code writes gets
-		// there (NextSeq stops at lastSeq).
+		// there (NextSeq stops at LastSeq).
 		return fmt.Errorf("%w: %s event at %v: message sequence %d is out of range", ErrBadEvent, e.Kind, pos, e.Seq)
 	}
 	if e.Seq != 0 && e.Seq >= x.nextSeq.Load() {
@@ -462,7 +462,7 @@ func (x *Index) NextSeq() (uint64, error) {
 	}
 	for {
 		n := x.nextSeq.Load()
-		if n > lastSeq {
+		if n > LastSeq {
 			return 0, fmt.Errorf("%w: the next would be %d", ErrNoSequence, n)
 		}
 		if x.nextSeq.CompareAndSwap(n, n+1) {

@@ -316,8 +316,8 @@ func (q *Queue) check(e *Event) error {
 	if e.Queue != q.ID {
 		return fmt.Errorf("%w: queue %s (number %d): %s event of queue %d", ErrBadEvent, q.Name, q.ID, e.Kind, e.Queue)
 	}
-	if e.Seq == 0 || e.Seq > lastSeq {
-		// Sequences start at 1, and end at lastSeq, as in Index.Apply: a
+	if e.Seq == 0 || e.Seq > LastSeq {
+		// Sequences start at 1, and end at LastSeq, as in Index.Apply: a
 		// publish of MaxUint64 made every walk of the stream (from seq+1
 		// on) wrap to 0 and never end.
 		return fmt.Errorf("%w: queue %s: %s event: message sequence %d is out of range", ErrBadEvent, q.Name, e.Kind, e.Seq)

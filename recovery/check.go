@@ -120,8 +120,9 @@ type msg struct {
 	nackMeantBefore uint64
 	// maybe is the latest delivery of the current epoch journaled only as
 	// a maybe (see maybeDelivered) counting above every certain one; the
-	// zero maybeLease once a certain delivery follows that counts as much
-	// or comes from a later process.
+	// zero maybeLease once a certain delivery follows (one of its process
+	// that does not count more or does not respect its lease is reported
+	// first; see handedOut).
 	maybe maybeLease
 	// returned is the latest settle of the current epoch journaled as
 	// returned, maybe not durable (see returnedSettled).

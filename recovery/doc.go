@@ -168,10 +168,11 @@
 //     every earlier certain delivery is reported and binds nothing beyond
 //     what they bind (its intent is still noted). In later processes a
 //     maybe binds only the LEASE_EXPIRED dead letter of the last delivery
-//     the queue allows (see below). What it binds ends once a certain
-//     delivery of the message is journaled that counts as much or more,
-//     or comes from a later process (whose floors hold from then on), or
-//     a replay of its dead letter begins. Its certain entry (the same
+//     the queue allows (see below). What it binds ends at the next
+//     certain delivery of the message, of its process (one that does
+//     not count more, or does not respect its lease, is reported first)
+//     or of a later one (whose floors hold from then on), or when a
+//     replay of its dead letter begins. Its certain entry (the same
 //     count and ExpiresAt) is not held to the maybe's own lease. A
 //     process's deliveries of a message are checked against each other
 //     in the order it handed them out: by the instant Receive read the

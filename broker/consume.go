@@ -1462,9 +1462,15 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 				// the store stopped on, whatever the renewal met (see
 				// endOf).
 				lost = true
-				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)",
-					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
-				end, _ := c.endOf(err)
+				// The record names the renewal's error and, when it is
+				// not, the failure the store stopped on, which the
+				// handler's context and Consume end with.
+				end, instead := c.endOf(err)
+				attrs := []any{"message", d.Message.ID, "deliveries", d.Deliveries, "error", err}
+				if instead {
+					attrs = append(attrs, "stopped_on", end)
+				}
+				c.log.ErrorContext(ctx, "broker: Consume: the broker closed or stopped while the handler ran; cancelling it, not settling (the message will be delivered again once its lease lapses)", attrs...)
 				cancel(end)
 				c.brokerGone(end)
 				return

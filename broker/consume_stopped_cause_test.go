@@ -104,12 +104,18 @@ func TestConsumeEndsWithTheFailureTheBrokerStoppedOnWhateverTheRenewalSaid(t *te
 	s := &stopsAtExtend{fakeBroker: newFake(), failure: errors.New("broker: fdatasync failed: disk gone")}
 	s.Publish(context.Background(), []byte("slow"))
 	cause := make(chan error, 1)
+	log, logs := newTestLogger()
 	r := startConsume(t, s, func(ctx context.Context, d DeliveryValue) error {
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return ctx.Err()
-	}, ConsumeOptions{ExtendEvery: time.Millisecond})
+	}, ConsumeOptions{ExtendEvery: time.Millisecond, Logger: log})
 	err := r.wait(t)
 	require.ErrorIs(t, err, s.failure, "Consume returned %v, want the failure the broker stopped on", err)
 	require.ErrorIs(t, <-cause, s.failure, "the handler's context ends with the failure the broker stopped on")
+	// The log names both: the renewal's own error, which the return
+	// does not carry, and the failure the handler was cancelled with.
+	out := logs.String()
+	require.Contains(t, out, errExtendUnavailable.Error(), "the log names the renewal's own error")
+	require.Contains(t, out, `stopped_on="`+s.failure.Error(), "the log names the failure the store stopped on")
 }

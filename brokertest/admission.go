@@ -272,6 +272,36 @@ var batchCases = []testCase{
 			e.Fatalf("received %v, want the batch's order", ids(ds))
 		}
 	}},
+	{name: "PublishBatchMintsEnqueuedAtOnBrokerClock", needs: []string{"Batch"}, run: func(e *env) {
+		// Each message PublishBatch returns carries EnqueuedAt, "when the
+		// broker accepted the message ... the broker's clock", as the one
+		// Publish returns does (PublishMintsIDAndEnqueuedAtOnBrokerClock),
+		// and its deliveries carry that same instant.
+		q := e.queue(e.policy())
+		before := e.now()
+		ms, err := e.batch(q).PublishBatch(e.ctx(), [][]byte{[]byte("a"), []byte("b")})
+		after := e.now()
+		if err != nil || len(ms) != 2 {
+			e.Fatalf("PublishBatch of 2: %d messages, %v", len(ms), err)
+		}
+		byID := map[string]broker.MessageValue{}
+		for i, m := range ms {
+			e.checkInstant(m.EnqueuedAt, before, after, "EnqueuedAt of the batch's message "+itoa(i)+" is the broker clock's reading")
+			byID[m.ID] = m
+		}
+		e.after(e.now().Add(e.short())) // so that a delivery stamped at its receive shows
+		ds := e.receive(q, 10)
+		if len(ds) != 2 {
+			e.Fatalf("received %d of the batch's 2 messages", len(ds))
+		}
+		for _, d := range ds {
+			m, ok := byID[d.Message.ID]
+			if !ok {
+				e.Fatalf("delivered %q, not a message of the batch", d.Message.ID)
+			}
+			e.sameInstant(m.EnqueuedAt, d.Message.EnqueuedAt, "the delivery carries the EnqueuedAt PublishBatch returned")
+		}
+	}},
 	{name: "EmptyBatchIsInvalidBatchSize", needs: []string{"Batch"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		for _, b := range [][][]byte{nil, {}} {

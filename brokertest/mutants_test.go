@@ -779,3 +779,45 @@ func TestTheSuiteFailsABrokerThatPanicsInItsDeclarationAndChecksTheRest(t *testi
 		t.Errorf("the suite's failure does not say that a call panicked, with the panic:\n%s", out)
 	}
 }
+
+// --- 8. PublishBatch returns the instant each message was enqueued ---------
+
+// batchNoEnqueuedAt returns from PublishBatch its messages without their
+// EnqueuedAt (the zero Time), as a batch built from the payloads and the
+// IDs alone would; the messages it enqueued carry the right instant.
+type batchNoEnqueuedAt struct{ *broker.Memory }
+
+func (q *batchNoEnqueuedAt) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	ms, err := q.Memory.PublishBatch(ctx, ps)
+	for i := range ms {
+		ms[i].EnqueuedAt = time.Time{} // THE BUG
+	}
+	return ms, err
+}
+
+func init() {
+	mutants["batchReturnsNoEnqueuedAt"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &batchNoEnqueuedAt{Memory: m}
+	}
+}
+
+// Seed MessageValue.EnqueuedAt "is when the broker accepted the message
+// ... the broker's clock", and PublishBatch returns the messages it
+// minted. The suite compared with the broker's clock the EnqueuedAt that
+// Publish and PublishKeyed return (PublishMintsIDAndEnqueuedAtOnBroker-
+// Clock, DedupKeyEvictedOnlyWhenStrictlyOlderThanWindow), and read only
+// the IDs and payloads PublishBatch returns, so a broker whose batch
+// answered with instants that are no reading of its clock, and that no
+// delivery of those messages carries, passed.
+func TestTheSuiteFailsABrokerWhoseBatchReturnsNoEnqueuedAt(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "batchReturnsNoEnqueuedAt", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ms, err := q.(BatchPublisher).PublishBatch(context.Background(), [][]byte{[]byte("a")})
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("PublishBatch: %v %v", ms, err)
+	}
+	if ms[0].EnqueuedAt.Equal(t0) {
+		t.Fatalf("harness: the mutant returned the enqueue instant; it is not broken")
+	}
+	requireSuiteFails(t, "batchReturnsNoEnqueuedAt", "returns from PublishBatch messages whose EnqueuedAt is not the instant they were enqueued", "PublishBatchMintsEnqueuedAtOnBrokerClock")
+}

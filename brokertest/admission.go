@@ -399,6 +399,31 @@ var capacityCases = []testCase{
 			e.Fatalf("Publish after a Nack dead-lettered the only message, with Capacity 1: %v: dead letters do not count toward Capacity", err)
 		}
 	}},
+	{name: "AReplayedMessageTakesAPlaceInCapacity", needs: []string{"Capacity", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
+		// A replay "moves the dead letter back into the queue": the
+		// message is live again and holds a place until it leaves, as a
+		// published one does, and its leaving gives back that one place
+		// and no other. (ReplayIntoAFullQueueIsQueueFullAndMovesNothing
+		// checks the refusal of a replay into a full queue.)
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.Capacity = 1 }))
+		m := e.publish(q, "a")
+		if err := e.rejecter(q).Reject(e.ctx(), e.receiveOne(q).Lease.Receipt, nil); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		if err := e.manager(q).ReplayDeadLetter(e.ctx(), m.ID); err != nil {
+			e.Fatalf("ReplayDeadLetter: %v", err)
+		}
+		_, err := q.Publish(e.ctx(), []byte("b"))
+		e.isErr(err, broker.QueueFull, "a publish while a replayed message holds the only place, with Capacity 1")
+		d := e.appearsAt(q, e.now(), true, "the replayed message")
+		if d.Message.ID != m.ID {
+			e.Fatalf("delivered %q, want the replayed %q", d.Message.ID, m.ID)
+		}
+		e.ack(q, d.Lease.Receipt)
+		e.publish(q, "b") // the place the replayed message held
+		_, err = q.Publish(e.ctx(), []byte("c"))
+		e.isErr(err, broker.QueueFull, "a publish with the only place held, after a replayed message was acknowledged")
+	}},
 	{name: "DeletingADeadLetterFreesNoCapacity", needs: []string{"Capacity", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
 		// A dead letter holds no place in the queue, so deleting it gives
 		// none back.

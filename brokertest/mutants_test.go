@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -78,8 +79,8 @@ func (b *mutantBackend) Queue(_ string, p broker.PolicyValue) (broker.Broker, er
 		return nil, err
 	}
 	opened := p
-	if b.mutant == "ignoreCapacity" {
-		opened.Capacity = 0
+	if b.mutant == "ignoreCapacity" || b.mutant == "replayTakesNoPlace" {
+		opened.Capacity = 0 // the second enforces its own: see replayNoPlace
 	}
 	m, err := broker.NewMemory(opened, broker.MemoryOptions{Now: b.now})
 	if err != nil {
@@ -820,4 +821,185 @@ func TestTheSuiteFailsABrokerWhoseBatchReturnsNoEnqueuedAt(t *testing.T) {
 		t.Fatalf("harness: the mutant returned the enqueue instant; it is not broken")
 	}
 	requireSuiteFails(t, "batchReturnsNoEnqueuedAt", "returns from PublishBatch messages whose EnqueuedAt is not the instant they were enqueued", "PublishBatchMintsEnqueuedAtOnBrokerClock")
+}
+
+// --- 9. A replayed message takes a place in Capacity -----------------------
+
+// replayNoPlace enforces Capacity itself (the Memory under it is opened
+// without one: see mutantBackend.Queue), counting the live messages the
+// Memory reports, less one for every replay: a count of live messages
+// that publishes raise and acknowledgements and deaths lower, which a
+// replay forgets to raise. A queue with a Capacity keeps its dedup keys
+// here too, so that a duplicate is answered, as it must be, before the
+// count is read; without a Capacity it is the Memory.
+type replayNoPlace struct {
+	*broker.Memory
+	now      func() time.Time
+	capacity int
+	window   time.Duration
+
+	mu      sync.Mutex
+	replays int                            // THE BUG: places the count forgot
+	seen    map[string]broker.MessageValue // ID and EnqueuedAt of each key's message
+	latest  time.Time                      // the latest clock reading seen by a publish
+}
+
+// fullLocked refuses n more messages when the count says the queue holds
+// Capacity.
+func (q *replayNoPlace) fullLocked(n int) error {
+	s := q.Memory.Stats()
+	if live := s.Ready + s.Leased + s.Delayed - q.replays; live+n > q.capacity {
+		return fmt.Errorf("mutant: %d of %d places taken: %w", live, q.capacity, broker.QueueFull)
+	}
+	return nil
+}
+
+func (q *replayNoPlace) observeLocked(ms ...broker.MessageValue) {
+	for _, m := range ms {
+		if m.EnqueuedAt.After(q.latest) {
+			q.latest = m.EnqueuedAt
+		}
+	}
+}
+
+func (q *replayNoPlace) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
+	if q.capacity == 0 {
+		return q.Memory.Publish(ctx, p)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.fullLocked(1); err != nil {
+		return broker.MessageValue{}, err
+	}
+	m, err := q.Memory.Publish(ctx, p)
+	if err == nil {
+		q.observeLocked(m)
+	}
+	return m, err
+}
+
+func (q *replayNoPlace) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	if q.capacity == 0 || len(ps) == 0 {
+		return q.Memory.PublishBatch(ctx, ps)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.fullLocked(len(ps)); err != nil {
+		return nil, err
+	}
+	ms, err := q.Memory.PublishBatch(ctx, ps)
+	if err == nil {
+		q.observeLocked(ms...)
+	}
+	return ms, err
+}
+
+func (q *replayNoPlace) PublishKeyed(ctx context.Context, key string, p []byte) (broker.MessageValue, error) {
+	if q.capacity == 0 {
+		return q.Memory.PublishKeyed(ctx, key, p)
+	}
+	if len(key) == 0 || len(key) > 256 {
+		return broker.MessageValue{}, fmt.Errorf("mutant: key of %d bytes: %w", len(key), broker.InvalidDedupKey)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// The Memory's own refusals first: a nil or ended context, Close, a
+	// clock no broker can record.
+	if _, err := q.Memory.DeadLetters(ctx, 1); err != nil {
+		return broker.MessageValue{}, err
+	}
+	now := q.now()
+	if !now.Before(q.latest) { // the clock did not go backwards: evict
+		for k, m := range q.seen {
+			if now.Sub(m.EnqueuedAt) > q.window {
+				delete(q.seen, k)
+			}
+		}
+		q.latest = now
+	}
+	if m, ok := q.seen[key]; ok {
+		return broker.MessageValue{ID: m.ID, EnqueuedAt: m.EnqueuedAt}, nil
+	}
+	if err := q.fullLocked(1); err != nil {
+		return broker.MessageValue{}, err
+	}
+	m, err := q.Memory.Publish(ctx, p)
+	if err != nil {
+		return m, err
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{} // enqueued, not a duplicate
+	}
+	q.seen[key] = broker.MessageValue{ID: m.ID, EnqueuedAt: m.EnqueuedAt}
+	return m, nil
+}
+
+func (q *replayNoPlace) ReplayDeadLetter(ctx context.Context, id string) error {
+	if q.capacity == 0 {
+		return q.Memory.ReplayDeadLetter(ctx, id)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.fullLocked(1); err != nil {
+		dls, derr := q.Memory.DeadLetters(ctx, math.MaxInt)
+		if derr != nil {
+			return derr
+		}
+		for _, dl := range dls {
+			if dl.Message.ID == id {
+				return err
+			}
+		}
+		return q.Memory.ReplayDeadLetter(ctx, id) // DeadLetterNotFound
+	}
+	err := q.Memory.ReplayDeadLetter(ctx, id)
+	if err == nil {
+		q.replays++ // THE BUG: the count forgets the message it just queued
+	}
+	return err
+}
+
+func init() {
+	mutants["replayTakesNoPlace"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
+		w := p.DedupWindow
+		if w == 0 {
+			w = broker.DefaultDedupWindow
+		}
+		return &replayNoPlace{Memory: m, now: now, capacity: p.Capacity, window: w, seen: map[string]broker.MessageValue{}}
+	}
+}
+
+// API.md §1 Capacity: "A queue that holds Capacity live messages (ready
+// + leased + delayed; dead letters do not count) refuses the next
+// Publish"; seed DeadLetterManager.ReplayDeadLetter "moves the dead letter
+// id back into the queue": a replayed message is live again and holds a
+// place. The suite checked that a replay into a full queue is refused
+// (ReplayIntoAFullQueueIsQueueFullAndMovesNothing), never that the
+// message a replay queued counts once it is there, so a broker whose
+// count of live messages a replay does not raise — a queue of Capacity 1
+// holding a replayed message and admitting a second one, and for good a
+// place more than its Capacity after the replayed message is acked —
+// passed.
+func TestTheSuiteFailsABrokerWhoseReplayedMessageTakesNoPlace(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "replayTakesNoPlace", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5, Capacity: 1})
+	ctx := context.Background()
+	m, err := q.Publish(ctx, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if err := q.(broker.Rejecter).Reject(ctx, ds[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.(broker.DeadLetterManager).ReplayDeadLetter(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, []byte("b")); err != nil {
+		t.Fatalf("harness: the mutant refused a publish beside the replayed message (%v); it is not broken", err)
+	}
+	requireSuiteFails(t, "replayTakesNoPlace", "does not count a replayed message against Capacity", "AReplayedMessageTakesAPlaceInCapacity")
 }

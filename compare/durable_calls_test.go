@@ -16,13 +16,14 @@ import (
 const syncedCalls = 10
 
 // Package compare promises of both queues that "every call that returns
-// nil has reached the device": compare.Queue's Publish, Receive and Ack
-// each return once their write is on the device. Nothing but the system
-// calls shows it; a queue that never synced would pass every other test.
+// nil has reached the device": compare.Queue's Publish, PublishBatch,
+// Receive and Ack each return once their write is on the device. Nothing
+// but the system calls shows it; a queue that never synced would pass
+// every other test.
 //
 // The test runs each queue in a child process under strace and makes
-// syncedCalls sequential Publish calls, then as many Receive(1) and Acks
-// of one ID, marking the start and the end of each call with a chdir to
+// syncedCalls sequential Publish calls, as many PublishBatch calls of two
+// messages, then as many Receive(1) and Acks of one ID, marking the start and the end of each call with a chdir to
 // a path that does not exist; between the two marks of every call the
 // trace must show a completed fsync or fdatasync. It skips without
 // strace.
@@ -84,6 +85,15 @@ func runSyncedCalls(t *testing.T, name, dir string) {
 	for i := range syncedCalls {
 		call("Publish", i, func() error { _, err := q.Publish(ctx, []byte("m")); return err })
 	}
+	for i := range syncedCalls {
+		call("PublishBatch", i, func() error {
+			ids, err := q.PublishBatch(ctx, [][]byte{[]byte("b1"), []byte("b2")})
+			if err == nil && len(ids) != 2 {
+				err = fmt.Errorf("PublishBatch of 2 returned %d IDs", len(ids))
+			}
+			return err
+		})
+	}
 	var held []uint64
 	for i := range syncedCalls {
 		call("Receive", i, func() error {
@@ -137,7 +147,7 @@ func checkSyncedCalls(t *testing.T, trace, dir string) {
 			synced++
 		}
 	}
-	if calls != 3*syncedCalls {
-		t.Fatalf("the trace marks %d calls, want %d: it is not what this test expects:\n%s", calls, 3*syncedCalls, trace)
+	if calls != 4*syncedCalls {
+		t.Fatalf("the trace marks %d calls, want %d: it is not what this test expects:\n%s", calls, 4*syncedCalls, trace)
 	}
 }

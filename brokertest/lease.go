@@ -24,6 +24,37 @@ var leaseCases = []testCase{
 			e.Fatalf("ExpiresAt %v is not VisibilityTimeout %v after the Receive (%v..%v, tolerance %v)", d.Lease.ExpiresAt, vt, before, after, e.tol())
 		}
 	}},
+	{name: "ARedeliveryIsLeasedForVisibilityTimeoutFromItsReceive", run: func(e *env) {
+		// VisibilityTimeout "is how long a Broker.Receive hides a message":
+		// from the Receive that takes it, a redelivery's too, however long
+		// after a Nack or a lapse made it receivable again. The other
+		// cases receive a redelivery at the instant it turns visible,
+		// where a lease measured from that instant and one measured from
+		// the Receive are the same.
+		vt := e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		m := e.publish(q, "a")
+		redeliver := func(visible time.Time, how string, deliveries int) broker.DeliveryValue {
+			e.Helper()
+			e.after(visible.Add(vt / 2))
+			before := e.now()
+			d := e.receiveOne(q)
+			after := e.now()
+			if d.Message.ID != m.ID || d.Deliveries != deliveries {
+				e.Fatalf("after %s: delivered %q #%d, want %q #%d", how, d.Message.ID, d.Deliveries, m.ID, deliveries)
+			}
+			e.checkInstant(d.Lease.ExpiresAt, before.Add(vt), after.Add(vt), "ExpiresAt of a redelivery received half a VisibilityTimeout after "+how+" made it receivable")
+			return d
+		}
+		nv := e.nack(q, e.receiveOne(q).Lease.Receipt, nil)
+		d := redeliver(nv.VisibleAt, "a Nack", 2)
+		e.lapse(d.Lease)
+		d = redeliver(d.Lease.ExpiresAt, "a lapse", 3)
+		e.hiddenUntil(q, d.Lease.ExpiresAt, "a redelivery, before its lease lapses")
+		if d4 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the redelivery whose consumer died"); d4.Deliveries != 4 {
+			e.Fatalf("delivery %d, want 4", d4.Deliveries)
+		}
+	}},
 	{name: "LapsedLeaseRedeliversWithoutRetryDelay", run: func(e *env) {
 		vt := e.short()
 		q := e.queue(e.policy(func(p *broker.PolicyValue) {

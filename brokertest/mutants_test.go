@@ -1003,3 +1003,111 @@ func TestTheSuiteFailsABrokerWhoseReplayedMessageTakesNoPlace(t *testing.T) {
 	}
 	requireSuiteFails(t, "replayTakesNoPlace", "does not count a replayed message against Capacity", "AReplayedMessageTakesAPlaceInCapacity")
 }
+
+// --- 10. A redelivery is leased for VisibilityTimeout from its Receive ------
+
+// leaseFromVisible leases a redelivered message until VisibilityTimeout
+// after the instant it became receivable again (its Nack's VisibleAt, or
+// the ExpiresAt of the lease that lapsed) instead of after the Receive
+// that took it: a broker that keeps one deadline per message and moves it
+// by VisibilityTimeout whenever the message turns visible. It is the
+// Memory, with the lease of such a redelivery shortened by Extend.
+type leaseFromVisible struct {
+	*broker.Memory
+	now func() time.Time
+	vt  time.Duration
+
+	mu      sync.Mutex
+	visible map[string]time.Time           // message ID → when it was to be receivable again
+	leases  map[broker.ReceiptValue]string // receipt → message ID
+}
+
+func (q *leaseFromVisible) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, d := range ds {
+		id := d.Message.ID
+		if from, ok := q.visible[id]; ok && d.Deliveries > 1 {
+			by := from.Add(q.vt).Sub(q.now()) // THE BUG: from when it turned visible
+			if by < q.vt {
+				if by <= 0 {
+					by = time.Nanosecond
+				}
+				if l, err := q.Memory.Extend(ctx, d.Lease.Receipt, by); err == nil {
+					ds[i].Lease = l
+				}
+			}
+		}
+		q.visible[id] = ds[i].Lease.ExpiresAt
+		q.leases[ds[i].Lease.Receipt] = id
+	}
+	return ds, err
+}
+
+func (q *leaseFromVisible) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil && !v.DeadLettered {
+		q.mu.Lock()
+		if id, ok := q.leases[r]; ok {
+			q.visible[id] = v.VisibleAt
+		}
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *leaseFromVisible) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := q.Memory.Extend(ctx, r, by)
+	if err == nil {
+		q.mu.Lock()
+		if id, ok := q.leases[r]; ok {
+			q.leases[l.Receipt] = id
+			q.visible[id] = l.ExpiresAt
+		}
+		q.mu.Unlock()
+	}
+	return l, err
+}
+
+func init() {
+	mutants["leaseFromWhenVisible"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
+		return &leaseFromVisible{Memory: m, now: now, vt: p.VisibilityTimeout,
+			visible: map[string]time.Time{}, leases: map[broker.ReceiptValue]string{}}
+	}
+}
+
+// Seed PolicyValue.VisibilityTimeout "is how long a Broker.Receive hides
+// a message from every other consumer"; a message held by a consumer that
+// died "reappears exactly this long after it was leased". The suite
+// compared ExpiresAt with the Receive only for a first delivery received
+// at the instant of its publish (LeaseExpiresVisibilityTimeoutAfterReceive),
+// and received every redelivery at the instant it turned visible, where a
+// lease measured from that instant is the right one. A broker that leases
+// a redelivery from when it turned visible — a message received half a
+// VisibilityTimeout after its Nack lapses half a VisibilityTimeout later,
+// and goes to a second consumer while the first still works — passed.
+func TestTheSuiteFailsABrokerThatLeasesARedeliveryFromWhenItTurnedVisible(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "leaseFromWhenVisible", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if _, err := q.Nack(ctx, ds[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	at := c.Advance(30 * time.Second)
+	ds, err = q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	if ds[0].Lease.ExpiresAt.Equal(at.Add(time.Minute)) {
+		t.Fatalf("harness: the mutant leased the redelivery for VisibilityTimeout from its Receive; it is not broken")
+	}
+	requireSuiteFails(t, "leaseFromWhenVisible", "leases a redelivery until VisibilityTimeout after it turned visible, not after its Receive", "ARedeliveryIsLeasedForVisibilityTimeoutFromItsReceive")
+}

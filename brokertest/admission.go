@@ -424,6 +424,31 @@ var capacityCases = []testCase{
 		_, err = q.Publish(e.ctx(), []byte("c"))
 		e.isErr(err, broker.QueueFull, "a publish with the only place held, after a replayed message was acknowledged")
 	}},
+	{name: "ALeaseThatLapsesWithDeliveriesLeftKeepsItsPlace", needs: []string{"Capacity"}, run: func(e *env) {
+		// A message whose consumer died before its last delivery is back
+		// in the queue, live, and holds its place as it did while leased:
+		// only a lapse on the last delivery makes it a dead letter
+		// (CapacityFreedWhenLastLeaseLapses). When it leaves, it gives
+		// back that one place and no other.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.Capacity = 1
+			p.MaxDeliveries = 2
+			p.VisibilityTimeout = e.short()
+		}))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(d.Lease)
+		_, err := q.Publish(e.ctx(), []byte("b"))
+		e.isErr(err, broker.QueueFull, "a publish after the only message's lease lapsed with a delivery left, with Capacity 1")
+		d2 := e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose consumer died")
+		if d2.Message.ID != m.ID || d2.Deliveries != 2 {
+			e.Fatalf("redelivered %q #%d, want %q #2", d2.Message.ID, d2.Deliveries, m.ID)
+		}
+		e.ack(q, d2.Lease.Receipt)
+		e.publish(q, "b") // the place the message held
+		_, err = q.Publish(e.ctx(), []byte("c"))
+		e.isErr(err, broker.QueueFull, "a publish with the only place held, after a message whose lease lapsed was acknowledged")
+	}},
 	{name: "DeletingADeadLetterFreesNoCapacity", needs: []string{"Capacity", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
 		// A dead letter holds no place in the queue, so deleting it gives
 		// none back.

@@ -79,8 +79,11 @@ func (b *mutantBackend) Queue(_ string, p broker.PolicyValue) (broker.Broker, er
 		return nil, err
 	}
 	opened := p
-	if b.mutant == "ignoreCapacity" || b.mutant == "replayTakesNoPlace" {
-		opened.Capacity = 0 // the second enforces its own: see replayNoPlace
+	switch b.mutant {
+	case "ignoreCapacity":
+		opened.Capacity = 0
+	case "replayTakesNoPlace", "nonFinalLapseFreesPlace":
+		opened.Capacity = 0 // they enforce their own: see miscount
 	}
 	m, err := broker.NewMemory(opened, broker.MemoryOptions{Now: b.now})
 	if err != nil {
@@ -825,36 +828,58 @@ func TestTheSuiteFailsABrokerWhoseBatchReturnsNoEnqueuedAt(t *testing.T) {
 
 // --- 9. A replayed message takes a place in Capacity -----------------------
 
-// replayNoPlace enforces Capacity itself (the Memory under it is opened
+// miscount enforces Capacity itself (the Memory under it is opened
 // without one: see mutantBackend.Queue), counting the live messages the
-// Memory reports, less one for every replay: a count of live messages
-// that publishes raise and acknowledgements and deaths lower, which a
-// replay forgets to raise. A queue with a Capacity keeps its dedup keys
-// here too, so that a duplicate is answered, as it must be, before the
-// count is read; without a Capacity it is the Memory.
-type replayNoPlace struct {
+// Memory reports less the places its count forgot: a count of live
+// messages that publishes raise and acknowledgements and deaths lower,
+// which a replay forgets to raise (forgetReplays), or which a lapse
+// lowers though the message is not dead but back in the queue
+// (forgetLapses). A queue with a Capacity keeps its dedup keys here too,
+// so that a duplicate is answered, as it must be, before the count is
+// read; without a Capacity it is the Memory.
+type miscount struct {
 	*broker.Memory
-	now      func() time.Time
-	capacity int
-	window   time.Duration
+	now                         func() time.Time
+	capacity, maxDeliveries     int
+	window                      time.Duration
+	forgetReplays, forgetLapses bool
 
-	mu      sync.Mutex
-	replays int                            // THE BUG: places the count forgot
-	seen    map[string]broker.MessageValue // ID and EnqueuedAt of each key's message
-	latest  time.Time                      // the latest clock reading seen by a publish
+	mu     sync.Mutex
+	forgot int                            // THE BUG: places the count forgot
+	seen   map[string]broker.MessageValue // ID and EnqueuedAt of each key's message
+	latest time.Time                      // the latest clock reading seen by a publish
+	leases map[broker.ReceiptValue]*lease // with forgetLapses: every lease handed out
+}
+
+// lease is a lease a miscount handed out, until it ends or lapses.
+type lease struct {
+	expiresAt  time.Time
+	deliveries int
+	over       bool // acked, nacked, rejected, replaced by Extend, or lapsed
 }
 
 // fullLocked refuses n more messages when the count says the queue holds
 // Capacity.
-func (q *replayNoPlace) fullLocked(n int) error {
+func (q *miscount) fullLocked(n int) error {
 	s := q.Memory.Stats()
-	if live := s.Ready + s.Leased + s.Delayed - q.replays; live+n > q.capacity {
+	if q.forgetLapses {
+		now := q.now()
+		for _, l := range q.leases {
+			if !l.over && !now.Before(l.expiresAt) {
+				l.over = true
+				if l.deliveries < q.maxDeliveries {
+					q.forgot++ // THE BUG: the message is back in the queue, not dead
+				}
+			}
+		}
+	}
+	if live := s.Ready + s.Leased + s.Delayed - q.forgot; live+n > q.capacity {
 		return fmt.Errorf("mutant: %d of %d places taken: %w", live, q.capacity, broker.QueueFull)
 	}
 	return nil
 }
 
-func (q *replayNoPlace) observeLocked(ms ...broker.MessageValue) {
+func (q *miscount) observeLocked(ms ...broker.MessageValue) {
 	for _, m := range ms {
 		if m.EnqueuedAt.After(q.latest) {
 			q.latest = m.EnqueuedAt
@@ -862,7 +887,7 @@ func (q *replayNoPlace) observeLocked(ms ...broker.MessageValue) {
 	}
 }
 
-func (q *replayNoPlace) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
+func (q *miscount) Publish(ctx context.Context, p []byte) (broker.MessageValue, error) {
 	if q.capacity == 0 {
 		return q.Memory.Publish(ctx, p)
 	}
@@ -878,7 +903,7 @@ func (q *replayNoPlace) Publish(ctx context.Context, p []byte) (broker.MessageVa
 	return m, err
 }
 
-func (q *replayNoPlace) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+func (q *miscount) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
 	if q.capacity == 0 || len(ps) == 0 {
 		return q.Memory.PublishBatch(ctx, ps)
 	}
@@ -894,7 +919,7 @@ func (q *replayNoPlace) PublishBatch(ctx context.Context, ps [][]byte) ([]broker
 	return ms, err
 }
 
-func (q *replayNoPlace) PublishKeyed(ctx context.Context, key string, p []byte) (broker.MessageValue, error) {
+func (q *miscount) PublishKeyed(ctx context.Context, key string, p []byte) (broker.MessageValue, error) {
 	if q.capacity == 0 {
 		return q.Memory.PublishKeyed(ctx, key, p)
 	}
@@ -934,7 +959,7 @@ func (q *replayNoPlace) PublishKeyed(ctx context.Context, key string, p []byte) 
 	return m, nil
 }
 
-func (q *replayNoPlace) ReplayDeadLetter(ctx context.Context, id string) error {
+func (q *miscount) ReplayDeadLetter(ctx context.Context, id string) error {
 	if q.capacity == 0 {
 		return q.Memory.ReplayDeadLetter(ctx, id)
 	}
@@ -953,20 +978,84 @@ func (q *replayNoPlace) ReplayDeadLetter(ctx context.Context, id string) error {
 		return q.Memory.ReplayDeadLetter(ctx, id) // DeadLetterNotFound
 	}
 	err := q.Memory.ReplayDeadLetter(ctx, id)
-	if err == nil {
-		q.replays++ // THE BUG: the count forgets the message it just queued
+	if err == nil && q.forgetReplays {
+		q.forgot++ // THE BUG: the count forgets the message it just queued
 	}
 	return err
 }
 
+// The lease calls of a miscount that forgets lapses record which leases
+// are live; with forgetReplays they are the Memory's.
+
+func (q *miscount) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	if q.forgetLapses {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for _, d := range ds {
+			q.leases[d.Lease.Receipt] = &lease{expiresAt: d.Lease.ExpiresAt, deliveries: d.Deliveries}
+		}
+	}
+	return ds, err
+}
+
+// end records that the lease of receipt r ended, when the call that
+// named it succeeded.
+func (q *miscount) end(r broker.ReceiptValue, err error) {
+	if err == nil && q.forgetLapses {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if l, ok := q.leases[r]; ok {
+			l.over = true
+		}
+	}
+}
+
+func (q *miscount) Ack(ctx context.Context, r broker.ReceiptValue) error {
+	err := q.Memory.Ack(ctx, r)
+	q.end(r, err)
+	return err
+}
+
+func (q *miscount) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	q.end(r, err)
+	return v, err
+}
+
+func (q *miscount) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	err := q.Memory.Reject(ctx, r, cause)
+	q.end(r, err)
+	return err
+}
+
+func (q *miscount) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	nl, err := q.Memory.Extend(ctx, r, by)
+	q.end(r, err)
+	if err == nil && q.forgetLapses {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if l, ok := q.leases[r]; ok {
+			q.leases[nl.Receipt] = &lease{expiresAt: nl.ExpiresAt, deliveries: l.deliveries}
+		}
+	}
+	return nl, err
+}
+
 func init() {
 	mutants["replayTakesNoPlace"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
-		w := p.DedupWindow
-		if w == 0 {
-			w = broker.DefaultDedupWindow
-		}
-		return &replayNoPlace{Memory: m, now: now, capacity: p.Capacity, window: w, seen: map[string]broker.MessageValue{}}
+		return newMiscount(m, p, now, true, false)
 	}
+}
+
+func newMiscount(m *broker.Memory, p broker.PolicyValue, now func() time.Time, forgetReplays, forgetLapses bool) *miscount {
+	w := p.DedupWindow
+	if w == 0 {
+		w = broker.DefaultDedupWindow
+	}
+	return &miscount{Memory: m, now: now, capacity: p.Capacity, maxDeliveries: p.MaxDeliveries, window: w,
+		forgetReplays: forgetReplays, forgetLapses: forgetLapses,
+		seen: map[string]broker.MessageValue{}, leases: map[broker.ReceiptValue]*lease{}}
 }
 
 // API.md §1 Capacity: "A queue that holds Capacity live messages (ready
@@ -1110,4 +1199,38 @@ func TestTheSuiteFailsABrokerThatLeasesARedeliveryFromWhenItTurnedVisible(t *tes
 		t.Fatalf("harness: the mutant leased the redelivery for VisibilityTimeout from its Receive; it is not broken")
 	}
 	requireSuiteFails(t, "leaseFromWhenVisible", "leases a redelivery until VisibilityTimeout after it turned visible, not after its Receive", "ARedeliveryIsLeasedForVisibilityTimeoutFromItsReceive")
+}
+
+// --- 11. A lease that lapses with deliveries left keeps its place ---------
+
+func init() {
+	mutants["nonFinalLapseFreesPlace"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
+		return newMiscount(m, p, now, false, true)
+	}
+}
+
+// API.md §1 Capacity counts "ready + leased + delayed" messages; seed
+// Broker.Receive: a consumer that dies leaves a lease whose lapse "is
+// what makes the message reappear" — in the queue, live, not dead. The
+// suite let a lease lapse under a Capacity only on the last delivery
+// (CapacityFreedWhenLastLeaseLapses), where the lapse does free the
+// place, so a broker whose count of live messages every lapse lowers —
+// a queue of Capacity 1 admitting a second message beside the one that
+// came back, and for good a place more than its Capacity — passed.
+func TestTheSuiteFailsABrokerWhoseLapseWithDeliveriesLeftFreesAPlace(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "nonFinalLapseFreesPlace", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 2, Capacity: 1})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	c.Set(ds[0].Lease.ExpiresAt)
+	if _, err := q.Publish(ctx, []byte("b")); err != nil {
+		t.Fatalf("harness: the mutant refused a publish beside the message whose lease lapsed (%v); it is not broken", err)
+	}
+	requireSuiteFails(t, "nonFinalLapseFreesPlace", "frees a place in Capacity when a lease lapses with deliveries left", "ALeaseThatLapsesWithDeliveriesLeftKeepsItsPlace")
 }

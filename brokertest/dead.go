@@ -137,6 +137,29 @@ var deadCases = []testCase{
 			e.Fatalf("dead letters %+v, want one with Deliveries 2 (MaxDeliveries is 5)", dls)
 		}
 	}},
+	{name: "RejectAfterALapseCountsTheLapsedDelivery", needs: []string{"Rejecter", "DeadLetterReader"}, run: func(e *env) {
+		// The dead letter of a Reject records "the count the message
+		// had": its deliveries, a delivery whose consumer died without a
+		// word among them (RejectKeepsDeliveriesBelowMax counts a nacked
+		// one).
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
+		m := e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(d.Lease)
+		d = e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose consumer died")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		card := broker.NewError("CARD_DECLINED", 0x05020001, "the card was declined", secret)
+		if err := e.rejecter(q).Reject(e.ctx(), d.Lease.Receipt, card); err != nil {
+			e.Fatalf("Reject: %v", err)
+		}
+		dls := e.deadLetters(q)
+		if len(dls) != 1 {
+			e.Fatalf("%d dead letters, want 1", len(dls))
+		}
+		e.checkDeadLetter(dls[0], causeCase{name: "a Reject after a lapse", cause: card, reason: "CARD_DECLINED", code: 0x05020001, public: "the card was declined"}, m, "a", 2)
+	}},
 	{name: "RejectOfLapsedOrEndedLeaseMovesNothing", needs: []string{"Rejecter", "DeadLetterReader"}, run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = e.short() }))
 		e.publish(q, "a")

@@ -1234,3 +1234,117 @@ func TestTheSuiteFailsABrokerWhoseLapseWithDeliveriesLeftFreesAPlace(t *testing.
 	}
 	requireSuiteFails(t, "nonFinalLapseFreesPlace", "frees a place in Capacity when a lease lapses with deliveries left", "ALeaseThatLapsesWithDeliveriesLeftKeepsItsPlace")
 }
+
+// --- 12. A Reject records every delivery, a lapsed one too ---------------
+
+// rejectCountsReports records in the dead letter of a Reject one delivery
+// more than the Nacks of the message's life: the failures reported, not
+// the deliveries made, so a delivery whose consumer died is not counted.
+// Everything else is the Memory's.
+type rejectCountsReports struct {
+	*broker.Memory
+	mu       sync.Mutex
+	leases   map[broker.ReceiptValue]string // receipt → message ID
+	nacks    map[string]int                 // message ID → Nacks of its life
+	rejected map[string]bool                // message IDs dead by a Reject
+}
+
+func (q *rejectCountsReports) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		q.leases[d.Lease.Receipt] = d.Message.ID
+	}
+	return ds, err
+}
+
+func (q *rejectCountsReports) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := q.Memory.Extend(ctx, r, by)
+	if err == nil {
+		q.mu.Lock()
+		q.leases[l.Receipt] = q.leases[r]
+		q.mu.Unlock()
+	}
+	return l, err
+}
+
+func (q *rejectCountsReports) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil {
+		q.mu.Lock()
+		q.nacks[q.leases[r]]++
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *rejectCountsReports) Reject(ctx context.Context, r broker.ReceiptValue, cause error) error {
+	err := q.Memory.Reject(ctx, r, cause)
+	if err == nil {
+		q.mu.Lock()
+		q.rejected[q.leases[r]] = true
+		q.mu.Unlock()
+	}
+	return err
+}
+
+func (q *rejectCountsReports) ReplayDeadLetter(ctx context.Context, id string) error {
+	err := q.Memory.ReplayDeadLetter(ctx, id)
+	if err == nil {
+		q.mu.Lock()
+		delete(q.nacks, id)
+		delete(q.rejected, id)
+		q.mu.Unlock()
+	}
+	return err
+}
+
+func (q *rejectCountsReports) DeadLetters(ctx context.Context, max int) ([]broker.DeadLetterValue, error) {
+	dls, err := q.Memory.DeadLetters(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, dl := range dls {
+		if q.rejected[dl.Message.ID] {
+			dls[i].Deliveries = q.nacks[dl.Message.ID] + 1 // THE BUG: reports, not deliveries
+		}
+	}
+	return dls, err
+}
+
+func init() {
+	mutants["rejectCountsReports"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return &rejectCountsReports{Memory: m, leases: map[broker.ReceiptValue]string{}, nacks: map[string]int{}, rejected: map[string]bool{}}
+	}
+}
+
+// Seed Rejecter.Reject: "The dead letter's Deliveries is the count the
+// message had"; DeliveryValue.Deliveries counts every delivery, one whose
+// consumer "failed, timed out, or died" alike. The suite rejected first
+// deliveries and deliveries after a Nack (RejectKeepsDeliveriesBelowMax,
+// RejectAfterANackRecordsItsOwnCause), where one more than the Nacks is
+// the count, never a delivery after a lapse, so a broker that records
+// the failures reported instead of the deliveries made passed.
+func TestTheSuiteFailsABrokerWhoseRejectCountsOnlyReportedFailures(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "rejectCountsReports", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	c.Set(ds[0].Lease.ExpiresAt)
+	if ds, err = q.Receive(ctx, 1); err != nil || len(ds) != 1 || ds[0].Deliveries != 2 {
+		t.Fatalf("Receive after the lapse: %v %v", ds, err)
+	}
+	if err := q.(broker.Rejecter).Reject(ctx, ds[0].Lease.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dls, err := q.(broker.DeadLetterReader).DeadLetters(ctx, 1); err != nil || len(dls) != 1 || dls[0].Deliveries == 2 {
+		t.Fatalf("harness: the mutant's dead letter %+v (%v) counts the lapsed delivery; it is not broken", dls, err)
+	}
+	requireSuiteFails(t, "rejectCountsReports", "records in a rejected message's dead letter the failures reported, not the deliveries made", "RejectAfterALapseCountsTheLapsedDelivery")
+}

@@ -1348,3 +1348,61 @@ func TestTheSuiteFailsABrokerWhoseRejectCountsOnlyReportedFailures(t *testing.T)
 	}
 	requireSuiteFails(t, "rejectCountsReports", "records in a rejected message's dead letter the failures reported, not the deliveries made", "RejectAfterALapseCountsTheLapsedDelivery")
 }
+
+// --- 13. MaxMessageBytes is a payload every publish accepts --------------
+
+// boundExclusive refuses in PublishBatch and PublishKeyed a payload of
+// exactly the policy's MaxMessageBytes, as a size check written with >=
+// would; Publish is the Memory's.
+type boundExclusive struct {
+	*broker.Memory
+	max int
+}
+
+func (q *boundExclusive) tooLarge(ps ...[]byte) error {
+	for _, p := range ps {
+		if len(p) >= q.max { // THE BUG: the bound itself is refused
+			return fmt.Errorf("mutant: a payload of %d bytes, limit %d: %w", len(p), q.max, broker.MessageTooLarge)
+		}
+	}
+	return nil
+}
+
+func (q *boundExclusive) PublishBatch(ctx context.Context, ps [][]byte) ([]broker.MessageValue, error) {
+	if err := q.tooLarge(ps...); err != nil {
+		return nil, err
+	}
+	return q.Memory.PublishBatch(ctx, ps)
+}
+
+func (q *boundExclusive) PublishKeyed(ctx context.Context, key string, p []byte) (broker.MessageValue, error) {
+	if err := q.tooLarge(p); err != nil {
+		return broker.MessageValue{}, err
+	}
+	return q.Memory.PublishKeyed(ctx, key, p)
+}
+
+func init() {
+	mutants["batchAndKeyedRefuseTheBound"] = func(m *broker.Memory, p broker.PolicyValue, _ func() time.Time) broker.Broker {
+		max := p.MaxMessageBytes
+		if max == 0 {
+			max = broker.DefaultMaxMessageBytes
+		}
+		return &boundExclusive{Memory: m, max: max}
+	}
+}
+
+// Seed PolicyValue.MaxMessageBytes "bounds one payload. A larger payload
+// is refused": the bound itself is a payload like any other. The suite
+// held Publish to it (PayloadAboveMaxMessageBytesIsMessageTooLarge,
+// DefaultMaxMessageBytesIsOneMiB) and tried PublishBatch and PublishKeyed
+// only with payloads well below or above it, so a broker whose batch and
+// keyed publishes refuse a payload of exactly MaxMessageBytes passed.
+func TestTheSuiteFailsABrokerWhoseBatchAndKeyedPublishRefuseTheBound(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "batchAndKeyedRefuseTheBound", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5, MaxMessageBytes: 4})
+	if _, err := q.(BatchPublisher).PublishBatch(context.Background(), [][]byte{[]byte("four")}); !errors.Is(err, broker.MessageTooLarge) {
+		t.Fatalf("harness: the mutant's PublishBatch of exactly MaxMessageBytes returned %v; it is not broken", err)
+	}
+	requireSuiteFails(t, "batchAndKeyedRefuseTheBound", "refuses in PublishBatch and PublishKeyed a payload of exactly MaxMessageBytes", "EveryPublishAcceptsAPayloadOfExactlyMaxMessageBytes")
+}

@@ -220,6 +220,45 @@ var publishCases = []testCase{
 			e.Fatalf("delivered %q, want only the 16-byte message %q: the refused one was enqueued", d.Message.ID, ok.ID)
 		}
 	}},
+	{name: "EveryPublishAcceptsAPayloadOfExactlyMaxMessageBytes", run: func(e *env) {
+		// MaxMessageBytes "bounds one payload": a payload of exactly that
+		// many bytes is accepted by every publish, and one byte more is
+		// MessageTooLarge, whichever call carries it. (The cases above
+		// hold Publish to the bound; PublishBatch and PublishKeyed were
+		// tried only well below it.)
+		const bound = 16
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.MaxMessageBytes = bound }))
+		fits, over := make([]byte, bound), make([]byte, bound+1)
+		want := 1
+		if _, err := q.Publish(e.ctx(), fits); err != nil {
+			e.Fatalf("Publish of exactly MaxMessageBytes (%d): %v", bound, err)
+		}
+		if e.caps.Batch {
+			if _, err := e.batch(q).PublishBatch(e.ctx(), [][]byte{fits, fits}); err != nil {
+				e.Fatalf("PublishBatch of two payloads of exactly MaxMessageBytes (%d): %v", bound, err)
+			}
+			_, err := e.batch(q).PublishBatch(e.ctx(), [][]byte{fits, over})
+			e.isErr(err, broker.MessageTooLarge, "PublishBatch with a payload of MaxMessageBytes + 1")
+			want += 2
+		}
+		if e.caps.Keyed {
+			if _, err := e.keyed(q).PublishKeyed(e.ctx(), "fits", fits); err != nil {
+				e.Fatalf("PublishKeyed of exactly MaxMessageBytes (%d): %v", bound, err)
+			}
+			_, err := e.keyed(q).PublishKeyed(e.ctx(), "over", over)
+			e.isErr(err, broker.MessageTooLarge, "PublishKeyed of MaxMessageBytes + 1")
+			want++
+		}
+		ds := e.receive(q, 10)
+		if len(ds) != want {
+			e.Fatalf("received %d messages, want the %d of exactly MaxMessageBytes", len(ds), want)
+		}
+		for _, d := range ds {
+			if len(d.Message.Payload) != bound {
+				e.Fatalf("delivered a payload of %d bytes, want %d", len(d.Message.Payload), bound)
+			}
+		}
+	}},
 	{name: "DefaultMaxMessageBytesIsOneMiB", run: func(e *env) {
 		// 1 MiB written out, not broker.DefaultMaxMessageBytes: the
 		// promise is the number, and a wrong constant must fail here.

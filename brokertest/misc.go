@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"regexp"
 	"sync"
 	"time"
 
@@ -271,7 +271,9 @@ var miscCases = []testCase{
 	}},
 	{name: "MisconfiguredPolicyErrorNamesTheField", run: func(e *env) {
 		// API.md §1: the refusal of a policy names the field at fault, so
-		// that the operator knows what to change.
+		// that the operator knows what to change. The name is a word of
+		// the text, not a part of one: "MaxRetryDelay" does not name
+		// RetryDelay.
 		for field, mod := range map[string]func(*broker.PolicyValue){
 			"VisibilityTimeout": func(p *broker.PolicyValue) { p.VisibilityTimeout = 0 },
 			"RetryDelay":        func(p *broker.PolicyValue) { p.RetryDelay = broker.MaxDeadlineOffset + 1 },
@@ -283,7 +285,7 @@ var miscCases = []testCase{
 		} {
 			_, err := e.b.Queue(e.queueName(), e.policy(mod))
 			e.isErr(err, broker.QueueMisconfigured, "a bad "+field)
-			if !strings.Contains(err.Error(), field) {
+			if !regexp.MustCompile(`\b` + field + `\b`).MatchString(err.Error()) {
 				e.Fatalf("a bad %s: error %q does not name the field", field, err)
 			}
 		}

@@ -76,6 +76,9 @@ type mutantBackend struct {
 
 func (b *mutantBackend) Queue(_ string, p broker.PolicyValue) (broker.Broker, error) {
 	if err := p.Validate(); err != nil {
+		if b.mutant == "retryDelayErrorNamesMaxRetryDelay" && p.RetryDelay > broker.MaxDeadlineOffset {
+			return nil, misnamedRetryDelay(p)
+		}
 		return nil, err
 	}
 	opened := p
@@ -1405,4 +1408,33 @@ func TestTheSuiteFailsABrokerWhoseBatchAndKeyedPublishRefuseTheBound(t *testing.
 		t.Fatalf("harness: the mutant's PublishBatch of exactly MaxMessageBytes returned %v; it is not broken", err)
 	}
 	requireSuiteFails(t, "batchAndKeyedRefuseTheBound", "refuses in PublishBatch and PublishKeyed a payload of exactly MaxMessageBytes", "EveryPublishAcceptsAPayloadOfExactlyMaxMessageBytes")
+}
+
+// --- 14. A refused policy names its own field --------------------------
+
+// misnamedRetryDelay is the refusal of a RetryDelay above
+// MaxDeadlineOffset by a broker whose Validate reports it as
+// MaxRetryDelay's (mutant retryDelayErrorNamesMaxRetryDelay, see
+// mutantBackend.Queue): the operator is sent to a field that is not set.
+func misnamedRetryDelay(p broker.PolicyValue) error {
+	return fmt.Errorf("mutant: policy: MaxRetryDelay: the retry delay %v exceeds MaxDeadlineOffset: %w", p.RetryDelay, broker.QueueMisconfigured) // THE BUG
+}
+
+func init() {
+	mutants["retryDelayErrorNamesMaxRetryDelay"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker { return m }
+}
+
+// API.md §1: Validate's error "names the field". The suite looked for the
+// field's name anywhere in the error's text, and "RetryDelay" is in
+// "MaxRetryDelay": a broker that refused a RetryDelay above
+// MaxDeadlineOffset with an error naming MaxRetryDelay, a field the
+// operator never set, passed. MisconfiguredPolicyErrorNamesTheField now
+// requires the name as a word of the text.
+func TestTheSuiteFailsABrokerWhosePolicyErrorNamesAnotherField(t *testing.T) {
+	b := &mutantBackend{mutant: "retryDelayErrorNamesMaxRetryDelay", now: NewClock(t0).Now, wrap: mutants["retryDelayErrorNamesMaxRetryDelay"]}
+	_, err := b.Queue("q", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5, RetryDelay: broker.MaxDeadlineOffset + 1})
+	if !errors.Is(err, broker.QueueMisconfigured) || strings.Contains(err.Error(), " RetryDelay") {
+		t.Fatalf("harness: the mutant's refusal %v names RetryDelay; it is not broken", err)
+	}
+	requireSuiteFails(t, "retryDelayErrorNamesMaxRetryDelay", "names MaxRetryDelay in its refusal of a bad RetryDelay", "MisconfiguredPolicyErrorNamesTheField")
 }

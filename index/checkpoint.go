@@ -99,7 +99,8 @@ func (s *Snapshot) FileSize(chunks []uint64) int64 {
 
 // Snapshot encodes the whole index as of logPos, which must be the end of
 // the log with every event before it applied and none after, and detaches
-// the table's unflushed entries for the Flush that writes them. No queue
+// the table's unflushed entries for the Flush that writes them, less those
+// of the table chunks that hold no live message, which no one reads. No queue
 // may hold a Pending message. sealed maps each sealed log segment to the
 // offset past its seal, which fits in 32 bits. What a checkpoint could not
 // hold (an offset out of range, a secret of another length than
@@ -153,7 +154,14 @@ func (x *Index) Snapshot(logPos wal.Position, sealed map[uint32]int) (*Snapshot,
 			return nil, err
 		}
 	}
-	x.Table.Detach()
+	// The entries of a chunk none of whose messages is live are read by
+	// no one: every message acknowledged since its entry was put is
+	// behind its queue's cursor, or marked gone ahead of it, and a walk
+	// that finds no entry there jumps on as it does over a removed file.
+	// Written, they cost a chunk file of 2 MiB created and fdatasynced for
+	// nothing: the checkpoint names no file of such a chunk once all its
+	// sequences are taken, and the broker removes it.
+	x.Table.detach(func(c uint64) bool { _, live := slices.BinarySearch(chunks, c); return !live })
 	next := x.nextSeq.Load()
 	return &Snapshot{LogPos: logPos, NextSeq: next, body: e.b, taken: next, maxQueue: x.maxQueue}, nil
 }

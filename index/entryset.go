@@ -1,6 +1,9 @@
 package index
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // setPage is the number of consecutive sequence numbers one page of an
 // entrySet holds: a multiple of 64 (one word of its bitmap) that divides
@@ -136,6 +139,20 @@ func (s *entrySet) putAll(o *entrySet) {
 			}
 			if _, ok := s.get(key*setPage + i); !ok {
 				s.put(op.ents[i])
+			}
+		}
+	}
+}
+
+// dropChunks forgets every entry of the table chunks gone reports true
+// for.
+func (s *entrySet) dropChunks(gone func(chunk uint64) bool) {
+	for key, p := range s.pages {
+		if gone(key * setPage / ChunkEntries) {
+			s.n -= bits.OnesCount64(p.has)
+			delete(s.pages, key)
+			if p == s.last {
+				s.last = nil
 			}
 		}
 	}

@@ -477,7 +477,12 @@ func (t *Table) Unflushed() int {
 // Detach takes the entries recorded so far for the next Flush. Entries Put
 // after it wait for the Flush after that. Until Flush returns, Get still
 // finds the detached entries.
-func (t *Table) Detach() {
+func (t *Table) Detach() { t.detach(nil) }
+
+// detach is Detach, leaving out the entries of the chunks gone reports
+// true for (nil: none), which Get no longer finds in memory: Index.Snapshot
+// leaves out those of the chunks that hold no live message (see there).
+func (t *Table) detach(gone func(chunk uint64) bool) {
 	if t == nil {
 		return
 	}
@@ -490,6 +495,9 @@ func (t *Table) Detach() {
 		// A flush that failed: keep what it did not write, behind the
 		// newer entries.
 		t.overlay.putAll(t.flushing)
+	}
+	if gone != nil {
+		t.overlay.dropChunks(gone)
 	}
 	t.flushing = t.overlay
 	t.overlay = newEntrySet()

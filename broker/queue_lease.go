@@ -169,7 +169,7 @@ func (q *Queue) settledLocked(counter *atomic.Int64, n int64) {
 // recs.
 func (q *Queue) sweepLocked(now int64, recs [][]byte) [][]byte {
 	q.iq.Promote(now)
-	exhausted := append([]*index.Message(nil), q.iq.Exhausted()...)
+	exhausted := q.iq.Exhausted() // a copy: each dead letter takes its message off the list
 	moved := 0
 	for _, m := range exhausted {
 		e := lapseDeadLetter(q.id, m, m.At)

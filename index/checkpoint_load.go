@@ -80,6 +80,11 @@ func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
 	if size > maxCheckpointBytes {
 		return checkpointHead{}, nil, damaged("%d bytes, more than a checkpoint may hold (%d)", size, int64(maxCheckpointBytes))
 	}
+	if size > math.MaxInt {
+		// A 32-bit build: no buffer holds it (one of its writing could
+		// not either), and make would panic.
+		return checkpointHead{}, nil, damaged("%d bytes, more than this build can hold in memory (%d)", size, int64(math.MaxInt))
+	}
 	if n := binary.LittleEndian.Uint64(hdr[16:]); n != uint64(size-checkpointHeader) {
 		return checkpointHead{}, nil, damaged("body of %d bytes, file holds %d", n, size-checkpointHeader)
 	}

@@ -796,12 +796,14 @@ func (q *Queue) FinalsDue(now int64) []*Message {
 }
 
 // Exhausted returns the messages whose last lease lapsed (see Promote).
-// They stay Leased until the caller applies their dead-letter events.
+// They stay Leased until the caller applies their dead-letter events,
+// which take them off the queue's list: the slice is a copy, the
+// caller's to keep while it does.
 func (q *Queue) Exhausted() []*Message {
 	if q == nil {
 		return nil
 	}
-	return q.exhausted.all()
+	return slices.Clone(q.exhausted.all())
 }
 
 // ExhaustedLen is the number of messages Exhausted returns. It costs the

@@ -183,3 +183,16 @@ func TestExhaustedLeasesLeaveInRandomOrder(t *testing.T) {
 	require.Empty(t, q.Exhausted())
 	require.Zero(t, q.ExhaustedLen())
 }
+
+// Exhausted hands out a slice of the caller's own: changing it, or
+// appending to it, leaves the queue's list as it was.
+func TestExhaustedReturnsASliceTheCallerMayChange(t *testing.T) {
+	q := exhaustedQueue(t, 3)
+	got := q.Exhausted()
+	want := seqsOf(got)
+	got[0] = nil
+	slices.Reverse(got[1:])
+	_ = append(got[:1], got[2])
+	require.Equal(t, want, seqsOf(q.Exhausted()), "the queue's list changed with the caller's slice")
+	require.NoError(t, q.exhausted.verify(), "the queue's list no longer knows its places")
+}

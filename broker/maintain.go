@@ -64,6 +64,9 @@ type maintenance struct {
 	// a raised mark (markRaisedSeq).
 	repairRecords atomic.Int64
 	rotated       atomic.Bool // a rotation since the last round
+	// stopReported: the checkpoints' stop was logged. Only
+	// maintenanceRound uses it.
+	stopReported bool
 }
 
 // Maintenance tuning.
@@ -158,7 +161,6 @@ func (s *Store) maintainLoop() {
 	defer close(m.done)
 	t := time.NewTicker(maintainEvery)
 	defer t.Stop()
-	reported := false // the checkpoints' stop was logged
 	for {
 		select {
 		case <-m.stop:
@@ -166,23 +168,34 @@ func (s *Store) maintainLoop() {
 		case <-m.kick:
 		case <-t.C:
 		}
-		if err := s.maintain(false); err != nil {
-			if p := m.stopped.Load(); p != nil && err == *p {
-				if !reported {
-					reported = true
-					s.opts.Logger.Error("broker: a checkpoint failed; the store goes on, but its directory now grows with every segment until it is reopened (free space first if the disk is full): StoreStats.MaintenanceStopped says why", "dir", s.dir, "err", err)
-				}
-				continue
-			}
-			if errors.Is(err, Closed) {
-				// Close began during the pass (between two queues' copies,
-				// say): the pass stops there, and Close writes the
-				// checkpoint. Nothing failed.
-				continue
-			}
-			s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
-		}
+		s.maintenanceRound()
 	}
+}
+
+// maintenanceRound is one round of the maintenance goroutine's, which it
+// runs at each rotation and every maintainEvery: maintain, and the log
+// records of what failed. Only that goroutine calls it (tests drive it
+// in its place, with ManualMaintenance).
+func (s *Store) maintenanceRound() {
+	m := &s.maint
+	err := s.maintain(false)
+	if err == nil {
+		return
+	}
+	if p := m.stopped.Load(); p != nil && err == *p {
+		if !m.stopReported {
+			m.stopReported = true
+			s.opts.Logger.Error("broker: a checkpoint failed; the store goes on, but its directory now grows with every segment until it is reopened (free space first if the disk is full): StoreStats.MaintenanceStopped says why", "dir", s.dir, "err", err)
+		}
+		return
+	}
+	if errors.Is(err, Closed) {
+		// Close began during the pass (between two queues' copies,
+		// say): the pass stops there, and Close writes the
+		// checkpoint. Nothing failed.
+		return
+	}
+	s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
 }
 
 // maintain writes a checkpoint if the log grew by half a segment since the

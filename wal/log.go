@@ -137,7 +137,7 @@ func (s *seg) leave() {
 }
 
 // counters are written by the writer goroutine alone (fillsDropped and
-// fillsRushed by the preparer's, bytesRemoved by RemoveBelow under
+// fillsRushed by the preparer's, bytesRemoved and unremoved by RemoveBelow under
 // removeMu), so maxPerSync's load and store need no
 // compare-and-swap; Stats reads them from any goroutine.
 type counters struct {
@@ -153,6 +153,7 @@ type counters struct {
 	fillsDropped atomic.Int64
 	fillsRushed  atomic.Int64
 	bytesRemoved atomic.Int64
+	unremoved    atomic.Int64 // bytes of the files in Log.unremoved
 }
 
 // Stats are counters of a Log since it was opened.
@@ -172,6 +173,7 @@ type Stats struct {
 	ZeroFillsDropped  int64 // zero-fills of new files given up for a retired file that arrived meanwhile
 	ZeroFillsRushed   int64 // zero-fills the writer caught up with: the rest of the file allocated (fallocate), not written, where the file system can
 	BytesRemoved      int64 // of segment files RemoveBelow removed, or kept aside to reuse, since open
+	UnremovedBytes    int64 // of segment files RemoveBelow took out of the log and could not remove: on disk still, counted neither in DiskBytes nor in BytesRemoved
 	FirstSegment      uint32
 	LastSegment       uint32
 }
@@ -201,6 +203,7 @@ func (l *Log) Stats() Stats {
 		ZeroFillsDropped:  l.stats.fillsDropped.Load(),
 		ZeroFillsRushed:   l.stats.fillsRushed.Load(),
 		BytesRemoved:      l.stats.bytesRemoved.Load(),
+		UnremovedBytes:    l.stats.unremoved.Load(),
 	}
 	for _, sg := range segs {
 		s.DiskBytes += int64(sg.file.Size())

@@ -63,6 +63,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", u.path, err)
 		}
 		l.stats.bytesRemoved.Add(u.size)
+		l.stats.unremoved.Add(-u.size)
 		l.unremoved = l.unremoved[1:]
 	}
 	l.listMu.Lock()
@@ -93,6 +94,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		err = errors.Join(err, s.close())
 		if len(l.unremoved) > 0 { // one could not be removed: the later ones stay too
 			l.unremoved = append(l.unremoved, removal{path, int64(size)})
+			l.stats.unremoved.Add(int64(size))
 			continue
 		}
 		var keepErr error
@@ -112,6 +114,7 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			// finds them and a later removal takes them.
 			err = errors.Join(err, keepErr, rerr)
 			l.unremoved = append(l.unremoved, removal{path, int64(size)})
+			l.stats.unremoved.Add(int64(size))
 			continue
 		}
 		if keepErr != nil {

@@ -43,3 +43,44 @@ func TestARemovalFinishedByALaterRemoveBelowIsDurable(t *testing.T) {
 	defer l.Close()
 	require.Equal(t, cut.Segment(), l.Stats().FirstSegment, "segments RemoveBelow removed are back after a power loss")
 }
+
+// A segment file RemoveBelow could not remove is out of the log, and on
+// disk still: Stats counts it in UnremovedBytes, not in DiskBytes nor
+// BytesRemoved, until a later RemoveBelow removes it.
+func TestStatsCountASegmentFileThatCouldNotBeRemovedAsUnremoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	ffs := vfs.NewFaultFS(vfs.Default)
+	l := mustOpen(t, dir, Options{SegmentBytes: 1024, FS: ffs})
+	defer l.Close()
+	es := appendRecords(t, l, 0, 200)
+	_, err := l.RemoveBelow(es[30].pos) // fills the spares: the rest are deleted
+	require.NoError(t, err)
+	first := l.Stats().FirstSegment
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: segName(first), Err: syscall.EACCES})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: segName(first), Err: syscall.EACCES})
+	before := l.Stats()
+	cut := es[120].pos
+	n, err := l.RemoveBelow(cut)
+	require.ErrorIs(t, err, syscall.EACCES)
+	require.Positive(t, n)
+	var onDisk int64
+	for seq := first; seq < cut.Segment(); seq++ {
+		fi, err := os.Stat(segFile(dir, seq))
+		require.NoError(t, err, "a segment from the one that could not be removed on stays")
+		onDisk += fi.Size()
+	}
+	st := l.Stats()
+	require.Equal(t, onDisk, st.UnremovedBytes, "the files left on disk")
+	require.Equal(t, before.BytesRemoved, st.BytesRemoved, "nothing removed")
+	require.Equal(t, before.DiskBytes-onDisk, st.DiskBytes, "out of the log")
+
+	_, err = l.RemoveBelow(cut) // fails again
+	require.ErrorIs(t, err, syscall.EACCES)
+	require.Equal(t, onDisk, l.Stats().UnremovedBytes, "counted once")
+	ffs.Clear()
+	_, err = l.RemoveBelow(cut)
+	require.NoError(t, err)
+	st = l.Stats()
+	require.Zero(t, st.UnremovedBytes, "removed at last")
+	require.Equal(t, before.BytesRemoved+onDisk, st.BytesRemoved)
+}

@@ -51,12 +51,12 @@ func TestAFailedCheckpointAfterACopyForwardLosesNothing(t *testing.T) {
 
 	// The checkpoint after the copy forward fails at its rename.
 	ffs.Inject(vfs.Rule{Op: vfs.OpRename, NameContains: "checkpoint", Nth: 1})
-	err = s.reclaim()
+	err = s.reclaim(true)
 	t.Logf("reclaim (copy forward, failed checkpoint): %v; copied %d", err, s.maint.copied.Load())
 	require.Positive(t, s.maint.copied.Load())
 	// A later round without a checkpoint due removes segments 1-4: S lives
 	// at its copy now.
-	require.NoError(t, s.reclaim())
+	require.NoError(t, s.reclaim(true))
 	t.Logf("segments now %d..%d", s.log.Stats().FirstSegment, s.log.Stats().LastSegment)
 	_ = s.Close()
 
@@ -122,14 +122,14 @@ func TestACrashInACopyForwardThenRestartAndPowerLossLosesNothing(t *testing.T) {
 		cfs := vfs.NewCrashFS(vfs.Default)
 		cfs.CrashAfter(k)
 		if s, err := Open(dir, mkopts(cfs)); err == nil {
-			_ = s.reclaim() // copy forward, checkpoint, removal
+			_ = s.reclaim(true) // copy forward, checkpoint, removal
 			cfs.Crash()
 			_ = s.Close()
 		}
 		cfs.Restart() // a process crash: the page cache stays
 		s, err := Open(dir, mkopts(cfs))
 		require.NoError(t, err, "k=%d restart", k)
-		_ = s.reclaim()
+		_ = s.reclaim(true)
 		clone := dir + "-clone"
 		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})) // power loss: synced bytes only
 		_ = s.Close()

@@ -64,6 +64,12 @@ type maintenance struct {
 	// a raised mark (markRaisedSeq).
 	repairRecords atomic.Int64
 	rotated       atomic.Bool // a rotation since the last round
+	// reclaimRetry schedules reclamation after a round of it failed (see
+	// reclaim). Guarded by reclaimMu.
+	reclaimRetry retry
+	// reclaimFailing is the failure of reclamation while it fails, for
+	// Stats; set with reclaimRetry, read without reclaimMu.
+	reclaimFailing atomic.Pointer[error]
 	// stopReported: the checkpoints' stop was logged. Only
 	// maintenanceRound uses it.
 	stopReported bool
@@ -195,6 +201,10 @@ func (s *Store) maintenanceRound() {
 		// checkpoint. Nothing failed.
 		return
 	}
+	var logged *reclaimError
+	if errors.As(err, &logged) {
+		return // reclaim logs its own failures, on its schedule
+	}
 	s.opts.Logger.Warn("broker: maintenance", "dir", s.dir, "err", err)
 }
 
@@ -224,7 +234,7 @@ func (s *Store) maintain(force bool) error {
 			return err
 		}
 	}
-	return s.reclaim()
+	return s.reclaim(force)
 }
 
 // checkpoint makes the index durable as of the log's end: it stops every
@@ -385,12 +395,59 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 // that waited for it here would hold the maintenance goroutine, so every
 // checkpoint and Close's stop of maintenance, until the Backup returned,
 // however far the log grew meanwhile. The first round after it reclaims.
-func (s *Store) reclaim() error {
+//
+// A failure that leaves the store working (a segment file the file
+// system will not remove, which holds every later one on disk) is tried
+// again on m.reclaimRetry's schedule, not at every round (force tries
+// now): until then reclaim returns nil at once, with no sync of the log.
+// reclaim logs that failure itself, at its first failure, then in a
+// reminder now and then, and when it works again, and returns it in a
+// reclaimError, which the round does not log again.
+func (s *Store) reclaim(force bool) error {
 	m := &s.maint
 	if !m.reclaimMu.TryLock() { // reclamation runs on one goroutine: a Backup holds it
 		return nil
 	}
-	defer m.reclaimMu.Unlock()
+	now, clockErr := readClock("Options.Now", s.opts.Now)
+	if clockErr != nil {
+		// A clock that cannot be read (the calls that read it fail
+		// too, naming it) leaves the schedule where it is.
+		now = m.reclaimRetry.last
+	}
+	if !force && !m.reclaimRetry.isDue(now) {
+		m.reclaimMu.Unlock()
+		return nil
+	}
+	err := s.reclaimLocked()
+	if err != nil && (s.usable() != nil || m.stopped.Load() != nil) {
+		// The store stopped, or is closing, or the checkpoints did:
+		// nothing to try again, and the round says what happened.
+		m.reclaimMu.Unlock()
+		return err
+	}
+	note := m.reclaimRetry.record(now, err)
+	if err != nil {
+		m.reclaimFailing.Store(&err)
+	} else {
+		m.reclaimFailing.Store(nil)
+	}
+	m.reclaimMu.Unlock()
+	note.log(s.opts.Logger, "reclaiming disk space", s.dir, err)
+	if err != nil {
+		return &reclaimError{err}
+	}
+	return nil
+}
+
+// reclaimError is a failure of reclaim that it logged and will try again.
+type reclaimError struct{ err error }
+
+func (e *reclaimError) Error() string { return e.err.Error() }
+func (e *reclaimError) Unwrap() error { return e.err }
+
+// reclaimLocked is reclaim with reclaimMu held, tried now.
+func (s *Store) reclaimLocked() error {
+	m := &s.maint
 	for {
 		if s.usable() != nil {
 			return nil

@@ -132,7 +132,7 @@ func TestAnOpenAfterReclaimingStillStartsFromTheLastCheckpoint(t *testing.T) {
 	kept, err := q.Publish(ctx, []byte("kept"))
 	require.NoError(t, err)
 	// A round that finds no checkpoint due reclaims what it can.
-	require.NoError(t, s.reclaim())
+	require.NoError(t, s.reclaim(true))
 	require.Equal(t, ck, wal.Position(s.maint.lastCheckpoint.Load()), "no checkpoint since")
 
 	// A crash now (SyncAll: everything acknowledged is on the device).

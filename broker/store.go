@@ -1154,8 +1154,9 @@ func (s *Store) Queues() []string {
 // for reuse, each of Options.SegmentBytes when complete. Plan for
 // DiskBytes + IndexBytes + 3 × SegmentBytes. Two kinds of file, made
 // only on failure paths, can take more: segments whose removal failed
-// (they stay, out of the log, until a later removal takes them) and the
-// copies of damaged files a salvage keeps aside.
+// (they stay, out of the log, until a later removal takes them;
+// UnremovedBytes counts them) and the copies of damaged files a salvage
+// keeps aside.
 //
 // LiveBytes counts, for each live message, its publish record and the
 // event that gives it its state when a publish alone would not (a lease
@@ -1189,6 +1190,20 @@ type StoreStats struct {
 	// written whole)
 	// and resumes them. "" while they run.
 	MaintenanceStopped string
+	// ReclaimFailing is why reclaiming disk space failed, while it
+	// fails: a segment file the file system will not remove (EACCES or
+	// EPERM on it or on its directory, say) stays on disk with every
+	// later one. The store goes on, and maintenance tries again, less
+	// often while it keeps failing (at least every minute), until it
+	// works; the Logger hears of the first failure, of a failure that
+	// goes on every ten minutes at most, and of the end of it. "" while
+	// it works.
+	ReclaimFailing string
+	// UnremovedBytes is the size of the segment files a removal took out
+	// of the log and could not remove: on disk still, counted neither in
+	// Segments and DiskBytes nor in BytesReclaimed, until a removal that
+	// works removes them (or the next Open takes them back into the log).
+	UnremovedBytes int64
 }
 
 // Stats returns the store's figures. Each is read on its own, not in one
@@ -1241,6 +1256,10 @@ func (s *Store) statsNow() StoreStats {
 	if p := s.maint.stopped.Load(); p != nil {
 		st.MaintenanceStopped = (*p).Error()
 	}
+	if p := s.maint.reclaimFailing.Load(); p != nil {
+		st.ReclaimFailing = (*p).Error()
+	}
+	st.UnremovedBytes = w.UnremovedBytes
 	return st
 }
 

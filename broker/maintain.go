@@ -258,14 +258,21 @@ func (s *Store) checkpointLocked() error {
 	if p := m.stopped.Load(); p != nil {
 		return *p
 	}
-	snap, drop, written, err := s.snapshot()
-	if err != nil {
-		return err
-	}
 	fail := func(err error) error {
 		stopped := fmt.Errorf("broker: checkpoints and the reclaiming of disk space stopped until the store is reopened: %w", err)
 		m.stopped.Store(&stopped)
 		return stopped
+	}
+	snap, drop, written, err := s.snapshot()
+	if err != nil {
+		if s.working() != nil {
+			return err // the store stopped: not the checkpoint's failure
+		}
+		// The index refused the snapshot (what a checkpoint cannot
+		// hold), which the next round's would refuse again: returned
+		// alone, it had every round sync the log and log a WARN, for
+		// as long as the store ran.
+		return fail(err)
 	}
 	// From the table's first rewrite until the new checkpoint is durably
 	// in place, the table no longer matches the checkpoint in place: an

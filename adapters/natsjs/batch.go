@@ -105,20 +105,33 @@ func isNoRoom(err error) bool {
 
 // publishBatch sends payloads as the atomic batch id: every message but
 // the last without a reply, the last, marked as the commit, as a request.
-// It holds one of the Queue's batch tokens while the batch is open. Until
-// it has one it has sent nothing: a context that ends meanwhile, or a
-// Close that ran meanwhile, is refused as such, so that the caller knows
-// the batch is not stored, and a batch that had sent nothing when Close
-// returned sends nothing after. (Close does not wait for the calls under
-// way: a batch already sending when it ran may still be stored after it
-// returned, as may any publish under way then.)
+// It holds one of the Queue's batch tokens while the batch may be open on
+// the server: until the server answered its commit with the batch's end,
+// or, for a batch that sent some of its messages and then got no such
+// answer (its context ended before the commit was sent, the connection
+// failed, the commit got no answer), until the server dropped it (see
+// abandon). Until it has a token it has sent nothing: a context that ends
+// meanwhile, or a Close that ran meanwhile, is refused as such, so that
+// the caller knows the batch is not stored, and a batch that had sent
+// nothing when Close returned sends nothing after. (Close does not wait
+// for the calls under way: a batch already sending when it ran may still
+// be stored after it returned, as may any publish under way then.)
 func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, now time.Time) (batchReply, error) {
-	select {
-	case q.batches <- struct{}{}:
-	case <-ctx.Done():
-		return batchReply{}, fmt.Errorf("waiting for one of the queue's %d open batches to end (nothing was sent): %w", cap(q.batches), ctx.Err())
+	if err := q.takeBatchToken(ctx); err != nil {
+		return batchReply{}, fmt.Errorf("waiting for one of the queue's %d open batches to end (nothing was sent): %w", cap(q.batches), err)
 	}
-	defer func() { <-q.batches }()
+	// open reports that the server may hold the batch open: once the
+	// first of several messages was sent (a batch of one is its commit,
+	// which the server stores or refuses at once, whole), until the
+	// server answered the commit with the batch's end.
+	open := false
+	defer func() {
+		if open {
+			q.abandon(id, len(payloads))
+			return
+		}
+		<-q.batches
+	}()
 	if q.s.closed.Load() {
 		return batchReply{}, fmt.Errorf("the store closed while the batch waited for one of the queue's %d open batches to end (nothing was sent): %w", cap(q.batches), broker.Closed)
 	}
@@ -131,6 +144,7 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 			if err := q.s.nc.PublishMsg(m); err != nil {
 				return batchReply{}, err
 			}
+			open = true
 			continue
 		}
 		m.Header.Set(hdrBatchEnd, "1")
@@ -149,6 +163,11 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
 		return batchReply{}, fmt.Errorf("batch reply %q: %w", reply.Data, err)
 	}
+	// The server stored the batch, or refused it as incomplete, having
+	// dropped it or known no such batch. A refusal of another kind may
+	// have come before the server looked the batch up (a sealed stream,
+	// an account's limits), which leaves it open.
+	open = resp.Error != nil && resp.Error.ErrorCode != codeIncomplete
 	if resp.Error != nil {
 		return batchReply{}, resp.Error
 	}

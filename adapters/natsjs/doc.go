@@ -88,12 +88,19 @@
 //     clients' batches filled it) again, under a new id, up to 8 times. A
 //     batch waiting for one of the 16 has sent nothing: a context that ends
 //     meanwhile is returned saying so, and a Close meanwhile makes it
-//     Closed. A batch whose commit got no answer (a timeout, a context
-//     that ended, a lost connection) may or may not be stored, all of it,
-//     and the server may store it after the call gave up, as for any
-//     publish that times out: the error says so and wraps the cause, and
-//     a retry may store the batch twice (a batch carries no dedup key;
-//     PublishKeyed, one message at a time, is the idempotent publish).
+//     Closed. A batch that sent some of its messages and then no commit
+//     the server answered with its end (its context ended first, the
+//     connection failed, the commit got no answer) may be open on the
+//     server, holding a place, until the server's batch timeout (10 s):
+//     the Queue abandons it (one more message of it, leaving a gap, which
+//     makes the server drop it) and keeps its token until the server
+//     answers that, or for 15 s when no answer comes. A batch whose
+//     commit got no answer (a timeout, a context that ended, a lost
+//     connection) may or may not be stored, all of it, and the server may
+//     store it after the call gave up, as for any publish that times out:
+//     the error says so and wraps the cause, and a retry may store the
+//     batch twice (a batch carries no dedup key; PublishKeyed, one message
+//     at a time, is the idempotent publish).
 //   - Receive is a pull request that does not wait for more messages once
 //     one came; it waits up to 200 ms for the first only when a message is
 //     known to have been published, because the server acknowledges a

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -116,4 +117,21 @@ func SendPublishThrough(through func(send func() (*jetstream.PubAck, error)) (*j
 	old := sendPublish
 	sendPublish = through
 	return func() { sendPublish = old }
+}
+
+// AbandonedBatchKept is how long a Queue keeps the token of an abandoned
+// batch whose abandon got no answer, on the Store's clock.
+const AbandonedBatchKept = serverBatchTimeout + abandonMargin
+
+// SetClock makes s measure how long its Queues keep the tokens of
+// abandoned batches by now instead of time.Now. Call it before s is used.
+func SetClock(s *Store, now func() time.Time) { s.clock = now }
+
+// SendBatchAbandonThrough makes each abandoned batch hand through the
+// sending of its abandon (send), and returns what restores the default:
+// through may send it or not, and return an error in its place.
+func SendBatchAbandonThrough(through func(send func() error) error) (restore func()) {
+	old := sendBatchAbandon
+	sendBatchAbandon = through
+	return func() { sendBatchAbandon = old }
 }

@@ -83,9 +83,22 @@ type Queue struct {
 	// policy); sweepMu and the Store's mu are never held together, and no
 	// call holds mu while it takes another lock.
 	sweepMu sync.Mutex
-	// batches holds a token for each atomic batch this Queue has open on
-	// the server (see PublishBatch).
+	// batches holds a token for each atomic batch this Queue may have open
+	// on the server (see PublishBatch and batchtoken.go).
 	batches chan struct{}
+	// holdMu guards the four below: held names the abandoned batches
+	// whose token this Queue keeps, since the server may hold them open
+	// still, with the instant on the Store's clock past which it must
+	// have dropped them; abandonSub, made at the first abandon and ended
+	// by Close (which sets holdClosed), hears the server's answers to the
+	// abandons, sent to abandonInbox followed by the batch's id (see
+	// abandon). holdMu is taken alone: no other lock is taken under it,
+	// nor it under another.
+	holdMu       sync.Mutex
+	held         map[string]time.Time
+	abandonSub   *nats.Subscription
+	abandonInbox string
+	holdClosed   bool
 	// suspects, guarded by sweepMu, are the messages the last sweep found
 	// at or below the consumer's ack floor, with when a sweep first did
 	// (see sweepAbandonedLocked).
@@ -126,7 +139,7 @@ type Queue struct {
 
 func newQueue(ctx context.Context, s *Store, name string, n names, policy broker.PolicyValue) (*Queue, error) {
 	q := &Queue{s: s, name: name, n: n, policy: policy, leases: map[uint64]*lease{}, sweepAt: minSweep,
-		retries: map[uint64]retry{}, signal: make(chan struct{}), batches: make(chan struct{}, batchesInFlight)}
+		retries: map[uint64]retry{}, signal: make(chan struct{}), batches: make(chan struct{}, batchesInFlight), held: map[string]time.Time{}}
 	var err error
 	if q.work, err = s.js.Stream(ctx, n.work); err != nil {
 		return nil, err

@@ -87,6 +87,9 @@ type Store struct {
 	opts   Options
 	key    []byte // receipts' MAC key: random, never leaves the process
 	origin string // random id stamped on this Store's publishes (see wake.go)
+	// clock is the adapter's clock for how long a Queue keeps the token of
+	// an abandoned batch (see batchtoken.go): time.Now, which tests move.
+	clock func() time.Time
 	// closed is set once, by Close, before it takes mu to close the
 	// queues; Queue looks at it under mu, so that every queue is either
 	// refused or made before Close lists them.
@@ -150,7 +153,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("natsjs: Open: the server does not offer JetStream to this account: %w", err)
 	}
 	afterAccountInfo()
-	s := &Store{nc: nc, js: js, opts: opts, key: make([]byte, 32), queues: map[string]*Queue{}}
+	s := &Store{nc: nc, js: js, opts: opts, key: make([]byte, 32), clock: time.Now, queues: map[string]*Queue{}}
 	var id [8]byte
 	if _, err := rand.Read(s.key); err != nil {
 		return nil, fmt.Errorf("natsjs: Open: receipt key: %w", err)

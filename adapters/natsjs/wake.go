@@ -301,12 +301,14 @@ var wakeSubscribeFault = func() error { return nil }
 // calls Receive again and learns that the store is closed, as with the
 // file-backed store. The caller is Store.Close, which has marked the Store
 // closed, or watchConn, once the connection closed (every call then
-// refuses with Closed).
+// refuses with Closed). It ends the subscription to the answers of
+// abandoned batches too (see closeBatches), first: holdMu is taken alone.
 func (q *Queue) close() error {
+	berr := q.closeBatches()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return nil
+		return berr
 	}
 	close(q.signal)
 	q.closed = true
@@ -321,7 +323,7 @@ func (q *Queue) close() error {
 		}
 	}
 	q.wakeSub, q.deathSub = nil, nil
-	return errors.Join(errs...)
+	return errors.Join(append(errs, berr)...)
 }
 
 // wakeIn is Wake's In for a message receivable at next: the time until

@@ -57,6 +57,7 @@ func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]broker.M
 			// Other Stores' batches filled the server's room for open
 			// batches. A refused batch stored nothing, so it is sent
 			// again, under a new id, once one of theirs may have ended.
+			beforeBatchRetry()
 			select {
 			case <-ctx.Done():
 				return err
@@ -173,6 +174,11 @@ func (q *Queue) publishBatch(ctx context.Context, id string, payloads [][]byte, 
 	}
 	return resp, nil
 }
+
+// beforeBatchRetry runs after the server refused a batch for want of room
+// for one more open batch, before the batch waits to be sent again; tests
+// end other batches there, which makes room.
+var beforeBatchRetry = func() {}
 
 // sendBatchCommit sends a batch's commit with send and returns the
 // server's answer; tests end the call's context before the commit is

@@ -34,11 +34,77 @@ func TestConcurrentPublishBatchesAreEachAdmitted(t *testing.T) {
 // TestPublishBatchesPastTheServersRoomAreEachAdmitted: with more batches
 // open than the server keeps (as Stores sharing a queue may have), a batch
 // the server refused for want of room stored nothing, and is sent again.
+// Two batches stop before their commits on a server with room for two
+// open batches per stream; a third is refused, and, once those two ended
+// (between its attempts, so that nothing here hangs on timing), is
+// admitted when sent again. All three are stored whole, as answered.
+// (This used to publish 200 batches at once past the server's room of
+// 50, and failed on a loaded machine when room did not come back within
+// the few milliseconds of a batch's retries.)
 func TestPublishBatchesPastTheServersRoomAreEachAdmitted(t *testing.T) {
-	t.Cleanup(natsjs.LiftBatchBound(1000))
-	b := openBackend(t)
-	q := mustQueue(t, b.Store, "batches", policy())
-	publishBatchesAtOnce(t, context.Background(), b, q, 200)
+	st, b, _ := roomServer(t, 2)
+	q := mustQueue(t, st, "room", policy())
+	held := make(chan struct{}, 2)
+	release := make(chan struct{})
+	var commits atomic.Int64
+	defer natsjs.HoldBatchCommit(func() {
+		if commits.Add(1) <= 2 {
+			held <- struct{}{}
+			<-release
+		}
+	})()
+	type answer struct {
+		ms  []broker.MessageValue
+		err error
+	}
+	answers := make([]answer, 3)
+	payloads := func(i int) [][]byte {
+		return [][]byte{[]byte(fmt.Sprintf("batch %d payload 0", i)), []byte(fmt.Sprintf("batch %d payload 1", i))}
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			ms, err := q.PublishBatch(context.Background(), payloads(i))
+			answers[i] = answer{ms, err}
+		})
+	}
+	// Both sent their first message, which the server took before
+	// anything sent after on the connection: it holds both open.
+	<-held
+	<-held
+	// end lets the two finish their commits, and waits until they did.
+	end := sync.OnceFunc(func() {
+		close(release)
+		wg.Wait()
+	})
+	var retries atomic.Int64
+	defer natsjs.HoldBatchRetry(func() {
+		retries.Add(1)
+		end()
+	})()
+	ms, err := q.PublishBatch(context.Background(), payloads(2))
+	answers[2] = answer{ms, err}
+	end()
+	if n := retries.Load(); n != 1 {
+		t.Errorf("the batch past the server's room was refused %d times, want once (then room came back)", n)
+	}
+	last, err := q.Publish(context.Background(), []byte("last"))
+	if err != nil {
+		t.Fatalf("Publish after the batches: %v", err)
+	}
+	stored := storedBatches(t, b, "_Q_room", last.ID)
+	for i, a := range answers {
+		if a.err != nil {
+			t.Errorf("batch %d: %v", i, a.err)
+			continue
+		}
+		for j, m := range a.ms {
+			if seqs := stored[i]; len(seqs) != 2 || m.ID != fmt.Sprintf("%016x", seqs[j]) {
+				t.Errorf("batch %d was answered as stored at %s, %s; the stream holds it at %v", i, a.ms[0].ID, a.ms[1].ID, seqs)
+				break
+			}
+		}
+	}
 }
 
 // TestConcurrentPublishBatchesThatGotNoAnswerAreStoredWholeOrNotAtAll: of

@@ -135,3 +135,11 @@ func SendBatchAbandonThrough(through func(send func() error) error) (restore fun
 	sendBatchAbandon = through
 	return func() { sendBatchAbandon = old }
 }
+
+// HoldBatchRetry makes hold run each time the server refused a batch for
+// want of room, before the batch is sent again, and returns what
+// restores the default.
+func HoldBatchRetry(hold func()) (restore func()) {
+	beforeBatchRetry = hold
+	return func() { beforeBatchRetry = func() {} }
+}

@@ -229,7 +229,12 @@ func (f osFile) Map(length int) (mmap.MMap, error) {
 		return nil, &os.PathError{Op: "mmap", Path: f.File.Name(),
 			Err: fmt.Errorf("length %d outside [1, %d], the file's size: %w", length, size, syscall.EINVAL)}
 	}
-	return mmap.MapRegion(f.File, length, mmap.RDONLY, 0, 0)
+	m, err := mmap.MapRegion(f.File, length, mmap.RDONLY, 0, 0)
+	if err != nil {
+		// mmap-go returns mmap(2)'s bare errno.
+		return nil, &os.PathError{Op: "mmap", Path: f.File.Name(), Err: err}
+	}
+	return m, nil
 }
 
 func (f osFile) Name() string { return f.File.Name() }

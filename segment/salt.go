@@ -103,7 +103,7 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	if len(data) < HeaderSize+FrameHeaderSize {
 		return 0, false
 	}
-	budget := saltBudget * len(data)
+	budget := perByte(saltBudget, len(data))
 	// frameAt returns the end of the frame at off if its header names
 	// seq and its length fits in data, charging the budget for the
 	// checksum a decode of it costs.
@@ -140,13 +140,13 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 			}
 			off = end
 		}
-		budget = saltBudget * len(data)
+		budget = perByte(saltBudget, len(data))
 		for off := HeaderSize; off <= len(data)-FrameHeaderSize && budget > 0; off++ {
 			if _, ok := frameAt(off); ok && verifies(off, s) {
 				return s, true
 			}
 		}
-		budget = saltBudget * len(data)
+		budget = perByte(saltBudget, len(data))
 	}
 	// The search byte by byte skips only what a run of zeros from the
 	// header into the first frame leaves: such a run zeroes the first

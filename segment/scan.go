@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 )
 
 // EndKind says how the valid prefix of a segment ends.
@@ -387,7 +388,17 @@ type work struct {
 	summed    int // bytes checksummed in all, as tests count them
 }
 
-func newWork(data []byte) work { return work{allowance: resyncAllowance * len(data)} }
+func newWork(data []byte) work { return work{allowance: perByte(resyncAllowance, len(data))} }
+
+// perByte is factor bytes for each of n, or the largest int when that
+// overflows it: a 32-bit int holds no more than 2 GiB, and a segment may
+// be 1 GiB.
+func perByte(factor, n int) int {
+	if n > math.MaxInt/factor {
+		return math.MaxInt
+	}
+	return factor * n
+}
 
 // affords reports whether the checksum Decode computes for the frame at
 // off keeps the bytes over which checksums failed within the allowance
@@ -396,8 +407,13 @@ func newWork(data []byte) work { return work{allowance: resyncAllowance * len(da
 // nearly all its allowance could otherwise compute one more over nearly
 // the whole file.
 func (w *work) affords(data []byte, off int, seq uint32) bool {
-	return w.failed+checksummed(data, off, seq) <= w.allowance
+	return w.spares(checksummed(data, off, seq))
 }
+
+// spares reports whether a checksum over n bytes that fails keeps the
+// bytes over which checksums failed within the allowance.
+// (Subtracted, not added: the allowance may be the largest int.)
+func (w *work) spares(n int) bool { return w.failed <= w.allowance && n <= w.allowance-w.failed }
 
 // count counts the bytes Decode checksummed for the frame at off, which
 // gave f and err, charging those of a frame that failed to the allowance.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"math"
 	"os"
 
 	"github.com/edsrzf/mmap-go"
@@ -86,8 +87,8 @@ func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func
 		return nil, fmt.Errorf("segment %s: create: %w", path, errNilFS)
 	}
 	if size < HeaderSize+FrameHeaderSize || size > maxFileSize {
-		// Checked before the file is made: past 4 GiB it would be written
-		// whole before mapped refused it.
+		// Checked before the file is made: past maxFileSize it would be
+		// written whole before mapped refused it.
 		return nil, fmt.Errorf("segment %s: size %d outside [%d, %d]: %w", path, size, HeaderSize+FrameHeaderSize, maxFileSize, iofs.ErrInvalid)
 	}
 	if seq == 0 {
@@ -274,8 +275,9 @@ func open(fs vfs.FS, path string, seq uint32, check bool) (*File, error) {
 }
 
 // maxFileSize bounds a segment file: offsets in it are 32-bit (a frame's
-// synced field).
-const maxFileSize int64 = 1<<32 - 1
+// synced field), and its mapping's length is an int, which holds less on
+// a 32-bit build.
+const maxFileSize int64 = min(1<<32-1, math.MaxInt)
 
 // mapped maps f, the file at path, which is size bytes long, as segment
 // seq. It neither closes f nor names the file in its error: the caller

@@ -121,7 +121,7 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	}
 	verifies := func(off int, salt uint32) bool {
 		f, err := decode(data, off, seq, salt)
-		return err == nil && int(f.Synced) <= off
+		return err == nil && int64(f.Synced) <= int64(off) // not int: 32 bits on some builds
 	}
 	if s := binary.LittleEndian.Uint32(data[16:]); s != 0 {
 		// The frames where the log wrote them first, each where the one
@@ -167,8 +167,8 @@ func RecoverSalt(data []byte, seq uint32) (salt uint32, ok bool) {
 	// bytes of the previous segment, whose bodies may hold frames of seq
 	// claiming any offset, are given up.
 	fits := func(off, start int) bool {
-		synced := int(binary.LittleEndian.Uint32(data[off+12:]))
-		return synced <= HeaderSize || synced >= start
+		synced := int64(binary.LittleEndian.Uint32(data[off+12:]))
+		return synced <= HeaderSize || synced >= int64(start)
 	}
 	// start is where the chain being walked began (-1: none yet, the
 	// search for its first frame goes on). A chain that began at a frame

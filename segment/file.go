@@ -153,15 +153,21 @@ func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func
 // after it was written: pass a fresh [NewSalt]). The caller syncs the
 // directory.
 //
-// Recycle refuses, before changing anything, sequence 0 and a newPath
-// where something already is (an error wrapping [io/fs.ErrExist]): the
-// rename would replace it. If a step after the rename fails (the file is
+// Recycle refuses, before changing anything, a name holding a NUL byte
+// (an error wrapping [io/fs.ErrInvalid], as Create and Open refuse one),
+// sequence 0 and a newPath where something already is (an error wrapping
+// [io/fs.ErrExist]): the rename would replace it. If a step after the rename fails (the file is
 // too small or too large for a segment, or the header's write, the
 // fdatasync or the mapping fails), it renames the file back to oldPath, so
 // that the names are as they were (the header may already name seq: what
 // a retired file holds is never read); if that rename fails too, its error
 // says that the file is left at newPath.
 func Recycle(fs vfs.FS, oldPath, newPath string, seq, salt uint32) (*File, error) {
+	for _, p := range []string{oldPath, newPath} {
+		if err := vfs.CheckPath(p); err != nil {
+			return nil, fmt.Errorf("segment: recycle: %w", err)
+		}
+	}
 	if fs == nil {
 		return nil, fmt.Errorf("segment %s: recycle %s: %w", newPath, oldPath, errNilFS)
 	}
@@ -437,6 +443,9 @@ func (s *File) closed(op string) error {
 func (s *File) Rename(fs vfs.FS, newPath string) error {
 	if s == nil {
 		return errNilFile
+	}
+	if err := vfs.CheckPath(newPath); err != nil {
+		return fmt.Errorf("segment %s: rename: %w", s.path, err)
 	}
 	if fs == nil {
 		return fmt.Errorf("segment %s: rename to %s: %w", s.path, newPath, errNilFS)

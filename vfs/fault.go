@@ -36,6 +36,7 @@ const (
 	OpLock                    // FS.Lock
 	OpAllocate                // Allocator.Allocate (fallocate)
 	OpWriteBack               // WriteBacker.WriteBack (sync_file_range)
+	OpCheckDir                // DirChecker.CheckDir (an lstat of the directory)
 	numOps
 )
 
@@ -45,6 +46,7 @@ var opNames = [numOps]string{
 	OpRename: "rename", OpSyncDir: "syncdir", OpClose: "close",
 	OpSize: "size", OpReadDir: "readdir", OpMkdirAll: "mkdirall",
 	OpLock: "lock", OpAllocate: "fallocate", OpWriteBack: "sync_file_range",
+	OpCheckDir: "checkdir",
 }
 
 // String returns the name used as the Op of the *os.PathError of an
@@ -394,8 +396,20 @@ func (f *FaultFS) MkdirAll(dir string, perm os.FileMode) error {
 	return nil
 }
 
-// CheckDir asks the inner FS (see [DirChecker]).
-func (f *FaultFS) CheckDir(dir string) error { return CheckDir(f.inner, dir) }
+// CheckDir asks the inner FS (see [DirChecker]), unless a rule fails
+// OpCheckDir. An inner FS that cannot tell accepts dir, and the call is
+// still counted and may still be failed: the store makes it whatever its
+// FS.
+func (f *FaultFS) CheckDir(dir string) error {
+	if ft := f.check(OpCheckDir, dir); ft != nil {
+		return opError(OpCheckDir, dir, "", ft.err)
+	}
+	if err := CheckDir(f.inner, dir); err != nil {
+		return err
+	}
+	f.emit(Event{Op: OpCheckDir, Name: dir})
+	return nil
+}
 
 // ReadDir lists a directory of the inner FS, unless a rule fails OpReadDir.
 func (f *FaultFS) ReadDir(dir string) ([]string, error) {

@@ -429,7 +429,18 @@ func (s *File) Close() error {
 	}
 	err := s.data.Unmap()
 	s.data = nil
-	return errors.Join(err, s.file.Close())
+	if err != nil {
+		err = fmt.Errorf("segment %s: munmap: %w", s.path, err)
+	}
+	// Named by its path now, as WriteAt and Sync name it (see unpath).
+	if cerr := s.file.Close(); cerr != nil {
+		op, cause := unpath(cerr)
+		if op == "" {
+			op = "close"
+		}
+		err = errors.Join(err, fmt.Errorf("segment %s: %s: %w", s.path, op, cause))
+	}
+	return err
 }
 
 // closed is the error of op on a closed File. Data is nil exactly when the

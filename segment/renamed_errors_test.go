@@ -36,3 +36,20 @@ func TestErrorsOfARenamedSegmentNameItsPathNow(t *testing.T) {
 	require.Contains(t, serr.Error(), path+": fdatasync")
 	require.NotContains(t, serr.Error(), ".tmp")
 }
+
+// So does the error of its Close, which failed naming the ".tmp" file the
+// segment was prepared as, or (for the unmapping) no file at all.
+func TestTheCloseErrorOfARenamedSegmentNamesItsPathNow(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(vfs.Default)
+	tmp, path := filepath.Join(dir, "0000000001.seg.tmp"), filepath.Join(dir, "0000000001.seg")
+	f, err := segment.Create(ffs, tmp, 1, 0, 4096)
+	require.NoError(t, err)
+	require.NoError(t, f.Rename(ffs, path))
+
+	ffs.Inject(vfs.Rule{Op: vfs.OpClose, Times: 1, Err: syscall.EIO})
+	cerr := f.Close()
+	require.ErrorIs(t, cerr, syscall.EIO)
+	require.Contains(t, cerr.Error(), path+": close")
+	require.NotContains(t, cerr.Error(), ".tmp", "the file has not been called that since its rename")
+}

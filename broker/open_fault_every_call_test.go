@@ -16,7 +16,7 @@ import (
 
 // everyCallOps are the kinds of file operation the sweeps below fail, one
 // call at a time.
-var everyCallOps = []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize, vfs.OpMap, vfs.OpReadDir, vfs.OpWrite, vfs.OpSync, vfs.OpTruncate, vfs.OpRemove, vfs.OpRename, vfs.OpSyncDir, vfs.OpClose, vfs.OpMkdirAll, vfs.OpLock, vfs.OpAllocate}
+var everyCallOps = []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpSize, vfs.OpMap, vfs.OpReadDir, vfs.OpWrite, vfs.OpSync, vfs.OpTruncate, vfs.OpRemove, vfs.OpRename, vfs.OpSyncDir, vfs.OpClose, vfs.OpMkdirAll, vfs.OpLock, vfs.OpAllocate, vfs.OpCheckDir}
 
 // sweepEveryOpenCall fails, one at a time, each of the first 60 calls of
 // each kind an Open of a copy of template makes (EIO), and requires an

@@ -157,7 +157,7 @@ func (v ofView) diff(w ofView) string {
 
 var ofOps = []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpWrite, vfs.OpSync, vfs.OpTruncate, vfs.OpMap,
 	vfs.OpRemove, vfs.OpRename, vfs.OpSyncDir, vfs.OpClose, vfs.OpSize, vfs.OpReadDir, vfs.OpMkdirAll,
-	vfs.OpAllocate, vfs.OpWriteBack}
+	vfs.OpAllocate, vfs.OpWriteBack, vfs.OpCheckDir}
 
 // ofSweep fails, one run at a time, calls of each kind Open makes on a
 // copy of template, and checks what such an Open leaves: every one of the

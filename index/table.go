@@ -298,7 +298,7 @@ func (t *Table) openChunk(n uint64, create bool) (*chunk, error) {
 	}
 	m, err := f.Map(chunkBytes)
 	if err != nil {
-		return nil, t.abandonChunk(f, path, create, fmt.Errorf("index: map %s: %w", path, err))
+		return nil, t.abandonChunk(f, path, create, fmt.Errorf("index: %w", err)) // err names the call and the file
 	}
 	return &chunk{f: f, m: m}, nil
 }

@@ -294,7 +294,7 @@ func mapped(f vfs.File, path string, seq uint32, size int64) (*File, error) {
 	}
 	data, err := f.Map(int(size))
 	if err != nil {
-		return nil, fmt.Errorf("mmap: %w", err)
+		return nil, err // names the call and the file
 	}
 	return &File{file: f, path: path, seq: seq, size: int(size), data: data}, nil
 }

@@ -225,7 +225,59 @@ func brokerSeeds(testing.TB) []seed {
 			o(opCrash, 0, 0, 0), o(opConsume, 1, consumeAll3|consumePrefetch, 1<<3), o(opAudit, 0, 0, 0),
 		}},
 	}
+	const (
+		extend3s    = 1
+		extend30s   = 3
+		extend2262  = 8 // extendBysMore: 250 years
+		extendLast  = 9 // extendBysMore: the longest Duration
+		wakeAnswers = 0
+	)
+	// Inputs of the second format that set inputMore: Wake and its
+	// signal, Extends past 2262, process crashes, and SyncNone.
+	scenariosMore := map[string]struct {
+		sync broker.SyncMode
+		ops  []op
+	}{
+		// Wake on an empty queue, beside a publish on the other queue;
+		// then each event that closes the signal (publish, an Extend
+		// that brings the lapse closer, a hand-back Nack, a replay, a
+		// policy change, Close) and some that do not (Receive, a later
+		// lapse, an Extend past 2262, a Nack to the dead letters).
+		"wake": {broker.SyncAll, []op{
+			o(opWake, 0, wakeAnswers, 0), o(opPublish, 1, 3, 0), o(opWake, 1, 0, 0), o(opPublish, 0, 4, 0),
+			o(opWake, 0, 0, 0), o(opReceive, 0, 1, 0), o(opWake, 0, 0, 0), o(opExtend, 0, liveFirst, extend30s),
+			o(opExtend, 0, liveFirst, extend3s), o(opWake, 0, 0, 0), o(opExtend, 0, liveFirst, extend2262),
+			o(opExtend, 0, liveFirst, extendLast), o(opNack, 0, liveFirst, 2), o(opWake, 0, 0, 0),
+			o(opForward, 0, fwdNext, 0), o(opWake, 0, 0, 0), o(opReceive, 0, 1, 0), o(opWake, 0, 0, 0),
+			o(opNack, 0, liveFirst, 1), o(opWake, 0, 0, 0), o(opReplay, 0, 0, 0), o(opWake, 0, 0, 0),
+			o(opPolicy, 0, polRaise, 0), o(opWake, 0, 0, 0), o(opWake, 1, 0, 0), o(opReopen, 0, 0, 0),
+			o(opWake, 1, 0, 0), o(opStats, 0, 0, 0),
+		}},
+		// Under SyncNone nothing waits for the device: a process crash
+		// loses nothing a call returned for, and so does what a power
+		// loss is taken for there (see inputSyncNone).
+		"syncnone-kill": {broker.SyncNone, []op{
+			o(opPublish, 0, 3, 0), o(opPublishKeyed, 0, 0, 4), o(opPublish, 1, 5, 0), o(opReceive, 0, 2, 0),
+			o(opAck, 0, liveFirst, 0), o(opReceive, 1, 1, 0), o(opNack, 1, liveFirst, 2), o(opKill, 0, 0, 0),
+			o(opReceive, 0, 1, 0), o(opExtend, 0, liveFirst, extend3s), o(opAudit, 0, 0, 0), o(opCrash, 0, 0, 0),
+			o(opPublishKeyed, 0, 0, 4), o(opChurn, 0, 18, 0), o(opKill, 0, 0, 0), o(opDeadLetters, 1, 3, 0),
+		}},
+		// Process crashes under SyncPublish keep the leases, acks and
+		// nacks a power loss may take.
+		"syncpublish-kill": {broker.SyncPublish, []op{
+			o(opPublish, 0, 3, 0), o(opPublish, 0, 4, 0), o(opReceive, 0, 2, 0), o(opAck, 0, liveFirst, 0),
+			o(opNack, 0, liveFirst, 3), o(opKill, 0, 0, 0), o(opDeadLetters, 0, 3, 0), o(opWake, 0, 0, 0),
+			o(opReplay, 0, 0, 0), o(opKill, 0, 0, 0), o(opWake, 0, 0, 0), o(opStats, 0, 0, 0),
+		}},
+	}
 	var seeds []seed
+	for name, s := range scenariosMore {
+		seeds = append(seeds, seed{name, []any{encodeInput(s.sync, s.ops...)}})
+	}
+	for i := range 3 {
+		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}[i]
+		seeds = append(seeds, seed{fmt.Sprintf("random-more-%d", i), []any{randomInputMore(uint64(i), 120+40*i, true, sync)}})
+	}
 	for name, ops := range scenarios {
 		seeds = append(seeds, seed{name, []any{encodeOps(ops...)}})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,10 +104,12 @@ const (
 	opChurn
 	opPolicy
 	opConsume
+	opWake
+	opKill
 )
 
 var opNames = [...]string{"publish", "publishKeyed", "publishBatch", "receive", "ack", "nack", "reject", "extend",
-	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy", "consume"}
+	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy", "consume", "wake", "kill"}
 
 func (o opKind) String() string { return opNames[o] }
 
@@ -139,19 +142,31 @@ var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
 var opTableConsume = append(slices.Clip(opTableV2), opConsume, opConsume, opConsume)
 
 // The second input format starts with inputV2 and a byte of settings
-// (inputSyncPublish, inputConsume, the other bits unused); no input in the
-// corpus of the first format starts with that byte, and none of the second
-// sets inputConsume, so each keeps its meaning.
+// (inputSyncPublish, inputConsume, inputMore, inputSyncNone, the other
+// bits unused); no input in the corpus of the first format starts with
+// that byte, none of the second sets inputConsume, and none sets inputMore
+// or inputSyncNone, so each keeps its meaning.
+//
+// inputMore adds Wake (twin.wake) and a process crash (opKill) to the
+// operations, and to Extend's durations two whose deadline passes year
+// 2262. inputSyncNone runs the store under SyncNone (over inputSyncPublish),
+// where a power loss may take anything since the last background commit,
+// which runs on real time: the model cannot say what, so a power loss
+// (opCrash, and the clone opAudit audits) is a process crash there, which
+// loses nothing a call returned for.
 const (
 	inputV2          = 0xff
 	inputSyncPublish = 1 << 0
 	inputConsume     = 1 << 1
+	inputMore        = 1 << 2
+	inputSyncNone    = 1 << 3
 )
 
 // config is what an input's header sets.
 type config struct {
 	sync  broker.SyncMode
 	table []opKind
+	more  bool // inputMore
 }
 
 // decodeInput reads an input: a header of the second format and its
@@ -164,20 +179,36 @@ func decodeInput(data []byte) (config, []op) {
 	if data[1]&inputSyncPublish != 0 {
 		cfg.sync = broker.SyncPublish
 	}
+	if data[1]&inputSyncNone != 0 {
+		cfg.sync = broker.SyncNone
+	}
 	if data[1]&inputConsume != 0 {
 		cfg.table = opTableConsume
+	}
+	if data[1]&inputMore != 0 {
+		cfg.more = true
+		cfg.table = withMore(cfg.table)
 	}
 	return cfg, decodeOps(data[2:], cfg.table)
 }
 
+// withMore is table with the operations inputMore adds.
+func withMore(table []opKind) []opKind { return append(slices.Clip(table), opWake, opWake, opKill) }
+
 // encodeInput is decodeInput's inverse for the second format, for seeds:
-// it sets inputConsume when one of ops is a Consume.
+// it sets inputConsume when one of ops is a Consume, and inputMore when
+// one is a Wake or a process crash.
 func encodeInput(sync broker.SyncMode, ops ...op) []byte {
 	consume := slices.ContainsFunc(ops, func(o op) bool { return o.kind == opConsume })
+	more := slices.ContainsFunc(ops, func(o op) bool { return o.kind == opWake || o.kind == opKill })
 	header := encodeHeader(sync, consume)
 	table := opTableV2
 	if consume {
 		table = opTableConsume
+	}
+	if more {
+		header[1] |= inputMore
+		table = withMore(table)
 	}
 	return append(header, encodeOpsWith(table, ops...)...)
 }
@@ -185,8 +216,11 @@ func encodeInput(sync broker.SyncMode, ops ...op) []byte {
 // encodeHeader returns the header of an input of the second format.
 func encodeHeader(sync broker.SyncMode, consume bool) []byte {
 	header := []byte{inputV2, 0}
-	if sync == broker.SyncPublish {
+	switch sync {
+	case broker.SyncPublish:
 		header[1] |= inputSyncPublish
+	case broker.SyncNone:
+		header[1] |= inputSyncNone
 	}
 	if consume {
 		header[1] |= inputConsume
@@ -239,6 +273,10 @@ var (
 	bogusIDs = []string{"", "nope", "0000000000000000", "ffffffffffffffff", "000000000000000g", "0000000000000001x"}
 )
 
+// extendBysMore is extendBys of an input that sets inputMore: two more,
+// whose deadlines pass year 2262 from any instant a run reaches.
+var extendBysMore = append(slices.Clip(extendBys), 250*365*24*time.Hour, math.MaxInt64)
+
 // codeOnly is a cause with a Code and nothing else.
 type codeOnly uint32
 
@@ -275,6 +313,10 @@ type twin struct {
 	// trail: under SyncPublish, the states a power loss may leave (see
 	// lost_test.go); nil under SyncAll, where it leaves the model's.
 	trail *trail
+	more  bool // the input sets inputMore
+	// wakes: the Wake signal last handed out on each queue and not yet
+	// seen closed, or nil (see wake_test.go).
+	wakes [2]*wakeWatch
 }
 
 func (s *twin) now() int64 { return s.clock.ns.Load() }
@@ -371,8 +413,10 @@ func (r *runner) tally() {
 	r.reclaimed += st.BytesReclaimed
 }
 
-func newRunner(t testing.TB, sync broker.SyncMode) *runner {
+func newRunner(t testing.TB, cfg config) *runner {
+	sync := cfg.sync
 	r := &runner{base: fastDir(t), sync: sync}
+	r.more = cfg.more
 	r.t, r.m, r.clock, r.history, r.serial = t, newModel(), &fakeClock{}, new([]string), new(int)
 	if sync == broker.SyncPublish {
 		r.trail = &trail{}
@@ -449,6 +493,7 @@ func (r *runner) close() {
 	r.check(sentinel.Of(err) == "CLOSED", "a publish on a closed store: %v", err)
 	_, err = r.qs[1].Receive(context.Background(), 1)
 	r.check(sentinel.Of(err) == "CLOSED", "a receive on a closed store: %v", err)
+	r.closedWakes()
 	r.store = nil
 }
 
@@ -482,10 +527,10 @@ func (r *runner) restart(kind opKind) {
 		rec := r.store.Recovery()
 		r.check(rec.IndexRebuilt && rec.SalvagedSpans == 0, "reopen without index/: %+v", rec)
 		r.m.restart(r.now())
-	case opCrash:
+	case opCrash, opKill:
 		r.gen++
 		clone := filepath.Join(r.base, fmt.Sprintf("s%d", r.gen))
-		if err := r.cfs.CrashClone(clone, vfs.CrashOptions{Root: r.dir}); err != nil {
+		if err := r.cfs.CrashClone(clone, r.crashOptions(kind)); err != nil {
 			r.fail("CrashClone: %v", err)
 		}
 		r.close()
@@ -493,7 +538,7 @@ func (r *runner) restart(kind opKind) {
 			r.fail("remove %s: %v", r.dir, err)
 		}
 		r.dir = clone
-		if r.trail != nil {
+		if r.trail != nil && r.powerLoss(kind) {
 			// Under SyncPublish the model cannot say which of the
 			// states since the last commit it left: find it.
 			m, sound := r.lostState(clone)
@@ -503,7 +548,7 @@ func (r *runner) restart(kind opKind) {
 		}
 		r.open()
 		rec := r.store.Recovery()
-		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss: %+v", rec)
+		r.check(rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a crash: %+v", rec)
 		r.logf("  recovered: %+v", rec)
 	case opAudit:
 		r.auditClone()
@@ -513,14 +558,30 @@ func (r *runner) restart(kind opKind) {
 	r.stats()
 }
 
+// powerLoss reports whether a restart of kind (opCrash or opKill) is a
+// power loss: opCrash but under SyncNone (see inputSyncNone). Otherwise
+// it is a process crash.
+func (r *runner) powerLoss(kind opKind) bool { return kind == opCrash && r.sync != broker.SyncNone }
+
+// crashOptions returns the options of the clone a restart of kind (opCrash
+// or opKill) leaves: after a power loss, only what was synced; after a
+// process crash, every byte written and every change of names made, as
+// the page cache holds them.
+func (r *runner) crashOptions(kind opKind) vfs.CrashOptions {
+	if r.powerLoss(kind) {
+		return vfs.CrashOptions{Root: r.dir}
+	}
+	return vfs.CrashOptions{Root: r.dir, KeepUnsyncedFraction: 1, KeepUnsyncedNames: vfs.KeepAll}
+}
+
 // auditClone audits, without changing the run, what a power loss now
 // would leave: a clone opened beside the run's store, with a copy of the
 // model (under SyncPublish, with each state the loss may leave until one
-// passes).
+// passes; under SyncNone, what a process crash would leave).
 func (r *runner) auditClone() {
 	r.gen++
 	clone := filepath.Join(r.base, fmt.Sprintf("audit%d", r.gen))
-	if err := r.cfs.CrashClone(clone, vfs.CrashOptions{Root: r.dir}); err != nil {
+	if err := r.cfs.CrashClone(clone, r.crashOptions(opCrash)); err != nil {
 		r.fail("CrashClone: %v", err)
 	}
 	defer func() { _ = os.RemoveAll(clone) }()
@@ -551,18 +612,19 @@ func runInput(t testing.TB, data []byte) *runner { return runInputWith(t, data, 
 // runInputWith is runInput with a hook run before each restart.
 func runInputWith(t testing.TB, data []byte, beforeRestart func(*runner)) *runner {
 	cfg, ops := decodeInput(data)
-	r := newRunner(t, cfg.sync)
+	r := newRunner(t, cfg)
 	r.beforeRestart = beforeRestart
 	r.logf("sync %v", cfg.sync)
 	for i, o := range ops {
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
 		r.mark()
 		switch o.kind {
-		case opReopen, opRebuild, opCrash, opAudit:
+		case opReopen, opRebuild, opCrash, opAudit, opKill:
 			r.restart(o.kind)
 		default:
 			r.run(o)
 		}
+		r.checkWakes()
 		if r.over {
 			r.logf("the run ends here: the state the power loss left is not known exactly")
 			break

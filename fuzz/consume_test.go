@@ -140,6 +140,9 @@ func (s *twin) consume(qi int, a, b byte) {
 	what := fmt.Sprintf("Consume(%s, Batch %d, Prefetch %d), stopped by call %d of %d receivable: %s",
 		mq.name, opts.Batch, opts.Prefetch, k, r, strings.Join(plan, ", "))
 	s.logf("  %s", what)
+	// Consume waits on Wake, and its Nacks close the signal: the run
+	// lets go of the one it holds (its next Wake takes the queue's).
+	s.wakes[qi] = nil
 
 	var mu sync.Mutex
 	var calls []handled

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ func (s *twin) admit(qi int, mv broker.MessageValue, p []byte, now int64, key st
 	mq.msgs[mv.ID] = &mMsg{id: mv.ID, seq: seq, payload: append([]byte(nil), p...), enq: now, state: mReady}
 	mq.evictClock = max(mq.evictClock, now)
 	mq.c.published++
+	s.fireWake(qi)
 	if key != "" {
 		mq.seen[key] = mKey{id: mv.ID, enq: now}
 	}
@@ -298,6 +300,7 @@ func (s *twin) nack(qi int, sel, csel byte) {
 	}
 	s.check(nv.Deliveries == m.deliveries && !nv.DeadLettered && nv.VisibleAt.UnixNano() == at,
 		"Nack of %s after delivery %d: got %+v, want visible at %s", m.id, m.deliveries, nv, rel(at))
+	s.fireWake(qi)
 }
 
 // retry is what a Nack of m's live lease at now does, for a cause the dead
@@ -345,7 +348,11 @@ func (s *twin) reject(qi int, sel, csel byte) {
 func (s *twin) extend(qi int, sel, bsel byte) {
 	mq := s.m.qs[qi]
 	r := s.pickReceipt(qi, sel)
-	by := extendBys[int(bsel)%len(extendBys)]
+	bys := extendBys
+	if s.more {
+		bys = extendBysMore
+	}
+	by := bys[int(bsel)%len(bys)]
 	now := s.now()
 	what := fmt.Sprintf("%s.Extend(%.12s, %v)", mq.name, r, by)
 	if by <= 0 {
@@ -354,9 +361,17 @@ func (s *twin) extend(qi int, sel, bsel byte) {
 		return
 	}
 	m, want := s.m.settle(qi, r, now)
+	if want == "ok" && now > math.MaxInt64-int64(by) {
+		// A deadline past year 2262 is refused once the receipt is
+		// found good, and the lease stays as it was (LeaseExtender).
+		want = "QUEUE_MISCONFIGURED"
+	}
 	lv, err := s.qs[qi].Extend(context.Background(), r, by)
 	if !s.expect(want, err, what) {
 		return
+	}
+	if now+int64(by) < m.at {
+		s.fireWake(qi) // the lease lapses sooner than a waiting consumer was told
 	}
 	_, reused := s.m.owner[lv.Receipt]
 	s.check(lv.Receipt != "" && !reused, "Extend of %s returned receipt %q, empty or issued before", m.id, lv.Receipt)
@@ -423,6 +438,7 @@ func (s *twin) changeDead(qi int, sel byte, replay bool) {
 	m.state, m.deliveries, m.at, m.seen, m.seenBy = mReady, 0, 0, false, ""
 	m.failedAt, m.reason, m.code, m.cause = 0, "", 0, ""
 	mq.c.replayed++
+	s.fireWake(qi)
 }
 
 func (s *twin) deadLetters(qi, n int) {
@@ -524,6 +540,7 @@ func (s *twin) setPolicy(qi int, sel byte) {
 		}
 	}
 	mq.pol = p
+	s.fireWake(qi)
 	s.durable()
 	if s.trail != nil && len(cut) > 0 {
 		c := s.m.clone()
@@ -607,6 +624,8 @@ func (s *twin) run(o op) {
 		s.setPolicy(o.q, a)
 	case opConsume:
 		s.consume(o.q, a, b)
+	case opWake:
+		s.wake(o.q)
 	case opForward:
 		s.moveClock(a, false)
 	case opBack:

@@ -33,6 +33,16 @@ func randomInputConsume(seed uint64, n int, forwardOnly bool, sync broker.SyncMo
 	return append(encodeHeader(sync, true), randomOps(rng, n, opTableConsume, forwardOnly)...)
 }
 
+// randomInputMore is randomInputV2 with the operations inputMore adds
+// (Wake, a process crash, Extends past 2262), under sync: SyncAll,
+// SyncPublish or SyncNone.
+func randomInputMore(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) []byte {
+	rng := rand.New(rand.NewPCG(seed, 0xf025))
+	header := encodeHeader(sync, false)
+	header[1] |= inputMore
+	return append(header, randomOps(rng, n, withMore(opTableV2), forwardOnly)...)
+}
+
 func randomOps(rng *rand.Rand, n int, table []opKind, forwardOnly bool) []byte {
 	b := make([]byte, 3*n)
 	for i := range b {
@@ -72,14 +82,19 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 	}
 	t.Logf("seed %d, %d inputs; replay with WALBROKER_FUZZ_SEED=%d", seed, inputs, seed)
 	for i := range inputs {
-		// Half the inputs in the first format; of the second, under each
-		// sync mode, as many with the Consume operation as without.
+		// A quarter of the inputs in the first format; of the second,
+		// under each sync mode, as many with the Consume operation as
+		// without, and as many with the operations of inputMore (under
+		// SyncNone too).
 		var data []byte
 		switch sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish}[i/4%2]; i % 4 {
-		case 0, 2:
+		case 0:
 			data = randomInput(seed+uint64(i), maxOps, false)
 		case 1:
 			data = randomInputV2(seed+uint64(i), maxOps, false, sync)
+		case 2:
+			sync = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}[i/4%3]
+			data = randomInputMore(seed+uint64(i), maxOps, false, sync)
 		case 3:
 			data = randomInputConsume(seed+uint64(i), maxOps, false, sync)
 		}

@@ -262,6 +262,18 @@ func brokerSeeds(testing.TB) []seed {
 			o(opReceive, 0, 1, 0), o(opExtend, 0, liveFirst, extend3s), o(opAudit, 0, 0, 0), o(opCrash, 0, 0, 0),
 			o(opPublishKeyed, 0, 0, 4), o(opChurn, 0, 18, 0), o(opKill, 0, 0, 0), o(opDeadLetters, 1, 3, 0),
 		}},
+		// A new process declares a queue with another policy: its
+		// MaxDeliveries lowered below what two lapsed leases spent
+		// (dead at the declaration), raised again (a replay gets the
+		// new deliveries), and a refused one, after which the queue
+		// keeps its policy.
+		"reopen-policy": {broker.SyncAll, []op{
+			o(opPublish, 0, 3, 0), o(opPublish, 0, 4, 0), o(opPublish, 1, 5, 0), o(opReceive, 0, 2, 0),
+			o(opForward, 0, fwdNext, 0), o(opWake, 0, 0, 0), o(opReopenPolicy, 0, polLower, 0), o(opDeadLetters, 0, 3, 0),
+			o(opReopenPolicy, 0, polRaise, 0), o(opReplay, 0, 0, 0), o(opReceive, 0, 2, 0), o(opNack, 0, liveFirst, 1),
+			o(opReopenPolicy, 1, polInvalid, 0), o(opReceive, 1, 1, 0), o(opReopenPolicy, 1, polLower, 0),
+			o(opForward, 0, fwdNext, 0), o(opDeadLetters, 1, 2, 0), o(opStats, 0, 0, 0),
+		}},
 		// Process crashes under SyncPublish keep the leases, acks and
 		// nacks a power loss may take.
 		"syncpublish-kill": {broker.SyncPublish, []op{

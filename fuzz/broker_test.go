@@ -106,10 +106,11 @@ const (
 	opConsume
 	opWake
 	opKill
+	opReopenPolicy
 )
 
 var opNames = [...]string{"publish", "publishKeyed", "publishBatch", "receive", "ack", "nack", "reject", "extend",
-	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy", "consume", "wake", "kill"}
+	"replay", "delete", "deadLetters", "forward", "back", "stats", "reopen", "rebuild", "crash", "audit", "churn", "policy", "consume", "wake", "kill", "reopenPolicy"}
 
 func (o opKind) String() string { return opNames[o] }
 
@@ -147,9 +148,10 @@ var opTableConsume = append(slices.Clip(opTableV2), opConsume, opConsume, opCons
 // that byte, none of the second sets inputConsume, and none sets inputMore
 // or inputSyncNone, so each keeps its meaning.
 //
-// inputMore adds Wake (twin.wake) and a process crash (opKill) to the
-// operations, and to Extend's durations two whose deadline passes year
-// 2262. inputSyncNone runs the store under SyncNone (over inputSyncPublish),
+// inputMore adds Wake (twin.wake), a process crash (opKill) and a clean
+// reopen whose first handle on a queue declares it with another policy
+// (opReopenPolicy) to the operations, and to Extend's durations two whose
+// deadline passes year 2262. inputSyncNone runs the store under SyncNone (over inputSyncPublish),
 // where a power loss may take anything since the last background commit,
 // which runs on real time: the model cannot say what, so a power loss
 // (opCrash, and the clone opAudit audits) is a process crash there, which
@@ -193,14 +195,16 @@ func decodeInput(data []byte) (config, []op) {
 }
 
 // withMore is table with the operations inputMore adds.
-func withMore(table []opKind) []opKind { return append(slices.Clip(table), opWake, opWake, opKill) }
+func withMore(table []opKind) []opKind {
+	return append(slices.Clip(table), opWake, opWake, opKill, opReopenPolicy)
+}
 
 // encodeInput is decodeInput's inverse for the second format, for seeds:
 // it sets inputConsume when one of ops is a Consume, and inputMore when
 // one is a Wake or a process crash.
 func encodeInput(sync broker.SyncMode, ops ...op) []byte {
 	consume := slices.ContainsFunc(ops, func(o op) bool { return o.kind == opConsume })
-	more := slices.ContainsFunc(ops, func(o op) bool { return o.kind == opWake || o.kind == opKill })
+	more := slices.ContainsFunc(ops, func(o op) bool { return o.kind >= opWake })
 	header := encodeHeader(sync, consume)
 	table := opTableV2
 	if consume {
@@ -444,35 +448,54 @@ func (r *runner) open() {
 	r.openStore(r.dir, r.cfs, r.sync, true)
 }
 
-// openStore opens the store in dir and gets both queues with the policies
+// openStore is openStoreWith declaring every queue with its policy.
+func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool) {
+	s.t.Helper()
+	s.openStoreWith(dir, fs, sync, again, -1, 0)
+}
+
+// openStoreWith opens the store in dir and gets both queues with the policies
 // the model holds. Opened again, the store must have kept them: the
 // declarations then write no declaration, where a store that came back
 // with another policy would log the change. (The first handle on a queue
 // may write dead letters: those of a lowering of MaxDeliveries whose
 // declaration a power loss kept and whose dead letters it did not, which
 // that handle finishes. The queue counts each; a declaration it does not.)
-func (s *twin) openStore(dir string, fs vfs.FS, sync broker.SyncMode, again bool) {
+// With redeclare a queue's index, that queue is declared first, with
+// policyChoices[redeclare][sel%len] (a change of policy the model knows,
+// see twin.declare), and then, if that was refused, with its own; the
+// check above holds for the other queue. The model has restarted.
+func (s *twin) openStoreWith(dir string, fs vfs.FS, sync broker.SyncMode, again bool, redeclare int, sel byte) {
 	s.t.Helper()
 	st, err := broker.Open(dir, storeOptions(s.clock, fs, sync))
 	if err != nil {
 		s.fail("open %s: %v", dir, err)
 	}
 	s.store = st
+	s.qs = [2]*broker.Queue{}
+	if redeclare >= 0 {
+		s.declare(redeclare, sel)
+	}
 	written := func() int64 { f := st.Stats(); return f.Records - f.OwnRecords }
 	before := written()
+	var declared []*broker.Queue
 	for i := range s.qs {
+		if s.qs[i] != nil {
+			continue
+		}
 		mq := s.m.qs[i]
 		q, err := st.Queue(mq.name, mq.pol)
 		if err != nil {
 			s.fail("declare %s: %v", mq.name, err)
 		}
 		s.qs[i] = q
+		declared = append(declared, q)
 	}
 	if !again {
 		return
 	}
 	var finished int64
-	for _, q := range s.qs {
+	for _, q := range declared {
 		finished += q.Stats().DeadLettered
 	}
 	if n := written() - before; n != finished {
@@ -498,7 +521,8 @@ func (r *runner) close() {
 }
 
 // restart applies a reopen, a rebuild, a power loss or an audit.
-func (r *runner) restart(kind opKind) {
+func (r *runner) restart(o op) {
+	kind := o.kind
 	if r.restarts >= maxRestarts {
 		r.logf("%v: past the limit of %d, stats instead", kind, maxRestarts)
 		r.stats()
@@ -510,14 +534,22 @@ func (r *runner) restart(kind opKind) {
 		r.beforeRestart(r)
 	}
 	switch kind {
-	case opReopen:
+	case opReopen, opReopenPolicy:
 		// A clean Close makes everything durable (Store.Close), under
 		// SyncPublish too: the state is the model's.
 		r.close()
-		r.open()
+		r.m.restart(r.now())
+		r.cfs = vfs.NewCrashFS(vfs.Default)
+		redeclare := -1
+		if kind == opReopenPolicy {
+			// A new process's first handle on the queue declares
+			// another policy: it first finishes what a lowering a power
+			// loss cut short left (model.restart), then changes it.
+			redeclare = o.q
+		}
+		r.openStoreWith(r.dir, r.cfs, r.sync, true, redeclare, o.a)
 		rec := r.store.Recovery()
 		r.check(!rec.IndexRebuilt && !rec.TornTail && rec.SalvagedSpans == 0, "reopen after a clean Close: %+v", rec)
-		r.m.restart(r.now())
 	case opRebuild:
 		r.close()
 		if err := os.RemoveAll(filepath.Join(r.dir, "index")); err != nil {
@@ -619,8 +651,8 @@ func runInputWith(t testing.TB, data []byte, beforeRestart func(*runner)) *runne
 		r.logf("op %d: %v q%d %d %d @%s", i, o.kind, o.q, o.a, o.b, rel(r.now()))
 		r.mark()
 		switch o.kind {
-		case opReopen, opRebuild, opCrash, opAudit, opKill:
-			r.restart(o.kind)
+		case opReopen, opRebuild, opCrash, opAudit, opKill, opReopenPolicy:
+			r.restart(o)
 		default:
 			r.run(o)
 		}

@@ -86,7 +86,9 @@
 //     and cancels Consume's ctx itself, on a call the model says comes, and
 //     Consume must return context.Canceled (see consume_test.go). Bit 2 of the settings adds
 //     Wake, a process crash (a clone keeping every byte written and every
-//     change of names, as the page cache holds them) and two Extends
+//     change of names, as the page cache holds them), a clean reopen whose
+//     new process first declares one queue with another policy (or one
+//     Validate refuses, then its own), and two Extends
 //     whose deadline passes year 2262 (refused, the lease unchanged); bit
 //     3 runs under SyncNone, where the power loss and the audited clone
 //     are process crashes (the background commit runs on real time, so a

@@ -501,7 +501,11 @@ func (s *twin) stats() {
 // instant; a lease now on its last delivery dies when it lapses). Queue
 // declarations are fdatasynced whatever the sync mode, and with them all
 // that came before.
-func (s *twin) setPolicy(qi int, sel byte) {
+func (s *twin) setPolicy(qi int, sel byte) { s.declare(qi, sel) }
+
+// declare is setPolicy's declaration, also that of the first handle on a
+// queue the store opened (s.qs[qi] nil), which it then sets.
+func (s *twin) declare(qi int, sel byte) {
 	mq := s.m.qs[qi]
 	i := int(sel) % len(policyChoices[qi])
 	p := policyChoices[qi][i]
@@ -513,6 +517,9 @@ func (s *twin) setPolicy(qi int, sel byte) {
 	}
 	if !s.expect(want, err, fmt.Sprintf("Queue(%s, policy %d)", mq.name, i)) {
 		return
+	}
+	if s.qs[qi] == nil {
+		s.qs[qi] = q
 	}
 	s.check(q == s.qs[qi], "Queue(%s) with a new policy returned another *Queue", mq.name)
 	if p == mq.pol {

@@ -84,23 +84,27 @@
 //     handler answers each delivery as the input says (nil, an error with
 //     a classified cause or none, DoNotRetry, context.Canceled, a panic)
 //     and cancels Consume's ctx itself, on a call the model says comes, and
-//     Consume must return context.Canceled (see consume_test.go). Bit 2 of the settings adds
-//     Wake, a process crash (a clone keeping every byte written and every
-//     change of names, as the page cache holds them), a clean reopen whose
-//     new process first declares one queue with another policy (or one
-//     Validate refuses, then its own), and two Extends
-//     whose deadline passes year 2262 (refused, the lease unchanged); bit
-//     3 runs under SyncNone, where the power loss and the audited clone
-//     are process crashes (the background commit runs on real time, so a
-//     power loss could leave any state since the last one). Wake's answer
-//     is checked against the model (at once when a message is receivable,
-//     else the earliest retry delay's end or lapse of a lease with
-//     deliveries left, else not scheduled), and every signal it handed out
-//     after each operation: closed exactly when a publish, a hand-back
-//     Nack, a replay, a policy change, an Extend that brings the lapse
-//     closer, or Close happened on its queue (see wake_test.go). Any other
-//     input runs under SyncAll without policy changes or Consume, as every
-//     input did before: the corpus keeps its meaning. A reference model written from the contract (API.md,
+//     Consume must return context.Canceled (see consume_test.go). Bit 2
+//     of the settings adds Wake, a process crash (vfs.CrashFS.Crash,
+//     then a store opened on the same page cache, which keeps every byte
+//     written unsynced until something syncs it: a later power loss
+//     keeps what the reopen built on), a clean reopen whose new process
+//     first declares one queue with another policy (or one Validate
+//     refuses, then its own), and two Extends whose deadline passes year
+//     2262 (refused, the lease unchanged). Bit 3 runs under SyncNone,
+//     where a power loss could leave any state since the last background
+//     commit, which runs on real time: there the power loss is a process
+//     crash, and the audited clone what one leaves (every write, every
+//     change of names). Wake's answer is checked against the model (at
+//     once when a message is receivable, else the earliest end of a
+//     retry delay or lapse of a lease with deliveries left, else not
+//     scheduled), and after each operation every signal it handed out:
+//     closed exactly when a publish, a hand-back Nack, a replay, a
+//     policy change, an Extend that brings the lapse closer, or Close
+//     happened on its queue (see wake_test.go). Any other input runs
+//     under SyncAll without policy changes or Consume, as every input
+//     did before: the corpus keeps its meaning.
+//     A reference model written from the contract (API.md,
 //     docs/DESIGN.md) predicts every answer: error classes, IDs,
 //     payloads, EnqueuedAt, deliveries, lease and retry instants, dead
 //     letters with their causes, gauges and counters, what a policy

@@ -16,10 +16,12 @@ func brokerSeeds(testing.TB) []seed {
 	o := func(k opKind, q int, a, b byte) op { return op{kind: k, q: q, a: a, b: b} }
 	const (
 		fwd1s     = 2
+		fwd3s     = 4
 		fwd5s     = 5
 		fwd31s    = 7
 		fwd61s    = 8
 		fwdNext   = 10
+		fwdBefore = 12
 		fwdEdge   = 13
 		fwdPast   = 14
 		back1s    = 1
@@ -290,8 +292,24 @@ func brokerSeeds(testing.TB) []seed {
 	}
 	for i := range 3 {
 		sync := []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}[i]
-		seeds = append(seeds, seed{fmt.Sprintf("random-more-%d", i), []any{randomInputMore(uint64(i), 120+40*i, true, sync)}})
+		seeds = append(seeds, seed{fmt.Sprintf("random-more-%d", i), []any{randomInputMore(uint64(i), 120+40*i, true, sync, false)}})
+		seeds = append(seeds, seed{fmt.Sprintf("random-epoch-%d", i), []any{randomInputMore(uint64(i), 120+40*i, false, sync, true)}})
 	}
+	// Instants at and around the Unix epoch: a lease of jobs that lapses
+	// at it exactly, a Nack of mail visible again at it exactly (which
+	// is not "at once": a Receive a second before it gets nothing), a
+	// Nack with no retry delay (at once, whatever the clock then reads).
+	epoch := encodeInput(broker.SyncAll,
+		o(opPublish, 1, 3, 0), o(opPublish, 0, 4, 0), o(opReceive, 0, 1, 0), o(opWake, 0, 0, 0),
+		o(opForward, 0, fwd5s, 0), o(opForward, 0, fwd3s, 0), o(opForward, 0, fwd1s, 0), o(opReceive, 1, 1, 0),
+		o(opNack, 1, liveFirst, 2), o(opReceive, 1, 1, 0), o(opWake, 1, 0, 0), o(opForward, 0, fwdBefore, 0),
+		o(opReceive, 1, 1, 0), o(opReceive, 0, 1, 0), o(opStats, 0, 0, 0), o(opForward, 0, fwdNext, 0),
+		o(opReceive, 1, 1, 0), o(opStats, 0, 0, 0), o(opBack, 0, back1s, 0), o(opReceive, 0, 1, 0),
+		o(opPolicy, 0, polLower, 0), o(opReceive, 0, 1, 0), o(opNack, 0, liveFirst, 0), o(opBack, 0, back1s, 0),
+		o(opReceive, 0, 1, 0), o(opReopen, 0, 0, 0), o(opDeadLetters, 0, 3, 0), o(opReceive, 1, 1, 0), o(opKill, 0, 0, 0),
+		o(opBack, 1, back2m, 0), o(opReceive, 1, 1, 0), o(opStats, 0, 0, 0))
+	epoch[1] |= inputEpoch
+	seeds = append(seeds, seed{"epoch", []any{epoch}})
 	for name, ops := range scenarios {
 		seeds = append(seeds, seed{name, []any{encodeOps(ops...)}})
 	}

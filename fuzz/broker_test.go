@@ -56,10 +56,13 @@ var (
 				MaxMessageBytes: 32, Capacity: -1, DedupWindow: 30 * time.Second},
 		},
 	}
-	// clockStart is where every run's clock starts.
+	// clockStart is where every run's clock starts, but one that sets
+	// inputEpoch: that starts at epochStart, 10 s before the Unix epoch,
+	// so that its first leases of jobs lapse at the epoch exactly.
 	clockStart = time.Unix(1_700_000_000, 0)
-	// clockFloor is as far back as a run sets its clock.
-	clockFloor = clockStart.Add(-24 * time.Hour).UnixNano()
+	epochStart = time.Unix(-10, 0)
+	// clockBack is how far back from where it started a run sets its clock.
+	clockBack = 24 * time.Hour
 )
 
 // Limits of one input.
@@ -143,10 +146,10 @@ var opTableV2 = append(slices.Clip(opTable), opPolicy, opPolicy)
 var opTableConsume = append(slices.Clip(opTableV2), opConsume, opConsume, opConsume)
 
 // The second input format starts with inputV2 and a byte of settings
-// (inputSyncPublish, inputConsume, inputMore, inputSyncNone, the other
-// bits unused); no input in the corpus of the first format starts with
-// that byte, none of the second sets inputConsume, and none sets inputMore
-// or inputSyncNone, so each keeps its meaning.
+// (inputSyncPublish, inputConsume, inputMore, inputSyncNone, inputEpoch,
+// the other bits unused); no input in the corpus of the first format
+// starts with that byte, and none of the second set a bit above
+// inputConsume before it meant something, so each keeps its meaning.
 //
 // inputMore adds Wake (twin.wake), a process crash (opKill) and a clean
 // reopen whose first handle on a queue declares it with another policy
@@ -155,13 +158,16 @@ var opTableConsume = append(slices.Clip(opTableV2), opConsume, opConsume, opCons
 // where a power loss may take anything since the last background commit,
 // which runs on real time: the model cannot say what, so a power loss
 // (opCrash, and the clone opAudit audits) is a process crash there, which
-// loses nothing a call returned for.
+// loses nothing a call returned for. inputEpoch starts the run's clock at
+// epochStart: instants before the Unix epoch, and the epoch itself, which
+// a store must not take for "at once" (docs/DESIGN.md, "Observing time").
 const (
 	inputV2          = 0xff
 	inputSyncPublish = 1 << 0
 	inputConsume     = 1 << 1
 	inputMore        = 1 << 2
 	inputSyncNone    = 1 << 3
+	inputEpoch       = 1 << 4
 )
 
 // config is what an input's header sets.
@@ -169,6 +175,7 @@ type config struct {
 	sync  broker.SyncMode
 	table []opKind
 	more  bool // inputMore
+	epoch bool // inputEpoch
 }
 
 // decodeInput reads an input: a header of the second format and its
@@ -187,6 +194,7 @@ func decodeInput(data []byte) (config, []op) {
 	if data[1]&inputConsume != 0 {
 		cfg.table = opTableConsume
 	}
+	cfg.epoch = data[1]&inputEpoch != 0
 	if data[1]&inputMore != 0 {
 		cfg.more = true
 		cfg.table = withMore(cfg.table)
@@ -317,7 +325,8 @@ type twin struct {
 	// trail: under SyncPublish, the states a power loss may leave (see
 	// lost_test.go); nil under SyncAll, where it leaves the model's.
 	trail *trail
-	more  bool // the input sets inputMore
+	more  bool  // the input sets inputMore
+	floor int64 // as far back as the run sets its clock
 	// wakes: the Wake signal last handed out on each queue and not yet
 	// seen closed, or nil (see wake_test.go).
 	wakes [2]*wakeWatch
@@ -425,7 +434,12 @@ func newRunner(t testing.TB, cfg config) *runner {
 	if sync == broker.SyncPublish {
 		r.trail = &trail{}
 	}
-	r.clock.ns.Store(clockStart.UnixNano())
+	start := clockStart
+	if cfg.epoch {
+		start = epochStart
+	}
+	r.clock.ns.Store(start.UnixNano())
+	r.floor = start.Add(-clockBack).UnixNano()
 	r.dir = filepath.Join(r.base, "s0")
 	t.Cleanup(func() {
 		if r.store != nil {

@@ -95,7 +95,9 @@
 //     where a power loss could leave any state since the last background
 //     commit, which runs on real time: there the power loss is a process
 //     crash, and the audited clone what one leaves (every write, every
-//     change of names). Wake's answer is checked against the model (at
+//     change of names). Bit 4 starts the clock 10 s before the Unix
+//     epoch, which is an instant like any other, not "at once". Wake's
+//     answer is checked against the model (at
 //     once when a message is receivable, else the earliest end of a
 //     retry delay or lapse of a lease with deliveries left, else not
 //     scheduled), and after each operation every signal it handed out:

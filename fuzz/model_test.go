@@ -47,6 +47,13 @@ import (
 //	               observed end of retry delay: with the clock set back the
 //	               message is leased (or delayed) again.
 
+// atOnce is the at of a ready message receivable at once, whatever the
+// clock reads (index.AtOnce): the earliest instant, which no reading
+// precedes. (Not 0: the Unix epoch is an instant like any other, which a
+// run whose clock starts before it reaches; docs/DESIGN.md, "Observing
+// time".)
+const atOnce = math.MinInt64
+
 type mState uint8
 
 const (
@@ -67,7 +74,8 @@ type mMsg struct {
 	enq        int64
 	state      mState
 	deliveries int
-	// at: for a ready message, when it becomes receivable (0: at once);
+	// at: for a ready message, when it becomes receivable (atOnce: at
+	// once);
 	// for a leased one, when the lease lapses.
 	at int64
 	// seen: a call observed at passing (see the package comment); by
@@ -158,7 +166,7 @@ func (q *mQueue) exhausted(m *mMsg) bool { return m.state == mLeased && m.seen &
 // observe is a call looking at the queue at now.
 func (q *mQueue) observe(now int64) {
 	for _, m := range q.msgs {
-		if !m.seen && (m.state == mLeased || m.state == mReady && m.at != 0) && m.at <= now {
+		if !m.seen && (m.state == mLeased || m.state == mReady && m.at != atOnce) && m.at <= now {
 			m.seen, m.seenBy = true, "promote"
 		}
 	}
@@ -185,7 +193,7 @@ func (q *mQueue) sweep(now int64) {
 func (q *mQueue) receivable() []*mMsg {
 	var out []*mMsg
 	for _, m := range q.msgs {
-		if m.state == mReady && (m.at == 0 || m.seen) || m.state == mLeased && m.seen && !q.final(m) {
+		if m.state == mReady && (m.at == atOnce || m.seen) || m.state == mLeased && m.seen && !q.final(m) {
 			out = append(out, m)
 		}
 	}
@@ -216,7 +224,7 @@ func (q *mQueue) gauges() [4]int {
 			g[3]++
 		case m.state == mLeased && !m.seen:
 			g[1]++
-		case m.state == mReady && m.at != 0 && !m.seen:
+		case m.state == mReady && m.at != atOnce && !m.seen:
 			g[2]++
 		}
 	}
@@ -403,13 +411,16 @@ func (m *model) dumpState(now int64, unseen bool) string {
 	return b.String()
 }
 
-// rel renders an instant relative to the start of every run's clock.
+// rel renders an instant relative to clockStart, or, within a year of the
+// Unix epoch (a run that sets inputEpoch), to the epoch, as "E" and the
+// offset.
 func rel(at int64) string {
-	switch at {
-	case 0:
-		return "0"
-	case math.MinInt64:
+	const year = int64(365 * 24 * time.Hour)
+	switch {
+	case at == math.MinInt64:
 		return "-inf"
+	case -year < at && at < year:
+		return "E" + time.Duration(at).String()
 	}
 	return time.Duration(at - clockStart.UnixNano()).String()
 }

@@ -25,7 +25,7 @@ func (s *twin) admit(qi int, mv broker.MessageValue, p []byte, now int64, key st
 	s.check(string(mv.Payload) == string(p), "the published payload of %s comes back otherwise", mv.ID)
 	s.m.lastSeq = seq
 	s.m.minted = append(s.m.minted, mv.ID)
-	mq.msgs[mv.ID] = &mMsg{id: mv.ID, seq: seq, payload: append([]byte(nil), p...), enq: now, state: mReady}
+	mq.msgs[mv.ID] = &mMsg{id: mv.ID, seq: seq, payload: append([]byte(nil), p...), enq: now, state: mReady, at: atOnce}
 	mq.evictClock = max(mq.evictClock, now)
 	mq.c.published++
 	s.fireWake(qi)
@@ -321,7 +321,7 @@ func (s *twin) retry(qi int, m *mMsg, now int64, reason string, code uint32, pub
 	// records it (DeadLetterValue.Reason).
 	m.reason, m.code, m.cause = reason, code, public
 	if delay == 0 {
-		m.at = 0 // at once, whatever the clock reads next (docs/DESIGN.md, "Time")
+		m.at = atOnce // whatever the clock reads next (docs/DESIGN.md, "Time")
 	}
 	return false, at
 }
@@ -435,7 +435,7 @@ func (s *twin) changeDead(qi int, sel byte, replay bool) {
 		delete(mq.msgs, id)
 		return
 	}
-	m.state, m.deliveries, m.at, m.seen, m.seenBy = mReady, 0, 0, false, ""
+	m.state, m.deliveries, m.at, m.seen, m.seenBy = mReady, 0, atOnce, false, ""
 	m.failedAt, m.reason, m.code, m.cause = 0, "", 0, ""
 	mq.c.replayed++
 	s.fireWake(qi)
@@ -572,7 +572,7 @@ func (s *twin) moveClock(sel byte, back bool) {
 		default:
 			to = now - int64(by)
 		}
-		to = max(to, clockFloor)
+		to = max(to, s.floor)
 		if tolerated("copy-lapse") {
 			// What was observed would depend on whether a copy forward
 			// ran meanwhile: stay at or after every observed deadline.

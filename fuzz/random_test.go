@@ -34,12 +34,16 @@ func randomInputConsume(seed uint64, n int, forwardOnly bool, sync broker.SyncMo
 }
 
 // randomInputMore is randomInputV2 with the operations inputMore adds
-// (Wake, a process crash, Extends past 2262), under sync: SyncAll,
-// SyncPublish or SyncNone.
-func randomInputMore(seed uint64, n int, forwardOnly bool, sync broker.SyncMode) []byte {
+// (Wake, process crashes, reopens with another policy, Extends past 2262),
+// under sync: SyncAll, SyncPublish or SyncNone; with epoch, on a clock
+// that starts before the Unix epoch (inputEpoch).
+func randomInputMore(seed uint64, n int, forwardOnly bool, sync broker.SyncMode, epoch bool) []byte {
 	rng := rand.New(rand.NewPCG(seed, 0xf025))
 	header := encodeHeader(sync, false)
 	header[1] |= inputMore
+	if epoch {
+		header[1] |= inputEpoch
+	}
 	return append(header, randomOps(rng, n, withMore(opTableV2), forwardOnly)...)
 }
 
@@ -94,7 +98,7 @@ func TestBrokerDifferentialRandom(t *testing.T) {
 			data = randomInputV2(seed+uint64(i), maxOps, false, sync)
 		case 2:
 			sync = []broker.SyncMode{broker.SyncAll, broker.SyncPublish, broker.SyncNone}[i/4%3]
-			data = randomInputMore(seed+uint64(i), maxOps, false, sync)
+			data = randomInputMore(seed+uint64(i), maxOps, false, sync, i/4%2 == 1)
 		case 3:
 			data = randomInputConsume(seed+uint64(i), maxOps, false, sync)
 		}

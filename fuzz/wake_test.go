@@ -75,7 +75,7 @@ func (s *twin) wake(qi int) {
 func (q *mQueue) nextDue(now int64) (int64, bool) {
 	best, ok := int64(0), false
 	for _, m := range q.msgs {
-		due := !m.seen && (m.state == mLeased && !q.final(m) || m.state == mReady && m.at != 0)
+		due := !m.seen && (m.state == mLeased && !q.final(m) || m.state == mReady && m.at != atOnce)
 		if due && m.at > now && (!ok || m.at < best) {
 			best, ok = m.at, true
 		}

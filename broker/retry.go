@@ -31,8 +31,7 @@ type retry struct {
 	failed   int64         // attempts failed in a row; 0 while the step works
 	since    int64         // when the first of them failed
 	last     int64         // when the step was last tried after a failure
-	next     int64         // not tried again before, but see isDue
-	wait     time.Duration // from last to next
+	wait     time.Duration // from last to the next attempt (see next)
 	reminded int64         // when the failure was last logged
 }
 
@@ -41,8 +40,12 @@ type retry struct {
 // clock went back before the last attempt (the wait would stretch by as
 // much).
 func (r *retry) isDue(now int64) bool {
-	return r.failed == 0 || now >= r.next || now < r.last
+	return r.failed == 0 || now >= r.next() || now < r.last
 }
+
+// next is when the step is to be tried again after a failure (but see
+// isDue).
+func (r *retry) next() int64 { return r.last + int64(r.wait) }
 
 // retryNote is what one attempt at a step tells the log: nothing, its
 // first failure, a reminder that it still fails, or that it works again.
@@ -74,13 +77,12 @@ func (r *retry) record(now int64, err error) retryNote {
 		return n
 	}
 	if r.failed == 0 {
-		*r = retry{since: now, reminded: now, wait: retryFirst}
-		r.failed, r.last, r.next = 1, now, now+int64(r.wait)
+		*r = retry{failed: 1, since: now, last: now, reminded: now, wait: retryFirst}
 		return retryNote{kind: retryFailed, failed: 1, since: now, wait: r.wait}
 	}
 	r.failed++
 	r.wait = min(2*r.wait, retryLongest)
-	r.last, r.next = now, now+int64(r.wait)
+	r.last = now
 	n := retryNote{failed: r.failed, since: r.since, wait: r.wait}
 	if now-r.reminded >= int64(retryRemindEvery) || now < r.reminded {
 		r.reminded = now

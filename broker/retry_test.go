@@ -26,9 +26,9 @@ func TestRetrySchedule(t *testing.T) {
 	var waits []time.Duration
 	reminders := 0
 	for range 40 {
-		require.False(t, r.isDue(r.next-1), "before its wait is over")
-		require.True(t, r.isDue(r.next))
-		now = r.next
+		require.False(t, r.isDue(r.next()-1), "before its wait is over")
+		require.True(t, r.isDue(r.next()))
+		now = r.next()
 		n := r.record(now, failure)
 		waits = append(waits, n.wait)
 		require.Equal(t, start, n.since)

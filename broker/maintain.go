@@ -381,7 +381,7 @@ func (s *Store) snapshot() (*index.Snapshot, []uint64, int64, error) {
 	next := s.idx.PeekNextSeq()
 	var drop []uint64
 	for _, c := range s.idx.Table.Chunks() {
-		if !slices.Contains(live, c) && (c+1)*index.ChunkEntries <= next {
+		if !slices.Contains(live, c) && c < index.ChunkOf(next) { // every sequence of c is handed out
 			drop = append(drop, c)
 		}
 	}

@@ -455,6 +455,28 @@ var nackCases = []testCase{
 		e.after(e.now().Add(e.short()))
 		e.none(q, "a dead-lettered message, later")
 	}},
+	{name: "NackAfterALapseOnTheLastDeliveryDeadLetters", run: func(e *env) {
+		// MaxDeliveries counts deliveries, a delivery whose consumer died
+		// among them (seed DeliveryValue.Deliveries: "failed, timed out,
+		// or died"): after a lapse, the second of two deliveries is the
+		// last, and its Nack dead-letters the message at once.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) {
+			p.MaxDeliveries = 2
+			p.VisibilityTimeout = e.short()
+		}))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		e.lapse(d.Lease)
+		d = e.appearsAt(q, d.Lease.ExpiresAt, e.caps.ExactExpiry, "the message whose consumer died")
+		if d.Deliveries != 2 {
+			e.Fatalf("delivery %d, want 2", d.Deliveries)
+		}
+		nv := e.nack(q, d.Lease.Receipt, nil)
+		if !nv.DeadLettered || nv.Deliveries != 2 || !nv.VisibleAt.IsZero() {
+			e.Fatalf("Nack of the last delivery, after a lapse, reported %+v, want {Deliveries 2, DeadLettered, zero VisibleAt}", nv)
+		}
+		e.none(q, "a dead-lettered message")
+	}},
 	{name: "ReceiptAfterNackIsRefused", run: func(e *env) {
 		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.RetryDelay = e.short() }))
 		e.publish(q, "a")

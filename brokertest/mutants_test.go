@@ -1438,3 +1438,120 @@ func TestTheSuiteFailsABrokerWhosePolicyErrorNamesAnotherField(t *testing.T) {
 	}
 	requireSuiteFails(t, "retryDelayErrorNamesMaxRetryDelay", "names MaxRetryDelay in its refusal of a bad RetryDelay", "MisconfiguredPolicyErrorNamesTheField")
 }
+
+// --- 15. MaxDeliveries counts the deliveries whose consumer died ---------
+
+// nackCountsReports decides whether a Nack dead-letters by the failures
+// reported, not the deliveries made: a Nack of the last delivery, after
+// an earlier one lapsed, is taken for one with a delivery left. It then
+// holds the message for the retry delay by extending its lease, and
+// answers as a retry; the lease lapses on the last delivery and the
+// message dies of that. Everything else is the Memory's.
+type nackCountsReports struct {
+	*broker.Memory
+	max   int
+	delay time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	lease map[broker.ReceiptValue]reportedDelivery
+	nacks map[string]int // message ID → Nacks of its life
+}
+
+type reportedDelivery struct {
+	id         string
+	deliveries int
+}
+
+func (q *nackCountsReports) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	ds, err := q.Memory.Receive(ctx, max)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, d := range ds {
+		q.lease[d.Lease.Receipt] = reportedDelivery{id: d.Message.ID, deliveries: d.Deliveries}
+	}
+	return ds, err
+}
+
+func (q *nackCountsReports) Extend(ctx context.Context, r broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
+	l, err := q.Memory.Extend(ctx, r, by)
+	if err == nil {
+		q.mu.Lock()
+		q.lease[l.Receipt] = q.lease[r]
+		q.mu.Unlock()
+	}
+	return l, err
+}
+
+func (q *nackCountsReports) Nack(ctx context.Context, r broker.ReceiptValue, cause error) (broker.NackValue, error) {
+	q.mu.Lock()
+	d, ok := q.lease[r]
+	reported := q.nacks[d.id] + 1
+	q.mu.Unlock()
+	if ok && q.max > 0 && d.deliveries >= q.max && reported < q.max {
+		// THE BUG: a delivery is thought left, the lapsed ones not counted.
+		if _, err := q.Memory.Extend(ctx, r, q.delay); err != nil {
+			return broker.NackValue{}, err
+		}
+		q.mu.Lock()
+		q.nacks[d.id] = reported
+		q.mu.Unlock()
+		return broker.NackValue{Deliveries: d.deliveries, VisibleAt: q.now().Add(q.delay)}, nil
+	}
+	v, err := q.Memory.Nack(ctx, r, cause)
+	if err == nil {
+		q.mu.Lock()
+		q.nacks[d.id] = reported
+		q.mu.Unlock()
+	}
+	return v, err
+}
+
+func (q *nackCountsReports) ReplayDeadLetter(ctx context.Context, id string) error {
+	err := q.Memory.ReplayDeadLetter(ctx, id)
+	if err == nil {
+		q.mu.Lock()
+		delete(q.nacks, id)
+		q.mu.Unlock()
+	}
+	return err
+}
+
+func init() {
+	mutants["nackCountsReports"] = func(m *broker.Memory, p broker.PolicyValue, now func() time.Time) broker.Broker {
+		delay := p.RetryDelay
+		if delay <= 0 {
+			delay = time.Second
+		}
+		return &nackCountsReports{Memory: m, max: p.MaxDeliveries, delay: delay, now: now,
+			lease: map[broker.ReceiptValue]reportedDelivery{}, nacks: map[string]int{}}
+	}
+}
+
+// Seed PolicyValue.MaxDeliveries bounds deliveries, and
+// DeliveryValue.Deliveries counts one whose consumer "failed, timed out,
+// or died" alike. The suite nacked the last delivery only after Nacks of
+// every earlier one (NackOnLastDeliveryDeadLetters,
+// NackOnLastDeliveryRecordsClassifiedCause) and let the last one lapse
+// after a lapse (LeaseExhaustionDeadLettersWithLeaseExpired), so a
+// broker whose Nack counts the failures reported, not the deliveries
+// made, and retries a message on its last delivery after a lapse, passed.
+func TestTheSuiteFailsABrokerWhoseNackCountsOnlyReportedFailures(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "nackCountsReports", c, broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 2})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %v %v", ds, err)
+	}
+	c.Set(ds[0].Lease.ExpiresAt)
+	if ds, err = q.Receive(ctx, 1); err != nil || len(ds) != 1 || ds[0].Deliveries != 2 {
+		t.Fatalf("Receive after the lapse: %v %v", ds, err)
+	}
+	if nv, err := q.Nack(ctx, ds[0].Lease.Receipt, nil); err != nil || nv.DeadLettered {
+		t.Fatalf("harness: the mutant's Nack of the last delivery after a lapse answered %+v (%v); it is not broken", nv, err)
+	}
+	requireSuiteFails(t, "nackCountsReports", "retries a message Nacked on its last delivery when an earlier delivery lapsed", "NackAfterALapseOnTheLastDeliveryDeadLetters")
+}

@@ -227,7 +227,11 @@
 // one was measured whole; no durable sync mode asked for; or none
 // published). On tmpfs or ramfs, where an fdatasync
 // reaches no device, the report warns beside the machine facts, and the
-// recommendation's last line says so again.
+// recommendation's last line says so again. Segments of about 1 MiB or
+// less hold no message of the default bound (1 MiB): a recommendation of
+// such a size also gives the PolicyValue.MaxMessageBytes each queue must
+// be declared with, as a store with those segments refuses one declared
+// with the default policy.
 //
 // # Rounds and ratios
 //
@@ -491,6 +495,11 @@
 //	                     (see "unscored", "not_measured"); omitted otherwise
 //	    "sync":          "all" | "publish", Options.Sync to use
 //	    "segment_bytes": int, Options.SegmentBytes to use
+//	    "max_message_bytes": int, the largest message segments of that size
+//	                     hold (broker.Options.MaxMessageBytes), where it is
+//	                     below the default policy's 1 MiB: each queue must be
+//	                     declared with a PolicyValue.MaxMessageBytes of at most
+//	                     this; omitted otherwise
 //	    "size":          int, the message size the expectations are for
 //	    "producers", "msgs_per_sec", "p99_ns": the fewest producers that
 //	                     reached 80% of the best, and their figures

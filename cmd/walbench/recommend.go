@@ -27,6 +27,13 @@ type Recommendation struct {
 	PublishOnly  bool   `json:"publish_only,omitempty"`
 	Sync         string `json:"sync"`
 	SegmentBytes int64  `json:"segment_bytes"`
+	// MaxMessageBytes is the largest message a store of SegmentBytes
+	// segments takes (broker.Options.MaxMessageBytes), when that is less
+	// than the default policy's bound, broker.DefaultMaxMessageBytes:
+	// each queue must then be declared with a PolicyValue.MaxMessageBytes
+	// of at most this, or the store refuses it (QueueMisconfigured). 0
+	// when the default fits.
+	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// Size is the message size the expectations are for.
 	Size int `json:"size"`
 	// Producers is the fewest concurrent producers measured that reached
@@ -257,6 +264,9 @@ func recommend(rows []Row) *Recommendation {
 		Basis: basis, Sync: best.Sync, SegmentBytes: best.SegmentBytes,
 		Scores: scores, NotDurable: notDurable, Unscored: unscored,
 		PublishOnly: basis == "profile" && !slices.ContainsFunc(durablePoints, func(p recPoint) bool { return p.drain != nil }),
+	}
+	if most := (broker.Options{SegmentBytes: best.SegmentBytes}).MaxMessageBytes(); most < broker.DefaultMaxMessageBytes {
+		rec.MaxMessageBytes = most
 	}
 	var chosen []recPoint
 	for _, p := range durablePoints {
@@ -613,6 +623,12 @@ func recommendationLines(rec *Recommendation) []string {
 	lines := []string{
 		fmt.Sprintf("Recommendation for this disk, from %s:", from),
 		fmt.Sprintf("settings: broker.Options{Sync: %s, %s}", mode, seg),
+	}
+	if rec.MaxMessageBytes > 0 {
+		// Segments this small hold no message of the default bound: a
+		// queue declared with the default policy would be refused.
+		lines = append(lines, fmt.Sprintf("queues: a message must fit in one segment: declare each with broker.PolicyValue{MaxMessageBytes: %d} or less (the default, %s, is refused with QueueMisconfigured in %s segments)",
+			rec.MaxMessageBytes, formatBytes(broker.DefaultMaxMessageBytes), formatBytes(rec.SegmentBytes)))
 	}
 	pub := fmt.Sprintf("expect: %s durable msgs/s of %d B, p99 %s, from %s publishing at once",
 		count(&rec.MsgsPerSec), rec.Size, latency(rec.P99Ns), plural(rec.Producers, "producer"))

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbroker/walbroker/broker"
 )
@@ -729,6 +732,67 @@ func TestSweepRecommendationSaysWhatItDidNotCompare(t *testing.T) {
 			if strings.Contains(text, s) {
 				t.Errorf("%s: the recommendation says %q, which it compared:\n%s", tc.name, s, text)
 			}
+		}
+	}
+}
+
+// TestRecommendationOfSmallSegmentsSaysTheMessageBound: segments of about
+// 1 MiB or less hold no message of the default bound, so a store opened as
+// the recommendation says refuses a queue declared with the default
+// policy (QueueMisconfigured). The recommendation of such a segment size
+// says what each queue must be declared with, and a store opened with its
+// settings takes a queue declared so; one of larger segments says nothing
+// of it.
+func TestRecommendationOfSmallSegmentsSaysTheMessageBound(t *testing.T) {
+	pub := [3]float64{4000, 30000, 60000}
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		seg  int64
+	}{
+		{"sweep", slices.Concat(grid("all", 256<<10, pub, 90000), grid("all", 64*mib, pub, 50000)), 256 << 10},
+		{"profile", []Row{
+			{Kind: kindPublish, Sync: "all", SegmentBytes: mib, Producers: 1, Size: 1024, MsgsPerSec: ptr(4000.0), P99Ns: ptr(int64(1000))},
+			{Kind: kindDrain, Method: drainConsume, Sync: "all", SegmentBytes: mib, Size: 1024, MsgsPerSec: ptr(50000.0)},
+		}, mib},
+		{"default segments", slices.Concat(grid("all", 2*mib, pub, 50000), grid("all", 64*mib, pub, 90000)), 64 * mib},
+		{"2 MiB segments", slices.Concat(grid("all", 2*mib, pub, 90000), grid("all", 64*mib, pub, 50000)), 2 * mib},
+	} {
+		rec := recommend(tc.rows)
+		if rec == nil || rec.SegmentBytes != tc.seg {
+			t.Fatalf("%s: recommendation %+v; want %d-byte segments", tc.name, rec, tc.seg)
+		}
+		opts := broker.Options{SegmentBytes: rec.SegmentBytes}
+		most := opts.MaxMessageBytes()
+		text := strings.Join(recommendationLines(rec), "\n")
+		if most >= broker.DefaultMaxMessageBytes {
+			if rec.MaxMessageBytes != 0 || strings.Contains(text, "MaxMessageBytes") {
+				t.Errorf("%s: max_message_bytes %d, text:\n%s\nwant nothing said: the default policy fits in %d-byte segments", tc.name, rec.MaxMessageBytes, text, tc.seg)
+			}
+			continue
+		}
+		if rec.MaxMessageBytes != most {
+			t.Errorf("%s: max_message_bytes %d; want %d, what %d-byte segments hold", tc.name, rec.MaxMessageBytes, most, tc.seg)
+		}
+		if want := fmt.Sprintf("MaxMessageBytes: %d", most); !strings.Contains(text, want) {
+			t.Errorf("%s: the recommendation of %d-byte segments does not say %q:\n%s", tc.name, tc.seg, want, text)
+		}
+		// The advice works: a queue declared as it says is taken, one
+		// declared with the default policy is not.
+		s, err := broker.Open(t.TempDir(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy := broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5}
+		if _, err := s.Queue("default", policy); !errors.Is(err, broker.QueueMisconfigured) {
+			t.Errorf("%s: a queue of the default policy in %d-byte segments: %v; want QueueMisconfigured", tc.name, tc.seg, err)
+		}
+		policy.MaxMessageBytes = rec.MaxMessageBytes
+		if _, err := s.Queue("advised", policy); err != nil {
+			t.Errorf("%s: a queue declared as the recommendation says: %v", tc.name, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -50,7 +50,10 @@
 // the free space of -dir is refused before anything is made there (exit
 // 1): aimed at a production disk, a mistyped -messages would fill it. One
 // whose size does not even count in 64 bits fits on no disk, and is
-// refused so whatever the free space.
+// refused so whatever the free space. Where the free space cannot be
+// read, one larger than the defaults make (100,000 messages of 1 KiB,
+// about 0.3 GiB with its segments) is refused the same way: whether it
+// fits cannot be told.
 // A workload whose estimated peak memory (producers × message size × the
 // copies a Publish makes, the deliveries in hand, a drain's -prefetch
 // held ones among them, the prefill's batches, the histograms) is above

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -433,7 +434,7 @@ func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
 		if err != nil {
 			t.Fatalf("walbench %q: %v", args, err)
 		}
-		err = checkRoom(cfg)
+		err = checkRoom(cfg, &env{})
 		if args[0] == "full" {
 			if err != nil && strings.Contains(err.Error(), "more than any disk has") {
 				t.Errorf("walbench %q: %v; want no overflow", args, err)
@@ -599,5 +600,52 @@ func TestACommandAfterTheFlagsIsSaidToGoFirst(t *testing.T) {
 	res = runWith(t, context.Background(), nil, "publish", "-rounds", "3", "extra")
 	if want := `unexpected argument "extra" (see walbench publish -h)`; res.code != exitUsage || !strings.Contains(res.stderr, want) {
 		t.Errorf("exit %d, stderr %q; want %d and %q", res.code, res.stderr, exitUsage, want)
+	}
+}
+
+// TestAPrefillIsBoundedWhenTheFreeSpaceIsUnknown: where the free space of
+// -dir cannot be read, a mistyped -messages cannot be told from one that
+// fits, and would fill the disk: a prefilled store larger than the
+// defaults make is refused, naming -messages and why. The defaults still
+// run, and a -dir that is not there is told so by -dir's own check, not
+// as a free space unknown. (checkRoom is called alone: a run it let go
+// would fill the disk.)
+func TestAPrefillIsBoundedWhenTheFreeSpaceIsUnknown(t *testing.T) {
+	unknown := &env{freeSpace: func(string) (int64, error) { return 0, fmt.Errorf("statfs: %w", syscall.ENOSYS) }}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args    []string
+		e       *env
+		refused bool
+	}{
+		{[]string{"drain", "-messages", "99999999999"}, unknown, true},
+		{[]string{"reopen", "-messages", "99999999999", "-size", "1000"}, unknown, true},
+		{[]string{"drain", "-messages", "100000", "-size", "16384"}, unknown, true},
+		{[]string{"full", "-rounds", "3"}, unknown, false},
+		{[]string{"drain", "-messages", "100000", "-size", "1024"}, unknown, false},
+		{[]string{"reopen"}, unknown, false},
+		// The file system's own answer for a -dir that is not there.
+		{[]string{"drain", "-messages", "99999999999", "-dir", filepath.Join(dir, "missing")}, &env{}, false},
+	} {
+		args := tc.args
+		if !slices.Contains(args, "-dir") {
+			args = append(slices.Clone(args), "-dir", dir)
+		}
+		cfg, err := parseConfig(args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("walbench %q: %v", args, err)
+		}
+		err = checkRoom(cfg, tc.e)
+		if !tc.refused {
+			if err != nil {
+				t.Errorf("walbench %q: checkRoom says %v; want the run let go", args, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), args[0]+" -messages "+args[2]) ||
+			!strings.Contains(err.Error(), "the free space of "+dir+" cannot be read (statfs: function not implemented)") ||
+			!strings.Contains(err.Error(), "lower -messages or -size") {
+			t.Errorf("walbench %q: checkRoom says %v; want -messages named, and the free space unknown", args, err)
+		}
 	}
 }

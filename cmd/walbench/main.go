@@ -237,7 +237,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 		}
 		return exitOK
 	}
-	if err := checkRoom(cfg); err != nil {
+	if err := checkRoom(cfg, e); err != nil {
 		fmt.Fprintf(stderr, "walbench: %v\n", err)
 		return exitError
 	}
@@ -381,14 +381,31 @@ func storeBytes(messages, size int, segmentBytes int64) (n int64, ok bool) {
 	return int64(messages)*perMessage + segments, true
 }
 
+// free is the free space of the file system dir is on (see freeBytes).
+func (e *env) free(dir string) (int64, error) {
+	if e.freeSpace != nil {
+		return e.freeSpace(dir)
+	}
+	return freeBytes(dir)
+}
+
+// roomUnknown is the largest prefilled store walbench makes where the
+// free space of -dir cannot be read: the one its defaults make
+// (defaultDrainMessages of 1 KiB, in 64 MiB segments), so that the
+// profile and full still run there, while a larger -messages, which could
+// be a mistyped one that fills the disk, is refused.
+var roomUnknown, _ = storeBytes(defaultDrainMessages, 1024, 0)
+
 // checkRoom refuses a run whose prefilled stores (drain, reopen) would not
 // fit in the free space of -dir: aimed at a store's own disk, a large
 // -messages would fill it. Each such store is removed before the next is
 // made, so the largest is what must fit, with the segments a store keeps
 // beside its log. A store too large to count in 64 bits fits on no disk,
-// and is refused whatever the free space. Otherwise, when the free space
-// cannot be read, it lets the run go.
-func checkRoom(c config) error {
+// and is refused whatever the free space. When the free space cannot be
+// read, a store larger than the defaults make (roomUnknown) is refused:
+// whether it fits cannot be told. A -dir that is not there is left to
+// its own check, which says so.
+func checkRoom(c config, e *env) error {
 	var need int64
 	var what string
 	var overflows []error
@@ -415,12 +432,18 @@ func checkRoom(c config) error {
 	if need == 0 {
 		return nil
 	}
-	free, err := freeBytes(c.parent)
-	if err != nil {
+	gib := func(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+	free, err := e.free(c.parent)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 		return nil // -dir's own check reports a directory that is not there
+	case err != nil && need > roomUnknown:
+		return fmt.Errorf("%s needs about %s on disk, and the free space of %s cannot be read (%v): walbench makes no store larger than its defaults' (%s) where it cannot tell that one fits: lower -messages or -size",
+			what, gib(need), c.parent, err, gib(roomUnknown))
+	case err != nil:
+		return nil
 	}
 	if need > free {
-		gib := func(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 		return fmt.Errorf("%s needs about %s on disk, and %s has %s free: lower -messages or -size, or free space", what, gib(need), c.parent, gib(free))
 	}
 	return nil

@@ -33,6 +33,9 @@ type env struct {
 	// memAvailable, when not nil, is the memory available, in place of
 	// the system's figure (see available). For tests.
 	memAvailable func() (int64, error)
+	// freeSpace, when not nil, is the free space of a directory, in place
+	// of the file system's figure (see freeBytes). For tests.
+	freeSpace func(dir string) (int64, error)
 	// skipped are the points of the sweep skipped because their estimated
 	// memory did not fit, each once, whatever the round, with the figures
 	// of the first round that skipped it; skips counts the rounds that

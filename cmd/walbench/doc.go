@@ -148,7 +148,10 @@
 //     the same calls, from the scheduled instant (carried in the
 //     payload) to the start of the handler; the backlog (Ready + Leased
 //     of Queue.Stats) every -sample. After the window the consumers get
-//     as long again to take what it published.
+//     as long again to take what it published. Ctrl-C before those late
+//     calls were made, or those messages taken, leaves them (the window's
+//     slowest) out of the latencies: the row is then marked interrupted,
+//     with a note of how many.
 //   - reopen: a store filled with -messages pending messages and closed,
 //     then, each round, opened cold (its files evicted from the page
 //     cache) until the first Receive(1) returns a message: from the
@@ -401,7 +404,8 @@
 //	    "seconds":       float, the measured windows, summed (drain: from its
 //	                     start until its calls returned)
 //	    "fill_seconds":  float, the untimed prefills, summed (drain); omitted
-//	    "interrupted":   bool, Ctrl-C cut a window of it short
+//	    "interrupted":   bool, Ctrl-C cut a window of it short (mixed: or the
+//	                     late calls and the consumers' wait after it)
 //	    "drain_failed":  bool, sweep: the drain after a window of it failed (the
 //	                     run's error says how): that round has no drain figures
 //	                     and is not scored; absent otherwise

@@ -156,6 +156,11 @@ type mixedRun struct {
 	// instant): the load generator's own lateness.
 	startLate []lateness
 	backlog   []int // Ready + Leased, every l.sample; the sampler's
+	// unmade counts the calls scheduled before the window closed that
+	// the producers had not made when ctx ended (Ctrl-C) after it, and
+	// unconsumed the window's messages the consumers had not taken then:
+	// the latencies leave them out, so the row is not whole.
+	unmade, unconsumed atomic.Int64
 }
 
 // consume runs broker.Consume until ctx ends: every handler call records
@@ -230,11 +235,13 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 		onSchedule := time.Now().Before(next)
 		switch pace.wait(next, closing, ctx.Done()) {
 		case paceDone:
+			m.cutAfterWindow(next, interval)
 			return
 		case paceStopped:
 			continue
 		}
 		if ctx.Err() != nil {
+			m.cutAfterWindow(next, interval)
 			return
 		}
 		phase := m.g.load()
@@ -243,6 +250,7 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 			select {
 			case <-m.windowClosed:
 			case <-ctx.Done():
+				m.cutAfterWindow(next, interval)
 				return
 			}
 			continue
@@ -275,6 +283,17 @@ func (m *mixedRun) produce(ctx context.Context, i int) {
 	}
 }
 
+// cutAfterWindow counts in m.unmade the calls of a producer that ctx
+// stopped with next its next instant: those scheduled before the window
+// closed, which it would have made after it. None when the window has not
+// closed: ctx ending then cuts the window itself short.
+func (m *mixedRun) cutAfterWindow(next time.Time, interval time.Duration) {
+	at := time.Duration(m.closedAt.Load())
+	if due := next.Sub(m.base); at != 0 && due < at {
+		m.unmade.Add(int64((at - due + interval - 1) / interval))
+	}
+}
+
 // sampleBacklog appends the queue's backlog to m.backlog every l.sample
 // until stop is closed.
 func (m *mixedRun) sampleBacklog(stop <-chan struct{}) {
@@ -302,6 +321,9 @@ func (m *mixedRun) awaitConsumers(ctx context.Context) []string {
 				window()-m.consumed.Load(), window(), m.l.duration)}
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		m.unconsumed.Store(max(0, window()-m.consumed.Load()))
 	}
 	return nil
 }
@@ -346,6 +368,11 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 		Notes:             notes,
 	}
 	r.setRates(records)
+	if unmade, unconsumed := m.unmade.Load(), m.unconsumed.Load(); unmade > 0 || unconsumed > 0 {
+		r.Interrupted = true
+		r.Notes = append(r.Notes, fmt.Sprintf("interrupted after the window closed, %d of its calls not yet made and %d of its messages not yet consumed: the publish and end-to-end latencies leave them out",
+			unmade, unconsumed))
+	}
 	if n := m.missed.Load(); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("the producers were %d calls behind their schedule when the window closed, and still had not made them %v after it: the publish latencies leave them out", n, l.duration))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,5 +218,51 @@ func TestMixedStallPastTheCatchUp(t *testing.T) {
 	r := rep.Rows[0]
 	if len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "calls behind their schedule when the window closed") {
 		t.Errorf("notes %q; want one saying that the calls of the window's last 100 ms were not made", r.Notes)
+	}
+}
+
+// TestMixedCutInTheCatchUpIsInterrupted: the calls a stall kept from
+// starting in the window, made after it, are the window's worst, and so
+// are the messages its consumers take after it. Ctrl-C while they are
+// still to come cuts them out of the latencies: the row is then not
+// whole, and says so (interrupted, with a note), as a row Ctrl-C cut in
+// its window does. Every fdatasync from 600 ms into a window of 800 ms is
+// held until 1.4 s; Ctrl-C comes at 1.1 s, after the window closed and
+// before the producer could make the calls of its last 200 ms.
+func TestMixedCutInTheCatchUpIsInterrupted(t *testing.T) {
+	fs := vfs.NewFaultFS(vfs.Default)
+	var opened atomic.Int64 // UnixNano of the window's opening; 0 before
+	fs.Observe(func(ev vfs.Event) {
+		if ev.Op != vfs.OpSync {
+			return
+		}
+		if at := opened.Load(); at != 0 && time.Since(time.Unix(0, at)) >= 600*time.Millisecond {
+			time.Sleep(time.Until(time.Unix(0, at).Add(1400 * time.Millisecond)))
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := &env{fs: fs, hangTimeout: time.Minute, onWindow: func(string) {
+		if opened.CompareAndSwap(0, time.Now().UnixNano()) {
+			time.AfterFunc(1100*time.Millisecond, cancel)
+		}
+	}}
+	dir, jsonFile := benchDir(t), jsonPath(t)
+	res := runWith(t, ctx, e, "mixed", "-dir", dir, "-json", jsonFile, "-producers", "1", "-rate", "250",
+		"-consumers", "1", "-batch", "16", "-time", "800ms", "-warmup", "0", "-sample", "100ms", "-size", "64")
+	if res.code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", res.code, exitInterrupted)
+	}
+	assertDirEmpty(t, dir)
+	rep := assertTablesFromJSON(t, res.stdout, jsonFile)
+	if len(rep.Rows) != 1 {
+		t.Fatalf("rows %+v; want one mixed row", rep.Rows)
+	}
+	r := rep.Rows[0]
+	if !r.Interrupted || !strings.Contains(res.stdout, r.Workload+" (interrupted)") {
+		t.Errorf("the row, cut in the calls after its window, is not marked interrupted (interrupted %v):\n%s", r.Interrupted, res.stdout)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "the publish and end-to-end latencies leave them out") }) {
+		t.Errorf("notes %q; want one saying what Ctrl-C left out", r.Notes)
 	}
 }

@@ -445,15 +445,19 @@ func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
 			t.Errorf("walbench %q: checkRoom says %v; want -messages named as too large for any disk", args, err)
 		}
 	}
-	// The largest store that counts in 64 bits is still compared with the
-	// free space, one message more is not.
-	perMessage := int64(1) + recordOverhead
-	most := (math.MaxInt64 - 3*effectiveSegmentBytes(0)) / perMessage
-	if n, ok := storeBytes(int(most), 1, 0); !ok || n <= 0 {
-		t.Errorf("storeBytes(%d messages of 1 B) = %d, %v; want its size", most, n, ok)
+	// A store far larger than any disk, that still counts in 64 bits, is
+	// compared with the free space; one whose size would pass 2^62 is not,
+	// however small its messages or large its segments.
+	if n, ok := storeBytes(1e12, 1024, 0); !ok || n < 1e12*1024 {
+		t.Errorf("storeBytes(10^12 messages of 1 KiB) = %d, %v; want its size, more than their payloads", n, ok)
 	}
-	if n, ok := storeBytes(int(most)+1, 1, 0); ok {
-		t.Errorf("storeBytes(%d messages of 1 B) = %d, %v; want an overflow", most+1, n, ok)
+	for _, tc := range []struct {
+		messages, size int
+		seg            int64
+	}{{math.MaxInt, 1, 0}, {math.MaxInt / 64, 1, 16 << 10}, {1 << 53, 1 << 20, 1 << 30}} {
+		if n, ok := storeBytes(tc.messages, tc.size, tc.seg); ok {
+			t.Errorf("storeBytes(%d messages of %d B, %d-byte segments) = %d, %v; want an overflow", tc.messages, tc.size, tc.seg, n, ok)
+		}
 	}
 }
 

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/index"
 )
 
 // Exit codes. A run a signal stopped exits with 128 + the signal's
@@ -363,22 +366,43 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer, e 
 	return code
 }
 
-// recordOverhead is about what a message costs on disk beyond its
-// payload: its record's frame and event fields, and its table entry.
-const recordOverhead = 64
+// settleBytes is about what a drain appends to the log for each message
+// it takes, a lease and an ack record, frames included: they take room
+// until the segments they settle are removed.
+const settleBytes = 64
 
 // storeBytes is about what a store prefilled with messages of size bytes
-// takes on disk: its records, and the segments it keeps beside its log.
-// ok is false when that does not fit in an int64, more than any disk
-// holds: -messages is bounded only by the free space, so a mistyped one
-// must not wrap around to a size that fits.
+// in segments of segmentBytes takes on disk, at most, as
+// broker.StoreStats says to plan for it, while a drain takes them: its
+// segments, as the prefill fills them (fillQueue: batches of fillBatch
+// records that must each fit in one segment, so that a segment's tail
+// that cannot hold the next batch stays empty: in segments of a few
+// batches, a large share of each), the three segments the store keeps
+// beside its log, the index table, which grows by whole chunks of
+// index.ChunkEntries entries, one a message, and the drain's leases and
+// acks (settleBytes). ok is false when that does not fit in an int64,
+// more than any disk holds: -messages is bounded only by the free space,
+// so a mistyped one must not wrap around to a size that fits.
 func storeBytes(messages, size int, segmentBytes int64) (n int64, ok bool) {
-	segments := 3 * effectiveSegmentBytes(segmentBytes) // at most 3 × wal.MaxSegmentBytes
-	perMessage := int64(size) + recordOverhead
-	if messages < 0 || perMessage <= 0 || int64(messages) > (math.MaxInt64-segments)/perMessage {
+	if messages < 0 || size < 0 {
 		return 0, false
 	}
-	return int64(messages)*perMessage + segments, true
+	seg := effectiveSegmentBytes(segmentBytes)
+	record := recordBytes(size)
+	// A segment holds a record of the largest message its store takes:
+	// at least that much of a prefill's. Of it, the last batch that did
+	// not fit leaves less than one batch empty, and less than half: one
+	// that fits once and no more is larger than the other half.
+	room := max(int64(broker.Options{SegmentBytes: seg}.MaxMessageBytes())+recordBytes(0), record)
+	perSegment := max(1, (room-min(room/2, fillBatch*record))/record)
+	segments := (int64(messages)+perSegment-1)/perSegment + 3
+	chunks := int64(messages)/index.ChunkEntries + 2 // rounded up, and a spare
+	const chunkBytes = index.ChunkEntries * index.EntrySize
+	// In floating point first: a figure near 2^63 would wrap around.
+	if f := float64(segments)*float64(seg) + float64(chunks)*chunkBytes + float64(messages)*settleBytes; f >= math.MaxInt64/2 {
+		return 0, false
+	}
+	return segments*seg + chunks*chunkBytes + int64(messages)*settleBytes, true
 }
 
 // free is the free space of the file system dir is on (see freeBytes).

@@ -370,7 +370,7 @@ func (m *mixedRun) row(w window, commits, records int64, notes []string) Row {
 	r.setRates(records)
 	if unmade, unconsumed := m.unmade.Load(), m.unconsumed.Load(); unmade > 0 || unconsumed > 0 {
 		r.Interrupted = true
-		r.Notes = append(r.Notes, fmt.Sprintf("interrupted after the window closed, %d of its calls not yet made and %d of its messages not yet consumed: the publish and end-to-end latencies leave them out",
+		r.Notes = append(r.Notes, fmt.Sprintf("interrupted with %d of the window's calls not yet made and %d of its messages not yet consumed: the publish and end-to-end latencies leave them out",
 			unmade, unconsumed))
 	}
 	if n := m.missed.Load(); n > 0 {

@@ -217,7 +217,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 	common := func(probe bool) {
 		fs.StringVar(&c.parent, "dir", c.parent, "make the temporary directory under `DIR`, an existing directory on the disk to measure (other files in it are left alone); the temporary one is removed at the end")
 		fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to `FILE` (schema: walbench help doc): a regular file or a new one, replaced whole when the run ends, left as it was if nothing is measured")
-		fs.IntVar(&c.rounds, "rounds", c.rounds, fmt.Sprintf("run every workload `N` times, back to back, and report medians (at most %d)", maxRounds))
+		v.int(fs, &c.rounds, "rounds", fmt.Sprintf("run every workload `N` times, back to back, and report medians (at most %d)", maxRounds))
 		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 		if probe {
 			v.duration(fs, &c.probeTime, "probe-time", fmt.Sprintf("run the probe's fdatasync loop for `D` at the start of each round, and its other loops for half that (0: no probe, else %v to %v)", minWindow, maxWindow))
@@ -236,10 +236,10 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		forceMemory()
 		warmup()
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
-		fs.IntVar(&c.publish.sizes[0], "size", c.publish.sizes[0], fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
+		v.int(fs, &c.publish.sizes[0], "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
 		v.duration(fs, &c.publish.duration, "time", fmt.Sprintf("measure each publish workload for `D` (%v to %v)", minWindow, maxWindow))
-		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
+		v.int(fs, &c.drain.messages, "messages", fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
 		common(false)
 		v.duration(fs, &c.probeTime, "time", fmt.Sprintf("run the fdatasync loop for `D`, the other loops for half that (%v to %v)", minWindow, maxWindow))
@@ -262,10 +262,10 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		fs.StringVar(&c.drain.method, "method", c.drain.method, "consume (broker.Consume) or receive-ack (goroutines calling Receive, then Ack for each)")
 		v.ints(fs, &c.drain.consumers, "consumers", fmt.Sprintf("Consume's Concurrency, or the Receive+Ack goroutines: one workload per `count` (at most %d)", maxConsumers))
 		v.ints(fs, &c.drain.batches, "batch", fmt.Sprintf("Consume's Batch, or Receive's max: one workload per `count` (at most %d)", maxBatch))
-		fs.IntVar(&c.drain.prefetch, "prefetch", 0, fmt.Sprintf("Consume's Prefetch: `N` leased messages held beyond the running handlers (method consume; at most %d)", broker.MaxConsumeConcurrency))
+		v.int(fs, &c.drain.prefetch, "prefetch", fmt.Sprintf("Consume's Prefetch: `N` leased messages held beyond the running handlers (method consume; at most %d)", broker.MaxConsumeConcurrency))
 		v.syncs(fs, &c.drain.syncs, "sync", "store sync `modes`, one workload each")
-		fs.IntVar(&c.drain.messages, "messages", 0, fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
-		fs.IntVar(&c.drain.size, "size", c.drain.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
+		v.int(fs, &c.drain.messages, "messages", fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
+		v.int(fs, &c.drain.size, "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
 		v.duration(fs, &c.drain.limit, "limit", fmt.Sprintf("stop a drain after `D` (%v to %v), with messages left; its rate is then of those handled", minWindow, maxWindow))
 	case "mixed":
@@ -273,11 +273,11 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		common(false)
 		forceMemory()
 		warmup()
-		fs.IntVar(&c.mixed.producers, "producers", c.mixed.producers, fmt.Sprintf("`N` producers, sharing the target rate (at most %d)", maxProducers))
+		v.int(fs, &c.mixed.producers, "producers", fmt.Sprintf("`N` producers, sharing the target rate (at most %d)", maxProducers))
 		v.rates(fs, &c.mixedRates, "rate", "target publish `rates` in msgs/s, all producers together, one workload per rate (each producer publishing at least once in -time, at most a million times a second)")
-		fs.IntVar(&c.mixed.consumers, "consumers", c.mixed.consumers, fmt.Sprintf("Consume's Concurrency (at most %d)", maxConsumers))
-		fs.IntVar(&c.mixed.batch, "batch", c.mixed.batch, fmt.Sprintf("Consume's Batch (at most %d)", maxBatch))
-		fs.IntVar(&c.mixed.size, "size", c.mixed.size, fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
+		v.int(fs, &c.mixed.consumers, "consumers", fmt.Sprintf("Consume's Concurrency: `N` handlers (at most %d)", maxConsumers))
+		v.int(fs, &c.mixed.batch, "batch", fmt.Sprintf("Consume's Batch: `N` messages leased at once (at most %d)", maxBatch))
+		v.int(fs, &c.mixed.size, "size", fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
 		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 		v.duration(fs, &c.mixed.duration, "time", fmt.Sprintf("measure for `D` (%v to %v)", minWindow, maxWindow))
@@ -286,8 +286,8 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		c.reopen, c.probeTime = true, 0
 		common(false)
 		forceMemory()
-		fs.IntVar(&c.reopenLoad.messages, "messages", c.reopenLoad.messages, "fill the store with `N` pending messages")
-		fs.IntVar(&c.reopenLoad.size, "size", c.reopenLoad.size, fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
+		v.int(fs, &c.reopenLoad.messages, "messages", "fill the store with `N` pending messages")
+		v.int(fs, &c.reopenLoad.size, "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
 		v.bytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
 	case "sweep":
 		c.workloads, c.recommend = []string{kindSweep}, true
@@ -299,8 +299,8 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the default, 64 MiB)")
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
 		v.duration(fs, &c.sweep.duration, "time", fmt.Sprintf("publish for `D` at each point, then drain for at most as long (%v to %v)", minWindow, maxWindow))
-		fs.IntVar(&c.sweep.consumers, "consumers", c.sweep.consumers, fmt.Sprintf("the drains' Consume Concurrency (at most %d)", maxConsumers))
-		fs.IntVar(&c.sweep.batch, "batch", c.sweep.batch, fmt.Sprintf("the drains' Consume Batch (at most %d)", maxBatch))
+		v.int(fs, &c.sweep.consumers, "consumers", fmt.Sprintf("the drains' Consume Concurrency: `N` handlers (at most %d)", maxConsumers))
+		v.int(fs, &c.sweep.batch, "batch", fmt.Sprintf("the drains' Consume Batch: `N` messages leased at once (at most %d)", maxBatch))
 	case "wal":
 		c.workloads = []string{kindWAL}
 		common(true)
@@ -308,7 +308,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		warmup()
 		v.ints(fs, &c.wal.appenders, "producers", fmt.Sprintf("concurrent appenders, one workload per `count` (at most %d)", maxProducers))
 		v.segmentSources(fs, &c.wal.segments, "segments", "where each rotation's next segment comes from, one workload per `source`: new (written full of zeros, as a growing log's are) or reused (a file the log retired, as in a log whose reader keeps up)")
-		fs.IntVar(&c.wal.size, "size", c.wal.size, fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
+		v.int(fs, &c.wal.size, "size", fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
 		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
 		v.duration(fs, &c.wal.duration, "time", fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
@@ -679,6 +679,41 @@ func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
 		*dst = n
 		return err
 	})
+}
+
+// int defines a flag holding one whole number, its default *dst. Unlike
+// flag.Int, whose error is "parse error" whatever the value, it says what
+// is wrong: a list given to it (several values are for the flags that
+// take lists), no whole number, or one too large. A number below the
+// flag's bound is validate's to refuse, in the words every command uses.
+func (v *validator) int(fs *flag.FlagSet, dst *int, name, usage string) {
+	fs.Var(intFlag{dst}, name, usage)
+}
+
+// intFlag is the flag.Value of validator.int.
+type intFlag struct{ n *int }
+
+func (f intFlag) String() string {
+	if f.n == nil {
+		return "0" // the zero Value flag.PrintDefaults makes
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f intFlag) Set(s string) error {
+	text := strings.TrimSpace(s)
+	if strings.Contains(text, ",") {
+		return errors.New("one whole number, not a list")
+	}
+	n, err := strconv.Atoi(text)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return fmt.Errorf("%q is too large a number", text)
+	case err != nil:
+		return fmt.Errorf("%q is not a whole number", text)
+	}
+	*f.n = n
+	return nil
 }
 
 // duration defines a flag holding a duration, its default *dst. Unlike

@@ -653,3 +653,39 @@ func TestAPrefillIsBoundedWhenTheFreeSpaceIsUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestAOneNumberFlagSaysWhatItWants: a flag that takes one whole number
+// (-rounds, the profile's -size, -messages, mixed's -producers, ...)
+// refuses a value that is not one by saying what it wants, as the flags
+// that take lists do, not with the flag package's "parse error": a list
+// given to it, a number with a fraction or an exponent, one too large to
+// count.
+func TestAOneNumberFlagSaysWhatItWants(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-size", "1024,16384"}, `invalid value "1024,16384" for flag -size: one whole number, not a list`},
+		{[]string{"-rounds", "x"}, `invalid value "x" for flag -rounds: "x" is not a whole number`},
+		{[]string{"-messages", "1e5"}, `invalid value "1e5" for flag -messages: "1e5" is not a whole number`},
+		{[]string{"drain", "-messages", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -messages: "99999999999999999999" is too large a number`},
+		{[]string{"mixed", "-producers", "2.5"}, `invalid value "2.5" for flag -producers: "2.5" is not a whole number`},
+		{[]string{"sweep", "-consumers", "1,4"}, `invalid value "1,4" for flag -consumers: one whole number, not a list`},
+		{[]string{"reopen", "-size", ""}, `invalid value "" for flag -size: "" is not a whole number`},
+	} {
+		_, err := parseConfig(tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("walbench %q: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+	// Help still names each such flag's value and its default.
+	var b strings.Builder
+	if _, err := parseConfig([]string{"mixed", "-h"}, &b, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-producers N", "(default 16)", "-consumers N", "-batch N", "-size bytes", "(default 1024)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("walbench mixed -h does not say %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -95,7 +95,9 @@ type memCounters struct {
 // default options takes ([Options.MaxMessageBytes]), as [Store.Queue]
 // refuses it: a Memory that took it would then refuse a single payload
 // within MaxMessageBytes as a batch too large for one log segment, where
-// the seed promises MessageTooLarge only above MaxMessageBytes.
+// the seed promises MessageTooLarge only above MaxMessageBytes. A
+// MaxDeliveries above what a store counts (math.MaxUint32) is refused
+// too, as Store.Queue refuses it.
 func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	if err := policy.validate("broker: memory queue: policy: "); err != nil {
 		return nil, err
@@ -103,6 +105,9 @@ func NewMemory(policy PolicyValue, opts MemoryOptions) (*Memory, error) {
 	if limit := memoryMaxPayload; policy.maxMessageBytes() > limit {
 		return nil, fmt.Errorf("broker: memory queue: MaxMessageBytes %d exceeds what one log segment of a store with the default SegmentBytes holds (%d): %w",
 			policy.maxMessageBytes(), limit, QueueMisconfigured)
+	}
+	if err := deliveriesCounted(policy); err != nil {
+		return nil, fmt.Errorf("broker: memory queue: policy: %w", err)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -109,4 +110,23 @@ func (p PolicyValue) retryDelay(failedDelivery int) time.Duration {
 		return ceiling
 	}
 	return base << shift
+}
+
+// maxDeliveriesCounted is the most deliveries a store counts for one
+// message: the log and the index keep a message's count in 32 bits.
+const maxDeliveriesCounted = math.MaxUint32
+
+// deliveriesCounted refuses a MaxDeliveries above maxDeliveriesCounted,
+// which Validate accepts (the seed bounds it only below). Under such a
+// policy a message delivered that many times would count its next
+// delivery as 0, and every one after from 1 again: a count that goes
+// backwards, and a message that never reaches the maximum. Both brokers
+// of this package refuse it, so that a program tested against a Memory
+// meets the store's refusal.
+func deliveriesCounted(p PolicyValue) error {
+	if int64(p.MaxDeliveries) > maxDeliveriesCounted {
+		return fmt.Errorf("MaxDeliveries %d exceeds the most deliveries a store counts for one message (%d): %w",
+			p.MaxDeliveries, int64(maxDeliveriesCounted), QueueMisconfigured)
+	}
+	return nil
 }

@@ -851,7 +851,9 @@ func openError(dir string, salvage bool, err error) error {
 //
 // A name is 1 to 64 characters of [A-Za-z0-9._-] not starting with '.';
 // anything else is refused (QueueMisconfigured), as is a policy that fails
-// Validate or whose MaxMessageBytes could not fit in one log segment.
+// Validate, whose MaxMessageBytes could not fit in one log segment, or
+// whose MaxDeliveries is above the most deliveries the log counts for a
+// message (math.MaxUint32).
 func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	if s.unmade() {
 		return nil, nilReceiver("Store")
@@ -868,6 +870,9 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 	if limit := s.maxPayload(); policy.maxMessageBytes() > limit {
 		return nil, fmt.Errorf("broker: queue %q: MaxMessageBytes %d exceeds what one log segment holds (%d; see Options.SegmentBytes): %w",
 			name, policy.maxMessageBytes(), limit, QueueMisconfigured)
+	}
+	if err := deliveriesCounted(policy); err != nil {
+		return nil, fmt.Errorf("broker: queue %q: policy: %w", name, err)
 	}
 	rec := policyRecord(policy)
 
@@ -893,7 +898,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 			}
 			var err error
 			if iq, err = s.idx.Declare(id, name, rec); err != nil {
-				return nil, fmt.Errorf("broker: queue %q: %w", name, err)
+				return nil, fmt.Errorf("broker: queue %q: policy: %w", name, err)
 			}
 			old := s.pre.Load()
 			s.pre.Store(&preambleSet{recs: old.recs, ids: old.ids, size: old.size, queues: append(slices.Clip(old.queues), iq)})
@@ -968,7 +973,7 @@ func (s *Store) Queue(name string, policy PolicyValue) (*Queue, error) {
 		}
 		q.stats.deadLettered.Add(int64(len(spent)))
 		if _, err := s.idx.Declare(q.iq.ID, name, rec); err != nil {
-			return nil, fmt.Errorf("broker: queue %q: %w", name, err)
+			return nil, fmt.Errorf("broker: queue %q: policy: %w", name, err)
 		}
 		q.policy = policy
 		// A lease on its last delivery may now lapse back into the

@@ -283,7 +283,11 @@ func (l *Log) readDir() (listing, error) {
 	seqs, clean := d.seqs, d.clean
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
-			return listing{}, &CorruptionError{File: l.segPath(seqs[i-1] + 1), Cause: errors.New("segment file missing")}
+			// Both neighbours named: the file after the gap may be the
+			// one that does not belong (a stray name far past the last
+			// segment), which the missing file's name alone hides.
+			return listing{}, &CorruptionError{File: l.segPath(seqs[i-1] + 1),
+				Cause: fmt.Errorf("segment file missing: %s is followed by %s", segName(seqs[i-1]), segName(seqs[i]))}
 		}
 	}
 	if d.hasClean && !l.opts.Salvage && (len(seqs) == 0 || clean.Segment() > seqs[len(seqs)-1] || clean.Segment() < seqs[0]) {

@@ -172,6 +172,12 @@ type queued struct {
 // caller that queues while holding its own lock orders its records exactly
 // as its lock ordered its decisions. Call Wait for the outcome: durable
 // reports whether it waits for an fdatasync (true) or only for the write.
+//
+// Unlike Append, Enqueue retains recs, the slice and the records it
+// holds: the writer encodes them when it takes the batch, after Enqueue
+// has returned. The caller must not change either before Wait returns (a
+// record changed before then may be written changed, and one that grew
+// may no longer fit where the log made room for it).
 func (l *Log) Enqueue(durable bool, recs ...[]byte) *Pending {
 	if l == nil {
 		return &Pending{err: errNilLog}

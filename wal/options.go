@@ -196,6 +196,18 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PreambleBytes < 0 || int64(o.PreambleBytes) > o.SegmentBytes/2 {
 		return o, fmt.Errorf("%w: PreambleBytes %d outside [0, SegmentBytes/2 = %d]", ErrBadOptions, o.PreambleBytes, o.SegmentBytes/2)
 	}
+	// No segment is numbered 0: a position there but the zero one (none)
+	// is no place of any log. Taken for one the log was durable to, it
+	// had Open refuse an empty directory as a log that lost segment 0,
+	// and Salvage begin to make that segment, which it cannot.
+	for _, p := range []struct {
+		name string
+		pos  Position
+	}{{"Verified", o.Verified}, {"Durable", o.Durable}} {
+		if p.pos != 0 && p.pos.Segment() == 0 {
+			return o, fmt.Errorf("%w: %s %v is in segment 0, which no segment has (the zero Position means none)", ErrBadOptions, p.name, p.pos)
+		}
+	}
 	return o, nil
 }
 

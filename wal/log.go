@@ -258,7 +258,9 @@ func (l *Log) Recovery() Recovery {
 
 // Close makes every written record durable, stops the writer and releases
 // the directory. Appends queued before Close are completed; later calls get
-// ErrClosed. Close returns the poison error if a write or fdatasync had
+// ErrClosed, a second Close too: at once, without waiting for a first
+// still under way (the directory is released when the first returns).
+// Close returns the poison error if a write or fdatasync had
 // failed, or the directory sync of a RemoveBelow (one Close waited for
 // included), and writes no clean mark then. A log stopped by a failed
 // rotation (Options.StopOnRotationFailure) lost nothing it wrote: Close

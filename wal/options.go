@@ -139,7 +139,8 @@ type Options struct {
 	// the last segment), and takes it as durable as it takes Verified:
 	// valid frames that end before it are damage to synced records,
 	// refused with a *CorruptionError, or, with Salvage, a salvaged span,
-	// never a torn tail.
+	// never a torn tail. A Verified or Durable in segment 0, which no
+	// segment has, but for the zero Position (none), is ErrBadOptions.
 	Durable Position
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation

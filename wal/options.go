@@ -140,7 +140,8 @@ type Options struct {
 	// valid frames that end before it are damage to synced records,
 	// refused with a *CorruptionError, or, with Salvage, a salvaged span,
 	// never a torn tail. A Verified or Durable in segment 0, which no
-	// segment has, but for the zero Position (none), is ErrBadOptions.
+	// segment has, but for the zero Position (none), or at an offset past
+	// MaxSegmentBytes, is ErrBadOptions.
 	Durable Position
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation
@@ -207,6 +208,12 @@ func (o Options) withDefaults() (Options, error) {
 	}{{"Verified", o.Verified}, {"Durable", o.Durable}} {
 		if p.pos != 0 && p.pos.Segment() == 0 {
 			return o, fmt.Errorf("%w: %s %v is in segment 0, which no segment has (the zero Position means none)", ErrBadOptions, p.name, p.pos)
+		}
+		// Nor does any segment reach past MaxSegmentBytes: Salvage would
+		// take the bytes up to such a position for synced records that
+		// were cut off, and rewrite the segment at that size, up to 4 GiB.
+		if p.pos.Offset() > MaxSegmentBytes {
+			return o, fmt.Errorf("%w: %s %v is at offset %d, past the end of any segment (MaxSegmentBytes %d)", ErrBadOptions, p.name, p.pos, p.pos.Offset(), MaxSegmentBytes)
 		}
 	}
 	return o, nil

@@ -88,6 +88,28 @@ func TestACheckpointWhoseNextSequenceIsOutOfRangeIsRefused(t *testing.T) {
 	}
 }
 
+// TestACheckpointWhoseLogPositionNoSegmentHoldsIsRefused: a position in
+// segment 0, or past the end of any segment, was not written by this
+// code; wal.Open refuses it as a bad option, so the store would not open
+// if the checkpoint were not refused as damaged (and rebuilt over).
+func TestACheckpointWhoseLogPositionNoSegmentHoldsIsRefused(t *testing.T) {
+	for _, pos := range []wal.Position{wal.MakePosition(0, 200), wal.MakePosition(1, wal.MaxSegmentBytes+1)} {
+		dir := t.TempDir()
+		x, err := Rebuild(vfs.Default, dir)
+		require.NoError(t, err)
+		checkpointAt(t, x, dir, wal.MakePosition(1, 200))
+		require.NoError(t, x.Table.Close())
+
+		rewriteCheckpointFile(t, dir, func(hdr []byte) { binary.LittleEndian.PutUint64(hdr[24:], uint64(pos)) },
+			func(body []byte) []byte { return body })
+		_, _, err = Load(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "position %v", pos)
+		require.ErrorContains(t, err, "log position")
+		_, err = LoadCheckpointLog(vfs.Default, dir)
+		require.ErrorIs(t, err, ErrDamaged, "position %v", pos)
+	}
+}
+
 // TestACheckpointWithBytesPastItsLayoutIsRefused: a body that verifies but
 // holds more than the layout reads was not written by this code.
 func TestACheckpointWithBytesPastItsLayoutIsRefused(t *testing.T) {

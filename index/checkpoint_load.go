@@ -96,6 +96,13 @@ func readCheckpoint(fs vfs.FS, dir string) (checkpointHead, []byte, error) {
 	if crc := crc32.Update(crc32.Checksum(data[16:checkpointHeader], castagnoli), castagnoli, body); crc != binary.LittleEndian.Uint32(data[12:]) {
 		return checkpointHead{}, nil, damaged("checksum mismatch")
 	}
+	// A position in segment 0, or past the end of any segment, names no
+	// place of a log: wal.Open refuses it as a bad option, so a checkpoint
+	// that gave it would keep the store from opening rather than be
+	// rebuilt over.
+	if pos := wal.Position(binary.LittleEndian.Uint64(data[24:])); pos != 0 && (pos.Segment() == 0 || pos.Offset() > wal.MaxSegmentBytes) {
+		return checkpointHead{}, nil, damaged("log position %v, which no segment holds", pos)
+	}
 	return checkpointHead{
 		logPos:   wal.Position(binary.LittleEndian.Uint64(data[24:])),
 		nextSeq:  binary.LittleEndian.Uint64(data[32:]),

@@ -415,13 +415,11 @@ func (s *Store) reclaim(force bool) error {
 	if !m.reclaimMu.TryLock() { // reclamation runs on one goroutine: a Backup holds it
 		return nil
 	}
+	// A clock that cannot be read (the calls that read it fail too,
+	// naming it) gives the attempt no instant: see retry.
 	now, clockErr := readClock("Options.Now", s.opts.Now)
-	if clockErr != nil {
-		// A clock that cannot be read (the calls that read it fail
-		// too, naming it) leaves the schedule where it is.
-		now = m.reclaimRetry.last
-	}
-	if !force && !m.reclaimRetry.isDue(now) {
+	known := clockErr == nil
+	if !force && !m.reclaimRetry.isDue(now, known) {
 		m.reclaimMu.Unlock()
 		return nil
 	}
@@ -432,7 +430,7 @@ func (s *Store) reclaim(force bool) error {
 		m.reclaimMu.Unlock()
 		return err
 	}
-	note := m.reclaimRetry.record(now, err)
+	note := m.reclaimRetry.record(now, known, err)
 	if err != nil {
 		m.reclaimFailing.Store(&err)
 	} else {

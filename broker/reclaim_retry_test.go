@@ -178,3 +178,66 @@ func TestASegmentThatCannotBeRemovedIsTriedAgainWithABackoff(t *testing.T) {
 	require.Len(t, logs.at(slog.LevelInfo, "again"), 1, "said once")
 	require.Len(t, logs.at(slog.LevelWarn, ""), 1+len(reminders), "no WARN once it works")
 }
+
+// A first failure of reclamation met while the broker's clock cannot be
+// read (a reading outside the instants a broker records) has no instant:
+// the schedule took the zero one, so the reminders and the INFO said the
+// failure went on since 1970, and the first round with a clock again,
+// ten minutes past the zero instant, reminded at once. The failure's
+// start is now left out of the records rather than made up, and the
+// schedule starts from the first attempt that could read the clock.
+func TestAReclaimFailureMetWithoutAClockSaysNothingFalseOfWhenItBegan(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Unix(1_700_000_000, 0)
+	clock.Store(start.UnixNano())
+	var unreadable atomic.Bool
+	tick := func(d time.Duration) { clock.Add(int64(d)) }
+	logs := &logRecords{}
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{
+		Now: func() time.Time {
+			if unreadable.Load() {
+				return time.Time{} // year 1: no instant a broker records
+			}
+			return time.Unix(0, clock.Load())
+		},
+		SegmentBytes: MinSegmentBytes,
+		FS:           ffs,
+		Logger:       slog.New(logs),
+	}
+	ManualMaintenance(&opts)
+	s, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	churn := mustQueue(t, s, "churn", PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3, MaxMessageBytes: 1024})
+	churnTo(t, s, churn, 4)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Match: func(n string) bool { return strings.HasPrefix(filepath.Base(n), "spare-") }})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, Match: func(n string) bool { return filepath.Base(n) == "0000000001.seg" }, Err: syscall.EACCES})
+
+	unreadable.Store(true)
+	s.maintenanceRound()
+	unreadable.Store(false)
+	require.Len(t, logs.at(slog.LevelWarn, ""), 1, "the first failure is logged")
+	require.Contains(t, s.Stats().ReclaimFailing, syscall.EACCES.Error())
+	churnTo(t, s, churn, s.log.Stats().LastSegment+2) // more to remove behind the file that stays
+
+	for range 100 {
+		tick(time.Second)
+		s.maintenanceRound()
+	}
+	require.Len(t, logs.at(slog.LevelWarn, ""), 1, "no reminder within 100 seconds of the first failure")
+	for range 60 {
+		tick(time.Minute)
+		s.maintenanceRound()
+	}
+	require.NotEmpty(t, logs.at(slog.LevelWarn, "still"), "an hour of failures brings a reminder")
+	ffs.Clear()
+	tick(time.Minute)
+	s.maintenanceRound()
+	require.Len(t, logs.at(slog.LevelInfo, "again"), 1)
+	for _, r := range append(logs.at(slog.LevelWarn, ""), logs.at(slog.LevelInfo, "again")...) {
+		if since, ok := attr(r, "since"); ok {
+			require.False(t, since.Time().Before(start), "%q says the failure began at %v, before the broker's clock ever read", r.Message, since)
+		}
+	}
+}

@@ -70,6 +70,13 @@ type maintenance struct {
 	// reclaimFailing is the failure of reclamation while it fails, for
 	// Stats; set with reclaimRetry, read without reclaimMu.
 	reclaimFailing atomic.Pointer[error]
+	// tableRetry schedules the removal of the table files checkpoints
+	// dropped and could not unlink (index.Table.Leftovers; see
+	// removeLeftoverTables). Guarded by ckptMu.
+	tableRetry retry
+	// tableFailing is the failure of that removal while it fails, for
+	// Stats; set with tableRetry, read without ckptMu.
+	tableFailing atomic.Pointer[error]
 	// stopReported: the checkpoints' stop was logged. Only
 	// maintenanceRound uses it.
 	stopReported bool
@@ -234,6 +241,7 @@ func (s *Store) maintain(force bool) error {
 			return err
 		}
 	}
+	s.removeLeftoverTables(force)
 	return s.reclaim(force)
 }
 
@@ -245,7 +253,9 @@ func (s *Store) maintain(force bool) error {
 // the store is reopened, and leaves its marker (index.BeginCheckpoint), so
 // that the next open rebuilds from the log: the table may already disagree
 // with the previous checkpoint. The store itself goes on (the log is the
-// source of truth). No fdatasync is retried.
+// source of truth). No fdatasync is retried. A table file the checkpoint
+// drops and cannot unlink fails nothing: it is removed later
+// (removeLeftoverTables).
 func (s *Store) checkpoint() error {
 	s.maint.ckptMu.Lock()
 	defer s.maint.ckptMu.Unlock()
@@ -312,9 +322,18 @@ func (s *Store) checkpointLocked() error {
 	// The checkpoint no longer names them: table files of messages all
 	// gone. EndCheckpoint's directory sync makes the removals durable with
 	// its own (one directory); a crash before it leaves files Open removes.
+	// A file that cannot be unlinked loses nothing: it stays on disk, out
+	// of the table (its chunk is never written again), and is removed
+	// later on a schedule (removeLeftoverTables). It failed the
+	// checkpoint, and so stopped every later one until the store was
+	// reopened.
+	var leftErr error
 	for _, c := range drop {
 		if err := t.Remove(c); err != nil {
-			return fail(err)
+			if errors.Is(err, index.ErrClosed) {
+				return fail(err)
+			}
+			leftErr = errors.Join(leftErr, err)
 		}
 	}
 	if err := index.EndCheckpoint(s.opts.fs(), s.indexDir()); err != nil {
@@ -324,8 +343,59 @@ func (s *Store) checkpointLocked() error {
 	m.lastCheckpoint.Store(uint64(snap.LogPos))
 	m.checkpoints.Add(1)
 	m.checkpointBytes.Store(snap.FileSize(chunks))
+	if leftErr != nil {
+		s.noteLeftoverTablesLocked(leftErr)
+	}
 	return nil
 }
+
+// removeLeftoverTables removes the table files that checkpoints dropped
+// and could not unlink (index.Table.Leftovers), on m.tableRetry's
+// schedule (force tries now), as reclaim removes segment files: the
+// Logger hears of the first failure, of a failure that goes on every
+// retryRemindEvery at most, and of its end; Stats gives it in
+// ReclaimFailing meanwhile, and the files' size in UnremovedBytes. A
+// removal is made durable by the next checkpoint's directory sync; a
+// crash before it leaves a file Open removes (the checkpoint names it
+// not).
+func (s *Store) removeLeftoverTables(force bool) {
+	m := &s.maint
+	m.ckptMu.Lock()
+	t := s.idx.Table
+	if m.tableRetry.failed == 0 && len(t.Leftovers()) == 0 {
+		m.ckptMu.Unlock()
+		return
+	}
+	now, clockErr := readClock("Options.Now", s.opts.Now)
+	known := clockErr == nil
+	if !force && !m.tableRetry.isDue(now, known) {
+		m.ckptMu.Unlock()
+		return
+	}
+	err := t.RemoveLeftovers()
+	note := m.tableRetry.record(now, known, err)
+	if err != nil {
+		m.tableFailing.Store(&err)
+	} else {
+		m.tableFailing.Store(nil)
+	}
+	m.ckptMu.Unlock()
+	note.log(s.opts.Logger, leftoverTablesStep, s.dir, err)
+}
+
+// noteLeftoverTablesLocked records err, the failure of a checkpoint's
+// removal of the table files it dropped, as an attempt of
+// removeLeftoverTables's. The caller holds ckptMu.
+func (s *Store) noteLeftoverTablesLocked(err error) {
+	m := &s.maint
+	now, clockErr := readClock("Options.Now", s.opts.Now)
+	note := m.tableRetry.record(now, clockErr == nil, err)
+	m.tableFailing.Store(&err)
+	note.log(s.opts.Logger, leftoverTablesStep, s.dir, err)
+}
+
+// leftoverTablesStep names removeLeftoverTables's step in the log.
+const leftoverTablesStep = "removing table files the index no longer needs"
 
 // stopQueuesLocked locks every queue, in number order (the order in which
 // any code holding two takes them), and returns them with the func that

@@ -1158,10 +1158,10 @@ func (s *Store) Queues() []string {
 // segment, prepared ahead of need, and up to two retired segments kept
 // for reuse, each of Options.SegmentBytes when complete. Plan for
 // DiskBytes + IndexBytes + 3 × SegmentBytes. Two kinds of file, made
-// only on failure paths, can take more: segments whose removal failed
-// (they stay, out of the log, until a later removal takes them;
-// UnremovedBytes counts them) and the copies of damaged files a salvage
-// keeps aside.
+// only on failure paths, can take more: segments and table files whose
+// removal failed (they stay, out of the log or the index, until a later
+// removal takes them; UnremovedBytes counts them) and the copies of
+// damaged files a salvage keeps aside.
 //
 // LiveBytes counts, for each live message, its publish record and the
 // event that gives it its state when a publish alone would not (a lease
@@ -1198,16 +1198,20 @@ type StoreStats struct {
 	// ReclaimFailing is why reclaiming disk space failed, while it
 	// fails: a segment file the file system will not remove (EACCES or
 	// EPERM on it or on its directory, say) stays on disk with every
-	// later one. The store goes on, and maintenance tries again, less
-	// often while it keeps failing (at least every minute), until it
-	// works; the Logger hears of the first failure, of a failure that
-	// goes on every ten minutes at most, and of the end of it. "" while
-	// it works.
+	// later one; a table file of the index that a checkpoint no longer
+	// needs, and could not remove, stays on disk (the checkpoint is
+	// written all the same). The store goes on, and maintenance tries
+	// again, less often while it keeps failing (at least every minute),
+	// until it works; the Logger hears of the first failure, of a
+	// failure that goes on every ten minutes at most, and of the end of
+	// it. Both failures, when both fail, one a line. "" while it works.
 	ReclaimFailing string
 	// UnremovedBytes is the size of the segment files a removal took out
-	// of the log and could not remove: on disk still, counted neither in
-	// Segments and DiskBytes nor in BytesReclaimed, until a removal that
-	// works removes them (or the next Open takes them back into the log).
+	// of the log and could not remove, and of the table files a
+	// checkpoint dropped and could not remove: on disk still, counted
+	// neither in Segments, DiskBytes and IndexBytes nor in BytesReclaimed,
+	// until a removal that works removes them (or the next Open takes
+	// the segments back into the log, and removes the table files).
 	UnremovedBytes int64
 }
 
@@ -1261,10 +1265,16 @@ func (s *Store) statsNow() StoreStats {
 	if p := s.maint.stopped.Load(); p != nil {
 		st.MaintenanceStopped = (*p).Error()
 	}
-	if p := s.maint.reclaimFailing.Load(); p != nil {
-		st.ReclaimFailing = (*p).Error()
+	var failing []error
+	for _, p := range []*error{s.maint.reclaimFailing.Load(), s.maint.tableFailing.Load()} {
+		if p != nil {
+			failing = append(failing, *p)
+		}
 	}
-	st.UnremovedBytes = w.UnremovedBytes
+	if len(failing) > 0 {
+		st.ReclaimFailing = errors.Join(failing...).Error()
+	}
+	st.UnremovedBytes = w.UnremovedBytes + s.idx.Table.LeftoverBytes()
 	return st
 }
 

@@ -36,16 +36,19 @@ func TestANilTableRefusesEveryCall(t *testing.T) {
 			require.False(t, ok)
 			return err
 		},
-		"Remove":  func() error { return tb.Remove(0) },
-		"SyncDir": tb.SyncDir,
-		"Close":   tb.Close,
+		"Remove":          func() error { return tb.Remove(0) },
+		"RemoveLeftovers": tb.RemoveLeftovers,
+		"SyncDir":         tb.SyncDir,
+		"Close":           tb.Close,
 	}
 	zeros := map[string]func(){
-		"Put":       func() { tb.Put(index.Entry{Seq: 1, Pos: 1}) },
-		"Detach":    tb.Detach,
-		"Unflushed": func() { require.Equal(t, 0, tb.Unflushed()) },
-		"Chunks":    func() { require.Empty(t, tb.Chunks()) },
-		"Bytes":     func() { require.Equal(t, int64(0), tb.Bytes()) },
+		"Put":           func() { tb.Put(index.Entry{Seq: 1, Pos: 1}) },
+		"Detach":        tb.Detach,
+		"Unflushed":     func() { require.Equal(t, 0, tb.Unflushed()) },
+		"Chunks":        func() { require.Empty(t, tb.Chunks()) },
+		"Bytes":         func() { require.Equal(t, int64(0), tb.Bytes()) },
+		"Leftovers":     func() { require.Empty(t, tb.Leftovers()) },
+		"LeftoverBytes": func() { require.Equal(t, int64(0), tb.LeftoverBytes()) },
 	}
 	require.NoError(t, methodset.Check(reflect.TypeFor[*index.Table](), calls, zeros), "every exported method needs a nil-receiver case")
 	for name, call := range calls {

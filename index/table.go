@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,6 +205,12 @@ type Table struct {
 	dirty    map[uint64]bool // chunks written since their last fdatasync
 	dirDirty bool            // a chunk file was created or removed since the directory's last sync
 	closed   bool            // Close was called: the files are unmapped and closed
+	// leftover holds the chunks whose file Remove could not unlink: out
+	// of the table (unmapped, closed, named by no later checkpoint), on
+	// disk still until RemoveLeftovers takes them. No entry is written to
+	// one again: Remove is for chunks none of whose messages is live and
+	// all of whose sequences are taken.
+	leftover map[uint64]bool
 }
 
 // errMemoryOnly is the failure of a Table without files to do what needs
@@ -654,7 +661,12 @@ func (t *Table) Chunks() []uint64 {
 }
 
 // Remove deletes chunk n's file. The removal is durable after the next
-// SyncDir of the table's directory (Flush with sync, or SyncDir).
+// SyncDir of the table's directory (Flush with sync, or SyncDir). The
+// chunk leaves the table whatever happens; a file that cannot be unlinked
+// stays on disk as a leftover (see Leftovers), named in the error, for
+// RemoveLeftovers to try again. Remove is for a chunk none of whose
+// messages is live and all of whose sequences are taken: no entry is
+// written to it again.
 func (t *Table) Remove(n uint64) error {
 	if t == nil {
 		return errNilTable
@@ -675,7 +687,65 @@ func (t *Table) Remove(n uint64) error {
 		return nil
 	}
 	err := errors.Join(c.m.Unmap(), c.f.Close())
-	return errors.Join(err, t.fs.Remove(filepath.Join(t.dir, chunkName(n))))
+	return errors.Join(err, t.unlink(n))
+}
+
+// unlink removes chunk n's file, which is out of the table, and keeps n
+// among the leftovers while it fails.
+func (t *Table) unlink(n uint64) error {
+	err := t.fs.Remove(t.chunkPath(n))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if t.leftover == nil {
+			t.leftover = map[uint64]bool{}
+		}
+		t.leftover[n] = true
+		return err
+	}
+	delete(t.leftover, n)
+	t.dirDirty = true
+	return nil
+}
+
+// Leftovers returns the chunks, sorted, whose file Remove could not unlink
+// and no RemoveLeftovers has removed since: files on disk that the table
+// no longer has (LeftoverBytes is their size).
+func (t *Table) Leftovers() []uint64 {
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return slices.Sorted(maps.Keys(t.leftover))
+}
+
+// LeftoverBytes is the size of the leftover files (see Leftovers).
+func (t *Table) LeftoverBytes() int64 { return int64(len(t.Leftovers())) * chunkBytes }
+
+// RemoveLeftovers tries again to unlink every leftover file (see Remove)
+// and returns the failures, each naming its file; those it removes leave
+// the leftovers, durably after the next SyncDir. The checkpointer calls
+// it, as it calls Remove. After Close it does nothing: the next OpenTable
+// removes every file of a chunk not wanted.
+func (t *Table) RemoveLeftovers() error {
+	if t == nil {
+		return errNilTable
+	}
+	t.mu.RLock()
+	closed := t.closed
+	t.mu.RUnlock()
+	if closed {
+		return nil
+	}
+	var errs []error
+	for _, n := range t.Leftovers() {
+		errs = append(errs, t.unlink(n))
+	}
+	return errors.Join(errs...)
 }
 
 // SyncDir makes removals durable.
@@ -708,7 +778,8 @@ func (t *Table) syncDir() error {
 	return nil
 }
 
-// Bytes is the size of the chunk files.
+// Bytes is the size of the chunk files, leftovers not included (see
+// Leftovers).
 func (t *Table) Bytes() int64 {
 	if t == nil {
 		return 0

@@ -523,6 +523,7 @@ func (e *reclaimError) Unwrap() error { return e.err }
 // reclaimLocked is reclaim with reclaimMu held, tried now.
 func (s *Store) reclaimLocked() error {
 	m := &s.maint
+	leftoversTried := false
 	for {
 		if s.usable() != nil {
 			return nil
@@ -541,7 +542,13 @@ func (s *Store) reclaimLocked() error {
 			}
 			x++
 		}
-		if x > first {
+		// Files an earlier removal took out of the log and left on disk
+		// go first (RemoveBelow removes them before anything newer),
+		// whether or not anything newer can go: taking a round with
+		// nothing newer to remove for success, reclamation said it
+		// worked again with the files on disk still.
+		if x > first || st.UnremovedBytes > 0 && !leftoversTried {
+			leftoversTried = true
 			if err := s.removeBelow(x); err != nil {
 				return err
 			}

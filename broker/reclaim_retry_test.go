@@ -241,3 +241,55 @@ func TestAReclaimFailureMetWithoutAClockSaysNothingFalseOfWhenItBegan(t *testing
 		}
 	}
 }
+
+// A segment file left on disk by a removal that failed is retried on the
+// schedule even when nothing newer has become removable: a round found
+// nothing to remove and took that for success, so the INFO said
+// reclamation worked again, and ReclaimFailing was cleared, with the file
+// still on disk, in UnremovedBytes, until some later segment became
+// removable.
+func TestASegmentLeftOnDiskIsNotTakenForReclamationWorkingAgain(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	tick := func(d time.Duration) { clock.Add(int64(d)) }
+	logs := &logRecords{}
+	ffs := vfs.NewFaultFS(vfs.Default)
+	opts := Options{
+		Now:          func() time.Time { return time.Unix(0, clock.Load()) },
+		SegmentBytes: MinSegmentBytes,
+		FS:           ffs,
+		Logger:       slog.New(logs),
+	}
+	ManualMaintenance(&opts)
+	s, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	churn := mustQueue(t, s, "churn", PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3, MaxMessageBytes: 1024})
+	churnTo(t, s, churn, 4)
+	ffs.Inject(vfs.Rule{Op: vfs.OpRename, Match: func(n string) bool { return strings.HasPrefix(filepath.Base(n), "spare-") }})
+	ffs.Inject(vfs.Rule{Op: vfs.OpRemove, Match: func(n string) bool { return filepath.Base(n) == "0000000001.seg" }, Err: syscall.EACCES})
+	s.maintenanceRound()
+	require.Len(t, logs.at(slog.LevelWarn, ""), 1, "the first failure is logged")
+
+	removes := ffs.Count(vfs.OpRemove)
+	for range 100 {
+		tick(time.Second)
+		s.maintenanceRound()
+	}
+	st := s.Stats()
+	require.Empty(t, logs.at(slog.LevelInfo, "again"), "the file is on disk still")
+	require.Contains(t, st.ReclaimFailing, syscall.EACCES.Error())
+	require.Positive(t, st.UnremovedBytes)
+	attempts := ffs.Count(vfs.OpRemove) - removes
+	require.Positive(t, attempts, "the file's removal is tried again")
+	require.LessOrEqual(t, attempts, int64(8), "on the schedule")
+
+	ffs.Clear()
+	tick(time.Minute)
+	s.maintenanceRound()
+	st = s.Stats()
+	require.Zero(t, st.UnremovedBytes)
+	require.Positive(t, st.BytesReclaimed)
+	require.Empty(t, st.ReclaimFailing)
+	require.Len(t, logs.at(slog.LevelInfo, "again"), 1)
+}

@@ -146,6 +146,7 @@ type Options struct {
 	// PreambleBytes is the room every segment keeps for the preamble: one
 	// Append may encode at most a segment less this much, and a rotation
 	// whose preamble encodes to more fails (ErrTooLarge) without rotating.
+	// A Preamble with PreambleBytes 0 is ErrBadOptions.
 	PreambleBytes int
 	// StopOnRotationFailure makes a failed rotation stop the log, as a
 	// failed write does, instead of failing only the calls that needed the
@@ -197,6 +198,11 @@ func (o Options) withDefaults() (Options, error) {
 	o.Logger = logguard.Wrap(o.Logger)
 	if o.PreambleBytes < 0 || int64(o.PreambleBytes) > o.SegmentBytes/2 {
 		return o, fmt.Errorf("%w: PreambleBytes %d outside [0, SegmentBytes/2 = %d]", ErrBadOptions, o.PreambleBytes, o.SegmentBytes/2)
+	}
+	// A preamble with no room kept for it fails every rotation that
+	// writes one (ErrTooLarge), long after the Open that took it.
+	if o.Preamble != nil && o.PreambleBytes == 0 {
+		return o, fmt.Errorf("%w: Preamble is set and PreambleBytes is 0: no segment keeps room for its records", ErrBadOptions)
 	}
 	// No segment is numbered 0: a position there but the zero one (none)
 	// is no place of any log. Taken for one the log was durable to, it

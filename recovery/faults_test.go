@@ -411,7 +411,7 @@ func describeRules(rules []vfs.Rule) string {
 
 func totalInjected(f *vfs.FaultFS) int64 {
 	var n int64
-	for op := vfs.OpOpen; op <= vfs.OpCheckDir; op++ {
+	for op := vfs.OpOpen; op <= vfs.OpUnlock; op++ {
 		n += f.Injected(op)
 	}
 	return n

@@ -16,7 +16,7 @@ import (
 // fails.
 var faultOps = []vfs.Op{vfs.OpOpen, vfs.OpRead, vfs.OpWrite, vfs.OpSync, vfs.OpTruncate, vfs.OpMap,
 	vfs.OpRemove, vfs.OpRename, vfs.OpSyncDir, vfs.OpClose, vfs.OpSize, vfs.OpReadDir, vfs.OpMkdirAll, vfs.OpLock,
-	vfs.OpAllocate, vfs.OpWriteBack, vfs.OpCheckDir}
+	vfs.OpAllocate, vfs.OpWriteBack, vfs.OpCheckDir, vfs.OpUnlock}
 
 // TestAFaultAtAnyOperationLosesNothing runs the workload of
 // helpers_ext_test.go with one call of one kind of file operation failing

@@ -37,6 +37,7 @@ const (
 	OpAllocate                // Allocator.Allocate (fallocate)
 	OpWriteBack               // WriteBacker.WriteBack (sync_file_range)
 	OpCheckDir                // DirChecker.CheckDir (an lstat of the directory)
+	OpUnlock                  // Close of the io.Closer FS.Lock returned
 	numOps
 )
 
@@ -46,7 +47,7 @@ var opNames = [numOps]string{
 	OpRename: "rename", OpSyncDir: "syncdir", OpClose: "close",
 	OpSize: "size", OpReadDir: "readdir", OpMkdirAll: "mkdirall",
 	OpLock: "lock", OpAllocate: "fallocate", OpWriteBack: "sync_file_range",
-	OpCheckDir: "checkdir",
+	OpCheckDir: "checkdir", OpUnlock: "unlock",
 }
 
 // String returns the name used as the Op of the *os.PathError of an
@@ -436,7 +437,8 @@ func (f *FaultFS) SyncDir(dir string) error {
 	return nil
 }
 
-// Lock takes a lock of the inner FS, unless a rule fails OpLock.
+// Lock takes a lock of the inner FS, unless a rule fails OpLock. Its
+// release, the Close of the returned Closer, can be failed by OpUnlock.
 func (f *FaultFS) Lock(name string) (io.Closer, error) {
 	if ft := f.check(OpLock, name); ft != nil {
 		return nil, opError(OpLock, name, "", ft.err)
@@ -446,7 +448,34 @@ func (f *FaultFS) Lock(name string) (io.Closer, error) {
 		return nil, err
 	}
 	f.emit(Event{Op: OpLock, Name: name})
-	return c, nil
+	return &faultLock{fs: f, inner: c, name: name}, nil
+}
+
+// faultLock is a lock a FaultFS took. Its fields are set once at Lock.
+type faultLock struct {
+	fs    *FaultFS
+	inner io.Closer
+	name  string
+}
+
+// Close releases the inner lock even when a rule fails OpUnlock, as
+// close(2) releases the descriptor, and with it the lock, even when it
+// reports an error.
+func (fl *faultLock) Close() error {
+	ft := fl.fs.check(OpUnlock, fl.name)
+	err := fl.inner.Close()
+	if ft != nil {
+		injected := opError(OpUnlock, fl.name, "", ft.err)
+		if err != nil {
+			return errors.Join(injected, err)
+		}
+		return injected
+	}
+	if err != nil {
+		return err
+	}
+	fl.fs.emit(Event{Op: OpUnlock, Name: fl.name})
+	return nil
 }
 
 // faultFile is a File of a FaultFS. Its fields are set once at open.

@@ -46,8 +46,9 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     bring back is kept open until its removal is durable.
 //   - A Sync the inner FS fails (a writeback error) loses the writes it
 //     was to make durable for good, as on Linux, where the failed pages are
-//     left clean in the page cache: reads still see them, no later Sync
-//     writes them, and a crash leaves the content durable before them.
+//     left clean in the page cache: reads still see them (until
+//     [CrashFS.EvictFailedWrites] drops them, as the kernel may), no later
+//     Sync writes them, and a crash leaves the content durable before them.
 //     Only the pages written again after the failure can become durable
 //     (whole: writeback is by page).
 //   - Directories are names too. One that MkdirAll creates, and the

@@ -277,8 +277,20 @@ type CyclePlan struct {
 	PowerLoss bool
 }
 
-// PlanCycle returns cycle's plan under seed.
+// PlanCycle returns cycle's plan under seed. The cycle before one hooked
+// at HookOpenCheckpoint is never checked in place: that check closes the
+// store cleanly, and the next Open, with nothing to replay, would write no
+// checkpoint for the hook to stop.
 func PlanCycle(seed uint64, cycle int) CyclePlan {
+	p := planCycle(seed, cycle)
+	if p.InPlace && planCycle(seed, cycle+1).Hook == HookOpenCheckpoint {
+		p.InPlace = false
+	}
+	return p
+}
+
+// planCycle is PlanCycle drawn for cycle alone.
+func planCycle(seed uint64, cycle int) CyclePlan {
 	rng := rand.New(rand.NewPCG(seed, uint64(cycle)))
 	p := CyclePlan{Cycle: cycle, Sync: broker.SyncMode(rng.IntN(3)), ChildSeed: rng.Uint64(), InPlace: rng.IntN(3) == 0}
 	switch r := rng.IntN(20); {

@@ -12,7 +12,8 @@ import (
 
 // TestEachJournalRuleReportsWhatBreaksIt breaks, one at a time, a rule
 // that the workload's own calls check as they return (publish, dedup,
-// settle), which no sound store and no other test ever broke: a rule no
+// delivery, settle, the janitor's dead letters), which no sound store and
+// no other test ever broke: a rule no
 // journal can fail would pass a store that breaks it. Each journal is the
 // smallest one that breaks the rule, and the checker must name it.
 func TestEachJournalRuleReportsWhatBreaksIt(t *testing.T) {
@@ -78,6 +79,54 @@ func TestEachJournalRuleReportsWhatBreaksIt(t *testing.T) {
 			{Op: OpSettleFailed, Who: "con0", Queue: QueueWork, ID: "a1", Del: 1, Exp: base + ms + vt, T0: base + 2*ms, T1: base + 2*ms,
 				Err: "Ack: broker: lease expired", Expired: true},
 		}, "refused as lapsed, but the call ended"},
+		{"a delivery before the retry delay a nack that returned asked for", []Entry{
+			published(1, "a1", ref(1, ""), "", base),
+			{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: "a1", Ref: ref(1, ""), Enq: base, Del: 1, Exp: base + ms + vt,
+				Intent: IntentNack, T0: base + ms, T1: base + ms},
+			{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: "a1", Del: 1, Exp: base + 2*ms + int64(retryDelay(QueueWork, 1)),
+				T0: base + 2*ms, T1: base + 2*ms},
+			delivered("a1", ref(1, ""), 2, base+3*ms),
+		}, "before its retry delay ended"},
+		{"a poison message delivered twice to one process", func() []Entry {
+			pp, _ := Policy(QueuePoison)
+			pvt := int64(pp.VisibilityTimeout)
+			r := MakeRef(Ref{Queue: QueuePoison, Cycle: 1, Who: "poison", N: 1})
+			return []Entry{
+				{Op: OpPublished, Who: "poison", Queue: QueuePoison, N: 1, IDs: []string{"p1"}, Refs: []string{r}, Enq: base, T0: base, T1: base},
+				{Op: OpDelivered, Who: "poison", Queue: QueuePoison, ID: "p1", Ref: r, Enq: base, Del: 1, Exp: base + ms + pvt,
+					Intent: IntentHold, T0: base + ms, T1: base + ms},
+				{Op: OpDelivered, Who: "poison", Queue: QueuePoison, ID: "p1", Ref: r, Enq: base, Del: 2, Exp: base + 2*ms + 2*pvt,
+					Intent: IntentHold, T0: base + 2*ms + pvt, T1: base + 2*ms + pvt},
+			}
+		}(), "a poison message delivered twice to one process"},
+		{"a settle journaled as returned of a message never delivered", []Entry{
+			{Op: OpReturned, Settle: OpAcked, Who: "con0", Queue: QueueWork, ID: "a9", Del: 1, T0: base, T1: base},
+		}, "acked of a message never delivered (journaled as returned"},
+		{"a settle journaled as returned of no known call", []Entry{
+			published(1, "a1", ref(1, ""), "", base),
+			delivered("a1", ref(1, ""), 1, base+ms),
+			{Op: OpReturned, Settle: "shuffled", Who: "con0", Queue: QueueWork, ID: "a1", Del: 1, T0: base + 2*ms, T1: base + 2*ms},
+		}, `a returned entry of an unknown call "shuffled"`},
+		{"a lapse's dead letter before the last delivery the queue allows", []Entry{
+			published(1, "a1", ref(1, ""), "", base),
+			delivered("a1", ref(1, ""), 1, base+ms),
+			{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: "a1", Ref: ref(1, ""), Enq: base, Del: 1, Reason: broker.ReasonLeaseExpired,
+				Failed: base + ms + vt, T0: base + 2*ms + vt, T1: base + 2*ms + vt},
+		}, "dead letter LEASE_EXPIRED with 1 deliveries; the queue allows"},
+		{"a dead letter of a reason nothing gives", []Entry{
+			published(1, "a1", ref(1, ""), "", base),
+			delivered("a1", ref(1, ""), 1, base+ms),
+			{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: "a1", Ref: ref(1, ""), Enq: base, Del: 1, Reason: "SHUFFLED",
+				Failed: base + 2*ms, T0: base + 3*ms, T1: base + 3*ms},
+		}, `dead letter with reason "SHUFFLED", which nothing in the workload gives`},
+		{"a dead letter of another failure than the one that returned", []Entry{
+			published(1, "a1", ref(1, ""), "", base),
+			{Op: OpDelivered, Who: "con0", Queue: QueueWork, ID: "a1", Ref: ref(1, ""), Enq: base, Del: 1, Exp: base + ms + vt,
+				Intent: IntentReject, T0: base + ms, T1: base + ms},
+			{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: "a1", Del: 1, T0: base + 2*ms, T1: base + 2*ms},
+			{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: "a1", Ref: ref(1, ""), Enq: base, Del: 1, Reason: Reason(QueueWork, IntentNack),
+				Code: workloadCode, Cause: workloadCause, Failed: base + 2*ms, T0: base + 3*ms, T1: base + 3*ms},
+		}, "it was dead-lettered " + Reason(QueueWork, IntentReject) + " on delivery 1"},
 		{"an entry of no known kind", []Entry{
 			{Op: "shuffled", Who: "pub0", Queue: QueueWork},
 		}, "unknown journal entry"},

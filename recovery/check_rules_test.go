@@ -2,6 +2,8 @@ package recovery
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -142,9 +144,10 @@ func TestEachJournalRuleReportsWhatBreaksIt(t *testing.T) {
 // TestEachDrainRuleReportsWhatBreaksIt breaks, one at a time, a rule that
 // a drain checks against the journal and that no sound store and no other
 // test ever broke: the store shows a message in another queue than the
-// one it was published to, with another valid payload than its own, a dead
-// letter of a message whose ack returned nil, and a queue nobody
-// declared. Each store is sound; the journal is what says otherwise.
+// one it was published to, with another valid payload than its own, a
+// publish in flight at the kill twice, a dead letter of a message whose
+// ack returned nil, and a queue nobody declared, or it does not open.
+// Each store is sound; the journal is what says otherwise.
 func TestEachDrainRuleReportsWhatBreaksIt(t *testing.T) {
 	ctx := context.Background()
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
@@ -186,6 +189,17 @@ func TestEachDrainRuleReportsWhatBreaksIt(t *testing.T) {
 			deliveredEntry("con0", QueueWork, ds[0], IntentAck, t0, t1),
 			{Op: OpAcked, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t1, T1: t1},
 		}, "a dead letter after it was acked")
+	})
+	t.Run("a publish in flight at the kill enqueued twice", func(t *testing.T) {
+		// pub0's first publish of cycle 1 never returned: the store may
+		// hold it, once.
+		dir, _ := storeHolding(t, ref, ref)
+		check(t, dir, nil, "is also message")
+	})
+	t.Run("a store that does not open", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "store")
+		require.NoError(t, os.WriteFile(file, nil, 0o600))
+		check(t, file, nil, "the store does not open after the kill")
 	})
 	t.Run("a queue nobody declared", func(t *testing.T) {
 		dir := t.TempDir()

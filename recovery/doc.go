@@ -275,7 +275,11 @@
 // checks of a Receive, DeadLetters or Close that fails on a store that
 // opened, and of a journal entry the workload cannot write (a publish
 // with no ID, a reference that does not parse without its payload
-// failing too), stand guard over the checker's own reading.
+// failing too), stand guard over the checker's own reading. Two
+// variants of rules tested otherwise are not broken either: a stored
+// message whose key is not the one a duplicate named for it, and a
+// delivery, in the process where an Extend returned nil, before the lease
+// it gave ended while a nack meant for that delivery was in flight.
 //
 // The tests also check the lock (lock_test.go: a second Open fails with
 // Locked in the same process and in another; after the holder is killed,

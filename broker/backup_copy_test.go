@@ -152,7 +152,7 @@ func TestACopyWorksAcrossItsJumpAtTheCostOfWhatItHolds(t *testing.T) {
 		require.LessOrEqual(t, len(tables), 4, "%s: the table's chunks are those of the messages held: %v", dir, tables)
 		// Chunk files are named by chunk number (65,536 sequences each):
 		// the table holds entries past the jump.
-		require.Contains(t, tables, fmt.Sprintf("tbl-%012d.idx", broker.CopyJump>>16), dir)
+		require.Contains(t, tables, fmt.Sprintf("tbl-%012d.idx", uint64(broker.CopyJump>>16)), dir)
 	}
 }
 

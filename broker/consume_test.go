@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -228,7 +229,7 @@ func TestConsumeRefusesOptions(t *testing.T) {
 		{"negative Batch", ConsumeOptions{Batch: -1}, InvalidBatchSize},
 		{"negative Concurrency", ConsumeOptions{Concurrency: -1}, InvalidBatchSize},
 		{"Concurrency above the maximum", ConsumeOptions{Concurrency: MaxConsumeConcurrency + 1}, InvalidBatchSize},
-		{"Concurrency of 1<<40", ConsumeOptions{Concurrency: 1 << 40}, InvalidBatchSize},
+		{"Concurrency of math.MaxInt", ConsumeOptions{Concurrency: math.MaxInt}, InvalidBatchSize},
 		{"negative Prefetch", ConsumeOptions{Prefetch: -1}, InvalidBatchSize},
 		{"Prefetch above the maximum", ConsumeOptions{Prefetch: MaxConsumeConcurrency + 1}, InvalidBatchSize},
 		{"negative PollInterval", ConsumeOptions{PollInterval: -1}, QueueMisconfigured},

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestRetryDelayAfterDoublesUpToTheCeiling(t *testing.T) {
 		got = append(got, p.RetryDelayAfter(n))
 	}
 	require.Equal(t, []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}, got)
-	require.Equal(t, 5*time.Second, p.RetryDelayAfter(1<<40), "saturates, never overflows")
+	require.Equal(t, 5*time.Second, p.RetryDelayAfter(math.MaxInt), "saturates, never overflows")
 	p.MaxRetryDelay = 0
 	require.Equal(t, time.Second, p.RetryDelayAfter(7), "no ceiling: the delay is fixed")
 

@@ -54,7 +54,7 @@ func TestALogAtTheLastSegmentNumberSaysSo(t *testing.T) {
 		}
 		require.NotEmpty(t, acked)
 		requireEntries(t, acked, readAll(t, l))
-		require.EqualValues(t, top, l.Stats().LastSegment)
+		require.EqualValues(t, uint32(top), l.Stats().LastSegment)
 		require.NoError(t, l.Close())
 		l = mustOpen(t, dir, Options{SegmentBytes: smallSeg})
 		requireEntries(t, acked, readAll(t, l))

@@ -447,14 +447,19 @@ func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
 	}
 	// A store far larger than any disk, that still counts in 64 bits, is
 	// compared with the free space; one whose size would pass 2^62 is not,
-	// however small its messages or large its segments.
-	if n, ok := storeBytes(1e12, 1024, 0); !ok || n < 1e12*1024 {
+	// however small its messages or large its segments. (A 32-bit int
+	// holds no such count of messages.)
+	if math.MaxInt == math.MaxInt32 {
+		return
+	}
+	tera, huge := int64(1e12), int64(1)<<53 // variables: as constants they would not compile for 32-bit
+	if n, ok := storeBytes(int(tera), 1024, 0); !ok || n < tera*1024 {
 		t.Errorf("storeBytes(10^12 messages of 1 KiB) = %d, %v; want its size, more than their payloads", n, ok)
 	}
 	for _, tc := range []struct {
 		messages, size int
 		seg            int64
-	}{{math.MaxInt, 1, 0}, {math.MaxInt / 64, 1, 16 << 10}, {1 << 53, 1 << 20, 1 << 30}} {
+	}{{math.MaxInt, 1, 0}, {math.MaxInt / 64, 1, 16 << 10}, {int(huge), 1 << 20, 1 << 30}} {
 		if n, ok := storeBytes(tc.messages, tc.size, tc.seg); ok {
 			t.Errorf("storeBytes(%d messages of %d B, %d-byte segments) = %d, %v; want an overflow", tc.messages, tc.size, tc.seg, n, ok)
 		}

@@ -2,6 +2,7 @@ package blocklist
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -87,7 +88,7 @@ func TestFirstOfNoneOrFewerIsEmpty(t *testing.T) {
 	for i := range 3 {
 		l.Insert(&item{key: i, seq: uint64(i)}, byKey)
 	}
-	for _, max := range []int{0, -1, -1 << 40} {
+	for _, max := range []int{0, -1, math.MinInt} {
 		require.Empty(t, l.First(max), "First(%d)", max)
 	}
 	require.Equal(t, []uint64{0, 1}, seqsOf(l.First(2)))

@@ -75,13 +75,13 @@ func TestACheckpointCountingMoreStreamMessagesThanItsStreamHoldsIsRefused(t *tes
 // bound, and Load refuses it as ErrDamaged.
 func TestACheckpointCountingMoreOrphansThanAnIntHoldsIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	countsCheckpoint(t, dir, math.MaxInt64, 0)
+	countsCheckpoint(t, dir, math.MaxInt, 0)
 	x, _, err := Load(vfs.Default, dir)
 	require.NoError(t, err, "the largest count an int holds")
 	require.Equal(t, math.MaxInt, x.Orphans)
 	require.NoError(t, x.Table.Close())
 
-	for _, orphans := range []uint64{math.MaxInt64 + 1, math.MaxUint64} {
+	for _, orphans := range []uint64{uint64(math.MaxInt) + 1, math.MaxUint64} {
 		dir := t.TempDir()
 		countsCheckpoint(t, dir, orphans, 0)
 		x, _, err := Load(vfs.Default, dir)

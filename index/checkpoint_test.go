@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -235,7 +236,11 @@ func TestALargeFileThatIsNotACheckpointIsRefusedUnread(t *testing.T) {
 			_, _, err := Load(vfs.Default, dir)
 			runtime.ReadMemStats(&after)
 			require.ErrorIs(t, err, ErrDamaged)
-			require.ErrorContains(t, err, tc.want)
+			want := tc.want
+			if math.MaxInt == math.MaxInt32 && tc.name == "wrong length" {
+				want = "more than this build can hold" // refused for its size before its header is read
+			}
+			require.ErrorContains(t, err, want)
 			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to refuse it")
 		})
 	}

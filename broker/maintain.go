@@ -324,9 +324,9 @@ func (s *Store) checkpointLocked() error {
 	// its own (one directory); a crash before it leaves files Open removes.
 	// A file that cannot be unlinked loses nothing: it stays on disk, out
 	// of the table (its chunk is never written again), and is removed
-	// later on a schedule (removeLeftoverTables). It failed the
-	// checkpoint, and so stopped every later one until the store was
-	// reopened.
+	// later on a schedule (removeLeftoverTables), not failing the
+	// checkpoint: a failed checkpoint stops every later one until the
+	// store is reopened.
 	var leftErr error
 	for _, c := range drop {
 		if err := t.Remove(c); err != nil {

@@ -89,6 +89,19 @@ func TestATableFileThatCannotBeRemovedLeavesTheCheckpointsGoing(t *testing.T) {
 	require.Equal(t, checkpoints+2, s.Stats().Checkpoints)
 	require.Empty(t, s.Stats().MaintenanceStopped)
 
+	// A Backup meanwhile copies the file (index.CopyCheckpoint copies
+	// every table file there is); the copy's first Open removes it, and
+	// holds the state the store held.
+	backup := filepath.Join(t.TempDir(), "backup")
+	require.NoError(t, s.Backup(t.Context(), backup))
+	require.FileExists(t, filepath.Join(backup, "index", "tbl-000000000000.idx"), "the copy holds the leftover")
+	c, err := Open(backup, Options{Now: opts.Now, Sync: SyncNone, Logger: slog.New(&logRecords{})})
+	require.NoError(t, err)
+	mustQueue(t, c, "jobs", PolicyValue{VisibilityTimeout: time.Hour, MaxDeliveries: 3, RetryDelay: time.Second})
+	require.Empty(t, stateDiff(Dump(s), Dump(c)), "the copy's state")
+	require.NoFileExists(t, filepath.Join(backup, "index", "tbl-000000000000.idx"), "the copy's Open removes the leftover")
+	require.NoError(t, c.Close())
+
 	// Rounds a second apart try the removal again on the schedule, not
 	// at each round, and log nothing more.
 	removes := ffs.Count(vfs.OpRemove)

@@ -359,7 +359,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// What an earlier salvage that did not finish knew of its lost
 		// messages (see salvage_lost.go).
 		if s.log.Recovery().Unfinished {
-			kept, kerr := s.keptLost()
+			kept, next, kerr := s.keptLost()
 			if kerr != nil {
 				if err == nil {
 					_ = x.Table.Close()
@@ -367,6 +367,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 				return nil, 0, nil, kerr
 			}
 			loss.add(kept)
+			loss.checkpointNext = max(loss.checkpointNext, next)
 		} else if ferr := errors.Join(s.forgetLost(), s.forgetLaterBuild()); ferr != nil {
 			s.lostListStays(ferr)
 		}
@@ -421,7 +422,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// Before the rebuild drops the checkpoint that named them (a
 		// salvage never uses the checkpoint: it is closed, or none was
 		// loaded).
-		if err := s.keepLost(loss.lost); err != nil {
+		if err := s.keepLost(loss.lost, loss.checkpointNext); err != nil {
 			return nil, 0, nil, err
 		}
 	}
@@ -572,8 +573,9 @@ type lossTracker struct {
 	// code writes, so the message is not live, whatever salvage took of
 	// its publish.
 	ended map[uint64]struct{}
-	// checkpointNext is the next sequence of the checkpoint consulted (0
-	// when none was): every sequence below it was handed out.
+	// checkpointNext is the next sequence of the checkpoint consulted, or
+	// of the one an unfinished salvage consulted (kept in lostName), 0
+	// when none was: every sequence below it was handed out.
 	checkpointNext uint64
 }
 

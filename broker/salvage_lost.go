@@ -19,25 +19,39 @@ import (
 // the checkpoint places in the spans are written durably to
 // salvage/lost.json, and the Open that finishes an unfinished salvage
 // (wal.Recovery.Unfinished) names them too; one that cannot read the
-// file fails, and leaves it as it is (keptLost). The store removes the
+// file fails, and leaves it as it is (keptLost). The file keeps the
+// checkpoint's next sequence as well: the records of the last IDs handed
+// out may be among those skipped (their messages settled before the
+// checkpoint, so that none is named), and without it the Open that
+// finishes the salvage, the checkpoint gone, drew the next sequence from
+// the log again and handed those IDs out a second time. The store removes the
 // file once the log forgot its list (finishSalvage: the first maintenance
 // round or Close, once Open has returned its report), and a salvage that
 // finishes no earlier one removes any it finds before it begins.
 
 const lostName = "lost.json"
 
+// lostMessage is an entry of lostName: a message lost (Seq, Queue), or,
+// with Seq 0 (no message has it: sequences start at 1), the next sequence
+// of the checkpoint consulted (Next).
 type lostMessage struct {
 	Seq   uint64 `json:"seq"`
 	Queue uint32 `json:"queue"`
+	Next  uint64 `json:"next,omitempty"`
 }
 
 func (s *Store) lostPath() string { return filepath.Join(s.dir, "salvage", lostName) }
 
-// keepLost writes lost (sequence → queue number) durably to lostPath.
-func (s *Store) keepLost(lost map[uint64]uint32) error {
-	list := make([]lostMessage, 0, len(lost))
+// keepLost writes lost (sequence → queue number) durably to lostPath,
+// with next, the lowest next sequence the consulted checkpoint allows (0
+// when none was consulted).
+func (s *Store) keepLost(lost map[uint64]uint32, next uint64) error {
+	list := make([]lostMessage, 0, len(lost)+1)
 	for seq, q := range lost {
 		list = append(list, lostMessage{Seq: seq, Queue: q})
+	}
+	if next > 0 {
+		list = append(list, lostMessage{Next: next})
 	}
 	data, err := json.Marshal(list)
 	if err != nil {
@@ -54,33 +68,34 @@ func (s *Store) keepLost(lost map[uint64]uint32) error {
 	return nil
 }
 
-// keptLost returns what keepLost wrote, if it did (nil, nil when it did
-// not). A list that cannot be read is an error, and Open fails: it may be
+// keptLost returns what keepLost wrote, if it did (nil, 0, nil when it
+// did not). A list that cannot be read is an error, and Open fails: it may be
 // the only record of the messages (the checkpoint that named them is
 // gone), and the Open that went on without it would replace it
 // (keepLost) with a list naming none of them. An I/O error leaves it for
 // the next Open; one that does not parse (damage: it is replaced whole
 // or not at all) is named, and the error says what removing it costs.
-func (s *Store) keptLost() (map[uint64]uint32, error) {
+func (s *Store) keptLost() (lost map[uint64]uint32, next uint64, err error) {
 	path := s.lostPath()
 	data, err := vfs.ReadFile(s.opts.fs(), path, 256<<20)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, ioError(fmt.Errorf("read %s, the list of the messages an unfinished salvage lost: %w", path, err))
+		return nil, 0, ioError(fmt.Errorf("read %s, the list of the messages an unfinished salvage lost: %w", path, err))
 	}
 	var list []lostMessage
 	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, does not read (%w): remove it to open the store naming none of them lost (the spans are still reported, and each was logged at ERROR as it was skipped)", path, err)
+		return nil, 0, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, does not read (%w): remove it to open the store naming none of them lost (the spans are still reported, and each was logged at ERROR as it was skipped)", path, err)
 	}
-	lost := make(map[uint64]uint32, len(list))
+	lost = make(map[uint64]uint32, len(list))
 	for _, m := range list {
 		if m.Seq != 0 { // sequences start at 1
 			lost[m.Seq] = m.Queue
 		}
+		next = max(next, m.Next)
 	}
-	return lost, nil
+	return lost, next, nil
 }
 
 // forgetLost removes what keepLost wrote: once the log forgot its list,

@@ -359,7 +359,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// What an earlier salvage that did not finish knew of its lost
 		// messages (see salvage_lost.go).
 		if s.log.Recovery().Unfinished {
-			kept, next, kerr := s.keptLost()
+			kept, next, keptKnown, kerr := s.keptLost()
 			if kerr != nil {
 				if err == nil {
 					_ = x.Table.Close()
@@ -368,6 +368,14 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 			}
 			loss.add(kept)
 			loss.checkpointNext = max(loss.checkpointNext, next)
+			// The declarations and secret of the checkpoint it consulted,
+			// which its rebuild may have removed.
+			for _, e := range keptKnown {
+				if e.Kind == index.KindMeta && len(e.Secret) == index.SecretSize {
+					s.secretConsulted = true
+				}
+			}
+			known = append(known, keptKnown...)
 		} else if ferr := errors.Join(s.forgetLost(), s.forgetLaterBuild()); ferr != nil {
 			s.lostListStays(ferr)
 		}
@@ -422,7 +430,7 @@ func (s *Store) loadCheckpoint(loss *lossTracker) (x *index.Index, from wal.Posi
 		// Before the rebuild drops the checkpoint that named them (a
 		// salvage never uses the checkpoint: it is closed, or none was
 		// loaded).
-		if err := s.keepLost(loss.lost, loss.checkpointNext); err != nil {
+		if err := s.keepLost(loss.lost, loss.checkpointNext, known); err != nil {
 			return nil, 0, nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"path/filepath"
 
+	"github.com/walbroker/walbroker/index"
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
@@ -24,7 +25,11 @@ import (
 // out may be among those skipped (their messages settled before the
 // checkpoint, so that none is named), and without it the Open that
 // finishes the salvage, the checkpoint gone, drew the next sequence from
-// the log again and handed those IDs out a second time. The store removes the
+// the log again and handed those IDs out a second time. And it keeps the
+// queues' declarations and the store's secret the checkpoint held, which
+// the salvage may have skipped with the log's only records of them:
+// without them the finishing Open knew no queue of the messages the log
+// kept, and held none of them. The store removes the
 // file once the log forgot its list (finishSalvage: the first maintenance
 // round or Close, once Open has returned its report), and a salvage that
 // finishes no earlier one removes any it finds before it begins.
@@ -33,25 +38,31 @@ const lostName = "lost.json"
 
 // lostMessage is an entry of lostName: a message lost (Seq, Queue), or,
 // with Seq 0 (no message has it: sequences start at 1), the next sequence
-// of the checkpoint consulted (Next).
+// of the checkpoint consulted (Next) or an event it knew (Event, as the
+// log records it: a queue's declaration or the store's secret).
 type lostMessage struct {
 	Seq   uint64 `json:"seq"`
 	Queue uint32 `json:"queue"`
 	Next  uint64 `json:"next,omitempty"`
+	Event []byte `json:"event,omitempty"`
 }
 
 func (s *Store) lostPath() string { return filepath.Join(s.dir, "salvage", lostName) }
 
 // keepLost writes lost (sequence → queue number) durably to lostPath,
 // with next, the lowest next sequence the consulted checkpoint allows (0
-// when none was consulted).
-func (s *Store) keepLost(lost map[uint64]uint32, next uint64) error {
-	list := make([]lostMessage, 0, len(lost)+1)
+// when none was consulted), and known, the declarations and secret it
+// held.
+func (s *Store) keepLost(lost map[uint64]uint32, next uint64, known []index.Event) error {
+	list := make([]lostMessage, 0, len(lost)+1+len(known))
 	for seq, q := range lost {
 		list = append(list, lostMessage{Seq: seq, Queue: q})
 	}
 	if next > 0 {
 		list = append(list, lostMessage{Next: next})
+	}
+	for i := range known {
+		list = append(list, lostMessage{Event: known[i].Append(nil)})
 	}
 	data, err := json.Marshal(list)
 	if err != nil {
@@ -68,25 +79,25 @@ func (s *Store) keepLost(lost map[uint64]uint32, next uint64) error {
 	return nil
 }
 
-// keptLost returns what keepLost wrote, if it did (nil, 0, nil when it
-// did not). A list that cannot be read is an error, and Open fails: it may be
+// keptLost returns what keepLost wrote, if it did (nothing when it did
+// not). A list that cannot be read is an error, and Open fails: it may be
 // the only record of the messages (the checkpoint that named them is
 // gone), and the Open that went on without it would replace it
 // (keepLost) with a list naming none of them. An I/O error leaves it for
 // the next Open; one that does not parse (damage: it is replaced whole
 // or not at all) is named, and the error says what removing it costs.
-func (s *Store) keptLost() (lost map[uint64]uint32, next uint64, err error) {
+func (s *Store) keptLost() (lost map[uint64]uint32, next uint64, known []index.Event, err error) {
 	path := s.lostPath()
 	data, err := vfs.ReadFile(s.opts.fs(), path, 256<<20)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, 0, nil
+		return nil, 0, nil, nil
 	}
 	if err != nil {
-		return nil, 0, ioError(fmt.Errorf("read %s, the list of the messages an unfinished salvage lost: %w", path, err))
+		return nil, 0, nil, ioError(fmt.Errorf("read %s, the list of the messages an unfinished salvage lost: %w", path, err))
 	}
 	var list []lostMessage
 	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, 0, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, does not read (%w): remove it to open the store naming none of them lost (the spans are still reported, and each was logged at ERROR as it was skipped)", path, err)
+		return nil, 0, nil, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, does not read (%w): remove it to open the store naming none of them lost (the spans are still reported, and each was logged at ERROR as it was skipped)", path, err)
 	}
 	lost = make(map[uint64]uint32, len(list))
 	for _, m := range list {
@@ -94,8 +105,15 @@ func (s *Store) keptLost() (lost map[uint64]uint32, next uint64, err error) {
 			lost[m.Seq] = m.Queue
 		}
 		next = max(next, m.Next)
+		if len(m.Event) > 0 {
+			e, err := index.Decode(m.Event)
+			if err != nil || (e.Kind != index.KindDeclare && e.Kind != index.KindMeta) {
+				return nil, 0, nil, fmt.Errorf("%s, the list of the messages an unfinished salvage lost, holds an entry that is neither a queue's declaration nor the store's secret (%v): it is damaged", path, err)
+			}
+			known = append(known, e)
+		}
 	}
-	return lost, next, nil
+	return lost, next, known, nil
 }
 
 // forgetLost removes what keepLost wrote: once the log forgot its list,

@@ -77,3 +77,52 @@ func TestAnUnfinishedSalvageHandsOutNoIDTheCheckpointKnewTaken(t *testing.T) {
 	m := mustPublish(t, e.queue("jobs", pol), "new")
 	require.False(t, taken[m.ID], "the Open that finished an unfinished salvage handed out ID %s again (%v)", m.ID, s.Recovery())
 }
+
+// A salvage that skipped the log's only records of a queue's declaration
+// and of the store's secret (the first records of its only segment) takes
+// them from the checkpoint it consults. An Open that fails after its
+// rebuild removed that checkpoint must leave them to the Open that
+// finishes the salvage (in salvage/lost.json), as it leaves the lost
+// messages: that Open knew no queue, held none of the messages the log
+// kept, reported none of them lost, and refused the receipts of the leases
+// it kept.
+func TestAnUnfinishedSalvageKeepsTheDeclarationsAndSecretItSkipped(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { broker.ManualMaintenance(o) })
+	q := e.queue("jobs", policy())
+	for range 5 {
+		mustPublish(t, q, "before")
+	}
+	require.NoError(t, e.s.Maintain())
+	for range 5 {
+		mustPublish(t, q, "after")
+	}
+	leased := mustReceiveOne(t, q)
+	e.close()
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.seg"))
+	require.NoError(t, err)
+	// The segment's first records: the meta event and the declaration.
+	f, err := os.OpenFile(segs[0], os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 60), 40)
+	require.NoError(t, f.Close())
+	require.NoError(t, err)
+
+	fs := vfs.NewFaultFS(vfs.Default)
+	fs.Inject(vfs.Rule{Op: vfs.OpRemove, NameContains: "tbl-", Times: 1})
+	salvage := e.opts
+	salvage.Salvage, salvage.FS = true, fs
+	_, err = broker.Open(e.dir, salvage)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.NoFileExists(t, filepath.Join(e.dir, "index", "checkpoint"), "setup: the failed Open removed the checkpoint")
+
+	salvage.FS = nil
+	s, err := broker.Open(e.dir, salvage)
+	require.NoError(t, err)
+	e.s = s
+	require.Positive(t, s.Recovery().SalvagedSpans)
+	require.Equal(t, []string{"jobs"}, s.Queues(), "the queue the salvage took the declaration of (%v)", s.Recovery())
+	st := e.queue("jobs", policy()).Stats()
+	require.Equal(t, 9, st.Ready, "%+v", st)
+	require.Equal(t, 1, st.Leased, "%+v", st)
+	require.NoError(t, e.queue("jobs", policy()).Ack(ctx(t), leased.Lease.Receipt), "the receipt of a lease the log kept")
+}

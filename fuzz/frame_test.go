@@ -120,7 +120,7 @@ func frameSeeds(testing.TB) []seed {
 	file = append(file, make([]byte, 30)...)
 	bad := bytes.Clone(rec)
 	bad[20] ^= 0x40
-	s := func(name string, data []byte, off int, seq, synced uint32, typ byte, body []byte, flip uint16) seed {
+	s := func(name string, data []byte, off corpusInt, seq, synced uint32, typ byte, body []byte, flip uint16) seed {
 		return seed{name, []any{data, off, seq, synced, typ, body, flip}}
 	}
 	return []seed{
@@ -128,8 +128,8 @@ func frameSeeds(testing.TB) []seed {
 		s("record-middle", rec, 0, 5, 0, 0x21, nil, 100),
 		s("seal", seal, 0, 5, 64, 0x02, nil, 1),
 		s("padding", pad, 0, 5, 0, 0x03, make([]byte, 12), 200),
-		s("in-file", file, segment.HeaderSize, 5, 32, 0x31, []byte("last of a group"), 17),
-		s("seal-in-file", file, segment.HeaderSize+len(rec), 5, 99, 0x02, nil, 9),
+		s("in-file", file, corpusInt(segment.HeaderSize), 5, 32, 0x31, []byte("last of a group"), 17),
+		s("seal-in-file", file, corpusInt(segment.HeaderSize+len(rec)), 5, 99, 0x02, nil, 9),
 		s("foreign", rec, 0, 6, 7, 0x11, []byte("x"), 4),
 		s("bad-checksum", bad, 0, 5, 1, 0x01, []byte{0}, 70),
 		s("short", rec[:20], 0, 5, 2, 0x01, nil, 0),
@@ -142,9 +142,9 @@ func frameSeeds(testing.TB) []seed {
 		s("type-bit", rec, 0, 5, 0, 0x01, []byte("x"), 8*16+4),
 		s("high-bits", rec, 0, 5, 0, 0xc1, []byte("h"), 8),
 		s("negative-offset", rec, -1, 5, 0, 0x01, nil, 0),
-		s("huge-offset", rec, math.MaxInt, 5, 0, 0x01, nil, 0),
-		s("near-max-offset", rec, math.MaxInt-5, 5, 0, 0x01, nil, 0),
-		s("min-offset", rec, math.MinInt, 5, 0, 0x01, nil, 0),
+		s("huge-offset", rec, math.MaxInt64, 5, 0, 0x01, nil, 0),
+		s("near-max-offset", rec, math.MaxInt64-5, 5, 0, 0x01, nil, 0),
+		s("min-offset", rec, math.MinInt64, 5, 0, 0x01, nil, 0),
 		s("empty", nil, 0, 0, 0, 0x01, nil, 0),
 		s("huge-length", []byte("\x00\x00\x00\x00\xff\xff\xff\xff\x05\x00\x00\x00\x00\x00\x00\x00\x01"), 0, 5, 0, 0x01, nil, 0),
 	}

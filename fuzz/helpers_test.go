@@ -45,6 +45,8 @@ func corpusFile(vals ...any) []byte {
 			fmt.Fprintf(&b, "[]byte(%q)\n", v)
 		case byte:
 			fmt.Fprintf(&b, "byte(%q)\n", v)
+		case corpusInt:
+			fmt.Fprintf(&b, "int(%d)\n", int64(v))
 		case int, int64, uint16, uint32, uint64, bool:
 			fmt.Fprintf(&b, "%T(%v)\n", v, v)
 		default:
@@ -53,6 +55,12 @@ func corpusFile(vals ...any) []byte {
 	}
 	return []byte(b.String())
 }
+
+// corpusInt is a seed's value of an int argument, written as "int(...)".
+// It holds 64 bits on every build, so that the seeds a 32-bit build
+// generates are the committed ones, which a 64-bit build wrote: the fuzzing
+// engine reads such a value on a 32-bit build wrapped to 32 bits.
+type corpusInt int64
 
 // seed is one generated input of a fuzz target.
 type seed struct {

@@ -237,7 +237,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		warmup()
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("the publish workloads' concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		v.int(fs, &c.publish.sizes[0], "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
-		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment `size` (0: the store's default)")
 		v.duration(fs, &c.publish.duration, "time", fmt.Sprintf("measure each publish workload for `D` (%v to %v)", minWindow, maxWindow))
 		v.int(fs, &c.drain.messages, "messages", fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 	case "probe":
@@ -253,7 +253,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.ints(fs, &c.publish.producers, "producers", fmt.Sprintf("concurrent producers, one workload per `count` (at most %d)", maxProducers))
 		v.ints(fs, &c.publish.sizes, "size", fmt.Sprintf("message sizes in `bytes`, one workload each (at most %d)", maxSize))
 		v.syncs(fs, &c.publish.syncs, "sync", "store sync `modes` (all, publish, none), one workload each")
-		v.bytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.publish.segmentBytes, "segment-bytes", "the stores' segment `size` (0: the store's default)")
 		v.duration(fs, &c.publish.duration, "time", fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "drain":
 		c.workloads, c.probeTime = []string{kindDrain}, 0
@@ -266,7 +266,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.syncs(fs, &c.drain.syncs, "sync", "store sync `modes`, one workload each")
 		v.int(fs, &c.drain.messages, "messages", fmt.Sprintf("prefill each drain with `N` messages (0: %d, or %d with -rounds 1)", defaultDrainMessages, quickDrainMessages))
 		v.int(fs, &c.drain.size, "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
-		v.bytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.drain.segmentBytes, "segment-bytes", "the stores' segment `size` (0: the store's default)")
 		v.duration(fs, &c.drain.limit, "limit", fmt.Sprintf("stop a drain after `D` (%v to %v), with messages left; its rate is then of those handled", minWindow, maxWindow))
 	case "mixed":
 		c.workloads, c.probeTime = []string{kindMixed}, 0
@@ -279,7 +279,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.int(fs, &c.mixed.batch, "batch", fmt.Sprintf("Consume's Batch: `N` messages leased at once (at most %d)", maxBatch))
 		v.int(fs, &c.mixed.size, "size", fmt.Sprintf("message size in `bytes` (%d to %d)", mixedHeaderBytes, maxSize))
 		v.sync(fs, &c.mixed.sync, "sync", "store sync `mode` (all, publish, none)")
-		v.bytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.mixed.segmentBytes, "segment-bytes", "the store's segment `size` (0: the store's default)")
 		v.duration(fs, &c.mixed.duration, "time", fmt.Sprintf("measure for `D` (%v to %v)", minWindow, maxWindow))
 		v.duration(fs, &c.mixed.sample, "sample", fmt.Sprintf("sample the backlog every `D` (at least %v, shorter than -time, and at most %d samples in it; by default, half of a -time shorter than twice this)", minSample, maxBacklogSamples))
 	case "reopen":
@@ -288,7 +288,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		forceMemory()
 		v.int(fs, &c.reopenLoad.messages, "messages", "fill the store with `N` pending messages")
 		v.int(fs, &c.reopenLoad.size, "size", fmt.Sprintf("message size in `bytes` (at most %d)", maxSize))
-		v.bytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.reopenLoad.segmentBytes, "segment-bytes", "the store's segment `size` (0: the store's default)")
 	case "sweep":
 		c.workloads, c.recommend = []string{kindSweep}, true
 		common(true)
@@ -296,7 +296,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		warmup()
 		v.ints(fs, &c.sweep.producers, "producers", fmt.Sprintf("the grid's producer `counts` (at most %d)", maxProducers))
 		v.ints(fs, &c.sweep.sizes, "size", fmt.Sprintf("the grid's message sizes in `bytes` (at most %d)", maxSize))
-		v.byteList(fs, &c.sweep.segments, "segment-bytes", "the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the default, 64 MiB)")
+		v.byteList(fs, &c.sweep.segments, "segment-bytes", fmt.Sprintf("the grid's segment `sizes` (4MiB, 64MiB, ...; 0: the store's default, %s)", formatBytes(effectiveSegmentBytes(0))))
 		v.syncs(fs, &c.sweep.syncs, "sync", "the grid's sync `modes` (all, publish, none)")
 		v.duration(fs, &c.sweep.duration, "time", fmt.Sprintf("publish for `D` at each point, then drain for at most as long (%v to %v)", minWindow, maxWindow))
 		v.int(fs, &c.sweep.consumers, "consumers", fmt.Sprintf("the drains' Consume Concurrency: `N` handlers (at most %d)", maxConsumers))
@@ -310,7 +310,7 @@ func parseConfig(args []string, stdout, stderr io.Writer) (config, error) {
 		v.segmentSources(fs, &c.wal.segments, "segments", "where each rotation's next segment comes from, one workload per `source`: new (written full of zeros, as a growing log's are) or reused (a file the log retired, as in a log whose reader keeps up)")
 		v.int(fs, &c.wal.size, "size", fmt.Sprintf("record size in `bytes` (at most %d)", maxSize))
 		v.walSync(fs, &c.wal.sync, "sync", "the log's sync `mode`: always, interval or never")
-		v.bytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment size (0: the default, 64 MiB)")
+		v.segmentBytes(fs, &c.wal.segmentBytes, "segment-bytes", "the logs' segment `size` (0: the log's default)")
 		v.duration(fs, &c.wal.duration, "time", fmt.Sprintf("measure each workload for `D` (%v to %v)", minWindow, maxWindow))
 	case "full":
 		c.workloads = []string{kindWAL, kindPublish, kindDrain, kindMixed, kindSweep}
@@ -670,8 +670,12 @@ func (v *validator) rates(fs *flag.FlagSet, dst *[]float64, name, usage string) 
 	})
 }
 
-func (v *validator) bytes(fs *flag.FlagSet, dst *int64, name, usage string) {
-	v.list(fs, name, usage, strconv.FormatInt(*dst, 10), func(items []string) error {
+// segmentBytes defines a flag holding one segment size, its default
+// *dst. The help gives as the default the size the stores use for it, not
+// the 0 that stands for the store's default: "(default 0)" reads as
+// segments of no bytes.
+func (v *validator) segmentBytes(fs *flag.FlagSet, dst *int64, name, usage string) {
+	v.list(fs, name, usage, formatBytesFlag(effectiveSegmentBytes(*dst)), func(items []string) error {
 		if len(items) != 1 {
 			return errors.New("one size, not a list")
 		}

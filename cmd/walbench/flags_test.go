@@ -694,3 +694,31 @@ func TestAOneNumberFlagSaysWhatItWants(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentBytesHelpSaysTheDefaultSize: -segment-bytes 0 means the
+// store's default segment size, so the help must not say "(default 0)",
+// which reads as segments of no bytes: each command that takes one size
+// says the size its stores (or logs) then use, and still that 0 means
+// the default.
+func TestSegmentBytesHelpSaysTheDefaultSize(t *testing.T) {
+	def := "(default " + formatBytesFlag(effectiveSegmentBytes(0)) + ")"
+	for _, command := range []string{"profile", "publish", "drain", "mixed", "reopen", "wal"} {
+		owner := "store"
+		if command == "wal" {
+			owner = "log"
+		}
+		var b strings.Builder
+		if _, err := parseConfig([]string{command, "-h"}, &b, io.Discard); !errors.Is(err, flag.ErrHelp) {
+			t.Fatal(err)
+		}
+		_, after, _ := strings.Cut(b.String(), "  -segment-bytes ")
+		line, usage, _ := strings.Cut(after, "\n")
+		usage, _, _ = strings.Cut(usage, "\n")
+		if line != "size" || !strings.Contains(usage, "(0: the "+owner+"'s default)") || !strings.HasSuffix(usage, def) {
+			t.Errorf("walbench %s -h says of -segment-bytes:\n  -segment-bytes %s\n%s\nwant its value named size, 0 said to be the %s's default, and %s", command, line, usage, owner, def)
+		}
+	}
+	if c, err := parseConfig([]string{"publish"}, io.Discard, io.Discard); err != nil || c.publish.segmentBytes != 0 {
+		t.Errorf("publish with -segment-bytes left out: segment bytes %d, %v; want 0, the store's default", c.publish.segmentBytes, err)
+	}
+}

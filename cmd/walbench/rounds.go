@@ -20,9 +20,10 @@ type env struct {
 	// For tests: the stores' and logs' file system (nil: the real one),
 	// how long a hang may last (zero: hangTimeout), a function called
 	// after each probe and each row a round measures, with its name, and
-	// one called when a publish window opens, with the workload's name,
-	// and when a step of the probe starts, with "probe: " and the step's
-	// name (probeFdatasync, ...).
+	// one called when the window of a publish, wal, mixed or sweep
+	// workload opens, with the workload's name, and when a step of the
+	// probe starts, with "probe: " and the step's name (probeFdatasync,
+	// ...).
 	fs          vfs.FS
 	hangTimeout time.Duration
 	afterStep   func(name string)

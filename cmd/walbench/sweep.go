@@ -69,8 +69,14 @@ func runSweepPoint(ctx context.Context, env *env, parent string, l sweepLoad, p 
 		return r, false, err
 	}
 	r, measured, err = publishOn(ctx, env, st, pl)
-	if err != nil || !measured {
-		return r, measured, err
+	if err != nil {
+		// Named as the point, as a failed drain is: the publish load's
+		// own name leaves out the segment size, which tells the sweep's
+		// points apart.
+		return r, measured, fmt.Errorf("sweep, %v: %w", p, err)
+	}
+	if !measured {
+		return r, false, nil
 	}
 	r.Kind = kindSweep
 	r.Workload = "sweep, " + p.String()

@@ -172,6 +172,7 @@ func runWAL(ctx context.Context, env *env, parent string, w walLoad) (r Row, mea
 	lr := closedLoop[wal.Stats]{
 		label: w.String(), workers: w.appenders, warmup: w.warmup, duration: w.duration, hang: hang,
 		worker: "appender", call: "Append",
+		opened: func() { env.windowOpened(w.String()) },
 		newOp: func(i int) func() error {
 			rec := make([]byte, w.recordBytes)
 			rng := rand.New(rand.NewPCG(uint64(i), 1))

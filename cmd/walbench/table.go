@@ -26,6 +26,10 @@ type table struct {
 	notes  []string
 }
 
+// ratioDigits is how many decimals a row table shows of a ratio to the
+// probe, and of each end of its min–max.
+const ratioDigits = 2
+
 // column is one figure column of a row table. With ratio set and more
 // than one round, a "min–max" column after it gives the range of the
 // ratio's per-round values.
@@ -104,7 +108,7 @@ func rowTable(title string, rows []Row, cols []column, rounds int, multi bool) t
 		for _, c := range cols {
 			cells = append(cells, c.cell(r))
 			if c.ratio != "" && multi {
-				cells = append(cells, spread(r.Ranges, c.ratio))
+				cells = append(cells, spread(r.Ranges, c.ratio, ratioDigits))
 			}
 		}
 		t.rows = append(t.rows, cells)
@@ -176,13 +180,13 @@ func closedLoopColumns(withWAL bool) []column {
 		{header: "commits/s", cell: func(r Row) string { return count(r.CommitsPerSec) }},
 		{header: "records/commit", cell: func(r Row) string { return fixed(r.RecordsPerCommit, 1) }},
 		{header: "ceiling msgs/s", cell: func(r Row) string { return count(r.CeilingPerSec) }},
-		{header: "÷ fdatasyncs/s", cell: func(r Row) string { return fixed(r.VsFdatasync, 2) }, ratio: "vs_fdatasync"},
-		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, 2) }, ratio: "vs_ceiling"},
-		{header: "p99 ÷ fdatasync p99", cell: func(r Row) string { return fixed(r.P99VsFdatasyncP99, 2) }, ratio: "p99_vs_fdatasync_p99"},
-		{header: "p99 ÷ 64 KiB p99", cell: func(r Row) string { return fixed(r.P99VsLargeP99, 2) }, ratio: "p99_vs_large_p99"},
+		{header: "÷ fdatasyncs/s", cell: func(r Row) string { return fixed(r.VsFdatasync, ratioDigits) }, ratio: "vs_fdatasync"},
+		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, ratioDigits) }, ratio: "vs_ceiling"},
+		{header: "p99 ÷ fdatasync p99", cell: func(r Row) string { return fixed(r.P99VsFdatasyncP99, ratioDigits) }, ratio: "p99_vs_fdatasync_p99"},
+		{header: "p99 ÷ 64 KiB p99", cell: func(r Row) string { return fixed(r.P99VsLargeP99, ratioDigits) }, ratio: "p99_vs_large_p99"},
 	}
 	if withWAL {
-		cols = append(cols, column{header: "÷ log", cell: func(r Row) string { return fixed(r.VsWAL, 2) }, ratio: "vs_wal"})
+		cols = append(cols, column{header: "÷ log", cell: func(r Row) string { return fixed(r.VsWAL, ratioDigits) }, ratio: "vs_wal"})
 	}
 	return cols
 }
@@ -218,7 +222,7 @@ func sweepColumns() []column {
 		{header: "publish msgs/s", cell: func(r Row) string { return count(r.MsgsPerSec) }},
 		{header: "p99", cell: func(r Row) string { return latency(r.P99Ns) }},
 		{header: "records/commit", cell: func(r Row) string { return fixed(r.RecordsPerCommit, 1) }},
-		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, 2) }, ratio: "vs_ceiling"},
+		{header: "÷ ceiling", cell: func(r Row) string { return fixed(r.VsCeiling, ratioDigits) }, ratio: "vs_ceiling"},
 		{header: "drain msgs/s", cell: func(r Row) string { return count(r.DrainMsgsPerSec) }},
 		{header: "through msgs/s", cell: func(r Row) string { return count(r.ThroughMsgsPerSec) }},
 	}
@@ -373,10 +377,12 @@ func probeCut(p Probe, ofRound bool) string {
 // reopenTable makes the reopen workload's table of one row.
 func reopenTable(r *Reopen, rounds int) table {
 	t := table{title: "Reopen: a store with a backlog, cold", header: []string{"workload", "from checkpoint", "forced rebuild", "rebuild ÷ checkpoint"}}
+	// The ratio is in the tens or hundreds: one decimal, for it and its
+	// range alike.
 	cells := []string{rowName(r.Workload, r.Interrupted, r.Rounds, rounds), latency(r.CheckpointOpenNs), latency(r.RebuildOpenNs), fixed(r.RebuildVsCheckpoint, 1)}
 	if rounds > 1 {
 		t.header = append(t.header, "min–max")
-		cells = append(cells, spread(r.Ranges, "rebuild_vs_checkpoint"))
+		cells = append(cells, spread(r.Ranges, "rebuild_vs_checkpoint", 1))
 	}
 	t.header = append(t.header, "heap MiB", "heap B/message")
 	var heapMiB *float64
@@ -521,13 +527,14 @@ func printTo(out io.Writer, rep *Report) {
 	}
 }
 
-// spread is the min–max of the ratio name in ranges, "-" if none.
-func spread(ranges map[string][2]float64, name string) string {
+// spread is the min–max of the ratio name in ranges, each with digits
+// decimals, as many as the ratio's own cell shows; "-" if none.
+func spread(ranges map[string][2]float64, name string, digits int) string {
 	r, ok := ranges[name]
 	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f–%.2f", r[0], r[1])
+	return strconv.FormatFloat(r[0], 'f', digits, 64) + "–" + strconv.FormatFloat(r[1], 'f', digits, 64)
 }
 
 // fixed formats v with digits decimals, "-" for nil.

@@ -112,3 +112,44 @@ func TestCeilingNoteAdvisesRoundsOnlyToOneRound(t *testing.T) {
 		}
 	}
 }
+
+// TestARatioAndItsRangeShowTheSameDecimals: the min–max beside a ratio
+// gives the rounds' values of that ratio, so it shows them with as many
+// decimals as the ratio itself: the reopen table's rebuild ÷ checkpoint,
+// a ratio in the tens or hundreds shown with one decimal, had a range of
+// two ("22.8 | 21.38–28.95"), a precision its median does not claim.
+func TestARatioAndItsRangeShowTheSameDecimals(t *testing.T) {
+	ranges := map[string][2]float64{"vs_fdatasync": {0.41, 0.63}, "vs_ceiling": {0.2, 0.31}, "rebuild_vs_checkpoint": {21.38, 28.95}}
+	pub := Row{Kind: kindPublish, Workload: "publish, 4 producers, 100 B, sync=all", Sync: "all", Producers: 4, Size: 100, Rounds: 3,
+		MsgsPerSec: ptr(1000.0), VsFdatasync: ptr(0.5), VsCeiling: ptr(0.25), Ranges: ranges}
+	rep := &Report{Command: "full", Rounds: 3, Rows: []Row{pub},
+		Reopen: &Reopen{Workload: "reopen, 100000 pending, 1024 B", Rounds: 3, RebuildVsCheckpoint: ptr(22.8), Ranges: ranges}}
+	decimals := func(cell string) int {
+		if _, frac, ok := strings.Cut(cell, "."); ok {
+			return len(frac)
+		}
+		return 0
+	}
+	checked := 0
+	for _, tb := range tablesOf(rep) {
+		for i, h := range tb.header {
+			if h != "min–max" {
+				continue
+			}
+			for _, row := range tb.rows {
+				ratio, spread := row[i-1], row[i]
+				if ratio == "-" || spread == "-" {
+					continue
+				}
+				lo, hi, _ := strings.Cut(spread, "–")
+				if decimals(lo) != decimals(ratio) || decimals(hi) != decimals(ratio) {
+					t.Errorf("%s: %s %q, min–max %q: want as many decimals in both", tb.title, tb.header[i-1], ratio, spread)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("checked %d ratios with a min–max; want those of the publish row and the reopen", checked)
+	}
+}

@@ -322,32 +322,43 @@ func compareRound() (int, error) {
 
 // benchPublish publishes b.N messages from producers goroutines.
 func benchPublish(b *testing.B, t target, producers int, payload []byte) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	cpu := processCPU(b)
 	start := time.Now()
+	err := publishN(context.Background(), t, producers, int64(b.N), payload)
+	elapsed := time.Since(start)
+	cpu = processCPU(b) - cpu
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("publish: %v", err)
+	}
+	reportRates(b, elapsed, cpu)
+}
+
+// publishN publishes n messages from producers goroutines, each stopping
+// at its first failure, and returns the first failure any met. The
+// failures are kept as errors, whatever their types: an atomic.Value
+// would panic on a second one of another type than the first.
+func publishN(ctx context.Context, t target, producers int, n int64, payload []byte) error {
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
 	for range producers {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= n {
 				if err := t.publish(ctx, payload); err != nil {
-					failed.Store(err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	cpu = processCPU(b) - cpu
-	b.StopTimer()
-	if err, ok := failed.Load().(error); ok {
-		b.Fatalf("publish: %v", err)
+	if err := failed.Load(); err != nil {
+		return *err
 	}
-	reportRates(b, elapsed, cpu)
+	return nil
 }
 
 // benchDrain fills t with b.N messages, untimed, then times consumers

@@ -68,8 +68,9 @@ import (
 // opened and must show the same state again. Last, the crashed run's own
 // directory is opened again on the page cache the crash left (a process
 // that died and restarted) and the power lost at once: what the reopened
-// store builds on must be durable, so that clone holds every call that
-// returned.
+// store builds on must be durable, so that clone, of any of the kinds
+// above (the kill left unsynced writes and names a power loss may keep
+// in part), holds every call that returned.
 //
 // A quarter of the runs (a third of the soak's cases) also boot the
 // machine again on one of the clones, untouched, and run a second
@@ -351,8 +352,10 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 
 // restartThenLosePower opens the store in dir again on the page cache the
 // crash left, loses power before anything else happens, and checks the
-// clone of that: it must hold every call that returned before the crash,
-// as the page cache did, since the reopened store builds on them.
+// clone of that, of a kind drawn from cloneKinds (what the kill left
+// unsynced, names included, may survive in part): it must hold every call
+// that returned before the crash, as the page cache did, since the
+// reopened store builds on them.
 func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *journal, at time.Time, fail func(string, ...any)) {
 	what := fmt.Sprintf("%v, restarted on the page cache, then power lost", c)
 	cfs.Restart()
@@ -361,8 +364,16 @@ func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *jou
 		fail("%s: the restart does not open: %v", what, err)
 		return
 	}
+	// The kill left unsynced writes and names in the page cache, and a
+	// power loss may keep any of them the device could: every kind of
+	// clone, not only the one of synced bytes, drawn from a stream of
+	// its own so that a seed's other draws stay as they were.
+	rng := rand.New(rand.NewPCG(c.wseed^uint64(c.k), 0x72657374617274))
+	kind := rng.IntN(len(cloneKinds))
+	ck := cloneKinds[kind]
+	what = fmt.Sprintf("%s, clone of %s", what, ck.name)
 	clone := filepath.Join(root, "clone-restart")
-	err = cfs.CrashClone(clone, vfs.CrashOptions{Root: dir})
+	err = cfs.CrashClone(clone, ck.options(dir, rng))
 	_ = s.Close()
 	if err != nil {
 		fail("%s: CrashClone: %v", what, err)

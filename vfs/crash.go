@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,6 +52,8 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     Sync writes them, and a crash leaves the content durable before them.
 //     Only the pages written again after the failure can become durable
 //     (whole: writeback is by page).
+//     A failed writeback may have written some of its pages before the
+//     error: [CrashFS.SetFailedWriteback] says how many; by default none.
 //   - Directories are names too. One that MkdirAll creates, and the
 //     renaming or removal of a directory, are durable only after a SyncDir
 //     of its parent; until then a crash takes the new directory away with
@@ -102,6 +105,11 @@ type CrashFS struct {
 	// (journalling file systems commit them in order), a rename whole.
 	names []nameOp
 	group int64 // the group of the last nameOp
+	// reached is the probability with which each page a failed fdatasync
+	// was to write had reached the device before the error, drawn from
+	// reachedRand (see SetFailedWriteback).
+	reached     float64
+	reachedRand *rand.Rand
 }
 
 // nameOp is one change of a name: base in dir now names node (nil: none).
@@ -212,6 +220,53 @@ func (c *CrashFS) Crash() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.crashAfter = c.ops
+}
+
+// SetFailedWriteback says how much of the writeback of an fdatasync that
+// the inner FS fails had reached the device before the error (each page's
+// I/O fails or succeeds on its own): from then on, each page such an
+// fdatasync was to write, within the file's durable size, is taken to
+// have reached the device with probability fraction, drawn from rng, and
+// is durable as the page cache held it; the others keep what the device
+// held before, as before (fraction 0, the default). The file's durable
+// size stays as it was: the failed fdatasync committed no metadata. The
+// choice is made once, at the failure, so that every clone and
+// [CrashFS.EvictFailedWrites] after it agree on what the device holds.
+//
+// It refuses a fraction outside [0, 1] (NaN too), and a nil rng with a
+// fraction strictly between 0 and 1. Safe for concurrent use; the CrashFS
+// uses rng under its mutex from then on, and it must not be used
+// elsewhere meanwhile.
+func (c *CrashFS) SetFailedWriteback(fraction float64, rng *rand.Rand) error {
+	if !(fraction >= 0 && fraction <= 1) {
+		return fmt.Errorf("vfs: CrashFS: SetFailedWriteback: fraction %v outside [0, 1]", fraction)
+	}
+	if rng == nil && fraction > 0 && fraction < 1 {
+		return errors.New("vfs: CrashFS: SetFailedWriteback: a fraction strictly between 0 and 1 needs a Rand")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reached, c.reachedRand = fraction, rng
+	return nil
+}
+
+// reachedLocked copies into durable, the content n's device held before
+// an fdatasync that failed, the pages of cur (the page cache) that this
+// fdatasync was to write and that reached the device before the error
+// (see SetFailedWriteback), within durable's size.
+func (c *CrashFS) reachedLocked(n *crashNode, durable, cur []byte) {
+	if c.reached <= 0 {
+		return
+	}
+	for _, p := range dirtyPages(n) {
+		from, to := p*crashBlockSize, min((p+1)*crashBlockSize, int64(len(durable)), int64(len(cur)))
+		if from >= to {
+			continue
+		}
+		if c.reached >= 1 || c.reachedRand.Float64() < c.reached {
+			copy(durable[from:to], cur[from:to])
+		}
+	}
 }
 
 // Restart models a process that crashed and started again on a machine

@@ -366,13 +366,6 @@ func (c *CrashFS) imageLocked(n *crashNode, opts *CrashOptions) ([]byte, error) 
 	return replayLocked(n, durable, cur, name, opts)
 }
 
-// durableLocked returns the content a crash leaves in n when it keeps no
-// unsynced write.
-func (c *CrashFS) durableLocked(n *crashNode) ([]byte, error) {
-	d, _, _, err := c.durableContentLocked(n)
-	return d, err
-}
-
 // durableContentLocked returns n's durable content, its current content
 // and a name for it.
 func (c *CrashFS) durableContentLocked(n *crashNode) (durable, cur []byte, name string, err error) {

@@ -56,15 +56,8 @@ func (c *CrashFS) evictLocked(n *crashNode) error {
 		return err
 	}
 	dirty := map[int64]bool{} // by page index
-	for i := range n.log {
-		r := &n.log[i]
-		from, to := r.off, r.off+int64(len(r.data))
-		if r.truncate {
-			from, to = min(r.off, r.prevSize), max(r.off, r.prevSize) // what it zeroed or cut
-		}
-		for p := from / crashBlockSize; p*crashBlockSize < to; p++ {
-			dirty[p] = true
-		}
+	for _, p := range dirtyPages(n) {
+		dirty[p] = true
 	}
 	evicted := bytes.Clone(cur)
 	for p := int64(0); p*crashBlockSize < int64(len(cur)); p++ {
@@ -89,4 +82,22 @@ func (c *CrashFS) evictLocked(n *crashNode) error {
 		return err
 	}
 	return f.Close()
+}
+
+// dirtyPages returns, in order, the indexes of the pages of n that its
+// unsynced log changed: those a write touched, and those a truncation cut
+// off or zeroed.
+func dirtyPages(n *crashNode) []int64 {
+	dirty := map[int64]bool{}
+	for i := range n.log {
+		r := &n.log[i]
+		from, to := r.off, r.off+int64(len(r.data))
+		if r.truncate {
+			from, to = min(r.off, r.prevSize), max(r.off, r.prevSize) // what it zeroed or cut
+		}
+		for p := from / crashBlockSize; p*crashBlockSize < to; p++ {
+			dirty[p] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(dirty))
 }

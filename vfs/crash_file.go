@@ -150,7 +150,10 @@ func (f *crashFile) Sync() error {
 	if err := f.inner.Sync(); err != nil {
 		// The writes are in the page cache, marked clean: lost to any
 		// power loss from now on, whatever later fdatasyncs report.
-		if base, derr := f.fs.durableLocked(f.node); derr == nil {
+		// Some of them may have reached the device before the error
+		// (SetFailedWriteback): those are durable, the others never.
+		if base, cur, _, derr := f.fs.durableContentLocked(f.node); derr == nil {
+			f.fs.reachedLocked(f.node, base, cur)
 			f.node.base, f.node.hasBase = base, true
 			f.node.syncedSize = int64(len(base))
 			f.node.log = nil

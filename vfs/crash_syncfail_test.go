@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,4 +85,52 @@ func TestAPageWrittenAgainAfterAFailedFdatasyncSurvivesWhole(t *testing.T) {
 		got := cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 0.5, Rand: newRand(seed)})["seg"]
 		require.Contains(t, []string{durable, rewritten}, got, "seed %d", seed)
 	}
+}
+
+// TestAFailedFdatasyncMayHaveWrittenSomeOfItsPages: a writeback error
+// fails the fdatasync, but each page's I/O fails or succeeds on its own,
+// so the device may hold some of the pages it was to write, as the page
+// cache held them, and not others; the file's durable size stays, since
+// the fdatasync committed no metadata. With SetFailedWriteback the CrashFS
+// leaves each such state, chosen once at the failure: every clone after
+// it, and an eviction, agree on it, and a later fdatasync does not change
+// it.
+func TestAFailedFdatasyncMayHaveWrittenSomeOfItsPages(t *testing.T) {
+	page := func(b string) string { return strings.Repeat(b, crashBlockSize) }
+	durable := page("o") + page("o") + page("o")
+	seen := map[string]bool{}
+	for seed := range uint64(24) {
+		dir := t.TempDir()
+		ffs := NewFaultFS(Default)
+		c := NewCrashFS(ffs)
+		require.NoError(t, c.SetFailedWriteback(0.5, newRand(seed)))
+		f := durableFile(t, c, filepath.Join(dir, "seg"), durable)
+		writeAt(t, f, page("x")+page("x")+page("x")+page("x"), 0) // a page past the durable end too
+		ffs.Inject(Rule{Op: OpSync, Times: 1})
+		require.Error(t, f.Sync())
+
+		got := cloneTree(t, c, keepNone)["seg"]
+		require.Len(t, got, len(durable), "seed %d: the failed fdatasync committed no size", seed)
+		for p := range 3 {
+			require.Contains(t, []string{page("o"), page("x")}, got[p*crashBlockSize:(p+1)*crashBlockSize], "seed %d, page %d", seed, p)
+		}
+		seen[got] = true
+		require.Equal(t, got, cloneTree(t, c, keepAll)["seg"], "seed %d: the pages a failed writeback left clean are never written back", seed)
+		require.NoError(t, c.EvictFailedWrites())
+		read := make([]byte, len(durable))
+		_, err := f.ReadAt(read, 0)
+		require.NoError(t, err)
+		require.Equal(t, got, string(read), "seed %d: an eviction reads what the device holds", seed)
+		require.NoError(t, f.Sync())
+		require.Equal(t, got, cloneTree(t, c, keepNone)["seg"], "seed %d: the next fdatasync writes nothing", seed)
+		require.NoError(t, f.Close())
+	}
+	require.Greater(t, len(seen), 4, "the pages that reached the device differ from one failure to another")
+	require.True(t, seen[durable], "some failures wrote none of the pages")
+
+	c := NewCrashFS(Default)
+	require.Error(t, c.SetFailedWriteback(0.5, nil))
+	require.Error(t, c.SetFailedWriteback(math.NaN(), newRand(1)))
+	require.Error(t, c.SetFailedWriteback(1.5, nil))
+	require.NoError(t, c.SetFailedWriteback(1, nil))
 }

@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -22,7 +23,10 @@ import (
 // reopen reads them: it then reads the device's bytes, without the failed
 // writes, in those pages. With them evicted (vfs.CrashFS.EvictFailedWrites)
 // the clone must hold every call the sync mode made durable before the
-// failure, and must not be taken for damage.
+// failure, and must not be taken for damage. In half the cases of each,
+// the failed writeback wrote a random half of its pages before the error
+// (vfs.CrashFS.SetFailedWriteback): the device then holds those, and an
+// eviction shows them.
 func TestAFailedFdatasyncThenAReopenThenAPowerLossLosesNothing(t *testing.T) {
 	per, steps := 24, 400
 	if testing.Short() {
@@ -45,7 +49,7 @@ func TestAFailedFdatasyncThenAReopenThenAPowerLossLosesNothing(t *testing.T) {
 					continue
 				}
 				last = nth
-				for _, evict := range []bool{false, true} {
+				for e, evict := range []bool{false, true} {
 					what := fmt.Sprintf("fdatasync #%d of %d failing (%v, seed %d)", nth, n, mode, w.seed)
 					dir := filepath.Join(root, fmt.Sprintf("%v-%d", mode, nth))
 					if evict {
@@ -54,6 +58,12 @@ func TestAFailedFdatasyncThenAReopenThenAPowerLossLosesNothing(t *testing.T) {
 					}
 					ffs := vfs.NewFaultFS(vfs.Default)
 					cfs := vfs.NewCrashFS(ffs)
+					if (i+e)%2 == 1 {
+						what += ", some of its pages written before the error"
+						if err := cfs.SetFailedWriteback(0.5, rand.New(rand.NewPCG(w.seed, uint64(nth)))); err != nil {
+							t.Fatal(err)
+						}
+					}
 					ffs.Inject(vfs.Rule{Op: vfs.OpSync, Nth: nth, Err: syscall.EIO})
 					watch := newSyncWatchFS(cfs)
 					j := w.run(dir, watch, watch)

@@ -1,6 +1,8 @@
 package wal
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -61,5 +63,68 @@ func TestRecordsAcknowledgedAfterTheReopenThatFollowsAFailedFdatasyncSurviveAPow
 				require.Equal(t, string(e.rec), found[e.pos], "the record acknowledged at %v is gone", e.pos)
 			}
 		})
+	}
+}
+
+// TestAFailedBatchPartlyOnTheDeviceIsReadAsTheReopenSawIt: the fdatasync
+// of a batch of records spanning several pages fails, having written a
+// random half of its pages before the error (vfs.CrashFS.SetFailedWriteback):
+// the device holds those, as the page cache did, and not the others. The
+// log is reopened in the same process, the failed pages evicted or not
+// (an eviction shows the device's bytes), appended to and synced; then
+// the power fails. The clone must open, hold every record acknowledged
+// before the failure and after the reopen, and every record the reopened
+// log showed, where it showed it.
+func TestAFailedBatchPartlyOnTheDeviceIsReadAsTheReopenSawIt(t *testing.T) {
+	for seed := range uint64(16) {
+		evict := seed%2 == 1
+		what := fmt.Sprintf("seed %d, evicted %t", seed, evict)
+		dir := t.TempDir()
+		ffs := vfs.NewFaultFS(vfs.Default)
+		cfs := vfs.NewCrashFS(ffs)
+		require.NoError(t, cfs.SetFailedWriteback(0.5, rand.New(rand.NewPCG(seed, 7))))
+		opts := Options{FS: cfs, SegmentBytes: 1 << 16, Sync: SyncAlways}
+		l, err := Open(dir, opts)
+		require.NoError(t, err, what)
+		acked := appendRecords(t, l, 0, 5)
+
+		ffs.Inject(vfs.Rule{Op: vfs.OpSync, Match: firstSegment, Times: 1})
+		var batch [][]byte
+		for i := range 6 {
+			rec := make([]byte, 2000+i)
+			for k := range rec {
+				rec[k] = byte('a' + (i+k)%26)
+			}
+			batch = append(batch, rec)
+		}
+		_, err = l.Append(batch...)
+		require.ErrorIs(t, err, ErrPoisoned, what)
+		_ = l.Close()
+		ffs.Clear()
+		if evict {
+			require.NoError(t, cfs.EvictFailedWrites(), what)
+		}
+
+		l, err = Open(dir, opts)
+		require.NoError(t, err, what)
+		seen := readAll(t, l)
+		acked = append(acked, appendRecords(t, l, 200, 5)...)
+		clone := filepath.Join(t.TempDir(), "clone")
+		require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}), what) // power lost now
+		require.NoError(t, l.Close(), what)
+
+		l2, err := Open(clone, Options{SegmentBytes: 1 << 16})
+		require.NoError(t, err, "%s: a power loss after the reopen", what)
+		found := map[Position]string{}
+		for _, e := range readAll(t, l2) {
+			found[e.pos] = string(e.rec)
+		}
+		require.NoError(t, l2.Close())
+		for _, e := range acked {
+			require.Equal(t, string(e.rec), found[e.pos], "%s: the record acknowledged at %v is gone", what, e.pos)
+		}
+		for _, e := range seen {
+			require.Equal(t, string(e.rec), found[e.pos], "%s: the reopened log showed the record at %v, the power loss took it", what, e.pos)
+		}
 	}
 }

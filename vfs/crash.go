@@ -51,9 +51,9 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     [CrashFS.EvictFailedWrites] drops them, as the kernel may), no later
 //     Sync writes them, and a crash leaves the content durable before them.
 //     Only the pages written again after the failure can become durable
-//     (whole: writeback is by page).
-//     A failed writeback may have written some of its pages before the
-//     error: [CrashFS.SetFailedWriteback] says how many; by default none.
+//     (whole: writeback is by page). The pages the failed writeback wrote
+//     before its error, if any (none unless [CrashFS.SetFailedWriteback]
+//     says otherwise), are durable as the page cache held them.
 //   - Directories are names too. One that MkdirAll creates, and the
 //     renaming or removal of a directory, are durable only after a SyncDir
 //     of its parent; until then a crash takes the new directory away with

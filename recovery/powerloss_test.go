@@ -342,7 +342,7 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 	}
 	if c.restart && cfs.Crashed() {
 		counts.restarts++
-		c.restartThenLosePower(root, dir, cfs, j, at, fail)
+		c.restartThenLosePower(root, dir, cfs, j, at, counts, fail)
 	}
 	if len(fails) > 0 {
 		fails[0] += "\n" + j.String()
@@ -356,7 +356,7 @@ func (c *plCase) run(root string, counts *plCounts) []string {
 // unsynced, names included, may survive in part): it must hold every call
 // that returned before the crash, as the page cache did, since the
 // reopened store builds on them.
-func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *journal, at time.Time, fail func(string, ...any)) {
+func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *journal, at time.Time, counts *plCounts, fail func(string, ...any)) {
 	what := fmt.Sprintf("%v, restarted on the page cache, then power lost", c)
 	cfs.Restart()
 	s, err := broker.Open(dir, broker.Options{Now: newClock(j.end).Now, SegmentBytes: broker.MinSegmentBytes, FS: cfs})
@@ -370,6 +370,9 @@ func (c *plCase) restartThenLosePower(root, dir string, cfs *vfs.CrashFS, j *jou
 	// its own so that a seed's other draws stay as they were.
 	rng := rand.New(rand.NewPCG(c.wseed^uint64(c.k), 0x72657374617274))
 	kind := rng.IntN(len(cloneKinds))
+	if kind >= metadataKinds {
+		counts.metadata++
+	}
 	ck := cloneKinds[kind]
 	what = fmt.Sprintf("%s, clone of %s", what, ck.name)
 	clone := filepath.Join(root, "clone-restart")

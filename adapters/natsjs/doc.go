@@ -120,7 +120,13 @@
 //     acknowledgement to whichever delivery of the message is pending, so
 //     an Extend holds its lease until the server confirmed it: an Ack,
 //     Nack, Reject or Extend of the same lease meanwhile waits, then
-//     finds the receipt replaced (LeaseExpired) and sends nothing.
+//     finds the receipt replaced (LeaseExpired) and sends nothing. For the
+//     same reason a Nack whose "-NAK" got no answer (a timeout, a lost
+//     connection) gives its lease up, since the server may have handed
+//     the message to another consumer meanwhile, and an Extend whose
+//     delayed "-NAK" got none holds its lease only until the deadline it
+//     asked for, when that is closer than the one it had; each error says
+//     so.
 //   - Nack on the MaxDeliveries-th delivery, and Reject, store the dead
 //     letter, then terminate the delivery. A lease that lapses on the last
 //     allowed delivery makes the server stop delivering the message and

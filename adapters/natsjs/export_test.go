@@ -143,3 +143,14 @@ func HoldBatchRetry(hold func()) (restore func()) {
 	beforeBatchRetry = hold
 	return func() { beforeBatchRetry = func() {} }
 }
+
+// SendTellThrough makes each acknowledgement a call sends to the server
+// (body: "+ACK", "-NAK ...", "+WPI", "+TERM") hand through its sending
+// (send, which returns the error of the server's answer), and returns
+// what restores the default: through may send it or not, and return
+// another error in its place.
+func SendTellThrough(through func(body string, send func() error) error) (restore func()) {
+	old := sendTell
+	sendTell = through
+	return func() { sendTell = old }
+}

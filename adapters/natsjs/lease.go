@@ -468,7 +468,10 @@ func (q *Queue) Ack(ctx context.Context, receipt broker.ReceiptValue) error {
 // from before the request, so the server's instant is never earlier. The
 // cause is recorded by the classified-cause rule (see dead.go): in the dead
 // letter on the last delivery, else in the failures stream (recordFailure),
-// for a lapse of a later delivery to record.
+// for a lapse of a later delivery to record. A "-NAK" that got no answer
+// (a timeout, an ended context, a lost connection) may have been applied:
+// the lease is given up, and the error says so; the message comes back after
+// its retry delay, or when the lease lapses if the server never got it.
 func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause error) (broker.NackValue, error) {
 	if q.unmade() {
 		return broker.NackValue{}, nilReceiver("Queue")
@@ -506,13 +509,38 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 	if delay > 0 {
 		body = fmt.Sprintf(`-NAK {"delay": %d}`, delay.Nanoseconds())
 	}
-	if err := q.tell(ctx, l.reply, body); err != nil {
-		q.restore(seq, l)
-		return broker.NackValue{}, q.connError("nack "+l.id, err)
-	}
 	visible := now.Add(delay)
+	if err := q.tell(ctx, l.reply, body); err != nil {
+		if !unanswered(err) {
+			q.restore(seq, l)
+			return broker.NackValue{}, q.connError("nack "+l.id, err)
+		}
+		// The server may have applied the "-NAK" (and may yet): the
+		// message is then handed back, and may be another consumer's
+		// by the time the caller tries again. The server applies an
+		// acknowledgement to whichever delivery is pending, so a
+		// restored lease would settle that consumer's delivery. The
+		// lease is given up instead: the message comes back after its
+		// retry delay, or, when the server never got the "-NAK", when
+		// the lease lapses (a lease this Queue no longer knows, which
+		// Wake's recheck looks for as for another process's).
+		q.handedBack(seq, visible, l, delay)
+		return broker.NackValue{}, q.connError("nack "+l.id, fmt.Errorf("the nack got no answer: the server may or may not have handed the message back, and may yet; the lease is given up, its receipt acts no more, and the message comes back after its retry delay or when its lease lapses: %w", err))
+	}
 	out.VisibleAt = visible.Round(0)
+	q.handedBack(seq, visible, l, delay)
+	return out, nil
+}
+
+// handedBack records that the message at seq, whose lease l a Nack ended,
+// is due again at visible (after a retry delay of delay), and closes the
+// wake signal.
+func (q *Queue) handedBack(seq uint64, visible time.Time, l *lease, delay time.Duration) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return // Close forgot every lease and retry; keep it so
+	}
 	// Kept without a delay too: until the message is delivered again, it
 	// is due (see drained).
 	q.retries[seq] = retry{at: visible, l: l}
@@ -521,8 +549,6 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 	} else {
 		q.wakeReadyLocked()
 	}
-	q.mu.Unlock()
-	return out, nil
 }
 
 // Reject moves the leased message to the dead-letter stream now, with
@@ -559,7 +585,11 @@ func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause e
 // this Extend settles, and then finds its receipt replaced (LeaseExpired)
 // or, when the Extend failed, the lease as it was. Otherwise a call that
 // ended the lease meanwhile would be overridden on the server by the
-// deadline of an Extend the adapter then refuses.
+// deadline of an Extend the adapter then refuses. A delayed NAK that got
+// no answer (a timeout, an ended context, a lost connection) may have
+// been applied: when it would have brought the lapse closer, the lease
+// is held until now+by only, under the same receipt, and the error says
+// so.
 func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time.Duration) (broker.LeaseValue, error) {
 	if q.unmade() {
 		return broker.LeaseValue{}, nilReceiver("Queue")
@@ -596,6 +626,16 @@ func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time
 	switch {
 	case !ok:
 		return broker.LeaseValue{}, fmt.Errorf("natsjs: queue %s: Extend by %v passes year 2262; the lease is unchanged: %w", q.name, by, broker.QueueMisconfigured)
+	case err != nil && unanswered(err) && at.Before(l.expiresAt) && !q.closed && q.leases[seq] == l:
+		// A delayed "-NAK" the server may have applied (and may yet):
+		// its deadline is then at or a little after at, where it hands
+		// the message to another consumer, whose delivery this
+		// receipt, acting after at, would settle. The lease is held
+		// until at only, under the same receipt.
+		short := *l
+		short.expiresAt = at
+		q.leases[seq] = &short
+		return broker.LeaseValue{}, q.connError("extend "+l.id, fmt.Errorf("the extend got no answer: the server may or may not have moved the lease's lapse to %v from the call, and may yet; the receipt holds the lease until %v only: %w", by, at.Round(0), err))
 	case err != nil:
 		return broker.LeaseValue{}, q.connError("extend "+l.id, err)
 	case q.closed:
@@ -624,10 +664,17 @@ func (q *Queue) Extend(ctx context.Context, receipt broker.ReceiptValue, by time
 func (q *Queue) tell(ctx context.Context, reply, body string) error {
 	ctx, cancel := q.s.bounded(ctx)
 	defer cancel()
-	_, err := q.s.nc.RequestWithContext(ctx, reply, []byte(body))
+	err := sendTell(body, func() error {
+		_, err := q.s.nc.RequestWithContext(ctx, reply, []byte(body))
+		return err
+	})
 	afterTell()
 	return err
 }
+
+// sendTell sends an acknowledgement (body) with send and returns its
+// error; tests answer in the server's place there.
+var sendTell = func(body string, send func() error) error { return send() }
 
 // afterTell runs after each acknowledgement sent to the server; tests
 // close the Store there.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/walbroker/walbroker/adapters/natsjs"
 	"github.com/walbroker/walbroker/broker"
+	"github.com/walbroker/walbroker/internal/leakcheck"
 )
 
 // Promises of the port checked on the adapter beyond the conformance
@@ -185,7 +186,10 @@ func TestAckAndRejectFreeCapacityAtOnce(t *testing.T) {
 
 // TestCloseLeavesNoSubscriptionOrGoroutine: a Store whose queues were used (Wake
 // subscribed them) leaves no subscription, and so no client goroutine,
-// behind on the caller's connection after Close.
+// behind on the caller's connection after Close, nor a goroutine of its
+// own (leakcheck): the one that watches the connection for its closing
+// used to be left to no check, and would wait for as long as the
+// connection lives.
 func TestCloseLeavesNoSubscriptionOrGoroutine(t *testing.T) {
 	ctx := context.Background()
 	nc := connect(t, sharedServer(t).ClientURL())
@@ -193,7 +197,7 @@ func TestCloseLeavesNoSubscriptionOrGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtime.GC()
-	subs, before := nc.NumSubscriptions(), clientGoroutines()
+	subs, before, ours := nc.NumSubscriptions(), clientGoroutines(), leakcheck.Running()
 	st, err := natsjs.Open(nc, natsjs.Options{Prefix: "LEAK"})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +222,17 @@ func TestCloseLeavesNoSubscriptionOrGoroutine(t *testing.T) {
 	})
 	if n := nc.NumSubscriptions(); n != subs {
 		t.Fatalf("%d subscriptions on the connection after Close, %d before Open", n, subs)
+	}
+	// The Store's own goroutine (its watch of the connection) ends
+	// with Close too.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left := leakcheck.Since(ours)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of the Store left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
 	}
 }
 

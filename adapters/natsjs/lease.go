@@ -227,6 +227,12 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 	var replies []string // of out's deliveries
 	var last delivery    // the last one pulled
 	var highest uint64   // the highest stream sequence pulled
+	// index finds a message's delivery in out by its stream sequence, and
+	// firstLapse is when the lease of out's first delivery lapses: the
+	// earliest, since every later pull began later. A pull after it may
+	// hand out again a message this Receive leased (see below).
+	index := map[uint64]int{}
+	var firstLapse time.Time
 	for len(out) < max {
 		start := time.Now()
 		got, err := q.pull(ctx, max-len(out), wait)
@@ -246,6 +252,18 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 				}
 				return nil, q.handBack(ctx, replies)
 			}
+			if j, ok := index[d.seq]; ok {
+				// Leased by an earlier pull of this Receive, whose lease
+				// lapsed since, and delivered again: deliver replaced
+				// that lease, so its receipt is void. The message is
+				// returned once, on this delivery.
+				out[j], replies[j] = dv, d.msg.Reply
+				continue
+			}
+			if len(out) == 0 {
+				firstLapse = start.Add(policy.VisibilityTimeout)
+			}
+			index[d.seq] = len(out)
 			out, replies = append(out, dv), append(replies, d.msg.Reply)
 		}
 		if err != nil {
@@ -265,7 +283,16 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			}
 			// A pull may end before the stream's last message when the
 			// server has stored messages its consumer was not yet told
-			// about: ask again, briefly, until a pull finds nothing.
+			// about: ask again, briefly, until a pull finds nothing. But
+			// not once a lease this Receive handed out may have lapsed
+			// before that pull's answer (a VisibilityTimeout shorter than
+			// a few pulls): the server would deliver its message again,
+			// to this Receive, which would spend the message's
+			// deliveries one pull after another, to its dead letter,
+			// before any consumer ran it once.
+			if !time.Now().Add(tailWait).Before(firstLapse) {
+				break
+			}
 			wait = tailWait
 			continue
 		}

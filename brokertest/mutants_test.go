@@ -88,11 +88,22 @@ func (b *mutantBackend) Queue(_ string, p broker.PolicyValue) (broker.Broker, er
 	case "replayTakesNoPlace", "nonFinalLapseFreesPlace":
 		opened.Capacity = 0 // they enforce their own: see miscount
 	}
-	m, err := broker.NewMemory(opened, broker.MemoryOptions{Now: b.now})
+	now := b.now
+	var moved *atomic.Int64
+	if b.mutant == "receivesTillNone" {
+		// Its clock moves on while a Receive runs, as a real one does:
+		// see receivesTillNone.
+		moved = new(atomic.Int64)
+		now = func() time.Time { return b.now().Add(time.Duration(moved.Load())) }
+	}
+	m, err := broker.NewMemory(opened, broker.MemoryOptions{Now: now})
 	if err != nil {
 		return nil, err
 	}
 	b.queues = append(b.queues, m)
+	if moved != nil {
+		return &receivesTillNone{Memory: m, moved: moved}, nil
+	}
 	return b.wrap(m, p, b.now), nil
 }
 
@@ -1554,4 +1565,59 @@ func TestTheSuiteFailsABrokerWhoseNackCountsOnlyReportedFailures(t *testing.T) {
 		t.Fatalf("harness: the mutant's Nack of the last delivery after a lapse answered %+v (%v); it is not broken", nv, err)
 	}
 	requireSuiteFails(t, "nackCountsReports", "retries a message Nacked on its last delivery when an earlier delivery lapsed", "NackAfterALapseOnTheLastDeliveryDeadLetters")
+}
+
+// --- A Receive hands out each message once --------------------------------
+
+func init() {
+	mutants["receivesTillNone"] = func(m *broker.Memory, _ broker.PolicyValue, _ func() time.Time) broker.Broker {
+		return m // wrapped by mutantBackend.Queue, which gives it a clock of its own
+	}
+}
+
+// receivesTillNone takes messages until a take finds none, on a clock that
+// moves on a nanosecond between two takes of one Receive, as a real one
+// does while a broker asks its server again: a lease of the first take
+// can lapse before the next, which then takes its message again. Between
+// calls its clock is the suite's.
+type receivesTillNone struct {
+	*broker.Memory
+	moved *atomic.Int64 // how far the Memory's clock is ahead of the suite's
+}
+
+func (q *receivesTillNone) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, error) {
+	defer q.moved.Store(0)                 // between calls, the suite's clock: only the takes of one call see it move
+	out, err := q.Memory.Receive(ctx, max) // the Memory's refusals, and its take
+	for err == nil && len(out) > 0 && len(out) < max {
+		q.moved.Add(1) // THE BUG: it takes again, a moment later, what lapsed since
+		more, merr := q.Memory.Receive(ctx, max-len(out))
+		if merr != nil || len(more) == 0 {
+			break
+		}
+		out = append(out, more...)
+	}
+	return out, err
+}
+
+// Seed Broker.Receive "leases up to max messages and returns them", and
+// DeliveryValue.Deliveries is 1 on a first delivery. The suite's leases
+// last minutes, or a short real time, and no case had one lapse while the
+// Receive that handed it out ran, so a broker that takes messages until it
+// finds none while its clock moves on — one Receive of one message under
+// a 1 ns lease returning it on every delivery it had, counted 1 to 5,
+// four receipts void on arrival and the message a dead letter before a
+// consumer ran it once (the NATS adapter did so under a 5 ms lease) —
+// passed.
+func TestTheSuiteFailsABrokerWhoseReceiveTakesAgainWhatLapsedDuringIt(t *testing.T) {
+	c := NewClock(t0)
+	q := mutantQueue(t, "receivesTillNone", c, broker.PolicyValue{VisibilityTimeout: time.Nanosecond, MaxDeliveries: 5})
+	ctx := context.Background()
+	if _, err := q.Publish(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 10)
+	if err != nil || len(ds) < 2 {
+		t.Fatalf("harness: one Receive of one message under a 1 ns lease returned %v, %v; the mutant returns it once, it is not broken", ids(ds), err)
+	}
+	requireSuiteFails(t, "receivesTillNone", "returns a message again, on its next delivery, when its lease lapsed during the Receive", "AReceiveHandsOutEachMessageOnceUnderTheShortestLease")
 }

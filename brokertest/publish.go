@@ -322,6 +322,36 @@ var receiveCases = []testCase{
 		}
 		e.none(q, "every message is leased")
 	}},
+	{name: "AReceiveHandsOutEachMessageOnceUnderTheShortestLease", run: func(e *env) {
+		// Seed Broker.Receive "leases up to max messages and returns
+		// them"; DeliveryValue.Deliveries is 1 on the first delivery and
+		// "a value above 1 means a previous consumer failed, timed out,
+		// or died". Under the shortest lease a policy allows (1 ns) a
+		// lease can lapse while the Receive that handed it out still
+		// runs: a broker that takes messages until it finds none, on a
+		// clock that moves meanwhile, took the lapsed one again, and
+		// returned one message several times, counted 1, 2, ..., each
+		// receipt but the last void on arrival and the message's
+		// deliveries spent, to its dead letter, before any consumer ran
+		// it once. Each message a Receive returns is one of its
+		// messages, once, never delivered before.
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = time.Nanosecond }))
+		want := map[string]bool{}
+		for range 3 {
+			want[e.publish(q, "x").ID] = true
+		}
+		ds := e.receive(q, 10)
+		if len(ds) == 0 {
+			e.Fatalf("Receive(10) of 3 messages published under a 1 ns lease returned nothing")
+		}
+		seen := map[string]bool{}
+		for _, d := range ds {
+			if !want[d.Message.ID] || seen[d.Message.ID] || d.Deliveries != 1 {
+				e.Fatalf("Receive(10) of 3 new messages under a 1 ns lease returned %v, counted %v: want each of them at most once, on its first delivery", ids(ds), deliveryCounts(ds))
+			}
+			seen[d.Message.ID] = true
+		}
+	}},
 	{name: "DeliveryCarriesMessage", run: func(e *env) {
 		q := e.queue(e.policy())
 		m := e.publish(q, "work")

@@ -617,6 +617,15 @@ func ids(ds []broker.DeliveryValue) []string {
 	return out
 }
 
+// deliveryCounts returns the Deliveries of each of ds.
+func deliveryCounts(ds []broker.DeliveryValue) []int {
+	out := make([]int, len(ds))
+	for i, d := range ds {
+		out[i] = d.Deliveries
+	}
+	return out
+}
+
 func payloads(ds []broker.DeliveryValue) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {

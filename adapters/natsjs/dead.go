@@ -136,10 +136,33 @@ func (q *Queue) failureSubject(seq uint64) string {
 // buryLeased dead-letters the message of a lease this Queue holds, with
 // cause classified. The payload is read back from the work stream: the
 // adapter keeps none.
+//
+// A message the work stream no longer holds, while its lease is live
+// here, was removed through that lease: by an earlier Reject or Nack of
+// it that stored the dead letter and terminated the delivery, but did not
+// hear the server's answer, and so kept the lease for the caller to try
+// again. When the dead letter is there (a record no replay claimed: one
+// that names no replay's Nats-Msg-Id), that call did the work, and this
+// one is done. Otherwise the message was acknowledged: the error wraps
+// broker.LeaseExpired, the lease is of no more use, and errLeaseGone
+// tells the caller not to keep it.
 func (q *Queue) buryLeased(ctx context.Context, seq uint64, l *lease, cause error) error {
 	rctx, cancel := q.s.bounded(ctx)
 	raw, err := q.work.GetMsg(rctx, seq)
 	cancel()
+	if notFound(err) {
+		rctx, cancel := q.s.bounded(ctx)
+		rec, rerr := q.deadRecord(rctx, l.id)
+		cancel()
+		switch {
+		case rerr == nil && rec.Header.Get(hdrReplayID) == "":
+			q.forgetFailure(ctx, seq, l.id)
+			return nil
+		case rerr != nil && !errors.Is(rerr, broker.DeadLetterNotFound):
+			return rerr
+		}
+		return fmt.Errorf("natsjs: queue %s: message %s is no longer in the queue, nor a dead letter: %w: %w", q.name, l.id, broker.LeaseExpired, errLeaseGone)
+	}
 	if err != nil {
 		return q.connError("read message "+l.id+" to dead-letter it", err)
 	}
@@ -170,6 +193,10 @@ func (q *Queue) buryLapsed(ctx context.Context, d delivery) error {
 	return q.bury(ctx, corpse{seq: d.seq, id: id, enqueued: enqueued, payload: d.msg.Data, deliveries: d.delivered - 1,
 		failedAt: time.Now(), reply: d.msg.Reply}, reason, code, public)
 }
+
+// errLeaseGone is wrapped by a burial that found the lease's message gone
+// from the queue (see buryLeased): the lease is not restored.
+var errLeaseGone = errors.New("the lease's message left the queue")
 
 // look begins a call that looks at the queue: it checks the store and the
 // context, bounds the context by Options.Timeout, and makes the messages

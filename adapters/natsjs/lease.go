@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -514,7 +515,9 @@ func (q *Queue) Nack(ctx context.Context, receipt broker.ReceiptValue, cause err
 	out := broker.NackValue{Deliveries: l.deliveries}
 	if l.deliveries >= policy.MaxDeliveries {
 		if err := q.buryLeased(ctx, seq, l, cause); err != nil {
-			q.restore(seq, l)
+			if !errors.Is(err, errLeaseGone) {
+				q.restore(seq, l)
+			}
 			return broker.NackValue{}, err
 		}
 		out.DeadLettered = true
@@ -592,7 +595,9 @@ func (q *Queue) Reject(ctx context.Context, receipt broker.ReceiptValue, cause e
 		return err
 	}
 	if err := q.buryLeased(ctx, seq, l, cause); err != nil {
-		q.restore(seq, l)
+		if !errors.Is(err, errLeaseGone) {
+			q.restore(seq, l)
+		}
 		return err
 	}
 	return nil

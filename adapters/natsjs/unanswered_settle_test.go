@@ -98,3 +98,55 @@ func TestAnExtendThatGotNoAnswerHoldsTheLeaseOnlyAsLongAsItAskedFor(t *testing.T
 		t.Fatalf("the other Store's Ack: %v", err)
 	}
 }
+
+// TestADeathWhoseTerminationGotNoAnswerIsDoneWhenTriedAgain: a Reject, or
+// a Nack of the last delivery, stores the dead letter, then terminates
+// the delivery; when the server applied the "+TERM" but its answer was
+// lost, the call fails and keeps its lease, for the caller to try again.
+// The message has left the queue then, and the call tried again used to
+// fail for good (it read the message back to dead-letter it, and found
+// none), while an Ack of the same receipt reported success for a message
+// that is a dead letter. Tried again, it now finds its dead letter stored
+// and the message gone, and is done.
+func TestADeathWhoseTerminationGotNoAnswerIsDoneWhenTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	cause := broker.NewError("PARSE_FAILED", 0x2A00000B, "unparsable order", "secret detail")
+	for _, c := range []struct {
+		name string
+		die  func(q *natsjs.Queue, r broker.ReceiptValue) error
+	}{
+		{"reject", func(q *natsjs.Queue, r broker.ReceiptValue) error { return q.Reject(ctx, r, cause) }},
+		{"nack", func(q *natsjs.Queue, r broker.ReceiptValue) error {
+			nv, err := q.Nack(ctx, r, cause)
+			if err == nil && !nv.DeadLettered {
+				t.Fatalf("Nack of the last delivery: %+v, want DeadLettered", nv)
+			}
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := mustQueue(t, openBackend(t).Store, "termlost"+c.name, policy(func(p *broker.PolicyValue) { p.MaxDeliveries = 1 }))
+			m, err := q.Publish(ctx, []byte("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := receiveN(t, q, 1)[0]
+			restore := answerLost("+TERM")
+			err = c.die(q, d.Lease.Receipt)
+			restore()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the %s whose +TERM lost its answer: %v; want an error wrapping the deadline", c.name, err)
+			}
+			if err := c.die(q, d.Lease.Receipt); err != nil {
+				t.Fatalf("the %s tried again: %v; want it done", c.name, err)
+			}
+			if err := q.Ack(ctx, d.Lease.Receipt); !errors.Is(err, broker.LeaseExpired) {
+				t.Fatalf("Ack of the dead message's receipt: %v; want LeaseExpired", err)
+			}
+			dls, err := q.DeadLetters(ctx, 10)
+			if err != nil || len(dls) != 1 || dls[0].Message.ID != m.ID || dls[0].Reason != "PARSE_FAILED" || dls[0].Deliveries != 1 {
+				t.Fatalf("dead letters %+v, %v; want %s PARSE_FAILED after 1 delivery", dls, err, m.ID)
+			}
+		})
+	}
+}

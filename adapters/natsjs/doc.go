@@ -230,7 +230,9 @@
 //     flight later. An Ack sent just before ExpiresAt that reaches the
 //     server after its deadline may acknowledge a message already handed
 //     to another consumer: a duplicate processing, which at-least-once
-//     permits, never a loss.
+//     permits, never a loss. An Extend that reaches the server so late
+//     moves the other consumer's deadline, and its new receipt settles
+//     that consumer's delivery until its ExpiresAt: the same duplicate.
 //   - A lapse on the last allowed delivery is noticed by nats-server 2.15
 //     at its deadline only for a first delivery; for a redelivered message
 //     only at the consumer's next pull, and until then the message holds

@@ -150,3 +150,49 @@ func TestADeathWhoseTerminationGotNoAnswerIsDoneWhenTriedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestAnExtendThatReachesTheServerLateMovesTheNextDelivery pins what the
+// package documents of an Extend that reaches the server after its
+// deadline, when the message is another consumer's already: the server
+// restarts the deadline of the delivery pending, the other one, and its
+// answer does not say so, so the Extend succeeds and its receipt settles
+// the other consumer's delivery. Both consumers hold the message:
+// duplicate processing, which at-least-once permits, never a loss.
+func TestAnExtendThatReachesTheServerLateMovesTheNextDelivery(t *testing.T) {
+	ctx := context.Background()
+	a, b, _ := twoStores(t)
+	p := policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = 500 * time.Millisecond })
+	qa := mustQueue(t, a, "extendlate", p)
+	qb := mustQueue(t, b, "extendlate", p)
+	m, err := qa.Publish(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receiveN(t, qa, 1)[0]
+	var again broker.DeliveryValue
+	restore := natsjs.SendTellThrough(func(body string, send func() error) error {
+		if strings.HasPrefix(body, "-NAK {") {
+			// Held on its way until the lease lapsed and the other
+			// Store holds the message.
+			again = receiveForeign(t, qb, 1)[0]
+		}
+		return send()
+	})
+	l, err := qa.Extend(ctx, d.Lease.Receipt, time.Minute)
+	restore()
+	if err != nil {
+		t.Fatalf("the Extend that reached the server late: %v; want it to succeed (the server's answer does not tell)", err)
+	}
+	if again.Message.ID != m.ID || again.Deliveries != 2 {
+		t.Fatalf("the other Store received %s #%d, want %s #2", again.Message.ID, again.Deliveries, m.ID)
+	}
+	if err := qa.Ack(ctx, l.Receipt); err != nil {
+		t.Fatalf("Ack with the late Extend's receipt: %v", err)
+	}
+	if _, err := qb.Nack(ctx, again.Lease.Receipt, nil); err != nil {
+		t.Fatalf("the other Store's Nack after the message was acknowledged: %v", err)
+	}
+	if ds, err := qb.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("Receive after the late Extend's Ack: %d deliveries, %v; want the message gone", len(ds), err)
+	}
+}

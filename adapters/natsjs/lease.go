@@ -291,7 +291,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]broker.DeliveryValue, e
 			// to this Receive, which would spend the message's
 			// deliveries one pull after another, to its dead letter,
 			// before any consumer ran it once.
-			if !time.Now().Add(tailWait).Before(firstLapse) {
+			if len(out) > 0 && !time.Now().Add(tailWait).Before(firstLapse) {
 				break
 			}
 			wait = tailWait

@@ -128,8 +128,11 @@
 //     asked for, when that is closer than the one it had; each error says
 //     so.
 //   - Nack on the MaxDeliveries-th delivery, and Reject, store the dead
-//     letter, then terminate the delivery. A lease that lapses on the last
-//     allowed delivery makes the server stop delivering the message and
+//     letter, then terminate the delivery; one that failed keeps its lease,
+//     and tried again is done when it finds the message gone and its dead
+//     letter stored (the "+TERM" was applied, its answer lost). A lease
+//     that lapses on the last allowed delivery makes the server stop
+//     delivering the message and
 //     publish a MAX_DELIVERIES advisory, which the deaths stream keeps; the
 //     next call of any Store that looks (Receive, DeadLetters, replay,
 //     delete, a publish refused as full; at least once a minute, at a

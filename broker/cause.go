@@ -87,26 +87,32 @@ type (
 //
 // The cause's methods (Reason, Code, Public, Unwrap, As, Is) are the
 // caller's code: if one panics, the cause counts as carrying nothing,
-// UNCLASSIFIED, 0, "".
+// UNCLASSIFIED, 0, "". So does a cause whose tree does not end (an Unwrap
+// that returns its own error, or any cycle: more than maxChainErrors
+// errors; see chainEnds), whatever its errors carry: the call goes on and
+// records the failure, as for any cause with no reason.
 func classify(cause error) (reason string, code uint32, public string, unclassified bool) {
-	reason, code, public, unclassified, _ = classifyNoting(cause)
+	reason, code, public, unclassified, _, _ = classifyNoting(cause)
 	return reason, code, public, unclassified
 }
 
 // classifyNoting is classify that also returns, when one of the cause's
-// methods panicked, what it panicked with ("" when none did), so that the
-// logger can be told.
-func classifyNoting(cause error) (reason string, code uint32, public string, unclassified bool, panicked string) {
+// methods panicked, what it panicked with ("" when none did), and whether
+// the cause's tree does not end, so that the logger can be told.
+func classifyNoting(cause error) (reason string, code uint32, public string, unclassified bool, panicked string, endless bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			reason, code, public, unclassified = ReasonUnclassified, 0, "", true
-			panicked = panicText(r)
+			panicked, endless = panicText(r), false
 		}
 	}()
+	if cause != nil && !chainEnds(cause) {
+		return ReasonUnclassified, 0, "", true, "", true
+	}
 	reason, code, public, unclassified = classifyUnclipped(cause)
 	// (A reason is ASCII: clipped, it stays one if it does not then end
 	// in an underscore.)
-	return strings.TrimRight(clip(reason, MaxReasonBytes), "_"), code, clip(public, MaxPublicBytes), unclassified, ""
+	return strings.TrimRight(clip(reason, MaxReasonBytes), "_"), code, clip(public, MaxPublicBytes), unclassified, "", false
 }
 
 // A verdict is a cause given to Nack or Reject, classified once and before
@@ -124,16 +130,19 @@ type verdict struct {
 // judge classifies cause (see classify) into a verdict. Its text is left
 // empty when ctx says Consume has logged the cause already (causeLogged):
 // one handler failure, one log line. A cause whose method panicked is
-// logged whatever ctx says, with what it panicked with: Consume cannot
-// know that.
+// logged whatever ctx says, with what it panicked with, and so is one
+// whose tree does not end, saying so: Consume cannot know either.
 func judge(ctx context.Context, cause error) verdict {
 	var v verdict
 	var unclassified bool
 	var panicked string
-	v.reason, v.code, v.public, unclassified, panicked = classifyNoting(cause)
+	var endless bool
+	v.reason, v.code, v.public, unclassified, panicked, endless = classifyNoting(cause)
 	switch {
 	case panicked != "":
 		v.text = fmt.Sprintf("a method of the cause (%T) panicked, so it is recorded as %s: %s; the cause's text: %s", cause, ReasonUnclassified, panicked, CauseText(cause))
+	case endless:
+		v.text = fmt.Sprintf("the chain of the cause (%T) does not end (more than %d errors: an Unwrap returns an error already in it), so it is recorded as %s; the cause's text: %s", cause, maxChainErrors, ReasonUnclassified, CauseText(cause))
 	case unclassified && cause != nil && (ctx == nil || ctx.Value(causeLogged{}) == nil):
 		v.text = CauseText(cause)
 	}
@@ -230,33 +239,23 @@ func screamingSnake(s string) bool {
 // error carrying nothing of a part does not hide an error inside it that
 // does.
 //
-// The methods it calls (As, Unwrap, and those has calls) are the cause's:
-// a panic in one is the caller's to recover (classify does).
+// It looks at no more than maxChainErrors errors (see walkChain): classify
+// first makes sure that the tree ends (see chainEnds). The
+// methods it calls (As, Unwrap, and those has calls) are the cause's: a
+// panic in one is the caller's to recover (classify does).
 func firstIn[T any](err error, has func(T) bool) (found T, ok bool) {
-	for err != nil {
-		if t, is := err.(T); is {
+	walkChain(err, func(e error) bool {
+		if t, is := e.(T); is {
 			if has(t) {
-				return t, true
+				found, ok = t, true
 			}
-		} else if x, is := err.(interface{ As(any) bool }); is {
+		} else if x, is := e.(interface{ As(any) bool }); is {
 			var t T
 			if x.As(&t) && has(t) {
-				return t, true
+				found, ok = t, true
 			}
 		}
-		switch x := err.(type) {
-		case interface{ Unwrap() error }:
-			err = x.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, inner := range x.Unwrap() {
-				if t, ok := firstIn(inner, has); ok {
-					return t, true
-				}
-			}
-			return found, false
-		default:
-			return found, false
-		}
-	}
-	return found, false
+		return ok
+	})
+	return found, ok
 }

@@ -185,7 +185,7 @@ func stopped(herr error, ctxs ...context.Context) error {
 			continue
 		}
 		cause := context.Cause(ctx)
-		if inChain(func() bool { return errors.Is(herr, err) || errors.Is(herr, cause) }) {
+		if causeIs(herr, err) || causeIs(herr, cause) {
 			return errConsumerStopped.Wrap(herr)
 		}
 	}
@@ -315,7 +315,7 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	c.handlerCtx, abandon = context.WithCancelCause(c.handlerCtx)
 	defer abandon(nil)
 	err = c.loop(ctx)
-	if cerr := ctx.Err(); cerr == nil || !errors.Is(err, cerr) {
+	if cerr := ctx.Err(); cerr == nil || !causeIs(err, cerr) {
 		// The broker closed or stopped for good: nothing the running
 		// handlers do can be settled any more, so they are told now
 		// rather than left to run to their end while Consume waits.
@@ -347,7 +347,7 @@ func Consume(ctx context.Context, b Broker, h Handler, opts ConsumeOptions) erro
 	c.inflight.Wait()
 	close(c.work)
 	c.workers.Wait()
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctx.Err(); cerr != nil && !causeIs(err, cerr) {
 		// b ended first, and ctx while the handlers finished: ctx's
 		// error, as when ctx ends first.
 		return cerr
@@ -700,7 +700,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		}
 		ds, err := c.receive(ctx, n)
 		c.dispatch(ctx, ds, n)
-		brokerEnded := err != nil && (errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil))
+		brokerEnded := err != nil && (causeIs(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil))
 		switch {
 		case ctx.Err() != nil:
 			// ctx's error, even when the Receive met b's end: ctx ended
@@ -752,11 +752,11 @@ func (c *consumer) loop(ctx context.Context) error {
 // it is returned in err's place (err is then the caller's to log). Not
 // end != err: an error type that is not comparable would panic there.
 func (c *consumer) endOf(err error) (end error, instead bool) {
-	if c.stopper == nil || errors.Is(err, Closed) {
+	if c.stopper == nil || causeIs(err, Closed) {
 		return err, false
 	}
 	failure := c.stopper.stopped()
-	if failure == nil || errors.Is(err, failure) {
+	if failure == nil || causeIs(err, failure) {
 		return err, false
 	}
 	return failure, true
@@ -1449,13 +1449,13 @@ func (c *consumer) keepLease(ctx context.Context, cancel context.CancelCauseFunc
 			case err == nil:
 				receipt = lease.Receipt
 				renewed = asked
-			case errors.Is(err, LeaseExpired) || errors.Is(err, UnknownReceipt):
+			case causeIs(err, LeaseExpired) || causeIs(err, UnknownReceipt):
 				lost = true
 				c.log.WarnContext(ctx, "broker: Consume: lease lost while the handler ran; cancelling it, not settling (the message will be delivered again)",
 					"message", d.Message.ID, "deliveries", d.Deliveries, "error", err)
 				cancel(err)
 				return
-			case errors.Is(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
+			case causeIs(err, Closed) || (c.stopper != nil && c.stopper.stopped() != nil):
 				// No renewal, and no settling call, can succeed again:
 				// not for this handler, nor for any other, and the loop,
 				// which may be idle, must learn of it: of the failure
@@ -1575,7 +1575,7 @@ func (c *consumer) logged(ctx context.Context) context.Context {
 // expected now and then (the handler outran it) and is a warning.
 func (c *consumer) refused(ctx context.Context, call string, err error, attrs []any) {
 	attrs = append(attrs, "call", call, "error", err)
-	if errors.Is(err, LeaseExpired) {
+	if causeIs(err, LeaseExpired) {
 		c.log.WarnContext(ctx, "broker: Consume: the lease was no longer held when the handler finished: it lapsed, and the message may be delivered again, or the handler settled the delivery itself, which it must leave to Consume", attrs...)
 		return
 	}

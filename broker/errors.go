@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -265,10 +264,23 @@ func DoNotRetry(err error) error {
 }
 
 // IsDoNotRetry reports whether err, or any error in its chain, was made by
-// [DoNotRetry].
+// [DoNotRetry], as errors.As finds it. An err whose chain does not end (an
+// Unwrap that returns its own error, or any cycle, where errors.As would
+// never return) is reported as not made by it: the broker takes such an
+// error as one that carries nothing (see [Classify]).
 func IsDoNotRetry(err error) bool {
-	var n *notRetryable
-	return errors.As(err, &n)
+	if err == nil || !chainEnds(err) {
+		return false
+	}
+	found, _ := walkChain(err, func(e error) bool {
+		if _, ok := e.(*notRetryable); ok {
+			return true
+		}
+		var n *notRetryable
+		x, ok := e.(interface{ As(any) bool })
+		return ok && x.As(&n)
+	})
+	return found
 }
 
 // notRetryable is the error DoNotRetry returns.

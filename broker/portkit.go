@@ -21,6 +21,9 @@ import (
 // bytes; see CauseText) with the message ID, and never persist it. Nothing
 // of cause but the returned parts may be written anywhere durable. A cause
 // whose methods panic is taken as one that carries nothing: UNCLASSIFIED.
+// So is one whose chain does not end (an Unwrap that returns its own
+// error, or any cycle of errors: a tree of more than 10,000 errors),
+// where errors.As would never return.
 func Classify(cause error) (reason string, code uint32, public string, unclassified bool) {
 	return classify(cause)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -62,8 +63,11 @@ const (
 // exist undoes that name), and the place checked is the place written; a
 // symbolic link as dir's last name is refused, a trailing "/" or not.
 // dir must not lie inside the store's directory, nor dir+".partial" be or
-// hold it, nor dir's last name end in ".partial" (in any case): such a dir
-// is refused before anything is made (a complete copy can keep its mark,
+// hold it, nor dir's last name end in ".partial" (in any case), nor dir
+// lie inside another store's directory (one that holds a LOCK), a
+// backup's copy (BACKUP-COPY) or a backup's partial copy (its mark, below;
+// the copy would be renamed or removed with it): such a dir is refused,
+// naming the place, before anything is made (a complete copy can keep its mark,
 // below, and named "x.partial" it would look like an unfinished copy of a
 // Backup to "x", which removes it).
 // The copy is written, every file of it fdatasynced, in dir+".partial"
@@ -282,6 +286,9 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 		}
 		return "", fmt.Errorf("its partial copy %s would %s the store's own directory %s: choose another directory", tmp, how, store)
 	}
+	if holder, what := othersAbove(place); holder != "" {
+		return "", fmt.Errorf("it lies inside %s, %s, which a backup must not be written into: choose a directory outside it", holder, what)
+	}
 	// A symbolic link, to nothing or not: the finished copy could never
 	// take its name (a directory is not renamed over a link), so the
 	// whole copy would be made, and removed, for nothing; and written
@@ -307,6 +314,40 @@ func (s *Store) checkBackupDir(dir string) (string, error) {
 		return "", fmt.Errorf("%s cannot be made: %w", place, err)
 	}
 	return place, nil
+}
+
+// storeLockName is the file every store's directory holds once it has
+// been opened (wal.Open locks it).
+const storeLockName = "LOCK"
+
+// othersAbove returns the nearest of place's parents that is another
+// store's directory (it holds a LOCK), a backup's copy not yet opened (a
+// BACKUP-COPY), or a backup's partial copy (its mark: a Backup writing
+// it, or a crashed one's leftover), and says which; "" when none is. A
+// copy written inside one of those would be lost or would harm it: the
+// Backup writing the partial copy renames it, this copy inside, to its
+// own name, or removes it on failure, this copy with it, and the next
+// Backup to its name removes a leftover whole; a store's directory holds
+// only files it made (see DESIGN.md "Files a store did not make"), and a
+// backup's copy is one. Each parent is looked at with an lstat of each of
+// the three names (not a listing of the directory, which may be large or
+// not readable); a parent where those cannot be looked at (one that does
+// not exist yet, or cannot be searched) holds none of them.
+func othersAbove(place string) (holder, what string) {
+	for dir := filepath.Dir(place); ; dir = filepath.Dir(dir) {
+		for _, m := range []struct{ name, what string }{
+			{partialMark, "the partial copy of a backup (written by a Backup now, or left by one that did not finish)"},
+			{copyMark, "a backup's copy"},
+			{storeLockName, "a store's directory"},
+		} {
+			if _, err := os.Lstat(filepath.Join(dir, m.name)); err == nil {
+				return dir, m.what
+			}
+		}
+		if parent := filepath.Dir(dir); parent == dir {
+			return "", ""
+		}
+	}
 }
 
 // within reports whether the path a is b or lies inside it (both clean

@@ -104,7 +104,9 @@ const (
 // the last checkpoint, so this is where damage to older segments shows):
 // damage fails the Backup with [Corrupt], naming the file and offset, and
 // stops the store as a Receive that met it would (reopen it; see
-// Options.Salvage). ctx ends the wait for another Backup of the store
+// Options.Salvage). A ctx that has ended when Backup begins is refused
+// with ctx's error itself, as by every call of a Queue: nothing is made.
+// ctx ends the wait for another Backup of the store
 // (which then makes nothing), and is checked between files, the index's
 // and the log's; a Backup that fails or is canceled removes what it
 // wrote and leaves no dir, but in the one case above. It fails with

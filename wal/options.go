@@ -131,7 +131,10 @@ type Options struct {
 	// but still takes Verified (like a clean Close's end) as durable: the
 	// bytes from the end of the valid frames up to it are reported as a
 	// salvaged span (the file copied aside first, and rewritten at full
-	// size when it was cut before it), never zeroed as a torn tail.
+	// size when it was cut before it), never zeroed as a torn tail. A
+	// position fewer than segment.Size(0) bytes past the end of the valid
+	// frames, which no frame can end at, makes that span run on to where
+	// the smallest frame would end, so that it can be padded over.
 	Verified Position
 	// Durable, if set, is a position the log was known durable to, by a
 	// caller that does not vouch for the records before it (a checkpoint

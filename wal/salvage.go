@@ -27,22 +27,35 @@ import (
 // on from durable when the file reaches it; a file cut before it (its size
 // less than durable) is rewritten at full size by the salvage, so that the
 // padding over the span fits, and appends go on after it.
+//
+// A durable end less than segment.Size(0) past r.End is the end of no
+// frame (none is shorter): a position the caller got wrong
+// (Options.Verified or Durable). The span then runs on to where the
+// smallest frame would end, so that a padding frame covers it and the
+// position: a span shorter than one cannot be padded, and the salvage
+// failed on it, every Open with Salvage alike, while the bytes up to
+// the position may still have held synced records (a position a little
+// short of the right one), which are reported lost rather than zeroed.
 func salvageToDurable(f *segment.File, seq uint32, r segment.Report, durable int) segment.Report {
+	to := max(durable, r.End+segment.Size(0))
 	at, cause := r.DamageAt, r.Cause
 	if r.Tail == segment.EndClean || cause == nil {
 		at, cause = r.End, errors.New("no frame")
 	}
-	if durable > f.Size() {
+	if to > f.Size() {
 		at, cause = f.Size(), fmt.Errorf("the file has %d bytes", f.Size())
 	}
-	span := segment.Span{From: r.End, To: durable, At: at,
+	if to != durable {
+		cause = fmt.Errorf("no frame ends there, the smallest would end at %d: %w", to, cause)
+	}
+	span := segment.Span{From: r.End, To: to, At: at,
 		Cause: fmt.Errorf("the log was durable to offset %d, its frames end at %d: synced records are gone: %w", durable, r.End, cause)}
-	if durable > f.Size() {
+	if to > f.Size() {
 		r.Skipped = append(slices.Clone(r.Skipped), span)
-		r.End, r.Tail, r.DamageAt, r.Cause = durable, segment.EndClean, span.At, span.Cause
+		r.End, r.Tail, r.DamageAt, r.Cause = to, segment.EndClean, span.At, span.Cause
 		return r
 	}
-	rest, _ := segment.ScanFrom(f.Data(), seq, durable, true, func(segment.Frame) error { return nil })
+	rest, _ := segment.ScanFrom(f.Data(), seq, to, true, func(segment.Frame) error { return nil })
 	rest.Skipped = slices.Concat(r.Skipped, []segment.Span{span}, rest.Skipped)
 	if rest.Cause == nil {
 		rest.DamageAt, rest.Cause = span.At, span.Cause

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,12 +249,23 @@ func (l *Log) SegmentPath(seq uint32) string {
 	return l.segPath(seq)
 }
 
-// Recovery returns what Open found and repaired.
+// Recovery returns what Open found and repaired. The report is the
+// caller's own: its slices and its TornTail are copies, which the caller
+// may change without changing what the next call returns (the log keeps
+// its own to answer it, and the Damage causes are shared, being errors,
+// which are not changed).
 func (l *Log) Recovery() Recovery {
 	if l == nil {
 		return Recovery{}
 	}
-	return l.recovery
+	r := l.recovery
+	r.Salvaged = slices.Clone(r.Salvaged)
+	r.RemovedEmpty = slices.Clone(r.RemovedEmpty)
+	if r.TornTail != nil {
+		torn := *r.TornTail
+		r.TornTail = &torn
+	}
+	return r
 }
 
 // Close makes every written record durable, stops the writer and releases

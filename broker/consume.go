@@ -221,8 +221,10 @@ func inChain(test func() bool) (found bool) {
 // When h returns nil the delivery is acked; an error marked with
 // [DoNotRetry] rejects it (nacks it when b is not a [Rejecter]); any other
 // error nacks it with that error as cause.
-// An error whose Unwrap, Is or As method panics (the handler's code too)
-// is nacked as one that carries nothing, UNCLASSIFIED.
+// An error whose Unwrap, Is or As method panics (the handler's code too),
+// or whose chain does not end (an Unwrap that returns its own error, or
+// any cycle), is nacked as one that carries nothing, UNCLASSIFIED, even
+// when marked with DoNotRetry.
 // A panic in h is recovered and nacked with a cause that carries no reason,
 // so it is recorded as UNCLASSIFIED; the panic value and stack go to
 // opts.Logger, with the message ID, or, with no Logger, into the cause's

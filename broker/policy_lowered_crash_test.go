@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -41,15 +42,41 @@ func TestARefusedPolicyChangeDeadLettersNothing(t *testing.T) {
 			fillers = append(fillers, name)
 		}
 	}
-	capOf := map[string]int{}
-	for grown := true; grown; {
-		grown = false
-		for _, f := range fillers {
-			p := base
-			p.Capacity = max(capOf[f]*2, 128)
-			if _, err := e.s.Queue(f, p); err == nil {
-				capOf[f] = p.Capacity
-				grown = true
+	// Capacity first; then MaxDeliveries, for the room a 32-bit int's
+	// Capacity leaves (five varint bytes at most, where a 64-bit one has
+	// nine). Neither is doubled past what an int holds.
+	policyOf := map[string]broker.PolicyValue{}
+	for _, f := range fillers {
+		policyOf[f] = base
+	}
+	grow := []func(*broker.PolicyValue) bool{
+		func(p *broker.PolicyValue) bool {
+			if p.Capacity > math.MaxInt/2 {
+				return false
+			}
+			p.Capacity = max(p.Capacity*2, 128)
+			return true
+		},
+		func(p *broker.PolicyValue) bool {
+			if p.MaxDeliveries > math.MaxUint32/2 || p.MaxDeliveries > math.MaxInt/2 {
+				return false
+			}
+			p.MaxDeliveries *= 2
+			return true
+		},
+	}
+	for _, g := range grow {
+		for grown := true; grown; {
+			grown = false
+			for _, f := range fillers {
+				p := policyOf[f]
+				if !g(&p) {
+					continue
+				}
+				if _, err := e.s.Queue(f, p); err == nil {
+					policyOf[f] = p
+					grown = true
+				}
 			}
 		}
 	}

@@ -42,7 +42,9 @@ var ErrCrashed = errors.New("vfs: file system has crashed")
 //     as a journalling file system that commits them in order may,
 //     whatever it keeps of the data (all of them with every block kept:
 //     the tree as the page cache holds it; see
-//     [CrashOptions.KeepUnsyncedNames]). Files are followed by identity
+//     [CrashOptions.KeepUnsyncedNames]), or, on request, any subset of
+//     them, each rename whole, as a file system with a log per file
+//     (btrfs) may ([KeepSubset]). Files are followed by identity
 //     across renames, and a removed or replaced file that a crash could
 //     bring back is kept open until its removal is durable.
 //   - A Sync the inner FS fails (a writeback error) loses the writes it
@@ -102,7 +104,8 @@ type CrashFS struct {
 	used map[string]bool
 	// names are the changes of names not yet made durable by a SyncDir of
 	// their directory, oldest first: a crash may keep any prefix of them
-	// (journalling file systems commit them in order), a rename whole.
+	// (journalling file systems commit them in order), or, with
+	// KeepSubset, any subset, a rename whole.
 	names []nameOp
 	group int64 // the group of the last nameOp
 	// reached is the probability with which each page a failed fdatasync

@@ -52,7 +52,12 @@ type CrashOptions struct {
 	// made durable survive, whatever KeepUnsyncedFraction keeps of the
 	// data: [KeepNone], [KeepPrefix] (of a length drawn uniformly, in the
 	// order they were made, each rename whole, as a journalling file
-	// system that commits them in order may leave them) or [KeepAll]. The
+	// system that commits them in order may leave them), [KeepSubset]
+	// (each change, a rename whole, kept or lost on its own with even
+	// odds, whatever became of those before it, as a file system with
+	// logs of its own per file or directory, btrfs's fsync log, may leave
+	// them; where several kept changes name one entry, the last made
+	// holds) or [KeepAll]. The
 	// default, "", is KeepPrefix strictly between 0 and 1 and KeepNone at
 	// 0 and at 1. KeepAll with KeepUnsyncedFraction 1 is a power loss
 	// after every dirty page and every journalled change of names reached
@@ -109,14 +114,25 @@ const (
 	KeepNone   KeepUnsynced = "none"   // none of them
 	KeepPrefix KeepUnsynced = "prefix" // the first of them, as many as drawn from Rand
 	KeepAll    KeepUnsynced = "all"    // all of them
+	// KeepSubset keeps each of them, or not, drawn from Rand on its own:
+	// any subset, in no order. Only KeepUnsyncedNames takes it.
+	KeepSubset KeepUnsynced = "subset"
 )
 
 // check returns an error if k is not one of the values of KeepUnsynced,
-// or "".
-func (k KeepUnsynced) check(field string) error {
+// or "", or is KeepSubset where subset is false.
+func (k KeepUnsynced) check(field string, subset bool) error {
 	switch k {
 	case "", KeepNone, KeepPrefix, KeepAll:
 		return nil
+	case KeepSubset:
+		if subset {
+			return nil
+		}
+		return fmt.Errorf("vfs: CrashClone: %s %q: a subset of a file's size changes, out of their order, is no state a file system leaves", field, string(k))
+	}
+	if subset {
+		return fmt.Errorf("vfs: CrashClone: %s %q is none of %q, %q, %q, %q", field, string(k), KeepNone, KeepPrefix, KeepSubset, KeepAll)
 	}
 	return fmt.Errorf("vfs: CrashClone: %s %q is none of %q, %q, %q", field, string(k), KeepNone, KeepPrefix, KeepAll)
 }
@@ -148,14 +164,14 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	if opts.BlockSize < 0 {
 		return fmt.Errorf("vfs: CrashClone: BlockSize %d is negative", opts.BlockSize)
 	}
-	if err := opts.KeepUnsyncedNames.check("KeepUnsyncedNames"); err != nil {
+	if err := opts.KeepUnsyncedNames.check("KeepUnsyncedNames", true); err != nil {
 		return err
 	}
-	if err := opts.KeepUnsyncedSizes.check("KeepUnsyncedSizes"); err != nil {
+	if err := opts.KeepUnsyncedSizes.check("KeepUnsyncedSizes", false); err != nil {
 		return err
 	}
 	if opts.Rand == nil && (f > 0 && f < 1 || f > 0 && opts.TearLastWrite ||
-		opts.KeepUnsyncedNames == KeepPrefix || opts.KeepUnsyncedSizes == KeepPrefix) {
+		opts.KeepUnsyncedNames == KeepPrefix || opts.KeepUnsyncedNames == KeepSubset || opts.KeepUnsyncedSizes == KeepPrefix) {
 		return errors.New("vfs: CrashClone: these options need a Rand")
 	}
 	c.mu.Lock()
@@ -193,7 +209,7 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 	}
 
 	// The durable names, and the unsynced changes of names that the crash
-	// keeps: a prefix of them, whole renames.
+	// keeps: a prefix of them, or a subset, whole renames.
 	groups := 0
 	for i, op := range c.names {
 		if i == 0 || op.group != c.names[i-1].group {
@@ -207,12 +223,23 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 			keepNames = KeepPrefix
 		}
 	}
-	keepGroups := 0
-	switch {
-	case keepNames == KeepAll:
-		keepGroups = groups
-	case keepNames == KeepPrefix && groups > 0:
-		keepGroups = opts.Rand.IntN(groups + 1)
+	// keepGroup[g-1] says whether the crash keeps group g (counted from 1).
+	keepGroup := make([]bool, groups)
+	switch keepNames {
+	case KeepAll:
+		for g := range keepGroup {
+			keepGroup[g] = true
+		}
+	case KeepPrefix:
+		if groups > 0 {
+			for g := range opts.Rand.IntN(groups + 1) {
+				keepGroup[g] = true
+			}
+		}
+	case KeepSubset:
+		for g := range keepGroup {
+			keepGroup[g] = opts.Rand.IntN(2) == 1
+		}
 	}
 	kept := make(map[*crashDir]map[string]*crashNode)
 	for i, g := 0, 0; i < len(c.names); i++ {
@@ -220,8 +247,8 @@ func (c *CrashFS) CrashClone(dst string, opts CrashOptions) error {
 		if i == 0 || op.group != c.names[i-1].group {
 			g++
 		}
-		if g > keepGroups {
-			break
+		if !keepGroup[g-1] {
+			continue
 		}
 		if kept[op.dir] == nil {
 			kept[op.dir] = make(map[string]*crashNode)

@@ -209,3 +209,86 @@ func TestASyncOfOneDirectoryMakesItsOwnNamesDurableOnly(t *testing.T) {
 	require.Equal(t, map[string]string{"a/early": "e", "b/moved": "e"}, cloneTree(t, c, opts),
 		"with only its old directory synced, the moved file has no name")
 }
+
+// TestCrashCloneMayKeepAnySubsetOfTheUnsyncedNames: a file system with
+// logs of its own per file or directory (btrfs's fsync log) may make a
+// later change of names durable without an earlier one. KeepSubset keeps
+// each change, a rename whole, on its own: every subset of them turns up
+// over enough seeds, a later removal kept without an earlier one among
+// them, and nothing else does (no rename split, no name from nowhere).
+func TestCrashCloneMayKeepAnySubsetOfTheUnsyncedNames(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	durable := map[string]string{"a": "a", "b": "b", "z": "z", "CURRENT": "v1"}
+	for _, name := range sortedKeys(durable) {
+		require.NoError(t, durableFile(t, c, filepath.Join(dir, name), durable[name]).Close())
+	}
+	require.NoError(t, c.SyncDir(dir))
+
+	require.NoError(t, c.Remove(filepath.Join(dir, "a")))  // 1
+	require.NoError(t, c.Remove(filepath.Join(dir, "b")))  // 2
+	tmp := openRW(t, c, filepath.Join(dir, "CURRENT.tmp")) // 3
+	writeAt(t, tmp, "v2", 0)
+	require.NoError(t, tmp.Sync())
+	require.NoError(t, tmp.Close())
+	require.NoError(t, c.Rename(filepath.Join(dir, "CURRENT.tmp"), filepath.Join(dir, "CURRENT"))) // 4
+	require.NoError(t, c.Remove(filepath.Join(dir, "z")))                                          // 5
+
+	// Each change as it acts on a tree; a subset's tree is the durable
+	// one with the changes kept applied in the order they were made.
+	changes := []func(map[string]string){
+		func(m map[string]string) { delete(m, "a") },
+		func(m map[string]string) { delete(m, "b") },
+		func(m map[string]string) { m["CURRENT.tmp"] = "v2" },
+		func(m map[string]string) { delete(m, "CURRENT.tmp"); m["CURRENT"] = "v2" },
+		func(m map[string]string) { delete(m, "z") },
+	}
+	var subsets []map[string]string
+	for mask := range 1 << len(changes) {
+		m := make(map[string]string)
+		for k, v := range durable {
+			m[k] = v
+		}
+		for i, change := range changes {
+			if mask&(1<<i) != 0 {
+				change(m)
+			}
+		}
+		subsets = append(subsets, m)
+	}
+	seen := make([]bool, len(subsets))
+	for seed := range uint64(600) {
+		got := cloneTree(t, c, CrashOptions{KeepUnsyncedNames: KeepSubset, Rand: newRand(seed)})
+		found := false
+		for i, want := range subsets {
+			if equalTree(want, got) {
+				seen[i], found = true, true
+			}
+		}
+		require.True(t, found, "seed %d: %v is the tree of no subset of the changes", seed, got)
+	}
+	for i, ok := range seen {
+		require.True(t, ok, "no clone kept exactly the subset %05b of the changes: %v", i, subsets[i])
+	}
+	// The state a prefix never gives and the store must survive: the
+	// second removal kept, the first lost.
+	require.True(t, seen[0b00010])
+
+	require.Equal(t, subsets[len(subsets)-1], cloneTree(t, c, CrashOptions{KeepUnsyncedFraction: 1, KeepUnsyncedNames: KeepAll}))
+	require.NoError(t, c.SyncDir(dir))
+	require.Equal(t, subsets[len(subsets)-1], cloneTree(t, c, CrashOptions{KeepUnsyncedNames: KeepSubset, Rand: newRand(1)}),
+		"a directory sync leaves no change to draw")
+}
+
+// TestCrashCloneRefusesASubsetOfSizes: KeepSubset is for names only (a
+// file's size changes out of their order are no state a file system
+// leaves), and a subset is drawn, so it needs a Rand.
+func TestCrashCloneRefusesASubsetOfSizes(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCrashFS(Default)
+	durableFile(t, c, filepath.Join(dir, "f"), "x").Close()
+	err := c.CrashClone(filepath.Join(t.TempDir(), "a"), CrashOptions{Root: dir, KeepUnsyncedSizes: KeepSubset, Rand: newRand(1)})
+	require.ErrorContains(t, err, `KeepUnsyncedSizes "subset"`)
+	err = c.CrashClone(filepath.Join(t.TempDir(), "b"), CrashOptions{Root: dir, KeepUnsyncedNames: KeepSubset})
+	require.ErrorContains(t, err, "need a Rand")
+}

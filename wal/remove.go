@@ -27,7 +27,11 @@ const sparePrefix = "spare-"
 // all, which spares the disk the zero-filling of a new file; the rest,
 // files of another size (written before a reopen with another
 // SegmentBytes) included, are deleted. The removal is
-// durable when RemoveBelow returns. A file that cannot be removed stays on
+// durable when RemoveBelow returns, and at every moment before that the
+// files removed so far are the oldest, each removal made durable (one
+// directory sync) before the next is made, so that a power loss leaves a
+// gapless log even on a file system that may keep a later change of names
+// without an earlier one. A file that cannot be removed stays on
 // disk with every later one (the error names it), so that the files left
 // are still a gapless log: out of this Log, they are removed first by the
 // next RemoveBelow, which removes nothing newer until they are gone, and
@@ -56,11 +60,19 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 		return 0, err
 	}
 	fs := l.opts.FS
-	leftovers := len(l.unremoved) > 0 // removed now, durable only with the directory sync below
+	// Each removal is made durable before the next is made, oldest first:
+	// a file system may make a later change of names durable without an
+	// earlier one that waits for the same directory sync (btrfs's log of a
+	// file synced meanwhile), and a later segment's removal kept without
+	// an earlier one's would leave a gap, which Open refuses. One
+	// directory sync per file removed, off the publish path.
 	for len(l.unremoved) > 0 {
 		u := l.unremoved[0]
 		if err := fs.Remove(u.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("wal: remove segments: %s, out of the log, still cannot be removed, nor anything after it: %w", u.path, err)
+		}
+		if serr := fs.SyncDir(l.dir); serr != nil {
+			return 0, l.fail(fmt.Errorf("remove segments: sync dir: %w", serr))
 		}
 		l.stats.bytesRemoved.Add(u.size)
 		l.stats.unremoved.Add(-u.size)
@@ -74,11 +86,6 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	}
 	if n == 0 {
 		l.listMu.Unlock()
-		if leftovers {
-			if serr := fs.SyncDir(l.dir); serr != nil {
-				return 0, l.fail(fmt.Errorf("remove segments: sync dir: %w", serr))
-			}
-		}
 		return 0, nil
 	}
 	victims := segs[:n]
@@ -87,27 +94,29 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 	l.listMu.Unlock()
 
 	var err error
-	var kept []string
 	for _, s := range victims {
+		err = errors.Join(err, s.close())
+	}
+	var kept []string
+	for i, s := range victims {
 		path := s.file.Path()
 		size := s.file.Size()
-		err = errors.Join(err, s.close())
 		if len(l.unremoved) > 0 { // one could not be removed: the later ones stay too
 			l.unremoved = append(l.unremoved, removal{path, int64(size)})
 			l.stats.unremoved.Add(int64(size))
 			continue
 		}
 		var keepErr error
+		spare := ""
 		if len(kept)+l.spareCount() < maxSpares && int64(size) == l.opts.SegmentBytes {
-			spare, kerr := l.keepSpare(path, s.seq)
-			if kerr == nil {
-				kept = append(kept, spare)
-				l.stats.bytesRemoved.Add(int64(size))
-				continue
+			var kerr error
+			if spare, kerr = l.keepSpare(path, s.seq); kerr != nil {
+				spare, keepErr = "", kerr
 			}
-			keepErr = kerr
 		}
-		if rerr := fs.Remove(path); rerr != nil {
+		if spare != "" {
+			kept = append(kept, spare)
+		} else if rerr := fs.Remove(path); rerr != nil {
 			// Removing the later segments would leave a gap in the
 			// sequence, which Open refuses as a missing segment: they
 			// stay on disk, closed, out of the log until the next Open
@@ -117,21 +126,28 @@ func (l *Log) RemoveBelow(pos Position) (int, error) {
 			l.stats.unremoved.Add(int64(size))
 			continue
 		}
+		if serr := fs.SyncDir(l.dir); serr != nil {
+			// The renames since the last sync may not be durable: a
+			// reused file could then come back under its old name with
+			// a new header. Delete instead.
+			for _, p := range kept {
+				err = errors.Join(err, fs.Remove(p))
+			}
+			l.stats.bytesRemoved.Add(int64(size))
+			// The later segments stay on disk, the log gapless.
+			for _, later := range victims[i+1:] {
+				l.unremoved = append(l.unremoved, removal{later.file.Path(), int64(later.file.Size())})
+				l.stats.unremoved.Add(int64(later.file.Size()))
+			}
+			// A failed fsync is not tried again, here or by the next
+			// rotation's SyncDir, whose success would say nothing of what
+			// this one lost: the log stops, as for a failed fdatasync.
+			return n, l.fail(fmt.Errorf("remove segments: sync dir: %w", errors.Join(serr, err)))
+		}
 		if keepErr != nil {
 			l.spareNotKept(path, keepErr)
 		}
 		l.stats.bytesRemoved.Add(int64(size))
-	}
-	if serr := fs.SyncDir(l.dir); serr != nil {
-		// The renames may not be durable: a reused file could then come
-		// back under its old name with a new header. Delete instead.
-		for _, p := range kept {
-			err = errors.Join(err, fs.Remove(p))
-		}
-		// A failed fsync is not tried again, here or by the next
-		// rotation's SyncDir, whose success would say nothing of what
-		// this one lost: the log stops, as for a failed fdatasync.
-		return n, l.fail(fmt.Errorf("remove segments: sync dir: %w", errors.Join(serr, err)))
 	}
 	// Only now may a spare be reused: its old name is durably gone.
 	l.listMu.Lock()

@@ -216,6 +216,14 @@ func (l *Log) dropInterruptedRotation(segs []*seg, reports []segment.Report) ([]
 		if err := fs.Remove(s.file.Path()); err != nil {
 			return nil, nil, fmt.Errorf("wal: open: %w", err)
 		}
+		// Durable before the next (older) one is removed: a file
+		// system may keep a later change of names without an earlier
+		// one, and an older empty segment removed with a newer one kept
+		// would leave a gap, which the next Open refuses. Rare (crashes
+		// in rotations), and before anything is appended.
+		if err := fs.SyncDir(l.dir); err != nil {
+			return nil, nil, fmt.Errorf("wal: open: sync dir: %w", err)
+		}
 		l.recovery.RemovedEmpty = append(l.recovery.RemovedEmpty, s.file.Path())
 		segs, reports = segs[:n-1], reports[:n-1]
 		l.segs.Store(&segs)

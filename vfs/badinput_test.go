@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"fmt"
 	iofs "io/fs"
 	"math"
 	"os"
@@ -215,6 +216,37 @@ func TestTheHelpersRefuseANilFS(t *testing.T) {
 	got, err := os.ReadFile(src)
 	require.NoError(t, err)
 	require.Equal(t, "keep", string(got))
+}
+
+// TestTheFunctionsOverAnFSRefuseANilPointerOne: a nil *FaultFS or
+// *CrashFS in an FS is not a nil FS (see IsNil), and CopyFile and the
+// others, which looked only for a nil FS, panicked at its first file
+// operation. Each refuses it as it refuses a nil FS.
+func TestTheFunctionsOverAnFSRefuseANilPointerOne(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	require.NoError(t, os.WriteFile(src, []byte("keep"), 0o600))
+	made := filepath.Join(dir, "made")
+	for _, fs := range []FS{(*FaultFS)(nil), (*CrashFS)(nil)} {
+		for name, call := range map[string]func() error{
+			"CopyFile":        func() error { return CopyFile(fs, src, made) },
+			"CreateEmpty":     func() error { return CreateEmpty(fs, made) },
+			"MkdirAllDurable": func() error { return MkdirAllDurable(fs, made, 0o700) },
+			"ReplaceFile":     func() error { return ReplaceFile(fs, made, []byte("x")) },
+			"WriteFile":       func() error { return WriteFile(fs, made, []byte("x")) },
+			"ReadFile":        func() error { _, err := ReadFile(fs, made, 10); return err },
+			"CheckDir":        func() error { return CheckDir(fs, made) },
+		} {
+			name = fmt.Sprintf("%s(%T)", name, fs)
+			var err error
+			require.NotPanics(t, func() { err = call() }, name)
+			require.ErrorIs(t, err, iofs.ErrInvalid, name)
+			require.ErrorContains(t, err, "nil vfs.FS", name)
+			require.ErrorContains(t, err, made, name)
+			require.NoFileExists(t, made, name)
+			require.NoDirExists(t, made, name)
+		}
+	}
 }
 
 // TestIsLinkRefusesTheEmptyPath: the empty path names no place; IsLink

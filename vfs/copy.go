@@ -15,9 +15,9 @@ const copyChunk = 1 << 20
 // copy's data durable (fdatasync). It does not sync dst's directory: the
 // caller does, once for all the files it copies there. If the copy fails
 // once dst is made, it removes dst, so that the copy may be tried again.
-// A nil fs is refused with an error wrapping io/fs.ErrInvalid.
+// A nil fs (see [IsNil]) is refused with an error wrapping io/fs.ErrInvalid.
 func CopyFile(fs FS, src, dst string) error {
-	if fs == nil {
+	if IsNil(fs) {
 		return fmt.Errorf("vfs: copy %s to %s: %w", src, dst, errNilFS)
 	}
 	in, err := fs.OpenFile(src, os.O_RDONLY, 0)
@@ -54,10 +54,10 @@ func CopyFile(fs FS, src, dst string) error {
 
 // WriteFile creates the file path, which must not exist (0600), holding
 // data, and makes its data durable (fdatasync). It does not sync path's
-// directory. On failure it removes the file it made. A nil fs is refused
+// directory. On failure it removes the file it made. A nil fs (see [IsNil]) is refused
 // with an error wrapping io/fs.ErrInvalid.
 func WriteFile(fs FS, path string, data []byte) error {
-	if fs == nil {
+	if IsNil(fs) {
 		return fmt.Errorf("vfs: write %s: %w", path, errNilFS)
 	}
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -83,10 +83,10 @@ func writeSynced(f File, data []byte) error {
 }
 
 // CreateEmpty creates the file path, empty, and fails if anything is
-// there. It syncs neither the file nor its directory. A nil fs is refused
+// there. It syncs neither the file nor its directory. A nil fs (see [IsNil]) is refused
 // with an error wrapping io/fs.ErrInvalid.
 func CreateEmpty(fs FS, path string) error {
-	if fs == nil {
+	if IsNil(fs) {
 		return fmt.Errorf("vfs: create %s: %w", path, errNilFS)
 	}
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -100,10 +100,10 @@ func CreateEmpty(fs FS, path string) error {
 // (created 0600, or truncated), fdatasyncs it, renames it over path and
 // syncs path's directory. A crash before it returns leaves path as it
 // was, or holding data, whole either way (and perhaps the .tmp file,
-// which the next call truncates). A nil fs is refused with an error
+// which the next call truncates). A nil fs (see [IsNil]) is refused with an error
 // wrapping io/fs.ErrInvalid.
 func ReplaceFile(fs FS, path string, data []byte) error {
-	if fs == nil {
+	if IsNil(fs) {
 		return fmt.Errorf("vfs: replace %s: %w", path, errNilFS)
 	}
 	tmp := path + ".tmp"
@@ -122,10 +122,10 @@ func ReplaceFile(fs FS, path string, data []byte) error {
 
 // ReadFile returns the contents of the file path, which must be at most
 // limit bytes long. An error opening it is returned as it is (check a
-// missing file with errors.Is and io/fs.ErrNotExist). A nil fs is refused
+// missing file with errors.Is and io/fs.ErrNotExist). A nil fs (see [IsNil]) is refused
 // with an error wrapping io/fs.ErrInvalid.
 func ReadFile(fs FS, path string, limit int64) ([]byte, error) {
-	if fs == nil {
+	if IsNil(fs) {
 		return nil, fmt.Errorf("vfs: read %s: %w", path, errNilFS)
 	}
 	f, err := fs.OpenFile(path, os.O_RDONLY, 0)

@@ -26,9 +26,9 @@ import (
 // directory it found in a parent it may not read (permission denied) is
 // taken as durable, since it cannot sync that parent; a directory it made
 // must have its parent synced, and an error names the directory that
-// failed. A nil fs is refused with an error wrapping io/fs.ErrInvalid.
+// failed. A nil fs (see [IsNil]) is refused with an error wrapping io/fs.ErrInvalid.
 func MkdirAllDurable(fs FS, dir string, perm os.FileMode) error {
-	if fs == nil {
+	if IsNil(fs) {
 		return fmt.Errorf("vfs: mkdir %s: %w", dir, errNilFS)
 	}
 	made := map[string]bool{} // the directories this call makes

@@ -12,8 +12,9 @@
 // and syncs, and an exclusive lock; optionally fallocate ([Allocator]) and
 // sync_file_range ([WriteBacker]). Beside them, helpers built on the
 // interface: [CopyFile], [WriteFile], [ReplaceFile], [ReadFile],
-// [CreateEmpty] and [MkdirAllDurable]; and two that ask the real file
-// system only, whatever FS a caller injects: [Resolve] and [IsLink].
+// [CreateEmpty], [MkdirAllDurable] and [CheckDir]; three that ask the real
+// file system only, whatever FS a caller injects: [Resolve], [IsLink] and
+// [EvictPageCache]; and two checks of arguments: [CheckPath] and [IsNil].
 package vfs
 
 import (
@@ -31,8 +32,9 @@ import (
 // another) has the lock. Check with errors.Is.
 var ErrLocked = errors.New("vfs: locked by another holder")
 
-// errNilFS refuses a nil FS given to a helper of this package, which would
-// otherwise panic at its first file operation.
+// errNilFS refuses a nil FS given to a function of this package, or a nil
+// pointer in one (see IsNil), which would otherwise panic at its first
+// file operation.
 var errNilFS = fmt.Errorf("nil vfs.FS: %w", iofs.ErrInvalid)
 
 // File is an open file. Its methods have the meaning of the os.File methods
@@ -106,8 +108,12 @@ func IsNil(fs FS) bool {
 }
 
 // CheckDir asks fs whether dir is a directory the store could have made
-// ([DirChecker]); a file system that cannot tell accepts it.
+// ([DirChecker]); a file system that cannot tell accepts it. A nil fs (see
+// [IsNil]) is refused with an error wrapping io/fs.ErrInvalid.
 func CheckDir(fs FS, dir string) error {
+	if IsNil(fs) {
+		return fmt.Errorf("vfs: check %s: %w", dir, errNilFS)
+	}
 	if c, ok := fs.(DirChecker); ok {
 		return c.CheckDir(dir)
 	}

@@ -76,10 +76,12 @@ type Options struct {
 	// counts without applying the deadlines that came due, and Wake says
 	// to look now, so that the Receive that follows reports the failure.
 	Now func() time.Time
-	// Sync is which calls wait for the device; see SyncMode.
+	// Sync is which calls wait for the device; see SyncMode. A value that
+	// is none of the three is refused (QueueMisconfigured).
 	Sync SyncMode
 	// SyncInterval bounds how long a written event waits for an fdatasync
-	// when nothing else asks for one. Zero means 100 ms.
+	// when nothing else asks for one. Zero means 100 ms; negative is
+	// refused (QueueMisconfigured).
 	SyncInterval time.Duration
 	// SegmentBytes is the size of each log segment file: zero means 64 MiB,
 	// otherwise at least 16 KiB and at most 1 GiB. One publish (a whole batch) must fit in one
@@ -163,7 +165,8 @@ type Options struct {
 	// crash before the report reached its caller leaves them too.
 	Salvage bool
 	// FS is the file system; nil means the real one. Tests inject faults
-	// through it.
+	// through it. A nil pointer in it (a nil *vfs.FaultFS, say) is not
+	// the real one: it is refused (QueueMisconfigured).
 	FS vfs.FS
 
 	manualMaintenance bool // tests: no background checkpoints or reclamation

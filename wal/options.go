@@ -49,18 +49,21 @@ const (
 
 // Options configures a Log. The zero value is a safe default.
 type Options struct {
-	// FS is the file system; nil means vfs.Default.
+	// FS is the file system; nil means vfs.Default. A nil pointer in it
+	// (a nil *vfs.FaultFS, say) is ErrBadOptions.
 	FS vfs.FS
 	// SegmentBytes is the size of each new segment file, allocated in full
 	// before use. Zero means DefaultSegmentBytes; otherwise it must lie in
 	// [MinSegmentBytes, MaxSegmentBytes]. It also bounds one Append: the
 	// records of one call must fit in one segment.
 	SegmentBytes int64
-	// Sync is when Append returns; see SyncMode.
+	// Sync is when Append returns; see SyncMode. A value that is no
+	// SyncMode is ErrBadOptions.
 	Sync SyncMode
 	// SyncInterval is how long written but unsynced records wait for a
 	// background fdatasync (records of AppendWritten, and every record under
-	// SyncInterval). Zero means DefaultSyncInterval.
+	// SyncInterval). Zero means DefaultSyncInterval; negative is
+	// ErrBadOptions.
 	SyncInterval time.Duration
 	// Salvage makes Open skip mid-log corruption instead of refusing it: the
 	// damaged file is copied aside first, the damaged spans are replaced by

@@ -233,9 +233,10 @@ func (s *Store) reservedSeqs(bound uint64) {
 	}
 }
 
-// Open opens the store in dir, creating the directory (0700) if it is
-// missing, and a new store where it holds none (RecoveryReport.Created
-// tells a program that expected its data there). It loads the queues' state from the last checkpoint and replays
+// Open opens the store in dir, creating the directory (0700), and those
+// of its parents that are missing (0700 too), if it is missing, and a new
+// store where it holds none (RecoveryReport.Created tells a program that
+// expected its data there). It loads the queues' state from the last checkpoint and replays
 // the log after it; without a usable checkpoint (none, one that fails its
 // checks, one taken of another store's log, or one taken before a salvage
 // repaired the log) it rebuilds the state from the whole log, which is the

@@ -94,6 +94,13 @@ const (
 // there, a removal failing part way would leave a short copy that opens
 // as a store missing messages), and the error says so.
 //
+// The copy is a checkpoint and the log up to it: Backup first writes a
+// checkpoint of the store in the store's own directory, so it needs room
+// on the store's disk whatever disk dir is on, and one that fails there
+// (a full disk) fails the Backup and stops the store's checkpoints, as any
+// failed checkpoint does (StoreStats.MaintenanceStopped): free space and
+// reopen the store before the next Backup.
+//
 // Every other call goes on meanwhile; the store's checkpoints wait while
 // the queues' state is copied, and the removal of old segments, and other
 // Backups of this store, until Backup returns; Close waits until the

@@ -216,7 +216,7 @@ func TestABackupOnAFullDiskFailsAndLeavesNothing(t *testing.T) {
 }
 
 // Backup writes a checkpoint in the store's own directory before it
-// copies (README): with only the store's disk full, a Backup to another
+// copies (its doc, and the README): with only the store's disk full, a Backup to another
 // disk with room fails too, wrapping ENOSPC, and leaves nothing there.
 // The failed checkpoint stops checkpoints until the store is reopened
 // (Backup's doc), so space freed is not enough: the reopened store's

@@ -223,7 +223,9 @@ func (q *Memory) PublishKeyed(ctx context.Context, key string, payload []byte) (
 
 // PublishBatch publishes every payload or none, as [Queue.PublishBatch]: a
 // batch that does not fit the policy's Capacity is refused whole
-// ([QueueFull]); an empty one is [InvalidBatchSize].
+// ([QueueFull]); an empty one, and one larger than a log segment of a
+// store with the default SegmentBytes holds, is [InvalidBatchSize]; one
+// with a payload above the policy's MaxMessageBytes is [MessageTooLarge].
 func (q *Memory) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
 	if q.unmade() {
 		return nil, nilReceiver("Memory")

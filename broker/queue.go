@@ -272,7 +272,8 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (M
 // after a crash either every message of the batch exists or none does. A
 // batch that does not fit the queue's Capacity is refused whole
 // (QueueFull); an empty one, and one larger than a log segment holds (see
-// Options.SegmentBytes), is InvalidBatchSize.
+// Options.SegmentBytes), is InvalidBatchSize; one with a payload above
+// the queue's MaxMessageBytes is MessageTooLarge, naming which payload.
 func (q *Queue) PublishBatch(ctx context.Context, payloads [][]byte) ([]MessageValue, error) {
 	if q.unmade() {
 		return nil, nilReceiver("Queue")

@@ -199,7 +199,9 @@ var (
 	// size and the bound.
 	InvalidBatchSize = NewError("INVALID_BATCH_SIZE", codeQueue|2, "the batch size is out of range", "")
 	// LeaseExpired is returned by Ack, Nack, Reject and Extend for a
-	// receipt whose lease has lapsed; nothing moves.
+	// receipt whose lease has lapsed, and for one whose lease ended
+	// otherwise: its message was acked, nacked or rejected, or Extend
+	// replaced the receipt with a new one. Nothing moves.
 	LeaseExpired = NewError(ReasonLeaseExpired, codeQueue|3, "the lease has lapsed", "")
 	// UnknownReceipt is returned by Ack, Nack, Reject and Extend for a
 	// receipt the queue never issued or cannot parse; nothing moves.

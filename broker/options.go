@@ -104,10 +104,20 @@ type Options struct {
 	// store for a few small messages can take a much smaller size.
 	SegmentBytes int64
 	// Logger receives what the store must not write to disk (the text of
-	// unclassified handler failures, keyed by message ID) and what recovery
-	// found. Nil discards. A failure that Consume settles is logged by
-	// Consume (ConsumeOptions.Logger), not again here, unless that Consume
-	// has no Logger: then here.
+	// unclassified handler failures, keyed by message ID, at WARN) and what
+	// an operator must hear of with no call to return it to: what Open
+	// found and repaired (a torn tail cut, an index rebuilt because its
+	// checkpoint could not be used: WARN; each span a salvage skipped:
+	// ERROR), a directory
+	// others can write (WARN, at Open), the failure that stopped the store
+	// for good (ERROR, once, saying what to do), a background checkpoint
+	// that failed and stopped maintenance (ERROR, once; one at Open or
+	// Close: WARN), reclaiming that fails (WARN, then a reminder every ten
+	// minutes at most, and INFO when it works again), and the log's own
+	// failures and repairs (see wal.Options.Logger). Nil discards. A
+	// failure that Consume settles is logged by Consume
+	// (ConsumeOptions.Logger), not again here, unless that Consume has no
+	// Logger: then here.
 	//
 	// Its handler is called with none of the store's locks held, from the
 	// calling goroutine or from the store's own (a goroutine the log starts

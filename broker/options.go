@@ -44,6 +44,8 @@ const (
 	SyncNone
 )
 
+// String returns the mode's name as walbench's -sync flag spells it:
+// "all", "publish" or "none" (another value is "SyncMode(n)").
 func (m SyncMode) String() string {
 	switch m {
 	case SyncAll:

@@ -645,7 +645,9 @@ func count(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// Recovery returns what Open found and did.
+// Recovery returns what Open found and did, after Close too. Each call
+// returns a report of its own: a caller may change its slices and map
+// without changing what a later call returns.
 func (s *Store) Recovery() RecoveryReport {
 	if s.unmade() {
 		return RecoveryReport{}

@@ -181,6 +181,13 @@ func TestFaultFSRefusesAMalformedRuleOrObserverAtOnce(t *testing.T) {
 	requirePanicsWith(t, "nil function", func() { ffs.Observe(nil) })
 	requirePanicsWith(t, "nil function", func() { ffs.OnSync(nil) })
 	requirePanicsWith(t, "nil inner FS", func() { NewFaultFS(nil) })
+	// A nil pointer in an FS is no FS either (IsNil): it panicked only at
+	// the first call, deep inside it.
+	requirePanicsWith(t, "nil inner FS", func() { NewFaultFS((*CrashFS)(nil)) })
+	requirePanicsWith(t, "nil inner FS", func() { NewFaultFS((*FaultFS)(nil)) })
+	requirePanicsWith(t, "both ShortBytes and ShortFraction", func() {
+		ffs.Inject(Rule{Op: OpWrite, ShortBytes: 1, ShortFraction: 0.5})
+	})
 
 	dir := t.TempDir()
 	require.NoError(t, ffs.SyncDir(dir), "no rule was added")

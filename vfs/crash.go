@@ -189,9 +189,10 @@ func (r *crashRecord) endSize() int64 {
 }
 
 // NewCrashFS returns a CrashFS over inner that has not crashed and tracks no
-// file yet. It panics if inner is nil, rather than at the first call.
+// file yet. It panics if inner is nil, or a nil pointer in an FS (see
+// [IsNil]), rather than at the first call.
 func NewCrashFS(inner FS) *CrashFS {
-	if inner == nil {
+	if IsNil(inner) {
 		panic(errors.New("vfs: NewCrashFS: nil inner FS"))
 	}
 	return &CrashFS{inner: inner, crashAfter: -1, dirs: make(map[string]*crashDir), used: make(map[string]bool)}

@@ -125,9 +125,12 @@ func TestCrashCloneRefusesADestinationInsideTheTreeHoweverSpelt(t *testing.T) {
 	require.NoError(t, c.CrashClone(filepath.Join(t.TempDir(), "clone"), CrashOptions{Root: dir}), "a destination outside")
 }
 
-// TestNewCrashFSRefusesANilInnerFS: it used to panic at the first call.
+// TestNewCrashFSRefusesANilInnerFS: it used to panic at the first call,
+// and did still for a nil pointer in an FS (see IsNil).
 func TestNewCrashFSRefusesANilInnerFS(t *testing.T) {
 	requirePanicsWith(t, "nil inner FS", func() { NewCrashFS(nil) })
+	requirePanicsWith(t, "nil inner FS", func() { NewCrashFS((*FaultFS)(nil)) })
+	requirePanicsWith(t, "nil inner FS", func() { NewCrashFS((*CrashFS)(nil)) })
 }
 
 // TestCrashCloneADestinationBesideTheRootIsNotInsideIt: a directory whose

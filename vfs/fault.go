@@ -164,9 +164,10 @@ type ruleState struct {
 }
 
 // NewFaultFS returns a FaultFS over inner with no rules. It panics if inner
-// is nil, rather than at the first call.
+// is nil, or a nil pointer in an FS (see [IsNil]), rather than at the first
+// call.
 func NewFaultFS(inner FS) *FaultFS {
-	if inner == nil {
+	if IsNil(inner) {
 		panic(errors.New("vfs: NewFaultFS: nil inner FS"))
 	}
 	return &FaultFS{inner: inner}
@@ -176,8 +177,9 @@ func NewFaultFS(inner FS) *FaultFS {
 // matching rule counts a call, and the first one that fires decides its
 // error. Inject panics if the rule is malformed (no valid Op, a negative
 // count, a probability outside [0, 1], NaN included, or without Rand, a
-// negative ShortBytes or a ShortFraction outside [0, 1], a short write on
-// an operation other than OpWrite). Safe for concurrent use.
+// negative ShortBytes or a ShortFraction outside [0, 1], both of them set,
+// a short write on an operation other than OpWrite). Safe for concurrent
+// use.
 func (f *FaultFS) Inject(r Rule) {
 	if err := r.validate(); err != nil {
 		panic(err)

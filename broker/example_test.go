@@ -370,3 +370,31 @@ func ExampleQueue_PublishKeyed() {
 	// created: false
 	// same ID: true ready: 1
 }
+
+// Size a store for a few small messages: segments of MinSegmentBytes, and
+// queues whose MaxMessageBytes such segments hold.
+func ExampleOptions_MaxMessageBytes() {
+	opts := broker.Options{SegmentBytes: broker.MinSegmentBytes}
+	fmt.Println("16 KiB segments hold messages of up to", opts.MaxMessageBytes(), "bytes")
+	fmt.Println("64 MiB segments hold the default 1 MiB:", broker.Options{}.MaxMessageBytes() >= broker.DefaultMaxMessageBytes)
+
+	dir, err := os.MkdirTemp("", "walbroker-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := broker.Open(dir, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	_, err = store.Queue("small", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5})
+	fmt.Println("the default MaxMessageBytes refused:", errors.Is(err, broker.QueueMisconfigured))
+	_, err = store.Queue("small", broker.PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 5, MaxMessageBytes: opts.MaxMessageBytes()})
+	fmt.Println("its own accepted:", err == nil)
+	// Output:
+	// 16 KiB segments hold messages of up to 13677 bytes
+	// 64 MiB segments hold the default 1 MiB: true
+	// the default MaxMessageBytes refused: true
+	// its own accepted: true
+}

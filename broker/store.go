@@ -1104,7 +1104,10 @@ func (s *Store) maxPayload() int { return s.opts.MaxMessageBytes() }
 // must fit in one log segment (SegmentBytes), so a queue declared with
 // more is refused ([QueueMisconfigured]). With the default 64 MiB
 // segments it is far above [DefaultMaxMessageBytes]; a store made small
-// with a low SegmentBytes takes smaller messages.
+// with a low SegmentBytes takes smaller messages (13,677 bytes with
+// [MinSegmentBytes]). It is computed, not checked: for a SegmentBytes
+// Open refuses (below MinSegmentBytes, or negative), no store is opened
+// with o, and the figure means nothing (it is negative).
 func (o Options) MaxMessageBytes() int {
 	seg := o.SegmentBytes
 	if seg == 0 {

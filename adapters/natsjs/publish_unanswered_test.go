@@ -90,3 +90,34 @@ func TestAKeyedPublishWhoseWaitForARacingPublishEndsSaysItMayBeStored(t *testing
 		t.Fatalf("PublishKeyed whose wait for a racing publish ended: %q says the server refused it", err)
 	}
 }
+
+// TestAKeyedPublishWhoseKeyClaimFailsSaysTheMessageWasNotSent: a
+// PublishKeyed first claims its key's record, and publishes the message
+// only once it holds it. When the claim fails (here its context ends
+// before it is sent), the message was never sent: the error says so,
+// rather than "publish: context canceled", which reads like the unanswered
+// publish of the message itself, and wraps the context's error. Nothing
+// is enqueued, and a retry claims the key afresh.
+func TestAKeyedPublishWhoseKeyClaimFailsSaysTheMessageWasNotSent(t *testing.T) {
+	b := openBackend(t)
+	q := mustQueue(t, b.Store, "orders", policy())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restore := natsjs.HoldKeyClaim(func(int) { cancel() })
+	defer restore()
+	_, err := q.PublishKeyed(ctx, "k", []byte("a"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("PublishKeyed whose key claim failed: %v, want Canceled", err)
+	}
+	for _, want := range []string{"claim", "dedup key", "the message was not sent"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("PublishKeyed whose key claim failed: %q does not say %q", err, want)
+		}
+	}
+	restore() // the retry claims the key as the first publish of it
+	m, err := q.PublishKeyed(context.Background(), "k", []byte("a"))
+	if err != nil || m.Payload == nil {
+		t.Fatalf("PublishKeyed again after a failed key claim: %+v, %v; want the key's first message", m, err)
+	}
+	receiveN(t, q, 1)
+}

@@ -296,7 +296,10 @@ func (q *Queue) PublishKeyed(ctx context.Context, key string, payload []byte) (b
 
 	claim, stale, dup, err := q.claimKey(ctx, subject, window)
 	if err != nil {
-		return broker.MessageValue{}, err
+		// The key's record is claimed before the message is sent: a
+		// failed claim (even one the server got no answer to) sent no
+		// message, which the error must not leave the caller to wonder.
+		return broker.MessageValue{}, fmt.Errorf("%w (in the claim of the dedup key's record, made before the message is sent: the message was not sent)", err)
 	}
 	if dup != nil {
 		return *dup, nil

@@ -289,10 +289,13 @@ func journalFrameAt(data []byte, off int) (int, bool) {
 	if len(rest) < journalFrameHeader {
 		return 0, false
 	}
-	n := int(binary.LittleEndian.Uint32(rest[0:]))
-	if n > maxJournalEntry || n > len(rest)-journalFrameHeader {
+	// Bounded before it becomes an int: a 32-bit int would take a length
+	// of 2^31 or more for a negative one, which passed both bounds.
+	length := binary.LittleEndian.Uint32(rest[0:])
+	if length > maxJournalEntry || int(length) > len(rest)-journalFrameHeader {
 		return 0, false
 	}
+	n := int(length)
 	body := rest[journalFrameHeader : journalFrameHeader+n]
 	return n, crc32.Checksum(body, castagnoli) == binary.LittleEndian.Uint32(rest[4:])
 }

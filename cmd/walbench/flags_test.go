@@ -19,6 +19,27 @@ import (
 	"github.com/walbroker/walbroker/broker"
 )
 
+// holdsPastInt reports whether an argument, or a value of a comma-separated
+// list, is a whole number past what the build's int holds (a 32-bit build's
+// past 2,147,483,647).
+func holdsPastInt(args []string) bool {
+	for _, a := range args {
+		for _, v := range strings.Split(a, ",") {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && (n > math.MaxInt || n < math.MinInt) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hugeCount is a count past every bound walbench sets and, as -messages of
+// 1 KiB, past what any test machine's disk holds, that the build's int
+// still holds: 99,999,999,999 (about 100 TB of messages) on a 64-bit
+// build, 2,000,000,000 (about 2 TB) on a 32-bit one, whose int refuses a
+// larger one as too large a number before any bound is checked.
+var hugeCount = map[bool]string{true: "99999999999", false: "2000000000"}[strconv.IntSize == 64]
+
 func TestBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -178,7 +199,7 @@ func TestFlagBounds(t *testing.T) {
 		args []string
 		want string // in the error
 	}{
-		{[]string{"drain", "-messages", "100", "-batch", "1000000000000", "-consumers", "1", "-method", "receive-ack", "-sync", "all"}, "-batch 1000000000000: must be at most 10000"},
+		{[]string{"drain", "-messages", "100", "-batch", hugeCount, "-consumers", "1", "-method", "receive-ack", "-sync", "all"}, "-batch " + hugeCount + ": must be at most 10000"},
 		{[]string{"drain", "-batch", "64,10001"}, "-batch 10001: must be at most 10000"},
 		{[]string{"mixed", "-batch", "20000"}, "-batch 20000: must be at most 10000"},
 		{[]string{"sweep", "-batch", "10001"}, "-batch 10001: must be at most 10000"},
@@ -247,6 +268,11 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"help", "extra"}, `unknown command "extra"`},
 		{[]string{"help", "publish", "extra"}, `unexpected argument "extra"`},
 	} {
+		if holdsPastInt(tc.args) {
+			// A 32-bit build: the number is refused as it is parsed,
+			// before any bound is checked.
+			tc.want = "is too large a"
+		}
 		if _, err := parseConfig(tc.args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("walbench %q: error %v, want one saying %q", tc.args, err, tc.want)
 			continue
@@ -405,12 +431,12 @@ func TestHelpOnACopiedBinary(t *testing.T) {
 // there: aimed at a production disk, a mistyped -messages would fill it.
 func TestAPrefillLargerThanTheDiskIsRefused(t *testing.T) {
 	for _, args := range [][]string{
-		{"drain", "-messages", "99999999999"},
-		{"reopen", "-messages", "99999999999", "-size", "1000"},
+		{"drain", "-messages", hugeCount},
+		{"reopen", "-messages", hugeCount, "-size", "1000"},
 	} {
 		dir := benchDir(t)
 		res := runWith(t, context.Background(), nil, append(args, "-dir", dir)...)
-		if res.code != exitError || !strings.Contains(res.stderr, args[0]+" -messages 99999999999") || !strings.Contains(res.stderr, "GiB free: lower -messages or -size") {
+		if res.code != exitError || !strings.Contains(res.stderr, args[0]+" -messages "+hugeCount) || !strings.Contains(res.stderr, "GiB free: lower -messages or -size") {
 			t.Errorf("walbench %q: exit %d, stderr %q; want %d and the room it needs", args, res.code, res.stderr, exitError)
 		}
 		assertDirEmpty(t, dir)
@@ -424,6 +450,9 @@ func TestAPrefillLargerThanTheDiskIsRefused(t *testing.T) {
 // smaller mistyped -messages. (checkRoom is called alone: a run it let go
 // would fill the disk.)
 func TestCheckRoomRefusesAPrefillWhoseSizeOverflows(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("a 32-bit int holds no -messages whose store's bytes overflow 64 bits: such a -messages is refused as too large a number")
+	}
 	for _, args := range [][]string{
 		{"drain", "-messages", "1152921504606846976"}, // 2^60
 		{"reopen", "-messages", "1152921504606846976"},
@@ -627,14 +656,14 @@ func TestAPrefillIsBoundedWhenTheFreeSpaceIsUnknown(t *testing.T) {
 		e       *env
 		refused bool
 	}{
-		{[]string{"drain", "-messages", "99999999999"}, unknown, true},
-		{[]string{"reopen", "-messages", "99999999999", "-size", "1000"}, unknown, true},
+		{[]string{"drain", "-messages", hugeCount}, unknown, true},
+		{[]string{"reopen", "-messages", hugeCount, "-size", "1000"}, unknown, true},
 		{[]string{"drain", "-messages", "100000", "-size", "16384"}, unknown, true},
 		{[]string{"full", "-rounds", "3"}, unknown, false},
 		{[]string{"drain", "-messages", "100000", "-size", "1024"}, unknown, false},
 		{[]string{"reopen"}, unknown, false},
 		// The file system's own answer for a -dir that is not there.
-		{[]string{"drain", "-messages", "99999999999", "-dir", filepath.Join(dir, "missing")}, &env{}, false},
+		{[]string{"drain", "-messages", hugeCount, "-dir", filepath.Join(dir, "missing")}, &env{}, false},
 	} {
 		args := tc.args
 		if !slices.Contains(args, "-dir") {

@@ -140,7 +140,10 @@ func (k *cloneKind) options(root string, rng *rand.Rand) vfs.CrashOptions {
 // size with no unsynced block (a file that grew comes back longer, the
 // rest zeros), every name with every byte (as the page cache holds the
 // tree: every call that returned), and prefixes of them, with some or all
-// of the data (a size change lost takes the blocks past it).
+// of the data (a size change lost takes the blocks past it); the last two
+// keep any subset of the unsynced names, as a file system that may make a
+// later change of names durable without an earlier one (btrfs's log of a
+// file synced meanwhile) may.
 var cloneKinds = []cloneKind{
 	{name: "synced only"},
 	{name: "half the unsynced blocks, last write torn", keep: 0.5, tear: true},
@@ -151,6 +154,8 @@ var cloneKinds = []cloneKind{
 	{name: "a prefix of the unsynced names and of each file's sizes, half the unsynced blocks, last write torn", keep: 0.5, tear: true, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
 	{name: "a prefix of the unsynced names, every written byte", keep: 1, keepAll: true, names: vfs.KeepPrefix},
 	{name: "a prefix of the unsynced names and of each file's sizes, every written byte", keep: 1, names: vfs.KeepPrefix, sizes: vfs.KeepPrefix},
+	{name: "any subset of the unsynced names, a prefix of each file's sizes, half the unsynced blocks, last write torn", keep: 0.5, tear: true, names: vfs.KeepSubset, sizes: vfs.KeepPrefix},
+	{name: "any subset of the unsynced names, every written byte", keep: 1, keepAll: true, names: vfs.KeepSubset},
 }
 
 // metadataKinds is where the kinds that keep names and sizes apart from

@@ -17,7 +17,8 @@ import (
 // them the removal of old segments, until the store is reopened: the store
 // goes on, and its directory grows. An operator must be able to see that:
 // StoreStats.MaintenanceStopped says why, and the log says it once, at
-// ERROR, with what to do, rather than a warning at every later rotation.
+// ERROR, with what to do, rather than a warning at every later rotation,
+// or at Close, which tries no checkpoint then.
 func TestAStoppedMaintenanceIsReportedOnceAndInStats(t *testing.T) {
 	ffs := vfs.NewFaultFS(vfs.Default)
 	var logs lockedBuffer
@@ -45,7 +46,7 @@ func TestAStoppedMaintenanceIsReportedOnceAndInStats(t *testing.T) {
 	e.close()
 	require.Equal(t, checkpoints, s.Stats().Checkpoints, "no checkpoint after the failure, Close's neither")
 
-	errors, warnings := 0, 0
+	errors, warnings, closeWarnings := 0, 0, 0
 	for _, r := range logs.records(t) {
 		msg, _ := r["msg"].(string)
 		switch {
@@ -53,10 +54,13 @@ func TestAStoppedMaintenanceIsReportedOnceAndInStats(t *testing.T) {
 			errors++
 		case r["level"] == "WARN" && strings.Contains(msg, "maintenance"):
 			warnings++
+		case strings.Contains(msg, "checkpoint at close failed"):
+			closeWarnings++
 		}
 	}
 	require.Equal(t, 1, errors, "logged once: %v", logs.records(t))
 	require.Zero(t, warnings, "and not again at each rotation")
+	require.Zero(t, closeWarnings, "nor as a checkpoint Close tried and saw fail: it tried none: %v", logs.records(t))
 }
 
 // A Close whose checkpoint fails and whose log then fails to close (a

@@ -1289,7 +1289,9 @@ func (s *Store) statsNow() StoreStats {
 // write (on a full disk, say) is skipped and logged at WARN, and Close of
 // a working store still returns nil: the log holds everything, and the
 // next Open reads it instead (StoreStats.MaintenanceStopped says why,
-// after Close too). Calls queued before Close
+// after Close too). Once checkpoints have stopped (see
+// StoreStats.MaintenanceStopped), Close tries none, and logs nothing more
+// of it. Calls queued before Close
 // complete; later ones, on the store or any of its queues, fail with
 // Closed. A store that stopped for good still releases the directory, so
 // that it can be opened again. One stopped by a failed write or fdatasync
@@ -1341,7 +1343,11 @@ func (s *Store) close() (left salvageLeft, err, cerr error) {
 	// closed is set before ckptMu is let go: a Backup waiting for it would
 	// otherwise write a checkpoint into the index after Close returned.
 	s.maint.ckptMu.Lock()
-	if s.failed.Load() == nil {
+	// Checkpoints that stopped before Close (logged at ERROR then, and in
+	// StoreStats.MaintenanceStopped) are not tried again: the stop's
+	// error, logged as this checkpoint's failure, would repeat it as a
+	// new one.
+	if s.failed.Load() == nil && s.maint.stopped.Load() == nil {
 		cerr = s.checkpointLocked()
 	}
 	s.closed.Store(true) // only Close sets it, under closeMu

@@ -261,7 +261,7 @@ const (
 func TestHelperChild(t *testing.T) {
 	role := os.Getenv(childRoleEnv)
 	if role == "" {
-		t.Skip("the child process of the kill tests")
+		t.Skip("not a test on its own: the kill tests run it as their child process, with " + childRoleEnv + " set")
 	}
 	mark := func(k, v string) {
 		js, _ := json.Marshal([2]string{k, v})

@@ -78,7 +78,9 @@ var ErrAllocateRest = errors.New("segment: allocate the rest of the file")
 // [vfs.WriteBacker], each chunk is sent to the device, and waited for,
 // before the next is written: at most one chunk of zeros is ever queued at
 // the device ahead of another file's fdatasync, instead of the whole file
-// at the final fdatasync.
+// at the final fdatasync. A write-back refused as unsupported
+// ([errors.ErrUnsupported]: ENOSYS, EOPNOTSUPP) is not tried again: the
+// file is made as where the file is no WriteBacker.
 func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func(written int64) error) (*File, error) {
 	if err := vfs.CheckPath(path); err != nil {
 		return nil, fmt.Errorf("segment: create: %w", err)
@@ -124,7 +126,16 @@ func CreatePaced(fs vfs.FS, path string, seq, salt uint32, size int64, pace func
 			return fail(err)
 		}
 		if wb != nil {
-			if err := wb.WriteBack(off, n); err != nil {
+			if err := wb.WriteBack(off, n); errors.Is(err, errors.ErrUnsupported) {
+				// Refused before doing anything (ENOSYS from a kernel or
+				// sandbox without it, EOPNOTSUPP), and so for every
+				// chunk: the sync below writes the zeros back, as on a
+				// file system without it.
+				wb = nil
+			} else if err != nil {
+				// Anything else may be the device failing, which
+				// sync_file_range may report in place of the sync
+				// below (it consumes the file's writeback error).
 				return fail(err)
 			}
 		}

@@ -96,6 +96,14 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 	for {
 		if spare, ok := l.takeSpare(); ok {
 			f, err := segment.Recycle(l.opts.FS, spare, tmp, seq, segment.NewSalt())
+			if errors.Is(err, fs.ErrExist) && !cleared {
+				// Refused before anything changed: a file is at tmp
+				// (below). Removed, the spare is still the one to reuse.
+				cleared = true
+				if p.removeLeftover(tmp) {
+					f, err = segment.Recycle(l.opts.FS, spare, tmp, seq, segment.NewSalt())
+				}
+			}
 			if err == nil && !reusable(f, seq) {
 				// Not an error of the spare's: the next Open would not
 				// know it for a file nothing was written to.
@@ -132,10 +140,7 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 			// cleanup failed too (a rename into place, then the removal);
 			// no other file of the log has that name. Remove it, once.
 			cleared = true
-			if rerr := l.opts.FS.Remove(tmp); rerr == nil {
-				l.logLater(func(log *slog.Logger) {
-					log.Warn("wal: removed a segment file an earlier rotation left", "file", tmp)
-				})
+			if p.removeLeftover(tmp) {
 				continue
 			}
 		}
@@ -147,6 +152,19 @@ func (p *preparer) make(seq uint32, active *seg) (*segment.File, bool, error) {
 		}
 		return f, false, nil
 	}
+}
+
+// removeLeftover removes the file an earlier attempt at a segment left at
+// tmp, its temporary name, and reports whether it did.
+func (p *preparer) removeLeftover(tmp string) bool {
+	l := p.l
+	if err := l.opts.FS.Remove(tmp); err != nil {
+		return false
+	}
+	l.logLater(func(log *slog.Logger) {
+		log.Warn("wal: removed a segment file an earlier rotation left", "file", tmp)
+	})
+	return true
 }
 
 // take returns the prepared file, waiting for it if it is not ready: then

@@ -140,7 +140,14 @@ func (pc *pacer) wait(written int64) error {
 		if moved := end - pc.startEnd; moved > 0 {
 			need := float64(written-paceLead)/float64(pc.size)/paceAhead*float64(pc.activeSize) - float64(end)
 			rate := float64(moved) / now.Sub(pc.start).Seconds()
-			d = min(paceLongest, time.Duration(need/rate*float64(time.Second)))
+			// Bounded before it is converted: past what a Duration
+			// holds (a rate of a byte over a long fill), the conversion
+			// of a float is the platform's choice, and amd64 gives the
+			// most negative Duration, which slept the shortest wait.
+			d = paceLongest
+			if secs := need / rate; secs < paceLongest.Seconds() {
+				d = time.Duration(secs * float64(time.Second))
+			}
 		}
 		pc.sleeps++
 		t := time.NewTimer(max(d, paceMinWait))

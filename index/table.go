@@ -16,6 +16,7 @@ import (
 	"github.com/edsrzf/mmap-go"
 	"github.com/klauspost/crc32"
 
+	"github.com/walbroker/walbroker/internal/mapfault"
 	"github.com/walbroker/walbroker/vfs"
 	"github.com/walbroker/walbroker/wal"
 )
@@ -348,12 +349,33 @@ func (t *Table) Get(seq uint64) (Entry, bool, error) {
 	if c == nil {
 		return Entry{}, false, nil
 	}
-	off := int(seq%ChunkEntries) * EntrySize
-	e, ok, damaged := decodeEntry(seq, c.m[off:off+EntrySize])
+	e, ok, damaged, err := c.entry(seq)
+	if err != nil {
+		return Entry{}, false, t.cutShort(ChunkOf(seq), err)
+	}
 	if damaged {
 		return Entry{}, false, entryDamage(t.chunkPath(ChunkOf(seq)), seq)
 	}
 	return e, ok, nil
+}
+
+// entry decodes seq's entry from the mapping, as decodeEntry does; err is
+// set, wrapping mapfault.ErrFault, when the file no longer backs the page
+// (see cutShort). The caller holds the table's mu, shared.
+func (c *chunk) entry(seq uint64) (e Entry, ok, damaged bool, err error) {
+	defer mapfault.Catch(mapfault.Guard(), &err, c.m)
+	off := int(seq%ChunkEntries) * EntrySize
+	e, ok, damaged = decodeEntry(seq, c.m[off:off+EntrySize])
+	return e, ok, damaged, nil
+}
+
+// cutShort is the error of a read of chunk n's mapping that faulted
+// (err): a page the file no longer backs, the file cut short since it was
+// mapped (OpenTable checks its size). Reading such a page raises SIGBUS,
+// which would end the process; it is damage to the file, as an entry that
+// fails its checksum is, and the table is rebuilt from the log.
+func (t *Table) cutShort(n uint64, err error) error {
+	return fmt.Errorf("%w: %s, cut short since it was opened: %w", ErrDamaged, t.chunkPath(n), err)
 }
 
 // NextStream returns the smallest sequence in [from, to] whose entry says
@@ -385,6 +407,7 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) 
 	}
 	best, found := to, false
 	damaged, bad := uint64(0), false
+	var faulted error // the file of the chunk being read was cut short: see cutShort
 	buf := new(crcBuf)
 	// scan looks for the first entry in chunk n, up to best, checking
 	// each one it steps over.
@@ -395,18 +418,16 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) 
 		}
 		base := n * ChunkEntries
 		lo, hi := max(from, base)-base, min(best, base+ChunkEntries-1)-base
-		for i := lo; i <= hi; i++ {
-			e := c.m[i*EntrySize : i*EntrySize+EntrySize]
-			if binary.LittleEndian.Uint32(e[16:]) == want {
-				best, found = base+i, true
-				return true
-			}
-			if !intact(buf, base+i, e) && !t.inMemory(base+i) {
-				best, damaged, bad = base+i, base+i, true
-				return true
-			}
+		i, hit, broken, err := t.scanChunk(c, base, lo, hi, want, buf)
+		switch {
+		case err != nil:
+			best, faulted, bad = base+i, t.cutShort(n, err), true
+		case hit:
+			best, found = base+i, true
+		case broken:
+			best, damaged, bad = base+i, base+i, true
 		}
-		return false
+		return err != nil || hit || broken
 	}
 	// The chunks of the range, in order: stepped through, or, when the
 	// range spans more chunk numbers than there are chunks, picked out.
@@ -438,6 +459,9 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) 
 			best, found, bad = seq, true, false
 		}
 	}
+	if bad && faulted != nil {
+		return 0, false, faulted
+	}
 	if bad {
 		return 0, false, entryDamage(t.chunkPath(ChunkOf(damaged)), damaged)
 	}
@@ -445,6 +469,27 @@ func (t *Table) NextStream(queue uint32, from, to uint64) (uint64, bool, error) 
 		return 0, false, nil
 	}
 	return best, true, nil
+}
+
+// scanChunk looks through the entries lo to hi of chunk c, whose first
+// sequence is base, for the first whose queue field is want (hit) or that
+// fails its checksum, computed in buf, with no entry in memory to take its
+// place (broken), and returns its index. err is set, wrapping
+// mapfault.ErrFault, when the file no longer backs a page read (see
+// cutShort), i then at or before the entry whose read faulted. The caller
+// holds mu, shared.
+func (t *Table) scanChunk(c *chunk, base, lo, hi uint64, want uint32, buf *crcBuf) (i uint64, hit, broken bool, err error) {
+	defer mapfault.Catch(mapfault.Guard(), &err, c.m)
+	for i = lo; i <= hi; i++ {
+		e := c.m[i*EntrySize : i*EntrySize+EntrySize]
+		if binary.LittleEndian.Uint32(e[16:]) == want {
+			return i, true, false, nil
+		}
+		if !intact(buf, base+i, e) && !t.inMemory(base+i) {
+			return i, false, true, nil
+		}
+	}
+	return i, false, false, nil
 }
 
 // inMemory reports whether the table holds seq's entry in memory (the

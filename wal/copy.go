@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/walbroker/walbroker/internal/mapfault"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
@@ -100,6 +101,18 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 // a segment a checkpoint covers is not read at Open, so damage to it is
 // found only where a read reaches it; a copy must not carry it unseen.
 func verifyCopy(path string, data []byte, seq uint32, sealed bool, end int) error {
+	var err error
+	if cut := mapfault.Read(data, func() error {
+		err = checkCopy(path, data, seq, sealed, end)
+		return nil
+	}); cut != nil {
+		return cutShort(path, cut)
+	}
+	return err
+}
+
+// checkCopy is verifyCopy's check, reading data unguarded.
+func checkCopy(path string, data []byte, seq uint32, sealed bool, end int) error {
 	// A segment Options.Sealed vouched for was opened without reading
 	// even its header.
 	if got, err := segment.DecodeHeader(data); err != nil {
@@ -149,7 +162,10 @@ func (l *Log) checkCopyEnd(end Position) error {
 		return fmt.Errorf("%w: %v: not within the segment's frames", ErrNotFound, end)
 	}
 	if int64(off) < frames {
-		f, err := segment.Decode(s.file.Data()[:frames], off, s.seq)
+		f, cut, err := decode(s, s.file.Data()[:frames], off)
+		if cut != nil {
+			return cutShort(s.file.Path(), cut)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %v: no frame starts there: %w", ErrNotFound, end, err)
 		}

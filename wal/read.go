@@ -46,7 +46,10 @@ func (l *Log) View(pos Position, fn func(rec []byte) error) error {
 	if off := pos.Offset(); off < segment.HeaderSize || int64(off) >= s.end.Load() {
 		return fmt.Errorf("%w: %v: offset outside the segment's records", ErrNotFound, pos)
 	}
-	f, err := segment.Decode(s.file.Data()[:s.end.Load()], pos.Offset(), s.seq)
+	f, cut, err := decode(s, s.file.Data()[:s.end.Load()], pos.Offset())
+	if cut != nil {
+		return cutShort(s.file.Path(), cut)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v: no frame starts there (%s offset %d): %w", ErrNotFound, pos, s.file.Path(), pos.Offset(), err)
 	}
@@ -121,7 +124,10 @@ func (l *Log) iterateSeg(s *seg, off int, given, sealed bool, fn func(Position, 
 	last := end - segment.Size(0) // where the seal starts, if end is right
 	for first := true; off < end; first = false {
 		last = off
-		f, err := segment.Decode(data, off, s.seq)
+		f, cut, err := decode(s, data, off)
+		if cut != nil {
+			return cutShort(s.file.Path(), cut)
+		}
 		if err != nil && first && given {
 			return fmt.Errorf("%w: %v: no frame starts there (%s offset %d): %w", ErrNotFound, MakePosition(s.seq, off), s.file.Path(), off, err)
 		}
@@ -150,7 +156,11 @@ func checkSeal(s *seg, data []byte, off int) error {
 	err := errors.New("no room for a seal")
 	if off >= segment.HeaderSize {
 		var f segment.Frame
-		if f, err = segment.Decode(data, off, s.seq); err == nil && f.Kind != segment.KindSeal {
+		var cut error
+		if f, cut, err = decode(s, data, off); cut != nil {
+			return cutShort(s.file.Path(), cut)
+		}
+		if err == nil && f.Kind != segment.KindSeal {
 			err = fmt.Errorf("a %s frame ends there", f.Kind)
 		}
 	}

@@ -19,9 +19,23 @@ import (
 // Check with errors.Is.
 var ErrFault = errors.New("a page of the mapping is not backed by the file (was it cut short?)")
 
+// Fault is the error of a read of a mapping that faulted. It wraps
+// ErrFault.
+type Fault struct {
+	Offset int // in the mapping, of the byte whose read faulted
+	Len    int // of the mapping
+}
+
+func (f *Fault) Error() string {
+	return fmt.Sprintf("mmap: reading offset %d of %d bytes mapped: %v", f.Offset, f.Len, ErrFault)
+}
+
+// Unwrap returns ErrFault.
+func (f *Fault) Unwrap() error { return ErrFault }
+
 // Read calls read, which reads m, a memory mapping, and returns its error;
-// if reading m faults, it returns an error wrapping ErrFault that gives the
-// offset in m of the page that faulted. read must not keep a slice of m
+// if reading m faults, it returns a *Fault giving the offset in m of the
+// byte whose read faulted. read must not keep a slice of m
 // past its return, nor be relied on to have finished: a fault stops it
 // where it is. A fault outside m, or any other panic, is not recovered.
 func Read(m []byte, read func() error) (err error) {
@@ -39,8 +53,8 @@ func Guard() bool { return debug.SetPanicOnFault(true) }
 
 // Catch, deferred right after Guard, gives the goroutine back the setting
 // Guard found (old) and, if the function it was deferred by faulted
-// reading one of maps, sets *err to an error wrapping ErrFault that gives
-// the offset of the page that faulted in that mapping. A fault outside
+// reading one of maps, sets *err to a *Fault giving the offset in that
+// mapping of the byte whose read faulted. A fault outside
 // maps, or any other panic, is not recovered.
 func Catch(old bool, err *error, maps ...[]byte) {
 	debug.SetPanicOnFault(old)
@@ -50,7 +64,7 @@ func Catch(old bool, err *error, maps ...[]byte) {
 	}
 	for _, m := range maps {
 		if off, ok := faultIn(m, r); ok {
-			*err = fmt.Errorf("mmap: reading offset %d of %d bytes mapped: %w", off, len(m), ErrFault)
+			*err = &Fault{Offset: off, Len: len(m)}
 			return
 		}
 	}

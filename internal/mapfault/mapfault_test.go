@@ -11,7 +11,7 @@ import (
 )
 
 // mapCutShort maps a file of size bytes, then cuts it to keep bytes.
-func mapCutShort(t *testing.T, size, keep int64) mmap.MMap {
+func mapCutShort(t testing.TB, size, keep int64) mmap.MMap {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	require.NoError(t, err)
@@ -39,6 +39,9 @@ func TestAReadPastTheFilesEndIsAnErrorGivingItsOffset(t *testing.T) {
 	})
 	require.ErrorIs(t, err, ErrFault)
 	require.ErrorContains(t, err, "offset 8197 of 1048576")
+	var f *Fault
+	require.ErrorAs(t, err, &f)
+	require.Equal(t, Fault{Offset: 8197, Len: 1 << 20}, *f)
 	require.Equal(t, byte(7), sum, "the read went as far as the fault")
 }
 
@@ -67,4 +70,24 @@ func TestAPanicThatIsNoFaultInTheMappingGoesOn(t *testing.T) {
 	require.Panics(t, func() {
 		_ = Read(m, func() error { sink += other[100]; return nil })
 	}, "a fault in another mapping is not this one's")
+}
+
+// guarded reads m[i] the way the table and the log guard a read.
+func guarded(m []byte, i int) (b byte, err error) {
+	defer Catch(Guard(), &err, m)
+	return m[i], nil
+}
+
+// BenchmarkGuard is the cost of a guarded read of one byte of a mapping:
+// what a Get of the table, or a frame decoded by the log, pays over an
+// unguarded read.
+func BenchmarkGuard(b *testing.B) {
+	m := mapCutShort(b, 8192, 8192)
+	for b.Loop() {
+		v, err := guarded(m, 100)
+		sink += v
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -27,7 +27,10 @@ import (
 // it held before and the same copy can be tried again.
 //
 // The caller keeps the segments up to end's from being removed (RemoveBelow)
-// and the log from being closed until CopyTo returns; appends go on.
+// and the log from being closed until CopyTo returns; appends go on. A
+// RemoveBelow or Close that runs all the same waits for the copy of the
+// segment under way, and the copy then fails (ErrNotFound naming the
+// segment removed, or ErrClosed) rather than read a segment removed.
 func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 	if l == nil {
 		return errNilLog
@@ -69,28 +72,48 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 			return undo(err)
 		}
 		dst := filepath.Join(dir, segName(s.seq))
-		if err := verifyCopy(s.file.Path(), s.file.Data(), s.seq, s.seq < end.Segment(), end.Offset()); err != nil {
+		if err := l.copySeg(s, dst, end); err != nil {
 			return undo(err)
-		}
-		var err error
-		if s.seq < end.Segment() {
-			err = vfs.WriteFile(fs, dst, s.file.Data())
-		} else {
-			// segment.Create, under writePrefix, refuses a dst that exists.
-			var f *segment.File
-			if f, err = writePrefix(fs, dst, s.seq, s.file.Salt(), int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
-				if err = f.Close(); err != nil {
-					err = errors.Join(err, fs.Remove(dst))
-				}
-			}
-		}
-		if err != nil {
-			return undo(fmt.Errorf("wal: copy %s to %s: %w", s.file.Path(), dir, err))
 		}
 		written = append(written, dst)
 	}
 	if err := fs.SyncDir(dir); err != nil {
 		return undo(fmt.Errorf("wal: copy to %s: %w", dir, err))
+	}
+	return nil
+}
+
+// copySeg verifies segment s and copies it to dst, whole when it is
+// before end's segment, else up to end. It reads the mapping as a reader of
+// s (enter): a RemoveBelow or Close that its caller did not keep from
+// running waits for the copy of s to end before it unmaps it, and s once
+// removed is not read at all (ErrNotFound, or ErrClosed).
+func (l *Log) copySeg(s *seg, dst string, end Position) error {
+	if !s.enter() {
+		if l.isClosed() {
+			return ErrClosed
+		}
+		return fmt.Errorf("%w: segment %s removed during the copy", ErrNotFound, s.file.Path())
+	}
+	defer s.leave()
+	if err := verifyCopy(s.file.Path(), s.file.Data(), s.seq, s.seq < end.Segment(), end.Offset()); err != nil {
+		return err
+	}
+	fs := l.opts.FS
+	var err error
+	if s.seq < end.Segment() {
+		err = vfs.WriteFile(fs, dst, s.file.Data())
+	} else {
+		// segment.Create, under writePrefix, refuses a dst that exists.
+		var f *segment.File
+		if f, err = writePrefix(fs, dst, s.seq, s.file.Salt(), int64(s.file.Size()), s.file.Data()[segment.HeaderSize:end.Offset()]); err == nil {
+			if err = f.Close(); err != nil {
+				err = errors.Join(err, fs.Remove(dst))
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("wal: copy %s to %s: %w", s.file.Path(), filepath.Dir(dst), err)
 	}
 	return nil
 }

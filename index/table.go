@@ -328,7 +328,8 @@ func (t *Table) abandonChunk(f vfs.File, path string, created bool, err error) e
 }
 
 // Get returns seq's entry: ok false if there is none, an ErrDamaged error if
-// the stored one fails its checksum.
+// the stored one fails its checksum or its file was cut short under the
+// mapping (see cutShort).
 func (t *Table) Get(seq uint64) (Entry, bool, error) {
 	if t == nil {
 		return Entry{}, false, errNilTable
@@ -388,9 +389,10 @@ func (t *Table) cutShort(n uint64, err error) error {
 // queue's, or as no stream message, and passed over unseen it left the
 // messages after it to be handed out first. The first entry that fails
 // its checksum before the answer ends the search with an ErrDamaged error
-// naming its file and offset. (An entry in memory, newer than the files'
-// or not in them yet, takes the place of the files' one, which a Flush may
-// be writing: that one is not judged.) Once Close has been called it
+// naming its file and offset; a file cut short under its mapping ends it
+// with an ErrDamaged error naming the file (see cutShort). (An entry in
+// memory, newer than the files' or not in them yet, takes the place of
+// the files' one, which a Flush may be writing: that one is not judged.) Once Close has been called it
 // fails with ErrClosed, as Get does: its files are gone, and an answer
 // from the entries in memory alone, or none, would be taken for the
 // stream's. So does it on a nil *Table (errNilTable), which has no

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 )
@@ -100,11 +101,16 @@ func CreateEmpty(fs FS, path string) error {
 // (created 0600, or truncated), fdatasyncs it, renames it over path and
 // syncs path's directory. A crash before it returns leaves path as it
 // was, or holding data, whole either way (and perhaps the .tmp file,
-// which the next call truncates). A nil fs (see [IsNil]) is refused with an error
-// wrapping io/fs.ErrInvalid.
+// which the next call truncates). One that fails before the rename
+// removes the .tmp file. A nil fs (see [IsNil]) is refused with an error
+// wrapping io/fs.ErrInvalid, and so is the empty path, which names no
+// file (its temporary file would be ".tmp" in the working directory).
 func ReplaceFile(fs FS, path string, data []byte) error {
 	if IsNil(fs) {
 		return fmt.Errorf("vfs: replace %s: %w", path, errNilFS)
+	}
+	if path == "" {
+		return fmt.Errorf("vfs: replace: empty path: %w", iofs.ErrInvalid)
 	}
 	tmp := path + ".tmp"
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -114,10 +120,13 @@ func ReplaceFile(fs FS, path string, data []byte) error {
 	if err = writeSynced(f, data); err == nil {
 		err = fs.Rename(tmp, path)
 	}
-	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
+	if err != nil {
+		// The temporary file holds nothing path does: a failed replace
+		// leaves the directory as it found it, and the same replace can
+		// be tried again.
+		return errors.Join(err, fs.Remove(tmp))
 	}
-	return err
+	return fs.SyncDir(filepath.Dir(path))
 }
 
 // ReadFile returns the contents of the file path, which must be at most

@@ -31,4 +31,7 @@ func TestOpenOfAFileSaysThePathIsNotADirectory(t *testing.T) {
 	require.NotContains(t, err.Error(), filepath.Join(f, "index"),
 		"the error blames the path given, not a subdirectory under it that the caller never named")
 	require.True(t, strings.Contains(err.Error(), "not a directory"), "error %q", err)
+	// It said "broker: open <path>: open <path>: not a directory": the
+	// path once is enough.
+	require.Equal(t, "broker: open "+f+": not a directory", err.Error())
 }

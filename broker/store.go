@@ -312,8 +312,8 @@ func openStore(dir string, opts Options) (*Store, error) {
 		if errors.Is(err, syscall.ENOTDIR) {
 			// index/ cannot be looked up because the store's own path
 			// does not lead to a directory (it names a file): say so of
-			// the path the caller gave, not of index/ under it.
-			err = &os.PathError{Op: "open", Path: where, Err: syscall.ENOTDIR}
+			// the path the caller gave, once, not of index/ under it.
+			err = syscall.ENOTDIR
 		}
 		return nil, fmt.Errorf("broker: open %s: %w", dir, err)
 	}

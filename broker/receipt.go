@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // A receipt names one lease: the queue, the message, and the lease's random
@@ -144,9 +145,20 @@ func (k receiptKeys) parse(r ReceiptValue) (queue uint32, seq, nonce uint64, err
 		}
 	}
 	if !ok {
-		return 0, 0, 0, fmt.Errorf("receipt %.12q...: not issued by this broker: %w", string(r), UnknownReceipt)
+		return 0, 0, 0, fmt.Errorf("receipt %s: not issued by this broker: %w", quoteReceipt(r), UnknownReceipt)
 	}
 	return binary.LittleEndian.Uint32(raw[1:]), binary.LittleEndian.Uint64(raw[5:]), binary.LittleEndian.Uint64(raw[13:]), nil
+}
+
+// quoteReceipt quotes the first 12 characters of a receipt that was
+// refused, marked with "..." when there were more: enough to tell which
+// one it was, while a caller's megabyte of junk stays out of the error.
+func quoteReceipt(r ReceiptValue) string {
+	const shown = 12
+	if utf8.RuneCountInString(string(r)) <= shown {
+		return fmt.Sprintf("%q", string(r))
+	}
+	return fmt.Sprintf("%.*q...", shown, string(r))
 }
 
 // payloadCopy returns a copy of p that the caller owns: never nil, even

@@ -41,3 +41,26 @@ func TestAGarbledReceiptIsRefusedNamingTheQueue(t *testing.T) {
 		}
 	}
 }
+
+// A garbled receipt is quoted in the error as it was given, and marked as
+// clipped only when it was: "zzz" read `receipt "zzz"...`, as if more had
+// been cut off.
+func TestAGarbledReceiptIsQuotedClippedOnlyWhenLong(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("jobs", policy())
+	for _, tc := range []struct {
+		receipt broker.ReceiptValue
+		want    string
+	}{
+		{"", `receipt "": not issued`},
+		{"zzz", `receipt "zzz": not issued`},
+		{"abcdefghijkl", `receipt "abcdefghijkl": not issued`},
+		{"abcdefghijklm", `receipt "abcdefghijkl"...: not issued`},
+		{broker.ReceiptValue(strings.Repeat("é", 40)), `receipt "` + strings.Repeat("é", 12) + `"...: not issued`},
+	} {
+		err := q.Ack(ctx(t), tc.receipt)
+		if !errors.Is(err, broker.UnknownReceipt) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Ack(%q) = %v; want UnknownReceipt, saying %q", tc.receipt, err, tc.want)
+		}
+	}
+}

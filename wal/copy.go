@@ -12,7 +12,8 @@ import (
 )
 
 // CopyTo writes into dir, which must exist and hold none of the files it
-// writes (nor be the log's own directory, nor be named ""), a copy of the log up to end, a
+// writes (nor be the log's own directory, nor be named "", nor hold a NUL
+// byte: an error wrapping io/fs.ErrInvalid), a copy of the log up to end, a
 // position the caller knows to be durable: each segment before end's is
 // copied whole, and end's own up to end, zero beyond, at its full size, so
 // that the copy opens as a log that ends at end. end must be where a frame
@@ -40,6 +41,9 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 	}
 	if dir == "" {
 		return errors.New("wal: copy: the directory path is empty")
+	}
+	if err := vfs.CheckPath(dir); err != nil {
+		return fmt.Errorf("wal: copy: %w", err) // quoted there: the path holds a NUL
 	}
 	if l.isClosed() {
 		return ErrClosed

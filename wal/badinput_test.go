@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	iofs "io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -142,4 +143,21 @@ func TestOpenWithANilPointerAsItsFSRefuses(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadOptions)
 		require.ErrorContains(t, err, fmt.Sprintf("FS is a nil %T", fsys))
 	}
+}
+
+// The empty path is refused by Open and CopyTo with an error wrapping
+// fs.ErrInvalid, as a path holding a NUL byte is (and as vfs.Resolve
+// refuses both): it wrapped nothing, and a caller could not tell this bad
+// argument from a failure of the file system with errors.Is.
+func TestAnEmptyPathIsRefusedAsInvalid(t *testing.T) {
+	l, err := Open("", Options{})
+	require.Nil(t, l)
+	require.ErrorIs(t, err, iofs.ErrInvalid)
+	require.EqualError(t, err, "wal: open: the directory path is empty: invalid argument")
+
+	l = mustOpen(t, t.TempDir(), Options{})
+	defer l.Close()
+	err = l.CopyTo(t.Context(), "", l.End())
+	require.ErrorIs(t, err, iofs.ErrInvalid)
+	require.EqualError(t, err, "wal: copy: the directory path is empty: invalid argument")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"path/filepath"
 
 	"github.com/walbroker/walbroker/internal/mapfault"
@@ -40,7 +41,7 @@ func (l *Log) CopyTo(ctx context.Context, dir string, end Position) error {
 		return fmt.Errorf("wal: copy to %s: nil context", dir)
 	}
 	if dir == "" {
-		return errors.New("wal: copy: the directory path is empty")
+		return fmt.Errorf("wal: copy: the directory path is empty: %w", iofs.ErrInvalid)
 	}
 	if err := vfs.CheckPath(dir); err != nil {
 		return fmt.Errorf("wal: copy: %w", err) // quoted there: the path holds a NUL

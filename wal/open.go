@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if dir == "" {
 		// Not the current directory by default: a log is opened where
 		// its caller means it to be.
-		return nil, errors.New("wal: open: the directory path is empty")
+		return nil, fmt.Errorf("wal: open: the directory path is empty: %w", iofs.ErrInvalid)
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {

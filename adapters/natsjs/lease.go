@@ -11,6 +11,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walbroker/walbroker/broker"
@@ -88,9 +89,21 @@ func (q *Queue) mac(body []byte) []byte {
 func (q *Queue) parseReceipt(r broker.ReceiptValue) (seq, nonce uint64, err error) {
 	b, derr := base64.RawURLEncoding.DecodeString(string(r))
 	if derr != nil || len(b) != receiptLen || b[0] != receiptVersion || !hmac.Equal(b[receiptBody:], q.mac(b[:receiptBody])) {
-		return 0, 0, fmt.Errorf("natsjs: queue %s: receipt %.12q...: not issued for this queue by this store: %w", q.name, string(r), broker.UnknownReceipt)
+		return 0, 0, fmt.Errorf("natsjs: queue %s: receipt %s: not issued for this queue by this store: %w", q.name, quoteReceipt(r), broker.UnknownReceipt)
 	}
 	return binary.LittleEndian.Uint64(b[1:]), binary.LittleEndian.Uint64(b[9:]), nil
+}
+
+// quoteReceipt quotes the first 12 characters of a receipt that was
+// refused, marked with "..." only when there were more: enough to tell
+// which one it was, while a caller's megabyte of junk stays out of the
+// error.
+func quoteReceipt(r broker.ReceiptValue) string {
+	const shown = 12
+	if utf8.RuneCountInString(string(r)) <= shown {
+		return fmt.Sprintf("%q", string(r))
+	}
+	return fmt.Sprintf("%.*q...", shown, string(r))
 }
 
 // liveLocked returns the lease r names if it is live at now: UnknownReceipt

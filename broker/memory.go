@@ -353,18 +353,11 @@ func tooLargeFor(payloads [][]byte, limit int) error {
 // no consumer reported anything in it. A lease deadline past year 2262 is
 // [QueueMisconfigured], and such a Receive leases and observes nothing.
 func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) {
-	if q.unmade() {
-		return nil, nilReceiver("Memory")
-	}
-	if max <= 0 {
-		return nil, fmt.Errorf("broker: memory queue: Receive max %d must be positive: %w", max, InvalidBatchSize)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
+	now, err := q.lockBatch(ctx, "Receive", max)
 	if err != nil {
 		return nil, err
 	}
+	defer q.mu.Unlock()
 	// The deadline is checked before the clock is observed, as the
 	// file-backed store checks it: a Receive refused for it observes
 	// nothing (see observeLocked).
@@ -388,6 +381,25 @@ func (q *Memory) Receive(ctx context.Context, max int) ([]DeliveryValue, error) 
 	}
 	q.counters.delivered += int64(len(out))
 	return out, nil
+}
+
+// lockBatch begins a call named method that returns up to max values: it
+// refuses a nil q and a max that is not positive, then takes q.mu and
+// begins the call (see beginLocked), in that order. On success the caller
+// holds q.mu and unlocks it; on error q.mu is not held.
+func (q *Memory) lockBatch(ctx context.Context, method string, max int) (now int64, err error) {
+	if q.unmade() {
+		return 0, nilReceiver("Memory")
+	}
+	if max <= 0 {
+		return 0, fmt.Errorf("broker: memory queue: %s max %d must be positive: %w", method, max, InvalidBatchSize)
+	}
+	q.mu.Lock()
+	if now, err = q.beginLocked(ctx); err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	return now, nil
 }
 
 // heldLocked begins a call that settles or extends a lease (see

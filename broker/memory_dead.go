@@ -13,18 +13,11 @@ import (
 // its payload. As with [Queue.DeadLetters], there is no cursor: a call
 // returns the oldest ones again.
 func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, error) {
-	if q.unmade() {
-		return nil, nilReceiver("Memory")
-	}
-	if max <= 0 {
-		return nil, fmt.Errorf("broker: memory queue: DeadLetters max %d must be positive: %w", max, InvalidBatchSize)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now, err := q.beginLocked(ctx)
+	now, err := q.lockBatch(ctx, "DeadLetters", max)
 	if err != nil {
 		return nil, err
 	}
+	defer q.mu.Unlock()
 	q.observeLocked(now)
 	dead := q.st.dead.First(max)
 	out := make([]DeadLetterValue, len(dead))
@@ -50,15 +43,11 @@ func (q *Memory) DeadLetters(ctx context.Context, max int) ([]DeadLetterValue, e
 // refuses it ([QueueFull], not counted as shed) and the dead letter stays as
 // it was. See [DeadLetterManager].
 func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
-	if q.unmade() {
-		return nilReceiver("Memory")
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	m, err := q.deadLetterLocked(ctx, id)
+	m, err := q.lockDeadLetter(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer q.mu.Unlock()
 	if c := q.policy.Capacity; c > 0 && q.st.live() >= c {
 		return fmt.Errorf("broker: memory queue holds %d of %d messages, dead letter %s does not fit: %w", q.st.live(), c, id, QueueFull)
 	}
@@ -73,21 +62,34 @@ func (q *Memory) ReplayDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetter removes dead letter id (its Message.ID) for good,
 // payload and all; see [DeadLetterManager].
 func (q *Memory) DeleteDeadLetter(ctx context.Context, id string) error {
-	if q.unmade() {
-		return nilReceiver("Memory")
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	m, err := q.deadLetterLocked(ctx, id)
+	m, err := q.lockDeadLetter(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer q.mu.Unlock()
 	q.st.detach(m)
 	q.st.forget(m.seq)
 	return nil
 }
 
-// deadLetterLocked returns the dead letter id, or [DeadLetterNotFound].
+// lockDeadLetter refuses a nil q, then takes q.mu, begins the call (see
+// beginLocked) and returns the dead letter id, or [DeadLetterNotFound]. On
+// success the caller holds q.mu and unlocks it; on error q.mu is not held.
+func (q *Memory) lockDeadLetter(ctx context.Context, id string) (*memMessage, error) {
+	if q.unmade() {
+		return nil, nilReceiver("Memory")
+	}
+	q.mu.Lock()
+	m, err := q.deadLetterLocked(ctx, id)
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	return m, nil
+}
+
+// deadLetterLocked begins a call (see beginLocked) and returns the dead
+// letter id, or [DeadLetterNotFound]. The caller holds q.mu.
 func (q *Memory) deadLetterLocked(ctx context.Context, id string) (*memMessage, error) {
 	now, err := q.beginLocked(ctx)
 	if err != nil {

@@ -136,30 +136,14 @@ func TestAPowerLossWhileACheckpointDropsATableFileLosesNothing(t *testing.T) {
 		cfs := vfs.NewCrashFS(vfs.Default)
 		w, _, _ := watchDrop(cfs, k)
 		_ = dropWorkload(dir, clock, w.fs)
-		kinds := []vfs.CrashOptions{
-			{Root: dir},
-			{Root: dir, KeepUnsyncedFraction: 0.5, TearLastWrite: true, Rand: rand.New(rand.NewPCG(rng.Uint64(), 8))},
-		}
-		if testing.Short() {
-			kinds = kinds[k%2 : k%2+1]
-		}
-		state := ""
-		if k%4 == 3 {
-			// Unsynced names and sizes kept apart from the data.
-			var opts vfs.CrashOptions
-			opts, state = metadataCrashOptions(k/4, dir, seed^uint64(k))
-			kinds = append(kinds, opts)
-			state = " (" + state + ")"
-		}
+		kinds, state := tableCrashKinds(k, dir, seed, rng, 8)
 		for c, opts := range kinds {
 			what := fmt.Sprintf("power lost after operation %d of the checkpoint that drops the table file, clone %d", k+1, c)
 			if c == len(kinds)-1 {
 				what += state
 			}
 			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
-			require.NoError(t, cfs.CrashClone(clone, opts))
-			names := dirNames(t, filepath.Join(clone, "index"))
-			marked := slices.Contains(names, "CHECKPOINTING") || slices.Contains(names, "SUSPECT")
+			names, marked := crashCloneIndex(t, cfs, clone, opts)
 			outcomes[fmt.Sprintf("table file kept %v, marker %v", slices.Contains(names, firstTable), marked)]++
 
 			s, err := broker.Open(clone, dropOptions(clock, nil, broker.SyncAll))
@@ -176,12 +160,7 @@ func TestAPowerLossWhileACheckpointDropsATableFileLosesNothing(t *testing.T) {
 			require.NoError(t, s.Close(), what)
 			_, err = os.Stat(filepath.Join(clone, "index", firstTable))
 			require.ErrorIs(t, err, os.ErrNotExist, "%s: the table file outlived a checkpoint after the power loss", what)
-			s, err = broker.Open(clone, dropOptions(clock, nil, broker.SyncAll))
-			require.NoError(t, err, what)
-			require.False(t, s.Recovery().IndexRebuilt, "%s: reopened", what)
-			requireSameState(t, want, unplaced(broker.Dump(s)), what+", reopened")
-			require.NoError(t, s.Close())
-			require.NoError(t, os.RemoveAll(clone))
+			requireReopensLoaded(t, clone, clock, want, what)
 		}
 		require.NoError(t, os.RemoveAll(dir))
 	}

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 
@@ -142,30 +141,14 @@ func TestAPowerLossWhileOpenRemovesATableFileNoCheckpointNamesLosesNothing(t *te
 		cfs := vfs.NewCrashFS(vfs.Default)
 		cfs.CrashAfter(k)
 		_, acked, _ := plantWorkload(dir, clock, cfs)
-		kinds := []vfs.CrashOptions{
-			{Root: dir},
-			{Root: dir, KeepUnsyncedFraction: 0.5, TearLastWrite: true, Rand: rand.New(rand.NewPCG(rng.Uint64(), 10))},
-		}
-		if testing.Short() {
-			kinds = kinds[k%2 : k%2+1]
-		}
-		state := ""
-		if k%4 == 3 {
-			// Unsynced names and sizes kept apart from the data.
-			var opts vfs.CrashOptions
-			opts, state = metadataCrashOptions(k/4, dir, seed^uint64(k))
-			kinds = append(kinds, opts)
-			state = " (" + state + ")"
-		}
+		kinds, state := tableCrashKinds(k, dir, seed, rng, 10)
 		for c, opts := range kinds {
 			what := fmt.Sprintf("power lost after operation %d of %d, clone %d", k, total, c)
 			if c == len(kinds)-1 {
 				what += state
 			}
 			clone := filepath.Join(root, fmt.Sprintf("clone-%d-%d", k, c))
-			require.NoError(t, cfs.CrashClone(clone, opts))
-			names := dirNames(t, filepath.Join(clone, "index"))
-			marked := slices.Contains(names, "CHECKPOINTING") || slices.Contains(names, "SUSPECT")
+			names, marked := crashCloneIndex(t, cfs, clone, opts)
 			planted := false
 			if b, err := os.ReadFile(filepath.Join(clone, "index", secondTable)); err == nil {
 				planted = bytes.Equal(b, stale)
@@ -191,12 +174,7 @@ func TestAPowerLossWhileOpenRemovesATableFileNoCheckpointNamesLosesNothing(t *te
 			require.NoError(t, s.Maintain(), what)
 			after := unplaced(broker.Dump(s))
 			require.NoError(t, s.Close(), what)
-			s, err = broker.Open(clone, dropOptions(clock, nil, broker.SyncAll))
-			require.NoError(t, err, what)
-			require.False(t, s.Recovery().IndexRebuilt, "%s: reopened", what)
-			requireSameState(t, after, unplaced(broker.Dump(s)), what+", reopened")
-			require.NoError(t, s.Close())
-			require.NoError(t, os.RemoveAll(clone))
+			requireReopensLoaded(t, clone, clock, after, what)
 		}
 		require.NoError(t, os.RemoveAll(dir))
 	}

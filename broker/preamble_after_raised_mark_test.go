@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,18 +28,10 @@ import (
 func TestASalvageThatRaisesTheSequenceStillRestoresTheActiveSegmentsPreamble(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
 	ffs := vfs.NewFaultFS(vfs.Default)
 	failSegment2sFirstWrite(ffs) // leaves the files as a kill would
-	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, FS: ffs}
-	ManualMaintenance(&opts)
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
-
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", pol)
-	require.NoError(t, err)
+	s, q := openJobs(t, dir, preambleOptions(SyncAll, ffs))
+	var err error
 	// A backlog fills most of segment 1; its last publish is the one the
 	// damage below takes.
 	var last []byte
@@ -78,8 +69,8 @@ func TestASalvageThatRaisesTheSequenceStillRestoresTheActiveSegmentsPreamble(t *
 	raw[i+len(last)/2] ^= 0x40
 	require.NoError(t, os.WriteFile(seg1, raw, 0o600))
 
-	sopts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, Salvage: true}
-	ManualMaintenance(&sopts)
+	sopts := preambleOptions(SyncAll, nil)
+	sopts.Salvage = true
 	s, err = Open(dir, sopts)
 	require.NoError(t, err)
 	require.Contains(t, s.Recovery().LostMessages, lastID, "setup: the salvage took the last publish")
@@ -92,7 +83,7 @@ func TestASalvageThatRaisesTheSequenceStillRestoresTheActiveSegmentsPreamble(t *
 	}))
 	require.Contains(t, kinds, index.KindDeclare, "segment 2 declares the queue (its records' kinds: %v)", kinds)
 	// What is left of the backlog is consumed: segment 1 pins nothing.
-	q, err = s.Queue("jobs", pol)
+	q, err = s.Queue("jobs", preamblePolicy)
 	require.NoError(t, err)
 	for {
 		ds, err := q.Receive(ctx, 100)
@@ -106,6 +97,6 @@ func TestASalvageThatRaisesTheSequenceStillRestoresTheActiveSegmentsPreamble(t *
 	}
 	require.NoError(t, s.Close())
 
-	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
+	first := replaysAloneAfterReclaiming(t, dir)
 	require.Equal(t, uint32(2), first, "segment 1 was reclaimed")
 }

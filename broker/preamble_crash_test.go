@@ -34,17 +34,10 @@ func TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone(t *testing.T) {
 			ctx := context.Background()
 			root := t.TempDir()
 			dir := filepath.Join(root, "store")
-			now := time.Unix(1_700_000_000, 0)
-			clock := func() time.Time { return now }
 			cfs := vfs.NewCrashFS(vfs.Default)
-			opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: mode, SyncInterval: time.Hour, FS: cfs}
-			ManualMaintenance(&opts)
-			pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
-
-			s, err := Open(dir, opts)
-			require.NoError(t, err)
-			q, err := s.Queue("jobs", pol)
-			require.NoError(t, err)
+			opts := preambleOptions(mode, cfs)
+			opts.SyncInterval = time.Hour
+			s, q := openJobs(t, dir, opts)
 			// A backlog fills most of segment 1; consuming it fills the
 			// rest, so that the batch that rotates is a lease or an ack
 			// (under SyncPublish a publish would have synced it).
@@ -66,7 +59,7 @@ func TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone(t *testing.T) {
 			require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir}))
 			_ = s.Close()
 
-			first := replaysAloneAfterReclaiming(t, clone, clock, pol)
+			first := replaysAloneAfterReclaiming(t, clone)
 			require.Equal(t, uint32(2), first, "segment 1 was reclaimed: the log alone is the segment whose preamble the power loss took")
 		})
 	}
@@ -80,17 +73,10 @@ func TestANewSegmentWhosePreambleAPowerLossTookStillReplaysAlone(t *testing.T) {
 func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
 	ffs := vfs.NewFaultFS(vfs.Default)
 	failSegment2sFirstWrite(ffs)
-	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll, FS: ffs}
-	ManualMaintenance(&opts)
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", pol)
-	require.NoError(t, err)
+	s, q := openJobs(t, dir, preambleOptions(SyncAll, ffs))
+	var err error
 	for err == nil {
 		var ds []DeliveryValue
 		if _, err = q.Publish(ctx, make([]byte, 100)); err != nil {
@@ -104,24 +90,23 @@ func TestANewSegmentWhosePreambleACrashTookStillReplaysAloneUnderSyncAll(t *test
 	t.Logf("the batch after the rotation failed: %v", err)
 	_ = s.Close()
 
-	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
+	first := replaysAloneAfterReclaiming(t, dir)
 	require.Equal(t, uint32(2), first, "segment 1 was reclaimed")
 }
 
-// replaysAloneAfterReclaiming opens the store in dir (SyncAll, manual
-// maintenance), acks what is left in queue "jobs", publishes one message,
+// replaysAloneAfterReclaiming opens the store in dir (SyncAll, see
+// preambleOptions), acks what is left in queue "jobs", publishes one message,
 // runs maintenance (which reclaims the segments nothing pins any more) and
 // closes; then it removes the index and requires the log alone to declare
 // the queue and hold that message. It returns the first segment left after
 // maintenance.
-func replaysAloneAfterReclaiming(t *testing.T, dir string, clock func() time.Time, pol PolicyValue) uint32 {
+func replaysAloneAfterReclaiming(t *testing.T, dir string) uint32 {
 	t.Helper()
 	ctx := context.Background()
-	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
-	ManualMaintenance(&opts)
+	opts := preambleOptions(SyncAll, nil)
 	r, err := Open(dir, opts)
 	require.NoError(t, err, "a power loss is not corruption")
-	rq, err := r.Queue("jobs", pol)
+	rq, err := r.Queue("jobs", preamblePolicy)
 	require.NoError(t, err)
 	// The rest of the backlog is consumed (the acks the crash took are
 	// redone): segment 1 pins nothing any more.
@@ -142,7 +127,7 @@ func replaysAloneAfterReclaiming(t *testing.T, dir string, clock func() time.Tim
 	require.NoError(t, err)
 	defer r.Close()
 	require.Equal(t, []string{"jobs"}, r.Queues(), "the queue's declaration is in the log")
-	rq, err = r.Queue("jobs", pol)
+	rq, err = r.Queue("jobs", preamblePolicy)
 	require.NoError(t, err)
 	ds, err := rq.Receive(ctx, 10)
 	require.NoError(t, err)
@@ -178,15 +163,8 @@ func failSegment2sFirstWrite(ffs *vfs.FaultFS) {
 func TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
-	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
-	ManualMaintenance(&opts)
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", pol)
-	require.NoError(t, err)
+	opts := preambleOptions(SyncAll, nil)
+	s, q := openJobs(t, dir, opts)
 	for s.log.Stats().Segments < 2 {
 		_, err := q.Publish(ctx, make([]byte, 100))
 		require.NoError(t, err)
@@ -219,7 +197,7 @@ func TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain(t *tes
 	require.Equal(t, 1, s.Recovery().SalvagedSpans)
 	require.NoError(t, s.Close())
 
-	first := replaysAloneAfterReclaiming(t, dir, clock, pol)
+	first := replaysAloneAfterReclaiming(t, dir)
 	require.Equal(t, uint32(2), first, "segment 1 was reclaimed: the log alone is the segment whose declaration salvage skipped")
 }
 
@@ -233,15 +211,8 @@ func TestASalvageThatSkipsARecordOfTheActiveSegmentsPreambleWritesItAgain(t *tes
 func TestARotationOpenCausesBeforeItKnowsThePreambleLeavesNoSegmentWithoutOne(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
-	opts := Options{Now: clock, SegmentBytes: MinSegmentBytes, Sync: SyncAll}
-	ManualMaintenance(&opts)
-	pol := PolicyValue{VisibilityTimeout: time.Minute, MaxDeliveries: 3, MaxMessageBytes: 4096}
-	s, err := Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", pol)
-	require.NoError(t, err)
+	opts := preambleOptions(SyncAll, nil)
+	s, q := openJobs(t, dir, opts)
 	// Fill segment 2 until a meta record (its frame: 50 bytes) no longer
 	// fits before the room kept for the seal.
 	capacity := int(MinSegmentBytes) - segment.Size(0)
@@ -264,7 +235,7 @@ func TestARotationOpenCausesBeforeItKnowsThePreambleLeavesNoSegmentWithoutOne(t 
 	// A suspect checkpoint is consulted, and its secret written again.
 	require.NoError(t, index.MarkSuspect(opts.fs(), filepath.Join(dir, "index")))
 
-	s, err = Open(dir, opts)
+	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, uint32(3), s.log.End().Segment(), "setup: Open's own record rotated")

@@ -30,10 +30,7 @@ func TestConsumeOnADiskThatFillsReturnsTheStoresErrorAndLosesNothing(t *testing.
 	logs := &lockedBuffer{}
 	opts := diskFullOptions(ffs, clock)
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	s, err := broker.Open(dir, opts)
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
+	s, q := diskFullOpen(t, dir, opts)
 	const n = 60
 	all := map[string]bool{}
 	for i := range n {
@@ -81,11 +78,8 @@ func TestConsumeOnADiskThatFillsReturnsTheStoresErrorAndLosesNothing(t *testing.
 	// A write failed: Close returns that failure (Store.Close).
 	require.ErrorIs(t, s.Close(), syscall.ENOSPC)
 	ffs.Clear()
-	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
-	require.NoError(t, err)
+	s, q = diskFullOpen(t, dir, diskFullOptions(ffs, clock))
 	defer s.Close()
-	q, err = s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
 	got := diskFullContents(t, clock, q)
 	for id := range all {
 		if _, there := got[id]; !there {
@@ -104,11 +98,8 @@ func TestAnIdleConsumeReturnsWhenAPublishOnAFullDiskStopsTheStore(t *testing.T) 
 	ctx := context.Background()
 	clock := brokertest.NewClock(t0)
 	ffs := vfs.NewFaultFS(vfs.Default)
-	s, err := broker.Open(t.TempDir(), diskFullOptions(ffs, clock))
-	require.NoError(t, err)
+	s, q := diskFullOpen(t, t.TempDir(), diskFullOptions(ffs, clock))
 	defer s.Close()
-	q, err := s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
 		done <- broker.Consume(ctx, q, func(context.Context, broker.DeliveryValue) error { return nil }, broker.ConsumeOptions{})

@@ -26,6 +26,21 @@ func diskFullOptions(ffs vfs.FS, clock *brokertest.Clock) broker.Options {
 	return broker.Options{Now: clock.Now, SegmentBytes: broker.MinSegmentBytes, FS: ffs}
 }
 
+// diskFullOpen opens the store in dir with opts and returns it with its
+// queue "jobs", declared with diskFullPolicy (the store is closed if the
+// queue is refused).
+func diskFullOpen(t *testing.T, dir string, opts broker.Options) (*broker.Store, *broker.Queue) {
+	t.Helper()
+	s, err := broker.Open(dir, opts)
+	require.NoError(t, err)
+	q, err := s.Queue("jobs", diskFullPolicy)
+	if err != nil {
+		_ = s.Close()
+	}
+	require.NoError(t, err)
+	return s, q
+}
+
 // diskFullFill makes the disk under ffs full: every write, allocation and
 // truncation fails with ENOSPC, writing nothing.
 func diskFullFill(ffs *vfs.FaultFS) {

@@ -28,10 +28,7 @@ func TestADiskThatFillsUnderTrafficStopsTheStoreAndTheReopenedOneLosesNothing(t 
 	clock := brokertest.NewClock(t0)
 	dir := t.TempDir()
 	ffs := &fullDiskFS{FS: vfs.Default}
-	s, err := broker.Open(dir, diskFullOptions(ffs, clock))
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
+	s, q := diskFullOpen(t, dir, diskFullOptions(ffs, clock))
 
 	published := map[string]bool{} // ID -> its Ack returned nil
 	payload := make([]byte, 700)
@@ -80,15 +77,12 @@ func TestADiskThatFillsUnderTrafficStopsTheStoreAndTheReopenedOneLosesNothing(t 
 
 	// Space comes back. The store stays stopped (it must be reopened).
 	ffs.full.Store(false)
-	_, err = q.Publish(ctx, payload)
+	_, err := q.Publish(ctx, payload)
 	require.ErrorIs(t, err, syscall.ENOSPC, "a stopped store stays stopped once space is back")
 	require.NoError(t, s.Close(), "Close of a store stopped by a rotation a full disk failed")
 
-	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
-	require.NoError(t, err)
+	s, q = diskFullOpen(t, dir, diskFullOptions(ffs, clock))
 	defer s.Close()
-	q, err = s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
 	got := diskFullContents(t, clock, q)
 	for id, acked := range published {
 		_, there := got[id]
@@ -120,10 +114,7 @@ func TestADiskFullBetweenRotationsDoesNotStopTheStore(t *testing.T) {
 	clock := brokertest.NewClock(t0)
 	dir := t.TempDir()
 	ffs := &fullDiskFS{FS: vfs.Default}
-	s, err := broker.Open(dir, diskFullOptions(ffs, clock))
-	require.NoError(t, err)
-	q, err := s.Queue("jobs", diskFullPolicy)
-	require.NoError(t, err)
+	s, q := diskFullOpen(t, dir, diskFullOptions(ffs, clock))
 	payload := make([]byte, 700)
 	ids := map[string]bool{}
 	publish := func(n int) {
@@ -160,7 +151,7 @@ func TestADiskFullBetweenRotationsDoesNotStopTheStore(t *testing.T) {
 	require.NotEmpty(t, s.Stats().MaintenanceStopped)
 	require.NoError(t, s.Close())
 
-	s, err = broker.Open(dir, diskFullOptions(ffs, clock))
+	s, err := broker.Open(dir, diskFullOptions(ffs, clock))
 	require.NoError(t, err)
 	defer s.Close()
 	require.Empty(t, s.Stats().MaintenanceStopped)
@@ -188,10 +179,7 @@ func TestProducersAndConsumersOnADiskThatFillsLoseNothing(t *testing.T) {
 			opts := diskFullOptions(ffs, clock)
 			opts.Sync = mode
 			opts.SyncInterval = time.Millisecond
-			s, err := broker.Open(dir, opts)
-			require.NoError(t, err)
-			q, err := s.Queue("jobs", diskFullPolicy)
-			require.NoError(t, err)
+			s, q := diskFullOpen(t, dir, opts)
 
 			var mu sync.Mutex
 			published := map[string]bool{} // ID -> its Ack returned nil
@@ -271,11 +259,8 @@ func TestProducersAndConsumersOnADiskThatFillsLoseNothing(t *testing.T) {
 			require.Equal(t, okPublishes, q.Stats().Published, "Published after Close")
 			ffs.full.Store(false)
 
-			s, err = broker.Open(dir, opts)
-			require.NoError(t, err)
+			s, q = diskFullOpen(t, dir, opts)
 			defer s.Close()
-			q, err = s.Queue("jobs", diskFullPolicy)
-			require.NoError(t, err)
 			got := diskFullContents(t, clock, q)
 			for id, acked := range published {
 				_, there := got[id]

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,7 +34,7 @@ func TestInFlightBatchMustBeWhole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, _ := storeHolding(t, tc.refs...)
-			c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+			c := checkerWithoutStores(t)
 			c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
 			err := c.CheckDrain(dir)
 			if tc.whole {
@@ -76,7 +75,7 @@ func TestInFlightBatchWithAMessageAckedIsWhole(t *testing.T) {
 	entries = append(entries, Entry{Op: OpAcked, Who: "con0", Queue: QueueWork, ID: ds[1].Message.ID, Del: 1, T0: t0, T1: time.Now().UnixNano()})
 	require.NoError(t, s.Close())
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, entries)
 	require.NoError(t, c.CheckDrain(dir))
 	require.Equal(t, 1, c.Figures.InFlightBatches)

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,13 +16,6 @@ const (
 	workloadCode  = 0x07630001
 	workloadCause = "the workload said so"
 )
-
-// checkerWithoutStores returns a checker for tests that feed it journals
-// only: it never reads a journal file back.
-func checkerWithoutStores(t *testing.T) *Checker {
-	t.Helper()
-	return NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-}
 
 // holdToLastDelivery journals a work message published at base,
 // delivered once with intent first (its settle given by settle1), then
@@ -151,25 +143,10 @@ func TestADeadLetterMustCarryTheCodeAndPublicCauseOfItsFailure(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, q := openQueueOf(t, dir, QueueWork)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	t0 := time.Now().UnixNano()
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	t1 := time.Now().UnixNano()
-	entries := []Entry{{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}}
-	t0 = time.Now().UnixNano()
-	ds, err := q.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	t1 = time.Now().UnixNano()
-	entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1))
 	// The store records another code, and the private detail as public.
 	wrong := broker.DoNotRetry(broker.NewError(Reason(QueueWork, IntentReject), 0xdeadbeef, "private detail of work", "x"))
-	t0 = time.Now().UnixNano()
-	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, wrong))
-	t1 = time.Now().UnixNano()
-	entries = append(entries, Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: t1})
+	m, entries := rejectJournaled(t, q, wrong)
+	ref := entries[1].Refs[0]
 	dls, err := q.DeadLetters(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,7 +56,7 @@ func TestDuplicatePastTheWindowIsALoss(t *testing.T) {
 	base := time.Now().Add(-time.Minute).UnixNano()
 	key := "pub0-k03"
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: "all"},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{"0000000000000001"}, Refs: []string{ref},
@@ -135,7 +134,7 @@ func inFlightKeyedPublishAfter(t *testing.T, step time.Duration) {
 	require.NoError(t, s.Close())
 	require.Equal(t, step, z.EnqueuedAt.Sub(x.EnqueuedAt), "the second message's EnqueuedAt less the original's")
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: "all"},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, Key: key, IDs: []string{x.ID}, Refs: []string{refX},
@@ -154,7 +153,7 @@ func inFlightKeyedOriginal(t *testing.T, key string) (*Checker, broker.MessageVa
 	t.Helper()
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1, Key: key})
 	dir, ms := storeHolding(t, ref)
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
 	require.NoError(t, c.CheckDrain(dir), "the in-flight original is a legitimate find")
 	require.Equal(t, 1, c.Figures.InFlight)

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,44 +16,25 @@ import (
 // message (a consumer would process it twice); the checker must see it.
 func TestAnAckInFlightSeenDoneMustStayGone(t *testing.T) {
 	ctx := context.Background()
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	dir, ms := storeHolding(t, ref)
-	m := ms[0]
-	enq := m.EnqueuedAt.UnixNano()
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
-	})
-	require.NoError(t, c.Err())
+	c, dir, m := storeOfOnePublish(t)
 
 	// Cycle 2: a consumer receives the message, journals the delivery
 	// with an ack intent, and acks it; the kill lands before the ack's
 	// result is journaled.
 	s, q := openQueueOf(t, dir, QueueWork)
-	t0 := time.Now().UnixNano()
-	ds, err := q.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	t1 := time.Now().UnixNano()
+	d, del := receiveTimed(t, q, IntentAck)
 	// What a store that lost the ack would hold: the message, leased.
-	resurrected := t.TempDir()
-	require.NoError(t, CopyTree(dir, resurrected))
-	require.NoError(t, q.Ack(ctx, ds[0].Lease.Receipt))
+	resurrected := copyOfStore(t, dir)
+	require.NoError(t, q.Ack(ctx, d.Lease.Receipt))
 	require.NoError(t, s.Close())
-	c.AddCycle(2, []Entry{
-		{Op: OpStart, Cycle: 2, Sync: "all"},
-		deliveredEntry("con0", QueueWork, ds[0], IntentAck, t0, t1),
-	})
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}, del})
 	// The store after the kill of cycle 2 no longer holds the message:
 	// the ack happened.
-	cp := t.TempDir()
-	require.NoError(t, CopyTree(dir, cp))
-	require.NoError(t, c.CheckDrain(cp), "the ack in flight at the kill happened")
+	require.NoError(t, c.CheckDrain(copyOfStore(t, dir)), "the ack in flight at the kill happened")
 
 	// Cycle 3 does nothing, yet its store holds the message again.
 	c.AddCycle(3, []Entry{{Op: OpStart, Cycle: 3, Sync: "all"}})
-	err = c.CheckDrain(resurrected)
+	err := c.CheckDrain(resurrected)
 	if err == nil {
 		t.Fatalf("message %s was absent from the store after the kill that left its ack in flight (the ack happened), "+
 			"and a later store delivers it again: want a violation (an acked message resurrected), got none", m.ID)
@@ -67,7 +47,7 @@ func TestAnAckInFlightSeenDoneMustStayGone(t *testing.T) {
 // message of it shown by a later store came from nowhere.
 func TestAPublishInFlightAbsentAfterItsKillMustNotAppearLater(t *testing.T) {
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}})
 	require.NoError(t, c.CheckDrain(storeWithQueues(t, QueueWork)), "the publish in flight did not happen")
 	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
@@ -93,7 +73,7 @@ func TestARefusedSettleOfAnEarlierDeliveryKeepsTheLatestAckInFlight(t *testing.T
 	ms := int64(time.Millisecond)
 	d1 := base + ms
 	d2 := d1 + vt + 100*ms
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: "all"},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},

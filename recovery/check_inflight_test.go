@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,33 +22,17 @@ func rejectedStores(t *testing.T) (leased, dead, replayed string, pub, del Entry
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, q := openQueueOf(t, dir, QueueWork)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	t0 := time.Now().UnixNano()
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	t1 := time.Now().UnixNano()
-	pub = Entry{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref},
-		Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}
-	t0 = time.Now().UnixNano()
-	ds, err := q.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	t1 = time.Now().UnixNano()
-	del = deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1)
-	copyOf := func() string {
-		cp := t.TempDir()
-		require.NoError(t, CopyTree(dir, cp))
-		return cp
-	}
-	leased = copyOf()
-	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentReject)))
-	dead = copyOf()
+	m, pub := publishTimed(t, q)
+	d, del := receiveTimed(t, q, IntentReject)
+	leased = copyOfStore(t, dir)
+	require.NoError(t, q.Reject(ctx, d.Lease.Receipt, causeFor(QueueWork, IntentReject)))
+	dead = copyOfStore(t, dir)
 	dls, err := q.DeadLetters(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	dl = dls[0]
 	require.NoError(t, q.ReplayDeadLetter(ctx, m.ID))
-	replayed = copyOf()
+	replayed = copyOfStore(t, dir)
 	require.NoError(t, s.Close())
 	return leased, dead, replayed, pub, del, dl
 }
@@ -76,6 +59,20 @@ func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
 		Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: at, T1: at}
 }
 
+// replayInFlight is the journal of cycle 1 of rejectedStores's message,
+// given its publish pub, delivery del and dead letter dl: published,
+// delivered, rejected, and the janitor's replay of the dead letter in
+// flight at the kill (OpReplaying, no OpReplayed), both journaled now.
+func replayInFlight(pub, del Entry, dl broker.DeadLetterValue) []Entry {
+	now := time.Now().UnixNano()
+	return []Entry{
+		{Op: OpStart, Cycle: 1, Sync: "all"},
+		pub, del,
+		{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: pub.IDs[0], Del: 1, T0: del.T1, T1: now},
+		replayingEntry(pub, dl, now),
+	}
+}
+
 // TestAReplayInFlightSeenUndoneMustStayDead: a replay in flight at a kill
 // (OpReplaying, no OpReplayed) may or may not have happened; once the
 // store after that kill shows the dead letter as it was, it did not, and
@@ -85,19 +82,7 @@ func replayingEntry(pub Entry, dl broker.DeadLetterValue, at int64) Entry {
 func TestAReplayInFlightSeenUndoneMustStayDead(t *testing.T) {
 	_, dead, replayed, pub, del, dl := rejectedStores(t)
 	id := pub.IDs[0]
-	now := time.Now().UnixNano()
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		pub, del,
-		{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: id, Del: 1, T0: del.T1, T1: now},
-		replayingEntry(pub, dl, now),
-	})
-	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(dead), "a replay in flight at the kill may not have happened")
-
-	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
-	require.ErrorContains(t, c.CheckDrain(replayed), "after it was dead-lettered",
+	requireSettledByFirstLook(t, replayInFlight(pub, del, dl), dead, "a replay in flight at the kill may not have happened", replayed, "after it was dead-lettered",
 		"dead letter %s was still there after the kill that left its replay in flight, and a later store, with no replay journaled, delivers it", id)
 }
 
@@ -108,19 +93,7 @@ func TestAReplayInFlightSeenUndoneMustStayDead(t *testing.T) {
 func TestAReplayInFlightSeenDoneMustNotBringTheDeadLetterBack(t *testing.T) {
 	_, dead, replayed, pub, del, dl := rejectedStores(t)
 	id := pub.IDs[0]
-	now := time.Now().UnixNano()
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		pub, del,
-		{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: id, Del: 1, T0: del.T1, T1: now},
-		replayingEntry(pub, dl, now),
-	})
-	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(replayed), "a replay in flight at the kill may have happened")
-
-	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
-	require.ErrorContains(t, c.CheckDrain(dead), "the replay was lost",
+	requireSettledByFirstLook(t, replayInFlight(pub, del, dl), replayed, "a replay in flight at the kill may have happened", dead, "the replay was lost",
 		"dead letter %s was gone after the kill that left its replay in flight, and a later store shows it again", id)
 }
 
@@ -133,13 +106,8 @@ func TestAReplayInFlightSeenDoneMustNotBringTheDeadLetterBack(t *testing.T) {
 func TestARejectInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 	leased, dead, _, pub, del, _ := rejectedStores(t)
 	id := pub.IDs[0]
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del})
-	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(leased), "the reject in flight at the kill may not have happened")
-
-	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
-	require.ErrorContains(t, c.CheckDrain(dead), "the journal has a reject meant for delivery 0",
+	requireSettledByFirstLook(t, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del},
+		leased, "the reject in flight at the kill may not have happened", dead, "the journal has a reject meant for delivery 0",
 		"message %s was in the queue after the kill that left its reject in flight, and a later store, with nothing journaled, holds it as a rejected dead letter", id)
 }
 
@@ -150,13 +118,8 @@ func TestARejectInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 func TestARejectInFlightSeenDoneMustStayDead(t *testing.T) {
 	leased, dead, _, pub, del, _ := rejectedStores(t)
 	id := pub.IDs[0]
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del})
-	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(dead), "the reject in flight at the kill may have happened")
-
-	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
-	require.ErrorContains(t, c.CheckDrain(leased), "after it was dead-lettered",
+	requireSettledByFirstLook(t, []Entry{{Op: OpStart, Cycle: 1, Sync: "all"}, pub, del},
+		dead, "the reject in flight at the kill may have happened", leased, "after it was dead-lettered",
 		"message %s was a rejected dead letter after the kill that left its reject in flight, and a later store delivers it", id)
 }
 
@@ -193,20 +156,14 @@ func TestANackInFlightSeenUndoneMustNotDeadLetterLater(t *testing.T) {
 		entries = append(entries, Entry{Op: OpNacked, Who: "con0", Queue: QueueWork, ID: m.ID, Del: nv.Deliveries,
 			Exp: nv.VisibleAt.UnixNano(), Dead: nv.DeadLettered, T0: at, T1: at})
 	}
-	leased := t.TempDir()
-	require.NoError(t, CopyTree(dir, leased))
+	leased := copyOfStore(t, dir)
 	nv, err := q.Nack(ctx, last.Lease.Receipt, causeFor(QueueWork, IntentNack))
 	require.NoError(t, err)
 	require.True(t, nv.DeadLettered)
 	require.NoError(t, s.Close())
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, entries)
-	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(leased), "the nack in flight at the kill may not have happened")
-
-	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})
-	require.ErrorContains(t, c.CheckDrain(dir), "the journal has a nack meant for delivery 0",
+	requireSettledByFirstLook(t, entries,
+		leased, "the nack in flight at the kill may not have happened", dir, "the journal has a nack meant for delivery 0",
 		"message %s was not the nack's dead letter after the kill that left the nack of delivery %d in flight, and a later store, with nothing journaled, holds it as one", m.ID, max)
 }
 
@@ -234,7 +191,7 @@ func TestARedeliveryMustNotComeBeforeASettleInFlightCouldEndTheLease(t *testing.
 		vt := int64(time.Second)
 		d1 := base + int64(time.Millisecond)
 		d2 := d1 + int64(tc.after)
-		c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+		c := checkerWithoutStores(t)
 		c.AddCycle(1, []Entry{
 			{Op: OpStart, Cycle: 1, Sync: "all"},
 			{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
@@ -265,39 +222,20 @@ func TestARejectOfAMaybeDeliveryAfterTheLastCertainLeaseLapsed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, q := openQueueOf(t, dir, QueueWork)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	t0 := time.Now().UnixNano()
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	pub := Entry{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref},
-		Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: time.Now().UnixNano()}
-	receive := func() (broker.DeliveryValue, int64, int64) {
-		t0 := time.Now().UnixNano()
-		ds, err := q.Receive(ctx, 1)
-		require.NoError(t, err)
-		require.Len(t, ds, 1)
-		return ds[0], t0, time.Now().UnixNano()
-	}
-	d1, a0, a1 := receive()
+	_, pub := publishTimed(t, q)
+	d1, first := receiveTimed(t, q, IntentHold)
 	time.Sleep(time.Until(d1.Lease.ExpiresAt) + 20*time.Millisecond) // held until it lapsed
-	d2, b0, b1 := receive()
+	d2, maybe := receiveTimed(t, q, IntentReject)
 	require.Equal(t, 2, d2.Deliveries)
 	require.NoError(t, q.Reject(ctx, d2.Lease.Receipt, causeFor(QueueWork, IntentReject)))
 	require.NoError(t, s.Close())
-	copyOf := func() string {
-		cp := t.TempDir()
-		require.NoError(t, CopyTree(dir, cp))
-		return cp
-	}
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	first := deliveredEntry("con0", QueueWork, d1, IntentHold, a0, a1)
-	maybe := deliveredEntry("con0", QueueWork, d2, IntentReject, b0, b1)
+	c := checkerWithoutStores(t)
 	maybe.Op = OpMaybe
 	c.AddCycle(1, []Entry{{Op: OpStart, Cycle: 1, Sync: "publish"}, pub, first, maybe})
 	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(copyOf()), "the reject of the maybe delivery happened")
-	require.NoError(t, c.CheckInPlace(copyOf()), "and the same store, looked at again, shows it still")
+	require.NoError(t, c.CheckDrain(copyOfStore(t, dir)), "the reject of the maybe delivery happened")
+	require.NoError(t, c.CheckInPlace(copyOfStore(t, dir)), "and the same store, looked at again, shows it still")
 }
 
 // TestANackInFlightAfterAnExtendThatShortenedTheLastLease: the last
@@ -345,15 +283,10 @@ func TestANackInFlightAfterAnExtendThatShortenedTheLastLease(t *testing.T) {
 			Exp: nv.VisibleAt.UnixNano(), Dead: nv.DeadLettered, T0: at, T1: at})
 	}
 	require.NoError(t, s.Close())
-	copyOf := func() string {
-		cp := t.TempDir()
-		require.NoError(t, CopyTree(dir, cp))
-		return cp
-	}
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, entries)
 	require.NoError(t, c.Err())
-	require.NoError(t, c.CheckDrain(copyOf()), "the drain finds the shortened last lease lapsed")
-	require.NoError(t, c.CheckInPlace(copyOf()), "the nack in flight did not happen: the message is leased, not a dead letter")
+	require.NoError(t, c.CheckDrain(copyOfStore(t, dir)), "the drain finds the shortened last lease lapsed")
+	require.NoError(t, c.CheckInPlace(copyOfStore(t, dir)), "the nack in flight did not happen: the message is leased, not a dead letter")
 }

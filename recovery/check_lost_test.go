@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ func onePublishJournaled(t *testing.T) *Checker {
 	t.Helper()
 	base := time.Now().Add(-10 * time.Second).UnixNano()
 	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: "all"},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{"00000000000000aa"}, Refs: []string{ref},
@@ -128,34 +127,16 @@ func TestCheckInPlaceSeesAMessageLostWithItsQueue(t *testing.T) {
 // and the message must stay like any other: a later store without it has
 // lost it.
 func TestAckInFlightSeenUndoneMustStay(t *testing.T) {
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
-	dir, ms := storeHolding(t, ref)
-	m := ms[0]
-	enq := m.EnqueuedAt.UnixNano()
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
-	c.AddCycle(1, []Entry{
-		{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: enq, T0: enq, T1: enq},
-	})
-	require.NoError(t, c.Err())
+	c, dir, m := storeOfOnePublish(t)
 	// Cycle 2: a consumer receives the message and journals the delivery
 	// with an ack intent; the kill comes before the Ack.
 	s, q := openQueueOf(t, dir, QueueWork)
-	t0 := time.Now().UnixNano()
-	ds, err := q.Receive(context.Background(), 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	t1 := time.Now().UnixNano()
+	_, del := receiveTimed(t, q, IntentAck)
 	require.NoError(t, s.Close())
-	c.AddCycle(2, []Entry{
-		{Op: OpStart, Cycle: 2, Sync: "all"},
-		deliveredEntry("con0", QueueWork, ds[0], IntentAck, t0, t1),
-	})
+	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}, del})
 	// The kill of cycle 2 left the message in the store (the Ack did not
 	// happen): the drain of a copy shows it.
-	cp := t.TempDir()
-	require.NoError(t, CopyTree(dir, cp))
-	require.NoError(t, c.CheckDrain(cp))
+	require.NoError(t, c.CheckDrain(copyOfStore(t, dir)))
 
 	// Cycle 3 acks nothing; its store has lost the message.
 	c.AddCycle(3, []Entry{{Op: OpStart, Cycle: 3, Sync: "all"}})
@@ -171,34 +152,19 @@ func TestDeleteInFlightSeenUndoneMustStay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, q := openQueueOf(t, dir, QueueWork)
-	ref := MakeRef(Ref{Queue: QueueWork, Cycle: 1, Who: "pub0", N: 1})
+	m, entries := rejectJournaled(t, q, causeFor(QueueWork, IntentReject))
+	ref := entries[1].Refs[0]
 	t0 := time.Now().UnixNano()
-	m, err := q.Publish(ctx, Payload(ref))
-	require.NoError(t, err)
-	t1 := time.Now().UnixNano()
-	entries := []Entry{{Op: OpStart, Cycle: 1, Sync: "all"},
-		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{m.ID}, Refs: []string{ref}, Enq: m.EnqueuedAt.UnixNano(), T0: t0, T1: t1}}
-	t0 = time.Now().UnixNano()
-	ds, err := q.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	t1 = time.Now().UnixNano()
-	entries = append(entries, deliveredEntry("con0", QueueWork, ds[0], IntentReject, t0, t1))
-	t0 = time.Now().UnixNano()
-	require.NoError(t, q.Reject(ctx, ds[0].Lease.Receipt, causeFor(QueueWork, IntentReject)))
-	t1 = time.Now().UnixNano()
-	entries = append(entries, Entry{Op: OpRejected, Who: "con0", Queue: QueueWork, ID: m.ID, Del: 1, T0: t0, T1: t1})
-	t0 = time.Now().UnixNano()
 	dls, err := q.DeadLetters(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
-	t1 = time.Now().UnixNano()
+	t1 := time.Now().UnixNano()
 	require.NoError(t, s.Close())
 	dl := dls[0]
 	entries = append(entries, Entry{Op: OpDeleting, Who: "janitor", Queue: QueueWork, ID: m.ID, Ref: ref, Enq: m.EnqueuedAt.UnixNano(),
 		Del: dl.Deliveries, Reason: dl.Reason, Code: dl.Code, Cause: dl.Cause, Failed: dl.FailedAt.UnixNano(), T0: t0, T1: t1})
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, entries)
 	require.NoError(t, c.CheckInPlace(dir), "the delete in flight at the kill did not happen")
 	c.AddCycle(2, []Entry{{Op: OpStart, Cycle: 2, Sync: "all"}})

@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,7 +54,7 @@ func TestAMaybeDeliveryKeepsTheDeliveryPromises(t *testing.T) {
 	start := Entry{Op: OpStart, Cycle: 1, Sync: broker.SyncPublish.String()}
 	check := func(t *testing.T, entries ...Entry) error {
 		t.Helper()
-		c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+		c := checkerWithoutStores(t)
 		c.AddCycle(1, append([]Entry{start, published}, entries...))
 		return c.Err()
 	}
@@ -108,7 +107,7 @@ func TestAMaybeDeliveryLostWithThePowerMayCountAgain(t *testing.T) {
 	d1 := workDelivery(id, ref, base, 1, base+ms, base+2*ms, nil)
 	t2 := base + 2*ms + vt + 10*ms // after the first lease lapsed
 	d2 := workDelivery(id, ref, base, 2, t2, t2+ms, nil)
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: broker.SyncPublish.String()},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},
@@ -147,7 +146,7 @@ func TestAMaybeDeliveryConfirmedIsNotHeldToItsOwnIntent(t *testing.T) {
 	del := func(op Op, d int, at int64) Entry {
 		return Entry{Op: op, Who: "con0", Queue: QueueWork, ID: id, Ref: ref, Enq: base, Del: d, Exp: at + vt, Intent: IntentNack, T0: at, T1: at}
 	}
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, []Entry{
 		{Op: OpStart, Cycle: 1, Sync: "publish"},
 		{Op: OpPublished, Who: "pub0", Queue: QueueWork, N: 1, IDs: []string{id}, Refs: []string{ref}, Enq: base, T0: base, T1: base},

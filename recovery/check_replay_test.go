@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -61,11 +60,11 @@ func TestConfirmedReplayOfALapsedDeadLetterMustHold(t *testing.T) {
 
 	// Without its result the replay was in flight at the kill: the dead
 	// letter as it was is a sound store.
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, append(entries, replaying))
 	require.NoError(t, c.CheckDrain(dir), "a replay in flight at the kill may not have happened")
 
-	c = NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c = checkerWithoutStores(t)
 	c.AddCycle(1, append(entries, replaying, Entry{Op: OpReplayed, Who: "janitor", Queue: QueueWork, ID: m.ID, T0: at + 1, T1: at + 2}))
 	require.NoError(t, c.Err(), "the journal alone is sound")
 	// The store never saw the replay: the dead letter is as it was.
@@ -165,7 +164,7 @@ func (rt *replayedTwice) store(t *testing.T, name string) string {
 // after cycle 1, and the store in state after cycle 2's power loss.
 func (rt *replayedTwice) checkedThrough(t *testing.T, state string) (*Checker, error) {
 	t.Helper()
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, rt.cycle1)
 	require.NoError(t, c.CheckDrain(rt.store(t, "dead1")), "the reject of cycle 1 returned nil")
 	c.AddCycle(2, rt.cycle2)
@@ -225,7 +224,7 @@ func TestTwoReplaysNoCommitCoveredMayBothBeLost(t *testing.T) {
 	}
 
 	t.Run("the first dead letter, read again in the process that replayed it", func(t *testing.T) {
-		c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+		c := checkerWithoutStores(t)
 		c.AddCycle(1, rt.cycle1)
 		again := rt.cycle2[1]
 		again.T0, again.T1 = time.Now().UnixNano(), time.Now().UnixNano()
@@ -316,7 +315,7 @@ func TestALostReplayWithTheDeathItUndidLeavesTheEarlierNacksToTheLapse(t *testin
 	cycle3 := []Entry{{Op: OpStart, Cycle: 3, Sync: broker.SyncPublish.String()}, deliveredEntry("con0", QueueWork, d, IntentHold, at, at)}
 	require.NoError(t, s.Close())
 
-	c := NewChecker(func(int) string { return filepath.Join(t.TempDir(), "none") })
+	c := checkerWithoutStores(t)
 	c.AddCycle(1, cycle1)
 	require.NoError(t, c.CheckDrain(copyOf(after1)))
 	c.AddCycle(2, cycle2)

@@ -1,16 +1,20 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // entry is a record the test appended (or read back) and where it went.
@@ -102,4 +106,137 @@ func saltOfFile(t *testing.T, path string) uint32 {
 	_, err = io.ReadFull(f, h)
 	require.NoError(t, err)
 	return segment.SaltOf(h)
+}
+
+// crashAtDirSyncFS is a CrashFS that, once armed, loses power at its nth
+// directory sync from then on (n counts from 0), before the sync: the
+// changes of names since the last one are still unsynced. arm arms it;
+// with armedByRemove, a Remove arms it too, when it is not armed, for the
+// next directory sync.
+type crashAtDirSyncFS struct {
+	*vfs.CrashFS
+	armedByRemove bool // fixed when it is made
+
+	mu   sync.Mutex
+	left int // directory syncs to let through before the crash; <0: none armed
+}
+
+// newCrashAtDirSyncFS returns a crashAtDirSyncFS over the default file
+// system, not armed.
+func newCrashAtDirSyncFS(armedByRemove bool) *crashAtDirSyncFS {
+	return &crashAtDirSyncFS{CrashFS: vfs.NewCrashFS(vfs.Default), armedByRemove: armedByRemove, left: -1}
+}
+
+func (fs *crashAtDirSyncFS) arm(n int) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.left = n
+}
+
+func (fs *crashAtDirSyncFS) Remove(name string) error {
+	if fs.armedByRemove {
+		fs.mu.Lock()
+		if fs.left < 0 {
+			fs.left = 0
+		}
+		fs.mu.Unlock()
+	}
+	return fs.CrashFS.Remove(name)
+}
+
+func (fs *crashAtDirSyncFS) SyncDir(dir string) error {
+	fs.mu.Lock()
+	crash := fs.left == 0
+	if fs.left >= 0 {
+		fs.left--
+	}
+	fs.mu.Unlock()
+	if crash {
+		fs.CrashFS.Crash()
+		return fmt.Errorf("sync dir %s: %w", dir, vfs.ErrCrashed)
+	}
+	return fs.CrashFS.SyncDir(dir)
+}
+
+// subsetClone clones cfs, whose log is in dir, to a new directory as a
+// power loss leaves it on a file system that may keep any subset of the
+// unsynced changes of names, drawn from a seed that rng gives. It returns
+// the clone's directory and the seed, which a failure names.
+func subsetClone(t *testing.T, cfs *vfs.CrashFS, dir string, rng *rand.Rand) (clone string, seed uint64) {
+	t.Helper()
+	seed = rng.Uint64()
+	clone = filepath.Join(t.TempDir(), "clone")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir,
+		KeepUnsyncedNames: vfs.KeepSubset, Rand: rand.New(rand.NewPCG(seed, seed))}))
+	return clone, seed
+}
+
+// requireTidyDir checks what a log of segments of size bytes left in dir:
+// segments without a gap, at most maxSpares spares, each of full size,
+// and (when noTmp) no other temporary file.
+func requireTidyDir(t *testing.T, dir string, size int64, noTmp bool, what string) {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err, what)
+	var seqs []uint32
+	spares := 0
+	for _, e := range names {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, sparePrefix):
+			spares++
+			fi, err := e.Info()
+			require.NoError(t, err)
+			require.Equal(t, size, fi.Size(), "%s: spare %s kept, not of full size", what, name)
+		case strings.HasSuffix(name, tmpSuffix):
+			require.False(t, noTmp, "%s: %s left", what, name)
+		default:
+			if seq, ok := parseSegName(name); ok {
+				seqs = append(seqs, seq)
+			}
+		}
+	}
+	require.LessOrEqual(t, spares, maxSpares, "%s: spares", what)
+	for i := 1; i < len(seqs); i++ {
+		require.Equal(t, seqs[i-1]+1, seqs[i], "%s: a gap in the segments %v", what, seqs)
+	}
+}
+
+// cloneLosingRecord clones cfs, on which l wrote its log in dir, as a
+// power loss leaves it that kept every unsynced byte but the block of the
+// record at lost (a payload of n bytes), which reverts to what the device
+// held: zeros. It closes l and returns the clone's directory and the
+// segment file that held the lost record.
+func cloneLosingRecord(t *testing.T, cfs *vfs.CrashFS, l *Log, dir string, lost Position, n int) (clone, path string) {
+	t.Helper()
+	clone = filepath.Join(t.TempDir(), "first")
+	require.NoError(t, cfs.CrashClone(clone, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1})) // power lost
+	_ = l.Close()
+	path = segFile(clone, lost.Segment())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, segment.Size(n)), int64(lost.Offset()))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return clone, path
+}
+
+// requireLostPlaceRefilled appends to l, opened on cfs in dir after the
+// record at lost (a payload of n bytes) was lost, a record of the same
+// length; requires it to take the lost record's place; and requires the
+// log, after a further power loss, to hold durable and that record, and
+// nothing else (above all, no frame left after the lost one). It closes l.
+func requireLostPlaceRefilled(t *testing.T, cfs *vfs.CrashFS, l *Log, dir string, lost Position, n int, segBytes int64, durable []entry) {
+	t.Helper()
+	again := bytes.Repeat([]byte("z"), n)
+	pos, err := l.Append(again)
+	require.NoError(t, err)
+	require.Equal(t, lost, pos[0], "the new record takes the lost one's place")
+
+	second := filepath.Join(t.TempDir(), "second")
+	require.NoError(t, cfs.CrashClone(second, vfs.CrashOptions{Root: dir})) // power lost again
+	_ = l.Close()
+	l = mustOpen(t, second, Options{SegmentBytes: segBytes})
+	defer l.Close()
+	requireEntries(t, append(durable, entry{pos[0], again}), readAll(t, l))
 }

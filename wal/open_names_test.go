@@ -1,42 +1,12 @@
 package wal
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/segment"
 	"github.com/walbroker/walbroker/vfs"
 )
-
-// crashAfterRemoveFS is a CrashFS that loses power at the first directory
-// sync after a Remove, before the sync.
-type crashAfterRemoveFS struct {
-	*vfs.CrashFS
-	mu      sync.Mutex
-	removed bool
-}
-
-func (fs *crashAfterRemoveFS) Remove(name string) error {
-	fs.mu.Lock()
-	fs.removed = true
-	fs.mu.Unlock()
-	return fs.CrashFS.Remove(name)
-}
-
-func (fs *crashAfterRemoveFS) SyncDir(dir string) error {
-	fs.mu.Lock()
-	crash := fs.removed
-	fs.mu.Unlock()
-	if crash {
-		fs.CrashFS.Crash()
-		return fmt.Errorf("sync dir %s: %w", dir, vfs.ErrCrashed)
-	}
-	return fs.CrashFS.SyncDir(dir)
-}
 
 // Open removes the empty segments that rotations a crash interrupted left
 // after the last written one, newest first. A power loss before the
@@ -60,14 +30,12 @@ func TestTheEmptySegmentsOpenRemovesLeaveNoGapWhateverSubsetSurvives(t *testing.
 		require.NoError(t, l.Close())
 	}
 
-	fs := &crashAfterRemoveFS{CrashFS: vfs.NewCrashFS(vfs.Default)}
+	// The power fails at the first directory sync after a removal.
+	fs := newCrashAtDirSyncFS(true)
 	_, err := Open(dir, Options{FS: fs, SegmentBytes: smallSeg})
 	require.ErrorIs(t, err, vfs.ErrCrashed)
 	for range 40 {
-		seed := rng.Uint64()
-		clone := filepath.Join(t.TempDir(), "clone")
-		require.NoError(t, fs.CrashFS.CrashClone(clone, vfs.CrashOptions{Root: dir,
-			KeepUnsyncedNames: vfs.KeepSubset, Rand: rand.New(rand.NewPCG(seed, seed))}))
+		clone, seed := subsetClone(t, fs.CrashFS, dir, rng)
 		l, err := Open(clone, Options{SegmentBytes: smallSeg})
 		require.NoError(t, err, "clone seed %d: a subset of Open's removals of empty segments kept", seed)
 		requireEntries(t, acked, readAll(t, l))

@@ -89,37 +89,6 @@ func closeWithin(l *Log, d time.Duration) error {
 	}
 }
 
-// checkPrepFaultDir checks what a log left in dir: segments without a gap,
-// at most maxSpares spares, each of full size, and (when noTmp) no other
-// temporary file.
-func checkPrepFaultDir(t *testing.T, dir string, noTmp bool, what string) {
-	t.Helper()
-	names, err := os.ReadDir(dir)
-	require.NoError(t, err, what)
-	var seqs []uint32
-	spares := 0
-	for _, e := range names {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, sparePrefix):
-			spares++
-			fi, err := e.Info()
-			require.NoError(t, err)
-			require.Equal(t, int64(prepFaultSeg), fi.Size(), "%s: spare %s is not of full size", what, name)
-		case strings.HasSuffix(name, tmpSuffix):
-			require.False(t, noTmp, "%s: %s left", what, name)
-		default:
-			if seq, ok := parseSegName(name); ok {
-				seqs = append(seqs, seq)
-			}
-		}
-	}
-	require.LessOrEqual(t, spares, maxSpares, "%s: spares", what)
-	for i := 1; i < len(seqs); i++ {
-		require.Equal(t, seqs[i-1]+1, seqs[i], "%s: a gap in the segments %v", what, seqs)
-	}
-}
-
 // checkPrepFaultReopen reopens dir without faults and checks that every
 // acknowledged record at or after the removal is there at its position,
 // that every record found is one the workload appended, in order, and
@@ -133,11 +102,11 @@ func checkPrepFaultReopen(t *testing.T, dir string, run prepFaultRun, what strin
 	}
 	require.NoError(t, err, what)
 	// What Open left, before the preparer makes or reuses anything.
-	checkPrepFaultDir(t, dir, true, what+", reopened")
+	requireTidyDir(t, dir, prepFaultSeg, true, what+", reopened")
 	close(fs.release)
 	got := readAll(t, l)
 	require.NoError(t, l.Close(), what)
-	checkPrepFaultDir(t, dir, true, what+", reopened and closed")
+	requireTidyDir(t, dir, prepFaultSeg, true, what+", reopened and closed")
 	found := map[Position]string{}
 	var last Position
 	for _, e := range got {
@@ -245,7 +214,7 @@ func TestFaultAtEveryPreparationStep(t *testing.T) {
 			st := run.stats
 			require.Equal(t, int64(st.LastSegment)-1, st.Rotations, "%s: Stats.Rotations against the segments made", what)
 			require.LessOrEqual(t, st.RecycledSegments, st.Rotations, what)
-			checkPrepFaultDir(t, dir, false, what)
+			requireTidyDir(t, dir, prepFaultSeg, false, what)
 			checkPrepFaultReopen(t, dir, run, what)
 			require.NoError(t, os.RemoveAll(dir))
 		}

@@ -3,9 +3,7 @@ package wal
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,30 +23,7 @@ func checkOpenLeavesOnly(t *testing.T, dir string, size int64, what string) *Log
 	}
 	require.NoError(t, err, what)
 	defer close(fs.release)
-	names, err := os.ReadDir(dir)
-	require.NoError(t, err, what)
-	var seqs []uint32
-	spares := 0
-	for _, e := range names {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, sparePrefix):
-			spares++
-			fi, err := e.Info()
-			require.NoError(t, err)
-			require.Equal(t, size, fi.Size(), "%s: spare %s kept, not of full size", what, name)
-		case strings.HasSuffix(name, tmpSuffix):
-			t.Fatalf("%s: Open left %s", what, name)
-		default:
-			if seq, ok := parseSegName(name); ok {
-				seqs = append(seqs, seq)
-			}
-		}
-	}
-	require.LessOrEqual(t, spares, maxSpares, "%s: spares", what)
-	for i := 1; i < len(seqs); i++ {
-		require.Equal(t, seqs[i-1]+1, seqs[i], "%s: a gap in the segments %v", what, seqs)
-	}
+	requireTidyDir(t, dir, size, true, what)
 	return l
 }
 

@@ -779,16 +779,7 @@ func TestATornTailsIntactFramesNeverComeBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lostPos[0].Offset()+segment.Size(len(lost)), leftPos[0].Offset(), "the two frames are back to back")
 
-	first := filepath.Join(t.TempDir(), "first")
-	require.NoError(t, cfs.CrashClone(first, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1})) // power lost
-	_ = l.Close()
-	// The lost record's block reverts to what the device held: zeros.
-	path := segFile(first, lostPos[0].Segment())
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt(make([]byte, segment.Size(len(lost))), int64(lostPos[0].Offset()))
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	first, _ := cloneLosingRecord(t, cfs, l, dir, lostPos[0], len(lost))
 
 	cfs = vfs.NewCrashFS(vfs.Default)
 	l = mustOpen(t, first, Options{FS: cfs, SegmentBytes: segBytes})
@@ -796,17 +787,7 @@ func TestATornTailsIntactFramesNeverComeBack(t *testing.T) {
 	require.NotNil(t, torn, "the record left after a lost one is a torn tail")
 	require.Equal(t, lostPos[0].Offset(), torn.Offset)
 	requireEntries(t, durable, readAll(t, l))
-	again := bytes.Repeat([]byte("z"), len(lost))
-	pos, err := l.Append(again)
-	require.NoError(t, err)
-	require.Equal(t, lostPos[0], pos[0], "the new record takes the lost one's place")
-
-	second := filepath.Join(t.TempDir(), "second")
-	require.NoError(t, cfs.CrashClone(second, vfs.CrashOptions{Root: first})) // power lost again
-	_ = l.Close()
-	l = mustOpen(t, second, Options{SegmentBytes: segBytes})
-	defer l.Close()
-	requireEntries(t, append(durable, entry{pos[0], again}), readAll(t, l))
+	requireLostPlaceRefilled(t, cfs, l, first, lostPos[0], len(lost), segBytes, durable)
 }
 
 // setHeaderVersion writes version v into the header of the segment file at

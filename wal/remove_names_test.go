@@ -2,46 +2,11 @@ package wal
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/walbroker/walbroker/vfs"
 )
-
-// crashAtDirSyncFS is a CrashFS that, once armed, loses power at its nth
-// directory sync from then on, before the sync: the changes of names since
-// the last one are still unsynced.
-type crashAtDirSyncFS struct {
-	*vfs.CrashFS
-	mu    sync.Mutex
-	left  int // directory syncs to let through before the crash; <0: none armed
-	syncs int // directory syncs seen since armed
-}
-
-func (fs *crashAtDirSyncFS) arm(n int) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.left, fs.syncs = n, 0
-}
-
-func (fs *crashAtDirSyncFS) SyncDir(dir string) error {
-	fs.mu.Lock()
-	crash := false
-	if fs.left >= 0 {
-		fs.syncs++
-		crash = fs.left == 0
-		fs.left--
-	}
-	fs.mu.Unlock()
-	if crash {
-		fs.CrashFS.Crash()
-		return fmt.Errorf("sync dir %s: %w", dir, vfs.ErrCrashed)
-	}
-	return fs.CrashFS.SyncDir(dir)
-}
 
 // A RemoveBelow retires several segments, each removed or renamed aside
 // as a spare, oldest first. On a file system that may make a later change
@@ -57,7 +22,7 @@ func TestRemoveBelowLeavesAGaplessLogWhateverSubsetOfItsRemovalsSurvives(t *test
 	for at := 0; at <= victims; at++ {
 		t.Run(fmt.Sprintf("crash at directory sync %d", at+1), func(t *testing.T) {
 			dir := t.TempDir()
-			fs := &crashAtDirSyncFS{CrashFS: vfs.NewCrashFS(vfs.Default), left: -1}
+			fs := newCrashAtDirSyncFS(false)
 			opts := Options{FS: fs, SegmentBytes: 1024}
 			l := mustOpen(t, dir, opts)
 			defer l.Close()
@@ -85,10 +50,7 @@ func TestRemoveBelowLeavesAGaplessLogWhateverSubsetOfItsRemovalsSurvives(t *test
 			}
 			require.NotEmpty(t, from)
 			for range 40 {
-				seed := rng.Uint64()
-				clone := filepath.Join(t.TempDir(), "clone")
-				require.NoError(t, fs.CrashFS.CrashClone(clone, vfs.CrashOptions{Root: dir,
-					KeepUnsyncedNames: vfs.KeepSubset, Rand: rand.New(rand.NewPCG(seed, seed))}))
+				clone, seed := subsetClone(t, fs.CrashFS, dir, rng)
 				l2, err := Open(clone, Options{SegmentBytes: 1024})
 				require.NoError(t, err, "clone seed %d: the power lost before directory sync %d of RemoveBelow, a subset of its changes of names kept", seed, at+1)
 				got := readAll(t, l2)

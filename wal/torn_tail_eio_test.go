@@ -2,8 +2,6 @@ package wal
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -40,16 +38,7 @@ func TestAnEIOZeroingATornTailThenARetryInTheSameBootMisreadsNothing(t *testing.
 	require.NoError(t, err)
 	require.Equal(t, page, leftPos[0].Offset(), "the leftover begins a page")
 
-	first := filepath.Join(t.TempDir(), "first")
-	require.NoError(t, cfs.CrashClone(first, vfs.CrashOptions{Root: dir, KeepUnsyncedFraction: 1})) // power lost
-	_ = l.Close()
-	// The lost record's block reverts to what the device held: zeros.
-	path := segFile(first, lostPos[0].Segment())
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt(make([]byte, segment.Size(len(lost))), int64(lostPos[0].Offset()))
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	first, path := cloneLosingRecord(t, cfs, l, dir, lostPos[0], len(lost))
 
 	// The fdatasync of the zeroed tail fails.
 	ffs := vfs.NewFaultFS(vfs.Default)
@@ -65,15 +54,5 @@ func TestAnEIOZeroingATornTailThenARetryInTheSameBootMisreadsNothing(t *testing.
 	// Tried again in the same boot: the page cache shows the zeros.
 	l = mustOpen(t, first, Options{FS: cfs, SegmentBytes: segBytes})
 	requireEntries(t, durable, readAll(t, l))
-	again := bytes.Repeat([]byte("z"), len(lost))
-	pos, err := l.Append(again)
-	require.NoError(t, err)
-	require.Equal(t, lostPos[0], pos[0], "the new record takes the lost one's place")
-
-	second := filepath.Join(t.TempDir(), "second")
-	require.NoError(t, cfs.CrashClone(second, vfs.CrashOptions{Root: first})) // power lost again
-	_ = l.Close()
-	l = mustOpen(t, second, Options{SegmentBytes: segBytes})
-	defer l.Close()
-	requireEntries(t, append(durable, entry{pos[0], again}), readAll(t, l))
+	requireLostPlaceRefilled(t, cfs, l, first, lostPos[0], len(lost), segBytes, durable)
 }

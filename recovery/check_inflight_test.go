@@ -221,11 +221,17 @@ func TestARedeliveryMustNotComeBeforeASettleInFlightCouldEndTheLease(t *testing.
 func TestARejectOfAMaybeDeliveryAfterTheLastCertainLeaseLapsed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, q := openQueueOf(t, dir, QueueWork)
+	// Behind the real clock, which the checks' stores read: everything
+	// here happened before they look. The journal is timed on it too.
+	clk := &stepClock{now: time.Now().Add(-time.Minute).Truncate(time.Millisecond)}
+	s, q := openQueueAt(t, dir, QueueWork, clk.Now)
 	_, pub := publishTimed(t, q)
+	pub.T0, pub.T1 = clk.Now().UnixNano(), clk.Now().UnixNano()
 	d1, first := receiveTimed(t, q, IntentHold)
-	time.Sleep(time.Until(d1.Lease.ExpiresAt) + 20*time.Millisecond) // held until it lapsed
+	first.T0, first.T1 = clk.Now().UnixNano(), clk.Now().UnixNano()
+	clk.Set(d1.Lease.ExpiresAt.Add(20 * time.Millisecond)) // held until it lapsed
 	d2, maybe := receiveTimed(t, q, IntentReject)
+	maybe.T0, maybe.T1 = clk.Now().UnixNano(), clk.Now().UnixNano()
 	require.Equal(t, 2, d2.Deliveries)
 	require.NoError(t, q.Reject(ctx, d2.Lease.Receipt, causeFor(QueueWork, IntentReject)))
 	require.NoError(t, s.Close())

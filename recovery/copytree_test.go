@@ -48,3 +48,27 @@ func TestCopyTreeLeavesOutAFileRemovedWhileItCopies(t *testing.T) {
 		require.Equal(t, "index bytes", string(b), "copy %d", i)
 	}
 }
+
+// TestCopyTreeRefusesATargetInsideTheDirectoryItCopies: a copy into the
+// directory copied (or into itself) would walk what it writes. It is
+// refused naming both, and nothing is made.
+func TestCopyTreeRefusesATargetInsideTheDirectoryItCopies(t *testing.T) {
+	src := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(src, "kept"), []byte("kept bytes"), 0o600))
+	for _, dst := range []string{src, filepath.Join(src, "copy"), filepath.Join(src, "a", "b"), filepath.Join(src, "..dots")} {
+		err := CopyTree(src, dst)
+		require.ErrorContains(t, err, "the target is inside the directory copied", dst)
+		require.ErrorContains(t, err, dst)
+	}
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing was made in %s", src)
+
+	// A sibling whose name begins with the source's is not inside.
+	dst := src + "-copy"
+	t.Cleanup(func() { os.RemoveAll(dst) })
+	require.NoError(t, CopyTree(src, dst))
+	b, err := os.ReadFile(filepath.Join(dst, "kept"))
+	require.NoError(t, err)
+	require.Equal(t, "kept bytes", string(b))
+}

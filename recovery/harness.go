@@ -277,7 +277,8 @@ type CyclePlan struct {
 	PowerLoss bool
 }
 
-// PlanCycle returns cycle's plan under seed. The cycle before one hooked
+// PlanCycle returns cycle's plan under seed, for any cycle, a negative
+// one included. The cycle before one hooked
 // at HookOpenCheckpoint is never checked in place: that check closes the
 // store cleanly, and the next Open, with nothing to replay, would write no
 // checkpoint for the hook to stop.
@@ -302,7 +303,11 @@ func planCycle(seed uint64, cycle int) CyclePlan {
 		// Every hook in turn, in an order of the seed's, so that a run of
 		// n hooked cycles visits each hook about n/len(Hooks) times.
 		order := rand.New(rand.NewPCG(seed, 0x686f6f6b)).Perm(len(Hooks))
-		p.Kind, p.Hook, p.HookSkip = Hooked, Hooks[order[cycle%len(Hooks)]], rng.IntN(3)
+		i := cycle % len(Hooks)
+		if i < 0 {
+			i += len(Hooks) // a negative cycle: a plan all the same
+		}
+		p.Kind, p.Hook, p.HookSkip = Hooked, Hooks[order[i]], rng.IntN(3)
 		if p.Hook == HookOpenCheckpoint {
 			p.HookSkip = 0 // one checkpoint per Open
 		}
@@ -624,8 +629,15 @@ func (h *Harness) CheckCopy(cycle int) error {
 // read is left out: tests copy stores that are still open, whose
 // maintenance removes spare and reclaimed segments, files the store no
 // longer needs, at any moment. (Such a copy is not one instant's image
-// of the directory either way.)
+// of the directory either way.) A dst that is src or lies inside it is
+// refused: the walk would copy the copy.
 func CopyTree(src, dst string) error {
+	if inside, err := within(src, dst); err != nil {
+		return fmt.Errorf("recovery: copy %s to %s: %w", src, dst, err)
+	} else if inside {
+		// The walk would copy the copy as it grows it.
+		return fmt.Errorf("recovery: copy %s to %s: the target is inside the directory copied", src, dst)
+	}
 	return filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			if path != src && errors.Is(err, os.ErrNotExist) {
@@ -653,6 +665,24 @@ func CopyTree(src, dst string) error {
 		}
 		return os.WriteFile(target, b, 0o600)
 	})
+}
+
+// within reports whether path is dir or lies inside it, by their absolute
+// names.
+func within(dir, path string) (bool, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	rel, err := filepath.Rel(d, p)
+	if err != nil {
+		return false, nil // on another volume
+	}
+	return rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)), nil
 }
 
 // Summary renders the figures of a run.

@@ -28,3 +28,33 @@ func TestTheCycleBeforeAnOpenCheckpointHookLeavesRecordsToReplay(t *testing.T) {
 		t.Fatal("no plan hooked a cycle at", HookOpenCheckpoint)
 	}
 }
+
+// TestANegativeCycleIsPlannedAsAnyOther: PlanCycle takes any int; a
+// negative cycle once indexed the seed's order of hooks below zero and
+// panicked. It gets a plan, the same for the same seed, and every hooked
+// plan names a hook the harness knows.
+func TestANegativeCycleIsPlannedAsAnyOther(t *testing.T) {
+	known := map[string]bool{}
+	for _, h := range Hooks {
+		known[h] = true
+	}
+	hooked := 0
+	for cycle := -1; cycle >= -200; cycle-- {
+		p := PlanCycle(7, cycle)
+		if p != PlanCycle(7, cycle) {
+			t.Fatalf("cycle %d: two plans under one seed differ", cycle)
+		}
+		if p.Cycle != cycle {
+			t.Fatalf("cycle %d: the plan says cycle %d", cycle, p.Cycle)
+		}
+		if p.Kind == Hooked {
+			hooked++
+			if !known[p.Hook] {
+				t.Fatalf("cycle %d: hooked at %q, no hook of the harness", cycle, p.Hook)
+			}
+		}
+	}
+	if hooked == 0 {
+		t.Fatal("no negative cycle was hooked")
+	}
+}

@@ -106,6 +106,21 @@ var wakeCases = []testCase{
 		e.nack(q, d.Lease.Receipt, nil)
 		e.signalled(w, "a Nack that hands the message back")
 	}},
+	{name: "WakeClosedByAnExtendThatBringsALapseCloser", needs: []string{"Waker", "LeaseExtender"}, run: func(e *env) {
+		// A consumer told to wait for the old lapse would sleep past the
+		// new one: Consume never sleeps past a Wake.In.
+		vt := 8 * e.short()
+		q := e.queue(e.policy(func(p *broker.PolicyValue) { p.VisibilityTimeout = vt }))
+		e.publish(q, "a")
+		d := e.receiveOne(q)
+		w := e.waker(q).Wake()
+		l, err := e.extender(q).Extend(e.ctx(), d.Lease.Receipt, e.short())
+		if err != nil {
+			e.Fatalf("Extend: %v", err)
+		}
+		e.signalled(w, "an Extend that brings the lapse closer")
+		e.checkIn(e.waker(q).Wake(), l.ExpiresAt.Sub(e.now()), "a lease shortened by Extend")
+	}},
 	{name: "WakeClosedByReplay", needs: []string{"Waker", "Rejecter", "DeadLetterManager"}, run: func(e *env) {
 		q := e.queue(e.policy())
 		m := e.publish(q, "a")

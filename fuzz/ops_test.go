@@ -466,7 +466,8 @@ func (s *twin) deadLetters(qi, n int) {
 	}
 }
 
-// stats compares both queues' gauges and counters.
+// stats compares both queues' gauges (OldestReady among them) and
+// counters.
 func (s *twin) stats() {
 	now := s.now()
 	for qi, mq := range s.m.qs {
@@ -479,11 +480,20 @@ func (s *twin) stats() {
 				exhausted++
 			}
 		}
-		got := fmt.Sprintf("ready %d leased %d delayed %d dead %d; published %d duplicates %d shed %d delivered %d acked %d nacked %d rejected %d deadLettered %d replayed %d",
-			st.Ready, st.Leased, st.Delayed, st.DeadLetters, st.Published, st.Duplicates, st.Shed, st.Delivered, st.Acked, st.Nacked, st.Rejected, st.DeadLettered, st.Replayed)
+		// OldestReady: the EnqueuedAt of the message Receive hands out
+		// next, or the zero Time when none is receivable.
+		oldest, wantOldest := "none", "none"
+		if !st.OldestReady.IsZero() {
+			oldest = rel(st.OldestReady.UnixNano())
+		}
+		if r := mq.receivable(); len(r) > 0 {
+			wantOldest = rel(r[0].enq)
+		}
+		got := fmt.Sprintf("oldest %s ready %d leased %d delayed %d dead %d; published %d duplicates %d shed %d delivered %d acked %d nacked %d rejected %d deadLettered %d replayed %d",
+			oldest, st.Ready, st.Leased, st.Delayed, st.DeadLetters, st.Published, st.Duplicates, st.Shed, st.Delivered, st.Acked, st.Nacked, st.Rejected, st.DeadLettered, st.Replayed)
 		c := mq.c
-		want := fmt.Sprintf("ready %d leased %d delayed %d dead %d; published %d duplicates %d shed %d delivered %d acked %d nacked %d rejected %d deadLettered %d replayed %d",
-			g[0], g[1], g[2], g[3], c.published, c.duplicates, c.shed, c.delivered, c.acked, c.nacked, c.rejected, c.deadLettered+exhausted, c.replayed)
+		want := fmt.Sprintf("oldest %s ready %d leased %d delayed %d dead %d; published %d duplicates %d shed %d delivered %d acked %d nacked %d rejected %d deadLettered %d replayed %d",
+			wantOldest, g[0], g[1], g[2], g[3], c.published, c.duplicates, c.shed, c.delivered, c.acked, c.nacked, c.rejected, c.deadLettered+exhausted, c.replayed)
 		s.logf("  %s.Stats: %s", mq.name, got)
 		s.check(got == want, "%s.Stats:\n  got   %s\n  model %s", mq.name, got, want)
 	}

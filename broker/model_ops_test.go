@@ -41,6 +41,26 @@ func (mc *modelCheck) admit(mq *mQueue, m broker.MessageValue, payload []byte) {
 	mq.msgs[m.ID] = &mMsg{id: m.ID, order: mq.order, payload: payload, enq: mc.now(), state: mReady}
 	mq.minted = append(mq.minted, m.ID)
 	mq.lastEvict = max(mq.lastEvict, mc.now())
+	mq.c.published++
+	mc.fire(mq)
+}
+
+// fire records an event that must close the queue's wake signal: a
+// publish that enqueues, a Nack that hands the message back, a replay, a
+// change of policy, an Extend that brings the lapse closer.
+func (mc *modelCheck) fire(mq *mQueue) {
+	if mq.wake != nil {
+		mq.wake.fired = true
+	}
+}
+
+// full is a publish refused with QueueFull: it counts as shed, once a call.
+func (mq *mQueue) full(n int) bool {
+	if mq.pol.Capacity > 0 && mq.live()+n > mq.pol.Capacity {
+		mq.c.shed++
+		return true
+	}
+	return false
 }
 
 func (mc *modelCheck) publish(mq *mQueue) {
@@ -50,7 +70,7 @@ func (mc *modelCheck) publish(mq *mQueue) {
 	switch {
 	case len(p) > mq.pol.MaxMessageBytes:
 		want = "MESSAGE_TOO_LARGE"
-	case mq.pol.Capacity > 0 && mq.live()+1 > mq.pol.Capacity:
+	case mq.full(1):
 		want = "QUEUE_FULL"
 	}
 	if mc.expect(want, err, fmt.Sprintf("Publish(%d bytes) live=%d", len(p), mq.live())) {
@@ -88,10 +108,12 @@ func (mc *modelCheck) publishKeyed(mq *mQueue) {
 		if mc.expect("ok", err, what+" duplicate") {
 			require.Equal(mc.t, s.id, m.ID, "a duplicate returns the original ID")
 			require.Equal(mc.t, s.enq, m.EnqueuedAt.UnixNano(), "and its EnqueuedAt")
+			require.Empty(mc.t, m.Payload, "and no payload")
+			mq.c.duplicates++
 		}
 		return
 	}
-	if mq.pol.Capacity > 0 && mq.live()+1 > mq.pol.Capacity {
+	if mq.full(1) {
 		mc.expect("QUEUE_FULL", err, what)
 		return
 	}
@@ -119,7 +141,7 @@ func (mc *modelCheck) publishBatch(mq *mQueue) {
 		want = "INVALID_BATCH_SIZE"
 	case tooLarge:
 		want = "MESSAGE_TOO_LARGE"
-	case mq.pol.Capacity > 0 && mq.live()+n > mq.pol.Capacity:
+	case mq.full(n):
 		want = "QUEUE_FULL"
 	}
 	if mc.expect(want, err, fmt.Sprintf("PublishBatch(%d) live=%d", n, mq.live())) {
@@ -158,6 +180,9 @@ func (mc *modelCheck) receive(mq *mQueue) {
 		require.Equal(mc.t, m.at, d.Lease.ExpiresAt.UnixNano(), "ExpiresAt of %s", m.id)
 		require.Equal(mc.t, m.enq, d.Message.EnqueuedAt.UnixNano(), "EnqueuedAt of %s", m.id)
 		require.True(mc.t, bytes.Equal(m.payload, d.Message.Payload), "payload of %s", m.id)
+		_, reused := mc.owner[d.Lease.Receipt]
+		require.False(mc.t, reused, "Receive: receipt of %s issued before", m.id)
+		mq.c.delivered++
 		mc.owner[d.Lease.Receipt] = mq.name
 		mq.receipts = append(mq.receipts, d.Lease.Receipt)
 		mc.logf("  delivered %s #%d until %d", m.id, m.deliveries, m.at-t0.UnixNano())
@@ -199,6 +224,7 @@ func (mc *modelCheck) ack(mq *mQueue) {
 	m, want := mc.lease(mq, r)
 	if mc.expect(want, mq.q.Ack(ctx(mc.t), r), "Ack "+string(r)) {
 		delete(mq.msgs, m.id)
+		mq.c.acked++
 	}
 }
 
@@ -208,9 +234,10 @@ func (mc *modelCheck) cause() (reason string, code uint32, public string, cause 
 	return c.reason, c.code, c.public, c.cause
 }
 
-func (mc *modelCheck) die(m *mMsg, reason string, code uint32, public string) {
+func (mc *modelCheck) die(mq *mQueue, m *mMsg, reason string, code uint32, public string) {
 	m.state, m.failedAt, m.reason, m.code, m.cause, m.receipt, m.at = mDead, mc.now(), reason, code, public, "", 0
 	m.byLapse = false
+	mq.c.deadLettered++
 }
 
 func (mc *modelCheck) nack(mq *mQueue) {
@@ -221,14 +248,16 @@ func (mc *modelCheck) nack(mq *mQueue) {
 	if !mc.expect(want, err, fmt.Sprintf("Nack(%v)", cause)) {
 		return
 	}
+	mq.c.nacked++
 	wantNV := broker.NackValue{Deliveries: m.deliveries}
 	if m.deliveries >= mq.pol.MaxDeliveries {
 		wantNV.DeadLettered = true
-		mc.die(m, reason, code, public)
+		mc.die(mq, m, reason, code, public)
 	} else {
 		m.state, m.receipt, m.at = mReady, "", mc.now()+int64(retryDelay(mq.pol, m.deliveries))
 		m.reason, m.code, m.cause = reason, code, public // its last failure, should its last lease lapse
 		wantNV.VisibleAt = time.Unix(0, m.at)
+		mc.fire(mq)
 	}
 	require.Equal(mc.t, wantNV.Deliveries, nv.Deliveries)
 	require.Equal(mc.t, wantNV.DeadLettered, nv.DeadLettered)
@@ -243,7 +272,8 @@ func (mc *modelCheck) reject(mq *mQueue) {
 	reason, code, public, cause := mc.cause()
 	m, want := mc.lease(mq, r)
 	if mc.expect(want, mq.q.Reject(ctx(mc.t), r, cause), fmt.Sprintf("Reject(%v)", cause)) {
-		mc.die(m, reason, code, public)
+		mq.c.rejected++
+		mc.die(mq, m, reason, code, public)
 	}
 }
 
@@ -267,7 +297,11 @@ func (mc *modelCheck) extend(mq *mQueue) {
 	}
 	l, err := mq.q.Extend(ctx(mc.t), r, by)
 	if mc.expect(want, err, fmt.Sprintf("Extend(%v)", by)) {
-		require.NotEqual(mc.t, r, l.Receipt, "Extend returns a new receipt")
+		_, reused := mc.owner[l.Receipt]
+		require.False(mc.t, reused, "Extend returns a receipt never issued before")
+		if mc.now()+int64(by) < m.at {
+			mc.fire(mq) // the lease lapses sooner than a waiting consumer was told
+		}
 		m.at, m.receipt = mc.now()+int64(by), l.Receipt
 		require.Equal(mc.t, m.at, l.ExpiresAt.UnixNano(), "Extend: ExpiresAt is now + by")
 		mc.owner[l.Receipt] = mq.name
@@ -306,11 +340,14 @@ func (mc *modelCheck) replay(mq *mQueue) {
 		return
 	}
 	if mq.pol.Capacity > 0 && mq.live() >= mq.pol.Capacity {
+		// Not a publish: it counts in no Shed.
 		mc.expect("QUEUE_FULL", err, fmt.Sprintf("Replay %s live=%d", id, mq.live()))
 		return
 	}
 	if mc.expect("ok", err, "Replay "+id) {
 		m.state, m.deliveries, m.at, m.failedAt, m.reason, m.code, m.cause = mReady, 0, 0, 0, "", 0, ""
+		mq.c.replayed++
+		mc.fire(mq)
 	}
 }
 
@@ -362,4 +399,106 @@ func (mc *modelCheck) deadLetters(mq *mQueue) {
 			"dead letter %s: FailedAt, Reason, Code, Cause, Deliveries, EnqueuedAt", m.id)
 		require.True(mc.t, bytes.Equal(m.payload, dl.Message.Payload), "dead letter payload")
 	}
+}
+
+// wake checks Wake's answer: Scheduled with In zero when a message is
+// receivable now; else Scheduled at the earliest end of a retry delay or
+// lapse of a lease with deliveries left (a last lease that lapses makes a
+// dead letter, never a receivable message); else not Scheduled. Its
+// signal is open, and is watched from then on (checkWake).
+func (mc *modelCheck) wake(mq *mQueue) {
+	now := mc.now()
+	w := mq.q.Wake()
+	want := "not scheduled"
+	if len(mq.receivable(now)) > 0 {
+		want = "in 0s"
+	} else {
+		next := int64(math.MaxInt64)
+		for _, m := range mq.msgs {
+			due := m.state == mReady || m.state == mLeased && m.deliveries < mq.pol.MaxDeliveries
+			if due && m.at > now {
+				next = min(next, m.at)
+			}
+		}
+		if next != math.MaxInt64 {
+			want = "in " + time.Duration(next-now).String()
+		}
+	}
+	got := "not scheduled"
+	if w.Scheduled {
+		got = "in " + w.In.String()
+	}
+	mc.outcomes["Wake "+strings.Fields(want)[0]]++
+	mc.logf("  Wake -> %s", got)
+	require.Equal(mc.t, want, got, "Wake")
+	require.NotNil(mc.t, w.Signal, "Wake's signal")
+	require.False(mc.t, isClosed(w.Signal), "Wake handed out a signal closed already")
+	mq.wake = &mWake{signal: w.Signal}
+}
+
+// checkWake requires the queue's wake signal to be closed exactly when an
+// event that must close it happened since Wake handed it out; one seen
+// closed is let go.
+func (mc *modelCheck) checkWake(mq *mQueue, step int) {
+	if mq.wake == nil {
+		return
+	}
+	c := isClosed(mq.wake.signal)
+	require.Equal(mc.t, mq.wake.fired, c, "step %d %s: the wake signal is closed (true) or open (false); the model says otherwise", step, mq.name)
+	if c {
+		mq.wake = nil
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// policy declares the queue again with another policy, now and then one
+// Validate refuses (which changes nothing). A change judges every later
+// call by the new policy: what is leased or delayed keeps its instant; a
+// message not leased (ready, delayed, or back from a lapsed lease) that
+// the new MaxDeliveries leaves no delivery is dead-lettered at the
+// declaration, with its last failure, else LEASE_EXPIRED (docs/DESIGN.md,
+// "A policy change keeps the dead letters the old policy made").
+func (mc *modelCheck) policy(mq *mQueue) {
+	p := mc.randomPolicy()
+	if mc.rng.IntN(10) == 0 {
+		p.MaxDeliveries = 0
+	}
+	now := mc.now()
+	q, err := mc.e.s.Queue(mq.name, p)
+	want := "ok"
+	if p.MaxDeliveries == 0 {
+		want = "QUEUE_MISCONFIGURED"
+	}
+	if !mc.expect(want, err, fmt.Sprintf("Queue(%s, %+v)", mq.name, p)) {
+		return
+	}
+	require.Same(mc.t, mq.q, q, "a queue declared again is the same *Queue")
+	if p == mq.pol {
+		return
+	}
+	var ids []string
+	for _, m := range mq.msgs {
+		if (m.state == mReady || m.state == mLeased && m.at <= now) && m.deliveries >= p.MaxDeliveries {
+			ids = append(ids, m.id)
+		}
+	}
+	for _, id := range ids {
+		m := mq.msgs[id]
+		reason, code, public := m.reason, m.code, m.cause
+		if reason == "" {
+			reason, code, public = broker.ReasonLeaseExpired, 0, ""
+		}
+		mc.die(mq, m, reason, code, public)
+		mc.logf("    %s dead-lettered by the change, %d deliveries", id, m.deliveries)
+	}
+	mq.pol = p
+	mc.fire(mq)
 }

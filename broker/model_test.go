@@ -17,6 +17,7 @@ import (
 
 	"github.com/walbroker/walbroker/broker"
 	"github.com/walbroker/walbroker/internal/sentinel"
+	"github.com/walbroker/walbroker/vfs"
 )
 
 // The model check drives a store and a reference model of its documented
@@ -25,6 +26,10 @@ import (
 //
 //	WALBROKER_MODEL_SEED   replay a seed (printed by every run)
 //	WALBROKER_MODEL_STEPS  number of steps (default 3000, 600 with -short)
+//
+// Every step compares both queues' gauges, OldestReady and counters; the
+// operations compare every answer (docs/DESIGN.md, "The model checks",
+// lists what each compares).
 //
 // The broker clock readings that make "the clock went backwards" are those
 // of every eviction (a keyed publish) and every enqueue instant.
@@ -69,12 +74,27 @@ type mQueue struct {
 	receipts  []broker.ReceiptValue
 	minted    []string
 	order     int
+	c         mCounters
+	// wake is the Wake signal last handed out and not yet seen closed, or
+	// nil; fired: an event that must close it happened since.
+	wake *mWake
+}
+
+// mCounters are a queue's counters since the store was opened.
+type mCounters struct {
+	published, duplicates, shed, delivered, acked, nacked, rejected, deadLettered, replayed int64
+}
+
+type mWake struct {
+	signal <-chan struct{}
+	fired  bool
 }
 
 type modelCheck struct {
 	t        *testing.T
 	rng      *rand.Rand
 	e        *env
+	cfs      *vfs.CrashFS // the store's file system: a process crash stops it
 	qs       []*mQueue
 	owner    map[broker.ReceiptValue]string // receipt → queue name
 	ids      map[string]bool
@@ -97,8 +117,10 @@ func TestModelCheck(t *testing.T) {
 		}
 	})
 	mode := syncModes[mc.rng.IntN(len(syncModes))]
+	mc.cfs = vfs.NewCrashFS(vfs.Default)
 	mc.e = newEnv(t, func(o *broker.Options) {
 		o.Sync = mode
+		o.FS = mc.cfs
 		// Small segments, so that runs rotate, checkpoint and reclaim.
 		o.SegmentBytes = broker.MinSegmentBytes
 		broker.ManualMaintenance(o)
@@ -125,7 +147,7 @@ func (mc *modelCheck) randomPolicy() broker.PolicyValue {
 		VisibilityTimeout: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}[r.IntN(3)],
 		RetryDelay:        []time.Duration{0, 100 * time.Millisecond, time.Second}[r.IntN(3)],
 		MaxDeliveries:     1 + r.IntN(3),
-		MaxMessageBytes:   16,
+		MaxMessageBytes:   []int{8, 16, 16}[r.IntN(3)],
 		DedupWindow:       []time.Duration{10 * time.Second, time.Minute}[r.IntN(2)],
 	}
 	if p.RetryDelay > 0 && r.IntN(2) == 0 {
@@ -157,6 +179,7 @@ func (mc *modelCheck) step(i int) {
 		{10, mc.ack}, {10, mc.nack}, {4, mc.reject}, {6, mc.extend}, {4, mc.replay},
 		{2, mc.delete}, {5, mc.deadLetters}, {13, func(*mQueue) { mc.moveClock() }}, {1, func(*mQueue) { mc.reopen() }},
 		{2, func(*mQueue) { mc.maintain() }}, {1, func(*mQueue) { mc.backup() }},
+		{3, mc.wake}, {2, mc.policy}, {1, func(*mQueue) { mc.kill() }},
 	}
 	total := 0
 	for _, o := range ops {
@@ -173,6 +196,7 @@ func (mc *modelCheck) step(i int) {
 	mc.settle()
 	for _, q := range mc.qs {
 		mc.checkGauges(q, i)
+		mc.checkWake(q, i)
 	}
 }
 
@@ -190,6 +214,11 @@ func (mc *modelCheck) settle() {
 				}
 				m.state, m.failedAt, m.receipt = mDead, m.at, ""
 				m.byLapse = true
+				// Counted by the first call that looks (the Stats of
+				// the step that moved the clock at the latest); one
+				// that lapsed before an open counts in no process
+				// after it, and settle runs before every reopen.
+				mq.c.deadLettered++
 			}
 		}
 	}
@@ -361,14 +390,51 @@ func (mc *modelCheck) reopen() {
 	rebuild := mc.rng.IntN(2) == 0
 	mc.logf("  reopen (rebuild %v)", rebuild)
 	mc.e.close()
+	for _, mq := range mc.qs {
+		// Close closes every wake signal, for good, and refuses every
+		// later call with Closed.
+		if mq.wake != nil {
+			require.True(mc.t, isClosed(mq.wake.signal), "%s: the wake signal is open after Close", mq.name)
+		}
+		_, err := mq.q.Publish(ctx(mc.t), nil)
+		mc.expect("CLOSED", err, "Publish after Close")
+		err = mq.q.Ack(ctx(mc.t), "AQEAAAAB")
+		mc.expect("CLOSED", err, "Ack after Close")
+	}
 	if rebuild {
 		require.NoError(mc.t, os.RemoveAll(filepath.Join(mc.e.dir, "index")))
 	}
 	mc.e.open()
 	requireSameState(mc.t, before, broker.Dump(mc.e.s), fmt.Sprintf("reopen (rebuild %v) changed the state", rebuild))
+	mc.redeclare()
+}
+
+// redeclare gets both queues of a store just opened, with the policies
+// last set, and starts their counters from zero (they count since open).
+func (mc *modelCheck) redeclare() {
 	for _, mq := range mc.qs {
 		mq.q = mc.e.queue(mq.name, mq.pol)
+		mq.c, mq.wake = mCounters{}, nil
 	}
+}
+
+// kill is a process crash: the file system takes no change from then on,
+// the store is abandoned, and a new one opens on the same page cache,
+// which holds every byte written. In every sync mode nothing a call
+// returned for is lost: the state is the one before.
+func (mc *modelCheck) kill() {
+	before := broker.Dump(mc.e.s)
+	mc.logf("  process crash")
+	mc.cfs.Crash()
+	_ = mc.e.s.Close() // fails: every write does
+	mc.e.s = nil
+	mc.cfs.Restart()
+	mc.e.open()
+	rec := mc.e.s.Recovery()
+	require.True(mc.t, rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a process crash: %+v", rec)
+	mc.outcomes["process crash"]++
+	requireSameState(mc.t, before, broker.Dump(mc.e.s), "a process crash changed the state")
+	mc.redeclare()
 }
 
 func (mc *modelCheck) checkGauges(mq *mQueue, step int) {
@@ -388,6 +454,21 @@ func (mc *modelCheck) checkGauges(mq *mQueue, step int) {
 	}
 	st := mq.q.Stats()
 	require.Equal(mc.t, want, [4]int{st.Ready, st.Leased, st.Delayed, st.DeadLetters}, "step %d %s: gauges ready, leased, delayed, dead", step, mq.name)
+	// OldestReady is the EnqueuedAt of the message Receive hands out next.
+	wantOldest := "none"
+	if r := mq.receivable(now); len(r) > 0 {
+		wantOldest = fmt.Sprint(r[0].enq - t0.UnixNano())
+	}
+	gotOldest := "none"
+	if !st.OldestReady.IsZero() {
+		gotOldest = fmt.Sprint(st.OldestReady.UnixNano() - t0.UnixNano())
+	}
+	require.Equal(mc.t, wantOldest, gotOldest, "step %d %s: OldestReady", step, mq.name)
+	c := mq.c
+	require.Equal(mc.t,
+		[]int64{c.published, c.duplicates, c.shed, c.delivered, c.acked, c.nacked, c.rejected, c.deadLettered, c.replayed},
+		[]int64{st.Published, st.Duplicates, st.Shed, st.Delivered, st.Acked, st.Nacked, st.Rejected, st.DeadLettered, st.Replayed},
+		"step %d %s: counters published, duplicates, shed, delivered, acked, nacked, rejected, deadLettered, replayed", step, mq.name)
 }
 
 var posRE = regexp.MustCompile(`(pos|size)=\S+`)

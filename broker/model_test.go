@@ -400,6 +400,8 @@ func (mc *modelCheck) reopen() {
 		mc.expect("CLOSED", err, "Publish after Close")
 		err = mq.q.Ack(ctx(mc.t), "AQEAAAAB")
 		mc.expect("CLOSED", err, "Ack after Close")
+		// Its figures are those Close left (the clock has not moved).
+		mc.checkGauges(mq, -1)
 	}
 	if rebuild {
 		require.NoError(mc.t, os.RemoveAll(filepath.Join(mc.e.dir, "index")))

@@ -80,15 +80,18 @@ func (mc *modelCheck) publish(mq *mQueue) {
 
 func (mc *modelCheck) publishKeyed(mq *mQueue) {
 	key := "k" + strconv.Itoa(mc.rng.IntN(5))
-	if mc.rng.IntN(30) == 0 {
+	switch mc.rng.IntN(60) {
+	case 0, 1:
 		key = ""
+	case 2:
+		key = strings.Repeat("k", 257) // one byte past the bound
 	}
 	p := mc.payload(mq)
 	m, err := mq.q.PublishKeyed(ctx(mc.t), key, p)
 	what := fmt.Sprintf("PublishKeyed(%q, %d bytes) live=%d lastEvict=%d", key, len(p), mq.live(), mq.lastEvict-t0.UnixNano())
 	now := mc.now()
 	switch {
-	case key == "":
+	case key == "" || len(key) > 256:
 		mc.expect("INVALID_DEDUP_KEY", err, what)
 		return
 	case len(p) > mq.pol.MaxMessageBytes:

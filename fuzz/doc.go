@@ -109,7 +109,8 @@
 //     A reference model written from the contract (API.md,
 //     docs/DESIGN.md) predicts every answer: error classes, IDs,
 //     payloads, EnqueuedAt, deliveries, lease and retry instants, dead
-//     letters with their causes, gauges and counters, what a policy
+//     letters with their causes, gauges (OldestReady among them) and
+//     counters, what a policy
 //     change does to what is pending, leased and delayed, and what a
 //     Consume does: which messages its handler sees, in what order, with
 //     what receipts and deliveries, and how each is settled (acked, nacked

@@ -95,6 +95,8 @@ type modelCheck struct {
 	rng      *rand.Rand
 	e        *env
 	cfs      *vfs.CrashFS // the store's file system: a process crash stops it
+	mode     broker.SyncMode
+	clones   string // holds the clones power losses leave
 	qs       []*mQueue
 	owner    map[broker.ReceiptValue]string // receipt → queue name
 	ids      map[string]bool
@@ -117,6 +119,7 @@ func TestModelCheck(t *testing.T) {
 		}
 	})
 	mode := syncModes[mc.rng.IntN(len(syncModes))]
+	mc.mode, mc.clones = mode, t.TempDir()
 	mc.cfs = vfs.NewCrashFS(vfs.Default)
 	mc.e = newEnv(t, func(o *broker.Options) {
 		o.Sync = mode
@@ -411,6 +414,27 @@ func (mc *modelCheck) reopen() {
 	mc.redeclare()
 }
 
+// powerLoss goes on in a clone of the store that keeps only what was
+// synced (vfs.CrashFS.CrashClone). Under SyncAll every call that returned
+// had its change synced: the state is the one before.
+func (mc *modelCheck) powerLoss() {
+	before := broker.Dump(mc.e.s)
+	clone := filepath.Join(mc.clones, fmt.Sprint(mc.rng.Uint64()))
+	mc.logf("  power loss, on in %s", clone)
+	require.NoError(mc.t, mc.cfs.CrashClone(clone, vfs.CrashOptions{Root: mc.e.dir}))
+	mc.e.close()
+	require.NoError(mc.t, os.RemoveAll(mc.e.dir))
+	mc.e.dir = clone
+	mc.cfs = vfs.NewCrashFS(vfs.Default)
+	mc.e.opts.FS = mc.cfs
+	mc.e.open()
+	rec := mc.e.s.Recovery()
+	require.True(mc.t, rec.SalvagedSpans == 0 && len(rec.LostMessages) == 0, "open after a power loss: %+v", rec)
+	mc.outcomes["power loss"]++
+	requireSameState(mc.t, before, broker.Dump(mc.e.s), "a power loss under SyncAll changed the state")
+	mc.redeclare()
+}
+
 // redeclare gets both queues of a store just opened, with the policies
 // last set, and starts their counters from zero (they count since open).
 func (mc *modelCheck) redeclare() {
@@ -423,8 +447,13 @@ func (mc *modelCheck) redeclare() {
 // kill is a process crash: the file system takes no change from then on,
 // the store is abandoned, and a new one opens on the same page cache,
 // which holds every byte written. In every sync mode nothing a call
-// returned for is lost: the state is the one before.
+// returned for is lost: the state is the one before. Under SyncAll, one
+// time in two, it is a power loss instead (powerLoss).
 func (mc *modelCheck) kill() {
+	if mc.mode == broker.SyncAll && mc.rng.IntN(2) == 0 {
+		mc.powerLoss()
+		return
+	}
 	before := broker.Dump(mc.e.s)
 	mc.logf("  process crash")
 	mc.cfs.Crash()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -137,4 +138,33 @@ func TestAReceiveThatMeetsADamagedTableEntryFailsAndHandsOutNothing(t *testing.T
 			}
 		})
 	}
+}
+
+// Wake's look for the next ready message walks the same stream a Receive
+// does. When it meets a damaged table entry it says "look now"
+// (Scheduled, In zero), as it does for a clock no store can record: the
+// Receive that follows reports the damage and stops the store. It used to
+// say nothing was scheduled, leaving a consumer that waits on Wake alone
+// asleep over a queue of ready messages.
+func TestWakeThatMeetsADamagedTableEntrySaysLookNow(t *testing.T) {
+	e := newEnv(t)
+	pol := policy()
+	q := e.queue("q", pol)
+	var want []string
+	for i := 0; i < 3; i++ {
+		want = append(want, mustPublish(t, q, fmt.Sprint("m", i)).ID)
+	}
+	e.close()
+
+	flipTableBit(t, e.dir, want[0], 28, 2) // its crc
+
+	e.open()
+	q = e.queue("q", pol)
+	w := q.Wake()
+	require.True(t, w.Scheduled, "Wake met the damage: look now")
+	require.LessOrEqual(t, w.In, time.Duration(0))
+	ds, err := q.Receive(context.Background(), 10)
+	require.ErrorIs(t, err, broker.Corrupt, "the Receive reports the damage")
+	require.Empty(t, ds)
+	require.ErrorIs(t, e.s.Err(), broker.Corrupt, "the store stopped")
 }

@@ -119,7 +119,11 @@ func (q *Queue) Wake() WakeValue {
 		return w
 	}
 	q.iq.Promote(now)
-	if q.iq.NextReady() != nil {
+	if q.iq.NextReady() != nil || q.s.idx.Damaged() != nil {
+		// Ready now, or the walk to the next ready message met damage
+		// (a table entry that fails its checksum): look now, and the
+		// Receive reports the damage and stops the store, as it would
+		// have on a clock no store can record.
 		w.Scheduled = true
 		return w
 	}

@@ -91,7 +91,10 @@
 //     keeps what the reopen built on), a clean reopen whose new process
 //     first declares one queue with another policy (or one Validate
 //     refuses, then its own), and two Extends whose deadline passes year
-//     2262 (refused, the lease unchanged). Bit 3 runs under SyncNone,
+//     2262 (refused, the lease unchanged); a clock moved onto such a
+//     deadline then has every Receive refused (QUEUE_MISCONFIGURED: no
+//     lease it would make fits), and keys enqueued before the epoch are
+//     forgotten there as anywhere. Bit 3 runs under SyncNone,
 //     where a power loss could leave any state since the last background
 //     commit, which runs on real time: there the power loss is a process
 //     crash, and the audited clone what one leaves (every write, every

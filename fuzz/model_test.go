@@ -291,7 +291,10 @@ func (q *mQueue) evict(now int64) {
 	q.evictClock = now
 	window := int64(q.pol.DedupWindow)
 	for k, s := range q.seen {
-		if now-s.enq > window {
+		// now - enq in uint64: a key enqueued before the Unix epoch
+		// and a now near year 2262 are further apart than an int64
+		// holds, and the int64 difference wrapped to a negative one.
+		if now > s.enq && uint64(now)-uint64(s.enq) > uint64(window) {
 			delete(q.seen, k)
 		}
 	}

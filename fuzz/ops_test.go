@@ -147,6 +147,13 @@ func (s *twin) receive(qi, n int) []broker.ReceiptValue {
 		s.expect("INVALID_BATCH_SIZE", err, what)
 		return nil
 	}
+	if now > math.MaxInt64-int64(mq.pol.VisibilityTimeout) {
+		// A lease deadline past year 2262 cannot be recorded: the
+		// Receive is refused before it looks at anything, leasing and
+		// observing nothing, whatever the queue holds.
+		s.expect("QUEUE_MISCONFIGURED", err, what)
+		return nil
+	}
 	mq.sweep(now)
 	want := mq.receivable()
 	want = want[:min(n, len(want))]
